@@ -1,0 +1,68 @@
+"""The one model every detector reports in, and what travels to the CLI, the store and JSON."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+ERROR: Final = "error"
+WARNING: Final = "warning"
+
+# The JSON ``kind`` vocabulary, shared by every detector; the value is its severity, as msSanitizer's
+# GetNotifyLv assigns it (reference §2.1).
+KINDS: Final[dict[str, str]] = {
+    "illegal_read": ERROR,
+    "illegal_write": ERROR,
+    "misaligned_access": ERROR,
+    "out_of_bounds": WARNING,
+    "illegal_free": ERROR,
+    "memory_leak": WARNING,
+    "unused_memory": WARNING,
+    "uninitialized_read": ERROR,
+    "race_raw": ERROR,
+    "race_war": ERROR,
+    "race_waw": ERROR,
+    "unpaired_set_flag": WARNING,
+    "redundant_set_flag": WARNING,
+    "redundant_wait_flag": WARNING,
+    "register_not_reset": WARNING,
+    "sdc_mismatch": ERROR,
+    "internal_error": ERROR,
+}
+
+
+class Frame(msgspec.Struct, frozen=True, kw_only=True):
+    """One source location of a stack, innermost first."""
+
+    file: str
+    line: int = 0
+    column: int = 0
+    function: str = ""
+
+
+class Finding(msgspec.Struct, kw_only=True):
+    kind: str
+    severity: str
+    job: str = ""
+    session: int = 0
+    pid: int = 0
+    device: int = -1
+    kernel: str | None = None  # None for host-side findings
+    blocks: dict[str, list[int]] = {}  # "aiv" -> sorted block ids that hit this site
+    space: str = "GM"
+    address: int = 0
+    size: int = 0
+    serial: int = 0
+    pc: int = 0
+    location: Frame | None = None
+    stack: list[Frame] = []
+    detail: str = ""
+    count: int = 1  # occurrences folded into this finding
+    id: int = 0  # assigned by the store
+    time: float = 0.0
+
+
+def make_finding(kind: str, **fields: object) -> Finding:
+    """A finding of a known kind with its severity filled in."""
+    return Finding(kind=kind, severity=KINDS[kind], **fields)  # type: ignore[arg-type]

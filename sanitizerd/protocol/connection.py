@@ -1,0 +1,188 @@
+"""The sans-I/O connection: bytes in, typed messages out; messages in, bytes out. No sockets, clocks or threads.
+
+One class serves both ends. The I/O layer feeds whatever it read to ``receive_data`` (``b""`` at EOF), then
+calls ``next_event`` until it answers ``NEED_DATA``; it writes whatever ``send`` returns.
+
+A frame is a u32 little-endian body length followed by a msgpack body. The length is checked against
+``max_frame_size`` before the body is buffered, so a hostile prefix costs nothing (h11's DoS rule).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+import msgspec
+
+from sanitizerd.protocol import messages as m
+from sanitizerd.protocol._state import ENDING, Role, State, allowed, next_state
+from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd.protocol.records import EVENT_DTYPE
+
+# 64 MiB holds more than a million events per batch; larger frames only delay backpressure.
+DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
+
+_PREFIX = struct.Struct("<I")
+_EVENT_SIZE = EVENT_DTYPE.itemsize
+
+
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+NEED_DATA: Final = _Sentinel("NEED_DATA")
+CONNECTION_CLOSED: Final = _Sentinel("CONNECTION_CLOSED")  # the peer closed cleanly between frames
+
+_decoder = msgspec.msgpack.Decoder(m.AnyMessage)
+
+
+class _TypeOnly(msgspec.Struct):
+    type: str
+
+
+_type_decoder = msgspec.msgpack.Decoder(_TypeOnly)
+
+
+def decode_body(body: bytes) -> m.Message:
+    """Decode one frame body, or raise RemoteProtocolError naming what was wrong."""
+    try:
+        return _decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        try:
+            tag = _type_decoder.decode(body).type
+        except msgspec.DecodeError:
+            raise RemoteProtocolError(f"malformed message: {exc}", reason="bad_packet") from None
+        if not any(tag == t.__struct_config__.tag for t in m.AnyMessage.__args__):
+            raise RemoteProtocolError(f"unknown message type {tag!r}", reason="unknown_type") from None
+        raise RemoteProtocolError(f"malformed {tag!r} message: {exc}", reason="bad_packet") from None
+
+
+class Connection:
+    """Protocol state of one connection, from one end's point of view."""
+
+    def __init__(self, role: Role, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.role = role
+        self.max_frame_size = max_frame_size
+        self.state = State.HANDSHAKE
+        self.client_role: str | None = None  # from the hello, once seen
+        self._peer = Role.SERVER if role is Role.CLIENT else Role.CLIENT
+        self._buffer = bytearray()
+        self._eof = False
+        self._client_sent_close = False
+        self._encoder = msgspec.msgpack.Encoder()
+
+    # --- receiving ---------------------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        if data:
+            if self._eof:
+                raise LocalProtocolError("data received after EOF", reason="unexpected_message")
+            self._buffer += data
+        else:
+            self._eof = True
+
+    def next_event(self) -> m.Message | _Sentinel:
+        """The next complete message, ``NEED_DATA``, or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("connection is in ERROR after an earlier protocol error", reason="bad_packet")
+        try:
+            body = self._next_body()
+            if body is None:
+                return NEED_DATA
+            if body is CONNECTION_CLOSED:
+                return CONNECTION_CLOSED
+            message = decode_body(body)  # type: ignore[arg-type]
+            self._check(self._peer, message)
+        except RemoteProtocolError:
+            self.state = State.ERROR
+            raise
+        self._advance(self._peer, message)
+        return message
+
+    def _next_body(self) -> bytes | _Sentinel | None:
+        buffer = self._buffer
+        if len(buffer) < _PREFIX.size:
+            if self._eof:
+                if buffer:
+                    raise RemoteProtocolError("peer closed inside a frame's length prefix", reason="truncated")
+                return CONNECTION_CLOSED
+            return None
+        (length,) = _PREFIX.unpack_from(buffer)
+        if length > self.max_frame_size:
+            raise RemoteProtocolError(
+                f"frame of {length} bytes exceeds the limit of {self.max_frame_size}", reason="frame_too_large"
+            )
+        end = _PREFIX.size + length
+        if len(buffer) < end:
+            if self._eof:
+                raise RemoteProtocolError(
+                    f"peer closed after {len(buffer) - _PREFIX.size} of a {length}-byte frame", reason="truncated"
+                )
+            return None
+        # Cut the frame out as its own bytes so zero-copy views pin this frame, never the receive buffer.
+        body = bytes(buffer[_PREFIX.size : end])
+        del buffer[:end]
+        return body
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as messages."""
+        return len(self._buffer)
+
+    # --- sending -----------------------------------------------------------------------------------------------
+
+    def send(self, message: m.Message) -> bytes:
+        """Frame a message for the wire; raises LocalProtocolError if it is not ours to send now."""
+        try:
+            self._check(self.role, message)
+        except RemoteProtocolError as exc:
+            raise LocalProtocolError(str(exc), reason=exc.reason) from None
+        body = self._encoder.encode(message)
+        self._advance(self.role, message)
+        return _PREFIX.pack(len(body)) + body
+
+    def send_error(self, reason: str, message: str) -> bytes:
+        """Frame an error reply whatever the state; the connection is in ERROR afterwards."""
+        body = self._encoder.encode(m.Error(reason=reason, message=message))
+        self.state = State.ERROR
+        return _PREFIX.pack(len(body)) + body
+
+    # --- shared ------------------------------------------------------------------------------------------------
+
+    def _check(self, sender: Role, message: m.Message) -> None:
+        if sender is Role.CLIENT and self._client_sent_close:
+            raise RemoteProtocolError(f"{message.__struct_config__.tag!r} after close", reason="unexpected_message")
+        client_role = self.client_role if self.state is not State.HANDSHAKE or sender is Role.SERVER else None
+        if type(message) not in allowed(sender, self.state, client_role):
+            if isinstance(message, m.Error):  # an error may always be said; it ends the connection
+                return
+            raise RemoteProtocolError(
+                f"{message.__struct_config__.tag!r} is not allowed from the {sender.value} "
+                f"in state {self.state.value}" + (f" for a {client_role}" if client_role else ""),
+                reason="unexpected_message",
+            )
+        if isinstance(message, m.Hello) and message.version != m.PROTOCOL_VERSION:
+            raise RemoteProtocolError(
+                f"client speaks protocol version {message.version}; this daemon speaks version "
+                f"{m.PROTOCOL_VERSION}",
+                reason="version",
+            )
+        if isinstance(message, m.Events) and message.records.nbytes % _EVENT_SIZE:
+            raise RemoteProtocolError(
+                f"events batch of {message.records.nbytes} bytes is not a whole number of "
+                f"{_EVENT_SIZE}-byte records",
+                reason="bad_batch",
+            )
+
+    def _advance(self, sender: Role, message: m.Message) -> None:
+        if isinstance(message, m.Hello):
+            self.client_role = message.role
+        if isinstance(message, m.Close) and sender is Role.CLIENT:
+            self._client_sent_close = True
+        self.state = next_state(self.state, message)
+        if type(message) in ENDING and self.state is State.ERROR:
+            return

@@ -1,0 +1,40 @@
+"""Protocol errors say whose fault it is (the h11 convention).
+
+``reason`` is one of ``REASONS``: a small fixed set, used as a metric label and in ``error`` replies; the
+human detail stays in the message.
+"""
+
+from __future__ import annotations
+
+REASONS = (
+    "frame_too_large",  # length prefix above the configured maximum
+    "bad_packet",  # body is not a valid message of this protocol
+    "unknown_type",  # well-formed msgpack with a message type we do not know
+    "unexpected_message",  # a known message in a state where it is not allowed
+    "truncated",  # the peer closed in the middle of a frame
+    "version",  # protocol version mismatch
+    "bad_batch",  # an events batch whose size is not a whole number of records
+    "bad_reference",  # a message names a kernel launch or location the session does not know
+    "handshake_timeout",  # no hello within the configured time
+    "session_limit",  # the daemon already serves its maximum number of sessions
+    "shutdown",  # the daemon is stopping
+)
+
+
+class ProtocolError(Exception):
+    """Abstract: use one of the two subclasses."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        if type(self) is ProtocolError:
+            raise TypeError("raise LocalProtocolError or RemoteProtocolError")
+        assert reason in REASONS, reason
+        super().__init__(message)
+        self.reason = reason
+
+
+class LocalProtocolError(ProtocolError):
+    """We tried to break the protocol (a bug on our side)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol."""

@@ -1,0 +1,253 @@
+"""Every message of wire protocol v1, as typed msgspec Structs (see docs/protocol.md).
+
+Messages are msgpack maps tagged by their ``type`` field. New fields are only ever appended with defaults,
+so an older peer's messages still decode.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from sanitizerd.findings.model import Finding
+
+PROTOCOL_VERSION = 1
+
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck", "registercheck")
+
+
+class Config(msgspec.Struct, kw_only=True):
+    """What to check, as msSanitizer's ``Config`` (reference §1.3), with tools named rather than flagged."""
+
+    tools: list[str] = msgspec.field(default_factory=lambda: ["memcheck"])
+    leak_check: bool = False
+    check_unused_memory: bool = False
+    check_device_heap: bool = False
+    check_cann_heap: bool = False
+    check_cross_npu_races: bool = False
+    block_id: int = -1  # -1: all blocks
+    kernel_name: str = ""  # substring filter; "" = every kernel
+    cache_size: int = 100  # MB per block; device-buffer sizing, recorded for the hooks
+    full_backtrace: bool = False
+    demangle: str = "full"
+    log_level: str = "warn"
+
+
+class Message(msgspec.Struct, tag_field="type", kw_only=True):
+    pass
+
+
+# --- handshake ---------------------------------------------------------------------------------------------
+
+
+class Hello(Message, tag="hello"):
+    """First message of every connection. ``role`` is "producer" for an instrumented process, "control" for the
+    CLI. Every field but ``version`` has a default so that any version's hello decodes and can be refused by name."""
+
+    version: int
+    role: Literal["producer", "control"] = "producer"
+    pid: int = 0
+    host: str = ""
+    tool: str = ""
+    job: str = ""
+    rank: int = -1
+    local_rank: int = -1
+    world_size: int = 0
+    device: int = -1
+    config: Config | None = None  # requested checks when no job registered them
+
+
+class Welcome(Message, tag="welcome"):
+    session: int
+    config: Config
+    server: str = ""
+
+
+class Error(Message, tag="error"):
+    """The sender is about to close; ``reason`` is one of a small fixed set (see docs/protocol.md)."""
+
+    reason: str
+    message: str
+
+
+class Close(Message, tag="close"):
+    """Graceful end: the server finalizes the session and answers ``closed``."""
+
+
+# --- producer -> server ------------------------------------------------------------------------------------
+
+
+class DeviceSummary(Message, tag="device"):
+    chip: str
+    block_num: int = 0
+    device: int = -1
+
+
+class Location(msgspec.Struct, kw_only=True):
+    """A source location; ``callers`` are location ids of the enclosing frames, innermost first."""
+
+    id: int
+    file: str
+    line: int = 0
+    column: int = 0
+    function: str = ""
+    callers: list[int] = []
+
+
+
+class Locations(Message, tag="locations"):
+    locations: list[Location]
+
+
+class KernelBegin(Message, tag="kernel_begin"):
+    kernel: int  # launch id, unique within the session
+    name: str
+    block_dim: int
+    kernel_type: Literal["aicpu", "aiv", "aic", "mix"] = "aiv"
+    pc_start: int = 0
+
+
+class Events(Message, tag="events"):
+    """A batch of device events of one kernel launch: packed ``EVENT_DTYPE`` records."""
+
+    kernel: int
+    records: memoryview  # decoded zero-copy: a view into this frame only
+
+
+class KernelEnd(Message, tag="kernel_end"):
+    kernel: int
+
+
+HOST_OPS = ("malloc", "free", "memcpy", "memset", "load", "store")
+INFO_SOURCES = ("bypass", "hal", "rt", "acl", "extra", "manual", "mstx_heap", "mstx_region")
+
+
+class HostOp(Message, tag="host_op"):
+    """A host-side memory operation (reference §1.1 HostMemRecord). ``address`` is the allocated, freed,
+    written or read address; ``src`` is memcpy's source."""
+
+    op: Literal["malloc", "free", "memcpy", "memset", "load", "store"]
+    address: int
+    size: int = 0
+    src: int = 0
+    source: Literal["bypass", "hal", "rt", "acl", "extra", "manual", "mstx_heap", "mstx_region"] = "acl"
+    desc: str = "default"
+    serial: int = 0
+    location: int = 0
+    module: int = -1
+
+
+class Log(Message, tag="log"):
+    text: str
+    level: str = "info"
+
+
+# --- server -> producer ------------------------------------------------------------------------------------
+
+
+class Verdict(Message, tag="verdict"):
+    """Sent once every detector has checked a kernel launch (msSanitizer's KERNEL_RECORD_RESPONSE)."""
+
+    kernel: int
+    events: int
+    errors: int
+    warnings: int
+    checked: bool = True  # False when a filter (--kernel-name) skipped it
+
+
+class Closed(Message, tag="closed"):
+    session: int
+    kernels: int = 0
+    events: int = 0
+    findings: int = 0
+
+
+# --- control <-> server ------------------------------------------------------------------------------------
+
+
+class JobStart(Message, tag="job_start"):
+    """Registers the configuration that producers of ``job`` are welcomed with."""
+
+    job: str
+    config: Config
+
+
+class Watch(Message, tag="watch"):
+    """Streams the job's findings to this connection as they are stored."""
+
+    job: str
+
+
+class QueryFindings(Message, tag="query_findings"):
+    job: str = ""
+    session: int = 0
+
+
+class Findings(Message, tag="findings"):
+    findings: list[Finding]
+
+
+class SessionInfo(msgspec.Struct, kw_only=True):
+    session: int
+    job: str
+    pid: int
+    uid: int = -1
+    host: str = ""
+    tool: str = ""
+    device: int = -1
+    rank: int = -1
+    state: str = "live"  # live | ended
+    end_reason: str = ""
+    started: float = 0.0
+    ended: float = 0.0
+    kernels: int = 0
+    events: int = 0
+    findings: int = 0
+
+
+class QuerySessions(Message, tag="query_sessions"):
+    pass
+
+
+class Sessions(Message, tag="sessions"):
+    sessions: list[SessionInfo]
+
+
+class WaitJob(Message, tag="wait_job"):
+    """Answered with ``job_idle`` once no producer session of the job is live."""
+
+    job: str
+
+
+class JobIdle(Message, tag="job_idle"):
+    job: str
+    sessions: int
+    kernels: int
+    events: int
+    findings: int
+
+
+AnyMessage = (
+    Hello
+    | Welcome
+    | Error
+    | Close
+    | DeviceSummary
+    | Locations
+    | KernelBegin
+    | Events
+    | KernelEnd
+    | HostOp
+    | Log
+    | Verdict
+    | Closed
+    | JobStart
+    | Watch
+    | QueryFindings
+    | Findings
+    | QuerySessions
+    | Sessions
+    | WaitJob
+    | JobIdle
+)

@@ -1,0 +1,104 @@
+"""The packed device-event layout: one numpy dtype, defined once, shared by daemon, clients and docs.
+
+A device event batch is a run of fixed-width little-endian records (56 bytes each, no padding). Memory
+events carry msSanitizer's strided access pattern (reference §1.7): block ``i`` of repeat ``r`` covers
+``[address + (r*repeat_stride + i*block_stride) * block_size, + block_size)``. Sync events travel in the
+same ordered stream so that detectors see memory and synchronization in program order.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+
+class EventKind(enum.IntEnum):
+    READ = 0
+    WRITE = 1
+    SET_FLAG = 16
+    WAIT_FLAG = 17
+    PIPE_BARRIER = 18
+    CROSS_SET = 19  # ffts cross-core set; event_id = flag id, mode = ffts mode
+    CROSS_WAIT = 20  # wait_flag_dev; event_id = flag id
+    SET_ATOMIC = 21  # mode = 0 off, non-zero on
+
+
+class Space(enum.IntEnum):
+    """Address spaces, numbered as msSanitizer's record ``AddressSpace``."""
+
+    PRIVATE = 0
+    GM = 1
+    L1 = 2
+    L0A = 3
+    L0B = 4
+    L0C = 5
+    UB = 6
+    BT = 7
+    FB = 8
+
+
+class Pipe(enum.IntEnum):
+    S = 0
+    V = 1
+    M = 2
+    MTE1 = 3
+    MTE2 = 4
+    MTE3 = 5
+    ALL = 6
+    MTE4 = 7
+    MTE5 = 8
+    V2 = 9
+    FIX = 10
+    S_CAL = 11  # msSanitizer's internal "scalar compute" pipe; prints as PIPE_S
+
+
+class BlockType(enum.IntEnum):
+    AIV = 0
+    AIC = 1
+    AICORE = 2
+
+
+BLOCK_TYPE_NAMES = {BlockType.AIV: "aiv", BlockType.AIC: "aic", BlockType.AICORE: "aicore"}
+
+FLAG_ATOMIC = 0x01
+
+EVENT_DTYPE = np.dtype(
+    [
+        ("address", "<u8"),  # 0: start address; sync events: 0
+        ("serial", "<u8"),  # 8: instruction serial number (msSanitizer serialNo)
+        ("pc", "<u8"),  # 16: program counter, 0 when unknown
+        ("block_size", "<u4"),  # 24: bytes per block
+        ("location", "<u4"),  # 28: id in the session's location table, 0 = none
+        ("block_num", "<u2"),  # 32: blocks per repeat
+        ("block_stride", "<u2"),  # 34: in block_size units
+        ("repeat", "<u2"),  # 36: repeat count; 0 = empty access
+        ("repeat_stride", "<u2"),  # 38: in block_size units
+        ("block_id", "<u2"),  # 40: logical block (core) index
+        ("event_id", "<u2"),  # 42: sync: event id / flag id / atomic mode
+        ("kind", "u1"),  # 44: EventKind
+        ("space", "u1"),  # 45: Space
+        ("pipe", "u1"),  # 46: Pipe; sync: source pipe
+        ("dst_pipe", "u1"),  # 47: sync: destination pipe
+        ("block_type", "u1"),  # 48: BlockType
+        ("flags", "u1"),  # 49: bit 0 atomic mode
+        ("align", "<u2"),  # 50: required alignment in bytes, 0 = by address space (§1.6)
+        ("mode", "u1"),  # 52: cross-core sync mode
+        ("reserved", "V3"),  # 53: zero
+    ]
+)
+assert EVENT_DTYPE.itemsize == 56, EVENT_DTYPE.itemsize
+
+
+def empty_events(n: int) -> np.ndarray:
+    """A zeroed batch of ``n`` events with the neutral values a partial fill expects."""
+    events = np.zeros(n, dtype=EVENT_DTYPE)
+    events["block_num"] = 1
+    events["repeat"] = 1
+    events["block_stride"] = 1
+    return events
+
+
+def as_events(buffer: memoryview | bytes) -> np.ndarray:
+    """View a batch's bytes as events, without copying."""
+    return np.frombuffer(buffer, dtype=EVENT_DTYPE)
