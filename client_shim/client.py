@@ -1,0 +1,297 @@
+"""The client API a runtime hook or Python program uses to stream what it does to sanitizerd.
+
+Messages are framed in the caller's thread and handed to a background sender through a bounded queue: when
+the daemon is slower than the program, ``put`` blocks (backpressure); nothing is ever dropped. Small event
+arrays are coalesced into batches of ``batch_events``. A reader thread collects verdicts and errors.
+
+Thread-safe: one lock keeps messages in the order callers issued them. Fork-safe: a child process that uses
+an inherited client transparently opens its own session.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import queue
+import socket
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, default_socket
+from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
+from sanitizerd.protocol import messages as m
+
+_STOP = object()
+
+
+class Client:
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        *,
+        job: str | None = None,
+        device: int = -1,
+        rank: int = -1,
+        local_rank: int = -1,
+        world_size: int = 0,
+        tool: str = "client_shim",
+        config: m.Config | None = None,
+        batch_events: int = 65536,
+        queue_frames: int = 8,
+        timeout: float = 30.0,
+    ) -> None:
+        self.socket_path = Path(socket_path) if socket_path else default_socket()
+        self.job = job if job is not None else os.environ.get(JOB_ENV, "")
+        self._hello_fields = dict(device=device, rank=rank, local_rank=local_rank, world_size=world_size, tool=tool)
+        self._requested_config = config
+        self.batch_events = batch_events
+        self.queue_frames = queue_frames
+        self.timeout = timeout
+        self._order = threading.RLock()
+        self._pid = -1
+        self._connect()
+
+    # --- connection lifecycle ----------------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        self._pid = os.getpid()
+        self._socket = FrameSocket(self.socket_path, timeout=self.timeout)
+        hello = m.Hello(
+            version=PROTOCOL_VERSION,
+            pid=self._pid,
+            host=socket.gethostname(),
+            job=self.job,
+            config=self._requested_config,
+            **self._hello_fields,  # type: ignore[arg-type]
+        )
+        welcome = self._socket.handshake(hello)
+        self._socket.sock.settimeout(None)
+        self.session: int = welcome.session
+        self.config: m.Config = welcome.config
+        self._queue: queue.Queue[object] = queue.Queue(self.queue_frames)
+        self._pending: list[np.ndarray] = []
+        self._pending_events = 0
+        self._pending_kernel: int | None = None
+        self._serial = itertools.count(1)
+        self._kernel_ids = itertools.count(1)
+        self._location_ids = itertools.count(1)
+        self._locations: dict[tuple[object, ...], int] = {}
+        self._verdicts: dict[int, m.Verdict] = {}
+        self._closed_reply: m.Closed | None = None
+        self._error: str | None = None
+        self._done = threading.Condition()
+        self._closing = False
+        self._sender = threading.Thread(target=self._send_loop, name="sanitizerd-send", daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name="sanitizerd-read", daemon=True)
+        self._sender.start()
+        self._reader.start()
+
+    def _ensure_process(self) -> None:
+        if os.getpid() != self._pid:
+            # A forked child: the parent's socket and threads are not ours. Open our own session.
+            self._order = threading.RLock()
+            self._connect()
+
+    def _send_loop(self) -> None:
+        while True:
+            frame = self._queue.get()
+            if frame is _STOP:
+                return
+            try:
+                self._socket.sendall(frame)  # type: ignore[arg-type]
+            except ClientError as exc:
+                self._fail(str(exc))
+                return
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                message = self._socket.receive()
+            except (ClientError, OSError, Exception) as exc:  # noqa: BLE001 - any failure ends the session
+                if not self._closing or self._closed_reply is None:
+                    self._fail(f"connection to sanitizerd ended: {exc}")
+                return
+            with self._done:
+                if isinstance(message, m.Verdict):
+                    self._verdicts[message.kernel] = message
+                elif isinstance(message, m.Closed):
+                    self._closed_reply = message
+                elif isinstance(message, m.Error):
+                    self._error = f"sanitizerd ended the session ({message.reason}): {message.message}"
+                self._done.notify_all()
+            if isinstance(message, m.Closed | m.Error):
+                return
+
+    def _fail(self, reason: str) -> None:
+        with self._done:
+            self._error = self._error or reason
+            self._done.notify_all()
+
+    def _enqueue(self, message: m.Message) -> None:
+        """Frame and queue in caller order; blocks while the queue is full (backpressure)."""
+        frame = self._socket.frame(message)
+        while True:
+            if self._error:
+                raise ClientError(self._error)
+            try:
+                self._queue.put(frame, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _send(self, message: m.Message) -> None:
+        with self._order:
+            self._ensure_process()
+            self._flush_events()
+            self._enqueue(message)
+
+    # --- what a program reports --------------------------------------------------------------------------------
+
+    def device_summary(self, chip: str, block_num: int = 0, device: int = -1) -> None:
+        self._send(m.DeviceSummary(chip=chip, block_num=block_num, device=device))
+
+    def location(
+        self, file: str, line: int = 0, column: int = 0, function: str = "", callers: Iterable[int] = ()
+    ) -> int:
+        """The id of a source location (sent once, reused after); ``callers`` are ids of enclosing frames."""
+        key = (file, line, column, function, tuple(callers))
+        with self._order:
+            self._ensure_process()
+            ident = self._locations.get(key)
+            if ident is None:
+                ident = self._locations[key] = next(self._location_ids)
+                location = m.Location(
+                    id=ident, file=file, line=line, column=column, function=function, callers=list(key[4])
+                )
+                self._flush_events()
+                self._enqueue(m.Locations(locations=[location]))
+            return ident
+
+    def kernel_begin(self, name: str, block_dim: int, kernel_type: str = "aiv") -> int:
+        """Start a kernel launch; returns its id for ``events`` and ``kernel_end``."""
+        with self._order:
+            self._ensure_process()
+            kernel = next(self._kernel_ids)
+            self._send(m.KernelBegin(kernel=kernel, name=name, block_dim=block_dim, kernel_type=kernel_type))  # type: ignore[arg-type]
+            return kernel
+
+    def events(self, kernel: int, events: np.ndarray) -> None:
+        """Queue device events (an ``EVENT_DTYPE`` array) of a running kernel. The array is copied."""
+        if events.dtype != EVENT_DTYPE:
+            raise TypeError(f"events must have EVENT_DTYPE, not {events.dtype}")
+        with self._order:
+            self._ensure_process()
+            if self._pending_kernel not in (None, kernel):
+                self._flush_events()
+            self._pending_kernel = kernel
+            self._pending.append(np.array(events, copy=True))
+            self._pending_events += events.size
+            if self._pending_events >= self.batch_events:
+                self._flush_events()
+
+    def _flush_events(self) -> None:
+        if not self._pending:
+            return
+        batch = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        kernel = self._pending_kernel
+        self._pending, self._pending_events, self._pending_kernel = [], 0, None
+        assert kernel is not None
+        self._enqueue(m.Events(kernel=kernel, records=batch.view(np.uint8).data))
+
+    def kernel_end(self, kernel: int) -> None:
+        self._send(m.KernelEnd(kernel=kernel))
+
+    def wait_kernel(self, kernel: int, timeout: float | None = None) -> m.Verdict:
+        """Block until every detector has checked the kernel (after ``kernel_end``)."""
+        with self._done:
+            if not self._done.wait_for(lambda: kernel in self._verdicts or self._error, timeout=timeout):
+                raise TimeoutError(f"no verdict for kernel {kernel} within {timeout} s")
+            if kernel in self._verdicts:
+                return self._verdicts.pop(kernel)
+            raise ClientError(self._error)
+
+    def _host(self, op: str, address: int, size: int = 0, *, src: int = 0, source: str = "acl",
+              location: int = 0, module: int = -1, desc: str = "default") -> int:  # fmt: skip
+        with self._order:
+            self._ensure_process()
+            serial = next(self._serial)
+            self._send(
+                m.HostOp(
+                    op=op, address=address, size=size, src=src, source=source,  # type: ignore[arg-type]
+                    desc=desc, serial=serial, location=location, module=module,
+                )
+            )  # fmt: skip
+            return serial
+
+    def malloc(self, address: int, size: int, *, source: str = "acl", location: int = 0, module: int = -1) -> int:
+        """Report a device allocation; returns its serial number."""
+        return self._host("malloc", address, size, source=source, location=location, module=module)
+
+    def free(self, address: int, *, source: str = "acl", location: int = 0) -> int:
+        return self._host("free", address, source=source, location=location)
+
+    def memcpy(self, dst: int, src: int, size: int, *, location: int = 0) -> int:
+        return self._host("memcpy", dst, size, src=src, location=location)
+
+    def memset(self, address: int, size: int, *, location: int = 0) -> int:
+        return self._host("memset", address, size, location=location)
+
+    def load(self, address: int, size: int, *, location: int = 0) -> int:
+        return self._host("load", address, size, location=location)
+
+    def store(self, address: int, size: int, *, location: int = 0) -> int:
+        return self._host("store", address, size, location=location)
+
+    def next_serial(self) -> int:
+        """A serial number for a device event, from the same sequence as host operations."""
+        with self._order:
+            return next(self._serial)
+
+    def log(self, text: str, level: str = "info") -> None:
+        self._send(m.Log(text=text, level=level))
+
+    def flush(self) -> None:
+        """Send coalesced events now (they are sent anyway at the next other message or at close)."""
+        with self._order:
+            self._ensure_process()
+            self._flush_events()
+
+    def close(self, timeout: float | None = 60.0) -> m.Closed | None:
+        """End the session gracefully: returns once the daemon has finished every check (leaks included)."""
+        with self._order:
+            if os.getpid() != self._pid or self._closing:
+                return self._closed_reply
+            self._closing = True
+            try:
+                self._flush_events()
+                self._enqueue(m.Close())
+            except ClientError:
+                pass
+            self._queue.put(_STOP)
+        with self._done:
+            self._done.wait_for(lambda: self._closed_reply is not None or self._error, timeout=timeout)
+        self._sender.join(timeout=5)
+        self._socket.close()
+        self._reader.join(timeout=5)
+        if self._closed_reply is None and self._error:
+            raise ClientError(self._error)
+        return self._closed_reply
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(**kwargs: object) -> Client:
+    """Connect with the environment ``sanitizerd run`` sets (socket, job), closing at interpreter exit."""
+    if SOCKET_ENV not in os.environ and "socket_path" not in kwargs:
+        raise ClientError(f"{SOCKET_ENV} is not set: run the program under `sanitizerd run`, or pass socket_path")
+    client = Client(**kwargs)  # type: ignore[arg-type]
+    atexit.register(client.close)
+    return client

@@ -1,0 +1,77 @@
+"""Building device-event batches: fill fields by name, scalars or arrays, broadcast numpy-style."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.protocol.records import (
+    EVENT_DTYPE,
+    FLAG_ATOMIC,
+    BlockType,
+    EventKind,
+    Pipe,
+    Space,
+    empty_events,
+)
+
+__all__ = ["EVENT_DTYPE", "BlockType", "EventKind", "Pipe", "Space", "accesses", "make_events", "syncs"]
+
+
+def make_events(**fields: object) -> np.ndarray:
+    """A batch whose length is that of the longest array given; unnamed fields take neutral values."""
+    unknown = set(fields) - set(EVENT_DTYPE.names or ())
+    if unknown:
+        raise TypeError(f"unknown event fields: {', '.join(sorted(unknown))}")
+    n = max((np.size(v) for v in fields.values() if np.ndim(v)), default=1)
+    events = empty_events(n)
+    for name, value in fields.items():
+        events[name] = value
+    return events
+
+
+def accesses(
+    kind: EventKind,
+    space: Space,
+    address: object,
+    block_size: object,
+    *,
+    block_num: object = 1,
+    block_stride: object = 1,
+    repeat: object = 1,
+    repeat_stride: object = 0,
+    pipe: Pipe = Pipe.S,
+    block_id: object = 0,
+    block_type: BlockType = BlockType.AIV,
+    serial: object = 0,
+    pc: object = 0,
+    location: object = 0,
+    atomic: bool = False,
+    align: object = 0,
+) -> np.ndarray:
+    """Memory accesses with msSanitizer's strided pattern (docs/protocol.md, "Device events")."""
+    return make_events(
+        kind=kind, space=space, address=address, block_size=block_size, block_num=block_num,
+        block_stride=block_stride, repeat=repeat, repeat_stride=repeat_stride, pipe=pipe, block_id=block_id,
+        block_type=block_type, serial=serial, pc=pc, location=location, flags=FLAG_ATOMIC if atomic else 0,
+        align=align,
+    )  # fmt: skip
+
+
+def syncs(
+    kind: EventKind,
+    src_pipe: Pipe,
+    dst_pipe: Pipe = Pipe.S,
+    event_id: object = 0,
+    *,
+    block_id: object = 0,
+    block_type: BlockType = BlockType.AIV,
+    serial: object = 0,
+    pc: object = 0,
+    location: object = 0,
+    mode: int = 0,
+) -> np.ndarray:
+    """Synchronization events (set_flag, wait_flag, pipe_barrier, cross-core set/wait, set_atomic)."""
+    return make_events(
+        kind=kind, pipe=src_pipe, dst_pipe=dst_pipe, event_id=event_id, block_id=block_id,
+        block_type=block_type, serial=serial, pc=pc, location=location, mode=mode, block_size=0,
+    )  # fmt: skip

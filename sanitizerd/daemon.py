@@ -1,0 +1,204 @@
+"""The daemon: bind the socket, accept connections, shake hands, hand each to its session or control pump.
+
+Structured concurrency throughout: the serve task group owns the listener, the signal watcher and every
+connection handler; cancelling it (SIGTERM, SIGINT) ends them all, each through its own cleanup.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import structlog
+from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+
+from sanitizerd import __version__
+from sanitizerd.findings.store import FindingsStore
+from sanitizerd.metrics import Metrics
+from sanitizerd.protocol import Connection, RemoteProtocolError, Role
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.control import serve_control
+from sanitizerd.sessions.hub import Hub, Limits
+from sanitizerd.sessions.producer import serve_producer
+from sanitizerd.sessions.session import Peer, Session
+from sanitizerd.sessions.transport import MessageStream, PeerClosed
+
+log = structlog.get_logger("sanitizerd.daemon")
+
+SOCKET_MODE = 0o660
+
+
+def default_socket_path() -> Path:
+    """``/run/sanitizerd/sanitizerd.sock`` for root, else under ``$XDG_RUNTIME_DIR`` (or /tmp, per user)."""
+    if os.geteuid() == 0:
+        return Path("/run/sanitizerd/sanitizerd.sock")
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/sanitizerd-{os.geteuid()}"
+    return Path(runtime) / "sanitizerd" / "sanitizerd.sock"
+
+
+def default_state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/sanitizerd")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "sanitizerd"
+
+
+@dataclass(slots=True)
+class DaemonSettings:
+    socket_path: Path = field(default_factory=default_socket_path)
+    state_dir: Path = field(default_factory=default_state_dir)
+    metrics_addr: str | None = None
+    limits: Limits = field(default_factory=Limits)
+
+
+class DaemonAlreadyRunning(Exception):
+    pass
+
+
+def _peer_credentials(stream: SocketStream) -> Peer:
+    try:
+        raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
+        pid, uid, gid = struct.unpack("3i", raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        return Peer(pid, uid, gid)
+    except (OSError, AttributeError):
+        return Peer()
+
+
+def claim_socket_path(path: Path) -> None:
+    """Refuse a path a live daemon answers on; remove a stale socket file left by a dead one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() and not path.is_symlink():
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1)
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)  # stale: nobody listens
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ENOTSOCK, errno.ECONNREFUSED):
+            raise DaemonAlreadyRunning(f"{path} exists and is not a socket sanitizerd can replace") from exc
+        raise
+    finally:
+        probe.close()
+    raise DaemonAlreadyRunning(f"a daemon is already serving on {path}")
+
+
+class Daemon:
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.hub: Hub | None = None
+
+    async def serve(self, *, task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED) -> None:
+        settings = self.settings
+        claim_socket_path(settings.socket_path)
+        store = FindingsStore(settings.state_dir / "sanitizerd.db")
+        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
+        self.metrics.queue_depth(lambda: float(hub.queued))
+        if settings.metrics_addr:
+            self.metrics.serve(settings.metrics_addr)
+        listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+        log.info(
+            "serving",
+            socket=str(settings.socket_path),
+            state_dir=str(settings.state_dir),
+            metrics=settings.metrics_addr,
+            version=__version__,
+        )
+        try:
+            async with listener, anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_signals, tg.cancel_scope)
+                task_status.started(settings.socket_path)
+                await listener.serve(self._handle, task_group=tg)
+        finally:
+            with anyio.CancelScope(shield=True):
+                settings.socket_path.unlink(missing_ok=True)
+                store.close()
+                log.info("stopped")
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("signal received, shutting down", signal=signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+    async def _handle(self, raw: SocketStream) -> None:
+        hub = self.hub
+        assert hub is not None
+        peer = _peer_credentials(raw)
+        stream = MessageStream(raw, Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size))
+        async with raw:
+            with structlog.contextvars.bound_contextvars(peer_pid=peer.pid, peer_uid=peer.uid):
+                try:
+                    with anyio.fail_after(hub.limits.handshake_timeout):
+                        hello = await stream.receive()
+                except TimeoutError:
+                    hub.metrics.rejected.labels("handshake_timeout").inc()
+                    log.warning("no hello in time, closing", timeout=hub.limits.handshake_timeout)
+                    await stream.send_error(
+                        None, reason="handshake_timeout", message=f"no hello within {hub.limits.handshake_timeout} s"
+                    )
+                    return
+                except RemoteProtocolError as exc:
+                    hub.metrics.rejected.labels(exc.reason).inc()
+                    log.warning("bad handshake, closing", reason=exc.reason, detail=str(exc))
+                    await stream.send_error(exc)
+                    return
+                except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return
+                assert isinstance(hello, m.Hello)
+                try:
+                    if hello.role == "control":
+                        await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
+                        await serve_control(hub, stream)
+                    else:
+                        await self._producer(hub, stream, hello, peer)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
+                except Exception:  # one connection's bug must not take the daemon down
+                    log.exception("connection handler failed")
+
+    async def _producer(self, hub: Hub, stream: MessageStream, hello: m.Hello, peer: Peer) -> None:
+        if len(hub.live) >= hub.limits.max_sessions:
+            hub.metrics.rejected.labels("session_limit").inc()
+            log.warning("session limit reached, refusing", limit=hub.limits.max_sessions)
+            await stream.send_error(
+                None, reason="session_limit", message=f"the daemon serves its limit of {hub.limits.max_sessions}"
+            )
+            return
+        config = hub.jobs.config_for(hello)
+        ident = await hub.store_call(hub.store.open_session, hello.job)
+        session = Session(ident, hello, config, peer)
+        hub.live[ident] = session
+        hub.jobs.session_started(hello.job, ident)
+        hub.metrics.sessions_started.inc()
+        hub.metrics.sessions_live.inc()
+        try:
+            with structlog.contextvars.bound_contextvars(session=ident, job=hello.job, pid=hello.pid):
+                log.info("session started", device=hello.device, rank=hello.rank, tools=config.tools)
+                await stream.send(m.Welcome(session=ident, config=config, server=__version__))
+                await serve_producer(hub, stream, session)
+        finally:
+            hub.metrics.sessions_live.dec()
+            if hub.live.pop(ident, None) is not None:  # ended abnormally before its pump finalized it
+                hub.jobs.session_ended(session.info(state="ended"))
+
+
+def run_daemon(settings: DaemonSettings) -> int:
+    try:
+        anyio.run(Daemon(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})
+    except DaemonAlreadyRunning as exc:
+        log.error("cannot start", detail=str(exc))
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,100 @@
+"""Vectorised arithmetic on msSanitizer's strided access pattern (reference §1.7).
+
+Block ``i`` of repeat ``r`` covers ``[address + (r*repeat_stride + i*block_stride) * block_size, + block_size)``.
+Every block offset is a whole multiple of ``block_size``, so two blocks of one access either coincide or are
+disjoint; that is what lets ``expand`` dedupe exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_U64 = np.uint64
+# GM addresses are 48-bit (msSanitizer's 0xFFFFFFFFFFFF mask); anything past this is outside every range.
+ADDRESS_LIMIT = 1 << 48
+_SATURATE = 1 << 62
+
+
+def extents(events: np.ndarray) -> np.ndarray:
+    """Bytes from the first to one past the last byte each access touches; 0 for an empty access."""
+    repeat = events["repeat"].astype(_U64)
+    block_num = events["block_num"].astype(_U64)
+    block_size = events["block_size"].astype(_U64)
+    units = (np.maximum(repeat, 1) - 1) * events["repeat_stride"] + (np.maximum(block_num, 1) - 1) * events[
+        "block_stride"
+    ]
+    units += 1
+    if events.size and int(units.max()) * int(block_size.max()) >= _SATURATE:
+        # Only hostile or corrupt records get here; saturate instead of wrapping round.
+        span = np.minimum(units.astype(np.float64) * block_size, float(_SATURATE))
+        ext = span.astype(_U64)
+    else:
+        ext = units * block_size
+    ext[(repeat == 0) | (block_num == 0)] = 0
+    return ext
+
+
+def ends(addresses: np.ndarray, ext: np.ndarray) -> np.ndarray:
+    """``address + extent`` without wrapping past 2**64."""
+    if addresses.size and int(addresses.max()) >= _SATURATE:
+        return np.minimum(addresses, _U64(_SATURATE)) + ext
+    return addresses + ext
+
+
+def first_misaligned(events: np.ndarray, alignment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which accesses have any block of any repeat off ``alignment`` (a power of two), and the first such address.
+
+    Every block start is ``address + k * block_size * stride``, so the whole pattern is aligned iff the address
+    and both step sizes are; no expansion needed.
+    """
+    mask = alignment.astype(_U64) - 1
+    address = events["address"]
+    block_size = events["block_size"].astype(_U64)
+    block_step = np.where(events["block_num"] > 1, events["block_stride"] * block_size, _U64(0))
+    repeat_step = np.where(events["repeat"] > 1, events["repeat_stride"] * block_size, _U64(0))
+    bad_address = (address & mask) != 0
+    bad_block = (block_step & mask) != 0
+    bad = bad_address | bad_block | ((repeat_step & mask) != 0)
+    first = np.where(bad_address, address, np.where(bad_block, address + block_step, address + repeat_step))
+    return bad, first
+
+
+def expand(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint byte ranges each access touches, as (owner index, start, end), sorted by owner then start.
+
+    Dense accesses stay one range; accesses whose rows are contiguous become one range per repeat; the rest
+    one range per block. Meant for the few accesses a fast check flagged, not for whole batches.
+    """
+    n = events.size
+    address = events["address"]
+    block_size = events["block_size"].astype(_U64)
+    block_num = events["block_num"].astype(_U64)
+    block_stride = events["block_stride"].astype(_U64)
+    repeat = events["repeat"].astype(np.int64)
+    repeat_stride = events["repeat_stride"].astype(_U64)
+
+    row_is_range = (block_num <= 1) | (block_stride <= 1)
+    row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num * block_size)
+    dense = row_is_range & ((repeat <= 1) | (repeat_stride * block_size <= row_length))
+    dense |= ext == 0
+
+    # Pieces per access: 1 (dense), repeat (contiguous rows), repeat*block_num (scattered blocks).
+    per_row = np.where(row_is_range, 1, block_num.astype(np.int64))
+    pieces = np.where(dense, 1, repeat * per_row)
+    owner = np.repeat(np.arange(n), pieces)
+    k = np.arange(owner.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    k = k.astype(_U64)
+    per_row_u = per_row.astype(_U64)[owner]
+    r, i = k // per_row_u, k % per_row_u
+    offset = (r * repeat_stride[owner] + i * block_stride[owner]) * block_size[owner]
+    length = np.where(
+        dense[owner], ext[owner], np.where(row_is_range[owner], row_length[owner], block_size[owner])
+    )
+    start = ends(address[owner], offset)
+    stop = ends(start, length)
+    # Blocks that coincide (stride 0) are the same bytes: keep one.
+    order = np.lexsort((start, owner))
+    owner, start, stop = owner[order], start[order], stop[order]
+    keep = np.ones(owner.size, dtype=bool)
+    keep[1:] = (owner[1:] != owner[:-1]) | (start[1:] != start[:-1])
+    return owner[keep], start[keep], stop[keep]

@@ -1,0 +1,133 @@
+"""Per-kernel folding of kernel-side errors the way msSanitizer does it (reference §2.1, §6.5).
+
+Errors at the same site (kind, space, address, size, pc, location) are one finding whatever block or loop
+iteration hit them; the blocks are kept (printed ``aiv(0-1,3)``) and the smallest serial number is shown.
+Rows are folded with numpy as they arrive, so memory is bounded by distinct (site, block) pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SITE_DTYPE = np.dtype(
+    [
+        ("kind", "u1"),
+        ("space", "u1"),
+        ("address", "<u8"),
+        ("size", "<u8"),
+        ("pc", "<u8"),
+        ("location", "<u4"),
+        ("block_type", "u1"),
+        ("block_id", "<u2"),
+        ("serial", "<u8"),
+        ("count", "<u8"),
+    ]
+)
+_SITE_KEY = ("kind", "space", "address", "size", "pc", "location")
+_ROW_KEY = (*_SITE_KEY, "block_type", "block_id")
+_COMPACT_AT = 1 << 16
+
+
+@dataclass(slots=True)
+class Site:
+    kind: int
+    space: int
+    address: int
+    size: int
+    pc: int
+    location: int
+    serial: int
+    count: int
+    blocks: dict[int, list[int]]  # block type -> sorted block ids
+
+
+def _key_changes(rows: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
+    change = np.zeros(rows.size, dtype=bool)
+    change[0] = True
+    for name in fields:
+        column = rows[name]
+        change[1:] |= column[1:] != column[:-1]
+    return change
+
+
+class SiteLog:
+    __slots__ = ("_parts", "_rows")
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._rows = 0
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def add(self, rows: np.ndarray) -> None:
+        if rows.size:
+            self._parts.append(rows)
+            self._rows += rows.size
+            if self._rows >= _COMPACT_AT and len(self._parts) > 1:
+                self._compact()
+
+    def _compact(self) -> np.ndarray:
+        rows = np.concatenate(self._parts) if len(self._parts) != 1 else self._parts[0]
+        if rows.size:
+            rows = rows[np.lexsort([rows[name] for name in reversed((*_ROW_KEY, "serial"))])]
+            first = np.flatnonzero(_key_changes(rows, _ROW_KEY))
+            counts = np.add.reduceat(rows["count"], first)
+            rows = rows[first].copy()  # first of each group has the smallest serial
+            rows["count"] = counts
+        self._parts, self._rows = [rows], rows.size
+        return rows
+
+    def drain(self) -> list[Site]:
+        """Every site seen since the last drain, ordered by serial number."""
+        rows = self._compact()
+        self._parts, self._rows = [], 0
+        sites: list[Site] = []
+        if not rows.size:
+            return sites
+        starts = np.flatnonzero(_key_changes(rows, _SITE_KEY))
+        bounds = np.append(starts, rows.size)
+        # One Python step per distinct site (not per event): sites are what the user reads.
+        for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            group = rows[begin:end]
+            head = group[0]
+            blocks: dict[int, list[int]] = {}
+            for block_type, block_id in zip(
+                group["block_type"].tolist(), group["block_id"].tolist(), strict=True
+            ):
+                blocks.setdefault(block_type, []).append(block_id)
+            sites.append(
+                Site(
+                    kind=int(head["kind"]),
+                    space=int(head["space"]),
+                    address=int(head["address"]),
+                    size=int(head["size"]),
+                    pc=int(head["pc"]),
+                    location=int(head["location"]),
+                    serial=int(group["serial"].min()),
+                    count=int(group["count"].sum()),
+                    blocks={t: sorted(set(ids)) for t, ids in blocks.items()},
+                )
+            )
+        sites.sort(key=lambda site: site.serial)
+        return sites
+
+
+def site_rows(
+    events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, size: np.ndarray
+) -> np.ndarray:
+    """Site rows for the given events, with the reported address and size."""
+    rows = np.empty(events.size, dtype=SITE_DTYPE)
+    rows["kind"] = kind
+    rows["space"] = events["space"]
+    rows["address"] = address
+    rows["size"] = size
+    rows["pc"] = events["pc"]
+    rows["location"] = events["location"]
+    rows["block_type"] = events["block_type"]
+    rows["block_id"] = events["block_id"]
+    rows["serial"] = events["serial"]
+    rows["count"] = 1
+    return rows

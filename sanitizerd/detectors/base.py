@@ -1,0 +1,89 @@
+"""What a detector is: state plus functions over batches. No I/O, no event loop, no clock.
+
+The session layer calls these in the order the client sent things. ``check`` may run on a worker thread;
+a detector is only ever driven by one thread at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from sanitizerd.chips import Chip
+from sanitizerd.findings.model import Finding, Frame, make_finding
+from sanitizerd.protocol.messages import Config, HostOp, Location
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLaunch:
+    kernel: int
+    name: str
+    block_dim: int
+    kernel_type: str
+
+
+@dataclass(slots=True)
+class SessionContext:
+    """What a detector may know about its session: identity to stamp on findings, the chip, and the
+    client's location table to turn location ids into source frames."""
+
+    job: str
+    session: int
+    pid: int
+    device: int
+    chip: Chip
+    config: Config
+    locations: dict[int, Location] = field(default_factory=dict)
+
+    def stack(self, location: int) -> list[Frame]:
+        frames: list[Frame] = []
+        loc = self.locations.get(location)
+        if loc is None:
+            return frames
+        for ident in (location, *loc.callers):
+            entry = self.locations.get(ident)
+            if entry is not None:
+                frames.append(
+                    Frame(file=entry.file, line=entry.line, column=entry.column, function=entry.function)
+                )
+        return frames
+
+    def finding(
+        self, kind: str, *, location: int = 0, kernel: str | None = None, **fields: object
+    ) -> Finding:
+        stack = self.stack(location)
+        return make_finding(
+            kind,
+            job=self.job,
+            session=self.session,
+            pid=self.pid,
+            device=self.device,
+            kernel=kernel,
+            location=stack[0] if stack else None,
+            stack=stack,
+            **fields,
+        )
+
+
+class Detector(Protocol):
+    name: ClassVar[str]
+
+    def kernel_begin(self, launch: KernelLaunch) -> None:
+        """A kernel launch starts; per-kernel state resets."""
+
+    def check(self, events: np.ndarray) -> None:
+        """Check one batch of the current kernel's events; findings are held until the kernel ends."""
+
+    def kernel_end(self) -> list[Finding]:
+        """The kernel's deduplicated findings."""
+        ...
+
+    def host_op(self, op: HostOp) -> list[Finding]:
+        """A host memory operation; findings are reported at once."""
+        ...
+
+    def finish(self) -> list[Finding]:
+        """The session ended: end-of-run findings (leaks, unused memory)."""
+        ...

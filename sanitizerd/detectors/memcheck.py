@@ -1,0 +1,243 @@
+"""memcheck: GM and on-chip bounds, alignment, illegal free, leaks and unused memory (reference §2.1, §1.6).
+
+Kernel-side accesses are checked a batch at a time: one vectorised pass decides which accesses are
+misaligned or out of bounds; only those few are expanded block by block to count the bad bytes. Errors are
+folded per site and reported when the kernel ends, as msSanitizer does; host-side ones are reported at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.detectors import register
+from sanitizerd.detectors._heap import Allocation, Heap
+from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, expand, extents, first_misaligned
+from sanitizerd.detectors._sites import SiteLog, site_rows
+from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.findings.model import Finding
+from sanitizerd.protocol.messages import HostOp
+from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EventKind, Space
+
+_READ, _WRITE, _MISALIGNED = 0, 1, 2
+_SITE_KINDS = {_READ: "illegal_read", _WRITE: "illegal_write", _MISALIGNED: "misaligned_access"}
+_NO_LIMIT = np.iinfo(np.uint64).max
+
+# Default alignment by address space (§1.6): UB and L1 32 B, L0A/L0B/L0C 512 B, the rest unchecked.
+_ALIGN_BY_SPACE = np.ones(256, dtype=np.uint64)
+_ALIGN_BY_SPACE[[Space.UB, Space.L1]] = 32
+_ALIGN_BY_SPACE[[Space.L0A, Space.L0B, Space.L0C]] = 512
+
+
+def _aligned_table(align: np.ndarray) -> np.ndarray:
+    """Requested alignment, rounded up to a power of two so that a mask test is exact."""
+    align = align.astype(np.uint64)
+    not_pow2 = (align & (align - 1)) != 0
+    if not_pow2.any():
+        align[not_pow2] = 1 << np.ceil(np.log2(align[not_pow2])).astype(np.uint64)
+    return align
+
+
+@register("memcheck")
+class Memcheck:
+    name = "memcheck"
+
+    def __init__(self, context: SessionContext) -> None:
+        self.context = context
+        self.heap = Heap()
+        self.track_writes = context.config.check_unused_memory
+        self.written = IntervalSet()
+        self.sites = SiteLog()
+        self.kernel: KernelLaunch | None = None
+        # Bytes each on-chip space holds on this chip; GM is checked against the heap, BT/FB not at all.
+        self.limits = np.full(256, _NO_LIMIT, dtype=np.uint64)
+        for space, size in context.chip.sizes.items():
+            self.limits[space] = size
+
+    # --- kernel side -------------------------------------------------------------------------------------------
+
+    def kernel_begin(self, launch: KernelLaunch) -> None:
+        self.kernel = launch
+        self.sites = SiteLog()
+
+    def check(self, events: np.ndarray) -> None:
+        kind = events["kind"]
+        if not (kind <= EventKind.WRITE).all():
+            events = events[kind <= EventKind.WRITE]
+        if not events.size:
+            return
+        ext = extents(events)
+        lo = events["address"]
+        hi = ends(lo, ext)
+        live = ext > 0
+        self._check_alignment(events, live)
+        self._check_bounds(events, lo, hi, ext, live)
+        if self.track_writes:
+            self._record_writes(events, ext)
+
+    def _check_alignment(self, events: np.ndarray, live: np.ndarray) -> None:
+        space = events["space"]
+        override = events["align"]
+        align = _ALIGN_BY_SPACE[space]
+        if override.any():
+            align = np.where(override > 0, _aligned_table(override), align)
+        bad, first = first_misaligned(events, align)
+        bad &= live
+        if bad.any():
+            hit = events[bad]
+            self.sites.add(site_rows(hit, _MISALIGNED, first[bad], hit["block_size"]))
+
+    def _check_bounds(
+        self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, ext: np.ndarray, live: np.ndarray
+    ) -> None:
+        space = events["space"]
+        gm = space == Space.GM
+        ok = hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit is "none" here
+        if gm.any():
+            legal = self.heap.legal
+            if gm.all():
+                ok = self._inside(legal, lo, hi)
+            else:
+                ok[gm] = self._inside(legal, lo[gm], hi[gm])
+        bad = live & ~ok
+        if not bad.any():
+            return
+        index = np.flatnonzero(bad)
+        owner, start, stop = expand(events[index], ext[index])
+        bad_bytes = (stop - start) - self._covered(events["space"][index][owner], start, stop)
+        hit_range = bad_bytes > 0
+        total = np.bincount(owner, weights=bad_bytes, minlength=index.size).astype(np.uint64)
+        # The report names the first range with bad bytes, as msSanitizer reports each flattened range's start.
+        first_owner, first_at = np.unique(owner[hit_range], return_index=True)
+        address = np.zeros(index.size, dtype=np.uint64)
+        address[first_owner] = start[hit_range][first_at]
+        reported = total > 0
+        hit = events[index[reported]]
+        kind = np.where(hit["kind"] == EventKind.WRITE, _WRITE, _READ)
+        self.sites.add(site_rows(hit, kind, address[reported], total[reported]))
+
+    @staticmethod
+    def _inside(legal: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        if len(legal):
+            # Most kernels stream within one buffer: one lookup for the whole batch settles them.
+            j = int(np.searchsorted(legal.starts, lo.min(), side="right")) - 1
+            if j >= 0 and int(hi.max()) <= int(legal.ends[j]):
+                return np.ones(lo.size, dtype=bool)
+        return legal.contains(lo, hi)
+
+    def _covered(self, space: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+        gm = space == Space.GM
+        limit = self.limits[space]
+        covered = np.minimum(stop, limit) - np.minimum(start, limit)
+        if gm.any():
+            gm_stop = np.minimum(stop[gm], np.uint64(ADDRESS_LIMIT))
+            gm_start = np.minimum(start[gm], gm_stop)
+            covered[gm] = self.heap.legal.covered(gm_start, gm_stop)
+        return covered
+
+    def _record_writes(self, events: np.ndarray, ext: np.ndarray) -> None:
+        writes = (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & (ext > 0)
+        if writes.any():
+            _, start, stop = expand(events[writes], ext[writes])
+            self.written.add(start, stop)
+
+    def kernel_end(self) -> list[Finding]:
+        launch = self.kernel
+        findings = []
+        for site in self.sites.drain():
+            findings.append(
+                self.context.finding(
+                    _SITE_KINDS[site.kind],
+                    kernel=launch.name if launch else None,
+                    location=site.location,
+                    blocks={BLOCK_TYPE_NAMES[t]: ids for t, ids in site.blocks.items()},
+                    space=Space(site.space).name,
+                    address=site.address,
+                    size=site.size,
+                    serial=site.serial,
+                    pc=site.pc,
+                    count=site.count,
+                )
+            )
+        self.kernel = None
+        return findings
+
+    # --- host side ---------------------------------------------------------------------------------------------
+
+    def host_op(self, op: HostOp) -> list[Finding]:
+        if op.op == "malloc":
+            self.heap.malloc(Allocation(op.address, op.size, op.source, op.serial, op.location, op.module))
+            return []
+        if op.op == "free":
+            return self._free(op)
+        findings: list[Finding] = []
+        if op.op in ("load", "memcpy"):
+            findings += self._host_access(op, op.src if op.op == "memcpy" else op.address, "illegal_read")
+        if op.op in ("store", "memset", "memcpy"):
+            findings += self._host_access(op, op.address, "illegal_write")
+            if self.track_writes and op.size:
+                self.written.add(
+                    np.array([op.address], np.uint64), np.array([op.address + op.size], np.uint64)
+                )
+        return findings
+
+    def _host_access(self, op: HostOp, address: int, kind: str) -> list[Finding]:
+        size = max(op.size, 1)  # a zero-size access still checks its address (§2.1)
+        lo = np.array([address], dtype=np.uint64)
+        hi = np.array([min(address + size, ADDRESS_LIMIT)], dtype=np.uint64)
+        bad = size - int(self.heap.legal.covered(lo, np.maximum(hi, lo))[0])
+        if bad <= 0:
+            return []
+        return [self.context.finding(kind, location=op.location, address=address, size=bad, serial=op.serial)]
+
+    def _free(self, op: HostOp) -> list[Finding]:
+        allocation = self.heap.free(op.address)
+        if allocation is None:
+            detail = "free of an address that is not allocated (never allocated, or freed already)"
+            return [
+                self.context.finding(
+                    "illegal_free", location=op.location, address=op.address, serial=op.serial, detail=detail
+                )
+            ]
+        if self.track_writes:
+            return self._unused([allocation])
+        return []
+
+    def _unused(self, allocations: list[Allocation]) -> list[Finding]:
+        if not allocations:
+            return []
+        lo = np.array([a.address for a in allocations], dtype=np.uint64)
+        hi = lo + np.array([a.size for a in allocations], dtype=np.uint64)
+        unused = (hi - lo) - self.written.covered(lo, hi)
+        return [
+            self.context.finding(
+                "unused_memory",
+                location=a.location,
+                address=a.address,
+                size=int(n),
+                serial=a.serial,
+                detail=f"{int(n)} of {a.size} allocated bytes were never written",
+            )
+            for a, n in zip(allocations, unused.tolist(), strict=True)
+            if n > 0
+        ]
+
+    def finish(self) -> list[Finding]:
+        findings: list[Finding] = []
+        live = sorted(self.heap.blocks.values(), key=lambda b: (b.serial, b.address))
+        if self.track_writes:
+            findings += self._unused(live)
+        if self.context.config.leak_check:
+            for block in self.heap.leaks():
+                detail = f"module {block.module}" if block.module != -1 else ""
+                findings.append(
+                    self.context.finding(
+                        "memory_leak",
+                        location=block.location,
+                        address=block.address,
+                        size=block.size,
+                        serial=block.serial,
+                        detail=detail,
+                    )
+                )
+        return findings

@@ -1,0 +1,134 @@
+"""msSanitizer's report text (reference §2.5), and JSON.
+
+Deliberate differences, each listed in docs/findings.md: no trailing space after ``illegal free()``; the
+unused-memory summary reads ``N byte(s)`` with a space, like the leak summary; leaks print on two lines as
+msSanitizer's code does (not one line as its docs show).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from sanitizerd.findings.model import ERROR, Finding, Frame
+
+P = "======"
+
+_TITLES = {
+    "illegal_read": "illegal read of size {size}",
+    "illegal_write": "illegal write of size {size}",
+    "misaligned_access": "misaligned access of size {size}",
+    "out_of_bounds": "out of bounds of size {size}",
+    "uninitialized_read": "uninitialized read of size {size}",
+    "illegal_free": "illegal free()",
+    "internal_error": "internal errors (serialNo:{serial})",
+}
+
+
+def block_list(ids: list[int]) -> str:
+    """``[0, 1, 3, 4, 5]`` -> ``0-1,3-5``."""
+    parts: list[str] = []
+    run_start = previous = None
+    for block in sorted(ids):
+        if previous is not None and block == previous + 1:
+            previous = block
+            continue
+        if run_start is not None:
+            parts.append(f"{run_start}" if run_start == previous else f"{run_start}-{previous}")
+        run_start = previous = block
+    if run_start is not None:
+        parts.append(f"{run_start}" if run_start == previous else f"{run_start}-{previous}")
+    return ",".join(parts)
+
+
+def blocks_text(blocks: dict[str, list[int]]) -> str:
+    return ",".join(f"{kind}({block_list(ids)})" for kind, ids in blocks.items() if ids)
+
+
+def _frame(frame: Frame) -> str:
+    return f"{frame.file}:{frame.line}:{frame.column}" if frame.column else f"{frame.file}:{frame.line}"
+
+
+def _code_lines(finding: Finding, indent: str = "    ", verb: str = "code in") -> Iterator[str]:
+    stack = finding.stack
+    if finding.pc:
+        yield f"{P}{indent}{verb} pc current {finding.pc:#x} (serialNo:{finding.serial})"
+        rest = stack
+    else:
+        where = f"{stack[0].file}:{stack[0].line}" if stack else "<unknown>:0"
+        yield f"{P}{indent}{verb} {where} (serialNo:{finding.serial})"
+        rest = stack[1:]
+    offset = 0 if finding.pc else 1
+    for i, frame in enumerate(rest):
+        yield f"{P}{indent}#{i + offset} {_frame(frame)}"
+
+
+def _single(finding: Finding) -> Iterator[str]:
+    label = "ERROR" if finding.severity == ERROR else "WARNING"
+    title = _TITLES.get(finding.kind, finding.kind.replace("_", " ") + " of size {size}")
+    yield f"{P} {label}: {title.format(size=finding.size, serial=finding.serial)}"
+    at = f"{P}    at {finding.address:#x} on {finding.space}"
+    if finding.kind == "out_of_bounds":
+        at += " when writing data"
+    if finding.kernel is not None:
+        at += f" in {finding.kernel}"
+    yield at
+    if finding.kernel is not None:
+        yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+    yield from _code_lines(finding)
+    if finding.count > 1:
+        yield f"{P}    ({finding.count} occurrences folded into this report)"
+
+
+def _leaks(group: list[Finding]) -> Iterator[str]:
+    yield f"{P} ERROR: LeakCheck: detected memory leaks"
+    for leak in group:
+        yield ""
+        yield f"{P}    Direct leak of {leak.size} byte(s)"
+        by_module = f" by module {leak.detail.removeprefix('module ')}" if leak.detail.startswith("module ") else ""
+        yield f"{P}      at {leak.address:#x} on {leak.space}{by_module}"
+        yield from _code_lines(leak, indent="      ", verb="allocated in")
+    total = sum(leak.size for leak in group)
+    yield f"{P} SUMMARY: {total} byte(s) leaked in {len(group)} allocation(s)"
+
+
+def _unused(group: list[Finding]) -> Iterator[str]:
+    for finding in group:
+        yield f"{P} WARNING: Unused memory of {finding.size} byte(s)"
+        yield f"{P}    at {finding.address:#x} on {finding.space}"
+        yield from _code_lines(finding)
+    total = sum(finding.size for finding in group)
+    yield f"{P} SUMMARY: {total} byte(s) unused memory in {len(group)} allocation(s)"
+
+
+_GROUPED = {"memory_leak": _leaks, "unused_memory": _unused}
+
+
+def render_text(findings: Iterable[Finding]) -> str:
+    """Reports in msSanitizer's format. Consecutive leaks (and unused blocks) of one session share a header
+    and a summary line, as msSanitizer prints them at exit."""
+    lines: list[str] = []
+    pending: list[Finding] = []
+
+    def flush() -> None:
+        if pending:
+            lines.extend(_GROUPED[pending[0].kind](pending))
+            pending.clear()
+
+    for finding in findings:
+        if pending and (finding.kind != pending[0].kind or finding.session != pending[0].session):
+            flush()
+        if finding.kind in _GROUPED:
+            pending.append(finding)
+        else:
+            lines.extend(_single(finding))
+    flush()
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+_json = msgspec.json.Encoder()
+
+
+def render_json(findings: list[Finding]) -> bytes:
+    return _json.encode(findings)

@@ -1,0 +1,1 @@
+"""Per-connection and per-job state, and the async pumps that drive it."""

@@ -1,0 +1,70 @@
+"""A control connection (the CLI): register a job, watch its findings, query findings and sessions.
+
+Everything this connection sends goes through one outbound stream and one writer task, so pushed findings
+and replies keep their order: a ``job_idle`` always follows the findings published before it.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+
+from sanitizerd.protocol import RemoteProtocolError
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.transport import MessageStream, PeerClosed
+
+log = structlog.get_logger("sanitizerd.control")
+
+
+async def serve_control(hub: Hub, stream: MessageStream) -> None:
+    outbound_send, outbound_receive = anyio.create_memory_object_stream[m.Message](16)
+    registered: list[str] = []
+    watching: list[str] = []
+
+    async def write_out() -> None:
+        async with outbound_receive:
+            async for message in outbound_receive:
+                await stream.send(message)
+
+    async def wait_job(job: str) -> None:
+        await outbound_send.send(await hub.jobs.wait_idle(job))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_out)
+            try:
+                while True:
+                    message = await stream.receive()
+                    match message:
+                        case m.Close():
+                            break
+                        case m.JobStart(job=job, config=config):
+                            hub.jobs.register(job, config)
+                            registered.append(job)
+                        case m.Watch(job=job):
+                            hub.jobs.watch(job, outbound_send)
+                            watching.append(job)
+                        case m.WaitJob(job=job):
+                            tg.start_soon(wait_job, job)
+                        case m.QueryFindings(job=job, session=session):
+                            found = await hub.store_call(lambda: hub.store.findings(job=job, session=session))
+                            await outbound_send.send(m.Findings(findings=found))
+                        case m.QuerySessions():
+                            ended = await hub.store_call(hub.store.ended_sessions)
+                            live = [s.info() for s in hub.live.values()]
+                            await outbound_send.send(m.Sessions(sessions=ended + live))
+            except RemoteProtocolError as exc:
+                hub.metrics.rejected.labels(exc.reason).inc()
+                log.warning("protocol error on control connection", reason=exc.reason, detail=str(exc))
+                await stream.send_error(exc)
+            except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass
+            finally:
+                for job in watching:
+                    hub.jobs.unwatch(job, outbound_send)
+                for job in registered:
+                    hub.jobs.unregister(job)
+                tg.cancel_scope.cancel()
+    finally:
+        outbound_send.close()

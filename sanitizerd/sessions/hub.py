@@ -1,0 +1,59 @@
+"""What every connection handler shares: limits, the store, the jobs, the metrics, the live sessions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+
+from sanitizerd.findings.model import Finding
+from sanitizerd.findings.store import FindingsStore
+from sanitizerd.metrics import Metrics
+from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.jobs import Jobs
+from sanitizerd.sessions.session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Every limit the daemon enforces, in one place, each configurable from ``sanitizerd serve``."""
+
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_sessions: int = 1024
+    handshake_timeout: float = 5.0
+    # Work items buffered per detector; with 64 MiB frames the worst case per session is
+    # queue_depth x max_frame_size per detector, so keep it small.
+    queue_depth: int = 4
+    detector_threads: int = 4
+
+
+@dataclass(slots=True)
+class Hub:
+    store: FindingsStore
+    metrics: Metrics
+    limits: Limits = field(default_factory=Limits)
+    default_config: m.Config = field(default_factory=m.Config)
+    jobs: Jobs = field(init=False)
+    live: dict[int, Session] = field(default_factory=dict)
+    store_limiter: anyio.CapacityLimiter = field(init=False)
+    detector_limiter: anyio.CapacityLimiter = field(init=False)
+    queued: int = 0  # work items waiting in detector queues, for the depth gauge
+
+    def __post_init__(self) -> None:
+        self.jobs = Jobs(self.default_config)
+        self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
+        self.detector_limiter = anyio.CapacityLimiter(self.limits.detector_threads)
+
+    async def store_call(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.store_limiter)
+
+    async def publish(self, session: Session, findings: list[Finding]) -> None:
+        """Count, persist, then hand findings to the job's watchers."""
+        if not findings:
+            return
+        session.count(findings)
+        for finding in findings:
+            self.metrics.findings.labels(finding.kind).inc()
+        await self.store_call(self.store.add_findings, findings)
+        await self.jobs.publish(findings)

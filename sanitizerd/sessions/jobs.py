@@ -1,0 +1,116 @@
+"""Jobs: the sessions of one ``sanitizerd run`` (or one training job), their configuration, who watches
+their findings, and when they are idle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from sanitizerd.findings.model import Finding
+from sanitizerd.protocol import messages as m
+
+
+@dataclass(slots=True)
+class Job:
+    name: str
+    config: m.Config | None = None  # registered by job_start; None: the daemon's default
+    registrations: int = 0
+    live: set[int] = field(default_factory=set)
+    idle: anyio.Event = field(default_factory=anyio.Event)
+    watchers: list[MemoryObjectSendStream[m.Message]] = field(default_factory=list)
+    sessions: int = 0
+    kernels: int = 0
+    events: int = 0
+    findings: int = 0
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def unused(self) -> bool:
+        return not (self.registrations or self.live or self.watchers)
+
+
+class Jobs:
+    """Lives on the event loop thread; every method is called from it."""
+
+    def __init__(self, default_config: m.Config) -> None:
+        self.default_config = default_config
+        self._jobs: dict[str, Job] = {}
+
+    def _get(self, name: str) -> Job:
+        job = self._jobs.get(name)
+        if job is None:
+            job = self._jobs[name] = Job(name)
+        return job
+
+    def _forget_if_unused(self, job: Job) -> None:
+        if job.unused:
+            self._jobs.pop(job.name, None)
+
+    def register(self, name: str, config: m.Config) -> None:
+        job = self._get(name)
+        job.config = config
+        job.registrations += 1
+
+    def unregister(self, name: str) -> None:
+        job = self._jobs.get(name)
+        if job is not None:
+            job.registrations -= 1
+            if not job.registrations:
+                job.config = None
+            self._forget_if_unused(job)
+
+    def config_for(self, hello: m.Hello) -> m.Config:
+        """A registered job's configuration wins; then what the client asked for; then the daemon default."""
+        job = self._jobs.get(hello.job)
+        if job is not None and job.config is not None:
+            return job.config
+        return hello.config or self.default_config
+
+    def session_started(self, name: str, session: int) -> None:
+        job = self._get(name)
+        job.live.add(session)
+        job.sessions += 1
+        if job.idle.is_set():
+            job.idle = anyio.Event()
+
+    def session_ended(self, info: m.SessionInfo) -> None:
+        job = self._get(info.job)
+        job.live.discard(info.session)
+        job.kernels += info.kernels
+        job.events += info.events
+        if not job.live:
+            job.idle.set()
+        self._forget_if_unused(job)
+
+    async def publish(self, findings: list[Finding]) -> None:
+        """Hand findings to the watchers of their job. A slow watcher slows the publisher; nothing is dropped."""
+        if not findings:
+            return
+        job = self._jobs.get(findings[0].job)
+        if job is None:
+            return
+        job.findings += len(findings)
+        for watcher in list(job.watchers):
+            try:
+                await watcher.send(m.Findings(findings=findings))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.unwatch(job.name, watcher)
+
+    def watch(self, name: str, stream: MemoryObjectSendStream[m.Message]) -> None:
+        self._get(name).watchers.append(stream)
+
+    def unwatch(self, name: str, stream: MemoryObjectSendStream[m.Message]) -> None:
+        job = self._jobs.get(name)
+        if job is not None and stream in job.watchers:
+            job.watchers.remove(stream)
+            self._forget_if_unused(job)
+
+    async def wait_idle(self, name: str) -> m.JobIdle:
+        job = self._get(name)
+        while job.live:
+            await job.idle.wait()
+        return m.JobIdle(job=name, sessions=job.sessions, kernels=job.kernels, events=job.events, findings=job.findings)

@@ -1,0 +1,73 @@
+"""Drives one detector of one session from its bounded work stream.
+
+The stream's small buffer is the backpressure: when a detector falls behind, the session's reader blocks on
+``send`` and stops reading the socket, so the client's writes block. Batches are checked on a worker thread
+(numpy releases the GIL for the heavy parts), so one session's checks never stall another's I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from sanitizerd.detectors.base import Detector, SessionContext
+from sanitizerd.findings.model import Finding
+from sanitizerd.protocol.messages import HostOp
+from sanitizerd.sessions.work import Batch, EndKernel, Finish, StartKernel, Work
+
+log = structlog.get_logger("sanitizerd.pipeline")
+
+Publish = Callable[[list[Finding]], Awaitable[None]]
+KernelDone = Callable[[int, list[Finding]], Awaitable[None]]
+
+
+async def drive_detector(
+    detector: Detector,
+    context: SessionContext,
+    work: MemoryObjectReceiveStream[Work],
+    *,
+    publish: Publish,
+    kernel_done: KernelDone,
+    limiter: anyio.CapacityLimiter,
+    on_checked: Callable[[str, int], None],
+    on_failure: Callable[[str], None],
+) -> None:
+    async with work:
+        async for item in work:
+            try:
+                await _apply(detector, item, publish, kernel_done, limiter, on_checked)
+            except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
+                on_failure(detector.name)
+                log.exception("detector failed", detector=detector.name, work=type(item).__name__)
+                failure = context.finding(
+                    "internal_error", detail=f"{detector.name} failed on {type(item).__name__}: {exc!r}"
+                )
+                if isinstance(item, EndKernel):
+                    await kernel_done(item.kernel, [failure])
+                else:
+                    await publish([failure])
+
+
+async def _apply(
+    detector: Detector,
+    item: Work,
+    publish: Publish,
+    kernel_done: KernelDone,
+    limiter: anyio.CapacityLimiter,
+    on_checked: Callable[[str, int], None],
+) -> None:
+    match item:
+        case Batch(events):
+            await anyio.to_thread.run_sync(detector.check, events, limiter=limiter)
+            on_checked(detector.name, events.size)
+        case StartKernel(launch):
+            detector.kernel_begin(launch)
+        case EndKernel(kernel):
+            await kernel_done(kernel, detector.kernel_end())
+        case HostOp():
+            await publish(detector.host_op(item))
+        case Finish():
+            await publish(await anyio.to_thread.run_sync(detector.finish, limiter=limiter))

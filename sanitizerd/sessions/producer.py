@@ -1,0 +1,134 @@
+"""The async pump of one producer session: read messages, hand work to detectors, answer verdicts.
+
+Every task has an owner: the session's task group owns its detector tasks, and the session is finalized
+(end-of-run checks, store, watchers) before the handler returns, whatever ended it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import structlog
+
+from sanitizerd.detectors.base import Detector
+from sanitizerd.findings.model import Finding
+from sanitizerd.protocol import RemoteProtocolError
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.pipeline import drive_detector
+from sanitizerd.sessions.session import Session
+from sanitizerd.sessions.transport import MessageStream, PeerClosed
+from sanitizerd.sessions.work import Finish, Work
+
+log = structlog.get_logger("sanitizerd.session")
+
+
+async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> None:
+    metrics = hub.metrics
+    reason = "closed"
+    graceful = False
+
+    async def publish(findings: list[Finding]) -> None:
+        await hub.publish(session, findings)
+
+    async def kernel_done(kernel: int, findings: list[Finding]) -> None:
+        await publish(findings)
+        verdict = session.kernel_checked(kernel, findings)
+        if verdict is not None and stream.connection.state.value == "ready":
+            try:
+                await stream.send(verdict)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass  # the client left; its findings are stored all the same
+
+    def on_checked(detector: str, n: int) -> None:
+        metrics.events_checked.labels(detector).inc(n)
+
+    def on_failure(detector: str) -> None:
+        metrics.detector_failures.labels(detector).inc()
+
+    senders = []
+    async with anyio.create_task_group() as tg:
+        detector: Detector
+        for detector in session.detectors:
+            send, receive = anyio.create_memory_object_stream[Work](hub.limits.queue_depth)
+            senders.append(send)
+            tg.start_soon(
+                lambda d=detector, r=receive: drive_detector(
+                    d,
+                    session.context,
+                    r,
+                    publish=publish,
+                    kernel_done=kernel_done,
+                    limiter=hub.detector_limiter,
+                    on_checked=on_checked,
+                    on_failure=on_failure,
+                )
+            )
+        try:
+            while True:
+                message = await stream.receive()
+                metrics.frames.inc()
+                if isinstance(message, m.Close):
+                    graceful = True
+                    break
+                if isinstance(message, m.Log):
+                    log.info("client log", text=message.text, level=message.level)
+                    continue
+                if isinstance(message, m.Events):
+                    metrics.events.inc(message.records.nbytes // 56)
+                for item in session.handle(message):
+                    if isinstance(item, m.Verdict):
+                        await stream.send(item)
+                        continue
+                    for send in senders:
+                        await send.send(item)
+        except RemoteProtocolError as exc:
+            reason = "protocol_error"
+            metrics.rejected.labels(exc.reason).inc()
+            log.warning("protocol error, ending session", reason=exc.reason, detail=str(exc))
+            session.end_reason = f"protocol error ({exc.reason}): {exc}"
+            await stream.send_error(exc)
+        except PeerClosed:
+            reason = "disconnected"
+            session.end_reason = "client disconnected without close"
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            reason = "disconnected"
+            session.end_reason = f"connection lost: {exc!r}"
+        except anyio.get_cancelled_exc_class():
+            reason = "shutdown"
+            session.end_reason = "daemon shutting down"
+            raise
+        finally:
+            metrics.bytes.inc(stream.bytes_received)
+            with anyio.CancelScope(shield=True):
+                for send in senders:
+                    try:
+                        await send.send(Finish())
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        pass
+                    await send.aclose()
+    # Detectors have drained and reported their end-of-run findings: the session is complete.
+    session.end_reason = session.end_reason or "closed by client"
+    info = session.info(state="ended")
+    info.ended = time.time()
+    with anyio.CancelScope(shield=True):
+        await hub.store_call(hub.store.close_session, info)
+    metrics.sessions_ended.labels(reason).inc()
+    log.info(
+        "session ended",
+        reason=reason,
+        detail=session.end_reason,
+        kernels=info.kernels,
+        events=info.events,
+        findings=info.findings,
+    )
+    if graceful:
+        try:
+            await stream.send(
+                m.Closed(session=session.id, kernels=info.kernels, events=info.events, findings=info.findings)
+            )
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+    hub.live.pop(session.id, None)
+    hub.jobs.session_ended(info)

@@ -1,0 +1,179 @@
+"""One producer connection's state. ``handle`` never awaits: it turns a message into detector work and
+replies, and is tested without an event loop (the trio rule: sync state, one async pump)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sanitizerd.chips import DEFAULT_CHIP, chip_named
+from sanitizerd.detectors import create_detectors
+from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
+from sanitizerd.findings.model import ERROR, Finding
+from sanitizerd.protocol import RemoteProtocolError
+from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.records import as_events
+from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """SO_PEERCRED of the connected process; -1 where the platform does not tell."""
+
+    pid: int = -1
+    uid: int = -1
+    gid: int = -1
+
+
+@dataclass(slots=True)
+class KernelState:
+    launch: KernelLaunch
+    checked: bool
+    events: int = 0
+    errors: int = 0
+    warnings: int = 0
+    pending: int = 0  # detectors still checking it
+
+
+class Session:
+    def __init__(self, ident: int, hello: m.Hello, config: m.Config, peer: Peer) -> None:
+        self.id = ident
+        self.hello = hello
+        self.peer = peer
+        self.started = time.time()
+        self.context = SessionContext(
+            job=hello.job,
+            session=ident,
+            pid=hello.pid or peer.pid,
+            device=hello.device,
+            chip=chip_named(DEFAULT_CHIP),
+            config=config,
+        )
+        self.detectors: list[Detector] = create_detectors(self.context)
+        self.kernels: dict[int, KernelState] = {}
+        self.current: KernelState | None = None
+        self.kernels_seen = 0
+        self.events = 0
+        self.errors = 0
+        self.warnings = 0
+        self.end_reason = ""
+
+    @property
+    def job(self) -> str:
+        return self.hello.job
+
+    @property
+    def config(self) -> m.Config:
+        return self.context.config
+
+    def info(self, state: str = "live") -> m.SessionInfo:
+        return m.SessionInfo(
+            session=self.id,
+            job=self.job,
+            pid=self.context.pid,
+            uid=self.peer.uid,
+            host=self.hello.host,
+            tool=self.hello.tool,
+            device=self.context.device,
+            rank=self.hello.rank,
+            state=state,
+            end_reason=self.end_reason,
+            started=self.started,
+            kernels=self.kernels_seen,
+            events=self.events,
+            findings=self.errors + self.warnings,
+        )
+
+    # --- messages ----------------------------------------------------------------------------------------------
+
+    def handle(self, message: m.Message) -> list[Work | m.Verdict]:
+        """Work for every detector, and replies for the client, in order."""
+        match message:
+            case m.Events():
+                return self._events(message)
+            case m.HostOp():
+                return [message]
+            case m.KernelBegin():
+                return self._kernel_begin(message)
+            case m.KernelEnd():
+                return self._kernel_end(message)
+            case m.Locations():
+                for location in message.locations:
+                    self.context.locations[location.id] = location
+                return []
+            case m.DeviceSummary():
+                self._device(message)
+                return []
+        return []
+
+    def _device(self, summary: m.DeviceSummary) -> None:
+        try:
+            self.context.chip = chip_named(summary.chip)
+        except KeyError as exc:
+            raise RemoteProtocolError(str(exc.args[0]), reason="bad_packet") from None
+        if summary.device >= 0:
+            self.context.device = summary.device
+
+    def _kernel_begin(self, begin: m.KernelBegin) -> list[Work | m.Verdict]:
+        if self.current is not None:
+            raise RemoteProtocolError(
+                f"kernel_begin {begin.kernel} while kernel {self.current.launch.kernel} is still running",
+                reason="unexpected_message",
+            )
+        wanted = self.config.kernel_name
+        launch = KernelLaunch(begin.kernel, _display_name(begin.name), begin.block_dim, begin.kernel_type)
+        state = KernelState(launch, checked=not wanted or wanted in begin.name)
+        self.kernels[begin.kernel] = self.current = state
+        self.kernels_seen += 1
+        return [StartKernel(launch)] if state.checked else []
+
+    def _running(self, kernel: int, what: str) -> KernelState:
+        if self.current is None or self.current.launch.kernel != kernel:
+            raise RemoteProtocolError(f"{what} for kernel {kernel}, which is not running", reason="bad_reference")
+        return self.current
+
+    def _events(self, batch: m.Events) -> list[Work | m.Verdict]:
+        state = self._running(batch.kernel, "events")
+        events = as_events(batch.records)
+        state.events += events.size
+        self.events += events.size
+        if not state.checked or not events.size:
+            return []
+        if self.config.block_id >= 0:
+            events = events[events["block_id"] == self.config.block_id]
+        return [Batch(events)]
+
+    def _kernel_end(self, end: m.KernelEnd) -> list[Work | m.Verdict]:
+        state = self._running(end.kernel, "kernel_end")
+        self.current = None
+        if state.checked and self.detectors:
+            state.pending = len(self.detectors)
+            return [EndKernel(end.kernel)]
+        del self.kernels[end.kernel]
+        return [m.Verdict(kernel=end.kernel, events=state.events, errors=0, warnings=0, checked=state.checked)]
+
+    # --- detector results --------------------------------------------------------------------------------------
+
+    def count(self, findings: list[Finding]) -> None:
+        errors = sum(1 for f in findings if f.severity == ERROR)
+        self.errors += errors
+        self.warnings += len(findings) - errors
+
+    def kernel_checked(self, kernel: int, findings: list[Finding]) -> m.Verdict | None:
+        """One detector finished a kernel; the verdict once the last one has."""
+        state = self.kernels[kernel]
+        errors = sum(1 for f in findings if f.severity == ERROR)
+        state.errors += errors
+        state.warnings += len(findings) - errors
+        state.pending -= 1
+        if state.pending:
+            return None
+        del self.kernels[kernel]
+        return m.Verdict(kernel=kernel, events=state.events, errors=state.errors, warnings=state.warnings)
+
+
+def _display_name(name: str) -> str:
+    """msSanitizer's kernel display name: MIX suffixes dropped, ``unknown`` if empty (§2.0)."""
+    for suffix in ("_mix_aic", "_mix_aiv"):
+        name = name.removesuffix(suffix)
+    return name or "unknown"
