@@ -1,0 +1,3 @@
+from sanitizerd.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""The ``sanitizerd`` command: serve, run, findings, sessions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sanitizerd import __version__
+from sanitizerd.daemon import DaemonSettings, default_socket_path, default_state_dir
+from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
+from sanitizerd.sessions.hub import Limits
+
+
+def _positive(kind: type) -> object:
+    def parse(text: str) -> object:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sanitizerd", description="Ascend NPU memory and race checking service"
+    )
+    parser.add_argument("--version", action="version", version=f"sanitizerd {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    limits = Limits()
+    serve = commands.add_parser("serve", help="run the daemon")
+    serve.add_argument(
+        "--socket", type=Path, default=None, help=f"Unix socket path [{default_socket_path()}]"
+    )
+    serve.add_argument(
+        "--state-dir", type=Path, default=None, help=f"findings database [{default_state_dir()}]"
+    )
+    serve.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus /metrics here")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--max-frame-size", type=_positive(int), default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES"
+    )
+    serve.add_argument("--max-sessions", type=_positive(int), default=limits.max_sessions, metavar="N")
+    serve.add_argument(
+        "--handshake-timeout", type=_positive(float), default=limits.handshake_timeout, metavar="S"
+    )
+    serve.add_argument(
+        "--queue-depth", type=_positive(int), default=limits.queue_depth, metavar="N",
+        help="work items buffered per detector before the session's reads pause",
+    )  # fmt: skip
+    serve.add_argument(
+        "--detector-threads", type=_positive(int), default=limits.detector_threads, metavar="N"
+    )
+
+    commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")
+
+    for name, help_text in (
+        ("findings", "print findings from a running daemon"),
+        ("sessions", "list sessions"),
+    ):
+        query = commands.add_parser(name, help=help_text)
+        query.add_argument("--socket", type=Path, default=None)
+        query.add_argument("--format", choices=["text", "json"], default="text")
+        if name == "findings":
+            query.add_argument("--job", default="")
+            query.add_argument("--session", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "run":
+        from sanitizerd.cli.run import run  # msSanitizer's own parsing rules, not argparse's
+
+        return run(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        from sanitizerd import logs
+        from sanitizerd.daemon import run_daemon
+
+        logs.configure(args.log_level)
+        settings = DaemonSettings(
+            socket_path=args.socket or default_socket_path(),
+            state_dir=args.state_dir or default_state_dir(),
+            metrics_addr=args.metrics_addr,
+            limits=Limits(
+                max_frame_size=args.max_frame_size,
+                max_sessions=args.max_sessions,
+                handshake_timeout=args.handshake_timeout,
+                queue_depth=args.queue_depth,
+                detector_threads=args.detector_threads,
+            ),
+        )
+        return run_daemon(settings)
+    if args.command in ("findings", "sessions"):
+        from sanitizerd.cli import query
+
+        socket = str(args.socket or default_socket_path())
+        if args.command == "findings":
+            return query.findings(socket, job=args.job, session=args.session, fmt=args.format)
+        return query.sessions(socket, fmt=args.format)
+    _parser().print_help()
+    return 2

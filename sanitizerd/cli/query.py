@@ -1,0 +1,51 @@
+"""``sanitizerd findings`` and ``sanitizerd sessions``: ask a running daemon."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import msgspec
+
+from client_shim.transport import ClientError
+from sanitizerd.cli.control import ControlClient
+from sanitizerd.findings.render import render_json, render_text
+from sanitizerd.protocol import messages as m
+
+
+def findings(socket: str, *, job: str, session: int, fmt: str) -> int:
+    try:
+        with ControlClient(socket) as control:
+            reply = control.request(m.QueryFindings(job=job, session=session))
+    except ClientError as exc:
+        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+        return 1
+    assert isinstance(reply, m.Findings)
+    if fmt == "json":
+        sys.stdout.write(render_json(reply.findings).decode() + "\n")
+    else:
+        sys.stdout.write(render_text(reply.findings))
+        print(f"[sanitizerd] {len(reply.findings)} finding(s)")
+    return 0
+
+
+def sessions(socket: str, *, fmt: str) -> int:
+    try:
+        with ControlClient(socket) as control:
+            reply = control.request(m.QuerySessions())
+    except ClientError as exc:
+        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+        return 1
+    assert isinstance(reply, m.Sessions)
+    if fmt == "json":
+        sys.stdout.write(msgspec.json.encode(reply.sessions).decode() + "\n")
+        return 0
+    header = f"{'SESSION':>8} {'STATE':6} {'JOB':24} {'PID':>7} {'DEVICE':>6} {'KERNELS':>7} {'EVENTS':>12} "
+    print(header + f"{'FINDINGS':>8} STARTED")
+    for s in reply.sessions:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started)) if s.started else "-"
+        print(
+            f"{s.session:>8} {s.state:6} {s.job[:24]:24} {s.pid:>7} {s.device:>6} {s.kernels:>7} {s.events:>12} "
+            f"{s.findings:>8} {started}"
+        )
+    return 0

@@ -1,0 +1,202 @@
+"""``sanitizerd run [options] -- PROGRAM``: msSanitizer's launcher, backed by the daemon.
+
+Uses the daemon at the socket, or starts an embedded one for the duration when none answers. Registers a
+job with the run's configuration, watches its findings, launches the program with the environment its
+clients attach with, prints findings as they arrive, then a summary once every session of the job ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError
+from sanitizerd import __version__
+from sanitizerd.cli.control import ControlClient
+from sanitizerd.cli.options import PREFIX, UsageError, parse_run_args, run_help
+from sanitizerd.daemon import default_socket_path
+from sanitizerd.findings.model import ERROR, WARNING, Finding
+from sanitizerd.findings.render import render_text
+from sanitizerd.protocol import messages as m
+
+# A report is shown when its severity is at or above --log-level (msSanitizer's filter, §2.0).
+_SHOWN = {"info": {ERROR, WARNING}, "warn": {ERROR, WARNING}, "error": {ERROR}}
+
+
+class EmbeddedDaemon:
+    """A private daemon for one run: its own socket and state under a temporary directory."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="sanitizerd-run-"))
+        self.socket = self.dir / "sanitizerd.sock"
+        self.log = open(self.dir / "daemon.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(self.socket), "--state-dir",
+             str(self.dir / "state"), "--log-level", "warning"],
+            stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+
+    def connect(self, timeout: float = 20.0) -> ControlClient:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return ControlClient(self.socket)
+            except ClientError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise ClientError(
+                        f"the embedded daemon did not start; see {self.dir / 'daemon.log'}"
+                    ) from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+        if self.process.returncode in (0, -signal.SIGTERM):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Reporter:
+    """Prints the job's findings as they arrive, on its own thread, until the job is idle."""
+
+    def __init__(self, control: ControlClient, out: IO[str], shown: set[str]) -> None:
+        self.control = control
+        self.out = out
+        self.shown = shown
+        self.errors = 0
+        self.warnings = 0
+        self.idle: m.JobIdle | None = None
+        self.failure: str | None = None
+        self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                message = self.control.receive()
+                if isinstance(message, m.Findings):
+                    self._print(message.findings)
+                elif isinstance(message, m.JobIdle):
+                    self.idle = message
+                    return
+        except ClientError as exc:
+            self.failure = str(exc)
+
+    def _print(self, findings: list[Finding]) -> None:
+        for finding in findings:
+            if finding.severity == ERROR:
+                self.errors += 1
+            else:
+                self.warnings += 1
+        visible = [f for f in findings if f.severity in self.shown]
+        if visible:
+            self.out.write(render_text(visible))
+            self.out.flush()
+
+
+def _summary(idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:
+    if idle is None:
+        return f"{PREFIX} ERROR: lost the daemon before the job ended: {reporter.failure or 'no reply'}"
+    if idle.sessions == 0:
+        return (
+            f"{PREFIX} WARNING: no records received: {program} never connected to sanitizerd, so nothing was "
+            f"checked. Is it instrumented (client_shim, or the runtime hooks)?"
+        )
+    return (
+        f"{PREFIX} SUMMARY: {idle.sessions} session(s), {idle.kernels} kernel(s), {idle.events} device event(s) "
+        f"checked; {reporter.errors} error(s), {reporter.warnings} warning(s)"
+        + ("" if reporter.errors or reporter.warnings else ". No error detected.")
+    )
+
+
+def run(argv: list[str]) -> int:
+    try:
+        options = parse_run_args(argv)
+    except UsageError as exc:
+        print(exc.message, file=sys.stderr)
+        return exc.exit_code
+    if options.show_help:
+        print(run_help())
+        return 0
+    if options.show_version:
+        print(f"sanitizerd {__version__}")
+        return 0
+    for notice in options.notices:
+        print(notice, file=sys.stderr)
+
+    out: IO[str] = sys.stdout
+    if options.log_file:
+        try:
+            fd = os.open(options.log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            print(
+                f"{PREFIX} ERROR: Failed to open the log file {options.log_file}: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 1
+        out = os.fdopen(fd, "w")
+
+    socket_path = Path(options.socket) if options.socket else default_socket_path()
+    embedded: EmbeddedDaemon | None = None
+    try:
+        try:
+            control = ControlClient(socket_path)
+        except ClientError:
+            embedded = EmbeddedDaemon()
+            socket_path = embedded.socket
+            control = embedded.connect()
+        with contextlib.closing(control):
+            return _supervise(options, control, socket_path, out)
+    except ClientError as exc:
+        print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if embedded is not None:
+            embedded.stop()
+        if out is not sys.stdout:
+            out.close()
+
+
+def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str]) -> int:  # type: ignore[no-untyped-def]
+    job = f"run-{os.getpid()}-{secrets.token_hex(4)}"
+    control.send(m.JobStart(job=job, config=options.config))
+    control.send(m.Watch(job=job))
+    reporter = Reporter(control, out, _SHOWN.get(options.config.log_level, _SHOWN["warn"]))
+    reporter.thread.start()
+
+    env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job})
+    try:
+        child = subprocess.Popen(options.program, env=env)
+    except OSError as exc:
+        print(f"{PREFIX} ERROR: cannot start {options.program[0]}: {exc.strerror}", file=sys.stderr)
+        return 1
+    # The child shares our terminal and gets ^C itself; we wait for it, then for the daemon's last checks.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forward = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        status = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, forward)
+
+    control.send(m.WaitJob(job=job))
+    reporter.thread.join()
+    print(_summary(reporter.idle, reporter, options.program[0]), file=out)
+    out.flush()
+    if options.error_exitcode is not None and reporter.errors:
+        return options.error_exitcode
+    return status if status >= 0 else 128 - status
