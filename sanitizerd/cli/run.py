@@ -180,7 +180,7 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
 
     env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job})
     try:
-        child = subprocess.Popen(options.program, env=env)
+        child = subprocess.Popen(options.program, executable=options.executable, env=env)
     except OSError as exc:
         print(f"{PREFIX} ERROR: cannot start {options.program[0]}: {exc.strerror}", file=sys.stderr)
         return 1

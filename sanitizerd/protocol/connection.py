@@ -88,7 +88,9 @@ class Connection:
     def next_event(self) -> m.Message | _Sentinel:
         """The next complete message, ``NEED_DATA``, or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
         if self.state is State.ERROR:
-            raise RemoteProtocolError("connection is in ERROR after an earlier protocol error", reason="bad_packet")
+            raise RemoteProtocolError(
+                "connection is in ERROR after an earlier protocol error", reason="bad_packet"
+            )
         try:
             body = self._next_body()
             if body is None:
@@ -108,19 +110,23 @@ class Connection:
         if len(buffer) < _PREFIX.size:
             if self._eof:
                 if buffer:
-                    raise RemoteProtocolError("peer closed inside a frame's length prefix", reason="truncated")
+                    raise RemoteProtocolError(
+                        "peer closed inside a frame's length prefix", reason="truncated"
+                    )
                 return CONNECTION_CLOSED
             return None
         (length,) = _PREFIX.unpack_from(buffer)
         if length > self.max_frame_size:
             raise RemoteProtocolError(
-                f"frame of {length} bytes exceeds the limit of {self.max_frame_size}", reason="frame_too_large"
+                f"frame of {length} bytes exceeds the limit of {self.max_frame_size}",
+                reason="frame_too_large",
             )
         end = _PREFIX.size + length
         if len(buffer) < end:
             if self._eof:
                 raise RemoteProtocolError(
-                    f"peer closed after {len(buffer) - _PREFIX.size} of a {length}-byte frame", reason="truncated"
+                    f"peer closed after {len(buffer) - _PREFIX.size} of a {length}-byte frame",
+                    reason="truncated",
                 )
             return None
         # Cut the frame out as its own bytes so zero-copy views pin this frame, never the receive buffer.
@@ -155,7 +161,9 @@ class Connection:
 
     def _check(self, sender: Role, message: m.Message) -> None:
         if sender is Role.CLIENT and self._client_sent_close:
-            raise RemoteProtocolError(f"{message.__struct_config__.tag!r} after close", reason="unexpected_message")
+            raise RemoteProtocolError(
+                f"{message.__struct_config__.tag!r} after close", reason="unexpected_message"
+            )
         client_role = self.client_role if self.state is not State.HANDSHAKE or sender is Role.SERVER else None
         if type(message) not in allowed(sender, self.state, client_role):
             if isinstance(message, m.Error):  # an error may always be said; it ends the connection

@@ -95,7 +95,6 @@ class Location(msgspec.Struct, kw_only=True):
     callers: list[int] = []
 
 
-
 class Locations(Message, tag="locations"):
     locations: list[Location]
 

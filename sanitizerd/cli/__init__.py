@@ -1,0 +1,1 @@
+"""The ``sanitizerd`` command line: msSanitizer's options, parsed and validated the way msSanitizer does."""
