@@ -68,7 +68,11 @@ class Client:
             config=self._requested_config,
             **self._hello_fields,  # type: ignore[arg-type]
         )
-        welcome = self._socket.handshake(hello)
+        try:
+            welcome = self._socket.handshake(hello)
+        except BaseException:
+            self._socket.close()
+            raise
         self._socket.sock.settimeout(None)
         self.session: int = welcome.session
         self.config: m.Config = welcome.config

@@ -108,16 +108,16 @@ class Reporter:
             self.out.flush()
 
 
-def _summary(idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:
+def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:
     if idle is None:
         return f"{PREFIX} ERROR: lost the daemon before the job ended: {reporter.failure or 'no reply'}"
     if idle.sessions == 0:
         return (
-            f"{PREFIX} WARNING: no records received: {program} never connected to sanitizerd, so nothing was "
-            f"checked. Is it instrumented (client_shim, or the runtime hooks)?"
+            f"{PREFIX} WARNING: job {job}: no records received: {program} never connected to sanitizerd, so "
+            f"nothing was checked. Is it instrumented (client_shim, or the runtime hooks)?"
         )
     return (
-        f"{PREFIX} SUMMARY: {idle.sessions} session(s), {idle.kernels} kernel(s), {idle.events} device event(s) "
+        f"{PREFIX} SUMMARY: job {job}: {idle.sessions} session(s), {idle.kernels} kernel(s), {idle.events} device event(s) "
         f"checked; {reporter.errors} error(s), {reporter.warnings} warning(s)"
         + ("" if reporter.errors or reporter.warnings else ". No error detected.")
     )
@@ -195,7 +195,7 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
 
     control.send(m.WaitJob(job=job))
     reporter.thread.join()
-    print(_summary(reporter.idle, reporter, options.program[0]), file=out)
+    print(_summary(job, reporter.idle, reporter, options.program[0]), file=out)
     out.flush()
     if options.error_exitcode is not None and reporter.errors:
         return options.error_exitcode

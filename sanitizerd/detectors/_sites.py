@@ -70,6 +70,8 @@ class SiteLog:
                 self._compact()
 
     def _compact(self) -> np.ndarray:
+        if not self._parts:
+            return np.empty(0, dtype=SITE_DTYPE)
         rows = np.concatenate(self._parts) if len(self._parts) != 1 else self._parts[0]
         if rows.size:
             rows = rows[np.lexsort([rows[name] for name in reversed((*_ROW_KEY, "serial"))])]

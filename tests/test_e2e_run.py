@@ -1,0 +1,136 @@
+"""``sanitizerd run`` end to end: real daemon processes, real sockets, the real demo program."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.conftest import DEMO, RunningDaemon, sanitizerd
+
+DEMO_ARGS = ("-t", "memcheck", "--leak-check", "yes", "--", sys.executable, str(DEMO))
+JOB = re.compile(r"SUMMARY: job (\S+):")
+
+
+def write_program(directory: Path, body: str) -> Path:
+    path = directory / "program.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+class TestDemoReports:
+    def test_embedded_daemon_prints_msSanitizer_reports(self, short_dir: Path) -> None:
+        """Without a daemon at the socket, run starts its own and prints all four planted bugs."""
+        result = sanitizerd("run", "--socket", str(short_dir / "nobody.sock"), *DEMO_ARGS)
+        assert result.returncode == 0, result.stderr
+        out = result.stdout
+        assert "====== ERROR: illegal read of size 224\n======    at 0x12c0c0007e00 on GM in add_custom_kernel\n" in out
+        assert "======    in block aiv(7) on device 0\n" in out
+        assert "====== ERROR: misaligned access of size 13\n======    at 0x6 on UB in add_custom_kernel\n" in out
+        assert "====== ERROR: illegal free()\n======    at 0x12c0c0010000 on GM\n" in out
+        assert "====== ERROR: LeakCheck: detected memory leaks\n\n======    Direct leak of 4096 byte(s)\n" in out
+        assert "====== SUMMARY: 4096 byte(s) leaked in 1 allocation(s)\n" in out
+        assert "3 error(s), 1 warning(s)" in out
+        assert not (short_dir / "nobody.sock").exists()
+
+    def test_findings_json_from_a_running_daemon(self, daemon: RunningDaemon) -> None:
+        """After a run against a daemon, `findings --format json` returns the job's findings with every field."""
+        result = sanitizerd("run", "--socket", str(daemon.socket), *DEMO_ARGS)
+        assert result.returncode == 0, result.stderr
+        query = sanitizerd("findings", "--socket", str(daemon.socket), "--format", "json")
+        assert query.returncode == 0, query.stderr
+        findings = json.loads(query.stdout)
+        required = {"kind", "severity", "job", "session", "device", "kernel", "blocks", "space", "address", "size"}
+        assert all(required | {"serial"} <= set(f) for f in findings)
+        kinds = {f["kind"] for f in findings}
+        assert kinds == {"illegal_read", "misaligned_access", "illegal_free", "memory_leak"}
+        [read] = [f for f in findings if f["kind"] == "illegal_read"]
+        assert (read["size"], read["space"], read["blocks"], read["kernel"]) == (224, "GM", {"aiv": [7]}, "add_custom_kernel")
+        [leak] = [f for f in findings if f["kind"] == "memory_leak"]
+        assert (leak["size"], leak["kernel"], leak["location"]["line"]) == (4096, None, 73)
+
+    def test_error_exitcode(self, daemon: RunningDaemon) -> None:
+        """--error-exitcode N replaces the program's status when errors were found."""
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--error-exitcode", "9", *DEMO_ARGS)
+        assert result.returncode == 9, result.stderr
+
+    def test_program_status_passes_through(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """Without --error-exitcode, run exits with the program's own status."""
+        program = write_program(short_dir, "import sys; sys.exit(3)")
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--", sys.executable, str(program))
+        assert result.returncode == 3
+
+    def test_log_level_error_hides_warnings(self, daemon: RunningDaemon) -> None:
+        """--log-level error prints errors only, so the leak report (a warning, as in msSanitizer) is hidden."""
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--log-level", "error", *DEMO_ARGS)
+        assert "illegal read of size 224" in result.stdout
+        assert "LeakCheck" not in result.stdout
+
+    def test_log_file_receives_reports(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """--log-file writes the reports and summary to the file instead of stdout."""
+        log = short_dir / "report.txt"
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--log-file", str(log), *DEMO_ARGS)
+        assert result.returncode == 0, result.stderr
+        assert "illegal read of size 224" not in result.stdout
+        assert "illegal read of size 224" in log.read_text()
+        assert (log.stat().st_mode & 0o777) == 0o600
+
+
+class TestCleanVersusSilent:
+    def test_program_that_never_connects_is_called_out(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """A run that received no records says so, instead of looking clean."""
+        program = write_program(short_dir, "print('hello')")
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--", sys.executable, str(program))
+        assert result.returncode == 0
+        assert "no records received" in result.stdout
+        assert "No error detected" not in result.stdout
+
+    def test_clean_kernel_reports_no_error(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """A program whose accesses are all legal gets a summary with events checked and no error."""
+        program = write_program(
+            short_dir,
+            """
+            import client_shim
+            from client_shim import EventKind, Space, accesses
+            c = client_shim.connect()
+            c.malloc(0x1000, 4096)
+            k = c.kernel_begin("clean", 2)
+            c.events(k, accesses(EventKind.READ, Space.GM, [0x1000, 0x1800], 32, block_num=8, block_id=[0, 1]))
+            c.kernel_end(k)
+            assert c.wait_kernel(k, timeout=30).errors == 0
+            c.free(0x1000)
+            c.close()
+            """,
+        )
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--leak-check=yes", "--", sys.executable, str(program))
+        assert result.returncode == 0, result.stderr
+        assert "1 session(s), 1 kernel(s), 2 device event(s) checked; 0 error(s), 0 warning(s). No error detected." in (
+            result.stdout
+        )
+
+
+class TestConcurrentRuns:
+    def test_32_runs_each_get_their_own_complete_findings(self, daemon: RunningDaemon) -> None:
+        """32 runs at once against one daemon: each sees exactly its own four findings, and the daemon stays up."""
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            results = list(pool.map(lambda _: sanitizerd("run", "--socket", str(daemon.socket), *DEMO_ARGS, timeout=300), range(32)))
+        jobs = set()
+        for result in results:
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.count("illegal read of size 224") == 1
+            assert result.stdout.count("misaligned access of size 13") == 1
+            assert result.stdout.count("illegal free()") == 1
+            assert result.stdout.count("Direct leak of 4096 byte(s)") == 1
+            jobs.add(JOB.search(result.stdout).group(1))
+        assert len(jobs) == 32
+        for job in list(jobs)[:4]:
+            query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
+            findings = json.loads(query.stdout)
+            assert sorted(f["kind"] for f in findings) == ["illegal_free", "illegal_read", "memory_leak", "misaligned_access"]
+            assert {f["job"] for f in findings} == {job}
+        assert daemon.process.poll() is None
+        sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
+        assert len([s for s in sessions if s["state"] == "ended"]) == 32
