@@ -1,0 +1,191 @@
+"""The daemon as a host service: its socket, its state across restarts, its metrics, its shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from client_shim import Client, EventKind, Space, accesses
+from sanitizerd.protocol import messages as m
+from tests.conftest import DEMO, RunningDaemon, sanitizerd, start_daemon, stop_daemon
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TestSocket:
+    def test_socket_mode_is_0660(self, daemon: RunningDaemon) -> None:
+        """The socket is group-accessible and nothing more."""
+        mode = daemon.socket.stat().st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o660
+
+    def test_live_daemon_is_not_displaced(self, daemon: RunningDaemon) -> None:
+        """A second daemon on the same socket refuses to start and the first keeps serving."""
+        second = sanitizerd("serve", "--socket", str(daemon.socket), "--state-dir", str(daemon.state_dir / "2"), timeout=30)
+        assert second.returncode == 1
+        assert "already serving" in second.stderr
+        with Client(daemon.socket, job="still-first") as client:
+            assert client.session > 0
+
+    def test_stale_socket_is_replaced(self, short_dir: Path) -> None:
+        """A socket file nobody listens on (left by a killed daemon) is replaced."""
+        stale = short_dir / "s.sock"
+        leftover = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        leftover.bind(str(stale))
+        leftover.close()
+        assert stale.exists()
+        daemon = start_daemon(short_dir)
+        try:
+            with Client(daemon.socket, job="after-stale") as client:
+                assert client.session > 0
+        finally:
+            assert stop_daemon(daemon) == 0
+        assert not stale.exists()
+
+    def test_peer_credentials_are_recorded(self, daemon: RunningDaemon) -> None:
+        """Each session records the connecting process's uid from SO_PEERCRED."""
+        with Client(daemon.socket, job="creds"):
+            sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
+        [live] = [s for s in sessions if s["job"] == "creds"]
+        assert (live["state"], live["uid"], live["pid"]) == ("live", os.getuid(), os.getpid())
+
+
+class TestState:
+    def test_findings_survive_a_restart(self, short_dir: Path) -> None:
+        """Findings are in SQLite under the state dir and are served again by the next daemon."""
+        daemon = start_daemon(short_dir)
+        run = sanitizerd("run", "--socket", str(daemon.socket), "--leak-check", "yes", "--", sys.executable, str(DEMO))
+        assert run.returncode == 0, run.stderr
+        assert stop_daemon(daemon) == 0
+        daemon = start_daemon(short_dir)
+        try:
+            findings = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--format", "json").stdout)
+            assert sorted(f["kind"] for f in findings) == ["illegal_free", "illegal_read", "memory_leak", "misaligned_access"]
+            with Client(daemon.socket, job="next") as client:
+                assert client.session > max(f["session"] for f in findings)  # ids are never reused
+        finally:
+            assert stop_daemon(daemon) == 0
+
+
+class TestMetrics:
+    def test_metrics_endpoint(self, short_dir: Path) -> None:
+        """/metrics counts sessions, events and findings by kind, and protocol rejections by reason."""
+        port = free_port()
+        daemon = start_daemon(short_dir, "--metrics-addr", f"127.0.0.1:{port}")
+        try:
+            run = sanitizerd("run", "--socket", str(daemon.socket), "--", sys.executable, str(DEMO))
+            assert run.returncode == 0, run.stderr
+            with socket.socket(socket.AF_UNIX) as bad:
+                bad.connect(str(daemon.socket))
+                bad.sendall(b"\xff\xff\xff\xff")
+                bad.recv(1024)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        finally:
+            assert stop_daemon(daemon) == 0
+        assert "sanitizerd_sessions_started_total 1.0" in text
+        assert 'sanitizerd_findings_total{kind="illegal_read"} 1.0' in text
+        assert 'sanitizerd_rejected_connections_total{reason="frame_too_large"} 1.0' in text
+        assert 'sanitizerd_events_checked_total{detector="memcheck"} 961.0' in text
+
+
+class TestShutdown:
+    def test_sigterm_with_live_sessions_exits_cleanly(self, short_dir: Path) -> None:
+        """SIGTERM ends the daemon with status 0 even while a session is connected, and removes the socket."""
+        daemon = start_daemon(short_dir)
+        client = Client(daemon.socket, job="lingering")
+        try:
+            assert stop_daemon(daemon) == 0
+            assert not daemon.socket.exists()
+        finally:
+            try:
+                client.close(timeout=5)
+            except Exception:
+                pass
+
+
+class TestBackpressure:
+    def test_nothing_is_dropped_when_detectors_lag(self, short_dir: Path) -> None:
+        """With one-deep detector queues the sender is slowed, and every event sent is checked."""
+        daemon = start_daemon(short_dir, "--queue-depth", "1", "--detector-threads", "1")
+        try:
+            with Client(daemon.socket, job="flood", queue_frames=1, batch_events=4096) as client:
+                client.malloc(0x10000, 1 << 20)
+                kernel = client.kernel_begin("flood", 8)
+                batch = accesses(EventKind.READ, Space.GM, 0x10000 + np.arange(4096), 1, block_id=3)
+                for _ in range(200):
+                    client.events(kernel, batch)
+                client.kernel_end(kernel)
+                verdict = client.wait_kernel(kernel, timeout=120)
+            assert verdict.events == 200 * 4096 and verdict.errors == 0
+        finally:
+            assert stop_daemon(daemon) == 0
+
+
+class TestClientSafety:
+    def test_threads_share_one_client(self, daemon: RunningDaemon) -> None:
+        """Several threads reporting through one client keep every message and its order per thread."""
+        with Client(daemon.socket, job="threads") as client:
+            client.malloc(0x1000, 1 << 16)
+            kernel = client.kernel_begin("threaded", 4)
+
+            def work(block: int) -> None:
+                for i in range(50):
+                    client.events(kernel, accesses(EventKind.WRITE, Space.GM, 0x1000 + block * 4096 + i * 32, 32,
+                                                   block_id=block))  # fmt: skip
+                    client.malloc(0x100000 + block * 0x1000 + i, 1)
+
+            threads = [threading.Thread(target=work, args=(b,)) for b in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=30)
+        assert (verdict.events, verdict.errors) == (200, 0)
+
+    def test_forked_child_gets_its_own_session(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """A child process that inherits a client opens its own session instead of corrupting the parent's."""
+        script = short_dir / "forks.py"
+        script.write_text(
+            f"""
+import os
+from client_shim import Client
+c = Client({str(daemon.socket)!r}, job="fork")
+parent = c.session
+pid = os.fork()
+if pid == 0:
+    c.malloc(0x5000, 16)
+    c.free(0x6000)  # an illegal free, reported in the child's session
+    c.close()
+    os._exit(0 if c.session != parent else 1)
+_, status = os.waitpid(pid, 0)
+c.close()
+raise SystemExit(os.waitstatus_to_exitcode(status))
+"""
+        )
+        assert subprocess.run([sys.executable, str(script)], timeout=60).returncode == 0
+        findings = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", "fork", "--format", "json").stdout)
+        assert [f["kind"] for f in findings] == ["illegal_free"]
+        sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
+        assert len({s["session"] for s in sessions if s["job"] == "fork"}) == 2
+
+
+def test_control_hello_gets_welcome(daemon: RunningDaemon) -> None:
+    """A control connection is welcomed with session 0 and may query at once."""
+    from sanitizerd.cli.control import ControlClient
+
+    with ControlClient(daemon.socket) as control:
+        reply = control.request(m.QueryFindings(job="nobody"))
+    assert isinstance(reply, m.Findings) and reply.findings == []
