@@ -115,7 +115,7 @@ class Client:
         while True:
             try:
                 message = self._socket.receive()
-            except (ClientError, OSError, Exception) as exc:  # noqa: BLE001 - any failure ends the session
+            except (ClientError, OSError, Exception) as exc:
                 if not self._closing or self._closed_reply is None:
                     self._fail(f"connection to sanitizerd ended: {exc}")
                 return

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 import client_shim
-from client_shim import BlockType, EventKind, Pipe, Space, accesses, syncs
+from client_shim import EventKind, Pipe, Space, accesses, syncs
 
 BLOCKS = 8
 BLOCK_LENGTH = 2048  # fp16 elements per block

@@ -119,10 +119,9 @@ class Daemon:
                 task_status.started(settings.socket_path)
                 await listener.serve(self._handle, task_group=tg)
         finally:
-            with anyio.CancelScope(shield=True):
-                settings.socket_path.unlink(missing_ok=True)
-                store.close()
-                log.info("stopped")
+            settings.socket_path.unlink(missing_ok=True)
+            store.close()
+            log.info("stopped")
 
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -145,7 +144,9 @@ class Daemon:
                     hub.metrics.rejected.labels("handshake_timeout").inc()
                     log.warning("no hello in time, closing", timeout=hub.limits.handshake_timeout)
                     await stream.send_error(
-                        None, reason="handshake_timeout", message=f"no hello within {hub.limits.handshake_timeout} s"
+                        None,
+                        reason="handshake_timeout",
+                        message=f"no hello within {hub.limits.handshake_timeout} s",
                     )
                     return
                 except RemoteProtocolError as exc:
@@ -172,7 +173,9 @@ class Daemon:
             hub.metrics.rejected.labels("session_limit").inc()
             log.warning("session limit reached, refusing", limit=hub.limits.max_sessions)
             await stream.send_error(
-                None, reason="session_limit", message=f"the daemon serves its limit of {hub.limits.max_sessions}"
+                None,
+                reason="session_limit",
+                message=f"the daemon serves its limit of {hub.limits.max_sessions}",
             )
             return
         config = hub.jobs.config_for(hello)

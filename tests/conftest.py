@@ -60,7 +60,17 @@ def start_daemon(base: Path, *extra: str) -> RunningDaemon:
     sock, state, log = base / "s.sock", base / "state", base / "daemon.log"
     with open(log, "ab") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(sock), "--state-dir", str(state), *extra],
+            [
+                sys.executable,
+                "-m",
+                "sanitizerd",
+                "serve",
+                "--socket",
+                str(sock),
+                "--state-dir",
+                str(state),
+                *extra,
+            ],
             stdout=log_file,
             stderr=log_file,
             stdin=subprocess.DEVNULL,

@@ -120,7 +120,9 @@ class TestRejectedConnections:
         """An events batch that is not a whole number of records is refused as bad_batch."""
         with raw_connect(daemon) as sock:
             sock.sendall(hello(job="bad-batch"))
-            sock.sendall(frame(msgspec.msgpack.encode({"type": "kernel_begin", "kernel": 1, "name": "k", "block_dim": 1})))
+            sock.sendall(
+                frame(msgspec.msgpack.encode({"type": "kernel_begin", "kernel": 1, "name": "k", "block_dim": 1}))
+            )
             sock.sendall(frame(msgspec.msgpack.encode({"type": "events", "kernel": 1, "records": b"x" * 57})))
             reply = read_reply(sock)
         assert reply is not None and reply["reason"] == "bad_batch"

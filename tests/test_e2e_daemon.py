@@ -33,7 +33,9 @@ class TestSocket:
 
     def test_live_daemon_is_not_displaced(self, daemon: RunningDaemon) -> None:
         """A second daemon on the same socket refuses to start and the first keeps serving."""
-        second = sanitizerd("serve", "--socket", str(daemon.socket), "--state-dir", str(daemon.state_dir / "2"), timeout=30)
+        second = sanitizerd(
+            "serve", "--socket", str(daemon.socket), "--state-dir", str(daemon.state_dir / "2"), timeout=30
+        )
         assert second.returncode == 1
         assert "already serving" in second.stderr
         with Client(daemon.socket, job="still-first") as client:
@@ -72,7 +74,12 @@ class TestState:
         daemon = start_daemon(short_dir)
         try:
             findings = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--format", "json").stdout)
-            assert sorted(f["kind"] for f in findings) == ["illegal_free", "illegal_read", "memory_leak", "misaligned_access"]
+            assert sorted(f["kind"] for f in findings) == [
+                "illegal_free",
+                "illegal_read",
+                "memory_leak",
+                "misaligned_access",
+            ]
             with Client(daemon.socket, job="next") as client:
                 assert client.session > max(f["session"] for f in findings)  # ids are never reused
         finally:
@@ -176,7 +183,9 @@ raise SystemExit(os.waitstatus_to_exitcode(status))
 """
         )
         assert subprocess.run([sys.executable, str(script)], timeout=60).returncode == 0
-        findings = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", "fork", "--format", "json").stdout)
+        findings = json.loads(
+            sanitizerd("findings", "--socket", str(daemon.socket), "--job", "fork", "--format", "json").stdout
+        )
         assert [f["kind"] for f in findings] == ["illegal_free"]
         sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
         assert len({s["session"] for s in sessions if s["job"] == "fork"}) == 2

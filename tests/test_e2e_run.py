@@ -43,12 +43,28 @@ class TestDemoReports:
         query = sanitizerd("findings", "--socket", str(daemon.socket), "--format", "json")
         assert query.returncode == 0, query.stderr
         findings = json.loads(query.stdout)
-        required = {"kind", "severity", "job", "session", "device", "kernel", "blocks", "space", "address", "size"}
+        required = {
+            "kind",
+            "severity",
+            "job",
+            "session",
+            "device",
+            "kernel",
+            "blocks",
+            "space",
+            "address",
+            "size",
+        }
         assert all(required | {"serial"} <= set(f) for f in findings)
         kinds = {f["kind"] for f in findings}
         assert kinds == {"illegal_read", "misaligned_access", "illegal_free", "memory_leak"}
         [read] = [f for f in findings if f["kind"] == "illegal_read"]
-        assert (read["size"], read["space"], read["blocks"], read["kernel"]) == (224, "GM", {"aiv": [7]}, "add_custom_kernel")
+        assert (read["size"], read["space"], read["blocks"], read["kernel"]) == (
+            224,
+            "GM",
+            {"aiv": [7]},
+            "add_custom_kernel",
+        )
         [leak] = [f for f in findings if f["kind"] == "memory_leak"]
         assert (leak["size"], leak["kernel"], leak["location"]["line"]) == (4096, None, 73)
 
@@ -105,7 +121,9 @@ class TestCleanVersusSilent:
             c.close()
             """,
         )
-        result = sanitizerd("run", "--socket", str(daemon.socket), "--leak-check=yes", "--", sys.executable, str(program))
+        result = sanitizerd(
+            "run", "--socket", str(daemon.socket), "--leak-check=yes", "--", sys.executable, str(program)
+        )
         assert result.returncode == 0, result.stderr
         assert "1 session(s), 1 kernel(s), 2 device event(s) checked; 0 error(s), 0 warning(s). No error detected." in (
             result.stdout
@@ -116,7 +134,12 @@ class TestConcurrentRuns:
     def test_32_runs_each_get_their_own_complete_findings(self, daemon: RunningDaemon) -> None:
         """32 runs at once against one daemon: each sees exactly its own four findings, and the daemon stays up."""
         with concurrent.futures.ThreadPoolExecutor(32) as pool:
-            results = list(pool.map(lambda _: sanitizerd("run", "--socket", str(daemon.socket), *DEMO_ARGS, timeout=300), range(32)))
+            results = list(
+                pool.map(
+                    lambda _: sanitizerd("run", "--socket", str(daemon.socket), *DEMO_ARGS, timeout=300),
+                    range(32),
+                )
+            )
         jobs = set()
         for result in results:
             assert result.returncode == 0, result.stderr
@@ -129,7 +152,12 @@ class TestConcurrentRuns:
         for job in list(jobs)[:4]:
             query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
             findings = json.loads(query.stdout)
-            assert sorted(f["kind"] for f in findings) == ["illegal_free", "illegal_read", "memory_leak", "misaligned_access"]
+            assert sorted(f["kind"] for f in findings) == [
+                "illegal_free",
+                "illegal_read",
+                "memory_leak",
+                "misaligned_access",
+            ]
             assert {f["job"] for f in findings} == {job}
         assert daemon.process.poll() is None
         sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)

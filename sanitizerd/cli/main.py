@@ -23,36 +23,24 @@ def _positive(kind: type) -> object:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sanitizerd", description="Ascend NPU memory and race checking service"
-    )
+    parser = argparse.ArgumentParser(prog="sanitizerd", description="Ascend NPU memory and race checking service")
     parser.add_argument("--version", action="version", version=f"sanitizerd {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     limits = Limits()
     serve = commands.add_parser("serve", help="run the daemon")
-    serve.add_argument(
-        "--socket", type=Path, default=None, help=f"Unix socket path [{default_socket_path()}]"
-    )
-    serve.add_argument(
-        "--state-dir", type=Path, default=None, help=f"findings database [{default_state_dir()}]"
-    )
+    serve.add_argument("--socket", type=Path, default=None, help=f"Unix socket path [{default_socket_path()}]")
+    serve.add_argument("--state-dir", type=Path, default=None, help=f"findings database [{default_state_dir()}]")
     serve.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus /metrics here")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    serve.add_argument(
-        "--max-frame-size", type=_positive(int), default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES"
-    )
+    serve.add_argument("--max-frame-size", type=_positive(int), default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES")
     serve.add_argument("--max-sessions", type=_positive(int), default=limits.max_sessions, metavar="N")
-    serve.add_argument(
-        "--handshake-timeout", type=_positive(float), default=limits.handshake_timeout, metavar="S"
-    )
+    serve.add_argument("--handshake-timeout", type=_positive(float), default=limits.handshake_timeout, metavar="S")
     serve.add_argument(
         "--queue-depth", type=_positive(int), default=limits.queue_depth, metavar="N",
         help="work items buffered per detector before the session's reads pause",
     )  # fmt: skip
-    serve.add_argument(
-        "--detector-threads", type=_positive(int), default=limits.detector_threads, metavar="N"
-    )
+    serve.add_argument("--detector-threads", type=_positive(int), default=limits.detector_threads, metavar="N")
 
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")
 

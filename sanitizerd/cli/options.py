@@ -39,8 +39,7 @@ NOT_YET_CHECKED: dict[str, str] = {
     "initcheck": f"{PREFIX} WARNING: initcheck {_NOT_CHECKED}; its findings will not be reported.",
     "synccheck": f"{PREFIX} WARNING: synccheck {_NOT_CHECKED}; its findings will not be reported.",
     "registercheck": (
-        f"{PREFIX} WARNING: registercheck (enabled with memcheck) {_NOT_CHECKED}; "
-        "its findings will not be reported."
+        f"{PREFIX} WARNING: registercheck (enabled with memcheck) {_NOT_CHECKED}; its findings will not be reported."
     ),
     "--check-device-heap": (
         f"{PREFIX} WARNING: --check-device-heap {_NOT_CHECKED}; device heap findings will not be reported."
@@ -59,9 +58,7 @@ NOT_YET_CHECKED: dict[str, str] = {
         f"{PREFIX} WARNING: --full-backtrace {_NO_EFFECT}; stacks are printed as the client sent them."
     ),
     "--demangle": f"{PREFIX} WARNING: --demangle {_NO_EFFECT}; stacks are printed as the client sent them.",
-    "--max-debuglog-size": (
-        f"{PREFIX} WARNING: --max-debuglog-size {_NO_EFFECT}; it writes no debug log file to cap."
-    ),
+    "--max-debuglog-size": (f"{PREFIX} WARNING: --max-debuglog-size {_NO_EFFECT}; it writes no debug log file to cap."),
 }
 
 # --- limits, from msSanitizer's cli_parser.cpp and config.h -------------------------------------------------
@@ -72,9 +69,7 @@ DEFAULT_DEBUGLOG_SIZE_MB = 1024
 MAX_DEBUGLOG_SIZE_MB = 10240
 MAX_KERNEL_NAME_LEN = 2047  # KERNEL_NAME_MAX less the C string's terminating NUL
 MAX_LOG_FILE_PATH_LEN = 4096  # MAX_FILE_PATH_LEN
-MAX_SOCKET_PATH_LEN = (
-    108  # sizeof(sockaddr_un.sun_path) on Linux: a longer path can be neither bound nor connected
-)
+MAX_SOCKET_PATH_LEN = 108  # sizeof(sockaddr_un.sun_path) on Linux: a longer path can be neither bound nor connected
 MAX_EXIT_CODE = 255
 
 LOG_LEVELS = ("info", "warn", "error")
@@ -485,11 +480,7 @@ def _resolve_tools(st: _State) -> list[str]:
     # synccheck do not. Memcheck is added when a memcheck-only feature is on, or when nothing else would run.
     default_check = bool(enabled & {"memcheck", "initcheck"})
     cfg = st.config
-    if (
-        cfg.leak_check
-        or cfg.check_unused_memory
-        or not (default_check or enabled & {"racecheck", "synccheck"})
-    ):
+    if cfg.leak_check or cfg.check_unused_memory or not (default_check or enabled & {"racecheck", "synccheck"}):
         enabled.add("memcheck")
     if "memcheck" in enabled:
         enabled.add("registercheck")  # msSanitizer's memcheck always runs registercheck too (reference §6.1)

@@ -39,7 +39,7 @@ class EmbeddedDaemon:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="sanitizerd-run-"))
         self.socket = self.dir / "sanitizerd.sock"
-        self.log = open(self.dir / "daemon.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.log = open(self.dir / "daemon.log", "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(self.socket), "--state-dir",
              str(self.dir / "state"), "--log-level", "warning"],
@@ -53,9 +53,7 @@ class EmbeddedDaemon:
                 return ControlClient(self.socket)
             except ClientError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise ClientError(
-                        f"the embedded daemon did not start; see {self.dir / 'daemon.log'}"
-                    ) from None
+                    raise ClientError(f"the embedded daemon did not start; see {self.dir / 'daemon.log'}") from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
@@ -117,8 +115,8 @@ def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str)
             f"nothing was checked. Is it instrumented (client_shim, or the runtime hooks)?"
         )
     return (
-        f"{PREFIX} SUMMARY: job {job}: {idle.sessions} session(s), {idle.kernels} kernel(s), {idle.events} device event(s) "
-        f"checked; {reporter.errors} error(s), {reporter.warnings} warning(s)"
+        f"{PREFIX} SUMMARY: job {job}: {idle.sessions} session(s), {idle.kernels} kernel(s), "
+        f"{idle.events} device event(s) checked; {reporter.errors} error(s), {reporter.warnings} warning(s)"
         + ("" if reporter.errors or reporter.warnings else ". No error detected.")
     )
 

@@ -87,9 +87,7 @@ def expand(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     per_row_u = per_row.astype(_U64)[owner]
     r, i = k // per_row_u, k % per_row_u
     offset = (r * repeat_stride[owner] + i * block_stride[owner]) * block_size[owner]
-    length = np.where(
-        dense[owner], ext[owner], np.where(row_is_range[owner], row_length[owner], block_size[owner])
-    )
+    length = np.where(dense[owner], ext[owner], np.where(row_is_range[owner], row_length[owner], block_size[owner]))
     start = ends(address[owner], offset)
     stop = ends(start, length)
     # Blocks that coincide (stride 0) are the same bytes: keep one.

@@ -96,9 +96,7 @@ class SiteLog:
             group = rows[begin:end]
             head = group[0]
             blocks: dict[int, list[int]] = {}
-            for block_type, block_id in zip(
-                group["block_type"].tolist(), group["block_id"].tolist(), strict=True
-            ):
+            for block_type, block_id in zip(group["block_type"].tolist(), group["block_id"].tolist(), strict=True):
                 blocks.setdefault(block_type, []).append(block_id)
             sites.append(
                 Site(
@@ -117,9 +115,7 @@ class SiteLog:
         return sites
 
 
-def site_rows(
-    events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, size: np.ndarray
-) -> np.ndarray:
+def site_rows(events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, size: np.ndarray) -> np.ndarray:
     """Site rows for the given events, with the reported address and size."""
     rows = np.empty(events.size, dtype=SITE_DTYPE)
     rows["kind"] = kind

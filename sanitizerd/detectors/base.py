@@ -45,14 +45,10 @@ class SessionContext:
         for ident in (location, *loc.callers):
             entry = self.locations.get(ident)
             if entry is not None:
-                frames.append(
-                    Frame(file=entry.file, line=entry.line, column=entry.column, function=entry.function)
-                )
+                frames.append(Frame(file=entry.file, line=entry.line, column=entry.column, function=entry.function))
         return frames
 
-    def finding(
-        self, kind: str, *, location: int = 0, kernel: str | None = None, **fields: object
-    ) -> Finding:
+    def finding(self, kind: str, *, location: int = 0, kernel: str | None = None, **fields: object) -> Finding:
         stack = self.stack(location)
         return make_finding(
             kind,

@@ -176,9 +176,7 @@ class Memcheck:
         if op.op in ("store", "memset", "memcpy"):
             findings += self._host_access(op, op.address, "illegal_write")
             if self.track_writes and op.size:
-                self.written.add(
-                    np.array([op.address], np.uint64), np.array([op.address + op.size], np.uint64)
-                )
+                self.written.add(np.array([op.address], np.uint64), np.array([op.address + op.size], np.uint64))
         return findings
 
     def _host_access(self, op: HostOp, address: int, kind: str) -> list[Finding]:

@@ -67,7 +67,8 @@ class FindingsStore:
     def close_session(self, info: SessionInfo) -> None:
         with self._lock:
             self._db.execute(
-                "UPDATE sessions SET ended = ?, info = ? WHERE id = ?", (info.ended, _encode(info), info.session)
+                "UPDATE sessions SET ended = ?, info = ? WHERE id = ?",
+                (info.ended, _encode(info), info.session),
             )
 
     def add_findings(self, findings: list[Finding]) -> None:

@@ -24,9 +24,7 @@ class State(enum.Enum):
     ERROR = "error"
 
 
-PRODUCER_SENDS = frozenset(
-    {m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Log}
-)
+PRODUCER_SENDS = frozenset({m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Log})
 CONTROL_SENDS = frozenset({m.JobStart, m.Watch, m.QueryFindings, m.QuerySessions, m.WaitJob})
 
 # (sender, state, client role) -> allowed message types; a missing key allows nothing.

@@ -88,9 +88,7 @@ class Connection:
     def next_event(self) -> m.Message | _Sentinel:
         """The next complete message, ``NEED_DATA``, or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
         if self.state is State.ERROR:
-            raise RemoteProtocolError(
-                "connection is in ERROR after an earlier protocol error", reason="bad_packet"
-            )
+            raise RemoteProtocolError("connection is in ERROR after an earlier protocol error", reason="bad_packet")
         try:
             body = self._next_body()
             if body is None:
@@ -110,9 +108,7 @@ class Connection:
         if len(buffer) < _PREFIX.size:
             if self._eof:
                 if buffer:
-                    raise RemoteProtocolError(
-                        "peer closed inside a frame's length prefix", reason="truncated"
-                    )
+                    raise RemoteProtocolError("peer closed inside a frame's length prefix", reason="truncated")
                 return CONNECTION_CLOSED
             return None
         (length,) = _PREFIX.unpack_from(buffer)
@@ -161,9 +157,7 @@ class Connection:
 
     def _check(self, sender: Role, message: m.Message) -> None:
         if sender is Role.CLIENT and self._client_sent_close:
-            raise RemoteProtocolError(
-                f"{message.__struct_config__.tag!r} after close", reason="unexpected_message"
-            )
+            raise RemoteProtocolError(f"{message.__struct_config__.tag!r} after close", reason="unexpected_message")
         client_role = self.client_role if self.state is not State.HANDSHAKE or sender is Role.SERVER else None
         if type(message) not in allowed(sender, self.state, client_role):
             if isinstance(message, m.Error):  # an error may always be said; it ends the connection
@@ -175,14 +169,12 @@ class Connection:
             )
         if isinstance(message, m.Hello) and message.version != m.PROTOCOL_VERSION:
             raise RemoteProtocolError(
-                f"client speaks protocol version {message.version}; this daemon speaks version "
-                f"{m.PROTOCOL_VERSION}",
+                f"client speaks protocol version {message.version}; this daemon speaks version {m.PROTOCOL_VERSION}",
                 reason="version",
             )
         if isinstance(message, m.Events) and message.records.nbytes % _EVENT_SIZE:
             raise RemoteProtocolError(
-                f"events batch of {message.records.nbytes} bytes is not a whole number of "
-                f"{_EVENT_SIZE}-byte records",
+                f"events batch of {message.records.nbytes} bytes is not a whole number of {_EVENT_SIZE}-byte records",
                 reason="bad_batch",
             )
 

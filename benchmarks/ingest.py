@@ -1,0 +1,513 @@
+"""End-to-end ingest benchmark: N client processes stream device events to a real sanitizerd daemon.
+
+What is timed (the "end-to-end" figure): from a barrier that every client passes once it is connected, has
+sent its device summary and malloc'ed its GM ranges, until the last client has closed its session. In that
+window each client, per kernel: ``kernel_begin``, ``--batches-per-kernel`` batches through ``Client.events``
+(copy, msgpack framing, socket write), ``kernel_end`` and ``wait_kernel`` (the daemon has read, decoded and
+memchecked every batch of that kernel), and at the end ``close`` (the daemon has finalized the session).
+Event generation happens before the barrier: we measure the daemon and the client library, not numpy's
+random number generator.
+
+The events are valid by construction (GM accesses inside the client's own allocations, UB accesses aligned
+to 32 B and inside UB), so memcheck runs its full alignment and bounds pass and should report nothing; the
+benchmark checks that the daemon's verdicts account for every event sent.
+
+For scale, the same run measures the machine's raw Unix-socket throughput (one process writing 1 MiB buffers
+to another) and prints ``ratio`` = end-to-end event bytes/s / raw socket bytes/s.
+
+    .venv/bin/python benchmarks/ingest.py --quick
+
+The last line of output is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from client_shim.client import Client
+from client_shim.events import BlockType, EventKind, Pipe, Space, accesses
+from client_shim.transport import ClientError
+from sanitizerd.chips import CHIPS
+from sanitizerd.cli.control import ControlClient
+from sanitizerd.protocol import EVENT_DTYPE
+from sanitizerd.protocol import messages as m
+
+EVENT_BYTES = EVENT_DTYPE.itemsize
+CHIP = "910B1"
+UB_BYTES = CHIPS[CHIP].sizes[Space.UB]
+BLOCK_DIM = 48  # 24 AI cores x 2 vector sub-blocks on a 910B1
+MiB = 1 << 20
+
+
+# --- options ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPlan:
+    """Everything a client process needs; picklable so that it survives the ``spawn`` start method."""
+
+    index: int
+    socket_path: str
+    job: str
+    batch_events: int
+    batches_per_kernel: int
+    kernels: int  # 0: keep starting kernels until ``seconds`` have passed since the barrier
+    seconds: float
+    pool: int  # distinct prebuilt batches, sent round robin
+    allocations: int
+    allocation_bytes: int
+    seed: int
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=4, help="client processes (sessions) [4]")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="stream for about this long [20, --quick: 6]"
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        help="send about this many events in all, instead of streaming for a time",
+    )
+    parser.add_argument("--batch-events", type=int, default=65536, help="events per batch (frame) [65536]")
+    parser.add_argument(
+        "--batches-per-kernel", type=int, default=16, help="batches each kernel launch streams [16]"
+    )
+    parser.add_argument("--detector-threads", type=int, default=None, help="daemon --detector-threads")
+    parser.add_argument("--queue-depth", type=int, default=None, help="daemon --queue-depth")
+    parser.add_argument(
+        "--raw-bytes", type=int, default=None, help="bytes for the raw socket test [8 GiB, --quick: 2 GiB]"
+    )
+    parser.add_argument("--raw-chunk", type=int, default=MiB, help="write/read size of the raw socket test")
+    parser.add_argument("--pool", type=int, default=4, help="distinct prebuilt batches per client [4]")
+    parser.add_argument("--start-method", choices=["spawn", "fork", "forkserver"], default="spawn")
+    parser.add_argument("--quick", action="store_true", help="a short run (about 20 s in all)")
+    parser.add_argument("--keep-daemon-log", type=Path, default=None, help="copy the daemon's stderr here")
+    args = parser.parse_args(argv)
+    if args.seconds is None:
+        args.seconds = 6.0 if args.quick else 20.0
+    if args.raw_bytes is None:
+        args.raw_bytes = (2 if args.quick else 8) << 30
+    if min(args.clients, args.batch_events, args.batches_per_kernel, args.pool) <= 0:
+        parser.error("--clients, --batch-events, --batches-per-kernel and --pool must be positive")
+    return args
+
+
+# --- event generation ---------------------------------------------------------------------------------------
+
+
+def _allocation_bases(plan: ClientPlan) -> np.ndarray:
+    # Each client's heap in its own 4 GiB window of the 48-bit GM space; ranges 64 MiB apart so that a
+    # batch spans several allocations (memcheck's one-buffer shortcut does not apply: the realistic case).
+    window = 0x10_0000_0000 + plan.index * 0x1_0000_0000
+    return window + np.arange(plan.allocations, dtype=np.uint64) * np.uint64(64 * MiB)
+
+
+def build_batch(plan: ClientPlan, rng: np.random.Generator, serial0: int) -> np.ndarray:
+    """One batch of valid memory events: half GM (MTE2 reads, MTE3 writes), half UB (vector reads/writes).
+
+    Every access is strided as the vector unit does it: 8 blocks of 32 B, 1-8 repeats. Extents stay inside
+    their allocation or inside UB, and UB addresses and strides are multiples of 32 B, so memcheck's
+    alignment and bounds checks pass for every event.
+    """
+    n = plan.batch_events
+    gm = rng.random(n) < 0.5
+    write = rng.random(n) < 0.4
+    repeat = rng.integers(1, 9, n)
+    block_stride = rng.choice(np.array([1, 2]), n)
+    repeat_stride = rng.choice(np.array([8, 16]), n)
+    block_num, block_size = 8, 32
+    extent = ((repeat - 1) * repeat_stride + (block_num - 1) * block_stride + 1) * block_size
+    max_extent = int(((8 - 1) * 16 + (block_num - 1) * 2 + 1) * block_size)
+
+    bases = _allocation_bases(plan)
+    gm_offset = rng.integers(0, (plan.allocation_bytes - max_extent) // 32, n).astype(np.uint64) * np.uint64(
+        32
+    )
+    gm_address = bases[rng.integers(0, bases.size, n)] + gm_offset
+    ub_address = rng.integers(0, (UB_BYTES - max_extent) // 32, n).astype(np.uint64) * np.uint64(32)
+    address = np.where(gm, gm_address, ub_address)
+    assert (np.where(gm, gm_offset, ub_address) + extent.astype(np.uint64) <= np.where(
+        gm, np.uint64(plan.allocation_bytes), np.uint64(UB_BYTES)
+    )).all()  # fmt: skip
+
+    pipe = np.where(gm, np.where(write, Pipe.MTE3, Pipe.MTE2), Pipe.V)
+    return accesses(
+        np.where(write, EventKind.WRITE, EventKind.READ),  # type: ignore[arg-type]
+        np.where(gm, Space.GM, Space.UB),  # type: ignore[arg-type]
+        address,
+        block_size,
+        block_num=block_num,
+        block_stride=block_stride,
+        repeat=repeat,
+        repeat_stride=repeat_stride,
+        pipe=pipe,  # type: ignore[arg-type]
+        block_id=rng.integers(0, BLOCK_DIM, n),
+        block_type=BlockType.AIV,
+        serial=np.arange(serial0, serial0 + n, dtype=np.uint64),
+        pc=0x1000 + 4 * rng.integers(0, 4096, n),
+    )
+
+
+# --- one client process -------------------------------------------------------------------------------------
+
+
+def run_client(plan: ClientPlan, barrier: Barrier, results: mp.Queue[dict[str, Any]]) -> None:
+    """Connect, set up, wait at the barrier, stream, close; report counts and the finish time."""
+    try:
+        rng = np.random.default_rng(plan.seed)
+        pool = [build_batch(plan, rng, 1 + i * plan.batch_events) for i in range(plan.pool)]
+        client = Client(
+            plan.socket_path,
+            job=plan.job,
+            config=m.Config(tools=["memcheck"]),
+            # Same size as our batches, so each ``events`` call becomes exactly one frame.
+            batch_events=plan.batch_events,
+            timeout=60.0,
+        )
+        client.device_summary(f"Ascend{CHIP}", block_num=BLOCK_DIM, device=plan.index)
+        for base in _allocation_bases(plan).tolist():
+            client.malloc(base, plan.allocation_bytes)
+        client.flush()
+        barrier.wait(timeout=120)
+        t0 = time.monotonic()
+        cpu0 = time.process_time()
+        deadline = t0 + plan.seconds
+        sent = verdict_events = errors = warnings = kernels = 0
+        unchecked = 0
+        next_batch = 0
+        while (kernels < plan.kernels) if plan.kernels else (kernels == 0 or time.monotonic() < deadline):
+            kernel = client.kernel_begin(f"bench_kernel_{kernels % 8}", BLOCK_DIM)
+            for _ in range(plan.batches_per_kernel):
+                batch = pool[next_batch % plan.pool]
+                next_batch += 1
+                client.events(kernel, batch)
+                sent += batch.size
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=300)
+            verdict_events += verdict.events
+            errors += verdict.errors
+            warnings += verdict.warnings
+            unchecked += not verdict.checked
+            kernels += 1
+        closed = client.close(timeout=300)
+        t1 = time.monotonic()
+        results.put(
+            dict(
+                index=plan.index,
+                t0=t0,
+                t1=t1,
+                cpu_s=time.process_time() - cpu0,
+                sent=sent,
+                kernels=kernels,
+                verdict_events=verdict_events,
+                errors=errors,
+                warnings=warnings,
+                unchecked=unchecked,
+                session=closed.session if closed else -1,
+                closed_events=closed.events if closed else -1,
+                closed_findings=closed.findings if closed else -1,
+            )
+        )
+    except BaseException:
+        barrier.abort()  # the parent and the other clients stop waiting for us
+        results.put(dict(index=plan.index, error=traceback.format_exc()))
+
+
+# --- raw Unix-socket throughput -----------------------------------------------------------------------------
+
+
+def _raw_writer(path: str, total: int, chunk: int) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    buffer = memoryview(bytearray(os.urandom(chunk)))
+    left = total
+    while left > 0:
+        step = min(left, chunk)
+        sock.sendall(buffer[:step])
+        left -= step
+    sock.close()
+
+
+def raw_socket_throughput(context: mp.context.BaseContext, directory: Path, total: int, chunk: int) -> float:
+    """Bytes/s one process writes to another through a Unix stream socket, default buffer sizes.
+
+    This is the ceiling for the daemon's input path: the same kernel copy in and out, with no framing,
+    decoding or checking.
+    """
+    path = str(directory / "raw.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    writer = context.Process(target=_raw_writer, args=(path, total, chunk), daemon=True)
+    writer.start()
+    conn, _ = listener.accept()
+    buffer = bytearray(chunk)
+    view = memoryview(buffer)
+    received = conn.recv_into(view)  # the clock starts at the first byte, after the writer's start-up
+    t0 = time.monotonic()
+    first = received
+    while True:
+        n = conn.recv_into(view)
+        if not n:
+            break
+        received += n
+    seconds = time.monotonic() - t0
+    conn.close()
+    listener.close()
+    writer.join(timeout=30)
+    if received != total:
+        raise RuntimeError(f"raw socket test received {received} of {total} bytes")
+    return (received - first) / seconds
+
+
+# --- the daemon ---------------------------------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process from /proc (Linux); NaN elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def start_daemon(
+    args: argparse.Namespace, socket_path: Path, state_dir: Path, log: Any
+) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(socket_path)]
+    command += ["--state-dir", str(state_dir), "--log-level", "warning"]
+    if args.detector_threads is not None:
+        command += ["--detector-threads", str(args.detector_threads)]
+    if args.queue_depth is not None:
+        command += ["--queue-depth", str(args.queue_depth)]
+    daemon = subprocess.Popen(command, stdout=log, stderr=log)
+    # Ready means a full control handshake succeeds: a bare connect would leave the daemon waiting for a
+    # hello (and logging a handshake timeout) long after we are done.
+    deadline = time.monotonic() + 30
+    while True:
+        if daemon.poll() is not None:
+            raise RuntimeError(f"the daemon exited with status {daemon.returncode} before accepting")
+        try:
+            ControlClient(socket_path, timeout=5).close()
+            return daemon
+        except ClientError:
+            if time.monotonic() > deadline:
+                daemon.kill()
+                raise RuntimeError("the daemon did not accept connections within 30 s") from None
+            time.sleep(0.05)
+
+
+def stop_daemon(daemon: subprocess.Popen[bytes]) -> int:
+    if daemon.poll() is None:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+    return daemon.returncode
+
+
+def _session_events(socket_path: Path, job: str) -> int:
+    """Events the daemon recorded for our job's sessions, as ``sanitizerd sessions`` would show them."""
+    with ControlClient(socket_path) as control:
+        reply = control.request(m.QuerySessions())
+    assert isinstance(reply, m.Sessions)
+    return sum(s.events for s in reply.sessions if s.job == job)
+
+
+# --- main ---------------------------------------------------------------------------------------------------
+
+
+def _collect(
+    results: mp.Queue[dict[str, Any]], processes: list[mp.process.BaseProcess], timeout: float
+) -> list[dict[str, Any]]:
+    collected: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(collected) < len(processes):
+        try:
+            collected.append(results.get(timeout=1))
+        except queue.Empty:
+            dead = [p for p in processes if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"client process exited with status {dead[0].exitcode}") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"clients did not finish within {timeout:.0f} s") from None
+    return collected
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    context = mp.get_context(args.start_method)
+    workdir = Path(tempfile.mkdtemp(prefix="sanitizerd-bench-"))
+    socket_path = workdir / "sanitizerd.sock"
+    job = f"bench-{os.getpid()}"
+    print(
+        f"machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
+        f"Python {platform.python_version()}, numpy {np.__version__}, {platform.platform()}"
+    )
+
+    # The raw test runs first, with nothing else busy, so it reports what the machine can do.
+    raw = raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk)
+    print(
+        f"raw unix socket: {raw / 1e9:.2f} GB/s "
+        f"({args.raw_bytes / 2**30:.1f} GiB in {args.raw_chunk} B writes)"
+    )
+
+    if args.events is not None:
+        # Whole kernels per client: round the target up so every client sends the same work.
+        per_kernel = args.batch_events * args.batches_per_kernel
+        kernels = max(1, -(-args.events // (args.clients * per_kernel)))
+    else:
+        kernels = 0
+    plans = [
+        ClientPlan(
+            index=i,
+            socket_path=str(socket_path),
+            job=job,
+            batch_events=args.batch_events,
+            batches_per_kernel=args.batches_per_kernel,
+            kernels=kernels,
+            seconds=args.seconds,
+            pool=args.pool,
+            allocations=4,
+            allocation_bytes=32 * MiB,
+            seed=1234 + i,
+        )
+        for i in range(args.clients)
+    ]
+
+    log_path = workdir / "daemon.log"
+    status = 0
+    with open(log_path, "wb") as log:
+        daemon = start_daemon(args, socket_path, workdir / "state", log)
+        processes: list[mp.process.BaseProcess] = []
+        try:
+            barrier = context.Barrier(args.clients + 1)
+            results: mp.Queue[dict[str, Any]] = context.Queue()
+            processes = [context.Process(target=run_client, args=(p, barrier, results)) for p in plans]
+            for process in processes:
+                process.start()
+            barrier.wait(timeout=180)
+            t0 = time.monotonic()
+            daemon_cpu0 = _cpu_seconds(daemon.pid)
+            collected = _collect(results, processes, timeout=max(600, 20 * args.seconds))
+            wall_done = time.monotonic()
+            daemon_cpu = _cpu_seconds(daemon.pid) - daemon_cpu0
+            failures = [r for r in collected if "error" in r]
+            if failures:
+                for failure in failures:
+                    print(f"client {failure['index']} failed:\n{failure['error']}", file=sys.stderr)
+                raise RuntimeError("a client failed")
+            session_events = _session_events(socket_path, job)
+        finally:
+            for process in processes:
+                process.join(timeout=10)
+                if process.is_alive():
+                    process.terminate()
+            daemon_status = stop_daemon(daemon)
+
+    # The clock stops at the last client's own finish time, not when its report reached us.
+    seconds = max(r["t1"] for r in collected) - t0
+    events = sum(r["sent"] for r in collected)
+    verdict_events = sum(r["verdict_events"] for r in collected)
+    closed_events = sum(r["closed_events"] for r in collected)
+    findings = sum(r["errors"] + r["warnings"] for r in collected)
+    kernels_done = sum(r["kernels"] for r in collected)
+    client_cpu = sum(r["cpu_s"] for r in collected)
+    events_per_s = events / seconds
+    bytes_per_s = events * EVENT_BYTES / seconds
+    cores = len(os.sched_getaffinity(0))
+
+    print(
+        f"daemon: --detector-threads {args.detector_threads or 'default'} "
+        f"--queue-depth {args.queue_depth or 'default'}; exit status {daemon_status}"
+    )
+    print(
+        f"clients: {args.clients} x {kernels_done // args.clients} kernels "
+        f"x {args.batches_per_kernel} batches x {args.batch_events} events "
+        f"({args.batch_events * EVENT_BYTES / MiB:.1f} MiB frames)"
+    )
+    print(f"sent {events:,} events ({events * EVENT_BYTES / 2**30:.2f} GiB) in {seconds:.2f} s")
+    print(f"end to end: {events_per_s / 1e6:.2f} M events/s, {bytes_per_s / 1e6:.0f} MB/s of event records")
+    print(f"ratio to raw socket: {bytes_per_s / raw:.3f}")
+    print(
+        f"CPU: daemon {daemon_cpu:.1f} s, clients {client_cpu:.1f} s, "
+        f"{(daemon_cpu + client_cpu) / (seconds * cores):.0%} of {cores} cores over the timed window"
+    )
+    if verdict_events != events or closed_events != events or session_events != events:
+        print(
+            f"ERROR: sent {events} events but verdicts count {verdict_events}, closed replies "
+            f"{closed_events}, session records {session_events}",
+            file=sys.stderr,
+        )
+        status = 1
+    else:
+        print(f"verified: verdicts, closed replies and session records all count {events:,} events")
+    if findings:
+        # The events are valid by construction: a finding is a daemon bug (or a broken generator).
+        print(
+            f"WARNING: the daemon reported {findings} finding(s) on valid events; see its log",
+            file=sys.stderr,
+        )
+        for line in log_path.read_text(errors="replace").splitlines()[-5:]:
+            print(f"  daemon: {line[:300]}", file=sys.stderr)
+    if args.keep_daemon_log:
+        shutil.copyfile(log_path, args.keep_daemon_log)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+    summary = dict(
+        events_per_s=round(events_per_s),
+        bytes_per_s=round(bytes_per_s),
+        raw_socket_bytes_per_s=round(raw),
+        ratio=round(bytes_per_s / raw, 4),
+        clients=args.clients,
+        events=events,
+        seconds=round(seconds, 3),
+        batch_events=args.batch_events,
+        batches_per_kernel=args.batches_per_kernel,
+        kernels=kernels_done,
+        detector_threads=args.detector_threads,
+        queue_depth=args.queue_depth,
+        findings=findings,
+        verified=status == 0,
+        daemon_cpu_s=round(daemon_cpu, 2),
+        client_cpu_s=round(client_cpu, 2),
+        wall_collect_s=round(wall_done - t0, 3),
+        cores=cores,
+        python=platform.python_version(),
+        quick=args.quick,
+    )
+    print(json.dumps(summary))
+    return status
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
