@@ -102,7 +102,7 @@ class Daemon:
         claim_socket_path(settings.socket_path)
         store = FindingsStore(settings.state_dir / "sanitizerd.db")
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
-        self.metrics.queue_depth(lambda: float(hub.queued))
+        self.metrics.queue_depth(hub.queued)
         if settings.metrics_addr:
             self.metrics.serve(settings.metrics_addr)
         listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)

@@ -105,6 +105,7 @@ class TestMetrics:
         assert 'sanitizerd_findings_total{kind="illegal_read"} 1.0' in text
         assert 'sanitizerd_rejected_connections_total{reason="frame_too_large"} 1.0' in text
         assert 'sanitizerd_events_checked_total{detector="memcheck"} 961.0' in text
+        assert "sanitizerd_detector_queue_batches 0.0" in text
 
 
 class TestShutdown:

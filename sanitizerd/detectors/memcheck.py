@@ -221,7 +221,8 @@ class Memcheck:
         ]
 
     def finish(self) -> list[Finding]:
-        findings: list[Finding] = []
+        # A client that died inside a kernel still gets that kernel's findings: nothing is dropped silently.
+        findings: list[Finding] = self.kernel_end() if self.kernel is not None else []
         live = sorted(self.heap.blocks.values(), key=lambda b: (b.serial, b.address))
         if self.track_writes:
             findings += self._unused(live)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.store import FindingsStore
@@ -38,12 +40,22 @@ class Hub:
     live: dict[int, Session] = field(default_factory=dict)
     store_limiter: anyio.CapacityLimiter = field(init=False)
     detector_limiter: anyio.CapacityLimiter = field(init=False)
-    queued: int = 0  # work items waiting in detector queues, for the depth gauge
+    # Every live detector queue's sending end, so a scrape can sum what waits in them.
+    queues: set[MemoryObjectSendStream[Any]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config)
         self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
         self.detector_limiter = anyio.CapacityLimiter(self.limits.detector_threads)
+
+    def queued(self) -> float:
+        """Work items waiting in detector queues. Called from the metrics thread, so it reads a snapshot."""
+        for _ in range(3):
+            try:
+                return float(sum(q.statistics().current_buffer_used for q in list(self.queues)))
+            except RuntimeError:  # the set changed under the copy; try again
+                continue
+        return float("nan")
 
     async def store_call(self, fn, *args):  # type: ignore[no-untyped-def]
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.store_limiter)

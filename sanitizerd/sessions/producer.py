@@ -53,6 +53,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
         for detector in session.detectors:
             send, receive = anyio.create_memory_object_stream[Work](hub.limits.queue_depth)
             senders.append(send)
+            hub.queues.add(send)
             tg.start_soon(
                 lambda d=detector, r=receive: drive_detector(
                     d,
@@ -108,6 +109,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                         pass
                     await send.aclose()
+                    hub.queues.discard(send)
     # Detectors have drained and reported their end-of-run findings: the session is complete.
     session.end_reason = session.end_reason or "closed by client"
     info = session.info(state="ended")
