@@ -537,9 +537,7 @@ class TestStateRules:
         """A server refuses to send findings to a producer, and a producer receiving findings raises."""
         with pytest.raises(LocalProtocolError):
             ready_pair("producer").server.send(m.Findings(findings=[]))
-        error = remote_error(
-            ready_pair("producer").client, ready_pair("control").server.send(m.Findings(findings=[]))
-        )
+        error = remote_error(ready_pair("producer").client, ready_pair("control").server.send(m.Findings(findings=[])))
         assert error.reason == "unexpected_message"
 
     def test_second_hello_in_ready_is_refused(self) -> None:
@@ -671,9 +669,7 @@ class TestErrorReasons:
             msgspec.msgpack.encode({"type": "hello", "version": 1, "role": "admin"}),  # outside the Literal
             msgspec.msgpack.encode({"type": "hello", "version": 1, "pid": None}),  # nil where not allowed
             msgspec.msgpack.encode({"type": "hello", "version": 1, 7: 1}),  # non-str key
-            msgspec.msgpack.encode(
-                {"type": "hello", "version": 1, "config": {"leak_check": 1}}
-            ),  # int for bool
+            msgspec.msgpack.encode({"type": "hello", "version": 1, "config": {"leak_check": 1}}),  # int for bool
             b"\x83\xa4type\xa5hello\xa7version\x01\xa3job\xa2\xff\xfe",  # invalid UTF-8
         ],
     )
@@ -742,9 +738,7 @@ class TestErrorReasons:
     @pytest.mark.parametrize("size", [1, 55, 57, 111])
     def test_bad_batch(self, size: int) -> None:
         """An events batch whose length is not a multiple of 56 is bad_batch."""
-        error = remote_error(
-            ready_pair().server, raw_frame({"type": "events", "kernel": 1, "records": b"\0" * size})
-        )
+        error = remote_error(ready_pair().server, raw_frame({"type": "events", "kernel": 1, "records": b"\0" * size}))
         assert error.reason == "bad_batch"
 
     def test_client_refuses_to_send_bad_batch(self) -> None:
@@ -798,7 +792,7 @@ def valid_frames() -> list[tuple[str, bytes]]:
 
 VALID_FRAMES = valid_frames()
 HELLO_FRAME = Connection(Role.CLIENT).send(HANDSHAKE_MESSAGES[0][2])
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -829,9 +823,7 @@ class TestFuzz:
         parse_everything(Connection(Role.SERVER, max_frame_size=4096), data, chunk=chunk)
 
     @FUZZ
-    @given(
-        data=st.binary(max_size=300), role=st.sampled_from(["producer", "control"]), chunk=st.integers(1, 64)
-    )
+    @given(data=st.binary(max_size=300), role=st.sampled_from(["producer", "control"]), chunk=st.integers(1, 64))
     def test_arbitrary_bytes_in_session(self, data: bytes, role: str, chunk: int) -> None:
         """Arbitrary bytes fed to a server in READY either parse or raise RemoteProtocolError."""
         server = ready_pair(role).server

@@ -35,10 +35,12 @@ def extents(events: np.ndarray) -> np.ndarray:
 
 
 def ends(addresses: np.ndarray, ext: np.ndarray) -> np.ndarray:
-    """``address + extent`` without wrapping past 2**64."""
-    if addresses.size and int(addresses.max()) >= _SATURATE:
-        return np.minimum(addresses, _U64(_SATURATE)) + ext
-    return addresses + ext
+    """``address + extent``, saturating at 2**64 - 1 instead of wrapping round."""
+    total = addresses + ext
+    wrapped = total < addresses
+    if wrapped.any():
+        total[wrapped] = np.iinfo(np.uint64).max
+    return total
 
 
 def first_misaligned(events: np.ndarray, alignment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -49,15 +49,20 @@ class Memcheck:
         self.written = IntervalSet()
         self.sites = SiteLog()
         self.kernel: KernelLaunch | None = None
-        # Bytes each on-chip space holds on this chip; GM is checked against the heap, BT/FB not at all.
-        self.limits = np.full(256, _NO_LIMIT, dtype=np.uint64)
-        for space, size in context.chip.sizes.items():
-            self.limits[space] = size
+        self.limits = self._chip_limits()
+
+    def _chip_limits(self) -> np.ndarray:
+        """Bytes each on-chip space holds on the session's chip; GM is checked against the heap, BT/FB not at all."""
+        limits = np.full(256, _NO_LIMIT, dtype=np.uint64)
+        for space, size in self.context.chip.sizes.items():
+            limits[space] = size
+        return limits
 
     # --- kernel side -------------------------------------------------------------------------------------------
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
+        self.limits = self._chip_limits()  # the device summary may have named the chip after we were made
         self.sites = SiteLog()
 
     def check(self, events: np.ndarray) -> None:
@@ -189,7 +194,7 @@ class Memcheck:
         return [self.context.finding(kind, location=op.location, address=address, size=bad, serial=op.serial)]
 
     def _free(self, op: HostOp) -> list[Finding]:
-        allocation = self.heap.free(op.address)
+        allocation = self.heap.free(op.address, op.source)
         if allocation is None:
             detail = "free of an address that is not allocated (never allocated, or freed already)"
             return [
@@ -198,7 +203,10 @@ class Memcheck:
                 )
             ]
         if self.track_writes:
-            return self._unused([allocation])
+            unused = self._unused([allocation])
+            # Freed bytes are undefined again: a later allocation at the same place starts unwritten.
+            self.written.remove(allocation.address, allocation.address + allocation.size)
+            return unused
         return []
 
     def _unused(self, allocations: list[Allocation]) -> list[Finding]:
@@ -223,9 +231,8 @@ class Memcheck:
     def finish(self) -> list[Finding]:
         # A client that died inside a kernel still gets that kernel's findings: nothing is dropped silently.
         findings: list[Finding] = self.kernel_end() if self.kernel is not None else []
-        live = sorted(self.heap.blocks.values(), key=lambda b: (b.serial, b.address))
         if self.track_writes:
-            findings += self._unused(live)
+            findings += self._unused(self.heap.live())
         if self.context.config.leak_check:
             for block in self.heap.leaks():
                 detail = f"module {block.module}" if block.module != -1 else ""

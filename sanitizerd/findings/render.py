@@ -1,6 +1,6 @@
 """msSanitizer's report text (reference §2.5), and JSON.
 
-Deliberate differences, each listed in docs/findings.md: no trailing space after ``illegal free()``; the
+Deliberate differences, each listed in docs/design.md: no trailing space after ``illegal free()``; the
 unused-memory summary reads ``N byte(s)`` with a space, like the leak summary; leaks print on two lines as
 msSanitizer's code does (not one line as its docs show).
 """
@@ -42,8 +42,13 @@ def block_list(ids: list[int]) -> str:
     return ",".join(parts)
 
 
+_BLOCK_ORDER = {"aiv": 0, "aic": 1, "aicore": 2}
+
+
 def blocks_text(blocks: dict[str, list[int]]) -> str:
-    return ",".join(f"{kind}({block_list(ids)})" for kind, ids in blocks.items() if ids)
+    """``aiv(0-1,3),aic(2)``: vector blocks first, as msSanitizer prints them."""
+    kinds = sorted(blocks, key=lambda kind: (_BLOCK_ORDER.get(kind, len(_BLOCK_ORDER)), kind))
+    return ",".join(f"{kind}({block_list(blocks[kind])})" for kind in kinds if blocks[kind])
 
 
 def _frame(frame: Frame) -> str:
@@ -77,8 +82,6 @@ def _single(finding: Finding) -> Iterator[str]:
     if finding.kernel is not None:
         yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
     yield from _code_lines(finding)
-    if finding.count > 1:
-        yield f"{P}    ({finding.count} occurrences folded into this report)"
 
 
 def _leaks(group: list[Finding]) -> Iterator[str]:
