@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -15,6 +16,8 @@ from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import Jobs
 from sanitizerd.sessions.session import Session
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,8 @@ class Hub:
                 continue
         return float("nan")
 
-    async def store_call(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def store_call(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a blocking store method on the single store thread."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.store_limiter)
 
     async def publish(self, session: Session, findings: list[Finding]) -> None:

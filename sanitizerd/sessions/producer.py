@@ -13,7 +13,7 @@ import structlog
 
 from sanitizerd.detectors.base import Detector
 from sanitizerd.findings.model import Finding
-from sanitizerd.protocol import RemoteProtocolError
+from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.pipeline import drive_detector
@@ -35,7 +35,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
     async def kernel_done(kernel: int, findings: list[Finding]) -> None:
         await publish(findings)
         verdict = session.kernel_checked(kernel, findings)
-        if verdict is not None and stream.connection.state.value == "ready":
+        if verdict is not None and stream.connection.state is State.READY:
             try:
                 await stream.send(verdict)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -77,7 +77,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     log.info("client log", text=message.text, level=message.level)
                     continue
                 if isinstance(message, m.Events):
-                    metrics.events.inc(message.records.nbytes // 56)
+                    metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
                 for item in session.handle(message):
                     if isinstance(item, m.Verdict):
                         await stream.send(item)
