@@ -75,7 +75,7 @@ EVENT_DTYPE = np.dtype(
         ("repeat", "<u2"),  # 36: repeat count; 0 = empty access
         ("repeat_stride", "<u2"),  # 38: in block_size units
         ("block_id", "<u2"),  # 40: logical block (core) index
-        ("event_id", "<u2"),  # 42: sync: event id / flag id / atomic mode
+        ("event_id", "<u2"),  # 42: sync: event id (set/wait flag) or flag id (cross-core)
         ("kind", "u1"),  # 44: EventKind
         ("space", "u1"),  # 45: Space
         ("pipe", "u1"),  # 46: Pipe; sync: source pipe
