@@ -191,6 +191,10 @@ class Client:
             self._ensure_process()
             if self._pending_kernel not in (None, kernel):
                 self._flush_events()
+            if not self._pending and events.size >= self.batch_events:
+                # Framing copies it, so the caller may reuse the array as soon as we return.
+                self._enqueue(m.Events(kernel=kernel, records=np.ascontiguousarray(events).view(np.uint8).data))
+                return
             self._pending_kernel = kernel
             self._pending.append(np.array(events, copy=True))
             self._pending_events += events.size

@@ -45,14 +45,14 @@ class FrameSocket:
         self.connection = Connection(Role.CLIENT)
         self._lock = threading.Lock()  # guards the Connection, which both directions update
 
-    def frame(self, message: m.Message) -> bytes:
+    def frame(self, message: m.Message) -> bytearray:
         with self._lock:
             return self.connection.send(message)
 
     def send(self, message: m.Message) -> None:
         self.sendall(self.frame(message))
 
-    def sendall(self, data: bytes | memoryview) -> None:
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
         try:
             self.sock.sendall(data)
         except OSError as exc:
