@@ -126,7 +126,8 @@ class Connection:
                 )
             return None
         # Cut the frame out as its own bytes so zero-copy views pin this frame, never the receive buffer.
-        body = bytes(buffer[_PREFIX.size : end])
+        with memoryview(buffer) as view:  # released at once: a bytearray with a live view cannot be resized
+            body = bytes(view[_PREFIX.size : end])
         del buffer[:end]
         return body
 
