@@ -3,7 +3,7 @@
 What is timed (the "end-to-end" figure): from a barrier that every client passes once it is connected, has
 sent its device summary and malloc'ed its GM ranges, until the last client has closed its session. In that
 window each client, per kernel: ``kernel_begin``, ``--batches-per-kernel`` batches through ``Client.events``
-(copy, msgpack framing, socket write), ``kernel_end`` and ``wait_kernel`` (the daemon has read, decoded and
+(msgpack framing, socket write), ``kernel_end`` and ``wait_kernel`` (the daemon has read, decoded and
 memchecked every batch of that kernel), and at the end ``close`` (the daemon has finalized the session).
 Event generation happens before the barrier: we measure the daemon and the client library, not numpy's
 random number generator.
