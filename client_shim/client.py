@@ -196,7 +196,8 @@ class Client:
                 self._enqueue(m.Events(kernel=kernel, records=np.ascontiguousarray(events).view(np.uint8).data))
                 return
             self._pending_kernel = kernel
-            self._pending.append(np.array(events, copy=True))
+            # A byte copy: numpy copies a structured array field by field, about 30 times slower.
+            self._pending.append(np.ascontiguousarray(events).view(np.uint8).copy())
             self._pending_events += events.size
             if self._pending_events >= self.batch_events:
                 self._flush_events()
@@ -204,11 +205,11 @@ class Client:
     def _flush_events(self) -> None:
         if not self._pending:
             return
-        batch = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        records = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
         kernel = self._pending_kernel
         self._pending, self._pending_events, self._pending_kernel = [], 0, None
         assert kernel is not None
-        self._enqueue(m.Events(kernel=kernel, records=batch.view(np.uint8).data))
+        self._enqueue(m.Events(kernel=kernel, records=records.data))
 
     def kernel_end(self, kernel: int) -> None:
         self._send(m.KernelEnd(kernel=kernel))

@@ -7,6 +7,7 @@ the receiver to "parse it or raise RemoteProtocolError, never anything else".
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable
 
@@ -449,7 +450,7 @@ class TestEventsBatch:
             assert np.array_equal(decoded[name], events[name])
 
     def test_records_are_a_view_of_that_frame_only(self) -> None:
-        """records is a zero-copy view into its own frame's bytes, not a copy and not the receive buffer."""
+        """records is a zero-copy view into the immutable bytes it arrived in, and receiving carries on."""
         events = sample_events()
         pair = ready_pair()
         data = pair.client.send(m.Events(kernel=1, records=records_of(events)))
@@ -458,11 +459,11 @@ class TestEventsBatch:
         received = pair.server.next_event()
         assert isinstance(received, m.Events)
         owner = received.records.obj
-        assert isinstance(owner, bytes)
-        assert len(owner) == len(data) - 4  # the frame body, nothing more
+        assert isinstance(owner, bytes)  # immutable: later receives cannot change the batch under the detectors
+        assert received.records.nbytes == events.nbytes
         decoded = as_events(received.records)
         assert not decoded.flags.owndata
-        # The view pins the frame, not the receive bytearray, so the buffer can still grow and shrink.
+        # The view pins what was received for it, not a growing buffer, so receiving carries on.
         pair.server.receive_data(follow[3:])
         assert pair.server.next_event() == m.KernelEnd(kernel=1)
         assert decoded.tobytes() == events.tobytes()
@@ -878,3 +879,25 @@ class TestFuzz:
         body = b"\x81\xa4type" + b"\x91" * 100_000 + b"\xc0"
         error = remote_error(Connection(Role.SERVER, max_frame_size=1 << 20), frame(body))
         assert error.reason == "bad_packet"
+
+
+class TestReceiveBuffer:
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(
+        data=st.binary(max_size=300), cuts=st.lists(st.integers(0, 300), max_size=8), takes=st.lists(st.integers(0, 80))
+    )
+    def test_takes_return_the_bytes_in_order(self, data: bytes, cuts: list[int], takes: list[int]) -> None:
+        """However the bytes arrive and are taken, peek and take return them in order and the size adds up."""
+        from sanitizerd.protocol._buffer import ReceiveBuffer
+
+        buffer = ReceiveBuffer()
+        bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
+        for lo, hi in itertools.pairwise(bounds):
+            buffer.append(data[lo:hi])
+        taken = b""
+        for n in takes:
+            n = min(n, len(buffer))
+            assert buffer.peek(min(n, 4)) == data[len(taken) : len(taken) + min(n, 4)]
+            taken += bytes(buffer.take(n))
+            assert len(buffer) == len(data) - len(taken)
+        assert taken == data[: len(taken)]

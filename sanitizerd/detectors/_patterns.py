@@ -44,20 +44,22 @@ def ends(addresses: np.ndarray, ext: np.ndarray) -> np.ndarray:
 
 
 def first_misaligned(events: np.ndarray, alignment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which accesses have any block of any repeat off ``alignment`` (a power of two), and the first such address.
+    """Which accesses have any block of any repeat off ``alignment`` (a power of two), and for those the first
+    misaligned block's address (other rows of the second array hold their start address).
 
-    Every block start is ``address + k * block_size * stride``, so the whole pattern is aligned iff the address
-    and both step sizes are; no expansion needed.
+    Every block start is ``address + k * block_size * stride``, so the whole pattern is aligned iff the
+    address and both step sizes are: one OR and one AND per access, no expansion.
     """
     mask = alignment.astype(_U64) - 1
     address = events["address"]
     block_size = events["block_size"].astype(_U64)
-    block_step = np.where(events["block_num"] > 1, events["block_stride"] * block_size, _U64(0))
-    repeat_step = np.where(events["repeat"] > 1, events["repeat_stride"] * block_size, _U64(0))
-    bad_address = (address & mask) != 0
-    bad_block = (block_step & mask) != 0
-    bad = bad_address | bad_block | ((repeat_step & mask) != 0)
-    first = np.where(bad_address, address, np.where(bad_block, address + block_step, address + repeat_step))
+    block_step = events["block_stride"] * block_size * (events["block_num"] > 1)
+    repeat_step = events["repeat_stride"] * block_size * (events["repeat"] > 1)
+    bad = ((address | block_step | repeat_step) & mask) != 0
+    first = address.copy()
+    if bad.any():  # the rare rows: work out which step is off
+        a, b, r, k = address[bad], block_step[bad], repeat_step[bad], np.broadcast_to(mask, bad.shape)[bad]
+        first[bad] = np.where((a & k) != 0, a, np.where((b & k) != 0, a + b, a + r))
     return bad, first
 
 

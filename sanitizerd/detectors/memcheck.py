@@ -96,14 +96,13 @@ class Memcheck:
         self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, ext: np.ndarray, live: np.ndarray
     ) -> None:
         space = events["space"]
+        ok = hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit here is "none"
         gm = space == Space.GM
-        ok = hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit is "none" here
         if gm.any():
             legal = self.heap.legal
-            if gm.all():
-                ok = self._inside(legal, lo, hi)
-            else:
-                ok[gm] = self._inside(legal, lo[gm], hi[gm])
+            if not self._one_allocation_holds(legal, lo, hi, gm):
+                # One lookup over every row is cheaper than gathering the GM rows and scattering back.
+                ok &= ~gm | legal.contains(lo, hi)
         bad = live & ~ok
         if not bad.any():
             return
@@ -122,13 +121,15 @@ class Memcheck:
         self.sites.add(site_rows(hit, kind, address[reported], total[reported]))
 
     @staticmethod
-    def _inside(legal: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        if len(legal):
-            # Most kernels stream within one buffer: one lookup for the whole batch settles them.
-            j = int(np.searchsorted(legal.starts, lo.min(), side="right")) - 1
-            if j >= 0 and int(hi.max()) <= int(legal.ends[j]):
-                return np.ones(lo.size, dtype=bool)
-        return legal.contains(lo, hi)
+    def _one_allocation_holds(legal: IntervalSet, lo: np.ndarray, hi: np.ndarray, gm: np.ndarray) -> bool:
+        """Whether every GM access of the batch lies in one allocation: most kernels stream within one buffer,
+        and two reductions settle that for the whole batch."""
+        if not len(legal):
+            return False
+        lowest = lo.min(where=gm, initial=np.iinfo(np.uint64).max)
+        highest = hi.max(where=gm, initial=0)
+        j = int(np.searchsorted(legal.starts, lowest, side="right")) - 1
+        return j >= 0 and int(highest) <= int(legal.ends[j])
 
     def _covered(self, space: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
         gm = space == Space.GM

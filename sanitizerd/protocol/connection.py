@@ -15,6 +15,7 @@ from typing import Final
 import msgspec
 
 from sanitizerd.protocol import messages as m
+from sanitizerd.protocol._buffer import ReceiveBuffer
 from sanitizerd.protocol._state import ENDING, Role, State, allowed, next_state
 from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
 from sanitizerd.protocol.records import EVENT_DTYPE
@@ -47,7 +48,7 @@ class _TypeOnly(msgspec.Struct):
 _type_decoder = msgspec.msgpack.Decoder(_TypeOnly)
 
 
-def decode_body(body: bytes) -> m.Message:
+def decode_body(body: bytes | memoryview) -> m.Message:
     """Decode one frame body, or raise RemoteProtocolError naming what was wrong."""
     try:
         return _decoder.decode(body)
@@ -70,7 +71,7 @@ class Connection:
         self.state = State.HANDSHAKE
         self.client_role: str | None = None  # from the hello, once seen
         self._peer = Role.SERVER if role is Role.CLIENT else Role.CLIENT
-        self._buffer = bytearray()
+        self._buffer = ReceiveBuffer()
         self._eof = False
         self._client_sent_close = False
         self._encoder = msgspec.msgpack.Encoder()
@@ -81,7 +82,7 @@ class Connection:
         if data:
             if self._eof:
                 raise LocalProtocolError("data received after EOF", reason="unexpected_message")
-            self._buffer += data
+            self._buffer.append(data)
         else:
             self._eof = True
 
@@ -103,7 +104,7 @@ class Connection:
         self._advance(self._peer, message)
         return message
 
-    def _next_body(self) -> bytes | _Sentinel | None:
+    def _next_body(self) -> memoryview | bytes | _Sentinel | None:
         buffer = self._buffer
         if len(buffer) < _PREFIX.size:
             if self._eof:
@@ -111,25 +112,23 @@ class Connection:
                     raise RemoteProtocolError("peer closed inside a frame's length prefix", reason="truncated")
                 return CONNECTION_CLOSED
             return None
-        (length,) = _PREFIX.unpack_from(buffer)
+        (length,) = _PREFIX.unpack(buffer.peek(_PREFIX.size))
         if length > self.max_frame_size:
             raise RemoteProtocolError(
                 f"frame of {length} bytes exceeds the limit of {self.max_frame_size}",
                 reason="frame_too_large",
             )
-        end = _PREFIX.size + length
-        if len(buffer) < end:
+        if len(buffer) < _PREFIX.size + length:
             if self._eof:
                 raise RemoteProtocolError(
                     f"peer closed after {len(buffer) - _PREFIX.size} of a {length}-byte frame",
                     reason="truncated",
                 )
             return None
-        # Cut the frame out as its own bytes so zero-copy views pin this frame, never the receive buffer.
-        with memoryview(buffer) as view:  # released at once: a bytearray with a live view cannot be resized
-            body = bytes(view[_PREFIX.size : end])
-        del buffer[:end]
-        return body
+        buffer.take(_PREFIX.size)
+        # A view of this frame's own chunk(s): zero-copy batches pin what this connection received for them,
+        # never a shared buffer that later frames are appended to.
+        return buffer.take(length)
 
     @property
     def buffered(self) -> int:

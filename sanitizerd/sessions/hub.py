@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,7 +31,8 @@ class Limits:
     # Work items buffered per detector; with 64 MiB frames the worst case per session is
     # queue_depth x max_frame_size per detector, so keep it small.
     queue_depth: int = 4
-    detector_threads: int = 4
+    # Threads that run detector checks; numpy releases the GIL, so more than the cores buys nothing.
+    detector_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
 
 
 @dataclass(slots=True)
