@@ -92,13 +92,17 @@ def main() -> int:
     }
     host = {name: client.location("main.cpp", line, 0, "main") for name, line in
             (("x", 70), ("y", 71), ("z", 72), ("workspace", 73), ("free_x", 84), ("free_y", 85), ("free_z", 86),
-             ("free_y_again", 87))}  # fmt: skip
+             ("free_y_again", 87), ("copy_x", 75), ("copy_y", 76), ("copy_z", 80))}  # fmt: skip
 
     # Planted bug 1: x is 224 bytes short of the TOTAL_BYTES the kernel reads.
     client.malloc(GM_X, TOTAL_BYTES - SHORT_BY, location=host["x"])
     client.malloc(GM_Y, TOTAL_BYTES, location=host["y"])
     client.malloc(GM_Z, TOTAL_BYTES, location=host["z"])
     client.malloc(GM_WORKSPACE, 4096, location=host["workspace"])  # planted bug 4: never freed
+
+    # aclrtMemcpy host -> device of the inputs: host-side stores into GM.
+    client.store(GM_X, TOTAL_BYTES - SHORT_BY, location=host["copy_x"])
+    client.store(GM_Y, TOTAL_BYTES, location=host["copy_y"])
 
     kernel = client.kernel_begin("add_custom_kernel", block_dim=BLOCKS, kernel_type="aiv")
     for block in range(BLOCKS):
@@ -111,6 +115,8 @@ def main() -> int:
         f"{verdict.errors} error(s), {verdict.warnings} warning(s)",
         file=sys.stderr,
     )
+
+    client.load(GM_Z, TOTAL_BYTES, location=host["copy_z"])  # aclrtMemcpy device -> host of the result
 
     client.free(GM_X, location=host["free_x"])
     client.free(GM_Y, location=host["free_y"])
