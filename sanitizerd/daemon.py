@@ -141,18 +141,11 @@ class Daemon:
                     with anyio.fail_after(hub.limits.handshake_timeout):
                         hello = await stream.receive()
                 except TimeoutError:
-                    hub.metrics.rejected.labels("handshake_timeout").inc()
-                    log.warning("no hello in time, closing", timeout=hub.limits.handshake_timeout)
-                    await stream.send_error(
-                        None,
-                        reason="handshake_timeout",
-                        message=f"no hello within {hub.limits.handshake_timeout} s",
-                    )
+                    timeout = hub.limits.handshake_timeout
+                    await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
                     return
                 except RemoteProtocolError as exc:
-                    hub.metrics.rejected.labels(exc.reason).inc()
-                    log.warning("bad handshake, closing", reason=exc.reason, detail=str(exc))
-                    await stream.send_error(exc)
+                    await hub.refuse(stream, exc.reason, str(exc), during="handshake")
                     return
                 except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     return
@@ -170,13 +163,8 @@ class Daemon:
 
     async def _producer(self, hub: Hub, stream: MessageStream, hello: m.Hello, peer: Peer) -> None:
         if len(hub.live) >= hub.limits.max_sessions:
-            hub.metrics.rejected.labels("session_limit").inc()
-            log.warning("session limit reached, refusing", limit=hub.limits.max_sessions)
-            await stream.send_error(
-                None,
-                reason="session_limit",
-                message=f"the daemon serves its limit of {hub.limits.max_sessions}",
-            )
+            limit = hub.limits.max_sessions
+            await hub.refuse(stream, "session_limit", f"the daemon serves its limit of {limit} sessions")
             return
         config = hub.jobs.config_for(hello)
         ident = await hub.store_call(hub.store.open_session, hello.job)

@@ -55,9 +55,7 @@ async def serve_control(hub: Hub, stream: MessageStream) -> None:
                             live = [s.info() for s in hub.live.values()]
                             await outbound_send.send(m.Sessions(sessions=ended + live))
             except RemoteProtocolError as exc:
-                hub.metrics.rejected.labels(exc.reason).inc()
-                log.warning("protocol error on control connection", reason=exc.reason, detail=str(exc))
-                await stream.send_error(exc)
+                await hub.refuse(stream, exc.reason, str(exc), connection="control")
             except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass
             finally:

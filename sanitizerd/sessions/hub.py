@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.findings.model import Finding
@@ -17,8 +18,10 @@ from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import Jobs
 from sanitizerd.sessions.session import Session
+from sanitizerd.sessions.transport import MessageStream
 
 T = TypeVar("T")
+log = structlog.get_logger("sanitizerd.hub")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,12 @@ class Hub:
             except RuntimeError:  # the set changed under the copy; try again
                 continue
         return float("nan")
+
+    async def refuse(self, stream: MessageStream, reason: str, message: str, **context: object) -> None:
+        """End a connection for breaking the protocol or a limit: counted, logged, and told to the peer."""
+        self.metrics.rejected.labels(reason).inc()
+        log.warning("connection refused", reason=reason, detail=message, **context)
+        await stream.send_error(reason, message)
 
     async def store_call(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking store method on the single store thread."""

@@ -86,10 +86,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                         await send.send(item)
         except RemoteProtocolError as exc:
             reason = "protocol_error"
-            metrics.rejected.labels(exc.reason).inc()
-            log.warning("protocol error, ending session", reason=exc.reason, detail=str(exc))
             session.end_reason = f"protocol error ({exc.reason}): {exc}"
-            await stream.send_error(exc)
+            await hub.refuse(stream, exc.reason, str(exc))
         except PeerClosed:
             reason = "disconnected"
             session.end_reason = "client disconnected without close"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 from anyio.abc import ByteStream
 
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError
+from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection
 from sanitizerd.protocol import messages as m
 
 # Large reads keep per-frame overhead low; a batch frame is typically a few MiB.
@@ -45,9 +45,9 @@ class MessageStream:
         async with self._send_lock:
             await self.stream.send(self.connection.send(message))
 
-    async def send_error(self, error: RemoteProtocolError | None, *, reason: str = "", message: str = "") -> None:
+    async def send_error(self, reason: str, message: str) -> None:
         """Tell the peer why we are closing; best effort, bounded in time, never raises."""
-        data = self.connection.send_error(error.reason if error else reason, str(error) if error else message)
+        data = self.connection.send_error(reason, message)
         with anyio.move_on_after(1, shield=True):
             try:
                 async with self._send_lock:
