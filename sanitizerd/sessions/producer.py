@@ -7,11 +7,12 @@ Every task has an owner: the session's task group owns its detector tasks, and t
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import anyio
 import structlog
+from anyio.streams.memory import MemoryObjectSendStream
 
-from sanitizerd.detectors.base import Detector
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
@@ -47,25 +48,21 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
     def on_failure(detector: str) -> None:
         metrics.detector_failures.labels(detector).inc()
 
-    senders = []
+    senders: list[MemoryObjectSendStream[Work]] = []
     async with anyio.create_task_group() as tg:
-        detector: Detector
         for detector in session.detectors:
             send, receive = anyio.create_memory_object_stream[Work](hub.limits.queue_depth)
             senders.append(send)
             hub.queues.add(send)
-            tg.start_soon(
-                lambda d=detector, r=receive: drive_detector(
-                    d,
-                    session.context,
-                    r,
-                    publish=publish,
-                    kernel_done=kernel_done,
-                    limiter=hub.detector_limiter,
-                    on_checked=on_checked,
-                    on_failure=on_failure,
-                )
+            drive = partial(
+                drive_detector,
+                publish=publish,
+                kernel_done=kernel_done,
+                limiter=hub.detector_limiter,
+                on_checked=on_checked,
+                on_failure=on_failure,
             )
+            tg.start_soon(drive, detector, session.context, receive)
         try:
             while True:
                 message = await stream.receive()
