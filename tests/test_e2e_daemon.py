@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -110,17 +111,23 @@ class TestMetrics:
 
 class TestShutdown:
     def test_sigterm_with_live_sessions_exits_cleanly(self, short_dir: Path) -> None:
-        """SIGTERM ends the daemon with status 0 even while a session is connected, and removes the socket."""
+        """SIGTERM ends the daemon with status 0 while a session is connected, removes the socket, and records the
+        session as ended by the shutdown."""
         daemon = start_daemon(short_dir)
         client = Client(daemon.socket, job="lingering")
         try:
             assert stop_daemon(daemon) == 0
             assert not daemon.socket.exists()
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 client.close(timeout=5)
-            except Exception:
-                pass
+        daemon = start_daemon(short_dir)
+        try:
+            sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
+        finally:
+            assert stop_daemon(daemon) == 0
+        [lingering] = [s for s in sessions if s["job"] == "lingering"]
+        assert (lingering["state"], lingering["end_reason"]) == ("ended", "daemon shutting down")
 
 
 class TestBackpressure:

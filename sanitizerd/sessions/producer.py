@@ -49,69 +49,75 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
         metrics.detector_failures.labels(detector).inc()
 
     senders: list[MemoryObjectSendStream[Work]] = []
-    async with anyio.create_task_group() as tg:
-        for detector in session.detectors:
-            send, receive = anyio.create_memory_object_stream[Work](hub.limits.queue_depth)
-            senders.append(send)
-            hub.queues.add(send)
-            drive = partial(
-                drive_detector,
-                publish=publish,
-                kernel_done=kernel_done,
-                limiter=hub.detector_limiter,
-                on_checked=on_checked,
-                on_failure=on_failure,
-            )
-            tg.start_soon(drive, detector, session.context, receive)
-        try:
-            while True:
-                message = await stream.receive()
-                metrics.frames.inc()
-                if isinstance(message, m.Close):
-                    graceful = True
-                    break
-                if isinstance(message, m.Log):
-                    log.info("client log", text=message.text, level=message.level)
-                    continue
-                if isinstance(message, m.Events):
-                    metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
-                for item in session.handle(message):
-                    if isinstance(item, m.Verdict):
-                        await stream.send(item)
+    try:
+        async with anyio.create_task_group() as tg:
+            for detector in session.detectors:
+                send, receive = anyio.create_memory_object_stream[Work](hub.limits.queue_depth)
+                senders.append(send)
+                hub.queues.add(send)
+                drive = partial(
+                    drive_detector,
+                    publish=publish,
+                    kernel_done=kernel_done,
+                    limiter=hub.detector_limiter,
+                    on_checked=on_checked,
+                    on_failure=on_failure,
+                )
+                tg.start_soon(drive, detector, session.context, receive)
+            try:
+                while True:
+                    message = await stream.receive()
+                    metrics.frames.inc()
+                    if isinstance(message, m.Close):
+                        graceful = True
+                        break
+                    if isinstance(message, m.Log):
+                        log.info("client log", text=message.text, level=message.level)
                         continue
+                    if isinstance(message, m.Events):
+                        metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
+                    for item in session.handle(message):
+                        if isinstance(item, m.Verdict):
+                            await stream.send(item)
+                            continue
+                        for send in senders:
+                            await send.send(item)
+            except RemoteProtocolError as exc:
+                reason = "protocol_error"
+                session.end_reason = f"protocol error ({exc.reason}): {exc}"
+                await hub.refuse(stream, exc.reason, str(exc))
+            except PeerClosed:
+                reason = "disconnected"
+                session.end_reason = "client disconnected without close"
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                reason = "disconnected"
+                session.end_reason = f"connection lost: {exc!r}"
+            except anyio.get_cancelled_exc_class():
+                reason = "shutdown"
+                session.end_reason = "daemon shutting down"
+                raise
+            finally:
+                metrics.bytes.inc(stream.bytes_received)
+                with anyio.CancelScope(shield=True):
                     for send in senders:
-                        await send.send(item)
-        except RemoteProtocolError as exc:
-            reason = "protocol_error"
-            session.end_reason = f"protocol error ({exc.reason}): {exc}"
-            await hub.refuse(stream, exc.reason, str(exc))
-        except PeerClosed:
-            reason = "disconnected"
-            session.end_reason = "client disconnected without close"
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            reason = "disconnected"
-            session.end_reason = f"connection lost: {exc!r}"
-        except anyio.get_cancelled_exc_class():
-            reason = "shutdown"
-            session.end_reason = "daemon shutting down"
-            raise
-        finally:
-            metrics.bytes.inc(stream.bytes_received)
-            with anyio.CancelScope(shield=True):
-                for send in senders:
-                    try:
-                        await send.send(Finish())
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        pass
-                    await send.aclose()
-                    hub.queues.discard(send)
-    # Detectors have drained and reported their end-of-run findings: the session is complete.
+                        try:
+                            await send.send(Finish())
+                        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                            pass
+                        await send.aclose()
+                        hub.queues.discard(send)
+    finally:
+        # Whatever ended it (close, disconnect, protocol error, shutdown), the session is recorded as ended.
+        with anyio.CancelScope(shield=True):
+            await _finalize(hub, stream, session, reason, graceful)
+
+
+async def _finalize(hub: Hub, stream: MessageStream, session: Session, reason: str, graceful: bool) -> None:
     session.end_reason = session.end_reason or "closed by client"
     info = session.info(state="ended")
     info.ended = time.time()
-    with anyio.CancelScope(shield=True):
-        await hub.store_call(hub.store.close_session, info)
-    metrics.sessions_ended.labels(reason).inc()
+    await hub.store_call(hub.store.close_session, info)
+    hub.metrics.sessions_ended.labels(reason).inc()
     log.info(
         "session ended",
         reason=reason,
