@@ -113,4 +113,5 @@ class Jobs:
         job = self._get(name)
         while job.live:
             await job.idle.wait()
+        self._forget_if_unused(job)
         return m.JobIdle(job=name, sessions=job.sessions, kernels=job.kernels, events=job.events, findings=job.findings)
