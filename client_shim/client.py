@@ -243,6 +243,8 @@ class Client:
     def free(self, address: int, *, source: str = "acl", location: int = 0) -> int:
         return self._host("free", address, source=source, location=location)
 
+    # Host<->device copies are reported by their device side: host->device as ``store``, device->host as
+    # ``load``; ``memcpy`` is device->device.
     def memcpy(self, dst: int, src: int, size: int, *, location: int = 0) -> int:
         return self._host("memcpy", dst, size, src=src, location=location)
 
