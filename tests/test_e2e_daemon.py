@@ -62,7 +62,7 @@ class TestSocket:
         with Client(daemon.socket, job="creds"):
             sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
         [live] = [s for s in sessions if s["job"] == "creds"]
-        assert (live["state"], live["uid"], live["pid"]) == ("live", os.getuid(), os.getpid())
+        assert (live["state"], live["uid"], live["gid"], live["pid"]) == ("live", os.getuid(), os.getgid(), os.getpid())
 
 
 class TestState:

@@ -203,6 +203,7 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     kernels: int = 0
     events: int = 0
     findings: int = 0
+    gid: int = -1
 
 
 class QuerySessions(Message, tag="query_sessions"):

@@ -72,6 +72,7 @@ class Session:
             job=self.job,
             pid=self.context.pid,
             uid=self.peer.uid,
+            gid=self.peer.gid,
             host=self.hello.host,
             tool=self.hello.tool,
             device=self.context.device,
