@@ -49,6 +49,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
         metrics.detector_failures.labels(detector).inc()
 
     senders: list[MemoryObjectSendStream[Work]] = []
+    counted_bytes = 0  # bytes already added to the metric, which is bumped per frame, not per session
     try:
         async with anyio.create_task_group() as tg:
             for detector in session.detectors:
@@ -68,6 +69,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 while True:
                     message = await stream.receive()
                     metrics.frames.inc()
+                    metrics.bytes.inc(stream.bytes_received - counted_bytes)
+                    counted_bytes = stream.bytes_received
                     if isinstance(message, m.Close):
                         graceful = True
                         break
@@ -97,7 +100,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 session.end_reason = "daemon shutting down"
                 raise
             finally:
-                metrics.bytes.inc(stream.bytes_received)
+                metrics.bytes.inc(stream.bytes_received - counted_bytes)
                 with anyio.CancelScope(shield=True):
                     for send in senders:
                         try:
