@@ -204,7 +204,7 @@ class TestHostSideText:
                 address=0x124080014000,
                 size=1000,
                 serial=38,
-                detail="module 3",
+                module=3,
                 stack=[Frame(file="add_custom.cpp", line=15)],
             ),
         ]

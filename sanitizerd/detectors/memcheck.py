@@ -236,7 +236,6 @@ class Memcheck:
             findings += self._unused(self.heap.live())
         if self.context.config.leak_check:
             for block in self.heap.leaks():
-                detail = f"module {block.module}" if block.module != -1 else ""
                 findings.append(
                     self.context.finding(
                         "memory_leak",
@@ -244,7 +243,7 @@ class Memcheck:
                         address=block.address,
                         size=block.size,
                         serial=block.serial,
-                        detail=detail,
+                        module=block.module,
                     )
                 )
         return findings

@@ -59,6 +59,7 @@ class Finding(msgspec.Struct, kw_only=True):
     stack: list[Frame] = []
     detail: str = ""
     count: int = 1  # occurrences folded into this finding
+    module: int = -1  # module id the client gave the allocation (msSanitizer's moduleId), -1 = none
     id: int = 0  # assigned by the store
     time: float = 0.0
 

@@ -89,7 +89,7 @@ def _leaks(group: list[Finding]) -> Iterator[str]:
     for leak in group:
         yield ""
         yield f"{P}    Direct leak of {leak.size} byte(s)"
-        by_module = f" by module {leak.detail.removeprefix('module ')}" if leak.detail.startswith("module ") else ""
+        by_module = f" by module {leak.module}" if leak.module != -1 else ""
         yield f"{P}      at {leak.address:#x} on {leak.space}{by_module}"
         yield from _code_lines(leak, indent="      ", verb="allocated in")
     total = sum(leak.size for leak in group)
