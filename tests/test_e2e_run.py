@@ -130,6 +130,45 @@ class TestCleanVersusSilent:
         )
 
 
+class TestSynccheck:
+    def test_unpaired_set_flag_is_reported(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """-t synccheck reports a set_flag that no wait_flag consumed, in msSanitizer's text."""
+        program = write_program(
+            short_dir,
+            """
+            import client_shim
+            from client_shim import EventKind, Pipe, syncs
+            c = client_shim.connect()
+            site = c.location("kernel_event.h", 785, 13)
+            k = c.kernel_begin("sync_bug", 1)
+            c.events(k, syncs(EventKind.SET_FLAG, Pipe.S, Pipe.MTE3, 0, serial=31, pc=0x2C94, location=site))
+            c.kernel_end(k)
+            c.wait_kernel(k, timeout=30)
+            c.close()
+            """,
+        )
+        result = sanitizerd(
+            "run", "--socket", str(daemon.socket), "-t", "synccheck", "--", sys.executable, str(program)
+        )
+        assert result.returncode == 0, result.stderr
+        assert (
+            "====== WARNING: Unpaired set_flag instructions detected\n"
+            "======    from PIPE_S to PIPE_MTE3 in sync_bug\n"
+            "======    in block aiv(0) on device -1\n"
+            "======    code in pc current 0x2c94 (serialNo:31)\n"
+            "======    #0 kernel_event.h:785:13\n"
+        ) in result.stdout
+        assert "0 error(s), 1 warning(s)" in result.stdout
+        assert "synccheck" not in result.stderr  # no "not yet checked" notice for it any more
+
+    def test_demo_flags_are_balanced(self, daemon: RunningDaemon) -> None:
+        """The demo's set_flag/wait_flag pairs are clean: with synccheck on, only its memcheck bugs appear."""
+        result = sanitizerd("run", "--socket", str(daemon.socket), "-t", "memcheck", "-t", "synccheck", *DEMO_ARGS[2:])
+        assert result.returncode == 0, result.stderr
+        assert "set_flag" not in result.stdout and "wait_flag" not in result.stdout
+        assert "3 error(s), 1 warning(s)" in result.stdout
+
+
 class TestConcurrentRuns:
     def test_32_runs_each_get_their_own_complete_findings(self, daemon: RunningDaemon) -> None:
         """32 runs at once against one daemon: each sees exactly its own four findings, and the daemon stays up."""

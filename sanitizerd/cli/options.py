@@ -37,7 +37,6 @@ _NO_EFFECT = "is accepted but has no effect in this version of sanitizerd"
 NOT_YET_CHECKED: dict[str, str] = {
     "racecheck": f"{PREFIX} WARNING: racecheck {_NOT_CHECKED}; its findings will not be reported.",
     "initcheck": f"{PREFIX} WARNING: initcheck {_NOT_CHECKED}; its findings will not be reported.",
-    "synccheck": f"{PREFIX} WARNING: synccheck {_NOT_CHECKED}; its findings will not be reported.",
     "registercheck": (
         f"{PREFIX} WARNING: registercheck (enabled with memcheck) {_NOT_CHECKED}; its findings will not be reported."
     ),

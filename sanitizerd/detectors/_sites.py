@@ -32,12 +32,9 @@ _COMPACT_AT = 1 << 16
 
 @dataclass(slots=True)
 class Site:
-    kind: int
-    space: int
-    address: int
-    size: int
-    pc: int
-    location: int
+    """One folded site: its first row (the key fields), the smallest serial, the occurrences, the blocks."""
+
+    head: np.void
     serial: int
     count: int
     blocks: dict[int, list[int]]  # block type -> sorted block ids
@@ -86,33 +83,35 @@ class SiteLog:
         """Every site seen since the last drain, ordered by serial number."""
         rows = self._compact()
         self._parts, self._rows = [], 0
-        sites: list[Site] = []
-        if not rows.size:
-            return sites
-        starts = np.flatnonzero(_key_changes(rows, _SITE_KEY))
-        bounds = np.append(starts, rows.size)
-        # One Python step per distinct site (not per event): sites are what the user reads.
-        for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            group = rows[begin:end]
-            head = group[0]
-            blocks: dict[int, list[int]] = {}
-            for block_type, block_id in zip(group["block_type"].tolist(), group["block_id"].tolist(), strict=True):
-                blocks.setdefault(block_type, []).append(block_id)
-            sites.append(
-                Site(
-                    kind=int(head["kind"]),
-                    space=int(head["space"]),
-                    address=int(head["address"]),
-                    size=int(head["size"]),
-                    pc=int(head["pc"]),
-                    location=int(head["location"]),
-                    serial=int(group["serial"].min()),
-                    count=int(group["count"].sum()),
-                    blocks={t: sorted(set(ids)) for t, ids in blocks.items()},
-                )
-            )
-        sites.sort(key=lambda site: site.serial)
+        return fold(rows, _SITE_KEY)
+
+
+def fold(rows: np.ndarray, key: tuple[str, ...]) -> list[Site]:
+    """Group rows (which have ``block_type``, ``block_id`` and ``serial``, and may have ``count``) by ``key``:
+    one Site per distinct key, ordered by serial."""
+    sites: list[Site] = []
+    if not rows.size:
         return sites
+    rows = rows[np.lexsort([rows[name] for name in reversed(key)])]
+    starts = np.flatnonzero(_key_changes(rows, key))
+    bounds = np.append(starts, rows.size)
+    counts = rows["count"] if "count" in (rows.dtype.names or ()) else np.ones(rows.size, dtype=np.uint64)
+    # One Python step per distinct site (not per event): sites are what the user reads.
+    for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        group = rows[begin:end]
+        blocks: dict[int, set[int]] = {}
+        for block_type, block_id in zip(group["block_type"].tolist(), group["block_id"].tolist(), strict=True):
+            blocks.setdefault(block_type, set()).add(block_id)
+        sites.append(
+            Site(
+                head=group[0],
+                serial=int(group["serial"].min()),
+                count=int(counts[begin:end].sum()),
+                blocks={t: sorted(ids) for t, ids in blocks.items()},
+            )
+        )
+    sites.sort(key=lambda site: site.serial)
+    return sites
 
 
 def site_rows(events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, size: np.ndarray) -> np.ndarray:

@@ -60,6 +60,9 @@ class Finding(msgspec.Struct, kw_only=True):
     detail: str = ""
     count: int = 1  # occurrences folded into this finding
     module: int = -1  # module id the client gave the allocation (msSanitizer's moduleId), -1 = none
+    pipe: str = ""  # sync findings: the source pipe, e.g. "PIPE_MTE2"
+    dst_pipe: str = ""  # sync findings: the destination pipe
+    event_id: int = -1  # sync findings: the flag's event id
     id: int = 0  # assigned by the store
     time: float = 0.0
 

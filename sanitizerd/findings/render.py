@@ -69,7 +69,25 @@ def _code_lines(finding: Finding, indent: str = "    ", verb: str = "code in") -
         yield f"{P}{indent}#{i + offset} {_frame(frame)}"
 
 
+_SYNC_TITLES = {
+    "unpaired_set_flag": "Unpaired set_flag instructions detected",
+    "redundant_set_flag": "Redundant set_flag instructions detected",
+    "redundant_wait_flag": "Redundant wait_flag instructions detected",
+}
+
+
+def _sync(finding: Finding) -> Iterator[str]:
+    """synccheck's block (sync_info_display.h): pipes instead of an address."""
+    yield f"{P} WARNING: {_SYNC_TITLES[finding.kind]}"
+    yield f"{P}    from {finding.pipe} to {finding.dst_pipe} in {finding.kernel}"
+    yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+    yield from _code_lines(finding)
+
+
 def _single(finding: Finding) -> Iterator[str]:
+    if finding.kind in _SYNC_TITLES:
+        yield from _sync(finding)
+        return
     label = "ERROR" if finding.severity == ERROR else "WARNING"
     title = _TITLES.get(finding.kind, finding.kind.replace("_", " ") + " of size {size}")
     yield f"{P} {label}: {title.format(size=finding.size, serial=finding.serial)}"

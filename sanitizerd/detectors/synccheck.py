@@ -1,0 +1,202 @@
+"""synccheck: unpaired set_flag, redundant set_flag / wait_flag (reference §2.3).
+
+Two deliberate departures from msSanitizer (docs/design.md): state is kept per block and block type (its
+redundancy table is shared by all cores, so interleaved cores overwrite each other's slots), and event ids are
+compared whole (it masks them to 4 bits, so ids 0 and 16 pair).
+
+Both checks are vectorised. Pairing is order-independent multiset matching in which a wait consumes the
+oldest pending set, so the sets left unpaired at the end are always the last ``sets - waits`` of their key.
+Redundancy compares each sync event with the previous event that touched the same (block, pipe) slot; a
+batch is checked with one sort, and each slot's last event is carried into the next batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.detectors import register
+from sanitizerd.detectors._sites import fold
+from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.findings.model import Finding
+from sanitizerd.protocol.messages import HostOp
+from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EventKind, Pipe
+
+SYNC_ROW = np.dtype(
+    [
+        ("seq", "<u8"),  # order of arrival within the kernel
+        ("kind", "u1"),
+        ("block_type", "u1"),
+        ("block_id", "<u2"),
+        ("slot", "u1"),  # the pipe whose slot the event touches
+        ("src", "u1"),
+        ("dst", "u1"),
+        ("event_id", "<u2"),
+        ("serial", "<u8"),
+        ("pc", "<u8"),
+        ("location", "<u4"),
+    ]
+)
+_SET, _WAIT = EventKind.SET_FLAG, EventKind.WAIT_FLAG
+
+
+def _rows(events: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    rows = np.empty(events.size, dtype=SYNC_ROW)
+    rows["seq"] = seq
+    rows["kind"] = events["kind"]
+    rows["block_type"] = events["block_type"]
+    rows["block_id"] = events["block_id"]
+    # A set occupies its source pipe's slot, a wait its destination's; anything else the pipe it runs on.
+    rows["slot"] = np.where(events["kind"] == _WAIT, events["dst_pipe"], events["pipe"])
+    rows["src"] = events["pipe"]
+    rows["dst"] = events["dst_pipe"]
+    rows["event_id"] = events["event_id"]
+    rows["serial"] = events["serial"]
+    rows["pc"] = events["pc"]
+    rows["location"] = events["location"]
+    return rows
+
+
+# A slot's key and an event's order packed in one u64, so one sort orders events by slot, then time:
+# block type (2 bits) | block id (16) | pipe (8) | sequence number within the kernel (37 bits).
+_SEQ_BITS = np.uint64(37)
+_SEQ_MASK = np.uint64((1 << 37) - 1)
+
+
+def _slot_keys(block_type: np.ndarray, block_id: np.ndarray, pipe: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    slot = (block_type.astype(np.uint64) << np.uint64(24)) | (block_id.astype(np.uint64) << np.uint64(8))
+    slot |= pipe.astype(np.uint64) & np.uint64(0xFF)
+    return (slot << _SEQ_BITS) | (seq & _SEQ_MASK)
+
+
+def _same(rows: np.ndarray, a: np.ndarray, b: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
+    same = np.ones(a.size, dtype=bool)
+    for name in fields:
+        same &= rows[name][a] == rows[name][b]
+    return same
+
+
+@register("synccheck")
+class Synccheck:
+    name = "synccheck"
+
+    def __init__(self, context: SessionContext) -> None:
+        self.context = context
+        self.kernel: KernelLaunch | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.seen = 0
+        self.pairs: list[np.ndarray] = []  # every set and wait of the kernel
+        self.slots = np.empty(0, dtype=SYNC_ROW)  # last event per (block, slot) so far
+        self.redundant: list[np.ndarray] = []
+
+    def kernel_begin(self, launch: KernelLaunch) -> None:
+        self.kernel = launch
+        self._reset()
+
+    def check(self, events: np.ndarray) -> None:
+        kind = events["kind"]
+        is_sync = (kind == _SET) | (kind == _WAIT)
+        seq = np.arange(self.seen, self.seen + events.size, dtype=np.uint64)
+        self.seen += events.size
+        syncs = _rows(events[is_sync], seq[is_sync]) if is_sync.any() else self.slots[:0]
+        if syncs.size:
+            self.pairs.append(syncs)
+        if not (syncs.size or self.slots.size):
+            return  # nothing to be redundant with: the erasers in this batch cannot matter
+        erase = (kind <= EventKind.WRITE) | (kind == EventKind.CROSS_SET) | (kind == EventKind.CROSS_WAIT)
+        erasers = np.sort(
+            _slot_keys(events["block_type"][erase], events["block_id"][erase], events["pipe"][erase], seq[erase])
+        )
+        self._find_redundant(np.concatenate((self.slots, syncs)), erasers)
+
+    def _find_redundant(self, rows: np.ndarray, erasers: np.ndarray) -> None:
+        """Each sync against the previous sync of its (block, slot); redundant when identical and no eraser of
+        that slot came between. Only sync rows are sorted: erasers are sorted keys, searched per sync."""
+        keys = _slot_keys(rows["block_type"], rows["block_id"], rows["slot"], rows["seq"])
+        order = np.argsort(keys)
+        rows, keys = rows[order], keys[order]
+        group = keys >> _SEQ_BITS
+        erasers_before = np.searchsorted(erasers, keys)
+        here, before = np.arange(1, rows.size), np.arange(0, rows.size - 1)
+        nothing_between = erasers_before[here] == erasers_before[before]
+        repeat = (group[here] == group[before]) & nothing_between
+        repeat &= _same(rows, here, before, ("kind", "src", "dst", "event_id"))
+        hit = np.zeros(rows.size, dtype=bool)
+        hit[here[repeat]] = True
+        hit[before[repeat]] = True  # may be a row carried from the last batch; kernel_end dedupes by seq
+        if hit.any():
+            self.redundant.append(rows[hit])
+        # Carry each slot's last sync into the next batch, unless work on that slot followed it here.
+        last = np.ones(rows.size, dtype=bool)
+        last[:-1] = group[1:] != group[:-1]
+        end_of_slot = np.searchsorted(erasers, (group << _SEQ_BITS) | _SEQ_MASK)
+        self.slots = rows[last & (end_of_slot == erasers_before)]
+
+    def kernel_end(self) -> list[Finding]:
+        findings = self._unpaired() + self._redundant()
+        findings.sort(key=lambda f: f.serial)
+        self.kernel = None
+        self._reset()
+        return findings
+
+    def _unpaired(self) -> list[Finding]:
+        if not self.pairs:
+            return []
+        rows = np.concatenate(self.pairs)
+        key = ("block_type", "block_id", "src", "dst", "event_id")
+        rows = rows[np.lexsort([rows[name] for name in ("seq", *reversed(key))])]
+        change = np.ones(rows.size, dtype=bool)
+        change[1:] = ~_same(rows, np.arange(1, rows.size), np.arange(0, rows.size - 1), key)
+        group = np.cumsum(change) - 1
+        is_set = rows["kind"] == _SET
+        sets = np.bincount(group, weights=is_set).astype(np.int64)
+        waits = np.bincount(group, weights=~is_set).astype(np.int64)
+        unpaired = np.maximum(sets - waits, 0)
+        # Waits consume the oldest pending sets, so the sets left over are the last `unpaired` of each key.
+        through = np.cumsum(is_set)  # sets up to and including each row
+        before_group = (through - is_set)[np.flatnonzero(change)][group]
+        sets_after = sets[group] - (through - before_group)
+        return self._findings("unpaired_set_flag", rows[is_set & (sets_after < unpaired[group])])
+
+    def _redundant(self) -> list[Finding]:
+        if not self.redundant:
+            return []
+        rows = np.concatenate(self.redundant)
+        rows = rows[np.unique(rows["seq"], return_index=True)[1]]
+        sets = rows["kind"] == _SET
+        return self._findings("redundant_set_flag", rows[sets]) + self._findings("redundant_wait_flag", rows[~sets])
+
+    def _findings(self, kind: str, rows: np.ndarray) -> list[Finding]:
+        launch = self.kernel
+        return [
+            self.context.finding(
+                kind,
+                kernel=launch.name if launch else None,
+                location=int(site.head["location"]),
+                blocks={BLOCK_TYPE_NAMES[t]: ids for t, ids in site.blocks.items()},
+                space="",
+                serial=site.serial,
+                pc=int(site.head["pc"]),
+                count=site.count,
+                pipe=_pipe_name(int(site.head["src"])),
+                dst_pipe=_pipe_name(int(site.head["dst"])),
+                event_id=int(site.head["event_id"]),
+            )
+            for site in fold(rows, ("kind", "src", "dst", "event_id", "pc", "location"))
+        ]
+
+    def host_op(self, op: HostOp) -> list[Finding]:
+        return []
+
+    def finish(self) -> list[Finding]:
+        return self.kernel_end() if self.kernel is not None else []
+
+
+def _pipe_name(pipe: int) -> str:
+    if pipe == Pipe.S_CAL:  # msSanitizer's internal scalar-compute pipe prints as PIPE_S
+        return "PIPE_S"
+    try:
+        return f"PIPE_{Pipe(pipe).name}"
+    except ValueError:
+        return f"PIPE_{pipe}"
