@@ -10,7 +10,18 @@ client.close()
 """
 
 from client_shim.client import Client, connect
-from client_shim.events import EVENT_DTYPE, BlockType, EventKind, Pipe, Space, accesses, make_events, syncs
+from client_shim.events import (
+    EVENT_DTYPE,
+    BlockType,
+    EventKind,
+    Pipe,
+    Register,
+    Space,
+    accesses,
+    make_events,
+    register_writes,
+    syncs,
+)
 from client_shim.transport import ClientError
 
 __all__ = [
@@ -20,9 +31,11 @@ __all__ = [
     "ClientError",
     "EventKind",
     "Pipe",
+    "Register",
     "Space",
     "accesses",
     "connect",
     "make_events",
+    "register_writes",
     "syncs",
 ]

@@ -10,11 +10,23 @@ from sanitizerd.protocol.records import (
     BlockType,
     EventKind,
     Pipe,
+    Register,
     Space,
     empty_events,
 )
 
-__all__ = ["EVENT_DTYPE", "BlockType", "EventKind", "Pipe", "Space", "accesses", "make_events", "syncs"]
+__all__ = [
+    "EVENT_DTYPE",
+    "BlockType",
+    "EventKind",
+    "Pipe",
+    "Register",
+    "Space",
+    "accesses",
+    "make_events",
+    "register_writes",
+    "syncs",
+]
 
 
 def make_events(**fields: object) -> np.ndarray:
@@ -74,4 +86,21 @@ def syncs(
     return make_events(
         kind=kind, pipe=src_pipe, dst_pipe=dst_pipe, event_id=event_id, block_id=block_id,
         block_type=block_type, serial=serial, pc=pc, location=location, mode=mode, block_size=0,
+    )  # fmt: skip
+
+
+def register_writes(
+    register: Register,
+    value: object,
+    *,
+    block_id: object = 0,
+    block_type: BlockType = BlockType.AIV,
+    serial: object = 0,
+    pc: object = 0,
+    location: object = 0,
+) -> np.ndarray:
+    """Writes of a control register (set_vector_mask, set_ctrl, ...), for registercheck."""
+    return make_events(
+        kind=EventKind.SET_REGISTER, event_id=register, address=value, block_id=block_id, block_type=block_type,
+        serial=serial, pc=pc, location=location, block_size=0,
     )  # fmt: skip

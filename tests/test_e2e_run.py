@@ -169,6 +169,31 @@ class TestSynccheck:
         assert "3 error(s), 1 warning(s)" in result.stdout
 
 
+class TestRegistercheck:
+    def test_mask_not_reset_is_reported_with_memcheck(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """-t memcheck brings registercheck along, which reports a vector mask the kernel did not reset."""
+        program = write_program(
+            short_dir,
+            """
+            import client_shim
+            from client_shim import Register, register_writes
+            c = client_shim.connect(device=0)
+            k = c.kernel_begin("add_custom", 1)
+            c.events(k, register_writes(Register.VECTOR_MASK_0, 123456))
+            c.kernel_end(k)
+            c.wait_kernel(k, timeout=30)
+            c.close()
+            """,
+        )
+        result = sanitizerd("run", "--socket", str(daemon.socket), "-t", "memcheck", "--", sys.executable, str(program))
+        assert result.returncode == 0, result.stderr
+        assert (
+            "[sanitizerd] Warning:Register VECTOR_MASK_0 was not reset to default in block aiv(0) on kernel "
+            "add_custom. Expected default value is (18446744073709551615), but current value is (123456)\n"
+        ) in result.stdout
+        assert result.stderr == ""  # nothing of memcheck's set is "not yet checked" any more
+
+
 class TestConcurrentRuns:
     def test_32_runs_each_get_their_own_complete_findings(self, daemon: RunningDaemon) -> None:
         """32 runs at once against one daemon: each sees exactly its own four findings, and the daemon stays up."""

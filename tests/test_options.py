@@ -283,9 +283,7 @@ class TestRanges:
     def test_block_id_out_of_range(self, value: str, app: str) -> None:
         """Above 200, or not a number, is the block-id range error plus help."""
         err = usage_error([f"--block-id={value}", app])
-        assert (
-            err.message == f"[sanitizerd] ERROR: --block-id param is invalid. range: [0, 200]\n{run_help()}"
-        )
+        assert err.message == f"[sanitizerd] ERROR: --block-id param is invalid. range: [0, 200]\n{run_help()}"
 
     def test_block_id_default_is_all(self, app: str) -> None:
         """Without --block-id every block is checked (-1)."""
@@ -300,9 +298,7 @@ class TestRanges:
     def test_cache_size_out_of_range(self, value: str, app: str) -> None:
         """0, 8193 and an empty value are the cache-size range error."""
         err = usage_error([f"--cache-size={value}", app])
-        assert err.message.startswith(
-            "[sanitizerd] ERROR: --cache-size param is invalid. range: [1, 8192](MB)\n"
-        )
+        assert err.message.startswith("[sanitizerd] ERROR: --cache-size param is invalid. range: [1, 8192](MB)\n")
 
     @pytest.mark.parametrize("value", ["1", "10240"])
     def test_max_debuglog_size_bounds_accepted(self, value: str, app: str) -> None:
@@ -325,9 +321,7 @@ class TestRanges:
     def test_kernel_name_2048_rejected(self, app: str) -> None:
         """A 2048-character kernel name is the length error."""
         err = usage_error(["--kernel-name=" + "k" * 2048, app])
-        assert err.message.startswith(
-            "[sanitizerd] ERROR: --kernel-name param is invalid. require length <= 2047\n"
-        )
+        assert err.message.startswith("[sanitizerd] ERROR: --kernel-name param is invalid. require length <= 2047\n")
 
     def test_empty_kernel_name_means_every_kernel(self, app: str) -> None:
         """--kernel-name= keeps the default empty filter."""
@@ -476,8 +470,7 @@ class TestProgram:
         prog.chmod(0o644)
         err = usage_error([str(prog)])
         assert err.message == (
-            f"[sanitizerd] ERROR: User program ({os.path.realpath(prog)}) has no execute permission\n"
-            + USE_HELP
+            f"[sanitizerd] ERROR: User program ({os.path.realpath(prog)}) has no execute permission\n" + USE_HELP
         )
 
     def test_control_characters_not_echoed(self, tmp_path: Path) -> None:
@@ -501,9 +494,7 @@ class TestProgram:
         assert opts.program == [str(link), "arg"]
         assert opts.executable == str(link)
 
-    def test_bare_name_found_in_cwd_first(
-        self, app: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    def test_bare_name_found_in_cwd_first(self, app: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A name without / is looked up in . before $PATH."""
         other = tmp_path / "bin"
         other.mkdir()
@@ -562,10 +553,7 @@ class TestSanitizerdOptions:
     def test_error_exitcode_out_of_range(self, value: str, app: str) -> None:
         """256 or nothing is the range error plus help."""
         err = usage_error([f"--error-exitcode={value}", app])
-        assert (
-            err.message
-            == f"[sanitizerd] ERROR: --error-exitcode param is invalid. range: [0, 255]\n{run_help()}"
-        )
+        assert err.message == f"[sanitizerd] ERROR: --error-exitcode param is invalid. range: [0, 255]\n{run_help()}"
 
     def test_error_exitcode_default(self, app: str) -> None:
         """Without --error-exitcode the program's status is used."""
@@ -573,9 +561,9 @@ class TestSanitizerdOptions:
 
 
 class TestNotices:
-    def test_plain_memcheck_mentions_only_registercheck(self, app: str) -> None:
-        """Default memcheck is implemented; only its implied registercheck gets a notice."""
-        assert parse(app).notices == [NOT_YET_CHECKED["registercheck"]]
+    def test_plain_memcheck_has_no_notice(self, app: str) -> None:
+        """Default memcheck and its implied registercheck are implemented: no notice."""
+        assert parse(app).notices == []
 
     def test_racecheck(self, app: str) -> None:
         """-t racecheck gets its one-line notice."""
@@ -606,8 +594,8 @@ class TestNotices:
         [["--full-backtrace=no"], ["--demangle=full"], ["--check-cross-npu-races=no"], ["--leak-check=yes"]],
     )
     def test_no_notice_for_defaults_and_implemented(self, options: list[str], app: str) -> None:
-        """Defaults and implemented features add nothing beyond registercheck."""
-        assert parse(app, *options).notices == [NOT_YET_CHECKED["registercheck"]]
+        """Defaults and implemented features add no notice."""
+        assert parse(app, *options).notices == []
 
     def test_each_notice_once_in_table_order(self, app: str) -> None:
         """Repeated options give one notice each, ordered as the table."""

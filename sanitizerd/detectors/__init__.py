@@ -29,7 +29,7 @@ def create_detectors(context: SessionContext) -> list[Detector]:
     return [DETECTORS[tool](context) for tool in context.config.tools if tool in DETECTORS]
 
 
-from sanitizerd.detectors import memcheck, synccheck  # noqa: E402  (register themselves)
+from sanitizerd.detectors import memcheck, registercheck, synccheck  # noqa: E402  (register themselves)
 
 __all__ = [
     "DETECTORS",
@@ -39,5 +39,6 @@ __all__ = [
     "create_detectors",
     "memcheck",
     "register",
+    "registercheck",
     "synccheck",
 ]

@@ -63,6 +63,9 @@ class Finding(msgspec.Struct, kw_only=True):
     pipe: str = ""  # sync findings: the source pipe, e.g. "PIPE_MTE2"
     dst_pipe: str = ""  # sync findings: the destination pipe
     event_id: int = -1  # sync findings: the flag's event id
+    register: str = ""  # register findings: its name, e.g. "VECTOR_MASK_0"
+    expected: int = 0  # register findings: the default it should have been reset to
+    actual: int = 0  # register findings: the value the kernel left
     id: int = 0  # assigned by the store
     time: float = 0.0
 

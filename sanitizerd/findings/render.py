@@ -84,9 +84,21 @@ def _sync(finding: Finding) -> Iterator[str]:
     yield from _code_lines(finding)
 
 
+def _register(finding: Finding) -> Iterator[str]:
+    """registercheck's single line (register_info_display.h), under our tool's name."""
+    yield (
+        f"[sanitizerd] Warning:Register {finding.register} was not reset to default in block "
+        f"{blocks_text(finding.blocks) or '?'} on kernel {finding.kernel}. Expected default value is "
+        f"({finding.expected}), but current value is ({finding.actual})"
+    )
+
+
 def _single(finding: Finding) -> Iterator[str]:
     if finding.kind in _SYNC_TITLES:
         yield from _sync(finding)
+        return
+    if finding.kind == "register_not_reset":
+        yield from _register(finding)
         return
     label = "ERROR" if finding.severity == ERROR else "WARNING"
     title = _TITLES.get(finding.kind, finding.kind.replace("_", " ") + " of size {size}")

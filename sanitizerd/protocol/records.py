@@ -22,6 +22,20 @@ class EventKind(enum.IntEnum):
     CROSS_SET = 19  # ffts cross-core set; event_id = flag id, mode = ffts mode
     CROSS_WAIT = 20  # wait_flag_dev; event_id = flag id
     SET_ATOMIC = 21  # mode = 0 off, non-zero on
+    SET_REGISTER = 22  # event_id = Register, address = the value written
+
+
+class Register(enum.IntEnum):
+    """Control registers a kernel must leave at their defaults (msSanitizer's registercheck, reference §2.4)."""
+
+    VECTOR_MASK_0 = 1
+    VECTOR_MASK_1 = 2
+    CTRL = 3
+    FFTS_BASE_ADDR = 4
+    FPC = 5
+    QUANT_PRE = 6
+    QUANT_POST = 7
+    LRELU_ALPHA = 8
 
 
 class Space(enum.IntEnum):
@@ -65,7 +79,7 @@ FLAG_ATOMIC = 0x01
 
 EVENT_DTYPE = np.dtype(
     [
-        ("address", "<u8"),  # 0: start address; sync events: 0
+        ("address", "<u8"),  # 0: start address; sync events: 0; SET_REGISTER: the value
         ("serial", "<u8"),  # 8: instruction serial number (msSanitizer serialNo)
         ("pc", "<u8"),  # 16: program counter, 0 when unknown
         ("block_size", "<u4"),  # 24: bytes per block
@@ -75,7 +89,7 @@ EVENT_DTYPE = np.dtype(
         ("repeat", "<u2"),  # 36: repeat count; 0 = empty access
         ("repeat_stride", "<u2"),  # 38: in block_size units
         ("block_id", "<u2"),  # 40: logical block (core) index
-        ("event_id", "<u2"),  # 42: sync: event id (set/wait flag) or flag id (cross-core)
+        ("event_id", "<u2"),  # 42: sync: event id (set/wait flag) or flag id (cross-core); SET_REGISTER: Register
         ("kind", "u1"),  # 44: EventKind
         ("space", "u1"),  # 45: Space
         ("pipe", "u1"),  # 46: Pipe; sync: source pipe
