@@ -34,6 +34,10 @@ class TestDemoReports:
         assert "====== ERROR: LeakCheck: detected memory leaks\n\n======    Direct leak of 4096 byte(s)\n" in out
         assert "====== SUMMARY: 4096 byte(s) leaked in 1 allocation(s)\n" in out
         assert "3 error(s), 1 warning(s)" in out
+        # The kernel's reports sit between msSanitizer's per-kernel banners; host-side ones follow.
+        start = out.index("[sanitizerd] Start memcheck, registercheck sanitizer on kernel add_custom_kernel\n")
+        end = out.index("[sanitizerd] Sanitizer finished on kernel add_custom_kernel. See all detected errors above.\n")
+        assert start < out.index("illegal read of size 224") < end < out.index("illegal free()")
         assert not (short_dir / "nobody.sock").exists()
 
     def test_findings_json_from_a_running_daemon(self, daemon: RunningDaemon) -> None:
@@ -128,6 +132,15 @@ class TestCleanVersusSilent:
         assert "1 session(s), 1 kernel(s), 2 device event(s) checked; 0 error(s), 0 warning(s). No error detected." in (
             result.stdout
         )
+        assert "[sanitizerd] Sanitizer finished on kernel clean. No error detected.\n" in result.stdout
+
+    def test_kernel_name_filter(self, daemon: RunningDaemon) -> None:
+        """--kernel-name that matches no kernel leaves the demo's kernel unchecked, and says so."""
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--kernel-name", "matmul", *DEMO_ARGS)
+        assert result.returncode == 0, result.stderr
+        assert "[sanitizerd] No active sanitizer tool on kernel add_custom_kernel.\n" in result.stdout
+        assert "illegal read" not in result.stdout and "misaligned" not in result.stdout
+        assert "illegal free()" in result.stdout  # host-side checks still run
 
 
 class TestSynccheck:

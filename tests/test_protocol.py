@@ -245,6 +245,10 @@ CONTROL_MESSAGES: list[tuple[str, m.Message]] = [
         ),
     ),
     ("server", m.JobIdle(job="demo", sessions=2, kernels=3, events=4, findings=5)),
+    (
+        "server",
+        m.KernelChecked(session=3, kernel=1, name="add_custom", tools=["memcheck"], events=961, errors=2, warnings=0),
+    ),
 ]
 # Messages that end the connection, each in a fresh READY pair.
 ENDING_MESSAGES: list[tuple[str, str, m.Message]] = [

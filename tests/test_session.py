@@ -12,7 +12,7 @@ from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import make_finding
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.session import Peer, Session
+from sanitizerd.sessions.session import Answer, Peer, Session
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel
 
 
@@ -140,9 +140,10 @@ class TestFilters:
         s = session(kernel_name="add")
         assert s.handle(begin(1, "mul_custom")) == []
         assert s.handle(batch(1, EVENTS)) == []
-        assert s.handle(m.KernelEnd(kernel=1)) == [
-            m.Verdict(kernel=1, events=EVENTS.size, errors=0, warnings=0, checked=False)
-        ]
+        [answer] = s.handle(m.KernelEnd(kernel=1))
+        assert isinstance(answer, Answer)
+        assert answer.verdict == m.Verdict(kernel=1, events=EVENTS.size, errors=0, warnings=0, checked=False)
+        assert (answer.report.name, answer.report.tools, answer.report.checked) == ("mul_custom", [], False)
         assert s.events == EVENTS.size
 
     def test_kernel_name_filter_keeps_matching_kernels(self) -> None:
@@ -180,24 +181,35 @@ class TestVerdicts:
         error = make_finding("illegal_read")
         warning = make_finding("out_of_bounds")
         assert s.kernel_checked(4, [error, error]) is None
-        verdict = s.kernel_checked(4, [warning])
-        assert verdict == m.Verdict(kernel=4, events=EVENTS.size, errors=2, warnings=1, checked=True)
+        answer = s.kernel_checked(4, [warning])
+        assert answer is not None
+        assert answer.verdict == m.Verdict(kernel=4, events=EVENTS.size, errors=2, warnings=1, checked=True)
+        assert answer.report == m.KernelChecked(
+            session=s.id,
+            kernel=4,
+            name="add_custom",
+            tools=["memcheck", "memcheck"],
+            events=EVENTS.size,
+            errors=2,
+            warnings=1,
+        )
 
     def test_verdict_with_one_detector(self) -> None:
         """With a single detector its report gives the verdict straight away."""
         s = session()
         s.handle(begin(1))
         s.handle(m.KernelEnd(kernel=1))
-        assert s.kernel_checked(1, []) == m.Verdict(kernel=1, events=0, errors=0, warnings=0)
+        answer = s.kernel_checked(1, [])
+        assert answer is not None and answer.verdict == m.Verdict(kernel=1, events=0, errors=0, warnings=0)
 
     def test_no_detectors_answers_at_once(self) -> None:
         """A session with no implemented detector answers each kernel_end with a verdict directly."""
         s = session(tools=[])
         assert s.handle(begin(1)) == [StartKernel(KernelLaunch(1, "add_custom", 8, "aiv"))]
         s.handle(batch(1, EVENTS))
-        assert s.handle(m.KernelEnd(kernel=1)) == [
-            m.Verdict(kernel=1, events=EVENTS.size, errors=0, warnings=0, checked=True)
-        ]
+        [answer] = s.handle(m.KernelEnd(kernel=1))
+        assert isinstance(answer, Answer)
+        assert answer.verdict == m.Verdict(kernel=1, events=EVENTS.size, errors=0, warnings=0, checked=True)
 
     def test_count_feeds_session_info(self) -> None:
         """Counted findings and handled events show in the session's info."""

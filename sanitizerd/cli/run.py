@@ -70,7 +70,10 @@ class EmbeddedDaemon:
 
 
 class Reporter:
-    """Prints the job's findings as they arrive, on its own thread, until the job is idle."""
+    """Prints the job's findings as they arrive, on its own thread, until the job is idle.
+
+    A kernel's findings are printed between msSanitizer's per-kernel banners (reference §2.0) once the daemon
+    reports the kernel checked; host-side findings are printed at once."""
 
     def __init__(self, control: ControlClient, out: IO[str], shown: set[str]) -> None:
         self.control = control
@@ -80,6 +83,7 @@ class Reporter:
         self.warnings = 0
         self.idle: m.JobIdle | None = None
         self.failure: str | None = None
+        self._kernels: dict[tuple[int, int], list[Finding]] = {}  # (session, launch) -> findings held
         self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
 
     def _loop(self) -> None:
@@ -87,23 +91,48 @@ class Reporter:
             while True:
                 message = self.control.receive()
                 if isinstance(message, m.Findings):
-                    self._print(message.findings)
+                    self._findings(message.findings)
+                elif isinstance(message, m.KernelChecked):
+                    self._kernel(message)
                 elif isinstance(message, m.JobIdle):
                     self.idle = message
+                    for held in self._kernels.values():
+                        self._print(held)
                     return
         except ClientError as exc:
             self.failure = str(exc)
 
-    def _print(self, findings: list[Finding]) -> None:
+    def _findings(self, findings: list[Finding]) -> None:
         for finding in findings:
             if finding.severity == ERROR:
                 self.errors += 1
             else:
                 self.warnings += 1
+        now = [f for f in findings if not f.launch]
+        for finding in findings:
+            if finding.launch:
+                self._kernels.setdefault((finding.session, finding.launch), []).append(finding)
+        self._print(now)
+
+    def _kernel(self, report: m.KernelChecked) -> None:
+        held = self._kernels.pop((report.session, report.kernel), [])
+        if not report.tools:
+            self._write(f"{PREFIX} No active sanitizer tool on kernel {report.name}.\n")
+            return
+        self._write(f"{PREFIX} Start {', '.join(report.tools)} sanitizer on kernel {report.name}\n")
+        shown = self._print(held)
+        outcome = "See all detected errors above." if shown else "No error detected."
+        self._write(f"{PREFIX} Sanitizer finished on kernel {report.name}. {outcome}\n")
+
+    def _print(self, findings: list[Finding]) -> int:
         visible = [f for f in findings if f.severity in self.shown]
         if visible:
-            self.out.write(render_text(visible))
-            self.out.flush()
+            self._write(render_text(visible))
+        return len(visible)
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
 
 
 def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:

@@ -49,6 +49,7 @@ class Finding(msgspec.Struct, kw_only=True):
     pid: int = 0
     device: int = -1
     kernel: str | None = None  # None for host-side findings
+    launch: int = 0  # the kernel launch's id within its session; 0 when not tied to a finished launch
     blocks: dict[str, list[int]] = {}  # "aiv" -> sorted block ids that hit this site
     space: str = "GM"
     address: int = 0

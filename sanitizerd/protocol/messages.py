@@ -220,6 +220,19 @@ class WaitJob(Message, tag="wait_job"):
     job: str
 
 
+class KernelChecked(Message, tag="kernel_checked"):
+    """Pushed to a job's watchers once a kernel launch is checked, after its findings."""
+
+    session: int
+    kernel: int
+    name: str
+    tools: list[str]
+    events: int
+    errors: int
+    warnings: int
+    checked: bool = True
+
+
 class JobIdle(Message, tag="job_idle"):
     job: str
     sessions: int
@@ -249,5 +262,6 @@ AnyMessage = (
     | QuerySessions
     | Sessions
     | WaitJob
+    | KernelChecked
     | JobIdle
 )

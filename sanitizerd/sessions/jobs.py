@@ -94,9 +94,17 @@ class Jobs:
         if job is None:
             return
         job.findings += len(findings)
+        await self._tell_watchers(job, m.Findings(findings=findings))
+
+    async def kernel_checked(self, name: str, report: m.KernelChecked) -> None:
+        job = self._jobs.get(name)
+        if job is not None:
+            await self._tell_watchers(job, report)
+
+    async def _tell_watchers(self, job: Job, message: m.Message) -> None:
         for watcher in list(job.watchers):
             try:
-                await watcher.send(m.Findings(findings=findings))
+                await watcher.send(message)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self.unwatch(job.name, watcher)
 

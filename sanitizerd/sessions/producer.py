@@ -18,7 +18,7 @@ from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.pipeline import drive_detector
-from sanitizerd.sessions.session import Session
+from sanitizerd.sessions.session import Answer, Session
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
 
@@ -34,13 +34,21 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
         await hub.publish(session, findings)
 
     async def kernel_done(kernel: int, findings: list[Finding]) -> None:
+        for finding in findings:
+            finding.launch = kernel
         await publish(findings)
-        verdict = session.kernel_checked(kernel, findings)
-        if verdict is not None and stream.connection.state is State.READY:
+        checked = session.kernel_checked(kernel, findings)
+        if checked is not None:
+            await answer(checked)
+
+    async def answer(checked: Answer) -> None:
+        """The verdict to the client (if it is still there), the report to the job's watchers."""
+        if stream.connection.state is State.READY:
             try:
-                await stream.send(verdict)
+                await stream.send(checked.verdict)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass  # the client left; its findings are stored all the same
+        await hub.jobs.kernel_checked(session.job, checked.report)
 
     def on_checked(detector: str, n: int) -> None:
         metrics.events_checked.labels(detector).inc(n)
@@ -80,8 +88,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if isinstance(message, m.Events):
                         metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
                     for item in session.handle(message):
-                        if isinstance(item, m.Verdict):
-                            await stream.send(item)
+                        if isinstance(item, Answer):
+                            await answer(item)
                             continue
                         for send in senders:
                             await send.send(item)

@@ -25,6 +25,14 @@ class Peer:
     gid: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A checked kernel: the verdict for the client, the report for the job's watchers."""
+
+    verdict: m.Verdict
+    report: m.KernelChecked
+
+
 @dataclass(slots=True)
 class KernelState:
     launch: KernelLaunch
@@ -87,7 +95,7 @@ class Session:
 
     # --- messages ----------------------------------------------------------------------------------------------
 
-    def handle(self, message: m.Message) -> list[Work | m.Verdict]:
+    def handle(self, message: m.Message) -> list[Work | Answer]:
         """Work for every detector, and replies for the client, in order."""
         match message:
             case m.Events():
@@ -115,7 +123,7 @@ class Session:
         if summary.device >= 0:
             self.context.device = summary.device
 
-    def _kernel_begin(self, begin: m.KernelBegin) -> list[Work | m.Verdict]:
+    def _kernel_begin(self, begin: m.KernelBegin) -> list[Work | Answer]:
         if self.current is not None:
             raise RemoteProtocolError(
                 f"kernel_begin {begin.kernel} while kernel {self.current.launch.kernel} is still running",
@@ -133,7 +141,7 @@ class Session:
             raise RemoteProtocolError(f"{what} for kernel {kernel}, which is not running", reason="bad_reference")
         return self.current
 
-    def _events(self, batch: m.Events) -> list[Work | m.Verdict]:
+    def _events(self, batch: m.Events) -> list[Work | Answer]:
         state = self._running(batch.kernel, "events")
         events = as_events(batch.records)
         state.events += events.size
@@ -144,14 +152,14 @@ class Session:
             events = events[events["block_id"] == self.config.block_id]
         return [Batch(events)]
 
-    def _kernel_end(self, end: m.KernelEnd) -> list[Work | m.Verdict]:
+    def _kernel_end(self, end: m.KernelEnd) -> list[Work | Answer]:
         state = self._running(end.kernel, "kernel_end")
         self.current = None
         if state.checked and self.detectors:
             state.pending = len(self.detectors)
             return [EndKernel(end.kernel)]
         del self.kernels[end.kernel]
-        return [m.Verdict(kernel=end.kernel, events=state.events, errors=0, warnings=0, checked=state.checked)]
+        return [self._answer(state)]
 
     # --- detector results --------------------------------------------------------------------------------------
 
@@ -160,8 +168,9 @@ class Session:
         self.errors += errors
         self.warnings += len(findings) - errors
 
-    def kernel_checked(self, kernel: int, findings: list[Finding]) -> m.Verdict | None:
-        """One detector finished a kernel; the verdict once the last one has."""
+    def kernel_checked(self, kernel: int, findings: list[Finding]) -> Answer | None:
+        """One detector finished a kernel; the verdict (for the client) and the report (for the job's watchers)
+        once the last one has."""
         state = self.kernels[kernel]
         errors = sum(1 for f in findings if f.severity == ERROR)
         state.errors += errors
@@ -170,7 +179,29 @@ class Session:
         if state.pending:
             return None
         del self.kernels[kernel]
-        return m.Verdict(kernel=kernel, events=state.events, errors=state.errors, warnings=state.warnings)
+        return self._answer(state)
+
+    def _answer(self, state: KernelState) -> Answer:
+        launch = state.launch
+        verdict = m.Verdict(
+            kernel=launch.kernel,
+            events=state.events,
+            errors=state.errors,
+            warnings=state.warnings,
+            checked=state.checked,
+        )
+        tools = [d.name for d in self.detectors] if state.checked else []
+        report = m.KernelChecked(
+            session=self.id,
+            kernel=launch.kernel,
+            name=launch.name,
+            tools=tools,
+            events=state.events,
+            errors=state.errors,
+            warnings=state.warnings,
+            checked=state.checked,
+        )
+        return Answer(verdict, report)
 
 
 def _display_name(name: str) -> str:
