@@ -171,6 +171,7 @@ class Daemon:
         session = Session(ident, hello, config, peer)
         hub.live[ident] = session
         hub.jobs.session_started(hello.job, ident)
+        await hub.jobs.record(hello.job, ident, hello)
         hub.metrics.sessions_started.inc()
         hub.metrics.sessions_live.inc()
         try:

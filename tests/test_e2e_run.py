@@ -207,6 +207,39 @@ class TestRegistercheck:
         assert result.stderr == ""  # nothing of memcheck's set is "not yet checked" any more
 
 
+class TestSaveAndReplay:
+    def test_replay_reproduces_the_findings(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """`run --save F` then `replay F` yields the same findings: same kinds, places, blocks, serials, stacks."""
+        saved = short_dir / "demo.save"
+        run = sanitizerd(
+            "run", "--socket", str(daemon.socket), "--save", str(saved), "-t", "memcheck", "-t", "synccheck",
+            "--leak-check", "yes", "--check-unused-memory", "yes", "--", sys.executable, str(DEMO),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert (saved.stat().st_mode & 0o777) == 0o600
+        job = JOB.search(run.stdout).group(1)
+        original = json.loads(
+            sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json").stdout
+        )
+        replayed = sanitizerd("replay", str(saved), "--socket", str(daemon.socket), "--format", "json")
+        assert replayed.returncode == 0, replayed.stderr
+
+        def facts(findings: list[dict[str, object]]) -> list[dict[str, object]]:
+            drop = {"job", "session", "id", "time"}
+            return sorted(({k: v for k, v in f.items() if k not in drop} for f in findings), key=json.dumps)
+
+        assert len(original) == 5  # the 4 planted bugs, and the never-written workspace
+        assert facts(json.loads(replayed.stdout)) == facts(original)
+
+    def test_replay_of_a_damaged_file_says_where(self, short_dir: Path) -> None:
+        """A truncated save file is refused with the byte offset, not a traceback."""
+        damaged = short_dir / "damaged.save"
+        damaged.write_bytes(b"\x10\x00\x00\x00abc")
+        result = sanitizerd("replay", str(damaged), "--socket", str(short_dir / "none.sock"))
+        assert result.returncode == 1
+        assert "truncated" in result.stderr and "Traceback" not in result.stderr
+
+
 class TestConcurrentRuns:
     def test_32_runs_each_get_their_own_complete_findings(self, daemon: RunningDaemon) -> None:
         """32 runs at once against one daemon: each sees exactly its own four findings, and the daemon stays up."""

@@ -658,3 +658,14 @@ class TestRunHelp:
     def test_fits_a_terminal(self) -> None:
         """No help line is wider than 110 columns."""
         assert max(len(line) for line in run_help().splitlines()) <= 110
+
+
+class TestSave:
+    def test_save_path_is_kept(self, app: str) -> None:
+        """--save FILE is sanitizerd's own option and keeps the path as given."""
+        assert parse(app, "--save", "run.save").save == "run.save"
+
+    def test_save_needs_a_path(self, app: str) -> None:
+        """An empty --save is refused with a clear message."""
+        with pytest.raises(UsageError, match="--save param is invalid"):
+            parse(app, "--save=")

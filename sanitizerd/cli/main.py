@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")
 
+    replay = commands.add_parser("replay", help="feed a job saved with `run --save FILE` to a daemon again")
+    replay.add_argument("file")
+    replay.add_argument("--socket", type=Path, default=None)
+    replay.add_argument("--format", choices=["text", "json"], default="text")
+
     for name, help_text in (
         ("findings", "print findings from a running daemon"),
         ("sessions", "list sessions"),
@@ -82,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
         return run_daemon(settings)
+    if args.command == "replay":
+        from sanitizerd.cli.replay import replay
+
+        return replay(args.file, socket=str(args.socket) if args.socket else None, fmt=args.format)
     if args.command in ("findings", "sessions"):
         from sanitizerd.cli import query
 

@@ -12,7 +12,7 @@ Deliberate differences from msSanitizer, each marked where it is made:
   options after the program name, which is why msSanitizer's docs ask for ``--``);
 * ``-t`` also takes ``|``-joined tool names;
 * numeric values must be all digits (``std::stol`` reads ``--block-id=7x`` as 7);
-* ``--socket`` and ``--error-exitcode`` are sanitizerd's own;
+* ``--socket``, ``--error-exitcode`` and ``--save`` are sanitizerd's own;
 * the log file is not opened here, and every message is ours to print on stderr.
 """
 
@@ -99,6 +99,7 @@ class RunOptions:
     socket: str | None = None
     error_exitcode: int | None = None
     log_file: str | None = None
+    save: str | None = None  # record the job's frames here, for `sanitizerd replay`
     config: Config = field(default_factory=Config)
     program: list[str] = field(default_factory=list)
     executable: str | None = None
@@ -143,6 +144,7 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("check-cross-npu-races", None, True, _LOWER),
     _Option("socket", None, True, None),
     _Option("error-exitcode", None, True, _DIGITS),
+    _Option("save", None, True, None),
 )
 _BY_NAME = {opt.name: opt for opt in _OPTIONS}
 _BY_SHORT = {opt.short: opt for opt in _OPTIONS if opt.short}
@@ -200,6 +202,7 @@ def run_help() -> str:
             "  sanitizerd options:",
             "    --socket=<path>      connect to the daemon listening at <path> [the daemon's default]",
             "    --error-exitcode=<n> exit with <n> (0-255) when errors are reported [the program's status]",
+            "    --save=<file>        record everything the program's clients send, for `sanitizerd replay`",
             "",
             "  Every option but -h and -v needs a value: --<option>=<value> or --<option> <value>.",
         ]
@@ -217,6 +220,7 @@ class _State:
     log_file: str | None = None
     socket: str | None = None
     error_exitcode: int | None = None
+    save: str | None = None
     notices: list[str] = field(default_factory=list)
     show_help: bool = False
     show_version: bool = False
@@ -357,6 +361,12 @@ def _set_socket(value: str, st: _State) -> None:
     st.socket = value
 
 
+def _set_save(value: str, st: _State) -> None:
+    if not value:
+        raise _invalid("save", ". require a file path")
+    st.save = value
+
+
 def _set_error_exitcode(value: str, st: _State) -> None:
     code = _decimal(value)
     if code is None or code > MAX_EXIT_CODE:
@@ -391,6 +401,7 @@ _HANDLERS: dict[str, Callable[[str, _State], None]] = {
     "check-cross-npu-races": _set_check_cross_npu_races,
     "socket": _set_socket,
     "error-exitcode": _set_error_exitcode,
+    "save": _set_save,
 }
 assert set(_HANDLERS) == set(_BY_NAME), "every option needs exactly one handler"
 
@@ -579,6 +590,7 @@ def parse_run_args(argv: list[str]) -> RunOptions:
         socket=st.socket,
         error_exitcode=st.error_exitcode,
         log_file=st.log_file,
+        save=st.save,
         config=st.config,
         program=program,
         executable=executable,

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -24,6 +25,7 @@ from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError
 from sanitizerd import __version__
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.cli.options import PREFIX, UsageError, parse_run_args, run_help
+from sanitizerd.cli.savefile import SaveWriter
 from sanitizerd.daemon import default_socket_path
 from sanitizerd.findings.model import ERROR, WARNING, Finding
 from sanitizerd.findings.render import render_text
@@ -75,8 +77,11 @@ class Reporter:
     A kernel's findings are printed between msSanitizer's per-kernel banners (reference §2.0) once the daemon
     reports the kernel checked; host-side findings are printed at once."""
 
-    def __init__(self, control: ControlClient, out: IO[str], shown: set[str]) -> None:
+    def __init__(
+        self, control: ControlClient, out: IO[str], shown: set[str], *, save: SaveWriter | None = None
+    ) -> None:
         self.control = control
+        self.save = save
         self.out = out
         self.shown = shown
         self.errors = 0
@@ -84,6 +89,7 @@ class Reporter:
         self.idle: m.JobIdle | None = None
         self.failure: str | None = None
         self._kernels: dict[tuple[int, int], list[Finding]] = {}  # (session, launch) -> findings held
+        self.findings: list[Finding] = []  # all of them, in arrival order
         self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
 
     def _loop(self) -> None:
@@ -94,6 +100,8 @@ class Reporter:
                     self._findings(message.findings)
                 elif isinstance(message, m.KernelChecked):
                     self._kernel(message)
+                elif isinstance(message, m.Recorded) and self.save is not None:
+                    self.save.write(message)
                 elif isinstance(message, m.JobIdle):
                     self.idle = message
                     for held in self._kernels.values():
@@ -103,6 +111,7 @@ class Reporter:
             self.failure = str(exc)
 
     def _findings(self, findings: list[Finding]) -> None:
+        self.findings.extend(findings)
         for finding in findings:
             if finding.severity == ERROR:
                 self.errors += 1
@@ -135,7 +144,7 @@ class Reporter:
         self.out.flush()
 
 
-def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:
+def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:
     if idle is None:
         return f"{PREFIX} ERROR: lost the daemon before the job ended: {reporter.failure or 'no reply'}"
     if idle.sessions == 0:
@@ -177,7 +186,22 @@ def run(argv: list[str]) -> int:
             return 1
         out = os.fdopen(fd, "w")
 
-    socket_path = Path(options.socket) if options.socket else default_socket_path()
+    try:
+        with daemon_connection(options.socket) as (control, socket_path):
+            return _supervise(options, control, socket_path, out)
+    except ClientError as exc:
+        print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+@contextlib.contextmanager
+def daemon_connection(socket: str | None) -> Iterator[tuple[ControlClient, Path]]:
+    """A control connection to the daemon at ``socket`` (or the default), or to an embedded daemon started
+    for the duration when none answers there."""
+    socket_path = Path(socket) if socket else default_socket_path()
     embedded: EmbeddedDaemon | None = None
     try:
         try:
@@ -187,22 +211,23 @@ def run(argv: list[str]) -> int:
             socket_path = embedded.socket
             control = embedded.connect()
         with contextlib.closing(control):
-            return _supervise(options, control, socket_path, out)
-    except ClientError as exc:
-        print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
-        return 1
+            yield control, socket_path
     finally:
         if embedded is not None:
             embedded.stop()
-        if out is not sys.stdout:
-            out.close()
 
 
 def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str]) -> int:  # type: ignore[no-untyped-def]
     job = f"run-{os.getpid()}-{secrets.token_hex(4)}"
-    control.send(m.JobStart(job=job, config=options.config))
-    control.send(m.Watch(job=job))
-    reporter = Reporter(control, out, _SHOWN.get(options.config.log_level, _SHOWN["warn"]))
+    start = m.JobStart(job=job, config=options.config)
+    try:
+        save = SaveWriter(options.save, start) if options.save else None
+    except OSError as exc:
+        print(f"{PREFIX} ERROR: cannot write {options.save}: {exc.strerror}", file=sys.stderr)
+        return 1
+    control.send(start)
+    control.send(m.Watch(job=job, record=save is not None))
+    reporter = Reporter(control, out, _SHOWN.get(options.config.log_level, _SHOWN["warn"]), save=save)
     reporter.thread.start()
 
     env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job})
@@ -222,7 +247,9 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
 
     control.send(m.WaitJob(job=job))
     reporter.thread.join()
-    print(_summary(job, reporter.idle, reporter, options.program[0]), file=out)
+    if save is not None:
+        save.close()
+    print(summary_line(job, reporter.idle, reporter, options.program[0]), file=out)
     out.flush()
     if options.error_exitcode is not None and reporter.errors:
         return options.error_exitcode

@@ -36,7 +36,7 @@ ALLOWED: dict[tuple[Role, State, str | None], frozenset[type[m.Message]]] = {
     (Role.CLIENT, State.READY, "control"): CONTROL_SENDS | {m.Close},
     (Role.SERVER, State.READY, "producer"): frozenset({m.Verdict, m.Error, m.Closed}),
     (Role.SERVER, State.READY, "control"): frozenset(
-        {m.Findings, m.KernelChecked, m.Sessions, m.JobIdle, m.Error, m.Closed}
+        {m.Findings, m.KernelChecked, m.Recorded, m.Sessions, m.JobIdle, m.Error, m.Closed}
     ),
 }
 

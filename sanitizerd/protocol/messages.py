@@ -173,9 +173,11 @@ class JobStart(Message, tag="job_start"):
 
 
 class Watch(Message, tag="watch"):
-    """Streams the job's findings to this connection as they are stored."""
+    """Streams the job's findings to this connection as they are stored; with ``record``, also every message
+    its producers send (``recorded``), for ``sanitizerd run --save``."""
 
     job: str
+    record: bool = False
 
 
 class QueryFindings(Message, tag="query_findings"):
@@ -233,6 +235,13 @@ class KernelChecked(Message, tag="kernel_checked"):
     checked: bool = True
 
 
+class Recorded(Message, tag="recorded"):
+    """One message a producer of a recorded job sent (its hello first), as the msgpack body of its frame."""
+
+    session: int
+    body: bytes
+
+
 class JobIdle(Message, tag="job_idle"):
     job: str
     sessions: int
@@ -263,5 +272,6 @@ AnyMessage = (
     | Sessions
     | WaitJob
     | KernelChecked
+    | Recorded
     | JobIdle
 )

@@ -42,8 +42,8 @@ async def serve_control(hub: Hub, stream: MessageStream) -> None:
                         case m.JobStart(job=job, config=config):
                             hub.jobs.register(job, config)
                             registered.append(job)
-                        case m.Watch(job=job):
-                            hub.jobs.watch(job, outbound_send)
+                        case m.Watch(job=job, record=record):
+                            hub.jobs.watch(job, outbound_send, record=record)
                             watching.append(job)
                         case m.WaitJob(job=job):
                             tg.start_soon(wait_job, job)

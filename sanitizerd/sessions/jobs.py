@@ -6,10 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import anyio
+import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol import messages as m
+
+_encoder = msgspec.msgpack.Encoder()
 
 
 @dataclass(slots=True)
@@ -20,6 +23,7 @@ class Job:
     live: set[int] = field(default_factory=set)
     idle: anyio.Event = field(default_factory=anyio.Event)
     watchers: list[MemoryObjectSendStream[m.Message]] = field(default_factory=list)
+    recorders: list[MemoryObjectSendStream[m.Message]] = field(default_factory=list)
     sessions: int = 0
     kernels: int = 0
     events: int = 0
@@ -108,13 +112,34 @@ class Jobs:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self.unwatch(job.name, watcher)
 
-    def watch(self, name: str, stream: MemoryObjectSendStream[m.Message]) -> None:
-        self._get(name).watchers.append(stream)
+    def watch(self, name: str, stream: MemoryObjectSendStream[m.Message], *, record: bool = False) -> None:
+        job = self._get(name)
+        job.watchers.append(stream)
+        if record:
+            job.recorders.append(stream)
+
+    def recording(self, name: str) -> bool:
+        job = self._jobs.get(name)
+        return job is not None and bool(job.recorders)
+
+    async def record(self, name: str, session: int, message: m.Message) -> None:
+        """Hand a producer's message to the job's recorders (encoded once for all of them)."""
+        job = self._jobs.get(name)
+        if job is None or not job.recorders:
+            return
+        recorded = m.Recorded(session=session, body=_encoder.encode(message))
+        for recorder in list(job.recorders):
+            try:
+                await recorder.send(recorded)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.unwatch(job.name, recorder)
 
     def unwatch(self, name: str, stream: MemoryObjectSendStream[m.Message]) -> None:
         job = self._jobs.get(name)
         if job is not None and stream in job.watchers:
             job.watchers.remove(stream)
+            if stream in job.recorders:
+                job.recorders.remove(stream)
             self._forget_if_unused(job)
 
     async def wait_idle(self, name: str) -> m.JobIdle:

@@ -82,6 +82,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if isinstance(message, m.Close):
                         graceful = True
                         break
+                    if hub.jobs.recording(session.job):
+                        await hub.jobs.record(session.job, session.id, message)
                     if isinstance(message, m.Log):
                         log.info("client log", text=message.text, level=message.level)
                         continue

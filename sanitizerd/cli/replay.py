@@ -1,0 +1,85 @@
+"""``sanitizerd replay FILE``: feed a job saved by ``sanitizerd run --save`` to a daemon again.
+
+Each recorded session is replayed as a producer connection of a new job, with its own hello (only the job id
+changes), its messages in the order the daemon first received them, and a graceful close. Detectors are
+deterministic, so the findings are the recorded run's (compare everything but job, session, id and time).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import struct
+import sys
+import threading
+
+import msgspec
+
+from client_shim.transport import ClientError, FrameSocket
+from sanitizerd.cli.options import PREFIX
+from sanitizerd.cli.run import Reporter, daemon_connection, summary_line
+from sanitizerd.cli.savefile import SaveFileError, read_save
+from sanitizerd.findings.model import ERROR, WARNING
+from sanitizerd.findings.render import render_json
+from sanitizerd.protocol import decode_body
+from sanitizerd.protocol import messages as m
+
+_PREFIX = struct.Struct("<I")
+
+
+def replay(path: str, *, socket: str | None, fmt: str) -> int:
+    try:
+        header, recorded = read_save(path)
+    except (OSError, SaveFileError) as exc:
+        print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
+        return 1
+    sessions: dict[int, list[bytes]] = {}
+    for entry in recorded:
+        sessions.setdefault(entry.session, []).append(entry.body)
+    job = f"replay-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        with daemon_connection(socket) as (control, socket_path), open(os.devnull, "w") as devnull:
+            control.send(m.JobStart(job=job, config=header.config))
+            control.send(m.Watch(job=job))
+            out = sys.stdout if fmt == "text" else devnull
+            reporter = Reporter(control, out, {ERROR, WARNING})
+            reporter.thread.start()
+            for bodies in sessions.values():
+                _replay_session(str(socket_path), job, bodies)
+            control.send(m.WaitJob(job=job))
+            reporter.thread.join()
+    except ClientError as exc:
+        print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
+        return 1
+    if fmt == "json":
+        sys.stdout.write(render_json(reporter.findings).decode() + "\n")
+    else:
+        print(summary_line(job, reporter.idle, reporter, path))
+    return 0
+
+
+def _replay_session(socket_path: str, job: str, bodies: list[bytes]) -> None:
+    hello = decode_body(bodies[0])
+    if not isinstance(hello, m.Hello):
+        raise ClientError(f"a recorded session starts with {type(hello).__name__}, not hello")
+    connection = FrameSocket(socket_path)
+    try:
+        connection.handshake(msgspec.structs.replace(hello, job=job))
+        connection.sock.settimeout(None)
+        # The daemon answers verdicts while we send; read them on the side so its writes never block.
+        drained = threading.Thread(target=_read_until_closed, args=(connection,), daemon=True)
+        drained.start()
+        for body in bodies[1:]:
+            connection.sendall(_PREFIX.pack(len(body)) + body)
+        connection.send(m.Close())
+        drained.join()
+    finally:
+        connection.close()
+
+
+def _read_until_closed(connection: FrameSocket) -> None:
+    try:
+        while not isinstance(connection.receive(), m.Closed | m.Error):
+            pass
+    except (ClientError, OSError):
+        pass
