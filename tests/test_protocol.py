@@ -249,6 +249,7 @@ CONTROL_MESSAGES: list[tuple[str, m.Message]] = [
         "server",
         m.KernelChecked(session=3, kernel=1, name="add_custom", tools=["memcheck"], events=961, errors=2, warnings=0),
     ),
+    ("server", m.Recorded(session=3, body=b"\x81\xa4type\xa5close")),
 ]
 # Messages that end the connection, each in a fresh READY pair.
 ENDING_MESSAGES: list[tuple[str, str, m.Message]] = [
