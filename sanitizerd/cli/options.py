@@ -36,7 +36,6 @@ _NOT_CHECKED = "is accepted but not yet checked by this version of sanitizerd"
 _NO_EFFECT = "is accepted but has no effect in this version of sanitizerd"
 NOT_YET_CHECKED: dict[str, str] = {
     "racecheck": f"{PREFIX} WARNING: racecheck {_NOT_CHECKED}; its findings will not be reported.",
-    "initcheck": f"{PREFIX} WARNING: initcheck {_NOT_CHECKED}; its findings will not be reported.",
     "--check-device-heap": (
         f"{PREFIX} WARNING: --check-device-heap {_NOT_CHECKED}; device heap findings will not be reported."
     ),

@@ -29,7 +29,7 @@ def create_detectors(context: SessionContext) -> list[Detector]:
     return [DETECTORS[tool](context) for tool in context.config.tools if tool in DETECTORS]
 
 
-from sanitizerd.detectors import memcheck, registercheck, synccheck  # noqa: E402  (register themselves)
+from sanitizerd.detectors import initcheck, memcheck, registercheck, synccheck  # noqa: E402  (register themselves)
 
 __all__ = [
     "DETECTORS",
@@ -37,6 +37,7 @@ __all__ = [
     "KernelLaunch",
     "SessionContext",
     "create_detectors",
+    "initcheck",
     "memcheck",
     "register",
     "registercheck",

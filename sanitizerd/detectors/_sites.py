@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sanitizerd.detectors.base import SessionContext
+from sanitizerd.findings.model import Finding
+from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, Space
+
 SITE_DTYPE = np.dtype(
     [
         ("kind", "u1"),
@@ -128,3 +132,27 @@ def site_rows(events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, s
     rows["serial"] = events["serial"]
     rows["count"] = 1
     return rows
+
+
+def site_findings(
+    context: SessionContext, kernel: str | None, sites: list[Site], kinds: dict[int, str]
+) -> list[Finding]:
+    """Findings for folded memory sites (rows of SITE_DTYPE), with ``kinds`` naming each site kind."""
+    findings = []
+    for site in sites:
+        head = site.head
+        findings.append(
+            context.finding(
+                kinds[int(head["kind"])],
+                kernel=kernel,
+                location=int(head["location"]),
+                blocks={BLOCK_TYPE_NAMES[t]: ids for t, ids in site.blocks.items()},
+                space=Space(int(head["space"])).name,
+                address=int(head["address"]),
+                size=int(head["size"]),
+                serial=site.serial,
+                pc=int(head["pc"]),
+                count=site.count,
+            )
+        )
+    return findings

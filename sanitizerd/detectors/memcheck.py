@@ -13,11 +13,11 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import Allocation, Heap
 from sanitizerd.detectors._intervals import IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, expand, extents, first_misaligned
-from sanitizerd.detectors._sites import SiteLog, site_rows
+from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EventKind, Space
+from sanitizerd.protocol.records import EventKind, Space
 
 _READ, _WRITE, _MISALIGNED = 0, 1, 2
 _SITE_KINDS = {_READ: "illegal_read", _WRITE: "illegal_write", _MISALIGNED: "misaligned_access"}
@@ -148,25 +148,8 @@ class Memcheck:
 
     def kernel_end(self) -> list[Finding]:
         launch = self.kernel
-        findings = []
-        for site in self.sites.drain():
-            head = site.head
-            findings.append(
-                self.context.finding(
-                    _SITE_KINDS[int(head["kind"])],
-                    kernel=launch.name if launch else None,
-                    location=int(head["location"]),
-                    blocks={BLOCK_TYPE_NAMES[t]: ids for t, ids in site.blocks.items()},
-                    space=Space(int(head["space"])).name,
-                    address=int(head["address"]),
-                    size=int(head["size"]),
-                    serial=site.serial,
-                    pc=int(head["pc"]),
-                    count=site.count,
-                )
-            )
         self.kernel = None
-        return findings
+        return site_findings(self.context, launch.name if launch else None, self.sites.drain(), _SITE_KINDS)
 
     # --- host side ---------------------------------------------------------------------------------------------
 

@@ -1,0 +1,185 @@
+"""initcheck: reads of bytes nothing has written (``uninitialized_read``, reference §2.1).
+
+Which bytes are defined is kept as byte ranges, not one shadow byte per byte: memory use follows how
+fragmented the written data is, not how much was allocated. GM ranges live for the session (host stores,
+memcpy and memset define them, a free undefines them); on-chip and private ranges are per block and are
+forgotten at the kernel's end (msSanitizer resets them at each block's end). One set holds all of them under
+a composite key: the address space, and for on-chip spaces the block, in the top bits.
+
+A batch is checked in order without a per-event loop: reads are first checked against what was defined
+before the batch; only reads with undefined bytes (in a steady-state kernel, few) are checked again against
+the batch's earlier writes, pairwise, with the writes found by a sorted search.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.detectors import register
+from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
+from sanitizerd.detectors._patterns import extents, ranges
+from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
+from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.findings.model import Finding
+from sanitizerd.protocol.messages import HostOp
+from sanitizerd.protocol.records import EventKind, Space
+
+_U64 = np.uint64
+_SPACE_SHIFT = _U64(60)
+_GM_LO, _GM_HI = int(Space.GM) << 60, (int(Space.GM) + 1) << 60
+_ADDRESS_BITS = _U64((1 << 42) - 1)
+_UNINITIALIZED = 0
+_MAX_PAIRS = 1 << 22  # (read, write) candidates examined at once, to bound memory on pathological batches
+
+
+def composite(space: np.ndarray, block_type: np.ndarray, block_id: np.ndarray, address: np.ndarray) -> np.ndarray:
+    """One key space for every (address space, block) so that one interval set serves them all."""
+    key = space.astype(_U64) << _SPACE_SHIFT
+    gm = space == Space.GM
+    on_chip = (block_type.astype(_U64) << _U64(58)) | (block_id.astype(_U64) << _U64(42)) | (address & _ADDRESS_BITS)
+    return key | np.where(gm, np.minimum(address, _U64((1 << 59) - 1)), on_chip)
+
+
+@register("initcheck")
+class Initcheck:
+    name = "initcheck"
+
+    def __init__(self, context: SessionContext) -> None:
+        self.context = context
+        self.defined = IntervalSet()
+        self.sites = SiteLog()
+        self.kernel: KernelLaunch | None = None
+        self.allocations: dict[int, int] = {}  # GM address -> size, to undefine on free
+
+    def kernel_begin(self, launch: KernelLaunch) -> None:
+        self.kernel = launch
+        self.sites = SiteLog()
+
+    def check(self, events: np.ndarray) -> None:
+        kind = events["kind"]
+        ext = extents(events)
+        live = (ext > 0) & (kind <= EventKind.WRITE)
+        if not live.any():
+            return
+        index = np.flatnonzero(live)
+        owner, start, stop = ranges(events[index], ext[index])
+        event = index[owner]  # batch position of each range's access: its order
+        keys = composite(events["space"][event], events["block_type"][event], events["block_id"][event], start)
+        stops = keys + (stop - start)
+        is_read = kind[event] == EventKind.READ
+        self._check_reads(events, event[is_read], keys[is_read], stops[is_read], event[~is_read], keys[~is_read],
+                          stops[~is_read])  # fmt: skip
+        if (~is_read).any():
+            self.defined.add(keys[~is_read], stops[~is_read])
+
+    def _check_reads(
+        self,
+        events: np.ndarray,
+        read_event: np.ndarray,
+        read_lo: np.ndarray,
+        read_hi: np.ndarray,
+        write_event: np.ndarray,
+        write_lo: np.ndarray,
+        write_hi: np.ndarray,
+    ) -> None:
+        if not read_event.size:
+            return
+        undefined = (read_hi - read_lo) - self.defined.covered(read_lo, read_hi)
+        doubtful = np.flatnonzero(undefined > 0)
+        if not doubtful.size:
+            return
+        if write_event.size:
+            order = np.argsort(write_lo, kind="stable")
+            writes = write_event[order], write_lo[order], write_hi[order]
+            longest = _U64((write_hi - write_lo).max())
+            # Writes overlapping [lo, hi) start before hi and, being at most `longest` long, at lo - longest or
+            # later: count the candidate pairs, and take the doubtful reads in chunks of bounded pairs.
+            lo, hi = read_lo[doubtful], read_hi[doubtful]
+            first = np.searchsorted(writes[1], np.where(lo > longest, lo - longest, _U64(0)), "left")
+            last = np.searchsorted(writes[1], hi, "left")
+            pairs = np.cumsum(np.maximum(last - first, 0))
+            chunk_of = (pairs - 1) // _MAX_PAIRS
+            for chunk in np.unique(chunk_of).tolist():
+                part = doubtful[chunk_of == chunk]
+                sel = chunk_of == chunk
+                undefined[part] -= self._written_earlier(
+                    read_event[part], read_lo[part], read_hi[part], first[sel], last[sel], *writes
+                )
+        self._report(events, read_event, read_lo, undefined)
+
+    def _written_earlier(
+        self,
+        read_event: np.ndarray,
+        read_lo: np.ndarray,
+        read_hi: np.ndarray,
+        first: np.ndarray,
+        last: np.ndarray,
+        write_event: np.ndarray,
+        write_lo: np.ndarray,
+        write_hi: np.ndarray,
+    ) -> np.ndarray:
+        """Bytes of each read range that an earlier write of this batch defined and the set did not.
+        ``first:last`` is each read's window of candidate writes (sorted by start)."""
+        counts = np.maximum(last - first, 0)
+        read = np.repeat(np.arange(read_lo.size), counts)
+        write = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+        lo = np.maximum(write_lo[write], read_lo[read])
+        hi = np.minimum(write_hi[write], read_hi[read])
+        useful = (hi > lo) & (write_event[write] < read_event[read])
+        read, lo, hi = read[useful], lo[useful], hi[useful]
+        gained = np.zeros(read_lo.size, dtype=_U64)
+        if not read.size:
+            return gained
+        # Union of each read's useful write pieces, minus what the set already covered there.
+        shift = _U64(int((read_hi - read_lo).max()) + 1)
+        base = read_lo[read]
+        rel_lo = read.astype(_U64) * shift + (lo - base)
+        rel_hi = read.astype(_U64) * shift + (hi - base)
+        merged_lo, merged_hi = merge_ranges(rel_lo, rel_hi)
+        group = (merged_lo // shift).astype(np.intp)
+        absolute_lo = read_lo[group] + (merged_lo - group.astype(_U64) * shift)
+        absolute_hi = absolute_lo + (merged_hi - merged_lo)
+        new = (absolute_hi - absolute_lo) - self.defined.covered(absolute_lo, absolute_hi)
+        np.add.at(gained, group, new)
+        return gained
+
+    def _report(self, events: np.ndarray, read_event: np.ndarray, read_lo: np.ndarray, undefined: np.ndarray) -> None:
+        bad = undefined > 0
+        if not bad.any():
+            return
+        event, lo, count = read_event[bad], read_lo[bad], undefined[bad]
+        # One report per access: its undefined bytes in all, at the first range that has any.
+        order = np.lexsort((lo, event))
+        event, lo, count = event[order], lo[order], count[order]
+        first = np.ones(event.size, dtype=bool)
+        first[1:] = event[1:] != event[:-1]
+        totals = np.add.reduceat(count, np.flatnonzero(first))
+        hit = events[event[first]]
+        address = np.where(hit["space"] == Space.GM, lo[first] & _U64((1 << 59) - 1), lo[first] & _ADDRESS_BITS)
+        self.sites.add(site_rows(hit, _UNINITIALIZED, address, totals))
+
+    def kernel_end(self) -> list[Finding]:
+        launch = self.kernel
+        self.kernel = None
+        # On-chip and private bytes do not outlive the kernel's blocks.
+        self.defined.remove(0, _GM_LO)
+        self.defined.remove(_GM_HI, (1 << 64) - 1)
+        return site_findings(
+            self.context, launch.name if launch else None, self.sites.drain(), {_UNINITIALIZED: "uninitialized_read"}
+        )
+
+    def host_op(self, op: HostOp) -> list[Finding]:
+        if op.op == "malloc":
+            self.allocations.setdefault(op.address, op.size)
+        elif op.op == "free":
+            size = self.allocations.pop(op.address, 0)
+            if size:
+                self.defined.remove(_GM_LO | op.address, _GM_LO | (op.address + size))
+        elif op.op in ("store", "memset", "memcpy") and op.size:
+            self.defined.add(
+                np.array([_GM_LO | op.address], dtype=_U64), np.array([_GM_LO | (op.address + op.size)], dtype=_U64)
+            )
+        return []
+
+    def finish(self) -> list[Finding]:
+        return self.kernel_end() if self.kernel is not None else []
