@@ -102,20 +102,21 @@ def expand(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return owner[keep], start[keep], stop[keep]
 
 
-def ranges(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Byte ranges of the given accesses as (owner index, start, end), cheaply: dense accesses, the common case,
-    are one range each without going through ``expand``. Not sorted."""
-    block_size = events["block_size"].astype(_U64)
-    block_num, block_stride = events["block_num"], events["block_stride"]
-    repeat, repeat_stride = events["repeat"], events["repeat_stride"]
+def ranges(events: np.ndarray, ext: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte ranges of the accesses ``events[index]`` as (event index, start, end), cheaply: fields are gathered
+    one by one (numpy copies a structured selection field by field, far slower), and dense accesses, the common
+    case, are one range each without going through ``expand``. Not sorted."""
+    block_size = events["block_size"][index].astype(_U64)
+    block_num, block_stride = events["block_num"][index], events["block_stride"][index]
+    repeat, repeat_stride = events["repeat"][index], events["repeat_stride"][index]
     row_is_range = (block_num <= 1) | (block_stride <= 1)
     row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num * block_size)
     dense = row_is_range & ((repeat <= 1) | (repeat_stride * block_size <= row_length))
-    owner = np.flatnonzero(dense)
+    owner = index[dense]
     start = events["address"][owner]
     stop = ends(start, ext[owner])
     if not dense.all():
-        scattered = np.flatnonzero(~dense)
+        scattered = index[~dense]
         s_owner, s_start, s_stop = expand(events[scattered], ext[scattered])
         owner = np.concatenate((owner, scattered[s_owner]))
         start = np.concatenate((start, s_start))

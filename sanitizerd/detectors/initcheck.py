@@ -61,16 +61,13 @@ class Initcheck:
         live = (ext > 0) & (kind <= EventKind.WRITE)
         if not live.any():
             return
-        index = np.flatnonzero(live)
-        owner, start, stop = ranges(events[index], ext[index])
-        event = index[owner]  # batch position of each range's access: its order
+        event, start, stop = ranges(events, ext, np.flatnonzero(live))  # event: batch position, i.e. order
         keys = composite(events["space"][event], events["block_type"][event], events["block_id"][event], start)
         stops = keys + (stop - start)
         is_read = kind[event] == EventKind.READ
         self._check_reads(events, event[is_read], keys[is_read], stops[is_read], event[~is_read], keys[~is_read],
                           stops[~is_read])  # fmt: skip
-        if (~is_read).any():
-            self.defined.add(keys[~is_read], stops[~is_read])
+        self.defined.add_new(keys[~is_read], stops[~is_read])
 
     def _check_reads(
         self,

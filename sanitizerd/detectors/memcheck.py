@@ -12,7 +12,7 @@ import numpy as np
 from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import Allocation, Heap
 from sanitizerd.detectors._intervals import IntervalSet
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, expand, extents, first_misaligned
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, expand, extents, first_misaligned, ranges
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
@@ -143,8 +143,8 @@ class Memcheck:
     def _record_writes(self, events: np.ndarray, ext: np.ndarray) -> None:
         writes = (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & (ext > 0)
         if writes.any():
-            _, start, stop = expand(events[writes], ext[writes])
-            self.written.add(start, stop)
+            _, start, stop = ranges(events, ext, np.flatnonzero(writes))
+            self.written.add_new(start, stop)
 
     def kernel_end(self) -> list[Finding]:
         launch = self.kernel
