@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from unittest.mock import patch
 
 import numpy as np
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from client_shim.events import EventKind, Pipe, Space, accesses
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors import create_detectors
+from sanitizerd.detectors import initcheck as initcheck_module
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.initcheck import Initcheck
 from sanitizerd.findings.model import Finding
@@ -144,10 +146,17 @@ def programs(draw: st.DrawFn) -> list[tuple[int, int, int, int]]:
 
 
 class TestAgainstAByteModel:
-    @settings(max_examples=150, deadline=None, database=None)
-    @given(program=programs(), cuts=st.lists(st.integers(0, 30), max_size=3))
-    def test_matches_sequential_byte_model(self, program: list[tuple[int, int, int, int]], cuts: list[int]) -> None:
-        """However a program is cut into batches, each read's undefined bytes match a byte-by-byte replay."""
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(
+        program=programs(),
+        cuts=st.lists(st.integers(0, 30), max_size=3),
+        slice_events=st.sampled_from([1, 2, 5, 2048]),
+    )
+    def test_matches_sequential_byte_model(
+        self, program: list[tuple[int, int, int, int]], cuts: list[int], slice_events: int
+    ) -> None:
+        """However a program is cut into batches, and a batch into recheck slices, each read's undefined bytes
+        match a byte-by-byte replay."""
         written: dict[int, set[int]] = {0: set(), 1: set()}
         expected: dict[int, int] = {}
         for serial, (kind, block, start, length) in enumerate(program, 1):
@@ -160,5 +169,6 @@ class TestAgainstAByteModel:
         events["pc"] = events["serial"]  # one site per access, so nothing folds
         bounds = sorted({0, events.size, *(c for c in cuts if c <= events.size)})
         batches = [events[lo:hi] for lo, hi in itertools.pairwise(bounds) if hi > lo]
-        found = kernel(initcheck(), *batches)
+        with patch.object(initcheck_module, "_SLICE", slice_events):
+            found = kernel(initcheck(), *batches)
         assert {f.serial: f.size for f in found} == expected

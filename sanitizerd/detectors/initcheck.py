@@ -29,7 +29,9 @@ _SPACE_SHIFT = _U64(60)
 _GM_LO, _GM_HI = int(Space.GM) << 60, (int(Space.GM) + 1) << 60
 _ADDRESS_BITS = _U64((1 << 42) - 1)
 _UNINITIALIZED = 0
-_MAX_PAIRS = 1 << 22  # (read, write) candidates examined at once, to bound memory on pathological batches
+# Events per slice of the in-order recheck: a read is paired only with earlier writes of its own slice, which
+# bounds the pairs (and memory) however many writes of the same bytes a batch holds.
+_SLICE = 2048
 
 
 def composite(space: np.ndarray, block_type: np.ndarray, block_id: np.ndarray, address: np.ndarray) -> np.ndarray:
@@ -65,58 +67,65 @@ class Initcheck:
         keys = composite(events["space"][event], events["block_type"][event], events["block_id"][event], start)
         stops = keys + (stop - start)
         is_read = kind[event] == EventKind.READ
-        self._check_reads(events, event[is_read], keys[is_read], stops[is_read], event[~is_read], keys[~is_read],
-                          stops[~is_read])  # fmt: skip
-        self.defined.add_new(keys[~is_read], stops[~is_read])
+        undefined = np.zeros(event.size, dtype=_U64)
+        undefined[is_read] = (stops - keys)[is_read] - self.defined.covered(keys[is_read], stops[is_read])
+        if undefined.any():
+            self._recheck_in_order(event, keys, stops, is_read, undefined)
+            self._report(events, event[is_read], keys[is_read], undefined[is_read])
+        else:
+            self.defined.add_new(keys[~is_read], stops[~is_read])
 
-    def _check_reads(
-        self,
-        events: np.ndarray,
-        read_event: np.ndarray,
-        read_lo: np.ndarray,
-        read_hi: np.ndarray,
-        write_event: np.ndarray,
-        write_lo: np.ndarray,
-        write_hi: np.ndarray,
+    def _recheck_in_order(
+        self, event: np.ndarray, keys: np.ndarray, stops: np.ndarray, is_read: np.ndarray, undefined: np.ndarray
     ) -> None:
-        if not read_event.size:
-            return
-        undefined = (read_hi - read_lo) - self.defined.covered(read_lo, read_hi)
-        doubtful = np.flatnonzero(undefined > 0)
-        if not doubtful.size:
-            return
-        if write_event.size:
-            order = np.argsort(write_lo, kind="stable")
-            writes = write_event[order], write_lo[order], write_hi[order]
-            longest = _U64((write_hi - write_lo).max())
-            # Writes overlapping [lo, hi) start before hi and, being at most `longest` long, at lo - longest or
-            # later: count the candidate pairs, and take the doubtful reads in chunks of bounded pairs.
-            lo, hi = read_lo[doubtful], read_hi[doubtful]
-            first = np.searchsorted(writes[1], np.where(lo > longest, lo - longest, _U64(0)), "left")
-            last = np.searchsorted(writes[1], hi, "left")
-            pairs = np.cumsum(np.maximum(last - first, 0))
-            chunk_of = (pairs - 1) // _MAX_PAIRS
-            for chunk in np.unique(chunk_of).tolist():
-                part = doubtful[chunk_of == chunk]
-                sel = chunk_of == chunk
-                undefined[part] -= self._written_earlier(
-                    read_event[part], read_lo[part], read_hi[part], first[sel], last[sel], *writes
+        """Reads found undefined against the set as it was before the batch may have been written earlier in
+        the batch. Walk the batch in slices of ``_SLICE`` events: writes of earlier slices go into the set,
+        earlier writes of the read's own slice are paired with it. Only slices with such reads are visited;
+        the set ends holding every write of the batch."""
+        doubtful = undefined > 0
+        slice_of = event // _SLICE
+        order = np.argsort(slice_of, kind="stable")
+        slice_sorted = slice_of[order]
+        bounds = np.flatnonzero(np.diff(slice_sorted)) + 1
+        starts = np.concatenate(([0], bounds))
+        stops_at = np.concatenate((bounds, [order.size]))
+        added_until = 0  # slices whose writes are already in the set
+        for first, last in zip(starts.tolist(), stops_at.tolist(), strict=True):
+            rows = order[first:last]
+            if not doubtful[rows].any():
+                continue
+            self._add_writes(order[added_until:first], is_read, keys, stops)
+            added_until = first
+            reads = rows[is_read[rows]]
+            undefined[reads] = (stops[reads] - keys[reads]) - self.defined.covered(keys[reads], stops[reads])
+            reads = reads[undefined[reads] > 0]
+            writes = rows[~is_read[rows]]
+            if reads.size and writes.size:
+                undefined[reads] -= self._written_earlier(
+                    event[reads], keys[reads], stops[reads], event[writes], keys[writes], stops[writes]
                 )
-        self._report(events, read_event, read_lo, undefined)
+        self._add_writes(order[added_until:], is_read, keys, stops)
+
+    def _add_writes(self, rows: np.ndarray, is_read: np.ndarray, keys: np.ndarray, stops: np.ndarray) -> None:
+        writes = rows[~is_read[rows]]
+        self.defined.add_new(keys[writes], stops[writes])
 
     def _written_earlier(
         self,
         read_event: np.ndarray,
         read_lo: np.ndarray,
         read_hi: np.ndarray,
-        first: np.ndarray,
-        last: np.ndarray,
         write_event: np.ndarray,
         write_lo: np.ndarray,
         write_hi: np.ndarray,
     ) -> np.ndarray:
-        """Bytes of each read range that an earlier write of this batch defined and the set did not.
-        ``first:last`` is each read's window of candidate writes (sorted by start)."""
+        """Bytes of each read range that an earlier write (of the same slice) defined and the set did not."""
+        order = np.argsort(write_lo, kind="stable")
+        write_event, write_lo, write_hi = write_event[order], write_lo[order], write_hi[order]
+        longest = _U64((write_hi - write_lo).max())
+        # Writes overlapping [lo, hi) start before hi and, being at most `longest` long, at lo - longest or later.
+        first = np.searchsorted(write_lo, np.where(read_lo > longest, read_lo - longest, _U64(0)), "left")
+        last = np.searchsorted(write_lo, read_hi, "left")
         counts = np.maximum(last - first, 0)
         read = np.repeat(np.arange(read_lo.size), counts)
         write = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
