@@ -127,20 +127,29 @@ def build_batch(plan: ClientPlan, rng: np.random.Generator, serial0: int) -> np.
 
     Every access is strided as the vector unit does it: 8 blocks of 32 B, 1-8 repeats. Extents stay inside
     their allocation or inside UB, and UB addresses and strides are multiples of 32 B, so memcheck's
-    alignment and bounds checks pass for every event.
+    alignment and bounds checks pass for every event. As in a real kernel, each block writes only its own
+    slice of each allocation (reads go anywhere), so memcheck's multi-core stomping check passes too.
     """
     n = plan.batch_events
     gm = rng.random(n) < 0.5
     write = rng.random(n) < 0.4
     repeat = rng.integers(1, 9, n)
-    block_stride = rng.choice(np.array([1, 2]), n)
+    # GM is written by DataCopy (contiguous bursts, gaps only between rows); only the vector unit scatters
+    # blocks, and it works on UB.
+    block_stride = np.where(gm & write, 1, rng.choice(np.array([1, 2]), n))
     repeat_stride = rng.choice(np.array([8, 16]), n)
     block_num, block_size = 8, 32
     extent = ((repeat - 1) * repeat_stride + (block_num - 1) * block_stride + 1) * block_size
     max_extent = int(((8 - 1) * 16 + (block_num - 1) * 2 + 1) * block_size)
 
     bases = _allocation_bases(plan)
-    gm_offset = rng.integers(0, (plan.allocation_bytes - max_extent) // 32, n).astype(np.uint64) * np.uint64(32)
+    block = rng.integers(0, BLOCK_DIM, n)
+    read_offset = rng.integers(0, (plan.allocation_bytes - max_extent) // 32, n).astype(np.uint64) * np.uint64(32)
+    slice_bytes = plan.allocation_bytes // BLOCK_DIM
+    write_offset = block.astype(np.uint64) * np.uint64(slice_bytes) + rng.integers(
+        0, (slice_bytes - max_extent) // 32, n
+    ).astype(np.uint64) * np.uint64(32)
+    gm_offset = np.where(write, write_offset, read_offset)
     gm_address = bases[rng.integers(0, bases.size, n)] + gm_offset
     ub_address = rng.integers(0, (UB_BYTES - max_extent) // 32, n).astype(np.uint64) * np.uint64(32)
     address = np.where(gm, gm_address, ub_address)
@@ -159,7 +168,7 @@ def build_batch(plan: ClientPlan, rng: np.random.Generator, serial0: int) -> np.
         repeat=repeat,
         repeat_stride=repeat_stride,
         pipe=pipe,  # type: ignore[arg-type]
-        block_id=rng.integers(0, BLOCK_DIM, n),
+        block_id=block,
         block_type=BlockType.AIV,
         serial=np.arange(serial0, serial0 + n, dtype=np.uint64),
         pc=0x1000 + 4 * rng.integers(0, 4096, n),

@@ -79,6 +79,12 @@ class IntervalSet:
         )
         self._refresh()
 
+    def subtract(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Take sorted, disjoint ranges out of the set."""
+        if len(self) and starts.size:
+            self.starts, self.ends = difference(self.starts, self.ends, starts, ends)
+            self._refresh()
+
     def _below(self, x: np.ndarray) -> np.ndarray:
         """Bytes of the set strictly below each ``x``."""
         j = np.searchsorted(self.starts, x, side="right").astype(np.intp) - 1
@@ -99,3 +105,28 @@ class IntervalSet:
             return np.zeros(np.shape(lo), dtype=bool)
         j = np.searchsorted(self.starts, lo, side="right").astype(np.intp) - 1
         return (j >= 0) & (hi <= self.ends[np.maximum(j, 0)])
+
+
+def difference(
+    a_starts: np.ndarray, a_ends: np.ndarray, b_starts: np.ndarray, b_ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``A \\ B`` for two sorted, disjoint range lists, as a sorted, disjoint range list.
+
+    A sweep over all boundaries: a point is kept while inside A and outside B.
+    """
+    if not a_starts.size or not b_starts.size:
+        return a_starts.astype(_U64), a_ends.astype(_U64)
+    points = np.concatenate((a_starts, a_ends, b_starts, b_ends)).astype(_U64)
+    # +1 entering A, -1 leaving A; +2 entering B, -2 leaving B (decoded below from the running sums).
+    delta_a = np.concatenate((np.ones(a_starts.size), -np.ones(a_ends.size), np.zeros(b_starts.size * 2)))
+    delta_b = np.concatenate((np.zeros(a_starts.size * 2), np.ones(b_starts.size), -np.ones(b_ends.size)))
+    order = np.argsort(points, kind="stable")
+    points, delta_a, delta_b = points[order], delta_a[order], delta_b[order]
+    # Apply every change at one point before judging the segment that follows it.
+    last_at_point = np.ones(points.size, dtype=bool)
+    last_at_point[:-1] = points[1:] != points[:-1]
+    in_a = np.cumsum(delta_a)[last_at_point] > 0
+    in_b = np.cumsum(delta_b)[last_at_point] > 0
+    where = points[last_at_point]
+    keep = in_a[:-1] & ~in_b[:-1]
+    return merge_ranges(where[:-1][keep], where[1:][keep])

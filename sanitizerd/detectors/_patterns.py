@@ -115,8 +115,19 @@ def ranges(events: np.ndarray, ext: np.ndarray, index: np.ndarray) -> tuple[np.n
     owner = index[dense]
     start = events["address"][owner]
     stop = ends(start, ext[owner])
-    if not dense.all():
-        scattered = index[~dense]
+    # Contiguous rows with gaps between them (DataCopy bursts): one range per row, which never coincide.
+    rows = row_is_range & ~dense
+    if rows.any():
+        count = repeat[rows].astype(np.int64)
+        row_owner = np.repeat(index[rows], count)
+        r = (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)).astype(_U64)
+        step = np.repeat((repeat_stride[rows] * block_size[rows]).astype(_U64), count)
+        row_start = ends(events["address"][row_owner], r * step)
+        owner = np.concatenate((owner, row_owner))
+        start = np.concatenate((start, row_start))
+        stop = np.concatenate((stop, ends(row_start, np.repeat(row_length[rows].astype(_U64), count))))
+    if not row_is_range.all():
+        scattered = index[~row_is_range]
         s_owner, s_start, s_stop = expand(events[scattered], ext[scattered])
         owner = np.concatenate((owner, scattered[s_owner]))
         start = np.concatenate((start, s_start))

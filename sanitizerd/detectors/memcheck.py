@@ -14,13 +14,19 @@ from sanitizerd.detectors._heap import Allocation, Heap
 from sanitizerd.detectors._intervals import IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, expand, extents, first_misaligned, ranges
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
+from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import EventKind, Space
 
-_READ, _WRITE, _MISALIGNED = 0, 1, 2
-_SITE_KINDS = {_READ: "illegal_read", _WRITE: "illegal_write", _MISALIGNED: "misaligned_access"}
+_READ, _WRITE, _MISALIGNED, _STOMPED = 0, 1, 2, 3
+_SITE_KINDS = {
+    _READ: "illegal_read",
+    _WRITE: "illegal_write",
+    _MISALIGNED: "misaligned_access",
+    _STOMPED: "out_of_bounds",
+}
 _NO_LIMIT = np.iinfo(np.uint64).max
 
 # Default alignment by address space (§1.6): UB and L1 32 B, L0A/L0B/L0C 512 B, the rest unchecked.
@@ -49,6 +55,7 @@ class Memcheck:
         self.written = IntervalSet()
         self.sites = SiteLog()
         self.kernel: KernelLaunch | None = None
+        self.stomping = StompTracker()
         self.limits = self._chip_limits()
 
     def _chip_limits(self) -> np.ndarray:
@@ -62,6 +69,7 @@ class Memcheck:
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
+        self.stomping = StompTracker()
         self.limits = self._chip_limits()  # the device summary may have named the chip after we were made
         self.sites = SiteLog()
 
@@ -76,6 +84,7 @@ class Memcheck:
         live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
         self._check_alignment(events, live)
         self._check_bounds(events, lo, hi, ext, live)
+        self._check_stomping(events, ext, live)
         if self.track_writes:
             self._record_writes(events, ext)
 
@@ -139,6 +148,11 @@ class Memcheck:
             gm_start = np.minimum(start[gm], gm_stop)
             covered[gm] = self.heap.legal.covered(gm_start, gm_stop)
         return covered
+
+    def _check_stomping(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
+        event, address, size = self.stomping.check(events, ext, live)
+        if event.size:
+            self.sites.add(site_rows(events[event], _STOMPED, address, size))
 
     def _record_writes(self, events: np.ndarray, ext: np.ndarray) -> None:
         writes = (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & (ext > 0)

@@ -1,0 +1,162 @@
+"""Multi-core stomping (reference §2.1): two blocks of one kernel writing the same GM bytes.
+
+msSanitizer keeps the id of the last writing core in every GM shadow byte (6 bits, so ids from 63 alias).
+Here, per kernel, each block owns the GM byte ranges only it has written; a write into bytes another block
+owns is stomping, and those bytes move to a "stomped" set so they are reported once. Writes in atomic mode
+(the event's atomic flag, or the block's state after a SET_ATOMIC event) are legitimate sharing and exempt.
+
+Ownership is two interval sets: the union of owned bytes, and the same bytes keyed by owner in the top bits
+(``block << 49 | address``), so one lookup answers "owned by anyone" and one "owned by this block" for every
+write of a batch. A batch without conflicts, the common case, is settled with a few whole-batch operations;
+a batch with one is taken block by block, as msSanitizer processes each block's record buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.detectors._intervals import IntervalSet, difference, merge_ranges
+from sanitizerd.detectors._patterns import ranges
+from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Space
+
+_U64 = np.uint64
+_OWNER_SHIFT = _U64(49)
+_ADDRESS_MASK = _U64((1 << 49) - 1)
+_NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
+
+
+def _block_keys(events: np.ndarray) -> np.ndarray:
+    # 2 bits of block type, 12 of block id: with 49 address bits, the packed key fits in 64 bits.
+    return (events["block_type"].astype(_U64) << _U64(12)) | (events["block_id"].astype(_U64) & _U64(0xFFF))
+
+
+def _merge_per_block(keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each block's ranges merged, for all blocks at once: (block, start, stop), sorted by block then start."""
+    packed_lo = (keys << _OWNER_SHIFT) | np.minimum(start, _ADDRESS_MASK)
+    packed_hi = packed_lo + (np.minimum(stop, _ADDRESS_MASK) - np.minimum(start, _ADDRESS_MASK))
+    lo, hi = merge_ranges(packed_lo, packed_hi)  # blocks never merge: their keys differ in the top bits
+    return lo >> _OWNER_SHIFT, lo & _ADDRESS_MASK, (lo & _ADDRESS_MASK) + (hi - lo)
+
+
+class StompTracker:
+    """One kernel's GM ownership; a fresh tracker per kernel launch."""
+
+    def __init__(self) -> None:
+        self.owned = IntervalSet()  # every owned byte; owners are disjoint
+        self.owned_by = IntervalSet()  # the same bytes, keyed block << 49 | address
+        self.stomped = IntervalSet()
+        self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
+
+    def check(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stomping writes of a batch: (event index, address reported, bytes stomped)."""
+        shared = self._atomic_modes(events)
+        writes = live & (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & ~shared
+        if not writes.any():
+            return _NONE
+        event, start, stop = ranges(events, ext, np.flatnonzero(writes))
+        keys = _block_keys(events)[event]
+        if self._claim_if_clean(keys, start, stop):
+            return _NONE
+        found = [self._block_writes(block, event[keys == block], start[keys == block], stop[keys == block])
+                 for block in np.unique(keys).tolist()]  # fmt: skip
+        return tuple(np.concatenate([f[i] for f in found]) for i in range(3))  # type: ignore[return-value]
+
+    def _foreign(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Bytes of each range that a block other than its own owns."""
+        mine = self.owned_by.covered((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
+        return self.owned.covered(lo, hi) - mine
+
+    def _claim(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.owned.add_new(lo, hi)
+        self.owned_by.add_new((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
+
+    def _claim_if_clean(self, keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> bool:
+        """The common case, for the whole batch at once: no write touches stomped bytes or bytes another block
+        owns, and no two blocks' writes in the batch overlap. Then every block claims what it wrote."""
+        if len(self.owned_by):
+            # Rewrites of bytes the same block already owns, the steady state of most kernels, are settled by
+            # one lookup: nobody else can own them, and there is nothing to claim.
+            packed = (keys << _OWNER_SHIFT) | np.minimum(start, _ADDRESS_MASK)
+            new = ~self.owned_by.contains(packed, packed + (stop - start))
+            if not new.any():
+                return True
+            keys, start, stop = keys[new], start[new], stop[new]
+        block, lo, hi = _merge_per_block(keys, start, stop)
+        if len(self.stomped) and self.stomped.covered(lo, hi).any():
+            return False
+        if len(self.owned) and self._foreign(block, lo, hi).any():
+            return False
+        order = np.argsort(lo, kind="stable")
+        # Each block's ranges are disjoint, so an overlap in the sorted union is between two blocks.
+        if lo.size > 1 and (lo[order][1:] < np.maximum.accumulate(hi[order])[:-1]).any():
+            return False
+        self._claim(block, lo, hi)
+        return True
+
+    def _block_writes(
+        self, block: int, event: np.ndarray, start: np.ndarray, stop: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        key = _U64(block)
+        foreign = self._foreign(np.full(start.size, key), start, stop)
+        written_lo, written_hi = merge_ranges(start, stop)
+        hits = foreign > 0
+        if hits.any():
+            mine_lo, mine_hi = self._owned_by(key)
+            not_mine = difference(written_lo, written_hi, mine_lo, mine_hi)
+            outside = difference(*not_mine, self.owned.starts, self.owned.ends)
+            conflict_lo, conflict_hi = difference(*not_mine, *outside)
+            owners = np.unique(self.owned_by.starts >> _OWNER_SHIFT)
+            owners = owners[owners != key]
+            # Take the conflict out of every other owner's ranges: one packed subtraction for all of them.
+            packed_lo = ((owners[:, None] << _OWNER_SHIFT) | conflict_lo[None, :]).ravel()
+            packed_hi = ((owners[:, None] << _OWNER_SHIFT) | conflict_hi[None, :]).ravel()
+            order = np.argsort(packed_lo, kind="stable")
+            self.owned_by.subtract(packed_lo[order], packed_hi[order])
+            self.owned.subtract(conflict_lo, conflict_hi)
+            self.stomped.add(conflict_lo, conflict_hi)
+        fresh_lo, fresh_hi = difference(written_lo, written_hi, self.stomped.starts, self.stomped.ends)
+        self._claim(np.full(fresh_lo.size, key), fresh_lo, fresh_hi)
+        if not hits.any():
+            return _NONE
+        # One report per write: its stomped bytes in all, at the first of its ranges that has any.
+        event, start, foreign = event[hits], start[hits], foreign[hits]
+        order = np.lexsort((start, event))
+        event, start, foreign = event[order], start[order], foreign[order]
+        first = np.ones(event.size, dtype=bool)
+        first[1:] = event[1:] != event[:-1]
+        return event[first], start[first], np.add.reduceat(foreign, np.flatnonzero(first))
+
+    def _owned_by(self, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges one block owns, as plain addresses."""
+        lo_key, hi_key = key << _OWNER_SHIFT, (key + _U64(1)) << _OWNER_SHIFT
+        first, last = np.searchsorted(self.owned_by.starts, [lo_key, hi_key])
+        return self.owned_by.starts[first:last] & _ADDRESS_MASK, (
+            self.owned_by.ends[first:last] - self.owned_by.starts[first:last]
+        ) + (self.owned_by.starts[first:last] & _ADDRESS_MASK)
+
+    def _atomic_modes(self, events: np.ndarray) -> np.ndarray:
+        """Whether each event runs in atomic mode: its flag, or its block's last SET_ATOMIC before it."""
+        flagged = (events["flags"] & FLAG_ATOMIC) != 0
+        switches = events["kind"] == EventKind.SET_ATOMIC
+        if not switches.any() and not any(self.atomic.values()):
+            return flagged
+        n = events.size
+        keys = _block_keys(events).astype(np.int64)
+        order = np.lexsort((np.arange(n), keys))
+        sorted_keys = keys[order]
+        group_start = np.ones(n, dtype=bool)
+        group_start[1:] = sorted_keys[1:] != sorted_keys[:-1]
+        position = np.arange(n)
+        first_of_group = np.maximum.accumulate(np.where(group_start, position, 0))
+        last_switch = np.maximum.accumulate(np.where(switches[order], position, -1))
+        switched = last_switch >= first_of_group
+        mode_on = events["mode"][order][np.maximum(last_switch, 0)] != 0
+        unique_keys, group_of = np.unique(sorted_keys, return_inverse=True)
+        carried = np.array([self.atomic.get(k, False) for k in unique_keys.tolist()], dtype=bool)[group_of]
+        state_sorted = np.where(switched, mode_on, carried)
+        ends_of_group = np.append(np.flatnonzero(group_start)[1:] - 1, n - 1)
+        for key, state in zip(unique_keys.tolist(), state_sorted[ends_of_group].tolist(), strict=True):
+            self.atomic[key] = state
+        state = np.empty(n, dtype=bool)
+        state[order] = state_sorted
+        return flagged | state
