@@ -201,6 +201,40 @@ class TestInitcheck:
         assert "[sanitizerd] WARNING" not in result.stderr  # initcheck is no longer "not yet checked"
 
 
+class TestStomping:
+    def test_two_blocks_writing_the_same_output(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """Two blocks of one kernel writing the same GM bytes are reported as msSanitizer's out-of-bounds
+        warning; the same writes in atomic mode are not."""
+        program = write_program(
+            short_dir,
+            """
+            import client_shim
+            from client_shim import EventKind, Space, accesses
+            c = client_shim.connect(device=0)
+            c.malloc(0x12C0C0015000, 4096)
+            for name, atomic in (("plain", False), ("atomic", True)):
+                k = c.kernel_begin(name, 16)
+                c.events(k, accesses(EventKind.WRITE, Space.GM, 0x12C0C0015000, 256, block_id=0, atomic=atomic))
+                c.events(k, accesses(EventKind.WRITE, Space.GM, 0x12C0C00150FC, 256, block_id=9, pc=0x7B8,
+                                     atomic=atomic))
+                c.kernel_end(k)
+                c.wait_kernel(k, timeout=30)
+            c.free(0x12C0C0015000)
+            c.close()
+            """,
+        )
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--", sys.executable, str(program))
+        assert result.returncode == 0, result.stderr
+        assert (
+            "====== WARNING: out of bounds of size 4\n"
+            "======    at 0x12c0c00150fc on GM when writing data in plain\n"
+            "======    in block aiv(9) on device 0\n"
+            "======    code in pc current 0x7b8 (serialNo:0)\n"
+        ) in result.stdout
+        assert "Sanitizer finished on kernel atomic. No error detected." in result.stdout
+        assert "0 error(s), 1 warning(s)" in result.stdout
+
+
 class TestRegistercheck:
     def test_mask_not_reset_is_reported_with_memcheck(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """-t memcheck brings registercheck along, which reports a vector mask the kernel did not reset."""
