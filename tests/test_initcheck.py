@@ -10,38 +10,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Pipe, Space, accesses
-from sanitizerd.chips import chip_named
-from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors import initcheck as initcheck_module
-from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.initcheck import Initcheck
 from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import Config, HostOp
+from sanitizerd.protocol.messages import HostOp
+from tests.detector_helpers import make_detector, run_kernel, stream
 
 READ, WRITE = EventKind.READ, EventKind.WRITE
 GM = 0x12C0_C000_0000
 
 
 def initcheck() -> Initcheck:
-    context = SessionContext(
-        job="j", session=1, pid=2, device=0, chip=chip_named("910B1"), config=Config(tools=["initcheck"])
-    )
-    [detector] = create_detectors(context)
+    detector = make_detector("initcheck")
     assert isinstance(detector, Initcheck)
     return detector
 
 
 def kernel(detector: Initcheck, *batches: np.ndarray) -> list[Finding]:
-    detector.kernel_begin(KernelLaunch(kernel=1, name="k", block_dim=2, kernel_type="aiv"))
-    for batch in batches:
-        detector.check(batch)
-    return detector.kernel_end()
-
-
-def stream(*parts: np.ndarray) -> np.ndarray:
-    events = np.concatenate(parts)
-    events["serial"] = np.arange(1, events.size + 1)
-    return events
+    return run_kernel(detector, *batches, name="k")
 
 
 def summary(findings: list[Finding]) -> list[tuple[str, str, int, int, dict[str, list[int]]]]:

@@ -5,32 +5,22 @@ from __future__ import annotations
 import numpy as np
 
 from client_shim.events import BlockType, Register, register_writes
-from sanitizerd.chips import chip_named
-from sanitizerd.detectors import create_detectors
-from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registercheck import Registercheck
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import Config
+from tests.detector_helpers import make_detector, run_kernel
 
 ALL_ONES = (1 << 64) - 1
 
 
 def registercheck() -> Registercheck:
-    context = SessionContext(
-        job="j", session=1, pid=2, device=0, chip=chip_named("910B1"), config=Config(tools=["registercheck"])
-    )
-    [detector] = create_detectors(context)
+    detector = make_detector("registercheck")
     assert isinstance(detector, Registercheck)
     return detector
 
 
 def kernel(*batches: np.ndarray, detector: Registercheck | None = None) -> list[Finding]:
-    detector = detector or registercheck()
-    detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=2, kernel_type="aiv"))
-    for batch in batches:
-        detector.check(batch)
-    return detector.kernel_end()
+    return run_kernel(detector or registercheck(), *batches)
 
 
 def summary(findings: list[Finding]) -> list[tuple[str, dict[str, list[int]], int, int]]:

@@ -9,34 +9,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Space, accesses, syncs
-from sanitizerd.chips import chip_named
-from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import Config, HostOp
+from sanitizerd.protocol.messages import HostOp
+from tests.detector_helpers import make_detector, run_kernel, stream
 
 WRITE = EventKind.WRITE
 GM = 0x12C0_C000_0000
 
 
 def memcheck() -> Memcheck:
-    detector = Memcheck(SessionContext(job="j", session=1, pid=2, device=0, chip=chip_named("910B1"), config=Config()))
+    detector = make_detector("memcheck")
+    assert isinstance(detector, Memcheck)
     detector.host_op(HostOp(op="malloc", address=GM, size=1 << 20))
     return detector
 
 
 def kernel(detector: Memcheck, *batches: np.ndarray) -> list[Finding]:
-    detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
-    for batch in batches:
-        detector.check(batch)
-    return detector.kernel_end()
-
-
-def stream(*parts: np.ndarray) -> np.ndarray:
-    events = np.concatenate(parts)
-    events["serial"] = np.arange(1, events.size + 1)
-    return events
+    return run_kernel(detector, *batches, name="add_custom_kernel")
 
 
 def stomps(findings: list[Finding]) -> list[tuple[int, int, dict[str, list[int]]]]:

@@ -5,39 +5,26 @@ from __future__ import annotations
 import numpy as np
 
 from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, syncs
-from sanitizerd.chips import chip_named
-from sanitizerd.detectors import create_detectors
-from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.synccheck import Synccheck
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import Config, Location
+from sanitizerd.protocol.messages import Location
+from tests.detector_helpers import make_detector, run_kernel, stream
 
 SET, WAIT = EventKind.SET_FLAG, EventKind.WAIT_FLAG
 
 
 def synccheck() -> Synccheck:
-    context = SessionContext(
-        job="j", session=1, pid=2, device=1, chip=chip_named("910B1"), config=Config(tools=["synccheck"])
+    detector = make_detector(
+        "synccheck", device=1, locations={5: Location(id=5, file="kernel_event.h", line=785, column=13)}
     )
-    context.locations[5] = Location(id=5, file="kernel_event.h", line=785, column=13)
-    [detector] = create_detectors(context)
     assert isinstance(detector, Synccheck)
     return detector
 
 
 def kernel(*batches: np.ndarray, detector: Synccheck | None = None) -> list[Finding]:
-    detector = detector or synccheck()
-    detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=2, kernel_type="aiv"))
-    for batch in batches:
-        detector.check(batch)
-    return detector.kernel_end()
-
-
-def stream(*parts: np.ndarray) -> np.ndarray:
-    events = np.concatenate(parts)
-    events["serial"] = np.arange(1, events.size + 1)
-    return events
+    return run_kernel(detector or synccheck(), *batches)
 
 
 def summary(findings: list[Finding]) -> list[tuple[str, int, str, str, dict[str, list[int]]]]:
