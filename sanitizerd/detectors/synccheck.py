@@ -39,20 +39,22 @@ SYNC_ROW = np.dtype(
 _SET, _WAIT = EventKind.SET_FLAG, EventKind.WAIT_FLAG
 
 
-def _rows(events: np.ndarray, seq: np.ndarray) -> np.ndarray:
-    rows = np.empty(events.size, dtype=SYNC_ROW)
-    rows["seq"] = seq
-    rows["kind"] = events["kind"]
-    rows["block_type"] = events["block_type"]
-    rows["block_id"] = events["block_id"]
+def _rows(events: np.ndarray, index: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Rows for ``events[index]``, gathered field by field (a structured selection copies far more slowly)."""
+    rows = np.empty(index.size, dtype=SYNC_ROW)
+    kind = events["kind"][index]
+    rows["seq"] = seq[index]
+    rows["kind"] = kind
+    rows["block_type"] = events["block_type"][index]
+    rows["block_id"] = events["block_id"][index]
     # A set occupies its source pipe's slot, a wait its destination's; anything else the pipe it runs on.
-    rows["slot"] = np.where(events["kind"] == _WAIT, events["dst_pipe"], events["pipe"])
-    rows["src"] = events["pipe"]
-    rows["dst"] = events["dst_pipe"]
-    rows["event_id"] = events["event_id"]
-    rows["serial"] = events["serial"]
-    rows["pc"] = events["pc"]
-    rows["location"] = events["location"]
+    rows["src"] = events["pipe"][index]
+    rows["dst"] = events["dst_pipe"][index]
+    rows["slot"] = np.where(kind == _WAIT, rows["dst"], rows["src"])
+    rows["event_id"] = events["event_id"][index]
+    rows["serial"] = events["serial"][index]
+    rows["pc"] = events["pc"][index]
+    rows["location"] = events["location"][index]
     return rows
 
 
@@ -99,7 +101,7 @@ class Synccheck:
         is_sync = (kind == _SET) | (kind == _WAIT)
         seq = np.arange(self.seen, self.seen + events.size, dtype=np.uint64)
         self.seen += events.size
-        syncs = _rows(events[is_sync], seq[is_sync]) if is_sync.any() else self.slots[:0]
+        syncs = _rows(events, np.flatnonzero(is_sync), seq) if is_sync.any() else self.slots[:0]
         if syncs.size:
             self.pairs.append(syncs)
         if not (syncs.size or self.slots.size):
@@ -143,13 +145,19 @@ class Synccheck:
     def _unpaired(self) -> list[Finding]:
         if not self.pairs:
             return []
-        rows = np.concatenate(self.pairs)
-        key = ("block_type", "block_id", "src", "dst", "event_id")
-        rows = rows[np.lexsort([rows[name] for name in ("seq", *reversed(key))])]
-        change = np.ones(rows.size, dtype=bool)
-        change[1:] = ~_same(rows, np.arange(1, rows.size), np.arange(0, rows.size - 1), key)
+        rows = np.concatenate(self.pairs)  # in program order
+        # The pairing key packed in one u64 (block type 2 bits, block 16, pipes 8 each, event id 16); a stable
+        # sort groups each key's sets and waits and keeps them in program order.
+        key = (rows["block_type"].astype(np.uint64) << np.uint64(48)) | (
+            rows["block_id"].astype(np.uint64) << np.uint64(32)
+        )
+        key |= (rows["src"].astype(np.uint64) << np.uint64(24)) | (rows["dst"].astype(np.uint64) << np.uint64(16))
+        key |= rows["event_id"].astype(np.uint64)
+        order = np.argsort(key, kind="stable")
+        key, is_set = key[order], rows["kind"][order] == _SET
+        change = np.ones(key.size, dtype=bool)
+        change[1:] = key[1:] != key[:-1]
         group = np.cumsum(change) - 1
-        is_set = rows["kind"] == _SET
         sets = np.bincount(group, weights=is_set).astype(np.int64)
         waits = np.bincount(group, weights=~is_set).astype(np.int64)
         unpaired = np.maximum(sets - waits, 0)
@@ -157,7 +165,8 @@ class Synccheck:
         through = np.cumsum(is_set)  # sets up to and including each row
         before_group = (through - is_set)[np.flatnonzero(change)][group]
         sets_after = sets[group] - (through - before_group)
-        return self._findings("unpaired_set_flag", rows[is_set & (sets_after < unpaired[group])])
+        left = order[is_set & (sets_after < unpaired[group])]
+        return self._findings("unpaired_set_flag", rows[left])
 
     def _redundant(self) -> list[Finding]:
         if not self.redundant:
