@@ -85,6 +85,7 @@ class Client:
         self._location_ids = itertools.count(1)
         self._locations: dict[tuple[object, ...], int] = {}
         self._verdicts: dict[int, m.Verdict] = {}
+        self.ipc_results: list[m.IpcResult] = []  # the daemon's answers to ipc_* calls, in order
         self._closed_reply: m.Closed | None = None
         self._error: str | None = None
         self._done = threading.Condition()
@@ -122,6 +123,8 @@ class Client:
             with self._done:
                 if isinstance(message, m.Verdict):
                     self._verdicts[message.kernel] = message
+                elif isinstance(message, m.IpcResult):
+                    self.ipc_results.append(message)
                 elif isinstance(message, m.Closed):
                     self._closed_reply = message
                 elif isinstance(message, m.Error):
@@ -256,6 +259,35 @@ class Client:
 
     def store(self, address: int, size: int, *, location: int = 0) -> int:
         return self._host("store", address, size, location=location)
+
+    # IPC shared memory between the processes of one job; the daemon answers each in ``ipc_results``.
+    def ipc_set(self, name: str, address: int, size: int, *, location: int = 0) -> None:
+        """Export ``[address, address + size)`` under ``name``."""
+        self._send(m.Ipc(op="set", name=name, address=address, size=size, location=location))
+
+    def ipc_map(self, name: str, address: int, *, location: int = 0) -> None:
+        """Map an export of this job (from any of its processes) at ``address`` here."""
+        self._send(m.Ipc(op="map", name=name, address=address, location=location))
+
+    def ipc_unmap(self, address: int, *, location: int = 0) -> None:
+        self._send(m.Ipc(op="unmap", address=address, location=location))
+
+    def ipc_destroy(self, name: str, *, location: int = 0) -> None:
+        """End an export and every mapping of it, in every process."""
+        self._send(m.Ipc(op="destroy", name=name, location=location))
+
+    def wait_ipc(self, count: int, timeout: float | None = None) -> list[m.IpcResult]:
+        """Block until the daemon has answered ``count`` ipc_* calls in all (so an export is visible to the
+        job's other processes); the answers so far."""
+        with self._order:
+            self._ensure_process()
+            self._flush_events()
+        with self._done:
+            if not self._done.wait_for(lambda: len(self.ipc_results) >= count or self._error, timeout=timeout):
+                raise TimeoutError(f"fewer than {count} ipc answers within {timeout} s")
+            if self._error and len(self.ipc_results) < count:
+                raise ClientError(self._error)
+            return list(self.ipc_results)
 
     def next_serial(self) -> int:
         """A serial number for a device event, from the same sequence as host operations."""

@@ -24,7 +24,7 @@ class State(enum.Enum):
     ERROR = "error"
 
 
-PRODUCER_SENDS = frozenset({m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Log})
+PRODUCER_SENDS = frozenset({m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Ipc, m.Log})
 CONTROL_SENDS = frozenset({m.JobStart, m.Watch, m.QueryFindings, m.QuerySessions, m.WaitJob})
 
 # (sender, state, client role) -> allowed message types; a missing key allows nothing.
@@ -34,7 +34,7 @@ ALLOWED: dict[tuple[Role, State, str | None], frozenset[type[m.Message]]] = {
     (Role.SERVER, State.HANDSHAKE, "control"): frozenset({m.Welcome, m.Error}),
     (Role.CLIENT, State.READY, "producer"): PRODUCER_SENDS | {m.Close},
     (Role.CLIENT, State.READY, "control"): CONTROL_SENDS | {m.Close},
-    (Role.SERVER, State.READY, "producer"): frozenset({m.Verdict, m.Error, m.Closed}),
+    (Role.SERVER, State.READY, "producer"): frozenset({m.Verdict, m.IpcResult, m.Error, m.Closed}),
     (Role.SERVER, State.READY, "control"): frozenset(
         {m.Findings, m.KernelChecked, m.Recorded, m.Sessions, m.JobIdle, m.Error, m.Closed}
     ),

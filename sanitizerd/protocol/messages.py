@@ -137,6 +137,19 @@ class HostOp(Message, tag="host_op"):
     module: int = -1
 
 
+class Ipc(Message, tag="ipc"):
+    """IPC shared memory between the processes of one job (reference §1.1 IPCMemRecord): ``set`` exports
+    ``[address, address + size)`` under ``name``; ``map`` makes it usable at ``address`` in this process;
+    ``unmap`` ends a mapping at ``address``; ``destroy`` ends the export and every mapping of it."""
+
+    op: Literal["set", "map", "unmap", "destroy"]
+    name: str = ""
+    address: int = 0
+    size: int = 0
+    serial: int = 0
+    location: int = 0
+
+
 class Log(Message, tag="log"):
     text: str
     level: str = "info"
@@ -153,6 +166,16 @@ class Verdict(Message, tag="verdict"):
     errors: int
     warnings: int
     checked: bool = True  # False when a filter (--kernel-name) skipped it
+
+
+class IpcResult(Message, tag="ipc_result"):
+    """The answer to each ``ipc`` message (msSanitizer's IPC_RESPONSE): ``ok``, or why not."""
+
+    op: str
+    name: str
+    address: int
+    ok: bool
+    reason: str = ""
 
 
 class Closed(Message, tag="closed"):
@@ -261,6 +284,8 @@ AnyMessage = (
     | Events
     | KernelEnd
     | HostOp
+    | Ipc
+    | IpcResult
     | Log
     | Verdict
     | Closed

@@ -11,6 +11,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.ipc import IpcTable
 
 _encoder = msgspec.msgpack.Encoder()
 
@@ -28,6 +29,7 @@ class Job:
     kernels: int = 0
     events: int = 0
     findings: int = 0
+    ipc: IpcTable = field(default_factory=IpcTable)
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -74,6 +76,9 @@ class Jobs:
             return job.config
         return hello.config or self.default_config
 
+    def ipc_table(self, name: str) -> IpcTable:
+        return self._get(name).ipc
+
     def session_started(self, name: str, session: int) -> None:
         job = self._get(name)
         job.live.add(session)
@@ -84,6 +89,7 @@ class Jobs:
     def session_ended(self, info: m.SessionInfo) -> None:
         job = self._get(info.job)
         job.live.discard(info.session)
+        job.ipc.session_ended(info.session)
         job.kernels += info.kernels
         job.events += info.events
         if not job.live:

@@ -18,7 +18,7 @@ from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.pipeline import drive_detector
-from sanitizerd.sessions.session import Answer, Session
+from sanitizerd.sessions.session import Answer, ForeignFrees, Session
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
 
@@ -92,9 +92,19 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     for item in session.handle(message):
                         if isinstance(item, Answer):
                             await answer(item)
-                            continue
-                        for send in senders:
-                            await send.send(item)
+                        elif isinstance(item, m.IpcResult):
+                            await stream.send(item)
+                        elif isinstance(item, ForeignFrees):
+                            for other, addresses in item.by_session.items():
+                                target = hub.live.get(other)
+                                if target is not None:
+                                    target.external.extend(
+                                        m.HostOp(op="free", address=a, source="bypass", desc="ipc_memory")
+                                        for a in sorted(addresses)
+                                    )
+                        else:
+                            for send in senders:
+                                await send.send(item)
             except RemoteProtocolError as exc:
                 reason = "protocol_error"
                 session.end_reason = f"protocol error ({exc.reason}): {exc}"

@@ -13,6 +13,7 @@ from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import as_events
+from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work
 
 
@@ -33,6 +34,16 @@ class Answer:
     report: m.KernelChecked
 
 
+@dataclass(frozen=True, slots=True)
+class ForeignFrees:
+    """Mappings another session's ``ipc destroy`` ended: session -> addresses, to be freed there."""
+
+    by_session: dict[int, set[int]]
+
+
+Reply = Answer | m.IpcResult | ForeignFrees
+
+
 @dataclass(slots=True)
 class KernelState:
     launch: KernelLaunch
@@ -44,8 +55,12 @@ class KernelState:
 
 
 class Session:
-    def __init__(self, ident: int, hello: m.Hello, config: m.Config, peer: Peer) -> None:
+    def __init__(self, ident: int, hello: m.Hello, config: m.Config, peer: Peer, ipc: IpcTable | None = None) -> None:
         self.id = ident
+        self.ipc = ipc if ipc is not None else IpcTable()
+        # Frees of this session's IPC mappings that another session's destroy caused, applied in order
+        # before this session's next message.
+        self.external: list[m.HostOp] = []
         self.hello = hello
         self.peer = peer
         self.started = time.time()
@@ -95,13 +110,21 @@ class Session:
 
     # --- messages ----------------------------------------------------------------------------------------------
 
-    def handle(self, message: m.Message) -> list[Work | Answer]:
+    def handle(self, message: m.Message) -> list[Work | Reply]:
         """Work for every detector, and replies for the client, in order."""
+        if self.external:
+            external, self.external = self.external, []
+            return [*external, *self._handle(message)]
+        return self._handle(message)
+
+    def _handle(self, message: m.Message) -> list[Work | Reply]:
         match message:
             case m.Events():
                 return self._events(message)
             case m.HostOp():
                 return [message]
+            case m.Ipc():
+                return self._ipc(message)
             case m.KernelBegin():
                 return self._kernel_begin(message)
             case m.KernelEnd():
@@ -115,6 +138,41 @@ class Session:
                 return []
         return []
 
+    def _ipc(self, ipc: m.Ipc) -> list[Work | Reply]:
+        work: list[Work | Reply] = []
+        reason = ""
+        if ipc.op == "set":
+            reason = self.ipc.set(ipc.name, self.id, ipc.address, ipc.size)
+        elif ipc.op == "map":
+            export, reason = self.ipc.map(ipc.name, self.id, ipc.address)
+            if export is not None:
+                work.append(self._ipc_host_op("malloc", ipc.address, export.size, ipc))
+        elif ipc.op == "unmap":
+            reason = self.ipc.unmap(self.id, ipc.address)
+            if not reason:
+                work.append(self._ipc_host_op("free", ipc.address, 0, ipc))
+        else:
+            ended, reason = self.ipc.destroy(ipc.name)
+            if ended:
+                for address in sorted(ended.pop(self.id, ())):
+                    work.append(self._ipc_host_op("free", address, 0, ipc))
+                if ended:
+                    work.append(ForeignFrees(ended))
+        work.append(m.IpcResult(op=ipc.op, name=ipc.name, address=ipc.address, ok=not reason, reason=reason))
+        return work
+
+    @staticmethod
+    def _ipc_host_op(op: str, address: int, size: int, ipc: m.Ipc) -> m.HostOp:
+        return m.HostOp(
+            op=op,  # type: ignore[arg-type]
+            address=address,
+            size=size,
+            source="bypass",
+            desc="ipc_memory",
+            serial=ipc.serial,
+            location=ipc.location,
+        )
+
     def _device(self, summary: m.DeviceSummary) -> None:
         try:
             self.context.chip = chip_named(summary.chip)
@@ -123,7 +181,7 @@ class Session:
         if summary.device >= 0:
             self.context.device = summary.device
 
-    def _kernel_begin(self, begin: m.KernelBegin) -> list[Work | Answer]:
+    def _kernel_begin(self, begin: m.KernelBegin) -> list[Work | Reply]:
         if self.current is not None:
             raise RemoteProtocolError(
                 f"kernel_begin {begin.kernel} while kernel {self.current.launch.kernel} is still running",
@@ -141,7 +199,7 @@ class Session:
             raise RemoteProtocolError(f"{what} for kernel {kernel}, which is not running", reason="bad_reference")
         return self.current
 
-    def _events(self, batch: m.Events) -> list[Work | Answer]:
+    def _events(self, batch: m.Events) -> list[Work | Reply]:
         state = self._running(batch.kernel, "events")
         events = as_events(batch.records)
         state.events += events.size
@@ -152,7 +210,7 @@ class Session:
             events = events[events["block_id"] == self.config.block_id]
         return [Batch(events)]
 
-    def _kernel_end(self, end: m.KernelEnd) -> list[Work | Answer]:
+    def _kernel_end(self, end: m.KernelEnd) -> list[Work | Reply]:
         state = self._running(end.kernel, "kernel_end")
         self.current = None
         if state.checked and self.detectors:
