@@ -26,6 +26,7 @@ from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 
 _STOP = object()
+_BLOCK_KEYS = 3 << 16  # aiv, aic and aicore blocks, 16-bit ids
 
 
 class Client:
@@ -85,6 +86,12 @@ class Client:
         self._location_ids = itertools.count(1)
         self._locations: dict[tuple[object, ...], int] = {}
         self._verdicts: dict[int, m.Verdict] = {}
+        # Per kernel and block, the records the device's per-block buffer (--cache-size MB) holds, and those
+        # it could not: msSanitizer's device hooks lose records past it (reference §1.4), and so do we,
+        # saying how many at kernel_end.
+        self._block_used = np.zeros(_BLOCK_KEYS, dtype=np.int64)  # by block_type << 16 | block_id
+        self._block_records: dict[int, int] = {}  # blocks beyond that range (a block type above 2)
+        self._block_lost: dict[int, int] = {}
         self.ipc_results: list[m.IpcResult] = []  # the daemon's answers to ipc_* calls, in order
         self._closed_reply: m.Closed | None = None
         self._error: str | None = None
@@ -183,6 +190,8 @@ class Client:
         with self._order:
             self._ensure_process()
             kernel = next(self._kernel_ids)
+            self._block_records, self._block_lost = {}, {}
+            self._block_used = np.zeros(_BLOCK_KEYS, dtype=np.int64)
             self._send(m.KernelBegin(kernel=kernel, name=name, block_dim=block_dim, kernel_type=kernel_type))  # type: ignore[arg-type]
             return kernel
 
@@ -192,6 +201,7 @@ class Client:
             raise TypeError(f"events must have EVENT_DTYPE, not {events.dtype}")
         with self._order:
             self._ensure_process()
+            events = self._within_buffer(events)
             if self._pending_kernel not in (None, kernel):
                 self._flush_events()
             if not self._pending and events.size >= self.batch_events:
@@ -205,6 +215,38 @@ class Client:
             if self._pending_events >= self.batch_events:
                 self._flush_events()
 
+    def _within_buffer(self, events: np.ndarray) -> np.ndarray:
+        """The events that still fit their block's record buffer; the rest are counted as lost."""
+        capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
+        keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
+        # The common case in O(n), no sort: every block still has room after this batch.
+        dense = np.bincount(keys, minlength=self._block_used.size)
+        if dense.size == self._block_used.size and int((self._block_used + dense).max()) <= capacity:
+            self._block_used += dense
+            return events
+        blocks, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        used = np.array(
+            [
+                int(self._block_used[k]) if k < self._block_used.size else self._block_records.get(k, 0)
+                for k in blocks.tolist()
+            ],
+            dtype=np.int64,
+        )
+        # Rank each event within its block, in order, to keep the first ones that fit.
+        order = np.argsort(inverse, kind="stable")
+        first_of_block = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        rank = np.empty(events.size, dtype=np.int64)
+        rank[order] = np.arange(events.size) - np.repeat(first_of_block, counts)
+        keep = used[inverse] + rank < capacity
+        kept = np.bincount(inverse, weights=keep, minlength=blocks.size).astype(np.int64)
+        for key, before, n_kept, n in zip(blocks.tolist(), used.tolist(), kept.tolist(), counts.tolist(), strict=True):
+            self._block_records[key] = before + n_kept
+            if key < self._block_used.size:
+                self._block_used[key] = before + n_kept
+            if n > n_kept:
+                self._block_lost[key] = self._block_lost.get(key, 0) + n - n_kept
+        return events[keep]
+
     def _flush_events(self) -> None:
         if not self._pending:
             return
@@ -215,7 +257,13 @@ class Client:
         self._enqueue(m.Events(kernel=kernel, records=records.data))
 
     def kernel_end(self, kernel: int) -> None:
-        self._send(m.KernelEnd(kernel=kernel))
+        with self._order:
+            lost = [
+                m.BlockLoss(block_type=key >> 16, block_id=key & 0xFFFF, records=n)
+                for key, n in sorted(self._block_lost.items())
+            ]
+            self._block_lost = {}
+            self._send(m.KernelEnd(kernel=kernel, lost=lost))
 
     def wait_kernel(self, kernel: int, timeout: float | None = None) -> m.Verdict:
         """Block until every detector has checked the kernel (after ``kernel_end``)."""

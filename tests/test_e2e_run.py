@@ -235,6 +235,44 @@ class TestStomping:
         assert "0 error(s), 1 warning(s)" in result.stdout
 
 
+class TestCacheSize:
+    def test_overflow_is_reported_and_the_result_marked_incomplete(
+        self, daemon: RunningDaemon, short_dir: Path
+    ) -> None:
+        """Records past a block's --cache-size buffer are lost as on the device, counted, and reported."""
+        program = write_program(
+            short_dir,
+            """
+            import numpy as np
+            import client_shim
+            from client_shim import EventKind, Space, accesses
+            c = client_shim.connect(device=0)
+            c.malloc(0x1000, 1 << 20)
+            k = c.kernel_begin("big", 4)
+            c.events(k, accesses(EventKind.READ, Space.GM, 0x1000 + 32 * np.arange(20000), 32, block_id=3))
+            c.events(k, accesses(EventKind.READ, Space.GM, 0x1000, 32, block_id=0))
+            c.kernel_end(k)
+            verdict = c.wait_kernel(k, timeout=30)
+            c.free(0x1000)
+            c.close()
+            print("lost", verdict.lost, "events", verdict.events)
+            """,
+        )
+        result = sanitizerd(
+            "run", "--socket", str(daemon.socket), "--cache-size", "1", "--", sys.executable, str(program)
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        capacity = (1 << 20) // 56  # events of 56 bytes in a 1 MB per-block buffer
+        lost = 20000 - capacity
+        assert f"lost {lost} events {capacity + 1}" in result.stdout
+        assert "====== ERROR: internal errors (serialNo:0)\n" in result.stdout
+        assert (
+            f"======    {lost} records undetected in block 3, please use --cache-size=2 to run the operator again."
+            in (result.stdout)
+        )
+        assert f"{lost} records of kernel big did not fit" in result.stdout and "incomplete" in result.stdout
+
+
 class TestRegistercheck:
     def test_mask_not_reset_is_reported_with_memcheck(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """-t memcheck brings registercheck along, which reports a vector mask the kernel did not reset."""

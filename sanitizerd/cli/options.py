@@ -45,10 +45,6 @@ NOT_YET_CHECKED: dict[str, str] = {
     "--check-cross-npu-races": (
         f"{PREFIX} WARNING: --check-cross-npu-races {_NOT_CHECKED}; cross-NPU races will not be reported."
     ),
-    "--cache-size": (
-        f"{PREFIX} WARNING: --cache-size is passed on to the device hooks, but sanitizerd streams records "
-        "to the daemon, so there is no per-block record buffer for it to size."
-    ),
     "--full-backtrace": (
         f"{PREFIX} WARNING: --full-backtrace {_NO_EFFECT}; stacks are printed as the client sent them."
     ),

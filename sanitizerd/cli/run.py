@@ -132,6 +132,11 @@ class Reporter:
         shown = self._print(held)
         outcome = "See all detected errors above." if shown else "No error detected."
         self._write(f"{PREFIX} Sanitizer finished on kernel {report.name}. {outcome}\n")
+        if report.lost:
+            self._write(
+                f"{PREFIX} WARNING: {report.lost} records of kernel {report.name} did not fit the per-block record "
+                "buffer (--cache-size) and were not checked: its result is incomplete.\n"
+            )
 
     def _print(self, findings: list[Finding]) -> int:
         visible = [f for f in findings if f.severity in self.shown]

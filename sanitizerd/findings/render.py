@@ -100,6 +100,12 @@ def _single(finding: Finding) -> Iterator[str]:
     if finding.kind == "register_not_reset":
         yield from _register(finding)
         return
+    if finding.kind == "internal_error" and finding.detail:
+        yield f"{P} ERROR: internal errors (serialNo:{finding.serial})"
+        where = f" in {finding.kernel}" if finding.kernel is not None else ""
+        yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}{where}"
+        yield f"{P}    {finding.detail}"
+        return
     label = "ERROR" if finding.severity == ERROR else "WARNING"
     title = _TITLES.get(finding.kind, finding.kind.replace("_", " ") + " of size {size}")
     yield f"{P} {label}: {title.format(size=finding.size, serial=finding.serial)}"

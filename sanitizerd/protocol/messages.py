@@ -114,8 +114,17 @@ class Events(Message, tag="events"):
     records: memoryview  # decoded zero-copy: a view into this frame only
 
 
+class BlockLoss(msgspec.Struct, kw_only=True):
+    """Records of one block the client could not keep: its per-block record buffer (``cache_size`` MB) was full."""
+
+    block_type: int
+    block_id: int
+    records: int
+
+
 class KernelEnd(Message, tag="kernel_end"):
     kernel: int
+    lost: list[BlockLoss] = []  # blocks whose records overflowed the client's buffer; the result is incomplete
 
 
 HOST_OPS = ("malloc", "free", "memcpy", "memset", "load", "store")
@@ -166,6 +175,7 @@ class Verdict(Message, tag="verdict"):
     errors: int
     warnings: int
     checked: bool = True  # False when a filter (--kernel-name) skipped it
+    lost: int = 0  # records the client lost: when not 0, the result is incomplete
 
 
 class IpcResult(Message, tag="ipc_result"):
@@ -256,6 +266,7 @@ class KernelChecked(Message, tag="kernel_checked"):
     errors: int
     warnings: int
     checked: bool = True
+    lost: int = 0  # records the client lost (--cache-size): the result is incomplete
 
 
 class Recorded(Message, tag="recorded"):

@@ -18,7 +18,7 @@ from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.pipeline import drive_detector
-from sanitizerd.sessions.session import Answer, ForeignFrees, Session
+from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Session
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
 
@@ -92,6 +92,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     for item in session.handle(message):
                         if isinstance(item, Answer):
                             await answer(item)
+                        elif isinstance(item, LostRecords):
+                            await publish(item.findings)
                         elif isinstance(item, m.IpcResult):
                             await stream.send(item)
                         elif isinstance(item, ForeignFrees):

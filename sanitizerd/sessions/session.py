@@ -12,9 +12,11 @@ from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
 from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import as_events
+from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EVENT_DTYPE, as_events
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work
+
+MAX_CACHE_SIZE_MB = 8192  # msSanitizer's largest per-block record buffer
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,14 @@ class ForeignFrees:
     by_session: dict[int, set[int]]
 
 
-Reply = Answer | m.IpcResult | ForeignFrees
+@dataclass(frozen=True, slots=True)
+class LostRecords:
+    """Findings the session itself reports: records a client's full buffer lost."""
+
+    findings: list[Finding]
+
+
+Reply = Answer | m.IpcResult | ForeignFrees | LostRecords
 
 
 @dataclass(slots=True)
@@ -51,6 +60,7 @@ class KernelState:
     events: int = 0
     errors: int = 0
     warnings: int = 0
+    lost: int = 0  # records the client could not keep
     pending: int = 0  # detectors still checking it
 
 
@@ -213,11 +223,44 @@ class Session:
     def _kernel_end(self, end: m.KernelEnd) -> list[Work | Reply]:
         state = self._running(end.kernel, "kernel_end")
         self.current = None
+        lost = self._lost_records(state, end.lost)
         if state.checked and self.detectors:
             state.pending = len(self.detectors)
-            return [EndKernel(end.kernel)]
+            return [*lost, EndKernel(end.kernel)]
         del self.kernels[end.kernel]
-        return [self._answer(state)]
+        return [*lost, self._answer(state)]
+
+    def _lost_records(self, state: KernelState, losses: list[m.BlockLoss]) -> list[LostRecords]:
+        """msSanitizer's record-buffer overflow report (reference §1.4), as an internal_error per block."""
+        findings = []
+        cache = self.config.cache_size
+        for loss in losses:
+            state.lost += loss.records
+            lost_mb = -(-loss.records * EVENT_DTYPE.itemsize // (1 << 20))
+            if cache + lost_mb <= MAX_CACHE_SIZE_MB:
+                detail = (
+                    f"{loss.records} records undetected in block {loss.block_id}, please use "
+                    f"--cache-size={cache + lost_mb} to run the operator again."
+                )
+            else:
+                detail = (
+                    f"{loss.records} records undetected in block {loss.block_id}, exceed the max record buffer "
+                    f"size for each block: {MAX_CACHE_SIZE_MB}. Some records were discarded, the detection "
+                    "result maybe unreliable!"
+                )
+            block_name = BLOCK_TYPE_NAMES.get(loss.block_type, str(loss.block_type))
+            findings.append(
+                self.context.finding(
+                    "internal_error",
+                    kernel=state.launch.name,
+                    blocks={block_name: [loss.block_id]},
+                    space="",
+                    size=loss.records,
+                    detail=detail,
+                )
+            )
+        state.errors += len(findings)
+        return [LostRecords(findings)] if findings else []
 
     # --- detector results --------------------------------------------------------------------------------------
 
@@ -247,6 +290,7 @@ class Session:
             errors=state.errors,
             warnings=state.warnings,
             checked=state.checked,
+            lost=state.lost,
         )
         tools = [d.name for d in self.detectors] if state.checked else []
         report = m.KernelChecked(
@@ -258,6 +302,7 @@ class Session:
             errors=state.errors,
             warnings=state.warnings,
             checked=state.checked,
+            lost=state.lost,
         )
         return Answer(verdict, report)
 
