@@ -220,10 +220,12 @@ class Client:
         capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
         keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
         # The common case in O(n), no sort: every block still has room after this batch.
-        dense = np.bincount(keys, minlength=self._block_used.size)
-        if dense.size == self._block_used.size and int((self._block_used + dense).max()) <= capacity:
-            self._block_used += dense
-            return events
+        dense = np.bincount(keys)  # as long as the highest block key in the batch: short for vector blocks
+        if dense.size <= self._block_used.size:
+            total = self._block_used[: dense.size] + dense
+            if int(total.max()) <= capacity:
+                self._block_used[: dense.size] = total
+                return events
         blocks, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
         used = np.array(
             [
