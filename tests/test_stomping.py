@@ -71,6 +71,14 @@ class TestStomping:
         events = stream(accesses(WRITE, Space.UB, 0, 32, block_id=0), accesses(WRITE, Space.UB, 0, 32, block_id=1))
         assert stomps(kernel(memcheck(), events)) == []
 
+    def test_block_ids_do_not_alias(self) -> None:
+        """Blocks 63 and 0, or 5 and 4101, are different writers (msSanitizer's 6-bit core ids alias at 63)."""
+        for a, b in ((0, 63), (5, 4101), (1, 65535)):
+            events = stream(
+                accesses(WRITE, Space.GM, GM, 32, block_id=a), accesses(WRITE, Space.GM, GM, 32, block_id=b)
+            )
+            assert stomps(kernel(memcheck(), events)) == [(GM, 32, {"aiv": [b]})]
+
     def test_atomic_flag_exempts(self) -> None:
         """Writes made in atomic mode (the event's flag) are legitimate sharing."""
         events = stream(

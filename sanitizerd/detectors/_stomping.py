@@ -6,9 +6,10 @@ owns is stomping, and those bytes move to a "stomped" set so they are reported o
 (the event's atomic flag, or the block's state after a SET_ATOMIC event) are legitimate sharing and exempt.
 
 Ownership is two interval sets: the union of owned bytes, and the same bytes keyed by owner in the top bits
-(``block << 49 | address``), so one lookup answers "owned by anyone" and one "owned by this block" for every
-write of a batch. A batch without conflicts, the common case, is settled with a few whole-batch operations;
-a batch with one is taken block by block, as msSanitizer processes each block's record buffer.
+(``owner << 49 | address``, owners numbered per kernel), so one lookup answers "owned by anyone" and one
+"owned by this block" for every write of a batch. A batch without conflicts, the common case, is settled with
+a few whole-batch operations; a batch with one is taken block by block, as msSanitizer processes each block's
+record buffer.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
 
 
 def _block_keys(events: np.ndarray) -> np.ndarray:
-    # 2 bits of block type, 12 of block id: with 49 address bits, the packed key fits in 64 bits.
-    return (events["block_type"].astype(_U64) << _U64(12)) | (events["block_id"].astype(_U64) & _U64(0xFFF))
+    """Block type and full block id in one integer."""
+    return (events["block_type"].astype(_U64) << _U64(16)) | events["block_id"].astype(_U64)
 
 
 def _merge_per_block(keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -46,6 +47,7 @@ class StompTracker:
         self.owned_by = IntervalSet()  # the same bytes, keyed block << 49 | address
         self.stomped = IntervalSet()
         self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
+        self._owners: dict[int, int] = {}  # block key -> owner number
 
     def check(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stomping writes of a batch: (event index, address reported, bytes stomped)."""
@@ -54,12 +56,22 @@ class StompTracker:
         if not writes.any():
             return _NONE
         event, start, stop = ranges(events, ext, np.flatnonzero(writes))
-        keys = _block_keys(events)[event]
+        block_keys = _block_keys(events)[event]
+        keys = self._owner_numbers(block_keys)
         if self._claim_if_clean(keys, start, stop):
             return _NONE
-        found = [self._block_writes(block, event[keys == block], start[keys == block], stop[keys == block])
-                 for block in np.unique(keys).tolist()]  # fmt: skip
+        # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers.
+        _, first = np.unique(block_keys, return_index=True)
+        found = [self._block_writes(owner, event[keys == owner], start[keys == owner], stop[keys == owner])
+                 for owner in keys[first].tolist()]  # fmt: skip
         return tuple(np.concatenate([f[i] for f in found]) for i in range(3))  # type: ignore[return-value]
+
+    def _owner_numbers(self, block_keys: np.ndarray) -> np.ndarray:
+        """Blocks numbered 0, 1, 2, ... in the order the kernel first wrote with them, so that an owner fits the
+        15 bits above a 49-bit address whatever its block id (msSanitizer's 6-bit core ids alias at 63)."""
+        blocks, inverse = np.unique(block_keys, return_inverse=True)
+        numbers = np.array([self._owners.setdefault(b, len(self._owners)) for b in blocks.tolist()], dtype=_U64)
+        return numbers[inverse]
 
     def _foreign(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range that a block other than its own owns."""
