@@ -1,0 +1,223 @@
+"""A small AscendC-style kernel emulator: describe a kernel in Python, stream the events an instrumented
+kernel would send (reference §1.7), with source locations from the Python call site.
+
+    kernel = KernelEmulator(client, "add_custom", block_dim=8)
+    x = kernel.gm(0x12C0C0000000, 8 * 4096)          # malloc + host copy-in
+    def body(block: Block) -> None:
+        ub = block.ub(0, 512)
+        block.data_copy(ub, x.tile(block.idx * 4096, 512))   # GM -> UB on MTE2
+        block.set_flag(Pipe.MTE2, Pipe.V, 0)
+        block.wait_flag(Pipe.MTE2, Pipe.V, 0)
+        block.vector(ub, [ub], repeat=2)                        # on PIPE_V
+    verdict = kernel.run(body)
+
+Instruction mappings, as msSanitizer's record parser makes them:
+- ``data_copy`` (DMA_MOV): ``n_burst`` bursts of ``len_burst`` 32-byte blocks, gaps (``src_stride``,
+  ``dst_stride``) in 32-byte units; a READ of the source and a WRITE of the destination.
+- ``data_copy_pad`` (MOV_ALIGN, DataCopyPad): byte-granular bursts of ``len_bytes``; on UB each burst occupies
+  ``ceil32(len_bytes)`` (data and pad), gaps in 32-byte units there and in bytes on GM.
+- ``vector``: 8 blocks of 32 bytes per repeat per operand, strides per operand; ``count`` (MASK_COUNT) covers
+  that many elements: full repeats, then full blocks, then a partial tail block; ``mask`` (MASK_NORM, element
+  bits ≥ 16) covers each repeat up to its highest set bit.
+- the pipe of a move follows its spaces (L1->L0/UB: MTE1, GM->local: MTE2, UB->GM/L1 and L1->GM: MTE3,
+  L0C->UB and UB->UB: V, L0C->L1: FIX).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from client_shim.client import Client
+from client_shim.events import BlockType, EventKind, Pipe, Register, Space, accesses, register_writes, syncs
+from sanitizerd.protocol import messages as m
+
+_MOVE_PIPES = {
+    (Space.L1, Space.L0A): Pipe.MTE1, (Space.L1, Space.L0B): Pipe.MTE1, (Space.L1, Space.L0C): Pipe.MTE1,
+    (Space.L1, Space.UB): Pipe.MTE1, (Space.GM, Space.L0A): Pipe.MTE2, (Space.GM, Space.L0B): Pipe.MTE2,
+    (Space.GM, Space.L1): Pipe.MTE2, (Space.GM, Space.UB): Pipe.MTE2, (Space.UB, Space.GM): Pipe.MTE3,
+    (Space.UB, Space.L1): Pipe.MTE3, (Space.UB, Space.L0C): Pipe.MTE3, (Space.L1, Space.GM): Pipe.MTE3,
+    (Space.L0C, Space.UB): Pipe.V, (Space.UB, Space.UB): Pipe.V, (Space.L0C, Space.L1): Pipe.FIX,
+}  # fmt: skip
+
+
+def _ceil32(n: int) -> int:
+    return -(-n // 32) * 32
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    space: Space
+    address: int
+    size: int  # bytes
+    dtype_bytes: int = 2
+
+    def tile(self, offset: int, size: int) -> Tensor:
+        """The ``size`` bytes at byte ``offset`` (not bounds-checked: that is the detectors' job)."""
+        return replace(self, address=self.address + offset, size=size)
+
+
+class KernelEmulator:
+    def __init__(self, client: Client, name: str, block_dim: int, kernel_type: str = "aiv") -> None:
+        self.client = client
+        self.name = name
+        self.block_dim = block_dim
+        self.kernel_type = kernel_type
+
+    def gm(self, address: int, size: int, dtype_bytes: int = 2, *, initialized: bool = True) -> Tensor:
+        """A global tensor: allocated, and copied in from the host unless ``initialized`` is false."""
+        location = _call_site(self.client)
+        self.client.malloc(address, size, location=location)
+        if initialized:
+            self.client.store(address, size, location=location)
+        return Tensor(Space.GM, address, size, dtype_bytes)
+
+    def here(self) -> int:
+        """The location id of the caller's line, for host calls made around the kernel (``client.free``)."""
+        return _call_site(self.client)
+
+    def run(self, body: Callable[[Block], None], *, timeout: float = 60) -> m.Verdict:
+        """Run ``body`` once per block, stream every block's events, and wait for the kernel's verdict."""
+        kernel = self.client.kernel_begin(self.name, self.block_dim, self.kernel_type)
+        for index in range(self.block_dim):
+            block = Block(self, index)
+            body(block)
+            block.flush(kernel)
+        self.client.kernel_end(kernel)
+        return self.client.wait_kernel(kernel, timeout=timeout)
+
+
+class Block:
+    """One block (AI core) of a kernel launch: its on-chip tensors and its instructions, in program order."""
+
+    def __init__(self, kernel: KernelEmulator, idx: int) -> None:
+        self.kernel = kernel
+        self.idx = idx
+        self.block_type = BlockType.AIC if kernel.kernel_type == "aic" else BlockType.AIV
+        self._events: list[np.ndarray] = []
+
+    # --- local tensors ---
+    def ub(self, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
+        return Tensor(Space.UB, offset, size, dtype_bytes)
+
+    def l1(self, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
+        return Tensor(Space.L1, offset, size, dtype_bytes)
+
+    def l0(self, space: Space, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
+        return Tensor(space, offset, size, dtype_bytes)
+
+    # --- instructions ---
+    def data_copy(
+        self, dst: Tensor, src: Tensor, *, n_burst: int = 1, len_burst: int | None = None, src_stride: int = 0,
+        dst_stride: int = 0,
+    ) -> None:  # fmt: skip
+        """DataCopy: ``n_burst`` bursts of ``len_burst`` 32-byte blocks (default: the smaller tensor)."""
+        blocks = len_burst if len_burst is not None else -(-min(dst.size, src.size) // 32)
+        pipe = _MOVE_PIPES[(src.space, dst.space)]
+        common = self._common()
+        self._emit(
+            accesses(EventKind.READ, src.space, src.address, 32, block_num=blocks, repeat=n_burst,
+                     repeat_stride=blocks + src_stride, pipe=pipe, **common),
+            accesses(EventKind.WRITE, dst.space, dst.address, 32, block_num=blocks, repeat=n_burst,
+                     repeat_stride=blocks + dst_stride, pipe=pipe, **common),
+        )  # fmt: skip
+
+    def data_copy_pad(
+        self, dst: Tensor, src: Tensor, *, len_bytes: int, n_burst: int = 1, src_gap: int = 0, dst_gap: int = 0
+    ) -> None:
+        """DataCopyPad: byte-granular bursts; on UB each burst occupies ceil32(len_bytes), gaps in 32 B units."""
+        pipe = _MOVE_PIPES[(src.space, dst.space)]
+        common = self._common()
+
+        def side(kind: EventKind, tensor: Tensor, gap: int) -> np.ndarray:
+            if tensor.space == Space.GM:
+                length, stride = len_bytes, len_bytes + gap
+            else:
+                length = _ceil32(len_bytes) if kind == EventKind.WRITE else len_bytes
+                stride = _ceil32(len_bytes) + gap * 32
+            return accesses(kind, tensor.space, tensor.address, 1, block_num=length, repeat=n_burst,
+                            repeat_stride=stride, pipe=pipe, **common)  # fmt: skip
+
+        self._emit(side(EventKind.READ, src, src_gap), side(EventKind.WRITE, dst, dst_gap))
+
+    def vector(
+        self, dst: Tensor, srcs: Sequence[Tensor], *, repeat: int = 1, block_stride: int = 1,
+        repeat_stride: int = 8, count: int | None = None, mask: int | None = None,
+    ) -> None:  # fmt: skip
+        """A vector instruction over UB: reads every source, writes ``dst``, on PIPE_V."""
+        common = self._common()
+        parts = []
+        for kind, tensor in [(EventKind.READ, s) for s in srcs] + [(EventKind.WRITE, dst)]:
+            parts.extend(self._vector_operand(kind, tensor, repeat, block_stride, repeat_stride, count, mask, common))
+        self._emit(*parts)
+
+    def _vector_operand(
+        self, kind: EventKind, t: Tensor, repeat: int, block_stride: int, repeat_stride: int, count: int | None,
+        mask: int | None, common: dict[str, object],
+    ) -> list[np.ndarray]:  # fmt: skip
+        def op(address: int, block_size: int, block_num: int, repeats: int) -> np.ndarray:
+            return accesses(kind, t.space, address, block_size, block_num=block_num, block_stride=block_stride,
+                            repeat=repeats, repeat_stride=repeat_stride, pipe=Pipe.V, **common)  # fmt: skip
+
+        if count is None and (mask is None or t.dtype_bytes < 2):
+            return [op(t.address, 32, 8, repeat)]
+        if count is not None:  # MASK_COUNT: full repeats, then full blocks, then a partial tail block
+            total = count * t.dtype_bytes
+            full_repeats, rest = divmod(total, 256)
+            blocks, tail = divmod(rest, 32)
+            step = repeat_stride * 32
+            out = [op(t.address, 32, 8, full_repeats)] if full_repeats else []
+            after = t.address + full_repeats * step
+            if blocks:
+                out.append(op(after, 32, blocks, 1))
+            if tail:
+                out.append(op(after + blocks * block_stride * 32, tail, 1, 1))
+            return out
+        # MASK_NORM with 16-bit or wider elements: each repeat up to the highest set bit of the mask.
+        assert mask is not None
+        per_repeat = mask.bit_length() * t.dtype_bytes
+        blocks, tail = divmod(per_repeat, 32)
+        out = [op(t.address, 32, blocks, repeat)] if blocks else []
+        if tail:
+            out.append(op(t.address + blocks * block_stride * 32, tail, 1, repeat))
+        return out
+
+    def set_flag(self, src: Pipe, dst: Pipe, event_id: int = 0) -> None:
+        self._emit(syncs(EventKind.SET_FLAG, src, dst, event_id, **self._common()))
+
+    def wait_flag(self, src: Pipe, dst: Pipe, event_id: int = 0) -> None:
+        self._emit(syncs(EventKind.WAIT_FLAG, src, dst, event_id, **self._common()))
+
+    def pipe_barrier(self, pipe: Pipe) -> None:
+        self._emit(syncs(EventKind.PIPE_BARRIER, pipe, **self._common()))
+
+    def set_register(self, register: Register, value: int) -> None:
+        """set_vector_mask, set_ctrl, ...: a control register the kernel should restore before it ends."""
+        self._emit(register_writes(register, value, **self._common()))
+
+    def set_atomic(self, on: bool) -> None:
+        self._emit(syncs(EventKind.SET_ATOMIC, Pipe.S, **self._common(), mode=int(on)))
+
+    # --- plumbing ---
+    def _common(self) -> dict[str, object]:
+        """What every event of one instruction shares: block, serial number, source location."""
+        client = self.kernel.client
+        return {"block_id": self.idx, "block_type": self.block_type, "serial": client.next_serial(),
+                "location": _call_site(client, depth=3)}  # fmt: skip
+
+    def _emit(self, *parts: np.ndarray) -> None:
+        self._events.extend(parts)
+
+    def flush(self, kernel: int) -> None:
+        if self._events:
+            self.kernel.client.events(kernel, np.concatenate(self._events))
+            self._events = []
+
+
+def _call_site(client: Client, depth: int = 2) -> int:
+    """The location id of the user's line that called the emulator (``depth`` frames up)."""
+    frame = sys._getframe(depth)
+    return client.location(frame.f_code.co_filename, frame.f_lineno, 0, frame.f_code.co_name)

@@ -1,0 +1,163 @@
+"""The kernel emulator end to end: clean kernels stay silent, each planted bug yields exactly its kinds at its
+line, and the events it streams follow msSanitizer's instruction mappings (read back from a save file)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sanitizerd.cli.savefile import read_save
+from sanitizerd.protocol import decode_body
+from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.records import EventKind, Pipe, Space, as_events
+from tests.conftest import ROOT, RunningDaemon, sanitizerd
+
+EXAMPLES = ROOT / "examples" / "emulated"
+PLANTED = EXAMPLES / "planted.py"
+ALL_TOOLS = ("-t", "memcheck", "-t", "initcheck", "-t", "synccheck", "--leak-check", "yes")
+JOB = re.compile(r"SUMMARY: job (\S+):")
+X, Y, Z = 0x12C0C0000000, 0x12C0D0000000, 0x12C0E0000000
+
+
+def marked_line(name: str) -> int:
+    """The line of planted.py marked ``# line: <name>``."""
+    for number, line in enumerate(PLANTED.read_text().splitlines(), 1):
+        if line.rstrip().endswith(f"# line: {name}"):
+            return number
+    raise AssertionError(f"no line marked {name}")
+
+
+def run_job(daemon: RunningDaemon, *args: str) -> tuple[str, list[dict[str, object]]]:
+    result = sanitizerd("run", "--socket", str(daemon.socket), *ALL_TOOLS, "--", sys.executable, *args)
+    assert result.returncode == 0, result.stderr + result.stdout
+    job = JOB.search(result.stdout).group(1)
+    query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
+    return result.stdout, json.loads(query.stdout)
+
+
+class TestCleanKernels:
+    @pytest.mark.parametrize("program", ["add_double_buffer.py", "planted.py none"])
+    def test_no_finding_with_every_detector(self, daemon: RunningDaemon, program: str) -> None:
+        """A correct kernel yields no finding at all with memcheck, initcheck, synccheck and leak checking."""
+        name, *args = program.split()
+        stdout, findings = run_job(daemon, str(EXAMPLES / name), *args)
+        assert findings == []
+        assert "No error detected." in stdout
+
+
+# bug -> the kinds it must yield, the facts of the first finding of the first kind, and the marked line of
+# planted.py that finding must point at.
+PLANTED_BUGS: dict[str, tuple[set[str], dict[str, object], str]] = {
+    "illegal_read": (
+        {"illegal_read", "uninitialized_read"},
+        {"space": "GM", "address": X + 512, "size": 224, "blocks": {"aiv": [1]}},
+        "copy-x",
+    ),
+    "misaligned_access": (
+        {"misaligned_access"},
+        {"space": "UB", "address": 0x210, "size": 32, "blocks": {"aiv": [0, 1]}},
+        "copy-y",
+    ),
+    "out_of_bounds": (
+        {"out_of_bounds"},
+        {"space": "GM", "address": Z, "size": 512, "blocks": {"aiv": [1]}},
+        "copy-z",
+    ),
+    "uninitialized_read": (
+        {"uninitialized_read"},
+        {"space": "GM", "address": Y, "size": 512, "blocks": {"aiv": [0]}},
+        "copy-y",
+    ),
+    "unpaired_set_flag": (
+        {"unpaired_set_flag"},
+        {"pipe": "PIPE_MTE3", "dst_pipe": "PIPE_MTE2", "event_id": 1, "blocks": {"aiv": [0, 1]}},
+        "set-unpaired",
+    ),
+    "redundant_set_flag": (
+        {"redundant_set_flag", "redundant_wait_flag"},
+        {"pipe": "PIPE_MTE2", "dst_pipe": "PIPE_V", "blocks": {"aiv": [0, 1]}},
+        "set-again",
+    ),
+    "register_not_reset": (
+        {"register_not_reset"},
+        {"register": "VECTOR_MASK_0", "actual": 255, "blocks": {"aiv": [0]}},
+        "register",
+    ),
+    "illegal_free": ({"illegal_free"}, {"space": "GM", "address": Z, "kernel": None}, "free-again"),
+    "memory_leak": ({"memory_leak"}, {"space": "GM", "address": X, "size": 1024}, "alloc-x"),
+}
+
+
+class TestPlantedBugs:
+    @pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+    def test_exactly_its_kinds_at_its_line(self, daemon: RunningDaemon, bug: str) -> None:
+        """Each planted bug yields exactly its finding kind(s), with the right place, size, blocks and line."""
+        kinds, facts, line = PLANTED_BUGS[bug]
+        _, findings = run_job(daemon, str(PLANTED), bug)
+        assert {f["kind"] for f in findings} == kinds
+        of_kind = [f for f in findings if f["kind"] == sorted(kinds)[0]]
+        first = min(of_kind, key=lambda f: (f["serial"], f["location"]["line"] if f["location"] else 0))
+        assert {k: first[k] for k in facts} == facts
+        assert marked_line(line) in {f["location"]["line"] for f in of_kind if f["location"]}
+        assert all(f["location"]["file"].endswith("planted.py") for f in of_kind if f["location"])
+
+
+class TestMappings:
+    def test_instructions_stream_mssanitizer_events(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """DataCopy, DataCopyPad and a MASK_COUNT vector op stream the events of reference §1.7."""
+        program = short_dir / "kernel.py"
+        program.write_text(
+            textwrap.dedent(
+                """
+                import client_shim
+                from client_shim.emulator import KernelEmulator
+                from client_shim.events import Space
+                c = client_shim.connect()
+                k = KernelEmulator(c, "mappings", 1)
+                x = k.gm(0x10000, 4096)
+                def body(b):
+                    b.data_copy(b.ub(0, 1024), x, n_burst=2, len_burst=8, src_stride=4, dst_stride=0)
+                    b.data_copy_pad(b.ub(0x800, 64), x.tile(0, 40), len_bytes=40)
+                    b.vector(b.ub(0x400, 512), [b.ub(0, 512)], count=300)
+                k.run(body)
+                c.free(0x10000)
+                c.close()
+                """
+            )
+        )
+        saved = short_dir / "k.save"
+        result = sanitizerd(
+            "run", "--socket", str(daemon.socket), "--save", str(saved), "--", sys.executable, str(program)
+        )
+        assert result.returncode == 0, result.stderr
+        _, recorded = read_save(saved)
+        batches = [decode_body(r.body) for r in recorded]
+        events = np.concatenate([as_events(b.records) for b in batches if isinstance(b, m.Events)])
+        rows = [
+            (int(e["kind"]), int(e["space"]), int(e["address"]), int(e["block_size"]), int(e["block_num"]),
+             int(e["repeat"]), int(e["repeat_stride"]), int(e["pipe"]))
+            for e in events
+        ]  # fmt: skip
+        R, W = EventKind.READ, EventKind.WRITE
+        assert rows == [
+            # DataCopy GM->UB on MTE2: 2 bursts of 8 blocks, source gap 4 blocks, destination contiguous
+            (R, Space.GM, 0x10000, 32, 8, 2, 12, Pipe.MTE2),
+            (W, Space.UB, 0x0, 32, 8, 2, 8, Pipe.MTE2),
+            # DataCopyPad of 40 bytes: exactly 40 read on GM, ceil32(40) = 64 written on UB
+            (R, Space.GM, 0x10000, 1, 40, 1, 40, Pipe.MTE2),
+            (W, Space.UB, 0x800, 1, 64, 1, 64, Pipe.MTE2),
+            # MASK_COUNT 300 fp16 elements = 600 bytes: 2 full repeats (512), 2 full blocks (64), a 24-byte tail
+            (R, Space.UB, 0x0, 32, 8, 2, 8, Pipe.V),
+            (R, Space.UB, 0x200, 32, 2, 1, 8, Pipe.V),
+            (R, Space.UB, 0x240, 24, 1, 1, 8, Pipe.V),
+            (W, Space.UB, 0x400, 32, 8, 2, 8, Pipe.V),
+            (W, Space.UB, 0x600, 32, 2, 1, 8, Pipe.V),
+            (W, Space.UB, 0x640, 24, 1, 1, 8, Pipe.V),
+        ]
+        assert len({int(e["serial"]) for e in events}) == 3  # one serial number per instruction
