@@ -44,6 +44,10 @@ _MOVE_PIPES = {
 }  # fmt: skip
 
 
+_L0 = (Space.L0A, Space.L0B, Space.L0C)
+_FRACTAL = 512  # bytes a cube-side block (fractal) holds
+
+
 def _ceil32(n: int) -> int:
     return -(-n // 32) * 32
 
@@ -114,16 +118,21 @@ class Block:
         self, dst: Tensor, src: Tensor, *, n_burst: int = 1, len_burst: int | None = None, src_stride: int = 0,
         dst_stride: int = 0,
     ) -> None:  # fmt: skip
-        """DataCopy: ``n_burst`` bursts of ``len_burst`` 32-byte blocks (default: the smaller tensor)."""
+        """DataCopy: ``n_burst`` bursts of ``len_burst`` 32-byte blocks (default: the smaller tensor); gaps in
+        32-byte units. An L0A/L0B/L0C side moves whole 512-byte fractals, so its blocks are fractals."""
         blocks = len_burst if len_burst is not None else -(-min(dst.size, src.size) // 32)
         pipe = _MOVE_PIPES[(src.space, dst.space)]
         common = self._common()
-        self._emit(
-            accesses(EventKind.READ, src.space, src.address, 32, block_num=blocks, repeat=n_burst,
-                     repeat_stride=blocks + src_stride, pipe=pipe, **common),
-            accesses(EventKind.WRITE, dst.space, dst.address, 32, block_num=blocks, repeat=n_burst,
-                     repeat_stride=blocks + dst_stride, pipe=pipe, **common),
-        )  # fmt: skip
+
+        def side(kind: EventKind, tensor: Tensor, gap: int) -> np.ndarray:
+            unit = _FRACTAL if tensor.space in _L0 else 32
+            per_unit = unit // 32
+            if blocks % per_unit or gap % per_unit:
+                raise ValueError(f"a {tensor.space.name} side moves whole {unit}-byte fractals")
+            return accesses(kind, tensor.space, tensor.address, unit, block_num=blocks // per_unit, repeat=n_burst,
+                            repeat_stride=(blocks + gap) // per_unit, pipe=pipe, **common)  # fmt: skip
+
+        self._emit(side(EventKind.READ, src, src_stride), side(EventKind.WRITE, dst, dst_stride))
 
     def data_copy_pad(
         self, dst: Tensor, src: Tensor, *, len_bytes: int, n_burst: int = 1, src_gap: int = 0, dst_gap: int = 0
@@ -184,6 +193,29 @@ class Block:
         if tail:
             out.append(op(t.address + blocks * block_stride * 32, tail, 1, repeat))
         return out
+
+    def load_2d(self, dst: Tensor, src: Tensor) -> None:
+        """LOAD_2D: a fractal copy from L1 into L0A/L0B on MTE1 (contiguous, the smaller tensor's size)."""
+        size = min(dst.size, src.size)
+        pipe = _MOVE_PIPES[(src.space, dst.space)]
+        common = self._common()
+        self._emit(
+            accesses(EventKind.READ, src.space, src.address, size, pipe=pipe, **common),
+            accesses(EventKind.WRITE, dst.space, dst.address, size, pipe=pipe, **common),
+        )
+
+    def mmad(self, c: Tensor, a: Tensor, b: Tensor, *, m: int, k: int, n: int, accumulate: bool = False) -> None:
+        """MMAD on the cube unit (PIPE_M): C[m x n] (fp32, L0C) = A[m x k] (L0A) x B[k x n] (L0B), plus C when
+        ``accumulate``. Operands are dense fractal tiles, so each is one contiguous range."""
+        common = self._common()
+        parts = [
+            accesses(EventKind.READ, a.space, a.address, m * k * a.dtype_bytes, pipe=Pipe.M, **common),
+            accesses(EventKind.READ, b.space, b.address, k * n * b.dtype_bytes, pipe=Pipe.M, **common),
+        ]
+        if accumulate:
+            parts.append(accesses(EventKind.READ, c.space, c.address, m * n * c.dtype_bytes, pipe=Pipe.M, **common))
+        parts.append(accesses(EventKind.WRITE, c.space, c.address, m * n * c.dtype_bytes, pipe=Pipe.M, **common))
+        self._emit(*parts)
 
     def set_flag(self, src: Pipe, dst: Pipe, event_id: int = 0) -> None:
         self._emit(syncs(EventKind.SET_FLAG, src, dst, event_id, **self._common()))

@@ -42,7 +42,7 @@ def run_job(daemon: RunningDaemon, *args: str) -> tuple[str, list[dict[str, obje
 
 
 class TestCleanKernels:
-    @pytest.mark.parametrize("program", ["add_double_buffer.py", "planted.py none"])
+    @pytest.mark.parametrize("program", ["add_double_buffer.py", "matmul_tiling.py", "planted.py none"])
     def test_no_finding_with_every_detector(self, daemon: RunningDaemon, program: str) -> None:
         """A correct kernel yields no finding at all with memcheck, initcheck, synccheck and leak checking."""
         name, *args = program.split()
