@@ -48,7 +48,6 @@ NOT_YET_CHECKED: dict[str, str] = {
     "--full-backtrace": (
         f"{PREFIX} WARNING: --full-backtrace {_NO_EFFECT}; stacks are printed as the client sent them."
     ),
-    "--demangle": f"{PREFIX} WARNING: --demangle {_NO_EFFECT}; stacks are printed as the client sent them.",
     "--max-debuglog-size": (f"{PREFIX} WARNING: --max-debuglog-size {_NO_EFFECT}; it writes no debug log file to cap."),
 }
 

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
+from sanitizerd.demangle import demangle
 from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
 from sanitizerd.findings.model import ERROR, Finding
@@ -198,7 +199,8 @@ class Session:
                 reason="unexpected_message",
             )
         wanted = self.config.kernel_name
-        launch = KernelLaunch(begin.kernel, _display_name(begin.name), begin.block_dim, begin.kernel_type)
+        name = demangle(_display_name(begin.name), self.config.demangle)
+        launch = KernelLaunch(begin.kernel, name, begin.block_dim, begin.kernel_type)
         state = KernelState(launch, checked=not wanted or wanted in begin.name)
         self.kernels[begin.kernel] = self.current = state
         self.kernels_seen += 1
