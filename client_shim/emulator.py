@@ -32,7 +32,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from client_shim.client import Client
-from client_shim.events import BlockType, EventKind, Pipe, Register, Space, accesses, register_writes, syncs
+from client_shim.events import (
+    BlockType,
+    EventKind,
+    Pipe,
+    Register,
+    Space,
+    accesses,
+    make_events,
+    register_writes,
+    syncs,
+)
 from sanitizerd.protocol import messages as m
 
 _MOVE_PIPES = {
@@ -89,6 +99,7 @@ class KernelEmulator:
         for index in range(self.block_dim):
             block = Block(self, index)
             body(block)
+            block.finish()
             block.flush(kernel)
         self.client.kernel_end(kernel)
         return self.client.wait_kernel(kernel, timeout=timeout)
@@ -232,6 +243,11 @@ class Block:
 
     def set_atomic(self, on: bool) -> None:
         self._emit(syncs(EventKind.SET_ATOMIC, Pipe.S, **self._common(), mode=int(on)))
+
+    def finish(self) -> None:
+        """The block's end (msSanitizer's BLOCK_FINISH): its on-chip memory is gone. ``run`` calls it."""
+        self._emit(make_events(kind=EventKind.BLOCK_FINISH, block_id=self.idx, block_type=self.block_type,
+                               block_size=0, serial=self.kernel.client.next_serial()))  # fmt: skip
 
     # --- plumbing ---
     def _common(self) -> dict[str, object]:

@@ -138,7 +138,9 @@ class TestMappings:
         assert result.returncode == 0, result.stderr
         _, recorded = read_save(saved)
         batches = [decode_body(r.body) for r in recorded]
-        events = np.concatenate([as_events(b.records) for b in batches if isinstance(b, m.Events)])
+        streamed = np.concatenate([as_events(b.records) for b in batches if isinstance(b, m.Events)])
+        assert streamed["kind"][-1] == EventKind.BLOCK_FINISH  # run() ends each block as msSanitizer does
+        events = streamed[streamed["kind"] <= EventKind.WRITE]
         rows = [
             (int(e["kind"]), int(e["space"]), int(e["address"]), int(e["block_size"]), int(e["block_num"]),
              int(e["repeat"]), int(e["repeat_stride"]), int(e["pipe"]))

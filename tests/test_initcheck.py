@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client_shim.events import EventKind, Pipe, Space, accesses
+from client_shim.events import EventKind, Pipe, Space, accesses, make_events
 from sanitizerd.detectors import initcheck as initcheck_module
 from sanitizerd.detectors.initcheck import Initcheck
 from sanitizerd.findings.model import Finding
@@ -111,6 +111,23 @@ class TestOnChip:
         assert summary(kernel(detector, stream(accesses(READ, Space.L1, 0, 32)))) == [
             ("uninitialized_read", "L1", 0, 32, {"aiv": [0]})
         ]
+
+    def test_block_finish_forgets_that_blocks_on_chip_bytes(self) -> None:
+        """After BLOCK_FINISH of block 0 its UB is undefined again; block 1's UB and GM are untouched."""
+        finish = make_events(kind=EventKind.BLOCK_FINISH, block_id=0, block_size=0)
+        events = stream(
+            accesses(WRITE, Space.UB, 0, 32, block_id=0),
+            accesses(WRITE, Space.UB, 0, 32, block_id=1),
+            accesses(WRITE, Space.GM, GM, 32, block_id=0),
+            finish,
+            accesses(READ, Space.UB, 0, 32, block_id=0),
+            accesses(READ, Space.UB, 0, 32, block_id=1),
+            accesses(READ, Space.GM, GM, 32, block_id=1),
+        )
+        detector = initcheck()
+        detector.host_op(HostOp(op="malloc", address=GM, size=64))
+        # Split so the read comes in a batch after the finish, as a later launch's records would.
+        assert summary(kernel(detector, events[:4], events[4:])) == [("uninitialized_read", "UB", 0, 32, {"aiv": [0]})]
 
     def test_same_site_in_several_blocks_folds(self) -> None:
         """One read site hitting undefined UB in four blocks is one finding naming them all."""

@@ -29,6 +29,7 @@ _SPACE_SHIFT = _U64(60)
 _GM_LO, _GM_HI = int(Space.GM) << 60, (int(Space.GM) + 1) << 60
 _ADDRESS_BITS = _U64((1 << 42) - 1)
 _UNINITIALIZED = 0
+_ON_CHIP = (Space.PRIVATE, Space.L1, Space.L0A, Space.L0B, Space.L0C, Space.UB, Space.BT, Space.FB)
 # Events per slice of the in-order recheck: a read is paired only with earlier writes of its own slice, which
 # bounds the pairs (and memory) however many writes of the same bytes a batch holds.
 _SLICE = 2048
@@ -61,8 +62,23 @@ class Initcheck:
         kind = events["kind"]
         ext = extents(events)
         live = (ext > 0) & (kind <= EventKind.WRITE)
-        if not live.any():
-            return
+        if live.any():
+            self._check_accesses(events, kind, ext, live)
+        finished = kind == EventKind.BLOCK_FINISH
+        if finished.any():
+            self._forget_blocks(events[finished])
+
+    def _forget_blocks(self, finished: np.ndarray) -> None:
+        """A finished block's on-chip and private bytes are undefined again (msSanitizer's BLOCK_FINISH)."""
+        for block_type, block_id in set(
+            zip(finished["block_type"].tolist(), finished["block_id"].tolist(), strict=True)
+        ):
+            for space in _ON_CHIP:
+                # The block's whole region of this space in the composite key space (see ``composite``).
+                lo = (int(space) << 60) | (block_type << 58) | (block_id << 42)
+                self.defined.remove(lo, lo + (1 << 42))
+
+    def _check_accesses(self, events: np.ndarray, kind: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
         event, start, stop = ranges(events, ext, np.flatnonzero(live))  # event: batch position, i.e. order
         keys = composite(events["space"][event], events["block_type"][event], events["block_id"][event], start)
         stops = keys + (stop - start)

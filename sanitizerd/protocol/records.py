@@ -23,6 +23,7 @@ class EventKind(enum.IntEnum):
     CROSS_WAIT = 20  # wait_flag_dev; event_id = flag id
     SET_ATOMIC = 21  # mode = 0 off, non-zero on
     SET_REGISTER = 22  # event_id = Register, address = the value written
+    BLOCK_FINISH = 23  # the block has run its last instruction of this launch: its on-chip memory is gone
 
 
 class Register(enum.IntEnum):
