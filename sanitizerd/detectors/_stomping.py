@@ -24,11 +24,13 @@ _U64 = np.uint64
 _OWNER_SHIFT = _U64(49)
 _ADDRESS_MASK = _U64((1 << 49) - 1)
 _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
+_BLOCK_KEYS = 4 << 16  # block types 0-3, 16-bit block ids
+_NO_OWNER = _U64(np.iinfo(np.uint64).max)
 
 
 def _block_keys(events: np.ndarray) -> np.ndarray:
-    """Block type and full block id in one integer."""
-    return (events["block_type"].astype(_U64) << _U64(16)) | events["block_id"].astype(_U64)
+    """Block type (0-3) and full block id in one integer."""
+    return ((events["block_type"].astype(_U64) & _U64(3)) << _U64(16)) | events["block_id"].astype(_U64)
 
 
 def _merge_per_block(keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -48,6 +50,7 @@ class StompTracker:
         self.stomped = IntervalSet()
         self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
         self._owners: dict[int, int] = {}  # block key -> owner number
+        self._owner_table = np.full(_BLOCK_KEYS, _NO_OWNER, dtype=_U64)  # the same, as an array to gather from
 
     def check(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stomping writes of a batch: (event index, address reported, bytes stomped)."""
@@ -69,9 +72,14 @@ class StompTracker:
     def _owner_numbers(self, block_keys: np.ndarray) -> np.ndarray:
         """Blocks numbered 0, 1, 2, ... in the order the kernel first wrote with them, so that an owner fits the
         15 bits above a 49-bit address whatever its block id (msSanitizer's 6-bit core ids alias at 63)."""
-        blocks, inverse = np.unique(block_keys, return_inverse=True)
-        numbers = np.array([self._owners.setdefault(b, len(self._owners)) for b in blocks.tolist()], dtype=_U64)
-        return numbers[inverse]
+        numbers = self._owner_table[block_keys]
+        new = numbers == _NO_OWNER
+        if new.any():  # blocks writing for the first time in this kernel: number them in order
+            for key in np.unique(block_keys[new]).tolist():
+                self._owner_table[key] = len(self._owners)
+                self._owners[key] = len(self._owners)
+            numbers = self._owner_table[block_keys]
+        return numbers
 
     def _foreign(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range that a block other than its own owns."""
