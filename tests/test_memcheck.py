@@ -576,3 +576,33 @@ class TestUnusedMemory:
         malloc(mc, 0x1000, 0x100, serial=5)
         finding = only(mc.host_op(HostOp(op="free", address=0x1000)))
         assert (finding.kind, finding.address, finding.size, finding.serial) == ("unused_memory", 0x1000, 0x100, 5)
+
+
+class TestBacktrace:
+    def _finding(self, full_backtrace: bool) -> Finding:
+        ctx = context(full_backtrace=full_backtrace)
+        ctx.locations[1] = Location(id=1, file="add_custom.cpp", line=18, column=5)
+        ctx.locations[2] = Location(
+            id=2, file="${ASCEND_HOME_PATH}/compiler/tikcpp/tikcfw/impl/kernel_operator_data_copy_impl.h",
+            line=58, column=9, callers=[1],
+        )  # fmt: skip
+        mc = Memcheck(ctx)
+        return only(run_kernel(mc, accesses(READ, Space.GM, GM_BASE, 32, location=2)))
+
+    def test_library_frames_hidden_by_default(self) -> None:
+        """Without --full-backtrace the AscendC library frame is left out: the stack starts at the user's line."""
+        finding = self._finding(full_backtrace=False)
+        assert [(f.file, f.line) for f in finding.stack] == [("add_custom.cpp", 18)]
+        assert finding.location == Frame(file="add_custom.cpp", line=18, column=5)
+
+    def test_full_backtrace_keeps_them(self) -> None:
+        """--full-backtrace yes keeps every frame, innermost (the library's) first."""
+        finding = self._finding(full_backtrace=True)
+        assert [f.line for f in finding.stack] == [58, 18]
+
+    def test_only_library_frames_are_kept(self) -> None:
+        """A stack with nothing but library frames is shown as it is rather than emptied."""
+        ctx = context()
+        ctx.locations[2] = Location(id=2, file="/opt/ascend-toolkit/latest/kernel_operator.h", line=7)
+        finding = only(run_kernel(Memcheck(ctx), accesses(READ, Space.GM, GM_BASE, 32, location=2)))
+        assert [f.line for f in finding.stack] == [7]

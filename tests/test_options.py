@@ -578,7 +578,6 @@ class TestNotices:
             (["--check-device-heap=yes"], "--check-device-heap"),
             (["--check-cann-heap=yes"], "--check-cann-heap"),
             (["--check-cross-npu-races=yes"], "--check-cross-npu-races"),
-            (["--full-backtrace=yes"], "--full-backtrace"),
             (["--max-debuglog-size=10"], "--max-debuglog-size"),
         ],
     )

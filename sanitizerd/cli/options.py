@@ -45,9 +45,6 @@ NOT_YET_CHECKED: dict[str, str] = {
     "--check-cross-npu-races": (
         f"{PREFIX} WARNING: --check-cross-npu-races {_NOT_CHECKED}; cross-NPU races will not be reported."
     ),
-    "--full-backtrace": (
-        f"{PREFIX} WARNING: --full-backtrace {_NO_EFFECT}; stacks are printed as the client sent them."
-    ),
     "--max-debuglog-size": (f"{PREFIX} WARNING: --max-debuglog-size {_NO_EFFECT}; it writes no debug log file to cap."),
 }
 

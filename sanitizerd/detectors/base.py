@@ -24,6 +24,14 @@ class KernelLaunch:
     kernel_type: str
 
 
+# Where AscendC's own code lives: its kernel_operator headers and the CANN toolkit tree (tikcpp/tikcfw).
+_LIBRARY_MARKERS = ("kernel_operator", "/tikcpp/", "/tikcfw/", "${ASCEND_HOME_PATH}", "/ascend-toolkit/")
+
+
+def is_library_frame(frame: Frame) -> bool:
+    return any(marker in frame.file for marker in _LIBRARY_MARKERS)
+
+
 @dataclass(slots=True)
 class SessionContext:
     """What a detector may know about its session: identity to stamp on findings, the chip, and the
@@ -38,6 +46,8 @@ class SessionContext:
     locations: dict[int, Location] = field(default_factory=dict)
 
     def stack(self, location: int) -> list[Frame]:
+        """The call stack of a location id, innermost first. Without ``--full-backtrace yes``, frames inside the
+        AscendC library are left out (unless nothing else remains), so the first frame is the user's line."""
         frames: list[Frame] = []
         loc = self.locations.get(location)
         if loc is None:
@@ -46,6 +56,9 @@ class SessionContext:
             entry = self.locations.get(ident)
             if entry is not None:
                 frames.append(Frame(file=entry.file, line=entry.line, column=entry.column, function=entry.function))
+        if not self.config.full_backtrace:
+            own = [frame for frame in frames if not is_library_frame(frame)]
+            frames = own or frames
         return frames
 
     def finding(self, kind: str, *, location: int = 0, kernel: str | None = None, **fields: object) -> Finding:
