@@ -241,6 +241,19 @@ class Block:
         """set_vector_mask, set_ctrl, ...: a control register the kernel should restore before it ends."""
         self._emit(register_writes(register, value, **self._common()))
 
+    def sync_all(self) -> None:
+        """SyncAll: every block waits for every other (msSanitizer turns it into an FFTS mode-0 set on the virtual
+        flag 31 and a wait_flag_dev on that flag)."""
+        common = self._common()
+        self._emit(
+            syncs(EventKind.CROSS_SET, Pipe.S, Pipe.S, 31, mode=0, **common),
+            syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31, **common),
+        )
+
+    def queue(self, producer: Pipe, consumer: Pipe, event_id: int = 0) -> Queue:
+        """A TQue between two pipes: ``enque`` after the producer's work, ``deque`` before the consumer's."""
+        return Queue(self, producer, consumer, event_id)
+
     def set_atomic(self, on: bool) -> None:
         self._emit(syncs(EventKind.SET_ATOMIC, Pipe.S, **self._common(), mode=int(on)))
 
@@ -263,6 +276,22 @@ class Block:
         if self._events:
             self.kernel.client.events(kernel, np.concatenate(self._events))
             self._events = []
+
+
+class Queue:
+    """AscendC's TQue hand-over between two pipes: EnQue is a set_flag from the producer's pipe to the consumer's,
+    DeQue the matching wait_flag, as the library emits them."""
+
+    def __init__(self, block: Block, producer: Pipe, consumer: Pipe, event_id: int) -> None:
+        self.block, self.producer, self.consumer, self.event_id = block, producer, consumer, event_id
+
+    def enque(self) -> None:
+        self.block._emit(syncs(EventKind.SET_FLAG, self.producer, self.consumer, self.event_id, **self.block._common()))
+
+    def deque(self) -> None:
+        self.block._emit(
+            syncs(EventKind.WAIT_FLAG, self.producer, self.consumer, self.event_id, **self.block._common())
+        )
 
 
 def _call_site(client: Client, depth: int = 2) -> int:

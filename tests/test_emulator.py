@@ -163,3 +163,51 @@ class TestMappings:
             (W, Space.UB, 0x640, 24, 1, 1, 8, Pipe.V),
         ]
         assert len({int(e["serial"]) for e in events}) == 3  # one serial number per instruction
+
+
+class TestQueuesAndSyncAll:
+    def test_queue_and_sync_all_events(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """A TQue hand-over streams set_flag/wait_flag between its pipes; SyncAll streams msSanitizer's FFTS set
+        and wait on flag 31; the kernel is clean with every detector."""
+        program = short_dir / "queued.py"
+        program.write_text(
+            textwrap.dedent(
+                """
+                import client_shim
+                from client_shim.emulator import KernelEmulator
+                from client_shim.events import Pipe
+                c = client_shim.connect()
+                k = KernelEmulator(c, "queued", 2)
+                x = k.gm(0x10000, 1024)
+                def body(b):
+                    q = b.queue(Pipe.MTE2, Pipe.V, 1)
+                    ub = b.ub(0, 512)
+                    b.data_copy(ub, x.tile(b.idx * 512, 512))
+                    q.enque()
+                    q.deque()
+                    b.vector(ub, [ub], repeat=2)
+                    b.sync_all()
+                k.run(body)
+                c.free(0x10000)
+                c.close()
+                """
+            )
+        )
+        saved = short_dir / "q.save"
+        result = sanitizerd(
+            "run", "--socket", str(daemon.socket), "--save", str(saved), *ALL_TOOLS, "--", sys.executable, str(program)
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "No error detected." in result.stdout
+        _, recorded = read_save(saved)
+        events = np.concatenate(
+            [as_events(b.records) for b in (decode_body(r.body) for r in recorded) if isinstance(b, m.Events)]
+        )
+        block0 = events[(events["block_id"] == 0) & (events["kind"] >= EventKind.SET_FLAG)]
+        assert [(int(e["kind"]), int(e["pipe"]), int(e["dst_pipe"]), int(e["event_id"])) for e in block0] == [
+            (EventKind.SET_FLAG, Pipe.MTE2, Pipe.V, 1),
+            (EventKind.WAIT_FLAG, Pipe.MTE2, Pipe.V, 1),
+            (EventKind.CROSS_SET, Pipe.S, Pipe.S, 31),
+            (EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31),
+            (EventKind.BLOCK_FINISH, 0, 0, 0),
+        ]
