@@ -606,3 +606,54 @@ class TestBacktrace:
         ctx.locations[2] = Location(id=2, file="/opt/ascend-toolkit/latest/kernel_operator.h", line=7)
         finding = only(run_kernel(Memcheck(ctx), accesses(READ, Space.GM, GM_BASE, 32, location=2)))
         assert [f.line for f in finding.stack] == [7]
+
+
+class TestMstxPools:
+    BASE = GM_BASE
+
+    def _memcheck(self) -> Memcheck:
+        mc = memcheck()
+        malloc(mc, self.BASE, 4096, serial=1)
+        return mc
+
+    def _reads(self, mc: Memcheck, *addresses: int) -> list[int]:
+        """Which of these 32-byte reads memcheck reports as illegal."""
+        events = accesses(READ, Space.GM, np.array(addresses, dtype=np.uint64), 32)
+        events["pc"] = np.arange(events.size) + 1  # one site per read
+        return sorted(f.address for f in run_kernel(mc, events) if f.kind == "illegal_read")
+
+    def test_registered_heap_is_off_limits(self) -> None:
+        """Memory handed to an MSTX heap is illegal to touch until a region is carved out of it."""
+        mc = self._memcheck()
+        malloc(mc, self.BASE + 1024, 2048, source="mstx_heap")
+        assert self._reads(mc, self.BASE, self.BASE + 1024, self.BASE + 3072) == [self.BASE + 1024]
+
+    def test_regions_carve_legal_memory_out_of_the_heap(self) -> None:
+        """A region of the heap is legal; the rest of the heap stays illegal."""
+        mc = self._memcheck()
+        malloc(mc, self.BASE + 1024, 2048, source="mstx_heap")
+        malloc(mc, self.BASE + 1024, 256, source="mstx_region")
+        assert self._reads(mc, self.BASE + 1024, self.BASE + 1280) == [self.BASE + 1280]
+
+    def test_unregistering_the_heap_gives_it_back(self) -> None:
+        """Freeing the heap (its MSTX source) makes its memory legal again."""
+        mc = self._memcheck()
+        malloc(mc, self.BASE + 1024, 2048, source="mstx_heap")
+        assert mc.host_op(HostOp(op="free", address=self.BASE + 1024, source="mstx_heap")) == []
+        assert self._reads(mc, self.BASE + 1024) == []
+
+    def test_freeing_device_memory_drops_its_pools(self) -> None:
+        """Freeing the real allocation drops the heaps and regions inside it."""
+        mc = self._memcheck()
+        malloc(mc, self.BASE + 1024, 2048, source="mstx_heap")
+        assert mc.host_op(HostOp(op="free", address=self.BASE)) == []
+        malloc(mc, self.BASE, 4096)
+        assert self._reads(mc, self.BASE + 1024) == []
+
+    def test_heap_outside_device_memory_is_reported(self) -> None:
+        """A heap that does not start in device memory is refused with msSanitizer's message."""
+        mc = memcheck()
+        found = mc.host_op(HostOp(op="malloc", address=0x7000, size=64, source="mstx_heap", serial=4))
+        assert [(f.kind, f.detail) for f in found] == [
+            ("internal_error", "heap is not in malloc range, heap addr: 0x7000 size: 64")
+        ]

@@ -1,9 +1,13 @@
 """The session's device allocations as host hooks reported them (reference §2.1 "Heap block manager").
 
 Like msSanitizer, allocations live in separate tables by where they were reported: real device memory
-(HAL/RT/ACL, and BYPASS), framework tensor annotations (EXTRA, MANUAL), and MSTX pools. A free only
-touches the table of its own source, so a tensor annotation at a buffer's address never frees the buffer.
-Unlike msSanitizer, legality is the union of all tables rather than one "current scope" (docs/design.md).
+(HAL/RT/ACL, and BYPASS), framework tensor annotations (EXTRA, MANUAL), MSTX heaps (memory handed to a
+pool) and MSTX regions (pieces carved out of a pool). A free only touches the table of its own source, so a
+tensor annotation at a buffer's address never frees the buffer.
+
+Legal GM, as msSanitizer's MSTX semantics have it: device memory and annotations, minus registered heaps
+(pool memory is not to be touched until a region is carved out of it), plus regions. Unlike msSanitizer, this
+is one table rather than a RUNTIME or DFX "current scope" switched by each host record (docs/design.md).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.detectors._intervals import IntervalSet, difference
 
 _TABLE_OF_SOURCE = {
     "bypass": "device",
@@ -21,8 +25,8 @@ _TABLE_OF_SOURCE = {
     "acl": "device",
     "extra": "annotation",
     "manual": "annotation",
-    "mstx_heap": "mstx",
-    "mstx_region": "mstx",
+    "mstx_heap": "heap",
+    "mstx_region": "region",
 }
 # Only real device memory can leak; annotations and pools describe memory inside it.
 LEAKING_TABLE = "device"
@@ -37,6 +41,16 @@ class Allocation:
     location: int
     module: int
 
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+
+def _ranges(blocks: list[Allocation]) -> IntervalSet:
+    starts = np.fromiter((b.address for b in blocks), dtype=np.uint64, count=len(blocks))
+    sizes = np.fromiter((b.size for b in blocks), dtype=np.uint64, count=len(blocks))
+    return IntervalSet(starts, starts + sizes)
+
 
 class Heap:
     """Live allocations by table and address, and the GM ranges they make legal."""
@@ -44,7 +58,7 @@ class Heap:
     __slots__ = ("_legal", "tables")
 
     def __init__(self) -> None:
-        self.tables: dict[str, dict[int, Allocation]] = {"device": {}, "annotation": {}, "mstx": {}}
+        self.tables: dict[str, dict[int, Allocation]] = {"device": {}, "annotation": {}, "heap": {}, "region": {}}
         self._legal: IntervalSet | None = IntervalSet()
 
     def _table(self, source: str) -> dict[int, Allocation]:
@@ -60,23 +74,37 @@ class Heap:
         return True
 
     def free(self, address: int, source: str) -> Allocation | None:
-        """Forget an allocation; None when its table has nothing at ``address`` (an illegal free)."""
+        """Forget an allocation; None when its table has nothing at ``address`` (an illegal free). Freeing
+        real device memory also drops the MSTX heaps and regions inside it, as msSanitizer does."""
         allocation = self._table(source).pop(address, None)
-        if allocation is not None:
-            self._legal = None
+        if allocation is None:
+            return None
+        if _TABLE_OF_SOURCE.get(source, LEAKING_TABLE) == LEAKING_TABLE:
+            for pool in (self.tables["heap"], self.tables["region"]):
+                for inside in [a for a, p in pool.items() if allocation.address <= a < allocation.end]:
+                    del pool[inside]
+        self._legal = None
         return allocation
+
+    def in_device_memory(self, address: int) -> bool:
+        """Whether ``address`` lies in a live device allocation (where an MSTX heap must start)."""
+        return any(b.address <= address < b.end for b in self.tables["device"].values())
 
     def live(self) -> list[Allocation]:
         return sorted((a for t in self.tables.values() for a in t.values()), key=lambda a: (a.serial, a.address))
 
     @property
     def legal(self) -> IntervalSet:
-        """Union of live allocations, rebuilt once after the heap changed rather than on every host op."""
+        """Legal GM, rebuilt once after the heap changed rather than on every host op."""
         if self._legal is None:
-            blocks = [a for table in self.tables.values() for a in table.values()]
-            starts = np.fromiter((b.address for b in blocks), dtype=np.uint64, count=len(blocks))
-            sizes = np.fromiter((b.size for b in blocks), dtype=np.uint64, count=len(blocks))
-            self._legal = IntervalSet(starts, starts + sizes)
+            base = _ranges([*self.tables["device"].values(), *self.tables["annotation"].values()])
+            heaps = _ranges(list(self.tables["heap"].values()))
+            regions = _ranges(list(self.tables["region"].values()))
+            if len(heaps):
+                base = IntervalSet(*difference(base.starts, base.ends, heaps.starts, heaps.ends))
+            if len(regions):
+                base.add(regions.starts, regions.ends)
+            self._legal = base
         return self._legal
 
     def leaks(self) -> list[Allocation]:

@@ -169,7 +169,13 @@ class Memcheck:
 
     def host_op(self, op: HostOp) -> list[Finding]:
         if op.op == "malloc":
-            self.heap.malloc(Allocation(op.address, op.size, op.source, op.serial, op.location, op.module))
+            allocation = Allocation(op.address, op.size, op.source, op.serial, op.location, op.module)
+            if op.source == "mstx_heap" and not self.heap.in_device_memory(op.address):
+                # msSanitizer keeps such a heap but marks it invalid, and says so; we report it and keep it out.
+                detail = f"heap is not in malloc range, heap addr: {op.address:#x} size: {op.size}"
+                return [self.context.finding("internal_error", location=op.location, address=op.address,
+                                             size=op.size, serial=op.serial, detail=detail)]  # fmt: skip
+            self.heap.malloc(allocation)
             return []
         if op.op == "free":
             return self._free(op)

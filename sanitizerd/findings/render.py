@@ -102,8 +102,8 @@ def _single(finding: Finding) -> Iterator[str]:
         return
     if finding.kind == "internal_error" and finding.detail:
         yield f"{P} ERROR: internal errors (serialNo:{finding.serial})"
-        where = f" in {finding.kernel}" if finding.kernel is not None else ""
-        yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}{where}"
+        if finding.kernel is not None:
+            yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device} in {finding.kernel}"
         yield f"{P}    {finding.detail}"
         return
     label = "ERROR" if finding.severity == ERROR else "WARNING"
