@@ -67,8 +67,8 @@ class TestSessions:
         assert [(i.op, i.address) for i in items if isinstance(i, m.HostOp)] == [("free", 0x3000)]
         [foreign] = [i for i in items if isinstance(i, ForeignFrees)]
         assert foreign.by_session == {2: {0x5000}}
-        # The pump queues them on the importer, which applies them before its next message.
-        importer.external.append(m.HostOp(op="free", address=0x5000, source="bypass"))
+        # The pump hands them to the importer, which applies them before its next message.
+        importer.unmapped_elsewhere(foreign.by_session[2])
         first = importer.handle(m.Log(text="next"))
         assert [(i.op, i.address) for i in first if isinstance(i, m.HostOp)] == [("free", 0x5000)]
         assert "no export" in result(importer.handle(m.Ipc(op="map", name="kv", address=0x7000))).reason

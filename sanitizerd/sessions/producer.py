@@ -18,7 +18,7 @@ from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.pipeline import drive_detector
-from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Session
+from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Reply, Session
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
 
@@ -49,6 +49,24 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass  # the client left; its findings are stored all the same
         await hub.jobs.kernel_checked(session.job, checked.report)
+
+    async def dispatch(item: Work | Reply) -> None:
+        """Detector work to every detector's queue; everything else where it belongs."""
+        match item:
+            case Answer():
+                await answer(item)
+            case LostRecords(findings=findings):
+                await publish(findings)
+            case m.IpcResult():
+                await stream.send(item)
+            case ForeignFrees(by_session=by_session):
+                for other, addresses in by_session.items():
+                    target = hub.live.get(other)
+                    if target is not None:
+                        target.unmapped_elsewhere(addresses)
+            case _:
+                for send in senders:
+                    await send.send(item)
 
     def on_checked(detector: str, n: int) -> None:
         metrics.events_checked.labels(detector).inc(n)
@@ -90,23 +108,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if isinstance(message, m.Events):
                         metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
                     for item in session.handle(message):
-                        if isinstance(item, Answer):
-                            await answer(item)
-                        elif isinstance(item, LostRecords):
-                            await publish(item.findings)
-                        elif isinstance(item, m.IpcResult):
-                            await stream.send(item)
-                        elif isinstance(item, ForeignFrees):
-                            for other, addresses in item.by_session.items():
-                                target = hub.live.get(other)
-                                if target is not None:
-                                    target.external.extend(
-                                        m.HostOp(op="free", address=a, source="bypass", desc="ipc_memory")
-                                        for a in sorted(addresses)
-                                    )
-                        else:
-                            for send in senders:
-                                await send.send(item)
+                        await dispatch(item)
             except RemoteProtocolError as exc:
                 reason = "protocol_error"
                 session.end_reason = f"protocol error ({exc.reason}): {exc}"

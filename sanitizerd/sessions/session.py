@@ -172,6 +172,12 @@ class Session:
         work.append(m.IpcResult(op=ipc.op, name=ipc.name, address=ipc.address, ok=not reason, reason=reason))
         return work
 
+    def unmapped_elsewhere(self, addresses: set[int]) -> None:
+        """Another session's ``ipc destroy`` ended these mappings of ours: free them before our next message."""
+        self.external.extend(
+            m.HostOp(op="free", address=address, source="bypass", desc="ipc_memory") for address in sorted(addresses)
+        )
+
     @staticmethod
     def _ipc_host_op(op: str, address: int, size: int, ipc: m.Ipc) -> m.HostOp:
         return m.HostOp(
