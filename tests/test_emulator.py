@@ -33,6 +33,13 @@ def marked_line(name: str) -> int:
     raise AssertionError(f"no line marked {name}")
 
 
+def saved_events(path: Path) -> np.ndarray:
+    """Every device event a saved job's producers sent, in order."""
+    _, recorded = read_save(path)
+    messages = [decode_body(r.body) for r in recorded]
+    return np.concatenate([as_events(msg.records) for msg in messages if isinstance(msg, m.Events)])
+
+
 def run_job(daemon: RunningDaemon, *args: str) -> tuple[str, list[dict[str, object]]]:
     result = sanitizerd("run", "--socket", str(daemon.socket), *ALL_TOOLS, "--", sys.executable, *args)
     assert result.returncode == 0, result.stderr + result.stdout
@@ -136,9 +143,7 @@ class TestMappings:
             "run", "--socket", str(daemon.socket), "--save", str(saved), "--", sys.executable, str(program)
         )
         assert result.returncode == 0, result.stderr
-        _, recorded = read_save(saved)
-        batches = [decode_body(r.body) for r in recorded]
-        streamed = np.concatenate([as_events(b.records) for b in batches if isinstance(b, m.Events)])
+        streamed = saved_events(saved)
         assert streamed["kind"][-1] == EventKind.BLOCK_FINISH  # run() ends each block as msSanitizer does
         events = streamed[streamed["kind"] <= EventKind.WRITE]
         rows = [
@@ -199,10 +204,7 @@ class TestQueuesAndSyncAll:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert "No error detected." in result.stdout
-        _, recorded = read_save(saved)
-        events = np.concatenate(
-            [as_events(b.records) for b in (decode_body(r.body) for r in recorded) if isinstance(b, m.Events)]
-        )
+        events = saved_events(saved)
         block0 = events[(events["block_id"] == 0) & (events["kind"] >= EventKind.SET_FLAG)]
         assert [(int(e["kind"]), int(e["pipe"]), int(e["dst_pipe"]), int(e["event_id"])) for e in block0] == [
             (EventKind.SET_FLAG, Pipe.MTE2, Pipe.V, 1),

@@ -23,7 +23,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sanitizerd.protocol.messages import TOOLS, Config
+from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB, TOOLS, Config
 
 __all__ = ["NOT_YET_CHECKED", "PREFIX", "RunOptions", "UsageError", "parse_run_args", "run_help"]
 
@@ -51,7 +51,6 @@ NOT_YET_CHECKED: dict[str, str] = {
 # --- limits, from msSanitizer's cli_parser.cpp and config.h -------------------------------------------------
 MAX_BLOCK_ID = 200
 DEFAULT_CACHE_SIZE_MB = 100
-MAX_CACHE_SIZE_MB = 8192  # MAX_RECORD_BUF_SIZE_EACH_BLOCK
 DEFAULT_DEBUGLOG_SIZE_MB = 1024
 MAX_DEBUGLOG_SIZE_MB = 10240
 MAX_KERNEL_NAME_LEN = 2047  # KERNEL_NAME_MAX less the C string's terminating NUL

@@ -15,6 +15,7 @@ from sanitizerd.findings.model import Finding
 PROTOCOL_VERSION = 1
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck", "registercheck")
+MAX_CACHE_SIZE_MB = 8192  # the largest per-block record buffer, msSanitizer's MAX_RECORD_BUF_SIZE_EACH_BLOCK
 
 
 class Config(msgspec.Struct, kw_only=True):

@@ -13,11 +13,10 @@ from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
 from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB
 from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EVENT_DTYPE, as_events
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work
-
-MAX_CACHE_SIZE_MB = 8192  # msSanitizer's largest per-block record buffer
 
 
 @dataclass(frozen=True, slots=True)
