@@ -565,13 +565,6 @@ class TestNotices:
         """Default memcheck and its implied registercheck are implemented: no notice."""
         assert parse(app).notices == []
 
-    def test_racecheck(self, app: str) -> None:
-        """-t racecheck gets its one-line notice."""
-        assert parse(app, "-t", "racecheck").notices == [
-            "[sanitizerd] WARNING: racecheck is accepted but not yet checked by this version of sanitizerd; "
-            "its findings will not be reported."
-        ]
-
     @pytest.mark.parametrize(
         ("options", "key"),
         [
@@ -595,10 +588,10 @@ class TestNotices:
 
     def test_each_notice_once_in_table_order(self, app: str) -> None:
         """Repeated options give one notice each, ordered as the table."""
-        notices = parse(app, "--max-debuglog-size=5", "-t", "racecheck", "-t", "racecheck").notices
-        assert notices == [NOT_YET_CHECKED["racecheck"], NOT_YET_CHECKED["--max-debuglog-size"]]
+        notices = parse(app, "--max-debuglog-size=5", "--check-cann-heap=yes", "--max-debuglog-size=6").notices
+        assert notices == [NOT_YET_CHECKED["--check-cann-heap"], NOT_YET_CHECKED["--max-debuglog-size"]]
 
-    @pytest.mark.parametrize("tool", ["synccheck", "initcheck"])
+    @pytest.mark.parametrize("tool", ["synccheck", "initcheck", "racecheck"])
     def test_no_notice_for_implemented_tools(self, tool: str, app: str) -> None:
         """A tool this version checks adds no notice."""
         assert parse(app, "-t", tool).notices == []
@@ -608,6 +601,24 @@ class TestNotices:
         for text in NOT_YET_CHECKED.values():
             assert "\n" not in text
             assert text.startswith("[sanitizerd] WARNING: ")
+
+
+class TestSinglePipeDistance:
+    def test_default_is_mssanitizers(self, app: str) -> None:
+        """Without the option the distance is msSanitizer's 16."""
+        assert parse(app, "-t", "racecheck").config.single_pipe_distance == 16
+
+    @pytest.mark.parametrize(("value", "distance"), [("0", 0), ("4", 4), ("1048576", 1 << 20)])
+    def test_values(self, value: str, distance: int, app: str) -> None:
+        """--single-pipe-distance takes 0 (check off) up to 2**20."""
+        assert parse(app, f"--single-pipe-distance={value}").config.single_pipe_distance == distance
+
+    @pytest.mark.parametrize("value", ["1048577", "x", "-1"])
+    def test_out_of_range(self, value: str, app: str) -> None:
+        """Anything else is refused by name."""
+        with pytest.raises(UsageError) as raised:
+            parse(app, f"--single-pipe-distance={value}")
+        assert "single-pipe-distance" in str(raised.value)
 
 
 class TestRunHelp:

@@ -23,7 +23,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB, TOOLS, Config
+from sanitizerd.protocol.messages import DEFAULT_SINGLE_PIPE_DISTANCE, MAX_CACHE_SIZE_MB, TOOLS, Config
 
 __all__ = ["NOT_YET_CHECKED", "PREFIX", "RunOptions", "UsageError", "parse_run_args", "run_help"]
 
@@ -35,7 +35,6 @@ PREFIX = "[sanitizerd]"
 _NOT_CHECKED = "is accepted but not yet checked by this version of sanitizerd"
 _NO_EFFECT = "is accepted but has no effect in this version of sanitizerd"
 NOT_YET_CHECKED: dict[str, str] = {
-    "racecheck": f"{PREFIX} WARNING: racecheck {_NOT_CHECKED}; its findings will not be reported.",
     "--check-device-heap": (
         f"{PREFIX} WARNING: --check-device-heap {_NOT_CHECKED}; device heap findings will not be reported."
     ),
@@ -57,6 +56,7 @@ MAX_KERNEL_NAME_LEN = 2047  # KERNEL_NAME_MAX less the C string's terminating NU
 MAX_LOG_FILE_PATH_LEN = 4096  # MAX_FILE_PATH_LEN
 MAX_SOCKET_PATH_LEN = 108  # sizeof(sockaddr_un.sun_path) on Linux: a longer path can be neither bound nor connected
 MAX_EXIT_CODE = 255
+MAX_SINGLE_PIPE_DISTANCE = 1 << 20
 
 LOG_LEVELS = ("info", "warn", "error")
 DEMANGLE_MODES = ("full", "simple", "no")
@@ -132,6 +132,7 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("full-backtrace", None, True, _LOWER),
     _Option("demangle", None, True, _LOWER),
     _Option("check-cross-npu-races", None, True, _LOWER),
+    _Option("single-pipe-distance", None, True, _DIGITS),  # a sanitizerd extension
     _Option("socket", None, True, None),
     _Option("error-exitcode", None, True, _DIGITS),
     _Option("save", None, True, None),
@@ -188,6 +189,9 @@ def run_help() -> str:
             "  user options for Racecheck:",
             "    --check-cross-npu-races=no|yes",
             "                         check races across different NPUs [no]",
+            "    --single-pipe-distance=<n>",
+            "                         instructions of one pipe more than <n> apart are taken as ordered",
+            f"                         (0 turns the in-pipe check off) [{DEFAULT_SINGLE_PIPE_DISTANCE}]",
             "",
             "  sanitizerd options:",
             "    --socket=<path>      connect to the daemon listening at <path> [the daemon's default]",
@@ -327,6 +331,13 @@ def _set_cache_size(value: str, st: _State) -> None:
     st.config.cache_size = size
 
 
+def _set_single_pipe_distance(value: str, st: _State) -> None:
+    distance = _decimal(value)
+    if distance is None or not 0 <= distance <= MAX_SINGLE_PIPE_DISTANCE:
+        raise _invalid("single-pipe-distance", f". range: [0, {MAX_SINGLE_PIPE_DISTANCE}]")
+    st.config.single_pipe_distance = distance
+
+
 def _set_kernel_name(value: str, st: _State) -> None:
     if not value:
         return  # as in msSanitizer: an empty filter keeps the previous one (by default: every kernel)
@@ -389,6 +400,7 @@ _HANDLERS: dict[str, Callable[[str, _State], None]] = {
     "full-backtrace": _set_full_backtrace,
     "demangle": _set_demangle,
     "check-cross-npu-races": _set_check_cross_npu_races,
+    "single-pipe-distance": _set_single_pipe_distance,
     "socket": _set_socket,
     "error-exitcode": _set_error_exitcode,
     "save": _set_save,

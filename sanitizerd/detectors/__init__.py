@@ -29,7 +29,7 @@ def create_detectors(context: SessionContext) -> list[Detector]:
     return [DETECTORS[tool](context) for tool in context.config.tools if tool in DETECTORS]
 
 
-from sanitizerd.detectors import initcheck, memcheck, registercheck, synccheck  # noqa: E402  (register themselves)
+from sanitizerd.detectors import initcheck, memcheck, racecheck, registercheck, synccheck  # noqa: E402  (register themselves)
 
 __all__ = [
     "DETECTORS",
@@ -39,6 +39,7 @@ __all__ = [
     "create_detectors",
     "initcheck",
     "memcheck",
+    "racecheck",
     "register",
     "registercheck",
     "synccheck",

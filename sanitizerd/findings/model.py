@@ -23,6 +23,7 @@ KINDS: Final[dict[str, str]] = {
     "race_raw": ERROR,
     "race_war": ERROR,
     "race_waw": ERROR,
+    "deadlock": ERROR,
     "unpaired_set_flag": WARNING,
     "redundant_set_flag": WARNING,
     "redundant_wait_flag": WARNING,
@@ -39,6 +40,20 @@ class Frame(msgspec.Struct, frozen=True, kw_only=True):
     line: int = 0
     column: int = 0
     function: str = ""
+
+
+class RaceAccess(msgspec.Struct, kw_only=True):
+    """One of the two accesses of a race: what ran it, what it did, where."""
+
+    pipe: str  # e.g. "PIPE_MTE2"
+    op: str  # "Read" or "Write"
+    address: int  # the access's start address
+    block_type: str  # "aiv", "aic", "aicore"
+    blocks: list[int]  # block ids (one, or several when the race is folded over blocks)
+    serial: int
+    pc: int = 0
+    location: Frame | None = None
+    stack: list[Frame] = []
 
 
 class Finding(msgspec.Struct, kw_only=True):
@@ -67,6 +82,8 @@ class Finding(msgspec.Struct, kw_only=True):
     register: str = ""  # register findings: its name, e.g. "VECTOR_MASK_0"
     expected: int = 0  # register findings: the default it should have been reset to
     actual: int = 0  # register findings: the value the kernel left
+    accesses: list[RaceAccess] = []  # race findings: the earlier and the later access, by serial number
+    blocked: int = 0  # deadlock findings: instructions of the kernel that could not run after the stuck waits
     id: int = 0  # assigned by the store
     time: float = 0.0
 

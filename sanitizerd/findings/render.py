@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from sanitizerd.findings.model import ERROR, Finding, Frame
+from sanitizerd.findings.model import ERROR, Finding, Frame, RaceAccess
 
 P = "======"
 
@@ -93,7 +93,55 @@ def _register(finding: Finding) -> Iterator[str]:
     )
 
 
+_HAZARDS = {"race_raw": "RAW", "race_war": "WAR", "race_waw": "WAW"}
+
+
+def _race(finding: Finding) -> Iterator[str]:
+    """racecheck's block (race_info_display.h): a header, then each access with its pipe and place."""
+    hazard = _HAZARDS[finding.kind]
+    kernel = f" in {finding.kernel}" if finding.kernel else ""
+    yield f"{P} ERROR: Potential {hazard} hazard detected at {finding.space}{kernel}:"
+    for access in finding.accesses:
+        yield from _race_access(access, hazard, finding.device)
+
+
+def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
+    head = (
+        f"{P}    {access.pipe} {access.op} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
+        f"({access.block_type}) on device {device} "
+    )
+    stack = access.stack
+    if access.pc:
+        yield f"{head}at pc current {access.pc:#x} (serialNo:{access.serial})"
+        rest, offset = stack, 0
+    else:
+        where = f"{stack[0].file}:{stack[0].line}" if stack else "<unknown>:0"
+        yield f"{head}at {where} (serialNo:{access.serial})"
+        rest, offset = stack[1:], 1
+    for i, frame in enumerate(rest):
+        yield f"{P}    #{i + offset} {_frame(frame)}"
+
+
+def _deadlock(finding: Finding) -> Iterator[str]:
+    """A wait the simulated pipeline can never pass (msSanitizer only logs "The pipe line is in the infinite
+    loop!" and drops the rest of the kernel)."""
+    kernel = f" in {finding.kernel}" if finding.kernel else ""
+    yield f"{P} ERROR: Deadlock: {finding.detail} is never released{kernel}"
+    yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+    yield from _code_lines(finding)
+    yield (
+        f"{P}    The pipe line cannot progress: {finding.blocked} instruction(s) waiting behind it were not "
+        "checked for races"
+    )
+
+
 def _single(finding: Finding) -> Iterator[str]:
+    if finding.kind in _HAZARDS:
+        yield from _race(finding)
+        return
+    if finding.kind == "deadlock":
+        yield from _deadlock(finding)
+        return
     if finding.kind in _SYNC_TITLES:
         yield from _sync(finding)
         return

@@ -18,6 +18,9 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck", "registercheck")
 MAX_CACHE_SIZE_MB = 8192  # the largest per-block record buffer, msSanitizer's MAX_RECORD_BUF_SIZE_EACH_BLOCK
 
 
+DEFAULT_SINGLE_PIPE_DISTANCE = 16
+
+
 class Config(msgspec.Struct, kw_only=True):
     """What to check, as msSanitizer's ``Config`` (reference §1.3), with tools named rather than flagged."""
 
@@ -33,6 +36,8 @@ class Config(msgspec.Struct, kw_only=True):
     full_backtrace: bool = False
     demangle: str = "full"
     log_level: str = "warn"
+    # racecheck: accesses of one pipe more than this many instructions apart are ordered (msSanitizer: 16)
+    single_pipe_distance: int = DEFAULT_SINGLE_PIPE_DISTANCE
 
 
 class Message(msgspec.Struct, tag_field="type", kw_only=True):

@@ -19,11 +19,21 @@ class EventKind(enum.IntEnum):
     SET_FLAG = 16
     WAIT_FLAG = 17
     PIPE_BARRIER = 18
-    CROSS_SET = 19  # ffts cross-core set; event_id = flag id, mode = ffts mode
-    CROSS_WAIT = 20  # wait_flag_dev; event_id = flag id
+    CROSS_SET = 19  # ffts_cross_core_sync on `pipe`; event_id = flag id, mode = FFTS mode (0, 1, 2, 4),
+    #                 block_num = vector sub-blocks per AI core (1 or 2) for modes 1, 2 and 4
+    CROSS_WAIT = 20  # wait_flag_dev (mode 0) or wait_intra_block (mode 4) on `pipe`; event_id = flag id
     SET_ATOMIC = 21  # mode = 0 off, non-zero on
     SET_REGISTER = 22  # event_id = Register, address = the value written
     BLOCK_FINISH = 23  # the block has run its last instruction of this launch: its on-chip memory is gone
+    HSET_FLAG = 24  # hardware flag (cube side): as SET_FLAG, in its own flag space
+    HWAIT_FLAG = 25  # as WAIT_FLAG, pairs with HSET_FLAG
+    SOFT_SET = 26  # IB_SET: event_id = event id; releases waits that name this block
+    SOFT_WAIT = 27  # IB_WAIT: event_id = event id, address = the block id (same block type) whose IB_SET it awaits
+    SOFT_SYNC_ALL = 28  # software SyncAll: address = blocks taking part (ids 0..n-1 of its type), 0 = all
+    MSTX_CROSS_SET = 29  # mstx cross-core set on `pipe`: address = flag address, event_id = flag id
+    MSTX_CROSS_WAIT = 30  # mstx cross-core wait on `pipe`: as MSTX_CROSS_SET; mode bit 0 = "is more" (skippable)
+    GET_BUF = 31  # acquire buffer event_id on `pipe` (950): waits for the block's previous RLS_BUF of that buffer
+    RLS_BUF = 32  # release buffer event_id on `pipe` (950)
 
 
 class Register(enum.IntEnum):

@@ -65,8 +65,8 @@ async def _apply(
             on_checked(detector.name, events.size)
         case StartKernel(launch):
             detector.kernel_begin(launch)
-        case EndKernel(kernel):
-            await kernel_done(kernel, detector.kernel_end())
+        case EndKernel(kernel):  # racecheck does a kernel's whole check here: keep it off the event loop
+            await kernel_done(kernel, await anyio.to_thread.run_sync(detector.kernel_end, limiter=limiter))
         case HostOp():
             await publish(detector.host_op(item))
         case Finish():

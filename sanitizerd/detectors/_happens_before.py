@@ -1,0 +1,543 @@
+"""The happens-before model of one kernel launch, for racecheck (reference §1.8, §2.2; docs/design.md).
+
+Each (block, pipe) is a thread: the pipe runs its instructions in order, and PIPE_S issues every instruction
+to its pipe in program order. Only sync instructions (*nodes*) carry knowledge between threads, so clocks are
+kept per node, never per memory access: ``K[n, p]`` is the ordinal of the latest node of pipe ``p`` of the same
+block that node ``n`` knows has completed, learned through flags (``-1``: none). An access is known to have
+completed once any node after it on its pipe is known, because a set_flag publishes only after the work before
+it on its pipe is done. This is the epoch idea of FastTrack: a memory access is named by (pipe, the ordinal of
+the next node on its pipe), and compared with one clock component of the other access.
+
+Knowledge reaches a node along its pipe (in order), from the node that released it (set_flag -> wait_flag,
+matched FIFO per (block, source pipe, destination pipe, event id)), and from PIPE_S at issue (everything issued
+after a wait on PIPE_S knows what that wait learned). The clocks are the least fixpoint of these rules,
+computed for all nodes at once with numpy: each round pulls along every edge and takes a running maximum along
+every pipe, until nothing changes (rounds ~ the longest chain of hand-overs that carries fresh knowledge, a
+handful for real kernels).
+
+Cross-block knowledge (FFTS flags, soft syncs, mstx flags) enters only at cross-block waits, which are few: for
+each, ``G[x]`` is its knowledge of every block's pipes, the join of what its releasing nodes knew (their own
+block's clocks and the cross-block waits they knew of). What ``G[x]`` says about x's own block feeds back into
+``K[x]`` (a SyncAll also orders a block's own pipes), and the fixpoint is rerun until that settles.
+
+Deadlock: a wait nothing releases, and every node that needs it (knows it, or a later node of its pipe), cannot
+be placed; nor can the nodes of a cycle (a node that would have to know its own pipe at or past itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sanitizerd.detectors._rendezvous import match_cross
+from sanitizerd.protocol.records import EventKind, Pipe
+
+NPIPES = 12
+_S, _S_CAL, _ALL = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.ALL)
+# pipe_barrier(PIPE_ALL): PIPE_S waits for every pipe (msSanitizer models it as set/wait p -> S for each).
+_ALL_PIPES = np.array([p for p in range(1, NPIPES) if p != _ALL], dtype=np.int64)
+_POS_BITS = 36
+_NONE = -1
+
+_K = EventKind
+_FLAG_SETS = (_K.SET_FLAG, _K.HSET_FLAG)
+_FLAG_WAITS = (_K.WAIT_FLAG, _K.HWAIT_FLAG)
+_CROSS_SETS = (_K.CROSS_SET, _K.SOFT_SET, _K.MSTX_CROSS_SET)
+_CROSS_WAITS = (_K.CROSS_WAIT, _K.SOFT_WAIT, _K.MSTX_CROSS_WAIT)
+_PUBLISH_ON_OWN_PIPE = (*_FLAG_SETS, _K.CROSS_SET, _K.MSTX_CROSS_SET, _K.RLS_BUF)
+_WAIT_ON_OWN_PIPE = (*_CROSS_WAITS, _K.GET_BUF)
+
+
+def _table(*kinds: int) -> np.ndarray:
+    table = np.zeros(256, dtype=bool)
+    table[list(kinds)] = True
+    return table
+
+
+_IS_FLAG_SET, _IS_FLAG_WAIT = _table(*_FLAG_SETS), _table(*_FLAG_WAITS)
+_IS_H = _table(_K.HSET_FLAG, _K.HWAIT_FLAG)
+_IS_ONE_NODE = _table(*_PUBLISH_ON_OWN_PIPE, *_WAIT_ON_OWN_PIPE, *_FLAG_WAITS, _K.SOFT_SET)
+_IS_OWN_PIPE_WAIT = _table(*_WAIT_ON_OWN_PIPE)
+_IS_CROSS = _table(*_CROSS_SETS, *_CROSS_WAITS, _K.SOFT_SYNC_ALL)
+
+
+def scalar_to_cal(pipe: np.ndarray) -> np.ndarray:
+    """msSanitizer's renaming: work and sets issued from PIPE_S run on the scalar-compute pipe (PIPE_S_CAL);
+    PIPE_S itself is the issuer, which only waits."""
+    return np.where(pipe == _S, _S_CAL, pipe)
+
+
+@dataclass(slots=True)
+class Nodes:
+    """Sync nodes sorted by (block, pipe, position): each pipe's nodes are contiguous and in order."""
+
+    block: np.ndarray  # block index
+    pipe: np.ndarray
+    pos: np.ndarray  # 2 * position in the block's program order (+1 for the waiting half of a pair)
+    ordinal: np.ndarray  # rank among its pipe's nodes
+    event: np.ndarray  # index of the event it came from (block-sorted order)
+    local: np.ndarray  # index of that event among the sync events given to ``build``
+    kind: np.ndarray
+    key: np.ndarray  # chain * 2**36 + pos: sorted
+    chain: np.ndarray  # block * NPIPES + pipe
+    K: np.ndarray = field(default_factory=lambda: np.empty((0, NPIPES), dtype=np.int32))
+
+    @property
+    def size(self) -> int:
+        return int(self.block.size)
+
+    def published(self, rows: np.ndarray) -> np.ndarray:
+        """What nodes ``rows`` tell the nodes they release: their knowledge, and their own pipe up to themselves."""
+        out = self.K[rows].copy()
+        own = self.pipe[rows]
+        out[np.arange(rows.size), own] = np.maximum(out[np.arange(rows.size), own], self.ordinal[rows])
+        return out
+
+
+@dataclass(slots=True)
+class Stuck:
+    node: int
+    event: int  # block-sorted event index of the wait
+
+
+@dataclass(slots=True)
+class Model:
+    nodes: Nodes
+    start: np.ndarray  # per chain: the ordinal of its first node that cannot be placed (huge when none)
+    cross_waits: np.ndarray  # node ids of cross-block waits, index = row of G
+    G: np.ndarray  # (cross waits, blocks * NPIPES): what each cross-block wait knows of every block
+    lamport: np.ndarray  # per cross-block wait: a Lamport clock over the cross-block waits
+    chains_with_cross: dict[int, tuple[np.ndarray, np.ndarray]]  # chain -> (ordinals, rows of G), sorted
+    stuck: list[Stuck]
+    barriers: np.ndarray  # sorted keys (chain * 2**36 + pos) of pipe_barrier(p) markers
+    nonforward: np.ndarray  # blocks where a wait is released by a node issued after it
+    rank: np.ndarray  # per node: a topological rank within its block (its pos where pos is one already)
+    rounds: int = 0
+
+    def knowledge(self, prev: np.ndarray, issuer: np.ndarray, comp: np.ndarray) -> np.ndarray:
+        """Column ``comp`` of the knowledge of accesses whose last node on their pipe is ``prev`` and whose issue
+        followed PIPE_S node ``issuer`` (``-1`` = none)."""
+        K = self.nodes.K
+        out = np.full(prev.size, _NONE, dtype=np.int64)
+        has = prev >= 0
+        out[has] = K[prev[has], comp[has]]
+        has = issuer >= 0
+        via_s = np.full(prev.size, _NONE, dtype=np.int64)
+        via_s[has] = K[issuer[has], comp[has]]
+        # The issuer's own pipe (PIPE_S) is known up to the issuer itself.
+        on_s = has & (comp == _S)
+        via_s[on_s] = np.maximum(via_s[on_s], self.nodes.ordinal[issuer[on_s]])
+        return np.maximum(out, via_s)
+
+
+def build(
+    kind: np.ndarray,
+    pipe: np.ndarray,
+    dst_pipe: np.ndarray,
+    event_id: np.ndarray,
+    mode: np.ndarray,
+    block_num: np.ndarray,
+    address: np.ndarray,
+    block: np.ndarray,
+    block_type: np.ndarray,
+    block_id: np.ndarray,
+    arrival: np.ndarray,
+    seq: np.ndarray,
+    present: set[tuple[int, int]],
+    work_pipes: np.ndarray,
+    *,
+    cross_free: bool,
+) -> Model:
+    """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
+    then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
+    its index in the order the client sent them; ``present`` the (block type, block id) pairs of the kernel.
+    ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
+    ``--block-id``). ``work_pipes`` are the pipes the kernel's memory accesses ran on."""
+    # pipe_barrier(PIPE_ALL) waits only on pipes that do something: the others have nothing to publish.
+    busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
+    all_pipes = _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
+    nodes = _make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes)
+    node_kind = nodes.kind
+    n = nodes.size
+    nodes.K = np.full((n, NPIPES), _NONE, dtype=np.int32)
+    edges: list[tuple[np.ndarray, np.ndarray]] = []
+    multi: list[tuple[np.ndarray, np.ndarray]] = []
+    stuck_nodes: list[np.ndarray] = []
+
+    ev = nodes.local
+    flag_src = scalar_to_cal(pipe[ev])
+    is_h = _IS_H[node_kind]
+    flag_key = (((nodes.block.astype(np.int64) * 2 + is_h) * 16 + flag_src) * 16 + dst_pipe[ev]) * 65536
+    flag_key += event_id[ev]
+    set_rows = np.flatnonzero(_IS_FLAG_SET[node_kind])
+    wait_rows = np.flatnonzero(_IS_FLAG_WAIT[node_kind])
+    src, dst, unmatched = _fifo_match(flag_key, nodes.pos, set_rows, wait_rows)
+    edges.append((src, dst))
+    stuck_nodes.append(unmatched)
+
+    # GET_BUF k (k >= 1) waits for RLS_BUF k-1 of the same (block, buffer); the first GET is free.
+    buf_key = nodes.block.astype(np.int64) * 65536 + event_id[ev]
+    rls = np.flatnonzero(node_kind == _K.RLS_BUF)
+    get = np.flatnonzero(node_kind == _K.GET_BUF)
+    src, dst, unmatched = _fifo_match(buf_key, nodes.pos, rls, get, skip_first_wait=True)
+    edges.append((src, dst))
+    stuck_nodes.append(unmatched)
+
+    # pipe_barrier(PIPE_ALL): its PIPE_S half waits for the publishing half on every other pipe.
+    all_waits = np.flatnonzero((node_kind == _K.PIPE_BARRIER) & (nodes.pipe == _S))
+    if all_waits.size:
+        group = nodes.event[all_waits]
+        members = np.flatnonzero((node_kind == _K.PIPE_BARRIER) & (nodes.pipe != _S))
+        order = np.argsort(nodes.event[members], kind="stable")
+        members = members[order]
+        first = np.searchsorted(nodes.event[members], group)
+        src = (first[:, None] + np.arange(all_pipes.size)[None, :]).ravel()
+        multi.append((members[src], np.repeat(all_waits, all_pipes.size)))
+
+    # Every node off PIPE_S knows what PIPE_S knew when it was issued.
+    # (Only the first node of a pipe after each PIPE_S node needs the edge: the pipe's order carries it on.)
+    issuer = issuer_of(nodes, nodes.block, nodes.pos)
+    first_after = np.ones(n, dtype=bool)
+    first_after[1:] = (issuer[1:] != issuer[:-1]) | (nodes.chain[1:] != nodes.chain[:-1])
+    off_s = np.flatnonzero((nodes.pipe != _S) & (issuer >= 0) & first_after)
+    edges.append((issuer[off_s], off_s))
+
+    cross = np.flatnonzero(_IS_CROSS[node_kind])
+    sources: dict[int, list[int]] = {}
+    if cross.size:
+        cross = cross[np.argsort(arrival[nodes.local[cross]], kind="stable")]
+        cev = nodes.local[cross]
+        matched = match_cross(
+            cross, node_kind[cross], block_type[cev], block_id[cev], event_id[cev], mode[cev], block_num[cev],
+            address[cev], nodes.pipe[cross] == _S, present,
+        )  # fmt: skip
+        if cross_free:
+            matched.stuck.clear()
+            matched.sources.clear()
+        sources = matched.sources
+        stuck_nodes.append(np.array(matched.stuck, dtype=np.int64))
+
+    model = Model(
+        nodes=nodes,
+        start=np.empty(0, dtype=np.int64),
+        cross_waits=np.array(sorted(sources), dtype=np.int64),
+        G=np.empty((0, 0), dtype=np.int32),
+        lamport=np.empty(0, dtype=np.int64),
+        chains_with_cross={},
+        stuck=[],
+        barriers=_barrier_keys(kind, pipe, block, seq),
+        nonforward=np.empty(0, dtype=np.int64),
+        rank=nodes.pos.copy(),
+    )
+    n_blocks = int(block.max()) + 1 if block.size else 0
+    _solve(model, edges, multi, sources, n_blocks)
+    stuck = np.unique(np.concatenate(stuck_nodes)) if stuck_nodes else np.empty(0, dtype=np.int64)
+    _place(model, stuck, sources, n_blocks)
+    model.nonforward = _nonforward_blocks(model, edges, multi, sources)
+    if model.nonforward.size:
+        _rank_nonforward(model, edges, multi, sources)
+    return model
+
+
+def _make_nodes(
+    kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, block: np.ndarray, seq: np.ndarray, all_pipes: np.ndarray
+) -> Nodes:
+    """One node per sync instruction; pipe_barrier(PIPE_ALL) makes one per pipe plus PIPE_S's wait, a soft
+    SyncAll a set on PIPE_S_CAL and a wait on PIPE_S."""
+    is_all = (kind == _K.PIPE_BARRIER) & (pipe == _ALL)
+    count = np.zeros(kind.size, dtype=np.int64)
+    count[_IS_ONE_NODE[kind]] = 1
+    count[kind == _K.SOFT_SYNC_ALL] = 2
+    count[is_all] = all_pipes.size + 1
+    event = np.repeat(np.arange(kind.size), count)
+    part = np.arange(event.size) - np.repeat(np.cumsum(count) - count, count)
+    k = kind[event]
+    node_pipe = scalar_to_cal(pipe[event])
+    node_pipe = np.where(_IS_FLAG_WAIT[k], dst_pipe[event], node_pipe)
+    node_pipe = np.where(_IS_OWN_PIPE_WAIT[k], pipe[event], node_pipe)
+    node_pipe = np.where(k == _K.SOFT_SET, _S_CAL, node_pipe)
+    sync_all = k == _K.SOFT_SYNC_ALL
+    node_pipe = np.where(sync_all, np.where(part == 0, _S_CAL, _S), node_pipe)
+    barrier = k == _K.PIPE_BARRIER
+    if all_pipes.size:
+        half = np.where(part < all_pipes.size, all_pipes[np.minimum(part, all_pipes.size - 1)], _S)
+    else:
+        half = np.full(part.size, _S)
+    node_pipe = np.where(barrier, half, node_pipe)
+    waiting_half = (sync_all & (part == 1)) | (barrier & (part == all_pipes.size))
+    pos = 2 * seq[event] + waiting_half
+    node_block = block[event].astype(np.int64)
+    key = ((node_block * NPIPES + node_pipe) << _POS_BITS) + pos
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    chain = key >> _POS_BITS
+    change = np.ones(key.size, dtype=bool)
+    change[1:] = chain[1:] != chain[:-1]
+    starts = np.flatnonzero(change)
+    ordinal = np.arange(key.size) - np.repeat(starts, np.diff(np.append(starts, key.size)))
+    nodes = Nodes(
+        block=node_block[order], pipe=node_pipe[order].astype(np.int64), pos=pos[order], ordinal=ordinal,
+        event=seq[event[order]], local=event[order], kind=k[order], key=key, chain=chain,
+    )  # fmt: skip
+    return nodes
+
+
+def issuer_of(nodes: Nodes, block: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """For program positions ``pos`` of blocks ``block``: the last PIPE_S node issued before each (``-1``)."""
+    s_rows = np.flatnonzero(nodes.pipe == _S)
+    if not s_rows.size:
+        return np.full(block.size, _NONE, dtype=np.int64)
+    s_key = nodes.key[s_rows]
+    want = ((block.astype(np.int64) * NPIPES + _S) << _POS_BITS) + pos
+    at = np.searchsorted(s_key, want, side="left") - 1
+    ok = at >= 0
+    ok[ok] = (s_key[at[ok]] >> _POS_BITS) == (want[ok] >> _POS_BITS)
+    return np.where(ok, s_rows[np.maximum(at, 0)], _NONE)
+
+
+def _fifo_match(
+    key: np.ndarray, pos: np.ndarray, sets: np.ndarray, waits: np.ndarray, *, skip_first_wait: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The k-th wait of each key is released by the k-th set of that key (program order): (set, wait) pairs
+    and the waits no set releases. With ``skip_first_wait`` the first wait of a key needs no set and the k-th
+    takes the (k-1)-th set."""
+    empty = np.empty(0, dtype=np.int64)
+    if not waits.size:
+        return empty, empty, empty
+    sets = sets[np.lexsort((pos[sets], key[sets]))]
+    waits = waits[np.lexsort((pos[waits], key[waits]))]
+    wkey = key[waits]
+    first = np.ones(waits.size, dtype=bool)
+    first[1:] = wkey[1:] != wkey[:-1]
+    starts = np.flatnonzero(first)
+    rank = np.arange(waits.size) - np.repeat(starts, np.diff(np.append(starts, waits.size)))
+    if skip_first_wait:
+        keep = rank > 0
+        waits, wkey, rank = waits[keep], wkey[keep], rank[keep] - 1
+    skey = key[sets]
+    at = np.searchsorted(skey, wkey, side="left") + rank
+    ok = at < sets.size
+    ok[ok] = skey[at[ok]] == wkey[ok]
+    return sets[at[ok]], waits[ok], waits[~ok]
+
+
+def _barrier_keys(kind: np.ndarray, pipe: np.ndarray, block: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """pipe_barrier(p) and the barrier msSanitizer puts after a cross-core set, as sorted (chain, pos) keys."""
+    marks = np.flatnonzero(((kind == _K.PIPE_BARRIER) & (pipe != _ALL)) | (kind == _K.CROSS_SET))
+    chain = block[marks].astype(np.int64) * NPIPES + scalar_to_cal(pipe[marks])
+    return np.sort((chain << _POS_BITS) + 2 * seq[marks].astype(np.int64))
+
+
+def _chain_cummax(K: np.ndarray, chain: np.ndarray, span: int) -> np.ndarray:
+    """Running maximum down each column within each chain (rows sorted by chain): each chain is lifted above
+    the one before it so that one running maximum over all rows never crosses a chain boundary."""
+    wide = np.int32 if (int(chain[-1]) + 1) * span < np.iinfo(np.int32).max else np.int64
+    offset = (chain.astype(wide) * span)[:, None]
+    lifted = K.astype(wide) + offset
+    np.maximum.accumulate(lifted, axis=0, out=lifted)
+    lifted -= offset
+    return lifted.astype(np.int32, copy=False)
+
+
+def _solve(
+    model: Model,
+    edges: list[tuple[np.ndarray, np.ndarray]],
+    multi: list[tuple[np.ndarray, np.ndarray]],
+    sources: dict[int, list[int]],
+    n_blocks: int,
+) -> None:
+    """The least fixpoint of the clocks, on the pipes that have nodes only (a vector kernel never touches the
+    cube's pipes, and their columns would stay -1)."""
+    nodes = model.nodes
+    if not nodes.size:
+        return
+    active = np.unique(nodes.pipe)
+    column = np.full(NPIPES, -1, dtype=np.int64)
+    column[active] = np.arange(active.size)
+    own_col = column[nodes.pipe]
+    span = int(nodes.ordinal.max()) + 2
+    x = model.cross_waits
+    inj = np.full((x.size, active.size), _NONE, dtype=np.int32)
+    K = nodes.K[:, active]
+
+    def published(rows: np.ndarray) -> np.ndarray:
+        out = K[rows]
+        r = np.arange(rows.size)
+        out[r, own_col[rows]] = np.maximum(out[r, own_col[rows]], nodes.ordinal[rows])
+        return out
+
+    for _ in range(64):  # the cross-block feedback settles in a step or two; the bound only guards against bugs
+        while True:
+            before = K.copy()
+            for src, dst in edges:
+                if src.size:
+                    K[dst] = np.maximum(K[dst], published(src))
+            for src, dst in multi:
+                np.maximum.at(K, dst, published(src))
+            if x.size:
+                K[x] = np.maximum(K[x], inj)
+            K = _chain_cummax(K, nodes.chain, span)
+            model.rounds += 1
+            if np.array_equal(before, K):
+                break
+        nodes.K[:, active] = K
+        if not x.size:
+            return
+        _cross_knowledge(model, sources, n_blocks)
+        own = model.G.reshape(x.size, n_blocks, NPIPES)[np.arange(x.size), nodes.block[x]][:, active]
+        if np.all(own <= K[x]):
+            return
+        inj = np.maximum(inj, own)
+
+
+def known_ordinal(nodes: Nodes, rows: np.ndarray, pipe: int | np.ndarray) -> np.ndarray:
+    """The latest node of ``pipe`` (same block) that nodes ``rows`` know: by flags, or by being after it."""
+    value = nodes.K[rows, pipe].astype(np.int64)
+    same = nodes.pipe[rows] == pipe
+    return np.where(same, np.maximum(value, nodes.ordinal[rows] - 1), value)
+
+
+def _cross_knowledge(model: Model, sources: dict[int, list[int]], n_blocks: int) -> None:
+    """G and the Lamport clock of every cross-block wait, in an order where each wait comes after the cross
+    waits its releasers knew of."""
+    nodes = model.nodes
+    waits = model.cross_waits
+    row_of = {int(x): i for i, x in enumerate(waits)}
+    by_chain: dict[int, list[int]] = {}
+    for x in waits:
+        by_chain.setdefault(int(nodes.chain[x]), []).append(int(x))
+    model.chains_with_cross = {
+        c: (nodes.ordinal[np.array(xs)], np.array([row_of[x] for x in xs])) for c, xs in by_chain.items()
+    }
+    # Which cross-block waits each wait and each releasing node knows of: the latest on each pipe with any.
+    query = np.unique(np.concatenate([waits, *(np.asarray(v, dtype=np.int64) for v in sources.values())]))
+    knows: dict[int, list[int]] = {int(q): [] for q in query}
+    q_block = nodes.block[query]
+    for c, (ords, rows) in model.chains_with_cross.items():
+        q = query[q_block == c // NPIPES]
+        if not q.size:
+            continue
+        at = np.searchsorted(ords, known_ordinal(nodes, q, c % NPIPES), side="right") - 1
+        for node, a in zip(q.tolist(), at.tolist(), strict=True):
+            if a >= 0 and rows[a] != row_of.get(node, -1):
+                knows[node].append(int(rows[a]))
+
+    deps = {row_of[int(x)]: set(knows[int(x)]) for x in waits}
+    for x in waits:
+        for src in sources[int(x)]:
+            deps[row_of[int(x)]].update(knows[src])
+    G = np.full((waits.size, n_blocks * NPIPES), _NONE, dtype=np.int32)
+    lamport = np.zeros(waits.size, dtype=np.int64)
+    for row in _topological(deps):
+        x = int(waits[row])
+        srcs = np.array(sources[x], dtype=np.int64)
+        pub = nodes.published(srcs)
+        for s_block, vec in zip(nodes.block[srcs], pub, strict=True):
+            sl = slice(int(s_block) * NPIPES, int(s_block + 1) * NPIPES)
+            G[row, sl] = np.maximum(G[row, sl], vec)
+        if deps[row]:
+            dep = np.fromiter(deps[row], dtype=np.int64)
+            G[row] = np.maximum(G[row], G[dep].max(axis=0))
+            lamport[row] = lamport[dep].max() + 1
+    model.G, model.lamport = G, lamport
+
+
+def _topological(deps: dict[int, set[int]]) -> list[int]:
+    """Kahn's order; rows on a cycle (a deadlock, found later) come last in any order."""
+    waiting = {row: set(d) for row, d in deps.items()}
+    users: dict[int, list[int]] = {}
+    for row, d in waiting.items():
+        for dep in d:
+            users.setdefault(dep, []).append(row)
+    ready = [row for row, d in waiting.items() if not d]
+    out: list[int] = []
+    while ready:
+        row = ready.pop()
+        out.append(row)
+        for user in users.get(row, ()):
+            waiting[user].discard(row)
+            if not waiting[user]:
+                ready.append(user)
+    placed = set(out)
+    out.extend(row for row in deps if row not in placed)
+    return out
+
+
+def _place(model: Model, stuck: np.ndarray, sources: dict[int, list[int]], n_blocks: int) -> None:
+    """Which nodes cannot run: stuck waits, cycles, and everything that needs them."""
+    nodes = model.nodes
+    huge = np.iinfo(np.int64).max
+    start = np.full(max(n_blocks * NPIPES, 1), huge, dtype=np.int64)
+    if not nodes.size:
+        model.start = start
+        return
+    rows = np.arange(nodes.size)
+    cycle = nodes.K[rows, nodes.pipe] >= nodes.ordinal
+    first = np.concatenate((stuck.astype(np.int64), np.flatnonzero(cycle)))
+    blocked = np.zeros(nodes.size, dtype=bool)
+    while True:
+        np.minimum.at(start, nodes.chain[first], nodes.ordinal[first])
+        blocked = _blocked(nodes, start)
+        more = [x for x in sources if not blocked[x] and blocked[np.array(sources[x])].any()]
+        if not more:
+            break
+        first = np.array(more, dtype=np.int64)
+    model.start = start
+    model.stuck = [Stuck(int(x), int(nodes.event[x])) for x in np.flatnonzero(blocked) if _is_first(nodes, start, x)]
+
+
+def _is_first(nodes: Nodes, start: np.ndarray, x: int) -> bool:
+    return int(nodes.ordinal[x]) == int(start[int(nodes.chain[x])]) and int(nodes.kind[x]) not in (
+        *_FLAG_SETS,
+        *_CROSS_SETS,
+        _K.RLS_BUF,
+    )
+
+
+def _blocked(nodes: Nodes, start: np.ndarray) -> np.ndarray:
+    blocked = nodes.ordinal >= start[nodes.chain]
+    base = nodes.block * NPIPES
+    for p in range(NPIPES):
+        blocked |= nodes.K[:, p] >= start[base + p]
+    return blocked
+
+
+def _nonforward_blocks(
+    model: Model,
+    edges: list[tuple[np.ndarray, np.ndarray]],
+    multi: list[tuple[np.ndarray, np.ndarray]],
+    sources: dict[int, list[int]],
+) -> np.ndarray:
+    """Blocks where some node is released by one issued after it: there program order is not an order in
+    which the block can run, and the race sweep needs a topological one."""
+    pos, block = model.nodes.pos, model.nodes.block
+    late = [block[dst[pos[src] > pos[dst]]] for src, dst in (*edges, *multi)]
+    late.append(np.array([block[x] for x, s in sources.items() for y in s if block[y] == block[x] and pos[y] > pos[x]]))
+    return np.unique(np.concatenate(late).astype(np.int64)) if late else np.empty(0, dtype=np.int64)
+
+
+def _rank_nonforward(
+    model: Model,
+    edges: list[tuple[np.ndarray, np.ndarray]],
+    multi: list[tuple[np.ndarray, np.ndarray]],
+    sources: dict[int, list[int]],
+) -> None:
+    """Kahn's order of the nodes of the blocks listed in ``model.nonforward`` (rare: plain Python)."""
+    nodes = model.nodes
+    mine = np.isin(nodes.block, model.nonforward)
+    preds: dict[int, list[int]] = {int(x): [] for x in np.flatnonzero(mine)}
+    for src, dst in (*edges, *multi):
+        for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+            if d in preds and nodes.block[s] == nodes.block[d]:
+                preds[d].append(s)
+    for x, srcs in sources.items():
+        if x in preds:
+            preds[x].extend(s for s in srcs if nodes.block[s] == nodes.block[x])
+    chain = nodes.chain
+    for x in preds:
+        if x > 0 and chain[x - 1] == chain[x]:
+            preds[x].append(x - 1)
+    order = _topological({x: set(p) - {x} for x, p in preds.items()})
+    for rank, x in enumerate(order):
+        model.rank[x] = rank

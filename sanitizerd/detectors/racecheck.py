@@ -1,0 +1,430 @@
+"""racecheck: data races between pipes, inside a pipe and between blocks (reference §2.2; docs/design.md).
+
+A kernel's events are kept until it ends (a wait may be released by a block that arrives later), then:
+
+1. the happens-before model (``_happens_before``) gives every sync node its clock and says which
+   instructions could not be placed (deadlock);
+2. the candidate pairs come from one sweep over address-sorted byte ranges (``_race_pairs``): per elementary
+   address segment, each access is paired with the write before it and each read with the write after it, in
+   an order that respects happens-before (FastTrack's last-write / reads-since-write shadow, vectorised);
+3. each pair is a race unless ordered: different pipes of a block by the clock of one side, one pipe by a
+   pipe_barrier between them, their distance, or a hand-over that left the pipe and came back; two blocks
+   (GM only) by what the later one learned through cross-block waits.
+Races fold per site pair (loop iterations and blocks become a count and block lists), as msSanitizer does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.detectors import register
+from sanitizerd.detectors._happens_before import NPIPES, Model, build, issuer_of, scalar_to_cal
+from sanitizerd.detectors._patterns import extents
+from sanitizerd.detectors._race_pairs import candidate_pairs
+from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.findings.model import Finding, RaceAccess
+from sanitizerd.protocol.messages import HostOp
+from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, FLAG_ATOMIC, EventKind, Pipe, Space
+
+_POS_BITS = 36
+_S, _S_CAL, _V = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.V)
+_KEEP = np.zeros(256, dtype=bool)
+_KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
+_KEEP[EventKind.SET_FLAG : EventKind.CROSS_WAIT + 1] = True
+_KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
+_HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
+
+
+@register("racecheck")
+class Racecheck:
+    name = "racecheck"
+
+    def __init__(self, context: SessionContext) -> None:
+        self.context = context
+        self.kernel: KernelLaunch | None = None
+        self.parts: list[np.ndarray] = []
+        self.distance = context.config.single_pipe_distance
+
+    def kernel_begin(self, launch: KernelLaunch) -> None:
+        self.kernel = launch
+        self.parts = []
+
+    def check(self, events: np.ndarray) -> None:
+        keep = _KEEP[events["kind"]]
+        # A batch is a view of its own received frame (immutable bytes), so it can be held without a copy.
+        self.parts.append(events if keep.all() else events[keep])
+
+    def kernel_end(self) -> list[Finding]:
+        parts, self.parts = self.parts, []
+        launch, self.kernel = self.kernel, None
+        if not parts:
+            return []
+        events = np.concatenate(parts)
+        if not events.size:
+            return []
+        return Kernel(self, launch, events).findings()
+
+    def host_op(self, op: HostOp) -> list[Finding]:
+        return []
+
+    def finish(self) -> list[Finding]:
+        return self.kernel_end() if self.kernel is not None else []
+
+
+class Kernel:
+    """One kernel's check: the events sorted by block, the model, the accesses' place in it."""
+
+    def __init__(self, detector: Racecheck, launch: KernelLaunch | None, events: np.ndarray) -> None:
+        self.context = detector.context
+        self.distance = detector.distance
+        self.launch = launch
+        bkey = (events["block_type"].astype(np.int64) << 16) | events["block_id"]
+        self.block_keys, block = _dense(bkey)
+        if block.size > 1 and (np.diff(block) < 0).any():
+            order = np.argsort(block, kind="stable")
+            ev, block = events[order], block[order]
+        else:  # blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
+            order, ev = np.arange(events.size), events
+        self.block = block
+        kind = ev["kind"]
+        sync = np.flatnonzero(kind >= EventKind.SET_FLAG)
+        present = {(int(k) >> 16, int(k) & 0xFFFF) for k in self.block_keys}
+        self.model = build(
+            kind[sync], ev["pipe"][sync].astype(np.int64), ev["dst_pipe"][sync].astype(np.int64),
+            ev["event_id"][sync].astype(np.int64), ev["mode"][sync], ev["block_num"][sync], ev["address"][sync],
+            block[sync], ev["block_type"][sync], ev["block_id"][sync], order[sync], sync, present,
+            np.unique(scalar_to_cal(ev["pipe"][kind <= EventKind.WRITE].astype(np.int64))),
+            cross_free=self.context.config.block_id >= 0,
+        )  # fmt: skip
+        atomic = _atomic_state(kind, ev["mode"], self.block) | ((ev["flags"] & FLAG_ATOMIC) != 0)
+        ext = extents(ev)
+        mem = np.flatnonzero((kind <= EventKind.WRITE) & (ext > 0))
+        self.events = ev
+        self.mem = mem
+        self.ext = ext
+        self.atomic = atomic[mem]
+        self.write = kind[mem] == EventKind.WRITE
+        self.serial = ev["serial"][mem].astype(np.int64)
+        self.total = int(events.size)
+        self._place_accesses()
+
+    # --- where each access sits in the model ---
+    def _place_accesses(self) -> None:
+        model, ev, mem = self.model, self.events, self.mem
+        nodes = model.nodes
+        self.pipe = scalar_to_cal(ev["pipe"][mem].astype(np.int64))
+        self.mblock = self.block[mem]
+        self.chain = self.mblock * NPIPES + self.pipe
+        self.pos = 2 * mem.astype(np.int64)
+        key = (self.chain << _POS_BITS) + self.pos
+        at = np.searchsorted(nodes.key, key, side="left") - 1
+        ok = at >= 0
+        ok[ok] = (nodes.key[at[ok]] >> _POS_BITS) == self.chain[ok]
+        self.prev = np.where(ok, at, -1)
+        self.seg = np.zeros(mem.size, dtype=np.int64)
+        self.seg[ok] = nodes.ordinal[at[ok]] + 1
+        self.issuer = issuer_of(nodes, self.mblock, self.pos)
+        self.barrier_no = np.searchsorted(model.barriers, key, side="left")
+        # The count of distinct instructions on the access's pipe up to it (msSanitizer's pipeSerialNo); only
+        # differences within one (block, pipe) are used, and accesses are in block, then program, order.
+        self.pipe_index = np.zeros(mem.size, dtype=np.int64)
+        for pipe in np.unique(self.pipe):
+            on = np.flatnonzero(self.pipe == pipe)
+            serial = self.serial[on]
+            new = np.ones(on.size, dtype=np.int64)
+            new[1:] = serial[1:] != serial[:-1]
+            self.pipe_index[on] = np.cumsum(new)
+        self.placed = self._placed()
+        self.cross_rows = self._cross_rows()
+
+    def know(self, rows: np.ndarray, comp: np.ndarray) -> np.ndarray:
+        return self.model.knowledge(self.prev[rows], self.issuer[rows], comp)
+
+    def _placed(self) -> np.ndarray:
+        start = self.model.start
+        if not (start < np.iinfo(np.int64).max).any():
+            return np.ones(self.mem.size, dtype=bool)
+        rows = np.arange(self.mem.size)
+        blocked = self.seg > start[self.chain]
+        base = self.mblock * NPIPES
+        for p in range(NPIPES):
+            blocked |= self.know(rows, np.full(rows.size, p)) >= start[base + p]
+        return ~blocked
+
+    def _cross_rows(self) -> np.ndarray:
+        """Per access, the rows of G (cross-block waits) it knows: the latest on each pipe that has any."""
+        model = self.model
+        chains = sorted(model.chains_with_cross)
+        per_block: dict[int, list[int]] = {}
+        for c in chains:
+            per_block.setdefault(c // NPIPES, []).append(c)
+        width = max((len(v) for v in per_block.values()), default=0)
+        rows = np.full((self.mem.size, width), -1, dtype=np.int64)
+        for b, block_chains in per_block.items():
+            lo, hi = np.searchsorted(self.mblock, [b, b + 1])
+            if lo == hi:
+                continue
+            sel = np.arange(lo, hi)
+            for j, c in enumerate(block_chains):
+                pipe = c % NPIPES
+                known = self.know(sel, np.full(sel.size, pipe))
+                own = self.pipe[sel] == pipe
+                known = np.where(own, np.maximum(known, self.seg[sel] - 1), known)
+                ords, g_rows = model.chains_with_cross[c]
+                at = np.searchsorted(ords, known, side="right") - 1
+                rows[sel, j] = np.where(at >= 0, g_rows[np.maximum(at, 0)], -1)
+        return rows
+
+    def _linear_order(self) -> np.ndarray:
+        """A rank per access consistent with happens-before: the Lamport clock of the cross-block waits it knows,
+        then its place in its block's program (or topological) order."""
+        model = self.model
+        cross = np.full(self.mem.size, -1, dtype=np.int64)
+        for j in range(self.cross_rows.shape[1]):
+            r = self.cross_rows[:, j]
+            cross = np.maximum(cross, np.where(r >= 0, model.lamport[np.maximum(r, 0)], -1))
+        within = self.pos.copy()
+        if model.nonforward.size:
+            odd = np.isin(self.mblock, model.nonforward)
+            anchor = np.maximum(
+                np.where(self.prev >= 0, model.rank[np.maximum(self.prev, 0)], -1),
+                np.where(self.issuer >= 0, model.rank[np.maximum(self.issuer, 0)], -1),
+            )
+            within[odd] = (anchor[odd] + 1) * (2 * self.total + 2) + self.pos[odd]
+        return np.lexsort((within, cross))
+
+    # --- the check ---
+    def findings(self) -> list[Finding]:
+        out = self._races()
+        out.extend(self._deadlocks())
+        out.sort(key=lambda f: f.serial)
+        return out
+
+    def _races(self) -> list[Finding]:
+        ev, mem = self.events, self.mem
+        if not mem.size:
+            return []
+        space = ev["space"][mem]
+        region_block = np.where(space == Space.GM, -1, self.mblock)
+        a, b, seg_start, seg_size = candidate_pairs(
+            ev, self.ext, mem, space, region_block, self.placed, self.write, self._linear_order()
+        )
+        if not a.size:
+            return []
+        race = self._unordered(a, b)
+        a, b, seg_start, seg_size = a[race], b[race], seg_start[race], seg_size[race]
+        _, once = np.unique(a * self.mem.size + b, return_index=True)  # a pair overlapping in several segments
+        return self._fold(a[once], b[once], seg_start[once], seg_size[once])
+
+    def _unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        serial, write = self.serial, self.write
+        pa, pb = self.pipe[a], self.pipe[b]
+        same_block = self.mblock[a] == self.mblock[b]
+        race = ~same_block | (serial[a] != serial[b])  # an instruction never races with itself
+        scalar = (pa == _S_CAL) | (pb == _S_CAL)
+        race &= ~(write[a] & write[b] & self.atomic[a] & self.atomic[b] & ~scalar)
+        single = same_block & (pa == pb)
+        inter = same_block & (pa != pb)
+        cross = ~same_block
+        if single.any():
+            i = np.flatnonzero(single)
+            race[i] &= self._single_pipe_unordered(a[i], b[i])
+        if inter.any():
+            i = np.flatnonzero(inter)
+            ordered = (self.know(b[i], pa[i]) >= self.seg[a[i]]) | (self.know(a[i], pb[i]) >= self.seg[b[i]])
+            race[i] &= ~ordered
+        if cross.any():
+            i = np.flatnonzero(cross)
+            ordered = self._cross_knows(b[i], a[i]) | self._cross_knows(a[i], b[i])
+            race[i] &= ~ordered
+        return race
+
+    def _single_pipe_unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Two accesses of one pipe may overlap in flight unless a pipe_barrier separates them, they are more
+        than ``distance`` instructions apart, or a hand-over from after the first returned before the second."""
+        first = np.where(self.pos[a] < self.pos[b], a, b)
+        second = np.where(self.pos[a] < self.pos[b], b, a)
+        pipe = self.pipe[first]
+        in_order = (pipe == _S_CAL) | (pipe == _S)
+        if self.context.chip.name.startswith("Ascend950"):
+            in_order |= pipe == _V  # the 950's vector pipe keeps its own order (reference §2.2)
+        apart = self.pipe_index[second] - self.pipe_index[first] > self.distance
+        barrier = self.barrier_no[first] != self.barrier_no[second]
+        returned = self.know(second, pipe) >= self.seg[first]
+        return ~(in_order | apart | barrier | returned)
+
+    def _cross_knows(self, later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+        """Whether ``later`` learned, through cross-block waits, that ``earlier`` (another block) completed."""
+        G = self.model.G
+        out = np.zeros(later.size, dtype=bool)
+        if not G.size:
+            return out
+        comp = self.mblock[earlier] * NPIPES + self.pipe[earlier]
+        for j in range(self.cross_rows.shape[1]):
+            r = self.cross_rows[later, j]
+            has = r >= 0
+            out[has] |= G[r[has], comp[has]] >= self.seg[earlier[has]]
+        return out
+
+    # --- reports ---
+    def _fold(self, a: np.ndarray, b: np.ndarray, seg_start: np.ndarray, seg_size: np.ndarray) -> list[Finding]:
+        ev, mem = self.events, self.mem
+        serial = self.serial
+        swap = (serial[b] < serial[a]) | ((serial[b] == serial[a]) & (self.mblock[b] < self.mblock[a]))
+        early, late = np.where(swap, b, a), np.where(swap, a, b)
+        write = self.write.astype(np.int64)
+        pairs = mem[np.concatenate((early, late))]
+        location = ev["location"][pairs].astype(np.int64).reshape(2, -1)
+        pc = ev["pc"][pairs].astype(np.int64).reshape(2, -1)
+        space = ev["space"][pairs].astype(np.int64).reshape(2, -1)
+        block_type = ev["block_type"][pairs].astype(np.int64).reshape(2, -1)
+        site = np.stack(
+            [write[late], write[early], space[0], self.pipe[early], self.pipe[late], location[0], location[1],
+             pc[0], pc[1], block_type[0], block_type[1]],
+            axis=1,
+        )  # fmt: skip
+        sites, which, counts = np.unique(site, axis=0, return_inverse=True, return_counts=True)
+        which = which.ravel()
+        findings = []
+        for s in range(sites.shape[0]):
+            rows = np.flatnonzero(which == s)
+            pick = rows[np.lexsort((serial[late[rows]], serial[early[rows]]))[0]]
+            e, lt = early[pick], late[pick]
+            kind = _HAZARDS[(int(write[lt]), int(write[e]))]
+            accesses = [self._access(e, early[rows]), self._access(lt, late[rows])]
+            blocks: dict[str, list[int]] = {}
+            for acc in accesses:
+                blocks[acc.block_type] = sorted(set(blocks.get(acc.block_type, [])) | set(acc.blocks))
+            findings.append(
+                self.context.finding(
+                    kind,
+                    kernel=self.launch.name if self.launch else None,
+                    location=int(location[1, pick]),
+                    blocks=blocks,
+                    space=Space(int(space[0, pick])).name,
+                    address=int(seg_start[pick]),
+                    size=int(seg_size[pick]),
+                    serial=int(serial[lt]),
+                    pc=int(pc[1, pick]),
+                    count=int(counts[s]),
+                    accesses=accesses,
+                )
+            )
+        return findings
+
+    def _access(self, row: int, rows: np.ndarray) -> RaceAccess:
+        ev, mem = self.events, self.mem
+        i = mem[row]
+        stack = self.context.stack(int(ev["location"][i]))
+        ids = sorted({int(self.block_keys[blk]) & 0xFFFF for blk in np.unique(self.mblock[rows])})
+        return RaceAccess(
+            pipe=pipe_name(int(self.pipe[row])),
+            op="Write" if ev["kind"][i] == EventKind.WRITE else "Read",
+            address=int(ev["address"][i]),
+            block_type=BLOCK_TYPE_NAMES.get(int(ev["block_type"][i]), "aiv"),
+            blocks=ids,
+            serial=int(ev["serial"][i]),
+            pc=int(ev["pc"][i]),
+            location=stack[0] if stack else None,
+            stack=stack,
+        )
+
+    def _deadlocks(self) -> list[Finding]:
+        model = self.model
+        if not model.stuck:
+            return []
+        ev = self.events
+        nodes = model.nodes
+        blocked_nodes = int((~_node_placed(model)).sum())
+        blocked = int((~self.placed).sum()) + blocked_nodes - len(model.stuck)
+        sites: dict[tuple, list[int]] = {}
+        for stuck in model.stuck:
+            i = stuck.event
+            key = (int(nodes.kind[stuck.node]), int(ev["pipe"][i]), int(ev["dst_pipe"][i]), int(ev["event_id"][i]),
+                   int(ev["location"][i]), int(ev["pc"][i]))  # fmt: skip
+            sites.setdefault(key, []).append(i)
+        findings = []
+        for (kind, src, dst, event_id, location, pc), rows in sites.items():
+            first = min(rows, key=lambda i: int(ev["serial"][i]))
+            blocks: dict[str, list[int]] = {}
+            for i in rows:
+                name = BLOCK_TYPE_NAMES.get(int(ev["block_type"][i]), "aiv")
+                blocks.setdefault(name, []).append(int(ev["block_id"][i]))
+            findings.append(
+                self.context.finding(
+                    "deadlock",
+                    kernel=self.launch.name if self.launch else None,
+                    location=location,
+                    blocks={k: sorted(set(v)) for k, v in blocks.items()},
+                    space="",
+                    serial=int(ev["serial"][first]),
+                    pc=pc,
+                    count=len(rows),
+                    pipe=pipe_name(src),
+                    dst_pipe=pipe_name(dst),
+                    event_id=event_id,
+                    detail=_wait_text(kind, src, dst, event_id, int(ev["address"][first])),
+                    blocked=blocked,
+                )
+            )
+        return findings
+
+
+def _dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for small non-negative keys, in linear time."""
+    seen = np.zeros(int(keys.max()) + 1, dtype=np.int64)
+    seen[keys] = 1
+    uniques = np.flatnonzero(seen)
+    index = np.cumsum(seen) - 1
+    return uniques, index[keys]
+
+
+def _node_placed(model: Model) -> np.ndarray:
+    nodes = model.nodes
+    placed = nodes.ordinal < model.start[nodes.chain]
+    base = nodes.block * NPIPES
+    for p in range(NPIPES):
+        placed &= nodes.K[:, p] < model.start[base + p]
+    return placed
+
+
+def _atomic_state(kind: np.ndarray, mode: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """Each event's block's atomic mode: the last SET_ATOMIC before it in its block (off before any)."""
+    sets = np.flatnonzero(kind == EventKind.SET_ATOMIC)
+    if not sets.size:
+        return np.zeros(kind.size, dtype=bool)
+    last = np.full(kind.size, -1, dtype=np.int64)
+    last[sets] = sets
+    np.maximum.accumulate(last, out=last)
+    valid = last >= 0
+    valid[valid] = block[last[valid]] == block[valid]
+    return valid & (mode[np.maximum(last, 0)] != 0)
+
+
+def pipe_name(pipe: int) -> str:
+    if pipe == Pipe.S_CAL:
+        return "PIPE_S"
+    try:
+        return f"PIPE_{Pipe(pipe).name}"
+    except ValueError:
+        return f"PIPE_{pipe}"
+
+
+def _wait_text(kind: int, src: int, dst: int, event_id: int, address: int) -> str:
+    k = EventKind
+    if kind in (k.WAIT_FLAG, k.HWAIT_FLAG):
+        name = "wait_flag" if kind == k.WAIT_FLAG else "hwait_flag"
+        return f"{name} from {pipe_name(src)} to {pipe_name(dst)} (event id {event_id})"
+    if kind == k.CROSS_WAIT:
+        return f"wait_flag_dev on {pipe_name(src)} (flag {event_id})"
+    if kind == k.SOFT_WAIT:
+        return f"IB_WAIT (event id {event_id}, block {address})"
+    if kind == k.SOFT_SYNC_ALL:
+        return "SyncAll (soft)"
+    if kind == k.MSTX_CROSS_WAIT:
+        return f"mstx cross-core wait on {pipe_name(src)} (address {address:#x}, flag {event_id})"
+    if kind == k.GET_BUF:
+        return f"GET_BUF on {pipe_name(src)} (buffer {event_id})"
+    if kind == k.PIPE_BARRIER:
+        return "pipe_barrier(PIPE_ALL)"
+    return f"{k(kind).name.lower()} on {pipe_name(src)}"

@@ -1,0 +1,329 @@
+"""racecheck driven directly with hand-built streams (reference §2.2), and its report text (§2.5).
+
+Each test builds a kernel's events in program order per block; ``stream`` numbers instructions 1, 2, 3, ...
+(an instruction that reads and writes is two events with one serial: ``instr``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, make_events, syncs
+from sanitizerd.detectors.racecheck import Racecheck
+from sanitizerd.findings.model import Finding
+from sanitizerd.findings.render import render_text
+from sanitizerd.protocol.messages import Location
+from tests.detector_helpers import make_detector, run_kernel
+
+R, W = EventKind.READ, EventKind.WRITE
+SET, WAIT, BARRIER = EventKind.SET_FLAG, EventKind.WAIT_FLAG, EventKind.PIPE_BARRIER
+UB, GM = Space.UB, Space.GM
+
+
+def racecheck(**config: object) -> Racecheck:
+    detector = make_detector("racecheck", locations={7: Location(id=7, file="add.cpp", line=18, column=5)})
+    for name, value in config.items():
+        setattr(detector.context.config, name, value)
+    assert isinstance(detector, Racecheck)
+    detector.distance = detector.context.config.single_pipe_distance
+    return detector
+
+
+def program(*instructions: np.ndarray | list[np.ndarray]) -> np.ndarray:
+    """Instructions in program order; each is an event array or a list of events sharing one serial."""
+    parts = []
+    for serial, instruction in enumerate(instructions, start=1):
+        events = np.concatenate(instruction) if isinstance(instruction, list) else instruction.copy()
+        events["serial"] = serial
+        parts.append(events)
+    return np.concatenate(parts)
+
+
+def on_block(events: np.ndarray, block: int, block_type: BlockType = BlockType.AIV) -> np.ndarray:
+    events = events.copy()
+    events["block_id"] = block
+    events["block_type"] = block_type
+    events["serial"] += 1000 * block
+    return events
+
+
+def races(*batches: np.ndarray, detector: Racecheck | None = None) -> list[tuple]:
+    findings = run_kernel(detector or racecheck(), *batches)
+    return [summary(f) for f in findings]
+
+
+def summary(f: Finding) -> tuple:
+    if f.kind == "deadlock":
+        return (f.kind, f.detail, f.blocks, f.blocked)
+    return (f.kind, f.space, [(a.pipe, a.op, a.serial, a.blocks) for a in f.accesses], f.count)
+
+
+def copy_in(ub: int = 0, gm: int = 0x1000, size: int = 512) -> list[np.ndarray]:
+    """DataCopy GM -> UB on MTE2."""
+    return [accesses(R, GM, gm, size, pipe=Pipe.MTE2), accesses(W, UB, ub, size, pipe=Pipe.MTE2)]
+
+
+def vec(dst: int, *srcs: int, size: int = 256) -> list[np.ndarray]:
+    return [accesses(R, UB, s, size, pipe=Pipe.V) for s in srcs] + [accesses(W, UB, dst, size, pipe=Pipe.V)]
+
+
+def copy_out(ub: int = 0x400, gm: int = 0x8000, size: int = 256) -> list[np.ndarray]:
+    return [accesses(R, UB, ub, size, pipe=Pipe.MTE3), accesses(W, GM, gm, size, pipe=Pipe.MTE3)]
+
+
+def flag(src: Pipe, dst: Pipe, event_id: int = 0) -> list[np.ndarray]:
+    return [syncs(SET, src, dst, event_id), syncs(WAIT, src, dst, event_id)]
+
+
+def sync_all() -> list[np.ndarray]:
+    return [
+        syncs(BARRIER, Pipe.ALL),
+        syncs(EventKind.CROSS_SET, Pipe.S, Pipe.S, 31, mode=0),
+        syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31),
+    ]
+
+
+class TestInterPipe:
+    def test_missing_wait_flag_is_raw(self) -> None:
+        """MTE2 fills UB and V reads it with only the set_flag: a RAW between the two pipes."""
+        events = program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
+        assert races(events) == [("race_raw", "UB", [("PIPE_MTE2", "Write", 1, [0]), ("PIPE_V", "Read", 3, [0])], 1)]
+
+    def test_flagged_hand_over_is_clean(self) -> None:
+        events = program(copy_in(), *flag(Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
+        assert races(events) == []
+
+    def test_war_when_refilled_before_the_reader_is_done(self) -> None:
+        """V reads the tile; MTE2 refills it with no V -> MTE2 flag: a WAR (and, inside MTE2, a WAW with the
+        first fill, which nothing completed either)."""
+        events = program(copy_in(), *flag(Pipe.MTE2, Pipe.V), vec(0x400, 0x0), copy_in(gm=0x2000))
+        found = races(events)
+        assert [r[0] for r in found] == ["race_war", "race_waw"]
+        assert found[0][2] == [("PIPE_V", "Read", 4, [0]), ("PIPE_MTE2", "Write", 5, [0])]
+        assert found[1][2] == [("PIPE_MTE2", "Write", 1, [0]), ("PIPE_MTE2", "Write", 5, [0])]
+
+    def test_knowledge_is_transitive(self) -> None:
+        """MTE2 -> V -> MTE3 orders MTE2's write before MTE3's read without a direct flag."""
+        events = program(
+            copy_in(), *flag(Pipe.MTE2, Pipe.V), vec(0x400, 0x0), *flag(Pipe.V, Pipe.MTE3), copy_out(ub=0x0)
+        )
+        assert races(events) == []
+
+    def test_wait_on_scalar_orders_what_is_issued_after(self) -> None:
+        """wait_flag(MTE2 -> S) blocks issue: V's later read is ordered after MTE2's write."""
+        events = program(copy_in(), *flag(Pipe.MTE2, Pipe.S), vec(0x400, 0x0))
+        assert races(events) == []
+
+    def test_pipe_all_barrier_orders_every_pipe(self) -> None:
+        events = program(copy_in(), syncs(BARRIER, Pipe.ALL), vec(0x400, 0x0), copy_out(ub=0x0))
+        assert races(events) == []
+
+    def test_reads_never_race(self) -> None:
+        events = program(accesses(R, UB, 0, 256, pipe=Pipe.MTE3), vec(0x400, 0x0))
+        assert races(events) == []
+
+    def test_disjoint_bytes_never_race(self) -> None:
+        events = program(copy_in(ub=0x0, size=256), vec(0x400, 0x100, size=256))
+        assert races(events) == []
+
+    def test_strided_patterns_overlap_exactly(self) -> None:
+        """Every other 32-byte block against the blocks between them: no shared byte, no race."""
+        even = accesses(W, UB, 0x0, 32, block_num=8, block_stride=2, pipe=Pipe.MTE2)
+        odd = accesses(R, UB, 0x20, 32, block_num=8, block_stride=2, pipe=Pipe.V)
+        assert races(program(even, odd)) == []
+        odd["address"] = 0x40
+        assert [r[0] for r in races(program(even, odd))] == ["race_raw"]
+
+    def test_atomic_writes_are_exempt(self) -> None:
+        """Two atomic-mode writes (reductions) do not race; the atomic state comes from SET_ATOMIC."""
+        events = program(
+            syncs(EventKind.SET_ATOMIC, Pipe.S, mode=1),
+            accesses(W, GM, 0x1000, 64, pipe=Pipe.MTE3),
+            accesses(W, GM, 0x1000, 64, pipe=Pipe.FIX),
+        )
+        assert races(events) == []
+
+    def test_every_block_is_checked(self) -> None:
+        """msSanitizer looks inside block 0 only; every block's own race is found and folded into one."""
+        body = program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
+        found = races(*(on_block(body, b) for b in range(4)))
+        assert len(found) == 1
+        kind, _, (first, second), count = found[0]
+        assert (kind, count, first[3], second[3]) == ("race_raw", 4, [0, 1, 2, 3], [0, 1, 2, 3])
+
+    def test_loop_iterations_fold_with_a_count(self) -> None:
+        """The same missing flag in 5 iterations of a loop: one finding, counted 5 times. (Without MTE2 -> V
+        knowledge, V's flag back no longer tells MTE2 that its own last fill is done: in-pipe WAWs follow.)"""
+        one = [copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0), *flag(Pipe.V, Pipe.MTE2, 1)]
+        found = races(program(*(one * 5)))
+        assert ("race_raw", 5) in [(r[0], r[3]) for r in found]
+        assert all(r[0] == "race_waw" for r in found if r[0] != "race_raw")
+
+
+class TestSinglePipe:
+    def test_dependent_vector_ops_need_a_barrier(self) -> None:
+        events = program(vec(0x400, 0x0), vec(0x800, 0x400))
+        assert races(events) == [("race_raw", "UB", [("PIPE_V", "Write", 1, [0]), ("PIPE_V", "Read", 2, [0])], 1)]
+
+    def test_pipe_barrier_orders_them(self) -> None:
+        assert races(program(vec(0x400, 0x0), syncs(BARRIER, Pipe.V), vec(0x800, 0x400))) == []
+
+    def test_an_in_place_op_does_not_race_with_itself(self) -> None:
+        assert races(program(vec(0x0, 0x0))) == []
+
+    def test_distance_bounds_the_check(self) -> None:
+        """17 instructions apart is ordered at msSanitizer's distance 16; the option widens it."""
+        filler = [vec(0x1000 + 0x100 * i, 0x3000) for i in range(16)]
+        events = program(vec(0x400, 0x0), *filler, vec(0x800, 0x400))
+        assert races(events) == []
+        assert [r[0] for r in races(events, detector=racecheck(single_pipe_distance=17))] == ["race_raw"]
+        near = program(vec(0x400, 0x0), *filler[:15], vec(0x800, 0x400))
+        assert [r[0] for r in races(near)] == ["race_raw"]
+        assert races(near, detector=racecheck(single_pipe_distance=0)) == []
+
+    def test_a_round_trip_through_another_pipe_orders_the_pipe(self) -> None:
+        """set(V->MTE3) wait, set(MTE3->V) wait: V's later op knows its earlier one finished (msSanitizer's
+        in-pipe sync inference, generalised to any chain of flags)."""
+        events = program(vec(0x400, 0x0), *flag(Pipe.V, Pipe.MTE3), *flag(Pipe.MTE3, Pipe.V), vec(0x800, 0x400))
+        assert races(events) == []
+
+    def test_scalar_accesses_keep_their_order(self) -> None:
+        events = program(accesses(W, UB, 0, 32, pipe=Pipe.S), accesses(R, UB, 0, 32, pipe=Pipe.S))
+        assert races(events) == []
+
+
+class TestCrossCore:
+    def test_two_blocks_writing_the_same_gm(self) -> None:
+        body = program(copy_out(gm=0x8000))
+        found = races(on_block(body, 0), on_block(body, 1))
+        assert found == [("race_waw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE3", "Write", 1001, [1])], 1)]
+
+    def test_sync_all_orders_the_phases(self) -> None:
+        """Each block writes its own tile, SyncAll, then reads its neighbour's: clean; without SyncAll, RAW."""
+
+        def block(b: int, synced: bool) -> np.ndarray:
+            mine = copy_out(gm=0x8000 + 0x100 * b)
+            theirs = accesses(R, GM, 0x8000 + 0x100 * ((b + 1) % 2), 256, pipe=Pipe.MTE2)
+            middle = sync_all() if synced else []
+            return on_block(program(mine, *middle, theirs), b)
+
+        assert races(block(0, True), block(1, True)) == []
+        found = races(block(0, False), block(1, False))
+        # Named by serial order, as msSanitizer does: block 1 reads block 0's tile after (RAW), block 0 reads
+        # block 1's tile before block 1's write by serial number (WAR).
+        assert sorted(r[0] for r in found) == ["race_raw", "race_war"]
+
+    def test_cross_flag_set_before_the_write(self) -> None:
+        """Block 0 signals (mode 0) before it writes; block 1 reads after the wait: RAW. Set after: clean."""
+        signal = [
+            syncs(EventKind.CROSS_SET, Pipe.MTE3, Pipe.S, 1, mode=0),
+            syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 1),
+        ]
+        write = copy_out(gm=0x8000)
+        read = accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)
+        early = on_block(program(signal[0], write, signal[1]), 0)
+        late = on_block(program(write, *signal), 0)
+        reader = on_block(program(*signal, read), 1)
+        assert [r[0] for r in races(early, reader)] == ["race_raw"]
+        assert races(late, reader) == []
+
+    def test_ffts_mode_2_hands_over_between_cube_and_vector(self) -> None:
+        """AIC writes GM, sets mode 2 to its vector sub-blocks (one per core here), which wait and read."""
+        set_ = syncs(EventKind.CROSS_SET, Pipe.FIX, Pipe.S, 3, mode=2)
+        set_["block_num"] = 1  # one vector sub-block per core
+        cube = on_block(program(accesses(W, GM, 0x8000, 256, pipe=Pipe.FIX), set_), 0, BlockType.AIC)
+        vector = on_block(
+            program(syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 3), accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)), 0
+        )
+        assert races(cube, vector) == []
+        unsynced = on_block(program(accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)), 0)
+        unsynced["serial"] += 100  # after the cube's write by serial number: read after write
+        assert [r[0] for r in races(cube, unsynced)] == ["race_raw"]
+
+    def test_soft_sync_and_mstx_flags(self) -> None:
+        """IB_SET/IB_WAIT and mstx cross-core set/wait release their waiters like hardware flags."""
+        ib_set = make_events(kind=EventKind.SOFT_SET, pipe=Pipe.S, event_id=2, block_size=0)
+        ib_wait = make_events(kind=EventKind.SOFT_WAIT, pipe=Pipe.S, event_id=2, address=0, block_size=0)
+        writer = on_block(program(copy_out(gm=0x8000), syncs(BARRIER, Pipe.ALL), ib_set), 0)
+        reader = on_block(program(ib_wait, accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)), 1)
+        assert races(writer, reader) == []
+        mset = make_events(kind=EventKind.MSTX_CROSS_SET, pipe=Pipe.MTE3, address=0x77, event_id=1, block_size=0)
+        mwait = make_events(kind=EventKind.MSTX_CROSS_WAIT, pipe=Pipe.S, address=0x77, event_id=1, block_size=0)
+        writer = on_block(program(copy_out(gm=0x8000), mset), 0)
+        reader = on_block(program(mwait, accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)), 1)
+        assert races(writer, reader) == []
+
+
+class TestDeadlock:
+    def test_unmatched_wait(self) -> None:
+        """The race before the stuck wait is still found; what comes after it is counted, not checked."""
+        events = program(
+            vec(0x400, 0x0), vec(0x800, 0x400),  # the race: no pipe_barrier(PIPE_V)
+            syncs(WAIT, Pipe.MTE3, Pipe.MTE2, 5),  # nothing sets it
+            copy_in(ub=0x800), vec(0xC00, 0x800),
+        )  # fmt: skip
+        found = races(events)
+        assert found[0][0] == "race_raw" and found[0][2][0][2] == 1
+        assert found[1] == ("deadlock", "wait_flag from PIPE_MTE3 to PIPE_MTE2 (event id 5)", {"aiv": [0]}, 2)
+
+    def test_cycle_of_waits(self) -> None:
+        """V waits for MTE2's flag, which MTE2 only sets after waiting for V's: neither can move."""
+        events = program(
+            syncs(WAIT, Pipe.MTE2, Pipe.V, 0), syncs(SET, Pipe.V, Pipe.MTE2, 1),
+            syncs(WAIT, Pipe.V, Pipe.MTE2, 1), syncs(SET, Pipe.MTE2, Pipe.V, 0),
+        )  # fmt: skip
+        assert {r[0] for r in races(events)} == {"deadlock"}
+
+    def test_a_block_stuck_before_sync_all_holds_the_others(self) -> None:
+        stuck = on_block(program(syncs(WAIT, Pipe.MTE3, Pipe.MTE2, 5), *sync_all()), 0)
+        other = on_block(program(*sync_all(), copy_out()), 1)
+        found = races(stuck, other)
+        assert [r[0] for r in found] == ["deadlock", "deadlock"]
+        assert "wait_flag_dev" in found[1][1] and found[1][2] == {"aiv": [1]}
+
+    def test_wait_released_by_a_later_set_is_not_a_deadlock(self) -> None:
+        """A wait issued before its set (on another pipe) just waits: no deadlock. V's read waits for the set
+        after MTE2's first fill, so only MTE2's second fill races with it."""
+        events = program(
+            syncs(WAIT, Pipe.MTE2, Pipe.V, 0), vec(0x400, 0x0), copy_in(), syncs(SET, Pipe.MTE2, Pipe.V, 0),
+            copy_in(gm=0x2000),
+        )  # fmt: skip
+        found = races(events)
+        assert "deadlock" not in [r[0] for r in found]
+        assert ("race_war", [("PIPE_V", "Read", 2, [0]), ("PIPE_MTE2", "Write", 5, [0])]) in [
+            (r[0], r[2]) for r in found
+        ]
+        assert not any(r[2][0][2] == 3 and r[2][1][2] == 2 for r in found)  # the first fill is ordered
+
+
+class TestReport:
+    def test_text_and_json(self) -> None:
+        events = program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
+        events["location"] = 7
+        events["pc"][events["pipe"] == Pipe.V] = 0xAD4
+        (finding,) = run_kernel(racecheck(), events)
+        assert render_text([finding]).splitlines() == [
+            "====== ERROR: Potential RAW hazard detected at UB in add_custom:",
+            "======    PIPE_MTE2 Write at RAW()+0x0 in block 0 (aiv) on device 0 at add.cpp:18 (serialNo:1)",
+            "======    PIPE_V Read at RAW()+0x0 in block 0 (aiv) on device 0 at pc current 0xad4 (serialNo:3)",
+            "======    #0 add.cpp:18:5",
+        ]
+        assert (finding.address, finding.size, finding.serial) == (0, 256, 3)
+
+    def test_deadlock_text(self) -> None:
+        events = program(syncs(WAIT, Pipe.MTE3, Pipe.MTE2, 5), copy_in())
+        events["location"] = 7
+        (finding,) = run_kernel(racecheck(), events)
+        assert render_text([finding]).splitlines() == [
+            "====== ERROR: Deadlock: wait_flag from PIPE_MTE3 to PIPE_MTE2 (event id 5) is never released in "
+            "add_custom",
+            "======    in block aiv(0) on device 0",
+            "======    code in add.cpp:18 (serialNo:1)",
+            "======    The pipe line cannot progress: 2 instruction(s) waiting behind it were not checked for races",
+        ]
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_no_events_no_findings(blocks: int) -> None:
+    assert run_kernel(racecheck()) == []
