@@ -24,7 +24,7 @@ from sanitizerd.detectors._race_pairs import candidate_pairs
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, FLAG_ATOMIC, EventKind, Pipe, Space
+from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, FLAG_ATOMIC, EventKind, Pipe, Space, pipe_name
 
 _POS_BITS = 36
 _S, _S_CAL, _V = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.V)
@@ -401,30 +401,19 @@ def _atomic_state(kind: np.ndarray, mode: np.ndarray, block: np.ndarray) -> np.n
     return valid & (mode[np.maximum(last, 0)] != 0)
 
 
-def pipe_name(pipe: int) -> str:
-    if pipe == Pipe.S_CAL:
-        return "PIPE_S"
-    try:
-        return f"PIPE_{Pipe(pipe).name}"
-    except ValueError:
-        return f"PIPE_{pipe}"
+_WAIT_TEXTS = {
+    EventKind.WAIT_FLAG: "wait_flag from {src} to {dst} (event id {event_id})",
+    EventKind.HWAIT_FLAG: "hwait_flag from {src} to {dst} (event id {event_id})",
+    EventKind.CROSS_WAIT: "wait_flag_dev on {src} (flag {event_id})",
+    EventKind.SOFT_WAIT: "IB_WAIT (event id {event_id}, block {address})",
+    EventKind.SOFT_SYNC_ALL: "SyncAll (soft)",
+    EventKind.MSTX_CROSS_WAIT: "mstx cross-core wait on {src} (address {address:#x}, flag {event_id})",
+    EventKind.GET_BUF: "GET_BUF on {src} (buffer {event_id})",
+    EventKind.PIPE_BARRIER: "pipe_barrier(PIPE_ALL)",
+}
 
 
 def _wait_text(kind: int, src: int, dst: int, event_id: int, address: int) -> str:
-    k = EventKind
-    if kind in (k.WAIT_FLAG, k.HWAIT_FLAG):
-        name = "wait_flag" if kind == k.WAIT_FLAG else "hwait_flag"
-        return f"{name} from {pipe_name(src)} to {pipe_name(dst)} (event id {event_id})"
-    if kind == k.CROSS_WAIT:
-        return f"wait_flag_dev on {pipe_name(src)} (flag {event_id})"
-    if kind == k.SOFT_WAIT:
-        return f"IB_WAIT (event id {event_id}, block {address})"
-    if kind == k.SOFT_SYNC_ALL:
-        return "SyncAll (soft)"
-    if kind == k.MSTX_CROSS_WAIT:
-        return f"mstx cross-core wait on {pipe_name(src)} (address {address:#x}, flag {event_id})"
-    if kind == k.GET_BUF:
-        return f"GET_BUF on {pipe_name(src)} (buffer {event_id})"
-    if kind == k.PIPE_BARRIER:
-        return "pipe_barrier(PIPE_ALL)"
-    return f"{k(kind).name.lower()} on {pipe_name(src)}"
+    """The stuck instruction, as a user wrote it."""
+    text = _WAIT_TEXTS.get(EventKind(kind), EventKind(kind).name.lower() + " on {src}")
+    return text.format(src=pipe_name(src), dst=pipe_name(dst), event_id=event_id, address=address)

@@ -19,7 +19,7 @@ from sanitizerd.detectors._sites import fold
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EventKind, Pipe
+from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EventKind, pipe_name
 
 SYNC_ROW = np.dtype(
     [
@@ -188,8 +188,8 @@ class Synccheck:
                 serial=site.serial,
                 pc=int(site.head["pc"]),
                 count=site.count,
-                pipe=_pipe_name(int(site.head["src"])),
-                dst_pipe=_pipe_name(int(site.head["dst"])),
+                pipe=pipe_name(int(site.head["src"])),
+                dst_pipe=pipe_name(int(site.head["dst"])),
                 event_id=int(site.head["event_id"]),
             )
             for site in fold(rows, ("kind", "src", "dst", "event_id", "pc", "location"))
@@ -200,12 +200,3 @@ class Synccheck:
 
     def finish(self) -> list[Finding]:
         return self.kernel_end() if self.kernel is not None else []
-
-
-def _pipe_name(pipe: int) -> str:
-    if pipe == Pipe.S_CAL:  # msSanitizer's internal scalar-compute pipe prints as PIPE_S
-        return "PIPE_S"
-    try:
-        return f"PIPE_{Pipe(pipe).name}"
-    except ValueError:
-        return f"PIPE_{pipe}"

@@ -135,18 +135,18 @@ def _deadlock(finding: Finding) -> Iterator[str]:
     )
 
 
+_OWN_LAYOUT = {
+    **dict.fromkeys(_HAZARDS, _race),
+    **dict.fromkeys(_SYNC_TITLES, _sync),
+    "deadlock": _deadlock,
+    "register_not_reset": _register,
+}
+
+
 def _single(finding: Finding) -> Iterator[str]:
-    if finding.kind in _HAZARDS:
-        yield from _race(finding)
-        return
-    if finding.kind == "deadlock":
-        yield from _deadlock(finding)
-        return
-    if finding.kind in _SYNC_TITLES:
-        yield from _sync(finding)
-        return
-    if finding.kind == "register_not_reset":
-        yield from _register(finding)
+    layout = _OWN_LAYOUT.get(finding.kind)
+    if layout is not None:
+        yield from layout(finding)
         return
     if finding.kind == "internal_error" and finding.detail:
         yield f"{P} ERROR: internal errors (serialNo:{finding.serial})"

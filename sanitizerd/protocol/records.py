@@ -84,6 +84,16 @@ class BlockType(enum.IntEnum):
     AICORE = 2
 
 
+def pipe_name(pipe: int) -> str:
+    """``PIPE_MTE2``; msSanitizer's internal scalar-compute pipe prints as ``PIPE_S``."""
+    if pipe == Pipe.S_CAL:
+        return "PIPE_S"
+    try:
+        return f"PIPE_{Pipe(pipe).name}"
+    except ValueError:
+        return f"PIPE_{pipe}"
+
+
 BLOCK_TYPE_NAMES = {BlockType.AIV: "aiv", BlockType.AIC: "aic", BlockType.AICORE: "aicore"}
 
 FLAG_ATOMIC = 0x01

@@ -1,0 +1,161 @@
+"""racecheck throughput on one core, on an emulated 48-block kernel of 100 000 events per block.
+
+Every block runs AscendC's double-buffered add with a fused second vector op, tile after tile:
+
+    wait_flag(MTE3->MTE2, ping)        (from the third tile on: the buffer's last result has left UB)
+    MTE2: GM x -> UB x[ping], GM y -> UB y[ping]
+    set_flag / wait_flag(MTE2->V, ping)
+    V:    t[ping] = x[ping] + y[ping];  pipe_barrier(PIPE_V);  z[ping] = t[ping] * x[ping]
+    set_flag / wait_flag(V->MTE3, ping)
+    MTE3: UB z[ping] -> GM z
+    set_flag(MTE3->MTE2, ping)
+
+with a SyncAll (pipe_barrier(PIPE_ALL), cross-core set and wait, mode 0) every 1 000 tiles. That is 12 memory
+and 8 sync events per tile (40 % sync events, about what AscendC's TQue hand-overs produce). The kernel is
+race-free, so the figure is the cost of proving it: the whole model and every candidate pair. Blocks arrive
+one after the other, as the emulator sends them; the detector is called directly in this one thread.
+
+    .venv/bin/python benchmarks/racecheck.py            # 48 blocks x 100 000 events
+    .venv/bin/python benchmarks/racecheck.py --quick    # 8 blocks x 20 000 events
+
+Prints one JSON object last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+
+import numpy as np
+
+from client_shim.events import EventKind, Pipe, Space, accesses, syncs
+from sanitizerd.chips import chip_named
+from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.racecheck import Racecheck
+from sanitizerd.protocol.messages import Config
+
+TILE = 512
+GM_X, GM_Y, GM_Z = 0x12C0C0000000, 0x12C200000000, 0x12C400000000
+SYNC_ALL_EVERY = 1000
+BATCH = 65536
+_R, _W = EventKind.READ, EventKind.WRITE
+
+
+def tile_template(ping: int) -> tuple[np.ndarray, np.ndarray]:
+    """One tile's events for buffer ``ping`` and, per event, its instruction's index within the tile."""
+    ub = 0x3000 * ping
+    xs, ys, ts, zs = ub, ub + 0x800, ub + 0x1000, ub + 0x1800
+    n = TILE // 32
+    parts = [
+        (syncs(EventKind.WAIT_FLAG, Pipe.MTE3, Pipe.MTE2, ping), 0),
+        (accesses(_R, Space.GM, GM_X, 32, block_num=n, pipe=Pipe.MTE2), 1),
+        (accesses(_W, Space.UB, xs, 32, block_num=n, pipe=Pipe.MTE2), 1),
+        (accesses(_R, Space.GM, GM_Y, 32, block_num=n, pipe=Pipe.MTE2), 2),
+        (accesses(_W, Space.UB, ys, 32, block_num=n, pipe=Pipe.MTE2), 2),
+        (syncs(EventKind.SET_FLAG, Pipe.MTE2, Pipe.V, ping), 3),
+        (syncs(EventKind.WAIT_FLAG, Pipe.MTE2, Pipe.V, ping), 4),
+        (accesses(_R, Space.UB, [xs, ys], 32, block_num=8, repeat=n // 8, repeat_stride=8, pipe=Pipe.V), 5),
+        (accesses(_W, Space.UB, ts, 32, block_num=8, repeat=n // 8, repeat_stride=8, pipe=Pipe.V), 5),
+        (syncs(EventKind.PIPE_BARRIER, Pipe.V), 6),
+        (accesses(_R, Space.UB, [ts, xs], 32, block_num=8, repeat=n // 8, repeat_stride=8, pipe=Pipe.V), 7),
+        (accesses(_W, Space.UB, zs, 32, block_num=8, repeat=n // 8, repeat_stride=8, pipe=Pipe.V), 7),
+        (syncs(EventKind.SET_FLAG, Pipe.V, Pipe.MTE3, ping), 8),
+        (syncs(EventKind.WAIT_FLAG, Pipe.V, Pipe.MTE3, ping), 9),
+        (accesses(_R, Space.UB, zs, 32, block_num=n, pipe=Pipe.MTE3), 10),
+        (accesses(_W, Space.GM, GM_Z, 32, block_num=n, pipe=Pipe.MTE3), 10),
+        (syncs(EventKind.SET_FLAG, Pipe.MTE3, Pipe.MTE2, ping), 11),
+    ]
+    events = np.concatenate([p for p, _ in parts])
+    instr = np.concatenate([np.full(p.size, i) for p, i in parts])
+    return events, instr
+
+
+INSTRUCTIONS_PER_TILE = 12
+
+
+def block_stream(block: int, events_per_block: int, serial_base: int) -> np.ndarray:
+    """One block's events: tiles until ``events_per_block``, SyncAll every SYNC_ALL_EVERY tiles."""
+    t0, i0 = tile_template(0)
+    t1, i1 = tile_template(1)
+    pair, pair_instr = np.concatenate((t0, t1)), np.concatenate((i0, i1 + INSTRUCTIONS_PER_TILE))
+    per_tile = t0.size
+    tiles = events_per_block // per_tile
+    tiles -= tiles % 2
+    events = np.tile(pair, tiles // 2)
+    instr = np.tile(pair_instr, tiles // 2) + np.repeat(np.arange(tiles // 2), pair.size) * 2 * INSTRUCTIONS_PER_TILE
+    tile = np.repeat(np.arange(tiles), per_tile)
+    gm = events["space"] == Space.GM
+    events["address"][gm] += ((block * tiles + tile[gm]) * TILE).astype(np.uint64)
+    # The first two tiles have no result to wait for; the last two signal nobody.
+    first_wait = (tile < 2) & (events["kind"] == EventKind.WAIT_FLAG) & (events["dst_pipe"] == Pipe.MTE2)
+    last_set = (tile >= tiles - 2) & (events["kind"] == EventKind.SET_FLAG) & (events["dst_pipe"] == Pipe.MTE2)
+    keep = ~(first_wait | last_set)
+    events, instr, tile = events[keep], instr[keep], tile[keep]
+    events["serial"] = serial_base + instr
+    events["block_id"] = block
+    sync_all = np.concatenate(
+        (
+            syncs(EventKind.PIPE_BARRIER, Pipe.ALL),
+            syncs(EventKind.CROSS_SET, Pipe.S, Pipe.S, 31, mode=0),
+            syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31),
+        )
+    )
+    sync_all["block_id"] = block
+    cuts = np.searchsorted(tile, np.arange(SYNC_ALL_EVERY, tiles, SYNC_ALL_EVERY))
+    pieces = np.split(events, cuts)
+    out = []
+    for k, piece in enumerate(pieces):
+        out.append(piece)
+        if k + 1 < len(pieces):
+            s = sync_all.copy()
+            s["serial"] = serial_base + int(instr.max()) + 1 + np.arange(3) + 3 * k
+            out.append(s)
+    return np.concatenate(out)
+
+
+def kernel_stream(blocks: int, events_per_block: int) -> np.ndarray:
+    stride = 10 * events_per_block
+    return np.concatenate([block_stream(b, events_per_block, b * stride) for b in range(blocks)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--blocks", type=int, default=48)
+    parser.add_argument("--events-per-block", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true", help="8 blocks x 20 000 events")
+    args = parser.parse_args()
+    if args.quick:
+        args.blocks, args.events_per_block = 8, 20_000
+    stream = kernel_stream(args.blocks, args.events_per_block)
+    sync = int((stream["kind"] >= EventKind.SET_FLAG).sum())
+    context = SessionContext(
+        job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"), config=Config(tools=["racecheck"])
+    )
+    detector = Racecheck(context)
+    started = time.process_time()
+    wall = time.perf_counter()
+    detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=args.blocks, kernel_type="aiv"))
+    for lo in range(0, stream.size, BATCH):
+        detector.check(stream[lo : lo + BATCH])
+    findings = detector.kernel_end()
+    cpu = time.process_time() - started
+    wall = time.perf_counter() - wall
+    result = {
+        "blocks": args.blocks,
+        "events": int(stream.size),
+        "sync_events": sync,
+        "findings": len(findings),
+        "cpu_s": round(cpu, 3),
+        "wall_s": round(wall, 3),
+        "events_per_s": round(stream.size / wall),
+        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+    for finding in findings[:5]:
+        print(finding.kind, [(a.pipe, a.op, a.serial, a.blocks) for a in finding.accesses], finding.detail)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
