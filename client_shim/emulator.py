@@ -21,6 +21,13 @@ Instruction mappings, as msSanitizer's record parser makes them:
   bits ≥ 16) covers each repeat up to its highest set bit.
 - the pipe of a move follows its spaces (L1->L0/UB: MTE1, GM->local: MTE2, UB->GM/L1 and L1->GM: MTE3,
   L0C->UB and UB->UB: V, L0C->L1: FIX).
+- synchronization instructions are one event each (docs/protocol.md §7.3): set/wait flags, hardware flags,
+  FFTS cross-core set and wait, soft syncs (IB_SET, IB_WAIT, SyncAll), mstx cross-core set and wait, buffer
+  get/release; ``sync_all`` is AscendC's SyncAll as msSanitizer sees it (a PIPE_ALL barrier, then an FFTS
+  mode-0 set and a wait on the virtual flag 31).
+
+A MIX kernel (``kernel_type="mix"``) runs ``body`` for its ``block_dim`` cube blocks (``block.block_type`` AIC,
+``block.idx`` 0..block_dim-1), then for its ``2 * block_dim`` vector blocks (AIV, 0..2*block_dim-1).
 """
 
 from __future__ import annotations
@@ -93,11 +100,21 @@ class KernelEmulator:
         """The location id of the caller's line, for host calls made around the kernel (``client.free``)."""
         return _call_site(self.client)
 
+    def blocks(self) -> list[tuple[BlockType, int]]:
+        """The (block type, block index) of every block ``run`` runs, in the order it runs them: a MIX kernel's
+        cube blocks, then its two vector blocks per AI core; otherwise ``block_dim`` blocks of the kernel's type."""
+        if self.kernel_type == "mix":
+            return [(BlockType.AIC, i) for i in range(self.block_dim)] + [
+                (BlockType.AIV, i) for i in range(2 * self.block_dim)
+            ]
+        block_type = BlockType.AIC if self.kernel_type == "aic" else BlockType.AIV
+        return [(block_type, i) for i in range(self.block_dim)]
+
     def run(self, body: Callable[[Block], None], *, timeout: float = 60) -> m.Verdict:
         """Run ``body`` once per block, stream every block's events, and wait for the kernel's verdict."""
         kernel = self.client.kernel_begin(self.name, self.block_dim, self.kernel_type)
-        for index in range(self.block_dim):
-            block = Block(self, index)
+        for block_type, index in self.blocks():
+            block = Block(self, index, block_type)
             body(block)
             block.finish()
             block.flush(kernel)
@@ -108,10 +125,12 @@ class KernelEmulator:
 class Block:
     """One block (AI core) of a kernel launch: its on-chip tensors and its instructions, in program order."""
 
-    def __init__(self, kernel: KernelEmulator, idx: int) -> None:
+    def __init__(self, kernel: KernelEmulator, idx: int, block_type: BlockType | None = None) -> None:
         self.kernel = kernel
         self.idx = idx
-        self.block_type = BlockType.AIC if kernel.kernel_type == "aic" else BlockType.AIV
+        if block_type is None:  # by the kernel's type; a MIX kernel's blocks are given theirs by ``run``
+            block_type = BlockType.AIC if kernel.kernel_type == "aic" else BlockType.AIV
+        self.block_type = block_type
         self._events: list[np.ndarray] = []
 
     # --- local tensors ---
@@ -241,14 +260,65 @@ class Block:
         """set_vector_mask, set_ctrl, ...: a control register the kernel should restore before it ends."""
         self._emit(register_writes(register, value, **self._common()))
 
+    def hset_flag(self, src: Pipe, dst: Pipe, event_id: int = 0) -> None:
+        """A hardware flag set (cube side): as ``set_flag``, in its own flag space."""
+        self._emit(syncs(EventKind.HSET_FLAG, src, dst, event_id, **self._common()))
+
+    def hwait_flag(self, src: Pipe, dst: Pipe, event_id: int = 0) -> None:
+        """The wait of a hardware flag, paired with ``hset_flag``."""
+        self._emit(syncs(EventKind.HWAIT_FLAG, src, dst, event_id, **self._common()))
+
+    def cross_set(self, pipe: Pipe, flag: int, *, mode: int = 0, sub_blocks: int = 2) -> None:
+        """ffts_cross_core_sync on ``pipe``: FFTS ``mode`` 0 (all vector or all cube blocks), 1 (the vector pair of
+        an AI core), 2 (vector <-> cube of an AI core) or 4 (set_intra_block); ``sub_blocks`` = vector sub-blocks
+        per AI core (1 or 2), for modes 1, 2 and 4."""
+        self._emit(syncs(EventKind.CROSS_SET, pipe, Pipe.S, flag, mode=mode, block_num=sub_blocks, **self._common()))
+
+    def cross_wait(self, flag: int, *, pipe: Pipe = Pipe.S, intra: bool = False) -> None:
+        """wait_flag_dev on ``flag`` (mode 0), or wait_intra_block when ``intra`` (mode 4), on ``pipe``."""
+        self._emit(syncs(EventKind.CROSS_WAIT, pipe, Pipe.S, flag, mode=4 if intra else 0, **self._common()))
+
     def sync_all(self) -> None:
-        """SyncAll: every block waits for every other (msSanitizer turns it into an FFTS mode-0 set on the virtual
-        flag 31 and a wait_flag_dev on that flag)."""
+        """SyncAll: every block waits for every other, as msSanitizer sees it: ``pipe_barrier(PIPE_ALL)`` (AscendC's
+        SyncAll drains the block's pipes first), then an FFTS mode-0 set on the virtual flag 31 and a
+        wait_flag_dev on that flag, both on PIPE_S (one instruction, so one serial number)."""
+        self._emit(syncs(EventKind.PIPE_BARRIER, Pipe.ALL, **self._common()))
         common = self._common()
         self._emit(
             syncs(EventKind.CROSS_SET, Pipe.S, Pipe.S, 31, mode=0, **common),
             syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31, **common),
         )
+
+    def ib_set(self, event_id: int) -> None:
+        """IB_SET (soft sync): releases the IB_WAITs on ``event_id`` that name this block."""
+        self._emit(syncs(EventKind.SOFT_SET, Pipe.S, Pipe.S, event_id, **self._common()))
+
+    def ib_wait(self, event_id: int, block: int) -> None:
+        """IB_WAIT (soft sync): waits for the IB_SET on ``event_id`` of ``block`` (a block of this block's type)."""
+        self._emit(syncs(EventKind.SOFT_WAIT, Pipe.S, Pipe.S, event_id, address=block, **self._common()))
+
+    def soft_sync_all(self, used: int = 0) -> None:
+        """Software SyncAll over the blocks 0..used-1 of this block's type (0 = all of them)."""
+        self._emit(syncs(EventKind.SOFT_SYNC_ALL, Pipe.S, Pipe.S, address=used, **self._common()))
+
+    def mstx_cross_set(self, address: int, flag: int, pipe: Pipe = Pipe.S) -> None:
+        """mstx cross-core set of the flag ``flag`` at ``address``, on ``pipe``."""
+        self._emit(syncs(EventKind.MSTX_CROSS_SET, pipe, Pipe.S, flag, address=address, **self._common()))
+
+    def mstx_cross_wait(self, address: int, flag: int, pipe: Pipe = Pipe.S, more: bool = False) -> None:
+        """mstx cross-core wait for the flag ``flag`` at ``address``, on ``pipe``; ``more``: skippable when no set
+        is pending ("is more", mode bit 0)."""
+        self._emit(
+            syncs(EventKind.MSTX_CROSS_WAIT, pipe, Pipe.S, flag, address=address, mode=int(more), **self._common())
+        )
+
+    def get_buf(self, buffer: int, pipe: Pipe) -> None:
+        """GET_BUF (950): acquire ``buffer`` on ``pipe``, after the block's previous release of it."""
+        self._emit(syncs(EventKind.GET_BUF, pipe, Pipe.S, buffer, **self._common()))
+
+    def rls_buf(self, buffer: int, pipe: Pipe) -> None:
+        """RLS_BUF (950): release ``buffer`` on ``pipe``."""
+        self._emit(syncs(EventKind.RLS_BUF, pipe, Pipe.S, buffer, **self._common()))
 
     def queue(self, producer: Pipe, consumer: Pipe, event_id: int = 0) -> Queue:
         """A TQue between two pipes: ``enque`` after the producer's work, ``deque`` before the consumer's."""

@@ -81,11 +81,16 @@ def syncs(
     pc: object = 0,
     location: object = 0,
     mode: int = 0,
+    address: object = 0,
+    block_num: object = 1,
 ) -> np.ndarray:
-    """Synchronization events (set_flag, wait_flag, pipe_barrier, cross-core set/wait, set_atomic)."""
+    """Synchronization events (set_flag, wait_flag, pipe_barrier, cross-core set/wait, set_atomic, soft and mstx
+    syncs, buffer get/release). ``address`` and ``block_num`` carry the kinds that use them (docs/protocol.md §7.4):
+    the waited block or block count of soft syncs, the flag address of mstx syncs, the sub-blocks of CROSS_SET."""
     return make_events(
         kind=kind, pipe=src_pipe, dst_pipe=dst_pipe, event_id=event_id, block_id=block_id,
         block_type=block_type, serial=serial, pc=pc, location=location, mode=mode, block_size=0,
+        address=address, block_num=block_num,
     )  # fmt: skip
 
 

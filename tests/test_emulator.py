@@ -15,7 +15,7 @@ import pytest
 from sanitizerd.cli.savefile import read_save
 from sanitizerd.protocol import decode_body
 from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import EventKind, Pipe, Space, as_events
+from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space, as_events
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 
 EXAMPLES = ROOT / "examples" / "emulated"
@@ -49,13 +49,28 @@ def run_job(daemon: RunningDaemon, *args: str) -> tuple[str, list[dict[str, obje
 
 
 class TestCleanKernels:
-    @pytest.mark.parametrize("program", ["add_double_buffer.py", "matmul_tiling.py", "planted.py none"])
+    @pytest.mark.parametrize(
+        "program", ["add_double_buffer.py", "matmul_tiling.py", "planted.py none", "races.py none"]
+    )
     def test_no_finding_with_every_detector(self, daemon: RunningDaemon, program: str) -> None:
         """A correct kernel yields no finding at all with memcheck, initcheck, synccheck and leak checking."""
         name, *args = program.split()
         stdout, findings = run_job(daemon, str(EXAMPLES / name), *args)
         assert findings == []
         assert "No error detected." in stdout
+
+
+class TestPlantedRaces:
+    @pytest.mark.parametrize(
+        "bug", ["missing_wait_flag", "missing_pipe_barrier", "gm_overlap", "misordered_cross_flag", "deadlock"]
+    )
+    def test_races_are_only_races(self, daemon: RunningDaemon, bug: str) -> None:
+        """The kernels of races.py plant races only: memcheck, initcheck and leak checking stay silent, and
+        synccheck finds only the set_flag that missing_wait_flag leaves unpaired (a wait never set, as in
+        deadlock, is not reported)."""
+        _, findings = run_job(daemon, str(EXAMPLES / "races.py"), bug)
+        expected = {"unpaired_set_flag"} if bug == "missing_wait_flag" else set()
+        assert {f["kind"] for f in findings} == expected
 
 
 # bug -> the kinds it must yield, the facts of the first finding of the first kind, and the marked line of
@@ -172,8 +187,8 @@ class TestMappings:
 
 class TestQueuesAndSyncAll:
     def test_queue_and_sync_all_events(self, daemon: RunningDaemon, short_dir: Path) -> None:
-        """A TQue hand-over streams set_flag/wait_flag between its pipes; SyncAll streams msSanitizer's FFTS set
-        and wait on flag 31; the kernel is clean with every detector."""
+        """A TQue hand-over streams set_flag/wait_flag between its pipes; SyncAll streams a PIPE_ALL barrier, then
+        msSanitizer's FFTS set and wait on flag 31; the kernel is clean with every detector."""
         program = short_dir / "queued.py"
         program.write_text(
             textwrap.dedent(
@@ -209,7 +224,92 @@ class TestQueuesAndSyncAll:
         assert [(int(e["kind"]), int(e["pipe"]), int(e["dst_pipe"]), int(e["event_id"])) for e in block0] == [
             (EventKind.SET_FLAG, Pipe.MTE2, Pipe.V, 1),
             (EventKind.WAIT_FLAG, Pipe.MTE2, Pipe.V, 1),
+            (EventKind.PIPE_BARRIER, Pipe.ALL, 0, 0),
             (EventKind.CROSS_SET, Pipe.S, Pipe.S, 31),
             (EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31),
             (EventKind.BLOCK_FINISH, 0, 0, 0),
         ]
+
+
+class TestSyncInstructions:
+    def test_sync_instructions_stream_their_fields(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """Every synchronization instruction streams one event with its kind's fields (docs/protocol.md §7.4), at
+        the caller's line; a MIX kernel runs its cube blocks, then two vector blocks per AI core."""
+        program = short_dir / "syncs.py"
+        program.write_text(
+            textwrap.dedent(
+                """
+                import client_shim
+                from client_shim.emulator import KernelEmulator
+                from client_shim.events import BlockType, Pipe
+                c = client_shim.connect()
+                k = KernelEmulator(c, "syncs", 1, kernel_type="mix")
+                def body(b):
+                    if b.block_type != BlockType.AIC:
+                        return
+                    b.hset_flag(Pipe.MTE1, Pipe.M, 2)
+                    b.hwait_flag(Pipe.MTE1, Pipe.M, 2)
+                    b.cross_set(Pipe.FIX, 3, mode=2)
+                    b.cross_set(Pipe.MTE3, 5, mode=4, sub_blocks=1)
+                    b.cross_wait(5, intra=True)
+                    b.cross_wait(3, pipe=Pipe.MTE2)
+                    b.ib_set(6)
+                    b.ib_wait(6, 1)
+                    b.soft_sync_all(2)
+                    b.mstx_cross_set(0x2000, 7, Pipe.MTE3)
+                    b.mstx_cross_wait(0x2000, 7, more=True)
+                    b.get_buf(4, Pipe.MTE2)
+                    b.rls_buf(4, Pipe.MTE2)
+                    b.sync_all()
+                k.run(body)
+                c.close()
+                """
+            )
+        )
+        saved = short_dir / "s.save"
+        result = sanitizerd(
+            "run", "--socket", str(daemon.socket), "--save", str(saved), "--", sys.executable, str(program)
+        )
+        assert result.returncode == 0, result.stderr
+        events = saved_events(saved)
+        finished = events[events["kind"] == EventKind.BLOCK_FINISH]
+        AIV, AIC = BlockType.AIV, BlockType.AIC
+        assert [(int(e["block_type"]), int(e["block_id"])) for e in finished] == [(AIC, 0), (AIV, 0), (AIV, 1)]
+        syncs = events[events["kind"] != EventKind.BLOCK_FINISH]
+        assert set(syncs["block_type"].tolist()) == {AIC} and set(syncs["block_id"].tolist()) == {0}
+        rows = [
+            (int(e["kind"]), int(e["pipe"]), int(e["dst_pipe"]), int(e["event_id"]), int(e["mode"]),
+             int(e["block_num"]), int(e["address"]))
+            for e in syncs
+        ]  # fmt: skip
+        K, S = EventKind, Pipe.S
+        assert rows == [
+            (K.HSET_FLAG, Pipe.MTE1, Pipe.M, 2, 0, 1, 0),
+            (K.HWAIT_FLAG, Pipe.MTE1, Pipe.M, 2, 0, 1, 0),
+            (K.CROSS_SET, Pipe.FIX, S, 3, 2, 2, 0),  # block_num: vector sub-blocks per AI core
+            (K.CROSS_SET, Pipe.MTE3, S, 5, 4, 1, 0),
+            (K.CROSS_WAIT, S, S, 5, 4, 1, 0),  # wait_intra_block: mode 4
+            (K.CROSS_WAIT, Pipe.MTE2, S, 3, 0, 1, 0),  # wait_flag_dev: mode 0
+            (K.SOFT_SET, S, S, 6, 0, 1, 0),
+            (K.SOFT_WAIT, S, S, 6, 0, 1, 1),  # address: the block waited for
+            (K.SOFT_SYNC_ALL, S, S, 0, 0, 1, 2),  # address: the blocks taking part
+            (K.MSTX_CROSS_SET, Pipe.MTE3, S, 7, 0, 1, 0x2000),
+            (K.MSTX_CROSS_WAIT, S, S, 7, 1, 1, 0x2000),  # mode bit 0: "is more"
+            (K.GET_BUF, Pipe.MTE2, S, 4, 0, 1, 0),
+            (K.RLS_BUF, Pipe.MTE2, S, 4, 0, 1, 0),
+            (K.PIPE_BARRIER, Pipe.ALL, S, 0, 0, 1, 0),  # SyncAll: the barrier, then FFTS mode 0 on flag 31
+            (K.CROSS_SET, S, S, 31, 0, 1, 0),
+            (K.CROSS_WAIT, S, S, 31, 0, 1, 0),
+        ]
+        serials = syncs["serial"].tolist()
+        assert len(set(serials)) == len(serials) - 1 and serials[-1] == serials[-2]  # SyncAll's set and wait: one
+        _, recorded = read_save(saved)
+        sites = {
+            loc.id: (loc.file, loc.line)
+            for msg in (decode_body(r.body) for r in recorded)
+            if isinstance(msg, m.Locations)
+            for loc in msg.locations
+        }
+        lines = [sites[int(e["location"])] for e in syncs]
+        assert all(file == str(program) for file, _ in lines)  # the kernel's lines, never the emulator's
+        assert len({line for _, line in lines}) == len(rows) - 2  # SyncAll's three events: one line

@@ -2,7 +2,8 @@
 
 Each of 4 cube blocks computes one 64 x 64 tile of C (fp32) from a 64 x K strip of A and a K x 64 strip of B
 (fp16), K = 256 in four 64-deep steps: GM -> L1 on MTE2, L1 -> L0A/L0B on MTE1 (LOAD_2D), MMAD on the cube
-(PIPE_M) accumulating in L0C, then L0C -> UB (V) and UB -> GM (MTE3). Flags order each hand-over.
+(PIPE_M) accumulating in L0C, then L0C -> UB (V) and UB -> GM (MTE3). Flags order each hand-over, both ways:
+MTE2 -> MTE1 -> M for the data, and M -> MTE1 -> MTE2 before L0A/L0B and L1 are refilled for the next step.
 
     sanitizerd run -t memcheck -t initcheck -t synccheck -- python examples/emulated/matmul_tiling.py
 """
@@ -34,12 +35,16 @@ def main() -> None:
         for step in range(K // STEP):
             if step:  # the cube has finished with L0A/L0B before MTE1 refills them
                 block.wait_flag(Pipe.M, Pipe.MTE1, 0)
+                # and MTE1 has finished reading L1 before MTE2 refills it
+                block.wait_flag(Pipe.MTE1, Pipe.MTE2, 0)
             block.data_copy(a_l1, a.tile((block.idx * K + step * STEP) * M * F16, M * STEP * F16))
             block.data_copy(b_l1, b.tile((block.idx * K + step * STEP) * N * F16, STEP * N * F16))
             block.set_flag(Pipe.MTE2, Pipe.MTE1, 0)
             block.wait_flag(Pipe.MTE2, Pipe.MTE1, 0)
             block.load_2d(a_l0, a_l1)
             block.load_2d(b_l0, b_l1)
+            if step + 1 < K // STEP:
+                block.set_flag(Pipe.MTE1, Pipe.MTE2, 0)
             block.set_flag(Pipe.MTE1, Pipe.M, 0)
             block.wait_flag(Pipe.MTE1, Pipe.M, 0)
             block.mmad(c_l0, a_l0, b_l0, m=M, k=STEP, n=N, accumulate=step > 0)
