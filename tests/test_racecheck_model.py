@@ -20,11 +20,22 @@ R, W = EventKind.READ, EventKind.WRITE
 PIPES = (Pipe.MTE2, Pipe.V, Pipe.MTE3)
 
 
-def random_kernel(rng: random.Random, blocks: int) -> list[list[tuple]]:
+def random_kernel(rng: random.Random, blocks: int, *, spmd: bool = False) -> list[list[tuple]]:
     """Per block, instructions as tuples: ("mem", pipe, kind, space, address) | ("set"/"wait", src, dst, id) |
-    ("all",) | ("sync_all",). Waits always follow their set, so nothing deadlocks."""
+    ("all",) | ("sync_all",). Waits always follow their set, so nothing deadlocks. ``spmd``: every block runs
+    the same instructions (racecheck then solves one block's clocks for all), on GM offset by its block id."""
     phases = rng.randint(1, 2) if blocks > 1 else 1
     program: list[list[tuple]] = []
+    if spmd:
+        (body,) = random_kernel(rng, 1)
+        for block in range(blocks):
+            shift = 0x100 * block * rng.randint(0, 1)
+            program.append([(*ins[:4], ins[4] + shift) if ins[0] == "mem" and ins[3] == Space.GM else ins
+                            for ins in body])  # fmt: skip
+        if phases > 1:
+            for block_body in program:
+                block_body.insert(len(block_body) // 2, ("sync_all",))
+        return program
     for _ in range(blocks):
         body: list[tuple] = []
         for phase in range(phases):
@@ -203,10 +214,11 @@ class _Block:
         self.sync_waits.append(self._wait_on(int(Pipe.S)))
 
 
+@pytest.mark.parametrize("spmd", [False, True])
 @pytest.mark.parametrize("seed", range(150))
-def test_matches_the_brute_force_model(seed: int) -> None:
+def test_matches_the_brute_force_model(seed: int, spmd: bool) -> None:
     rng = random.Random(seed)
-    program = random_kernel(rng, blocks=rng.choice((1, 1, 2, 3)))
+    program = random_kernel(rng, blocks=rng.choice((2, 3, 4)) if spmd else rng.choice((1, 1, 2, 3)), spmd=spmd)
     events, meta = to_events(program)
     expected = model_races(program, meta)
     detector = make_detector("racecheck")

@@ -348,7 +348,7 @@ def _solve(
     n_blocks: int,
 ) -> None:
     """The least fixpoint of the clocks, on the pipes that have nodes only (a vector kernel never touches the
-    cube's pipes, and their columns would stay -1)."""
+    cube's pipes, and their columns would stay -1), and once per block skeleton (``_Skeletons``)."""
     nodes = model.nodes
     if not nodes.size:
         return
@@ -359,28 +359,17 @@ def _solve(
     span = int(nodes.ordinal.max()) + 2
     x = model.cross_waits
     inj = np.full((x.size, active.size), _NONE, dtype=np.int32)
+    shared = _Skeletons(nodes, edges, multi, n_blocks)
+    shared.bind(x)
     K = nodes.K[:, active]
-
-    def published(rows: np.ndarray) -> np.ndarray:
-        out = K[rows]
-        r = np.arange(rows.size)
-        out[r, own_col[rows]] = np.maximum(out[r, own_col[rows]], nodes.ordinal[rows])
-        return out
-
     for _ in range(64):  # the cross-block feedback settles in a step or two; the bound only guards against bugs
-        while True:
-            before = K.copy()
-            for src, dst in edges:
-                if src.size:
-                    K[dst] = np.maximum(K[dst], published(src))
-            for src, dst in multi:
-                np.maximum.at(K, dst, published(src))
-            if x.size:
-                K[x] = np.maximum(K[x], inj)
-            K = _chain_cummax(K, nodes.chain, span)
-            model.rounds += 1
-            if np.array_equal(before, K):
-                break
+        rows = shared.rows
+        solved, rounds = _fixpoint(
+            K[rows], nodes.chain[rows], nodes.ordinal[rows], own_col[rows], span, shared.edges, shared.multi,
+            shared.new[x[shared.solved_x]], inj[shared.solved_x],
+        )  # fmt: skip
+        model.rounds += rounds
+        K = solved[shared.expand]
         nodes.K[:, active] = K
         if not x.size:
             return
@@ -389,6 +378,111 @@ def _solve(
         if np.all(own <= K[x]):
             return
         inj = np.maximum(inj, own)
+        if not shared.same_for_all(x, inj):  # blocks alike in their syncs but not in what they learn
+            shared = _Skeletons(nodes, edges, multi, n_blocks, share=False)
+            shared.bind(x)
+
+
+def _fixpoint(
+    K: np.ndarray,
+    chain: np.ndarray,
+    ordinal: np.ndarray,
+    own_col: np.ndarray,
+    span: int,
+    edges: list[tuple[np.ndarray, np.ndarray]],
+    multi: list[tuple[np.ndarray, np.ndarray]],
+    x: np.ndarray,
+    inj: np.ndarray,
+) -> tuple[np.ndarray, int]:
+    """Rounds of pulling along every edge and a running maximum down every chain, until nothing changes."""
+
+    def published(rows: np.ndarray) -> np.ndarray:
+        out = K[rows]
+        r = np.arange(rows.size)
+        out[r, own_col[rows]] = np.maximum(out[r, own_col[rows]], ordinal[rows])
+        return out
+
+    rounds = 0
+    while True:
+        before = K.copy()
+        for src, dst in edges:
+            if src.size:
+                K[dst] = np.maximum(K[dst], published(src))
+        for src, dst in multi:
+            np.maximum.at(K, dst, published(src))
+        if x.size:
+            K[x] = np.maximum(K[x], inj)
+        K = _chain_cummax(K, chain, span)
+        rounds += 1
+        if np.array_equal(before, K):
+            return K, rounds
+
+
+class _Skeletons:
+    """Blocks of an SPMD kernel run the same code: the same sync instructions in the same order, so the same
+    nodes and edges relative to the block's first node, and the same clocks. The fixpoint is solved for one
+    block of each skeleton and copied to the others (``expand``). ``share=False`` solves every block."""
+
+    def __init__(
+        self,
+        nodes: Nodes,
+        edges: list[tuple[np.ndarray, np.ndarray]],
+        multi: list[tuple[np.ndarray, np.ndarray]],
+        n_blocks: int,
+        *,
+        share: bool = True,
+    ) -> None:
+        lo = np.searchsorted(nodes.block, np.arange(n_blocks), side="left")
+        hi = np.searchsorted(nodes.block, np.arange(n_blocks), side="right")
+        rep = np.arange(n_blocks)
+        if share and n_blocks > 1:
+            rep = _representatives(nodes, [*edges, *multi], lo, hi)
+        reps = np.unique(rep)
+        self.rows = np.concatenate([np.arange(lo[r], hi[r]) for r in reps])
+        self.new = np.full(nodes.size, -1, dtype=np.int64)
+        self.new[self.rows] = np.arange(self.rows.size)
+        block = nodes.block
+        self.expand = self.new[lo[rep[block]] + (np.arange(nodes.size) - lo[block])]
+        self.edges = [self._reduce(src, dst) for src, dst in edges]
+        self.multi = [self._reduce(src, dst) for src, dst in multi]
+        self.solved_x = np.empty(0, dtype=np.int64)  # which cross-block waits are among the solved nodes
+
+    def _reduce(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keep = self.new[dst] >= 0
+        return self.new[src[keep]], self.new[dst[keep]]
+
+    def bind(self, x: np.ndarray) -> None:
+        self.solved_x = np.flatnonzero(self.new[x] >= 0)
+
+    def same_for_all(self, x: np.ndarray, inj: np.ndarray) -> bool:
+        """Whether every block learns through cross-block waits what its skeleton's solved block learns."""
+        twin = self.expand[x]
+        order = np.argsort(twin, kind="stable")
+        same_twin = twin[order][1:] == twin[order][:-1]
+        rows = inj[order]
+        return bool(np.all(~same_twin[:, None] | (rows[1:] == rows[:-1])))
+
+
+def _representatives(
+    nodes: Nodes, edge_lists: list[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """For each block, the first block with the same skeleton: node pipes and kinds, and every edge list's
+    edges relative to the block's first node (edges are built in an order that is the same for alike blocks)."""
+    per_list = []
+    for src, dst in edge_lists:
+        by_block = np.argsort(nodes.block[dst], kind="stable")
+        src, dst = src[by_block], dst[by_block]
+        bounds = np.searchsorted(nodes.block[dst], np.arange(lo.size + 1))
+        per_list.append((src, dst, bounds))
+    first: dict[tuple[bytes, ...], int] = {}
+    rep = np.empty(lo.size, dtype=np.int64)
+    for b in range(lo.size):
+        key = [nodes.pipe[lo[b] : hi[b]].tobytes(), nodes.kind[lo[b] : hi[b]].tobytes()]
+        for src, dst, bounds in per_list:
+            key.append((src[bounds[b] : bounds[b + 1]] - lo[b]).tobytes())
+            key.append((dst[bounds[b] : bounds[b + 1]] - lo[b]).tobytes())
+        rep[b] = first.setdefault(tuple(key), b)
+    return rep
 
 
 def known_ordinal(nodes: Nodes, rows: np.ndarray, pipe: int | np.ndarray) -> np.ndarray:

@@ -20,6 +20,23 @@ _LIMIT = np.uint64(ADDRESS_LIMIT)
 _REGION_SHIFT = np.uint64(48)
 
 
+class Segments:
+    """The segment each candidate pair was found in; its address and size are worked out only for the pairs
+    asked about (the few that race)."""
+
+    def __init__(self, bounds: np.ndarray, segment: np.ndarray) -> None:
+        self.bounds, self.segment = bounds, segment
+
+    def __getitem__(self, rows: np.ndarray) -> Segments:
+        return Segments(self.bounds, self.segment[rows])
+
+    def start(self) -> np.ndarray:
+        return self.bounds[self.segment] & np.uint64(ADDRESS_LIMIT - 1)
+
+    def size(self) -> np.ndarray:
+        return self.bounds[self.segment + 1] - self.bounds[self.segment]
+
+
 def candidate_pairs(
     events: np.ndarray,
     ext: np.ndarray,
@@ -29,15 +46,16 @@ def candidate_pairs(
     placed: np.ndarray,
     is_write: np.ndarray,
     order: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs (a, b) of accesses that overlap and may race, with the start and size of one shared segment each.
+) -> tuple[np.ndarray, np.ndarray, Segments]:
+    """Pairs (a, b) of accesses that overlap and may race, with one segment each shares.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
     the other arrays are per access. ``region_block`` is the block owning the access's memory (-1 for GM);
     ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
+    none = Segments(np.zeros(1, dtype=np.uint64), empty)
     if not n:
-        return empty, empty, empty.astype(np.uint64), empty.astype(np.uint64)
+        return empty, empty, none
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
     rank_of_event = np.full(events.size, -1, dtype=np.int64)
@@ -45,8 +63,12 @@ def candidate_pairs(
     owner, start, stop = ranges(events, ext, index[placed])
     owner = rank_of_event[owner]
     if not owner.size:
-        return empty, empty, empty.astype(np.uint64), empty.astype(np.uint64)
-    region = _dense(space[owner].astype(np.int64) * (1 << 20) + region_block[owner] + 1)
+        return empty, empty, none
+    # GM is one region; each block's UB, L1, L0A/B/C... another.
+    blocks = int(region_block.max()) + 2
+    region = space[owner].astype(np.int64) * blocks + region_block[owner] + 1
+    if int(region.max()) >= 1 << 16:  # more regions than 16 bits name (thousands of blocks): number them densely
+        region = _dense(region)
     base = region.astype(np.uint64) << _REGION_SHIFT
     lo = base + np.minimum(start, _LIMIT)
     hi = base + np.minimum(stop, _LIMIT)
@@ -78,8 +100,7 @@ def candidate_pairs(
 
     # A pair met in several segments comes out once per segment; the caller dedupes the few that race.
     a, b, s = np.concatenate((a1, a2)), np.concatenate((b1, b2)), np.concatenate((s1, s2))
-    mask = np.uint64(ADDRESS_LIMIT - 1)
-    return a, b, bounds[s] & mask, bounds[s + 1] - bounds[s]
+    return a, b, Segments(bounds, s)
 
 
 def _dense(keys: np.ndarray) -> np.ndarray:

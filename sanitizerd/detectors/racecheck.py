@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
+from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, Model, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
 from sanitizerd.detectors._race_pairs import candidate_pairs
@@ -32,6 +33,9 @@ _KEEP = np.zeros(256, dtype=bool)
 _KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
 _KEEP[EventKind.SET_FLAG : EventKind.CROSS_WAIT + 1] = True
 _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
+# What every access keeps in memory until the kernel's end; the rest is read back for the few that race.
+_ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
+                  "space", "flags", "serial")  # fmt: skip
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
 
 
@@ -57,9 +61,7 @@ class Racecheck:
     def kernel_end(self) -> list[Finding]:
         parts, self.parts = self.parts, []
         launch, self.kernel = self.kernel, None
-        if not parts:
-            return []
-        events = np.concatenate(parts)
+        events = Batches(parts)
         if not events.size:
             return []
         return Kernel(self, launch, events).findings()
@@ -74,46 +76,59 @@ class Racecheck:
 class Kernel:
     """One kernel's check: the events sorted by block, the model, the accesses' place in it."""
 
-    def __init__(self, detector: Racecheck, launch: KernelLaunch | None, events: np.ndarray) -> None:
+    def __init__(self, detector: Racecheck, launch: KernelLaunch | None, events: Batches) -> None:
         self.context = detector.context
         self.distance = detector.distance
         self.launch = launch
-        bkey = (events["block_type"].astype(np.int64) << 16) | events["block_id"]
+        self.events = events
+        bkey = (events.column("block_type").astype(np.int64) << 16) | events.column("block_id")
         self.block_keys, block = _dense(bkey)
-        if block.size > 1 and (np.diff(block) < 0).any():
+        kind = events.column("kind")
+        if block.size > 1 and (block[1:] < block[:-1]).any():
             order = np.argsort(block, kind="stable")
-            ev, block = events[order], block[order]
+            kind, block = kind[order], block[order]
         else:  # blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
-            order, ev = np.arange(events.size), events
-        self.block = block
-        kind = ev["kind"]
+            order = np.arange(events.size)
+        self.order = order  # block-sorted position -> arrival position
+        self.total = events.size
         sync = np.flatnonzero(kind >= EventKind.SET_FLAG)
+        s = events.take_fields(
+            ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id"), order[sync]
+        )
+        is_mem = kind <= EventKind.WRITE
+        mem = np.flatnonzero(is_mem)
+        m = events.take_fields(_ACCESS_FIELDS, order[mem])
+        ext = extents(m)
+        keep = ext > 0
+        if not keep.all():
+            mem, ext = mem[keep], ext[keep]
+            m = m[keep]
         present = {(int(k) >> 16, int(k) & 0xFFFF) for k in self.block_keys}
+        self.pipe = scalar_to_cal(m["pipe"].astype(np.int64))
         self.model = build(
-            kind[sync], ev["pipe"][sync].astype(np.int64), ev["dst_pipe"][sync].astype(np.int64),
-            ev["event_id"][sync].astype(np.int64), ev["mode"][sync], ev["block_num"][sync], ev["address"][sync],
-            block[sync], ev["block_type"][sync], ev["block_id"][sync], order[sync], sync, present,
-            np.unique(scalar_to_cal(ev["pipe"][kind <= EventKind.WRITE].astype(np.int64))),
-            cross_free=self.context.config.block_id >= 0,
+            kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
+            s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], order[sync], sync,
+            present, np.unique(self.pipe), cross_free=self.context.config.block_id >= 0,
         )  # fmt: skip
-        atomic = _atomic_state(kind, ev["mode"], self.block) | ((ev["flags"] & FLAG_ATOMIC) != 0)
-        ext = extents(ev)
-        mem = np.flatnonzero((kind <= EventKind.WRITE) & (ext > 0))
-        self.events = ev
-        self.mem = mem
+        self.mem = mem  # block-sorted positions of the accesses
+        self.access = m
         self.ext = ext
-        self.atomic = atomic[mem]
-        self.write = kind[mem] == EventKind.WRITE
-        self.serial = ev["serial"][mem].astype(np.int64)
-        self.total = int(events.size)
+        self.mblock = block[mem]
+        self.atomic = ((m["flags"] & FLAG_ATOMIC) != 0) | _atomic_state(
+            mem,
+            self.mblock,
+            sync[kind[sync] == EventKind.SET_ATOMIC],
+            block,
+            s["mode"][kind[sync] == EventKind.SET_ATOMIC],
+        )
+        self.write = m["kind"] == EventKind.WRITE
+        self.serial = m["serial"].astype(np.int64)
         self._place_accesses()
 
     # --- where each access sits in the model ---
     def _place_accesses(self) -> None:
-        model, ev, mem = self.model, self.events, self.mem
+        model, mem = self.model, self.mem
         nodes = model.nodes
-        self.pipe = scalar_to_cal(ev["pipe"][mem].astype(np.int64))
-        self.mblock = self.block[mem]
         self.chain = self.mblock * NPIPES + self.pipe
         self.pos = 2 * mem.astype(np.int64)
         key = (self.chain << _POS_BITS) + self.pos
@@ -136,6 +151,12 @@ class Kernel:
             self.pipe_index[on] = np.cumsum(new)
         self.placed = self._placed()
         self.cross_rows = self._cross_rows()
+
+    def field(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Field ``name`` of accesses ``rows`` (fields kept for every access, or read back from the batches)."""
+        if name in self.access:
+            return self.access[name][rows]
+        return self.events.take(name, self.order[self.mem[rows]])
 
     def know(self, rows: np.ndarray, comp: np.ndarray) -> np.ndarray:
         return self.model.knowledge(self.prev[rows], self.issuer[rows], comp)
@@ -201,20 +222,28 @@ class Kernel:
         return out
 
     def _races(self) -> list[Finding]:
-        ev, mem = self.events, self.mem
+        mem = self.mem
         if not mem.size:
             return []
-        space = ev["space"][mem]
+        space = self.access["space"]
         region_block = np.where(space == Space.GM, -1, self.mblock)
-        a, b, seg_start, seg_size = candidate_pairs(
-            ev, self.ext, mem, space, region_block, self.placed, self.write, self._linear_order()
+        a, b, segments = candidate_pairs(
+            self.access,
+            self.ext,
+            np.arange(mem.size),
+            space,
+            region_block,
+            self.placed,
+            self.write,
+            self._linear_order(),
         )
         if not a.size:
             return []
         race = self._unordered(a, b)
-        a, b, seg_start, seg_size = a[race], b[race], seg_start[race], seg_size[race]
+        a, b, segments = a[race], b[race], segments[race]
         _, once = np.unique(a * self.mem.size + b, return_index=True)  # a pair overlapping in several segments
-        return self._fold(a[once], b[once], seg_start[once], seg_size[once])
+        segments = segments[once]
+        return self._fold(a[once], b[once], segments.start(), segments.size())
 
     def _unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         serial, write = self.serial, self.write
@@ -268,16 +297,15 @@ class Kernel:
 
     # --- reports ---
     def _fold(self, a: np.ndarray, b: np.ndarray, seg_start: np.ndarray, seg_size: np.ndarray) -> list[Finding]:
-        ev, mem = self.events, self.mem
         serial = self.serial
         swap = (serial[b] < serial[a]) | ((serial[b] == serial[a]) & (self.mblock[b] < self.mblock[a]))
         early, late = np.where(swap, b, a), np.where(swap, a, b)
         write = self.write.astype(np.int64)
-        pairs = mem[np.concatenate((early, late))]
-        location = ev["location"][pairs].astype(np.int64).reshape(2, -1)
-        pc = ev["pc"][pairs].astype(np.int64).reshape(2, -1)
-        space = ev["space"][pairs].astype(np.int64).reshape(2, -1)
-        block_type = ev["block_type"][pairs].astype(np.int64).reshape(2, -1)
+        pairs = np.concatenate((early, late))
+        location = self.field("location", pairs).astype(np.int64).reshape(2, -1)
+        pc = self.field("pc", pairs).astype(np.int64).reshape(2, -1)
+        space = self.field("space", pairs).astype(np.int64).reshape(2, -1)
+        block_type = self.field("block_type", pairs).astype(np.int64).reshape(2, -1)
         site = np.stack(
             [write[late], write[early], space[0], self.pipe[early], self.pipe[late], location[0], location[1],
              pc[0], pc[1], block_type[0], block_type[1]],
@@ -313,18 +341,17 @@ class Kernel:
         return findings
 
     def _access(self, row: int, rows: np.ndarray) -> RaceAccess:
-        ev, mem = self.events, self.mem
-        i = mem[row]
-        stack = self.context.stack(int(ev["location"][i]))
+        one = np.array([row])
+        stack = self.context.stack(int(self.field("location", one)[0]))
         ids = sorted({int(self.block_keys[blk]) & 0xFFFF for blk in np.unique(self.mblock[rows])})
         return RaceAccess(
             pipe=pipe_name(int(self.pipe[row])),
-            op="Write" if ev["kind"][i] == EventKind.WRITE else "Read",
-            address=int(ev["address"][i]),
-            block_type=BLOCK_TYPE_NAMES.get(int(ev["block_type"][i]), "aiv"),
+            op="Write" if self.write[row] else "Read",
+            address=int(self.access["address"][row]),
+            block_type=BLOCK_TYPE_NAMES.get(int(self.field("block_type", one)[0]), "aiv"),
             blocks=ids,
-            serial=int(ev["serial"][i]),
-            pc=int(ev["pc"][i]),
+            serial=int(self.serial[row]),
+            pc=int(self.field("pc", one)[0]),
             location=stack[0] if stack else None,
             stack=stack,
         )
@@ -333,23 +360,22 @@ class Kernel:
         model = self.model
         if not model.stuck:
             return []
-        ev = self.events
         nodes = model.nodes
-        blocked_nodes = int((~_node_placed(model)).sum())
-        blocked = int((~self.placed).sum()) + blocked_nodes - len(model.stuck)
+        blocked = int((~self.placed).sum()) + int((~_node_placed(model)).sum()) - len(model.stuck)
+        names = ("pipe", "dst_pipe", "event_id", "location", "pc", "serial", "block_type", "block_id", "address")
+        at = self.order[np.array([stuck.event for stuck in model.stuck])]
+        f = {name: self.events.take(name, at).tolist() for name in names}
         sites: dict[tuple, list[int]] = {}
-        for stuck in model.stuck:
-            i = stuck.event
-            key = (int(nodes.kind[stuck.node]), int(ev["pipe"][i]), int(ev["dst_pipe"][i]), int(ev["event_id"][i]),
-                   int(ev["location"][i]), int(ev["pc"][i]))  # fmt: skip
-            sites.setdefault(key, []).append(i)
+        for j, stuck in enumerate(model.stuck):
+            key = (int(nodes.kind[stuck.node]), f["pipe"][j], f["dst_pipe"][j], f["event_id"][j], f["location"][j],
+                   f["pc"][j])  # fmt: skip
+            sites.setdefault(key, []).append(j)
         findings = []
         for (kind, src, dst, event_id, location, pc), rows in sites.items():
-            first = min(rows, key=lambda i: int(ev["serial"][i]))
+            first = min(rows, key=lambda j: f["serial"][j])
             blocks: dict[str, list[int]] = {}
-            for i in rows:
-                name = BLOCK_TYPE_NAMES.get(int(ev["block_type"][i]), "aiv")
-                blocks.setdefault(name, []).append(int(ev["block_id"][i]))
+            for j in rows:
+                blocks.setdefault(BLOCK_TYPE_NAMES.get(f["block_type"][j], "aiv"), []).append(f["block_id"][j])
             findings.append(
                 self.context.finding(
                     "deadlock",
@@ -357,13 +383,13 @@ class Kernel:
                     location=location,
                     blocks={k: sorted(set(v)) for k, v in blocks.items()},
                     space="",
-                    serial=int(ev["serial"][first]),
+                    serial=f["serial"][first],
                     pc=pc,
                     count=len(rows),
                     pipe=pipe_name(src),
                     dst_pipe=pipe_name(dst),
                     event_id=event_id,
-                    detail=_wait_text(kind, src, dst, event_id, int(ev["address"][first])),
+                    detail=_wait_text(kind, src, dst, event_id, f["address"][first]),
                     blocked=blocked,
                 )
             )
@@ -388,16 +414,16 @@ def _node_placed(model: Model) -> np.ndarray:
     return placed
 
 
-def _atomic_state(kind: np.ndarray, mode: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """Each event's block's atomic mode: the last SET_ATOMIC before it in its block (off before any)."""
-    sets = np.flatnonzero(kind == EventKind.SET_ATOMIC)
+def _atomic_state(
+    mem: np.ndarray, mem_block: np.ndarray, sets: np.ndarray, block: np.ndarray, mode: np.ndarray
+) -> np.ndarray:
+    """Each access's block's atomic mode: the last SET_ATOMIC (positions ``sets``, modes ``mode``) before it in
+    its block; off before any."""
     if not sets.size:
-        return np.zeros(kind.size, dtype=bool)
-    last = np.full(kind.size, -1, dtype=np.int64)
-    last[sets] = sets
-    np.maximum.accumulate(last, out=last)
+        return np.zeros(mem.size, dtype=bool)
+    last = np.searchsorted(sets, mem, side="right") - 1
     valid = last >= 0
-    valid[valid] = block[last[valid]] == block[valid]
+    valid[valid] = block[sets[last[valid]]] == mem_block[valid]
     return valid & (mode[np.maximum(last, 0)] != 0)
 
 

@@ -1,0 +1,59 @@
+"""A kernel's event batches as received, read column by column: no copy of whole records.
+
+racecheck keeps a kernel's events until the kernel ends. Joining the batches into one array of 56-byte
+records costs a full copy (and the page faults of a fresh allocation) only to read a few fields of each
+event; this reads just the fields asked for, of just the events asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Batches:
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        self.parts = [p for p in parts if p.size]
+        self.offsets = np.cumsum([0] + [p.size for p in self.parts])
+        self.size = int(self.offsets[-1])
+
+    def column(self, name: str) -> np.ndarray:
+        """Field ``name`` of every event, in arrival order."""
+        if not self.parts:
+            return np.empty(0)
+        return np.concatenate([p[name] for p in self.parts])
+
+    def take(self, name: str, index: np.ndarray) -> np.ndarray:
+        """Field ``name`` of the events at arrival positions ``index``."""
+        if not index.size:
+            return np.empty(0, dtype=self.parts[0].dtype[name] if self.parts else np.uint8)
+        if index.size < 2 or bool((index[1:] >= index[:-1]).all()):
+            cuts = np.searchsorted(index, self.offsets)
+            pieces = [
+                p[name][index[cuts[i] : cuts[i + 1]] - self.offsets[i]]
+                for i, p in enumerate(self.parts)
+                if cuts[i + 1] > cuts[i]
+            ]
+            return np.concatenate(pieces)
+        part = np.searchsorted(self.offsets, index, side="right") - 1
+        out = np.empty(index.size, dtype=self.parts[0].dtype[name])
+        for i in np.unique(part):
+            sel = part == i
+            out[sel] = self.parts[i][name][index[sel] - self.offsets[i]]
+        return out
+
+    def take_fields(self, names: tuple[str, ...], index: np.ndarray) -> Columns:
+        return Columns({name: self.take(name, index) for name in names})
+
+
+class Columns(dict[str, np.ndarray]):
+    """Some fields of some events, one array per field, indexed like a structured array: ``c["address"]`` is a
+    field, ``c[rows]`` the same fields of ``rows``. The pattern arithmetic (``_patterns``) takes either."""
+
+    @property
+    def size(self) -> int:
+        return len(next(iter(self.values()))) if self else 0
+
+    def __getitem__(self, key: object) -> np.ndarray:  # type: ignore[override]
+        if isinstance(key, str):
+            return dict.__getitem__(self, key)
+        return Columns({name: column[key] for name, column in self.items()})  # type: ignore[return-value]
