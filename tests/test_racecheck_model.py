@@ -21,7 +21,7 @@ PIPES = (Pipe.MTE2, Pipe.V, Pipe.MTE3)
 
 
 def random_kernel(rng: random.Random, blocks: int, *, spmd: bool = False) -> list[list[tuple]]:
-    """Per block, instructions as tuples: ("mem", pipe, kind, space, address) | ("set"/"wait", src, dst, id) |
+    """Per block, instructions as tuples: ("mem", pipe, kind, space, address, size) | ("set"/"wait", src, dst, id) |
     ("all",) | ("sync_all",). Waits always follow their set, so nothing deadlocks. ``spmd``: every block runs
     the same instructions (racecheck then solves one block's clocks for all), on GM offset by its block id."""
     phases = rng.randint(1, 2) if blocks > 1 else 1
@@ -30,7 +30,7 @@ def random_kernel(rng: random.Random, blocks: int, *, spmd: bool = False) -> lis
         (body,) = random_kernel(rng, 1)
         for block in range(blocks):
             shift = 0x100 * block * rng.randint(0, 1)
-            program.append([(*ins[:4], ins[4] + shift) if ins[0] == "mem" and ins[3] == Space.GM else ins
+            program.append([(*ins[:4], ins[4] + shift, ins[5]) if ins[0] == "mem" and ins[3] == Space.GM else ins
                             for ins in body])  # fmt: skip
         if phases > 1:
             for block_body in program:
@@ -44,7 +44,13 @@ def random_kernel(rng: random.Random, blocks: int, *, spmd: bool = False) -> lis
                 roll = rng.random()
                 if roll < 0.6:
                     space = rng.choice((Space.UB, Space.GM))
-                    body.append(("mem", rng.choice(PIPES), rng.choice((R, W)), space, 0x100 * rng.randint(0, 2)))
+                    # Mostly whole 256-byte tiles (equal or disjoint ranges), sometimes halves that straddle them.
+                    address, size = (
+                        (0x100 * rng.randint(0, 2), 0x100)
+                        if rng.random() < 0.7
+                        else (0x80 * rng.randint(0, 5), 0x80 * rng.randint(1, 2))
+                    )
+                    body.append(("mem", rng.choice(PIPES), rng.choice((R, W)), space, address, size))
                 elif roll < 0.8:
                     src, dst = rng.sample((*PIPES, Pipe.S), 2)
                     if dst == Pipe.S and rng.random() < 0.5:
@@ -69,8 +75,8 @@ def to_events(program: list[list[tuple]]) -> tuple[np.ndarray, list[dict]]:
         for ins in body:
             serial += 1
             if ins[0] == "mem":
-                _, pipe, kind, space, address = ins
-                ev = accesses(kind, space, address, 0x100, pipe=pipe, block_id=block, serial=serial)
+                _, pipe, kind, space, address, size = ins
+                ev = accesses(kind, space, address, size, pipe=pipe, block_id=block, serial=serial)
             elif ins[0] in ("set", "wait"):
                 kind = EventKind.SET_FLAG if ins[0] == "set" else EventKind.WAIT_FLAG
                 ev = syncs(kind, ins[1], ins[2], ins[3], block_id=block, serial=serial)
@@ -138,7 +144,8 @@ def model_races(program: list[list[tuple]], meta: list[dict]) -> set[tuple[int, 
     for i, (a, ma) in enumerate(mem_nodes):
         for b, mb in mem_nodes[i + 1 :]:
             ia, ib = ma["ins"], mb["ins"]
-            if (ia[2] == R and ib[2] == R) or ia[3] != ib[3] or ia[4] != ib[4]:
+            overlap = ia[4] < ib[4] + ib[5] and ib[4] < ia[4] + ia[5]
+            if (ia[2] == R and ib[2] == R) or ia[3] != ib[3] or not overlap:
                 continue
             if ia[3] == Space.UB and ma["block"] != mb["block"]:
                 continue

@@ -81,15 +81,30 @@ class Nodes:
     kind: np.ndarray
     key: np.ndarray  # chain * 2**36 + pos: sorted
     chain: np.ndarray  # block * NPIPES + pipe
-    K: np.ndarray = field(default_factory=lambda: np.empty((0, NPIPES), dtype=np.int32))
+    # The clocks, one column per pipe that has nodes (``active``); ``column[pipe]`` is its column or -1.
+    K: np.ndarray = field(default_factory=lambda: np.empty((0, 0), dtype=np.int32))
+    active: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    column: np.ndarray = field(default_factory=lambda: np.full(NPIPES, -1, dtype=np.int64))
 
     @property
     def size(self) -> int:
         return int(self.block.size)
 
+    def clock(self, rows: np.ndarray, pipe: int | np.ndarray) -> np.ndarray:
+        """``K[rows, pipe]``: the latest node of ``pipe`` that nodes ``rows`` know of (-1 for pipes without nodes)."""
+        col = self.column[pipe]
+        if np.ndim(col) == 0:
+            if col < 0:
+                return np.full(np.size(rows), _NONE, dtype=np.int64)
+            return self.K[rows, col].astype(np.int64)
+        out = self.K[rows, np.maximum(col, 0)].astype(np.int64)
+        return np.where(col >= 0, out, _NONE)
+
     def published(self, rows: np.ndarray) -> np.ndarray:
-        """What nodes ``rows`` tell the nodes they release: their knowledge, and their own pipe up to themselves."""
-        out = self.K[rows].copy()
+        """What nodes ``rows`` tell the nodes they release, over all pipes: their knowledge, and their own pipe up
+        to themselves."""
+        out = np.full((rows.size, NPIPES), _NONE, dtype=np.int32)
+        out[:, self.active] = self.K[rows]
         own = self.pipe[rows]
         out[np.arange(rows.size), own] = np.maximum(out[np.arange(rows.size), own], self.ordinal[rows])
         return out
@@ -118,13 +133,13 @@ class Model:
     def knowledge(self, prev: np.ndarray, issuer: np.ndarray, comp: np.ndarray) -> np.ndarray:
         """Column ``comp`` of the knowledge of accesses whose last node on their pipe is ``prev`` and whose issue
         followed PIPE_S node ``issuer`` (``-1`` = none)."""
-        K = self.nodes.K
+        nodes = self.nodes
         out = np.full(prev.size, _NONE, dtype=np.int64)
         has = prev >= 0
-        out[has] = K[prev[has], comp[has]]
+        out[has] = nodes.clock(prev[has], comp[has])
         has = issuer >= 0
         via_s = np.full(prev.size, _NONE, dtype=np.int64)
-        via_s[has] = K[issuer[has], comp[has]]
+        via_s[has] = nodes.clock(issuer[has], comp[has])
         # The issuer's own pipe (PIPE_S) is known up to the issuer itself.
         on_s = has & (comp == _S)
         via_s[on_s] = np.maximum(via_s[on_s], self.nodes.ordinal[issuer[on_s]])
@@ -160,7 +175,9 @@ def build(
     nodes = _make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes)
     node_kind = nodes.kind
     n = nodes.size
-    nodes.K = np.full((n, NPIPES), _NONE, dtype=np.int32)
+    nodes.active = np.unique(nodes.pipe)
+    nodes.column[nodes.active] = np.arange(nodes.active.size)
+    nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
     edges: list[tuple[np.ndarray, np.ndarray]] = []
     multi: list[tuple[np.ndarray, np.ndarray]] = []
     stuck_nodes: list[np.ndarray] = []
@@ -352,16 +369,14 @@ def _solve(
     nodes = model.nodes
     if not nodes.size:
         return
-    active = np.unique(nodes.pipe)
-    column = np.full(NPIPES, -1, dtype=np.int64)
-    column[active] = np.arange(active.size)
-    own_col = column[nodes.pipe]
+    active = nodes.active
+    own_col = nodes.column[nodes.pipe]
     span = int(nodes.ordinal.max()) + 2
     x = model.cross_waits
     inj = np.full((x.size, active.size), _NONE, dtype=np.int32)
     shared = _Skeletons(nodes, edges, multi, n_blocks)
     shared.bind(x)
-    K = nodes.K[:, active]
+    K = nodes.K
     for _ in range(64):  # the cross-block feedback settles in a step or two; the bound only guards against bugs
         rows = shared.rows
         solved, rounds = _fixpoint(
@@ -369,8 +384,7 @@ def _solve(
             shared.new[x[shared.solved_x]], inj[shared.solved_x],
         )  # fmt: skip
         model.rounds += rounds
-        K = solved[shared.expand]
-        nodes.K[:, active] = K
+        K = nodes.K = solved[shared.expand]
         if not x.size:
             return
         _cross_knowledge(model, sources, n_blocks)
@@ -487,7 +501,7 @@ def _representatives(
 
 def known_ordinal(nodes: Nodes, rows: np.ndarray, pipe: int | np.ndarray) -> np.ndarray:
     """The latest node of ``pipe`` (same block) that nodes ``rows`` know: by flags, or by being after it."""
-    value = nodes.K[rows, pipe].astype(np.int64)
+    value = nodes.clock(rows, pipe)
     same = nodes.pipe[rows] == pipe
     return np.where(same, np.maximum(value, nodes.ordinal[rows] - 1), value)
 
@@ -567,7 +581,7 @@ def _place(model: Model, stuck: np.ndarray, sources: dict[int, list[int]], n_blo
         model.start = start
         return
     rows = np.arange(nodes.size)
-    cycle = nodes.K[rows, nodes.pipe] >= nodes.ordinal
+    cycle = nodes.clock(rows, nodes.pipe) >= nodes.ordinal
     first = np.concatenate((stuck.astype(np.int64), np.flatnonzero(cycle)))
     blocked = np.zeros(nodes.size, dtype=bool)
     while True:
@@ -592,8 +606,8 @@ def _is_first(nodes: Nodes, start: np.ndarray, x: int) -> bool:
 def _blocked(nodes: Nodes, start: np.ndarray) -> np.ndarray:
     blocked = nodes.ordinal >= start[nodes.chain]
     base = nodes.block * NPIPES
-    for p in range(NPIPES):
-        blocked |= nodes.K[:, p] >= start[base + p]
+    for col, p in enumerate(nodes.active):
+        blocked |= nodes.K[:, col] >= start[base + p]
     return blocked
 
 

@@ -102,13 +102,21 @@ def expand(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return owner[keep], start[keep], stop[keep]
 
 
-def ranges(events: np.ndarray, ext: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Byte ranges of the accesses ``events[index]`` as (event index, start, end), cheaply: fields are gathered
-    one by one (numpy copies a structured selection field by field, far slower), and dense accesses, the common
-    case, are one range each without going through ``expand``. Not sorted."""
-    block_size = events["block_size"][index].astype(_U64)
-    block_num, block_stride = events["block_num"][index], events["block_stride"][index]
-    repeat, repeat_stride = events["repeat"][index], events["repeat_stride"][index]
+def ranges(
+    events: np.ndarray, ext: np.ndarray, index: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte ranges of the accesses ``events[index]`` (all when ``index`` is None) as (event index, start, end),
+    cheaply: fields are gathered one by one (numpy copies a structured selection field by field, far slower),
+    and dense accesses, the common case, are one range each without going through ``expand``. Not sorted."""
+
+    def field(name: str) -> np.ndarray:
+        return events[name] if index is None else events[name][index]
+
+    if index is None:
+        index = np.arange(events.size)
+    block_size = field("block_size").astype(_U64)
+    block_num, block_stride = field("block_num"), field("block_stride")
+    repeat, repeat_stride = field("repeat"), field("repeat_stride")
     row_is_range = (block_num <= 1) | (block_stride <= 1)
     row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num * block_size)
     dense = row_is_range & ((repeat <= 1) | (repeat_stride * block_size <= row_length))

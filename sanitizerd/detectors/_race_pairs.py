@@ -24,17 +24,17 @@ class Segments:
     """The segment each candidate pair was found in; its address and size are worked out only for the pairs
     asked about (the few that race)."""
 
-    def __init__(self, bounds: np.ndarray, segment: np.ndarray) -> None:
-        self.bounds, self.segment = bounds, segment
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, segment: np.ndarray) -> None:
+        self.starts, self.ends, self.segment = starts, ends, segment
 
     def __getitem__(self, rows: np.ndarray) -> Segments:
-        return Segments(self.bounds, self.segment[rows])
+        return Segments(self.starts, self.ends, self.segment[rows])
 
     def start(self) -> np.ndarray:
-        return self.bounds[self.segment] & np.uint64(ADDRESS_LIMIT - 1)
+        return self.starts[self.segment] & np.uint64(ADDRESS_LIMIT - 1)
 
     def size(self) -> np.ndarray:
-        return self.bounds[self.segment + 1] - self.bounds[self.segment]
+        return self.ends[self.segment] - self.starts[self.segment]
 
 
 def candidate_pairs(
@@ -46,24 +46,24 @@ def candidate_pairs(
     placed: np.ndarray,
     is_write: np.ndarray,
     order: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, Segments]:
-    """Pairs (a, b) of accesses that overlap and may race, with one segment each shares.
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
     the other arrays are per access. ``region_block`` is the block owning the access's memory (-1 for GM);
     ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
-    none = Segments(np.zeros(1, dtype=np.uint64), empty)
+    none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
     if not n:
-        return empty, empty, none
+        return [(empty, empty, none)]
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
     rank_of_event = np.full(events.size, -1, dtype=np.int64)
     rank_of_event[index] = np.arange(n)
-    owner, start, stop = ranges(events, ext, index[placed])
+    owner, start, stop = ranges(events, ext, None if placed.all() and index.size == events.size else index[placed])
     owner = rank_of_event[owner]
     if not owner.size:
-        return empty, empty, none
+        return [(empty, empty, none)]
     # GM is one region; each block's UB, L1, L0A/B/C... another.
     blocks = int(region_block.max()) + 2
     region = space[owner].astype(np.int64) * blocks + region_block[owner] + 1
@@ -72,16 +72,7 @@ def candidate_pairs(
     base = region.astype(np.uint64) << _REGION_SHIFT
     lo = base + np.minimum(start, _LIMIT)
     hi = base + np.minimum(stop, _LIMIT)
-    bounds = np.sort(np.concatenate((lo, hi)))
-    distinct = np.ones(bounds.size, dtype=bool)
-    distinct[1:] = bounds[1:] != bounds[:-1]
-    bounds = bounds[distinct]
-    first = np.searchsorted(bounds, lo)
-    count = np.searchsorted(bounds, hi) - first
-    seg = np.repeat(first, count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
-    who = np.repeat(owner, count)
-    by = np.argsort(seg * n + rank[who], kind="stable")
-    seg, who = seg[by], who[by]
+    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n)
     write = is_write[who]
     size = seg.size
     at = np.arange(size)
@@ -98,9 +89,39 @@ def candidate_pairs(
     ok[ok] = seg[after[ok]] == seg[ok]
     a2, b2, s2 = who[ok], who[after[ok]], seg[ok]
 
-    # A pair met in several segments comes out once per segment; the caller dedupes the few that race.
-    a, b, s = np.concatenate((a1, a2)), np.concatenate((b1, b2)), np.concatenate((s1, s2))
-    return a, b, Segments(bounds, s)
+    # A pair met in several segments comes out once per segment; the caller dedupes the few that race. The two
+    # kinds of pair stay apart: joining millions of candidates only to keep a few is a copy for nothing.
+    return [(a1, b1, Segments(starts, ends, s1)), (a2, b2, Segments(starts, ends, s2))]
+
+
+def _segments(
+    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Incidences (segment, access) sorted by segment, then by ``rank``; and each segment's [start, end).
+
+    Tiled kernels reuse buffers whole: every two ranges are equal or disjoint. Then the ranges themselves are
+    the segments, and one sort by (start, rank) is all it takes. Otherwise the ranges are cut at every
+    boundary and each range counts once per segment it covers."""
+    by_rank = np.argsort(rank, kind="stable")
+    o = by_rank[np.argsort(lo[by_rank], kind="stable")]
+    lo_s, hi_s = lo[o], hi[o]
+    new = np.ones(o.size, dtype=bool)
+    new[1:] = lo_s[1:] != lo_s[:-1]
+    same = ~new[1:]
+    if (hi_s[1:][same] == hi_s[:-1][same]).all():
+        reach = np.maximum.accumulate(hi_s)
+        if (lo_s[1:][new[1:]] >= reach[:-1][new[1:]]).all():
+            return np.cumsum(new) - 1, owner[o], lo_s[new], hi_s[new]
+    bounds = np.sort(np.concatenate((lo, hi)))
+    distinct = np.ones(bounds.size, dtype=bool)
+    distinct[1:] = bounds[1:] != bounds[:-1]
+    bounds = bounds[distinct]
+    first = np.searchsorted(bounds, lo)
+    count = np.searchsorted(bounds, hi) - first
+    seg = np.repeat(first, count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
+    who = np.repeat(owner, count)
+    by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
+    return seg[by], who[by], bounds[:-1], bounds[1:]
 
 
 def _dense(keys: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, Model, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._race_pairs import candidate_pairs
+from sanitizerd.detectors._race_pairs import Segments, candidate_pairs
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
@@ -227,20 +227,21 @@ class Kernel:
             return []
         space = self.access["space"]
         region_block = np.where(space == Space.GM, -1, self.mblock)
-        a, b, segments = candidate_pairs(
-            self.access,
-            self.ext,
-            np.arange(mem.size),
-            space,
-            region_block,
-            self.placed,
-            self.write,
+        chunks = candidate_pairs(
+            self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
             self._linear_order(),
-        )
+        )  # fmt: skip
+        racing = []
+        for a, b, segments in chunks:
+            if a.size:
+                race = self._unordered(a, b)
+                racing.append((a[race], b[race], segments[race]))
+        a = np.concatenate([r[0] for r in racing]) if racing else np.empty(0, dtype=np.int64)
         if not a.size:
             return []
-        race = self._unordered(a, b)
-        a, b, segments = a[race], b[race], segments[race]
+        b = np.concatenate([r[1] for r in racing])
+        first = racing[0][2]
+        segments = Segments(first.starts, first.ends, np.concatenate([r[2].segment for r in racing]))
         _, once = np.unique(a * self.mem.size + b, return_index=True)  # a pair overlapping in several segments
         segments = segments[once]
         return self._fold(a[once], b[once], segments.start(), segments.size())
@@ -409,8 +410,8 @@ def _node_placed(model: Model) -> np.ndarray:
     nodes = model.nodes
     placed = nodes.ordinal < model.start[nodes.chain]
     base = nodes.block * NPIPES
-    for p in range(NPIPES):
-        placed &= nodes.K[:, p] < model.start[base + p]
+    for col, p in enumerate(nodes.active):
+        placed &= nodes.K[:, col] < model.start[base + p]
     return placed
 
 
