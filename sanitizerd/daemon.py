@@ -168,7 +168,9 @@ class Daemon:
             return
         config = hub.jobs.config_for(hello)
         ident = await hub.store_call(hub.store.open_session, hello.job)
-        session = Session(ident, hello, config, peer, ipc=hub.jobs.ipc_table(hello.job))
+        session = Session(
+            ident, hello, config, peer, ipc=hub.jobs.ipc_table(hello.job), max_race_events=hub.limits.max_race_events
+        )
         hub.live[ident] = session
         hub.jobs.session_started(hello.job, ident)
         await hub.jobs.record(hello.job, ident, hello)

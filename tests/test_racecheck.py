@@ -327,3 +327,18 @@ class TestReport:
 @pytest.mark.parametrize("blocks", [1, 3])
 def test_no_events_no_findings(blocks: int) -> None:
     assert run_kernel(racecheck()) == []
+
+
+class TestLimit:
+    def test_events_past_the_limit_are_reported_unchecked(self) -> None:
+        """Past --max-race-events the launch's later events are not held: an internal_error says how many, the
+        races among the kept events of a block are still found, and no deadlock or cross-block race is guessed
+        from the missing half."""
+        detector = racecheck()
+        detector.context.max_race_events = 6
+        writer = on_block(program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0)), 0)
+        other = on_block(program(syncs(WAIT, Pipe.MTE3, Pipe.MTE2, 5), copy_out(gm=0x1000)), 1)
+        findings = run_kernel(detector, writer, other)
+        assert [f.kind for f in findings] == ["race_raw", "internal_error"]
+        assert "the last 2 were not checked for races" in findings[1].detail
+        assert detector.held == 0  # ready for the next launch

@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
         help="work items buffered per detector before the session's reads pause",
     )  # fmt: skip
     serve.add_argument("--detector-threads", type=_positive(int), default=limits.detector_threads, metavar="N")
+    serve.add_argument(
+        "--max-race-events", type=_positive(int), default=limits.max_race_events, metavar="N",
+        help="events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked",
+    )  # fmt: skip
 
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")
 
@@ -84,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 handshake_timeout=args.handshake_timeout,
                 queue_depth=args.queue_depth,
                 detector_threads=args.detector_threads,
+                max_race_events=args.max_race_events,
             ),
         )
         return run_daemon(settings)

@@ -163,12 +163,14 @@ def build(
     work_pipes: np.ndarray,
     *,
     cross_free: bool,
+    truncated: bool = False,
 ) -> Model:
     """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
     then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
     its index in the order the client sent them; ``present`` the (block type, block id) pairs of the kernel.
     ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
-    ``--block-id``). ``work_pipes`` are the pipes the kernel's memory accesses ran on."""
+    ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
+    taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on."""
     # pipe_barrier(PIPE_ALL) waits only on pipes that do something: the others have nothing to publish.
     busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
     all_pipes = _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
@@ -249,7 +251,7 @@ def build(
     )
     n_blocks = int(block.max()) + 1 if block.size else 0
     _solve(model, edges, multi, sources, n_blocks)
-    stuck = np.unique(np.concatenate(stuck_nodes)) if stuck_nodes else np.empty(0, dtype=np.int64)
+    stuck = np.unique(np.concatenate(stuck_nodes)) if stuck_nodes and not truncated else np.empty(0, dtype=np.int64)
     _place(model, stuck, sources, n_blocks)
     model.nonforward = _nonforward_blocks(model, edges, multi, sources)
     if model.nonforward.size:

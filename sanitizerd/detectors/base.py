@@ -32,6 +32,11 @@ def is_library_frame(frame: Frame) -> bool:
     return any(marker in frame.file for marker in _LIBRARY_MARKERS)
 
 
+# Events racecheck holds for one kernel launch until it ends: about 2.6 GiB of records, 26 blocks' worth at
+# msSanitizer's default cache size. The daemon's --max-race-events.
+DEFAULT_MAX_RACE_EVENTS = 50_000_000
+
+
 @dataclass(slots=True)
 class SessionContext:
     """What a detector may know about its session: identity to stamp on findings, the chip, and the
@@ -44,6 +49,7 @@ class SessionContext:
     chip: Chip
     config: Config
     locations: dict[int, Location] = field(default_factory=dict)
+    max_race_events: int = DEFAULT_MAX_RACE_EVENTS
 
     def stack(self, location: int) -> list[Frame]:
         """The call stack of a location id, innermost first. Without ``--full-backtrace yes``, frames inside the

@@ -47,24 +47,44 @@ class Racecheck:
         self.context = context
         self.kernel: KernelLaunch | None = None
         self.parts: list[np.ndarray] = []
+        self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.distance = context.config.single_pipe_distance
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
         self.parts = []
+        self.held = self.dropped = 0
 
     def check(self, events: np.ndarray) -> None:
         keep = _KEEP[events["kind"]]
         # A batch is a view of its own received frame (immutable bytes), so it can be held without a copy.
-        self.parts.append(events if keep.all() else events[keep])
+        kept = events if keep.all() else events[keep]
+        room = self.context.max_race_events - self.held
+        if kept.size > room:  # the daemon's memory limit: the rest of this launch goes unchecked, and says so
+            self.dropped += kept.size - max(room, 0)
+            kept = kept[: max(room, 0)]
+        if kept.size:
+            self.parts.append(kept)
+            self.held += kept.size
 
     def kernel_end(self) -> list[Finding]:
         parts, self.parts = self.parts, []
         launch, self.kernel = self.kernel, None
+        dropped, self.held, self.dropped = self.dropped, 0, 0
         events = Batches(parts)
-        if not events.size:
-            return []
-        return Kernel(self, launch, events).findings()
+        findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
+        if dropped:
+            findings.append(
+                self.context.finding(
+                    "internal_error",
+                    kernel=launch.name if launch else None,
+                    detail=(
+                        f"racecheck holds at most {self.context.max_race_events} events of a kernel launch "
+                        f"(sanitizerd serve --max-race-events); the last {dropped} were not checked for races"
+                    ),
+                )
+            )
+        return findings
 
     def host_op(self, op: HostOp) -> list[Finding]:
         return []
@@ -76,11 +96,12 @@ class Racecheck:
 class Kernel:
     """One kernel's check: the events sorted by block, the model, the accesses' place in it."""
 
-    def __init__(self, detector: Racecheck, launch: KernelLaunch | None, events: Batches) -> None:
+    def __init__(self, detector: Racecheck, launch: KernelLaunch | None, events: Batches, *, truncated: bool) -> None:
         self.context = detector.context
         self.distance = detector.distance
         self.launch = launch
         self.events = events
+        self.truncated = truncated
         bkey = (events.column("block_type").astype(np.int64) << 16) | events.column("block_id")
         self.block_keys, block = _dense(bkey)
         kind = events.column("kind")
@@ -108,7 +129,7 @@ class Kernel:
         self.model = build(
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], order[sync], sync,
-            present, np.unique(self.pipe), cross_free=self.context.config.block_id >= 0,
+            present, np.unique(self.pipe), cross_free=self.context.config.block_id >= 0, truncated=truncated,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m
@@ -263,7 +284,9 @@ class Kernel:
             i = np.flatnonzero(inter)
             ordered = (self.know(b[i], pa[i]) >= self.seg[a[i]]) | (self.know(a[i], pb[i]) >= self.seg[b[i]])
             race[i] &= ~ordered
-        if cross.any():
+        if self.truncated:  # blocks past the limit are missing, and with them what orders the kept ones: no verdict
+            race &= ~cross
+        elif cross.any():
             i = np.flatnonzero(cross)
             ordered = self._cross_knows(b[i], a[i]) | self._cross_knows(a[i], b[i])
             race[i] &= ~ordered

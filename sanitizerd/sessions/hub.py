@@ -11,6 +11,7 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
+from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.store import FindingsStore
 from sanitizerd.metrics import Metrics
@@ -36,6 +37,8 @@ class Limits:
     queue_depth: int = 4
     # Threads that run detector checks; numpy releases the GIL, so more than the cores buys nothing.
     detector_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
+    # Events racecheck holds for one kernel launch (56 bytes each): it checks a launch only once it has ended.
+    max_race_events: int = DEFAULT_MAX_RACE_EVENTS
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
 from sanitizerd.detectors import create_detectors
-from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
+from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelLaunch, SessionContext
 from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
@@ -65,7 +65,16 @@ class KernelState:
 
 
 class Session:
-    def __init__(self, ident: int, hello: m.Hello, config: m.Config, peer: Peer, ipc: IpcTable | None = None) -> None:
+    def __init__(
+        self,
+        ident: int,
+        hello: m.Hello,
+        config: m.Config,
+        peer: Peer,
+        ipc: IpcTable | None = None,
+        *,
+        max_race_events: int = DEFAULT_MAX_RACE_EVENTS,
+    ) -> None:
         self.id = ident
         self.ipc = ipc if ipc is not None else IpcTable()
         # Frees of this session's IPC mappings that another session's destroy caused, applied in order
@@ -81,6 +90,7 @@ class Session:
             device=hello.device,
             chip=chip_named(DEFAULT_CHIP),
             config=config,
+            max_race_events=max_race_events,
         )
         self.detectors: list[Detector] = create_detectors(self.context)
         self.kernels: dict[int, KernelState] = {}
