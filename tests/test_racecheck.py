@@ -255,6 +255,70 @@ class TestCrossCore:
         assert races(writer, reader) == []
 
 
+class TestSyncKinds:
+    """Each remaining way to order two accesses, checked both ways: with it, no race; without it, the race."""
+
+    @staticmethod
+    def sync(kind: EventKind, pipe: Pipe = Pipe.S, **fields: object) -> np.ndarray:
+        return make_events(kind=kind, pipe=pipe, block_size=0, **fields)
+
+    def test_hset_hwait_pair_like_flags_in_their_own_space(self) -> None:
+        """hset_flag/hwait_flag order MTE1's L0A fill before the cube's read; a plain wait_flag of the same
+        pipes and id does not pair with an hset: it waits for ever, and the read behind it is never placed."""
+        fill = accesses(W, Space.L0A, 0, 512, pipe=Pipe.MTE1)
+        use = accesses(R, Space.L0A, 0, 512, pipe=Pipe.M)
+        hset = syncs(EventKind.HSET_FLAG, Pipe.MTE1, Pipe.M, 1)
+        hwait = syncs(EventKind.HWAIT_FLAG, Pipe.MTE1, Pipe.M, 1)
+        assert races(program(fill, hset, hwait, use)) == []
+        mixed = program(fill, hset, syncs(WAIT, Pipe.MTE1, Pipe.M, 1), use)
+        assert [r[0] for r in races(mixed)] == ["deadlock"]
+
+    def test_get_buf_waits_for_the_previous_release(self) -> None:
+        """GET_BUF k waits for RLS_BUF k-1 of the buffer: the V pipe's second use of the buffer follows the
+        MTE3 read that released it."""
+        first = [self.sync(EventKind.GET_BUF, Pipe.V, event_id=3), accesses(W, UB, 0, 256, pipe=Pipe.V)]
+        hand = [*flag(Pipe.V, Pipe.MTE3), accesses(R, UB, 0, 256, pipe=Pipe.MTE3)]
+        release = self.sync(EventKind.RLS_BUF, Pipe.MTE3, event_id=3)
+        again = [self.sync(EventKind.GET_BUF, Pipe.V, event_id=3), accesses(W, UB, 0, 256, pipe=Pipe.V)]
+        assert races(program(*first, *hand, release, *again)) == []
+        early = [*flag(Pipe.V, Pipe.MTE3), release, accesses(R, UB, 0, 256, pipe=Pipe.MTE3)]  # released too soon
+        assert [r[0] for r in races(program(*first, *early, *again))] == ["race_war"]
+
+    def test_ffts_mode_1_pairs_the_two_vector_sub_blocks(self) -> None:
+        set_ = syncs(EventKind.CROSS_SET, Pipe.MTE3, Pipe.S, 4, mode=1)
+        set_["block_num"] = 2
+        wait = syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 4)
+        write = copy_out(gm=0x8000)
+        read = accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)
+        assert races(on_block(program(write, set_, wait), 0), on_block(program(set_, wait, read), 1)) == []
+        # Blocks 1 and 2 sit on different cores (their partners 0 and 3 are absent): nothing orders them.
+        found = races(on_block(program(write, set_, wait), 1), on_block(program(set_, wait, read), 2))
+        assert [r[0] for r in found] == ["race_raw"]
+
+    def test_ffts_mode_4_has_its_own_flag_space(self) -> None:
+        """set_intra_block releases wait_intra_block (a CROSS_WAIT in mode 4), not wait_flag_dev."""
+        set_ = syncs(EventKind.CROSS_SET, Pipe.FIX, Pipe.S, 2, mode=4)
+        set_["block_num"] = 1
+        cube = on_block(program(accesses(W, GM, 0x8000, 256, pipe=Pipe.FIX), set_), 0, BlockType.AIC)
+        intra = syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 2, mode=4)
+        vector = on_block(program(intra, accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)), 0)
+        vector["serial"] += 100
+        assert races(cube, vector) == []
+        dev_wait = syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 2)
+        plain = on_block(program(dev_wait, accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)), 0)
+        plain["serial"] += 100
+        assert {r[0] for r in races(cube, plain)} == {"deadlock"}  # the read waits behind a wait nothing releases
+
+    def test_soft_sync_all_over_the_blocks_taking_part(self) -> None:
+        soft = self.sync(EventKind.SOFT_SYNC_ALL, address=2)
+        write = copy_out(gm=0x8000)
+        read = accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2)
+        before = on_block(program(write, syncs(BARRIER, Pipe.ALL), soft), 0)
+        after = on_block(program(soft, read), 1)
+        assert races(before, after) == []
+        assert [r[0] for r in races(on_block(program(write), 0), on_block(program(read), 1))] == ["race_raw"]
+
+
 class TestDeadlock:
     def test_unmatched_wait(self) -> None:
         """The race before the stuck wait is still found; what comes after it is counted, not checked."""
