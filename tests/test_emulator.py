@@ -40,6 +40,19 @@ def saved_events(path: Path) -> np.ndarray:
     return np.concatenate([as_events(msg.records) for msg in messages if isinstance(msg, m.Events)])
 
 
+def emulate(daemon: RunningDaemon, short_dir: Path, name: str, source: str, *tools: str) -> tuple[str, np.ndarray]:
+    """Run the emulator program ``source`` under `sanitizerd run --save` (with ``tools``): its report and every
+    event it streamed."""
+    program = short_dir / f"{name}.py"
+    program.write_text(textwrap.dedent(source))
+    saved = short_dir / f"{name}.save"
+    result = sanitizerd(
+        "run", "--socket", str(daemon.socket), "--save", str(saved), *tools, "--", sys.executable, str(program)
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, saved_events(saved)
+
+
 def run_job(daemon: RunningDaemon, *args: str) -> tuple[str, list[dict[str, object]]]:
     result = sanitizerd("run", "--socket", str(daemon.socket), *ALL_TOOLS, "--", sys.executable, *args)
     assert result.returncode == 0, result.stderr + result.stdout
@@ -133,32 +146,26 @@ class TestPlantedBugs:
 class TestMappings:
     def test_instructions_stream_mssanitizer_events(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """DataCopy, DataCopyPad and a MASK_COUNT vector op stream the events of reference §1.7."""
-        program = short_dir / "kernel.py"
-        program.write_text(
-            textwrap.dedent(
-                """
-                import client_shim
-                from client_shim.emulator import KernelEmulator
-                from client_shim.events import Space
-                c = client_shim.connect()
-                k = KernelEmulator(c, "mappings", 1)
-                x = k.gm(0x10000, 4096)
-                def body(b):
-                    b.data_copy(b.ub(0, 1024), x, n_burst=2, len_burst=8, src_stride=4, dst_stride=0)
-                    b.data_copy_pad(b.ub(0x800, 64), x.tile(0, 40), len_bytes=40)
-                    b.vector(b.ub(0x400, 512), [b.ub(0, 512)], count=300)
-                k.run(body)
-                c.free(0x10000)
-                c.close()
-                """
-            )
+        _, streamed = emulate(
+            daemon,
+            short_dir,
+            "kernel",
+            """
+            import client_shim
+            from client_shim.emulator import KernelEmulator
+            from client_shim.events import Space
+            c = client_shim.connect()
+            k = KernelEmulator(c, "mappings", 1)
+            x = k.gm(0x10000, 4096)
+            def body(b):
+                b.data_copy(b.ub(0, 1024), x, n_burst=2, len_burst=8, src_stride=4, dst_stride=0)
+                b.data_copy_pad(b.ub(0x800, 64), x.tile(0, 40), len_bytes=40)
+                b.vector(b.ub(0x400, 512), [b.ub(0, 512)], count=300)
+            k.run(body)
+            c.free(0x10000)
+            c.close()
+            """,
         )
-        saved = short_dir / "k.save"
-        result = sanitizerd(
-            "run", "--socket", str(daemon.socket), "--save", str(saved), "--", sys.executable, str(program)
-        )
-        assert result.returncode == 0, result.stderr
-        streamed = saved_events(saved)
         assert streamed["kind"][-1] == EventKind.BLOCK_FINISH  # run() ends each block as msSanitizer does
         events = streamed[streamed["kind"] <= EventKind.WRITE]
         rows = [
@@ -189,37 +196,32 @@ class TestQueuesAndSyncAll:
     def test_queue_and_sync_all_events(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """A TQue hand-over streams set_flag/wait_flag between its pipes; SyncAll streams a PIPE_ALL barrier, then
         msSanitizer's FFTS set and wait on flag 31; the kernel is clean with every detector."""
-        program = short_dir / "queued.py"
-        program.write_text(
-            textwrap.dedent(
-                """
-                import client_shim
-                from client_shim.emulator import KernelEmulator
-                from client_shim.events import Pipe
-                c = client_shim.connect()
-                k = KernelEmulator(c, "queued", 2)
-                x = k.gm(0x10000, 1024)
-                def body(b):
-                    q = b.queue(Pipe.MTE2, Pipe.V, 1)
-                    ub = b.ub(0, 512)
-                    b.data_copy(ub, x.tile(b.idx * 512, 512))
-                    q.enque()
-                    q.deque()
-                    b.vector(ub, [ub], repeat=2)
-                    b.sync_all()
-                k.run(body)
-                c.free(0x10000)
-                c.close()
-                """
-            )
+        stdout, events = emulate(
+            daemon,
+            short_dir,
+            "queued",
+            """
+            import client_shim
+            from client_shim.emulator import KernelEmulator
+            from client_shim.events import Pipe
+            c = client_shim.connect()
+            k = KernelEmulator(c, "queued", 2)
+            x = k.gm(0x10000, 1024)
+            def body(b):
+                q = b.queue(Pipe.MTE2, Pipe.V, 1)
+                ub = b.ub(0, 512)
+                b.data_copy(ub, x.tile(b.idx * 512, 512))
+                q.enque()
+                q.deque()
+                b.vector(ub, [ub], repeat=2)
+                b.sync_all()
+            k.run(body)
+            c.free(0x10000)
+            c.close()
+            """,
+            *ALL_TOOLS,
         )
-        saved = short_dir / "q.save"
-        result = sanitizerd(
-            "run", "--socket", str(daemon.socket), "--save", str(saved), *ALL_TOOLS, "--", sys.executable, str(program)
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        assert "No error detected." in result.stdout
-        events = saved_events(saved)
+        assert "No error detected." in stdout
         block0 = events[(events["block_id"] == 0) & (events["kind"] >= EventKind.SET_FLAG)]
         assert [(int(e["kind"]), int(e["pipe"]), int(e["dst_pipe"]), int(e["event_id"])) for e in block0] == [
             (EventKind.SET_FLAG, Pipe.MTE2, Pipe.V, 1),
@@ -235,43 +237,37 @@ class TestSyncInstructions:
     def test_sync_instructions_stream_their_fields(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """Every synchronization instruction streams one event with its kind's fields (docs/protocol.md §7.4), at
         the caller's line; a MIX kernel runs its cube blocks, then two vector blocks per AI core."""
-        program = short_dir / "syncs.py"
-        program.write_text(
-            textwrap.dedent(
-                """
-                import client_shim
-                from client_shim.emulator import KernelEmulator
-                from client_shim.events import BlockType, Pipe
-                c = client_shim.connect()
-                k = KernelEmulator(c, "syncs", 1, kernel_type="mix")
-                def body(b):
-                    if b.block_type != BlockType.AIC:
-                        return
-                    b.hset_flag(Pipe.MTE1, Pipe.M, 2)
-                    b.hwait_flag(Pipe.MTE1, Pipe.M, 2)
-                    b.cross_set(Pipe.FIX, 3, mode=2)
-                    b.cross_set(Pipe.MTE3, 5, mode=4, sub_blocks=1)
-                    b.cross_wait(5, intra=True)
-                    b.cross_wait(3, pipe=Pipe.MTE2)
-                    b.ib_set(6)
-                    b.ib_wait(6, 1)
-                    b.soft_sync_all(2)
-                    b.mstx_cross_set(0x2000, 7, Pipe.MTE3)
-                    b.mstx_cross_wait(0x2000, 7, more=True)
-                    b.get_buf(4, Pipe.MTE2)
-                    b.rls_buf(4, Pipe.MTE2)
-                    b.sync_all()
-                k.run(body)
-                c.close()
-                """
-            )
+        _, events = emulate(
+            daemon,
+            short_dir,
+            "syncs",
+            """
+            import client_shim
+            from client_shim.emulator import KernelEmulator
+            from client_shim.events import BlockType, Pipe
+            c = client_shim.connect()
+            k = KernelEmulator(c, "syncs", 1, kernel_type="mix")
+            def body(b):
+                if b.block_type != BlockType.AIC:
+                    return
+                b.hset_flag(Pipe.MTE1, Pipe.M, 2)
+                b.hwait_flag(Pipe.MTE1, Pipe.M, 2)
+                b.cross_set(Pipe.FIX, 3, mode=2)
+                b.cross_set(Pipe.MTE3, 5, mode=4, sub_blocks=1)
+                b.cross_wait(5, intra=True)
+                b.cross_wait(3, pipe=Pipe.MTE2)
+                b.ib_set(6)
+                b.ib_wait(6, 1)
+                b.soft_sync_all(2)
+                b.mstx_cross_set(0x2000, 7, Pipe.MTE3)
+                b.mstx_cross_wait(0x2000, 7, more=True)
+                b.get_buf(4, Pipe.MTE2)
+                b.rls_buf(4, Pipe.MTE2)
+                b.sync_all()
+            k.run(body)
+            c.close()
+            """,
         )
-        saved = short_dir / "s.save"
-        result = sanitizerd(
-            "run", "--socket", str(daemon.socket), "--save", str(saved), "--", sys.executable, str(program)
-        )
-        assert result.returncode == 0, result.stderr
-        events = saved_events(saved)
         finished = events[events["kind"] == EventKind.BLOCK_FINISH]
         AIV, AIC = BlockType.AIV, BlockType.AIC
         assert [(int(e["block_type"]), int(e["block_id"])) for e in finished] == [(AIC, 0), (AIV, 0), (AIV, 1)]
@@ -303,7 +299,7 @@ class TestSyncInstructions:
         ]
         serials = syncs["serial"].tolist()
         assert len(set(serials)) == len(serials) - 1 and serials[-1] == serials[-2]  # SyncAll's set and wait: one
-        _, recorded = read_save(saved)
+        _, recorded = read_save(short_dir / "syncs.save")
         sites = {
             loc.id: (loc.file, loc.line)
             for msg in (decode_body(r.body) for r in recorded)
@@ -311,5 +307,5 @@ class TestSyncInstructions:
             for loc in msg.locations
         }
         lines = [sites[int(e["location"])] for e in syncs]
-        assert all(file == str(program) for file, _ in lines)  # the kernel's lines, never the emulator's
+        assert all(file == str(short_dir / "syncs.py") for file, _ in lines)  # the kernel's lines, never the emulator's
         assert len({line for _, line in lines}) == len(rows) - 2  # SyncAll's three events: one line
