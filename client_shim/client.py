@@ -344,6 +344,30 @@ class Client:
         with self._order:
             return next(self._serial)
 
+    # sdccheck: replay signatures of a training step (docs/client.md).
+    def signature(
+        self,
+        step: int,
+        entries: Iterable[tuple[str, str, int]],
+        *,
+        local_step: int = 0,
+        replay: int = 0,
+        rank: int = -1,
+        phase: str = "replay",
+        replica_group: str = "",
+        replicas: int = 0,
+    ) -> None:
+        """Send a signature: ``entries`` are (name, schema, uint64 digest) in TorchTitan's order. ``replay`` 0 is
+        the step's reference run; with ``phase="post_all_reduce"``, the gradients every one of the ``replicas``
+        ranks of ``replica_group`` must agree on. ``rank`` -1 is this client's rank."""
+        self._send(
+            m.Signature(
+                step=step, local_step=local_step, replay=replay, rank=rank, phase=phase,  # type: ignore[arg-type]
+                replica_group=replica_group, replicas=replicas,
+                entries=[m.SignatureEntry(name=n, schema=s, digest=d) for n, s, d in entries],
+            )
+        )  # fmt: skip
+
     def log(self, text: str, level: str = "info") -> None:
         self._send(m.Log(text=text, level=level))
 

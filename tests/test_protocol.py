@@ -184,6 +184,21 @@ PRODUCER_MESSAGES: list[tuple[str, m.Message]] = [
     ("client", m.DeviceSummary(chip="Ascend910B1", block_num=24, device=0)),
     (
         "client",
+        m.Signature(
+            step=3,
+            local_step=1,
+            replay=1,
+            rank=2,
+            phase="post_all_reduce",
+            replica_group="dp",
+            replicas=4,
+            entries=[
+                m.SignatureEntry(name="gradient:0:weight", schema="((4,), 'torch.float32', 'cpu')", digest=2**64 - 1)
+            ],
+        ),
+    ),
+    (
+        "client",
         m.Locations(
             locations=[
                 m.Location(id=1, file="a.cpp", line=4, column=2, function="f", callers=[2, 3]),

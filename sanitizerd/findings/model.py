@@ -29,6 +29,7 @@ KINDS: Final[dict[str, str]] = {
     "redundant_wait_flag": WARNING,
     "register_not_reset": WARNING,
     "sdc_mismatch": ERROR,
+    "sdc_replica_mismatch": ERROR,
     "internal_error": ERROR,
 }
 
@@ -54,6 +55,18 @@ class RaceAccess(msgspec.Struct, kw_only=True):
     pc: int = 0
     location: Frame | None = None
     stack: list[Frame] = []
+
+
+class Replay(msgspec.Struct, kw_only=True):
+    """Where an SDC finding was seen: TorchTitan's step, local step, replay and rank, and the first entry that
+    differs; ``replica_group`` for a disagreement between data-parallel replicas."""
+
+    step: int
+    local_step: int = 0
+    replay: int = 0
+    rank: int = -1
+    signature: str = ""
+    replica_group: str = ""
 
 
 class Finding(msgspec.Struct, kw_only=True):
@@ -84,6 +97,7 @@ class Finding(msgspec.Struct, kw_only=True):
     actual: int = 0  # register findings: the value the kernel left
     accesses: list[RaceAccess] = []  # race findings: the earlier and the later access, by serial number
     blocked: int = 0  # deadlock findings: instructions of the kernel that could not run after the stuck waits
+    replay: Replay | None = None  # sdccheck findings
     id: int = 0  # assigned by the store
     time: float = 0.0
 

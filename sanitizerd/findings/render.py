@@ -135,11 +135,19 @@ def _deadlock(finding: Finding) -> Iterator[str]:
     )
 
 
+def _sdc(finding: Finding) -> Iterator[str]:
+    """TorchTitan's message, then where it came from."""
+    yield f"{P} ERROR: {finding.detail}"
+    yield f"{P}    in job {finding.job} session {finding.session} (pid {finding.pid}) on device {finding.device}"
+
+
 _OWN_LAYOUT = {
     **dict.fromkeys(_HAZARDS, _race),
     **dict.fromkeys(_SYNC_TITLES, _sync),
     "deadlock": _deadlock,
     "register_not_reset": _register,
+    "sdc_mismatch": _sdc,
+    "sdc_replica_mismatch": _sdc,
 }
 
 

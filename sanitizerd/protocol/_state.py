@@ -24,7 +24,9 @@ class State(enum.Enum):
     ERROR = "error"
 
 
-PRODUCER_SENDS = frozenset({m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Ipc, m.Log})
+PRODUCER_SENDS = frozenset(
+    {m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Ipc, m.Log, m.Signature}
+)
 CONTROL_SENDS = frozenset({m.JobStart, m.Watch, m.QueryFindings, m.QuerySessions, m.WaitJob})
 
 # (sender, state, client role) -> allowed message types; a missing key allows nothing.

@@ -105,6 +105,32 @@ class Locations(Message, tag="locations"):
     locations: list[Location]
 
 
+class SignatureEntry(msgspec.Struct, kw_only=True, frozen=True):
+    """One entry of a replay signature, named as TorchTitan names them (``loss``, ``rng:cpu``,
+    ``rng:accelerator:{i}``, ``buffer:{i}:{name}``, ``gradient:{i}:{name}``, ``state:python_rng``,
+    ``state:{name}``): its schema (shape, dtype, device; or the state's type) and a 64-bit digest."""
+
+    name: str
+    schema: str = ""
+    digest: int = 0  # uint64
+
+
+class Signature(Message, tag="signature"):
+    """A training step's signature for sdccheck (docs/protocol.md). ``phase`` "replay": replay 0 is the
+    reference run of (step, local_step) and replays 1.. must equal it. ``phase`` "post_all_reduce": the
+    gradients after the data-parallel all-reduce, which every one of the ``replicas`` ranks of
+    ``replica_group`` must agree on."""
+
+    step: int
+    local_step: int = 0
+    replay: int = 0
+    rank: int = -1  # -1: the session's rank from its hello
+    phase: Literal["replay", "post_all_reduce"] = "replay"
+    replica_group: str = ""
+    replicas: int = 0
+    entries: list[SignatureEntry] = []
+
+
 class KernelBegin(Message, tag="kernel_begin"):
     kernel: int  # launch id, unique within the session
     name: str
@@ -244,6 +270,7 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     kernels: int = 0
     events: int = 0
     findings: int = 0
+    signatures: int = 0  # sdccheck signatures received: none sent is not the same as clean
     gid: int = -1
 
 
@@ -298,6 +325,7 @@ AnyMessage = (
     | DeviceSummary
     | Locations
     | KernelBegin
+    | Signature
     | Events
     | KernelEnd
     | HostOp

@@ -3,12 +3,14 @@ their findings, and when they are idle."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import anyio
 import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 
+from sanitizerd.detectors.sdccheck import SdcCheck, SdcFinding
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.ipc import IpcTable
@@ -39,12 +41,18 @@ class Job:
         return not (self.registrations or self.live or self.watchers)
 
 
+SDC_JOBS_KEPT = 256  # jobs whose sdccheck state (references, open replica steps) the daemon keeps
+
+
 class Jobs:
     """Lives on the event loop thread; every method is called from it."""
 
     def __init__(self, default_config: m.Config) -> None:
         self.default_config = default_config
         self._jobs: dict[str, Job] = {}
+        # sdccheck state outlives a job's sessions: ranks of one training job come and go at their own pace (a
+        # fast rank may close before a slow one connects). The most recent jobs' state is kept.
+        self._sdc: OrderedDict[str, SdcCheck] = OrderedDict()
 
     def _get(self, name: str) -> Job:
         job = self._jobs.get(name)
@@ -75,6 +83,14 @@ class Jobs:
         if job is not None and job.config is not None:
             return job.config
         return hello.config or self.default_config
+
+    def signature(self, name: str, signature: m.Signature, rank: int) -> list[SdcFinding]:
+        """sdccheck over every rank of the job (a replay against its reference, replicas against each other)."""
+        sdc = self._sdc.pop(name, None) or SdcCheck()
+        self._sdc[name] = sdc
+        while len(self._sdc) > SDC_JOBS_KEPT:
+            self._sdc.popitem(last=False)
+        return sdc.add(signature, rank)
 
     def ipc_table(self, name: str) -> IpcTable:
         return self._get(name).ipc

@@ -18,7 +18,7 @@ from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.pipeline import drive_detector
-from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Reply, Session
+from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Reply, Session, SignatureReport
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
 
@@ -57,6 +57,11 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 await answer(item)
             case LostRecords(findings=findings):
                 await publish(findings)
+            case SignatureReport(signature=signature, rank=rank):
+                found = hub.jobs.signature(session.job, signature, rank)
+                await publish(
+                    [session.context.finding(f.kind, space="", detail=f.text, replay=f.replay) for f in found]
+                )
             case m.IpcResult():
                 await stream.send(item)
             case ForeignFrees(by_session=by_session):

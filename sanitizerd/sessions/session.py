@@ -50,7 +50,15 @@ class LostRecords:
     findings: list[Finding]
 
 
-Reply = Answer | m.IpcResult | ForeignFrees | LostRecords
+@dataclass(frozen=True, slots=True)
+class SignatureReport:
+    """A replay signature for the job's sdccheck, with the rank it speaks for."""
+
+    signature: m.Signature
+    rank: int
+
+
+Reply = Answer | m.IpcResult | ForeignFrees | LostRecords | SignatureReport
 
 
 @dataclass(slots=True)
@@ -98,6 +106,7 @@ class Session:
         self.kernels_seen = 0
         self.events = 0
         self.errors = 0
+        self.signatures = 0
         self.warnings = 0
         self.end_reason = ""
 
@@ -126,6 +135,7 @@ class Session:
             kernels=self.kernels_seen,
             events=self.events,
             findings=self.errors + self.warnings,
+            signatures=self.signatures,
         )
 
     # --- messages ----------------------------------------------------------------------------------------------
@@ -156,6 +166,9 @@ class Session:
             case m.DeviceSummary():
                 self._device(message)
                 return []
+            case m.Signature():
+                self.signatures += 1
+                return [SignatureReport(message, message.rank if message.rank >= 0 else self.hello.rank)]
         return []
 
     def _ipc(self, ipc: m.Ipc) -> list[Work | Reply]:

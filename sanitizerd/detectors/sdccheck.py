@@ -1,0 +1,140 @@
+"""sdccheck: silent data corruption found by deterministic replay (TorchTitan's SDC replayer; peers.md §1).
+
+A job's ranks send replay signatures (``Signature`` messages): replay 0 of a (step, local step) is the
+reference run, each later replay re-executes the same forward/backward from the restored state and must give
+the same signature. A replay that differs is an ``sdc_mismatch``, named as TorchTitan names it: the first
+differing entry, tensors before state, a schema change before a digest change.
+
+Beyond TorchTitan, ranks that declare themselves data-parallel replicas (one ``replica_group``) send their
+gradients after the all-reduce, which must be bit-identical on every replica: once all ``replicas`` ranks of a
+group have sent a step, a rank whose gradient digests differ from the others' is an ``sdc_replica_mismatch``.
+The check sees every rank of a job, which no single training process can.
+
+Unlike the kernel detectors, this one is per job, not per session: state plus a function over signatures,
+no I/O. The session layer turns what it returns into findings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from sanitizerd.findings.model import Replay
+from sanitizerd.protocol.messages import Signature, SignatureEntry
+
+# Post-all-reduce steps a replica group may have open (some replicas not heard from yet) before the oldest is
+# given up: a rank that died must not make the daemon hold every later step.
+MAX_OPEN_STEPS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class SdcFinding:
+    kind: str  # "sdc_mismatch" | "sdc_replica_mismatch"
+    replay: Replay
+    text: str
+
+
+def _is_state(entry: SignatureEntry) -> bool:
+    return entry.name.startswith("state:")
+
+
+def first_difference(reference: list[SignatureEntry], candidate: list[SignatureEntry]) -> str | None:
+    """The first thing that differs, in TorchTitan's order: tensor schemas, tensor digests, state schemas,
+    state values. None when the signatures are equal."""
+    ref_tensors = [e for e in reference if not _is_state(e)]
+    cand_tensors = [e for e in candidate if not _is_state(e)]
+    if [(e.name, e.schema) for e in ref_tensors] != [(e.name, e.schema) for e in cand_tensors]:
+        return "tensor schema divergence"
+    for ref, cand in zip(ref_tensors, cand_tensors, strict=True):
+        if ref.digest != cand.digest:
+            return ref.name
+    ref_state = [e for e in reference if _is_state(e)]
+    cand_state = [e for e in candidate if _is_state(e)]
+    if [(e.name, e.schema) for e in ref_state] != [(e.name, e.schema) for e in cand_state]:
+        return "state schema divergence"
+    for ref, cand in zip(ref_state, cand_state, strict=True):
+        if ref.digest != cand.digest:
+            return ref.name
+    return None
+
+
+@dataclass(slots=True)
+class SdcCheck:
+    """One job's signatures: the latest reference per rank, the open post-all-reduce steps per replica group,
+    and how many signatures each rank sent (so that a job that sent none is not taken for a clean one)."""
+
+    references: dict[int, tuple[int, int, list[SignatureEntry]]] = field(default_factory=dict)
+    open_steps: dict[str, dict[tuple[int, int], dict[int, list[SignatureEntry]]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    counts: Counter[int] = field(default_factory=Counter)
+
+    def add(self, signature: Signature, rank: int) -> list[SdcFinding]:
+        self.counts[rank] += 1
+        if signature.phase == "post_all_reduce":
+            return self._replica(signature, rank)
+        return self._replay(signature, rank)
+
+    def _replay(self, signature: Signature, rank: int) -> list[SdcFinding]:
+        step, local_step = signature.step, signature.local_step
+        if signature.replay == 0:
+            self.references[rank] = (step, local_step, list(signature.entries))
+            return []
+        reference = self.references.get(rank)
+        if reference is None or reference[:2] != (step, local_step):
+            return []  # no reference for this step (sent before the daemon was there): nothing to compare with
+        name = first_difference(reference[2], list(signature.entries))
+        if name is None:
+            return []
+        replay = Replay(step=step, local_step=local_step, replay=signature.replay, rank=rank, signature=name)
+        text = (
+            f"SDC replay mismatch: step={step}, local_step={local_step}, replay={signature.replay}, rank={rank}, "
+            f"signature={name!r}"
+        )
+        return [SdcFinding("sdc_mismatch", replay, text)]
+
+    def _replica(self, signature: Signature, rank: int) -> list[SdcFinding]:
+        group = self.open_steps[signature.replica_group]
+        key = (signature.step, signature.local_step)
+        ranks = group.setdefault(key, {})
+        ranks[rank] = [e for e in signature.entries if e.name.startswith("gradient:")]
+        if len(ranks) < max(signature.replicas, 2):
+            if len(group) > MAX_OPEN_STEPS:
+                del group[min(group)]
+            return []
+        del group[key]
+        return self._disagreeing(signature, ranks)
+
+    def _disagreeing(self, signature: Signature, ranks: dict[int, list[SignatureEntry]]) -> list[SdcFinding]:
+        """Ranks whose gradients differ from what most replicas hold (on a tie, from the lowest rank's)."""
+        findings = []
+        order = sorted(ranks)
+        names = [e.name for e in ranks[order[0]]]
+        for rank in order:
+            for i, name in enumerate(names):
+                digests = [_digest(ranks[r], i, name) for r in order]
+                votes = Counter(digests)
+                majority = max(votes.items(), key=lambda item: (item[1], -digests.index(item[0])))[0]
+                mine = _digest(ranks[rank], i, name)
+                if mine == majority:
+                    continue
+                agree = len(order) - votes[mine]
+                replay = Replay(
+                    step=signature.step, local_step=signature.local_step, rank=rank, signature=name,
+                    replica_group=signature.replica_group,
+                )  # fmt: skip
+                text = (
+                    f"SDC replica mismatch: step={signature.step}, local_step={signature.local_step}, rank={rank}, "
+                    f"replica_group={signature.replica_group!r}, signature={name!r} differs from {agree} of "
+                    f"{len(order) - 1} other replica(s)"
+                )
+                findings.append(SdcFinding("sdc_replica_mismatch", replay, text))
+                break  # the first differing entry names the rank's disagreement
+        return findings
+
+
+def _digest(entries: list[SignatureEntry], i: int, name: str) -> int | None:
+    """The digest of entry ``name`` (at ``i`` when the ranks list entries alike); None when it is missing."""
+    if i < len(entries) and entries[i].name == name:
+        return entries[i].digest
+    return next((e.digest for e in entries if e.name == name), None)

@@ -1,0 +1,150 @@
+"""sdccheck: replay signatures against their reference (TorchTitan's message) and data-parallel replicas
+against each other; unit tests of the checker, then real ranks (client processes) of one job on a real daemon."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from sanitizerd.detectors.sdccheck import SdcCheck, first_difference
+from sanitizerd.findings.render import render_text
+from sanitizerd.protocol.messages import Signature, SignatureEntry
+from tests.conftest import ROOT, RunningDaemon, sanitizerd
+
+
+def entries(**digests: int) -> list[SignatureEntry]:
+    """Entries in order, named by keyword: ``rng_cpu`` is ``rng:cpu``, ``gradient_0_w`` is ``gradient:0:w``,
+    ``state_python_rng`` is ``state:python_rng``."""
+    out = []
+    for key, digest in digests.items():
+        kind, _, rest = key.partition("_")
+        name = f"state:{rest}" if kind == "state" else ":".join(key.split("_"))
+        out.append(SignatureEntry(name=name, schema="((4,), 'torch.float32', 'cpu')", digest=digest))
+    return out
+
+
+BASE = {"loss": 1, "rng_cpu": 2, "gradient_0_weight": 3, "gradient_0_bias": 4, "state_python_rng": 5}
+
+
+class TestReplay:
+    def test_equal_replays_are_clean(self) -> None:
+        check = SdcCheck()
+        assert check.add(Signature(step=1, replay=0, entries=entries(**BASE)), rank=0) == []
+        assert check.add(Signature(step=1, replay=1, entries=entries(**BASE)), rank=0) == []
+        assert check.counts == {0: 2}
+
+    def test_first_differing_gradient_is_named_in_torchtitans_words(self) -> None:
+        check = SdcCheck()
+        check.add(Signature(step=3, local_step=1, replay=0, entries=entries(**BASE)), rank=2)
+        bad = entries(**{**BASE, "gradient_0_bias": 99, "state_python_rng": 98})
+        (found,) = check.add(Signature(step=3, local_step=1, replay=1, entries=bad), rank=2)
+        assert found.kind == "sdc_mismatch"
+        assert found.text == "SDC replay mismatch: step=3, local_step=1, replay=1, rank=2, signature='gradient:0:bias'"
+
+    def test_tensors_before_state_and_schema_before_digest(self) -> None:
+        ref = entries(**BASE)
+        assert first_difference(ref, entries(**{**BASE, "state_python_rng": 0})) == "state:python_rng"
+        reshaped = [*ref[:2], SignatureEntry(name="gradient:0:weight", schema="((8,),)", digest=3), *ref[3:]]
+        assert first_difference(ref, reshaped) == "tensor schema divergence"
+        assert first_difference(ref, [*ref, SignatureEntry(name="state:ntokens_seen")]) == "state schema divergence"
+
+    def test_a_replay_without_its_reference_is_not_compared(self) -> None:
+        check = SdcCheck()
+        check.add(Signature(step=1, replay=0, entries=entries(**BASE)), rank=0)
+        assert check.add(Signature(step=2, replay=1, entries=entries(loss=7)), rank=0) == []
+
+
+class TestReplicas:
+    def test_the_rank_that_disagrees_after_all_reduce_is_named(self) -> None:
+        check = SdcCheck()
+        good = entries(loss=1, gradient_0_weight=3, gradient_0_bias=4)
+        bad = entries(loss=1, gradient_0_weight=3, gradient_0_bias=5)
+        found = []
+        for rank, sent in enumerate((good, good, bad, good)):
+            sig = Signature(step=1, phase="post_all_reduce", replica_group="dp", replicas=4, entries=sent)
+            found += check.add(sig, rank=rank)
+        assert [(f.kind, f.replay.rank, f.replay.signature) for f in found] == [
+            ("sdc_replica_mismatch", 2, "gradient:0:bias")
+        ]
+        assert "differs from 3 of 3 other replica(s)" in found[0].text
+
+    def test_nothing_is_judged_before_every_replica_reported(self) -> None:
+        check = SdcCheck()
+        sig = Signature(
+            step=1, phase="post_all_reduce", replica_group="dp", replicas=3, entries=entries(gradient_0_w=1)
+        )
+        assert check.add(sig, rank=0) == []
+        other = Signature(
+            step=1, phase="post_all_reduce", replica_group="dp", replicas=3, entries=entries(gradient_0_w=2)
+        )
+        assert check.add(other, rank=1) == []
+
+
+RANK = textwrap.dedent(
+    """
+    import sys
+    from client_shim.client import Client
+    socket, job, rank, bad_rank = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    c = Client(socket, job=job, rank=rank, world_size=4, device=rank)
+    base = [("loss", "((), 'torch.float32', 'cpu')", 11), ("rng:cpu", "((5056,), 'torch.uint8', 'cpu')", 12),
+            ("gradient:0:weight", "((4, 4), 'torch.float32', 'cpu')", 13), ("state:python_rng", "tuple", 14)]
+    c.signature(1, base, local_step=1, replay=0)
+    replay = [(n, s, d + 1 if (rank == bad_rank and n.startswith("gradient:")) else d) for n, s, d in base]
+    c.signature(1, replay, local_step=1, replay=1)
+    reduced = [e for e in base if e[0].startswith("gradient:")]
+    if rank == bad_rank + 1:  # a different rank's all-reduced gradient is changed after the collective
+        reduced = [(n, s, d ^ 0x80) for n, s, d in reduced]
+    c.signature(1, reduced, phase="post_all_reduce", replica_group="dp", replicas=4)
+    c.close()
+    """
+)
+
+
+def run_ranks(daemon: RunningDaemon, job: str, bad_rank: int) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RANK, str(daemon.socket), job, str(rank), str(bad_rank)], cwd=ROOT)
+        for rank in range(4)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0, 0]
+
+
+def findings(daemon: RunningDaemon, job: str) -> list[dict]:
+    result = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
+    return json.loads(result.stdout)
+
+
+def test_four_ranks_one_corrupted_replay_and_one_disagreeing_replica(daemon: RunningDaemon) -> None:
+    """Rank 2's replay differs from its reference: one sdc_mismatch naming step 1, rank 2 and a gradient entry;
+    rank 3's all-reduced gradient differs from the other three replicas: named by the cross-replica check;
+    every rank's signatures are counted."""
+    run_ranks(daemon, "ddp-bad", bad_rank=2)
+    found = sorted(findings(daemon, "ddp-bad"), key=lambda f: f["kind"])
+    assert [f["kind"] for f in found] == ["sdc_mismatch", "sdc_replica_mismatch"]
+    mismatch, replica = found
+    assert mismatch["detail"] == (
+        "SDC replay mismatch: step=1, local_step=1, replay=1, rank=2, signature='gradient:0:weight'"
+    )
+    assert (replica["replay"]["rank"], replica["replay"]["signature"]) == (3, "gradient:0:weight")
+    sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
+    mine = [s for s in sessions if s["job"] == "ddp-bad"]
+    assert sorted((s["rank"], s["signatures"]) for s in mine) == [(0, 3), (1, 3), (2, 3), (3, 3)]
+
+
+def test_clean_ranks_have_no_finding(daemon: RunningDaemon) -> None:
+    run_ranks(daemon, "ddp-clean", bad_rank=-5)
+    assert findings(daemon, "ddp-clean") == []
+
+
+def test_report_text() -> None:
+    check = SdcCheck()
+    check.add(Signature(step=1, replay=0, entries=entries(**BASE)), rank=0)
+    (found,) = check.add(Signature(step=1, replay=1, entries=entries(**{**BASE, "loss": 0})), rank=0)
+    from sanitizerd.findings.model import make_finding
+
+    finding = make_finding(found.kind, job="j", session=4, pid=9, device=1, detail=found.text, replay=found.replay)
+    assert render_text([finding]).splitlines() == [
+        "====== ERROR: SDC replay mismatch: step=1, local_step=0, replay=1, rank=0, signature='loss'",
+        "======    in job j session 4 (pid 9) on device 1",
+    ]
