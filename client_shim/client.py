@@ -406,7 +406,14 @@ class Client:
 
 
 def connect(**kwargs: object) -> Client:
-    """Connect with the environment ``sanitizerd run`` sets (socket, job), closing at interpreter exit."""
+    """Connect with the environment ``sanitizerd run`` sets (socket, job), closing at interpreter exit. A process
+    that attached at start-up (``client_shim.attach``) gets that client: one session per process."""
+    from client_shim import attach
+
+    if attach.enabled() and "socket_path" not in kwargs:
+        attached = attach.client(**kwargs)  # in a forked child it opens a session of its own when it first sends
+        if attached is not None:
+            return attached
     if SOCKET_ENV not in os.environ and "socket_path" not in kwargs:
         raise ClientError(f"{SOCKET_ENV} is not set: run the program under `sanitizerd run`, or pass socket_path")
     client = Client(**kwargs)  # type: ignore[arg-type]

@@ -235,6 +235,24 @@ CONTROL_MESSAGES: list[tuple[str, m.Message]] = [
     ("client", m.Watch(job="demo")),
     ("client", m.QueryFindings(job="demo", session=3)),
     ("client", m.QuerySessions()),
+    ("client", m.QueryJobs()),
+    (
+        "server",
+        m.Jobs(
+            jobs=[
+                m.JobInfo(
+                    job="ddp",
+                    state="live",
+                    sessions=4,
+                    live=4,
+                    ranks=[0, 1, 2, 3],
+                    devices=[0, 1, 2, 3],
+                    signatures={0: 3, 1: 3, 2: 3, 3: 3},
+                    started=1.5,
+                )
+            ]
+        ),
+    ),
     ("client", m.WaitJob(job="demo")),
     ("server", m.Findings(findings=[FINDING, Finding(kind="memory_leak", severity="warning")])),
     (

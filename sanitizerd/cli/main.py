@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
         "--max-race-events", type=_positive(int), default=limits.max_race_events, metavar="N",
         help="events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked",
     )  # fmt: skip
+    serve.add_argument(
+        "--job-grace", type=_positive(float), default=limits.job_grace, metavar="S",
+        help="seconds a job whose last session closed is shown as ending, for ranks that restart",
+    )  # fmt: skip
 
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")
 
@@ -56,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_text in (
         ("findings", "print findings from a running daemon"),
         ("sessions", "list sessions"),
+        ("jobs", "list jobs: sessions grouped by job, with ranks, devices and sdccheck signatures"),
     ):
         query = commands.add_parser(name, help=help_text)
         query.add_argument("--socket", type=Path, default=None)
@@ -89,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 queue_depth=args.queue_depth,
                 detector_threads=args.detector_threads,
                 max_race_events=args.max_race_events,
+                job_grace=args.job_grace,
             ),
         )
         return run_daemon(settings)
@@ -96,12 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         from sanitizerd.cli.replay import replay
 
         return replay(args.file, socket=str(args.socket) if args.socket else None, fmt=args.format)
-    if args.command in ("findings", "sessions"):
+    if args.command in ("findings", "sessions", "jobs"):
         from sanitizerd.cli import query
 
         socket = str(args.socket or default_socket_path())
         if args.command == "findings":
             return query.findings(socket, job=args.job, session=args.session, fmt=args.format)
+        if args.command == "jobs":
+            return query.jobs(socket, fmt=args.format)
         return query.sessions(socket, fmt=args.format)
     _parser().print_help()
     return 2

@@ -1,4 +1,4 @@
-"""``sanitizerd findings`` and ``sanitizerd sessions``: ask a running daemon."""
+"""``sanitizerd findings``, ``sanitizerd sessions`` and ``sanitizerd jobs``: ask a running daemon."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import msgspec
 
 from client_shim.transport import ClientError
 from sanitizerd.cli.control import ControlClient
-from sanitizerd.findings.render import render_json, render_text
+from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.protocol import messages as m
 
 
@@ -49,3 +49,29 @@ def sessions(socket: str, *, fmt: str) -> int:
             f"{s.findings:>8} {started}"
         )
     return 0
+
+
+def jobs(socket: str, *, fmt: str) -> int:
+    try:
+        with ControlClient(socket) as control:
+            reply = control.request(m.QueryJobs())
+    except ClientError as exc:
+        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+        return 1
+    assert isinstance(reply, m.Jobs)
+    if fmt == "json":
+        sys.stdout.write(msgspec.json.encode(reply.jobs).decode() + "\n")
+        return 0
+    print(f"{'JOB':28} {'STATE':7} {'SESSIONS':>8} {'LIVE':>4} {'RANKS':12} {'DEVICES':12} {'EVENTS':>12} "
+          f"{'FINDINGS':>8} SIGNATURES")  # fmt: skip
+    for j in reply.jobs:
+        signatures = ",".join(f"{rank}:{n}" for rank, n in j.signatures.items()) if any(j.signatures.values()) else "-"
+        print(
+            f"{j.job[:28]:28} {j.state:7} {j.sessions:>8} {j.live:>4} {_ids(j.ranks):12} {_ids(j.devices):12} "
+            f"{j.events:>12} {j.findings:>8} {signatures}"
+        )
+    return 0
+
+
+def _ids(ids: list[int]) -> str:
+    return block_list(ids) or "-"

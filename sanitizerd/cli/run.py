@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from client_shim.attach import ATTACH_ENV, hook_dir
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError
 from sanitizerd import __version__
 from sanitizerd.cli.control import ControlClient
@@ -157,9 +158,17 @@ def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: 
             f"{PREFIX} WARNING: job {job}: no records received: {program} never connected to sanitizerd, so "
             f"nothing was checked. Is it instrumented (client_shim, or the runtime hooks)?"
         )
+    found = f"{reporter.errors} error(s), {reporter.warnings} warning(s)"
+    if not (idle.kernels or idle.events or idle.signatures or reporter.errors or reporter.warnings):
+        # Python processes attach at start-up: a session alone does not mean anything was sent to check.
+        return (
+            f"{PREFIX} WARNING: job {job}: no records received: {idle.sessions} session(s) attached but sent no "
+            f"kernel launch or replay signature, so nothing was checked; {found}"
+        )
+    signatures = f", {idle.signatures} replay signature(s)" if idle.signatures else ""
     return (
         f"{PREFIX} SUMMARY: job {job}: {idle.sessions} session(s), {idle.kernels} kernel(s), "
-        f"{idle.events} device event(s) checked; {reporter.errors} error(s), {reporter.warnings} warning(s)"
+        f"{idle.events} device event(s){signatures} checked; {found}"
         + ("" if reporter.errors or reporter.warnings else ". No error detected.")
     )
 
@@ -235,7 +244,9 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
     reporter = Reporter(control, out, _SHOWN.get(options.config.log_level, _SHOWN["warn"]), save=save)
     reporter.thread.start()
 
-    env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job})
+    env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"})
+    # Python processes of the job (torchrun's workers included) attach at start-up through this sitecustomize.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook_dir()), os.environ.get("PYTHONPATH", "")) if p)
     try:
         child = subprocess.Popen(options.program, executable=options.executable, env=env)
     except OSError as exc:

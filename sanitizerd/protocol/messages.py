@@ -282,6 +282,31 @@ class Sessions(Message, tag="sessions"):
     sessions: list[SessionInfo]
 
 
+class JobInfo(msgspec.Struct, kw_only=True):
+    """One job as ``sanitizerd jobs`` shows it: its sessions grouped, with their ranks and devices."""
+
+    job: str
+    state: str  # live | ending (its last session closed less than the grace period ago) | ended
+    sessions: int = 0
+    live: int = 0
+    ranks: list[int] = []
+    devices: list[int] = []
+    kernels: int = 0
+    events: int = 0
+    findings: int = 0
+    signatures: dict[int, int] = {}  # rank -> sdccheck signatures sent
+    started: float = 0.0
+    ended: float = 0.0
+
+
+class QueryJobs(Message, tag="query_jobs"):
+    pass
+
+
+class Jobs(Message, tag="jobs"):
+    jobs: list[JobInfo]
+
+
 class WaitJob(Message, tag="wait_job"):
     """Answered with ``job_idle`` once no producer session of the job is live."""
 
@@ -315,6 +340,7 @@ class JobIdle(Message, tag="job_idle"):
     kernels: int
     events: int
     findings: int
+    signatures: int = 0
 
 
 AnyMessage = (
@@ -325,6 +351,8 @@ AnyMessage = (
     | DeviceSummary
     | Locations
     | KernelBegin
+    | QueryJobs
+    | Jobs
     | Signature
     | Events
     | KernelEnd

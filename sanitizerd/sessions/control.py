@@ -6,12 +6,15 @@ and replies keep their order: a ``job_idle`` always follows the findings publish
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import structlog
 
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.jobview import summarize
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 
 log = structlog.get_logger("sanitizerd.control")
@@ -54,6 +57,11 @@ async def serve_control(hub: Hub, stream: MessageStream) -> None:
                             ended = await hub.store_call(hub.store.ended_sessions)
                             live = [s.info() for s in hub.live.values()]
                             await outbound_send.send(m.Sessions(sessions=ended + live))
+                        case m.QueryJobs():
+                            ended = await hub.store_call(hub.store.ended_sessions)
+                            every = ended + [s.info() for s in hub.live.values()]
+                            jobs = summarize(every, now=time.time(), grace=hub.limits.job_grace)
+                            await outbound_send.send(m.Jobs(jobs=jobs))
             except RemoteProtocolError as exc:
                 await hub.refuse(stream, exc.reason, str(exc), connection="control")
             except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):

@@ -18,6 +18,7 @@ from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import Jobs
+from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
 from sanitizerd.sessions.session import Session
 from sanitizerd.sessions.transport import MessageStream
 
@@ -39,6 +40,8 @@ class Limits:
     detector_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
     # Events racecheck holds for one kernel launch (56 bytes each): it checks a launch only once it has ended.
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
+    # How long a job whose last session closed still counts as "ending" (its ranks may restart), not ended.
+    job_grace: float = DEFAULT_JOB_GRACE
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ class Job:
     kernels: int = 0
     events: int = 0
     findings: int = 0
+    signatures: int = 0
     ipc: IpcTable = field(default_factory=IpcTable)
 
     def __post_init__(self) -> None:
@@ -108,6 +109,7 @@ class Jobs:
         job.ipc.session_ended(info.session)
         job.kernels += info.kernels
         job.events += info.events
+        job.signatures += info.signatures
         if not job.live:
             job.idle.set()
         self._forget_if_unused(job)
@@ -169,4 +171,7 @@ class Jobs:
         while job.live:
             await job.idle.wait()
         self._forget_if_unused(job)
-        return m.JobIdle(job=name, sessions=job.sessions, kernels=job.kernels, events=job.events, findings=job.findings)
+        return m.JobIdle(
+            job=name, sessions=job.sessions, kernels=job.kernels, events=job.events, findings=job.findings,
+            signatures=job.signatures,
+        )  # fmt: skip

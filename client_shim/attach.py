@@ -1,0 +1,161 @@
+"""Automatic attach: a Python process joins sanitizerd at start-up when its environment asks for it.
+
+``sanitizerd run`` asks (it sets ``SANITIZERD_ATTACH=1`` and puts ``client_shim/_autoattach`` on
+``PYTHONPATH``, whose ``sitecustomize`` calls ``attach()``), and so does ``SANITIZERD_ATTACH=1`` with the hook
+installed in the environment (``python -m client_shim.attach install`` writes a ``.pth`` line that calls
+``attach()`` only when the variable is set: otherwise the cost is one environment lookup).
+
+The job identity comes from the launcher: ``SANITIZERD_JOB`` wins; then torchrun's ``TORCHELASTIC_RUN_ID``
+(with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``); then Ascend's launch environment (``RANK_ID``,
+``ASCEND_DEVICE_ID``, ``ASCEND_RT_VISIBLE_DEVICES``, ``RANK_TABLE_FILE``); then ``MASTER_ADDR:MASTER_PORT``.
+
+The session opens when the process first sends (a replay signature, a kernel launch, ``connect()``), with the
+launcher's identity and whatever ``connect`` adds: one session per process. A daemon that is absent, or goes
+away, never breaks the program: it warns once on stderr and the process runs unchecked, saying so. A forked
+child gets a session of its own the first time it sends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from client_shim.client import Client
+from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, default_socket
+
+ATTACH_ENV = "SANITIZERD_ATTACH"
+PTH_NAME = "sanitizerd-attach.pth"
+# One line: a .pth line that starts with "import" is executed at every interpreter start-up.
+PTH_LINE = f'import os; os.environ.get("{ATTACH_ENV}") == "1" and __import__("client_shim.attach").attach.attach()\n'
+
+_lock = threading.Lock()
+_enabled = False  # the environment asked to attach and a daemon socket was there at start-up
+_client: Client | None = None
+_warned = False
+
+
+def identity(environ: Mapping[str, str]) -> dict[str, object]:
+    """The job, rank, local rank, world size and device this process speaks for, from its launcher."""
+
+    def number(*names: str, default: int = -1) -> int:
+        for name in names:
+            value = environ.get(name, "")
+            if value.strip().lstrip("-").isdigit():
+                return int(value)
+        return default
+
+    rank = number("RANK", "RANK_ID")
+    local_rank = number("LOCAL_RANK", "LOCAL_RANK_ID")
+    device = number("ASCEND_DEVICE_ID", "DEVICE_ID")
+    if device < 0 and local_rank >= 0:
+        visible = [v for v in environ.get("ASCEND_RT_VISIBLE_DEVICES", "").split(",") if v.strip().isdigit()]
+        device = int(visible[local_rank]) if local_rank < len(visible) else local_rank
+    job = environ.get(JOB_ENV, "")
+    if not job and environ.get("TORCHELASTIC_RUN_ID"):
+        job = f"torchrun-{environ['TORCHELASTIC_RUN_ID']}"
+    if not job and environ.get("RANK_TABLE_FILE"):
+        job = f"ranktable-{Path(environ['RANK_TABLE_FILE']).stem}"
+    if not job and environ.get("MASTER_ADDR"):
+        job = f"{environ['MASTER_ADDR']}:{environ.get('MASTER_PORT', '')}"
+    return {
+        "job": job,
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": number("WORLD_SIZE", "RANK_SIZE", default=0),
+        "device": device,
+    }
+
+
+def attach(environ: Mapping[str, str] | None = None) -> bool:
+    """At start-up: whether this process will report to sanitizerd. The session itself opens with the first
+    thing the process sends (``client()``), so that it carries the identity the program gives ``connect``.
+    A daemon socket that is not there is said once, now."""
+    global _enabled
+    env = os.environ if environ is None else environ
+    if env.get(ATTACH_ENV) != "1":
+        return False
+    socket_path = Path(env[SOCKET_ENV]) if env.get(SOCKET_ENV) else default_socket()
+    if not socket_path.exists():
+        warn(f"cannot attach to sanitizerd: no daemon socket at {socket_path}")
+        return False
+    _enabled = True
+    return True
+
+
+def client(**overrides: object) -> Client | None:
+    """This process's client, connecting on first call (the launcher's identity, ``overrides`` on top); None,
+    after one warning, when the daemon cannot be reached."""
+    global _client
+    with _lock:
+        if _client is not None or not _enabled:
+            return _client
+        fields = {**identity(os.environ), **overrides}
+        try:
+            _client = Client(**fields)  # type: ignore[arg-type]
+        except (ClientError, OSError) as exc:
+            _disable(f"cannot attach to sanitizerd ({exc})")
+            return None
+        import atexit
+
+        atexit.register(_close)
+        return _client
+
+
+def attached() -> Client | None:
+    """The client ``client()`` made, if any (without connecting)."""
+    return _client
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def warn(reason: str) -> None:
+    """Say once that this process runs unchecked, and why; later calls are silent."""
+    global _warned
+    if not _warned:
+        _warned = True
+        print(f"[sanitizerd] WARNING: {reason}; this process runs unchecked.", file=sys.stderr, flush=True)
+
+
+def detach(reason: str) -> None:
+    """The daemon went away: stop sending, say so once."""
+    _disable(f"lost sanitizerd ({reason})")
+
+
+def _disable(reason: str) -> None:
+    global _client, _enabled
+    _client, _enabled = None, False
+    warn(reason)
+
+
+def _close() -> None:
+    client = _client
+    if client is not None:
+        try:
+            client.close(timeout=10)
+        except (ClientError, OSError, TimeoutError) as exc:
+            warn(f"sanitizerd did not confirm the end of the session ({exc})")
+
+
+def install(site_packages: str | None = None) -> Path:
+    """Write the start-up hook into this environment's site-packages (or ``site_packages``)."""
+    target = Path(site_packages or sysconfig.get_paths()["purelib"]) / PTH_NAME
+    target.write_text(PTH_LINE)
+    return target
+
+
+def hook_dir() -> Path:
+    """The directory ``sanitizerd run`` puts on ``PYTHONPATH``: its ``sitecustomize`` attaches."""
+    return Path(__file__).resolve().parent / "_autoattach"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["install"]:
+        print(f"installed {install()}: processes attach when {ATTACH_ENV}=1")
+    else:
+        raise SystemExit("usage: python -m client_shim.attach install")
