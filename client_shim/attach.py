@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from client_shim.client import Client
-from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, default_socket
+from client_shim.transport import JOB_ENV, ClientError
 
 ATTACH_ENV = "SANITIZERD_ATTACH"
 PTH_NAME = "sanitizerd-attach.pth"
@@ -71,19 +71,13 @@ def identity(environ: Mapping[str, str]) -> dict[str, object]:
 
 
 def attach(environ: Mapping[str, str] | None = None) -> bool:
-    """At start-up: whether this process will report to sanitizerd. The session itself opens with the first
-    thing the process sends (``client()``), so that it carries the identity the program gives ``connect``.
-    A daemon socket that is not there is said once, now."""
+    """At start-up: whether this process will report to sanitizerd. The session opens with the first thing the
+    process sends (``client()``), so that it carries the identity the program gives ``connect``, and a process
+    that never sends anything (a launcher) neither connects nor warns."""
     global _enabled
     env = os.environ if environ is None else environ
-    if env.get(ATTACH_ENV) != "1":
-        return False
-    socket_path = Path(env[SOCKET_ENV]) if env.get(SOCKET_ENV) else default_socket()
-    if not socket_path.exists():
-        warn(f"cannot attach to sanitizerd: no daemon socket at {socket_path}")
-        return False
-    _enabled = True
-    return True
+    _enabled = env.get(ATTACH_ENV) == "1"
+    return _enabled
 
 
 def client(**overrides: object) -> Client | None:

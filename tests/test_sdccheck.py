@@ -8,9 +8,10 @@ import subprocess
 import sys
 import textwrap
 
-from sanitizerd.detectors.sdccheck import SdcCheck, first_difference
+from sanitizerd.detectors.sdccheck import SdcCheck
 from sanitizerd.findings.render import render_text
 from sanitizerd.protocol.messages import Signature, SignatureEntry
+from sanitizerd.protocol.replay import first_difference
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 
 

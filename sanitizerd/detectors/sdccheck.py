@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from sanitizerd.findings.model import Replay
 from sanitizerd.protocol.messages import Signature, SignatureEntry
+from sanitizerd.protocol.replay import first_difference
 
 # Post-all-reduce steps a replica group may have open (some replicas not heard from yet) before the oldest is
 # given up: a rank that died must not make the daemon hold every later step.
@@ -32,30 +33,6 @@ class SdcFinding:
     kind: str  # "sdc_mismatch" | "sdc_replica_mismatch"
     replay: Replay
     text: str
-
-
-def _is_state(entry: SignatureEntry) -> bool:
-    return entry.name.startswith("state:")
-
-
-def first_difference(reference: list[SignatureEntry], candidate: list[SignatureEntry]) -> str | None:
-    """The first thing that differs, in TorchTitan's order: tensor schemas, tensor digests, state schemas,
-    state values. None when the signatures are equal."""
-    ref_tensors = [e for e in reference if not _is_state(e)]
-    cand_tensors = [e for e in candidate if not _is_state(e)]
-    if [(e.name, e.schema) for e in ref_tensors] != [(e.name, e.schema) for e in cand_tensors]:
-        return "tensor schema divergence"
-    for ref, cand in zip(ref_tensors, cand_tensors, strict=True):
-        if ref.digest != cand.digest:
-            return ref.name
-    ref_state = [e for e in reference if _is_state(e)]
-    cand_state = [e for e in candidate if _is_state(e)]
-    if [(e.name, e.schema) for e in ref_state] != [(e.name, e.schema) for e in cand_state]:
-        return "state schema divergence"
-    for ref, cand in zip(ref_state, cand_state, strict=True):
-        if ref.digest != cand.digest:
-            return ref.name
-    return None
 
 
 @dataclass(slots=True)

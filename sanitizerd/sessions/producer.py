@@ -58,10 +58,13 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
             case LostRecords(findings=findings):
                 await publish(findings)
             case SignatureReport(signature=signature, rank=rank):
-                found = hub.jobs.signature(session.job, signature, rank)
-                await publish(
-                    [session.context.finding(f.kind, space="", detail=f.text, replay=f.replay) for f in found]
-                )
+                for f in hub.jobs.signature(session.job, signature, rank):
+                    # A replica's disagreement belongs to the rank it names, which may be another session.
+                    owner = next(
+                        (s for s in hub.live.values() if s.job == session.job and s.hello.rank == f.replay.rank),
+                        session,
+                    )
+                    await hub.publish(owner, [owner.context.finding(f.kind, space="", detail=f.text, replay=f.replay)])
             case m.IpcResult():
                 await stream.send(item)
             case ForeignFrees(by_session=by_session):
