@@ -38,6 +38,9 @@ def test_clean_training_one_job_four_ranks_no_finding(daemon: RunningDaemon) -> 
     assert "No error detected." in stdout
     assert (view["sessions"], view["ranks"], view["devices"]) == (4, [0, 1, 2, 3], [0, 1, 2, 3])
     assert set(view["signatures"]) == {"0", "1", "2", "3"} and all(n > 0 for n in view["signatures"].values())
+    text = sanitizerd("jobs", "--socket", str(daemon.socket)).stdout
+    (line,) = [line for line in text.splitlines() if line.startswith(view["job"][:28])]
+    assert line.split()[1:5] == [view["state"], "4", "0", "0-3"]
 
 
 def test_a_corrupted_replay_on_rank_2_at_step_1(daemon: RunningDaemon) -> None:
