@@ -13,14 +13,22 @@ from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.protocol import messages as m
 
 
-def findings(socket: str, *, job: str, session: int, fmt: str) -> int:
+def _ask(socket: str, query: m.Message, answer: type[m.Message]) -> m.Message | None:
+    """One question to the daemon; None (after saying why on stderr) when it cannot be asked."""
     try:
         with ControlClient(socket) as control:
-            reply = control.request(m.QueryFindings(job=job, session=session))
+            reply = control.request(query)
     except ClientError as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+        return None
+    assert isinstance(reply, answer)
+    return reply
+
+
+def findings(socket: str, *, job: str, session: int, fmt: str) -> int:
+    reply = _ask(socket, m.QueryFindings(job=job, session=session), m.Findings)
+    if not isinstance(reply, m.Findings):
         return 1
-    assert isinstance(reply, m.Findings)
     if fmt == "json":
         sys.stdout.write(render_json(reply.findings).decode() + "\n")
     else:
@@ -30,13 +38,9 @@ def findings(socket: str, *, job: str, session: int, fmt: str) -> int:
 
 
 def sessions(socket: str, *, fmt: str) -> int:
-    try:
-        with ControlClient(socket) as control:
-            reply = control.request(m.QuerySessions())
-    except ClientError as exc:
-        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+    reply = _ask(socket, m.QuerySessions(), m.Sessions)
+    if not isinstance(reply, m.Sessions):
         return 1
-    assert isinstance(reply, m.Sessions)
     if fmt == "json":
         sys.stdout.write(msgspec.json.encode(reply.sessions).decode() + "\n")
         return 0
@@ -52,13 +56,9 @@ def sessions(socket: str, *, fmt: str) -> int:
 
 
 def jobs(socket: str, *, fmt: str) -> int:
-    try:
-        with ControlClient(socket) as control:
-            reply = control.request(m.QueryJobs())
-    except ClientError as exc:
-        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+    reply = _ask(socket, m.QueryJobs(), m.Jobs)
+    if not isinstance(reply, m.Jobs):
         return 1
-    assert isinstance(reply, m.Jobs)
     if fmt == "json":
         sys.stdout.write(msgspec.json.encode(reply.jobs).decode() + "\n")
         return 0
