@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
@@ -28,6 +29,7 @@ from sanitizerd.sessions.hub import Hub, Limits
 from sanitizerd.sessions.producer import serve_producer
 from sanitizerd.sessions.session import Peer, Session
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
+from sanitizerd.systemd import Notifier, listen_sockets
 
 log = structlog.get_logger("sanitizerd.daemon")
 
@@ -99,34 +101,55 @@ class Daemon:
 
     async def serve(self, *, task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
-        claim_socket_path(settings.socket_path)
+        notifier = Notifier()
+        activated = listen_sockets()
+        if not activated:
+            claim_socket_path(settings.socket_path)
         store = FindingsStore(settings.state_dir / "sanitizerd.db")
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
         self.metrics.queue_depth(hub.queued)
         if settings.metrics_addr:
             self.metrics.serve(settings.metrics_addr)
-        listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+        if activated:  # systemd owns the socket file: never unlink it
+            listener = await anyio.abc.SocketListener.from_socket(activated[0])
+            socket_path = Path(activated[0].getsockname())
+        else:
+            listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+            socket_path = settings.socket_path
         log.info(
             "serving",
-            socket=str(settings.socket_path),
+            socket=str(socket_path),
+            activated=bool(activated),
             state_dir=str(settings.state_dir),
             metrics=settings.metrics_addr,
             version=__version__,
         )
         try:
             async with listener, anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_signals, tg.cancel_scope)
-                task_status.started(settings.socket_path)
+                tg.start_soon(self._watch_signals, tg.cancel_scope, notifier)
+                if notifier.watchdog_interval:
+                    tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
+                task_status.started(socket_path)
+                notifier.ready(f"serving on {socket_path}")
                 await listener.serve(self._handle, task_group=tg)
         finally:
-            settings.socket_path.unlink(missing_ok=True)
+            if not activated:
+                settings.socket_path.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
 
-    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+    @staticmethod
+    async def _watchdog(notifier: Notifier, interval: float) -> None:
+        """Ping from the event loop itself: a stalled loop stops pinging, and systemd restarts the daemon."""
+        while True:
+            notifier.watchdog()
+            await anyio.sleep(interval)
+
+    async def _watch_signals(self, scope: anyio.CancelScope, notifier: Notifier) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("signal received, shutting down", signal=signal.Signals(signum).name)
+                notifier.stopping(f"shutting down on {signal.Signals(signum).name}")
                 scope.cancel()
                 return
 
