@@ -107,7 +107,10 @@ class Daemon:
             claim_socket_path(settings.socket_path)
         store = FindingsStore(settings.state_dir / "sanitizerd.db")
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
-        self.metrics.queue_depth(hub.queued)
+        self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
+        self.metrics.gauges(jobs_live=hub.jobs_live)
+        ready = anyio.Event()
+        self.metrics.readiness(ready.is_set)
         if settings.metrics_addr:
             self.metrics.serve(settings.metrics_addr)
         if activated:  # systemd owns the socket file: never unlink it
@@ -131,6 +134,7 @@ class Daemon:
                     tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
                 task_status.started(socket_path)
                 notifier.ready(f"serving on {socket_path}")
+                ready.set()
                 await listener.serve(self._handle, task_group=tg)
         finally:
             if not activated:

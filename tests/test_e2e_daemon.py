@@ -100,13 +100,22 @@ class TestMetrics:
                 bad.sendall(b"\xff\xff\xff\xff")
                 bad.recv(1024)
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10).read()
+            ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10).read()
         finally:
             assert stop_daemon(daemon) == 0
+        assert (health, ready) == (b"ok\n", b"ready\n")
         assert "sanitizerd_sessions_started_total 1.0" in text
-        assert 'sanitizerd_findings_total{kind="illegal_read"} 1.0' in text
+        assert 'sanitizerd_findings_total{kind="illegal_read",severity="error"} 1.0' in text
         assert 'sanitizerd_rejected_connections_total{reason="frame_too_large"} 1.0' in text
+        # What the demo's client sent (961 device events in its batches), received and checked.
+        assert "sanitizerd_events_received_total 961.0" in text
         assert 'sanitizerd_events_checked_total{detector="memcheck"} 961.0' in text
+        assert 'sanitizerd_frames_received_total{type="events"}' in text
+        assert 'sanitizerd_detector_seconds_count{detector="memcheck"}' in text
+        assert "sanitizerd_store_writes_total 3.0" in text and "sanitizerd_store_errors_total 0.0" in text
         assert "sanitizerd_detector_queue_batches 0.0" in text
+        assert 'sanitizerd_build_info{version="' in text and "process_resident_memory_bytes" in text
 
 
 class TestShutdown:

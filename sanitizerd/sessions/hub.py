@@ -55,7 +55,7 @@ class Hub:
     store_limiter: anyio.CapacityLimiter = field(init=False)
     detector_limiter: anyio.CapacityLimiter = field(init=False)
     # Every live detector queue's sending end, so a scrape can sum what waits in them.
-    queues: set[MemoryObjectSendStream[Any]] = field(default_factory=set)
+    queues: dict[MemoryObjectSendStream[Any], str] = field(default_factory=dict)  # -> its detector's name
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config)
@@ -64,12 +64,21 @@ class Hub:
 
     def queued(self) -> float:
         """Work items waiting in detector queues. Called from the metrics thread, so it reads a snapshot."""
+        return sum(self.queued_by_detector().values())
+
+    def queued_by_detector(self) -> dict[str, float]:
         for _ in range(3):
             try:
-                return float(sum(q.statistics().current_buffer_used for q in list(self.queues)))
-            except RuntimeError:  # the set changed under the copy; try again
+                depth: dict[str, float] = {}
+                for queue, detector in list(self.queues.items()):
+                    depth[detector] = depth.get(detector, 0.0) + queue.statistics().current_buffer_used
+                return depth
+            except RuntimeError:  # the dict changed under the copy; try again
                 continue
-        return float("nan")
+        return {}
+
+    def jobs_live(self) -> float:
+        return float(len({session.job for session in list(self.live.values())}))
 
     async def refuse(self, stream: MessageStream, reason: str, message: str, **context: object) -> None:
         """End a connection for breaking the protocol or a limit: counted, logged, and told to the peer."""
@@ -87,6 +96,11 @@ class Hub:
             return
         session.count(findings)
         for finding in findings:
-            self.metrics.findings.labels(finding.kind).inc()
-        await self.store_call(self.store.add_findings, findings)
+            self.metrics.findings.labels(finding.kind, finding.severity).inc()
+        try:
+            await self.store_call(self.store.add_findings, findings)
+            self.metrics.store_writes.inc(len(findings))
+        except Exception:  # a full disk must not end the session: the findings still reach the job's watchers
+            self.metrics.store_errors.inc()
+            log.exception("store write failed", findings=len(findings))
         await self.jobs.publish(findings)

@@ -7,6 +7,7 @@ The stream's small buffer is the backpressure: when a detector falls behind, the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -34,11 +35,14 @@ async def drive_detector(
     limiter: anyio.CapacityLimiter,
     on_checked: Callable[[str, int], None],
     on_failure: Callable[[str], None],
+    on_timed: Callable[[float], None] = lambda seconds: None,
 ) -> None:
     async with work:
         async for item in work:
+            started = time.perf_counter()
             try:
                 await _apply(detector, item, publish, kernel_done, limiter, on_checked)
+                on_timed(time.perf_counter() - started)
             except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
                 on_failure(detector.name)
                 log.exception("detector failed", detector=detector.name, work=type(item).__name__)

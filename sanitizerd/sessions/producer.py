@@ -73,7 +73,10 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if target is not None:
                         target.unmapped_elsewhere(addresses)
             case _:
-                for send in senders:
+                for name, send in senders:
+                    stats = send.statistics()
+                    if stats.current_buffer_used >= stats.max_buffer_size:  # the detector is behind: we wait
+                        metrics.backpressure_waits.labels(name).inc()
                     await send.send(item)
 
     def on_checked(detector: str, n: int) -> None:
@@ -82,14 +85,14 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
     def on_failure(detector: str) -> None:
         metrics.detector_failures.labels(detector).inc()
 
-    senders: list[MemoryObjectSendStream[Work]] = []
+    senders: list[tuple[str, MemoryObjectSendStream[Work]]] = []
     counted_bytes = 0  # bytes already added to the metric, which is bumped per frame, not per session
     try:
         async with anyio.create_task_group() as tg:
             for detector in session.detectors:
                 send, receive = anyio.create_memory_object_stream[Work](hub.limits.queue_depth)
-                senders.append(send)
-                hub.queues.add(send)
+                senders.append((detector.name, send))
+                hub.queues[send] = detector.name
                 drive = partial(
                     drive_detector,
                     publish=publish,
@@ -97,12 +100,13 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     limiter=hub.detector_limiter,
                     on_checked=on_checked,
                     on_failure=on_failure,
+                    on_timed=metrics.detector_seconds.labels(detector.name).observe,
                 )
                 tg.start_soon(drive, detector, session.context, receive)
             try:
                 while True:
                     message = await stream.receive()
-                    metrics.frames.inc()
+                    metrics.frames.labels(type(message).__struct_config__.tag).inc()
                     metrics.bytes.inc(stream.bytes_received - counted_bytes)
                     counted_bytes = stream.bytes_received
                     if isinstance(message, m.Close):
@@ -134,13 +138,13 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
             finally:
                 metrics.bytes.inc(stream.bytes_received - counted_bytes)
                 with anyio.CancelScope(shield=True):
-                    for send in senders:
+                    for _, send in senders:
                         try:
                             await send.send(Finish())
                         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                             pass
                         await send.aclose()
-                        hub.queues.discard(send)
+                        hub.queues.pop(send, None)
     finally:
         # Whatever ended it (close, disconnect, protocol error, shutdown), the session is recorded as ended.
         with anyio.CancelScope(shield=True):
