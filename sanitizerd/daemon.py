@@ -180,7 +180,7 @@ class Daemon:
                 try:
                     if hello.role == "control":
                         await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
-                        await serve_control(hub, stream)
+                        await serve_control(hub, stream, peer)
                     else:
                         await self._producer(hub, stream, hello, peer)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):

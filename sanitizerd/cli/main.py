@@ -9,6 +9,7 @@ from pathlib import Path
 from sanitizerd import __version__
 from sanitizerd.daemon import DaemonSettings, default_socket_path, default_state_dir
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
+from sanitizerd.sessions.access import group_id
 from sanitizerd.sessions.hub import Limits
 
 
@@ -44,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-race-events", type=_positive(int), default=limits.max_race_events, metavar="N",
         help="events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked",
+    )  # fmt: skip
+    serve.add_argument(
+        "--admin-group", action="append", default=[], metavar="GROUP",
+        help="members may read every user's sessions and findings (root always may); repeatable",
     )  # fmt: skip
     serve.add_argument(
         "--job-grace", type=_positive(float), default=limits.job_grace, metavar="S",
@@ -95,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 detector_threads=args.detector_threads,
                 max_race_events=args.max_race_events,
                 job_grace=args.job_grace,
+                admin_gids=frozenset(group_id(g) for g in args.admin_group),
             ),
         )
         return run_daemon(settings)

@@ -50,6 +50,10 @@ class FindingsStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        # Findings name users' programs, files and addresses: the store is the daemon's alone.
+        for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if part.exists():
+                part.chmod(0o600)
         self._lock = threading.Lock()  # the connection is shared; the lock makes any misuse merely slow
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ REASONS = (
     "handshake_timeout",  # no hello within the configured time
     "session_limit",  # the daemon already serves its maximum number of sessions
     "shutdown",  # the daemon is stopping
+    "permission_denied",  # a control client asked for another user's sessions or findings
 )
 
 

@@ -13,14 +13,17 @@ import structlog
 
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.jobview import summarize
+from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 
 log = structlog.get_logger("sanitizerd.control")
 
 
-async def serve_control(hub: Hub, stream: MessageStream) -> None:
+async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
+    access = Access.of(peer, hub.limits.admin_gids)
     outbound_send, outbound_receive = anyio.create_memory_object_stream[m.Message](16)
     registered: list[str] = []
     watching: list[str] = []
@@ -32,6 +35,17 @@ async def serve_control(hub: Hub, stream: MessageStream) -> None:
 
     async def wait_job(job: str) -> None:
         await outbound_send.send(await hub.jobs.wait_idle(job))
+
+    async def every_session() -> list[m.SessionInfo]:
+        ended = await hub.store_call(hub.store.ended_sessions)
+        return ended + [s.info() for s in hub.live.values()]
+
+    async def allowed(**named: object) -> bool:
+        """Whether this client may read what it names; if not, it is refused (and the connection ends)."""
+        why = access.refusal(await every_session(), **named)  # type: ignore[arg-type]
+        if why:
+            await hub.refuse(stream, "permission_denied", why, connection="control", uid=access.uid)
+        return not why
 
     try:
         async with anyio.create_task_group() as tg:
@@ -46,21 +60,25 @@ async def serve_control(hub: Hub, stream: MessageStream) -> None:
                             hub.jobs.register(job, config)
                             registered.append(job)
                         case m.Watch(job=job, record=record):
+                            if not await allowed(job=job):
+                                return
                             hub.jobs.watch(job, outbound_send, record=record)
                             watching.append(job)
                         case m.WaitJob(job=job):
                             tg.start_soon(wait_job, job)
                         case m.QueryFindings(job=job, session=session):
+                            if not await allowed(job=job, session=session):
+                                return
                             found = await hub.store_call(lambda: hub.store.findings(job=job, session=session))
+                            if not access.admin:
+                                mine = {s.session for s in access.visible(await every_session())}
+                                found = [f for f in found if f.session in mine]
                             await outbound_send.send(m.Findings(findings=found))
                         case m.QuerySessions():
-                            ended = await hub.store_call(hub.store.ended_sessions)
-                            live = [s.info() for s in hub.live.values()]
-                            await outbound_send.send(m.Sessions(sessions=ended + live))
+                            await outbound_send.send(m.Sessions(sessions=access.visible(await every_session())))
                         case m.QueryJobs():
-                            ended = await hub.store_call(hub.store.ended_sessions)
-                            every = ended + [s.info() for s in hub.live.values()]
-                            jobs = summarize(every, now=time.time(), grace=hub.limits.job_grace)
+                            mine = access.visible(await every_session())
+                            jobs = summarize(mine, now=time.time(), grace=hub.limits.job_grace)
                             await outbound_send.send(m.Jobs(jobs=jobs))
             except RemoteProtocolError as exc:
                 await hub.refuse(stream, exc.reason, str(exc), connection="control")

@@ -42,6 +42,8 @@ class Limits:
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
     # How long a job whose last session closed still counts as "ending" (its ranks may restart), not ended.
     job_grace: float = DEFAULT_JOB_GRACE
+    # Groups whose members (besides root) may read every user's sessions and findings.
+    admin_gids: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)

@@ -1,0 +1,58 @@
+"""Who may read what: each session belongs to the uid that connected it (SO_PEERCRED). A control client reads
+only its own uid's sessions, jobs and findings, unless it is root or a member of a configured admin group.
+
+Refusals are explicit (``permission_denied``), logged and counted, never an empty answer that looks like
+"no findings". The rules are plain functions over session lists, with no I/O.
+"""
+
+from __future__ import annotations
+
+import grp
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sanitizerd.protocol.messages import SessionInfo
+from sanitizerd.sessions.session import Peer
+
+
+def peer_groups(peer: Peer) -> frozenset[int]:
+    """The peer's primary and supplementary groups (/proc/PID/status; SO_PEERCRED names only the primary)."""
+    groups = {peer.gid} if peer.gid >= 0 else set()
+    try:
+        for line in Path(f"/proc/{peer.pid}/status").read_text().splitlines():
+            if line.startswith("Groups:"):
+                groups.update(int(g) for g in line.split()[1:])
+    except (OSError, ValueError):
+        pass
+    return frozenset(groups)
+
+
+def group_id(name: str) -> int:
+    """The gid of a group given by name or number."""
+    return int(name) if name.isdigit() else grp.getgrnam(name).gr_gid
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    uid: int
+    admin: bool
+
+    @classmethod
+    def of(cls, peer: Peer, admin_gids: Iterable[int]) -> Access:
+        admin = peer.uid == 0 or bool(peer_groups(peer) & frozenset(admin_gids))
+        return cls(peer.uid, admin)
+
+    def visible(self, sessions: list[SessionInfo]) -> list[SessionInfo]:
+        return sessions if self.admin else [s for s in sessions if s.uid == self.uid]
+
+    def refusal(self, sessions: list[SessionInfo], *, job: str = "", session: int = 0) -> str:
+        """Why this client may not read the job or session it names ("" when it may). A job or session that
+        exists only under other uids is refused; one nobody has used yet (a job being registered) is not."""
+        if self.admin:
+            return ""
+        named = [s for s in sessions if (not job or s.job == job) and (not session or s.session == session)]
+        if (job or session) and named and not any(s.uid == self.uid for s in named):
+            what = f"session {session}" if session else f"job {job!r}"
+            return f"uid {self.uid} may not read {what}: it belongs to another user (admins: root, --admin-group)"
+        return ""
