@@ -19,7 +19,7 @@ import anyio.abc
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
-from sanitizerd import __version__
+from sanitizerd import __version__, config, logs
 from sanitizerd.findings.store import FindingsStore
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
@@ -57,6 +57,9 @@ class DaemonSettings:
     state_dir: Path = field(default_factory=default_state_dir)
     metrics_addr: str | None = None
     limits: Limits = field(default_factory=Limits)
+    config_path: Path | None = None  # read again on SIGHUP
+    command_line: dict[str, object] = field(default_factory=dict)  # limits given on the command line: they win
+    log_level_given: str | None = None
 
 
 class DaemonAlreadyRunning(Exception):
@@ -150,12 +153,32 @@ class Daemon:
             await anyio.sleep(interval)
 
     async def _watch_signals(self, scope: anyio.CancelScope, notifier: Notifier) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    self._reload(notifier)
+                    continue
                 log.info("signal received, shutting down", signal=signal.Signals(signum).name)
                 notifier.stopping(f"shutting down on {signal.Signals(signum).name}")
                 scope.cancel()
                 return
+
+    def _reload(self, notifier: Notifier) -> None:
+        """SIGHUP: the config file's log level and limits, again; a broken file changes nothing."""
+        settings, hub = self.settings, self.hub
+        assert hub is not None
+        notifier.notify("RELOADING=1")
+        try:
+            file = config.read(settings.config_path)
+        except config.ConfigError as exc:
+            log.error("reload failed; settings unchanged", detail=str(exc))
+            notifier.status(f"reload failed: {exc}")
+            return
+        hub.limits = config.reloaded(hub.limits, file, settings.command_line)
+        level = settings.log_level_given or str(file.top.get("log_level", "info"))
+        log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
+        logs.configure(level)
+        notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
 
     async def _handle(self, raw: SocketStream) -> None:
         hub = self.hub
@@ -192,6 +215,11 @@ class Daemon:
         if len(hub.live) >= hub.limits.max_sessions:
             limit = hub.limits.max_sessions
             await hub.refuse(stream, "session_limit", f"the daemon serves its limit of {limit} sessions")
+            return
+        mine = sum(1 for s in hub.live.values() if s.peer.uid == peer.uid)
+        if mine >= hub.limits.max_sessions_per_uid:
+            limit = hub.limits.max_sessions_per_uid
+            await hub.refuse(stream, "session_limit", f"uid {peer.uid} has its limit of {limit} live sessions")
             return
         config = hub.jobs.config_for(hello)
         ident = await hub.store_call(hub.store.open_session, hello.job)

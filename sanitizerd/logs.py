@@ -19,5 +19,5 @@ def configure(level: str = "info") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,  # SIGHUP may change the level: loggers must see the new configuration
     )

@@ -32,6 +32,7 @@ class Limits:
 
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_sessions: int = 1024
+    max_sessions_per_uid: int = 256  # one user's runaway job must not take every session from the others
     handshake_timeout: float = 5.0
     # Work items buffered per detector; with 64 MiB frames the worst case per session is
     # queue_depth x max_frame_size per detector, so keep it small.
