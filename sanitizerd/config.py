@@ -32,7 +32,7 @@ DEFAULT_CONFIG_PATH = Path("/etc/sanitizerd/sanitizerd.toml")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TOP_LEVEL = {"socket": str, "state_dir": str, "metrics_addr": str, "log_level": str}
 RELOADABLE_LIMITS = frozenset(
-    {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "queue_depth",
+    {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout", "queue_depth",
      "max_race_events", "job_grace", "admin_gids"}
 )  # fmt: skip
 

@@ -132,13 +132,19 @@ class Daemon:
         )
         try:
             async with listener, anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_signals, tg.cancel_scope, notifier)
+                accepting = anyio.CancelScope()
+                tg.start_soon(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 if notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
                 task_status.started(socket_path)
                 notifier.ready(f"serving on {socket_path}")
                 ready.set()
-                await listener.serve(self._handle, task_group=tg)
+                with accepting:
+                    await listener.serve(self._handle, task_group=tg)
+                # New clients are refused at once (under systemd they queue on its socket for the next start).
+                await listener.aclose()
+                await self._drain(hub, notifier)
+                tg.cancel_scope.cancel()
         finally:
             if not activated:
                 settings.socket_path.unlink(missing_ok=True)
@@ -152,16 +158,35 @@ class Daemon:
             notifier.watchdog()
             await anyio.sleep(interval)
 
-    async def _watch_signals(self, scope: anyio.CancelScope, notifier: Notifier) -> None:
+    async def _watch_signals(
+        self, accepting: anyio.CancelScope, everything: anyio.CancelScope, notifier: Notifier
+    ) -> None:
+        """SIGTERM/SIGINT: stop accepting and drain; a second one: stop now. SIGHUP: reload."""
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
+                name = signal.Signals(signum).name
                 if signum == signal.SIGHUP:
                     self._reload(notifier)
-                    continue
-                log.info("signal received, shutting down", signal=signal.Signals(signum).name)
-                notifier.stopping(f"shutting down on {signal.Signals(signum).name}")
-                scope.cancel()
-                return
+                elif not accepting.cancel_called:
+                    log.info("signal received, draining", signal=name)
+                    notifier.stopping(f"draining on {name}")
+                    accepting.cancel()
+                else:
+                    log.info("signal received again, stopping now", signal=name)
+                    everything.cancel()
+                    return
+
+    async def _drain(self, hub: Hub, notifier: Notifier) -> None:
+        """No new connections; the live sessions get up to the drain timeout to finish their kernels and close
+        (their findings are checked and stored as usual); the rest end as "shutdown"."""
+        deadline = hub.limits.drain_timeout
+        log.info("draining", sessions=len(hub.live), deadline_s=deadline)
+        with anyio.move_on_after(deadline):
+            while hub.live:
+                notifier.status(f"draining: {len(hub.live)} session(s) still open")
+                await anyio.sleep(0.1)
+        if hub.live:
+            log.warning("drain deadline passed", sessions=len(hub.live))
 
     def _reload(self, notifier: Notifier) -> None:
         """SIGHUP: the config file's log level and limits, again; a broken file changes nothing."""

@@ -5,17 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from client_shim import Client, EventKind, Space, accesses
+from client_shim import Client, ClientError, EventKind, Space, accesses
 from sanitizerd.protocol import messages as m
 from tests.conftest import DEMO, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 
@@ -120,9 +123,9 @@ class TestMetrics:
 
 class TestShutdown:
     def test_sigterm_with_live_sessions_exits_cleanly(self, short_dir: Path) -> None:
-        """SIGTERM ends the daemon with status 0 while a session is connected, removes the socket, and records the
-        session as ended by the shutdown."""
-        daemon = start_daemon(short_dir)
+        """SIGTERM ends the daemon with status 0 while a session stays connected past the drain deadline, removes
+        the socket, and records the session as ended by the shutdown."""
+        daemon = start_daemon(short_dir, "--drain-timeout", "1")
         client = Client(daemon.socket, job="lingering")
         try:
             assert stop_daemon(daemon) == 0
@@ -137,6 +140,35 @@ class TestShutdown:
             assert stop_daemon(daemon) == 0
         [lingering] = [s for s in sessions if s["job"] == "lingering"]
         assert (lingering["state"], lingering["end_reason"]) == ("ended", "daemon shutting down")
+
+    def test_sigterm_drains_a_kernel_in_flight(self, short_dir: Path) -> None:
+        """After SIGTERM the daemon accepts no new connection, but a session in the middle of a kernel finishes it:
+        its verdict comes back, its findings are stored, and the daemon exits 0 once it closed."""
+        daemon = start_daemon(short_dir, "--drain-timeout", "30")
+        client = Client(daemon.socket, job="in-flight")
+        client.malloc(0x10000, 4096)
+        kernel = client.kernel_begin("busy", 8)
+        client.events(kernel, accesses(EventKind.READ, Space.GM, 0x10000, 8192, block_id=2))  # out of bounds
+        client.flush()
+        daemon.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "draining" not in daemon.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ClientError):
+            Client(daemon.socket, job="late", timeout=2)
+        client.kernel_end(kernel)
+        verdict = client.wait_kernel(kernel, timeout=30)
+        assert verdict.errors == 1
+        client.close()
+        assert daemon.process.wait(timeout=20) == 0
+        daemon = start_daemon(short_dir)
+        try:
+            found = json.loads(
+                sanitizerd("findings", "--socket", str(daemon.socket), "--job", "in-flight", "--format", "json").stdout
+            )
+        finally:
+            assert stop_daemon(daemon) == 0
+        assert [f["kind"] for f in found] == ["illegal_read"]
 
 
 class TestBackpressure:

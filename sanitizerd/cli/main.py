@@ -26,8 +26,8 @@ def _positive(kind: type) -> object:
 
 def _limit_arguments(args: argparse.Namespace) -> dict[str, object]:
     """The limits the command line gave (None where it gave none)."""
-    names = ("max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "queue_depth",
-             "detector_threads", "max_race_events", "job_grace")  # fmt: skip
+    names = ("max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout",
+             "queue_depth", "detector_threads", "max_race_events", "job_grace")  # fmt: skip
     given: dict[str, object] = {name: getattr(args, name) for name in names}
     given["admin_gids"] = frozenset(group_id(g) for g in args.admin_group) if args.admin_group else None
     return given
@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
         "--max-sessions-per-uid", type=_positive(int), metavar="N", help=f"[{limits.max_sessions_per_uid}]"
     )
     serve.add_argument("--handshake-timeout", type=_positive(float), metavar="S", help=f"[{limits.handshake_timeout}]")
+    serve.add_argument(
+        "--drain-timeout", type=_positive(float), metavar="S",
+        help=f"after SIGTERM, seconds live sessions get to finish and close [{limits.drain_timeout}]",
+    )  # fmt: skip
     serve.add_argument(
         "--queue-depth", type=_positive(int), metavar="N",
         help=f"work items buffered per detector before the session's reads pause [{limits.queue_depth}]",

@@ -34,6 +34,8 @@ class Limits:
     max_sessions: int = 1024
     max_sessions_per_uid: int = 256  # one user's runaway job must not take every session from the others
     handshake_timeout: float = 5.0
+    # After SIGTERM: how long live sessions may take to finish their kernels and close before they are cut off.
+    drain_timeout: float = 10.0
     # Work items buffered per detector; with 64 MiB frames the worst case per session is
     # queue_depth x max_frame_size per detector, so keep it small.
     queue_depth: int = 4
