@@ -24,8 +24,6 @@ _U64 = np.uint64
 _OWNER_SHIFT = _U64(49)
 _ADDRESS_MASK = _U64((1 << 49) - 1)
 _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
-_BLOCK_KEYS = 4 << 16  # block types 0-3, 16-bit block ids
-_NO_OWNER = _U64(np.iinfo(np.uint64).max)
 
 
 def _block_keys(events: np.ndarray) -> np.ndarray:
@@ -50,7 +48,7 @@ class StompTracker:
         self.stomped = IntervalSet()
         self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
         self._owners: dict[int, int] = {}  # block key -> owner number
-        self._owner_table = np.full(_BLOCK_KEYS, _NO_OWNER, dtype=_U64)  # the same, as an array to gather from
+
 
     def check(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stomping writes of a batch: (event index, address reported, bytes stomped)."""
@@ -72,14 +70,13 @@ class StompTracker:
     def _owner_numbers(self, block_keys: np.ndarray) -> np.ndarray:
         """Blocks numbered 0, 1, 2, ... in the order the kernel first wrote with them, so that an owner fits the
         15 bits above a 49-bit address whatever its block id (msSanitizer's 6-bit core ids alias at 63)."""
-        numbers = self._owner_table[block_keys]
-        new = numbers == _NO_OWNER
-        if new.any():  # blocks writing for the first time in this kernel: number them in order
-            for key in np.unique(block_keys[new]).tolist():
-                self._owner_table[key] = len(self._owners)
-                self._owners[key] = len(self._owners)
-            numbers = self._owner_table[block_keys]
-        return numbers
+        # A batch names few distinct blocks: number those through the dict (a dense table over every possible
+        # block key would cost 2 MiB per session).
+        distinct, where = np.unique(block_keys, return_inverse=True)
+        numbers = np.empty(distinct.size, dtype=_U64)
+        for i, key in enumerate(distinct.tolist()):
+            numbers[i] = self._owners.setdefault(key, len(self._owners))
+        return numbers[where.ravel()]
 
     def _foreign(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range that a block other than its own owns."""
