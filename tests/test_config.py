@@ -12,7 +12,7 @@ from client_shim.client import Client
 from client_shim.transport import ClientError
 from sanitizerd import config
 from sanitizerd.sessions.hub import Limits
-from tests.conftest import start_daemon, stop_daemon
+from tests.conftest import RunningDaemon, start_daemon, stop_daemon
 
 
 def write(path: Path, text: str) -> Path:
@@ -53,6 +53,16 @@ def connect(socket: Path, job: str) -> Client:
     return Client(socket, job=job, timeout=10)
 
 
+def reload(daemon: RunningDaemon, path: Path, text: str, logged: str) -> None:
+    """Rewrite the config file, SIGHUP the daemon, and wait until it logs ``logged``."""
+    write(path, text)
+    daemon.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while logged not in daemon.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert logged in daemon.log_text()
+
+
 def test_sighup_reloads_limits_and_the_command_line_still_wins(short_dir: Path) -> None:
     """max_sessions 1 from the file refuses a second session; after the file says 3 and SIGHUP, it is accepted;
     the per-uid limit from the command line (2) is kept through the reload and refuses a third."""
@@ -63,11 +73,7 @@ def test_sighup_reloads_limits_and_the_command_line_still_wins(short_dir: Path) 
         clients.append(connect(daemon.socket, "a"))
         with pytest.raises(ClientError, match="session_limit"):
             connect(daemon.socket, "b")
-        write(path, "log_level = 'warning'\n[limits]\nmax_sessions = 3\n")
-        daemon.process.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while '"reloaded"' not in daemon.log_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        reload(daemon, path, "log_level = 'warning'\n[limits]\nmax_sessions = 3\n", '"reloaded"')
         assert "max_sessions=3" in daemon.log_text()
         clients.append(connect(daemon.socket, "b"))
         with pytest.raises(ClientError, match="uid 0 has its limit of 2 live sessions"):
@@ -82,12 +88,7 @@ def test_a_broken_file_on_sighup_changes_nothing(short_dir: Path) -> None:
     path = write(short_dir / "sanitizerd.toml", "[limits]\nmax_sessions = 1\n")
     daemon = start_daemon(short_dir, "--config", str(path))
     try:
-        write(path, "[limits\n")
-        daemon.process.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while "reload failed" not in daemon.log_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert "reload failed; settings unchanged" in daemon.log_text()
+        reload(daemon, path, "[limits\n", "reload failed; settings unchanged")
         client = connect(daemon.socket, "a")
         with pytest.raises(ClientError, match="session_limit"):
             connect(daemon.socket, "b")
