@@ -87,7 +87,8 @@ def client(**overrides: object) -> Client | None:
     with _lock:
         if _client is not None or not _enabled:
             return _client
-        fields = {**identity(os.environ), **overrides}
+        # A training job waits for a restarting daemon a few seconds, not the client's default half minute.
+        fields = {"resume_timeout": 5.0, **identity(os.environ), **overrides}
         try:
             _client = Client(**fields)  # type: ignore[arg-type]
         except (ClientError, OSError) as exc:

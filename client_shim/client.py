@@ -16,6 +16,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class Client:
         batch_events: int = 65536,
         queue_frames: int = 8,
         timeout: float = 30.0,
+        resume_buffer: int = 64 << 20,
+        resume_timeout: float = 30.0,
     ) -> None:
         self.socket_path = Path(socket_path) if socket_path else default_socket()
         self.job = job if job is not None else os.environ.get(JOB_ENV, "")
@@ -52,6 +55,12 @@ class Client:
         self.batch_events = batch_events
         self.queue_frames = queue_frames
         self.timeout = timeout
+        # Resuming after the daemon goes away (0: off): the session's frames are kept, up to this many bytes, and
+        # replayed to the next daemon, which stores only what the lost one had not (docs/client.md). A session
+        # that outgrew the buffer cannot be resumed, and fails as before when its daemon goes away.
+        self.resume_buffer = resume_buffer
+        self.resume_timeout = resume_timeout
+        self.resumes = 0
         self._order = threading.RLock()
         self._pid = -1
         self._connect()
@@ -60,21 +69,7 @@ class Client:
 
     def _connect(self) -> None:
         self._pid = os.getpid()
-        self._socket = FrameSocket(self.socket_path, timeout=self.timeout)
-        hello = m.Hello(
-            version=PROTOCOL_VERSION,
-            pid=self._pid,
-            host=socket.gethostname(),
-            job=self.job,
-            config=self._requested_config,
-            **self._hello_fields,  # type: ignore[arg-type]
-        )
-        try:
-            welcome = self._socket.handshake(hello)
-        except BaseException:
-            self._socket.close()
-            raise
-        self._socket.sock.settimeout(None)
+        self._socket, welcome = self._open(resume=0)
         self.session: int = welcome.session
         self.config: m.Config = welcome.config
         self._queue: queue.Queue[object] = queue.Queue(self.queue_frames)
@@ -97,10 +92,69 @@ class Client:
         self._error: str | None = None
         self._done = threading.Condition()
         self._closing = False
+        self._io = threading.Lock()  # one writer at a time on the socket, and no write while it is replaced
+        self._generation = 0  # bumped by every resume: which socket a thread's failure was about
+        self._log: list[bytes | bytearray] = []
+        self._log_bytes = 0
+        self.resumable = self.resume_buffer > 0
         self._sender = threading.Thread(target=self._send_loop, name="sanitizerd-send", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name="sanitizerd-read", daemon=True)
         self._sender.start()
         self._reader.start()
+
+    def _open(self, *, resume: int) -> tuple[FrameSocket, m.Welcome]:
+        sock = FrameSocket(self.socket_path, timeout=self.timeout)
+        hello = m.Hello(
+            version=PROTOCOL_VERSION,
+            pid=self._pid,
+            host=socket.gethostname(),
+            job=self.job,
+            config=self._requested_config,
+            resume=resume,
+            **self._hello_fields,  # type: ignore[arg-type]
+        )
+        try:
+            welcome = sock.handshake(hello)
+        except BaseException:
+            sock.close()
+            raise
+        sock.sock.settimeout(None)
+        return sock, welcome
+
+    def _remember(self, frame: bytes | bytearray) -> None:
+        """Keep a sent frame for a resume; past the buffer, resuming is given up (and says so in ``resumable``)."""
+        self._log_bytes += len(frame)
+        if self._log_bytes > self.resume_buffer:
+            self.resumable = False
+            self._log = []
+        else:
+            self._log.append(frame)
+
+    def _resume(self, generation: int, reason: str) -> bool:
+        """Under ``_io``: reconnect with backoff, resume the session, replay every frame it sent. False (the client
+        has failed) when no daemon took it back in ``resume_timeout`` seconds."""
+        if generation != self._generation:
+            return True  # the other thread resumed already
+        self._socket.close()
+        deadline = time.monotonic() + self.resume_timeout
+        delay = 0.05
+        while time.monotonic() < deadline and not (self._closing and self._closed_reply is not None):
+            try:
+                sock, _ = self._open(resume=self.session)
+                for frame in self._log:
+                    sock.sendall(frame)
+            except ClientError:
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            self._socket = sock
+            self._generation += 1
+            self.resumes += 1
+            return True
+        self._fail(
+            f"lost sanitizerd and no daemon resumed session {self.session} within {self.resume_timeout} s: {reason}"
+        )
+        return False
 
     def _ensure_process(self) -> None:
         if os.getpid() != self._pid:
@@ -113,19 +167,30 @@ class Client:
             frame = self._queue.get()
             if frame is _STOP:
                 return
-            try:
-                self._socket.sendall(frame)  # type: ignore[arg-type]
-            except ClientError as exc:
-                self._fail(str(exc))
-                return
+            with self._io:
+                if self.resumable:
+                    self._remember(frame)  # type: ignore[arg-type]
+                try:
+                    self._socket.sendall(frame)  # type: ignore[arg-type]
+                except ClientError as exc:
+                    # A resume replays the whole log, this frame included.
+                    if not (self.resumable and self._resume(self._generation, str(exc))):
+                        self._fail(str(exc))
+                        return
 
     def _read_loop(self) -> None:
         while True:
+            generation, sock = self._generation, self._socket
             try:
-                message = self._socket.receive()
+                message = sock.receive()
             except (ClientError, OSError, Exception) as exc:
-                if not self._closing or self._closed_reply is None:
-                    self._fail(f"connection to sanitizerd ended: {exc}")
+                if self._closing and self._closed_reply is not None:
+                    return
+                if self.resumable:
+                    with self._io:
+                        if self.resumable and self._resume(generation, str(exc)):
+                            continue
+                self._fail(f"connection to sanitizerd ended: {exc}")
                 return
             with self._done:
                 if isinstance(message, m.Verdict):

@@ -236,6 +236,18 @@ class Daemon:
                 except Exception:  # one connection's bug must not take the daemon down
                     log.exception("connection handler failed")
 
+    @staticmethod
+    async def _resumable(hub: Hub, hello: m.Hello, peer: Peer) -> tuple[str, str] | None:
+        """Why a client may not resume the session it names (reason, message), or None."""
+        if hello.resume in hub.live:
+            return "bad_reference", f"session {hello.resume} is still live"
+        stored = await hub.store_call(hub.store.reopen_session, hello.resume)
+        if stored is None:
+            return "bad_reference", f"there is no session {hello.resume} to resume"
+        if stored.uid != peer.uid and peer.uid != 0:
+            return "permission_denied", f"session {hello.resume} belongs to another user"
+        return None
+
     async def _producer(self, hub: Hub, stream: MessageStream, hello: m.Hello, peer: Peer) -> None:
         if len(hub.live) >= hub.limits.max_sessions:
             limit = hub.limits.max_sessions
@@ -247,10 +259,21 @@ class Daemon:
             await hub.refuse(stream, "session_limit", f"uid {peer.uid} has its limit of {limit} live sessions")
             return
         config = hub.jobs.config_for(hello)
-        ident = await hub.store_call(hub.store.open_session, hello.job)
+        already: list[bytes] = []
+        if hello.resume:
+            refused = await self._resumable(hub, hello, peer)
+            if refused:
+                await hub.refuse(stream, refused[0], refused[1], session=hello.resume)
+                return
+            ident = hello.resume
+            already = await hub.store_call(hub.store.finding_keys, ident)
+            hub.metrics.sessions_resumed.inc()
+        else:
+            ident = await hub.store_call(lambda: hub.store.open_session(hello.job, pid=hello.pid, uid=peer.uid))
         session = Session(
             ident, hello, config, peer, ipc=hub.jobs.ipc_table(hello.job), max_race_events=hub.limits.max_race_events
         )
+        session.already_stored.update(already)
         hub.live[ident] = session
         hub.jobs.session_started(hello.job, ident)
         await hub.jobs.record(hello.job, ident, hello)

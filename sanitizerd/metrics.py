@@ -36,6 +36,9 @@ class Metrics:
             "sanitizerd_sessions_ended", "Producer sessions ended, by reason", ["reason"], registry=r
         )
         self.sessions_live = Gauge("sanitizerd_sessions_live", "Producer sessions now connected", registry=r)
+        self.sessions_resumed = Counter(
+            "sanitizerd_sessions_resumed", "Sessions resumed by a client whose daemon went away", registry=r
+        )
         self.frames = Counter(
             "sanitizerd_frames_received", "Frames decoded from clients, by message type", ["type"], registry=r
         )

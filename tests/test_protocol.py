@@ -802,6 +802,7 @@ class TestErrorReasons:
             "handshake_timeout",
             "session_limit",
             "shutdown",
+            "permission_denied",
         }
 
 

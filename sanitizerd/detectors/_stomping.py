@@ -49,7 +49,6 @@ class StompTracker:
         self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
         self._owners: dict[int, int] = {}  # block key -> owner number
 
-
     def check(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stomping writes of a batch: (event index, address reported, bytes stomped)."""
         shared = self._atomic_modes(events)

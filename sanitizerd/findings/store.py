@@ -38,6 +38,13 @@ CREATE INDEX IF NOT EXISTS findings_session ON findings(session);
 """
 
 _finding_decoder = msgspec.json.Decoder(Finding)
+
+
+def finding_key(finding: Finding) -> bytes:
+    """A finding's identity for a resumed session: everything but the id and the time the store gave it."""
+    return msgspec.json.encode(msgspec.structs.replace(finding, id=0, time=0.0))
+
+
 _info_decoder = msgspec.json.Decoder(SessionInfo)
 _encode = msgspec.json.encode
 
@@ -60,13 +67,28 @@ class FindingsStore:
         with self._lock:
             self._db.close()
 
-    def open_session(self, job: str) -> int:
-        """A new session id, unique across daemon restarts."""
+    def open_session(self, job: str, *, pid: int = 0, uid: int = -1) -> int:
+        """A new session id, unique across daemon restarts. Who owns it is stored at once: a session whose daemon
+        died has no closing record, and may be resumed only by its owner."""
+        info = _encode(SessionInfo(session=0, job=job, pid=pid, uid=uid, started=time.time()))
         with self._lock:
             cursor = self._db.execute(
-                "INSERT INTO sessions (job, started, info) VALUES (?, ?, ?)", (job, time.time(), b"{}")
+                "INSERT INTO sessions (job, started, info) VALUES (?, ?, ?)", (job, time.time(), info)
             )
             return int(cursor.lastrowid or 0)
+
+    def reopen_session(self, ident: int) -> SessionInfo | None:
+        """A stored session, marked open again for its client to resume; None when there is no such session."""
+        with self._lock:
+            row = self._db.execute("SELECT info FROM sessions WHERE id = ?", (ident,)).fetchone()
+            if row is None:
+                return None
+            self._db.execute("UPDATE sessions SET ended = NULL WHERE id = ?", (ident,))
+        return _info_decoder.decode(row[0])
+
+    def finding_keys(self, session: int) -> list[bytes]:
+        """What identifies each finding stored for a session (all but its id and time)."""
+        return [finding_key(f) for f in self.findings(session=session)]
 
     def close_session(self, info: SessionInfo) -> None:
         with self._lock:

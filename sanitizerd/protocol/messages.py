@@ -62,6 +62,8 @@ class Hello(Message, tag="hello"):
     world_size: int = 0
     device: int = -1
     config: Config | None = None  # requested checks when no job registered them
+    # A producer that lost its daemon: the session it had, which it replays from the start (docs/protocol.md)
+    resume: int = 0
 
 
 class Welcome(Message, tag="welcome"):

@@ -13,7 +13,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS
 from sanitizerd.findings.model import Finding
-from sanitizerd.findings.store import FindingsStore
+from sanitizerd.findings.store import FindingsStore, finding_key
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
@@ -97,6 +97,8 @@ class Hub:
 
     async def publish(self, session: Session, findings: list[Finding]) -> None:
         """Count, persist, then hand findings to the job's watchers."""
+        if session.already_stored:
+            findings = _not_stored_yet(session, findings)
         if not findings:
             return
         session.count(findings)
@@ -109,3 +111,15 @@ class Hub:
             self.metrics.store_errors.inc()
             log.exception("store write failed", findings=len(findings))
         await self.jobs.publish(findings)
+
+
+def _not_stored_yet(session: Session, findings: list[Finding]) -> list[Finding]:
+    """A resumed session's findings, less those its lost daemon had stored already."""
+    fresh = []
+    for finding in findings:
+        key = finding_key(finding)
+        if session.already_stored[key] > 0:
+            session.already_stored[key] -= 1
+        else:
+            fresh.append(finding)
+    return fresh

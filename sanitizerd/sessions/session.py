@@ -4,6 +4,7 @@ replies, and is tested without an event loop (the trio rule: sync state, one asy
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
@@ -107,6 +108,9 @@ class Session:
         self.events = 0
         self.errors = 0
         self.signatures = 0
+        # A resumed session replays its stream from the start: the findings the lost daemon stored already are
+        # not stored again (counted as a multiset: the same finding may occur twice).
+        self.already_stored: Counter[bytes] = Counter()
         self.warnings = 0
         self.end_reason = ""
 
