@@ -126,7 +126,7 @@ class TestShutdown:
         """SIGTERM ends the daemon with status 0 while a session stays connected past the drain deadline, removes
         the socket, and records the session as ended by the shutdown."""
         daemon = start_daemon(short_dir, "--drain-timeout", "1")
-        client = Client(daemon.socket, job="lingering")
+        client = Client(daemon.socket, job="lingering", resume_buffer=0)  # about shutdown, not resuming
         try:
             assert stop_daemon(daemon) == 0
             assert not daemon.socket.exists()

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from client_shim import Client, EventKind, Space, accesses
+from sanitizerd.protocol.messages import Config
 from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon
 
 GM, SIZE = 0x12C0C0000000, 4096
@@ -71,6 +72,29 @@ def test_sigkill_in_mid_stream_loses_nothing_and_duplicates_nothing(short_dir: P
     assert sorted(f["kind"] for f in resumed) == ["illegal_free", "illegal_read", "illegal_write", "misaligned_access"]
     assert [f["id"] for f in resumed if f["kind"] == "illegal_read"] == [before[0]["id"]]  # intact, not re-stored
     assert len({f["session"] for f in resumed}) == 1
+
+
+def test_a_planned_restart_resumes_without_false_leaks(short_dir: Path) -> None:
+    """SIGTERM while a session holds memory it frees later: the drain deadline cuts the session off without
+    end-of-session checks (a leak report now would be false), the client resumes on the restarted daemon, and
+    the result equals an uninterrupted run's, leak check included."""
+    leaks = Config(tools=["memcheck"], leak_check=True)
+    daemon = start_daemon(short_dir, "--drain-timeout", "0.5")
+    client = Client(daemon.socket, job="restarted", config=leaks, resume_buffer=64 << 20, resume_timeout=30)
+    k2 = first_part(client)
+    stop_daemon(daemon)  # SIGTERM; the session stays open past the drain deadline
+    daemon = start_daemon(short_dir)
+    try:
+        second_part(client, k2)
+        assert client.resumes == 1
+        restarted = findings(daemon, "restarted")
+        baseline = Client(daemon.socket, job="straight", config=leaks)
+        second_part(baseline, first_part(baseline))
+        straight = findings(daemon, "straight")
+    finally:
+        assert stop_daemon(daemon) == 0
+    assert what(restarted) == what(straight)
+    assert "memory_leak" not in {f["kind"] for f in restarted}
 
 
 def test_a_session_cannot_be_resumed_twice_at_once(daemon: RunningDaemon) -> None:

@@ -139,10 +139,13 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 metrics.bytes.inc(stream.bytes_received - counted_bytes)
                 with anyio.CancelScope(shield=True):
                     for _, send in senders:
-                        try:
-                            await send.send(Finish())
-                        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                            pass
+                        # A session the daemon cuts off (shutdown) is not over: its client resumes it on the next
+                        # daemon, which runs the end-of-session checks then. Leaks reported now would be false.
+                        if reason != "shutdown":
+                            try:
+                                await send.send(Finish())
+                            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                                pass
                         await send.aclose()
                         hub.queues.pop(send, None)
     finally:
