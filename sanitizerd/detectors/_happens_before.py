@@ -37,7 +37,7 @@ NPIPES = 12
 _S, _S_CAL, _ALL = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.ALL)
 # pipe_barrier(PIPE_ALL): PIPE_S waits for every pipe (msSanitizer models it as set/wait p -> S for each).
 _ALL_PIPES = np.array([p for p in range(1, NPIPES) if p != _ALL], dtype=np.int64)
-_POS_BITS = 36
+POS_BITS = 36  # node and access keys: chain << POS_BITS | position in the block's program
 _NONE = -1
 
 _K = EventKind
@@ -287,10 +287,10 @@ def _make_nodes(
     waiting_half = (sync_all & (part == 1)) | (barrier & (part == all_pipes.size))
     pos = 2 * seq[event] + waiting_half
     node_block = block[event].astype(np.int64)
-    key = ((node_block * NPIPES + node_pipe) << _POS_BITS) + pos
+    key = ((node_block * NPIPES + node_pipe) << POS_BITS) + pos
     order = np.argsort(key, kind="stable")
     key = key[order]
-    chain = key >> _POS_BITS
+    chain = key >> POS_BITS
     change = np.ones(key.size, dtype=bool)
     change[1:] = chain[1:] != chain[:-1]
     starts = np.flatnonzero(change)
@@ -308,10 +308,10 @@ def issuer_of(nodes: Nodes, block: np.ndarray, pos: np.ndarray) -> np.ndarray:
     if not s_rows.size:
         return np.full(block.size, _NONE, dtype=np.int64)
     s_key = nodes.key[s_rows]
-    want = ((block.astype(np.int64) * NPIPES + _S) << _POS_BITS) + pos
+    want = ((block.astype(np.int64) * NPIPES + _S) << POS_BITS) + pos
     at = np.searchsorted(s_key, want, side="left") - 1
     ok = at >= 0
-    ok[ok] = (s_key[at[ok]] >> _POS_BITS) == (want[ok] >> _POS_BITS)
+    ok[ok] = (s_key[at[ok]] >> POS_BITS) == (want[ok] >> POS_BITS)
     return np.where(ok, s_rows[np.maximum(at, 0)], _NONE)
 
 
@@ -345,7 +345,7 @@ def _barrier_keys(kind: np.ndarray, pipe: np.ndarray, block: np.ndarray, seq: np
     """pipe_barrier(p) and the barrier msSanitizer puts after a cross-core set, as sorted (chain, pos) keys."""
     marks = np.flatnonzero(((kind == _K.PIPE_BARRIER) & (pipe != _ALL)) | (kind == _K.CROSS_SET))
     chain = block[marks].astype(np.int64) * NPIPES + scalar_to_cal(pipe[marks])
-    return np.sort((chain << _POS_BITS) + 2 * seq[marks].astype(np.int64))
+    return np.sort((chain << POS_BITS) + 2 * seq[marks].astype(np.int64))
 
 
 def _chain_cummax(K: np.ndarray, chain: np.ndarray, span: int) -> np.ndarray:

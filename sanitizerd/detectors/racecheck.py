@@ -19,7 +19,7 @@ import numpy as np
 
 from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
-from sanitizerd.detectors._happens_before import NPIPES, Model, build, issuer_of, scalar_to_cal
+from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, Model, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
 from sanitizerd.detectors._race_pairs import Segments, candidate_pairs
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -27,7 +27,6 @@ from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, FLAG_ATOMIC, EventKind, Pipe, Space, pipe_name
 
-_POS_BITS = 36
 _S, _S_CAL, _V = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.V)
 _KEEP = np.zeros(256, dtype=bool)
 _KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
@@ -152,10 +151,10 @@ class Kernel:
         nodes = model.nodes
         self.chain = self.mblock * NPIPES + self.pipe
         self.pos = 2 * mem.astype(np.int64)
-        key = (self.chain << _POS_BITS) + self.pos
+        key = (self.chain << POS_BITS) + self.pos
         at = np.searchsorted(nodes.key, key, side="left") - 1
         ok = at >= 0
-        ok[ok] = (nodes.key[at[ok]] >> _POS_BITS) == self.chain[ok]
+        ok[ok] = (nodes.key[at[ok]] >> POS_BITS) == self.chain[ok]
         self.prev = np.where(ok, at, -1)
         self.seg = np.zeros(mem.size, dtype=np.int64)
         self.seg[ok] = nodes.ordinal[at[ok]] + 1
