@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, default_socket
+from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, Refused, default_socket
 from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 
@@ -143,6 +143,9 @@ class Client:
                 sock, _ = self._open(resume=self.session)
                 for frame in self._log:
                     sock.sendall(frame)
+            except Refused as exc:  # a daemon that lost our session (another store), or refuses it: final
+                self._fail(f"lost sanitizerd, and the new one would not resume session {self.session}: {exc}")
+                return False
             except ClientError:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)

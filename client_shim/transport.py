@@ -21,6 +21,10 @@ class ClientError(Exception):
     """The daemon refused us, closed on us, or could not be reached."""
 
 
+class Refused(ClientError):
+    """The daemon answered the hello with an error: trying again will not help."""
+
+
 def default_socket() -> Path:
     env = os.environ.get(SOCKET_ENV)
     if env:
@@ -80,7 +84,7 @@ class FrameSocket:
         self.send(hello)
         reply = self.receive()
         if isinstance(reply, m.Error):
-            raise ClientError(f"sanitizerd refused the connection ({reply.reason}): {reply.message}")
+            raise Refused(f"sanitizerd refused the connection ({reply.reason}): {reply.message}")
         assert isinstance(reply, m.Welcome)
         return reply
 

@@ -8,7 +8,9 @@ import json
 import time
 from pathlib import Path
 
-from client_shim import Client, EventKind, Space, accesses
+import pytest
+
+from client_shim import Client, ClientError, EventKind, Space, accesses
 from sanitizerd.protocol.messages import Config
 from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon
 
@@ -115,3 +117,23 @@ def test_a_session_cannot_be_resumed_twice_at_once(daemon: RunningDaemon) -> Non
                 sock.close()
     finally:
         client.close()
+
+
+def test_a_daemon_that_lost_the_session_refuses_and_the_client_says_so_at_once(short_dir: Path) -> None:
+    """Restarted on another store, the daemon does not know the session: the client gives up at once (no 30 s
+    of retries) and says why, instead of checking half a session."""
+    daemon = start_daemon(short_dir)
+    client = Client(daemon.socket, job="orphan", resume_buffer=64 << 20, resume_timeout=30)
+    k2 = first_part(client)
+    daemon.process.kill()
+    daemon.process.wait()
+    daemon = start_daemon(short_dir, "--state-dir", str(short_dir / "another-store"))  # same socket
+    try:
+        started = time.monotonic()
+        with pytest.raises(ClientError, match="would not resume session"):
+            client.events(k2, accesses(EventKind.WRITE, Space.GM, GM, 32, block_id=3))
+            client.kernel_end(k2)
+            client.wait_kernel(k2, timeout=20)
+        assert time.monotonic() - started < 15
+    finally:
+        assert stop_daemon(daemon) == 0
