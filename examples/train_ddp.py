@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,12 @@ def rank_and_step(text: str | None) -> tuple[int, int]:
         return -1, -1
     rank, step = text.split(":")
     return int(rank), int(step)
+
+
+def say(line: str) -> None:
+    """One line in one write: the ranks share stdout, and print's separate writes of text and newline interleave."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def average_gradients(model: torch.nn.Module, world: int) -> None:
@@ -100,9 +107,9 @@ def main() -> int:
             optimizer.step()
             optimizer.zero_grad(set_to_none=False)
             if rank == 0:
-                print(f"step {step}: loss {loss.item():.6f}", flush=True)
+                say(f"step {step}: loss {loss.item():.6f}")
     except SDCReplayMismatch as exc:
-        print(f"rank {rank} raised SDCReplayMismatch: {exc}", flush=True)
+        say(f"rank {rank} raised SDCReplayMismatch: {exc}")
         status = 3
     else:
         status = 0

@@ -47,7 +47,7 @@ def test_a_corrupted_replay_on_rank_2_at_step_1(daemon: RunningDaemon) -> None:
     """Every rank raises SDCReplayMismatch naming rank 2; the daemon holds exactly one sdc_mismatch."""
     stdout, _, found, _ = train(daemon, "--inject-replay", "2:1")
     raised = re.findall(r"rank (\d) raised SDCReplayMismatch: (.*)", stdout)
-    assert sorted(r for r, _ in raised) == ["0", "1", "2", "3"]
+    assert sorted(r for r, _ in raised) == ["0", "1", "2", "3"], stdout
     assert {message for _, message in raised} == {
         "SDC replay mismatch: step=1, local_step=1, replay=1, rank=2, signature='gradient:0:0.weight'"
     }
