@@ -17,6 +17,7 @@ child gets a session of its own the first time it sends.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import sysconfig
@@ -94,8 +95,6 @@ def client(**overrides: object) -> Client | None:
         except (ClientError, OSError) as exc:
             _disable(f"cannot attach to sanitizerd ({exc})")
             return None
-        import atexit
-
         atexit.register(_close)
         return _client
 

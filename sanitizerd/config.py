@@ -58,9 +58,9 @@ def read(path: Path | None) -> FileConfig:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{chosen}: {exc}") from None
     limits = data.pop("limits", {})
-    unknown = set(data) - set(TOP_LEVEL)
-    fields = {f.name: f.type for f in dataclasses.fields(Limits)} | {"admin_groups": "list"}
-    unknown |= {f"limits.{k}" for k in set(limits) - set(fields) | ({"admin_gids"} & set(limits))}
+    # The file names admin groups (by name or number); Limits holds their gids.
+    known_limits = {f.name for f in dataclasses.fields(Limits)} - {"admin_gids"} | {"admin_groups"}
+    unknown = (set(data) - set(TOP_LEVEL)) | {f"limits.{k}" for k in set(limits) - known_limits}
     if unknown:
         raise ConfigError(f"{chosen}: unknown setting(s) {', '.join(sorted(unknown))}")
     if "log_level" in data and data["log_level"] not in LOG_LEVELS:

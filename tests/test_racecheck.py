@@ -406,3 +406,12 @@ class TestLimit:
         assert [f.kind for f in findings] == ["race_raw", "internal_error"]
         assert "the last 2 were not checked for races" in findings[1].detail
         assert detector.held == 0  # ready for the next launch
+
+
+def test_a_block_with_no_sync_event_is_still_a_block_of_the_model() -> None:
+    """Blocks 0 and 1 wait at SyncAll for block 2, which only accesses memory (and so never arrives): a
+    deadlock, and block 2's GM write still races with block 0's, checked against the model's tables."""
+    waiting = [on_block(program(copy_out(gm=0x8000), *sync_all()), b) for b in (0, 1)]
+    silent = on_block(program(copy_out(gm=0x8000)), 2)
+    kinds = [r[0] for r in races(*waiting, silent)]
+    assert "deadlock" in kinds and "race_waw" in kinds

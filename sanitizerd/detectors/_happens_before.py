@@ -161,6 +161,7 @@ def build(
     seq: np.ndarray,
     present: set[tuple[int, int]],
     work_pipes: np.ndarray,
+    n_blocks: int,
     *,
     cross_free: bool,
     truncated: bool = False,
@@ -170,7 +171,8 @@ def build(
     its index in the order the client sent them; ``present`` the (block type, block id) pairs of the kernel.
     ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
     ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
-    taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on."""
+    taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on, ``n_blocks`` the
+    number of blocks of the kernel (some may have no sync event at all)."""
     # pipe_barrier(PIPE_ALL) waits only on pipes that do something: the others have nothing to publish.
     busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
     all_pipes = _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
@@ -249,7 +251,6 @@ def build(
         nonforward=np.empty(0, dtype=np.int64),
         rank=nodes.pos.copy(),
     )
-    n_blocks = int(block.max()) + 1 if block.size else 0
     _solve(model, edges, multi, sources, n_blocks)
     stuck = np.unique(np.concatenate(stuck_nodes)) if stuck_nodes and not truncated else np.empty(0, dtype=np.int64)
     _place(model, stuck, sources, n_blocks)
@@ -588,7 +589,7 @@ def _place(model: Model, stuck: np.ndarray, sources: dict[int, list[int]], n_blo
     blocked = np.zeros(nodes.size, dtype=bool)
     while True:
         np.minimum.at(start, nodes.chain[first], nodes.ordinal[first])
-        blocked = _blocked(nodes, start)
+        blocked = blocked_nodes(nodes, start)
         more = [x for x in sources if not blocked[x] and blocked[np.array(sources[x])].any()]
         if not more:
             break
@@ -605,7 +606,8 @@ def _is_first(nodes: Nodes, start: np.ndarray, x: int) -> bool:
     )
 
 
-def _blocked(nodes: Nodes, start: np.ndarray) -> np.ndarray:
+def blocked_nodes(nodes: Nodes, start: np.ndarray) -> np.ndarray:
+    """Nodes that cannot run: at or after their pipe's first stuck node, or knowing a stuck node."""
     blocked = nodes.ordinal >= start[nodes.chain]
     base = nodes.block * NPIPES
     for col, p in enumerate(nodes.active):

@@ -68,7 +68,7 @@ def candidate_pairs(
     blocks = int(region_block.max()) + 2
     region = space[owner].astype(np.int64) * blocks + region_block[owner] + 1
     if int(region.max()) >= 1 << 16:  # more regions than 16 bits name (thousands of blocks): number them densely
-        region = _dense(region)
+        region = dense(region)[1]
     base = region.astype(np.uint64) << _REGION_SHIFT
     lo = base + np.minimum(start, _LIMIT)
     hi = base + np.minimum(stop, _LIMIT)
@@ -124,10 +124,10 @@ def _segments(
     return seg[by], who[by], bounds[:-1], bounds[1:]
 
 
-def _dense(keys: np.ndarray) -> np.ndarray:
-    """Each key's rank among the distinct keys (small non-negative keys)."""
+def dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for small non-negative keys, in linear time."""
     if not keys.size:
-        return keys
+        return keys, keys
     seen = np.zeros(int(keys.max()) + 1, dtype=np.int64)
     seen[keys] = 1
-    return (np.cumsum(seen) - 1)[keys]
+    return np.flatnonzero(seen), (np.cumsum(seen) - 1)[keys]

@@ -19,9 +19,9 @@ import numpy as np
 
 from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
-from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, Model, build, issuer_of, scalar_to_cal
+from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._race_pairs import Segments, candidate_pairs
+from sanitizerd.detectors._race_pairs import Segments, candidate_pairs, dense
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
@@ -102,7 +102,7 @@ class Kernel:
         self.events = events
         self.truncated = truncated
         bkey = (events.column("block_type").astype(np.int64) << 16) | events.column("block_id")
-        self.block_keys, block = _dense(bkey)
+        self.block_keys, block = dense(bkey)
         kind = events.column("kind")
         if block.size > 1 and (block[1:] < block[:-1]).any():
             order = np.argsort(block, kind="stable")
@@ -128,7 +128,8 @@ class Kernel:
         self.model = build(
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], order[sync], sync,
-            present, np.unique(self.pipe), cross_free=self.context.config.block_id >= 0, truncated=truncated,
+            present, np.unique(self.pipe), self.block_keys.size, cross_free=self.context.config.block_id >= 0,
+            truncated=truncated,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m
@@ -384,7 +385,7 @@ class Kernel:
         if not model.stuck:
             return []
         nodes = model.nodes
-        blocked = int((~self.placed).sum()) + int((~_node_placed(model)).sum()) - len(model.stuck)
+        blocked = int((~self.placed).sum()) + int(blocked_nodes(nodes, model.start).sum()) - len(model.stuck)
         names = ("pipe", "dst_pipe", "event_id", "location", "pc", "serial", "block_type", "block_id", "address")
         at = self.order[np.array([stuck.event for stuck in model.stuck])]
         f = {name: self.events.take(name, at).tolist() for name in names}
@@ -417,24 +418,6 @@ class Kernel:
                 )
             )
         return findings
-
-
-def _dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` for small non-negative keys, in linear time."""
-    seen = np.zeros(int(keys.max()) + 1, dtype=np.int64)
-    seen[keys] = 1
-    uniques = np.flatnonzero(seen)
-    index = np.cumsum(seen) - 1
-    return uniques, index[keys]
-
-
-def _node_placed(model: Model) -> np.ndarray:
-    nodes = model.nodes
-    placed = nodes.ordinal < model.start[nodes.chain]
-    base = nodes.block * NPIPES
-    for col, p in enumerate(nodes.active):
-        placed &= nodes.K[:, col] < model.start[base + p]
-    return placed
 
 
 def _atomic_state(
