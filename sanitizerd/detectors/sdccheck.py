@@ -83,30 +83,31 @@ class SdcCheck:
         return self._disagreeing(signature, ranks)
 
     def _disagreeing(self, signature: Signature, ranks: dict[int, list[SignatureEntry]]) -> list[SdcFinding]:
-        """Ranks whose gradients differ from what most replicas hold (on a tie, from the lowest rank's)."""
-        findings = []
+        """Ranks whose gradients differ from what most replicas hold (on a tie, from the lowest rank's), each
+        named by its first differing entry."""
         order = sorted(ranks)
         names = [e.name for e in ranks[order[0]]]
-        for rank in order:
-            for i, name in enumerate(names):
-                digests = [_digest(ranks[r], i, name) for r in order]
-                votes = Counter(digests)
-                majority = max(votes.items(), key=lambda item: (item[1], -digests.index(item[0])))[0]
-                mine = _digest(ranks[rank], i, name)
-                if mine == majority:
-                    continue
-                agree = len(order) - votes[mine]
-                replay = Replay(
-                    step=signature.step, local_step=signature.local_step, rank=rank, signature=name,
-                    replica_group=signature.replica_group,
-                )  # fmt: skip
-                text = (
-                    f"SDC replica mismatch: step={signature.step}, local_step={signature.local_step}, rank={rank}, "
-                    f"replica_group={signature.replica_group!r}, signature={name!r} differs from {agree} of "
-                    f"{len(order) - 1} other replica(s)"
-                )
-                findings.append(SdcFinding("sdc_replica_mismatch", replay, text))
-                break  # the first differing entry names the rank's disagreement
+        # Per entry: every rank's digest, and the one most replicas hold.
+        digests = {name: [_digest(ranks[r], i, name) for r in order] for i, name in enumerate(names)}
+        majority = {
+            name: max(d, key=lambda value, d=d: (d.count(value), -d.index(value))) for name, d in digests.items()
+        }
+        findings = []
+        for k, rank in enumerate(order):
+            name = next((name for name in names if digests[name][k] != majority[name]), None)
+            if name is None:
+                continue
+            agree = len(order) - digests[name].count(digests[name][k])
+            replay = Replay(
+                step=signature.step, local_step=signature.local_step, rank=rank, signature=name,
+                replica_group=signature.replica_group,
+            )  # fmt: skip
+            text = (
+                f"SDC replica mismatch: step={signature.step}, local_step={signature.local_step}, rank={rank}, "
+                f"replica_group={signature.replica_group!r}, signature={name!r} differs from {agree} of "
+                f"{len(order) - 1} other replica(s)"
+            )
+            findings.append(SdcFinding("sdc_replica_mismatch", replay, text))
         return findings
 
 
