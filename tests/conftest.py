@@ -56,8 +56,26 @@ def wait_for_socket(path: Path, process: subprocess.Popen[bytes], timeout: float
     raise AssertionError("daemon did not start listening")
 
 
-def start_daemon(base: Path, *extra: str) -> RunningDaemon:
+# The hostile tests run the daemon as a host would: the default soft fd limit (the unit raises it; a shell does not),
+# and an address-space cap so that a blow-up fails the test with MemoryError instead of waking the OOM killer.
+HOSTILE_NOFILE = 1024
+HOSTILE_ADDRESS_SPACE = 4 << 30
+
+
+def _hostile_limits() -> None:
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(HOSTILE_NOFILE, hard), hard))
+    resource.setrlimit(resource.RLIMIT_AS, (HOSTILE_ADDRESS_SPACE, HOSTILE_ADDRESS_SPACE))
+
+
+def start_daemon(base: Path, *extra: str, hostile_limits: bool = False) -> RunningDaemon:
+    """A real ``sanitizerd serve`` on ``base/s.sock``; ``hostile_limits``: as a host runs it, fd and memory capped."""
     sock, state, log = base / "s.sock", base / "state", base / "daemon.log"
+    env = None
+    if hostile_limits:
+        env = dict(os.environ, MALLOC_ARENA_MAX="2")  # glibc's per-thread arenas reserve address space, not memory
     with open(log, "ab") as log_file:
         process = subprocess.Popen(
             [
@@ -74,6 +92,8 @@ def start_daemon(base: Path, *extra: str) -> RunningDaemon:
             stdout=log_file,
             stderr=log_file,
             stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=_hostile_limits if hostile_limits else None,
         )
     wait_for_socket(sock, process)
     return RunningDaemon(sock, state, log, process)
@@ -104,6 +124,49 @@ def daemon(short_dir: Path) -> Iterator[RunningDaemon]:
     yield running
     code = stop_daemon(running)
     assert code == 0, f"daemon exited with {code}:\n{running.log_text()}"
+
+
+@pytest.fixture
+def hostile_daemon(short_dir: Path) -> Iterator[RunningDaemon]:
+    """A daemon under a host's default limits (see ``_hostile_limits``); it must still exit cleanly after the test."""
+    running = start_daemon(short_dir, "--handshake-timeout", "1", hostile_limits=True)
+    yield running
+    code = stop_daemon(running)
+    assert code == 0, f"daemon exited with {code}:\n{running.log_text()}"
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident set now (VmRSS), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """A process's largest resident set so far (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def assert_serves_fresh_session(daemon: RunningDaemon, within: float = 10.0) -> None:
+    """After an attack: the daemon is alive and a new session gets a kernel checked, a verdict and a close."""
+    from client_shim import Client, EventKind, Space, accesses
+
+    assert daemon.process.poll() is None, f"daemon ended with {daemon.process.returncode}:\n{daemon.log_text()}"
+    started = time.monotonic()
+    with Client(daemon.socket, job="fresh-after-attack", timeout=within, resume_buffer=0) as client:
+        client.malloc(0x1000, 256)
+        kernel = client.kernel_begin("after_attack", 1)
+        client.events(kernel, accesses(EventKind.READ, Space.GM, 0x1000 + 512, 32, block_num=1))
+        client.kernel_end(kernel)
+        verdict = client.wait_kernel(kernel, timeout=within)
+        client.free(0x1000)
+    assert (verdict.events, verdict.errors) == (1, 1), verdict  # the illegal read is found: it was really checked
+    assert time.monotonic() - started < within, "the daemon took too long to serve a fresh session"
+    assert daemon.process.poll() is None
 
 
 def sanitizerd(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
