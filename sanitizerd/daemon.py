@@ -24,8 +24,10 @@ from sanitizerd.findings.store import FindingsStore
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Hub, Limits
+from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.producer import serve_producer
 from sanitizerd.sessions.session import Peer, Session
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
@@ -112,6 +114,7 @@ class Daemon:
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
         self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
         self.metrics.gauges(jobs_live=hub.jobs_live)
+        self.metrics.job_gauges(in_use=lambda: len(hub.jobs), owners_kept=lambda: hub.jobs.owners_kept)
         ready = anyio.Event()
         self.metrics.readiness(ready.is_set)
         if settings.metrics_addr:
@@ -258,25 +261,38 @@ class Daemon:
             limit = hub.limits.max_sessions_per_uid
             await hub.refuse(stream, "session_limit", f"uid {peer.uid} has its limit of {limit} live sessions")
             return
-        config = hub.jobs.config_for(hello)
-        already: list[bytes] = []
-        if hello.resume:
-            refused = await self._resumable(hub, hello, peer)
-            if refused:
-                await hub.refuse(stream, refused[0], refused[1], session=hello.resume)
-                return
-            ident = hello.resume
-            already = await hub.store_call(hub.store.finding_keys, ident)
-            hub.metrics.sessions_resumed.inc()
-        else:
-            ident = await hub.store_call(lambda: hub.store.open_session(hello.job, pid=hello.pid, uid=peer.uid))
-        session = Session(
-            ident, hello, config, peer, ipc=hub.jobs.ipc_table(hello.job), max_race_events=hub.limits.max_race_events
-        )
-        session.already_stored.update(already)
-        hub.live[ident] = session
-        hub.jobs.session_started(hello.job, ident)
-        await hub.jobs.record(hello.job, ident, hello)
+        # Before anything else changes (the store, the job's counters, its recorders): may this uid join the job?
+        # Admitting claims the job for the session until it starts (or is released below).
+        key = job_key(hello.job, peer.uid)
+        refused = hub.jobs.admit(key, peer.uid, lambda: Access.of(peer, hub.limits.admin_gids).admin)
+        if refused is not None:
+            await hub.refuse(stream, refused.reason, refused.message, job=hello.job)
+            return
+        started = False
+        try:
+            config = hub.jobs.config_for(key, hello)
+            already: list[bytes] = []
+            if hello.resume:
+                refusal = await self._resumable(hub, hello, peer)
+                if refusal:
+                    await hub.refuse(stream, refusal[0], refusal[1], session=hello.resume)
+                    return
+                ident = hello.resume
+                already = await hub.store_call(hub.store.finding_keys, ident)
+                hub.metrics.sessions_resumed.inc()
+            else:
+                ident = await hub.store_call(lambda: hub.store.open_session(hello.job, pid=hello.pid, uid=peer.uid))
+            session = Session(
+                ident, hello, config, peer, ipc=hub.jobs.ipc_table(key), max_race_events=hub.limits.max_race_events
+            )
+            session.already_stored.update(already)
+            hub.live[ident] = session
+            hub.jobs.session_started(key, ident)
+            started = True
+        finally:
+            if not started:
+                hub.jobs.release(key)
+        hub.jobs.record(key, ident, hello)
         hub.metrics.sessions_started.inc()
         hub.metrics.sessions_live.inc()
         try:

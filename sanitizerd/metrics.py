@@ -103,6 +103,18 @@ class Metrics:
             jobs_live
         )
 
+    def job_gauges(self, *, in_use: Callable[[], float], owners_kept: Callable[[], float]) -> None:
+        Gauge(
+            "sanitizerd_jobs_in_use",
+            "Jobs registered, watched or with a live session (bounded)",
+            registry=self.registry,
+        ).set_function(in_use)
+        Gauge(
+            "sanitizerd_job_owners_kept",
+            "Unused jobs whose names stay their owner's through the grace period (bounded)",
+            registry=self.registry,
+        ).set_function(owners_kept)
+
     def readiness(self, ready: Callable[[], bool]) -> None:
         self._ready = ready
 

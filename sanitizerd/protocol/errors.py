@@ -18,7 +18,9 @@ REASONS = (
     "handshake_timeout",  # no hello within the configured time
     "session_limit",  # the daemon already serves its maximum number of sessions
     "shutdown",  # the daemon is stopping
-    "permission_denied",  # a control client asked for another user's sessions or findings
+    "permission_denied",  # a client asked for another user's sessions, findings or jobs
+    "job_limit",  # the daemon (or this uid) holds its maximum number of jobs in use
+    "slow_consumer",  # a watcher fell so far behind that the daemon dropped it rather than wait
 )
 
 

@@ -15,6 +15,7 @@ from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.jobs import WATCH_MESSAGES, JobKey, Watcher, job_key
 from sanitizerd.sessions.jobview import summarize
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
@@ -24,17 +25,33 @@ log = structlog.get_logger("sanitizerd.control")
 
 async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
     access = Access.of(peer, hub.limits.admin_gids)
-    outbound_send, outbound_receive = anyio.create_memory_object_stream[m.Message](16)
-    registered: list[str] = []
-    watching: list[str] = []
+    outbound_send, outbound_receive = anyio.create_memory_object_stream[m.Message](WATCH_MESSAGES)
+    # What the jobs this connection watches publish goes to the same outbox, without waiting for it: a watcher
+    # that falls behind is dropped (and this connection ended), never a stall for the job's sessions.
+    watcher = Watcher(outbound_send)
+    registered: set[JobKey] = set()
+    watching: set[JobKey] = set()
 
     async def write_out() -> None:
         async with outbound_receive:
             async for message in outbound_receive:
                 await stream.send(message)
+                watcher.delivered(message)
 
-    async def wait_job(job: str) -> None:
-        await outbound_send.send(await hub.jobs.wait_idle(job))
+    async def end_when_dropped(scope: anyio.CancelScope) -> None:
+        await watcher.dropped.wait()
+        scope.cancel()
+
+    async def wait_job(key: JobKey) -> None:
+        await outbound_send.send(await hub.jobs.wait_idle(key))
+
+    async def may_use(key: JobKey) -> bool:
+        """Whether this client may register, watch or wait on the job; if not, it is refused (and the connection
+        ends) before anything changed."""
+        refused = hub.jobs.refusal(key, access.uid, lambda: access.admin)
+        if refused is not None:
+            await hub.refuse(stream, refused.reason, refused.message, connection="control", uid=access.uid)
+        return refused is None
 
     async def every_session() -> list[m.SessionInfo]:
         ended = await hub.store_call(hub.store.ended_sessions)
@@ -54,6 +71,7 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(write_out)
+            tg.start_soon(end_when_dropped, tg.cancel_scope)
             try:
                 while True:
                     message = await stream.receive()
@@ -61,15 +79,27 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                         case m.Close():
                             break
                         case m.JobStart(job=job, config=config):
-                            hub.jobs.register(job, config)
-                            registered.append(job)
+                            key = job_key(job, access.uid)
+                            if not await may_use(key):
+                                return
+                            # A connection's second job_start of a job changes its configuration only.
+                            hub.jobs.register(key, config, access.uid, again=key in registered)
+                            registered.add(key)
                         case m.Watch(job=job, record=record):
+                            key = job_key(job, access.uid)
+                            # The store's ended sessions first: the in-memory check and the watch that claims the
+                            # job happen with no wait between them, so no other uid claims the job in between.
                             if not await allowed(await sessions_to_check(), job=job):
                                 return
-                            hub.jobs.watch(job, outbound_send, record=record)
-                            watching.append(job)
+                            if not await may_use(key):
+                                return
+                            hub.jobs.watch(key, watcher, access.uid, admin=access.admin, record=record)
+                            watching.add(key)
                         case m.WaitJob(job=job):
-                            tg.start_soon(wait_job, job)
+                            key = job_key(job, access.uid)
+                            if not await may_use(key):
+                                return
+                            tg.start_soon(wait_job, key)
                         case m.QueryFindings(job=job, session=session):
                             every = await sessions_to_check()
                             if not await allowed(every, job=job, session=session):
@@ -90,10 +120,14 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
             except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass
             finally:
-                for job in watching:
-                    hub.jobs.unwatch(job, outbound_send)
-                for job in registered:
-                    hub.jobs.unregister(job)
+                for key in watching:
+                    hub.jobs.unwatch(key, watcher)
+                for key in registered:
+                    hub.jobs.unregister(key)
                 tg.cancel_scope.cancel()
+        if watcher.reason:
+            # Its reader fell behind: what is still queued is not waited for; the reason is sent (bounded in time,
+            # since the peer may not be reading at all), logged and counted.
+            await hub.refuse(stream, "slow_consumer", f"watcher dropped: {watcher.reason}", uid=access.uid)
     finally:
         outbound_send.close()

@@ -17,7 +17,7 @@ from sanitizerd.findings.store import FindingsStore, finding_key
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.jobs import Jobs
+from sanitizerd.sessions.jobs import Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
 from sanitizerd.sessions.session import Session
 from sanitizerd.sessions.transport import MessageStream
@@ -63,7 +63,7 @@ class Hub:
     queues: dict[MemoryObjectSendStream[Any], str] = field(default_factory=dict)  # -> its detector's name
 
     def __post_init__(self) -> None:
-        self.jobs = Jobs(self.default_config)
+        self.jobs = Jobs(self.default_config, grace=self.limits.job_grace)
         self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
         self.detector_limiter = anyio.CapacityLimiter(self.limits.detector_threads)
 
@@ -110,7 +110,7 @@ class Hub:
         except Exception:  # a full disk must not end the session: the findings still reach the job's watchers
             self.metrics.store_errors.inc()
             log.exception("store write failed", findings=len(findings))
-        await self.jobs.publish(findings)
+        self.jobs.publish(job_key(session.job, session.peer.uid), findings)
 
 
 def _not_stored_yet(session: Session, findings: list[Finding]) -> list[Finding]:

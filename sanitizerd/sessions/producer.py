@@ -17,6 +17,7 @@ from sanitizerd.findings.model import Finding
 from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.pipeline import drive_detector
 from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Reply, Session, SignatureReport
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
@@ -27,6 +28,7 @@ log = structlog.get_logger("sanitizerd.session")
 
 async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> None:
     metrics = hub.metrics
+    job = job_key(session.job, session.peer.uid)
     reason = "closed"
     graceful = False
 
@@ -48,7 +50,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 await stream.send(checked.verdict)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass  # the client left; its findings are stored all the same
-        await hub.jobs.kernel_checked(session.job, checked.report)
+        hub.jobs.kernel_checked(job, checked.report)
 
     async def dispatch(item: Work | Reply) -> None:
         """Detector work to every detector's queue; everything else where it belongs."""
@@ -58,10 +60,14 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
             case LostRecords(findings=findings):
                 await publish(findings)
             case SignatureReport(signature=signature, rank=rank):
-                for f in hub.jobs.signature(session.job, signature, rank):
-                    # A replica's disagreement belongs to the rank it names, which may be another session.
+                for f in hub.jobs.signature(job, signature, rank):
+                    # A replica's disagreement belongs to the rank it names, which may be another session of the job.
                     owner = next(
-                        (s for s in hub.live.values() if s.job == session.job and s.hello.rank == f.replay.rank),
+                        (
+                            s
+                            for s in hub.live.values()
+                            if job_key(s.job, s.peer.uid) == job and s.hello.rank == f.replay.rank
+                        ),
                         session,
                     )
                     await hub.publish(owner, [owner.context.finding(f.kind, space="", detail=f.text, replay=f.replay)])
@@ -112,8 +118,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if isinstance(message, m.Close):
                         graceful = True
                         break
-                    if hub.jobs.recording(session.job):
-                        await hub.jobs.record(session.job, session.id, message)
+                    if hub.jobs.recording(job):
+                        hub.jobs.record(job, session.id, message)
                     if isinstance(message, m.Log):
                         log.info("client log", text=message.text, level=message.level)
                         continue
