@@ -7,7 +7,9 @@ installed in the environment (``python -m client_shim.attach install`` writes a 
 
 The job identity comes from the launcher: ``SANITIZERD_JOB`` wins; then torchrun's ``TORCHELASTIC_RUN_ID``
 (with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``); then Ascend's launch environment (``RANK_ID``,
-``ASCEND_DEVICE_ID``, ``ASCEND_RT_VISIBLE_DEVICES``, ``RANK_TABLE_FILE``); then ``MASTER_ADDR:MASTER_PORT``.
+``ASCEND_DEVICE_ID``, ``ASCEND_RT_VISIBLE_DEVICES``, ``RANK_TABLE_FILE``); then ``MASTER_ADDR:MASTER_PORT``. A
+name derived from the launcher starts with the user's name (``alice/torchrun-<id>``): the daemon keeps such names
+for that user, so no other user can take the job first or join it.
 
 The session opens when the process first sends (a replay signature, a kernel launch, ``connect()``), with the
 launcher's identity and whatever ``connect`` adds: one session per process. A daemon that is absent, or goes
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pwd
 import sys
 import sysconfig
 import threading
@@ -39,8 +42,17 @@ _client: Client | None = None
 _warned = False
 
 
-def identity(environ: Mapping[str, str]) -> dict[str, object]:
-    """The job, rank, local rank, world size and device this process speaks for, from its launcher."""
+def user_name() -> str:
+    """This process's user (the daemon knows it by SO_PEERCRED), by name where the host has one."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def identity(environ: Mapping[str, str], *, user: str | None = None) -> dict[str, object]:
+    """The job, rank, local rank, world size and device this process speaks for, from its launcher; a job name
+    derived from the launcher is ``<user>/<name>``."""
 
     def number(*names: str, default: int = -1) -> int:
         for name in names:
@@ -55,13 +67,18 @@ def identity(environ: Mapping[str, str]) -> dict[str, object]:
     if device < 0 and local_rank >= 0:
         visible = [v for v in environ.get("ASCEND_RT_VISIBLE_DEVICES", "").split(",") if v.strip().isdigit()]
         device = int(visible[local_rank]) if local_rank < len(visible) else local_rank
-    job = environ.get(JOB_ENV, "")
-    if not job and environ.get("TORCHELASTIC_RUN_ID"):
+    job = ""
+    if environ.get("TORCHELASTIC_RUN_ID"):
         job = f"torchrun-{environ['TORCHELASTIC_RUN_ID']}"
-    if not job and environ.get("RANK_TABLE_FILE"):
+    elif environ.get("RANK_TABLE_FILE"):
         job = f"ranktable-{Path(environ['RANK_TABLE_FILE']).stem}"
-    if not job and environ.get("MASTER_ADDR"):
+    elif environ.get("MASTER_ADDR"):
         job = f"{environ['MASTER_ADDR']}:{environ.get('MASTER_PORT', '')}"
+    if job:
+        # Launcher names repeat across users (torchrun's default run id is "none"): the user's name in front keeps
+        # two users' jobs apart, and the daemon keeps "<user>/..." names for that user alone.
+        job = f"{user if user is not None else user_name()}/{job}"
+    job = environ.get(JOB_ENV, "") or job
     return {
         "job": job,
         "rank": rank,

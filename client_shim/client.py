@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, Refused, default_socket
+from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, Refused, explicit_socket
 from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 
@@ -48,7 +48,8 @@ class Client:
         resume_buffer: int = 64 << 20,
         resume_timeout: float = 30.0,
     ) -> None:
-        self.socket_path = Path(socket_path) if socket_path else default_socket()
+        # None: the daemon is found at the first connect, and a resume goes back to that one.
+        self.socket_path: Path | None = Path(socket_path) if socket_path else explicit_socket()
         self.job = job if job is not None else os.environ.get(JOB_ENV, "")
         self._hello_fields = dict(device=device, rank=rank, local_rank=local_rank, world_size=world_size, tool=tool)
         self._requested_config = config
@@ -104,6 +105,7 @@ class Client:
 
     def _open(self, *, resume: int) -> tuple[FrameSocket, m.Welcome]:
         sock = FrameSocket(self.socket_path, timeout=self.timeout)
+        self.socket_path = Path(sock.path)
         hello = m.Hello(
             version=PROTOCOL_VERSION,
             pid=self._pid,

@@ -5,11 +5,15 @@ No event loop: the user's program may have none, or its own.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import stat
 import threading
+import time
 from pathlib import Path
 
+from sanitizerd import discovery
 from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, Role
 from sanitizerd.protocol import messages as m
 
@@ -25,27 +29,87 @@ class Refused(ClientError):
     """The daemon answered the hello with an error: trying again will not help."""
 
 
-def default_socket() -> Path:
-    env = os.environ.get(SOCKET_ENV)
-    if env:
-        return Path(env)
-    from sanitizerd.daemon import default_socket_path  # the daemon's own default, one definition
+class Untrusted(Refused):
+    """The socket's daemon runs as a user we must not send anything to."""
 
-    return default_socket_path()
+
+class NoDaemon(ClientError):
+    """No explicit socket, and none of the default ones has a daemon we may talk to."""
+
+    def __init__(self, message: str, distrusted: list[str]) -> None:
+        super().__init__(message)
+        self.distrusted = distrusted  # sockets skipped because their directory or daemon is another user's
+
+
+# A first connect waits this long for a socket that is appearing (its daemon starting) or whose backlog is full.
+CONNECT_RETRY = 1.0
+_RETRIED = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN})
+
+
+def explicit_socket() -> Path | None:
+    """The socket the environment names (``sanitizerd run`` sets it for its program); None: find the daemon."""
+    env = os.environ.get(SOCKET_ENV)
+    return Path(env) if env else None
+
+
+def connect_unix(path: str, *, timeout: float | None, retry: float = CONNECT_RETRY) -> socket.socket:
+    """A connection to the daemon at ``path``, retried briefly, whose listener is root, the service user or us."""
+    deadline = time.monotonic() + retry
+    delay = 0.02
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            if exc.errno in _RETRIED and time.monotonic() + delay < deadline:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+                continue
+            raise ClientError(f"cannot connect to sanitizerd at {path}: {exc.strerror or exc}") from exc
+        distrust = discovery.daemon_distrust(sock)
+        if distrust:
+            sock.close()
+            raise Untrusted(f"sanitizerd at {path}: {distrust}")
+        return sock
+
+
+def discover(*, timeout: float | None) -> tuple[socket.socket, str]:
+    """Without an explicit socket: the host's daemon, else the user's private one (``sanitizerd.discovery``)."""
+    tried: list[str] = []
+    distrusted: list[str] = []
+    for candidate in discovery.candidates():
+        where = str(candidate.path)
+        if candidate.distrust:
+            distrusted.append(f"{where}: {candidate.distrust}")
+            continue
+        try:
+            if not stat.S_ISSOCK(candidate.path.lstat().st_mode):
+                tried.append(f"{where} is not a socket")
+                continue
+        except OSError:
+            tried.append(f"{where} does not exist")
+            continue
+        try:
+            return connect_unix(where, timeout=timeout), where
+        except Untrusted as exc:
+            distrusted.append(str(exc))
+        except ClientError as exc:
+            tried.append(str(exc))
+    raise NoDaemon(f"no sanitizerd to connect to ({'; '.join(tried + distrusted)})", distrusted)
 
 
 class FrameSocket:
-    """One connection: ``send`` from any thread (serialised), ``receive`` from one reader at a time."""
+    """One connection: ``send`` from any thread (serialised), ``receive`` from one reader at a time. ``path``
+    None: the daemon is found (``discover``), and ``path`` says which."""
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = 10.0) -> None:
-        self.path = str(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.sock.settimeout(timeout)
-            self.sock.connect(self.path)
-        except OSError as exc:
-            self.sock.close()
-            raise ClientError(f"cannot connect to sanitizerd at {self.path}: {exc.strerror or exc}") from exc
+    def __init__(self, path: str | os.PathLike[str] | None, *, timeout: float | None = 10.0) -> None:
+        if path is None:
+            self.sock, self.path = discover(timeout=timeout)
+        else:
+            self.path = str(path)
+            self.sock = connect_unix(self.path, timeout=timeout)
         self.connection = Connection(Role.CLIENT)
         self._lock = threading.Lock()  # guards the Connection, which both directions update
 

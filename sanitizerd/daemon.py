@@ -19,7 +19,7 @@ import anyio.abc
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
-from sanitizerd import __version__, config, logs
+from sanitizerd import __version__, config, discovery, logs
 from sanitizerd.findings.store import FindingsStore
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
@@ -39,11 +39,9 @@ SOCKET_MODE = 0o660
 
 
 def default_socket_path() -> Path:
-    """``/run/sanitizerd/sanitizerd.sock`` for root, else under ``$XDG_RUNTIME_DIR`` (or /tmp, per user)."""
-    if os.geteuid() == 0:
-        return Path("/run/sanitizerd/sanitizerd.sock")
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/sanitizerd-{os.geteuid()}"
-    return Path(runtime) / "sanitizerd" / "sanitizerd.sock"
+    """``/run/sanitizerd/sanitizerd.sock`` for root, else a private one: ``$XDG_RUNTIME_DIR/sanitizerd/`` or
+    ``/tmp/sanitizerd-<uid>/`` (made 0700 by ``serve``, refused when another user's: ``sanitizerd.discovery``)."""
+    return discovery.default_socket_path()
 
 
 def default_state_dir() -> Path:
@@ -109,6 +107,7 @@ class Daemon:
         notifier = Notifier()
         activated = listen_sockets()
         if not activated:
+            discovery.secure_private_socket_directory(settings.socket_path)
             claim_socket_path(settings.socket_path)
         store = FindingsStore(settings.state_dir / "sanitizerd.db")
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
@@ -309,7 +308,7 @@ class Daemon:
 def run_daemon(settings: DaemonSettings) -> int:
     try:
         anyio.run(Daemon(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})
-    except DaemonAlreadyRunning as exc:
+    except (DaemonAlreadyRunning, discovery.UnsafeDirectory) as exc:
         log.error("cannot start", detail=str(exc))
         return 1
     except KeyboardInterrupt:

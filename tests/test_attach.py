@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import textwrap
@@ -19,11 +20,23 @@ from tests.conftest import ROOT, RunningDaemon, sanitizerd, start_daemon, stop_d
 class TestIdentity:
     def test_torchrun(self) -> None:
         env = {"TORCHELASTIC_RUN_ID": "abc", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
-        assert identity(env) == {"job": "torchrun-abc", "rank": 5, "local_rank": 1, "world_size": 8, "device": 1}
+        assert identity(env, user="alice") == {
+            "job": "alice/torchrun-abc",
+            "rank": 5,
+            "local_rank": 1,
+            "world_size": 8,
+            "device": 1,
+        }
 
     def test_ascend_launch_environment(self) -> None:
         env = {"RANK_ID": "3", "ASCEND_DEVICE_ID": "6", "RANK_SIZE": "8", "RANK_TABLE_FILE": "/etc/hccl_8p.json"}
-        assert identity(env) == {"job": "ranktable-hccl_8p", "rank": 3, "local_rank": -1, "world_size": 8, "device": 6}
+        assert identity(env, user="alice") == {
+            "job": "alice/ranktable-hccl_8p",
+            "rank": 3,
+            "local_rank": -1,
+            "world_size": 8,
+            "device": 6,
+        }
 
     def test_visible_devices_map_the_local_rank(self) -> None:
         env = {
@@ -32,10 +45,14 @@ class TestIdentity:
             "MASTER_ADDR": "10.0.0.1",
             "MASTER_PORT": "29500",
         }
-        assert identity(env)["device"] == 5 and identity(env)["job"] == "10.0.0.1:29500"
+        assert identity(env)["device"] == 5 and identity(env, user="alice")["job"] == "alice/10.0.0.1:29500"
 
     def test_an_explicit_job_wins(self) -> None:
         assert identity({"SANITIZERD_JOB": "mine", "TORCHELASTIC_RUN_ID": "abc"})["job"] == "mine"
+
+    def test_a_derived_name_is_the_users_own(self) -> None:
+        name = pwd.getpwuid(os.geteuid()).pw_name
+        assert identity({"TORCHELASTIC_RUN_ID": "none"})["job"] == f"{name}/torchrun-none"
 
     def test_nothing_known(self) -> None:
         assert identity({}) == {"job": "", "rank": -1, "local_rank": -1, "world_size": 0, "device": -1}

@@ -12,9 +12,10 @@ from sanitizerd.protocol import messages as m
 
 
 class ControlClient:
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = 10.0) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str] | None, *, timeout: float | None = 10.0) -> None:
+        """``path`` None: the daemon the client library finds (the host's, else the user's private one)."""
         self._socket = FrameSocket(path, timeout=timeout)
+        self.path = Path(self._socket.path)
         try:
             self._socket.handshake(
                 m.Hello(version=PROTOCOL_VERSION, role="control", pid=os.getpid(), host=socket.gethostname())

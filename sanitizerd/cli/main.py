@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("findings", "sessions", "jobs"):
         from sanitizerd.cli import query
 
-        socket = str(args.socket or default_socket_path())
+        socket = str(args.socket) if args.socket else None  # None: the host's daemon, else the user's own
         if args.command == "findings":
             return query.findings(socket, job=args.job, session=args.session, fmt=args.format)
         if args.command == "jobs":

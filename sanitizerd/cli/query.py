@@ -13,7 +13,7 @@ from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.protocol import messages as m
 
 
-def _ask(socket: str, query: m.Message, answer: type[m.Message]) -> m.Message | None:
+def _ask(socket: str | None, query: m.Message, answer: type[m.Message]) -> m.Message | None:
     """One question to the daemon; None (after saying why on stderr) when it cannot be asked."""
     try:
         with ControlClient(socket) as control:
@@ -25,7 +25,7 @@ def _ask(socket: str, query: m.Message, answer: type[m.Message]) -> m.Message | 
     return reply
 
 
-def findings(socket: str, *, job: str, session: int, fmt: str) -> int:
+def findings(socket: str | None, *, job: str, session: int, fmt: str) -> int:
     reply = _ask(socket, m.QueryFindings(job=job, session=session), m.Findings)
     if not isinstance(reply, m.Findings):
         return 1
@@ -37,7 +37,7 @@ def findings(socket: str, *, job: str, session: int, fmt: str) -> int:
     return 0
 
 
-def sessions(socket: str, *, fmt: str) -> int:
+def sessions(socket: str | None, *, fmt: str) -> int:
     reply = _ask(socket, m.QuerySessions(), m.Sessions)
     if not isinstance(reply, m.Sessions):
         return 1
@@ -55,7 +55,7 @@ def sessions(socket: str, *, fmt: str) -> int:
     return 0
 
 
-def jobs(socket: str, *, fmt: str) -> int:
+def jobs(socket: str | None, *, fmt: str) -> int:
     reply = _ask(socket, m.QueryJobs(), m.Jobs)
     if not isinstance(reply, m.Jobs):
         return 1

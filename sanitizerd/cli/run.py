@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import IO
 
 from client_shim.attach import ATTACH_ENV, hook_dir
-from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError
+from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
 from sanitizerd import __version__
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.cli.options import PREFIX, UsageError, parse_run_args, run_help
 from sanitizerd.cli.savefile import SaveWriter
-from sanitizerd.daemon import default_socket_path
 from sanitizerd.findings.model import ERROR, WARNING, Finding
 from sanitizerd.findings.render import render_text
 from sanitizerd.protocol import messages as m
@@ -213,19 +212,26 @@ def run(argv: list[str]) -> int:
 
 @contextlib.contextmanager
 def daemon_connection(socket: str | None) -> Iterator[tuple[ControlClient, Path]]:
-    """A control connection to the daemon at ``socket`` (or the default), or to an embedded daemon started
-    for the duration when none answers there."""
-    socket_path = Path(socket) if socket else default_socket_path()
+    """A control connection to the daemon at ``socket``; without one, to the daemon the client library finds
+    (the host's, else the user's own), or to an embedded daemon started for the duration when none answers.
+    A socket given explicitly is the one the user wants: when it does not answer, that is the error."""
     embedded: EmbeddedDaemon | None = None
     try:
-        try:
-            control = ControlClient(socket_path)
-        except ClientError:
-            embedded = EmbeddedDaemon()
-            socket_path = embedded.socket
-            control = embedded.connect()
+        if socket:
+            try:
+                control = ControlClient(socket)
+            except ClientError as exc:
+                raise ClientError(f"{exc} (--socket given: no private daemon is started in its place)") from None
+        else:
+            try:
+                control = ControlClient(None)
+            except NoDaemon as exc:
+                for distrusted in exc.distrusted:
+                    print(f"{PREFIX} WARNING: not using {distrusted}", file=sys.stderr)
+                embedded = EmbeddedDaemon()
+                control = embedded.connect()
         with contextlib.closing(control):
-            yield control, socket_path
+            yield control, control.path
     finally:
         if embedded is not None:
             embedded.stop()

@@ -3,8 +3,9 @@ their findings, and when they are idle.
 
 A job belongs to the uid that first opened a session in it, registered it (``job_start``) or watched it. A session
 or control request of another uid may not join, register, watch or wait on it: it is refused, and nothing is
-changed. Admins (root, ``--admin-group``) may join and watch any job; their watching does not claim a job, so an
-admin watching a job before it starts never locks its user out. Once a job is unused (no registration, session
+changed. A name ``<user>/...`` (the attach path's names) is that user's before anyone used it. Admins (root,
+``--admin-group``) may join and watch any job; their watching does not claim a job, so an admin watching a job
+before it starts never locks its user out. Once a job is unused (no registration, session
 or watcher), its owner keeps the name through the grace period (its ranks may restart, as ``sanitizerd jobs``
 shows it "ending"); after that another uid may use the name for a job of its own.
 
@@ -17,6 +18,8 @@ watcher whose outbox is full (its reader fell behind, or never reads) is dropped
 
 from __future__ import annotations
 
+import functools
+import pwd
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -49,6 +52,25 @@ WATCH_BYTES = 64 << 20  # recorded producer bytes a watcher may have waiting bef
 def job_key(name: str, uid: int) -> JobKey:
     """The job a session or request of ``uid`` naming ``name`` means."""
     return (name, NO_UID if name else uid)
+
+
+def reserved_for(name: str) -> int:
+    """The uid a job name is kept for: ``<user>/...`` (what the attach path derives from a launcher) is that user's,
+    whether or not the job exists yet, so that nobody takes a predictable name first. NO_UID: anyone's."""
+    user, slash, _rest = name.partition("/")
+    return _uid_of(user) if slash and user else NO_UID
+
+
+@functools.lru_cache(maxsize=256)
+def _uid_of(user: str) -> int:
+    if user.isdigit():
+        return int(user)
+    if len(user) > 64:
+        return NO_UID
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except (KeyError, ValueError, OSError):
+        return NO_UID
 
 
 def job_label(key: JobKey) -> str:
@@ -168,6 +190,8 @@ class Jobs:
         """Why ``uid`` may not use the job (join, register, watch, wait on it), or None. Changes nothing.
         ``admin`` is asked only when the job is another uid's (it reads /proc)."""
         owner = self.owner(key)
+        if owner == NO_UID:
+            owner = reserved_for(key[0])
         if owner not in (NO_UID, uid) and not admin():
             return Refusal(
                 "permission_denied",
