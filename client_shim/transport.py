@@ -75,11 +75,12 @@ def connect_unix(path: str, *, timeout: float | None, retry: float = CONNECT_RET
         return sock
 
 
-def discover(*, timeout: float | None) -> tuple[socket.socket, str]:
-    """Without an explicit socket: the host's daemon, else the user's private one (``sanitizerd.discovery``)."""
+def discover(*, timeout: float | None, among: list[discovery.Candidate] | None = None) -> tuple[socket.socket, str]:
+    """Without an explicit socket: the host's daemon, else the user's private one (``among``: the sockets
+    ``sanitizerd.discovery.candidates`` names); NoDaemon when none may be used."""
     tried: list[str] = []
     distrusted: list[str] = []
-    for candidate in discovery.candidates():
+    for candidate in discovery.candidates() if among is None else among:
         where = str(candidate.path)
         if candidate.distrust:
             distrusted.append(f"{where}: {candidate.distrust}")

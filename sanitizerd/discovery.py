@@ -96,7 +96,7 @@ def secure_private_socket_directory(
     private (or refuse it). Another path is the operator's choice, and left as it is."""
     uid = os.geteuid() if uid is None else uid
     private = private_socket_path(uid, environ, tmp=tmp)
-    if uid != 0 and socket_path == private:
+    if socket_path == private:
         make_private_directory(private.parent, uid)
 
 
