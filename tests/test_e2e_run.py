@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.conftest import DEMO, RunningDaemon, sanitizerd
+from tests.conftest import DEMO, RunningDaemon, program_env, sanitizerd
 
 DEMO_ARGS = ("-t", "memcheck", "--leak-check", "yes", "--", sys.executable, str(DEMO))
 JOB = re.compile(r"SUMMARY: job (\S+):")
@@ -23,8 +23,10 @@ def write_program(directory: Path, body: str) -> Path:
 
 class TestDemoReports:
     def test_embedded_daemon_prints_msSanitizer_reports(self, short_dir: Path) -> None:
-        """Without a daemon at the socket, run starts its own and prints all four planted bugs."""
-        result = sanitizerd("run", "--socket", str(short_dir / "nobody.sock"), *DEMO_ARGS)
+        """Without a daemon to find (no --socket; none on the host or the user's private socket), run starts its
+        own and prints all four planted bugs."""
+        runtime = short_dir / "runtime"  # the user's private socket would be here: nothing there
+        result = sanitizerd("run", *DEMO_ARGS, env=dict(program_env(), XDG_RUNTIME_DIR=str(runtime)))
         assert result.returncode == 0, result.stderr
         out = result.stdout
         assert "====== ERROR: illegal read of size 224\n======    at 0x12c0c0007e00 on GM in add_custom_kernel\n" in out
@@ -38,7 +40,7 @@ class TestDemoReports:
         start = out.index("[sanitizerd] Start memcheck, registercheck sanitizer on kernel add_custom_kernel\n")
         end = out.index("[sanitizerd] Sanitizer finished on kernel add_custom_kernel. See all detected errors above.\n")
         assert start < out.index("illegal read of size 224") < end < out.index("illegal free()")
-        assert not (short_dir / "nobody.sock").exists()
+        assert not runtime.exists()  # the private daemon had a directory of its own, removed with it
 
     def test_findings_json_from_a_running_daemon(self, daemon: RunningDaemon) -> None:
         """After a run against a daemon, `findings --format json` returns the job's findings with every field."""

@@ -803,6 +803,8 @@ class TestErrorReasons:
             "session_limit",
             "shutdown",
             "permission_denied",
+            "job_limit",
+            "slow_consumer",
         }
 
 
