@@ -11,8 +11,9 @@ from pathlib import Path
 
 NOBODY = pwd.getpwnam("nobody")
 
-# argv: socket path, a JSON list of messages (the first is the hello), seconds to wait for replies. Sends them in
-# order (stopping when the daemon has closed), then prints every reply frame's body until EOF or the wait ends.
+# argv: socket path, a JSON list of messages (the first is the hello), seconds to wait for replies, seconds between
+# messages. Sends them in order (stopping when the daemon has closed), then prints the reply bytes until EOF or the
+# wait ends.
 SCRIPT = r"""
 import json, socket, struct, sys, time
 
@@ -53,7 +54,7 @@ for message in json.loads(sys.argv[2]):
         sock.sendall(frame(message))
     except OSError:
         break
-    time.sleep(0.05)  # one at a time, as a client would: a refusal closes before the next
+    time.sleep(float(sys.argv[4]))  # one at a time, as a client would: a refusal closes before the next
 deadline = time.monotonic() + float(sys.argv[3])
 reply = b""
 while time.monotonic() < deadline:
@@ -75,13 +76,15 @@ def hello(role: str = "producer", **fields: object) -> dict[str, object]:
     return {"type": "hello", "version": 1, "role": role, "pid": os.getpid(), **fields}
 
 
-def as_nobody(socket: Path, scratch: Path, messages: list[dict[str, object]], *, wait: float = 3.0) -> bytes:
+def as_nobody(
+    socket: Path, scratch: Path, messages: list[dict[str, object]], *, wait: float = 3.0, pause: float = 0.05
+) -> bytes:
     """Run ``messages`` as nobody on a connection of its own; the daemon's reply bytes (frames, undecoded)."""
     script = scratch / "other_user_session.py"
     script.write_text(SCRIPT)
     script.chmod(0o644)
     return subprocess.run(
-        ["/usr/bin/python3", str(script), str(socket), json.dumps(messages), str(wait)],
+        ["/usr/bin/python3", str(script), str(socket), json.dumps(messages), str(wait), str(pause)],
         user=NOBODY.pw_uid, group=NOBODY.pw_gid, extra_groups=[], capture_output=True, timeout=60, check=True,
     ).stdout  # fmt: skip
 

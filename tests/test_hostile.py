@@ -17,6 +17,7 @@ import numpy as np
 from client_shim import Client, EventKind, Space, accesses
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.jobs import MAX_JOBS_PER_UID
 from tests.conftest import RunningDaemon, assert_serves_fresh_session, start_daemon, stop_daemon
 from tests.other_user import NOBODY, as_nobody, hello, open_to_nobody
 
@@ -160,4 +161,24 @@ def test_jobs_a_watcher_that_never_reads_is_dropped_and_never_stalls_the_job(hos
         daemon.wait_for_log("slow_consumer")
     finally:
         sleeper.close()
+    assert_serves_fresh_session(daemon)
+
+
+def test_jobs_one_uid_cannot_take_every_job(hostile_daemon: RunningDaemon, short_dir: Path) -> None:
+    """A flood of job_start names from one uid stops at its share of jobs; the refusal releases what it held."""
+    daemon = hostile_daemon
+    open_to_nobody(daemon.socket)
+    flood = [hello("control")] + [
+        {"type": "job_start", "job": f"flood-{i}", "config": {"tools": ["memcheck"]}}
+        for i in range(MAX_JOBS_PER_UID + 8)
+    ]
+    reply = as_nobody(daemon.socket, short_dir, flood, wait=5, pause=0)
+    assert b"job_limit" in reply and f"limit of {MAX_JOBS_PER_UID} jobs".encode() in reply, reply[-300:]
+    # The refused connection's jobs are released: nobody registers and watches a job again at once.
+    again = [
+        hello("control"),
+        {"type": "job_start", "job": "flood-again", "config": {}},
+        {"type": "watch", "job": "flood-again"},
+    ]
+    assert b"error" not in as_nobody(daemon.socket, short_dir, again, wait=1)
     assert_serves_fresh_session(daemon)

@@ -1,7 +1,8 @@
 """``sanitizerd run [options] -- PROGRAM``: msSanitizer's launcher, backed by the daemon.
 
-Uses the daemon at the socket, or starts an embedded one for the duration when none answers. Registers a
-job with the run's configuration, watches its findings, launches the program with the environment its
+Uses the daemon at ``--socket`` (and only that one: when it does not answer, the run fails, saying why), else the
+daemon the client library finds (the host's, then the user's own), else an embedded one started for the duration.
+Registers a job with the run's configuration, watches its findings, launches the program with the environment its
 clients attach with, prints findings as they arrive, then a summary once every session of the job ended.
 """
 
