@@ -1,0 +1,37 @@
+"""Memory of the job registry at its bounds: MAX_JOBS jobs in use, then as many owners of unused jobs kept through the
+grace period (figures for docs/performance.md and docs/security.md).
+
+    .venv/bin/python benchmarks/jobs_memory.py
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.jobs import ENDED_OWNERS_KEPT, MAX_JOBS, Jobs, job_key
+
+
+def main() -> None:
+    jobs = Jobs(m.Config())
+    jobs.register(job_key("warm-up", 1), m.Config(), 1)  # imports and first-use caches before counting
+    jobs.unregister(job_key("warm-up", 1))
+    jobs = Jobs(m.Config())
+    tracemalloc.start()
+    names = [f"user/torchrun-{i:08d}" for i in range(MAX_JOBS)]
+    base = tracemalloc.get_traced_memory()[0]
+    for i, name in enumerate(names):
+        jobs.register(job_key(name, 1000 + i % 8), m.Config(), 1000 + i % 8)
+    gc.collect()
+    in_use = tracemalloc.get_traced_memory()[0] - base
+    print(f"{len(jobs)} jobs in use: {in_use / len(jobs):.0f} B each, {in_use / 1e6:.1f} MB")
+    for i, name in enumerate(names):
+        jobs.unregister(job_key(name, 1000 + i % 8))
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - base
+    print(f"{jobs.owners_kept} owners kept (of {ENDED_OWNERS_KEPT}): {kept / jobs.owners_kept:.0f} B each")
+
+
+if __name__ == "__main__":
+    main()
