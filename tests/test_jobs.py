@@ -27,7 +27,7 @@ def no_admin() -> bool:
 
 def make(grace: float = 30.0) -> tuple[Jobs, Clock]:
     clock = Clock()
-    return Jobs(m.Config(), grace=grace, clock=clock), clock
+    return Jobs(m.Config(), grace=lambda: grace, clock=clock), clock
 
 
 def start(jobs: Jobs, name: str, uid: int, session: int) -> None:

@@ -63,7 +63,7 @@ class Hub:
     queues: dict[MemoryObjectSendStream[Any], str] = field(default_factory=dict)  # -> its detector's name
 
     def __post_init__(self) -> None:
-        self.jobs = Jobs(self.default_config, grace=self.limits.job_grace)
+        self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it
         self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
         self.detector_limiter = anyio.CapacityLimiter(self.limits.detector_threads)
 

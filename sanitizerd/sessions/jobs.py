@@ -154,10 +154,14 @@ class Jobs:
     """Lives on the event loop thread; every method is called from it, and none waits."""
 
     def __init__(
-        self, default_config: m.Config, *, grace: float = DEFAULT_JOB_GRACE, clock: Callable[[], float] = time.monotonic
+        self,
+        default_config: m.Config,
+        *,
+        grace: Callable[[], float] = lambda: DEFAULT_JOB_GRACE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.default_config = default_config
-        self.grace = grace  # how long an unused job's name stays its owner's
+        self._grace = grace  # how long an unused job's name stays its owner's (the job view's grace: "ending")
         self._clock = clock
         self._jobs: dict[JobKey, Job] = {}
         self._by_uid: dict[int, int] = {}  # owner -> jobs in use it owns
@@ -249,7 +253,7 @@ class Jobs:
 
     def _expire(self) -> None:
         """Names whose grace period passed are free again (the oldest end first, so stop at the first kept)."""
-        limit = self._clock() - self.grace
+        limit = self._clock() - self._grace()
         while self._ended:
             key, (_owner, ended) = next(iter(self._ended.items()))
             if ended > limit:
