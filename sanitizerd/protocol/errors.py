@@ -19,6 +19,8 @@ REASONS = (
     "session_limit",  # the daemon already serves its maximum number of sessions
     "shutdown",  # the daemon is stopping
     "permission_denied",  # a control client asked for another user's sessions or findings
+    "request_limit",  # a control connection has its limit of requests outstanding (wait_job)
+    "store_unavailable",  # the store cannot record a new session (a full disk, a read-only state directory)
 )
 
 
