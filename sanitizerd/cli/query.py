@@ -75,6 +75,9 @@ def sessions(socket: str, *, fmt: str) -> int:
             f"{s.session:>8} {s.state:6} {s.job[:24]:24} {s.pid:>7} {s.device:>6} {s.kernels:>7} {s.events:>12} "
             f"{s.findings:>8} {started}"
         )
+    for s in reply.sessions:
+        if s.unstored:
+            print(f"[sanitizerd] session {s.session}: {s.unstored} of its findings could not be stored (store full)")
     return 0
 
 

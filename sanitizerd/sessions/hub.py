@@ -120,6 +120,9 @@ class Hub:
             await self.store_call(self.store.add_findings, findings)
         except StoreUnavailable as exc:  # not the session's end: the findings still reach its client and watchers
             self.unstored(session, len(findings), str(exc))
+        except Exception as exc:  # a bug of ours: logged in full, and the findings still counted as not stored
+            log.exception("store write failed")
+            self.unstored(session, len(findings), repr(exc))
         else:
             self.metrics.store_writes.inc(len(findings))
             self.store_recovered()
