@@ -117,6 +117,7 @@ class Daemon:
         await hub.retain()
         self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
         self.metrics.gauges(jobs_live=hub.jobs_live)
+        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
         ready = anyio.Event()
         self.metrics.readiness(ready.is_set)
         if settings.metrics_addr:

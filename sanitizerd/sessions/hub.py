@@ -155,7 +155,6 @@ class Hub:
             pruned = Pruned()
         self.metrics.store_pruned.labels("sessions").inc(pruned.sessions)
         self.metrics.store_pruned.labels("findings").inc(pruned.findings)
-        self.metrics.store_bytes.set(self.store.file_bytes())
         if pruned.sessions:
             log.info("retention: old sessions deleted", sessions=pruned.sessions, findings=pruned.findings)
         return pruned
