@@ -35,7 +35,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 TOP_LEVEL = {"socket": str, "state_dir": str, "metrics_addr": str, "log_level": str}
 RELOADABLE_LIMITS = frozenset(
     {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout", "queue_depth",
-     "max_race_events", "job_grace", "admin_gids", "max_control_waits", "retention_days", "max_store_size"}
+     "max_race_events", "job_grace", "admin_gids", "max_control_requests", "retention_days", "max_store_size"}
 )  # fmt: skip
 
 

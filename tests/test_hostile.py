@@ -73,7 +73,7 @@ def test_control_wait_job_flood_is_refused_and_the_loop_stays_responsive(hostile
     listed = sanitizerd("sessions", "--socket", str(hostile_daemon.socket), timeout=20)
     assert listed.returncode == 0 and time.monotonic() - asked < 5, listed.stderr
     reply = control_read_all(sock, 5)
-    assert b"request_limit" in reply and b"limit of 64 wait_job" in reply
+    assert b"request_limit" in reply and b"limit of 64 requests" in reply
     sock.close()
     assert "request_limit" in hostile_daemon.wait_for_log("request_limit")
     assert_serves_fresh_session(hostile_daemon)
@@ -305,3 +305,27 @@ def test_store_retention_by_age_and_size(short_dir: Path) -> None:
         assert_serves_fresh_session(daemon)
     finally:
         assert stop_daemon(daemon) == 0
+
+
+@pytest.mark.parametrize(
+    "request_frame", [{"type": "watch", "job": "w"}, {"type": "job_start", "job": "j", "config": {}}]
+)
+def test_control_watch_and_job_start_floods_are_refused(
+    hostile_daemon: RunningDaemon, request_frame: dict[str, object]
+) -> None:
+    """100 000 watch (or job_start) frames from one connection: refused by name once it holds its limit, so the
+    daemon's bookkeeping for it stays small and its end costs nothing; other clients are answered meanwhile."""
+    sock = control_connect(hostile_daemon)
+    sock.setblocking(False)
+    flood = control_raw_frame(request_frame) * 100_000
+    try:
+        sock.send(flood[: 1 << 20])
+    except OSError:
+        pass
+    asked = time.monotonic()
+    listed = sanitizerd("sessions", "--socket", str(hostile_daemon.socket), timeout=20)
+    assert listed.returncode == 0 and time.monotonic() - asked < 5, listed.stderr
+    reply = control_read_all(sock, 5)
+    assert b"request_limit" in reply and b"limit of 64 requests" in reply
+    sock.close()
+    assert_serves_fresh_session(hostile_daemon)

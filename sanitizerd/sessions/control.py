@@ -5,8 +5,9 @@ and replies keep their order: a ``job_idle`` always follows the findings publish
 
 What a client may read is selected by its uid in the store's queries (admins: every uid), so no number of other
 users' sessions hides its own. Requests are handled one at a time, each a bounded amount of work (a findings reply
-is one page); only ``wait_job`` runs on in the background, and a connection may have at most
-``max_control_waits`` of those outstanding.
+is one page). Those that keep state in the daemon while the connection lasts (``wait_job`` until answered,
+``watch`` and ``job_start`` until it ends) are at most ``max_control_requests`` at once: their bookkeeping stays
+small, and no request costs time in proportion to how many came before it.
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                     match message:
                         case m.Close():
                             break
+                        case m.WaitJob() | m.Watch() | m.JobStart() if (
+                            waits + len(watching) + len(registered) >= hub.limits.max_control_requests
+                        ):
+                            limit = hub.limits.max_control_requests
+                            await hub.refuse(
+                                stream, "request_limit", f"this connection holds its limit of {limit} requests "
+                                "(wait_job, watch, job_start)", connection="control", uid=access.uid,
+                            )  # fmt: skip
+                            return
                         case m.JobStart(job=job, config=config):
                             hub.jobs.register(job, config)
                             registered.append(job)
@@ -94,13 +104,6 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                             hub.jobs.watch(job, outbound_send, record=record)
                             watching.append(job)
                         case m.WaitJob(job=job):
-                            if waits >= hub.limits.max_control_waits:
-                                limit = hub.limits.max_control_waits
-                                await hub.refuse(
-                                    stream, "request_limit", f"this connection has its limit of {limit} wait_job "
-                                    "requests outstanding", connection="control", uid=access.uid,
-                                )  # fmt: skip
-                                return
                             waits += 1
                             tg.start_soon(wait_job, job)
                         case m.QueryFindings(job=job, session=session):

@@ -49,8 +49,9 @@ class Limits:
     job_grace: float = DEFAULT_JOB_GRACE
     # Groups whose members (besides root) may read every user's sessions and findings.
     admin_gids: frozenset[int] = frozenset()
-    # wait_job requests one control connection may have outstanding; one more ends it (request_limit).
-    max_control_waits: int = 64
+    # Requests one control connection may hold open at once (wait_job, watch, job_start: each keeps state in the
+    # daemon until answered or until the connection ends); one more ends it (request_limit).
+    max_control_requests: int = 64
     # Ended sessions (and their findings) older than this are deleted, at start and every RETENTION_INTERVAL.
     retention_days: float = 30.0
     # Bytes the store's pages may take; past it the oldest ended sessions go, and when none is left to delete new
