@@ -329,3 +329,31 @@ def test_control_watch_and_job_start_floods_are_refused(
     assert b"request_limit" in reply and b"limit of 64 requests" in reply
     sock.close()
     assert_serves_fresh_session(hostile_daemon)
+
+
+def test_store_that_takes_no_write_refuses_new_sessions_by_name(short_dir: Path) -> None:
+    """The store's files made immutable under the running daemon (an ext4 image, chattr +i: even root cannot
+    write): a new session is refused with store_unavailable, not a bare EOF; writable again, sessions work."""
+    image, state = short_dir / "state.img", short_dir / "state"
+    subprocess.run(["truncate", "-s", "16M", str(image)], check=True)
+    if subprocess.run(["mkfs.ext4", "-q", str(image)], capture_output=True).returncode != 0:
+        pytest.skip("no mkfs.ext4 for the unwritable-store test")
+    state.mkdir()
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(state)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image: {mounted.stderr.decode().strip()}")
+    files = [str(state / name) for name in ("sanitizerd.db", "sanitizerd.db-wal")]
+    try:
+        daemon = start_daemon(short_dir, hostile_limits=True)
+        try:
+            subprocess.run(["chattr", "+i", *files], check=True)
+            with pytest.raises(ClientError, match=r"store_unavailable.*cannot open a session"):
+                with Client(daemon.socket, job="unwritable", timeout=10, resume_buffer=0) as client:
+                    client.close()
+            subprocess.run(["chattr", "-i", *files], check=True)
+            assert_serves_fresh_session(daemon)
+        finally:
+            subprocess.run(["chattr", "-i", *files], check=False)
+            assert stop_daemon(daemon) == 0
+    finally:
+        subprocess.run(["umount", "-l", str(state)], check=False)
