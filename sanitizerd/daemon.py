@@ -111,9 +111,13 @@ class Daemon:
         store = FindingsStore(settings.state_dir / "sanitizerd.db", max_bytes=settings.limits.max_store_size)
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
         # No session is live yet: any the store says is open was left so by a daemon that died.
-        abandoned = store.close_abandoned()
-        if abandoned:
-            log.warning("sessions left open by a daemon that stopped unexpectedly are closed", sessions=abandoned)
+        try:
+            abandoned = store.close_abandoned()
+        except StoreUnavailable as exc:  # the store may still serve reads; the next start tries again
+            log.error("sessions left open by a stopped daemon stay open", detail=str(exc))
+        else:
+            if abandoned:
+                log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
         await hub.retain()
         self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
         self.metrics.gauges(jobs_live=hub.jobs_live)

@@ -201,6 +201,9 @@ class FindingsStore:
                         "UPDATE sessions SET ended = ?, info = ? WHERE id = ?", (now, _encode(info), ident)
                     )
                 self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise _unavailable(exc, "close the sessions a stopped daemon left open") from exc
             except BaseException:
                 self._rollback()
                 raise
