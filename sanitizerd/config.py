@@ -12,6 +12,8 @@ The file is ``/etc/sanitizerd/sanitizerd.toml`` when it exists, or ``--config PA
     queue_depth = 4
     max_race_events = 50000000
     admin_groups = ["sanitizer-admins"]
+    retention_days = 30
+    max_store_size = 4294967296
 
 SIGHUP reads the file again and applies its log level and limits (the command line still wins); the socket,
 the state directory, the metrics address and the detector threads are fixed at start-up.
@@ -33,7 +35,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 TOP_LEVEL = {"socket": str, "state_dir": str, "metrics_addr": str, "log_level": str}
 RELOADABLE_LIMITS = frozenset(
     {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout", "queue_depth",
-     "max_race_events", "job_grace", "admin_gids"}
+     "max_race_events", "job_grace", "admin_gids", "max_control_requests", "retention_days", "max_store_size"}
 )  # fmt: skip
 
 

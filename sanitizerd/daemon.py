@@ -20,13 +20,13 @@ import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from sanitizerd import __version__, config, discovery, logs
-from sanitizerd.findings.store import FindingsStore
+from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.control import serve_control
-from sanitizerd.sessions.hub import Hub, Limits
+from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.producer import serve_producer
 from sanitizerd.sessions.session import Peer, Session
@@ -109,11 +109,21 @@ class Daemon:
         if not activated:
             discovery.secure_private_socket_directory(settings.socket_path)
             claim_socket_path(settings.socket_path)
-        store = FindingsStore(settings.state_dir / "sanitizerd.db")
+        store = FindingsStore(settings.state_dir / "sanitizerd.db", max_bytes=settings.limits.max_store_size)
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
+        # No session is live yet: any the store says is open was left so by a daemon that died.
+        try:
+            abandoned = store.close_abandoned()
+        except StoreUnavailable as exc:  # the store may still serve reads; the next start tries again
+            log.error("sessions left open by a stopped daemon stay open", detail=str(exc))
+        else:
+            if abandoned:
+                log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
+        await hub.retain()
         self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
         self.metrics.gauges(jobs_live=hub.jobs_live)
         self.metrics.job_gauges(in_use=lambda: len(hub.jobs), owners_kept=lambda: hub.jobs.owners_kept)
+        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
         ready = anyio.Event()
         self.metrics.readiness(ready.is_set)
         if settings.metrics_addr:
@@ -136,6 +146,7 @@ class Daemon:
             async with listener, anyio.create_task_group() as tg:
                 accepting = anyio.CancelScope()
                 tg.start_soon(self._watch_signals, accepting, tg.cancel_scope, notifier)
+                tg.start_soon(self._retain, hub)
                 if notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
                 task_status.started(socket_path)
@@ -152,6 +163,12 @@ class Daemon:
                 settings.socket_path.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
+
+    @staticmethod
+    async def _retain(hub: Hub) -> None:
+        while True:
+            await anyio.sleep(RETENTION_INTERVAL)
+            await hub.retain()
 
     @staticmethod
     async def _watchdog(notifier: Notifier, interval: float) -> None:
@@ -240,14 +257,19 @@ class Daemon:
 
     @staticmethod
     async def _resumable(hub: Hub, hello: m.Hello, peer: Peer) -> tuple[str, str] | None:
-        """Why a client may not resume the session it names (reason, message), or None."""
-        if hello.resume in hub.live:
-            return "bad_reference", f"session {hello.resume} is still live"
-        stored = await hub.store_call(hub.store.reopen_session, hello.resume)
-        if stored is None:
+        """Why a client may not resume the session it names (reason, message), or None. Only looks: the caller
+        reopens the session once every check has passed. Whose it is comes first, so another uid learns nothing
+        from the answer (not even whether the session is live); session ids are sequential, and this check, not
+        their secrecy, is what keeps them from being used by another user."""
+        stored = await hub.store_call(hub.store.session, hello.resume)
+        live = hub.live.get(hello.resume)
+        owner = live.peer.uid if live is not None else (stored.uid if stored is not None else None)
+        if owner is None:
             return "bad_reference", f"there is no session {hello.resume} to resume"
-        if stored.uid != peer.uid and peer.uid != 0:
+        if owner != peer.uid and peer.uid != 0:
             return "permission_denied", f"session {hello.resume} belongs to another user"
+        if live is not None:
+            return "bad_reference", f"session {hello.resume} is still live"
         return None
 
     async def _producer(self, hub: Hub, stream: MessageStream, hello: m.Hello, peer: Peer) -> None:
@@ -276,11 +298,20 @@ class Daemon:
                 if refusal:
                     await hub.refuse(stream, refusal[0], refusal[1], session=hello.resume)
                     return
-                ident = hello.resume
-                already = await hub.store_call(hub.store.finding_keys, ident)
-                hub.metrics.sessions_resumed.inc()
-            else:
-                ident = await hub.store_call(lambda: hub.store.open_session(hello.job, pid=hello.pid, uid=peer.uid))
+            try:
+                if hello.resume:
+                    ident = hello.resume
+                    already = await hub.store_call(hub.store.finding_keys, ident)
+                    await hub.store_call(hub.store.reopen_session, ident)
+                    hub.metrics.sessions_resumed.inc()
+                else:
+                    ident = await hub.store_call(
+                        lambda: hub.store.open_session(hello.job, pid=hello.pid, uid=peer.uid)
+                    )
+            except StoreUnavailable as exc:  # a clear refusal, not a bare EOF
+                hub.metrics.store_errors.inc()
+                await hub.refuse(stream, "store_unavailable", f"the daemon cannot record a session now: {exc}")
+                return
             session = Session(
                 ident, hello, config, peer, ipc=hub.jobs.ipc_table(key), max_race_events=hub.limits.max_race_events
             )

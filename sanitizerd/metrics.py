@@ -74,6 +74,19 @@ class Metrics:
         )
         self.store_writes = Counter("sanitizerd_store_writes", "Findings written to the store", registry=r)
         self.store_errors = Counter("sanitizerd_store_errors", "Store operations that failed", registry=r)
+        self.findings_unstored = Counter(
+            "sanitizerd_findings_unstored", "Findings reported but not stored (a full disk, the size limit)", registry=r
+        )
+        self.store_writable = Gauge(
+            "sanitizerd_store_writable", "1 while the store takes writes, 0 after a write failed", registry=r
+        )
+        self.store_writable.set(1)
+        self.store_bytes = Gauge("sanitizerd_store_bytes", "Bytes the store takes on disk (with its WAL)", registry=r)
+        self.store_pruned = Counter(
+            "sanitizerd_store_pruned", "Rows deleted by retention (age, size), by table", ["table"], registry=r
+        )
+        for table in ("sessions", "findings"):
+            self.store_pruned.labels(table)
         Gauge("sanitizerd_build_info", "Always 1, labelled with the version", ["version"], registry=r).labels(
             __version__
         ).set(1)

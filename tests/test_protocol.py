@@ -354,8 +354,8 @@ class TestRoundTrip:
         pair = ready_pair()
         data = pair.server.send(m.Closed(session=1, kernels=1, events=1, findings=0))
         expected = bytes.fromhex(
-            "31000000 85a4 74797065 a6 636c6f736564 a7 73657373696f6e 01 a7 6b65726e656c73 01"
-            " a6 6576656e7473 01 a8 66696e64696e6773 00"
+            "3b000000 86a4 74797065 a6 636c6f736564 a7 73657373696f6e 01 a7 6b65726e656c73 01"
+            " a6 6576656e7473 01 a8 66696e64696e6773 00 a8 756e73746f726564 00"
         )
         assert data == expected
 
@@ -805,6 +805,8 @@ class TestErrorReasons:
             "permission_denied",
             "job_limit",
             "slow_consumer",
+            "request_limit",
+            "store_unavailable",
         }
 
 

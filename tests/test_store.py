@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from sanitizerd.findings.model import Finding, Frame, make_finding
-from sanitizerd.findings.store import FindingsStore
+from sanitizerd.findings.store import FindingsStore, Pruned, StoreUnavailable
 from sanitizerd.protocol.messages import SessionInfo
 
 
@@ -128,3 +130,108 @@ class TestFindingsStore:
             assert reopened.findings()[-1].id > max(f.id for f in before)
         finally:
             reopened.close()
+
+
+class TestOwnershipPagingAndLimits:
+    def test_rows_are_selected_by_uid_however_many_others_exist(self, store: FindingsStore) -> None:
+        """A uid's ended sessions and findings come back whatever number of other uids' sessions are newer."""
+        mine = store.open_session("mine", uid=1000)
+        store.add_findings([finding("mine", mine, 0x10)])
+        store.close_session(ended(mine, "mine", uid=1000))
+        for _ in range(1200):
+            other = store.open_session("noise", uid=1001)
+            store.close_session(ended(other, "noise", uid=1001))
+        assert [s.session for s in store.ended_sessions(uid=1000)] == [mine]
+        assert [f.session for f in store.findings(uid=1000)] == [mine]
+        assert store.findings(uid=1001) == []
+        assert store.owners(job="mine") == {1000} and store.owners(session=mine) == {1000}
+        assert store.owners(job="nobody-used-it") == set()
+
+    def test_looking_up_a_session_changes_nothing(self, store: FindingsStore) -> None:
+        ident = store.open_session("a", uid=7)
+        store.close_session(ended(ident, "a", uid=7))
+        info = store.session(ident)
+        assert info is not None and info.uid == 7 and info.state == "ended"
+        assert [s.session for s in store.ended_sessions()] == [ident]  # still ended: only reopen_session reopens
+        store.reopen_session(ident)
+        assert store.ended_sessions() == [] and store.session(999) is None
+
+    def test_findings_come_in_pages_with_a_cursor(self, store: FindingsStore) -> None:
+        store.add_findings([finding("a", 1, address) for address in range(1, 26)])
+        seen, after = [], 0
+        while True:
+            page = store.findings_page(job="a", after=after, limit=10)
+            seen += [f.address for f in page.findings]
+            if not page.next:
+                break
+            assert page.next == page.findings[-1].id
+            after = page.next
+        assert seen == list(range(1, 26))
+        by_bytes = store.findings_page(job="a", max_bytes=1)  # one finding at least, whatever its size
+        assert len(by_bytes.findings) == 1 and by_bytes.next
+
+    def test_a_full_database_reports_full_and_stores_none_of_the_batch(self, store: FindingsStore) -> None:
+        """SQLITE_FULL (here from max_page_count, as a full disk gives it) rolls the transaction back by itself:
+        the error says "full", not "cannot rollback", and no finding of the batch is stored or given an id."""
+        store._db.execute(f"PRAGMA max_page_count={store._db.execute('PRAGMA page_count').fetchone()[0] + 2}")
+        batch = [finding("a", 1, address) for address in range(2000)]
+        with pytest.raises(StoreUnavailable, match="disk under the state directory is full") as raised:
+            store.add_findings(batch)
+        assert raised.value.full and "rollback" not in str(raised.value)
+        assert store.findings() == [] and all(f.id == 0 for f in batch)
+        with pytest.raises(StoreUnavailable, match="cannot open a session"):
+            for _ in range(1000):
+                store.open_session("x" * 1000)
+
+    def test_an_older_store_gains_uid_columns_filled_from_its_sessions(self, db_path: Path) -> None:
+        db_path.parent.mkdir(parents=True)
+        old = sqlite3.connect(db_path)
+        old.executescript(
+            "CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, started REAL NOT NULL,"
+            " ended REAL, info BLOB NOT NULL);"
+            "CREATE TABLE findings (id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, session INTEGER NOT NULL,"
+            " time REAL NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL);"
+        )
+        info = msgspec.json.encode(ended(1, "j", uid=1234))
+        old.execute("INSERT INTO sessions (job, started, ended, info) VALUES ('j', 1, 2, ?)", (info,))
+        body = msgspec.json.encode(finding("j", 1, 0x10))
+        old.execute(
+            "INSERT INTO findings (job, session, time, kind, body) VALUES ('j', 1, 1, 'illegal_read', ?)", (body,)
+        )
+        old.commit()
+        old.close()
+        store = FindingsStore(db_path)
+        try:
+            assert [s.session for s in store.ended_sessions(uid=1234)] == [1]
+            assert [f.address for f in store.findings(uid=1234)] == [0x10]
+            assert store._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # pruning gives space back
+        finally:
+            store.close()
+
+    def test_sessions_a_dead_daemon_left_open_are_closed_with_their_own_reason(self, store: FindingsStore) -> None:
+        left = store.open_session("j", uid=5)
+        store.add_findings([finding("j", left, 1), finding("j", left, 2)])
+        assert store.close_abandoned() == 1 and store.close_abandoned() == 0
+        [info] = store.ended_sessions(uid=5)
+        assert (info.state, info.end_reason, info.findings) == ("ended", "daemon stopped unexpectedly", 2)
+
+    def test_prune_by_age_then_by_size(self, db_path: Path) -> None:
+        store = FindingsStore(db_path)
+        try:
+            for age in (10, 5, 0):
+                ident = store.open_session(f"age{age}")
+                store.add_findings([finding(f"age{age}", ident, a) for a in range(10)])
+                store.close_session(ended(ident, f"age{age}", ended=1000.0 - age * 86400))
+            assert store.prune(max_age=7 * 86400, now=1000.0) == Pruned(sessions=1, findings=10)
+            assert {s.job for s in store.ended_sessions()} == {"age5", "age0"}
+            live = store.open_session("live")
+            for start in range(0, 4000, 500):
+                store.add_findings([finding("live", live, a) for a in range(start, start + 500)])
+            store.max_bytes = store._used_bytes() - 1
+            pruned = store.prune()
+            assert pruned.sessions == 2 and {s.job for s in store.ended_sessions()} == set()
+            store.max_bytes = store._used_bytes()
+            with pytest.raises(StoreUnavailable, match="size limit"):  # only a live session is left: stop growing
+                store.add_findings([finding("live", live, 1)])
+        finally:
+            store.close()

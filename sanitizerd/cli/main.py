@@ -27,7 +27,8 @@ def _positive(kind: type) -> object:
 def _limit_arguments(args: argparse.Namespace) -> dict[str, object]:
     """The limits the command line gave (None where it gave none)."""
     names = ("max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout",
-             "queue_depth", "detector_threads", "max_race_events", "job_grace")  # fmt: skip
+             "queue_depth", "detector_threads", "max_race_events", "job_grace", "max_control_requests",
+             "retention_days", "max_store_size")  # fmt: skip
     given: dict[str, object] = {name: getattr(args, name) for name in names}
     given["admin_gids"] = frozenset(group_id(g) for g in args.admin_group) if args.admin_group else None
     return given
@@ -73,6 +74,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--job-grace", type=_positive(float), metavar="S",
         help=f"seconds a job whose last session closed is shown as ending, for ranks that restart [{limits.job_grace}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-control-requests", type=_positive(int), metavar="N",
+        help=f"wait_job, watch and job_start requests one control connection may hold at once "
+        f"[{limits.max_control_requests}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--retention-days", type=_positive(float), metavar="DAYS",
+        help=f"ended sessions and their findings older than this are deleted [{limits.retention_days}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-store-size", type=_positive(int), metavar="BYTES",
+        help=f"the findings store's size; past it the oldest ended sessions are deleted [{limits.max_store_size}]",
     )  # fmt: skip
 
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")

@@ -4,36 +4,58 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 import msgspec
 
 from client_shim.transport import ClientError
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.findings.render import block_list, render_json, render_text
+from sanitizerd.protocol import ProtocolError
 from sanitizerd.protocol import messages as m
 
+M = TypeVar("M", bound=m.Message)
 
-def _ask(socket: str | None, query: m.Message, answer: type[m.Message]) -> m.Message | None:
+def _ask(socket: str | None, query: m.Message, answer: type[M]) -> M | None:
     """One question to the daemon; None (after saying why on stderr) when it cannot be asked."""
+    replies = _ask_pages(socket, [query], answer)
+    return next(replies, None)
+
+
+def _ask_pages(socket: str | None, queries: Iterable[m.Message], answer: type[M]) -> Iterator[M]:
+    """Each question's answer in turn, on one connection. A refusal, a lost connection or a reply this client
+    cannot read ends it, said on stderr (the daemon's own words for a refusal), never a traceback."""
     try:
         with ControlClient(socket) as control:
-            reply = control.request(query)
-    except ClientError as exc:
+            for query in queries:
+                reply = control.request(query)
+                if not isinstance(reply, answer):
+                    raise ClientError(f"sanitizerd answered {type(reply).__name__} to {type(query).__name__}")
+                yield reply
+    except (ClientError, ProtocolError) as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
-        return None
-    assert isinstance(reply, answer)
-    return reply
 
 
 def findings(socket: str | None, *, job: str, session: int, fmt: str) -> int:
-    reply = _ask(socket, m.QueryFindings(job=job, session=session), m.Findings)
-    if not isinstance(reply, m.Findings):
-        return 1
+    """Every finding the query names, asked for a page at a time (a reply stays far below the frame limit)."""
+    pages: list[m.Findings] = []
+
+    def queries() -> Iterator[m.QueryFindings]:
+        yield m.QueryFindings(job=job, session=session)
+        while pages[-1].next:
+            yield m.QueryFindings(job=job, session=session, after=pages[-1].next)
+
+    for page in _ask_pages(socket, queries(), m.Findings):
+        pages.append(page)
+    if not pages or pages[-1].next:
+        return 1  # the reason is on stderr
+    found = [f for page in pages for f in page.findings]
     if fmt == "json":
-        sys.stdout.write(render_json(reply.findings).decode() + "\n")
+        sys.stdout.write(render_json(found).decode() + "\n")
     else:
-        sys.stdout.write(render_text(reply.findings))
-        print(f"[sanitizerd] {len(reply.findings)} finding(s)")
+        sys.stdout.write(render_text(found))
+        print(f"[sanitizerd] {len(found)} finding(s)")
     return 0
 
 
@@ -52,6 +74,9 @@ def sessions(socket: str | None, *, fmt: str) -> int:
             f"{s.session:>8} {s.state:6} {s.job[:24]:24} {s.pid:>7} {s.device:>6} {s.kernels:>7} {s.events:>12} "
             f"{s.findings:>8} {started}"
         )
+    for s in reply.sessions:
+        if s.unstored:
+            print(f"[sanitizerd] session {s.session}: {s.unstored} of its findings could not be stored (store full)")
     return 0
 
 

@@ -21,6 +21,8 @@ REASONS = (
     "permission_denied",  # a client asked for another user's sessions, findings or jobs
     "job_limit",  # the daemon (or this uid) holds its maximum number of jobs in use
     "slow_consumer",  # a watcher fell so far behind that the daemon dropped it rather than wait
+    "request_limit",  # a control connection has its limit of requests outstanding (wait_job)
+    "store_unavailable",  # the store cannot record a new session (a full disk, a read-only state directory)
 )
 
 

@@ -227,6 +227,7 @@ class Closed(Message, tag="closed"):
     kernels: int = 0
     events: int = 0
     findings: int = 0
+    unstored: int = 0  # findings reported but not stored (a full disk, the store's size limit): the store lacks them
 
 
 # --- control <-> server ------------------------------------------------------------------------------------
@@ -248,12 +249,20 @@ class Watch(Message, tag="watch"):
 
 
 class QueryFindings(Message, tag="query_findings"):
+    """One page of stored findings: those with ids above ``after``, at most ``limit`` (0: the daemon's page size)."""
+
     job: str = ""
     session: int = 0
+    after: int = 0
+    limit: int = 0
 
 
 class Findings(Message, tag="findings"):
+    """Findings: a reply to ``query_findings`` (``next``: where the next page starts, 0 when none follows), or
+    findings pushed to a watcher as they are stored."""
+
     findings: list[Finding]
+    next: int = 0
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
@@ -274,6 +283,7 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     findings: int = 0
     signatures: int = 0  # sdccheck signatures received: none sent is not the same as clean
     gid: int = -1
+    unstored: int = 0  # findings the store could not keep (a full disk, its size limit)
 
 
 class QuerySessions(Message, tag="query_sessions"):

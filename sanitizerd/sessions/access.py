@@ -49,10 +49,14 @@ class Access:
     def refusal(self, sessions: list[SessionInfo], *, job: str = "", session: int = 0) -> str:
         """Why this client may not read the job or session it names ("" when it may). A job or session that
         exists only under other uids is refused; one nobody has used yet (a job being registered) is not."""
-        if self.admin:
-            return ""
         named = [s for s in sessions if (not job or s.job == job) and (not session or s.session == session)]
-        if (job or session) and named and not any(s.uid == self.uid for s in named):
+        return self.refusal_by_owners({s.uid for s in named}, job=job, session=session)
+
+    def refusal_by_owners(self, owners: set[int], *, job: str = "", session: int = 0) -> str:
+        """``refusal``, given the uids that own sessions of the named job or session (the store selects them)."""
+        if self.admin or not (job or session):
+            return ""
+        if owners and self.uid not in owners:
             what = f"session {session}" if session else f"job {job!r}"
             return f"uid {self.uid} may not read {what}: it belongs to another user (admins: root, --admin-group)"
         return ""

@@ -2,6 +2,12 @@
 
 Everything this connection sends goes through one outbound stream and one writer task, so pushed findings
 and replies keep their order: a ``job_idle`` always follows the findings published before it.
+
+What a client may read is selected by its uid in the store's queries (admins: every uid), so no number of other
+users' sessions hides its own. Requests are handled one at a time, each a bounded amount of work (a findings reply
+is one page). Those that keep state in the daemon while the connection lasts (``wait_job`` until answered,
+``watch`` and ``job_start`` until it ends) are at most ``max_control_requests`` at once: their bookkeeping stays
+small, and no request costs time in proportion to how many came before it.
 """
 
 from __future__ import annotations
@@ -9,8 +15,10 @@ from __future__ import annotations
 import time
 
 import anyio
+import anyio.lowlevel
 import structlog
 
+from sanitizerd.findings.store import FINDINGS_PAGE_COUNT, FindingsPage
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.access import Access
@@ -22,15 +30,19 @@ from sanitizerd.sessions.transport import MessageStream, PeerClosed
 
 log = structlog.get_logger("sanitizerd.control")
 
+SESSIONS_LISTED = 1000  # ended sessions a sessions or jobs reply lists (the newest of those the client may read)
+
 
 async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
     access = Access.of(peer, hub.limits.admin_gids)
+    reader_uid = None if access.admin else access.uid  # whose rows the store selects
     outbound_send, outbound_receive = anyio.create_memory_object_stream[m.Message](WATCH_MESSAGES)
     # What the jobs this connection watches publish goes to the same outbox, without waiting for it: a watcher
     # that falls behind is dropped (and this connection ended), never a stall for the job's sessions.
     watcher = Watcher(outbound_send)
     registered: set[JobKey] = set()
     watching: set[JobKey] = set()
+    waits = 0
 
     async def write_out() -> None:
         async with outbound_receive:
@@ -43,7 +55,11 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
         scope.cancel()
 
     async def wait_job(key: JobKey) -> None:
-        await outbound_send.send(await hub.jobs.wait_idle(key))
+        nonlocal waits
+        try:
+            await outbound_send.send(await hub.jobs.wait_idle(key))
+        finally:
+            waits -= 1
 
     async def may_use(key: JobKey) -> bool:
         """Whether this client may register, watch or wait on the job; if not, it is refused (and the connection
@@ -53,20 +69,28 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
             await hub.refuse(stream, refused.reason, refused.message, connection="control", uid=access.uid)
         return refused is None
 
-    async def every_session() -> list[m.SessionInfo]:
-        ended = await hub.store_call(hub.store.ended_sessions)
-        return ended + [s.info() for s in hub.live.values()]
+    async def visible_sessions() -> list[m.SessionInfo]:
+        ended = await hub.store_call(lambda: hub.store.ended_sessions(SESSIONS_LISTED, uid=reader_uid))
+        return ended + access.visible([s.info() for s in hub.live.values()])
 
-    async def allowed(sessions: list[m.SessionInfo], **named: object) -> bool:
+    def page_of(query: m.QueryFindings) -> FindingsPage:
+        """One page of the findings the query names that this client may read (on the store thread)."""
+        count = min(query.limit, FINDINGS_PAGE_COUNT) if query.limit > 0 else FINDINGS_PAGE_COUNT
+        return hub.store.findings_page(
+            job=query.job, session=query.session, uid=reader_uid, after=query.after, limit=count
+        )
+
+    async def allowed(*, job: str = "", session: int = 0) -> bool:
         """Whether this client may read what it names; if not, it is refused (and the connection ends)."""
-        why = access.refusal(sessions, **named)  # type: ignore[arg-type]
+        if access.admin or not (job or session):
+            return True
+        owners = await hub.store_call(lambda: hub.store.owners(job=job, session=session))
+        live = hub.live.values()
+        owners |= {s.peer.uid for s in live if (not job or s.job == job) and (not session or s.id == session)}
+        why = access.refusal_by_owners(owners, job=job, session=session)
         if why:
             await hub.refuse(stream, "permission_denied", why, connection="control", uid=access.uid)
         return not why
-
-    async def sessions_to_check() -> list[m.SessionInfo]:
-        """Every session, for a client whose reads are checked; none to read for an admin, who may read all."""
-        return [] if access.admin else await every_session()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -75,9 +99,20 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
             try:
                 while True:
                     message = await stream.receive()
+                    # Frames already buffered arrive without a wait: let signals and other connections in.
+                    await anyio.lowlevel.checkpoint()
                     match message:
                         case m.Close():
                             break
+                        case m.WaitJob() | m.Watch() | m.JobStart() if (
+                            waits + len(watching) + len(registered) >= hub.limits.max_control_requests
+                        ):
+                            limit = hub.limits.max_control_requests
+                            await hub.refuse(
+                                stream, "request_limit", f"this connection holds its limit of {limit} requests "
+                                "(wait_job, watch, job_start)", connection="control", uid=access.uid,
+                            )  # fmt: skip
+                            return
                         case m.JobStart(job=job, config=config):
                             key = job_key(job, access.uid)
                             if not await may_use(key):
@@ -87,9 +122,9 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                             registered.add(key)
                         case m.Watch(job=job, record=record):
                             key = job_key(job, access.uid)
-                            # The store's ended sessions first: the in-memory check and the watch that claims the
-                            # job happen with no wait between them, so no other uid claims the job in between.
-                            if not await allowed(await sessions_to_check(), job=job):
+                            # The store's owners first: the in-memory check and the watch that claims the job
+                            # happen with no wait between them, so no other uid claims the job in between.
+                            if not await allowed(job=job):
                                 return
                             if not await may_use(key):
                                 return
@@ -99,21 +134,17 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                             key = job_key(job, access.uid)
                             if not await may_use(key):
                                 return
+                            waits += 1
                             tg.start_soon(wait_job, key)
                         case m.QueryFindings(job=job, session=session):
-                            every = await sessions_to_check()
-                            if not await allowed(every, job=job, session=session):
+                            if not await allowed(job=job, session=session):
                                 return
-                            found = await hub.store_call(lambda: hub.store.findings(job=job, session=session))
-                            if not access.admin:
-                                mine = {s.session for s in access.visible(every)}
-                                found = [f for f in found if f.session in mine]
-                            await outbound_send.send(m.Findings(findings=found))
+                            page = await hub.store_call(page_of, message)
+                            await outbound_send.send(m.Findings(findings=page.findings, next=page.next))
                         case m.QuerySessions():
-                            await outbound_send.send(m.Sessions(sessions=access.visible(await every_session())))
+                            await outbound_send.send(m.Sessions(sessions=await visible_sessions()))
                         case m.QueryJobs():
-                            mine = access.visible(await every_session())
-                            jobs = summarize(mine, now=time.time(), grace=hub.limits.job_grace)
+                            jobs = summarize(await visible_sessions(), now=time.time(), grace=hub.limits.job_grace)
                             await outbound_send.send(m.Jobs(jobs=jobs))
             except RemoteProtocolError as exc:
                 await hub.refuse(stream, exc.reason, str(exc), connection="control")

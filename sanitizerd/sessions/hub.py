@@ -13,7 +13,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS
 from sanitizerd.findings.model import Finding
-from sanitizerd.findings.store import FindingsStore, finding_key
+from sanitizerd.findings.store import FindingsStore, Pruned, StoreUnavailable, finding_key
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
@@ -24,6 +24,8 @@ from sanitizerd.sessions.transport import MessageStream
 
 T = TypeVar("T")
 log = structlog.get_logger("sanitizerd.hub")
+
+RETENTION_INTERVAL = 600.0  # seconds between retention passes (the size limit is also kept at each write)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,14 @@ class Limits:
     job_grace: float = DEFAULT_JOB_GRACE
     # Groups whose members (besides root) may read every user's sessions and findings.
     admin_gids: frozenset[int] = frozenset()
+    # Requests one control connection may hold open at once (wait_job, watch, job_start: each keeps state in the
+    # daemon until answered or until the connection ends); one more ends it (request_limit).
+    max_control_requests: int = 64
+    # Ended sessions (and their findings) older than this are deleted, at start and every RETENTION_INTERVAL.
+    retention_days: float = 30.0
+    # Bytes the store's pages may take; past it the oldest ended sessions go, and when none is left to delete new
+    # findings are counted as unstored instead of written.
+    max_store_size: int = 4 << 30
 
 
 @dataclass(slots=True)
@@ -61,6 +71,9 @@ class Hub:
     detector_limiter: anyio.CapacityLimiter = field(init=False)
     # Every live detector queue's sending end, so a scrape can sum what waits in them.
     queues: dict[MemoryObjectSendStream[Any], str] = field(default_factory=dict)  # -> its detector's name
+    # Why the store refuses writes now ("" while it takes them): a failure is logged once per burst, not per batch.
+    store_failure: str = ""
+    unstored_in_burst: int = 0
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it
@@ -106,11 +119,46 @@ class Hub:
             self.metrics.findings.labels(finding.kind, finding.severity).inc()
         try:
             await self.store_call(self.store.add_findings, findings)
+        except StoreUnavailable as exc:  # not the session's end: the findings still reach its client and watchers
+            self.unstored(session, len(findings), str(exc))
+        except Exception as exc:  # a bug of ours: logged in full, and the findings still counted as not stored
+            log.exception("store write failed")
+            self.unstored(session, len(findings), repr(exc))
+        else:
             self.metrics.store_writes.inc(len(findings))
-        except Exception:  # a full disk must not end the session: the findings still reach the job's watchers
-            self.metrics.store_errors.inc()
-            log.exception("store write failed", findings=len(findings))
+            self.store_recovered()
         self.jobs.publish(job_key(session.job, session.peer.uid), findings)
+
+    def unstored(self, session: Session, count: int, why: str) -> None:
+        """Findings the store could not keep: counted for the session (its close says so) and the operator."""
+        session.unstored += count
+        self.metrics.findings_unstored.inc(count)
+        self.metrics.store_errors.inc()
+        self.metrics.store_writable.set(0)
+        self.unstored_in_burst += count
+        if not self.store_failure:
+            log.error("findings not stored (logged once until the store takes writes again)", detail=why)
+        self.store_failure = why
+
+    def store_recovered(self) -> None:
+        if self.store_failure:
+            log.warning("the store takes writes again", unstored=self.unstored_in_burst, was=self.store_failure)
+            self.store_failure, self.unstored_in_burst = "", 0
+            self.metrics.store_writable.set(1)
+
+    async def retain(self) -> Pruned:
+        """One retention pass: sessions past their age go, then the oldest while the store is over its size."""
+        self.store.max_bytes = self.limits.max_store_size
+        try:
+            pruned = await self.store_call(lambda: self.store.prune(max_age=self.limits.retention_days * 86400.0))
+        except StoreUnavailable as exc:
+            log.error("retention pass failed", detail=str(exc))
+            pruned = Pruned()
+        self.metrics.store_pruned.labels("sessions").inc(pruned.sessions)
+        self.metrics.store_pruned.labels("findings").inc(pruned.findings)
+        if pruned.sessions:
+            log.info("retention: old sessions deleted", sessions=pruned.sessions, findings=pruned.findings)
+        return pruned
 
 
 def _not_stored_yet(session: Session, findings: list[Finding]) -> list[Finding]:

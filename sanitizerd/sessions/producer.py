@@ -14,6 +14,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.findings.model import Finding
+from sanitizerd.findings.store import StoreUnavailable
 from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
@@ -164,7 +165,11 @@ async def _finalize(hub: Hub, stream: MessageStream, session: Session, reason: s
     session.end_reason = session.end_reason or "closed by client"
     info = session.info(state="ended")
     info.ended = time.time()
-    await hub.store_call(hub.store.close_session, info)
+    try:
+        await hub.store_call(hub.store.close_session, info)
+    except StoreUnavailable as exc:  # the next start closes it as a crashed session; its client still hears why
+        hub.metrics.store_errors.inc()
+        log.error("session end not stored", detail=str(exc))
     hub.metrics.sessions_ended.labels(reason).inc()
     log.info(
         "session ended",
@@ -177,7 +182,13 @@ async def _finalize(hub: Hub, stream: MessageStream, session: Session, reason: s
     if graceful:
         try:
             await stream.send(
-                m.Closed(session=session.id, kernels=info.kernels, events=info.events, findings=info.findings)
+                m.Closed(
+                    session=session.id,
+                    kernels=info.kernels,
+                    events=info.events,
+                    findings=info.findings,
+                    unstored=info.unstored,
+                )
             )
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass

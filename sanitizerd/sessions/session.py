@@ -113,6 +113,7 @@ class Session:
         self.already_stored: Counter[bytes] = Counter()
         self.warnings = 0
         self.end_reason = ""
+        self.unstored = 0  # findings the store could not keep
 
     @property
     def job(self) -> str:
@@ -140,6 +141,7 @@ class Session:
             events=self.events,
             findings=self.errors + self.warnings,
             signatures=self.signatures,
+            unstored=self.unstored,
         )
 
     # --- messages ----------------------------------------------------------------------------------------------
