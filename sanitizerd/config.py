@@ -13,32 +13,154 @@ The file is ``/etc/sanitizerd/sanitizerd.toml`` when it exists, or ``--config PA
     max_race_events = 50000000
     admin_groups = ["sanitizer-admins"]
 
-SIGHUP reads the file again and applies its log level and limits (the command line still wins); the socket,
-the state directory, the metrics address and the detector threads are fixed at start-up.
+Every value is checked by type and range, in the file and on the command line alike: an integer setting takes
+an integer (``0.5`` and ``true`` are refused), a duration takes seconds (an integer or a decimal), unknown keys
+are refused by name. A refused file changes nothing: at start the daemon does not start; on SIGHUP it keeps
+its settings, logs why, and counts the failure in ``sanitizerd_config_reloads_total{result="failed"}``.
+
+Top-level settings (fixed at start-up; the command line's ``--socket``, ``--state-dir``, ``--metrics-addr`` and
+``--log-level`` win):
+
+``socket``
+    the Unix socket path clients connect to (at most 107 bytes).
+``state_dir``
+    the directory of the findings database.
+``metrics_addr``
+    ``HOST:PORT`` (``[IPV6]:PORT``; ``:PORT`` is 127.0.0.1) where ``/metrics``, ``/healthz`` and ``/readyz``
+    are served; port 1 to 65535.
+``log_level``
+    ``debug``, ``info``, ``warning`` or ``error``; reloaded on SIGHUP.
+
+``[limits]`` (reloaded on SIGHUP unless marked "fixed at start-up"; a ``--flag`` of the same name, with
+dashes, wins over the file) are listed in ``LIMITS`` below with their meaning and range; ``sanitizerd serve
+--help`` prints the same table. ``admin_groups`` (``--admin-group``) lists groups, by name or number, whose
+members may read every user's sessions and findings; a group that does not exist is refused.
+
+Adding a limit: add the field to ``Limits`` (sessions/hub.py) with its default. An ``int`` or ``float`` field is
+then read from the file, validated, reloaded and given a ``--flag`` with no further code, as a positive number;
+add a ``Limit`` entry to ``LIMITS`` here to give it its range and its line of help.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
+import re
 import tomllib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from sanitizerd.sessions.access import group_id
+import msgspec
+
+from sanitizerd.metrics_server import metrics_address
+from sanitizerd.sessions.access import UnknownGroup, group_id
 from sanitizerd.sessions.hub import Limits
 
 DEFAULT_CONFIG_PATH = Path("/etc/sanitizerd/sanitizerd.toml")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-TOP_LEVEL = {"socket": str, "state_dir": str, "metrics_addr": str, "log_level": str}
-RELOADABLE_LIMITS = frozenset(
-    {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout", "queue_depth",
-     "max_race_events", "job_grace", "admin_gids"}
-)  # fmt: skip
+MAX_SOCKET_PATH_LEN = 107  # sun_path is 108 bytes, with its terminating NUL
+_MAX_INT = (1 << 63) - 1  # what SQLite and numpy indices hold
+_MAX_SECONDS = 7 * 24 * 3600.0
 
 
 class ConfigError(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One limit's meaning and its range (inclusive; ``above`` is an exclusive lower bound, for durations)."""
+
+    meaning: str
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float = _MAX_INT
+    unit: str = ""
+    reloadable: bool = True
+
+
+# Each Limits field's line of help and range. A field missing here still works, as a positive number.
+LIMITS: dict[str, Limit] = {
+    "max_frame_size": Limit("largest frame a client may send; longer ones end the connection", 256, None, 1 << 30,
+                            "bytes"),
+    "max_sessions": Limit("live producer sessions over all users", 1, None, 1 << 20),
+    "max_sessions_per_uid": Limit("live producer sessions of one uid", 1, None, 1 << 20),
+    "handshake_timeout": Limit("seconds a new connection has to send its hello", None, 0, 3600, "s"),
+    "drain_timeout": Limit("after SIGTERM, seconds live sessions get to finish and close", None, 0, 3600, "s"),
+    "queue_depth": Limit("work items buffered per detector before the session's reads pause", 1, None, 1024),
+    "detector_threads": Limit("threads that run detector checks", 1, None, 256, reloadable=False),
+    "max_race_events": Limit("events racecheck holds per kernel launch (56 bytes each); later ones are not "
+                             "race-checked", 1, None, 1 << 40),
+    "job_grace": Limit("seconds a job whose last session closed is shown as ending, for ranks that restart", None, 0,
+                       _MAX_SECONDS, "s"),
+}  # fmt: skip
+
+_DEFAULT_INT = Limit("(a positive integer)", 1, None, _MAX_INT)
+_DEFAULT_FLOAT = Limit("(a positive number)", None, 0, _MAX_SECONDS)
+_SPECIAL = {"admin_gids"}  # the file and the command line name groups; Limits holds their gids
+
+
+def _field_types() -> dict[str, Any]:
+    hints = typing.get_type_hints(Limits)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Limits) if f.name not in _SPECIAL}
+
+
+def limit_of(name: str) -> Limit:
+    """The range of a numeric limit: its ``LIMITS`` entry, or a positive number of its field's type."""
+    default = _DEFAULT_FLOAT if _field_types()[name] is float else _DEFAULT_INT
+    return LIMITS.get(name, default)
+
+
+def numeric_limits() -> dict[str, type]:
+    """Every int or float field of Limits, by name: those the file and the command line set."""
+    return {name: kind for name, kind in _field_types().items() if kind in (int, float)}
+
+
+def describe(name: str) -> str:
+    """What a limit accepts, in words: "an integer from 1 to 1024", "seconds, more than 0 and at most 3600"."""
+    bound = limit_of(name)
+    if numeric_limits().get(name) is int:
+        return f"an integer from {int(bound.at_least if bound.at_least is not None else 1)} to {int(bound.at_most)}"
+    low = f"at least {bound.at_least:g}" if bound.at_least is not None else f"more than {bound.above or 0:g}"
+    what = "seconds" if bound.unit == "s" else "a number"
+    return f"{what}, {low} and at most {bound.at_most:g}"
+
+
+def _annotated(name: str, kind: type) -> object:
+    bound = limit_of(name)
+    if kind is int:
+        low = int(bound.at_least) if bound.at_least is not None else 1
+        return Annotated[int, msgspec.Meta(ge=low, le=int(bound.at_most))]
+    if bound.at_least is not None:
+        return Annotated[float, msgspec.Meta(ge=bound.at_least, le=bound.at_most)]
+    return Annotated[float, msgspec.Meta(gt=bound.above or 0.0, le=bound.at_most)]
+
+
+def _struct(name: str, fields: list[tuple[str, object]]) -> type[msgspec.Struct]:
+    return msgspec.defstruct(
+        name,
+        [(field, typing.Union[kind, msgspec.UnsetType], msgspec.UNSET) for field, kind in fields],  # noqa: UP007
+        kw_only=True,
+        forbid_unknown_fields=True,
+    )
+
+
+def _file_struct() -> type[msgspec.Struct]:
+    """The file's schema, derived from Limits: every numeric limit with its range, and the top-level keys."""
+    limit_fields: list[tuple[str, object]] = [(n, _annotated(n, k)) for n, k in numeric_limits().items()]
+    limit_fields.append(("admin_groups", list[str | int]))
+    top: list[tuple[str, object]] = [
+        ("socket", Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SOCKET_PATH_LEN)]),
+        ("state_dir", Annotated[str, msgspec.Meta(min_length=1)]),
+        ("metrics_addr", str),
+        ("log_level", Literal[LOG_LEVELS]),  # type: ignore[valid-type]
+        ("limits", _struct("LimitsFile", limit_fields)),
+    ]
+    return _struct("ConfigFile", top)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,29 +170,77 @@ class FileConfig:
     limits: dict[str, object]
 
 
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<path>[\w.]+)`)?$")
+
+
+def _refusal(error: msgspec.ValidationError, data: Mapping[str, Any]) -> str:
+    """msgspec's complaint, said with the setting's name, what it accepts and what it got."""
+    found = _AT.match(str(error))
+    assert found is not None
+    path, what = found["path"], found["what"]
+    if path is None:  # an unknown key at the top: msgspec names it without a path
+        unknown = re.search(r"unknown field `(\w+)`", what)
+        return f"unknown setting {unknown[1]}" if unknown else what
+    value: Any = data
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if "unknown field" in what:
+        unknown = re.search(r"unknown field `(\w+)`", what)
+        return f"unknown setting {path}.{unknown[1] if unknown else '?'}"
+    section, _, name = path.partition(".")
+    if section == "limits" and name in numeric_limits():
+        return f"limits.{name} must be {describe(name)}; got {value!r}"
+    if path == "log_level":
+        return f"log_level must be one of {', '.join(LOG_LEVELS)}; got {value!r}"
+    return f"{path}: {what}; got {value!r}"
+
+
 def read(path: Path | None) -> FileConfig:
-    """The file's settings (none when no file is given and the default one does not exist)."""
+    """The file's settings (none when no file is given and the default one does not exist), each one checked."""
     chosen = path if path is not None else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
     if chosen is None:
         return FileConfig(None, {}, {})
     try:
         data = tomllib.loads(chosen.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{chosen}: {exc}") from None
-    limits = data.pop("limits", {})
-    # The file names admin groups (by name or number); Limits holds their gids.
-    known_limits = {f.name for f in dataclasses.fields(Limits)} - {"admin_gids"} | {"admin_groups"}
-    unknown = (set(data) - set(TOP_LEVEL)) | {f"limits.{k}" for k in set(limits) - known_limits}
-    if unknown:
-        raise ConfigError(f"{chosen}: unknown setting(s) {', '.join(sorted(unknown))}")
-    if "log_level" in data and data["log_level"] not in LOG_LEVELS:
-        raise ConfigError(f"{chosen}: log_level must be one of {', '.join(LOG_LEVELS)}")
-    if "admin_groups" in limits:
-        limits["admin_gids"] = frozenset(group_id(str(g)) for g in limits.pop("admin_groups"))
-    for name, value in limits.items():
-        if name != "admin_gids" and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
-            raise ConfigError(f"{chosen}: limits.{name} must be a positive number, got {value!r}")
-    return FileConfig(chosen, data, limits)
+    try:
+        typed = msgspec.convert(data, _file_struct())
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{chosen}: {_refusal(exc, data)}") from None
+    top = {k: v for k, v in msgspec.structs.asdict(typed).items() if v is not msgspec.UNSET and k != "limits"}
+    limits: dict[str, object] = {}
+    if typed.limits is not msgspec.UNSET:  # type: ignore[attr-defined]
+        limits = {k: v for k, v in msgspec.structs.asdict(typed.limits).items() if v is not msgspec.UNSET}  # type: ignore[attr-defined]
+    try:
+        if "metrics_addr" in top:
+            metrics_address(str(top["metrics_addr"]))
+        if "admin_groups" in limits:
+            limits["admin_gids"] = frozenset(group_id(str(g)) for g in limits.pop("admin_groups"))  # type: ignore[attr-defined]
+    except ValueError as exc:
+        setting = "limits.admin_groups" if isinstance(exc, UnknownGroup) else "metrics_addr"
+        raise ConfigError(f"{chosen}: {setting}: {exc}") from None
+    return FileConfig(chosen, top, limits)
+
+
+def command_line_value(name: str) -> typing.Callable[[str], int | float]:
+    """An argparse ``type`` for a limit: its field's type, in its range, refused by the same words as the file."""
+    kind = numeric_limits()[name]
+    bound = limit_of(name)
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        low_ok = value is not None and (
+            value >= bound.at_least if bound.at_least is not None else value > (bound.above or 0)
+        )
+        if value is None or not low_ok or not value <= bound.at_most or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {describe(name)}; got {text!r}")
+        return value
+
+    return parse
 
 
 def limits(file: FileConfig, command_line: Mapping[str, object]) -> Limits:
@@ -82,4 +252,6 @@ def limits(file: FileConfig, command_line: Mapping[str, object]) -> Limits:
 def reloaded(current: Limits, file: FileConfig, command_line: Mapping[str, object]) -> Limits:
     """The limits after SIGHUP: the file's reloadable ones, the command line still winning."""
     fresh = limits(file, command_line)
-    return dataclasses.replace(current, **{name: getattr(fresh, name) for name in RELOADABLE_LIMITS})
+    fixed = {name for name in numeric_limits() if not limit_of(name).reloadable}
+    changes = {f.name: getattr(fresh, f.name) for f in dataclasses.fields(Limits) if f.name not in fixed}
+    return dataclasses.replace(current, **changes)
