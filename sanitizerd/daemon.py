@@ -10,9 +10,14 @@ import errno
 import os
 import signal
 import socket
+import sqlite3
 import struct
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import anyio.abc
@@ -34,6 +39,9 @@ from sanitizerd.systemd import Notifier, listen_sockets
 log = structlog.get_logger("sanitizerd.daemon")
 
 SOCKET_MODE = 0o660
+HEARTBEAT = 1.0
+STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
+T = TypeVar("T")
 
 
 def default_socket_path() -> Path:
@@ -64,6 +72,42 @@ class DaemonSettings:
 
 class DaemonAlreadyRunning(Exception):
     pass
+
+
+class StartupError(Exception):
+    """Something the daemon needs at start is not usable; the message says what and why, in one line."""
+
+
+def _starting(what: str, step: Callable[..., T], *args: object) -> T:
+    try:
+        return step(*args)
+    except OSError as exc:
+        raise StartupError(f"{what}: {exc.strerror or exc}") from None
+
+
+# The state directory needs room for the store to be created and its first sessions recorded.
+MIN_FREE_BYTES = 1 << 20
+
+
+def open_store(state_dir: Path) -> FindingsStore:
+    """The findings store, or StartupError saying why the state directory cannot hold it (missing and not
+    creatable, read-only, full, or a database SQLite cannot open)."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        usage = os.statvfs(state_dir)
+    except OSError as exc:
+        raise StartupError(f"the state directory {state_dir}: {exc.strerror or exc}") from None
+    if usage.f_flag & os.ST_RDONLY:
+        raise StartupError(f"the state directory {state_dir} is on a read-only file system")
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        raise StartupError(f"the state directory {state_dir} is not writable by uid {os.geteuid()}")
+    if usage.f_bavail * usage.f_frsize < MIN_FREE_BYTES:
+        free = usage.f_bavail * usage.f_frsize
+        raise StartupError(f"the state directory {state_dir} is full ({free} bytes free)")
+    try:
+        return FindingsStore(state_dir / "sanitizerd.db")
+    except (OSError, sqlite3.Error) as exc:
+        raise StartupError(f"cannot open the findings store {state_dir / 'sanitizerd.db'}: {exc}") from None
 
 
 def _peer_credentials(stream: SocketStream) -> Peer:
@@ -101,26 +145,31 @@ class Daemon:
         self.settings = settings
         self.metrics = Metrics()
         self.hub: Hub | None = None
+        self._accepting: anyio.CancelScope | None = None
+        self._beat = time.monotonic()
 
     async def serve(self, *, task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
         notifier = Notifier()
         activated = listen_sockets()
         if not activated:
-            claim_socket_path(settings.socket_path)
-        store = FindingsStore(settings.state_dir / "sanitizerd.db")
+            _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
+        store = open_store(settings.state_dir)
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
         self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
         self.metrics.gauges(jobs_live=hub.jobs_live)
         ready = anyio.Event()
-        self.metrics.readiness(ready.is_set)
+        self.metrics.readiness(lambda: self._not_ready(ready))
         if settings.metrics_addr:
-            self.metrics.serve(settings.metrics_addr)
+            _starting(f"metrics on {settings.metrics_addr}", self.metrics.serve, settings.metrics_addr)
         if activated:  # systemd owns the socket file: never unlink it
             listener = await anyio.abc.SocketListener.from_socket(activated[0])
             socket_path = Path(activated[0].getsockname())
         else:
-            listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+            try:
+                listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {settings.socket_path}: {exc.strerror or exc}") from None
             socket_path = settings.socket_path
         log.info(
             "serving",
@@ -132,8 +181,9 @@ class Daemon:
         )
         try:
             async with listener, anyio.create_task_group() as tg:
-                accepting = anyio.CancelScope()
+                self._accepting = accepting = anyio.CancelScope()
                 tg.start_soon(self._watch_signals, accepting, tg.cancel_scope, notifier)
+                tg.start_soon(self._heartbeat)
                 if notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
                 task_status.started(socket_path)
@@ -150,6 +200,26 @@ class Daemon:
                 settings.socket_path.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
+
+    def _not_ready(self, started: anyio.Event) -> str:
+        """Why a new session would not be served now ("" when it would). Read from the metrics thread."""
+        hub, accepting = self.hub, self._accepting
+        if hub is None or accepting is None or not started.is_set():
+            return "starting"
+        if accepting.cancel_called:
+            return "draining"
+        if len(hub.live) >= hub.limits.max_sessions:
+            return f"at the limit of {hub.limits.max_sessions} sessions"
+        stalled = time.monotonic() - self._beat
+        if stalled > STALLED_AFTER:
+            return f"the event loop has not run for {stalled:.0f} s"
+        return ""
+
+    async def _heartbeat(self) -> None:
+        """The event loop's sign of life for /readyz (which is answered from another thread)."""
+        while True:
+            self._beat = time.monotonic()
+            await anyio.sleep(HEARTBEAT)
 
     @staticmethod
     async def _watchdog(notifier: Notifier, interval: float) -> None:
@@ -189,20 +259,25 @@ class Daemon:
             log.warning("drain deadline passed", sessions=len(hub.live))
 
     def _reload(self, notifier: Notifier) -> None:
-        """SIGHUP: the config file's log level and limits, again; a broken file changes nothing."""
+        """SIGHUP: the config file's log level and limits, again. A file refused, or any failure at all, changes
+        nothing and never ends the daemon: it is logged and counted."""
         settings, hub = self.settings, self.hub
         assert hub is not None
         notifier.notify("RELOADING=1")
         try:
             file = config.read(settings.config_path)
-        except config.ConfigError as exc:
-            log.error("reload failed; settings unchanged", detail=str(exc))
-            notifier.status(f"reload failed: {exc}")
+            limits = config.reloaded(hub.limits, file, settings.command_line)
+            level = settings.log_level_given or str(file.top.get("log_level", "info"))
+        except Exception as exc:  # whatever went wrong, the daemon keeps its settings and serves on
+            detail = str(exc) if isinstance(exc, config.ConfigError) else f"{type(exc).__name__}: {exc}"
+            self.metrics.config_reloads.labels("failed").inc()
+            log.error("reload failed; settings unchanged", detail=detail)
+            notifier.notify("READY=1", f"STATUS=reload failed, settings unchanged: {detail}")
             return
-        hub.limits = config.reloaded(hub.limits, file, settings.command_line)
-        level = settings.log_level_given or str(file.top.get("log_level", "info"))
-        log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
+        hub.limits = limits  # one assignment: a connection sees the old limits or the new ones, never a mix
         logs.configure(level)
+        self.metrics.config_reloads.labels("ok").inc()
+        log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
         notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
 
     async def _handle(self, raw: SocketStream) -> None:
@@ -291,10 +366,11 @@ class Daemon:
 
 
 def run_daemon(settings: DaemonSettings) -> int:
+    """Serve until stopped; 0 after a clean stop, 1 (after one line on stderr saying why) when it cannot start."""
     try:
         anyio.run(Daemon(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})
-    except DaemonAlreadyRunning as exc:
-        log.error("cannot start", detail=str(exc))
+    except (DaemonAlreadyRunning, StartupError) as exc:
+        print(f"sanitizerd: cannot start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass
