@@ -21,6 +21,9 @@ def _ask(socket: str, query: m.Message, answer: type[m.Message]) -> m.Message | 
     except ClientError as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
         return None
+    except TimeoutError:
+        print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
+        return None
     assert isinstance(reply, answer)
     return reply
 
