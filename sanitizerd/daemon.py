@@ -82,7 +82,8 @@ def _starting(what: str, step: Callable[..., T], *args: object) -> T:
     try:
         return step(*args)
     except OSError as exc:
-        raise StartupError(f"{what}: {exc.strerror or exc}") from None
+        where = f"{exc.filename}: " if exc.filename and not what.endswith(str(exc.filename)) else ""
+        raise StartupError(f"{what}: {where}{exc.strerror or exc}") from None
 
 
 # The state directory needs room for the store to be created and its first sessions recorded.
