@@ -31,14 +31,41 @@ Top-level settings (fixed at start-up; the command line's ``--socket``, ``--stat
 ``log_level``
     ``debug``, ``info``, ``warning`` or ``error``; reloaded on SIGHUP.
 
-``[limits]`` (reloaded on SIGHUP unless marked "fixed at start-up"; a ``--flag`` of the same name, with
-dashes, wins over the file) are listed in ``LIMITS`` below with their meaning and range; ``sanitizerd serve
---help`` prints the same table. ``admin_groups`` (``--admin-group``) lists groups, by name or number, whose
-members may read every user's sessions and findings; a group that does not exist is refused.
+``[limits]``: each also a ``--flag`` of the same name with dashes, which wins over the file. All are reloaded on
+SIGHUP but ``detector_threads``. The ranges are those of ``LIMITS`` below; ``sanitizerd serve --help`` prints
+them with the defaults.
+
+``max_frame_size``
+    the largest frame a client may send, in bytes; a longer one ends its connection (``frame_too_large``).
+    An integer from 256 to 2^30; default 64 MiB.
+``max_sessions``
+    live producer sessions over all users; one more is refused (``session_limit``), and ``/readyz`` says "not
+    ready" while the daemon is at it. An integer from 1 to 2^20; default 1024.
+``max_sessions_per_uid``
+    live producer sessions of one uid. An integer from 1 to 2^20; default 256.
+``handshake_timeout``
+    seconds a new connection has to send its hello. More than 0, at most 3600; default 5.
+``drain_timeout``
+    after SIGTERM, seconds the live sessions get to finish and close. More than 0, at most 3600; default 10.
+``queue_depth``
+    work items buffered per detector and session before the session's reads pause. An integer from 1 to 1024;
+    default 4.
+``detector_threads``
+    threads that run detector checks; fixed at start-up. An integer from 1 to 256; default min(4, cores).
+``max_race_events``
+    events racecheck holds per kernel launch; later ones are not race-checked (and the verdict says so). An
+    integer from 1 to 2^40; default 50 000 000.
+``job_grace``
+    seconds a job whose last session closed is shown as "ending" (its ranks may restart). More than 0, at most
+    604800 (a week); default 30.
+``admin_groups`` (``--admin-group``, repeatable)
+    groups, by name or number, whose members may read every user's sessions and findings (root always may).
+    A name that is not a group is refused, as is a number above 2^32 - 2.
 
 Adding a limit: add the field to ``Limits`` (sessions/hub.py) with its default. An ``int`` or ``float`` field is
-then read from the file, validated, reloaded and given a ``--flag`` with no further code, as a positive number;
-add a ``Limit`` entry to ``LIMITS`` here to give it its range and its line of help.
+then read from the file, checked, reloaded and given a ``--flag`` with no further code, as a positive number (a
+float: seconds, at most a week); add a ``Limit`` entry to ``LIMITS`` to give it its range, its unit, its line of
+help, or ``reloadable=False``, and a paragraph above (a test checks that each limit has one).
 """
 
 from __future__ import annotations

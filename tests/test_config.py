@@ -103,6 +103,12 @@ class TestCommandLine:
         usage = sanitizerd("serve", "--help").stdout
         assert all(f"--{name.replace('_', '-')}" in usage for name in numeric)
 
+    def test_every_limit_is_documented(self) -> None:
+        assert config.__doc__ is not None
+        for name in config.numeric_limits():
+            assert f"``{name}``\n    " in config.__doc__, f"say what limits.{name} means in sanitizerd/config.py"
+            assert name in config.LIMITS, f"give limits.{name} its range and help in config.LIMITS"
+
     def test_a_reload_keeps_what_is_fixed_at_start(self, tmp_path: Path) -> None:
         file = config.read(write(tmp_path / "c.toml", "[limits]\ndetector_threads = 7\nqueue_depth = 9\n"))
         after = config.reloaded(Limits(detector_threads=2), file, {})
