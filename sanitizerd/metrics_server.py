@@ -9,7 +9,7 @@ anyone who can reach the port can open connections to it:
   closed connections end is refused at twice that (closed at once). Either is counted in
   ``sanitizerd_metrics_connections_dropped_total{reason}``;
 * each connection has ``deadline`` seconds for its request and answer, then it is closed;
-* a socket read waits at most ``read_timeout`` seconds.
+* a socket read waits at most ``READ_TIMEOUT`` seconds, and a request is read up to ``MAX_REQUEST_BYTES`` only.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ log = structlog.get_logger("sanitizerd.metrics")
 MAX_CONNECTIONS = 16
 DEADLINE = 10.0
 READ_TIMEOUT = 5.0
+MAX_REQUEST_BYTES = 16 << 10  # a request line and its headers; a scrape or a probe sends a few hundred bytes
 _LOG_EVERY = 60.0  # a flood is logged once a minute, and counted always
 
 
@@ -143,8 +144,36 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 class _Handler(WSGIRequestHandler):
     timeout = READ_TIMEOUT  # StreamRequestHandler sets it on the socket
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Capped(self.rfile, MAX_REQUEST_BYTES)  # type: ignore[assignment]
+
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+class _Capped:
+    """A request's reader that ends, as if the client had stopped sending, after ``budget`` bytes: the standard
+    library would read 100 header lines of 64 KiB each (6.4 MiB per connection) before refusing them."""
+
+    def __init__(self, raw: Any, budget: int) -> None:
+        self._raw, self._left = raw, budget
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self._take(self._raw.readline, limit)
+
+    def read(self, size: int = -1) -> bytes:
+        return self._take(self._raw.read, size)
+
+    def _take(self, reader: Callable[[int], bytes], size: int) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = reader(self._left if size < 0 else min(size, self._left))
+        self._left -= len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
 
 
 def bind(host: str, port: int, app: Callable[..., Any], dropped: Callable[[str], None], **bounds: Any) -> MetricsServer:

@@ -7,6 +7,7 @@ store, jobs and other users, configuration and the metrics endpoint)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ import pytest
 
 from client_shim.client import Client
 from client_shim.transport import ClientError
-from tests.conftest import RunningDaemon, assert_serves_fresh_session, start_daemon, stop_daemon
+from tests.conftest import RunningDaemon, assert_serves_fresh_session, rss_bytes, start_daemon, stop_daemon
 
 # --- configuration and metrics ---
 
@@ -179,6 +180,28 @@ class TestMetricsEndpointAttacks:
             assert closed and time.monotonic() - started < 13
         _, body = config_get(port, "/metrics")
         assert b'sanitizerd_metrics_connections_dropped_total{reason="deadline"} 1.0' in body
+        assert_serves_fresh_session(daemon)
+        assert stop_daemon(daemon) == 0
+
+    def test_huge_request_headers_cost_bounded_memory(self, short_dir: Path) -> None:
+        """16 connections each sending 99 header lines of 60 KiB and then waiting (the standard library would hold
+        all 6 MiB of each): the daemon reads 16 KiB of a request, so its RSS grows by far less than the 95 MiB."""
+        daemon, _, port = config_daemon(short_dir, "")
+        before = rss_bytes(daemon.process.pid)
+        line = b"X-Big: " + b"a" * (60 << 10) + b"\r\n"
+        connections = []
+        try:
+            for _ in range(16):
+                big = socket.create_connection(("127.0.0.1", port), timeout=10)
+                connections.append(big)
+                with contextlib.suppress(OSError):  # the daemon may answer and close before all is sent
+                    big.sendall(b"GET /healthz HTTP/1.0\r\n" + line * 99)
+            time.sleep(0.5)
+            assert rss_bytes(daemon.process.pid) - before < 32 << 20
+            assert config_get(port, "/healthz") == (200, b"ok\n")
+        finally:
+            for big in connections:
+                big.close()
         assert_serves_fresh_session(daemon)
         assert stop_daemon(daemon) == 0
 
