@@ -103,6 +103,12 @@ class TestCommandLine:
         usage = sanitizerd("serve", "--help").stdout
         assert all(f"--{name.replace('_', '-')}" in usage for name in numeric)
 
+    def test_every_default_is_in_its_range(self) -> None:
+        """A default the file or the command line could not set is a table out of step with Limits."""
+        for name in config.numeric_limits():
+            default = getattr(Limits(), name)
+            assert config.command_line_value(name)(str(default)) == default, name
+
     def test_every_limit_is_documented(self) -> None:
         assert config.__doc__ is not None
         for name in config.numeric_limits():
