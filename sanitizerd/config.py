@@ -112,22 +112,32 @@ class Limit:
 
 # Each Limits field's line of help and range. A field missing here still works, as a positive number.
 LIMITS: dict[str, Limit] = {
-    "max_frame_size": Limit("largest frame a client may send; longer ones end the connection", 256, None, 1 << 30,
-                            "bytes"),
-    "max_sessions": Limit("live producer sessions over all users", 1, None, 1 << 20),
-    "max_sessions_per_uid": Limit("live producer sessions of one uid", 1, None, 1 << 20),
-    "handshake_timeout": Limit("seconds a new connection has to send its hello", None, 0, 3600, "s"),
-    "drain_timeout": Limit("after SIGTERM, seconds live sessions get to finish and close", None, 0, 3600, "s"),
-    "queue_depth": Limit("work items buffered per detector before the session's reads pause", 1, None, 1024),
-    "detector_threads": Limit("threads that run detector checks", 1, None, 256, reloadable=False),
-    "max_race_events": Limit("events racecheck holds per kernel launch (56 bytes each); later ones are not "
-                             "race-checked", 1, None, 1 << 40),
-    "job_grace": Limit("seconds a job whose last session closed is shown as ending, for ranks that restart", None, 0,
-                       _MAX_SECONDS, "s"),
-}  # fmt: skip
+    "max_frame_size": Limit(
+        "largest frame a client may send; longer ones end the connection", at_least=256, at_most=1 << 30, unit="bytes"
+    ),
+    "max_sessions": Limit("live producer sessions over all users", at_least=1, at_most=1 << 20),
+    "max_sessions_per_uid": Limit("live producer sessions of one uid", at_least=1, at_most=1 << 20),
+    "handshake_timeout": Limit("seconds a new connection has to send its hello", above=0, at_most=3600, unit="s"),
+    "drain_timeout": Limit(
+        "after SIGTERM, seconds live sessions get to finish and close", above=0, at_most=3600, unit="s"
+    ),
+    "queue_depth": Limit("work items buffered per detector before the session's reads pause", at_least=1, at_most=1024),
+    "detector_threads": Limit("threads that run detector checks", at_least=1, at_most=256, reloadable=False),
+    "max_race_events": Limit(
+        "events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked",
+        at_least=1,
+        at_most=1 << 40,
+    ),
+    "job_grace": Limit(
+        "seconds a job whose last session closed is shown as ending, for ranks that restart",
+        above=0,
+        at_most=_MAX_SECONDS,
+        unit="s",
+    ),
+}
 
-_DEFAULT_INT = Limit("(a positive integer)", 1, None, _MAX_INT)
-_DEFAULT_FLOAT = Limit("(a positive number)", None, 0, _MAX_SECONDS)
+_DEFAULT_INT = Limit("(a positive integer)", at_least=1)
+_DEFAULT_FLOAT = Limit("(a positive number)", above=0, at_most=_MAX_SECONDS)
 _SPECIAL = {"admin_gids"}  # the file and the command line name groups; Limits holds their gids
 
 
@@ -235,15 +245,13 @@ def read(path: Path | None) -> FileConfig:
         typed = msgspec.convert(data, _file_struct())
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{chosen}: {_refusal(exc, data)}") from None
-    top = {k: v for k, v in msgspec.structs.asdict(typed).items() if v is not msgspec.UNSET and k != "limits"}
-    limits: dict[str, object] = {}
-    if typed.limits is not msgspec.UNSET:  # type: ignore[attr-defined]
-        limits = {k: v for k, v in msgspec.structs.asdict(typed.limits).items() if v is not msgspec.UNSET}  # type: ignore[attr-defined]
+    top: dict[str, Any] = msgspec.to_builtins(typed)  # the settings the file gave (unset ones are left out)
+    limits: dict[str, Any] = top.pop("limits", {})
     try:
         if "metrics_addr" in top:
-            metrics_address(str(top["metrics_addr"]))
+            metrics_address(top["metrics_addr"])
         if "admin_groups" in limits:
-            limits["admin_gids"] = frozenset(group_id(str(g)) for g in limits.pop("admin_groups"))  # type: ignore[attr-defined]
+            limits["admin_gids"] = frozenset(group_id(str(g)) for g in limits.pop("admin_groups"))
     except ValueError as exc:
         setting = "limits.admin_groups" if isinstance(exc, UnknownGroup) else "metrics_addr"
         raise ConfigError(f"{chosen}: {setting}: {exc}") from None

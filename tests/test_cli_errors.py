@@ -147,9 +147,7 @@ class TestStart:
 
     def test_state_directory_not_writable(self, short_dir: Path) -> None:
         """As the service user would be: another uid's directory (the CLI runs as nobody, with read access)."""
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("setpriv is not installed")
+        _can_be_nobody()
         short_dir.chmod(0o755)
         state, run_dir = short_dir / "state", short_dir / "run"
         state.mkdir(mode=0o755)
@@ -171,6 +169,11 @@ _AS_NOBODY = [
 ]  # fmt: skip
 
 
+def _can_be_nobody() -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the CLI as another user")
+
+
 def _nobody_env(home: Path) -> dict[str, str]:
     return dict(os.environ, HOME=str(home), PYTHONPATH=str(ROOT), XDG_RUNTIME_DIR=str(home))
 
@@ -185,8 +188,7 @@ def as_nobody(daemon: RunningDaemon, *args: str) -> subprocess.CompletedProcess[
 class TestQueries:
     def test_permission_denied_is_the_daemons_refusal(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """Another user's job or session: the daemon's refusal, in one line, exit 1; their own lists: answered."""
-        if shutil.which("setpriv") is None:
-            pytest.skip("setpriv is not installed")
+        _can_be_nobody()
         short_dir.chmod(0o755)
         os.chown(daemon.socket, -1, 65534)  # the service's group would be nobody's here
         run = sanitizerd(
