@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         from sanitizerd import logs
         from sanitizerd.daemon import run_daemon
 
+        # A SIGHUP before the daemon listens for it would end the process (its default action); it reads the file
+        # at start anyway. Serving, the event loop's own handler replaces this.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
             file = config.read(args.config)
         except config.ConfigError as exc:
