@@ -13,6 +13,7 @@ import socket
 import sqlite3
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,6 +142,15 @@ def claim_socket_path(path: Path) -> None:
     raise DaemonAlreadyRunning(f"a daemon is already serving on {path}")
 
 
+_sighup_held = threading.Event()
+
+
+def hold_sighup() -> None:
+    """Until the event loop watches signals, a SIGHUP is remembered, then acted on (its default action would end
+    the process, and a reload asked for during start-up must not be lost)."""
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: _sighup_held.set())
+
+
 class Daemon:
     def __init__(self, settings: DaemonSettings) -> None:
         self.settings = settings
@@ -234,6 +244,9 @@ class Daemon:
     ) -> None:
         """SIGTERM/SIGINT: stop accepting and drain; a second one: stop now. SIGHUP: reload."""
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            if _sighup_held.is_set():  # one came before this receiver replaced hold_sighup's handler
+                _sighup_held.clear()
+                self._reload(notifier)
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if signum == signal.SIGHUP:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -116,11 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         from sanitizerd import logs
-        from sanitizerd.daemon import run_daemon
+        from sanitizerd.daemon import hold_sighup, run_daemon
 
-        # A SIGHUP before the daemon listens for it would end the process (its default action); it reads the file
-        # at start anyway. Serving, the event loop's own handler replaces this.
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        hold_sighup()
         try:
             file = config.read(args.config)
         except config.ConfigError as exc:
