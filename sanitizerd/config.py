@@ -89,6 +89,7 @@ from sanitizerd.sessions.hub import Limits
 
 DEFAULT_CONFIG_PATH = Path("/etc/sanitizerd/sanitizerd.toml")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_FILE_BYTES = 1 << 20
 MAX_SOCKET_PATH_LEN = 107  # sun_path is 108 bytes, with its terminating NUL
 _MAX_INT = (1 << 63) - 1  # what SQLite and numpy indices hold
 _MAX_SECONDS = 7 * 24 * 3600.0
@@ -238,7 +239,7 @@ def read(path: Path | None) -> FileConfig:
     if chosen is None:
         return FileConfig(None, {}, {})
     try:
-        data = tomllib.loads(chosen.read_text())
+        data = tomllib.loads(_text(chosen))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{chosen}: {exc}") from None
     try:
@@ -256,6 +257,18 @@ def read(path: Path | None) -> FileConfig:
         setting = "limits.admin_groups" if isinstance(exc, UnknownGroup) else "metrics_addr"
         raise ConfigError(f"{chosen}: {setting}: {exc}") from None
     return FileConfig(chosen, top, limits)
+
+
+def _text(path: Path) -> str:
+    """The file's text; a FIFO or a device (which would block the reload, or never end) and a file past
+    ``MAX_FILE_BYTES`` are refused."""
+    if not path.is_file():
+        raise OSError(f"not a regular file{'' if path.exists() else ' (it does not exist)'}")
+    with path.open("rb") as file:
+        raw = file.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise OSError(f"larger than {MAX_FILE_BYTES} bytes: not a sanitizerd configuration")
+    return raw.decode()
 
 
 def command_line_value(name: str) -> typing.Callable[[str], int | float]:

@@ -96,7 +96,11 @@ class TestServeSettings:
         assert result.stderr.strip().count("\n") == 0
 
     def test_a_missing_config_file(self, short_dir: Path) -> None:
-        refused(serve(short_dir, "--config", str(short_dir / "none.toml")), "No such file or directory", code=2)
+        refused(
+            serve(short_dir, "--config", str(short_dir / "none.toml")),
+            "none.toml: not a regular file (it does not exist)",
+            code=2,
+        )
 
 
 class TestStart:

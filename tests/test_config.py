@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -60,6 +62,17 @@ class TestFile:
         with pytest.raises(config.ConfigError, match=r"c\.toml") as raised:
             config.read(write(tmp_path / "c.toml", text))
         assert complaint in str(raised.value)
+
+    def test_not_a_regular_file_or_too_large(self, tmp_path: Path) -> None:
+        os.mkfifo(tmp_path / "fifo")
+        for path, complaint in (
+            (tmp_path / "fifo", "not a regular file"),
+            (Path("/dev/zero"), "not a regular file"),
+            (tmp_path / "none.toml", "not a regular file (it does not exist)"),
+            (write(tmp_path / "big.toml", "# x\n" * (1 << 19)), "larger than 1048576 bytes"),
+        ):
+            with pytest.raises(config.ConfigError, match=re.escape(f"{path}: {complaint}")):
+                config.read(path)
 
     def test_types_and_units(self, tmp_path: Path) -> None:
         """An integer duration is seconds as a float; IPv6 metrics addresses are taken in brackets."""
