@@ -263,7 +263,7 @@ def _text(path: Path) -> str:
     """The file's text; a FIFO or a device (which would block the reload, or never end) and a file past
     ``MAX_FILE_BYTES`` are refused."""
     if not path.is_file():
-        raise OSError(f"not a regular file{'' if path.exists() else ' (it does not exist)'}")
+        raise OSError("not a regular file" if path.exists() else "no such file")
     with path.open("rb") as file:
         raw = file.read(MAX_FILE_BYTES + 1)
     if len(raw) > MAX_FILE_BYTES:

@@ -98,7 +98,7 @@ class TestServeSettings:
     def test_a_missing_config_file(self, short_dir: Path) -> None:
         refused(
             serve(short_dir, "--config", str(short_dir / "none.toml")),
-            "none.toml: not a regular file (it does not exist)",
+            "none.toml: no such file",
             code=2,
         )
 

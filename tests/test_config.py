@@ -68,7 +68,7 @@ class TestFile:
         for path, complaint in (
             (tmp_path / "fifo", "not a regular file"),
             (Path("/dev/zero"), "not a regular file"),
-            (tmp_path / "none.toml", "not a regular file (it does not exist)"),
+            (tmp_path / "none.toml", "no such file"),
             (write(tmp_path / "big.toml", "# x\n" * (1 << 19)), "larger than 1048576 bytes"),
         ):
             with pytest.raises(config.ConfigError, match=re.escape(f"{path}: {complaint}")):
