@@ -15,32 +15,214 @@ The file is ``/etc/sanitizerd/sanitizerd.toml`` when it exists, or ``--config PA
     retention_days = 30
     max_store_size = 4294967296
 
-SIGHUP reads the file again and applies its log level and limits (the command line still wins); the socket,
-the state directory, the metrics address and the detector threads are fixed at start-up.
+Every value is checked by type and range, in the file and on the command line alike: an integer setting takes
+an integer (``0.5`` and ``true`` are refused), a duration takes seconds (an integer or a decimal), unknown keys
+are refused by name. A refused file changes nothing: at start the daemon does not start; on SIGHUP it keeps
+its settings, logs why, and counts the failure in ``sanitizerd_config_reloads_total{result="failed"}``.
+
+Top-level settings (fixed at start-up; the command line's ``--socket``, ``--state-dir``, ``--metrics-addr`` and
+``--log-level`` win):
+
+``socket``
+    the Unix socket path clients connect to (at most 107 bytes).
+``state_dir``
+    the directory of the findings database.
+``metrics_addr``
+    ``HOST:PORT`` (``[IPV6]:PORT``; ``:PORT`` is 127.0.0.1) where ``/metrics``, ``/healthz`` and ``/readyz``
+    are served; port 1 to 65535.
+``log_level``
+    ``debug``, ``info``, ``warning`` or ``error``; reloaded on SIGHUP.
+
+``[limits]``: each also a ``--flag`` of the same name with dashes, which wins over the file. All are reloaded on
+SIGHUP but ``detector_threads``. The ranges are those of ``LIMITS`` below; ``sanitizerd serve --help`` prints
+them with the defaults.
+
+``max_frame_size``
+    the largest frame a client may send, in bytes; a longer one ends its connection (``frame_too_large``).
+    An integer from 256 to 2^30; default 64 MiB.
+``max_sessions``
+    live producer sessions over all users; one more is refused (``session_limit``), and ``/readyz`` says "not
+    ready" while the daemon is at it. An integer from 1 to 2^20; default 1024.
+``max_sessions_per_uid``
+    live producer sessions of one uid. An integer from 1 to 2^20; default 256.
+``handshake_timeout``
+    seconds a new connection has to send its hello. More than 0, at most 3600; default 5.
+``drain_timeout``
+    after SIGTERM, seconds the live sessions get to finish and close. More than 0, at most 3600; default 10.
+``queue_depth``
+    work items buffered per detector and session before the session's reads pause. An integer from 1 to 1024;
+    default 4.
+``detector_threads``
+    threads that run detector checks; fixed at start-up. An integer from 1 to 256; default min(4, cores).
+``max_race_events``
+    events racecheck holds per kernel launch; later ones are not race-checked (and the verdict says so). An
+    integer from 1 to 2^40; default 50 000 000.
+``job_grace``
+    seconds a job whose last session closed is shown as "ending" (its ranks may restart). More than 0, at most
+    604800 (a week); default 30.
+``max_control_requests``
+    ``wait_job``, ``watch`` and ``job_start`` requests one control connection may hold at once (unanswered waits,
+    watches, registered jobs); one more ends the connection (``request_limit``). An integer from 1 to 2^20;
+    default 64.
+``retention_days``
+    ended sessions and their findings older than this are deleted, at start and every 10 minutes. A number of
+    days, more than 0 and at most 36500; default 30.
+``max_store_size``
+    the findings store's size in bytes; past it the oldest ended sessions are deleted (down to 90 %), and once
+    none is left to delete new findings are counted as not stored. An integer from 2^20 to 2^50; default 4 GiB.
+``admin_groups`` (``--admin-group``, repeatable)
+    groups, by name or number, whose members may read every user's sessions and findings (root always may).
+    A name that is not a group is refused, as is a number above 2^32 - 2.
+
+Adding a limit: add the field to ``Limits`` (sessions/hub.py) with its default. An ``int`` or ``float`` field is
+then read from the file, checked, reloaded and given a ``--flag`` with no further code, as a positive number (a
+float: seconds, at most a week); add a ``Limit`` entry to ``LIMITS`` to give it its range, its unit, its line of
+help, or ``reloadable=False``, and a paragraph above (a test checks that each limit has one).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
+import re
 import tomllib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from sanitizerd.sessions.access import group_id
+import msgspec
+
+from sanitizerd.metrics_server import metrics_address
+from sanitizerd.sessions.access import UnknownGroup, group_id
 from sanitizerd.sessions.hub import Limits
 
 DEFAULT_CONFIG_PATH = Path("/etc/sanitizerd/sanitizerd.toml")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-TOP_LEVEL = {"socket": str, "state_dir": str, "metrics_addr": str, "log_level": str}
-RELOADABLE_LIMITS = frozenset(
-    {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout", "queue_depth",
-     "max_race_events", "job_grace", "admin_gids", "max_control_requests", "retention_days", "max_store_size"}
-)  # fmt: skip
+MAX_FILE_BYTES = 1 << 20
+MAX_SOCKET_PATH_LEN = 107  # sun_path is 108 bytes, with its terminating NUL
+_MAX_INT = (1 << 63) - 1  # what SQLite and numpy indices hold
+_MAX_SECONDS = 7 * 24 * 3600.0
 
 
 class ConfigError(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One limit's meaning and its range (inclusive; ``above`` is an exclusive lower bound, for durations)."""
+
+    meaning: str
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float = _MAX_INT
+    unit: str = ""
+    reloadable: bool = True
+
+
+# Each Limits field's line of help and range. A field missing here still works, as a positive number.
+LIMITS: dict[str, Limit] = {
+    "max_frame_size": Limit(
+        "largest frame a client may send; longer ones end the connection", at_least=256, at_most=1 << 30, unit="bytes"
+    ),
+    "max_sessions": Limit("live producer sessions over all users", at_least=1, at_most=1 << 20),
+    "max_sessions_per_uid": Limit("live producer sessions of one uid", at_least=1, at_most=1 << 20),
+    "handshake_timeout": Limit("seconds a new connection has to send its hello", above=0, at_most=3600, unit="s"),
+    "drain_timeout": Limit(
+        "after SIGTERM, seconds live sessions get to finish and close", above=0, at_most=3600, unit="s"
+    ),
+    "queue_depth": Limit("work items buffered per detector before the session's reads pause", at_least=1, at_most=1024),
+    "detector_threads": Limit("threads that run detector checks", at_least=1, at_most=256, reloadable=False),
+    "max_race_events": Limit(
+        "events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked",
+        at_least=1,
+        at_most=1 << 40,
+    ),
+    "job_grace": Limit(
+        "seconds a job whose last session closed is shown as ending, for ranks that restart",
+        above=0,
+        at_most=_MAX_SECONDS,
+        unit="s",
+    ),
+    "max_control_requests": Limit(
+        "wait_job, watch and job_start requests one control connection may hold at once", at_least=1, at_most=1 << 20
+    ),
+    "retention_days": Limit(
+        "days ended sessions and their findings are kept", above=0, at_most=100 * 365, unit="days"
+    ),
+    "max_store_size": Limit(
+        "the findings store's size; past it the oldest ended sessions are deleted",
+        at_least=1 << 20,
+        at_most=1 << 50,
+        unit="bytes",
+    ),
+}
+
+_DEFAULT_INT = Limit("(a positive integer)", at_least=1)
+_DEFAULT_FLOAT = Limit("(a positive number)", above=0, at_most=_MAX_SECONDS)
+_SPECIAL = {"admin_gids"}  # the file and the command line name groups; Limits holds their gids
+
+
+def _field_types() -> dict[str, Any]:
+    hints = typing.get_type_hints(Limits)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Limits) if f.name not in _SPECIAL}
+
+
+def limit_of(name: str) -> Limit:
+    """The range of a numeric limit: its ``LIMITS`` entry, or a positive number of its field's type."""
+    default = _DEFAULT_FLOAT if _field_types()[name] is float else _DEFAULT_INT
+    return LIMITS.get(name, default)
+
+
+def numeric_limits() -> dict[str, type]:
+    """Every int or float field of Limits, by name: those the file and the command line set."""
+    return {name: kind for name, kind in _field_types().items() if kind in (int, float)}
+
+
+def describe(name: str) -> str:
+    """What a limit accepts, in words: "an integer from 1 to 1024", "seconds, more than 0 and at most 3600"."""
+    bound = limit_of(name)
+    if numeric_limits().get(name) is int:
+        return f"an integer from {int(bound.at_least if bound.at_least is not None else 1)} to {int(bound.at_most)}"
+    low = f"at least {bound.at_least:g}" if bound.at_least is not None else f"more than {bound.above or 0:g}"
+    what = {"s": "seconds", "days": "days"}.get(bound.unit, "a number")
+    return f"{what}, {low} and at most {bound.at_most:g}"
+
+
+def _annotated(name: str, kind: type) -> object:
+    bound = limit_of(name)
+    if kind is int:
+        low = int(bound.at_least) if bound.at_least is not None else 1
+        return Annotated[int, msgspec.Meta(ge=low, le=int(bound.at_most))]
+    if bound.at_least is not None:
+        return Annotated[float, msgspec.Meta(ge=bound.at_least, le=bound.at_most)]
+    return Annotated[float, msgspec.Meta(gt=bound.above or 0.0, le=bound.at_most)]
+
+
+def _struct(name: str, fields: list[tuple[str, object]]) -> type[msgspec.Struct]:
+    return msgspec.defstruct(
+        name,
+        [(field, typing.Union[kind, msgspec.UnsetType], msgspec.UNSET) for field, kind in fields],  # noqa: UP007
+        kw_only=True,
+        forbid_unknown_fields=True,
+    )
+
+
+def _file_struct() -> type[msgspec.Struct]:
+    """The file's schema, derived from Limits: every numeric limit with its range, and the top-level keys."""
+    limit_fields: list[tuple[str, object]] = [(n, _annotated(n, k)) for n, k in numeric_limits().items()]
+    limit_fields.append(("admin_groups", list[str | int]))
+    top: list[tuple[str, object]] = [
+        ("socket", Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SOCKET_PATH_LEN)]),
+        ("state_dir", Annotated[str, msgspec.Meta(min_length=1)]),
+        ("metrics_addr", str),
+        ("log_level", Literal[LOG_LEVELS]),  # type: ignore[valid-type]
+        ("limits", _struct("LimitsFile", limit_fields)),
+    ]
+    return _struct("ConfigFile", top)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,29 +232,87 @@ class FileConfig:
     limits: dict[str, object]
 
 
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<path>[\w.]+)`)?$")
+
+
+def _refusal(error: msgspec.ValidationError, data: Mapping[str, Any]) -> str:
+    """msgspec's complaint, said with the setting's name, what it accepts and what it got."""
+    found = _AT.match(str(error))
+    assert found is not None
+    path, what = found["path"], found["what"]
+    if path is None:  # an unknown key at the top: msgspec names it without a path
+        unknown = re.search(r"unknown field `(\w+)`", what)
+        return f"unknown setting {unknown[1]}" if unknown else what
+    value: Any = data
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if "unknown field" in what:
+        unknown = re.search(r"unknown field `(\w+)`", what)
+        return f"unknown setting {path}.{unknown[1] if unknown else '?'}"
+    section, _, name = path.partition(".")
+    if section == "limits" and name in numeric_limits():
+        return f"limits.{name} must be {describe(name)}; got {value!r}"
+    if path == "log_level":
+        return f"log_level must be one of {', '.join(LOG_LEVELS)}; got {value!r}"
+    return f"{path}: {what}; got {value!r}"
+
+
 def read(path: Path | None) -> FileConfig:
-    """The file's settings (none when no file is given and the default one does not exist)."""
+    """The file's settings (none when no file is given and the default one does not exist), each one checked."""
     chosen = path if path is not None else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
     if chosen is None:
         return FileConfig(None, {}, {})
     try:
-        data = tomllib.loads(chosen.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(_text(chosen))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{chosen}: {exc}") from None
-    limits = data.pop("limits", {})
-    # The file names admin groups (by name or number); Limits holds their gids.
-    known_limits = {f.name for f in dataclasses.fields(Limits)} - {"admin_gids"} | {"admin_groups"}
-    unknown = (set(data) - set(TOP_LEVEL)) | {f"limits.{k}" for k in set(limits) - known_limits}
-    if unknown:
-        raise ConfigError(f"{chosen}: unknown setting(s) {', '.join(sorted(unknown))}")
-    if "log_level" in data and data["log_level"] not in LOG_LEVELS:
-        raise ConfigError(f"{chosen}: log_level must be one of {', '.join(LOG_LEVELS)}")
-    if "admin_groups" in limits:
-        limits["admin_gids"] = frozenset(group_id(str(g)) for g in limits.pop("admin_groups"))
-    for name, value in limits.items():
-        if name != "admin_gids" and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
-            raise ConfigError(f"{chosen}: limits.{name} must be a positive number, got {value!r}")
-    return FileConfig(chosen, data, limits)
+    try:
+        typed = msgspec.convert(data, _file_struct())
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{chosen}: {_refusal(exc, data)}") from None
+    top: dict[str, Any] = msgspec.to_builtins(typed)  # the settings the file gave (unset ones are left out)
+    limits: dict[str, Any] = top.pop("limits", {})
+    try:
+        if "metrics_addr" in top:
+            metrics_address(top["metrics_addr"])
+        if "admin_groups" in limits:
+            limits["admin_gids"] = frozenset(group_id(str(g)) for g in limits.pop("admin_groups"))
+    except ValueError as exc:
+        setting = "limits.admin_groups" if isinstance(exc, UnknownGroup) else "metrics_addr"
+        raise ConfigError(f"{chosen}: {setting}: {exc}") from None
+    return FileConfig(chosen, top, limits)
+
+
+def _text(path: Path) -> str:
+    """The file's text; a FIFO or a device (which would block the reload, or never end) and a file past
+    ``MAX_FILE_BYTES`` are refused."""
+    if not path.is_file():
+        raise OSError("not a regular file" if path.exists() else "no such file")
+    with path.open("rb") as file:
+        raw = file.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise OSError(f"larger than {MAX_FILE_BYTES} bytes: not a sanitizerd configuration")
+    return raw.decode()
+
+
+def command_line_value(name: str) -> typing.Callable[[str], int | float]:
+    """An argparse ``type`` for a limit: its field's type, in its range, refused by the same words as the file."""
+    kind = numeric_limits()[name]
+    bound = limit_of(name)
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        low_ok = value is not None and (
+            value >= bound.at_least if bound.at_least is not None else value > (bound.above or 0)
+        )
+        if value is None or not low_ok or not value <= bound.at_most or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {describe(name)}; got {text!r}")
+        return value
+
+    return parse
 
 
 def limits(file: FileConfig, command_line: Mapping[str, object]) -> Limits:
@@ -84,4 +324,6 @@ def limits(file: FileConfig, command_line: Mapping[str, object]) -> Limits:
 def reloaded(current: Limits, file: FileConfig, command_line: Mapping[str, object]) -> Limits:
     """The limits after SIGHUP: the file's reloadable ones, the command line still winning."""
     fresh = limits(file, command_line)
-    return dataclasses.replace(current, **{name: getattr(fresh, name) for name in RELOADABLE_LIMITS})
+    fixed = {name for name in numeric_limits() if not limit_of(name).reloadable}
+    changes = {f.name: getattr(fresh, f.name) for f in dataclasses.fields(Limits) if f.name not in fixed}
+    return dataclasses.replace(current, **changes)

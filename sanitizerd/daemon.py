@@ -10,9 +10,15 @@ import errno
 import os
 import signal
 import socket
+import sqlite3
 import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import anyio.abc
@@ -36,6 +42,9 @@ from sanitizerd.systemd import Notifier, listen_sockets
 log = structlog.get_logger("sanitizerd.daemon")
 
 SOCKET_MODE = 0o660
+HEARTBEAT = 1.0
+STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
+T = TypeVar("T")
 
 
 def default_socket_path() -> Path:
@@ -64,6 +73,43 @@ class DaemonSettings:
 
 class DaemonAlreadyRunning(Exception):
     pass
+
+
+class StartupError(Exception):
+    """Something the daemon needs at start is not usable; the message says what and why, in one line."""
+
+
+def _starting(what: str, step: Callable[..., T], *args: object) -> T:
+    try:
+        return step(*args)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename and not what.endswith(str(exc.filename)) else ""
+        raise StartupError(f"{what}: {where}{exc.strerror or exc}") from None
+
+
+# The state directory needs room for the store to be created and its first sessions recorded.
+MIN_FREE_BYTES = 1 << 20
+
+
+def open_store(state_dir: Path, *, max_bytes: int = 0) -> FindingsStore:
+    """The findings store, or StartupError saying why the state directory cannot hold it (missing and not
+    creatable, read-only, full, or a database SQLite cannot open)."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        usage = os.statvfs(state_dir)
+    except OSError as exc:
+        raise StartupError(f"the state directory {state_dir}: {exc.strerror or exc}") from None
+    if usage.f_flag & os.ST_RDONLY:
+        raise StartupError(f"the state directory {state_dir} is on a read-only file system")
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        raise StartupError(f"the state directory {state_dir} is not writable by uid {os.geteuid()}")
+    if usage.f_bavail * usage.f_frsize < MIN_FREE_BYTES:
+        free = usage.f_bavail * usage.f_frsize
+        raise StartupError(f"the state directory {state_dir} is full ({free} bytes free)")
+    try:
+        return FindingsStore(state_dir / "sanitizerd.db", max_bytes=max_bytes)
+    except (OSError, sqlite3.Error) as exc:
+        raise StartupError(f"cannot open the findings store {state_dir / 'sanitizerd.db'}: {exc}") from None
 
 
 def _peer_credentials(stream: SocketStream) -> Peer:
@@ -96,11 +142,22 @@ def claim_socket_path(path: Path) -> None:
     raise DaemonAlreadyRunning(f"a daemon is already serving on {path}")
 
 
+_sighup_held = threading.Event()
+
+
+def hold_sighup() -> None:
+    """Until the event loop watches signals, a SIGHUP is remembered, then acted on (its default action would end
+    the process, and a reload asked for during start-up must not be lost)."""
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: _sighup_held.set())
+
+
 class Daemon:
     def __init__(self, settings: DaemonSettings) -> None:
         self.settings = settings
         self.metrics = Metrics()
         self.hub: Hub | None = None
+        self._accepting: anyio.CancelScope | None = None
+        self._beat = time.monotonic()
 
     async def serve(self, *, task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
@@ -108,8 +165,8 @@ class Daemon:
         activated = listen_sockets()
         if not activated:
             discovery.secure_private_socket_directory(settings.socket_path)
-            claim_socket_path(settings.socket_path)
-        store = FindingsStore(settings.state_dir / "sanitizerd.db", max_bytes=settings.limits.max_store_size)
+            _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
+        store = open_store(settings.state_dir, max_bytes=settings.limits.max_store_size)
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
@@ -125,14 +182,17 @@ class Daemon:
         self.metrics.job_gauges(in_use=lambda: len(hub.jobs), owners_kept=lambda: hub.jobs.owners_kept)
         self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
         ready = anyio.Event()
-        self.metrics.readiness(ready.is_set)
+        self.metrics.readiness(lambda: self._not_ready(ready))
         if settings.metrics_addr:
-            self.metrics.serve(settings.metrics_addr)
+            _starting(f"metrics on {settings.metrics_addr}", self.metrics.serve, settings.metrics_addr)
         if activated:  # systemd owns the socket file: never unlink it
             listener = await anyio.abc.SocketListener.from_socket(activated[0])
             socket_path = Path(activated[0].getsockname())
         else:
-            listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+            try:
+                listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {settings.socket_path}: {exc.strerror or exc}") from None
             socket_path = settings.socket_path
         log.info(
             "serving",
@@ -144,9 +204,10 @@ class Daemon:
         )
         try:
             async with listener, anyio.create_task_group() as tg:
-                accepting = anyio.CancelScope()
+                self._accepting = accepting = anyio.CancelScope()
                 tg.start_soon(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._retain, hub)
+                tg.start_soon(self._heartbeat)
                 if notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
                 task_status.started(socket_path)
@@ -163,6 +224,26 @@ class Daemon:
                 settings.socket_path.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
+
+    def _not_ready(self, started: anyio.Event) -> str:
+        """Why a new session would not be served now ("" when it would). Read from the metrics thread."""
+        hub, accepting = self.hub, self._accepting
+        if hub is None or accepting is None or not started.is_set():
+            return "starting"
+        if accepting.cancel_called:
+            return "draining"
+        if len(hub.live) >= hub.limits.max_sessions:
+            return f"at the limit of {hub.limits.max_sessions} sessions"
+        stalled = time.monotonic() - self._beat
+        if stalled > STALLED_AFTER:
+            return f"the event loop has not run for {stalled:.0f} s"
+        return ""
+
+    async def _heartbeat(self) -> None:
+        """The event loop's sign of life for /readyz (which is answered from another thread)."""
+        while True:
+            self._beat = time.monotonic()
+            await anyio.sleep(HEARTBEAT)
 
     @staticmethod
     async def _retain(hub: Hub) -> None:
@@ -182,6 +263,9 @@ class Daemon:
     ) -> None:
         """SIGTERM/SIGINT: stop accepting and drain; a second one: stop now. SIGHUP: reload."""
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            if _sighup_held.is_set():  # one came before this receiver replaced hold_sighup's handler
+                _sighup_held.clear()
+                self._reload(notifier)
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if signum == signal.SIGHUP:
@@ -208,20 +292,25 @@ class Daemon:
             log.warning("drain deadline passed", sessions=len(hub.live))
 
     def _reload(self, notifier: Notifier) -> None:
-        """SIGHUP: the config file's log level and limits, again; a broken file changes nothing."""
+        """SIGHUP: the config file's log level and limits, again. A file refused, or any failure at all, changes
+        nothing and never ends the daemon: it is logged and counted."""
         settings, hub = self.settings, self.hub
         assert hub is not None
         notifier.notify("RELOADING=1")
         try:
             file = config.read(settings.config_path)
-        except config.ConfigError as exc:
-            log.error("reload failed; settings unchanged", detail=str(exc))
-            notifier.status(f"reload failed: {exc}")
+            limits = config.reloaded(hub.limits, file, settings.command_line)
+            level = settings.log_level_given or str(file.top.get("log_level", "info"))
+        except Exception as exc:  # whatever went wrong, the daemon keeps its settings and serves on
+            detail = str(exc) if isinstance(exc, config.ConfigError) else f"{type(exc).__name__}: {exc}"
+            self.metrics.config_reloads.labels("failed").inc()
+            log.error("reload failed; settings unchanged", detail=detail)
+            notifier.notify("READY=1", f"STATUS=reload failed, settings unchanged: {detail}")
             return
-        hub.limits = config.reloaded(hub.limits, file, settings.command_line)
-        level = settings.log_level_given or str(file.top.get("log_level", "info"))
-        log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
+        hub.limits = limits  # one assignment: a connection sees the old limits or the new ones, never a mix
         logs.configure(level)
+        self.metrics.config_reloads.labels("ok").inc()
+        log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
         notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
 
     async def _handle(self, raw: SocketStream) -> None:
@@ -337,10 +426,11 @@ class Daemon:
 
 
 def run_daemon(settings: DaemonSettings) -> int:
+    """Serve until stopped; 0 after a clean stop, 1 (after one line on stderr saying why) when it cannot start."""
     try:
         anyio.run(Daemon(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})
-    except (DaemonAlreadyRunning, discovery.UnsafeDirectory) as exc:
-        log.error("cannot start", detail=str(exc))
+    except (DaemonAlreadyRunning, StartupError, discovery.UnsafeDirectory) as exc:
+        print(f"sanitizerd: cannot start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass

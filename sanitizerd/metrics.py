@@ -6,15 +6,14 @@ once per batch, not per event.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 
-from sanitizerd import __version__
+from sanitizerd import __version__, metrics_server
 from sanitizerd.findings.model import KINDS
+from sanitizerd.metrics_server import MetricsServer, metrics_address
 from sanitizerd.protocol.errors import REASONS
 from sanitizerd.protocol.messages import TOOLS
 
@@ -101,7 +100,22 @@ class Metrics:
             for family in (self.events_checked, self.detector_failures, self.backpressure_waits):
                 family.labels(detector)
             self.detector_seconds.labels(detector)
-        self._ready: Callable[[], bool] = lambda: False
+        # Configuration and the metrics endpoint itself.
+        self.config_reloads = Counter(
+            "sanitizerd_config_reloads", "SIGHUP reloads of the configuration, by result (ok, failed)", ["result"],
+            registry=r,
+        )  # fmt: skip
+        self.metrics_dropped = Counter(
+            "sanitizerd_metrics_connections_dropped",
+            "Connections to the metrics port closed by its bounds, by reason (evicted, overflow, deadline)",
+            ["reason"],
+            registry=r,
+        )
+        for result in ("ok", "failed"):
+            self.config_reloads.labels(result)
+        for reason in ("evicted", "overflow", "deadline"):
+            self.metrics_dropped.labels(reason)
+        self._ready: Callable[[], str] = lambda: "starting"
 
     def queue_depth(self, read: Callable[[], float], per_detector: Callable[[], dict[str, float]]) -> None:
         Gauge(
@@ -128,33 +142,42 @@ class Metrics:
             registry=self.registry,
         ).set_function(owners_kept)
 
-    def readiness(self, ready: Callable[[], bool]) -> None:
+    def readiness(self, ready: Callable[[], str]) -> None:
+        """``ready`` says why the daemon does not accept sessions now, or "" when it does."""
         self._ready = ready
 
-    def serve(self, address: str) -> None:
+    def serve(self, address: str) -> MetricsServer:
         """Serve ``/metrics``, ``/healthz`` (the process answers) and ``/readyz`` (it accepts sessions) over HTTP
-        from a daemon thread, at ``HOST:PORT`` (127.0.0.1 when no host is given)."""
-        host, _, port = address.rpartition(":")
+        from threads of their own (metrics_server.py), at ``HOST:PORT``, ``[IPV6]:PORT`` or ``:PORT``
+        (127.0.0.1); any other path is 404. OSError when the address cannot be bound."""
+        host, port = metrics_address(address)
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
             path = environ.get("PATH_INFO", "/")
+            if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+                return _plain(start_response, "405 Method Not Allowed", b"GET or HEAD only\n", [("Allow", "GET, HEAD")])
             if path == "/healthz":
-                start_response("200 OK", [("Content-Type", "text/plain")])
-                return [b"ok\n"]
+                return _plain(start_response, "200 OK", b"ok\n")
             if path == "/readyz":
-                ready = self._ready()
-                start_response("200 OK" if ready else "503 Service Unavailable", [("Content-Type", "text/plain")])
-                return [b"ready\n" if ready else b"not ready\n"]
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+                why = self._ready()
+                if why:
+                    return _plain(start_response, "503 Service Unavailable", f"not ready: {why}\n".encode())
+                return _plain(start_response, "200 OK", b"ready\n")
+            if path == "/metrics":
+                return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            return _plain(start_response, "404 Not Found", b"not found: /metrics, /healthz and /readyz are served\n")
 
-        server = make_server(host or "127.0.0.1", int(port), app, handler_class=_QuietHandler)
-        threading.Thread(target=server.serve_forever, name="sanitizerd-metrics", daemon=True).start()
+        server = metrics_server.bind(host, port, app, lambda reason: self.metrics_dropped.labels(reason).inc())
+        metrics_server.serve(server)
+        return server
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+def _plain(
+    start_response: Callable[..., object], status: str, body: bytes, headers: list[tuple[str, str]] | None = None
+) -> list[bytes]:
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"), *(headers or [])])
+    return [body]
 
 
 class _PerDetectorQueue:

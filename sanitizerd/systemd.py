@@ -62,11 +62,11 @@ class Notifier:
     def notify(self, *fields: str) -> None:
         if not self.address:
             return
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            try:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
                 sock.sendto("\n".join(fields).encode(), self.address)
-            except OSError:
-                pass  # the manager went away: nothing to tell
+        except OSError:
+            pass  # the manager went away, or no fd is left now (a flood): nothing to tell, nothing to end
 
     def ready(self, status: str) -> None:
         self.notify("READY=1", f"STATUS={status}", f"MAINPID={os.getpid()}")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -12,7 +16,7 @@ from client_shim.client import Client
 from client_shim.transport import ClientError
 from sanitizerd import config
 from sanitizerd.sessions.hub import Limits
-from tests.conftest import RunningDaemon, start_daemon, stop_daemon
+from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon
 
 
 def write(path: Path, text: str) -> Path:
@@ -32,10 +36,25 @@ class TestFile:
     @pytest.mark.parametrize(
         ("text", "complaint"),
         [
-            ("[limits]\nmax_sesions = 3\n", "unknown setting(s) limits.max_sesions"),
-            ("colour = 'blue'\n", "unknown setting(s) colour"),
-            ("log_level = 'loud'\n", "log_level must be one of"),
-            ("[limits]\nqueue_depth = 0\n", "limits.queue_depth must be a positive number"),
+            ("[limits]\nmax_sesions = 3\n", "unknown setting limits.max_sesions"),
+            ("colour = 'blue'\n", "unknown setting colour"),
+            ("log_level = 'loud'\n", "log_level must be one of debug, info, warning, error; got 'loud'"),
+            ("[limits]\nqueue_depth = 0\n", "limits.queue_depth must be an integer from 1 to 1024; got 0"),
+            ("[limits]\nqueue_depth = 0.5\n", "limits.queue_depth must be an integer from 1 to 1024; got 0.5"),
+            ("[limits]\nqueue_depth = true\n", "limits.queue_depth must be an integer from 1 to 1024; got True"),
+            ("[limits]\ndetector_threads = 1.5\n", "limits.detector_threads must be an integer from 1 to 256"),
+            ("[limits]\nmax_sessions = '9'\n", "limits.max_sessions must be an integer"),
+            ("[limits]\nhandshake_timeout = 0\n", "limits.handshake_timeout must be seconds, more than 0"),
+            ("[limits]\ndrain_timeout = inf\n", "limits.drain_timeout must be seconds, more than 0 and at most 3600"),
+            ("[limits]\njob_grace = nan\n", "limits.job_grace must be seconds"),
+            ("[limits]\nmax_frame_size = 100\n", "limits.max_frame_size must be an integer from 256 to"),
+            ("[limits]\nadmin_groups = ['no-such-group-here']\n", "limits.admin_groups: there is no group named"),
+            ("[limits]\nadmin_groups = 'root'\n", "limits.admin_groups: Expected `array`, got `str`"),
+            ("limits = 3\n", "limits: Expected `object`, got `int`"),
+            ("socket = 5\n", "socket: Expected `str`, got `int`"),
+            ("metrics_addr = '::1:9464'\n", "metrics_addr: '::1:9464': an IPv6 host goes in brackets"),
+            ("metrics_addr = 'localhost:0'\n", "metrics_addr: the port in 'localhost:0' must be a number from 1"),
+            ("metrics_addr = 'a b:80'\n", "metrics_addr: 'a b' is not a host name or an IPv4 address"),
             ("[limits\n", "Expected"),
         ],
     )
@@ -44,9 +63,75 @@ class TestFile:
             config.read(write(tmp_path / "c.toml", text))
         assert complaint in str(raised.value)
 
+    def test_not_a_regular_file_or_too_large(self, tmp_path: Path) -> None:
+        os.mkfifo(tmp_path / "fifo")
+        for path, complaint in (
+            (tmp_path / "fifo", "not a regular file"),
+            (Path("/dev/zero"), "not a regular file"),
+            (tmp_path / "none.toml", "no such file"),
+            (write(tmp_path / "big.toml", "# x\n" * (1 << 19)), "larger than 1048576 bytes"),
+        ):
+            with pytest.raises(config.ConfigError, match=re.escape(f"{path}: {complaint}")):
+                config.read(path)
+
+    def test_types_and_units(self, tmp_path: Path) -> None:
+        """An integer duration is seconds as a float; IPv6 metrics addresses are taken in brackets."""
+        file = config.read(write(tmp_path / "c.toml", "metrics_addr = '[::1]:9464'\n[limits]\nhandshake_timeout = 2\n"))
+        assert file.top == {"metrics_addr": "[::1]:9464"}
+        assert file.limits == {"handshake_timeout": 2.0} and isinstance(file.limits["handshake_timeout"], float)
+
     def test_admin_groups_by_name_or_number(self, tmp_path: Path) -> None:
         file = config.read(write(tmp_path / "c.toml", "[limits]\nadmin_groups = ['root', 4]\n"))
         assert config.limits(file, {}).admin_gids == frozenset({0, 4})
+
+
+class TestCommandLine:
+    @pytest.mark.parametrize(
+        ("name", "text", "value"),
+        [("queue_depth", "3", 3), ("handshake_timeout", "0.5", 0.5), ("max_frame_size", "256", 256)],
+    )
+    def test_a_good_value_is_taken_with_its_type(self, name: str, text: str, value: float) -> None:
+        parsed = config.command_line_value(name)(text)
+        assert parsed == value and type(parsed) is type(value)
+
+    @pytest.mark.parametrize(
+        ("name", "text"),
+        [("queue_depth", "0.5"), ("queue_depth", "0"), ("queue_depth", "1025"), ("detector_threads", "1.5"),
+         ("handshake_timeout", "0"), ("handshake_timeout", "nan"), ("drain_timeout", "inf"), ("max_sessions", "-1"),
+         ("max_sessions", "many")],
+    )  # fmt: skip
+    def test_a_bad_value_is_refused_with_its_range(self, name: str, text: str) -> None:
+        with pytest.raises(argparse.ArgumentTypeError, match=f"must be .*; got {text!r}"):
+            config.command_line_value(name)(text)
+
+    def test_every_numeric_limit_has_a_file_key_a_flag_and_a_range(self, tmp_path: Path) -> None:
+        """Limits is the one list: each int or float field is read from the file and from a flag, each checked."""
+        numeric = {f.name for f in dataclasses.fields(Limits) if f.type in ("int", "float", int, float)}
+        assert set(config.numeric_limits()) == numeric
+        for name in numeric:
+            with pytest.raises(config.ConfigError, match=f"limits.{name} must be"):
+                config.read(write(tmp_path / "c.toml", f"[limits]\n{name} = -1\n"))
+            with pytest.raises(argparse.ArgumentTypeError):
+                config.command_line_value(name)("-1")
+        usage = sanitizerd("serve", "--help").stdout
+        assert all(f"--{name.replace('_', '-')}" in usage for name in numeric)
+
+    def test_every_default_is_in_its_range(self) -> None:
+        """A default the file or the command line could not set is a table out of step with Limits."""
+        for name in config.numeric_limits():
+            default = getattr(Limits(), name)
+            assert config.command_line_value(name)(str(default)) == default, name
+
+    def test_every_limit_is_documented(self) -> None:
+        assert config.__doc__ is not None
+        for name in config.numeric_limits():
+            assert f"``{name}``\n    " in config.__doc__, f"say what limits.{name} means in sanitizerd/config.py"
+            assert name in config.LIMITS, f"give limits.{name} its range and help in config.LIMITS"
+
+    def test_a_reload_keeps_what_is_fixed_at_start(self, tmp_path: Path) -> None:
+        file = config.read(write(tmp_path / "c.toml", "[limits]\ndetector_threads = 7\nqueue_depth = 9\n"))
+        after = config.reloaded(Limits(detector_threads=2), file, {})
+        assert (after.detector_threads, after.queue_depth) == (2, 9)
 
 
 def connect(socket: Path, job: str) -> Client:

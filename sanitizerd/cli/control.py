@@ -9,6 +9,7 @@ from pathlib import Path
 from client_shim.transport import ClientError, FrameSocket
 from sanitizerd.protocol import PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.errors import LocalProtocolError
 
 
 class ControlClient:
@@ -41,7 +42,7 @@ class ControlClient:
     def close(self) -> None:
         try:
             self._socket.send(m.Close())
-        except ClientError:
+        except (ClientError, LocalProtocolError):  # the daemon ended it first (its error frame): nothing to close
             pass
         self._socket.close()
 

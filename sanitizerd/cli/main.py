@@ -3,35 +3,79 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from sanitizerd import __version__
-from sanitizerd.config import DEFAULT_CONFIG_PATH, LOG_LEVELS
+from sanitizerd import __version__, config
+from sanitizerd.config import DEFAULT_CONFIG_PATH
 from sanitizerd.daemon import DaemonSettings, default_socket_path, default_state_dir
-from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
+from sanitizerd.metrics_server import metrics_address
 from sanitizerd.sessions.access import group_id
 from sanitizerd.sessions.hub import Limits
 
-
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
+T = TypeVar("T")
 
 
 def _limit_arguments(args: argparse.Namespace) -> dict[str, object]:
     """The limits the command line gave (None where it gave none)."""
-    names = ("max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout",
-             "queue_depth", "detector_threads", "max_race_events", "job_grace", "max_control_requests",
-             "retention_days", "max_store_size")  # fmt: skip
-    given: dict[str, object] = {name: getattr(args, name) for name in names}
-    given["admin_gids"] = frozenset(group_id(g) for g in args.admin_group) if args.admin_group else None
+    given: dict[str, object] = {name: getattr(args, name) for name in config.numeric_limits()}
+    given["admin_gids"] = frozenset(args.admin_group) if args.admin_group else None
     return given
+
+
+def _argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse ``type`` from a parser that raises ValueError: argparse then prints its words, not its own."""
+
+    def checked(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return checked
+
+
+def _socket_path(text: str) -> Path:
+    if not text or len(os.fsencode(text)) > config.MAX_SOCKET_PATH_LEN:
+        raise ValueError(f"a socket path is 1 to {config.MAX_SOCKET_PATH_LEN} bytes; got {len(os.fsencode(text))}")
+    return Path(text)
+
+
+def _metrics_address(text: str) -> str:
+    metrics_address(text)
+    return text
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--config", type=Path, default=None, help=f"TOML settings [{DEFAULT_CONFIG_PATH}, if it exists]")
+    serve.add_argument(
+        "--socket", type=_argument_type(_socket_path), default=None, help=f"Unix socket path [{default_socket_path()}]"
+    )
+    serve.add_argument("--state-dir", type=Path, default=None, help=f"findings database [{default_state_dir()}]")
+    serve.add_argument(
+        "--metrics-addr", type=_argument_type(_metrics_address), metavar="HOST:PORT",
+        help="serve Prometheus /metrics, /healthz and /readyz here ([::1]:PORT for IPv6)",
+    )  # fmt: skip
+    serve.add_argument("--log-level", default=None, choices=config.LOG_LEVELS, help="[info]")
+    # Limits, one flag per numeric field of Limits, checked as the file's values are. None means "not given",
+    # so that the config file's value (or the default) applies.
+    limits = Limits()
+    for name in config.numeric_limits():
+        bound = config.limit_of(name)
+        fixed = "" if bound.reloadable else "; fixed at start-up"
+        serve.add_argument(
+            "--" + name.replace("_", "-"),
+            type=config.command_line_value(name),
+            metavar="S" if bound.unit == "s" else ("BYTES" if bound.unit == "bytes" else "N"),
+            help=f"{bound.meaning}: {config.describe(name)}{fixed} [{getattr(limits, name)}]".replace("%", "%%"),
+        )
+    serve.add_argument(
+        "--admin-group", type=_argument_type(group_id), action="append", default=None, metavar="GROUP",
+        help="members may read every user's sessions and findings (root always may); by name or number; repeatable",
+    )  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,55 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sanitizerd {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    limits = Limits()
-    serve = commands.add_parser("serve", help="run the daemon")
-    serve.add_argument("--config", type=Path, default=None, help=f"TOML settings [{DEFAULT_CONFIG_PATH}, if it exists]")
-    serve.add_argument("--socket", type=Path, default=None, help=f"Unix socket path [{default_socket_path()}]")
-    serve.add_argument("--state-dir", type=Path, default=None, help=f"findings database [{default_state_dir()}]")
-    serve.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus /metrics here")
-    serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="[info]")
-    # Limits: None means "not given", so that the config file's value (or the default) applies.
-    serve.add_argument("--max-frame-size", type=_positive(int), metavar="BYTES", help=f"[{DEFAULT_MAX_FRAME_SIZE}]")
-    serve.add_argument("--max-sessions", type=_positive(int), metavar="N", help=f"[{limits.max_sessions}]")
-    serve.add_argument(
-        "--max-sessions-per-uid", type=_positive(int), metavar="N", help=f"[{limits.max_sessions_per_uid}]"
-    )
-    serve.add_argument("--handshake-timeout", type=_positive(float), metavar="S", help=f"[{limits.handshake_timeout}]")
-    serve.add_argument(
-        "--drain-timeout", type=_positive(float), metavar="S",
-        help=f"after SIGTERM, seconds live sessions get to finish and close [{limits.drain_timeout}]",
-    )  # fmt: skip
-    serve.add_argument(
-        "--queue-depth", type=_positive(int), metavar="N",
-        help=f"work items buffered per detector before the session's reads pause [{limits.queue_depth}]",
-    )  # fmt: skip
-    serve.add_argument("--detector-threads", type=_positive(int), metavar="N", help=f"[{limits.detector_threads}]")
-    serve.add_argument(
-        "--max-race-events", type=_positive(int), metavar="N",
-        help=f"events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked "
-        f"[{limits.max_race_events}]",
-    )  # fmt: skip
-    serve.add_argument(
-        "--admin-group", action="append", default=None, metavar="GROUP",
-        help="members may read every user's sessions and findings (root always may); repeatable",
-    )  # fmt: skip
-    serve.add_argument(
-        "--job-grace", type=_positive(float), metavar="S",
-        help=f"seconds a job whose last session closed is shown as ending, for ranks that restart [{limits.job_grace}]",
-    )  # fmt: skip
-    serve.add_argument(
-        "--max-control-requests", type=_positive(int), metavar="N",
-        help=f"wait_job, watch and job_start requests one control connection may hold at once "
-        f"[{limits.max_control_requests}]",
-    )  # fmt: skip
-    serve.add_argument(
-        "--retention-days", type=_positive(float), metavar="DAYS",
-        help=f"ended sessions and their findings older than this are deleted [{limits.retention_days}]",
-    )  # fmt: skip
-    serve.add_argument(
-        "--max-store-size", type=_positive(int), metavar="BYTES",
-        help=f"the findings store's size; past it the oldest ended sessions are deleted [{limits.max_store_size}]",
-    )  # fmt: skip
+    _serve_options(commands.add_parser("serve", help="run the daemon"))
 
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")
 
@@ -118,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        from sanitizerd import config, logs
-        from sanitizerd.daemon import run_daemon
+        from sanitizerd import logs
+        from sanitizerd.daemon import hold_sighup, run_daemon
 
+        hold_sighup()
         try:
             file = config.read(args.config)
         except config.ConfigError as exc:

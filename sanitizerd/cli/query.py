@@ -35,6 +35,8 @@ def _ask_pages(socket: str | None, queries: Iterable[m.Message], answer: type[M]
                 yield reply
     except (ClientError, ProtocolError) as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+    except TimeoutError:
+        print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
 
 
 def findings(socket: str | None, *, job: str, session: int, fmt: str) -> int:

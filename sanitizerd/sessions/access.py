@@ -28,9 +28,23 @@ def peer_groups(peer: Peer) -> frozenset[int]:
     return frozenset(groups)
 
 
+class UnknownGroup(ValueError):
+    pass
+
+
+MAX_GID = (1 << 32) - 2  # (gid_t)-1 means "no group"
+
+
 def group_id(name: str) -> int:
-    """The gid of a group given by name or number."""
-    return int(name) if name.isdigit() else grp.getgrnam(name).gr_gid
+    """The gid of a group given by name or number; UnknownGroup when there is no such group."""
+    if name.isdigit():
+        if int(name) > MAX_GID:
+            raise UnknownGroup(f"{name} is not a group id (0 to {MAX_GID})")
+        return int(name)  # a number need not be in /etc/group: groups may come from a directory service
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise UnknownGroup(f"there is no group named {name!r}") from None
 
 
 @dataclass(frozen=True, slots=True)

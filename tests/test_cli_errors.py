@@ -1,0 +1,213 @@
+"""The CLI says what is wrong in one line and exits non-zero, never with a traceback, for every expected condition:
+bad settings (command line or file), a port in use, a state directory that is read-only or full, an unknown admin
+group, a refusal by the daemon. Each runs the real ``sanitizerd`` command."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, RunningDaemon, sanitizerd, start_daemon, stop_daemon
+
+
+def refused(result: subprocess.CompletedProcess[str], message: str, *, code: int) -> None:
+    """The command failed with ``code``, said ``message``, and printed no traceback."""
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    assert result.returncode == code, output
+    assert message in result.stderr, output
+
+
+def refused_at_start(result: subprocess.CompletedProcess[str], message: str) -> None:
+    """A daemon that cannot start says why in exactly one line."""
+    refused(result, message, code=1)
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.stderr.startswith("sanitizerd: cannot start: "), result.stderr
+
+
+def serve(base: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return sanitizerd("serve", "--socket", str(base / "s.sock"), "--state-dir", str(base / "state"), *extra, timeout=60)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A small file system of our own (tests run as root); skipped where mounting is not allowed."""
+    where.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+class TestServeSettings:
+    @pytest.mark.parametrize(
+        ("flags", "message"),
+        [
+            (["--queue-depth", "0.5"], "argument --queue-depth: must be an integer from 1 to 1024; got '0.5'"),
+            (["--detector-threads", "1.5"], "argument --detector-threads: must be an integer from 1 to 256"),
+            (["--handshake-timeout", "-1"], "argument --handshake-timeout: must be seconds, more than 0"),
+            (["--metrics-addr", "::1:9464"], "argument --metrics-addr: '::1:9464': an IPv6 host goes in brackets"),
+            (["--metrics-addr", "127.0.0.1"], "argument --metrics-addr: '127.0.0.1' is not HOST:PORT"),
+            (["--metrics-addr", "[::1]:70000"], "the port in '[::1]:70000' must be a number from 1 to 65535"),
+            (["--metrics-addr", "[nope]:1"], "argument --metrics-addr: '[nope]' is not an IPv6 address"),
+            (["--admin-group", "no-such-group-here"], "argument --admin-group: there is no group named"),
+            (["--socket", "/tmp/" + "s" * 120], "argument --socket: a socket path is 1 to 107 bytes"),
+        ],
+    )
+    def test_a_bad_flag_is_refused_by_name(self, short_dir: Path, flags: list[str], message: str) -> None:
+        result = serve(short_dir, *flags)
+        refused(result, message, code=2)
+        assert not (short_dir / "state").exists()  # refused before anything was made
+
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("[limits]\nqueue_depth = 0.5\n", "limits.queue_depth must be an integer from 1 to 1024; got 0.5"),
+            ("[limits]\ndetector_threads = 1.5\n", "limits.detector_threads must be an integer from 1 to 256"),
+            ("[limits]\nadmin_groups = ['no-such-group-here']\n", "limits.admin_groups: there is no group named"),
+            ("metrics_addr = 'localhost'\n", "metrics_addr: 'localhost' is not HOST:PORT"),
+            ("[limits]\nqueue_dpth = 2\n", "unknown setting limits.queue_dpth"),
+        ],
+    )
+    def test_a_bad_file_is_refused_by_name(self, short_dir: Path, text: str, message: str) -> None:
+        path = short_dir / "sanitizerd.toml"
+        path.write_text(text)
+        result = serve(short_dir, "--config", str(path))
+        refused(result, f"sanitizerd: {path}: {message}", code=2)
+        assert result.stderr.strip().count("\n") == 0
+
+    def test_a_missing_config_file(self, short_dir: Path) -> None:
+        refused(
+            serve(short_dir, "--config", str(short_dir / "none.toml")),
+            "none.toml: no such file",
+            code=2,
+        )
+
+
+class TestStart:
+    def test_metrics_port_in_use(self, short_dir: Path) -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            result = serve(short_dir, "--metrics-addr", f"127.0.0.1:{port}")
+        refused_at_start(result, f"metrics on 127.0.0.1:{port}: Address already in use")
+        assert not (short_dir / "s.sock").exists()
+
+    def test_ipv6_metrics_address_is_served(self, short_dir: Path) -> None:
+        if not socket.has_ipv6:
+            pytest.skip("no IPv6")
+        port = free_port()
+        daemon = start_daemon(short_dir, "--metrics-addr", f"[::1]:{port}")
+        try:
+            assert urllib.request.urlopen(f"http://[::1]:{port}/healthz", timeout=10).read() == b"ok\n"
+        finally:
+            assert stop_daemon(daemon) == 0
+
+    def test_metrics_host_that_does_not_resolve(self, short_dir: Path) -> None:
+        result = serve(short_dir, "--metrics-addr", "no-such-host.invalid:9464")
+        refused_at_start(result, "metrics on no-such-host.invalid:9464: cannot resolve 'no-such-host.invalid'")
+
+    def test_socket_directory_cannot_be_made(self, short_dir: Path) -> None:
+        (short_dir / "file").write_text("")
+        result = sanitizerd("serve", "--socket", str(short_dir / "file/s.sock"), "--state-dir", str(short_dir / "st"))
+        refused_at_start(result, f"the socket {short_dir}/file/s.sock: {short_dir}/file: File exists")
+
+    def test_state_directory_on_a_read_only_file_system(self, short_dir: Path) -> None:
+        with mounted_tmpfs(short_dir / "ro", "1m") as state:
+            subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+            result = sanitizerd("serve", "--socket", str(short_dir / "s.sock"), "--state-dir", str(state))
+            refused_at_start(result, f"the state directory {state} is on a read-only file system")
+            result = sanitizerd("serve", "--socket", str(short_dir / "s.sock"), "--state-dir", str(state / "sub"))
+            refused_at_start(result, f"the state directory {state}/sub: Read-only file system")
+
+    def test_state_directory_full(self, short_dir: Path) -> None:
+        with mounted_tmpfs(short_dir / "full", "4m") as state:
+            with contextlib.suppress(OSError), open(state / "filler", "wb") as filler:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            result = sanitizerd("serve", "--socket", str(short_dir / "s.sock"), "--state-dir", str(state))
+            refused_at_start(result, f"the state directory {state} is full (0 bytes free)")
+
+    def test_state_directory_not_writable(self, short_dir: Path) -> None:
+        """As the service user would be: another uid's directory (the CLI runs as nobody, with read access)."""
+        _can_be_nobody()
+        short_dir.chmod(0o755)
+        state, run_dir = short_dir / "state", short_dir / "run"
+        state.mkdir(mode=0o755)
+        run_dir.mkdir()
+        os.chown(run_dir, 65534, 65534)
+        result = subprocess.run(
+            [*_AS_NOBODY, sys.executable, "-m", "sanitizerd", "serve", "--socket", str(run_dir / "s.sock"),
+             "--state-dir", str(state)],
+            capture_output=True, text=True, timeout=60, cwd=ROOT, env=_nobody_env(short_dir),
+        )  # fmt: skip
+        refused_at_start(result, f"the state directory {state} is not writable by uid 65534")
+
+
+# nobody, keeping read access to files (the venv lives under /root): the daemon then sees a uid that is not root
+# and not an admin, and the CLI runs unchanged.
+_AS_NOBODY = [
+    "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+dac_read_search",
+    "--ambient-caps=+dac_read_search",
+]  # fmt: skip
+
+
+def _can_be_nobody() -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the CLI as another user")
+
+
+def _nobody_env(home: Path) -> dict[str, str]:
+    return dict(os.environ, HOME=str(home), PYTHONPATH=str(ROOT), XDG_RUNTIME_DIR=str(home))
+
+
+def as_nobody(daemon: RunningDaemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_AS_NOBODY, sys.executable, "-m", "sanitizerd", *args, "--socket", str(daemon.socket)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=_nobody_env(daemon.state_dir.parent),
+    )  # fmt: skip
+
+
+class TestQueries:
+    def test_permission_denied_is_the_daemons_refusal(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """Another user's job or session: the daemon's refusal, in one line, exit 1; their own lists: answered."""
+        _can_be_nobody()
+        short_dir.chmod(0o755)
+        os.chown(daemon.socket, -1, 65534)  # the service's group would be nobody's here
+        run = sanitizerd(
+            "run", "--socket", str(daemon.socket), "--", sys.executable, str(ROOT / "examples/add_custom.py")
+        )
+        job = re.search(r"SUMMARY: job (\S+):", run.stdout).group(1)  # type: ignore[union-attr]
+        for args, what in ((["findings", "--job", job], f"job {job!r}"), (["findings", "--session", "1"], "session 1")):
+            result = as_nobody(daemon, *args)
+            refused(result, f"[sanitizerd] ERROR: sanitizerd: permission_denied: uid 65534 may not read {what}", code=1)
+            assert result.stderr.strip().count("\n") == 0 and not result.stdout
+        for listing in ("sessions", "jobs"):
+            result = as_nobody(daemon, listing)
+            assert result.returncode == 0 and "Traceback" not in result.stderr and job not in result.stdout
+
+    @pytest.mark.parametrize("command", ["findings", "sessions", "jobs"])
+    def test_no_daemon(self, short_dir: Path, command: str) -> None:
+        result = sanitizerd(command, "--socket", str(short_dir / "none.sock"))
+        refused(result, f"[sanitizerd] ERROR: cannot connect to sanitizerd at {short_dir}/none.sock", code=1)
