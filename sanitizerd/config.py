@@ -33,7 +33,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 TOP_LEVEL = {"socket": str, "state_dir": str, "metrics_addr": str, "log_level": str}
 RELOADABLE_LIMITS = frozenset(
     {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout", "queue_depth",
-     "max_race_events", "job_grace", "admin_gids"}
+     "max_race_events", "job_grace", "admin_gids", "max_connections", "max_connections_per_uid",
+     "max_unfinished_bytes_per_uid", "frame_timeout", "idle_timeout"}
 )  # fmt: skip
 
 

@@ -19,21 +19,28 @@ import anyio.abc
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
-from sanitizerd import __version__, config, logs
+from sanitizerd import __version__, config, fds, logs
 from sanitizerd.findings.store import FindingsStore
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Hub, Limits
 from sanitizerd.sessions.producer import serve_producer
 from sanitizerd.sessions.session import Peer, Session
-from sanitizerd.sessions.transport import MessageStream, PeerClosed
+from sanitizerd.sessions.transport import MessageStream, PeerClosed, UnfinishedBytes
 from sanitizerd.systemd import Notifier, listen_sockets
 
 log = structlog.get_logger("sanitizerd.daemon")
 
 SOCKET_MODE = 0o660
+LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
+# accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
+ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+# A connection that ended before it was accepted: nothing to do.
+ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
+ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
 
 
 def default_socket_path() -> Path:
@@ -96,31 +103,80 @@ def claim_socket_path(path: Path) -> None:
     raise DaemonAlreadyRunning(f"a daemon is already serving on {path}")
 
 
+def bind_listening_socket(path: Path, mode: int) -> socket.socket:
+    """A socket listening at ``path``, whose file appears there only once it listens.
+
+    It is bound and put to listen under a temporary name in the same directory, then hard-linked into place: a
+    client that sees the file can connect at once, and the link fails (DaemonAlreadyRunning) if another daemon
+    took the path meanwhile, where a rename would silently replace it.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    if len(os.fsencode(temporary)) >= 108:  # sun_path: too long for a temporary name; bind in place
+        temporary = path
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        temporary.unlink(missing_ok=True)
+        sock.bind(str(temporary))
+        os.chmod(temporary, mode)
+        sock.listen(LISTEN_BACKLOG)
+        if temporary != path:
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                raise DaemonAlreadyRunning(f"another daemon took {path} while this one started") from None
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        if temporary != path:
+            temporary.unlink(missing_ok=True)
+    return sock
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class Daemon:
     def __init__(self, settings: DaemonSettings) -> None:
         self.settings = settings
         self.metrics = Metrics()
         self.hub: Hub | None = None
+        self.connections = Connections()
+        self.unfinished = UnfinishedBytes(lambda: self.hub.limits.max_unfinished_bytes_per_uid if self.hub else 0)
+        self.nofile = 0  # the soft fd limit in force, once raised at start
 
     async def serve(self, *, task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
         notifier = Notifier()
+        self.nofile = fds.raise_nofile()
+        limits = self._fitted(settings.limits)
         activated = listen_sockets()
         if not activated:
             claim_socket_path(settings.socket_path)
         store = FindingsStore(settings.state_dir / "sanitizerd.db")
-        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
+        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits)
         self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
         self.metrics.gauges(jobs_live=hub.jobs_live)
+        self.metrics.connection_gauges(
+            open_connections=lambda: float(self.connections.total), unfinished=lambda: float(self.unfinished.total)
+        )
         ready = anyio.Event()
         self.metrics.readiness(ready.is_set)
         if settings.metrics_addr:
             self.metrics.serve(settings.metrics_addr)
+        owned: tuple[int, int] | None = None  # the socket file this daemon created, which only it may remove
         if activated:  # systemd owns the socket file: never unlink it
             listener = await anyio.abc.SocketListener.from_socket(activated[0])
             socket_path = Path(activated[0].getsockname())
         else:
-            listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+            sock = bind_listening_socket(settings.socket_path, SOCKET_MODE)
+            owned = _file_identity(settings.socket_path)
+            listener = await anyio.abc.SocketListener.from_socket(sock)
             socket_path = settings.socket_path
         log.info(
             "serving",
@@ -140,16 +196,56 @@ class Daemon:
                 notifier.ready(f"serving on {socket_path}")
                 ready.set()
                 with accepting:
-                    await listener.serve(self._handle, task_group=tg)
+                    await self._accept(listener, tg)
                 # New clients are refused at once (under systemd they queue on its socket for the next start).
                 await listener.aclose()
                 await self._drain(hub, notifier)
                 tg.cancel_scope.cancel()
         finally:
-            if not activated:
+            # Only the file this daemon created: a path another daemon has taken since stays.
+            if owned is not None and _file_identity(settings.socket_path) == owned:
                 settings.socket_path.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
+
+    async def _accept(self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+        """Accept connections for ever. Out of fds or memory, accept fails while the listener stays readable: back
+        off (doubling, up to a second) and try again, logging once per burst, never ending the daemon."""
+        failed = 0
+        pause = ACCEPT_BACKOFF[0]
+        while True:
+            try:
+                raw = await listener.accept()
+            except anyio.BrokenResourceError as exc:
+                code = getattr(exc.__cause__, "errno", None)
+                if code in ACCEPT_SKIP_ERRNOS:
+                    continue
+                if code not in ACCEPT_RETRY_ERRNOS:
+                    raise
+                name = errno.errorcode[code]
+                self.metrics.accept_errors.labels(name).inc()
+                if not failed:
+                    log.error(
+                        "accept failed; backing off until it succeeds",
+                        error=name,
+                        open_connections=self.connections.total,
+                        fd_limit=self.nofile,
+                    )
+                failed += 1
+                await anyio.sleep(pause)
+                pause = min(pause * 2, ACCEPT_BACKOFF[1])
+                continue
+            if failed:
+                log.warning("accepting again", failed_accepts=failed)
+                failed, pause = 0, ACCEPT_BACKOFF[0]
+            tg.start_soon(self._handle, raw)
+
+    def _fitted(self, limits: Limits) -> Limits:
+        """``limits`` lowered to what the fd limit allows, saying so."""
+        fitted, notes = fds.fit(limits, self.nofile)
+        for note in notes:
+            log.warning("limit lowered to fit the fd limit", detail=note)
+        return fitted
 
     @staticmethod
     async def _watchdog(notifier: Notifier, interval: float) -> None:
@@ -199,7 +295,7 @@ class Daemon:
             log.error("reload failed; settings unchanged", detail=str(exc))
             notifier.status(f"reload failed: {exc}")
             return
-        hub.limits = config.reloaded(hub.limits, file, settings.command_line)
+        hub.limits = self._fitted(config.reloaded(hub.limits, file, settings.command_line))
         level = settings.log_level_given or str(file.top.get("log_level", "info"))
         log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
         logs.configure(level)
@@ -209,32 +305,50 @@ class Daemon:
         hub = self.hub
         assert hub is not None
         peer = _peer_credentials(raw)
-        stream = MessageStream(raw, Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size))
+        connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
+        stream = MessageStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
         async with raw:
             with structlog.contextvars.bound_contextvars(peer_pid=peer.pid, peer_uid=peer.uid):
+                refused = self.connections.admit(peer.uid, hub.limits)
+                if refused:
+                    await hub.refuse(stream, "connection_limit", refused)
+                    return
                 try:
-                    with anyio.fail_after(hub.limits.handshake_timeout):
-                        hello = await stream.receive()
-                except TimeoutError:
-                    timeout = hub.limits.handshake_timeout
-                    await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
-                    return
-                except RemoteProtocolError as exc:
-                    await hub.refuse(stream, exc.reason, str(exc), during="handshake")
-                    return
-                except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    return
-                assert isinstance(hello, m.Hello)
-                try:
-                    if hello.role == "control":
-                        await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
-                        await serve_control(hub, stream, peer)
-                    else:
-                        await self._producer(hub, stream, hello, peer)
+                    await self._converse(hub, stream, peer)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     pass
-                except Exception:  # one connection's bug must not take the daemon down
+                except Exception:  # one connection's bug must not take the daemon down, nor leave its peer guessing
                     log.exception("connection handler failed")
+                    hub.metrics.rejected.labels("internal_error").inc()
+                    await stream.send_error("internal_error", "the daemon failed on this connection; see its log")
+                finally:
+                    stream.release()
+                    self.connections.release(peer.uid)
+
+    async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
+        """Shake hands, then serve the connection as the role its hello declared."""
+        try:
+            with anyio.fail_after(hub.limits.handshake_timeout):
+                hello = await stream.receive()
+        except TimeoutError:
+            timeout = hub.limits.handshake_timeout
+            await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
+            return
+        except RemoteProtocolError as exc:
+            await hub.refuse(stream, exc.reason, str(exc), during="handshake")
+            return
+        except PeerClosed:
+            return
+        assert isinstance(hello, m.Hello)  # the connection allows nothing else first
+        stream.frame_timeout = hub.limits.frame_timeout
+        if hello.role == "control":
+            await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
+            await serve_control(hub, stream, peer)
+        else:
+            # A control connection may wait on a job for as long as it runs; a producer that sends nothing at all
+            # for this long is taken for gone.
+            stream.idle_timeout = hub.limits.idle_timeout
+            await self._producer(hub, stream, hello, peer)
 
     @staticmethod
     async def _resumable(hub: Hub, hello: m.Hello, peer: Peer) -> tuple[str, str] | None:

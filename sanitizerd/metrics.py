@@ -18,6 +18,8 @@ from sanitizerd.findings.model import KINDS
 from sanitizerd.protocol.errors import REASONS
 from sanitizerd.protocol.messages import TOOLS
 
+ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
+CUT_FIELDS = ("kernel", "file", "function", "log", "host", "tool", "desc", "level", "schema")
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
 
 
@@ -74,6 +76,27 @@ class Metrics:
         )
         self.store_writes = Counter("sanitizerd_store_writes", "Findings written to the store", registry=r)
         self.store_errors = Counter("sanitizerd_store_errors", "Store operations that failed", registry=r)
+        self.accept_errors = Counter(
+            "sanitizerd_accept_errors",
+            "accept() failures on the main socket (out of fds or memory), each followed by a back-off, by errno",
+            ["errno"],
+            registry=r,
+        )
+        for name in ACCEPT_ERRNOS:
+            self.accept_errors.labels(name)
+        self.strings_cut = Counter(
+            "sanitizerd_strings_cut",
+            "Strings from clients cut to their documented length (names, files, functions, log texts), by field",
+            ["field"],
+            registry=r,
+        )
+        for name in CUT_FIELDS:
+            self.strings_cut.labels(name)
+        self.client_logs_dropped = Counter(
+            "sanitizerd_client_logs_dropped",
+            "Client log messages not written to the daemon's log: over the per-session rate",
+            registry=r,
+        )
         Gauge("sanitizerd_build_info", "Always 1, labelled with the version", ["version"], registry=r).labels(
             __version__
         ).set(1)
@@ -102,6 +125,16 @@ class Metrics:
         Gauge("sanitizerd_jobs_live", "Jobs with at least one live session", registry=self.registry).set_function(
             jobs_live
         )
+
+    def connection_gauges(self, *, open_connections: Callable[[], float], unfinished: Callable[[], float]) -> None:
+        Gauge(
+            "sanitizerd_connections_open", "Client connections open, in handshake or not", registry=self.registry
+        ).set_function(open_connections)
+        Gauge(
+            "sanitizerd_unfinished_frame_bytes",
+            "Bytes received from clients that are not yet whole frames, over all connections",
+            registry=self.registry,
+        ).set_function(unfinished)
 
     def readiness(self, ready: Callable[[], bool]) -> None:
         self._ready = ready

@@ -803,6 +803,12 @@ class TestErrorReasons:
             "session_limit",
             "shutdown",
             "permission_denied",
+            "internal_error",
+            "connection_limit",
+            "buffer_limit",
+            "frame_timeout",
+            "idle_timeout",
+            "resource_limit",
         }
 
 

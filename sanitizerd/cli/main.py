@@ -27,7 +27,8 @@ def _positive(kind: type) -> object:
 def _limit_arguments(args: argparse.Namespace) -> dict[str, object]:
     """The limits the command line gave (None where it gave none)."""
     names = ("max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout",
-             "queue_depth", "detector_threads", "max_race_events", "job_grace")  # fmt: skip
+             "queue_depth", "detector_threads", "max_race_events", "job_grace", "max_connections",
+             "max_connections_per_uid", "max_unfinished_bytes_per_uid", "frame_timeout", "idle_timeout")  # fmt: skip
     given: dict[str, object] = {name: getattr(args, name) for name in names}
     given["admin_gids"] = frozenset(group_id(g) for g in args.admin_group) if args.admin_group else None
     return given
@@ -73,6 +74,27 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--job-grace", type=_positive(float), metavar="S",
         help=f"seconds a job whose last session closed is shown as ending, for ranks that restart [{limits.job_grace}]",
+    )  # fmt: skip
+
+    serve.add_argument(
+        "--max-connections", type=_positive(int), metavar="N",
+        help=f"open client connections, lowered at start to what the fd limit allows [{limits.max_connections}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-connections-per-uid", type=_positive(int), metavar="N",
+        help=f"open client connections of one uid [{limits.max_connections_per_uid}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-unfinished-bytes-per-uid", type=_positive(int), metavar="BYTES",
+        help=f"bytes of unfinished frames one uid's connections may hold [{limits.max_unfinished_bytes_per_uid}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--frame-timeout", type=_positive(float), metavar="S",
+        help=f"seconds of reading a begun frame may take [{limits.frame_timeout}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--idle-timeout", type=_positive(float), metavar="S",
+        help=f"seconds a producer may send nothing before its session ends [{limits.idle_timeout}]",
     )  # fmt: skip
 
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")

@@ -49,17 +49,36 @@ _type_decoder = msgspec.msgpack.Decoder(_TypeOnly)
 
 
 def decode_body(body: bytes | memoryview) -> m.Message:
-    """Decode one frame body, or raise RemoteProtocolError naming what was wrong."""
+    """Decode one frame body, or raise RemoteProtocolError naming what was wrong.
+
+    This is the decode boundary: whatever hostile bytes make the decoder raise (a DecodeError, a RecursionError
+    for nesting deeper than it follows, a MemoryError, ...) ends this one connection as the peer's fault.
+    """
     try:
         return _decoder.decode(body)
     except msgspec.DecodeError as exc:
-        try:
-            tag = _type_decoder.decode(body).type
-        except msgspec.DecodeError:
-            raise RemoteProtocolError(f"malformed message: {exc}", reason="bad_packet") from None
-        if not any(tag == t.__struct_config__.tag for t in m.AnyMessage.__args__):
-            raise RemoteProtocolError(f"unknown message type {tag!r}", reason="unknown_type") from None
-        raise RemoteProtocolError(f"malformed {tag!r} message: {exc}", reason="bad_packet") from None
+        raise _explained(body, exc) from None
+    except RecursionError:
+        detail = "malformed message: nested deeper than the decoder follows"
+        raise RemoteProtocolError(detail, reason="bad_packet") from None
+    except Exception as exc:
+        raise RemoteProtocolError(f"malformed message: {type(exc).__name__}", reason="bad_packet") from None
+
+
+def _explained(body: bytes | memoryview, exc: msgspec.DecodeError) -> RemoteProtocolError:
+    """A decode failure as unknown_type (the tag is not ours) or bad_packet (ours, but malformed)."""
+    try:
+        tag = _type_decoder.decode(body).type
+    except Exception:  # anything the lenient decoder raises leaves the first error as the answer
+        return RemoteProtocolError(f"malformed message: {exc}", reason="bad_packet")
+    if not any(tag == t.__struct_config__.tag for t in m.AnyMessage.__args__):
+        return RemoteProtocolError(f"unknown message type {shown(tag)}", reason="unknown_type")
+    return RemoteProtocolError(f"malformed {tag!r} message: {exc}", reason="bad_packet")
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """A peer's string as an error message quotes it: never longer than ``limit`` characters."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 class Connection:

@@ -19,6 +19,12 @@ REASONS = (
     "session_limit",  # the daemon already serves its maximum number of sessions
     "shutdown",  # the daemon is stopping
     "permission_denied",  # a control client asked for another user's sessions or findings
+    "internal_error",  # the daemon failed on this connection (a bug of ours): it ends, the daemon serves on
+    "connection_limit",  # the daemon, or this uid, has its maximum number of open connections
+    "buffer_limit",  # this uid's connections hold their budget of bytes of unfinished frames
+    "frame_timeout",  # a frame begun was not finished within the frame timeout
+    "idle_timeout",  # a producer sent nothing for the idle timeout
+    "resource_limit",  # a session asked for more of a bounded resource (locations, ...) than it may hold
 )
 
 

@@ -135,6 +135,11 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 reason = "shutdown"
                 session.end_reason = "daemon shutting down"
                 raise
+            except Exception as exc:  # a bug of ours on this session's input ends this session, said so
+                reason = "internal_error"
+                session.end_reason = f"internal error: {type(exc).__name__}"
+                log.exception("session pump failed")
+                await hub.refuse(stream, "internal_error", "the daemon failed on this session's input; see its log")
             finally:
                 metrics.bytes.inc(stream.bytes_received - counted_bytes)
                 with anyio.CancelScope(shield=True):

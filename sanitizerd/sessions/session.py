@@ -230,6 +230,11 @@ class Session:
                 f"kernel_begin {begin.kernel} while kernel {self.current.launch.kernel} is still running",
                 reason="unexpected_message",
             )
+        if begin.kernel in self.kernels:  # ended, but its detectors are still checking it: its verdict is owed
+            raise RemoteProtocolError(
+                f"kernel_begin {begin.kernel}: that launch id is still being checked; ids are unique within a session",
+                reason="bad_reference",
+            )
         wanted = self.config.kernel_name
         name = demangle(_display_name(begin.name), self.config.demangle)
         launch = KernelLaunch(begin.kernel, name, begin.block_dim, begin.kernel_type)
