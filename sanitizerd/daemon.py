@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,6 +241,19 @@ class Daemon:
                 failed, pause = 0, ACCEPT_BACKOFF[0]
             tg.start_soon(self._handle, raw)
 
+    def _cut_counter(self) -> Callable[[str, int], None]:
+        """Counts a connection's cut strings; logs the first cut of each field (a client may send millions)."""
+        logged: set[str] = set()
+        counter = self.metrics.strings_cut
+
+        def cut(field: str, characters: int) -> None:
+            counter.labels(field).inc()
+            if field not in logged:
+                logged.add(field)
+                log.info("client string cut to its length", field=field, characters_cut=characters)
+
+        return cut
+
     def _fitted(self, limits: Limits) -> Limits:
         """``limits`` lowered to what the fd limit allows, saying so."""
         fitted, notes = fds.fit(limits, self.nofile)
@@ -307,6 +321,7 @@ class Daemon:
         peer = _peer_credentials(raw)
         connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
         stream = MessageStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
+        stream.on_cut = self._cut_counter()
         async with raw:
             with structlog.contextvars.bound_contextvars(peer_pid=peer.pid, peer_uid=peer.uid):
                 refused = self.connections.admit(peer.uid, hub.limits)

@@ -19,7 +19,7 @@ from sanitizerd.protocol.errors import REASONS
 from sanitizerd.protocol.messages import TOOLS
 
 ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
-CUT_FIELDS = ("kernel", "file", "function", "log", "host", "tool", "desc", "level", "schema")
+CUT_FIELDS = ("kernel", "file", "function", "callers", "log", "level", "desc", "host", "tool")  # texts.cap_strings
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
 
 

@@ -19,6 +19,7 @@ from sanitizerd.protocol._buffer import ReceiveBuffer
 from sanitizerd.protocol._state import ENDING, Role, State, allowed, next_state
 from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
 from sanitizerd.protocol.records import EVENT_DTYPE
+from sanitizerd.protocol.texts import cap_strings
 
 # 64 MiB holds more than a million events per batch; larger frames only delay backpressure.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
@@ -94,6 +95,7 @@ class Connection:
         self._eof = False
         self._client_sent_close = False
         self._encoder = msgspec.msgpack.Encoder()
+        self._cuts: list[tuple[str, int]] = []
 
     # --- receiving ---------------------------------------------------------------------------------------------
 
@@ -120,6 +122,7 @@ class Connection:
         except RemoteProtocolError:
             self.state = State.ERROR
             raise
+        self._cuts.extend(cap_strings(message))
         self._advance(self._peer, message)
         return message
 
@@ -148,6 +151,11 @@ class Connection:
         # A view of this frame's own chunk(s): zero-copy batches pin what this connection received for them,
         # never a shared buffer that later frames are appended to.
         return buffer.take(length)
+
+    def take_cuts(self) -> list[tuple[str, int]]:
+        """(field, characters cut) for each string of the peer's messages cut to its length since the last call."""
+        cuts, self._cuts = self._cuts, []
+        return cuts
 
     @property
     def buffered(self) -> int:

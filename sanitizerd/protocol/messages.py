@@ -6,7 +6,7 @@ so an older peer's messages still decode.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -20,6 +20,11 @@ MAX_CACHE_SIZE_MB = 8192  # the largest per-block record buffer, msSanitizer's M
 
 DEFAULT_SINGLE_PIPE_DISTANCE = 16
 
+# A name that identifies something (a job, an IPC export, a signature entry) is refused past this length rather
+# than cut (a cut name would name something else); descriptive text is cut instead (protocol/texts.py).
+MAX_IDENT = 1024
+Ident = Annotated[str, msgspec.Meta(max_length=MAX_IDENT)]
+
 
 class Config(msgspec.Struct, kw_only=True):
     """What to check, as msSanitizer's ``Config`` (reference §1.3), with tools named rather than flagged."""
@@ -31,11 +36,11 @@ class Config(msgspec.Struct, kw_only=True):
     check_cann_heap: bool = False
     check_cross_npu_races: bool = False
     block_id: int = -1  # -1: all blocks
-    kernel_name: str = ""  # substring filter; "" = every kernel
+    kernel_name: Ident = ""  # substring filter; "" = every kernel
     cache_size: int = 100  # MB per block; device-buffer sizing, recorded for the hooks
     full_backtrace: bool = False
-    demangle: str = "full"
-    log_level: str = "warn"
+    demangle: Ident = "full"
+    log_level: Ident = "warn"
     # racecheck: accesses of one pipe more than this many instructions apart are ordered (msSanitizer: 16)
     single_pipe_distance: int = DEFAULT_SINGLE_PIPE_DISTANCE
 
@@ -56,7 +61,7 @@ class Hello(Message, tag="hello"):
     pid: int = 0
     host: str = ""
     tool: str = ""
-    job: str = ""
+    job: Ident = ""
     rank: int = -1
     local_rank: int = -1
     world_size: int = 0
@@ -87,7 +92,7 @@ class Close(Message, tag="close"):
 
 
 class DeviceSummary(Message, tag="device"):
-    chip: str
+    chip: Ident
     block_num: int = 0
     device: int = -1
 
@@ -112,8 +117,8 @@ class SignatureEntry(msgspec.Struct, kw_only=True, frozen=True):
     ``rng:accelerator:{i}``, ``buffer:{i}:{name}``, ``gradient:{i}:{name}``, ``state:python_rng``,
     ``state:{name}``): its schema (shape, dtype, device; or the state's type) and a 64-bit digest."""
 
-    name: str
-    schema: str = ""
+    name: Ident
+    schema: Ident = ""
     digest: int = 0  # uint64
 
 
@@ -128,7 +133,7 @@ class Signature(Message, tag="signature"):
     replay: int = 0
     rank: int = -1  # -1: the session's rank from its hello
     phase: Literal["replay", "post_all_reduce"] = "replay"
-    replica_group: str = ""
+    replica_group: Ident = ""
     replicas: int = 0
     entries: list[SignatureEntry] = []
 
@@ -186,7 +191,7 @@ class Ipc(Message, tag="ipc"):
     ``unmap`` ends a mapping at ``address``; ``destroy`` ends the export and every mapping of it."""
 
     op: Literal["set", "map", "unmap", "destroy"]
-    name: str = ""
+    name: Ident = ""
     address: int = 0
     size: int = 0
     serial: int = 0
@@ -235,7 +240,7 @@ class Closed(Message, tag="closed"):
 class JobStart(Message, tag="job_start"):
     """Registers the configuration that producers of ``job`` are welcomed with."""
 
-    job: str
+    job: Ident
     config: Config
 
 
@@ -243,12 +248,12 @@ class Watch(Message, tag="watch"):
     """Streams the job's findings to this connection as they are stored; with ``record``, also every message
     its producers send (``recorded``), for ``sanitizerd run --save``."""
 
-    job: str
+    job: Ident
     record: bool = False
 
 
 class QueryFindings(Message, tag="query_findings"):
-    job: str = ""
+    job: Ident = ""
     session: int = 0
 
 
@@ -312,7 +317,7 @@ class Jobs(Message, tag="jobs"):
 class WaitJob(Message, tag="wait_job"):
     """Answered with ``job_idle`` once no producer session of the job is live."""
 
-    job: str
+    job: Ident
 
 
 class KernelChecked(Message, tag="kernel_checked"):

@@ -115,7 +115,12 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if hub.jobs.recording(session.job):
                         await hub.jobs.record(session.job, session.id, message)
                     if isinstance(message, m.Log):
-                        log.info("client log", text=message.text, level=message.level)
+                        dropped = session.log_gate.admit(time.monotonic())
+                        if dropped is None:
+                            metrics.client_logs_dropped.inc()
+                        else:
+                            extra = {"dropped_before": dropped} if dropped else {}
+                            log.info("client log", text=message.text, level=message.level, **extra)
                         continue
                     if isinstance(message, m.Events):
                         metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
@@ -161,6 +166,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
 
 async def _finalize(hub: Hub, stream: MessageStream, session: Session, reason: str, graceful: bool) -> None:
     session.end_reason = session.end_reason or "closed by client"
+    if session.log_gate.dropped:
+        log.info("client log lines dropped at the end", dropped=session.log_gate.dropped)
     info = session.info(state="ended")
     info.ended = time.time()
     await hub.store_call(hub.store.close_session, info)

@@ -74,6 +74,8 @@ class MessageStream:
         self._uid = uid
         self._charged = 0  # bytes of this connection's buffer counted in ``unfinished``
         self._frame_read_time = 0.0  # seconds spent reading the frame now begun
+        # Told of each string of the peer's that was cut to its length: (field, characters cut).
+        self.on_cut: Callable[[str, int], None] = lambda field, characters: None
 
     async def receive(self) -> m.Message:
         """The next message; raises RemoteProtocolError, PeerClosed, or anyio's BrokenResourceError."""
@@ -87,6 +89,8 @@ class MessageStream:
                 raise PeerClosed
             self.frames_received += 1
             self._frame_read_time = 0.0
+            for field, characters in self.connection.take_cuts():
+                self.on_cut(field, characters)
             return event  # type: ignore[return-value]
 
     async def _read(self) -> None:
