@@ -104,15 +104,11 @@ def claim_socket_path(path: Path) -> None:
     raise DaemonAlreadyRunning(f"a daemon is already serving on {path}")
 
 
-def bind_listening_socket(path: Path, mode: int) -> socket.socket:
-    """A socket listening at ``path``, whose file appears there only once it listens.
-
-    It is bound and put to listen under a temporary name in the same directory, then hard-linked into place: a
-    client that sees the file can connect at once, and the link fails (DaemonAlreadyRunning) if another daemon
-    took the path meanwhile, where a rename would silently replace it.
-    """
+def bind_unpublished(path: Path, mode: int) -> tuple[socket.socket, Path]:
+    """A socket listening under a temporary name beside ``path`` (``publish_socket`` puts it in place), and that
+    name; ``path`` itself when a temporary name would not fit in sun_path."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    if len(os.fsencode(temporary)) >= 108:  # sun_path: too long for a temporary name; bind in place
+    if len(os.fsencode(temporary)) >= 108:
         temporary = path
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -120,18 +116,26 @@ def bind_listening_socket(path: Path, mode: int) -> socket.socket:
         sock.bind(str(temporary))
         os.chmod(temporary, mode)
         sock.listen(LISTEN_BACKLOG)
-        if temporary != path:
-            try:
-                os.link(temporary, path)
-            except FileExistsError:
-                raise DaemonAlreadyRunning(f"another daemon took {path} while this one started") from None
     except BaseException:
         sock.close()
-        raise
-    finally:
         if temporary != path:
             temporary.unlink(missing_ok=True)
-    return sock
+        raise
+    return sock, temporary
+
+
+def publish_socket(temporary: Path, path: Path) -> tuple[int, int] | None:
+    """Hard-link the listening socket into place, so that a client that sees the file can connect at once; the link
+    fails (DaemonAlreadyRunning) if another daemon took the path meanwhile, where a rename would replace it. The
+    identity of the file published, which only this daemon may remove."""
+    if temporary != path:
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            raise DaemonAlreadyRunning(f"another daemon took {path} while this one started") from None
+        finally:
+            temporary.unlink(missing_ok=True)
+    return _file_identity(path)
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
@@ -171,12 +175,12 @@ class Daemon:
         if settings.metrics_addr:
             self.metrics.serve(settings.metrics_addr)
         owned: tuple[int, int] | None = None  # the socket file this daemon created, which only it may remove
+        unpublished: Path | None = None
         if activated:  # systemd owns the socket file: never unlink it
             listener = await anyio.abc.SocketListener.from_socket(activated[0])
             socket_path = Path(activated[0].getsockname())
         else:
-            sock = bind_listening_socket(settings.socket_path, SOCKET_MODE)
-            owned = _file_identity(settings.socket_path)
+            sock, unpublished = bind_unpublished(settings.socket_path, SOCKET_MODE)
             listener = await anyio.abc.SocketListener.from_socket(sock)
             socket_path = settings.socket_path
         log.info(
@@ -190,7 +194,9 @@ class Daemon:
         try:
             async with listener, anyio.create_task_group() as tg:
                 accepting = anyio.CancelScope()
-                tg.start_soon(self._watch_signals, accepting, tg.cancel_scope, notifier)
+                await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
+                if unpublished is not None:  # listening and handling signals: now clients may find it
+                    owned = publish_socket(unpublished, settings.socket_path)
                 if notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
                 task_status.started(socket_path)
@@ -206,6 +212,8 @@ class Daemon:
             # Only the file this daemon created: a path another daemon has taken since stays.
             if owned is not None and _file_identity(settings.socket_path) == owned:
                 settings.socket_path.unlink(missing_ok=True)
+            if unpublished is not None and unpublished != settings.socket_path:
+                unpublished.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
 
@@ -269,10 +277,16 @@ class Daemon:
             await anyio.sleep(interval)
 
     async def _watch_signals(
-        self, accepting: anyio.CancelScope, everything: anyio.CancelScope, notifier: Notifier
+        self,
+        accepting: anyio.CancelScope,
+        everything: anyio.CancelScope,
+        notifier: Notifier,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """SIGTERM/SIGINT: stop accepting and drain; a second one: stop now. SIGHUP: reload."""
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if signum == signal.SIGHUP:

@@ -7,13 +7,32 @@ store, jobs and other users, configuration and the metrics endpoint)."""
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
 import socket
 import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
-from tests.conftest import RunningDaemon, assert_serves_fresh_session
+from client_shim import Client, EventKind, Space, accesses
+from tests.conftest import (
+    RunningDaemon,
+    assert_serves_fresh_session,
+    peak_rss_bytes,
+    sanitizerd,
+    start_daemon,
+    stop_daemon,
+)
 
 # --- frames and connections ---
 
@@ -151,4 +170,199 @@ class TestHostileFrames:
             replies = conn_replies(sock)
         assert replies[-1]["type"] == "error" and replies[-1]["reason"] == "bad_reference", replies
         assert "still being checked" in str(replies[-1]["message"])
+        assert_serves_fresh_session(hostile_daemon)
+
+
+def conn_raise_own_fd_limit(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"the test itself needs {wanted} fds; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def conn_free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def conn_metric(port: int, name: str) -> float:
+    """The sum of every series of ``name`` on the daemon's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+class TestHostileConnections:
+    def test_idle_connections_past_the_default_fd_limit(self, hostile_daemon: RunningDaemon) -> None:
+        """1 100 idle connections under the default soft limit of 1 024: the daemon raised its limit at start, each
+        connection is admitted or refused by name (connection_limit, per uid), the admitted are cut at the handshake
+        timeout, and the daemon serves on."""
+        conn_raise_own_fd_limit(2048)
+        socks = [conn_connect(hostile_daemon) for _ in range(1100)]
+        try:
+            reasons = Counter(str(conn_last_error(sock)["reason"]) for sock in socks)
+        finally:
+            for sock in socks:
+                sock.close()
+        assert set(reasons) <= {"handshake_timeout", "connection_limit"}, reasons
+        assert reasons["connection_limit"] >= 1100 - 512, reasons  # max_connections_per_uid
+        assert hostile_daemon.process.poll() is None
+        assert_serves_fresh_session(hostile_daemon)
+
+    def test_accept_out_of_fds_backs_off(self, short_dir: Path) -> None:
+        """With its fds exhausted (the limit lowered under it), accept fails with EMFILE: the daemon backs off and
+        retries, counts each failure, logs the burst once, and accepts again once fds are free."""
+        port = conn_free_port()
+        daemon = start_daemon(
+            short_dir, "--handshake-timeout", "60", "--metrics-addr", f"127.0.0.1:{port}", hostile_limits=True
+        )
+        pid = daemon.process.pid
+        try:
+            soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{pid}/fd")) + 3, hard))
+            socks = [conn_connect(daemon) for _ in range(20)]
+            daemon.wait_for_log("accept failed")
+            time.sleep(2)
+            assert daemon.log_text().count("accept failed") == 1  # once per burst, not once per failure
+            for sock in socks:
+                sock.close()
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+            # Read only now: the metrics server needs an fd too.
+            assert conn_metric(port, 'sanitizerd_accept_errors_total{errno="EMFILE"}') >= 3
+            daemon.wait_for_log("accepting again")
+            assert_serves_fresh_session(daemon)
+        finally:
+            assert stop_daemon(daemon) == 0, daemon.log_text()
+
+    def test_unfinished_frames_are_bounded_per_uid(self, short_dir: Path) -> None:
+        """40 sessions each sending most of a 60 MB frame: the uid's budget refuses those past it (buffer_limit),
+        the rest are cut at the frame timeout (frame_timeout); the daemon never holds much more than the budget."""
+        budget = 128 << 20
+        daemon = start_daemon(
+            short_dir, "--max-unfinished-bytes-per-uid", str(budget), "--frame-timeout", "3", hostile_limits=True
+        )
+        size = 60_000_000
+        chunk = b"\0" * (1 << 20)
+        reasons: list[str] = []
+
+        def attack() -> None:
+            with conn_connect(daemon, timeout=60) as sock:
+                sock.sendall(conn_hello("unfinished"))
+                try:
+                    sock.sendall(struct.pack("<I", size))
+                    for _ in range(size // len(chunk)):
+                        sock.sendall(chunk)
+                except OSError:  # refused while sending
+                    pass
+                reasons.append(str(conn_last_error(sock)["reason"]))
+
+        try:
+            threads = [threading.Thread(target=attack) for _ in range(40)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+            assert len(reasons) == 40
+            assert set(reasons) <= {"buffer_limit", "frame_timeout"}, Counter(reasons)
+            assert "buffer_limit" in reasons
+            daemon.wait_for_log('"reason": "frame_timeout"')
+            assert peak_rss_bytes(daemon.process.pid) < budget + (400 << 20)
+            assert_serves_fresh_session(daemon)
+        finally:
+            assert stop_daemon(daemon) == 0, daemon.log_text()
+
+    def test_silent_producer_and_stalled_frame(self, short_dir: Path) -> None:
+        """After the handshake: a producer that sends nothing is ended at the idle timeout, one that stalls inside a
+        frame at the (shorter) frame timeout; each is told why."""
+        daemon = start_daemon(short_dir, "--idle-timeout", "3", "--frame-timeout", "1", hostile_limits=True)
+        try:
+            with conn_connect(daemon) as idle, conn_connect(daemon) as stalled:
+                idle.sendall(conn_hello("idle"))
+                stalled.sendall(conn_hello("stalled") + struct.pack("<I", 1000) + b"\x81")
+                started = time.monotonic()
+                assert conn_last_error(stalled)["reason"] == "frame_timeout"
+                assert 0.5 < time.monotonic() - started < 2.5
+                assert conn_last_error(idle)["reason"] == "idle_timeout"
+                assert 2.5 < time.monotonic() - started < 5
+            assert_serves_fresh_session(daemon)
+        finally:
+            assert stop_daemon(daemon) == 0, daemon.log_text()
+
+
+class TestHostileStrings:
+    def test_long_names_are_cut_before_the_store(self, hostile_daemon: RunningDaemon) -> None:
+        """1 MiB kernel, file and function names on 200 illegal reads: findings carry them cut to 4 096 characters
+        and marked, and the store grows by far less than the names' size."""
+        huge = "n" * (1 << 20)
+        with Client(hostile_daemon.socket, job="long-names", timeout=60, resume_buffer=0) as client:
+            client.malloc(0x1000, 256)
+            location = client.location(huge + "file.cc", 7, function=huge + "function")
+            kernel = client.kernel_begin(huge + "kernel", 1)
+            reads = [
+                accesses(EventKind.READ, Space.GM, 0x2000 + 64 * i, 8, serial=i, location=location) for i in range(200)
+            ]
+            client.events(kernel, np.concatenate(reads))
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=60)
+        assert verdict.errors >= 1
+        found = sanitizerd(
+            "findings", "--socket", str(hostile_daemon.socket), "--job", "long-names", "--format", "json"
+        )
+        assert found.returncode == 0, found.stderr
+        assert len(found.stdout) < 200 * 40_000  # uncapped: 200 x 3 MiB
+        assert "…[cut " in found.stdout
+        database = sum(p.stat().st_size for p in hostile_daemon.state_dir.iterdir() if p.is_file())
+        assert database < 50 << 20
+        assert len(hostile_daemon.log_text()) < 1 << 20
+        hostile_daemon.wait_for_log("client string cut to its length")
+        assert_serves_fresh_session(hostile_daemon)
+
+    def test_log_texts_are_cut_and_rate_limited(self, hostile_daemon: RunningDaemon) -> None:
+        """A 20 MB log text reaches the daemon's log cut to 4 096 characters; 5 000 log lines in a burst reach it as
+        at most the burst plus the rate, the rest counted."""
+        before = len(hostile_daemon.log_text())
+        with Client(hostile_daemon.socket, job="log-flood", timeout=60, resume_buffer=0) as client:
+            client.log("x" * 20_000_000)
+            for i in range(5000):
+                client.log(f"line {i}")
+        text = hostile_daemon.wait_for_log("client log lines dropped at the end")[before:]
+        assert len(text) < 1 << 20
+        assert "[cut 19995904 characters]" in text  # the JSON log escapes the ellipsis
+        assert text.count('"client log"') < 200
+        assert_serves_fresh_session(hostile_daemon)
+
+
+class TestHostileSocketFile:
+    def test_socket_file_appears_only_once_listening(self, short_dir: Path) -> None:
+        """A client that connects the moment the socket file appears is served, never refused."""
+        for attempt in range(3):
+            base = short_dir / str(attempt)
+            base.mkdir()
+            path = base / "s.sock"
+            process = subprocess.Popen(
+                [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(path), "--state-dir", str(base / "st")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                deadline = time.monotonic() + 30
+                while not path.exists():
+                    assert time.monotonic() < deadline and process.poll() is None
+                    time.sleep(0.0005)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.connect(str(path))  # ConnectionRefusedError if it appeared before listen()
+                assert [p.name for p in base.iterdir() if p.name.startswith(".")] == []  # no temporary name left
+            finally:
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(15) == 0
+            assert not path.exists()
+
+    def test_failed_start_leaves_the_running_daemons_socket(self, hostile_daemon: RunningDaemon) -> None:
+        """A second daemon on the same socket refuses to start and leaves the first one's socket in place."""
+        second = sanitizerd(
+            "serve", "--socket", str(hostile_daemon.socket), "--state-dir", str(hostile_daemon.state_dir)
+        )
+        assert second.returncode != 0 and "already serving" in second.stderr
+        assert hostile_daemon.socket.exists()
         assert_serves_fresh_session(hostile_daemon)

@@ -125,7 +125,11 @@ class MessageStream:
         if self._unfinished is not None:
             held = self.connection.buffered
             delta, self._charged = held - self._charged, held
-            self._unfinished.charge(self._uid, delta)
+            try:
+                self._unfinished.charge(self._uid, delta)
+            except RemoteProtocolError:
+                self.release()  # this connection is over: its bytes must not also push its siblings over
+                raise
 
     def release(self) -> None:
         """The connection is over: what it held no longer counts against its uid."""
