@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
@@ -75,9 +75,12 @@ class LogGate:
 
     rate: float = CLIENT_LOG_RATE
     burst: float = CLIENT_LOG_BURST
-    tokens: float = CLIENT_LOG_BURST
+    tokens: float = field(init=False)
     last: float | None = None
     dropped: int = 0  # since the last line let through
+
+    def __post_init__(self) -> None:
+        self.tokens = self.burst
 
     def admit(self, now: float) -> int | None:
         """None: drop this line (counted). Else the lines dropped since the last one let through."""
