@@ -344,6 +344,8 @@ class Daemon:
                     return
                 try:
                     await self._converse(hub, stream, peer)
+                except RemoteProtocolError as exc:  # from a handler that did not answer it itself
+                    await hub.refuse(stream, exc.reason, str(exc))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     pass
                 except Exception:  # one connection's bug must not take the daemon down, nor leave its peer guessing

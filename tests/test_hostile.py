@@ -8,6 +8,7 @@ store, jobs and other users, configuration and the metrics endpoint)."""
 from __future__ import annotations
 
 import os
+import random
 import resource
 import signal
 import socket
@@ -366,3 +367,73 @@ class TestHostileSocketFile:
         assert second.returncode != 0 and "already serving" in second.stderr
         assert hostile_daemon.socket.exists()
         assert_serves_fresh_session(hostile_daemon)
+
+
+_CONN_INTS = (0, 1, -1, 7, 2**31, 2**32, 2**63 - 1, -(2**63), 2**64 - 1, 0x1000, 255, 65535)
+
+
+def conn_random_message(rng: random.Random) -> dict[str, object]:
+    """One producer message of any type, with numbers drawn from the edges of their ranges."""
+
+    def num() -> int:
+        return rng.choice(_CONN_INTS) if rng.random() < 0.7 else rng.randint(-(2**63), 2**64 - 1)
+
+    kernel = rng.choice([1, 2, 3])
+    kind = rng.choice(["kernel_begin", "events", "kernel_end", "host_op", "ipc", "locations", "device", "log"])
+    if kind == "kernel_begin":
+        return {"type": kind, "kernel": kernel, "name": "k", "block_dim": num(), "pc_start": num()}
+    if kind == "events":
+        if rng.random() < 0.5:
+            records = rng.randbytes(56 * rng.choice([0, 1, 3]))
+        else:
+            records = accesses(
+                rng.choice(list(EventKind)),
+                rng.choice(list(Space)),
+                rng.choice([0x1000, 0, 2**63, 2**64 - 64]),
+                rng.choice([1, 32, 2**32 - 1]),
+                block_num=rng.choice([1, 65535]),
+                repeat=rng.choice([0, 1, 255]),
+                block_stride=rng.choice([0, 1, 65535]),
+                block_id=rng.choice([0, 1, 65535]),
+            ).tobytes()
+        return {"type": kind, "kernel": kernel, "records": records}
+    if kind == "kernel_end":
+        lost = [{"block_type": num(), "block_id": num(), "records": num()}] if rng.random() < 0.3 else []
+        return {"type": kind, "kernel": kernel, "lost": lost}
+    if kind == "host_op":
+        op = rng.choice(["malloc", "free", "memcpy", "memset", "load", "store"])
+        return {"type": kind, "op": op, "address": rng.choice([0x1000, num()]), "size": rng.choice([256, num()])}
+    if kind == "ipc":
+        op = rng.choice(["set", "map", "unmap", "destroy"])
+        return {"type": kind, "op": op, "name": rng.choice("ab"), "address": num(), "size": num()}
+    if kind == "locations":
+        return {"type": kind, "locations": [{"id": num(), "file": "f", "line": num(), "callers": [num()]}]}
+    if kind == "device":
+        return {"type": kind, "chip": rng.choice(["Ascend910B1", "x"]), "block_num": num(), "device": num()}
+    return {"type": "log", "text": "x", "level": "info"}
+
+
+def test_random_producer_streams_end_only_their_session(hostile_daemon: RunningDaemon) -> None:
+    """150 sessions of random messages of every producer type, numbers at the edges of their ranges, every tool on:
+    each ends with closed, an error frame naming a protocol reason, or (no close sent) nothing; the daemon's
+    connection handler and session pump never fail."""
+    rng = random.Random(10)
+    tools = ["memcheck", "racecheck", "initcheck", "synccheck", "registercheck"]
+    endings: Counter[str] = Counter()
+    for n in range(150):
+        config = {"tools": rng.sample(tools, rng.randint(1, 5)), "leak_check": True, "check_unused_memory": True}
+        data = conn_encode(type="hello", version=1, job=f"random-{n % 3}", config=config)
+        data += b"".join(conn_encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
+        if rng.random() < 0.5:
+            data += conn_encode(type="close")
+        with conn_connect(hostile_daemon, timeout=30) as sock:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            replies = conn_replies(sock)
+        last = replies[-1] if replies else {}
+        endings[str(last.get("reason") or last.get("type"))] += 1
+    assert "internal_error" not in endings and "None" not in endings, endings
+    assert endings["closed"] > 0 and endings["bad_reference"] > 0, endings
+    text = hostile_daemon.log_text()
+    assert "connection handler failed" not in text and "session pump failed" not in text
+    assert_serves_fresh_session(hostile_daemon)

@@ -24,12 +24,17 @@ DEFAULT_SINGLE_PIPE_DISTANCE = 16
 # than cut (a cut name would name something else); descriptive text is cut instead (protocol/texts.py).
 MAX_IDENT = 1024
 Ident = Annotated[str, msgspec.Meta(max_length=MAX_IDENT)]
+# A session id a client names: the store's (SQLite's) integers are signed 64-bit.
+SessionId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# A device address or size: the detectors hold them as uint64 (msgpack carries no integer above 2**64 - 1).
+U64 = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class Config(msgspec.Struct, kw_only=True):
     """What to check, as msSanitizer's ``Config`` (reference §1.3), with tools named rather than flagged."""
 
-    tools: list[str] = msgspec.field(default_factory=lambda: ["memcheck"])
+    # Bounded: each entry may start a detector for the session.
+    tools: Annotated[list[Ident], msgspec.Meta(max_length=16)] = msgspec.field(default_factory=lambda: ["memcheck"])
     leak_check: bool = False
     check_unused_memory: bool = False
     check_device_heap: bool = False
@@ -68,7 +73,7 @@ class Hello(Message, tag="hello"):
     device: int = -1
     config: Config | None = None  # requested checks when no job registered them
     # A producer that lost its daemon: the session it had, which it replays from the start (docs/protocol.md)
-    resume: int = 0
+    resume: SessionId = 0
 
 
 class Welcome(Message, tag="welcome"):
@@ -175,9 +180,9 @@ class HostOp(Message, tag="host_op"):
     written or read address; ``src`` is memcpy's source."""
 
     op: Literal["malloc", "free", "memcpy", "memset", "load", "store"]
-    address: int
-    size: int = 0
-    src: int = 0
+    address: U64
+    size: U64 = 0
+    src: U64 = 0
     source: Literal["bypass", "hal", "rt", "acl", "extra", "manual", "mstx_heap", "mstx_region"] = "acl"
     desc: str = "default"
     serial: int = 0
@@ -192,8 +197,8 @@ class Ipc(Message, tag="ipc"):
 
     op: Literal["set", "map", "unmap", "destroy"]
     name: Ident = ""
-    address: int = 0
-    size: int = 0
+    address: U64 = 0
+    size: U64 = 0
     serial: int = 0
     location: int = 0
 
@@ -254,7 +259,7 @@ class Watch(Message, tag="watch"):
 
 class QueryFindings(Message, tag="query_findings"):
     job: Ident = ""
-    session: int = 0
+    session: SessionId = 0
 
 
 class Findings(Message, tag="findings"):
