@@ -120,7 +120,7 @@ class Connection:
             message = decode_body(body)  # type: ignore[arg-type]
             self._check(self._peer, message)
         except RemoteProtocolError:
-            self.state = State.ERROR
+            self._fail()
             raise
         self._cuts.extend(cap_strings(message))
         self._advance(self._peer, message)
@@ -176,8 +176,14 @@ class Connection:
 
     def send_error(self, reason: str, message: str) -> bytearray:
         """Frame an error reply whatever the state; the connection is in ERROR afterwards."""
-        self.state = State.ERROR
+        self._fail()
         return self._frame(m.Error(reason=reason, message=message))
+
+    def _fail(self) -> None:
+        """Into ERROR, where nothing more is parsed: what was received and not parsed is let go at once (a refused
+        connection must not hold its unfinished frame until its handler is done)."""
+        self.state = State.ERROR
+        self._buffer = ReceiveBuffer()
 
     def _frame(self, message: m.Message) -> bytearray:
         # Encode straight after a reserved prefix: a batch of several MiB is copied once, not twice.
