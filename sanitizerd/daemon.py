@@ -95,6 +95,8 @@ def claim_socket_path(path: Path) -> None:
     except (ConnectionRefusedError, FileNotFoundError):
         path.unlink(missing_ok=True)  # stale: nobody listens
         return
+    except (BlockingIOError, TimeoutError):  # its backlog is full: it listens, but is flooded
+        raise DaemonAlreadyRunning(f"a daemon is already serving on {path} (too busy to answer now)") from None
     except OSError as exc:
         if exc.errno in (errno.ENOTSOCK, errno.ECONNREFUSED):
             raise DaemonAlreadyRunning(f"{path} exists and is not a socket sanitizerd can replace") from exc
