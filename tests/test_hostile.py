@@ -33,6 +33,7 @@ from tests.conftest import (
     sanitizerd,
     start_daemon,
     stop_daemon,
+    wait_for_socket,
 )
 
 # --- frames and connections ---
@@ -437,3 +438,39 @@ def test_random_producer_streams_end_only_their_session(hostile_daemon: RunningD
     text = hostile_daemon.log_text()
     assert "connection handler failed" not in text and "session pump failed" not in text
     assert_serves_fresh_session(hostile_daemon)
+
+
+def _conn_hard_fd_limit_1024() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+def test_connections_fit_a_hard_fd_limit_of_1024(short_dir: Path) -> None:
+    """Where even the hard fd limit is 1 024, the daemon lowers max_connections (and max_sessions) to fit, saying so
+    at start; 1 100 connections then meet connection_limit, never an out-of-fds accept, and the daemon serves on."""
+    conn_raise_own_fd_limit(2048)
+    sock, state, log = short_dir / "s.sock", short_dir / "state", short_dir / "daemon.log"
+    command = [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(sock), "--state-dir", str(state)]
+    with open(log, "ab") as log_file:
+        process = subprocess.Popen(
+            [*command, "--handshake-timeout", "2", "--max-connections-per-uid", "4096"],
+            stdout=log_file,
+            stderr=log_file,
+            env=dict(os.environ, MALLOC_ARENA_MAX="2"),
+            preexec_fn=_conn_hard_fd_limit_1024,
+        )
+    daemon = RunningDaemon(sock, state, log, process)
+    try:
+        wait_for_socket(sock, process)
+        daemon.wait_for_log("max_connections lowered from 4096 to 960")
+        socks = [conn_connect(daemon) for _ in range(1100)]
+        try:
+            reasons = Counter(str(conn_last_error(s)["reason"]) for s in socks)
+        finally:
+            for s in socks:
+                s.close()
+        assert reasons["connection_limit"] >= 1100 - 960 and set(reasons) <= {"connection_limit", "handshake_timeout"}
+        assert "accept failed" not in daemon.log_text()
+        assert_serves_fresh_session(daemon)
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()
