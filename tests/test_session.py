@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import resource
 
+import anyio
+import anyio.abc
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,12 +17,13 @@ from sanitizerd.chips import chip_named
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import make_finding
-from sanitizerd.protocol import RemoteProtocolError
+from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions import transport
 from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.session import Answer, LogGate, Peer, Session
-from sanitizerd.sessions.transport import UnfinishedBytes
+from sanitizerd.sessions.transport import MessageStream, UnfinishedBytes
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel
 
 
@@ -408,3 +411,44 @@ class TestConnectionBounds:
             assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] in (hard, 1 << 20)
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class _SilentPeer(anyio.abc.ByteStream):
+    """A peer that never sends anything."""
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(self, item: bytes) -> None:
+        pass
+
+    async def send_eof(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class TestIdleClock:
+    def test_the_idle_clock_stops_while_a_verdict_is_owed(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A silent producer is idle only while the daemon owes it nothing: waiting for a long check's verdict it
+        is kept however long that takes; once nothing is owed it is ended after the idle timeout."""
+        monkeypatch.setattr(transport, "IDLE_RECHECK", 0.05)
+        owed = [True]
+
+        async def scenario() -> float:
+            stream = MessageStream(_SilentPeer(), Connection(Role.SERVER))
+            stream.idle_timeout = 0.3
+            stream.owes_reply = lambda: owed[0]
+            with anyio.move_on_after(1.0) as waiting:
+                await stream.receive()
+            assert waiting.cancelled_caught  # three idle timeouts passed, and it was still waiting
+            owed[0] = False
+            started = anyio.current_time()
+            with pytest.raises(RemoteProtocolError) as info:
+                await stream.receive()
+            assert info.value.reason == "idle_timeout"
+            return anyio.current_time() - started
+
+        assert 0.25 < anyio.run(scenario) < 1.0

@@ -23,7 +23,7 @@ REASONS = (
     "connection_limit",  # the daemon, or this uid, has its maximum number of open connections
     "buffer_limit",  # this uid's connections hold their budget of bytes of unfinished frames
     "frame_timeout",  # a frame begun was not finished within the frame timeout
-    "idle_timeout",  # a producer sent nothing for the idle timeout
+    "idle_timeout",  # a producer owed no verdict sent nothing for the idle timeout
     "resource_limit",  # a session asked for more of a bounded resource (locations, ...) than it may hold
 )
 

@@ -56,8 +56,8 @@ class Limits:
     max_unfinished_bytes_per_uid: int = 512 * 1024 * 1024
     # Seconds of reading a begun frame may take; a peer that stalls mid-frame holds its buffer no longer.
     frame_timeout: float = 30.0
-    # Seconds a producer may send nothing at all between frames (long: a job may compute for a while between
-    # kernels); its session then ends with idle_timeout.
+    # Seconds a producer may send nothing at all between frames while it is owed no verdict (long: a job may
+    # compute for a while between kernels); its session then ends with idle_timeout.
     idle_timeout: float = 3600.0
 
 

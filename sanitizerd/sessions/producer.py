@@ -28,6 +28,7 @@ log = structlog.get_logger("sanitizerd.session")
 async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> None:
     metrics = hub.metrics
     reason = "closed"
+    stream.owes_reply = lambda: any(state.pending for state in session.kernels.values())
     graceful = False
 
     async def publish(findings: list[Finding]) -> None:

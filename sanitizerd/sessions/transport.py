@@ -17,6 +17,8 @@ from sanitizerd.protocol import messages as m
 
 # Large reads keep per-frame overhead low; a batch frame is typically a few MiB.
 READ_SIZE = 1 << 20
+# Seconds between looks at whether a silent producer is idle or waiting for the daemon.
+IDLE_RECHECK = 10.0
 
 
 class PeerClosed(Exception):
@@ -74,6 +76,8 @@ class MessageStream:
         self._uid = uid
         self._charged = 0  # bytes of this connection's buffer counted in ``unfinished``
         self._frame_read_time = 0.0  # seconds spent reading the frame now begun
+        # Whether the daemon owes the peer an answer (a verdict being checked): its silence is then not idleness.
+        self.owes_reply: Callable[[], bool] = lambda: False
         # Told of each string of the peer's that was cut to its length: (field, characters cut).
         self.on_cut: Callable[[str, int], None] = lambda field, characters: None
 
@@ -94,31 +98,48 @@ class MessageStream:
             return event  # type: ignore[return-value]
 
     async def _read(self) -> None:
-        mid_frame = self.connection.buffered > 0
-        if mid_frame:
-            timeout = None if self.frame_timeout is None else max(self.frame_timeout - self._frame_read_time, 0.0)
-        else:
-            timeout = self.idle_timeout
-        started = anyio.current_time()
-        try:
-            with anyio.fail_after(timeout):
-                data = await self.stream.receive(READ_SIZE)
-        except anyio.EndOfStream:
-            data = b""
-        except TimeoutError:
-            if mid_frame:
-                raise RemoteProtocolError(
-                    f"a frame begun was not finished within {self.frame_timeout} s "
-                    f"({self.connection.buffered} bytes of it received)",
-                    reason="frame_timeout",
-                ) from None
-            raise RemoteProtocolError(f"nothing received for {self.idle_timeout} s", reason="idle_timeout") from None
-        finally:
-            if mid_frame:
-                self._frame_read_time += anyio.current_time() - started
+        data = await (self._rest_of_frame() if self.connection.buffered else self._between_frames())
         self.bytes_received += len(data)
         self.connection.receive_data(data)
         self._account()
+
+    async def _rest_of_frame(self) -> bytes:
+        timeout = None if self.frame_timeout is None else max(self.frame_timeout - self._frame_read_time, 0.0)
+        started = anyio.current_time()
+        try:
+            with anyio.fail_after(timeout):
+                return await self._chunk()
+        except TimeoutError:
+            raise RemoteProtocolError(
+                f"a frame begun was not finished within {self.frame_timeout} s "
+                f"({self.connection.buffered} bytes of it received)",
+                reason="frame_timeout",
+            ) from None
+        finally:
+            self._frame_read_time += anyio.current_time() - started
+
+    async def _between_frames(self) -> bytes:
+        """The idle clock runs only while the daemon owes the peer nothing: a producer waiting for the verdict of
+        a long check is waiting, not idle."""
+        limit = self.idle_timeout
+        if limit is None:
+            return await self._chunk()
+        idle_since = anyio.current_time()
+        while True:
+            left = limit - (anyio.current_time() - idle_since)
+            with anyio.move_on_after(min(left, IDLE_RECHECK)):  # a cancelled receive loses no data
+                return await self._chunk()
+            now = anyio.current_time()
+            if self.owes_reply():
+                idle_since = now
+            elif now - idle_since >= limit:
+                raise RemoteProtocolError(f"nothing received for {limit} s", reason="idle_timeout")
+
+    async def _chunk(self) -> bytes:
+        try:
+            return await self.stream.receive(READ_SIZE)
+        except anyio.EndOfStream:
+            return b""
 
     def _account(self) -> None:
         """Bring this connection's share of its uid's unfinished bytes up to date with its buffer."""
