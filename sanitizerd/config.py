@@ -70,6 +70,20 @@ them with the defaults.
 ``max_store_size``
     the findings store's size in bytes; past it the oldest ended sessions are deleted (down to 90 %), and once
     none is left to delete new findings are counted as not stored. An integer from 2^20 to 2^50; default 4 GiB.
+``max_connections``
+    open client connections of any role, in handshake or not (each costs a file descriptor); one more is refused
+    (``connection_limit``) before anything is read. Lowered at start (and on SIGHUP) to the fd limit less 64, with
+    ``max_sessions`` lowered to fit under it. An integer from 1 to 2^20; default 4096.
+``max_connections_per_uid``
+    open client connections of one uid (``connection_limit``). An integer from 1 to 2^20; default 512.
+``max_unfinished_bytes_per_uid``
+    bytes of frames begun and not finished that all of one uid's connections may hold; the connection that takes
+    its uid past it is refused (``buffer_limit``). An integer from 2^10 to 2^40; default 512 MiB.
+``frame_timeout``
+    seconds of reading a begun frame may take (``frame_timeout``). More than 0, at most 3600; default 30.
+``idle_timeout``
+    seconds a producer may send nothing while the daemon owes it no verdict (``idle_timeout``). More than 0, at
+    most 604800; default 3600.
 ``admin_groups`` (``--admin-group``, repeatable)
     groups, by name or number, whose members may read every user's sessions and findings (root always may).
     A name that is not a group is refused, as is a number above 2^32 - 2.
@@ -152,6 +166,20 @@ LIMITS: dict[str, Limit] = {
     ),
     "retention_days": Limit(
         "days ended sessions and their findings are kept", above=0, at_most=100 * 365, unit="days"
+    ),
+    "max_connections": Limit(
+        "open client connections, lowered at start to what the fd limit allows", at_least=1, at_most=1 << 20
+    ),
+    "max_connections_per_uid": Limit("open client connections of one uid", at_least=1, at_most=1 << 20),
+    "max_unfinished_bytes_per_uid": Limit(
+        "bytes of unfinished frames one uid's connections may hold", at_least=1 << 10, at_most=1 << 40, unit="bytes"
+    ),
+    "frame_timeout": Limit("seconds of reading a begun frame may take", above=0, at_most=3600, unit="s"),
+    "idle_timeout": Limit(
+        "seconds a producer owed no verdict may send nothing before its session ends",
+        above=0,
+        at_most=_MAX_SECONDS,
+        unit="s",
     ),
     "max_store_size": Limit(
         "the findings store's size; past it the oldest ended sessions are deleted",

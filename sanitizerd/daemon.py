@@ -25,18 +25,19 @@ import anyio.abc
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
-from sanitizerd import __version__, config, discovery, logs
+from sanitizerd import __version__, config, discovery, fds, logs
 from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.access import Access
+from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.producer import serve_producer
 from sanitizerd.sessions.session import Peer, Session
-from sanitizerd.sessions.transport import MessageStream, PeerClosed
+from sanitizerd.sessions.transport import MessageStream, PeerClosed, UnfinishedBytes
 from sanitizerd.systemd import Notifier, listen_sockets
 
 log = structlog.get_logger("sanitizerd.daemon")
@@ -45,6 +46,12 @@ SOCKET_MODE = 0o660
 HEARTBEAT = 1.0
 STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
 T = TypeVar("T")
+LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
+# accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
+ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+# A connection that ended before it was accepted: nothing to do.
+ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
+ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
 
 
 def default_socket_path() -> Path:
@@ -133,6 +140,8 @@ def claim_socket_path(path: Path) -> None:
     except (ConnectionRefusedError, FileNotFoundError):
         path.unlink(missing_ok=True)  # stale: nobody listens
         return
+    except (BlockingIOError, TimeoutError):  # its backlog is full: it listens, but is flooded
+        raise DaemonAlreadyRunning(f"a daemon is already serving on {path} (too busy to answer now)") from None
     except OSError as exc:
         if exc.errno in (errno.ENOTSOCK, errno.ECONNREFUSED):
             raise DaemonAlreadyRunning(f"{path} exists and is not a socket sanitizerd can replace") from exc
@@ -151,6 +160,48 @@ def hold_sighup() -> None:
     signal.signal(signal.SIGHUP, lambda _signum, _frame: _sighup_held.set())
 
 
+def bind_unpublished(path: Path, mode: int) -> tuple[socket.socket, Path]:
+    """A socket listening under a temporary name beside ``path`` (``publish_socket`` puts it in place), and that
+    name; ``path`` itself when a temporary name would not fit in sun_path."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    if len(os.fsencode(temporary)) >= 108:
+        temporary = path
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        temporary.unlink(missing_ok=True)
+        sock.bind(str(temporary))
+        os.chmod(temporary, mode)
+        sock.listen(LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        if temporary != path:
+            temporary.unlink(missing_ok=True)
+        raise
+    return sock, temporary
+
+
+def publish_socket(temporary: Path, path: Path) -> tuple[int, int] | None:
+    """Hard-link the listening socket into place, so that a client that sees the file can connect at once; the link
+    fails (DaemonAlreadyRunning) if another daemon took the path meanwhile, where a rename would replace it. The
+    identity of the file published, which only this daemon may remove."""
+    if temporary != path:
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            raise DaemonAlreadyRunning(f"another daemon took {path} while this one started") from None
+        finally:
+            temporary.unlink(missing_ok=True)
+    return _file_identity(path)
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class Daemon:
     def __init__(self, settings: DaemonSettings) -> None:
         self.settings = settings
@@ -158,16 +209,21 @@ class Daemon:
         self.hub: Hub | None = None
         self._accepting: anyio.CancelScope | None = None
         self._beat = time.monotonic()
+        self.connections = Connections()
+        self.unfinished = UnfinishedBytes(lambda: self.hub.limits.max_unfinished_bytes_per_uid if self.hub else 0)
+        self.nofile = 0  # the soft fd limit in force, once raised at start
 
     async def serve(self, *, task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
         notifier = Notifier()
+        self.nofile = fds.raise_nofile()
+        limits = self._fitted(settings.limits)
         activated = listen_sockets()
         if not activated:
             discovery.secure_private_socket_directory(settings.socket_path)
             _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
-        store = open_store(settings.state_dir, max_bytes=settings.limits.max_store_size)
-        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
+        store = open_store(settings.state_dir, max_bytes=limits.max_store_size)
+        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits)
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
             abandoned = store.close_abandoned()
@@ -181,18 +237,24 @@ class Daemon:
         self.metrics.gauges(jobs_live=hub.jobs_live)
         self.metrics.job_gauges(in_use=lambda: len(hub.jobs), owners_kept=lambda: hub.jobs.owners_kept)
         self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
+        self.metrics.connection_gauges(
+            open_connections=lambda: float(self.connections.total), unfinished=lambda: float(self.unfinished.total)
+        )
         ready = anyio.Event()
         self.metrics.readiness(lambda: self._not_ready(ready))
         if settings.metrics_addr:
             _starting(f"metrics on {settings.metrics_addr}", self.metrics.serve, settings.metrics_addr)
+        owned: tuple[int, int] | None = None  # the socket file this daemon created, which only it may remove
+        unpublished: Path | None = None
         if activated:  # systemd owns the socket file: never unlink it
             listener = await anyio.abc.SocketListener.from_socket(activated[0])
             socket_path = Path(activated[0].getsockname())
         else:
             try:
-                listener = await anyio.create_unix_listener(settings.socket_path, mode=SOCKET_MODE)
+                sock, unpublished = bind_unpublished(settings.socket_path, SOCKET_MODE)
             except OSError as exc:
                 raise StartupError(f"cannot listen on {settings.socket_path}: {exc.strerror or exc}") from None
+            listener = await anyio.abc.SocketListener.from_socket(sock)
             socket_path = settings.socket_path
         log.info(
             "serving",
@@ -205,23 +267,28 @@ class Daemon:
         try:
             async with listener, anyio.create_task_group() as tg:
                 self._accepting = accepting = anyio.CancelScope()
-                tg.start_soon(self._watch_signals, accepting, tg.cancel_scope, notifier)
+                await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._retain, hub)
                 tg.start_soon(self._heartbeat)
+                if unpublished is not None:  # listening and handling signals: now clients may find it
+                    owned = publish_socket(unpublished, settings.socket_path)
                 if notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
                 task_status.started(socket_path)
                 notifier.ready(f"serving on {socket_path}")
                 ready.set()
                 with accepting:
-                    await listener.serve(self._handle, task_group=tg)
+                    await self._accept(listener, tg)
                 # New clients are refused at once (under systemd they queue on its socket for the next start).
                 await listener.aclose()
                 await self._drain(hub, notifier)
                 tg.cancel_scope.cancel()
         finally:
-            if not activated:
+            # Only the file this daemon created: a path another daemon has taken since stays.
+            if owned is not None and _file_identity(settings.socket_path) == owned:
                 settings.socket_path.unlink(missing_ok=True)
+            if unpublished is not None and unpublished != settings.socket_path:
+                unpublished.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
 
@@ -251,6 +318,58 @@ class Daemon:
             await anyio.sleep(RETENTION_INTERVAL)
             await hub.retain()
 
+    async def _accept(self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+        """Accept connections for ever. Out of fds or memory, accept fails while the listener stays readable: back
+        off (doubling, up to a second) and try again, logging once per burst, never ending the daemon."""
+        failed = 0
+        pause = ACCEPT_BACKOFF[0]
+        while True:
+            try:
+                raw = await listener.accept()
+            except anyio.BrokenResourceError as exc:
+                code = getattr(exc.__cause__, "errno", None)
+                if code in ACCEPT_SKIP_ERRNOS:
+                    continue
+                if code not in ACCEPT_RETRY_ERRNOS:
+                    raise
+                name = errno.errorcode[code]
+                self.metrics.accept_errors.labels(name).inc()
+                if not failed:
+                    log.error(
+                        "accept failed; backing off until it succeeds",
+                        error=name,
+                        open_connections=self.connections.total,
+                        fd_limit=self.nofile,
+                    )
+                failed += 1
+                await anyio.sleep(pause)
+                pause = min(pause * 2, ACCEPT_BACKOFF[1])
+                continue
+            if failed:
+                log.warning("accepting again", failed_accepts=failed)
+                failed, pause = 0, ACCEPT_BACKOFF[0]
+            tg.start_soon(self._handle, raw)
+
+    def _cut_counter(self) -> Callable[[str, int], None]:
+        """Counts a connection's cut strings; logs the first cut of each field (a client may send millions)."""
+        logged: set[str] = set()
+        counter = self.metrics.strings_cut
+
+        def cut(field: str, characters: int) -> None:
+            counter.labels(field).inc()
+            if field not in logged:
+                logged.add(field)
+                log.info("client string cut to its length", field=field, characters_cut=characters)
+
+        return cut
+
+    def _fitted(self, limits: Limits) -> Limits:
+        """``limits`` lowered to what the fd limit allows, saying so."""
+        fitted, notes = fds.fit(limits, self.nofile)
+        for note in notes:
+            log.warning("limit lowered to fit the fd limit", detail=note)
+        return fitted
+
     @staticmethod
     async def _watchdog(notifier: Notifier, interval: float) -> None:
         """Ping from the event loop itself: a stalled loop stops pinging, and systemd restarts the daemon."""
@@ -259,10 +378,16 @@ class Daemon:
             await anyio.sleep(interval)
 
     async def _watch_signals(
-        self, accepting: anyio.CancelScope, everything: anyio.CancelScope, notifier: Notifier
+        self,
+        accepting: anyio.CancelScope,
+        everything: anyio.CancelScope,
+        notifier: Notifier,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """SIGTERM/SIGINT: stop accepting and drain; a second one: stop now. SIGHUP: reload."""
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
             if _sighup_held.is_set():  # one came before this receiver replaced hold_sighup's handler
                 _sighup_held.clear()
                 self._reload(notifier)
@@ -307,7 +432,7 @@ class Daemon:
             log.error("reload failed; settings unchanged", detail=detail)
             notifier.notify("READY=1", f"STATUS=reload failed, settings unchanged: {detail}")
             return
-        hub.limits = limits  # one assignment: a connection sees the old limits or the new ones, never a mix
+        hub.limits = self._fitted(limits)  # one assignment: a connection sees the old limits or the new ones
         logs.configure(level)
         self.metrics.config_reloads.labels("ok").inc()
         log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
@@ -317,32 +442,53 @@ class Daemon:
         hub = self.hub
         assert hub is not None
         peer = _peer_credentials(raw)
-        stream = MessageStream(raw, Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size))
+        connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
+        stream = MessageStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
+        stream.on_cut = self._cut_counter()
         async with raw:
             with structlog.contextvars.bound_contextvars(peer_pid=peer.pid, peer_uid=peer.uid):
+                refused = self.connections.admit(peer.uid, hub.limits)
+                if refused:
+                    await hub.refuse(stream, "connection_limit", refused)
+                    return
                 try:
-                    with anyio.fail_after(hub.limits.handshake_timeout):
-                        hello = await stream.receive()
-                except TimeoutError:
-                    timeout = hub.limits.handshake_timeout
-                    await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
-                    return
-                except RemoteProtocolError as exc:
-                    await hub.refuse(stream, exc.reason, str(exc), during="handshake")
-                    return
-                except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    return
-                assert isinstance(hello, m.Hello)
-                try:
-                    if hello.role == "control":
-                        await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
-                        await serve_control(hub, stream, peer)
-                    else:
-                        await self._producer(hub, stream, hello, peer)
+                    await self._converse(hub, stream, peer)
+                except RemoteProtocolError as exc:  # from a handler that did not answer it itself
+                    await hub.refuse(stream, exc.reason, str(exc))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     pass
-                except Exception:  # one connection's bug must not take the daemon down
+                except Exception:  # one connection's bug must not take the daemon down, nor leave its peer guessing
                     log.exception("connection handler failed")
+                    hub.metrics.rejected.labels("internal_error").inc()
+                    await stream.send_error("internal_error", "the daemon failed on this connection; see its log")
+                finally:
+                    stream.release()
+                    self.connections.release(peer.uid)
+
+    async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
+        """Shake hands, then serve the connection as the role its hello declared."""
+        try:
+            with anyio.fail_after(hub.limits.handshake_timeout):
+                hello = await stream.receive()
+        except TimeoutError:
+            timeout = hub.limits.handshake_timeout
+            await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
+            return
+        except RemoteProtocolError as exc:
+            await hub.refuse(stream, exc.reason, str(exc), during="handshake")
+            return
+        except PeerClosed:
+            return
+        assert isinstance(hello, m.Hello)  # the connection allows nothing else first
+        stream.frame_timeout = hub.limits.frame_timeout
+        if hello.role == "control":
+            await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
+            await serve_control(hub, stream, peer)
+        else:
+            # A control connection may wait on a job for as long as it runs; a producer that sends nothing at all
+            # for this long is taken for gone.
+            stream.idle_timeout = hub.limits.idle_timeout
+            await self._producer(hub, stream, hello, peer)
 
     @staticmethod
     async def _resumable(hub: Hub, hello: m.Hello, peer: Peer) -> tuple[str, str] | None:

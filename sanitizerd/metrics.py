@@ -17,6 +17,8 @@ from sanitizerd.metrics_server import MetricsServer, metrics_address
 from sanitizerd.protocol.errors import REASONS
 from sanitizerd.protocol.messages import TOOLS
 
+ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
+CUT_FIELDS = ("kernel", "file", "function", "callers", "log", "level", "desc", "host", "tool")  # texts.cap_strings
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
 
 
@@ -86,6 +88,27 @@ class Metrics:
         )
         for table in ("sessions", "findings"):
             self.store_pruned.labels(table)
+        self.accept_errors = Counter(
+            "sanitizerd_accept_errors",
+            "accept() failures on the main socket (out of fds or memory), each followed by a back-off, by errno",
+            ["errno"],
+            registry=r,
+        )
+        for name in ACCEPT_ERRNOS:
+            self.accept_errors.labels(name)
+        self.strings_cut = Counter(
+            "sanitizerd_strings_cut",
+            "Strings from clients cut to their documented length (names, files, functions, log texts), by field",
+            ["field"],
+            registry=r,
+        )
+        for name in CUT_FIELDS:
+            self.strings_cut.labels(name)
+        self.client_logs_dropped = Counter(
+            "sanitizerd_client_logs_dropped",
+            "Client log messages not written to the daemon's log: over the per-session rate",
+            registry=r,
+        )
         Gauge("sanitizerd_build_info", "Always 1, labelled with the version", ["version"], registry=r).labels(
             __version__
         ).set(1)
@@ -141,6 +164,16 @@ class Metrics:
             "Unused jobs whose names stay their owner's through the grace period (bounded)",
             registry=self.registry,
         ).set_function(owners_kept)
+
+    def connection_gauges(self, *, open_connections: Callable[[], float], unfinished: Callable[[], float]) -> None:
+        Gauge(
+            "sanitizerd_connections_open", "Client connections open, in handshake or not", registry=self.registry
+        ).set_function(open_connections)
+        Gauge(
+            "sanitizerd_unfinished_frame_bytes",
+            "Bytes received from clients that are not yet whole frames, over all connections",
+            registry=self.registry,
+        ).set_function(unfinished)
 
     def readiness(self, ready: Callable[[], str]) -> None:
         """``ready`` says why the daemon does not accept sessions now, or "" when it does."""

@@ -34,6 +34,7 @@ from sanitizerd.protocol import (
     as_events,
 )
 from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.texts import CUT_MARK, MAX_CALLERS, MAX_LOG_TEXT, MAX_NAME, cut
 
 
 def frame(body: bytes) -> bytes:
@@ -807,6 +808,12 @@ class TestErrorReasons:
             "slow_consumer",
             "request_limit",
             "store_unavailable",
+            "internal_error",
+            "connection_limit",
+            "buffer_limit",
+            "frame_timeout",
+            "idle_timeout",
+            "resource_limit",
         }
 
 
@@ -946,3 +953,103 @@ class TestReceiveBuffer:
             taken += bytes(buffer.take(n))
             assert len(buffer) == len(data) - len(taken)
         assert taken == data[: len(taken)]
+
+
+# --- hostile bodies and long strings (issue 10) -------------------------------------------------------------
+
+
+def encoded_map(**fields: bytes) -> bytes:
+    """A msgpack map whose values are given already encoded (so they may be anything)."""
+    return bytes([0x80 | len(fields)]) + b"".join(msgspec.msgpack.encode(k) + v for k, v in fields.items())
+
+
+NESTED = b"\x91" * 1000 + b"\xc0"  # 1 000 nested arrays in 1 KiB
+
+
+class TestHostileBodies:
+    @pytest.mark.parametrize(
+        "body",
+        [
+            encoded_map(type=msgspec.msgpack.encode("hello"), version=b"\x01", host=NESTED),
+            encoded_map(type=msgspec.msgpack.encode("hello"), version=b"\x01", unknown=NESTED),
+            encoded_map(type=NESTED),
+            b"\x91" * 200_000 + b"\xc0",
+        ],
+        ids=["in-a-field", "in-an-unknown-field", "as-the-type", "bare"],
+    )
+    def test_nesting_is_bad_packet_in_the_handshake(self, body: bytes) -> None:
+        """Nesting deeper than the decoder follows (a RecursionError inside msgspec) is the peer's bad_packet."""
+        assert remote_error(Connection(Role.SERVER), frame(body)).reason == "bad_packet"
+
+    @pytest.mark.parametrize("tag", ["log", "locations", "kernel_begin", "job_start"])
+    def test_nesting_is_bad_packet_after_the_handshake(self, tag: str) -> None:
+        body = encoded_map(type=msgspec.msgpack.encode(tag), text=NESTED, locations=NESTED, name=NESTED)
+        for role in ("producer", "control"):
+            assert remote_error(ready_pair(role).server, frame(body)).reason == "bad_packet"
+
+    def test_an_unknown_type_is_quoted_short(self) -> None:
+        """The error message quotes a peer's unknown type name, but never more than a few dozen characters of it."""
+        error = remote_error(Connection(Role.SERVER), raw_frame({"type": "t" * 100_000}))
+        assert error.reason == "unknown_type" and len(str(error)) < 200
+
+    @pytest.mark.parametrize(
+        "message",
+        [
+            {"type": "hello", "version": 1, "job": "j" * (m.MAX_IDENT + 1)},
+            {"type": "hello", "version": 1, "config": {"kernel_name": "k" * (m.MAX_IDENT + 1)}},
+        ],
+        ids=["job", "kernel-filter"],
+    )
+    def test_identifying_names_past_their_length_are_refused(self, message: dict[str, object]) -> None:
+        """A name that identifies something is refused, never cut (a cut name would name something else)."""
+        assert remote_error(Connection(Role.SERVER), raw_frame(message)).reason == "bad_packet"
+
+    @pytest.mark.parametrize(
+        "message",
+        [
+            {"type": "ipc", "op": "set", "name": "n" * (m.MAX_IDENT + 1)},
+            {"type": "device", "chip": "c" * (m.MAX_IDENT + 1)},
+            {"type": "signature", "step": 1, "entries": [{"name": "e" * (m.MAX_IDENT + 1)}]},
+        ],
+        ids=["ipc", "chip", "signature-entry"],
+    )
+    def test_identifying_names_after_the_handshake(self, message: dict[str, object]) -> None:
+        assert remote_error(ready_pair().server, raw_frame(message)).reason == "bad_packet"
+
+    def test_an_identifying_name_of_exactly_its_length_is_kept(self) -> None:
+        server = Connection(Role.SERVER)
+        server.receive_data(raw_frame({"type": "hello", "version": 1, "job": "j" * m.MAX_IDENT}))
+        hello = server.next_event()
+        assert isinstance(hello, m.Hello) and hello.job == "j" * m.MAX_IDENT
+
+    def test_descriptive_text_is_cut_marked_and_counted(self) -> None:
+        """Kernel names, files, functions, callers and log texts are cut to their lengths, marked, and each cut is
+        reported once by take_cuts."""
+        server = ready_pair().server
+        long = "x" * (MAX_NAME + 10)
+        location = {"id": 1, "file": long, "function": long, "callers": list(range(MAX_CALLERS + 5))}
+        server.receive_data(
+            raw_frame({"type": "kernel_begin", "kernel": 1, "name": long, "block_dim": 1})
+            + raw_frame({"type": "locations", "locations": [location]})
+            + raw_frame({"type": "log", "text": "y" * (MAX_LOG_TEXT + 3)})
+        )
+        begin, locations, log, _ = drain(server)
+        assert isinstance(begin, m.KernelBegin) and begin.name == "x" * MAX_NAME + CUT_MARK.format(10)
+        assert isinstance(locations, m.Locations)
+        [loc] = locations.locations
+        assert loc.file == loc.function == begin.name and loc.callers == list(range(MAX_CALLERS))
+        assert isinstance(log, m.Log) and log.text.endswith("…[cut 3 characters]")
+        assert server.take_cuts() == [("kernel", 10), ("file", 10), ("function", 10), ("callers", 5), ("log", 3)]
+        assert server.take_cuts() == []
+
+    def test_text_within_its_length_is_untouched(self) -> None:
+        server = ready_pair().server
+        name = "n" * MAX_NAME
+        server.receive_data(raw_frame({"type": "kernel_begin", "kernel": 1, "name": name, "block_dim": 1}))
+        begin = server.next_event()
+        assert isinstance(begin, m.KernelBegin) and begin.name == name
+        assert server.take_cuts() == []
+
+    def test_cut_counts_characters_not_bytes(self) -> None:
+        assert cut("é" * 5, 5) == ("é" * 5, 0)
+        assert cut("é" * 6, 5) == ("é" * 5 + "…[cut 1 characters]", 1)

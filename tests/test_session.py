@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import resource
+
+import anyio
+import anyio.abc
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
+from sanitizerd import fds
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import make_finding
-from sanitizerd.protocol import RemoteProtocolError
+from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.session import Answer, Peer, Session
+from sanitizerd.sessions import transport
+from sanitizerd.sessions.admission import Connections
+from sanitizerd.sessions.hub import Limits
+from sanitizerd.sessions.session import Answer, LogGate, Peer, Session
+from sanitizerd.sessions.transport import MessageStream, UnfinishedBytes
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel
 
 
@@ -256,3 +267,188 @@ class TestDevice:
         detector.kernel_begin(KernelLaunch(1, "add_custom", 8, "aiv"))
         detector.check(work.events)
         assert detector.kernel_end() == []
+
+
+# --- hostile input and the bounds of issue 10 ---------------------------------------------------------------
+
+
+class TestHostileSession:
+    def test_kernel_id_reused_while_still_checked(self) -> None:
+        """A launch id reused after its kernel_end but before its verdict is bad_reference (it used to corrupt the
+        pending count and raise KeyError inside the pump)."""
+        s = session()
+        s.handle(begin(1))
+        assert s.handle(m.KernelEnd(kernel=1)) == [EndKernel(1)]
+        with pytest.raises(RemoteProtocolError, match="still being checked") as info:
+            s.handle(begin(1))
+        assert info.value.reason == "bad_reference"
+        assert s.kernel_checked(1, []) is not None  # the first launch still gets its verdict
+
+    def test_kernel_id_reused_after_its_verdict_is_accepted(self) -> None:
+        s = session()
+        s.handle(begin(1))
+        s.handle(m.KernelEnd(kernel=1))
+        assert s.kernel_checked(1, []) is not None
+        assert s.handle(begin(1)) != []
+
+    def test_source_locations_are_bounded(self) -> None:
+        """Past MAX_LOCATION_BYTES the session is refused as resource_limit and keeps none of that message; the same
+        ids sent again replace, not add."""
+        s = session()
+        loc = m.Location(id=1, file="f" * 4000, function="g" * 4000)
+        s.handle(m.Locations(locations=[loc]))
+        for _ in range(100):
+            s.handle(m.Locations(locations=[loc]))  # the same id again: replaced, not added
+        assert s.location_bytes < 10_000
+        many = [m.Location(id=i, file="f" * 4000, function="g" * 4000) for i in range(2, 10_000)]
+        with pytest.raises(RemoteProtocolError) as info:
+            s.handle(m.Locations(locations=many))
+        assert info.value.reason == "resource_limit"
+        assert list(s.context.locations) == [1]
+
+    def test_client_log_gate(self) -> None:
+        """A burst passes, then the rate; the lines dropped in between are told with the next one let through."""
+        gate = LogGate(rate=10.0, burst=3)
+        assert [gate.admit(0.0) for _ in range(5)] == [0, 0, 0, None, None]
+        assert gate.admit(0.05) is None  # half a token
+        assert gate.admit(0.2) == 3  # refilled: the three dropped are told
+        assert gate.dropped == 0
+
+
+_INTS = st.one_of(
+    st.sampled_from([0, 1, -1, 7, 2**31, 2**63 - 1, -(2**63), 2**64 - 1]), st.integers(-(2**63), 2**64 - 1)
+)
+_KERNELS = st.sampled_from([0, 1, 2, 2**64 - 1])
+_TEXT = st.text(max_size=20)
+_HOSTILE_MESSAGES = st.one_of(
+    st.builds(m.KernelBegin, kernel=_KERNELS, name=_TEXT, block_dim=_INTS, pc_start=_INTS),
+    st.builds(
+        m.Events,
+        kernel=_KERNELS,
+        records=st.integers(0, 3).flatmap(lambda n: st.binary(min_size=56 * n, max_size=56 * n)).map(memoryview),
+    ),
+    st.builds(
+        m.KernelEnd,
+        kernel=_KERNELS,
+        lost=st.lists(st.builds(m.BlockLoss, block_type=_INTS, block_id=_INTS, records=_INTS), max_size=2),
+    ),
+    st.builds(m.HostOp, op=st.sampled_from(m.HOST_OPS), address=_INTS, size=_INTS, src=_INTS, serial=_INTS),
+    st.builds(m.Ipc, op=st.sampled_from(["set", "map", "unmap", "destroy"]), name=_TEXT, address=_INTS, size=_INTS),
+    st.builds(
+        m.Locations,
+        locations=st.lists(
+            st.builds(m.Location, id=_INTS, file=_TEXT, line=_INTS, callers=st.lists(_INTS, max_size=3)), max_size=3
+        ),
+    ),
+    st.builds(m.DeviceSummary, chip=st.sampled_from(["", "nonsense", "Ascend910B1"]), block_num=_INTS, device=_INTS),
+    st.builds(m.Signature, step=_INTS, local_step=_INTS, replay=_INTS, rank=_INTS, replicas=_INTS),
+    st.builds(m.Log, text=_TEXT),
+    st.just("detectors report"),  # the detectors finish the oldest kernel still being checked
+)
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=st.lists(_HOSTILE_MESSAGES, max_size=12))
+def test_no_message_sequence_raises_but_a_protocol_error(messages: list[m.Message | str]) -> None:
+    """Whatever valid-typed messages a producer sends, in whatever order and with whatever numbers, the session
+    either handles them or raises RemoteProtocolError: never another exception inside the pump."""
+    s = session(tools=["memcheck", "racecheck"])
+    pending: list[int] = []
+    for message in messages:
+        if isinstance(message, str):
+            if pending:
+                kernel = pending.pop(0)
+                for _ in s.detectors:
+                    s.kernel_checked(kernel, [])
+            continue
+        try:
+            work = s.handle(message)
+        except RemoteProtocolError:
+            return  # the connection ends here
+        pending.extend(item.kernel for item in work if isinstance(item, EndKernel))
+
+
+class TestConnectionBounds:
+    def test_unfinished_bytes_budget_per_uid(self) -> None:
+        """A uid's connections share one budget; another uid's are not charged; released bytes free it."""
+        budget = UnfinishedBytes(lambda: 100)
+        budget.charge(1000, 60)
+        budget.charge(2000, 90)  # another uid: its own budget
+        with pytest.raises(RemoteProtocolError) as info:
+            budget.charge(1000, 41)
+        assert info.value.reason == "buffer_limit" and "uid 1000" in str(info.value)
+        budget.charge(1000, -101)
+        budget.charge(1000, 100)  # exactly the budget is allowed
+        assert budget.by_uid == {1000: 100, 2000: 90} and budget.total == 190
+
+    def test_connections_admitted_per_uid_and_in_all(self) -> None:
+        limits = Limits(max_connections=3, max_connections_per_uid=2)
+        connections = Connections()
+        assert connections.admit(1, limits) is None
+        assert connections.admit(1, limits) is None
+        assert "uid 1" in str(connections.admit(1, limits))
+        assert connections.admit(2, limits) is None
+        assert "3 open connections" in str(connections.admit(3, limits))
+        connections.release(1)
+        assert connections.admit(3, limits) is None
+        assert (connections.total, connections.by_uid) == (3, {1: 1, 2: 1, 3: 1})
+
+    def test_limits_fit_the_fd_limit(self) -> None:
+        """Under a soft limit of 1 024 the connection and session limits are lowered, each saying why; under a large
+        one they stand."""
+        fitted, notes = fds.fit(Limits(), 1024)
+        assert fitted.max_connections == 1024 - fds.FD_RESERVE
+        assert fitted.max_sessions == fitted.max_connections - fds.CONTROL_HEADROOM
+        assert fitted.max_connections_per_uid <= fitted.max_connections
+        assert len(notes) == 2 and "LimitNOFILE" in notes[0]
+        assert fds.fit(Limits(), 65536) == (Limits(), [])
+
+    def test_raise_nofile_reaches_the_hard_limit(self) -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+            assert fds.raise_nofile() == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] in (hard, 1 << 20)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class _SilentPeer(anyio.abc.ByteStream):
+    """A peer that never sends anything."""
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(self, item: bytes) -> None:
+        pass
+
+    async def send_eof(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class TestIdleClock:
+    def test_the_idle_clock_stops_while_a_verdict_is_owed(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A silent producer is idle only while the daemon owes it nothing: waiting for a long check's verdict it
+        is kept however long that takes; once nothing is owed it is ended after the idle timeout."""
+        monkeypatch.setattr(transport, "IDLE_RECHECK", 0.05)
+        owed = [True]
+
+        async def scenario() -> float:
+            stream = MessageStream(_SilentPeer(), Connection(Role.SERVER))
+            stream.idle_timeout = 0.3
+            stream.owes_reply = lambda: owed[0]
+            with anyio.move_on_after(1.0) as waiting:
+                await stream.receive()
+            assert waiting.cancelled_caught  # three idle timeouts passed, and it was still waiting
+            owed[0] = False
+            started = anyio.current_time()
+            with pytest.raises(RemoteProtocolError) as info:
+                await stream.receive()
+            assert info.value.reason == "idle_timeout"
+            return anyio.current_time() - started
+
+        assert 0.25 < anyio.run(scenario) < 1.0

@@ -19,6 +19,7 @@ from sanitizerd.protocol._buffer import ReceiveBuffer
 from sanitizerd.protocol._state import ENDING, Role, State, allowed, next_state
 from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
 from sanitizerd.protocol.records import EVENT_DTYPE
+from sanitizerd.protocol.texts import cap_strings
 
 # 64 MiB holds more than a million events per batch; larger frames only delay backpressure.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
@@ -49,17 +50,36 @@ _type_decoder = msgspec.msgpack.Decoder(_TypeOnly)
 
 
 def decode_body(body: bytes | memoryview) -> m.Message:
-    """Decode one frame body, or raise RemoteProtocolError naming what was wrong."""
+    """Decode one frame body, or raise RemoteProtocolError naming what was wrong.
+
+    This is the decode boundary: whatever hostile bytes make the decoder raise (a DecodeError, a RecursionError
+    for nesting deeper than it follows, a MemoryError, ...) ends this one connection as the peer's fault.
+    """
     try:
         return _decoder.decode(body)
     except msgspec.DecodeError as exc:
-        try:
-            tag = _type_decoder.decode(body).type
-        except msgspec.DecodeError:
-            raise RemoteProtocolError(f"malformed message: {exc}", reason="bad_packet") from None
-        if not any(tag == t.__struct_config__.tag for t in m.AnyMessage.__args__):
-            raise RemoteProtocolError(f"unknown message type {tag!r}", reason="unknown_type") from None
-        raise RemoteProtocolError(f"malformed {tag!r} message: {exc}", reason="bad_packet") from None
+        raise _explained(body, exc) from None
+    except RecursionError:
+        detail = "malformed message: nested deeper than the decoder follows"
+        raise RemoteProtocolError(detail, reason="bad_packet") from None
+    except Exception as exc:
+        raise RemoteProtocolError(f"malformed message: {type(exc).__name__}", reason="bad_packet") from None
+
+
+def _explained(body: bytes | memoryview, exc: msgspec.DecodeError) -> RemoteProtocolError:
+    """A decode failure as unknown_type (the tag is not ours) or bad_packet (ours, but malformed)."""
+    try:
+        tag = _type_decoder.decode(body).type
+    except Exception:  # anything the lenient decoder raises leaves the first error as the answer
+        return RemoteProtocolError(f"malformed message: {exc}", reason="bad_packet")
+    if not any(tag == t.__struct_config__.tag for t in m.AnyMessage.__args__):
+        return RemoteProtocolError(f"unknown message type {shown(tag)}", reason="unknown_type")
+    return RemoteProtocolError(f"malformed {tag!r} message: {exc}", reason="bad_packet")
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """A peer's string as an error message quotes it: never longer than ``limit`` characters."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 class Connection:
@@ -75,6 +95,7 @@ class Connection:
         self._eof = False
         self._client_sent_close = False
         self._encoder = msgspec.msgpack.Encoder()
+        self._cuts: list[tuple[str, int]] = []
 
     # --- receiving ---------------------------------------------------------------------------------------------
 
@@ -99,8 +120,9 @@ class Connection:
             message = decode_body(body)  # type: ignore[arg-type]
             self._check(self._peer, message)
         except RemoteProtocolError:
-            self.state = State.ERROR
+            self._fail()
             raise
+        self._cuts.extend(cap_strings(message))
         self._advance(self._peer, message)
         return message
 
@@ -130,6 +152,11 @@ class Connection:
         # never a shared buffer that later frames are appended to.
         return buffer.take(length)
 
+    def take_cuts(self) -> list[tuple[str, int]]:
+        """(field, characters cut) for each string of the peer's messages cut to its length since the last call."""
+        cuts, self._cuts = self._cuts, []
+        return cuts
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as messages."""
@@ -149,8 +176,14 @@ class Connection:
 
     def send_error(self, reason: str, message: str) -> bytearray:
         """Frame an error reply whatever the state; the connection is in ERROR afterwards."""
-        self.state = State.ERROR
+        self._fail()
         return self._frame(m.Error(reason=reason, message=message))
+
+    def _fail(self) -> None:
+        """Into ERROR, where nothing more is parsed: what was received and not parsed is let go at once (a refused
+        connection must not hold its unfinished frame until its handler is done)."""
+        self.state = State.ERROR
+        self._buffer = ReceiveBuffer()
 
     def _frame(self, message: m.Message) -> bytearray:
         # Encode straight after a reserved prefix: a batch of several MiB is copied once, not twice.

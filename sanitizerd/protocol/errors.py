@@ -23,6 +23,12 @@ REASONS = (
     "slow_consumer",  # a watcher fell so far behind that the daemon dropped it rather than wait
     "request_limit",  # a control connection has its limit of requests outstanding (wait_job)
     "store_unavailable",  # the store cannot record a new session (a full disk, a read-only state directory)
+    "internal_error",  # the daemon failed on this connection (a bug of ours): it ends, the daemon serves on
+    "connection_limit",  # the daemon, or this uid, has its maximum number of open connections
+    "buffer_limit",  # this uid's connections hold their budget of bytes of unfinished frames
+    "frame_timeout",  # a frame begun was not finished within the frame timeout
+    "idle_timeout",  # a producer owed no verdict sent nothing for the idle timeout
+    "resource_limit",  # a session asked for more of a bounded resource (locations, ...) than it may hold
 )
 
 

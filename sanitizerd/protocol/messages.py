@@ -6,7 +6,7 @@ so an older peer's messages still decode.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -20,22 +20,32 @@ MAX_CACHE_SIZE_MB = 8192  # the largest per-block record buffer, msSanitizer's M
 
 DEFAULT_SINGLE_PIPE_DISTANCE = 16
 
+# A name that identifies something (a job, an IPC export, a signature entry) is refused past this length rather
+# than cut (a cut name would name something else); descriptive text is cut instead (protocol/texts.py).
+MAX_IDENT = 1024
+Ident = Annotated[str, msgspec.Meta(max_length=MAX_IDENT)]
+# A session id a client names: the store's (SQLite's) integers are signed 64-bit.
+SessionId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# A device address or size: the detectors hold them as uint64 (msgpack carries no integer above 2**64 - 1).
+U64 = Annotated[int, msgspec.Meta(ge=0)]
+
 
 class Config(msgspec.Struct, kw_only=True):
     """What to check, as msSanitizer's ``Config`` (reference §1.3), with tools named rather than flagged."""
 
-    tools: list[str] = msgspec.field(default_factory=lambda: ["memcheck"])
+    # Bounded: each entry may start a detector for the session.
+    tools: Annotated[list[Ident], msgspec.Meta(max_length=16)] = msgspec.field(default_factory=lambda: ["memcheck"])
     leak_check: bool = False
     check_unused_memory: bool = False
     check_device_heap: bool = False
     check_cann_heap: bool = False
     check_cross_npu_races: bool = False
     block_id: int = -1  # -1: all blocks
-    kernel_name: str = ""  # substring filter; "" = every kernel
+    kernel_name: Ident = ""  # substring filter; "" = every kernel
     cache_size: int = 100  # MB per block; device-buffer sizing, recorded for the hooks
     full_backtrace: bool = False
-    demangle: str = "full"
-    log_level: str = "warn"
+    demangle: Ident = "full"
+    log_level: Ident = "warn"
     # racecheck: accesses of one pipe more than this many instructions apart are ordered (msSanitizer: 16)
     single_pipe_distance: int = DEFAULT_SINGLE_PIPE_DISTANCE
 
@@ -56,14 +66,14 @@ class Hello(Message, tag="hello"):
     pid: int = 0
     host: str = ""
     tool: str = ""
-    job: str = ""
+    job: Ident = ""
     rank: int = -1
     local_rank: int = -1
     world_size: int = 0
     device: int = -1
     config: Config | None = None  # requested checks when no job registered them
     # A producer that lost its daemon: the session it had, which it replays from the start (docs/protocol.md)
-    resume: int = 0
+    resume: SessionId = 0
 
 
 class Welcome(Message, tag="welcome"):
@@ -87,7 +97,7 @@ class Close(Message, tag="close"):
 
 
 class DeviceSummary(Message, tag="device"):
-    chip: str
+    chip: Ident
     block_num: int = 0
     device: int = -1
 
@@ -112,8 +122,8 @@ class SignatureEntry(msgspec.Struct, kw_only=True, frozen=True):
     ``rng:accelerator:{i}``, ``buffer:{i}:{name}``, ``gradient:{i}:{name}``, ``state:python_rng``,
     ``state:{name}``): its schema (shape, dtype, device; or the state's type) and a 64-bit digest."""
 
-    name: str
-    schema: str = ""
+    name: Ident
+    schema: Ident = ""
     digest: int = 0  # uint64
 
 
@@ -128,7 +138,7 @@ class Signature(Message, tag="signature"):
     replay: int = 0
     rank: int = -1  # -1: the session's rank from its hello
     phase: Literal["replay", "post_all_reduce"] = "replay"
-    replica_group: str = ""
+    replica_group: Ident = ""
     replicas: int = 0
     entries: list[SignatureEntry] = []
 
@@ -170,9 +180,9 @@ class HostOp(Message, tag="host_op"):
     written or read address; ``src`` is memcpy's source."""
 
     op: Literal["malloc", "free", "memcpy", "memset", "load", "store"]
-    address: int
-    size: int = 0
-    src: int = 0
+    address: U64
+    size: U64 = 0
+    src: U64 = 0
     source: Literal["bypass", "hal", "rt", "acl", "extra", "manual", "mstx_heap", "mstx_region"] = "acl"
     desc: str = "default"
     serial: int = 0
@@ -186,9 +196,9 @@ class Ipc(Message, tag="ipc"):
     ``unmap`` ends a mapping at ``address``; ``destroy`` ends the export and every mapping of it."""
 
     op: Literal["set", "map", "unmap", "destroy"]
-    name: str = ""
-    address: int = 0
-    size: int = 0
+    name: Ident = ""
+    address: U64 = 0
+    size: U64 = 0
     serial: int = 0
     location: int = 0
 
@@ -236,7 +246,7 @@ class Closed(Message, tag="closed"):
 class JobStart(Message, tag="job_start"):
     """Registers the configuration that producers of ``job`` are welcomed with."""
 
-    job: str
+    job: Ident
     config: Config
 
 
@@ -244,17 +254,17 @@ class Watch(Message, tag="watch"):
     """Streams the job's findings to this connection as they are stored; with ``record``, also every message
     its producers send (``recorded``), for ``sanitizerd run --save``."""
 
-    job: str
+    job: Ident
     record: bool = False
 
 
 class QueryFindings(Message, tag="query_findings"):
     """One page of stored findings: those with ids above ``after``, at most ``limit`` (0: the daemon's page size)."""
 
-    job: str = ""
-    session: int = 0
-    after: int = 0
-    limit: int = 0
+    job: Ident = ""
+    session: SessionId = 0
+    after: SessionId = 0
+    limit: SessionId = 0
 
 
 class Findings(Message, tag="findings"):
@@ -322,7 +332,7 @@ class Jobs(Message, tag="jobs"):
 class WaitJob(Message, tag="wait_job"):
     """Answered with ``job_idle`` once no producer session of the job is live."""
 
-    job: str
+    job: Ident
 
 
 class KernelChecked(Message, tag="kernel_checked"):

@@ -57,6 +57,18 @@ class Limits:
     # Bytes the store's pages may take; past it the oldest ended sessions go, and when none is left to delete new
     # findings are counted as unstored instead of written.
     max_store_size: int = 4 << 30
+    # Open client connections (any role, in handshake or not), in all and per uid: each costs a file descriptor.
+    # At start both are lowered to what the fd limit allows (sanitizerd/fds.py).
+    max_connections: int = 4096
+    max_connections_per_uid: int = 512
+    # Bytes of unfinished frames all of one uid's connections may hold: one frame may be up to max_frame_size,
+    # but a uid cannot pin memory by starting many and finishing none.
+    max_unfinished_bytes_per_uid: int = 512 * 1024 * 1024
+    # Seconds of reading a begun frame may take; a peer that stalls mid-frame holds its buffer no longer.
+    frame_timeout: float = 30.0
+    # Seconds a producer may send nothing at all between frames while it is owed no verdict (long: a job may
+    # compute for a while between kernels); its session then ends with idle_timeout.
+    idle_timeout: float = 3600.0
 
 
 @dataclass(slots=True)

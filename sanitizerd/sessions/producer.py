@@ -31,6 +31,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
     metrics = hub.metrics
     job = job_key(session.job, session.peer.uid)
     reason = "closed"
+    stream.owes_reply = lambda: any(state.pending for state in session.kernels.values())
     graceful = False
 
     async def publish(findings: list[Finding]) -> None:
@@ -122,7 +123,12 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if hub.jobs.recording(job):
                         hub.jobs.record(job, session.id, message)
                     if isinstance(message, m.Log):
-                        log.info("client log", text=message.text, level=message.level)
+                        dropped = session.log_gate.admit(time.monotonic())
+                        if dropped is None:
+                            metrics.client_logs_dropped.inc()
+                        else:
+                            extra = {"dropped_before": dropped} if dropped else {}
+                            log.info("client log", text=message.text, level=message.level, **extra)
                         continue
                     if isinstance(message, m.Events):
                         metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
@@ -142,6 +148,11 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 reason = "shutdown"
                 session.end_reason = "daemon shutting down"
                 raise
+            except Exception as exc:  # a bug of ours on this session's input ends this session, said so
+                reason = "internal_error"
+                session.end_reason = f"internal error: {type(exc).__name__}"
+                log.exception("session pump failed")
+                await hub.refuse(stream, "internal_error", "the daemon failed on this session's input; see its log")
             finally:
                 metrics.bytes.inc(stream.bytes_received - counted_bytes)
                 with anyio.CancelScope(shield=True):
@@ -163,6 +174,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
 
 async def _finalize(hub: Hub, stream: MessageStream, session: Session, reason: str, graceful: bool) -> None:
     session.end_reason = session.end_reason or "closed by client"
+    if session.log_gate.dropped:
+        log.info("client log lines dropped at the end", dropped=session.log_gate.dropped)
     info = session.info(state="ended")
     info.ended = time.time()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
@@ -61,6 +61,39 @@ class SignatureReport:
 
 Reply = Answer | m.IpcResult | ForeignFrees | LostRecords | SignatureReport
 
+# What a session's source locations may hold, in the units of ``_location_size`` (about bytes): a large program's
+# whole debug info fits many times over; a client that sends locations for ever does not.
+MAX_LOCATION_BYTES = 64 * 1024 * 1024
+# Client log lines one session may put in the daemon's log: a burst, then a steady rate; the rest are counted.
+CLIENT_LOG_BURST = 100
+CLIENT_LOG_RATE = 10.0  # per second
+
+
+@dataclass(slots=True)
+class LogGate:
+    """A token bucket for one session's client log lines."""
+
+    rate: float = CLIENT_LOG_RATE
+    burst: float = CLIENT_LOG_BURST
+    tokens: float = field(init=False)
+    last: float | None = None
+    dropped: int = 0  # since the last line let through
+
+    def __post_init__(self) -> None:
+        self.tokens = self.burst
+
+    def admit(self, now: float) -> int | None:
+        """None: drop this line (counted). Else the lines dropped since the last one let through."""
+        if self.last is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens < 1:
+            self.dropped += 1
+            return None
+        self.tokens -= 1
+        dropped, self.dropped = self.dropped, 0
+        return dropped
+
 
 @dataclass(slots=True)
 class KernelState:
@@ -114,6 +147,8 @@ class Session:
         self.warnings = 0
         self.end_reason = ""
         self.unstored = 0  # findings the store could not keep
+        self.location_bytes = 0
+        self.log_gate = LogGate()
 
     @property
     def job(self) -> str:
@@ -166,8 +201,7 @@ class Session:
             case m.KernelEnd():
                 return self._kernel_end(message)
             case m.Locations():
-                for location in message.locations:
-                    self.context.locations[location.id] = location
+                self._locations(message)
                 return []
             case m.DeviceSummary():
                 self._device(message)
@@ -176,6 +210,21 @@ class Session:
                 self.signatures += 1
                 return [SignatureReport(message, message.rank if message.rank >= 0 else self.hello.rank)]
         return []
+
+    def _locations(self, message: m.Locations) -> None:
+        known = self.context.locations
+        held = self.location_bytes
+        for location in message.locations:
+            replaced = known.get(location.id)
+            held += _location_size(location) - (_location_size(replaced) if replaced is not None else 0)
+        if held > MAX_LOCATION_BYTES:
+            raise RemoteProtocolError(
+                f"source locations of about {held} bytes, over the session's bound of {MAX_LOCATION_BYTES}",
+                reason="resource_limit",
+            )
+        self.location_bytes = held
+        for location in message.locations:
+            known[location.id] = location
 
     def _ipc(self, ipc: m.Ipc) -> list[Work | Reply]:
         work: list[Work | Reply] = []
@@ -231,6 +280,11 @@ class Session:
             raise RemoteProtocolError(
                 f"kernel_begin {begin.kernel} while kernel {self.current.launch.kernel} is still running",
                 reason="unexpected_message",
+            )
+        if begin.kernel in self.kernels:  # ended, but its detectors are still checking it: its verdict is owed
+            raise RemoteProtocolError(
+                f"kernel_begin {begin.kernel}: that launch id is still being checked; ids are unique within a session",
+                reason="bad_reference",
             )
         wanted = self.config.kernel_name
         name = demangle(_display_name(begin.name), self.config.demangle)
@@ -341,6 +395,10 @@ class Session:
             lost=state.lost,
         )
         return Answer(verdict, report)
+
+
+def _location_size(location: m.Location) -> int:
+    return 64 + len(location.file) + len(location.function) + 8 * len(location.callers)
 
 
 def _display_name(name: str) -> str:

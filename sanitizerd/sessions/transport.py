@@ -1,45 +1,162 @@
-"""Typed messages over an anyio byte stream: the only place the sans-I/O connection meets a socket."""
+"""Typed messages over an anyio byte stream: the only place the sans-I/O connection meets a socket.
+
+Reading is where a peer can make the daemon hold memory and time, so reading is where it is bounded: the bytes of
+unfinished frames count against the peer uid's budget (``UnfinishedBytes``), a begun frame must be finished within
+``frame_timeout`` seconds of reading, and (for producers) some frame must begin within ``idle_timeout`` seconds.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import ByteStream
 
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection
+from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError
 from sanitizerd.protocol import messages as m
 
 # Large reads keep per-frame overhead low; a batch frame is typically a few MiB.
 READ_SIZE = 1 << 20
+# Seconds between looks at whether a silent producer is idle or waiting for the daemon.
+IDLE_RECHECK = 10.0
 
 
 class PeerClosed(Exception):
     """The peer closed the connection cleanly between frames."""
 
 
+class UnfinishedBytes:
+    """Bytes received but not yet whole frames, per uid across that uid's connections, and in all.
+
+    A uid past its budget has the connection that crossed it refused (``buffer_limit``): refusing is clear to the
+    peer and cannot deadlock, where pausing reads could leave every connection of the uid waiting on another.
+    """
+
+    def __init__(self, budget: Callable[[], int]) -> None:
+        self._budget = budget  # read at each charge: SIGHUP may change it
+        self.by_uid: dict[int, int] = {}
+        self.total = 0
+
+    def charge(self, uid: int, delta: int) -> None:
+        """Add (or, negative, release) ``delta`` bytes to ``uid``; raises RemoteProtocolError past the budget."""
+        if not delta:
+            return
+        held = self.by_uid.get(uid, 0) + delta
+        if held:
+            self.by_uid[uid] = held
+        else:
+            self.by_uid.pop(uid, None)
+        self.total += delta
+        budget = self._budget()
+        if delta > 0 and held > budget:
+            raise RemoteProtocolError(
+                f"uid {uid}'s connections hold {held} bytes of unfinished frames, over its budget of {budget}",
+                reason="buffer_limit",
+            )
+
+
 class MessageStream:
-    def __init__(self, stream: ByteStream, connection: Connection) -> None:
+    def __init__(
+        self,
+        stream: ByteStream,
+        connection: Connection,
+        *,
+        unfinished: UnfinishedBytes | None = None,
+        uid: int = -1,
+    ) -> None:
         self.stream = stream
         self.connection = connection
         self._send_lock = anyio.Lock()
         self.bytes_received = 0
         self.frames_received = 0
+        # None: no limit. Set once the handshake is over (the handshake timeout bounds it before).
+        self.frame_timeout: float | None = None
+        self.idle_timeout: float | None = None
+        self._unfinished = unfinished
+        self._uid = uid
+        self._charged = 0  # bytes of this connection's buffer counted in ``unfinished``
+        self._frame_read_time = 0.0  # seconds spent reading the frame now begun
+        # Whether the daemon owes the peer an answer (a verdict being checked): its silence is then not idleness.
+        self.owes_reply: Callable[[], bool] = lambda: False
+        # Told of each string of the peer's that was cut to its length: (field, characters cut).
+        self.on_cut: Callable[[str, int], None] = lambda field, characters: None
 
     async def receive(self) -> m.Message:
         """The next message; raises RemoteProtocolError, PeerClosed, or anyio's BrokenResourceError."""
         while True:
             event = self.connection.next_event()
             if event is NEED_DATA:
-                try:
-                    data = await self.stream.receive(READ_SIZE)
-                except anyio.EndOfStream:
-                    data = b""
-                self.bytes_received += len(data)
-                self.connection.receive_data(data)
+                await self._read()
                 continue
+            self._account()
             if event is CONNECTION_CLOSED:
                 raise PeerClosed
             self.frames_received += 1
+            self._frame_read_time = 0.0
+            for field, characters in self.connection.take_cuts():
+                self.on_cut(field, characters)
             return event  # type: ignore[return-value]
+
+    async def _read(self) -> None:
+        data = await (self._rest_of_frame() if self.connection.buffered else self._between_frames())
+        self.bytes_received += len(data)
+        self.connection.receive_data(data)
+        self._account()
+
+    async def _rest_of_frame(self) -> bytes:
+        timeout = None if self.frame_timeout is None else max(self.frame_timeout - self._frame_read_time, 0.0)
+        started = anyio.current_time()
+        try:
+            with anyio.fail_after(timeout):
+                return await self._chunk()
+        except TimeoutError:
+            raise RemoteProtocolError(
+                f"a frame begun was not finished within {self.frame_timeout} s "
+                f"({self.connection.buffered} bytes of it received)",
+                reason="frame_timeout",
+            ) from None
+        finally:
+            self._frame_read_time += anyio.current_time() - started
+
+    async def _between_frames(self) -> bytes:
+        """The idle clock runs only while the daemon owes the peer nothing: a producer waiting for the verdict of
+        a long check is waiting, not idle."""
+        limit = self.idle_timeout
+        if limit is None:
+            return await self._chunk()
+        idle_since = anyio.current_time()
+        while True:
+            left = limit - (anyio.current_time() - idle_since)
+            with anyio.move_on_after(min(left, IDLE_RECHECK)):  # a cancelled receive loses no data
+                return await self._chunk()
+            now = anyio.current_time()
+            if self.owes_reply():
+                idle_since = now
+            elif now - idle_since >= limit:
+                raise RemoteProtocolError(f"nothing received for {limit} s", reason="idle_timeout")
+
+    async def _chunk(self) -> bytes:
+        try:
+            return await self.stream.receive(READ_SIZE)
+        except anyio.EndOfStream:
+            return b""
+
+    def _account(self) -> None:
+        """Bring this connection's share of its uid's unfinished bytes up to date with its buffer."""
+        if self._unfinished is not None:
+            held = self.connection.buffered
+            delta, self._charged = held - self._charged, held
+            try:
+                self._unfinished.charge(self._uid, delta)
+            except RemoteProtocolError:
+                self.release()  # this connection is over: its bytes must not also push its siblings over
+                raise
+
+    def release(self) -> None:
+        """The connection is over: what it held no longer counts against its uid."""
+        if self._unfinished is not None:
+            self._unfinished.charge(self._uid, -self._charged)
+            self._charged = 0
 
     async def send(self, message: m.Message) -> None:
         async with self._send_lock:
