@@ -10,7 +10,8 @@ The file is ``/etc/sanitizerd/sanitizerd.toml`` when it exists, or ``--config PA
     max_sessions = 1024
     max_sessions_per_uid = 256
     queue_depth = 4
-    max_race_events = 50000000
+    max_race_events = 10000000
+    race_memory = 4294967296
     admin_groups = ["sanitizer-admins"]
 
 SIGHUP reads the file again and applies its log level and limits (the command line still wins); the socket,
@@ -33,7 +34,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 TOP_LEVEL = {"socket": str, "state_dir": str, "metrics_addr": str, "log_level": str}
 RELOADABLE_LIMITS = frozenset(
     {"max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout", "queue_depth",
-     "max_race_events", "job_grace", "admin_gids"}
+     "max_race_events", "race_memory", "job_grace", "admin_gids"}
 )  # fmt: skip
 
 

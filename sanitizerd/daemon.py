@@ -112,6 +112,7 @@ class Daemon:
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=settings.limits)
         self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
         self.metrics.gauges(jobs_live=hub.jobs_live)
+        self.metrics.race_memory(lambda: float(hub.race_memory.used), lambda: float(hub.race_memory.limit))
         ready = anyio.Event()
         self.metrics.readiness(ready.is_set)
         if settings.metrics_addr:
@@ -200,6 +201,7 @@ class Daemon:
             notifier.status(f"reload failed: {exc}")
             return
         hub.limits = config.reloaded(hub.limits, file, settings.command_line)
+        hub.race_memory.resize(hub.limits.race_memory)
         level = settings.log_level_given or str(file.top.get("log_level", "info"))
         log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
         logs.configure(level)
@@ -271,8 +273,9 @@ class Daemon:
         else:
             ident = await hub.store_call(lambda: hub.store.open_session(hello.job, pid=hello.pid, uid=peer.uid))
         session = Session(
-            ident, hello, config, peer, ipc=hub.jobs.ipc_table(hello.job), max_race_events=hub.limits.max_race_events
-        )
+            ident, hello, config, peer, ipc=hub.jobs.ipc_table(hello.job), max_race_events=hub.limits.max_race_events,
+            race_memory=hub.race_memory.account(),
+        )  # fmt: skip
         session.already_stored.update(already)
         hub.live[ident] = session
         hub.jobs.session_started(hello.job, ident)
@@ -286,6 +289,8 @@ class Daemon:
                 await serve_producer(hub, stream, session)
         finally:
             hub.metrics.sessions_live.dec()
+            # Its detectors have stopped (their threads are waited for, even when cut off): nothing is held now.
+            session.context.race_memory.close()
             if hub.live.pop(ident, None) is not None:  # ended abnormally before its pump finalized it
                 hub.jobs.session_ended(session.info(state="ended"))
 

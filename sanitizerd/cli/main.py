@@ -27,7 +27,7 @@ def _positive(kind: type) -> object:
 def _limit_arguments(args: argparse.Namespace) -> dict[str, object]:
     """The limits the command line gave (None where it gave none)."""
     names = ("max_frame_size", "max_sessions", "max_sessions_per_uid", "handshake_timeout", "drain_timeout",
-             "queue_depth", "detector_threads", "max_race_events", "job_grace")  # fmt: skip
+             "queue_depth", "detector_threads", "max_race_events", "race_memory", "job_grace")  # fmt: skip
     given: dict[str, object] = {name: getattr(args, name) for name in names}
     given["admin_gids"] = frozenset(group_id(g) for g in args.admin_group) if args.admin_group else None
     return given
@@ -63,8 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--detector-threads", type=_positive(int), metavar="N", help=f"[{limits.detector_threads}]")
     serve.add_argument(
         "--max-race-events", type=_positive(int), metavar="N",
-        help=f"events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked "
+        help=f"events racecheck holds per kernel launch; later ones are not race-checked "
         f"[{limits.max_race_events}]",
+    )  # fmt: skip
+    serve.add_argument(
+        "--race-memory", type=_positive(int), metavar="BYTES",
+        help=f"bytes racecheck may hold over all sessions (held events and their check); a launch that would go "
+        f"past it is not race-checked, and says so [a quarter of physical memory: {limits.race_memory}]",
     )  # fmt: skip
     serve.add_argument(
         "--admin-group", action="append", default=None, metavar="GROUP",

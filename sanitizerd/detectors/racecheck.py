@@ -35,6 +35,9 @@ _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
 # What every access keeps in memory until the kernel's end; the rest is read back for the few that race.
 _ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
                   "space", "flags", "serial")  # fmt: skip
+# Bytes of memory one held event costs at most: its record until the launch ends, then its share of the check's
+# temporaries (benchmarks/racecheck_memory.py; docs/performance.md). What a launch reserves from the host's budget.
+BYTES_PER_HELD_EVENT = 384
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
 
 
@@ -47,49 +50,100 @@ class Racecheck:
         self.kernel: KernelLaunch | None = None
         self.parts: list[np.ndarray] = []
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
+        self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
+        self.limit = 0
         self.distance = context.config.single_pipe_distance
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
+        self._reset()
         self.kernel = launch
+        # One launch never holds more than the whole budget: past that it is cut, like --max-race-events.
+        self.limit = min(self.context.max_race_events, self.context.race_memory.limit // BYTES_PER_HELD_EVENT)
+
+    def _reset(self) -> None:
         self.parts = []
-        self.held = self.dropped = 0
+        self.held = self.dropped = self.refused = 0
+        self.context.race_memory.release()
 
     def check(self, events: np.ndarray) -> None:
         keep = _KEEP[events["kind"]]
-        # A batch is a view of its own received frame (immutable bytes), so it can be held without a copy.
         kept = events if keep.all() else events[keep]
-        room = self.context.max_race_events - self.held
+        if self.refused:  # this launch goes unchecked already
+            self.refused += kept.size
+            return
+        room = self.limit - self.held
         if kept.size > room:  # the daemon's memory limit: the rest of this launch goes unchecked, and says so
             self.dropped += kept.size - max(room, 0)
             kept = kept[: max(room, 0)]
-        if kept.size:
-            self.parts.append(kept)
-            self.held += kept.size
+        if not kept.size:
+            return
+        if not self.context.race_memory.reserve(kept.size * BYTES_PER_HELD_EVENT):
+            # Other launches hold the host's budget: hold none of this one rather than check an arbitrary part,
+            # and give back at once what it held, for them.
+            refused = self.held + kept.size + self.dropped
+            self._reset()
+            self.refused = refused
+            return
+        self.parts.append(_unpinned(kept))
+        self.held += kept.size
 
     def kernel_end(self) -> list[Finding]:
         parts, self.parts = self.parts, []
         launch, self.kernel = self.kernel, None
-        dropped, self.held, self.dropped = self.dropped, 0, 0
-        events = Batches(parts)
-        findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
-        if dropped:
-            findings.append(
-                self.context.finding(
-                    "internal_error",
-                    kernel=launch.name if launch else None,
-                    detail=(
-                        f"racecheck holds at most {self.context.max_race_events} events of a kernel launch "
-                        f"(sanitizerd serve --max-race-events); the last {dropped} were not checked for races"
-                    ),
-                )
-            )
+        dropped, refused, limit = self.dropped, self.refused, self.limit
+        try:
+            events = Batches(parts)
+            findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
+        finally:  # a failed check too gives back its share of the host's budget
+            self._reset()
+        if refused or dropped:  # one or the other: a refused launch counts what it had cut among its refused
+            detail = self._refused_text(refused) if refused else self._cut_text(limit, dropped)
+            kernel = launch.name if launch else None
+            findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
         return findings
+
+    def _cut_text(self, limit: int, dropped: int) -> str:
+        if limit < self.context.max_race_events:
+            why = (
+                f"its share of the host's race-check memory ({self.context.race_memory.limit} bytes, "
+                f"sanitizerd serve --race-memory; {BYTES_PER_HELD_EVENT} bytes per held event)"
+            )
+        else:
+            why = "sanitizerd serve --max-race-events"
+        return (
+            f"racecheck holds at most {limit} events of a kernel launch ({why}); "
+            f"the last {dropped} were not checked for races"
+        )
+
+    def _refused_text(self, refused: int) -> str:
+        return (
+            f"racecheck did not check this kernel launch for races: the host's race-check memory budget "
+            f"({self.context.race_memory.limit} bytes shared by all sessions, sanitizerd serve --race-memory; "
+            f"{BYTES_PER_HELD_EVENT} bytes per held event) was in use by other launches; "
+            f"{refused} events were not checked"
+        )
 
     def host_op(self, op: HostOp) -> list[Finding]:
         return []
 
     def finish(self) -> list[Finding]:
-        return self.kernel_end() if self.kernel is not None else []
+        if self.kernel is not None:
+            return self.kernel_end()
+        self._reset()
+        return []
+
+
+def _unpinned(batch: np.ndarray) -> np.ndarray:
+    """A batch as it is held. A view of a received frame is held without a copy, unless the bytes it keeps alive
+    (a receive chunk of up to 1 MiB, other frames included) are much more than its own."""
+    base: object = batch
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    while isinstance(base, memoryview):
+        base = base.obj
+    if isinstance(base, bytes | bytearray | np.ndarray) and len(memoryview(base).cast("B")) > 2 * batch.nbytes:
+        return batch.copy()
+    return batch
 
 
 class Kernel:

@@ -1,0 +1,97 @@
+"""The host's memory for racecheck, shared by every session: bytes reserved and released, nothing else.
+
+racecheck holds a kernel launch's events until the launch ends, then checks them all at once; what it holds and
+what that check allocates grow with the events a client chooses to send. One ``MemoryBudget`` per daemon bounds
+the sum over all sessions (``sanitizerd serve --race-memory``); each session draws on it through its own
+``MemoryAccount``, which the session closes when it ends, whatever ended it, so a failed detector or a session
+cut off mid-launch never keeps a reservation. No I/O: the owner (the Hub) counts and logs refusals through
+``on_refused``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+_MIN_DEFAULT = 256 << 20
+
+
+def default_race_memory() -> int:
+    """A quarter of the host's physical memory (at least 256 MiB): room for racecheck's launches beside the
+    rest of the daemon and the programs under test."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        physical = 8 << 30
+    return max(_MIN_DEFAULT, physical // 4)
+
+
+class MemoryBudget:
+    """Bytes all sessions' racecheck may hold at once. Thread-safe: checks run on worker threads."""
+
+    def __init__(self, limit: int, on_refused: Callable[[int, int, int], None] | None = None) -> None:
+        self.limit = limit
+        self.used = 0
+        self.refusals = 0
+        self._lock = threading.Lock()
+        self._on_refused = on_refused  # (bytes asked, bytes in use, limit), called outside the lock
+
+    def account(self) -> MemoryAccount:
+        return MemoryAccount(self)
+
+    def resize(self, limit: int) -> None:
+        """A new limit (SIGHUP); what is held already stays held, new reservations see the new limit."""
+        with self._lock:
+            self.limit = limit
+
+    def _reserve(self, account: MemoryAccount, nbytes: int) -> bool:
+        with self._lock:
+            if account.closed:
+                return False
+            if self.used + nbytes <= self.limit:
+                self.used += nbytes
+                account.held += nbytes
+                return True
+            self.refusals += 1
+            used, limit = self.used, self.limit
+        if self._on_refused is not None:
+            self._on_refused(nbytes, used, limit)
+        return False
+
+    def _release(self, account: MemoryAccount, *, close: bool) -> None:
+        with self._lock:
+            self.used -= account.held
+            account.held = 0
+            account.closed |= close
+
+
+class MemoryAccount:
+    """One session's share of the budget: what it holds now. Changed only under the budget's lock."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+        self.held = 0
+        self.closed = False
+
+    @property
+    def limit(self) -> int:
+        return self.budget.limit
+
+    def reserve(self, nbytes: int) -> bool:
+        """Take ``nbytes`` more from the host's budget; False (and nothing taken) when it has not that much
+        left or the session has ended."""
+        return self.budget._reserve(self, nbytes)
+
+    def release(self) -> None:
+        """Give back everything this session holds."""
+        self.budget._release(self, close=False)
+
+    def close(self) -> None:
+        """The session ended: give everything back, take nothing more."""
+        self.budget._release(self, close=True)
+
+
+def unbounded() -> MemoryAccount:
+    """An account with no limit, for a detector driven outside a daemon (tests, benchmarks, replays)."""
+    return MemoryBudget(1 << 62).account()
