@@ -14,7 +14,7 @@ import pytest
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memory_budget import MemoryBudget
-from sanitizerd.detectors.racecheck import BYTES_PER_HELD_EVENT, Kernel, Racecheck
+from sanitizerd.detectors.racecheck import BYTES_PER_HELD_EVENT, BYTES_PER_RANGE, Kernel, Racecheck
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import as_events
 from sanitizerd.sessions.session import Answer, Peer, Session
@@ -168,6 +168,44 @@ class TestRacecheckInTheBudget:
         assert "racecheck holds at most 3 events" in findings[0].detail
         assert "--race-memory" in findings[0].detail and "the last 2 were not checked" in findings[0].detail
         assert budget.used == 0 and budget.refusals == 0
+
+    def test_a_strided_access_reserves_for_each_of_its_ranges(self) -> None:
+        """One record whose pattern spans 65 535 blocks x 65 535 repeats with gaps would be 4 G byte ranges in the
+        sweep: it asks for their memory up front, is refused, and the launch says so, at once, allocating nothing."""
+        budget = MemoryBudget(1 << 30)
+        detector = racecheck_with(budget)
+        huge = accesses(
+            R, Space.GM, 0x10000, 32, block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535,
+            pipe=Pipe.MTE2, serial=1,
+        )  # fmt: skip
+        [finding] = run_kernel(detector, race_kernel(), huge)
+        assert finding.kind == "internal_error" and "3 events were not checked" in finding.detail
+        needed = 3 * BYTES_PER_HELD_EVENT + (65535 * 65535 - 1) * BYTES_PER_RANGE
+        assert f"it needed {needed} bytes" in finding.detail
+        assert budget.used == 0 and budget.refusals == 1
+        # A strided access of a few ranges is only a little dearer than a dense one.
+        detector.kernel_begin(launch())
+        detector.check(accesses(R, Space.UB, 0x0, 32, block_num=8, block_stride=2, pipe=Pipe.V, serial=1))
+        assert budget.used == BYTES_PER_HELD_EVENT + 7 * BYTES_PER_RANGE
+        detector.kernel_end()
+
+    def test_nested_ranges_are_cut_into_pieces_only_within_the_budget(self) -> None:
+        """Wide accesses over many small ones: each wide one is cut at every small one's bounds, pieces quadratic
+        in the accesses. The check asks for them before making them; refused, the launch says so."""
+        n = 2000
+        i = np.arange(n)
+        wide = i % 2 == 0
+        events = accesses(
+            W, Space.GM, np.where(wide, 0, (i // 2) * 64), np.where(wide, 1 << 20, 32), pipe=Pipe.MTE3, serial=i + 1
+        )
+        budget = MemoryBudget(n * BYTES_PER_HELD_EVENT + (1 << 20))  # the events fit; a million pieces do not
+        detector = racecheck_with(budget)
+        [finding] = run_kernel(detector, events)
+        assert finding.kind == "internal_error" and f"its {n} accesses overlap in" in finding.detail
+        assert budget.used == 0 and budget.refusals == 1
+        # With room for them the same launch is checked: the wide writes race with each other.
+        roomy = racecheck_with(MemoryBudget(1 << 30))
+        assert {f.kind for f in run_kernel(roomy, events)} == {"race_waw"}
 
     def test_a_failed_check_gives_its_share_back(self, monkeypatch: pytest.MonkeyPatch) -> None:
         budget = MemoryBudget(1 << 30)

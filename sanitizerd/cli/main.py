@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--race-memory", type=_positive(int), metavar="BYTES",
         help=f"bytes racecheck may hold over all sessions (held events and their check); a launch that would go "
-        f"past it is not race-checked, and says so [a quarter of physical memory: {limits.race_memory}]",
+        f"past it is not race-checked, and says so [a quarter of the memory the daemon may use: {limits.race_memory}]",
     )  # fmt: skip
     serve.add_argument(
         "--admin-group", action="append", default=None, metavar="GROUP",

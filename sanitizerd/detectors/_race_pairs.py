@@ -12,12 +12,34 @@ segment), which is about one per access for tiled kernels.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
 
 _LIMIT = np.uint64(ADDRESS_LIMIT)
 _REGION_SHIFT = np.uint64(48)
+
+
+class OverBudget(Exception):
+    """The sweep would need more (access, segment) incidences than the check may allocate."""
+
+    def __init__(self, incidences: int) -> None:
+        super().__init__(incidences)
+        self.incidences = incidences
+
+
+def pieces(events: np.ndarray) -> np.ndarray:
+    """The byte ranges each access becomes in the sweep (``_patterns.ranges``), at most: 1 for a dense access, one
+    per repeat for contiguous rows, one per block otherwise. What the check's memory grows with, besides events."""
+    block_num = events["block_num"].astype(np.int64)
+    block_stride = events["block_stride"]
+    repeat = events["repeat"].astype(np.int64)
+    row_is_range = (block_num <= 1) | (block_stride <= 1)
+    row_length = np.where((block_num <= 1) | (block_stride == 0), 1, block_num)
+    dense = row_is_range & ((repeat <= 1) | (events["repeat_stride"] <= row_length))
+    return np.where(dense, 1, np.maximum(repeat, 1) * np.where(row_is_range, 1, block_num))
 
 
 class Segments:
@@ -46,11 +68,15 @@ def candidate_pairs(
     placed: np.ndarray,
     is_write: np.ndarray,
     order: np.ndarray,
+    afford: Callable[[int], bool] = lambda incidences: True,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
     the other arrays are per access. ``region_block`` is the block owning the access's memory (-1 for GM);
-    ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part."""
+    ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part.
+    Ranges that overlap without coinciding are cut into segments, one incidence each: ``afford`` is asked for
+    those beyond one per range before they exist (nested ranges make them quadratic), and OverBudget raised
+    if it says no."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
@@ -72,7 +98,7 @@ def candidate_pairs(
     base = region.astype(np.uint64) << _REGION_SHIFT
     lo = base + np.minimum(start, _LIMIT)
     hi = base + np.minimum(stop, _LIMIT)
-    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n)
+    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, afford)
     write = is_write[who]
     size = seg.size
     at = np.arange(size)
@@ -95,7 +121,7 @@ def candidate_pairs(
 
 
 def _segments(
-    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int
+    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, afford: Callable[[int], bool]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Incidences (segment, access) sorted by segment, then by ``rank``; and each segment's [start, end).
 
@@ -118,6 +144,9 @@ def _segments(
     bounds = bounds[distinct]
     first = np.searchsorted(bounds, lo)
     count = np.searchsorted(bounds, hi) - first
+    incidences = int(count.sum())
+    if incidences > count.size and not afford(incidences - count.size):
+        raise OverBudget(incidences)
     seg = np.repeat(first, count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
     who = np.repeat(owner, count)
     by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")

@@ -11,20 +11,38 @@ cut off mid-launch never keeps a reservation. No I/O: the owner (the Hub) counts
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 _MIN_DEFAULT = 256 << 20
 
 
 def default_race_memory() -> int:
-    """A quarter of the host's physical memory (at least 256 MiB): room for racecheck's launches beside the
-    rest of the daemon and the programs under test."""
+    """A quarter of the memory the daemon may use (at least 256 MiB): the host's physical memory, or less where
+    its cgroup (systemd's MemoryMax=) or its address-space limit says so. Room for racecheck's launches beside the
+    rest of the daemon and the programs under test. Read once, at start."""
     try:
-        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
-        physical = 8 << 30
-    return max(_MIN_DEFAULT, physical // 4)
+        available = 8 << 30
+    address_space = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if address_space != resource.RLIM_INFINITY:
+        available = min(available, address_space)
+    return max(_MIN_DEFAULT, min(available, _cgroup_memory_max() or available) // 4)
+
+
+def _cgroup_memory_max() -> int | None:
+    """cgroup v2's memory.max for this process, if it sets one."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                text = Path("/sys/fs/cgroup", line[3:].lstrip("/"), "memory.max").read_text().strip()
+                return int(text) if text.isdigit() else None
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 class MemoryBudget:

@@ -21,7 +21,7 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._race_pairs import Segments, candidate_pairs, dense
+from sanitizerd.detectors._race_pairs import OverBudget, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
@@ -36,8 +36,11 @@ _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
 _ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
                   "space", "flags", "serial")  # fmt: skip
 # Bytes of memory one held event costs at most: its record until the launch ends, then its share of the check's
-# temporaries (benchmarks/racecheck_memory.py; docs/performance.md). What a launch reserves from the host's budget.
+# temporaries; and each byte range beyond the first that a strided access becomes, or that overlapping ranges are
+# cut into, in the check's sweep (benchmarks/racecheck_memory.py; docs/performance.md). What a launch reserves
+# from the host's budget.
 BYTES_PER_HELD_EVENT = 384
+BYTES_PER_RANGE = 160
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
 
 
@@ -51,6 +54,7 @@ class Racecheck:
         self.parts: list[np.ndarray] = []
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
+        self.asked = 0  # bytes the current launch asked of the budget
         self.limit = 0
         self.distance = context.config.single_pipe_distance
 
@@ -62,7 +66,7 @@ class Racecheck:
 
     def _reset(self) -> None:
         self.parts = []
-        self.held = self.dropped = self.refused = 0
+        self.held = self.dropped = self.refused = self.asked = 0
         self.context.race_memory.release()
 
     def check(self, events: np.ndarray) -> None:
@@ -77,12 +81,16 @@ class Racecheck:
             kept = kept[: max(room, 0)]
         if not kept.size:
             return
-        if not self.context.race_memory.reserve(kept.size * BYTES_PER_HELD_EVENT):
-            # Other launches hold the host's budget: hold none of this one rather than check an arbitrary part,
-            # and give back at once what it held, for them.
-            refused = self.held + kept.size + self.dropped
+        mem = kept["kind"] <= EventKind.WRITE
+        ranges = int(pieces(kept[mem]).sum()) - int(mem.sum()) if mem.any() else 0
+        cost = kept.size * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
+        self.asked += cost
+        if not self.context.race_memory.reserve(cost):
+            # The host's budget has not that much left: hold none of this launch rather than check an arbitrary
+            # part, and give back at once what it held, for the other launches.
+            refused, asked = self.held + kept.size + self.dropped, self.asked
             self._reset()
-            self.refused = refused
+            self.refused, self.asked = refused, asked
             return
         self.parts.append(_unpinned(kept))
         self.held += kept.size
@@ -90,14 +98,14 @@ class Racecheck:
     def kernel_end(self) -> list[Finding]:
         parts, self.parts = self.parts, []
         launch, self.kernel = self.kernel, None
-        dropped, refused, limit = self.dropped, self.refused, self.limit
+        dropped, refused, asked, limit = self.dropped, self.refused, self.asked, self.limit
         try:
             events = Batches(parts)
             findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
         finally:  # a failed check too gives back its share of the host's budget
             self._reset()
         if refused or dropped:  # one or the other: a refused launch counts what it had cut among its refused
-            detail = self._refused_text(refused) if refused else self._cut_text(limit, dropped)
+            detail = self._refused_text(refused, asked) if refused else self._cut_text(limit, dropped)
             kernel = launch.name if launch else None
             findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
         return findings
@@ -115,12 +123,12 @@ class Racecheck:
             f"the last {dropped} were not checked for races"
         )
 
-    def _refused_text(self, refused: int) -> str:
+    def _refused_text(self, refused: int, asked: int) -> str:
         return (
-            f"racecheck did not check this kernel launch for races: the host's race-check memory budget "
-            f"({self.context.race_memory.limit} bytes shared by all sessions, sanitizerd serve --race-memory; "
-            f"{BYTES_PER_HELD_EVENT} bytes per held event) was in use by other launches; "
-            f"{refused} events were not checked"
+            f"racecheck did not check this kernel launch for races: it needed {asked} bytes of the host's race-check "
+            f"memory budget ({self.context.race_memory.limit} bytes shared by all sessions, sanitizerd serve "
+            f"--race-memory; {BYTES_PER_HELD_EVENT} bytes per held event, {BYTES_PER_RANGE} per byte range beyond an "
+            f"access's first), more than it had left; {refused} events were not checked"
         )
 
     def host_op(self, op: HostOp) -> list[Finding]:
@@ -302,10 +310,13 @@ class Kernel:
             return []
         space = self.access["space"]
         region_block = np.where(space == Space.GM, -1, self.mblock)
-        chunks = candidate_pairs(
-            self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
-            self._linear_order(),
-        )  # fmt: skip
+        try:
+            chunks = candidate_pairs(
+                self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
+                self._linear_order(), afford=lambda n: self.context.race_memory.reserve(n * BYTES_PER_RANGE),
+            )  # fmt: skip
+        except OverBudget as exc:  # ranges nested in each other: pieces quadratic in the accesses
+            return [self._over_budget(exc.incidences)]
         racing = []
         for a, b, segments in chunks:
             if a.size:
@@ -320,6 +331,19 @@ class Kernel:
         _, once = np.unique(a * self.mem.size + b, return_index=True)  # a pair overlapping in several segments
         segments = segments[once]
         return self._fold(a[once], b[once], segments.start(), segments.size())
+
+    def _over_budget(self, incidences: int) -> Finding:
+        budget = self.context.race_memory.limit
+        return self.context.finding(
+            "internal_error",
+            kernel=self.launch.name if self.launch else None,
+            detail=(
+                f"racecheck did not check this kernel launch for races: its {self.mem.size} accesses overlap in "
+                f"{incidences} pieces, which need {incidences * BYTES_PER_RANGE} bytes, more than the host's "
+                f"race-check memory budget ({budget} bytes shared by all sessions, sanitizerd serve --race-memory) "
+                "had left"
+            ),
+        )
 
     def _unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         serial, write = self.serial, self.write
