@@ -96,9 +96,13 @@ def candidate_pairs(
     if int(region.max()) >= 1 << 16:  # more regions than 16 bits name (thousands of blocks): number them densely
         region = dense(region)[1]
     base = region.astype(np.uint64) << _REGION_SHIFT
+    del region
     lo = base + np.minimum(start, _LIMIT)
+    del start
     hi = base + np.minimum(stop, _LIMIT)
+    del stop, base
     seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, afford)
+    del lo, hi, owner, rank, rank_of_event  # the check's peak comes next: free what it does not need
     write = is_write[who]
     size = seg.size
     at = np.arange(size)

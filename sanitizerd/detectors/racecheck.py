@@ -163,23 +163,23 @@ class Kernel:
         self.launch = launch
         self.events = events
         self.truncated = truncated
-        bkey = (events.column("block_type").astype(np.int64) << 16) | events.column("block_id")
-        self.block_keys, block = dense(bkey)
+        # Memory held per event is what the host's budget is reserved by (BYTES_PER_HELD_EVENT): what is kept for
+        # every access is what the check needs to its end, and per-event temporaries go as soon as they are used.
+        self.block_keys, block = dense((events.column("block_type").astype(np.int64) << 16) | events.column("block_id"))
         kind = events.column("kind")
+        self.order: np.ndarray | None = None  # block-sorted position -> arrival position; None: the same
         if block.size > 1 and (block[1:] < block[:-1]).any():
-            order = np.argsort(block, kind="stable")
-            kind, block = kind[order], block[order]
-        else:  # blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
-            order = np.arange(events.size)
-        self.order = order  # block-sorted position -> arrival position
+            self.order = np.argsort(block, kind="stable")
+            kind, block = kind[self.order], block[self.order]
+        # else blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
         self.total = events.size
         sync = np.flatnonzero(kind >= EventKind.SET_FLAG)
+        sync_arrival = self.arrival(sync)
         s = events.take_fields(
-            ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id"), order[sync]
+            ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id"), sync_arrival
         )
-        is_mem = kind <= EventKind.WRITE
-        mem = np.flatnonzero(is_mem)
-        m = events.take_fields(_ACCESS_FIELDS, order[mem])
+        mem = np.flatnonzero(kind <= EventKind.WRITE)
+        m = events.take_fields(_ACCESS_FIELDS, self.arrival(mem))
         ext = extents(m)
         keep = ext > 0
         if not keep.all():
@@ -189,7 +189,7 @@ class Kernel:
         self.pipe = scalar_to_cal(m["pipe"].astype(np.int64))
         self.model = build(
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
-            s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], order[sync], sync,
+            s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
             present, np.unique(self.pipe), self.block_keys.size, cross_free=self.context.config.block_id >= 0,
             truncated=truncated,
         )  # fmt: skip
@@ -205,24 +205,32 @@ class Kernel:
             s["mode"][kind[sync] == EventKind.SET_ATOMIC],
         )
         self.write = m["kind"] == EventKind.WRITE
-        self.serial = m["serial"].astype(np.int64)
+        self.serial = m["serial"].view(np.int64)  # serial numbers stay far below 2**63
         self._place_accesses()
+
+    def arrival(self, positions: np.ndarray) -> np.ndarray:
+        """Arrival positions (in the held batches) of block-sorted positions."""
+        return positions if self.order is None else self.order[positions]
 
     # --- where each access sits in the model ---
     def _place_accesses(self) -> None:
         model, mem = self.model, self.mem
         nodes = model.nodes
-        self.chain = self.mblock * NPIPES + self.pipe
-        self.pos = 2 * mem.astype(np.int64)
-        key = (self.chain << POS_BITS) + self.pos
+        chain = self.mblock * NPIPES + self.pipe
+        pos = 2 * mem  # an access's place in its block, between the sync nodes' (odd) places
+        key = (chain << POS_BITS) + pos
         at = np.searchsorted(nodes.key, key, side="left") - 1
         ok = at >= 0
-        ok[ok] = (nodes.key[at[ok]] >> POS_BITS) == self.chain[ok]
+        ok[ok] = (nodes.key[at[ok]] >> POS_BITS) == chain[ok]
+        del chain
         self.prev = np.where(ok, at, -1)
         self.seg = np.zeros(mem.size, dtype=np.int64)
         self.seg[ok] = nodes.ordinal[at[ok]] + 1
-        self.issuer = issuer_of(nodes, self.mblock, self.pos)
+        del at, ok
+        self.issuer = issuer_of(nodes, self.mblock, pos)
+        del pos
         self.barrier_no = np.searchsorted(model.barriers, key, side="left")
+        del key
         # The count of distinct instructions on the access's pipe up to it (msSanitizer's pipeSerialNo); only
         # differences within one (block, pipe) are used, and accesses are in block, then program, order.
         self.pipe_index = np.zeros(mem.size, dtype=np.int64)
@@ -239,7 +247,7 @@ class Kernel:
         """Field ``name`` of accesses ``rows`` (fields kept for every access, or read back from the batches)."""
         if name in self.access:
             return self.access[name][rows]
-        return self.events.take(name, self.order[self.mem[rows]])
+        return self.events.take(name, self.arrival(self.mem[rows]))
 
     def know(self, rows: np.ndarray, comp: np.ndarray) -> np.ndarray:
         return self.model.knowledge(self.prev[rows], self.issuer[rows], comp)
@@ -249,7 +257,7 @@ class Kernel:
         if not (start < np.iinfo(np.int64).max).any():
             return np.ones(self.mem.size, dtype=bool)
         rows = np.arange(self.mem.size)
-        blocked = self.seg > start[self.chain]
+        blocked = self.seg > start[self.mblock * NPIPES + self.pipe]
         base = self.mblock * NPIPES
         for p in range(NPIPES):
             blocked |= self.know(rows, np.full(rows.size, p)) >= start[base + p]
@@ -287,14 +295,14 @@ class Kernel:
         for j in range(self.cross_rows.shape[1]):
             r = self.cross_rows[:, j]
             cross = np.maximum(cross, np.where(r >= 0, model.lamport[np.maximum(r, 0)], -1))
-        within = self.pos.copy()
+        within = 2 * self.mem
         if model.nonforward.size:
             odd = np.isin(self.mblock, model.nonforward)
             anchor = np.maximum(
                 np.where(self.prev >= 0, model.rank[np.maximum(self.prev, 0)], -1),
                 np.where(self.issuer >= 0, model.rank[np.maximum(self.issuer, 0)], -1),
             )
-            within[odd] = (anchor[odd] + 1) * (2 * self.total + 2) + self.pos[odd]
+            within[odd] = (anchor[odd] + 1) * (2 * self.total + 2) + 2 * self.mem[odd]
         return np.lexsort((within, cross))
 
     # --- the check ---
@@ -373,8 +381,8 @@ class Kernel:
     def _single_pipe_unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Two accesses of one pipe may overlap in flight unless a pipe_barrier separates them, they are more
         than ``distance`` instructions apart, or a hand-over from after the first returned before the second."""
-        first = np.where(self.pos[a] < self.pos[b], a, b)
-        second = np.where(self.pos[a] < self.pos[b], b, a)
+        first = np.where(self.mem[a] < self.mem[b], a, b)
+        second = np.where(self.mem[a] < self.mem[b], b, a)
         pipe = self.pipe[first]
         in_order = (pipe == _S_CAL) | (pipe == _S)
         if self.context.chip.name.startswith("Ascend950"):
@@ -465,7 +473,7 @@ class Kernel:
         nodes = model.nodes
         blocked = int((~self.placed).sum()) + int(blocked_nodes(nodes, model.start).sum()) - len(model.stuck)
         names = ("pipe", "dst_pipe", "event_id", "location", "pc", "serial", "block_type", "block_id", "address")
-        at = self.order[np.array([stuck.event for stuck in model.stuck])]
+        at = self.arrival(np.array([stuck.event for stuck in model.stuck]))
         f = {name: self.events.take(name, at).tolist() for name in names}
         sites: dict[tuple, list[int]] = {}
         for j, stuck in enumerate(model.stuck):
