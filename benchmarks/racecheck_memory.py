@@ -14,6 +14,7 @@ detector is the only holder, as in the daemon; then ends the kernel.
 
     .venv/bin/python benchmarks/racecheck_memory.py                     # 2 M events (24 blocks x 83 334)
     .venv/bin/python benchmarks/racecheck_memory.py --events 500000
+    .venv/bin/python benchmarks/racecheck_memory.py --kernel racy      # the dearest per event found
 
 Prints one JSON object last.
 """
@@ -32,6 +33,7 @@ import numpy as np
 
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.memory_budget import MemoryBudget
 from sanitizerd.detectors.racecheck import Racecheck
 from sanitizerd.protocol.messages import Config
 from sanitizerd.protocol.records import EVENT_DTYPE, as_events
@@ -52,17 +54,32 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def _write_kernel(path: str, blocks: int, per_block: int) -> None:
+def _write_kernel(path: str, kernel: str, blocks: int, per_block: int) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from racecheck import kernel_stream  # the throughput benchmark's kernel
 
-    kernel_stream(blocks, per_block).tofile(path)
+    from client_shim.events import EventKind, Pipe, Space, accesses
+
+    if kernel == "tiled":
+        kernel_stream(blocks, per_block).tofile(path)
+        return
+    i = np.arange(blocks * per_block)
+    block, nth = i // per_block, i % per_block
+    if kernel == "accesses":  # no sync at all, every block writing its own slots: no candidate pair
+        events = accesses(EventKind.WRITE, Space.UB, nth * 32, 32, pipe=Pipe.V, block_id=block, serial=i + 1)
+    else:  # "racy": reads (MTE2) of one GM word, a write (MTE3) every 8th: two racing pairs per read
+        write = nth % 8 == 0
+        events = accesses(EventKind.READ, Space.GM, 0x10000, 32, pipe=Pipe.MTE2, block_id=block, serial=i + 1)
+        events["kind"][write], events["pipe"][write] = EventKind.WRITE, Pipe.MTE3
+    events.tofile(path)
 
 
 def measure(path: Path, blocks: int) -> dict[str, object]:
+    budget = MemoryBudget(1 << 62)
     context = SessionContext(
-        job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"), config=Config(tools=["racecheck"])
-    )
+        job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"), config=Config(tools=["racecheck"]),
+        race_memory=budget.account(),
+    )  # fmt: skip
     detector = Racecheck(context)
     detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=blocks, kernel_type="aiv"))
     gc.collect()
@@ -85,6 +102,8 @@ def measure(path: Path, blocks: int) -> dict[str, object]:
         "peak_mib": round(peak / 2**20, 1),
         "held_bytes_per_event": round(held / events),
         "peak_bytes_per_event": round(peak / events),
+        # What the launch reserved from the host's budget at most: it must not be less than the peak.
+        "reserved_bytes_per_event": round(budget.peak / events),
     }
 
 
@@ -92,18 +111,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=2_000_000, help="about this many events [2 000 000]")
     parser.add_argument("--blocks", type=int, default=24)
+    parser.add_argument(
+        "--kernel", choices=["tiled", "accesses", "racy"], default="tiled",
+        help="tiled: benchmarks/racecheck.py's kernel; accesses: memory accesses only, none overlapping; racy: "
+        "accesses only, all to one GM word, every pair a race [tiled]",
+    )  # fmt: skip
     parser.add_argument("--write", help=argparse.SUPPRESS)  # the child: build the kernel into this file
     args = parser.parse_args()
     per_block = -(-args.events // args.blocks)
     if args.write:
-        _write_kernel(args.write, args.blocks, per_block)
+        _write_kernel(args.write, args.kernel, args.blocks, per_block)
         return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.bin"
         cmd = [sys.executable, __file__, "--events", str(args.events), "--blocks", str(args.blocks)]
+        cmd += ["--kernel", args.kernel]
         subprocess.run([*cmd, "--write", str(path)], check=True)
         np.zeros(1)  # numpy's lazy start-up costs land before the baseline
-        result = {"blocks": args.blocks, **measure(path, args.blocks)}
+        result = {"kernel": args.kernel, "blocks": args.blocks, **measure(path, args.blocks)}
     print(json.dumps(result))
 
 

@@ -14,7 +14,7 @@ import pytest
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memory_budget import MemoryBudget
-from sanitizerd.detectors.racecheck import BYTES_PER_HELD_EVENT, BYTES_PER_RANGE, Kernel, Racecheck
+from sanitizerd.detectors.racecheck import BYTES_PER_HELD_EVENT, BYTES_PER_PAIR, BYTES_PER_RANGE, Kernel, Racecheck
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import as_events
 from sanitizerd.sessions.session import Answer, Peer, Session
@@ -206,6 +206,17 @@ class TestRacecheckInTheBudget:
         # With room for them the same launch is checked: the wide writes race with each other.
         roomy = racecheck_with(MemoryBudget(1 << 30))
         assert {f.kind for f in run_kernel(roomy, events)} == {"race_waw"}
+
+    def test_candidate_pairs_are_reserved_for_before_they_are_ordered_and_folded(self) -> None:
+        """Reads of one word between writes: two candidate pairs per read. Room for the events but not for their
+        pairs: the launch says so, and gives everything back."""
+        n = 64
+        events = stream(*(accesses(R if k % 8 else W, Space.GM, 0x1000, 32, pipe=Pipe.MTE2) for k in range(n)))
+        budget = MemoryBudget(n * BYTES_PER_HELD_EVENT + 10 * BYTES_PER_PAIR)
+        [finding] = run_kernel(racecheck_with(budget), events)
+        assert finding.kind == "internal_error" and f"its {n} accesses make" in finding.detail
+        assert "candidate pairs" in finding.detail
+        assert budget.used == 0 and budget.refusals == 1
 
     def test_a_failed_check_gives_its_share_back(self, monkeypatch: pytest.MonkeyPatch) -> None:
         budget = MemoryBudget(1 << 30)

@@ -51,6 +51,7 @@ class MemoryBudget:
     def __init__(self, limit: int, on_refused: Callable[[int, int, int], None] | None = None) -> None:
         self.limit = limit
         self.used = 0
+        self.peak = 0  # the most ever reserved at once
         self.refusals = 0
         self._lock = threading.Lock()
         self._on_refused = on_refused  # (bytes asked, bytes in use, limit), called outside the lock
@@ -69,6 +70,7 @@ class MemoryBudget:
                 return False
             if self.used + nbytes <= self.limit:
                 self.used += nbytes
+                self.peak = max(self.peak, self.used)
                 account.held += nbytes
                 return True
             self.refusals += 1

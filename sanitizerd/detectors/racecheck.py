@@ -41,6 +41,7 @@ _ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", 
 # from the host's budget.
 BYTES_PER_HELD_EVENT = 384
 BYTES_PER_RANGE = 160
+BYTES_PER_PAIR = 160
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
 
 
@@ -324,12 +325,19 @@ class Kernel:
                 self._linear_order(), afford=lambda n: self.context.race_memory.reserve(n * BYTES_PER_RANGE),
             )  # fmt: skip
         except OverBudget as exc:  # ranges nested in each other: pieces quadratic in the accesses
-            return [self._over_budget(exc.incidences)]
+            return [self._over_budget(f"overlap in {exc.incidences} pieces", exc.incidences * BYTES_PER_RANGE)]
+        # Up to two pairs per piece; what ordering and folding them costs is asked for before it is spent.
+        pairs = sum(a.size for a, _, _ in chunks)
+        if not self.context.race_memory.reserve(pairs * BYTES_PER_PAIR):
+            return [self._over_budget(f"make {pairs} candidate pairs", pairs * BYTES_PER_PAIR)]
         racing = []
-        for a, b, segments in chunks:
+        while chunks:
+            a, b, segments = chunks.pop()
             if a.size:
                 race = self._unordered(a, b)
                 racing.append((a[race], b[race], segments[race]))
+            del a, b, segments
+        racing.reverse()
         a = np.concatenate([r[0] for r in racing]) if racing else np.empty(0, dtype=np.int64)
         if not a.size:
             return []
@@ -340,14 +348,14 @@ class Kernel:
         segments = segments[once]
         return self._fold(a[once], b[once], segments.start(), segments.size())
 
-    def _over_budget(self, incidences: int) -> Finding:
+    def _over_budget(self, what: str, nbytes: int) -> Finding:
         budget = self.context.race_memory.limit
         return self.context.finding(
             "internal_error",
             kernel=self.launch.name if self.launch else None,
             detail=(
-                f"racecheck did not check this kernel launch for races: its {self.mem.size} accesses overlap in "
-                f"{incidences} pieces, which need {incidences * BYTES_PER_RANGE} bytes, more than the host's "
+                f"racecheck did not check this kernel launch for races: its {self.mem.size} accesses {what}, "
+                f"which need {nbytes} bytes, more than the host's "
                 f"race-check memory budget ({budget} bytes shared by all sessions, sanitizerd serve --race-memory) "
                 "had left"
             ),
@@ -410,22 +418,31 @@ class Kernel:
         serial = self.serial
         swap = (serial[b] < serial[a]) | ((serial[b] == serial[a]) & (self.mblock[b] < self.mblock[a]))
         early, late = np.where(swap, b, a), np.where(swap, a, b)
-        write = self.write.astype(np.int64)
+        del swap
+        write = self.write
         pairs = np.concatenate((early, late))
-        location = self.field("location", pairs).astype(np.int64).reshape(2, -1)
-        pc = self.field("pc", pairs).astype(np.int64).reshape(2, -1)
-        space = self.field("space", pairs).astype(np.int64).reshape(2, -1)
-        block_type = self.field("block_type", pairs).astype(np.int64).reshape(2, -1)
-        site = np.stack(
-            [write[late], write[early], space[0], self.pipe[early], self.pipe[late], location[0], location[1],
-             pc[0], pc[1], block_type[0], block_type[1]],
-            axis=1,
-        )  # fmt: skip
-        sites, which, counts = np.unique(site, axis=0, return_inverse=True, return_counts=True)
-        which = which.ravel()
+        location = self.field("location", pairs).reshape(2, -1)
+        pc = self.field("pc", pairs).reshape(2, -1)
+        space = self.field("space", pairs).reshape(2, -1)
+        block_type = self.field("block_type", pairs).reshape(2, -1)
+        del pairs
+        # A site is a pair of instructions; every column in its own narrow type (a pair's row of int64s cost more
+        # than all the rest of the check, for a launch where most pairs race).
+        pipe_early, pipe_late = self.pipe[early].astype(np.uint8), self.pipe[late].astype(np.uint8)
+        site = (write[late], write[early], space[0], pipe_early, pipe_late, location[0], location[1], pc[0], pc[1],
+                block_type[0], block_type[1])  # fmt: skip
+        order = np.lexsort(site[::-1])  # by site, the first column first
+        same = np.zeros(order.size, dtype=bool)  # as the row before, in every column
+        same[1:] = True
+        for column in site:
+            ordered = column[order]
+            same[1:] &= ordered[1:] == ordered[:-1]
+        del site, ordered, pipe_early, pipe_late
+        starts = np.flatnonzero(~same)
+        ends = np.append(starts[1:], order.size)
         findings = []
-        for s in range(sites.shape[0]):
-            rows = np.flatnonzero(which == s)
+        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+            rows = order[lo:hi]
             pick = rows[np.lexsort((serial[late[rows]], serial[early[rows]]))[0]]
             e, lt = early[pick], late[pick]
             kind = _HAZARDS[(int(write[lt]), int(write[e]))]
@@ -444,7 +461,7 @@ class Kernel:
                     size=int(seg_size[pick]),
                     serial=int(serial[lt]),
                     pc=int(pc[1, pick]),
-                    count=int(counts[s]),
+                    count=hi - lo,
                     accesses=accesses,
                 )
             )
