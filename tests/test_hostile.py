@@ -104,8 +104,9 @@ def test_race_memory_concurrent_sessions_stay_within_the_hosts_budget(short_dir:
             assert client.returncode == 0
             verdicts.extend(json.loads(line) for line in out.splitlines() if line.startswith("{"))
         assert len(verdicts) == 6
-        for verdict in verdicts:  # none silently "0 errors": each says its launch was cut or left unchecked
-            assert verdict == {"events": 24 * RACE_BATCH, "errors": 1, "checked": True}, verdict
+        for verdict in verdicts:  # none silently "0 errors": each says its launch was cut, or left unchecked, or both
+            assert (verdict["events"], verdict["checked"]) == (24 * RACE_BATCH, True), verdict
+            assert verdict["errors"] in (1, 2), verdict
         grown = peak_rss_bytes(daemon.process.pid) - baseline
         # Without the budget: 8 x 1.5 M events x ~300 B, about 3.7 GB. With it: the budget, and the frames each
         # session's queues and socket hold (8 sessions x queue_depth 4 x 3.5 MiB).

@@ -42,6 +42,7 @@ _ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", 
 BYTES_PER_HELD_EVENT = 384
 BYTES_PER_RANGE = 160
 BYTES_PER_PAIR = 160
+_BYTES_PER_CHECKED_EVENT = BYTES_PER_HELD_EVENT + 2 * BYTES_PER_PAIR
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
 
 
@@ -62,8 +63,9 @@ class Racecheck:
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self._reset()
         self.kernel = launch
-        # One launch never holds more than the whole budget: past that it is cut, like --max-race-events.
-        self.limit = min(self.context.max_race_events, self.context.race_memory.limit // BYTES_PER_HELD_EVENT)
+        # One launch never holds more than the whole budget would check (its events and up to two candidate pairs
+        # each): past that it is cut, like at --max-race-events, rather than left unchecked for good.
+        self.limit = min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT)
 
     def _reset(self) -> None:
         self.parts = []
@@ -114,8 +116,8 @@ class Racecheck:
     def _cut_text(self, limit: int, dropped: int) -> str:
         if limit < self.context.max_race_events:
             why = (
-                f"its share of the host's race-check memory ({self.context.race_memory.limit} bytes, "
-                f"sanitizerd serve --race-memory; {BYTES_PER_HELD_EVENT} bytes per held event)"
+                f"what the host's race-check memory can check ({self.context.race_memory.limit} bytes, "
+                f"sanitizerd serve --race-memory; {_BYTES_PER_CHECKED_EVENT} bytes per event at most)"
             )
         else:
             why = "sanitizerd serve --max-race-events"

@@ -42,7 +42,7 @@ class Limits:
     queue_depth: int = 4
     # Threads that run detector checks; numpy releases the GIL, so more than the cores buys nothing.
     detector_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
-    # Events racecheck holds for one kernel launch (56 bytes each): it checks a launch only once it has ended.
+    # Events racecheck holds for one kernel launch: it checks a launch only once it has ended.
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
     # Bytes all sessions' racecheck may hold at once (held events and their check): a launch that would go past it
     # is left unchecked, and says so.
