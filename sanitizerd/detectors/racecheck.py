@@ -150,9 +150,11 @@ def _unpinned(batch: np.ndarray) -> np.ndarray:
     base: object = batch
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
+    if not isinstance(base, memoryview):  # an array of its own (a filtered batch), or a caller's (tests, benchmarks)
+        return batch
     while isinstance(base, memoryview):
         base = base.obj
-    if isinstance(base, bytes | bytearray | np.ndarray) and len(memoryview(base).cast("B")) > 2 * batch.nbytes:
+    if isinstance(base, bytes | bytearray) and len(base) > 2 * batch.nbytes:
         return batch.copy()
     return batch
 
