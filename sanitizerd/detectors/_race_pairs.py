@@ -151,7 +151,7 @@ def _segments(
     incidences = int(count.sum())
     if incidences > count.size and not afford(incidences - count.size):
         raise OverBudget(incidences)
-    seg = np.repeat(first, count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
+    seg = np.repeat(first, count) + (np.arange(incidences) - np.repeat(np.cumsum(count) - count, count))
     who = np.repeat(owner, count)
     by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
     return seg[by], who[by], bounds[:-1], bounds[1:]

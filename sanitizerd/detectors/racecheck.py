@@ -35,10 +35,10 @@ _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
 # What every access keeps in memory until the kernel's end; the rest is read back for the few that race.
 _ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
                   "space", "flags", "serial")  # fmt: skip
-# Bytes of memory one held event costs at most: its record until the launch ends, then its share of the check's
-# temporaries; and each byte range beyond the first that a strided access becomes, or that overlapping ranges are
-# cut into, in the check's sweep (benchmarks/racecheck_memory.py; docs/performance.md). What a launch reserves
-# from the host's budget.
+# What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
+# per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
+# the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
+# candidate pair (at most two per range), ordering and folding it.
 BYTES_PER_HELD_EVENT = 384
 BYTES_PER_RANGE = 160
 BYTES_PER_PAIR = 160
@@ -85,7 +85,7 @@ class Racecheck:
         if not kept.size:
             return
         mem = kept["kind"] <= EventKind.WRITE
-        ranges = int(pieces(kept[mem]).sum()) - int(mem.sum()) if mem.any() else 0
+        ranges = int(pieces(kept)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
         cost = kept.size * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
         self.asked += cost
         if not self.context.race_memory.reserve(cost):
