@@ -16,8 +16,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
+
+from client_shim import Client, EventKind, Pipe, Space, accesses
+from sanitizerd.protocol.messages import Config
 from tests.conftest import (
     ROOT,
+    RunningDaemon,
     assert_serves_fresh_session,
     peak_rss_bytes,
     rss_bytes,
@@ -121,3 +126,35 @@ def test_race_memory_concurrent_sessions_stay_within_the_hosts_budget(short_dir:
         assert_serves_fresh_session(daemon)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()
+
+
+def test_race_memory_patterns_past_the_budget_are_refused_up_front(
+    hostile_daemon: RunningDaemon,
+) -> None:
+    """One record spanning 65 535 blocks x 65 535 repeats with gaps (4 G byte ranges in racecheck's sweep), then a
+    launch of wide writes over many small ones (pieces quadratic in the accesses: 100 M): each asks the budget before
+    making them, is refused, and its verdict counts the internal_error; the daemon does not grow."""
+    daemon = hostile_daemon
+    baseline = rss_bytes(daemon.process.pid)
+    huge = accesses(
+        EventKind.READ, Space.GM, 0x10000, 32, block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535,
+        pipe=Pipe.MTE2, serial=1,
+    )  # fmt: skip
+    i = np.arange(20_000)
+    wide = i % 2 == 0
+    nested = accesses(
+        EventKind.WRITE, Space.GM, np.where(wide, 0, (i // 2) * 64), np.where(wide, 1 << 20, 32), pipe=Pipe.MTE3,
+        serial=i + 1,
+    )  # fmt: skip
+    with Client(daemon.socket, job="race-patterns", config=Config(tools=["racecheck"]), resume_buffer=0) as client:
+        for name, events in (("one_huge_record", huge), ("nested_ranges", nested)):
+            kernel = client.kernel_begin(name, 1)
+            client.events(kernel, events)
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=30)
+            assert (verdict.events, verdict.errors) == (events.size, 1), (name, verdict)
+        client.close()
+    assert rss_bytes(daemon.process.pid) - baseline < 200 << 20
+    log = daemon.log_text()
+    assert log.count("race-check memory budget spent") == 2, log
+    assert_serves_fresh_session(daemon)
