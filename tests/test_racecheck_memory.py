@@ -220,6 +220,23 @@ class TestRacecheckInTheBudget:
         assert "candidate pairs" in finding.detail
         assert budget.used == others.held and budget.refusals == 1
 
+    def test_cross_block_knowledge_is_reserved_for_before_it_is_built(self) -> None:
+        """Every one of 4 096 blocks sets and waits on a cross-core flag (a SyncAll): what each wait knows of every
+        block is 4 096 x 4 096 x 12 clocks. Asked for before it is built, refused, and the launch says so."""
+        blocks = np.arange(4096)
+        events = np.concatenate(
+            [
+                syncs(EventKind.CROSS_SET, Pipe.S, Pipe.S, 31, block_id=blocks, serial=1),
+                syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31, block_id=blocks, serial=2),
+            ]
+        )
+        events = events[np.argsort(events["block_id"], kind="stable")]
+        budget = MemoryBudget(256 << 20)
+        [finding] = run_kernel(racecheck_with(budget), events)
+        assert finding.kind == "internal_error"
+        assert "4096 cross-block waits across 4096 blocks" in finding.detail, finding.detail
+        assert budget.used == 0 and budget.refusals == 1
+
     def test_a_failed_check_gives_its_share_back(self, monkeypatch: pytest.MonkeyPatch) -> None:
         budget = MemoryBudget(1 << 30)
         detector = racecheck_with(budget)

@@ -22,14 +22,6 @@ _LIMIT = np.uint64(ADDRESS_LIMIT)
 _REGION_SHIFT = np.uint64(48)
 
 
-class OverBudget(Exception):
-    """The sweep would need more (access, segment) incidences than the check may allocate."""
-
-    def __init__(self, incidences: int) -> None:
-        super().__init__(incidences)
-        self.incidences = incidences
-
-
 def pieces(events: np.ndarray) -> np.ndarray:
     """The byte ranges each access becomes in the sweep (``_patterns.ranges``), at most: 1 for a dense access, one
     per repeat for contiguous rows, one per block otherwise. What the check's memory grows with, besides events."""
@@ -68,15 +60,14 @@ def candidate_pairs(
     placed: np.ndarray,
     is_write: np.ndarray,
     order: np.ndarray,
-    afford: Callable[[int], bool] = lambda incidences: True,
+    need: Callable[[int], None] = lambda incidences: None,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
     the other arrays are per access. ``region_block`` is the block owning the access's memory (-1 for GM);
     ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part.
-    Ranges that overlap without coinciding are cut into segments, one incidence each: ``afford`` is asked for
-    those beyond one per range before they exist (nested ranges make them quadratic), and OverBudget raised
-    if it says no."""
+    Ranges that overlap without coinciding are cut into segments, one incidence each: ``need`` is told how many
+    there are beyond one per range before they exist (nested ranges make them quadratic), and raises to refuse."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
@@ -101,7 +92,7 @@ def candidate_pairs(
     del start
     hi = base + np.minimum(stop, _LIMIT)
     del stop, base
-    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, afford)
+    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need)
     del lo, hi, owner, rank, rank_of_event  # the check's peak comes next: free what it does not need
     write = is_write[who]
     size = seg.size
@@ -125,7 +116,7 @@ def candidate_pairs(
 
 
 def _segments(
-    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, afford: Callable[[int], bool]
+    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, need: Callable[[int], None]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Incidences (segment, access) sorted by segment, then by ``rank``; and each segment's [start, end).
 
@@ -149,8 +140,8 @@ def _segments(
     first = np.searchsorted(bounds, lo)
     count = np.searchsorted(bounds, hi) - first
     incidences = int(count.sum())
-    if incidences > count.size and not afford(incidences - count.size):
-        raise OverBudget(incidences)
+    if incidences > count.size:
+        need(incidences - count.size)
     seg = np.repeat(first, count) + (np.arange(incidences) - np.repeat(np.cumsum(count) - count, count))
     who = np.repeat(owner, count)
     by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")

@@ -45,6 +45,14 @@ def _cgroup_memory_max() -> int | None:
     return None
 
 
+class OverBudget(Exception):
+    """A check would allocate more than the host's budget has left: what for, and how many bytes."""
+
+    def __init__(self, what: str, nbytes: int) -> None:
+        super().__init__(what, nbytes)
+        self.what, self.nbytes = what, nbytes
+
+
 class MemoryBudget:
     """Bytes all sessions' racecheck may hold at once. Thread-safe: checks run on worker threads."""
 
@@ -102,6 +110,11 @@ class MemoryAccount:
         """Take ``nbytes`` more from the host's budget; False (and nothing taken) when it has not that much
         left or the session has ended."""
         return self.budget._reserve(self, nbytes)
+
+    def need(self, nbytes: int, what: str) -> None:
+        """Take ``nbytes`` for ``what`` before allocating it, or raise OverBudget."""
+        if not self.reserve(nbytes):
+            raise OverBudget(what, nbytes)
 
     def release(self) -> None:
         """Give back everything this session holds."""

@@ -21,8 +21,9 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._race_pairs import OverBudget, Segments, candidate_pairs, dense, pieces
+from sanitizerd.detectors._race_pairs import Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.memory_budget import OverBudget
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, FLAG_ATOMIC, EventKind, Pipe, Space, pipe_name
@@ -105,6 +106,8 @@ class Racecheck:
         try:
             events = Batches(parts)
             findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
+        except OverBudget as exc:  # a part of the check quadratic in what the launch holds
+            findings = [self._over_budget(launch, exc)]
         finally:  # a failed check too gives back its share of the host's budget
             self._reset()
         if refused or dropped:  # one or the other: a refused launch counts what it had cut among its refused
@@ -132,6 +135,17 @@ class Racecheck:
             f"memory budget ({self.context.race_memory.limit} bytes shared by all sessions, sanitizerd serve "
             f"--race-memory; {BYTES_PER_HELD_EVENT} bytes per held event, {BYTES_PER_RANGE} per byte range beyond an "
             f"access's first), more than it had left; {refused} events were not checked"
+        )
+
+    def _over_budget(self, launch: KernelLaunch | None, exc: OverBudget) -> Finding:
+        return self.context.finding(
+            "internal_error",
+            kernel=launch.name if launch else None,
+            detail=(
+                f"racecheck did not check this kernel launch for races: {exc.what}, which need {exc.nbytes} bytes, "
+                f"more than the host's race-check memory budget ({self.context.race_memory.limit} bytes shared by "
+                "all sessions, sanitizerd serve --race-memory) had left"
+            ),
         )
 
     def host_op(self, op: HostOp) -> list[Finding]:
@@ -196,7 +210,7 @@ class Kernel:
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
             present, np.unique(self.pipe), self.block_keys.size, cross_free=self.context.config.block_id >= 0,
-            truncated=truncated,
+            truncated=truncated, need=self.context.race_memory.need,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m
@@ -276,6 +290,9 @@ class Kernel:
         for c in chains:
             per_block.setdefault(c // NPIPES, []).append(c)
         width = max((len(v) for v in per_block.values()), default=0)
+        if width > 1:  # one column is in what a held event costs; a block waiting across blocks on many pipes is not
+            what = f"its {self.mem.size} accesses know cross-block waits on {width} pipes"
+            self.context.race_memory.need(self.mem.size * (width - 1) * 8, what)
         rows = np.full((self.mem.size, width), -1, dtype=np.int64)
         for b, block_chains in per_block.items():
             lo, hi = np.searchsorted(self.mblock, [b, b + 1])
@@ -323,17 +340,18 @@ class Kernel:
             return []
         space = self.access["space"]
         region_block = np.where(space == Space.GM, -1, self.mblock)
-        try:
-            chunks = candidate_pairs(
-                self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
-                self._linear_order(), afford=lambda n: self.context.race_memory.reserve(n * BYTES_PER_RANGE),
-            )  # fmt: skip
-        except OverBudget as exc:  # ranges nested in each other: pieces quadratic in the accesses
-            return [self._over_budget(f"overlap in {exc.incidences} pieces", exc.incidences * BYTES_PER_RANGE)]
+        account = self.context.race_memory
+
+        def pieces_beyond_ranges(n: int) -> None:  # ranges nested in each other: pieces quadratic in the accesses
+            account.need(n * BYTES_PER_RANGE, f"its {mem.size} accesses overlap in {n} pieces beyond their ranges")
+
+        chunks = candidate_pairs(
+            self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
+            self._linear_order(), need=pieces_beyond_ranges,
+        )  # fmt: skip
         # Up to two pairs per piece; what ordering and folding them costs is asked for before it is spent.
         pairs = sum(a.size for a, _, _ in chunks)
-        if not self.context.race_memory.reserve(pairs * BYTES_PER_PAIR):
-            return [self._over_budget(f"make {pairs} candidate pairs", pairs * BYTES_PER_PAIR)]
+        account.need(pairs * BYTES_PER_PAIR, f"its {mem.size} accesses make {pairs} candidate pairs")
         racing = []
         while chunks:
             a, b, segments = chunks.pop()
@@ -351,19 +369,6 @@ class Kernel:
         _, once = np.unique(a * self.mem.size + b, return_index=True)  # a pair overlapping in several segments
         segments = segments[once]
         return self._fold(a[once], b[once], segments.start(), segments.size())
-
-    def _over_budget(self, what: str, nbytes: int) -> Finding:
-        budget = self.context.race_memory.limit
-        return self.context.finding(
-            "internal_error",
-            kernel=self.launch.name if self.launch else None,
-            detail=(
-                f"racecheck did not check this kernel launch for races: its {self.mem.size} accesses {what}, "
-                f"which need {nbytes} bytes, more than the host's "
-                f"race-check memory budget ({budget} bytes shared by all sessions, sanitizerd serve --race-memory) "
-                "had left"
-            ),
-        )
 
     def _unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         serial, write = self.serial, self.write
