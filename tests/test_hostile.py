@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_shim import Client, EventKind, Pipe, Space, accesses
+from client_shim import Client, EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.protocol.messages import Config
 from tests.conftest import (
     ROOT,
@@ -132,8 +132,9 @@ def test_race_memory_patterns_past_the_budget_are_refused_up_front(
     hostile_daemon: RunningDaemon,
 ) -> None:
     """One record spanning 65 535 blocks x 65 535 repeats with gaps (4 G byte ranges in racecheck's sweep), then a
-    launch of wide writes over many small ones (pieces quadratic in the accesses: 100 M): each asks the budget before
-    making them, is refused, and its verdict counts the internal_error; the daemon does not grow."""
+    launch of wide writes over many small ones (pieces quadratic in the accesses: 100 M), then a SyncAll over 8 192
+    blocks (what each wait knows of every block: 800 M clocks): each asks the budget before making them, is refused,
+    and its verdict counts the internal_error; the daemon does not grow."""
     daemon = hostile_daemon
     baseline = rss_bytes(daemon.process.pid)
     huge = accesses(
@@ -146,8 +147,17 @@ def test_race_memory_patterns_past_the_budget_are_refused_up_front(
         EventKind.WRITE, Space.GM, np.where(wide, 0, (i // 2) * 64), np.where(wide, 1 << 20, 32), pipe=Pipe.MTE3,
         serial=i + 1,
     )  # fmt: skip
+    blocks = np.arange(8192)
+    sync_all = np.concatenate(
+        [
+            syncs(EventKind.CROSS_SET, Pipe.S, Pipe.S, 31, block_id=blocks, serial=1),
+            syncs(EventKind.CROSS_WAIT, Pipe.S, Pipe.S, 31, block_id=blocks, serial=2),
+        ]
+    )
+    sync_all = sync_all[np.argsort(sync_all["block_id"], kind="stable")]
+    launches = (("one_huge_record", huge), ("nested_ranges", nested), ("sync_all", sync_all))
     with Client(daemon.socket, job="race-patterns", config=Config(tools=["racecheck"]), resume_buffer=0) as client:
-        for name, events in (("one_huge_record", huge), ("nested_ranges", nested)):
+        for name, events in launches:
             kernel = client.kernel_begin(name, 1)
             client.events(kernel, events)
             client.kernel_end(kernel)
@@ -156,5 +166,5 @@ def test_race_memory_patterns_past_the_budget_are_refused_up_front(
         client.close()
     assert rss_bytes(daemon.process.pid) - baseline < 200 << 20
     log = daemon.log_text()
-    assert log.count("race-check memory budget spent") == 2, log
+    assert log.count("race-check memory budget spent") == 3, log
     assert_serves_fresh_session(daemon)

@@ -57,7 +57,7 @@ class MemoryBudget:
     """Bytes all sessions' racecheck may hold at once. Thread-safe: checks run on worker threads."""
 
     def __init__(self, limit: int, on_refused: Callable[[int, int, int], None] | None = None) -> None:
-        self.limit = limit
+        self.limit = int(limit)  # a config file may say 2e9
         self.used = 0
         self.peak = 0  # the most ever reserved at once
         self.refusals = 0
@@ -70,7 +70,7 @@ class MemoryBudget:
     def resize(self, limit: int) -> None:
         """A new limit (SIGHUP); what is held already stays held, new reservations see the new limit."""
         with self._lock:
-            self.limit = limit
+            self.limit = int(limit)
 
     def _reserve(self, account: MemoryAccount, nbytes: int) -> bool:
         with self._lock:

@@ -66,7 +66,7 @@ class Racecheck:
         self.kernel = launch
         # One launch never holds more than the whole budget would check (its events and up to two candidate pairs
         # each): past that it is cut, like at --max-race-events, rather than left unchecked for good.
-        self.limit = min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT)
+        self.limit = int(min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT))
 
     def _reset(self) -> None:
         self.parts = []
