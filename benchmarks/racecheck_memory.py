@@ -55,12 +55,18 @@ def _reset_peak() -> None:
 
 def _write_kernel(path: str, kernel: str, blocks: int, per_block: int) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from racecheck import kernel_stream  # the throughput benchmark's kernel
+    from racecheck import block_stream, kernel_stream  # the throughput benchmark's kernel
 
     from client_shim.events import EventKind, Pipe, Space, accesses
 
     if kernel == "tiled":
         kernel_stream(blocks, per_block).tofile(path)
+        return
+    if kernel == "syncs":  # the tiled kernel's sync events alone, each block a few tiles longer than the one before
+        # (so no two share their model's fixpoint): the model with no access to place, at its dearest
+        per = per_block * 8 // 3 - 200 * blocks
+        events = np.concatenate([block_stream(b, per + 400 * b, b * 10**8) for b in range(blocks)])
+        events[events["kind"] >= EventKind.SET_FLAG].tofile(path)
         return
     i = np.arange(blocks * per_block)
     block, nth = i // per_block, i % per_block
@@ -117,9 +123,10 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2_000_000, help="about this many events [2 000 000]")
     parser.add_argument("--blocks", type=int, default=24)
     parser.add_argument(
-        "--kernel", choices=["tiled", "accesses", "racy"], default="tiled",
-        help="tiled: benchmarks/racecheck.py's kernel; accesses: memory accesses only, none overlapping; racy: "
-        "accesses only, all to one GM word, every pair a race [tiled]",
+        "--kernel", choices=["tiled", "syncs", "accesses", "racy"], default="tiled",
+        help="tiled: benchmarks/racecheck.py's kernel; syncs: its sync events only, every block different; "
+        "accesses: memory accesses only, none overlapping; racy: reads of one GM word, a write every 8th, two "
+        "racing pairs per read [tiled]",
     )  # fmt: skip
     parser.add_argument("--write", help=argparse.SUPPRESS)  # the child: build the kernel into this file
     args = parser.parse_args()

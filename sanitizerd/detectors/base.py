@@ -34,7 +34,7 @@ def is_library_frame(frame: Frame) -> bool:
 
 
 # Events racecheck holds for one kernel launch until it ends: 0.5 GiB of records, 5 blocks' worth at msSanitizer's
-# default cache size; with the check's temporaries 3.6 GiB reserved (racecheck.BYTES_PER_HELD_EVENT), and up to
+# default cache size; with the check's temporaries 4.8 GiB reserved (racecheck.BYTES_PER_HELD_EVENT), and up to
 # 3 GiB more for candidate pairs. The daemon's --max-race-events; the host's --race-memory bounds all sessions.
 DEFAULT_MAX_RACE_EVENTS = 10_000_000
 

@@ -40,7 +40,7 @@ _ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", 
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
 # the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
 # candidate pair (at most two per range), ordering and folding it.
-BYTES_PER_HELD_EVENT = 384
+BYTES_PER_HELD_EVENT = 512
 BYTES_PER_RANGE = 160
 BYTES_PER_PAIR = 160
 _BYTES_PER_CHECKED_EVENT = BYTES_PER_HELD_EVENT + 2 * BYTES_PER_PAIR
