@@ -11,6 +11,11 @@ A kernel's events are kept until it ends (a wait may be released by a block that
    pipe_barrier between them, their distance, or a hand-over that left the pipe and came back; two blocks
    (GM only) by what the later one learned through cross-block waits.
 Races fold per site pair (loop iterations and blocks become a count and block lists), as msSanitizer does.
+
+Memory: a launch reserves what it holds and what its check will allocate from the host's budget, shared by all
+sessions (``memory_budget``; ``sanitizerd serve --race-memory``), per event as it arrives and, for the parts that
+grow faster than the events (strided patterns, nested ranges, candidate pairs, cross-block knowledge), before
+they are built. A launch the budget has no room for is not checked, and an internal_error says so.
 """
 
 from __future__ import annotations
