@@ -6,17 +6,21 @@ memory the host never gets back.
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
+from sanitizerd import config
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memory_budget import MemoryBudget
 from sanitizerd.detectors.racecheck import BYTES_PER_HELD_EVENT, BYTES_PER_PAIR, BYTES_PER_RANGE, Kernel, Racecheck
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import as_events
+from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.session import Answer, Peer, Session
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel
 from tests.detector_helpers import make_detector, run_kernel, stream
@@ -311,3 +315,21 @@ class TestVerdict:
         assert answer.verdict.errors == 1 and answer.verdict.checked
         s.context.race_memory.close()
         assert budget.used == BYTES_PER_HELD_EVENT  # the other session's, only
+
+
+class TestSettings:
+    def test_race_memory_from_the_file_the_command_line_and_sighup(self, tmp_path: Path) -> None:
+        """``[limits] race_memory`` in the file, ``--race-memory`` over it; a reload takes the file's new value
+        unless the command line gave one."""
+        path = tmp_path / "c.toml"
+        path.write_text("[limits]\nrace_memory = 1000000\n")
+        assert config.limits(config.read(path), {"race_memory": None}).race_memory == 1_000_000
+        assert config.limits(config.read(path), {"race_memory": 5000}).race_memory == 5000
+        current = config.limits(config.read(path), {})
+        path.write_text("[limits]\nrace_memory = 2000000\n")
+        assert config.reloaded(current, config.read(path), {}).race_memory == 2_000_000
+        assert config.reloaded(current, config.read(path), {"race_memory": 5000}).race_memory == 5000
+
+    def test_the_default_is_a_quarter_of_what_the_daemon_may_use(self) -> None:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        assert 256 << 20 <= Limits().race_memory <= max(256 << 20, physical // 4)
