@@ -10,7 +10,8 @@ The file is ``/etc/sanitizerd/sanitizerd.toml`` when it exists, or ``--config PA
     max_sessions = 1024
     max_sessions_per_uid = 256
     queue_depth = 4
-    max_race_events = 50000000
+    max_race_events = 10000000
+    race_memory = 4294967296
     admin_groups = ["sanitizer-admins"]
     retention_days = 30
     max_store_size = 4294967296
@@ -56,7 +57,12 @@ them with the defaults.
     threads that run detector checks; fixed at start-up. An integer from 1 to 256; default min(4, cores).
 ``max_race_events``
     events racecheck holds per kernel launch; later ones are not race-checked (and the verdict says so). An
-    integer from 1 to 2^40; default 50 000 000.
+    integer from 1 to 2^40; default 10 000 000.
+``race_memory``
+    bytes racecheck may reserve over all sessions (held events and the check's temporaries, reserved before they
+    are made); a launch that would go past it is not race-checked, and its verdict says so. An integer from 2^16
+    to 2^50; default a quarter of what the daemon may use (physical memory, its cgroup's ``memory.max``, its
+    address-space limit: the smallest), at least 256 MiB.
 ``job_grace``
     seconds a job whose last session closed is shown as "ending" (its ranks may restart). More than 0, at most
     604800 (a week); default 30.
@@ -151,7 +157,7 @@ LIMITS: dict[str, Limit] = {
     "queue_depth": Limit("work items buffered per detector before the session's reads pause", at_least=1, at_most=1024),
     "detector_threads": Limit("threads that run detector checks", at_least=1, at_most=256, reloadable=False),
     "max_race_events": Limit(
-        "events racecheck holds per kernel launch (56 bytes each); later ones are not race-checked",
+        "events racecheck holds per kernel launch; later ones are not race-checked",
         at_least=1,
         at_most=1 << 40,
     ),
@@ -160,6 +166,12 @@ LIMITS: dict[str, Limit] = {
         above=0,
         at_most=_MAX_SECONDS,
         unit="s",
+    ),
+    "race_memory": Limit(
+        "bytes racecheck may reserve over all sessions; a launch past it is not race-checked, and says so",
+        at_least=1 << 16,
+        at_most=1 << 50,
+        unit="bytes",
     ),
     "max_control_requests": Limit(
         "wait_job, watch and job_start requests one control connection may hold at once", at_least=1, at_most=1 << 20

@@ -240,6 +240,7 @@ class Daemon:
         self.metrics.connection_gauges(
             open_connections=lambda: float(self.connections.total), unfinished=lambda: float(self.unfinished.total)
         )
+        self.metrics.race_memory(lambda: float(hub.race_memory.used), lambda: float(hub.race_memory.limit))
         ready = anyio.Event()
         self.metrics.readiness(lambda: self._not_ready(ready))
         if settings.metrics_addr:
@@ -433,6 +434,7 @@ class Daemon:
             notifier.notify("READY=1", f"STATUS=reload failed, settings unchanged: {detail}")
             return
         hub.limits = self._fitted(limits)  # one assignment: a connection sees the old limits or the new ones
+        hub.race_memory.resize(hub.limits.race_memory)
         logs.configure(level)
         self.metrics.config_reloads.labels("ok").inc()
         log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
@@ -548,8 +550,9 @@ class Daemon:
                 await hub.refuse(stream, "store_unavailable", f"the daemon cannot record a session now: {exc}")
                 return
             session = Session(
-                ident, hello, config, peer, ipc=hub.jobs.ipc_table(key), max_race_events=hub.limits.max_race_events
-            )
+                ident, hello, config, peer, ipc=hub.jobs.ipc_table(key), max_race_events=hub.limits.max_race_events,
+                race_memory=hub.race_memory.account(),
+            )  # fmt: skip
             session.already_stored.update(already)
             hub.live[ident] = session
             hub.jobs.session_started(key, ident)
@@ -567,6 +570,8 @@ class Daemon:
                 await serve_producer(hub, stream, session)
         finally:
             hub.metrics.sessions_live.dec()
+            # Its detectors have stopped (their threads are waited for, even when cut off): nothing is held now.
+            session.context.race_memory.close()
             if hub.live.pop(ident, None) is not None:  # ended abnormally before its pump finalized it
                 hub.jobs.session_ended(session.info(state="ended"))
 

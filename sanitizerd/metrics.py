@@ -73,6 +73,11 @@ class Metrics:
             ["detector"],
             registry=r,
         )
+        self.race_memory_refusals = Counter(
+            "sanitizerd_race_memory_refusals",
+            "Kernel launches racecheck left unchecked because the host's race-check memory budget was spent",
+            registry=r,
+        )
         self.store_writes = Counter("sanitizerd_store_writes", "Findings written to the store", registry=r)
         self.store_errors = Counter("sanitizerd_store_errors", "Store operations that failed", registry=r)
         self.findings_unstored = Counter(
@@ -147,6 +152,16 @@ class Metrics:
             registry=self.registry,
         ).set_function(read)
         self.registry.register(_PerDetectorQueue(per_detector))
+
+    def race_memory(self, used: Callable[[], float], limit: Callable[[], float]) -> None:
+        Gauge(
+            "sanitizerd_race_memory_bytes",
+            "Bytes racecheck has reserved from the host's budget now, over all sessions",
+            registry=self.registry,
+        ).set_function(used)
+        Gauge(
+            "sanitizerd_race_memory_limit_bytes", "The host's race-check memory budget", registry=self.registry
+        ).set_function(limit)
 
     def gauges(self, *, jobs_live: Callable[[], float]) -> None:
         Gauge("sanitizerd_jobs_live", "Jobs with at least one live session", registry=self.registry).set_function(

@@ -26,6 +26,7 @@ be placed; nor can the nodes of a cycle (a node that would have to know its own 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -165,6 +166,7 @@ def build(
     *,
     cross_free: bool,
     truncated: bool = False,
+    need: Callable[[int, str], None] = lambda nbytes, what: None,
 ) -> Model:
     """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
     then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
@@ -172,7 +174,8 @@ def build(
     ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
     ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
     taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on, ``n_blocks`` the
-    number of blocks of the kernel (some may have no sync event at all)."""
+    number of blocks of the kernel (some may have no sync event at all). ``need`` is told of the bytes the
+    cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse."""
     # pipe_barrier(PIPE_ALL) waits only on pipes that do something: the others have nothing to publish.
     busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
     all_pipes = _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
@@ -251,6 +254,9 @@ def build(
         nonforward=np.empty(0, dtype=np.int64),
         rank=nodes.pos.copy(),
     )
+    if model.cross_waits.size:  # G, the one being built beside it, and a row's join over its sources
+        width = n_blocks * NPIPES * np.dtype(np.int32).itemsize
+        need(3 * model.cross_waits.size * width, f"{model.cross_waits.size} cross-block waits across {n_blocks} blocks")
     _solve(model, edges, multi, sources, n_blocks)
     stuck = np.unique(np.concatenate(stuck_nodes)) if stuck_nodes and not truncated else np.empty(0, dtype=np.int64)
     _place(model, stuck, sources, n_blocks)

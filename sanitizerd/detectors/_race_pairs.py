@@ -12,12 +12,26 @@ segment), which is about one per access for tiled kernels.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
 
 _LIMIT = np.uint64(ADDRESS_LIMIT)
 _REGION_SHIFT = np.uint64(48)
+
+
+def pieces(events: np.ndarray) -> np.ndarray:
+    """The byte ranges each access becomes in the sweep (``_patterns.ranges``), at most: 1 for a dense access, one
+    per repeat for contiguous rows, one per block otherwise. What the check's memory grows with, besides events."""
+    block_num = events["block_num"].astype(np.int64)
+    block_stride = events["block_stride"]
+    repeat = events["repeat"].astype(np.int64)
+    row_is_range = (block_num <= 1) | (block_stride <= 1)
+    row_length = np.where((block_num <= 1) | (block_stride == 0), 1, block_num)
+    dense = row_is_range & ((repeat <= 1) | (events["repeat_stride"] <= row_length))
+    return np.where(dense, 1, np.maximum(repeat, 1) * np.where(row_is_range, 1, block_num))
 
 
 class Segments:
@@ -46,11 +60,14 @@ def candidate_pairs(
     placed: np.ndarray,
     is_write: np.ndarray,
     order: np.ndarray,
+    need: Callable[[int], None] = lambda incidences: None,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
     the other arrays are per access. ``region_block`` is the block owning the access's memory (-1 for GM);
-    ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part."""
+    ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part.
+    Ranges that overlap without coinciding are cut into segments, one incidence each: ``need`` is told how many
+    there are beyond one per range before they exist (nested ranges make them quadratic), and raises to refuse."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
@@ -70,9 +87,13 @@ def candidate_pairs(
     if int(region.max()) >= 1 << 16:  # more regions than 16 bits name (thousands of blocks): number them densely
         region = dense(region)[1]
     base = region.astype(np.uint64) << _REGION_SHIFT
+    del region
     lo = base + np.minimum(start, _LIMIT)
+    del start
     hi = base + np.minimum(stop, _LIMIT)
-    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n)
+    del stop, base
+    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need)
+    del lo, hi, owner, rank, rank_of_event  # the check's peak comes next: free what it does not need
     write = is_write[who]
     size = seg.size
     at = np.arange(size)
@@ -95,7 +116,7 @@ def candidate_pairs(
 
 
 def _segments(
-    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int
+    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, need: Callable[[int], None]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Incidences (segment, access) sorted by segment, then by ``rank``; and each segment's [start, end).
 
@@ -118,7 +139,10 @@ def _segments(
     bounds = bounds[distinct]
     first = np.searchsorted(bounds, lo)
     count = np.searchsorted(bounds, hi) - first
-    seg = np.repeat(first, count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
+    incidences = int(count.sum())
+    if incidences > count.size:
+        need(incidences - count.size)
+    seg = np.repeat(first, count) + (np.arange(incidences) - np.repeat(np.cumsum(count) - count, count))
     who = np.repeat(owner, count)
     by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
     return seg[by], who[by], bounds[:-1], bounds[1:]

@@ -3,7 +3,9 @@
 Given a kernel's cross-block sync nodes in arrival order, this works out for every waiting node the publishing
 nodes it waits for (its *sources*), or that nothing ever releases it. The matching does not depend on when
 things run: each protocol is a FIFO per key, and a barrier-like group releases its k-th wait entry once every
-member has made its k-th set. Sync kernels are few per kernel, so this is plain Python over them.
+member has made its k-th set. Sync kernels are few per kernel, so this is plain Python over them, linear in
+them: a group's targets are listed only when a round completes, never per set (a SyncAll over thousands of
+blocks would make that quadratic).
 
 FFTS modes (``CROSS_SET.mode``):
 - 0: every block of the setter's type (AIV or AIC) sets the flag; the k-th sets of all of them release the
@@ -16,7 +18,9 @@ FFTS modes (``CROSS_SET.mode``):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,9 +80,10 @@ def match_cross(
                 waits[("softall", 0, bt, bid)].append(n)
             else:
                 used = int(address[i])
-                group = [b for b in members[bt] if not used or b < used]
-                targets = [(bt, b) for b in group]
-                groups.add(("softall", bt, used), (bt, bid), n, i, targets, len(group), entries, ("softall", 0))
+                ids = members[bt]
+                size = bisect_left(ids, used) if used else len(ids)  # the first ``used`` blocks, or all
+                targets = ((bt, b) for b in ids[:size])
+                groups.add(("softall", bt, used), (bt, bid), n, i, targets, size, entries, ("softall", 0))
         elif k in (EventKind.MSTX_CROSS_SET, EventKind.MSTX_CROSS_WAIT):
             mstx.event((int(address[i]), f), n, k == EventKind.MSTX_CROSS_WAIT, bool(m & 1))
     for key, queue in waits.items():
@@ -94,12 +99,12 @@ def match_cross(
 
 def _ffts_targets(
     bt: int, bid: int, mode: int, sub: int, members: dict[int, list[int]]
-) -> list[tuple[tuple, list[tuple[int, int]], int]]:
+) -> list[tuple[tuple, Iterable[tuple[int, int]], int]]:
     """For one FFTS set: (group key, the blocks a completed round of the group releases, the group's size). A
     round completes when each member of the group has set once more."""
     sub = 2 if sub >= 2 else 1
-    if mode == 0:
-        return [(("all", bt), [(bt, b) for b in members[bt]], len(members[bt]))]
+    if mode == 0:  # every block of the type: listed only if this set completes a round
+        return [(("all", bt), ((bt, b) for b in members[bt]), len(members[bt]))]
     if mode == 1:
         first = bid - bid % 2
         pair = [b for b in (first, first + 1) if b in members[bt]] if sub == 2 else [bid]
@@ -119,6 +124,7 @@ class _Groups:
     def __init__(self) -> None:
         self.sets: dict[tuple, dict[tuple[int, int], list[int]]] = defaultdict(lambda: defaultdict(list))
         self.released: dict[tuple, int] = defaultdict(int)
+        self.ahead: dict[tuple, int] = defaultdict(int)  # members that have made the next round's set
 
     def add(
         self,
@@ -126,7 +132,7 @@ class _Groups:
         member: tuple[int, int],
         node: int,
         order: int,
-        targets: list[tuple[int, int]],
+        targets: Iterable[tuple[int, int]],
         size: int,
         entries: dict[tuple, list[tuple[int, list[int]]]],
         space: tuple,
@@ -134,10 +140,13 @@ class _Groups:
         rounds = self.sets[key]
         rounds[member].append(node)
         k = self.released[key]
-        if len(rounds) < size or any(len(nodes) <= k for nodes in rounds.values()):
+        if len(rounds[member]) == k + 1:
+            self.ahead[key] += 1
+        if len(rounds) < size or self.ahead[key] < len(rounds):
             return
         sources = [nodes[k] for nodes in rounds.values()]
         self.released[key] = k + 1
+        self.ahead[key] = sum(1 for nodes in rounds.values() if len(nodes) > k + 1)  # once per round
         for btype, bid in targets:
             entries[(*space, btype, bid)].append((order, sources))
 

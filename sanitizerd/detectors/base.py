@@ -12,6 +12,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from sanitizerd.chips import Chip
+from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
 from sanitizerd.findings.model import Finding, Frame, make_finding
 from sanitizerd.protocol.messages import Config, HostOp, Location
 
@@ -32,15 +33,17 @@ def is_library_frame(frame: Frame) -> bool:
     return any(marker in frame.file for marker in _LIBRARY_MARKERS)
 
 
-# Events racecheck holds for one kernel launch until it ends: about 2.6 GiB of records, 26 blocks' worth at
-# msSanitizer's default cache size. The daemon's --max-race-events.
-DEFAULT_MAX_RACE_EVENTS = 50_000_000
+# Events racecheck holds for one kernel launch until it ends: 0.5 GiB of records, 5 blocks' worth at msSanitizer's
+# default cache size; with the check's temporaries 4.8 GiB reserved (racecheck.BYTES_PER_HELD_EVENT), and up to
+# 3 GiB more for candidate pairs. The daemon's --max-race-events; the host's --race-memory bounds all sessions.
+DEFAULT_MAX_RACE_EVENTS = 10_000_000
 
 
 @dataclass(slots=True)
 class SessionContext:
     """What a detector may know about its session: identity to stamp on findings, the chip, and the
-    client's location table to turn location ids into source frames."""
+    client's location table to turn location ids into source frames, and the session's share of the host's memory
+    for racecheck."""
 
     job: str
     session: int
@@ -50,6 +53,7 @@ class SessionContext:
     config: Config
     locations: dict[int, Location] = field(default_factory=dict)
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
+    race_memory: MemoryAccount = field(default_factory=unbounded)
 
     def stack(self, location: int) -> list[Frame]:
         """The call stack of a location id, innermost first. Without ``--full-backtrace yes``, frames inside the

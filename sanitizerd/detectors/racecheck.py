@@ -11,6 +11,11 @@ A kernel's events are kept until it ends (a wait may be released by a block that
    pipe_barrier between them, their distance, or a hand-over that left the pipe and came back; two blocks
    (GM only) by what the later one learned through cross-block waits.
 Races fold per site pair (loop iterations and blocks become a count and block lists), as msSanitizer does.
+
+Memory: a launch reserves what it holds and what its check will allocate from the host's budget, shared by all
+sessions (``memory_budget``; ``sanitizerd serve --race-memory``), per event as it arrives and, for the parts that
+grow faster than the events (strided patterns, nested ranges, candidate pairs, cross-block knowledge), before
+they are built. A launch the budget has no room for is not checked, and an internal_error says so.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._race_pairs import Segments, candidate_pairs, dense
+from sanitizerd.detectors._race_pairs import Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.memory_budget import OverBudget
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, FLAG_ATOMIC, EventKind, Pipe, Space, pipe_name
@@ -35,6 +41,14 @@ _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
 # What every access keeps in memory until the kernel's end; the rest is read back for the few that race.
 _ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
                   "space", "flags", "serial")  # fmt: skip
+# What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
+# per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
+# the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
+# candidate pair (at most two per range), ordering and folding it.
+BYTES_PER_HELD_EVENT = 512
+BYTES_PER_RANGE = 160
+BYTES_PER_PAIR = 160
+_BYTES_PER_CHECKED_EVENT = BYTES_PER_HELD_EVENT + 2 * BYTES_PER_PAIR
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
 
 
@@ -47,49 +61,121 @@ class Racecheck:
         self.kernel: KernelLaunch | None = None
         self.parts: list[np.ndarray] = []
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
+        self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
+        self.asked = 0  # bytes the current launch asked of the budget
+        self.limit = 0
         self.distance = context.config.single_pipe_distance
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
+        self._reset()
         self.kernel = launch
+        # One launch never holds more than the whole budget would check (its events and up to two candidate pairs
+        # each): past that it is cut, like at --max-race-events, rather than left unchecked for good.
+        self.limit = int(min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT))
+
+    def _reset(self) -> None:
         self.parts = []
-        self.held = self.dropped = 0
+        self.held = self.dropped = self.refused = self.asked = 0
+        self.context.race_memory.release()
 
     def check(self, events: np.ndarray) -> None:
         keep = _KEEP[events["kind"]]
-        # A batch is a view of its own received frame (immutable bytes), so it can be held without a copy.
         kept = events if keep.all() else events[keep]
-        room = self.context.max_race_events - self.held
+        if self.refused:  # this launch goes unchecked already
+            self.refused += kept.size
+            return
+        room = self.limit - self.held
         if kept.size > room:  # the daemon's memory limit: the rest of this launch goes unchecked, and says so
             self.dropped += kept.size - max(room, 0)
             kept = kept[: max(room, 0)]
-        if kept.size:
-            self.parts.append(kept)
-            self.held += kept.size
+        if not kept.size:
+            return
+        mem = kept["kind"] <= EventKind.WRITE
+        ranges = int(pieces(kept)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
+        cost = kept.size * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
+        self.asked += cost
+        if not self.context.race_memory.reserve(cost):
+            # The host's budget has not that much left: hold none of this launch rather than check an arbitrary
+            # part, and give back at once what it held, for the other launches.
+            refused, asked = self.held + kept.size + self.dropped, self.asked
+            self._reset()
+            self.refused, self.asked = refused, asked
+            return
+        self.parts.append(_unpinned(kept))
+        self.held += kept.size
 
     def kernel_end(self) -> list[Finding]:
         parts, self.parts = self.parts, []
         launch, self.kernel = self.kernel, None
-        dropped, self.held, self.dropped = self.dropped, 0, 0
-        events = Batches(parts)
-        findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
-        if dropped:
-            findings.append(
-                self.context.finding(
-                    "internal_error",
-                    kernel=launch.name if launch else None,
-                    detail=(
-                        f"racecheck holds at most {self.context.max_race_events} events of a kernel launch "
-                        f"(sanitizerd serve --max-race-events); the last {dropped} were not checked for races"
-                    ),
-                )
-            )
+        dropped, refused, asked, limit = self.dropped, self.refused, self.asked, self.limit
+        try:
+            events = Batches(parts)
+            findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
+        except OverBudget as exc:  # a part of the check quadratic in what the launch holds
+            findings = [self._over_budget(launch, exc)]
+        finally:  # a failed check too gives back its share of the host's budget
+            self._reset()
+        if refused or dropped:  # one or the other: a refused launch counts what it had cut among its refused
+            detail = self._refused_text(refused, asked) if refused else self._cut_text(limit, dropped)
+            kernel = launch.name if launch else None
+            findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
         return findings
+
+    def _cut_text(self, limit: int, dropped: int) -> str:
+        if limit < self.context.max_race_events:
+            why = (
+                f"what the host's race-check memory can check ({self.context.race_memory.limit} bytes, "
+                f"sanitizerd serve --race-memory; {_BYTES_PER_CHECKED_EVENT} bytes per event at most)"
+            )
+        else:
+            why = "sanitizerd serve --max-race-events"
+        return (
+            f"racecheck holds at most {limit} events of a kernel launch ({why}); "
+            f"the last {dropped} were not checked for races"
+        )
+
+    def _refused_text(self, refused: int, asked: int) -> str:
+        return (
+            f"racecheck did not check this kernel launch for races: it needed {asked} bytes of the host's race-check "
+            f"memory budget ({self.context.race_memory.limit} bytes shared by all sessions, sanitizerd serve "
+            f"--race-memory; {BYTES_PER_HELD_EVENT} bytes per held event, {BYTES_PER_RANGE} per byte range beyond an "
+            f"access's first), more than it had left; {refused} events were not checked"
+        )
+
+    def _over_budget(self, launch: KernelLaunch | None, exc: OverBudget) -> Finding:
+        return self.context.finding(
+            "internal_error",
+            kernel=launch.name if launch else None,
+            detail=(
+                f"racecheck did not check this kernel launch for races: {exc.what}, which need {exc.nbytes} bytes, "
+                f"more than the host's race-check memory budget ({self.context.race_memory.limit} bytes shared by "
+                "all sessions, sanitizerd serve --race-memory) had left"
+            ),
+        )
 
     def host_op(self, op: HostOp) -> list[Finding]:
         return []
 
     def finish(self) -> list[Finding]:
-        return self.kernel_end() if self.kernel is not None else []
+        if self.kernel is not None:
+            return self.kernel_end()
+        self._reset()
+        return []
+
+
+def _unpinned(batch: np.ndarray) -> np.ndarray:
+    """A batch as it is held. A view of a received frame is held without a copy, unless the bytes it keeps alive
+    (a receive chunk of up to 1 MiB, other frames included) are much more than its own."""
+    base: object = batch
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if not isinstance(base, memoryview):  # an array of its own (a filtered batch), or a caller's (tests, benchmarks)
+        return batch
+    while isinstance(base, memoryview):
+        base = base.obj
+    if isinstance(base, bytes | bytearray) and len(base) > 2 * batch.nbytes:
+        return batch.copy()
+    return batch
 
 
 class Kernel:
@@ -101,23 +187,23 @@ class Kernel:
         self.launch = launch
         self.events = events
         self.truncated = truncated
-        bkey = (events.column("block_type").astype(np.int64) << 16) | events.column("block_id")
-        self.block_keys, block = dense(bkey)
+        # Memory held per event is what the host's budget is reserved by (BYTES_PER_HELD_EVENT): what is kept for
+        # every access is what the check needs to its end, and per-event temporaries go as soon as they are used.
+        self.block_keys, block = dense((events.column("block_type").astype(np.int64) << 16) | events.column("block_id"))
         kind = events.column("kind")
+        self.order: np.ndarray | None = None  # block-sorted position -> arrival position; None: the same
         if block.size > 1 and (block[1:] < block[:-1]).any():
-            order = np.argsort(block, kind="stable")
-            kind, block = kind[order], block[order]
-        else:  # blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
-            order = np.arange(events.size)
-        self.order = order  # block-sorted position -> arrival position
+            self.order = np.argsort(block, kind="stable")
+            kind, block = kind[self.order], block[self.order]
+        # else blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
         self.total = events.size
         sync = np.flatnonzero(kind >= EventKind.SET_FLAG)
+        sync_arrival = self.arrival(sync)
         s = events.take_fields(
-            ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id"), order[sync]
+            ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id"), sync_arrival
         )
-        is_mem = kind <= EventKind.WRITE
-        mem = np.flatnonzero(is_mem)
-        m = events.take_fields(_ACCESS_FIELDS, order[mem])
+        mem = np.flatnonzero(kind <= EventKind.WRITE)
+        m = events.take_fields(_ACCESS_FIELDS, self.arrival(mem))
         ext = extents(m)
         keep = ext > 0
         if not keep.all():
@@ -127,9 +213,9 @@ class Kernel:
         self.pipe = scalar_to_cal(m["pipe"].astype(np.int64))
         self.model = build(
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
-            s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], order[sync], sync,
+            s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
             present, np.unique(self.pipe), self.block_keys.size, cross_free=self.context.config.block_id >= 0,
-            truncated=truncated,
+            truncated=truncated, need=self.context.race_memory.need,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m
@@ -143,24 +229,32 @@ class Kernel:
             s["mode"][kind[sync] == EventKind.SET_ATOMIC],
         )
         self.write = m["kind"] == EventKind.WRITE
-        self.serial = m["serial"].astype(np.int64)
+        self.serial = m["serial"].view(np.int64)  # serial numbers stay far below 2**63
         self._place_accesses()
+
+    def arrival(self, positions: np.ndarray) -> np.ndarray:
+        """Arrival positions (in the held batches) of block-sorted positions."""
+        return positions if self.order is None else self.order[positions]
 
     # --- where each access sits in the model ---
     def _place_accesses(self) -> None:
         model, mem = self.model, self.mem
         nodes = model.nodes
-        self.chain = self.mblock * NPIPES + self.pipe
-        self.pos = 2 * mem.astype(np.int64)
-        key = (self.chain << POS_BITS) + self.pos
+        chain = self.mblock * NPIPES + self.pipe
+        pos = 2 * mem  # an access's place in its block, between the sync nodes' (odd) places
+        key = (chain << POS_BITS) + pos
         at = np.searchsorted(nodes.key, key, side="left") - 1
         ok = at >= 0
-        ok[ok] = (nodes.key[at[ok]] >> POS_BITS) == self.chain[ok]
+        ok[ok] = (nodes.key[at[ok]] >> POS_BITS) == chain[ok]
+        del chain
         self.prev = np.where(ok, at, -1)
         self.seg = np.zeros(mem.size, dtype=np.int64)
         self.seg[ok] = nodes.ordinal[at[ok]] + 1
-        self.issuer = issuer_of(nodes, self.mblock, self.pos)
+        del at, ok
+        self.issuer = issuer_of(nodes, self.mblock, pos)
+        del pos
         self.barrier_no = np.searchsorted(model.barriers, key, side="left")
+        del key
         # The count of distinct instructions on the access's pipe up to it (msSanitizer's pipeSerialNo); only
         # differences within one (block, pipe) are used, and accesses are in block, then program, order.
         self.pipe_index = np.zeros(mem.size, dtype=np.int64)
@@ -177,7 +271,7 @@ class Kernel:
         """Field ``name`` of accesses ``rows`` (fields kept for every access, or read back from the batches)."""
         if name in self.access:
             return self.access[name][rows]
-        return self.events.take(name, self.order[self.mem[rows]])
+        return self.events.take(name, self.arrival(self.mem[rows]))
 
     def know(self, rows: np.ndarray, comp: np.ndarray) -> np.ndarray:
         return self.model.knowledge(self.prev[rows], self.issuer[rows], comp)
@@ -187,7 +281,7 @@ class Kernel:
         if not (start < np.iinfo(np.int64).max).any():
             return np.ones(self.mem.size, dtype=bool)
         rows = np.arange(self.mem.size)
-        blocked = self.seg > start[self.chain]
+        blocked = self.seg > start[self.mblock * NPIPES + self.pipe]
         base = self.mblock * NPIPES
         for p in range(NPIPES):
             blocked |= self.know(rows, np.full(rows.size, p)) >= start[base + p]
@@ -201,6 +295,9 @@ class Kernel:
         for c in chains:
             per_block.setdefault(c // NPIPES, []).append(c)
         width = max((len(v) for v in per_block.values()), default=0)
+        if width > 1:  # one column is in what a held event costs; a block waiting across blocks on many pipes is not
+            what = f"its {self.mem.size} accesses know cross-block waits on {width} pipes"
+            self.context.race_memory.need(self.mem.size * (width - 1) * 8, what)
         rows = np.full((self.mem.size, width), -1, dtype=np.int64)
         for b, block_chains in per_block.items():
             lo, hi = np.searchsorted(self.mblock, [b, b + 1])
@@ -225,14 +322,14 @@ class Kernel:
         for j in range(self.cross_rows.shape[1]):
             r = self.cross_rows[:, j]
             cross = np.maximum(cross, np.where(r >= 0, model.lamport[np.maximum(r, 0)], -1))
-        within = self.pos.copy()
+        within = 2 * self.mem
         if model.nonforward.size:
             odd = np.isin(self.mblock, model.nonforward)
             anchor = np.maximum(
                 np.where(self.prev >= 0, model.rank[np.maximum(self.prev, 0)], -1),
                 np.where(self.issuer >= 0, model.rank[np.maximum(self.issuer, 0)], -1),
             )
-            within[odd] = (anchor[odd] + 1) * (2 * self.total + 2) + self.pos[odd]
+            within[odd] = (anchor[odd] + 1) * (2 * self.total + 2) + 2 * self.mem[odd]
         return np.lexsort((within, cross))
 
     # --- the check ---
@@ -248,15 +345,26 @@ class Kernel:
             return []
         space = self.access["space"]
         region_block = np.where(space == Space.GM, -1, self.mblock)
+        account = self.context.race_memory
+
+        def pieces_beyond_ranges(n: int) -> None:  # ranges nested in each other: pieces quadratic in the accesses
+            account.need(n * BYTES_PER_RANGE, f"its {mem.size} accesses overlap in {n} pieces beyond their ranges")
+
         chunks = candidate_pairs(
             self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
-            self._linear_order(),
+            self._linear_order(), need=pieces_beyond_ranges,
         )  # fmt: skip
+        # Up to two pairs per piece; what ordering and folding them costs is asked for before it is spent.
+        pairs = sum(a.size for a, _, _ in chunks)
+        account.need(pairs * BYTES_PER_PAIR, f"its {mem.size} accesses make {pairs} candidate pairs")
         racing = []
-        for a, b, segments in chunks:
+        while chunks:
+            a, b, segments = chunks.pop()
             if a.size:
                 race = self._unordered(a, b)
                 racing.append((a[race], b[race], segments[race]))
+            del a, b, segments
+        racing.reverse()
         a = np.concatenate([r[0] for r in racing]) if racing else np.empty(0, dtype=np.int64)
         if not a.size:
             return []
@@ -295,8 +403,8 @@ class Kernel:
     def _single_pipe_unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Two accesses of one pipe may overlap in flight unless a pipe_barrier separates them, they are more
         than ``distance`` instructions apart, or a hand-over from after the first returned before the second."""
-        first = np.where(self.pos[a] < self.pos[b], a, b)
-        second = np.where(self.pos[a] < self.pos[b], b, a)
+        first = np.where(self.mem[a] < self.mem[b], a, b)
+        second = np.where(self.mem[a] < self.mem[b], b, a)
         pipe = self.pipe[first]
         in_order = (pipe == _S_CAL) | (pipe == _S)
         if self.context.chip.name.startswith("Ascend950"):
@@ -324,22 +432,31 @@ class Kernel:
         serial = self.serial
         swap = (serial[b] < serial[a]) | ((serial[b] == serial[a]) & (self.mblock[b] < self.mblock[a]))
         early, late = np.where(swap, b, a), np.where(swap, a, b)
-        write = self.write.astype(np.int64)
+        del swap
+        write = self.write
         pairs = np.concatenate((early, late))
-        location = self.field("location", pairs).astype(np.int64).reshape(2, -1)
-        pc = self.field("pc", pairs).astype(np.int64).reshape(2, -1)
-        space = self.field("space", pairs).astype(np.int64).reshape(2, -1)
-        block_type = self.field("block_type", pairs).astype(np.int64).reshape(2, -1)
-        site = np.stack(
-            [write[late], write[early], space[0], self.pipe[early], self.pipe[late], location[0], location[1],
-             pc[0], pc[1], block_type[0], block_type[1]],
-            axis=1,
-        )  # fmt: skip
-        sites, which, counts = np.unique(site, axis=0, return_inverse=True, return_counts=True)
-        which = which.ravel()
+        location = self.field("location", pairs).reshape(2, -1)
+        pc = self.field("pc", pairs).reshape(2, -1)
+        space = self.field("space", pairs).reshape(2, -1)
+        block_type = self.field("block_type", pairs).reshape(2, -1)
+        del pairs
+        # A site is a pair of instructions; every column in its own narrow type (a pair's row of int64s cost more
+        # than all the rest of the check, for a launch where most pairs race).
+        pipe_early, pipe_late = self.pipe[early].astype(np.uint8), self.pipe[late].astype(np.uint8)
+        site = (write[late], write[early], space[0], pipe_early, pipe_late, location[0], location[1], pc[0], pc[1],
+                block_type[0], block_type[1])  # fmt: skip
+        order = np.lexsort(site[::-1])  # by site, the first column first
+        same = np.zeros(order.size, dtype=bool)  # as the row before, in every column
+        same[1:] = True
+        for column in site:
+            ordered = column[order]
+            same[1:] &= ordered[1:] == ordered[:-1]
+        del site, ordered, pipe_early, pipe_late
+        starts = np.flatnonzero(~same)
+        ends = np.append(starts[1:], order.size)
         findings = []
-        for s in range(sites.shape[0]):
-            rows = np.flatnonzero(which == s)
+        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+            rows = order[lo:hi]
             pick = rows[np.lexsort((serial[late[rows]], serial[early[rows]]))[0]]
             e, lt = early[pick], late[pick]
             kind = _HAZARDS[(int(write[lt]), int(write[e]))]
@@ -358,7 +475,7 @@ class Kernel:
                     size=int(seg_size[pick]),
                     serial=int(serial[lt]),
                     pc=int(pc[1, pick]),
-                    count=int(counts[s]),
+                    count=hi - lo,
                     accesses=accesses,
                 )
             )
@@ -387,7 +504,7 @@ class Kernel:
         nodes = model.nodes
         blocked = int((~self.placed).sum()) + int(blocked_nodes(nodes, model.start).sum()) - len(model.stuck)
         names = ("pipe", "dst_pipe", "event_id", "location", "pc", "serial", "block_type", "block_id", "address")
-        at = self.order[np.array([stuck.event for stuck in model.stuck])]
+        at = self.arrival(np.array([stuck.event for stuck in model.stuck]))
         f = {name: self.events.take(name, at).tolist() for name in names}
         sites: dict[tuple, list[int]] = {}
         for j, stuck in enumerate(model.stuck):

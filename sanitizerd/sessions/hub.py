@@ -12,6 +12,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS
+from sanitizerd.detectors.memory_budget import MemoryBudget, default_race_memory
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.store import FindingsStore, Pruned, StoreUnavailable, finding_key
 from sanitizerd.metrics import Metrics
@@ -43,8 +44,11 @@ class Limits:
     queue_depth: int = 4
     # Threads that run detector checks; numpy releases the GIL, so more than the cores buys nothing.
     detector_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
-    # Events racecheck holds for one kernel launch (56 bytes each): it checks a launch only once it has ended.
+    # Events racecheck holds for one kernel launch: it checks a launch only once it has ended.
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
+    # Bytes all sessions' racecheck may hold at once (held events and their check): a launch that would go past it
+    # is left unchecked, and says so.
+    race_memory: int = field(default_factory=default_race_memory)
     # How long a job whose last session closed still counts as "ending" (its ranks may restart), not ended.
     job_grace: float = DEFAULT_JOB_GRACE
     # Groups whose members (besides root) may read every user's sessions and findings.
@@ -86,11 +90,18 @@ class Hub:
     # Why the store refuses writes now ("" while it takes them): a failure is logged once per burst, not per batch.
     store_failure: str = ""
     unstored_in_burst: int = 0
+    race_memory: MemoryBudget = field(init=False)
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it
         self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
         self.detector_limiter = anyio.CapacityLimiter(self.limits.detector_threads)
+        self.race_memory = MemoryBudget(self.limits.race_memory, on_refused=self._race_memory_refused)
+
+    def _race_memory_refused(self, asked: int, used: int, limit: int) -> None:
+        """A launch's racecheck found the host's budget spent (on a worker thread; once per launch)."""
+        self.metrics.race_memory_refusals.inc()
+        log.warning("race-check memory budget spent: a launch goes unchecked", asked=asked, used=used, limit=limit)
 
     def queued(self) -> float:
         """Work items waiting in detector queues. Called from the metrics thread, so it reads a snapshot."""

@@ -11,6 +11,7 @@ from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
 from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelLaunch, SessionContext
+from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
 from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
@@ -116,6 +117,7 @@ class Session:
         ipc: IpcTable | None = None,
         *,
         max_race_events: int = DEFAULT_MAX_RACE_EVENTS,
+        race_memory: MemoryAccount | None = None,
     ) -> None:
         self.id = ident
         self.ipc = ipc if ipc is not None else IpcTable()
@@ -133,6 +135,7 @@ class Session:
             chip=chip_named(DEFAULT_CHIP),
             config=config,
             max_race_events=max_race_events,
+            race_memory=race_memory if race_memory is not None else unbounded(),
         )
         self.detectors: list[Detector] = create_detectors(self.context)
         self.kernels: dict[int, KernelState] = {}
