@@ -1,0 +1,120 @@
+"""Strided runs (``_runs``): the closed forms agree exactly with expanding the pattern block by block, and a
+pattern of 65 535 x 65 535 blocks costs a few runs, not billions of ranges."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client_shim.events import EventKind, Space, accesses
+from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.detectors._patterns import expand, extents
+from sanitizerd.detectors._runs import CHUNK, coverage, line_counts, piece_chunks, runs, runs_by_group
+
+U64 = np.uint64
+HORIZON = 1 << 48
+
+
+def pattern(address: int, block_size: int, block_num: int = 1, block_stride: int = 1, repeat: int = 1,
+            repeat_stride: int = 0) -> np.ndarray:  # fmt: skip
+    return accesses(EventKind.READ, Space.GM, address, block_size, block_num=block_num, block_stride=block_stride,
+                    repeat=repeat, repeat_stride=repeat_stride)  # fmt: skip
+
+
+def all_pieces(r: object) -> list[tuple[int, int, int]]:
+    out = []
+    for owner, start, stop in piece_chunks(r, limit=7):  # type: ignore[arg-type]
+        out += zip(owner.tolist(), start.tolist(), stop.tolist(), strict=True)
+    return sorted(out)
+
+
+patterns = st.fixed_dictionaries(
+    {
+        "address": st.integers(0, 96),
+        "block_size": st.integers(1, 8),
+        "block_num": st.integers(1, 9),
+        "block_stride": st.integers(0, 5),
+        "repeat": st.integers(1, 9),
+        "repeat_stride": st.integers(0, 13),
+    }
+)
+range_lists = st.lists(st.tuples(st.integers(0, 400), st.integers(0, 40)), max_size=6)
+
+
+class TestAgainstExpansion:
+    @settings(max_examples=500, deadline=None, database=None)
+    @given(fields=st.lists(patterns, min_size=1, max_size=4))
+    def test_pieces_are_the_expanded_ranges(self, fields: list[dict[str, int]]) -> None:
+        """The runs' pieces are exactly the ranges ``expand`` lists, each once."""
+        events = np.concatenate([pattern(**f) for f in fields])
+        ext = extents(events)
+        owner, start, stop = expand(events, ext)
+        expected = sorted(zip(owner.tolist(), start.tolist(), stop.tolist(), strict=True))
+        found = runs(events, ext)
+        assert all_pieces(found) == expected
+        assert (found.count[1:] <= 1).all() or (found.step[found.count > 1] >= found.size[found.count > 1]).all()
+        assert len(found) <= int(line_counts(events, ext).sum())
+
+    @settings(max_examples=500, deadline=None, database=None)
+    @given(fields=st.lists(patterns, min_size=1, max_size=4), ranges=range_lists)
+    def test_coverage_matches_expansion(self, fields: list[dict[str, int]], ranges: list[tuple[int, int]]) -> None:
+        """Bytes inside the set and the first piece not wholly inside it, per access, as the expansion says."""
+        events = np.concatenate([pattern(**f) for f in fields])
+        ext = extents(events)
+        covered_by = IntervalSet(
+            np.array([a for a, _ in ranges], U64), np.array([a + n for a, n in ranges], U64)
+        )
+        owner, start, stop = expand(events, ext)
+        bad = (stop - start) - covered_by.covered(start, stop)
+        found = runs(events, ext)
+        inside, first_bad = coverage(found, covered_by, HORIZON)
+        for k in range(events.size):
+            mine = owner == k
+            expected_inside = int(covered_by.covered(start[mine], stop[mine]).sum())
+            got = found.owner == k
+            assert int(inside[got].sum()) == expected_inside
+            bad_starts = start[mine][bad[mine] > 0]
+            expected_first = int(bad_starts.min()) if bad_starts.size else None
+            got_first = int(first_bad[got].min()) if got.any() else None
+            assert (got_first if got_first != 2**64 - 1 else None) == expected_first
+
+
+class TestHugePatterns:
+    def test_widest_pattern_is_a_few_runs(self) -> None:
+        """65 535 x 65 535 scattered blocks: 4.3 billion blocks, at most 65 535 runs, exact byte count."""
+        events = pattern(0x7000_0000_0000, 32, block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535)
+        found = runs(events, extents(events))
+        assert len(found) <= 65535
+        assert int((found.count * found.size).sum()) == 65535 * 65535 * 32
+
+    def test_overlapping_rows_join(self) -> None:
+        """Rows one unit apart with block stride 2 fall in two residue classes: two runs."""
+        events = pattern(0, 32, block_num=65535, block_stride=2, repeat=65535, repeat_stride=1)
+        found = runs(events, extents(events))
+        assert len(found) == 2
+        # Units 0 .. 2*65534 + 65534: every one of them, each once.
+        assert int(found.count.sum()) == 2 * 65534 + 65534 + 1
+
+    def test_coverage_of_widest_pattern_outside_everything(self) -> None:
+        legal = IntervalSet(np.array([0x1000], U64), np.array([0x2000], U64))
+        events = pattern(0x5000_0000, 32, block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535)
+        found = runs(events, extents(events))
+        inside, first_bad = coverage(found, legal, HORIZON)
+        assert int(inside.sum()) == 0 and int(first_bad.min()) == 0x5000_0000
+
+    def test_pieces_past_the_address_space_saturate(self) -> None:
+        events = pattern(2**64 - 64, 2**31, block_num=3, block_stride=2, repeat=2, repeat_stride=65535)
+        found = runs(events, extents(events))
+        starts = [s for _, s, _ in all_pieces(found)]
+        assert len(starts) == 6 and all(s >= 2**64 - 64 for s in starts)
+
+    def test_groups_bound_runs(self) -> None:
+        """Accesses are taken in groups of about CHUNK runs before joining, each access in exactly one group."""
+        one = pattern(0, 32, block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535)
+        events = np.concatenate([one] * 9)
+        ext = extents(events)
+        groups = [(rows.tolist(), int(line_counts(events[rows], ext[rows]).sum()))
+                  for rows, _ in runs_by_group(events, ext, np.arange(9))]  # fmt: skip
+        assert sorted(r for rows, _ in groups for r in rows) == list(range(9))
+        assert len(groups) > 1 and all(lines <= CHUNK + 65535 for _, lines in groups)
