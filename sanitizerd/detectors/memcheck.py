@@ -12,7 +12,8 @@ import numpy as np
 from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import Allocation, Heap
 from sanitizerd.detectors._intervals import IntervalSet
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, expand, extents, first_misaligned, ranges
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
+from sanitizerd.detectors._runs import coverage, runs_by_group
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -28,6 +29,8 @@ _SITE_KINDS = {
     _STOMPED: "out_of_bounds",
 }
 _NO_LIMIT = np.iinfo(np.uint64).max
+# Sizes are stored as SQLite integers (signed 64-bit); a hostile pattern's bad bytes can pass that.
+_MAX_REPORTED = np.uint64(2**63 - 1)
 
 # Default alignment by address space (§1.6): UB and L1 32 B, L0A/L0B/L0C 512 B, the rest unchecked.
 _ALIGN_BY_SPACE = np.ones(256, dtype=np.uint64)
@@ -115,18 +118,43 @@ class Memcheck:
         if not bad.any():
             return
         index = np.flatnonzero(bad)
-        owner, start, stop = expand(events[index], ext[index])
-        bad_bytes = (stop - start) - self._covered(events["space"][index][owner], start, stop)
-        hit_range = bad_bytes > 0
-        total = np.bincount(owner, weights=bad_bytes, minlength=index.size).astype(np.uint64)
-        # The report names the first range with bad bytes, as msSanitizer reports each flattened range's start.
-        first_owner, first_at = np.unique(owner[hit_range], return_index=True)
+        space = events["space"][index]
+        total = np.zeros(index.size, dtype=np.uint64)
         address = np.zeros(index.size, dtype=np.uint64)
-        address[first_owner] = start[hit_range][first_at]
+        for where in np.unique(space).tolist():
+            at = np.flatnonzero(space == where)
+            total[at], address[at] = self._bad_bytes(events, ext, index[at], where)
         reported = total > 0
         hit = events[index[reported]]
         kind = np.where(hit["kind"] == EventKind.WRITE, _WRITE, _READ)
-        self.sites.add(site_rows(hit, kind, address[reported], total[reported]))
+        self.sites.add(site_rows(hit, kind, address[reported], np.minimum(total[reported], _MAX_REPORTED)))
+
+    def _bad_bytes(self, events: np.ndarray, ext: np.ndarray, index: np.ndarray, space: int) -> tuple[np.ndarray, ...]:
+        """Bytes of each access outside what ``space`` allows, and the start of its first piece (the range
+        msSanitizer's flattened pattern reports) with any: closed forms over the pattern's runs, never its blocks."""
+        allowed = self._allowed(space)
+        total = np.zeros(index.size, dtype=np.uint64)
+        address = np.zeros(index.size, dtype=np.uint64)
+        done = 0
+        for rows, runs in runs_by_group(events, ext, index):
+            inside, first_bad = coverage(runs, allowed, ADDRESS_LIMIT)
+            heads = np.flatnonzero(np.diff(runs.owner, prepend=-1))
+            owners = done + runs.owner[heads]
+            total[owners] = np.add.reduceat(runs.count * runs.size - inside, heads)
+            address[owners] = np.minimum.reduceat(first_bad, heads)
+            done += rows.size
+        return total, address
+
+    def _allowed(self, space: int) -> IntervalSet:
+        """The bytes an access to ``space`` may touch, below ADDRESS_LIMIT: GM's legal ranges, an on-chip space's
+        size from 0."""
+        if space != Space.GM:
+            return IntervalSet(np.zeros(1, np.uint64), np.minimum(self.limits[[space]], np.uint64(ADDRESS_LIMIT)))
+        legal = self.heap.legal
+        if not len(legal) or int(legal.ends[-1]) <= ADDRESS_LIMIT:
+            return legal
+        limit = np.uint64(ADDRESS_LIMIT)
+        return IntervalSet(np.minimum(legal.starts, limit), np.minimum(legal.ends, limit))
 
     @staticmethod
     def _one_allocation_holds(legal: IntervalSet, lo: np.ndarray, hi: np.ndarray, gm: np.ndarray) -> bool:
@@ -138,16 +166,6 @@ class Memcheck:
         highest = hi.max(where=gm, initial=0)
         j = int(np.searchsorted(legal.starts, lowest, side="right")) - 1
         return j >= 0 and int(highest) <= int(legal.ends[j])
-
-    def _covered(self, space: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
-        gm = space == Space.GM
-        limit = self.limits[space]
-        covered = np.minimum(stop, limit) - np.minimum(start, limit)
-        if gm.any():
-            gm_stop = np.minimum(stop[gm], np.uint64(ADDRESS_LIMIT))
-            gm_start = np.minimum(start[gm], gm_stop)
-            covered[gm] = self.heap.legal.covered(gm_start, gm_stop)
-        return covered
 
     def _check_stomping(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
         event, address, size = self.stomping.check(events, ext, live)
