@@ -6,3 +6,52 @@ Sections: one per surface an attacker can reach (frames and connections, detecto
 store, jobs and other users, configuration and the metrics endpoint)."""
 
 from __future__ import annotations
+
+import json
+
+import pytest
+
+from client_shim import Client, EventKind, Space, accesses
+from sanitizerd.protocol import messages as m
+from tests.conftest import RunningDaemon, assert_serves_fresh_session, peak_rss_bytes, sanitizerd
+
+# --- detector patterns ---
+# One 56-byte record can name 65 535 x 65 535 blocks; an ordinary strided vector workload names thousands per
+# record. Detectors work on the pattern's runs in closed form or in bounded chunks, never block by block.
+
+PATTERNS_RSS_LIMIT = 500 << 20
+PATTERNS_UNMAPPED = 0x7000_0000_0000
+
+
+def patterns_findings(daemon: RunningDaemon, job: str) -> list[dict[str, object]]:
+    out = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+class TestPatternsWidest:
+    @pytest.mark.parametrize("kind", [EventKind.READ, EventKind.WRITE])
+    def test_widest_pattern_at_unmapped_address_is_reported(
+        self, hostile_daemon: RunningDaemon, kind: EventKind
+    ) -> None:
+        """65 535 x 65 535 blocks of 32 bytes at an unmapped GM address: one illegal access, its exact byte count,
+        and the daemon's RSS stays under 500 MB (the expansion would be 4.3 billion ranges)."""
+        config = m.Config(tools=["memcheck"], check_unused_memory=True)
+        with Client(hostile_daemon.socket, job="patterns-widest", config=config, resume_buffer=0, timeout=60) as client:
+            client.malloc(0x1000, 4096)
+            kernel = client.kernel_begin("widest", 1)
+            client.events(kernel, accesses(kind, Space.GM, PATTERNS_UNMAPPED, 32, block_num=65535, block_stride=2,
+                                           repeat=65535, repeat_stride=65535))  # fmt: skip
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=60)
+            client.free(0x1000)
+        assert (verdict.events, verdict.errors) == (1, 1), verdict
+        assert peak_rss_bytes(hostile_daemon.process.pid) < PATTERNS_RSS_LIMIT
+        [finding] = [f for f in patterns_findings(hostile_daemon, "patterns-widest") if f["kind"] != "unused_memory"]
+        expected = "illegal_read" if kind == EventKind.READ else "illegal_write"
+        assert (finding["kind"], finding["address"], finding["size"]) == (
+            expected,
+            PATTERNS_UNMAPPED,
+            65535 * 65535 * 32,
+        )
+        assert_serves_fresh_session(hostile_daemon)

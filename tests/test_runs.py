@@ -62,9 +62,7 @@ class TestAgainstExpansion:
         """Bytes inside the set and the first piece not wholly inside it, per access, as the expansion says."""
         events = np.concatenate([pattern(**f) for f in fields])
         ext = extents(events)
-        covered_by = IntervalSet(
-            np.array([a for a, _ in ranges], U64), np.array([a + n for a, n in ranges], U64)
-        )
+        covered_by = IntervalSet(np.array([a for a, _ in ranges], U64), np.array([a + n for a, n in ranges], U64))
         owner, start, stop = expand(events, ext)
         bad = (stop - start) - covered_by.covered(start, stop)
         found = runs(events, ext)

@@ -9,6 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 _U64 = np.uint64
+# Disjoint ranges one detector's byte-range state (bytes written, defined, owned) may hold. Kernels rewrite
+# their buffers, so ordinary state stays far below; a pattern fragmenting it further stops that tracking, and
+# the session is told so. About 24 bytes a range at rest, a few times that while merging.
+MAX_TRACKED_RANGES = 1 << 21
 
 
 def merge_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

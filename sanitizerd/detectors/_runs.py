@@ -136,9 +136,7 @@ def _scattered_runs(
     owner, residue, position = owner[order], residue[order], position[order]
     span = length[owner]
     breaks = np.ones(owner.size, dtype=bool)
-    breaks[1:] = (
-        (owner[1:] != owner[:-1]) | (residue[1:] != residue[:-1]) | (position[1:] > position[:-1] + span[:-1])
-    )
+    breaks[1:] = (owner[1:] != owner[:-1]) | (residue[1:] != residue[:-1]) | (position[1:] > position[:-1] + span[:-1])
     head = np.flatnonzero(breaks)
     tail = np.append(head[1:] - 1, owner.size - 1)
     owner_h = owner[head]
@@ -189,7 +187,7 @@ def coverage(runs: Runs, covered_by: IntervalSet, horizon: int) -> tuple[np.ndar
     while begin < m:
         base = int(ends_at[begin - 1]) if begin else 0
         stop = min(max(int(np.searchsorted(ends_at, base + CHUNK, side="right")), begin + 1), m)
-        _pair_chunk(np.arange(begin, stop), pairs, lo_j, f, step, size, usable, starts, stops, inside, bad_k)
+        _pair_chunk(np.arange(begin, stop), pairs, lo_j, f, step, size, usable, starts, stops, inside, bad_k, horizon)
         begin = stop
     count = runs.count.astype(np.int64)
     whole = bad_k >= count
@@ -211,14 +209,15 @@ def _pair_chunk(
     stops: np.ndarray,
     inside: np.ndarray,
     bad_k: np.ndarray,
+    horizon: int,
 ) -> None:
     counts = pairs[rows]
     run = np.repeat(rows, counts)
     if not run.size:
         return
     j = np.arange(run.size) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo_j[rows], counts)
-    a = starts[j].astype(np.int64)
-    b = stops[j].astype(np.int64)
+    a = np.minimum(starts[j], _U64(horizon)).astype(np.int64)
+    b = np.minimum(stops[j], _U64(horizon)).astype(np.int64)
     fr, s, z, c = f[run], np.maximum(step[run], 1), size[run], usable[run]
 
     def below(x: np.ndarray) -> np.ndarray:

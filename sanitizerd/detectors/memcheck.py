@@ -11,9 +11,9 @@ import numpy as np
 
 from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import Allocation, Heap
-from sanitizerd.detectors._intervals import IntervalSet
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
-from sanitizerd.detectors._runs import coverage, runs_by_group
+from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned
+from sanitizerd.detectors._runs import coverage, piece_chunks, runs_by_group
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -60,6 +60,7 @@ class Memcheck:
         self.kernel: KernelLaunch | None = None
         self.stomping = StompTracker()
         self.limits = self._chip_limits()
+        self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
 
     def _chip_limits(self) -> np.ndarray:
         """Bytes each on-chip space holds on the session's chip; GM is checked against the heap, BT/FB not at all."""
@@ -168,20 +169,62 @@ class Memcheck:
         return j >= 0 and int(highest) <= int(legal.ends[j])
 
     def _check_stomping(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
-        event, address, size = self.stomping.check(events, ext, live)
+        if self.stomping.given_up:
+            return
+        event, address, size = self.stomping.check(events, ext, live, self._allowed(Space.GM))
         if event.size:
             self.sites.add(site_rows(events[event], _STOMPED, address, size))
+        if self.stomping.given_up:
+            self.notices.append(
+                self.context.finding(
+                    "internal_error",
+                    kernel=self.kernel.name if self.kernel else None,
+                    detail=(
+                        f"multi-core stomping check stopped for this kernel: its writes form more than "
+                        f"{MAX_TRACKED_RANGES} separate ranges (sanitizerd's bound on its state per kernel)"
+                    ),
+                )
+            )
 
     def _record_writes(self, events: np.ndarray, ext: np.ndarray) -> None:
+        """Bytes written, for unused-memory: runs already written are settled in closed form, the others listed a
+        bounded chunk at a time; past MAX_TRACKED_RANGES separate ranges the check stops, and says so."""
         writes = (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & (ext > 0)
-        if writes.any():
-            _, start, stop = ranges(events, ext, np.flatnonzero(writes))
-            self.written.add_new(start, stop)
+        if not writes.any():
+            return
+        legal = self._allowed(Space.GM)
+        for _, runs in runs_by_group(events, ext, np.flatnonzero(writes)):
+            # Only allocated bytes can be unused; a write wholly outside them (an illegal write) is not kept.
+            in_heap, _ = coverage(runs, legal, ADDRESS_LIMIT)
+            runs = runs.take(in_heap > 0)
+            if len(self.written):
+                inside, _ = coverage(runs, self.written, ADDRESS_LIMIT)
+                runs = runs.take(inside < runs.count * runs.size)
+            for _, start, stop in piece_chunks(runs):
+                self.written.add_new(start, stop)
+                if len(self.written) > MAX_TRACKED_RANGES:
+                    self._stop_tracking_writes()
+                    return
+
+    def _stop_tracking_writes(self) -> None:
+        self.track_writes = False
+        self.written = IntervalSet()
+        self.notices.append(
+            self.context.finding(
+                "internal_error",
+                kernel=self.kernel.name if self.kernel else None,
+                detail=(
+                    f"unused-memory check stopped: the bytes written form more than {MAX_TRACKED_RANGES} separate "
+                    "ranges (sanitizerd's bound on its state per session); no unused_memory is reported"
+                ),
+            )
+        )
 
     def kernel_end(self) -> list[Finding]:
         launch = self.kernel
         self.kernel = None
-        return site_findings(self.context, launch.name if launch else None, self.sites.drain(), _SITE_KINDS)
+        notices, self.notices = self.notices, []
+        return site_findings(self.context, launch.name if launch else None, self.sites.drain(), _SITE_KINDS) + notices
 
     # --- host side ---------------------------------------------------------------------------------------------
 
