@@ -66,6 +66,19 @@ def line_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
     return np.where(scattered, np.minimum(rows, block_num), 1)
 
 
+def piece_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
+    """Pieces each access lists (coinciding blocks counted each time): what ``_patterns.ranges`` would allocate."""
+    block_num = events["block_num"].astype(np.int64)
+    block_stride = events["block_stride"].astype(np.int64)
+    repeat = events["repeat"].astype(np.int64)
+    block_size = events["block_size"].astype(_U64)
+    row_is_range = (block_num <= 1) | (block_stride <= 1)
+    row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num.astype(_U64) * block_size)
+    dense = row_is_range & ((repeat <= 1) | (events["repeat_stride"].astype(_U64) * block_size <= row_length))
+    dense |= ext == 0
+    return np.where(dense, 1, np.where(row_is_range, repeat, repeat * block_num))
+
+
 def runs(events: np.ndarray, ext: np.ndarray) -> Runs:
     """Every access of ``events`` as disjoint strided runs, sorted by owner. Memory: ``line_counts(...).sum()``
     runs, at most ``min(repeat, block_num)`` per access, never one entry per block."""

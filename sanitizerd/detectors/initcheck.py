@@ -13,11 +13,14 @@ the batch's earlier writes, pairwise, with the writes found by a sorted search.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from sanitizerd.detectors import register
-from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
+from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import extents, ranges
+from sanitizerd.detectors._runs import CHUNK, Runs, coverage, piece_chunks, piece_counts, runs
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
@@ -33,6 +36,28 @@ _ON_CHIP = (Space.PRIVATE, Space.L1, Space.L0A, Space.L0B, Space.L0C, Space.UB, 
 # Events per slice of the in-order recheck: a read is paired only with earlier writes of its own slice, which
 # bounds the pairs (and memory) however many writes of the same bytes a batch holds.
 _SLICE = 2048
+_NO_KEY = 2**64 - 1
+_KEY_HORIZON = 1 << 63
+
+
+def _key_offset(event: np.void, found: Runs) -> tuple[int, bool]:
+    """What to add to an access's addresses to get its composite keys, and whether that holds for all its pieces
+    (they stay inside the space's window: 48-bit GM, 42-bit on-chip addresses)."""
+    space = int(event["space"])
+    last = found.first + (found.count - _U64(1)) * found.step + found.size  # may wrap: checked against first
+    if space == Space.GM:
+        window, offset = 1 << 48, _GM_LO
+    else:
+        window = 1 << 42
+        offset = (space << 60) | (int(event["block_type"]) << 58) | (int(event["block_id"]) << 42)
+    fits = bool(
+        (found.first < _U64(window)).all()
+        and (found.count <= _U64(window)).all()
+        and (found.step <= _U64(window)).all()
+        and (last <= _U64(window)).all()
+        and (last > found.first).all()
+    )
+    return offset, fits
 
 
 def composite(space: np.ndarray, block_type: np.ndarray, block_id: np.ndarray, address: np.ndarray) -> np.ndarray:
@@ -53,6 +78,8 @@ class Initcheck:
         self.sites = SiteLog()
         self.kernel: KernelLaunch | None = None
         self.allocations: dict[int, int] = {}  # GM address -> size, to undefine on free
+        self.given_up = False
+        self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
@@ -79,7 +106,28 @@ class Initcheck:
                 self.defined.remove(lo, lo + (1 << 42))
 
     def _check_accesses(self, events: np.ndarray, kind: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
-        event, start, stop = ranges(events, ext, np.flatnonzero(live))  # event: batch position, i.e. order
+        """The batch in order, in runs of events whose pieces number about CHUNK (a strided vector access is
+        thousands of pieces); an access of more pieces than that is checked alone, without listing its pieces."""
+        if self.given_up:
+            return
+        index = np.flatnonzero(live)
+        pieces = piece_counts(events[index], ext[index])
+        huge = pieces > CHUNK
+        group = np.cumsum(np.where(huge, CHUNK, pieces)) // CHUNK
+        group[huge] = -1 - np.arange(int(huge.sum()))  # each huge access a group of its own
+        cut = np.flatnonzero(np.diff(group, prepend=group[0] - 1) != 0)
+        for lo, hi in zip(cut.tolist(), [*cut[1:].tolist(), index.size], strict=True):
+            rows = index[lo:hi]
+            if huge[lo]:
+                self._check_huge(events, ext, rows)
+            else:
+                self._check_rows(events, kind, ext, rows)
+            if len(self.defined) > MAX_TRACKED_RANGES:
+                self._give_up()
+                return
+
+    def _check_rows(self, events: np.ndarray, kind: np.ndarray, ext: np.ndarray, rows: np.ndarray) -> None:
+        event, start, stop = ranges(events, ext, rows)  # event: batch position, i.e. order
         keys = composite(events["space"][event], events["block_type"][event], events["block_id"][event], start)
         stops = keys + (stop - start)
         is_read = kind[event] == EventKind.READ
@@ -90,6 +138,56 @@ class Initcheck:
             self._report(events, event[is_read], keys[is_read], undefined[is_read])
         else:
             self.defined.add_new(keys[~is_read], stops[~is_read])
+
+    def _check_huge(self, events: np.ndarray, ext: np.ndarray, rows: np.ndarray) -> None:
+        """One access of more than CHUNK pieces: nothing earlier in the batch is left unapplied, so a read is
+        checked against the set and a write added to it, its runs in closed form where their keys are one
+        translation of their addresses, else its pieces a bounded chunk at a time."""
+        [row] = rows.tolist()
+        one = events[rows]
+        found = runs(one, ext[rows])
+        offset, fits = _key_offset(one[0], found)
+        is_read = int(one["kind"][0]) == EventKind.READ
+        undefined, first = 0, _NO_KEY
+        if fits:
+            keyed = replace(found, first=found.first + _U64(offset))
+            inside, first_bad = coverage(keyed, self.defined, _KEY_HORIZON)
+            if is_read:
+                undefined, first = int((keyed.count * keyed.size - inside).sum()), int(first_bad.min())
+                found = found.take(np.zeros(len(found), dtype=bool))
+            else:
+                found = found.take(inside < found.count * found.size)
+        for _, start, stop in piece_chunks(found):
+            keys = composite(
+                np.full(start.size, one["space"][0]), np.full(start.size, one["block_type"][0]),
+                np.full(start.size, one["block_id"][0]), start,
+            )  # fmt: skip
+            stops = keys + (stop - start)
+            if is_read:
+                bad = (stops - keys) - self.defined.covered(keys, stops)
+                undefined += int(bad.sum())
+                if bad.any():
+                    first = min(first, int(keys[bad > 0].min()))
+            else:
+                self.defined.add_new(keys, stops)
+                if len(self.defined) > MAX_TRACKED_RANGES:
+                    return
+        if undefined:
+            self._report(events, np.array([row]), np.array([first], _U64), np.array([undefined], _U64))
+
+    def _give_up(self) -> None:
+        self.given_up = True
+        self.defined = IntervalSet()
+        self.notices.append(
+            self.context.finding(
+                "internal_error",
+                kernel=self.kernel.name if self.kernel else None,
+                detail=(
+                    f"initcheck stopped: the bytes written form more than {MAX_TRACKED_RANGES} separate ranges "
+                    "(sanitizerd's bound on its state per session); later reads are not checked"
+                ),
+            )
+        )
 
     def _recheck_in_order(
         self, event: np.ndarray, keys: np.ndarray, stops: np.ndarray, is_read: np.ndarray, undefined: np.ndarray
@@ -135,14 +233,42 @@ class Initcheck:
         write_lo: np.ndarray,
         write_hi: np.ndarray,
     ) -> np.ndarray:
-        """Bytes of each read range that an earlier write (of the same slice) defined and the set did not."""
-        order = np.argsort(write_lo, kind="stable")
+        """Bytes of each read range that an earlier write (of the same slice) defined and the set did not.
+
+        A kernel rewrites the same bytes again and again: writes of the same range are one, at their earliest,
+        so a read meets each distinct range once. Reads are taken in chunks of about CHUNK (read, write) pairs."""
+        order = np.lexsort((write_event, write_hi, write_lo))
         write_event, write_lo, write_hi = write_event[order], write_lo[order], write_hi[order]
+        distinct = np.ones(write_lo.size, dtype=bool)
+        distinct[1:] = (write_lo[1:] != write_lo[:-1]) | (write_hi[1:] != write_hi[:-1])
+        write_event, write_lo, write_hi = write_event[distinct], write_lo[distinct], write_hi[distinct]
         longest = _U64((write_hi - write_lo).max())
         # Writes overlapping [lo, hi) start before hi and, being at most `longest` long, at lo - longest or later.
         first = np.searchsorted(write_lo, np.where(read_lo > longest, read_lo - longest, _U64(0)), "left")
         last = np.searchsorted(write_lo, read_hi, "left")
         counts = np.maximum(last - first, 0)
+        gained = np.zeros(read_lo.size, dtype=_U64)
+        chunk_of = (np.cumsum(counts) - counts) // CHUNK
+        cut = np.flatnonzero(np.diff(chunk_of, prepend=-1))
+        for lo, hi in zip(cut.tolist(), [*cut[1:].tolist(), read_lo.size], strict=True):
+            reads = slice(lo, hi)
+            gained[reads] = self._gained(
+                read_event[reads], read_lo[reads], read_hi[reads], first[reads], counts[reads],
+                write_event, write_lo, write_hi,
+            )  # fmt: skip
+        return gained
+
+    def _gained(
+        self,
+        read_event: np.ndarray,
+        read_lo: np.ndarray,
+        read_hi: np.ndarray,
+        first: np.ndarray,
+        counts: np.ndarray,
+        write_event: np.ndarray,
+        write_lo: np.ndarray,
+        write_hi: np.ndarray,
+    ) -> np.ndarray:
         read = np.repeat(np.arange(read_lo.size), counts)
         write = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
         lo = np.maximum(write_lo[write], read_lo[read])
@@ -186,8 +312,15 @@ class Initcheck:
         # On-chip and private bytes do not outlive the kernel's blocks.
         self.defined.remove(0, _GM_LO)
         self.defined.remove(_GM_HI, (1 << 64) - 1)
-        return site_findings(
-            self.context, launch.name if launch else None, self.sites.drain(), {_UNINITIALIZED: "uninitialized_read"}
+        notices, self.notices = self.notices, []
+        return (
+            site_findings(
+                self.context,
+                launch.name if launch else None,
+                self.sites.drain(),
+                {_UNINITIALIZED: "uninitialized_read"},
+            )
+            + notices
         )
 
     def host_op(self, op: HostOp) -> list[Finding]:
