@@ -52,17 +52,56 @@ def _ranges(blocks: list[Allocation]) -> IntervalSet:
     return IntervalSet(starts, starts + sizes)
 
 
+class _Union:
+    """The bytes some tables' allocations cover, kept up to date per malloc and free instead of rebuilt from every
+    allocation each time (which made alternating mallocs and stores quadratic). A free can only be taken out
+    directly while no two allocations overlap; otherwise the union is rebuilt, once, when next read."""
+
+    __slots__ = ("_set", "_sized", "tables")
+
+    def __init__(self, *tables: dict[int, Allocation], lazy: bool = False) -> None:
+        self.tables = tables
+        self._set: IntervalSet | None = None if lazy else IntervalSet()  # lazy: built when first read
+        self._sized = 0  # sum of the allocations' sizes: equal to the union's bytes iff none overlap
+
+    def add(self, allocation: Allocation) -> None:
+        self._sized += allocation.size
+        if self._set is not None:
+            self._set.add(np.array([allocation.address], np.uint64), np.array([allocation.end], np.uint64))
+
+    def remove(self, allocation: Allocation) -> None:
+        self._sized -= allocation.size
+        if self._set is None:
+            return
+        if self._set.total == self._sized + allocation.size:
+            self._set.remove(allocation.address, allocation.end)
+        else:
+            self._set = None
+
+    @property
+    def set(self) -> IntervalSet:
+        if self._set is None:
+            self._set = _ranges([a for table in self.tables for a in table.values()])
+        return self._set
+
+
 class Heap:
     """Live allocations by table and address, and the GM ranges they make legal."""
 
-    __slots__ = ("_legal", "tables")
+    __slots__ = ("_device", "_legal", "_memory", "tables")
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[int, Allocation]] = {"device": {}, "annotation": {}, "heap": {}, "region": {}}
-        self._legal: IntervalSet | None = IntervalSet()
+        self._memory = _Union(self.tables["device"], self.tables["annotation"])
+        self._device = _Union(self.tables["device"], lazy=True)  # only MSTX heap mallocs ask
+        self._legal: IntervalSet | None = None  # with MSTX heaps or regions: rebuilt after each change
 
     def _table(self, source: str) -> dict[int, Allocation]:
         return self.tables[_TABLE_OF_SOURCE.get(source, LEAKING_TABLE)]
+
+    def _unions(self, source: str) -> tuple[_Union, ...]:
+        table = _TABLE_OF_SOURCE.get(source, LEAKING_TABLE)
+        return (self._memory, self._device) if table == "device" else (self._memory,) if table == "annotation" else ()
 
     def malloc(self, allocation: Allocation) -> bool:
         """Record an allocation; False if its table already has one there (msSanitizer ignores a double malloc)."""
@@ -70,6 +109,8 @@ class Heap:
         if allocation.address in table:
             return False
         table[allocation.address] = allocation
+        for union in self._unions(allocation.source):
+            union.add(allocation)
         self._legal = None
         return True
 
@@ -79,29 +120,37 @@ class Heap:
         allocation = self._table(source).pop(address, None)
         if allocation is None:
             return None
+        for union in self._unions(source):
+            union.remove(allocation)
         if _TABLE_OF_SOURCE.get(source, LEAKING_TABLE) == LEAKING_TABLE:
             for pool in (self.tables["heap"], self.tables["region"]):
-                for inside in [a for a, p in pool.items() if allocation.address <= a < allocation.end]:
-                    del pool[inside]
+                if pool:
+                    for inside in [a for a, p in pool.items() if allocation.address <= a < allocation.end]:
+                        del pool[inside]
         self._legal = None
         return allocation
 
     def in_device_memory(self, address: int) -> bool:
         """Whether ``address`` lies in a live device allocation (where an MSTX heap must start)."""
-        return any(b.address <= address < b.end for b in self.tables["device"].values())
+        return bool(self._device.set.covered(np.array([address], np.uint64), np.array([address + 1], np.uint64))[0])
 
     def live(self) -> list[Allocation]:
         return sorted((a for t in self.tables.values() for a in t.values()), key=lambda a: (a.serial, a.address))
 
     @property
     def legal(self) -> IntervalSet:
-        """Legal GM, rebuilt once after the heap changed rather than on every host op."""
+        """Legal GM: device memory and annotations, kept up to date per host op; with MSTX heaps or regions,
+        rebuilt once after the heap changed rather than on every host op."""
+        if not self.tables["heap"] and not self.tables["region"]:
+            return self._memory.set
         if self._legal is None:
-            base = _ranges([*self.tables["device"].values(), *self.tables["annotation"].values()])
+            base = self._memory.set
             heaps = _ranges(list(self.tables["heap"].values()))
             regions = _ranges(list(self.tables["region"].values()))
             if len(heaps):
                 base = IntervalSet(*difference(base.starts, base.ends, heaps.starts, heaps.ends))
+            else:
+                base = IntervalSet(base.starts, base.ends)
             if len(regions):
                 base.add(regions.starts, regions.ends)
             self._legal = base
