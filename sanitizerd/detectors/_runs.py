@@ -295,3 +295,15 @@ def runs_by_group(events: np.ndarray, ext: np.ndarray, index: np.ndarray) -> Ite
     for lo, hi in zip(bounds.tolist(), [*bounds[1:].tolist(), index.size], strict=True):
         rows = index[lo:hi]
         yield rows, runs(events[rows], ext[rows])
+
+
+def touching(within: IntervalSet, owner: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The pieces that share a byte with ``within``; all of them at the cost of two reductions when one range of
+    ``within`` holds them all (a kernel writing its output buffer)."""
+    if not start.size or not len(within):
+        return owner[:0], start[:0], stop[:0]
+    j = int(np.searchsorted(within.starts, start.min(), side="right")) - 1
+    if j >= 0 and int(stop.max()) <= int(within.ends[j]):
+        return owner, start, stop
+    keep = within.covered(start, np.maximum(stop, start)) > 0
+    return owner[keep], start[keep], stop[keep]

@@ -19,8 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT
-from sanitizerd.detectors._runs import Runs, coverage, piece_chunks, runs_by_group
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
+from sanitizerd.detectors._runs import CHUNK, Runs, coverage, piece_chunks, piece_counts, runs_by_group, touching
 from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Space
 
 _U64 = np.uint64
@@ -80,30 +80,33 @@ class StompTracker:
         writes = live & (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & ~shared
         if not writes.any():
             return _NONE
+        index = np.flatnonzero(writes)
+        if int(piece_counts(events, ext)[index].sum()) <= CHUNK:  # the common case: list the pieces at once
+            found = [self._check_pieces(events, *touching(legal, *ranges(events, ext, index)))]
+            self.given_up = len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES
+            return _per_event(found)
         found = []
-        for rows, group in runs_by_group(events, ext, np.flatnonzero(writes)):
+        for rows, group in runs_by_group(events, ext, index):
             in_heap, _ = coverage(group, legal, ADDRESS_LIMIT)
             group = replace(group, owner=rows[group.owner]).take(in_heap > 0)
             group = self._not_owned_already(events, group)
             for event, start, stop in piece_chunks(group):
-                found.append(self._check_pieces(events, event, start, stop))
+                found.append(self._check_pieces(events, *touching(legal, event, start, stop)))
                 if len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES:
                     self.given_up = True
-                    break
-            if self.given_up:
-                break
+                    return _per_event(found)
         return _per_event(found)
 
     def _not_owned_already(self, events: np.ndarray, runs: Runs) -> Runs:
         """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its
         own output): a closed form per run, so a rewrite of billions of blocks costs no listing. Runs whose keyed
         addresses would not fit an int64 are kept and listed."""
-        if not len(self.owned_by) or not len(runs):
-            return runs
+        if not len(self.owned_by) or not (runs.count > 1).any():
+            return runs  # one-piece runs are settled as pieces, by _claim_if_clean
         keys = self._owner_numbers(_block_keys(events)[runs.owner])
         last = runs.count.astype(np.int64) - 1
         room = (_ADDRESS_MASK - np.minimum(runs.first, _ADDRESS_MASK)) // np.maximum(runs.step, _U64(1))
-        fits = (keys < _U64(1 << 13)) & (runs.first < _ADDRESS_MASK) & (last.astype(_U64) < room)
+        fits = (runs.count > 1) & (keys < _U64(1 << 13)) & (runs.first < _ADDRESS_MASK) & (last.astype(_U64) < room)
         extent_end = runs.first + np.where(fits, last.astype(_U64), _U64(0)) * runs.step + runs.size
         fits &= extent_end <= _ADDRESS_MASK
         if not fits.any():
@@ -117,6 +120,8 @@ class StompTracker:
     def _check_pieces(
         self, events: np.ndarray, event: np.ndarray, start: np.ndarray, stop: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not event.size:
+            return _NONE
         block_keys = _block_keys(events)[event]
         keys = self._owner_numbers(block_keys)
         if self._claim_if_clean(keys, start, stop):

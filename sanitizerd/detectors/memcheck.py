@@ -12,8 +12,8 @@ import numpy as np
 from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned
-from sanitizerd.detectors._runs import coverage, piece_chunks, runs_by_group
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
+from sanitizerd.detectors._runs import CHUNK, coverage, piece_chunks, piece_counts, runs_by_group, touching
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -193,18 +193,26 @@ class Memcheck:
         if not writes.any():
             return
         legal = self._allowed(Space.GM)
-        for _, runs in runs_by_group(events, ext, np.flatnonzero(writes)):
-            # Only allocated bytes can be unused; a write wholly outside them (an illegal write) is not kept.
-            in_heap, _ = coverage(runs, legal, ADDRESS_LIMIT)
-            runs = runs.take(in_heap > 0)
-            if len(self.written):
-                inside, _ = coverage(runs, self.written, ADDRESS_LIMIT)
-                runs = runs.take(inside < runs.count * runs.size)
-            for _, start, stop in piece_chunks(runs):
-                self.written.add_new(start, stop)
-                if len(self.written) > MAX_TRACKED_RANGES:
-                    self._stop_tracking_writes()
-                    return
+        index = np.flatnonzero(writes)
+        if int(piece_counts(events, ext)[index].sum()) <= CHUNK:  # the common case: list the pieces at once
+            _, start, stop = touching(legal, *ranges(events, ext, index))
+            self.written.add_new(start, stop)
+        else:
+            for _, runs in runs_by_group(events, ext, index):
+                # Only allocated bytes can be unused; a write wholly outside them (an illegal write) is not kept.
+                in_heap, _ = coverage(runs, legal, ADDRESS_LIMIT)
+                runs = runs.take(in_heap > 0)
+                long = runs.count > 1
+                if len(self.written) and long.any():
+                    inside, _ = coverage(runs.take(long), self.written, ADDRESS_LIMIT)
+                    long[long] = inside == runs.count[long] * runs.size[long]
+                    runs = runs.take(~long)
+                for _, start, stop in piece_chunks(runs):
+                    self.written.add_new(*touching(legal, start, start, stop)[1:])
+                    if len(self.written) > MAX_TRACKED_RANGES:
+                        break
+        if len(self.written) > MAX_TRACKED_RANGES:
+            self._stop_tracking_writes()
 
     def _stop_tracking_writes(self) -> None:
         self.track_writes = False
