@@ -111,7 +111,7 @@ class Initcheck:
         if self.given_up:
             return
         index = np.flatnonzero(live)
-        pieces = piece_counts(events[index], ext[index])
+        pieces = piece_counts(events, ext)[index]  # a structured copy of the rows costs more
         huge = pieces > CHUNK
         group = np.cumsum(np.where(huge, CHUNK, pieces)) // CHUNK
         group[huge] = -1 - np.arange(int(huge.sum()))  # each huge access a group of its own
