@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from client_shim import Client, EventKind, Space, accesses
 from sanitizerd.protocol import messages as m
-from tests.conftest import RunningDaemon, assert_serves_fresh_session, peak_rss_bytes, sanitizerd
+from tests.conftest import RunningDaemon, assert_serves_fresh_session, peak_rss_bytes, rss_bytes, sanitizerd
 
 # --- detector patterns ---
 # One 56-byte record can name 65 535 x 65 535 blocks; an ordinary strided vector workload names thousands per
@@ -21,6 +22,7 @@ from tests.conftest import RunningDaemon, assert_serves_fresh_session, peak_rss_
 
 PATTERNS_RSS_LIMIT = 500 << 20
 PATTERNS_UNMAPPED = 0x7000_0000_0000
+PATTERNS_INITCHECK_GROWTH = 100 << 20
 
 
 def patterns_findings(daemon: RunningDaemon, job: str) -> list[dict[str, object]]:
@@ -54,4 +56,27 @@ class TestPatternsWidest:
             PATTERNS_UNMAPPED,
             65535 * 65535 * 32,
         )
+        assert_serves_fresh_session(hostile_daemon)
+
+
+class TestPatternsInitcheckStrided:
+    def test_strided_vector_accesses_stay_small(self, hostile_daemon: RunningDaemon) -> None:
+        """initcheck on 16 384 strided vector writes and 16 384 reads of them (block_num 8, block_stride 2, repeat
+        255: 2 040 blocks each): no error, and the daemon grows by less than 100 MB (it took GBs)."""
+        before = rss_bytes(hostile_daemon.process.pid)
+        config = m.Config(tools=["initcheck"])
+        n = 32768
+        kinds = np.where(np.arange(n) % 2 == 0, EventKind.WRITE, EventKind.READ)
+        block = (np.arange(n) // 2) % 8
+        events = accesses(kinds, Space.UB, 0, 32, block_num=8, block_stride=2, repeat=255, repeat_stride=16,
+                          block_id=block)  # fmt: skip
+        with Client(hostile_daemon.socket, job="patterns-initcheck", config=config, resume_buffer=0, timeout=120) as c:
+            kernel = c.kernel_begin("strided", 8)
+            for at in range(0, n, 4096):
+                c.events(kernel, events[at : at + 4096])
+            c.kernel_end(kernel)
+            verdict = c.wait_kernel(kernel, timeout=120)
+        assert (verdict.events, verdict.errors) == (n, 0), verdict
+        grown = peak_rss_bytes(hostile_daemon.process.pid) - before
+        assert grown < PATTERNS_INITCHECK_GROWTH, f"initcheck grew the daemon by {grown >> 20} MiB"
         assert_serves_fresh_session(hostile_daemon)
