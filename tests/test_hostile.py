@@ -80,3 +80,23 @@ class TestPatternsInitcheckStrided:
         grown = peak_rss_bytes(hostile_daemon.process.pid) - before
         assert grown < PATTERNS_INITCHECK_GROWTH, f"initcheck grew the daemon by {grown >> 20} MiB"
         assert_serves_fresh_session(hostile_daemon)
+
+    def test_widest_pattern_under_initcheck(self, hostile_daemon: RunningDaemon) -> None:
+        """initcheck: the widest read of unwritten GM is one uninitialized_read of its exact size; the widest write
+        would fragment the defined bytes into 4.3 billion ranges, so initcheck stops and says so."""
+        config = m.Config(tools=["initcheck"])
+        widest = dict(block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535)
+        with Client(hostile_daemon.socket, job="patterns-init", config=config, resume_buffer=0, timeout=60) as client:
+            client.malloc(PATTERNS_UNMAPPED, 1 << 46)
+            kernel = client.kernel_begin("widest", 1)
+            client.events(kernel, accesses(EventKind.READ, Space.GM, PATTERNS_UNMAPPED, 32, **widest))
+            client.events(kernel, accesses(EventKind.WRITE, Space.GM, PATTERNS_UNMAPPED, 32, **widest))
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=60)
+        assert (verdict.events, verdict.errors) == (2, 2), verdict
+        assert peak_rss_bytes(hostile_daemon.process.pid) < PATTERNS_RSS_LIMIT
+        found = {f["kind"]: f for f in patterns_findings(hostile_daemon, "patterns-init")}
+        read = found["uninitialized_read"]
+        assert (read["address"], read["size"]) == (PATTERNS_UNMAPPED, 65535 * 65535 * 32)
+        assert "initcheck stopped" in str(found["internal_error"]["detail"])
+        assert_serves_fresh_session(hostile_daemon)
