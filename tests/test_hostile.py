@@ -58,29 +58,6 @@ class TestPatternsWidest:
         )
         assert_serves_fresh_session(hostile_daemon)
 
-
-class TestPatternsInitcheckStrided:
-    def test_strided_vector_accesses_stay_small(self, hostile_daemon: RunningDaemon) -> None:
-        """initcheck on 16 384 strided vector writes and 16 384 reads of them (block_num 8, block_stride 2, repeat
-        255: 2 040 blocks each): no error, and the daemon grows by less than 100 MB (it took GBs)."""
-        before = rss_bytes(hostile_daemon.process.pid)
-        config = m.Config(tools=["initcheck"])
-        n = 32768
-        kinds = np.where(np.arange(n) % 2 == 0, EventKind.WRITE, EventKind.READ)
-        block = (np.arange(n) // 2) % 8
-        events = accesses(kinds, Space.UB, 0, 32, block_num=8, block_stride=2, repeat=255, repeat_stride=16,
-                          block_id=block)  # fmt: skip
-        with Client(hostile_daemon.socket, job="patterns-initcheck", config=config, resume_buffer=0, timeout=120) as c:
-            kernel = c.kernel_begin("strided", 8)
-            for at in range(0, n, 4096):
-                c.events(kernel, events[at : at + 4096])
-            c.kernel_end(kernel)
-            verdict = c.wait_kernel(kernel, timeout=120)
-        assert (verdict.events, verdict.errors) == (n, 0), verdict
-        grown = peak_rss_bytes(hostile_daemon.process.pid) - before
-        assert grown < PATTERNS_INITCHECK_GROWTH, f"initcheck grew the daemon by {grown >> 20} MiB"
-        assert_serves_fresh_session(hostile_daemon)
-
     def test_widest_pattern_under_initcheck(self, hostile_daemon: RunningDaemon) -> None:
         """initcheck: the widest read of unwritten GM is one uninitialized_read of its exact size; the widest write
         would fragment the defined bytes into 4.3 billion ranges, so initcheck stops and says so."""
@@ -99,4 +76,27 @@ class TestPatternsInitcheckStrided:
         read = found["uninitialized_read"]
         assert (read["address"], read["size"]) == (PATTERNS_UNMAPPED, 65535 * 65535 * 32)
         assert "initcheck stopped" in str(found["internal_error"]["detail"])
+        assert_serves_fresh_session(hostile_daemon)
+
+
+class TestPatternsInitcheckStrided:
+    def test_strided_vector_accesses_stay_small(self, hostile_daemon: RunningDaemon) -> None:
+        """initcheck on 8 192 strided vector writes and 8 192 reads of them (block_num 8, block_stride 2, repeat
+        255: 2 040 blocks each): no error, and the daemon grows by less than 100 MB (it took GBs)."""
+        before = rss_bytes(hostile_daemon.process.pid)
+        config = m.Config(tools=["initcheck"])
+        n = 16384
+        kinds = np.where(np.arange(n) % 2 == 0, EventKind.WRITE, EventKind.READ)
+        block = (np.arange(n) // 2) % 8
+        events = accesses(kinds, Space.UB, 0, 32, block_num=8, block_stride=2, repeat=255, repeat_stride=16,
+                          block_id=block)  # fmt: skip
+        with Client(hostile_daemon.socket, job="patterns-initcheck", config=config, resume_buffer=0, timeout=120) as c:
+            kernel = c.kernel_begin("strided", 8)
+            for at in range(0, n, 4096):
+                c.events(kernel, events[at : at + 4096])
+            c.kernel_end(kernel)
+            verdict = c.wait_kernel(kernel, timeout=120)
+        assert (verdict.events, verdict.errors) == (n, 0), verdict
+        grown = peak_rss_bytes(hostile_daemon.process.pid) - before
+        assert grown < PATTERNS_INITCHECK_GROWTH, f"initcheck grew the daemon by {grown >> 20} MiB"
         assert_serves_fresh_session(hostile_daemon)
