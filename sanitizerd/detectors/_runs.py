@@ -14,7 +14,7 @@ forms per (run, set range) pair; the pairs are taken in chunks of bounded size. 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -172,6 +172,12 @@ def _limit_below(runs: Runs, horizon: int) -> np.ndarray:
     step = np.maximum(runs.step, _U64(1))
     reach = (gap + step - _U64(1)) // step
     return np.where(below, np.minimum(runs.count, np.where(runs.step == 0, _U64(1), reach)), _U64(0))
+
+
+def below(runs: Runs, horizon: int) -> Runs:
+    """The runs cut to their pieces that start below ``horizon``; runs left empty dropped."""
+    count = _limit_below(runs, horizon)
+    return replace(runs, count=count).take(count > 0)
 
 
 def coverage(runs: Runs, covered_by: IntervalSet, horizon: int) -> tuple[np.ndarray, np.ndarray]:

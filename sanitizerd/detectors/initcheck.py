@@ -13,14 +13,12 @@ the batch's earlier writes, pairwise, with the writes found by a sorted search.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from sanitizerd.detectors import register
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import extents, ranges
-from sanitizerd.detectors._runs import CHUNK, Runs, coverage, piece_chunks, piece_counts, runs
+from sanitizerd.detectors._runs import CHUNK, below, coverage, piece_chunks, piece_counts, runs
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
@@ -36,28 +34,14 @@ _ON_CHIP = (Space.PRIVATE, Space.L1, Space.L0A, Space.L0B, Space.L0C, Space.UB, 
 # Events per slice of the in-order recheck: a read is paired only with earlier writes of its own slice, which
 # bounds the pairs (and memory) however many writes of the same bytes a batch holds.
 _SLICE = 2048
-_NO_KEY = 2**64 - 1
-_KEY_HORIZON = 1 << 63
 
 
-def _key_offset(event: np.void, found: Runs) -> tuple[int, bool]:
-    """What to add to an access's addresses to get its composite keys, and whether that holds for all its pieces
-    (they stay inside the space's window: 48-bit GM, 42-bit on-chip addresses)."""
+def _key_window(event: np.void) -> tuple[int, int]:
+    """An access's composite keys are its addresses plus this offset, for addresses below this window."""
     space = int(event["space"])
-    last = found.first + (found.count - _U64(1)) * found.step + found.size  # may wrap: checked against first
     if space == Space.GM:
-        window, offset = 1 << 48, _GM_LO
-    else:
-        window = 1 << 42
-        offset = (space << 60) | (int(event["block_type"]) << 58) | (int(event["block_id"]) << 42)
-    fits = bool(
-        (found.first < _U64(window)).all()
-        and (found.count <= _U64(window)).all()
-        and (found.step <= _U64(window)).all()
-        and (last <= _U64(window)).all()
-        and (last > found.first).all()
-    )
-    return offset, fits
+        return _GM_LO, 1 << 59
+    return (space << 60) | (int(event["block_type"]) << 58) | (int(event["block_id"]) << 42), 1 << 42
 
 
 def composite(space: np.ndarray, block_type: np.ndarray, block_id: np.ndarray, address: np.ndarray) -> np.ndarray:
@@ -140,40 +124,36 @@ class Initcheck:
             self.defined.add_new(keys[~is_read], stops[~is_read])
 
     def _check_huge(self, events: np.ndarray, ext: np.ndarray, rows: np.ndarray) -> None:
-        """One access of more than CHUNK pieces: nothing earlier in the batch is left unapplied, so a read is
-        checked against the set and a write added to it, its runs in closed form where their keys are one
-        translation of their addresses, else its pieces a bounded chunk at a time."""
+        """One access of more than CHUNK pieces. Nothing earlier in the batch is left unapplied, so a read is
+        checked against the set in closed form, and a write's runs not yet wholly defined are added a bounded
+        chunk of pieces at a time. Its keys are its addresses plus one offset inside the space's window (2**59
+        bytes of GM, 2**42 of an on-chip space); pieces past the window (no memory lies there) count as never
+        written, and writes there are not kept."""
         [row] = rows.tolist()
         one = events[rows]
+        offset, window = _key_window(one[0])
         found = runs(one, ext[rows])
-        offset, fits = _key_offset(one[0], found)
-        is_read = int(one["kind"][0]) == EventKind.READ
-        undefined, first = 0, _NO_KEY
-        if fits:
-            keyed = replace(found, first=found.first + _U64(offset))
-            inside, first_bad = coverage(keyed, self.defined, _KEY_HORIZON)
-            if is_read:
-                undefined, first = int((keyed.count * keyed.size - inside).sum()), int(first_bad.min())
-                found = found.take(np.zeros(len(found), dtype=bool))
-            else:
-                found = found.take(inside < found.count * found.size)
-        for _, start, stop in piece_chunks(found):
-            keys = composite(
-                np.full(start.size, one["space"][0]), np.full(start.size, one["block_type"][0]),
-                np.full(start.size, one["block_id"][0]), start,
-            )  # fmt: skip
-            stops = keys + (stop - start)
-            if is_read:
-                bad = (stops - keys) - self.defined.covered(keys, stops)
-                undefined += int(bad.sum())
-                if bad.any():
-                    first = min(first, int(keys[bad > 0].min()))
-            else:
-                self.defined.add_new(keys, stops)
-                if len(self.defined) > MAX_TRACKED_RANGES:
-                    return
-        if undefined:
-            self._report(events, np.array([row]), np.array([first], _U64), np.array([undefined], _U64))
+        within = self._defined_within(offset, window)
+        inside, first_bad = coverage(found, within, window)
+        if int(one["kind"][0]) == EventKind.READ:
+            undefined = int((found.count * found.size - inside).sum())
+            if undefined:
+                first = np.array([offset + min(int(first_bad.min()), window - 1)], _U64)
+                self._report(events, np.array([row]), first, np.array([undefined], _U64))
+            return
+        todo = below(found.take(inside < found.count * found.size), window)
+        for _, start, stop in piece_chunks(todo):
+            self.defined.add_new(start + _U64(offset), stop + _U64(offset))
+            if len(self.defined) > MAX_TRACKED_RANGES:
+                return
+
+    def _defined_within(self, offset: int, window: int) -> IntervalSet:
+        """The defined ranges of one key window, as plain addresses."""
+        starts, ends = self.defined.starts, self.defined.ends
+        lo = int(np.searchsorted(ends, _U64(offset), side="right"))
+        hi = int(np.searchsorted(starts, _U64(offset + window), side="left"))
+        base, top = _U64(offset), _U64(offset + window)
+        return IntervalSet(np.maximum(starts[lo:hi], base) - base, np.minimum(ends[lo:hi], top) - base)
 
     def _give_up(self) -> None:
         self.given_up = True
