@@ -174,3 +174,48 @@ class TestBoundedPathsAgree:
             patch.setattr(memcheck, "CHUNK", 0)
             patch.setattr(_stomping, "CHUNK", 0)
             assert _findings("memcheck", events, unused=True) == expected
+
+
+class TestStateBounds:
+    """Past MAX_TRACKED_RANGES separate ranges a check stops, and the session is told; nothing fails."""
+
+    @staticmethod
+    def scattered_writes(block: int = 0, count: int = 64) -> np.ndarray:
+        return accesses(EventKind.WRITE, Space.GM, 0x1000 + np.arange(count) * 4, 1, block_id=block)
+
+    def test_unused_memory_stops_and_says_so(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(memcheck, "MAX_TRACKED_RANGES", 16)
+        detector = make_detector("memcheck")
+        detector.track_writes = True  # type: ignore[attr-defined]
+        detector.host_op(HostOp(op="malloc", address=0x1000, size=4096, serial=1))
+        found = run_kernel(detector, self.scattered_writes())
+        [notice] = [f for f in found if f.kind == "internal_error"]
+        assert "unused-memory check stopped" in (notice.detail or "")
+        assert not [f for f in detector.finish() if f.kind == "unused_memory"]
+
+    def test_unused_memory_host_stores_stop_and_say_so(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(memcheck, "MAX_TRACKED_RANGES", 16)
+        detector = make_detector("memcheck")
+        detector.track_writes = True  # type: ignore[attr-defined]
+        detector.host_op(HostOp(op="malloc", address=0x1000, size=4096, serial=1))
+        told = [f for i in range(40) for f in detector.host_op(HostOp(op="store", address=0x1000 + 4 * i, size=1))]
+        assert [f.kind for f in told] == ["internal_error"]
+
+    def test_stomping_stops_for_the_kernel_and_says_so(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(_stomping, "MAX_TRACKED_RANGES", 16)
+        detector = make_detector("memcheck")
+        detector.host_op(HostOp(op="malloc", address=0x1000, size=4096, serial=1))
+        found = run_kernel(detector, self.scattered_writes(0), self.scattered_writes(1))
+        assert [f.kind for f in found] == ["internal_error"]
+        assert "stomping check stopped" in (found[0].detail or "")
+        # The next kernel is checked again.
+        found = run_kernel(detector, self.scattered_writes(0, 4), self.scattered_writes(1, 4))
+        assert {f.kind for f in found} == {"out_of_bounds"}
+
+    def test_initcheck_stops_and_says_so(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(initcheck, "MAX_TRACKED_RANGES", 16)
+        detector = make_detector("initcheck")
+        found = run_kernel(detector, self.scattered_writes())
+        assert [f.kind for f in found] == ["internal_error"]
+        assert "initcheck stopped" in (found[0].detail or "")
+        assert run_kernel(detector, accesses(EventKind.READ, Space.GM, 0x9000, 8)) == []

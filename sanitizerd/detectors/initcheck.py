@@ -310,10 +310,14 @@ class Initcheck:
             size = self.allocations.pop(op.address, 0)
             if size:
                 self.defined.remove(_GM_LO | op.address, _GM_LO | (op.address + size))
-        elif op.op in ("store", "memset", "memcpy") and op.size:
+        elif op.op in ("store", "memset", "memcpy") and op.size and not self.given_up:
             self.defined.add(
                 np.array([_GM_LO | op.address], dtype=_U64), np.array([_GM_LO | (op.address + op.size)], dtype=_U64)
             )
+            if len(self.defined) > MAX_TRACKED_RANGES:
+                self._give_up()
+                notices, self.notices = self.notices, []
+                return notices
         return []
 
     def finish(self) -> list[Finding]:

@@ -255,6 +255,10 @@ class Memcheck:
             findings += self._host_access(op, op.address, "illegal_write")
             if self.track_writes and op.size:
                 self.written.add(np.array([op.address], np.uint64), np.array([op.address + op.size], np.uint64))
+                if len(self.written) > MAX_TRACKED_RANGES:
+                    self._stop_tracking_writes()
+                    findings += self.notices
+                    self.notices = []
         return findings
 
     def _host_access(self, op: HostOp, address: int, kind: str) -> list[Finding]:
