@@ -66,17 +66,24 @@ def line_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
     return np.where(scattered, np.minimum(rows, block_num), 1)
 
 
-def piece_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
-    """Pieces each access lists (coinciding blocks counted each time): what ``_patterns.ranges`` would allocate."""
+def _shape(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per access, as ``_patterns.expand`` classifies it: whether each row is one range, a row's length in
+    bytes, and whether the whole access is one range."""
     block_num = events["block_num"].astype(np.int64)
     block_stride = events["block_stride"].astype(np.int64)
-    repeat = events["repeat"].astype(np.int64)
     block_size = events["block_size"].astype(_U64)
     row_is_range = (block_num <= 1) | (block_stride <= 1)
     row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num.astype(_U64) * block_size)
-    dense = row_is_range & ((repeat <= 1) | (events["repeat_stride"].astype(_U64) * block_size <= row_length))
-    dense |= ext == 0
-    return np.where(dense, 1, np.where(row_is_range, repeat, repeat * block_num))
+    repeat_bytes = events["repeat_stride"].astype(_U64) * block_size
+    dense = (row_is_range & ((events["repeat"] <= 1) | (repeat_bytes <= row_length))) | (ext == 0)
+    return row_is_range, row_length, dense
+
+
+def piece_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
+    """Pieces each access lists (coinciding blocks counted each time): what ``_patterns.ranges`` would allocate."""
+    row_is_range, _, dense = _shape(events, ext)
+    repeat = events["repeat"].astype(np.int64)
+    return np.where(dense, 1, np.where(row_is_range, repeat, repeat * events["block_num"].astype(np.int64)))
 
 
 def runs(events: np.ndarray, ext: np.ndarray) -> Runs:
@@ -88,10 +95,7 @@ def runs(events: np.ndarray, ext: np.ndarray) -> Runs:
     block_stride = events["block_stride"].astype(np.int64)
     repeat = events["repeat"].astype(np.int64)
     repeat_stride = events["repeat_stride"].astype(np.int64)
-    row_is_range = (block_num <= 1) | (block_stride <= 1)
-    row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num.astype(_U64) * block_size)
-    dense = row_is_range & ((repeat <= 1) | (repeat_stride.astype(_U64) * block_size <= row_length))
-    dense |= ext == 0
+    row_is_range, row_length, dense = _shape(events, ext)
     parts: list[Runs] = []
     simple = np.flatnonzero(row_is_range | dense)
     if simple.size:
