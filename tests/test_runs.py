@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Space, accesses
-from sanitizerd.detectors import _stomping, initcheck, memcheck
+from sanitizerd.detectors import _runs, _stomping, initcheck, memcheck
 from sanitizerd.detectors._intervals import IntervalSet
 from sanitizerd.detectors._patterns import expand, extents
-from sanitizerd.detectors._runs import CHUNK, coverage, line_counts, piece_chunks, runs, runs_by_group
+from sanitizerd.detectors._runs import CHUNK, PairBudget, coverage, line_counts, piece_chunks, runs, runs_by_group
 from sanitizerd.protocol.messages import HostOp
 from tests.detector_helpers import make_detector, run_kernel, stream
 
@@ -70,7 +70,7 @@ class TestAgainstExpansion:
         owner, start, stop = expand(events, ext)
         bad = (stop - start) - covered_by.covered(start, stop)
         found = runs(events, ext)
-        inside, first_bad = coverage(found, covered_by, HORIZON)
+        inside, first_bad = coverage(found, covered_by, HORIZON, PairBudget())
         for k in range(events.size):
             mine = owner == k
             expected_inside = int(covered_by.covered(start[mine], stop[mine]).sum())
@@ -102,7 +102,7 @@ class TestHugePatterns:
         legal = IntervalSet(np.array([0x1000], U64), np.array([0x2000], U64))
         events = pattern(0x5000_0000, 32, block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535)
         found = runs(events, extents(events))
-        inside, first_bad = coverage(found, legal, HORIZON)
+        inside, first_bad = coverage(found, legal, HORIZON, PairBudget())
         assert int(inside.sum()) == 0 and int(first_bad.min()) == 0x5000_0000
 
     def test_pieces_past_the_address_space_saturate(self) -> None:
@@ -219,3 +219,23 @@ class TestStateBounds:
         assert [f.kind for f in found] == ["internal_error"]
         assert "initcheck stopped" in (found[0].detail or "")
         assert run_kernel(detector, accesses(EventKind.READ, Space.GM, 0x9000, 8)) == []
+
+    def test_memcheck_says_which_accesses_it_could_not_settle(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A pattern whose runs meet more than MAX_PAIRS allocations is not passed silently: it is named."""
+        monkeypatch.setattr(_runs, "MAX_PAIRS", 4)
+        detector = make_detector("memcheck")
+        for i in range(8):
+            detector.host_op(HostOp(op="malloc", address=0x1000 + i * 64, size=32, serial=i))
+        wide = accesses(EventKind.READ, Space.GM, 0x1000, 32, block_num=16, block_stride=2, serial=7)
+        found = run_kernel(detector, wide)
+        assert [(f.kind, f.address, f.serial) for f in found] == [("internal_error", 0x1000, 7)]
+        assert "did not check the bounds" in (found[0].detail or "")
+
+    def test_initcheck_says_which_read_it_could_not_settle(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(_runs, "MAX_PAIRS", 4)
+        monkeypatch.setattr(initcheck, "CHUNK", 4)
+        detector = make_detector("initcheck")
+        writes = accesses(EventKind.WRITE, Space.GM, 0x1000 + np.arange(8) * 64, 32)
+        wide = accesses(EventKind.READ, Space.GM, 0x1000, 32, block_num=16, block_stride=2, serial=9)
+        found = run_kernel(detector, np.concatenate((writes, wide)))
+        assert [(f.kind, f.serial) for f in found] == [("internal_error", 9)]

@@ -24,6 +24,32 @@ _U64 = np.uint64
 _MAX = np.iinfo(np.uint64).max
 # Pieces (or run/range pairs) handled at once: bounds the memory of one step whatever the pattern.
 CHUNK = 1 << 18
+# (run, range) pairs the closed forms may walk over one batch: CPU, not memory (pairs are taken CHUNK at a time),
+# about a second. Ordinary patterns meet a few ranges per run; 65 535 runs that each span thousands of
+# allocations pass it, and the caller says what it could not check.
+MAX_PAIRS = 1 << 24
+
+
+class PatternTooComplex(Exception):
+    """A closed form would walk more (run, range) pairs than its batch has left."""
+
+    def __init__(self, pairs: int) -> None:
+        super().__init__(f"{pairs} (block run, byte range) pairs, past the {MAX_PAIRS} a batch may walk")
+        self.pairs = pairs
+
+
+class PairBudget:
+    """The (run, range) pairs one batch's closed forms may still walk."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_PAIRS
+
+    def spend(self, pairs: int) -> None:
+        if pairs > self.left:
+            raise PatternTooComplex(pairs)
+        self.left -= pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +210,19 @@ def below(runs: Runs, horizon: int) -> Runs:
     return replace(runs, count=count).take(count > 0)
 
 
-def coverage(runs: Runs, covered_by: IntervalSet, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+def inside_or_none(runs: Runs, covered_by: IntervalSet, horizon: int, budget: PairBudget) -> np.ndarray | None:
+    """``coverage``'s bytes inside, or None when that would walk more than MAX_PAIRS pairs (for callers that
+    only use it to skip work, and can do without)."""
+    try:
+        return coverage(runs, covered_by, horizon, budget)[0]
+    except PatternTooComplex:
+        return None
+
+
+def coverage(runs: Runs, covered_by: IntervalSet, horizon: int, budget: PairBudget) -> tuple[np.ndarray, np.ndarray]:
     """For each run: bytes of it inside ``covered_by`` (whose ranges lie below ``horizon``; bytes past it count as
-    outside), and the address of its first piece not wholly inside (2**64 - 1 when every piece is)."""
+    outside), and the address of its first piece not wholly inside (2**64 - 1 when every piece is). Raises
+    PatternTooComplex when its (run, range) pairs pass what ``budget`` has left."""
     m = len(runs)
     inside = np.zeros(m, dtype=_U64)
     first_bad = runs.first.copy()
@@ -202,6 +238,7 @@ def coverage(runs: Runs, covered_by: IntervalSet, horizon: int) -> tuple[np.ndar
     lo_j = np.searchsorted(stops, f.astype(_U64), side="right")
     hi_j = np.searchsorted(starts, reach_end.astype(_U64), side="left")
     pairs = np.where(usable > 0, np.maximum(hi_j - lo_j, 0), 0)
+    budget.spend(int(pairs.sum()))
     bad_k = np.zeros(m, dtype=np.int64)
     # Runs with no pair have their first piece outside; the others are taken in chunks of about CHUNK pairs (a
     # single run meets at most every range of the set).

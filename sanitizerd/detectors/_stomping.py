@@ -20,7 +20,16 @@ import numpy as np
 
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
-from sanitizerd.detectors._runs import CHUNK, Runs, coverage, piece_chunks, piece_counts, runs_by_group, touching
+from sanitizerd.detectors._runs import (
+    CHUNK,
+    PairBudget,
+    Runs,
+    inside_or_none,
+    piece_chunks,
+    piece_counts,
+    runs_by_group,
+    touching,
+)
 from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Space
 
 _U64 = np.uint64
@@ -68,7 +77,7 @@ class StompTracker:
         self.given_up = False
 
     def check(
-        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, legal: IntervalSet
+        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, legal: IntervalSet, budget: PairBudget
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stomping writes of a batch: (event index, address reported, bytes stomped). Writes wholly outside
         ``legal`` GM (illegal writes, reported as such) own nothing. The writes' pieces are taken in bounded
@@ -87,9 +96,11 @@ class StompTracker:
             return _per_event(found)
         found = []
         for rows, group in runs_by_group(events, ext, index):
-            in_heap, _ = coverage(group, legal, ADDRESS_LIMIT)
-            group = replace(group, owner=rows[group.owner]).take(in_heap > 0)
-            group = self._not_owned_already(events, group)
+            in_heap = inside_or_none(group, legal, ADDRESS_LIMIT, budget)
+            group = replace(group, owner=rows[group.owner])
+            if in_heap is not None:
+                group = group.take(in_heap > 0)
+            group = self._not_owned_already(events, group, budget)
             for event, start, stop in piece_chunks(group):
                 found.append(self._check_pieces(events, *touching(legal, event, start, stop)))
                 if len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES:
@@ -97,7 +108,7 @@ class StompTracker:
                     return _per_event(found)
         return _per_event(found)
 
-    def _not_owned_already(self, events: np.ndarray, runs: Runs) -> Runs:
+    def _not_owned_already(self, events: np.ndarray, runs: Runs, budget: PairBudget) -> Runs:
         """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its
         own output): a closed form per run, so a rewrite of billions of blocks costs no listing. Runs whose keyed
         addresses would not fit an int64 are kept and listed."""
@@ -112,7 +123,9 @@ class StompTracker:
         if not fits.any():
             return runs
         keyed = replace(runs.take(fits), first=(keys[fits] << _OWNER_SHIFT) | runs.first[fits])
-        inside, _ = coverage(keyed, self.owned_by, 1 << 62)
+        inside = inside_or_none(keyed, self.owned_by, 1 << 62, budget)
+        if inside is None:
+            return runs
         owned = np.zeros(len(runs), dtype=bool)
         owned[fits] = inside == keyed.count * keyed.size
         return runs.take(~owned)

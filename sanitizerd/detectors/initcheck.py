@@ -18,7 +18,16 @@ import numpy as np
 from sanitizerd.detectors import register
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import extents, ranges
-from sanitizerd.detectors._runs import CHUNK, below, coverage, piece_chunks, piece_counts, runs
+from sanitizerd.detectors._runs import (
+    CHUNK,
+    PairBudget,
+    PatternTooComplex,
+    below,
+    coverage,
+    piece_chunks,
+    piece_counts,
+    runs,
+)
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
@@ -95,6 +104,7 @@ class Initcheck:
         if self.given_up:
             return
         index = np.flatnonzero(live)
+        budget = PairBudget()  # the closed forms' CPU for this batch
         pieces = piece_counts(events, ext)[index]  # a structured copy of the rows costs more
         huge = pieces > CHUNK
         group = np.cumsum(np.where(huge, CHUNK, pieces)) // CHUNK
@@ -103,7 +113,7 @@ class Initcheck:
         for lo, hi in zip(cut.tolist(), [*cut[1:].tolist(), index.size], strict=True):
             rows = index[lo:hi]
             if huge[lo]:
-                self._check_huge(events, ext, rows)
+                self._check_huge(events, ext, rows, budget)
             else:
                 self._check_rows(events, kind, ext, rows)
             if len(self.defined) > MAX_TRACKED_RANGES:
@@ -123,7 +133,7 @@ class Initcheck:
         else:
             self.defined.add_new(keys[~is_read], stops[~is_read])
 
-    def _check_huge(self, events: np.ndarray, ext: np.ndarray, rows: np.ndarray) -> None:
+    def _check_huge(self, events: np.ndarray, ext: np.ndarray, rows: np.ndarray, budget: PairBudget) -> None:
         """One access of more than CHUNK pieces. Nothing earlier in the batch is left unapplied, so a read is
         checked against the set in closed form, and a write's runs not yet wholly defined are added a bounded
         chunk of pieces at a time. Its keys are its addresses plus one offset inside the space's window (2**59
@@ -134,7 +144,13 @@ class Initcheck:
         offset, window = _key_window(one[0])
         found = runs(one, ext[rows])
         within = self._defined_within(offset, window)
-        inside, first_bad = coverage(found, within, window)
+        try:
+            inside, first_bad = coverage(found, within, window, budget)
+        except PatternTooComplex as too_many:
+            if int(one["kind"][0]) == EventKind.READ:
+                self.notices.append(self._not_checked(one, too_many))
+                return
+            inside, first_bad = np.zeros(len(found), _U64), found.first
         if int(one["kind"][0]) == EventKind.READ:
             undefined = int((found.count * found.size - inside).sum())
             if undefined:
@@ -146,6 +162,16 @@ class Initcheck:
             self.defined.add_new(start + _U64(offset), stop + _U64(offset))
             if len(self.defined) > MAX_TRACKED_RANGES:
                 return
+
+    def _not_checked(self, access: np.ndarray, too_many: PatternTooComplex) -> Finding:
+        return self.context.finding(
+            "internal_error",
+            kernel=self.kernel.name if self.kernel else None,
+            address=int(access["address"][0]),
+            serial=int(access["serial"][0]),
+            detail=f"initcheck did not check the read at serialNo {int(access['serial'][0])}: its block runs "
+            f"meet the defined ranges in {too_many}",
+        )
 
     def _defined_within(self, offset: int, window: int) -> IntervalSet:
         """The defined ranges of one key window, as plain addresses."""

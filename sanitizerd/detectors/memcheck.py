@@ -13,7 +13,17 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
-from sanitizerd.detectors._runs import CHUNK, coverage, piece_chunks, piece_counts, runs_by_group, touching
+from sanitizerd.detectors._runs import (
+    CHUNK,
+    PairBudget,
+    PatternTooComplex,
+    coverage,
+    inside_or_none,
+    piece_chunks,
+    piece_counts,
+    runs_by_group,
+    touching,
+)
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -61,6 +71,7 @@ class Memcheck:
         self.stomping = StompTracker()
         self.limits = self._chip_limits()
         self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
+        self.pairs = PairBudget()
 
     def _chip_limits(self) -> np.ndarray:
         """Bytes each on-chip space holds on the session's chip; GM is checked against the heap, BT/FB not at all."""
@@ -86,6 +97,7 @@ class Memcheck:
         # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events out
         # (numpy copies a structured array field by field).
         live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
+        self.pairs = PairBudget()  # the closed forms' CPU for this batch
         self._check_alignment(events, live)
         self._check_bounds(events, lo, hi, ext, live)
         self._check_stomping(events, ext, live)
@@ -138,13 +150,33 @@ class Memcheck:
         address = np.zeros(index.size, dtype=np.uint64)
         done = 0
         for rows, runs in runs_by_group(events, ext, index):
-            inside, first_bad = coverage(runs, allowed, ADDRESS_LIMIT)
+            try:
+                inside, first_bad = coverage(runs, allowed, ADDRESS_LIMIT, self.pairs)
+            except PatternTooComplex as too_many:
+                self._not_checked(events[rows], too_many)
+                done += rows.size
+                continue
             heads = np.flatnonzero(np.diff(runs.owner, prepend=-1))
             owners = done + runs.owner[heads]
             total[owners] = np.add.reduceat(runs.count * runs.size - inside, heads)
             address[owners] = np.minimum.reduceat(first_bad, heads)
             done += rows.size
         return total, address
+
+    def _not_checked(self, accesses: np.ndarray, too_many: PatternTooComplex) -> None:
+        """Accesses whose bounds a closed form could not settle within MAX_PAIRS: told, never silently passed."""
+        self.notices.append(
+            self.context.finding(
+                "internal_error",
+                kernel=self.kernel.name if self.kernel else None,
+                address=int(accesses["address"][0]),
+                serial=int(accesses["serial"][0]),
+                detail=(
+                    f"memcheck did not check the bounds of {accesses.size} access(es) from serialNo "
+                    f"{int(accesses['serial'][0])}: their block runs meet the heap's ranges in {too_many}"
+                ),
+            )
+        )
 
     def _allowed(self, space: int) -> IntervalSet:
         """The bytes an access to ``space`` may touch, below ADDRESS_LIMIT: GM's legal ranges, an on-chip space's
@@ -171,7 +203,7 @@ class Memcheck:
     def _check_stomping(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
         if self.stomping.given_up:
             return
-        event, address, size = self.stomping.check(events, ext, live, self._allowed(Space.GM))
+        event, address, size = self.stomping.check(events, ext, live, self._allowed(Space.GM), self.pairs)
         if event.size:
             self.sites.add(site_rows(events[event], _STOMPED, address, size))
         if self.stomping.given_up:
@@ -200,11 +232,14 @@ class Memcheck:
         else:
             for _, runs in runs_by_group(events, ext, index):
                 # Only allocated bytes can be unused; a write wholly outside them (an illegal write) is not kept.
-                in_heap, _ = coverage(runs, legal, ADDRESS_LIMIT)
-                runs = runs.take(in_heap > 0)
+                in_heap = inside_or_none(runs, legal, ADDRESS_LIMIT, self.pairs)
+                if in_heap is not None:
+                    runs = runs.take(in_heap > 0)
                 long = runs.count > 1
-                if len(self.written) and long.any():
-                    inside, _ = coverage(runs.take(long), self.written, ADDRESS_LIMIT)
+                inside = (
+                    inside_or_none(runs.take(long), self.written, ADDRESS_LIMIT, self.pairs) if self.written else None
+                )
+                if inside is not None:
                     long[long] = inside == runs.count[long] * runs.size[long]
                     runs = runs.take(~long)
                 for _, start, stop in piece_chunks(runs):
