@@ -53,15 +53,15 @@ def _ranges(blocks: list[Allocation]) -> IntervalSet:
 
 
 class _Union:
-    """The bytes some tables' allocations cover, kept up to date per malloc and free instead of rebuilt from every
-    allocation each time (which made alternating mallocs and stores quadratic). A free can only be taken out
-    directly while no two allocations overlap; otherwise the union is rebuilt, once, when next read."""
+    """The bytes one table's allocations cover, kept up to date per malloc and free instead of rebuilt from every
+    allocation each time (which made alternating mallocs and stores quadratic). A free is taken out directly
+    while no two allocations of the table overlap; otherwise the union is rebuilt, once, when next read."""
 
-    __slots__ = ("_set", "_sized", "tables")
+    __slots__ = ("_set", "_sized", "table")
 
-    def __init__(self, *tables: dict[int, Allocation], lazy: bool = False) -> None:
-        self.tables = tables
-        self._set: IntervalSet | None = None if lazy else IntervalSet()  # lazy: built when first read
+    def __init__(self, table: dict[int, Allocation]) -> None:
+        self.table = table
+        self._set: IntervalSet | None = IntervalSet()
         self._sized = 0  # sum of the allocations' sizes: equal to the union's bytes iff none overlap
 
     def add(self, allocation: Allocation) -> None:
@@ -81,27 +81,30 @@ class _Union:
     @property
     def set(self) -> IntervalSet:
         if self._set is None:
-            self._set = _ranges([a for table in self.tables for a in table.values()])
+            self._set = _ranges(list(self.table.values()))
         return self._set
+
+    def within(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """The union's bytes inside ``[start, end)``."""
+        s = self.set
+        lo = int(np.searchsorted(s.ends, np.uint64(start), side="right"))
+        hi = int(np.searchsorted(s.starts, np.uint64(end), side="left"))
+        return np.maximum(s.starts[lo:hi], np.uint64(start)), np.minimum(s.ends[lo:hi], np.uint64(end))
 
 
 class Heap:
     """Live allocations by table and address, and the GM ranges they make legal."""
 
-    __slots__ = ("_device", "_legal", "_memory", "tables")
+    __slots__ = ("_legal", "_memory", "tables", "unions")
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[int, Allocation]] = {"device": {}, "annotation": {}, "heap": {}, "region": {}}
-        self._memory = _Union(self.tables["device"], self.tables["annotation"])
-        self._device = _Union(self.tables["device"], lazy=True)  # only MSTX heap mallocs ask
+        self.unions = {name: _Union(self.tables[name]) for name in ("device", "annotation")}
+        self._memory = IntervalSet()  # device memory and annotations: legal GM without MSTX pools
         self._legal: IntervalSet | None = None  # with MSTX heaps or regions: rebuilt after each change
 
     def _table(self, source: str) -> dict[int, Allocation]:
         return self.tables[_TABLE_OF_SOURCE.get(source, LEAKING_TABLE)]
-
-    def _unions(self, source: str) -> tuple[_Union, ...]:
-        table = _TABLE_OF_SOURCE.get(source, LEAKING_TABLE)
-        return (self._memory, self._device) if table == "device" else (self._memory,) if table == "annotation" else ()
 
     def malloc(self, allocation: Allocation) -> bool:
         """Record an allocation; False if its table already has one there (msSanitizer ignores a double malloc)."""
@@ -109,8 +112,10 @@ class Heap:
         if allocation.address in table:
             return False
         table[allocation.address] = allocation
-        for union in self._unions(allocation.source):
+        union = self.unions.get(_TABLE_OF_SOURCE.get(allocation.source, LEAKING_TABLE))
+        if union is not None:
             union.add(allocation)
+            self._memory.add(np.array([allocation.address], np.uint64), np.array([allocation.end], np.uint64))
         self._legal = None
         return True
 
@@ -120,8 +125,16 @@ class Heap:
         allocation = self._table(source).pop(address, None)
         if allocation is None:
             return None
-        for union in self._unions(source):
+        union = self.unions.get(_TABLE_OF_SOURCE.get(source, LEAKING_TABLE))
+        if union is not None:
             union.remove(allocation)
+            # Take the range out, then give back what the tables' other allocations still cover there (an
+            # annotation inside a freed buffer stays legal): a few ranges, not a rebuild over every allocation.
+            self._memory.remove(allocation.address, allocation.end)
+            for other in self.unions.values():
+                starts, ends = other.within(allocation.address, allocation.end)
+                if starts.size:
+                    self._memory.add(starts, ends)
         if _TABLE_OF_SOURCE.get(source, LEAKING_TABLE) == LEAKING_TABLE:
             for pool in (self.tables["heap"], self.tables["region"]):
                 if pool:
@@ -132,7 +145,8 @@ class Heap:
 
     def in_device_memory(self, address: int) -> bool:
         """Whether ``address`` lies in a live device allocation (where an MSTX heap must start)."""
-        return bool(self._device.set.covered(np.array([address], np.uint64), np.array([address + 1], np.uint64))[0])
+        device = self.unions["device"].set
+        return bool(device.covered(np.array([address], np.uint64), np.array([address + 1], np.uint64))[0])
 
     def live(self) -> list[Allocation]:
         return sorted((a for t in self.tables.values() for a in t.values()), key=lambda a: (a.serial, a.address))
@@ -142,9 +156,9 @@ class Heap:
         """Legal GM: device memory and annotations, kept up to date per host op; with MSTX heaps or regions,
         rebuilt once after the heap changed rather than on every host op."""
         if not self.tables["heap"] and not self.tables["region"]:
-            return self._memory.set
+            return self._memory
         if self._legal is None:
-            base = self._memory.set
+            base = self._memory
             heaps = _ranges(list(self.tables["heap"].values()))
             regions = _ranges(list(self.tables["region"].values()))
             if len(heaps):
