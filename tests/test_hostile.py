@@ -32,7 +32,7 @@ def patterns_findings(daemon: RunningDaemon, job: str) -> list[dict[str, object]
 
 
 class TestPatternsWidest:
-    @pytest.mark.parametrize("kind", [EventKind.READ, EventKind.WRITE])
+    @pytest.mark.parametrize("kind", [EventKind.READ, EventKind.WRITE], ids=["read", "write"])
     def test_widest_pattern_at_unmapped_address_is_reported(
         self, hostile_daemon: RunningDaemon, kind: EventKind
     ) -> None:
