@@ -339,3 +339,35 @@ class TestAgainstBruteForce:
         assert bool(bad[0]) == bool(off)
         if off:
             assert int(first[0]) == off[0]
+
+
+class TestPendingLevel:
+    """Adds a few at a time go to a pending level that is folded in later; every query sees both."""
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(
+        steps=st.lists(
+            st.tuples(st.sampled_from(["add", "remove", "query"]), st.integers(0, 3000), st.integers(0, 40)),
+            min_size=1,
+            max_size=300,
+        )
+    )
+    def test_matches_byte_set_through_many_small_adds(self, steps: list[tuple[str, int, int]]) -> None:
+        s, model = IntervalSet(), set[int]()
+        for op, at, length in steps:
+            if op == "add":
+                s.add(u64(at), u64(at + length))
+                model |= set(range(at, at + length))
+            elif op == "remove":
+                s.remove(at, at + length)
+                model -= set(range(at, at + length))
+            else:
+                lo, hi = u64(at, 0), u64(at + length, 3100)
+                assert s.covered(lo, hi).tolist() == [len(model & set(range(at, at + length))), len(model)]
+                if length:
+                    whole = set(range(at, at + length)) <= model
+                    assert bool(s.contains(u64(at), u64(at + length))[0]) == whole
+            assert s.total == len(model)
+        assert {b for a, e in pairs(s) for b in range(a, e)} == model
+        assert all(a < e for a, e in pairs(s))
+        assert all(e1 < a2 for (_, e1), (a2, _) in zip(pairs(s), pairs(s)[1:], strict=False))

@@ -52,14 +52,56 @@ def _ranges(blocks: list[Allocation]) -> IntervalSet:
     return IntervalSet(starts, starts + sizes)
 
 
+class _Union:
+    """The bytes one table's allocations cover, kept up to date per malloc and free instead of rebuilt from every
+    allocation each time (which made alternating mallocs and stores quadratic). A free is taken out directly
+    while no two allocations of the table overlap; otherwise the union is rebuilt, once, when next read."""
+
+    __slots__ = ("_set", "_sized", "table")
+
+    def __init__(self, table: dict[int, Allocation]) -> None:
+        self.table = table
+        self._set: IntervalSet | None = IntervalSet()
+        self._sized = 0  # sum of the allocations' sizes: equal to the union's bytes iff none overlap
+
+    def add(self, allocation: Allocation) -> None:
+        self._sized += allocation.size
+        if self._set is not None:
+            self._set.add(np.array([allocation.address], np.uint64), np.array([allocation.end], np.uint64))
+
+    def remove(self, allocation: Allocation) -> None:
+        self._sized -= allocation.size
+        if self._set is None:
+            return
+        if self._set.total == self._sized + allocation.size:
+            self._set.remove(allocation.address, allocation.end)
+        else:
+            self._set = None
+
+    @property
+    def set(self) -> IntervalSet:
+        if self._set is None:
+            self._set = _ranges(list(self.table.values()))
+        return self._set
+
+    def within(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """The union's bytes inside ``[start, end)``."""
+        s = self.set
+        lo = int(np.searchsorted(s.ends, np.uint64(start), side="right"))
+        hi = int(np.searchsorted(s.starts, np.uint64(end), side="left"))
+        return np.maximum(s.starts[lo:hi], np.uint64(start)), np.minimum(s.ends[lo:hi], np.uint64(end))
+
+
 class Heap:
     """Live allocations by table and address, and the GM ranges they make legal."""
 
-    __slots__ = ("_legal", "tables")
+    __slots__ = ("_legal", "_memory", "tables", "unions")
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[int, Allocation]] = {"device": {}, "annotation": {}, "heap": {}, "region": {}}
-        self._legal: IntervalSet | None = IntervalSet()
+        self.unions = {name: _Union(self.tables[name]) for name in ("device", "annotation")}
+        self._memory = IntervalSet()  # device memory and annotations: legal GM without MSTX pools
+        self._legal: IntervalSet | None = None  # with MSTX heaps or regions: rebuilt after each change
 
     def _table(self, source: str) -> dict[int, Allocation]:
         return self.tables[_TABLE_OF_SOURCE.get(source, LEAKING_TABLE)]
@@ -70,6 +112,10 @@ class Heap:
         if allocation.address in table:
             return False
         table[allocation.address] = allocation
+        union = self.unions.get(_TABLE_OF_SOURCE.get(allocation.source, LEAKING_TABLE))
+        if union is not None:
+            union.add(allocation)
+            self._memory.add(np.array([allocation.address], np.uint64), np.array([allocation.end], np.uint64))
         self._legal = None
         return True
 
@@ -79,29 +125,46 @@ class Heap:
         allocation = self._table(source).pop(address, None)
         if allocation is None:
             return None
+        union = self.unions.get(_TABLE_OF_SOURCE.get(source, LEAKING_TABLE))
+        if union is not None:
+            union.remove(allocation)
+            # Take the range out, then give back what the tables' other allocations still cover there (an
+            # annotation inside a freed buffer stays legal): a few ranges, not a rebuild over every allocation.
+            self._memory.remove(allocation.address, allocation.end)
+            for other in self.unions.values():
+                starts, ends = other.within(allocation.address, allocation.end)
+                if starts.size:
+                    self._memory.add(starts, ends)
         if _TABLE_OF_SOURCE.get(source, LEAKING_TABLE) == LEAKING_TABLE:
             for pool in (self.tables["heap"], self.tables["region"]):
-                for inside in [a for a, p in pool.items() if allocation.address <= a < allocation.end]:
-                    del pool[inside]
+                if pool:
+                    for inside in [a for a, p in pool.items() if allocation.address <= a < allocation.end]:
+                        del pool[inside]
         self._legal = None
         return allocation
 
     def in_device_memory(self, address: int) -> bool:
         """Whether ``address`` lies in a live device allocation (where an MSTX heap must start)."""
-        return any(b.address <= address < b.end for b in self.tables["device"].values())
+        device = self.unions["device"].set
+        return bool(device.covered(np.array([address], np.uint64), np.array([address + 1], np.uint64))[0])
 
     def live(self) -> list[Allocation]:
         return sorted((a for t in self.tables.values() for a in t.values()), key=lambda a: (a.serial, a.address))
 
     @property
     def legal(self) -> IntervalSet:
-        """Legal GM, rebuilt once after the heap changed rather than on every host op."""
+        """Legal GM: device memory and annotations, kept up to date per host op; with MSTX heaps or regions,
+        rebuilt once after the heap changed rather than on every host op."""
+        if not self.tables["heap"] and not self.tables["region"]:
+            return self._memory
         if self._legal is None:
-            base = _ranges([*self.tables["device"].values(), *self.tables["annotation"].values()])
+            base = self._memory
             heaps = _ranges(list(self.tables["heap"].values()))
             regions = _ranges(list(self.tables["region"].values()))
             if len(heaps):
                 base = IntervalSet(*difference(base.starts, base.ends, heaps.starts, heaps.ends))
+            else:
+                base = IntervalSet(base.starts, base.ends)
             if len(regions):
                 base.add(regions.starts, regions.ends)
             self._legal = base

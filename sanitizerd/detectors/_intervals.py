@@ -6,9 +6,15 @@ vectorised: one ``searchsorted`` per batch, never a Python loop over accesses.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _U64 = np.uint64
+# Disjoint ranges one detector's byte-range state (bytes written, defined, owned) may hold. Kernels rewrite
+# their buffers, so ordinary state stays far below; a pattern fragmenting it further stops that tracking, and
+# the session is told so. About 24 bytes a range at rest, a few times that while merging.
+MAX_TRACKED_RANGES = 1 << 21
 
 
 def merge_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -29,40 +35,95 @@ def merge_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 class IntervalSet:
-    """A mutable set of byte ranges; mutations are rare (host operations), queries are per batch."""
+    """A set of byte ranges, queried a batch at a time.
 
-    __slots__ = ("_cumulative", "ends", "starts")
+    Two levels, so that adding a few ranges does not rewrite the whole set (a session's host stores and scattered
+    writes add a few at a time, and rewriting every range each time made them quadratic): the main arrays, and a
+    few pending ranges kept disjoint from them. Pending ranges are folded in once there are more than about the
+    square root of the main ranges, so an add costs O(sqrt(n)) amortised. ``starts``/``ends`` fold first."""
+
+    __slots__ = ("_cumulative", "_ends", "_pending_ends", "_pending_starts", "_starts")
 
     def __init__(self, starts: np.ndarray | None = None, ends: np.ndarray | None = None) -> None:
         if starts is None or ends is None:
             starts = ends = np.empty(0, dtype=_U64)
-        self.starts, self.ends = merge_ranges(np.asarray(starts), np.asarray(ends))
+        self._starts, self._ends = merge_ranges(np.asarray(starts), np.asarray(ends))
+        self._pending_starts = self._pending_ends = np.empty(0, dtype=_U64)
         self._refresh()
 
     def _refresh(self) -> None:
         # _cumulative[i] = bytes in ranges before i, so coverage below x is one lookup.
-        lengths = self.ends - self.starts
+        lengths = self._ends - self._starts
         self._cumulative = np.concatenate(([0], np.cumsum(lengths, dtype=_U64))).astype(_U64)
 
+    def _fold(self) -> None:
+        """Pending ranges into the main arrays: they are disjoint, so an insertion and a join of touching ends."""
+        if not self._pending_starts.size:
+            return
+        at = np.searchsorted(self._starts, self._pending_starts)
+        starts = np.insert(self._starts, at, self._pending_starts)
+        ends = np.insert(self._ends, at, self._pending_ends)
+        joins = np.flatnonzero(starts[1:] == ends[:-1])
+        if joins.size:
+            keep = np.ones(starts.size, dtype=bool)
+            keep[joins + 1] = False
+            run_end = np.ones(starts.size, dtype=bool)
+            run_end[joins] = False
+            starts, ends = starts[keep], ends[run_end]
+        self._starts, self._ends = starts, ends
+        self._pending_starts = self._pending_ends = np.empty(0, dtype=_U64)
+        self._refresh()
+
+    @property
+    def starts(self) -> np.ndarray:
+        self._fold()
+        return self._starts
+
+    @property
+    def ends(self) -> np.ndarray:
+        self._fold()
+        return self._ends
+
     def __len__(self) -> int:
-        return int(self.starts.size)
+        """Ranges held (an upper bound while some are pending: a pending range may touch a main one)."""
+        return int(self._starts.size + self._pending_starts.size)
 
     @property
     def total(self) -> int:
-        return int(self._cumulative[-1])
+        return int(self._cumulative[-1]) + int((self._pending_ends - self._pending_starts).sum())
 
     def add(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        self.starts, self.ends = merge_ranges(
-            np.concatenate((self.starts, np.asarray(starts, dtype=_U64))),
-            np.concatenate((self.ends, np.asarray(ends, dtype=_U64))),
+        new_starts, new_ends = np.asarray(starts, dtype=_U64), np.asarray(ends, dtype=_U64)
+        if new_starts.size != 1:
+            new_starts, new_ends = merge_ranges(new_starts, new_ends)
+        elif new_ends[0] <= new_starts[0]:
+            return
+        if not new_starts.size:
+            return
+        if self._starts.size:
+            # Keep pending ranges disjoint from the main ones: take out what the main arrays hold already.
+            overlaps = _covered_by(self._starts, self._ends, self._cumulative, new_starts, new_ends) > 0
+            if overlaps.any():
+                lo = int(np.searchsorted(self._ends, new_starts[overlaps].min(), side="right"))
+                hi = int(np.searchsorted(self._starts, new_ends[overlaps].max(), side="left"))
+                clipped = difference(new_starts[overlaps], new_ends[overlaps], self._starts[lo:hi], self._ends[lo:hi])
+                new_starts = np.concatenate((new_starts[~overlaps], clipped[0]))
+                new_ends = np.concatenate((new_ends[~overlaps], clipped[1]))
+        self._pending_starts, self._pending_ends = merge_ranges(
+            np.concatenate((self._pending_starts, new_starts)), np.concatenate((self._pending_ends, new_ends))
         )
-        self._refresh()
+        if self._pending_starts.size > max(64, math.isqrt(self._starts.size)):
+            self._fold()
 
     def add_new(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """``add``, skipping ranges the set already holds: in steady state most writes rewrite defined bytes,
         and one lookup is far cheaper than merging them in again."""
         if not starts.size:
             return
+        if starts.size > 1024:
+            # Sorted lookups walk the arrays in order: far fewer cache misses on a large set.
+            order = np.argsort(starts)
+            starts, ends = starts[order], ends[order]
         fresh = ~self.contains(starts, ends)
         if fresh.any():
             self.add(starts[fresh], ends[fresh])
@@ -71,40 +132,67 @@ class IntervalSet:
         """Take ``[start, end)`` out of the set."""
         if end <= start or not len(self):
             return
-        s, e = self.starts, self.ends
-        left_starts, left_ends = s[s < start], np.minimum(e[s < start], _U64(start))
-        right_starts, right_ends = np.maximum(s[e > end], _U64(end)), e[e > end]
-        self.starts, self.ends = merge_ranges(
-            np.concatenate((left_starts, right_starts)), np.concatenate((left_ends, right_ends))
-        )
+        self._fold()
+        s, e = self._starts, self._ends
+        first = int(np.searchsorted(e, _U64(start), side="right"))  # ranges before it end at or before start
+        last = int(np.searchsorted(s, _U64(end), side="left"))  # ranges from last on start at or after end
+        if first >= last:
+            return
+        # Only ranges first..last-1 meet [start, end): keep their parts outside it, splice them in place.
+        keep_starts, keep_ends = [], []
+        if s[first] < start:
+            keep_starts.append(s[first])
+            keep_ends.append(_U64(start))
+        if e[last - 1] > end:
+            keep_starts.append(_U64(end))
+            keep_ends.append(e[last - 1])
+        self._starts = np.concatenate((s[:first], np.array(keep_starts, dtype=_U64), s[last:]))
+        self._ends = np.concatenate((e[:first], np.array(keep_ends, dtype=_U64), e[last:]))
         self._refresh()
 
     def subtract(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Take sorted, disjoint ranges out of the set."""
         if len(self) and starts.size:
-            self.starts, self.ends = difference(self.starts, self.ends, starts, ends)
+            self._fold()
+            self._starts, self._ends = difference(self._starts, self._ends, starts, ends)
             self._refresh()
-
-    def _below(self, x: np.ndarray) -> np.ndarray:
-        """Bytes of the set strictly below each ``x``."""
-        j = np.searchsorted(self.starts, x, side="right").astype(np.intp) - 1
-        safe = np.maximum(j, 0)
-        within = np.minimum(x, self.ends[safe]) - np.minimum(x, self.starts[safe])
-        below = self._cumulative[safe] + within
-        return np.where(j >= 0, below, _U64(0))
 
     def covered(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each ``[lo, hi)`` inside the set."""
         if not len(self):
             return np.zeros(np.shape(lo), dtype=_U64)
-        return self._below(hi) - self._below(lo)
+        inside = _covered_by(self._starts, self._ends, self._cumulative, lo, hi)
+        if self._pending_starts.size:
+            lengths = self._pending_ends - self._pending_starts
+            cumulative = np.concatenate(([0], np.cumsum(lengths, dtype=_U64))).astype(_U64)
+            inside = inside + _covered_by(self._pending_starts, self._pending_ends, cumulative, lo, hi)
+        return inside
 
     def contains(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Whether each non-empty ``[lo, hi)`` lies wholly inside one range of the set."""
         if not len(self):
             return np.zeros(np.shape(lo), dtype=bool)
-        j = np.searchsorted(self.starts, lo, side="right").astype(np.intp) - 1
-        return (j >= 0) & (hi <= self.ends[np.maximum(j, 0)])
+        if self._pending_starts.size:
+            # Touching ranges are one range of the set, so wholly covered is wholly inside one.
+            return (hi > lo) & (self.covered(lo, hi) == hi - lo)
+        j = np.searchsorted(self._starts, lo, side="right").astype(np.intp) - 1
+        return (j >= 0) & (hi <= self._ends[np.maximum(j, 0)])
+
+
+def _covered_by(
+    starts: np.ndarray, ends: np.ndarray, cumulative: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Bytes of each ``[lo, hi)`` inside sorted, disjoint ranges whose running lengths are ``cumulative``."""
+    if not starts.size:
+        return np.zeros(np.shape(lo), dtype=_U64)
+
+    def below(x: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(starts, x, side="right").astype(np.intp) - 1
+        safe = np.maximum(j, 0)
+        within = np.minimum(x, ends[safe]) - np.minimum(x, starts[safe])
+        return np.where(j >= 0, cumulative[safe] + within, _U64(0))
+
+    return below(hi) - below(lo)
 
 
 def difference(

@@ -14,10 +14,22 @@ record buffer.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from sanitizerd.detectors._intervals import IntervalSet, difference, merge_ranges
-from sanitizerd.detectors._patterns import ranges
+from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
+from sanitizerd.detectors._runs import (
+    CHUNK,
+    PairBudget,
+    Runs,
+    inside_or_none,
+    piece_chunks,
+    piece_counts,
+    runs_by_group,
+    touching,
+)
 from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Space
 
 _U64 = np.uint64
@@ -29,6 +41,20 @@ _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
 def _block_keys(events: np.ndarray) -> np.ndarray:
     """Block type (0-3) and full block id in one integer."""
     return ((events["block_type"].astype(_U64) & _U64(3)) << _U64(16)) | events["block_id"].astype(_U64)
+
+
+def _per_event(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reports of chunks joined: one per write, its stomped bytes in all, at the lowest address reported."""
+    found = [f for f in found if f[0].size]
+    if not found:
+        return _NONE
+    if len(found) == 1:
+        return found[0]
+    event, address, size = (np.concatenate([f[i] for f in found]) for i in range(3))
+    order = np.lexsort((address, event))
+    event, address, size = event[order], address[order], size[order]
+    heads = np.flatnonzero(np.diff(event, prepend=-1))
+    return event[heads], address[heads], np.add.reduceat(size, heads)
 
 
 def _merge_per_block(keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -48,14 +74,67 @@ class StompTracker:
         self.stomped = IntervalSet()
         self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
         self._owners: dict[int, int] = {}  # block key -> owner number
+        self.given_up = False
 
-    def check(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Stomping writes of a batch: (event index, address reported, bytes stomped)."""
+    def check(
+        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, legal: IntervalSet, budget: PairBudget
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stomping writes of a batch: (event index, address reported, bytes stomped). Writes wholly outside
+        ``legal`` GM (illegal writes, reported as such) own nothing. The writes' pieces are taken in bounded
+        chunks, never all at once; past MAX_TRACKED_RANGES owned ranges the kernel is no longer checked
+        (``given_up``), which the caller reports."""
+        if self.given_up:
+            return _NONE
         shared = self._atomic_modes(events)
         writes = live & (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & ~shared
         if not writes.any():
             return _NONE
-        event, start, stop = ranges(events, ext, np.flatnonzero(writes))
+        index = np.flatnonzero(writes)
+        if int(piece_counts(events, ext)[index].sum()) <= CHUNK:  # the common case: list the pieces at once
+            found = [self._check_pieces(events, *touching(legal, *ranges(events, ext, index)))]
+            self.given_up = len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES
+            return _per_event(found)
+        found = []
+        for rows, group in runs_by_group(events, ext, index):
+            in_heap = inside_or_none(group, legal, ADDRESS_LIMIT, budget)
+            group = replace(group, owner=rows[group.owner])
+            if in_heap is not None:
+                group = group.take(in_heap > 0)
+            group = self._not_owned_already(events, group, budget)
+            for event, start, stop in piece_chunks(group):
+                found.append(self._check_pieces(events, *touching(legal, event, start, stop)))
+                if len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES:
+                    self.given_up = True
+                    return _per_event(found)
+        return _per_event(found)
+
+    def _not_owned_already(self, events: np.ndarray, runs: Runs, budget: PairBudget) -> Runs:
+        """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its
+        own output): a closed form per run, so a rewrite of billions of blocks costs no listing. Runs whose keyed
+        addresses would not fit an int64 are kept and listed."""
+        if not len(self.owned_by) or not (runs.count > 1).any():
+            return runs  # one-piece runs are settled as pieces, by _claim_if_clean
+        keys = self._owner_numbers(_block_keys(events)[runs.owner])
+        last = runs.count.astype(np.int64) - 1
+        room = (_ADDRESS_MASK - np.minimum(runs.first, _ADDRESS_MASK)) // np.maximum(runs.step, _U64(1))
+        fits = (runs.count > 1) & (keys < _U64(1 << 13)) & (runs.first < _ADDRESS_MASK) & (last.astype(_U64) < room)
+        extent_end = runs.first + np.where(fits, last.astype(_U64), _U64(0)) * runs.step + runs.size
+        fits &= extent_end <= _ADDRESS_MASK
+        if not fits.any():
+            return runs
+        keyed = replace(runs.take(fits), first=(keys[fits] << _OWNER_SHIFT) | runs.first[fits])
+        inside = inside_or_none(keyed, self.owned_by, 1 << 62, budget)
+        if inside is None:
+            return runs
+        owned = np.zeros(len(runs), dtype=bool)
+        owned[fits] = inside == keyed.count * keyed.size
+        return runs.take(~owned)
+
+    def _check_pieces(
+        self, events: np.ndarray, event: np.ndarray, start: np.ndarray, stop: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not event.size:
+            return _NONE
         block_keys = _block_keys(events)[event]
         keys = self._owner_numbers(block_keys)
         if self._claim_if_clean(keys, start, stop):

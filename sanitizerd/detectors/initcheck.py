@@ -16,8 +16,18 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
-from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
+from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import extents, ranges
+from sanitizerd.detectors._runs import (
+    CHUNK,
+    PairBudget,
+    PatternTooComplex,
+    below,
+    coverage,
+    piece_chunks,
+    piece_counts,
+    runs,
+)
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
@@ -33,6 +43,14 @@ _ON_CHIP = (Space.PRIVATE, Space.L1, Space.L0A, Space.L0B, Space.L0C, Space.UB, 
 # Events per slice of the in-order recheck: a read is paired only with earlier writes of its own slice, which
 # bounds the pairs (and memory) however many writes of the same bytes a batch holds.
 _SLICE = 2048
+
+
+def _key_window(event: np.void) -> tuple[int, int]:
+    """An access's composite keys are its addresses plus this offset, for addresses below this window."""
+    space = int(event["space"])
+    if space == Space.GM:
+        return _GM_LO, 1 << 59
+    return (space << 60) | (int(event["block_type"]) << 58) | (int(event["block_id"]) << 42), 1 << 42
 
 
 def composite(space: np.ndarray, block_type: np.ndarray, block_id: np.ndarray, address: np.ndarray) -> np.ndarray:
@@ -53,6 +71,8 @@ class Initcheck:
         self.sites = SiteLog()
         self.kernel: KernelLaunch | None = None
         self.allocations: dict[int, int] = {}  # GM address -> size, to undefine on free
+        self.given_up = False
+        self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
@@ -79,7 +99,29 @@ class Initcheck:
                 self.defined.remove(lo, lo + (1 << 42))
 
     def _check_accesses(self, events: np.ndarray, kind: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
-        event, start, stop = ranges(events, ext, np.flatnonzero(live))  # event: batch position, i.e. order
+        """The batch in order, in runs of events whose pieces number about CHUNK (a strided vector access is
+        thousands of pieces); an access of more pieces than that is checked alone, without listing its pieces."""
+        if self.given_up:
+            return
+        index = np.flatnonzero(live)
+        budget = PairBudget()  # the closed forms' CPU for this batch
+        pieces = piece_counts(events, ext)[index]  # a structured copy of the rows costs more
+        huge = pieces > CHUNK
+        group = np.cumsum(np.where(huge, CHUNK, pieces)) // CHUNK
+        group[huge] = -1 - np.arange(int(huge.sum()))  # each huge access a group of its own
+        cut = np.flatnonzero(np.diff(group, prepend=group[0] - 1) != 0)
+        for lo, hi in zip(cut.tolist(), [*cut[1:].tolist(), index.size], strict=True):
+            rows = index[lo:hi]
+            if huge[lo]:
+                self._check_huge(events, ext, rows, budget)
+            else:
+                self._check_rows(events, kind, ext, rows)
+            if len(self.defined) > MAX_TRACKED_RANGES:
+                self._give_up()
+                return
+
+    def _check_rows(self, events: np.ndarray, kind: np.ndarray, ext: np.ndarray, rows: np.ndarray) -> None:
+        event, start, stop = ranges(events, ext, rows)  # event: batch position, i.e. order
         keys = composite(events["space"][event], events["block_type"][event], events["block_id"][event], start)
         stops = keys + (stop - start)
         is_read = kind[event] == EventKind.READ
@@ -90,6 +132,68 @@ class Initcheck:
             self._report(events, event[is_read], keys[is_read], undefined[is_read])
         else:
             self.defined.add_new(keys[~is_read], stops[~is_read])
+
+    def _check_huge(self, events: np.ndarray, ext: np.ndarray, rows: np.ndarray, budget: PairBudget) -> None:
+        """One access of more than CHUNK pieces. Nothing earlier in the batch is left unapplied, so a read is
+        checked against the set in closed form, and a write's runs not yet wholly defined are added a bounded
+        chunk of pieces at a time. Its keys are its addresses plus one offset inside the space's window (2**59
+        bytes of GM, 2**42 of an on-chip space); pieces past the window (no memory lies there) count as never
+        written, and writes there are not kept."""
+        [row] = rows.tolist()
+        one = events[rows]
+        offset, window = _key_window(one[0])
+        found = runs(one, ext[rows])
+        within = self._defined_within(offset, window)
+        try:
+            inside, first_bad = coverage(found, within, window, budget)
+        except PatternTooComplex as too_many:
+            if int(one["kind"][0]) == EventKind.READ:
+                self.notices.append(self._not_checked(one, too_many))
+                return
+            inside, first_bad = np.zeros(len(found), _U64), found.first
+        if int(one["kind"][0]) == EventKind.READ:
+            undefined = int((found.count * found.size - inside).sum())
+            if undefined:
+                first = np.array([offset + min(int(first_bad.min()), window - 1)], _U64)
+                self._report(events, np.array([row]), first, np.array([undefined], _U64))
+            return
+        todo = below(found.take(inside < found.count * found.size), window)
+        for _, start, stop in piece_chunks(todo):
+            self.defined.add_new(start + _U64(offset), stop + _U64(offset))
+            if len(self.defined) > MAX_TRACKED_RANGES:
+                return
+
+    def _not_checked(self, access: np.ndarray, too_many: PatternTooComplex) -> Finding:
+        return self.context.finding(
+            "internal_error",
+            kernel=self.kernel.name if self.kernel else None,
+            address=int(access["address"][0]),
+            serial=int(access["serial"][0]),
+            detail=f"initcheck did not check the read at serialNo {int(access['serial'][0])}: its block runs "
+            f"meet the defined ranges in {too_many}",
+        )
+
+    def _defined_within(self, offset: int, window: int) -> IntervalSet:
+        """The defined ranges of one key window, as plain addresses."""
+        starts, ends = self.defined.starts, self.defined.ends
+        lo = int(np.searchsorted(ends, _U64(offset), side="right"))
+        hi = int(np.searchsorted(starts, _U64(offset + window), side="left"))
+        base, top = _U64(offset), _U64(offset + window)
+        return IntervalSet(np.maximum(starts[lo:hi], base) - base, np.minimum(ends[lo:hi], top) - base)
+
+    def _give_up(self) -> None:
+        self.given_up = True
+        self.defined = IntervalSet()
+        self.notices.append(
+            self.context.finding(
+                "internal_error",
+                kernel=self.kernel.name if self.kernel else None,
+                detail=(
+                    f"initcheck stopped: the bytes written form more than {MAX_TRACKED_RANGES} separate ranges "
+                    "(sanitizerd's bound on its state per session); later reads are not checked"
+                ),
+            )
+        )
 
     def _recheck_in_order(
         self, event: np.ndarray, keys: np.ndarray, stops: np.ndarray, is_read: np.ndarray, undefined: np.ndarray
@@ -135,14 +239,42 @@ class Initcheck:
         write_lo: np.ndarray,
         write_hi: np.ndarray,
     ) -> np.ndarray:
-        """Bytes of each read range that an earlier write (of the same slice) defined and the set did not."""
-        order = np.argsort(write_lo, kind="stable")
+        """Bytes of each read range that an earlier write (of the same slice) defined and the set did not.
+
+        A kernel rewrites the same bytes again and again: writes of the same range are one, at their earliest,
+        so a read meets each distinct range once. Reads are taken in chunks of about CHUNK (read, write) pairs."""
+        order = np.lexsort((write_event, write_hi, write_lo))
         write_event, write_lo, write_hi = write_event[order], write_lo[order], write_hi[order]
+        distinct = np.ones(write_lo.size, dtype=bool)
+        distinct[1:] = (write_lo[1:] != write_lo[:-1]) | (write_hi[1:] != write_hi[:-1])
+        write_event, write_lo, write_hi = write_event[distinct], write_lo[distinct], write_hi[distinct]
         longest = _U64((write_hi - write_lo).max())
         # Writes overlapping [lo, hi) start before hi and, being at most `longest` long, at lo - longest or later.
         first = np.searchsorted(write_lo, np.where(read_lo > longest, read_lo - longest, _U64(0)), "left")
         last = np.searchsorted(write_lo, read_hi, "left")
         counts = np.maximum(last - first, 0)
+        gained = np.zeros(read_lo.size, dtype=_U64)
+        chunk_of = (np.cumsum(counts) - counts) // CHUNK
+        cut = np.flatnonzero(np.diff(chunk_of, prepend=-1))
+        for lo, hi in zip(cut.tolist(), [*cut[1:].tolist(), read_lo.size], strict=True):
+            reads = slice(lo, hi)
+            gained[reads] = self._gained(
+                read_event[reads], read_lo[reads], read_hi[reads], first[reads], counts[reads],
+                write_event, write_lo, write_hi,
+            )  # fmt: skip
+        return gained
+
+    def _gained(
+        self,
+        read_event: np.ndarray,
+        read_lo: np.ndarray,
+        read_hi: np.ndarray,
+        first: np.ndarray,
+        counts: np.ndarray,
+        write_event: np.ndarray,
+        write_lo: np.ndarray,
+        write_hi: np.ndarray,
+    ) -> np.ndarray:
         read = np.repeat(np.arange(read_lo.size), counts)
         write = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
         lo = np.maximum(write_lo[write], read_lo[read])
@@ -186,8 +318,15 @@ class Initcheck:
         # On-chip and private bytes do not outlive the kernel's blocks.
         self.defined.remove(0, _GM_LO)
         self.defined.remove(_GM_HI, (1 << 64) - 1)
-        return site_findings(
-            self.context, launch.name if launch else None, self.sites.drain(), {_UNINITIALIZED: "uninitialized_read"}
+        notices, self.notices = self.notices, []
+        return (
+            site_findings(
+                self.context,
+                launch.name if launch else None,
+                self.sites.drain(),
+                {_UNINITIALIZED: "uninitialized_read"},
+            )
+            + notices
         )
 
     def host_op(self, op: HostOp) -> list[Finding]:
@@ -197,10 +336,14 @@ class Initcheck:
             size = self.allocations.pop(op.address, 0)
             if size:
                 self.defined.remove(_GM_LO | op.address, _GM_LO | (op.address + size))
-        elif op.op in ("store", "memset", "memcpy") and op.size:
+        elif op.op in ("store", "memset", "memcpy") and op.size and not self.given_up:
             self.defined.add(
                 np.array([_GM_LO | op.address], dtype=_U64), np.array([_GM_LO | (op.address + op.size)], dtype=_U64)
             )
+            if len(self.defined) > MAX_TRACKED_RANGES:
+                self._give_up()
+                notices, self.notices = self.notices, []
+                return notices
         return []
 
     def finish(self) -> list[Finding]:

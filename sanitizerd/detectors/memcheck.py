@@ -11,8 +11,19 @@ import numpy as np
 
 from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import Allocation, Heap
-from sanitizerd.detectors._intervals import IntervalSet
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, expand, extents, first_misaligned, ranges
+from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
+from sanitizerd.detectors._runs import (
+    CHUNK,
+    PairBudget,
+    PatternTooComplex,
+    coverage,
+    inside_or_none,
+    piece_chunks,
+    piece_counts,
+    runs_by_group,
+    touching,
+)
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -28,6 +39,8 @@ _SITE_KINDS = {
     _STOMPED: "out_of_bounds",
 }
 _NO_LIMIT = np.iinfo(np.uint64).max
+# Sizes are stored as SQLite integers (signed 64-bit); a hostile pattern's bad bytes can pass that.
+_MAX_REPORTED = np.uint64(2**63 - 1)
 
 # Default alignment by address space (§1.6): UB and L1 32 B, L0A/L0B/L0C 512 B, the rest unchecked.
 _ALIGN_BY_SPACE = np.ones(256, dtype=np.uint64)
@@ -57,6 +70,8 @@ class Memcheck:
         self.kernel: KernelLaunch | None = None
         self.stomping = StompTracker()
         self.limits = self._chip_limits()
+        self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
+        self.pairs = PairBudget()
 
     def _chip_limits(self) -> np.ndarray:
         """Bytes each on-chip space holds on the session's chip; GM is checked against the heap, BT/FB not at all."""
@@ -82,6 +97,7 @@ class Memcheck:
         # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events out
         # (numpy copies a structured array field by field).
         live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
+        self.pairs = PairBudget()  # the closed forms' CPU for this batch
         self._check_alignment(events, live)
         self._check_bounds(events, lo, hi, ext, live)
         self._check_stomping(events, ext, live)
@@ -115,18 +131,63 @@ class Memcheck:
         if not bad.any():
             return
         index = np.flatnonzero(bad)
-        owner, start, stop = expand(events[index], ext[index])
-        bad_bytes = (stop - start) - self._covered(events["space"][index][owner], start, stop)
-        hit_range = bad_bytes > 0
-        total = np.bincount(owner, weights=bad_bytes, minlength=index.size).astype(np.uint64)
-        # The report names the first range with bad bytes, as msSanitizer reports each flattened range's start.
-        first_owner, first_at = np.unique(owner[hit_range], return_index=True)
+        space = events["space"][index]
+        total = np.zeros(index.size, dtype=np.uint64)
         address = np.zeros(index.size, dtype=np.uint64)
-        address[first_owner] = start[hit_range][first_at]
+        for where in np.unique(space).tolist():
+            at = np.flatnonzero(space == where)
+            total[at], address[at] = self._bad_bytes(events, ext, index[at], where)
         reported = total > 0
         hit = events[index[reported]]
         kind = np.where(hit["kind"] == EventKind.WRITE, _WRITE, _READ)
-        self.sites.add(site_rows(hit, kind, address[reported], total[reported]))
+        self.sites.add(site_rows(hit, kind, address[reported], np.minimum(total[reported], _MAX_REPORTED)))
+
+    def _bad_bytes(self, events: np.ndarray, ext: np.ndarray, index: np.ndarray, space: int) -> tuple[np.ndarray, ...]:
+        """Bytes of each access outside what ``space`` allows, and the start of its first piece (the range
+        msSanitizer's flattened pattern reports) with any: closed forms over the pattern's runs, never its blocks."""
+        allowed = self._allowed(space)
+        total = np.zeros(index.size, dtype=np.uint64)
+        address = np.zeros(index.size, dtype=np.uint64)
+        done = 0
+        for rows, runs in runs_by_group(events, ext, index):
+            try:
+                inside, first_bad = coverage(runs, allowed, ADDRESS_LIMIT, self.pairs)
+            except PatternTooComplex as too_many:
+                self._not_checked(events[rows], too_many)
+                done += rows.size
+                continue
+            heads = np.flatnonzero(np.diff(runs.owner, prepend=-1))
+            owners = done + runs.owner[heads]
+            total[owners] = np.add.reduceat(runs.count * runs.size - inside, heads)
+            address[owners] = np.minimum.reduceat(first_bad, heads)
+            done += rows.size
+        return total, address
+
+    def _not_checked(self, accesses: np.ndarray, too_many: PatternTooComplex) -> None:
+        """Accesses whose bounds a closed form could not settle within MAX_PAIRS: told, never silently passed."""
+        self.notices.append(
+            self.context.finding(
+                "internal_error",
+                kernel=self.kernel.name if self.kernel else None,
+                address=int(accesses["address"][0]),
+                serial=int(accesses["serial"][0]),
+                detail=(
+                    f"memcheck did not check the bounds of {accesses.size} access(es) from serialNo "
+                    f"{int(accesses['serial'][0])}: their block runs meet the heap's ranges in {too_many}"
+                ),
+            )
+        )
+
+    def _allowed(self, space: int) -> IntervalSet:
+        """The bytes an access to ``space`` may touch, below ADDRESS_LIMIT: GM's legal ranges, an on-chip space's
+        size from 0."""
+        if space != Space.GM:
+            return IntervalSet(np.zeros(1, np.uint64), np.minimum(self.limits[[space]], np.uint64(ADDRESS_LIMIT)))
+        legal = self.heap.legal
+        if not len(legal) or int(legal.ends[-1]) <= ADDRESS_LIMIT:
+            return legal
+        limit = np.uint64(ADDRESS_LIMIT)
+        return IntervalSet(np.minimum(legal.starts, limit), np.minimum(legal.ends, limit))
 
     @staticmethod
     def _one_allocation_holds(legal: IntervalSet, lo: np.ndarray, hi: np.ndarray, gm: np.ndarray) -> bool:
@@ -139,31 +200,74 @@ class Memcheck:
         j = int(np.searchsorted(legal.starts, lowest, side="right")) - 1
         return j >= 0 and int(highest) <= int(legal.ends[j])
 
-    def _covered(self, space: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
-        gm = space == Space.GM
-        limit = self.limits[space]
-        covered = np.minimum(stop, limit) - np.minimum(start, limit)
-        if gm.any():
-            gm_stop = np.minimum(stop[gm], np.uint64(ADDRESS_LIMIT))
-            gm_start = np.minimum(start[gm], gm_stop)
-            covered[gm] = self.heap.legal.covered(gm_start, gm_stop)
-        return covered
-
     def _check_stomping(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
-        event, address, size = self.stomping.check(events, ext, live)
+        if self.stomping.given_up:
+            return
+        event, address, size = self.stomping.check(events, ext, live, self._allowed(Space.GM), self.pairs)
         if event.size:
             self.sites.add(site_rows(events[event], _STOMPED, address, size))
+        if self.stomping.given_up:
+            self.notices.append(
+                self.context.finding(
+                    "internal_error",
+                    kernel=self.kernel.name if self.kernel else None,
+                    detail=(
+                        f"multi-core stomping check stopped for this kernel: its writes form more than "
+                        f"{MAX_TRACKED_RANGES} separate ranges (sanitizerd's bound on its state per kernel)"
+                    ),
+                )
+            )
 
     def _record_writes(self, events: np.ndarray, ext: np.ndarray) -> None:
+        """Bytes written, for unused-memory: runs already written are settled in closed form, the others listed a
+        bounded chunk at a time; past MAX_TRACKED_RANGES separate ranges the check stops, and says so."""
         writes = (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & (ext > 0)
-        if writes.any():
-            _, start, stop = ranges(events, ext, np.flatnonzero(writes))
+        if not writes.any():
+            return
+        legal = self._allowed(Space.GM)
+        index = np.flatnonzero(writes)
+        if int(piece_counts(events, ext)[index].sum()) <= CHUNK:  # the common case: list the pieces at once
+            _, start, stop = touching(legal, *ranges(events, ext, index))
             self.written.add_new(start, stop)
+        else:
+            for _, runs in runs_by_group(events, ext, index):
+                # Only allocated bytes can be unused; a write wholly outside them (an illegal write) is not kept.
+                in_heap = inside_or_none(runs, legal, ADDRESS_LIMIT, self.pairs)
+                if in_heap is not None:
+                    runs = runs.take(in_heap > 0)
+                long = runs.count > 1
+                inside = (
+                    inside_or_none(runs.take(long), self.written, ADDRESS_LIMIT, self.pairs) if self.written else None
+                )
+                if inside is not None:
+                    long[long] = inside == runs.count[long] * runs.size[long]
+                    runs = runs.take(~long)
+                for _, start, stop in piece_chunks(runs):
+                    self.written.add_new(*touching(legal, start, start, stop)[1:])
+                    if len(self.written) > MAX_TRACKED_RANGES:
+                        break
+        if len(self.written) > MAX_TRACKED_RANGES:
+            self._stop_tracking_writes()
+
+    def _stop_tracking_writes(self) -> None:
+        self.track_writes = False
+        self.written = IntervalSet()
+        self.notices.append(
+            self.context.finding(
+                "internal_error",
+                kernel=self.kernel.name if self.kernel else None,
+                detail=(
+                    f"unused-memory check stopped: the bytes written form more than {MAX_TRACKED_RANGES} separate "
+                    "ranges (sanitizerd's bound on its state per session); no unused_memory is reported"
+                ),
+            )
+        )
 
     def kernel_end(self) -> list[Finding]:
         launch = self.kernel
         self.kernel = None
-        return site_findings(self.context, launch.name if launch else None, self.sites.drain(), _SITE_KINDS)
+        notices, self.notices = self.notices, []
+        return site_findings(self.context, launch.name if launch else None, self.sites.drain(), _SITE_KINDS) + notices
 
     # --- host side ---------------------------------------------------------------------------------------------
 
@@ -186,6 +290,10 @@ class Memcheck:
             findings += self._host_access(op, op.address, "illegal_write")
             if self.track_writes and op.size:
                 self.written.add(np.array([op.address], np.uint64), np.array([op.address + op.size], np.uint64))
+                if len(self.written) > MAX_TRACKED_RANGES:
+                    self._stop_tracking_writes()
+                    findings += self.notices
+                    self.notices = []
         return findings
 
     def _host_access(self, op: HostOp, address: int, kind: str) -> list[Finding]:
