@@ -1356,14 +1356,7 @@ def test_race_memory_patterns_past_the_budget_are_refused_up_front(
     log = daemon.log_text()
     assert log.count("race-check memory budget spent") == 3, log
     assert_serves_fresh_session(daemon)
-import json
 
-import numpy as np
-import pytest
-
-from client_shim import Client, EventKind, Space, accesses
-from sanitizerd.protocol import messages as m
-from tests.conftest import RunningDaemon, assert_serves_fresh_session, peak_rss_bytes, rss_bytes, sanitizerd
 
 # --- detector patterns ---
 # One 56-byte record can name 65 535 x 65 535 blocks; an ordinary strided vector workload names thousands per
