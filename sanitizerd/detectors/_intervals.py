@@ -34,6 +34,9 @@ def merge_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
     return starts[first], reach[last]
 
 
+SMALL_SET = 4096  # ranges below which adds are folded in at once
+
+
 class IntervalSet:
     """A set of byte ranges, queried a batch at a time.
 
@@ -112,7 +115,9 @@ class IntervalSet:
         self._pending_starts, self._pending_ends = merge_ranges(
             np.concatenate((self._pending_starts, new_starts)), np.concatenate((self._pending_ends, new_ends))
         )
-        if self._pending_starts.size > max(64, math.isqrt(self._starts.size)):
+        # A small set is folded at once (an insertion into a short array costs less than a second lookup per
+        # query); a large one only once its pending level has grown to about sqrt(n) ranges.
+        if self._starts.size < SMALL_SET or self._pending_starts.size > max(64, math.isqrt(self._starts.size)):
             self._fold()
 
     def add_new(self, starts: np.ndarray, ends: np.ndarray) -> None:

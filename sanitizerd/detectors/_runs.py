@@ -112,6 +112,26 @@ def piece_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
     return np.where(dense, 1, np.where(row_is_range, repeat, repeat * events["block_num"].astype(np.int64)))
 
 
+def lists_few_pieces(events: np.ndarray, ext: np.ndarray, index: np.ndarray, limit: int) -> bool:
+    """Whether the accesses at ``index`` list at most ``limit`` pieces in all: the common case, where they are
+    listed at once. An upper bound settles most batches without the exact count, whose field reads over every
+    record cost more than the check they guard."""
+    bound = piece_bounds(events, ext, index, exact_above=None)
+    return int(bound.sum()) <= limit or int(piece_counts(events[index], ext[index]).sum()) <= limit
+
+
+def piece_bounds(events: np.ndarray, ext: np.ndarray, index: np.ndarray, *, exact_above: int | None) -> np.ndarray:
+    """Per access at ``index``, an upper bound of the pieces it lists: repeat x block_num, which costs two field
+    reads; exact (``piece_counts``) for the accesses whose bound is above ``exact_above``, where the difference
+    matters (a wide access is often one range). Groups cut by these bounds hold at most as many pieces."""
+    bound = np.maximum(events["repeat"][index], 1).astype(np.int64) * np.maximum(events["block_num"][index], 1)
+    if exact_above is not None:
+        wide = np.flatnonzero(bound > exact_above)
+        if wide.size:
+            bound[wide] = piece_counts(events[index[wide]], ext[index[wide]])
+    return bound
+
+
 def runs(events: np.ndarray, ext: np.ndarray) -> Runs:
     """Every access of ``events`` as disjoint strided runs, sorted by owner. Memory: ``line_counts(...).sum()``
     runs, at most ``min(repeat, block_num)`` per access, never one entry per block."""

@@ -25,8 +25,8 @@ from sanitizerd.detectors._runs import (
     PairBudget,
     Runs,
     inside_or_none,
+    lists_few_pieces,
     piece_chunks,
-    piece_counts,
     runs_by_group,
     touching,
 )
@@ -90,7 +90,7 @@ class StompTracker:
         if not writes.any():
             return _NONE
         index = np.flatnonzero(writes)
-        if int(piece_counts(events, ext)[index].sum()) <= CHUNK:  # the common case: list the pieces at once
+        if lists_few_pieces(events, ext, index, CHUNK):  # the common case: list the pieces at once
             found = [self._check_pieces(events, *touching(legal, *ranges(events, ext, index)))]
             self.given_up = len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES
             return _per_event(found)

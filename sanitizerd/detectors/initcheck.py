@@ -24,8 +24,8 @@ from sanitizerd.detectors._runs import (
     PatternTooComplex,
     below,
     coverage,
+    piece_bounds,
     piece_chunks,
-    piece_counts,
     runs,
 )
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
@@ -59,6 +59,10 @@ def composite(space: np.ndarray, block_type: np.ndarray, block_id: np.ndarray, a
     gm = space == Space.GM
     on_chip = (block_type.astype(_U64) << _U64(58)) | (block_id.astype(_U64) << _U64(42)) | (address & _ADDRESS_BITS)
     return key | np.where(gm, np.minimum(address, _U64((1 << 59) - 1)), on_chip)
+
+
+# Pieces an access may list before its exact count is taken for grouping (see _check_accesses).
+WIDE_ACCESS = 64
 
 
 @register("initcheck")
@@ -104,8 +108,15 @@ class Initcheck:
         if self.given_up:
             return
         index = np.flatnonzero(live)
+        # Bounds, not counts: the exact count reads every record's pattern fields, which costs more than checking
+        # a few more groups; it is taken only for wide accesses, where a bound could be far off.
+        pieces = piece_bounds(events, ext, index, exact_above=WIDE_ACCESS)
+        if int(pieces.sum()) <= CHUNK:  # the common case: the whole batch at once
+            self._check_rows(events, kind, ext, index)
+            if len(self.defined) > MAX_TRACKED_RANGES:
+                self._give_up()
+            return
         budget = PairBudget()  # the closed forms' CPU for this batch
-        pieces = piece_counts(events, ext)[index]  # a structured copy of the rows costs more
         huge = pieces > CHUNK
         group = np.cumsum(np.where(huge, CHUNK, pieces)) // CHUNK
         group[huge] = -1 - np.arange(int(huge.sum()))  # each huge access a group of its own

@@ -19,8 +19,8 @@ from sanitizerd.detectors._runs import (
     PatternTooComplex,
     coverage,
     inside_or_none,
+    lists_few_pieces,
     piece_chunks,
-    piece_counts,
     runs_by_group,
     touching,
 )
@@ -226,7 +226,7 @@ class Memcheck:
             return
         legal = self._allowed(Space.GM)
         index = np.flatnonzero(writes)
-        if int(piece_counts(events, ext)[index].sum()) <= CHUNK:  # the common case: list the pieces at once
+        if lists_few_pieces(events, ext, index, CHUNK):  # the common case: list the pieces at once
             _, start, stop = touching(legal, *ranges(events, ext, index))
             self.written.add_new(start, stop)
         else:
