@@ -49,7 +49,7 @@ from tests.conftest import (
     stop_daemon,
     wait_for_socket,
 )
-from tests.other_user import NOBODY, as_nobody, hello, open_to_nobody
+from tests.other_uid import NOBODY, as_nobody, hello, open_to_nobody
 
 # --- jobs and other users ---
 # A job belongs to the uid that first used it: nobody (another uid) may not join a root user's job, watch or record
@@ -73,9 +73,7 @@ def _jobs_illegal_read(client: Client, name: str) -> m.Verdict:
     return client.wait_kernel(kernel, timeout=10)
 
 
-def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(
-    hostile_daemon: RunningDaemon, short_dir: Path
-) -> None:
+def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(hostile_daemon: RunningDaemon) -> None:
     daemon, job = hostile_daemon, "victim-train"
     open_to_nobody(daemon.socket)
     with Client(daemon.socket, job=job, rank=0, timeout=10, resume_buffer=0) as victim:
@@ -98,7 +96,7 @@ def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(
             "wait_job": [hello("control"), {"type": "wait_job", "job": job}],
         }  # fmt: skip
         for attack, messages in attacks.items():
-            reply = as_nobody(daemon.socket, short_dir, messages, wait=2)
+            reply = as_nobody(daemon.socket, messages, wait=2)
             assert b"permission_denied" in reply, (attack, reply)
             assert f"uid {NOBODY.pw_uid} may not".encode() in reply and f"job '{job}'".encode() in reply, attack
             assert _jobs_snapshot(daemon, job) == before, attack  # nothing changed: no session, no finding
@@ -114,14 +112,12 @@ def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(
     assert_serves_fresh_session(daemon)
 
 
-def test_jobs_a_launcher_derived_name_is_its_users_before_the_job_starts(
-    hostile_daemon: RunningDaemon, short_dir: Path
-) -> None:
+def test_jobs_a_launcher_derived_name_is_its_users_before_the_job_starts(hostile_daemon: RunningDaemon) -> None:
     """``root/torchrun-<id>`` is predictable; nobody watching or opening it first neither claims it nor sees it."""
     daemon, job = hostile_daemon, "root/torchrun-1234"
     open_to_nobody(daemon.socket)
     for messages in ([hello("control"), {"type": "watch", "job": job, "record": True}], [hello(job=job)]):
-        reply = as_nobody(daemon.socket, short_dir, messages, wait=2)
+        reply = as_nobody(daemon.socket, messages, wait=2)
         assert b"permission_denied" in reply, reply
     with Client(daemon.socket, job=job, timeout=10, resume_buffer=0) as victim:  # its owner is not locked out
         victim.malloc(0x1000, 256)
@@ -139,12 +135,12 @@ def test_jobs_an_ended_job_stays_its_owners_through_the_grace_period(short_dir: 
             victim.malloc(0x1000, 256)
             assert _jobs_illegal_read(victim, "first").errors == 1
         before = _jobs_snapshot(daemon, job)
-        assert b"permission_denied" in as_nobody(daemon.socket, short_dir, [hello(job=job)], wait=1)
+        assert b"permission_denied" in as_nobody(daemon.socket, [hello(job=job)], wait=1)
         assert _jobs_snapshot(daemon, job) == before
         with Client(daemon.socket, job=job, timeout=10, resume_buffer=0) as restarted:  # the owner comes back
             restarted.malloc(0x1000, 256)
         time.sleep(2.5)  # the grace period is over: the name is free, for a job of nobody's own
-        reply = as_nobody(daemon.socket, short_dir, [hello(job=job), {"type": "close"}], wait=3)
+        reply = as_nobody(daemon.socket, [hello(job=job), {"type": "close"}], wait=3)
         assert b"welcome" in reply and b"permission_denied" not in reply, reply
         sessions, findings = _jobs_snapshot(daemon, job)
         assert findings == before[1]  # nobody's session sees nothing of the victim's, and adds nothing to it
@@ -154,7 +150,7 @@ def test_jobs_an_ended_job_stays_its_owners_through_the_grace_period(short_dir: 
         assert stop_daemon(daemon) == 0, daemon.log_text()
 
 
-def test_jobs_sessions_without_a_job_name_are_each_users_own(hostile_daemon: RunningDaemon, short_dir: Path) -> None:
+def test_jobs_sessions_without_a_job_name_are_each_users_own(hostile_daemon: RunningDaemon) -> None:
     daemon = hostile_daemon
     open_to_nobody(daemon.socket)
     with Client(daemon.socket, job="", timeout=10, resume_buffer=0) as victim:
@@ -162,7 +158,7 @@ def test_jobs_sessions_without_a_job_name_are_each_users_own(hostile_daemon: Run
         victim.ipc_set("no-job-buf", 0x1000, 256)
         assert victim.wait_ipc(1, timeout=10)[0].ok
         destroy = {"type": "ipc", "op": "destroy", "name": "no-job-buf"}
-        reply = as_nobody(daemon.socket, short_dir, [hello(job=""), destroy, {"type": "close"}], wait=3)
+        reply = as_nobody(daemon.socket, [hello(job=""), destroy, {"type": "close"}], wait=3)
         assert b"no export named" in reply, reply  # nobody's job-less sessions have IPC names of their own
         with Client(daemon.socket, job="", timeout=10, resume_buffer=0) as other:
             other.ipc_map("no-job-buf", 0x9000)
@@ -199,18 +195,18 @@ def test_jobs_one_uid_cannot_take_every_job(short_dir: Path) -> None:
     (One connection's requests are bounded too, lower; here that bound is raised to reach the jobs' own.)"""
     daemon = start_daemon(short_dir, "--max-control-requests", str(MAX_JOBS_PER_UID * 2), hostile_limits=True)
     try:
-        _jobs_flood(daemon, short_dir)
+        _jobs_flood(daemon)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()
 
 
-def _jobs_flood(daemon: RunningDaemon, short_dir: Path) -> None:
+def _jobs_flood(daemon: RunningDaemon) -> None:
     open_to_nobody(daemon.socket)
     flood = [hello("control")] + [
         {"type": "job_start", "job": f"flood-{i}", "config": {"tools": ["memcheck"]}}
         for i in range(MAX_JOBS_PER_UID + 8)
     ]
-    reply = as_nobody(daemon.socket, short_dir, flood, wait=5, pause=0)
+    reply = as_nobody(daemon.socket, flood, wait=5, pause=0)
     assert b"job_limit" in reply and f"limit of {MAX_JOBS_PER_UID} jobs".encode() in reply, reply[-300:]
     # The refused connection's jobs are released: nobody registers and watches a job again at once.
     again = [
@@ -218,7 +214,7 @@ def _jobs_flood(daemon: RunningDaemon, short_dir: Path) -> None:
         {"type": "job_start", "job": "flood-again", "config": {}},
         {"type": "watch", "job": "flood-again"},
     ]
-    assert b"error" not in as_nobody(daemon.socket, short_dir, again, wait=1)
+    assert b"error" not in as_nobody(daemon.socket, again, wait=1)
     assert_serves_fresh_session(daemon)
 
 
