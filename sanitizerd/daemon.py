@@ -169,14 +169,18 @@ class Daemon:
             if abandoned:
                 log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
         await hub.retain()
-        self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
-        self.metrics.gauges(jobs_live=hub.jobs_live)
-        self.metrics.job_gauges(in_use=lambda: len(hub.jobs), owners_kept=lambda: hub.jobs.owners_kept)
-        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
-        self.metrics.connection_gauges(
-            open_connections=lambda: float(self.connections.total), unfinished=lambda: float(self.unfinished.total)
+        self.metrics.read_at_scrape(
+            queued=hub.queued,
+            jobs_live=hub.jobs_live,
+            jobs_in_use=lambda: len(hub.jobs),
+            job_owners_kept=lambda: hub.jobs.owners_kept,
+            open_connections=lambda: float(self.connections.total),
+            unfinished_frame_bytes=lambda: float(self.unfinished.total),
+            race_memory_used=lambda: float(hub.race_memory.used),
+            race_memory_limit=lambda: float(hub.race_memory.limit),
         )
-        self.metrics.race_memory(lambda: float(hub.race_memory.used), lambda: float(hub.race_memory.limit))
+        self.metrics.queue_by_detector(hub.queued_by_detector)
+        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
         ready = anyio.Event()
         self.metrics.readiness(lambda: self._not_ready(ready))
         if settings.metrics_addr:
