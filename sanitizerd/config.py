@@ -143,6 +143,11 @@ class Limit:
     reloadable: bool = True
 
 
+def _seconds(meaning: str, at_most: float = _MAX_SECONDS) -> Limit:
+    """A duration: more than 0 seconds, at most ``at_most``."""
+    return Limit(meaning, above=0, at_most=at_most, unit="s")
+
+
 # Each Limits field's line of help and range. A field missing here still works, as a positive number.
 LIMITS: dict[str, Limit] = {
     "max_frame_size": Limit(
@@ -150,10 +155,8 @@ LIMITS: dict[str, Limit] = {
     ),
     "max_sessions": Limit("live producer sessions over all users", at_least=1, at_most=1 << 20),
     "max_sessions_per_uid": Limit("live producer sessions of one uid", at_least=1, at_most=1 << 20),
-    "handshake_timeout": Limit("seconds a new connection has to send its hello", above=0, at_most=3600, unit="s"),
-    "drain_timeout": Limit(
-        "after SIGTERM, seconds live sessions get to finish and close", above=0, at_most=3600, unit="s"
-    ),
+    "handshake_timeout": _seconds("seconds a new connection has to send its hello", at_most=3600),
+    "drain_timeout": _seconds("after SIGTERM, seconds live sessions get to finish and close", at_most=3600),
     "queue_depth": Limit("work items buffered per detector before the session's reads pause", at_least=1, at_most=1024),
     "detector_threads": Limit("threads that run detector checks", at_least=1, at_most=256, reloadable=False),
     "max_race_events": Limit(
@@ -161,12 +164,7 @@ LIMITS: dict[str, Limit] = {
         at_least=1,
         at_most=1 << 40,
     ),
-    "job_grace": Limit(
-        "seconds a job whose last session closed is shown as ending, for ranks that restart",
-        above=0,
-        at_most=_MAX_SECONDS,
-        unit="s",
-    ),
+    "job_grace": _seconds("seconds a job whose last session closed is shown as ending, for ranks that restart"),
     "race_memory": Limit(
         "bytes racecheck may reserve over all sessions; a launch past it is not race-checked, and says so",
         at_least=1 << 16,
@@ -176,9 +174,7 @@ LIMITS: dict[str, Limit] = {
     "max_control_requests": Limit(
         "wait_job, watch and job_start requests one control connection may hold at once", at_least=1, at_most=1 << 20
     ),
-    "retention_days": Limit(
-        "days ended sessions and their findings are kept", above=0, at_most=100 * 365, unit="days"
-    ),
+    "retention_days": Limit("days ended sessions and their findings are kept", above=0, at_most=100 * 365, unit="days"),
     "max_connections": Limit(
         "open client connections, lowered at start to what the fd limit allows", at_least=1, at_most=1 << 20
     ),
@@ -186,13 +182,8 @@ LIMITS: dict[str, Limit] = {
     "max_unfinished_bytes_per_uid": Limit(
         "bytes of unfinished frames one uid's connections may hold", at_least=1 << 10, at_most=1 << 40, unit="bytes"
     ),
-    "frame_timeout": Limit("seconds of reading a begun frame may take", above=0, at_most=3600, unit="s"),
-    "idle_timeout": Limit(
-        "seconds a producer owed no verdict may send nothing before its session ends",
-        above=0,
-        at_most=_MAX_SECONDS,
-        unit="s",
-    ),
+    "frame_timeout": _seconds("seconds of reading a begun frame may take", at_most=3600),
+    "idle_timeout": _seconds("seconds a producer owed no verdict may send nothing before its session ends"),
     "max_store_size": Limit(
         "the findings store's size; past it the oldest ended sessions are deleted",
         at_least=1 << 20,

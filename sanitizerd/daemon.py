@@ -1,4 +1,5 @@
-"""The daemon: bind the socket, accept connections, shake hands, hand each to its session or control pump.
+"""The daemon: open the store and the socket (its file: ``socket_file``), accept connections, shake hands, hand each
+to a producer session (opened in ``sessions.opening``) or a control pump; signals drain or reload it.
 
 Structured concurrency throughout: the serve task group owns the listener, the signal watcher and every
 connection handler; cancelling it (SIGTERM, SIGINT) ends them all, each through its own cleanup.
@@ -30,23 +31,27 @@ from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits
-from sanitizerd.sessions.jobs import job_key
-from sanitizerd.sessions.producer import serve_producer
-from sanitizerd.sessions.session import Peer, Session
+from sanitizerd.sessions.opening import open_producer
+from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream, PeerClosed, UnfinishedBytes
+from sanitizerd.socket_file import (
+    SOCKET_MODE,
+    DaemonAlreadyRunning,
+    bind_unpublished,
+    claim_socket_path,
+    publish_socket,
+    remove_socket,
+)
 from sanitizerd.systemd import Notifier, listen_sockets
 
 log = structlog.get_logger("sanitizerd.daemon")
 
-SOCKET_MODE = 0o660
 HEARTBEAT = 1.0
 STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
 T = TypeVar("T")
-LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 # accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
 ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 # A connection that ended before it was accepted: nothing to do.
@@ -76,10 +81,6 @@ class DaemonSettings:
     config_path: Path | None = None  # read again on SIGHUP
     command_line: dict[str, object] = field(default_factory=dict)  # limits given on the command line: they win
     log_level_given: str | None = None
-
-
-class DaemonAlreadyRunning(Exception):
-    pass
 
 
 class StartupError(Exception):
@@ -128,29 +129,6 @@ def _peer_credentials(stream: SocketStream) -> Peer:
         return Peer()
 
 
-def claim_socket_path(path: Path) -> None:
-    """Refuse a path a live daemon answers on; remove a stale socket file left by a dead one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() and not path.is_symlink():
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1)
-        probe.connect(str(path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        path.unlink(missing_ok=True)  # stale: nobody listens
-        return
-    except (BlockingIOError, TimeoutError):  # its backlog is full: it listens, but is flooded
-        raise DaemonAlreadyRunning(f"a daemon is already serving on {path} (too busy to answer now)") from None
-    except OSError as exc:
-        if exc.errno in (errno.ENOTSOCK, errno.ECONNREFUSED):
-            raise DaemonAlreadyRunning(f"{path} exists and is not a socket sanitizerd can replace") from exc
-        raise
-    finally:
-        probe.close()
-    raise DaemonAlreadyRunning(f"a daemon is already serving on {path}")
-
-
 _sighup_held = threading.Event()
 
 
@@ -158,48 +136,6 @@ def hold_sighup() -> None:
     """Until the event loop watches signals, a SIGHUP is remembered, then acted on (its default action would end
     the process, and a reload asked for during start-up must not be lost)."""
     signal.signal(signal.SIGHUP, lambda _signum, _frame: _sighup_held.set())
-
-
-def bind_unpublished(path: Path, mode: int) -> tuple[socket.socket, Path]:
-    """A socket listening under a temporary name beside ``path`` (``publish_socket`` puts it in place), and that
-    name; ``path`` itself when a temporary name would not fit in sun_path."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    if len(os.fsencode(temporary)) >= 108:
-        temporary = path
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        temporary.unlink(missing_ok=True)
-        sock.bind(str(temporary))
-        os.chmod(temporary, mode)
-        sock.listen(LISTEN_BACKLOG)
-    except BaseException:
-        sock.close()
-        if temporary != path:
-            temporary.unlink(missing_ok=True)
-        raise
-    return sock, temporary
-
-
-def publish_socket(temporary: Path, path: Path) -> tuple[int, int] | None:
-    """Hard-link the listening socket into place, so that a client that sees the file can connect at once; the link
-    fails (DaemonAlreadyRunning) if another daemon took the path meanwhile, where a rename would replace it. The
-    identity of the file published, which only this daemon may remove."""
-    if temporary != path:
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            raise DaemonAlreadyRunning(f"another daemon took {path} while this one started") from None
-        finally:
-            temporary.unlink(missing_ok=True)
-    return _file_identity(path)
-
-
-def _file_identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.lstat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 class Daemon:
@@ -233,14 +169,18 @@ class Daemon:
             if abandoned:
                 log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
         await hub.retain()
-        self.metrics.queue_depth(hub.queued, hub.queued_by_detector)
-        self.metrics.gauges(jobs_live=hub.jobs_live)
-        self.metrics.job_gauges(in_use=lambda: len(hub.jobs), owners_kept=lambda: hub.jobs.owners_kept)
-        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
-        self.metrics.connection_gauges(
-            open_connections=lambda: float(self.connections.total), unfinished=lambda: float(self.unfinished.total)
+        self.metrics.read_at_scrape(
+            queued=hub.queued,
+            jobs_live=hub.jobs_live,
+            jobs_in_use=lambda: len(hub.jobs),
+            job_owners_kept=lambda: hub.jobs.owners_kept,
+            open_connections=lambda: float(self.connections.total),
+            unfinished_frame_bytes=lambda: float(self.unfinished.total),
+            race_memory_used=lambda: float(hub.race_memory.used),
+            race_memory_limit=lambda: float(hub.race_memory.limit),
         )
-        self.metrics.race_memory(lambda: float(hub.race_memory.used), lambda: float(hub.race_memory.limit))
+        self.metrics.queue_by_detector(hub.queued_by_detector)
+        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
         ready = anyio.Event()
         self.metrics.readiness(lambda: self._not_ready(ready))
         if settings.metrics_addr:
@@ -285,11 +225,7 @@ class Daemon:
                 await self._drain(hub, notifier)
                 tg.cancel_scope.cancel()
         finally:
-            # Only the file this daemon created: a path another daemon has taken since stays.
-            if owned is not None and _file_identity(settings.socket_path) == owned:
-                settings.socket_path.unlink(missing_ok=True)
-            if unpublished is not None and unpublished != settings.socket_path:
-                unpublished.unlink(missing_ok=True)
+            remove_socket(settings.socket_path, owned, unpublished)
             store.close()
             log.info("stopped")
 
@@ -490,90 +426,7 @@ class Daemon:
             # A control connection may wait on a job for as long as it runs; a producer that sends nothing at all
             # for this long is taken for gone.
             stream.idle_timeout = hub.limits.idle_timeout
-            await self._producer(hub, stream, hello, peer)
-
-    @staticmethod
-    async def _resumable(hub: Hub, hello: m.Hello, peer: Peer) -> tuple[str, str] | None:
-        """Why a client may not resume the session it names (reason, message), or None. Only looks: the caller
-        reopens the session once every check has passed. Whose it is comes first, so another uid learns nothing
-        from the answer (not even whether the session is live); session ids are sequential, and this check, not
-        their secrecy, is what keeps them from being used by another user."""
-        stored = await hub.store_call(hub.store.session, hello.resume)
-        live = hub.live.get(hello.resume)
-        owner = live.peer.uid if live is not None else (stored.uid if stored is not None else None)
-        if owner is None:
-            return "bad_reference", f"there is no session {hello.resume} to resume"
-        if owner != peer.uid and peer.uid != 0:
-            return "permission_denied", f"session {hello.resume} belongs to another user"
-        if live is not None:
-            return "bad_reference", f"session {hello.resume} is still live"
-        return None
-
-    async def _producer(self, hub: Hub, stream: MessageStream, hello: m.Hello, peer: Peer) -> None:
-        if len(hub.live) >= hub.limits.max_sessions:
-            limit = hub.limits.max_sessions
-            await hub.refuse(stream, "session_limit", f"the daemon serves its limit of {limit} sessions")
-            return
-        mine = sum(1 for s in hub.live.values() if s.peer.uid == peer.uid)
-        if mine >= hub.limits.max_sessions_per_uid:
-            limit = hub.limits.max_sessions_per_uid
-            await hub.refuse(stream, "session_limit", f"uid {peer.uid} has its limit of {limit} live sessions")
-            return
-        # Before anything else changes (the store, the job's counters, its recorders): may this uid join the job?
-        # Admitting claims the job for the session until it starts (or is released below).
-        key = job_key(hello.job, peer.uid)
-        refused = hub.jobs.admit(key, peer.uid, lambda: Access.of(peer, hub.limits.admin_gids).admin)
-        if refused is not None:
-            await hub.refuse(stream, refused.reason, refused.message, job=hello.job)
-            return
-        started = False
-        try:
-            config = hub.jobs.config_for(key, hello)
-            already: list[bytes] = []
-            if hello.resume:
-                refusal = await self._resumable(hub, hello, peer)
-                if refusal:
-                    await hub.refuse(stream, refusal[0], refusal[1], session=hello.resume)
-                    return
-            try:
-                if hello.resume:
-                    ident = hello.resume
-                    already = await hub.store_call(hub.store.finding_keys, ident)
-                    await hub.store_call(hub.store.reopen_session, ident)
-                    hub.metrics.sessions_resumed.inc()
-                else:
-                    ident = await hub.store_call(
-                        lambda: hub.store.open_session(hello.job, pid=hello.pid, uid=peer.uid)
-                    )
-            except StoreUnavailable as exc:  # a clear refusal, not a bare EOF
-                hub.metrics.store_errors.inc()
-                await hub.refuse(stream, "store_unavailable", f"the daemon cannot record a session now: {exc}")
-                return
-            session = Session(
-                ident, hello, config, peer, ipc=hub.jobs.ipc_table(key), max_race_events=hub.limits.max_race_events,
-                race_memory=hub.race_memory.account(),
-            )  # fmt: skip
-            session.already_stored.update(already)
-            hub.live[ident] = session
-            hub.jobs.session_started(key, ident)
-            started = True
-        finally:
-            if not started:
-                hub.jobs.release(key)
-        hub.jobs.record(key, ident, hello)
-        hub.metrics.sessions_started.inc()
-        hub.metrics.sessions_live.inc()
-        try:
-            with structlog.contextvars.bound_contextvars(session=ident, job=hello.job, pid=hello.pid):
-                log.info("session started", device=hello.device, rank=hello.rank, tools=config.tools)
-                await stream.send(m.Welcome(session=ident, config=config, server=__version__))
-                await serve_producer(hub, stream, session)
-        finally:
-            hub.metrics.sessions_live.dec()
-            # Its detectors have stopped (their threads are waited for, even when cut off): nothing is held now.
-            session.context.race_memory.close()
-            if hub.live.pop(ident, None) is not None:  # ended abnormally before its pump finalized it
-                hub.jobs.session_ended(session.info(state="ended"))
+            await open_producer(hub, stream, hello, peer)
 
 
 def run_daemon(settings: DaemonSettings) -> int:

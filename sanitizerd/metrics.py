@@ -20,6 +20,26 @@ from sanitizerd.protocol.messages import TOOLS
 ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
 CUT_FIELDS = ("kernel", "file", "function", "callers", "log", "level", "desc", "host", "tool")  # texts.cap_strings
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
+# Gauges read at scrape time (``Metrics.read_at_scrape``): the daemon passes how to read each, by key.
+_READ_AT_SCRAPE = {
+    "queued": ("sanitizerd_detector_queue_batches", "Work items waiting in detector queues, over all sessions"),
+    "jobs_live": ("sanitizerd_jobs_live", "Jobs with at least one live session"),
+    "jobs_in_use": ("sanitizerd_jobs_in_use", "Jobs registered, watched or with a live session (bounded)"),
+    "job_owners_kept": (
+        "sanitizerd_job_owners_kept",
+        "Unused jobs whose names stay their owner's through the grace period (bounded)",
+    ),
+    "open_connections": ("sanitizerd_connections_open", "Client connections open, in handshake or not"),
+    "unfinished_frame_bytes": (
+        "sanitizerd_unfinished_frame_bytes",
+        "Bytes received from clients that are not yet whole frames, over all connections",
+    ),
+    "race_memory_used": (
+        "sanitizerd_race_memory_bytes",
+        "Bytes racecheck has reserved from the host's budget now, over all sessions",
+    ),
+    "race_memory_limit": ("sanitizerd_race_memory_limit_bytes", "The host's race-check memory budget"),
+}
 
 
 class Metrics:
@@ -145,50 +165,14 @@ class Metrics:
             self.metrics_dropped.labels(reason)
         self._ready: Callable[[], str] = lambda: "starting"
 
-    def queue_depth(self, read: Callable[[], float], per_detector: Callable[[], dict[str, float]]) -> None:
-        Gauge(
-            "sanitizerd_detector_queue_batches",
-            "Work items waiting in detector queues, over all sessions",
-            registry=self.registry,
-        ).set_function(read)
+    def read_at_scrape(self, **reads: Callable[[], float]) -> None:
+        """Gauges read when scraped, from the state that holds their numbers (``_READ_AT_SCRAPE`` names each)."""
+        for key, read in reads.items():
+            name, meaning = _READ_AT_SCRAPE[key]
+            Gauge(name, meaning, registry=self.registry).set_function(read)
+
+    def queue_by_detector(self, per_detector: Callable[[], dict[str, float]]) -> None:
         self.registry.register(_PerDetectorQueue(per_detector))
-
-    def race_memory(self, used: Callable[[], float], limit: Callable[[], float]) -> None:
-        Gauge(
-            "sanitizerd_race_memory_bytes",
-            "Bytes racecheck has reserved from the host's budget now, over all sessions",
-            registry=self.registry,
-        ).set_function(used)
-        Gauge(
-            "sanitizerd_race_memory_limit_bytes", "The host's race-check memory budget", registry=self.registry
-        ).set_function(limit)
-
-    def gauges(self, *, jobs_live: Callable[[], float]) -> None:
-        Gauge("sanitizerd_jobs_live", "Jobs with at least one live session", registry=self.registry).set_function(
-            jobs_live
-        )
-
-    def job_gauges(self, *, in_use: Callable[[], float], owners_kept: Callable[[], float]) -> None:
-        Gauge(
-            "sanitizerd_jobs_in_use",
-            "Jobs registered, watched or with a live session (bounded)",
-            registry=self.registry,
-        ).set_function(in_use)
-        Gauge(
-            "sanitizerd_job_owners_kept",
-            "Unused jobs whose names stay their owner's through the grace period (bounded)",
-            registry=self.registry,
-        ).set_function(owners_kept)
-
-    def connection_gauges(self, *, open_connections: Callable[[], float], unfinished: Callable[[], float]) -> None:
-        Gauge(
-            "sanitizerd_connections_open", "Client connections open, in handshake or not", registry=self.registry
-        ).set_function(open_connections)
-        Gauge(
-            "sanitizerd_unfinished_frame_bytes",
-            "Bytes received from clients that are not yet whole frames, over all connections",
-            registry=self.registry,
-        ).set_function(unfinished)
 
     def readiness(self, ready: Callable[[], str]) -> None:
         """``ready`` says why the daemon does not accept sessions now, or "" when it does."""

@@ -1,8 +1,8 @@
-"""Speaking the protocol as another uid: a real process with its own SO_PEERCRED uid.
+"""Speaking the protocol as another uid: a real process with its own SO_PEERCRED uid, for cross-user tests.
 
 Other uids cannot read this venv, so the frames are encoded here, with the project's own encoder, and written to a
-file; the other uid's process (the system python) only sends them over its own connection and hands back what the
-daemon answered, which is decoded here again."""
+file; the other uid's process (the system python) only sends them over a connection of its own, one frame at a
+time, and hands back the bytes the daemon answered, which are decoded here again where a test wants messages."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import pwd
 import struct
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -23,21 +24,41 @@ NOBODY = pwd.getpwnam("nobody")
 DAEMON_USER = pwd.getpwnam("daemon")  # a second uid that is neither root nor an admin
 _encoder = msgspec.msgpack.Encoder()
 
-# argv: socket, frames file, frames expected back per connection, connections (each sends the same frames).
+# argv: socket, frames file, frames to wait for per connection (0: until the daemon closes or the wait ends),
+# connections (each sends the same frames, one after the other), seconds to wait for replies, seconds between frames.
+# The frames go one at a time, as a client would send them, and stop once the daemon has closed (a refusal closes
+# before the next). Writes the last connection's reply bytes.
 _PIPE = r"""
-import socket, struct, sys
-path, frames, expect, times = sys.argv[1], open(sys.argv[2], "rb").read(), int(sys.argv[3]), int(sys.argv[4])
-out = sys.stdout.buffer
+import socket, struct, sys, time
+
+def split(data):
+    at = 0
+    while at < len(data):
+        end = at + 4 + struct.unpack("<I", data[at:at + 4])[0]
+        yield data[at:end]
+        at = end
+
+path, frames = sys.argv[1], list(split(open(sys.argv[2], "rb").read()))
+expect, times, wait, pause = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+got = b""
 for _ in range(times):
     sock = socket.socket(socket.AF_UNIX)
     sock.settimeout(20)
     sock.connect(path)
-    sock.sendall(frames)
+    for frame in frames:
+        try:
+            sock.sendall(frame)
+        except OSError:
+            break
+        if pause:
+            time.sleep(pause)
+    deadline = time.monotonic() + wait
     got, count, at = b"", 0, 0
-    while count < expect:
+    while (expect == 0 or count < expect) and time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             chunk = sock.recv(1 << 20)
-        except OSError:
+        except OSError:  # the wait is over, or the daemon reset the connection with our frames unread
             break
         if not chunk:
             break
@@ -46,26 +67,33 @@ for _ in range(times):
             at += 4 + struct.unpack("<I", got[at:at + 4])[0]
             count += 1
     sock.close()
-    if times == 1:
-        out.write(got)
-out.flush()
+sys.stdout.buffer.write(got)
 """
 
 
-def frames(*messages: m.Message) -> bytes:
-    """The messages framed as a client sends them (all at once: the daemon reads them in order)."""
+def frames(*messages: m.Message | dict[str, Any]) -> bytes:
+    """The messages framed as a client sends them (structs of the protocol, or plain dicts naming their ``type``)."""
     bodies = [_encoder.encode(message) for message in messages]
     return b"".join(struct.pack("<I", len(body)) + body for body in bodies)
 
 
-def replies(data: bytes) -> list[dict[str, Any]]:
-    """The daemon's frames, decoded to plain dicts (``type`` names each)."""
+def bodies(data: bytes) -> list[bytes]:
+    """The daemon's frames, each without its length."""
     out, at = [], 0
     while len(data) - at >= 4:
         (size,) = struct.unpack("<I", data[at : at + 4])
-        out.append(msgspec.msgpack.decode(data[at + 4 : at + 4 + size]))
+        out.append(data[at + 4 : at + 4 + size])
         at += 4 + size
     return out
+
+
+def replies(data: bytes) -> list[dict[str, Any]]:
+    """The daemon's frames, decoded to plain dicts (``type`` names each)."""
+    return [msgspec.msgpack.decode(body) for body in bodies(data)]
+
+
+def hello(role: str = "producer", **fields: object) -> dict[str, object]:
+    return {"type": "hello", "version": PROTOCOL_VERSION, "role": role, "pid": os.getpid(), **fields}
 
 
 def open_socket_to_all(daemon: RunningDaemon) -> None:
@@ -74,22 +102,52 @@ def open_socket_to_all(daemon: RunningDaemon) -> None:
     daemon.socket.chmod(0o666)
 
 
-def as_uid(
-    user: pwd.struct_passwd, daemon: RunningDaemon, data: bytes, *, expect: int, times: int = 1
-) -> list[dict[str, Any]]:
-    """Send ``data`` on a connection of ``user``'s (``times`` connections, one after the other) and return the
-    first ``expect`` frames the daemon answered on it (the last connection's; none when ``times`` > 1)."""
-    work = daemon.socket.parent
+def open_to_nobody(socket: Path) -> None:
+    """Let nobody reach a test daemon's socket, as the service's group would: its directory searchable, the
+    socket (0660) in nobody's group."""
+    socket.parent.chmod(0o755)
+    os.chown(socket, -1, NOBODY.pw_gid)
+
+
+def send(
+    user: pwd.struct_passwd,
+    socket: Path,
+    data: bytes,
+    *,
+    expect: int = 0,
+    wait: float = 20.0,
+    pause: float = 0.0,
+    times: int = 1,
+) -> bytes:
+    """Send the frames ``data`` on a connection of ``user``'s, ``pause`` seconds after each (``times`` connections,
+    one after the other), and return the bytes the last one was answered: the first ``expect`` frames, or (0) all
+    until the daemon closes or ``wait`` seconds have passed. The files go beside the socket (the test's own
+    directory, searchable by every uid once the socket is opened to them)."""
+    work = socket.parent
     script, payload = work / "other_uid.py", work / f"frames-{os.getpid()}-{user.pw_uid}.bin"
     script.write_text(_PIPE)
     payload.write_bytes(data)
     for path in (script, payload):
         path.chmod(0o644)
     result = subprocess.run(
-        ["/usr/bin/python3", str(script), str(daemon.socket), str(payload), str(expect), str(times)],
+        ["/usr/bin/python3", str(script), str(socket), str(payload), str(expect), str(times), str(wait), str(pause)],
         user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True, timeout=120, check=True,
     )  # fmt: skip
-    return replies(result.stdout)
+    return result.stdout
+
+
+def as_uid(
+    user: pwd.struct_passwd, daemon: RunningDaemon, data: bytes, *, expect: int, times: int = 1
+) -> list[dict[str, Any]]:
+    """Send ``data`` on a connection of ``user``'s (``times`` connections, one after the other) and return the
+    first ``expect`` frames the daemon answered on the last one, decoded."""
+    return replies(send(user, daemon.socket, data, expect=expect, times=times))
+
+
+def as_nobody(socket: Path, messages: list[dict[str, object]], *, wait: float = 3.0, pause: float = 0.05) -> bytes:
+    """Run ``messages`` as nobody on a connection of its own, one every ``pause`` seconds; the daemon's reply
+    bytes (frames, undecoded) until it closes or ``wait`` seconds have passed."""
+    return send(NOBODY, socket, frames(*messages), wait=wait, pause=pause)
 
 
 def control(*requests: m.Message) -> bytes:

@@ -27,7 +27,7 @@ from sanitizerd.discovery import (
     secure_private_socket_directory,
 )
 from tests.conftest import ROOT, sanitizerd
-from tests.other_user import NOBODY
+from tests.other_uid import NOBODY
 
 ME = os.geteuid()
 

@@ -49,7 +49,65 @@ from tests.conftest import (
     stop_daemon,
     wait_for_socket,
 )
-from tests.other_user import NOBODY, as_nobody, hello, open_to_nobody
+from tests.other_uid import NOBODY, as_nobody, hello, open_to_nobody
+
+# Helpers every section uses: raw frames and connections, what the daemon answers on them, its metrics.
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack("<I", len(body)) + body
+
+
+def encode(**message: object) -> bytes:
+    """``message`` framed as a client sends it (it may be anything msgpack holds, hostile or not)."""
+    return frame(msgspec.msgpack.encode(message))
+
+
+def connect(daemon: RunningDaemon, timeout: float = 10.0) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(str(daemon.socket))
+    return sock
+
+
+def connect_control(daemon: RunningDaemon) -> socket.socket:
+    """A control connection past its handshake (the welcome read)."""
+    sock = connect(daemon)
+    sock.sendall(encode(type="hello", version=1, role="control"))
+    sock.recv(65536)  # welcome
+    return sock
+
+
+def read_all(sock: socket.socket, timeout: float | None = None) -> bytes:
+    """Every byte the daemon sends until it closes the connection, or nothing more came for ``timeout`` seconds
+    (the socket's own timeout when not given)."""
+    if timeout is not None:
+        sock.settimeout(timeout)
+    got = b""
+    try:
+        while chunk := sock.recv(1 << 20):
+            got += chunk
+    except OSError:  # the wait is over, or a reset: the daemon closed with our frames still unread
+        pass
+    return got
+
+
+def read_replies(sock: socket.socket) -> list[dict[str, object]]:
+    """Every frame the daemon sends until it closes the connection, decoded."""
+    return other_uid.replies(read_all(sock))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def metric(port: int, name: str) -> float:
+    """The sum of every series of ``name`` on the daemon's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
 
 # --- jobs and other users ---
 # A job belongs to the uid that first used it: nobody (another uid) may not join a root user's job, watch or record
@@ -73,9 +131,7 @@ def _jobs_illegal_read(client: Client, name: str) -> m.Verdict:
     return client.wait_kernel(kernel, timeout=10)
 
 
-def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(
-    hostile_daemon: RunningDaemon, short_dir: Path
-) -> None:
+def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(hostile_daemon: RunningDaemon) -> None:
     daemon, job = hostile_daemon, "victim-train"
     open_to_nobody(daemon.socket)
     with Client(daemon.socket, job=job, rank=0, timeout=10, resume_buffer=0) as victim:
@@ -98,7 +154,7 @@ def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(
             "wait_job": [hello("control"), {"type": "wait_job", "job": job}],
         }  # fmt: skip
         for attack, messages in attacks.items():
-            reply = as_nobody(daemon.socket, short_dir, messages, wait=2)
+            reply = as_nobody(daemon.socket, messages, wait=2)
             assert b"permission_denied" in reply, (attack, reply)
             assert f"uid {NOBODY.pw_uid} may not".encode() in reply and f"job '{job}'".encode() in reply, attack
             assert _jobs_snapshot(daemon, job) == before, attack  # nothing changed: no session, no finding
@@ -114,14 +170,12 @@ def test_jobs_another_uid_cannot_join_watch_configure_wait_sign_or_destroy(
     assert_serves_fresh_session(daemon)
 
 
-def test_jobs_a_launcher_derived_name_is_its_users_before_the_job_starts(
-    hostile_daemon: RunningDaemon, short_dir: Path
-) -> None:
+def test_jobs_a_launcher_derived_name_is_its_users_before_the_job_starts(hostile_daemon: RunningDaemon) -> None:
     """``root/torchrun-<id>`` is predictable; nobody watching or opening it first neither claims it nor sees it."""
     daemon, job = hostile_daemon, "root/torchrun-1234"
     open_to_nobody(daemon.socket)
     for messages in ([hello("control"), {"type": "watch", "job": job, "record": True}], [hello(job=job)]):
-        reply = as_nobody(daemon.socket, short_dir, messages, wait=2)
+        reply = as_nobody(daemon.socket, messages, wait=2)
         assert b"permission_denied" in reply, reply
     with Client(daemon.socket, job=job, timeout=10, resume_buffer=0) as victim:  # its owner is not locked out
         victim.malloc(0x1000, 256)
@@ -139,12 +193,12 @@ def test_jobs_an_ended_job_stays_its_owners_through_the_grace_period(short_dir: 
             victim.malloc(0x1000, 256)
             assert _jobs_illegal_read(victim, "first").errors == 1
         before = _jobs_snapshot(daemon, job)
-        assert b"permission_denied" in as_nobody(daemon.socket, short_dir, [hello(job=job)], wait=1)
+        assert b"permission_denied" in as_nobody(daemon.socket, [hello(job=job)], wait=1)
         assert _jobs_snapshot(daemon, job) == before
         with Client(daemon.socket, job=job, timeout=10, resume_buffer=0) as restarted:  # the owner comes back
             restarted.malloc(0x1000, 256)
         time.sleep(2.5)  # the grace period is over: the name is free, for a job of nobody's own
-        reply = as_nobody(daemon.socket, short_dir, [hello(job=job), {"type": "close"}], wait=3)
+        reply = as_nobody(daemon.socket, [hello(job=job), {"type": "close"}], wait=3)
         assert b"welcome" in reply and b"permission_denied" not in reply, reply
         sessions, findings = _jobs_snapshot(daemon, job)
         assert findings == before[1]  # nobody's session sees nothing of the victim's, and adds nothing to it
@@ -154,7 +208,7 @@ def test_jobs_an_ended_job_stays_its_owners_through_the_grace_period(short_dir: 
         assert stop_daemon(daemon) == 0, daemon.log_text()
 
 
-def test_jobs_sessions_without_a_job_name_are_each_users_own(hostile_daemon: RunningDaemon, short_dir: Path) -> None:
+def test_jobs_sessions_without_a_job_name_are_each_users_own(hostile_daemon: RunningDaemon) -> None:
     daemon = hostile_daemon
     open_to_nobody(daemon.socket)
     with Client(daemon.socket, job="", timeout=10, resume_buffer=0) as victim:
@@ -162,7 +216,7 @@ def test_jobs_sessions_without_a_job_name_are_each_users_own(hostile_daemon: Run
         victim.ipc_set("no-job-buf", 0x1000, 256)
         assert victim.wait_ipc(1, timeout=10)[0].ok
         destroy = {"type": "ipc", "op": "destroy", "name": "no-job-buf"}
-        reply = as_nobody(daemon.socket, short_dir, [hello(job=""), destroy, {"type": "close"}], wait=3)
+        reply = as_nobody(daemon.socket, [hello(job=""), destroy, {"type": "close"}], wait=3)
         assert b"no export named" in reply, reply  # nobody's job-less sessions have IPC names of their own
         with Client(daemon.socket, job="", timeout=10, resume_buffer=0) as other:
             other.ipc_map("no-job-buf", 0x9000)
@@ -172,12 +226,10 @@ def test_jobs_sessions_without_a_job_name_are_each_users_own(hostile_daemon: Run
 
 def test_jobs_a_watcher_that_never_reads_is_dropped_and_never_stalls_the_job(hostile_daemon: RunningDaemon) -> None:
     daemon, job = hostile_daemon, "watched-by-a-sleeper"
-    sleeper = socket.socket(socket.AF_UNIX)
-    sleeper.connect(str(daemon.socket))
+    sleeper = connect(daemon)
     try:
         for message in (m.Hello(version=1, role="control"), m.Watch(job=job, record=True)):
-            body = msgspec.msgpack.encode(message)
-            sleeper.sendall(len(body).to_bytes(4, "little") + body)
+            sleeper.sendall(frame(msgspec.msgpack.encode(message)))
         time.sleep(0.2)  # the watch is in place; the sleeper never reads another byte
         with Client(daemon.socket, job=job, timeout=30, resume_buffer=0) as client:
             client.malloc(0x1000, 1 << 20)
@@ -199,18 +251,18 @@ def test_jobs_one_uid_cannot_take_every_job(short_dir: Path) -> None:
     (One connection's requests are bounded too, lower; here that bound is raised to reach the jobs' own.)"""
     daemon = start_daemon(short_dir, "--max-control-requests", str(MAX_JOBS_PER_UID * 2), hostile_limits=True)
     try:
-        _jobs_flood(daemon, short_dir)
+        _jobs_flood(daemon)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()
 
 
-def _jobs_flood(daemon: RunningDaemon, short_dir: Path) -> None:
+def _jobs_flood(daemon: RunningDaemon) -> None:
     open_to_nobody(daemon.socket)
     flood = [hello("control")] + [
         {"type": "job_start", "job": f"flood-{i}", "config": {"tools": ["memcheck"]}}
         for i in range(MAX_JOBS_PER_UID + 8)
     ]
-    reply = as_nobody(daemon.socket, short_dir, flood, wait=5, pause=0)
+    reply = as_nobody(daemon.socket, flood, wait=5, pause=0)
     assert b"job_limit" in reply and f"limit of {MAX_JOBS_PER_UID} jobs".encode() in reply, reply[-300:]
     # The refused connection's jobs are released: nobody registers and watches a job again at once.
     again = [
@@ -218,35 +270,11 @@ def _jobs_flood(daemon: RunningDaemon, short_dir: Path) -> None:
         {"type": "job_start", "job": "flood-again", "config": {}},
         {"type": "watch", "job": "flood-again"},
     ]
-    assert b"error" not in as_nobody(daemon.socket, short_dir, again, wait=1)
+    assert b"error" not in as_nobody(daemon.socket, again, wait=1)
     assert_serves_fresh_session(daemon)
 
 
 # --- control and store ---
-
-
-def control_raw_frame(message: dict[str, object]) -> bytes:
-    body = msgspec.msgpack.encode(message)
-    return struct.pack("<I", len(body)) + body
-
-
-def control_connect(daemon: RunningDaemon) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(str(daemon.socket))
-    sock.sendall(control_raw_frame({"type": "hello", "version": 1, "role": "control"}))
-    sock.recv(65536)  # welcome
-    return sock
-
-
-def control_read_all(sock: socket.socket, timeout: float) -> bytes:
-    sock.settimeout(timeout)
-    got = b""
-    try:
-        while chunk := sock.recv(1 << 20):
-            got += chunk
-    except OSError:  # a timeout, or a reset: the daemon closed with our frames still unread
-        pass
-    return got
 
 
 def test_control_wait_job_flood_is_refused_and_the_loop_stays_responsive(hostile_daemon: RunningDaemon) -> None:
@@ -254,8 +282,8 @@ def test_control_wait_job_flood_is_refused_and_the_loop_stays_responsive(hostile
     once it has its limit outstanding, and meanwhile other clients are answered at once."""
     # The waits are on a job with a live session, so none is answered at once and they pile up.
     busy = Client(hostile_daemon.socket, job="busy-job", resume_buffer=0)
-    sock = control_connect(hostile_daemon)
-    flood = control_raw_frame({"type": "wait_job", "job": "busy-job"}) * 300_000
+    sock = connect_control(hostile_daemon)
+    flood = encode(type="wait_job", job="busy-job") * 300_000
     sock.setblocking(False)
     sent, started = 0, time.monotonic()
     while sent < len(flood) and time.monotonic() - started < 10:
@@ -268,7 +296,7 @@ def test_control_wait_job_flood_is_refused_and_the_loop_stays_responsive(hostile
     asked = time.monotonic()
     listed = sanitizerd("sessions", "--socket", str(hostile_daemon.socket), timeout=20)
     assert listed.returncode == 0 and time.monotonic() - asked < 5, listed.stderr
-    reply = control_read_all(sock, 5)
+    reply = read_all(sock, 5)
     assert b"request_limit" in reply and b"limit of 64 requests" in reply
     sock.close()
     busy.close()
@@ -279,8 +307,8 @@ def test_control_wait_job_flood_is_refused_and_the_loop_stays_responsive(hostile
 def test_control_sigterm_drains_during_a_wait_job_flood(short_dir: Path) -> None:
     """SIGTERM while ten connections flood wait_job is acted on at once: the daemon drains and exits 0."""
     daemon = start_daemon(short_dir, hostile_limits=True)
-    flood = control_raw_frame({"type": "wait_job", "job": "x"}) * 30_000
-    socks = [control_connect(daemon) for _ in range(10)]
+    flood = encode(type="wait_job", job="x") * 30_000
+    socks = [connect_control(daemon) for _ in range(10)]
     for sock in socks:
         sock.setblocking(False)
         try:
@@ -513,10 +541,10 @@ def test_control_watch_and_job_start_floods_are_refused(
     """Watch (or job_start) frames for ever new jobs from one connection: refused by name once it holds its limit,
     so the daemon's bookkeeping for it stays small and its end costs nothing; other clients are answered meanwhile.
     (The same job again changes nothing: a connection watches or registers a job once.)"""
-    sock = control_connect(hostile_daemon)
+    sock = connect_control(hostile_daemon)
     sock.setblocking(False)
     job = str(request_frame["job"])
-    flood = b"".join(control_raw_frame({**request_frame, "job": job.format(i)}) for i in range(20_000))
+    flood = b"".join(encode(**{**request_frame, "job": job.format(i)}) for i in range(20_000))
     try:
         sock.send(flood[: 1 << 20])
     except OSError:
@@ -524,7 +552,7 @@ def test_control_watch_and_job_start_floods_are_refused(
     asked = time.monotonic()
     listed = sanitizerd("sessions", "--socket", str(hostile_daemon.socket), timeout=20)
     assert listed.returncode == 0 and time.monotonic() - asked < 5, listed.stderr
-    reply = control_read_all(sock, 5)
+    reply = read_all(sock, 5)
     assert b"request_limit" in reply and b"limit of 64 requests" in reply
     sock.close()
     assert_serves_fresh_session(hostile_daemon)
@@ -565,9 +593,7 @@ def config_daemon(base: Path, text: str) -> tuple[RunningDaemon, Path, int]:
     """A daemon under host limits, reading ``text`` as its config file, serving metrics on a free port."""
     path = base / "sanitizerd.toml"
     path.write_text(text)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     daemon = start_daemon(
         base, "--config", str(path), "--handshake-timeout", "1", "--metrics-addr", f"127.0.0.1:{port}",
         hostile_limits=True,
@@ -763,9 +789,7 @@ class TestMetricsEndpointAttacks:
         flood = []
         try:
             for _ in range(500):
-                connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                connection.connect(str(daemon.socket))
-                flood.append(connection)
+                flood.append(connect(daemon))
             started = time.monotonic()
             assert config_get(port, "/healthz") == (200, b"ok\n")
             assert time.monotonic() - started < 2
@@ -781,48 +805,14 @@ class TestMetricsEndpointAttacks:
 # --- frames and connections ---
 
 
-def conn_connect(daemon: RunningDaemon, timeout: float = 10.0) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    sock.connect(str(daemon.socket))
-    return sock
-
-
-def conn_frame(body: bytes) -> bytes:
-    return struct.pack("<I", len(body)) + body
-
-
-def conn_encode(**message: object) -> bytes:
-    return conn_frame(msgspec.msgpack.encode(message))
-
-
 def conn_hello(job: str = "hostile") -> bytes:
-    return conn_encode(type="hello", version=1, job=job)
-
-
-def conn_replies(sock: socket.socket) -> list[dict[str, object]]:
-    """Every frame the daemon sends until it closes the connection."""
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(1 << 16)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    replies = []
-    while len(data) >= 4:
-        (length,) = struct.unpack_from("<I", data)
-        replies.append(msgspec.msgpack.decode(data[4 : 4 + length]))
-        data = data[4 + length :]
-    return replies
+    return encode(type="hello", version=1, job=job)
 
 
 def conn_last_error(sock: socket.socket) -> dict[str, object]:
-    replies = conn_replies(sock)
-    assert replies and replies[-1]["type"] == "error", f"no error frame before the close: {replies}"
-    return replies[-1]
+    answer = read_replies(sock)
+    assert answer and answer[-1]["type"] == "error", f"no error frame before the close: {answer}"
+    return answer[-1]
 
 
 def conn_nested(depth: int) -> bytes:
@@ -840,8 +830,8 @@ class TestHostileFrames:
         """A 1 KiB hello holding 1 000 nested arrays: bad_packet, and the daemon and its socket file stay."""
         body = conn_map(type=msgspec.msgpack.encode("hello"), version=b"\x01", host=conn_nested(1000))
         assert len(body) < 1100
-        with conn_connect(hostile_daemon) as sock:
-            sock.sendall(conn_frame(body))
+        with connect(hostile_daemon) as sock:
+            sock.sendall(frame(body))
             error = conn_last_error(sock)
         assert error["reason"] == "bad_packet"
         assert hostile_daemon.socket.exists()
@@ -873,8 +863,8 @@ class TestHostileFrames:
     )
     def test_hostile_hello_bodies(self, hostile_daemon: RunningDaemon, body: bytes) -> None:
         """Every hostile first frame is refused with a named reason, in a short message, never internal_error."""
-        with conn_connect(hostile_daemon) as sock:
-            sock.sendall(conn_frame(body))
+        with connect(hostile_daemon) as sock:
+            sock.sendall(frame(body))
             error = conn_last_error(sock)
         assert error["reason"] in ("bad_packet", "unknown_type", "version"), error
         assert len(str(error["message"])) < 1000
@@ -896,8 +886,8 @@ class TestHostileFrames:
     )
     def test_hostile_bodies_after_the_handshake(self, hostile_daemon: RunningDaemon, body: bytes) -> None:
         """After the handshake too: the session ends with an error frame naming the reason, never a bare EOF."""
-        with conn_connect(hostile_daemon) as sock:
-            sock.sendall(conn_hello("hostile-after-hello") + conn_frame(body))
+        with connect(hostile_daemon) as sock:
+            sock.sendall(conn_hello("hostile-after-hello") + frame(body))
             error = conn_last_error(sock)
         assert error["reason"] in ("bad_packet", "bad_reference"), error
         assert len(str(error["message"])) < 1000
@@ -907,11 +897,11 @@ class TestHostileFrames:
         """A launch id reused right after its kernel_end, while its detectors still check it: bad_reference, said in an
         error frame (it was an exception inside the session pump and a bare EOF)."""
         config = {"tools": ["memcheck", "racecheck", "initcheck", "synccheck"]}
-        begin = conn_encode(type="kernel_begin", kernel=1, name="k", block_dim=1)
-        with conn_connect(hostile_daemon) as sock:
-            sock.sendall(conn_encode(type="hello", version=1, job="reuse", config=config))
-            sock.sendall(begin + conn_encode(type="kernel_end", kernel=1) + begin)
-            replies = conn_replies(sock)
+        begin = encode(type="kernel_begin", kernel=1, name="k", block_dim=1)
+        with connect(hostile_daemon) as sock:
+            sock.sendall(encode(type="hello", version=1, job="reuse", config=config))
+            sock.sendall(begin + encode(type="kernel_end", kernel=1) + begin)
+            replies = read_replies(sock)
         assert replies[-1]["type"] == "error" and replies[-1]["reason"] == "bad_reference", replies
         assert "still being checked" in str(replies[-1]["message"])
         assert_serves_fresh_session(hostile_daemon)
@@ -925,25 +915,13 @@ def conn_raise_own_fd_limit(wanted: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def conn_free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def conn_metric(port: int, name: str) -> float:
-    """The sum of every series of ``name`` on the daemon's /metrics."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
-
-
 class TestHostileConnections:
     def test_idle_connections_past_the_default_fd_limit(self, hostile_daemon: RunningDaemon) -> None:
         """1 100 idle connections under the default soft limit of 1 024: the daemon raised its limit at start, each
         connection is admitted or refused by name (connection_limit, per uid), the admitted are cut at the handshake
         timeout, and the daemon serves on."""
         conn_raise_own_fd_limit(2048)
-        socks = [conn_connect(hostile_daemon) for _ in range(1100)]
+        socks = [connect(hostile_daemon) for _ in range(1100)]
         try:
             reasons = Counter(str(conn_last_error(sock)["reason"]) for sock in socks)
         finally:
@@ -957,7 +935,7 @@ class TestHostileConnections:
     def test_accept_out_of_fds_backs_off(self, short_dir: Path) -> None:
         """With its fds exhausted (the limit lowered under it), accept fails with EMFILE: the daemon backs off and
         retries, counts each failure, logs the burst once, and accepts again once fds are free."""
-        port = conn_free_port()
+        port = free_port()
         daemon = start_daemon(
             short_dir, "--handshake-timeout", "60", "--metrics-addr", f"127.0.0.1:{port}", hostile_limits=True
         )
@@ -965,7 +943,7 @@ class TestHostileConnections:
         try:
             soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{pid}/fd")) + 3, hard))
-            socks = [conn_connect(daemon) for _ in range(20)]
+            socks = [connect(daemon) for _ in range(20)]
             daemon.wait_for_log("accept failed")
             time.sleep(2)
             assert daemon.log_text().count("accept failed") == 1  # once per burst, not once per failure
@@ -973,7 +951,7 @@ class TestHostileConnections:
                 sock.close()
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
             # Read only now: the metrics server needs an fd too.
-            assert conn_metric(port, 'sanitizerd_accept_errors_total{errno="EMFILE"}') >= 3
+            assert metric(port, 'sanitizerd_accept_errors_total{errno="EMFILE"}') >= 3
             daemon.wait_for_log("accepting again")
             assert_serves_fresh_session(daemon)
         finally:
@@ -991,7 +969,7 @@ class TestHostileConnections:
         reasons: list[str] = []
 
         def attack() -> None:
-            with conn_connect(daemon, timeout=60) as sock:
+            with connect(daemon, timeout=60) as sock:
                 sock.sendall(conn_hello("unfinished"))
                 try:
                     sock.sendall(struct.pack("<I", size))
@@ -1021,7 +999,7 @@ class TestHostileConnections:
         frame at the (shorter) frame timeout; each is told why."""
         daemon = start_daemon(short_dir, "--idle-timeout", "3", "--frame-timeout", "1", hostile_limits=True)
         try:
-            with conn_connect(daemon) as idle, conn_connect(daemon) as stalled:
+            with connect(daemon) as idle, connect(daemon) as stalled:
                 idle.sendall(conn_hello("idle"))
                 stalled.sendall(conn_hello("stalled") + struct.pack("<I", 1000) + b"\x81")
                 started = time.monotonic()
@@ -1165,14 +1143,14 @@ def test_random_producer_streams_end_only_their_session(hostile_daemon: RunningD
     endings: Counter[str] = Counter()
     for n in range(150):
         config = {"tools": rng.sample(tools, rng.randint(1, 5)), "leak_check": True, "check_unused_memory": True}
-        data = conn_encode(type="hello", version=1, job=f"random-{n % 3}", config=config)
-        data += b"".join(conn_encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
+        data = encode(type="hello", version=1, job=f"random-{n % 3}", config=config)
+        data += b"".join(encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
         if rng.random() < 0.5:
-            data += conn_encode(type="close")
-        with conn_connect(hostile_daemon, timeout=30) as sock:
+            data += encode(type="close")
+        with connect(hostile_daemon, timeout=30) as sock:
             sock.sendall(data)
             sock.shutdown(socket.SHUT_WR)
-            replies = conn_replies(sock)
+            replies = read_replies(sock)
         last = replies[-1] if replies else {}
         endings[str(last.get("reason") or last.get("type"))] += 1
     assert "internal_error" not in endings and "None" not in endings, endings
@@ -1205,7 +1183,7 @@ def test_connections_fit_a_hard_fd_limit_of_1024(short_dir: Path) -> None:
     try:
         wait_for_socket(sock, process)
         daemon.wait_for_log("max_connections lowered from 4096 to 960")
-        socks = [conn_connect(daemon) for _ in range(1100)]
+        socks = [connect(daemon) for _ in range(1100)]
         try:
             reasons = Counter(str(conn_last_error(s)["reason"]) for s in socks)
         finally:
@@ -1253,23 +1231,12 @@ print(json.dumps({"events": verdict.events, "errors": verdict.errors, "checked":
 """
 
 
-def _race_free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _race_metric(port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
-
-
 def test_race_memory_concurrent_sessions_stay_within_the_hosts_budget(short_dir: Path) -> None:
     """Six sessions each stream a launch bigger than the whole budget, all at once, and two more leave mid-launch:
     the daemon's memory stays within the budget (plus frames in flight), every finished launch gets a verdict that
     counts an error (its internal_error: cut at the budget, or not checked at all), refusals are counted, and once
     the sessions are gone, nothing stays reserved."""
-    port = _race_free_port()
+    port = free_port()
     daemon = start_daemon(
         short_dir, "--race-memory", str(RACE_MEMORY), "--metrics-addr", f"127.0.0.1:{port}", hostile_limits=True
     )
@@ -1304,12 +1271,12 @@ def test_race_memory_concurrent_sessions_stay_within_the_hosts_budget(short_dir:
         # Without the budget: 8 x 1.5 M events x ~300 B, about 3.7 GB. With it: the budget, and the frames each
         # session's queues and socket hold (8 sessions x queue_depth 4 x 3.5 MiB).
         assert grown < RACE_MEMORY + (160 << 20), f"the daemon grew by {grown >> 20} MiB"
-        assert _race_metric(port, "sanitizerd_race_memory_refusals_total") >= 1
+        assert metric(port, "sanitizerd_race_memory_refusals_total") >= 1
         deadline = time.monotonic() + 10
-        while _race_metric(port, "sanitizerd_race_memory_bytes") and time.monotonic() < deadline:
+        while metric(port, "sanitizerd_race_memory_bytes") and time.monotonic() < deadline:
             time.sleep(0.1)  # the two that left end when the daemon reads their EOF
-        assert _race_metric(port, "sanitizerd_race_memory_bytes") == 0
-        assert _race_metric(port, "sanitizerd_race_memory_limit_bytes") == RACE_MEMORY
+        assert metric(port, "sanitizerd_race_memory_bytes") == 0
+        assert metric(port, "sanitizerd_race_memory_limit_bytes") == RACE_MEMORY
         assert "race-check memory budget spent" in daemon.log_text()
         assert_serves_fresh_session(daemon)
     finally:
