@@ -80,6 +80,13 @@ class Metrics:
         self.detector_failures = Counter(
             "sanitizerd_detector_failures", "Exceptions raised inside detectors", ["detector"], registry=r
         )
+        self.detector_checks_cut = Counter(
+            "sanitizerd_detector_checks_cut",
+            "Checks a detector cut short at one of its bounds (pattern work, tracked ranges, race memory), by "
+            "detector; each is also an internal_error finding told to its session",
+            ["detector"],
+            registry=r,
+        )
         self.detector_seconds = Histogram(
             "sanitizerd_detector_seconds",
             "Time a detector took over one work item (a batch, a kernel's end), by detector",
@@ -145,7 +152,12 @@ class Metrics:
         for kind, severity in KINDS.items():
             self.findings.labels(kind, severity)
         for detector in TOOLS:  # every series exists from the start, at zero: alerts and panels see it
-            for family in (self.events_checked, self.detector_failures, self.backpressure_waits):
+            for family in (
+                self.events_checked,
+                self.detector_failures,
+                self.detector_checks_cut,
+                self.backpressure_waits,
+            ):
                 family.labels(detector)
             self.detector_seconds.labels(detector)
         # Configuration and the metrics endpoint itself.

@@ -1272,6 +1272,8 @@ def test_race_memory_concurrent_sessions_stay_within_the_hosts_budget(short_dir:
         # session's queues and socket hold (8 sessions x queue_depth 4 x 3.5 MiB).
         assert grown < RACE_MEMORY + (160 << 20), f"the daemon grew by {grown >> 20} MiB"
         assert metric(port, "sanitizerd_race_memory_refusals_total") >= 1
+        # Each launch left unchecked is also counted as a check racecheck cut short.
+        assert metric(port, 'sanitizerd_detector_checks_cut_total{detector="racecheck"}') >= 1
         deadline = time.monotonic() + 10
         while metric(port, "sanitizerd_race_memory_bytes") and time.monotonic() < deadline:
             time.sleep(0.1)  # the two that left end when the daemon reads their EOF

@@ -36,12 +36,24 @@ async def drive_detector(
     on_checked: Callable[[str, int], None],
     on_failure: Callable[[str], None],
     on_timed: Callable[[float], None] = lambda seconds: None,
+    on_cut: Callable[[str, int], None] = lambda detector, n: None,
 ) -> None:
+    """``on_cut``: how many of the detector's own findings say that it cut a check short at one of its bounds
+    (its ``internal_error`` findings; a detector's failure is ``on_failure``'s)."""
+
+    async def publish_counted(findings: list[Finding]) -> None:
+        _count_cuts(detector.name, findings, on_cut)
+        await publish(findings)
+
+    async def kernel_done_counted(kernel: int, findings: list[Finding]) -> None:
+        _count_cuts(detector.name, findings, on_cut)
+        await kernel_done(kernel, findings)
+
     async with work:
         async for item in work:
             started = time.perf_counter()
             try:
-                await _apply(detector, item, publish, kernel_done, limiter, on_checked)
+                await _apply(detector, item, publish_counted, kernel_done_counted, limiter, on_checked)
                 on_timed(time.perf_counter() - started)
             except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
                 on_failure(detector.name)
@@ -53,6 +65,12 @@ async def drive_detector(
                     await kernel_done(item.kernel, [failure])
                 else:
                     await publish([failure])
+
+
+def _count_cuts(detector: str, findings: list[Finding], on_cut: Callable[[str, int], None]) -> None:
+    cuts = sum(1 for finding in findings if finding.kind == "internal_error")
+    if cuts:
+        on_cut(detector, cuts)
 
 
 async def _apply(

@@ -109,6 +109,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     on_checked=on_checked,
                     on_failure=on_failure,
                     on_timed=metrics.detector_seconds.labels(detector.name).observe,
+                    on_cut=lambda name, n: metrics.detector_checks_cut.labels(name).inc(n),
                 )
                 tg.start_soon(drive, detector, session.context, receive)
             try:
