@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from sanitizerd import discovery
+from client_shim import discovery
 from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, Role
 from sanitizerd.protocol import messages as m
 
@@ -77,7 +77,7 @@ def connect_unix(path: str, *, timeout: float | None, retry: float = CONNECT_RET
 
 def discover(*, timeout: float | None, among: list[discovery.Candidate] | None = None) -> tuple[socket.socket, str]:
     """Without an explicit socket: the host's daemon, else the user's private one (``among``: the sockets
-    ``sanitizerd.discovery.candidates`` names); NoDaemon when none may be used."""
+    ``client_shim.discovery.candidates`` names); NoDaemon when none may be used."""
     tried: list[str] = []
     distrusted: list[str] = []
     for candidate in discovery.candidates() if among is None else among:

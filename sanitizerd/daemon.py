@@ -26,7 +26,8 @@ import anyio.abc
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
-from sanitizerd import __version__, config, discovery, fds, logs
+from client_shim import discovery
+from sanitizerd import __version__, config, fds, logs
 from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
@@ -61,7 +62,7 @@ ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, d
 
 def default_socket_path() -> Path:
     """``/run/sanitizerd/sanitizerd.sock`` for root, else a private one: ``$XDG_RUNTIME_DIR/sanitizerd/`` or
-    ``/tmp/sanitizerd-<uid>/`` (made 0700 by ``serve``, refused when another user's: ``sanitizerd.discovery``)."""
+    ``/tmp/sanitizerd-<uid>/`` (made 0700 by ``serve``, refused when another user's: ``client_shim.discovery``)."""
     return discovery.default_socket_path()
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from client_shim.transport import NoDaemon, Untrusted, connect_unix, discover
-from sanitizerd import discovery
-from sanitizerd.discovery import (
+from client_shim import discovery
+from client_shim.discovery import (
     Candidate,
     UnsafeDirectory,
     candidates,
@@ -26,6 +25,7 @@ from sanitizerd.discovery import (
     private_socket_path,
     secure_private_socket_directory,
 )
+from client_shim.transport import NoDaemon, Untrusted, connect_unix, discover
 from tests.conftest import ROOT, sanitizerd
 from tests.other_uid import NOBODY
 

@@ -7,7 +7,8 @@ daemon's directory is created by its user, 0700, and refused when it is anyone e
 client skips such a directory, and trusts a daemon only when the process that listens (SO_PEERCRED) is root, the
 service user or the client's own user.
 
-Standard library only: the client library imports this.
+Standard library only. It lives with the client (which needs only the protocol and this); the daemon imports it
+for where it listens and for its private directory.
 """
 
 from __future__ import annotations
