@@ -63,6 +63,9 @@ them with the defaults.
     are made); a launch that would go past it is not race-checked, and its verdict says so. An integer from 2^16
     to 2^50; default a quarter of what the daemon may use (physical memory, its cgroup's ``memory.max``, its
     address-space limit: the smallest), at least 256 MiB.
+``max_live_allocations``
+    live allocations (malloc without its free) one session may hold; one more ends the session
+    (``resource_limit``). An integer from 1 to 2^30; default 262 144.
 ``job_grace``
     seconds a job whose last session closed is shown as "ending" (its ranks may restart). More than 0, at most
     604800 (a week); default 30.
@@ -170,6 +173,9 @@ LIMITS: dict[str, Limit] = {
         at_least=1 << 16,
         at_most=1 << 50,
         unit="bytes",
+    ),
+    "max_live_allocations": Limit(
+        "live allocations one session may hold; one more malloc ends it", at_least=1, at_most=1 << 30
     ),
     "max_control_requests": Limit(
         "wait_job, watch and job_start requests one control connection may hold at once", at_least=1, at_most=1 << 20

@@ -1411,3 +1411,49 @@ class TestPatternsInitcheckStrided:
         grown = peak_rss_bytes(hostile_daemon.process.pid) - before
         assert grown < PATTERNS_INITCHECK_GROWTH, f"initcheck grew the daemon by {grown >> 20} MiB"
         assert_serves_fresh_session(hostile_daemon)
+
+
+# --- allocations and IPC names ---
+# Host operations cost the daemon per live allocation (a heap entry in each detector, a range of legal GM), and IPC
+# exports and mappings cost a job's table: both are bounded, and a client past them is refused by name.
+
+
+def test_allocations_past_the_sessions_bound_end_it_by_name(short_dir: Path) -> None:
+    """A client that mallocs without end gets resource_limit at the session's bound (here 20 000 live allocations:
+    the default, 2^18, only takes longer to reach); the daemon serves on."""
+    bound = 20_000
+    daemon = start_daemon(short_dir, "--max-live-allocations", str(bound), hostile_limits=True)
+    try:
+        sock = connect(daemon, timeout=60)
+        sock.sendall(encode(type="hello", version=1, job="malloc-flood"))
+        mallocs = b"".join(
+            encode(type="host_op", op="malloc", address=0x1000_0000 + 64 * i, size=64) for i in range(bound + 1)
+        )
+        with contextlib.suppress(OSError):  # the daemon may close before it has read everything
+            sock.sendall(mallocs)
+        replies = read_replies(sock)
+        sock.close()
+        assert replies[-1]["type"] == "error" and replies[-1]["reason"] == "resource_limit", replies[-1]
+        assert f"{bound} live allocations" in str(replies[-1]["message"])
+        assert_serves_fresh_session(daemon)
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()
+
+
+def test_ipc_names_past_the_jobs_bound_are_refused_and_change_nothing(hostile_daemon: RunningDaemon) -> None:
+    """Exports past the job's bound are answered ok=false with the reason, one by one; the session goes on, and its
+    own names still work."""
+    from sanitizerd.sessions.ipc import MAX_EXPORTS
+
+    sock = connect(hostile_daemon, timeout=60)
+    exports = [
+        encode(type="ipc", op="set", name=f"n{i}", address=0x1000 * (i + 1), size=64) for i in range(MAX_EXPORTS + 3)
+    ]
+    sock.sendall(encode(type="hello", version=1, job="ipc-flood") + b"".join(exports) + encode(type="close"))
+    replies = read_replies(sock)
+    sock.close()
+    results = [r for r in replies if r["type"] == "ipc_result"]
+    assert [r["ok"] for r in results] == [True] * MAX_EXPORTS + [False] * 3
+    assert f"limit of {MAX_EXPORTS} exported names" in str(results[-1]["reason"])
+    assert replies[-1]["type"] == "closed"
+    assert_serves_fresh_session(hostile_daemon)

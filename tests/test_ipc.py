@@ -7,7 +7,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions import ipc
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.session import ForeignFrees, Peer, Session
 from tests.conftest import RunningDaemon, sanitizerd
@@ -34,6 +37,28 @@ class TestSessions:
         assert (malloc.op, malloc.address, malloc.size, malloc.source, malloc.desc, malloc.serial) == (
             "malloc", 0x9000, 4096, "bypass", "ipc_memory", 7,
         )  # fmt: skip
+
+    def test_a_jobs_names_and_mappings_are_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Past the job's bounds an export or a map is refused with the reason and changes nothing; an unmap or a
+        destroy makes room again."""
+        monkeypatch.setattr(ipc, "MAX_EXPORTS", 2)
+        monkeypatch.setattr(ipc, "MAX_MAPPINGS", 2)
+        table = IpcTable()
+        exporter, importer = session(1, table), session(2, table)
+        assert result(exporter.handle(m.Ipc(op="set", name="a", address=0x1000, size=64))).ok
+        assert result(exporter.handle(m.Ipc(op="set", name="b", address=0x2000, size=64))).ok
+        refused = result(exporter.handle(m.Ipc(op="set", name="c", address=0x3000, size=64)))
+        assert not refused.ok and "limit of 2 exported names" in refused.reason and "c" not in table.exports
+        assert result(importer.handle(m.Ipc(op="map", name="a", address=0x9000))).ok
+        assert result(importer.handle(m.Ipc(op="map", name="a", address=0xA000))).ok
+        items = importer.handle(m.Ipc(op="map", name="b", address=0xB000))
+        assert not result(items).ok and "limit of 2 mappings" in result(items).reason
+        assert not [i for i in items if isinstance(i, m.HostOp)]  # no allocation for a refused map
+        assert result(importer.handle(m.Ipc(op="unmap", address=0x9000))).ok
+        assert result(importer.handle(m.Ipc(op="map", name="b", address=0xB000))).ok
+        assert result(exporter.handle(m.Ipc(op="destroy", name="a"))).ok
+        assert result(exporter.handle(m.Ipc(op="set", name="c", address=0x3000, size=64))).ok
+        assert len(table.mapped_at) == 1  # the destroyed name's mapping went with it
 
     def test_refusals_say_why(self) -> None:
         """Unknown names, duplicate exports, double maps and unknown unmaps are refused with a reason."""

@@ -306,6 +306,22 @@ class TestHostileSession:
         assert info.value.reason == "resource_limit"
         assert list(s.context.locations) == [1]
 
+    def test_live_allocations_are_bounded(self) -> None:
+        """Past its bound of live allocations a malloc ends the session (resource_limit); a free makes room, a
+        double malloc at one address counts once, and each source's table is counted apart."""
+        s = Session(9, m.Hello(version=1, job="j"), m.Config(), Peer(), max_live_allocations=4)
+        for address in (0x1000, 0x2000, 0x3000):
+            s.handle(m.HostOp(op="malloc", address=address, size=16))
+        s.handle(m.HostOp(op="malloc", address=0x1000, size=16))  # the same allocation again: msSanitizer ignores it
+        s.handle(m.HostOp(op="malloc", address=0x1000, size=16, source="extra"))  # an annotation: its own table
+        s.handle(m.HostOp(op="free", address=0x2000))
+        s.handle(m.HostOp(op="store", address=0x1000, size=8))  # not an allocation
+        s.handle(m.HostOp(op="malloc", address=0x4000, size=16))
+        with pytest.raises(RemoteProtocolError) as info:
+            s.handle(m.HostOp(op="malloc", address=0x5000, size=16))
+        assert info.value.reason == "resource_limit" and "4 live allocations" in str(info.value)
+        assert (("device", 0x5000)) not in s.live_allocations
+
     def test_client_log_gate(self) -> None:
         """A burst passes, then the rate; the lines dropped in between are told with the next one let through."""
         gate = LogGate(rate=10.0, burst=3)

@@ -18,7 +18,7 @@ import numpy as np
 
 from sanitizerd.detectors._intervals import IntervalSet, difference
 
-_TABLE_OF_SOURCE = {
+TABLE_OF_SOURCE = {
     "bypass": "device",
     "hal": "device",
     "rt": "device",
@@ -104,7 +104,7 @@ class Heap:
         self._legal: IntervalSet | None = None  # with MSTX heaps or regions: rebuilt after each change
 
     def _table(self, source: str) -> dict[int, Allocation]:
-        return self.tables[_TABLE_OF_SOURCE.get(source, LEAKING_TABLE)]
+        return self.tables[TABLE_OF_SOURCE.get(source, LEAKING_TABLE)]
 
     def malloc(self, allocation: Allocation) -> bool:
         """Record an allocation; False if its table already has one there (msSanitizer ignores a double malloc)."""
@@ -112,7 +112,7 @@ class Heap:
         if allocation.address in table:
             return False
         table[allocation.address] = allocation
-        union = self.unions.get(_TABLE_OF_SOURCE.get(allocation.source, LEAKING_TABLE))
+        union = self.unions.get(TABLE_OF_SOURCE.get(allocation.source, LEAKING_TABLE))
         if union is not None:
             union.add(allocation)
             self._memory.add(np.array([allocation.address], np.uint64), np.array([allocation.end], np.uint64))
@@ -125,7 +125,7 @@ class Heap:
         allocation = self._table(source).pop(address, None)
         if allocation is None:
             return None
-        union = self.unions.get(_TABLE_OF_SOURCE.get(source, LEAKING_TABLE))
+        union = self.unions.get(TABLE_OF_SOURCE.get(source, LEAKING_TABLE))
         if union is not None:
             union.remove(allocation)
             # Take the range out, then give back what the tables' other allocations still cover there (an
@@ -135,7 +135,7 @@ class Heap:
                 starts, ends = other.within(allocation.address, allocation.end)
                 if starts.size:
                     self._memory.add(starts, ends)
-        if _TABLE_OF_SOURCE.get(source, LEAKING_TABLE) == LEAKING_TABLE:
+        if TABLE_OF_SOURCE.get(source, LEAKING_TABLE) == LEAKING_TABLE:
             for pool in (self.tables["heap"], self.tables["region"]):
                 if pool:
                     for inside in [a for a, p in pool.items() if allocation.address <= a < allocation.end]:

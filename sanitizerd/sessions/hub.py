@@ -20,7 +20,7 @@ from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
-from sanitizerd.sessions.session import Session
+from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, Session
 from sanitizerd.sessions.transport import MessageStream
 
 T = TypeVar("T")
@@ -46,6 +46,9 @@ class Limits:
     detector_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
     # Events racecheck holds for one kernel launch: it checks a launch only once it has ended.
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
+    # Live allocations one session may hold (each costs the detectors a table entry and a range of legal GM): far
+    # more than a real program keeps (a framework's caching allocator holds thousands); past it the session ends.
+    max_live_allocations: int = MAX_LIVE_ALLOCATIONS
     # Bytes all sessions' racecheck may hold at once (held events and their check): a launch that would go past it
     # is left unchecked, and says so.
     race_memory: int = field(default_factory=default_race_memory)

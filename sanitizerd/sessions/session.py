@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
 from sanitizerd.detectors import create_detectors
+from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
 from sanitizerd.findings.model import ERROR, Finding
@@ -65,6 +66,8 @@ Reply = Answer | m.IpcResult | ForeignFrees | LostRecords | SignatureReport
 # What a session's source locations may hold, in the units of ``_location_size`` (about bytes): a large program's
 # whole debug info fits many times over; a client that sends locations for ever does not.
 MAX_LOCATION_BYTES = 64 * 1024 * 1024
+# Live allocations one session may hold by default (``Limits.max_live_allocations``).
+MAX_LIVE_ALLOCATIONS = 1 << 18
 # Client log lines one session may put in the daemon's log: a burst, then a steady rate; the rest are counted.
 CLIENT_LOG_BURST = 100
 CLIENT_LOG_RATE = 10.0  # per second
@@ -118,8 +121,10 @@ class Session:
         *,
         max_race_events: int = DEFAULT_MAX_RACE_EVENTS,
         race_memory: MemoryAccount | None = None,
+        max_live_allocations: int = MAX_LIVE_ALLOCATIONS,
     ) -> None:
         self.id = ident
+        self.max_live_allocations = max_live_allocations
         self.ipc = ipc if ipc is not None else IpcTable()
         # Frees of this session's IPC mappings that another session's destroy caused, applied in order
         # before this session's next message.
@@ -152,6 +157,8 @@ class Session:
         self.unstored = 0  # findings the store could not keep
         self.location_bytes = 0
         self.log_gate = LogGate()
+        # (allocation table, address) of every live allocation, as the detectors' heaps key them: what bounds them
+        self.live_allocations: set[tuple[str, int]] = set()
 
     @property
     def job(self) -> str:
@@ -196,6 +203,7 @@ class Session:
             case m.Events():
                 return self._events(message)
             case m.HostOp():
+                self._count_allocation(message)
                 return [message]
             case m.Ipc():
                 return self._ipc(message)
@@ -213,6 +221,21 @@ class Session:
                 self.signatures += 1
                 return [SignatureReport(message, message.rank if message.rank >= 0 else self.hello.rank)]
         return []
+
+    def _count_allocation(self, op: m.HostOp) -> None:
+        if op.op not in ("malloc", "free"):
+            return
+        key = (TABLE_OF_SOURCE.get(op.source, LEAKING_TABLE), op.address)
+        if op.op == "free":
+            self.live_allocations.discard(key)
+        elif key not in self.live_allocations:
+            if len(self.live_allocations) >= self.max_live_allocations:
+                raise RemoteProtocolError(
+                    f"malloc at {op.address:#x}: the session holds its bound of {self.max_live_allocations} live "
+                    "allocations (--max-live-allocations)",
+                    reason="resource_limit",
+                )
+            self.live_allocations.add(key)
 
     def _locations(self, message: m.Locations) -> None:
         known = self.context.locations
