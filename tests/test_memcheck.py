@@ -657,3 +657,25 @@ class TestMstxPools:
         assert [(f.kind, f.detail) for f in found] == [
             ("internal_error", "heap is not in malloc range, heap addr: 0x7000 size: 64")
         ]
+
+
+class TestSitesBound:
+    def test_a_kernels_report_keeps_its_first_sites_and_says_how_many_more(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Every event an illegal read at its own address: past MAX_SITE_ROWS sites the earliest by serial are
+        reported, and one internal_error counts the rest; the next kernel starts afresh."""
+        from sanitizerd.detectors import _sites
+
+        monkeypatch.setattr(_sites, "MAX_SITE_ROWS", 10)
+        monkeypatch.setattr(_sites, "_COMPACT_AT", 10)
+        mc = memcheck()
+        reads = accesses(EventKind.READ, Space.GM, 0x100000 + 64 * np.arange(25), 32)
+        reads["serial"] = np.arange(1, 26)
+        findings = run_kernel(mc, reads[:12], reads[12:])
+        reported = [f for f in findings if f.kind == "illegal_read"]
+        assert sorted(f.serial for f in reported) == list(range(1, 11))
+        [cut] = [f for f in findings if f.kind == "internal_error"]
+        assert "15 error(s) at 15 more site(s)" in cut.detail and "first 10" in cut.detail
+        again = run_kernel(mc, reads[:3])
+        assert [f.kind for f in again] == ["illegal_read"] * 3

@@ -2,7 +2,9 @@
 
 Errors at the same site (kind, space, address, size, pc, location) are one finding whatever block or loop
 iteration hit them; the blocks are kept (printed ``aiv(0-1,3)``) and the smallest serial number is shown.
-Rows are folded with numpy as they arrive, so memory is bounded by distinct (site, block) pairs.
+Rows are folded with numpy as they arrive, so memory is bounded by distinct (site, block) pairs, and those by
+MAX_SITE_ROWS per kernel: a kernel whose errors land at more sites than that (a client can make every event an error
+at its own address) keeps the earliest by serial number, and one more finding says how many were not reported.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ SITE_DTYPE = np.dtype(
 _SITE_KEY = ("kind", "space", "address", "size", "pc", "location")
 _ROW_KEY = (*_SITE_KEY, "block_type", "block_id")
 _COMPACT_AT = 1 << 16
+MAX_SITE_ROWS = 1 << 16  # distinct (site, block) pairs kept per kernel: at most that many findings
 
 
 @dataclass(slots=True)
@@ -54,11 +57,13 @@ def _key_changes(rows: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
 
 
 class SiteLog:
-    __slots__ = ("_parts", "_rows")
+    __slots__ = ("_parts", "_rows", "dropped_occurrences", "dropped_rows")
 
     def __init__(self) -> None:
         self._parts: list[np.ndarray] = []
         self._rows = 0
+        self.dropped_rows = 0  # (site, block) pairs past MAX_SITE_ROWS since the last drain
+        self.dropped_occurrences = 0
 
     def __len__(self) -> int:
         return self._rows
@@ -80,6 +85,11 @@ class SiteLog:
             counts = np.add.reduceat(rows["count"], first)
             rows = rows[first].copy()  # first of each group has the smallest serial
             rows["count"] = counts
+            if rows.size > MAX_SITE_ROWS:
+                rows = rows[np.argsort(rows["serial"], kind="stable")]
+                self.dropped_rows += rows.size - MAX_SITE_ROWS
+                self.dropped_occurrences += int(rows["count"][MAX_SITE_ROWS:].sum())
+                rows = rows[:MAX_SITE_ROWS]
         self._parts, self._rows = [rows], rows.size
         return rows
 
@@ -134,12 +144,11 @@ def site_rows(events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, s
     return rows
 
 
-def site_findings(
-    context: SessionContext, kernel: str | None, sites: list[Site], kinds: dict[int, str]
-) -> list[Finding]:
-    """Findings for folded memory sites (rows of SITE_DTYPE), with ``kinds`` naming each site kind."""
+def site_findings(context: SessionContext, kernel: str | None, log: SiteLog, kinds: dict[int, str]) -> list[Finding]:
+    """Findings for the memory sites ``log`` folded since its last drain, with ``kinds`` naming each site kind; and
+    one more when the kernel's sites went past MAX_SITE_ROWS, saying how many were not reported."""
     findings = []
-    for site in sites:
+    for site in log.drain():
         head = site.head
         findings.append(
             context.finding(
@@ -155,4 +164,16 @@ def site_findings(
                 count=site.count,
             )
         )
+    if log.dropped_rows:
+        findings.append(
+            context.finding(
+                "internal_error",
+                kernel=kernel,
+                space="",
+                size=log.dropped_occurrences,
+                detail=f"{log.dropped_occurrences} error(s) at {log.dropped_rows} more site(s) and block(s) of this "
+                f"kernel were not reported: a kernel's report keeps its first {MAX_SITE_ROWS} by serial number",
+            )
+        )
+        log.dropped_rows = log.dropped_occurrences = 0
     return findings

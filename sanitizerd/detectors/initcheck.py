@@ -334,7 +334,7 @@ class Initcheck:
             site_findings(
                 self.context,
                 launch.name if launch else None,
-                self.sites.drain(),
+                self.sites,
                 {_UNINITIALIZED: "uninitialized_read"},
             )
             + notices

@@ -267,7 +267,7 @@ class Memcheck:
         launch = self.kernel
         self.kernel = None
         notices, self.notices = self.notices, []
-        return site_findings(self.context, launch.name if launch else None, self.sites.drain(), _SITE_KINDS) + notices
+        return site_findings(self.context, launch.name if launch else None, self.sites, _SITE_KINDS) + notices
 
     # --- host side ---------------------------------------------------------------------------------------------
 
