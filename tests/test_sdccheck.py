@@ -8,9 +8,15 @@ import subprocess
 import sys
 import textwrap
 
+import msgspec
+import pytest
+
+from sanitizerd.detectors import sdccheck
 from sanitizerd.detectors.sdccheck import SdcCheck
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import Signature, SignatureEntry
+from sanitizerd.protocol import RemoteProtocolError
+from sanitizerd.protocol.connection import decode_body
+from sanitizerd.protocol.messages import MAX_SIGNATURE_ENTRIES, Signature, SignatureEntry
 from sanitizerd.protocol.replay import first_difference
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 
@@ -55,6 +61,55 @@ class TestReplay:
         check = SdcCheck()
         check.add(Signature(step=1, replay=0, entries=entries(**BASE)), rank=0)
         assert check.add(Signature(step=2, replay=1, entries=entries(loss=7)), rank=0) == []
+
+
+class TestBounds:
+    """Ranks, replica groups and entries are the client's words: what one job's state holds is bounded."""
+
+    def test_open_steps_make_room_oldest_first_and_a_reference_past_the_bound_is_said_once(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(sdccheck, "MAX_HELD_ENTRIES", 10)
+        check = SdcCheck()
+        grads = entries(gradient_0_weight=1, gradient_0_bias=2)
+        for step in range(4):  # replicas that never complete: 4 steps x 2 gradients held
+            check.add(Signature(step=step, phase="post_all_reduce", replica_group="dp", replicas=2, entries=grads), 0)
+        assert check.held == 8
+        check.add(Signature(step=9, replay=0, entries=entries(**BASE)), rank=1)  # 5 entries: two oldest steps go
+        assert check.held == 9 and sorted(check.open_steps["dp"]) == [(2, 0), (3, 0)]
+        big = entries(**{f"gradient_{i}_w": i for i in range(11)})
+        (cut,) = check.add(Signature(step=10, replay=0, entries=big), rank=2)
+        assert cut.kind == "internal_error" and "step 10 of rank 2" in cut.text
+        assert check.add(Signature(step=11, replay=0, entries=big), rank=3) == []  # said once
+        assert check.held <= 10 and 2 not in check.references
+
+    def test_replica_groups_are_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(sdccheck, "MAX_GROUPS", 3)
+        check = SdcCheck()
+        for group in range(10):
+            sig = Signature(
+                step=1, phase="post_all_reduce", replica_group=f"g{group}", replicas=2, entries=entries(gradient_0_w=1)
+            )
+            check.add(sig, rank=0)
+        assert list(check.open_steps) == ["g7", "g8", "g9"] and check.held == 3
+
+    def test_replicas_listing_entries_in_another_order_agree(self) -> None:
+        """Each rank's digests are looked up by name, once: the order of entries does not matter."""
+        check = SdcCheck()
+        forward = entries(**{f"gradient_{i}_w": i for i in range(2000)})
+        for rank, listed in ((0, forward), (1, forward[::-1])):
+            found = check.add(
+                Signature(step=1, phase="post_all_reduce", replica_group="dp", replicas=2, entries=listed), rank
+            )
+        assert found == []
+
+    def test_a_signature_of_too_many_entries_is_refused_at_decode(self) -> None:
+        body = msgspec.msgpack.encode(
+            {"type": "signature", "step": 1, "entries": [{"name": "loss"}] * (MAX_SIGNATURE_ENTRIES + 1)}
+        )
+        with pytest.raises(RemoteProtocolError) as info:
+            decode_body(body)
+        assert info.value.reason == "bad_packet"
 
 
 class TestReplicas:

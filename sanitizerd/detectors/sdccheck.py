@@ -26,6 +26,12 @@ from sanitizerd.protocol.replay import first_difference
 # Post-all-reduce steps a replica group may have open (some replicas not heard from yet) before the oldest is
 # given up: a rank that died must not make the daemon hold every later step.
 MAX_OPEN_STEPS = 64
+# Signature entries one job's state may hold (references and open steps), ranks it keeps a reference for, and
+# replica groups it keeps steps for: rank and group are the client's words, so each is bounded. Past them the oldest
+# open steps go first; a reference that still does not fit is not kept, and its replay is not compared (said once).
+MAX_HELD_ENTRIES = 1 << 17
+MAX_RANKS = 1 << 16
+MAX_GROUPS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +51,12 @@ class SdcCheck:
         default_factory=lambda: defaultdict(dict)
     )
     counts: Counter[int] = field(default_factory=Counter)
+    held: int = 0  # entries in references and open steps
+    refused: int = 0  # references not kept for want of room
 
     def add(self, signature: Signature, rank: int) -> list[SdcFinding]:
-        self.counts[rank] += 1
+        if rank in self.counts or len(self.counts) < MAX_RANKS:
+            self.counts[rank] += 1
         if signature.phase == "post_all_reduce":
             return self._replica(signature, rank)
         return self._replay(signature, rank)
@@ -55,7 +64,22 @@ class SdcCheck:
     def _replay(self, signature: Signature, rank: int) -> list[SdcFinding]:
         step, local_step = signature.step, signature.local_step
         if signature.replay == 0:
+            old = self.references.pop(rank, None)
+            self.held -= len(old[2]) if old is not None else 0
+            self._make_room(len(signature.entries))
+            if self.held + len(signature.entries) > MAX_HELD_ENTRIES or len(self.references) >= MAX_RANKS:
+                self.refused += 1
+                if self.refused > 1:
+                    return []
+                replay = Replay(step=step, local_step=local_step, rank=rank, signature="")
+                text = (
+                    f"sdccheck holds its bound of {MAX_HELD_ENTRIES} signature entries and {MAX_RANKS} ranks for this "
+                    f"job: the reference of step {step} of rank {rank} (and any later one that does not fit) is not "
+                    "kept, and its replays are not compared"
+                )
+                return [SdcFinding("internal_error", replay, text)]
             self.references[rank] = (step, local_step, list(signature.entries))
+            self.held += len(signature.entries)
             return []
         reference = self.references.get(rank)
         if reference is None or reference[:2] != (step, local_step):
@@ -71,24 +95,50 @@ class SdcCheck:
         return [SdcFinding("sdc_mismatch", replay, text)]
 
     def _replica(self, signature: Signature, rank: int) -> list[SdcFinding]:
+        if signature.replica_group not in self.open_steps and len(self.open_steps) >= MAX_GROUPS:
+            self._drop_step(next(iter(self.open_steps)), None)  # the oldest group's steps make room
         group = self.open_steps[signature.replica_group]
         key = (signature.step, signature.local_step)
         ranks = group.setdefault(key, {})
-        ranks[rank] = [e for e in signature.entries if e.name.startswith("gradient:")]
+        gradients = [e for e in signature.entries if e.name.startswith("gradient:")]
+        self.held -= len(ranks.pop(rank, ()))
+        if len(ranks) >= MAX_RANKS:
+            return []
+        self._make_room(len(gradients), keep=(signature.replica_group, key))
+        ranks[rank] = gradients
+        self.held += len(gradients)
         if len(ranks) < max(signature.replicas, 2):
             if len(group) > MAX_OPEN_STEPS:
-                del group[min(group)]
+                self._drop_step(signature.replica_group, min(group))
             return []
-        del group[key]
+        self._drop_step(signature.replica_group, key)
         return self._disagreeing(signature, ranks)
+
+    def _drop_step(self, group_name: str, key: tuple[int, int] | None) -> None:
+        """Forget one open step of a group (``key``), or the whole group (None), and the entries it held."""
+        group = self.open_steps.get(group_name, {})
+        for step in [key] if key is not None else list(group):
+            self.held -= sum(len(entries) for entries in group.pop(step, {}).values())
+        if not group:
+            self.open_steps.pop(group_name, None)
+
+    def _make_room(self, entries: int, keep: tuple[str, tuple[int, int]] | None = None) -> None:
+        """Open steps go, the oldest first, until ``entries`` more fit (the step being filled, ``keep``, stays)."""
+        while self.held + entries > MAX_HELD_ENTRIES:
+            steps = [(key, name) for name, group in self.open_steps.items() for key in group if (name, key) != keep]
+            if not steps:
+                return
+            key, name = min(steps)
+            self._drop_step(name, key)
 
     def _disagreeing(self, signature: Signature, ranks: dict[int, list[SignatureEntry]]) -> list[SdcFinding]:
         """Ranks whose gradients differ from what most replicas hold (on a tie, from the lowest rank's), each
         named by its first differing entry."""
         order = sorted(ranks)
         names = [e.name for e in ranks[order[0]]]
+        by_name = [{e.name: e.digest for e in ranks[r]} for r in order]  # one lookup per entry, whatever the order
         # Per entry: every rank's digest, and the one most replicas hold.
-        digests = {name: [_digest(ranks[r], i, name) for r in order] for i, name in enumerate(names)}
+        digests = {name: [held.get(name) for held in by_name] for name in names}
         majority = {
             name: max(d, key=lambda value, d=d: (d.count(value), -d.index(value))) for name, d in digests.items()
         }
@@ -109,10 +159,3 @@ class SdcCheck:
             )
             findings.append(SdcFinding("sdc_replica_mismatch", replay, text))
         return findings
-
-
-def _digest(entries: list[SignatureEntry], i: int, name: str) -> int | None:
-    """The digest of entry ``name`` (at ``i`` when the ranks list entries alike); None when it is missing."""
-    if i < len(entries) and entries[i].name == name:
-        return entries[i].digest
-    return next((e.digest for e in entries if e.name == name), None)

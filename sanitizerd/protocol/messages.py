@@ -117,6 +117,10 @@ class Locations(Message, tag="locations"):
     locations: list[Location]
 
 
+# Entries of one signature: a model's parameters, buffers and RNG states, with room to spare; more is bad_packet.
+MAX_SIGNATURE_ENTRIES = 1 << 16
+
+
 class SignatureEntry(msgspec.Struct, kw_only=True, frozen=True):
     """One entry of a replay signature, named as TorchTitan names them (``loss``, ``rng:cpu``,
     ``rng:accelerator:{i}``, ``buffer:{i}:{name}``, ``gradient:{i}:{name}``, ``state:python_rng``,
@@ -140,7 +144,7 @@ class Signature(Message, tag="signature"):
     phase: Literal["replay", "post_all_reduce"] = "replay"
     replica_group: Ident = ""
     replicas: int = 0
-    entries: list[SignatureEntry] = []
+    entries: Annotated[list[SignatureEntry], msgspec.Meta(max_length=MAX_SIGNATURE_ENTRIES)] = []
 
 
 class KernelBegin(Message, tag="kernel_begin"):

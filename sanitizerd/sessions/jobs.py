@@ -42,6 +42,7 @@ JobKey = tuple[str, int]
 NO_UID = -1
 
 SDC_JOBS_KEPT = 256  # jobs whose sdccheck state (references, open replica steps) the daemon keeps
+SDC_HOST_ENTRIES = 1 << 20  # signature entries all jobs' sdccheck state may hold; the least recent jobs' go first
 MAX_JOBS = 4096  # jobs in use at once (registered, watched or with a live session), over every uid
 MAX_JOBS_PER_UID = 512  # of which one uid may hold: one user's flood of job names must not lock the others out
 ENDED_OWNERS_KEPT = 4096  # names of unused jobs kept for their owner through the grace period; then the oldest go
@@ -171,6 +172,7 @@ class Jobs:
         # fast rank may close before a slow one connects). The most recent jobs' state is kept, with its owner's
         # uid: another uid that later uses the name starts afresh, never compared with the first one's replays.
         self._sdc: OrderedDict[JobKey, tuple[int, SdcCheck]] = OrderedDict()
+        self._sdc_held = 0  # signature entries over every kept job's state
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -291,11 +293,18 @@ class Jobs:
         job = self._jobs.get(key)
         owner = job.owner if job is not None else NO_UID
         kept = self._sdc.pop(key, None)
-        sdc = kept[1] if kept is not None and kept[0] == owner else SdcCheck()
+        if kept is not None and kept[0] != owner:  # the name has a new owner: nothing of the old job's carries over
+            self._sdc_held -= kept[1].held
+            kept = None
+        sdc = kept[1] if kept is not None else SdcCheck()
         self._sdc[key] = (owner, sdc)
-        while len(self._sdc) > SDC_JOBS_KEPT:
-            self._sdc.popitem(last=False)
-        return sdc.add(signature, rank)
+        before = sdc.held
+        findings = sdc.add(signature, rank)
+        self._sdc_held += sdc.held - before
+        while len(self._sdc) > 1 and (len(self._sdc) > SDC_JOBS_KEPT or self._sdc_held > SDC_HOST_ENTRIES):
+            _, (_, oldest) = self._sdc.popitem(last=False)
+            self._sdc_held -= oldest.held
+        return findings
 
     def ipc_table(self, key: JobKey) -> IpcTable:
         job = self._jobs.get(key)
