@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.detectors.base import KernelLaunch
@@ -198,3 +199,39 @@ class TestText:
             "======    in block aiv(0) on device 1",
             "======    code in kernel_event.h:785 (serialNo:1)",
         ]
+
+
+class TestBoundedHolding:
+    """The kernel's syncs are compacted as they arrive (matched pairs dropped) and what stays unmatched is bounded."""
+
+    @staticmethod
+    def random_stream(seed: int, n: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        kinds = np.where(rng.random(n) < 0.5, SET, WAIT)
+        events = [
+            syncs(EventKind(int(k)), Pipe.MTE2, Pipe.V, int(e), block_id=int(b), serial=i + 1, pc=i + 1)
+            for i, (k, e, b) in enumerate(zip(kinds, rng.integers(0, 3, n), rng.integers(0, 2, n), strict=True))
+        ]
+        batches = [stream(*events[lo : lo + 7]) for lo in range(0, n, 7)]
+        return batches
+
+    def test_compacting_gives_the_same_findings(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from sanitizerd.detectors import synccheck as module
+
+        for seed in range(20):
+            batches = self.random_stream(seed, 120)
+            whole = summary(kernel(*batches))
+            monkeypatch.setattr(module, "COMPACT_SYNCS", 5)
+            compacted = summary(kernel(*batches))
+            monkeypatch.setattr(module, "COMPACT_SYNCS", 1 << 20)
+            assert compacted == whole, seed
+
+    def test_past_the_bound_the_kernel_stops_and_says_so(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from sanitizerd.detectors import synccheck as module
+
+        monkeypatch.setattr(module, "COMPACT_SYNCS", 4)
+        monkeypatch.setattr(module, "MAX_HELD_SYNCS", 8)
+        sets = [syncs(SET, Pipe.MTE2, Pipe.V, i, serial=i + 1) for i in range(20)]  # 20 distinct, never waited on
+        (stopped,) = kernel(*(stream(*sets[lo : lo + 4]) for lo in range(0, 20, 4)))
+        assert stopped.kind == "internal_error" and "left unpaired at once" in stopped.detail
+        assert summary(kernel(stream(sets[0]))) != []  # the next kernel is checked again

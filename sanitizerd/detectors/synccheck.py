@@ -70,6 +70,43 @@ def _slot_keys(block_type: np.ndarray, block_id: np.ndarray, pipe: np.ndarray, s
     return (slot << _SEQ_BITS) | (seq & _SEQ_MASK)
 
 
+# A kernel's syncs are held until it ends, to pair them; every COMPACT_SYNCS more, the pairs already matched are
+# dropped (what is left pairs exactly as the whole would). What remains unmatched is bounded by MAX_HELD_SYNCS rows,
+# and the redundant ones by as many: past that the kernel's check stops, and a finding says so.
+COMPACT_SYNCS = 1 << 20
+MAX_HELD_SYNCS = 1 << 22
+
+
+def _pairing(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows in program order, paired per (block, pipes, event id): (order, is_set in that order, each row's group,
+    sets minus waits per group). Waits consume the oldest pending sets, whatever came first."""
+    # The pairing key packed in one u64 (block type 2 bits, block 16, pipes 8 each, event id 16); a stable sort
+    # groups each key's sets and waits and keeps them in program order.
+    key = (rows["block_type"].astype(np.uint64) << np.uint64(48)) | (
+        rows["block_id"].astype(np.uint64) << np.uint64(32)
+    )
+    key |= (rows["src"].astype(np.uint64) << np.uint64(24)) | (rows["dst"].astype(np.uint64) << np.uint64(16))
+    key |= rows["event_id"].astype(np.uint64)
+    order = np.argsort(key, kind="stable")
+    key, is_set = key[order], rows["kind"][order] == _SET
+    change = np.ones(key.size, dtype=bool)
+    change[1:] = key[1:] != key[:-1]
+    group = np.cumsum(change) - 1
+    balance = np.bincount(group, weights=is_set).astype(np.int64) - np.bincount(group, weights=~is_set).astype(np.int64)
+    return order, is_set, group, balance
+
+
+def _last_of_each(group: np.ndarray, chosen: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Of the ``chosen`` rows (grouped, in program order within each group), the last ``keep[group]`` of each."""
+    through = np.cumsum(chosen)  # chosen rows up to and including each row
+    change = np.ones(group.size, dtype=bool)
+    change[1:] = group[1:] != group[:-1]
+    before_group = (through - chosen)[np.flatnonzero(change)][group]
+    total = np.bincount(group, weights=chosen).astype(np.int64)
+    after = total[group] - (through - before_group)
+    return chosen & (after < keep[group])
+
+
 def _same(rows: np.ndarray, a: np.ndarray, b: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
     same = np.ones(a.size, dtype=bool)
     for name in fields:
@@ -88,15 +125,21 @@ class Synccheck:
 
     def _reset(self) -> None:
         self.seen = 0
-        self.pairs: list[np.ndarray] = []  # every set and wait of the kernel
+        self.pairs: list[np.ndarray] = []  # the kernel's sets and waits not yet known to pair
+        self.held = 0  # rows in pairs
+        self.compact_at = COMPACT_SYNCS
         self.slots = np.empty(0, dtype=SYNC_ROW)  # last event per (block, slot) so far
         self.redundant: list[np.ndarray] = []
+        self.redundant_held = 0
+        self.stopped = ""  # why this kernel's check stopped ("" while it runs)
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
         self._reset()
 
     def check(self, events: np.ndarray) -> None:
+        if self.stopped:
+            return
         kind = events["kind"]
         is_sync = (kind == _SET) | (kind == _WAIT)
         seq = np.arange(self.seen, self.seen + events.size, dtype=np.uint64)
@@ -104,6 +147,9 @@ class Synccheck:
         syncs = _rows(events, np.flatnonzero(is_sync), seq) if is_sync.any() else self.slots[:0]
         if syncs.size:
             self.pairs.append(syncs)
+            self.held += syncs.size
+            if self.held >= self.compact_at:
+                self._compact_pairs()
         if not (syncs.size or self.slots.size):
             return  # nothing to be redundant with: the erasers in this batch cannot matter
         erase = (kind <= EventKind.WRITE) | (kind == EventKind.CROSS_SET) | (kind == EventKind.CROSS_WAIT)
@@ -129,6 +175,10 @@ class Synccheck:
         hit[before[repeat]] = True  # may be a row carried from the last batch; kernel_end dedupes by seq
         if hit.any():
             self.redundant.append(rows[hit])
+            self.redundant_held += int(hit.sum())
+            if self.redundant_held > MAX_HELD_SYNCS:
+                self._stop(f"more than {MAX_HELD_SYNCS} redundant set_flag/wait_flag rows")
+                return
         # Carry each slot's last sync into the next batch, unless work on that slot followed it here.
         last = np.ones(rows.size, dtype=bool)
         last[:-1] = group[1:] != group[:-1]
@@ -136,36 +186,50 @@ class Synccheck:
         self.slots = rows[last & (end_of_slot == erasers_before)]
 
     def kernel_end(self) -> list[Finding]:
-        findings = self._unpaired() + self._redundant()
-        findings.sort(key=lambda f: f.serial)
+        if self.stopped:
+            launch = self.kernel
+            findings = [
+                self.context.finding(
+                    "internal_error",
+                    kernel=launch.name if launch else None,
+                    space="",
+                    detail=f"synccheck stopped checking this kernel after {self.seen} events: {self.stopped}; its "
+                    "set_flag/wait_flag pairs are not reported",
+                )
+            ]
+        else:
+            findings = self._unpaired() + self._redundant()
+            findings.sort(key=lambda f: f.serial)
         self.kernel = None
         self._reset()
         return findings
+
+    def _stop(self, why: str) -> None:
+        self.stopped = why
+        self.pairs, self.redundant, self.slots = [], [], self.slots[:0]
+        self.held = self.redundant_held = 0
+
+    def _compact_pairs(self) -> None:
+        """Keep what may still be left unpaired: per key, the last (sets - waits) sets, or (waits - sets) waits.
+        Later rows then pair with these exactly as with the whole history."""
+        rows = np.concatenate(self.pairs)
+        order, is_set, group, balance = _pairing(rows)
+        keep = _last_of_each(group, is_set, np.maximum(balance, 0)) | _last_of_each(
+            group, ~is_set, np.maximum(-balance, 0)
+        )
+        kept = rows[np.sort(order[keep])]  # back in program order
+        self.pairs, self.held = [kept], kept.size
+        self.compact_at = max(COMPACT_SYNCS, 2 * kept.size)
+        if kept.size > MAX_HELD_SYNCS:
+            self._stop(f"more than {MAX_HELD_SYNCS} set_flag/wait_flag left unpaired at once")
 
     def _unpaired(self) -> list[Finding]:
         if not self.pairs:
             return []
         rows = np.concatenate(self.pairs)  # in program order
-        # The pairing key packed in one u64 (block type 2 bits, block 16, pipes 8 each, event id 16); a stable
-        # sort groups each key's sets and waits and keeps them in program order.
-        key = (rows["block_type"].astype(np.uint64) << np.uint64(48)) | (
-            rows["block_id"].astype(np.uint64) << np.uint64(32)
-        )
-        key |= (rows["src"].astype(np.uint64) << np.uint64(24)) | (rows["dst"].astype(np.uint64) << np.uint64(16))
-        key |= rows["event_id"].astype(np.uint64)
-        order = np.argsort(key, kind="stable")
-        key, is_set = key[order], rows["kind"][order] == _SET
-        change = np.ones(key.size, dtype=bool)
-        change[1:] = key[1:] != key[:-1]
-        group = np.cumsum(change) - 1
-        sets = np.bincount(group, weights=is_set).astype(np.int64)
-        waits = np.bincount(group, weights=~is_set).astype(np.int64)
-        unpaired = np.maximum(sets - waits, 0)
-        # Waits consume the oldest pending sets, so the sets left over are the last `unpaired` of each key.
-        through = np.cumsum(is_set)  # sets up to and including each row
-        before_group = (through - is_set)[np.flatnonzero(change)][group]
-        sets_after = sets[group] - (through - before_group)
-        left = order[is_set & (sets_after < unpaired[group])]
+        order, is_set, group, balance = _pairing(rows)
+        # Waits consume the oldest pending sets, so the sets left over are the last (sets - waits) of each key.
+        left = order[_last_of_each(group, is_set, np.maximum(balance, 0))]
         return self._findings("unpaired_set_flag", rows[left])
 
     def _redundant(self) -> list[Finding]:
