@@ -51,6 +51,9 @@ from sanitizerd.systemd import Notifier, listen_sockets
 log = structlog.get_logger("sanitizerd.daemon")
 
 HEARTBEAT = 1.0
+# After a restart, how long the jobs the last daemon served stay their owners' (a client resumes within its
+# resume_timeout, 30 s by default, of finding the daemon back).
+RESUME_WINDOW = 120.0
 STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
 T = TypeVar("T")
 # accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
@@ -161,6 +164,11 @@ class Daemon:
             _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
         store = open_store(settings.state_dir, max_bytes=limits.max_store_size)
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits)
+        # The jobs the last daemon served stay their owners' while their clients come back to resume them.
+        try:
+            hub.jobs.keep_owners(store.recent_job_owners(since=time.time() - RESUME_WINDOW), RESUME_WINDOW)
+        except sqlite3.Error as exc:
+            log.error("the last daemon's job owners could not be read", detail=str(exc))
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
             abandoned = store.close_abandoned()

@@ -274,6 +274,29 @@ def _jobs_flood(daemon: RunningDaemon) -> None:
     assert_serves_fresh_session(daemon)
 
 
+def test_jobs_a_restarted_daemon_keeps_the_last_ones_owners_until_they_resume(short_dir: Path) -> None:
+    """The daemon killed under a live session: the next daemon keeps the job its owner's, so another uid cannot take
+    the name before the session's client comes back; the owner then resumes the session."""
+    daemon = start_daemon(short_dir, hostile_limits=True)
+    owner = connect(daemon)
+    owner.sendall(encode(type="hello", version=1, job="resumable"))
+    [welcome] = other_uid.replies(owner.recv(65536))
+    daemon.process.kill()
+    daemon.process.wait()
+    owner.close()
+    daemon = start_daemon(short_dir, hostile_limits=True)
+    try:
+        open_to_nobody(daemon.socket)
+        assert b"permission_denied" in as_nobody(daemon.socket, [hello(job="resumable")], wait=1)
+        back = connect(daemon)
+        back.sendall(encode(type="hello", version=1, job="resumable", resume=welcome["session"]))
+        assert other_uid.replies(back.recv(65536))[0]["type"] == "welcome"
+        back.close()
+        assert_serves_fresh_session(daemon)
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()
+
+
 # --- control and store ---
 
 

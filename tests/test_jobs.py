@@ -163,3 +163,17 @@ def test_a_recorder_is_dropped_past_its_bytes() -> None:
         assert not watcher.reason
         jobs.record(key, 1, m.Log(text="x" * 600))
         assert "recorded bytes" in watcher.reason
+
+
+def test_after_a_restart_the_last_daemons_jobs_stay_their_owners_for_a_while() -> None:
+    """Owners read from the store are kept as unused jobs' owners for the window, then freed; a job already in use
+    is left as it is."""
+    clock = [100.0]
+    jobs = Jobs(m.Config(), grace=lambda: 30.0, clock=lambda: clock[0])
+    jobs.keep_owners([("train", 1000), ("other", 1001)], seconds=120.0)
+    assert jobs.owner(job_key("train", 7)) == 1000 and jobs.owner(job_key("other", 7)) == 1001
+    assert jobs.refusal(job_key("train", 2000), 2000, lambda: False) is not None
+    assert jobs.admit(job_key("train", 1000), 1000, lambda: False) is None  # its owner comes back
+    clock[0] += 121.0
+    assert jobs.owner(job_key("other", 7)) == NO_UID  # past the window: free again
+    assert jobs.owner(job_key("train", 7)) == 1000  # in use by its owner

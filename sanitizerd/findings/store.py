@@ -180,6 +180,16 @@ class FindingsStore:
             except sqlite3.Error as exc:
                 raise _unavailable(exc, f"record the end of session {info.session}") from exc
 
+    def recent_job_owners(self, since: float) -> list[tuple[str, int]]:
+        """(job, uid) of the named jobs whose sessions were open, or ended after ``since``: whose clients may come
+        back to resume them. A name two uids used is the most recent one's."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job, uid FROM sessions WHERE job != '' AND (ended IS NULL OR ended >= ?) ORDER BY id",
+                (since,),
+            ).fetchall()
+        return list(dict(rows).items())
+
     def close_abandoned(self, reason: str = CRASH_END_REASON) -> int:
         """Close the sessions a daemon that died left open (none is live at start), with their own reason and the
         findings they stored counted; how many there were."""

@@ -192,6 +192,16 @@ class Jobs:
         ended = self._ended.get(key)
         return ended[0] if ended is not None else NO_UID
 
+    def keep_owners(self, owners: list[tuple[str, int]], seconds: float) -> None:
+        """After a restart: the jobs the last daemon served stay their owners' for ``seconds`` (at least the grace
+        period), so that no other uid takes a name before its sessions come back to resume."""
+        now = self._clock()
+        for name, uid in owners[-ENDED_OWNERS_KEPT:]:
+            key = job_key(name, uid)
+            if key not in self._jobs:
+                # Kept as an unused job that ended ``seconds`` less the grace from now: _expire frees it then.
+                self._ended[key] = (uid, now + max(0.0, seconds - self._grace()))
+
     def refusal(self, key: JobKey, uid: int, admin: Callable[[], bool]) -> Refusal | None:
         """Why ``uid`` may not use the job (join, register, watch, wait on it), or None. Changes nothing.
         ``admin`` is asked only when the job is another uid's (it reads /proc)."""
