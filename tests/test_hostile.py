@@ -952,6 +952,9 @@ class TestHostileConnections:
                 sock.close()
         assert set(reasons) <= {"handshake_timeout", "connection_limit"}, reasons
         assert reasons["connection_limit"] >= 1100 - 512, reasons  # max_connections_per_uid
+        # The refusals are counted, but the log takes a burst and then a rate of them: a flood cannot flood it.
+        logged = hostile_daemon.log_text().count("connection_limit")
+        assert logged <= 50 + 5 * 30, logged
         assert hostile_daemon.process.poll() is None
         assert_serves_fresh_session(hostile_daemon)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,10 +21,14 @@ from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
-from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, Session
+from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, LogGate, Session
 from sanitizerd.sessions.transport import MessageStream
 
 T = TypeVar("T")
+# Refusals logged per reason: a burst, then a steady rate; the rest are counted in the metric, and the next line
+# logged says how many it stood for.
+REFUSAL_LOG_BURST = 50
+REFUSALS_LOGGED_PER_S = 5.0
 log = structlog.get_logger("sanitizerd.hub")
 
 RETENTION_INTERVAL = 600.0  # seconds between retention passes (the size limit is also kept at each write)
@@ -94,6 +99,7 @@ class Hub:
     store_failure: str = ""
     unstored_in_burst: int = 0
     race_memory: MemoryBudget = field(init=False)
+    refusal_logs: dict[str, LogGate] = field(default_factory=dict)  # reason -> its log's token bucket
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it
@@ -125,9 +131,14 @@ class Hub:
         return float(len({session.job for session in list(self.live.values())}))
 
     async def refuse(self, stream: MessageStream, reason: str, message: str, **context: object) -> None:
-        """End a connection for breaking the protocol or a limit: counted, logged, and told to the peer."""
+        """End a connection for breaking the protocol or a limit: counted, logged, and told to the peer. The log is
+        rate-limited per reason (a flood of connections must not flood the log); every refusal is counted."""
         self.metrics.rejected.labels(reason).inc()
-        log.warning("connection refused", reason=reason, detail=message, **context)
+        gate = self.refusal_logs.setdefault(reason, LogGate(rate=REFUSALS_LOGGED_PER_S, burst=REFUSAL_LOG_BURST))
+        quiet = gate.admit(time.monotonic())
+        if quiet is not None:
+            more = {"refusals_not_logged_before": quiet} if quiet else {}
+            log.warning("connection refused", reason=reason, detail=message, **more, **context)
         await stream.send_error(reason, message)
 
     async def store_call(self, fn: Callable[..., T], *args: object) -> T:
