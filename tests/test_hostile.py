@@ -1439,6 +1439,53 @@ class TestPatternsInitcheckStrided:
         assert_serves_fresh_session(hostile_daemon)
 
 
+class TestPatternsHostOpsAndScatteredWrites:
+    def test_alternating_mallocs_and_stores_stay_linear(self, hostile_daemon: RunningDaemon) -> None:
+        """20 000 host operations alternating malloc and store (each store re-derived legal GM from every allocation:
+        54 s of event-loop CPU, quadratic) under memcheck with unused-memory tracking and initcheck: the session
+        closes with nothing to report, and meanwhile another session is served within seconds."""
+        config = m.Config(tools=["memcheck", "initcheck"], check_unused_memory=True)
+        done = threading.Event()
+
+        def flood() -> None:
+            with Client(hostile_daemon.socket, job="patterns-hostops", config=config, resume_buffer=0) as client:
+                for i in range(10_000):
+                    client.malloc(0x1_0000_0000 + 1024 * i, 512)
+                    client.store(0x1_0000_0000 + 1024 * i, 64)
+                client.flush()
+            done.set()
+
+        worker = threading.Thread(target=flood)
+        worker.start()
+        try:
+            time.sleep(1)  # well into the flood
+            assert_serves_fresh_session(hostile_daemon)
+        finally:
+            worker.join(timeout=120)
+        assert done.is_set(), "the flood's session did not close"
+        findings = patterns_findings(hostile_daemon, "patterns-hostops")
+        assert {f["kind"] for f in findings} == {"unused_memory"}  # each allocation was only partly written
+
+    def test_scattered_one_byte_writes_under_unused_memory_stay_bounded(self, hostile_daemon: RunningDaemon) -> None:
+        """Batches of 65 536 one-byte writes at random even addresses of a 4 GiB allocation (a range each for the
+        written set and stomping): every batch is checked, the kernel gets its verdict, memory stays bounded."""
+        config = m.Config(tools=["memcheck"], check_unused_memory=True)
+        rng = np.random.default_rng(7)
+        base = 0x2_0000_0000
+        with Client(hostile_daemon.socket, job="patterns-scattered", config=config, resume_buffer=0) as client:
+            client.malloc(base, 4 << 30)
+            kernel = client.kernel_begin("scattered", 1)
+            for _ in range(10):
+                offsets = rng.integers(0, 2 << 30, 65536, dtype=np.uint64) * np.uint64(2)
+                client.events(kernel, accesses(EventKind.WRITE, Space.GM, base + offsets, 1))
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=120)
+            client.free(base)
+        assert (verdict.events, verdict.errors) == (655_360, 0), verdict
+        assert peak_rss_bytes(hostile_daemon.process.pid) < PATTERNS_RSS_LIMIT
+        assert_serves_fresh_session(hostile_daemon)
+
+
 # --- allocations and IPC names ---
 # Host operations cost the daemon per live allocation (a heap entry in each detector, a range of legal GM), and IPC
 # exports and mappings cost a job's table: both are bounded, and a client past them is refused by name.
