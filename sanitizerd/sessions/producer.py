@@ -10,6 +10,7 @@ import time
 from functools import partial
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -25,6 +26,7 @@ from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
 
 log = structlog.get_logger("sanitizerd.session")
+YIELD_EVERY = 64  # frames between two checkpoints of the session pump
 
 
 async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> None:
@@ -114,6 +116,10 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 tg.start_soon(drive, detector, session.context, receive)
             try:
                 while True:
+                    # Frames already buffered are returned without a wait: yield now and then, so that one client's
+                    # megabytes of small frames cannot hold the event loop from the others.
+                    if not stream.frames_received % YIELD_EVERY:
+                        await anyio.lowlevel.checkpoint()
                     message = await stream.receive()
                     metrics.frames.labels(type(message).__struct_config__.tag).inc()
                     metrics.bytes.inc(stream.bytes_received - counted_bytes)
