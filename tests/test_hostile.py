@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -612,8 +613,10 @@ def test_store_that_takes_no_write_refuses_new_sessions_by_name(short_dir: Path)
 # --- configuration and metrics ---
 
 
-def config_daemon(base: Path, text: str) -> tuple[RunningDaemon, Path, int]:
-    """A daemon under host limits, reading ``text`` as its config file, serving metrics on a free port."""
+@contextlib.contextmanager
+def config_daemon(base: Path, text: str) -> Iterator[tuple[RunningDaemon, Path, int]]:
+    """A daemon under host limits, reading ``text`` as its config file, serving metrics on a free port: (daemon, the
+    file, the port). After a body that passed, the daemon still serves a fresh session; it must stop cleanly."""
     path = base / "sanitizerd.toml"
     path.write_text(text)
     port = free_port()
@@ -621,7 +624,11 @@ def config_daemon(base: Path, text: str) -> tuple[RunningDaemon, Path, int]:
         base, "--config", str(path), "--handshake-timeout", "1", "--metrics-addr", f"127.0.0.1:{port}",
         hostile_limits=True,
     )  # fmt: skip
-    return daemon, path, port
+    try:
+        yield daemon, path, port
+        assert_serves_fresh_session(daemon)
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()
 
 
 def config_get(port: int, path: str, *, method: str = "GET", timeout: float = 3.0) -> tuple[int, bytes]:
@@ -667,8 +674,7 @@ class TestConfigReloadAttacks:
     def test_sighup_with_a_bad_file_keeps_the_old_limits(self, short_dir: Path, text: str, named: str) -> None:
         """The daemon serves on with its old limits (max_sessions 1), says which setting it refused, counts the
         failure; a good file after it is still applied."""
-        daemon, path, port = config_daemon(short_dir, "[limits]\nmax_sessions = 1\n")
-        try:
+        with config_daemon(short_dir, "[limits]\nmax_sessions = 1\n") as (daemon, path, port):
             path.write_text(text)
             daemon.process.send_signal(signal.SIGHUP)
             log = daemon.wait_for_log(named)
@@ -688,30 +694,23 @@ class TestConfigReloadAttacks:
             path.write_text("[limits]\nmax_sessions = 3\n")
             daemon.process.send_signal(signal.SIGHUP)
             assert "max_sessions=3" in daemon.wait_for_log('"reloaded"')
-            assert_serves_fresh_session(daemon)
-        finally:
-            assert stop_daemon(daemon) == 0
 
     def test_sighup_storm(self, short_dir: Path) -> None:
         """Many SIGHUPs in a row, the file flipping between good and bad: the daemon never ends."""
-        daemon, path, port = config_daemon(short_dir, "[limits]\nqueue_depth = 2\n")
-        try:
+        with config_daemon(short_dir, "[limits]\nqueue_depth = 2\n") as (daemon, path, port):
             for i in range(40):
                 path.write_text("[limits]\nqueue_depth = 0.5\n" if i % 2 else "[limits]\nqueue_depth = 3\n")
                 daemon.process.send_signal(signal.SIGHUP)
                 time.sleep(0.01)
             config_wait_ready(port)
-            assert_serves_fresh_session(daemon)
-        finally:
-            assert stop_daemon(daemon) == 0
 
 
 class TestMetricsEndpointAttacks:
     @pytest.mark.parametrize("idle", [1, 50])
     def test_idle_connections_do_not_block_healthz(self, short_dir: Path, idle: int) -> None:
-        daemon, _, port = config_daemon(short_dir, "")
-        connections = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(idle)]
-        try:
+        with config_daemon(short_dir, "") as (_, _, port), contextlib.ExitStack() as held:
+            for _ in range(idle):
+                held.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5))
             time.sleep(0.2)  # all of them accepted and waiting
             for path, answer in (("/healthz", b"ok\n"), ("/readyz", b"ready\n")):
                 started = time.monotonic()
@@ -719,21 +718,14 @@ class TestMetricsEndpointAttacks:
                 assert time.monotonic() - started < 2
             status, body = config_get(port, "/metrics")
             assert status == 200 and b"sanitizerd_sessions_live" in body
-        finally:
-            for connection in connections:
-                connection.close()
-        assert_serves_fresh_session(daemon)
-        assert stop_daemon(daemon) == 0
 
     def test_a_flood_of_idle_connections_costs_bounded_fds_and_threads(self, short_dir: Path) -> None:
         """600 idle connections: the daemon holds at most twice its 16 connections (the oldest are closed for
         newer ones, counted), so fds and threads stay bounded and probes are answered."""
-        daemon, _, port = config_daemon(short_dir, "")
-        fds, threads = config_daemon_fds(daemon), config_daemon_threads(daemon)
-        connections = []
-        try:
+        with config_daemon(short_dir, "") as (daemon, _, port), contextlib.ExitStack() as held:
+            fds, threads = config_daemon_fds(daemon), config_daemon_threads(daemon)
             for _ in range(600):
-                connections.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+                held.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5))
             time.sleep(0.5)
             assert config_daemon_fds(daemon) <= fds + 2 * 16 + 4
             assert config_daemon_threads(daemon) <= threads + 2 * 16 + 2
@@ -741,57 +733,41 @@ class TestMetricsEndpointAttacks:
             _, body = config_get(port, "/metrics")
             evicted = re.search(rb'sanitizerd_metrics_connections_dropped_total\{reason="evicted"\} (\d+)', body)
             assert evicted is not None and int(evicted[1]) >= 600 - 16
-        finally:
-            for connection in connections:
-                connection.close()
-        assert_serves_fresh_session(daemon)
-        assert stop_daemon(daemon) == 0
 
     def test_a_request_trickled_byte_by_byte_is_cut_at_its_deadline(self, short_dir: Path) -> None:
-        daemon, _, port = config_daemon(short_dir, "")
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as slow:
-            slow.sendall(b"GET /metrics HTTP/1.0\r\n")
-            started, closed = time.monotonic(), False
-            while time.monotonic() - started < 15 and not closed:
-                try:
-                    slow.sendall(b"X-Slow: 1\r\n")
-                    slow.settimeout(1)
-                    closed = slow.recv(1) == b""
-                except TimeoutError:
-                    continue
-                except OSError:
-                    closed = True
-            assert closed and time.monotonic() - started < 13
-        _, body = config_get(port, "/metrics")
-        assert b'sanitizerd_metrics_connections_dropped_total{reason="deadline"} 1.0' in body
-        assert_serves_fresh_session(daemon)
-        assert stop_daemon(daemon) == 0
+        with config_daemon(short_dir, "") as (_, _, port):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as slow:
+                slow.sendall(b"GET /metrics HTTP/1.0\r\n")
+                started, closed = time.monotonic(), False
+                while time.monotonic() - started < 15 and not closed:
+                    try:
+                        slow.sendall(b"X-Slow: 1\r\n")
+                        slow.settimeout(1)
+                        closed = slow.recv(1) == b""
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        closed = True
+                assert closed and time.monotonic() - started < 13
+            _, body = config_get(port, "/metrics")
+            assert b'sanitizerd_metrics_connections_dropped_total{reason="deadline"} 1.0' in body
 
     def test_huge_request_headers_cost_bounded_memory(self, short_dir: Path) -> None:
         """16 connections each sending 99 header lines of 60 KiB and then waiting (the standard library would hold
         all 6 MiB of each): the daemon reads 16 KiB of a request, so its RSS grows by far less than the 95 MiB."""
-        daemon, _, port = config_daemon(short_dir, "")
-        before = rss_bytes(daemon.process.pid)
-        line = b"X-Big: " + b"a" * (60 << 10) + b"\r\n"
-        connections = []
-        try:
+        with config_daemon(short_dir, "") as (daemon, _, port), contextlib.ExitStack() as held:
+            before = rss_bytes(daemon.process.pid)
+            line = b"X-Big: " + b"a" * (60 << 10) + b"\r\n"
             for _ in range(16):
-                big = socket.create_connection(("127.0.0.1", port), timeout=10)
-                connections.append(big)
+                big = held.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
                 with contextlib.suppress(OSError):  # the daemon may answer and close before all is sent
                     big.sendall(b"GET /healthz HTTP/1.0\r\n" + line * 99)
             time.sleep(0.5)
             assert rss_bytes(daemon.process.pid) - before < 32 << 20
             assert config_get(port, "/healthz") == (200, b"ok\n")
-        finally:
-            for big in connections:
-                big.close()
-        assert_serves_fresh_session(daemon)
-        assert stop_daemon(daemon) == 0
 
     def test_unknown_paths_and_methods_are_refused(self, short_dir: Path) -> None:
-        daemon, _, port = config_daemon(short_dir, "")
-        try:
+        with config_daemon(short_dir, "") as (_, _, port):
             for path in ("/", "/metricsx", "/healthz/x", "/../etc/passwd", "/" + "a" * 4000):
                 status, body = config_get(port, path)
                 assert status == 404 and body.startswith(b"not found"), path
@@ -802,27 +778,18 @@ class TestMetricsEndpointAttacks:
                 reply = junk.makefile("rb").read()  # answered and closed, never a hang (a hang times out here)
                 assert b"400" in reply, reply
             assert config_get(port, "/healthz") == (200, b"ok\n")
-            assert_serves_fresh_session(daemon)
-        finally:
-            assert stop_daemon(daemon) == 0
 
     def test_healthz_answers_under_a_connection_flood_on_the_main_socket(self, short_dir: Path) -> None:
         """500 connections that never say hello hold the main socket: /healthz (its own threads) still answers."""
-        daemon, _, port = config_daemon(short_dir, "")
-        flood = []
-        try:
-            for _ in range(500):
-                flood.append(connect(daemon))
-            started = time.monotonic()
-            assert config_get(port, "/healthz") == (200, b"ok\n")
-            assert time.monotonic() - started < 2
-            assert config_get(port, "/readyz")[0] in (200, 503)  # answered, whatever the loop is doing
-        finally:
-            for connection in flood:
-                connection.close()
-        config_wait_ready(port)
-        assert_serves_fresh_session(daemon)
-        assert stop_daemon(daemon) == 0
+        with config_daemon(short_dir, "") as (daemon, _, port):
+            with contextlib.ExitStack() as held:
+                for _ in range(500):
+                    held.enter_context(connect(daemon))
+                started = time.monotonic()
+                assert config_get(port, "/healthz") == (200, b"ok\n")
+                assert time.monotonic() - started < 2
+                assert config_get(port, "/readyz")[0] in (200, 503)  # answered, whatever the loop is doing
+            config_wait_ready(port)
 
 
 # --- frames and connections ---
