@@ -138,6 +138,11 @@ class Reporter:
                 f"{PREFIX} WARNING: {report.lost} records of kernel {report.name} did not fit the per-block record "
                 "buffer (--cache-size) and were not checked: its result is incomplete.\n"
             )
+        elif report.incomplete:
+            self._write(
+                f"{PREFIX} WARNING: some records of kernel {report.name} could not be checked (see the internal "
+                "errors above): its result is incomplete.\n"
+            )
 
     def _print(self, findings: list[Finding]) -> int:
         visible = [f for f in findings if f.severity in self.shown]

@@ -168,11 +168,19 @@ class BlockLoss(msgspec.Struct, kw_only=True):
     block_type: int
     block_id: int
     records: int
+    bytes: U64 = 0  # the bytes they needed, when the client knows (msSanitizer's record buffers do); 0: unknown
+
+
+# Problems one kernel's end may report: each becomes one internal_error finding of the kernel.
+MAX_KERNEL_PROBLEMS = 256
 
 
 class KernelEnd(Message, tag="kernel_end"):
     kernel: int
     lost: list[BlockLoss] = []  # blocks whose records overflowed the client's buffer; the result is incomplete
+    # What the client could not turn into events (a record type not converted, a damaged record buffer), said
+    # in words: each is an internal_error finding of the kernel, and its verdict is incomplete.
+    problems: Annotated[list[str], msgspec.Meta(max_length=MAX_KERNEL_PROBLEMS)] = []
 
 
 HOST_OPS = ("malloc", "free", "memcpy", "memset", "load", "store")
@@ -224,6 +232,7 @@ class Verdict(Message, tag="verdict"):
     warnings: int
     checked: bool = True  # False when a filter (--kernel-name) skipped it
     lost: int = 0  # records the client lost: when not 0, the result is incomplete
+    incomplete: bool = False  # records lost or not turned into events (KernelEnd.problems): not every record checked
 
 
 class IpcResult(Message, tag="ipc_result"):
@@ -351,6 +360,7 @@ class KernelChecked(Message, tag="kernel_checked"):
     warnings: int
     checked: bool = True
     lost: int = 0  # records the client lost (--cache-size): the result is incomplete
+    incomplete: bool = False  # records lost or not turned into events: not every record was checked
 
 
 class Recorded(Message, tag="recorded"):

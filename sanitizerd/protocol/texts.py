@@ -51,6 +51,8 @@ def cap_strings(message: m.Message) -> list[tuple[str, int]]:
         case m.Log():
             message.text = capped("log", message.text, MAX_LOG_TEXT)
             message.level = capped("level", message.level, MAX_SHORT)
+        case m.KernelEnd():
+            message.problems = [capped("problem", text, MAX_LOG_TEXT) for text in message.problems]
         case m.HostOp():
             message.desc = capped("desc", message.desc, MAX_SHORT)
         case m.Hello():

@@ -108,6 +108,7 @@ class KernelState:
     warnings: int = 0
     lost: int = 0  # records the client could not keep
     pending: int = 0  # detectors still checking it
+    incomplete: bool = False  # records lost or not converted: a clean verdict would not mean a clean kernel
 
 
 class Session:
@@ -339,7 +340,7 @@ class Session:
     def _kernel_end(self, end: m.KernelEnd) -> list[Work | Reply]:
         state = self._running(end.kernel, "kernel_end")
         self.current = None
-        lost = self._lost_records(state, end.lost)
+        lost = self._lost_records(state, end.lost) + self._problems(state, end.problems)
         if state.checked and self.detectors:
             state.pending = len(self.detectors)
             return [*lost, EndKernel(end.kernel)]
@@ -352,7 +353,8 @@ class Session:
         cache = self.config.cache_size
         for loss in losses:
             state.lost += loss.records
-            lost_mb = -(-loss.records * EVENT_DTYPE.itemsize // (1 << 20))
+            needed = loss.bytes or loss.records * EVENT_DTYPE.itemsize
+            lost_mb = -(-needed // (1 << 20))
             if cache + lost_mb <= MAX_CACHE_SIZE_MB:
                 detail = (
                     f"{loss.records} records undetected in block {loss.block_id}, please use "
@@ -377,6 +379,17 @@ class Session:
             )
         state.errors += len(findings)
         return [LostRecords(findings)] if findings else []
+
+    def _problems(self, state: KernelState, problems: list[str]) -> list[LostRecords]:
+        """What the client could not turn into events, one internal_error each: the kernel's result is incomplete."""
+        if not problems:
+            return []
+        findings = [
+            self.context.finding("internal_error", kernel=state.launch.name, space="", detail=text) for text in problems
+        ]
+        state.errors += len(findings)
+        state.incomplete = True
+        return [LostRecords(findings)]
 
     # --- detector results --------------------------------------------------------------------------------------
 
@@ -407,6 +420,7 @@ class Session:
             warnings=state.warnings,
             checked=state.checked,
             lost=state.lost,
+            incomplete=state.incomplete or state.lost > 0,
         )
         tools = [d.name for d in self.detectors] if state.checked else []
         report = m.KernelChecked(
@@ -419,6 +433,7 @@ class Session:
             warnings=state.warnings,
             checked=state.checked,
             lost=state.lost,
+            incomplete=state.incomplete or state.lost > 0,
         )
         return Answer(verdict, report)
 

@@ -1,0 +1,1 @@
+"""cube records -> events (placeholder: filled by its family)."""

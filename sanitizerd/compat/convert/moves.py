@@ -1,0 +1,1 @@
+"""moves records -> events (placeholder: filled by its family)."""

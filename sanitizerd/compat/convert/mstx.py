@@ -1,0 +1,1 @@
+"""mstx records -> events (placeholder: filled by its family)."""

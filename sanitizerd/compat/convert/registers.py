@@ -1,0 +1,1 @@
+"""registers records -> events (placeholder: filled by its family)."""

@@ -1,0 +1,1 @@
+"""scalar records -> events (placeholder: filled by its family)."""

@@ -1,0 +1,1 @@
+"""sync records -> events (placeholder: filled by its family)."""

@@ -1,0 +1,1 @@
+"""vector records -> events (placeholder: filled by its family)."""
