@@ -229,3 +229,45 @@ def test_econnrefused_is_what_a_gone_socket_gives() -> None:
     with pytest.raises(OSError) as caught:
         connect(socket_name(1, 0.0))
     assert caught.value.errno == errno.ECONNREFUSED
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+class TestSession:
+    def test_connection_is_a_session_of_the_job_and_gets_the_config_first(self, daemon: RunningDaemon) -> None:
+        """A client speaking msSanitizer's packets over the job's socket: the first bytes it reads are the job's
+        Config struct in the layout's bytes, and it is a producer session of the job (``sanitizerd sessions``),
+        ended when it disconnects."""
+        from sanitizerd.compat import wire
+
+        layout = wire.LAYOUTS[layout_name()]
+        config = m.Config(tools=["memcheck", "racecheck"], cache_size=7)
+        with ControlClient(daemon.socket) as control:
+            control.send(m.JobStart(job="compat-session", config=config))
+            answer = control.request(m.CompatListen(job="compat-session", layout=layout.name))
+            assert isinstance(answer, m.CompatListening) and answer.name
+            with connect(answer.name) as client:
+                got = recv_exactly(client, layout.config.size)
+                assert got == wire.encode_config(config, layout)
+                summary = layout.device_summary.struct.pack(3, 0, 0, 5)  # a 910B1 chip, device 5
+                client.sendall(wire.PACKET_HEAD.pack(wire.PacketType.DEVICE_SUMMARY) + summary)
+
+                def live() -> list[m.SessionInfo]:
+                    sessions = control.request(m.QuerySessions())
+                    assert isinstance(sessions, m.Sessions)
+                    return [s for s in sessions.sessions if s.job == "compat-session" and s.state == "live"]
+
+                assert wait_until(lambda: bool(live()))
+                (session,) = live()
+                assert (session.pid, session.uid, session.tool) == (os.getpid(), os.getuid(), "mssanitizer")
+                jobs = control.request(m.QueryJobs())
+                assert isinstance(jobs, m.Jobs) and any(j.job == "compat-session" for j in jobs.jobs)
+            assert wait_until(lambda: not live())
