@@ -33,6 +33,7 @@ import structlog
 from anyio.abc import SocketAttribute, SocketStream
 
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.session import Peer
 
@@ -90,16 +91,20 @@ def peer_credentials(stream: SocketStream) -> Peer:
 class _Listening:
     job: str
     uid: int
-    name: str
+    name: str = ""
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    running: bool = False  # its accept task has begun: from then on, that task gives back its slot and name
 
 
 class CompatSockets:
     """Every compat socket the daemon holds, with their bounds. ``serve`` runs an accepted connection (in
     ``sessions``, the daemon's task group, so a session outlives the socket that let it in)."""
 
-    def __init__(self, hub: Hub, sessions: anyio.abc.TaskGroup, serve: Serve) -> None:
+    def __init__(self, hub: Hub, sessions: anyio.abc.TaskGroup, serve: Serve, connections: Connections) -> None:
         self.hub = hub
+        # Each listening socket holds an fd, as a connection does: it is counted as one of its uid's connections,
+        # so the fd budget the connection limits keep (sanitizerd/fds.py) covers it too.
+        self.connections = connections
         self._sessions = sessions
         self._serve = serve
         self.open: dict[str, _Listening] = {}  # name -> the socket listening under it
@@ -139,10 +144,25 @@ class CompatSockets:
             return refused("request_limit", why)
         if peer.pid <= 0:
             return refused("permission_denied", "the daemon cannot tell this connection's pid (SO_PEERCRED)")
+        why = self.connections.admit(peer.uid, self.hub.limits)
+        if why:
+            return refused("connection_limit", f"{why} (a msSanitizer-form socket holds one)")
+        listening = _Listening(job, peer.uid)
+        try:
+            return await self._bind(listening, layout, peer.pid, tg)
+        except BaseException:
+            if not listening.running:
+                self.connections.release(peer.uid)
+            raise
+
+    async def _bind(self, listening: _Listening, layout: str, pid: int, tg: anyio.abc.TaskGroup) -> m.CompatListening:
+        """Bind and start listening under the first free name; the connection slot is the caller's until the
+        accept task runs."""
+        job, uid = listening.job, listening.uid
         sock, name = None, ""
         now = time.time()
         for step in range(NAME_TRIES):
-            name = socket_name(peer.pid, now + step)
+            name = socket_name(pid, now + step)
             if name in self.open:
                 continue
             try:
@@ -150,20 +170,45 @@ class CompatSockets:
                 break
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
-                    return refused("internal_error", f"cannot listen on {name!r}: {exc.strerror or exc}")
+                    return self._refused_after_admit(job, uid, f"cannot listen on {name!r}: {exc.strerror or exc}")
         if sock is None:
-            return refused("internal_error", f"every name in msSanitizer's form for pid {peer.pid} is taken")
-        listener = await anyio.abc.SocketListener.from_socket(sock)
-        listening = _Listening(job, peer.uid, name)
-        self.open[name] = listening
-        tg.start_soon(self._accept, listener, listening, layout)
-        log.info("compat socket listening", job=job, name=name, uid=peer.uid, pid=peer.pid, layout=layout)
+            return self._refused_after_admit(job, uid, f"every name in msSanitizer's form for pid {pid} is taken")
+        try:
+            listener = await anyio.abc.SocketListener.from_socket(sock)
+        except BaseException:
+            sock.close()
+            raise
+        listening.name = name
+        # start, not start_soon: once it returns, the task is inside the try whose finally closes the socket and
+        # gives back the slot and the name (a task cancelled before its first step would never run a finally)
+        try:
+            await tg.start(self._accept, listener, listening, layout)
+        except BaseException:
+            if not listening.running:
+                sock.close()
+            raise
+        log.info("compat socket listening", job=job, name=name, uid=uid, pid=pid, layout=layout)
         return m.CompatListening(job=job, name=name)
 
-    async def _accept(self, listener: anyio.abc.SocketListener, listening: _Listening, layout: str) -> None:
+    def _refused_after_admit(self, job: str, uid: int, message: str) -> m.CompatListening:
+        self.connections.release(uid)
+        self.hub.note_refusal("internal_error", message, what="compat socket refused", job=job, uid=uid)
+        return m.CompatListening(job=job, reason="internal_error", message=message)
+
+    async def _accept(
+        self,
+        listener: anyio.abc.SocketListener,
+        listening: _Listening,
+        layout: str,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        listening.running = True
+        self.open[listening.name] = listening
         try:
             async with listener:
                 with listening.scope:
+                    task_status.started()
                     while True:
                         try:
                             raw = await listener.accept()
@@ -175,6 +220,7 @@ class CompatSockets:
                         self._admit(raw, listening, layout)
         finally:
             self.open.pop(listening.name, None)
+            self.connections.release(listening.uid)
             log.info("compat socket closed", job=listening.job, name=listening.name)
 
     def _admit(self, raw: SocketStream, listening: _Listening, layout: str) -> None:

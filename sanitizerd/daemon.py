@@ -222,7 +222,7 @@ class Daemon:
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._retain, hub)
                 tg.start_soon(self._heartbeat)
-                hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat)
+                hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
                 if unpublished is not None:  # listening and handling signals: now clients may find it
                     owned = publish_socket(unpublished, settings.socket_path)
                 if notifier.watchdog_interval:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -121,6 +122,23 @@ class TestSocket:
         control.close()
         assert refused(name)
 
+    def test_closes_when_the_daemon_drains(self, short_dir: Path) -> None:
+        """At SIGTERM the socket closes at once (no new session of the job), while a session it let in still
+        holds the drain."""
+        running = start_daemon(short_dir, "--drain-timeout", "30")
+        try:
+            control = ControlClient(running.socket)
+            name = listen(control, "compat-drain").name
+            client = connect(name)
+            running.wait_for_log("session started")
+            running.process.send_signal(signal.SIGTERM)
+            assert wait_until(lambda: refused(name))
+            assert running.process.poll() is None, "the daemon should still be draining the session"
+            client.close()
+        finally:
+            assert stop_daemon(running) == 0, running.log_text()
+        control.close()
+
     def test_unknown_layout_refused_clearly(self, daemon: RunningDaemon) -> None:
         """A layout the daemon does not speak: a refusal naming it and those it knows; the connection serves on."""
         with ControlClient(daemon.socket) as control:
@@ -206,6 +224,29 @@ class TestLimits:
                 answer = listen(control, "compat-2")
                 assert answer.reason == "request_limit"
                 assert "the daemon holds its limit of 1 msSanitizer-form sockets" in answer.message
+        finally:
+            assert stop_daemon(running) == 0, running.log_text()
+
+    def test_holds_a_connection_of_its_uid(self, short_dir: Path) -> None:
+        """A listening socket holds an fd: it counts as one of its uid's connections, so the fd budget the
+        connection limits keep covers it; the slot comes back when the socket closes."""
+        running = start_daemon(short_dir, "--max-connections-per-uid", "2")
+        try:
+            control = ControlClient(running.socket)  # one connection
+            assert listen(control, "compat-1").name  # two
+            answer = control.request(m.CompatListen(job="compat-1", layout=layout_name()))
+            assert isinstance(answer, m.CompatListening) and answer.reason == "connection_limit", answer
+            assert "(a msSanitizer-form socket holds one)" in answer.message
+            control.close()
+
+            def fresh() -> bool:
+                try:
+                    with ControlClient(running.socket) as again:
+                        return bool(listen(again, "compat-2").name)
+                except Exception:
+                    return False
+
+            assert wait_until(fresh)
         finally:
             assert stop_daemon(running) == 0, running.log_text()
 
