@@ -222,3 +222,66 @@ class TestRun:
         result = run_env(daemon, "--check-cann-heap=yes", "--check-device-heap=yes", env=bare_env())
         assert result.returncode == 1
         assert "CANNOT enable both --check-cann-heap and --check-device-heap" in result.stderr
+
+
+# What the hooks do, in Python: connect to the socket the environment names (padded abstract address, retrying as
+# they do), read the Config, send one HOST_RECORD (a free of memory never allocated, from aclrtFree), and close.
+_HOOKS_PROGRAM = r"""
+import os, socket, struct, sys, time
+name = os.environ["MSOP_SOCKET_PATH"].encode()
+assert os.environ["MSSANITIZER_PID"] == os.environ["MSOP_SOCKET_PATH"]
+sock = socket.socket(socket.AF_UNIX)
+for _ in range(50):
+    try:
+        sock.connect(b"\0" + name + b"\0" * (107 - len(name)))
+        break
+    except OSError:
+        time.sleep(0.1)
+config = b""
+while len(config) < int(sys.argv[1]):
+    config += sock.recv(int(sys.argv[1]) - len(config))
+record = struct.pack("<IBB2xQQQQQ", 1, 3, 0, 0, 0x12C0C0001000, 0, 0, 0)  # FREE, ACL, dst, size, params, root
+sock.sendall(struct.pack("<I", 1000) + record)
+sock.close()
+print("hooks sent", len(config))
+"""
+
+
+def test_a_hooked_program_is_a_session_of_the_run(daemon: RunningDaemon, tmp_path: Path) -> None:
+    """End to end: ``sanitizerd run`` preloads the (fake) hooks, the program speaks msSanitizer's protocol over the
+    socket the run's daemon opened, and its illegal free is reported by the run like any finding."""
+    from sanitizerd.compat import wire
+
+    cann_tree(tmp_path / "cann", libs=hooks.CANN_HEAP_HOOKS)
+    program = tmp_path / "hooks.py"
+    program.write_text(_HOOKS_PROGRAM)
+    config_size = wire.LAYOUTS[LAYOUT].config.size
+    env = bare_env(ASCEND_HOME_PATH=str(tmp_path / "cann"))
+    result = sanitizerd(
+        "run", "--socket", str(daemon.socket), "--check-cann-heap=yes", "--",
+        "/usr/bin/python3", str(program), str(config_size), env=env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"hooks sent {config_size}" in result.stdout
+    assert "0x12c0c0001000" in result.stdout.lower(), result.stdout
+    assert "SUMMARY: job run-" in result.stdout and "1 error(s)" in result.stdout, result.stdout
+
+
+def test_a_hooked_programs_session_is_saved_and_replayed(daemon: RunningDaemon, tmp_path: Path) -> None:
+    """``--save`` records the compat session as native messages; ``sanitizerd replay`` finds the same error."""
+    from sanitizerd.compat import wire
+
+    cann_tree(tmp_path / "cann")
+    program = tmp_path / "hooks.py"
+    program.write_text(_HOOKS_PROGRAM)
+    saved = tmp_path / "run.sds"
+    config_size = str(wire.LAYOUTS[LAYOUT].config.size)
+    env = bare_env(ASCEND_HOME_PATH=str(tmp_path / "cann"))
+    result = sanitizerd(
+        "run", "--socket", str(daemon.socket), "--save", str(saved), "--",
+        "/usr/bin/python3", str(program), config_size, env=env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0 and "1 error(s)" in result.stdout, result.stdout + result.stderr
+    replayed = sanitizerd("replay", "--socket", str(daemon.socket), str(saved), env=env, timeout=60)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "illegal free()" in replayed.stdout and "0x12c0c0001000" in replayed.stdout, replayed.stdout
