@@ -62,6 +62,10 @@ _IPC_HEAD = wire.IPC_SET.struct  # any member's struct reads the type
 _MAX_PROBLEMS: Final = m.MAX_KERNEL_PROBLEMS
 
 
+def _said(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 @dataclass(slots=True)
 class _Kernel:
     """A launch: from its KERNEL_SUMMARY (or its first records) to its last slot or FINISH."""
@@ -486,7 +490,11 @@ class CompatConnection:
             return
         context = BlockContext(block_type=block_type, chip=self._chip)
         payload = memoryview(body)[wire.KERNEL_RECORD_PAYLOAD_OFFSET :]
-        events, problem = record_buffer.decode_single(record_type, payload, serial, context)
+        try:
+            events, problem = record_buffer.decode_single(record_type, payload, serial, context)
+        except Exception as exc:  # a decoder bug on this record: said, the stream goes on
+            kernel.problem(f"record type {record_type}: the record decoder failed ({_said(exc)})")
+            return
         if problem:
             kernel.problem(problem)
         if len(events):
@@ -528,8 +536,8 @@ class CompatConnection:
             return
         try:
             heads = record_buffer.read_heads(data)
-        except record_buffer.RecordBufferError as exc:
-            kernel.problem(f"slot {slot.index}: record buffer heads unreadable: {exc}")
+        except Exception as exc:  # RecordBufferError, or a decoder bug: a problem of this kernel either way
+            kernel.problem(f"slot {slot.index}: record buffer heads unreadable: {_said(exc)}")
             total = getattr(exc, "total_block_dim", None)
             if kernel.total_slots is None and total is not None:
                 kernel.total_slots = int(total)
@@ -551,6 +559,17 @@ class CompatConnection:
         slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
+        try:
+            self._decode_chunk(kernel, slot, data, final)
+        except Exception as exc:
+            # The decoder is meant to turn every damaged buffer into problems(); should it raise instead, that is
+            # a bug of ours on this slot's bytes: said as the kernel's problem, the rest of the slot dropped, and
+            # the connection goes on (its other kernels and host records are not the slot's fault).
+            kernel.problem(f"slot {slot.index}: the record decoder failed ({_said(exc)}); the rest of the slot dropped")
+            slot.skipping = True
+            slot.tail = b""
+
+    def _decode_chunk(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
         chunk = slot.tail + bytes(data) if slot.tail else data
         events, used = slot.decoder.feed(memoryview(chunk), final)
         slot.tail = bytes(chunk[used:]) if used < len(chunk) else b""
@@ -573,9 +592,12 @@ class CompatConnection:
     def _slot_done(self, kernel: _Kernel, slot: _Slot) -> None:
         decoder = slot.decoder
         if decoder is not None:
-            for text in decoder.problems():
-                kernel.problem(f"{text}")
-            loss = decoder.loss()
+            try:
+                problems, loss = decoder.problems(), decoder.loss()
+            except Exception as exc:  # a decoder bug: said, as in _decode
+                problems, loss = [f"slot {slot.index}: the record decoder failed ({_said(exc)})"], None
+            for text in problems:
+                kernel.problem(text)
             if loss is not None:
                 kernel.lost.append(loss)
         if slot.heads is not None and slot.heads.security_ok:
