@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
-from sanitizerd.compat import wire
+from sanitizerd.compat import record_buffer, wire
 from sanitizerd.compat.convert.base import BlockContext
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
 from sanitizerd.protocol import messages as m
@@ -32,11 +32,6 @@ from sanitizerd.protocol.connection import CONNECTION_CLOSED, NEED_DATA, _Sentin
 from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 from sanitizerd.protocol.texts import cap_strings
-
-try:  # the decoder helper's module (branch i11-decoder)
-    from sanitizerd.compat import record_buffer
-except ImportError:  # pragma: no cover - until it is merged
-    record_buffer = None  # type: ignore[assignment]
 
 try:  # the native helper's module (branch i11-native): call stacks from the kernel's ELF
     from sanitizerd.compat import stacks
@@ -51,15 +46,16 @@ MAX_KERNEL_BINARY: Final = 256 << 20
 MAX_LOG_STRING: Final = 64 << 10
 # Kernel binaries kept parsed, by digest: the injection library resends the same ELF at each launch.
 KERNEL_BINARY_CACHE: Final = 8
-# msSanitizer's security value at the start of every RecordGlobalHead, and its message when a program changed it.
-SECURITY_MESSAGE: Final = (
-    "[mssanitizer] [error] The record address has been changed by the user program, and the detection result is "
-    "unreliable."
-)
+# msSanitizer's message when the security value at the start of a RecordGlobalHead was overwritten.
+SECURITY_MESSAGE: Final = record_buffer.SECURITY_TEXT
 RECORD_TYPE_BLOCK_FINISH: Final = 100000
 RECORD_TYPE_FINISH: Final = 100001
 _IPC_HEAD = wire.IPC_SET.struct  # any member's struct reads the type
 _MAX_PROBLEMS: Final = m.MAX_KERNEL_PROBLEMS
+
+
+def _said(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -77,6 +73,7 @@ class _Kernel:
     lost: list[m.BlockLoss] = field(default_factory=list)
     problems: dict[str, int] = field(default_factory=dict)  # text -> slots it occurred in
     security_said: bool = False
+    last_block: tuple[int, int] | None = None  # (block type, block id) of the last record sent alone
 
     def problem(self, text: str) -> None:
         self.problems[text] = self.problems.get(text, 0) + 1
@@ -93,8 +90,15 @@ class _Slot:
     decoder: Any = None  # record_buffer.SlotDecoder, None while skipping
     tail: bytes = b""  # record bytes the decoder has not consumed yet
     skipping: bool = False  # the rest of the slot is dropped (its heads or records are damaged)
-    events: int = 0
-    last_block: tuple[int, int] | None = None  # (block_type, block_id) of its last event
+
+
+def _block_finish(block_type: int, block_id: int, serial: int) -> np.ndarray:
+    """The event that says a block has ended: its on-chip memory is undefined again (initcheck)."""
+    event = np.zeros(1, dtype=EVENT_DTYPE)
+    event["kind"] = EventKind.BLOCK_FINISH
+    event["block_type"], event["block_id"], event["serial"] = block_type, block_id, serial
+    event["block_num"] = event["repeat"] = event["block_stride"] = 1
+    return event
 
 
 class CompatConnection:
@@ -475,21 +479,29 @@ class CompatConnection:
         kernel = self._kernel_for_records()
         serial = self._next_serial()
         if record_type == RECORD_TYPE_FINISH:
-            respond = False
             why = ""
             if kernel.total_slots is not None and kernel.slots < kernel.total_slots:
                 why = f"FINISH after {kernel.slots} of {kernel.total_slots} slots"
-            self._end_kernel(kernel, respond=respond, why=why)
+            # The hooks that send records one by one wait for no answer.
+            self._end_kernel(kernel, respond=False, why=why)
             return
-        if record_buffer is None:
-            kernel.problem("kernel records cannot be decoded: this build has no record decoder")
+        if record_type == RECORD_TYPE_BLOCK_FINISH:
+            # Sent after each block's records with an empty payload: the block is the one those records named.
+            if kernel.last_block is not None:
+                self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
+                kernel.last_block = None
             return
         context = BlockContext(block_type=block_type, chip=self._chip)
         payload = memoryview(body)[wire.KERNEL_RECORD_PAYLOAD_OFFSET :]
-        events, problem = record_buffer.decode_single(record_type, payload, serial, context)
+        try:
+            events, problem = record_buffer.decode_single(record_type, payload, serial, context)
+        except Exception as exc:  # a decoder bug on this record: said, the stream goes on
+            kernel.problem(f"record type {record_type}: the record decoder failed ({_said(exc)})")
+            return
         if problem:
             kernel.problem(problem)
         if len(events):
+            kernel.last_block = (int(events["block_type"][-1]), int(events["block_id"][-1]))
             self._emit_events(kernel, events)
 
     # --- kernel records ------------------------------------------------------------------------------------
@@ -522,14 +534,10 @@ class CompatConnection:
         return True
 
     def _read_heads(self, kernel: _Kernel, slot: _Slot, data: bytes) -> None:
-        if record_buffer is None:
-            kernel.problem("kernel records cannot be decoded: this build has no record decoder")
-            slot.skipping = True
-            return
         try:
             heads = record_buffer.read_heads(data)
-        except record_buffer.RecordBufferError as exc:
-            kernel.problem(f"slot {slot.index}: record buffer heads unreadable: {exc}")
+        except Exception as exc:  # RecordBufferError, or a decoder bug: a problem of this kernel either way
+            kernel.problem(f"slot {slot.index}: record buffer heads unreadable: {_said(exc)}")
             total = getattr(exc, "total_block_dim", None)
             if kernel.total_slots is None and total is not None:
                 kernel.total_slots = int(total)
@@ -551,6 +559,17 @@ class CompatConnection:
         slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
+        try:
+            self._decode_chunk(kernel, slot, data, final)
+        except Exception as exc:
+            # The decoder is meant to turn every damaged buffer into problems(); should it raise instead, that is
+            # a bug of ours on this slot's bytes: said as the kernel's problem, the rest of the slot dropped, and
+            # the connection goes on (its other kernels and host records are not the slot's fault).
+            kernel.problem(f"slot {slot.index}: the record decoder failed ({_said(exc)}); the rest of the slot dropped")
+            slot.skipping = True
+            slot.tail = b""
+
+    def _decode_chunk(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
         chunk = slot.tail + bytes(data) if slot.tail else data
         events, used = slot.decoder.feed(memoryview(chunk), final)
         slot.tail = bytes(chunk[used:]) if used < len(chunk) else b""
@@ -564,31 +583,22 @@ class CompatConnection:
             slot.tail = b""
             slot.skipping = True
             events = events2 if not len(events) else np.concatenate([events, events2])
+        # Past the slot's end this counts its BLOCK_FINISH too, which the decoder gives as the slot's last event.
         self._serial = slot.decoder.next_serial
         if len(events):
-            slot.events += len(events)
-            slot.last_block = (int(events["block_type"][-1]), int(events["block_id"][-1]))
             self._emit_events(kernel, events)
 
     def _slot_done(self, kernel: _Kernel, slot: _Slot) -> None:
         decoder = slot.decoder
         if decoder is not None:
-            for text in decoder.problems():
-                kernel.problem(f"{text}")
-            loss = decoder.loss()
+            try:
+                problems, loss = decoder.problems(), decoder.loss()
+            except Exception as exc:  # a decoder bug: said, as in _decode
+                problems, loss = [f"slot {slot.index}: the record decoder failed ({_said(exc)})"], None
+            for text in problems:
+                kernel.problem(text)
             if loss is not None:
                 kernel.lost.append(loss)
-        if slot.heads is not None and slot.heads.security_ok:
-            # msSanitizer's BLOCK_FINISH after each slot it could read: it takes a serial, and its block's on-chip
-            # memory is undefined again (initcheck). A slot without events names no block, and has nothing to forget.
-            serial = self._next_serial()
-            if slot.last_block is not None:
-                finish = np.zeros(1, dtype=EVENT_DTYPE)
-                finish["kind"] = EventKind.BLOCK_FINISH
-                finish["block_type"], finish["block_id"] = slot.last_block
-                finish["serial"] = serial
-                finish["block_num"] = finish["repeat"] = finish["block_stride"] = 1
-                self._out.append(m.Events(kernel=kernel.id, records=memoryview(finish.view(np.uint8))))
         self._slot = None
         self._packet = self._length = None
         kernel.slots += 1
