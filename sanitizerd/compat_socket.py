@@ -45,6 +45,12 @@ NAME_PREFIX = "/tmp/msop_connect."
 # Seconds forward a name may be stamped when the one for now is taken (the same pid asked twice within a second,
 # or another process holds that name): the name stays in msSanitizer's form, and the run exports the one it got.
 NAME_TRIES = 30
+# accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
+# (The daemon's main socket sorts its failures with these too.)
+ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+# A connection that ended before it was accepted: nothing to do.
+ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
+ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
 BACKLOG = 128  # one job's processes connect at start-up; the kernel caps it at somaxconn
 
 # (raw connection, its peer, the job, its owner uid, the wire layout): serves one accepted connection to its end.
@@ -209,14 +215,23 @@ class CompatSockets:
             async with listener:
                 with listening.scope:
                     task_status.started()
+                    pause = ACCEPT_BACKOFF[0]
                     while True:
                         try:
                             raw = await listener.accept()
-                        except anyio.BrokenResourceError:
-                            # out of fds or memory: the same back-off the main socket uses would need its state;
-                            # a short pause keeps this loop from spinning while accept keeps failing
-                            await anyio.sleep(0.05)
+                        except anyio.BrokenResourceError as exc:
+                            code = getattr(exc.__cause__, "errno", None)
+                            if code in ACCEPT_SKIP_ERRNOS:
+                                continue
+                            if code not in ACCEPT_RETRY_ERRNOS:  # the socket itself failed: this one ends, no more
+                                log.error("compat socket failed", job=listening.job, detail=repr(exc.__cause__))
+                                return
+                            # out of fds or memory: as on the main socket, back off (doubling) and try again
+                            self.hub.metrics.accept_errors.labels(errno.errorcode[code]).inc()
+                            await anyio.sleep(pause)
+                            pause = min(pause * 2, ACCEPT_BACKOFF[1])
                             continue
+                        pause = ACCEPT_BACKOFF[0]
                         self._admit(raw, listening, layout)
         finally:
             self.open.pop(listening.name, None)

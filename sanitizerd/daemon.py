@@ -28,7 +28,7 @@ from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from client_shim import discovery
 from sanitizerd import __version__, config, fds, logs
-from sanitizerd.compat_socket import CompatSockets
+from sanitizerd.compat_socket import ACCEPT_BACKOFF, ACCEPT_RETRY_ERRNOS, ACCEPT_SKIP_ERRNOS, CompatSockets
 from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
@@ -57,11 +57,6 @@ HEARTBEAT = 1.0
 RESUME_WINDOW = 120.0
 STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
 T = TypeVar("T")
-# accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
-ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-# A connection that ended before it was accepted: nothing to do.
-ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
-ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
 
 
 def default_socket_path() -> Path:

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -179,21 +180,32 @@ print(len(data))
 
 
 class TestPeerCheck:
-    def test_another_uid_is_closed_unanswered(self, daemon: RunningDaemon) -> None:
+    def test_another_uid_is_closed_unanswered(self, short_dir: Path) -> None:
         """An abstract socket has no file mode: anyone may connect, so SO_PEERCRED decides. Another uid's
         connection is closed with no byte sent, counted and logged as a refusal; the owner's still works."""
-        with ControlClient(daemon.socket) as control:
-            name = listen(control, "compat-peer").name
-            result = subprocess.run(
-                ["/usr/bin/python3", "-c", _NOBODY_CONNECTS, name],
-                user=NOBODY.pw_uid, group=NOBODY.pw_gid, extra_groups=[], capture_output=True, text=True, timeout=30,
-            )  # fmt: skip
-            assert result.returncode == 0, result.stderr
-            assert result.stdout.strip() == "0"
-            log = daemon.wait_for_log("compat connection refused")
-            assert f"uid {NOBODY.pw_uid} connected to uid {os.getuid()}" in log
-            assert "permission_denied" in log
-            connect(name).close()
+        from tests.test_e2e_daemon import free_port
+
+        port = free_port()
+        daemon = start_daemon(short_dir, "--metrics-addr", f"127.0.0.1:{port}")
+        try:
+            with ControlClient(daemon.socket) as control:
+                name = listen(control, "compat-peer").name
+                result = subprocess.run(
+                    ["/usr/bin/python3", "-c", _NOBODY_CONNECTS, name],
+                    user=NOBODY.pw_uid, group=NOBODY.pw_gid, extra_groups=[], capture_output=True, text=True,
+                    timeout=30,
+                )  # fmt: skip
+                assert result.returncode == 0, result.stderr
+                assert result.stdout.strip() == "0"
+                log = daemon.wait_for_log("compat connection refused")
+                assert f"uid {NOBODY.pw_uid} connected to uid {os.getuid()}" in log
+                assert "permission_denied" in log
+                connect(name).close()
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            assert 'sanitizerd_rejected_connections_total{reason="permission_denied"} 1.0' in text
+            assert "sanitizerd_compat_sockets_open 1.0" in text
+        finally:
+            assert stop_daemon(daemon) == 0, daemon.log_text()
 
 
 class TestLimits:
