@@ -21,17 +21,30 @@ LAYOUT = hooks.RELEASES[0].layout
 ALL_HOOKS = (*hooks.KERNEL_HOOKS, *hooks.DEVICE_HEAP_HOOKS, *hooks.CANN_HEAP_HOOKS)
 
 
-def cann_tree(root: Path, *, version: str | None = "26.0.0", commit: str | None = COMMIT, libs=ALL_HOOKS) -> Path:  # type: ignore[no-untyped-def]
-    """An install as msSanitizer's package lays it out; returns its ``tools/mssanitizer/lib64``."""
+def with_string(text: str) -> bytes:
+    """Bytes holding ``text`` as the compiler leaves a string literal: among other bytes, NUL-terminated."""
+    return b"\x7fELF" + os.urandom(64).replace(b"\0", b"\1") + b"\0revision\0" + text.encode() + b"\0tail"
+
+
+def cann_tree(  # type: ignore[no-untyped-def]
+    root: Path,
+    *,
+    version: str | None = "26.0.0",
+    commit: str | None = COMMIT,
+    injection: str | None = None,
+    libs=ALL_HOOKS,
+) -> Path:
+    """An install as msSanitizer's package lays it out; returns its ``tools/mssanitizer/lib64``. The libraries are
+    empty, but for the injection library's revision string when ``injection`` is given."""
     lib = root / "tools" / "mssanitizer" / "lib64"
     lib.mkdir(parents=True)
     for name in libs:
         (lib / name).write_bytes(b"")
+    if injection is not None:
+        (lib / hooks.KERNEL_HOOKS[0]).write_bytes(with_string(injection))
     (root / "tools" / "mssanitizer" / "bin").mkdir()
     if commit is not None:
-        # as the compiler leaves a string literal: among other bytes, NUL-terminated
-        blob = b"\x7fELF" + os.urandom(64).replace(b"\0", b"\1") + b"\0mssanitizer\0" + commit.encode() + b"\0tail"
-        (root / "tools" / "mssanitizer" / "bin" / "mssanitizer.bin").write_bytes(blob)
+        (root / "tools" / "mssanitizer" / "bin" / "mssanitizer.bin").write_bytes(with_string(commit))
     if version is not None:
         info = root / hooks.VERSION_INFO
         info.parent.mkdir(parents=True)
@@ -120,8 +133,31 @@ class TestRelease:
         lib = cann_tree(tmp_path / "cann", commit="0123456789abcdef0123456789abcdef01234567")
         got = hooks.identify(lib, bare_env(), frozenset({LAYOUT}))
         assert not got.layout
-        assert "(26.0.0 commit 01234567) is not one sanitizerd knows" in got.problem
-        assert "26.0.0 (4a419f05)" in got.problem and hooks.LAYOUT_ENV in got.problem
+        assert "(26.0.0, mssanitizer 01234567) is not one sanitizerd knows" in got.problem
+        assert "26.0.0 (mssanitizer 4a419f05, msopcom ed482176)" in got.problem and hooks.LAYOUT_ENV in got.problem
+
+    def test_the_injection_library_alone_decides(self, tmp_path: Path) -> None:
+        """No version file, no mssanitizer.bin: the injection library's revision (msopcom) names the release."""
+        lib = cann_tree(tmp_path / "cann", commit=None, version=None, injection=hooks.RELEASES[0].injection)
+        got = hooks.identify(lib, bare_env(), frozenset({LAYOUT}))
+        assert (got.layout, got.commit) == (LAYOUT, COMMIT)
+        assert got.sources == (str(lib / hooks.KERNEL_HOOKS[0]),)
+
+    def test_an_injection_library_of_another_pair_is_refused(self, tmp_path: Path) -> None:
+        """msSanitizer and msopcom change the structs together: a known msSanitizer with another msopcom is a
+        wire sanitizerd has not measured."""
+        other = "fedcba9876543210fedcba9876543210fedcba98"
+        lib = cann_tree(tmp_path / "cann", injection=other)
+        got = hooks.identify(lib, bare_env(), frozenset({LAYOUT}))
+        assert not got.layout
+        assert "(msopcom fedcba98) is not the one released with msSanitizer 26.0.0 (4a419f05: msopcom ed482176)" in (
+            got.problem
+        )
+
+    def test_matching_injection_library_agrees(self, tmp_path: Path) -> None:
+        lib = cann_tree(tmp_path / "cann", injection=hooks.RELEASES[0].injection)
+        got = hooks.identify(lib, bare_env(), frozenset({LAYOUT}))
+        assert got.layout == LAYOUT and len(got.sources) == 3
 
     def test_unknown_version_is_refused(self, tmp_path: Path) -> None:
         lib = cann_tree(tmp_path / "cann", commit=None, version="27.1.0")

@@ -14,13 +14,15 @@ Found and chosen as msSanitizer's launcher does (csrc/scripts/mssanitizer, csrc/
   ``MSSANITIZER_PID`` both set to the name of the daemon's socket in msSanitizer's form (reference §1.9).
 
 The release: the hooks and msSanitizer change their structs together, so the wire layout follows the release
-installed with the hooks. Two facts identify it without loading anything: the package version in
-``share/info/mindstudio-sanitizer/version.info`` of the install (``Version=26.0.0``), and the commit that
-``mssanitizer -v`` prints (``mssanitizer 26.0.0-<commit>``: a 40-hex string compiled into ``mssanitizer.bin``).
-A commit in ``RELEASES`` decides; a commit that is not is an unknown release; without a commit, a version that names
-exactly one known release decides. ``SANITIZERD_COMPAT_LAYOUT`` names a layout outright (for a release whose hooks
-are known to speak one sanitizerd has). An unknown or unidentifiable release is refused: hooks that write structs of
-another size would be misread.
+installed with the hooks. Three facts identify it without loading anything (``mssanitizer -v`` prints the last two,
+``mssanitizer 26.0.0-<commit>`` and ``msopscommon <commit>``): the package version in
+``share/info/mindstudio-sanitizer/version.info`` of the install (``Version=26.0.0``), msSanitizer's commit (a 40-hex
+string compiled into ``tools/mssanitizer/bin/mssanitizer.bin``) and the injection library's (compiled into
+``libmssanitizer_injection.so``, which ``mssanitizer -v`` dlopens to ask). msSanitizer's commit decides, else the
+injection library's, else a version that names exactly one known release; an injection library that is not the one
+released with that msSanitizer is another wire. ``SANITIZERD_COMPAT_LAYOUT`` names a layout outright (for a
+release whose hooks are known to speak one sanitizerd has). An unknown or unidentifiable release is refused: hooks
+that write structs of another size would be misread.
 """
 
 from __future__ import annotations
@@ -50,15 +52,25 @@ _COMMIT = re.compile(rb"(?<![0-9a-f])[0-9a-f]{40}(?![0-9a-f])")
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """An msSanitizer release sanitizerd speaks the wire of: its ``version.info`` version, its commit, and the name
-    of its layout in ``sanitizerd.compat.wire.LAYOUTS``."""
+    """An msSanitizer release sanitizerd speaks the wire of: its ``version.info`` version, its commit, the commit of
+    the msopcom injection library released with it (the wire is the pair's: reference §1.9), and the name of its
+    layout in ``sanitizerd.compat.wire.LAYOUTS``."""
 
     version: str
     commit: str
+    injection: str
     layout: str
 
 
-RELEASES: tuple[Release, ...] = (Release("26.0.0", "4a419f05d170a006695877cda897f0115c935931", "mssanitizer-4a419f05"),)
+RELEASES: tuple[Release, ...] = (
+    # msSanitizer 4a419f05 (2026-04-03); its msopscommon submodule (the injection library's source) at ed482176
+    Release(
+        "26.0.0",
+        "4a419f05d170a006695877cda897f0115c935931",
+        "ed4821765f67d5887be8ce9d80b4b13d6851c89e",
+        "mssanitizer-4a419f05",
+    ),
+)
 
 
 def hook_names(*, check_device_heap: bool, check_cann_heap: bool) -> tuple[str, ...]:
@@ -156,57 +168,73 @@ def read_version(directory: Path, env: Mapping[str, str]) -> tuple[str, str]:
     return "", ""
 
 
-def read_commit(directory: Path) -> tuple[str, str]:
-    """The commit compiled into the install's ``mssanitizer.bin`` (what ``mssanitizer -v`` prints), and the file;
-    ("", "") when there is no such binary or it holds no single commit string."""
-    binary = tool_root(directory) / "bin" / "mssanitizer.bin"
+def read_commit(path: Path, known: set[str]) -> str:
+    """The commit string compiled into ``path`` (``mssanitizer.bin``: what ``mssanitizer -v`` prints after the
+    version; ``libmssanitizer_injection.so``: what its ``GetFuncInjectionRevision`` returns), read as bytes, never
+    loaded: one of ``known`` if the file holds one, else its only 40-hex string, else ""."""
     try:
-        with open(binary, "rb") as file:
+        with open(path, "rb") as file:
             data = file.read(MAX_BINARY_READ)
     except OSError:
-        return "", ""
+        return ""
     commits = {match.decode() for match in _COMMIT.findall(data)}
-    known = commits & {release.commit for release in RELEASES}
-    if len(known) == 1:
-        return known.pop(), str(binary)
-    if len(commits) == 1:
-        return commits.pop(), str(binary)
-    return "", ""
+    if len(commits & known) == 1:
+        return (commits & known).pop()
+    return commits.pop() if len(commits) == 1 else ""
 
 
 def identify(directory: Path, env: Mapping[str, str], layouts: frozenset[str]) -> Identified:
     """The wire layout for the hooks in ``directory`` (``layouts``: the names the daemon's table holds)."""
     forced = env.get(LAYOUT_ENV, "")
     version, version_file = read_version(directory, env)
-    commit, commit_file = read_commit(directory)
-    sources = tuple(s for s in (version_file, commit_file) if s)
+    tool_binary = tool_root(directory) / "bin" / "mssanitizer.bin"
+    injection_library = directory / KERNEL_HOOKS[0]
+    commit = read_commit(tool_binary, {r.commit for r in RELEASES})
+    injection = read_commit(injection_library, {r.injection for r in RELEASES})
+    sources = tuple(
+        str(place) for place, fact in ((version_file, version), (tool_binary, commit), (injection_library, injection))
+        if fact
+    )  # fmt: skip
+
+    def refused(problem: str) -> Identified:
+        return Identified(version, commit, sources, problem=problem)
+
     if forced:
         if forced not in layouts:
-            known = ", ".join(sorted(layouts)) or "none"
-            return Identified(
-                version, commit, sources, problem=f"{LAYOUT_ENV}={forced} is not a layout (known: {known})"
-            )
+            return refused(f"{LAYOUT_ENV}={forced} is not a layout (known: {', '.join(sorted(layouts)) or 'none'})")
         return Identified(version, commit, sources, layout=forced)
-    release = None
+    # The most specific fact decides: the tool's commit, else the injection library's, else a version that names
+    # exactly one release.
     if commit:
-        release = next((r for r in RELEASES if r.commit == commit), None)
-    elif version:
-        matches = [r for r in RELEASES if r.version == version]
-        release = matches[0] if len(matches) == 1 else None
-    if release is None:
-        known = "; ".join(f"{r.version} ({r.commit[:8]})" for r in RELEASES)
-        if not (version or commit):
+        matches = [r for r in RELEASES if r.commit == commit]
+    elif injection:
+        matches = [r for r in RELEASES if r.injection == injection]
+    else:
+        matches = [r for r in RELEASES if version and r.version == version]
+    known = "; ".join(f"{r.version} (mssanitizer {r.commit[:8]}, msopcom {r.injection[:8]})" for r in RELEASES)
+    advice = f"Its wire would be misread, so its hooks are not preloaded ({LAYOUT_ENV}=<layout> names one outright)"
+    if len(matches) != 1:
+        facts = [
+            version,
+            f"mssanitizer {commit[:8]}" if commit else "",
+            f"msopcom {injection[:8]}" if injection else "",
+        ]
+        found = ", ".join(fact for fact in facts if fact)
+        if not found:
             what = f"cannot tell which msSanitizer release the hooks in {directory} are (no {VERSION_INFO}, no commit)"
         else:
-            found = " ".join(part for part in (version, f"commit {commit[:8]}" if commit else "") if part)
             what = f"the msSanitizer release of the hooks in {directory} ({found}) is not one sanitizerd knows"
-        problem = (
-            f"{what}; it knows: {known}. Its wire layout would be misread, so its hooks are not preloaded "
-            f"({LAYOUT_ENV}=<layout> names one outright)"
+        return refused(f"{what}; it knows: {known}. {advice}")
+    (release,) = matches
+    if injection and injection != release.injection:
+        # msSanitizer and its injection library change their structs together: a pair sanitizerd has not seen is
+        # a wire it has not measured.
+        return refused(
+            f"the injection library {injection_library} (msopcom {injection[:8]}) is not the one released with "
+            f"msSanitizer {release.version} ({release.commit[:8]}: msopcom {release.injection[:8]}). {advice}"
         )
-        return Identified(version, commit, sources, problem=problem)
     if release.layout not in layouts:
-        return Identified(version, commit, sources, problem=f"this daemon has no wire layout {release.layout!r}")
+        return refused(f"this daemon has no wire layout {release.layout!r} (msSanitizer {release.version})")
     return Identified(version or release.version, commit or release.commit, sources, layout=release.layout)
 
 
