@@ -224,6 +224,15 @@ class TestRun:
         assert got["MSSANITIZER_PID"] == got["MSOP_SOCKET_PATH"]
         assert "WARNING" not in result.stderr
 
+    def test_heap_hooks_without_ascend_home_path_warn(self, daemon: RunningDaemon, tmp_path: Path) -> None:
+        """The heap hooks dlopen the runtime from $ASCEND_HOME_PATH/lib64: found through $LD_PRELOAD_PATH without
+        it, the run says so."""
+        lib = cann_tree(tmp_path / "cann")
+        result = run_env(daemon, "--check-device-heap=yes", env=bare_env(LD_PRELOAD_PATH=str(lib)))
+        assert result.returncode == 0, result.stderr
+        assert "libascend_hal_hook.so loads the CANN runtime from $ASCEND_HOME_PATH/lib64" in result.stderr
+        assert printed(result.stdout)["LD_PRELOAD"] == str(lib.resolve() / "libascend_hal_hook.so")
+
     def test_none_found_on_a_cann_host_says_so(self, daemon: RunningDaemon, tmp_path: Path) -> None:
         env = bare_env(ASCEND_HOME_PATH=str(tmp_path / "empty"))
         result = run_env(daemon, env=env)

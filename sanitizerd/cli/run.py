@@ -218,7 +218,12 @@ def hook_env(options, control: ControlClient, job: str, env: Mapping[str, str]) 
     identified = hooks.identify(found.directory, env, known_layouts())
     if identified.problem:
         raise HookError(identified.problem)
-    answer = control.request(m.CompatListen(job=job, layout=identified.layout))
+    try:
+        answer = control.request(m.CompatListen(job=job, layout=identified.layout))
+    except ClientError as exc:  # the connection is over (an older daemon does not know the request, say)
+        raise ClientError(
+            f"the daemon cannot open a socket for msSanitizer's hooks in {found.directory}: {exc}"
+        ) from None
     if not isinstance(answer, m.CompatListening) or not answer.name:
         why = answer.message if isinstance(answer, m.CompatListening) else f"unexpected {type(answer).__name__}"
         print(
@@ -227,6 +232,13 @@ def hook_env(options, control: ControlClient, job: str, env: Mapping[str, str]) 
             file=sys.stderr,
         )
         return {}
+    if heap and not env.get("ASCEND_HOME_PATH"):
+        # msSanitizer's heap hooks load the real runtime from $ASCEND_HOME_PATH/lib64 and fail without it
+        print(
+            f"{PREFIX} WARNING: {heap}: msSanitizer's {found.names[0]} loads the CANN runtime from "
+            "$ASCEND_HOME_PATH/lib64, and ASCEND_HOME_PATH is not set: source CANN's set_env.sh first.",
+            file=sys.stderr,
+        )
     if config.log_level == "info":
         release = " ".join(p for p in (identified.version, identified.commit[:8]) if p)
         print(
