@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -324,3 +325,53 @@ class TestSession:
                 jobs = control.request(m.QueryJobs())
                 assert isinstance(jobs, m.Jobs) and any(j.job == "compat-session" for j in jobs.jobs)
             assert wait_until(lambda: not live())
+
+
+# A client as msSanitizer's is written in C: sockaddr_un zeroed, sun_path[0] = 0, the name copied after it, and
+# connect() given sizeof(struct sockaddr_un) (110). Reads the Config the daemon writes first and prints its size.
+_C_CLIENT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    strncpy(addr.sun_path + 1, argv[1], sizeof(addr.sun_path) - 2);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        perror("connect");
+        return 1;
+    }
+    char buffer[65536];
+    long total = 0, got;
+    while ((got = read(fd, buffer, sizeof(buffer))) > 0) {
+        total += got;
+        if (total >= atol(argv[2])) break;
+    }
+    printf("%zu %ld\n", sizeof(addr), total);
+    close(fd);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler")
+def test_a_c_client_connects_as_msSanitizers_does(daemon: RunningDaemon, tmp_path: Path) -> None:
+    """The address a C client computes the way msSanitizer's does (the whole sockaddr_un) reaches the socket."""
+    from sanitizerd.compat import wire
+
+    source = tmp_path / "client.c"
+    source.write_text(_C_CLIENT)
+    binary = tmp_path / "client"
+    subprocess.run(["cc", "-O1", "-o", str(binary), str(source)], check=True, capture_output=True, timeout=60)
+    size = wire.LAYOUTS[layout_name()].config.size
+    with ControlClient(daemon.socket) as control:
+        name = listen(control, "compat-c").name
+        result = subprocess.run([str(binary), name, str(size)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["110", str(size)]
