@@ -99,7 +99,7 @@ class _Listening:
     uid: int
     name: str = ""
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    running: bool = False  # its accept task has begun: from then on, that task gives back its slot and name
+    running: bool = False  # its accept task has begun: from then on, that task gives back its slot, name, socket
 
 
 class CompatSockets:
@@ -179,18 +179,17 @@ class CompatSockets:
                     return self._refused_after_admit(job, uid, f"cannot listen on {name!r}: {exc.strerror or exc}")
         if sock is None:
             return self._refused_after_admit(job, uid, f"every name in msSanitizer's form for pid {pid} is taken")
+        # Held under its name before the first await: the limits count it, and no other request takes the name.
+        listening.name = name
+        self.open[name] = listening
         try:
             listener = await anyio.abc.SocketListener.from_socket(sock)
-        except BaseException:
-            sock.close()
-            raise
-        listening.name = name
-        # start, not start_soon: once it returns, the task is inside the try whose finally closes the socket and
-        # gives back the slot and the name (a task cancelled before its first step would never run a finally)
-        try:
+            # start, not start_soon: once it returns, the task is inside the try whose finally closes the socket
+            # and gives back the slot and the name (a task cancelled before its first step would never run one)
             await tg.start(self._accept, listener, listening, layout)
         except BaseException:
             if not listening.running:
+                self.open.pop(name, None)
                 sock.close()
             raise
         log.info("compat socket listening", job=job, name=name, uid=uid, pid=pid, layout=layout)
@@ -210,7 +209,6 @@ class CompatSockets:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         listening.running = True
-        self.open[listening.name] = listening
         try:
             async with listener:
                 with listening.scope:

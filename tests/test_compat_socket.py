@@ -229,6 +229,22 @@ class TestLimits:
         finally:
             assert stop_daemon(running) == 0, running.log_text()
 
+    def test_limit_holds_under_concurrent_requests(self, short_dir: Path) -> None:
+        """Twelve control connections asking at once: exactly the limit's worth of sockets open."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        running = start_daemon(short_dir, "--max-compat-sockets-per-uid", "4")
+        controls = [ControlClient(running.socket) for _ in range(12)]
+        try:
+            with ThreadPoolExecutor(len(controls)) as pool:
+                answers = list(pool.map(lambda pair: listen(pair[1], f"compat-{pair[0]}"), enumerate(controls)))
+            assert sum(bool(a.name) for a in answers) == 4, answers
+            assert {a.reason for a in answers if not a.name} == {"request_limit"}
+        finally:
+            for control in controls:
+                control.close()
+            assert stop_daemon(running) == 0, running.log_text()
+
     def test_total_limit(self, short_dir: Path) -> None:
         running = start_daemon(short_dir, "--max-compat-sockets", "1")
         try:
