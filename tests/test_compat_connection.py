@@ -611,6 +611,18 @@ class TestKernelRecords:
         assert end.problems
         assert isinstance(got[-2], m.HostOp)
 
+    def test_problems_of_every_slot_said_once_per_kernel(self) -> None:
+        from sanitizerd.compat.convert.base import CONVERTERS
+        from sanitizerd.compat.record_types import PAYLOAD_SIZE, RecordType
+
+        # A record type whose layout is known and that no converter handles yet (whichever that is today).
+        kind = next(t for t in sorted(PAYLOAD_SIZE) if t not in CONVERTERS and t in RecordType.__members__.values())
+        record = struct.pack("<I", kind) + bytes(PAYLOAD_SIZE[kind])
+        data = kernel_summary() + b"".join(slot(4, [record] * (i + 1), block_id=i) for i in range(4))
+        end = next(x for x in feed(data) if isinstance(x, m.KernelEnd))
+        [line] = end.problems  # 1 + 2 + 3 + 4 records of four slots, one line
+        assert line.startswith(f"10 {RecordType(kind).name} records not converted")
+
     def test_a_next_summary_ends_a_short_kernel_without_an_answer(self) -> None:
         conn = connection()
         conn.receive_data(kernel_summary("a") + slot(3, [dma_record(0x10, 8, 0, 0)]) + kernel_summary("b"))

@@ -71,12 +71,27 @@ class _Kernel:
     slots: int = 0  # KERNEL_RECORD slots received
     total_slots: int | None = None  # kernelInfo.totalBlockDim of its global head
     lost: list[m.BlockLoss] = field(default_factory=list)
-    problems: dict[str, int] = field(default_factory=dict)  # text -> slots it occurred in
+    # A problem's text -> the slots it occurred in; a counted one ("12 BINARY_OP records not converted ...") -> the
+    # sum of its counts, so that a kernel of 48 slots says one line per problem, not 48.
+    problems: dict[str, int] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=dict)
     security_said: bool = False
     last_block: tuple[int, int] | None = None  # (block type, block id) of the last record sent alone
 
     def problem(self, text: str) -> None:
-        self.problems[text] = self.problems.get(text, 0) + 1
+        count, _, rest = text.partition(" ")
+        if count.isdigit() and rest:
+            self.counted[rest] = self.counted.get(rest, 0) + int(count)
+        else:
+            self.problems[text] = self.problems.get(text, 0) + 1
+
+    def problem_lines(self) -> list[str]:
+        lines = [text if n == 1 else f"{text} ({n} slots)" for text, n in self.problems.items()]
+        lines += [f"{n} {rest}" for rest, n in self.counted.items()]
+        if len(lines) > _MAX_PROBLEMS:
+            more = len(lines) - _MAX_PROBLEMS + 1
+            lines = [*lines[: _MAX_PROBLEMS - 1], f"... and {more} more problems of this kernel"]
+        return lines
 
 
 @dataclass(slots=True)
@@ -363,11 +378,7 @@ class CompatConnection:
     def _end_kernel(self, kernel: _Kernel, *, respond: bool, why: str = "") -> None:
         if why:
             kernel.problem(f"kernel {kernel.name!r} ended incomplete: {why}")
-        problems = [text if n == 1 else f"{text} ({n} slots)" for text, n in kernel.problems.items()]
-        if len(problems) > _MAX_PROBLEMS:
-            more = len(problems) - _MAX_PROBLEMS + 1
-            problems = [*problems[: _MAX_PROBLEMS - 1], f"... and {more} more problems of this kernel"]
-        self._out.append(m.KernelEnd(kernel=kernel.id, lost=kernel.lost, problems=problems))
+        self._out.append(m.KernelEnd(kernel=kernel.id, lost=kernel.lost, problems=kernel.problem_lines()))
         if respond:
             self._responses[kernel.id] = kernel.slots
         if self._kernel is kernel:
