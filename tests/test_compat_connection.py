@@ -196,17 +196,6 @@ def kinds(messages: list[m.Message]) -> list[str]:
     return [type(message).__name__ for message in messages]
 
 
-def record_buffer_available() -> bool:
-    try:
-        from sanitizerd.compat import record_buffer  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-decoder = pytest.mark.skipif(not record_buffer_available(), reason="the record decoder (branch i11-decoder)")
-
-
 # --- layouts -----------------------------------------------------------------------------------------------------
 
 
@@ -529,7 +518,6 @@ def launch(total: int = 3, records_per_slot: int = 2) -> bytes:
     )
 
 
-@decoder
 class TestKernelRecords:
     def test_one_launch_in_the_injection_librarys_order(self) -> None:
         got = feed(launch())
@@ -696,7 +684,36 @@ class TestFuzz:
     @given(cuts=st.lists(st.integers(0, 60000), max_size=12))
     def test_a_valid_stream_split_anywhere(self, cuts: list[int]) -> None:
         data = device_summary() + host_record(0, 0x1000, 64) + kernel_summary() + variable(3, b"hi") + ipc_record(3, 5)
-        if record_buffer_available():
-            data += slot(1, [dma_record(0x1000, 8, 0, 0)])
+        data += slot(1, [dma_record(0x1000, 8, 0, 0)])
         cuts = [c % (len(data) + 1) for c in cuts]
         assert normalized(feed(data, cuts)) == normalized(feed(data))
+
+
+# --- through a real Session ----------------------------------------------------------------------------------------
+
+
+def test_a_session_takes_the_stream_and_its_answers_go_back_as_packets() -> None:
+    """The messages are ones a producer Session accepts as they come, and what it answers becomes the packets the
+    hooks wait for: the IPC_RESPONSE, and the KERNEL_RECORD_RESPONSE once every detector has checked the kernel."""
+    from sanitizerd.sessions.session import Answer, Peer, Session
+    from sanitizerd.sessions.work import EndKernel
+
+    conn = connection()
+    session = Session(1, conn.hello(), m.Config(tools=["memcheck", "registercheck"]), Peer(pid=4242, uid=1, gid=1))
+    assert conn.send(m.Welcome(session=1, config=session.config)) == wire.encode_config(session.config, LAYOUT)
+    conn.receive_data(ipc_record(0, 0x5000, 4096, "shm") + launch(total=3))
+    conn.receive_data(b"")
+    replies = b""
+    for message in drain(conn):
+        if isinstance(message, m.Close):
+            break
+        for item in session.handle(message):
+            if isinstance(item, m.IpcResult):
+                replies += conn.send(item)
+            if isinstance(item, EndKernel):
+                for _ in session.detectors:
+                    answer = session.kernel_checked(item.kernel, [])
+                assert isinstance(answer, Answer)
+                replies += conn.send(answer.verdict)
+    assert session.context.chip.name == "910B1"
+    assert replies == struct.pack("<III", 3000, 0, 0) + struct.pack("<III", 3001, 3, 0)
