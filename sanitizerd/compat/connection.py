@@ -157,6 +157,16 @@ class CompatConnection:
         self._pc_locations: dict[tuple[int, int], int] = {}  # (binary id, pc) -> location id (0: none)
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
+        # Fixed packets: type -> payload size, and what reads the payload.
+        self._sizes = {int(p): layout.fixed_payload_size(p) for p in wire.FIXED_PACKETS}
+        self._handlers = {
+            PacketType.DEVICE_SUMMARY: self._device_summary,
+            PacketType.KERNEL_SUMMARY: self._kernel_summary,
+            PacketType.HOST_RECORD: self._host_record,
+            PacketType.IPC_RECORD: self._ipc_record,
+            PacketType.SANITIZER_RECORD: self._sanitizer_record,
+        }
+        self._host_struct = layout.host_mem_record.struct
 
     # --- the implicit hello --------------------------------------------------------------------------------
 
@@ -231,27 +241,26 @@ class CompatConnection:
             (packet,) = PACKET_HEAD.unpack(buffer.take(PACKET_HEAD.size))
             self._packet = self._known(packet)
         packet = self._packet
-        if packet in wire.VARIABLE_PACKETS:
+        size = self._sizes.get(packet)
+        if size is None:
             return self._variable(packet)
-        size = self.layout.fixed_payload_size(PacketType(packet))
         if len(buffer) < size:
             self._truncated_at_eof(packet, len(buffer), size)
             return False
         payload = bytes(buffer.take(size))
         self._packet = None
-        self._fixed(PacketType(packet), payload)
+        self._handlers[packet](payload)
         return True
 
     def _known(self, packet: int) -> int:
-        try:
-            kind = PacketType(packet)
-        except ValueError:
-            raise RemoteProtocolError(
-                f"unknown packet type {packet} (msSanitizer's are 0-3 and 1000-1003)", reason="bad_packet"
-            ) from None
-        if kind in (PacketType.IPC_RESPONSE, PacketType.KERNEL_RECORD_RESPONSE):
-            raise RemoteProtocolError(f"packet type {kind.name} is the server's to send", reason="bad_packet")
-        return kind
+        if packet in self._sizes or packet in wire.VARIABLE_PACKETS:
+            return packet
+        if packet in (PacketType.IPC_RESPONSE, PacketType.KERNEL_RECORD_RESPONSE):
+            name = PacketType(packet).name
+            raise RemoteProtocolError(f"packet type {name} is the server's to send", reason="bad_packet")
+        raise RemoteProtocolError(
+            f"unknown packet type {packet} (msSanitizer's are 0-3 and 1000-1003)", reason="bad_packet"
+        )
 
     def _truncated_at_eof(self, packet: int, have: int, need: int) -> None:
         if self._eof:
@@ -305,18 +314,6 @@ class CompatConnection:
             )
 
     # --- fixed packets -------------------------------------------------------------------------------------
-
-    def _fixed(self, packet: PacketType, payload: bytes) -> None:
-        if packet == PacketType.DEVICE_SUMMARY:
-            self._device_summary(payload)
-        elif packet == PacketType.KERNEL_SUMMARY:
-            self._kernel_summary(payload)
-        elif packet == PacketType.HOST_RECORD:
-            self._host_record(payload)
-        elif packet == PacketType.IPC_RECORD:
-            self._ipc_record(payload)
-        else:
-            self._sanitizer_record(payload)
 
     def _device_summary(self, payload: bytes) -> None:
         device, _block_size, block_num, device_id = self.layout.device_summary.struct.unpack(payload)
@@ -390,7 +387,7 @@ class CompatConnection:
         return serial
 
     def _host_record(self, payload: bytes) -> None:
-        op, src, desc, src_addr, dst_addr, size, _params, root = self.layout.host_mem_record.struct.unpack(payload)
+        op, src, desc, src_addr, dst_addr, size, _params, root = self._host_struct.unpack(payload)
         serial = self._next_serial()
         host_op = self._host_op(op, src, desc, src_addr, dst_addr, size, root, serial)
         if host_op is not None:

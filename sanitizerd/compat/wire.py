@@ -40,8 +40,15 @@ class PacketType(enum.IntEnum):
     KERNEL_RECORD_RESPONSE = 3001  # server -> client
 
 
-# Packets whose payload is ``[u64 length][bytes]``; the others are one raw struct each.
+# Packets whose payload is ``[u64 length][bytes]``, and the client's packets that are one raw struct each.
 VARIABLE_PACKETS: Final = frozenset({PacketType.KERNEL_BINARY, PacketType.LOG_STRING, PacketType.KERNEL_RECORD})
+FIXED_PACKETS: Final = (
+    PacketType.DEVICE_SUMMARY,
+    PacketType.KERNEL_SUMMARY,
+    PacketType.HOST_RECORD,
+    PacketType.IPC_RECORD,
+    PacketType.SANITIZER_RECORD,
+)
 
 
 class MemOpType(enum.IntEnum):
