@@ -157,6 +157,7 @@ class CompatConnection:
         self._pc_locations: dict[tuple[int, int], int] = {}  # (binary id, pc) -> location id (0: none)
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
+        self._binary_problems_said: set[int] = set()
         # Fixed packets: type -> payload size, and what reads the payload.
         self._sizes = {int(p): layout.fixed_payload_size(p) for p in wire.FIXED_PACKETS}
         self._handlers = {
@@ -658,6 +659,11 @@ class CompatConnection:
             ids[i] = known
         if pending:
             self._out.append(m.Locations(locations=pending))
+        problem = getattr(binary, "problem", "")
+        if problem and id(binary) not in self._binary_problems_said:
+            # Damage met in the part of the DWARF a pc needed: those pcs have no stack; said once per binary.
+            self._binary_problems_said.add(id(binary))
+            self._out.append(m.Log(text=f"call stacks incomplete: {problem}", level="warn"))
         if not ids.any():
             return events
         located = events.copy() if not events.flags.writeable else events
