@@ -494,6 +494,12 @@ class TestBounds:
         for cut in range(1, len(data)):
             refused(data[:cut], "truncated", eof=True)
 
+    def test_kernel_record_truncated_at_eof(self) -> None:
+        data = kernel_summary() + slot(1, [dma_record(0x100, 0x1000, 0, 0)] * 3)
+        start = len(kernel_summary())
+        for cut in [start + 1, start + 11, start + 12, start + 12 + HEADS - 1, start + 12 + HEADS, len(data) - 1]:
+            refused(data[:cut], "truncated", eof=True)
+
 
 # --- kernel record slots -------------------------------------------------------------------------------------------
 
