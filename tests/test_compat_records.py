@@ -87,3 +87,90 @@ def test_move_without_pipe_is_dropped_and_counted() -> None:
     events, decoder = decode(data)
     assert [int(k) for k in events["kind"]] == [cm.K["BLOCK_FINISH"]]
     assert decoder.problems() == ["1 DMA_MOV records dropped: no pipe moves data between their memory kinds"]
+
+
+def test_scalar_family() -> None:
+    sp = cm.SPACE
+    check([
+        ("LOAD", dict(addr=0x100, size=4, space=sp["UB"], align=4, block_id=3)),
+        ("STORE", dict(addr=0x2000, size=8, space=sp["GM"], align=8)),
+        ("LD", dict(addr=0x10, size=2, space=sp["PRIVATE"], align=2)),
+        ("LD_IO", dict(addr=0x10, size=1, space=sp["GM"])),
+        ("ST", dict(addr=0x10, size=2, space=sp["L1"], align=2)),
+        ("ST_IO", dict(addr=0x10, size=4, space=sp["GM"])),
+        ("STP", dict(addr=0x40, size=16, space=sp["UB"])),
+        ("STI", dict(addr=0x40, size=4, space=sp["UB"])),
+        ("STI_IO", dict(addr=0x40, size=4, space=sp["GM"])),
+        ("LDP", dict(addr=0x40, size=16, space=sp["UB"])),
+        ("ST_ATOMIC", dict(addr=0x80, size=4, space=sp["GM"])),
+        ("STI_ATOMIC", dict(addr=0x80, size=4, space=sp["GM"])),
+        ("ST_DEV", dict(addr=0x80, size=8, space=sp["GM"])),
+        ("LD_DEV", dict(addr=0x80, size=8, space=sp["GM"])),
+        ("SCALAR_RED", dict(addr=0x3000, size=4)),
+        ("SCALAR_ATOM", dict(addr=0x3008, size=8, is_atom=1)),
+        ("LDVA", dict(addr=0x200, size=32, space=sp["GM"])),
+        ("DC_PRELOAD", dict(addr=0x5000, offset=-16)),
+    ])  # fmt: skip
+
+
+def test_scalar_alignment_and_preload_address() -> None:
+    data = cm.slot([cm.record("STORE", addr=0x2001, size=4, space=cm.SPACE["GM"], align=4),
+                    cm.record("DC_PRELOAD", addr=0x5000, offset=-16)])  # fmt: skip
+    events, _ = decode(data)
+    assert int(events[0]["align"]) == 4
+    assert (int(events[1]["address"]), int(events[1]["block_size"])) == (0x5000 - 16, 0)
+
+
+def test_sync_family() -> None:
+    p = cm.PIPE
+    check([
+        ("PIPE_BARRIER", dict(pipe=p["V"])),
+        ("PIPE_BARRIER", dict(pipe=p["ALL"])),
+        ("FFTS_SYNC", dict(dst=p["MTE3"], mode=2, flag=5, block_id=1)),
+        ("FFTS_SYNC_V", dict(dst=p["V"], mode=1, flag=6)),
+        ("WAIT_FLAG_DEV", dict(flag=5)),
+        ("WAIT_FLAG_DEV_PIPE", dict(flag=7, pipe=p["MTE2"])),
+        ("WAIT_FLAG_DEVI_PIPE_V", dict(flag=8, pipe=p["V"])),
+        ("SET_INTRA_BLOCK", dict(pipe=p["MTE3"], sync_id=9)),
+        ("WAIT_INTRA_BLOCKI_V", dict(pipe=p["V"], sync_id=9)),
+        ("SET_ATOMIC", dict(mode=1)),
+        ("SET_ATOMIC", dict(mode=7)),  # SUM: no event
+        ("SET_ATOMIC", dict(mode=0)),
+        ("IB_SET_STUB", dict(event_id=3)),
+        ("IB_WAIT_STUB", dict(event_id=3, wait_core=4)),
+        ("SYNC_ALL_STUB", dict(used_cores=8)),
+        ("SYNC_ALL_STUB", dict(used_cores=-1)),
+        ("GET_BUF", dict(pipe=p["MTE2"], buf_id=2)),
+        ("RLS_BUFI_V", dict(pipe=p["V"], buf_id=2)),
+    ])  # fmt: skip
+
+
+def test_cross_sets_carry_the_sub_blocks_of_the_block_head() -> None:
+    data = cm.slot([cm.record("FFTS_SYNC", dst=cm.PIPE["V"], mode=1, flag=1),
+                    cm.record("SET_INTRA_BLOCK", pipe=cm.PIPE["V"], sync_id=2)], vec_sub_block_dim=1)  # fmt: skip
+    events, _ = decode(data)
+    assert events["block_num"][:2].tolist() == [1, 1]
+
+
+def test_hardware_flags_are_cube_only_and_checked() -> None:
+    p, m = cm.PIPE, cm.MEM
+    check([
+        ("HSET_FLAG", dict(src=p["MTE1"], dst=p["M"], event_id=1, memory=m["L0A"])),
+        ("HWAIT_FLAGI", dict(src=p["MTE1"], dst=p["M"], event_id=1, memory=m["L0A"])),
+    ], block_type=1)  # fmt: skip
+    bad = [cm.record("HSET_FLAG", src=p["V"], dst=p["M"], event_id=1, memory=m["L0A"]),
+           cm.record("HSET_FLAG", src=p["MTE1"], dst=p["M"], event_id=4, memory=m["L0A"]),
+           cm.record("HWAIT_FLAG", src=p["MTE1"], dst=p["M"], event_id=1, memory=m["UB"])]  # fmt: skip
+    events, decoder = decode(cm.slot(bad, block_type=1))
+    assert len(events) == 1  # BLOCK_FINISH only
+    assert sorted(decoder.problems()) == [
+        "1 HWAIT_FLAG records dropped: not a valid hardware flag",
+        "2 HSET_FLAG records dropped: not a valid hardware flag",
+    ]
+    events, decoder = decode(cm.slot([cm.record("HSET_FLAG", src=p["MTE1"], dst=p["M"], memory=m["L1"])]))
+    assert len(events) == 1  # on a vector block: dropped
+    assert decoder.problems() == ["1 HSET_FLAG records dropped: not a valid hardware flag"]
+
+
+def test_register_family() -> None:
+    check([(name, dict(value=0xFFFF_0000_0000_0000 + i, core_slot=30)) for i, name in enumerate(cm._REGS)])

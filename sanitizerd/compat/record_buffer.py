@@ -326,7 +326,12 @@ class SlotDecoder:
 
     def __init__(self, heads: SlotHeads, context: base.BlockContext, first_serial: int) -> None:
         self.heads = heads
-        self.context = dataclasses.replace(context, vec_sub_block_dim=heads.vec_sub_block_dim, dropped={})
+        self.context = dataclasses.replace(
+            context,
+            block_type=heads.block_type,
+            vec_sub_block_dim=heads.vec_sub_block_dim or context.vec_sub_block_dim,
+            dropped={},
+        )
         self.first_serial = int(first_serial)
         self.records = 0  # decoded so far
         self._pos = 0  # bytes of the record region consumed
