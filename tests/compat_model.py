@@ -113,6 +113,10 @@ _REGS = ("SET_VECTOR_MASK_0", "SET_VECTOR_MASK_1", "SET_CTRL", "SET_FFTS_BASE_AD
          "SET_QUANT_POST", "SET_LRELU_ALPHA")  # fmt: skip
 layout(_REGS, 56, 0, value_type=("<Q", 32), value=("<Q", 40), core_slot=("<q", 48))
 
+layout(("MOV_ALIGN",), 72, 16, dst=("<Q", 0), src=("<Q", 8), src_gap=("<I", 48), dst_gap=("<I", 52),
+       len_burst=("<I", 56), n_burst=("<H", 60), dst_mem=("B", 62), src_mem=("B", 63), data_type=("B", 64),
+       left_pad=("B", 65), right_pad=("B", 66))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -282,6 +286,27 @@ def _set_flag(name: str, f: dict[str, int]) -> list[Access | Sync]:
 @rule("WAIT_FLAG", "WAIT_FLAGI", "WAIT_FLAG_V", "WAIT_FLAGI_V")
 def _wait_flag(name: str, f: dict[str, int]) -> list[Access | Sync]:
     return [Sync(K["WAIT_FLAG"], _f(f, "src"), _f(f, "dst"), _f(f, "event_id"), block=_f(f, "block_id"))]
+
+
+def _c32(x: int) -> int:
+    return (x + 31) // 32 * 32
+
+
+@rule("MOV_ALIGN")
+def _mov_align(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    lb, nb = _f(f, "len_burst"), _f(f, "n_burst")
+    if pipe is None or lb == 0:
+        return []
+    rs = lb + _f(f, "src_gap") if src == MEM["GM"] else _c32(lb) + _f(f, "src_gap") * 32
+    size = {1: 1, 2: 2, 3: 4}.get(_f(f, "data_type"), 1)
+    ub = _c32(lb + (_f(f, "left_pad") + _f(f, "right_pad")) * size)
+    wn = lb if dst == MEM["GM"] else ub
+    ws = lb + _f(f, "dst_gap") if dst == MEM["GM"] else ub + _f(f, "dst_gap") * 32
+    block = _f(f, "block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(pattern(_f(f, "src"), lb, 1, 1, nb, rs))),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(pattern(_f(f, "dst"), wn, 1, 1, nb, ws)))]  # fmt: skip
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

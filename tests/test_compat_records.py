@@ -174,3 +174,15 @@ def test_hardware_flags_are_cube_only_and_checked() -> None:
 
 def test_register_family() -> None:
     check([(name, dict(value=0xFFFF_0000_0000_0000 + i, core_slot=30)) for i, name in enumerate(cm._REGS)])
+
+
+def test_mov_align() -> None:
+    check([
+        ("MOV_ALIGN", dict(src=0x1000, dst=0x40, len_burst=45, n_burst=3, src_gap=7, dst_gap=1, src_mem=GM,
+                           dst_mem=UB, data_type=2, left_pad=3, right_pad=2)),
+        ("MOV_ALIGN", dict(src=0x40, dst=0x1000, len_burst=45, n_burst=2, src_gap=1, dst_gap=9, src_mem=UB,
+                           dst_mem=GM)),
+        ("MOV_ALIGN", dict(src=0x40, dst=0x1000, len_burst=64, n_burst=1, src_mem=UB, dst_mem=L1)),
+    ])  # fmt: skip
+    _, decoder = decode(cm.slot([cm.record("MOV_ALIGN", src_mem=GM, dst_mem=UB, n_burst=1)]))
+    assert decoder.problems() == ["1 MOV_ALIGN records dropped: lenBurst is 0"]
