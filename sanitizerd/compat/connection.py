@@ -529,10 +529,17 @@ class CompatConnection:
             self._read_heads(kernel, slot, bytes(buffer.take(heads_size)))
             slot.remaining -= heads_size
             return True
-        if slot.remaining and not buffer:
+        if slot.skipping:  # dropped: whatever has arrived goes
+            take = min(len(buffer), slot.remaining)
+            ready = take or not slot.remaining
+        else:
+            # A whole chunk (or the rest of the slot) at once: batches of tens of thousands of events, not one per
+            # socket read, and the bytes waiting for it are buffered where the uid's budget counts them.
+            take = min(slot.remaining, max(self.chunk_size - len(slot.tail), 1))
+            ready = len(buffer) >= take
+        if not ready:
             self._truncated_at_eof(PacketType.KERNEL_RECORD, slot.length - slot.remaining, slot.length)
             return False
-        take = min(len(buffer), slot.remaining, max(self.chunk_size - len(slot.tail), 1))
         data = buffer.take(take)
         slot.remaining -= take
         final = not slot.remaining
