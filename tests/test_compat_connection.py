@@ -625,6 +625,13 @@ class TestKernelRecords:
         assert "1 of 3 slots" in end.problems[0]
         assert conn.send(m.Verdict(kernel=end.kernel, events=1, errors=1, warnings=0)) == b""
 
+    def test_a_record_longer_than_a_chunk_ends_the_slot_not_the_connection(self) -> None:
+        data = kernel_summary() + slot(1, [dma_record(0x100, 0x1000, 0, 0)] * 2) + host_record(0, 1, 1)
+        got = feed(data, chunk_size=16)  # a chunk smaller than one 68-byte record
+        end = next(x for x in got if isinstance(x, m.KernelEnd))
+        assert any("no whole record in 16 bytes" in text for text in end.problems)
+        assert isinstance(got[-2], m.HostOp)
+
     def test_a_large_slot_streams_within_a_chunk(self) -> None:
         records = dma_record(0x10, 0x10, 0, 0) * (CHUNK_SIZE // RECORD * 5)  # about 10 MiB of records
         n = len(records) // RECORD
