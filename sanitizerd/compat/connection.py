@@ -71,12 +71,27 @@ class _Kernel:
     slots: int = 0  # KERNEL_RECORD slots received
     total_slots: int | None = None  # kernelInfo.totalBlockDim of its global head
     lost: list[m.BlockLoss] = field(default_factory=list)
-    problems: dict[str, int] = field(default_factory=dict)  # text -> slots it occurred in
+    # A problem's text -> the slots it occurred in; a counted one ("12 BINARY_OP records not converted ...") -> the
+    # sum of its counts, so that a kernel of 48 slots says one line per problem, not 48.
+    problems: dict[str, int] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=dict)
     security_said: bool = False
     last_block: tuple[int, int] | None = None  # (block type, block id) of the last record sent alone
 
     def problem(self, text: str) -> None:
-        self.problems[text] = self.problems.get(text, 0) + 1
+        count, _, rest = text.partition(" ")
+        if count.isdigit() and rest:
+            self.counted[rest] = self.counted.get(rest, 0) + int(count)
+        else:
+            self.problems[text] = self.problems.get(text, 0) + 1
+
+    def problem_lines(self) -> list[str]:
+        lines = [text if n == 1 else f"{text} ({n} slots)" for text, n in self.problems.items()]
+        lines += [f"{n} {rest}" for rest, n in self.counted.items()]
+        if len(lines) > _MAX_PROBLEMS:
+            more = len(lines) - _MAX_PROBLEMS + 1
+            lines = [*lines[: _MAX_PROBLEMS - 1], f"... and {more} more problems of this kernel"]
+        return lines
 
 
 @dataclass(slots=True)
@@ -86,8 +101,8 @@ class _Slot:
     index: int  # slot number within the kernel
     length: int  # the packet's length
     remaining: int  # bytes of the packet not yet taken from the buffer
-    heads: Any = None  # record_buffer.SlotHeads once read
-    decoder: Any = None  # record_buffer.SlotDecoder, None while skipping
+    heads: record_buffer.SlotHeads | None = None  # once read
+    decoder: record_buffer.SlotDecoder | None = None  # None while skipping
     tail: bytes = b""  # record bytes the decoder has not consumed yet
     skipping: bool = False  # the rest of the slot is dropped (its heads or records are damaged)
 
@@ -142,6 +157,17 @@ class CompatConnection:
         self._pc_locations: dict[tuple[int, int], int] = {}  # (binary id, pc) -> location id (0: none)
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
+        self._binary_problems_said: set[int] = set()
+        # Fixed packets: type -> payload size, and what reads the payload.
+        self._sizes = {int(p): layout.fixed_payload_size(p) for p in wire.FIXED_PACKETS}
+        self._handlers = {
+            PacketType.DEVICE_SUMMARY: self._device_summary,
+            PacketType.KERNEL_SUMMARY: self._kernel_summary,
+            PacketType.HOST_RECORD: self._host_record,
+            PacketType.IPC_RECORD: self._ipc_record,
+            PacketType.SANITIZER_RECORD: self._sanitizer_record,
+        }
+        self._host_struct = layout.host_mem_record.struct
 
     # --- the implicit hello --------------------------------------------------------------------------------
 
@@ -216,27 +242,26 @@ class CompatConnection:
             (packet,) = PACKET_HEAD.unpack(buffer.take(PACKET_HEAD.size))
             self._packet = self._known(packet)
         packet = self._packet
-        if packet in wire.VARIABLE_PACKETS:
+        size = self._sizes.get(packet)
+        if size is None:
             return self._variable(packet)
-        size = self.layout.fixed_payload_size(PacketType(packet))
         if len(buffer) < size:
             self._truncated_at_eof(packet, len(buffer), size)
             return False
         payload = bytes(buffer.take(size))
         self._packet = None
-        self._fixed(PacketType(packet), payload)
+        self._handlers[packet](payload)
         return True
 
     def _known(self, packet: int) -> int:
-        try:
-            kind = PacketType(packet)
-        except ValueError:
-            raise RemoteProtocolError(
-                f"unknown packet type {packet} (msSanitizer's are 0-3 and 1000-1003)", reason="bad_packet"
-            ) from None
-        if kind in (PacketType.IPC_RESPONSE, PacketType.KERNEL_RECORD_RESPONSE):
-            raise RemoteProtocolError(f"packet type {kind.name} is the server's to send", reason="bad_packet")
-        return kind
+        if packet in self._sizes or packet in wire.VARIABLE_PACKETS:
+            return packet
+        if packet in (PacketType.IPC_RESPONSE, PacketType.KERNEL_RECORD_RESPONSE):
+            name = PacketType(packet).name
+            raise RemoteProtocolError(f"packet type {name} is the server's to send", reason="bad_packet")
+        raise RemoteProtocolError(
+            f"unknown packet type {packet} (msSanitizer's are 0-3 and 1000-1003)", reason="bad_packet"
+        )
 
     def _truncated_at_eof(self, packet: int, have: int, need: int) -> None:
         if self._eof:
@@ -290,18 +315,6 @@ class CompatConnection:
             )
 
     # --- fixed packets -------------------------------------------------------------------------------------
-
-    def _fixed(self, packet: PacketType, payload: bytes) -> None:
-        if packet == PacketType.DEVICE_SUMMARY:
-            self._device_summary(payload)
-        elif packet == PacketType.KERNEL_SUMMARY:
-            self._kernel_summary(payload)
-        elif packet == PacketType.HOST_RECORD:
-            self._host_record(payload)
-        elif packet == PacketType.IPC_RECORD:
-            self._ipc_record(payload)
-        else:
-            self._sanitizer_record(payload)
 
     def _device_summary(self, payload: bytes) -> None:
         device, _block_size, block_num, device_id = self.layout.device_summary.struct.unpack(payload)
@@ -363,11 +376,7 @@ class CompatConnection:
     def _end_kernel(self, kernel: _Kernel, *, respond: bool, why: str = "") -> None:
         if why:
             kernel.problem(f"kernel {kernel.name!r} ended incomplete: {why}")
-        problems = [text if n == 1 else f"{text} ({n} slots)" for text, n in kernel.problems.items()]
-        if len(problems) > _MAX_PROBLEMS:
-            more = len(problems) - _MAX_PROBLEMS + 1
-            problems = [*problems[: _MAX_PROBLEMS - 1], f"... and {more} more problems of this kernel"]
-        self._out.append(m.KernelEnd(kernel=kernel.id, lost=kernel.lost, problems=problems))
+        self._out.append(m.KernelEnd(kernel=kernel.id, lost=kernel.lost, problems=kernel.problem_lines()))
         if respond:
             self._responses[kernel.id] = kernel.slots
         if self._kernel is kernel:
@@ -379,7 +388,7 @@ class CompatConnection:
         return serial
 
     def _host_record(self, payload: bytes) -> None:
-        op, src, desc, src_addr, dst_addr, size, _params, root = self.layout.host_mem_record.struct.unpack(payload)
+        op, src, desc, src_addr, dst_addr, size, _params, root = self._host_struct.unpack(payload)
         serial = self._next_serial()
         host_op = self._host_op(op, src, desc, src_addr, dst_addr, size, root, serial)
         if host_op is not None:
@@ -520,10 +529,17 @@ class CompatConnection:
             self._read_heads(kernel, slot, bytes(buffer.take(heads_size)))
             slot.remaining -= heads_size
             return True
-        if slot.remaining and not buffer:
+        if slot.skipping:  # dropped: whatever has arrived goes
+            take = min(len(buffer), slot.remaining)
+            ready = take or not slot.remaining
+        else:
+            # A whole chunk (or the rest of the slot) at once: batches of tens of thousands of events, not one per
+            # socket read, and the bytes waiting for it are buffered where the uid's budget counts them.
+            take = min(slot.remaining, max(self.chunk_size - len(slot.tail), 1))
+            ready = len(buffer) >= take
+        if not ready:
             self._truncated_at_eof(PacketType.KERNEL_RECORD, slot.length - slot.remaining, slot.length)
             return False
-        take = min(len(buffer), slot.remaining, max(self.chunk_size - len(slot.tail), 1))
         data = buffer.take(take)
         slot.remaining -= take
         final = not slot.remaining
@@ -570,13 +586,15 @@ class CompatConnection:
             slot.tail = b""
 
     def _decode_chunk(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
+        decoder = slot.decoder
+        assert decoder is not None  # a slot is decoded only while not skipping
         chunk = slot.tail + bytes(data) if slot.tail else data
-        events, used = slot.decoder.feed(memoryview(chunk), final)
+        events, used = decoder.feed(memoryview(chunk), final)
         slot.tail = bytes(chunk[used:]) if used < len(chunk) else b""
         if not final and not used and len(slot.tail) >= self.chunk_size:
             # A record the decoder cannot finish within a whole chunk: no record is that long. What it has is
             # decoded as the end of the slot (it says what is wrong), and the rest of the slot is dropped.
-            events2, _ = slot.decoder.feed(memoryview(slot.tail), True)
+            events2, _ = decoder.feed(memoryview(slot.tail), True)
             kernel.problem(
                 f"slot {slot.index}: no whole record in {len(slot.tail)} bytes; the rest of the slot dropped"
             )
@@ -584,7 +602,7 @@ class CompatConnection:
             slot.skipping = True
             events = events2 if not len(events) else np.concatenate([events, events2])
         # Past the slot's end this counts its BLOCK_FINISH too, which the decoder gives as the slot's last event.
-        self._serial = slot.decoder.next_serial
+        self._serial = decoder.next_serial
         if len(events):
             self._emit_events(kernel, events)
 
@@ -650,6 +668,11 @@ class CompatConnection:
             ids[i] = known
         if pending:
             self._out.append(m.Locations(locations=pending))
+        problem = getattr(binary, "problem", "")
+        if problem and id(binary) not in self._binary_problems_said:
+            # Damage met in the part of the DWARF a pc needed: those pcs have no stack; said once per binary.
+            self._binary_problems_said.add(id(binary))
+            self._out.append(m.Log(text=f"call stacks incomplete: {problem}", level="warn"))
         if not ids.any():
             return events
         located = events.copy() if not events.flags.writeable else events

@@ -15,6 +15,7 @@ refused with a message that names both releases' sizes.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Final
@@ -39,8 +40,15 @@ class PacketType(enum.IntEnum):
     KERNEL_RECORD_RESPONSE = 3001  # server -> client
 
 
-# Packets whose payload is ``[u64 length][bytes]``; the others are one raw struct each.
+# Packets whose payload is ``[u64 length][bytes]``, and the client's packets that are one raw struct each.
 VARIABLE_PACKETS: Final = frozenset({PacketType.KERNEL_BINARY, PacketType.LOG_STRING, PacketType.KERNEL_RECORD})
+FIXED_PACKETS: Final = (
+    PacketType.DEVICE_SUMMARY,
+    PacketType.KERNEL_SUMMARY,
+    PacketType.HOST_RECORD,
+    PacketType.IPC_RECORD,
+    PacketType.SANITIZER_RECORD,
+)
 
 
 class MemOpType(enum.IntEnum):
@@ -160,27 +168,37 @@ class Layout:
 
     @property
     def dtype(self) -> np.dtype:
-        names, offsets, formats = zip(*self.fields, strict=True)
-        return np.dtype({"names": names, "offsets": offsets, "formats": formats, "itemsize": self.size})
+        return _dtype_of(self)
 
     @property
     def struct(self) -> struct.Struct:
         """The same layout for ``struct``: pad bytes where C has them, so one record unpacks without numpy."""
-        parts = ["<"]
-        at = 0
-        for field, offset, fmt in self.fields:
-            if offset < at:
-                raise ValueError(f"{self.name}.{field} at {offset} overlaps the field before it")
-            parts.append(f"{offset - at}x" if offset > at else "")
-            code = f"{fmt[1:]}s" if fmt.startswith("S") else _STRUCT_CODES[fmt]
-            parts.append(code)
-            at = offset + (int(fmt[1:]) if fmt.startswith("S") else struct.calcsize("<" + code))
-        parts.append(f"{self.size - at}x" if self.size > at else "")
-        return struct.Struct("".join(parts))
+        return _struct_of(self)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(field for field, _, _ in self.fields)
+
+
+@functools.cache
+def _dtype_of(layout: Layout) -> np.dtype:
+    names, offsets, formats = zip(*layout.fields, strict=True)
+    return np.dtype({"names": names, "offsets": offsets, "formats": formats, "itemsize": layout.size})
+
+
+@functools.cache
+def _struct_of(layout: Layout) -> struct.Struct:
+    parts = ["<"]
+    at = 0
+    for field, offset, fmt in layout.fields:
+        if offset < at:
+            raise ValueError(f"{layout.name}.{field} at {offset} overlaps the field before it")
+        parts.append(f"{offset - at}x" if offset > at else "")
+        code = f"{fmt[1:]}s" if fmt.startswith("S") else _STRUCT_CODES[fmt]
+        parts.append(code)
+        at = offset + (int(fmt[1:]) if fmt.startswith("S") else struct.calcsize("<" + code))
+    parts.append(f"{layout.size - at}x" if layout.size > at else "")
+    return struct.Struct("".join(parts))
 
 
 CONFIG = Layout(
