@@ -36,6 +36,7 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.session import Peer
+from sanitizerd.sessions.transport import MessageStream
 
 log = structlog.get_logger("sanitizerd.compat")
 
@@ -91,6 +92,34 @@ def peer_credentials(stream: SocketStream) -> Peer:
         return Peer(pid, uid, gid)
     except (OSError, AttributeError):
         return Peer()
+
+
+class CompatStream(MessageStream):
+    """``MessageStream`` over a ``CompatConnection``: the same reads, bounds and sends, and two things the native
+    protocol does not have. The connection answers some packets itself (an IPC operation this release does not
+    define is answered FAIL at once, and the hooks block until it is): those bytes are written before the next
+    read and after each message. And a streamed KERNEL_RECORD slot leaves nothing buffered in the middle of its
+    packet, so whether a packet has begun (the frame timeout runs) or not (the idle timeout runs) is the
+    connection's ``in_packet``, not ``buffered``."""
+
+    async def receive(self) -> m.Message:
+        message = await super().receive()
+        await self._flush()
+        return message
+
+    async def _read(self) -> None:
+        await self._flush()  # the hooks may be blocked on it: before waiting for more of theirs
+        begun = self.connection.in_packet  # type: ignore[attr-defined]
+        data = await (self._rest_of_frame() if begun else self._between_frames())
+        self.bytes_received += len(data)
+        self.connection.receive_data(data)
+        self._account()
+
+    async def _flush(self) -> None:
+        data = self.connection.data_to_send()  # type: ignore[attr-defined]
+        if data:
+            async with self._send_lock:
+                await self.stream.send(data)
 
 
 @dataclass(slots=True)
