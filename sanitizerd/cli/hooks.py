@@ -247,6 +247,9 @@ def hook_environment(env: Mapping[str, str], hooks: Hooks, socket_name: str) -> 
         "LD_PRELOAD": f"{preload}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else preload,
         "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(hooks.directory), env.get("LD_LIBRARY_PATH", "")) if p),
     }
-    for name in SOCKET_ENVS:
-        changed[name] = socket_name
-    return changed
+    return changed | socket_environment(socket_name)
+
+
+def socket_environment(socket_name: str) -> dict[str, str]:
+    """The variables that name the socket: both of msSanitizer's, set to the same name as its launcher sets them."""
+    return dict.fromkeys(SOCKET_ENVS, socket_name)
