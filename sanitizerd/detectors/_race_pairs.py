@@ -2,12 +2,15 @@
 
 Every access is cut into its exact byte ranges (strided patterns become their runs), and the ranges of one
 address region (GM, or one block's UB, L1, ...) into elementary segments: maximal address intervals no range
-boundary crosses. Within a segment the accesses are taken in an order that respects happens-before, and
-each is paired with the last write before it, each read with the first write after it. This is FastTrack's
-shadow (last write, reads since it) kept for every segment at once with two running extrema instead of a loop:
-if an earlier access races with a later one, some adjacent pair in this order races too, so races are not
-lost, only pairs that another reported race already shadows. Cost: O(R log R) for R incidences (access,
-segment), which is about one per access for tiled kernels.
+boundary crosses. Within a segment the accesses are taken in an order that respects happens-before and
+grouped by site key (one instruction in one block). Each access is paired with the latest earlier access of
+every group it conflicts with: msSanitizer compares an access with every open access of its segment, so
+three pipes writing one byte are three races, not the two neighbouring ones. The latest access of a group
+stands for the group's earlier ones: they ran on the same pipe of the same block before it, so whatever
+orders it before the later access orders them too. Folding per site pair then makes a race repeated in a
+loop one finding. Cost: O(R log R) for R incidences (access, segment), times the groups per segment, which a
+loop does not grow (bounded by MAX_SITES_PER_SEGMENT, past which a segment falls back to neighbouring pairs
+and the cut is reported).
 """
 
 from __future__ import annotations
@@ -51,6 +54,22 @@ class Segments:
         return self.ends[self.segment] - self.starts[self.segment]
 
 
+MAX_SITES_PER_SEGMENT = 64  # distinct (instruction, block) keys each access of a segment is compared with
+_PAIR_CHUNK = 1 << 22  # candidate pairs built at a time: bounds the temporaries of the search
+
+
+class Cut:
+    """Segments whose accesses came from more distinct keys than ``MAX_SITES_PER_SEGMENT``: there each access is
+    compared with the latest access of the first keys only (writes first), and with its neighbours."""
+
+    __slots__ = ("bound", "most", "segments")
+
+    def __init__(self) -> None:
+        self.segments = 0
+        self.most = 0
+        self.bound = 0
+
+
 def candidate_pairs(
     events: np.ndarray,
     ext: np.ndarray,
@@ -61,13 +80,29 @@ def candidate_pairs(
     is_write: np.ndarray,
     order: np.ndarray,
     need: Callable[[int], None] = lambda incidences: None,
+    *,
+    key: np.ndarray | None = None,
+    serial: np.ndarray | None = None,
+    need_pairs: Callable[[int], None] = lambda pairs: None,
+    cut: Cut | None = None,
+    max_sites: int | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
     the other arrays are per access. ``region_block`` is the block owning the access's memory (-1 for GM);
     ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part.
     Ranges that overlap without coinciding are cut into segments, one incidence each: ``need`` is told how many
-    there are beyond one per range before they exist (nested ranges make them quadratic), and raises to refuse."""
+    there are beyond one per range before they exist (nested ranges make them quadratic), and raises to refuse.
+
+    ``key`` (per access, small non-negative ints, writes numbered below reads) names what folds into one finding
+    side: an instruction in one block. Within a segment each access is paired with the latest earlier access of
+    every other key it conflicts with (and the latest earlier one of its own key), so every racing pair of
+    distinct sites is found, not only neighbouring ones: if an earlier access of a key races with a later one,
+    so does that key's latest access before it (same block and pipe: it completes later, is nearer, no barrier
+    between). At most ``max_sites`` (default MAX_SITES_PER_SEGMENT) keys per segment; ``cut`` counts the
+    segments with more. ``serial`` (per access): an instruction's own other event is skipped for the one before.
+    ``need_pairs`` is told how many pairs there will be before they are built. Without ``key``: neighbours only
+    (the last write before each access, the first write after each read)."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
@@ -92,8 +127,22 @@ def candidate_pairs(
     del start
     hi = base + np.minimum(stop, _LIMIT)
     del stop, base
-    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need)
-    del lo, hi, owner, rank, rank_of_event  # the check's peak comes next: free what it does not need
+    group = None if key is None else key[owner]
+    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need, group)
+    del lo, hi, owner, rank_of_event  # the check's peak comes next: free what it does not need
+    if key is None:
+        del rank
+        return _neighbours(seg, who, is_write, starts, ends)
+    assert serial is not None
+    bound = MAX_SITES_PER_SEGMENT if max_sites is None else max_sites
+    return _site_pairs(seg, who, rank, key, is_write, serial, starts, ends, need_pairs, cut or Cut(), bound)
+
+
+def _neighbours(
+    seg: np.ndarray, who: np.ndarray, is_write: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """Incidences sorted by (segment, rank): each access with the last write before it, each read with the first
+    write after it. FastTrack's shadow kept for every segment at once with two running extrema."""
     write = is_write[who]
     size = seg.size
     at = np.arange(size)
@@ -115,15 +164,127 @@ def candidate_pairs(
     return [(a1, b1, Segments(starts, ends, s1)), (a2, b2, Segments(starts, ends, s2))]
 
 
+def _site_pairs(
+    seg: np.ndarray,
+    who: np.ndarray,
+    rank: np.ndarray,
+    key: np.ndarray,
+    is_write: np.ndarray,
+    serial: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    need_pairs: Callable[[int], None],
+    cut: Cut,
+    max_sites: int,
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """Incidences sorted by (segment, key, rank): runs of one (segment, key) are the groups. Each incidence is
+    paired with the incidence before it in its own group (a write only: reads do not race with reads) and asks
+    every other conflicting group of its segment for that group's latest incidence of lower rank: one binary
+    search in (group, rank) order. So the pairs are (incidences x groups per segment), linear in the events when
+    the same instructions repeat (a loop adds accesses, not keys)."""
+    size = seg.size
+    n = np.int64(rank.size)
+    r = rank[who]
+    new = np.ones(size, dtype=bool)
+    new[1:] = (seg[1:] != seg[:-1]) | (key[who[1:]] != key[who[:-1]])
+    gstart = np.flatnonzero(new)
+    gid = np.cumsum(new) - 1
+    del new
+    g_seg = seg[gstart]
+    g_write = is_write[who[gstart]]
+    # Per segment: its first group, how many, how many write groups (writes are numbered first).
+    first = np.ones(gstart.size, dtype=bool)
+    first[1:] = g_seg[1:] != g_seg[:-1]
+    s_first = np.flatnonzero(first)
+    del first, g_seg
+    s_count = np.diff(np.append(s_first, gstart.size))
+    wsum = np.concatenate(([0], np.cumsum(g_write)))
+    s_writes = wsum[s_first + s_count] - wsum[s_first]
+    del wsum
+    seg_start = np.zeros(size, dtype=np.int64)
+    seg_start[gstart[s_first]] = 1
+    s_of_inc = np.cumsum(seg_start) - 1  # incidences are sorted by segment
+    del seg_start
+    over = s_count > max_sites
+    if over.any():
+        cut.bound = max_sites
+        cut.segments += int(over.sum())
+        cut.most = max(cut.most, int(s_count.max()))
+    write = is_write[who]
+    at = np.arange(size)
+    # Own group: the incidence before (and the one before that when it is the same instruction's other event).
+    own_slot = gid - s_first[s_of_inc]
+    prev = at - 1
+    own = write & (prev >= 0) & (own_slot < max_sites)
+    own[own] = gid[prev[own]] == gid[own]
+    same = own.copy()
+    same[same] = serial[who[prev[same]]] == serial[who[same]]
+    prev[same] -= 1
+    own[same] = prev[same] >= gstart[gid[same]]
+    del same
+    b_own, a_own = who[own], who[prev[own]]
+    s_own = seg[own]
+    del prev, own
+    # Other groups: writes ask every group of the segment but their own, reads the write groups.
+    counted = np.minimum(np.where(write, s_count[s_of_inc], s_writes[s_of_inc]), max_sites)
+    skip = write & (own_slot < counted)
+    count = counted - skip
+    del counted
+    total = int(count.sum())
+    need_pairs(total + a_own.size)
+    sorted_key = gid * n + r  # ascending: by group, then rank
+    chunks: list[tuple[np.ndarray, np.ndarray, Segments]] = [(a_own, b_own, Segments(starts, ends, s_own))]
+    ends_at = np.cumsum(count)
+    lo = 0
+    while lo < size and total:
+        hi = int(np.searchsorted(ends_at, ends_at[lo] - count[lo] + _PAIR_CHUNK, side="right"))
+        hi = max(hi, lo + 1)
+        c = count[lo:hi]
+        q_inc = np.repeat(at[lo:hi], c)
+        k = np.arange(q_inc.size) - np.repeat(np.cumsum(c) - c, c)
+        k += skip[q_inc] & (k >= own_slot[q_inc])
+        q_group = s_first[s_of_inc[q_inc]] + k
+        del k
+        p = np.searchsorted(sorted_key, q_group * n + r[q_inc]) - 1
+        ok = p >= gstart[q_group]
+        # The latest may be the same instruction's other event (a vector op reading what it writes): take the one
+        # before it (twice: an instruction may read one segment twice).
+        for _ in range(2):
+            same = ok & (serial[who[np.maximum(p, 0)]] == serial[who[q_inc]])
+            if not same.any():
+                break
+            p[same] -= 1
+            ok[same] = p[same] >= gstart[q_group[same]]
+        q_inc, p = q_inc[ok], p[ok]
+        chunks.append((who[p], who[q_inc], Segments(starts, ends, seg[q_inc])))
+        lo = hi
+    if over.any():  # past the bound: neighbouring pairs still, so that no race goes unreported there
+        sub = np.flatnonzero(over[s_of_inc])
+        sub = sub[np.lexsort((r[sub], seg[sub]))]
+        chunks.extend(_neighbours(seg[sub], who[sub], is_write, starts, ends))
+    return chunks
+
+
 def _segments(
-    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, need: Callable[[int], None]
+    lo: np.ndarray,
+    hi: np.ndarray,
+    owner: np.ndarray,
+    rank: np.ndarray,
+    n: int,
+    need: Callable[[int], None],
+    group: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Incidences (segment, access) sorted by segment, then by ``rank``; and each segment's [start, end).
+    """Incidences (segment, access) sorted by segment, then by ``group`` when given, then by ``rank``; and each
+    segment's [start, end).
 
     Tiled kernels reuse buffers whole: every two ranges are equal or disjoint. Then the ranges themselves are
     the segments, and one sort by (start, rank) is all it takes. Otherwise the ranges are cut at every
     boundary and each range counts once per segment it covers."""
     by_rank = np.argsort(rank, kind="stable")
+    if group is not None:  # small ints: a radix sort when they fit 16 bits
+        g = group[by_rank]
+        by_rank = by_rank[np.argsort(g.astype(np.uint16) if int(g.max()) < 1 << 16 else g, kind="stable")]
+        del g
     o = by_rank[np.argsort(lo[by_rank], kind="stable")]
     lo_s, hi_s = lo[o], hi[o]
     new = np.ones(o.size, dtype=bool)
@@ -144,7 +305,10 @@ def _segments(
         need(incidences - count.size)
     seg = np.repeat(first, count) + (np.arange(incidences) - np.repeat(np.cumsum(count) - count, count))
     who = np.repeat(owner, count)
-    by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
+    if group is None:
+        by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
+    else:
+        by = np.lexsort((np.repeat(rank, count), np.repeat(group, count), seg))
     return seg[by], who[by], bounds[:-1], bounds[1:]
 
 
