@@ -200,6 +200,7 @@ class HostOp(Message, tag="host_op"):
     serial: int = 0
     location: int = 0
     module: int = -1
+    root: U64 = 0  # rootAddr: the heap an MSTX region is carved from
 
 
 class Ipc(Message, tag="ipc"):
