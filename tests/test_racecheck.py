@@ -488,3 +488,21 @@ class TestEveryPair:
         races_found = [f for f in findings if f.kind == "race_waw"]
         assert len(races_found) >= 69  # every neighbour at least
         assert all(f.kind != "internal_error" for f in findings[:-1])
+
+    def test_pairs_stay_linear_when_sites_repeat(self) -> None:
+        """A loop of three instructions on one tile, 3 000 times: each access meets the latest access of each
+        of the three keys, so there are at most three pairs per access, not a quadratic number."""
+        from sanitizerd.detectors._patterns import extents
+        from sanitizerd.detectors._race_pairs import candidate_pairs
+
+        n = 9000
+        events = accesses(W, UB, np.zeros(n, dtype=np.uint64), 32, pipe=Pipe.V)
+        key = np.arange(n) % 3
+        write = np.ones(n, dtype=bool)
+        counted: list[int] = []
+        chunks = candidate_pairs(
+            events, extents(events), np.arange(n), events["space"].astype(np.int64), np.zeros(n, dtype=np.int64),
+            write.copy(), write, np.arange(n), key=key, serial=np.arange(n), need_pairs=counted.append,
+        )  # fmt: skip
+        pairs = sum(a.size for a, _, _ in chunks)
+        assert len(counted) == 1 and pairs <= counted[0] <= 3 * n and pairs > 2 * n  # reserved before built
