@@ -127,8 +127,7 @@ def candidate_pairs(
     del start
     hi = base + np.minimum(stop, _LIMIT)
     del stop, base
-    group = None if key is None else key[owner]
-    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need, group)
+    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need)
     del lo, hi, owner, rank_of_event  # the check's peak comes next: free what it does not need
     if key is None:
         del rank
@@ -165,6 +164,89 @@ def _neighbours(
 
 
 def _site_pairs(
+    seg: np.ndarray,
+    who: np.ndarray,
+    rank: np.ndarray,
+    key: np.ndarray,
+    is_write: np.ndarray,
+    serial: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    need_pairs: Callable[[int], None],
+    cut: Cut,
+    max_sites: int,
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """Incidences sorted by (segment, rank). Most segments are touched by one or two keys (a buffer one pipe
+    fills and another drains, loop after loop): there the latest earlier access of the other key is the one just
+    before the current run of equal keys, and of its own key the one before it (or before the other key's run
+    in between), all found with running extrema in this order. Segments of three keys or more go to the
+    general search (``_group_pairs``), in (segment, key, rank) order."""
+    size = seg.size
+    at = np.arange(size)
+    kw = key[who]
+    seg_new = np.ones(size, dtype=bool)
+    seg_new[1:] = seg[1:] != seg[:-1]
+    seg_starts = np.flatnonzero(seg_new)
+    s_of_inc = np.cumsum(seg_new) - 1
+    seg_first = seg_starts[s_of_inc]
+    run_new = seg_new.copy()
+    run_new[1:] |= kw[1:] != kw[:-1]
+    run_start = np.maximum.accumulate(np.where(run_new, at, 0))
+    del run_new
+    # Segments with a third key: the first key of the segment, the first other one, then any other still.
+    other = kw != kw[seg_first]
+    first_other = np.minimum.reduceat(np.where(other, at, size - 1), seg_starts)
+    third = other & (kw != kw[first_other[s_of_inc]])
+    many = np.logical_or.reduceat(third, seg_starts)
+    del other, first_other, third
+    chunks: list[tuple[np.ndarray, np.ndarray, Segments]] = []
+    general = many[s_of_inc]
+    if general.any():
+        sub = np.flatnonzero(general)
+        sub = sub[np.lexsort((rank[who[sub]], kw[sub], seg[sub]))]
+        chunks = _group_pairs(seg[sub], who[sub], rank, key, is_write, serial, starts, ends, need_pairs, cut, max_sites)
+    write = is_write[who]
+    ser = serial[who]
+
+    def before_of_same_key(p: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """The incidence before ``p`` with the same key, in a segment of at most two keys (-1: none)."""
+        at_p = np.maximum(p, 0)
+        q = p - 1
+        first = seg_first[at_p]
+        jump = ok & (q >= first) & (q < run_start[at_p])  # p starts its run: skip the other key's run before it
+        q[jump] = run_start[q[jump]] - 1
+        return np.where(ok & (p >= 0) & (q >= first), q, -1)
+
+    def skip_same_instruction(p: np.ndarray, t: np.ndarray) -> np.ndarray:
+        for _ in range(2):  # an instruction's other event (a vector op reading what it writes), twice at most
+            same = p >= 0
+            same[same] = ser[p[same]] == ser[t[same]]
+            if not same.any():
+                break
+            p[same] = before_of_same_key(p[same], np.ones(int(same.sum()), dtype=bool))
+        return p
+
+    plain = ~general
+    # The other key: the incidence just before this run.
+    p = run_start - 1
+    ok = plain & (p >= seg_first)
+    ok[ok] = write[ok] | write[p[ok]]
+    t = np.flatnonzero(ok)
+    p = skip_same_instruction(p[t], t)
+    keep = p >= 0
+    a_other, b_other = p[keep], t[keep]
+    # Its own key, for a write.
+    t = np.flatnonzero(plain & write)
+    p = skip_same_instruction(before_of_same_key(t, np.ones(t.size, dtype=bool)), t)
+    keep = p >= 0
+    a_own, b_own = p[keep], t[keep]
+    need_pairs(a_other.size + a_own.size)  # two per incidence at most, as a held event's reservation assumes
+    for a, b in ((a_other, b_other), (a_own, b_own)):
+        chunks.append((who[a], who[b], Segments(starts, ends, seg[b])))
+    return chunks
+
+
+def _group_pairs(
     seg: np.ndarray,
     who: np.ndarray,
     rank: np.ndarray,
@@ -266,25 +348,14 @@ def _site_pairs(
 
 
 def _segments(
-    lo: np.ndarray,
-    hi: np.ndarray,
-    owner: np.ndarray,
-    rank: np.ndarray,
-    n: int,
-    need: Callable[[int], None],
-    group: np.ndarray | None = None,
+    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, need: Callable[[int], None]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Incidences (segment, access) sorted by segment, then by ``group`` when given, then by ``rank``; and each
-    segment's [start, end).
+    """Incidences (segment, access) sorted by segment, then by ``rank``; and each segment's [start, end).
 
     Tiled kernels reuse buffers whole: every two ranges are equal or disjoint. Then the ranges themselves are
     the segments, and one sort by (start, rank) is all it takes. Otherwise the ranges are cut at every
     boundary and each range counts once per segment it covers."""
     by_rank = np.argsort(rank, kind="stable")
-    if group is not None:  # small ints: a radix sort when they fit 16 bits
-        g = group[by_rank]
-        by_rank = by_rank[np.argsort(g.astype(np.uint16) if int(g.max()) < 1 << 16 else g, kind="stable")]
-        del g
     o = by_rank[np.argsort(lo[by_rank], kind="stable")]
     lo_s, hi_s = lo[o], hi[o]
     new = np.ones(o.size, dtype=bool)
@@ -305,10 +376,7 @@ def _segments(
         need(incidences - count.size)
     seg = np.repeat(first, count) + (np.arange(incidences) - np.repeat(np.cumsum(count) - count, count))
     who = np.repeat(owner, count)
-    if group is None:
-        by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
-    else:
-        by = np.lexsort((np.repeat(rank, count), np.repeat(group, count), seg))
+    by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
     return seg[by], who[by], bounds[:-1], bounds[1:]
 
 
