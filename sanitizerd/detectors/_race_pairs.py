@@ -8,9 +8,10 @@ every group it conflicts with: msSanitizer compares an access with every open ac
 three pipes writing one byte are three races, not the two neighbouring ones. The latest access of a group
 stands for the group's earlier ones: they ran on the same pipe of the same block before it, so whatever
 orders it before the later access orders them too. Folding per site pair then makes a race repeated in a
-loop one finding. Cost: O(R log R) for R incidences (access, segment), times the groups per segment, which a
-loop does not grow (bounded by MAX_SITES_PER_SEGMENT, past which a segment falls back to neighbouring pairs
-and the cut is reported).
+loop one finding. Cost: O(R log R) for R incidences (access, segment), about one per access for tiled
+kernels; segments of one or two keys (most) need only running extrema, the others a binary search per pair,
+and pairs are at most the keys of the segment per incidence, which a loop does not grow (bounded by
+MAX_SITES_PER_SEGMENT, past which a segment falls back to neighbouring pairs and the cut is reported).
 """
 
 from __future__ import annotations
