@@ -102,8 +102,9 @@ def candidate_pairs(
     so does that key's latest access before it (same block and pipe: it completes later, is nearer, no barrier
     between). At most ``max_sites`` (default MAX_SITES_PER_SEGMENT) keys per segment; ``cut`` counts the
     segments with more. ``serial`` (per access): an instruction's own other event is skipped for the one before.
-    ``need_pairs`` is told how many pairs there will be before they are built. Without ``key``: neighbours only
-    (the last write before each access, the first write after each read)."""
+    ``need_pairs`` is told how many pairs there are: a search's before they are built (up to ``max_sites`` per
+    incidence), the fast path's (two per incidence at most) once built. Without ``key``: neighbours only (the
+    last write before each access, the first write after each read)."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
