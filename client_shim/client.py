@@ -347,38 +347,43 @@ class Client:
             raise ClientError(self._error)
 
     def _host(self, op: str, address: int, size: int = 0, *, src: int = 0, source: str = "acl",
-              location: int = 0, module: int = -1, desc: str = "default") -> int:  # fmt: skip
+              location: int = 0, module: int = -1, desc: str = "default", root: int = 0) -> int:  # fmt: skip
         with self._order:
             self._ensure_process()
             serial = next(self._serial)
             self._send(
                 m.HostOp(
                     op=op, address=address, size=size, src=src, source=source,  # type: ignore[arg-type]
-                    desc=desc, serial=serial, location=location, module=module,
+                    desc=desc, serial=serial, location=location, module=module, root=root,
                 )
             )  # fmt: skip
             return serial
 
-    def malloc(self, address: int, size: int, *, source: str = "acl", location: int = 0, module: int = -1) -> int:
-        """Report a device allocation; returns its serial number."""
-        return self._host("malloc", address, size, source=source, location=location, module=module)
+    def malloc(
+        self, address: int, size: int, *, source: str = "acl", location: int = 0, module: int = -1, root: int = 0
+    ) -> int:
+        """Report a device allocation; returns its serial number. ``source`` is where it was reported (msSanitizer's
+        MemInfoSrc: "acl", "rt", "hal", "bypass", "extra", "manual", "mstx_heap", "mstx_region"); ``root`` is the
+        MSTX heap an "mstx_region" is carved from (0: none)."""
+        return self._host("malloc", address, size, source=source, location=location, module=module, root=root)
 
-    def free(self, address: int, *, source: str = "acl", location: int = 0) -> int:
-        return self._host("free", address, source=source, location=location)
+    def free(self, address: int, *, source: str = "acl", location: int = 0, root: int = 0) -> int:
+        return self._host("free", address, source=source, location=location, root=root)
 
     # Host<->device copies are reported by their device side: host->device as ``store``, device->host as
-    # ``load``; ``memcpy`` is device->device.
-    def memcpy(self, dst: int, src: int, size: int, *, location: int = 0) -> int:
-        return self._host("memcpy", dst, size, src=src, location=location)
+    # ``load``; ``memcpy`` is device->device. ``source`` says which hook saw it (memory of an "extra" or "manual"
+    # annotation is judged by the annotations, docs/design.md).
+    def memcpy(self, dst: int, src: int, size: int, *, location: int = 0, source: str = "acl", root: int = 0) -> int:
+        return self._host("memcpy", dst, size, src=src, location=location, source=source, root=root)
 
-    def memset(self, address: int, size: int, *, location: int = 0) -> int:
-        return self._host("memset", address, size, location=location)
+    def memset(self, address: int, size: int, *, location: int = 0, source: str = "acl", root: int = 0) -> int:
+        return self._host("memset", address, size, location=location, source=source, root=root)
 
-    def load(self, address: int, size: int, *, location: int = 0) -> int:
-        return self._host("load", address, size, location=location)
+    def load(self, address: int, size: int, *, location: int = 0, source: str = "acl", root: int = 0) -> int:
+        return self._host("load", address, size, location=location, source=source, root=root)
 
-    def store(self, address: int, size: int, *, location: int = 0) -> int:
-        return self._host("store", address, size, location=location)
+    def store(self, address: int, size: int, *, location: int = 0, source: str = "acl", root: int = 0) -> int:
+        return self._host("store", address, size, location=location, source=source, root=root)
 
     # IPC shared memory between the processes of one job; the daemon answers each in ``ipc_results``.
     def ipc_set(self, name: str, address: int, size: int, *, location: int = 0) -> None:

@@ -247,3 +247,27 @@ def test_control_hello_gets_welcome(daemon: RunningDaemon) -> None:
     with ControlClient(daemon.socket) as control:
         reply = control.request(m.QueryFindings(job="nobody"))
     assert isinstance(reply, m.Findings) and reply.findings == []
+
+
+def test_a_python_client_sends_the_mstx_root(daemon: RunningDaemon) -> None:
+    """client_shim's host helpers send source and root: the region of an unregistered heap is an illegal free,
+    judged by the MSTX table, in the stored finding's JSON."""
+    base = 0x12C0_C000_0000
+    with Client(daemon.socket, job="mstx-root") as client:
+        client.malloc(base, 4096)
+        client.malloc(base + 1024, 2048, source="mstx_heap")
+        client.malloc(base + 1024, 256, source="mstx_region", root=base + 1024)
+        client.free(base + 1024, source="mstx_heap")
+        serial = client.free(base + 1024, source="mstx_region")
+        client.store(base, 64, source="manual")  # no annotation at all: judged by the one table, legal
+        client.free(base)
+    deadline = time.monotonic() + 30
+    while True:
+        findings = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--format", "json").stdout)
+        mine = [f for f in findings if f["job"] == "mstx-root"]
+        if mine or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert [(f["kind"], f["address"], f["serial"], f["table"]) for f in mine] == [
+        ("illegal_free", base + 1024, serial, "mstx")
+    ]

@@ -55,3 +55,29 @@ class TestLegalAgainstModel:
             assert {
                 b for s, e in zip(legal.starts.tolist(), legal.ends.tolist(), strict=True) for b in range(s, e)
             } == (model_legal(live))
+
+
+class TestRoots:
+    def test_unregistering_a_heap_drops_the_regions_carved_from_it(self) -> None:
+        heap = Heap()
+        heap.malloc(Allocation(0x1000, 0x1000, "acl", 1, 0, -1))
+        heap.malloc(Allocation(0x1400, 0x800, "mstx_heap", 2, 0, -1))
+        heap.malloc(Allocation(0x1400, 0x100, "mstx_region", 3, 0, -1, root=0x1400))
+        heap.malloc(Allocation(0x1500, 0x100, "mstx_region", 4, 0, -1, root=0x1400))
+        heap.malloc(Allocation(0x1E00, 0x100, "mstx_region", 5, 0, -1))  # no root heap
+        assert heap.free(0x1400, "mstx_heap") is not None
+        assert heap.free(0x1400, "mstx_region") is None  # illegal free: dropped with its heap
+        assert heap.free(0x1500, "mstx_region") is None
+        assert heap.free(0x1E00, "mstx_region") is not None
+        assert heap.regions_of == {}
+
+    def test_freeing_device_memory_drops_its_heaps_and_their_regions(self) -> None:
+        heap = Heap()
+        heap.malloc(Allocation(0x1000, 0x1000, "acl", 1, 0, -1))
+        heap.malloc(Allocation(0x1400, 0x800, "mstx_heap", 2, 0, -1))
+        heap.malloc(
+            Allocation(0x3000, 0x100, "mstx_region", 3, 0, -1, root=0x1400)
+        )  # regions are not checked to lie inside
+        assert heap.free(0x1000, "acl") is not None
+        assert heap.free(0x3000, "mstx_region") is None
+        assert heap.regions_of == {}

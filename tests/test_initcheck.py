@@ -62,6 +62,21 @@ class TestGlobalMemory:
         assert kernel(detector, stream(accesses(WRITE, Space.GM, GM, 32, block_id=1))) == []
         assert kernel(detector, stream(accesses(READ, Space.GM, GM, 32))) == []
 
+    def test_freeing_an_extra_annotation_leaves_the_buffer_defined(self) -> None:
+        """A framework's tensor annotation (source "extra") at a written buffer's address, then freed: the buffer
+        and its bytes live on (msSanitizer's EXTRA free only clears owner ids). A MANUAL one undefines."""
+        detector = initcheck()
+        detector.host_op(HostOp(op="malloc", address=GM, size=64))
+        detector.host_op(HostOp(op="store", address=GM, size=64))
+        detector.host_op(HostOp(op="malloc", address=GM, size=64, source="extra"))
+        detector.host_op(HostOp(op="free", address=GM, source="extra"))
+        assert kernel(detector, stream(accesses(READ, Space.GM, GM, 64))) == []
+        detector.host_op(HostOp(op="malloc", address=GM, size=32, source="manual"))
+        detector.host_op(HostOp(op="free", address=GM, source="manual"))
+        assert summary(kernel(detector, stream(accesses(READ, Space.GM, GM, 64)))) == [
+            ("uninitialized_read", "GM", GM, 32, {"aiv": [0]})
+        ]
+
     def test_free_undefines(self) -> None:
         """After a free, memory allocated again at the same address starts undefined."""
         detector = initcheck()

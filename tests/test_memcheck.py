@@ -659,6 +659,109 @@ class TestMstxPools:
         ]
 
 
+class TestMstxRoots:
+    """Regions are keyed by the heap they are carved from (msSanitizer's rootAddr, HostOp.root)."""
+
+    BASE = 0x12C0_C000_0000
+
+    def _memcheck(self) -> Memcheck:
+        mc = memcheck()
+        malloc(mc, self.BASE, 4096, serial=1)
+        malloc(mc, self.BASE + 1024, 2048, source="mstx_heap", serial=2)
+        malloc(mc, self.BASE + 1024, 256, source="mstx_region", serial=3, root=self.BASE + 1024)
+        return mc
+
+    def test_unregistering_a_heap_drops_its_regions_and_a_later_region_free_is_illegal(self) -> None:
+        mc = self._memcheck()
+        assert mc.host_op(HostOp(op="free", address=self.BASE + 1024, source="mstx_heap", serial=4)) == []
+        finding = only(mc.host_op(HostOp(op="free", address=self.BASE + 1024, source="mstx_region", serial=5)))
+        assert (finding.kind, finding.address, finding.serial, finding.table) == (
+            "illegal_free", self.BASE + 1024, 5, "mstx",
+        )  # fmt: skip
+        assert "MSTX region" in finding.detail
+
+    def test_regions_of_another_heap_stay(self) -> None:
+        """Unregistering one heap leaves the regions of another heap (and rootless ones) alone."""
+        mc = self._memcheck()
+        malloc(mc, self.BASE + 3072, 512, source="mstx_heap", serial=6)
+        malloc(mc, self.BASE + 3072, 128, source="mstx_region", serial=7, root=self.BASE + 3072)
+        malloc(mc, self.BASE + 3584, 64, source="mstx_region", serial=8)  # root 0: no heap
+        assert mc.host_op(HostOp(op="free", address=self.BASE + 1024, source="mstx_heap")) == []
+        assert mc.host_op(HostOp(op="free", address=self.BASE + 3072, source="mstx_region")) == []
+        assert mc.host_op(HostOp(op="free", address=self.BASE + 3584, source="mstx_region")) == []
+
+    def test_a_region_of_an_unregistered_heap_is_refused_with_mssanitizers_words(self) -> None:
+        mc = memcheck()
+        malloc(mc, self.BASE, 4096)
+        found = mc.host_op(
+            HostOp(op="malloc", address=self.BASE + 64, size=32, source="mstx_region", root=0x2000, serial=3)
+        )
+        assert [(f.kind, f.detail, f.table) for f in found] == [
+            ("internal_error", "add regions error, heap is not registered, addr:2000 size: 32", "mstx")
+        ]
+        assert only(mc.host_op(HostOp(op="free", address=self.BASE + 64, source="mstx_region"))).kind == (
+            "illegal_free"
+        )
+
+
+class TestHostSources:
+    """Host loads and stores carry their memory source (MemInfoSrc); the finding says which table judged."""
+
+    BASE = 0x12C0_C000_0000
+
+    def test_a_runtime_store_past_its_buffer_is_judged_by_the_runtime_table(self) -> None:
+        mc = memcheck()
+        malloc(mc, self.BASE, 0x100)
+        finding = only(mc.host_op(HostOp(op="store", address=self.BASE + 0xC0, size=0x80, source="acl")))
+        assert (finding.kind, finding.size, finding.table) == ("illegal_write", 0x40, "runtime")
+
+    def test_an_annotated_store_is_judged_by_the_annotations(self) -> None:
+        """A MANUAL store that leaves its annotated tensor is reported, though the bytes are device memory (the
+        precise per-tensor view, msSanitizer's DFX scope); the same store from the runtime is legal."""
+        mc = memcheck()
+        malloc(mc, self.BASE, 0x1000)
+        malloc(mc, self.BASE, 0x100, source="manual")
+        finding = only(mc.host_op(HostOp(op="store", address=self.BASE + 0xC0, size=0x80, source="manual")))
+        assert (finding.kind, finding.address, finding.size, finding.table) == (
+            "illegal_write", self.BASE + 0xC0, 0x40, "dfx",
+        )  # fmt: skip
+        assert mc.host_op(HostOp(op="store", address=self.BASE + 0xC0, size=0x80, source="acl")) == []
+
+    def test_with_no_annotation_at_all_the_one_table_judges(self) -> None:
+        """msSanitizer would judge an EXTRA load or a BYPASS store by an empty DFX table and report every byte
+        (reference §6.2); sanitizerd judges them by the one table: a load inside a live buffer is legal."""
+        mc = memcheck()
+        malloc(mc, self.BASE, 0x1000)
+        assert mc.host_op(HostOp(op="load", address=self.BASE, size=0x100, source="extra")) == []
+        assert mc.host_op(HostOp(op="store", address=self.BASE, size=0x100, source="bypass")) == []
+        finding = only(mc.host_op(HostOp(op="load", address=self.BASE + 0xFF0, size=0x20, source="extra")))
+        assert (finding.kind, finding.size, finding.table) == ("illegal_read", 0x10, "runtime")
+
+    def test_a_store_into_a_registered_heap_is_the_heaps(self) -> None:
+        """Pool memory outside any region: the MSTX heap table made it illegal; inside a region, legal."""
+        mc = memcheck()
+        malloc(mc, self.BASE, 0x1000)
+        malloc(mc, self.BASE + 0x400, 0x800, source="mstx_heap")
+        malloc(mc, self.BASE + 0x400, 0x100, source="mstx_region", root=self.BASE + 0x400)
+        assert mc.host_op(HostOp(op="store", address=self.BASE + 0x400, size=0x100)) == []
+        finding = only(mc.host_op(HostOp(op="store", address=self.BASE + 0x500, size=0x40)))
+        assert (finding.kind, finding.size, finding.table) == ("illegal_write", 0x40, "mstx")
+
+    def test_the_table_is_in_the_json_and_the_text_is_unchanged(self) -> None:
+        import msgspec
+
+        from sanitizerd.findings.render import render_text
+
+        mc = memcheck()
+        malloc(mc, self.BASE, 0x1000)
+        malloc(mc, self.BASE, 0x100, source="manual")
+        finding = only(mc.host_op(HostOp(op="store", address=self.BASE + 0xC0, size=0x80, source="manual")))
+        assert msgspec.json.decode(msgspec.json.encode(finding))["table"] == "dfx"
+        assert render_text([finding]) == render_text([msgspec.structs.replace(finding, table="")])
+        free = only(mc.host_op(HostOp(op="free", address=0x4000, source="extra")))
+        assert (free.kind, free.table) == ("illegal_free", "dfx")
+
+
 class TestSitesBound:
     def test_a_kernels_report_keeps_its_first_sites_and_says_how_many_more(
         self, monkeypatch: pytest.MonkeyPatch

@@ -415,3 +415,94 @@ def test_a_block_with_no_sync_event_is_still_a_block_of_the_model() -> None:
     silent = on_block(program(copy_out(gm=0x8000)), 2)
     kinds = [r[0] for r in races(*waiting, silent)]
     assert "deadlock" in kinds and "race_waw" in kinds
+
+
+class TestEveryPair:
+    """Every racing pair of distinct sites, not only neighbouring ones (issue 11; msSanitizer compares each access
+    with every open access of the segment, reference §2.2), folded per site pair."""
+
+    def test_three_pipes_writing_one_ub_byte_are_three_races(self) -> None:
+        events = program(
+            accesses(W, UB, 0x40, 1, pipe=Pipe.M),
+            accesses(W, UB, 0x40, 1, pipe=Pipe.V),
+            accesses(W, UB, 0x40, 1, pipe=Pipe.MTE1),
+        )
+        found = races(events)
+        assert sorted(found) == [
+            ("race_waw", "UB", [("PIPE_M", "Write", 1, [0]), ("PIPE_MTE1", "Write", 3, [0])], 1),
+            ("race_waw", "UB", [("PIPE_M", "Write", 1, [0]), ("PIPE_V", "Write", 2, [0])], 1),
+            ("race_waw", "UB", [("PIPE_V", "Write", 2, [0]), ("PIPE_MTE1", "Write", 3, [0])], 1),
+        ]
+
+    def test_two_writing_blocks_and_a_reading_one_are_three_races(self) -> None:
+        """Blocks 0 and 1 write one GM tile (different instructions: other branches), block 2 reads it."""
+        write0 = accesses(W, GM, 0x8000, 256, pipe=Pipe.MTE3, pc=0x100)
+        write1 = accesses(W, GM, 0x8000, 256, pipe=Pipe.MTE3, pc=0x200)
+        read = accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2, pc=0x300)
+        found = races(on_block(program(write0), 0), on_block(program(write1), 1), on_block(program(read), 2))
+        assert sorted(found) == [
+            ("race_raw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE2", "Read", 2001, [2])], 1),
+            ("race_raw", "GM", [("PIPE_MTE3", "Write", 1001, [1]), ("PIPE_MTE2", "Read", 2001, [2])], 1),
+            ("race_waw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE3", "Write", 1001, [1])], 1),
+        ]
+
+    def test_the_same_instruction_in_two_blocks_folds_into_one_finding(self) -> None:
+        """SPMD: blocks 0 and 1 run the same write; RAW 0/2 and RAW 1/2 are one site pair, counted twice."""
+        write = program(accesses(W, GM, 0x8000, 256, pipe=Pipe.MTE3, pc=0x100))
+        read = program(accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2, pc=0x300))
+        found = races(on_block(write, 0), on_block(write, 1), on_block(read, 2))
+        assert sorted(found) == [
+            ("race_raw", "GM", [("PIPE_MTE3", "Write", 1, [0, 1]), ("PIPE_MTE2", "Read", 2001, [2])], 2),
+            ("race_waw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE3", "Write", 1001, [1])], 1),
+        ]
+
+    def test_a_race_repeated_in_a_loop_is_one_finding(self) -> None:
+        """Ten iterations of MTE2 filling a tile and V reading it with the wait missing: one RAW, counted ten
+        times (and the refill's WAR with the previous read, the WAW of consecutive fills, once each)."""
+        body = []
+        for _ in range(10):
+            body += [
+                [
+                    accesses(R, GM, 0x1000, 256, pipe=Pipe.MTE2, pc=0x10),
+                    accesses(W, UB, 0, 256, pipe=Pipe.MTE2, pc=0x10),
+                ],
+                syncs(SET, Pipe.MTE2, Pipe.V),
+                accesses(R, UB, 0, 256, pipe=Pipe.V, pc=0x20),
+            ]
+        found = races(program(*body))
+        kinds = sorted(f[0] for f in found)
+        assert kinds == ["race_raw", "race_war", "race_waw"]
+        raw = next(f for f in found if f[0] == "race_raw")
+        assert raw[2] == [("PIPE_MTE2", "Write", 1, [0]), ("PIPE_V", "Read", 3, [0])]
+        assert raw[3] == 10
+
+    def test_past_the_sites_bound_a_segment_is_cut_and_says_so(self) -> None:
+        """70 instructions writing one UB tile (more than the 64 sites a segment keeps): the neighbouring races
+        are still found, and an internal_error (counted as a cut) says the segment was cut."""
+        writes = [accesses(W, UB, 0, 32, pipe=Pipe.V, pc=0x100 + 8 * i) for i in range(70)]
+        findings = run_kernel(racecheck(), program(*writes))
+        assert findings[-1].kind == "internal_error"
+        assert "at most 64 instructions per memory segment; 1 segments were accessed by more (up to 70" in (
+            findings[-1].detail
+        )
+        races_found = [f for f in findings if f.kind == "race_waw"]
+        assert len(races_found) >= 69  # every neighbour at least
+        assert all(f.kind != "internal_error" for f in findings[:-1])
+
+    def test_pairs_stay_linear_when_sites_repeat(self) -> None:
+        """A loop of three instructions on one tile, 3 000 times: each access meets the latest access of each
+        of the three keys, so there are at most three pairs per access, not a quadratic number."""
+        from sanitizerd.detectors._patterns import extents
+        from sanitizerd.detectors._race_pairs import candidate_pairs
+
+        n = 9000
+        events = accesses(W, UB, np.zeros(n, dtype=np.uint64), 32, pipe=Pipe.V)
+        key = np.arange(n) % 3
+        write = np.ones(n, dtype=bool)
+        counted: list[int] = []
+        chunks = candidate_pairs(
+            events, extents(events), np.arange(n), events["space"].astype(np.int64), np.zeros(n, dtype=np.int64),
+            write.copy(), write, np.arange(n), key=key, serial=np.arange(n), need_pairs=counted.append,
+        )  # fmt: skip
+        pairs = sum(a.size for a, _, _ in chunks)
+        assert pairs <= sum(counted) <= 3 * n and pairs > 2 * n  # reserved before they were built

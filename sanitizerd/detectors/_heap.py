@@ -8,6 +8,8 @@ tensor annotation at a buffer's address never frees the buffer.
 Legal GM, as msSanitizer's MSTX semantics have it: device memory and annotations, minus registered heaps
 (pool memory is not to be touched until a region is carved out of it), plus regions. Unlike msSanitizer, this
 is one table rather than a RUNTIME or DFX "current scope" switched by each host record (docs/design.md).
+Regions are indexed by their root heap (msSanitizer's rootAddr): unregistering a heap drops the regions carved
+from it, so a later free of one of them is an illegal free.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Allocation:
     serial: int
     location: int
     module: int
+    root: int = 0  # an MSTX region's heap (rootAddr); 0: none
 
     @property
     def end(self) -> int:
@@ -95,13 +98,14 @@ class _Union:
 class Heap:
     """Live allocations by table and address, and the GM ranges they make legal."""
 
-    __slots__ = ("_legal", "_memory", "tables", "unions")
+    __slots__ = ("_legal", "_memory", "regions_of", "tables", "unions")
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[int, Allocation]] = {"device": {}, "annotation": {}, "heap": {}, "region": {}}
         self.unions = {name: _Union(self.tables[name]) for name in ("device", "annotation")}
         self._memory = IntervalSet()  # device memory and annotations: legal GM without MSTX pools
         self._legal: IntervalSet | None = None  # with MSTX heaps or regions: rebuilt after each change
+        self.regions_of: dict[int, set[int]] = {}  # root heap -> addresses of the regions carved from it
 
     def _table(self, source: str) -> dict[int, Allocation]:
         return self.tables[TABLE_OF_SOURCE.get(source, LEAKING_TABLE)]
@@ -112,6 +116,8 @@ class Heap:
         if allocation.address in table:
             return False
         table[allocation.address] = allocation
+        if allocation.source == "mstx_region":
+            self.regions_of.setdefault(allocation.root, set()).add(allocation.address)
         union = self.unions.get(TABLE_OF_SOURCE.get(allocation.source, LEAKING_TABLE))
         if union is not None:
             union.add(allocation)
@@ -135,13 +141,45 @@ class Heap:
                 starts, ends = other.within(allocation.address, allocation.end)
                 if starts.size:
                     self._memory.add(starts, ends)
-        if TABLE_OF_SOURCE.get(source, LEAKING_TABLE) == LEAKING_TABLE:
-            for pool in (self.tables["heap"], self.tables["region"]):
-                if pool:
-                    for inside in [a for a, p in pool.items() if allocation.address <= a < allocation.end]:
-                        del pool[inside]
+        table = TABLE_OF_SOURCE.get(source, LEAKING_TABLE)
+        if table == "region":
+            self._forget_region(allocation)
+        elif table == "heap":  # unregistering a heap drops the regions carved from it
+            self._drop_regions_of(allocation.address)
+        elif table == LEAKING_TABLE:
+            heaps = self.tables["heap"]
+            for inside in [a for a in heaps if allocation.address <= a < allocation.end]:
+                del heaps[inside]
+                self._drop_regions_of(inside)
+            regions = self.tables["region"]
+            for inside in [a for a in regions if allocation.address <= a < allocation.end]:
+                self._forget_region(regions.pop(inside))
         self._legal = None
         return allocation
+
+    def _forget_region(self, region: Allocation) -> None:
+        carved = self.regions_of.get(region.root)
+        if carved is not None:
+            carved.discard(region.address)
+            if not carved:
+                del self.regions_of[region.root]
+
+    def _drop_regions_of(self, root: int) -> None:
+        regions = self.tables["region"]
+        for address in self.regions_of.pop(root, ()):
+            regions.pop(address, None)
+
+    def heap_registered(self, root: int) -> bool:
+        return root in self.tables["heap"]
+
+    def in_heap(self, start: int, end: int) -> bool:
+        """Whether ``[start, end)`` meets a registered MSTX heap (memory that only its regions make legal)."""
+        return any(h.address < end and start < h.end for h in self.tables["heap"].values())
+
+    @property
+    def annotations(self) -> IntervalSet:
+        """The GM that framework and user annotations (EXTRA, MANUAL: msSanitizer's DFX table) cover."""
+        return self.unions["annotation"].set
 
     def in_device_memory(self, address: int) -> bool:
         """Whether ``address`` lies in a live device allocation (where an MSTX heap must start)."""

@@ -2,12 +2,16 @@
 
 Every access is cut into its exact byte ranges (strided patterns become their runs), and the ranges of one
 address region (GM, or one block's UB, L1, ...) into elementary segments: maximal address intervals no range
-boundary crosses. Within a segment the accesses are taken in an order that respects happens-before, and
-each is paired with the last write before it, each read with the first write after it. This is FastTrack's
-shadow (last write, reads since it) kept for every segment at once with two running extrema instead of a loop:
-if an earlier access races with a later one, some adjacent pair in this order races too, so races are not
-lost, only pairs that another reported race already shadows. Cost: O(R log R) for R incidences (access,
-segment), which is about one per access for tiled kernels.
+boundary crosses. Within a segment the accesses are taken in an order that respects happens-before and
+grouped by site key (one instruction in one block). Each access is paired with the latest earlier access of
+every group it conflicts with: msSanitizer compares an access with every open access of its segment, so
+three pipes writing one byte are three races, not the two neighbouring ones. The latest access of a group
+stands for the group's earlier ones: they ran on the same pipe of the same block before it, so whatever
+orders it before the later access orders them too. Folding per site pair then makes a race repeated in a
+loop one finding. Cost: O(R log R) for R incidences (access, segment), about one per access for tiled
+kernels; segments of one or two keys (most) need only running extrema, the others a binary search per pair,
+and pairs are at most the keys of the segment per incidence, which a loop does not grow (bounded by
+MAX_SITES_PER_SEGMENT, past which a segment falls back to neighbouring pairs and the cut is reported).
 """
 
 from __future__ import annotations
@@ -51,6 +55,22 @@ class Segments:
         return self.ends[self.segment] - self.starts[self.segment]
 
 
+MAX_SITES_PER_SEGMENT = 64  # distinct (instruction, block) keys each access of a segment is compared with
+_PAIR_CHUNK = 1 << 22  # candidate pairs built at a time: bounds the temporaries of the search
+
+
+class Cut:
+    """Segments whose accesses came from more distinct keys than ``MAX_SITES_PER_SEGMENT``: there each access is
+    compared with the latest access of the first keys only (writes first), and with its neighbours."""
+
+    __slots__ = ("bound", "most", "segments")
+
+    def __init__(self) -> None:
+        self.segments = 0
+        self.most = 0
+        self.bound = 0
+
+
 def candidate_pairs(
     events: np.ndarray,
     ext: np.ndarray,
@@ -61,13 +81,30 @@ def candidate_pairs(
     is_write: np.ndarray,
     order: np.ndarray,
     need: Callable[[int], None] = lambda incidences: None,
+    *,
+    key: np.ndarray | None = None,
+    serial: np.ndarray | None = None,
+    need_pairs: Callable[[int], None] = lambda pairs: None,
+    cut: Cut | None = None,
+    max_sites: int | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
     the other arrays are per access. ``region_block`` is the block owning the access's memory (-1 for GM);
     ``order`` lists the accesses in an order consistent with happens-before; unplaced accesses take no part.
     Ranges that overlap without coinciding are cut into segments, one incidence each: ``need`` is told how many
-    there are beyond one per range before they exist (nested ranges make them quadratic), and raises to refuse."""
+    there are beyond one per range before they exist (nested ranges make them quadratic), and raises to refuse.
+
+    ``key`` (per access, small non-negative ints, writes numbered below reads) names what folds into one finding
+    side: an instruction in one block. Within a segment each access is paired with the latest earlier access of
+    every other key it conflicts with (and the latest earlier one of its own key), so every racing pair of
+    distinct sites is found, not only neighbouring ones: if an earlier access of a key races with a later one,
+    so does that key's latest access before it (same block and pipe: it completes later, is nearer, no barrier
+    between). At most ``max_sites`` (default MAX_SITES_PER_SEGMENT) keys per segment; ``cut`` counts the
+    segments with more. ``serial`` (per access): an instruction's own other event is skipped for the one before.
+    ``need_pairs`` is told how many pairs there are: a search's before they are built (up to ``max_sites`` per
+    incidence), the fast path's (two per incidence at most) once built. Without ``key``: neighbours only (the
+    last write before each access, the first write after each read)."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
@@ -93,7 +130,20 @@ def candidate_pairs(
     hi = base + np.minimum(stop, _LIMIT)
     del stop, base
     seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need)
-    del lo, hi, owner, rank, rank_of_event  # the check's peak comes next: free what it does not need
+    del lo, hi, owner, rank_of_event  # the check's peak comes next: free what it does not need
+    if key is None:
+        del rank
+        return _neighbours(seg, who, is_write, starts, ends)
+    assert serial is not None
+    bound = MAX_SITES_PER_SEGMENT if max_sites is None else max_sites
+    return _site_pairs(seg, who, rank, key, is_write, serial, starts, ends, need_pairs, cut or Cut(), bound)
+
+
+def _neighbours(
+    seg: np.ndarray, who: np.ndarray, is_write: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """Incidences sorted by (segment, rank): each access with the last write before it, each read with the first
+    write after it. FastTrack's shadow kept for every segment at once with two running extrema."""
     write = is_write[who]
     size = seg.size
     at = np.arange(size)
@@ -113,6 +163,190 @@ def candidate_pairs(
     # A pair met in several segments comes out once per segment; the caller dedupes the few that race. The two
     # kinds of pair stay apart: joining millions of candidates only to keep a few is a copy for nothing.
     return [(a1, b1, Segments(starts, ends, s1)), (a2, b2, Segments(starts, ends, s2))]
+
+
+def _site_pairs(
+    seg: np.ndarray,
+    who: np.ndarray,
+    rank: np.ndarray,
+    key: np.ndarray,
+    is_write: np.ndarray,
+    serial: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    need_pairs: Callable[[int], None],
+    cut: Cut,
+    max_sites: int,
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """Incidences sorted by (segment, rank). Most segments are touched by one or two keys (a buffer one pipe
+    fills and another drains, loop after loop): there the latest earlier access of the other key is the one just
+    before the current run of equal keys, and of its own key the one before it (or before the other key's run
+    in between), all found with running extrema in this order. Segments of three keys or more go to the
+    general search (``_group_pairs``), in (segment, key, rank) order."""
+    size = seg.size
+    at = np.arange(size)
+    kw = key[who]
+    seg_new = np.ones(size, dtype=bool)
+    seg_new[1:] = seg[1:] != seg[:-1]
+    seg_starts = np.flatnonzero(seg_new)
+    s_of_inc = np.cumsum(seg_new) - 1
+    seg_first = seg_starts[s_of_inc]
+    run_new = seg_new.copy()
+    run_new[1:] |= kw[1:] != kw[:-1]
+    run_start = np.maximum.accumulate(np.where(run_new, at, 0))
+    del run_new
+    # Segments with a third key: the first key of the segment, the first other one, then any other still.
+    other = kw != kw[seg_first]
+    first_other = np.minimum.reduceat(np.where(other, at, size - 1), seg_starts)
+    third = other & (kw != kw[first_other[s_of_inc]])
+    many = np.logical_or.reduceat(third, seg_starts)
+    del other, first_other, third
+    chunks: list[tuple[np.ndarray, np.ndarray, Segments]] = []
+    general = many[s_of_inc]
+    if general.any():
+        sub = np.flatnonzero(general)
+        sub = sub[np.lexsort((rank[who[sub]], kw[sub], seg[sub]))]
+        chunks = _group_pairs(seg[sub], who[sub], rank, key, is_write, serial, starts, ends, need_pairs, cut, max_sites)
+    write = is_write[who]
+    ser = serial[who]
+
+    def before_of_same_key(p: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """The incidence before ``p`` with the same key, in a segment of at most two keys (-1: none)."""
+        at_p = np.maximum(p, 0)
+        q = p - 1
+        first = seg_first[at_p]
+        jump = ok & (q >= first) & (q < run_start[at_p])  # p starts its run: skip the other key's run before it
+        q[jump] = run_start[q[jump]] - 1
+        return np.where(ok & (p >= 0) & (q >= first), q, -1)
+
+    def skip_same_instruction(p: np.ndarray, t: np.ndarray) -> np.ndarray:
+        for _ in range(2):  # an instruction's other event (a vector op reading what it writes), twice at most
+            same = p >= 0
+            same[same] = ser[p[same]] == ser[t[same]]
+            if not same.any():
+                break
+            p[same] = before_of_same_key(p[same], np.ones(int(same.sum()), dtype=bool))
+        return p
+
+    plain = ~general
+    # The other key: the incidence just before this run.
+    p = run_start - 1
+    ok = plain & (p >= seg_first)
+    ok[ok] = write[ok] | write[p[ok]]
+    t = np.flatnonzero(ok)
+    p = skip_same_instruction(p[t], t)
+    keep = p >= 0
+    a_other, b_other = p[keep], t[keep]
+    # Its own key, for a write.
+    t = np.flatnonzero(plain & write)
+    p = skip_same_instruction(before_of_same_key(t, np.ones(t.size, dtype=bool)), t)
+    keep = p >= 0
+    a_own, b_own = p[keep], t[keep]
+    need_pairs(a_other.size + a_own.size)  # two per incidence at most, as a held event's reservation assumes
+    for a, b in ((a_other, b_other), (a_own, b_own)):
+        chunks.append((who[a], who[b], Segments(starts, ends, seg[b])))
+    return chunks
+
+
+def _group_pairs(
+    seg: np.ndarray,
+    who: np.ndarray,
+    rank: np.ndarray,
+    key: np.ndarray,
+    is_write: np.ndarray,
+    serial: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    need_pairs: Callable[[int], None],
+    cut: Cut,
+    max_sites: int,
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """Incidences sorted by (segment, key, rank): runs of one (segment, key) are the groups. Each incidence is
+    paired with the incidence before it in its own group (a write only: reads do not race with reads) and asks
+    every other conflicting group of its segment for that group's latest incidence of lower rank: one binary
+    search in (group, rank) order. So the pairs are (incidences x groups per segment), linear in the events when
+    the same instructions repeat (a loop adds accesses, not keys)."""
+    size = seg.size
+    n = np.int64(rank.size)
+    r = rank[who]
+    new = np.ones(size, dtype=bool)
+    new[1:] = (seg[1:] != seg[:-1]) | (key[who[1:]] != key[who[:-1]])
+    gstart = np.flatnonzero(new)
+    gid = np.cumsum(new) - 1
+    del new
+    g_seg = seg[gstart]
+    g_write = is_write[who[gstart]]
+    # Per segment: its first group, how many, how many write groups (writes are numbered first).
+    first = np.ones(gstart.size, dtype=bool)
+    first[1:] = g_seg[1:] != g_seg[:-1]
+    s_first = np.flatnonzero(first)
+    del first, g_seg
+    s_count = np.diff(np.append(s_first, gstart.size))
+    wsum = np.concatenate(([0], np.cumsum(g_write)))
+    s_writes = wsum[s_first + s_count] - wsum[s_first]
+    del wsum
+    seg_start = np.zeros(size, dtype=np.int64)
+    seg_start[gstart[s_first]] = 1
+    s_of_inc = np.cumsum(seg_start) - 1  # incidences are sorted by segment
+    del seg_start
+    over = s_count > max_sites
+    if over.any():
+        cut.bound = max_sites
+        cut.segments += int(over.sum())
+        cut.most = max(cut.most, int(s_count.max()))
+    write = is_write[who]
+    at = np.arange(size)
+    # Own group: the incidence before (and the one before that when it is the same instruction's other event).
+    own_slot = gid - s_first[s_of_inc]
+    prev = at - 1
+    own = write & (prev >= 0) & (own_slot < max_sites)
+    own[own] = gid[prev[own]] == gid[own]
+    same = own.copy()
+    same[same] = serial[who[prev[same]]] == serial[who[same]]
+    prev[same] -= 1
+    own[same] = prev[same] >= gstart[gid[same]]
+    del same
+    b_own, a_own = who[own], who[prev[own]]
+    s_own = seg[own]
+    del prev, own
+    # Other groups: writes ask every group of the segment but their own, reads the write groups.
+    counted = np.minimum(np.where(write, s_count[s_of_inc], s_writes[s_of_inc]), max_sites)
+    skip = write & (own_slot < counted)
+    count = counted - skip
+    del counted
+    total = int(count.sum())
+    need_pairs(total + a_own.size)
+    sorted_key = gid * n + r  # ascending: by group, then rank
+    chunks: list[tuple[np.ndarray, np.ndarray, Segments]] = [(a_own, b_own, Segments(starts, ends, s_own))]
+    ends_at = np.cumsum(count)
+    lo = 0
+    while lo < size and total:
+        hi = int(np.searchsorted(ends_at, ends_at[lo] - count[lo] + _PAIR_CHUNK, side="right"))
+        hi = max(hi, lo + 1)
+        c = count[lo:hi]
+        q_inc = np.repeat(at[lo:hi], c)
+        k = np.arange(q_inc.size) - np.repeat(np.cumsum(c) - c, c)
+        k += skip[q_inc] & (k >= own_slot[q_inc])
+        q_group = s_first[s_of_inc[q_inc]] + k
+        del k
+        p = np.searchsorted(sorted_key, q_group * n + r[q_inc]) - 1
+        ok = p >= gstart[q_group]
+        # The latest may be the same instruction's other event (a vector op reading what it writes): take the one
+        # before it (twice: an instruction may read one segment twice).
+        for _ in range(2):
+            same = ok & (serial[who[np.maximum(p, 0)]] == serial[who[q_inc]])
+            if not same.any():
+                break
+            p[same] -= 1
+            ok[same] = p[same] >= gstart[q_group[same]]
+        q_inc, p = q_inc[ok], p[ok]
+        chunks.append((who[p], who[q_inc], Segments(starts, ends, seg[q_inc])))
+        lo = hi
+    if over.any():  # past the bound: neighbouring pairs still, so that no race goes unreported there
+        sub = np.flatnonzero(over[s_of_inc])
+        sub = sub[np.lexsort((r[sub], seg[sub]))]
+        chunks.extend(_neighbours(seg[sub], who[sub], is_write, starts, ends))
+    return chunks
 
 
 def _segments(

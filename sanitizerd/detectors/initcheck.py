@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
+from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import extents, ranges
 from sanitizerd.detectors._runs import (
@@ -74,7 +75,9 @@ class Initcheck:
         self.defined = IntervalSet()
         self.sites = SiteLog()
         self.kernel: KernelLaunch | None = None
-        self.allocations: dict[int, int] = {}  # GM address -> size, to undefine on free
+        # (heap table, GM address) -> size, to undefine on free: per table, as memcheck's heap keeps them, so that
+        # an annotation freed at a buffer's address is not taken for the buffer.
+        self.allocations: dict[tuple[str, int], int] = {}
         self.given_up = False
         self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
 
@@ -341,11 +344,14 @@ class Initcheck:
         )
 
     def host_op(self, op: HostOp) -> list[Finding]:
+        table = TABLE_OF_SOURCE.get(op.source, LEAKING_TABLE)
         if op.op == "malloc":
-            self.allocations.setdefault(op.address, op.size)
+            self.allocations.setdefault((table, op.address), op.size)
         elif op.op == "free":
-            size = self.allocations.pop(op.address, 0)
-            if size:
+            size = self.allocations.pop((table, op.address), 0)
+            # msSanitizer's FREE of an EXTRA record (a framework's tensor annotation) only clears the owner ids:
+            # the buffer under it, and what was written there, live on (reference §2.1, "Shadow memory").
+            if size and op.source != "extra":
                 self.defined.remove(_GM_LO | op.address, _GM_LO | (op.address + size))
         elif op.op in ("store", "memset", "memcpy") and op.size and not self.given_up:
             self.defined.add(

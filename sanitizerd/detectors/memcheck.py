@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
-from sanitizerd.detectors._heap import Allocation, Heap
+from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
 from sanitizerd.detectors._runs import (
@@ -32,6 +32,8 @@ from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import EventKind, Space
 
 _READ, _WRITE, _MISALIGNED, _STOMPED = 0, 1, 2, 3
+# The Finding.table names of the heap's tables: msSanitizer's RUNTIME and DFX scopes, and its MSTX heap manager.
+_TABLE_NAMES = {"device": "runtime", "annotation": "dfx", "heap": "mstx", "region": "mstx"}
 _SITE_KINDS = {
     _READ: "illegal_read",
     _WRITE: "illegal_write",
@@ -273,12 +275,17 @@ class Memcheck:
 
     def host_op(self, op: HostOp) -> list[Finding]:
         if op.op == "malloc":
-            allocation = Allocation(op.address, op.size, op.source, op.serial, op.location, op.module)
+            allocation = Allocation(op.address, op.size, op.source, op.serial, op.location, op.module, op.root)
             if op.source == "mstx_heap" and not self.heap.in_device_memory(op.address):
                 # msSanitizer keeps such a heap but marks it invalid, and says so; we report it and keep it out.
                 detail = f"heap is not in malloc range, heap addr: {op.address:#x} size: {op.size}"
                 return [self.context.finding("internal_error", location=op.location, address=op.address,
                                              size=op.size, serial=op.serial, detail=detail)]  # fmt: skip
+            if op.source == "mstx_region" and op.root and not self.heap.heap_registered(op.root):
+                # msSanitizer's words (its rootAddr in hex without 0x); the region is not added.
+                detail = f"add regions error, heap is not registered, addr:{op.root:x} size: {op.size}"
+                return [self.context.finding("internal_error", location=op.location, address=op.address,
+                                             size=op.size, serial=op.serial, detail=detail, table="mstx")]  # fmt: skip
             self.heap.malloc(allocation)
             return []
         if op.op == "free":
@@ -297,23 +304,35 @@ class Memcheck:
         return findings
 
     def _host_access(self, op: HostOp, address: int, kind: str) -> list[Finding]:
+        """A host load or store, judged by the table its source names (docs/design.md, "One legality table"): an
+        EXTRA or MANUAL access by the annotations (msSanitizer's DFX table) while there are any, every other one
+        (and those, with no annotation at all) by the one table of legal GM; a miss inside a registered MSTX heap
+        is the heap's (\"mstx\")."""
         size = max(op.size, 1)  # a zero-size access still checks its address (§2.1)
         lo = np.array([address], dtype=np.uint64)
         hi = np.array([min(address + size, ADDRESS_LIMIT)], dtype=np.uint64)
-        bad = size - int(self.heap.legal.covered(lo, np.maximum(hi, lo))[0])
+        dfx = op.source in ("extra", "manual") and len(self.heap.annotations) > 0
+        legal = self.heap.annotations if dfx else self.heap.legal
+        bad = size - int(legal.covered(lo, np.maximum(hi, lo))[0])
         if bad <= 0:
             return []
-        return [self.context.finding(kind, location=op.location, address=address, size=bad, serial=op.serial)]
+        table = "dfx" if dfx else "mstx" if self.heap.in_heap(address, address + size) else "runtime"
+        return [
+            self.context.finding(kind, location=op.location, address=address, size=bad, serial=op.serial, table=table)
+        ]
 
     def _free(self, op: HostOp) -> list[Finding]:
         allocation = self.heap.free(op.address, op.source)
         if allocation is None:
             detail = "free of an address that is not allocated (never allocated, or freed already)"
+            if op.source == "mstx_region":
+                detail = "free of an MSTX region that is not registered (never, freed already, or its heap was gone)"
             return [
                 self.context.finding(
-                    "illegal_free", location=op.location, address=op.address, serial=op.serial, detail=detail
+                    "illegal_free", location=op.location, address=op.address, serial=op.serial, detail=detail,
+                    table=_TABLE_NAMES[TABLE_OF_SOURCE.get(op.source, LEAKING_TABLE)],
                 )
-            ]
+            ]  # fmt: skip
         if self.track_writes:
             unused = self._unused([allocation])
             # Freed bytes are undefined again: a later allocation at the same place starts unwritten.
@@ -355,6 +374,7 @@ class Memcheck:
                         size=block.size,
                         serial=block.serial,
                         module=block.module,
+                        table="runtime",
                     )
                 )
         return findings

@@ -5,8 +5,9 @@ A kernel's events are kept until it ends (a wait may be released by a block that
 1. the happens-before model (``_happens_before``) gives every sync node its clock and says which
    instructions could not be placed (deadlock);
 2. the candidate pairs come from one sweep over address-sorted byte ranges (``_race_pairs``): per elementary
-   address segment, each access is paired with the write before it and each read with the write after it, in
-   an order that respects happens-before (FastTrack's last-write / reads-since-write shadow, vectorised);
+   address segment, in an order that respects happens-before, each access is paired with the latest earlier
+   access of every other instruction (per block) it conflicts with, so every racing pair of distinct sites is
+   found (at most MAX_SITES_PER_SEGMENT instructions per segment; past it an internal_error says so);
 3. each pair is a race unless ordered: different pipes of a block by the clock of one side, one pipe by a
    pipe_barrier between them, their distance, or a hand-over that left the pipe and came back; two blocks
    (GM only) by what the later one learned through cross-block waits.
@@ -26,7 +27,7 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._race_pairs import Segments, candidate_pairs, dense, pieces
+from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import OverBudget
 from sanitizerd.findings.model import Finding, RaceAccess
@@ -110,7 +111,10 @@ class Racecheck:
         dropped, refused, asked, limit = self.dropped, self.refused, self.asked, self.limit
         try:
             events = Batches(parts)
-            findings = Kernel(self, launch, events, truncated=dropped > 0).findings() if events.size else []
+            cut = Cut()
+            findings = Kernel(self, launch, events, truncated=dropped > 0, cut=cut).findings() if events.size else []
+            if cut.segments:  # the bound on pairs per segment cut: said, and counted as a cut like the others
+                findings.append(self._sites_cut(launch, cut))
         except OverBudget as exc:  # a part of the check quadratic in what the launch holds
             findings = [self._over_budget(launch, exc)]
         finally:  # a failed check too gives back its share of the host's budget
@@ -140,6 +144,18 @@ class Racecheck:
             f"memory budget ({self.context.race_memory.limit} bytes shared by all sessions, sanitizerd serve "
             f"--race-memory; {BYTES_PER_HELD_EVENT} bytes per held event, {BYTES_PER_RANGE} per byte range beyond an "
             f"access's first), more than it had left; {refused} events were not checked"
+        )
+
+    def _sites_cut(self, launch: KernelLaunch | None, cut: Cut) -> Finding:
+        return self.context.finding(
+            "internal_error",
+            kernel=launch.name if launch else None,
+            detail=(
+                f"racecheck compared each access with the latest access of at most {cut.bound} "
+                f"instructions per memory segment; {cut.segments} segments were accessed by more (up to "
+                f"{cut.most} instructions and blocks): there races among the rest were looked for between "
+                "neighbouring accesses only, and racing pairs of sites may be missing"
+            ),
         )
 
     def _over_budget(self, launch: KernelLaunch | None, exc: OverBudget) -> Finding:
@@ -181,8 +197,11 @@ def _unpinned(batch: np.ndarray) -> np.ndarray:
 class Kernel:
     """One kernel's check: the events sorted by block, the model, the accesses' place in it."""
 
-    def __init__(self, detector: Racecheck, launch: KernelLaunch | None, events: Batches, *, truncated: bool) -> None:
+    def __init__(
+        self, detector: Racecheck, launch: KernelLaunch | None, events: Batches, *, truncated: bool, cut: Cut
+    ) -> None:
         self.context = detector.context
+        self.cut = cut
         self.distance = detector.distance
         self.launch = launch
         self.events = events
@@ -350,13 +369,14 @@ class Kernel:
         def pieces_beyond_ranges(n: int) -> None:  # ranges nested in each other: pieces quadratic in the accesses
             account.need(n * BYTES_PER_RANGE, f"its {mem.size} accesses overlap in {n} pieces beyond their ranges")
 
+        def pairs_to_order(pairs: int) -> None:  # what ordering and folding them costs, asked before it is spent
+            account.need(pairs * BYTES_PER_PAIR, f"its {mem.size} accesses make {pairs} candidate pairs")
+
         chunks = candidate_pairs(
             self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
-            self._linear_order(), need=pieces_beyond_ranges,
+            self._linear_order(), need=pieces_beyond_ranges, key=self._site_keys(), serial=self.serial,
+            need_pairs=pairs_to_order, cut=self.cut,
         )  # fmt: skip
-        # Up to two pairs per piece; what ordering and folding them costs is asked for before it is spent.
-        pairs = sum(a.size for a, _, _ in chunks)
-        account.need(pairs * BYTES_PER_PAIR, f"its {mem.size} accesses make {pairs} candidate pairs")
         racing = []
         while chunks:
             a, b, segments = chunks.pop()
@@ -374,6 +394,18 @@ class Kernel:
         _, once = np.unique(a * self.mem.size + b, return_index=True)  # a pair overlapping in several segments
         segments = segments[once]
         return self._fold(a[once], b[once], segments.start(), segments.size())
+
+    def _site_keys(self) -> np.ndarray:
+        """Per access, a small int naming its instruction (pc, location, pipe, read or write, atomic) in its block:
+        what one side of a folded finding is, and what the pair search keeps one latest access of per segment.
+        Writes are numbered before reads (reads are compared with write keys only, which come first)."""
+        rows = np.arange(self.mem.size)
+        pc = _small(self.field("pc", rows))
+        location = _small(self.field("location", rows).astype(np.int64))
+        site = (pc * (int(location.max()) + 1) + location) * NPIPES + self.pipe
+        site = (site * 2 + self.atomic) * self.block_keys.size + self.mblock
+        site += (~self.write).astype(np.int64) * (int(site.max()) + 1)
+        return _small(site)
 
     def _unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         serial, write = self.serial, self.write
@@ -535,6 +567,14 @@ class Kernel:
                 )
             )
         return findings
+
+
+def _small(values: np.ndarray) -> np.ndarray:
+    """Values numbered densely from 0 in their order: linear for small ones, a sort otherwise."""
+    values = values.astype(np.int64) if values.dtype != np.uint64 else values
+    if values.size and int(values.max()) < 1 << 24 and int(values.min()) >= 0:
+        return dense(values.astype(np.int64))[1]
+    return np.unique(values, return_inverse=True)[1].astype(np.int64)
 
 
 def _atomic_state(

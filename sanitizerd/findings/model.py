@@ -89,6 +89,7 @@ class Finding(msgspec.Struct, kw_only=True):
     detail: str = ""
     count: int = 1  # occurrences folded into this finding
     module: int = -1  # module id the client gave the allocation (msSanitizer's moduleId), -1 = none
+    table: str = ""  # host-side GM findings: the legality table that judged, "runtime", "dfx" or "mstx"
     pipe: str = ""  # sync findings: the source pipe, e.g. "PIPE_MTE2"
     dst_pipe: str = ""  # sync findings: the destination pipe
     event_id: int = -1  # sync findings: the flag's event id
