@@ -128,7 +128,8 @@ class Plan:
             return np.zeros(0, dtype=EVENT_DTYPE)
         # (n, slots) -> row-major: record by record, slots in the order they were added.
         cols = {f: np.stack([s[f] for s in self._slots], axis=1).reshape(-1) for f in self._FIELDS}
-        counts = cols["count"]
+        # Every slot expands to at most one event per repeat or rank (bounded by the callers): clip anyway.
+        counts = np.minimum(cols["count"], U16_MAX).astype(np.int64)
         total = int(counts.sum())
         events = np.zeros(total, dtype=EVENT_DTYPE)
         if total == 0:
@@ -138,7 +139,7 @@ class Plan:
         for name in ("kind", "space", "pipe", "dst_pipe", "mode"):
             events[name] = rep(cols[name], counts)
         starts = np.cumsum(counts) - counts
-        within = np.arange(total, dtype=np.uint64) - rep(starts, counts)
+        within = (np.arange(total, dtype=np.int64) - rep(starts, counts)).astype(np.uint64)
         events["address"] = rep(cols["address"], counts) + within * rep(cols["step"], counts)
         per_record = np.repeat(np.arange(self.n), slots)
         events["serial"] = rep(np.asarray(serials, dtype=np.uint64)[per_record], counts)

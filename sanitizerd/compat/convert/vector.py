@@ -372,10 +372,12 @@ def masked_operand(
     tail_size = last * data_bits // np.uint64(8)
     tail_address = address + n_block * block_stride * block_size
     span = repeat_stride * block_size  # bytes from one repeat's tail to the next
-    # The tails of all repeats as one pattern when the repeat distance is a multiple of the tail's size,
-    # else one event per repeat (as msSanitizer does).
-    compact_stride = _div(span, tail_size)
-    compact = (tail_size != 0) & (compact_stride * tail_size == span) & (compact_stride <= U16_MAX)
+    # The tails of all repeats as one pattern of g-byte blocks, g = gcd(tail, repeat distance), when the counts
+    # fit the event's 16-bit fields; else one event per repeat (as msSanitizer does).
+    grain = np.gcd(tail_size, span)
+    tail_blocks = _div(tail_size, grain)
+    compact_stride = _div(span, grain)
+    compact = (grain != 0) & (tail_blocks <= U16_MAX) & (compact_stride <= U16_MAX)
     has_tail = by_repeat & (last > 0)
     plan.add_access(
         access,
@@ -383,8 +385,8 @@ def masked_operand(
         tail_address,
         pipe=V,
         align=align,
-        block_size=tail_size,
-        block_num=1,
+        block_size=grain,
+        block_num=tail_blocks,
         repeat=repeat,
         repeat_stride=compact_stride,
         count=has_tail & compact,
