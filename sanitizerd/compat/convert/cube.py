@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts
+from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.layout import record_dtype
 from sanitizerd.compat.convert.plan import NO_SPACE, Plan, memtype_to_space
 from sanitizerd.protocol.records import EventKind, Pipe, Space
@@ -73,6 +73,12 @@ def query_pipe(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 def _u(x: np.ndarray | int) -> np.ndarray:
     return np.asarray(x).astype(np.uint64)
+
+
+def _no_pipe(context: BlockContext, name: str, pipe: np.ndarray) -> None:
+    drop(
+        context, f"{name} records dropped: no pipe moves data between their memory kinds", int((pipe == NO_PIPE).sum())
+    )
 
 
 def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
@@ -228,6 +234,12 @@ def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, 
     back = (np.maximum(repeat, 1) - np.uint64(1)) * _u(r["src_stride"]) * np.uint64(FRACTAL)
     dec = r["addr_cal_mode"] != 0
     ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & (start < back))
+    _no_pipe(context, "LOAD_2D", pipe)
+    drop(
+        context,
+        "LOAD_2D records dropped: decrementing below address 0",
+        int((dec & (start < back) & (repeat != 0)).sum()),
+    )
     address = np.where(dec, start - np.where(start >= back, back, 0), start)
     plan = Plan(len(r))
     common = dict(pipe=pipe, block_size=r["block_size"], block_stride=0, repeat=repeat)
@@ -259,6 +271,8 @@ def convert_load_2d_sparse(
     r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = (pipe != 0xFF) & (r["repeat"] != 0)
+    _no_pipe(context, "LOAD_2D_SPARSE", pipe)
+    drop(context, "LOAD_2D_SPARSE records dropped: repeat 0", int((r["repeat"] == 0).sum()))
     start = _u(r["start_id"])
     src = _space(r["src_mem"], ok)
     common = dict(pipe=pipe, repeat=r["repeat"], repeat_stride=1)
@@ -308,6 +322,13 @@ def convert_load_2d_transpose(
     back = src_repeat_stride * np.uint64(FRACTAL) * (np.maximum(repeat, 1) - np.uint64(1))
     negative_index = _u(r["index_id"]) < _u(r["src_stride"]) * (np.maximum(repeat, 1) - np.uint64(1))
     ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & negative_index)
+    _no_pipe(context, "LOAD_2D_TRANSPOSE", pipe)
+    drop(context, "LOAD_2D_TRANSPOSE records dropped: repeat 0", int((repeat == 0).sum()))
+    drop(
+        context,
+        "LOAD_2D_TRANSPOSE records dropped: index below zero in a repeat",
+        int((dec & negative_index & (repeat != 0)).sum()),
+    )
     plan = Plan(len(r))
     common = dict(pipe=pipe, block_num=fractals, block_size=FRACTAL, repeat=repeat)
     plan.add(
@@ -368,6 +389,12 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         | ((t == _DETAILED_B32) & (k_step % np.uint64(2) == 0))
     )
     ok = (pipe != 0xFF) & (~transpose | legal)
+    _no_pipe(context, "LOAD_L1_2D", pipe)
+    drop(
+        context,
+        "LOAD_L1_2D records dropped: transpose with steps or type the hardware refuses",
+        int((transpose & ~legal).sum()),
+    )
     src = _u(r["src"]) + (_u(r["k_start"]) * _u(r["src_stride"]) + _u(r["m_start"])) * np.uint64(FRACTAL)
     plan = Plan(len(r))
     plan.add(
@@ -495,6 +522,7 @@ def convert_decompress_header(
 ) -> np.ndarray:
     """DECOMPRESS_HEADER: nBlock 32-byte headers read on MTE2 (32-byte aligned)."""
     r = records
+    drop(context, "DECOMPRESS_HEADER records dropped: nBlock 0", int((r["n_block"] == 0).sum()))
     plan = Plan(len(r))
     plan.add(
         EventKind.READ,
@@ -654,6 +682,7 @@ def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, 
     r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
+    _no_pipe(context, "LOAD_B2", pipe)
     nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
     plan = Plan(len(r))
@@ -697,6 +726,7 @@ def convert_load_a_winograd(
     r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
+    _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
     size = _element_size(r["data_type"])
     plan = Plan(len(r))
     plan.add(
@@ -711,6 +741,7 @@ def convert_load_a_winograd(
     out = (_u(r["ext_k"]) * _u(r["ext_m"]) & np.uint64(0xFFFF_FFFF)) * size
     blocks = out // np.uint64(FRACTAL)
     whole = (blocks != 0) & (out % np.uint64(FRACTAL) == 0)
+    drop(context, "LOAD_A_WINOGRAD writes dropped: output not whole fractals", int((ok & ~whole).sum()))
     plan.add(
         EventKind.WRITE,
         _space(r["dst_mem"], ok & whole),
@@ -748,6 +779,7 @@ def convert_load_b_winograd(
     r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
+    _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
     plan = Plan(len(r))
     plan.add(
         EventKind.READ,
@@ -799,6 +831,7 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
     A zero nBurst or lenBurst gives nothing."""
     r = records
     ok = (r["n_burst"] != 0) & (r["len_burst"] != 0)
+    drop(context, "BROADCAST records dropped: nBurst or lenBurst 0", int((~ok).sum()))
     src_blocks = np.where(r["enable_repeat"] != 0, 1, _u(r["len_burst"])).astype(np.uint64)
     src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
     dst_b32 = r["dst_type"] == DATA_B32

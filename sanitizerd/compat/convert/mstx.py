@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts
+from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.cube import query_pipe
 from sanitizerd.compat.convert.layout import record_dtype
 from sanitizerd.compat.convert.plan import NO_SPACE, Plan
@@ -182,14 +182,17 @@ def _pipe_all(plan: Plan, on: np.ndarray) -> None:
     for pipe in range(int(Pipe.V), int(Pipe.S_CAL) + 1):
         plan.add(EventKind.PIPE_BARRIER, 0, 0, pipe=pipe, count=on, memory=False)
         for kind in (EventKind.SET_FLAG, EventKind.WAIT_FLAG):
-            plan.add(
-                kind, 0, 0, pipe=pipe, dst_pipe=int(Pipe.S), event_id=PIPE_ALL_EVENT, count=on, memory=False
-            )
+            plan.add(kind, 0, 0, pipe=pipe, dst_pipe=int(Pipe.S), event_id=PIPE_ALL_EVENT, count=on, memory=False)
 
 
-def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray) -> None:
+def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) -> None:
     flag = r["hccl_flag"]
     ranks = np.clip(r["hccl_rank_dim"], 0, MAX_RANKS).astype(np.uint64)
+    drop(
+        context,
+        f"MSTX_STUB HCCL annotations cut to {MAX_RANKS} ranks",
+        int((hccl & (r["hccl_rank_dim"] > MAX_RANKS)).sum()),
+    )
     src_size = _u(r["hccl_src_count"]) * _u(r["hccl_src_type_size"])
     dst_size = _u(r["hccl_dst_count"]) * _u(r["hccl_dst_type_size"])
     src_step = _u(r["hccl_src_stride"]) * _u(r["hccl_src_type_size"])
@@ -228,6 +231,13 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     r = records
     live = r["error"] == 0
     interface = r["interface"]
+    # msSanitizer logs "Parse MstxStub failed" for these: the kernel-side stub could not describe the call.
+    drop(context, "MSTX_STUB records dropped: marked as errors by the kernel", int((~live).sum()))
+    drop(
+        context,
+        "MSTX_STUB data-copy-with-pad annotations not converted yet",
+        int((live & (interface == DATA_COPY_PAD)).sum()),
+    )
     plan = Plan(len(r))
 
     # Cross-core set / wait through a flag in GM.
@@ -244,7 +254,7 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
         memory=False,
     )
 
-    _hccl(plan, r, live & (interface == HCCL))
+    _hccl(plan, r, live & (interface == HCCL), context)
 
     hcclv = live & (interface == HCCLV)
     gm = int(Space.GM)
@@ -325,6 +335,11 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     src_space = _valid_space(r["un_src_space"])
     dst_space = _valid_space(r["un_dst_space"])
     pipe = query_pipe(_SPACE_TO_MEMTYPE[np.minimum(src_space, 255)], _SPACE_TO_MEMTYPE[np.minimum(dst_space, 255)])
+    drop(
+        context,
+        "MSTX_STUB data-copy annotations dropped: no pipe moves data between their spaces",
+        int((copy & (pipe == 0xFF)).sum()),
+    )
     copy &= pipe != 0xFF
     mask16 = np.uint64(0xFFFF)
     length = _u(r["copy_len_burst"]) & mask16

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts
+from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.layout import record_dtype
 from sanitizerd.compat.convert.plan import U16_MAX, Plan
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
@@ -656,6 +656,7 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
     )
     ratio &= np.uint64(0xFFFF)  # msSanitizer keeps it in a uint16_t
     keep = ~(count_mode & (bad | (ratio == 0)))
+    drop(context, "REDUCE_OP records dropped: MASK_COUNT with no reduction ratio", int((~keep).sum()))
     ratio = np.where(count_mode & keep, ratio, 1)
     plan = Plan(len(r))
     aicube = _aicube(context)
@@ -866,6 +867,7 @@ def convert_regpropcoor(
     B16/B32 and region ranges past 5 are dropped, as msSanitizer drops them."""
     r = records
     ok = ((r["data_type"] == DATA_B16) | (r["data_type"] == DATA_B32)) & (r["region_range"] <= 5)
+    drop(context, "VEC_REGPROPCOOR_OP records dropped: data type not B16/B32 or region range past 5", int((~ok).sum()))
     size = data_size(r["data_type"])
     extract = r["is_extract"] != 0
     plan = Plan(len(r))
@@ -965,6 +967,12 @@ def convert_vms4v2(record_type: int, records: np.ndarray, serials: np.ndarray, c
     same = (counts == counts[:, :1]).all(axis=1)
     single = (all_stored | (repeat == 1)) & ~empty_valid
     multi = ~all_stored & (repeat > 1) & (r["valid_mask"] == 0xF) & same & (counts[:, 0] != 0)
+    refused = ~all_stored & (repeat > 1) & ((r["valid_mask"] != 0xF) | ~same)
+    drop(
+        context,
+        "VMRGSORT4_OP_C310 records dropped: several repeats need four valid lists of one length",
+        int(refused.sum()),
+    )
     plan = Plan(n)
     for i in range(4):
         plan.add(
