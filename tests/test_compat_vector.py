@@ -950,3 +950,38 @@ def test_struct_sizes_match_the_layouts() -> None:
                  "MMAD_A5", "LOAD_2D", "SCATTERVNCHWCONV", "VMRGSORT4_OP_C310"):  # fmt: skip
         assert CONVERTERS[cm.T[name]].dtype.itemsize == cm.LAYOUTS[cm.T[name]].size
     assert struct.calcsize("<QQ") == 16
+
+
+MY_TYPES = sorted(
+    t for t, reg in CONVERTERS.items() if reg.convert.__module__.rsplit(".", 1)[-1] in ("vector", "cube", "mstx")
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(MY_TYPES), st.binary(min_size=0, max_size=4000), st.sampled_from([0, 1, 2]))
+def test_property_garbage_records_never_raise(record_type: int, raw: bytes, block_type: int) -> None:
+    """Hostile payloads: any bytes give events (or drops), never an exception, and never an empty pattern."""
+    reg = CONVERTERS[record_type]
+    n = len(raw) // reg.dtype.itemsize
+    records = np.frombuffer(raw[: n * reg.dtype.itemsize], dtype=reg.dtype)
+    context = BlockContext(block_type=block_type, chip=CHIPS["910B1"])
+    events = reg.convert(record_type, records, np.arange(n, dtype=np.uint64) + np.uint64(3), context)
+    assert (np.diff(events["serial"].astype(np.int64)) >= 0).all()
+    memory = events[events["kind"] <= WRITE]
+    assert (memory["block_size"] > 0).all() and (memory["block_num"] > 0).all() and (memory["repeat"] > 0).all()
+    assert (memory["space"] <= cm.SPACE["FB"]).all()
+
+
+def test_dropped_records_are_counted() -> None:
+    context = BlockContext(block_type=0, chip=CHIPS["910B1"])
+    raw = cm.record("REDUCE_OP", mask_mode=1, mask0=5, src_block_num=8, src_block_size=32)[4:]
+    raw += cm.record("MSTX_STUB", interface=0, error=1)[4:]
+    reduce = np.frombuffer(raw[:88], dtype=CONVERTERS[cm.T["REDUCE_OP"]].dtype)
+    mstx = np.frombuffer(raw[88:], dtype=CONVERTERS[cm.T["MSTX_STUB"]].dtype)
+    serial = np.zeros(1, dtype=np.uint64)
+    assert len(CONVERTERS[cm.T["REDUCE_OP"]].convert(cm.T["REDUCE_OP"], reduce, serial, context)) == 0
+    assert len(CONVERTERS[cm.T["MSTX_STUB"]].convert(cm.T["MSTX_STUB"], mstx, serial, context)) == 0
+    assert context.dropped == {
+        "REDUCE_OP records dropped: MASK_COUNT with no reduction ratio": 1,
+        "MSTX_STUB records dropped: marked as errors by the kernel": 1,
+    }

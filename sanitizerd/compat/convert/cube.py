@@ -86,10 +86,6 @@ def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
     return np.where(ok, memtype_to_space(memtype), NO_SPACE)
 
 
-def _finish(plan: Plan, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
-    return plan.build(serials, records["block_id"], records["pc"], context)
-
-
 MATRIX_MUL_DTYPE = record_dtype(
     96,
     32,
@@ -173,7 +169,7 @@ def _matrix(
 def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """MMAD: A as src0Repeat repeats of src0BlockNum blocks, B and C as one run of blocks each."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
@@ -187,14 +183,14 @@ def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarra
         b=dict(block_num=r["src1_block_num"], block_size=r["src1_block_size"], align=r["src1_align_size"]),
         c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=r["dst_align_size"]),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(MMAD_A5, dtype=MMAD_A5_DTYPE)
 def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """MMAD (910_95 form): 512-byte fractals of A and B, 1024-byte fractals of C (1024-aligned)."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
@@ -202,7 +198,7 @@ def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, 
         b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=r["src1_align_size"]),
         c=dict(block_num=r["dst_block_num"], block_size=1024, align=1024),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_2D_DTYPE = record_dtype(
@@ -241,11 +237,11 @@ def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, 
         int((dec & (start < back) & (repeat != 0)).sum()),
     )
     address = np.where(dec, start - np.where(start >= back, back, 0), start)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_size=r["block_size"], block_stride=0, repeat=repeat)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), address, repeat_stride=r["src_stride"], **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], repeat_stride=r["dst_stride"], **common)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_2D_SPARSE_DTYPE = record_dtype(
@@ -276,11 +272,11 @@ def convert_load_2d_sparse(
     start = _u(r["start_id"])
     src = _space(r["src_mem"], ok)
     common = dict(pipe=pipe, repeat=r["repeat"], repeat_stride=1)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, src, _u(r["src0"]) + start * np.uint64(FRACTAL), block_size=FRACTAL, **common)
     plan.add(EventKind.READ, src, _u(r["src1"]) + start * np.uint64(128), block_size=128, **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], block_size=FRACTAL, **common)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_2D_TRANSPOSE_DTYPE = record_dtype(
@@ -329,7 +325,7 @@ def convert_load_2d_transpose(
         "LOAD_2D_TRANSPOSE records dropped: index below zero in a repeat",
         int((dec & negative_index & (repeat != 0)).sum()),
     )
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_num=fractals, block_size=FRACTAL, repeat=repeat)
     plan.add(
         EventKind.READ,
@@ -347,7 +343,7 @@ def convert_load_2d_transpose(
         repeat_stride=_u(r["dst_stride"]) + np.uint64(1),
         **common,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_L1_2D_DTYPE = record_dtype(
@@ -396,7 +392,7 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         int((transpose & ~legal).sum()),
     )
     src = _u(r["src"]) + (_u(r["k_start"]) * _u(r["src_stride"]) + _u(r["m_start"])) * np.uint64(FRACTAL)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(L1, ok),
@@ -422,7 +418,7 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         repeat=repeats,
         repeat_stride=r["dst_stride"],
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_L1_MX_2D_DTYPE = record_dtype(
@@ -450,7 +446,7 @@ def convert_load_l1_mx_2d(
     xStep repeats of yStep 32-byte rows from (xStart, yStart), on MTE1."""
     r = records
     src = _u(r["src"]) + (_u(r["x_start"]) * _u(r["src_stride"]) + _u(r["y_start"])) * np.uint64(FRACTAL_ROW)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         Space.L1,
@@ -461,7 +457,7 @@ def convert_load_l1_mx_2d(
         repeat=r["x_step"],
         repeat_stride=r["src_stride"],
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
@@ -492,7 +488,7 @@ def convert_load_l1_2d_transpose(
         [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32], [4, 2, 1, 2], 0
     )
     mte1 = int(Pipe.MTE1)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
     plan.add(
         EventKind.READ,
@@ -510,7 +506,7 @@ def convert_load_l1_2d_transpose(
         repeat_stride=r["dst_stride"],
         **common,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 DECOMPRESS_HEADER_DTYPE = record_dtype(48, 0, [("src", "<u8", 32), ("n_block", "<u2", 40), ("src_mem", "u1", 42)])
@@ -523,7 +519,7 @@ def convert_decompress_header(
     """DECOMPRESS_HEADER: nBlock 32-byte headers read on MTE2 (32-byte aligned)."""
     r = records
     drop(context, "DECOMPRESS_HEADER records dropped: nBlock 0", int((r["n_block"] == 0).sum()))
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -532,7 +528,7 @@ def convert_decompress_header(
         block_size=_u(r["n_block"]) * np.uint64(32),
         align=32,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 SET_2D_DTYPE = record_dtype(
@@ -553,7 +549,7 @@ SET_2D_DTYPE = record_dtype(
 def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """SET_2D (fill): ``repeat`` runs of dstBlockNum blocks, repeatGap blocks apart; MTE2 into L1, else MTE1."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
@@ -564,7 +560,7 @@ def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, c
         repeat=r["repeat"],
         repeat_stride=_u(r["dst_block_num"]) + _u(r["repeat_gap"]),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 SET_L1_2D_DTYPE = record_dtype(
@@ -585,7 +581,7 @@ def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray
     """SET_L1_2D (910_95 fill of L1): ``repeat`` runs of dstBlockNum 32-byte blocks, repeat stride repeatGap
     blocks (msSanitizer's reading of the gap), on MTE2, 32-byte aligned."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         Space.L1,
@@ -597,7 +593,7 @@ def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray
         repeat_stride=r["repeat_gap"],
         align=32,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_IMAGE_DTYPE = record_dtype(
@@ -627,7 +623,7 @@ def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarra
     r = records
     width = _u(r["hor_size"]) + _u(r["l_pad"]) + _u(r["r_pad"])
     height = _u(r["ver_size"]) + _u(r["top_pad"]) + _u(r["bot_pad"])
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
@@ -636,7 +632,7 @@ def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarra
         block_num=width * height,
         block_size=32,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_SMASK_DTYPE = record_dtype(
@@ -650,7 +646,7 @@ def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarra
     The destination is an internal register: no write."""
     r = records
     gm = r["src_mem"] == GM
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -659,7 +655,7 @@ def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarra
         block_size=r["smask_size"],
         align=np.where(gm, 2, 0),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_B2_DTYPE = record_dtype(
@@ -685,10 +681,10 @@ def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, 
     _no_pipe(context, "LOAD_B2", pipe)
     nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_A_WINOGRAD_DTYPE = record_dtype(
@@ -728,7 +724,7 @@ def convert_load_a_winograd(
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
     size = _element_size(r["data_type"])
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -752,7 +748,7 @@ def convert_load_a_winograd(
         repeat=4,
         repeat_stride=_u(r["inner_dst_gap"]) + blocks,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_B_WINOGRAD_DTYPE = record_dtype(
@@ -780,7 +776,7 @@ def convert_load_b_winograd(
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -802,7 +798,7 @@ def convert_load_b_winograd(
         repeat=r["repeat"],
         repeat_stride=r["dst_rpt_stride"],
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 BROADCAST_DTYPE = record_dtype(
@@ -836,7 +832,7 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
     src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
     dst_b32 = r["dst_type"] == DATA_B32
     v = int(Pipe.V)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -858,4 +854,4 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
         repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
         align=np.where(dst_b32 & (r["dst_mem"] == L0C), 1024, 0),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()

@@ -238,7 +238,7 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
         "MSTX_STUB data-copy-with-pad annotations not converted yet",
         int((live & (interface == DATA_COPY_PAD)).sum()),
     )
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
 
     # Cross-core set / wait through a flag in GM.
     is_set = live & (interface == SET_CROSS_SYNC)
@@ -358,4 +358,4 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
             repeat=bursts,
             repeat_stride=length + (_u(gap) & mask16),
         )
-    return plan.build(serials, r["block_id"], r["pc"], context)
+    return plan.build()
