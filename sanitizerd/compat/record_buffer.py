@@ -16,6 +16,7 @@ family's converter, and the events merged back into program order by serial.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +62,17 @@ STEP_WORDS = np.zeros(_TABLE_LEN, dtype=np.int64)
 for _type, _size in PAYLOAD_SIZE.items():
     STEP_WORDS[_type] = (TYPE_SIZE + _size) // 4
 
-SEGMENT_WORDS = 512  # 2 KiB per speculative segment: ~30 records of the usual 56-104 byte payloads
+# Segments: about this many per walk (each lockstep step costs a few numpy calls whatever its width), each at least
+# MIN_SEGMENT_WORDS long: a speculative walk meets the true path within a few hundred words on real record mixes,
+# so long segments rarely need the (scalar) repair.
+TARGET_SEGMENTS = 1024
+MIN_SEGMENT_WORDS = 256
+STEP_LIST: list[int] = STEP_WORDS.tolist()
+MAX_STEP = int(STEP_WORDS.max())
+# Known record types as small dense codes, for grouping a path's records by type without sorting.
+CODE_TYPE: list[int] = sorted(PAYLOAD_SIZE)
+TYPE_CODE = np.zeros(_TABLE_LEN, dtype=np.intp)
+TYPE_CODE[CODE_TYPE] = np.arange(len(CODE_TYPE))
 MAX_UNCONVERTED_LINES = 64
 
 
@@ -116,9 +127,13 @@ def _type_name(value: int) -> str:
         return str(value)
 
 
-def _step_of(words: np.ndarray, at: np.ndarray | int, n: int) -> np.ndarray:
+def _step_of(words: np.ndarray, at: np.ndarray, n: int) -> np.ndarray:
     t = words[np.minimum(at, n - 1)]
     return STEP_WORDS[np.minimum(t, _TABLE_LEN - 1)]
+
+
+def _step(word: int) -> int:
+    return STEP_LIST[word] if word < _TABLE_LEN else 0
 
 
 def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
@@ -128,72 +143,70 @@ def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     n = min(limit_words, words.size)
     if n == 0:
         return np.empty(0, dtype=np.int64), 0
-    nseg = -(-n // SEGMENT_WORDS)
-    starts = np.arange(nseg, dtype=np.int64) * SEGMENT_WORDS
-    ends = np.minimum(starts + SEGMENT_WORDS, n)
-    pos = starts.copy()
-    exits = np.empty(nseg, dtype=np.int64)
-    rows: list[np.ndarray] = []  # per lockstep step: each segment's node, -1 once it has left its segment
-    active = np.arange(nseg)
-    while active.size:
-        p = pos[active]
-        step = _step_of(words, p, n)
-        row = np.full(nseg, -1, dtype=np.int64)
-        row[active] = p
-        rows.append(row)
-        nxt = p + np.maximum(step, 1)  # a word that is no type: the speculative walk moves on by one word
-        pos[active] = nxt
-        done = nxt >= ends[active]
-        exits[active[done]] = nxt[done]
-        active = active[~done]
-    V = np.stack(rows, axis=1)  # (segments, steps): each row increasing, then -1
+    # A segment is never shorter than the longest record, so a record never steps over a whole segment.
+    seg = max(MIN_SEGMENT_WORDS, -(-n // TARGET_SEGMENTS), MAX_STEP)
+    nseg = -(-n // seg)
+    starts = np.arange(nseg, dtype=np.int64) * seg
+    ends = np.minimum(starts + seg, n)
+    exits, nodes, row_start = _lockstep(words, starts, ends, n)
     # Segment j+1 is entered where segment j exits; when segment j was itself entered at one of its speculative
-    # nodes, that exit is exits[j]. Check all entries at once; repair the rare misses in order below.
+    # nodes, that exit is exits[j]. Check every entry at once.
+    keys = np.repeat(np.arange(nseg, dtype=np.int64) << 32, np.diff(row_start)) + nodes  # sorted
     entries = np.concatenate(([0], exits[:-1]))
-    hit = V == entries[:, None]
-    first = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
-    repaired: dict[int, np.ndarray] = {}
-    last_segment = nseg - 1
-    misses = list(np.flatnonzero(first < 0))
-    k = 0
-    while k < len(misses):
-        j = int(misses[k])
-        k += 1
-        if j > last_segment:
-            break
-        e = int(entries[j])
-        nodes: list[int] = []
-        q = e
-        end = int(ends[j])
-        stuck = False
-        while q < end:
-            nodes.append(q)
-            s = int(_step_of(words, q, n))
-            if s == 0:
-                stuck = True
-                break
-            q += s
-        repaired[j] = np.array(nodes, dtype=np.int64)
-        if stuck or j + 1 >= nseg:
-            last_segment = j
-            break
-        if q != exits[j]:  # the next segment is entered elsewhere than its check assumed
-            entries[j + 1] = q
-            found = np.flatnonzero(V[j + 1] == q)
-            if found.size:
-                first[j + 1] = found[0]
-            elif first[j + 1] >= 0:
-                first[j + 1] = -1
-                misses.insert(k, j + 1)
-    ok = np.flatnonzero(first[: last_segment + 1] >= 0)
-    keep = np.zeros(V.shape, dtype=bool)
-    keep[ok] = np.arange(V.shape[1])[None, :] >= first[ok][:, None]
-    keep &= V >= 0
-    if repaired:
-        parts = [repaired[j] if j in repaired else V[j][keep[j]] for j in range(last_segment + 1)]
-        path = np.concatenate(parts)
-    else:
-        path = V[keep]  # row-major: segment by segment, each in order
+    start_at = _find(keys, np.arange(nseg, dtype=np.int64), entries)  # flat index where the true path joins, -1
+    # Repair the misses: walk them from their entries (all at once) until they meet their speculative walk. One
+    # that leaves its segment elsewhere moves the next segment's entry, which is then checked again: rounds.
+    walked: dict[int, np.ndarray] = {}  # per repaired segment: the nodes its walk from the true entry added
+    stuck_at: dict[int, int] = {}  # per repaired segment whose walk met a word that is no type: that word
+    left: dict[int, int] = {}  # per repaired segment that left without meeting its speculative walk: its exit
+    pending = np.flatnonzero(start_at < 0).tolist()
+    while pending:
+        segs = np.array(sorted(pending), dtype=np.int64)
+        extra, joined, leave, stuck = _repair(words, keys, segs, entries[segs], ends[segs], n)
+        work = segs.tolist()
+        for i, j in enumerate(work):
+            walked[j] = extra[i]
+            if joined[i] >= 0:
+                start_at[j] = joined[i]
+            elif stuck[i] >= 0:
+                stuck_at[j] = int(stuck[i])
+            else:
+                left[j] = int(leave[i])
+        # Propagate exits forward: a segment whose exit is not the entry the next one was checked with moves that
+        # entry; the next is then either on its speculative walk (its exit may move the one after) or pending.
+        heapq.heapify(work)
+        pending = []
+        while work:
+            j = heapq.heappop(work)
+            if j + 1 >= nseg or j in stuck_at:
+                continue
+            if start_at[j] >= 0:
+                e = int(exits[j])
+            elif j in left:
+                e = left[j]
+            else:
+                continue  # pending itself
+            if e == entries[j + 1]:
+                continue
+            entries[j + 1] = e
+            walked.pop(j + 1, None)
+            stuck_at.pop(j + 1, None)
+            left.pop(j + 1, None)
+            start_at[j + 1] = _find(keys, np.array([j + 1]), np.array([e]))[0]
+            if start_at[j + 1] >= 0:
+                heapq.heappush(work, j + 1)
+            else:
+                pending.append(j + 1)
+    # The true path: each segment's speculative nodes from where the path joins them, plus the repaired walks.
+    mark = np.zeros(keys.size + 1, dtype=np.int64)
+    joins = np.flatnonzero(start_at >= 0)
+    np.add.at(mark, start_at[joins], 1)
+    np.add.at(mark, row_start[joins + 1], -1)
+    path = nodes[np.cumsum(mark[:-1]) > 0]
+    if walked:
+        path = np.sort(np.concatenate([path, *walked.values()]))
+    if stuck_at:
+        path = path[path <= stuck_at[min(stuck_at)]]
     steps = _step_of(words, path, n)
     # Safety net: the path must be one chain; anything else is a bug, and stopping there is the honest answer.
     if path.size > 1:
@@ -213,6 +226,92 @@ def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     return path, stop
 
 
+def _lockstep(
+    words: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Walk every segment from its first word, all in lockstep: (exits, nodes of all segments in order, the index
+    in ``nodes`` where each segment's nodes begin, with one more entry for the end)."""
+    nseg = starts.size
+    exits = np.empty(nseg, dtype=np.int64)
+    seg_of: list[np.ndarray] = []
+    pos_of: list[np.ndarray] = []
+    active = np.arange(nseg)
+    pos = starts.copy()
+    end = ends.copy()
+    top = _TABLE_LEN - 1
+    while active.size:
+        seg_of.append(active)
+        pos_of.append(pos)
+        step = STEP_WORDS[np.minimum(words[pos], top)]
+        pos = pos + np.maximum(step, 1)  # a word that is no type: the speculative walk moves on by one word
+        done = pos >= end
+        if done.any():
+            exits[active[done]] = pos[done]
+            keep = ~done
+            active, pos, end = active[keep], pos[keep], end[keep]
+    segs = np.concatenate(seg_of)
+    order = np.argsort(segs, kind="stable")  # by segment, each segment's nodes in walk order
+    nodes = np.concatenate(pos_of)[order]
+    row_start = np.concatenate(([0], np.cumsum(np.bincount(segs, minlength=nseg))))
+    return exits, nodes, row_start
+
+
+def _find(keys: np.ndarray, segs: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Flat index of node ``positions`` of segments ``segs`` in ``keys``, -1 where it is no node there."""
+    want = (segs << 32) + positions
+    at = np.minimum(np.searchsorted(keys, want), keys.size - 1)
+    return np.where(keys[at] == want, at, -1)
+
+
+def _repair(
+    words: np.ndarray, keys: np.ndarray, segs: np.ndarray, entries: np.ndarray, ends: np.ndarray, n: int
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """Walk segments ``segs`` from their true ``entries`` in lockstep, each until it reaches a node of its own
+    speculative walk (joined: the flat index), leaves its segment (leave: the exit), or meets a word that is no
+    type (stuck: its position). Returns the nodes each walked before that, and joined / leave / stuck (-1 = no)."""
+    m = segs.size
+    joined = np.full(m, -1, dtype=np.int64)
+    leave = np.full(m, -1, dtype=np.int64)
+    stuck = np.full(m, -1, dtype=np.int64)
+    who: list[np.ndarray] = []
+    where: list[np.ndarray] = []
+    active = np.arange(m)
+    pos = entries.astype(np.int64)
+    top = _TABLE_LEN - 1
+    while active.size:
+        out = pos >= ends[active]
+        if out.any():
+            leave[active[out]] = pos[out]
+            active, pos = active[~out], pos[~out]
+            if not active.size:
+                break
+        hit = _find(keys, segs[active], pos)
+        met = hit >= 0
+        if met.any():
+            joined[active[met]] = hit[met]
+            active, pos = active[~met], pos[~met]
+            if not active.size:
+                break
+        who.append(active)
+        where.append(pos)
+        step = STEP_WORDS[np.minimum(words[pos], top)]
+        bad = step == 0
+        if bad.any():
+            stuck[active[bad]] = pos[bad]
+            active, pos, step = active[~bad], pos[~bad], step[~bad]
+        pos = pos + step
+    if who:
+        w = np.concatenate(who)
+        p = np.concatenate(where)
+        order = np.argsort(w, kind="stable")
+        w, p = w[order], p[order]
+        bounds = np.searchsorted(w, np.arange(m + 1))
+        extra = [p[bounds[i] : bounds[i + 1]] for i in range(m)]
+    else:
+        extra = [np.empty(0, dtype=np.int64) for _ in range(m)]
+    return extra, joined, leave, stuck
+
+
 def _gather(words: np.ndarray, starts: np.ndarray, record_type: int, dtype: np.dtype) -> np.ndarray:
     """The payloads of the records starting at word ``starts`` as one structured array of ``dtype``."""
     nwords = PAYLOAD_SIZE[record_type] // 4
@@ -227,7 +326,12 @@ class SlotDecoder:
 
     def __init__(self, heads: SlotHeads, context: base.BlockContext, first_serial: int) -> None:
         self.heads = heads
-        self.context = dataclasses.replace(context, vec_sub_block_dim=heads.vec_sub_block_dim, dropped={})
+        self.context = dataclasses.replace(
+            context,
+            block_type=heads.block_type,
+            vec_sub_block_dim=heads.vec_sub_block_dim or context.vec_sub_block_dim,
+            dropped={},
+        )
         self.first_serial = int(first_serial)
         self.records = 0  # decoded so far
         self._pos = 0  # bytes of the record region consumed
@@ -281,8 +385,7 @@ class SlotDecoder:
             parts.append(self._block_finish())
         if not parts:
             return np.empty(0, dtype=EVENT_DTYPE), consumed
-        events = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return events, consumed
+        return base.cat(parts), consumed
 
     def _stop(self, text: str) -> None:
         self._stopped = True
@@ -317,12 +420,11 @@ class SlotDecoder:
     def _convert(self, words: np.ndarray, path: np.ndarray) -> np.ndarray:
         types = words[path]
         serials = np.arange(path.size, dtype=np.uint64) + np.uint64(self.first_serial + self.records)
-        order = np.argsort(types, kind="stable")
-        kinds, starts = np.unique(types[order], return_index=True)
-        bounds = np.append(starts, order.size)
+        codes = TYPE_CODE[types]  # every type on the path is known (the walk stopped before any other)
         out: list[np.ndarray] = []
-        for i, record_type in enumerate(kinds.tolist()):
-            rows = order[bounds[i] : bounds[i + 1]]
+        for code in np.flatnonzero(np.bincount(codes, minlength=len(CODE_TYPE))).tolist():
+            record_type = CODE_TYPE[code]
+            rows = np.flatnonzero(codes == code)
             registered = base.CONVERTERS.get(record_type)
             if registered is None:
                 self._unconverted[record_type] = self._unconverted.get(record_type, 0) + rows.size
@@ -333,12 +435,9 @@ class SlotDecoder:
             except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
                 text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
                 base.drop(self.context, text, rows.size)
-        if not out:
-            return np.empty(0, dtype=EVENT_DTYPE)
-        if len(out) == 1:
-            return out[0]
-        events = np.concatenate(out)
-        return events[np.argsort(events["serial"], kind="stable")]
+        if len(out) <= 1:
+            return base.cat(out)
+        return base.by_serial(base.cat(out))
 
     def problems(self) -> list[str]:
         lines = list(self._problems)

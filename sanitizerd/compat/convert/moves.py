@@ -117,3 +117,56 @@ def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context:
         pipe=pipe, unit=np.where(narrow, squeezed, unit),
     )  # fmt: skip
     return in_order(len(r), reads, writes)
+
+
+MOV_ALIGN = record_dtype(
+    72,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "src_gap": ("<u4", 48),
+        "dst_gap": ("<u4", 52),
+        "len_burst": ("<u4", 56),
+        "n_burst": ("<u2", 60),
+        "dst_mem": ("u1", 62),
+        "src_mem": ("u1", 63),
+        "data_type": ("u1", 64),
+        "left_pad": ("u1", 65),
+        "right_pad": ("u1", 66),
+    },
+)
+# DataType -> element bytes (B8=1, B16=2, B32=4; B4 and anything else count 1, as msSanitizer does).
+DATA_SIZE = np.ones(256, dtype=np.int64)
+DATA_SIZE[1:4] = (1, 2, 4)
+
+
+def _ceil32(x: np.ndarray) -> np.ndarray:
+    return -(-x // BLOCK) * BLOCK
+
+
+@converts(RecordType.MOV_ALIGN, dtype=MOV_ALIGN)
+def mov_align(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """DataCopyPad: ``nBurst`` bursts of ``lenBurst`` bytes. Reads cover the data only (not UB's dummy tail); a UB
+    write covers data + padding + dummy up to 32 bytes; gaps count bytes on GM and 32-byte blocks on UB."""
+    empty = records["len_burst"] == 0
+    if empty.any():
+        drop(context, "MOV_ALIGN records dropped: lenBurst is 0", int(empty.sum()))
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    keep = ~empty[rows]
+    rows, pipe = rows[keep], pipe[keep]
+    r, s = records[rows], serials[rows]
+    length = r["len_burst"].astype(np.int64)
+    n_burst = r["n_burst"].astype(np.int64)
+    src_gm = r["src_mem"] == MemType.GM
+    dst_gm = r["dst_mem"] == MemType.GM
+    read_stride = np.where(src_gm, length + r["src_gap"], _ceil32(length) + r["src_gap"].astype(np.int64) * BLOCK)
+    padding = (r["left_pad"].astype(np.int64) + r["right_pad"]) * DATA_SIZE[r["data_type"]]
+    ub_write = _ceil32(length + padding)
+    write_run = np.where(dst_gm, length, ub_write)
+    write_stride = np.where(dst_gm, length + r["dst_gap"], ub_write + r["dst_gap"].astype(np.int64) * BLOCK)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], length, n_burst, read_stride, r, s,
+                 context, pipe=pipe, unit=1)  # fmt: skip
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], write_run, n_burst, write_stride, r, s,
+                  context, pipe=pipe, unit=1)  # fmt: skip
+    return in_order(len(r), reads, writes)
