@@ -156,7 +156,10 @@ layout(
     u_mask0=("<Q", 120), u_mask1=("<Q", 128), u_block_num=("<I", 144), u_dst_bs=("<I", 148), u_src_bs=("<I", 152),
     u_repeat=("<I", 156), u_dst_rs=("<I", 160), u_src_rs=("<I", 164),
     c_dst_space=("<i", 48), c_src_space=("<i", 80), c_len=("<I", 112), c_n=("<I", 116), c_src_gap=("<I", 120),
-    c_dst_gap=("<I", 124),
+    c_dst_gap=("<I", 124), p_left=("<I", 128), p_right=("<I", 132),
+    b_src0=("<Q", 88), b_src0_bits=("B", 104), b_src1=("<Q", 120), b_src1_bits=("B", 136), b_mode=("B", 144),
+    b_mask0=("<Q", 152), b_mask1=("<Q", 160), b_block_num=("<I", 176), b_dst_bs=("<I", 180), b_src0_bs=("<I", 184),
+    b_src1_bs=("<I", 188), b_repeat=("<I", 192), b_dst_rs=("<I", 196), b_src0_rs=("<I", 200), b_src1_rs=("<I", 204),
 )  # fmt: skip
 
 # --- the model ---------------------------------------------------------------------------------------------------
@@ -605,6 +608,15 @@ def _mstx(name: str, f: dict[str, int]) -> list[Access | Sync]:
                                     g(bits), g("u_mask0"), g("u_mask1"), g("u_mode"), aicube=AICUBE)  # fmt: skip
             out += acc(kind, nbytes, b)
         return out
+    if i == 3001:
+        reads: set[int] = set()
+        for p in ("b_src0", "b_src1", "b_dst"):
+            addr, bits = (g("u_dst"), g("u_dst_bits")) if p == "b_dst" else (g(p), g(f"{p}_bits"))
+            nbytes = vector_operand(addr, g("b_block_num"), 32, g(f"{p}_bs"), g("b_repeat"), g(f"{p}_rs"), bits,
+                                    g("b_mask0"), g("b_mask1"), g("b_mode"), aicube=AICUBE)  # fmt: skip
+            if p != "b_dst":
+                reads |= nbytes
+        return [*acc(READ, reads, b), *acc(WRITE, nbytes, b)]
     if i == 4001:
         src, dst = g("c_src_space"), g("c_dst_space")
         space_mem = {v: k for k, v in cm.MEM_SPACE.items()}
@@ -614,6 +626,13 @@ def _mstx(name: str, f: dict[str, int]) -> list[Access | Sync]:
         r = pattern(g("u_src"), ln, 32, 1, n, ln + (g("c_src_gap") & 0xFFFF))
         w = pattern(g("u_dst"), ln, 32, 1, n, ln + (g("c_dst_gap") & 0xFFFF))
         return _move(f, r, w, space_mem[src], space_mem[dst])
+    if i == 4002:  # msSanitizer's equivalence: a MOV_ALIGN of the same fields (the shared model's rule)
+        space_mem = {v: k for k, v in cm.MEM_SPACE.items()}
+        eq = dict(src=g("u_src"), dst=g("u_dst"), src_gap=g("c_src_gap"), dst_gap=g("c_dst_gap"),
+                  len_burst=g("c_len"), n_burst=g("c_n") & 0xFFFF, src_mem=space_mem.get(g("c_src_space"), 9),
+                  dst_mem=space_mem.get(g("c_dst_space"), 9), data_type={8: 1, 16: 2, 32: 3}.get(g("u_dst_bits"), 0),
+                  left_pad=g("p_left") & 0xFF, right_pad=g("p_right") & 0xFF, block_id=b)  # fmt: skip
+        return cm.RULES["MOV_ALIGN"]("MOV_ALIGN", eq)
     return []
 
 
@@ -825,6 +844,15 @@ def test_mstx_records() -> None:
                            u_block_num=8, u_src_bs=1, u_dst_bs=1, u_repeat=2, u_src_rs=8, u_dst_rs=8)),
         ("MSTX_STUB", dict(interface=4001, c_src_space=cm.SPACE["GM"], c_dst_space=cm.SPACE["UB"], u_src=0x1000,
                            u_dst=0x40, c_len=2, c_n=3, c_src_gap=1)),
+        ("MSTX_STUB", dict(interface=4002, c_src_space=cm.SPACE["GM"], c_dst_space=cm.SPACE["UB"], u_src=0x1000,
+                           u_dst=0x40, c_len=20, c_n=3, c_src_gap=4, c_dst_gap=1, u_dst_bits=16, p_left=2, p_right=1)),
+        ("MSTX_STUB", dict(interface=4002, c_src_space=cm.SPACE["UB"], c_dst_space=cm.SPACE["GM"], u_src=0x40,
+                           u_dst=0x1000, c_len=20, c_n=2, c_src_gap=1, c_dst_gap=3, u_dst_bits=32)),
+        ("MSTX_STUB", dict(interface=3001, b_src0=0, b_src1=0x800, u_dst=0x400, b_src0_bits=16, b_src1_bits=16,
+                           u_dst_bits=32, b_mode=1, b_mask0=70, b_block_num=8, b_src0_bs=1, b_src1_bs=2, b_dst_bs=1,
+                           b_repeat=2, b_src0_rs=8, b_src1_rs=16, b_dst_rs=8)),
+        ("MSTX_STUB", dict(interface=3000, u_src=0, u_dst=0x400, u_src_bits=16, u_dst_bits=16, u_mode=0,
+                           u_mask0=ALL, u_mask1=ALL, u_block_num=8, u_src_bs=1, u_dst_bs=1, u_repeat=1)),
     ])  # fmt: skip
 
 
