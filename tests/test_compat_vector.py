@@ -1013,3 +1013,21 @@ def test_dropped_records_are_counted() -> None:
         "REDUCE_OP records dropped: MASK_COUNT with no reduction ratio": 1,
         "MSTX_STUB records dropped: marked as errors by the kernel": 1,
     }
+
+
+def test_alignment_as_msSanitizer_checks_it() -> None:
+    """Event ``align``: 0 = by address space; a record's own alignment of 0 (msSanitizer checks nothing) is 1."""
+    events = convert([
+        ("VGATHER", dict(src=0, dst=0x40, src_block_num=1, src_block_size=32, dst_block_num=1, dst_block_size=32,
+                         dst_repeat=1, dst_align=0)),
+        ("ELEMENT", dict(addr=0x10, block_size=4, block_num=1, access=0, align=4)),
+        ("CMPMASK_OP", dict(addr=0x20, size=16, access=1)),
+        ("VMRGSORT4_OP_C220", dict(UNARY_BASE, mask0=ALL, mask1=ALL)),
+        ("UNARY_OP", dict(UNARY_BASE, mask0=ALL, mask1=ALL)),
+    ])  # fmt: skip
+    assert list(events["align"]) == [32, 1, 4, 16, 8, 32, 0, 0]
+    chip_310p = BlockContext(block_type=2, chip=CHIPS["310P"])
+    raw = cm.record("UNARY_OP", **dict(UNARY_BASE, mask0=ALL, mask1=ALL, dst_data_bits=32))[4:]
+    reg = CONVERTERS[cm.T["UNARY_OP"]]
+    events = reg.convert(cm.T["UNARY_OP"], np.frombuffer(raw, reg.dtype), np.zeros(1, np.uint64), chip_310p)
+    assert list(events["align"]) == [2, 4]  # 310P: the element width

@@ -13,7 +13,7 @@ import numpy as np
 
 from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.layout import record_dtype
-from sanitizerd.compat.convert.plan import NO_SPACE, Plan, memtype_to_space
+from sanitizerd.compat.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
 LOAD_2D = 104
@@ -178,10 +178,12 @@ def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarra
             block_size=r["src0_block_size"],
             repeat=r["src0_repeat"],
             repeat_stride=r["src0_repeat_stride"],
-            align=r["src0_align_size"],
+            align=explicit_align(r["src0_align_size"]),
         ),
-        b=dict(block_num=r["src1_block_num"], block_size=r["src1_block_size"], align=r["src1_align_size"]),
-        c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=r["dst_align_size"]),
+        b=dict(
+            block_num=r["src1_block_num"], block_size=r["src1_block_size"], align=explicit_align(r["src1_align_size"])
+        ),
+        c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=explicit_align(r["dst_align_size"])),
     )
     return plan.build()
 
@@ -194,8 +196,8 @@ def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, 
     _matrix(
         plan,
         r,
-        a=dict(block_num=r["src0_block_num"], block_size=FRACTAL, align=r["src0_align_size"]),
-        b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=r["src1_align_size"]),
+        a=dict(block_num=r["src0_block_num"], block_size=FRACTAL, align=explicit_align(r["src0_align_size"])),
+        b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=explicit_align(r["src1_align_size"])),
         c=dict(block_num=r["dst_block_num"], block_size=1024, align=1024),
     )
     return plan.build()

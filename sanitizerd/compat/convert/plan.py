@@ -32,6 +32,14 @@ def memtype_to_space(memtype: np.ndarray) -> np.ndarray:
     return _MEMTYPE_TO_SPACE[np.asarray(memtype, dtype=np.uint8)]
 
 
+def explicit_align(size: np.ndarray | int) -> np.ndarray | int:
+    """A record's own alignment as an event's: msSanitizer checks nothing for 0, which for an event is 1 (0 means
+    "by address space")."""
+    if isinstance(size, np.ndarray):
+        return np.where(size == 0, 1, size)
+    return size or 1
+
+
 def _pick(value: np.ndarray | int, rows: np.ndarray | None) -> np.ndarray | int:
     """A slot argument for the kept rows: scalars stay scalars (assigned by broadcasting)."""
     value = np.asarray(value)

@@ -23,7 +23,7 @@ import numpy as np
 
 from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.layout import record_dtype
-from sanitizerd.compat.convert.plan import U16_MAX, Plan
+from sanitizerd.compat.convert.plan import U16_MAX, Plan, explicit_align
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
 
 # RecordType values of this family (msSanitizer's record_defs.h).
@@ -46,6 +46,7 @@ VREDUCEV2 = 10013
 VCONV_DST_S4_OP = 10014
 VCONV_SRC_S4_OP = 10015
 VSEL_OP = 10016
+SIMD_START, SIMD_END = 9999, 19999
 SCATTERVNCHWCONV = 20018
 SCATTERVNCHWCONV_A5 = 20019
 VBS32_A5 = 20020
@@ -294,6 +295,11 @@ def _at(value: np.ndarray | int, rows: np.ndarray) -> np.ndarray:
     return (value if value.ndim == 0 else value[rows]).astype(np.uint64)
 
 
+def _subset(value: np.ndarray | int, rows: np.ndarray) -> np.ndarray | int:
+    value = np.asarray(value)
+    return value if value.ndim == 0 else value[rows]
+
+
 def masked_operand(
     plan: Plan,
     access: int | np.ndarray,
@@ -382,7 +388,8 @@ def masked_operand(
             repeat_stride=rstride,
             count=ok & (n_block > 0),
             rows=rows,
-            **common,
+            pipe=V,
+            align=_subset(align, rows),
         )
         last = m - n_block * per_block
         tail_size = last * bits // np.uint64(8)
@@ -405,7 +412,8 @@ def masked_operand(
             repeat_stride=compact_stride,
             count=has_tail & compact,
             rows=rows,
-            **common,
+            pipe=V,
+            align=_subset(align, rows),
         )
         plan.add_access(
             acc,
@@ -415,7 +423,8 @@ def masked_operand(
             count=np.where(has_tail & ~compact, rep, 0),
             step=span,
             rows=rows,
-            **common,
+            pipe=V,
+            align=_subset(align, rows),
         )
 
     # General MASK_COUNT: mask0 elements in all: full repeats, then full blocks, then a partial block.
@@ -447,7 +456,8 @@ def masked_operand(
             repeat_stride=rstride,
             count=ok & (n_repeat > 0),
             rows=rows,
-            **common,
+            pipe=V,
+            align=_subset(align, rows),
         )
         rest = m0 - n_repeat * per_repeat
         last_blocks = _div(rest, per_block)
@@ -461,7 +471,8 @@ def masked_operand(
             block_stride=stride,
             count=ok & (last_blocks > 0),
             rows=rows,
-            **common,
+            pipe=V,
+            align=_subset(align, rows),
         )
         last_elements = rest - last_blocks * per_block
         plan.add_access(
@@ -471,7 +482,8 @@ def masked_operand(
             block_size=last_elements * bits // np.uint64(8),
             count=ok & (last_elements > 0),
             rows=rows,
-            **common,
+            pipe=V,
+            align=_subset(align, rows),
         )
 
     # VREDUCEV2 destination under MASK_COUNT: mask0 elements per repeat, written back to back.
@@ -484,8 +496,17 @@ def masked_operand(
             at(address),
             block_size=at(mask0) * at(data_bits) * at(repeat) // np.uint64(8),
             rows=rows,
-            **common,
+            pipe=V,
+            align=_subset(align, rows),
         )
+
+
+def simd_align(context: BlockContext, data_bits: np.ndarray | int, record_type: int) -> np.ndarray | int:
+    """msSanitizer's alignment for SIMD-range records checked by record type: on 310P the element width, else by
+    address space (0)."""
+    if context.chip.name != "310P" or not SIMD_START < record_type < SIMD_END:
+        return 0
+    return explicit_align(np.asarray(data_bits) // 8)
 
 
 def _aicube(context: BlockContext) -> bool:
@@ -533,8 +554,8 @@ def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, co
     common = dict(aicube=_aicube(context), variant=variant)
     # VMRGSORT4 alignment (msSanitizer's special rules): 910B reads need 8 bytes, writes 32; 310P's rule uses the
     # data width value itself.
-    read_align: np.ndarray | int = 0
-    write_align: np.ndarray | int = 0
+    read_align: np.ndarray | int = simd_align(context, r["src_data_bits"], record_type)
+    write_align: np.ndarray | int = simd_align(context, r["dst_data_bits"], record_type)
     if record_type == VMRGSORT4_OP_C220:
         read_align, write_align = 8, 32
     elif record_type == VMRGSORT4_OP_M200:
@@ -571,7 +592,7 @@ def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, co
     return plan.build()
 
 
-def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, **kw) -> None:
+def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, record_type: int, **kw) -> None:
     masked_operand(
         plan,
         READ,
@@ -586,11 +607,12 @@ def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, 
         r["mask1"],
         r["mask_mode"],
         aicube=_aicube(context),
+        align=simd_align(context, r[f"{name}_data_bits"], record_type),
         **kw,
     )
 
 
-def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockContext) -> None:
+def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockContext, record_type: int) -> None:
     masked_operand(
         plan,
         access,
@@ -605,6 +627,7 @@ def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockCo
         r["mask1"],
         r["mask_mode"],
         aicube=_aicube(context),
+        align=simd_align(context, r["dst_data_bits"], record_type),
     )
 
 
@@ -614,9 +637,9 @@ def convert_binary(record_type: int, records: np.ndarray, serials: np.ndarray, c
     msSanitizer takes the general MASK_COUNT path for all three (VREDUCEV2_BINARY included)."""
     r = records
     plan = Plan(len(r), serials, r, context)
-    _binary_source(plan, r, "src0", context)
-    _binary_source(plan, r, "src1", context)
-    _binary_destination(plan, r, MEMCPY if record_type == TERNARY_OP else WRITE, context)
+    _binary_source(plan, r, "src0", context, record_type)
+    _binary_source(plan, r, "src1", context, record_type)
+    _binary_destination(plan, r, MEMCPY if record_type == TERNARY_OP else WRITE, context, record_type)
     return plan.build()
 
 
@@ -648,7 +671,7 @@ def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, con
     stride 1)."""
     r = records
     plan = Plan(len(r), serials, r, context)
-    _binary_source(plan, r, "src0", context)
+    _binary_source(plan, r, "src0", context, record_type)
     unmasked = (r["src1_block_num"] == 1) | (r["src1_repeat_stride"] == 1)
     plan.add(
         EventKind.READ,
@@ -660,10 +683,11 @@ def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, con
         block_stride=r["src1_block_stride"],
         repeat=_vsel_select_repeat(r, context),
         repeat_stride=r["src1_repeat_stride"],
+        align=simd_align(context, r["src1_data_bits"], record_type),
         count=unmasked,
     )
-    _binary_source(plan, r, "src1", context, enabled=~unmasked)
-    _binary_destination(plan, r, WRITE, context)
+    _binary_source(plan, r, "src1", context, record_type, enabled=~unmasked)
+    _binary_destination(plan, r, WRITE, context, record_type)
     return plan.build()
 
 
@@ -701,6 +725,7 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
         r["mask_mode"],
         aicube=aicube,
         enabled=keep,
+        align=simd_align(context, r["src_data_bits"], record_type),
     )
     mask0 = u(r["mask0"])
     dst_mask0 = np.where(count_mode, mask0 // ratio + (mask0 % ratio != 0), mask0)
@@ -719,6 +744,7 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
         r["mask_mode"],
         aicube=aicube,
         enabled=keep,
+        align=explicit_align(r["dst_align_size"]),
     )
     plan_events = plan.build()
     return plan_events
@@ -853,7 +879,7 @@ def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, 
         block_stride=r["dst_block_stride"],
         repeat=r["dst_repeat"],
         repeat_stride=r["dst_repeat_stride"],
-        align=r["dst_align_size"],
+        align=explicit_align(r["dst_align_size"]),
     )
     return plan.build()
 
@@ -870,7 +896,7 @@ def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, 
         pipe=V,
         block_size=r["block_size"],
         block_num=r["block_num"],
-        align=r["align_size"],
+        align=explicit_align(r["align_size"]),
     )
     return plan.build()
 
