@@ -1031,3 +1031,67 @@ def test_alignment_as_msSanitizer_checks_it() -> None:
     reg = CONVERTERS[cm.T["UNARY_OP"]]
     events = reg.convert(cm.T["UNARY_OP"], np.frombuffer(raw, reg.dtype), np.zeros(1, np.uint64), chip_310p)
     assert list(events["align"]) == [2, 4]  # 310P: the element width
+
+
+_ADDR = st.integers(0, 1 << 12).map(lambda a: a * 32)
+_SMALL = st.integers(0, 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(
+    st.builds(lambda a, b, sbn, sbs, dbn, dbs, dbst, drep, drs: ("VGATHER", dict(
+        src=a, dst=b, src_block_num=sbn, src_block_size=sbs, dst_block_num=dbn, dst_block_size=dbs,
+        dst_block_stride=dbst, dst_repeat=drep, dst_repeat_stride=drs)), _ADDR, _ADDR, _SMALL,
+        st.sampled_from([0, 32, 64]), st.integers(0, 8), st.sampled_from([0, 32]), _SMALL, _SMALL, st.integers(0, 9)),
+    st.builds(lambda a, bs, bn, acc_: ("ELEMENT", dict(addr=a, block_size=bs, block_num=bn, access=acc_)), _ADDR,
+              st.integers(0, 40), _SMALL, st.integers(0, 3)),
+    st.builds(lambda a, sz, acc_: ("CMPMASK_OP", dict(addr=a, size=sz, access=acc_)), _ADDR, st.integers(0, 64),
+              st.integers(0, 3)),
+    st.builds(lambda w, rep, ss, ds, dt, sh, dh: ("SCATTERVNCHWCONV", dict(
+        src0_l=w[0], src0_h=w[1], src1_l=w[2], src1_h=w[3], dst0_l=w[4], dst0_h=w[5], dst1_l=w[6], dst1_h=w[7],
+        repeat=rep, src_stride=ss, dst_stride=ds, data_type=dt, src_high=sh, dst_high=dh)),
+        st.lists(st.integers(0, (1 << 64) - 1), min_size=8, max_size=8), _SMALL, _SMALL, _SMALL,
+        st.integers(0, 3), st.integers(0, 1), st.integers(0, 1)),
+    st.builds(lambda a, b, c, rep, dt: ("VBS32_A5", dict(src0=a, src1=b, dst=c, repeat=rep, data_type=dt)), _ADDR,
+              _ADDR, _ADDR, _SMALL, st.integers(0, 4)),
+    st.builds(lambda a, b, dt, reg, rep, ex: ("VEC_REGPROPCOOR_OP", dict(src=a, dst=b, data_type=dt, region=reg,
+              repeat=rep, extract=ex)), _ADDR, _ADDR, st.integers(0, 4), st.integers(0, 7), _SMALL, st.integers(0, 1)),
+    st.builds(lambda srcs, nums, valid, rep, stored: ("VMRGSORT4_OP_C310", dict(
+        dst=0x8000, **{f"src{i}": srcs[i] for i in range(4)}, **{f"num{i}": nums[i] for i in range(4)}, valid=valid,
+        repeat=rep, all_stored=stored)), st.lists(_ADDR, min_size=4, max_size=4),
+        st.one_of(st.lists(st.integers(0, 5), min_size=4, max_size=4), st.integers(0, 5).map(lambda k: [k] * 4)),
+        st.integers(0, 15), _SMALL, st.integers(0, 1)),
+    st.builds(lambda rep, dbs, drs, dd, m, mode, mf: ("VEC_DUP", dict(dst=0x100, repeat=rep, dst_block_stride=dbs,
+              dst_repeat_stride=drs, data_bits=dd, mask0=m, mask_mode=mode, mask1=mf)), _SMALL, _SMALL,
+              st.integers(0, 9), _BITS, st.integers(0, 300), st.integers(0, 1), st.sampled_from([0, ALL])),
+), min_size=1, max_size=6))  # fmt: skip
+def test_property_other_vector_records(records: list[tuple[str, dict[str, int]]]) -> None:
+    check(records)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(
+    st.builds(lambda s0, s1, st_, rep, sm, dm: ("LOAD_2D_SPARSE", dict(src0=s0, src1=s1, dst=0x100, start=st_,
+              repeat=rep, src_mem=sm, dst_mem=dm)), _ADDR, _ADDR, _SMALL, _SMALL, _MEMS, _MEMS),
+    st.builds(lambda idx, ss, ds, dfs, rep, am, dt, sm, dm: ("LOAD_2D_TRANSPOSE", dict(src=0x10000, dst=0, index=idx,
+              src_stride=ss, dst_stride=ds, dst_frac_stride=dfs, repeat=rep, addr_mode=am, data_type=dt, src_mem=sm,
+              dst_mem=dm)), st.integers(0, 9), _SMALL, _SMALL, _SMALL, _SMALL, st.integers(0, 1), st.integers(0, 4),
+              _MEMS, _MEMS),
+    st.builds(lambda rep, ss, ds, sfs, dfs, dt: ("LOAD_L1_2D_TRANSPOSE", dict(src=0x1000, dst=0, repeat=rep,
+              src_stride=ss, dst_stride=ds, src_frac_stride=sfs, dst_frac_stride=dfs, dtype=dt)), _SMALL,
+              st.integers(0, 9), st.integers(0, 9), _SMALL, _SMALL, st.integers(0, 4)),
+    st.builds(lambda bs, rep, bn, gap, dm: ("SET_2D", dict(dst=0x40, block_size=bs, repeat=rep, block_num=bn,
+              gap=gap, dst_mem=dm)), st.sampled_from([0, 32, 512]), _SMALL, _SMALL, _SMALL, _MEMS),
+    st.builds(lambda nb, sm: ("DECOMPRESS_HEADER", dict(src=0x100, n_block=nb, src_mem=sm)), _SMALL, _MEMS),
+    st.builds(lambda rep, dt, sm, dm: ("LOAD_B2", dict(src=0x1000, dst=0, repeat=rep, data_type=dt, src_mem=sm,
+              dst_mem=dm)), st.integers(0, 20), st.integers(0, 3), _MEMS, _MEMS),
+    st.builds(lambda nb, lb, sg, dg, ro, stp, dtp, sm, dm: ("BROADCAST", dict(src=0x100, dst=0x2000, n_burst=nb,
+              len_burst=lb, src_gap=sg, dst_gap=dg, repeat_on=ro, src_type=stp, dst_type=dtp, src_mem=sm,
+              dst_mem=dm)), _SMALL, _SMALL, _SMALL, _SMALL, st.integers(0, 1), st.integers(0, 3), st.integers(0, 3),
+              _MEMS, _MEMS),
+    st.builds(lambda a, b, c, init, src, unit: ("MMAD_A5", dict(src0=0, src1=0x400, dst=0x800, src0_block_num=a,
+              src1_block_num=b, dst_block_num=c, cmatrix_init=init, cmatrix_source=src, unit_flag=unit)), _SMALL,
+              _SMALL, _SMALL, st.integers(0, 1), st.integers(0, 1), st.integers(0, 1)),
+), min_size=1, max_size=6))  # fmt: skip
+def test_property_other_cube_records(records: list[tuple[str, dict[str, int]]]) -> None:
+    check(records)
