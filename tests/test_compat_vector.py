@@ -1058,7 +1058,7 @@ _SMALL = st.integers(0, 4)
               repeat=rep, extract=ex)), _ADDR, _ADDR, st.integers(0, 4), st.integers(0, 7), _SMALL, st.integers(0, 1)),
     st.builds(lambda srcs, nums, valid, rep, stored: ("VMRGSORT4_OP_C310", dict(
         dst=0x8000, **{f"src{i}": srcs[i] for i in range(4)}, **{f"num{i}": nums[i] for i in range(4)}, valid=valid,
-        repeat=rep, all_stored=stored)), st.lists(_ADDR, min_size=4, max_size=4),
+        repeat=rep, all_stored=stored)), st.lists(st.integers(0, 0xFFFF), min_size=4, max_size=4),
         st.one_of(st.lists(st.integers(0, 5), min_size=4, max_size=4), st.integers(0, 5).map(lambda k: [k] * 4)),
         st.integers(0, 15), _SMALL, st.integers(0, 1)),
     st.builds(lambda rep, dbs, drs, dd, m, mode, mf: ("VEC_DUP", dict(dst=0x100, repeat=rep, dst_block_stride=dbs,
