@@ -144,21 +144,27 @@ class Plan:
 
         erows = kept if which is None else kept[which]
         events = np.zeros(erows.size, dtype=EVENT_DTYPE)
-        events["kind"] = each(kind)
-        events["space"] = each(space)
+
+        def put(name: str, value: np.ndarray | int) -> None:
+            # The array is zeroed: a scalar 0 needs no write (a third of the fields of most events).
+            if isinstance(value, np.ndarray) or value:
+                events[name] = value
+
         address = each(address)
         if which is not None:
             address = np.asarray(address, dtype=np.uint64) + within * np.asarray(each(step), dtype=np.uint64)
-        events["address"] = address
+        put("address", address)
         events["serial"] = self._serials[erows]
         events["pc"] = self._pc[erows]
         events["block_id"] = self._block_id[erows]
-        events["block_type"] = self._block_type
-        events["pipe"] = each(pipe)
-        events["dst_pipe"] = each(dst_pipe)
-        events["mode"] = each(mode)
-        events["event_id"] = _clamp(each(event_id), U16_MAX)
-        events["align"] = _clamp(each(align), U16_MAX)
+        put("kind", each(kind))
+        put("space", each(space))
+        put("block_type", self._block_type)
+        put("pipe", each(pipe))
+        put("dst_pipe", each(dst_pipe))
+        put("mode", each(mode))
+        put("event_id", _clamp(each(event_id), U16_MAX))
+        put("align", _clamp(each(align), U16_MAX))
         size, num, bstride = each(block_size), each(block_num), each(block_stride)
         rep, rstride = each(repeat), each(repeat_stride)
         if isinstance(num, np.ndarray) and (num > U16_MAX).any():
@@ -167,11 +173,11 @@ class Plan:
             fold = (num > U16_MAX) & (np.asarray(bstride) == 1) & (np.asarray(rep) <= 1) & (size * num <= U32_MAX)
             size = np.where(fold, size * num, size)
             num = np.where(fold, 1, num)
-        events["block_size"] = _clamp(size, U32_MAX)
-        events["block_num"] = _clamp(num, U16_MAX)
-        events["block_stride"] = _clamp(bstride, U16_MAX)
-        events["repeat"] = _clamp(rep, U16_MAX)
-        events["repeat_stride"] = _clamp(rstride, U16_MAX)
+        put("block_size", _clamp(size, U32_MAX))
+        put("block_num", _clamp(num, U16_MAX))
+        put("block_stride", _clamp(bstride, U16_MAX))
+        put("repeat", _clamp(rep, U16_MAX))
+        put("repeat_stride", _clamp(rstride, U16_MAX))
         self._parts.append((slot, erows, events, which is None and erows.size == self.n))
 
     def add_access(self, access: np.ndarray | int, space: int | np.ndarray, address: np.ndarray | int, **kw) -> None:
@@ -204,9 +210,25 @@ class Plan:
             return parts[0][2]
         if all(p[3] for p in parts):
             # Every slot kept every record once: interleave.
-            return np.stack([p[2] for p in parts], axis=1).reshape(-1)
-        rows = np.concatenate([p[1] for p in parts]).astype(np.int64)
-        slots = np.concatenate([np.full(p[1].size, p[0], dtype=np.int64) for p in parts])
-        # Each part is in row order already: the stable sort merges sorted runs.
-        order = np.argsort(rows * self._slots + slots, kind="stable")
-        return np.concatenate([p[2] for p in parts])[order]
+            out = np.empty((self.n, len(parts)), dtype=EVENT_DTYPE)
+            raw = out.view(np.uint8).reshape(self.n, len(parts), EVENT_DTYPE.itemsize)
+            for column, part in enumerate(parts):  # as bytes: far faster than copying structured items
+                raw[:, column, :] = part[2].view(np.uint8).reshape(self.n, EVENT_DTYPE.itemsize)
+            return out.reshape(-1)
+        # Scatter each slot's events to their places: a record's events start after those of the records before
+        # it, and within a record the slots come in the order they were added (no sort).
+        width = len(parts)
+        counts = np.zeros((self.n, width), dtype=np.int64)
+        for column, part in enumerate(parts):
+            counts[:, column] = np.bincount(part[1], minlength=self.n)
+        flat = counts.reshape(-1)
+        starts = (np.cumsum(flat) - flat).reshape(self.n, width)
+        out = np.empty(int(flat.sum()), dtype=EVENT_DTYPE)
+        raw = out.view(np.uint8).reshape(out.size, EVENT_DTYPE.itemsize)
+        for column, (_, rows, events, once) in enumerate(parts):
+            at = starts[rows, column]
+            if not once and rows.size > 1 and (rows[1:] == rows[:-1]).any():
+                # A slot expanded into several events per record: they follow one another.
+                at = at + (np.arange(rows.size) - np.searchsorted(rows, rows, side="left"))
+            raw[at] = events.view(np.uint8).reshape(events.size, EVENT_DTYPE.itemsize)
+        return out
