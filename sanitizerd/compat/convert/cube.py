@@ -857,3 +857,161 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
         align=np.where(dst_b32 & (r["dst_mem"] == L0C), 1024, 0),
     )
     return plan.build()
+
+
+LOAD_3D_V2 = 142
+
+LOAD_3D_V2_DTYPE = record_dtype(
+    96,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("dst_stride", "<u2", 48),
+        ("fmap_w", "<u2", 50),
+        ("fmap_h", "<u2", 52),
+        ("fmap_c", "<u2", 54),
+        ("filter_w", "<u2", 56),
+        ("filter_h", "<u2", 58),
+        ("rpt_stride", "<u2", 60),
+        ("filter_w_stride", "<u2", 62),
+        ("filter_h_stride", "<u2", 64),
+        ("k_pos", "<u2", 66),
+        ("m_pos", "<u2", 68),
+        ("k_step", "<u2", 70),
+        ("m_step", "<u2", 72),
+        ("rpt_times", "<u2", 74),
+        ("output_m_pos", "<u2", 76),
+        ("data_type", "u1", 78),
+        ("dst_mem", "u1", 79),
+        ("src_mem", "u1", 80),
+        ("pad_top", "u1", 81),
+        ("pad_bottom", "u1", 82),
+        ("pad_left", "u1", 83),
+        ("pad_right", "u1", 84),
+        ("dilation_w", "u1", 85),
+        ("dilation_h", "u1", 86),
+        ("matrix_mode", "u1", 87),
+        ("rpt_mode", "u1", 88),
+        ("transpose", "u1", 89),
+    ],
+)
+
+_BITS_OF_TYPE = np.zeros(256, dtype=np.int64)
+_BITS_OF_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 8, 16, 32]
+# Channel counts the hardware takes, per type: channel % divisor in the allowed remainders.
+_CHANNEL_DIVISOR = np.ones(256, dtype=np.int64)
+_CHANNEL_DIVISOR[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [64, 32, 16, 8]
+_CHANNEL_OK = {DATA_B4: (0, 8, 16, 32), DATA_B8: (0, 4, 8, 16), DATA_B16: (0, 4, 8), DATA_B32: (0, 4)}
+
+
+def _positions(size: np.ndarray, before: np.ndarray, after: np.ndarray, window: np.ndarray, stride: np.ndarray):
+    """How many window positions msSanitizer walks along one axis: from -before while < size + after - window + 1,
+    by ``stride``."""
+    span = size + after - window + 1 + before
+    return np.where(span > 0, -(-span // np.maximum(stride, 1)), 0)
+
+
+def _intervals(mode1: np.ndarray, pos: np.ndarray, step: np.ndarray, stride: np.ndarray, times: np.ndarray, total):
+    """The kept index intervals of one im2col axis, as msSanitizer's window test keeps them: mode 0 keeps what
+    lies outside [pos, pos + step) (its test reads so), mode 1 the repeated windows (contiguous when step >=
+    stride). Returns two intervals (lo, hi) each, and which records have gapped mode-1 windows (not modelled)."""
+    lo1 = np.zeros_like(total)
+    hi1 = np.where(mode1, 0, np.minimum(pos, total))
+    lo2 = np.where(mode1, pos, pos + step)
+    hi2 = np.where(mode1, np.minimum(pos + stride * times, total), total)
+    gapped = mode1 & (step < stride) & (times > 0)
+    return (lo1, hi1), (np.minimum(lo2, total), hi2), gapped
+
+
+@converts(LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
+def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_3D_V2 (img2col, 910B): msSanitizer's model, kept as it is. The read walks the im2col matrix laid over
+    the source (rows = output positions, columns = filter positions x channels, ``bitSize`` bytes per element as
+    msSanitizer counts them) and keeps the rows and columns its window test passes; the write is mStep/16 fractals
+    by kStep/(32 bytes of elements) repeats at ``dst + outputMPos`` fractals. Records with an unknown type, a zero
+    dilation or stride, or a channel count the hardware refuses are dropped, as msSanitizer drops them; mode-1
+    windows with gaps (step < stride) are not modelled (their reads are dropped and counted)."""
+    r = records
+    i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
+    data_type = r["data_type"]
+    bits = _BITS_OF_TYPE[data_type]
+    channel = i64("fmap_c")
+    remainder = channel % _CHANNEL_DIVISOR[data_type]
+    channel_ok = np.zeros(len(r), dtype=bool)
+    for dtype_value, allowed in _CHANNEL_OK.items():
+        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    _no_pipe(context, "LOAD_3D_V2", pipe)
+    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
+    drop(context, "LOAD_3D_V2 records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    rows_h = _positions(i64("fmap_h"), i64("pad_top"), i64("pad_bottom"), i64("filter_h") * i64("dilation_h"),
+                        i64("filter_h_stride"))  # fmt: skip
+    rows_w = _positions(i64("fmap_w"), i64("pad_left"), i64("pad_right"), i64("filter_w") * i64("dilation_w"),
+                        i64("filter_w_stride"))  # fmt: skip
+    zero_stride = ((r["filter_h_stride"] == 0) & (rows_h > 0)) | ((r["filter_w_stride"] == 0) & (rows_w > 0))
+    drop(context, "LOAD_3D_V2 records dropped: filter stride 0", int((valid & zero_stride).sum()))
+    valid &= ~zero_stride & (pipe != NO_PIPE)
+    n_pos = rows_h * rows_w
+    k_total = i64("filter_h") * i64("filter_w") * channel
+    mode1 = r["matrix_mode"] != 0
+    bits_safe = np.maximum(bits, 1)
+    m_stride = i64("rpt_stride") * 16
+    k_stride = i64("rpt_stride") * (256 // bits_safe)
+    zero_rpt = mode1 & (i64("rpt_stride") == 0) & (n_pos > 0) & (k_total > 0)
+    drop(context, "LOAD_3D_V2 records dropped: mode-1 repeat stride 0", int((valid & zero_rpt).sum()))
+    valid &= ~zero_rpt
+    m_intervals = _intervals(mode1, i64("m_pos"), i64("m_step"), m_stride, i64("rpt_times"), n_pos)
+    k_intervals = _intervals(mode1, i64("k_pos"), i64("k_step"), k_stride, i64("rpt_times"), k_total)
+    gapped = m_intervals[2] | k_intervals[2]
+    drop(context, "LOAD_3D_V2 reads not converted: mode-1 windows with gaps", int((valid & gapped).sum()))
+    read_ok = valid & ~gapped
+    plan = Plan(len(r), serials, r, context)
+    src_space = _space(r["src_mem"], read_ok)
+    src = r["src"].astype(np.uint64)
+    for m_lo, m_hi in m_intervals[:2]:
+        for k_lo, k_hi in k_intervals[:2]:
+            rows = np.maximum(m_hi - m_lo, 0)
+            run = np.maximum(k_hi - k_lo, 0) * bits
+            stride = k_total * bits
+            full = (k_lo == 0) & (k_hi == k_total)  # whole rows: one contiguous run
+            grain = np.gcd(run, stride)
+            grain = np.where(grain == 0, 1, grain)
+            fits = ~full & (run // grain <= 0xFFFF) & (stride // grain <= 0xFFFF)
+            address = src + ((m_lo * k_total + k_lo) * bits).astype(np.uint64)
+            plan.add(EventKind.READ, src_space, address, pipe=pipe, block_size=run * rows, count=full)
+            plan.add(
+                EventKind.READ,
+                src_space,
+                address,
+                pipe=pipe,
+                block_size=grain,
+                block_num=run // grain,
+                repeat=rows,
+                repeat_stride=stride // grain,
+                count=fits,
+            )
+            plan.add(
+                EventKind.READ,
+                src_space,
+                address,
+                pipe=pipe,
+                block_size=run,
+                count=np.where(~full & ~fits, rows, 0),
+                step=stride,
+            )
+    elements = 256 // bits_safe  # elements in 32 bytes
+    transpose = r["transpose"] != 0
+    m_src = np.where(transpose, i64("k_step"), i64("m_step"))
+    k_src = np.where(transpose, i64("m_step"), i64("k_step"))
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], valid),
+        r["dst"].astype(np.uint64) + i64("output_m_pos").astype(np.uint64) * np.uint64(FRACTAL),
+        pipe=pipe,
+        block_size=FRACTAL,
+        block_num=(m_src + 15) // 16 & 0xFFFF,
+        repeat=-(-k_src // elements) & 0xFFFF,
+        repeat_stride=r["dst_stride"],
+    )
+    return plan.build()
