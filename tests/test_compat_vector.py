@@ -631,11 +631,7 @@ def _broadcast(name: str, f: dict[str, int]) -> list[Access | Sync]:
 
 
 def _pipe_all(block: int) -> list[Sync]:
-    out = []
-    for p in range(1, 12):
-        out += [Sync(cm.K["PIPE_BARRIER"], p, block=block), Sync(cm.K["SET_FLAG"], p, 0, 11, block=block),
-                Sync(cm.K["WAIT_FLAG"], p, 0, 11, block=block)]  # fmt: skip
-    return out
+    return [Sync(cm.K["PIPE_BARRIER"], cm.PIPE["ALL"], block=block)]
 
 
 MSTX_WAITS: list[tuple] = []  # the "is more" waits seen so far in the block (the model's running state)
@@ -678,11 +674,12 @@ def _mstx(name: str, f: dict[str, int]) -> list[Access | Sync]:
         return [*acc(READ, r, b, gm, 0), *acc(WRITE, w, b, gm, 0)]
     if i == 4:
         pre = _pipe_all(b) if g("b_pipe_all") else []
-        return [*pre, Sync(cm.K["CROSS_SET"], 0, 0, 31, block=b), Sync(cm.K["CROSS_WAIT"], 0, 0, 31, block=b)]
+        return [*pre, Sync(cm.K["SOFT_SYNC_ALL"], 0, 0, block=b)]
     if i in (5, 6):
         pre = _pipe_all(b) if g("f_pipe_all") else []
         kind = cm.K["SOFT_SET" if i == 5 else "SOFT_WAIT"]
-        return [*pre, Sync(kind, 0, 0, g("f_event"), 0, g("f_peer") if i == 6 else 0, b)]
+        peer = max(g("f_peer"), 0) if i == 6 else 0
+        return [*pre, Sync(kind, 0, 0, min(max(g("f_event"), 0), 0xFFFF), 0, peer, b)]
     if i == 3000:
         out = []
         for kind, p, bits in ((READ, "u_src", "u_src_bits"), (WRITE, "u_dst", "u_dst_bits")):

@@ -9,9 +9,10 @@ One record type carries several interfaces (``interfaceType``) in a union:
   + rankDim writes ``dstStride`` elements apart; REDUCESCATTER rankDim reads + one write; ALLTOALL rankDim reads +
   rankDim writes. Each access is ``repeat`` runs of count x typeSize bytes, repeatStride runs apart.
 * HCCL-V core records (3): one read of srclenBurst and one write of dstlenBurst bytes, ``repeat`` contiguous runs.
-* cross-core barrier / set flag / wait flag (4, 5, 6): optionally a full pipe barrier first (per pipe V..S_CAL:
-  barrier, set and wait to PIPE_S, event 11), then a SyncAll (``CROSS_SET``/``CROSS_WAIT`` flag 31, mode 0, two
-  sub-blocks) or a soft set/wait (``SOFT_SET``/``SOFT_WAIT``, address = the peer block).
+* cross-core barrier / set flag / wait flag (4, 5, 6): optionally a full pipe barrier first (one
+  pipe_barrier(PIPE_ALL), which the detectors expand as msSanitizer's 33 generated events do), then a software
+  SyncAll of every block (``SOFT_SYNC_ALL``; msSanitizer's FFTS flag 31 pair) or a soft set/wait
+  (``SOFT_SET``/``SOFT_WAIT`` on PIPE_S, address = the peer block), as the sync family converts the stubs.
 * vector unary / binary (3000, 3001): as UNARY_OP / BINARY_OP with 32-byte blocks, masked.
 * data copy (4001): as a DMA_MOV of 32-byte bursts.
 
@@ -45,8 +46,6 @@ ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL = 0, 1, 2, 3
 # A kernel's HCCL annotation names the ranks it moves data for; more than this many events per record is a
 # damaged record (an 8-byte-aligned i32 taken for a rank count), so the ranks are cut here.
 MAX_RANKS = 128
-SYNC_ALL_FLAG = 31  # msSanitizer's virtual flag for a software SyncAll
-PIPE_ALL_EVENT = 11  # event id of the generated set/wait pairs of a full pipe barrier
 
 U = 48  # offset of the union in MstxRecord
 
@@ -185,11 +184,9 @@ def duplicate_waits(r: np.ndarray, live: np.ndarray) -> np.ndarray:
 
 
 def _pipe_all(plan: Plan, on: np.ndarray) -> None:
-    """msSanitizer's full pipe barrier: for each pipe V..S_CAL, a barrier on it, then set and wait to PIPE_S."""
-    for pipe in range(int(Pipe.V), int(Pipe.S_CAL) + 1):
-        plan.add(EventKind.PIPE_BARRIER, 0, 0, pipe=pipe, count=on, memory=False)
-        for kind in (EventKind.SET_FLAG, EventKind.WAIT_FLAG):
-            plan.add(kind, 0, 0, pipe=pipe, dst_pipe=int(Pipe.S), event_id=PIPE_ALL_EVENT, count=on, memory=False)
+    """A full pipe barrier: one pipe_barrier(PIPE_ALL) event, which the detectors expand (every pipe waits for
+    PIPE_S, msSanitizer's 33 generated events), as the sync family converts PIPE_BARRIER records."""
+    plan.add(EventKind.PIPE_BARRIER, 0, 0, pipe=int(Pipe.ALL), count=on, memory=False)
 
 
 def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) -> None:
@@ -281,14 +278,16 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     set_flag = live & (interface == CROSS_CORE_SET_FLAG)
     wait_flag = live & (interface == CROSS_CORE_WAIT_FLAG)
     _pipe_all(plan, (barrier & (r["barrier_pipe_all"] != 0)) | ((set_flag | wait_flag) & (r["flag_pipe_all"] != 0)))
-    for kind in (EventKind.CROSS_SET, EventKind.CROSS_WAIT):
-        plan.add(kind, 0, 0, pipe=int(Pipe.S), event_id=SYNC_ALL_FLAG, block_num=2, count=barrier, memory=False)
+    # msSanitizer barriers every core whatever the record names (it warns): a software SyncAll of all blocks.
+    s = int(Pipe.S)
+    plan.add(EventKind.SOFT_SYNC_ALL, 0, 0, pipe=s, dst_pipe=s, count=barrier, memory=False)
     plan.add(
         np.where(set_flag, EventKind.SOFT_SET, EventKind.SOFT_WAIT),
         0,
-        np.where(wait_flag, r["flag_peer"].astype(np.int64), 0).astype(np.uint64),
-        pipe=int(Pipe.S),
-        event_id=r["flag_event"].astype(np.int64) & 0xFFFF,
+        np.where(wait_flag, np.maximum(r["flag_peer"], 0), 0).astype(np.uint64),
+        pipe=s,
+        dst_pipe=s,
+        event_id=np.clip(r["flag_event"], 0, 0xFFFF),
         count=set_flag | wait_flag,
         memory=False,
     )
