@@ -69,6 +69,8 @@ TARGET_SEGMENTS = 1024
 MIN_SEGMENT_WORDS = 256
 STEP_LIST: list[int] = STEP_WORDS.tolist()
 MAX_STEP = int(STEP_WORDS.max())
+STRONG = (STEP_WORDS > 0) & (np.arange(_TABLE_LEN) >= RecordType.DMA_MOV)  # types a speculative walk trusts
+SEARCH_WORDS = 2 * MAX_STEP
 # Known record types as small dense codes, for grouping a path's records by type without sorting.
 CODE_TYPE: list[int] = sorted(PAYLOAD_SIZE)
 TYPE_CODE = np.zeros(_TABLE_LEN, dtype=np.intp)
@@ -161,7 +163,11 @@ def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     left: dict[int, int] = {}  # per repaired segment that left without meeting its speculative walk: its exit
     pending = np.flatnonzero(start_at < 0).tolist()
     while pending:
-        segs = np.array(sorted(pending), dtype=np.int64)
+        # A segment whose entry is not known yet (-1: the walk before it found no record) waits for the repair
+        # of the segment before, which then moves its entry.
+        segs = np.array(sorted(j for j in pending if entries[j] >= 0), dtype=np.int64)
+        if not segs.size:
+            break
         extra, joined, leave, stuck = _repair(words, keys, segs, entries[segs], ends[segs], n)
         work = segs.tolist()
         for i, j in enumerate(work):
@@ -230,25 +236,42 @@ def _lockstep(
     words: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Walk every segment from its first word, all in lockstep: (exits, nodes of all segments in order, the index
-    in ``nodes`` where each segment's nodes begin, with one more entry for the end)."""
+    in ``nodes`` where each segment's nodes begin, with one more entry for the end).
+
+    A walk first searches, a word at a time, for a word that is a record type outside the scalar range (0-13):
+    payloads are full of zeros and small counts, which read as LOAD/STORE and would lead a walk astray, while a
+    type of 100 or more is seldom anything else. From there it follows the records exactly; only those nodes
+    count (an exact walk from a true record start is the true path). A walk that finds no such word within
+    SEARCH_WORDS follows the records from the first known type after that; one that never does has no exit (-1)."""
     nseg = starts.size
-    exits = np.empty(nseg, dtype=np.int64)
+    exits = np.full(nseg, -1, dtype=np.int64)
     seg_of: list[np.ndarray] = []
     pos_of: list[np.ndarray] = []
     active = np.arange(nseg)
     pos = starts.copy()
     end = ends.copy()
+    exact = np.zeros(nseg, dtype=bool)
+    patient = starts + SEARCH_WORDS
     top = _TABLE_LEN - 1
+    searching = True
     while active.size:
-        seg_of.append(active)
-        pos_of.append(pos)
-        step = STEP_WORDS[np.minimum(words[pos], top)]
-        pos = pos + np.maximum(step, 1)  # a word that is no type: the speculative walk moves on by one word
+        t = np.minimum(words[pos], top)
+        step = STEP_WORDS[t]
+        if searching:
+            exact |= STRONG[t] | ((pos >= patient) & (step > 0))
+            searching = not exact.all()
+            seg_of.append(active[exact])
+            pos_of.append(pos[exact])
+            pos = pos + np.where(exact, np.maximum(step, 1), 1)
+        else:
+            seg_of.append(active)
+            pos_of.append(pos)
+            pos = pos + np.maximum(step, 1)  # a word that is no type: the walk moves on by one word
         done = pos >= end
         if done.any():
-            exits[active[done]] = pos[done]
+            exits[active[done]] = np.where(exact[done], pos[done], -1)
             keep = ~done
-            active, pos, end = active[keep], pos[keep], end[keep]
+            active, pos, end, exact, patient = active[keep], pos[keep], end[keep], exact[keep], patient[keep]
     segs = np.concatenate(seg_of)
     order = np.argsort(segs, kind="stable")  # by segment, each segment's nodes in walk order
     nodes = np.concatenate(pos_of)[order]
@@ -259,6 +282,8 @@ def _lockstep(
 def _find(keys: np.ndarray, segs: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Flat index of node ``positions`` of segments ``segs`` in ``keys``, -1 where it is no node there."""
     want = (segs << 32) + positions
+    if keys.size == 0:
+        return np.full(want.size, -1, dtype=np.int64)
     at = np.minimum(np.searchsorted(keys, want), keys.size - 1)
     return np.where(keys[at] == want, at, -1)
 
@@ -441,7 +466,7 @@ class SlotDecoder:
 
     def problems(self) -> list[str]:
         lines = list(self._problems)
-        for text, count in self.context.dropped.items():
+        for text, count in sorted(self.context.dropped.items()):
             lines.append(f"{count} {text}")
         for record_type, count in sorted(self._unconverted.items())[:MAX_UNCONVERTED_LINES]:
             lines.append(

@@ -266,3 +266,16 @@ def in_order(n: int, *per_role: np.ndarray) -> np.ndarray:
     if all(len(a) == n for a in per_role):
         return interleave(*per_role)
     return by_serial(cat(list(per_role)))
+
+
+def subset(records: np.ndarray, serials: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``records[keep], serials[keep]`` (a boolean mask or sorted row indices) without numpy's slow structured
+    copy, and without any copy when every record is kept."""
+    if keep.dtype == bool:
+        if keep.all():
+            return records, serials
+        keep = np.flatnonzero(keep)
+    elif keep.size == len(records):
+        return records, serials
+    raw = np.ascontiguousarray(records).view(f"V{records.dtype.itemsize}")
+    return raw[keep].view(records.dtype), serials[keep]

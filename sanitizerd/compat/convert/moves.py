@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, in_order, record_dtype, runs
+from sanitizerd.compat.convert.base import BlockContext, converts, drop, in_order, record_dtype, runs, subset
 from sanitizerd.compat.record_types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
 from sanitizerd.protocol.records import EventKind
 
@@ -83,8 +83,7 @@ def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context:
     rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
     keep = ~bad_pad[rows]
     rows, pipe = rows[keep], pipe[keep]
-    r = records[rows]
-    s = serials[rows]
+    r, s = subset(records, serials, rows)
     n_burst = r["n_burst"].astype(np.int64)
     length = r["len_burst"].astype(np.int64)
     src_gap = r["src_stride"].astype(np.int64) * BLOCK
@@ -155,7 +154,7 @@ def mov_align(record_type: int, records: np.ndarray, serials: np.ndarray, contex
     rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
     keep = ~empty[rows]
     rows, pipe = rows[keep], pipe[keep]
-    r, s = records[rows], serials[rows]
+    r, s = subset(records, serials, rows)
     length = r["len_burst"].astype(np.int64)
     n_burst = r["n_burst"].astype(np.int64)
     src_gm = r["src_mem"] == MemType.GM
