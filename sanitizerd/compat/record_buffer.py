@@ -338,12 +338,13 @@ def _repair(
 
 
 def _gather(words: np.ndarray, starts: np.ndarray, record_type: int, dtype: np.dtype) -> np.ndarray:
-    """The payloads of the records starting at word ``starts`` as one structured array of ``dtype``."""
-    nwords = PAYLOAD_SIZE[record_type] // 4
-    block = words[(starts + 1)[:, None] + np.arange(nwords)]
-    if dtype.itemsize != nwords * 4:
-        raise ValueError(f"{_type_name(record_type)}: converter dtype is {dtype.itemsize} bytes, payload {nwords * 4}")
-    return np.ascontiguousarray(block).view(dtype).reshape(starts.size)
+    """The payloads of the records starting at word ``starts`` as one structured array of ``dtype``: a take from an
+    overlapping view of the words (item i = the payload bytes after word i), one copy per record."""
+    size = PAYLOAD_SIZE[record_type]
+    if dtype.itemsize != size:
+        raise ValueError(f"{_type_name(record_type)}: converter dtype is {dtype.itemsize} bytes, payload {size}")
+    window = np.ndarray(shape=(words.size - size // 4,), dtype=f"V{size}", buffer=words, offset=4, strides=(4,))
+    return window[starts].view(dtype)
 
 
 class SlotDecoder:

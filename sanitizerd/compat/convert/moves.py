@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, in_order, record_dtype, runs, subset
+from sanitizerd.compat.convert.base import (
+    BlockContext,
+    converts,
+    drop,
+    in_order,
+    interleave,
+    patterns,
+    record_dtype,
+    runs,
+    subset,
+)
 from sanitizerd.compat.record_types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
 from sanitizerd.protocol.records import EventKind
 
@@ -84,6 +94,16 @@ def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context:
     keep = ~bad_pad[rows]
     rows, pipe = rows[keep], pipe[keep]
     r, s = subset(records, serials, rows)
+    if not (r["byte_mode"].any() or r["pad_mode"].any()):  # the usual case: bursts of 32-byte blocks
+        length = r["len_burst"].astype(np.int64)
+        read_stride = length + r["src_stride"]
+        write_stride = length + r["dst_stride"]
+        if len(r) and max(int(read_stride.max()), int(write_stride.max())) <= 0xFFFF:
+            reads = patterns(EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], BLOCK, r["len_burst"],
+                             r["n_burst"], read_stride, r, s, context, pipe=pipe)  # fmt: skip
+            writes = patterns(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], BLOCK, r["len_burst"],
+                              r["n_burst"], write_stride, r, s, context, pipe=pipe)  # fmt: skip
+            return interleave(reads, writes)
     n_burst = r["n_burst"].astype(np.int64)
     length = r["len_burst"].astype(np.int64)
     src_gap = r["src_stride"].astype(np.int64) * BLOCK
