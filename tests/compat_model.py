@@ -127,6 +127,11 @@ layout(("MOV_CBUF_TO_BT",), 64, 0, dst=("<Q", 32), src=("<Q", 40), n_burst=("<H"
 layout(("MOV_CBUF_TO_FB",), 64, 0, dst=("<Q", 32), src=("<Q", 40), n_burst=("<H", 48), len_burst=("<H", 50),
        src_stride=("<H", 52), dst_stride=("<H", 54), dst_mem_block=("B", 56))  # fmt: skip
 
+layout(("DMA_MOV_ND2NZ",), 72, 16, dst=("<Q", 0), src=("<Q", 8), nd_num=("<H", 48), n_value=("<H", 50),
+       d_value=("<H", 52), src_nd_matrix_stride=("<H", 54), src_d_value=("<H", 56), dst_nz_c0_stride=("<H", 58),
+       dst_nz_n_stride=("<H", 60), dst_nz_matrix_stride=("<H", 62), src_mem=("B", 64), dst_mem=("B", 65),
+       data_type=("B", 66))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -369,6 +374,28 @@ def _cbuf_fb(name: str, f: dict[str, int]) -> list[Access | Sync]:
     block = _f(f, "block_id")
     return [Access(READ, SPACE["L1"], PIPE["FIX"], block, frozenset(read)),
             Access(WRITE, SPACE["FB"], PIPE["FIX"], block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_ND2NZ")
+def _nd2nz(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    size = {1: 1, 2: 2, 3: 4}.get(_f(f, "data_type"), 1)
+    nd, n, d = _f(f, "nd_num"), _f(f, "n_value"), _f(f, "d_value")
+    read: set[int] = set()
+    for i in range(nd):
+        read |= pattern(_f(f, "src") + _f(f, "src_nd_matrix_stride") * size * i, d, size, 1, n, _f(f, "src_d_value"))
+    write: set[int] = set()
+    for c in range((d * size + 31) // 32):
+        write |= pattern(_f(f, "dst") + 32 * _f(f, "dst_nz_c0_stride") * c, n, 32, _f(f, "dst_nz_n_stride"), nd,
+                         _f(f, "dst_nz_matrix_stride") * size // 32)  # fmt: skip
+    block = _f(f, "block_id")
+    columns = (d * size + 31) // 32
+    # msSanitizer loops over the matrices (reads) and the columns (writes): none, no event at all.
+    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if nd else []) + (
+        [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if columns else [])  # fmt: skip
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

@@ -216,6 +216,17 @@ def test_local_moves() -> None:
     ]
 
 
+def test_nd2nz() -> None:
+    check([
+        ("DMA_MOV_ND2NZ", dict(src=0x1000, dst=0x0, nd_num=2, n_value=3, d_value=20, src_nd_matrix_stride=100,
+                               src_d_value=24, dst_nz_c0_stride=4, dst_nz_n_stride=1, dst_nz_matrix_stride=64,
+                               src_mem=GM, dst_mem=L1, data_type=2)),
+        ("DMA_MOV_ND2NZ", dict(src=0x1000, dst=0x0, nd_num=0, n_value=3, d_value=8, src_mem=GM, dst_mem=L1)),
+        ("DMA_MOV_ND2NZ", dict(src=0x1000, dst=0x0, nd_num=1, n_value=2, d_value=40, src_d_value=40,
+                               dst_nz_c0_stride=2, dst_nz_n_stride=2, src_mem=GM, dst_mem=L1, data_type=1)),
+    ])  # fmt: skip
+
+
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
 
 
@@ -367,6 +378,9 @@ RECORDS = st.one_of(
         lambda n: rec(n, src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
                       src_mem=mem, dst_mem=mem)
     ),
+    rec("DMA_MOV_ND2NZ", src=addr, dst=addr, nd_num=small, n_value=small, d_value=st.integers(0, 40),
+        src_nd_matrix_stride=st.integers(0, 64), src_d_value=st.integers(0, 40), dst_nz_c0_stride=small,
+        dst_nz_n_stride=small, dst_nz_matrix_stride=st.integers(0, 64), src_mem=mem, dst_mem=mem, data_type=small),
     rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
         data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
     rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,

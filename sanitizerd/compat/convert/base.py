@@ -194,6 +194,7 @@ def patterns(
     *,
     pipe: int | np.ndarray,
     align: int | np.ndarray = 0,
+    block_stride: int | np.ndarray = 1,
 ) -> np.ndarray:
     """One memory event per record with msSanitizer's pattern as given (the caller makes sure the values fit the
     event's fields; ``runs`` does that for counts that may not)."""
@@ -208,11 +209,23 @@ def patterns(
     events["pipe"] = pipe
     events["block_size"] = block_size
     events["block_num"] = block_num
-    events["block_stride"] = 1
+    events["block_stride"] = block_stride
     events["repeat"] = repeat
     events["repeat_stride"] = repeat_stride
     events["align"] = align
     return events
+
+
+MAX_LOOP = 1 << 16  # events one record may make through a loop count (msSanitizer's counts are 16-bit)
+
+
+def loops(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For records making ``counts`` events each (a loop in msSanitizer's parser): per event, its record's index
+    and its loop index, record by record."""
+    counts = np.minimum(counts.astype(np.int64), MAX_LOOP)
+    which = np.repeat(np.arange(counts.size), counts)
+    index = np.arange(which.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return which, index
 
 
 def runs(
@@ -304,7 +317,7 @@ def subset(records: np.ndarray, serials: np.ndarray, keep: np.ndarray) -> tuple[
         if keep.all():
             return records, serials
         keep = np.flatnonzero(keep)
-    elif keep.size == len(records):
+    elif keep.size == len(records) and np.array_equal(keep, np.arange(keep.size)):
         return records, serials
     raw = np.ascontiguousarray(records).view(f"V{records.dtype.itemsize}")
     return raw[keep].view(records.dtype), serials[keep]

@@ -14,6 +14,7 @@ from sanitizerd.compat.convert.base import (
     drop,
     in_order,
     interleave,
+    loops,
     patterns,
     record_dtype,
     runs,
@@ -349,4 +350,52 @@ def mov_cbuf_to_fb(record_type: int, records: np.ndarray, serials: np.ndarray, c
                  context, pipe=pipe)  # fmt: skip
     writes = runs(EventKind.WRITE, Space.FB, r["dst"], run, n_burst, r["dst_stride"].astype(np.int64) * FB_BURST, r,
                   s, context, pipe=pipe, unit=FB_BURST, align=np.where(r["dst_mem_block"] == 0, 128, 64))  # fmt: skip
+    return in_order(len(r), reads, writes)
+
+
+ND2NZ = record_dtype(
+    72,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "nd_num": ("<u2", 48),
+        "n_value": ("<u2", 50),
+        "d_value": ("<u2", 52),
+        "src_nd_matrix_stride": ("<u2", 54),
+        "src_d_value": ("<u2", 56),
+        "dst_nz_c0_stride": ("<u2", 58),
+        "dst_nz_n_stride": ("<u2", 60),
+        "dst_nz_matrix_stride": ("<u2", 62),
+        "src_mem": ("u1", 64),
+        "dst_mem": ("u1", 65),
+        "data_type": ("u1", 66),
+    },
+)
+C0 = 32  # bytes of one NZ fractal row
+
+
+@converts(RecordType.DMA_MOV_ND2NZ, dtype=ND2NZ)
+def dma_mov_nd2nz(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """ND -> NZ layout (GM -> L1): per ND matrix a read of nValue rows of dValue elements (srcDValue elements
+    apart); per 32-byte column of the result a write of nValue 32-byte rows (dstNzNStride apart) per matrix."""
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    r, s = subset(records, serials, rows)
+    size = DATA_SIZE[r["data_type"]]
+    columns = -(-(r["d_value"].astype(np.int64) * size) // C0)
+    i, nd = loops(r["nd_num"])
+    ri, rs = subset(r, s, i)
+    reads = patterns(
+        EventKind.READ, MEMTYPE_TO_SPACE[ri["src_mem"]],
+        ri["src"] + (ri["src_nd_matrix_stride"].astype(np.int64) * size[i] * nd).astype(np.uint64), size[i],
+        ri["d_value"], ri["n_value"], ri["src_d_value"], ri, rs, context, pipe=pipe[i],
+    )  # fmt: skip
+    j, column = loops(columns)
+    wj, ws = subset(r, s, j)
+    writes = patterns(
+        EventKind.WRITE, MEMTYPE_TO_SPACE[wj["dst_mem"]],
+        wj["dst"] + (C0 * wj["dst_nz_c0_stride"].astype(np.int64) * column).astype(np.uint64), C0, wj["n_value"],
+        wj["nd_num"], wj["dst_nz_matrix_stride"].astype(np.int64) * size[j] // C0, wj, ws, context, pipe=pipe[j],
+        block_stride=wj["dst_nz_n_stride"],
+    )  # fmt: skip
     return in_order(len(r), reads, writes)
