@@ -132,6 +132,12 @@ layout(("DMA_MOV_ND2NZ",), 72, 16, dst=("<Q", 0), src=("<Q", 8), nd_num=("<H", 4
        dst_nz_n_stride=("<H", 60), dst_nz_matrix_stride=("<H", 62), src_mem=("B", 64), dst_mem=("B", 65),
        data_type=("B", 66))  # fmt: skip
 
+layout(("MOV_ALIGN_V2",), 120, 16, dst=("<Q", 0), src=("<Q", 8), loop1_dst_stride=("<Q", 48),
+       loop2_dst_stride=("<Q", 56), dst_stride=("<Q", 64), src_stride=("<Q", 72), loop1_src_stride=("<Q", 80),
+       loop2_src_stride=("<Q", 88), n_burst=("<I", 96), len_burst=("<I", 100), loop1_size=("<I", 104),
+       loop2_size=("<I", 108), dst_mem=("B", 112), src_mem=("B", 113), data_type=("B", 114), left_pad=("B", 115),
+       right_pad=("B", 116))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -396,6 +402,49 @@ def _nd2nz(name: str, f: dict[str, int]) -> list[Access | Sync]:
     # msSanitizer loops over the matrices (reads) and the columns (writes): none, no event at all.
     return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if nd else []) + (
         [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if columns else [])  # fmt: skip
+
+
+@rule("MOV_ALIGN_V2")
+def _mov_align_v2(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    lb, nb, l1, l2 = g("len_burst"), g("n_burst"), g("loop1_size"), g("loop2_size")
+    src, dst = g("src_mem"), g("dst_mem")
+    if lb == 0:
+        return []
+    checked_loop = l1 > 0 and l2 > 1
+    padded = g("left_pad") > 0 or g("right_pad") > 0
+    size = {1: 1, 2: 2, 3: 4}.get(g("data_type"), 1)
+    if src == MEM["GM"]:
+        if checked_loop and padded:
+            return []
+        if padded and (not 1 <= g("data_type") <= 3 or g("left_pad") * size > 32 or g("right_pad") * size > 32):
+            return []
+        compact, ub, loop_ub = g("dst_stride") == lb, g("dst_stride"), g("loop1_dst_stride") | g("loop2_dst_stride")
+    else:
+        compact, ub, loop_ub = g("src_stride") == lb, g("src_stride"), g("loop1_src_stride") | g("loop2_src_stride")
+    if (not compact and ub % 32) or (checked_loop and loop_ub % 32):
+        return []
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    looped = l1 > 1 and l2 > 1
+    pad = 0 if looped else (g("left_pad") + g("right_pad")) * size
+    read: set[int] = set()
+    write: set[int] = set()
+    for k in range(l2 if looped else 1):
+        for j in range(l1 if looped else 1):
+            s0 = g("src") + (k * g("loop2_src_stride") + j * g("loop1_src_stride") if looped else 0)
+            d0 = g("dst") + (k * g("loop2_dst_stride") + j * g("loop1_dst_stride") if looped else 0)
+            read |= pattern(s0, lb, 1, 1, nb, g("src_stride"))
+            if src == MEM["GM"] and compact:
+                write |= pattern(d0, _c32((pad + lb) * nb), 1, 1, 1, 1)
+            elif src == MEM["GM"]:
+                write |= pattern(d0, _c32(pad + lb), 1, 1, nb, g("dst_stride"))
+            else:
+                write |= pattern(d0, lb, 1, 1, nb, g("dst_stride"))
+    block = g("block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

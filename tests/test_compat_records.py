@@ -227,6 +227,23 @@ def test_nd2nz() -> None:
     ])  # fmt: skip
 
 
+def test_mov_align_v2() -> None:
+    check([
+        ("MOV_ALIGN_V2", dict(src=0x1000, dst=0x40, len_burst=45, n_burst=3, src_stride=50, dst_stride=64,
+                              src_mem=GM, dst_mem=UB, data_type=2, left_pad=3, right_pad=2)),
+        ("MOV_ALIGN_V2", dict(src=0x1000, dst=0x40, len_burst=45, n_burst=3, src_stride=45, dst_stride=45,
+                              src_mem=GM, dst_mem=UB)),  # compact
+        ("MOV_ALIGN_V2", dict(src=0x40, dst=0x1000, len_burst=40, n_burst=2, src_stride=64, dst_stride=100,
+                              loop1_size=2, loop2_size=3, loop1_src_stride=256, loop2_src_stride=1024,
+                              loop1_dst_stride=500, loop2_dst_stride=3000, src_mem=UB, dst_mem=GM)),
+        ("MOV_ALIGN_V2", dict(src=0x40, dst=0x1000, len_burst=40, n_burst=2, src_stride=70_000 * 32,
+                              dst_stride=1 << 39, src_mem=UB, dst_mem=GM)),  # strides past the event's 16 bits
+    ])  # fmt: skip
+    _, decoder = decode(cm.slot([cm.record("MOV_ALIGN_V2", len_burst=40, n_burst=1, src_stride=33, src_mem=UB,
+                                           dst_mem=GM)]))  # fmt: skip
+    assert decoder.problems() == ["1 MOV_ALIGN_V2 records dropped: lenBurst, stride, loop or padding not allowed"]
+
+
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
 
 
@@ -381,6 +398,12 @@ RECORDS = st.one_of(
     rec("DMA_MOV_ND2NZ", src=addr, dst=addr, nd_num=small, n_value=small, d_value=st.integers(0, 40),
         src_nd_matrix_stride=st.integers(0, 64), src_d_value=st.integers(0, 40), dst_nz_c0_stride=small,
         dst_nz_n_stride=small, dst_nz_matrix_stride=st.integers(0, 64), src_mem=mem, dst_mem=mem, data_type=small),
+    rec("MOV_ALIGN_V2", src=addr, dst=addr, len_burst=st.integers(0, 70), n_burst=small,
+        src_stride=st.sampled_from([0, 32, 64, 45, 70]), dst_stride=st.sampled_from([0, 32, 64, 45, 70]),
+        loop1_size=small, loop2_size=small, loop1_src_stride=st.sampled_from([0, 32, 96, 7]),
+        loop2_src_stride=st.sampled_from([0, 256, 9]), loop1_dst_stride=st.sampled_from([0, 32, 96, 7]),
+        loop2_dst_stride=st.sampled_from([0, 256, 9]), src_mem=mem, dst_mem=mem, data_type=small,
+        left_pad=small, right_pad=st.integers(0, 20)),
     rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
         data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
     rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
@@ -411,7 +434,8 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
                               "records dropped: unknown pad mode", "records dropped: lenBurst is 0",
                               "records dropped: no such address space or size",
                               "records dropped: lenBurst, dstGap or conversion not allowed",
-                              "records dropped: lenBurst, dstStride or dstMemBlock not allowed"))
+                              "records dropped: lenBurst, dstStride or dstMemBlock not allowed",
+                              "records dropped: lenBurst, stride, loop or padding not allowed"))
                for line in decoder.problems())  # fmt: skip
 
 

@@ -399,3 +399,91 @@ def dma_mov_nd2nz(record_type: int, records: np.ndarray, serials: np.ndarray, co
         block_stride=wj["dst_nz_n_stride"],
     )  # fmt: skip
     return in_order(len(r), reads, writes)
+
+
+MOV_ALIGN_V2 = record_dtype(
+    120,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "loop1_dst_stride": ("<u8", 48),
+        "loop2_dst_stride": ("<u8", 56),
+        "dst_stride": ("<u8", 64),
+        "src_stride": ("<u8", 72),
+        "loop1_src_stride": ("<u8", 80),
+        "loop2_src_stride": ("<u8", 88),
+        "n_burst": ("<u4", 96),
+        "len_burst": ("<u4", 100),
+        "loop1_size": ("<u4", 104),
+        "loop2_size": ("<u4", 108),
+        "dst_mem": ("u1", 112),
+        "src_mem": ("u1", 113),
+        "data_type": ("u1", 114),
+        "left_pad": ("u1", 115),
+        "right_pad": ("u1", 116),
+    },
+)
+
+
+def _mov_align_v2_valid(r: np.ndarray) -> np.ndarray:
+    """msSanitizer's checks of DataCopyPad v2 (it drops what fails them, with an error log)."""
+    from_gm = r["src_mem"] == MemType.GM
+    padded = (r["left_pad"] > 0) | (r["right_pad"] > 0)
+    loop_checked = (r["loop1_size"] > 0) & (r["loop2_size"] > 1)
+    size = DATA_SIZE[r["data_type"]]
+    ub_stride = np.where(from_gm, r["dst_stride"], r["src_stride"])
+    loop_strides = np.where(
+        from_gm, r["loop1_dst_stride"] | r["loop2_dst_stride"], r["loop1_src_stride"] | r["loop2_src_stride"]
+    )
+    compact = ub_stride == r["len_burst"]
+    ok = r["len_burst"] != 0
+    ok &= ~(from_gm & loop_checked & padded)
+    bad_pad = padded & (
+        (r["data_type"] < 1) | (r["data_type"] > 3) | (r["left_pad"] * size > 32) | (r["right_pad"] * size > 32)
+    )
+    ok &= ~(from_gm & bad_pad)
+    ok &= compact | (ub_stride % 32 == 0)  # a non-compact UB side needs 32-byte strides
+    ok &= ~(loop_checked & (loop_strides % 32 != 0))  # and so do the loops' UB strides
+    return ok
+
+
+@converts(RecordType.MOV_ALIGN_V2, dtype=MOV_ALIGN_V2)
+def mov_align_v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """DataCopyPad v2 (950): nBurst bursts of lenBurst bytes, strides in bytes, repeated over two loops (loop mode,
+    both loop sizes > 1) or padded left/right (from GM); a compact UB side is one contiguous run."""
+    valid = _mov_align_v2_valid(records)
+    if not valid.all():
+        drop(
+            context, "MOV_ALIGN_V2 records dropped: lenBurst, stride, loop or padding not allowed", int((~valid).sum())
+        )
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    ok = valid[rows]
+    rows, pipe = rows[ok], pipe[ok]
+    r, s = subset(records, serials, rows)
+    looped = (r["loop1_size"] > 1) & (r["loop2_size"] > 1)
+    loop1 = np.where(looped, r["loop1_size"], 1).astype(np.int64)
+    loop2 = np.where(looped, r["loop2_size"], 1).astype(np.int64)
+    i, it = loops(loop1 * loop2)
+    ri, si = subset(r, s, i)
+    j = (it % loop1[i]).astype(np.uint64)
+    k = (it // loop1[i]).astype(np.uint64)
+    src = ri["src"] + k * ri["loop2_src_stride"] + j * ri["loop1_src_stride"]
+    dst = ri["dst"] + k * ri["loop2_dst_stride"] + j * ri["loop1_dst_stride"]
+    length = ri["len_burst"].astype(np.int64)
+    n_burst = ri["n_burst"].astype(np.int64)
+    # Strides are 40-bit byte counts; more than fits an event's pattern becomes one event per burst (runs()).
+    src_stride = np.minimum(ri["src_stride"], 1 << 48).astype(np.int64)
+    dst_stride = np.minimum(ri["dst_stride"], 1 << 48).astype(np.int64)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[ri["src_mem"]], src, length, n_burst, src_stride, ri, si, context,
+                 pipe=pipe[i], unit=1)  # fmt: skip
+    from_gm = ri["src_mem"] == MemType.GM
+    padding = np.where(
+        from_gm & ~looped[i], (ri["left_pad"].astype(np.int64) + ri["right_pad"]) * DATA_SIZE[ri["data_type"]], 0
+    )
+    compact = from_gm & (ri["dst_stride"] == ri["len_burst"])
+    run = np.where(from_gm, _ceil32(padding + length), length)
+    run = np.where(compact, _ceil32((padding + length) * n_burst), run)
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[ri["dst_mem"]], dst, run, np.where(compact, 1, n_burst),
+                  np.where(compact, 1, dst_stride), ri, si, context, pipe=pipe[i], unit=1)  # fmt: skip
+    return in_order(len(ri), reads, writes)
