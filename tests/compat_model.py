@@ -138,6 +138,10 @@ layout(("MOV_ALIGN_V2",), 120, 16, dst=("<Q", 0), src=("<Q", 8), loop1_dst_strid
        loop2_size=("<I", 108), dst_mem=("B", 112), src_mem=("B", 113), data_type=("B", 114), left_pad=("B", 115),
        right_pad=("B", 116))  # fmt: skip
 
+layout(("DMA_MOV_CONV_RELU", "DMA_MOV_DEPTH_WISE"), 64, 16, dst=("<Q", 0), src=("<Q", 8), n_burst=("<H", 48),
+       len_burst=("<H", 50), src_stride=("<H", 52), dst_stride=("<H", 54), cr_mode=("B", 56), dst_mem=("B", 57),
+       src_mem=("B", 58), src_type=("B", 59), dst_type=("B", 60))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -445,6 +449,61 @@ def _mov_align_v2(name: str, f: dict[str, int]) -> list[Access | Sync]:
     block = g("block_id")
     return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
             Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_CONV_RELU")
+def _conv_relu(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    lb, nb, cr, st = _f(f, "len_burst"), _f(f, "n_burst"), _f(f, "cr_mode"), _f(f, "src_type")
+    bs, rs = (64, lb + _f(f, "src_stride") * 1024 // 64) if st == 3 else (32, lb + _f(f, "src_stride") * 512 // 32)
+    read = pattern(_f(f, "src"), lb, bs, 1, nb, rs)
+    wbs, wbn, wrs, ds = bs, lb, rs, _f(f, "dst_stride")
+    if st == 2 and cr in (0, 5, 6):
+        wrs = lb + ds
+    elif st == 3 and cr in (0, 5):
+        wbs, wbn, wrs = 32, lb * 2, lb * 2 + ds
+    elif st == 3 and cr in (1, 2, 3, 7, 10, 11, 12, 13):
+        wbs, wrs = 32, lb + ds
+    elif st == 3 and cr in (8, 9):
+        wbs, wrs = 16, lb + ds * 48 // 16
+    write = pattern(_f(f, "dst"), wbn, wbs, 1, nb, wrs)
+    block = _f(f, "block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_DEPTH_WISE")
+def _depth_wise(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None or _f(f, "n_burst") != 1:
+        return []
+    lb, cr, st = _f(f, "len_burst"), _f(f, "cr_mode"), _f(f, "src_type")
+    bs = 1024 if st == 3 else 512
+    block = _f(f, "block_id")
+    out: list[Access | Sync] = [
+        Access(READ, MEM_SPACE[src], pipe, block, frozenset(pattern(_f(f, "src"), lb, bs, 1, 1, 1)))
+    ]
+    if st == 2:
+        if cr not in (0, 5, 6):
+            return out
+        wbs = lb * 512 // 2
+    elif st == 3:
+        if cr in (0, 5):
+            wbs = lb * 1024 // 2
+        elif cr in (1, 2):
+            wbs = lb * 512 // 2
+        else:
+            return out
+    else:
+        wbs = bs
+    write = pattern(_f(f, "dst"), 1, wbs, 1, 1, 1) | pattern(
+        _f(f, "dst") + wbs + _f(f, "dst_stride") * 32, 1, wbs, 1, 1, 1
+    )
+    return [*out, Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

@@ -244,6 +244,28 @@ def test_mov_align_v2() -> None:
     assert decoder.problems() == ["1 MOV_ALIGN_V2 records dropped: lenBurst, stride, loop or padding not allowed"]
 
 
+def test_conv_relu_and_depth_wise() -> None:
+    L0C = cm.MEM["L0C"]
+    check([
+        (name, dict(src=0x0, dst=0x100, n_burst=2, len_burst=2, src_stride=1, dst_stride=1, src_mem=L0C,
+                    dst_mem=UB, src_type=t, cr_mode=mode))
+        for name in ("DMA_MOV_CONV_RELU",)
+        for t, mode in ((2, 0), (2, 1), (3, 0), (3, 2), (3, 8), (3, 4), (1, 0))
+    ] + [
+        ("DMA_MOV_DEPTH_WISE", dict(src=0x0, dst=0x100, n_burst=1, len_burst=2, dst_stride=3, src_mem=L0C,
+                                    dst_mem=UB, src_type=t, cr_mode=mode))
+        for t, mode in ((2, 0), (3, 0), (3, 1), (1, 0))
+    ])  # fmt: skip
+    _, decoder = decode(cm.slot([
+        cm.record("DMA_MOV_DEPTH_WISE", n_burst=2, len_burst=1, src_mem=L0C, dst_mem=UB),
+        cm.record("DMA_MOV_DEPTH_WISE", n_burst=1, len_burst=1, src_mem=L0C, dst_mem=UB, src_type=3, cr_mode=9),
+    ]))  # fmt: skip
+    assert decoder.problems() == [
+        "1 DMA_MOV_DEPTH_WISE records dropped: nBurst is not 1",
+        "1 DMA_MOV_DEPTH_WISE writes dropped: ConvRelu mode does not match",
+    ]
+
+
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
 
 
@@ -404,6 +426,10 @@ RECORDS = st.one_of(
         loop2_src_stride=st.sampled_from([0, 256, 9]), loop1_dst_stride=st.sampled_from([0, 32, 96, 7]),
         loop2_dst_stride=st.sampled_from([0, 256, 9]), src_mem=mem, dst_mem=mem, data_type=small,
         left_pad=small, right_pad=st.integers(0, 20)),
+    st.sampled_from(("DMA_MOV_CONV_RELU", "DMA_MOV_DEPTH_WISE")).flatmap(
+        lambda n: rec(n, src=addr, dst=addr, n_burst=st.integers(0, 2), len_burst=small, src_stride=small,
+                      dst_stride=small, src_mem=mem, dst_mem=mem, src_type=small, cr_mode=st.integers(0, 14))
+    ),
     rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
         data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
     rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
@@ -435,7 +461,8 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
                               "records dropped: no such address space or size",
                               "records dropped: lenBurst, dstGap or conversion not allowed",
                               "records dropped: lenBurst, dstStride or dstMemBlock not allowed",
-                              "records dropped: lenBurst, stride, loop or padding not allowed"))
+                              "records dropped: lenBurst, stride, loop or padding not allowed",
+                              "records dropped: nBurst is not 1", "writes dropped: ConvRelu mode does not match"))
                for line in decoder.problems())  # fmt: skip
 
 

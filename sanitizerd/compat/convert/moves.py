@@ -487,3 +487,93 @@ def mov_align_v2(record_type: int, records: np.ndarray, serials: np.ndarray, con
     writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[ri["dst_mem"]], dst, run, np.where(compact, 1, n_burst),
                   np.where(compact, 1, dst_stride), ri, si, context, pipe=pipe[i], unit=1)  # fmt: skip
     return in_order(len(ri), reads, writes)
+
+
+CONV_RELU = record_dtype(
+    64,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "n_burst": ("<u2", 48),
+        "len_burst": ("<u2", 50),
+        "src_stride": ("<u2", 52),
+        "dst_stride": ("<u2", 54),
+        "cr_mode": ("u1", 56),
+        "dst_mem": ("u1", 57),
+        "src_mem": ("u1", 58),
+        "src_type": ("u1", 59),
+        "dst_type": ("u1", 60),
+    },
+)
+B16, B32 = 2, 3  # DataType
+# ConvRelu modes by what they do to 16- and 32-bit sources (msSanitizer's tables).
+SAME_16 = (0, 5, 6)  # NONE, NONE_RELU, F16_MUL
+SAME_32 = (0, 5)  # NONE, NONE_RELU
+TO_16 = (1, 2, 3, 7, 10, 11, 12, 13)  # F32toF16_*, S32toF16_*, DEQSCALE_*16
+TO_8 = (8, 9)  # DEQSCALE_(V)DEQ8
+HALF_32 = (1, 2)  # F32toF16_NONE / _RELU (depth-wise)
+
+
+@converts(RecordType.DMA_MOV_CONV_RELU, dtype=CONV_RELU)
+def dma_mov_conv_relu(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """L0C <-> UB with conversion/ReLU (310P and older): bursts of 32-byte blocks (64 for 32-bit sources) with the
+    source gap in 512-byte (1024) units; the written size follows the conversion."""
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    r, s = subset(records, serials, rows)
+    length = r["len_burst"].astype(np.int64)
+    n_burst = r["n_burst"].astype(np.int64)
+    wide = r["src_type"] == B32
+    size = np.where(wide, 64, 32)
+    read_stride = length + r["src_stride"].astype(np.int64) * 16  # 512 / 32 and 1024 / 64 blocks
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], length * size, n_burst,
+                 read_stride * size, r, s, context, pipe=pipe, unit=size)  # fmt: skip
+    mode, gap = r["cr_mode"], r["dst_stride"].astype(np.int64)
+    # Unmatched modes keep the read's layout (msSanitizer only warns).
+    w_size, w_blocks, w_stride = size.copy(), length.copy(), read_stride.copy()
+    narrow = (r["src_type"] == B16) & np.isin(mode, SAME_16)
+    w_stride = np.where(narrow, length + gap, w_stride)
+    same = wide & np.isin(mode, SAME_32)
+    half = wide & np.isin(mode, TO_16)
+    quarter = wide & np.isin(mode, TO_8)
+    w_size = np.where(same | half, 32, np.where(quarter, 16, w_size))
+    w_blocks = np.where(same, length * 2, w_blocks)
+    w_stride = np.where(
+        same, length * 2 + gap, np.where(half, length + gap, np.where(quarter, length + gap * 3, w_stride))
+    )
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], w_blocks * w_size, n_burst,
+                  w_stride * w_size, r, s, context, pipe=pipe, unit=w_size)  # fmt: skip
+    return in_order(len(r), reads, writes)
+
+
+@converts(RecordType.DMA_MOV_DEPTH_WISE, dtype=CONV_RELU)
+def dma_mov_depth_wise(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """L0C -> UB depth-wise: one burst (others are dropped) read as lenBurst 512-byte blocks (1024 for 32-bit), and
+    written as two halves: the first 8 channels at dst, the second at dst + half + dstStride x 32 bytes."""
+    one = records["n_burst"] == 1
+    if not one.all():
+        drop(context, "DMA_MOV_DEPTH_WISE records dropped: nBurst is not 1", int((~one).sum()))
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    keep = one[rows]
+    rows, pipe = rows[keep], pipe[keep]
+    r, s = subset(records, serials, rows)
+    length = r["len_burst"].astype(np.int64)
+    wide = r["src_type"] == B32
+    size = np.where(wide, 1024, 512)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], length * size, 1, 0, r, s, context,
+                 pipe=pipe, unit=size)  # fmt: skip
+    mode = r["cr_mode"]
+    narrow = r["src_type"] == B16
+    half = np.where(narrow, length * 256, np.where(np.isin(mode, SAME_32), length * 512, length * 256))
+    half = np.where(narrow | wide, half, 512)  # other source types keep the read's block size
+    writable = ~((narrow & ~np.isin(mode, SAME_16)) | (wide & ~np.isin(mode, (*SAME_32, *HALF_32))))
+    if not writable.all():  # msSanitizer keeps the read and drops the writes
+        drop(context, "DMA_MOV_DEPTH_WISE writes dropped: ConvRelu mode does not match", int((~writable).sum()))
+    w = np.flatnonzero(writable)
+    rw, sw = subset(r, s, w)
+    first = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], rw["dst"], half[w], 1, 0, rw, sw, context,
+                 pipe=pipe[w], unit=half[w])  # fmt: skip
+    second_at = rw["dst"] + (half[w] + rw["dst_stride"].astype(np.int64) * BLOCK).astype(np.uint64)
+    second = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], second_at, half[w], 1, 0, rw, sw, context,
+                  pipe=pipe[w], unit=half[w])  # fmt: skip
+    return in_order(-1, reads, first, second)
