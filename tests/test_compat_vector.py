@@ -1244,3 +1244,18 @@ def test_load_3d_hand_built() -> None:
     holes = cm.record("LOAD_3D", **dict(base, kw=1, sw=2))[4:]  # every other column: not modelled
     assert len(reg.convert(cm.T["LOAD_3D"], np.frombuffer(holes, reg.dtype), np.zeros(1, np.uint64), context)) == 1
     assert context.dropped == {"LOAD_3D reads not converted: window walks that leave holes": 1}
+
+
+def test_duplicate_waits_carry_over_calls_with_a_block_state() -> None:
+    """With per-block state, a wait repeated across two converter calls (two feed() chunks) is still dropped."""
+    from sanitizerd.compat.convert.mstx import duplicate_waits
+
+    reg = CONVERTERS[cm.T["MSTX_STUB"]]
+    wait = dict(interface=1, cross_addr=0x9000, cross_flag=3, cross_pipe=4, cross_more=1)
+    other = dict(wait, cross_flag=4)
+    recs = np.frombuffer(b"".join(cm.record("MSTX_STUB", **f)[4:] for f in (wait, other, wait, wait)), reg.dtype)
+    live = np.ones(4, dtype=bool)
+    whole = duplicate_waits(recs, live)
+    state: dict = {}
+    split = np.concatenate([duplicate_waits(recs[:2], live[:2], state), duplicate_waits(recs[2:], live[2:], state)])
+    assert list(whole) == list(split) == [False, False, True, True]

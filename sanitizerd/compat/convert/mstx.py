@@ -158,12 +158,14 @@ def _valid_space(space: np.ndarray) -> np.ndarray:
     return np.where((space >= 0) & (space <= int(Space.FB)), space, NO_SPACE).astype(np.uint64)
 
 
-def duplicate_waits(r: np.ndarray, live: np.ndarray) -> np.ndarray:
+def duplicate_waits(r: np.ndarray, live: np.ndarray, state: dict | None = None) -> np.ndarray:
     """Waits msSanitizer drops: an "is more" cross wait equal (flag address, id, pipe, flags, block) to one of
-    the two "is more" waits before it in the block."""
+    the two "is more" waits before it in the block. ``state`` (per block, kept across calls when the decoder
+    gives one) carries the last two waits over from the block's earlier records."""
     dup = np.zeros(len(r), dtype=bool)
     waits = np.flatnonzero(live & (r["interface"] == WAIT_CROSS_SYNC) & (r["cross_more"] != 0))
-    if len(waits) < 2:
+    before = state.get("mstx_waits", np.zeros((0, 5), dtype=np.uint64)) if state is not None else None
+    if len(waits) == 0:
         return dup
     keys = np.stack(
         [
@@ -175,11 +177,16 @@ def duplicate_waits(r: np.ndarray, live: np.ndarray) -> np.ndarray:
         ],
         axis=1,
     )
-    same_prev = np.zeros(len(waits), dtype=bool)
+    carried = 0 if before is None else len(before)
+    if carried:
+        keys = np.concatenate([before, keys])
+    same_prev = np.zeros(len(keys), dtype=bool)
     same_prev[1:] = (keys[1:] == keys[:-1]).all(axis=1)
-    same_prev2 = np.zeros(len(waits), dtype=bool)
+    same_prev2 = np.zeros(len(keys), dtype=bool)
     same_prev2[2:] = (keys[2:] == keys[:-2]).all(axis=1)
-    dup[waits] = same_prev | same_prev2
+    dup[waits] = (same_prev | same_prev2)[carried:]
+    if state is not None:
+        state["mstx_waits"] = keys[-2:]
     return dup
 
 
@@ -241,7 +248,8 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
 
     # Cross-core set / wait through a flag in GM.
     is_set = live & (interface == SET_CROSS_SYNC)
-    is_wait = live & (interface == WAIT_CROSS_SYNC) & ~duplicate_waits(r, live)
+    # A per-block state dict, where the decoder keeps one (BlockContext.state), makes the drop span feed() calls.
+    is_wait = live & (interface == WAIT_CROSS_SYNC) & ~duplicate_waits(r, live, getattr(context, "state", None))
     plan.add(
         np.where(interface == WAIT_CROSS_SYNC, EventKind.MSTX_CROSS_WAIT, EventKind.MSTX_CROSS_SET),
         0,
