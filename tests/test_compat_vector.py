@@ -1259,3 +1259,49 @@ def test_duplicate_waits_carry_over_calls_with_a_block_state() -> None:
     state: dict = {}
     split = np.concatenate([duplicate_waits(recs[:2], live[:2], state), duplicate_waits(recs[2:], live[2:], state)])
     assert list(whole) == list(split) == [False, False, True, True]
+
+
+_MIXED = st.one_of(
+    st.sampled_from(_UNARY).flatmap(lambda n: masked_record(n, ("src", "dst"))),
+    st.sampled_from(_BINARY).flatmap(lambda n: masked_record(n, ("src0", "src1", "dst"))),
+    st.builds(lambda a, b, c, rep, init, unit: ("MATRIX_MUL_OP", dict(
+        src0=0, src1=0x400, dst=0x800, src0_block_num=a, src0_block_size=512, src0_repeat=rep, src0_repeat_stride=a,
+        src1_block_num=b, src1_block_size=512, dst_block_num=c, dst_block_size=1024, cmatrix_init=init,
+        unit_flag=unit)), _SMALL, _SMALL, _SMALL, _SMALL, st.integers(0, 1), st.integers(0, 1)),
+    st.builds(lambda flag, ranks, rep: ("MSTX_STUB", dict(
+        interface=2, h_flag=flag, h_ranks=ranks, h_src=0x1000, h_dst=0x9000, h_src_count=8, h_dst_count=4,
+        h_src_ts=2, h_dst_ts=4, h_src_stride=16, h_dst_stride=8, h_repeat=rep, h_src_rs=2, h_dst_rs=1)),
+        st.integers(0, 3), st.integers(0, 5), _SMALL),
+    st.builds(lambda src, dst, n, ln: ("DMA_MOV", dict(src=src, dst=dst, n_burst=n, len_burst=ln,
+              src_mem=cm.MEM["GM"], dst_mem=cm.MEM["UB"])), _ADDR, _ADDR, _SMALL, _SMALL),
+)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(records=st.lists(_MIXED, min_size=1, max_size=12), block_type=st.sampled_from([0, 1]), data=st.data())
+def test_property_buffers_through_the_slot_decoder(
+    records: list[tuple[str, dict[str, int]]], block_type: int, data: st.DataObject
+) -> None:
+    """Whole record buffers of these families mixed with DMA moves, fed to the SlotDecoder in random chunks: the
+    events, record by record, are the model's (records of several types come back in program order)."""
+    global AICUBE
+    AICUBE = block_type == 1
+    MSTX_WAITS.clear()
+    slot = cm.slot([cm.record(name, **fields) for name, fields in records], block_type=block_type)
+    region = memoryview(slot)[rb.HEADS_SIZE :]
+    decoder = rb.SlotDecoder(rb.read_heads(slot), BlockContext(block_type=block_type, chip=CHIPS["910B1"]), 11)
+    sizes = data.draw(st.lists(st.integers(1, max(len(region), 1)), max_size=6))
+    out, pending, at = [], b"", 0
+    while True:
+        take = sizes.pop(0) if sizes else len(region) - at
+        pending += bytes(region[at : at + take])
+        at = min(at + take, len(region))
+        events, used = decoder.feed(memoryview(pending), at >= len(region))
+        pending = pending[used:]
+        out.append(events)
+        if at >= len(region):
+            break
+    events = np.concatenate(out)
+    assert decoder.records == len(records)
+    assert (np.diff(events["serial"].astype(np.int64)) >= 0).all()
+    assert cm.expand(events, 11, len(records)) == cm.model(records)
