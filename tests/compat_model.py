@@ -117,6 +117,31 @@ layout(("MOV_ALIGN",), 72, 16, dst=("<Q", 0), src=("<Q", 8), src_gap=("<I", 48),
        len_burst=("<I", 56), n_burst=("<H", 60), dst_mem=("B", 62), src_mem=("B", 63), data_type=("B", 64),
        left_pad=("B", 65), right_pad=("B", 66))  # fmt: skip
 
+layout(("MOV_L1_TO_UB", "MOV_UB_TO_L1", "MOV_UB_TO_UB"), 64, 16, dst=("<Q", 0), src=("<Q", 8), n_burst=("<H", 48),
+       len_burst=("<H", 50), src_gap=("<H", 52), dst_gap=("<H", 54), dst_mem=("B", 56), src_mem=("B", 57))  # fmt: skip
+layout(("MOV_BT",), 64, 16, dst=("<Q", 0), src=("<Q", 8), src_gap=("<H", 48), dst_gap=("<H", 50),
+       len_burst=("<H", 52), n_burst=("<H", 54), conv_control=("<H", 56), dst_mem=("B", 58),
+       src_mem=("B", 59))  # fmt: skip
+layout(("MOV_CBUF_TO_BT",), 64, 0, dst=("<Q", 32), src=("<Q", 40), n_burst=("<H", 48), len_burst=("<H", 50),
+       src_gap=("<H", 52), dst_gap=("<H", 54), data_type=("B", 56), cvt_enable=("B", 57))  # fmt: skip
+layout(("MOV_CBUF_TO_FB",), 64, 0, dst=("<Q", 32), src=("<Q", 40), n_burst=("<H", 48), len_burst=("<H", 50),
+       src_stride=("<H", 52), dst_stride=("<H", 54), dst_mem_block=("B", 56))  # fmt: skip
+
+layout(("DMA_MOV_ND2NZ",), 72, 16, dst=("<Q", 0), src=("<Q", 8), nd_num=("<H", 48), n_value=("<H", 50),
+       d_value=("<H", 52), src_nd_matrix_stride=("<H", 54), src_d_value=("<H", 56), dst_nz_c0_stride=("<H", 58),
+       dst_nz_n_stride=("<H", 60), dst_nz_matrix_stride=("<H", 62), src_mem=("B", 64), dst_mem=("B", 65),
+       data_type=("B", 66))  # fmt: skip
+
+layout(("MOV_ALIGN_V2",), 120, 16, dst=("<Q", 0), src=("<Q", 8), loop1_dst_stride=("<Q", 48),
+       loop2_dst_stride=("<Q", 56), dst_stride=("<Q", 64), src_stride=("<Q", 72), loop1_src_stride=("<Q", 80),
+       loop2_src_stride=("<Q", 88), n_burst=("<I", 96), len_burst=("<I", 100), loop1_size=("<I", 104),
+       loop2_size=("<I", 108), dst_mem=("B", 112), src_mem=("B", 113), data_type=("B", 114), left_pad=("B", 115),
+       right_pad=("B", 116))  # fmt: skip
+
+layout(("DMA_MOV_CONV_RELU", "DMA_MOV_DEPTH_WISE"), 64, 16, dst=("<Q", 0), src=("<Q", 8), n_burst=("<H", 48),
+       len_burst=("<H", 50), src_stride=("<H", 52), dst_stride=("<H", 54), cr_mode=("B", 56), dst_mem=("B", 57),
+       src_mem=("B", 58), src_type=("B", 59), dst_type=("B", 60))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -307,6 +332,178 @@ def _mov_align(name: str, f: dict[str, int]) -> list[Access | Sync]:
     block = _f(f, "block_id")
     return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(pattern(_f(f, "src"), lb, 1, 1, nb, rs))),
             Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(pattern(_f(f, "dst"), wn, 1, 1, nb, ws)))]  # fmt: skip
+
+
+@rule("MOV_L1_TO_UB", "MOV_UB_TO_L1", "MOV_UB_TO_UB")
+def _mov_l1_ub(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    lb, nb = _f(f, "len_burst"), _f(f, "n_burst")
+    if pipe is None or lb == 0:
+        return []
+    block = _f(f, "block_id")
+    read = pattern(_f(f, "src"), lb, 32, 1, nb, lb + _f(f, "src_gap"))
+    write = pattern(_f(f, "dst"), lb, 32, 1, nb, lb + _f(f, "dst_gap"))
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("MOV_BT")
+def _mov_bt(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    lb, nb = _f(f, "len_burst"), _f(f, "n_burst")
+    if pipe is None or lb == 0:
+        return []
+    nbytes = pattern(_f(f, "src"), lb * 2, 32, 1, nb, lb * 2 + _f(f, "src_gap"))
+    return [Access(READ, MEM_SPACE[src], pipe, _f(f, "block_id"), frozenset(nbytes))]
+
+
+@rule("MOV_CBUF_TO_BT")
+def _cbuf_bt(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    lb, nb, dt = _f(f, "len_burst"), _f(f, "n_burst"), _f(f, "data_type")
+    if (dt in (16, 18) and (lb % 2 or _f(f, "cvt_enable"))) or _f(f, "dst_gap") % 2:  # S32 / FLOAT
+        return []
+    wl = lb * 2 if dt in (9, 12) else lb  # B16 / F16
+    block = _f(f, "block_id")
+    read = pattern(_f(f, "src"), lb, 32, 1, nb, lb + _f(f, "src_gap"))
+    write = pattern(_f(f, "dst"), wl, 32, 1, nb, wl + _f(f, "dst_gap"))
+    return [Access(READ, SPACE["L1"], PIPE["MTE1"], block, frozenset(read)),
+            Access(WRITE, SPACE["BT"], PIPE["MTE1"], block, frozenset(write))]  # fmt: skip
+
+
+@rule("MOV_CBUF_TO_FB")
+def _cbuf_fb(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    lb, nb, mb = _f(f, "len_burst"), _f(f, "n_burst"), _f(f, "dst_mem_block")
+    if (mb == 0 and (lb % 2 or _f(f, "dst_stride") % 2)) or mb >= 2:
+        return []
+    read: set[int] = set()
+    for i in range(nb):
+        read |= pattern(_f(f, "src") + i * 32 * _f(f, "src_stride"), 1, lb * 64, 1, 1, 1)
+    write = pattern(_f(f, "dst"), lb, 64, 1, nb, _f(f, "dst_stride"))
+    block = _f(f, "block_id")
+    return [Access(READ, SPACE["L1"], PIPE["FIX"], block, frozenset(read)),
+            Access(WRITE, SPACE["FB"], PIPE["FIX"], block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_ND2NZ")
+def _nd2nz(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    size = {1: 1, 2: 2, 3: 4}.get(_f(f, "data_type"), 1)
+    nd, n, d = _f(f, "nd_num"), _f(f, "n_value"), _f(f, "d_value")
+    read: set[int] = set()
+    for i in range(nd):
+        read |= pattern(_f(f, "src") + _f(f, "src_nd_matrix_stride") * size * i, d, size, 1, n, _f(f, "src_d_value"))
+    write: set[int] = set()
+    for c in range((d * size + 31) // 32):
+        write |= pattern(_f(f, "dst") + 32 * _f(f, "dst_nz_c0_stride") * c, n, 32, _f(f, "dst_nz_n_stride"), nd,
+                         _f(f, "dst_nz_matrix_stride") * size // 32)  # fmt: skip
+    block = _f(f, "block_id")
+    columns = (d * size + 31) // 32
+    # msSanitizer loops over the matrices (reads) and the columns (writes): none, no event at all.
+    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if nd else []) + (
+        [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if columns else [])  # fmt: skip
+
+
+@rule("MOV_ALIGN_V2")
+def _mov_align_v2(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    lb, nb, l1, l2 = g("len_burst"), g("n_burst"), g("loop1_size"), g("loop2_size")
+    src, dst = g("src_mem"), g("dst_mem")
+    if lb == 0:
+        return []
+    checked_loop = l1 > 0 and l2 > 1
+    padded = g("left_pad") > 0 or g("right_pad") > 0
+    size = {1: 1, 2: 2, 3: 4}.get(g("data_type"), 1)
+    if src == MEM["GM"]:
+        if checked_loop and padded:
+            return []
+        if padded and (not 1 <= g("data_type") <= 3 or g("left_pad") * size > 32 or g("right_pad") * size > 32):
+            return []
+        compact, ub, loop_ub = g("dst_stride") == lb, g("dst_stride"), g("loop1_dst_stride") | g("loop2_dst_stride")
+    else:
+        compact, ub, loop_ub = g("src_stride") == lb, g("src_stride"), g("loop1_src_stride") | g("loop2_src_stride")
+    if (not compact and ub % 32) or (checked_loop and loop_ub % 32):
+        return []
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    looped = l1 > 1 and l2 > 1
+    pad = 0 if looped else (g("left_pad") + g("right_pad")) * size
+    read: set[int] = set()
+    write: set[int] = set()
+    for k in range(l2 if looped else 1):
+        for j in range(l1 if looped else 1):
+            s0 = g("src") + (k * g("loop2_src_stride") + j * g("loop1_src_stride") if looped else 0)
+            d0 = g("dst") + (k * g("loop2_dst_stride") + j * g("loop1_dst_stride") if looped else 0)
+            read |= pattern(s0, lb, 1, 1, nb, g("src_stride"))
+            if src == MEM["GM"] and compact:
+                write |= pattern(d0, _c32((pad + lb) * nb), 1, 1, 1, 1)
+            elif src == MEM["GM"]:
+                write |= pattern(d0, _c32(pad + lb), 1, 1, nb, g("dst_stride"))
+            else:
+                write |= pattern(d0, lb, 1, 1, nb, g("dst_stride"))
+    block = g("block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_CONV_RELU")
+def _conv_relu(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    lb, nb, cr, st = _f(f, "len_burst"), _f(f, "n_burst"), _f(f, "cr_mode"), _f(f, "src_type")
+    bs, rs = (64, lb + _f(f, "src_stride") * 1024 // 64) if st == 3 else (32, lb + _f(f, "src_stride") * 512 // 32)
+    read = pattern(_f(f, "src"), lb, bs, 1, nb, rs)
+    wbs, wbn, wrs, ds = bs, lb, rs, _f(f, "dst_stride")
+    if st == 2 and cr in (0, 5, 6):
+        wrs = lb + ds
+    elif st == 3 and cr in (0, 5):
+        wbs, wbn, wrs = 32, lb * 2, lb * 2 + ds
+    elif st == 3 and cr in (1, 2, 3, 7, 10, 11, 12, 13):
+        wbs, wrs = 32, lb + ds
+    elif st == 3 and cr in (8, 9):
+        wbs, wrs = 16, lb + ds * 48 // 16
+    write = pattern(_f(f, "dst"), wbn, wbs, 1, nb, wrs)
+    block = _f(f, "block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_DEPTH_WISE")
+def _depth_wise(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None or _f(f, "n_burst") != 1:
+        return []
+    lb, cr, st = _f(f, "len_burst"), _f(f, "cr_mode"), _f(f, "src_type")
+    bs = 1024 if st == 3 else 512
+    block = _f(f, "block_id")
+    out: list[Access | Sync] = [
+        Access(READ, MEM_SPACE[src], pipe, block, frozenset(pattern(_f(f, "src"), lb, bs, 1, 1, 1)))
+    ]
+    if st == 2:
+        if cr not in (0, 5, 6):
+            return out
+        wbs = lb * 512 // 2
+    elif st == 3:
+        if cr in (0, 5):
+            wbs = lb * 1024 // 2
+        elif cr in (1, 2):
+            wbs = lb * 512 // 2
+        else:
+            return out
+    else:
+        wbs = bs
+    write = pattern(_f(f, "dst"), 1, wbs, 1, 1, 1) | pattern(
+        _f(f, "dst") + wbs + _f(f, "dst_stride") * 32, 1, wbs, 1, 1, 1
+    )
+    return [*out, Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,
