@@ -142,6 +142,12 @@ layout(("DMA_MOV_CONV_RELU", "DMA_MOV_DEPTH_WISE"), 64, 16, dst=("<Q", 0), src=(
        len_burst=("<H", 50), src_stride=("<H", 52), dst_stride=("<H", 54), cr_mode=("B", 56), dst_mem=("B", 57),
        src_mem=("B", 58), src_type=("B", 59), dst_type=("B", 60))  # fmt: skip
 
+layout(("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB"), 80, 16, dst=("<Q", 0), src=("<Q", 8), dst_stride=("<I", 48),
+       dst_nd_stride=("<I", 52), src_stride=("<H", 56), n_size=("<H", 58), m_size=("<H", 60), nd_num=("<H", 62),
+       src_nd_stride=("<H", 64), src_nz_c0_stride=("<H", 66), quant_pre_bits=("<H", 68), unit_flag=("B", 70),
+       int8_merge=("B", 71), int4_merge=("B", 72), channel_split=("B", 73), nz2nd=("B", 74), nz2dn=("B", 75),
+       c310=("B", 76))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -504,6 +510,64 @@ def _depth_wise(name: str, f: dict[str, int]) -> list[Access | Sync]:
         _f(f, "dst") + wbs + _f(f, "dst_stride") * 32, 1, wbs, 1, 1, 1
     )
     return [*out, Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]
+
+
+@rule("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB")
+def _fixpipe(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    m, n, nd_num, bits = g("m_size"), g("n_size"), g("nd_num"), g("quant_pre_bits")
+    if m == 0 or n == 0 or (g("nz2nd") and nd_num == 0):
+        return []
+    a5 = name != "MOV_FP"
+    c0 = 32 if a5 else 64
+    nd_size = 32 if a5 else (64 if g("c310") else 1024)
+    nz = g("nz2nd") or g("nz2dn")
+    read: set[int] = set()
+    write: set[int] = set()
+    if not nz:
+        read |= pattern(g("src"), m, c0, 1, (n + 15) // 16, g("src_stride"))
+    else:
+        full = n // 16
+        for nd in range(nd_num):
+            at = g("src") + g("src_nd_stride") * nd * nd_size
+            read |= pattern(at, m, c0, g("src_nz_c0_stride") if g("nz2dn") else 1, full, g("src_stride"))
+            if n % 16:
+                read |= pattern(at + g("src_stride") * full * c0, n % 16, 4, 1, m,
+                                g("src_nz_c0_stride") * 16 if g("nz2dn") else 16)  # fmt: skip
+    size = 1 if bits == 4 else bits // 8
+    if nz:
+        num = m if g("nz2dn") else n
+        for nd in range(nd_num):
+            at = g("dst") + g("dst_nd_stride") * nd * bits // 8
+            write |= pattern(at, num // 2 if bits == 4 else num, size, 1, n if g("nz2dn") else m,
+                             g("dst_stride") // 2 if bits == 4 else g("dst_stride"))  # fmt: skip
+    else:
+        bs = size if (a5 or g("c310")) else 32
+        cols, c310, rs = (n + 15) // 16, g("c310"), g("dst_stride")
+        if g("channel_split"):
+            write |= pattern(g("dst"), m * 8 if c310 else m, bs, 1, (n + 7) // 8, rs)
+        elif g("int4_merge"):
+            if c310:
+                write |= pattern(g("dst"), m * 32, bs, 1, (n + 63) // 64, rs // 2)
+            else:
+                write |= pattern(g("dst"), m, bs, 1, cols // 4, rs)
+        elif g("int8_merge"):
+            write |= pattern(g("dst"), m * 32 if c310 else m, bs, 1, cols // 2, rs)
+            if cols % 2:
+                write |= pattern(g("dst") + rs * (cols // 2) * bs, m * 16 if c310 else m, bs if c310 else 16, 1, 1,
+                                 rs * 2)  # fmt: skip
+        else:
+            write |= pattern(g("dst"), m * 16 if c310 else m * bits // 8 // 2, bs, 1, cols, rs)
+    out_space = {"MOV_FP": "GM", "FIX_L0C_TO_L1": "L1"}.get(name, "UB")
+    block = g("block_id")
+    items: list[Access | Sync] = []
+    if not nz or nd_num:  # an NZ mode loops over the ND matrices: none, no events
+        items = [Access(READ, SPACE["L0C"], PIPE["FIX"], block, frozenset(read)),
+                 Access(WRITE, SPACE[out_space], PIPE["FIX"], block, frozenset(write))]  # fmt: skip
+    if g("unit_flag"):
+        items += [Sync(K["SET_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block),
+                  Sync(K["WAIT_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block)]  # fmt: skip
+    return items
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

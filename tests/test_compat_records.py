@@ -266,6 +266,21 @@ def test_conv_relu_and_depth_wise() -> None:
     ]
 
 
+FIX_MODES = [dict(), dict(nz2nd=1, nd_num=2), dict(nz2dn=1, nd_num=2, src_nz_c0_stride=3), dict(channel_split=1),
+             dict(int4_merge=1), dict(int8_merge=1), dict(int4_merge=1, c310=1), dict(int8_merge=1, c310=1),
+             dict(c310=1), dict(unit_flag=1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB"])
+def test_fixpipe(name: str) -> None:
+    base = dict(src=0x0, dst=0x2000, m_size=3, n_size=40, src_stride=16, dst_stride=64, quant_pre_bits=16,
+                src_nd_stride=2, dst_nd_stride=256)  # fmt: skip
+    check([(name, base | mode) for mode in FIX_MODES] + [(name, base | dict(quant_pre_bits=4, nz2nd=1, nd_num=1))],
+          block_type=1)  # fmt: skip
+    _, decoder = decode(cm.slot([cm.record(name, m_size=0, n_size=16)], block_type=1))
+    assert decoder.problems() == [f"1 {name} records dropped: M, N or ND count is 0 (a no-op)"]
+
+
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
 
 
@@ -430,6 +445,14 @@ RECORDS = st.one_of(
         lambda n: rec(n, src=addr, dst=addr, n_burst=st.integers(0, 2), len_burst=small, src_stride=small,
                       dst_stride=small, src_mem=mem, dst_mem=mem, src_type=small, cr_mode=st.integers(0, 14))
     ),
+    st.sampled_from(("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB")).flatmap(
+        lambda n: rec(n, src=addr, dst=addr, m_size=small, n_size=st.integers(0, 70), nd_num=small,
+                      src_stride=small, dst_stride=small, dst_nd_stride=small, src_nd_stride=small,
+                      src_nz_c0_stride=small, quant_pre_bits=st.sampled_from([4, 8, 16, 32]),
+                      unit_flag=st.integers(0, 1), int8_merge=st.integers(0, 1), int4_merge=st.integers(0, 1),
+                      channel_split=st.integers(0, 1), nz2nd=st.integers(0, 1), nz2dn=st.integers(0, 1),
+                      c310=st.integers(0, 1))
+    ),
     rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
         data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
     rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
@@ -462,7 +485,8 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
                               "records dropped: lenBurst, dstGap or conversion not allowed",
                               "records dropped: lenBurst, dstStride or dstMemBlock not allowed",
                               "records dropped: lenBurst, stride, loop or padding not allowed",
-                              "records dropped: nBurst is not 1", "writes dropped: ConvRelu mode does not match"))
+                              "records dropped: nBurst is not 1", "writes dropped: ConvRelu mode does not match",
+                              "records dropped: M, N or ND count is 0 (a no-op)"))
                for line in decoder.problems())  # fmt: skip
 
 

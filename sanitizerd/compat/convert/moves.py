@@ -10,6 +10,8 @@ import numpy as np
 
 from sanitizerd.compat.convert.base import (
     BlockContext,
+    by_serial,
+    cat,
     converts,
     drop,
     in_order,
@@ -19,6 +21,7 @@ from sanitizerd.compat.convert.base import (
     record_dtype,
     runs,
     subset,
+    sync_events,
 )
 from sanitizerd.compat.record_types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
 from sanitizerd.protocol.records import EventKind, Space
@@ -577,3 +580,148 @@ def dma_mov_depth_wise(record_type: int, records: np.ndarray, serials: np.ndarra
     second = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], second_at, half[w], 1, 0, rw, sw, context,
                   pipe=pipe[w], unit=half[w])  # fmt: skip
     return in_order(-1, reads, first, second)
+
+
+MOV_FP = record_dtype(
+    80,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "dst_stride": ("<u4", 48),
+        "dst_nd_stride": ("<u4", 52),
+        "src_stride": ("<u2", 56),
+        "n_size": ("<u2", 58),
+        "m_size": ("<u2", 60),
+        "nd_num": ("<u2", 62),
+        "src_nd_stride": ("<u2", 64),
+        "src_nz_c0_stride": ("<u2", 66),
+        "quant_pre_bits": ("<u2", 68),
+        "unit_flag": ("u1", 70),
+        "int8_merge": ("u1", 71),
+        "int4_merge": ("u1", 72),
+        "channel_split": ("u1", 73),
+        "nz2nd": ("u1", 74),
+        "nz2dn": ("u1", 75),
+        "c310": ("u1", 76),
+    },
+)
+UNIT_FLAG_EVENT = 11  # msSanitizer's event id for the set/wait a unit flag stands for (apart from ids 0-7)
+FRACTAL = 16
+
+
+class _Fix:
+    """The events of fixpipe records, built part by part (each part one event per selected record or loop)."""
+
+    def __init__(self, records: np.ndarray, serials: np.ndarray, context: BlockContext, name: str) -> None:
+        self.records, self.serials, self.context, self.name = records, serials, context, name
+        self.parts: list[np.ndarray] = []
+        self.too_big = 0
+
+    def add(self, rows: np.ndarray, kind: int, space: int | np.ndarray, address: np.ndarray, block_size: np.ndarray,
+            block_num: np.ndarray, block_stride: np.ndarray | int, repeat: np.ndarray,
+            repeat_stride: np.ndarray) -> None:  # fmt: skip
+        values = [np.broadcast_to(np.asarray(v, dtype=np.int64), rows.size)
+                  for v in (block_num, block_stride, repeat, repeat_stride)]  # fmt: skip
+        fits = np.ones(rows.size, dtype=bool)
+        for v in values:
+            fits &= (v >= 0) & (v <= 0xFFFF)
+        self.too_big += int((~fits).sum())
+        keep = np.flatnonzero(fits)
+        r, s = subset(self.records, self.serials, rows[keep])
+        pick = [v[keep] for v in values]
+        self.parts.append(patterns(
+            kind, space, np.broadcast_to(address, rows.size)[keep], np.broadcast_to(block_size, rows.size)[keep],
+            pick[0], pick[2], pick[3], r, s, self.context, pipe=PipeType.PIPE_FIX, block_stride=pick[1],
+        ))  # fmt: skip
+
+    def done(self) -> np.ndarray:
+        drop(self.context, f"{self.name} records dropped in part: a pattern count past 65535", self.too_big)
+        return base_by_serial(self.parts)
+
+
+def base_by_serial(parts: list[np.ndarray]) -> np.ndarray:
+    return by_serial(cat(parts))
+
+
+def _fixpipe(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """MOV_FP (L0C -> GM) and FIX_L0C_TO_L1/UB (950) on PIPE_FIX: the L0C read per NZ fractal column (per ND matrix
+    and a partial last column in NZ2ND/NZ2DN mode), the write by mode (NZ2ND/DN, channel split, int4/int8 channel
+    merge, normal), and for a unit flag the set/wait FIX -> M msSanitizer adds."""
+    name = RecordType(record_type).name
+    nop = (records["m_size"] == 0) | (records["n_size"] == 0) | ((records["nz2nd"] != 0) & (records["nd_num"] == 0))
+    if nop.any():
+        drop(context, f"{name} records dropped: M, N or ND count is 0 (a no-op)", int(nop.sum()))
+    r, s = subset(records, serials, ~nop)
+    fix = _Fix(r, s, context, name)
+    out_space = {RecordType.MOV_FP: Space.GM, RecordType.FIX_L0C_TO_L1: Space.L1}.get(record_type, Space.UB)
+    a5 = record_type != RecordType.MOV_FP
+    c0, nd_unit = (32, 32) if a5 else (64, 0)
+    m = r["m_size"].astype(np.int64)
+    n = r["n_size"].astype(np.int64)
+    nd_count = r["nd_num"].astype(np.int64)
+    dn = r["nz2dn"] != 0
+    nz = (r["nz2nd"] != 0) | dn
+    c310 = r["c310"] != 0
+    nd_size = np.full(len(r), nd_unit) if a5 else np.where(c310, 64, 1024)
+    src_stride = r["src_stride"].astype(np.int64)
+    # Read of L0C.
+    plain = np.flatnonzero(~nz)
+    fix.add(plain, EventKind.READ, Space.L0C, r["src"][plain], c0, m[plain], 1, -(-n[plain] // FRACTAL),
+            src_stride[plain])  # fmt: skip
+    i, nd = loops(np.where(nz, nd_count, 0))
+    base_at = r["src"][i] + (r["src_nd_stride"][i].astype(np.int64) * nd * nd_size[i]).astype(np.uint64)
+    full = n[i] // FRACTAL
+    fix.add(i, EventKind.READ, Space.L0C, base_at, c0, m[i], np.where(dn[i], r["src_nz_c0_stride"][i], 1), full,
+            src_stride[i])  # fmt: skip
+    part = n[i] % FRACTAL != 0
+    j = i[part]
+    tail_at = base_at[part] + (src_stride[j] * full[part] * c0).astype(np.uint64)
+    tail_stride = np.where(dn[j], r["src_nz_c0_stride"][j].astype(np.int64) * FRACTAL, FRACTAL)
+    fix.add(j, EventKind.READ, Space.L0C, tail_at, 4, n[j] % FRACTAL, 1, m[j], tail_stride)
+    # Write.
+    bits = r["quant_pre_bits"].astype(np.int64)
+    size = np.where(bits == 4, 1, bits // 8)
+    dst_stride = r["dst_stride"].astype(np.int64)
+    k = i
+    nz_num = np.where(dn[k], m[k], n[k])
+    nz_at = r["dst"][k] + (r["dst_nd_stride"][k].astype(np.int64) * nd * bits[k] // 8).astype(np.uint64)
+    fix.add(k, EventKind.WRITE, out_space, nz_at, size[k], np.where(bits[k] == 4, nz_num // 2, nz_num), 1,
+            np.where(dn[k], n[k], m[k]), np.where(bits[k] == 4, dst_stride[k] // 2, dst_stride[k]))  # fmt: skip
+    p = plain
+    bsize = size[p] if a5 else np.where(c310[p], size[p], 32)
+    columns = -(-n[p] // FRACTAL)
+    split = r["channel_split"][p] != 0
+    int4 = ~split & (r["int4_merge"][p] != 0)
+    int8 = ~split & ~int4 & (r["int8_merge"][p] != 0)
+    normal = ~split & ~int4 & ~int8
+    cp = c310[p]
+    block_num = np.select(
+        [split, int4, int8, normal],
+        [np.where(cp, m[p] * 8, m[p]), np.where(cp, m[p] * 32, m[p]), np.where(cp, m[p] * 32, m[p]),
+         np.where(cp, m[p] * 16, m[p] * bits[p] // 8 // 2)],
+    )  # fmt: skip
+    repeat = np.select(
+        [split, int4, int8, normal],
+        [-(-n[p] // 8), np.where(cp, -(-n[p] // 64), columns // 4), columns // 2, columns],
+    )
+    stride = np.where(int4 & cp, dst_stride[p] // 2, dst_stride[p])
+    fix.add(p, EventKind.WRITE, out_space, r["dst"][p], bsize, block_num, 1, repeat, stride)
+    odd = int8 & (columns % 2 != 0)  # int8 merge of an odd column count: the last column goes out as it is
+    q = p[odd]
+    fix.add(q, EventKind.WRITE, out_space, r["dst"][q] + (stride[odd] * repeat[odd] * bsize[odd]).astype(np.uint64),
+            np.where(cp[odd], bsize[odd], 16), np.where(cp[odd], m[q] * 16, m[q]), 1, 1, dst_stride[q] * 2)  # fmt: skip
+    events = fix.done()
+    unit = np.flatnonzero(r["unit_flag"] != 0)
+    if unit.size:
+        ur, us = subset(r, s, unit)
+        syncs = [
+            sync_events(kind, ur, us, context, pipe=PipeType.PIPE_FIX, dst_pipe=PipeType.PIPE_M,
+                        event_id=UNIT_FLAG_EVENT)
+            for kind in (EventKind.SET_FLAG, EventKind.WAIT_FLAG)
+        ]  # fmt: skip
+        events = base_by_serial([events, *syncs])
+    return events
+
+
+converts(RecordType.MOV_FP, RecordType.FIX_L0C_TO_L1, RecordType.FIX_L0C_TO_UB, dtype=MOV_FP)(_fixpipe)
