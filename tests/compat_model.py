@@ -148,6 +148,11 @@ layout(("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB"), 80, 16, dst=("<Q", 0), src=
        int8_merge=("B", 71), int4_merge=("B", 72), channel_split=("B", 73), nz2nd=("B", 74), nz2dn=("B", 75),
        c310=("B", 76))  # fmt: skip
 
+layout(("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D"), 88, 16, dst=("<Q", 0), src=("<Q", 8), loop4_src_stride=("<Q", 48),
+       loop1_src_stride=("<Q", 56), d_value=("<I", 64), n_value=("<H", 68), nd_num=("<H", 70),
+       loop2_dst_stride=("<H", 72), loop3_dst_stride=("<H", 74), loop4_dst_stride=("<H", 76), small_c0=("B", 78),
+       src_mem=("B", 79), dst_mem=("B", 80), data_type=("B", 81))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -568,6 +573,43 @@ def _fixpipe(name: str, f: dict[str, int]) -> list[Access | Sync]:
         items += [Sync(K["SET_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block),
                   Sync(K["WAIT_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block)]  # fmt: skip
     return items
+
+
+@rule("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D")
+def _nd2nz_dav(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    size = {1: 1, 2: 2, 3: 4}.get(g("data_type"), 1)
+    src, dst = g("src_mem"), g("dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None or g("loop1_src_stride") % size or (g("small_c0") and g("d_value") > 4):
+        return []
+    nd_first = name == "DMA_MOV_ND2NZ_D"
+    rows = g("n_value") if nd_first else g("d_value")
+    row_bytes = (g("d_value") if nd_first else g("n_value")) * size
+    read: set[int] = set()
+    write: set[int] = set()
+    reads = writes = 0
+    for h in range(g("nd_num")):
+        for i in range(rows):
+            read |= pattern(g("src") + h * g("loop4_src_stride") + i * g("loop1_src_stride"), 1, row_bytes, 1, 1, 1)
+            reads += 1
+    if g("small_c0"):
+        at = g("dst")
+        align = 32 // (4 * size)
+        for h in range(g("nd_num")):
+            at = at + h * g("loop4_dst_stride") * 32
+            write |= pattern(at, (g("n_value") + align - 1) // align * align, 4 * size, 1, 1, 1)
+            writes += 1
+    else:
+        for i in range((g("d_value") * size + 31) // 32):
+            for h in range(g("nd_num")):
+                for k in range(rows):
+                    at = g("dst") + i * g("loop3_dst_stride") * 32 + h * g("loop4_dst_stride") * 32
+                    write |= pattern(at + k * g("loop2_dst_stride") * 32, 1, 32, 1, 1, 1)
+                    writes += 1
+    block = g("block_id")
+    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if g("nd_num") else []) + (
+        [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if writes else [])  # fmt: skip
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

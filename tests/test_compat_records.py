@@ -281,6 +281,28 @@ def test_fixpipe(name: str) -> None:
     assert decoder.problems() == [f"1 {name} records dropped: M, N or ND count is 0 (a no-op)"]
 
 
+@pytest.mark.parametrize("name", ["DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D"])
+def test_nd2nz_950(name: str) -> None:
+    base = dict(
+        src=0x1000,
+        dst=0x0,
+        loop4_src_stride=4096,
+        loop1_src_stride=96,
+        d_value=20,
+        n_value=3,
+        nd_num=2,
+        loop2_dst_stride=1,
+        loop3_dst_stride=5,
+        loop4_dst_stride=20,
+        src_mem=GM,
+        dst_mem=L1,
+        data_type=2,
+    )
+    check([(name, base), (name, base | dict(small_c0=1, d_value=4)), (name, base | dict(nd_num=0))])  # fmt: skip
+    _, decoder = decode(cm.slot([cm.record(name, **(base | dict(loop1_src_stride=3)))]))
+    assert decoder.problems() == [f"1 {name} records dropped: loop1 stride or small-C0 D not allowed"]
+
+
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
 
 
@@ -453,6 +475,12 @@ RECORDS = st.one_of(
                       channel_split=st.integers(0, 1), nz2nd=st.integers(0, 1), nz2dn=st.integers(0, 1),
                       c310=st.integers(0, 1))
     ),
+    st.sampled_from(("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D")).flatmap(
+        lambda n: rec(n, src=addr, dst=addr, loop4_src_stride=st.integers(0, 512),
+                      loop1_src_stride=st.integers(0, 128), d_value=st.integers(0, 40), n_value=small, nd_num=small,
+                      loop2_dst_stride=small, loop3_dst_stride=small, loop4_dst_stride=small,
+                      small_c0=st.integers(0, 1), src_mem=mem, dst_mem=mem, data_type=small)
+    ),
     rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
         data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
     rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
@@ -486,7 +514,8 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
                               "records dropped: lenBurst, dstStride or dstMemBlock not allowed",
                               "records dropped: lenBurst, stride, loop or padding not allowed",
                               "records dropped: nBurst is not 1", "writes dropped: ConvRelu mode does not match",
-                              "records dropped: M, N or ND count is 0 (a no-op)"))
+                              "records dropped: M, N or ND count is 0 (a no-op)",
+                              "records dropped: loop1 stride or small-C0 D not allowed"))
                for line in decoder.problems())  # fmt: skip
 
 

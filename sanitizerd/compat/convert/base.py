@@ -302,10 +302,13 @@ def runs(
     return by_serial(cat([events, extra]))
 
 
-def in_order(n: int, *per_role: np.ndarray) -> np.ndarray:
-    """Events of the same ``n`` records, one array per role (reads, writes), merged record by record with the roles
-    in the order given: ``interleave`` when each role has one event per record, else a stable sort by serial."""
-    if all(len(a) == n for a in per_role):
+def in_order(serials: np.ndarray | None, *per_role: np.ndarray) -> np.ndarray:
+    """Events of the same records, one array per role (reads, writes), merged record by record with the roles in
+    the order given: ``interleave`` when each role has exactly one event per record (its serials are ``serials``),
+    else a stable sort by serial (``serials`` None: always)."""
+    if serials is not None and all(
+        len(role) == len(serials) and np.array_equal(role["serial"], serials) for role in per_role
+    ):
         return interleave(*per_role)
     return by_serial(cat(list(per_role)))
 

@@ -139,7 +139,7 @@ def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context:
         EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], write_run, write_rep, write_stride, r, s, context,
         pipe=pipe, unit=np.where(narrow, squeezed, unit),
     )  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_ALIGN = record_dtype(
@@ -192,7 +192,7 @@ def mov_align(record_type: int, records: np.ndarray, serials: np.ndarray, contex
                  context, pipe=pipe, unit=1)  # fmt: skip
     writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], write_run, n_burst, write_stride, r, s,
                   context, pipe=pipe, unit=1)  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_L1_UB = record_dtype(
@@ -248,7 +248,7 @@ def mov_l1_ub(record_type: int, records: np.ndarray, serials: np.ndarray, contex
                  s, context, pipe=pipe)  # fmt: skip
     writes = runs(EventKind.WRITE, dst_space, r["dst"], length * BLOCK, n_burst, (length + r["dst_gap"]) * BLOCK,
                   r, s, context, pipe=pipe)  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_BT = record_dtype(
@@ -317,7 +317,7 @@ def mov_cbuf_to_bt(record_type: int, records: np.ndarray, serials: np.ndarray, c
                  context, pipe=pipe)  # fmt: skip
     writes = runs(EventKind.WRITE, Space.BT, r["dst"], written * BLOCK, n_burst, (written + r["dst_gap"]) * BLOCK,
                   r, s, context, pipe=pipe, align=64)  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_CBUF_FB = record_dtype(
@@ -353,7 +353,7 @@ def mov_cbuf_to_fb(record_type: int, records: np.ndarray, serials: np.ndarray, c
                  context, pipe=pipe)  # fmt: skip
     writes = runs(EventKind.WRITE, Space.FB, r["dst"], run, n_burst, r["dst_stride"].astype(np.int64) * FB_BURST, r,
                   s, context, pipe=pipe, unit=FB_BURST, align=np.where(r["dst_mem_block"] == 0, 128, 64))  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 ND2NZ = record_dtype(
@@ -401,7 +401,7 @@ def dma_mov_nd2nz(record_type: int, records: np.ndarray, serials: np.ndarray, co
         wj["nd_num"], wj["dst_nz_matrix_stride"].astype(np.int64) * size[j] // C0, wj, ws, context, pipe=pipe[j],
         block_stride=wj["dst_nz_n_stride"],
     )  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_ALIGN_V2 = record_dtype(
@@ -489,7 +489,7 @@ def mov_align_v2(record_type: int, records: np.ndarray, serials: np.ndarray, con
     run = np.where(compact, _ceil32((padding + length) * n_burst), run)
     writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[ri["dst_mem"]], dst, run, np.where(compact, 1, n_burst),
                   np.where(compact, 1, dst_stride), ri, si, context, pipe=pipe[i], unit=1)  # fmt: skip
-    return in_order(len(ri), reads, writes)
+    return in_order(si, reads, writes)
 
 
 CONV_RELU = record_dtype(
@@ -546,7 +546,7 @@ def dma_mov_conv_relu(record_type: int, records: np.ndarray, serials: np.ndarray
     )
     writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], w_blocks * w_size, n_burst,
                   w_stride * w_size, r, s, context, pipe=pipe, unit=w_size)  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 @converts(RecordType.DMA_MOV_DEPTH_WISE, dtype=CONV_RELU)
@@ -579,7 +579,7 @@ def dma_mov_depth_wise(record_type: int, records: np.ndarray, serials: np.ndarra
     second_at = rw["dst"] + (half[w] + rw["dst_stride"].astype(np.int64) * BLOCK).astype(np.uint64)
     second = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], second_at, half[w], 1, 0, rw, sw, context,
                   pipe=pipe[w], unit=half[w])  # fmt: skip
-    return in_order(-1, reads, first, second)
+    return in_order(None, reads, first, second)
 
 
 MOV_FP = record_dtype(
@@ -725,3 +725,77 @@ def _fixpipe(record_type: int, records: np.ndarray, serials: np.ndarray, context
 
 
 converts(RecordType.MOV_FP, RecordType.FIX_L0C_TO_L1, RecordType.FIX_L0C_TO_UB, dtype=MOV_FP)(_fixpipe)
+
+
+ND2NZ_DAV = record_dtype(
+    88,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "loop4_src_stride": ("<u8", 48),
+        "loop1_src_stride": ("<u8", 56),
+        "d_value": ("<u4", 64),
+        "n_value": ("<u2", 68),
+        "nd_num": ("<u2", 70),
+        "loop2_dst_stride": ("<u2", 72),
+        "loop3_dst_stride": ("<u2", 74),
+        "loop4_dst_stride": ("<u2", 76),
+        "small_c0": ("u1", 78),
+        "src_mem": ("u1", 79),
+        "dst_mem": ("u1", 80),
+        "data_type": ("u1", 81),
+    },
+)
+
+
+@converts(RecordType.DMA_MOV_ND2NZ_D, RecordType.DMA_MOV_DN2NZ_D, dtype=ND2NZ_DAV)
+def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """ND/DN -> NZ on 950: per ND matrix, one read per row (dValue elements for ND, nValue for DN,
+    loop1SrcStride bytes apart); writes per 32-byte fractal column and matrix, rowNum rows loop2DstStride x 32
+    bytes apart, or in small-C0 mode one run of 4-element rows per matrix (at msSanitizer's cumulative offsets)."""
+    name = RecordType(record_type).name
+    size = DATA_SIZE[records["data_type"]]
+    bad = (records["loop1_src_stride"] % size.astype(np.uint64) != 0) | (
+        (records["small_c0"] != 0) & (records["d_value"] > 4)
+    )
+    if bad.any():
+        drop(context, f"{name} records dropped: loop1 stride or small-C0 D not allowed", int(bad.sum()))
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    keep = ~bad[rows]
+    rows, pipe = rows[keep], pipe[keep]
+    r, s = subset(records, serials, rows)
+    size = DATA_SIZE[r["data_type"]]
+    nd_first = record_type == RecordType.DMA_MOV_ND2NZ_D
+    n_value = r["n_value"].astype(np.int64)
+    d_value = r["d_value"].astype(np.int64)
+    row_count = n_value if nd_first else d_value
+    row_bytes = (d_value if nd_first else n_value) * size
+    i, h = loops(r["nd_num"])
+    ri, si = subset(r, s, i)
+    src = ri["src"] + h.astype(np.uint64) * ri["loop4_src_stride"]
+    stride = np.minimum(ri["loop1_src_stride"], 1 << 48).astype(np.int64)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[ri["src_mem"]], src, row_bytes[i], row_count[i], stride, ri, si,
+                 context, pipe=pipe[i], unit=np.maximum(row_bytes[i], 1))  # fmt: skip
+    small = r["small_c0"] != 0
+    # Small C0: rows of 4 elements, nValue rounded up to a whole 32 bytes, one run per matrix.
+    sm = small[i]
+    per_row = 4 * size[i]
+    rounded = -(-n_value[i] // (C0 // per_row)) * (C0 // per_row)
+    triangle = (h * (h + 1) // 2).astype(np.uint64)  # msSanitizer adds h x stride to the previous address
+    small_at = ri["dst"] + triangle * ri["loop4_dst_stride"].astype(np.uint64) * np.uint64(C0)
+    w_small = np.flatnonzero(sm)
+    rs_, ss_ = subset(ri, si, w_small)
+    small_writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rs_["dst_mem"]], small_at[w_small],
+                        (rounded * per_row)[w_small], 1, 0, rs_, ss_, context, pipe=pipe[i][w_small],
+                        unit=per_row[w_small])  # fmt: skip
+    # Default: per fractal column m and matrix h, rowNum 32-byte rows.
+    matrices = np.where(small, 0, -(-(d_value * size) // C0))
+    j, it = loops(matrices * r["nd_num"])
+    nd = np.maximum(r["nd_num"][j].astype(np.int64), 1)
+    column, matrix = it // nd, it % nd
+    rj, sj = subset(r, s, j)
+    at = rj["dst"] + ((column * rj["loop3_dst_stride"] + matrix * rj["loop4_dst_stride"]) * C0).astype(np.uint64)
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rj["dst_mem"]], at, C0, row_count[j],
+                  rj["loop2_dst_stride"].astype(np.int64) * C0, rj, sj, context, pipe=pipe[j])  # fmt: skip
+    return in_order(None, reads, small_writes, writes)
