@@ -153,6 +153,13 @@ layout(("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D"), 88, 16, dst=("<Q", 0), src=("<Q",
        loop2_dst_stride=("<H", 72), loop3_dst_stride=("<H", 74), loop4_dst_stride=("<H", 76), small_c0=("B", 78),
        src_mem=("B", 79), dst_mem=("B", 80), data_type=("B", 81))  # fmt: skip
 
+_ND_LOOPS: dict[str, tuple[str, int]] = {}
+for _k in range(5):
+    _at = 48 + 24 * _k
+    _ND_LOOPS |= {f"src_stride{_k}": ("<Q", _at), f"dst_stride{_k}": ("<I", _at + 8), f"size{_k}": ("<I", _at + 12),
+                  f"left{_k}": ("B", _at + 16), f"right{_k}": ("B", _at + 17)}  # fmt: skip
+layout(("ND_DMA_OUT_TO_UB",), 176, 16, dst=("<Q", 0), src=("<Q", 8), data_type=("B", 168), **_ND_LOOPS)
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -608,8 +615,48 @@ def _nd2nz_dav(name: str, f: dict[str, int]) -> list[Access | Sync]:
                     write |= pattern(at + k * g("loop2_dst_stride") * 32, 1, 32, 1, 1, 1)
                     writes += 1
     block = g("block_id")
-    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if g("nd_num") else []) + (
+    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if reads else []) + (
         [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if writes else [])  # fmt: skip
+
+
+@rule("ND_DMA_OUT_TO_UB")
+def _nd_out(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    if not 1 <= g("data_type") <= 3:
+        return []
+    mask = (1 << 64) - 1  # msSanitizer's size_t arithmetic
+    increasing = all(g(f"dst_stride{k}") > g(f"dst_stride{k - 1}") for k in range(1, 5))
+    cur, stride = 0, 1
+    for k in range(5):
+        span = (g(f"left{k}") + g(f"size{k}") + g(f"right{k}") - 1) & mask
+        cur = (cur + span * (g(f"src_stride{k}") if k < 2 else g(f"dst_stride{k}"))) & mask
+        if cur >= 1 << 40:
+            return []
+        if increasing:
+            if g(f"dst_stride{k}") < stride:
+                return []
+            stride = (stride + span * g(f"dst_stride{k}")) & mask
+    size = {1: 1, 2: 2, 3: 4}[g("data_type")]
+    out: list[Access | Sync] = []
+    for kind, base, key, padded in ((READ, g("src"), "src_stride", False), (WRITE, g("dst"), "dst_stride", True)):
+        counts = [g(f"size{k}") + (g(f"left{k}") + g(f"right{k}") if padded else 0) for k in range(5)]
+        if counts[1] * counts[2] * counts[3] * counts[4] > 65536 or 0 in counts:  # too many, or no element
+            continue
+        nbytes: set[int] = set()
+        _nd_walk(nbytes, counts, [g(f"{key}{k}") for k in range(5)], size, 4, base)
+        out.append(Access(kind, SPACE["GM"] if kind == READ else SPACE["UB"], PIPE["MTE2"], g("block_id"),
+                          frozenset(nbytes)))  # fmt: skip
+    return out
+
+
+def _nd_walk(nbytes: set[int], counts: list[int], strides: list[int], size: int, level: int, offset: int) -> None:
+    """msSanitizer's recursion over the five loops, innermost (0) elements."""
+    for idx in range(counts[level]):
+        at = offset + idx * strides[level] * size
+        if level == 0:
+            nbytes.update(range(at, at + size))
+        else:
+            _nd_walk(nbytes, counts, strides, size, level - 1, at)
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

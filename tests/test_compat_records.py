@@ -298,9 +298,24 @@ def test_nd2nz_950(name: str) -> None:
         dst_mem=L1,
         data_type=2,
     )
-    check([(name, base), (name, base | dict(small_c0=1, d_value=4)), (name, base | dict(nd_num=0))])  # fmt: skip
+    variants = [dict(), dict(small_c0=1, d_value=4), dict(nd_num=0), dict(small_c0=1, d_value=0, n_value=0),
+                dict(n_value=0, d_value=0)]  # fmt: skip
+    check([(name, base | variant) for variant in variants])
     _, decoder = decode(cm.slot([cm.record(name, **(base | dict(loop1_src_stride=3)))]))
     assert decoder.problems() == [f"1 {name} records dropped: loop1 stride or small-C0 D not allowed"]
+
+
+def test_nd_dma_out_to_ub() -> None:
+    loops = dict(size0=5, src_stride0=1, dst_stride0=1, left0=1, right0=2, size1=3, src_stride1=7, dst_stride1=9,
+                 size2=2, src_stride2=30, dst_stride2=40, left2=1, size3=1, dst_stride3=200, size4=1,
+                 dst_stride4=300)  # fmt: skip
+    wide = loops | dict(src_stride0=70_000)
+    check([("ND_DMA_OUT_TO_UB", dict(src=0x1000, dst=0x0, data_type=2, **loops)),
+           ("ND_DMA_OUT_TO_UB", dict(src=0x1000, dst=0x0, data_type=3, **wide))])  # fmt: skip
+    far = loops | dict(src_stride1=1 << 40)
+    _, decoder = decode(cm.slot([cm.record("ND_DMA_OUT_TO_UB", data_type=0, **loops),
+                                 cm.record("ND_DMA_OUT_TO_UB", data_type=1, **far)]))  # fmt: skip
+    assert decoder.problems() == ["2 ND_DMA_OUT_TO_UB records dropped: data type or loop strides not allowed"]
 
 
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
@@ -481,6 +496,8 @@ RECORDS = st.one_of(
                       loop2_dst_stride=small, loop3_dst_stride=small, loop4_dst_stride=small,
                       small_c0=st.integers(0, 1), src_mem=mem, dst_mem=mem, data_type=small)
     ),
+    rec("ND_DMA_OUT_TO_UB", src=addr, dst=addr, data_type=small,
+        **{f"{key}{k}": small for k in range(5) for key in ("size", "src_stride", "dst_stride", "left", "right")}),
     rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
         data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
     rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
@@ -515,7 +532,8 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
                               "records dropped: lenBurst, stride, loop or padding not allowed",
                               "records dropped: nBurst is not 1", "writes dropped: ConvRelu mode does not match",
                               "records dropped: M, N or ND count is 0 (a no-op)",
-                              "records dropped: loop1 stride or small-C0 D not allowed"))
+                              "records dropped: loop1 stride or small-C0 D not allowed",
+                              "records dropped: data type or loop strides not allowed"))
                for line in decoder.problems())  # fmt: skip
 
 

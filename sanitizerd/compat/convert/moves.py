@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.compat.convert.base import (
+    MAX_LOOP,
     BlockContext,
     by_serial,
     cat,
@@ -771,7 +772,7 @@ def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray
     d_value = r["d_value"].astype(np.int64)
     row_count = n_value if nd_first else d_value
     row_bytes = (d_value if nd_first else n_value) * size
-    i, h = loops(r["nd_num"])
+    i, h = loops(np.where(row_count > 0, r["nd_num"], 0))  # one read per row: no rows, no reads
     ri, si = subset(r, s, i)
     src = ri["src"] + h.astype(np.uint64) * ri["loop4_src_stride"]
     stride = np.minimum(ri["loop1_src_stride"], 1 << 48).astype(np.int64)
@@ -779,18 +780,16 @@ def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray
                  context, pipe=pipe[i], unit=np.maximum(row_bytes[i], 1))  # fmt: skip
     small = r["small_c0"] != 0
     # Small C0: rows of 4 elements, nValue rounded up to a whole 32 bytes, one run per matrix.
-    sm = small[i]
-    per_row = 4 * size[i]
-    rounded = -(-n_value[i] // (C0 // per_row)) * (C0 // per_row)
+    w, h = loops(np.where(small, r["nd_num"], 0))
+    rw, sw = subset(r, s, w)
+    per_row = 4 * size[w]
+    rounded = -(-n_value[w] // (C0 // per_row)) * (C0 // per_row)
     triangle = (h * (h + 1) // 2).astype(np.uint64)  # msSanitizer adds h x stride to the previous address
-    small_at = ri["dst"] + triangle * ri["loop4_dst_stride"].astype(np.uint64) * np.uint64(C0)
-    w_small = np.flatnonzero(sm)
-    rs_, ss_ = subset(ri, si, w_small)
-    small_writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rs_["dst_mem"]], small_at[w_small],
-                        (rounded * per_row)[w_small], 1, 0, rs_, ss_, context, pipe=pipe[i][w_small],
-                        unit=per_row[w_small])  # fmt: skip
+    small_at = rw["dst"] + triangle * rw["loop4_dst_stride"].astype(np.uint64) * np.uint64(C0)
+    small_writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], small_at, rounded * per_row, 1, 0, rw, sw,
+                        context, pipe=pipe[w], unit=per_row)  # fmt: skip
     # Default: per fractal column m and matrix h, rowNum 32-byte rows.
-    matrices = np.where(small, 0, -(-(d_value * size) // C0))
+    matrices = np.where(small | (row_count == 0), 0, -(-(d_value * size) // C0))
     j, it = loops(matrices * r["nd_num"])
     nd = np.maximum(r["nd_num"][j].astype(np.int64), 1)
     column, matrix = it // nd, it % nd
@@ -799,3 +798,77 @@ def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray
     writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rj["dst_mem"]], at, C0, row_count[j],
                   rj["loop2_dst_stride"].astype(np.int64) * C0, rj, sj, context, pipe=pipe[j])  # fmt: skip
     return in_order(None, reads, small_writes, writes)
+
+
+_ND_LOOP_FIELDS: dict[str, tuple[str, int]] = {}
+for _k in range(5):
+    _at = 48 + 24 * _k
+    _ND_LOOP_FIELDS |= {
+        f"src_stride{_k}": ("<u8", _at),
+        f"dst_stride{_k}": ("<u4", _at + 8),
+        f"size{_k}": ("<u4", _at + 12),
+        f"left{_k}": ("u1", _at + 16),
+        f"right{_k}": ("u1", _at + 17),
+    }
+ND_DMA_OUT_TO_UB = record_dtype(176, 16, {"dst": ("<u8", 0), "src": ("<u8", 8), **_ND_LOOP_FIELDS,
+                                          "data_type": ("u1", 168)})  # fmt: skip
+ADDRESS_LIMIT = np.uint64(1 << 40)
+
+
+def _nd_out_valid(r: np.ndarray) -> np.ndarray:
+    """msSanitizer's software constraints of nd_dma_mov_out_to_ub, in its own unsigned arithmetic (a loop of no
+    element at all wraps its count, as the C++ does)."""
+    with np.errstate(over="ignore"):
+        increasing = np.ones(len(r), dtype=bool)
+        for k in range(1, 5):
+            increasing &= r[f"dst_stride{k}"] > r[f"dst_stride{k - 1}"]
+        ok = (r["data_type"] >= 1) & (r["data_type"] <= 3)
+        cur = np.zeros(len(r), dtype=np.uint64)
+        stride = np.ones(len(r), dtype=np.uint64)
+        for k in range(5):
+            span = (r[f"left{k}"].astype(np.uint64) + r[f"size{k}"] + r[f"right{k}"]) - np.uint64(1)
+            step = r[f"src_stride{k}"] if k < 2 else r[f"dst_stride{k}"].astype(np.uint64)
+            cur = cur + span * step
+            ok &= cur < ADDRESS_LIMIT
+            dst = r[f"dst_stride{k}"].astype(np.uint64)
+            ok &= ~(increasing & (dst < stride))
+            stride = np.where(increasing, stride + span * dst, stride)
+            cur = np.where(ok, cur, ADDRESS_LIMIT)  # once out, stays out
+    return ok
+
+
+@converts(RecordType.ND_DMA_OUT_TO_UB, dtype=ND_DMA_OUT_TO_UB)
+def nd_dma_out_to_ub(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """GM -> UB over five nested loops (950) on MTE2: every element read from GM (loop sizes, source strides in
+    elements) and written to UB (with each loop's left/right padding elements, destination strides); the
+    innermost loop is one strided pattern per combination of the outer four."""
+    ok = _nd_out_valid(records)
+    if not ok.all():
+        drop(context, "ND_DMA_OUT_TO_UB records dropped: data type or loop strides not allowed", int((~ok).sum()))
+    r, s = subset(records, serials, ok)
+    size = DATA_SIZE[r["data_type"]]
+    parts = []
+    for kind, space, base, stride_of, padded in (
+        (EventKind.READ, Space.GM, r["src"], "src_stride", False),
+        (EventKind.WRITE, Space.UB, r["dst"], "dst_stride", True),
+    ):
+        counts = [r[f"size{k}"].astype(np.int64) + ((r[f"left{k}"].astype(np.int64) + r[f"right{k}"]) if padded else 0)
+                  for k in range(5)]  # fmt: skip
+        outer = counts[1] * counts[2] * counts[3] * counts[4]
+        big = outer > MAX_LOOP
+        if big.any():
+            drop(context, "ND_DMA_OUT_TO_UB records dropped: more than 65536 loop combinations", int(big.sum()))
+        outer = np.where(big | (counts[0] == 0), 0, outer)  # no innermost element: no event
+        i, combo = loops(outer)
+        address = base[i].copy()
+        rest = combo
+        for k in (1, 2, 3, 4):  # loop 1 runs fastest, loop 4 slowest (msSanitizer's recursion order)
+            rest, index = np.divmod(rest, np.maximum(counts[k][i], 1))
+            address = address + (
+                index.astype(np.uint64) * r[f"{stride_of}{k}"][i].astype(np.uint64) * size[i].astype(np.uint64)
+            )
+        ri, si = subset(r, s, i)
+        inner_stride = np.minimum(r[f"{stride_of}0"][i].astype(np.uint64), np.uint64(1 << 40)).astype(np.int64)
+        parts.append(runs(kind, space, address, size[i], counts[0][i], inner_stride * size[i], ri, si, context,
+                          pipe=PipeType.PIPE_MTE2, unit=size[i]))  # fmt: skip
+    return in_order(None, *parts)
