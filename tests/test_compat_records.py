@@ -547,3 +547,12 @@ def test_any_chunking_gives_the_same_events(records: list[tuple[str, dict[str, i
     pieces, many = decode(slot, first_serial=5, chunks=chunks)
     assert pieces.tobytes() == whole.tobytes()
     assert (many.records, many.next_serial, many.problems()) == (one.records, one.next_serial, one.problems())
+
+
+def test_each_slot_has_its_own_state_kept_across_feeds() -> None:
+    heads = rb.read_heads(cm.slot([one_dma()]))
+    first, second = rb.SlotDecoder(heads, CONTEXT, 0), rb.SlotDecoder(heads, CONTEXT, 0)
+    first.context.state["x"] = 1
+    assert second.context.state == {} and CONTEXT.state == {}
+    first.feed(memoryview(one_dma()), False)
+    assert first.context.state == {"x": 1}

@@ -359,6 +359,7 @@ class SlotDecoder:
             block_type=heads.block_type,
             vec_sub_block_dim=heads.vec_sub_block_dim or context.vec_sub_block_dim,
             dropped={},
+            state={},
         )
         self.first_serial = int(first_serial)
         self.records = 0  # decoded so far
@@ -513,7 +514,7 @@ def decode_single(
         return empty, (
             f"1 {_type_name(int(record_type))} records not converted (sanitizerd does not model this instruction yet)"
         )
-    local = dataclasses.replace(context, dropped={})
+    local = dataclasses.replace(context, dropped={}, state={})
     words = np.frombuffer(bytes(payload[:size]), dtype="<u4")
     records = words.view(registered.dtype).reshape(1)
     try:

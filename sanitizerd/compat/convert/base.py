@@ -21,6 +21,9 @@ class BlockContext:
     # Records a converter could not turn into events (msSanitizer drops them with an error log): text -> count.
     # The slot decoder gives each slot its own dict and reports one problem line per text.
     dropped: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # Whatever a converter must carry from one feed() of the slot to the next (e.g. mstx's last waits): the slot
+    # decoder gives each slot its own dict and keeps it for the slot's life.
+    state: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
 
 def drop(context: BlockContext, text: str, count: int) -> None:
