@@ -556,3 +556,16 @@ def test_each_slot_has_its_own_state_kept_across_feeds() -> None:
     assert second.context.state == {} and CONTEXT.state == {}
     first.feed(memoryview(one_dma()), False)
     assert first.context.state == {"x": 1}
+
+
+def test_windows_smaller_than_a_feed_give_the_same_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    records = [one_dma(src=i * 64) if i % 3 else cm.record("SET_FLAG", src=4, dst=1) for i in range(200)]
+    slot = cm.slot(records, record_count=150)  # recordWriteCount ends it inside a window
+    whole, one = decode(slot)
+    monkeypatch.setattr(rb, "WINDOW_BYTES", 300)
+    pieces, many = decode(slot, chunks=[5, 3, 1000, 2])
+    assert pieces.tobytes() == whole.tobytes()
+    assert (many.records, many.problems()) == (one.records, one.problems()) == (150, [
+        f"block 0 (aiv): 150 records (recordWriteCount) end at byte {len(b''.join(records[:150]))}, but writeOffset "
+        f"is {len(b''.join(records))}: the rest is not decoded"
+    ])  # fmt: skip
