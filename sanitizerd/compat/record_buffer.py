@@ -392,7 +392,8 @@ class SlotDecoder:
                     f"{self._pos + at}, but writeOffset is {h.write_offset}: the rest is not decoded"
                 )
                 break
-            avail = min(len(data) - at, h.write_offset - self._pos - at, WINDOW_BYTES)
+            rest = min(len(data) - at, h.write_offset - self._pos - at)
+            avail = min(rest, WINDOW_BYTES)
             words = np.frombuffer(data, dtype="<u4", count=avail // 4, offset=at)
             path, stop = walk(words, words.size)
             if path.size > room:  # recordWriteCount ends the block before writeOffset does
@@ -412,7 +413,8 @@ class SlotDecoder:
                 parts.append(self._convert(words, path))
                 self.records += int(path.size)
             at += stop * 4
-            if stop < words.size or not path.size:  # the next record is not all here yet (or decoding stopped)
+            # Another window when this one ended before the data did; else what is left is a record not all here.
+            if avail == rest or not path.size:
                 break
         # Once decoding has stopped, or writeOffset is reached, the rest of the region is no records: consume it.
         consumed = len(data) if self._stopped or self._pos + at >= h.write_offset else at
