@@ -574,3 +574,12 @@ def test_windows_smaller_than_a_feed_give_the_same_events(monkeypatch: pytest.Mo
         f"block 0 (aiv): 150 records (recordWriteCount) end at byte {len(b''.join(records[:150]))}, but writeOffset "
         f"is {len(b''.join(records))}: the rest is not decoded"
     ])  # fmt: skip
+
+
+def test_a_huge_burst_count_is_cut_and_said() -> None:
+    # 2**21 - 1 bursts whose stride does not fit an event: one event per burst, at most 2**20 of them
+    record = cm.record("MOV_ALIGN_V2", src=0, dst=0x1000, len_burst=40, n_burst=(1 << 21) - 1, src_stride=1 << 30,
+                       dst_stride=1 << 30, src_mem=UB, dst_mem=GM)  # fmt: skip
+    events, decoder = decode(cm.slot([record]))
+    assert len(events) == 2 * (1 << 20) + 1
+    assert decoder.problems() == ["2 accesses cut to their first 1048576 bursts"]
