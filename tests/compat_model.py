@@ -142,6 +142,24 @@ layout(("DMA_MOV_CONV_RELU", "DMA_MOV_DEPTH_WISE"), 64, 16, dst=("<Q", 0), src=(
        len_burst=("<H", 50), src_stride=("<H", 52), dst_stride=("<H", 54), cr_mode=("B", 56), dst_mem=("B", 57),
        src_mem=("B", 58), src_type=("B", 59), dst_type=("B", 60))  # fmt: skip
 
+layout(("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB"), 80, 16, dst=("<Q", 0), src=("<Q", 8), dst_stride=("<I", 48),
+       dst_nd_stride=("<I", 52), src_stride=("<H", 56), n_size=("<H", 58), m_size=("<H", 60), nd_num=("<H", 62),
+       src_nd_stride=("<H", 64), src_nz_c0_stride=("<H", 66), quant_pre_bits=("<H", 68), unit_flag=("B", 70),
+       int8_merge=("B", 71), int4_merge=("B", 72), channel_split=("B", 73), nz2nd=("B", 74), nz2dn=("B", 75),
+       c310=("B", 76))  # fmt: skip
+
+layout(("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D"), 88, 16, dst=("<Q", 0), src=("<Q", 8), loop4_src_stride=("<Q", 48),
+       loop1_src_stride=("<Q", 56), d_value=("<I", 64), n_value=("<H", 68), nd_num=("<H", 70),
+       loop2_dst_stride=("<H", 72), loop3_dst_stride=("<H", 74), loop4_dst_stride=("<H", 76), small_c0=("B", 78),
+       src_mem=("B", 79), dst_mem=("B", 80), data_type=("B", 81))  # fmt: skip
+
+_ND_LOOPS: dict[str, tuple[str, int]] = {}
+for _k in range(5):
+    _at = 48 + 24 * _k
+    _ND_LOOPS |= {f"src_stride{_k}": ("<Q", _at), f"dst_stride{_k}": ("<I", _at + 8), f"size{_k}": ("<I", _at + 12),
+                  f"left{_k}": ("B", _at + 16), f"right{_k}": ("B", _at + 17)}  # fmt: skip
+layout(("ND_DMA_OUT_TO_UB",), 176, 16, dst=("<Q", 0), src=("<Q", 8), data_type=("B", 168), **_ND_LOOPS)
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -504,6 +522,141 @@ def _depth_wise(name: str, f: dict[str, int]) -> list[Access | Sync]:
         _f(f, "dst") + wbs + _f(f, "dst_stride") * 32, 1, wbs, 1, 1, 1
     )
     return [*out, Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]
+
+
+@rule("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB")
+def _fixpipe(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    m, n, nd_num, bits = g("m_size"), g("n_size"), g("nd_num"), g("quant_pre_bits")
+    if m == 0 or n == 0 or (g("nz2nd") and nd_num == 0):
+        return []
+    a5 = name != "MOV_FP"
+    c0 = 32 if a5 else 64
+    nd_size = 32 if a5 else (64 if g("c310") else 1024)
+    nz = g("nz2nd") or g("nz2dn")
+    read: set[int] = set()
+    write: set[int] = set()
+    if not nz:
+        read |= pattern(g("src"), m, c0, 1, (n + 15) // 16, g("src_stride"))
+    else:
+        full = n // 16
+        for nd in range(nd_num):
+            at = g("src") + g("src_nd_stride") * nd * nd_size
+            read |= pattern(at, m, c0, g("src_nz_c0_stride") if g("nz2dn") else 1, full, g("src_stride"))
+            if n % 16:
+                read |= pattern(at + g("src_stride") * full * c0, n % 16, 4, 1, m,
+                                g("src_nz_c0_stride") * 16 if g("nz2dn") else 16)  # fmt: skip
+    size = 1 if bits == 4 else bits // 8
+    if nz:
+        num = m if g("nz2dn") else n
+        for nd in range(nd_num):
+            at = g("dst") + g("dst_nd_stride") * nd * bits // 8
+            write |= pattern(at, num // 2 if bits == 4 else num, size, 1, n if g("nz2dn") else m,
+                             g("dst_stride") // 2 if bits == 4 else g("dst_stride"))  # fmt: skip
+    else:
+        bs = size if (a5 or g("c310")) else 32
+        cols, c310, rs = (n + 15) // 16, g("c310"), g("dst_stride")
+        if g("channel_split"):
+            write |= pattern(g("dst"), m * 8 if c310 else m, bs, 1, (n + 7) // 8, rs)
+        elif g("int4_merge"):
+            if c310:
+                write |= pattern(g("dst"), m * 32, bs, 1, (n + 63) // 64, rs // 2)
+            else:
+                write |= pattern(g("dst"), m, bs, 1, cols // 4, rs)
+        elif g("int8_merge"):
+            write |= pattern(g("dst"), m * 32 if c310 else m, bs, 1, cols // 2, rs)
+            if cols % 2:
+                write |= pattern(g("dst") + rs * (cols // 2) * bs, m * 16 if c310 else m, bs if c310 else 16, 1, 1,
+                                 rs * 2)  # fmt: skip
+        else:
+            write |= pattern(g("dst"), m * 16 if c310 else m * bits // 8 // 2, bs, 1, cols, rs)
+    out_space = {"MOV_FP": "GM", "FIX_L0C_TO_L1": "L1"}.get(name, "UB")
+    block = g("block_id")
+    items: list[Access | Sync] = []
+    if not nz or nd_num:  # an NZ mode loops over the ND matrices: none, no events
+        items = [Access(READ, SPACE["L0C"], PIPE["FIX"], block, frozenset(read)),
+                 Access(WRITE, SPACE[out_space], PIPE["FIX"], block, frozenset(write))]  # fmt: skip
+    if g("unit_flag"):
+        items += [Sync(K["SET_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block),
+                  Sync(K["WAIT_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block)]  # fmt: skip
+    return items
+
+
+@rule("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D")
+def _nd2nz_dav(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    size = {1: 1, 2: 2, 3: 4}.get(g("data_type"), 1)
+    src, dst = g("src_mem"), g("dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None or g("loop1_src_stride") % size or (g("small_c0") and g("d_value") > 4):
+        return []
+    nd_first = name == "DMA_MOV_ND2NZ_D"
+    rows = g("n_value") if nd_first else g("d_value")
+    row_bytes = (g("d_value") if nd_first else g("n_value")) * size
+    read: set[int] = set()
+    write: set[int] = set()
+    reads = writes = 0
+    for h in range(g("nd_num")):
+        for i in range(rows):
+            read |= pattern(g("src") + h * g("loop4_src_stride") + i * g("loop1_src_stride"), 1, row_bytes, 1, 1, 1)
+            reads += 1
+    if g("small_c0"):
+        at = g("dst")
+        align = 32 // (4 * size)
+        for h in range(g("nd_num")):
+            at = at + h * g("loop4_dst_stride") * 32
+            write |= pattern(at, (g("n_value") + align - 1) // align * align, 4 * size, 1, 1, 1)
+            writes += 1
+    else:
+        for i in range((g("d_value") * size + 31) // 32):
+            for h in range(g("nd_num")):
+                for k in range(rows):
+                    at = g("dst") + i * g("loop3_dst_stride") * 32 + h * g("loop4_dst_stride") * 32
+                    write |= pattern(at + k * g("loop2_dst_stride") * 32, 1, 32, 1, 1, 1)
+                    writes += 1
+    block = g("block_id")
+    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if reads else []) + (
+        [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if writes else [])  # fmt: skip
+
+
+@rule("ND_DMA_OUT_TO_UB")
+def _nd_out(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    if not 1 <= g("data_type") <= 3:
+        return []
+    mask = (1 << 64) - 1  # msSanitizer's size_t arithmetic
+    increasing = all(g(f"dst_stride{k}") > g(f"dst_stride{k - 1}") for k in range(1, 5))
+    cur, stride = 0, 1
+    for k in range(5):
+        span = (g(f"left{k}") + g(f"size{k}") + g(f"right{k}") - 1) & mask
+        cur = (cur + span * (g(f"src_stride{k}") if k < 2 else g(f"dst_stride{k}"))) & mask
+        if cur >= 1 << 40:
+            return []
+        if increasing:
+            if g(f"dst_stride{k}") < stride:
+                return []
+            stride = (stride + span * g(f"dst_stride{k}")) & mask
+    size = {1: 1, 2: 2, 3: 4}[g("data_type")]
+    out: list[Access | Sync] = []
+    for kind, base, key, padded in ((READ, g("src"), "src_stride", False), (WRITE, g("dst"), "dst_stride", True)):
+        counts = [g(f"size{k}") + (g(f"left{k}") + g(f"right{k}") if padded else 0) for k in range(5)]
+        if counts[1] * counts[2] * counts[3] * counts[4] > 65536 or 0 in counts:  # too many, or no element
+            continue
+        nbytes: set[int] = set()
+        _nd_walk(nbytes, counts, [g(f"{key}{k}") for k in range(5)], size, 4, base)
+        out.append(Access(kind, SPACE["GM"] if kind == READ else SPACE["UB"], PIPE["MTE2"], g("block_id"),
+                          frozenset(nbytes)))  # fmt: skip
+    return out
+
+
+def _nd_walk(nbytes: set[int], counts: list[int], strides: list[int], size: int, level: int, offset: int) -> None:
+    """msSanitizer's recursion over the five loops, innermost (0) elements."""
+    for idx in range(counts[level]):
+        at = offset + idx * strides[level] * size
+        if level == 0:
+            nbytes.update(range(at, at + size))
+        else:
+            _nd_walk(nbytes, counts, strides, size, level - 1, at)
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,
