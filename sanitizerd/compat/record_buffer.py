@@ -247,7 +247,7 @@ def _lockstep(
     SEARCH_WORDS follows the records from the first known type after that; one that never does has no exit (-1)."""
     nseg = starts.size
     exits = np.full(nseg, -1, dtype=np.int64)
-    V = np.full((nseg, 64), -1, dtype=np.int64)  # (segments, steps): each walk's nodes in order, -1 elsewhere
+    V = np.full((64, nseg), -1, dtype=np.int64)  # (steps, segments): each walk's nodes in order, -1 elsewhere
     k = 0
     active = np.arange(nseg)
     pos = starts.copy()
@@ -256,17 +256,17 @@ def _lockstep(
     patient = starts + SEARCH_WORDS
     searching = True
     while active.size:
-        if k == V.shape[1]:
-            V = np.concatenate([V, np.full_like(V, -1)], axis=1)
+        if k == V.shape[0]:
+            V = np.concatenate([V, np.full_like(V, -1)])
         t = words[pos]
         if searching:
             step = np.take(STEP_WORDS, t, mode="clip")  # clip: any word past the table reads as no type
             exact |= np.take(STRONG, t, mode="clip") | ((pos >= patient) & (step > 0))
             searching = not exact.all()
-            V[active[exact], k] = pos[exact]
+            V[k, active[exact]] = pos[exact]
             pos = pos + np.where(exact, np.maximum(step, 1), 1)
         else:
-            V[active, k] = pos
+            V[k, active] = pos
             pos += np.take(STEP_AT_LEAST_1, t, mode="clip")  # a word that is no type: on by one word
         k += 1
         done = pos >= end
@@ -274,7 +274,7 @@ def _lockstep(
             exits[active[done]] = np.where(exact[done], pos[done], -1)
             keep = ~done
             active, pos, end, exact, patient = active[keep], pos[keep], end[keep], exact[keep], patient[keep]
-    V = V[:, :k]
+    V = V[:k].T  # a step is a row while walking (a contiguous write); nodes are wanted segment by segment
     valid = V >= 0
     nodes = V[valid]  # row-major: segment by segment, each in walk order
     row_start = np.concatenate(([0], np.cumsum(valid.sum(axis=1))))
