@@ -92,6 +92,7 @@ def pack(n: int, out: np.ndarray | None = None, **fields: int | np.ndarray) -> n
     words = np.empty((n, EVENT_DTYPE.itemsize // 8), dtype=np.uint64) if out is None else out
     constant = [0] * words.shape[1]
     varying: list[np.ndarray | None] = [None] * words.shape[1]
+    owned = [False] * words.shape[1]  # whether varying[word] is our own temporary (safe to OR into in place)
     for name, value in fields.items():
         word, shift, width = _PACKING[name]
         mask = (1 << width) - 1
@@ -99,11 +100,23 @@ def pack(n: int, out: np.ndarray | None = None, **fields: int | np.ndarray) -> n
             constant[word] |= (int(value) & mask) << shift
             continue
         column = np.asarray(value)
-        if column.dtype != np.uint64:
-            column = column.astype(np.uint64)  # two's complement, as a structured assignment casts
-        if width < 64:
-            column = (column & np.uint64(mask)) << np.uint64(shift)
-        varying[word] = column if varying[word] is None else varying[word] | column
+        mine = True
+        if width == 64:
+            mine = column.dtype != np.uint64
+            if mine:
+                column = column.astype(np.uint64)  # two's complement, as a structured assignment casts
+        elif column.dtype.kind == "u" and column.dtype.itemsize * 8 <= width:  # fits: no mask needed
+            column = np.left_shift(column, np.uint64(shift), dtype=np.uint64)
+        else:
+            column = column.astype(np.uint64)
+            np.bitwise_and(column, np.uint64(mask), out=column)
+            np.left_shift(column, np.uint64(shift), out=column)
+        if varying[word] is None:
+            varying[word], owned[word] = column, mine
+        elif owned[word]:
+            np.bitwise_or(varying[word], column, out=varying[word])
+        else:
+            varying[word], owned[word] = varying[word] | column, True
     for word in range(words.shape[1]):
         column = varying[word]
         if column is None:
