@@ -1,0 +1,385 @@
+"""Call stacks of device records, from the kernel's ELF as msSanitizer gets them: the KERNEL_BINARY packet.
+
+How msSanitizer does it (csrc/core/framework/kernel_block.cpp, call_stack.cpp, file_mapping.cpp, command.cpp):
+
+* a record's ``Location.pc`` is the device's absolute pc. The tool turns it into an offset in the ELF before any
+  detector sees it: ``pc - pcStartAddr`` (KERNEL_SUMMARY) when ``pc >= pcStartAddr``, the pc unchanged when it is
+  smaller, and "invalid" (no stack) when ``pcStartAddr`` is 0;
+* the offset is an address of the ELF: the tool writes the binary to ``kernel.o.<pid>_<tid>`` and runs
+  ``llvm-symbolizer --inlines --functions --demangle --output-style=JSON -e kernel.o <offsets>``. Each frame is
+  (function, file, line, column), innermost first, inlined frames included; a first frame with line 0 and column 0
+  is dropped. Reports print ``#i file:line:column``;
+* ``Location.fileNo`` / ``lineNo`` are a second, coarser source position: ``fileNo`` is a key into the ELF section
+  ``.init_array_sanitizer_file_mapping`` (entries ``<file name>\\0<u64 key>``, leading NULs skipped, the first name
+  of a key wins; unknown keys print as ``unknown``), used by the "code in file:line" lines of sync and race reports.
+
+``KernelBinary`` does both without a subprocess: pyelftools reads the DWARF line table (.debug_line) and the
+subprogram / inlined-subroutine tree (.debug_info), as llvm-symbolizer does with ``--inlines``; C++ names are
+demangled with ``sanitizerd.demangle`` (c++filt). The ELF comes from the program under test, so it is hostile input:
+anything that cannot be read raises ``KernelBinaryError`` from the constructor, and damage found later, in the part of
+the DWARF a lookup reads, makes that lookup return ``[]`` and sets ``problem``. Work is bounded: section and unit
+counts, line-program and mapping sizes, DIEs read per binary, inline depth and the pc cache (constants below).
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import os
+import struct
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+from elftools.dwarf.compileunit import CompileUnit
+from elftools.dwarf.die import DIE
+from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
+from elftools.elf.elffile import ELFFile
+
+from sanitizerd.demangle import demangle
+
+Frame = tuple[str, int, int, str]  # (file, line, column, function)
+
+MAX_ELF_BYTES = 1 << 30  # msSanitizer's own limit for the mapping section, applied to the whole ELF
+MAX_SECTIONS = 1 << 14  # a device kernel has tens; e_shnum may claim 65 535 (or more, with extended numbering)
+MAX_UNITS = 1 << 14  # compile units looked at
+MAX_LINE_PROGRAM_BYTES = 32 << 20  # one unit's .debug_line program: parsed whole, so it must stay small
+MAX_DIES = 2_000_000  # DIEs read over the binary's life (pyelftools parses each once and keeps it)
+MAX_INLINE_DEPTH = 64
+MAX_CACHED_PCS = 1 << 16
+MAX_MAPPING_BYTES = 16 << 20
+MAX_NAME = 4096
+FILE_MAPPING_SECTION = ".init_array_sanitizer_file_mapping"
+
+_SCOPES = {"DW_TAG_subprogram", "DW_TAG_inlined_subroutine", "DW_TAG_lexical_block"}
+_CONTAINERS = {"DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_module"}
+
+
+class KernelBinaryError(Exception):
+    """The kernel ELF cannot be read: the text says why, for the session's log and the kernel's findings."""
+
+
+class _Budget(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _Lines:
+    """One unit's line table: sequences of sorted row addresses, each row (file, line, column)."""
+
+    starts: list[int]  # first address of each sequence
+    ends: list[int]  # end_sequence address
+    addresses: list[list[int]]
+    rows: list[list[tuple[int, int, int]]]
+    files: list[str]  # file-table index -> path (index 0 first, whatever the DWARF version numbers from)
+    file_base: int  # 0 for DWARF 5, 1 before: what DW_AT_decl_file / DW_AT_call_file count from
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value[:MAX_NAME].decode("utf-8", "replace")
+    return str(value)[:MAX_NAME]
+
+
+def _check_header(elf: bytes) -> None:
+    """What pyelftools would take on trust: the section header table lies in the file, with few enough entries."""
+    if len(elf) > MAX_ELF_BYTES:
+        raise KernelBinaryError(f"kernel ELF of {len(elf)} bytes is over the {MAX_ELF_BYTES}-byte limit")
+    if len(elf) < 64 or elf[:4] != b"\x7fELF":
+        raise KernelBinaryError("kernel binary is not an ELF file")
+    if elf[4] not in (1, 2) or elf[5] not in (1, 2):
+        raise KernelBinaryError(f"kernel ELF has an unknown class {elf[4]} or data encoding {elf[5]}")
+    order = "<" if elf[5] == 1 else ">"
+    if elf[4] == 2:
+        shoff, shentsize, shnum, shstrndx = struct.unpack_from(order + "Q10xHHH", elf, 0x28)
+    else:
+        shoff, shentsize, shnum, shstrndx = struct.unpack_from(order + "I10xHHH", elf, 0x20)
+    if shoff == 0:
+        raise KernelBinaryError("kernel ELF has no section headers")
+    if shentsize not in (40, 64) or shoff > len(elf):
+        raise KernelBinaryError(f"kernel ELF section headers are damaged (at {shoff}, {shentsize} bytes each)")
+    if shnum == 0 or shstrndx == 0xFFFF:  # extended numbering: the real counts are in section 0
+        if len(elf) - shoff < shentsize:
+            raise KernelBinaryError("kernel ELF section header 0 lies past the end of the file")
+        if elf[4] == 2:
+            size, link = struct.unpack_from(order + "32xQI", elf, shoff)
+        else:
+            size, link = struct.unpack_from(order + "20xII", elf, shoff)
+        shnum = size if shnum == 0 else shnum
+        shstrndx = link if shstrndx == 0xFFFF else shstrndx
+    if shnum > MAX_SECTIONS:
+        raise KernelBinaryError(f"kernel ELF claims {shnum} sections, over the limit of {MAX_SECTIONS}")
+    if (len(elf) - shoff) // shentsize < shnum:
+        raise KernelBinaryError(f"kernel ELF is truncated: {shnum} section headers do not fit in the file")
+    if shstrndx >= shnum:
+        raise KernelBinaryError(f"kernel ELF names its sections with section {shstrndx} of {shnum}")
+
+
+def parse_file_mapping(data: bytes) -> dict[int, str]:
+    """msSanitizer's FileMapping: ``<name>\\0<u64 key>`` pairs after any NULs; a key keeps its first name."""
+    files: dict[int, str] = {}
+    at = 0
+    while True:
+        while at < len(data) and data[at] == 0:
+            at += 1
+        end = data.find(b"\0", at)
+        if at >= len(data) or end < 0 or end + 9 > len(data):
+            return files
+        key = int.from_bytes(data[end + 1 : end + 9], "little")
+        files.setdefault(key, _text(data[at:end]))
+        at = end + 9
+
+
+class KernelBinary:
+    """One kernel's ELF: pcs to frames (``frames``), and msSanitizer's fileNo keys to file names (``file_name``)."""
+
+    def __init__(self, elf: bytes) -> None:
+        _check_header(elf)
+        self.problem = ""  # the first damage a lookup met, for the session's log
+        self._cache: OrderedDict[int, list[Frame]] = OrderedDict()
+        self._lines: dict[int, _Lines | None] = {}
+        self._dies_left = MAX_DIES
+        try:
+            self._elf = ELFFile(io.BytesIO(elf))
+            mapping = self._elf.get_section_by_name(FILE_MAPPING_SECTION)
+            self.files: dict[int, str] = {}
+            if mapping is not None and mapping["sh_type"] != "SHT_NOBITS":
+                if mapping["sh_size"] > MAX_MAPPING_BYTES:
+                    raise KernelBinaryError(f"{FILE_MAPPING_SECTION} of {mapping['sh_size']} bytes is over the limit")
+                self.files = parse_file_mapping(mapping.data())
+            self._dwarf = None
+            self._units: list[tuple[int, int, CompileUnit]] = []
+            if self._elf.has_dwarf_info() and self._elf.get_section_by_name(".debug_info") is not None:
+                self._dwarf = self._elf.get_dwarf_info()
+                self._index_units()
+        except KernelBinaryError:
+            raise
+        except (ELFError, Exception) as error:  # pyelftools raises whatever its parsers meet on damaged input
+            raise KernelBinaryError(f"kernel ELF cannot be read: {type(error).__name__}: {error}") from None
+        self.has_line_info = bool(self._units) and self._elf.get_section_by_name(".debug_line") is not None
+
+    def _index_units(self) -> None:
+        """Each unit's address ranges, sorted, for finding the unit of a pc."""
+        assert self._dwarf is not None
+        for n, unit in enumerate(self._dwarf.iter_CUs()):
+            if n >= MAX_UNITS:
+                raise KernelBinaryError(f"kernel ELF has more than {MAX_UNITS} compile units")
+            top = unit.get_top_DIE()
+            for low, high in self._ranges(top, unit):
+                self._units.append((low, high, unit))
+        self._units.sort(key=lambda entry: (entry[0], entry[1]))
+
+    def file_name(self, file_no: int) -> str | None:
+        """The file of a record's ``Location.fileNo`` (msSanitizer prints ``unknown`` where this is None)."""
+        return self.files.get(file_no)
+
+    def frames(self, pc: int, pc_start: int) -> list[Frame]:
+        """The stack of a record's pc, innermost first (inlined frames included); [] when unknown."""
+        if pc_start == 0:  # msSanitizer: INVALID_PC_OFFSET, no stack
+            return []
+        address = pc - pc_start if pc >= pc_start else pc
+        cached = self._cache.get(address)
+        if cached is not None:
+            self._cache.move_to_end(address)
+            return cached
+        try:
+            found = self._resolve(address)
+        except _Budget:
+            self.problem = self.problem or f"kernel ELF: more than {MAX_DIES} debug entries read; stacks stop here"
+            found = []
+        except Exception as error:  # damage in the part of the DWARF this pc needs
+            self.problem = self.problem or f"kernel ELF debug information is damaged: {type(error).__name__}: {error}"
+            found = []
+        self._cache[address] = found
+        if len(self._cache) > MAX_CACHED_PCS:
+            self._cache.popitem(last=False)
+        return found
+
+    # --- lookup -----------------------------------------------------------------------------------------------
+
+    def _resolve(self, address: int) -> list[Frame]:
+        unit = self._unit_of(address)
+        if unit is None:
+            return []
+        lines = self._line_table(unit)
+        row = self._row(lines, address) if lines is not None else None
+        chain = self._scopes(unit, address)
+        if row is None:
+            file, line, column = "", 0, 0
+        else:
+            file, line, column = row
+        frames: list[Frame] = []
+        function = self._name(chain[-1]) if chain else ""
+        frames.append((file, line, column, function))
+        for inner, outer in zip(reversed(chain[1:]), reversed(chain[:-1]), strict=True):
+            attributes = inner.attributes
+            call_file = attributes["DW_AT_call_file"].value if "DW_AT_call_file" in attributes else -1
+            call_line = attributes["DW_AT_call_line"].value if "DW_AT_call_line" in attributes else 0
+            call_column = attributes["DW_AT_call_column"].value if "DW_AT_call_column" in attributes else 0
+            frames.append((self._file(lines, call_file), int(call_line), int(call_column), self._name(outer)))
+        if frames[0][1] == 0 and frames[0][2] == 0:  # as msSanitizer: a first frame without a line is dropped
+            frames.pop(0)
+        return frames
+
+    def _unit_of(self, address: int) -> CompileUnit | None:
+        i = bisect.bisect_right(self._units, address, key=lambda entry: entry[0])
+        # Ranges of different units may nest (rarely): look back over the few that start at or before the pc.
+        for low, high, unit in reversed(self._units[max(0, i - 8) : i]):
+            if low <= address < high:
+                return unit
+        return None
+
+    def _ranges(self, die: DIE, unit: CompileUnit) -> list[tuple[int, int]]:
+        attributes = die.attributes
+        if "DW_AT_low_pc" in attributes and "DW_AT_high_pc" in attributes:
+            low = attributes["DW_AT_low_pc"].value
+            high = attributes["DW_AT_high_pc"]
+            # DWARF 4+: a constant-class high_pc is a length, an address-class one an address.
+            length = high.form.startswith("DW_FORM_data") or high.form in ("DW_FORM_udata", "DW_FORM_implicit_const")
+            end = low + high.value if length else high.value
+            return [(low, end)] if end > low else []
+        if "DW_AT_ranges" not in attributes:
+            return []
+        assert self._dwarf is not None
+        lists = self._dwarf.range_lists()
+        if lists is None:
+            return []
+        top = unit.get_top_DIE()
+        base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes else 0
+        out = []
+        for entry in lists.get_range_list_at_offset(attributes["DW_AT_ranges"].value, cu=unit)[:4096]:
+            if isinstance(entry, BaseAddressEntry):
+                base = entry.base_address
+            elif isinstance(entry, RangeEntry):
+                low = entry.begin_offset if entry.is_absolute else base + entry.begin_offset
+                high = entry.end_offset if entry.is_absolute else base + entry.end_offset
+                if high > low:
+                    out.append((low, high))
+        return out
+
+    def _contains(self, die: DIE, unit: CompileUnit, address: int) -> bool:
+        return any(low <= address < high for low, high in self._ranges(die, unit))
+
+    def _children(self, die: DIE) -> Iterator[DIE]:
+        """The children of ``die``, each charged to the binary's budget of DIEs."""
+        for child in die.iter_children():
+            self._dies_left -= 1
+            if self._dies_left < 0:
+                raise _Budget
+            yield child
+
+    def _scopes(self, unit: CompileUnit, address: int) -> list[DIE]:
+        """The subprogram containing the pc and the inlined subroutines inside it, outermost first."""
+        chain: list[DIE] = []
+        parent = unit.get_top_DIE()
+        while len(chain) < MAX_INLINE_DEPTH:
+            found = None
+            pending = [parent]
+            while pending and found is None:
+                for child in self._children(pending.pop(0)):
+                    if child.tag in _SCOPES and self._contains(child, unit, address):
+                        found = child
+                        break
+                    if not chain and child.tag in _CONTAINERS and child.has_children:
+                        pending.append(child)  # functions defined inside a namespace or a class
+            if found is None:
+                break
+            if found.tag != "DW_TAG_lexical_block":
+                chain.append(found)
+            parent = found
+        return chain
+
+    def _name(self, die: DIE) -> str:
+        """The function's name: its linkage name demangled, else its plain name, through abstract origins and
+        specifications (an inlined call names its function only there)."""
+        seen = 0
+        plain = ""
+        while die is not None and seen < 8:
+            attributes = die.attributes
+            for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name"):
+                if key in attributes:
+                    return demangle(_text(attributes[key].value), "full")
+            if not plain and "DW_AT_name" in attributes:
+                plain = _text(attributes["DW_AT_name"].value)
+            for key in ("DW_AT_abstract_origin", "DW_AT_specification"):
+                if key in attributes:
+                    die = die.get_DIE_from_attribute(key)
+                    break
+            else:
+                break
+            seen += 1
+        return plain
+
+    # --- the line table -----------------------------------------------------------------------------------------
+
+    def _line_table(self, unit: CompileUnit) -> _Lines | None:
+        key = unit.cu_offset
+        if key not in self._lines:
+            self._lines[key] = self._read_lines(unit)
+        return self._lines[key]
+
+    def _read_lines(self, unit: CompileUnit) -> _Lines | None:
+        assert self._dwarf is not None
+        program = self._dwarf.line_program_for_CU(unit)
+        if program is None:
+            return None
+        length = program.program_end_offset - program.program_start_offset
+        if length > MAX_LINE_PROGRAM_BYTES:
+            raise KernelBinaryError(f"a line program of {length} bytes is over the {MAX_LINE_PROGRAM_BYTES} limit")
+        version = program.header["version"]
+        top = unit.get_top_DIE()
+        comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in top.attributes else ""
+        directories = [_text(d) for d in program.header["include_directory"]]
+        files = []
+        for entry in program.header["file_entry"]:
+            name = _text(entry.name)
+            index = entry.dir_index
+            if version >= 5:
+                directory = directories[index] if 0 <= index < len(directories) else ""
+            else:  # index 0 is the compile directory, the table's first entry is 1
+                directory = comp_dir if index == 0 else directories[index - 1] if index <= len(directories) else ""
+            files.append(_join(comp_dir, directory, name))
+        lines = _Lines([], [], [], [], files, 0 if version >= 5 else 1)
+        addresses: list[int] = []
+        rows: list[tuple[int, int, int]] = []
+        for entry in program.get_entries():
+            state = entry.state
+            if state is None:
+                continue
+            if state.end_sequence:
+                if addresses:
+                    order = sorted(range(len(addresses)), key=addresses.__getitem__)
+                    lines.starts.append(addresses[order[0]])
+                    lines.ends.append(state.address)
+                    lines.addresses.append([addresses[i] for i in order])
+                    lines.rows.append([rows[i] for i in order])
+                addresses, rows = [], []
+                continue
+            addresses.append(state.address)
+            rows.append((state.file, state.line, state.column))
+        return lines
+
+    def _row(self, lines: _Lines, address: int) -> tuple[str, int, int] | None:
+        for start, end, addresses, rows in zip(lines.starts, lines.ends, lines.addresses, lines.rows, strict=True):
+            if start <= address < end:
+                i = bisect.bisect_right(addresses, address) - 1
+                file, line, column = rows[i]
+                return self._file(lines, file), int(line), int(column)
+        return None
+
+    def _file(self, lines: _Lines | None, index: int) -> str:
+        if lines is None:
+            return ""
+        i = index - lines.file_base
+        return lines.files[i] if 0 <= i < len(lines.files) else ""
+
+
+def _join(comp_dir: str, directory: str, name: str) -> str:
+    """A file's path as llvm-symbolizer prints it: absolute names as they are, others under their directory and
+    the compile directory."""
+    if os.path.isabs(name):
+        return name
+    if directory and not os.path.isabs(directory) and comp_dir:
+        directory = os.path.join(comp_dir, directory)
+    return os.path.join(directory or comp_dir, name)
