@@ -31,9 +31,9 @@ def compile_checked(command: list[str]) -> None:
     assert done.returncode == 0, f"{' '.join(command)}:\n{done.stderr}"
 
 
-def build_kernel(directory: Path, source: Path = KERNEL_SOURCE, *, shared: bool = True) -> Path:
-    """The kernel ELF: a shared object (addresses as a loaded kernel has them) or, ``shared=False``, a relocatable
-    object (every section at 0, DWARF addresses in relocations)."""
+def build_kernel(directory: Path, source: Path = KERNEL_SOURCE, *, shared: bool = False) -> Path:
+    """The kernel ELF: a relocatable object (every section at 0, so the labels are at their .org offsets; the DWARF
+    addresses are relocations) or, ``shared=True``, a shared object (addresses as a linker places them)."""
     out = directory / (source.stem + (".elf" if shared else ".o"))
     flags = ["-fPIC", "-shared", "-nostdlib"] if shared else ["-c"]
     compile_checked([compiler("c++"), "-g", "-O0", *flags, "-o", str(out), str(source)])

@@ -41,8 +41,8 @@ def labels(path: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("kernels")
-    shared = build_kernel(directory)
-    relocatable = build_kernel(directory, shared=False)
+    shared = build_kernel(directory, shared=True)
+    relocatable = build_kernel(directory)
     dwarf4 = directory / "dwarf4.elf"
     flags = ["-gdwarf-4", "-O0", "-fPIC", "-shared", "-nostdlib"]
     compile_checked([compiler("c++"), *flags, "-o", str(dwarf4), str(KERNEL_SOURCE)])

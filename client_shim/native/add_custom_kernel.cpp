@@ -2,7 +2,7 @@
 // this file as the launch's KERNEL_BINARY, and every pc its records carry is one of the msop_pc_* labels below, so
 // the call stacks sanitizerd resolves from the ELF's DWARF are those examples/add_custom.py reports.
 //
-// Build (tests/test_native_client.py does): c++ -g -O0 -fPIC -shared -nostdlib -o add_custom_kernel.elf <this>
+// Build (tests/native_build.py does): c++ -g -O0 -c -o add_custom_kernel.o <this>
 //
 // Why it looks odd:
 // - #line pins each frame's file and line whatever this file's own layout, with absolute names so that the
@@ -11,10 +11,12 @@
 // - calls go through MSOP_CALL: a call's column is that of the macro's expansion in both GCC and Clang, where a
 //   plain call gets the '(' column from GCC and the callee's from Clang;
 // - each label is a nop of its own, so the label's address has the label's line, and it is a symbol of the ELF, so
-//   the client reads its address from the object instead of guessing the compiler's code layout.
+//   the client reads its address from the object instead of guessing the compiler's code layout;
+// - ".org" puts each label at a fixed offset of .text (the gap is never run), so in the relocatable object, where
+//   .text starts at 0, the pcs are the same with every compiler and examples/add_custom.py can name them.
 
 #define MSOP_CALL(f) f()
-#define MSOP_PC(name) __asm__ volatile(#name ": nop")
+#define MSOP_PC(name, at) __asm__ volatile(".org " #at "\n" #name ": nop")
 
 // msSanitizer's file mapping (Location.fileNo -> file name): "<name>\0" then the u64 key, entries back to back.
 __attribute__((used, section(".init_array_sanitizer_file_mapping"))) static const char msop_file_mapping[] =
@@ -27,7 +29,7 @@ __attribute__((used, section(".init_array_sanitizer_file_mapping"))) static cons
 __attribute__((always_inline)) inline void DataCopyImpl()
 {
 #line 58
-        MSOP_PC(msop_pc_copy_in);
+        MSOP_PC(msop_pc_copy_in, 0x800);
 }
 
 #line 10 "/opt/samples/add_custom/add_custom.cpp"
@@ -41,17 +43,17 @@ public:
     __attribute__((always_inline)) void CopyTail()
     {
 #line 24
-    MSOP_PC(msop_pc_pad);
+    MSOP_PC(msop_pc_pad, 0x980);
     }
     __attribute__((always_inline)) void Compute()
     {
 #line 30
-        MSOP_PC(msop_pc_compute);
+        MSOP_PC(msop_pc_compute, 0x880);
     }
     __attribute__((always_inline)) void CopyOut()
     {
 #line 40
-    MSOP_PC(msop_pc_copy_out);
+    MSOP_PC(msop_pc_copy_out, 0x900);
     }
 };
 
