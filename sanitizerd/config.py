@@ -93,6 +93,12 @@ them with the defaults.
 ``idle_timeout``
     seconds a producer may send nothing while the daemon owes it no verdict (``idle_timeout``). More than 0, at
     most 604800; default 3600.
+``max_compat_sockets``
+    sockets in msSanitizer's form (one per ``sanitizerd run`` on a CANN host, for its job's hook libraries) open at
+    once over all users; one more is refused (``request_limit``) and that run checks only ``client_shim``
+    programs. An integer from 1 to 2^16; default 256.
+``max_compat_sockets_per_uid``
+    the same, per uid. An integer from 1 to 2^16; default 16.
 ``admin_groups`` (``--admin-group``, repeatable)
     groups, by name or number, whose members may read every user's sessions and findings (root always may).
     A name that is not a group is refused, as is a number above 2^32 - 2.
@@ -188,6 +194,8 @@ LIMITS: dict[str, Limit] = {
     "max_unfinished_bytes_per_uid": Limit(
         "bytes of unfinished frames one uid's connections may hold", at_least=1 << 10, at_most=1 << 40, unit="bytes"
     ),
+    "max_compat_sockets": Limit("msSanitizer-form sockets open at once over all users", at_least=1, at_most=1 << 16),
+    "max_compat_sockets_per_uid": Limit("msSanitizer-form sockets of one uid", at_least=1, at_most=1 << 16),
     "frame_timeout": _seconds("seconds of reading a begun frame may take", at_most=3600),
     "idle_timeout": _seconds("seconds a producer owed no verdict may send nothing before its session ends"),
     "max_store_size": Limit(

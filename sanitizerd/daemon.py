@@ -16,7 +16,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -28,6 +28,7 @@ from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from client_shim import discovery
 from sanitizerd import __version__, config, fds, logs
+from sanitizerd.compat_socket import ACCEPT_BACKOFF, ACCEPT_RETRY_ERRNOS, ACCEPT_SKIP_ERRNOS, CompatSockets
 from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
@@ -56,11 +57,6 @@ HEARTBEAT = 1.0
 RESUME_WINDOW = 120.0
 STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
 T = TypeVar("T")
-# accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
-ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-# A connection that ended before it was accepted: nothing to do.
-ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
-ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
 
 
 def default_socket_path() -> Path:
@@ -187,6 +183,7 @@ class Daemon:
             unfinished_frame_bytes=lambda: float(self.unfinished.total),
             race_memory_used=lambda: float(hub.race_memory.used),
             race_memory_limit=lambda: float(hub.race_memory.limit),
+            compat_sockets=lambda: hub.compat_sockets.count() if hub.compat_sockets else 0.0,
         )
         self.metrics.queue_by_detector(hub.queued_by_detector)
         self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
@@ -220,6 +217,7 @@ class Daemon:
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._retain, hub)
                 tg.start_soon(self._heartbeat)
+                hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
                 if unpublished is not None:  # listening and handling signals: now clients may find it
                     owned = publish_socket(unpublished, settings.socket_path)
                 if notifier.watchdog_interval:
@@ -231,6 +229,7 @@ class Daemon:
                     await self._accept(listener, tg)
                 # New clients are refused at once (under systemd they queue on its socket for the next start).
                 await listener.aclose()
+                compat.stop()
                 await self._drain(hub, notifier)
                 tg.cancel_scope.cancel()
         finally:
@@ -390,6 +389,42 @@ class Daemon:
         assert hub is not None
         peer = _peer_credentials(raw)
         connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
+        await self._guarded(raw, peer, connection, lambda stream: self._converse(hub, stream, peer))
+
+    async def _serve_compat(self, raw: SocketStream, peer: Peer, job: str, layout: str) -> None:
+        """A connection to a job's msSanitizer-form socket (its peer's uid already checked): an ordinary producer
+        session of the job, opened with the implicit hello msSanitizer's protocol stands for."""
+        hub = self.hub
+        assert hub is not None
+        try:
+            from sanitizerd.compat import wire
+            from sanitizerd.compat.connection import CompatConnection
+
+            connection = CompatConnection(wire.LAYOUTS[layout], job=job, peer_pid=peer.pid)
+        except Exception:  # a bug of ours: this connection ends, never the daemon (it runs in the daemon's tasks)
+            log.exception("compat connection could not be set up", job=job, layout=layout)
+            hub.metrics.rejected.labels("internal_error").inc()
+            await raw.aclose()
+            return
+
+        async def serve(stream: MessageStream) -> None:
+            stream.frame_timeout = hub.limits.frame_timeout
+            stream.idle_timeout = hub.limits.idle_timeout
+            await open_producer(hub, stream, connection.hello(), peer)
+
+        await self._guarded(raw, peer, connection, serve)  # type: ignore[arg-type]
+
+    async def _guarded(
+        self,
+        raw: SocketStream,
+        peer: Peer,
+        connection: Connection,
+        body: Callable[[MessageStream], Awaitable[None]],
+    ) -> None:
+        """Serve one connection under the connection limits, so that nothing it does ends the daemon: a
+        protocol error or a bug of ours ends that connection only, told to its peer, counted and logged."""
+        hub = self.hub
+        assert hub is not None
         stream = MessageStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
         stream.on_cut = self._cut_counter()
         async with raw:
@@ -399,7 +434,7 @@ class Daemon:
                     await hub.refuse(stream, "connection_limit", refused)
                     return
                 try:
-                    await self._converse(hub, stream, peer)
+                    await body(stream)
                 except RemoteProtocolError as exc:  # from a handler that did not answer it itself
                     await hub.refuse(stream, exc.reason, str(exc))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):

@@ -39,6 +39,10 @@ _READ_AT_SCRAPE = {
         "Bytes racecheck has reserved from the host's budget now, over all sessions",
     ),
     "race_memory_limit": ("sanitizerd_race_memory_limit_bytes", "The host's race-check memory budget"),
+    "compat_sockets": (
+        "sanitizerd_compat_sockets_open",
+        "Sockets in msSanitizer's form (compat_listen) listening now, over all jobs",
+    ),
 }
 
 

@@ -281,6 +281,9 @@ CONTROL_MESSAGES: list[tuple[str, m.Message]] = [
         ),
     ),
     ("server", m.JobIdle(job="demo", sessions=2, kernels=3, events=4, findings=5)),
+    ("client", m.CompatListen(job="demo", layout="26.0.0")),
+    ("server", m.CompatListening(job="demo", name="/tmp/msop_connect.20260402120000.4242.sock")),
+    ("server", m.CompatListening(job="demo", reason="request_limit", message="uid 1000 holds its 16 sockets")),
     (
         "server",
         m.KernelChecked(session=3, kernel=1, name="add_custom", tools=["memcheck"], events=961, errors=2, warnings=0),

@@ -35,12 +35,6 @@ PREFIX = "[sanitizerd]"
 _NOT_CHECKED = "is accepted but not yet checked by this version of sanitizerd"
 _NO_EFFECT = "is accepted but has no effect in this version of sanitizerd"
 NOT_YET_CHECKED: dict[str, str] = {
-    "--check-device-heap": (
-        f"{PREFIX} WARNING: --check-device-heap {_NOT_CHECKED}; device heap findings will not be reported."
-    ),
-    "--check-cann-heap": (
-        f"{PREFIX} WARNING: --check-cann-heap {_NOT_CHECKED}; CANN heap findings will not be reported."
-    ),
     "--check-cross-npu-races": (
         f"{PREFIX} WARNING: --check-cross-npu-races {_NOT_CHECKED}; cross-NPU races will not be reported."
     ),
@@ -550,8 +544,6 @@ def _notices(st: _State, tools: list[str]) -> list[str]:
     cfg = st.config
     in_use = set(tools)
     flags = {
-        "--check-device-heap": cfg.check_device_heap,
-        "--check-cann-heap": cfg.check_cann_heap,
         "--check-cross-npu-races": cfg.check_cross_npu_races,
         "--cache-size": "cache-size" in st.given,
         "--full-backtrace": cfg.full_backtrace,

@@ -18,13 +18,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
 from client_shim.attach import ATTACH_ENV, hook_dir
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
 from sanitizerd import __version__
+from sanitizerd.cli import hooks
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.cli.options import PREFIX, UsageError, parse_run_args, run_help
 from sanitizerd.cli.savefile import SaveWriter
@@ -178,6 +179,76 @@ def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: 
     )
 
 
+class HookError(Exception):
+    """msSanitizer's hooks are installed but cannot be used for this run (an unknown release): the message says
+    why, in one line."""
+
+
+def known_layouts() -> frozenset[str]:
+    """The msSanitizer wire layouts this sanitizerd speaks (``sanitizerd.compat.wire.LAYOUTS``)."""
+    from sanitizerd.compat import wire
+
+    return frozenset(wire.LAYOUTS)
+
+
+def hook_env(options, control: ControlClient, job: str, env: Mapping[str, str]) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The environment that puts msSanitizer's hook libraries in front of the program, with a socket in
+    msSanitizer's form that the daemon opened for the job; {} when there are none (saying so where it matters:
+    on a CANN host, with a heap option, or at --log-level=info). Raises HookError for hooks of a release whose
+    wire sanitizerd does not know."""
+    config = options.config
+    found = hooks.find_hooks(env, check_device_heap=config.check_device_heap, check_cann_heap=config.check_cann_heap)
+    heap = "--check-device-heap" if config.check_device_heap else "--check-cann-heap" if config.check_cann_heap else ""
+    if not found.found:
+        if hooks.looks_like_cann(env) or heap or config.log_level == "info":
+            names = ", ".join(found.names)
+            where = ", ".join(str(d) for d in found.looked_in) or (
+                f"nowhere: ${hooks.LIB_DIR_ENV}, ${' and $'.join(hooks.HOME_ENVS)} are unset and no mssanitizer is "
+                "on PATH"
+            )
+            partial = f" (an install without {', '.join(str(p) for p in found.missing)})" if found.missing else ""
+            what = f"{heap} needs them; " if heap else ""
+            print(
+                f"{PREFIX} WARNING: msSanitizer's hook libraries ({names}) were not found; looked in {where}{partial}. "
+                f"{what}Ascend programs run unchecked; programs that use client_shim are still checked.",
+                file=sys.stderr,
+            )
+        return {}
+    assert found.directory is not None
+    identified = hooks.identify(found.directory, env, known_layouts())
+    if identified.problem:
+        raise HookError(identified.problem)
+    try:
+        answer = control.request(m.CompatListen(job=job, layout=identified.layout))
+    except ClientError as exc:  # the connection is over (an older daemon does not know the request, say)
+        raise ClientError(
+            f"the daemon cannot open a socket for msSanitizer's hooks in {found.directory}: {exc}"
+        ) from None
+    if not isinstance(answer, m.CompatListening) or not answer.name:
+        why = answer.message if isinstance(answer, m.CompatListening) else f"unexpected {type(answer).__name__}"
+        print(
+            f"{PREFIX} WARNING: the daemon opened no socket for msSanitizer's hooks ({why}); they are not preloaded: "
+            "Ascend programs run unchecked, programs that use client_shim are still checked.",
+            file=sys.stderr,
+        )
+        return {}
+    if heap and not env.get("ASCEND_HOME_PATH"):
+        # msSanitizer's heap hooks load the real runtime from $ASCEND_HOME_PATH/lib64 and fail without it
+        print(
+            f"{PREFIX} WARNING: {heap}: msSanitizer's {found.names[0]} loads the CANN runtime from "
+            "$ASCEND_HOME_PATH/lib64, and ASCEND_HOME_PATH is not set: source CANN's set_env.sh first.",
+            file=sys.stderr,
+        )
+    if config.log_level == "info":
+        release = " ".join(p for p in (identified.version, identified.commit[:8]) if p)
+        print(
+            f"{PREFIX} Use preload libs {':'.join(str(p) for p in found.libraries)} (msSanitizer {release}, wire "
+            f"layout {identified.layout}); socket {answer.name}",
+            file=sys.stderr,
+        )
+    return hooks.hook_environment(env, found, answer.name)
+
+
 def run(argv: list[str]) -> int:
     try:
         options = parse_run_args(argv)
@@ -252,11 +323,16 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
         print(f"{PREFIX} ERROR: cannot write {options.save}: {exc.strerror}", file=sys.stderr)
         return 1
     control.send(start)
+    try:
+        hooked = hook_env(options, control, job, os.environ)
+    except HookError as exc:
+        print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
+        return 1
     control.send(m.Watch(job=job, record=save is not None))
     reporter = Reporter(control, out, _SHOWN.get(options.config.log_level, _SHOWN["warn"]), save=save)
     reporter.thread.start()
 
-    env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"})
+    env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"}, **hooked)
     # Python processes of the job (torchrun's workers included) attach at start-up through this sitecustomize.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook_dir()), os.environ.get("PYTHONPATH", "")) if p)
     try:

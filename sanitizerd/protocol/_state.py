@@ -27,7 +27,9 @@ class State(enum.Enum):
 PRODUCER_SENDS = frozenset(
     {m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Ipc, m.Log, m.Signature}
 )
-CONTROL_SENDS = frozenset({m.JobStart, m.Watch, m.QueryFindings, m.QuerySessions, m.QueryJobs, m.WaitJob})
+CONTROL_SENDS = frozenset(
+    {m.JobStart, m.Watch, m.QueryFindings, m.QuerySessions, m.QueryJobs, m.WaitJob, m.CompatListen}
+)
 
 # (sender, state, client role) -> allowed message types; a missing key allows nothing.
 ALLOWED: dict[tuple[Role, State, str | None], frozenset[type[m.Message]]] = {
@@ -38,7 +40,7 @@ ALLOWED: dict[tuple[Role, State, str | None], frozenset[type[m.Message]]] = {
     (Role.CLIENT, State.READY, "control"): CONTROL_SENDS | {m.Close},
     (Role.SERVER, State.READY, "producer"): frozenset({m.Verdict, m.IpcResult, m.Error, m.Closed}),
     (Role.SERVER, State.READY, "control"): frozenset(
-        {m.Findings, m.KernelChecked, m.Recorded, m.Sessions, m.Jobs, m.JobIdle, m.Error, m.Closed}
+        {m.Findings, m.KernelChecked, m.Recorded, m.Sessions, m.Jobs, m.JobIdle, m.CompatListening, m.Error, m.Closed}
     ),
 }
 

@@ -200,6 +200,7 @@ class HostOp(Message, tag="host_op"):
     serial: int = 0
     location: int = 0
     module: int = -1
+    root: U64 = 0  # rootAddr: the heap an MSTX region is carved from
 
 
 class Ipc(Message, tag="ipc"):
@@ -348,6 +349,28 @@ class WaitJob(Message, tag="wait_job"):
     job: Ident
 
 
+class CompatListen(Message, tag="compat_listen"):
+    """Asks for a socket in msSanitizer's form for ``job`` (docs/mssanitizer-compat.md): an abstract Unix socket
+    named as msSanitizer's launcher names it, for the pid that sent this (SO_PEERCRED), whose connections become
+    producer sessions of the job speaking msSanitizer's wire ``layout`` (a name in
+    ``sanitizerd.compat.wire.LAYOUTS``). Answered by one ``compat_listening``; the socket lives as long as this
+    connection."""
+
+    job: Ident
+    layout: Ident
+
+
+class CompatListening(Message, tag="compat_listening"):
+    """The answer to ``compat_listen``: the socket's ``name`` (the value of ``MSOP_SOCKET_PATH`` and
+    ``MSSANITIZER_PID``), or, when ``name`` is empty, why not: ``reason`` (one of the error reasons) and
+    ``message``. A refusal does not end the control connection."""
+
+    job: str
+    name: str = ""
+    reason: str = ""
+    message: str = ""
+
+
 class KernelChecked(Message, tag="kernel_checked"):
     """Pushed to a job's watchers once a kernel launch is checked, after its findings."""
 
@@ -408,4 +431,6 @@ AnyMessage = (
     | KernelChecked
     | Recorded
     | JobIdle
+    | CompatListen
+    | CompatListening
 )

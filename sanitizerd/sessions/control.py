@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import structlog
 
@@ -33,6 +34,13 @@ log = structlog.get_logger("sanitizerd.control")
 SESSIONS_LISTED = 1000  # ended sessions a sessions or jobs reply lists (the newest of those the client may read)
 
 
+def compat_layouts() -> frozenset[str]:
+    """The names of msSanitizer's wire layouts this daemon speaks (``sanitizerd.compat.wire.LAYOUTS``)."""
+    from sanitizerd.compat import wire  # the compat package is loaded only by a daemon asked for a compat socket
+
+    return frozenset(wire.LAYOUTS)
+
+
 async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
     access = Access.of(peer, hub.limits.admin_gids)
     reader_uid = None if access.admin else access.uid  # whose rows the store selects
@@ -43,6 +51,7 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
     registered: set[JobKey] = set()
     watching: set[JobKey] = set()
     waits = 0
+    listens = 0  # msSanitizer-form sockets this connection holds (each until it ends)
 
     async def write_out() -> None:
         async with outbound_receive:
@@ -68,6 +77,23 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
         if refused is not None:
             await hub.refuse(stream, refused.reason, refused.message, connection="control", uid=access.uid)
         return refused is None
+
+    async def compat_listen(request: m.CompatListen, tg: anyio.abc.TaskGroup) -> m.CompatListening:
+        """A socket in msSanitizer's form for the job, living as long as this connection, or why not."""
+        sockets = hub.compat_sockets
+        if sockets is None:
+            why = "this daemon serves no msSanitizer-form sockets"
+            hub.note_refusal("shutdown", why, what="compat socket refused", job=request.job, uid=access.uid)
+            return m.CompatListening(job=request.job, reason="shutdown", message=why)
+        known = compat_layouts()
+        if request.layout not in known:
+            why = (
+                f"msSanitizer's wire layout {request.layout!r} is not one this daemon speaks "
+                f"(it knows: {', '.join(sorted(known)) or 'none'})"
+            )
+            hub.note_refusal("version", why, what="compat socket refused", job=request.job, uid=access.uid)
+            return m.CompatListening(job=request.job, reason="version", message=why)
+        return await sockets.listen(request.job, request.layout, peer, tg)
 
     async def visible_sessions() -> list[m.SessionInfo]:
         ended = await hub.store_call(lambda: hub.store.ended_sessions(SESSIONS_LISTED, uid=reader_uid))
@@ -104,13 +130,13 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                     match message:
                         case m.Close():
                             break
-                        case m.WaitJob() | m.Watch() | m.JobStart() if (
-                            waits + len(watching) + len(registered) >= hub.limits.max_control_requests
+                        case m.WaitJob() | m.Watch() | m.JobStart() | m.CompatListen() if (
+                            waits + len(watching) + len(registered) + listens >= hub.limits.max_control_requests
                         ):
                             limit = hub.limits.max_control_requests
                             await hub.refuse(
                                 stream, "request_limit", f"this connection holds its limit of {limit} requests "
-                                "(wait_job, watch, job_start)", connection="control", uid=access.uid,
+                                "(wait_job, watch, job_start, compat_listen)", connection="control", uid=access.uid,
                             )  # fmt: skip
                             return
                         case m.JobStart(job=job, config=config):
@@ -136,6 +162,12 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                                 return
                             waits += 1
                             tg.start_soon(wait_job, key)
+                        case m.CompatListen(job=job):
+                            if not await may_use(job_key(job, access.uid)):
+                                return
+                            answer = await compat_listen(message, tg)
+                            listens += bool(answer.name)
+                            await outbound_send.send(answer)
                         case m.QueryFindings(job=job, session=session):
                             if not await allowed(job=job, session=session):
                                 return

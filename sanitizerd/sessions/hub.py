@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import structlog
@@ -23,6 +23,9 @@ from sanitizerd.sessions.jobs import Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
 from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, LogGate, Session
 from sanitizerd.sessions.transport import MessageStream
+
+if TYPE_CHECKING:
+    from sanitizerd.compat_socket import CompatSockets
 
 T = TypeVar("T")
 # Refusals logged per reason: a burst, then a steady rate; the rest are counted in the metric, and the next line
@@ -81,6 +84,10 @@ class Limits:
     # Seconds a producer may send nothing at all between frames while it is owed no verdict (long: a job may
     # compute for a while between kernels); its session then ends with idle_timeout.
     idle_timeout: float = 3600.0
+    # Sockets in msSanitizer's form (compat_listen) open at once, in all and per uid: each is a listening socket
+    # (an fd) that lives as long as the control connection that asked for it.
+    max_compat_sockets: int = 256
+    max_compat_sockets_per_uid: int = 16
 
 
 @dataclass(slots=True)
@@ -100,6 +107,8 @@ class Hub:
     unstored_in_burst: int = 0
     race_memory: MemoryBudget = field(init=False)
     refusal_logs: dict[str, LogGate] = field(default_factory=dict)  # reason -> its log's token bucket
+    # The per-job sockets in msSanitizer's form (compat_listen); None where no daemon serves them (tests' hubs).
+    compat_sockets: CompatSockets | None = None
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it
@@ -133,13 +142,17 @@ class Hub:
     async def refuse(self, stream: MessageStream, reason: str, message: str, **context: object) -> None:
         """End a connection for breaking the protocol or a limit: counted, logged, and told to the peer. The log is
         rate-limited per reason (a flood of connections must not flood the log); every refusal is counted."""
+        self.note_refusal(reason, message, **context)
+        await stream.send_error(reason, message)
+
+    def note_refusal(self, reason: str, message: str, *, what: str = "connection refused", **context: object) -> None:
+        """Count and (rate-limited) log a refusal; telling the peer, if at all, is the caller's."""
         self.metrics.rejected.labels(reason).inc()
         gate = self.refusal_logs.setdefault(reason, LogGate(rate=REFUSALS_LOGGED_PER_S, burst=REFUSAL_LOG_BURST))
         quiet = gate.admit(time.monotonic())
         if quiet is not None:
             more = {"refusals_not_logged_before": quiet} if quiet else {}
-            log.warning("connection refused", reason=reason, detail=message, **more, **context)
-        await stream.send_error(reason, message)
+            log.warning(what, reason=reason, detail=message, **more, **context)
 
     async def store_call(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking store method on the single store thread."""

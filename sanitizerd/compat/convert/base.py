@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,6 +17,16 @@ class BlockContext:
 
     block_type: int  # BlockType of the record buffer's block (RecordBlockHead.blockInfo.blockType)
     chip: Chip
+    vec_sub_block_dim: int = 2  # vector sub-blocks per AI core (RecordBlockHead.blockInfo.vecSubBlockDim)
+    # Records a converter could not turn into events (msSanitizer drops them with an error log): text -> count.
+    # The slot decoder gives each slot its own dict and reports one problem line per text.
+    dropped: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
+
+
+def drop(context: BlockContext, text: str, count: int) -> None:
+    """Count ``count`` records dropped for the reason ``text`` (one problem line of the kernel per reason)."""
+    if count:
+        context.dropped[text] = context.dropped.get(text, 0) + int(count)
 
 
 # records: one RecordType's records of a block, as a structured array of that type's payload dtype (the bytes after
@@ -92,10 +102,167 @@ def memory_events(
     return events
 
 
+def _words(events: np.ndarray) -> np.ndarray:
+    # Events as rows of 7 u64: numpy copies plain arrays many times faster than structured ones.
+    return np.ascontiguousarray(events).view(np.uint64).reshape(-1, EVENT_DTYPE.itemsize // 8)
+
+
+def _events(words: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(words).view(EVENT_DTYPE).reshape(-1)
+
+
+def cat(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` of event arrays, fast."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.empty(0, dtype=EVENT_DTYPE)
+    return _events(np.concatenate([_words(p) for p in parts]))
+
+
+def take(events: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``events[index]``, fast."""
+    return np.ascontiguousarray(events).view("V56")[index].view(EVENT_DTYPE)
+
+
+def by_serial(events: np.ndarray) -> np.ndarray:
+    """Events in serial order, stable (each record's events keep their order)."""
+    return take(events, np.argsort(events["serial"], kind="stable"))
+
+
 def interleave(*per_record: np.ndarray) -> np.ndarray:
     """Events of the same records, one array per role (e.g. reads, writes), ordered record by record, roles in the
     order given: what a stable sort by serial would give, without the sort."""
     if len(per_record) == 1:
         return per_record[0]
-    stacked = np.stack(per_record, axis=1)
-    return stacked.reshape(-1)
+    return _events(np.stack([_words(p) for p in per_record], axis=1).reshape(-1, EVENT_DTYPE.itemsize // 8))
+
+
+def record_dtype(size: int, location_at: int, fields: dict[str, tuple[str, int]]) -> np.dtype:
+    """A payload layout: ``fields`` = name -> (numpy format, byte offset), plus the ``Location`` msSanitizer puts in
+    every payload (``file_no``, ``line_no``, ``pc``, ``block_id``) at ``location_at``; ``size`` = sizeof(struct)."""
+    names = ["file_no", "line_no", "pc", "block_id", *fields]
+    formats = ["<u8", "<u8", "<u8", "<u2", *(f for f, _ in fields.values())]
+    offsets = [location_at, location_at + 8, location_at + 16, location_at + 24, *(o for _, o in fields.values())]
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
+
+
+def sync_events(
+    kind: int | np.ndarray,
+    records: np.ndarray,
+    serials: np.ndarray,
+    context: BlockContext,
+    *,
+    pipe: int | np.ndarray,
+    dst_pipe: int | np.ndarray = 0,
+    event_id: int | np.ndarray = 0,
+    address: int | np.ndarray = 0,
+    mode: int | np.ndarray = 0,
+    block_num: int | np.ndarray = 1,
+) -> np.ndarray:
+    """One synchronization event per record (block_size 0, as native clients send them)."""
+    events = blank(len(records))
+    events["kind"] = kind
+    events["serial"] = serials
+    events["pc"] = records["pc"]
+    events["block_id"] = records["block_id"]
+    events["block_type"] = context.block_type
+    events["pipe"] = pipe
+    events["dst_pipe"] = dst_pipe
+    events["event_id"] = event_id
+    events["address"] = address
+    events["mode"] = mode
+    events["block_num"] = block_num
+    events["block_size"] = 0
+    return events
+
+
+_U16 = 0xFFFF
+
+
+def runs(
+    kind: int,
+    space: int | np.ndarray,
+    address: np.ndarray,
+    run_bytes: np.ndarray,
+    repeat: np.ndarray,
+    stride_bytes: np.ndarray,
+    records: np.ndarray,
+    serials: np.ndarray,
+    context: BlockContext,
+    *,
+    pipe: int | np.ndarray,
+    unit: int | np.ndarray = 32,
+    align: int | np.ndarray = 0,
+) -> np.ndarray:
+    """Memory events for ``repeat`` runs of ``run_bytes`` contiguous bytes, ``stride_bytes`` apart, from
+    ``address``: msSanitizer's (blockNum x blockSize, repeatStride) pattern with blocks of ``unit`` bytes. Where a
+    count or stride does not fit the event's 16-bit fields, the record becomes one event per run instead (same
+    bytes). Events come out record by record (one or more each), in the records' order."""
+    n = len(records)
+    address = np.broadcast_to(np.asarray(address, dtype=np.uint64), n)
+    run_bytes = np.broadcast_to(np.asarray(run_bytes, dtype=np.int64), n)
+    repeat = np.broadcast_to(np.asarray(repeat, dtype=np.int64), n)
+    stride_bytes = np.broadcast_to(np.asarray(stride_bytes, dtype=np.int64), n)
+    unit = np.broadcast_to(np.asarray(unit, dtype=np.int64), n)
+    space = np.broadcast_to(np.asarray(space), n)
+    pipe = np.broadcast_to(np.asarray(pipe), n)
+    align = np.broadcast_to(np.asarray(align), n)
+    # The natural pattern needs whole units in the run and the stride, and 16-bit counts.
+    unit = np.maximum(np.gcd(np.gcd(run_bytes, np.where(repeat > 1, stride_bytes, 0)), unit), 1)
+    block_num = run_bytes // unit
+    stride = stride_bytes // unit
+    ok = (block_num <= _U16) & (stride <= _U16) & (repeat <= _U16)
+    if not ok.all():  # a coarser unit (the largest that divides run and stride) may still fit
+        coarse = np.maximum(np.gcd(run_bytes, np.where(repeat > 1, stride_bytes, 0)), 1)
+        unit = np.where(ok, unit, coarse)
+        block_num = run_bytes // unit
+        stride = stride_bytes // unit
+        ok = (block_num <= _U16) & (stride <= _U16) & (repeat <= _U16) & (unit <= 0xFFFFFFFF)
+    one = ok.all()
+    rows = np.arange(n) if one else np.flatnonzero(ok)
+    events = np.zeros(rows.size, dtype=EVENT_DTYPE)
+    events["kind"] = kind
+    events["space"] = space[rows]
+    events["address"] = address[rows]
+    events["serial"] = serials[rows]
+    events["pc"] = records["pc"][rows]
+    events["block_id"] = records["block_id"][rows]
+    events["block_type"] = context.block_type
+    events["pipe"] = pipe[rows]
+    events["block_size"] = unit[rows]
+    events["block_num"] = block_num[rows]
+    events["block_stride"] = 1
+    events["repeat"] = repeat[rows]
+    events["repeat_stride"] = stride[rows]
+    events["align"] = align[rows]
+    if one:
+        return events
+    # The rest: one event per run (a run is at most 65535 x 65535 bytes here, within the u32 block size).
+    big = np.flatnonzero(~ok)
+    reps = np.minimum(repeat[big], 1 << 20)  # a bound on hostile counts: never more than 2**20 events a record
+    which = np.repeat(big, reps)
+    r = np.arange(which.size) - np.repeat(np.cumsum(reps) - reps, reps)
+    extra = np.zeros(which.size, dtype=EVENT_DTYPE)
+    extra["kind"] = kind
+    extra["space"] = space[which]
+    extra["address"] = address[which] + (r * stride_bytes[which]).astype(np.uint64)
+    extra["serial"] = serials[which]
+    extra["pc"] = records["pc"][which]
+    extra["block_id"] = records["block_id"][which]
+    extra["block_type"] = context.block_type
+    extra["pipe"] = pipe[which]
+    extra["block_size"] = np.minimum(run_bytes[which], 0xFFFFFFFF)
+    extra["block_num"] = 1
+    extra["block_stride"] = 1
+    extra["repeat"] = 1
+    extra["align"] = align[which]
+    return by_serial(cat([events, extra]))
+
+
+def in_order(n: int, *per_role: np.ndarray) -> np.ndarray:
+    """Events of the same ``n`` records, one array per role (reads, writes), merged record by record with the roles
+    in the order given: ``interleave`` when each role has one event per record, else a stable sort by serial."""
+    if all(len(a) == n for a in per_role):
+        return interleave(*per_role)
+    return by_serial(cat(list(per_role)))

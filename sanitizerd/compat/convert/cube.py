@@ -1,1 +1,861 @@
-"""cube records -> events (placeholder: filled by its family)."""
+"""Cube-side records (matrix multiply, L1/L0 loads, fills) -> events, with msSanitizer's semantics.
+
+Matrix ops run on PIPE_M: L0A and L0B read, L0C written (or read and written when it accumulates: neither the
+initial value nor the bias source is set). With the unit flag on, a generated SET_FLAG/WAIT_FLAG pair M -> FIX
+(event id 11, msSanitizer's) follows, telling the race detector that the fixpipe waits for the result.
+Loads pick their pipe from (source, destination) memory as msSanitizer's ``QueryPipeType`` does; a pair it does
+not know (or an invalid memory type) gives no event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.compat.convert.base import BlockContext, converts, drop
+from sanitizerd.compat.convert.layout import record_dtype
+from sanitizerd.compat.convert.plan import NO_SPACE, Plan, memtype_to_space
+from sanitizerd.protocol.records import EventKind, Pipe, Space
+
+LOAD_2D = 104
+LOAD_L1_2D = 105
+LOAD_L1_MX_2D = 106
+LOAD_L1_2D_TRANSPOSE = 107
+LOAD_B2 = 108
+LOAD_A_WINOGRAD = 109
+LOAD_B_WINOGRAD = 110
+SET_2D = 112
+SET_L1_2D = 113
+LOAD_IMAGE = 116
+LOAD_2D_SPARSE = 118
+LOAD_2D_TRANSPOSE = 119
+DECOMPRESS_HEADER = 120
+LOAD_SMASK = 122
+BROADCAST = 123
+MATRIX_MUL_OP = 10006
+MMAD_A5 = 10007
+
+FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE)
+FRACTAL_ROW = 32
+UNIT_FLAG_EVENT = 11  # msSanitizer's event id for generated syncs, apart from user ids 0..7
+
+# MemType values (u8 in device records).
+L1, L0A, L0B, L0C, UB, BT, GM, PRIVATE, FB = range(9)
+DATA_B4, DATA_B8, DATA_B16, DATA_B32 = range(4)
+
+_PIPES = np.full((256, 256), 0xFF, dtype=np.uint8)  # (src MemType, dst MemType) -> Pipe; 0xFF = unknown
+for (_src, _dst), _pipe in {
+    (L1, L0A): Pipe.MTE1,
+    (L1, L0B): Pipe.MTE1,
+    (L1, L0C): Pipe.MTE1,
+    (L1, UB): Pipe.MTE1,
+    (L1, BT): Pipe.MTE1,
+    (L1, GM): Pipe.MTE3,
+    (GM, L0A): Pipe.MTE2,
+    (GM, L0B): Pipe.MTE2,
+    (GM, L1): Pipe.MTE2,
+    (GM, UB): Pipe.MTE2,
+    (UB, GM): Pipe.MTE3,
+    (UB, L1): Pipe.MTE3,
+    (UB, L0C): Pipe.MTE3,
+    (L0C, UB): Pipe.V,
+    (UB, UB): Pipe.V,
+    (L0C, L1): Pipe.FIX,
+    (L1, FB): Pipe.FIX,
+}.items():
+    _PIPES[_src, _dst] = _pipe
+NO_PIPE = 0xFF
+
+
+def query_pipe(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """msSanitizer's QueryPipeType, vectorised; ``NO_PIPE`` for a pair it does not know."""
+    return _PIPES[np.asarray(src, dtype=np.uint8), np.asarray(dst, dtype=np.uint8)]
+
+
+def _u(x: np.ndarray | int) -> np.ndarray:
+    return np.asarray(x).astype(np.uint64)
+
+
+def _no_pipe(context: BlockContext, name: str, pipe: np.ndarray) -> None:
+    drop(
+        context, f"{name} records dropped: no pipe moves data between their memory kinds", int((pipe == NO_PIPE).sum())
+    )
+
+
+def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
+    """Space of a MemType, NO_SPACE where the record is not to give events."""
+    return np.where(ok, memtype_to_space(memtype), NO_SPACE)
+
+
+def _finish(plan: Plan, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    return plan.build(serials, records["block_id"], records["pc"], context)
+
+
+MATRIX_MUL_DTYPE = record_dtype(
+    96,
+    32,
+    [
+        ("dst", "<u8", 0),
+        ("src0", "<u8", 8),
+        ("src1", "<u8", 16),
+        ("m", "<u2", 24),
+        ("k", "<u2", 26),
+        ("n", "<u2", 28),
+        ("src0_repeat_stride", "<u2", 64),
+        ("dst_block_size", "<u2", 66),
+        ("src0_block_size", "<u2", 68),
+        ("src1_block_size", "<u2", 70),
+        ("src0_repeat", "<u2", 72),
+        ("dst_block_num", "<u2", 74),
+        ("src0_block_num", "<u2", 76),
+        ("src1_block_num", "<u2", 78),
+        ("dst_align_size", "<u2", 80),
+        ("src0_align_size", "<u2", 82),
+        ("src1_align_size", "<u2", 84),
+        ("cmatrix_source", "u1", 86),
+        ("cmatrix_init_val", "u1", 87),
+        ("unit_flag", "u1", 88),
+    ],
+)
+
+MMAD_A5_DTYPE = record_dtype(
+    80,
+    24,
+    [
+        ("dst", "<u8", 0),
+        ("src0", "<u8", 8),
+        ("src1", "<u8", 16),
+        ("m", "<u2", 56),
+        ("k", "<u2", 58),
+        ("n", "<u2", 60),
+        ("dst_block_num", "<u2", 62),
+        ("src0_block_num", "<u2", 64),
+        ("src1_block_num", "<u2", 66),
+        ("src0_align_size", "<u2", 68),
+        ("src1_align_size", "<u2", 70),
+        ("src0_dtype", "u1", 72),
+        ("src1_dtype", "u1", 73),
+        ("cmatrix_source", "u1", 74),
+        ("cmatrix_init_val", "u1", 75),
+        ("unit_flag", "u1", 76),
+    ],
+)
+
+
+def _matrix(
+    plan: Plan,
+    r: np.ndarray,
+    *,
+    a: dict,
+    b: dict,
+    c: dict,
+) -> None:
+    m = int(Pipe.M)
+    plan.add(EventKind.READ, Space.L0A, r["src0"], pipe=m, **a)
+    plan.add(EventKind.READ, Space.L0B, r["src1"], pipe=m, **b)
+    accumulate = (r["cmatrix_init_val"] == 0) & (r["cmatrix_source"] == 0)
+    plan.add(EventKind.READ, Space.L0C, r["dst"], pipe=m, count=accumulate, **c)
+    plan.add(EventKind.WRITE, Space.L0C, r["dst"], pipe=m, **c)
+    unit = r["unit_flag"] != 0
+    for kind in (EventKind.SET_FLAG, EventKind.WAIT_FLAG):
+        plan.add(
+            kind,
+            0,
+            0,
+            pipe=m,
+            dst_pipe=int(Pipe.FIX),
+            event_id=UNIT_FLAG_EVENT,
+            count=unit,
+            memory=False,
+        )
+
+
+@converts(MATRIX_MUL_OP, dtype=MATRIX_MUL_DTYPE)
+def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """MMAD: A as src0Repeat repeats of src0BlockNum blocks, B and C as one run of blocks each."""
+    r = records
+    plan = Plan(len(r))
+    _matrix(
+        plan,
+        r,
+        a=dict(
+            block_num=r["src0_block_num"],
+            block_size=r["src0_block_size"],
+            repeat=r["src0_repeat"],
+            repeat_stride=r["src0_repeat_stride"],
+            align=r["src0_align_size"],
+        ),
+        b=dict(block_num=r["src1_block_num"], block_size=r["src1_block_size"], align=r["src1_align_size"]),
+        c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=r["dst_align_size"]),
+    )
+    return _finish(plan, r, serials, context)
+
+
+@converts(MMAD_A5, dtype=MMAD_A5_DTYPE)
+def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """MMAD (910_95 form): 512-byte fractals of A and B, 1024-byte fractals of C (1024-aligned)."""
+    r = records
+    plan = Plan(len(r))
+    _matrix(
+        plan,
+        r,
+        a=dict(block_num=r["src0_block_num"], block_size=FRACTAL, align=r["src0_align_size"]),
+        b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=r["src1_align_size"]),
+        c=dict(block_num=r["dst_block_num"], block_size=1024, align=1024),
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_2D_DTYPE = record_dtype(
+    64,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("base_idx", "<u2", 48),
+        ("src_stride", "<u2", 50),
+        ("dst_stride", "<u2", 52),
+        ("block_size", "<u2", 54),
+        ("repeat", "<u2", 56),
+        ("dst_mem", "u1", 58),
+        ("src_mem", "u1", 59),
+        ("addr_cal_mode", "<u4", 60),
+    ],
+)
+
+
+@converts(LOAD_2D, dtype=LOAD_2D_DTYPE)
+def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_2D: ``repeat`` fractals, one per repeat (strides in fractals), from ``src + baseIdx`` fractals
+    upward, or (decrement mode) ending there. A decrement that would start below address 0 is dropped."""
+    r = records
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    repeat = _u(r["repeat"])
+    start = _u(r["src"]) + _u(r["base_idx"]) * np.uint64(FRACTAL)
+    back = (np.maximum(repeat, 1) - np.uint64(1)) * _u(r["src_stride"]) * np.uint64(FRACTAL)
+    dec = r["addr_cal_mode"] != 0
+    ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & (start < back))
+    _no_pipe(context, "LOAD_2D", pipe)
+    drop(
+        context,
+        "LOAD_2D records dropped: decrementing below address 0",
+        int((dec & (start < back) & (repeat != 0)).sum()),
+    )
+    address = np.where(dec, start - np.where(start >= back, back, 0), start)
+    plan = Plan(len(r))
+    common = dict(pipe=pipe, block_size=r["block_size"], block_stride=0, repeat=repeat)
+    plan.add(EventKind.READ, _space(r["src_mem"], ok), address, repeat_stride=r["src_stride"], **common)
+    plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], repeat_stride=r["dst_stride"], **common)
+    return _finish(plan, r, serials, context)
+
+
+LOAD_2D_SPARSE_DTYPE = record_dtype(
+    56,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src0", "<u4", 40),
+        ("src1", "<u4", 44),
+        ("start_id", "<u2", 48),
+        ("repeat", "u1", 50),
+        ("dst_mem", "u1", 51),
+        ("src_mem", "u1", 52),
+    ],
+)
+
+
+@converts(LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
+def convert_load_2d_sparse(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """LOAD_2D_SPARSE: ``repeat`` consecutive fractals of data and 128-byte index blocks read, fractals written."""
+    r = records
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    ok = (pipe != 0xFF) & (r["repeat"] != 0)
+    _no_pipe(context, "LOAD_2D_SPARSE", pipe)
+    drop(context, "LOAD_2D_SPARSE records dropped: repeat 0", int((r["repeat"] == 0).sum()))
+    start = _u(r["start_id"])
+    src = _space(r["src_mem"], ok)
+    common = dict(pipe=pipe, repeat=r["repeat"], repeat_stride=1)
+    plan = Plan(len(r))
+    plan.add(EventKind.READ, src, _u(r["src0"]) + start * np.uint64(FRACTAL), block_size=FRACTAL, **common)
+    plan.add(EventKind.READ, src, _u(r["src1"]) + start * np.uint64(128), block_size=128, **common)
+    plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], block_size=FRACTAL, **common)
+    return _finish(plan, r, serials, context)
+
+
+LOAD_2D_TRANSPOSE_DTYPE = record_dtype(
+    64,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("index_id", "<u2", 48),
+        ("src_stride", "<u2", 50),
+        ("dst_stride", "<u2", 52),
+        ("dst_frac_stride", "<u2", 54),
+        ("repeat", "u1", 56),
+        ("addr_mode", "u1", 57),
+        ("data_type", "u1", 58),
+        ("dst_mem", "u1", 59),
+        ("src_mem", "u1", 60),
+    ],
+)
+
+_FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
+_FRACTALS_PER_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 2, 1, 2]
+
+
+@converts(LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
+def convert_load_2d_transpose(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """LOAD_2D_TRANSPOSE: per repeat, the type's fractal group (4 for B4, 2 for B8/B32, 1 for B16) read
+    contiguously and written with the destination fractal stride. Decrement mode ends at the index; one whose
+    index would go below zero is dropped, as msSanitizer drops it."""
+    r = records
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    repeat = _u(r["repeat"])
+    fractals = _FRACTALS_PER_TYPE[r["data_type"]]
+    src_repeat_stride = fractals * _u(r["src_stride"])
+    start = _u(r["src"]) + _u(r["index_id"]) * fractals * np.uint64(FRACTAL)
+    dec = r["addr_mode"] != 0
+    back = src_repeat_stride * np.uint64(FRACTAL) * (np.maximum(repeat, 1) - np.uint64(1))
+    negative_index = _u(r["index_id"]) < _u(r["src_stride"]) * (np.maximum(repeat, 1) - np.uint64(1))
+    ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & negative_index)
+    _no_pipe(context, "LOAD_2D_TRANSPOSE", pipe)
+    drop(context, "LOAD_2D_TRANSPOSE records dropped: repeat 0", int((repeat == 0).sum()))
+    drop(
+        context,
+        "LOAD_2D_TRANSPOSE records dropped: index below zero in a repeat",
+        int((dec & negative_index & (repeat != 0)).sum()),
+    )
+    plan = Plan(len(r))
+    common = dict(pipe=pipe, block_num=fractals, block_size=FRACTAL, repeat=repeat)
+    plan.add(
+        EventKind.READ,
+        _space(r["src_mem"], ok),
+        np.where(dec, start - back, start),  # msSanitizer wraps too when the start is below the offset
+        block_stride=1,
+        repeat_stride=src_repeat_stride,
+        **common,
+    )
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], ok),
+        r["dst"],
+        block_stride=_u(r["dst_frac_stride"]) + np.uint64(1),
+        repeat_stride=_u(r["dst_stride"]) + np.uint64(1),
+        **common,
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_L1_2D_DTYPE = record_dtype(
+    72,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("m_start", "<u2", 48),
+        ("k_start", "<u2", 50),
+        ("m_step", "<u2", 52),
+        ("k_step", "<u2", 54),
+        ("src_stride", "<u2", 56),
+        ("dst_stride", "<u2", 58),
+        ("dst_mem", "u1", 60),
+        ("transpose", "<u4", 64),
+        ("detailed_type", "u1", 68),
+    ],
+)
+
+# DetailedDataType values msSanitizer's transpose rules name (record_defs.h).
+_DETAILED_B4, _DETAILED_B8, _DETAILED_B16, _DETAILED_B32 = 0, 1, 2, 3
+
+
+@converts(LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
+def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_L1_2D (910_95): kStep repeats of mStep fractals from L1 at (kStart, mStart); written the same way,
+    or transposed (blocks and repeats traded by the element width). Transposes the hardware refuses give
+    nothing."""
+    r = records
+    pipe = query_pipe(np.full(len(r), L1, dtype=np.uint8), r["dst_mem"])
+    t = r["detailed_type"]
+    transpose = r["transpose"] != 0
+    m_step, k_step = _u(r["m_step"]), _u(r["k_step"])
+    legal = (
+        ((t == _DETAILED_B4) & (m_step % np.uint64(4) == 0))
+        | ((t == _DETAILED_B8) & (m_step % np.uint64(2) == 0))
+        | (t == _DETAILED_B16)
+        | ((t == _DETAILED_B32) & (k_step % np.uint64(2) == 0))
+    )
+    ok = (pipe != 0xFF) & (~transpose | legal)
+    _no_pipe(context, "LOAD_L1_2D", pipe)
+    drop(
+        context,
+        "LOAD_L1_2D records dropped: transpose with steps or type the hardware refuses",
+        int((transpose & ~legal).sum()),
+    )
+    src = _u(r["src"]) + (_u(r["k_start"]) * _u(r["src_stride"]) + _u(r["m_start"])) * np.uint64(FRACTAL)
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        _space(L1, ok),
+        src,
+        pipe=pipe,
+        block_num=m_step,
+        block_size=FRACTAL,
+        repeat=k_step,
+        repeat_stride=r["src_stride"],
+    )
+    factor = np.select([t == _DETAILED_B4, t == _DETAILED_B8], [4, 2], 1).astype(np.uint64)
+    blocks = np.select([transpose & (t == _DETAILED_B32), transpose], [k_step // np.uint64(2), k_step * factor], m_step)
+    repeats = np.select(
+        [transpose & (t == _DETAILED_B32), transpose], [m_step * np.uint64(2), m_step // factor], k_step
+    )
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], ok),
+        r["dst"],
+        pipe=pipe,
+        block_num=blocks,
+        block_size=FRACTAL,
+        repeat=repeats,
+        repeat_stride=r["dst_stride"],
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_L1_MX_2D_DTYPE = record_dtype(
+    64,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("x_start", "<u2", 48),
+        ("y_start", "<u2", 50),
+        ("x_step", "<u2", 52),
+        ("y_step", "<u2", 54),
+        ("src_stride", "<u2", 56),
+        ("dst_stride", "<u2", 58),
+        ("dst_mem", "u1", 60),
+    ],
+)
+
+
+@converts(LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
+def convert_load_l1_mx_2d(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """LOAD_L1_MX_2D (scale matrix): only the L1 read is modelled (msSanitizer models no write either):
+    xStep repeats of yStep 32-byte rows from (xStart, yStart), on MTE1."""
+    r = records
+    src = _u(r["src"]) + (_u(r["x_start"]) * _u(r["src_stride"]) + _u(r["y_start"])) * np.uint64(FRACTAL_ROW)
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        Space.L1,
+        src,
+        pipe=int(Pipe.MTE1),
+        block_num=r["y_step"],
+        block_size=FRACTAL_ROW,
+        repeat=r["x_step"],
+        repeat_stride=r["src_stride"],
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
+    64,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("repeat", "<u2", 48),
+        ("src_stride", "<u2", 50),
+        ("dst_stride", "<u2", 52),
+        ("src_frac_stride", "<u2", 54),
+        ("dst_frac_stride", "<u2", 56),
+        ("detailed_type", "u1", 58),
+    ],
+)
+
+
+@converts(LOAD_L1_2D_TRANSPOSE, dtype=LOAD_L1_2D_TRANSPOSE_DTYPE)
+def convert_load_l1_2d_transpose(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """LOAD_L1_2D_TRANSPOSE (L1 -> L0B): per repeat, the type's fractal group, each side with its own fractal
+    and repeat strides. An unknown type has no fractals (nothing)."""
+    r = records
+    t = r["detailed_type"]
+    fractals = np.select(
+        [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32], [4, 2, 1, 2], 0
+    )
+    mte1 = int(Pipe.MTE1)
+    plan = Plan(len(r))
+    common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
+    plan.add(
+        EventKind.READ,
+        Space.L1,
+        r["src"],
+        block_stride=r["src_frac_stride"],
+        repeat_stride=r["src_stride"],
+        **common,
+    )
+    plan.add(
+        EventKind.WRITE,
+        Space.L0B,
+        r["dst"],
+        block_stride=r["dst_frac_stride"],
+        repeat_stride=r["dst_stride"],
+        **common,
+    )
+    return _finish(plan, r, serials, context)
+
+
+DECOMPRESS_HEADER_DTYPE = record_dtype(48, 0, [("src", "<u8", 32), ("n_block", "<u2", 40), ("src_mem", "u1", 42)])
+
+
+@converts(DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
+def convert_decompress_header(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """DECOMPRESS_HEADER: nBlock 32-byte headers read on MTE2 (32-byte aligned)."""
+    r = records
+    drop(context, "DECOMPRESS_HEADER records dropped: nBlock 0", int((r["n_block"] == 0).sum()))
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        memtype_to_space(r["src_mem"]),
+        r["src"],
+        pipe=int(Pipe.MTE2),
+        block_size=_u(r["n_block"]) * np.uint64(32),
+        align=32,
+    )
+    return _finish(plan, r, serials, context)
+
+
+SET_2D_DTYPE = record_dtype(
+    56,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("dst_block_size", "<u4", 40),
+        ("repeat", "<u2", 44),
+        ("dst_block_num", "<u2", 46),
+        ("repeat_gap", "<u2", 48),
+        ("dst_mem", "u1", 50),
+    ],
+)
+
+
+@converts(SET_2D, dtype=SET_2D_DTYPE)
+def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """SET_2D (fill): ``repeat`` runs of dstBlockNum blocks, repeatGap blocks apart; MTE2 into L1, else MTE1."""
+    r = records
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.WRITE,
+        memtype_to_space(r["dst_mem"]),
+        r["dst"],
+        pipe=np.where(r["dst_mem"] == L1, int(Pipe.MTE2), int(Pipe.MTE1)),
+        block_num=r["dst_block_num"],
+        block_size=r["dst_block_size"],
+        repeat=r["repeat"],
+        repeat_stride=_u(r["dst_block_num"]) + _u(r["repeat_gap"]),
+    )
+    return _finish(plan, r, serials, context)
+
+
+SET_L1_2D_DTYPE = record_dtype(
+    48,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("repeat", "<u2", 40),
+        ("dst_block_num", "<u2", 42),
+        ("repeat_gap", "<u2", 44),
+        ("detailed_type", "u1", 46),
+    ],
+)
+
+
+@converts(SET_L1_2D, dtype=SET_L1_2D_DTYPE)
+def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """SET_L1_2D (910_95 fill of L1): ``repeat`` runs of dstBlockNum 32-byte blocks, repeat stride repeatGap
+    blocks (msSanitizer's reading of the gap), on MTE2, 32-byte aligned."""
+    r = records
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.WRITE,
+        Space.L1,
+        r["dst"],
+        pipe=int(Pipe.MTE2),
+        block_num=r["dst_block_num"],
+        block_size=32,
+        repeat=r["repeat"],
+        repeat_stride=r["repeat_gap"],
+        align=32,
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_IMAGE_DTYPE = record_dtype(
+    64,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("hor_size", "<u2", 40),
+        ("ver_size", "<u2", 42),
+        ("hor_start", "<u2", 44),
+        ("ver_start", "<u2", 46),
+        ("s_hor_res", "<u2", 48),
+        ("l_pad", "<u2", 50),
+        ("r_pad", "<u2", 52),
+        ("data_type", "u1", 54),
+        ("dst_mem", "u1", 55),
+        ("top_pad", "u1", 56),
+        ("bot_pad", "u1", 57),
+    ],
+)
+
+
+@converts(LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
+def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_IMAGE: the padded image written as (width + pads) x (height + pads) 32-byte blocks, on MTE2. The
+    image source is not in the record, so no read."""
+    r = records
+    width = _u(r["hor_size"]) + _u(r["l_pad"]) + _u(r["r_pad"])
+    height = _u(r["ver_size"]) + _u(r["top_pad"]) + _u(r["bot_pad"])
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.WRITE,
+        memtype_to_space(r["dst_mem"]),
+        r["dst"],
+        pipe=int(Pipe.MTE2),
+        block_num=width * height,
+        block_size=32,
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_SMASK_DTYPE = record_dtype(
+    48, 0, [("src", "<u8", 32), ("dst", "<u2", 40), ("smask_size", "<u2", 42), ("src_mem", "u1", 44)]
+)
+
+
+@converts(LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
+def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_SMASK: smaskSize bytes of sparsity mask read, from GM on MTE2 (2-byte aligned) or from UB on MTE3.
+    The destination is an internal register: no write."""
+    r = records
+    gm = r["src_mem"] == GM
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        memtype_to_space(r["src_mem"]),
+        r["src"],
+        pipe=np.where(gm, int(Pipe.MTE2), int(Pipe.MTE3)),
+        block_size=r["smask_size"],
+        align=np.where(gm, 2, 0),
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_B2_DTYPE = record_dtype(
+    56,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("repeat", "u1", 48),
+        ("data_type", "u1", 49),
+        ("dst_mem", "u1", 50),
+        ("src_mem", "u1", 51),
+    ],
+)
+
+
+@converts(LOAD_B2, dtype=LOAD_B2_DTYPE)
+def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_B2: ``repeat`` fractals of 128 bytes (B8) or 64 bytes, rounded up to 512, read and written."""
+    r = records
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    ok = pipe != 0xFF
+    _no_pipe(context, "LOAD_B2", pipe)
+    nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
+    size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
+    plan = Plan(len(r))
+    plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
+    plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
+    return _finish(plan, r, serials, context)
+
+
+LOAD_A_WINOGRAD_DTYPE = record_dtype(
+    72,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("fm_w", "<u2", 48),
+        ("fm_h", "<u2", 50),
+        ("fm_ch", "<u2", 52),
+        ("ext_k", "<u2", 54),
+        ("ext_m", "<u2", 56),
+        ("dst_start_k", "<u2", 58),
+        ("dst_start_m", "<u2", 60),
+        ("inner_dst_gap", "u1", 62),
+        ("data_type", "u1", 63),
+        ("dst_mem", "u1", 64),
+        ("src_mem", "u1", 65),
+    ],
+)
+
+
+def _element_size(data_type: np.ndarray) -> np.ndarray:
+    return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
+
+
+@converts(LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
+def convert_load_a_winograd(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """LOAD_A_WINOGRAD: the whole feature map (W x H x C elements) read; four output sub-matrices of
+    extK x extM elements written as fractals, innerDstGap fractals apart. A destination that is not whole
+    fractals drops the write (msSanitizer logs an error and keeps the read)."""
+    r = records
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    ok = pipe != 0xFF
+    _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
+    size = _element_size(r["data_type"])
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        _space(r["src_mem"], ok),
+        r["src"],
+        pipe=pipe,
+        block_size=_u(r["fm_w"]) * _u(r["fm_h"]) * _u(r["fm_ch"]) * size,
+        block_stride=0,
+    )
+    # msSanitizer multiplies extStepK * extStepM in int then by the element size.
+    out = (_u(r["ext_k"]) * _u(r["ext_m"]) & np.uint64(0xFFFF_FFFF)) * size
+    blocks = out // np.uint64(FRACTAL)
+    whole = (blocks != 0) & (out % np.uint64(FRACTAL) == 0)
+    drop(context, "LOAD_A_WINOGRAD writes dropped: output not whole fractals", int((ok & ~whole).sum()))
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], ok & whole),
+        r["dst"],
+        pipe=pipe,
+        block_num=blocks,
+        block_size=FRACTAL,
+        repeat=4,
+        repeat_stride=_u(r["inner_dst_gap"]) + blocks,
+    )
+    return _finish(plan, r, serials, context)
+
+
+LOAD_B_WINOGRAD_DTYPE = record_dtype(
+    56,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("src_rpt_stride", "<u2", 48),
+        ("dst_rpt_stride", "<u2", 50),
+        ("inner_dst_stride", "u1", 52),
+        ("repeat", "u1", 53),
+        ("dst_mem", "u1", 54),
+        ("src_mem", "u1", 55),
+    ],
+)
+
+
+@converts(LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
+def convert_load_b_winograd(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """LOAD_B_WINOGRAD: per repeat, 9 fractals read and 4 fractals written (innerDstStride apart)."""
+    r = records
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    ok = pipe != 0xFF
+    _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        _space(r["src_mem"], ok),
+        r["src"],
+        pipe=pipe,
+        block_num=9,
+        block_size=FRACTAL,
+        repeat=r["repeat"],
+        repeat_stride=r["src_rpt_stride"],
+    )
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], ok),
+        r["dst"],
+        pipe=pipe,
+        block_num=4,
+        block_size=FRACTAL,
+        block_stride=r["inner_dst_stride"],
+        repeat=r["repeat"],
+        repeat_stride=r["dst_rpt_stride"],
+    )
+    return _finish(plan, r, serials, context)
+
+
+BROADCAST_DTYPE = record_dtype(
+    64,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("n_burst", "u1", 48),
+        ("len_burst", "u1", 49),
+        ("src_gap", "u1", 50),
+        ("dst_gap", "u1", 51),
+        ("enable_repeat", "u1", 52),
+        ("src_type", "u1", 53),
+        ("dst_type", "u1", 54),
+        ("dst_mem", "u1", 55),
+        ("src_mem", "u1", 56),
+    ],
+)
+
+
+@converts(BROADCAST, dtype=BROADCAST_DTYPE)
+def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """BROADCAST (UB -> L0C, on PIPE_V): nBurst bursts; the source gives lenBurst 32-byte blocks per burst (one
+    when repeating, doubled for B32), the destination lenBurst fractals of 512 bytes (1024 for B32, 1024-aligned).
+    A zero nBurst or lenBurst gives nothing."""
+    r = records
+    ok = (r["n_burst"] != 0) & (r["len_burst"] != 0)
+    drop(context, "BROADCAST records dropped: nBurst or lenBurst 0", int((~ok).sum()))
+    src_blocks = np.where(r["enable_repeat"] != 0, 1, _u(r["len_burst"])).astype(np.uint64)
+    src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
+    dst_b32 = r["dst_type"] == DATA_B32
+    v = int(Pipe.V)
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        _space(r["src_mem"], ok),
+        r["src"],
+        pipe=v,
+        block_num=src_blocks,
+        block_size=32,
+        repeat=r["n_burst"],
+        repeat_stride=_u(r["src_gap"]) + src_blocks,
+    )
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], ok),
+        r["dst"],
+        pipe=v,
+        block_num=r["len_burst"],
+        block_size=np.where(dst_b32, 1024, 512),
+        repeat=r["n_burst"],
+        repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
+        align=np.where(dst_b32 & (r["dst_mem"] == L0C), 1024, 0),
+    )
+    return _finish(plan, r, serials, context)

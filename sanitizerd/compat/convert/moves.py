@@ -1,1 +1,172 @@
-"""moves records -> events (placeholder: filled by its family)."""
+"""Data-move records -> a read of the source and a write of the destination (reference §1.7).
+
+The pipe of a move follows from its (source, destination) memory kinds, msSanitizer's ``QueryPipeType``; a pair
+with no pipe is dropped, as msSanitizer drops it (with an error log), and counted as a problem of the kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.compat.convert.base import BlockContext, converts, drop, in_order, record_dtype, runs
+from sanitizerd.compat.record_types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
+from sanitizerd.protocol.records import EventKind
+
+BLOCK = 32  # msSanitizer's MOV_LOCAL_BLOCK_SIZE: bursts and gaps count 32-byte blocks
+NO_PIPE = 255
+
+# (src MemType, dst MemType) -> pipe; every other pair has none.
+PIPE_OF_PAIR = np.full((256, 256), NO_PIPE, dtype=np.uint8)
+for (_src, _dst), _pipe in {
+    (MemType.L1, MemType.L0A): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.L0B): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.L0C): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.UB): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.BT): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.GM): PipeType.PIPE_MTE3,
+    (MemType.GM, MemType.L0A): PipeType.PIPE_MTE2,
+    (MemType.GM, MemType.L0B): PipeType.PIPE_MTE2,
+    (MemType.GM, MemType.L1): PipeType.PIPE_MTE2,
+    (MemType.GM, MemType.UB): PipeType.PIPE_MTE2,
+    (MemType.UB, MemType.GM): PipeType.PIPE_MTE3,
+    (MemType.UB, MemType.L1): PipeType.PIPE_MTE3,
+    (MemType.UB, MemType.L0C): PipeType.PIPE_MTE3,
+    (MemType.L0C, MemType.UB): PipeType.PIPE_V,
+    (MemType.UB, MemType.UB): PipeType.PIPE_V,
+    (MemType.L0C, MemType.L1): PipeType.PIPE_FIX,
+    (MemType.L1, MemType.FB): PipeType.PIPE_FIX,
+}.items():
+    PIPE_OF_PAIR[_src, _dst] = _pipe
+
+# Pad modes 1-5 widen the source (each 32-byte destination block holds 32/scale source bytes); 6-8 narrow it.
+PAD_SCALE = np.array([1, 32, 16, 8, 4, 2, 8, 4, 2] + [1] * 247, dtype=np.int64)
+
+
+def with_pipe(
+    record_type: int, records: np.ndarray, src: np.ndarray, dst: np.ndarray, context: BlockContext
+) -> tuple[np.ndarray, np.ndarray]:
+    """The records whose (src, dst) pair has a pipe (and whose kinds are spaces), and those pipes; the rest are
+    counted as dropped."""
+    pipe = PIPE_OF_PAIR[src, dst]
+    keep = (pipe != NO_PIPE) & (MEMTYPE_TO_SPACE[src] != NO_SPACE) & (MEMTYPE_TO_SPACE[dst] != NO_SPACE)
+    if not keep.all():
+        name = RecordType(record_type).name
+        drop(context, f"{name} records dropped: no pipe moves data between their memory kinds", int((~keep).sum()))
+    return np.flatnonzero(keep), pipe[keep]
+
+
+DMA_MOV = record_dtype(
+    64,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "n_burst": ("<u2", 48),
+        "len_burst": ("<u2", 50),
+        "src_stride": ("<u2", 52),
+        "dst_stride": ("<u2", 54),
+        "dst_mem": ("u1", 56),
+        "src_mem": ("u1", 57),
+        "pad_mode": ("u1", 58),
+        "byte_mode": ("u1", 59),
+    },
+)
+
+
+@converts(RecordType.DMA_MOV, dtype=DMA_MOV)
+def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """Bursts of 32-byte blocks; byte mode (bytes, source read rounded up to 32); pad modes 1-8."""
+    pad = records["pad_mode"].astype(np.int64)
+    bad_pad = (pad > 8) & (records["byte_mode"] == 0)
+    if bad_pad.any():  # msSanitizer makes no event for an unknown pad mode
+        drop(context, "DMA_MOV records dropped: unknown pad mode", int(bad_pad.sum()))
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    keep = ~bad_pad[rows]
+    rows, pipe = rows[keep], pipe[keep]
+    r = records[rows]
+    s = serials[rows]
+    n_burst = r["n_burst"].astype(np.int64)
+    length = r["len_burst"].astype(np.int64)
+    src_gap = r["src_stride"].astype(np.int64) * BLOCK
+    dst_gap = r["dst_stride"].astype(np.int64) * BLOCK
+    byte = r["byte_mode"] != 0
+    pad = r["pad_mode"].astype(np.int64)
+    widen = ~byte & (pad >= 1) & (pad <= 5)
+    narrow = ~byte & (pad >= 6)
+    scale = PAD_SCALE[pad]
+    squeezed = n_burst * BLOCK // scale  # the contiguous side of a pad-mode move
+    # Source: runs, repeat, stride (bytes).
+    read_run = np.where(byte, -(-length // BLOCK) * BLOCK, length * BLOCK)
+    read_stride = read_run + src_gap
+    read_run = np.where(widen, squeezed, np.where(narrow, BLOCK, read_run))
+    read_rep = np.where(widen, 1, n_burst)
+    read_stride = np.where(widen, 0, np.where(narrow, BLOCK + src_gap, read_stride))
+    # Destination.
+    write_run = np.where(byte, length, length * BLOCK)
+    write_stride = write_run + dst_gap
+    write_run = np.where(narrow, squeezed, np.where(widen, BLOCK, write_run))
+    write_rep = np.where(narrow, 1, n_burst)
+    write_stride = np.where(narrow, 0, np.where(widen, BLOCK + dst_gap, write_stride))
+    unit = np.where(byte, 1, BLOCK)
+    reads = runs(
+        EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], read_run, read_rep, read_stride, r, s, context,
+        pipe=pipe, unit=np.where(widen, squeezed, unit),
+    )  # fmt: skip
+    writes = runs(
+        EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], write_run, write_rep, write_stride, r, s, context,
+        pipe=pipe, unit=np.where(narrow, squeezed, unit),
+    )  # fmt: skip
+    return in_order(len(r), reads, writes)
+
+
+MOV_ALIGN = record_dtype(
+    72,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "src_gap": ("<u4", 48),
+        "dst_gap": ("<u4", 52),
+        "len_burst": ("<u4", 56),
+        "n_burst": ("<u2", 60),
+        "dst_mem": ("u1", 62),
+        "src_mem": ("u1", 63),
+        "data_type": ("u1", 64),
+        "left_pad": ("u1", 65),
+        "right_pad": ("u1", 66),
+    },
+)
+# DataType -> element bytes (B8=1, B16=2, B32=4; B4 and anything else count 1, as msSanitizer does).
+DATA_SIZE = np.ones(256, dtype=np.int64)
+DATA_SIZE[1:4] = (1, 2, 4)
+
+
+def _ceil32(x: np.ndarray) -> np.ndarray:
+    return -(-x // BLOCK) * BLOCK
+
+
+@converts(RecordType.MOV_ALIGN, dtype=MOV_ALIGN)
+def mov_align(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """DataCopyPad: ``nBurst`` bursts of ``lenBurst`` bytes. Reads cover the data only (not UB's dummy tail); a UB
+    write covers data + padding + dummy up to 32 bytes; gaps count bytes on GM and 32-byte blocks on UB."""
+    empty = records["len_burst"] == 0
+    if empty.any():
+        drop(context, "MOV_ALIGN records dropped: lenBurst is 0", int(empty.sum()))
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    keep = ~empty[rows]
+    rows, pipe = rows[keep], pipe[keep]
+    r, s = records[rows], serials[rows]
+    length = r["len_burst"].astype(np.int64)
+    n_burst = r["n_burst"].astype(np.int64)
+    src_gm = r["src_mem"] == MemType.GM
+    dst_gm = r["dst_mem"] == MemType.GM
+    read_stride = np.where(src_gm, length + r["src_gap"], _ceil32(length) + r["src_gap"].astype(np.int64) * BLOCK)
+    padding = (r["left_pad"].astype(np.int64) + r["right_pad"]) * DATA_SIZE[r["data_type"]]
+    ub_write = _ceil32(length + padding)
+    write_run = np.where(dst_gm, length, ub_write)
+    write_stride = np.where(dst_gm, length + r["dst_gap"], ub_write + r["dst_gap"].astype(np.int64) * BLOCK)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], length, n_burst, read_stride, r, s,
+                 context, pipe=pipe, unit=1)  # fmt: skip
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], write_run, n_burst, write_stride, r, s,
+                  context, pipe=pipe, unit=1)  # fmt: skip
+    return in_order(len(r), reads, writes)

@@ -1,1 +1,361 @@
-"""mstx records -> events (placeholder: filled by its family)."""
+"""MSTX_STUB records (a kernel's mstx annotations, msSanitizer's ``MstxRecord``) -> events.
+
+One record type carries several interfaces (``interfaceType``) in a union:
+
+* cross-core set / wait (0, 1): ``MSTX_CROSS_SET`` / ``MSTX_CROSS_WAIT`` on the record's pipe, address = flag
+  address, event_id = flag id, mode bit 0 = "is more". A wait with "is more" that repeats one of the block's two
+  previous such waits (same flag, pipe, flags, block) is a duplicate and dropped, as msSanitizer drops it.
+* HCCL (2): collective data movement on GM, per ``flagId``: ALLREDUCE one read + one write; ALLGATHER one read
+  + rankDim writes ``dstStride`` elements apart; REDUCESCATTER rankDim reads + one write; ALLTOALL rankDim reads +
+  rankDim writes. Each access is ``repeat`` runs of count x typeSize bytes, repeatStride runs apart.
+* HCCL-V core records (3): one read of srclenBurst and one write of dstlenBurst bytes, ``repeat`` contiguous runs.
+* cross-core barrier / set flag / wait flag (4, 5, 6): optionally a full pipe barrier first (per pipe V..S_CAL:
+  barrier, set and wait to PIPE_S, event 11), then a SyncAll (``CROSS_SET``/``CROSS_WAIT`` flag 31, mode 0, two
+  sub-blocks) or a soft set/wait (``SOFT_SET``/``SOFT_WAIT``, address = the peer block).
+* vector unary / binary (3000, 3001): as UNARY_OP / BINARY_OP with 32-byte blocks, masked.
+* data copy (4001): as a DMA_MOV of 32-byte bursts.
+
+A record with ``error`` set produces nothing. Not converted here: data copy with pad (4002, a MOV_ALIGN; its
+records give no events yet) and the merge mode that ``isMerge`` toggles, which spans record types.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.compat.convert.base import BlockContext, converts, drop
+from sanitizerd.compat.convert.cube import query_pipe
+from sanitizerd.compat.convert.layout import record_dtype
+from sanitizerd.compat.convert.plan import NO_SPACE, Plan
+from sanitizerd.compat.convert.vector import READ, WRITE, masked_operand
+from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
+
+MSTX_STUB = 20017
+
+SET_CROSS_SYNC, WAIT_CROSS_SYNC, HCCL, HCCLV = 0, 1, 2, 3
+CROSS_CORE_BARRIER, CROSS_CORE_SET_FLAG, CROSS_CORE_WAIT_FLAG = 4, 5, 6
+VEC_UNARY_OP, VEC_BINARY_OP = 3000, 3001
+DATA_COPY, DATA_COPY_PAD = 4001, 4002
+ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL = 0, 1, 2, 3
+
+# A kernel's HCCL annotation names the ranks it moves data for; more than this many events per record is a
+# damaged record (an 8-byte-aligned i32 taken for a rank count), so the ranks are cut here.
+MAX_RANKS = 128
+SYNC_ALL_FLAG = 31  # msSanitizer's virtual flag for a software SyncAll
+PIPE_ALL_EVENT = 11  # event id of the generated set/wait pairs of a full pipe barrier
+
+U = 48  # offset of the union in MstxRecord
+
+
+def _tensor(prefix: str, at: int) -> list[tuple[str, str, int]]:
+    """An MstxTensorDesc {AddressSpace space; u64 addr; u64 size; u8 dataBits} at ``at``."""
+    return [
+        (f"{prefix}_space", "<i4", at),
+        (f"{prefix}_addr", "<u8", at + 8),
+        (f"{prefix}_size", "<u8", at + 16),
+        (f"{prefix}_bits", "u1", at + 24),
+    ]
+
+
+MSTX_DTYPE = record_dtype(
+    272,
+    8,
+    [
+        ("interface", "<u4", 0),
+        ("buffer_lens", "<u4", 4),
+        ("error", "u1", 40),
+        # MstxCrossRecord
+        ("cross_addr", "<u8", U),
+        ("cross_flag", "<u2", U + 8),
+        ("cross_pipe", "<u4", U + 12),
+        ("cross_more", "u1", U + 16),
+        ("cross_merge", "u1", U + 17),
+        # MstxHcclRecord
+        ("hccl_src", "<u8", U),
+        ("hccl_dst", "<u8", U + 8),
+        ("hccl_src_count", "<u8", U + 16),
+        ("hccl_dst_count", "<u8", U + 24),
+        ("hccl_src_stride", "<u8", U + 32),
+        ("hccl_dst_stride", "<u8", U + 40),
+        ("hccl_src_repeat_stride", "<u8", U + 48),
+        ("hccl_dst_repeat_stride", "<u8", U + 56),
+        ("hccl_src_type_size", "<u8", U + 64),
+        ("hccl_dst_type_size", "<u8", U + 72),
+        ("hccl_repeat", "<u4", U + 80),
+        ("hccl_rank_dim", "<i4", U + 84),
+        ("hccl_flag", "<i4", U + 88),
+        # MstxHcclCoreRecord (one rank of an HCCL-V call)
+        ("core_src_len", "<u8", U + 16),
+        ("core_dst_len", "<u8", U + 24),
+        ("core_repeat", "<u4", U + 32),
+        # MstxCrossCoreBarrier / SetFlag / WaitFlag
+        ("barrier_pipe_all", "u1", U + 17),
+        ("flag_event", "<i4", U),
+        ("flag_peer", "<i4", U + 4),
+        ("flag_pipe_all", "u1", U + 8),
+        # MstxVecUnaryDesc / MstxVecBinaryDesc: tensors, then the mask wrapper, then the pattern
+        *_tensor("un_dst", U),
+        *_tensor("un_src", U + 32),
+        ("un_mask_mode", "u1", U + 64),
+        ("un_mask0", "<u8", U + 72),
+        ("un_mask1", "<u8", U + 80),
+        ("un_block_num", "<u4", U + 96),
+        ("un_dst_block_stride", "<u4", U + 100),
+        ("un_src_block_stride", "<u4", U + 104),
+        ("un_repeat", "<u4", U + 108),
+        ("un_dst_repeat_stride", "<u4", U + 112),
+        ("un_src_repeat_stride", "<u4", U + 116),
+        *_tensor("bi_src0", U + 32),
+        *_tensor("bi_src1", U + 64),
+        ("bi_mask_mode", "u1", U + 96),
+        ("bi_mask0", "<u8", U + 104),
+        ("bi_mask1", "<u8", U + 112),
+        ("bi_block_num", "<u4", U + 128),
+        ("bi_dst_block_stride", "<u4", U + 132),
+        ("bi_src0_block_stride", "<u4", U + 136),
+        ("bi_src1_block_stride", "<u4", U + 140),
+        ("bi_repeat", "<u4", U + 144),
+        ("bi_dst_repeat_stride", "<u4", U + 148),
+        ("bi_src0_repeat_stride", "<u4", U + 152),
+        ("bi_src1_repeat_stride", "<u4", U + 156),
+        # MstxDataCopyDesc (dst, src tensors as in unary)
+        ("copy_len_burst", "<u4", U + 64),
+        ("copy_n_burst", "<u4", U + 68),
+        ("copy_src_gap", "<u4", U + 72),
+        ("copy_dst_gap", "<u4", U + 76),
+    ],
+)
+
+# AddressSpace (our Space numbering) -> MemType, for the pipe of a copy.
+_SPACE_TO_MEMTYPE = np.full(256, 0xFF, dtype=np.uint8)
+for _space, _mem in {
+    Space.L1: 0,
+    Space.L0A: 1,
+    Space.L0B: 2,
+    Space.L0C: 3,
+    Space.UB: 4,
+    Space.BT: 5,
+    Space.GM: 6,
+    Space.PRIVATE: 7,
+    Space.FB: 8,
+}.items():
+    _SPACE_TO_MEMTYPE[_space] = _mem
+
+
+def _u(x: np.ndarray | int) -> np.ndarray:
+    return np.asarray(x).astype(np.uint64)
+
+
+def _valid_space(space: np.ndarray) -> np.ndarray:
+    """AddressSpace (i32) as a Space, NO_SPACE when out of range."""
+    space = np.asarray(space)
+    return np.where((space >= 0) & (space <= int(Space.FB)), space, NO_SPACE).astype(np.uint64)
+
+
+def duplicate_waits(r: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Waits msSanitizer drops: an "is more" cross wait equal (flag address, id, pipe, flags, block) to one of
+    the two "is more" waits before it in the block."""
+    dup = np.zeros(len(r), dtype=bool)
+    waits = np.flatnonzero(live & (r["interface"] == WAIT_CROSS_SYNC) & (r["cross_more"] != 0))
+    if len(waits) < 2:
+        return dup
+    keys = np.stack(
+        [
+            _u(r["cross_addr"][waits]),
+            _u(r["cross_flag"][waits]),
+            _u(r["cross_pipe"][waits]),
+            _u(r["cross_merge"][waits]),
+            _u(r["block_id"][waits]),
+        ],
+        axis=1,
+    )
+    same_prev = np.zeros(len(waits), dtype=bool)
+    same_prev[1:] = (keys[1:] == keys[:-1]).all(axis=1)
+    same_prev2 = np.zeros(len(waits), dtype=bool)
+    same_prev2[2:] = (keys[2:] == keys[:-2]).all(axis=1)
+    dup[waits] = same_prev | same_prev2
+    return dup
+
+
+def _pipe_all(plan: Plan, on: np.ndarray) -> None:
+    """msSanitizer's full pipe barrier: for each pipe V..S_CAL, a barrier on it, then set and wait to PIPE_S."""
+    for pipe in range(int(Pipe.V), int(Pipe.S_CAL) + 1):
+        plan.add(EventKind.PIPE_BARRIER, 0, 0, pipe=pipe, count=on, memory=False)
+        for kind in (EventKind.SET_FLAG, EventKind.WAIT_FLAG):
+            plan.add(kind, 0, 0, pipe=pipe, dst_pipe=int(Pipe.S), event_id=PIPE_ALL_EVENT, count=on, memory=False)
+
+
+def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) -> None:
+    flag = r["hccl_flag"]
+    ranks = np.clip(r["hccl_rank_dim"], 0, MAX_RANKS).astype(np.uint64)
+    drop(
+        context,
+        f"MSTX_STUB HCCL annotations cut to {MAX_RANKS} ranks",
+        int((hccl & (r["hccl_rank_dim"] > MAX_RANKS)).sum()),
+    )
+    src_size = _u(r["hccl_src_count"]) * _u(r["hccl_src_type_size"])
+    dst_size = _u(r["hccl_dst_count"]) * _u(r["hccl_dst_type_size"])
+    src_step = _u(r["hccl_src_stride"]) * _u(r["hccl_src_type_size"])
+    dst_step = _u(r["hccl_dst_stride"]) * _u(r["hccl_dst_type_size"])
+    one = np.uint64(1)
+    reads = np.select([flag == ALLREDUCE, flag == ALLGATHER, flag == REDUCESCATTER, flag == ALLTOALL], [1, 1, 0, 0], 0)
+    reads = np.where((flag == REDUCESCATTER) | (flag == ALLTOALL), ranks, _u(reads))
+    writes = np.select([flag == ALLREDUCE, flag == REDUCESCATTER], [one, one], np.uint64(0))
+    writes = np.where((flag == ALLGATHER) | (flag == ALLTOALL), ranks, writes)
+    gm = int(Space.GM)
+    common = dict(pipe=int(Pipe.S), block_stride=0, repeat=r["hccl_repeat"])
+    plan.add(
+        EventKind.READ,
+        gm,
+        r["hccl_src"],
+        block_size=src_size,
+        repeat_stride=r["hccl_src_repeat_stride"],
+        count=np.where(hccl, reads, 0),
+        step=src_step,
+        **common,
+    )
+    plan.add(
+        EventKind.WRITE,
+        gm,
+        r["hccl_dst"],
+        block_size=dst_size,
+        repeat_stride=r["hccl_dst_repeat_stride"],
+        count=np.where(hccl, writes, 0),
+        step=dst_step,
+        **common,
+    )
+
+
+@converts(MSTX_STUB, dtype=MSTX_DTYPE)
+def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    r = records
+    live = r["error"] == 0
+    interface = r["interface"]
+    # msSanitizer logs "Parse MstxStub failed" for these: the kernel-side stub could not describe the call.
+    drop(context, "MSTX_STUB records dropped: marked as errors by the kernel", int((~live).sum()))
+    drop(
+        context,
+        "MSTX_STUB data-copy-with-pad annotations not converted yet",
+        int((live & (interface == DATA_COPY_PAD)).sum()),
+    )
+    plan = Plan(len(r))
+
+    # Cross-core set / wait through a flag in GM.
+    is_set = live & (interface == SET_CROSS_SYNC)
+    is_wait = live & (interface == WAIT_CROSS_SYNC) & ~duplicate_waits(r, live)
+    plan.add(
+        np.where(interface == WAIT_CROSS_SYNC, EventKind.MSTX_CROSS_WAIT, EventKind.MSTX_CROSS_SET),
+        0,
+        r["cross_addr"],
+        pipe=np.minimum(r["cross_pipe"], 0xFF),
+        event_id=r["cross_flag"],
+        mode=(r["cross_more"] != 0).astype(np.uint64),
+        count=is_set | is_wait,
+        memory=False,
+    )
+
+    _hccl(plan, r, live & (interface == HCCL), context)
+
+    hcclv = live & (interface == HCCLV)
+    gm = int(Space.GM)
+    for kind, address, size in (
+        (EventKind.READ, r["hccl_src"], r["core_src_len"]),
+        (EventKind.WRITE, r["hccl_dst"], r["core_dst_len"]),
+    ):
+        plan.add(
+            kind,
+            gm,
+            address,
+            pipe=int(Pipe.S),
+            block_size=size,
+            block_stride=0,
+            repeat=r["core_repeat"],
+            repeat_stride=1,
+            count=hcclv,
+        )
+
+    # Cross-core barrier (SyncAll) and soft set / wait flags.
+    barrier = live & (interface == CROSS_CORE_BARRIER)
+    set_flag = live & (interface == CROSS_CORE_SET_FLAG)
+    wait_flag = live & (interface == CROSS_CORE_WAIT_FLAG)
+    _pipe_all(plan, (barrier & (r["barrier_pipe_all"] != 0)) | ((set_flag | wait_flag) & (r["flag_pipe_all"] != 0)))
+    for kind in (EventKind.CROSS_SET, EventKind.CROSS_WAIT):
+        plan.add(kind, 0, 0, pipe=int(Pipe.S), event_id=SYNC_ALL_FLAG, block_num=2, count=barrier, memory=False)
+    plan.add(
+        np.where(set_flag, EventKind.SOFT_SET, EventKind.SOFT_WAIT),
+        0,
+        np.where(wait_flag, r["flag_peer"].astype(np.int64), 0).astype(np.uint64),
+        pipe=int(Pipe.S),
+        event_id=r["flag_event"].astype(np.int64) & 0xFFFF,
+        count=set_flag | wait_flag,
+        memory=False,
+    )
+
+    # Vector unary / binary on local tensors: 32-byte blocks, masked as UNARY_OP / BINARY_OP.
+    aicube = context.block_type == BlockType.AIC
+    unary = live & (interface == VEC_UNARY_OP)
+    binary = live & (interface == VEC_BINARY_OP)
+    for access, pre, stride in ((READ, "un_src", "un_src"), (WRITE, "un_dst", "un_dst")):
+        masked_operand(
+            plan,
+            access,
+            r[f"{pre}_addr"],
+            r["un_block_num"],
+            32,
+            r[f"{stride}_block_stride"],
+            r["un_repeat"],
+            r[f"{stride}_repeat_stride"],
+            r[f"{pre}_bits"],
+            r["un_mask0"],
+            r["un_mask1"],
+            r["un_mask_mode"],
+            aicube=aicube,
+            enabled=unary,
+        )
+    for access, pre in ((READ, "bi_src0"), (READ, "bi_src1"), (WRITE, "bi_dst")):
+        masked_operand(
+            plan,
+            access,
+            r["un_dst_addr"] if pre == "bi_dst" else r[f"{pre}_addr"],
+            r["bi_block_num"],
+            32,
+            r[f"{pre}_block_stride"],
+            r["bi_repeat"],
+            r[f"{pre}_repeat_stride"],
+            r["un_dst_bits"] if pre == "bi_dst" else r[f"{pre}_bits"],
+            r["bi_mask0"],
+            r["bi_mask1"],
+            r["bi_mask_mode"],
+            aicube=aicube,
+            enabled=binary,
+        )
+
+    # Data copy: a DMA_MOV of nBurst bursts of lenBurst 32-byte blocks (fields cut to the DMA record's u16).
+    copy = live & (interface == DATA_COPY)
+    src_space = _valid_space(r["un_src_space"])
+    dst_space = _valid_space(r["un_dst_space"])
+    pipe = query_pipe(_SPACE_TO_MEMTYPE[np.minimum(src_space, 255)], _SPACE_TO_MEMTYPE[np.minimum(dst_space, 255)])
+    drop(
+        context,
+        "MSTX_STUB data-copy annotations dropped: no pipe moves data between their spaces",
+        int((copy & (pipe == 0xFF)).sum()),
+    )
+    copy &= pipe != 0xFF
+    mask16 = np.uint64(0xFFFF)
+    length = _u(r["copy_len_burst"]) & mask16
+    bursts = _u(r["copy_n_burst"]) & mask16
+    for kind, space, address, gap in (
+        (EventKind.READ, src_space, r["un_src_addr"], r["copy_src_gap"]),
+        (EventKind.WRITE, dst_space, r["un_dst_addr"], r["copy_dst_gap"]),
+    ):
+        plan.add(
+            kind,
+            np.where(copy, space, NO_SPACE),
+            address,
+            pipe=pipe,
+            block_num=length,
+            block_size=32,
+            repeat=bursts,
+            repeat_stride=length + (_u(gap) & mask16),
+        )
+    return plan.build(serials, r["block_id"], r["pc"], context)

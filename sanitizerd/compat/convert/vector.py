@@ -1,1 +1,999 @@
-"""vector records -> events (placeholder: filled by its family)."""
+"""Vector (PIPE_V, UB) records -> events, with msSanitizer's mask semantics (reference §1.7).
+
+Every operand becomes one pattern ``{addr, blockNum, blockSize, blockStride, repeat, repeatStride}``; the vector
+mask then cuts it:
+
+* MASK_COUNT: mask0 is an element count, split into full repeats, full blocks and a partial tail block (up to
+  three events per operand). VCOPY (and VREDUCEV2's source) count per repeat instead: mask0 elements of every
+  repeat, i.e. ``mask0 / elements-per-block`` blocks per repeat and a tail block in each repeat; VREDUCEV2's
+  destination is written contiguously (``mask0 * repeat`` elements).
+* MASK_NORM: only when blockNum == 8 and blockSize == 32 and dataBits >= 16 is the bit mask turned into "every
+  element up to the last set bit" (counted per repeat); otherwise the mask is ignored.
+* A block of type AICUBE never runs a masked vector operand: those events are dropped (msSanitizer does too).
+
+Each record gives its events in msSanitizer's order: sources read, then the destination written (a ternary
+destination and MEMCPY-style accesses are read then written).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.compat.convert.base import BlockContext, converts, drop
+from sanitizerd.compat.convert.layout import record_dtype
+from sanitizerd.compat.convert.plan import U16_MAX, Plan
+from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
+
+# RecordType values of this family (msSanitizer's record_defs.h).
+VEC_DUP = 103
+VMRGSORT4_OP_C220 = 137
+VMRGSORT4_OP_M200 = 138
+VMRGSORT4_OP_C310 = 139
+UNARY_OP = 10000
+VGATHER = 10001
+ELEMENT = 10002
+BINARY_OP = 10003
+TERNARY_OP = 10004
+REDUCE_OP = 10005
+VEC_REGPROPCOOR_OP = 10008
+CMPMASK_OP = 10009
+VCOPY_OP = 10010
+VREDUCEV2_UNARY = 10011
+VREDUCEV2_BINARY = 10012
+VREDUCEV2 = 10013
+VCONV_DST_S4_OP = 10014
+VCONV_SRC_S4_OP = 10015
+VSEL_OP = 10016
+SCATTERVNCHWCONV = 20018
+SCATTERVNCHWCONV_A5 = 20019
+VBS32_A5 = 20020
+
+READ, WRITE, MEMCPY = 0, 1, 2  # msSanitizer's AccessType
+MASK_NORM, MASK_COUNT = 0, 1
+ALL_ONES = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+UB = int(Space.UB)
+V = int(Pipe.V)
+
+# Mask variants (which MaskCountProcess path msSanitizer takes for the operand).
+GENERAL, BY_REPEAT, REDUCEV2 = 0, 1, 2
+
+VEC_DUP_DTYPE = record_dtype(
+    64,
+    8,
+    [
+        ("dst", "<u8", 0),
+        ("mask0", "<u8", 40),
+        ("mask1", "<u8", 48),
+        ("dst_block_stride", "<u2", 56),
+        ("dst_repeat_stride", "<u2", 58),
+        ("repeat", "u1", 60),
+        ("data_bits", "u1", 61),
+        ("mask_mode", "u1", 62),
+    ],
+)
+
+UNARY_DTYPE = record_dtype(
+    96,
+    16,
+    [
+        ("dst", "<u8", 0),
+        ("src", "<u8", 8),
+        ("mask0", "<u8", 48),
+        ("mask1", "<u8", 56),
+        ("dst_block_size", "<u8", 64),
+        ("src_block_size", "<u8", 72),
+        ("dst_block_stride", "<u2", 80),
+        ("src_block_stride", "<u2", 82),
+        ("dst_repeat_stride", "<u2", 84),
+        ("src_repeat_stride", "<u2", 86),
+        ("repeat", "u1", 88),
+        ("dst_block_num", "u1", 89),
+        ("src_block_num", "u1", 90),
+        ("dst_data_bits", "u1", 91),
+        ("src_data_bits", "u1", 92),
+        ("mask_mode", "u1", 93),
+    ],
+)
+
+VGATHER_DTYPE = record_dtype(
+    88,
+    16,
+    [
+        ("dst", "<u8", 0),
+        ("src", "<u8", 8),
+        ("mask0", "<u8", 48),
+        ("mask1", "<u8", 56),
+        ("dst_block_size", "<u4", 64),
+        ("src_block_size", "<u4", 68),
+        ("offset_addr", "<u4", 72),
+        ("dst_repeat_stride", "<u2", 76),
+        ("dst_block_num", "<u2", 78),
+        ("src_block_num", "<u2", 80),
+        ("dst_align_size", "<u2", 82),
+        ("dst_block_stride", "u1", 84),
+        ("dst_repeat", "u1", 85),
+        ("dst_data_bits", "u1", 86),
+        ("mask_mode", "u1", 87),
+    ],
+)
+
+ELEMENT_DTYPE = record_dtype(
+    48,
+    0,
+    [
+        ("addr", "<u8", 32),
+        ("block_size", "<u2", 40),
+        ("block_num", "<u2", 42),
+        ("align_size", "<u2", 44),
+        ("data_bits", "u1", 46),
+        ("access", "u1", 47),
+    ],
+)
+
+BINARY_DTYPE = record_dtype(
+    104,
+    24,
+    [
+        ("dst", "<u8", 0),
+        ("src0", "<u8", 8),
+        ("src1", "<u8", 16),
+        ("mask0", "<u8", 56),
+        ("mask1", "<u8", 64),
+        ("dst_block_stride", "<u2", 72),
+        ("src0_block_stride", "<u2", 74),
+        ("src1_block_stride", "<u2", 76),
+        ("dst_repeat_stride", "<u2", 78),
+        ("src0_repeat_stride", "<u2", 80),
+        ("src1_repeat_stride", "<u2", 82),
+        ("dst_block_size", "<u2", 84),
+        ("src0_block_size", "<u2", 86),
+        ("src1_block_size", "<u2", 88),
+        ("repeat", "u1", 90),
+        ("dst_block_num", "u1", 91),
+        ("src0_block_num", "u1", 92),
+        ("src1_block_num", "u1", 93),
+        ("dst_data_bits", "u1", 94),
+        ("src0_data_bits", "u1", 95),
+        ("src1_data_bits", "u1", 96),
+        ("mask_mode", "u1", 97),
+    ],
+)
+
+REGPROPCOOR_DTYPE = record_dtype(
+    56,
+    16,
+    [
+        ("dst", "<u8", 0),
+        ("src", "<u8", 8),
+        ("data_type", "u1", 48),
+        ("region_range", "u1", 49),
+        ("repeat", "u1", 50),
+        ("is_extract", "u1", 51),
+    ],
+)
+
+REDUCE_DTYPE = record_dtype(
+    88,
+    16,
+    [
+        ("dst", "<u8", 0),
+        ("src", "<u8", 8),
+        ("mask0", "<u8", 48),
+        ("mask1", "<u8", 56),
+        ("src_block_stride", "<u2", 64),
+        ("dst_repeat_stride", "<u2", 66),
+        ("src_repeat_stride", "<u2", 68),
+        ("dst_repeat_length", "<u2", 70),
+        ("dst_align_size", "<u2", 72),
+        ("repeat", "u1", 74),
+        ("dst_block_num", "u1", 75),
+        ("src_block_num", "u1", 76),
+        ("dst_block_size", "u1", 77),
+        ("src_block_size", "u1", 78),
+        ("dst_data_bits", "u1", 79),
+        ("src_data_bits", "u1", 80),
+        ("dst_data_bits_factor", "u1", 81),
+        ("mask_mode", "u1", 82),
+    ],
+)
+
+REDUCEV2_DTYPE = record_dtype(
+    104,
+    24,
+    [
+        ("dst", "<u8", 0),
+        ("src0", "<u8", 8),
+        ("src1", "<u8", 16),
+        ("mask0", "<u8", 56),
+        ("mask1", "<u8", 64),
+        ("cmp_mask0", "<u8", 72),
+        ("cmp_mask1", "<u8", 80),
+        ("repeat", "<u2", 88),
+        ("src0_repeat_stride", "<u2", 90),
+        ("src1_repeat_stride", "u1", 92),
+        ("src0_block_stride", "u1", 93),
+        ("data_bytes", "u1", 94),
+        ("pattern_mode", "u1", 95),
+        ("mask_mode", "u1", 96),
+    ],
+)
+
+SCATTER_DTYPE = record_dtype(
+    104,
+    0,
+    [
+        ("dst0_l", "<u8", 32),
+        ("dst0_h", "<u8", 40),
+        ("dst1_l", "<u8", 48),
+        ("dst1_h", "<u8", 56),
+        ("src0_l", "<u8", 64),
+        ("src0_h", "<u8", 72),
+        ("src1_l", "<u8", 80),
+        ("src1_h", "<u8", 88),
+        ("dst_stride", "<u2", 96),
+        ("src_stride", "<u2", 98),
+        ("repeat", "u1", 100),
+        ("dst_high_half", "u1", 101),
+        ("src_high_half", "u1", 102),
+        ("data_type", "u1", 103),
+    ],
+)
+
+VBS32_DTYPE = record_dtype(
+    64,
+    24,
+    [("dst", "<u8", 0), ("src0", "<u8", 8), ("src1", "<u8", 16), ("repeat", "u1", 56), ("data_type", "u1", 57)],
+)
+
+VMS4_DTYPE = record_dtype(
+    64,
+    8,
+    [
+        ("dst", "<u8", 0),
+        ("src", "(4,)<u2", 40),
+        ("element_num", "(4,)<u2", 48),
+        ("repeat", "u1", 56),
+        ("valid_mask", "u1", 57),
+        ("is_all_stored", "u1", 58),
+        ("detailed_data_type", "u1", 59),
+    ],
+)
+
+CMPMASK_DTYPE = record_dtype(56, 0, [("addr", "<u8", 32), ("size", "<u8", 40), ("access", "u1", 48)])
+
+DATA_B8, DATA_B16, DATA_B32 = 1, 2, 3
+
+
+def data_size(data_type: np.ndarray) -> np.ndarray:
+    """Bytes per element of msSanitizer's DataType (B8 1, B16 2, B32 4; anything else counts as 1)."""
+    data_type = np.asarray(data_type)
+    return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
+
+
+def _u(x: np.ndarray | int) -> np.ndarray:
+    return np.asarray(x).astype(np.uint64)
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a // b with 0 where b == 0 (the callers drop those)."""
+    return np.floor_divide(a, np.maximum(b, 1)) * (b != 0)
+
+
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """Index of the highest set bit + 1 (0 for 0), exact for every u64 (halves go through float64 exactly)."""
+    hi = (x >> np.uint64(32)).astype(np.float64)
+    lo = (x & np.uint64(0xFFFF_FFFF)).astype(np.float64)
+    return np.where(hi > 0, 32 + np.frexp(hi)[1], np.frexp(lo)[1]).astype(np.uint64)
+
+
+def masked_operand(
+    plan: Plan,
+    access: int | np.ndarray,
+    address: np.ndarray,
+    block_num: np.ndarray,
+    block_size: np.ndarray,
+    block_stride: np.ndarray,
+    repeat: np.ndarray,
+    repeat_stride: np.ndarray,
+    data_bits: np.ndarray,
+    mask0: np.ndarray,
+    mask1: np.ndarray,
+    mask_mode: np.ndarray,
+    *,
+    aicube: bool,
+    variant: int = GENERAL,
+    enabled: np.ndarray | bool = True,
+    align: np.ndarray | int = 0,
+) -> None:
+    """Slots for one vector operand through msSanitizer's MaskModeProcess (see the module docstring)."""
+    n = plan.n
+    address, block_num, block_size = _u(address), _u(block_num), _u(block_size)
+    block_stride, repeat, repeat_stride = _u(block_stride), _u(repeat), _u(repeat_stride)
+    data_bits, mask0, mask1 = _u(data_bits), _u(mask0), _u(mask1)
+    mask_mode = np.asarray(mask_mode)
+    live = np.broadcast_to(np.asarray(enabled), (n,)) & (block_num != 0) & (block_size != 0) & (not aicube)
+    norm = live & (mask_mode == MASK_NORM) & (repeat != 0)
+    count_mode = live & (mask_mode != MASK_NORM)
+    access = np.broadcast_to(np.asarray(access), (n,))
+    read_side = access == READ
+
+    # MASK_NORM: as it is, or (element-based ops with >= 16-bit data) every element up to the last set bit.
+    full = (mask0 == ALL_ONES) & (mask1 == ALL_ONES)
+    eligible = (block_num == 8) & (block_size == 32) & (data_bits >= 16)
+    as_is = norm & (full | ~eligible)
+    norm_count = np.where(mask1 != 0, 64 + _bit_length(mask1), _bit_length(mask0))
+    plan.add_access(
+        access,
+        UB,
+        address,
+        pipe=V,
+        align=align,
+        block_size=block_size,
+        block_num=block_num,
+        block_stride=block_stride,
+        repeat=repeat,
+        repeat_stride=repeat_stride,
+        count=as_is,
+    )
+
+    if variant == BY_REPEAT:
+        by_repeat_count = count_mode & (mask0 != 0) & (data_bits != 0)
+        general = np.zeros(n, dtype=bool)
+        continuous = general
+    elif variant == REDUCEV2:
+        by_repeat_count = count_mode & (mask0 != 0) & (data_bits != 0) & read_side
+        continuous = count_mode & (mask0 != 0) & (data_bits != 0) & ~read_side
+        general = np.zeros(n, dtype=bool)
+    else:
+        by_repeat_count = np.zeros(n, dtype=bool)
+        continuous = by_repeat_count
+        general = count_mode & (mask0 != 0) & (data_bits != 0)
+
+    # Per-repeat counting (VCOPY, VREDUCEV2 source, converted MASK_NORM): m elements of every repeat.
+    by_repeat = (norm & ~as_is) | by_repeat_count
+    m = np.where(by_repeat_count, mask0, norm_count)
+    per_block = _div(block_size * np.uint64(8), data_bits)
+    by_repeat &= per_block != 0
+    n_block = _div(m, per_block)
+    plan.add_access(
+        access,
+        UB,
+        address,
+        pipe=V,
+        align=align,
+        block_size=block_size,
+        block_num=n_block,
+        block_stride=block_stride,
+        repeat=repeat,
+        repeat_stride=repeat_stride,
+        count=by_repeat & (n_block > 0),
+    )
+    last = m - n_block * per_block
+    tail_size = last * data_bits // np.uint64(8)
+    tail_address = address + n_block * block_stride * block_size
+    span = repeat_stride * block_size  # bytes from one repeat's tail to the next
+    # The tails of all repeats as one pattern of g-byte blocks, g = gcd(tail, repeat distance), when the counts
+    # fit the event's 16-bit fields; else one event per repeat (as msSanitizer does).
+    grain = np.gcd(tail_size, span)
+    tail_blocks = _div(tail_size, grain)
+    compact_stride = _div(span, grain)
+    compact = (grain != 0) & (tail_blocks <= U16_MAX) & (compact_stride <= U16_MAX)
+    has_tail = by_repeat & (last > 0)
+    plan.add_access(
+        access,
+        UB,
+        tail_address,
+        pipe=V,
+        align=align,
+        block_size=grain,
+        block_num=tail_blocks,
+        repeat=repeat,
+        repeat_stride=compact_stride,
+        count=has_tail & compact,
+    )
+    plan.add_access(
+        access,
+        UB,
+        tail_address,
+        pipe=V,
+        align=align,
+        block_size=tail_size,
+        block_num=1,
+        repeat=1,
+        count=np.where(has_tail & ~compact, repeat, 0),
+        step=span,
+    )
+
+    # General MASK_COUNT: mask0 elements in all: full repeats, then full blocks, then a partial block.
+    per_repeat = block_num * per_block
+    general &= per_block != 0
+    n_repeat = _div(mask0, per_repeat)
+    plan.add_access(
+        access,
+        UB,
+        address,
+        pipe=V,
+        align=align,
+        block_size=block_size,
+        block_num=block_num,
+        block_stride=block_stride,
+        repeat=n_repeat,
+        repeat_stride=repeat_stride,
+        count=general & (n_repeat > 0),
+    )
+    rest = mask0 - n_repeat * per_repeat
+    last_blocks = _div(rest, per_block)
+    rest_address = address + n_repeat * repeat_stride * block_size
+    plan.add_access(
+        access,
+        UB,
+        rest_address,
+        pipe=V,
+        align=align,
+        block_size=block_size,
+        block_num=last_blocks,
+        block_stride=block_stride,
+        count=general & (last_blocks > 0),
+    )
+    last_elements = rest - last_blocks * per_block
+    plan.add_access(
+        access,
+        UB,
+        rest_address + last_blocks * block_stride * block_size,
+        pipe=V,
+        align=align,
+        block_size=last_elements * data_bits // np.uint64(8),
+        count=general & (last_elements > 0),
+    )
+
+    # VREDUCEV2 destination under MASK_COUNT: mask0 elements per repeat, written back to back.
+    plan.add_access(
+        access,
+        UB,
+        address,
+        pipe=V,
+        align=align,
+        block_size=mask0 * data_bits * repeat // np.uint64(8),
+        count=continuous,
+    )
+
+
+def _aicube(context: BlockContext) -> bool:
+    return context.block_type == BlockType.AIC
+
+
+def _finish(plan: Plan, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    return plan.build(serials, records["block_id"], records["pc"], context)
+
+
+@converts(VEC_DUP, dtype=VEC_DUP_DTYPE)
+def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """VEC_DUP: one destination of 8 x 32-byte blocks per repeat, masked."""
+    r = records
+    plan = Plan(len(r))
+    masked_operand(
+        plan,
+        WRITE,
+        r["dst"],
+        8,
+        32,
+        r["dst_block_stride"],
+        r["repeat"],
+        r["dst_repeat_stride"],
+        r["data_bits"],
+        r["mask0"],
+        r["mask1"],
+        r["mask_mode"],
+        aicube=_aicube(context),
+    )
+    return _finish(plan, r, serials, context)
+
+
+@converts(
+    UNARY_OP,
+    VCOPY_OP,
+    VREDUCEV2_UNARY,
+    VMRGSORT4_OP_C220,
+    VMRGSORT4_OP_M200,
+    VCONV_DST_S4_OP,
+    VCONV_SRC_S4_OP,
+    dtype=UNARY_DTYPE,
+)
+def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """UnaryOpRecord: the source read, then the destination written, both masked."""
+    r = records
+    variant = {VCOPY_OP: BY_REPEAT, VREDUCEV2_UNARY: REDUCEV2}.get(record_type, GENERAL)
+    plan = Plan(len(r))
+    common = dict(aicube=_aicube(context), variant=variant)
+    # VMRGSORT4 alignment (msSanitizer's special rules): 910B reads need 8 bytes, writes 32; 310P's rule uses the
+    # data width value itself.
+    read_align: np.ndarray | int = 0
+    write_align: np.ndarray | int = 0
+    if record_type == VMRGSORT4_OP_C220:
+        read_align, write_align = 8, 32
+    elif record_type == VMRGSORT4_OP_M200:
+        read_align, write_align = r["src_data_bits"], r["dst_data_bits"]
+    masks = (r["mask0"], r["mask1"], r["mask_mode"])
+    masked_operand(
+        plan,
+        READ,
+        r["src"],
+        r["src_block_num"],
+        r["src_block_size"],
+        r["src_block_stride"],
+        r["repeat"],
+        r["src_repeat_stride"],
+        r["src_data_bits"],
+        *masks,
+        **common,
+        align=read_align,
+    )
+    masked_operand(
+        plan,
+        WRITE,
+        r["dst"],
+        r["dst_block_num"],
+        r["dst_block_size"],
+        r["dst_block_stride"],
+        r["repeat"],
+        r["dst_repeat_stride"],
+        r["dst_data_bits"],
+        *masks,
+        **common,
+        align=write_align,
+    )
+    return _finish(plan, r, serials, context)
+
+
+def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, **kw) -> None:
+    masked_operand(
+        plan,
+        READ,
+        r[name],
+        r[f"{name}_block_num"],
+        r[f"{name}_block_size"],
+        r[f"{name}_block_stride"],
+        r["repeat"],
+        r[f"{name}_repeat_stride"],
+        r[f"{name}_data_bits"],
+        r["mask0"],
+        r["mask1"],
+        r["mask_mode"],
+        aicube=_aicube(context),
+        **kw,
+    )
+
+
+def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockContext) -> None:
+    masked_operand(
+        plan,
+        access,
+        r["dst"],
+        r["dst_block_num"],
+        r["dst_block_size"],
+        r["dst_block_stride"],
+        r["repeat"],
+        r["dst_repeat_stride"],
+        r["dst_data_bits"],
+        r["mask0"],
+        r["mask1"],
+        r["mask_mode"],
+        aicube=_aicube(context),
+    )
+
+
+@converts(BINARY_OP, TERNARY_OP, VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
+def convert_binary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """BinaryOpRecord: src0 and src1 read, the destination written (TERNARY_OP: read then written), masked.
+    msSanitizer takes the general MASK_COUNT path for all three (VREDUCEV2_BINARY included)."""
+    r = records
+    plan = Plan(len(r))
+    _binary_source(plan, r, "src0", context)
+    _binary_source(plan, r, "src1", context)
+    _binary_destination(plan, r, MEMCPY if record_type == TERNARY_OP else WRITE, context)
+    return _finish(plan, r, serials, context)
+
+
+def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
+    """The repeat count msSanitizer gives VSEL's unmasked select operand: the record's, except under MASK_COUNT
+    where it keeps what cutting src0 by the count left behind (its full repeats, or 1 when a partial repeat
+    follows them). Kept for parity: it is msSanitizer's event, and the count decides the real repeats."""
+    u = _u
+    repeat = u(r["repeat"])
+    per_block = _div(u(r["src0_block_size"]) * np.uint64(8), u(r["src0_data_bits"]))
+    per_repeat = u(r["src0_block_num"]) * per_block
+    mask0 = u(r["mask0"])
+    cut = (
+        (r["mask_mode"] != MASK_NORM)
+        & (r["src0_block_num"] != 0)
+        & (r["src0_block_size"] != 0)
+        & (not _aicube(context))
+        & (mask0 != 0)
+        & (per_block != 0)
+    )
+    n_repeat = _div(mask0, per_repeat)
+    partial = mask0 - n_repeat * per_repeat != 0
+    return np.where(cut & partial, 1, np.where(cut & (n_repeat > 0), n_repeat, repeat))
+
+
+@converts(VSEL_OP, dtype=BINARY_DTYPE)
+def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """VSEL: as a binary op, except that src1 (the select mask) is unmasked in mode 1 (one block, or repeat
+    stride 1)."""
+    r = records
+    plan = Plan(len(r))
+    _binary_source(plan, r, "src0", context)
+    unmasked = (r["src1_block_num"] == 1) | (r["src1_repeat_stride"] == 1)
+    plan.add(
+        EventKind.READ,
+        UB,
+        r["src1"],
+        pipe=V,
+        block_size=r["src1_block_size"],
+        block_num=r["src1_block_num"],
+        block_stride=r["src1_block_stride"],
+        repeat=_vsel_select_repeat(r, context),
+        repeat_stride=r["src1_repeat_stride"],
+        count=unmasked,
+    )
+    _binary_source(plan, r, "src1", context, enabled=~unmasked)
+    _binary_destination(plan, r, WRITE, context)
+    return _finish(plan, r, serials, context)
+
+
+@converts(REDUCE_OP, dtype=REDUCE_DTYPE)
+def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """REDUCE_OP: the source read (masked), one reduced block per repeat written (MASK_COUNT: the count scaled
+    down by the reduction ratio). A MASK_COUNT record whose ratio cannot be computed is dropped, as msSanitizer
+    drops it."""
+    r = records
+    u = _u
+    count_mode = r["mask_mode"] != MASK_NORM
+    bad = (r["dst_block_size"] == 0) | (r["dst_block_num"] == 0) | (r["dst_data_bits_factor"] == 0)
+    ratio = _div(
+        _div(_div(u(r["src_block_num"]) * u(r["src_block_size"]), u(r["dst_data_bits_factor"])), u(r["dst_block_num"])),
+        u(r["dst_block_size"]),
+    )
+    ratio &= np.uint64(0xFFFF)  # msSanitizer keeps it in a uint16_t
+    keep = ~(count_mode & (bad | (ratio == 0)))
+    drop(context, "REDUCE_OP records dropped: MASK_COUNT with no reduction ratio", int((~keep).sum()))
+    ratio = np.where(count_mode & keep, ratio, 1)
+    plan = Plan(len(r))
+    aicube = _aicube(context)
+    masked_operand(
+        plan,
+        READ,
+        r["src"],
+        r["src_block_num"],
+        r["src_block_size"],
+        r["src_block_stride"],
+        r["repeat"],
+        r["src_repeat_stride"],
+        r["src_data_bits"],
+        r["mask0"],
+        r["mask1"],
+        r["mask_mode"],
+        aicube=aicube,
+        enabled=keep,
+    )
+    mask0 = u(r["mask0"])
+    dst_mask0 = np.where(count_mode, mask0 // ratio + (mask0 % ratio != 0), mask0)
+    masked_operand(
+        plan,
+        WRITE,
+        r["dst"],
+        r["dst_block_num"],
+        r["dst_repeat_length"],
+        1,
+        r["repeat"],
+        r["dst_repeat_stride"],
+        r["dst_data_bits"],
+        dst_mask0,
+        r["mask1"],
+        r["mask_mode"],
+        aicube=aicube,
+        enabled=keep,
+    )
+    plan_events = _finish(plan, r, serials, context)
+    return plan_events
+
+
+# VREDUCEV2 pattern modes 1..7: the bits of a 64-bit compare mask kept, and how many of the 64 are set.
+_PATTERNS = np.array(
+    [
+        0x0,
+        0x5555555555555555,
+        0xAAAAAAAAAAAAAAAA,
+        0x1111111111111111,
+        0x2222222222222222,
+        0x4444444444444444,
+        0x8888888888888888,
+        0xFFFFFFFFFFFFFFFF,
+    ],
+    dtype=np.uint64,
+)
+_PATTERN_BITS = np.array([0, 32, 32, 16, 16, 16, 16, 64], dtype=np.uint64)
+
+
+def _low_bits(mask: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Set bits of ``mask`` among its lowest ``count`` (0..64) bits."""
+    keep = np.where(count >= 64, ALL_ONES, (np.uint64(1) << np.minimum(count, 63)) - np.uint64(1))
+    return np.bitwise_count(mask & keep).astype(np.uint64)
+
+
+def reducev2_written(r: np.ndarray) -> np.ndarray:
+    """Elements VREDUCEV2 writes: per repeat, the elements the compare mask (or pattern) keeps among those read."""
+    data_bytes = _u(r["data_bytes"])
+    read = np.where(r["mask_mode"] == MASK_NORM, _div(np.uint64(256), data_bytes), _u(r["mask0"]))
+    loop, remain = read // np.uint64(64), read % np.uint64(64)
+    cmp0, cmp1 = _u(r["cmp_mask0"]), _u(r["cmp_mask1"])
+    bits0 = np.bitwise_count(cmp0).astype(np.uint64)
+    bits1 = np.bitwise_count(cmp1).astype(np.uint64)
+    # 16-bit data alternates the two 64-bit halves of the compare mask; wider data reuses mask0.
+    loop1 = loop // np.uint64(2)
+    loop0 = loop - loop1
+    by_half = loop0 * bits0 + loop1 * bits1 + _low_bits(np.where(loop0 == loop1, cmp0, cmp1), remain)
+    by_first = loop * bits0 + _low_bits(cmp0, remain)
+    by_compare = np.where(data_bytes == 2, by_half, by_first)
+    pattern = np.minimum(r["pattern_mode"], 7)
+    by_pattern = loop * _PATTERN_BITS[pattern] + _low_bits(_PATTERNS[pattern], remain)
+    per_repeat = np.where(r["pattern_mode"] == 0, by_compare, by_pattern)
+    return per_repeat * _u(r["repeat"])
+
+
+@converts(VREDUCEV2, dtype=REDUCEV2_DTYPE)
+def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """VREDUCEV2 (gather by compare mask or pattern): src0 read (MASK_NORM: 256 bytes per repeat, the mask
+    ignored; MASK_COUNT: mask0 elements per repeat), src1 (the compare mask, pattern mode 0 only) read, the kept
+    elements written back to back. A pattern mode past 7 (undefined in msSanitizer) writes nothing."""
+    r = records
+    n = len(r)
+    plan = Plan(n)
+    data_bits = _u(r["data_bytes"]) * np.uint64(8)
+    norm = r["mask_mode"] == MASK_NORM
+    plan.add(
+        EventKind.READ,
+        UB,
+        r["src0"],
+        pipe=V,
+        block_size=32,
+        block_num=8,
+        block_stride=r["src0_block_stride"],
+        repeat=r["repeat"],
+        repeat_stride=r["src0_repeat_stride"],
+        count=norm,
+    )
+    # MASK_COUNT source: msSanitizer's per-repeat counting, called directly (no AICUBE drop, no mask0 check).
+    masked_operand(
+        plan,
+        READ,
+        r["src0"],
+        8,
+        32,
+        r["src0_block_stride"],
+        r["repeat"],
+        r["src0_repeat_stride"],
+        data_bits,
+        r["mask0"],
+        r["mask1"],
+        r["mask_mode"],
+        aicube=False,
+        variant=BY_REPEAT,
+        enabled=~norm,
+    )
+    plan.add(
+        EventKind.READ,
+        UB,
+        r["src1"],
+        pipe=V,
+        block_size=1,
+        block_num=_div(np.uint64(256), _u(r["data_bytes"])) // np.uint64(8),
+        repeat=r["repeat"],
+        repeat_stride=_u(r["src1_repeat_stride"]) * np.uint64(32),
+        count=r["pattern_mode"] == 0,
+    )
+    plan.add(
+        EventKind.WRITE,
+        UB,
+        r["dst"],
+        pipe=V,
+        block_size=reducev2_written(r) * _u(r["data_bytes"]),
+        count=r["pattern_mode"] <= 7,
+    )
+    return _finish(plan, r, serials, context)
+
+
+@converts(VGATHER, dtype=VGATHER_DTYPE)
+def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """VGATHER: the offset table read (one contiguous run, 32-byte aligned), the destination written; unmasked."""
+    r = records
+    plan = Plan(len(r))
+    plan.add(
+        EventKind.READ,
+        UB,
+        r["src"],
+        pipe=V,
+        block_size=r["src_block_size"],
+        block_num=r["src_block_num"],
+        align=32,
+    )
+    plan.add(
+        EventKind.WRITE,
+        UB,
+        r["dst"],
+        pipe=V,
+        block_size=r["dst_block_size"],
+        block_num=r["dst_block_num"],
+        block_stride=r["dst_block_stride"],
+        repeat=r["dst_repeat"],
+        repeat_stride=r["dst_repeat_stride"],
+        align=r["dst_align_size"],
+    )
+    return _finish(plan, r, serials, context)
+
+
+@converts(ELEMENT, dtype=ELEMENT_DTYPE)
+def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """ELEMENT: one contiguous access of the record's own kind and alignment."""
+    r = records
+    plan = Plan(len(r))
+    plan.add_access(
+        r["access"],
+        UB,
+        r["addr"],
+        pipe=V,
+        block_size=r["block_size"],
+        block_num=r["block_num"],
+        align=r["align_size"],
+    )
+    return _finish(plan, r, serials, context)
+
+
+@converts(CMPMASK_OP, dtype=CMPMASK_DTYPE)
+def convert_cmpmask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """CMPMASK (compare-mask register to or from UB): one run of ``size`` bytes, 16-byte aligned."""
+    r = records
+    plan = Plan(len(r))
+    plan.add_access(r["access"], UB, r["addr"], pipe=V, block_size=r["size"], align=16)
+    return _finish(plan, r, serials, context)
+
+
+@converts(VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
+def convert_regpropcoor(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """Region-proposal coordinates (vconcat / vextract): 16 elements per repeat on the src side, one element
+    of each of 16 eight-element proposals on the dst side. Extraction swaps read and write. Data types other than
+    B16/B32 and region ranges past 5 are dropped, as msSanitizer drops them."""
+    r = records
+    ok = ((r["data_type"] == DATA_B16) | (r["data_type"] == DATA_B32)) & (r["region_range"] <= 5)
+    drop(context, "VEC_REGPROPCOOR_OP records dropped: data type not B16/B32 or region range past 5", int((~ok).sum()))
+    size = data_size(r["data_type"])
+    extract = r["is_extract"] != 0
+    plan = Plan(len(r))
+    first = np.where(extract, EventKind.WRITE, EventKind.READ)
+    second = np.where(extract, EventKind.READ, EventKind.WRITE)
+    plan.add(
+        first,
+        UB,
+        r["src"],
+        pipe=V,
+        block_size=size * np.uint64(16),
+        block_stride=0,
+        repeat=r["repeat"],
+        repeat_stride=1,
+        count=ok,
+    )
+    plan.add(
+        second,
+        UB,
+        _u(r["dst"]) + size * _u(r["region_range"]),
+        pipe=V,
+        block_size=size,
+        block_num=16,
+        block_stride=8,
+        repeat=r["repeat"],
+        repeat_stride=128,
+        count=ok,
+    )
+    return _finish(plan, r, serials, context)
+
+
+def _va_addresses(low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
+    """The eight UB addresses of a VA register: 16-bit fields in 32-byte units, four in each half."""
+    out = []
+    for half in (low, high):
+        for i in range(4):
+            out.append(((_u(half) >> np.uint64(16 * i)) & np.uint64(0xFFFF)) << np.uint64(5))
+    return out
+
+
+@converts(SCATTERVNCHWCONV, SCATTERVNCHWCONV_A5, dtype=SCATTER_DTYPE)
+def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """SCATTERVNCHWCONV (transpose through VA registers): 16 source blocks read (src0's 8 addresses, then
+    src1's), then 16 destination blocks written; each address repeats ``repeat`` times. B8 data moves 16-byte
+    halves (the high half with the high-half flag) and its strides count in those halves."""
+    r = records
+    b8 = r["data_type"] == DATA_B8
+    size = np.where(b8, 16, 32)
+    plan = Plan(len(r))
+    for kind, prefix, stride, high in (
+        (EventKind.READ, "src", r["src_stride"], r["src_high_half"]),
+        (EventKind.WRITE, "dst", r["dst_stride"], r["dst_high_half"]),
+    ):
+        offset = np.where(b8 & (high != 0), 16, 0).astype(np.uint64)
+        rstride = np.where(b8, _u(stride) * np.uint64(2), _u(stride))
+        for reg in (0, 1):
+            for address in _va_addresses(r[f"{prefix}{reg}_l"], r[f"{prefix}{reg}_h"]):
+                plan.add(
+                    kind,
+                    UB,
+                    address + offset,
+                    pipe=V,
+                    block_size=size,
+                    repeat=r["repeat"],
+                    repeat_stride=rstride,
+                )
+    return _finish(plan, r, serials, context)
+
+
+@converts(VBS32_A5, dtype=VBS32_DTYPE)
+def convert_vbs32(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """VBS32 (sort 32 scores with their indices): per repeat, 32 scores and 128 bytes of indices read, 256 bytes
+    (32 eight-byte pairs) written."""
+    r = records
+    plan = Plan(len(r))
+    common = dict(pipe=V, block_stride=0, repeat=r["repeat"], repeat_stride=1)
+    plan.add(EventKind.READ, UB, r["src0"], block_size=data_size(r["data_type"]) * np.uint64(32), **common)
+    plan.add(EventKind.READ, UB, r["src1"], block_size=128, **common)
+    plan.add(EventKind.WRITE, UB, r["dst"], block_size=256, **common)
+    return _finish(plan, r, serials, context)
+
+
+@converts(VMRGSORT4_OP_C310, dtype=VMS4_DTYPE)
+def convert_vms4v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """VMRGSORT4 (910_95 form): merge up to four sorted lists of 8-byte elements. One repeat (or "all stored",
+    modelled as one repeat): each valid list read, the sum written. Several repeats need four equal valid lists
+    and read and write ``repeat`` runs of 4 x 8 x elementNum bytes. Nops and invalid forms give nothing.
+
+    The list addresses are used as the record gives them (msSanitizer does the same)."""
+    r = records
+    n = len(r)
+    counts = r["element_num"].astype(np.uint64)
+    valid = (r["valid_mask"][:, None].astype(np.uint64) >> np.arange(4, dtype=np.uint64)) & np.uint64(1) != 0
+    empty_valid = (valid & (counts == 0)).any(axis=1)
+    repeat = r["repeat"]
+    all_stored = r["is_all_stored"] != 0
+    same = (counts == counts[:, :1]).all(axis=1)
+    single = (all_stored | (repeat == 1)) & ~empty_valid
+    multi = ~all_stored & (repeat > 1) & (r["valid_mask"] == 0xF) & same & (counts[:, 0] != 0)
+    refused = ~all_stored & (repeat > 1) & ((r["valid_mask"] != 0xF) | ~same)
+    drop(
+        context,
+        "VMRGSORT4_OP_C310 records dropped: several repeats need four valid lists of one length",
+        int(refused.sum()),
+    )
+    plan = Plan(n)
+    for i in range(4):
+        plan.add(
+            EventKind.READ,
+            UB,
+            r["src"][:, i],
+            pipe=V,
+            block_size=8,
+            block_num=counts[:, i],
+            count=single & valid[:, i],
+        )
+    plan.add(EventKind.WRITE, UB, r["dst"], pipe=V, block_size=8, block_num=(counts * valid).sum(axis=1), count=single)
+    for kind, address in ((EventKind.READ, r["src"][:, 0]), (EventKind.WRITE, r["dst"])):
+        plan.add(
+            kind,
+            UB,
+            address,
+            pipe=V,
+            block_size=counts[:, 0] * np.uint64(32),
+            repeat=repeat,
+            repeat_stride=1,
+            count=multi,
+        )
+    return _finish(plan, r, serials, context)

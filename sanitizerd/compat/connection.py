@@ -1,0 +1,747 @@
+"""msSanitizer's client protocol, sans-I/O: the hooks' packets in, sanitizerd's native messages out.
+
+``CompatConnection`` has the interface of ``sanitizerd.protocol.Connection`` as ``MessageStream`` uses it, so the
+daemon serves a connection of msSanitizer's hook or injection libraries as an ordinary producer session: the I/O
+layer feeds it bytes (``b""`` at EOF) and calls ``next_event`` until ``NEED_DATA``; ``send`` turns the session's
+replies into msSanitizer's packets (docs/mssanitizer-compat.md).
+
+Framing is ``[u32 PacketType][payload]``: a fixed struct of the layout's size, or ``[u64 length][bytes]``. Lengths
+are checked before anything is buffered. A KERNEL_RECORD (one sub-block slot of a kernel's record buffer, up to
+8 GiB) is never held whole: its heads are read, then its records are decoded as they arrive, a chunk at a time, and
+each chunk's events go out as one ``events`` batch. A damaged record buffer is a problem of its kernel (an
+internal_error finding), not of the connection: the stream goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
+from sanitizerd.compat import record_buffer, wire
+from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
+from sanitizerd.protocol import messages as m
+from sanitizerd.protocol._buffer import ReceiveBuffer
+from sanitizerd.protocol._state import State
+from sanitizerd.protocol.connection import CONNECTION_CLOSED, NEED_DATA, _Sentinel
+from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd.protocol.texts import cap_strings
+
+try:  # the native helper's module (branch i11-native): call stacks from the kernel's ELF
+    from sanitizerd.compat import stacks
+except ImportError:  # pragma: no cover - until it is merged: no locations
+    stacks = None  # type: ignore[assignment]
+
+# Record bytes handed to the decoder at once. The slot's bytes held at any time stay within about this (plus one
+# record the decoder could not finish): a slot may be gigabytes.
+CHUNK_SIZE: Final = 2 << 20
+# Variable packets that are held whole before they are used: a kernel's ELF (with DWARF) and one hook log line.
+MAX_KERNEL_BINARY: Final = 256 << 20
+MAX_LOG_STRING: Final = 64 << 10
+# Kernel binaries kept parsed, by digest: the injection library resends the same ELF at each launch.
+KERNEL_BINARY_CACHE: Final = 8
+# msSanitizer's message when the security value at the start of a RecordGlobalHead was overwritten.
+SECURITY_MESSAGE: Final = record_buffer.SECURITY_TEXT
+RECORD_TYPE_BLOCK_FINISH: Final = 100000
+RECORD_TYPE_FINISH: Final = 100001
+_IPC_HEAD = wire.IPC_SET.struct  # any member's struct reads the type
+_MAX_PROBLEMS: Final = m.MAX_KERNEL_PROBLEMS
+
+
+def _said(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@dataclass(slots=True)
+class _Kernel:
+    """A launch: from its KERNEL_SUMMARY (or its first records) to its last slot or FINISH."""
+
+    id: int
+    name: str
+    block_dim: int
+    kernel_type: str
+    pc_start: int
+    begun: bool = False  # KernelBegin sent: deferred to the first records, since a summary may have none
+    slots: int = 0  # KERNEL_RECORD slots received
+    total_slots: int | None = None  # kernelInfo.totalBlockDim of its global head
+    lost: list[m.BlockLoss] = field(default_factory=list)
+    # A problem's text -> the slots it occurred in; a counted one ("12 BINARY_OP records not converted ...") -> the
+    # sum of its counts, so that a kernel of 48 slots says one line per problem, not 48.
+    problems: dict[str, int] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=dict)
+    security_said: bool = False
+    last_block: tuple[int, int] | None = None  # (block type, block id) of the last record sent alone
+
+    def problem(self, text: str) -> None:
+        count, _, rest = text.partition(" ")
+        if count.isdigit() and rest:
+            self.counted[rest] = self.counted.get(rest, 0) + int(count)
+        else:
+            self.problems[text] = self.problems.get(text, 0) + 1
+
+    def problem_lines(self) -> list[str]:
+        lines = [text if n == 1 else f"{text} ({n} slots)" for text, n in self.problems.items()]
+        lines += [f"{n} {rest}" for rest, n in self.counted.items()]
+        if len(lines) > _MAX_PROBLEMS:
+            more = len(lines) - _MAX_PROBLEMS + 1
+            lines = [*lines[: _MAX_PROBLEMS - 1], f"... and {more} more problems of this kernel"]
+        return lines
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One KERNEL_RECORD being received."""
+
+    index: int  # slot number within the kernel
+    length: int  # the packet's length
+    remaining: int  # bytes of the packet not yet taken from the buffer
+    heads: Any = None  # record_buffer.SlotHeads once read
+    decoder: Any = None  # record_buffer.SlotDecoder, None while skipping
+    tail: bytes = b""  # record bytes the decoder has not consumed yet
+    skipping: bool = False  # the rest of the slot is dropped (its heads or records are damaged)
+
+
+def _block_finish(block_type: int, block_id: int, serial: int) -> np.ndarray:
+    """The event that says a block has ended: its on-chip memory is undefined again (initcheck)."""
+    event = np.zeros(1, dtype=EVENT_DTYPE)
+    event["kind"] = EventKind.BLOCK_FINISH
+    event["block_type"], event["block_id"], event["serial"] = block_type, block_id, serial
+    event["block_num"] = event["repeat"] = event["block_stride"] = 1
+    return event
+
+
+class CompatConnection:
+    """Protocol state of one connection of msSanitizer's hooks, from the daemon's side."""
+
+    def __init__(
+        self,
+        layout: WireLayout,
+        *,
+        job: str,
+        peer_pid: int,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> None:
+        self.layout = layout
+        self.job = job
+        self.peer_pid = peer_pid
+        self.chunk_size = chunk_size
+        self.state = State.HANDSHAKE
+        self.client_role = "producer"
+        self._buffer = ReceiveBuffer()
+        self._eof = False
+        self._ended = False  # the close at EOF has been returned
+        self._out: deque[m.Message] = deque()  # messages decoded, not returned yet
+        self._cuts: list[tuple[str, int]] = []
+        self._to_send = bytearray()  # replies the connection makes itself (data_to_send)
+        # framing
+        self._packet: int | None = None  # the type of the packet begun, once its head is read
+        self._length: int | None = None  # a variable packet's length, once read
+        self._slot: _Slot | None = None
+        # session-wide state
+        self._serial = 0  # msSanitizer's serialNo: one per host record and per kernel record, from 0
+        self._kernel_ids = 0
+        self._kernel: _Kernel | None = None
+        self._responses: dict[int, int] = {}  # kernel id -> blockIdx of its KERNEL_RECORD_RESPONSE
+        # IPCOperationType of each ipc message the session will answer, in order; None: its client waits for none
+        self._ipc_codes: deque[int | None] = deque()
+        self._chip_name = DEFAULT_CHIP
+        self._chip: Chip = chip_named(DEFAULT_CHIP)
+        self._binary: Any = None  # stacks.KernelBinary of the current kernel
+        self._binaries: OrderedDict[bytes, Any] = OrderedDict()
+        self._pc_locations: dict[tuple[int, int], int] = {}  # (binary id, pc) -> location id (0: none)
+        self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
+        self._locations = 0
+        self._binary_problems_said: set[int] = set()
+        # Fixed packets: type -> payload size, and what reads the payload.
+        self._sizes = {int(p): layout.fixed_payload_size(p) for p in wire.FIXED_PACKETS}
+        self._handlers = {
+            PacketType.DEVICE_SUMMARY: self._device_summary,
+            PacketType.KERNEL_SUMMARY: self._kernel_summary,
+            PacketType.HOST_RECORD: self._host_record,
+            PacketType.IPC_RECORD: self._ipc_record,
+            PacketType.SANITIZER_RECORD: self._sanitizer_record,
+        }
+        self._host_struct = layout.host_mem_record.struct
+
+    # --- the implicit hello --------------------------------------------------------------------------------
+
+    def hello(self) -> m.Hello:
+        """The hello the daemon opens the session with: msSanitizer's hooks say nothing before sending records."""
+        return m.Hello(version=m.PROTOCOL_VERSION, role="producer", pid=self.peer_pid, tool="mssanitizer", job=self.job)
+
+    # --- receiving -----------------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        if data:
+            if self._eof:
+                raise LocalProtocolError("data received after EOF", reason="unexpected_message")
+            self._buffer.append(data)
+        else:
+            self._eof = True
+
+    def next_event(self) -> m.Message | _Sentinel:
+        """The next native message, ``NEED_DATA`` or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("connection is in ERROR after an earlier protocol error", reason="bad_packet")
+        try:
+            while not self._out:
+                if not self._step():
+                    if self._eof and not self._ended:
+                        self._at_eof()
+                        continue
+                    return CONNECTION_CLOSED if self._ended else NEED_DATA
+        except RemoteProtocolError:
+            self._fail()
+            raise
+        message = self._out.popleft()
+        self._cuts.extend(cap_strings(message))
+        return message
+
+    def data_to_send(self) -> bytes:
+        """Replies the connection makes on its own (an IPC_RESPONSE to an IPC operation this release does not
+        define): the I/O layer writes them after ``next_event``. ``b""`` when there are none."""
+        data, self._to_send = bytes(self._to_send), bytearray()
+        return data
+
+    def take_cuts(self) -> list[tuple[str, int]]:
+        cuts, self._cuts = self._cuts, []
+        return cuts
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and held, not yet turned into messages (a slot's bytes are not held: they stream)."""
+        return len(self._buffer) + (len(self._slot.tail) if self._slot is not None else 0)
+
+    @property
+    def in_packet(self) -> bool:
+        """Whether a packet has begun and not ended: a streamed slot can leave nothing buffered mid-packet."""
+        return self._packet is not None or bool(self._buffer)
+
+    def _fail(self) -> None:
+        self.state = State.ERROR
+        self._buffer = ReceiveBuffer()
+        self._slot = None
+        self._out.clear()
+
+    # --- framing -------------------------------------------------------------------------------------------
+
+    def _step(self) -> bool:
+        """Make progress on the stream: False when nothing more can be done with the bytes held."""
+        buffer = self._buffer
+        if self._packet is None:
+            if len(buffer) < PACKET_HEAD.size:
+                if self._eof and buffer:
+                    raise RemoteProtocolError("peer closed inside a packet's type", reason="truncated")
+                return False
+            (packet,) = PACKET_HEAD.unpack(buffer.take(PACKET_HEAD.size))
+            self._packet = self._known(packet)
+        packet = self._packet
+        size = self._sizes.get(packet)
+        if size is None:
+            return self._variable(packet)
+        if len(buffer) < size:
+            self._truncated_at_eof(packet, len(buffer), size)
+            return False
+        payload = bytes(buffer.take(size))
+        self._packet = None
+        self._handlers[packet](payload)
+        return True
+
+    def _known(self, packet: int) -> int:
+        if packet in self._sizes or packet in wire.VARIABLE_PACKETS:
+            return packet
+        if packet in (PacketType.IPC_RESPONSE, PacketType.KERNEL_RECORD_RESPONSE):
+            name = PacketType(packet).name
+            raise RemoteProtocolError(f"packet type {name} is the server's to send", reason="bad_packet")
+        raise RemoteProtocolError(
+            f"unknown packet type {packet} (msSanitizer's are 0-3 and 1000-1003)", reason="bad_packet"
+        )
+
+    def _truncated_at_eof(self, packet: int, have: int, need: int) -> None:
+        if self._eof:
+            raise RemoteProtocolError(
+                f"peer closed after {have} of the {need} bytes of a {PacketType(packet).name} packet",
+                reason="truncated",
+            )
+
+    def _variable(self, packet: int) -> bool:
+        buffer = self._buffer
+        if self._length is None:
+            if len(buffer) < LENGTH.size:
+                self._truncated_at_eof(packet, len(buffer), LENGTH.size)
+                return False
+            (length,) = LENGTH.unpack(buffer.take(LENGTH.size))
+            self._check_length(packet, length)
+            self._length = length
+            if packet == PacketType.KERNEL_RECORD:
+                kernel = self._kernel_for_records()
+                self._slot = _Slot(index=kernel.slots, length=length, remaining=length)
+        length = self._length
+        if packet == PacketType.KERNEL_RECORD:
+            return self._stream_slot()
+        if len(buffer) < length:
+            self._truncated_at_eof(packet, len(buffer), length)
+            return False
+        data = bytes(buffer.take(length))
+        self._packet = self._length = None
+        if packet == PacketType.KERNEL_BINARY:
+            self._kernel_binary(data)
+        else:
+            self._out.append(m.Log(text=data.decode("utf-8", "replace").rstrip("\0\n"), level="info"))
+        return True
+
+    def _check_length(self, packet: int, length: int) -> None:
+        heads = self.layout.heads_size
+        limit = {
+            PacketType.KERNEL_BINARY: MAX_KERNEL_BINARY,
+            PacketType.LOG_STRING: MAX_LOG_STRING,
+            PacketType.KERNEL_RECORD: heads + self.layout.max_block_bytes,
+        }[PacketType(packet)]
+        if length > limit:
+            raise RemoteProtocolError(
+                f"{PacketType(packet).name} of {length} bytes exceeds the limit of {limit}", reason="frame_too_large"
+            )
+        if packet == PacketType.KERNEL_RECORD and length < heads:
+            raise RemoteProtocolError(
+                f"KERNEL_RECORD of {length} bytes is shorter than its heads ({heads} bytes); "
+                + wire.other_releases_text(self.layout),
+                reason="bad_packet",
+            )
+
+    # --- fixed packets -------------------------------------------------------------------------------------
+
+    def _device_summary(self, payload: bytes) -> None:
+        device, _block_size, block_num, device_id = self.layout.device_summary.struct.unpack(payload)
+        chip = wire.chip_of_device(device)
+        if chip is None:
+            self._out.append(
+                m.Log(
+                    text=f"DEVICE_SUMMARY names DeviceType {device}, which this release does not define: "
+                    f"checking as {self._chip_name}",
+                    level="warn",
+                )
+            )
+        else:
+            self._chip_name, self._chip = chip, chip_named(chip)
+        self._out.append(m.DeviceSummary(chip=self._chip_name, block_num=block_num, device=device_id))
+
+    def _kernel_summary(self, payload: bytes) -> None:
+        pc_start, block_dim, kernel_type, _dbi, _debug_line, raw_name = self.layout.kernel_summary.struct.unpack(
+            payload
+        )
+        kernel = self._kernel
+        if kernel is not None and kernel.begun:
+            # The hooks wait for a kernel's last slot's answer before the next launch: this one's slots stopped
+            # short (the injection library gave up on a copy). It gets no answer: the client is not waiting for one,
+            # and an answer now would be taken as the next kernel's.
+            self._end_kernel(
+                kernel, respond=False, why=f"the next launch began after {kernel.slots} of {kernel.total_slots} slots"
+            )
+        type_name = wire.KERNEL_TYPE_NAMES.get(kernel_type)  # type: ignore[call-overload]
+        if type_name is None:
+            self._out.append(m.Log(text=f"KERNEL_SUMMARY with KernelType {kernel_type}: taken as aiv", level="warn"))
+            type_name = "aiv"
+        # A summary whose launch sends no records (its record buffer could not be set up) is replaced by the next.
+        self._kernel = self._new_kernel(c_text(raw_name), block_dim, type_name, pc_start)
+
+    def _new_kernel(self, name: str, block_dim: int, kernel_type: str, pc_start: int) -> _Kernel:
+        self._kernel_ids += 1
+        return _Kernel(self._kernel_ids, name, block_dim, kernel_type, pc_start)
+
+    def _kernel_for_records(self) -> _Kernel:
+        """The kernel records belong to, begun now if they are its first; records without a summary (msSanitizer
+        would count them into the last kernel's slots) become a launch named "unknown"."""
+        kernel = self._kernel
+        if kernel is None:
+            kernel = self._kernel = self._new_kernel("unknown", 0, "aiv", 0)
+        if not kernel.begun:
+            kernel.begun = True
+            self._out.append(
+                m.KernelBegin(
+                    kernel=kernel.id,
+                    name=kernel.name,
+                    block_dim=kernel.block_dim,
+                    kernel_type=kernel.kernel_type,  # type: ignore[arg-type]
+                    pc_start=kernel.pc_start,
+                )
+            )
+        return kernel
+
+    def _end_kernel(self, kernel: _Kernel, *, respond: bool, why: str = "") -> None:
+        if why:
+            kernel.problem(f"kernel {kernel.name!r} ended incomplete: {why}")
+        self._out.append(m.KernelEnd(kernel=kernel.id, lost=kernel.lost, problems=kernel.problem_lines()))
+        if respond:
+            self._responses[kernel.id] = kernel.slots
+        if self._kernel is kernel:
+            self._kernel = None
+
+    def _next_serial(self) -> int:
+        serial = self._serial
+        self._serial += 1
+        return serial
+
+    def _host_record(self, payload: bytes) -> None:
+        op, src, desc, src_addr, dst_addr, size, _params, root = self._host_struct.unpack(payload)
+        serial = self._next_serial()
+        host_op = self._host_op(op, src, desc, src_addr, dst_addr, size, root, serial)
+        if host_op is not None:
+            self._out.append(host_op)
+
+    def _host_op(
+        self, op: int, src: int, desc: int, src_addr: int, dst_addr: int, size: int, root: int, serial: int
+    ) -> m.HostOp | None:
+        """A MemOpRecord's fields as a host op; None (said in a log line) for an operation or source this release
+        does not define, which msSanitizer's memcheck ignores too."""
+        op_name = wire.HOST_OP_NAMES.get(op)  # type: ignore[call-overload]
+        source = wire.SOURCE_NAMES.get(src)  # type: ignore[call-overload]
+        if op_name is None or source is None:
+            self._out.append(
+                m.Log(text=f"host record with MemOpType {op} and MemInfoSrc {src} ignored (not defined)", level="warn")
+            )
+            return None
+        return m.HostOp(
+            op=op_name,
+            address=dst_addr,
+            size=size,
+            src=src_addr if op_name == "memcpy" else 0,
+            source=source,
+            desc=wire.DESC_NAMES.get(desc, str(desc)),  # type: ignore[call-overload]
+            serial=serial,
+            root=root,
+        )
+
+    def _ipc_record(self, payload: bytes) -> None:
+        self._ipc(payload, answered=True)
+
+    def _ipc(self, payload: bytes, *, answered: bool) -> None:
+        """An IPC operation; ``answered``: its client waits for an IPC_RESPONSE (an IPC_RECORD packet does, the
+        IPC variant of SANITIZER_RECORD, which no released hook sends, does not)."""
+        (op,) = _IPC_HEAD.unpack(payload)[:1]
+        name = wire.IPC_OP_NAMES.get(op)  # type: ignore[call-overload]
+        if name is None:
+            # msSanitizer answers an operation it does not define with nothing, and its client waits for ever:
+            # here the answer is FAIL, at once, and the operation changes nothing.
+            if answered:
+                self._to_send += wire.encode_ipc_response(op, ok=False)
+            self._out.append(m.Log(text=f"IPC operation type {op} is not defined: answered FAIL", level="warn"))
+            return
+        address = size = 0
+        ipc_name = ""
+        if op == wire.IpcOperation.SET_INFO:
+            _, address, size, raw = wire.IPC_SET.struct.unpack(payload)
+            ipc_name = c_text(raw)
+        elif op == wire.IpcOperation.DESTROY_INFO:
+            _, raw = wire.IPC_DESTROY.struct.unpack(payload)
+            ipc_name = c_text(raw)
+        elif op == wire.IpcOperation.MAP_INFO:
+            _, address, raw = wire.IPC_MAP.struct.unpack(payload)
+            ipc_name = c_text(raw)
+        else:
+            _, address = wire.IPC_UNMAP.struct.unpack(payload)
+        # The operations that become host records (map, unmap, destroy's frees) take a serial, as msSanitizer's do.
+        serial = 0 if op == wire.IpcOperation.SET_INFO else self._next_serial()
+        self._ipc_codes.append(op if answered else None)
+        self._out.append(m.Ipc(op=name, name=ipc_name, address=address, size=size, serial=serial))
+
+    def _sanitizer_record(self, payload: bytes) -> None:
+        (version,) = wire.SANITIZER_RECORD_HEAD.struct.unpack(payload)
+        body = payload[wire.SANITIZER_RECORD_PAYLOAD_OFFSET :]
+        if version == wire.RecordVersion.MEMORY_RECORD:
+            self._memory_record(body[: self.layout.mem_op_record.size])
+        elif version == wire.RecordVersion.IPC_RECORD:
+            self._ipc(body[: self.layout.ipc_mem_record_size], answered=False)
+        elif version == wire.RecordVersion.KERNEL_RECORD:
+            self._single_kernel_record(body[: self.layout.kernel_record_size])
+        else:
+            raise RemoteProtocolError(f"SANITIZER_RECORD of version {version} (0-2 are defined)", reason="bad_packet")
+
+    def _memory_record(self, body: bytes) -> None:
+        fields = dict(zip(self.layout.mem_op_record.names, self.layout.mem_op_record.struct.unpack(body), strict=True))
+        serial = self._next_serial()  # the tool's own count: the hook's serialNo counts only that hook's records
+        op = self._host_op(
+            fields["type"],
+            fields["infoSrc"],
+            fields["infoDesc"],
+            fields["srcAddr"],
+            fields["dstAddr"],
+            fields["memSize"],
+            fields["rootAddr"],
+            serial,
+        )
+        if op is None:
+            return
+        op.module = fields["moduleId"]
+        file = c_text(fields["fileName"])
+        if file:
+            op.location = self._intern((file, max(fields["lineNo"], 0), 0, ""), ())
+        self._out.append(op)
+
+    def _single_kernel_record(self, body: bytes) -> None:
+        record_type, block_type, _serial = wire.KERNEL_RECORD_HEAD.struct.unpack(body)
+        kernel = self._kernel_for_records()
+        serial = self._next_serial()
+        if record_type == RECORD_TYPE_FINISH:
+            why = ""
+            if kernel.total_slots is not None and kernel.slots < kernel.total_slots:
+                why = f"FINISH after {kernel.slots} of {kernel.total_slots} slots"
+            # The hooks that send records one by one wait for no answer.
+            self._end_kernel(kernel, respond=False, why=why)
+            return
+        if record_type == RECORD_TYPE_BLOCK_FINISH:
+            # Sent after each block's records with an empty payload: the block is the one those records named.
+            if kernel.last_block is not None:
+                self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
+                kernel.last_block = None
+            return
+        context = BlockContext(block_type=block_type, chip=self._chip)
+        payload = memoryview(body)[wire.KERNEL_RECORD_PAYLOAD_OFFSET :]
+        try:
+            events, problem = record_buffer.decode_single(record_type, payload, serial, context)
+        except Exception as exc:  # a decoder bug on this record: said, the stream goes on
+            kernel.problem(f"record type {record_type}: the record decoder failed ({_said(exc)})")
+            return
+        if problem:
+            kernel.problem(problem)
+        if len(events):
+            kernel.last_block = (int(events["block_type"][-1]), int(events["block_id"][-1]))
+            self._emit_events(kernel, events)
+
+    # --- kernel records ------------------------------------------------------------------------------------
+
+    def _stream_slot(self) -> bool:
+        """Take what has arrived of the slot: its heads whole, then its records a chunk at a time."""
+        slot = self._slot
+        assert slot is not None and self._kernel is not None
+        kernel = self._kernel
+        buffer = self._buffer
+        if slot.heads is None and not slot.skipping:
+            heads_size = self.layout.heads_size
+            if len(buffer) < heads_size:
+                self._truncated_at_eof(PacketType.KERNEL_RECORD, len(buffer), slot.length)
+                return False
+            self._read_heads(kernel, slot, bytes(buffer.take(heads_size)))
+            slot.remaining -= heads_size
+            return True
+        if slot.remaining and not buffer:
+            self._truncated_at_eof(PacketType.KERNEL_RECORD, slot.length - slot.remaining, slot.length)
+            return False
+        take = min(len(buffer), slot.remaining, max(self.chunk_size - len(slot.tail), 1))
+        data = buffer.take(take)
+        slot.remaining -= take
+        final = not slot.remaining
+        if not slot.skipping:
+            self._decode(kernel, slot, data, final)
+        if final:
+            self._slot_done(kernel, slot)
+        return True
+
+    def _read_heads(self, kernel: _Kernel, slot: _Slot, data: bytes) -> None:
+        try:
+            heads = record_buffer.read_heads(data)
+        except Exception as exc:  # RecordBufferError, or a decoder bug: a problem of this kernel either way
+            kernel.problem(f"slot {slot.index}: record buffer heads unreadable: {_said(exc)}")
+            total = getattr(exc, "total_block_dim", None)
+            if kernel.total_slots is None and total is not None:
+                kernel.total_slots = int(total)
+            slot.skipping = True
+            return
+        slot.heads = heads
+        if kernel.total_slots is None:
+            # The injection library loops over the totalBlockDim of its own copy of this head: the same bytes.
+            kernel.total_slots = int(heads.total_block_dim)
+        if not heads.security_ok:
+            # msSanitizer checks only the first slot and drops it; every slot is checked here, each one dropped
+            # (its counts and offsets are the user program's writes), and the message said once per kernel.
+            if not kernel.security_said:
+                kernel.security_said = True
+                kernel.problem(SECURITY_MESSAGE)
+            slot.skipping = True
+            return
+        context = BlockContext(block_type=int(heads.block_type), chip=self._chip)
+        slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial)
+
+    def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
+        try:
+            self._decode_chunk(kernel, slot, data, final)
+        except Exception as exc:
+            # The decoder is meant to turn every damaged buffer into problems(); should it raise instead, that is
+            # a bug of ours on this slot's bytes: said as the kernel's problem, the rest of the slot dropped, and
+            # the connection goes on (its other kernels and host records are not the slot's fault).
+            kernel.problem(f"slot {slot.index}: the record decoder failed ({_said(exc)}); the rest of the slot dropped")
+            slot.skipping = True
+            slot.tail = b""
+
+    def _decode_chunk(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
+        chunk = slot.tail + bytes(data) if slot.tail else data
+        events, used = slot.decoder.feed(memoryview(chunk), final)
+        slot.tail = bytes(chunk[used:]) if used < len(chunk) else b""
+        if not final and not used and len(slot.tail) >= self.chunk_size:
+            # A record the decoder cannot finish within a whole chunk: no record is that long. What it has is
+            # decoded as the end of the slot (it says what is wrong), and the rest of the slot is dropped.
+            events2, _ = slot.decoder.feed(memoryview(slot.tail), True)
+            kernel.problem(
+                f"slot {slot.index}: no whole record in {len(slot.tail)} bytes; the rest of the slot dropped"
+            )
+            slot.tail = b""
+            slot.skipping = True
+            events = events2 if not len(events) else np.concatenate([events, events2])
+        # Past the slot's end this counts its BLOCK_FINISH too, which the decoder gives as the slot's last event.
+        self._serial = slot.decoder.next_serial
+        if len(events):
+            self._emit_events(kernel, events)
+
+    def _slot_done(self, kernel: _Kernel, slot: _Slot) -> None:
+        decoder = slot.decoder
+        if decoder is not None:
+            try:
+                problems, loss = decoder.problems(), decoder.loss()
+            except Exception as exc:  # a decoder bug: said, as in _decode
+                problems, loss = [f"slot {slot.index}: the record decoder failed ({_said(exc)})"], None
+            for text in problems:
+                kernel.problem(text)
+            if loss is not None:
+                kernel.lost.append(loss)
+        self._slot = None
+        self._packet = self._length = None
+        kernel.slots += 1
+        if kernel.total_slots is None or kernel.slots >= kernel.total_slots:
+            self._next_serial()  # FINISH, msSanitizer's end frame, takes one too
+            self._end_kernel(kernel, respond=True)
+
+    def _emit_events(self, kernel: _Kernel, events: np.ndarray) -> None:
+        if self._binary is not None:
+            events = self._locate(kernel, events)
+        self._out.append(m.Events(kernel=kernel.id, records=memoryview(np.ascontiguousarray(events).view(np.uint8))))
+
+    # --- call stacks ---------------------------------------------------------------------------------------
+
+    def _kernel_binary(self, elf: bytes) -> None:
+        self._binary = None
+        if stacks is None:
+            return
+        digest = hashlib.blake2b(elf, digest_size=16).digest()
+        binary = self._binaries.get(digest)
+        if binary is None:
+            try:
+                binary = stacks.KernelBinary(elf)
+            except stacks.KernelBinaryError as exc:
+                self._out.append(m.Log(text=f"kernel binary unreadable, no call stacks: {exc}", level="warn"))
+                return
+            self._binaries[digest] = binary
+            if len(self._binaries) > KERNEL_BINARY_CACHE:
+                self._binaries.popitem(last=False)
+        else:
+            self._binaries.move_to_end(digest)
+        self._binary = binary
+
+    def _locate(self, kernel: _Kernel, events: np.ndarray) -> np.ndarray:
+        """Each event's location from its pc: one lookup per distinct pc of the batch, new locations sent first."""
+        pcs, inverse = np.unique(events["pc"], return_inverse=True)
+        binary = self._binary
+        ids = np.zeros(len(pcs), dtype=np.uint32)
+        pending: list[m.Location] = []
+        for i, pc in enumerate(pcs.tolist()):
+            if not pc:
+                continue
+            key = (id(binary), pc)
+            known = self._pc_locations.get(key)
+            if known is None:
+                frames = binary.frames(pc, kernel.pc_start)
+                known = self._frames(frames, pending) if frames else 0
+                self._pc_locations[key] = known
+            ids[i] = known
+        if pending:
+            self._out.append(m.Locations(locations=pending))
+        problem = getattr(binary, "problem", "")
+        if problem and id(binary) not in self._binary_problems_said:
+            # Damage met in the part of the DWARF a pc needed: those pcs have no stack; said once per binary.
+            self._binary_problems_said.add(id(binary))
+            self._out.append(m.Log(text=f"call stacks incomplete: {problem}", level="warn"))
+        if not ids.any():
+            return events
+        located = events.copy() if not events.flags.writeable else events
+        located["location"] = ids[inverse]
+        return located
+
+    def _frames(self, frames: list[tuple[str, int, int, str]], pending: list[m.Location]) -> int:
+        """The location id of the innermost frame, its callers (outer frames) interned as locations too."""
+        callers = tuple(self._intern(frame, (), pending) for frame in frames[1:])
+        return self._intern(frames[0], callers, pending)
+
+    def _intern(
+        self, frame: tuple[str, int, int, str], callers: tuple[int, ...], pending: list[m.Location] | None = None
+    ) -> int:
+        key = (frame, callers)
+        known = self._frame_locations.get(key)
+        if known is not None:
+            return known
+        self._locations += 1
+        file, line, column, function = frame
+        location = m.Location(
+            id=self._locations, file=file, line=line, column=column, function=function, callers=list(callers)
+        )
+        self._frame_locations[key] = self._locations
+        if pending is None:
+            self._out.append(m.Locations(locations=[location]))
+        else:
+            pending.append(location)
+        return self._locations
+
+    # --- EOF -----------------------------------------------------------------------------------------------
+
+    def _at_eof(self) -> None:
+        """The hooks have no goodbye: their process ending is the session's close. A kernel still open is ended
+        with what arrived, and says so."""
+        kernel = self._kernel
+        if kernel is not None and kernel.begun:
+            self._end_kernel(
+                kernel,
+                respond=False,
+                why=f"the client closed after {kernel.slots} of {kernel.total_slots} slots"
+                if kernel.total_slots is not None
+                else "the client closed before the kernel's FINISH",
+            )
+        self._kernel = None
+        self._out.append(m.Close())
+        self._ended = True
+
+    # --- sending -------------------------------------------------------------------------------------------
+
+    def send(self, message: m.Message) -> bytes:
+        """msSanitizer's bytes for a native reply: the Config on welcome, KERNEL_RECORD_RESPONSE for a verdict the
+        client waits for, IPC_RESPONSE for an IPC result; b"" for what its clients have no packet for."""
+        match message:
+            case m.Welcome():
+                if self.state is not State.HANDSHAKE:
+                    raise LocalProtocolError("welcome after the handshake", reason="unexpected_message")
+                try:
+                    data = wire.encode_config(message.config, self.layout)
+                except ValueError as exc:
+                    raise LocalProtocolError(str(exc), reason="internal_error") from None
+                self.state = State.READY
+                return data
+            case m.Verdict():
+                total = self._responses.pop(message.kernel, None)
+                return b"" if total is None else wire.encode_kernel_record_response(total)
+            case m.IpcResult():
+                op = self._ipc_codes.popleft() if self._ipc_codes else wire.IPC_OP_CODES.get(message.op, 0)
+                return b"" if op is None else wire.encode_ipc_response(op, message.ok)
+            case m.Error():
+                self._fail()
+                return b""
+            case m.Closed():
+                self.state = State.CLOSED
+                return b""
+        return b""
+
+    def send_error(self, reason: str, message: str) -> bytes:
+        """msSanitizer's protocol has no error packet: the connection ends, with nothing said."""
+        self._fail()
+        return b""

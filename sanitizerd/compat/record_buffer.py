@@ -1,0 +1,492 @@
+"""msSanitizer's device record buffer, one sub-block slot at a time: heads, the record walk, and conversion.
+
+A KERNEL_RECORD packet (reference §1.4, §1.9) is ``[RecordGlobalHead][RecordBlockHead][records]``; the records are
+``[u32 RecordType][payload]`` back to back with no padding, ``writeOffset`` bytes and ``recordWriteCount`` records.
+
+The walk is vectorised. Every payload size is a multiple of 4 (``record_types``), so records start at multiples of
+4 and the region can be read as u32 words. The region is cut into segments that are walked in lockstep, each from a
+speculative start (its first word): one gather per step over all segments, the type word giving the step through a
+lookup table, a word that is no known type advancing by one. Walks that meet stay together (they follow the same
+``next`` function), so once the true path from offset 0 enters a segment at a node of that segment's speculative
+walk, the rest of that walk is the true path; where it does not (rare), that segment is walked again from its true
+entry. Records are then grouped by type, each group's payloads gathered into a structured array, converted by the
+family's converter, and the events merged back into program order by serial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from sanitizerd.compat.convert import base  # the package import registers every family's converters
+from sanitizerd.compat.record_types import PAYLOAD_SIZE, RecordType
+from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+
+SECURITY_VALUE = 0x5A5A5A5A5A5A5A5A
+SECURITY_TEXT = "The record address has been changed by the user program, and the detection result is unreliable."
+
+GLOBAL_HEAD_SIZE = 38_528
+BLOCK_HEAD_SIZE = 128
+HEADS_SIZE = GLOBAL_HEAD_SIZE + BLOCK_HEAD_SIZE
+TYPE_SIZE = 4  # the u32 RecordType before each payload
+
+# RecordGlobalHead: the fields sanitizerd reads (offsets from the probe of msSanitizer's headers; the rest is the
+# per-core register shadow, which registercheck does not need: it sees the SET_* records themselves).
+GLOBAL_HEAD_DTYPE = np.dtype(
+    {
+        "names": ["security", "cache_size", "check_block_id", "total_block_dim", "total_cache_size", "kernel_type"],
+        "formats": ["<u8", "<u4", "<i2", "<u8", "<u8", "u1"],
+        "offsets": [0, 8, 12, 24, 32, 44],
+        "itemsize": GLOBAL_HEAD_SIZE,
+    }
+)
+BLOCK_HEAD_DTYPE = np.dtype(
+    {
+        "names": [
+            "record_count", "record_write_count", "offset", "write_offset", "block_id", "block_type",
+            "vec_sub_block_dim",
+        ],
+        "formats": ["<u8", "<u8", "<u8", "<u8", "<u2", "u1", "u1"],
+        "offsets": [0, 8, 16, 24, 40, 48, 49],
+        "itemsize": BLOCK_HEAD_SIZE,
+    }
+)  # fmt: skip
+
+# The step (in u32 words, type word included) of each record type; 0 = not a type this release can walk.
+_TABLE_LEN = max(PAYLOAD_SIZE) + 2
+STEP_WORDS = np.zeros(_TABLE_LEN, dtype=np.int64)
+for _type, _size in PAYLOAD_SIZE.items():
+    STEP_WORDS[_type] = (TYPE_SIZE + _size) // 4
+
+# Segments: about this many per walk (each lockstep step costs a few numpy calls whatever its width), each at least
+# MIN_SEGMENT_WORDS long: a speculative walk meets the true path within a few hundred words on real record mixes,
+# so long segments rarely need the (scalar) repair.
+TARGET_SEGMENTS = 1024
+MIN_SEGMENT_WORDS = 256
+STEP_LIST: list[int] = STEP_WORDS.tolist()
+MAX_STEP = int(STEP_WORDS.max())
+# Known record types as small dense codes, for grouping a path's records by type without sorting.
+CODE_TYPE: list[int] = sorted(PAYLOAD_SIZE)
+TYPE_CODE = np.zeros(_TABLE_LEN, dtype=np.intp)
+TYPE_CODE[CODE_TYPE] = np.arange(len(CODE_TYPE))
+MAX_UNCONVERTED_LINES = 64
+
+
+class RecordBufferError(Exception):
+    """The slot's heads cannot be read (too short); the text says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotHeads:
+    security_ok: bool
+    cache_size_mb: int
+    check_block_id: int
+    total_block_dim: int
+    kernel_type: int
+    block_id: int
+    block_type: int
+    vec_sub_block_dim: int
+    record_count: int
+    record_write_count: int
+    offset: int
+    write_offset: int
+
+
+def read_heads(data: memoryview | bytes) -> SlotHeads:
+    """The global and block heads at the start of a slot's bytes."""
+    if len(data) < HEADS_SIZE:
+        raise RecordBufferError(
+            f"record buffer of {len(data)} bytes is shorter than its heads ({HEADS_SIZE} bytes): no records decoded"
+        )
+    g = np.frombuffer(data, dtype=GLOBAL_HEAD_DTYPE, count=1)[0]
+    b = np.frombuffer(data, dtype=BLOCK_HEAD_DTYPE, count=1, offset=GLOBAL_HEAD_SIZE)[0]
+    return SlotHeads(
+        security_ok=int(g["security"]) == SECURITY_VALUE,
+        cache_size_mb=int(g["cache_size"]),
+        check_block_id=int(g["check_block_id"]),
+        total_block_dim=int(g["total_block_dim"]),
+        kernel_type=int(g["kernel_type"]),
+        block_id=int(b["block_id"]),
+        block_type=int(b["block_type"]),
+        vec_sub_block_dim=int(b["vec_sub_block_dim"]),
+        record_count=int(b["record_count"]),
+        record_write_count=int(b["record_write_count"]),
+        offset=int(b["offset"]),
+        write_offset=int(b["write_offset"]),
+    )
+
+
+def _type_name(value: int) -> str:
+    try:
+        return RecordType(value).name
+    except ValueError:
+        return str(value)
+
+
+def _step_of(words: np.ndarray, at: np.ndarray, n: int) -> np.ndarray:
+    t = words[np.minimum(at, n - 1)]
+    return STEP_WORDS[np.minimum(t, _TABLE_LEN - 1)]
+
+
+def _step(word: int) -> int:
+    return STEP_LIST[word] if word < _TABLE_LEN else 0
+
+
+def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
+    """Record starts (word indices) of the true path from word 0 through ``words[:limit_words]``, and where it
+    stopped: the first word not walked. That is ``limit_words`` after a whole walk, the start of a record not all
+    there yet, or a word that is no known type (the caller tells these apart by ``words[stop]``)."""
+    n = min(limit_words, words.size)
+    if n == 0:
+        return np.empty(0, dtype=np.int64), 0
+    # A segment is never shorter than the longest record, so a record never steps over a whole segment.
+    seg = max(MIN_SEGMENT_WORDS, -(-n // TARGET_SEGMENTS), MAX_STEP)
+    nseg = -(-n // seg)
+    starts = np.arange(nseg, dtype=np.int64) * seg
+    ends = np.minimum(starts + seg, n)
+    exits, nodes, row_start = _lockstep(words, starts, ends, n)
+    # Segment j+1 is entered where segment j exits; when segment j was itself entered at one of its speculative
+    # nodes, that exit is exits[j]. Check every entry at once.
+    keys = np.repeat(np.arange(nseg, dtype=np.int64) << 32, np.diff(row_start)) + nodes  # sorted
+    entries = np.concatenate(([0], exits[:-1]))
+    start_at = _find(keys, np.arange(nseg, dtype=np.int64), entries)  # flat index where the true path joins, -1
+    # Repair the misses: walk them from their entries (all at once) until they meet their speculative walk. One
+    # that leaves its segment elsewhere moves the next segment's entry, which is then checked again: rounds.
+    walked: dict[int, np.ndarray] = {}  # per repaired segment: the nodes its walk from the true entry added
+    stuck_at: dict[int, int] = {}  # per repaired segment whose walk met a word that is no type: that word
+    left: dict[int, int] = {}  # per repaired segment that left without meeting its speculative walk: its exit
+    pending = np.flatnonzero(start_at < 0).tolist()
+    while pending:
+        segs = np.array(sorted(pending), dtype=np.int64)
+        extra, joined, leave, stuck = _repair(words, keys, segs, entries[segs], ends[segs], n)
+        work = segs.tolist()
+        for i, j in enumerate(work):
+            walked[j] = extra[i]
+            if joined[i] >= 0:
+                start_at[j] = joined[i]
+            elif stuck[i] >= 0:
+                stuck_at[j] = int(stuck[i])
+            else:
+                left[j] = int(leave[i])
+        # Propagate exits forward: a segment whose exit is not the entry the next one was checked with moves that
+        # entry; the next is then either on its speculative walk (its exit may move the one after) or pending.
+        heapq.heapify(work)
+        pending = []
+        while work:
+            j = heapq.heappop(work)
+            if j + 1 >= nseg or j in stuck_at:
+                continue
+            if start_at[j] >= 0:
+                e = int(exits[j])
+            elif j in left:
+                e = left[j]
+            else:
+                continue  # pending itself
+            if e == entries[j + 1]:
+                continue
+            entries[j + 1] = e
+            walked.pop(j + 1, None)
+            stuck_at.pop(j + 1, None)
+            left.pop(j + 1, None)
+            start_at[j + 1] = _find(keys, np.array([j + 1]), np.array([e]))[0]
+            if start_at[j + 1] >= 0:
+                heapq.heappush(work, j + 1)
+            else:
+                pending.append(j + 1)
+    # The true path: each segment's speculative nodes from where the path joins them, plus the repaired walks.
+    mark = np.zeros(keys.size + 1, dtype=np.int64)
+    joins = np.flatnonzero(start_at >= 0)
+    np.add.at(mark, start_at[joins], 1)
+    np.add.at(mark, row_start[joins + 1], -1)
+    path = nodes[np.cumsum(mark[:-1]) > 0]
+    if walked:
+        path = np.sort(np.concatenate([path, *walked.values()]))
+    if stuck_at:
+        path = path[path <= stuck_at[min(stuck_at)]]
+    steps = _step_of(words, path, n)
+    # Safety net: the path must be one chain; anything else is a bug, and stopping there is the honest answer.
+    if path.size > 1:
+        broken = np.flatnonzero((path[:-1] + steps[:-1] != path[1:]) & (steps[:-1] != 0))
+        if broken.size:
+            path = path[: int(broken[0]) + 1]
+            steps = steps[: path.size]
+    bad = np.flatnonzero(steps == 0)
+    if bad.size:
+        b = int(bad[0])
+        return path[:b], int(path[b])
+    if path.size == 0:
+        return path, 0
+    stop = int(path[-1] + steps[-1])
+    if stop > n:  # the last record is not all there yet
+        return path[:-1], int(path[-1])
+    return path, stop
+
+
+def _lockstep(
+    words: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Walk every segment from its first word, all in lockstep: (exits, nodes of all segments in order, the index
+    in ``nodes`` where each segment's nodes begin, with one more entry for the end)."""
+    nseg = starts.size
+    exits = np.empty(nseg, dtype=np.int64)
+    seg_of: list[np.ndarray] = []
+    pos_of: list[np.ndarray] = []
+    active = np.arange(nseg)
+    pos = starts.copy()
+    end = ends.copy()
+    top = _TABLE_LEN - 1
+    while active.size:
+        seg_of.append(active)
+        pos_of.append(pos)
+        step = STEP_WORDS[np.minimum(words[pos], top)]
+        pos = pos + np.maximum(step, 1)  # a word that is no type: the speculative walk moves on by one word
+        done = pos >= end
+        if done.any():
+            exits[active[done]] = pos[done]
+            keep = ~done
+            active, pos, end = active[keep], pos[keep], end[keep]
+    segs = np.concatenate(seg_of)
+    order = np.argsort(segs, kind="stable")  # by segment, each segment's nodes in walk order
+    nodes = np.concatenate(pos_of)[order]
+    row_start = np.concatenate(([0], np.cumsum(np.bincount(segs, minlength=nseg))))
+    return exits, nodes, row_start
+
+
+def _find(keys: np.ndarray, segs: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Flat index of node ``positions`` of segments ``segs`` in ``keys``, -1 where it is no node there."""
+    want = (segs << 32) + positions
+    at = np.minimum(np.searchsorted(keys, want), keys.size - 1)
+    return np.where(keys[at] == want, at, -1)
+
+
+def _repair(
+    words: np.ndarray, keys: np.ndarray, segs: np.ndarray, entries: np.ndarray, ends: np.ndarray, n: int
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """Walk segments ``segs`` from their true ``entries`` in lockstep, each until it reaches a node of its own
+    speculative walk (joined: the flat index), leaves its segment (leave: the exit), or meets a word that is no
+    type (stuck: its position). Returns the nodes each walked before that, and joined / leave / stuck (-1 = no)."""
+    m = segs.size
+    joined = np.full(m, -1, dtype=np.int64)
+    leave = np.full(m, -1, dtype=np.int64)
+    stuck = np.full(m, -1, dtype=np.int64)
+    who: list[np.ndarray] = []
+    where: list[np.ndarray] = []
+    active = np.arange(m)
+    pos = entries.astype(np.int64)
+    top = _TABLE_LEN - 1
+    while active.size:
+        out = pos >= ends[active]
+        if out.any():
+            leave[active[out]] = pos[out]
+            active, pos = active[~out], pos[~out]
+            if not active.size:
+                break
+        hit = _find(keys, segs[active], pos)
+        met = hit >= 0
+        if met.any():
+            joined[active[met]] = hit[met]
+            active, pos = active[~met], pos[~met]
+            if not active.size:
+                break
+        who.append(active)
+        where.append(pos)
+        step = STEP_WORDS[np.minimum(words[pos], top)]
+        bad = step == 0
+        if bad.any():
+            stuck[active[bad]] = pos[bad]
+            active, pos, step = active[~bad], pos[~bad], step[~bad]
+        pos = pos + step
+    if who:
+        w = np.concatenate(who)
+        p = np.concatenate(where)
+        order = np.argsort(w, kind="stable")
+        w, p = w[order], p[order]
+        bounds = np.searchsorted(w, np.arange(m + 1))
+        extra = [p[bounds[i] : bounds[i + 1]] for i in range(m)]
+    else:
+        extra = [np.empty(0, dtype=np.int64) for _ in range(m)]
+    return extra, joined, leave, stuck
+
+
+def _gather(words: np.ndarray, starts: np.ndarray, record_type: int, dtype: np.dtype) -> np.ndarray:
+    """The payloads of the records starting at word ``starts`` as one structured array of ``dtype``."""
+    nwords = PAYLOAD_SIZE[record_type] // 4
+    block = words[(starts + 1)[:, None] + np.arange(nwords)]
+    if dtype.itemsize != nwords * 4:
+        raise ValueError(f"{_type_name(record_type)}: converter dtype is {dtype.itemsize} bytes, payload {nwords * 4}")
+    return np.ascontiguousarray(block).view(dtype).reshape(starts.size)
+
+
+class SlotDecoder:
+    """Decodes one slot's record region as it arrives; see the module docstring and docs/interfaces."""
+
+    def __init__(self, heads: SlotHeads, context: base.BlockContext, first_serial: int) -> None:
+        self.heads = heads
+        self.context = dataclasses.replace(
+            context,
+            block_type=heads.block_type,
+            vec_sub_block_dim=heads.vec_sub_block_dim or context.vec_sub_block_dim,
+            dropped={},
+        )
+        self.first_serial = int(first_serial)
+        self.records = 0  # decoded so far
+        self._pos = 0  # bytes of the record region consumed
+        self._stopped = not heads.security_ok  # nothing more is decoded (damage found, or the heads are not ours)
+        self._problems: list[str] = []
+        self._unconverted: dict[int, int] = {}
+        self._finished = False
+        if not heads.security_ok:
+            self._problems.append(SECURITY_TEXT)
+
+    @property
+    def next_serial(self) -> int:
+        return self.first_serial + self.records + (1 if self._finished else 0)
+
+    def _where(self) -> str:
+        return f"block {self.heads.block_id} ({_BLOCK_NAMES.get(self.heads.block_type, self.heads.block_type)})"
+
+    def feed(self, data: memoryview | bytes, final: bool) -> tuple[np.ndarray, int]:
+        data = memoryview(data).cast("B")
+        parts: list[np.ndarray] = []
+        consumed = len(data)  # unless whole records are left for later
+        limit = self.heads.write_offset - self._pos
+        if not self._stopped and limit > 0 and self.records < self.heads.record_write_count:
+            avail = min(len(data), limit)
+            words = np.frombuffer(data, dtype="<u4", count=avail // 4)
+            path, stop = walk(words, words.size)
+            room = self.heads.record_write_count - self.records
+            if path.size > room:  # recordWriteCount ends the block before writeOffset does
+                path = path[:room]
+                stop = int(path[-1] + STEP_WORDS[min(int(words[path[-1]]), _TABLE_LEN - 1)])
+                self._stop(
+                    f"{self._where()}: {room + self.records} records (recordWriteCount) end at byte "
+                    f"{self._pos + stop * 4}, but writeOffset is {self.heads.write_offset}: the rest is not decoded"
+                )
+            elif stop < words.size and STEP_WORDS[min(int(words[stop]), _TABLE_LEN - 1)] == 0:
+                value = int(words[stop])
+                self._stop(
+                    f"{self._where()}: unknown record type {_type_name(value)} at byte {self._pos + stop * 4} of the "
+                    f"record region; {self.heads.record_write_count - self.records - path.size} records not decoded"
+                )
+            if path.size:
+                parts.append(self._convert(words, path))
+            self.records += int(path.size)
+            if not self._stopped:
+                consumed = stop * 4
+                if self._pos + consumed >= self.heads.write_offset:
+                    consumed = len(data)
+        self._pos += consumed
+        if final:
+            self._finish()
+            parts.append(self._block_finish())
+        if not parts:
+            return np.empty(0, dtype=EVENT_DTYPE), consumed
+        return base.cat(parts), consumed
+
+    def _stop(self, text: str) -> None:
+        self._stopped = True
+        self._problems.append(text)
+
+    def _finish(self) -> None:
+        if self._finished:
+            return
+        h = self.heads
+        if not self._stopped:
+            if self._pos < h.write_offset:
+                self._problems.append(
+                    f"{self._where()}: the record region ends after {self._pos} bytes, but writeOffset is "
+                    f"{h.write_offset}; {max(h.record_write_count - self.records, 0)} records not decoded"
+                )
+            elif self.records < h.record_write_count:
+                self._problems.append(
+                    f"{self._where()}: recordWriteCount is {h.record_write_count}, but the {h.write_offset} bytes "
+                    f"of writeOffset hold {self.records} records"
+                )
+        self._finished = True
+
+    def _block_finish(self) -> np.ndarray:
+        event = base.blank(1)
+        event["kind"] = EventKind.BLOCK_FINISH
+        event["serial"] = self.first_serial + self.records
+        event["block_id"] = self.heads.block_id
+        event["block_type"] = self.heads.block_type
+        event["block_size"] = 0
+        return event
+
+    def _convert(self, words: np.ndarray, path: np.ndarray) -> np.ndarray:
+        types = words[path]
+        serials = np.arange(path.size, dtype=np.uint64) + np.uint64(self.first_serial + self.records)
+        codes = TYPE_CODE[types]  # every type on the path is known (the walk stopped before any other)
+        out: list[np.ndarray] = []
+        for code in np.flatnonzero(np.bincount(codes, minlength=len(CODE_TYPE))).tolist():
+            record_type = CODE_TYPE[code]
+            rows = np.flatnonzero(codes == code)
+            registered = base.CONVERTERS.get(record_type)
+            if registered is None:
+                self._unconverted[record_type] = self._unconverted.get(record_type, 0) + rows.size
+                continue
+            try:
+                records = _gather(words, path[rows], record_type, registered.dtype)
+                out.append(registered.convert(record_type, records, serials[rows], self.context))
+            except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
+                text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
+                base.drop(self.context, text, rows.size)
+        if len(out) <= 1:
+            return base.cat(out)
+        return base.by_serial(base.cat(out))
+
+    def problems(self) -> list[str]:
+        lines = list(self._problems)
+        for text, count in self.context.dropped.items():
+            lines.append(f"{count} {text}")
+        for record_type, count in sorted(self._unconverted.items())[:MAX_UNCONVERTED_LINES]:
+            lines.append(
+                f"{count} {_type_name(record_type)} records not converted (sanitizerd does not model this "
+                "instruction yet)"
+            )
+        return lines
+
+    def loss(self) -> m.BlockLoss | None:
+        h = self.heads
+        if not h.security_ok or h.record_write_count >= h.record_count:
+            return None
+        return m.BlockLoss(
+            block_type=h.block_type,
+            block_id=h.block_id,
+            records=h.record_count - h.record_write_count,
+            bytes=max(h.offset - h.write_offset, 0),
+        )
+
+
+_BLOCK_NAMES = {0: "aiv", 1: "aic", 2: "aicore"}
+
+
+def decode_single(
+    record_type: int, payload: memoryview | bytes, serial: int, context: base.BlockContext
+) -> tuple[np.ndarray, str | None]:
+    """One record sent alone (SANITIZER_RECORD's KERNEL_RECORD variant): its events, or a problem line."""
+    empty = np.empty(0, dtype=EVENT_DTYPE)
+    size = PAYLOAD_SIZE.get(int(record_type))
+    if size is None:
+        return empty, f"unknown record type {_type_name(int(record_type))} in a single kernel record"
+    payload = memoryview(payload).cast("B")
+    if len(payload) < size:
+        return empty, f"{_type_name(int(record_type))} record of {len(payload)} bytes, its payload needs {size}"
+    registered = base.CONVERTERS.get(int(record_type))
+    if registered is None:
+        return empty, (
+            f"1 {_type_name(int(record_type))} records not converted (sanitizerd does not model this instruction yet)"
+        )
+    local = dataclasses.replace(context, dropped={})
+    words = np.frombuffer(bytes(payload[:size]), dtype="<u4")
+    records = words.view(registered.dtype).reshape(1)
+    try:
+        events = registered.convert(int(record_type), records, np.array([serial], dtype=np.uint64), local)
+    except Exception as exc:
+        return empty, f"{_type_name(int(record_type))} record dropped: converter failed ({exc})"
+    problem = next((f"{count} {text}" for text, count in local.dropped.items()), None)
+    return events, problem

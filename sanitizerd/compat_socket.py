@@ -1,0 +1,255 @@
+"""Per-job sockets in msSanitizer's form: the front door of CANN's hook and injection libraries (I/O only).
+
+``sanitizerd run`` asks for one over its control connection (``compat_listen``). The socket is what msSanitizer's
+launcher would have made for the run (reference §1.9): a Unix socket in the ABSTRACT namespace named
+``/tmp/msop_connect.<YYYYmmddHHMMSS>.<pid>.sock``, the pid being the run's (the control peer's SO_PEERCRED), bound
+with the name NUL-padded to the whole ``sun_path``. The hooks connect with the full 110-byte address, and an
+abstract address is its bytes *and* its length: a socket bound to ``"\\0" + name`` alone is a different address
+the real client can never reach.
+
+An abstract socket has no file, so no mode or directory guards it: any local process may connect. The peer's
+uid (SO_PEERCRED) is therefore checked on every connection: only the job owner's uid is served; any other is
+counted, logged (rate-limited, as every refusal) and closed without a byte sent. Each accepted connection is then
+an ordinary producer session of the job (the daemon's ``serve`` callback wraps it in the wire helper's
+``CompatConnection``), so detectors, store, metrics, access control, job view and save/replay are the native ones.
+
+A socket lives as long as the control connection that asked for it (its listener task runs in that connection's
+task group) and closes at daemon stop or drain; sessions already accepted run on in the daemon's task group.
+Bounds: ``max_compat_sockets`` and ``max_compat_sockets_per_uid``, refused with ``request_limit``.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+import structlog
+from anyio.abc import SocketAttribute, SocketStream
+
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.admission import Connections
+from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.session import Peer
+
+log = structlog.get_logger("sanitizerd.compat")
+
+# sizeof(sockaddr_un.sun_path) on Linux: the abstract address is its first byte (NUL) and the 107 after it.
+SUN_PATH = 108
+NAME_PREFIX = "/tmp/msop_connect."
+# Seconds forward a name may be stamped when the one for now is taken (the same pid asked twice within a second,
+# or another process holds that name): the name stays in msSanitizer's form, and the run exports the one it got.
+NAME_TRIES = 30
+# accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
+# (The daemon's main socket sorts its failures with these too.)
+ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+# A connection that ended before it was accepted: nothing to do.
+ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
+ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
+BACKLOG = 128  # one job's processes connect at start-up; the kernel caps it at somaxconn
+
+# (raw connection, its peer, the job, its owner uid, the wire layout): serves one accepted connection to its end.
+Serve = Callable[[SocketStream, Peer, str, str], Awaitable[None]]
+
+
+def socket_name(pid: int, when: float) -> str:
+    """msSanitizer's name for the launcher ``pid``'s socket, stamped with ``when`` in local time, as it does."""
+    return f"{NAME_PREFIX}{time.strftime('%Y%m%d%H%M%S', time.localtime(when))}.{pid}.sock"
+
+
+def abstract_address(name: str) -> bytes:
+    """The address msSanitizer's client connects to: NUL, the name, NUL bytes to the end of ``sun_path``."""
+    raw = name.encode()
+    if len(raw) > SUN_PATH - 1:
+        raise ValueError(f"an abstract socket name takes at most {SUN_PATH - 1} bytes: {name!r}")
+    return b"\0" + raw + b"\0" * (SUN_PATH - 1 - len(raw))
+
+
+def bind_abstract(name: str) -> socket.socket:
+    """A listening socket at ``name``'s padded abstract address (OSError EADDRINUSE when someone holds it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(abstract_address(name))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def peer_credentials(stream: SocketStream) -> Peer:
+    """The connected process's pid, uid and gid (SO_PEERCRED), or an unknown peer (uid -1) if they cannot be read."""
+    try:
+        raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
+        pid, uid, gid = struct.unpack("3i", raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        return Peer(pid, uid, gid)
+    except (OSError, AttributeError):
+        return Peer()
+
+
+@dataclass(slots=True)
+class _Listening:
+    job: str
+    uid: int
+    name: str = ""
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    running: bool = False  # its accept task has begun: from then on, that task gives back its slot and name
+
+
+class CompatSockets:
+    """Every compat socket the daemon holds, with their bounds. ``serve`` runs an accepted connection (in
+    ``sessions``, the daemon's task group, so a session outlives the socket that let it in)."""
+
+    def __init__(self, hub: Hub, sessions: anyio.abc.TaskGroup, serve: Serve, connections: Connections) -> None:
+        self.hub = hub
+        # Each listening socket holds an fd, as a connection does: it is counted as one of its uid's connections,
+        # so the fd budget the connection limits keep (sanitizerd/fds.py) covers it too.
+        self.connections = connections
+        self._sessions = sessions
+        self._serve = serve
+        self.open: dict[str, _Listening] = {}  # name -> the socket listening under it
+        self.stopped = False
+
+    def count(self) -> float:
+        return float(len(self.open))
+
+    def stop(self) -> None:
+        """Drain or stop: every socket closes, and no new one is opened (sessions already in run on)."""
+        self.stopped = True
+        for listening in list(self.open.values()):
+            listening.scope.cancel()
+
+    def _refusal(self, uid: int) -> str:
+        limits = self.hub.limits
+        if len(self.open) >= limits.max_compat_sockets:
+            return f"the daemon holds its limit of {limits.max_compat_sockets} msSanitizer-form sockets"
+        mine = sum(1 for listening in self.open.values() if listening.uid == uid)
+        if mine >= limits.max_compat_sockets_per_uid:
+            return f"uid {uid} holds its limit of {limits.max_compat_sockets_per_uid} msSanitizer-form sockets"
+        return ""
+
+    async def listen(self, job: str, layout: str, peer: Peer, tg: anyio.abc.TaskGroup) -> m.CompatListening:
+        """Open ``job``'s socket for the control peer ``peer`` (its listener runs in ``tg``, the control
+        connection's task group, so it ends with that connection), or say why not (counted and logged as every
+        refusal). The caller has checked that the job is the peer's to use and that ``layout`` is known."""
+
+        def refused(reason: str, message: str) -> m.CompatListening:
+            self.hub.note_refusal(reason, message, what="compat socket refused", job=job, uid=peer.uid)
+            return m.CompatListening(job=job, reason=reason, message=message)
+
+        if self.stopped:
+            return refused("shutdown", "the daemon is stopping: it opens no new sockets")
+        why = self._refusal(peer.uid)
+        if why:
+            return refused("request_limit", why)
+        if peer.pid <= 0:
+            return refused("permission_denied", "the daemon cannot tell this connection's pid (SO_PEERCRED)")
+        why = self.connections.admit(peer.uid, self.hub.limits)
+        if why:
+            return refused("connection_limit", f"{why} (a msSanitizer-form socket holds one)")
+        listening = _Listening(job, peer.uid)
+        try:
+            return await self._bind(listening, layout, peer.pid, tg)
+        except BaseException:
+            if not listening.running:
+                self.connections.release(peer.uid)
+            raise
+
+    async def _bind(self, listening: _Listening, layout: str, pid: int, tg: anyio.abc.TaskGroup) -> m.CompatListening:
+        """Bind and start listening under the first free name; the connection slot is the caller's until the
+        accept task runs."""
+        job, uid = listening.job, listening.uid
+        sock, name = None, ""
+        now = time.time()
+        for step in range(NAME_TRIES):
+            name = socket_name(pid, now + step)
+            if name in self.open:
+                continue
+            try:
+                sock = bind_abstract(name)
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    return self._refused_after_admit(job, uid, f"cannot listen on {name!r}: {exc.strerror or exc}")
+        if sock is None:
+            return self._refused_after_admit(job, uid, f"every name in msSanitizer's form for pid {pid} is taken")
+        try:
+            listener = await anyio.abc.SocketListener.from_socket(sock)
+        except BaseException:
+            sock.close()
+            raise
+        listening.name = name
+        # start, not start_soon: once it returns, the task is inside the try whose finally closes the socket and
+        # gives back the slot and the name (a task cancelled before its first step would never run a finally)
+        try:
+            await tg.start(self._accept, listener, listening, layout)
+        except BaseException:
+            if not listening.running:
+                sock.close()
+            raise
+        log.info("compat socket listening", job=job, name=name, uid=uid, pid=pid, layout=layout)
+        return m.CompatListening(job=job, name=name)
+
+    def _refused_after_admit(self, job: str, uid: int, message: str) -> m.CompatListening:
+        self.connections.release(uid)
+        self.hub.note_refusal("internal_error", message, what="compat socket refused", job=job, uid=uid)
+        return m.CompatListening(job=job, reason="internal_error", message=message)
+
+    async def _accept(
+        self,
+        listener: anyio.abc.SocketListener,
+        listening: _Listening,
+        layout: str,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        listening.running = True
+        self.open[listening.name] = listening
+        try:
+            async with listener:
+                with listening.scope:
+                    task_status.started()
+                    pause = ACCEPT_BACKOFF[0]
+                    while True:
+                        try:
+                            raw = await listener.accept()
+                        except anyio.BrokenResourceError as exc:
+                            code = getattr(exc.__cause__, "errno", None)
+                            if code in ACCEPT_SKIP_ERRNOS:
+                                continue
+                            if code not in ACCEPT_RETRY_ERRNOS:  # the socket itself failed: this one ends, no more
+                                log.error("compat socket failed", job=listening.job, detail=repr(exc.__cause__))
+                                return
+                            # out of fds or memory: as on the main socket, back off (doubling) and try again
+                            self.hub.metrics.accept_errors.labels(errno.errorcode[code]).inc()
+                            await anyio.sleep(pause)
+                            pause = min(pause * 2, ACCEPT_BACKOFF[1])
+                            continue
+                        pause = ACCEPT_BACKOFF[0]
+                        self._admit(raw, listening, layout)
+        finally:
+            self.open.pop(listening.name, None)
+            self.connections.release(listening.uid)
+            log.info("compat socket closed", job=listening.job, name=listening.name)
+
+    def _admit(self, raw: SocketStream, listening: _Listening, layout: str) -> None:
+        peer = peer_credentials(raw)
+        if peer.uid != listening.uid:
+            # No bytes: another user's process learns nothing about the job, not even the protocol spoken here.
+            self.hub.note_refusal(
+                "permission_denied",
+                f"uid {peer.uid} connected to uid {listening.uid}'s msSanitizer-form socket",
+                what="compat connection refused",
+                job=listening.job,
+                peer_pid=peer.pid,
+                peer_uid=peer.uid,
+            )
+            self._sessions.start_soon(raw.aclose)
+            return
+        self._sessions.start_soon(self._serve, raw, peer, listening.job, layout)

@@ -1,0 +1,458 @@
+"""Test helpers for msSanitizer record buffers: a BUILDER that packs slots from field dicts, and a byte-level MODEL of
+reference §1.7 that says, record by record, which bytes of which space each one reads and writes, on which pipe.
+
+Both are written independently of ``sanitizerd.compat``: the builder packs with ``struct`` at the offsets measured
+on msSanitizer's headers (not with the decoder's numpy dtypes), and the model follows msSanitizer's MemOpInfo
+formulas in plain Python loops (byte = addr + r*repeatStride*blockSize + i*blockStride*blockSize + k), so that a
+mistake in the decoder shows as a difference rather than being repeated here.
+
+Other families add their layouts to ``LAYOUTS`` and their rules to ``RULES`` (``layout(...)``, ``rule(...)``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+SECURITY = 0x5A5A5A5A5A5A5A5A
+GLOBAL_HEAD = 38_528
+BLOCK_HEAD = 128
+
+# RecordType values (msSanitizer record_defs.h), spelled out here so the tests do not lean on the decoder's enum.
+T = {
+    "LOAD": 0, "STORE": 1, "LD": 2, "LD_IO": 3, "ST": 4, "ST_IO": 5, "STP": 6, "STI": 7, "STI_IO": 8, "LDP": 9,
+    "ST_ATOMIC": 10, "STI_ATOMIC": 11, "ST_DEV": 12, "LD_DEV": 13,
+    "DMA_MOV": 100, "MOV_ALIGN": 101, "MOV_ALIGN_V2": 102, "VEC_DUP": 103, "DMA_MOV_ND2NZ": 114, "MOV_BT": 115,
+    "MOV_FP": 117, "DMA_MOV_CONV_RELU": 121, "DMA_MOV_DEPTH_WISE": 124, "ND_DMA_OUT_TO_UB": 125, "DC_PRELOAD": 126,
+    "DMA_MOV_ND2NZ_D": 127, "DMA_MOV_DN2NZ_D": 128, "SCALAR_RED": 129, "SCALAR_ATOM": 130, "LDVA": 131,
+    "MOV_L1_TO_UB": 132, "MOV_UB_TO_L1": 133, "MOV_UB_TO_UB": 134, "MOV_CBUF_TO_BT": 135, "MOV_CBUF_TO_FB": 136,
+    "FIX_L0C_TO_L1": 140, "FIX_L0C_TO_UB": 141,
+    "UNARY_OP": 10000, "BINARY_OP": 10003,
+    "SET_FLAG": 20000, "WAIT_FLAG": 20001, "HSET_FLAG": 20002, "HWAIT_FLAG": 20003, "PIPE_BARRIER": 20004,
+    "FFTS_SYNC": 20005, "WAIT_FLAG_DEV": 20006, "SET_ATOMIC": 20007, "IB_SET_STUB": 20008, "IB_WAIT_STUB": 20009,
+    "SYNC_ALL_STUB": 20010, "WAIT_FLAG_DEV_PIPE": 20011, "WAIT_FLAG_DEVI_PIPE": 20012, "SET_INTRA_BLOCK": 20013,
+    "WAIT_INTRA_BLOCK": 20014, "SET_INTRA_BLOCKI": 20015, "WAIT_INTRA_BLOCKI": 20016, "MSTX_STUB": 20017,
+    "GET_BUF": 20021, "GET_BUFI": 20022, "RLS_BUF": 20023, "RLS_BUFI": 20024, "SET_FLAGI": 20025,
+    "WAIT_FLAGI": 20026, "HSET_FLAGI": 20027, "HWAIT_FLAGI": 20028, "SET_FLAG_V": 20029, "SET_FLAGI_V": 20030,
+    "WAIT_FLAG_V": 20031, "WAIT_FLAGI_V": 20032, "FFTS_SYNC_V": 20033, "WAIT_FLAG_DEV_PIPE_V": 20034,
+    "WAIT_FLAG_DEVI_PIPE_V": 20035, "SET_INTRA_BLOCK_V": 20036, "SET_INTRA_BLOCKI_V": 20037,
+    "WAIT_INTRA_BLOCK_V": 20038, "WAIT_INTRA_BLOCKI_V": 20039, "GET_BUF_V": 20040, "GET_BUFI_V": 20041,
+    "RLS_BUF_V": 20042, "RLS_BUFI_V": 20043, "ONLINE_ERROR": 60000,
+    "SET_VECTOR_MASK_0": 70001, "SET_VECTOR_MASK_1": 70002, "SET_CTRL": 70003, "SET_FFTS_BASE_ADDR": 70004,
+    "SET_FPC": 70005, "SET_QUANT_PRE": 70006, "SET_QUANT_POST": 70007, "SET_LRELU_ALPHA": 70008,
+}  # fmt: skip
+NAME = {v: k for k, v in T.items()}
+
+# MemType (u8 in records) and the event Space (= msSanitizer AddressSpace) numbering.
+MEM = {"L1": 0, "L0A": 1, "L0B": 2, "L0C": 3, "UB": 4, "BT": 5, "GM": 6, "PRIVATE": 7, "FB": 8, "INVALID": 9}
+SPACE = {"PRIVATE": 0, "GM": 1, "L1": 2, "L0A": 3, "L0B": 4, "L0C": 5, "UB": 6, "BT": 7, "FB": 8}
+MEM_SPACE = {MEM[k]: SPACE[k] for k in SPACE}
+PIPE = {"S": 0, "V": 1, "M": 2, "MTE1": 3, "MTE2": 4, "MTE3": 5, "ALL": 6, "MTE4": 7, "MTE5": 8, "V2": 9,
+        "FIX": 10, "S_CAL": 11}  # fmt: skip
+
+# Event kinds (sanitizerd.protocol.records.EventKind), spelled out for the same reason.
+READ, WRITE = 0, 1
+K = {"SET_FLAG": 16, "WAIT_FLAG": 17, "PIPE_BARRIER": 18, "CROSS_SET": 19, "CROSS_WAIT": 20, "SET_ATOMIC": 21,
+     "SET_REGISTER": 22, "BLOCK_FINISH": 23, "HSET_FLAG": 24, "HWAIT_FLAG": 25, "SOFT_SET": 26, "SOFT_WAIT": 27,
+     "SOFT_SYNC_ALL": 28, "MSTX_CROSS_SET": 29, "MSTX_CROSS_WAIT": 30, "GET_BUF": 31, "RLS_BUF": 32}  # fmt: skip
+
+
+# --- the builder -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    size: int  # sizeof(payload struct)
+    location: int | None  # offset of Location {u64 fileNo, lineNo, pc; u16 blockId}
+    fields: dict[str, tuple[str, int]]  # name -> (struct format, offset)
+
+
+LAYOUTS: dict[int, Layout] = {}
+
+
+def layout(names: Iterable[str], struct_size: int, location: int | None, **fields: tuple[str, int]) -> None:
+    """Register the payload layout of record types ``names``: ``struct_size`` = sizeof(struct)."""
+    for name in names:
+        LAYOUTS[T[name]] = Layout(struct_size, location, fields)
+
+
+_SCALAR = ("LOAD", "STORE", "LD", "LD_IO", "ST", "ST_IO", "STP", "STI", "STI_IO", "LDP", "ST_ATOMIC", "STI_ATOMIC",
+           "ST_DEV", "LD_DEV", "LDVA")  # fmt: skip
+layout(_SCALAR, 56, 16, addr=("<Q", 0), size=("<Q", 8), space=("<i", 48), data_type=("B", 52), align=("B", 53))
+layout(("SCALAR_RED", "SCALAR_ATOM"), 56, 16, addr=("<Q", 0), size=("<Q", 8), is_atom=("B", 48))
+layout(("DC_PRELOAD",), 48, 0, addr=("<Q", 32), offset=("<q", 40))
+layout(
+    ("DMA_MOV",), 64, 16, dst=("<Q", 0), src=("<Q", 8), n_burst=("<H", 48), len_burst=("<H", 50),
+    src_stride=("<H", 52), dst_stride=("<H", 54), dst_mem=("B", 56), src_mem=("B", 57), pad_mode=("B", 58),
+    byte_mode=("B", 59),
+)  # fmt: skip
+_SYNC = ("SET_FLAG", "WAIT_FLAG", "SET_FLAGI", "WAIT_FLAGI", "SET_FLAG_V", "WAIT_FLAG_V", "SET_FLAGI_V",
+         "WAIT_FLAGI_V")  # fmt: skip
+layout(_SYNC, 56, 0, src=("<I", 32), dst=("<I", 36), event_id=("<Q", 40), generated=("B", 48))
+
+layout(("HSET_FLAG", "HWAIT_FLAG", "HSET_FLAGI", "HWAIT_FLAGI"), 56, 0, src=("<I", 32), dst=("<I", 36),
+       event_id=("<Q", 40), memory=("B", 48), v=("B", 49))  # fmt: skip
+layout(("PIPE_BARRIER",), 40, 0, pipe=("<I", 32))
+layout(("FFTS_SYNC", "FFTS_SYNC_V"), 40, 0, dst=("<I", 32), mode=("B", 36), flag=("B", 37), sub_blocks=("B", 38))
+layout(("WAIT_FLAG_DEV",), 40, 0, flag=("B", 32))
+layout(("WAIT_FLAG_DEV_PIPE", "WAIT_FLAG_DEVI_PIPE", "WAIT_FLAG_DEV_PIPE_V", "WAIT_FLAG_DEVI_PIPE_V"), 40, 0,
+       flag=("B", 32), pipe=("<I", 36))  # fmt: skip
+_INTRA = ("SET_INTRA_BLOCK", "SET_INTRA_BLOCKI", "SET_INTRA_BLOCK_V", "SET_INTRA_BLOCKI_V", "WAIT_INTRA_BLOCK",
+          "WAIT_INTRA_BLOCKI", "WAIT_INTRA_BLOCK_V", "WAIT_INTRA_BLOCKI_V")  # fmt: skip
+layout(_INTRA, 56, 0, pipe=("<I", 32), sync_id=("<Q", 40), sub_blocks=("B", 48))
+layout(("SET_ATOMIC",), 40, 0, mode=("B", 32))
+layout(("IB_SET_STUB", "IB_WAIT_STUB", "SYNC_ALL_STUB"), 48, 0, wait_core=("<H", 32), used_cores=("<i", 36),
+       event_id=("<i", 40), aiv_only=("B", 44))  # fmt: skip
+_BUF = ("GET_BUF", "GET_BUFI", "GET_BUF_V", "GET_BUFI_V", "RLS_BUF", "RLS_BUFI", "RLS_BUF_V", "RLS_BUFI_V")
+layout(_BUF, 56, 0, pipe=("<I", 32), buf_id=("<Q", 40), mode=("B", 48))
+_REGS = ("SET_VECTOR_MASK_0", "SET_VECTOR_MASK_1", "SET_CTRL", "SET_FFTS_BASE_ADDR", "SET_FPC", "SET_QUANT_PRE",
+         "SET_QUANT_POST", "SET_LRELU_ALPHA")  # fmt: skip
+layout(_REGS, 56, 0, value_type=("<Q", 32), value=("<Q", 40), core_slot=("<q", 48))
+
+layout(("MOV_ALIGN",), 72, 16, dst=("<Q", 0), src=("<Q", 8), src_gap=("<I", 48), dst_gap=("<I", 52),
+       len_burst=("<I", 56), n_burst=("<H", 60), dst_mem=("B", 62), src_mem=("B", 63), data_type=("B", 64),
+       left_pad=("B", 65), right_pad=("B", 66))  # fmt: skip
+
+
+def record(name: str | int, **values: int) -> bytes:
+    """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
+    ``file_no``, ``line_no``, ``pc``, ``block_id``."""
+    rtype = T[name] if isinstance(name, str) else int(name)
+    lay = LAYOUTS[rtype]
+    payload = bytearray(lay.size)
+    for key, value in values.items():
+        if key in ("file_no", "line_no", "pc", "block_id"):
+            assert lay.location is not None
+            at = lay.location + {"file_no": 0, "line_no": 8, "pc": 16, "block_id": 24}[key]
+            struct.pack_into("<H" if key == "block_id" else "<Q", payload, at, value)
+            continue
+        fmt, at = lay.fields[key]
+        struct.pack_into(fmt, payload, at, value)
+    return struct.pack("<I", rtype) + bytes(payload)
+
+
+def heads(
+    *,
+    record_count: int,
+    record_write_count: int | None = None,
+    offset: int,
+    write_offset: int | None = None,
+    block_id: int = 0,
+    block_type: int = 0,
+    vec_sub_block_dim: int = 2,
+    security: int = SECURITY,
+    cache_size: int = 100,
+    total_block_dim: int = 3,
+) -> bytes:
+    """RecordGlobalHead + RecordBlockHead."""
+    g = bytearray(GLOBAL_HEAD)
+    struct.pack_into("<Q", g, 0, security)
+    struct.pack_into("<Ih", g, 8, cache_size, -1)
+    struct.pack_into("<Q", g, 24, total_block_dim)
+    b = bytearray(BLOCK_HEAD)
+    wc = record_count if record_write_count is None else record_write_count
+    wo = offset if write_offset is None else write_offset
+    struct.pack_into("<QQQQ", b, 0, record_count, wc, offset, wo)
+    struct.pack_into("<H", b, 40, block_id)
+    struct.pack_into("<BB", b, 48, block_type, vec_sub_block_dim)
+    return bytes(g) + bytes(b)
+
+
+def slot(records: list[bytes], **head: int) -> bytes:
+    """A whole slot: heads (counts and offsets from ``records`` unless given) and the record region."""
+    region = b"".join(records)
+    head.setdefault("record_count", len(records))
+    head.setdefault("offset", len(region))
+    return heads(**head) + region
+
+
+# --- the model ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Access:
+    kind: int  # READ / WRITE
+    space: int
+    pipe: int
+    block: int
+    nbytes: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Sync:
+    kind: int
+    pipe: int
+    dst_pipe: int = 0
+    event_id: int = 0
+    mode: int = 0
+    address: int = 0
+    block: int = 0
+
+
+def pattern(addr: int, block_num: int, block_size: int, block_stride: int, repeat: int, repeat_stride: int) -> set[int]:
+    """msSanitizer's MemOpInfo as a byte set."""
+    out: set[int] = set()
+    for r in range(repeat):
+        for i in range(block_num):
+            start = addr + r * repeat_stride * block_size + i * block_stride * block_size
+            out.update(range(start, start + block_size))
+    return out
+
+
+Rule = Callable[[str, dict[str, int]], list[Access | Sync]]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*names: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+def _f(fields: dict[str, int], key: str) -> int:
+    return int(fields.get(key, 0))
+
+
+QUERY_PIPE = {
+    ("L1", "L0A"): "MTE1", ("L1", "L0B"): "MTE1", ("L1", "L0C"): "MTE1", ("L1", "UB"): "MTE1", ("L1", "BT"): "MTE1",
+    ("L1", "GM"): "MTE3", ("GM", "L0A"): "MTE2", ("GM", "L0B"): "MTE2", ("GM", "L1"): "MTE2", ("GM", "UB"): "MTE2",
+    ("UB", "GM"): "MTE3", ("UB", "L1"): "MTE3", ("UB", "L0C"): "MTE3", ("L0C", "UB"): "V", ("UB", "UB"): "V",
+    ("L0C", "L1"): "FIX", ("L1", "FB"): "FIX",
+}  # fmt: skip
+_MEM_NAME = {v: k for k, v in MEM.items()}
+
+
+def move_pipe(src_mem: int, dst_mem: int) -> int | None:
+    pair = (_MEM_NAME.get(src_mem), _MEM_NAME.get(dst_mem))
+    return PIPE[QUERY_PIPE[pair]] if pair in QUERY_PIPE else None  # type: ignore[index]
+
+
+@rule(*_SCALAR[:-1])
+def _scalar(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    space = _f(f, "space")
+    if space not in SPACE.values():
+        return []
+    kind = READ if name in ("LOAD", "LD", "LD_IO", "LDP", "LD_DEV") else WRITE
+    return [
+        Access(
+            kind, space, PIPE["S_CAL"], _f(f, "block_id"), frozenset(pattern(_f(f, "addr"), 1, _f(f, "size"), 1, 1, 1))
+        )
+    ]
+
+
+@rule("DMA_MOV")
+def _dma_mov(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    nb, lb, ss, ds = _f(f, "n_burst"), _f(f, "len_burst"), _f(f, "src_stride"), _f(f, "dst_stride")
+    block = _f(f, "block_id")
+    if _f(f, "byte_mode"):
+        rn = (lb + 31) // 32 * 32
+        read = pattern(_f(f, "src"), rn, 1, 1, nb, rn + ss * 32)
+        write = pattern(_f(f, "dst"), lb, 1, 1, nb, lb + ds * 32)
+    elif 1 <= _f(f, "pad_mode") <= 5:
+        scale = {1: 32, 2: 16, 3: 8, 4: 4, 5: 2}[_f(f, "pad_mode")]
+        read = pattern(_f(f, "src"), 1, nb * 32 // scale, 1, 1, 0)
+        write = pattern(_f(f, "dst"), 1, 32, 1, nb, 1 + ds)
+    elif 6 <= _f(f, "pad_mode") <= 8:
+        scale = {6: 8, 7: 4, 8: 2}[_f(f, "pad_mode")]
+        read = pattern(_f(f, "src"), 1, 32, 1, nb, 1 + ss)
+        write = pattern(_f(f, "dst"), 1, nb * 32 // scale, 1, 1, 0)
+    elif _f(f, "pad_mode") == 0:
+        read = pattern(_f(f, "src"), lb, 32, 1, nb, lb + ss)
+        write = pattern(_f(f, "dst"), lb, 32, 1, nb, lb + ds)
+    else:
+        return []
+    return [
+        Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+        Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write)),
+    ]
+
+
+@rule("SET_FLAG", "SET_FLAGI", "SET_FLAG_V", "SET_FLAGI_V")
+def _set_flag(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return [Sync(K["SET_FLAG"], _f(f, "src"), _f(f, "dst"), _f(f, "event_id"), block=_f(f, "block_id"))]
+
+
+@rule("WAIT_FLAG", "WAIT_FLAGI", "WAIT_FLAG_V", "WAIT_FLAGI_V")
+def _wait_flag(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return [Sync(K["WAIT_FLAG"], _f(f, "src"), _f(f, "dst"), _f(f, "event_id"), block=_f(f, "block_id"))]
+
+
+def _c32(x: int) -> int:
+    return (x + 31) // 32 * 32
+
+
+@rule("MOV_ALIGN")
+def _mov_align(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    lb, nb = _f(f, "len_burst"), _f(f, "n_burst")
+    if pipe is None or lb == 0:
+        return []
+    rs = lb + _f(f, "src_gap") if src == MEM["GM"] else _c32(lb) + _f(f, "src_gap") * 32
+    size = {1: 1, 2: 2, 3: 4}.get(_f(f, "data_type"), 1)
+    ub = _c32(lb + (_f(f, "left_pad") + _f(f, "right_pad")) * size)
+    wn = lb if dst == MEM["GM"] else ub
+    ws = lb + _f(f, "dst_gap") if dst == MEM["GM"] else ub + _f(f, "dst_gap") * 32
+    block = _f(f, "block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(pattern(_f(f, "src"), lb, 1, 1, nb, rs))),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(pattern(_f(f, "dst"), wn, 1, 1, nb, ws)))]  # fmt: skip
+
+
+def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,
+          block: int = 0) -> list[Access | Sync]:  # fmt: skip
+    return [Sync(K[kind], pipe, dst_pipe, event_id, mode, address, block)]
+
+
+@rule("SCALAR_RED", "SCALAR_ATOM")
+def _scalar_red(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    nbytes = frozenset(pattern(_f(f, "addr"), 1, _f(f, "size"), 1, 1, 1))
+    return [Access(READ, SPACE["GM"], PIPE["S"], _f(f, "block_id"), nbytes),
+            Access(WRITE, SPACE["GM"], PIPE["S"], _f(f, "block_id"), nbytes)]  # fmt: skip
+
+
+@rule("LDVA")
+def _ldva(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    nbytes = frozenset(pattern(_f(f, "addr"), 1, _f(f, "size"), 0, 1, 0))
+    return [Access(READ, SPACE["UB"], PIPE["V"], _f(f, "block_id"), nbytes)]
+
+
+@rule("DC_PRELOAD")
+def _dc_preload(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return [Access(READ, SPACE["GM"], PIPE["S_CAL"], _f(f, "block_id"), frozenset())]  # blockSize 0
+
+
+HARD_PIPES = (PIPE["MTE1"], PIPE["M"], PIPE["FIX"])
+
+
+@rule("HSET_FLAG", "HSET_FLAGI", "HWAIT_FLAG", "HWAIT_FLAGI")
+def _hard(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    # Valid only on the cube side (the tests' blocks are AIC when they use these), MTE1/M/FIX, not GM/UB/INVALID.
+    if (
+        _f(f, "src") not in HARD_PIPES or _f(f, "dst") not in HARD_PIPES or _f(f, "memory") in (4, 6)
+        or _f(f, "memory") >= 9 or _f(f, "v") > 1 or _f(f, "event_id") > 3
+    ):  # fmt: skip
+        return []
+    kind = "HSET_FLAG" if name.startswith("HSET") else "HWAIT_FLAG"
+    return _sync(kind, _f(f, "src"), _f(f, "dst"), _f(f, "event_id"), block=_f(f, "block_id"))
+
+
+@rule("PIPE_BARRIER")
+def _barrier(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return _sync("PIPE_BARRIER", _f(f, "pipe"), block=_f(f, "block_id"))
+
+
+SUB_BLOCKS = 2  # the tests' block heads say vecSubBlockDim 2
+
+
+@rule("FFTS_SYNC", "FFTS_SYNC_V")
+def _ffts(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return _sync("CROSS_SET", _f(f, "dst"), 0, _f(f, "flag"), _f(f, "mode"), block=_f(f, "block_id"))
+
+
+@rule("WAIT_FLAG_DEV")
+def _wait_dev(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return _sync("CROSS_WAIT", PIPE["S"], 0, _f(f, "flag"), block=_f(f, "block_id"))
+
+
+@rule("WAIT_FLAG_DEV_PIPE", "WAIT_FLAG_DEVI_PIPE", "WAIT_FLAG_DEV_PIPE_V", "WAIT_FLAG_DEVI_PIPE_V")
+def _wait_dev_pipe(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return _sync("CROSS_WAIT", _f(f, "pipe"), 0, _f(f, "flag"), block=_f(f, "block_id"))
+
+
+@rule(*_INTRA)
+def _intra(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    kind = "CROSS_SET" if name.startswith("SET") else "CROSS_WAIT"
+    return _sync(kind, _f(f, "pipe"), 0, _f(f, "sync_id"), 4, block=_f(f, "block_id"))
+
+
+@rule("SET_ATOMIC")
+def _atomic(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    mode = _f(f, "mode")
+    if mode > 6:  # SUM / MAX / MIN leave the state alone
+        return []
+    return _sync("SET_ATOMIC", PIPE["S"], 0, 0, int(mode != 0), block=_f(f, "block_id"))
+
+
+@rule("IB_SET_STUB")
+def _ib_set(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return _sync("SOFT_SET", PIPE["S"], PIPE["S"], _f(f, "event_id"), block=_f(f, "block_id"))
+
+
+@rule("IB_WAIT_STUB")
+def _ib_wait(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return _sync("SOFT_WAIT", PIPE["S"], PIPE["S"], _f(f, "event_id"), address=_f(f, "wait_core"),
+                 block=_f(f, "block_id"))  # fmt: skip
+
+
+@rule("SYNC_ALL_STUB")
+def _sync_all(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return _sync("SOFT_SYNC_ALL", PIPE["S"], PIPE["S"], address=max(_f(f, "used_cores"), 0), block=_f(f, "block_id"))
+
+
+@rule(*_BUF)
+def _buf(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    kind = "GET_BUF" if name.startswith("GET") else "RLS_BUF"
+    return _sync(kind, _f(f, "pipe"), 0, _f(f, "buf_id"), block=_f(f, "block_id"))
+
+
+REGISTER = {name: i + 1 for i, name in enumerate(_REGS)}  # sanitizerd's Register numbering follows this order
+
+
+@rule(*_REGS)
+def _register(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    return [Sync(K["SET_REGISTER"], PIPE["S"], 0, REGISTER[name], 0, _f(f, "value"), _f(f, "block_id"))]
+
+
+def model(records: list[tuple[str, dict[str, int]]]) -> list[list[Access | Sync]]:
+    """Per record (in order): what msSanitizer's rules make of it. Accesses of one record with the same (kind,
+    space, pipe, block) are merged into one byte set, so the comparison does not depend on how the decoder splits
+    a pattern into events."""
+    out = []
+    for name, fields in records:
+        items = RULES[name](name, fields)
+        out.append(_merge(items))
+    return out
+
+
+def _merge(items: list[Access | Sync]) -> list[Access | Sync]:
+    acc: dict[tuple[int, int, int, int], set[int]] = defaultdict(set)
+    order: list[tuple[int, int, int, int]] = []
+    rest: list[Access | Sync] = []
+    for item in items:
+        if isinstance(item, Access):
+            key = (item.kind, item.space, item.pipe, item.block)
+            if key not in acc:
+                order.append(key)
+            acc[key] |= item.nbytes
+        else:
+            rest.append(item)
+    return [Access(*key, frozenset(acc[key])) for key in order] + rest
+
+
+def expand(events: np.ndarray, first_serial: int, nrecords: int) -> list[list[Access | Sync]]:
+    """Decoder events as the model's per-record lists (BLOCK_FINISH left out)."""
+    per: list[list[Access | Sync]] = [[] for _ in range(nrecords)]
+    for e in events:
+        kind = int(e["kind"])
+        if kind == K["BLOCK_FINISH"]:
+            continue
+        i = int(e["serial"]) - first_serial
+        if kind in (READ, WRITE):
+            nbytes = pattern(int(e["address"]), int(e["block_num"]), int(e["block_size"]), int(e["block_stride"]),
+                             int(e["repeat"]), int(e["repeat_stride"]))  # fmt: skip
+            per[i].append(Access(kind, int(e["space"]), int(e["pipe"]), int(e["block_id"]), frozenset(nbytes)))
+        else:
+            per[i].append(Sync(kind, int(e["pipe"]), int(e["dst_pipe"]), int(e["event_id"]), int(e["mode"]),
+                               int(e["address"]), int(e["block_id"])))  # fmt: skip
+    return [_merge(items) for items in per]

@@ -1,0 +1,380 @@
+"""The record buffer decoder against an independent byte-level model of msSanitizer's rules (reference §1.7)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sanitizerd.chips import CHIPS
+from sanitizerd.compat import record_buffer as rb
+from sanitizerd.compat.convert.base import BlockContext
+from tests import compat_model as cm
+
+CONTEXT = BlockContext(block_type=0, chip=CHIPS["910B1"])
+
+
+def decode(data: bytes, first_serial: int = 0, chunks: list[int] | None = None) -> tuple[np.ndarray, rb.SlotDecoder]:
+    """Decode a whole slot, feeding its record region in ``chunks`` (sizes) as a connection would."""
+    heads = rb.read_heads(data)
+    decoder = rb.SlotDecoder(heads, CONTEXT, first_serial)
+    region = memoryview(data)[rb.HEADS_SIZE :]
+    out = []
+    pending = b""
+    at = 0
+    sizes = list(chunks or [])
+    while True:
+        take = sizes.pop(0) if sizes else len(region) - at
+        piece = bytes(region[at : at + take])
+        at += len(piece)
+        final = at >= len(region)
+        pending += piece
+        events, used = decoder.feed(memoryview(pending), final)
+        assert 0 <= used <= len(pending)
+        pending = pending[used:]
+        out.append(events)
+        if final:
+            break
+    return np.concatenate(out), decoder
+
+
+def check(records: list[tuple[str, dict[str, int]]], **head: int) -> rb.SlotDecoder:
+    data = cm.slot([cm.record(name, **fields) for name, fields in records], **head)
+    events, decoder = decode(data, first_serial=7)
+    assert decoder.problems() == []
+    assert decoder.records == len(records)
+    assert cm.expand(events, 7, len(records)) == cm.model(records)
+    assert decoder.next_serial == 7 + len(records) + 1  # + BLOCK_FINISH
+    assert events[-1]["kind"] == cm.K["BLOCK_FINISH"]
+    return decoder
+
+
+def test_heads_layout() -> None:
+    data = cm.slot([], block_id=5, block_type=1, vec_sub_block_dim=2, record_count=9, record_write_count=4,
+                   offset=1000, write_offset=0, cache_size=7, total_block_dim=24)  # fmt: skip
+    h = rb.read_heads(data)
+    assert rb.HEADS_SIZE == 38_528 + 128
+    assert (h.security_ok, h.block_id, h.block_type, h.vec_sub_block_dim) == (True, 5, 1, 2)
+    assert (h.record_count, h.record_write_count, h.offset, h.write_offset) == (9, 4, 1000, 0)
+    assert (h.cache_size_mb, h.total_block_dim) == (7, 24)
+
+
+GM, UB, L1 = cm.MEM["GM"], cm.MEM["UB"], cm.MEM["L1"]
+
+
+def test_dma_mov_family() -> None:
+    check([
+        ("DMA_MOV", dict(src=0x1000, dst=0x40, n_burst=3, len_burst=2, src_stride=1, dst_stride=0, src_mem=GM,
+                         dst_mem=UB, block_id=1, pc=0x10)),
+        ("DMA_MOV", dict(src=0x40, dst=0x2000, n_burst=2, len_burst=33, src_stride=2, dst_stride=1, src_mem=UB,
+                         dst_mem=GM, byte_mode=1)),
+        ("DMA_MOV", dict(src=0x1000, dst=0x100, n_burst=4, src_mem=GM, dst_mem=UB, pad_mode=2, dst_stride=1)),
+        ("DMA_MOV", dict(src=0x100, dst=0x1000, n_burst=4, src_mem=UB, dst_mem=GM, pad_mode=7, src_stride=3)),
+        ("DMA_MOV", dict(src=0x0, dst=0x0, n_burst=1, len_burst=1, src_mem=L1, dst_mem=cm.MEM["L0A"])),
+    ])  # fmt: skip
+
+
+def test_sync_flags() -> None:
+    p = cm.PIPE
+    check([
+        ("SET_FLAG", dict(src=p["MTE2"], dst=p["V"], event_id=3, block_id=2)),
+        ("WAIT_FLAG", dict(src=p["MTE2"], dst=p["V"], event_id=3, block_id=2)),
+        ("SET_FLAGI_V", dict(src=p["V"], dst=p["MTE3"], event_id=1)),
+        ("WAIT_FLAGI_V", dict(src=p["V"], dst=p["MTE3"], event_id=1)),
+    ])  # fmt: skip
+
+
+def test_move_without_pipe_is_dropped_and_counted() -> None:
+    data = cm.slot([cm.record("DMA_MOV", src=0, dst=0, n_burst=1, len_burst=1, src_mem=GM, dst_mem=GM)])
+    events, decoder = decode(data)
+    assert [int(k) for k in events["kind"]] == [cm.K["BLOCK_FINISH"]]
+    assert decoder.problems() == ["1 DMA_MOV records dropped: no pipe moves data between their memory kinds"]
+
+
+def test_scalar_family() -> None:
+    sp = cm.SPACE
+    check([
+        ("LOAD", dict(addr=0x100, size=4, space=sp["UB"], align=4, block_id=3)),
+        ("STORE", dict(addr=0x2000, size=8, space=sp["GM"], align=8)),
+        ("LD", dict(addr=0x10, size=2, space=sp["PRIVATE"], align=2)),
+        ("LD_IO", dict(addr=0x10, size=1, space=sp["GM"])),
+        ("ST", dict(addr=0x10, size=2, space=sp["L1"], align=2)),
+        ("ST_IO", dict(addr=0x10, size=4, space=sp["GM"])),
+        ("STP", dict(addr=0x40, size=16, space=sp["UB"])),
+        ("STI", dict(addr=0x40, size=4, space=sp["UB"])),
+        ("STI_IO", dict(addr=0x40, size=4, space=sp["GM"])),
+        ("LDP", dict(addr=0x40, size=16, space=sp["UB"])),
+        ("ST_ATOMIC", dict(addr=0x80, size=4, space=sp["GM"])),
+        ("STI_ATOMIC", dict(addr=0x80, size=4, space=sp["GM"])),
+        ("ST_DEV", dict(addr=0x80, size=8, space=sp["GM"])),
+        ("LD_DEV", dict(addr=0x80, size=8, space=sp["GM"])),
+        ("SCALAR_RED", dict(addr=0x3000, size=4)),
+        ("SCALAR_ATOM", dict(addr=0x3008, size=8, is_atom=1)),
+        ("LDVA", dict(addr=0x200, size=32, space=sp["GM"])),
+        ("DC_PRELOAD", dict(addr=0x5000, offset=-16)),
+    ])  # fmt: skip
+
+
+def test_scalar_alignment_and_preload_address() -> None:
+    data = cm.slot([cm.record("STORE", addr=0x2001, size=4, space=cm.SPACE["GM"], align=4),
+                    cm.record("DC_PRELOAD", addr=0x5000, offset=-16)])  # fmt: skip
+    events, _ = decode(data)
+    assert int(events[0]["align"]) == 4
+    assert (int(events[1]["address"]), int(events[1]["block_size"])) == (0x5000 - 16, 0)
+
+
+def test_sync_family() -> None:
+    p = cm.PIPE
+    check([
+        ("PIPE_BARRIER", dict(pipe=p["V"])),
+        ("PIPE_BARRIER", dict(pipe=p["ALL"])),
+        ("FFTS_SYNC", dict(dst=p["MTE3"], mode=2, flag=5, block_id=1)),
+        ("FFTS_SYNC_V", dict(dst=p["V"], mode=1, flag=6)),
+        ("WAIT_FLAG_DEV", dict(flag=5)),
+        ("WAIT_FLAG_DEV_PIPE", dict(flag=7, pipe=p["MTE2"])),
+        ("WAIT_FLAG_DEVI_PIPE_V", dict(flag=8, pipe=p["V"])),
+        ("SET_INTRA_BLOCK", dict(pipe=p["MTE3"], sync_id=9)),
+        ("WAIT_INTRA_BLOCKI_V", dict(pipe=p["V"], sync_id=9)),
+        ("SET_ATOMIC", dict(mode=1)),
+        ("SET_ATOMIC", dict(mode=7)),  # SUM: no event
+        ("SET_ATOMIC", dict(mode=0)),
+        ("IB_SET_STUB", dict(event_id=3)),
+        ("IB_WAIT_STUB", dict(event_id=3, wait_core=4)),
+        ("SYNC_ALL_STUB", dict(used_cores=8)),
+        ("SYNC_ALL_STUB", dict(used_cores=-1)),
+        ("GET_BUF", dict(pipe=p["MTE2"], buf_id=2)),
+        ("RLS_BUFI_V", dict(pipe=p["V"], buf_id=2)),
+    ])  # fmt: skip
+
+
+def test_cross_sets_carry_the_sub_blocks_of_the_block_head() -> None:
+    data = cm.slot([cm.record("FFTS_SYNC", dst=cm.PIPE["V"], mode=1, flag=1),
+                    cm.record("SET_INTRA_BLOCK", pipe=cm.PIPE["V"], sync_id=2)], vec_sub_block_dim=1)  # fmt: skip
+    events, _ = decode(data)
+    assert events["block_num"][:2].tolist() == [1, 1]
+
+
+def test_hardware_flags_are_cube_only_and_checked() -> None:
+    p, m = cm.PIPE, cm.MEM
+    check([
+        ("HSET_FLAG", dict(src=p["MTE1"], dst=p["M"], event_id=1, memory=m["L0A"])),
+        ("HWAIT_FLAGI", dict(src=p["MTE1"], dst=p["M"], event_id=1, memory=m["L0A"])),
+    ], block_type=1)  # fmt: skip
+    bad = [cm.record("HSET_FLAG", src=p["V"], dst=p["M"], event_id=1, memory=m["L0A"]),
+           cm.record("HSET_FLAG", src=p["MTE1"], dst=p["M"], event_id=4, memory=m["L0A"]),
+           cm.record("HWAIT_FLAG", src=p["MTE1"], dst=p["M"], event_id=1, memory=m["UB"])]  # fmt: skip
+    events, decoder = decode(cm.slot(bad, block_type=1))
+    assert len(events) == 1  # BLOCK_FINISH only
+    assert sorted(decoder.problems()) == [
+        "1 HWAIT_FLAG records dropped: not a valid hardware flag",
+        "2 HSET_FLAG records dropped: not a valid hardware flag",
+    ]
+    events, decoder = decode(cm.slot([cm.record("HSET_FLAG", src=p["MTE1"], dst=p["M"], memory=m["L1"])]))
+    assert len(events) == 1  # on a vector block: dropped
+    assert decoder.problems() == ["1 HSET_FLAG records dropped: not a valid hardware flag"]
+
+
+def test_register_family() -> None:
+    check([(name, dict(value=0xFFFF_0000_0000_0000 + i, core_slot=30)) for i, name in enumerate(cm._REGS)])
+
+
+def test_mov_align() -> None:
+    check([
+        ("MOV_ALIGN", dict(src=0x1000, dst=0x40, len_burst=45, n_burst=3, src_gap=7, dst_gap=1, src_mem=GM,
+                           dst_mem=UB, data_type=2, left_pad=3, right_pad=2)),
+        ("MOV_ALIGN", dict(src=0x40, dst=0x1000, len_burst=45, n_burst=2, src_gap=1, dst_gap=9, src_mem=UB,
+                           dst_mem=GM)),
+        ("MOV_ALIGN", dict(src=0x40, dst=0x1000, len_burst=64, n_burst=1, src_mem=UB, dst_mem=L1)),
+    ])  # fmt: skip
+    _, decoder = decode(cm.slot([cm.record("MOV_ALIGN", src_mem=GM, dst_mem=UB, n_burst=1)]))
+    assert decoder.problems() == ["1 MOV_ALIGN records dropped: lenBurst is 0"]
+
+
+# --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
+
+
+def one_dma(**over: int) -> bytes:
+    fields = dict(src=0x1000, dst=0x40, n_burst=1, len_burst=1, src_mem=GM, dst_mem=UB) | over
+    return cm.record("DMA_MOV", **fields)
+
+
+def test_short_heads_raise_a_clear_error() -> None:
+    with pytest.raises(rb.RecordBufferError, match="shorter than its heads"):
+        rb.read_heads(b"\0" * 100)
+
+
+def test_overwritten_security_value() -> None:
+    data = cm.slot([one_dma()], security=0x1234)
+    events, decoder = decode(data)
+    assert [int(k) for k in events["kind"]] == [cm.K["BLOCK_FINISH"]]
+    assert decoder.problems() == [rb.SECURITY_TEXT]
+    assert decoder.loss() is None
+
+
+def test_unknown_record_type_ends_the_block_with_its_offset_and_count() -> None:
+    region = [one_dma(), one_dma(), struct.pack("<I", 4242) + b"\0" * 60, one_dma()]
+    events, decoder = decode(cm.slot(region))
+    assert decoder.records == 2
+    assert decoder.problems() == [
+        "block 0 (aiv): unknown record type 4242 at byte 136 of the record region; 2 records not decoded"
+    ]
+    assert len(events) == 2 * 2 + 1
+
+
+def test_online_error_records_cannot_be_walked() -> None:
+    _, decoder = decode(cm.slot([one_dma(), struct.pack("<I", 60000) + b"\0" * 32]))
+    assert decoder.problems() == [
+        "block 0 (aiv): unknown record type ONLINE_ERROR at byte 68 of the record region; 1 records not decoded"
+    ]
+
+
+def test_record_count_past_the_end() -> None:
+    _, decoder = decode(cm.slot([one_dma()] * 3, record_count=10))
+    assert decoder.records == 3
+    assert decoder.problems() == [
+        "block 0 (aiv): recordWriteCount is 10, but the 204 bytes of writeOffset hold 3 records"
+    ]
+
+
+def test_record_count_short_of_write_offset() -> None:
+    _, decoder = decode(cm.slot([one_dma()] * 3, record_count=2))
+    assert decoder.records == 2
+    assert decoder.problems() == [
+        "block 0 (aiv): 2 records (recordWriteCount) end at byte 136, but writeOffset is 204: the rest is not decoded"
+    ]
+
+
+@pytest.mark.parametrize("write_offset", [204 + 68, 100 << 30])
+def test_write_offset_beyond_the_data(write_offset: int) -> None:
+    _, decoder = decode(cm.slot([one_dma()] * 3, write_offset=write_offset, record_count=4))
+    assert decoder.records == 3
+    assert decoder.problems() == [
+        f"block 0 (aiv): the record region ends after 204 bytes, but writeOffset is {write_offset}; "
+        "1 records not decoded"
+    ]
+
+
+def test_truncated_region_mid_record() -> None:
+    data = cm.slot([one_dma()] * 3)[:-10]
+    _, decoder = decode(data, chunks=[50, 50])
+    assert decoder.records == 2
+    assert decoder.problems() == [
+        "block 0 (aiv): the record region ends after 136 bytes, but writeOffset is 204; 1 records not decoded"
+    ]
+
+
+def test_bytes_after_write_offset_are_not_records() -> None:
+    data = cm.slot([one_dma()] * 2, write_offset=68, record_count=1) + b"\xff" * 1000
+    events, decoder = decode(data)
+    assert decoder.records == 1 and decoder.problems() == []
+    assert len(events) == 3
+
+
+def test_overflow_is_a_loss_with_the_bytes_needed() -> None:
+    _, decoder = decode(cm.slot([one_dma()] * 2, record_count=7, record_write_count=2, offset=7 * 68,
+                                write_offset=136, block_id=3, block_type=1))  # fmt: skip
+    loss = decoder.loss()
+    assert loss is not None
+    assert (loss.block_id, loss.block_type, loss.records, loss.bytes) == (3, 1, 5, 5 * 68)
+    # offset before writeOffset (damage): no negative byte count
+    _, decoder = decode(cm.slot([one_dma()], record_count=9, record_write_count=1, offset=0, write_offset=68))
+    assert decoder.loss().bytes == 0  # type: ignore[union-attr]
+
+
+def test_types_without_converter_are_counted_once_per_type() -> None:
+    simt = struct.pack("<I", 40000) + b"\0" * 64  # SIMT_LDG: walkable, not modelled
+    events, decoder = decode(cm.slot([one_dma(), simt, simt, one_dma(), simt]))
+    assert decoder.records == 5
+    assert decoder.problems() == ["3 SIMT_LDG records not converted (sanitizerd does not model this instruction yet)"]
+    assert events["serial"].tolist() == [0, 0, 3, 3, 5]
+
+
+def test_garbage_regions_never_raise() -> None:
+    rng = np.random.default_rng(7)
+    for size in (0, 3, 68, 1000, 100_000):
+        for fill in ("random", "types"):
+            if fill == "random":
+                region = rng.integers(0, 2**32, size // 4, dtype=np.uint32).tobytes()
+            else:
+                region = rng.choice([0, 1, 100, 20000, 20001, 70001, 4242], size // 4).astype(np.uint32).tobytes()
+            data = cm.heads(record_count=size, offset=size) + region
+            _, decoder = decode(data, chunks=[1000, 17, 5000])
+            assert decoder.records <= size
+
+
+def test_decode_single() -> None:
+    payload = one_dma(block_id=4)[4:]
+    events, problem = rb.decode_single(100, memoryview(payload), 77, CONTEXT)
+    assert problem is None
+    assert events["serial"].tolist() == [77, 77] and events["block_id"].tolist() == [4, 4]
+    assert rb.decode_single(100, payload[:10], 1, CONTEXT)[1] == "DMA_MOV record of 10 bytes, its payload needs 64"
+    assert rb.decode_single(4242, payload, 1, CONTEXT)[1] == "unknown record type 4242 in a single kernel record"
+    assert rb.decode_single(40000, b"\0" * 64, 1, CONTEXT)[1] == (
+        "1 SIMT_LDG records not converted (sanitizerd does not model this instruction yet)"
+    )
+
+
+# --- property tests: random well-formed buffers against the model, and any chunking ----------------------------
+
+small = st.integers(0, 4)
+mem = st.sampled_from([GM, UB, L1, cm.MEM["L0A"], cm.MEM["L0C"], cm.MEM["FB"], cm.MEM["BT"], 9])
+pipe = st.sampled_from(list(cm.PIPE.values()))
+addr = st.integers(0, 1 << 12)
+loc = {"block_id": st.integers(0, 3), "pc": st.integers(0, 1 << 20)}
+
+
+def rec(name: str, **fields: st.SearchStrategy[int]) -> st.SearchStrategy[tuple[str, dict[str, int]]]:
+    return st.fixed_dictionaries({**fields, **loc}).map(lambda f: (name, f))
+
+
+RECORDS = st.one_of(
+    rec("DMA_MOV", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
+        src_mem=mem, dst_mem=mem, pad_mode=st.integers(0, 9), byte_mode=st.integers(0, 1)),
+    rec("MOV_ALIGN", src=addr, dst=addr, n_burst=small, len_burst=st.integers(0, 70), src_gap=small,
+        dst_gap=small, src_mem=mem, dst_mem=mem, data_type=small, left_pad=small, right_pad=small),
+    st.sampled_from(cm._SCALAR[:-1]).flatmap(
+        lambda n: rec(n, addr=addr, size=st.integers(0, 16), space=st.integers(-1, 9), align=small)
+    ),
+    st.sampled_from(("SCALAR_RED", "SCALAR_ATOM", "LDVA")).flatmap(lambda n: rec(n, addr=addr, size=small)),
+    rec("DC_PRELOAD", addr=addr, offset=st.integers(-64, 64)),
+    st.sampled_from(cm._SYNC).flatmap(lambda n: rec(n, src=pipe, dst=pipe, event_id=st.integers(0, 15))),
+    rec("PIPE_BARRIER", pipe=pipe),
+    rec("FFTS_SYNC", dst=pipe, mode=small, flag=st.integers(0, 15)),
+    rec("WAIT_FLAG_DEV", flag=st.integers(0, 15)),
+    rec("WAIT_FLAG_DEV_PIPE", flag=st.integers(0, 15), pipe=pipe),
+    st.sampled_from(cm._INTRA).flatmap(lambda n: rec(n, pipe=pipe, sync_id=st.integers(0, 15))),
+    rec("SET_ATOMIC", mode=st.integers(0, 9)),
+    st.sampled_from(("IB_SET_STUB", "IB_WAIT_STUB", "SYNC_ALL_STUB")).flatmap(
+        lambda n: rec(n, event_id=st.integers(0, 15), wait_core=small, used_cores=st.integers(-2, 8))
+    ),
+    st.sampled_from(cm._BUF).flatmap(lambda n: rec(n, pipe=pipe, buf_id=st.integers(0, 15))),
+    st.sampled_from(cm._REGS).flatmap(lambda n: rec(n, value=st.integers(0, 2**64 - 1))),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(RECORDS, max_size=40), first=st.integers(0, 1 << 40))
+def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]], first: int) -> None:
+    data = cm.slot([cm.record(name, **fields) for name, fields in records])
+    events, decoder = decode(data, first_serial=first)
+    assert decoder.records == len(records)
+    assert cm.expand(events, first, len(records)) == cm.model(records)
+    assert all(line.endswith(("records dropped: no pipe moves data between their memory kinds",
+                              "records dropped: unknown pad mode", "records dropped: lenBurst is 0",
+                              "records dropped: no such address space or size"))
+               for line in decoder.problems())  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(RECORDS, min_size=1, max_size=60), data=st.data())
+def test_any_chunking_gives_the_same_events(records: list[tuple[str, dict[str, int]]], data: st.DataObject) -> None:
+    slot = cm.slot([cm.record(name, **fields) for name, fields in records])
+    whole, one = decode(slot, first_serial=5)
+    size = len(slot) - rb.HEADS_SIZE
+    chunks = data.draw(st.lists(st.integers(1, max(size, 1)), max_size=12))
+    pieces, many = decode(slot, first_serial=5, chunks=chunks)
+    assert pieces.tobytes() == whole.tobytes()
+    assert (many.records, many.next_serial, many.problems()) == (one.records, one.next_serial, one.problems())

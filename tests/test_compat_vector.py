@@ -1,0 +1,952 @@
+"""Vector, cube and mstx record converters against an independent byte-level model of msSanitizer's rules.
+
+Records are packed with ``struct`` at the offsets measured on msSanitizer's headers (``tests/compat_model``'s
+builder, extended here with these families' layouts); the model says which bytes each record reads and writes,
+element by element for masked vector operands (the first ``mask0`` elements in repeat/block/element order, or the
+first ``n`` of every repeat), never through the converters' arithmetic on patterns.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sanitizerd.chips import CHIPS
+from sanitizerd.compat import record_buffer as rb
+from sanitizerd.compat.convert import CONVERTERS
+from sanitizerd.compat.convert.base import BlockContext
+from tests import compat_model as cm
+from tests.compat_model import READ, WRITE, Access, Sync, layout, pattern, rule
+
+cm.T.update(
+    {
+        "VEC_DUP": 103, "LOAD_2D": 104, "LOAD_L1_2D": 105, "LOAD_L1_2D_TRANSPOSE": 107, "LOAD_B2": 108,
+        "SET_2D": 112, "LOAD_2D_SPARSE": 118, "LOAD_2D_TRANSPOSE": 119, "DECOMPRESS_HEADER": 120, "BROADCAST": 123,
+        "VMRGSORT4_OP_C220": 137, "VMRGSORT4_OP_C310": 139, "VGATHER": 10001, "ELEMENT": 10002, "TERNARY_OP": 10004,
+        "REDUCE_OP": 10005, "MATRIX_MUL_OP": 10006, "MMAD_A5": 10007, "VEC_REGPROPCOOR_OP": 10008,
+        "CMPMASK_OP": 10009, "VCOPY_OP": 10010, "VREDUCEV2_UNARY": 10011, "VREDUCEV2_BINARY": 10012,
+        "VREDUCEV2": 10013, "VCONV_DST_S4_OP": 10014, "VSEL_OP": 10016, "SCATTERVNCHWCONV": 20018, "VBS32_A5": 20020,
+    }
+)  # fmt: skip
+
+UBS = cm.SPACE["UB"]
+V = cm.PIPE["V"]
+M = cm.PIPE["M"]
+ALL = (1 << 64) - 1
+
+# --- layouts (offsets from msSanitizer's record_defs.h, measured with offsetof) ----------------------------------
+
+layout(
+    ("VEC_DUP",), 64, 8, dst=("<Q", 0), mask0=("<Q", 40), mask1=("<Q", 48), dst_block_stride=("<H", 56),
+    dst_repeat_stride=("<H", 58), repeat=("B", 60), data_bits=("B", 61), mask_mode=("B", 62),
+)  # fmt: skip
+_UNARY = ("UNARY_OP", "VCOPY_OP", "VREDUCEV2_UNARY", "VCONV_DST_S4_OP", "VMRGSORT4_OP_C220")
+layout(
+    _UNARY, 96, 16, dst=("<Q", 0), src=("<Q", 8), mask0=("<Q", 48), mask1=("<Q", 56), dst_block_size=("<Q", 64),
+    src_block_size=("<Q", 72), dst_block_stride=("<H", 80), src_block_stride=("<H", 82),
+    dst_repeat_stride=("<H", 84), src_repeat_stride=("<H", 86), repeat=("B", 88), dst_block_num=("B", 89),
+    src_block_num=("B", 90), dst_data_bits=("B", 91), src_data_bits=("B", 92), mask_mode=("B", 93),
+)  # fmt: skip
+_BINARY = ("BINARY_OP", "TERNARY_OP", "VREDUCEV2_BINARY", "VSEL_OP")
+layout(
+    _BINARY, 104, 24, dst=("<Q", 0), src0=("<Q", 8), src1=("<Q", 16), mask0=("<Q", 56), mask1=("<Q", 64),
+    dst_block_stride=("<H", 72), src0_block_stride=("<H", 74), src1_block_stride=("<H", 76),
+    dst_repeat_stride=("<H", 78), src0_repeat_stride=("<H", 80), src1_repeat_stride=("<H", 82),
+    dst_block_size=("<H", 84), src0_block_size=("<H", 86), src1_block_size=("<H", 88), repeat=("B", 90),
+    dst_block_num=("B", 91), src0_block_num=("B", 92), src1_block_num=("B", 93), dst_data_bits=("B", 94),
+    src0_data_bits=("B", 95), src1_data_bits=("B", 96), mask_mode=("B", 97),
+)  # fmt: skip
+layout(
+    ("REDUCE_OP",), 88, 16, dst=("<Q", 0), src=("<Q", 8), mask0=("<Q", 48), mask1=("<Q", 56),
+    src_block_stride=("<H", 64), dst_repeat_stride=("<H", 66), src_repeat_stride=("<H", 68),
+    dst_repeat_length=("<H", 70), dst_align_size=("<H", 72), repeat=("B", 74), dst_block_num=("B", 75),
+    src_block_num=("B", 76), dst_block_size=("B", 77), src_block_size=("B", 78), dst_data_bits=("B", 79),
+    src_data_bits=("B", 80), dst_data_bits_factor=("B", 81), mask_mode=("B", 82),
+)  # fmt: skip
+layout(
+    ("VREDUCEV2",), 104, 24, dst=("<Q", 0), src0=("<Q", 8), src1=("<Q", 16), mask0=("<Q", 56), mask1=("<Q", 64),
+    cmp0=("<Q", 72), cmp1=("<Q", 80), repeat=("<H", 88), src0_repeat_stride=("<H", 90),
+    src1_repeat_stride=("B", 92), src0_block_stride=("B", 93), data_bytes=("B", 94), pattern_mode=("B", 95),
+    mask_mode=("B", 96),
+)  # fmt: skip
+layout(
+    ("VGATHER",), 88, 16, dst=("<Q", 0), src=("<Q", 8), dst_block_size=("<I", 64), src_block_size=("<I", 68),
+    dst_repeat_stride=("<H", 76), dst_block_num=("<H", 78), src_block_num=("<H", 80), dst_align=("<H", 82),
+    dst_block_stride=("B", 84), dst_repeat=("B", 85), dst_data_bits=("B", 86),
+)  # fmt: skip
+layout(
+    ("ELEMENT",), 48, 0, addr=("<Q", 32), block_size=("<H", 40), block_num=("<H", 42), align=("<H", 44),
+    data_bits=("B", 46), access=("B", 47),
+)  # fmt: skip
+layout(("CMPMASK_OP",), 56, 0, addr=("<Q", 32), size=("<Q", 40), access=("B", 48))
+layout(
+    ("SCATTERVNCHWCONV",), 104, 0, dst0_l=("<Q", 32), dst0_h=("<Q", 40), dst1_l=("<Q", 48), dst1_h=("<Q", 56),
+    src0_l=("<Q", 64), src0_h=("<Q", 72), src1_l=("<Q", 80), src1_h=("<Q", 88), dst_stride=("<H", 96),
+    src_stride=("<H", 98), repeat=("B", 100), dst_high=("B", 101), src_high=("B", 102), data_type=("B", 103),
+)  # fmt: skip
+layout(("VBS32_A5",), 64, 24, dst=("<Q", 0), src0=("<Q", 8), src1=("<Q", 16), repeat=("B", 56), data_type=("B", 57))
+layout(
+    ("VEC_REGPROPCOOR_OP",), 56, 16, dst=("<Q", 0), src=("<Q", 8), data_type=("B", 48), region=("B", 49),
+    repeat=("B", 50), extract=("B", 51),
+)  # fmt: skip
+layout(
+    ("VMRGSORT4_OP_C310",), 64, 8, dst=("<Q", 0), **{f"src{i}": ("<H", 40 + 2 * i) for i in range(4)},
+    **{f"num{i}": ("<H", 48 + 2 * i) for i in range(4)}, repeat=("B", 56), valid=("B", 57), all_stored=("B", 58),
+)  # fmt: skip
+layout(
+    ("MATRIX_MUL_OP",), 96, 32, dst=("<Q", 0), src0=("<Q", 8), src1=("<Q", 16), src0_repeat_stride=("<H", 64),
+    dst_block_size=("<H", 66), src0_block_size=("<H", 68), src1_block_size=("<H", 70), src0_repeat=("<H", 72),
+    dst_block_num=("<H", 74), src0_block_num=("<H", 76), src1_block_num=("<H", 78), cmatrix_source=("B", 86),
+    cmatrix_init=("B", 87), unit_flag=("B", 88),
+)  # fmt: skip
+layout(
+    ("MMAD_A5",), 80, 24, dst=("<Q", 0), src0=("<Q", 8), src1=("<Q", 16), dst_block_num=("<H", 62),
+    src0_block_num=("<H", 64), src1_block_num=("<H", 66), cmatrix_source=("B", 74), cmatrix_init=("B", 75),
+    unit_flag=("B", 76),
+)  # fmt: skip
+layout(
+    ("LOAD_2D",), 64, 0, dst=("<Q", 32), src=("<Q", 40), base_idx=("<H", 48), src_stride=("<H", 50),
+    dst_stride=("<H", 52), block_size=("<H", 54), repeat=("<H", 56), dst_mem=("B", 58), src_mem=("B", 59),
+    dec=("<I", 60),
+)  # fmt: skip
+layout(
+    ("LOAD_2D_SPARSE",), 56, 0, dst=("<Q", 32), src0=("<I", 40), src1=("<I", 44), start=("<H", 48),
+    repeat=("B", 50), dst_mem=("B", 51), src_mem=("B", 52),
+)  # fmt: skip
+layout(
+    ("LOAD_2D_TRANSPOSE",), 64, 0, dst=("<Q", 32), src=("<Q", 40), index=("<H", 48), src_stride=("<H", 50),
+    dst_stride=("<H", 52), dst_frac_stride=("<H", 54), repeat=("B", 56), addr_mode=("B", 57), data_type=("B", 58),
+    dst_mem=("B", 59), src_mem=("B", 60),
+)  # fmt: skip
+layout(
+    ("LOAD_L1_2D",), 72, 0, dst=("<Q", 32), src=("<Q", 40), m_start=("<H", 48), k_start=("<H", 50),
+    m_step=("<H", 52), k_step=("<H", 54), src_stride=("<H", 56), dst_stride=("<H", 58), dst_mem=("B", 60),
+    transpose=("<I", 64), dtype=("B", 68),
+)  # fmt: skip
+layout(
+    ("LOAD_L1_2D_TRANSPOSE",), 64, 0, dst=("<Q", 32), src=("<Q", 40), repeat=("<H", 48), src_stride=("<H", 50),
+    dst_stride=("<H", 52), src_frac_stride=("<H", 54), dst_frac_stride=("<H", 56), dtype=("B", 58),
+)  # fmt: skip
+layout(
+    ("SET_2D",), 56, 0, dst=("<Q", 32), block_size=("<I", 40), repeat=("<H", 44), block_num=("<H", 46),
+    gap=("<H", 48), dst_mem=("B", 50),
+)  # fmt: skip
+layout(("DECOMPRESS_HEADER",), 48, 0, src=("<Q", 32), n_block=("<H", 40), src_mem=("B", 42))
+layout(
+    ("LOAD_B2",), 56, 0, dst=("<Q", 32), src=("<Q", 40), repeat=("B", 48), data_type=("B", 49), dst_mem=("B", 50),
+    src_mem=("B", 51),
+)  # fmt: skip
+layout(
+    ("BROADCAST",), 64, 0, dst=("<Q", 32), src=("<Q", 40), n_burst=("B", 48), len_burst=("B", 49),
+    src_gap=("B", 50), dst_gap=("B", 51), repeat_on=("B", 52), src_type=("B", 53), dst_type=("B", 54),
+    dst_mem=("B", 55), src_mem=("B", 56),
+)  # fmt: skip
+layout(
+    ("MSTX_STUB",), 272, 8, interface=("<I", 0), error=("B", 40),
+    cross_addr=("<Q", 48), cross_flag=("<H", 56), cross_pipe=("<I", 60), cross_more=("B", 64), cross_merge=("B", 65),
+    h_src=("<Q", 48), h_dst=("<Q", 56), h_src_count=("<Q", 64), h_dst_count=("<Q", 72), h_src_stride=("<Q", 80),
+    h_dst_stride=("<Q", 88), h_src_rs=("<Q", 96), h_dst_rs=("<Q", 104), h_src_ts=("<Q", 112), h_dst_ts=("<Q", 120),
+    h_repeat=("<I", 128), h_ranks=("<i", 132), h_flag=("<i", 136),
+    v_src_len=("<Q", 64), v_dst_len=("<Q", 72), v_repeat=("<I", 80),
+    b_pipe_all=("B", 65), f_event=("<i", 48), f_peer=("<i", 52), f_pipe_all=("B", 56),
+    u_dst=("<Q", 56), u_dst_bits=("B", 72), u_src=("<Q", 88), u_src_bits=("B", 104), u_mode=("B", 112),
+    u_mask0=("<Q", 120), u_mask1=("<Q", 128), u_block_num=("<I", 144), u_dst_bs=("<I", 148), u_src_bs=("<I", 152),
+    u_repeat=("<I", 156), u_dst_rs=("<I", 160), u_src_rs=("<I", 164),
+    c_dst_space=("<i", 48), c_src_space=("<i", 80), c_len=("<I", 112), c_n=("<I", 116), c_src_gap=("<I", 120),
+    c_dst_gap=("<I", 124),
+)  # fmt: skip
+
+# --- the model ---------------------------------------------------------------------------------------------------
+
+
+def _g(f: dict[str, int], k: str) -> int:
+    return int(f.get(k, 0))
+
+
+def elements(addr: int, bs: int, bstride: int, rstride: int, bits: int, r: int, k: int) -> range:
+    """Bytes of element ``k`` of repeat ``r`` (blocks of ``bs`` bytes, ``bits`` per element)."""
+    per_block = bs * 8 // bits
+    start = addr + r * rstride * bs + (k // per_block) * bstride * bs + (k % per_block) * bits // 8
+    return range(start, start + bits // 8)
+
+
+def last_set(mask0: int, mask1: int) -> int:
+    return (mask1.bit_length() + 64) if mask1 else mask0.bit_length()
+
+
+def vector_operand(
+    addr: int, bn: int, bs: int, bstride: int, rep: int, rstride: int, bits: int, mask0: int, mask1: int, mode: int,
+    *, by_repeat: bool = False, continuous: bool = False, aicube: bool = False,
+) -> set[int]:  # fmt: skip
+    """msSanitizer's MaskModeProcess, element by element."""
+    out: set[int] = set()
+    if bn == 0 or bs == 0 or aicube:
+        return out
+    if mode == 0:  # MASK_NORM
+        if rep == 0:
+            return out
+        if (mask0 == ALL and mask1 == ALL) or not (bn == 8 and bs == 32 and bits >= 16):
+            return pattern(addr, bn, bs, bstride, rep, rstride)
+        for r in range(rep):
+            for k in range(last_set(mask0, mask1)):
+                out.update(elements(addr, bs, bstride, rstride, bits, r, k))
+        return out
+    if mask0 == 0 or bits == 0 or bs * 8 // bits == 0:
+        return out
+    if continuous:
+        return set(range(addr, addr + mask0 * bits * rep // 8))
+    if by_repeat:
+        for r in range(rep):
+            for k in range(mask0):
+                out.update(elements(addr, bs, bstride, rstride, bits, r, k))
+        return out
+    per_repeat = bn * (bs * 8 // bits)
+    for i in range(mask0):
+        out.update(elements(addr, bs, bstride, rstride, bits, i // per_repeat, i % per_repeat))
+    return out
+
+
+def acc(kind: int, nbytes: set[int], block: int, space: int = UBS, pipe: int = V) -> list[Access]:
+    return [Access(kind, space, pipe, block, frozenset(nbytes))] if nbytes else []
+
+
+AICUBE = False  # the block type the model assumes (tests set it with the context they decode under)
+
+
+@rule("VEC_DUP")
+def _vec_dup(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    w = vector_operand(g("dst"), 8, 32, g("dst_block_stride"), g("repeat"), g("dst_repeat_stride"), g("data_bits"),
+                       g("mask0"), g("mask1"), g("mask_mode"), aicube=AICUBE)  # fmt: skip
+    return [*acc(WRITE, w, g("block_id"))]
+
+
+@rule(*_UNARY)
+def _unary(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    out = []
+    for kind, p in ((READ, "src"), (WRITE, "dst")):
+        special = dict(
+            by_repeat=name == "VCOPY_OP" or (name == "VREDUCEV2_UNARY" and kind == READ),
+            continuous=name == "VREDUCEV2_UNARY" and kind == WRITE,
+        )
+        nbytes = vector_operand(g(p), g(f"{p}_block_num"), g(f"{p}_block_size"), g(f"{p}_block_stride"), g("repeat"),
+                                g(f"{p}_repeat_stride"), g(f"{p}_data_bits"), g("mask0"), g("mask1"), g("mask_mode"),
+                                aicube=AICUBE, **special)  # fmt: skip
+        out += acc(kind, nbytes, g("block_id"))
+    return out
+
+
+def _binary_operand(f: dict[str, int], p: str) -> set[int]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    return vector_operand(g(p), g(f"{p}_block_num"), g(f"{p}_block_size"), g(f"{p}_block_stride"), g("repeat"),
+                          g(f"{p}_repeat_stride"), g(f"{p}_data_bits"), g("mask0"), g("mask1"), g("mask_mode"),
+                          aicube=AICUBE)  # fmt: skip
+
+
+@rule("BINARY_OP", "TERNARY_OP", "VREDUCEV2_BINARY")
+def _binary(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    b = _g(f, "block_id")
+    dst = _binary_operand(f, "dst")
+    reads = _binary_operand(f, "src0") | _binary_operand(f, "src1") | (dst if name == "TERNARY_OP" else set())
+    return [*acc(READ, reads, b), *acc(WRITE, dst, b)]
+
+
+@rule("VSEL_OP")
+def _vsel(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    b = g("block_id")
+    reads = _binary_operand(f, "src0")
+    if g("src1_block_num") == 1 or g("src1_repeat_stride") == 1:
+        rep = g("repeat")
+        if g("mask_mode") == 1 and not AICUBE and g("src0_block_num") and g("src0_block_size") and g("mask0"):
+            per_block = g("src0_block_size") * 8 // g("src0_data_bits") if g("src0_data_bits") else 0
+            if per_block:  # msSanitizer leaves src0's cut repeat count behind for src1
+                full, rest = divmod(g("mask0"), g("src0_block_num") * per_block)
+                rep = 1 if rest else full
+        reads |= pattern(g("src1"), g("src1_block_num"), g("src1_block_size"), g("src1_block_stride"), rep,
+                         g("src1_repeat_stride"))  # fmt: skip
+    else:
+        reads |= _binary_operand(f, "src1")
+    return [*acc(READ, reads, b), *acc(WRITE, _binary_operand(f, "dst"), b)]
+
+
+@rule("REDUCE_OP")
+def _reduce(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    mask0 = g("mask0")
+    if g("mask_mode") == 1:
+        if not (g("dst_block_size") and g("dst_block_num") and g("dst_data_bits_factor")):
+            return []
+        ratio = g("src_block_num") * g("src_block_size") // g("dst_data_bits_factor") // g("dst_block_num")
+        ratio = (ratio // g("dst_block_size")) & 0xFFFF
+        if ratio == 0:
+            return []
+        mask0 = -(-mask0 // ratio)
+    r = vector_operand(g("src"), g("src_block_num"), g("src_block_size"), g("src_block_stride"), g("repeat"),
+                       g("src_repeat_stride"), g("src_data_bits"), g("mask0"), g("mask1"), g("mask_mode"),
+                       aicube=AICUBE)  # fmt: skip
+    w = vector_operand(g("dst"), g("dst_block_num"), g("dst_repeat_length"), 1, g("repeat"), g("dst_repeat_stride"),
+                       g("dst_data_bits"), mask0, g("mask1"), g("mask_mode"), aicube=AICUBE)  # fmt: skip
+    return [*acc(READ, r, g("block_id")), *acc(WRITE, w, g("block_id"))]
+
+
+PATTERNS = [0, 0x5555555555555555, 0xAAAAAAAAAAAAAAAA, 0x1111111111111111, 0x2222222222222222,
+            0x4444444444444444, 0x8888888888888888, ALL]  # fmt: skip
+
+
+@rule("VREDUCEV2")
+def _reducev2(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    db, rep = g("data_bytes"), g("repeat")
+    if g("mask_mode") == 0:
+        r = pattern(g("src0"), 8, 32, g("src0_block_stride"), rep, g("src0_repeat_stride"))
+        read = 256 // db if db else 0
+    else:
+        r = vector_operand(g("src0"), 8, 32, g("src0_block_stride"), rep, g("src0_repeat_stride"), db * 8,
+                           g("mask0"), 0, 1, by_repeat=True)  # fmt: skip
+        read = g("mask0")
+    if g("pattern_mode") == 0:
+        width = 256 // db // 8 if db else 0
+        for i in range(rep):
+            start = g("src1") + i * g("src1_repeat_stride") * 32
+            r |= set(range(start, start + width))
+        words = (g("cmp0"), g("cmp1"))
+        kept = sum((words[(i // 64) % 2] if db == 2 else words[0]) >> (i % 64) & 1 for i in range(read))
+    else:
+        kept = sum(PATTERNS[min(g("pattern_mode"), 7)] >> (i % 64) & 1 for i in range(read))
+    w = set(range(g("dst"), g("dst") + kept * rep * db)) if g("pattern_mode") <= 7 else set()
+    return [*acc(READ, r, g("block_id")), *acc(WRITE, w, g("block_id"))]
+
+
+@rule("VGATHER")
+def _vgather(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    r = pattern(g("src"), g("src_block_num"), g("src_block_size"), 1, 1, 1)
+    w = pattern(g("dst"), g("dst_block_num"), g("dst_block_size"), g("dst_block_stride"), g("dst_repeat"),
+                g("dst_repeat_stride"))  # fmt: skip
+    return [*acc(READ, r, g("block_id")), *acc(WRITE, w, g("block_id"))]
+
+
+@rule("ELEMENT", "CMPMASK_OP")
+def _element(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    size = g("size") if name == "CMPMASK_OP" else g("block_size") * g("block_num")
+    b = set(range(g("addr"), g("addr") + size))
+    a = g("access")
+    return [*acc(READ, b if a in (0, 2) else set(), g("block_id")), *acc(WRITE, b if a in (1, 2) else set(),
+                                                                          g("block_id"))]  # fmt: skip
+
+
+@rule("SCATTERVNCHWCONV")
+def _scatter(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    b8 = g("data_type") == 1
+    size = 16 if b8 else 32
+    out = []
+    for kind, p in ((READ, "src"), (WRITE, "dst")):
+        nbytes: set[int] = set()
+        stride = g(f"{p}_stride") * (2 if b8 else 1)
+        for reg in ("0_l", "0_h", "1_l", "1_h"):
+            word = g(f"{p}{reg}")
+            for i in range(4):
+                addr = ((word >> (16 * i)) & 0xFFFF) * 32 + (16 if b8 and g(f"{p}_high") else 0)
+                nbytes |= pattern(addr, 1, size, 1, g("repeat"), stride)
+        out += acc(kind, nbytes, g("block_id"))
+    return out
+
+
+@rule("VBS32_A5")
+def _vbs32(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    score = {2: 2, 3: 4}.get(g("data_type"), 1) * 32
+    r = pattern(g("src0"), 1, score, 0, g("repeat"), 1) | pattern(g("src1"), 1, 128, 0, g("repeat"), 1)
+    return [*acc(READ, r, g("block_id")), *acc(WRITE, pattern(g("dst"), 1, 256, 0, g("repeat"), 1), g("block_id"))]
+
+
+@rule("VEC_REGPROPCOOR_OP")
+def _regprop(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    if g("data_type") not in (2, 3) or g("region") > 5:
+        return []
+    size = 2 if g("data_type") == 2 else 4
+    packed = pattern(g("src"), 1, 16 * size, 0, g("repeat"), 1)
+    spread = pattern(g("dst") + size * g("region"), 16, size, 8, g("repeat"), 128)
+    first, second = (WRITE, READ) if g("extract") else (READ, WRITE)
+    return [*acc(first, packed, g("block_id")), *acc(second, spread, g("block_id"))]
+
+
+@rule("VMRGSORT4_OP_C310")
+def _vms4(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    nums = [g(f"num{i}") for i in range(4)]
+    valid = [bool(g("valid") >> i & 1) for i in range(4)]
+    empty = any(v and n == 0 for v, n in zip(valid, nums, strict=True))
+    b = g("block_id")
+    if g("all_stored") or g("repeat") == 1:
+        if empty:
+            return []
+        r: set[int] = set()
+        for i in range(4):
+            if valid[i]:
+                r |= set(range(g(f"src{i}"), g(f"src{i}") + 8 * nums[i]))
+        total = sum(n for v, n in zip(valid, nums, strict=True) if v)
+        return [*acc(READ, r, b), *acc(WRITE, set(range(g("dst"), g("dst") + 8 * total)), b)]
+    if g("repeat") == 0 or g("valid") != 0xF or len(set(nums)) != 1 or nums[0] == 0:
+        return []
+    run = nums[0] * 32 * g("repeat")
+    return [*acc(READ, set(range(g("src0"), g("src0") + run)), b), *acc(WRITE, set(range(g("dst"), g("dst") + run)), b)]
+
+
+def _matrix(f: dict[str, int], a: set[int], b: set[int], c: set[int]) -> list[Access | Sync]:
+    blk = _g(f, "block_id")
+    out: list[Access | Sync] = [*acc(READ, a, blk, cm.SPACE["L0A"], M), *acc(READ, b, blk, cm.SPACE["L0B"], M)]
+    if not _g(f, "cmatrix_init") and not _g(f, "cmatrix_source"):
+        out += acc(READ, c, blk, cm.SPACE["L0C"], M)
+    out += acc(WRITE, c, blk, cm.SPACE["L0C"], M)
+    if _g(f, "unit_flag"):
+        out += [Sync(cm.K["SET_FLAG"], M, cm.PIPE["FIX"], 11, block=blk),
+                Sync(cm.K["WAIT_FLAG"], M, cm.PIPE["FIX"], 11, block=blk)]  # fmt: skip
+    return out
+
+
+@rule("MATRIX_MUL_OP")
+def _mmad(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    return _matrix(
+        f,
+        pattern(g("src0"), g("src0_block_num"), g("src0_block_size"), 1, g("src0_repeat"), g("src0_repeat_stride")),
+        pattern(g("src1"), g("src1_block_num"), g("src1_block_size"), 1, 1, 0),
+        pattern(g("dst"), g("dst_block_num"), g("dst_block_size"), 1, 1, 0),
+    )
+
+
+@rule("MMAD_A5")
+def _mmad_a5(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    return _matrix(
+        f,
+        set(range(g("src0"), g("src0") + 512 * g("src0_block_num"))),
+        set(range(g("src1"), g("src1") + 512 * g("src1_block_num"))),
+        set(range(g("dst"), g("dst") + 1024 * g("dst_block_num"))),
+    )
+
+
+def _move(f: dict[str, int], r: set[int], w: set[int], src: int, dst: int, pipe: int | None = None):
+    pipe = cm.move_pipe(src, dst) if pipe is None else pipe
+    if pipe is None:
+        return []
+    blk = _g(f, "block_id")
+    return [*acc(READ, r, blk, cm.MEM_SPACE[src], pipe), *acc(WRITE, w, blk, cm.MEM_SPACE[dst], pipe)]
+
+
+@rule("LOAD_2D")
+def _load_2d(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    if g("repeat") == 0:
+        return []
+    start = g("src") + g("base_idx") * 512
+    if g("dec"):
+        back = (g("repeat") - 1) * g("src_stride") * 512
+        if start < back:
+            return []
+        start -= back
+    r = {start + i * g("src_stride") * g("block_size") + k for i in range(g("repeat")) for k in range(g("block_size"))}
+    w = pattern(g("dst"), 1, g("block_size"), 0, g("repeat"), g("dst_stride"))
+    return _move(f, r, w, g("src_mem"), g("dst_mem"))
+
+
+@rule("LOAD_2D_SPARSE")
+def _load_2d_sparse(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    n = g("repeat")
+    r = set(range(g("src0") + g("start") * 512, g("src0") + (g("start") + n) * 512))
+    r |= set(range(g("src1") + g("start") * 128, g("src1") + (g("start") + n) * 128))
+    return _move(f, r, set(range(g("dst"), g("dst") + 512 * n)), g("src_mem"), g("dst_mem"))
+
+
+@rule("LOAD_2D_TRANSPOSE")
+def _load_2d_transpose(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    n = {0: 4, 1: 2, 2: 1, 3: 2}.get(g("data_type"), 1)
+    rep = g("repeat")
+    if rep == 0:
+        return []
+    start = g("src") + g("index") * n * 512
+    if g("addr_mode"):
+        if g("index") < g("src_stride") * (rep - 1):
+            return []
+        start -= n * g("src_stride") * 512 * (rep - 1)
+    r = pattern(start, n, 512, 1, rep, n * g("src_stride"))
+    w = pattern(g("dst"), n, 512, g("dst_frac_stride") + 1, rep, g("dst_stride") + 1)
+    return _move(f, r, w, g("src_mem"), g("dst_mem"))
+
+
+@rule("LOAD_L1_2D")
+def _load_l1_2d(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    m, k, t = g("m_step"), g("k_step"), g("dtype")
+    if g("transpose"):
+        if t not in (0, 1, 2, 3) or (t == 0 and m % 4) or (t == 1 and m % 2) or (t == 3 and k % 2):
+            return []
+        blocks, repeats = {0: (k * 4, m // 4), 1: (k * 2, m // 2), 2: (k, m), 3: (k // 2, m * 2)}[t]
+    else:
+        blocks, repeats = m, k
+    r = pattern(g("src") + (g("k_start") * g("src_stride") + g("m_start")) * 512, m, 512, 1, k, g("src_stride"))
+    w = pattern(g("dst"), blocks, 512, 1, repeats, g("dst_stride"))
+    return _move(f, r, w, cm.MEM["L1"], g("dst_mem"))
+
+
+@rule("LOAD_L1_2D_TRANSPOSE")
+def _load_l1_2d_transpose(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    n = {0: 4, 1: 2, 2: 1, 3: 2}.get(g("dtype"), 0)
+    r = pattern(g("src"), n, 512, g("src_frac_stride"), g("repeat"), g("src_stride"))
+    w = pattern(g("dst"), n, 512, g("dst_frac_stride"), g("repeat"), g("dst_stride"))
+    return _move(f, r, w, cm.MEM["L1"], cm.MEM["L0B"])
+
+
+@rule("SET_2D")
+def _set_2d(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    w = pattern(g("dst"), g("block_num"), g("block_size"), 1, g("repeat"), g("block_num") + g("gap"))
+    pipe = cm.PIPE["MTE2"] if g("dst_mem") == cm.MEM["L1"] else cm.PIPE["MTE1"]
+    return acc(WRITE, w, g("block_id"), cm.MEM_SPACE[g("dst_mem")], pipe)
+
+
+@rule("DECOMPRESS_HEADER")
+def _decompress(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    r = set(range(g("src"), g("src") + 32 * g("n_block")))
+    return acc(READ, r, g("block_id"), cm.MEM_SPACE[g("src_mem")], cm.PIPE["MTE2"])
+
+
+@rule("LOAD_B2")
+def _load_b2(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    size = -(-g("repeat") * (128 if g("data_type") == 1 else 64) // 512) * 512
+    return _move(f, set(range(g("src"), g("src") + size)), set(range(g("dst"), g("dst") + size)), g("src_mem"),
+                 g("dst_mem"))  # fmt: skip
+
+
+@rule("BROADCAST")
+def _broadcast(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    if not g("n_burst") or not g("len_burst"):
+        return []
+    sb = (1 if g("repeat_on") else g("len_burst")) * (2 if g("src_type") == 3 else 1)
+    r = pattern(g("src"), sb, 32, 1, g("n_burst"), g("src_gap") + sb)
+    size = 1024 if g("dst_type") == 3 else 512
+    w = pattern(g("dst"), g("len_burst"), size, 1, g("n_burst"), g("dst_gap") + g("len_burst"))
+    return _move(f, r, w, g("src_mem"), g("dst_mem"), pipe=V)
+
+
+def _pipe_all(block: int) -> list[Sync]:
+    out = []
+    for p in range(1, 12):
+        out += [Sync(cm.K["PIPE_BARRIER"], p, block=block), Sync(cm.K["SET_FLAG"], p, 0, 11, block=block),
+                Sync(cm.K["WAIT_FLAG"], p, 0, 11, block=block)]  # fmt: skip
+    return out
+
+
+MSTX_WAITS: list[tuple] = []  # the "is more" waits seen so far in the block (the model's running state)
+
+
+@rule("MSTX_STUB")
+def _mstx(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda k: _g(f, k)  # noqa: E731
+    b = g("block_id")
+    if g("error"):
+        return []
+    i = g("interface")
+    gm = cm.SPACE["GM"]
+    if i in (0, 1):
+        if i == 1 and g("cross_more"):
+            key = (g("cross_addr"), g("cross_flag"), g("cross_pipe"), g("cross_merge"), b)
+            dup = key in MSTX_WAITS[-2:]
+            MSTX_WAITS.append(key)
+            if dup:
+                return []
+        kind = cm.K["MSTX_CROSS_WAIT" if i == 1 else "MSTX_CROSS_SET"]
+        return [Sync(kind, g("cross_pipe"), 0, g("cross_flag"), g("cross_more"), g("cross_addr"), b)]
+    if i == 2:
+        flag, ranks = g("h_flag"), max(0, min(g("h_ranks"), 128))
+        src_size, dst_size = g("h_src_count") * g("h_src_ts"), g("h_dst_count") * g("h_dst_ts")
+
+        def run(base: int, size: int, rs: int) -> set[int]:
+            return pattern(base, 1, size, 0, g("h_repeat"), rs)
+
+        nr = {0: 1, 1: 1, 2: ranks, 3: ranks}.get(flag, 0)
+        nw = {0: 1, 1: ranks, 2: 1, 3: ranks}.get(flag, 0)
+        r = set().union(*[run(g("h_src") + k * g("h_src_stride") * g("h_src_ts"), src_size, g("h_src_rs"))
+                          for k in range(nr)])  # fmt: skip
+        w = set().union(*[run(g("h_dst") + k * g("h_dst_stride") * g("h_dst_ts"), dst_size, g("h_dst_rs"))
+                          for k in range(nw)])  # fmt: skip
+        return [*acc(READ, r, b, gm, 0), *acc(WRITE, w, b, gm, 0)]
+    if i == 3:
+        r = set(range(g("h_src"), g("h_src") + g("v_src_len") * g("v_repeat")))
+        w = set(range(g("h_dst"), g("h_dst") + g("v_dst_len") * g("v_repeat")))
+        return [*acc(READ, r, b, gm, 0), *acc(WRITE, w, b, gm, 0)]
+    if i == 4:
+        pre = _pipe_all(b) if g("b_pipe_all") else []
+        return [*pre, Sync(cm.K["CROSS_SET"], 0, 0, 31, block=b), Sync(cm.K["CROSS_WAIT"], 0, 0, 31, block=b)]
+    if i in (5, 6):
+        pre = _pipe_all(b) if g("f_pipe_all") else []
+        kind = cm.K["SOFT_SET" if i == 5 else "SOFT_WAIT"]
+        return [*pre, Sync(kind, 0, 0, g("f_event"), 0, g("f_peer") if i == 6 else 0, b)]
+    if i == 3000:
+        out = []
+        for kind, p, bits in ((READ, "u_src", "u_src_bits"), (WRITE, "u_dst", "u_dst_bits")):
+            stride = "u_src" if kind == READ else "u_dst"
+            nbytes = vector_operand(g(p), g("u_block_num"), 32, g(f"{stride}_bs"), g("u_repeat"), g(f"{stride}_rs"),
+                                    g(bits), g("u_mask0"), g("u_mask1"), g("u_mode"), aicube=AICUBE)  # fmt: skip
+            out += acc(kind, nbytes, b)
+        return out
+    if i == 4001:
+        src, dst = g("c_src_space"), g("c_dst_space")
+        space_mem = {v: k for k, v in cm.MEM_SPACE.items()}
+        if src not in space_mem or dst not in space_mem:
+            return []
+        n, ln = g("c_n") & 0xFFFF, g("c_len") & 0xFFFF
+        r = pattern(g("u_src"), ln, 32, 1, n, ln + (g("c_src_gap") & 0xFFFF))
+        w = pattern(g("u_dst"), ln, 32, 1, n, ln + (g("c_dst_gap") & 0xFFFF))
+        return _move(f, r, w, space_mem[src], space_mem[dst])
+    return []
+
+
+# --- running the converters --------------------------------------------------------------------------------------
+
+
+def convert(records: list[tuple[str, dict[str, int]]], block_type: int = 0, first_serial: int = 5) -> np.ndarray:
+    """Each record type's records through its converter, the events merged back into program order."""
+    context = BlockContext(block_type=block_type, chip=CHIPS["910B1"])
+    parts = []
+    by_type: dict[int, list[int]] = {}
+    for i, (name, _) in enumerate(records):
+        by_type.setdefault(cm.T[name], []).append(i)
+    for rtype, rows in by_type.items():
+        reg = CONVERTERS[rtype]
+        raw = b"".join(cm.record(records[i][0], **records[i][1])[4:] for i in rows)
+        recs = np.frombuffer(raw, dtype=reg.dtype)
+        serials = np.array(rows, dtype=np.uint64) + np.uint64(first_serial)
+        events = reg.convert(rtype, recs, serials, context)
+        parts.append(events)
+        # Each record's events come out in program order and records in order: serials never go back.
+        assert (np.diff(events["serial"].astype(np.int64)) >= 0).all()
+    merged = np.concatenate(parts)
+    return merged[np.argsort(merged["serial"], kind="stable")]
+
+
+def check(records: list[tuple[str, dict[str, int]]], block_type: int = 0) -> np.ndarray:
+    global AICUBE
+    AICUBE = block_type == 1
+    MSTX_WAITS.clear()
+    events = convert(records, block_type)
+    assert cm.expand(events, 5, len(records)) == cm.model(records)
+    return events
+
+
+def mask_bits(count: int) -> tuple[int, int]:
+    full = (1 << count) - 1
+    return full & ALL, full >> 64
+
+
+# --- hand-built records --------------------------------------------------------------------------------------------
+
+UNARY_BASE = dict(src=0x100, dst=0x4000, src_block_size=32, dst_block_size=32, src_block_num=8, dst_block_num=8,
+                  src_block_stride=1, dst_block_stride=1, src_repeat_stride=8, dst_repeat_stride=8, repeat=3,
+                  src_data_bits=16, dst_data_bits=16, block_id=2, pc=0x40)  # fmt: skip
+
+
+def test_unary_masks() -> None:
+    events = check([
+        ("UNARY_OP", dict(UNARY_BASE, mask0=ALL, mask1=ALL)),  # all ones: whole pattern
+        ("UNARY_OP", dict(UNARY_BASE, mask_mode=1, mask0=300)),  # count: 2 repeats, 2 blocks, a 12-element tail
+        ("UNARY_OP", dict(UNARY_BASE, mask_mode=1, mask0=128)),  # exactly one repeat
+        ("UNARY_OP", dict(UNARY_BASE, mask_mode=1, mask0=0)),  # nothing
+        ("UNARY_OP", dict(UNARY_BASE, mask0=0xFF, mask1=0)),  # norm, eligible: first 8 elements of each repeat
+        ("UNARY_OP", dict(UNARY_BASE, mask0=0x1, mask1=0x100)),  # up to bit 72 (73 elements)
+        ("UNARY_OP", dict(UNARY_BASE, mask0=0xF0, src_data_bits=8, dst_data_bits=8)),  # 8-bit: mask ignored
+        ("UNARY_OP", dict(UNARY_BASE, mask0=0xF0, src_block_num=4)),  # not 8 blocks: mask ignored
+        ("UNARY_OP", dict(UNARY_BASE, mask0=ALL, mask1=ALL, repeat=0)),  # no repeat
+        ("VCOPY_OP", dict(UNARY_BASE, mask_mode=1, mask0=40, src_repeat_stride=9)),  # 40 per repeat, tails
+        ("VREDUCEV2_UNARY", dict(UNARY_BASE, mask_mode=1, mask0=20)),  # read per repeat, written back to back
+        ("VCONV_DST_S4_OP", dict(UNARY_BASE, mask_mode=1, mask0=17, dst_data_bits=32, dst_block_size=32)),
+    ])  # fmt: skip
+    assert set(events["space"]) == {UBS} and set(events["pipe"]) == {V}
+    assert set(events["block_id"]) == {2} and set(events["pc"]) == {0x40}
+
+
+def test_unary_count_splits_into_at_most_three_events() -> None:
+    events = convert([("UNARY_OP", dict(UNARY_BASE, mask_mode=1, mask0=300))])
+    reads = events[events["kind"] == READ]
+    assert len(reads) == 3
+    assert list(reads["repeat"]) == [2, 1, 1] and list(reads["block_num"]) == [8, 2, 1]
+    assert list(reads["block_size"]) == [32, 32, 24]
+
+
+def test_vcopy_tail_per_repeat_when_not_compact() -> None:
+    # 40 halves per repeat: 2 blocks and a 16-byte tail; 9 x 32 = 288 bytes between tails: gcd 16 -> one event.
+    events = convert([("VCOPY_OP", dict(UNARY_BASE, mask_mode=1, mask0=40, src_repeat_stride=9))])
+    assert len(events) == 4
+    # An odd tail (7 bytes is impossible: use 8-bit data, 3 elements) with a huge repeat distance.
+    odd = dict(UNARY_BASE, mask_mode=1, mask0=3, src_data_bits=8, src_repeat_stride=0xFFFF, dst_data_bits=8)
+    events = check([("VCOPY_OP", odd)])
+    assert (events["kind"] == READ).sum() == 3  # one event per repeat, as msSanitizer makes them
+
+
+def test_aicube_drops_masked_vector_events() -> None:
+    events = check([("UNARY_OP", dict(UNARY_BASE, mask0=ALL, mask1=ALL)), ("VGATHER", dict(src=0, dst=64,
+                    src_block_num=1, src_block_size=32, dst_block_num=1, dst_block_size=32, dst_repeat=1))],
+                   block_type=1)  # fmt: skip
+    assert set(events["serial"]) == {6}
+
+
+BINARY_BASE = dict(src0=0x0, src1=0x1000, dst=0x2000, repeat=2, mask_mode=1, mask0=200,
+                   **{f"{p}_{k}": v for p in ("src0", "src1", "dst")
+                      for k, v in (("block_num", 8), ("block_size", 32), ("block_stride", 1), ("repeat_stride", 8),
+                                   ("data_bits", 32))})  # fmt: skip
+
+
+def test_binary_ternary_vsel() -> None:
+    events = check([
+        ("BINARY_OP", BINARY_BASE),
+        ("TERNARY_OP", dict(BINARY_BASE, mask0=10)),
+        ("VREDUCEV2_BINARY", dict(BINARY_BASE, mask0=70)),
+        ("BINARY_OP", dict(BINARY_BASE, mask_mode=0, mask0=0xFFFF, mask1=0)),
+        ("VSEL_OP", dict(BINARY_BASE, src1_block_num=1, mask0=100)),  # mode 1: select mask unmasked
+        ("VSEL_OP", dict(BINARY_BASE, mask0=100)),
+        ("VSEL_OP", dict(BINARY_BASE, mask_mode=0, src1_repeat_stride=1, mask0=ALL, mask1=ALL)),
+    ])  # fmt: skip
+    ternary = events[events["serial"] == 6]
+    # src0 and src1 read (a full block and a 2-element tail each), then each piece of the destination read and
+    # written (msSanitizer's MEMCPY_BLOCKS access, split as its race detector splits it).
+    assert list(ternary["kind"]) == [READ] * 4 + [READ, WRITE] * 2
+
+
+def test_reduce_and_reducev2() -> None:
+    base = dict(src=0, dst=0x800, src_block_num=8, src_block_size=32, src_block_stride=1, src_repeat_stride=8,
+                src_data_bits=16, dst_block_num=1, dst_block_size=2, dst_repeat_length=2, dst_repeat_stride=1,
+                dst_data_bits=16, dst_data_bits_factor=1, repeat=4)  # fmt: skip
+    check([
+        ("REDUCE_OP", dict(base, mask0=ALL, mask1=ALL)),
+        ("REDUCE_OP", dict(base, mask_mode=1, mask0=300)),  # ratio 128: 3 results
+        ("REDUCE_OP", dict(base, mask_mode=1, mask0=300, dst_data_bits_factor=0)),  # dropped
+        ("VREDUCEV2", dict(src0=0, src1=0x400, dst=0x800, repeat=3, src0_repeat_stride=8, src0_block_stride=1,
+                           src1_repeat_stride=1, data_bytes=2, cmp0=0xF0F0, cmp1=0xFF)),
+        ("VREDUCEV2", dict(src0=0, src1=0x400, dst=0x800, repeat=2, src0_repeat_stride=8, src0_block_stride=1,
+                           data_bytes=4, pattern_mode=3, mask_mode=1, mask0=50)),
+    ])  # fmt: skip
+
+
+def test_other_vector_records() -> None:
+    va = sum((0x10 + i) << (16 * i) for i in range(4))
+    check([
+        ("VEC_DUP", dict(dst=0x200, repeat=2, dst_block_stride=1, dst_repeat_stride=8, data_bits=16, mask_mode=1,
+                         mask0=150)),
+        ("VGATHER", dict(src=0x40, dst=0x1000, src_block_num=2, src_block_size=32, dst_block_num=8, dst_block_size=32,
+                         dst_block_stride=1, dst_repeat=2, dst_repeat_stride=8, dst_align=32)),
+        ("ELEMENT", dict(addr=0x10, block_size=4, block_num=3, access=1)),
+        ("CMPMASK_OP", dict(addr=0x20, size=16, access=0)),
+        ("CMPMASK_OP", dict(addr=0x20, size=16, access=2)),
+        ("SCATTERVNCHWCONV", dict(src0_l=va, src0_h=va + 1, src1_l=va + 2, src1_h=va + 3, dst0_l=va << 1,
+                                  dst0_h=va, dst1_l=va, dst1_h=va, repeat=2, src_stride=1, dst_stride=2,
+                                  data_type=1, src_high=1)),
+        ("VBS32_A5", dict(src0=0, src1=0x100, dst=0x200, repeat=2, data_type=3)),
+        ("VEC_REGPROPCOOR_OP", dict(src=0, dst=0x400, data_type=2, region=3, repeat=2)),
+        ("VEC_REGPROPCOOR_OP", dict(src=0, dst=0x400, data_type=3, region=1, repeat=1, extract=1)),
+        ("VEC_REGPROPCOOR_OP", dict(src=0, dst=0x400, data_type=1, region=1, repeat=1)),  # dropped
+        ("VMRGSORT4_OP_C310", dict(dst=0x800, src0=0, src1=0x40, src2=0x80, src3=0xC0, num0=2, num1=3, num2=0,
+                                   num3=1, valid=0b1011, repeat=1)),
+        ("VMRGSORT4_OP_C310", dict(dst=0x800, src0=0, num0=4, num1=4, num2=4, num3=4, valid=0xF, repeat=3)),
+    ])  # fmt: skip
+
+
+def test_cube_records() -> None:
+    mem = cm.MEM
+    events = check([
+        ("MATRIX_MUL_OP", dict(src0=0, src1=0, dst=0, src0_block_num=2, src0_block_size=512, src0_repeat=2,
+                               src0_repeat_stride=4, src1_block_num=4, src1_block_size=512, dst_block_num=4,
+                               dst_block_size=1024, unit_flag=1)),
+        ("MATRIX_MUL_OP", dict(src0=0, src1=0, dst=0x400, src0_block_num=1, src0_block_size=512, src0_repeat=1,
+                               src1_block_num=1, src1_block_size=512, dst_block_num=1, dst_block_size=1024,
+                               cmatrix_init=1)),
+        ("MMAD_A5", dict(src0=0x200, src1=0, dst=0, src0_block_num=2, src1_block_num=1, dst_block_num=2)),
+        ("LOAD_2D", dict(src=0x1000, dst=0, base_idx=2, src_stride=3, dst_stride=1, block_size=512, repeat=3,
+                         src_mem=mem["L1"], dst_mem=mem["L0A"])),
+        ("LOAD_2D", dict(src=0x1000, dst=0, base_idx=2, src_stride=1, dst_stride=1, block_size=512, repeat=3,
+                         src_mem=mem["GM"], dst_mem=mem["L0B"], dec=1)),
+        ("LOAD_2D", dict(src=0, dst=0, base_idx=0, src_stride=1, block_size=512, repeat=3, src_mem=mem["L1"],
+                         dst_mem=mem["L0A"], dec=1)),  # below address 0: dropped
+        ("LOAD_2D_SPARSE", dict(src0=0x100, src1=0x8000, dst=0, start=1, repeat=2, src_mem=mem["L1"],
+                                dst_mem=mem["L0B"])),
+        ("LOAD_2D_TRANSPOSE", dict(src=0, dst=0, index=1, src_stride=1, dst_stride=3, dst_frac_stride=1, repeat=2,
+                                   data_type=1, src_mem=mem["L1"], dst_mem=mem["L0B"])),
+        ("LOAD_L1_2D", dict(src=0, dst=0, m_start=1, k_start=1, m_step=2, k_step=2, src_stride=4, dst_stride=2,
+                            dst_mem=mem["L0A"])),
+        ("LOAD_L1_2D", dict(src=0, dst=0, m_step=4, k_step=2, src_stride=4, dst_stride=2, dst_mem=mem["L0B"],
+                            transpose=1, dtype=1)),
+        ("LOAD_L1_2D_TRANSPOSE", dict(src=0, dst=0, repeat=2, src_stride=4, dst_stride=4, src_frac_stride=1,
+                                      dst_frac_stride=2, dtype=0)),
+        ("SET_2D", dict(dst=0x40, block_size=32, repeat=2, block_num=2, gap=1, dst_mem=mem["L1"])),
+        ("DECOMPRESS_HEADER", dict(src=0x100, n_block=3, src_mem=mem["GM"])),
+        ("LOAD_B2", dict(src=0, dst=0, repeat=9, data_type=1, src_mem=mem["L1"], dst_mem=mem["L0B"])),
+        ("BROADCAST", dict(src=0, dst=0, n_burst=2, len_burst=2, src_gap=1, dst_gap=1, src_type=3, dst_type=3,
+                           src_mem=mem["UB"], dst_mem=mem["L0C"])),
+    ])  # fmt: skip
+    assert set(events[events["serial"] == 5]["kind"]) >= {cm.K["SET_FLAG"], cm.K["WAIT_FLAG"]}
+
+
+def test_mstx_records() -> None:
+    pipe = cm.PIPE
+    check([
+        ("MSTX_STUB", dict(interface=0, cross_addr=0x9000, cross_flag=3, cross_pipe=pipe["MTE3"], block_id=1)),
+        ("MSTX_STUB", dict(interface=1, cross_addr=0x9000, cross_flag=3, cross_pipe=pipe["MTE2"], cross_more=1)),
+        ("MSTX_STUB", dict(interface=1, cross_addr=0x9000, cross_flag=3, cross_pipe=pipe["MTE2"], cross_more=1)),
+        ("MSTX_STUB", dict(interface=1, cross_addr=0x9040, cross_flag=4, cross_pipe=pipe["MTE2"], cross_more=1)),
+        ("MSTX_STUB", dict(interface=1, cross_addr=0x9000, cross_flag=3, cross_pipe=pipe["MTE2"], cross_more=1)),
+        ("MSTX_STUB", dict(interface=0, cross_addr=0x9000, error=1)),
+        ("MSTX_STUB", dict(interface=2, h_flag=0, h_src=0x1000, h_dst=0x8000, h_src_count=4, h_dst_count=4,
+                           h_src_ts=4, h_dst_ts=4, h_repeat=2, h_src_rs=2, h_dst_rs=3)),
+        ("MSTX_STUB", dict(interface=2, h_flag=1, h_src=0x1000, h_dst=0x8000, h_src_count=4, h_dst_count=4,
+                           h_src_ts=2, h_dst_ts=2, h_dst_stride=16, h_repeat=1, h_ranks=4)),
+        ("MSTX_STUB", dict(interface=2, h_flag=2, h_src=0x1000, h_dst=0x8000, h_src_count=8, h_dst_count=8,
+                           h_src_ts=1, h_dst_ts=1, h_src_stride=64, h_repeat=1, h_ranks=3)),
+        ("MSTX_STUB", dict(interface=2, h_flag=3, h_src=0x1000, h_dst=0x8000, h_src_count=8, h_dst_count=8,
+                           h_src_ts=1, h_dst_ts=1, h_src_stride=32, h_dst_stride=32, h_repeat=1, h_ranks=2)),
+        ("MSTX_STUB", dict(interface=3, h_src=0x100, h_dst=0x200, v_src_len=16, v_dst_len=8, v_repeat=3)),
+        ("MSTX_STUB", dict(interface=4, b_pipe_all=1, block_id=3)),
+        ("MSTX_STUB", dict(interface=5, f_event=2, f_peer=-1)),
+        ("MSTX_STUB", dict(interface=6, f_event=2, f_peer=5, f_pipe_all=1)),
+        ("MSTX_STUB", dict(interface=3000, u_src=0, u_dst=0x400, u_src_bits=16, u_dst_bits=16, u_mode=1, u_mask0=40,
+                           u_block_num=8, u_src_bs=1, u_dst_bs=1, u_repeat=2, u_src_rs=8, u_dst_rs=8)),
+        ("MSTX_STUB", dict(interface=4001, c_src_space=cm.SPACE["GM"], c_dst_space=cm.SPACE["UB"], u_src=0x1000,
+                           u_dst=0x40, c_len=2, c_n=3, c_src_gap=1)),
+    ])  # fmt: skip
+
+
+# --- through a whole record buffer ---------------------------------------------------------------------------------
+
+
+def test_through_the_slot_decoder() -> None:
+    records = [
+        ("DMA_MOV", dict(src=0x1000, dst=0x100, n_burst=1, len_burst=8, src_mem=cm.MEM["GM"], dst_mem=cm.MEM["UB"])),
+        ("UNARY_OP", dict(UNARY_BASE, src=0x100, mask_mode=1, mask0=300)),
+        ("BINARY_OP", BINARY_BASE),
+        ("MSTX_STUB", dict(interface=0, cross_addr=0x9000, cross_flag=3, cross_pipe=cm.PIPE["MTE3"])),
+        ("MATRIX_MUL_OP", dict(src0=0, src1=0, dst=0, src0_block_num=1, src0_block_size=512, src0_repeat=1,
+                               src1_block_num=1, src1_block_size=512, dst_block_num=1, dst_block_size=1024)),
+        ("VCOPY_OP", dict(UNARY_BASE, mask_mode=1, mask0=40)),
+    ]  # fmt: skip
+    global AICUBE
+    AICUBE = False
+    MSTX_WAITS.clear()
+    data = cm.slot([cm.record(name, **fields) for name, fields in records])
+    heads = rb.read_heads(data)
+    decoder = rb.SlotDecoder(heads, BlockContext(block_type=0, chip=CHIPS["910B1"]), 7)
+    events, used = decoder.feed(memoryview(data)[rb.HEADS_SIZE :], True)
+    assert used == len(data) - rb.HEADS_SIZE
+    assert decoder.problems() == []
+    assert decoder.records == len(records)
+    assert cm.expand(events, 7, len(records)) == cm.model(records)
+
+
+# --- properties ----------------------------------------------------------------------------------------------------
+
+_BITS = st.sampled_from([8, 16, 32])
+_MASK = st.one_of(st.just(ALL), st.integers(0, ALL), st.integers(0, 300))
+
+
+@st.composite
+def vector_operand_fields(draw: st.DrawFn, prefix: str, block_size: st.SearchStrategy[int]) -> dict[str, int]:
+    return {
+        prefix: draw(st.integers(0, 1 << 16)) * 32,
+        f"{prefix}_block_num": draw(st.sampled_from([0, 1, 2, 8])),
+        f"{prefix}_block_size": draw(block_size),
+        f"{prefix}_block_stride": draw(st.integers(0, 3)),
+        f"{prefix}_repeat_stride": draw(st.integers(0, 12)),
+        f"{prefix}_data_bits": draw(_BITS),
+    }
+
+
+@st.composite
+def masked_record(draw: st.DrawFn, name: str, operands: tuple[str, ...]) -> tuple[str, dict[str, int]]:
+    f: dict[str, int] = {"repeat": draw(st.integers(0, 6)), "mask_mode": draw(st.integers(0, 1))}
+    for p in operands:
+        f.update(draw(vector_operand_fields(p, st.sampled_from([32, 32, 16, 64]))))
+    if f["mask_mode"]:
+        f["mask0"] = draw(st.integers(0, 700))
+    else:
+        f["mask0"], f["mask1"] = draw(_MASK), draw(st.one_of(st.just(ALL), st.integers(0, 0xFF)))
+    f["block_id"] = draw(st.integers(0, 40))
+    return name, f
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.sampled_from(_UNARY).flatmap(lambda n: masked_record(n, ("src", "dst"))),
+    st.sampled_from(_BINARY).flatmap(lambda n: masked_record(n, ("src0", "src1", "dst"))),
+), min_size=1, max_size=6), st.sampled_from([0, 1]))  # fmt: skip
+def test_property_masked_vector_ops(records: list[tuple[str, dict[str, int]]], block_type: int) -> None:
+    check(records, block_type)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.builds(
+    lambda rep, mode, m0, m1, cmp0, cmp1, db, pm, s0, s1, bs: ("VREDUCEV2", dict(
+        src0=0x100, src1=0x4000, dst=0x8000, repeat=rep, mask_mode=mode, mask0=m0, mask1=m1, cmp0=cmp0, cmp1=cmp1,
+        data_bytes=db, pattern_mode=pm, src0_repeat_stride=s0, src1_repeat_stride=s1, src0_block_stride=bs)),
+    st.integers(0, 5), st.integers(0, 1), st.integers(0, 200), st.integers(0, ALL), st.integers(0, ALL),
+    st.integers(0, ALL), st.sampled_from([2, 4]), st.integers(0, 9), st.integers(0, 9), st.integers(0, 9),
+    st.integers(0, 2)), min_size=1, max_size=4))  # fmt: skip
+def test_property_reducev2(records: list[tuple[str, dict[str, int]]]) -> None:
+    check(records)
+
+
+_MEMS = st.sampled_from([cm.MEM[k] for k in ("L1", "L0A", "L0B", "GM", "UB", "L0C")])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(
+    st.builds(lambda s, b, ss, ds, bs, rep, sm, dm, dec: ("LOAD_2D", dict(
+        src=s * 512, base_idx=b, src_stride=ss, dst_stride=ds, block_size=bs, repeat=rep, src_mem=sm, dst_mem=dm,
+        dec=dec)), st.integers(0, 64), st.integers(0, 8), st.integers(0, 4), st.integers(0, 4),
+        st.sampled_from([32, 512]), st.integers(0, 4), _MEMS, _MEMS, st.integers(0, 1)),
+    st.builds(lambda ms, ks, m, k, ss, ds, t, dt, dm: ("LOAD_L1_2D", dict(
+        src=0x1000, m_start=ms, k_start=ks, m_step=m, k_step=k, src_stride=ss, dst_stride=ds, transpose=t,
+        dtype=dt, dst_mem=dm)), st.integers(0, 3), st.integers(0, 3), st.integers(0, 8), st.integers(0, 4),
+        st.integers(0, 8), st.integers(0, 8), st.integers(0, 1), st.integers(0, 4), _MEMS),
+    st.builds(lambda a, b, c, rep, init, src, unit: ("MATRIX_MUL_OP", dict(
+        src0=0, src1=0x400, dst=0x800, src0_block_num=a, src0_block_size=512, src0_repeat=rep,
+        src0_repeat_stride=a, src1_block_num=b, src1_block_size=512, dst_block_num=c, dst_block_size=1024,
+        cmatrix_init=init, cmatrix_source=src, unit_flag=unit)), st.integers(0, 4), st.integers(0, 4),
+        st.integers(0, 4), st.integers(0, 3), st.integers(0, 1), st.integers(0, 1), st.integers(0, 1)),
+), min_size=1, max_size=5))  # fmt: skip
+def test_property_cube(records: list[tuple[str, dict[str, int]]]) -> None:
+    check(records)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(
+    st.builds(lambda i, addr, flag, p, more, merge, err, blk: ("MSTX_STUB", dict(
+        interface=i, cross_addr=addr, cross_flag=flag, cross_pipe=p, cross_more=more, cross_merge=merge, error=err,
+        block_id=blk)), st.integers(0, 1), st.sampled_from([0x9000, 0x9040]), st.integers(0, 2), st.integers(1, 5),
+        st.integers(0, 1), st.integers(0, 1), st.integers(0, 1), st.integers(0, 1)),
+    st.builds(lambda flag, ranks, sc, dc, ss, ds, rep, srs, drs: ("MSTX_STUB", dict(
+        interface=2, h_flag=flag, h_ranks=ranks, h_src=0x1000, h_dst=0x9000, h_src_count=sc, h_dst_count=dc,
+        h_src_ts=2, h_dst_ts=4, h_src_stride=ss, h_dst_stride=ds, h_repeat=rep, h_src_rs=srs, h_dst_rs=drs)),
+        st.integers(-1, 4), st.integers(-2, 6), st.integers(0, 9), st.integers(0, 9), st.integers(0, 40),
+        st.integers(0, 40), st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
+), min_size=1, max_size=8))  # fmt: skip
+def test_property_mstx(records: list[tuple[str, dict[str, int]]]) -> None:
+    check(records)
+
+
+def test_struct_sizes_match_the_layouts() -> None:
+    for name in ("UNARY_OP", "BINARY_OP", "VEC_DUP", "REDUCE_OP", "VREDUCEV2", "MSTX_STUB", "MATRIX_MUL_OP",
+                 "MMAD_A5", "LOAD_2D", "SCATTERVNCHWCONV", "VMRGSORT4_OP_C310"):  # fmt: skip
+        assert CONVERTERS[cm.T[name]].dtype.itemsize == cm.LAYOUTS[cm.T[name]].size
+    assert struct.calcsize("<QQ") == 16
