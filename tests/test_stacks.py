@@ -15,6 +15,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from sanitizerd.compat.stacks import MAX_SECTIONS, KernelBinary, KernelBinaryError, parse_file_mapping
+from sanitizerd.demangle import demangle, demangle_many
 from tests.native_build import KERNEL_SOURCE, build_kernel, compile_checked, compiler
 
 ADD = "/opt/samples/add_custom/add_custom.cpp"
@@ -87,6 +88,48 @@ def symbolizer(path: Path, addresses: list[int]) -> list[list[tuple[str, int, in
     return out
 
 
+# Templates and the standard library: thousands of DIEs, deep inlining, names that need c++filt.
+LIBRARY_HEAVY = """
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+template <int N> __attribute__((always_inline)) inline int sorted(std::vector<int> &v) {
+  std::sort(v.begin(), v.end());
+  return int(v.size()) + N;
+}
+int kernel(std::vector<int> &v, std::map<std::string, int> &m, std::unordered_map<int, std::string> &u) {
+  int r = sorted<1>(v) + sorted<2>(v);
+  for (auto &[k, x] : m) { r += x; u[x] = k; }
+  std::ostringstream os;
+  os << r;
+  m[os.str()] = r;
+  return r;
+}
+"""
+
+
+def test_a_library_heavy_binary_is_read_once_and_quickly(tmp_path: Path) -> None:
+    """Every byte of .text of a -O2 STL kernel: the unit's functions are indexed and demangled once (one c++filt),
+    so thousands of lookups take well under a second each on average and stay within the DIE budget."""
+    source = tmp_path / "library.cpp"
+    source.write_text(LIBRARY_HEAVY)
+    out = tmp_path / "library.so"
+    compile_checked([compiler("c++"), "-g", "-O2", "-fPIC", "-shared", "-o", str(out), str(source)])
+    with out.open("rb") as f:
+        text = ELFFile(f).get_section_by_name(".text")
+        start, size = text["sh_addr"], text["sh_size"]
+    began = time.perf_counter()
+    binary = KernelBinary(out.read_bytes())
+    stacks = [binary.frames(PC_START + a, PC_START) for a in range(start, start + size)]
+    elapsed = time.perf_counter() - began
+    assert binary.problem == "" and sum(1 for s in stacks if len(s) > 1) > size // 4  # inlined frames, many
+    assert any(f[3].startswith("std::") for s in stacks for f in s)  # demangled library names
+    assert elapsed < 0.002 * size + 5, elapsed
+
+
 @pytest.mark.skipif(shutil.which("llvm-symbolizer") is None, reason="no llvm-symbolizer to compare with")
 def test_every_text_address_agrees_with_llvm_symbolizer(kernels: dict[str, Path], tmp_path: Path) -> None:
     """As msSanitizer would print them (file, line, column of every frame); llvm-symbolizer names the outermost
@@ -99,11 +142,16 @@ def test_every_text_address_agrees_with_llvm_symbolizer(kernels: dict[str, Path]
         "__attribute__((always_inline)) inline int Twice(const Tile &t) { return Sum(t) + Sum(t); }\n"
         "int Kernel(Tile t) { int r = Twice(t);\n  { int k = r * 3; r += Sum(t) * k; }\n  return r; } }\n"
     )
+    library = tmp_path / "library.cpp"
+    library.write_text(LIBRARY_HEAVY)
     built = []
     for flags in (["-O0"], ["-O2"], ["-O1", "-gdwarf-4"]):
         out = tmp_path / f"k{len(built)}.so"
         compile_checked([compiler("c++"), "-g", *flags, "-fPIC", "-shared", "-nostdlib", "-o", str(out), str(source)])
         built.append(out)
+    out = tmp_path / "library.so"
+    compile_checked([compiler("c++"), "-g", "-O2", "-fPIC", "-shared", "-o", str(out), str(library)])
+    built.append(out)
     for path in [*built, kernels["shared"]]:
         with path.open("rb") as f:
             text = ELFFile(f).get_section_by_name(".text")
@@ -114,7 +162,10 @@ def test_every_text_address_agrees_with_llvm_symbolizer(kernels: dict[str, Path]
         for address, expected in zip(addresses, theirs, strict=True):
             ours = binary.frames(address + PC_START, PC_START)
             assert [f[:3] for f in ours] == [f[:3] for f in expected], (path.name, hex(address))
-            assert [f[3] for f in ours[:-1]] == [f[3] for f in expected[:-1]], (path.name, hex(address))
+            # c++filt and llvm's demangler differ in spacing ("operator< <char" / "operator<<char"), and llvm leaves
+            # some names mangled that c++filt demangles: those are not compared.
+            names = [(a[3], b[3]) for a, b in zip(ours[:-1], expected[:-1], strict=True) if not b[3].startswith("_Z")]
+            assert all(a.replace(" ", "") == b.replace(" ", "") for a, b in names), (path.name, hex(address))
 
 
 def test_no_debug_information(tmp_path: Path) -> None:
@@ -182,3 +233,11 @@ class TestHostile:
                     assert all(isinstance(f[0], str) and isinstance(f[1], int) for f in frames)
             slowest = max(slowest, time.perf_counter() - began)
         assert slowest < 2.0
+
+
+def test_demangle_many_matches_one_by_one() -> None:
+    names = ["_ZN9KernelAdd6CopyInEv", "add_custom_kernel", "_Z12DataCopyImplv", "_Znot a name", "bad\n_Z1fv"]
+    many = demangle_many(names)
+    assert many == {name: demangle(name, "full") for name in names}
+    if shutil.which("c++filt"):
+        assert many["_ZN9KernelAdd6CopyInEv"] == "KernelAdd::CopyIn()"

@@ -37,7 +37,7 @@ from elftools.dwarf.die import DIE
 from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 from elftools.elf.elffile import ELFFile
 
-from sanitizerd.demangle import demangle
+from sanitizerd.demangle import demangle, demangle_many
 
 Frame = tuple[str, int, int, str]  # (file, line, column, function)
 
@@ -50,6 +50,7 @@ MAX_INLINE_DEPTH = 64
 MAX_CACHED_PCS = 1 << 16
 MAX_MAPPING_BYTES = 16 << 20
 MAX_NAME = 4096
+MAX_DEMANGLED = 1 << 16  # names kept demangled per binary
 FILE_MAPPING_SECTION = ".init_array_sanitizer_file_mapping"
 
 _SCOPES = {"DW_TAG_subprogram", "DW_TAG_inlined_subroutine", "DW_TAG_lexical_block"}
@@ -140,6 +141,8 @@ class KernelBinary:
         self._cache: OrderedDict[int, list[Frame]] = OrderedDict()
         self._lines: dict[int, _Lines | None] = {}
         self._dies_left = MAX_DIES
+        self._scope_index: dict[int, list[tuple[int, int, DIE]]] = {}
+        self._demangled: dict[str, str] = {}
         try:
             self._elf = ELFFile(io.BytesIO(elf))
             mapping = self._elf.get_section_by_name(FILE_MAPPING_SECTION)
@@ -258,9 +261,6 @@ class KernelBinary:
                     out.append((low, high))
         return out
 
-    def _contains(self, die: DIE, unit: CompileUnit, address: int) -> bool:
-        return any(low <= address < high for low, high in self._ranges(die, unit))
-
     def _children(self, die: DIE) -> Iterator[DIE]:
         """The children of ``die``, each charged to the binary's budget of DIEs."""
         for child in die.iter_children():
@@ -269,37 +269,40 @@ class KernelBinary:
                 raise _Budget
             yield child
 
-    def _scopes(self, unit: CompileUnit, address: int) -> list[DIE]:
-        """The subprogram containing the pc and the inlined subroutines inside it, outermost first."""
-        chain: list[DIE] = []
-        parent = unit.get_top_DIE()
-        while len(chain) < MAX_INLINE_DEPTH:
-            found = None
-            pending = [parent]
-            while pending and found is None:
-                for child in self._children(pending.pop(0)):
-                    if child.tag in _SCOPES and self._contains(child, unit, address):
-                        found = child
-                        break
-                    if not chain and child.tag in _CONTAINERS and child.has_children:
-                        pending.append(child)  # functions defined inside a namespace or a class
-            if found is None:
-                break
-            if found.tag != "DW_TAG_lexical_block":
-                chain.append(found)
-            parent = found
-        return chain
+    def _inner_scopes(self, parent: DIE, unit: CompileUnit) -> list[tuple[int, int, DIE]]:
+        """The address ranges of the scopes right inside ``parent`` (for a unit: its functions, also those defined
+        in a namespace or a class), sorted; read once per parent, so a lookup costs a bisection per level."""
+        key = parent.offset
+        known = self._scope_index.get(key)
+        if known is not None:
+            return known
+        found: list[tuple[int, int, DIE]] = []
+        functions: list[DIE] = []  # at the unit level: every function, declarations too, to demangle at once
+        top = parent.tag == "DW_TAG_compile_unit"
+        pending = [parent]
+        while pending:
+            for child in self._children(pending.pop()):
+                if child.tag in _SCOPES:
+                    found.extend((low, high, child) for low, high in self._ranges(child, unit))
+                    if top and child.tag == "DW_TAG_subprogram":
+                        functions.append(child)
+                elif top and child.tag in _CONTAINERS and child.has_children:
+                    pending.append(child)
+        found.sort(key=lambda entry: (entry[0], -entry[1]))
+        self._scope_index[key] = found
+        if functions:
+            self._prefetch_names(functions)
+        return found
 
-    def _name(self, die: DIE) -> str:
-        """The function's name: its linkage name demangled, else its plain name, through abstract origins and
-        specifications (an inlined call names its function only there)."""
-        seen = 0
+    def _linkage_name(self, die: DIE) -> tuple[str, str]:
+        """(linkage name, plain name) of a function, through abstract origins and specifications (an inlined call
+        names its function only there)."""
         plain = ""
-        while die is not None and seen < 8:
+        for _ in range(8):
             attributes = die.attributes
             for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name"):
                 if key in attributes:
-                    return demangle(_text(attributes[key].value), "full")
+                    return _text(attributes[key].value), plain
             if not plain and "DW_AT_name" in attributes:
                 plain = _text(attributes["DW_AT_name"].value)
             for key in ("DW_AT_abstract_origin", "DW_AT_specification"):
@@ -308,8 +311,45 @@ class KernelBinary:
                     break
             else:
                 break
-            seen += 1
-        return plain
+        return "", plain
+
+    def _prefetch_names(self, dies: list[DIE]) -> None:
+        """Demangle the names of a level's functions with one c++filt, before lookups ask for them one by one."""
+        wanted = []
+        for die in dies:
+            linkage, _plain = self._linkage_name(die)
+            if linkage.startswith("_Z") and linkage not in self._demangled:
+                wanted.append(linkage)
+        if wanted and len(self._demangled) + len(wanted) <= MAX_DEMANGLED:
+            self._demangled.update(demangle_many(wanted))
+
+    def _scopes(self, unit: CompileUnit, address: int) -> list[DIE]:
+        """The subprogram containing the pc and the inlined subroutines inside it, outermost first."""
+        chain: list[DIE] = []
+        parent = unit.get_top_DIE()
+        while len(chain) < MAX_INLINE_DEPTH:
+            inner = self._inner_scopes(parent, unit)
+            i = bisect.bisect_right(inner, address, key=lambda entry: entry[0])
+            found = None
+            # Sibling scopes do not overlap, but one scope's several ranges may enclose another's: look back a few.
+            for low, high, die in reversed(inner[max(0, i - 16) : i]):
+                if low <= address < high:
+                    found = die
+                    break
+            if found is None:
+                break
+            if found.tag != "DW_TAG_lexical_block":
+                chain.append(found)
+            parent = found
+        return chain
+
+    def _name(self, die: DIE) -> str:
+        """The function's name: its linkage name demangled, else its plain name."""
+        linkage, plain = self._linkage_name(die)
+        if not linkage:
+            return plain
+        known = self._demangled.get(linkage)
+        return known if known is not None else demangle(linkage, "full")
 
     # --- the line table -----------------------------------------------------------------------------------------
 
@@ -340,7 +380,7 @@ class KernelBinary:
             else:  # index 0 is the compile directory, the table's first entry is 1
                 directory = comp_dir if index == 0 else directories[index - 1] if index <= len(directories) else ""
             files.append(_join(comp_dir, directory, name))
-        lines = _Lines([], [], [], [], files, 0 if version >= 5 else 1)
+        sequences: list[tuple[int, int, list[int], list[tuple[int, int, int]]]] = []
         addresses: list[int] = []
         rows: list[tuple[int, int, int]] = []
         for entry in program.get_entries():
@@ -350,21 +390,26 @@ class KernelBinary:
             if state.end_sequence:
                 if addresses:
                     order = sorted(range(len(addresses)), key=addresses.__getitem__)
-                    lines.starts.append(addresses[order[0]])
-                    lines.ends.append(state.address)
-                    lines.addresses.append([addresses[i] for i in order])
-                    lines.rows.append([rows[i] for i in order])
+                    ordered = [addresses[i] for i in order]
+                    sequences.append((ordered[0], state.address, ordered, [rows[i] for i in order]))
                 addresses, rows = [], []
                 continue
             addresses.append(state.address)
             rows.append((state.file, state.line, state.column))
+        sequences.sort(key=lambda sequence: sequence[0])
+        lines = _Lines(
+            [q[0] for q in sequences], [q[1] for q in sequences], [q[2] for q in sequences], [q[3] for q in sequences],
+            files, 0 if version >= 5 else 1,
+        )  # fmt: skip
         return lines
 
     def _row(self, lines: _Lines, address: int) -> tuple[str, int, int] | None:
-        for start, end, addresses, rows in zip(lines.starts, lines.ends, lines.addresses, lines.rows, strict=True):
-            if start <= address < end:
-                i = bisect.bisect_right(addresses, address) - 1
-                file, line, column = rows[i]
+        i = bisect.bisect_right(lines.starts, address)
+        # Sequences do not overlap in a sane table; look back a few in case a damaged or odd one does.
+        for j in range(i - 1, max(-1, i - 9), -1):
+            if lines.starts[j] <= address < lines.ends[j]:
+                addresses = lines.addresses[j]
+                file, line, column = lines.rows[j][bisect.bisect_right(addresses, address) - 1]
                 return self._file(lines, file), int(line), int(column)
         return None
 
