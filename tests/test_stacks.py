@@ -202,6 +202,23 @@ class TestHostile:
         struct.pack_into("<Q", data, shoff + 32, 1 << 40)
         assert f"over the limit of {MAX_SECTIONS}" in self.refused(bytes(data))
 
+    def test_each_work_bound_says_which(self, kernels: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+        """The bounds that keep a hostile binary's decoding short: relocations refuse it, the line program and DIE
+        budgets leave its lookups without stacks and say why in ``problem``."""
+        from sanitizerd.compat import stacks
+
+        address = PC_START + labels(kernels["relocatable"])["msop_pc_compute"]
+        monkeypatch.setattr(stacks, "MAX_DEBUG_RELOCATIONS", 1)
+        assert "debug relocations, over the limit of 1" in self.refused(kernels["relocatable"].read_bytes())
+        monkeypatch.undo()
+        monkeypatch.setattr(stacks, "MAX_LINE_PROGRAM_BYTES", 16)
+        binary = KernelBinary(kernels["relocatable"].read_bytes())
+        assert binary.frames(address, PC_START) == [] and "over the 16 limit" in binary.problem
+        monkeypatch.undo()
+        monkeypatch.setattr(stacks, "MAX_DIES", 3)
+        binary = KernelBinary(kernels["relocatable"].read_bytes())
+        assert binary.frames(address, PC_START) == [] and "more than 3 debug entries" in binary.problem
+
     def test_random_damage_never_escapes_nor_hangs(self, kernels: dict[str, Path]) -> None:
         """Byte flips anywhere, and in the DWARF sections in particular: KernelBinaryError, or lookups that
         return lists; every case well under a second."""
