@@ -218,6 +218,34 @@ class TestHostile:
         monkeypatch.setattr(stacks, "MAX_DIES", 3)
         binary = KernelBinary(kernels["relocatable"].read_bytes())
         assert binary.frames(address, PC_START) == [] and "more than 3 debug entries" in binary.problem
+        monkeypatch.undo()
+        monkeypatch.setattr(stacks, "MAX_ABBREV_BYTES", 8)
+        assert "over the 8 limit" in self.refused(kernels["relocatable"].read_bytes())
+
+    def test_range_lists_are_read_to_a_bound(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """DW_AT_ranges lists (a function split into hot and cold parts, and its unit) are read here entry by
+        entry: a list longer than the bound is cut there, and that is said."""
+        from sanitizerd.compat import stacks
+
+        source = tmp_path / "split.c"  # a cold part moved to .text.unlikely: the function and its unit have ranges
+        source.write_text(
+            "__attribute__((noinline, cold)) void fail(int x) { __builtin_trap(); }\n"
+            "int f(int x) {\n  if (__builtin_expect(x == 7, 0)) { fail(x); return 1; }\n  return x * 3;\n}\n"
+            "int g(int x) { return x + 1; }\n"
+        )
+        out = tmp_path / "split.so"
+        compile_checked([compiler("cc"), "-g", "-O2", "-fPIC", "-shared", "-nostdlib", "-o", str(out), str(source)])
+        with out.open("rb") as f:
+            symbols = {s.name: s["st_value"] for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols()}
+        whole = KernelBinary(out.read_bytes())
+        assert whole.frames(PC_START + symbols["g"], PC_START)[0][3] == "g"
+        assert whole.frames(PC_START + symbols["f"], PC_START)[0][3] == "f"
+        assert whole.problem == ""
+        monkeypatch.setattr(stacks, "MAX_RANGE_ENTRIES", 1)
+        cut = KernelBinary(out.read_bytes())
+        for name in ("f", "g", "fail"):
+            cut.frames(PC_START + symbols[name], PC_START)  # whatever the first ranges still cover
+        assert "a range list of more than 1 entries" in cut.problem
 
     def test_random_damage_never_escapes_nor_hangs(self, kernels: dict[str, Path]) -> None:
         """Byte flips anywhere, and in the DWARF sections in particular: KernelBinaryError, or lookups that

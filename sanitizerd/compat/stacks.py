@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from elftools.common.exceptions import ELFError
 from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
-from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 from elftools.elf.elffile import ELFFile
 
 from sanitizerd.demangle import demangle, demangle_many
@@ -49,6 +48,8 @@ MAX_UNITS = 1 << 14  # compile units looked at
 MAX_LINE_PROGRAM_BYTES = 2 << 20  # one unit's .debug_line program (parsed whole on the unit's first lookup)
 MAX_DIES = 500_000  # DIEs read over the binary's life (pyelftools parses each once and keeps it)
 MAX_DEBUG_RELOCATIONS = 1 << 20  # a relocatable object's relocations of its .debug sections, applied at load
+MAX_ABBREV_BYTES = 4 << 20  # .debug_abbrev: a unit's table is parsed whole at its first DIE
+MAX_RANGE_ENTRIES = 4096  # entries of one DW_AT_ranges list (read here, not by pyelftools, to stop there)
 MAX_INLINE_DEPTH = 64
 MAX_CACHED_PCS = 1 << 16
 MAX_MAPPING_BYTES = 16 << 20
@@ -146,6 +147,7 @@ class KernelBinary:
         self._dies_left = MAX_DIES
         self._scope_index: dict[int, list[tuple[int, int, DIE]]] = {}
         self._demangled: dict[str, str] = {}
+        self._range_sections: dict[str, bytes] = {}
         try:
             self._elf = ELFFile(io.BytesIO(elf))
             mapping = self._elf.get_section_by_name(FILE_MAPPING_SECTION)
@@ -167,9 +169,14 @@ class KernelBinary:
         self.has_line_info = bool(self._units) and self._elf.get_section_by_name(".debug_line") is not None
 
     def _check_relocations(self) -> None:
-        """pyelftools applies a relocatable object's .debug relocations when it loads the DWARF: count them first."""
+        """pyelftools applies a relocatable object's .debug relocations when it loads the DWARF: count them first.
+        And the sections it parses whole are bounded here."""
         count = 0
         for section in self._elf.iter_sections():
+            if section.name == ".debug_abbrev" and section["sh_size"] > MAX_ABBREV_BYTES:
+                raise KernelBinaryError(
+                    f".debug_abbrev of {section['sh_size']} bytes is over the {MAX_ABBREV_BYTES} limit"
+                )
             if section["sh_type"] in ("SHT_REL", "SHT_RELA") and section.name.startswith((".rel.debug", ".rela.debug")):
                 count += section["sh_size"] // max(1, section["sh_entsize"] or 1)
         if count > MAX_DEBUG_RELOCATIONS:
@@ -259,21 +266,85 @@ class KernelBinary:
             return [(low, end)] if end > low else []
         if "DW_AT_ranges" not in attributes:
             return []
-        assert self._dwarf is not None
-        lists = self._dwarf.range_lists()
-        if lists is None:
-            return []
         top = unit.get_top_DIE()
         base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes else 0
-        out = []
-        for entry in lists.get_range_list_at_offset(attributes["DW_AT_ranges"].value, cu=unit)[:4096]:
-            if isinstance(entry, BaseAddressEntry):
-                base = entry.base_address
-            elif isinstance(entry, RangeEntry):
-                low = entry.begin_offset if entry.is_absolute else base + entry.begin_offset
-                high = entry.end_offset if entry.is_absolute else base + entry.end_offset
-                if high > low:
-                    out.append((low, high))
+        return self._range_list(unit, attributes["DW_AT_ranges"].value, base)
+
+    def _section_bytes(self, version5: bool) -> bytes:
+        """.debug_rnglists (DWARF 5) or .debug_ranges, as pyelftools holds it (relocated in an object file)."""
+        key = "rnglists" if version5 else "ranges"
+        data = self._range_sections.get(key)
+        if data is None:
+            assert self._dwarf is not None
+            section = self._dwarf.debug_rnglists_sec if version5 else self._dwarf.debug_ranges_sec
+            data = b""
+            if section is not None:
+                section.stream.seek(0)
+                data = section.stream.read(section.size)
+            self._range_sections[key] = data
+        return data
+
+    def _range_list(self, unit: CompileUnit, offset: int, base: int) -> list[tuple[int, int]]:
+        """A DW_AT_ranges list, read entry by entry up to MAX_RANGE_ENTRIES (pyelftools reads a list whole, and a
+        hostile one can be as long as its section)."""
+        header = unit.header
+        version5 = header["version"] >= 5
+        data = self._section_bytes(version5)
+        size = header["address_size"]
+        if size not in (4, 8):
+            raise ValueError(f"address size {size}")
+        word = "<I" if size == 4 else "<Q"
+        top = (1 << (8 * size)) - 1
+        out: list[tuple[int, int]] = []
+        at = offset
+        for _ in range(MAX_RANGE_ENTRIES):
+            if not version5:  # pairs of addresses; (0, 0) ends, (~0, base) sets the base
+                begin, end = struct.unpack_from(word, data, at)[0], struct.unpack_from(word, data, at + size)[0]
+                at += 2 * size
+                if begin == 0 and end == 0:
+                    return out
+                if begin == top:
+                    base = end
+                elif end > begin:
+                    out.append((base + begin, base + end))
+                continue
+            kind = data[at]
+            at += 1
+            if kind == 0:  # DW_RLE_end_of_list
+                return out
+            if kind in (1, 5):  # base_addressx, base_address
+                if kind == 1:
+                    index, at = _uleb(data, at)
+                    assert self._dwarf is not None
+                    base = self._dwarf.get_addr(unit, index)
+                else:
+                    base = struct.unpack_from(word, data, at)[0]
+                    at += size
+                continue
+            if kind in (2, 3):  # startx_endx, startx_length
+                index, at = _uleb(data, at)
+                second, at = _uleb(data, at)
+                assert self._dwarf is not None
+                low = self._dwarf.get_addr(unit, index)
+                high = self._dwarf.get_addr(unit, second) if kind == 2 else low + second
+            elif kind == 4:  # offset_pair
+                first, at = _uleb(data, at)
+                second, at = _uleb(data, at)
+                low, high = base + first, base + second
+            elif kind in (6, 7):  # start_end, start_length
+                low = struct.unpack_from(word, data, at)[0]
+                at += size
+                if kind == 6:
+                    high = struct.unpack_from(word, data, at)[0]
+                    at += size
+                else:
+                    length, at = _uleb(data, at)
+                    high = low + length
+            else:
+                raise ValueError(f"range list entry kind {kind} at {at - 1}")
+            if high > low:
+                out.append((low, high))
+        self.problem = self.problem or f"a range list of more than {MAX_RANGE_ENTRIES} entries; its rest ignored"
         return out
 
     def _children(self, die: DIE) -> Iterator[DIE]:
@@ -433,6 +504,18 @@ class KernelBinary:
             return ""
         i = index - lines.file_base
         return lines.files[i] if 0 <= i < len(lines.files) else ""
+
+
+def _uleb(data: bytes, at: int) -> tuple[int, int]:
+    """An unsigned LEB128 at ``at``: (value, offset after it); at most 10 bytes (64 bits)."""
+    value = shift = 0
+    for i in range(10):
+        byte = data[at + i]
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, at + i + 1
+    raise ValueError(f"LEB128 longer than 10 bytes at {at}")
 
 
 def _join(comp_dir: str, directory: str, name: str) -> str:
