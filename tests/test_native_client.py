@@ -244,3 +244,43 @@ def test_refuses_a_missing_server_and_a_bad_kernel(built: tuple[Path, Path], tmp
     env = {k: v for k, v in os.environ.items() if k not in ("MSOP_SOCKET_PATH", "MSSANITIZER_PID")}
     done = subprocess.run([str(client), str(built[1])], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "MSOP_SOCKET_PATH" in done.stderr
+
+
+def misbehaving_server(listener: socket.socket, answer: bytes | None) -> None:
+    """Accept one client; write ``answer`` after the Config once the last slot is in (None: close at once)."""
+    conn, _ = listener.accept()
+    with conn:
+        if answer is None:
+            return
+        conn.settimeout(30)
+        conn.sendall(config_bytes())
+        slots = 0
+        while slots < 24:
+            (kind,) = struct.unpack("<I", read_exact(conn, 4))
+            if kind in FIXED:
+                read_exact(conn, FIXED[kind])
+            else:
+                (length,) = struct.unpack("<Q", read_exact(conn, 8))
+                read_exact(conn, length)
+                slots += kind == 1001
+        conn.sendall(answer)
+
+
+def test_a_misbehaving_server_is_reported(built: tuple[Path, Path]) -> None:
+    """No Config (the server closed) and a wrong KERNEL_RECORD_RESPONSE each end the client with status 1."""
+    client, kernel = built
+    # Closed at once: the client fails on its next send or on the Config read, whichever comes first.
+    for answer, said in ((None, ("Config", "send")), (struct.pack("<III", 3001, 5, 1000), ("unexpected reply",))):
+        name = f"/tmp/msop_connect.20260101000001.{os.getpid()}.sock"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(abstract_address(name))
+        listener.listen(1)
+        server = threading.Thread(target=misbehaving_server, args=(listener, answer))
+        server.start()
+        try:
+            done = subprocess.run([str(client), str(kernel)], env=dict(os.environ, MSOP_SOCKET_PATH=name),
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+        finally:
+            server.join(30)
+            listener.close()
+        assert done.returncode == 1 and any(text in done.stderr for text in said), done.stderr
