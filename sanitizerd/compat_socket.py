@@ -36,6 +36,7 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.session import Peer
+from sanitizerd.sessions.transport import MessageStream
 
 log = structlog.get_logger("sanitizerd.compat")
 
@@ -93,13 +94,41 @@ def peer_credentials(stream: SocketStream) -> Peer:
         return Peer()
 
 
+class CompatStream(MessageStream):
+    """``MessageStream`` over a ``CompatConnection``: the same reads, bounds and sends, and two things the native
+    protocol does not have. The connection answers some packets itself (an IPC operation this release does not
+    define is answered FAIL at once, and the hooks block until it is): those bytes are written before the next
+    read and after each message. And a streamed KERNEL_RECORD slot leaves nothing buffered in the middle of its
+    packet, so whether a packet has begun (the frame timeout runs) or not (the idle timeout runs) is the
+    connection's ``in_packet``, not ``buffered``."""
+
+    async def receive(self) -> m.Message:
+        message = await super().receive()
+        await self._flush()
+        return message
+
+    async def _read(self) -> None:
+        await self._flush()  # the hooks may be blocked on it: before waiting for more of theirs
+        begun = self.connection.in_packet  # type: ignore[attr-defined]
+        data = await (self._rest_of_frame() if begun else self._between_frames())
+        self.bytes_received += len(data)
+        self.connection.receive_data(data)
+        self._account()
+
+    async def _flush(self) -> None:
+        data = self.connection.data_to_send()  # type: ignore[attr-defined]
+        if data:
+            async with self._send_lock:
+                await self.stream.send(data)
+
+
 @dataclass(slots=True)
 class _Listening:
     job: str
     uid: int
     name: str = ""
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    running: bool = False  # its accept task has begun: from then on, that task gives back its slot and name
+    running: bool = False  # its accept task has begun: from then on, that task gives back its slot, name, socket
 
 
 class CompatSockets:
@@ -179,18 +208,17 @@ class CompatSockets:
                     return self._refused_after_admit(job, uid, f"cannot listen on {name!r}: {exc.strerror or exc}")
         if sock is None:
             return self._refused_after_admit(job, uid, f"every name in msSanitizer's form for pid {pid} is taken")
+        # Held under its name before the first await: the limits count it, and no other request takes the name.
+        listening.name = name
+        self.open[name] = listening
         try:
             listener = await anyio.abc.SocketListener.from_socket(sock)
-        except BaseException:
-            sock.close()
-            raise
-        listening.name = name
-        # start, not start_soon: once it returns, the task is inside the try whose finally closes the socket and
-        # gives back the slot and the name (a task cancelled before its first step would never run a finally)
-        try:
+            # start, not start_soon: once it returns, the task is inside the try whose finally closes the socket
+            # and gives back the slot and the name (a task cancelled before its first step would never run one)
             await tg.start(self._accept, listener, listening, layout)
         except BaseException:
             if not listening.running:
+                self.open.pop(name, None)
                 sock.close()
             raise
         log.info("compat socket listening", job=job, name=name, uid=uid, pid=pid, layout=layout)
@@ -210,7 +238,6 @@ class CompatSockets:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         listening.running = True
-        self.open[listening.name] = listening
         try:
             async with listener:
                 with listening.scope:

@@ -28,7 +28,13 @@ from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from client_shim import discovery
 from sanitizerd import __version__, config, fds, logs
-from sanitizerd.compat_socket import ACCEPT_BACKOFF, ACCEPT_RETRY_ERRNOS, ACCEPT_SKIP_ERRNOS, CompatSockets
+from sanitizerd.compat_socket import (
+    ACCEPT_BACKOFF,
+    ACCEPT_RETRY_ERRNOS,
+    ACCEPT_SKIP_ERRNOS,
+    CompatSockets,
+    CompatStream,
+)
 from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
@@ -412,20 +418,25 @@ class Daemon:
             stream.idle_timeout = hub.limits.idle_timeout
             await open_producer(hub, stream, connection.hello(), peer)
 
-        await self._guarded(raw, peer, connection, serve)  # type: ignore[arg-type]
+        stream = CompatStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)  # type: ignore[arg-type]
+        await self._guarded(raw, peer, stream, serve)
 
     async def _guarded(
         self,
         raw: SocketStream,
         peer: Peer,
-        connection: Connection,
+        connection: Connection | MessageStream,
         body: Callable[[MessageStream], Awaitable[None]],
     ) -> None:
-        """Serve one connection under the connection limits, so that nothing it does ends the daemon: a
-        protocol error or a bug of ours ends that connection only, told to its peer, counted and logged."""
+        """Serve one connection (a protocol connection, or the stream over one) under the connection limits, so
+        that nothing it does ends the daemon: a protocol error or a bug of ours ends that connection only, told to
+        its peer, counted and logged."""
         hub = self.hub
         assert hub is not None
-        stream = MessageStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
+        if isinstance(connection, MessageStream):
+            stream = connection
+        else:
+            stream = MessageStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
         stream.on_cut = self._cut_counter()
         async with raw:
             with structlog.contextvars.bound_contextvars(peer_pid=peer.pid, peer_uid=peer.uid):

@@ -117,6 +117,21 @@ layout(("MOV_ALIGN",), 72, 16, dst=("<Q", 0), src=("<Q", 8), src_gap=("<I", 48),
        len_burst=("<I", 56), n_burst=("<H", 60), dst_mem=("B", 62), src_mem=("B", 63), data_type=("B", 64),
        left_pad=("B", 65), right_pad=("B", 66))  # fmt: skip
 
+layout(("MOV_L1_TO_UB", "MOV_UB_TO_L1", "MOV_UB_TO_UB"), 64, 16, dst=("<Q", 0), src=("<Q", 8), n_burst=("<H", 48),
+       len_burst=("<H", 50), src_gap=("<H", 52), dst_gap=("<H", 54), dst_mem=("B", 56), src_mem=("B", 57))  # fmt: skip
+layout(("MOV_BT",), 64, 16, dst=("<Q", 0), src=("<Q", 8), src_gap=("<H", 48), dst_gap=("<H", 50),
+       len_burst=("<H", 52), n_burst=("<H", 54), conv_control=("<H", 56), dst_mem=("B", 58),
+       src_mem=("B", 59))  # fmt: skip
+layout(("MOV_CBUF_TO_BT",), 64, 0, dst=("<Q", 32), src=("<Q", 40), n_burst=("<H", 48), len_burst=("<H", 50),
+       src_gap=("<H", 52), dst_gap=("<H", 54), data_type=("B", 56), cvt_enable=("B", 57))  # fmt: skip
+layout(("MOV_CBUF_TO_FB",), 64, 0, dst=("<Q", 32), src=("<Q", 40), n_burst=("<H", 48), len_burst=("<H", 50),
+       src_stride=("<H", 52), dst_stride=("<H", 54), dst_mem_block=("B", 56))  # fmt: skip
+
+layout(("DMA_MOV_ND2NZ",), 72, 16, dst=("<Q", 0), src=("<Q", 8), nd_num=("<H", 48), n_value=("<H", 50),
+       d_value=("<H", 52), src_nd_matrix_stride=("<H", 54), src_d_value=("<H", 56), dst_nz_c0_stride=("<H", 58),
+       dst_nz_n_stride=("<H", 60), dst_nz_matrix_stride=("<H", 62), src_mem=("B", 64), dst_mem=("B", 65),
+       data_type=("B", 66))  # fmt: skip
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -307,6 +322,80 @@ def _mov_align(name: str, f: dict[str, int]) -> list[Access | Sync]:
     block = _f(f, "block_id")
     return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(pattern(_f(f, "src"), lb, 1, 1, nb, rs))),
             Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(pattern(_f(f, "dst"), wn, 1, 1, nb, ws)))]  # fmt: skip
+
+
+@rule("MOV_L1_TO_UB", "MOV_UB_TO_L1", "MOV_UB_TO_UB")
+def _mov_l1_ub(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    lb, nb = _f(f, "len_burst"), _f(f, "n_burst")
+    if pipe is None or lb == 0:
+        return []
+    block = _f(f, "block_id")
+    read = pattern(_f(f, "src"), lb, 32, 1, nb, lb + _f(f, "src_gap"))
+    write = pattern(_f(f, "dst"), lb, 32, 1, nb, lb + _f(f, "dst_gap"))
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("MOV_BT")
+def _mov_bt(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    lb, nb = _f(f, "len_burst"), _f(f, "n_burst")
+    if pipe is None or lb == 0:
+        return []
+    nbytes = pattern(_f(f, "src"), lb * 2, 32, 1, nb, lb * 2 + _f(f, "src_gap"))
+    return [Access(READ, MEM_SPACE[src], pipe, _f(f, "block_id"), frozenset(nbytes))]
+
+
+@rule("MOV_CBUF_TO_BT")
+def _cbuf_bt(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    lb, nb, dt = _f(f, "len_burst"), _f(f, "n_burst"), _f(f, "data_type")
+    if (dt in (16, 18) and (lb % 2 or _f(f, "cvt_enable"))) or _f(f, "dst_gap") % 2:  # S32 / FLOAT
+        return []
+    wl = lb * 2 if dt in (9, 12) else lb  # B16 / F16
+    block = _f(f, "block_id")
+    read = pattern(_f(f, "src"), lb, 32, 1, nb, lb + _f(f, "src_gap"))
+    write = pattern(_f(f, "dst"), wl, 32, 1, nb, wl + _f(f, "dst_gap"))
+    return [Access(READ, SPACE["L1"], PIPE["MTE1"], block, frozenset(read)),
+            Access(WRITE, SPACE["BT"], PIPE["MTE1"], block, frozenset(write))]  # fmt: skip
+
+
+@rule("MOV_CBUF_TO_FB")
+def _cbuf_fb(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    lb, nb, mb = _f(f, "len_burst"), _f(f, "n_burst"), _f(f, "dst_mem_block")
+    if (mb == 0 and (lb % 2 or _f(f, "dst_stride") % 2)) or mb >= 2:
+        return []
+    read: set[int] = set()
+    for i in range(nb):
+        read |= pattern(_f(f, "src") + i * 32 * _f(f, "src_stride"), 1, lb * 64, 1, 1, 1)
+    write = pattern(_f(f, "dst"), lb, 64, 1, nb, _f(f, "dst_stride"))
+    block = _f(f, "block_id")
+    return [Access(READ, SPACE["L1"], PIPE["FIX"], block, frozenset(read)),
+            Access(WRITE, SPACE["FB"], PIPE["FIX"], block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_ND2NZ")
+def _nd2nz(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    size = {1: 1, 2: 2, 3: 4}.get(_f(f, "data_type"), 1)
+    nd, n, d = _f(f, "nd_num"), _f(f, "n_value"), _f(f, "d_value")
+    read: set[int] = set()
+    for i in range(nd):
+        read |= pattern(_f(f, "src") + _f(f, "src_nd_matrix_stride") * size * i, d, size, 1, n, _f(f, "src_d_value"))
+    write: set[int] = set()
+    for c in range((d * size + 31) // 32):
+        write |= pattern(_f(f, "dst") + 32 * _f(f, "dst_nz_c0_stride") * c, n, 32, _f(f, "dst_nz_n_stride"), nd,
+                         _f(f, "dst_nz_matrix_stride") * size // 32)  # fmt: skip
+    block = _f(f, "block_id")
+    columns = (d * size + 31) // 32
+    # msSanitizer loops over the matrices (reads) and the columns (writes): none, no event at all.
+    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if nd else []) + (
+        [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if columns else [])  # fmt: skip
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

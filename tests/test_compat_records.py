@@ -193,6 +193,40 @@ def test_mov_align() -> None:
     assert decoder.problems() == ["1 MOV_ALIGN records dropped: lenBurst is 0"]
 
 
+def test_local_moves() -> None:
+    check([
+        ("MOV_L1_TO_UB", dict(src=0x100, dst=0x200, n_burst=2, len_burst=3, src_gap=1, dst_gap=2, src_mem=L1,
+                              dst_mem=UB)),
+        ("MOV_UB_TO_L1", dict(src=0x100, dst=0x200, n_burst=1, len_burst=2, src_mem=UB, dst_mem=L1)),
+        ("MOV_UB_TO_UB", dict(src=0x100, dst=0x800, n_burst=3, len_burst=1, src_gap=3, src_mem=UB, dst_mem=UB)),
+        ("MOV_BT", dict(src=0x40, dst=0x0, n_burst=2, len_burst=1, src_gap=1, src_mem=L1, dst_mem=cm.MEM["BT"])),
+        ("MOV_CBUF_TO_BT", dict(src=0x40, dst=0x0, n_burst=2, len_burst=2, src_gap=1, dst_gap=2, data_type=12)),
+        ("MOV_CBUF_TO_BT", dict(src=0x40, dst=0x0, n_burst=1, len_burst=2, data_type=18)),
+        ("MOV_CBUF_TO_FB", dict(src=0x40, dst=0x0, n_burst=3, len_burst=2, src_stride=1, dst_stride=4)),
+        ("MOV_CBUF_TO_FB", dict(src=0x40, dst=0x0, n_burst=2, len_burst=1, src_stride=5, dst_stride=1,
+                                dst_mem_block=1)),
+    ])  # fmt: skip
+    bad = [cm.record("MOV_CBUF_TO_BT", len_burst=3, data_type=18), cm.record("MOV_CBUF_TO_FB", dst_mem_block=2),
+           cm.record("MOV_L1_TO_UB", src_mem=L1, dst_mem=UB)]  # fmt: skip
+    _, decoder = decode(cm.slot(bad))
+    assert decoder.problems() == [
+        "1 MOV_CBUF_TO_BT records dropped: lenBurst, dstGap or conversion not allowed",
+        "1 MOV_CBUF_TO_FB records dropped: lenBurst, dstStride or dstMemBlock not allowed",
+        "1 MOV_L1_TO_UB records dropped: lenBurst is 0",
+    ]
+
+
+def test_nd2nz() -> None:
+    check([
+        ("DMA_MOV_ND2NZ", dict(src=0x1000, dst=0x0, nd_num=2, n_value=3, d_value=20, src_nd_matrix_stride=100,
+                               src_d_value=24, dst_nz_c0_stride=4, dst_nz_n_stride=1, dst_nz_matrix_stride=64,
+                               src_mem=GM, dst_mem=L1, data_type=2)),
+        ("DMA_MOV_ND2NZ", dict(src=0x1000, dst=0x0, nd_num=0, n_value=3, d_value=8, src_mem=GM, dst_mem=L1)),
+        ("DMA_MOV_ND2NZ", dict(src=0x1000, dst=0x0, nd_num=1, n_value=2, d_value=40, src_d_value=40,
+                               dst_nz_c0_stride=2, dst_nz_n_stride=2, src_mem=GM, dst_mem=L1, data_type=1)),
+    ])  # fmt: skip
+
+
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
 
 
@@ -340,6 +374,17 @@ RECORDS = st.one_of(
     ),
     st.sampled_from(("SCALAR_RED", "SCALAR_ATOM", "LDVA")).flatmap(lambda n: rec(n, addr=addr, size=small)),
     rec("DC_PRELOAD", addr=addr, offset=st.integers(-64, 64)),
+    st.sampled_from(("MOV_L1_TO_UB", "MOV_UB_TO_L1", "MOV_UB_TO_UB", "MOV_BT")).flatmap(
+        lambda n: rec(n, src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
+                      src_mem=mem, dst_mem=mem)
+    ),
+    rec("DMA_MOV_ND2NZ", src=addr, dst=addr, nd_num=small, n_value=small, d_value=st.integers(0, 40),
+        src_nd_matrix_stride=st.integers(0, 64), src_d_value=st.integers(0, 40), dst_nz_c0_stride=small,
+        dst_nz_n_stride=small, dst_nz_matrix_stride=st.integers(0, 64), src_mem=mem, dst_mem=mem, data_type=small),
+    rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
+        data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
+    rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
+        dst_mem_block=st.integers(0, 2)),
     st.sampled_from(cm._SYNC).flatmap(lambda n: rec(n, src=pipe, dst=pipe, event_id=st.integers(0, 15))),
     rec("PIPE_BARRIER", pipe=pipe),
     rec("FFTS_SYNC", dst=pipe, mode=small, flag=st.integers(0, 15)),
@@ -364,7 +409,9 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
     assert cm.expand(events, first, len(records)) == cm.model(records)
     assert all(line.endswith(("records dropped: no pipe moves data between their memory kinds",
                               "records dropped: unknown pad mode", "records dropped: lenBurst is 0",
-                              "records dropped: no such address space or size"))
+                              "records dropped: no such address space or size",
+                              "records dropped: lenBurst, dstGap or conversion not allowed",
+                              "records dropped: lenBurst, dstStride or dstMemBlock not allowed"))
                for line in decoder.problems())  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 import urllib.request
@@ -229,6 +230,22 @@ class TestLimits:
         finally:
             assert stop_daemon(running) == 0, running.log_text()
 
+    def test_limit_holds_under_concurrent_requests(self, short_dir: Path) -> None:
+        """Twelve control connections asking at once: exactly the limit's worth of sockets open."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        running = start_daemon(short_dir, "--max-compat-sockets-per-uid", "4")
+        controls = [ControlClient(running.socket) for _ in range(12)]
+        try:
+            with ThreadPoolExecutor(len(controls)) as pool:
+                answers = list(pool.map(lambda pair: listen(pair[1], f"compat-{pair[0]}"), enumerate(controls)))
+            assert sum(bool(a.name) for a in answers) == 4, answers
+            assert {a.reason for a in answers if not a.name} == {"request_limit"}
+        finally:
+            for control in controls:
+                control.close()
+            assert stop_daemon(running) == 0, running.log_text()
+
     def test_total_limit(self, short_dir: Path) -> None:
         running = start_daemon(short_dir, "--max-compat-sockets", "1")
         try:
@@ -325,6 +342,48 @@ class TestSession:
                 jobs = control.request(m.QueryJobs())
                 assert isinstance(jobs, m.Jobs) and any(j.job == "compat-session" for j in jobs.jobs)
             assert wait_until(lambda: not live())
+
+    def test_ipc_operations_are_answered_over_the_socket(self, daemon: RunningDaemon) -> None:
+        """The hooks block on an IPC_RESPONSE after each IPC_RECORD: one the connection answers itself (an
+        operation this release does not define: FAIL at once) and one the session answers both reach them."""
+        from sanitizerd.compat import wire
+
+        layout = wire.LAYOUTS[layout_name()]
+        with ControlClient(daemon.socket) as control:
+            name = listen(control, "compat-ipc").name
+            with connect(name) as client:
+                assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+                undefined = struct.pack("<I", 9).ljust(wire.IPC_MEM_RECORD_SIZE, b"\0")
+                client.sendall(wire.PACKET_HEAD.pack(wire.PacketType.IPC_RECORD) + undefined)
+                assert recv_exactly(client, 12) == wire.encode_ipc_response(9, False)
+                export = wire.IPC_SET.struct.pack(0, 0x12C0C0000000, 4096, b"buffer")
+                client.sendall(wire.PACKET_HEAD.pack(wire.PacketType.IPC_RECORD) + export)
+                answer = recv_exactly(client, 12)
+                assert answer in (wire.encode_ipc_response(0, True), wire.encode_ipc_response(0, False)), answer
+
+    def test_a_slot_stalled_midway_meets_the_frame_timeout(self, short_dir: Path) -> None:
+        """A KERNEL_RECORD slot streams to the decoder, so nothing may be buffered while it is half received: the
+        connection's ``in_packet`` still puts the frame timeout (not the hour-long idle timeout) on it."""
+        from sanitizerd.compat import wire
+
+        layout = wire.LAYOUTS[layout_name()]
+        running = start_daemon(short_dir, "--frame-timeout", "1")
+        try:
+            with ControlClient(running.socket) as control:
+                name = listen(control, "compat-stall").name
+                with connect(name, timeout=20) as client:
+                    assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+                    length = layout.heads_size + (1 << 20)
+                    head = wire.PACKET_HEAD.pack(wire.PacketType.KERNEL_RECORD) + wire.LENGTH.pack(length)
+                    client.sendall(head + bytes(layout.heads_size + 4096))  # then nothing more
+                    started = time.monotonic()
+                    while client.recv(1 << 16):
+                        pass
+                    assert time.monotonic() - started < 10
+            log = running.wait_for_log("frame_timeout")
+            assert "compat-stall" in log
+        finally:
+            assert stop_daemon(running) == 0, running.log_text()
 
 
 # A client as msSanitizer's is written in C: sockaddr_un zeroed, sun_path[0] = 0, the name copied after it, and

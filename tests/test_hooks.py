@@ -330,3 +330,22 @@ def test_a_hooked_programs_session_is_saved_and_replayed(daemon: RunningDaemon, 
     replayed = sanitizerd("replay", "--socket", str(daemon.socket), str(saved), env=env, timeout=60)
     assert replayed.returncode == 0, replayed.stderr
     assert "illegal free()" in replayed.stdout and "0x12c0c0001000" in replayed.stdout, replayed.stdout
+
+
+def test_a_program_of_its_own_gets_the_socket_with_the_layout_named(daemon: RunningDaemon, tmp_path: Path) -> None:
+    """No hooks installed, ``SANITIZERD_COMPAT_LAYOUT`` set: the program (a client of msSanitizer's protocol of its
+    own, as the C test client) gets the socket's name and nothing is preloaded."""
+    from sanitizerd.compat import wire
+
+    program = tmp_path / "hooks.py"
+    program.write_text(_HOOKS_PROGRAM + "import os; print('LD_PRELOAD' in os.environ)\n")
+    env = bare_env(SANITIZERD_COMPAT_LAYOUT=LAYOUT)
+    result = sanitizerd(
+        "run", "--socket", str(daemon.socket), "--", "/usr/bin/python3", str(program),
+        str(wire.LAYOUTS[LAYOUT].config.size), env=env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "illegal free()" in result.stdout and "False" in result.stdout.split(), result.stdout
+    assert "hook libraries" not in result.stderr, result.stderr  # (the system python cannot attach: its own line)
+    refused = run_env(daemon, env=bare_env(SANITIZERD_COMPAT_LAYOUT="nonesuch"))
+    assert refused.returncode == 1 and "SANITIZERD_COMPAT_LAYOUT=nonesuch is not a layout" in refused.stderr

@@ -21,8 +21,9 @@ string compiled into ``tools/mssanitizer/bin/mssanitizer.bin``) and the injectio
 ``libmssanitizer_injection.so``, which ``mssanitizer -v`` dlopens to ask). msSanitizer's commit decides, else the
 injection library's, else a version that names exactly one known release; an injection library that is not the one
 released with that msSanitizer is another wire. ``SANITIZERD_COMPAT_LAYOUT`` names a layout outright (for a
-release whose hooks are known to speak one sanitizerd has). An unknown or unidentifiable release is refused: hooks
-that write structs of another size would be misread.
+release whose hooks are known to speak one sanitizerd has; with no hooks installed, ``sanitizerd run`` then gives the
+program the socket alone, for a client of msSanitizer's protocol of its own). An unknown or unidentifiable release
+is refused: hooks that write structs of another size would be misread.
 """
 
 from __future__ import annotations
@@ -247,6 +248,9 @@ def hook_environment(env: Mapping[str, str], hooks: Hooks, socket_name: str) -> 
         "LD_PRELOAD": f"{preload}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else preload,
         "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(hooks.directory), env.get("LD_LIBRARY_PATH", "")) if p),
     }
-    for name in SOCKET_ENVS:
-        changed[name] = socket_name
-    return changed
+    return changed | socket_environment(socket_name)
+
+
+def socket_environment(socket_name: str) -> dict[str, str]:
+    """The variables that name the socket: both of msSanitizer's, set to the same name as its launcher sets them."""
+    return dict.fromkeys(SOCKET_ENVS, socket_name)

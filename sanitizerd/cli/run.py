@@ -194,11 +194,22 @@ def known_layouts() -> frozenset[str]:
 def hook_env(options, control: ControlClient, job: str, env: Mapping[str, str]) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """The environment that puts msSanitizer's hook libraries in front of the program, with a socket in
     msSanitizer's form that the daemon opened for the job; {} when there are none (saying so where it matters:
-    on a CANN host, with a heap option, or at --log-level=info). Raises HookError for hooks of a release whose
+    on a CANN host, with a heap option, or at --log-level=info). With no hooks but SANITIZERD_COMPAT_LAYOUT set,
+    the socket alone (the program is its own msSanitizer client). Raises HookError for hooks of a release whose
     wire sanitizerd does not know."""
     config = options.config
     found = hooks.find_hooks(env, check_device_heap=config.check_device_heap, check_cann_heap=config.check_cann_heap)
     heap = "--check-device-heap" if config.check_device_heap else "--check-cann-heap" if config.check_cann_heap else ""
+    forced = env.get(hooks.LAYOUT_ENV, "")
+    if not found.found and forced:
+        # No hooks to preload, but a layout named outright: the program speaks msSanitizer's protocol itself (a
+        # client of its own, a test): it gets the socket, and nothing is preloaded.
+        if forced not in known_layouts():
+            raise HookError(
+                f"{hooks.LAYOUT_ENV}={forced} is not a layout (known: {', '.join(sorted(known_layouts()))})"
+            )
+        name = _compat_socket(control, job, forced, "the program's own client")
+        return hooks.socket_environment(name) if name else {}
     if not found.found:
         if hooks.looks_like_cann(env) or heap or config.log_level == "info":
             names = ", ".join(found.names)
@@ -218,19 +229,8 @@ def hook_env(options, control: ControlClient, job: str, env: Mapping[str, str]) 
     identified = hooks.identify(found.directory, env, known_layouts())
     if identified.problem:
         raise HookError(identified.problem)
-    try:
-        answer = control.request(m.CompatListen(job=job, layout=identified.layout))
-    except ClientError as exc:  # the connection is over (an older daemon does not know the request, say)
-        raise ClientError(
-            f"the daemon cannot open a socket for msSanitizer's hooks in {found.directory}: {exc}"
-        ) from None
-    if not isinstance(answer, m.CompatListening) or not answer.name:
-        why = answer.message if isinstance(answer, m.CompatListening) else f"unexpected {type(answer).__name__}"
-        print(
-            f"{PREFIX} WARNING: the daemon opened no socket for msSanitizer's hooks ({why}); they are not preloaded: "
-            "Ascend programs run unchecked, programs that use client_shim are still checked.",
-            file=sys.stderr,
-        )
+    name = _compat_socket(control, job, identified.layout, str(found.directory))
+    if not name:
         return {}
     if heap and not env.get("ASCEND_HOME_PATH"):
         # msSanitizer's heap hooks load the real runtime from $ASCEND_HOME_PATH/lib64 and fail without it
@@ -243,10 +243,28 @@ def hook_env(options, control: ControlClient, job: str, env: Mapping[str, str]) 
         release = " ".join(p for p in (identified.version, identified.commit[:8]) if p)
         print(
             f"{PREFIX} Use preload libs {':'.join(str(p) for p in found.libraries)} (msSanitizer {release}, wire "
-            f"layout {identified.layout}); socket {answer.name}",
+            f"layout {identified.layout}); socket {name}",
             file=sys.stderr,
         )
-    return hooks.hook_environment(env, found, answer.name)
+    return hooks.hook_environment(env, found, name)
+
+
+def _compat_socket(control: ControlClient, job: str, layout: str, whose: str) -> str:
+    """The name of a socket in msSanitizer's form the daemon opened for the job, or "" (said on stderr) when it
+    refused; ClientError when the control connection is over."""
+    try:
+        answer = control.request(m.CompatListen(job=job, layout=layout))
+    except ClientError as exc:  # the connection is over (an older daemon does not know the request, say)
+        raise ClientError(f"the daemon cannot open a socket for msSanitizer's hooks ({whose}): {exc}") from None
+    if isinstance(answer, m.CompatListening) and answer.name:
+        return answer.name
+    why = answer.message if isinstance(answer, m.CompatListening) else f"unexpected {type(answer).__name__}"
+    print(
+        f"{PREFIX} WARNING: the daemon opened no socket for msSanitizer's hooks ({why}); they are not preloaded: "
+        "Ascend programs run unchecked, programs that use client_shim are still checked.",
+        file=sys.stderr,
+    )
+    return ""
 
 
 def run(argv: list[str]) -> int:

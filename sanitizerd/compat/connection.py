@@ -101,8 +101,8 @@ class _Slot:
     index: int  # slot number within the kernel
     length: int  # the packet's length
     remaining: int  # bytes of the packet not yet taken from the buffer
-    heads: Any = None  # record_buffer.SlotHeads once read
-    decoder: Any = None  # record_buffer.SlotDecoder, None while skipping
+    heads: record_buffer.SlotHeads | None = None  # once read
+    decoder: record_buffer.SlotDecoder | None = None  # None while skipping
     tail: bytes = b""  # record bytes the decoder has not consumed yet
     skipping: bool = False  # the rest of the slot is dropped (its heads or records are damaged)
 
@@ -529,10 +529,17 @@ class CompatConnection:
             self._read_heads(kernel, slot, bytes(buffer.take(heads_size)))
             slot.remaining -= heads_size
             return True
-        if slot.remaining and not buffer:
+        if slot.skipping:  # dropped: whatever has arrived goes
+            take = min(len(buffer), slot.remaining)
+            ready = take or not slot.remaining
+        else:
+            # A whole chunk (or the rest of the slot) at once: batches of tens of thousands of events, not one per
+            # socket read, and the bytes waiting for it are buffered where the uid's budget counts them.
+            take = min(slot.remaining, max(self.chunk_size - len(slot.tail), 1))
+            ready = len(buffer) >= take
+        if not ready:
             self._truncated_at_eof(PacketType.KERNEL_RECORD, slot.length - slot.remaining, slot.length)
             return False
-        take = min(len(buffer), slot.remaining, max(self.chunk_size - len(slot.tail), 1))
         data = buffer.take(take)
         slot.remaining -= take
         final = not slot.remaining
@@ -579,13 +586,15 @@ class CompatConnection:
             slot.tail = b""
 
     def _decode_chunk(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
+        decoder = slot.decoder
+        assert decoder is not None  # a slot is decoded only while not skipping
         chunk = slot.tail + bytes(data) if slot.tail else data
-        events, used = slot.decoder.feed(memoryview(chunk), final)
+        events, used = decoder.feed(memoryview(chunk), final)
         slot.tail = bytes(chunk[used:]) if used < len(chunk) else b""
         if not final and not used and len(slot.tail) >= self.chunk_size:
             # A record the decoder cannot finish within a whole chunk: no record is that long. What it has is
             # decoded as the end of the slot (it says what is wrong), and the rest of the slot is dropped.
-            events2, _ = slot.decoder.feed(memoryview(slot.tail), True)
+            events2, _ = decoder.feed(memoryview(slot.tail), True)
             kernel.problem(
                 f"slot {slot.index}: no whole record in {len(slot.tail)} bytes; the rest of the slot dropped"
             )
@@ -593,7 +602,7 @@ class CompatConnection:
             slot.skipping = True
             events = events2 if not len(events) else np.concatenate([events, events2])
         # Past the slot's end this counts its BLOCK_FINISH too, which the decoder gives as the slot's last event.
-        self._serial = slot.decoder.next_serial
+        self._serial = decoder.next_serial
         if len(events):
             self._emit_events(kernel, events)
 

@@ -67,8 +67,12 @@ for _type, _size in PAYLOAD_SIZE.items():
 # so long segments rarely need the (scalar) repair.
 TARGET_SEGMENTS = 1024
 MIN_SEGMENT_WORDS = 256
+WINDOW_BYTES = 4 << 20
 STEP_LIST: list[int] = STEP_WORDS.tolist()
 MAX_STEP = int(STEP_WORDS.max())
+STRONG = (STEP_WORDS > 0) & (np.arange(_TABLE_LEN) >= RecordType.DMA_MOV)  # types a speculative walk trusts
+SEARCH_WORDS = 2 * MAX_STEP
+STEP_AT_LEAST_1 = np.maximum(STEP_WORDS, 1)
 # Known record types as small dense codes, for grouping a path's records by type without sorting.
 CODE_TYPE: list[int] = sorted(PAYLOAD_SIZE)
 TYPE_CODE = np.zeros(_TABLE_LEN, dtype=np.intp)
@@ -161,7 +165,11 @@ def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     left: dict[int, int] = {}  # per repaired segment that left without meeting its speculative walk: its exit
     pending = np.flatnonzero(start_at < 0).tolist()
     while pending:
-        segs = np.array(sorted(pending), dtype=np.int64)
+        # A segment whose entry is not known yet (-1: the walk before it found no record) waits for the repair
+        # of the segment before, which then moves its entry.
+        segs = np.array(sorted(j for j in pending if entries[j] >= 0), dtype=np.int64)
+        if not segs.size:
+            break
         extra, joined, leave, stuck = _repair(words, keys, segs, entries[segs], ends[segs], n)
         work = segs.tolist()
         for i, j in enumerate(work):
@@ -230,35 +238,54 @@ def _lockstep(
     words: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Walk every segment from its first word, all in lockstep: (exits, nodes of all segments in order, the index
-    in ``nodes`` where each segment's nodes begin, with one more entry for the end)."""
+    in ``nodes`` where each segment's nodes begin, with one more entry for the end).
+
+    A walk first searches, a word at a time, for a word that is a record type outside the scalar range (0-13):
+    payloads are full of zeros and small counts, which read as LOAD/STORE and would lead a walk astray, while a
+    type of 100 or more is seldom anything else. From there it follows the records exactly; only those nodes
+    count (an exact walk from a true record start is the true path). A walk that finds no such word within
+    SEARCH_WORDS follows the records from the first known type after that; one that never does has no exit (-1)."""
     nseg = starts.size
-    exits = np.empty(nseg, dtype=np.int64)
-    seg_of: list[np.ndarray] = []
-    pos_of: list[np.ndarray] = []
+    exits = np.full(nseg, -1, dtype=np.int64)
+    V = np.full((nseg, 64), -1, dtype=np.int64)  # (segments, steps): each walk's nodes in order, -1 elsewhere
+    k = 0
     active = np.arange(nseg)
     pos = starts.copy()
     end = ends.copy()
-    top = _TABLE_LEN - 1
+    exact = np.zeros(nseg, dtype=bool)
+    patient = starts + SEARCH_WORDS
+    searching = True
     while active.size:
-        seg_of.append(active)
-        pos_of.append(pos)
-        step = STEP_WORDS[np.minimum(words[pos], top)]
-        pos = pos + np.maximum(step, 1)  # a word that is no type: the speculative walk moves on by one word
+        if k == V.shape[1]:
+            V = np.concatenate([V, np.full_like(V, -1)], axis=1)
+        t = words[pos]
+        if searching:
+            step = np.take(STEP_WORDS, t, mode="clip")  # clip: any word past the table reads as no type
+            exact |= np.take(STRONG, t, mode="clip") | ((pos >= patient) & (step > 0))
+            searching = not exact.all()
+            V[active[exact], k] = pos[exact]
+            pos = pos + np.where(exact, np.maximum(step, 1), 1)
+        else:
+            V[active, k] = pos
+            pos += np.take(STEP_AT_LEAST_1, t, mode="clip")  # a word that is no type: on by one word
+        k += 1
         done = pos >= end
         if done.any():
-            exits[active[done]] = pos[done]
+            exits[active[done]] = np.where(exact[done], pos[done], -1)
             keep = ~done
-            active, pos, end = active[keep], pos[keep], end[keep]
-    segs = np.concatenate(seg_of)
-    order = np.argsort(segs, kind="stable")  # by segment, each segment's nodes in walk order
-    nodes = np.concatenate(pos_of)[order]
-    row_start = np.concatenate(([0], np.cumsum(np.bincount(segs, minlength=nseg))))
+            active, pos, end, exact, patient = active[keep], pos[keep], end[keep], exact[keep], patient[keep]
+    V = V[:, :k]
+    valid = V >= 0
+    nodes = V[valid]  # row-major: segment by segment, each in walk order
+    row_start = np.concatenate(([0], np.cumsum(valid.sum(axis=1))))
     return exits, nodes, row_start
 
 
 def _find(keys: np.ndarray, segs: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Flat index of node ``positions`` of segments ``segs`` in ``keys``, -1 where it is no node there."""
     want = (segs << 32) + positions
+    if keys.size == 0:
+        return np.full(want.size, -1, dtype=np.int64)
     at = np.minimum(np.searchsorted(keys, want), keys.size - 1)
     return np.where(keys[at] == want, at, -1)
 
@@ -313,12 +340,13 @@ def _repair(
 
 
 def _gather(words: np.ndarray, starts: np.ndarray, record_type: int, dtype: np.dtype) -> np.ndarray:
-    """The payloads of the records starting at word ``starts`` as one structured array of ``dtype``."""
-    nwords = PAYLOAD_SIZE[record_type] // 4
-    block = words[(starts + 1)[:, None] + np.arange(nwords)]
-    if dtype.itemsize != nwords * 4:
-        raise ValueError(f"{_type_name(record_type)}: converter dtype is {dtype.itemsize} bytes, payload {nwords * 4}")
-    return np.ascontiguousarray(block).view(dtype).reshape(starts.size)
+    """The payloads of the records starting at word ``starts`` as one structured array of ``dtype``: a take from an
+    overlapping view of the words (item i = the payload bytes after word i), one copy per record."""
+    size = PAYLOAD_SIZE[record_type]
+    if dtype.itemsize != size:
+        raise ValueError(f"{_type_name(record_type)}: converter dtype is {dtype.itemsize} bytes, payload {size}")
+    window = np.ndarray(shape=(words.size - size // 4,), dtype=f"V{size}", buffer=words, offset=4, strides=(4,))
+    return window[starts].view(dtype)
 
 
 class SlotDecoder:
@@ -351,40 +379,42 @@ class SlotDecoder:
 
     def feed(self, data: memoryview | bytes, final: bool) -> tuple[np.ndarray, int]:
         data = memoryview(data).cast("B")
+        h = self.heads
         parts: list[np.ndarray] = []
-        consumed = len(data)  # unless whole records are left for later
-        limit = self.heads.write_offset - self._pos
-        if not self._stopped and limit > 0 and self.records < self.heads.record_write_count:
-            avail = min(len(data), limit)
-            words = np.frombuffer(data, dtype="<u4", count=avail // 4)
+        at = 0  # bytes of ``data`` decoded
+        # Windows of at most WINDOW_BYTES: the walk's and the converters' arrays then stay in the core's cache.
+        while not self._stopped and h.write_offset - self._pos - at > 0:
+            room = h.record_write_count - self.records
+            if room <= 0:
+                self._stop(
+                    f"{self._where()}: {h.record_write_count} records (recordWriteCount) end at byte "
+                    f"{self._pos + at}, but writeOffset is {h.write_offset}: the rest is not decoded"
+                )
+                break
+            avail = min(len(data) - at, h.write_offset - self._pos - at, WINDOW_BYTES)
+            words = np.frombuffer(data, dtype="<u4", count=avail // 4, offset=at)
             path, stop = walk(words, words.size)
-            room = self.heads.record_write_count - self.records
-            if path.size > room:  # recordWriteCount ends the block before writeOffset does
+            if path.size > room:  # recordWriteCount ends the block here; the next round says so
                 path = path[:room]
                 stop = int(path[-1] + STEP_WORDS[min(int(words[path[-1]]), _TABLE_LEN - 1)])
-                self._stop(
-                    f"{self._where()}: {room + self.records} records (recordWriteCount) end at byte "
-                    f"{self._pos + stop * 4}, but writeOffset is {self.heads.write_offset}: the rest is not decoded"
-                )
             elif stop < words.size and STEP_WORDS[min(int(words[stop]), _TABLE_LEN - 1)] == 0:
-                value = int(words[stop])
                 self._stop(
-                    f"{self._where()}: unknown record type {_type_name(value)} at byte {self._pos + stop * 4} of the "
-                    f"record region; {self.heads.record_write_count - self.records - path.size} records not decoded"
+                    f"{self._where()}: unknown record type {_type_name(int(words[stop]))} at byte "
+                    f"{self._pos + at + stop * 4} of the record region; "
+                    f"{h.record_write_count - self.records - path.size} records not decoded"
                 )
             if path.size:
                 parts.append(self._convert(words, path))
-            self.records += int(path.size)
-            if not self._stopped:
-                consumed = stop * 4
-                if self._pos + consumed >= self.heads.write_offset:
-                    consumed = len(data)
+                self.records += int(path.size)
+            at += stop * 4
+            if not path.size:  # the next record is not all here yet
+                break
+        # Once decoding has stopped, or writeOffset is reached, the rest of the region is no records: consume it.
+        consumed = len(data) if self._stopped or self._pos + at >= h.write_offset else at
         self._pos += consumed
         if final:
             self._finish()
             parts.append(self._block_finish())
-        if not parts:
-            return np.empty(0, dtype=EVENT_DTYPE), consumed
         return base.cat(parts), consumed
 
     def _stop(self, text: str) -> None:
@@ -421,7 +451,7 @@ class SlotDecoder:
         types = words[path]
         serials = np.arange(path.size, dtype=np.uint64) + np.uint64(self.first_serial + self.records)
         codes = TYPE_CODE[types]  # every type on the path is known (the walk stopped before any other)
-        out: list[np.ndarray] = []
+        groups: list[tuple[np.ndarray, np.ndarray]] = []  # (record indices, their events)
         for code in np.flatnonzero(np.bincount(codes, minlength=len(CODE_TYPE))).tolist():
             record_type = CODE_TYPE[code]
             rows = np.flatnonzero(codes == code)
@@ -431,17 +461,19 @@ class SlotDecoder:
                 continue
             try:
                 records = _gather(words, path[rows], record_type, registered.dtype)
-                out.append(registered.convert(record_type, records, serials[rows], self.context))
+                groups.append((rows, registered.convert(record_type, records, serials[rows], self.context)))
             except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
                 text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
                 base.drop(self.context, text, rows.size)
+        out = [events for _, events in groups]
         if len(out) <= 1:
             return base.cat(out)
+        # Each group is in record order: a stable sort by serial merges a few sorted runs (timsort), cheaply.
         return base.by_serial(base.cat(out))
 
     def problems(self) -> list[str]:
         lines = list(self._problems)
-        for text, count in self.context.dropped.items():
+        for text, count in sorted(self.context.dropped.items()):
             lines.append(f"{count} {text}")
         for record_type, count in sorted(self._unconverted.items())[:MAX_UNCONVERTED_LINES]:
             lines.append(

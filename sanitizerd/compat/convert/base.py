@@ -180,6 +180,54 @@ def sync_events(
 _U16 = 0xFFFF
 
 
+def patterns(
+    kind: int,
+    space: int | np.ndarray,
+    address: np.ndarray,
+    block_size: int | np.ndarray,
+    block_num: int | np.ndarray,
+    repeat: int | np.ndarray,
+    repeat_stride: int | np.ndarray,
+    records: np.ndarray,
+    serials: np.ndarray,
+    context: BlockContext,
+    *,
+    pipe: int | np.ndarray,
+    align: int | np.ndarray = 0,
+    block_stride: int | np.ndarray = 1,
+) -> np.ndarray:
+    """One memory event per record with msSanitizer's pattern as given (the caller makes sure the values fit the
+    event's fields; ``runs`` does that for counts that may not)."""
+    events = np.zeros(len(records), dtype=EVENT_DTYPE)
+    events["kind"] = kind
+    events["space"] = space
+    events["address"] = address
+    events["serial"] = serials
+    events["pc"] = records["pc"]
+    events["block_id"] = records["block_id"]
+    events["block_type"] = context.block_type
+    events["pipe"] = pipe
+    events["block_size"] = block_size
+    events["block_num"] = block_num
+    events["block_stride"] = block_stride
+    events["repeat"] = repeat
+    events["repeat_stride"] = repeat_stride
+    events["align"] = align
+    return events
+
+
+MAX_LOOP = 1 << 16  # events one record may make through a loop count (msSanitizer's counts are 16-bit)
+
+
+def loops(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For records making ``counts`` events each (a loop in msSanitizer's parser): per event, its record's index
+    and its loop index, record by record."""
+    counts = np.minimum(counts.astype(np.int64), MAX_LOOP)
+    which = np.repeat(np.arange(counts.size), counts)
+    index = np.arange(which.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return which, index
+
+
 def runs(
     kind: int,
     space: int | np.ndarray,
@@ -204,40 +252,34 @@ def runs(
     run_bytes = np.broadcast_to(np.asarray(run_bytes, dtype=np.int64), n)
     repeat = np.broadcast_to(np.asarray(repeat, dtype=np.int64), n)
     stride_bytes = np.broadcast_to(np.asarray(stride_bytes, dtype=np.int64), n)
-    unit = np.broadcast_to(np.asarray(unit, dtype=np.int64), n)
+    unit = np.maximum(np.broadcast_to(np.asarray(unit, dtype=np.int64), n), 1)
     space = np.broadcast_to(np.asarray(space), n)
     pipe = np.broadcast_to(np.asarray(pipe), n)
     align = np.broadcast_to(np.asarray(align), n)
     # The natural pattern needs whole units in the run and the stride, and 16-bit counts.
-    unit = np.maximum(np.gcd(np.gcd(run_bytes, np.where(repeat > 1, stride_bytes, 0)), unit), 1)
+    stride_used = np.where(repeat > 1, stride_bytes, 0)
+    whole = (run_bytes % unit == 0) & (stride_used % unit == 0)
+    if not whole.all():
+        unit = np.where(whole, unit, np.maximum(np.gcd(np.gcd(run_bytes, stride_used), unit), 1))
     block_num = run_bytes // unit
     stride = stride_bytes // unit
     ok = (block_num <= _U16) & (stride <= _U16) & (repeat <= _U16)
     if not ok.all():  # a coarser unit (the largest that divides run and stride) may still fit
-        coarse = np.maximum(np.gcd(run_bytes, np.where(repeat > 1, stride_bytes, 0)), 1)
+        coarse = np.maximum(np.gcd(run_bytes, stride_used), 1)
         unit = np.where(ok, unit, coarse)
         block_num = run_bytes // unit
         stride = stride_bytes // unit
         ok = (block_num <= _U16) & (stride <= _U16) & (repeat <= _U16) & (unit <= 0xFFFFFFFF)
-    one = ok.all()
-    rows = np.arange(n) if one else np.flatnonzero(ok)
-    events = np.zeros(rows.size, dtype=EVENT_DTYPE)
-    events["kind"] = kind
-    events["space"] = space[rows]
-    events["address"] = address[rows]
-    events["serial"] = serials[rows]
-    events["pc"] = records["pc"][rows]
-    events["block_id"] = records["block_id"][rows]
-    events["block_type"] = context.block_type
-    events["pipe"] = pipe[rows]
-    events["block_size"] = unit[rows]
-    events["block_num"] = block_num[rows]
-    events["block_stride"] = 1
-    events["repeat"] = repeat[rows]
-    events["repeat_stride"] = stride[rows]
-    events["align"] = align[rows]
-    if one:
-        return events
+    if ok.all():
+        return patterns(
+            kind, space, address, unit, block_num, repeat, stride, records, serials, context, pipe=pipe, align=align
+        )
+    rows = np.flatnonzero(ok)
+    some, some_serials = subset(records, serials, rows)
+    events = patterns(
+        kind, space[rows], address[rows], unit[rows], block_num[rows], repeat[rows], stride[rows], some,
+        some_serials, context, pipe=pipe[rows], align=align[rows],
+    )  # fmt: skip
     # The rest: one event per run (a run is at most 65535 x 65535 bytes here, within the u32 block size).
     big = np.flatnonzero(~ok)
     reps = np.minimum(repeat[big], 1 << 20)  # a bound on hostile counts: never more than 2**20 events a record
@@ -266,3 +308,16 @@ def in_order(n: int, *per_role: np.ndarray) -> np.ndarray:
     if all(len(a) == n for a in per_role):
         return interleave(*per_role)
     return by_serial(cat(list(per_role)))
+
+
+def subset(records: np.ndarray, serials: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``records[keep], serials[keep]`` (a boolean mask or sorted row indices) without numpy's slow structured
+    copy, and without any copy when every record is kept."""
+    if keep.dtype == bool:
+        if keep.all():
+            return records, serials
+        keep = np.flatnonzero(keep)
+    elif keep.size == len(records) and np.array_equal(keep, np.arange(keep.size)):
+        return records, serials
+    raw = np.ascontiguousarray(records).view(f"V{records.dtype.itemsize}")
+    return raw[keep].view(records.dtype), serials[keep]

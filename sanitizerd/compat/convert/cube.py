@@ -13,7 +13,7 @@ import numpy as np
 
 from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.layout import record_dtype
-from sanitizerd.compat.convert.plan import NO_SPACE, Plan, memtype_to_space
+from sanitizerd.compat.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
 LOAD_2D = 104
@@ -84,10 +84,6 @@ def _no_pipe(context: BlockContext, name: str, pipe: np.ndarray) -> None:
 def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
     """Space of a MemType, NO_SPACE where the record is not to give events."""
     return np.where(ok, memtype_to_space(memtype), NO_SPACE)
-
-
-def _finish(plan: Plan, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
-    return plan.build(serials, records["block_id"], records["pc"], context)
 
 
 MATRIX_MUL_DTYPE = record_dtype(
@@ -173,7 +169,7 @@ def _matrix(
 def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """MMAD: A as src0Repeat repeats of src0BlockNum blocks, B and C as one run of blocks each."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
@@ -182,27 +178,29 @@ def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarra
             block_size=r["src0_block_size"],
             repeat=r["src0_repeat"],
             repeat_stride=r["src0_repeat_stride"],
-            align=r["src0_align_size"],
+            align=explicit_align(r["src0_align_size"]),
         ),
-        b=dict(block_num=r["src1_block_num"], block_size=r["src1_block_size"], align=r["src1_align_size"]),
-        c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=r["dst_align_size"]),
+        b=dict(
+            block_num=r["src1_block_num"], block_size=r["src1_block_size"], align=explicit_align(r["src1_align_size"])
+        ),
+        c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=explicit_align(r["dst_align_size"])),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(MMAD_A5, dtype=MMAD_A5_DTYPE)
 def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """MMAD (910_95 form): 512-byte fractals of A and B, 1024-byte fractals of C (1024-aligned)."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
-        a=dict(block_num=r["src0_block_num"], block_size=FRACTAL, align=r["src0_align_size"]),
-        b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=r["src1_align_size"]),
+        a=dict(block_num=r["src0_block_num"], block_size=FRACTAL, align=explicit_align(r["src0_align_size"])),
+        b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=explicit_align(r["src1_align_size"])),
         c=dict(block_num=r["dst_block_num"], block_size=1024, align=1024),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_2D_DTYPE = record_dtype(
@@ -241,11 +239,11 @@ def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, 
         int((dec & (start < back) & (repeat != 0)).sum()),
     )
     address = np.where(dec, start - np.where(start >= back, back, 0), start)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_size=r["block_size"], block_stride=0, repeat=repeat)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), address, repeat_stride=r["src_stride"], **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], repeat_stride=r["dst_stride"], **common)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_2D_SPARSE_DTYPE = record_dtype(
@@ -276,11 +274,11 @@ def convert_load_2d_sparse(
     start = _u(r["start_id"])
     src = _space(r["src_mem"], ok)
     common = dict(pipe=pipe, repeat=r["repeat"], repeat_stride=1)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, src, _u(r["src0"]) + start * np.uint64(FRACTAL), block_size=FRACTAL, **common)
     plan.add(EventKind.READ, src, _u(r["src1"]) + start * np.uint64(128), block_size=128, **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], block_size=FRACTAL, **common)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_2D_TRANSPOSE_DTYPE = record_dtype(
@@ -329,7 +327,7 @@ def convert_load_2d_transpose(
         "LOAD_2D_TRANSPOSE records dropped: index below zero in a repeat",
         int((dec & negative_index & (repeat != 0)).sum()),
     )
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_num=fractals, block_size=FRACTAL, repeat=repeat)
     plan.add(
         EventKind.READ,
@@ -347,7 +345,7 @@ def convert_load_2d_transpose(
         repeat_stride=_u(r["dst_stride"]) + np.uint64(1),
         **common,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_L1_2D_DTYPE = record_dtype(
@@ -396,7 +394,7 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         int((transpose & ~legal).sum()),
     )
     src = _u(r["src"]) + (_u(r["k_start"]) * _u(r["src_stride"]) + _u(r["m_start"])) * np.uint64(FRACTAL)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(L1, ok),
@@ -422,7 +420,7 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         repeat=repeats,
         repeat_stride=r["dst_stride"],
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_L1_MX_2D_DTYPE = record_dtype(
@@ -450,7 +448,7 @@ def convert_load_l1_mx_2d(
     xStep repeats of yStep 32-byte rows from (xStart, yStart), on MTE1."""
     r = records
     src = _u(r["src"]) + (_u(r["x_start"]) * _u(r["src_stride"]) + _u(r["y_start"])) * np.uint64(FRACTAL_ROW)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         Space.L1,
@@ -461,7 +459,7 @@ def convert_load_l1_mx_2d(
         repeat=r["x_step"],
         repeat_stride=r["src_stride"],
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
@@ -492,7 +490,7 @@ def convert_load_l1_2d_transpose(
         [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32], [4, 2, 1, 2], 0
     )
     mte1 = int(Pipe.MTE1)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
     plan.add(
         EventKind.READ,
@@ -510,7 +508,7 @@ def convert_load_l1_2d_transpose(
         repeat_stride=r["dst_stride"],
         **common,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 DECOMPRESS_HEADER_DTYPE = record_dtype(48, 0, [("src", "<u8", 32), ("n_block", "<u2", 40), ("src_mem", "u1", 42)])
@@ -523,7 +521,7 @@ def convert_decompress_header(
     """DECOMPRESS_HEADER: nBlock 32-byte headers read on MTE2 (32-byte aligned)."""
     r = records
     drop(context, "DECOMPRESS_HEADER records dropped: nBlock 0", int((r["n_block"] == 0).sum()))
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -532,7 +530,7 @@ def convert_decompress_header(
         block_size=_u(r["n_block"]) * np.uint64(32),
         align=32,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 SET_2D_DTYPE = record_dtype(
@@ -553,7 +551,7 @@ SET_2D_DTYPE = record_dtype(
 def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """SET_2D (fill): ``repeat`` runs of dstBlockNum blocks, repeatGap blocks apart; MTE2 into L1, else MTE1."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
@@ -564,7 +562,7 @@ def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, c
         repeat=r["repeat"],
         repeat_stride=_u(r["dst_block_num"]) + _u(r["repeat_gap"]),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 SET_L1_2D_DTYPE = record_dtype(
@@ -585,7 +583,7 @@ def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray
     """SET_L1_2D (910_95 fill of L1): ``repeat`` runs of dstBlockNum 32-byte blocks, repeat stride repeatGap
     blocks (msSanitizer's reading of the gap), on MTE2, 32-byte aligned."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         Space.L1,
@@ -597,7 +595,7 @@ def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray
         repeat_stride=r["repeat_gap"],
         align=32,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_IMAGE_DTYPE = record_dtype(
@@ -627,7 +625,7 @@ def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarra
     r = records
     width = _u(r["hor_size"]) + _u(r["l_pad"]) + _u(r["r_pad"])
     height = _u(r["ver_size"]) + _u(r["top_pad"]) + _u(r["bot_pad"])
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
@@ -636,7 +634,7 @@ def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarra
         block_num=width * height,
         block_size=32,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_SMASK_DTYPE = record_dtype(
@@ -650,7 +648,7 @@ def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarra
     The destination is an internal register: no write."""
     r = records
     gm = r["src_mem"] == GM
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -659,7 +657,7 @@ def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarra
         block_size=r["smask_size"],
         align=np.where(gm, 2, 0),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_B2_DTYPE = record_dtype(
@@ -685,10 +683,10 @@ def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, 
     _no_pipe(context, "LOAD_B2", pipe)
     nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_A_WINOGRAD_DTYPE = record_dtype(
@@ -728,7 +726,7 @@ def convert_load_a_winograd(
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
     size = _element_size(r["data_type"])
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -752,7 +750,7 @@ def convert_load_a_winograd(
         repeat=4,
         repeat_stride=_u(r["inner_dst_gap"]) + blocks,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 LOAD_B_WINOGRAD_DTYPE = record_dtype(
@@ -780,7 +778,7 @@ def convert_load_b_winograd(
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -802,7 +800,7 @@ def convert_load_b_winograd(
         repeat=r["repeat"],
         repeat_stride=r["dst_rpt_stride"],
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 BROADCAST_DTYPE = record_dtype(
@@ -836,7 +834,7 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
     src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
     dst_b32 = r["dst_type"] == DATA_B32
     v = int(Pipe.V)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -858,4 +856,162 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
         repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
         align=np.where(dst_b32 & (r["dst_mem"] == L0C), 1024, 0),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
+
+
+LOAD_3D_V2 = 142
+
+LOAD_3D_V2_DTYPE = record_dtype(
+    96,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("dst_stride", "<u2", 48),
+        ("fmap_w", "<u2", 50),
+        ("fmap_h", "<u2", 52),
+        ("fmap_c", "<u2", 54),
+        ("filter_w", "<u2", 56),
+        ("filter_h", "<u2", 58),
+        ("rpt_stride", "<u2", 60),
+        ("filter_w_stride", "<u2", 62),
+        ("filter_h_stride", "<u2", 64),
+        ("k_pos", "<u2", 66),
+        ("m_pos", "<u2", 68),
+        ("k_step", "<u2", 70),
+        ("m_step", "<u2", 72),
+        ("rpt_times", "<u2", 74),
+        ("output_m_pos", "<u2", 76),
+        ("data_type", "u1", 78),
+        ("dst_mem", "u1", 79),
+        ("src_mem", "u1", 80),
+        ("pad_top", "u1", 81),
+        ("pad_bottom", "u1", 82),
+        ("pad_left", "u1", 83),
+        ("pad_right", "u1", 84),
+        ("dilation_w", "u1", 85),
+        ("dilation_h", "u1", 86),
+        ("matrix_mode", "u1", 87),
+        ("rpt_mode", "u1", 88),
+        ("transpose", "u1", 89),
+    ],
+)
+
+_BITS_OF_TYPE = np.zeros(256, dtype=np.int64)
+_BITS_OF_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 8, 16, 32]
+# Channel counts the hardware takes, per type: channel % divisor in the allowed remainders.
+_CHANNEL_DIVISOR = np.ones(256, dtype=np.int64)
+_CHANNEL_DIVISOR[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [64, 32, 16, 8]
+_CHANNEL_OK = {DATA_B4: (0, 8, 16, 32), DATA_B8: (0, 4, 8, 16), DATA_B16: (0, 4, 8), DATA_B32: (0, 4)}
+
+
+def _positions(size: np.ndarray, before: np.ndarray, after: np.ndarray, window: np.ndarray, stride: np.ndarray):
+    """How many window positions msSanitizer walks along one axis: from -before while < size + after - window + 1,
+    by ``stride``."""
+    span = size + after - window + 1 + before
+    return np.where(span > 0, -(-span // np.maximum(stride, 1)), 0)
+
+
+def _intervals(mode1: np.ndarray, pos: np.ndarray, step: np.ndarray, stride: np.ndarray, times: np.ndarray, total):
+    """The kept index intervals of one im2col axis, as msSanitizer's window test keeps them: mode 0 keeps what
+    lies outside [pos, pos + step) (its test reads so), mode 1 the repeated windows (contiguous when step >=
+    stride). Returns two intervals (lo, hi) each, and which records have gapped mode-1 windows (not modelled)."""
+    lo1 = np.zeros_like(total)
+    hi1 = np.where(mode1, 0, np.minimum(pos, total))
+    lo2 = np.where(mode1, pos, pos + step)
+    hi2 = np.where(mode1, np.minimum(pos + stride * times, total), total)
+    gapped = mode1 & (step < stride) & (times > 0)
+    return (lo1, hi1), (np.minimum(lo2, total), hi2), gapped
+
+
+@converts(LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
+def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_3D_V2 (img2col, 910B): msSanitizer's model, kept as it is. The read walks the im2col matrix laid over
+    the source (rows = output positions, columns = filter positions x channels, ``bitSize`` bytes per element as
+    msSanitizer counts them) and keeps the rows and columns its window test passes; the write is mStep/16 fractals
+    by kStep/(32 bytes of elements) repeats at ``dst + outputMPos`` fractals. Records with an unknown type, a zero
+    dilation or stride, or a channel count the hardware refuses are dropped, as msSanitizer drops them; mode-1
+    windows with gaps (step < stride) are not modelled (their reads are dropped and counted)."""
+    r = records
+    i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
+    data_type = r["data_type"]
+    bits = _BITS_OF_TYPE[data_type]
+    channel = i64("fmap_c")
+    remainder = channel % _CHANNEL_DIVISOR[data_type]
+    channel_ok = np.zeros(len(r), dtype=bool)
+    for dtype_value, allowed in _CHANNEL_OK.items():
+        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    _no_pipe(context, "LOAD_3D_V2", pipe)
+    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
+    drop(context, "LOAD_3D_V2 records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    rows_h = _positions(i64("fmap_h"), i64("pad_top"), i64("pad_bottom"), i64("filter_h") * i64("dilation_h"),
+                        i64("filter_h_stride"))  # fmt: skip
+    rows_w = _positions(i64("fmap_w"), i64("pad_left"), i64("pad_right"), i64("filter_w") * i64("dilation_w"),
+                        i64("filter_w_stride"))  # fmt: skip
+    zero_stride = ((r["filter_h_stride"] == 0) & (rows_h > 0)) | ((r["filter_w_stride"] == 0) & (rows_w > 0))
+    drop(context, "LOAD_3D_V2 records dropped: filter stride 0", int((valid & zero_stride).sum()))
+    valid &= ~zero_stride & (pipe != NO_PIPE)
+    n_pos = rows_h * rows_w
+    k_total = i64("filter_h") * i64("filter_w") * channel
+    mode1 = r["matrix_mode"] != 0
+    bits_safe = np.maximum(bits, 1)
+    m_stride = i64("rpt_stride") * 16
+    k_stride = i64("rpt_stride") * (256 // bits_safe)
+    zero_rpt = mode1 & (i64("rpt_stride") == 0) & (n_pos > 0) & (k_total > 0)
+    drop(context, "LOAD_3D_V2 records dropped: mode-1 repeat stride 0", int((valid & zero_rpt).sum()))
+    valid &= ~zero_rpt
+    m_intervals = _intervals(mode1, i64("m_pos"), i64("m_step"), m_stride, i64("rpt_times"), n_pos)
+    k_intervals = _intervals(mode1, i64("k_pos"), i64("k_step"), k_stride, i64("rpt_times"), k_total)
+    gapped = m_intervals[2] | k_intervals[2]
+    drop(context, "LOAD_3D_V2 reads not converted: mode-1 windows with gaps", int((valid & gapped).sum()))
+    read_ok = valid & ~gapped
+    plan = Plan(len(r), serials, r, context)
+    src_space = _space(r["src_mem"], read_ok)
+    src = r["src"].astype(np.uint64)
+    for m_lo, m_hi in m_intervals[:2]:
+        for k_lo, k_hi in k_intervals[:2]:
+            rows = np.maximum(m_hi - m_lo, 0)
+            run = np.maximum(k_hi - k_lo, 0) * bits
+            stride = k_total * bits
+            full = (k_lo == 0) & (k_hi == k_total)  # whole rows: one contiguous run
+            grain = np.gcd(run, stride)
+            grain = np.where(grain == 0, 1, grain)
+            fits = ~full & (run // grain <= 0xFFFF) & (stride // grain <= 0xFFFF)
+            address = src + ((m_lo * k_total + k_lo) * bits).astype(np.uint64)
+            plan.add(EventKind.READ, src_space, address, pipe=pipe, block_size=run * rows, count=full)
+            plan.add(
+                EventKind.READ,
+                src_space,
+                address,
+                pipe=pipe,
+                block_size=grain,
+                block_num=run // grain,
+                repeat=rows,
+                repeat_stride=stride // grain,
+                count=fits,
+            )
+            plan.add(
+                EventKind.READ,
+                src_space,
+                address,
+                pipe=pipe,
+                block_size=run,
+                count=np.where(~full & ~fits, rows, 0),
+                step=stride,
+            )
+    elements = 256 // bits_safe  # elements in 32 bytes
+    transpose = r["transpose"] != 0
+    m_src = np.where(transpose, i64("k_step"), i64("m_step"))
+    k_src = np.where(transpose, i64("m_step"), i64("k_step"))
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], valid),
+        r["dst"].astype(np.uint64) + i64("output_m_pos").astype(np.uint64) * np.uint64(FRACTAL),
+        pipe=pipe,
+        block_size=FRACTAL,
+        block_num=(m_src + 15) // 16 & 0xFFFF,
+        repeat=-(-k_src // elements) & 0xFFFF,
+        repeat_stride=r["dst_stride"],
+    )
+    return plan.build()

@@ -15,14 +15,17 @@ One record type carries several interfaces (``interfaceType``) in a union:
 * vector unary / binary (3000, 3001): as UNARY_OP / BINARY_OP with 32-byte blocks, masked.
 * data copy (4001): as a DMA_MOV of 32-byte bursts.
 
-A record with ``error`` set produces nothing. Not converted here: data copy with pad (4002, a MOV_ALIGN; its
-records give no events yet) and the merge mode that ``isMerge`` toggles, which spans record types.
+* data copy with pad (4002): as a MOV_ALIGN (DataCopyPad), through that family's converter.
+
+A record with ``error`` set produces nothing. Not converted here: the merge mode that ``isMerge`` toggles, which
+spans record types (a decoder-level rule).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.compat.convert import moves
 from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.cube import query_pipe
 from sanitizerd.compat.convert.layout import record_dtype
@@ -31,6 +34,7 @@ from sanitizerd.compat.convert.vector import READ, WRITE, masked_operand
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
 
 MSTX_STUB = 20017
+MOV_ALIGN = 101
 
 SET_CROSS_SYNC, WAIT_CROSS_SYNC, HCCL, HCCLV = 0, 1, 2, 3
 CROSS_CORE_BARRIER, CROSS_CORE_SET_FLAG, CROSS_CORE_WAIT_FLAG = 4, 5, 6
@@ -123,6 +127,9 @@ MSTX_DTYPE = record_dtype(
         ("copy_n_burst", "<u4", U + 68),
         ("copy_src_gap", "<u4", U + 72),
         ("copy_dst_gap", "<u4", U + 76),
+        # MstxDataCopyPadDesc: as MstxDataCopyDesc, then the padding (elements left and right)
+        ("pad_left", "<u4", U + 80),
+        ("pad_right", "<u4", U + 84),
     ],
 )
 
@@ -233,12 +240,7 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     interface = r["interface"]
     # msSanitizer logs "Parse MstxStub failed" for these: the kernel-side stub could not describe the call.
     drop(context, "MSTX_STUB records dropped: marked as errors by the kernel", int((~live).sum()))
-    drop(
-        context,
-        "MSTX_STUB data-copy-with-pad annotations not converted yet",
-        int((live & (interface == DATA_COPY_PAD)).sum()),
-    )
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
 
     # Cross-core set / wait through a flag in GM.
     is_set = live & (interface == SET_CROSS_SYNC)
@@ -358,4 +360,37 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
             repeat=bursts,
             repeat_stride=length + (_u(gap) & mask16),
         )
-    return plan.build(serials, r["block_id"], r["pc"], context)
+    events = plan.build()
+    pad = np.flatnonzero(live & (interface == DATA_COPY_PAD))
+    if pad.size:
+        padded = _data_copy_pad(r[pad], serials[pad], context)
+        events = np.concatenate([events, padded])
+        events = events[np.argsort(events["serial"], kind="stable")]
+    return events
+
+
+# DataType by element bits, as msSanitizer picks it for a padded copy (B4, B8, B16, B32; else unknown).
+_TYPE_OF_BITS = np.full(256, 0xFF, dtype=np.uint8)
+_TYPE_OF_BITS[[4, 8, 16, 32]] = [0, 1, 2, 3]
+
+
+def _data_copy_pad(r: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """A padded copy is a MOV_ALIGN (DataCopyPad) of the same bursts, converted by that family's converter:
+    fields narrowed to MovAlignRecord's widths as msSanitizer copies them."""
+    eq = np.zeros(len(r), dtype=moves.MOV_ALIGN)
+    eq["pc"] = r["pc"]
+    eq["block_id"] = r["block_id"]
+    eq["file_no"] = r["file_no"]
+    eq["line_no"] = r["line_no"]
+    eq["dst"] = r["un_dst_addr"]
+    eq["src"] = r["un_src_addr"]
+    eq["src_gap"] = r["copy_src_gap"]
+    eq["dst_gap"] = r["copy_dst_gap"]
+    eq["len_burst"] = r["copy_len_burst"]
+    eq["n_burst"] = r["copy_n_burst"] & 0xFFFF
+    eq["dst_mem"] = _SPACE_TO_MEMTYPE[np.minimum(_valid_space(r["un_dst_space"]), 255)]
+    eq["src_mem"] = _SPACE_TO_MEMTYPE[np.minimum(_valid_space(r["un_src_space"]), 255)]
+    eq["data_type"] = _TYPE_OF_BITS[r["un_dst_bits"]]
+    eq["left_pad"] = r["pad_left"] & 0xFF
+    eq["right_pad"] = r["pad_right"] & 0xFF
+    return moves.mov_align(MOV_ALIGN, eq, serials, context)

@@ -32,34 +32,43 @@ def memtype_to_space(memtype: np.ndarray) -> np.ndarray:
     return _MEMTYPE_TO_SPACE[np.asarray(memtype, dtype=np.uint8)]
 
 
-def _u64(value: np.ndarray | int, n: int) -> np.ndarray:
-    return np.broadcast_to(np.asarray(value).astype(np.uint64, copy=False), (n,))
+def explicit_align(size: np.ndarray | int) -> np.ndarray | int:
+    """A record's own alignment as an event's: msSanitizer checks nothing for 0, which for an event is 1 (0 means
+    "by address space")."""
+    if isinstance(size, np.ndarray):
+        return np.where(size == 0, 1, size)
+    return size or 1
+
+
+def _pick(value: np.ndarray | int, rows: np.ndarray | None) -> np.ndarray | int:
+    """A slot argument for the kept rows: scalars stay scalars (assigned by broadcasting)."""
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return value[()]
+    return value if rows is None else value[rows]
+
+
+def _clamp(value: np.ndarray | int, top: int) -> np.ndarray | int:
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "ui" and np.iinfo(value.dtype).max <= top:
+            return value
+        return np.minimum(value, np.asarray(top, dtype=np.uint64) if value.dtype.kind == "u" else top)
+    return min(int(value), top)
 
 
 class Plan:
-    """Slots of ``n`` records; see the module docstring."""
+    """Slots of ``n`` records; see the module docstring. A slot stores only the rows it keeps (count > 0), as
+    packed events, so the many alternative slots of a masked operand cost a mask each."""
 
-    _FIELDS = (
-        "kind",
-        "space",
-        "address",
-        "block_size",
-        "block_num",
-        "block_stride",
-        "repeat",
-        "repeat_stride",
-        "align",
-        "pipe",
-        "dst_pipe",
-        "event_id",
-        "mode",
-        "count",
-        "step",
-    )
-
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, serials: np.ndarray, records: np.ndarray, context: BlockContext) -> None:
         self.n = n
-        self._slots: list[dict[str, np.ndarray]] = []
+        self._serials = np.asarray(serials, dtype=np.uint64)
+        self._block_id = records["block_id"]
+        self._pc = records["pc"]
+        self._block_type = context.block_type
+        self._slots = 0
+        # (slot, record row of each event, events, whether the slot kept every record exactly once)
+        self._parts: list[tuple[int, np.ndarray, np.ndarray, bool]] = []
 
     def add(
         self,
@@ -80,90 +89,146 @@ class Plan:
         dst_pipe: int | np.ndarray = 0,
         event_id: int | np.ndarray = 0,
         mode: int | np.ndarray = 0,
+        rows: np.ndarray | None = None,
     ) -> None:
-        """One slot. Memory slots with an empty pattern (no byte) or no space are dropped; values wider than the
-        event fields are folded (a contiguous repeat into one block) or, where they cannot be, clamped."""
-        n = self.n
-        count = _u64(count, n).copy()
+        """One slot. Array arguments have one value per record, or, with ``rows``, one per row in ``rows`` (the
+        records this slot may concern, ascending). Memory slots with an empty pattern (no byte) or no space are
+        dropped; values wider than the event fields are folded (one repeat of contiguous blocks into one block)
+        or, where they cannot be, clamped (only hostile records get there)."""
+        slot = self._slots
+        self._slots += 1
+        width = self.n if rows is None else len(rows)
+        keep = np.asarray(count) > 0
         if memory:
-            zero = (
-                (_u64(block_size, n) == 0)
-                | (_u64(block_num, n) == 0)
-                | (_u64(repeat, n) == 0)
+            keep = keep & ~(
+                (np.asarray(block_size) == 0)
+                | (np.asarray(block_num) == 0)
+                | (np.asarray(repeat) == 0)
                 | (np.asarray(space) == NO_SPACE)
             )
-            count[np.broadcast_to(zero, (n,))] = 0
-        self._slots.append(
-            {
-                "kind": _u64(kind, n),
-                "space": _u64(space, n),
-                "address": _u64(address, n),
-                "block_size": _u64(block_size, n),
-                "block_num": _u64(block_num, n),
-                "block_stride": _u64(block_stride, n),
-                "repeat": _u64(repeat, n),
-                "repeat_stride": _u64(repeat_stride, n),
-                "align": _u64(align, n),
-                "pipe": _u64(pipe, n),
-                "dst_pipe": _u64(dst_pipe, n),
-                "event_id": _u64(event_id, n),
-                "mode": _u64(mode, n),
-                "count": count,
-                "step": _u64(step, n),
-            }
-        )
+        keep = np.broadcast_to(keep, (width,))
+        if keep.all():
+            local = None
+            kept = np.arange(self.n) if rows is None else rows
+        else:
+            local = np.flatnonzero(keep)
+            if local.size == 0:
+                return
+            kept = local if rows is None else rows[local]
 
-    def add_access(self, access: np.ndarray, space: int | np.ndarray, address: np.ndarray | int, **kw) -> None:
+        def pick(value: np.ndarray | int) -> np.ndarray | int:
+            return _pick(value, local)
+
+        m = kept.size
+        counts = pick(count)
+        if isinstance(counts, np.ndarray):
+            # Every slot expands to at most one event per repeat or rank (bounded by the callers): clip anyway.
+            counts = np.minimum(counts, U16_MAX).astype(np.int64)
+            expand = not (counts == 1).all()
+        else:
+            counts = min(int(counts), U16_MAX)
+            expand = counts != 1
+            counts = np.full(m, counts, dtype=np.int64)
+        if expand:
+            which = np.repeat(np.arange(m), counts)
+            starts = np.cumsum(counts) - counts
+            within = (np.arange(which.size, dtype=np.int64) - starts[which]).astype(np.uint64)
+        else:
+            which = None
+
+        def each(value: np.ndarray | int) -> np.ndarray | int:
+            value = pick(value)
+            if which is None or not isinstance(value, np.ndarray):
+                return value
+            return value[which]
+
+        erows = kept if which is None else kept[which]
+        events = np.zeros(erows.size, dtype=EVENT_DTYPE)
+
+        def put(name: str, value: np.ndarray | int) -> None:
+            # The array is zeroed: a scalar 0 needs no write (a third of the fields of most events).
+            if isinstance(value, np.ndarray) or value:
+                events[name] = value
+
+        address = each(address)
+        if which is not None:
+            address = np.asarray(address, dtype=np.uint64) + within * np.asarray(each(step), dtype=np.uint64)
+        put("address", address)
+        events["serial"] = self._serials[erows]
+        events["pc"] = self._pc[erows]
+        events["block_id"] = self._block_id[erows]
+        put("kind", each(kind))
+        put("space", each(space))
+        put("block_type", self._block_type)
+        put("pipe", each(pipe))
+        put("dst_pipe", each(dst_pipe))
+        put("mode", each(mode))
+        put("event_id", _clamp(each(event_id), U16_MAX))
+        put("align", _clamp(each(align), U16_MAX))
+        size, num, bstride = each(block_size), each(block_num), each(block_stride)
+        rep, rstride = each(repeat), each(repeat_stride)
+        if isinstance(num, np.ndarray) and (num > U16_MAX).any():
+            size = np.asarray(size, dtype=np.uint64) * np.ones(erows.size, dtype=np.uint64)
+            num = num.astype(np.uint64)
+            fold = (num > U16_MAX) & (np.asarray(bstride) == 1) & (np.asarray(rep) <= 1) & (size * num <= U32_MAX)
+            size = np.where(fold, size * num, size)
+            num = np.where(fold, 1, num)
+        put("block_size", _clamp(size, U32_MAX))
+        put("block_num", _clamp(num, U16_MAX))
+        put("block_stride", _clamp(bstride, U16_MAX))
+        put("repeat", _clamp(rep, U16_MAX))
+        put("repeat_stride", _clamp(rstride, U16_MAX))
+        self._parts.append((slot, erows, events, which is None and erows.size == self.n))
+
+    def add_access(self, access: np.ndarray | int, space: int | np.ndarray, address: np.ndarray | int, **kw) -> None:
         """A slot whose kind comes from msSanitizer's AccessType (READ=0, WRITE=1, MEMCPY_BLOCKS=2: a read then a
         write of the same bytes, as its race detector splits it)."""
         access = np.asarray(access)
-        count = np.asarray(kw.pop("count", 1))
+        count = kw.pop("count", 1)
+        if access.ndim == 0:
+            if access in (0, 2):
+                self.add(EventKind.READ, space, address, count=count, **kw)
+            else:
+                self._slots += 1
+            if access in (1, 2):
+                self.add(EventKind.WRITE, space, address, count=count, **kw)
+            else:
+                self._slots += 1
+            return
+        count = np.asarray(count)
         is_read = (access == 0) | (access == 2)
         is_write = (access == 1) | (access == 2)
         self.add(EventKind.READ, space, address, count=np.where(is_read, count, 0), **kw)
         self.add(EventKind.WRITE, space, address, count=np.where(is_write, count, 0), **kw)
 
-    def build(self, serials: np.ndarray, block_id: np.ndarray, pc: np.ndarray, context: BlockContext) -> np.ndarray:
-        if not self._slots or self.n == 0:
+    def build(self) -> np.ndarray:
+        """The events, record by record, each record's slots in the order they were added."""
+        parts = self._parts
+        if not parts:
             return np.zeros(0, dtype=EVENT_DTYPE)
-        # (n, slots) -> row-major: record by record, slots in the order they were added.
-        cols = {f: np.stack([s[f] for s in self._slots], axis=1).reshape(-1) for f in self._FIELDS}
-        # Every slot expands to at most one event per repeat or rank (bounded by the callers): clip anyway.
-        counts = np.minimum(cols["count"], U16_MAX).astype(np.int64)
-        total = int(counts.sum())
-        events = np.zeros(total, dtype=EVENT_DTYPE)
-        if total == 0:
-            return events
-        slots = len(self._slots)
-        rep = np.repeat
-        for name in ("kind", "space", "pipe", "dst_pipe", "mode"):
-            events[name] = rep(cols[name], counts)
-        starts = np.cumsum(counts) - counts
-        within = (np.arange(total, dtype=np.int64) - rep(starts, counts)).astype(np.uint64)
-        events["address"] = rep(cols["address"], counts) + within * rep(cols["step"], counts)
-        per_record = np.repeat(np.arange(self.n), slots)
-        events["serial"] = rep(np.asarray(serials, dtype=np.uint64)[per_record], counts)
-        events["block_id"] = rep(np.asarray(block_id)[per_record], counts)
-        events["pc"] = rep(np.asarray(pc, dtype=np.uint64)[per_record], counts)
-        events["block_type"] = context.block_type
-        events["event_id"] = rep(np.minimum(cols["event_id"], U16_MAX), counts)
-        events["align"] = rep(np.minimum(cols["align"], U16_MAX), counts)
-
-        size = rep(cols["block_size"], counts)
-        num = rep(cols["block_num"], counts)
-        bstride = rep(cols["block_stride"], counts)
-        repeat = rep(cols["repeat"], counts)
-        rstride = rep(cols["repeat_stride"], counts)
-        # Fold what the 16-bit fields cannot carry: one repeat of contiguous blocks becomes one block; a single
-        # repeat needs no stride. What still does not fit is clamped (only hostile records get there).
-        fold = (num > U16_MAX) & (bstride == 1) & (repeat <= 1) & (size * num <= U32_MAX)
-        size = np.where(fold, size * num, size)
-        num = np.where(fold, 1, num)
-        rstride = np.where(repeat <= 1, 0, rstride)
-        bstride = np.where(num <= 1, 1, bstride)
-        events["block_size"] = np.minimum(size, U32_MAX)
-        events["block_num"] = np.minimum(num, U16_MAX)
-        events["block_stride"] = np.minimum(bstride, U16_MAX)
-        events["repeat"] = np.minimum(repeat, U16_MAX)
-        events["repeat_stride"] = np.minimum(rstride, U16_MAX)
-        return events
+        if len(parts) == 1:
+            return parts[0][2]
+        if all(p[3] for p in parts):
+            # Every slot kept every record once: interleave.
+            out = np.empty((self.n, len(parts)), dtype=EVENT_DTYPE)
+            raw = out.view(np.uint8).reshape(self.n, len(parts), EVENT_DTYPE.itemsize)
+            for column, part in enumerate(parts):  # as bytes: far faster than copying structured items
+                raw[:, column, :] = part[2].view(np.uint8).reshape(self.n, EVENT_DTYPE.itemsize)
+            return out.reshape(-1)
+        # Scatter each slot's events to their places: a record's events start after those of the records before
+        # it, and within a record the slots come in the order they were added (no sort).
+        width = len(parts)
+        counts = np.zeros((self.n, width), dtype=np.int64)
+        for column, part in enumerate(parts):
+            counts[:, column] = np.bincount(part[1], minlength=self.n)
+        flat = counts.reshape(-1)
+        starts = (np.cumsum(flat) - flat).reshape(self.n, width)
+        out = np.empty(int(flat.sum()), dtype=EVENT_DTYPE)
+        raw = out.view(np.uint8).reshape(out.size, EVENT_DTYPE.itemsize)
+        for column, (_, rows, events, once) in enumerate(parts):
+            at = starts[rows, column]
+            if not once and rows.size > 1 and (rows[1:] == rows[:-1]).any():
+                # A slot expanded into several events per record: they follow one another.
+                at = at + (np.arange(rows.size) - np.searchsorted(rows, rows, side="left"))
+            raw[at] = events.view(np.uint8).reshape(events.size, EVENT_DTYPE.itemsize)
+        return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, interleave, record_dtype, runs
+from sanitizerd.compat.convert.base import BlockContext, converts, drop, interleave, record_dtype, runs, subset
 from sanitizerd.compat.record_types import RecordType
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
@@ -28,7 +28,7 @@ def load_store(record_type: int, records: np.ndarray, serials: np.ndarray, conte
     ok = (records["space"] >= 0) & (records["space"] <= Space.FB) & (records["size"] <= MAX_ACCESS)
     if not ok.all():
         drop(context, f"{R(record_type).name} records dropped: no such address space or size", int((~ok).sum()))
-        records, serials = records[ok], serials[ok]
+        records, serials = subset(records, serials, ok)
     kind = EventKind.READ if record_type in READS else EventKind.WRITE
     size = records["size"].astype(np.int64)
     return runs(
@@ -46,7 +46,7 @@ def scalar_red(record_type: int, records: np.ndarray, serials: np.ndarray, conte
     ok = records["size"] <= MAX_ACCESS
     if not ok.all():
         drop(context, f"{R(record_type).name} records dropped: size out of range", int((~ok).sum()))
-        records, serials = records[ok], serials[ok]
+        records, serials = subset(records, serials, ok)
     size = records["size"].astype(np.int64)
     align = np.minimum(size, 0xFFFF)
     unit = np.maximum(size, 1)
@@ -63,7 +63,7 @@ def ldva(record_type: int, records: np.ndarray, serials: np.ndarray, context: Bl
     ok = records["size"] <= MAX_ACCESS
     if not ok.all():
         drop(context, "LDVA records dropped: size out of range", int((~ok).sum()))
-        records, serials = records[ok], serials[ok]
+        records, serials = subset(records, serials, ok)
     size = records["size"].astype(np.int64)
     return runs(
         EventKind.READ, Space.UB, records["addr"], size, 1, 0, records, serials, context, pipe=Pipe.V,

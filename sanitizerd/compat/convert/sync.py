@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype, sync_events
+from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype, subset, sync_events
 from sanitizerd.compat.record_types import MemType, PipeType, RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe
 
@@ -65,7 +65,7 @@ def _hard(
     ok = _valid_hard(records, context)
     if not ok.all():
         drop(context, f"{RecordType(record_type).name} records dropped: not a valid hardware flag", int((~ok).sum()))
-        records, serials = records[ok], serials[ok]
+        records, serials = subset(records, serials, ok)
     return sync_events(
         kind, records, serials, context,
         pipe=_pipe(records["src"]), dst_pipe=_pipe(records["dst"]), event_id=_u16(records["event_id"]),
@@ -153,7 +153,7 @@ ATOMIC_ON_OFF = 6
 @converts(R.SET_ATOMIC, dtype=ATOMIC)
 def set_atomic(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     keep = records["mode"] <= ATOMIC_ON_OFF
-    records, serials = records[keep], serials[keep]
+    records, serials = subset(records, serials, keep)
     return sync_events(
         EventKind.SET_ATOMIC, records, serials, context, pipe=Pipe.S, mode=(records["mode"] != 0).astype(np.uint8)
     )

@@ -17,11 +17,13 @@ destination and MEMCPY-style accesses are read then written).
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from sanitizerd.compat.convert.base import BlockContext, converts, drop
 from sanitizerd.compat.convert.layout import record_dtype
-from sanitizerd.compat.convert.plan import U16_MAX, Plan
+from sanitizerd.compat.convert.plan import U16_MAX, Plan, explicit_align
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
 
 # RecordType values of this family (msSanitizer's record_defs.h).
@@ -44,6 +46,7 @@ VREDUCEV2 = 10013
 VCONV_DST_S4_OP = 10014
 VCONV_SRC_S4_OP = 10015
 VSEL_OP = 10016
+SIMD_START, SIMD_END = 9999, 19999
 SCATTERVNCHWCONV = 20018
 SCATTERVNCHWCONV_A5 = 20019
 VBS32_A5 = 20020
@@ -286,16 +289,27 @@ def _bit_length(x: np.ndarray) -> np.ndarray:
     return np.where(hi > 0, 32 + np.frexp(hi)[1], np.frexp(lo)[1]).astype(np.uint64)
 
 
+def _at(value: np.ndarray | int, rows: np.ndarray) -> np.ndarray:
+    """``value`` at ``rows`` as u64 (a scalar broadcasts)."""
+    value = np.asarray(value)
+    return (value if value.ndim == 0 else value[rows]).astype(np.uint64)
+
+
+def _subset(value: np.ndarray | int, rows: np.ndarray) -> np.ndarray | int:
+    value = np.asarray(value)
+    return value if value.ndim == 0 else value[rows]
+
+
 def masked_operand(
     plan: Plan,
     access: int | np.ndarray,
     address: np.ndarray,
-    block_num: np.ndarray,
-    block_size: np.ndarray,
-    block_stride: np.ndarray,
-    repeat: np.ndarray,
-    repeat_stride: np.ndarray,
-    data_bits: np.ndarray,
+    block_num: np.ndarray | int,
+    block_size: np.ndarray | int,
+    block_stride: np.ndarray | int,
+    repeat: np.ndarray | int,
+    repeat_stride: np.ndarray | int,
+    data_bits: np.ndarray | int,
     mask0: np.ndarray,
     mask1: np.ndarray,
     mask_mode: np.ndarray,
@@ -305,172 +319,205 @@ def masked_operand(
     enabled: np.ndarray | bool = True,
     align: np.ndarray | int = 0,
 ) -> None:
-    """Slots for one vector operand through msSanitizer's MaskModeProcess (see the module docstring)."""
+    """Slots for one vector operand through msSanitizer's MaskModeProcess (see the module docstring). The common
+    cases (MASK_NORM as it is) cost a few comparisons per record; the cuts are computed only for the records
+    that need them."""
+    if aicube:
+        return
     n = plan.n
-    address, block_num, block_size = _u(address), _u(block_num), _u(block_size)
-    block_stride, repeat, repeat_stride = _u(block_stride), _u(repeat), _u(repeat_stride)
-    data_bits, mask0, mask1 = _u(data_bits), _u(mask0), _u(mask1)
+    mask0 = np.asarray(mask0)
+    mask1 = np.asarray(mask1)
     mask_mode = np.asarray(mask_mode)
-    live = np.broadcast_to(np.asarray(enabled), (n,)) & (block_num != 0) & (block_size != 0) & (not aicube)
-    norm = live & (mask_mode == MASK_NORM) & (repeat != 0)
-    count_mode = live & (mask_mode != MASK_NORM)
-    access = np.broadcast_to(np.asarray(access), (n,))
-    read_side = access == READ
+    live = np.asarray(enabled) & (np.asarray(block_num) != 0) & (np.asarray(block_size) != 0)
+    norm = live & (mask_mode == MASK_NORM) & (np.asarray(repeat) != 0)
+    count_mode = live & (mask_mode != MASK_NORM) & (mask0 != 0) & (np.asarray(data_bits) != 0)
 
     # MASK_NORM: as it is, or (element-based ops with >= 16-bit data) every element up to the last set bit.
     full = (mask0 == ALL_ONES) & (mask1 == ALL_ONES)
-    eligible = (block_num == 8) & (block_size == 32) & (data_bits >= 16)
+    eligible = (np.asarray(block_num) == 8) & (np.asarray(block_size) == 32) & (np.asarray(data_bits) >= 16)
     as_is = norm & (full | ~eligible)
-    norm_count = np.where(mask1 != 0, 64 + _bit_length(mask1), _bit_length(mask0))
+    common = dict(pipe=V, align=align)
     plan.add_access(
         access,
         UB,
         address,
-        pipe=V,
-        align=align,
         block_size=block_size,
         block_num=block_num,
         block_stride=block_stride,
         repeat=repeat,
         repeat_stride=repeat_stride,
         count=as_is,
+        **common,
     )
-
+    converted = norm & ~as_is
+    access = np.broadcast_to(np.asarray(access), (n,))
     if variant == BY_REPEAT:
-        by_repeat_count = count_mode & (mask0 != 0) & (data_bits != 0)
-        general = np.zeros(n, dtype=bool)
-        continuous = general
+        by_count, continuous, general = count_mode, None, None
     elif variant == REDUCEV2:
-        by_repeat_count = count_mode & (mask0 != 0) & (data_bits != 0) & read_side
-        continuous = count_mode & (mask0 != 0) & (data_bits != 0) & ~read_side
-        general = np.zeros(n, dtype=bool)
+        by_count, continuous, general = count_mode & (access == READ), count_mode & (access != READ), None
     else:
-        by_repeat_count = np.zeros(n, dtype=bool)
-        continuous = by_repeat_count
-        general = count_mode & (mask0 != 0) & (data_bits != 0)
+        by_count, continuous, general = None, None, count_mode
 
     # Per-repeat counting (VCOPY, VREDUCEV2 source, converted MASK_NORM): m elements of every repeat.
-    by_repeat = (norm & ~as_is) | by_repeat_count
-    m = np.where(by_repeat_count, mask0, norm_count)
-    per_block = _div(block_size * np.uint64(8), data_bits)
-    by_repeat &= per_block != 0
-    n_block = _div(m, per_block)
-    plan.add_access(
-        access,
-        UB,
-        address,
-        pipe=V,
-        align=align,
-        block_size=block_size,
-        block_num=n_block,
-        block_stride=block_stride,
-        repeat=repeat,
-        repeat_stride=repeat_stride,
-        count=by_repeat & (n_block > 0),
-    )
-    last = m - n_block * per_block
-    tail_size = last * data_bits // np.uint64(8)
-    tail_address = address + n_block * block_stride * block_size
-    span = repeat_stride * block_size  # bytes from one repeat's tail to the next
-    # The tails of all repeats as one pattern of g-byte blocks, g = gcd(tail, repeat distance), when the counts
-    # fit the event's 16-bit fields; else one event per repeat (as msSanitizer does).
-    grain = np.gcd(tail_size, span)
-    tail_blocks = _div(tail_size, grain)
-    compact_stride = _div(span, grain)
-    compact = (grain != 0) & (tail_blocks <= U16_MAX) & (compact_stride <= U16_MAX)
-    has_tail = by_repeat & (last > 0)
-    plan.add_access(
-        access,
-        UB,
-        tail_address,
-        pipe=V,
-        align=align,
-        block_size=grain,
-        block_num=tail_blocks,
-        repeat=repeat,
-        repeat_stride=compact_stride,
-        count=has_tail & compact,
-    )
-    plan.add_access(
-        access,
-        UB,
-        tail_address,
-        pipe=V,
-        align=align,
-        block_size=tail_size,
-        block_num=1,
-        repeat=1,
-        count=np.where(has_tail & ~compact, repeat, 0),
-        step=span,
-    )
+    rows = np.flatnonzero(converted if by_count is None else converted | by_count)
+    if rows.size:
+        at = partial(_at, rows=rows)
+        size, stride, rstride, bits, rep = (
+            at(block_size),
+            at(block_stride),
+            at(repeat_stride),
+            at(data_bits),
+            at(repeat),
+        )
+        m0 = at(mask0)
+        counted = np.asarray(by_count)[rows] if by_count is not None else np.zeros(rows.size, dtype=bool)
+        m = np.where(counted, m0, np.where(at(mask1) != 0, 64 + _bit_length(at(mask1)), _bit_length(m0)))
+        per_block = _div(size * np.uint64(8), bits)
+        ok = per_block != 0
+        n_block = _div(m, per_block)
+        address_r = at(address)
+        acc = access[rows]
+        plan.add_access(
+            acc,
+            UB,
+            address_r,
+            block_size=size,
+            block_num=n_block,
+            block_stride=stride,
+            repeat=rep,
+            repeat_stride=rstride,
+            count=ok & (n_block > 0),
+            rows=rows,
+            pipe=V,
+            align=_subset(align, rows),
+        )
+        last = m - n_block * per_block
+        tail_size = last * bits // np.uint64(8)
+        tail_address = address_r + n_block * stride * size
+        span = rstride * size  # bytes from one repeat's tail to the next
+        # The tails of all repeats as one pattern of g-byte blocks, g = gcd(tail, repeat distance), when the
+        # counts fit the event's 16-bit fields; else one event per repeat (as msSanitizer makes them).
+        grain = np.gcd(tail_size, span)
+        tail_blocks = _div(tail_size, grain)
+        compact_stride = _div(span, grain)
+        compact = (grain != 0) & (tail_blocks <= U16_MAX) & (compact_stride <= U16_MAX)
+        has_tail = ok & (last > 0)
+        plan.add_access(
+            acc,
+            UB,
+            tail_address,
+            block_size=grain,
+            block_num=tail_blocks,
+            repeat=rep,
+            repeat_stride=compact_stride,
+            count=has_tail & compact,
+            rows=rows,
+            pipe=V,
+            align=_subset(align, rows),
+        )
+        plan.add_access(
+            acc,
+            UB,
+            tail_address,
+            block_size=tail_size,
+            count=np.where(has_tail & ~compact, rep, 0),
+            step=span,
+            rows=rows,
+            pipe=V,
+            align=_subset(align, rows),
+        )
 
     # General MASK_COUNT: mask0 elements in all: full repeats, then full blocks, then a partial block.
-    per_repeat = block_num * per_block
-    general &= per_block != 0
-    n_repeat = _div(mask0, per_repeat)
-    plan.add_access(
-        access,
-        UB,
-        address,
-        pipe=V,
-        align=align,
-        block_size=block_size,
-        block_num=block_num,
-        block_stride=block_stride,
-        repeat=n_repeat,
-        repeat_stride=repeat_stride,
-        count=general & (n_repeat > 0),
-    )
-    rest = mask0 - n_repeat * per_repeat
-    last_blocks = _div(rest, per_block)
-    rest_address = address + n_repeat * repeat_stride * block_size
-    plan.add_access(
-        access,
-        UB,
-        rest_address,
-        pipe=V,
-        align=align,
-        block_size=block_size,
-        block_num=last_blocks,
-        block_stride=block_stride,
-        count=general & (last_blocks > 0),
-    )
-    last_elements = rest - last_blocks * per_block
-    plan.add_access(
-        access,
-        UB,
-        rest_address + last_blocks * block_stride * block_size,
-        pipe=V,
-        align=align,
-        block_size=last_elements * data_bits // np.uint64(8),
-        count=general & (last_elements > 0),
-    )
+    rows = np.flatnonzero(general) if general is not None else np.zeros(0, dtype=np.intp)
+    if rows.size:
+        at = partial(_at, rows=rows)
+        size, num, stride, rstride, bits = (
+            at(block_size),
+            at(block_num),
+            at(block_stride),
+            at(repeat_stride),
+            at(data_bits),
+        )
+        m0 = at(mask0)
+        acc = access[rows]
+        per_block = _div(size * np.uint64(8), bits)
+        ok = per_block != 0
+        per_repeat = num * per_block
+        n_repeat = _div(m0, per_repeat)
+        address_r = at(address)
+        plan.add_access(
+            acc,
+            UB,
+            address_r,
+            block_size=size,
+            block_num=num,
+            block_stride=stride,
+            repeat=n_repeat,
+            repeat_stride=rstride,
+            count=ok & (n_repeat > 0),
+            rows=rows,
+            pipe=V,
+            align=_subset(align, rows),
+        )
+        rest = m0 - n_repeat * per_repeat
+        last_blocks = _div(rest, per_block)
+        rest_address = address_r + n_repeat * rstride * size
+        plan.add_access(
+            acc,
+            UB,
+            rest_address,
+            block_size=size,
+            block_num=last_blocks,
+            block_stride=stride,
+            count=ok & (last_blocks > 0),
+            rows=rows,
+            pipe=V,
+            align=_subset(align, rows),
+        )
+        last_elements = rest - last_blocks * per_block
+        plan.add_access(
+            acc,
+            UB,
+            rest_address + last_blocks * stride * size,
+            block_size=last_elements * bits // np.uint64(8),
+            count=ok & (last_elements > 0),
+            rows=rows,
+            pipe=V,
+            align=_subset(align, rows),
+        )
 
     # VREDUCEV2 destination under MASK_COUNT: mask0 elements per repeat, written back to back.
-    plan.add_access(
-        access,
-        UB,
-        address,
-        pipe=V,
-        align=align,
-        block_size=mask0 * data_bits * repeat // np.uint64(8),
-        count=continuous,
-    )
+    rows = np.flatnonzero(continuous) if continuous is not None else np.zeros(0, dtype=np.intp)
+    if rows.size:
+        at = partial(_at, rows=rows)
+        plan.add_access(
+            access[rows],
+            UB,
+            at(address),
+            block_size=at(mask0) * at(data_bits) * at(repeat) // np.uint64(8),
+            rows=rows,
+            pipe=V,
+            align=_subset(align, rows),
+        )
+
+
+def simd_align(context: BlockContext, data_bits: np.ndarray | int, record_type: int) -> np.ndarray | int:
+    """msSanitizer's alignment for SIMD-range records checked by record type: on 310P the element width, else by
+    address space (0)."""
+    if context.chip.name != "310P" or not SIMD_START < record_type < SIMD_END:
+        return 0
+    return explicit_align(np.asarray(data_bits) // 8)
 
 
 def _aicube(context: BlockContext) -> bool:
     return context.block_type == BlockType.AIC
 
 
-def _finish(plan: Plan, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
-    return plan.build(serials, records["block_id"], records["pc"], context)
-
-
 @converts(VEC_DUP, dtype=VEC_DUP_DTYPE)
 def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VEC_DUP: one destination of 8 x 32-byte blocks per repeat, masked."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     masked_operand(
         plan,
         WRITE,
@@ -486,7 +533,7 @@ def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, 
         r["mask_mode"],
         aicube=_aicube(context),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(
@@ -503,12 +550,12 @@ def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, co
     """UnaryOpRecord: the source read, then the destination written, both masked."""
     r = records
     variant = {VCOPY_OP: BY_REPEAT, VREDUCEV2_UNARY: REDUCEV2}.get(record_type, GENERAL)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(aicube=_aicube(context), variant=variant)
     # VMRGSORT4 alignment (msSanitizer's special rules): 910B reads need 8 bytes, writes 32; 310P's rule uses the
     # data width value itself.
-    read_align: np.ndarray | int = 0
-    write_align: np.ndarray | int = 0
+    read_align: np.ndarray | int = simd_align(context, r["src_data_bits"], record_type)
+    write_align: np.ndarray | int = simd_align(context, r["dst_data_bits"], record_type)
     if record_type == VMRGSORT4_OP_C220:
         read_align, write_align = 8, 32
     elif record_type == VMRGSORT4_OP_M200:
@@ -542,10 +589,10 @@ def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, co
         **common,
         align=write_align,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
-def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, **kw) -> None:
+def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, record_type: int, **kw) -> None:
     masked_operand(
         plan,
         READ,
@@ -560,11 +607,12 @@ def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, 
         r["mask1"],
         r["mask_mode"],
         aicube=_aicube(context),
+        align=simd_align(context, r[f"{name}_data_bits"], record_type),
         **kw,
     )
 
 
-def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockContext) -> None:
+def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockContext, record_type: int) -> None:
     masked_operand(
         plan,
         access,
@@ -579,6 +627,7 @@ def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockCo
         r["mask1"],
         r["mask_mode"],
         aicube=_aicube(context),
+        align=simd_align(context, r["dst_data_bits"], record_type),
     )
 
 
@@ -587,11 +636,11 @@ def convert_binary(record_type: int, records: np.ndarray, serials: np.ndarray, c
     """BinaryOpRecord: src0 and src1 read, the destination written (TERNARY_OP: read then written), masked.
     msSanitizer takes the general MASK_COUNT path for all three (VREDUCEV2_BINARY included)."""
     r = records
-    plan = Plan(len(r))
-    _binary_source(plan, r, "src0", context)
-    _binary_source(plan, r, "src1", context)
-    _binary_destination(plan, r, MEMCPY if record_type == TERNARY_OP else WRITE, context)
-    return _finish(plan, r, serials, context)
+    plan = Plan(len(r), serials, r, context)
+    _binary_source(plan, r, "src0", context, record_type)
+    _binary_source(plan, r, "src1", context, record_type)
+    _binary_destination(plan, r, MEMCPY if record_type == TERNARY_OP else WRITE, context, record_type)
+    return plan.build()
 
 
 def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
@@ -621,8 +670,8 @@ def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, con
     """VSEL: as a binary op, except that src1 (the select mask) is unmasked in mode 1 (one block, or repeat
     stride 1)."""
     r = records
-    plan = Plan(len(r))
-    _binary_source(plan, r, "src0", context)
+    plan = Plan(len(r), serials, r, context)
+    _binary_source(plan, r, "src0", context, record_type)
     unmasked = (r["src1_block_num"] == 1) | (r["src1_repeat_stride"] == 1)
     plan.add(
         EventKind.READ,
@@ -634,11 +683,12 @@ def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, con
         block_stride=r["src1_block_stride"],
         repeat=_vsel_select_repeat(r, context),
         repeat_stride=r["src1_repeat_stride"],
+        align=simd_align(context, r["src1_data_bits"], record_type),
         count=unmasked,
     )
-    _binary_source(plan, r, "src1", context, enabled=~unmasked)
-    _binary_destination(plan, r, WRITE, context)
-    return _finish(plan, r, serials, context)
+    _binary_source(plan, r, "src1", context, record_type, enabled=~unmasked)
+    _binary_destination(plan, r, WRITE, context, record_type)
+    return plan.build()
 
 
 @converts(REDUCE_OP, dtype=REDUCE_DTYPE)
@@ -658,7 +708,7 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
     keep = ~(count_mode & (bad | (ratio == 0)))
     drop(context, "REDUCE_OP records dropped: MASK_COUNT with no reduction ratio", int((~keep).sum()))
     ratio = np.where(count_mode & keep, ratio, 1)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     aicube = _aicube(context)
     masked_operand(
         plan,
@@ -675,6 +725,7 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
         r["mask_mode"],
         aicube=aicube,
         enabled=keep,
+        align=simd_align(context, r["src_data_bits"], record_type),
     )
     mask0 = u(r["mask0"])
     dst_mask0 = np.where(count_mode, mask0 // ratio + (mask0 % ratio != 0), mask0)
@@ -693,8 +744,9 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
         r["mask_mode"],
         aicube=aicube,
         enabled=keep,
+        align=explicit_align(r["dst_align_size"]),
     )
-    plan_events = _finish(plan, r, serials, context)
+    plan_events = plan.build()
     return plan_events
 
 
@@ -748,7 +800,7 @@ def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray,
     elements written back to back. A pattern mode past 7 (undefined in msSanitizer) writes nothing."""
     r = records
     n = len(r)
-    plan = Plan(n)
+    plan = Plan(n, serials, r, context)
     data_bits = _u(r["data_bytes"]) * np.uint64(8)
     norm = r["mask_mode"] == MASK_NORM
     plan.add(
@@ -800,14 +852,14 @@ def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray,
         block_size=reducev2_written(r) * _u(r["data_bytes"]),
         count=r["pattern_mode"] <= 7,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(VGATHER, dtype=VGATHER_DTYPE)
 def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VGATHER: the offset table read (one contiguous run, 32-byte aligned), the destination written; unmasked."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         UB,
@@ -827,16 +879,16 @@ def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, 
         block_stride=r["dst_block_stride"],
         repeat=r["dst_repeat"],
         repeat_stride=r["dst_repeat_stride"],
-        align=r["dst_align_size"],
+        align=explicit_align(r["dst_align_size"]),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(ELEMENT, dtype=ELEMENT_DTYPE)
 def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """ELEMENT: one contiguous access of the record's own kind and alignment."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add_access(
         r["access"],
         UB,
@@ -844,18 +896,18 @@ def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, 
         pipe=V,
         block_size=r["block_size"],
         block_num=r["block_num"],
-        align=r["align_size"],
+        align=explicit_align(r["align_size"]),
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(CMPMASK_OP, dtype=CMPMASK_DTYPE)
 def convert_cmpmask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """CMPMASK (compare-mask register to or from UB): one run of ``size`` bytes, 16-byte aligned."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     plan.add_access(r["access"], UB, r["addr"], pipe=V, block_size=r["size"], align=16)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
@@ -870,7 +922,7 @@ def convert_regpropcoor(
     drop(context, "VEC_REGPROPCOOR_OP records dropped: data type not B16/B32 or region range past 5", int((~ok).sum()))
     size = data_size(r["data_type"])
     extract = r["is_extract"] != 0
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     first = np.where(extract, EventKind.WRITE, EventKind.READ)
     second = np.where(extract, EventKind.READ, EventKind.WRITE)
     plan.add(
@@ -896,7 +948,7 @@ def convert_regpropcoor(
         repeat_stride=128,
         count=ok,
     )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 def _va_addresses(low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
@@ -916,7 +968,7 @@ def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, 
     r = records
     b8 = r["data_type"] == DATA_B8
     size = np.where(b8, 16, 32)
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     for kind, prefix, stride, high in (
         (EventKind.READ, "src", r["src_stride"], r["src_high_half"]),
         (EventKind.WRITE, "dst", r["dst_stride"], r["dst_high_half"]),
@@ -934,7 +986,7 @@ def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, 
                     repeat=r["repeat"],
                     repeat_stride=rstride,
                 )
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(VBS32_A5, dtype=VBS32_DTYPE)
@@ -942,12 +994,12 @@ def convert_vbs32(record_type: int, records: np.ndarray, serials: np.ndarray, co
     """VBS32 (sort 32 scores with their indices): per repeat, 32 scores and 128 bytes of indices read, 256 bytes
     (32 eight-byte pairs) written."""
     r = records
-    plan = Plan(len(r))
+    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=V, block_stride=0, repeat=r["repeat"], repeat_stride=1)
     plan.add(EventKind.READ, UB, r["src0"], block_size=data_size(r["data_type"]) * np.uint64(32), **common)
     plan.add(EventKind.READ, UB, r["src1"], block_size=128, **common)
     plan.add(EventKind.WRITE, UB, r["dst"], block_size=256, **common)
-    return _finish(plan, r, serials, context)
+    return plan.build()
 
 
 @converts(VMRGSORT4_OP_C310, dtype=VMS4_DTYPE)
@@ -973,7 +1025,7 @@ def convert_vms4v2(record_type: int, records: np.ndarray, serials: np.ndarray, c
         "VMRGSORT4_OP_C310 records dropped: several repeats need four valid lists of one length",
         int(refused.sum()),
     )
-    plan = Plan(n)
+    plan = Plan(n, serials, r, context)
     for i in range(4):
         plan.add(
             EventKind.READ,
@@ -996,4 +1048,4 @@ def convert_vms4v2(record_type: int, records: np.ndarray, serials: np.ndarray, c
             repeat_stride=1,
             count=multi,
         )
-    return _finish(plan, r, serials, context)
+    return plan.build()

@@ -1,0 +1,138 @@
+"""Decoding speed of msSanitizer record buffers (issue 11): records/s of ``SlotDecoder`` on one core for the record
+mix of an AscendC vector kernel's tile loop (DataCopy in x 2, set/wait MTE2->V, a binary vector op, set/wait
+V->MTE3, DataCopy out, set/wait MTE3->MTE2, one pipe_barrier), the record region fed in chunks as a connection
+feeds it. Prints the best of ``--repeats`` runs.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/compat.py [--records 2000000] [--chunk-mib 4] [--repeats 3]
+
+BINARY_OP counts as a vector record only where its converter is registered (the vector family); without it the
+figure says so, and those records are walked and counted as not converted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+import time
+
+import numpy as np
+
+from sanitizerd.chips import CHIPS
+from sanitizerd.compat import record_buffer as rb
+from sanitizerd.compat.convert import CONVERTERS, BlockContext
+from sanitizerd.compat.record_types import MemType, PipeType, RecordType
+
+GM, UB = MemType.GM, MemType.UB
+
+
+def location(pc: int) -> bytes:
+    return struct.pack("<QQQH6x", 1, 40 + pc % 7, 0x1000 + pc * 4, 0)
+
+
+def dma(pc: int, src: int, dst: int, src_mem: int, dst_mem: int) -> bytes:
+    return (
+        struct.pack("<IQQ", RecordType.DMA_MOV, dst, src)
+        + location(pc)
+        + struct.pack("<HHHHBBBB4x", 1, 64, 0, 0, dst_mem, src_mem, 0, 0)
+    )
+
+
+def flag(pc: int, record_type: int, src: int, dst: int, event: int) -> bytes:
+    return struct.pack("<I", record_type) + location(pc) + struct.pack("<IIQB7x", src, dst, event, 0)
+
+
+def barrier(pc: int, pipe: int) -> bytes:
+    return struct.pack("<I", RecordType.PIPE_BARRIER) + location(pc) + struct.pack("<I4x", pipe)
+
+
+def binary(pc: int, dst: int, src0: int, src1: int) -> bytes:
+    # BinaryOpRecord: 3 addresses, Location, VectorMask, 3 block strides, 3 repeat strides, 3 block sizes, repeat,
+    # 3 block numbers, 3 data bits, mask mode (offsets measured on msSanitizer's headers; sizeof 104).
+    head = struct.pack("<IQQQ", RecordType.BINARY_OP, dst, src0, src1) + location(pc)
+    tail = struct.pack("<QQ", ~0 & (2**64 - 1), ~0 & (2**64 - 1))
+    tail += struct.pack("<HHHHHHHHHBBBBBBBB6x", 1, 1, 1, 8, 8, 8, 32, 32, 32, 8, 8, 8, 8, 16, 16, 16, 0)
+    return head + tail
+
+
+def tile(i: int) -> list[bytes]:
+    x, y, z = 0x10000000 + i * 2048, 0x20000000 + i * 2048, 0x30000000 + i * 2048
+    S = RecordType
+    P = PipeType
+    return [
+        dma(0, x, 0x0, GM, UB),
+        dma(1, y, 0x800, GM, UB),
+        flag(2, S.SET_FLAG, P.PIPE_MTE2, P.PIPE_V, 0),
+        flag(3, S.WAIT_FLAG, P.PIPE_MTE2, P.PIPE_V, 0),
+        binary(4, 0x1000, 0x0, 0x800),
+        flag(5, S.SET_FLAG, P.PIPE_V, P.PIPE_MTE3, 0),
+        flag(6, S.WAIT_FLAG, P.PIPE_V, P.PIPE_MTE3, 0),
+        dma(7, 0x1000, z, UB, GM),
+        flag(8, S.SET_FLAG, P.PIPE_MTE3, P.PIPE_MTE2, 0),
+        flag(9, S.WAIT_FLAG, P.PIPE_MTE3, P.PIPE_MTE2, 0),
+        barrier(10, P.PIPE_V),
+    ]
+
+
+def build(records: int) -> tuple[bytes, int]:
+    one = tile(0)
+    tiles = -(-records // len(one))
+    # The tile's bytes repeated (the decoder's speed does not depend on the addresses differing).
+    region = b"".join(one) * tiles
+    count = tiles * len(one)
+    head = bytearray(rb.HEADS_SIZE)
+    struct.pack_into("<Q", head, 0, rb.SECURITY_VALUE)
+    struct.pack_into("<QQQQ", head, rb.GLOBAL_HEAD_SIZE, count, count, len(region), len(region))
+    struct.pack_into("<B", head, rb.GLOBAL_HEAD_SIZE + 49, 2)
+    return bytes(head) + region, count
+
+
+def decode(data: bytes, chunk: int) -> tuple[int, int, list[str]]:
+    decoder = rb.SlotDecoder(rb.read_heads(data), BlockContext(0, CHIPS["910B1"]), 0)
+    region = memoryview(data)[rb.HEADS_SIZE :]
+    events = 0
+    pending = b""
+    at = 0
+    while True:
+        piece = region[at : at + chunk]
+        at += len(piece)
+        final = at >= len(region)
+        buf = pending + piece if pending else piece
+        out, used = decoder.feed(buf, final)
+        events += len(out)
+        pending = bytes(buf[used:])
+        if final:
+            return decoder.records, events, decoder.problems()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--chunk-mib", type=float, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    data, count = build(args.records)
+    chunk = int(args.chunk_mib * (1 << 20))
+    vector = RecordType.BINARY_OP in CONVERTERS
+    best = cpu = float("inf")
+    for _ in range(args.repeats):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        records, events, problems = decode(data, chunk)
+        best = min(best, time.perf_counter() - started)
+        cpu = min(cpu, time.process_time() - cpu_started)
+    assert records == count, (records, count)
+    print(f"command: {' '.join(['benchmarks/compat.py', *sys.argv[1:]])}")
+    print(f"records: {count:,} in {len(data) - rb.HEADS_SIZE:,} bytes, chunks of {args.chunk_mib:g} MiB, "
+          f"numpy {np.__version__}, one core")  # fmt: skip
+    print(f"mix per tile: 3 DMA_MOV, 6 SET/WAIT_FLAG, 1 PIPE_BARRIER, 1 BINARY_OP "
+          f"({'converted' if vector else 'NOT converted on this branch: walked and counted only'})")  # fmt: skip
+    print(f"best of {args.repeats}: {best:.3f} s = {count / best / 1e6:.2f} M records/s, {events / best / 1e6:.2f} "
+          f"M events/s ({events:,} events)")  # fmt: skip
+    # CPU time: what the decoder costs one core even when other work shares the machine.
+    print(f"best CPU time: {cpu:.3f} s = {count / cpu / 1e6:.2f} M records/s")
+    for line in problems:
+        print(f"problem: {line}")
+
+
+if __name__ == "__main__":
+    main()
