@@ -2,8 +2,8 @@
 (client_shim/native/msop_add_client.c, built here with ``cc``) through the compat socket of a ``sanitizerd run``
 gives the same findings, in text and in JSON, as the client_shim demo examples/add_custom.py.
 
-The run finds (fake) CANN hooks, as on an Ascend host: an install tree whose libraries are empty files (the loader
-ignores them), so that the daemon opens the job's compat socket and the run exports MSOP_SOCKET_PATH. The C client
+No hooks are installed here: ``SANITIZERD_COMPAT_LAYOUT`` names the wire, so the daemon opens the job's compat
+socket and the run exports MSOP_SOCKET_PATH, for a program that speaks msSanitizer's protocol itself. The C client
 sends the kernel ELF built from add_custom_kernel.cpp (``c++ -g``), whose DWARF gives the stacks.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import DEMO, RunningDaemon, program_env, sanitizerd
 from tests.native_build import build_client, build_kernel
-from tests.test_hooks import bare_env, cann_tree
+from tests.test_hooks import LAYOUT, bare_env
 
 OPTIONS = ("-t", "memcheck", "--leak-check", "yes")
 JOB = re.compile(r"SUMMARY: job (\S+):")
@@ -47,8 +47,7 @@ def findings(daemon: RunningDaemon, job: str) -> list[dict[str, object]]:
 )
 def test_c_client_through_the_compat_socket_equals_the_demo(daemon: RunningDaemon, tmp_path: Path) -> None:
     client, kernel = build_client(tmp_path), build_kernel(tmp_path)
-    cann_tree(tmp_path / "cann")
-    env = bare_env(ASCEND_HOME_PATH=str(tmp_path / "cann"))
+    env = bare_env(SANITIZERD_COMPAT_LAYOUT=LAYOUT)
     native = sanitizerd("run", "--socket", str(daemon.socket), *OPTIONS, "--", str(client), str(kernel), env=env)
     assert native.returncode == 0, native.stdout + native.stderr
     assert "add_custom_kernel: 24 slots sent and checked" in native.stderr
