@@ -17,8 +17,13 @@ How msSanitizer does it (csrc/core/framework/kernel_block.cpp, call_stack.cpp, f
 subprogram / inlined-subroutine tree (.debug_info), as llvm-symbolizer does with ``--inlines``; C++ names are
 demangled with ``sanitizerd.demangle`` (c++filt). The ELF comes from the program under test, so it is hostile input:
 anything that cannot be read raises ``KernelBinaryError`` from the constructor, and damage found later, in the part of
-the DWARF a lookup reads, makes that lookup return ``[]`` and sets ``problem``. Work is bounded: section and unit
-counts, line-program and mapping sizes, DIEs read per binary, inline depth and the pc cache (constants below).
+the DWARF a lookup reads, makes that lookup return ``[]`` and sets ``problem``. Work is bounded: section, unit and
+relocation counts, line-program bytes and DIEs read per binary, range-list entries, inline depth, the mapping size
+and the pc cache (constants below).
+
+Interface: ``KernelBinary(elf)``; ``frames(pc, pc_start)`` -> [(file, line, column, function)], innermost first,
+cached per pc; ``has_line_info``; ``files`` / ``file_name(file_no)`` (the file mapping); ``problem`` (the first
+damage a lookup met, "" if none).
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ MAX_SECTIONS = 1 << 14  # a device kernel has tens; e_shnum may claim 65 535 (or
 MAX_UNITS = 1 << 14  # compile units looked at
 # pyelftools is pure Python: about 5.5 us per byte of line program and 15 us per DIE on a 2026 x86 core, so these
 # bound one hostile binary to about 10 s of decoding each (once per distinct binary; lookups after are cached).
-MAX_LINE_PROGRAM_BYTES = 2 << 20  # one unit's .debug_line program (parsed whole on the unit's first lookup)
+MAX_LINE_PROGRAM_BYTES = 2 << 20  # line program bytes decoded over the binary's life (a unit's whole, at its first
+# lookup: one unit may use it all, many units share it)
 MAX_DIES = 500_000  # DIEs read over the binary's life (pyelftools parses each once and keeps it)
 MAX_DEBUG_RELOCATIONS = 1 << 20  # a relocatable object's relocations of its .debug sections, applied at load
 MAX_ABBREV_BYTES = 4 << 20  # .debug_abbrev: a unit's table is parsed whole at its first DIE
@@ -145,6 +151,7 @@ class KernelBinary:
         self._cache: OrderedDict[int, list[Frame]] = OrderedDict()
         self._lines: dict[int, _Lines | None] = {}
         self._dies_left = MAX_DIES
+        self._line_bytes_left = MAX_LINE_PROGRAM_BYTES
         self._scope_index: dict[int, list[tuple[int, int, DIE]]] = {}
         self._demangled: dict[str, str] = {}
         self._range_sections: dict[str, bytes] = {}
@@ -451,8 +458,12 @@ class KernelBinary:
         if program is None:
             return None
         length = program.program_end_offset - program.program_start_offset
-        if length > MAX_LINE_PROGRAM_BYTES:
-            raise KernelBinaryError(f"a line program of {length} bytes is over the {MAX_LINE_PROGRAM_BYTES} limit")
+        if length > self._line_bytes_left:
+            raise KernelBinaryError(
+                f"a line program of {length} bytes is over the {MAX_LINE_PROGRAM_BYTES} limit of the binary's "
+                f"({self._line_bytes_left} left)"
+            )
+        self._line_bytes_left -= length
         version = program.header["version"]
         top = unit.get_top_DIE()
         comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in top.attributes else ""
