@@ -132,6 +132,34 @@ layout(("DMA_MOV_ND2NZ",), 72, 16, dst=("<Q", 0), src=("<Q", 8), nd_num=("<H", 4
        dst_nz_n_stride=("<H", 60), dst_nz_matrix_stride=("<H", 62), src_mem=("B", 64), dst_mem=("B", 65),
        data_type=("B", 66))  # fmt: skip
 
+layout(("MOV_ALIGN_V2",), 120, 16, dst=("<Q", 0), src=("<Q", 8), loop1_dst_stride=("<Q", 48),
+       loop2_dst_stride=("<Q", 56), dst_stride=("<Q", 64), src_stride=("<Q", 72), loop1_src_stride=("<Q", 80),
+       loop2_src_stride=("<Q", 88), n_burst=("<I", 96), len_burst=("<I", 100), loop1_size=("<I", 104),
+       loop2_size=("<I", 108), dst_mem=("B", 112), src_mem=("B", 113), data_type=("B", 114), left_pad=("B", 115),
+       right_pad=("B", 116))  # fmt: skip
+
+layout(("DMA_MOV_CONV_RELU", "DMA_MOV_DEPTH_WISE"), 64, 16, dst=("<Q", 0), src=("<Q", 8), n_burst=("<H", 48),
+       len_burst=("<H", 50), src_stride=("<H", 52), dst_stride=("<H", 54), cr_mode=("B", 56), dst_mem=("B", 57),
+       src_mem=("B", 58), src_type=("B", 59), dst_type=("B", 60))  # fmt: skip
+
+layout(("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB"), 80, 16, dst=("<Q", 0), src=("<Q", 8), dst_stride=("<I", 48),
+       dst_nd_stride=("<I", 52), src_stride=("<H", 56), n_size=("<H", 58), m_size=("<H", 60), nd_num=("<H", 62),
+       src_nd_stride=("<H", 64), src_nz_c0_stride=("<H", 66), quant_pre_bits=("<H", 68), unit_flag=("B", 70),
+       int8_merge=("B", 71), int4_merge=("B", 72), channel_split=("B", 73), nz2nd=("B", 74), nz2dn=("B", 75),
+       c310=("B", 76))  # fmt: skip
+
+layout(("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D"), 88, 16, dst=("<Q", 0), src=("<Q", 8), loop4_src_stride=("<Q", 48),
+       loop1_src_stride=("<Q", 56), d_value=("<I", 64), n_value=("<H", 68), nd_num=("<H", 70),
+       loop2_dst_stride=("<H", 72), loop3_dst_stride=("<H", 74), loop4_dst_stride=("<H", 76), small_c0=("B", 78),
+       src_mem=("B", 79), dst_mem=("B", 80), data_type=("B", 81))  # fmt: skip
+
+_ND_LOOPS: dict[str, tuple[str, int]] = {}
+for _k in range(5):
+    _at = 48 + 24 * _k
+    _ND_LOOPS |= {f"src_stride{_k}": ("<Q", _at), f"dst_stride{_k}": ("<I", _at + 8), f"size{_k}": ("<I", _at + 12),
+                  f"left{_k}": ("B", _at + 16), f"right{_k}": ("B", _at + 17)}  # fmt: skip
+layout(("ND_DMA_OUT_TO_UB",), 176, 16, dst=("<Q", 0), src=("<Q", 8), data_type=("B", 168), **_ND_LOOPS)
+
 
 def record(name: str | int, **values: int) -> bytes:
     """``[u32 type][payload]`` with ``values`` at their offsets (unnamed fields are zero). Location fields:
@@ -396,6 +424,239 @@ def _nd2nz(name: str, f: dict[str, int]) -> list[Access | Sync]:
     # msSanitizer loops over the matrices (reads) and the columns (writes): none, no event at all.
     return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if nd else []) + (
         [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if columns else [])  # fmt: skip
+
+
+@rule("MOV_ALIGN_V2")
+def _mov_align_v2(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    lb, nb, l1, l2 = g("len_burst"), g("n_burst"), g("loop1_size"), g("loop2_size")
+    src, dst = g("src_mem"), g("dst_mem")
+    if lb == 0:
+        return []
+    checked_loop = l1 > 0 and l2 > 1
+    padded = g("left_pad") > 0 or g("right_pad") > 0
+    size = {1: 1, 2: 2, 3: 4}.get(g("data_type"), 1)
+    if src == MEM["GM"]:
+        if checked_loop and padded:
+            return []
+        if padded and (not 1 <= g("data_type") <= 3 or g("left_pad") * size > 32 or g("right_pad") * size > 32):
+            return []
+        compact, ub, loop_ub = g("dst_stride") == lb, g("dst_stride"), g("loop1_dst_stride") | g("loop2_dst_stride")
+    else:
+        compact, ub, loop_ub = g("src_stride") == lb, g("src_stride"), g("loop1_src_stride") | g("loop2_src_stride")
+    if (not compact and ub % 32) or (checked_loop and loop_ub % 32):
+        return []
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    looped = l1 > 1 and l2 > 1
+    pad = 0 if looped else (g("left_pad") + g("right_pad")) * size
+    read: set[int] = set()
+    write: set[int] = set()
+    for k in range(l2 if looped else 1):
+        for j in range(l1 if looped else 1):
+            s0 = g("src") + (k * g("loop2_src_stride") + j * g("loop1_src_stride") if looped else 0)
+            d0 = g("dst") + (k * g("loop2_dst_stride") + j * g("loop1_dst_stride") if looped else 0)
+            read |= pattern(s0, lb, 1, 1, nb, g("src_stride"))
+            if src == MEM["GM"] and compact:
+                write |= pattern(d0, _c32((pad + lb) * nb), 1, 1, 1, 1)
+            elif src == MEM["GM"]:
+                write |= pattern(d0, _c32(pad + lb), 1, 1, nb, g("dst_stride"))
+            else:
+                write |= pattern(d0, lb, 1, 1, nb, g("dst_stride"))
+    block = g("block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_CONV_RELU")
+def _conv_relu(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None:
+        return []
+    lb, nb, cr, st = _f(f, "len_burst"), _f(f, "n_burst"), _f(f, "cr_mode"), _f(f, "src_type")
+    bs, rs = (64, lb + _f(f, "src_stride") * 1024 // 64) if st == 3 else (32, lb + _f(f, "src_stride") * 512 // 32)
+    read = pattern(_f(f, "src"), lb, bs, 1, nb, rs)
+    wbs, wbn, wrs, ds = bs, lb, rs, _f(f, "dst_stride")
+    if st == 2 and cr in (0, 5, 6):
+        wrs = lb + ds
+    elif st == 3 and cr in (0, 5):
+        wbs, wbn, wrs = 32, lb * 2, lb * 2 + ds
+    elif st == 3 and cr in (1, 2, 3, 7, 10, 11, 12, 13):
+        wbs, wrs = 32, lb + ds
+    elif st == 3 and cr in (8, 9):
+        wbs, wrs = 16, lb + ds * 48 // 16
+    write = pattern(_f(f, "dst"), wbn, wbs, 1, nb, wrs)
+    block = _f(f, "block_id")
+    return [Access(READ, MEM_SPACE[src], pipe, block, frozenset(read)),
+            Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]  # fmt: skip
+
+
+@rule("DMA_MOV_DEPTH_WISE")
+def _depth_wise(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    src, dst = _f(f, "src_mem"), _f(f, "dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None or _f(f, "n_burst") != 1:
+        return []
+    lb, cr, st = _f(f, "len_burst"), _f(f, "cr_mode"), _f(f, "src_type")
+    bs = 1024 if st == 3 else 512
+    block = _f(f, "block_id")
+    out: list[Access | Sync] = [
+        Access(READ, MEM_SPACE[src], pipe, block, frozenset(pattern(_f(f, "src"), lb, bs, 1, 1, 1)))
+    ]
+    if st == 2:
+        if cr not in (0, 5, 6):
+            return out
+        wbs = lb * 512 // 2
+    elif st == 3:
+        if cr in (0, 5):
+            wbs = lb * 1024 // 2
+        elif cr in (1, 2):
+            wbs = lb * 512 // 2
+        else:
+            return out
+    else:
+        wbs = bs
+    write = pattern(_f(f, "dst"), 1, wbs, 1, 1, 1) | pattern(
+        _f(f, "dst") + wbs + _f(f, "dst_stride") * 32, 1, wbs, 1, 1, 1
+    )
+    return [*out, Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))]
+
+
+@rule("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB")
+def _fixpipe(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    m, n, nd_num, bits = g("m_size"), g("n_size"), g("nd_num"), g("quant_pre_bits")
+    if m == 0 or n == 0 or (g("nz2nd") and nd_num == 0):
+        return []
+    a5 = name != "MOV_FP"
+    c0 = 32 if a5 else 64
+    nd_size = 32 if a5 else (64 if g("c310") else 1024)
+    nz = g("nz2nd") or g("nz2dn")
+    read: set[int] = set()
+    write: set[int] = set()
+    if not nz:
+        read |= pattern(g("src"), m, c0, 1, (n + 15) // 16, g("src_stride"))
+    else:
+        full = n // 16
+        for nd in range(nd_num):
+            at = g("src") + g("src_nd_stride") * nd * nd_size
+            read |= pattern(at, m, c0, g("src_nz_c0_stride") if g("nz2dn") else 1, full, g("src_stride"))
+            if n % 16:
+                read |= pattern(at + g("src_stride") * full * c0, n % 16, 4, 1, m,
+                                g("src_nz_c0_stride") * 16 if g("nz2dn") else 16)  # fmt: skip
+    size = 1 if bits == 4 else bits // 8
+    if nz:
+        num = m if g("nz2dn") else n
+        for nd in range(nd_num):
+            at = g("dst") + g("dst_nd_stride") * nd * bits // 8
+            write |= pattern(at, num // 2 if bits == 4 else num, size, 1, n if g("nz2dn") else m,
+                             g("dst_stride") // 2 if bits == 4 else g("dst_stride"))  # fmt: skip
+    else:
+        bs = size if (a5 or g("c310")) else 32
+        cols, c310, rs = (n + 15) // 16, g("c310"), g("dst_stride")
+        if g("channel_split"):
+            write |= pattern(g("dst"), m * 8 if c310 else m, bs, 1, (n + 7) // 8, rs)
+        elif g("int4_merge"):
+            if c310:
+                write |= pattern(g("dst"), m * 32, bs, 1, (n + 63) // 64, rs // 2)
+            else:
+                write |= pattern(g("dst"), m, bs, 1, cols // 4, rs)
+        elif g("int8_merge"):
+            write |= pattern(g("dst"), m * 32 if c310 else m, bs, 1, cols // 2, rs)
+            if cols % 2:
+                write |= pattern(g("dst") + rs * (cols // 2) * bs, m * 16 if c310 else m, bs if c310 else 16, 1, 1,
+                                 rs * 2)  # fmt: skip
+        else:
+            write |= pattern(g("dst"), m * 16 if c310 else m * bits // 8 // 2, bs, 1, cols, rs)
+    out_space = {"MOV_FP": "GM", "FIX_L0C_TO_L1": "L1"}.get(name, "UB")
+    block = g("block_id")
+    items: list[Access | Sync] = []
+    if not nz or nd_num:  # an NZ mode loops over the ND matrices: none, no events
+        items = [Access(READ, SPACE["L0C"], PIPE["FIX"], block, frozenset(read)),
+                 Access(WRITE, SPACE[out_space], PIPE["FIX"], block, frozenset(write))]  # fmt: skip
+    if g("unit_flag"):
+        items += [Sync(K["SET_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block),
+                  Sync(K["WAIT_FLAG"], PIPE["FIX"], PIPE["M"], 11, block=block)]  # fmt: skip
+    return items
+
+
+@rule("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D")
+def _nd2nz_dav(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    size = {1: 1, 2: 2, 3: 4}.get(g("data_type"), 1)
+    src, dst = g("src_mem"), g("dst_mem")
+    pipe = move_pipe(src, dst)
+    if pipe is None or g("loop1_src_stride") % size or (g("small_c0") and g("d_value") > 4):
+        return []
+    nd_first = name == "DMA_MOV_ND2NZ_D"
+    rows = g("n_value") if nd_first else g("d_value")
+    row_bytes = (g("d_value") if nd_first else g("n_value")) * size
+    read: set[int] = set()
+    write: set[int] = set()
+    reads = writes = 0
+    for h in range(g("nd_num")):
+        for i in range(rows):
+            read |= pattern(g("src") + h * g("loop4_src_stride") + i * g("loop1_src_stride"), 1, row_bytes, 1, 1, 1)
+            reads += 1
+    if g("small_c0"):
+        at = g("dst")
+        align = 32 // (4 * size)
+        for h in range(g("nd_num")):
+            at = at + h * g("loop4_dst_stride") * 32
+            write |= pattern(at, (g("n_value") + align - 1) // align * align, 4 * size, 1, 1, 1)
+            writes += 1
+    else:
+        for i in range((g("d_value") * size + 31) // 32):
+            for h in range(g("nd_num")):
+                for k in range(rows):
+                    at = g("dst") + i * g("loop3_dst_stride") * 32 + h * g("loop4_dst_stride") * 32
+                    write |= pattern(at + k * g("loop2_dst_stride") * 32, 1, 32, 1, 1, 1)
+                    writes += 1
+    block = g("block_id")
+    return ([Access(READ, MEM_SPACE[src], pipe, block, frozenset(read))] if reads else []) + (
+        [Access(WRITE, MEM_SPACE[dst], pipe, block, frozenset(write))] if writes else [])  # fmt: skip
+
+
+@rule("ND_DMA_OUT_TO_UB")
+def _nd_out(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    g = lambda key: _f(f, key)  # noqa: E731
+    if not 1 <= g("data_type") <= 3:
+        return []
+    mask = (1 << 64) - 1  # msSanitizer's size_t arithmetic
+    increasing = all(g(f"dst_stride{k}") > g(f"dst_stride{k - 1}") for k in range(1, 5))
+    cur, stride = 0, 1
+    for k in range(5):
+        span = (g(f"left{k}") + g(f"size{k}") + g(f"right{k}") - 1) & mask
+        cur = (cur + span * (g(f"src_stride{k}") if k < 2 else g(f"dst_stride{k}"))) & mask
+        if cur >= 1 << 40:
+            return []
+        if increasing:
+            if g(f"dst_stride{k}") < stride:
+                return []
+            stride = (stride + span * g(f"dst_stride{k}")) & mask
+    size = {1: 1, 2: 2, 3: 4}[g("data_type")]
+    out: list[Access | Sync] = []
+    for kind, base, key, padded in ((READ, g("src"), "src_stride", False), (WRITE, g("dst"), "dst_stride", True)):
+        counts = [g(f"size{k}") + (g(f"left{k}") + g(f"right{k}") if padded else 0) for k in range(5)]
+        if counts[1] * counts[2] * counts[3] * counts[4] > 65536 or 0 in counts:  # too many, or no element
+            continue
+        nbytes: set[int] = set()
+        _nd_walk(nbytes, counts, [g(f"{key}{k}") for k in range(5)], size, 4, base)
+        out.append(Access(kind, SPACE["GM"] if kind == READ else SPACE["UB"], PIPE["MTE2"], g("block_id"),
+                          frozenset(nbytes)))  # fmt: skip
+    return out
+
+
+def _nd_walk(nbytes: set[int], counts: list[int], strides: list[int], size: int, level: int, offset: int) -> None:
+    """msSanitizer's recursion over the five loops, innermost (0) elements."""
+    for idx in range(counts[level]):
+        at = offset + idx * strides[level] * size
+        if level == 0:
+            nbytes.update(range(at, at + size))
+        else:
+            _nd_walk(nbytes, counts, strides, size, level - 1, at)
 
 
 def _sync(kind: str, pipe: int, dst_pipe: int = 0, event_id: int = 0, mode: int = 0, address: int = 0,

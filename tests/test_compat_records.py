@@ -227,6 +227,97 @@ def test_nd2nz() -> None:
     ])  # fmt: skip
 
 
+def test_mov_align_v2() -> None:
+    check([
+        ("MOV_ALIGN_V2", dict(src=0x1000, dst=0x40, len_burst=45, n_burst=3, src_stride=50, dst_stride=64,
+                              src_mem=GM, dst_mem=UB, data_type=2, left_pad=3, right_pad=2)),
+        ("MOV_ALIGN_V2", dict(src=0x1000, dst=0x40, len_burst=45, n_burst=3, src_stride=45, dst_stride=45,
+                              src_mem=GM, dst_mem=UB)),  # compact
+        ("MOV_ALIGN_V2", dict(src=0x40, dst=0x1000, len_burst=40, n_burst=2, src_stride=64, dst_stride=100,
+                              loop1_size=2, loop2_size=3, loop1_src_stride=256, loop2_src_stride=1024,
+                              loop1_dst_stride=500, loop2_dst_stride=3000, src_mem=UB, dst_mem=GM)),
+        ("MOV_ALIGN_V2", dict(src=0x40, dst=0x1000, len_burst=40, n_burst=2, src_stride=70_000 * 32,
+                              dst_stride=1 << 39, src_mem=UB, dst_mem=GM)),  # strides past the event's 16 bits
+    ])  # fmt: skip
+    _, decoder = decode(cm.slot([cm.record("MOV_ALIGN_V2", len_burst=40, n_burst=1, src_stride=33, src_mem=UB,
+                                           dst_mem=GM)]))  # fmt: skip
+    assert decoder.problems() == ["1 MOV_ALIGN_V2 records dropped: lenBurst, stride, loop or padding not allowed"]
+
+
+def test_conv_relu_and_depth_wise() -> None:
+    L0C = cm.MEM["L0C"]
+    check([
+        (name, dict(src=0x0, dst=0x100, n_burst=2, len_burst=2, src_stride=1, dst_stride=1, src_mem=L0C,
+                    dst_mem=UB, src_type=t, cr_mode=mode))
+        for name in ("DMA_MOV_CONV_RELU",)
+        for t, mode in ((2, 0), (2, 1), (3, 0), (3, 2), (3, 8), (3, 4), (1, 0))
+    ] + [
+        ("DMA_MOV_DEPTH_WISE", dict(src=0x0, dst=0x100, n_burst=1, len_burst=2, dst_stride=3, src_mem=L0C,
+                                    dst_mem=UB, src_type=t, cr_mode=mode))
+        for t, mode in ((2, 0), (3, 0), (3, 1), (1, 0))
+    ])  # fmt: skip
+    _, decoder = decode(cm.slot([
+        cm.record("DMA_MOV_DEPTH_WISE", n_burst=2, len_burst=1, src_mem=L0C, dst_mem=UB),
+        cm.record("DMA_MOV_DEPTH_WISE", n_burst=1, len_burst=1, src_mem=L0C, dst_mem=UB, src_type=3, cr_mode=9),
+    ]))  # fmt: skip
+    assert decoder.problems() == [
+        "1 DMA_MOV_DEPTH_WISE records dropped: nBurst is not 1",
+        "1 DMA_MOV_DEPTH_WISE writes dropped: ConvRelu mode does not match",
+    ]
+
+
+FIX_MODES = [dict(), dict(nz2nd=1, nd_num=2), dict(nz2dn=1, nd_num=2, src_nz_c0_stride=3), dict(channel_split=1),
+             dict(int4_merge=1), dict(int8_merge=1), dict(int4_merge=1, c310=1), dict(int8_merge=1, c310=1),
+             dict(c310=1), dict(unit_flag=1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB"])
+def test_fixpipe(name: str) -> None:
+    base = dict(src=0x0, dst=0x2000, m_size=3, n_size=40, src_stride=16, dst_stride=64, quant_pre_bits=16,
+                src_nd_stride=2, dst_nd_stride=256)  # fmt: skip
+    check([(name, base | mode) for mode in FIX_MODES] + [(name, base | dict(quant_pre_bits=4, nz2nd=1, nd_num=1))],
+          block_type=1)  # fmt: skip
+    _, decoder = decode(cm.slot([cm.record(name, m_size=0, n_size=16)], block_type=1))
+    assert decoder.problems() == [f"1 {name} records dropped: M, N or ND count is 0 (a no-op)"]
+
+
+@pytest.mark.parametrize("name", ["DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D"])
+def test_nd2nz_950(name: str) -> None:
+    base = dict(
+        src=0x1000,
+        dst=0x0,
+        loop4_src_stride=4096,
+        loop1_src_stride=96,
+        d_value=20,
+        n_value=3,
+        nd_num=2,
+        loop2_dst_stride=1,
+        loop3_dst_stride=5,
+        loop4_dst_stride=20,
+        src_mem=GM,
+        dst_mem=L1,
+        data_type=2,
+    )
+    variants = [dict(), dict(small_c0=1, d_value=4), dict(nd_num=0), dict(small_c0=1, d_value=0, n_value=0),
+                dict(n_value=0, d_value=0)]  # fmt: skip
+    check([(name, base | variant) for variant in variants])
+    _, decoder = decode(cm.slot([cm.record(name, **(base | dict(loop1_src_stride=3)))]))
+    assert decoder.problems() == [f"1 {name} records dropped: loop1 stride or small-C0 D not allowed"]
+
+
+def test_nd_dma_out_to_ub() -> None:
+    loops = dict(size0=5, src_stride0=1, dst_stride0=1, left0=1, right0=2, size1=3, src_stride1=7, dst_stride1=9,
+                 size2=2, src_stride2=30, dst_stride2=40, left2=1, size3=1, dst_stride3=200, size4=1,
+                 dst_stride4=300)  # fmt: skip
+    wide = loops | dict(src_stride0=70_000)
+    check([("ND_DMA_OUT_TO_UB", dict(src=0x1000, dst=0x0, data_type=2, **loops)),
+           ("ND_DMA_OUT_TO_UB", dict(src=0x1000, dst=0x0, data_type=3, **wide))])  # fmt: skip
+    far = loops | dict(src_stride1=1 << 40)
+    _, decoder = decode(cm.slot([cm.record("ND_DMA_OUT_TO_UB", data_type=0, **loops),
+                                 cm.record("ND_DMA_OUT_TO_UB", data_type=1, **far)]))  # fmt: skip
+    assert decoder.problems() == ["2 ND_DMA_OUT_TO_UB records dropped: data type or loop strides not allowed"]
+
+
 # --- malformed buffers: each gives a clear problem for its block, never an exception -------------------------
 
 
@@ -381,6 +472,32 @@ RECORDS = st.one_of(
     rec("DMA_MOV_ND2NZ", src=addr, dst=addr, nd_num=small, n_value=small, d_value=st.integers(0, 40),
         src_nd_matrix_stride=st.integers(0, 64), src_d_value=st.integers(0, 40), dst_nz_c0_stride=small,
         dst_nz_n_stride=small, dst_nz_matrix_stride=st.integers(0, 64), src_mem=mem, dst_mem=mem, data_type=small),
+    rec("MOV_ALIGN_V2", src=addr, dst=addr, len_burst=st.integers(0, 70), n_burst=small,
+        src_stride=st.sampled_from([0, 32, 64, 45, 70]), dst_stride=st.sampled_from([0, 32, 64, 45, 70]),
+        loop1_size=small, loop2_size=small, loop1_src_stride=st.sampled_from([0, 32, 96, 7]),
+        loop2_src_stride=st.sampled_from([0, 256, 9]), loop1_dst_stride=st.sampled_from([0, 32, 96, 7]),
+        loop2_dst_stride=st.sampled_from([0, 256, 9]), src_mem=mem, dst_mem=mem, data_type=small,
+        left_pad=small, right_pad=st.integers(0, 20)),
+    st.sampled_from(("DMA_MOV_CONV_RELU", "DMA_MOV_DEPTH_WISE")).flatmap(
+        lambda n: rec(n, src=addr, dst=addr, n_burst=st.integers(0, 2), len_burst=small, src_stride=small,
+                      dst_stride=small, src_mem=mem, dst_mem=mem, src_type=small, cr_mode=st.integers(0, 14))
+    ),
+    st.sampled_from(("MOV_FP", "FIX_L0C_TO_L1", "FIX_L0C_TO_UB")).flatmap(
+        lambda n: rec(n, src=addr, dst=addr, m_size=small, n_size=st.integers(0, 70), nd_num=small,
+                      src_stride=small, dst_stride=small, dst_nd_stride=small, src_nd_stride=small,
+                      src_nz_c0_stride=small, quant_pre_bits=st.sampled_from([4, 8, 16, 32]),
+                      unit_flag=st.integers(0, 1), int8_merge=st.integers(0, 1), int4_merge=st.integers(0, 1),
+                      channel_split=st.integers(0, 1), nz2nd=st.integers(0, 1), nz2dn=st.integers(0, 1),
+                      c310=st.integers(0, 1))
+    ),
+    st.sampled_from(("DMA_MOV_ND2NZ_D", "DMA_MOV_DN2NZ_D")).flatmap(
+        lambda n: rec(n, src=addr, dst=addr, loop4_src_stride=st.integers(0, 512),
+                      loop1_src_stride=st.integers(0, 128), d_value=st.integers(0, 40), n_value=small, nd_num=small,
+                      loop2_dst_stride=small, loop3_dst_stride=small, loop4_dst_stride=small,
+                      small_c0=st.integers(0, 1), src_mem=mem, dst_mem=mem, data_type=small)
+    ),
+    rec("ND_DMA_OUT_TO_UB", src=addr, dst=addr, data_type=small,
+        **{f"{key}{k}": small for k in range(5) for key in ("size", "src_stride", "dst_stride", "left", "right")}),
     rec("MOV_CBUF_TO_BT", src=addr, dst=addr, n_burst=small, len_burst=small, src_gap=small, dst_gap=small,
         data_type=st.sampled_from([9, 12, 16, 18, 4]), cvt_enable=st.integers(0, 1)),
     rec("MOV_CBUF_TO_FB", src=addr, dst=addr, n_burst=small, len_burst=small, src_stride=small, dst_stride=small,
@@ -411,7 +528,12 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
                               "records dropped: unknown pad mode", "records dropped: lenBurst is 0",
                               "records dropped: no such address space or size",
                               "records dropped: lenBurst, dstGap or conversion not allowed",
-                              "records dropped: lenBurst, dstStride or dstMemBlock not allowed"))
+                              "records dropped: lenBurst, dstStride or dstMemBlock not allowed",
+                              "records dropped: lenBurst, stride, loop or padding not allowed",
+                              "records dropped: nBurst is not 1", "writes dropped: ConvRelu mode does not match",
+                              "records dropped: M, N or ND count is 0 (a no-op)",
+                              "records dropped: loop1 stride or small-C0 D not allowed",
+                              "records dropped: data type or loop strides not allowed"))
                for line in decoder.problems())  # fmt: skip
 
 
@@ -422,6 +544,42 @@ def test_any_chunking_gives_the_same_events(records: list[tuple[str, dict[str, i
     whole, one = decode(slot, first_serial=5)
     size = len(slot) - rb.HEADS_SIZE
     chunks = data.draw(st.lists(st.integers(1, max(size, 1)), max_size=12))
-    pieces, many = decode(slot, first_serial=5, chunks=chunks)
+    window = data.draw(st.sampled_from([rb.WINDOW_BYTES, 280, 1000]))  # windows smaller than a feed, too
+    saved, rb.WINDOW_BYTES = rb.WINDOW_BYTES, window
+    try:
+        pieces, many = decode(slot, first_serial=5, chunks=chunks)
+    finally:
+        rb.WINDOW_BYTES = saved
     assert pieces.tobytes() == whole.tobytes()
     assert (many.records, many.next_serial, many.problems()) == (one.records, one.next_serial, one.problems())
+
+
+def test_each_slot_has_its_own_state_kept_across_feeds() -> None:
+    heads = rb.read_heads(cm.slot([one_dma()]))
+    first, second = rb.SlotDecoder(heads, CONTEXT, 0), rb.SlotDecoder(heads, CONTEXT, 0)
+    first.context.state["x"] = 1
+    assert second.context.state == {} and CONTEXT.state == {}
+    first.feed(memoryview(one_dma()), False)
+    assert first.context.state == {"x": 1}
+
+
+def test_windows_smaller_than_a_feed_give_the_same_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    records = [one_dma(src=i * 64) if i % 3 else cm.record("SET_FLAG", src=4, dst=1) for i in range(200)]
+    slot = cm.slot(records, record_count=150)  # recordWriteCount ends it inside a window
+    whole, one = decode(slot)
+    monkeypatch.setattr(rb, "WINDOW_BYTES", 300)
+    pieces, many = decode(slot, chunks=[5, 3, 1000, 2])
+    assert pieces.tobytes() == whole.tobytes()
+    assert (many.records, many.problems()) == (one.records, one.problems()) == (150, [
+        f"block 0 (aiv): 150 records (recordWriteCount) end at byte {len(b''.join(records[:150]))}, but writeOffset "
+        f"is {len(b''.join(records))}: the rest is not decoded"
+    ])  # fmt: skip
+
+
+def test_a_huge_burst_count_is_cut_and_said() -> None:
+    # 2**21 - 1 bursts whose stride does not fit an event: one event per burst, at most 2**20 of them
+    record = cm.record("MOV_ALIGN_V2", src=0, dst=0x1000, len_burst=40, n_burst=(1 << 21) - 1, src_stride=1 << 30,
+                       dst_stride=1 << 30, src_mem=UB, dst_mem=GM)  # fmt: skip
+    events, decoder = decode(cm.slot([record]))
+    assert len(events) == 2 * (1 << 20) + 1
+    assert decoder.problems() == ["2 accesses cut to their first 1048576 bursts"]

@@ -67,7 +67,7 @@ for _type, _size in PAYLOAD_SIZE.items():
 # so long segments rarely need the (scalar) repair.
 TARGET_SEGMENTS = 1024
 MIN_SEGMENT_WORDS = 256
-WINDOW_BYTES = 4 << 20
+WINDOW_BYTES = 8 << 20  # a connection feeds 1-4 MiB (plus a record tail): one window per feed
 STEP_LIST: list[int] = STEP_WORDS.tolist()
 MAX_STEP = int(STEP_WORDS.max())
 STRONG = (STEP_WORDS > 0) & (np.arange(_TABLE_LEN) >= RecordType.DMA_MOV)  # types a speculative walk trusts
@@ -359,6 +359,7 @@ class SlotDecoder:
             block_type=heads.block_type,
             vec_sub_block_dim=heads.vec_sub_block_dim or context.vec_sub_block_dim,
             dropped={},
+            state={},
         )
         self.first_serial = int(first_serial)
         self.records = 0  # decoded so far
@@ -391,12 +392,17 @@ class SlotDecoder:
                     f"{self._pos + at}, but writeOffset is {h.write_offset}: the rest is not decoded"
                 )
                 break
-            avail = min(len(data) - at, h.write_offset - self._pos - at, WINDOW_BYTES)
+            rest = min(len(data) - at, h.write_offset - self._pos - at)
+            avail = min(rest, WINDOW_BYTES)
             words = np.frombuffer(data, dtype="<u4", count=avail // 4, offset=at)
             path, stop = walk(words, words.size)
-            if path.size > room:  # recordWriteCount ends the block here; the next round says so
+            if path.size > room:  # recordWriteCount ends the block before writeOffset does
                 path = path[:room]
                 stop = int(path[-1] + STEP_WORDS[min(int(words[path[-1]]), _TABLE_LEN - 1)])
+                self._stop(
+                    f"{self._where()}: {h.record_write_count} records (recordWriteCount) end at byte "
+                    f"{self._pos + at + stop * 4}, but writeOffset is {h.write_offset}: the rest is not decoded"
+                )
             elif stop < words.size and STEP_WORDS[min(int(words[stop]), _TABLE_LEN - 1)] == 0:
                 self._stop(
                     f"{self._where()}: unknown record type {_type_name(int(words[stop]))} at byte "
@@ -407,7 +413,8 @@ class SlotDecoder:
                 parts.append(self._convert(words, path))
                 self.records += int(path.size)
             at += stop * 4
-            if not path.size:  # the next record is not all here yet
+            # Another window when this one ended before the data did; else what is left is a record not all here.
+            if avail == rest or not path.size:
                 break
         # Once decoding has stopped, or writeOffset is reached, the rest of the region is no records: consume it.
         consumed = len(data) if self._stopped or self._pos + at >= h.write_offset else at
@@ -468,8 +475,18 @@ class SlotDecoder:
         out = [events for _, events in groups]
         if len(out) <= 1:
             return base.cat(out)
-        # Each group is in record order: a stable sort by serial merges a few sorted runs (timsort), cheaply.
-        return base.by_serial(base.cat(out))
+        # Each group is in record order: a stable sort of the serials merges a few sorted runs (timsort), cheaply;
+        # each group is then put straight in its places (one copy of the events, not a concatenation and a take).
+        order = np.argsort(np.concatenate([events["serial"] for events in out]), kind="stable")
+        place = np.empty_like(order)
+        place[order] = np.arange(order.size)
+        merged = np.empty(order.size, dtype=EVENT_DTYPE)
+        raw = merged.view("V56")
+        at = 0
+        for events in out:
+            raw[place[at : at + events.size]] = np.ascontiguousarray(events).view("V56")
+            at += events.size
+        return merged
 
     def problems(self) -> list[str]:
         lines = list(self._problems)
@@ -513,7 +530,7 @@ def decode_single(
         return empty, (
             f"1 {_type_name(int(record_type))} records not converted (sanitizerd does not model this instruction yet)"
         )
-    local = dataclasses.replace(context, dropped={})
+    local = dataclasses.replace(context, dropped={}, state={})
     words = np.frombuffer(bytes(payload[:size]), dtype="<u4")
     records = words.view(registered.dtype).reshape(1)
     try:

@@ -21,6 +21,9 @@ class BlockContext:
     # Records a converter could not turn into events (msSanitizer drops them with an error log): text -> count.
     # The slot decoder gives each slot its own dict and reports one problem line per text.
     dropped: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # Whatever a converter must carry from one feed() of the slot to the next (e.g. mstx's last waits): the slot
+    # decoder gives each slot its own dict and keeps it for the slot's life.
+    state: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
 
 def drop(context: BlockContext, text: str, count: int) -> None:
@@ -178,6 +181,7 @@ def sync_events(
 
 
 _U16 = 0xFFFF
+MAX_RUNS = 1 << 20  # events one record may become when its pattern does not fit one event
 
 
 def patterns(
@@ -219,10 +223,13 @@ def patterns(
 MAX_LOOP = 1 << 16  # events one record may make through a loop count (msSanitizer's counts are 16-bit)
 
 
-def loops(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def loops(counts: np.ndarray, context: BlockContext | None = None) -> tuple[np.ndarray, np.ndarray]:
     """For records making ``counts`` events each (a loop in msSanitizer's parser): per event, its record's index
-    and its loop index, record by record."""
-    counts = np.minimum(counts.astype(np.int64), MAX_LOOP)
+    and its loop index, record by record. At most MAX_LOOP a record; with ``context``, a cut is said."""
+    counts = counts.astype(np.int64)
+    if context is not None:
+        drop(context, f"records cut to their first {MAX_LOOP} loop iterations", int((counts > MAX_LOOP).sum()))
+    counts = np.minimum(counts, MAX_LOOP)
     which = np.repeat(np.arange(counts.size), counts)
     index = np.arange(which.size) - np.repeat(np.cumsum(counts) - counts, counts)
     return which, index
@@ -282,7 +289,8 @@ def runs(
     )  # fmt: skip
     # The rest: one event per run (a run is at most 65535 x 65535 bytes here, within the u32 block size).
     big = np.flatnonzero(~ok)
-    reps = np.minimum(repeat[big], 1 << 20)  # a bound on hostile counts: never more than 2**20 events a record
+    reps = np.minimum(repeat[big], MAX_RUNS)  # a bound on hostile counts: never more than 2**20 events a record
+    drop(context, f"accesses cut to their first {MAX_RUNS} bursts", int((repeat[big] > MAX_RUNS).sum()))
     which = np.repeat(big, reps)
     r = np.arange(which.size) - np.repeat(np.cumsum(reps) - reps, reps)
     extra = np.zeros(which.size, dtype=EVENT_DTYPE)
@@ -302,10 +310,13 @@ def runs(
     return by_serial(cat([events, extra]))
 
 
-def in_order(n: int, *per_role: np.ndarray) -> np.ndarray:
-    """Events of the same ``n`` records, one array per role (reads, writes), merged record by record with the roles
-    in the order given: ``interleave`` when each role has one event per record, else a stable sort by serial."""
-    if all(len(a) == n for a in per_role):
+def in_order(serials: np.ndarray | None, *per_role: np.ndarray) -> np.ndarray:
+    """Events of the same records, one array per role (reads, writes), merged record by record with the roles in
+    the order given: ``interleave`` when each role has exactly one event per record (its serials are ``serials``),
+    else a stable sort by serial (``serials`` None: always)."""
+    if serials is not None and all(
+        len(role) == len(serials) and np.array_equal(role["serial"], serials) for role in per_role
+    ):
         return interleave(*per_role)
     return by_serial(cat(list(per_role)))
 

@@ -1015,3 +1015,144 @@ def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarra
         repeat_stride=r["dst_stride"],
     )
     return plan.build()
+
+
+LOAD_3D = 111
+
+LOAD_3D_DTYPE = record_dtype(
+    88,
+    0,
+    [
+        ("dst", "<u8", 32),
+        ("src", "<u8", 40),
+        ("fmap_w", "<u2", 48),
+        ("fmap_h", "<u2", 50),
+        ("fmap_c", "<u2", 52),
+        ("filter_w", "<u2", 54),
+        ("filter_h", "<u2", 56),
+        ("rpt_stride", "<u2", 58),
+        ("filter_w_stride", "<u2", 60),
+        ("filter_h_stride", "<u2", 62),
+        ("k_pos", "<u2", 64),
+        ("m_pos", "<u2", 66),
+        ("k_step", "<u2", 68),
+        ("m_step", "<u2", 70),
+        ("rpt_times", "<u2", 72),
+        ("data_type", "u1", 74),
+        ("dst_mem", "u1", 75),
+        ("src_mem", "u1", 76),
+        ("pad_top", "u1", 77),
+        ("pad_bottom", "u1", 78),
+        ("pad_left", "u1", 79),
+        ("pad_right", "u1", 80),
+        ("dilation_w", "u1", 81),
+        ("dilation_h", "u1", 82),
+        ("matrix_mode", "u1", 83),
+        ("rpt_mode", "u1", 84),
+    ],
+)
+
+
+def _covered(size, before, after, window, stride, dilation):
+    """The feature-map rows (or columns) a LOAD_3D window walk touches: window starts from -before while
+    < size + after, by ``stride``, each touching ``window`` taps ``dilation`` apart; clipped to [0, size).
+    Returns (lo, hi) and which records touch a set with holes (not modelled)."""
+    starts = np.where(size + after + before > 0, -(-(size + after + before) // np.maximum(stride, 1)), 0)
+    first = -before
+    last = first + (starts - 1) * stride + (window - 1) * dilation
+    one = (starts == 1) | (window == 1)
+    contiguous = (
+        ((stride == 1) & ((starts >= dilation) | (window == 1)))
+        | ((dilation == 1) & ((stride <= window) | (starts == 1)))
+        | (one & ((dilation == 1) | (window == 1)) & ((stride == 1) | (starts == 1)))
+    )
+    empty = (starts == 0) | (window == 0)
+    lo = np.clip(first, 0, size)
+    hi = np.where(empty, lo, np.clip(last + 1, lo, size))
+    return lo, hi, ~empty & ~contiguous
+
+
+@converts(LOAD_3D, dtype=LOAD_3D_DTYPE)
+def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """LOAD_3D (img2col, 910A/310P): the 32-byte feature-map blocks every window tap reaches (channel groups of
+    256 bits x reached rows x reached columns), then the whole output matrix (kStep x mStep x repeats elements)
+    written at ``dst``. Validity as for LOAD_3D_V2; a repeat too short for its step drops the write (msSanitizer
+    logs an error); walks whose reached rows or columns have holes (large strides with dilation) are not
+    modelled (dropped and counted)."""
+    r = records
+    i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
+    data_type = r["data_type"]
+    bits = _BITS_OF_TYPE[data_type]
+    channel = i64("fmap_c")
+    remainder = channel % _CHANNEL_DIVISOR[data_type]
+    channel_ok = np.zeros(len(r), dtype=bool)
+    for dtype_value, allowed in _CHANNEL_OK.items():
+        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    _no_pipe(context, "LOAD_3D", pipe)
+    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
+    drop(context, "LOAD_3D records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    width, height = i64("fmap_w"), i64("fmap_h")
+    h_lo, h_hi, h_holes = _covered(height, i64("pad_top"), i64("pad_bottom"), i64("filter_h"),
+                                   i64("filter_h_stride"), i64("dilation_h"))  # fmt: skip
+    w_lo, w_hi, w_holes = _covered(width, i64("pad_left"), i64("pad_right"), i64("filter_w"),
+                                   i64("filter_w_stride"), i64("dilation_w"))  # fmt: skip
+    zero_stride = ((r["filter_h_stride"] == 0) & (height + i64("pad_bottom") + i64("pad_top") > 0)) | (
+        (r["filter_w_stride"] == 0) & (width + i64("pad_right") + i64("pad_left") > 0)
+    )
+    drop(context, "LOAD_3D records dropped: filter stride 0", int((valid & zero_stride).sum()))
+    valid &= ~zero_stride & (pipe != NO_PIPE)
+    holes = valid & (h_holes | w_holes)
+    drop(context, "LOAD_3D reads not converted: window walks that leave holes", int(holes.sum()))
+    groups = (channel * bits + 255) // 256
+    plane = width * height * 32
+    rows = np.maximum(h_hi - h_lo, 0)
+    run = np.maximum(w_hi - w_lo, 0) * 32
+    full_rows = (w_lo == 0) & (w_hi == width)
+    start = r["src"].astype(np.uint64) + ((h_lo * width + w_lo) * 32).astype(np.uint64)
+    read_space = _space(r["src_mem"], valid & ~holes)
+    plan = Plan(len(r), serials, r, context)
+    # Whole rows: one run per channel group, the groups a plane apart.
+    block = rows * width * 32
+    grain = np.gcd(block, plane)
+    grain = np.where(grain == 0, 1, grain)
+    plan.add(
+        EventKind.READ,
+        read_space,
+        start,
+        pipe=pipe,
+        block_size=grain,
+        block_num=block // grain,
+        repeat=groups,
+        repeat_stride=plane // grain,
+        count=full_rows,
+    )
+    # Part of each row: per channel group, ``rows`` runs a row apart.
+    grain = np.gcd(run, width * 32)
+    grain = np.where(grain == 0, 1, grain)
+    plan.add(
+        EventKind.READ,
+        read_space,
+        start,
+        pipe=pipe,
+        block_size=grain,
+        block_num=run // grain,
+        repeat=rows,
+        repeat_stride=width * 32 // grain,
+        count=np.where(full_rows, 0, groups),
+        step=plane,
+    )
+    rpt = i64("rpt_times")
+    short = (rpt > 1) & (
+        ((r["rpt_mode"] > 0) & (256 // np.maximum(bits, 1) * i64("rpt_stride") < i64("k_step")))
+        | ((r["rpt_mode"] == 0) & (16 * i64("rpt_stride") < i64("m_step")))
+    )
+    drop(context, "LOAD_3D writes dropped: repeat stride shorter than the step", int((valid & short).sum()))
+    plan.add(
+        EventKind.WRITE,
+        _space(r["dst_mem"], valid & ~short),
+        r["dst"],
+        pipe=pipe,
+        block_size=i64("k_step") * i64("m_step") * rpt * bits // 8,
+    )
+    return plan.build()

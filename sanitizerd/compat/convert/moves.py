@@ -9,7 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.compat.convert.base import (
+    MAX_LOOP,
     BlockContext,
+    by_serial,
+    cat,
     converts,
     drop,
     in_order,
@@ -19,6 +22,7 @@ from sanitizerd.compat.convert.base import (
     record_dtype,
     runs,
     subset,
+    sync_events,
 )
 from sanitizerd.compat.record_types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
 from sanitizerd.protocol.records import EventKind, Space
@@ -136,7 +140,7 @@ def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context:
         EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], write_run, write_rep, write_stride, r, s, context,
         pipe=pipe, unit=np.where(narrow, squeezed, unit),
     )  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_ALIGN = record_dtype(
@@ -189,7 +193,7 @@ def mov_align(record_type: int, records: np.ndarray, serials: np.ndarray, contex
                  context, pipe=pipe, unit=1)  # fmt: skip
     writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], write_run, n_burst, write_stride, r, s,
                   context, pipe=pipe, unit=1)  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_L1_UB = record_dtype(
@@ -245,7 +249,7 @@ def mov_l1_ub(record_type: int, records: np.ndarray, serials: np.ndarray, contex
                  s, context, pipe=pipe)  # fmt: skip
     writes = runs(EventKind.WRITE, dst_space, r["dst"], length * BLOCK, n_burst, (length + r["dst_gap"]) * BLOCK,
                   r, s, context, pipe=pipe)  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_BT = record_dtype(
@@ -314,7 +318,7 @@ def mov_cbuf_to_bt(record_type: int, records: np.ndarray, serials: np.ndarray, c
                  context, pipe=pipe)  # fmt: skip
     writes = runs(EventKind.WRITE, Space.BT, r["dst"], written * BLOCK, n_burst, (written + r["dst_gap"]) * BLOCK,
                   r, s, context, pipe=pipe, align=64)  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 MOV_CBUF_FB = record_dtype(
@@ -350,7 +354,7 @@ def mov_cbuf_to_fb(record_type: int, records: np.ndarray, serials: np.ndarray, c
                  context, pipe=pipe)  # fmt: skip
     writes = runs(EventKind.WRITE, Space.FB, r["dst"], run, n_burst, r["dst_stride"].astype(np.int64) * FB_BURST, r,
                   s, context, pipe=pipe, unit=FB_BURST, align=np.where(r["dst_mem_block"] == 0, 128, 64))  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
 
 
 ND2NZ = record_dtype(
@@ -383,14 +387,14 @@ def dma_mov_nd2nz(record_type: int, records: np.ndarray, serials: np.ndarray, co
     r, s = subset(records, serials, rows)
     size = DATA_SIZE[r["data_type"]]
     columns = -(-(r["d_value"].astype(np.int64) * size) // C0)
-    i, nd = loops(r["nd_num"])
+    i, nd = loops(r["nd_num"], context)
     ri, rs = subset(r, s, i)
     reads = patterns(
         EventKind.READ, MEMTYPE_TO_SPACE[ri["src_mem"]],
         ri["src"] + (ri["src_nd_matrix_stride"].astype(np.int64) * size[i] * nd).astype(np.uint64), size[i],
         ri["d_value"], ri["n_value"], ri["src_d_value"], ri, rs, context, pipe=pipe[i],
     )  # fmt: skip
-    j, column = loops(columns)
+    j, column = loops(columns, context)
     wj, ws = subset(r, s, j)
     writes = patterns(
         EventKind.WRITE, MEMTYPE_TO_SPACE[wj["dst_mem"]],
@@ -398,4 +402,473 @@ def dma_mov_nd2nz(record_type: int, records: np.ndarray, serials: np.ndarray, co
         wj["nd_num"], wj["dst_nz_matrix_stride"].astype(np.int64) * size[j] // C0, wj, ws, context, pipe=pipe[j],
         block_stride=wj["dst_nz_n_stride"],
     )  # fmt: skip
-    return in_order(len(r), reads, writes)
+    return in_order(s, reads, writes)
+
+
+MOV_ALIGN_V2 = record_dtype(
+    120,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "loop1_dst_stride": ("<u8", 48),
+        "loop2_dst_stride": ("<u8", 56),
+        "dst_stride": ("<u8", 64),
+        "src_stride": ("<u8", 72),
+        "loop1_src_stride": ("<u8", 80),
+        "loop2_src_stride": ("<u8", 88),
+        "n_burst": ("<u4", 96),
+        "len_burst": ("<u4", 100),
+        "loop1_size": ("<u4", 104),
+        "loop2_size": ("<u4", 108),
+        "dst_mem": ("u1", 112),
+        "src_mem": ("u1", 113),
+        "data_type": ("u1", 114),
+        "left_pad": ("u1", 115),
+        "right_pad": ("u1", 116),
+    },
+)
+
+
+def _mov_align_v2_valid(r: np.ndarray) -> np.ndarray:
+    """msSanitizer's checks of DataCopyPad v2 (it drops what fails them, with an error log)."""
+    from_gm = r["src_mem"] == MemType.GM
+    padded = (r["left_pad"] > 0) | (r["right_pad"] > 0)
+    loop_checked = (r["loop1_size"] > 0) & (r["loop2_size"] > 1)
+    size = DATA_SIZE[r["data_type"]]
+    ub_stride = np.where(from_gm, r["dst_stride"], r["src_stride"])
+    loop_strides = np.where(
+        from_gm, r["loop1_dst_stride"] | r["loop2_dst_stride"], r["loop1_src_stride"] | r["loop2_src_stride"]
+    )
+    compact = ub_stride == r["len_burst"]
+    ok = r["len_burst"] != 0
+    ok &= ~(from_gm & loop_checked & padded)
+    bad_pad = padded & (
+        (r["data_type"] < 1) | (r["data_type"] > 3) | (r["left_pad"] * size > 32) | (r["right_pad"] * size > 32)
+    )
+    ok &= ~(from_gm & bad_pad)
+    ok &= compact | (ub_stride % 32 == 0)  # a non-compact UB side needs 32-byte strides
+    ok &= ~(loop_checked & (loop_strides % 32 != 0))  # and so do the loops' UB strides
+    return ok
+
+
+@converts(RecordType.MOV_ALIGN_V2, dtype=MOV_ALIGN_V2)
+def mov_align_v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """DataCopyPad v2 (950): nBurst bursts of lenBurst bytes, strides in bytes, repeated over two loops (loop mode,
+    both loop sizes > 1) or padded left/right (from GM); a compact UB side is one contiguous run."""
+    valid = _mov_align_v2_valid(records)
+    if not valid.all():
+        drop(
+            context, "MOV_ALIGN_V2 records dropped: lenBurst, stride, loop or padding not allowed", int((~valid).sum())
+        )
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    ok = valid[rows]
+    rows, pipe = rows[ok], pipe[ok]
+    r, s = subset(records, serials, rows)
+    looped = (r["loop1_size"] > 1) & (r["loop2_size"] > 1)
+    loop1 = np.where(looped, r["loop1_size"], 1).astype(np.int64)
+    loop2 = np.where(looped, r["loop2_size"], 1).astype(np.int64)
+    i, it = loops(loop1 * loop2, context)
+    ri, si = subset(r, s, i)
+    j = (it % loop1[i]).astype(np.uint64)
+    k = (it // loop1[i]).astype(np.uint64)
+    src = ri["src"] + k * ri["loop2_src_stride"] + j * ri["loop1_src_stride"]
+    dst = ri["dst"] + k * ri["loop2_dst_stride"] + j * ri["loop1_dst_stride"]
+    length = ri["len_burst"].astype(np.int64)
+    n_burst = ri["n_burst"].astype(np.int64)
+    # Strides are 40-bit byte counts; more than fits an event's pattern becomes one event per burst (runs()).
+    src_stride = np.minimum(ri["src_stride"], 1 << 48).astype(np.int64)
+    dst_stride = np.minimum(ri["dst_stride"], 1 << 48).astype(np.int64)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[ri["src_mem"]], src, length, n_burst, src_stride, ri, si, context,
+                 pipe=pipe[i], unit=1)  # fmt: skip
+    from_gm = ri["src_mem"] == MemType.GM
+    padding = np.where(
+        from_gm & ~looped[i], (ri["left_pad"].astype(np.int64) + ri["right_pad"]) * DATA_SIZE[ri["data_type"]], 0
+    )
+    compact = from_gm & (ri["dst_stride"] == ri["len_burst"])
+    run = np.where(from_gm, _ceil32(padding + length), length)
+    run = np.where(compact, _ceil32((padding + length) * n_burst), run)
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[ri["dst_mem"]], dst, run, np.where(compact, 1, n_burst),
+                  np.where(compact, 1, dst_stride), ri, si, context, pipe=pipe[i], unit=1)  # fmt: skip
+    return in_order(si, reads, writes)
+
+
+CONV_RELU = record_dtype(
+    64,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "n_burst": ("<u2", 48),
+        "len_burst": ("<u2", 50),
+        "src_stride": ("<u2", 52),
+        "dst_stride": ("<u2", 54),
+        "cr_mode": ("u1", 56),
+        "dst_mem": ("u1", 57),
+        "src_mem": ("u1", 58),
+        "src_type": ("u1", 59),
+        "dst_type": ("u1", 60),
+    },
+)
+B16, B32 = 2, 3  # DataType
+# ConvRelu modes by what they do to 16- and 32-bit sources (msSanitizer's tables).
+SAME_16 = (0, 5, 6)  # NONE, NONE_RELU, F16_MUL
+SAME_32 = (0, 5)  # NONE, NONE_RELU
+TO_16 = (1, 2, 3, 7, 10, 11, 12, 13)  # F32toF16_*, S32toF16_*, DEQSCALE_*16
+TO_8 = (8, 9)  # DEQSCALE_(V)DEQ8
+HALF_32 = (1, 2)  # F32toF16_NONE / _RELU (depth-wise)
+
+
+@converts(RecordType.DMA_MOV_CONV_RELU, dtype=CONV_RELU)
+def dma_mov_conv_relu(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """L0C <-> UB with conversion/ReLU (310P and older): bursts of 32-byte blocks (64 for 32-bit sources) with the
+    source gap in 512-byte (1024) units; the written size follows the conversion."""
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    r, s = subset(records, serials, rows)
+    length = r["len_burst"].astype(np.int64)
+    n_burst = r["n_burst"].astype(np.int64)
+    wide = r["src_type"] == B32
+    size = np.where(wide, 64, 32)
+    read_stride = length + r["src_stride"].astype(np.int64) * 16  # 512 / 32 and 1024 / 64 blocks
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], length * size, n_burst,
+                 read_stride * size, r, s, context, pipe=pipe, unit=size)  # fmt: skip
+    mode, gap = r["cr_mode"], r["dst_stride"].astype(np.int64)
+    # Unmatched modes keep the read's layout (msSanitizer only warns).
+    w_size, w_blocks, w_stride = size.copy(), length.copy(), read_stride.copy()
+    narrow = (r["src_type"] == B16) & np.isin(mode, SAME_16)
+    w_stride = np.where(narrow, length + gap, w_stride)
+    same = wide & np.isin(mode, SAME_32)
+    half = wide & np.isin(mode, TO_16)
+    quarter = wide & np.isin(mode, TO_8)
+    w_size = np.where(same | half, 32, np.where(quarter, 16, w_size))
+    w_blocks = np.where(same, length * 2, w_blocks)
+    w_stride = np.where(
+        same, length * 2 + gap, np.where(half, length + gap, np.where(quarter, length + gap * 3, w_stride))
+    )
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[r["dst_mem"]], r["dst"], w_blocks * w_size, n_burst,
+                  w_stride * w_size, r, s, context, pipe=pipe, unit=w_size)  # fmt: skip
+    return in_order(s, reads, writes)
+
+
+@converts(RecordType.DMA_MOV_DEPTH_WISE, dtype=CONV_RELU)
+def dma_mov_depth_wise(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """L0C -> UB depth-wise: one burst (others are dropped) read as lenBurst 512-byte blocks (1024 for 32-bit), and
+    written as two halves: the first 8 channels at dst, the second at dst + half + dstStride x 32 bytes."""
+    one = records["n_burst"] == 1
+    if not one.all():
+        drop(context, "DMA_MOV_DEPTH_WISE records dropped: nBurst is not 1", int((~one).sum()))
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    keep = one[rows]
+    rows, pipe = rows[keep], pipe[keep]
+    r, s = subset(records, serials, rows)
+    length = r["len_burst"].astype(np.int64)
+    wide = r["src_type"] == B32
+    size = np.where(wide, 1024, 512)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[r["src_mem"]], r["src"], length * size, 1, 0, r, s, context,
+                 pipe=pipe, unit=size)  # fmt: skip
+    mode = r["cr_mode"]
+    narrow = r["src_type"] == B16
+    half = np.where(narrow, length * 256, np.where(np.isin(mode, SAME_32), length * 512, length * 256))
+    half = np.where(narrow | wide, half, 512)  # other source types keep the read's block size
+    writable = ~((narrow & ~np.isin(mode, SAME_16)) | (wide & ~np.isin(mode, (*SAME_32, *HALF_32))))
+    if not writable.all():  # msSanitizer keeps the read and drops the writes
+        drop(context, "DMA_MOV_DEPTH_WISE writes dropped: ConvRelu mode does not match", int((~writable).sum()))
+    w = np.flatnonzero(writable)
+    rw, sw = subset(r, s, w)
+    first = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], rw["dst"], half[w], 1, 0, rw, sw, context,
+                 pipe=pipe[w], unit=half[w])  # fmt: skip
+    second_at = rw["dst"] + (half[w] + rw["dst_stride"].astype(np.int64) * BLOCK).astype(np.uint64)
+    second = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], second_at, half[w], 1, 0, rw, sw, context,
+                  pipe=pipe[w], unit=half[w])  # fmt: skip
+    return in_order(None, reads, first, second)
+
+
+MOV_FP = record_dtype(
+    80,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "dst_stride": ("<u4", 48),
+        "dst_nd_stride": ("<u4", 52),
+        "src_stride": ("<u2", 56),
+        "n_size": ("<u2", 58),
+        "m_size": ("<u2", 60),
+        "nd_num": ("<u2", 62),
+        "src_nd_stride": ("<u2", 64),
+        "src_nz_c0_stride": ("<u2", 66),
+        "quant_pre_bits": ("<u2", 68),
+        "unit_flag": ("u1", 70),
+        "int8_merge": ("u1", 71),
+        "int4_merge": ("u1", 72),
+        "channel_split": ("u1", 73),
+        "nz2nd": ("u1", 74),
+        "nz2dn": ("u1", 75),
+        "c310": ("u1", 76),
+    },
+)
+UNIT_FLAG_EVENT = 11  # msSanitizer's event id for the set/wait a unit flag stands for (apart from ids 0-7)
+FRACTAL = 16
+
+
+class _Fix:
+    """The events of fixpipe records, built part by part (each part one event per selected record or loop)."""
+
+    def __init__(self, records: np.ndarray, serials: np.ndarray, context: BlockContext, name: str) -> None:
+        self.records, self.serials, self.context, self.name = records, serials, context, name
+        self.parts: list[np.ndarray] = []
+        self.too_big = 0
+
+    def add(self, rows: np.ndarray, kind: int, space: int | np.ndarray, address: np.ndarray, block_size: np.ndarray,
+            block_num: np.ndarray, block_stride: np.ndarray | int, repeat: np.ndarray,
+            repeat_stride: np.ndarray) -> None:  # fmt: skip
+        values = [np.broadcast_to(np.asarray(v, dtype=np.int64), rows.size)
+                  for v in (block_num, block_stride, repeat, repeat_stride)]  # fmt: skip
+        fits = np.ones(rows.size, dtype=bool)
+        for v in values:
+            fits &= (v >= 0) & (v <= 0xFFFF)
+        self.too_big += int((~fits).sum())
+        keep = np.flatnonzero(fits)
+        r, s = subset(self.records, self.serials, rows[keep])
+        pick = [v[keep] for v in values]
+        self.parts.append(patterns(
+            kind, space, np.broadcast_to(address, rows.size)[keep], np.broadcast_to(block_size, rows.size)[keep],
+            pick[0], pick[2], pick[3], r, s, self.context, pipe=PipeType.PIPE_FIX, block_stride=pick[1],
+        ))  # fmt: skip
+
+    def done(self) -> np.ndarray:
+        drop(self.context, f"{self.name} records dropped in part: a pattern count past 65535", self.too_big)
+        return base_by_serial(self.parts)
+
+
+def base_by_serial(parts: list[np.ndarray]) -> np.ndarray:
+    return by_serial(cat(parts))
+
+
+def _fixpipe(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """MOV_FP (L0C -> GM) and FIX_L0C_TO_L1/UB (950) on PIPE_FIX: the L0C read per NZ fractal column (per ND matrix
+    and a partial last column in NZ2ND/NZ2DN mode), the write by mode (NZ2ND/DN, channel split, int4/int8 channel
+    merge, normal), and for a unit flag the set/wait FIX -> M msSanitizer adds."""
+    name = RecordType(record_type).name
+    nop = (records["m_size"] == 0) | (records["n_size"] == 0) | ((records["nz2nd"] != 0) & (records["nd_num"] == 0))
+    if nop.any():
+        drop(context, f"{name} records dropped: M, N or ND count is 0 (a no-op)", int(nop.sum()))
+    r, s = subset(records, serials, ~nop)
+    fix = _Fix(r, s, context, name)
+    out_space = {RecordType.MOV_FP: Space.GM, RecordType.FIX_L0C_TO_L1: Space.L1}.get(record_type, Space.UB)
+    a5 = record_type != RecordType.MOV_FP
+    c0, nd_unit = (32, 32) if a5 else (64, 0)
+    m = r["m_size"].astype(np.int64)
+    n = r["n_size"].astype(np.int64)
+    nd_count = r["nd_num"].astype(np.int64)
+    dn = r["nz2dn"] != 0
+    nz = (r["nz2nd"] != 0) | dn
+    c310 = r["c310"] != 0
+    nd_size = np.full(len(r), nd_unit) if a5 else np.where(c310, 64, 1024)
+    src_stride = r["src_stride"].astype(np.int64)
+    # Read of L0C.
+    plain = np.flatnonzero(~nz)
+    fix.add(plain, EventKind.READ, Space.L0C, r["src"][plain], c0, m[plain], 1, -(-n[plain] // FRACTAL),
+            src_stride[plain])  # fmt: skip
+    i, nd = loops(np.where(nz, nd_count, 0), context)
+    base_at = r["src"][i] + (r["src_nd_stride"][i].astype(np.int64) * nd * nd_size[i]).astype(np.uint64)
+    full = n[i] // FRACTAL
+    fix.add(i, EventKind.READ, Space.L0C, base_at, c0, m[i], np.where(dn[i], r["src_nz_c0_stride"][i], 1), full,
+            src_stride[i])  # fmt: skip
+    part = n[i] % FRACTAL != 0
+    j = i[part]
+    tail_at = base_at[part] + (src_stride[j] * full[part] * c0).astype(np.uint64)
+    tail_stride = np.where(dn[j], r["src_nz_c0_stride"][j].astype(np.int64) * FRACTAL, FRACTAL)
+    fix.add(j, EventKind.READ, Space.L0C, tail_at, 4, n[j] % FRACTAL, 1, m[j], tail_stride)
+    # Write.
+    bits = r["quant_pre_bits"].astype(np.int64)
+    size = np.where(bits == 4, 1, bits // 8)
+    dst_stride = r["dst_stride"].astype(np.int64)
+    k = i
+    nz_num = np.where(dn[k], m[k], n[k])
+    nz_at = r["dst"][k] + (r["dst_nd_stride"][k].astype(np.int64) * nd * bits[k] // 8).astype(np.uint64)
+    fix.add(k, EventKind.WRITE, out_space, nz_at, size[k], np.where(bits[k] == 4, nz_num // 2, nz_num), 1,
+            np.where(dn[k], n[k], m[k]), np.where(bits[k] == 4, dst_stride[k] // 2, dst_stride[k]))  # fmt: skip
+    p = plain
+    bsize = size[p] if a5 else np.where(c310[p], size[p], 32)
+    columns = -(-n[p] // FRACTAL)
+    split = r["channel_split"][p] != 0
+    int4 = ~split & (r["int4_merge"][p] != 0)
+    int8 = ~split & ~int4 & (r["int8_merge"][p] != 0)
+    normal = ~split & ~int4 & ~int8
+    cp = c310[p]
+    block_num = np.select(
+        [split, int4, int8, normal],
+        [np.where(cp, m[p] * 8, m[p]), np.where(cp, m[p] * 32, m[p]), np.where(cp, m[p] * 32, m[p]),
+         np.where(cp, m[p] * 16, m[p] * bits[p] // 8 // 2)],
+    )  # fmt: skip
+    repeat = np.select(
+        [split, int4, int8, normal],
+        [-(-n[p] // 8), np.where(cp, -(-n[p] // 64), columns // 4), columns // 2, columns],
+    )
+    stride = np.where(int4 & cp, dst_stride[p] // 2, dst_stride[p])
+    fix.add(p, EventKind.WRITE, out_space, r["dst"][p], bsize, block_num, 1, repeat, stride)
+    odd = int8 & (columns % 2 != 0)  # int8 merge of an odd column count: the last column goes out as it is
+    q = p[odd]
+    fix.add(q, EventKind.WRITE, out_space, r["dst"][q] + (stride[odd] * repeat[odd] * bsize[odd]).astype(np.uint64),
+            np.where(cp[odd], bsize[odd], 16), np.where(cp[odd], m[q] * 16, m[q]), 1, 1, dst_stride[q] * 2)  # fmt: skip
+    events = fix.done()
+    unit = np.flatnonzero(r["unit_flag"] != 0)
+    if unit.size:
+        ur, us = subset(r, s, unit)
+        syncs = [
+            sync_events(kind, ur, us, context, pipe=PipeType.PIPE_FIX, dst_pipe=PipeType.PIPE_M,
+                        event_id=UNIT_FLAG_EVENT)
+            for kind in (EventKind.SET_FLAG, EventKind.WAIT_FLAG)
+        ]  # fmt: skip
+        events = base_by_serial([events, *syncs])
+    return events
+
+
+converts(RecordType.MOV_FP, RecordType.FIX_L0C_TO_L1, RecordType.FIX_L0C_TO_UB, dtype=MOV_FP)(_fixpipe)
+
+
+ND2NZ_DAV = record_dtype(
+    88,
+    16,
+    {
+        "dst": ("<u8", 0),
+        "src": ("<u8", 8),
+        "loop4_src_stride": ("<u8", 48),
+        "loop1_src_stride": ("<u8", 56),
+        "d_value": ("<u4", 64),
+        "n_value": ("<u2", 68),
+        "nd_num": ("<u2", 70),
+        "loop2_dst_stride": ("<u2", 72),
+        "loop3_dst_stride": ("<u2", 74),
+        "loop4_dst_stride": ("<u2", 76),
+        "small_c0": ("u1", 78),
+        "src_mem": ("u1", 79),
+        "dst_mem": ("u1", 80),
+        "data_type": ("u1", 81),
+    },
+)
+
+
+@converts(RecordType.DMA_MOV_ND2NZ_D, RecordType.DMA_MOV_DN2NZ_D, dtype=ND2NZ_DAV)
+def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """ND/DN -> NZ on 950: per ND matrix, one read per row (dValue elements for ND, nValue for DN,
+    loop1SrcStride bytes apart); writes per 32-byte fractal column and matrix, rowNum rows loop2DstStride x 32
+    bytes apart, or in small-C0 mode one run of 4-element rows per matrix (at msSanitizer's cumulative offsets)."""
+    name = RecordType(record_type).name
+    size = DATA_SIZE[records["data_type"]]
+    bad = (records["loop1_src_stride"] % size.astype(np.uint64) != 0) | (
+        (records["small_c0"] != 0) & (records["d_value"] > 4)
+    )
+    if bad.any():
+        drop(context, f"{name} records dropped: loop1 stride or small-C0 D not allowed", int(bad.sum()))
+    rows, pipe = with_pipe(record_type, records, records["src_mem"], records["dst_mem"], context)
+    keep = ~bad[rows]
+    rows, pipe = rows[keep], pipe[keep]
+    r, s = subset(records, serials, rows)
+    size = DATA_SIZE[r["data_type"]]
+    nd_first = record_type == RecordType.DMA_MOV_ND2NZ_D
+    n_value = r["n_value"].astype(np.int64)
+    d_value = r["d_value"].astype(np.int64)
+    row_count = n_value if nd_first else d_value
+    row_bytes = (d_value if nd_first else n_value) * size
+    i, h = loops(np.where(row_count > 0, r["nd_num"], 0))  # one read per row: no rows, no reads
+    ri, si = subset(r, s, i)
+    src = ri["src"] + h.astype(np.uint64) * ri["loop4_src_stride"]
+    stride = np.minimum(ri["loop1_src_stride"], 1 << 48).astype(np.int64)
+    reads = runs(EventKind.READ, MEMTYPE_TO_SPACE[ri["src_mem"]], src, row_bytes[i], row_count[i], stride, ri, si,
+                 context, pipe=pipe[i], unit=np.maximum(row_bytes[i], 1))  # fmt: skip
+    small = r["small_c0"] != 0
+    # Small C0: rows of 4 elements, nValue rounded up to a whole 32 bytes, one run per matrix.
+    w, h = loops(np.where(small, r["nd_num"], 0), context)
+    rw, sw = subset(r, s, w)
+    per_row = 4 * size[w]
+    rounded = -(-n_value[w] // (C0 // per_row)) * (C0 // per_row)
+    triangle = (h * (h + 1) // 2).astype(np.uint64)  # msSanitizer adds h x stride to the previous address
+    small_at = rw["dst"] + triangle * rw["loop4_dst_stride"].astype(np.uint64) * np.uint64(C0)
+    small_writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rw["dst_mem"]], small_at, rounded * per_row, 1, 0, rw, sw,
+                        context, pipe=pipe[w], unit=per_row)  # fmt: skip
+    # Default: per fractal column m and matrix h, rowNum 32-byte rows.
+    matrices = np.where(small | (row_count == 0), 0, -(-(d_value * size) // C0))
+    j, it = loops(matrices * r["nd_num"], context)
+    nd = np.maximum(r["nd_num"][j].astype(np.int64), 1)
+    column, matrix = it // nd, it % nd
+    rj, sj = subset(r, s, j)
+    at = rj["dst"] + ((column * rj["loop3_dst_stride"] + matrix * rj["loop4_dst_stride"]) * C0).astype(np.uint64)
+    writes = runs(EventKind.WRITE, MEMTYPE_TO_SPACE[rj["dst_mem"]], at, C0, row_count[j],
+                  rj["loop2_dst_stride"].astype(np.int64) * C0, rj, sj, context, pipe=pipe[j])  # fmt: skip
+    return in_order(None, reads, small_writes, writes)
+
+
+_ND_LOOP_FIELDS: dict[str, tuple[str, int]] = {}
+for _k in range(5):
+    _at = 48 + 24 * _k
+    _ND_LOOP_FIELDS |= {
+        f"src_stride{_k}": ("<u8", _at),
+        f"dst_stride{_k}": ("<u4", _at + 8),
+        f"size{_k}": ("<u4", _at + 12),
+        f"left{_k}": ("u1", _at + 16),
+        f"right{_k}": ("u1", _at + 17),
+    }
+ND_DMA_OUT_TO_UB = record_dtype(176, 16, {"dst": ("<u8", 0), "src": ("<u8", 8), **_ND_LOOP_FIELDS,
+                                          "data_type": ("u1", 168)})  # fmt: skip
+ADDRESS_LIMIT = np.uint64(1 << 40)
+
+
+def _nd_out_valid(r: np.ndarray) -> np.ndarray:
+    """msSanitizer's software constraints of nd_dma_mov_out_to_ub, in its own unsigned arithmetic (a loop of no
+    element at all wraps its count, as the C++ does)."""
+    with np.errstate(over="ignore"):
+        increasing = np.ones(len(r), dtype=bool)
+        for k in range(1, 5):
+            increasing &= r[f"dst_stride{k}"] > r[f"dst_stride{k - 1}"]
+        ok = (r["data_type"] >= 1) & (r["data_type"] <= 3)
+        cur = np.zeros(len(r), dtype=np.uint64)
+        stride = np.ones(len(r), dtype=np.uint64)
+        for k in range(5):
+            span = (r[f"left{k}"].astype(np.uint64) + r[f"size{k}"] + r[f"right{k}"]) - np.uint64(1)
+            step = r[f"src_stride{k}"] if k < 2 else r[f"dst_stride{k}"].astype(np.uint64)
+            cur = cur + span * step
+            ok &= cur < ADDRESS_LIMIT
+            dst = r[f"dst_stride{k}"].astype(np.uint64)
+            ok &= ~(increasing & (dst < stride))
+            stride = np.where(increasing, stride + span * dst, stride)
+            cur = np.where(ok, cur, ADDRESS_LIMIT)  # once out, stays out
+    return ok
+
+
+@converts(RecordType.ND_DMA_OUT_TO_UB, dtype=ND_DMA_OUT_TO_UB)
+def nd_dma_out_to_ub(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """GM -> UB over five nested loops (950) on MTE2: every element read from GM (loop sizes, source strides in
+    elements) and written to UB (with each loop's left/right padding elements, destination strides); the
+    innermost loop is one strided pattern per combination of the outer four."""
+    ok = _nd_out_valid(records)
+    if not ok.all():
+        drop(context, "ND_DMA_OUT_TO_UB records dropped: data type or loop strides not allowed", int((~ok).sum()))
+    r, s = subset(records, serials, ok)
+    size = DATA_SIZE[r["data_type"]]
+    parts = []
+    for kind, space, base, stride_of, padded in (
+        (EventKind.READ, Space.GM, r["src"], "src_stride", False),
+        (EventKind.WRITE, Space.UB, r["dst"], "dst_stride", True),
+    ):
+        counts = [r[f"size{k}"].astype(np.int64) + ((r[f"left{k}"].astype(np.int64) + r[f"right{k}"]) if padded else 0)
+                  for k in range(5)]  # fmt: skip
+        outer = counts[1] * counts[2] * counts[3] * counts[4]
+        big = outer > MAX_LOOP
+        if big.any():
+            drop(context, "ND_DMA_OUT_TO_UB records dropped: more than 65536 loop combinations", int(big.sum()))
+        outer = np.where(big | (counts[0] == 0), 0, outer)  # no innermost element: no event
+        i, combo = loops(outer, context)
+        address = base[i].copy()
+        rest = combo
+        for k in (1, 2, 3, 4):  # loop 1 runs fastest, loop 4 slowest (msSanitizer's recursion order)
+            rest, index = np.divmod(rest, np.maximum(counts[k][i], 1))
+            address = address + (
+                index.astype(np.uint64) * r[f"{stride_of}{k}"][i].astype(np.uint64) * size[i].astype(np.uint64)
+            )
+        ri, si = subset(r, s, i)
+        inner_stride = np.minimum(r[f"{stride_of}0"][i].astype(np.uint64), np.uint64(1 << 40)).astype(np.int64)
+        parts.append(runs(kind, space, address, size[i], counts[0][i], inner_stride * size[i], ri, si, context,
+                          pipe=PipeType.PIPE_MTE2, unit=size[i]))  # fmt: skip
+    return in_order(None, *parts)

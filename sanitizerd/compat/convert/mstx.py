@@ -9,9 +9,10 @@ One record type carries several interfaces (``interfaceType``) in a union:
   + rankDim writes ``dstStride`` elements apart; REDUCESCATTER rankDim reads + one write; ALLTOALL rankDim reads +
   rankDim writes. Each access is ``repeat`` runs of count x typeSize bytes, repeatStride runs apart.
 * HCCL-V core records (3): one read of srclenBurst and one write of dstlenBurst bytes, ``repeat`` contiguous runs.
-* cross-core barrier / set flag / wait flag (4, 5, 6): optionally a full pipe barrier first (per pipe V..S_CAL:
-  barrier, set and wait to PIPE_S, event 11), then a SyncAll (``CROSS_SET``/``CROSS_WAIT`` flag 31, mode 0, two
-  sub-blocks) or a soft set/wait (``SOFT_SET``/``SOFT_WAIT``, address = the peer block).
+* cross-core barrier / set flag / wait flag (4, 5, 6): optionally a full pipe barrier first (one
+  pipe_barrier(PIPE_ALL), which the detectors expand as msSanitizer's 33 generated events do), then a software
+  SyncAll of every block (``SOFT_SYNC_ALL``; msSanitizer's FFTS flag 31 pair) or a soft set/wait
+  (``SOFT_SET``/``SOFT_WAIT`` on PIPE_S, address = the peer block), as the sync family converts the stubs.
 * vector unary / binary (3000, 3001): as UNARY_OP / BINARY_OP with 32-byte blocks, masked.
 * data copy (4001): as a DMA_MOV of 32-byte bursts.
 
@@ -45,8 +46,6 @@ ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL = 0, 1, 2, 3
 # A kernel's HCCL annotation names the ranks it moves data for; more than this many events per record is a
 # damaged record (an 8-byte-aligned i32 taken for a rank count), so the ranks are cut here.
 MAX_RANKS = 128
-SYNC_ALL_FLAG = 31  # msSanitizer's virtual flag for a software SyncAll
-PIPE_ALL_EVENT = 11  # event id of the generated set/wait pairs of a full pipe barrier
 
 U = 48  # offset of the union in MstxRecord
 
@@ -159,12 +158,14 @@ def _valid_space(space: np.ndarray) -> np.ndarray:
     return np.where((space >= 0) & (space <= int(Space.FB)), space, NO_SPACE).astype(np.uint64)
 
 
-def duplicate_waits(r: np.ndarray, live: np.ndarray) -> np.ndarray:
+def duplicate_waits(r: np.ndarray, live: np.ndarray, state: dict | None = None) -> np.ndarray:
     """Waits msSanitizer drops: an "is more" cross wait equal (flag address, id, pipe, flags, block) to one of
-    the two "is more" waits before it in the block."""
+    the two "is more" waits before it in the block. ``state`` (per block, kept across calls when the decoder
+    gives one) carries the last two waits over from the block's earlier records."""
     dup = np.zeros(len(r), dtype=bool)
     waits = np.flatnonzero(live & (r["interface"] == WAIT_CROSS_SYNC) & (r["cross_more"] != 0))
-    if len(waits) < 2:
+    before = state.get("mstx_waits", np.zeros((0, 5), dtype=np.uint64)) if state is not None else None
+    if len(waits) == 0:
         return dup
     keys = np.stack(
         [
@@ -176,20 +177,23 @@ def duplicate_waits(r: np.ndarray, live: np.ndarray) -> np.ndarray:
         ],
         axis=1,
     )
-    same_prev = np.zeros(len(waits), dtype=bool)
+    carried = 0 if before is None else len(before)
+    if carried:
+        keys = np.concatenate([before, keys])
+    same_prev = np.zeros(len(keys), dtype=bool)
     same_prev[1:] = (keys[1:] == keys[:-1]).all(axis=1)
-    same_prev2 = np.zeros(len(waits), dtype=bool)
+    same_prev2 = np.zeros(len(keys), dtype=bool)
     same_prev2[2:] = (keys[2:] == keys[:-2]).all(axis=1)
-    dup[waits] = same_prev | same_prev2
+    dup[waits] = (same_prev | same_prev2)[carried:]
+    if state is not None:
+        state["mstx_waits"] = keys[-2:]
     return dup
 
 
 def _pipe_all(plan: Plan, on: np.ndarray) -> None:
-    """msSanitizer's full pipe barrier: for each pipe V..S_CAL, a barrier on it, then set and wait to PIPE_S."""
-    for pipe in range(int(Pipe.V), int(Pipe.S_CAL) + 1):
-        plan.add(EventKind.PIPE_BARRIER, 0, 0, pipe=pipe, count=on, memory=False)
-        for kind in (EventKind.SET_FLAG, EventKind.WAIT_FLAG):
-            plan.add(kind, 0, 0, pipe=pipe, dst_pipe=int(Pipe.S), event_id=PIPE_ALL_EVENT, count=on, memory=False)
+    """A full pipe barrier: one pipe_barrier(PIPE_ALL) event, which the detectors expand (every pipe waits for
+    PIPE_S, msSanitizer's 33 generated events), as the sync family converts PIPE_BARRIER records."""
+    plan.add(EventKind.PIPE_BARRIER, 0, 0, pipe=int(Pipe.ALL), count=on, memory=False)
 
 
 def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) -> None:
@@ -244,7 +248,8 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
 
     # Cross-core set / wait through a flag in GM.
     is_set = live & (interface == SET_CROSS_SYNC)
-    is_wait = live & (interface == WAIT_CROSS_SYNC) & ~duplicate_waits(r, live)
+    # A per-block state dict, where the decoder keeps one (BlockContext.state), makes the drop span feed() calls.
+    is_wait = live & (interface == WAIT_CROSS_SYNC) & ~duplicate_waits(r, live, getattr(context, "state", None))
     plan.add(
         np.where(interface == WAIT_CROSS_SYNC, EventKind.MSTX_CROSS_WAIT, EventKind.MSTX_CROSS_SET),
         0,
@@ -281,14 +286,16 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     set_flag = live & (interface == CROSS_CORE_SET_FLAG)
     wait_flag = live & (interface == CROSS_CORE_WAIT_FLAG)
     _pipe_all(plan, (barrier & (r["barrier_pipe_all"] != 0)) | ((set_flag | wait_flag) & (r["flag_pipe_all"] != 0)))
-    for kind in (EventKind.CROSS_SET, EventKind.CROSS_WAIT):
-        plan.add(kind, 0, 0, pipe=int(Pipe.S), event_id=SYNC_ALL_FLAG, block_num=2, count=barrier, memory=False)
+    # msSanitizer barriers every core whatever the record names (it warns): a software SyncAll of all blocks.
+    s = int(Pipe.S)
+    plan.add(EventKind.SOFT_SYNC_ALL, 0, 0, pipe=s, dst_pipe=s, count=barrier, memory=False)
     plan.add(
         np.where(set_flag, EventKind.SOFT_SET, EventKind.SOFT_WAIT),
         0,
-        np.where(wait_flag, r["flag_peer"].astype(np.int64), 0).astype(np.uint64),
-        pipe=int(Pipe.S),
-        event_id=r["flag_event"].astype(np.int64) & 0xFFFF,
+        np.where(wait_flag, np.maximum(r["flag_peer"], 0), 0).astype(np.uint64),
+        pipe=s,
+        dst_pipe=s,
+        event_id=np.clip(r["flag_event"], 0, 0xFFFF),
         count=set_flag | wait_flag,
         memory=False,
     )
