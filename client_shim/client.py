@@ -77,7 +77,7 @@ class Client:
         self._pending: list[np.ndarray] = []
         self._pending_events = 0
         self._pending_kernel: int | None = None
-        self._serial = itertools.count(1)
+        self._serial = itertools.count(0)  # msSanitizer numbers host and device records from 0
         self._kernel_ids = itertools.count(1)
         self._location_ids = itertools.count(1)
         self._locations: dict[tuple[object, ...], int] = {}

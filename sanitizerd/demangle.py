@@ -53,3 +53,24 @@ def demangle(name: str, mode: str) -> str:
         return name
     full = _full(name)
     return _without_parameters(full) if mode == "simple" else full
+
+
+def demangle_many(names: list[str]) -> dict[str, str]:
+    """Full demangling of many names with one c++filt (call stacks name every function of a kernel: one process
+    each would cost milliseconds apiece). Names it cannot demangle, or all of them without c++filt, map to
+    themselves."""
+    mangled = sorted({n for n in names if n.startswith("_Z") and "\n" not in n and "\r" not in n})
+    out = {n: n for n in names}
+    tool = _cxxfilt()
+    if not mangled or tool is None:
+        return out
+    try:
+        done = subprocess.run(
+            [tool], input="\n".join(mangled) + "\n", capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
+        return out
+    lines = done.stdout.split("\n")
+    if len(lines) >= len(mangled):  # one line out per line in; anything else is not trusted
+        out.update((name, line.strip() or name) for name, line in zip(mangled, lines, strict=False))
+    return out

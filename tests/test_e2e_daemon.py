@@ -111,9 +111,9 @@ class TestMetrics:
         assert "sanitizerd_sessions_started_total 1.0" in text
         assert 'sanitizerd_findings_total{kind="illegal_read",severity="error"} 1.0' in text
         assert 'sanitizerd_rejected_connections_total{reason="frame_too_large"} 1.0' in text
-        # What the demo's client sent (961 device events in its batches), received and checked.
-        assert "sanitizerd_events_received_total 961.0" in text
-        assert 'sanitizerd_events_checked_total{detector="memcheck"} 961.0' in text
+        # What the demo's client sent (962 device events in its batches), received and checked.
+        assert "sanitizerd_events_received_total 962.0" in text
+        assert 'sanitizerd_events_checked_total{detector="memcheck"} 962.0' in text
         assert 'sanitizerd_frames_received_total{type="events"}' in text
         assert 'sanitizerd_detector_seconds_count{detector="memcheck"}' in text
         assert "sanitizerd_store_writes_total 3.0" in text and "sanitizerd_store_errors_total 0.0" in text
