@@ -14,8 +14,6 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import DEMO, RunningDaemon, program_env, sanitizerd
 from tests.native_build import build_client, build_kernel
 from tests.test_hooks import LAYOUT, bare_env
@@ -39,12 +37,6 @@ def findings(daemon: RunningDaemon, job: str) -> list[dict[str, object]]:
     return sorted(({k: v for k, v in f.items() if k not in VOLATILE} for f in found), key=json.dumps)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sanitizerd/compat/connection.py keeps a record's absolute pc in its events; msSanitizer reports and "
-    "symbolizes pc - pcStartAddr (kernel_block.cpp CalRecordPc), as the demo does: 'pc current 0x980', not "
-    "0x124080000980. Everything else is equal; remove this mark with that fix.",
-)
 def test_c_client_through_the_compat_socket_equals_the_demo(daemon: RunningDaemon, tmp_path: Path) -> None:
     client, kernel = build_client(tmp_path), build_kernel(tmp_path)
     env = bare_env(SANITIZERD_COMPAT_LAYOUT=LAYOUT)

@@ -627,6 +627,11 @@ class CompatConnection:
     def _emit_events(self, kernel: _Kernel, events: np.ndarray) -> None:
         if self._binary is not None:
             events = self._locate(kernel, events)
+        if kernel.pc_start and len(events):  # msSanitizer's CalRecordPc: reports and stacks use pc - pcStartAddr
+            pcs = events["pc"]
+            if not events.flags.writeable:
+                events = events.copy()
+            events["pc"] = np.where(pcs >= kernel.pc_start, pcs - np.uint64(kernel.pc_start), pcs)
         self._out.append(m.Events(kernel=kernel.id, records=memoryview(np.ascontiguousarray(events).view(np.uint8))))
 
     # --- call stacks ---------------------------------------------------------------------------------------
