@@ -3,7 +3,9 @@ mix of an AscendC vector kernel's tile loop (DataCopy in x 2, set/wait MTE2->V, 
 V->MTE3, DataCopy out, set/wait MTE3->MTE2, one pipe_barrier), the record region fed in chunks as a connection
 feeds it. Prints the best of ``--repeats`` runs.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/compat.py [--records 2000000] [--chunk-mib 4] [--repeats 3]
+    PYTHONPATH=. .venv/bin/python benchmarks/compat.py [--records 2000000] [--chunk-mib 2] [--repeats 3] [--shuffle]
+
+``--shuffle`` puts the same records in a random order: the walk then cannot predict a loop and walks in lockstep.
 
 BINARY_OP counts as a vector record only where its converter is registered (the vector family); without it the
 figure says so, and those records are walked and counted as not converted.
@@ -20,6 +22,7 @@ import numpy as np
 
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
+from sanitizerd.compat.connection import CHUNK_SIZE
 from sanitizerd.compat.convert import CONVERTERS, BlockContext
 from sanitizerd.compat.record_types import MemType, PipeType, RecordType
 
@@ -74,12 +77,15 @@ def tile(i: int) -> list[bytes]:
     ]
 
 
-def build(records: int) -> tuple[bytes, int]:
+def build(records: int, shuffle: bool = False) -> tuple[bytes, int]:
     one = tile(0)
     tiles = -(-records // len(one))
-    # The tile's bytes repeated (the decoder's speed does not depend on the addresses differing).
-    region = b"".join(one) * tiles
     count = tiles * len(one)
+    if shuffle:  # the same records in a random order: no loop for the walk to predict
+        order = np.random.default_rng(0).integers(0, len(one), count)
+        region = b"".join([one[i] for i in order.tolist()])
+    else:  # the tile's bytes repeated (the decoder's speed does not depend on the addresses differing)
+        region = b"".join(one) * tiles
     head = bytearray(rb.HEADS_SIZE)
     struct.pack_into("<Q", head, 0, rb.SECURITY_VALUE)
     struct.pack_into("<QQQQ", head, rb.GLOBAL_HEAD_SIZE, count, count, len(region), len(region))
@@ -108,10 +114,11 @@ def decode(data: bytes, chunk: int) -> tuple[int, int, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--chunk-mib", type=float, default=4)
+    parser.add_argument("--chunk-mib", type=float, default=CHUNK_SIZE / (1 << 20))  # as the connection feeds
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shuffle", action="store_true", help="the records in a random order (no loop to predict)")
     args = parser.parse_args()
-    data, count = build(args.records)
+    data, count = build(args.records, args.shuffle)
     chunk = int(args.chunk_mib * (1 << 20))
     vector = RecordType.BINARY_OP in CONVERTERS
     best = cpu = float("inf")

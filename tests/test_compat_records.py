@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.record_types import PAYLOAD_SIZE
 from tests import compat_model as cm
 
 CONTEXT = BlockContext(block_type=0, chip=CHIPS["910B1"])
@@ -583,3 +584,69 @@ def test_a_huge_burst_count_is_cut_and_said() -> None:
     events, decoder = decode(cm.slot([record]))
     assert len(events) == 2 * (1 << 20) + 1
     assert decoder.problems() == ["2 accesses cut to their first 1048576 bursts"]
+
+
+# --- the walk: loops predicted, anything else walked in lockstep; always the scalar walk's answer ----------------
+
+_KINDS = sorted(PAYLOAD_SIZE)
+
+
+def _scalar_reference(words: np.ndarray) -> tuple[list[int], int]:
+    """Record starts by a plain walk, one record at a time (independent of the decoder's tables)."""
+    starts, at = [], 0
+    while at < words.size:
+        size = PAYLOAD_SIZE.get(int(words[at]))
+        if size is None or at + 1 + size // 4 > words.size:
+            break
+        starts.append(at)
+        at += 1 + size // 4
+    return starts, at
+
+
+def _records(types: list[int], rng: np.random.Generator) -> list[np.ndarray]:
+    out = []
+    for t in types:
+        payload = rng.integers(0, 4, PAYLOAD_SIZE[t] // 4, dtype=np.uint32)  # small values: they read as LOAD etc.
+        out.append(np.concatenate(([t], payload)).astype(np.uint32))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    period=st.lists(st.sampled_from(_KINDS), min_size=1, max_size=12),
+    repeats=st.integers(0, 400),
+    breaks=st.lists(st.tuples(st.integers(0, 4000), st.sampled_from(_KINDS)), max_size=6),
+    tail=st.sampled_from(["whole", "cut", "unknown"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_walk_equals_a_scalar_walk(
+    period: list[int], repeats: int, breaks: list[tuple[int, int]], tail: str, seed: int
+) -> None:
+    """Loops with breaks (the predicted path must stop exactly where the loop breaks and resume from the true
+    record), then a cut record or a word that is no type."""
+    rng = np.random.default_rng(seed)
+    types = period * repeats
+    for where, kind in sorted(breaks):
+        types.insert(min(where, len(types)), kind)
+    words = list(_records(types, rng))
+    if tail == "cut":
+        words.append(_records([period[0]], rng)[0][:1])
+    elif tail == "unknown":
+        words.append(np.array([99_999, 1, 2], dtype=np.uint32))
+    buffer = np.concatenate([*words, np.zeros(0, dtype=np.uint32)]) if words else np.zeros(0, dtype=np.uint32)
+    path, stop = rb.walk(buffer, buffer.size)
+    expected, expected_stop = _scalar_reference(buffer)
+    assert path.tolist() == expected
+    assert stop == expected_stop
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 3000))
+def test_walk_of_a_random_mix_equals_a_scalar_walk(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    types = [int(t) for t in rng.choice(_KINDS, size=n)]
+    buffer = np.concatenate([np.zeros(0, dtype=np.uint32), *_records(types, rng)])
+    path, stop = rb.walk(buffer, buffer.size)
+    expected, expected_stop = _scalar_reference(buffer)
+    assert path.tolist() == expected
+    assert stop == expected_stop

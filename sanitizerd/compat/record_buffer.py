@@ -140,7 +140,94 @@ def _step(word: int) -> int:
     return STEP_LIST[word] if word < _TABLE_LEN else 0
 
 
+# Loops: a kernel's records mostly repeat one tile's sequence of types. A scalar walk of a few records finds the
+# period; the rest of the window is then predicted (a cumulative sum of the period's steps) and checked (each
+# predicted start holds the predicted type: by induction the path is then exact) in a few passes over the records,
+# not the words. Where the prediction breaks, a new sample is taken from the true record there; after a few short
+# runs the window's rest goes to the lockstep walk, which assumes nothing.
+PERIOD_SAMPLE = 256  # records walked one by one to find a period
+MAX_PERIOD = 64  # records in one period
+LOOP_ATTEMPTS = 4  # samples that may find no period, or one that breaks before 4 samples' worth of records
+
+
 def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
+    """Record starts (word indices) of the true path from word 0 through ``words[:limit_words]``, and where it
+    stopped: the first word not walked. That is ``limit_words`` after a whole walk, the start of a record not all
+    there yet, or a word that is no known type (the caller tells these apart by ``words[stop]``)."""
+    n = min(limit_words, words.size)
+    parts: list[np.ndarray] = []
+    at = 0
+    misses = 0
+    while at < n and misses < LOOP_ATTEMPTS:
+        sample, stop = _scalar_walk(words, at, n, PERIOD_SAMPLE)
+        parts.append(sample)
+        if sample.size < PERIOD_SAMPLE:  # the walk ended (end of window, a record not all there, no type)
+            return _joined(parts), stop
+        period = _period(words[sample])
+        if period == 0:
+            misses += 1
+            at = stop
+            continue
+        run, at = _predicted(words, sample[-period:], stop, n)
+        parts.append(run)
+        if run.size < 4 * PERIOD_SAMPLE:
+            misses += 1
+    if at >= n:
+        return _joined(parts), at
+    rest, stop = _lockstep_walk(words[at:], n - at)
+    parts.append(rest + at)
+    return _joined(parts), stop + at
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _scalar_walk(words: np.ndarray, at: int, n: int, most: int) -> tuple[np.ndarray, int]:
+    """Up to ``most`` records from the true record start ``at``, one by one; stops as ``walk`` does."""
+    starts = []
+    steps = STEP_LIST
+    top = _TABLE_LEN
+    for _ in range(most):
+        if at >= n:
+            break
+        word = int(words[at])
+        step = steps[word] if word < top else 0
+        if step == 0 or at + step > n:
+            break
+        starts.append(at)
+        at += step
+    return np.array(starts, dtype=np.int64), at
+
+
+def _period(types: np.ndarray) -> int:
+    """The smallest period (in records) of a sample's types that holds over the whole sample; 0 if none."""
+    for p in range(1, MAX_PERIOD + 1):
+        if np.array_equal(types[p:], types[:-p]):
+            return p
+    return 0
+
+
+def _predicted(words: np.ndarray, last: np.ndarray, at: int, n: int) -> tuple[np.ndarray, int]:
+    """Records from ``at`` (a true record start) predicted to repeat the period whose records started at ``last``,
+    checked: the starts that hold their predicted types, and the true start where the prediction first fails (or
+    the end: ``n``, or the start of a record not all there)."""
+    types = words[last]
+    steps = STEP_WORDS[types]
+    period_words = int(steps.sum())
+    count = ((n - at) // period_words + 1) * len(last)
+    starts = at + np.concatenate(([0], np.cumsum(np.resize(steps, count))[:-1]))
+    whole = starts + np.resize(steps, count) <= n
+    held = whole & (words[np.minimum(starts, n - 1)] == np.resize(types, count))
+    fails = np.flatnonzero(~held)
+    good = int(fails[0]) if fails.size else count
+    run = starts[:good]
+    return run, (int(starts[good]) if good < count else int(starts[-1] + steps[(count - 1) % len(last)]))
+
+
+def _lockstep_walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     """Record starts (word indices) of the true path from word 0 through ``words[:limit_words]``, and where it
     stopped: the first word not walked. That is ``limit_words`` after a whole walk, the start of a record not all
     there yet, or a word that is no known type (the caller tells these apart by ``words[stop]``)."""
