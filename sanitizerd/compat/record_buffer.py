@@ -218,13 +218,15 @@ def _predicted(words: np.ndarray, last: np.ndarray, at: int, n: int) -> tuple[np
     steps = STEP_WORDS[types]
     period_words = int(steps.sum())
     count = ((n - at) // period_words + 1) * len(last)
-    starts = at + np.concatenate(([0], np.cumsum(np.resize(steps, count))[:-1]))
-    whole = starts + np.resize(steps, count) <= n
-    held = whole & (words[np.minimum(starts, n - 1)] == np.resize(types, count))
+    tiled = np.resize(steps, count)
+    ends = np.cumsum(tiled)
+    ends += at
+    starts = ends - tiled
+    held = (ends <= n) & (words[np.minimum(starts, n - 1)] == np.resize(types, count))
     fails = np.flatnonzero(~held)
     good = int(fails[0]) if fails.size else count
     run = starts[:good]
-    return run, (int(starts[good]) if good < count else int(starts[-1] + steps[(count - 1) % len(last)]))
+    return run, (int(starts[good]) if good < count else int(ends[-1]))
 
 
 def _lockstep_walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
