@@ -4,8 +4,11 @@ V->MTE3, DataCopy out, set/wait MTE3->MTE2, one pipe_barrier), the record region
 feeds it. Prints the best of ``--repeats`` runs.
 
     PYTHONPATH=. .venv/bin/python benchmarks/compat.py [--records 2000000] [--chunk-mib 2] [--repeats 3] [--shuffle]
+        [--connection]
 
-``--shuffle`` puts the same records in a random order: the walk then cannot predict a loop and walks in lockstep.
+``--connection`` sends the slot through ``CompatConnection`` (a KERNEL_SUMMARY and the KERNEL_RECORD packet, read
+1 MiB at a time): what the sans-I/O layer adds to the decoder. ``--shuffle`` puts the same records in a random
+order: the walk then cannot predict a loop and walks in lockstep.
 
 BINARY_OP counts as a vector record only where its converter is registered (the vector family); without it the
 figure says so, and those records are walked and counted as not converted.
@@ -22,9 +25,12 @@ import numpy as np
 
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
-from sanitizerd.compat.connection import CHUNK_SIZE
+from sanitizerd.compat.connection import CHUNK_SIZE, CompatConnection
 from sanitizerd.compat.convert import CONVERTERS, BlockContext
 from sanitizerd.compat.record_types import MemType, PipeType, RecordType
+from sanitizerd.compat.wire import DEFAULT_LAYOUT, LAYOUTS
+from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.records import EVENT_DTYPE
 
 GM, UB = MemType.GM, MemType.UB
 
@@ -90,7 +96,32 @@ def build(records: int, shuffle: bool = False) -> tuple[bytes, int]:
     struct.pack_into("<Q", head, 0, rb.SECURITY_VALUE)
     struct.pack_into("<QQQQ", head, rb.GLOBAL_HEAD_SIZE, count, count, len(region), len(region))
     struct.pack_into("<B", head, rb.GLOBAL_HEAD_SIZE + 49, 2)
+    struct.pack_into("<I", head, 24, 1)  # kernelInfo.totalBlockDim: one slot, so the kernel ends with it
     return bytes(head) + region, count
+
+
+def packets(data: bytes) -> bytes:
+    """The slot as the hooks send it: a KERNEL_SUMMARY, then the KERNEL_RECORD packet."""
+    summary = bytearray(2064)
+    struct.pack_into("<QIB", summary, 0, 0, 1, 1)
+    summary[15:25] = b"benchmark\0"
+    return struct.pack("<I", 1) + bytes(summary) + struct.pack("<IQ", 1001, len(data)) + data
+
+
+def through_connection(reads: list[bytes]) -> tuple[int, int, list[str]]:
+    """``packets`` through ``CompatConnection`` in the pieces a socket gives them: framing, chunking and the
+    ``events`` messages included."""
+    connection = CompatConnection(LAYOUTS[DEFAULT_LAYOUT], job="benchmark", peer_pid=0)
+    events = 0
+    problems: list[str] = []
+    for data in reads:
+        connection.receive_data(data)
+        while isinstance(message := connection.next_event(), m.Message):
+            if isinstance(message, m.Events):
+                events += message.records.nbytes // EVENT_DTYPE.itemsize
+            elif isinstance(message, m.KernelEnd):
+                problems = message.problems
+    return events, events, problems
 
 
 def decode(data: bytes, chunk: int) -> tuple[int, int, list[str]]:
@@ -117,14 +148,21 @@ def main() -> None:
     parser.add_argument("--chunk-mib", type=float, default=CHUNK_SIZE / (1 << 20))  # as the connection feeds
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shuffle", action="store_true", help="the records in a random order (no loop to predict)")
+    parser.add_argument("--connection", action="store_true", help="through CompatConnection, 1 MiB socket reads")
     args = parser.parse_args()
     data, count = build(args.records, args.shuffle)
+    stream = packets(data) if args.connection else b""
+    reads = [stream[at : at + (1 << 20)] for at in range(0, len(stream), 1 << 20)]  # as recv() gives them
     chunk = int(args.chunk_mib * (1 << 20))
     vector = RecordType.BINARY_OP in CONVERTERS
     best = cpu = float("inf")
     for _ in range(args.repeats):
         started, cpu_started = time.perf_counter(), time.process_time()
-        records, events, problems = decode(data, chunk)
+        if args.connection:
+            _, events, problems = through_connection(reads)
+            records = count
+        else:
+            records, events, problems = decode(data, chunk)
         best = min(best, time.perf_counter() - started)
         cpu = min(cpu, time.process_time() - cpu_started)
     assert records == count, (records, count)

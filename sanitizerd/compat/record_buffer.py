@@ -218,11 +218,12 @@ def _predicted(words: np.ndarray, last: np.ndarray, at: int, n: int) -> tuple[np
     steps = STEP_WORDS[types]
     period_words = int(steps.sum())
     count = ((n - at) // period_words + 1) * len(last)
-    tiled = np.resize(steps, count)
+    periods = -(-count // len(last))  # np.tile, not np.resize: resize concatenates one copy per period
+    tiled = np.tile(steps, periods)[:count]
     ends = np.cumsum(tiled)
     ends += at
     starts = ends - tiled
-    held = (ends <= n) & (words[np.minimum(starts, n - 1)] == np.resize(types, count))
+    held = (ends <= n) & (words[np.minimum(starts, n - 1)] == np.tile(types, periods)[:count])
     fails = np.flatnonzero(~held)
     good = int(fails[0]) if fails.size else count
     run = starts[:good]
