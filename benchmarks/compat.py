@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from sanitizerd import allocator
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat.connection import CHUNK_SIZE, CompatConnection
@@ -150,6 +151,7 @@ def main() -> None:
     parser.add_argument("--shuffle", action="store_true", help="the records in a random order (no loop to predict)")
     parser.add_argument("--connection", action="store_true", help="through CompatConnection, 1 MiB socket reads")
     args = parser.parse_args()
+    allocator.tune()  # as the daemon runs (sanitizerd/allocator.py)
     data, count = build(args.records, args.shuffle)
     stream = packets(data) if args.connection else b""
     reads = [stream[at : at + (1 << 20)] for at in range(0, len(stream), 1 << 20)]  # as recv() gives them

@@ -27,7 +27,7 @@ import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from client_shim import discovery
-from sanitizerd import __version__, config, fds, logs
+from sanitizerd import __version__, allocator, config, fds, logs
 from sanitizerd.compat_socket import (
     ACCEPT_BACKOFF,
     ACCEPT_RETRY_ERRNOS,
@@ -486,6 +486,7 @@ class Daemon:
 
 def run_daemon(settings: DaemonSettings) -> int:
     """Serve until stopped; 0 after a clean stop, 1 (after one line on stderr saying why) when it cannot start."""
+    allocator.tune()
     try:
         anyio.run(Daemon(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})
     except (DaemonAlreadyRunning, StartupError, discovery.UnsafeDirectory) as exc:
