@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sanitizerd.chips import Chip
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd.protocol.records import EVENT_DTYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,31 +137,6 @@ def blank(n: int) -> np.ndarray:
     events["repeat"] = 1
     events["block_stride"] = 1
     return events
-
-
-def memory_events(
-    kind: EventKind | np.ndarray,
-    space: int | np.ndarray,
-    address: np.ndarray,
-    serials: np.ndarray,
-    *,
-    pipe: int | np.ndarray,
-    block_id: np.ndarray,
-    block_type: int | np.ndarray,
-    pc: np.ndarray | int = 0,
-    block_size: np.ndarray | int = 32,
-    block_num: np.ndarray | int = 1,
-    block_stride: np.ndarray | int = 1,
-    repeat: np.ndarray | int = 1,
-    repeat_stride: np.ndarray | int = 0,
-    align: np.ndarray | int = 0,
-) -> np.ndarray:
-    """One memory event per element of ``address`` (every argument broadcasts), msSanitizer's strided pattern."""
-    return pack(
-        len(address), kind=kind, space=space, address=address, serial=serials, pipe=pipe, block_id=block_id,
-        block_type=block_type, pc=pc, block_size=block_size, block_num=block_num, block_stride=block_stride,
-        repeat=repeat, repeat_stride=repeat_stride, align=align,
-    )  # fmt: skip
 
 
 def _words(events: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.convert.base import BlockContext, pack
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
 
 U16_MAX = 0xFFFF
@@ -143,28 +143,9 @@ class Plan:
             return value[which]
 
         erows = kept if which is None else kept[which]
-        events = np.zeros(erows.size, dtype=EVENT_DTYPE)
-
-        def put(name: str, value: np.ndarray | int) -> None:
-            # The array is zeroed: a scalar 0 needs no write (a third of the fields of most events).
-            if isinstance(value, np.ndarray) or value:
-                events[name] = value
-
         address = each(address)
         if which is not None:
             address = np.asarray(address, dtype=np.uint64) + within * np.asarray(each(step), dtype=np.uint64)
-        put("address", address)
-        events["serial"] = self._serials[erows]
-        events["pc"] = self._pc[erows]
-        events["block_id"] = self._block_id[erows]
-        put("kind", each(kind))
-        put("space", each(space))
-        put("block_type", self._block_type)
-        put("pipe", each(pipe))
-        put("dst_pipe", each(dst_pipe))
-        put("mode", each(mode))
-        put("event_id", _clamp(each(event_id), U16_MAX))
-        put("align", _clamp(each(align), U16_MAX))
         size, num, bstride = each(block_size), each(block_num), each(block_stride)
         rep, rstride = each(repeat), each(repeat_stride)
         if isinstance(num, np.ndarray) and (num > U16_MAX).any():
@@ -173,11 +154,14 @@ class Plan:
             fold = (num > U16_MAX) & (np.asarray(bstride) == 1) & (np.asarray(rep) <= 1) & (size * num <= U32_MAX)
             size = np.where(fold, size * num, size)
             num = np.where(fold, 1, num)
-        put("block_size", _clamp(size, U32_MAX))
-        put("block_num", _clamp(num, U16_MAX))
-        put("block_stride", _clamp(bstride, U16_MAX))
-        put("repeat", _clamp(rep, U16_MAX))
-        put("repeat_stride", _clamp(rstride, U16_MAX))
+        events = pack(
+            erows.size, address=address, serial=self._serials[erows], pc=self._pc[erows],
+            block_id=self._block_id[erows], kind=each(kind), space=each(space), block_type=self._block_type,
+            pipe=each(pipe), dst_pipe=each(dst_pipe), mode=each(mode), event_id=_clamp(each(event_id), U16_MAX),
+            align=_clamp(each(align), U16_MAX), block_size=_clamp(size, U32_MAX), block_num=_clamp(num, U16_MAX),
+            block_stride=_clamp(bstride, U16_MAX), repeat=_clamp(rep, U16_MAX),
+            repeat_stride=_clamp(rstride, U16_MAX),
+        )  # fmt: skip
         self._parts.append((slot, erows, events, which is None and erows.size == self.n))
 
     def add_access(self, access: np.ndarray | int, space: int | np.ndarray, address: np.ndarray | int, **kw) -> None:
