@@ -140,6 +140,12 @@ class Metrics:
         )
         for name in CUT_FIELDS:
             self.strings_cut.labels(name)
+        self.kernel_problems = Counter(
+            "sanitizerd_kernel_problems",
+            "Problems clients reported at a kernel's end (records not converted, damaged record buffers): each is an "
+            "internal_error finding and makes the kernel's verdict incomplete",
+            registry=r,
+        )
         self.client_logs_dropped = Counter(
             "sanitizerd_client_logs_dropped",
             "Client log messages not written to the daemon's log: over the per-session rate",

@@ -8,6 +8,7 @@ closed unanswered; the socket lives as long as the control connection that asked
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ import pytest
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.compat_socket import SUN_PATH, abstract_address, socket_name
 from sanitizerd.protocol import messages as m
-from tests.conftest import RunningDaemon, start_daemon, stop_daemon
+from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.other_uid import NOBODY
 
 
@@ -434,3 +435,60 @@ def test_a_c_client_connects_as_msSanitizers_does(daemon: RunningDaemon, tmp_pat
         result = subprocess.run([str(binary), name, str(size)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["110", str(size)]
+
+
+def test_a_damaged_slot_is_its_kernels_finding_and_the_session_goes_on(short_dir: Path) -> None:
+    """Through the daemon: a kernel whose record buffer the user program overwrote (securityVal) and whose other
+    slot holds a record type no release defines is answered as the hooks expect; each problem is one internal_error
+    of that kernel (msSanitizer's text for the security value), counted in ``sanitizerd_kernel_problems_total``;
+    the next kernel of the same connection is checked as usual (its illegal read reported)."""
+    from sanitizerd.compat import wire
+    from tests import compat_model as cm
+    from tests.test_e2e_daemon import free_port
+
+    layout = wire.LAYOUTS[layout_name()]
+    port = free_port()
+    daemon = start_daemon(short_dir, "--metrics-addr", f"127.0.0.1:{port}")
+
+    def summary(name: bytes) -> bytes:
+        payload = bytearray(layout.kernel_summary.size)
+        struct.pack_into("<QIB", payload, 0, 0, 1, 1)
+        payload[15 : 15 + len(name)] = name
+        return wire.PACKET_HEAD.pack(wire.PacketType.KERNEL_SUMMARY) + bytes(payload)
+
+    def record_packet(body: bytes) -> bytes:
+        return wire.PACKET_HEAD.pack(wire.PacketType.KERNEL_RECORD) + wire.LENGTH.pack(len(body)) + body
+
+    def response(client: socket.socket) -> bytes:
+        return recv_exactly(client, 12)
+
+    # A DataCopy reading 256 bytes of GM that no allocation holds: an illegal read, in block 0.
+    dma = struct.pack("<IQQ", 100, 0x0, 0x12C0C0000000) + struct.pack("<QQQH6x", 0, 0, 0x10, 0)
+    dma += struct.pack("<HHHHBBBB4x", 1, 8, 0, 0, 4, 6, 0, 0)  # nBurst 1 of 8 blocks, GM -> UB
+    try:
+        with ControlClient(daemon.socket) as control:
+            control.send(m.JobStart(job="compat-damaged", config=m.Config(tools=["memcheck"])))
+            name = listen(control, "compat-damaged").name
+            with connect(name, timeout=30) as client:
+                assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+                client.sendall(
+                    summary(b"damaged_kernel")
+                    + record_packet(cm.slot([dma], total_block_dim=2, security=0x1234))
+                    + record_packet(cm.slot([struct.pack("<I", 99_999) + bytes(60)], total_block_dim=2))
+                )
+                assert response(client) == struct.pack("<III", 3001, 2, 0)
+                client.sendall(summary(b"good_kernel") + record_packet(cm.slot([dma], total_block_dim=1)))
+                assert response(client) == struct.pack("<III", 3001, 1, 0)
+            query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", "compat-damaged", "--format=json")
+            assert query.returncode == 0, query.stderr
+            found = json.loads(query.stdout)
+            damaged = [f for f in found if f["kernel"] == "damaged_kernel"]
+            assert sorted(f["kind"] for f in damaged) == ["internal_error", "internal_error"]
+            details = " | ".join(f["detail"] for f in damaged)
+            assert "The record address has been changed by the user program" in details
+            assert "99999" in details
+            assert [f["kind"] for f in found if f["kernel"] == "good_kernel"] == ["illegal_read"]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert re.search(r"^sanitizerd_kernel_problems_total 2\.0$", text, re.M), text
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()

@@ -139,6 +139,8 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                         continue
                     if isinstance(message, m.Events):
                         metrics.events.inc(message.records.nbytes // EVENT_DTYPE.itemsize)
+                    elif isinstance(message, m.KernelEnd) and message.problems:
+                        metrics.kernel_problems.inc(len(message.problems))
                     for item in session.handle(message):
                         await dispatch(item)
             except RemoteProtocolError as exc:
