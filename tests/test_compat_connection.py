@@ -838,3 +838,32 @@ def test_message_stream_serves_a_compat_connection() -> None:
     assert isinstance(got[-1], m.Close) and any(isinstance(x, m.KernelEnd) for x in got)
     assert peer.sent == [wire.encode_config(m.Config(), LAYOUT), struct.pack("<III", 3001, 3, 0)]
     assert max(held) <= HEADS + 5000 and budget.total == 0
+
+
+def test_kept_kernel_binaries_are_bounded_in_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection keeps the ELFs it was sent (for the stacks of later kernels) up to a byte budget: past it the
+    oldest go, and the one just sent is always kept."""
+    import shutil
+    import subprocess
+
+    from sanitizerd.compat import connection as conn
+
+    compiler = shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no c++ on this machine")
+    binaries = []
+    for i in range(3):
+        source, elf = tmp_path / f"k{i}.cpp", tmp_path / f"k{i}.elf"
+        source.write_text(KERNEL_SOURCE.replace("x * 3", f"x * {i + 3}"))
+        subprocess.run([compiler, "-g", "-O0", "-fPIC", "-shared", "-nostdlib", "-o", str(elf), str(source)],
+                       check=True)  # fmt: skip
+        binaries.append(elf.read_bytes())
+    monkeypatch.setattr(conn, "KERNEL_BINARY_CACHE_BYTES", len(binaries[0]) + len(binaries[1]))
+    connection = CompatConnection(LAYOUT, job="j", peer_pid=1)
+    for binary in binaries:
+        connection.receive_data(variable(2, binary))
+        while isinstance(connection.next_event(), m.Message):
+            pass
+        assert connection._binary_bytes <= max(conn.KERNEL_BINARY_CACHE_BYTES, len(binary))
+    kept = [size for _, size in connection._binaries.values()]
+    assert kept == [len(binaries[1]), len(binaries[2])]  # the first went when the third came

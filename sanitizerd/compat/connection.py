@@ -46,6 +46,9 @@ MAX_KERNEL_BINARY: Final = 256 << 20
 MAX_LOG_STRING: Final = 64 << 10
 # Kernel binaries kept parsed, by digest: the injection library resends the same ELF at each launch.
 KERNEL_BINARY_CACHE: Final = 8
+# ...and at most this many bytes of them: a binary is kept with its ELF (stacks are read from it lazily), and a
+# connection that sent eight of the largest would otherwise hold 2 GiB.
+KERNEL_BINARY_CACHE_BYTES: Final = 256 << 20
 # msSanitizer's message when the security value at the start of a RecordGlobalHead was overwritten.
 SECURITY_MESSAGE: Final = record_buffer.SECURITY_TEXT
 RECORD_TYPE_BLOCK_FINISH: Final = 100000
@@ -153,7 +156,8 @@ class CompatConnection:
         self._chip_name = DEFAULT_CHIP
         self._chip: Chip = chip_named(DEFAULT_CHIP)
         self._binary: Any = None  # stacks.KernelBinary of the current kernel
-        self._binaries: OrderedDict[bytes, Any] = OrderedDict()
+        self._binaries: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()  # digest -> (binary, ELF bytes)
+        self._binary_bytes = 0
         self._pc_locations: dict[tuple[int, int], int] = {}  # (binary id, pc) -> location id (0: none)
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
@@ -641,17 +645,23 @@ class CompatConnection:
         if stacks is None:
             return
         digest = hashlib.blake2b(elf, digest_size=16).digest()
-        binary = self._binaries.get(digest)
-        if binary is None:
+        kept = self._binaries.get(digest)
+        if kept is None:
             try:
                 binary = stacks.KernelBinary(elf)
             except stacks.KernelBinaryError as exc:
                 self._out.append(m.Log(text=f"kernel binary unreadable, no call stacks: {exc}", level="warn"))
                 return
-            self._binaries[digest] = binary
-            if len(self._binaries) > KERNEL_BINARY_CACHE:
-                self._binaries.popitem(last=False)
+            self._binaries[digest] = (binary, len(elf))
+            self._binary_bytes += len(elf)
+            # The oldest go first; the binary just sent is always kept (one is at most MAX_KERNEL_BINARY).
+            while len(self._binaries) > 1 and (
+                len(self._binaries) > KERNEL_BINARY_CACHE or self._binary_bytes > KERNEL_BINARY_CACHE_BYTES
+            ):
+                _, (_, size) = self._binaries.popitem(last=False)
+                self._binary_bytes -= size
         else:
+            binary = kept[0]
             self._binaries.move_to_end(digest)
         self._binary = binary
 
