@@ -4,6 +4,7 @@ against each other; unit tests of the checker, then real ranks (client processes
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol.connection import decode_body
 from sanitizerd.protocol.messages import MAX_SIGNATURE_ENTRIES, Signature, SignatureEntry
 from sanitizerd.protocol.replay import first_difference
-from tests.conftest import ROOT, RunningDaemon, sanitizerd
+from tests.conftest import ROOT, RunningDaemon, program_env, sanitizerd
 
 
 def entries(**digests: int) -> list[SignatureEntry]:
@@ -126,6 +127,33 @@ class TestReplicas:
         ]
         assert "differs from 3 of 3 other replica(s)" in found[0].text
 
+    def test_two_replicas_that_disagree_are_both_named_and_neither_blamed(self) -> None:
+        check = SdcCheck()
+        found = []
+        for rank, digest in ((0, 3), (1, 5)):
+            sig = Signature(step=2, phase="post_all_reduce", replica_group="dp", replicas=2,
+                            entries=entries(loss=1, gradient_0_w=digest))  # fmt: skip
+            found += check.add(sig, rank=rank)
+        (finding,) = found
+        assert (finding.kind, finding.replay.ranks, finding.replay.signature) == (
+            "sdc_replica_mismatch",
+            [0, 1],
+            "gradient:0:w",
+        )
+        assert "ranks=[0, 1]" in finding.text and "the 2 replicas disagree ([0] vs [1])" in finding.text
+        assert "which one is wrong cannot be told" in finding.text
+
+    def test_an_even_split_has_no_majority_either(self) -> None:
+        check = SdcCheck()
+        found = []
+        for rank, digest in enumerate((3, 5, 5, 3)):
+            sig = Signature(step=1, phase="post_all_reduce", replica_group="dp", replicas=4,
+                            entries=entries(gradient_0_w=digest))  # fmt: skip
+            found += check.add(sig, rank=rank)
+        (finding,) = found
+        assert finding.replay.ranks == [0, 1, 2, 3]
+        assert "the 4 replicas split with no majority ([0, 3] vs [1, 2])" in finding.text
+
     def test_nothing_is_judged_before_every_replica_reported(self) -> None:
         check = SdcCheck()
         sig = Signature(
@@ -204,3 +232,34 @@ def test_report_text() -> None:
         "====== ERROR: SDC replay mismatch: step=1, local_step=0, replay=1, rank=0, signature='loss'",
         "======    in job j session 4 (pid 9) on device 1",
     ]
+
+
+TWO_REPLICAS = textwrap.dedent(
+    """
+    import os, sys
+    from client_shim.client import Client
+    socket, job, flip = os.environ["SANITIZERD_SOCKET"], os.environ["SANITIZERD_JOB"], int(sys.argv[1])
+    clients = [Client(socket, job=job, rank=rank, world_size=2, device=rank) for rank in (0, 1)]
+    for rank, c in enumerate(clients):
+        digest = 13 ^ (flip if rank == 1 else 0)
+        c.signature(1, [("gradient:0:w", "((4,), 'torch.float32', 'cpu')", digest)], phase="post_all_reduce",
+                    replica_group="dp", replicas=2)
+    for c in clients:
+        c.close()
+    """
+)
+
+
+@pytest.mark.parametrize(("flip", "status"), [(0, 0), (0x80, 1)])
+def test_run_exits_non_zero_after_an_sdc_finding(daemon: RunningDaemon, flip: int, status: int) -> None:
+    """A program that exits 0 after two replicas disagreed: `sanitizerd run` exits 1 without --error-exitcode, and
+    the finding names both ranks; a clean one exits 0."""
+    result = sanitizerd(
+        "run", "--socket", str(daemon.socket), "--", sys.executable, "-c", TWO_REPLICAS, str(flip), env=program_env()
+    )
+    assert result.returncode == status, result.stdout + result.stderr
+    if flip:
+        assert "ranks=[0, 1]" in result.stdout and "the 2 replicas disagree" in result.stdout
+        job = re.findall(r"job (\S+):", result.stdout)[-1]
+        (finding,) = findings(daemon, job)
+        assert finding["replay"]["ranks"] == [0, 1]

@@ -33,6 +33,11 @@ from sanitizerd.findings.model import ERROR, WARNING, Finding
 from sanitizerd.findings.render import render_text
 from sanitizerd.protocol import messages as m
 
+# The status of a run whose program exited 0 but sent signatures that show silent data corruption (without
+# --error-exitcode, which wins for every error); a program that failed keeps its own status.
+SDC_EXIT_STATUS = 1
+SDC_KINDS = frozenset({"sdc_mismatch", "sdc_replica_mismatch"})
+
 # A report is shown when its severity is at or above --log-level (msSanitizer's filter, §2.0).
 _SHOWN = {"info": {ERROR, WARNING}, "warn": {ERROR, WARNING}, "error": {ERROR}}
 
@@ -375,4 +380,9 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
     out.flush()
     if options.error_exitcode is not None and reporter.errors:
         return options.error_exitcode
-    return status if status >= 0 else 128 - status
+    status = status if status >= 0 else 128 - status
+    if status == 0 and any(f.kind in SDC_KINDS for f in reporter.findings):
+        # Silent data corruption means the training's results cannot be trusted, even when it ran to the end
+        # (a replica that diverged does not stop it): a scheduler or CI must not take the run for a good one.
+        return SDC_EXIT_STATUS
+    return status

@@ -7,7 +7,8 @@ differing entry, tensors before state, a schema change before a digest change.
 
 Beyond TorchTitan, ranks that declare themselves data-parallel replicas (one ``replica_group``) send their
 gradients after the all-reduce, which must be bit-identical on every replica: once all ``replicas`` ranks of a
-group have sent a step, a rank whose gradient digests differ from the others' is an ``sdc_replica_mismatch``.
+group have sent a step, a rank whose gradient digests differ from the majority's is an ``sdc_replica_mismatch``;
+replicas that split with no majority (two of them, say) make one finding that names them all and blames none.
 The check sees every rank of a job, which no single training process can.
 
 Unlike the kernel detectors, this one is per job, not per session: state plus a function over signatures,
@@ -132,8 +133,8 @@ class SdcCheck:
             self._drop_step(name, key)
 
     def _disagreeing(self, signature: Signature, ranks: dict[int, list[SignatureEntry]]) -> list[SdcFinding]:
-        """Ranks whose gradients differ from what most replicas hold (on a tie, from the lowest rank's), each
-        named by its first differing entry."""
+        """Ranks whose gradients differ from what most replicas hold, each named by its first differing entry;
+        when the first entry that differs has no strict majority, one finding for them all (``_no_majority``)."""
         order = sorted(ranks)
         names = [e.name for e in ranks[order[0]]]
         by_name = [{e.name: e.digest for e in ranks[r]} for r in order]  # one lookup per entry, whatever the order
@@ -142,6 +143,9 @@ class SdcCheck:
         majority = {
             name: max(d, key=lambda value, d=d: (d.count(value), -d.index(value))) for name, d in digests.items()
         }
+        split = next((name for name in names if len(set(digests[name])) > 1), None)
+        if split is not None and 2 * digests[split].count(majority[split]) <= len(order):
+            return [self._no_majority(signature, order, split, digests[split])]
         findings = []
         for k, rank in enumerate(order):
             name = next((name for name in names if digests[name][k] != majority[name]), None)
@@ -159,3 +163,23 @@ class SdcCheck:
             )
             findings.append(SdcFinding("sdc_replica_mismatch", replay, text))
         return findings
+
+    @staticmethod
+    def _no_majority(signature: Signature, order: list[int], name: str, digests: list[int | None]) -> SdcFinding:
+        """Replicas that split with no majority (two replicas, or two against two): nothing tells which side is
+        wrong, so the finding names every rank, grouped by the value it holds, and blames none of them."""
+        sides: dict[int | None, list[int]] = {}
+        for rank, digest in zip(order, digests, strict=True):
+            sides.setdefault(digest, []).append(rank)
+        groups = " vs ".join("[" + ", ".join(map(str, ranks)) + "]" for ranks in sides.values())
+        replay = Replay(
+            step=signature.step, local_step=signature.local_step, rank=order[0], ranks=list(order), signature=name,
+            replica_group=signature.replica_group,
+        )  # fmt: skip
+        what = "the 2 replicas disagree" if len(order) == 2 else f"the {len(order)} replicas split with no majority"
+        text = (
+            f"SDC replica mismatch: step={signature.step}, local_step={signature.local_step}, ranks={list(order)}, "
+            f"replica_group={signature.replica_group!r}, signature={name!r}: {what} ({groups}); "
+            "which one is wrong cannot be told"
+        )
+        return SdcFinding("sdc_replica_mismatch", replay, text)

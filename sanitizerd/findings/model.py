@@ -67,6 +67,7 @@ class Replay(msgspec.Struct, kw_only=True):
     rank: int = -1
     signature: str = ""
     replica_group: str = ""
+    ranks: list[int] = []  # replicas that split with no majority: all of them (``rank`` is the lowest)
 
 
 class Finding(msgspec.Struct, kw_only=True):
