@@ -11,6 +11,13 @@ The job identity comes from the launcher: ``SANITIZERD_JOB`` wins; then torchrun
 name derived from the launcher starts with the user's name (``alice/torchrun-<id>``): the daemon keeps such names
 for that user, so no other user can take the job first or join it.
 
+Such a name is guessable and repeats (torchrun's run id is ``none`` under c10d rendezvous without ``--rdzv-id``; a
+rank-table file is reused), so two concurrent jobs would merge into one. It is only the stem of the job's name: the
+ranks agree on a random suffix through the job's own rendezvous store when the session opens (``agreed_job``), the
+first rank to ask setting it (``compare_set``) and every other reading it: torchrun's agent store at
+``MASTER_ADDR:MASTER_PORT``, reachable before ``init_process_group``; else the default process group's store.
+A process that has neither yet is a job of its own (said once on stderr), never part of a stranger's.
+
 The session opens when the process first sends (a replay signature, a kernel launch, ``connect()``), with the
 launcher's identity and whatever ``connect`` adds: one session per process. A daemon that is absent, or goes
 away, never breaks the program: it warns once on stderr and the process runs unchecked, saying so. A forked
@@ -22,11 +29,15 @@ from __future__ import annotations
 import atexit
 import os
 import pwd
+import secrets
+import socket
 import sys
 import sysconfig
 import threading
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from client_shim.client import Client
 from client_shim.transport import JOB_ENV, ClientError
@@ -40,6 +51,11 @@ _lock = threading.Lock()
 _enabled = False  # the environment asked to attach and a daemon socket was there at start-up
 _client: Client | None = None
 _warned = False
+_agreed: dict[str, str] = {}  # stem -> agreed job name, kept for a forked child's own session
+# The store key the ranks agree on, per torchrun restart (each attempt is a job of its own), and how long a rank
+# waits for torchrun's agent store (already up when workers start: a long wait means it is not there).
+JOB_KEY = "sanitizerd/job"
+STORE_TIMEOUT = timedelta(seconds=30)
 
 
 def user_name() -> str:
@@ -52,7 +68,7 @@ def user_name() -> str:
 
 def identity(environ: Mapping[str, str], *, user: str | None = None) -> dict[str, object]:
     """The job, rank, local rank, world size and device this process speaks for, from its launcher; a job name
-    derived from the launcher is ``<user>/<name>``."""
+    derived from the launcher is ``<user>/<name>``, the stem ``agreed_job`` completes when the session opens."""
 
     def number(*names: str, default: int = -1) -> int:
         for name in names:
@@ -88,6 +104,51 @@ def identity(environ: Mapping[str, str], *, user: str | None = None) -> dict[str
     }
 
 
+def agreed_job(stem: str, environ: Mapping[str, str]) -> str:
+    """``<stem>-<id>``, ``id`` random and the same on every rank of the job: agreed through the job's rendezvous
+    store; without one, unique to this process (``<stem>-<host>-<pid>``), said once."""
+    if stem in _agreed:
+        return _agreed[stem]
+    try:
+        store, key = _rendezvous_store(environ)
+    except Exception as exc:  # an agent store that does not answer must not stop the training
+        store, key, why = None, "", f"its rendezvous store did not answer ({exc})"
+    else:
+        why = "no torch.distributed store yet"
+    if store is not None:
+        try:
+            value = store.compare_set(key, "", secrets.token_hex(6))
+            _agreed[stem] = f"{stem}-{value.decode() if isinstance(value, bytes) else value}"
+            return _agreed[stem]
+        except Exception as exc:  # RuntimeError, DistStoreError, OSError: same answer
+            why = f"its rendezvous store did not answer ({exc})"
+    print(
+        f"[sanitizerd] WARNING: this process could not agree its job with the other ranks ({why}): it is checked as "
+        "a job of its own (set SANITIZERD_JOB, or send only after init_process_group, to check the ranks together).",
+        file=sys.stderr,
+        flush=True,
+    )
+    _agreed[stem] = f"{stem}-{socket.gethostname()}-{os.getpid()}"
+    return _agreed[stem]
+
+
+def _rendezvous_store(environ: Mapping[str, str]) -> tuple[Any, str]:
+    """The store every rank of this job shares, and the key to agree on: torchrun's agent store (up before its
+    workers start), else the default process group's; (None, "") when there is none yet."""
+    key = f"{JOB_KEY}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    port = environ.get("MASTER_PORT", "")
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and environ.get("MASTER_ADDR") and port.isdigit():
+        from torch.distributed import TCPStore
+
+        return TCPStore(environ["MASTER_ADDR"], int(port), is_master=False, timeout=STORE_TIMEOUT), key
+    dist = sys.modules.get("torch.distributed")  # imported by the program itself, or it has no process group
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return _get_default_store(), key
+    return None, ""
+
+
 def attach(environ: Mapping[str, str] | None = None) -> bool:
     """At start-up: whether this process will report to sanitizerd. The session opens with the first thing the
     process sends (``client()``), so that it carries the identity the program gives ``connect``, and a process
@@ -107,6 +168,8 @@ def client(**overrides: object) -> Client | None:
             return _client
         # A training job waits for a restarting daemon a few seconds, not the client's default half minute.
         fields = {"resume_timeout": 5.0, **identity(os.environ), **overrides}
+        if not os.environ.get(JOB_ENV) and "job" not in overrides and fields["job"]:
+            fields["job"] = agreed_job(str(fields["job"]), os.environ)
         try:
             _client = Client(**fields)  # type: ignore[arg-type]
         except (ClientError, OSError) as exc:
