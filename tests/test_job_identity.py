@@ -37,7 +37,7 @@ RANKS = textwrap.dedent(
     if rank != 0:
         send()
     dist.barrier()
-    print("job", connect().job, flush=True)
+    os.write(1, f"job {connect().job}\\n".encode())  # one write: the two ranks share the pipe
     dist.destroy_process_group()
     """
 )
@@ -87,7 +87,7 @@ def test_two_concurrent_torchruns_without_rdzv_id_are_two_jobs(daemon: RunningDa
     for run, (_, err) in zip(runs, outputs, strict=True):
         assert run.returncode == 0, err
     named = [{line.split()[1] for line in out.splitlines() if line.startswith("job ")} for out, _ in outputs]
-    assert all(len(names) == 1 for names in named), named  # each run's two ranks agreed
+    assert all(len(names) == 1 for names in named), outputs  # each run's two ranks agreed
     (a,), (b,) = named
     stem = f"{user_name()}/torchrun-none-"
     assert a != b and a.startswith(stem) and b.startswith(stem), (a, b)
@@ -108,7 +108,7 @@ AFTER_INIT = textwrap.dedent(
     c = connect()
     c.signature(1, [("loss", "()", 7)], rank=dist.get_rank())
     dist.barrier()
-    print("job", c.job, flush=True)
+    os.write(1, f"job {c.job}\\n".encode())
     dist.destroy_process_group()
     """
 )
