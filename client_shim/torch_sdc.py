@@ -295,21 +295,49 @@ class SDCReplayer:
 
     def _run_checked(self, execute: Callable[[], torch.Tensor], step: int, local_step: int) -> torch.Tensor:
         self.checked_steps += 1
+        rebuilding = self._ddp_before_bucket_rebuild()
         baseline = self._snapshot()
         self.replay = 0
         loss = execute()
         reference = self._signature(loss)
         runs, flags = [reference], [baseline.pending]
-        for replay in range(1, self.config.num_replays + 1):
+        replay = 1
+        while replay <= self.config.num_replays:
             self._restore(baseline)
             self.replay = replay
             loss = execute()
             candidate = self._signature(loss)
+            if rebuilding and any(ddp._has_rebuilt_buckets for ddp in rebuilding):
+                # DDP regroups its gradient buckets by the order the first backward produced them, in the
+                # forward after it: this run's all-reduce summed in other chunks than the reference's, so
+                # its gradients may differ in the last bit with no corruption. It becomes the reference.
+                warnings.warn(
+                    f"SDC replay, step {step}: DistributedDataParallel rebuilt its gradient buckets after the "
+                    "reference run; the replay is taken as the reference and the step checked again",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                rebuilding = []
+                reference = candidate
+                runs = [reference]
+                continue
             runs.append(candidate)
             flags.append(reference.differs(candidate))
+            replay += 1
         self.replay = 0
         self._agree(step, local_step, runs, flags)
         return loss
+
+    def _ddp_before_bucket_rebuild(self) -> list[Any]:
+        """The DistributedDataParallel wrappers among the modules whose buckets are still the initial ones."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return [
+            m
+            for root in self.modules
+            for m in root.modules()
+            if isinstance(m, DistributedDataParallel) and not getattr(m, "_has_rebuilt_buckets", True)
+        ]
 
     # --- state ---
     def _parameters(self) -> list[tuple[int, str, torch.nn.Parameter]]:
