@@ -61,6 +61,21 @@ class SDCReplayMismatch(RuntimeError):
         self.rank, self.signature_mismatch = rank, signature_mismatch
 
 
+class SDCReplicaMismatch(RuntimeError):
+    """Raised on every rank of the replica group when its replicas' gradients after the data-parallel
+    all-reduce differ (``on_replica_mismatch="raise"``). ``ranks`` are the replicas outside the majority; with
+    no majority (two replicas, or an even split) every replica is named, none blamed."""
+
+    def __init__(self, step: int, ranks: list[int], majority: bool) -> None:
+        who = (
+            f"ranks {ranks} disagree with the other replicas"
+            if majority
+            else f"replicas {ranks} disagree and none has a majority"
+        )
+        super().__init__(f"SDC replica mismatch: step={step}, {who} after the gradient all-reduce")
+        self.step, self.ranks, self.majority = step, ranks, majority
+
+
 class ScalarStateAccessor(NamedTuple):
     """A caller-owned scalar (a token counter) that the replay restores and signs."""
 
@@ -180,6 +195,7 @@ class _Signature:
     names: list[str] = field(default_factory=list)
     schemas: list[str] = field(default_factory=list)
     host: list[int | None] = field(default_factory=list)  # None: the next row of `device`
+    gradient_rows: list[int] = field(default_factory=list)  # the rows of `device` that are gradients
     device_rows: list[torch.Tensor] = field(default_factory=list)
     device: torch.Tensor | None = None
 
@@ -187,6 +203,8 @@ class _Signature:
         self.names.append(name), self.schemas.append(schema), self.host.append(digest & _MASK)
 
     def add_device(self, name: str, schema: str, digest: torch.Tensor) -> None:
+        if name.startswith("gradient:"):
+            self.gradient_rows.append(len(self.device_rows))
         self.names.append(name), self.schemas.append(schema), self.host.append(None)
         self.device_rows.append(digest)
 
@@ -256,6 +274,7 @@ class SDCReplayer:
         self._steps_since_reset = 0
         self.replay = 0  # the run in progress: 0 the reference, 1.. the replays (for tests and fault injection)
         self.host_syncs = 0  # device-to-host reads this replayer made (one per checked step)
+        self.replica_mismatches: list[SDCReplicaMismatch] = []  # what on_replica_mismatch="report" saw
         self.checked_steps = 0
 
     @staticmethod
@@ -450,13 +469,18 @@ class SDCReplayer:
             dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=self.group)
         client = attach.client() if self.report else None
         parts = [verdict, local]
+        replicas = self._replica_agreement(runs[-1])
+        if replicas is not None:
+            parts.append(replicas)
         if client is not None:
             parts += [run.device.view(torch.int64) for run in runs if run.device is not None]
         values = torch.cat(parts).tolist()  # the step's one host synchronisation
         self.host_syncs += 1
         agreed, local_flags, digests = values[0], values[1 : n + 2], values[n + 2 :]
+        if replicas is not None:
+            agreeing, digests = digests[: replicas.numel()], digests[replicas.numel() :]
         if client is not None:
-            self._send_all(client, step, local_step, runs, digests)
+            self._send_all(client, step, local_step, runs, digests, clean=agreed == 0)
         if agreed == n + 1:
             raise RuntimeError(
                 "SDC replay needs a step to start with no pending gradients (None or zeros): "
@@ -464,6 +488,8 @@ class SDCReplayer:
                 + ("" if local_flags[0] else " (another rank had pending gradients)")
             )
         if agreed == 0:
+            if replicas is not None:
+                self._replica_verdict(step, agreeing)
             return
         replay = n + 1 - agreed
         # The failure path: names are worth another read.
@@ -477,12 +503,40 @@ class SDCReplayer:
             rank, mismatch = next(item for item in gathered if item is not None)
         raise SDCReplayMismatch(step, local_step, replay, rank, mismatch)
 
+    def _replica_agreement(self, run: _Signature) -> torch.Tensor | None:
+        """With a replica group: the final run's gradient digests all-gathered over the group (the replicas
+        of a data-parallel group hold equal gradients after its all-reduce, on any number of hosts), and for
+        each rank how many ranks hold the same digests, on the device (read with the step's one read)."""
+        if not self.replica_group or not _distributed() or dist.get_world_size(self.group) < 2:
+            return None
+        assert run.device is not None
+        mine = run.device.view(torch.int64)[run.gradient_rows].contiguous()
+        gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
+        dist.all_gather(gathered, mine, group=self.group)
+        table = torch.stack(gathered)
+        return (table.unsqueeze(0) == table.unsqueeze(1)).all(-1).sum(1)
+
+    def _replica_verdict(self, step: int, agreeing: list[int]) -> None:
+        world = len(agreeing)
+        best = max(agreeing)
+        if best == world:
+            return
+        majority = best * 2 > world
+        ranks = [r for r, n in enumerate(agreeing) if n < best] if majority else list(range(world))
+        error = SDCReplicaMismatch(step, ranks, majority)
+        if self.on_replica_mismatch == "raise":
+            raise error
+        self.replica_mismatches.append(error)
+        warnings.warn(str(error), RuntimeWarning, stacklevel=4)
+
     @staticmethod
     def _entries(run: _Signature) -> list[SignatureEntry]:
         assert run.device is not None
         return run.entries(run.device.view(torch.int64).tolist())
 
-    def _send_all(self, client: Any, step: int, local_step: int, runs: list[_Signature], digests: list[int]) -> None:
+    def _send_all(
+        self, client: Any, step: int, local_step: int, runs: list[_Signature], digests: list[int], *, clean: bool
+    ) -> None:
         rank = dist.get_rank() if _distributed() else -1
         offset = 0
         try:
@@ -491,7 +545,7 @@ class SDCReplayer:
                 entries = run.entries(digests[offset : offset + width])
                 offset += width
                 self._send(client, step, local_step, replay, rank, entries)
-            if self.replica_group:
+            if self.replica_group and clean:  # the cross-replica check is of a step that replayed clean
                 gradients = [e for e in runs[-1].entries(digests[offset - width :]) if e.name.startswith("gradient:")]
                 self._send(client, step, local_step, 0, rank, gradients, phase="post_all_reduce")
         except (ClientError, OSError) as exc:

@@ -129,3 +129,51 @@ def test_fsdp2_clean_run_passes_and_a_flipped_gradient_shard_is_caught_on_every_
 def test_ddp_with_several_buckets_on_four_ranks_has_no_false_alarm() -> None:
     out = run_ranks(DDP, 4, "clean")
     assert all(line.startswith(f"rank {i} clean") for i, line in enumerate(out)), out
+
+
+REPLICA = COMMON + textwrap.dedent(
+    """
+    from client_shim.torch_sdc import SDCReplicaMismatch
+    policy, bad = sys.argv[2], int(sys.argv[3])
+    model = torch.nn.Linear(4, 2)
+    r = SDCReplayer(SDCReplayer.Config(num_steps=-1), modules=[model], replica_group="dp", report=False,
+                    on_replica_mismatch=policy)
+    try:
+        for step in range(1, 3):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank * 10 + step))
+            def execute():
+                loss = model(x).sum()
+                loss.backward()
+                for p in model.parameters():  # the data-parallel all-reduce
+                    dist.all_reduce(p.grad)
+                if rank == bad and step == 2:
+                    with torch.no_grad():  # after the collective, in every run: the replays agree
+                        model.weight.grad.view(-1)[0] += 1.0
+                return loss
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                r.run_fwd_bwd(execute, step=step)
+            for w in caught:
+                print(f"rank {rank} warned {w.message}")
+            model.zero_grad()
+        print(f"rank {rank} done")
+    except SDCReplicaMismatch as exc:
+        print(f"rank {rank} raised {exc}")
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_replica_that_disagrees_after_the_all_reduce_is_named_on_every_rank() -> None:
+    """Three replicas, rank 2 alters its gradient after the all-reduce: every rank raises, naming rank 2."""
+    out = run_ranks(REPLICA, 3, "clean", "raise", "2")
+    message = "SDC replica mismatch: step=2, ranks [2] disagree with the other replicas after the gradient all-reduce"
+    assert out == [f"rank {i} raised {message}" for i in range(3)]
+
+
+def test_two_replicas_that_disagree_are_both_named_and_report_lets_training_go_on() -> None:
+    out = run_ranks(REPLICA, 2, "clean", "report", "1")
+    message = (
+        "SDC replica mismatch: step=2, replicas [0, 1] disagree and none has a majority after the gradient all-reduce"
+    )
+    assert out == [f"rank {i} warned {message}\nrank {i} done" for i in range(2)]
