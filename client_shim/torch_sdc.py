@@ -161,8 +161,9 @@ def group_device(group: Any = None) -> torch.device:
         if kind == "cpu":
             return torch.device("cpu")
         module = getattr(torch, kind, None)
-        index = module.current_device() if module is not None and hasattr(module, "current_device") else 0
-        return torch.device(kind, index)
+        if module is not None and hasattr(module, "is_available") and module.is_available():
+            return torch.device(kind, module.current_device())
+        return torch.device(kind)  # a backend for a device this build lacks: hashing there will say so
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return c10d._get_pg_default_device(pg)
