@@ -8,7 +8,8 @@ A 4-layer MLP (1024 wide, batch 64, with BatchNorm buffers and dropout) does for
 
 A checked step should cost (1 + num_replays) plain steps plus the signatures (hashing every gradient, buffer and
 RNG state); an unchecked one nothing but the call. Nothing is sent to a daemon (no attach environment), so the
-figure is the replay itself.
+figure is the replay itself. ``host_syncs_per_checked_step`` is what the replayer counted: its device-to-host
+reads per checked step (digests stay on the device; the verdict is read once), 1 whatever the replays.
 
     .venv/bin/python benchmarks/sdc_replay.py [--steps 30]
 
@@ -52,12 +53,14 @@ def timed(steps: int, one_step: Callable[[int], None]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--device", default="cpu", help="where the model and the digests live (cpu, cuda, npu)")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    net = model()
+    net = model().to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=1e-4)
-    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, 1)
+    x, y = torch.randn(BATCH, WIDTH, device=device), torch.randn(BATCH, 1, device=device)
 
     def forward_backward() -> torch.Tensor:
         loss = torch.nn.functional.mse_loss(net(x), y)
@@ -78,14 +81,17 @@ def main() -> None:
         return one_step
 
     result = {"plain_ms": timed(args.steps, plain)}
-    unchecked = SDCReplayer(SDCReplayer.Config(num_steps=1), modules=[net], report=False)
+    unchecked = SDCReplayer(SDCReplayer.Config(num_steps=1), modules=[net], device=device, report=False)
     result["unchecked_ms"] = timed(args.steps, through(unchecked))  # its one checked step is a warm-up step
     for replays in (1, 2):
-        checked = SDCReplayer(SDCReplayer.Config(num_steps=-1, num_replays=replays), modules=[net], report=False)
+        checked = SDCReplayer(
+            SDCReplayer.Config(num_steps=-1, num_replays=replays), modules=[net], device=device, report=False
+        )
         result[f"checked_{replays}_replay_ms"] = timed(args.steps, through(checked))
+        result[f"host_syncs_per_checked_step_{replays}_replay"] = checked.host_syncs / checked.checked_steps
     plain_ms = result["plain_ms"]
     for key in list(result):
-        if key != "plain_ms":
+        if key.endswith("_ms") and key != "plain_ms":
             result[key.replace("_ms", "_ratio")] = result[key] / plain_ms
     for replays in (1, 2):
         result[f"signature_ms_{replays}_replay"] = result[f"checked_{replays}_replay_ms"] - (1 + replays) * plain_ms

@@ -63,31 +63,43 @@ def main() -> int:
     parser.add_argument("--check-steps", type=int, default=-1, help="steps checked (-1: every step)")
     parser.add_argument("--inject-replay", metavar="RANK:STEP")
     parser.add_argument("--inject-replica", metavar="RANK:STEP")
+    parser.add_argument(
+        "--on-replica-mismatch", choices=("raise", "report"), default="report",
+        help="what the replicas do when their gradients differ after the all-reduce (sdccheck is told either way)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     backend = "hccl" if hasattr(torch, "npu") else ("nccl" if torch.cuda.is_available() else "gloo")
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
+    # The model, its data and the replayer's collectives on the device the backend serves.
+    kind = {"hccl": "npu", "nccl": "cuda"}.get(backend, "cpu")
+    device = torch.device(kind) if kind == "cpu" else torch.device(kind, int(os.environ.get("LOCAL_RANK", "0")))
+    if kind != "cpu":
+        getattr(torch, kind).set_device(device)
     torch.manual_seed(0)  # the same initial weights on every rank
     torch.use_deterministic_algorithms(True)
     model = torch.nn.Sequential(
         torch.nn.Linear(FEATURES, HIDDEN), torch.nn.BatchNorm1d(HIDDEN), torch.nn.ReLU(), torch.nn.Dropout(0.1),
         torch.nn.Linear(HIDDEN, 1),
-    )  # fmt: skip
+    ).to(device)  # fmt: skip
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     data = torch.Generator().manual_seed(1000 + rank)  # each rank its own shard
     tokens = {"seen": 0}
     replayer = SDCReplayer(
         SDCReplayer.Config(num_steps=args.check_steps, num_replays=args.num_replays),
         modules=[model],
+        device=device,
         scalars={"ntokens_seen": ScalarStateAccessor(lambda: tokens["seen"], lambda v: tokens.update(seen=v))},
         replica_group="dp",
         replicas=world,
+        on_replica_mismatch=args.on_replica_mismatch,
     )
     replay_fault, replica_fault = rank_and_step(args.inject_replay), rank_and_step(args.inject_replica)
     try:
         for step in range(1, args.steps + 1):
             x = torch.randn(BATCH, FEATURES, generator=data)
+            x = x.to(device)  # drawn on the CPU generator: the same data on any device
             y = x.sum(dim=1, keepdim=True)
 
             def forward_backward(step: int = step, x: torch.Tensor = x, y: torch.Tensor = y) -> torch.Tensor:
