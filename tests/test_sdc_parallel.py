@@ -16,13 +16,22 @@ from tests.conftest import ROOT
 
 COMMON = textwrap.dedent(
     """
-    import sys, warnings, torch, torch.distributed as dist
+    import os, sys, warnings, torch, torch.distributed as dist
     from client_shim.torch_sdc import SDCReplayer, SDCReplayMismatch
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     mode = sys.argv[1]
+
+    def finish():
+        # Every rank leaves together, then without C++ static destructors: gloo's threads can still be winding down
+        # at interpreter exit and abort it ("terminate called without an active exception"), a teardown race of
+        # torch's, not of the code under test.
+        dist.barrier()
+        dist.destroy_process_group()
+        sys.stdout.flush()
+        os._exit(0)
     """
 )
 
@@ -54,7 +63,7 @@ FSDP = COMMON + textwrap.dedent(
         print(f"rank {rank} clean")
     except SDCReplayMismatch as exc:
         print(f"rank {rank} raised step={exc.step} rank={exc.rank} {exc.signature_mismatch}")
-    dist.destroy_process_group()
+    finish()
     """
 )
 
@@ -82,7 +91,7 @@ DDP = COMMON + textwrap.dedent(
             print(f"rank {rank} clean buckets={len(model.reducer._get_zeros_like_grad_buckets())} rebuilt={rebuilt}")
         except SDCReplayMismatch as exc:
             print(f"rank {rank} raised step={exc.step} rank={exc.rank} {exc.signature_mismatch}")
-    dist.destroy_process_group()
+    finish()
     """
 )
 
@@ -98,12 +107,17 @@ def run_ranks(script: str, world: int, *args: str) -> list[str]:
             env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
             cwd=ROOT,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         for rank in range(world)
     ]
-    out = sorted(p.communicate(timeout=180)[0].strip() for p in procs)
-    assert all(p.returncode == 0 for p in procs), out
+    results = [p.communicate(timeout=180) for p in procs]
+    out = sorted(stdout.strip() for stdout, _ in results)
+    assert all(p.returncode == 0 for p in procs), (
+        out,
+        [(p.returncode, err[-2000:]) for p, (_, err) in zip(procs, results, strict=True)],
+    )
     return out
 
 
@@ -159,7 +173,7 @@ REPLICA = COMMON + textwrap.dedent(
         print(f"rank {rank} done")
     except SDCReplicaMismatch as exc:
         print(f"rank {rank} raised {exc}")
-    dist.destroy_process_group()
+    finish()
     """
 )
 
