@@ -175,12 +175,16 @@ def interleave(*per_record: np.ndarray) -> np.ndarray:
     return _events(np.stack([_words(p) for p in per_record], axis=1).reshape(-1, EVENT_DTYPE.itemsize // 8))
 
 
-def record_dtype(size: int, location_at: int, fields: dict[str, tuple[str, int]]) -> np.dtype:
-    """A payload layout: ``fields`` = name -> (numpy format, byte offset), plus the ``Location`` msSanitizer puts in
-    every payload (``file_no``, ``line_no``, ``pc``, ``block_id``) at ``location_at``; ``size`` = sizeof(struct)."""
-    names = ["file_no", "line_no", "pc", "block_id", *fields]
-    formats = ["<u8", "<u8", "<u8", "<u2", *(f for f, _ in fields.values())]
-    offsets = [location_at, location_at + 8, location_at + 16, location_at + 24, *(o for _, o in fields.values())]
+def record_dtype(
+    size: int, location_at: int, fields: dict[str, tuple[str, int]] | list[tuple[str, str, int]]
+) -> np.dtype:
+    """A payload layout: ``fields`` = name -> (numpy format, byte offset), or (name, format, offset) triples in
+    field order (union members may overlap: the MSTX record's do), plus the ``Location`` msSanitizer puts in every
+    payload (``file_no``, ``line_no``, ``pc``, ``block_id``) at ``location_at``; ``size`` = sizeof(struct)."""
+    triples = [(name, fmt, at) for name, (fmt, at) in fields.items()] if isinstance(fields, dict) else fields
+    names = ["file_no", "line_no", "pc", "block_id", *(name for name, _, _ in triples)]
+    formats = ["<u8", "<u8", "<u8", "<u2", *(fmt for _, fmt, _ in triples)]
+    offsets = [location_at, location_at + 8, location_at + 16, location_at + 24, *(at for _, _, at in triples)]
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
 
 

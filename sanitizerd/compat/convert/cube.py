@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop
-from sanitizerd.compat.convert.layout import record_dtype
+from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
 from sanitizerd.compat.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.compat.convert import moves
-from sanitizerd.compat.convert.base import BlockContext, converts, drop
+from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
 from sanitizerd.compat.convert.cube import query_pipe
-from sanitizerd.compat.convert.layout import record_dtype
 from sanitizerd.compat.convert.plan import NO_SPACE, Plan
 from sanitizerd.compat.convert.vector import READ, WRITE, masked_operand
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space

@@ -21,8 +21,7 @@ from functools import partial
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop
-from sanitizerd.compat.convert.layout import record_dtype
+from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
 from sanitizerd.compat.convert.plan import U16_MAX, Plan, explicit_align
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
 
