@@ -431,14 +431,16 @@ class Client:
         phase: str = "replay",
         replica_group: str = "",
         replicas: int = 0,
+        outcome: m.ReplicaOutcome | None = None,
     ) -> None:
         """Send a signature: ``entries`` are (name, schema, uint64 digest) in TorchTitan's order. ``replay`` 0 is
         the step's reference run; with ``phase="post_all_reduce"``, the gradients every one of the ``replicas``
-        ranks of ``replica_group`` must agree on. ``rank`` -1 is this client's rank."""
+        ranks of ``replica_group`` must agree on (``outcome``: the verdict of the group's own comparison, when it
+        made one). ``rank`` -1 is this client's rank."""
         self._send(
             m.Signature(
                 step=step, local_step=local_step, replay=replay, rank=rank, phase=phase,  # type: ignore[arg-type]
-                replica_group=replica_group, replicas=replicas,
+                replica_group=replica_group, replicas=replicas, outcome=outcome,
                 entries=[m.SignatureEntry(name=n, schema=s, digest=d) for n, s, d in entries],
             )
         )  # fmt: skip

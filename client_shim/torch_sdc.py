@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import random
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -45,6 +46,7 @@ import torch.distributed as dist
 
 from client_shim import attach
 from client_shim.transport import ClientError
+from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.messages import SignatureEntry
 from sanitizerd.protocol.replay import first_difference
 
@@ -131,6 +133,24 @@ def _schema(tensor: torch.Tensor) -> str:
 
 
 _NONE_SCHEMA = repr(((), "none", "none"))
+
+
+def _classes(table: torch.Tensor) -> torch.Tensor:
+    """For each replica (a row of digests), the index of the first replica holding the same row: all zeros when
+    they agree; equal values name the sides of a split. On the device."""
+    same = (table.unsqueeze(0) == table.unsqueeze(1)).all(-1)
+    return same.to(torch.int64).argmax(1)  # argmax takes the first maximum: the first equal row
+
+
+def _replicated(module: torch.nn.Module) -> Any | None:
+    """The DistributedDataParallel that composable ``replicate`` made for ``module`` (at its first forward), if any."""
+    try:
+        from torch.distributed._composable.replicate import replicate
+    except ImportError:
+        return None
+    state = replicate.state(module)
+    ref = getattr(state, "_ddp_weakref", None) if state is not None else None
+    return ref() if ref is not None else None
 
 
 def _accelerator() -> Any | None:
@@ -315,11 +335,12 @@ class SDCReplayer:
 
     def _run_checked(self, execute: Callable[[], torch.Tensor], step: int, local_step: int) -> torch.Tensor:
         self.checked_steps += 1
-        rebuilding = self._ddp_before_bucket_rebuild()
         baseline = self._snapshot()
         self.replay = 0
         loss = execute()
         reference = self._signature(loss)
+        # After the reference run: DDP made lazily by its first forward (composable replicate) is there too.
+        rebuilding = self._ddp_before_bucket_rebuild()
         runs, flags = [reference], [baseline.pending]
         replay = 1
         while replay <= self.config.num_replays:
@@ -349,15 +370,18 @@ class SDCReplayer:
         return loss
 
     def _ddp_before_bucket_rebuild(self) -> list[Any]:
-        """The DistributedDataParallel wrappers among the modules whose buckets are still the initial ones."""
+        """The data-parallel reducers of the modules whose buckets are still the initial ones: each
+        DistributedDataParallel wrapper among them, and the one composable ``replicate`` keeps for a module (as
+        TorchTitan's DDP does). A DDP wrapper around the modules that is not one of them is not seen: give it."""
         from torch.nn.parallel import DistributedDataParallel
 
-        return [
-            m
-            for root in self.modules
-            for m in root.modules()
-            if isinstance(m, DistributedDataParallel) and not getattr(m, "_has_rebuilt_buckets", True)
-        ]
+        found = []
+        for root in self.modules:
+            for module in root.modules():
+                ddp = module if isinstance(module, DistributedDataParallel) else _replicated(module)
+                if ddp is not None and not getattr(ddp, "_has_rebuilt_buckets", True):
+                    found.append(ddp)
+        return found
 
     # --- state ---
     def _parameters(self) -> list[tuple[int, str, torch.nn.Parameter]]:
@@ -470,7 +494,8 @@ class SDCReplayer:
             dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=self.group)
         client = attach.client() if self.report else None
         parts = [verdict, local]
-        replicas = self._replica_agreement(runs[-1])
+        table = self._replica_table(runs[-1])
+        replicas = _classes(table) if table is not None else None
         if replicas is not None:
             parts.append(replicas)
         if client is not None:
@@ -478,10 +503,17 @@ class SDCReplayer:
         values = torch.cat(parts).tolist()  # the step's one host synchronisation
         self.host_syncs += 1
         agreed, local_flags, digests = values[0], values[1 : n + 2], values[n + 2 :]
-        if replicas is not None:
-            agreeing, digests = digests[: replicas.numel()], digests[replicas.numel() :]
+        outcome = None
+        if replicas is not None and table is not None:
+            classes, digests = digests[: replicas.numel()], digests[replicas.numel() :]
+            outcome = m.ReplicaOutcome(
+                ranks=dist.get_process_group_ranks(self.group or dist.group.WORLD),
+                classes=classes,
+                # The failure path: the entry's name is worth another read of the gathered table.
+                signature=self._split_entry(runs[-1], table) if any(classes) else "",
+            )
         if client is not None:
-            self._send_all(client, step, local_step, runs, digests, clean=agreed == 0)
+            self._send_all(client, step, local_step, runs, digests, clean=agreed == 0, outcome=outcome)
         if agreed == n + 1:
             raise RuntimeError(
                 "SDC replay needs a step to start with no pending gradients (None or zeros): "
@@ -489,8 +521,8 @@ class SDCReplayer:
                 + ("" if local_flags[0] else " (another rank had pending gradients)")
             )
         if agreed == 0:
-            if replicas is not None:
-                self._replica_verdict(step, agreeing)
+            if outcome is not None:
+                self._replica_verdict(step, outcome)
             return
         replay = n + 1 - agreed
         # The failure path: names are worth another read.
@@ -504,26 +536,33 @@ class SDCReplayer:
             rank, mismatch = next(item for item in gathered if item is not None)
         raise SDCReplayMismatch(step, local_step, replay, rank, mismatch)
 
-    def _replica_agreement(self, run: _Signature) -> torch.Tensor | None:
-        """With a replica group: the final run's gradient digests all-gathered over the group (the replicas
-        of a data-parallel group hold equal gradients after its all-reduce, on any number of hosts), and for
-        each rank how many ranks hold the same digests, on the device (read with the step's one read)."""
+    def _replica_table(self, run: _Signature) -> torch.Tensor | None:
+        """With a replica group: the final run's gradient digests all-gathered over the group, one row per
+        replica, on the device (the replicas of a data-parallel group hold equal gradients after its
+        all-reduce, on any number of hosts: no daemon sees them all, the group does)."""
         if not self.replica_group or not _distributed() or dist.get_world_size(self.group) < 2:
             return None
         assert run.device is not None
         mine = run.device.view(torch.int64)[run.gradient_rows].contiguous()
         gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
         dist.all_gather(gathered, mine, group=self.group)
-        table = torch.stack(gathered)
-        return (table.unsqueeze(0) == table.unsqueeze(1)).all(-1).sum(1)
+        return torch.stack(gathered)
 
-    def _replica_verdict(self, step: int, agreeing: list[int]) -> None:
-        world = len(agreeing)
-        best = max(agreeing)
+    @staticmethod
+    def _split_entry(run: _Signature, table: torch.Tensor) -> str:
+        """The first gradient entry the replicas do not all hold alike (one more host read: failures only)."""
+        differs = (table != table[:1]).any(0).tolist()
+        names = [name for name in run.names if name.startswith("gradient:")]
+        return next((name for name, d in zip(names, differs, strict=True) if d), "")
+
+    def _replica_verdict(self, step: int, outcome: m.ReplicaOutcome) -> None:
+        sizes = Counter(outcome.classes)
+        common, best = sizes.most_common(1)[0]
+        world = len(outcome.classes)
         if best == world:
             return
         majority = best * 2 > world
-        ranks = [r for r, n in enumerate(agreeing) if n < best] if majority else list(range(world))
+        ranks = sorted(r for r, c in zip(outcome.ranks, outcome.classes, strict=True) if c != common or not majority)
         error = SDCReplicaMismatch(step, ranks, majority)
         if self.on_replica_mismatch == "raise":
             raise error
@@ -536,8 +575,9 @@ class SDCReplayer:
         return run.entries(run.device.view(torch.int64).tolist())
 
     def _send_all(
-        self, client: Any, step: int, local_step: int, runs: list[_Signature], digests: list[int], *, clean: bool
-    ) -> None:
+        self, client: Any, step: int, local_step: int, runs: list[_Signature], digests: list[int], *, clean: bool,
+        outcome: m.ReplicaOutcome | None,
+    ) -> None:  # fmt: skip
         rank = dist.get_rank() if _distributed() else -1
         offset = 0
         try:
@@ -548,15 +588,15 @@ class SDCReplayer:
                 self._send(client, step, local_step, replay, rank, entries)
             if self.replica_group and clean:  # the cross-replica check is of a step that replayed clean
                 gradients = [e for e in runs[-1].entries(digests[offset - width :]) if e.name.startswith("gradient:")]
-                self._send(client, step, local_step, 0, rank, gradients, phase="post_all_reduce")
+                self._send(client, step, local_step, 0, rank, gradients, phase="post_all_reduce", outcome=outcome)
         except (ClientError, OSError) as exc:
             attach.detach(str(exc))
 
     def _send(
         self, client: Any, step: int, local_step: int, replay: int, rank: int, entries: list[SignatureEntry],
-        *, phase: str = "replay",
+        *, phase: str = "replay", outcome: m.ReplicaOutcome | None = None,
     ) -> None:  # fmt: skip
         client.signature(
             step, [(e.name, e.schema, e.digest) for e in entries], local_step=local_step, replay=replay,
-            rank=rank, phase=phase, replica_group=self.replica_group, replicas=self.replicas,
+            rank=rank, phase=phase, replica_group=self.replica_group, replicas=self.replicas, outcome=outcome,
         )  # fmt: skip

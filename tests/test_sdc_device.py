@@ -68,3 +68,24 @@ def test_every_collective_tensor_is_on_the_replayers_device(group: None, monkeyp
         model.zero_grad()
     assert seen == [("all_reduce", replayer.device)] * 3  # one collective, one host read per checked step
     assert replayer.host_syncs == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a device-only backend's checked steps need its device")
+@pytest.mark.parametrize("group", ["cuda:gloo"], indirect=True)
+def test_checked_steps_on_a_device_only_backend(group: None) -> None:
+    """Where the build has CUDA (the device machine; this project's CI has none, so the two tests above stand
+    for it there): every checked step on gloo that serves only ``cuda``, the model on the GPU, no error."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1)).to(device)
+    replayer = SDCReplayer(SDCReplayer.Config(num_steps=-1, num_replays=2), modules=[model], report=False)
+    assert replayer.device.type == "cuda"
+
+    def execute() -> torch.Tensor:
+        loss = model(torch.ones(3, 4, device=device)).sum()
+        loss.backward()
+        return loss
+
+    for step in range(1, 4):
+        replayer.run_fwd_bwd(execute, step=step)
+        model.zero_grad()
+    assert (replayer.checked_steps, replayer.host_syncs) == (3, 3)

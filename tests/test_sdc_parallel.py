@@ -71,7 +71,12 @@ DDP = COMMON + textwrap.dedent(
     """
     from torch.nn.parallel import DistributedDataParallel
     layers = [torch.nn.Linear(32, 32) for _ in range(6)]
-    model = DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=0.005)  # ~1 layer a bucket
+    if mode == "replicate":  # composable DDP, as TorchTitan applies it: the reducer is made at the first forward
+        from torch.distributed._composable.replicate import replicate
+        model = replicate(torch.nn.Sequential(*layers), bucket_cap_mb=0.005)
+    else:
+        model = DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=0.005)  # ~1 layer a bucket
+    reducer = lambda: model.reducer if mode != "replicate" else replicate.state(model)._ddp.reducer
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     r = SDCReplayer(SDCReplayer.Config(num_steps=-1), modules=[model], report=False)
     data = torch.Generator().manual_seed(rank)
@@ -88,7 +93,7 @@ DDP = COMMON + textwrap.dedent(
                 optimizer.step()
                 optimizer.zero_grad()
             rebuilt = sum("rebuilt its gradient buckets" in str(w.message) for w in caught)
-            print(f"rank {rank} clean buckets={len(model.reducer._get_zeros_like_grad_buckets())} rebuilt={rebuilt}")
+            print(f"rank {rank} clean buckets={len(reducer()._get_zeros_like_grad_buckets())} rebuilt={rebuilt}")
         except SDCReplayMismatch as exc:
             print(f"rank {rank} raised step={exc.step} rank={exc.rank} {exc.signature_mismatch}")
     finish()
@@ -140,9 +145,12 @@ def test_fsdp2_clean_run_passes_and_a_flipped_gradient_shard_is_caught_on_every_
     assert run_ranks(FSDP, 2, mode) == expected
 
 
-def test_ddp_with_several_buckets_on_four_ranks_has_no_false_alarm() -> None:
-    out = run_ranks(DDP, 4, "clean")
+@pytest.mark.parametrize("mode", ["clean", "replicate"])
+def test_ddp_with_several_buckets_on_four_ranks_has_no_false_alarm(mode: str) -> None:
+    out = run_ranks(DDP, 4, mode)
     assert all(line.startswith(f"rank {i} clean") for i, line in enumerate(out)), out
+    assert all(int(line.split("buckets=")[1].split()[0]) > 2 for line in out), out
+    assert all(line.endswith("rebuilt=1") for line in out), out  # the first step was checked again, once
 
 
 REPLICA = COMMON + textwrap.dedent(

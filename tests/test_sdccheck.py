@@ -17,7 +17,13 @@ from sanitizerd.detectors.sdccheck import SdcCheck
 from sanitizerd.findings.render import render_text
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol.connection import decode_body
-from sanitizerd.protocol.messages import MAX_SIGNATURE_ENTRIES, Signature, SignatureEntry
+from sanitizerd.protocol.messages import (
+    MAX_REPLICA_RANKS,
+    MAX_SIGNATURE_ENTRIES,
+    ReplicaOutcome,
+    Signature,
+    SignatureEntry,
+)
 from sanitizerd.protocol.replay import first_difference
 from tests.conftest import ROOT, RunningDaemon, program_env, sanitizerd
 
@@ -164,6 +170,84 @@ class TestReplicas:
             step=1, phase="post_all_reduce", replica_group="dp", replicas=3, entries=entries(gradient_0_w=2)
         )
         assert check.add(other, rank=1) == []
+
+
+def verdict(step: int, ranks: list[int], classes: list[int], name: str = "gradient:0:w") -> ReplicaOutcome:
+    return ReplicaOutcome(ranks=ranks, classes=classes, signature=name if any(classes) else "")
+
+
+def post(step: int, rank_entries: list[SignatureEntry], outcome: ReplicaOutcome | None, replicas: int = 4) -> Signature:
+    return Signature(
+        step=step, phase="post_all_reduce", replica_group="dp", replicas=replicas, entries=rank_entries,
+        outcome=outcome,
+    )  # fmt: skip
+
+
+class TestGroupVerdict:
+    """A job on many hosts: each daemon sees some ranks, and the ranks send the verdict of their own
+    all-gather. It is judged at once, once per step, for every rank it names."""
+
+    def test_the_disagreeing_rank_is_named_from_the_first_verdict_without_waiting_for_the_others(self) -> None:
+        check = SdcCheck()
+        outcome = verdict(1, [0, 1, 2, 3], [0, 0, 0, 3])
+        (found,) = check.add(post(1, entries(gradient_0_w=7), outcome), rank=2)  # only ranks 2 and 3 are here
+        assert (found.kind, found.replay.rank, found.replay.signature) == ("sdc_replica_mismatch", 3, "gradient:0:w")
+        assert "differs from 3 of 3 other replica(s)" in found.text
+        assert check.add(post(1, entries(gradient_0_w=8), outcome), rank=3) == []  # the same verdict: judged once
+        assert (check.checked, check.open_replica_steps, check.describe_incomplete()) == (1, 0, "")
+
+    def test_a_clean_verdict_is_a_checked_step(self) -> None:
+        check = SdcCheck()
+        assert check.add(post(5, entries(gradient_0_w=1), verdict(5, [0, 1], [0, 0]), replicas=2), rank=0) == []
+        assert check.checked == 1 and check.open_replica_steps == 0
+
+    def test_two_replicas_that_disagree_are_named_together(self) -> None:
+        check = SdcCheck()
+        (found,) = check.add(post(2, entries(gradient_0_w=1), verdict(2, [4, 5], [0, 1]), replicas=2), rank=5)
+        assert found.replay.ranks == [4, 5] and "the 2 replicas disagree ([4] vs [5])" in found.text
+
+    def test_an_even_split_names_the_sides(self) -> None:
+        check = SdcCheck()
+        (found,) = check.add(post(1, entries(gradient_0_w=1), verdict(1, [0, 1, 2, 3], [0, 1, 1, 0])), rank=0)
+        assert "the 4 replicas split with no majority ([0, 3] vs [1, 2])" in found.text
+
+    @pytest.mark.parametrize(
+        "ranks, classes",
+        [
+            ([0, 1, 2, 3], [0, 0, 0]),  # lengths differ
+            ([0, 1, 3, 3], [0, 0, 0, 0]),  # a rank twice
+            ([0, 1, 2, 3], [0, 0, 1, 0]),  # rank 2's class is rank 1, which is in class 0
+            ([0, 1, 2, 3], [0, 0, 3, 3]),  # a class after its member
+            ([0, 1, 3, 4], [0, 0, 0, 0]),  # the sender (rank 2) is not in the group
+            ([2], [0]),  # no group
+        ],
+    )
+    def test_a_verdict_that_does_not_hold_together_is_set_aside_for_the_daemons_own_check(
+        self, ranks: list[int], classes: list[int]
+    ) -> None:
+        check = SdcCheck()
+        assert check.add(post(1, entries(gradient_0_w=1), ReplicaOutcome(ranks=ranks, classes=classes)), rank=2) == []
+        assert check.checked == 0 and check.open_replica_steps == 1  # held for the other replicas, as with none
+
+    def test_a_group_that_never_completes_here_is_said_to_be_incomplete(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(sdccheck, "MAX_OPEN_STEPS", 2)
+        check = SdcCheck()
+        for step in range(4):
+            for rank in (2, 3):  # ranks 0 and 1 are on another host, and nobody sends a verdict
+                assert check.add(post(step, entries(gradient_0_w=1), None), rank=rank) == []
+        assert (check.incomplete, check.open_replica_steps) == (2, 2)  # the oldest given up, the rest open
+        assert check.describe_incomplete().startswith(
+            "the cross-replica check of 4 step(s) is incomplete: 'dp' heard from 2 of 4 replica(s) on this daemon"
+        )
+
+    def test_a_verdict_of_too_many_ranks_is_refused_at_decode(self) -> None:
+        ranks = list(range(MAX_REPLICA_RANKS + 1))
+        body = msgspec.msgpack.encode(
+            {"type": "signature", "step": 1, "outcome": {"ranks": ranks, "classes": [0] * len(ranks)}}
+        )
+        with pytest.raises(RemoteProtocolError) as info:
+            decode_body(body)
+        assert info.value.reason == "bad_packet"
 
 
 RANK = textwrap.dedent(

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from client_shim.attach import hook_dir
+from sanitizerd.cli.run import SDC_EXIT_STATUS
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -19,8 +20,9 @@ EXAMPLE = str(ROOT / "examples" / "train_ddp.py")
 JOB = re.compile(r"job (\S+):")
 
 
-def train(daemon: RunningDaemon, *options: str) -> tuple[str, str, list[dict], dict]:
-    """Run the example under sanitizerd with 4 ranks: its output, the job, its findings, its job view."""
+def train(daemon: RunningDaemon, *options: str) -> tuple[str, str, list[dict], dict, int]:
+    """Run the example under sanitizerd with 4 ranks: its output, the job, its findings, its job view, and the
+    run's exit status."""
     result = sanitizerd(
         "run", "--socket", str(daemon.socket), "--", TORCHRUN, "--standalone", "--nproc_per_node=4", EXAMPLE,
         *options, timeout=300,
@@ -29,12 +31,12 @@ def train(daemon: RunningDaemon, *options: str) -> tuple[str, str, list[dict], d
     found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json").stdout)
     jobs = json.loads(sanitizerd("jobs", "--socket", str(daemon.socket), "--format", "json").stdout)
     (view,) = [j for j in jobs if j["job"] == job]
-    return result.stdout, job, found, view
+    return result.stdout, job, found, view, result.returncode
 
 
 def test_clean_training_one_job_four_ranks_no_finding(daemon: RunningDaemon) -> None:
-    stdout, _, found, view = train(daemon)
-    assert found == []
+    stdout, _, found, view, status = train(daemon)
+    assert (found, status) == ([], 0)
     assert "No error detected." in stdout
     assert (view["sessions"], view["ranks"], view["devices"]) == (4, [0, 1, 2, 3], [0, 1, 2, 3])
     assert set(view["signatures"]) == {"0", "1", "2", "3"} and all(n > 0 for n in view["signatures"].values())
@@ -45,7 +47,8 @@ def test_clean_training_one_job_four_ranks_no_finding(daemon: RunningDaemon) -> 
 
 def test_a_corrupted_replay_on_rank_2_at_step_1(daemon: RunningDaemon) -> None:
     """Every rank raises SDCReplayMismatch naming rank 2; the daemon holds exactly one sdc_mismatch."""
-    stdout, _, found, _ = train(daemon, "--inject-replay", "2:1")
+    stdout, _, found, _, status = train(daemon, "--inject-replay", "2:1")
+    assert status != 0  # the ranks failed: torchrun's status
     raised = re.findall(r"rank (\d) raised SDCReplayMismatch: (.*)", stdout)
     assert sorted(r for r, _ in raised) == ["0", "1", "2", "3"], stdout
     assert {message for _, message in raised} == {
@@ -59,8 +62,9 @@ def test_a_corrupted_replay_on_rank_2_at_step_1(daemon: RunningDaemon) -> None:
 
 def test_a_replica_that_disagrees_after_the_all_reduce(daemon: RunningDaemon) -> None:
     """Rank 3 changes its gradient after the collective: its replays agree with it, the other replicas don't."""
-    stdout, _, found, _ = train(daemon, "--inject-replica", "3:2")
-    assert "raised" not in stdout
+    stdout, _, found, _, status = train(daemon, "--inject-replica", "3:2")
+    assert "raised" not in stdout and "step 3: loss" in stdout  # "report": the training completed
+    assert status == SDC_EXIT_STATUS  # and the run says it cannot be trusted
     (finding,) = found
     assert finding["kind"] == "sdc_replica_mismatch"
     assert (finding["replay"]["step"], finding["replay"]["rank"], finding["device"]) == (2, 3, 3)

@@ -17,6 +17,7 @@ from sanitizerd.protocol import messages as m
 
 M = TypeVar("M", bound=m.Message)
 
+
 def _ask(socket: str | None, query: m.Message, answer: type[M]) -> M | None:
     """One question to the daemon; None (after saying why on stderr) when it cannot be asked."""
     replies = _ask_pages(socket, [query], answer)

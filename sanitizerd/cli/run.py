@@ -377,6 +377,8 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
     if save is not None:
         save.close()
     print(summary_line(job, reporter.idle, reporter, options.program[0]), file=out)
+    if reporter.idle is not None and reporter.idle.replica_note:
+        print(f"{PREFIX} WARNING: job {job}: {reporter.idle.replica_note}", file=out)
     out.flush()
     if options.error_exitcode is not None and reporter.errors:
         return options.error_exitcode

@@ -131,11 +131,27 @@ class SignatureEntry(msgspec.Struct, kw_only=True, frozen=True):
     digest: int = 0  # uint64
 
 
+# Ranks of a replica group a process group's own check may name (a data-parallel group of a large job).
+MAX_REPLICA_RANKS = 1 << 16
+
+
+class ReplicaOutcome(msgspec.Struct, kw_only=True, frozen=True):
+    """The cross-replica check a job's process group made itself (an all-gather of every replica's
+    post-all-reduce gradient digests, on any number of hosts). ``ranks``: the group's global ranks in group
+    order; ``classes``: for each, the group index of the first rank holding the same digests (all 0: the
+    replicas agree); ``signature``: the first gradient entry on which they do not."""
+
+    ranks: Annotated[list[int], msgspec.Meta(max_length=MAX_REPLICA_RANKS)]
+    classes: Annotated[list[int], msgspec.Meta(max_length=MAX_REPLICA_RANKS)]
+    signature: Ident = ""
+
+
 class Signature(Message, tag="signature"):
     """A training step's signature for sdccheck (docs/protocol.md). ``phase`` "replay": replay 0 is the
     reference run of (step, local_step) and replays 1.. must equal it. ``phase`` "post_all_reduce": the
     gradients after the data-parallel all-reduce, which every one of the ``replicas`` ranks of
-    ``replica_group`` must agree on."""
+    ``replica_group`` must agree on; with ``outcome``, the group compared them itself (so that a job on many
+    hosts, whose daemons each see only their own ranks, is checked)."""
 
     step: int
     local_step: int = 0
@@ -145,6 +161,7 @@ class Signature(Message, tag="signature"):
     replica_group: Ident = ""
     replicas: int = 0
     entries: Annotated[list[SignatureEntry], msgspec.Meta(max_length=MAX_SIGNATURE_ENTRIES)] = []
+    outcome: ReplicaOutcome | None = None  # post_all_reduce: the process group's own verdict, when it made one
 
 
 class KernelBegin(Message, tag="kernel_begin"):
@@ -400,6 +417,9 @@ class JobIdle(Message, tag="job_idle"):
     events: int
     findings: int
     signatures: int = 0
+    replica_steps_checked: int = 0  # data-parallel steps whose replicas were compared (here or by their group)
+    replica_steps_incomplete: int = 0  # steps heard from fewer replicas than the group has, and never compared
+    replica_note: str = ""  # what the summary says of them
 
 
 AnyMessage = (

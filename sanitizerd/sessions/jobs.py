@@ -396,7 +396,12 @@ class Jobs:
             return m.JobIdle(job=key[0], sessions=0, kernels=0, events=0, findings=0)
         while job.live:
             await job.idle.wait()
+        kept = self._sdc.get(key)
+        sdc = kept[1] if kept is not None and kept[0] == job.owner else None
         return m.JobIdle(
             job=key[0], sessions=job.sessions, kernels=job.kernels, events=job.events, findings=job.findings,
             signatures=job.signatures,
+            replica_steps_checked=sdc.checked if sdc else 0,
+            replica_steps_incomplete=(sdc.incomplete + sdc.open_replica_steps) if sdc else 0,
+            replica_note=sdc.describe_incomplete() if sdc else "",
         )  # fmt: skip

@@ -72,9 +72,16 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                             for s in hub.live.values()
                             if job_key(s.job, s.peer.uid) == job and s.hello.rank == f.replay.rank
                         ),
-                        session,
+                        None,
                     )
-                    await hub.publish(owner, [owner.context.finding(f.kind, space="", detail=f.text, replay=f.replay)])
+                    if owner is not None:
+                        finding = owner.context.finding(f.kind, space="", detail=f.text, replay=f.replay)
+                    else:  # a rank on another host (its process group compared the replicas): this host's run says so
+                        owner = session
+                        text = f"{f.text} (rank {f.replay.rank} is not served by this daemon: another host's ranks)"
+                        finding = owner.context.finding(f.kind, space="", detail=text, replay=f.replay)
+                        finding.device = -1  # not this session's device
+                    await hub.publish(owner, [finding])
             case m.IpcResult():
                 await stream.send(item)
             case ForeignFrees(by_session=by_session):
