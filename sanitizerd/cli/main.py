@@ -99,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     ):
         query = commands.add_parser(name, help=help_text)
         query.add_argument("--socket", type=Path, default=None)
-        query.add_argument("--format", choices=["text", "json"], default="text")
+        formats = ["text", "json", "sarif", "junit"] if name == "findings" else ["text", "json"]
+        query.add_argument("--format", choices=formats, default="text")
         if name == "findings":
             query.add_argument("--job", default="")
             query.add_argument("--session", type=int, default=0)

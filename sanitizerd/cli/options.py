@@ -12,7 +12,7 @@ Deliberate differences from msSanitizer, each marked where it is made:
   options after the program name, which is why msSanitizer's docs ask for ``--``);
 * ``-t`` also takes ``|``-joined tool names;
 * numeric values must be all digits (``std::stol`` reads ``--block-id=7x`` as 7);
-* ``--socket``, ``--error-exitcode`` and ``--save`` are sanitizerd's own;
+* ``--socket``, ``--error-exitcode``, ``--save``, ``--report`` and ``--report-format`` are sanitizerd's own;
 * the log file is not opened here, and every message is ours to print on stderr.
 """
 
@@ -53,6 +53,9 @@ MAX_EXIT_CODE = 255
 MAX_SINGLE_PIPE_DISTANCE = 1 << 20
 
 LOG_LEVELS = ("info", "warn", "error")
+REPORT_FORMATS = ("sarif", "junit", "json")
+# --report's format when --report-format is not given: by the file's suffix, else SARIF
+_REPORT_SUFFIXES = {".sarif": "sarif", ".xml": "junit", ".json": "json"}
 DEMANGLE_MODES = ("full", "simple", "no")
 _SELECTABLE_TOOLS = (
     "memcheck",
@@ -84,6 +87,8 @@ class RunOptions:
     error_exitcode: int | None = None
     log_file: str | None = None
     save: str | None = None  # record the job's frames here, for `sanitizerd replay`
+    report: str | None = None  # write the run's findings here when it ends, in report_format
+    report_format: str = "sarif"
     config: Config = field(default_factory=Config)
     program: list[str] = field(default_factory=list)
     executable: str | None = None
@@ -130,6 +135,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("socket", None, True, None),
     _Option("error-exitcode", None, True, _DIGITS),
     _Option("save", None, True, None),
+    _Option("report", None, True, None),
+    _Option("report-format", None, True, _LOWER),
 )
 _BY_NAME = {opt.name: opt for opt in _OPTIONS}
 _BY_SHORT = {opt.short: opt for opt in _OPTIONS if opt.short}
@@ -192,6 +199,10 @@ def run_help() -> str:
             "    --error-exitcode=<n> exit with <n> (0-255) when errors are reported [the program's status;",
             "                         1 when it is 0 and silent data corruption was found]",
             "    --save=<file>        record everything the program's clients send, for `sanitizerd replay`",
+            "    --report=<file>      write the run's findings to <file> when it ends, for CI [none]",
+            f"    --report-format={'|'.join(REPORT_FORMATS)}",
+            "                         the report's format [by <file>'s suffix: .sarif, .xml (junit), .json;",
+            "                         else sarif]",
             "",
             "  Every option but -h and -v needs a value: --<option>=<value> or --<option> <value>.",
         ]
@@ -210,6 +221,8 @@ class _State:
     socket: str | None = None
     error_exitcode: int | None = None
     save: str | None = None
+    report: str | None = None
+    report_format: str | None = None
     notices: list[str] = field(default_factory=list)
     show_help: bool = False
     show_version: bool = False
@@ -363,6 +376,25 @@ def _set_save(value: str, st: _State) -> None:
     st.save = value
 
 
+def _set_report(value: str, st: _State) -> None:
+    if not value:
+        raise _invalid("report", ". require a file path")
+    st.report = value
+
+
+def _set_report_format(value: str, st: _State) -> None:
+    if value not in REPORT_FORMATS:
+        raise _invalid("report-format", f". require one of {'|'.join(REPORT_FORMATS)}")
+    st.report_format = value
+
+
+def _report_format(st: _State) -> str:
+    if st.report_format is not None:
+        return st.report_format
+    suffix = os.path.splitext(st.report or "")[1].lower()
+    return _REPORT_SUFFIXES.get(suffix, "sarif")
+
+
 def _set_error_exitcode(value: str, st: _State) -> None:
     code = _decimal(value)
     if code is None or code > MAX_EXIT_CODE:
@@ -399,6 +431,8 @@ _HANDLERS: dict[str, Callable[[str, _State], None]] = {
     "socket": _set_socket,
     "error-exitcode": _set_error_exitcode,
     "save": _set_save,
+    "report": _set_report,
+    "report-format": _set_report_format,
 }
 assert set(_HANDLERS) == set(_BY_NAME), "every option needs exactly one handler"
 
@@ -581,11 +615,15 @@ def parse_run_args(argv: list[str]) -> RunOptions:
         raise _program_error("CANNOT enable both --check-cann-heap and --check-device-heap")
     tools = _resolve_tools(st)
     st.config.tools = tools
+    if st.report_format is not None and st.report is None:
+        st.notices.append(f"{PREFIX} WARNING: --report-format has no effect without --report=<file>.")
     return RunOptions(
         socket=st.socket,
         error_exitcode=st.error_exitcode,
         log_file=st.log_file,
         save=st.save,
+        report=st.report,
+        report_format=_report_format(st),
         config=st.config,
         program=program,
         executable=executable,

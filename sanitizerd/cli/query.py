@@ -10,8 +10,11 @@ from typing import TypeVar
 import msgspec
 
 from client_shim.transport import ClientError
+from sanitizerd import __version__
 from sanitizerd.cli.control import ControlClient
+from sanitizerd.findings.junit import render_junit
 from sanitizerd.findings.render import block_list, render_json, render_text
+from sanitizerd.findings.sarif import render_sarif
 from sanitizerd.protocol import ProtocolError
 from sanitizerd.protocol import messages as m
 
@@ -56,6 +59,11 @@ def findings(socket: str | None, *, job: str, session: int, fmt: str) -> int:
     found = [f for page in pages for f in page.findings]
     if fmt == "json":
         sys.stdout.write(render_json(found).decode() + "\n")
+    elif fmt == "sarif":
+        sys.stdout.write(render_sarif(found, version=__version__))
+    elif fmt == "junit":
+        # Only the launches with findings: which kernels ran clean only `run --report` knows.
+        sys.stdout.write(render_junit(found))
     else:
         sys.stdout.write(render_text(found))
         print(f"[sanitizerd] {len(found)} finding(s)")

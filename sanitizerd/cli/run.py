@@ -29,8 +29,11 @@ from sanitizerd.cli import hooks
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.cli.options import PREFIX, UsageError, parse_run_args, run_help
 from sanitizerd.cli.savefile import SaveWriter
+from sanitizerd.findings.checked import CheckedKernel
+from sanitizerd.findings.junit import render_junit
 from sanitizerd.findings.model import ERROR, WARNING, Finding
-from sanitizerd.findings.render import render_text
+from sanitizerd.findings.render import render_json, render_text
+from sanitizerd.findings.sarif import render_sarif
 from sanitizerd.protocol import messages as m
 
 # The status of a run whose program exited 0 but sent signatures that show silent data corruption (without
@@ -97,6 +100,7 @@ class Reporter:
         self.failure: str | None = None
         self._kernels: dict[tuple[int, int], list[Finding]] = {}  # (session, launch) -> findings held
         self.findings: list[Finding] = []  # all of them, in arrival order
+        self.kernels: list[m.KernelChecked] = []  # every launch reported checked, for --report
         self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
 
     def _loop(self) -> None:
@@ -132,6 +136,7 @@ class Reporter:
 
     def _kernel(self, report: m.KernelChecked) -> None:
         held = self._kernels.pop((report.session, report.kernel), [])
+        self.kernels.append(report)
         if not report.tools:
             self._write(f"{PREFIX} No active sanitizer tool on kernel {report.name}.\n")
             return
@@ -182,6 +187,22 @@ def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: 
         f"{idle.events} device event(s){signatures} checked; {found}"
         + ("" if reporter.errors or reporter.warnings else ". No error detected.")
     )
+
+
+def report_text(fmt: str, job: str, reporter: Reporter) -> str:
+    """The --report file's contents: every finding the reporter collected, whatever --log-level showed."""
+    if fmt == "json":
+        return render_json(reporter.findings).decode() + "\n"
+    kernels = [
+        CheckedKernel(
+            job=job, session=k.session, launch=k.kernel, name=k.name, tools=tuple(k.tools), events=k.events,
+            lost=k.lost, incomplete=k.incomplete,
+        )
+        for k in reporter.kernels
+    ]  # fmt: skip
+    if fmt == "junit":
+        return render_junit(reporter.findings, kernels=kernels)
+    return render_sarif(reporter.findings, version=__version__, kernels=kernels, complete=reporter.idle is not None)
 
 
 class HookError(Exception):
@@ -298,16 +319,29 @@ def run(argv: list[str]) -> int:
             )
             return 1
         out = os.fdopen(fd, "w")
+    report: IO[str] | None = None
+    if options.report:
+        # opened now, so that a path that cannot be written fails the run before the program starts
+        try:
+            fd = os.open(options.report, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            print(f"{PREFIX} ERROR: cannot write the report {options.report}: {exc.strerror}", file=sys.stderr)
+            if out is not sys.stdout:
+                out.close()
+            return 1
+        report = os.fdopen(fd, "w", encoding="utf-8")
 
     try:
         with daemon_connection(options.socket) as (control, socket_path):
-            return _supervise(options, control, socket_path, out)
+            return _supervise(options, control, socket_path, out, report)
     except ClientError as exc:
         print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
         return 1
     finally:
         if out is not sys.stdout:
             out.close()
+        if report is not None:
+            report.close()
 
 
 @contextlib.contextmanager
@@ -337,7 +371,7 @@ def daemon_connection(socket: str | None) -> Iterator[tuple[ControlClient, Path]
             embedded.stop()
 
 
-def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str]) -> int:  # type: ignore[no-untyped-def]
+def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str], report: IO[str] | None) -> int:  # type: ignore[no-untyped-def]
     job = f"run-{os.getpid()}-{secrets.token_hex(4)}"
     start = m.JobStart(job=job, config=options.config)
     try:
@@ -376,6 +410,8 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str])
     reporter.thread.join()
     if save is not None:
         save.close()
+    if report is not None:
+        report.write(report_text(options.report_format, job, reporter))
     print(summary_line(job, reporter.idle, reporter, options.program[0]), file=out)
     if reporter.idle is not None and reporter.idle.replica_note:
         print(f"{PREFIX} WARNING: job {job}: {reporter.idle.replica_note}", file=out)
