@@ -682,3 +682,46 @@ class TestSave:
         """An empty --save is refused with a clear message."""
         with pytest.raises(UsageError, match="--save param is invalid"):
             parse(app, "--save=")
+
+
+class TestReport:
+    """--report FILE [--report-format]: sanitizerd's own, for CI."""
+
+    @pytest.mark.parametrize(
+        ("name", "fmt"),
+        [("r.sarif", "sarif"), ("r.xml", "junit"), ("R.XML", "junit"), ("r.json", "json"), ("report", "sarif"),
+         ("r.txt", "sarif")],
+    )  # fmt: skip
+    def test_format_from_the_suffix(self, app: str, tmp_path: Path, name: str, fmt: str) -> None:
+        opts = parse(app, f"--report={tmp_path / name}")
+        assert (opts.report, opts.report_format) == (str(tmp_path / name), fmt)
+        assert not (tmp_path / name).exists()  # opened by the run, not the parser
+
+    def test_format_given_wins_over_the_suffix(self, app: str) -> None:
+        opts = parse(app, "--report", "r.sarif", "--report-format", "junit")
+        assert (opts.report, opts.report_format) == ("r.sarif", "junit")
+
+    def test_no_report_by_default(self, app: str) -> None:
+        assert parse(app).report is None
+
+    @pytest.mark.parametrize("value", ["xml", "text", "junitxml"])
+    def test_unknown_format(self, app: str, value: str) -> None:
+        err = usage_error(["--report=r", f"--report-format={value}", app])
+        assert err.message.startswith("[sanitizerd] ERROR: --report-format param is invalid. require one of "
+                                      "sarif|junit|json\n")  # fmt: skip
+
+    def test_empty_path(self, app: str) -> None:
+        err = usage_error(["--report=", app])
+        assert err.message == f"[sanitizerd] ERROR: --report param is invalid. require a file path\n{run_help()}"
+
+    def test_format_without_report_is_a_notice(self, app: str) -> None:
+        opts = parse(app, "--report-format=junit")
+        assert opts.report is None
+        assert "[sanitizerd] WARNING: --report-format has no effect without --report=<file>." in opts.notices
+
+    def test_prefix_of_both_is_ambiguous(self, app: str) -> None:
+        err = usage_error(["--rep=r", app])
+        assert "option '--rep' is ambiguous; possibilities: '--report' '--report-format'" in err.message
+
+    def test_in_help(self) -> None:
+        assert "--report=<file>" in run_help() and "--report-format=sarif|junit|json" in run_help()

@@ -40,16 +40,17 @@ def _failure(case: ET.Element, findings: list[Finding]) -> None:
 def render_junit(findings: Sequence[Finding], *, kernels: Sequence[CheckedKernel] = ()) -> str:
     """A JUnit XML report with one testsuite. Launches are those in ``kernels`` (the run's checked kernels, the
     clean ones included) and any launch a finding names that ``kernels`` lacks (a query knows only those)."""
-    by_launch: dict[tuple[int, int], list[Finding]] = {}
+    # keyed by job too: session ids are one daemon's, and a query may span daemons' stores
+    by_launch: dict[tuple[str, int, int], list[Finding]] = {}
     host: dict[tuple[str, int], list[Finding]] = {}
     for finding in findings:
         if finding.kernel is not None and finding.launch:
-            by_launch.setdefault((finding.session, finding.launch), []).append(finding)
+            by_launch.setdefault((finding.job, finding.session, finding.launch), []).append(finding)
         else:
             host.setdefault((finding.job, finding.session), []).append(finding)
 
     cases: list[ET.Element] = []
-    known: dict[tuple[int, int], CheckedKernel] = {(k.session, k.launch): k for k in kernels}
+    known: dict[tuple[str, int, int], CheckedKernel] = {(k.job, k.session, k.launch): k for k in kernels}
     for key, found in by_launch.items():
         if key not in known:
             first = found[0]
@@ -57,15 +58,13 @@ def render_junit(findings: Sequence[Finding], *, kernels: Sequence[CheckedKernel
                 job=first.job, session=first.session, launch=first.launch, name=first.kernel or ""
             )
     failures = skipped = 0
-    for (session, launch), kernel in sorted(known.items()):
-        case = ET.Element(
-            "testcase", name=_xml_text(f"{kernel.name}#{launch}"), classname=_classname(kernel.job, session)
-        )
-        found = by_launch.get((session, launch), [])
+    for (job, session, launch), kernel in sorted(known.items()):
+        case = ET.Element("testcase", name=_xml_text(f"{kernel.name}#{launch}"), classname=_classname(job, session))
+        found = by_launch.get((job, session, launch), [])
         if found:
             _failure(case, found)
             failures += 1
-        elif not kernel.tools:  # a launch known from findings alone has some, so it never gets here
+        elif not kernel.tools:  # (a launch known from findings alone always has findings)
             ET.SubElement(case, "skipped", message="no active sanitizer tool on this kernel")
             skipped += 1
         if kernel.lost or kernel.incomplete:
