@@ -137,12 +137,16 @@ class TestSarif:
     def test_empty_log_and_kernels_checked(self) -> None:
         """A clean run is a valid log with no results that still says which kernels were checked, and whether
         the run saw its job to the end."""
-        kernel = CheckedKernel(job="j", session=1, launch=1, name="k", tools=("memcheck",))
-        [run] = sarif([], kernels=[kernel], complete=False)["runs"]
+        kernels = [
+            CheckedKernel(job="j", session=1, launch=launch, name=name, tools=("memcheck",))
+            for launch, name in enumerate(["k", "k", "m", "k"], start=1)
+        ]
+        [run] = sarif([], kernels=kernels, complete=False)["runs"]
         assert run["results"] == []
         assert run["invocations"] == [{"executionSuccessful": False}]
-        assert run["properties"]["kernelsChecked"] == [
-            {"job": "j", "session": 1, "launch": 1, "name": "k", "tools": ["memcheck"]}
+        assert run["properties"]["kernelsChecked"] == [  # counted per kernel: a job launches each many times
+            {"job": "j", "session": 1, "name": "k", "tools": ["memcheck"], "launches": 3},
+            {"job": "j", "session": 1, "name": "m", "tools": ["memcheck"], "launches": 1},
         ]
 
     def test_the_schema_is_really_checked(self) -> None:

@@ -71,7 +71,13 @@ class TestRunReport:
         [leak] = [r for r in run["results"] if r["ruleId"] == "memory_leak"]
         assert leak["level"] == "warning"
         assert run["properties"]["kernelsChecked"] == [
-            {"job": job, "session": 1, "launch": 1, "name": "add_custom_kernel", "tools": ["memcheck", "registercheck"]}
+            {
+                "job": job,
+                "session": 1,
+                "name": "add_custom_kernel",
+                "tools": ["memcheck", "registercheck"],
+                "launches": 1,
+            }
         ]
         assert run["invocations"] == [{"executionSuccessful": True}]
 

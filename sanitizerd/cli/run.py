@@ -88,7 +88,13 @@ class Reporter:
     reports the kernel checked; host-side findings are printed at once."""
 
     def __init__(
-        self, control: ControlClient, out: IO[str], shown: set[str], *, save: SaveWriter | None = None
+        self,
+        control: ControlClient,
+        out: IO[str],
+        shown: set[str],
+        *,
+        save: SaveWriter | None = None,
+        keep_kernels: bool = False,
     ) -> None:
         self.control = control
         self.save = save
@@ -100,7 +106,9 @@ class Reporter:
         self.failure: str | None = None
         self._kernels: dict[tuple[int, int], list[Finding]] = {}  # (session, launch) -> findings held
         self.findings: list[Finding] = []  # all of them, in arrival order
-        self.kernels: list[m.KernelChecked] = []  # every launch reported checked, for --report
+        # every launch reported checked, kept only for --report: a job may launch millions of kernels
+        self.keep_kernels = keep_kernels
+        self.kernels: list[m.KernelChecked] = []
         self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
 
     def _loop(self) -> None:
@@ -136,7 +144,8 @@ class Reporter:
 
     def _kernel(self, report: m.KernelChecked) -> None:
         held = self._kernels.pop((report.session, report.kernel), [])
-        self.kernels.append(report)
+        if self.keep_kernels:
+            self.kernels.append(report)
         if not report.tools:
             self._write(f"{PREFIX} No active sanitizer tool on kernel {report.name}.\n")
             return
@@ -386,7 +395,8 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str],
         print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
         return 1
     control.send(m.Watch(job=job, record=save is not None))
-    reporter = Reporter(control, out, _SHOWN.get(options.config.log_level, _SHOWN["warn"]), save=save)
+    shown = _SHOWN.get(options.config.log_level, _SHOWN["warn"])
+    reporter = Reporter(control, out, shown, save=save, keep_kernels=report is not None)
     reporter.thread.start()
 
     env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"}, **hooked)

@@ -133,6 +133,18 @@ def _result(finding: Finding) -> dict[str, Any]:
     return result
 
 
+def _kernels_checked(kernels: Sequence[CheckedKernel]) -> list[dict[str, Any]]:
+    """Launches counted per kernel and session: a training job launches the same kernels thousands of times."""
+    counted: dict[tuple[str, int, str, tuple[str, ...]], int] = {}
+    for k in kernels:
+        key = (k.job, k.session, k.name, k.tools)
+        counted[key] = counted.get(key, 0) + 1
+    return [
+        {"job": job, "session": session, "name": name, "tools": list(tools), "launches": launches}
+        for (job, session, name, tools), launches in counted.items()
+    ]
+
+
 def render_sarif(
     findings: Sequence[Finding], *, version: str, kernels: Sequence[CheckedKernel] = (), complete: bool = True
 ) -> str:
@@ -151,10 +163,5 @@ def render_sarif(
         "results": [_result(finding) for finding in findings],
     }
     if kernels:
-        run["properties"] = {
-            "kernelsChecked": [
-                {"job": k.job, "session": k.session, "launch": k.launch, "name": k.name, "tools": list(k.tools)}
-                for k in kernels
-            ]
-        }
+        run["properties"] = {"kernelsChecked": _kernels_checked(kernels)}
     return json.dumps({"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
