@@ -8,7 +8,13 @@ detector CPU per event with no I/O.
 
     .venv/bin/python benchmarks/detectors.py --quick
 
-Prints one JSON object last: events_per_s for each detector set measured.
+With ``--non-repeating``, memcheck alone on a stream whose GM addresses never repeat (issue 13): every access
+reads or writes bytes no earlier access touched, at 0.3 M, 1 M, 3 M and 9 M events, so that ownership and the
+heap lookups grow with the stream as they would on a kernel streaming through large buffers.
+
+    .venv/bin/python benchmarks/detectors.py --non-repeating
+
+Prints one JSON object last: events_per_s for each detector set (or stream size) measured.
 """
 
 from __future__ import annotations
@@ -65,14 +71,53 @@ def kernel_stream(tiles_per_block: int) -> np.ndarray:
     return events
 
 
-def measure(tools: list[str], events: np.ndarray, batch: int, total_bytes: int) -> float:
+def non_repeating_stream(n_events: int, layout: str) -> np.ndarray:
+    """``n_events`` GM accesses of one tile each, every one at bytes no other touches: each block reads a tile of
+    x and of y and writes a tile of z, blocks interleaved event by event. ``contiguous``: each block streams
+    through its own slice of the buffers (an AscendC kernel's blockIdx * blockLength); ``interleaved``: tiles
+    dealt to the blocks in turn, so each block owns every BLOCKS-th tile of z and ownership fragments."""
+    blocks32 = TILE_BYTES // 32
+    tile = np.concatenate(
+        [
+            accesses(EventKind.READ, Space.GM, GM_X, 32, block_num=blocks32, pipe=Pipe.MTE2),
+            accesses(EventKind.READ, Space.GM, GM_Y, 32, block_num=blocks32, pipe=Pipe.MTE2),
+            accesses(EventKind.WRITE, Space.GM, GM_Z, 32, block_num=blocks32, pipe=Pipe.MTE3),
+        ]
+    )
+    n_tiles = -(-n_events // tile.size)
+    tiles_per_block = -(-n_tiles // BLOCKS)
+    events = np.tile(tile, n_tiles)[:n_events]
+    tile_index = np.arange(n_events) // tile.size
+    block = tile_index % BLOCKS
+    if layout == "contiguous":
+        slot = tile_index // BLOCKS + block * tiles_per_block
+    else:
+        slot = tile_index
+    events["block_id"] = block
+    events["address"] += slot.astype(np.uint64) * TILE_BYTES
+    events["serial"] = np.arange(1, events.size + 1)
+    return events
+
+
+def measure_non_repeating(sizes: list[int], layout: str, batch: int) -> dict[str, int]:
+    rates: dict[str, int] = {}
+    for n in sizes:
+        events = non_repeating_stream(n, layout)
+        total_bytes = (-(-n // 3) + BLOCKS) * TILE_BYTES
+        rate = measure(["memcheck"], events, batch, total_bytes, stores=False)
+        print(f"memcheck, non-repeating ({layout}), {n / 1e6:g} M events: {rate / 1e6:.2f} M events/s on one core")
+        rates[f"memcheck_non_repeating_{layout}_{n}_events_per_s"] = round(rate)
+    return rates
+
+
+def measure(tools: list[str], events: np.ndarray, batch: int, total_bytes: int, stores: bool = True) -> float:
     context = SessionContext(job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"),
                              config=Config(tools=tools))  # fmt: skip
     detectors = create_detectors(context)
     for detector in detectors:
         for address in (GM_X, GM_Y, GM_Z):
             detector.host_op(HostOp(op="malloc", address=address, size=total_bytes))
-        for address in (GM_X, GM_Y):
+        for address in (GM_X, GM_Y) if stores else ():
             detector.host_op(HostOp(op="store", address=address, size=total_bytes))
         detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=BLOCKS, kernel_type="aiv"))
     started = time.perf_counter()
@@ -92,7 +137,16 @@ def main() -> None:
     parser.add_argument("--tiles", type=int, default=20000, help="tiles per block")
     parser.add_argument("--batch-events", type=int, default=65536)
     parser.add_argument("--quick", action="store_true", help="fewer tiles (a few seconds)")
+    parser.add_argument("--non-repeating", action="store_true", help="memcheck on fresh addresses per event")
+    parser.add_argument("--layout", choices=("contiguous", "interleaved"), default="contiguous")
+    parser.add_argument("--sizes", default="0.3,1,3,9", help="stream sizes for --non-repeating, M events")
     args = parser.parse_args()
+    if args.non_repeating:
+        sizes = [round(float(m) * 1e6) for m in args.sizes.split(",")]
+        result = {"batch_events": args.batch_events, "layout": args.layout}
+        result.update(measure_non_repeating(sizes, args.layout, args.batch_events))
+        print(json.dumps(result))
+        return
     tiles = 4000 if args.quick else args.tiles
     events = kernel_stream(tiles)
     total_bytes = tiles * BLOCKS * TILE_BYTES
