@@ -57,12 +57,59 @@ def _per_event(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[
     return event[heads], address[heads], np.add.reduceat(size, heads)
 
 
-def _merge_per_block(keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each block's ranges merged, for all blocks at once: (block, start, stop), sorted by block then start."""
-    packed_lo = (keys << _OWNER_SHIFT) | np.minimum(start, _ADDRESS_MASK)
-    packed_hi = packed_lo + (np.minimum(stop, _ADDRESS_MASK) - np.minimum(start, _ADDRESS_MASK))
-    lo, hi = merge_ranges(packed_lo, packed_hi)  # blocks never merge: their keys differ in the top bits
-    return lo >> _OWNER_SHIFT, lo & _ADDRESS_MASK, (lo & _ADDRESS_MASK) + (hi - lo)
+def _piece_block_keys(events: np.ndarray, event: np.ndarray) -> np.ndarray:
+    """``_block_keys`` of the pieces' events, gathering only their rows."""
+    block_type = events["block_type"][event].astype(_U64) & _U64(3)
+    return (block_type << _U64(16)) | events["block_id"][event].astype(_U64)
+
+
+def _merge_by_block(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each block's ranges merged, for all blocks at once: (block key, start, stop), sorted by block then start.
+
+    The pieces are grouped by block with a stable sort of the keys alone (a radix sort when they fit 16 bits); a
+    kernel's blocks stream through their buffers in address order, so within a block they are then mostly in
+    order already, and one pass joins them. Only when they are not are they sorted by address too."""
+    narrow = block_keys.astype(np.uint16) if int(block_keys.max()) < 1 << 16 else block_keys
+    order = np.argsort(narrow, kind="stable")
+    keys, lo, hi = block_keys[order], start[order], stop[order]
+    if int(hi.max()) > _ADDRESS_MASK:  # pieces start below ADDRESS_LIMIT; only their ends can pass 2**49
+        lo, hi = np.minimum(lo, _ADDRESS_MASK), np.minimum(hi, _ADDRESS_MASK)
+    new_block = np.empty(keys.size, dtype=bool)
+    new_block[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=new_block[1:])
+    heads = keys[new_block]
+    rank = np.cumsum(new_block, dtype=np.int64) - 1
+    if rank[-1] < 1 << 15:
+        rank, lo, hi = _merge_ranked(rank.astype(_U64), lo, hi)
+        return heads[rank], lo, hi
+    # More blocks than 15 bits hold (a hostile batch): 2**15 blocks at a time, at most 8 times.
+    group = rank >> 15
+    parts = [_merge_ranked((rank[group == g] & 0x7FFF).astype(_U64), lo[group == g], hi[group == g])
+             for g in range(int(group[-1]) + 1)]  # fmt: skip
+    ranks = np.concatenate([p[0].astype(np.int64) + (g << 15) for g, p in enumerate(parts)])
+    return heads[ranks], np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
+
+
+def _merge_ranked(rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Ranges grouped by ``rank`` (below 2**15, ascending), each group's merged: (rank, start, stop)."""
+    packed_lo = (rank << _OWNER_SHIFT) | lo
+    packed_hi = (rank << _OWNER_SHIFT) | hi
+    keep = hi > lo
+    if not keep.all():
+        packed_lo, packed_hi = packed_lo[keep], packed_hi[keep]
+    if packed_lo.size > 1 and (packed_lo[1:] < packed_lo[:-1]).any():
+        packed_lo, packed_hi = merge_ranges(packed_lo, packed_hi)
+    elif packed_lo.size:
+        # In order already: a range joins the one before when it starts at or before the reach so far (a rank
+        # change always starts past it, as the rank sits above every address bit).
+        reach = np.maximum.accumulate(packed_hi)
+        joined = np.empty(packed_lo.size, dtype=bool)
+        joined[0] = False
+        np.less_equal(packed_lo[1:], reach[:-1], out=joined[1:])
+        first = np.flatnonzero(~joined)
+        last = np.append(first[1:] - 1, packed_lo.size - 1)
+        packed_lo, packed_hi = packed_lo[first], reach[last]
+    return packed_lo >> _OWNER_SHIFT, packed_lo & _ADDRESS_MASK, packed_hi & _ADDRESS_MASK
 
 
 class StompTracker:
@@ -135,10 +182,13 @@ class StompTracker:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not event.size:
             return _NONE
-        block_keys = _block_keys(events)[event]
-        keys = self._owner_numbers(block_keys)
-        if self._claim_if_clean(keys, start, stop):
+        block_keys = _piece_block_keys(events, event)
+        merged = _merge_by_block(block_keys, start, stop)
+        if merged[0].size and self._claim_if_clean(*merged):
             return _NONE
+        if not merged[0].size:  # only empty pieces: nothing written
+            return _NONE
+        keys = self._owner_numbers(block_keys)
         # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers.
         _, first = np.unique(block_keys, return_index=True)
         found = [self._block_writes(owner, event[keys == owner], start[keys == owner], stop[keys == owner])
@@ -165,27 +215,22 @@ class StompTracker:
         self.owned.add_new(lo, hi)
         self.owned_by.add_new((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
 
-    def _claim_if_clean(self, keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> bool:
-        """The common case, for the whole batch at once: no write touches stomped bytes or bytes another block
-        owns, and no two blocks' writes in the batch overlap. Then every block claims what it wrote."""
-        if len(self.owned_by):
-            # Rewrites of bytes the same block already owns, the steady state of most kernels, are settled by
-            # one lookup: nobody else can own them, and there is nothing to claim.
-            packed = (keys << _OWNER_SHIFT) | np.minimum(start, _ADDRESS_MASK)
-            new = ~self.owned_by.contains(packed, packed + (stop - start))
-            if not new.any():
-                return True
-            keys, start, stop = keys[new], start[new], stop[new]
-        block, lo, hi = _merge_per_block(keys, start, stop)
+    def _claim_if_clean(self, block_keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+        """The common case, for the whole batch at once, over its writes merged per block: no write touches
+        stomped bytes or bytes another block owns, and no two blocks' writes in the batch overlap. Then every block
+        claims what it wrote. Bytes a block rewrites of its own are neither foreign nor stomped, and claiming them
+        again changes nothing, so they need no lookup of their own."""
+        keys = self._owner_numbers(block_keys)
         if len(self.stomped) and self.stomped.covered(lo, hi).any():
             return False
-        if len(self.owned) and self._foreign(block, lo, hi).any():
+        if len(self.owned) and self._foreign(keys, lo, hi).any():
             return False
-        order = np.argsort(lo, kind="stable")
-        # Each block's ranges are disjoint, so an overlap in the sorted union is between two blocks.
-        if lo.size > 1 and (lo[order][1:] < np.maximum.accumulate(hi[order])[:-1]).any():
-            return False
-        self._claim(block, lo, hi)
+        if block_keys[0] != block_keys[-1]:  # sorted by block: more than one block wrote
+            order = np.argsort(lo, kind="stable")
+            # Each block's ranges are disjoint, so an overlap in the sorted union is between two blocks.
+            if (lo[order][1:] < np.maximum.accumulate(hi[order])[:-1]).any():
+                return False
+        self._claim(keys, lo, hi)
         return True
 
     def _block_writes(
