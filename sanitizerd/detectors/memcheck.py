@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
+from sanitizerd.detectors._batches import BatchFields
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
@@ -90,9 +91,10 @@ class Memcheck:
         self.limits = self._chip_limits()  # the device summary may have named the chip after we were made
         self.sites = SiteLog()
 
-    def check(self, events: np.ndarray) -> None:
-        if not events.size:
+    def check(self, records: np.ndarray) -> None:
+        if not records.size:
             return
+        events: np.ndarray = BatchFields(records)  # type: ignore[assignment]
         ext = extents(events)
         lo = events["address"]
         hi = ends(lo, ext)
