@@ -114,6 +114,8 @@ class Memcheck:
         align = _ALIGN_BY_SPACE[space]
         if override.any():
             align = np.where(override > 0, _aligned_table(override), align)
+        if int(align.max()) == 1:
+            return  # only spaces without an alignment rule (a GM stream): nothing can be misaligned
         bad, first = first_misaligned(events, align)
         bad &= live
         if bad.any():
