@@ -17,20 +17,27 @@ _SATURATE = 1 << 62
 
 def extents(events: np.ndarray) -> np.ndarray:
     """Bytes from the first to one past the last byte each access touches; 0 for an empty access."""
-    repeat = events["repeat"].astype(_U64)
-    block_num = events["block_num"].astype(_U64)
-    block_size = events["block_size"].astype(_U64)
-    units = (np.maximum(repeat, 1) - 1) * events["repeat_stride"] + (np.maximum(block_num, 1) - 1) * events[
-        "block_stride"
-    ]
-    units += 1
+    repeat, block_num = events["repeat"], events["block_num"]
+    block_size = events["block_size"]
+    # In place, from the 16-bit fields: this runs over every event of every batch.
+    units = np.maximum(repeat, 1).astype(_U64)
+    units -= _U64(1)
+    units *= events["repeat_stride"]
+    blocks = np.maximum(block_num, 1).astype(_U64)
+    blocks -= _U64(1)
+    blocks *= events["block_stride"]
+    units += blocks
+    units += _U64(1)
     if events.size and int(units.max()) * int(block_size.max()) >= _SATURATE:
         # Only hostile or corrupt records get here; saturate instead of wrapping round.
         span = np.minimum(units.astype(np.float64) * block_size, float(_SATURATE))
         ext = span.astype(_U64)
     else:
-        ext = units * block_size
-    ext[(repeat == 0) | (block_num == 0)] = 0
+        ext = units
+        ext *= block_size
+    empty = np.minimum(repeat, block_num) == 0
+    if empty.any():
+        ext[empty] = 0
     return ext
 
 

@@ -123,18 +123,16 @@ def piece_counts(events: np.ndarray, ext: np.ndarray, index: np.ndarray | None =
 def lists_few_pieces(events: np.ndarray, ext: np.ndarray, index: np.ndarray, limit: int) -> bool:
     """Whether the accesses at ``index`` list at most ``limit`` pieces in all: the common case, where they are
     listed at once. An upper bound settles most batches without the exact count, whose field reads over every
-    record cost more than the check they guard."""
+    record cost more than the check they guard: repeat x the blocks of a scattered row."""
     if index.size > limit:
         return False
-    bound = piece_bounds(events, ext, index, exact_above=None)
-    if int(bound.sum()) <= limit:
-        return True
-    # A tighter bound that needs one more field: only blocks of a scattered row (block_stride > 1) are pieces
-    # apart, a contiguous row is at most one (DataCopy's 32-byte blocks of one tile are one piece, not 16).
+    # Only blocks of a scattered row (block_stride > 1) are pieces apart; a contiguous row is at most one piece
+    # (a DataCopy's 32-byte blocks of one tile are one piece, not 16).
     repeat = np.maximum(events["repeat"][index], 1).astype(np.int64)
     scattered = events["block_stride"][index] > 1
-    rows = repeat * np.where(scattered, np.maximum(events["block_num"][index], 1), 1)
-    return int(rows.sum()) <= limit or int(piece_counts(events, ext, index).sum()) <= limit
+    if scattered.any():
+        repeat[scattered] *= np.maximum(events["block_num"][index[scattered]], 1)
+    return int(repeat.sum()) <= limit or int(piece_counts(events, ext, index).sum()) <= limit
 
 
 def piece_bounds(events: np.ndarray, ext: np.ndarray, index: np.ndarray, *, exact_above: int | None) -> np.ndarray:

@@ -59,8 +59,12 @@ def _per_event(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[
 
 def _piece_block_keys(events: np.ndarray, event: np.ndarray) -> np.ndarray:
     """``_block_keys`` of the pieces' events, gathering only their rows."""
-    block_type = events["block_type"][event].astype(_U64) & _U64(3)
-    return (block_type << _U64(16)) | events["block_id"][event].astype(_U64)
+    block_id = events["block_id"][event].astype(_U64)
+    types = events["block_type"]
+    lowest = int(types.min())
+    if lowest == int(types.max()):  # one block type in the batch, the common case: no gather
+        return block_id | _U64((lowest & 3) << 16)
+    return ((events["block_type"][event].astype(_U64) & _U64(3)) << _U64(16)) | block_id
 
 
 def _merge_by_block(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:

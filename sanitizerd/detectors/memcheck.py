@@ -126,8 +126,12 @@ class Memcheck:
         self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, ext: np.ndarray, live: np.ndarray
     ) -> None:
         space = events["space"]
-        ok = hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit here is "none"
-        gm = (space == Space.GM) & live
+        gm = space == Space.GM
+        if gm.all():  # a GM stream: no on-chip limit to compare with
+            ok = np.ones(space.size, dtype=bool)
+        else:
+            ok = hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit here is "none"
+        gm &= live
         if gm.any():
             legal = self.heap.legal
             if not self._one_allocation_holds(legal, lo, hi, gm):
