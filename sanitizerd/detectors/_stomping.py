@@ -137,7 +137,10 @@ class StompTracker:
         if self.given_up:
             return _NONE
         shared = self._atomic_modes(events)
-        writes = live & (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & ~shared
+        writes = live & (events["kind"] == EventKind.WRITE)
+        writes &= events["space"] == Space.GM
+        if shared.any():
+            writes &= ~shared
         if not writes.any():
             return _NONE
         index = np.flatnonzero(writes)
@@ -212,8 +215,10 @@ class StompTracker:
 
     def _foreign(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range that a block other than its own owns."""
-        mine = self.owned_by.covered((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
-        return self.owned.covered(lo, hi) - mine
+        owned = self.owned.covered(lo, hi)
+        if not owned.any():  # fresh bytes (a kernel streaming through its output): nobody's, so nobody else's
+            return owned
+        return owned - self.owned_by.covered((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
 
     def _claim(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         self.owned.add_new(lo, hi)

@@ -127,16 +127,17 @@ class Memcheck:
     ) -> None:
         space = events["space"]
         gm = space == Space.GM
-        if gm.all():  # a GM stream: no on-chip limit to compare with
-            ok = np.ones(space.size, dtype=bool)
-        else:
-            ok = hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit here is "none"
+        # None while every access is within bounds, so a GM stream inside its buffers costs a few reductions.
+        ok = None if gm.all() else hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit here is "none"
         gm &= live
         if gm.any():
             legal = self.heap.legal
             if not self._one_allocation_holds(legal, lo, hi, gm):
                 # One lookup over every row is cheaper than gathering the GM rows and scattering back.
-                ok &= ~gm | legal.contains(lo, hi)
+                in_heap = ~gm | legal.contains(lo, hi)
+                ok = in_heap if ok is None else ok & in_heap
+        if ok is None:
+            return
         bad = live & ~ok
         if not bad.any():
             return
@@ -205,8 +206,11 @@ class Memcheck:
         and two reductions settle that for the whole batch."""
         if not len(legal):
             return False
-        lowest = lo.min(where=gm, initial=np.iinfo(np.uint64).max)
-        highest = hi.max(where=gm, initial=0)
+        if gm.all():
+            lowest, highest = lo.min(), hi.max()
+        else:
+            lowest = lo.min(where=gm, initial=np.iinfo(np.uint64).max)
+            highest = hi.max(where=gm, initial=0)
         j = int(np.searchsorted(legal.starts, lowest, side="right")) - 1
         return j >= 0 and int(highest) <= int(legal.ends[j])
 
