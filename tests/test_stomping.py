@@ -297,6 +297,28 @@ class TestMergeByBlock:
             want += [(key, a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
         assert list(zip(*(g.tolist() for g in got), strict=True)) == want
 
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(
+        runs=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(1, 40)), min_size=1, max_size=60),
+    )
+    def test_blocks_streaming_in_address_order(self, runs: list[tuple[int, int, int]]) -> None:
+        """Blocks interleaved, each writing pieces in address order that touch or leave gaps (the one-pass path)."""
+        reach: dict[int, int] = {}
+        keys, start, stop = [], [], []
+        for key, gap, length in runs:
+            at = reach.get(key, key * 10_000) + gap
+            keys.append(key)
+            start.append(GM + at)
+            stop.append(GM + at + length)
+            reach[key] = at + length
+        k, lo, hi = (np.array(x, np.uint64) for x in (keys, start, stop))
+        got = _merge_by_block(k, lo, hi)
+        want: list[tuple[int, int, int]] = []
+        for key in sorted(set(keys)):
+            a, b = merge_ranges(lo[k == key], hi[k == key])
+            want += [(key, x, y) for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+        assert list(zip(*(g.tolist() for g in got), strict=True)) == want
+
     def test_more_blocks_than_fifteen_bits(self) -> None:
         """40 000 blocks in one batch (past the packed form's 2**15) are merged 2**15 at a time."""
         keys = np.repeat(np.arange(40_000, dtype=np.uint64), 2)

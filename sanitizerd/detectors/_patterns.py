@@ -121,9 +121,13 @@ def ranges(
 
     if index is None:
         index = np.arange(events.size)
+    block_stride, repeat = field("block_stride"), field("repeat")
+    if not index.size or (int(block_stride.max()) <= 1 and int(repeat.max()) <= 1):
+        # Every access one row of adjacent blocks (the usual DataCopy of a tile): each is one range, its extent.
+        start = events["address"][index]
+        return index, start, ends(start, ext[index])
     block_size = field("block_size").astype(_U64)
-    block_num, block_stride = field("block_num"), field("block_stride")
-    repeat, repeat_stride = field("repeat"), field("repeat_stride")
+    block_num, repeat_stride = field("block_num"), field("repeat_stride")
     row_is_range = (block_num <= 1) | (block_stride <= 1)
     row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num * block_size)
     dense = row_is_range & ((repeat <= 1) | (repeat_stride * block_size <= row_length))

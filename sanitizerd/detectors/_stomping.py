@@ -82,6 +82,18 @@ def _merge_by_block(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray)
     new_block[0] = True
     np.not_equal(keys[1:], keys[:-1], out=new_block[1:])
     heads = keys[new_block]
+    if lo.size > 1 and bool(((lo[1:] >= hi[:-1]) | new_block[1:]).all()) and bool((hi > lo).all()):
+        # Each block's pieces in address order and apart, as a block streaming through its output writes them:
+        # a piece joins the one before only when it starts where that one ends, within the block.
+        joined = np.empty(lo.size, dtype=bool)
+        joined[0] = False
+        np.equal(lo[1:], hi[:-1], out=joined[1:])
+        joined[1:] &= ~new_block[1:]
+        first = np.flatnonzero(~joined)
+        last = np.empty_like(first)
+        last[:-1] = first[1:] - 1
+        last[-1] = lo.size - 1
+        return keys[first], lo[first], hi[last]
     rank = np.cumsum(new_block, dtype=np.int64) - 1
     if rank[-1] < 1 << 15:
         rank, lo, hi = _merge_ranked(rank.astype(_U64), lo, hi)
