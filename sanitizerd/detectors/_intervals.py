@@ -103,6 +103,7 @@ class IntervalSet:
             return
         if not new_starts.size:
             return
+        in_order = True  # new_starts/new_ends sorted and disjoint, as merge_ranges left them
         if self._starts.size:
             # Keep pending ranges disjoint from the main ones: take out what the main arrays hold already.
             overlaps = _covered_by(self._starts, self._ends, self._cumulative, new_starts, new_ends) > 0
@@ -112,9 +113,14 @@ class IntervalSet:
                 clipped = difference(new_starts[overlaps], new_ends[overlaps], self._starts[lo:hi], self._ends[lo:hi])
                 new_starts = np.concatenate((new_starts[~overlaps], clipped[0]))
                 new_ends = np.concatenate((new_ends[~overlaps], clipped[1]))
-        self._pending_starts, self._pending_ends = merge_ranges(
-            np.concatenate((self._pending_starts, new_starts)), np.concatenate((self._pending_ends, new_ends))
-        )
+                in_order = False
+        if in_order and not self._pending_starts.size:
+            # Already the pending level's form: no second merge (a copy, as the caller may reuse its arrays).
+            self._pending_starts, self._pending_ends = new_starts.copy(), new_ends.copy()
+        else:
+            self._pending_starts, self._pending_ends = merge_ranges(
+                np.concatenate((self._pending_starts, new_starts)), np.concatenate((self._pending_ends, new_ends))
+            )
         # A small set is folded at once (an insertion into a short array costs less than a second lookup per
         # query); a large one only once its pending level has grown to about sqrt(n) ranges.
         if self._starts.size < SMALL_SET or self._pending_starts.size > max(64, math.isqrt(self._starts.size)):
