@@ -108,7 +108,8 @@ def non_repeating_stream(n_events: int, layout: str) -> np.ndarray:
 
 def measure_non_repeating(sizes: list[int], layout: str, batch: int, repeat: int) -> dict[str, int]:
     """events/s per stream size, by the wall clock and by this process's CPU time (the machine is shared: CPU time
-    is the steadier of the two), best of ``repeat`` runs; a small stream first, untimed, so that no size pays for
+    is the steadier of the two), best of ``repeat`` runs (more for streams under 3 M events, so that a short
+    stream's figure is not one moment of a shared machine); a small stream first, untimed, so that no size pays for
     first calls."""
     measure_both(["memcheck"], non_repeating_stream(4 * batch, layout), batch, 4 * batch * TILE_BYTES, stores=False)
     rates: dict[str, int] = {}
@@ -116,7 +117,7 @@ def measure_non_repeating(sizes: list[int], layout: str, batch: int, repeat: int
         events = non_repeating_stream(n, layout)
         total_bytes = (-(-n // 3) + BLOCKS) * TILE_BYTES
         wall, cpu = 0.0, 0.0
-        for _ in range(repeat):
+        for _ in range(max(repeat, -(-3_000_000 // n))):  # small streams run until 3 M events were measured
             w, c = measure_both(["memcheck"], events, batch, total_bytes, stores=False)
             wall, cpu = max(wall, w), max(cpu, c)
         print(f"memcheck, non-repeating ({layout}), {n / 1e6:g} M events: {wall / 1e6:.2f} M events/s on one core "
