@@ -19,13 +19,24 @@ def extents(events: np.ndarray) -> np.ndarray:
     """Bytes from the first to one past the last byte each access touches; 0 for an empty access."""
     repeat, block_num = events["repeat"], events["block_num"]
     block_size = events["block_size"]
+    block_stride = events["block_stride"]
+    if events.size and int(repeat.max()) <= 1 and int(block_stride.max()) <= 1:
+        # One row each, of adjacent blocks (a DataCopy of a tile) or of one block repeated in place (stride 0, as
+        # sync events carry): block_num x block_size or block_size, which fit 48 bits; a repeat of 0 is empty.
+        if int(block_stride.min()) == 0:
+            block_num = np.where(block_stride == 0, np.minimum(block_num, 1), block_num)
+        ext = block_num.astype(_U64)
+        ext *= block_size
+        if int(repeat.min()) == 0:
+            ext[repeat == 0] = 0
+        return ext
     # In place, from the 16-bit fields: this runs over every event of every batch.
     units = np.maximum(repeat, 1).astype(_U64)
     units -= _U64(1)
     units *= events["repeat_stride"]
     blocks = np.maximum(block_num, 1).astype(_U64)
     blocks -= _U64(1)
-    blocks *= events["block_stride"]
+    blocks *= block_stride
     units += blocks
     units += _U64(1)
     if events.size and int(units.max()) * int(block_size.max()) >= _SATURATE:
