@@ -12,6 +12,7 @@ from client_shim.events import EventKind, Space, accesses, syncs
 from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import expand, extents
 from sanitizerd.detectors._stomping import _merge_by_block
+from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
@@ -275,6 +276,32 @@ class TestBatchWidePathAgainstAByteModel:
         expected = expected_stomps(events, batches, legal)
         assert expected == {tiles + 1: (GM + 3 * 512 + 480, 32)}  # reported at the write's start, as msSanitizer
         found = kernel(memcheck(), *(events[lo:hi] for lo, hi in batches))
+        assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected
+
+    def test_ownership_past_the_small_set_stays_exact(self) -> None:
+        """Eight blocks take 32-byte tiles in turn until each owns 700 separate ranges (owned_by past the size
+        where fresh claims are folded at once, so the last batch's claims wait in its pending level); then, in a
+        batch of their own, writes reach into tiles claimed long ago and in the batch before."""
+        tiles = 8 * 700
+        parts = [accesses(WRITE, Space.GM, GM + t * 32, 32, block_id=t % 8) for t in range(tiles)]
+        parts += [
+            accesses(WRITE, Space.GM, GM + 10 * 32 + 16, 32, block_id=3),  # into block 2's tile 10 and 3's 11
+            accesses(WRITE, Space.GM, GM + (tiles - 900) * 32, 64, block_id=5),  # tiles folded in long ago
+            accesses(WRITE, Space.GM, GM + (tiles - 3) * 32 + 8, 8, block_id=0),  # a tile still pending
+        ]
+        events = stream(*parts)
+        events["pc"] = events["serial"]
+        batches = [(lo, min(lo + 1000, tiles)) for lo in range(0, tiles, 1000)] + [(tiles, events.size)]
+        legal = IntervalSet(np.array([GM], np.uint64), np.array([GM + (1 << 20)], np.uint64))
+        expected = expected_stomps(events, batches, legal)
+        assert set(expected) == {tiles + 1, tiles + 2, tiles + 3}
+        detector = memcheck()
+        detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
+        for lo, hi in batches[:-1]:
+            detector.check(events[lo:hi])
+        assert len(detector.stomping.owned_by._pending_starts) == 600  # the last batch's claims, not folded yet
+        detector.check(events[tiles:])
+        found = detector.kernel_end()
         assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected
 
 

@@ -158,7 +158,7 @@ class StompTracker:
         index = np.flatnonzero(writes)
         if lists_few_pieces(events, ext, index, CHUNK):  # the common case: list the pieces at once
             found = [self._check_pieces(events, *touching(legal, *ranges(events, ext, index)))]
-            self.given_up = len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES
+            self.given_up = self._past_bound()
             return _per_event(found)
         found = []
         for rows, group in runs_by_group(events, ext, index):
@@ -169,10 +169,17 @@ class StompTracker:
             group = self._not_owned_already(events, group, budget)
             for event, start, stop in piece_chunks(group):
                 found.append(self._check_pieces(events, *touching(legal, event, start, stop)))
-                if len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES:
+                if self._past_bound():
                     self.given_up = True
                     return _per_event(found)
         return _per_event(found)
+
+    def _past_bound(self) -> bool:
+        """Whether ownership holds more than MAX_TRACKED_RANGES separate ranges. ``len`` is an upper bound while
+        ranges are pending (they may touch held ones); past the bound the sets are folded and counted exactly."""
+        if len(self.owned_by) + len(self.stomped) <= MAX_TRACKED_RANGES:
+            return False
+        return self.owned_by.starts.size + self.stomped.starts.size > MAX_TRACKED_RANGES
 
     def _not_owned_already(self, events: np.ndarray, runs: Runs, budget: PairBudget) -> Runs:
         """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its
@@ -225,6 +232,10 @@ class StompTracker:
             numbers[i] = self._owners.setdefault(key, len(self._owners))
         return numbers[where.ravel()]
 
+    def _owned_by_me(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Bytes of each range its own block owns."""
+        return self.owned_by.covered((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
+
     def _foreign(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range that a block other than its own owns."""
         owned = self.owned.covered(lo, hi)
@@ -244,14 +255,31 @@ class StompTracker:
         keys = self._owner_numbers(block_keys)
         if len(self.stomped) and self.stomped.covered(lo, hi).any():
             return False
-        if len(self.owned) and self._foreign(keys, lo, hi).any():
-            return False
+        fresh = True  # no byte owned yet: a kernel streaming through its output
+        if len(self.owned):
+            owned = self.owned.covered(lo, hi)
+            if owned.any():
+                fresh = False
+                if (owned - self._owned_by_me(keys, lo, hi)).any():
+                    return False
         if block_keys[0] != block_keys[-1]:  # sorted by block: more than one block wrote
             order = np.argsort(lo, kind="stable")
+            lo_sorted, hi_sorted = lo[order], hi[order]
             # Each block's ranges are disjoint, so an overlap in the sorted union is between two blocks.
-            if (lo[order][1:] < np.maximum.accumulate(hi[order])[:-1]).any():
+            if (lo_sorted[1:] < np.maximum.accumulate(hi_sorted)[:-1]).any():
                 return False
-        self._claim(keys, lo, hi)
+        else:
+            lo_sorted, hi_sorted = lo, hi
+        if not fresh:
+            self._claim(keys, lo, hi)
+            return True
+        # Fresh bytes, sorted and disjoint: inserted as they are, no lookup of what the sets hold.
+        self.owned.add_disjoint(lo_sorted, hi_sorted)
+        packed_lo, packed_hi = (keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi
+        if packed_lo.size > 1 and (packed_lo[1:] < packed_lo[:-1]).any():  # owners numbered out of block order
+            order = np.argsort(packed_lo)
+            packed_lo, packed_hi = packed_lo[order], packed_hi[order]
+        self.owned_by.add_disjoint(packed_lo, packed_hi)
         return True
 
     def _block_writes(
