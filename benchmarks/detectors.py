@@ -210,9 +210,10 @@ def main() -> None:
         ("memcheck+initcheck", ["memcheck", "initcheck"]),
         ("memcheck+initcheck+synccheck", ["memcheck", "initcheck", "synccheck"]),
     ):
-        rate = measure(tools, events, args.batch_events, total_bytes)
-        print(f"{name}: {rate / 1e6:.2f} M events/s on one core")
+        rate, cpu = measure_both(tools, events, args.batch_events, total_bytes)
+        print(f"{name}: {rate / 1e6:.2f} M events/s on one core ({cpu / 1e6:.2f} M/s of CPU time)")
         result[f"{name}_events_per_s"] = round(rate)
+        result[f"{name}_cpu_events_per_s"] = round(cpu)
     print(json.dumps(result))
 
 
