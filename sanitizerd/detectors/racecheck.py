@@ -26,7 +26,7 @@ import numpy as np
 from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
-from sanitizerd.detectors._patterns import extents
+from sanitizerd.detectors._race_columns import HeldColumns, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import OverBudget
@@ -39,9 +39,6 @@ _KEEP = np.zeros(256, dtype=bool)
 _KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
 _KEEP[EventKind.SET_FLAG : EventKind.CROSS_WAIT + 1] = True
 _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
-# What every access keeps in memory until the kernel's end; the rest is read back for the few that race.
-_ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
-                  "space", "flags", "serial")  # fmt: skip
 # What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
 # the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
@@ -61,6 +58,7 @@ class Racecheck:
         self.context = context
         self.kernel: KernelLaunch | None = None
         self.parts: list[np.ndarray] = []
+        self.columns = HeldColumns()  # what the check reads of the held events, gathered as they arrive
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
         self.asked = 0  # bytes the current launch asked of the budget
@@ -76,6 +74,7 @@ class Racecheck:
 
     def _reset(self) -> None:
         self.parts = []
+        self.columns = HeldColumns()
         self.held = self.dropped = self.refused = self.asked = 0
         self.context.race_memory.release()
 
@@ -103,16 +102,21 @@ class Racecheck:
             self.refused, self.asked = refused, asked
             return
         self.parts.append(_unpinned(kept))
+        self.columns.append(kept, mem)
         self.held += kept.size
 
     def kernel_end(self) -> list[Finding]:
         parts, self.parts = self.parts, []
+        columns, self.columns = self.columns, HeldColumns()
         launch, self.kernel = self.kernel, None
         dropped, refused, asked, limit = self.dropped, self.refused, self.asked, self.limit
         try:
             events = Batches(parts)
             cut = Cut()
-            findings = Kernel(self, launch, events, truncated=dropped > 0, cut=cut).findings() if events.size else []
+            check = Kernel(self, launch, events, columns, truncated=dropped > 0, cut=cut) if columns.size else None
+            del columns  # the check holds what it needs of them
+            findings = check.findings() if check is not None else []
+            del check
             if cut.segments:  # the bound on pairs per segment cut: said, and counted as a cut like the others
                 findings.append(self._sites_cut(launch, cut))
         except OverBudget as exc:  # a part of the check quadratic in what the launch holds
@@ -198,7 +202,14 @@ class Kernel:
     """One kernel's check: the events sorted by block, the model, the accesses' place in it."""
 
     def __init__(
-        self, detector: Racecheck, launch: KernelLaunch | None, events: Batches, *, truncated: bool, cut: Cut
+        self,
+        detector: Racecheck,
+        launch: KernelLaunch | None,
+        events: Batches,
+        columns: HeldColumns,
+        *,
+        truncated: bool,
+        cut: Cut,
     ) -> None:
         self.context = detector.context
         self.cut = cut
@@ -208,8 +219,9 @@ class Kernel:
         self.truncated = truncated
         # Memory held per event is what the host's budget is reserved by (BYTES_PER_HELD_EVENT): what is kept for
         # every access is what the check needs to its end, and per-event temporaries go as soon as they are used.
-        self.block_keys, block = dense((events.column("block_type").astype(np.int64) << 16) | events.column("block_id"))
-        kind = events.column("kind")
+        arrived = columns.events  # in arrival order
+        self.block_keys, block = dense(arrived["block_key"].astype(np.int64))
+        kind = arrived["kind"]
         self.order: np.ndarray | None = None  # block-sorted position -> arrival position; None: the same
         if block.size > 1 and (block[1:] < block[:-1]).any():
             self.order = np.argsort(block, kind="stable")
@@ -218,12 +230,15 @@ class Kernel:
         self.total = events.size
         sync = np.flatnonzero(kind >= EventKind.SET_FLAG)
         sync_arrival = self.arrival(sync)
-        s = events.take_fields(
-            ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id"), sync_arrival
-        )
+        s = columns.syncs
+        if self.order is not None:  # the columns' rows are in arrival order
+            s = s[rank_among(arrived["kind"] >= EventKind.SET_FLAG, sync_arrival)]
         mem = np.flatnonzero(kind <= EventKind.WRITE)
-        m = events.take_fields(_ACCESS_FIELDS, self.arrival(mem))
-        ext = extents(m)
+        m = columns.accesses
+        if self.order is not None:
+            m = m[rank_among(arrived["kind"] <= EventKind.WRITE, self.arrival(mem))]
+        del arrived
+        ext = m["ext"]
         keep = ext > 0
         if not keep.all():
             mem, ext = mem[keep], ext[keep]
