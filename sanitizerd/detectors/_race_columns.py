@@ -34,9 +34,8 @@ class _Table:
         self.capacity = 0
         self.columns: dict[str, np.ndarray] = {name: np.empty(0, dtype=dt) for name, dt in dtypes.items()}
 
-    def append(self, values: dict[str, np.ndarray], n: int) -> None:
-        if not n:
-            return
+    def grow(self, n: int) -> Columns:
+        """Room for ``n`` more rows, counted as appended: views of it, per column, to fill."""
         end = self.size + n
         if end > self.capacity:
             capacity = max(end, 2 * self.capacity, 4096)
@@ -45,9 +44,9 @@ class _Table:
                 grown[: self.size] = old[: self.size]
                 self.columns[name] = grown
             self.capacity = capacity
-        for name, column in self.columns.items():
-            column[self.size : end] = values[name]
+        room = Columns({name: column[self.size : end] for name, column in self.columns.items()})
         self.size = end
+        return room
 
     def view(self) -> Columns:
         return Columns({name: column[: self.size] for name, column in self.columns.items()})
@@ -67,17 +66,23 @@ class HeldColumns:
         return self._events.size
 
     def append(self, kept: np.ndarray, access: np.ndarray) -> None:
-        """A kept batch (accesses and sync events only); ``access`` marks its accesses."""
-        kind = kept["kind"]
-        key = (kept["block_type"].astype(np.uint32) << 16) | kept["block_id"]
-        self._events.append({"block_key": key, "kind": kind}, kept.size)
-        accesses = kept if access.all() else kept[access]
-        columns = {name: accesses[name] for name in ACCESS_FIELDS}
-        columns["ext"] = extents(accesses)
-        self._accesses.append(columns, accesses.size)
-        if accesses.size < kept.size:
-            syncs = kept[~access]
-            self._syncs.append({name: syncs[name] for name in SYNC_FIELDS}, syncs.size)
+        """A kept batch (accesses and sync events only); ``access`` marks its accesses. Each field is gathered
+        straight from the records into its column (no copy of the selected records first)."""
+        room = self._events.grow(kept.size)
+        room["kind"][:] = kept["kind"]
+        np.left_shift(kept["block_type"], 16, out=room["block_key"], dtype=np.uint32)
+        room["block_key"] |= kept["block_id"]
+        n = int(np.count_nonzero(access))
+        if n:
+            room = self._accesses.grow(n)
+            for name in ACCESS_FIELDS:
+                _gather(kept[name], access, n == kept.size, room[name])
+            room["ext"][:] = extents(room)
+        if n < kept.size:
+            sync = ~access
+            room = self._syncs.grow(kept.size - n)
+            for name in SYNC_FIELDS:
+                _gather(kept[name], sync, False, room[name])
 
     @property
     def events(self) -> Columns:
@@ -90,6 +95,13 @@ class HeldColumns:
     @property
     def syncs(self) -> Columns:
         return self._syncs.view()
+
+
+def _gather(field: np.ndarray, mask: np.ndarray, every: bool, out: np.ndarray) -> None:
+    if every:
+        out[:] = field
+    else:
+        np.compress(mask, field, out=out)
 
 
 def rank_among(kind_is: np.ndarray, arrival: np.ndarray) -> np.ndarray:
