@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
+from sanitizerd.detectors.racecheck import Kernel
 from tests.detector_helpers import make_detector, run_kernel
 from tests.test_racecheck_model import random_kernel, to_events
 
@@ -63,3 +64,61 @@ def test_races_found_in_a_streamed_kernel_whose_blocks_interleave() -> None:
     findings = check(*(events[i : i + 1] for i in range(events.size)))
     kinds = sorted((x.kind, x.space, sorted(acc.serial for acc in x.accesses)) for x in findings)
     assert kinds == [("race_raw", "GM", [1, 2]), ("race_raw", "UB", [3, 4])], kinds
+
+
+def random_events(rng: random.Random, blocks: int) -> np.ndarray:
+    """Any sync kind on any pipe, among accesses: not a kernel that makes sense (waits go unreleased), but every
+    rule by which a sync event makes nodes, and an access finds its place among them."""
+    pipes = (Pipe.S, Pipe.V, Pipe.M, Pipe.MTE2, Pipe.MTE3, Pipe.ALL, Pipe.S_CAL)
+    kinds = [k for k in EventKind if k >= EventKind.SET_FLAG and k not in (EventKind.SET_REGISTER,
+             EventKind.BLOCK_FINISH)]  # fmt: skip
+    parts, serial = [], 0
+    for block in range(blocks):
+        for _ in range(rng.randint(0, 40)):
+            serial += rng.randint(0, 1)  # an instruction's events share its serial now and then
+            if rng.random() < 0.5:
+                pipe = rng.choice([p for p in pipes if p != Pipe.ALL])
+                kind = rng.choice((EventKind.READ, EventKind.WRITE))
+                ev = accesses(kind, Space.UB, 0x20 * rng.randint(0, 8), 32, pipe=pipe, block_id=block, serial=serial)
+            else:
+                kind, pipe = rng.choice(kinds), rng.choice(pipes)
+                ev = syncs(kind, pipe, rng.choice(pipes), rng.randint(0, 1), block_id=block, serial=serial)
+            parts.append(ev)
+    return np.concatenate(parts) if parts else accesses(EventKind.READ, Space.UB, 0, 32, pipe=Pipe.V)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_places_counted_per_block_are_the_places_searched_among_all_nodes(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where each access sits (its last node on its pipe, its issuer, its segment, and, compared within a
+    (block, pipe), its barriers and pipeSerialNo) is the same counted per block as blocks complete as searched
+    among all the kernel's nodes at kernel_end."""
+    rng = random.Random(seed)
+    events = random_events(rng, rng.randint(1, 4))
+    compared = []
+
+    def both(kernel: Kernel) -> None:
+        assert kernel.placed_in_blocks  # the blocks arrived one after the other
+        kernel._placed_in_blocks()
+        counted = (kernel.prev, kernel.seg, kernel.issuer, kernel.barrier_no, kernel.pipe_index)
+        kernel._search_places()
+        assert np.array_equal(counted[0], kernel.prev)
+        assert np.array_equal(counted[1], kernel.seg)
+        assert np.array_equal(counted[2], kernel.issuer)
+        chain = kernel.mblock * 16 + kernel.pipe
+        for mine, searched in ((counted[3], kernel.barrier_no), (counted[4], kernel.pipe_index)):
+            by = np.argsort(chain, kind="stable")
+            within = same_chain(chain[by])
+            assert np.array_equal(np.diff(mine[by])[within], np.diff(searched[by])[within])
+        kernel.placed = kernel._placed()
+        kernel.cross_rows = kernel._cross_rows()
+        compared.append(kernel.mem.size)
+
+    monkeypatch.setattr(Kernel, "_place_accesses", both)
+    check(*batches(events, rng))
+    assert compared
+
+
+def same_chain(chain: np.ndarray) -> np.ndarray:
+    return chain[1:] == chain[:-1]

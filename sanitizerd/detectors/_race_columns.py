@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors._batches import Columns
+from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._patterns import extents
 from sanitizerd.protocol.records import EVENT_DTYPE
 
@@ -20,7 +21,13 @@ _EVENT_COLUMNS = {"block_key": np.dtype(np.uint32), "kind": np.dtype(np.uint8)}
 # What every access needs to its check's end: its pattern, pipe, space and order, and what names its site.
 ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
                  "space", "flags", "serial", "pc", "location")  # fmt: skip
-_ACCESS_COLUMNS = {**{name: EVENT_DTYPE[name] for name in ACCESS_FIELDS}, "ext": np.dtype(np.uint64)}
+# Filled when the access's block is complete (``_block_parts``), while blocks arrive one after the other.
+PLACED_FIELDS = ("seg", "issued", "barriers", "pipe_index")
+_ACCESS_COLUMNS = {
+    **{name: EVENT_DTYPE[name] for name in ACCESS_FIELDS},
+    "ext": np.dtype(np.uint64),
+    **{name: np.dtype(np.int32) for name in PLACED_FIELDS},
+}
 SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id")
 _SYNC_COLUMNS = {name: EVENT_DTYPE[name] for name in SYNC_FIELDS}
 
@@ -60,6 +67,12 @@ class HeldColumns:
         self._events = _Table(_EVENT_COLUMNS)
         self._accesses = _Table(_ACCESS_COLUMNS)
         self._syncs = _Table(_SYNC_COLUMNS)
+        # Whether every block so far arrived whole and after the blocks of lower keys (as the emulator and
+        # msSanitizer's per-block buffers send them): then a block is complete once the next one starts, and its
+        # accesses are placed among its sync nodes then (``placed``). The events, accesses and sync events of the
+        # blocks placed so far.
+        self.in_order = True
+        self._placed = (0, 0, 0)
 
     @property
     def size(self) -> int:
@@ -68,10 +81,14 @@ class HeldColumns:
     def append(self, kept: np.ndarray, access: np.ndarray) -> None:
         """A kept batch (accesses and sync events only); ``access`` marks its accesses. Each field is gathered
         straight from the records into its column (no copy of the selected records first)."""
+        previous = int(self._events.columns["block_key"][self._events.size - 1]) if self._events.size else -1
         room = self._events.grow(kept.size)
         room["kind"][:] = kept["kind"]
-        np.left_shift(kept["block_type"], 16, out=room["block_key"], dtype=np.uint32)
-        room["block_key"] |= kept["block_id"]
+        key = room["block_key"]
+        np.left_shift(kept["block_type"], 16, out=key, dtype=np.uint32)
+        key |= kept["block_id"]
+        if self.in_order:
+            self.in_order = int(key[0]) >= previous and bool((key[1:] >= key[:-1]).all())
         n = int(np.count_nonzero(access))
         if n:
             room = self._accesses.grow(n)
@@ -83,6 +100,40 @@ class HeldColumns:
             room = self._syncs.grow(kept.size - n)
             for name in SYNC_FIELDS:
                 _gather(kept[name], sync, False, room[name])
+        if self.in_order:
+            changes = np.flatnonzero(key[1:] != key[:-1])
+            if changes.size:  # the blocks before the last one to start are complete
+                self._place(self._events.size - kept.size + int(changes[-1]) + 1)
+            elif int(key[0]) != previous and previous >= 0:
+                self._place(self._events.size - kept.size)
+
+    def placed(self) -> bool:
+        """Places every access among its block's nodes (the last block is complete now); whether they could be
+        (blocks arrived one after the other): then ``accesses`` has PLACED_FIELDS."""
+        if self.in_order:
+            self._place(self._events.size)
+        return self.in_order
+
+    def _place(self, end: int) -> None:
+        """Place the accesses of the complete blocks among events [placed so far, ``end``)."""
+        lo, access_lo, sync_lo = self._placed
+        if end <= lo:
+            return
+        events = self._events.columns
+        kind = events["kind"][lo:end]
+        key = events["block_key"][lo:end]
+        start = np.ones(kind.size, dtype=bool)
+        start[1:] = key[1:] != key[:-1]
+        access_hi = access_lo + int(np.count_nonzero(kind <= 1))
+        sync_hi = sync_lo + (kind.size - (access_hi - access_lo))
+        accesses, syncs = self._accesses.columns, self._syncs.columns
+        placed = place(
+            kind, start, syncs["pipe"][sync_lo:sync_hi], syncs["dst_pipe"][sync_lo:sync_hi],
+            accesses["pipe"][access_lo:access_hi], accesses["serial"][access_lo:access_hi],
+        )  # fmt: skip
+        for name, values in zip(PLACED_FIELDS, placed, strict=True):
+            accesses[name][access_lo:access_hi] = values
+        self._placed = (end, access_hi, sync_hi)
 
     @property
     def events(self) -> Columns:

@@ -26,7 +26,7 @@ import numpy as np
 from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
-from sanitizerd.detectors._race_columns import HeldColumns, rank_among
+from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import OverBudget
@@ -219,6 +219,8 @@ class Kernel:
         self.truncated = truncated
         # Memory held per event is what the host's budget is reserved by (BYTES_PER_HELD_EVENT): what is kept for
         # every access is what the check needs to its end, and per-event temporaries go as soon as they are used.
+        # Blocks that arrived one after the other had their accesses placed among their sync nodes as they completed.
+        self.placed_in_blocks = columns.placed()
         arrived = columns.events  # in arrival order
         self.block_keys, block = dense(arrived["block_key"].astype(np.int64))
         kind = arrived["kind"]
@@ -272,6 +274,28 @@ class Kernel:
 
     # --- where each access sits in the model ---
     def _place_accesses(self) -> None:
+        if self.placed_in_blocks:
+            self._placed_in_blocks()
+        else:
+            self._search_places()
+        self.placed = self._placed()
+        self.cross_rows = self._cross_rows()
+
+    def _placed_in_blocks(self) -> None:
+        """The places counted per block as blocks completed (``_block_parts``): a count of nodes before the access
+        on a chain is an index among the chain's nodes."""
+        seg, issued, barriers, pipe_index = (self.access[name] for name in PLACED_FIELDS)
+        chains = np.arange(self.block_keys.size * NPIPES, dtype=np.int64)
+        first = np.searchsorted(self.model.nodes.key, chains << POS_BITS, side="left")
+        base = self.mblock * NPIPES
+        self.prev = np.where(seg > 0, first[base + self.pipe] + seg - 1, -1)
+        self.seg = seg.astype(np.int64)
+        self.issuer = np.where(issued > 0, first[base + _S] + issued - 1, -1)
+        # Counted within the block: only compared within one (block, pipe), as the searched ones are.
+        self.barrier_no, self.pipe_index = barriers, pipe_index
+
+    def _search_places(self) -> None:
+        """Each access's place found among all the kernel's nodes (blocks that arrived interleaved)."""
         model, mem = self.model, self.mem
         nodes = model.nodes
         chain = self.mblock * NPIPES + self.pipe
@@ -298,8 +322,6 @@ class Kernel:
             new = np.ones(on.size, dtype=np.int64)
             new[1:] = serial[1:] != serial[:-1]
             self.pipe_index[on] = np.cumsum(new)
-        self.placed = self._placed()
-        self.cross_rows = self._cross_rows()
 
     def field(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Field ``name`` of accesses ``rows`` (fields kept for every access, or read back from the batches)."""
