@@ -8,11 +8,14 @@ random (each block's own events in program order). Both must give the same findi
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
+from sanitizerd.detectors import racecheck
+from sanitizerd.detectors._happens_before import Nodes, barrier_members, build, make_nodes
 from sanitizerd.detectors.racecheck import Kernel
 from tests.detector_helpers import make_detector, run_kernel
 from tests.test_racecheck_model import random_kernel, to_events
@@ -122,3 +125,35 @@ def test_places_counted_per_block_are_the_places_searched_among_all_nodes(
 
 def same_chain(chain: np.ndarray) -> np.ndarray:
     return chain[1:] == chain[:-1]
+
+
+def test_nodes_made_per_block_are_the_nodes_made_for_the_whole_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync nodes made as blocks complete are field for field the ones made from the whole kernel at its end;
+    where a block's pipe_barrier(PIPE_ALL) was made with other member pipes than the kernel's (a pipe busy only in
+    a later block), they are made again at the end."""
+    outcomes = []
+
+    def compared(*args: object, made: Callable[[np.ndarray], Nodes | None], **kwargs: object) -> object:
+        kind, pipe, dst_pipe, _, _, _, _, block, _, _, _, seq, _, work_pipes, _ = args
+        members = barrier_members(kind, pipe, dst_pipe, work_pipes)
+        streamed, whole = made(members), make_nodes(kind, pipe, dst_pipe, block, seq, members)
+        outcomes.append(streamed is not None)
+        if streamed is not None:
+            for name in ("block", "pipe", "pos", "ordinal", "event", "local", "kind", "key", "chain"):
+                assert np.array_equal(getattr(streamed, name), getattr(whole, name)), name
+        return build(*args, made=made, **kwargs)
+
+    monkeypatch.setattr(racecheck, "build", compared)
+    for seed in range(80):
+        rng = random.Random(seed)
+        check(*batches(random_events(rng, rng.randint(1, 4)), rng))
+    assert all(outcomes)
+    # Block 0's barrier waits on V, the only pipe busy in it; the kernel's waits on MTE2 too, busy in block 1.
+    first = np.concatenate((
+        accesses(EventKind.WRITE, Space.UB, 0, 32, pipe=Pipe.V, block_id=0, serial=1),
+        syncs(EventKind.PIPE_BARRIER, Pipe.ALL, block_id=0, serial=2),
+        accesses(EventKind.READ, Space.UB, 0, 32, pipe=Pipe.V, block_id=0, serial=3),
+    ))  # fmt: skip
+    second = accesses(EventKind.WRITE, Space.UB, 0, 32, pipe=Pipe.MTE2, block_id=1, serial=4)
+    assert check(first, second) == check(np.concatenate((first, second)))
+    assert outcomes[-2:] == [False, False]  # made again at the end, both times

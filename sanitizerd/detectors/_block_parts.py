@@ -5,7 +5,7 @@ last sync node before it, the last PIPE_S node before it (its issuer), and the p
 three depend only on the block's own program, so they are counted as soon as a block is complete rather than
 searched for at kernel_end among every node of the kernel: per access, the number of nodes of its pipe before it
 in its block (its segment; the model's node is the chain's first node plus that count, less one), of PIPE_S nodes
-before it, and of barrier marks on its pipe before it. The node rules are ``_happens_before._make_nodes``'s: a
+before it, and of barrier marks on its pipe before it. The node rules are ``_happens_before.make_nodes``'s: a
 pipe_barrier(PIPE_ALL) puts a node on every busy pipe, and an access's own pipe is always busy.
 """
 
@@ -28,7 +28,7 @@ _MEMBER[_ALL_PIPES] = True
 
 
 def node_pipe(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray) -> np.ndarray:
-    """The pipe of a one-node sync event's node (``_make_nodes``'s rules); -1 for the others."""
+    """The pipe of a one-node sync event's node (``make_nodes``'s rules); -1 for the others."""
     out = scalar_to_cal(pipe.astype(np.int64))
     out = np.where(_IS_FLAG_WAIT[kind], dst_pipe, out)
     out = np.where(_IS_OWN_PIPE_WAIT[kind], pipe, out)

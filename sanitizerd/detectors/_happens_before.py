@@ -167,6 +167,7 @@ def build(
     cross_free: bool,
     truncated: bool = False,
     need: Callable[[int, str], None] = lambda nbytes, what: None,
+    made: Callable[[np.ndarray], Nodes | None] = lambda all_pipes: None,
 ) -> Model:
     """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
     then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
@@ -175,11 +176,13 @@ def build(
     ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
     taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on, ``n_blocks`` the
     number of blocks of the kernel (some may have no sync event at all). ``need`` is told of the bytes the
-    cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse."""
-    # pipe_barrier(PIPE_ALL) waits only on pipes that do something: the others have nothing to publish.
-    busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
-    all_pipes = _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
-    nodes = _make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes)
+    cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse.
+    ``made`` gives the nodes already made (block by block, as blocks completed) if they were made with these
+    members of pipe_barrier(PIPE_ALL), or None."""
+    all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes)
+    nodes = made(all_pipes)
+    if nodes is None:
+        nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes)
     node_kind = nodes.kind
     n = nodes.size
     nodes.active = np.unique(nodes.pipe)
@@ -266,7 +269,14 @@ def build(
     return model
 
 
-def _make_nodes(
+def barrier_members(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, work_pipes: np.ndarray) -> np.ndarray:
+    """The pipes pipe_barrier(PIPE_ALL) waits on: only those that do something (the others have nothing to
+    publish), given the sync events and the pipes the accesses ran on."""
+    busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
+    return _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
+
+
+def make_nodes(
     kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, block: np.ndarray, seq: np.ndarray, all_pipes: np.ndarray
 ) -> Nodes:
     """One node per sync instruction; pipe_barrier(PIPE_ALL) makes one per pipe plus PIPE_S's wait, a soft

@@ -13,8 +13,11 @@ import numpy as np
 
 from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
+from sanitizerd.detectors._happens_before import Nodes, barrier_members, make_nodes, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.protocol.records import EVENT_DTYPE
+from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Pipe
+
+_ALL = int(Pipe.ALL)
 
 # Every kept event: its block and its kind (which of the two tables below it is in, and the model's node kind).
 _EVENT_COLUMNS = {"block_key": np.dtype(np.uint32), "kind": np.dtype(np.uint8)}
@@ -27,6 +30,10 @@ _ACCESS_COLUMNS = {
     **{name: EVENT_DTYPE[name] for name in ACCESS_FIELDS},
     "ext": np.dtype(np.uint64),
     **{name: np.dtype(np.int32) for name in PLACED_FIELDS},
+}
+_NODE_COLUMNS = {
+    **{name: np.dtype(np.int64) for name in ("block", "pipe", "pos", "ordinal", "event", "local", "key", "chain")},
+    "kind": np.dtype(np.uint8),
 }
 SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id")
 _SYNC_COLUMNS = {name: EVENT_DTYPE[name] for name in SYNC_FIELDS}
@@ -73,6 +80,12 @@ class HeldColumns:
         # blocks placed so far.
         self.in_order = True
         self._placed = (0, 0, 0)
+        # The model's sync nodes of the complete blocks, made as they completed, and for each stretch of blocks
+        # made at once, the members of pipe_barrier(PIPE_ALL) it used if it had any such barrier (the kernel's
+        # are known only at its end; where they differ, the nodes are made again then).
+        self._nodes = _Table(_NODE_COLUMNS)
+        self._blocks = 0
+        self._members: set[bytes] = set()
 
     @property
     def size(self) -> int:
@@ -133,7 +146,40 @@ class HeldColumns:
         )  # fmt: skip
         for name, values in zip(PLACED_FIELDS, placed, strict=True):
             accesses[name][access_lo:access_hi] = values
+        self._make_nodes(lo, kind, start, access_lo, access_hi, sync_lo, sync_hi)
         self._placed = (end, access_hi, sync_hi)
+
+    def _make_nodes(
+        self, lo: int, kind: np.ndarray, start: np.ndarray, access_lo: int, access_hi: int, sync_lo: int, sync_hi: int
+    ) -> None:
+        """The sync nodes of complete blocks (events from ``lo``, of kinds ``kind``; ``start`` marks where each
+        block starts), as ``_happens_before.make_nodes`` makes them for the whole kernel."""
+        blocks = np.cumsum(start) + (self._blocks - 1)
+        self._blocks += int(np.count_nonzero(start))
+        is_sync = kind >= EventKind.SET_FLAG
+        if not is_sync.any():
+            return
+        syncs, accesses = self._syncs.columns, self._accesses.columns
+        pipe = syncs["pipe"][sync_lo:sync_hi].astype(np.int64)
+        dst_pipe = syncs["dst_pipe"][sync_lo:sync_hi].astype(np.int64)
+        sync_kind = kind[is_sync]
+        work = accesses["pipe"][access_lo:access_hi][accesses["ext"][access_lo:access_hi] > 0]
+        members = barrier_members(sync_kind, pipe, dst_pipe, scalar_to_cal(np.unique(work).astype(np.int64)))
+        if ((sync_kind == EventKind.PIPE_BARRIER) & (pipe == _ALL)).any():
+            self._members.add(members.tobytes())
+        seq = lo + np.flatnonzero(is_sync)
+        nodes = make_nodes(sync_kind, pipe, dst_pipe, blocks[is_sync], seq, members)
+        room = self._nodes.grow(nodes.size)
+        for name in _NODE_COLUMNS:
+            room[name][:] = getattr(nodes, name)
+        room["local"] += sync_lo
+
+    def nodes(self, members: np.ndarray) -> Nodes | None:
+        """The nodes made block by block, if made with these members of pipe_barrier(PIPE_ALL) (the kernel's);
+        else None. Only once ``placed`` is true."""
+        if self._members - {members.astype(np.int64).tobytes()}:
+            return None
+        return Nodes(**self._nodes.view())
 
     @property
     def events(self) -> Columns:
