@@ -16,7 +16,8 @@ import pytest
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.detectors import racecheck
 from sanitizerd.detectors._happens_before import Nodes, barrier_members, build, make_nodes
-from sanitizerd.detectors.racecheck import Kernel
+from sanitizerd.detectors._race_pairs import _by_rank
+from sanitizerd.detectors.racecheck import Kernel, _stable_order
 from tests.detector_helpers import make_detector, run_kernel
 from tests.test_racecheck_model import random_kernel, to_events
 
@@ -157,3 +158,15 @@ def test_nodes_made_per_block_are_the_nodes_made_for_the_whole_kernel(monkeypatc
     second = accesses(EventKind.WRITE, Space.UB, 0, 32, pipe=Pipe.MTE2, block_id=1, serial=4)
     assert check(first, second) == check(np.concatenate((first, second)))
     assert outcomes[-2:] == [False, False]  # made again at the end, both times
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_sweeps_shortcut_orders_are_the_stable_sorts_they_stand_for(seed: int) -> None:
+    """The ordering shortcuts kernel_end takes (a permutation's inverse, a radix sort of a few Lamport values) give
+    exactly the stable argsort they replace, ties included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 200))
+    for rank in (rng.permutation(n), rng.integers(0, max(n, 1), n), np.repeat(np.arange(n // 2), 2)):
+        assert np.array_equal(_by_rank(rank), np.argsort(rank, kind="stable"))
+    for values in (rng.integers(-1, 4, n), np.full(n, -1), rng.integers(-1, 1 << 20, n)):
+        assert np.array_equal(_stable_order(values), np.argsort(values, kind="stable"))
