@@ -387,9 +387,9 @@ def _by_rank(rank: np.ndarray) -> np.ndarray:
     range, as in tiled kernels), the common case."""
     m = rank.size
     if m and int(rank.min()) == 0 and int(rank.max()) == m - 1:
-        order = np.empty(m, dtype=np.int64)
+        order = np.zeros(m, dtype=np.int64)
         order[rank] = np.arange(m)
-        if np.array_equal(rank[order], np.arange(m)):  # each rank once
+        if np.array_equal(rank[order], np.arange(m)):  # every rank found where it was put: each is there once
             return order
     return np.argsort(rank, kind="stable")
 
