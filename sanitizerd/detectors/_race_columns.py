@@ -1,7 +1,8 @@
 """The columns racecheck's check reads, gathered from each batch as it arrives (issue 13).
 
 Reading a few fields of millions of held 56-byte records back at kernel_end cost about a sixth of the check,
-and all of it fell between the kernel's end and its verdict. Each kept batch is split once, when it arrives, into
+and all of it fell between the kernel's end and its verdict. Every field the check and its findings read is here,
+so the records themselves are let go when the check starts. Each kept batch is split once, when it arrives, into
 what every event, every access and every sync event contributes, appended to columns that grow by doubling, so
 that at kernel_end they are views, not copies. Untouched capacity is never faulted in, so what a column holds in
 memory is what was appended (and, while one doubles, the old copy).
@@ -13,7 +14,7 @@ import numpy as np
 
 from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
-from sanitizerd.detectors._happens_before import Nodes, barrier_members, make_nodes, scalar_to_cal
+from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, Nodes, barrier_members, make_nodes, scalar_to_cal
 from sanitizerd.detectors._patterns import extents
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Pipe
 
@@ -23,7 +24,7 @@ _ALL = int(Pipe.ALL)
 _EVENT_COLUMNS = {"block_key": np.dtype(np.uint32), "kind": np.dtype(np.uint8)}
 # What every access needs to its check's end: its pattern, pipe, space and order, and what names its site.
 ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
-                 "space", "flags", "serial", "pc", "location")  # fmt: skip
+                 "space", "flags", "serial", "pc", "location", "block_type")  # fmt: skip
 # Filled when the access's block is complete (``_block_parts``), while blocks arrive one after the other.
 PLACED_FIELDS = ("seg", "issued", "barriers", "pipe_index")
 _ACCESS_COLUMNS = {
@@ -31,11 +32,18 @@ _ACCESS_COLUMNS = {
     "ext": np.dtype(np.uint64),
     **{name: np.dtype(np.int32) for name in PLACED_FIELDS},
 }
+# A node as held until the kernel's end, narrow (event, chain and key follow from these; ``Nodes`` has them wide).
 _NODE_COLUMNS = {
-    **{name: np.dtype(np.int64) for name in ("block", "pipe", "pos", "ordinal", "event", "local", "key", "chain")},
+    "block": np.dtype(np.int32),
+    "pipe": np.dtype(np.uint8),
+    "pos": np.dtype(np.int64),
+    "ordinal": np.dtype(np.int32),
+    "local": np.dtype(np.int64),
     "kind": np.dtype(np.uint8),
 }
-SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id")
+# Every sync event: what the model needs, and what a deadlock finding names.
+SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id", "location",
+               "pc", "serial")  # fmt: skip
 _SYNC_COLUMNS = {name: EVENT_DTYPE[name] for name in SYNC_FIELDS}
 
 
@@ -179,7 +187,13 @@ class HeldColumns:
         else None. Only once ``placed`` is true."""
         if self._members - {members.astype(np.int64).tobytes()}:
             return None
-        return Nodes(**self._nodes.view())
+        held = self._nodes.view()
+        block, pipe, pos = held["block"].astype(np.int64), held["pipe"].astype(np.int64), held["pos"]
+        chain = block * NPIPES + pipe
+        return Nodes(
+            block=block, pipe=pipe, pos=pos, ordinal=held["ordinal"].astype(np.int64), event=pos >> 1,
+            local=held["local"], kind=held["kind"], key=(chain << POS_BITS) + pos, chain=chain,
+        )  # fmt: skip
 
     @property
     def events(self) -> Columns:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
-from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
@@ -106,14 +105,13 @@ class Racecheck:
         self.held += kept.size
 
     def kernel_end(self) -> list[Finding]:
-        parts, self.parts = self.parts, []
+        self.parts = []  # the check reads the columns only: the records go before its peak
         columns, self.columns = self.columns, HeldColumns()
         launch, self.kernel = self.kernel, None
         dropped, refused, asked, limit = self.dropped, self.refused, self.asked, self.limit
         try:
-            events = Batches(parts)
             cut = Cut()
-            check = Kernel(self, launch, events, columns, truncated=dropped > 0, cut=cut) if columns.size else None
+            check = Kernel(self, launch, columns, truncated=dropped > 0, cut=cut) if columns.size else None
             del columns  # the check holds what it needs of them
             findings = check.findings() if check is not None else []
             del check
@@ -205,7 +203,6 @@ class Kernel:
         self,
         detector: Racecheck,
         launch: KernelLaunch | None,
-        events: Batches,
         columns: HeldColumns,
         *,
         truncated: bool,
@@ -215,13 +212,13 @@ class Kernel:
         self.cut = cut
         self.distance = detector.distance
         self.launch = launch
-        self.events = events
         self.truncated = truncated
         # Memory held per event is what the host's budget is reserved by (BYTES_PER_HELD_EVENT): what is kept for
         # every access is what the check needs to its end, and per-event temporaries go as soon as they are used.
         # Blocks that arrived one after the other had their accesses placed among their sync nodes as they completed.
         self.placed_in_blocks = columns.placed()
         arrived = columns.events  # in arrival order
+        self.is_sync = arrived["kind"] >= EventKind.SET_FLAG  # for a stuck wait's row among the sync events
         self.block_keys, block = dense(arrived["block_key"].astype(np.int64))
         kind = arrived["kind"]
         self.order: np.ndarray | None = None  # block-sorted position -> arrival position; None: the same
@@ -229,12 +226,13 @@ class Kernel:
             self.order = np.argsort(block, kind="stable")
             kind, block = kind[self.order], block[self.order]
         # else blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
-        self.total = events.size
+        self.total = columns.size
+        self.syncs = columns.syncs  # in arrival order: read back for deadlocks
         sync = np.flatnonzero(kind >= EventKind.SET_FLAG)
         sync_arrival = self.arrival(sync)
         s = columns.syncs
         if self.order is not None:  # the columns' rows are in arrival order
-            s = s[rank_among(arrived["kind"] >= EventKind.SET_FLAG, sync_arrival)]
+            s = s[rank_among(self.is_sync, sync_arrival)]
         mem = np.flatnonzero(kind <= EventKind.WRITE)
         m = columns.accesses
         if self.order is not None:
@@ -325,10 +323,8 @@ class Kernel:
             self.pipe_index[on] = np.cumsum(new)
 
     def field(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """Field ``name`` of accesses ``rows`` (fields kept for every access, or read back from the batches)."""
-        if name in self.access:
-            return self.access[name][rows]
-        return self.events.take(name, self.arrival(self.mem[rows]))
+        """Field ``name`` of accesses ``rows``."""
+        return self.access[name][rows]
 
     def know(self, rows: np.ndarray, comp: np.ndarray) -> np.ndarray:
         return self.model.knowledge(self.prev[rows], self.issuer[rows], comp)
@@ -576,7 +572,8 @@ class Kernel:
         blocked = int((~self.placed).sum()) + int(blocked_nodes(nodes, model.start).sum()) - len(model.stuck)
         names = ("pipe", "dst_pipe", "event_id", "location", "pc", "serial", "block_type", "block_id", "address")
         at = self.arrival(np.array([stuck.event for stuck in model.stuck]))
-        f = {name: self.events.take(name, at).tolist() for name in names}
+        rows = rank_among(self.is_sync, at)
+        f = {name: self.syncs[name][rows].tolist() for name in names}
         sites: dict[tuple, list[int]] = {}
         for j, stuck in enumerate(model.stuck):
             key = (int(nodes.kind[stuck.node]), f["pipe"][j], f["dst_pipe"][j], f["event_id"][j], f["location"][j],
