@@ -130,21 +130,31 @@ class Model:
     nonforward: np.ndarray  # blocks where a wait is released by a node issued after it
     rank: np.ndarray  # per node: a topological rank within its block (its pos where pos is one already)
     rounds: int = 0
+    # The clocks as knowledge() reads them, built on first use (``_padded``).
+    padded: tuple[np.ndarray, np.ndarray] | None = None
 
     def knowledge(self, prev: np.ndarray, issuer: np.ndarray, comp: np.ndarray) -> np.ndarray:
         """Column ``comp`` of the knowledge of accesses whose last node on their pipe is ``prev`` and whose issue
         followed PIPE_S node ``issuer`` (``-1`` = none)."""
+        table, column = self.padded or self._padded()
+        col = column[comp]
+        return np.maximum(table[prev, col], table[issuer, col])
+
+    def _padded(self) -> tuple[np.ndarray, np.ndarray]:
+        """The clocks with a last row and a last column of -1 (``-1`` indexes them: no node, a pipe without
+        nodes), so that knowledge() is two gathers and a maximum, with no mask; and a PIPE_S node's own pipe
+        known up to itself, as its issue publishes it. An access's last node on its pipe is never on PIPE_S (its
+        work runs on PIPE_S_CAL), so the row serves both."""
         nodes = self.nodes
-        out = np.full(prev.size, _NONE, dtype=np.int64)
-        has = prev >= 0
-        out[has] = nodes.clock(prev[has], comp[has])
-        has = issuer >= 0
-        via_s = np.full(prev.size, _NONE, dtype=np.int64)
-        via_s[has] = nodes.clock(issuer[has], comp[has])
-        # The issuer's own pipe (PIPE_S) is known up to the issuer itself.
-        on_s = has & (comp == _S)
-        via_s[on_s] = np.maximum(via_s[on_s], self.nodes.ordinal[issuer[on_s]])
-        return np.maximum(out, via_s)
+        n, width = nodes.K.shape
+        table = np.full((n + 1, width + 1), _NONE, dtype=np.int32)
+        table[:n, :width] = nodes.K
+        s_col = int(nodes.column[_S])
+        if s_col >= 0:
+            on_s = np.flatnonzero(nodes.pipe == _S)
+            table[on_s, s_col] = np.maximum(table[on_s, s_col], nodes.ordinal[on_s])
+        self.padded = table, np.where(nodes.column >= 0, nodes.column, width)
+        return self.padded
 
 
 def build(
