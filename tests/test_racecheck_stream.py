@@ -15,7 +15,7 @@ import pytest
 
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.detectors import racecheck
-from sanitizerd.detectors._happens_before import Nodes, barrier_members, build, make_nodes
+from sanitizerd.detectors._happens_before import BlockParts, barrier_members, block_edges, build, make_nodes
 from sanitizerd.detectors._race_pairs import _by_rank
 from sanitizerd.detectors.racecheck import Kernel, _stable_order
 from tests.detector_helpers import make_detector, run_kernel
@@ -128,20 +128,26 @@ def same_chain(chain: np.ndarray) -> np.ndarray:
     return chain[1:] == chain[:-1]
 
 
-def test_nodes_made_per_block_are_the_nodes_made_for_the_whole_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sync nodes made as blocks complete are field for field the ones made from the whole kernel at its end;
+def test_nodes_and_edges_made_per_block_are_those_made_for_the_whole_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync nodes made as blocks complete are field for field the ones made from the whole kernel at its end,
+    and so are the edges between them and the waits none releases;
     where a block's pipe_barrier(PIPE_ALL) was made with other member pipes than the kernel's (a pipe busy only in
     a later block), they are made again at the end."""
     outcomes = []
 
-    def compared(*args: object, made: Callable[[np.ndarray], Nodes | None], **kwargs: object) -> object:
-        kind, pipe, dst_pipe, _, _, _, _, block, _, _, _, seq, _, work_pipes, _ = args
+    def compared(*args: object, made: Callable[[np.ndarray], BlockParts | None], **kwargs: object) -> object:
+        kind, pipe, dst_pipe, event_id, _, _, _, block, _, _, _, seq, _, work_pipes, _ = args
         members = barrier_members(kind, pipe, dst_pipe, work_pipes)
-        streamed, whole = made(members), make_nodes(kind, pipe, dst_pipe, block, seq, members)
+        streamed = made(members)
+        whole = block_edges(make_nodes(kind, pipe, dst_pipe, block, seq, members), pipe, dst_pipe, event_id, members)
         outcomes.append(streamed is not None)
         if streamed is not None:
             for name in ("block", "pipe", "pos", "ordinal", "event", "local", "kind", "key", "chain"):
-                assert np.array_equal(getattr(streamed, name), getattr(whole, name)), name
+                assert np.array_equal(getattr(streamed.nodes, name), getattr(whole.nodes, name)), name
+            for mine, theirs in zip((*streamed.edges, *streamed.multi), (*whole.edges, *whole.multi), strict=True):
+                assert np.array_equal(mine[0], theirs[0]) and np.array_equal(mine[1], theirs[1])
+            for mine, theirs in zip(streamed.stuck, whole.stuck, strict=True):
+                assert np.array_equal(mine, theirs)
         return build(*args, made=made, **kwargs)
 
     monkeypatch.setattr(racecheck, "build", compared)

@@ -157,47 +157,24 @@ class Model:
         return self.padded
 
 
-def build(
-    kind: np.ndarray,
-    pipe: np.ndarray,
-    dst_pipe: np.ndarray,
-    event_id: np.ndarray,
-    mode: np.ndarray,
-    block_num: np.ndarray,
-    address: np.ndarray,
-    block: np.ndarray,
-    block_type: np.ndarray,
-    block_id: np.ndarray,
-    arrival: np.ndarray,
-    seq: np.ndarray,
-    present: set[tuple[int, int]],
-    work_pipes: np.ndarray,
-    n_blocks: int,
-    *,
-    cross_free: bool,
-    truncated: bool = False,
-    need: Callable[[int, str], None] = lambda nbytes, what: None,
-    made: Callable[[np.ndarray], Nodes | None] = lambda all_pipes: None,
-) -> Model:
-    """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
-    then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
-    its index in the order the client sent them; ``present`` the (block type, block id) pairs of the kernel.
-    ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
-    ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
-    taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on, ``n_blocks`` the
-    number of blocks of the kernel (some may have no sync event at all). ``need`` is told of the bytes the
-    cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse.
-    ``made`` gives the nodes already made (block by block, as blocks completed) if they were made with these
-    members of pipe_barrier(PIPE_ALL), or None."""
-    all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes)
-    nodes = made(all_pipes)
-    if nodes is None:
-        nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes)
+@dataclass(slots=True)
+class BlockParts:
+    """What a block's own sync events make: its nodes, and the edges between them (flag and buffer hand-overs,
+    PIPE_S's issue, pipe_barrier(PIPE_ALL)'s waits) and the waits none releases. Blocks' parts joined in block
+    order are the kernel's (``build``)."""
+
+    nodes: Nodes
+    edges: tuple[tuple[np.ndarray, np.ndarray], ...]  # flag hand-overs, buffer hand-overs, issue
+    multi: tuple[tuple[np.ndarray, np.ndarray], ...]  # pipe_barrier(PIPE_ALL): none, or one list
+    stuck: tuple[np.ndarray, ...]  # unreleased flag waits, unreleased buffer gets
+
+
+def block_edges(
+    nodes: Nodes, pipe: np.ndarray, dst_pipe: np.ndarray, event_id: np.ndarray, all_pipes: np.ndarray
+) -> BlockParts:
+    """The edges inside blocks (``pipe``, ``dst_pipe``, ``event_id``: of the sync events ``nodes.local`` indexes)."""
     node_kind = nodes.kind
     n = nodes.size
-    nodes.active = np.unique(nodes.pipe)
-    nodes.column[nodes.active] = np.arange(nodes.active.size)
-    nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
     edges: list[tuple[np.ndarray, np.ndarray]] = []
     multi: list[tuple[np.ndarray, np.ndarray]] = []
     stuck_nodes: list[np.ndarray] = []
@@ -239,6 +216,53 @@ def build(
     first_after[1:] = (issuer[1:] != issuer[:-1]) | (nodes.chain[1:] != nodes.chain[:-1])
     off_s = np.flatnonzero((nodes.pipe != _S) & (issuer >= 0) & first_after)
     edges.append((issuer[off_s], off_s))
+
+    return BlockParts(nodes, tuple(edges), tuple(multi), tuple(stuck_nodes))
+
+
+def build(
+    kind: np.ndarray,
+    pipe: np.ndarray,
+    dst_pipe: np.ndarray,
+    event_id: np.ndarray,
+    mode: np.ndarray,
+    block_num: np.ndarray,
+    address: np.ndarray,
+    block: np.ndarray,
+    block_type: np.ndarray,
+    block_id: np.ndarray,
+    arrival: np.ndarray,
+    seq: np.ndarray,
+    present: set[tuple[int, int]],
+    work_pipes: np.ndarray,
+    n_blocks: int,
+    *,
+    cross_free: bool,
+    truncated: bool = False,
+    need: Callable[[int, str], None] = lambda nbytes, what: None,
+    made: Callable[[np.ndarray], BlockParts | None] = lambda all_pipes: None,
+) -> Model:
+    """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
+    then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
+    its index in the order the client sent them; ``present`` the (block type, block id) pairs of the kernel.
+    ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
+    ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
+    taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on, ``n_blocks`` the
+    number of blocks of the kernel (some may have no sync event at all). ``need`` is told of the bytes the
+    cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse.
+    ``made`` gives the nodes and their edges already made (block by block, as blocks completed) if they were
+    made with these members of pipe_barrier(PIPE_ALL), or None."""
+    all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes)
+    parts = made(all_pipes)
+    nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes) if parts is None else parts.nodes
+    node_kind = nodes.kind
+    n = nodes.size
+    nodes.active = np.unique(nodes.pipe)
+    nodes.column[nodes.active] = np.arange(nodes.active.size)
+    nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
+    if parts is None:
+        parts = block_edges(nodes, pipe, dst_pipe, event_id, all_pipes)
+    edges, multi, stuck_nodes = list(parts.edges), list(parts.multi), list(parts.stuck)
 
     cross = np.flatnonzero(_IS_CROSS[node_kind])
     sources: dict[int, list[int]] = {}

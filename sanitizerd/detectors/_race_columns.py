@@ -14,7 +14,16 @@ import numpy as np
 
 from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
-from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, Nodes, barrier_members, make_nodes, scalar_to_cal
+from sanitizerd.detectors._happens_before import (
+    NPIPES,
+    POS_BITS,
+    BlockParts,
+    Nodes,
+    barrier_members,
+    block_edges,
+    make_nodes,
+    scalar_to_cal,
+)
 from sanitizerd.detectors._patterns import extents
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Pipe
 
@@ -94,6 +103,12 @@ class HeldColumns:
         self._nodes = _Table(_NODE_COLUMNS)
         self._blocks = 0
         self._members: set[bytes] = set()
+        # Their edges (``_happens_before.BlockParts``), node indices kernel-wide.
+        pair = {"src": np.dtype(np.int64), "dst": np.dtype(np.int64)}
+        self._edges = [_Table(pair) for _ in range(3)]  # flag hand-overs, buffer hand-overs, issue
+        self._multi = _Table(pair)
+        self._has_multi = False
+        self._stuck = [_Table({"node": np.dtype(np.int64)}) for _ in range(2)]
 
     @property
     def size(self) -> int:
@@ -177,23 +192,35 @@ class HeldColumns:
             self._members.add(members.tobytes())
         seq = lo + np.flatnonzero(is_sync)
         nodes = make_nodes(sync_kind, pipe, dst_pipe, blocks[is_sync], seq, members)
+        parts = block_edges(nodes, pipe, dst_pipe, syncs["event_id"][sync_lo:sync_hi], members)
+        first = self._nodes.size
         room = self._nodes.grow(nodes.size)
         for name in _NODE_COLUMNS:
             room[name][:] = getattr(nodes, name)
         room["local"] += sync_lo
+        for table, (src, dst) in zip(self._edges, parts.edges, strict=True):
+            _append_pair(table, src + first, dst + first)
+        for src, dst in parts.multi:
+            self._has_multi = True
+            _append_pair(self._multi, src + first, dst + first)
+        for table, stuck in zip(self._stuck, parts.stuck, strict=True):
+            table.grow(stuck.size)["node"][:] = stuck + first
 
-    def nodes(self, members: np.ndarray) -> Nodes | None:
-        """The nodes made block by block, if made with these members of pipe_barrier(PIPE_ALL) (the kernel's);
-        else None. Only once ``placed`` is true."""
+    def parts(self, members: np.ndarray) -> BlockParts | None:
+        """The nodes and edges made block by block, if made with these members of pipe_barrier(PIPE_ALL) (the
+        kernel's); else None. Only once ``placed`` is true."""
         if self._members - {members.astype(np.int64).tobytes()}:
             return None
         held = self._nodes.view()
         block, pipe, pos = held["block"].astype(np.int64), held["pipe"].astype(np.int64), held["pos"]
         chain = block * NPIPES + pipe
-        return Nodes(
+        nodes = Nodes(
             block=block, pipe=pipe, pos=pos, ordinal=held["ordinal"].astype(np.int64), event=pos >> 1,
             local=held["local"], kind=held["kind"], key=(chain << POS_BITS) + pos, chain=chain,
         )  # fmt: skip
+        edges = tuple(_pair(table) for table in self._edges)
+        multi = (_pair(self._multi),) if self._has_multi else ()
+        return BlockParts(nodes, edges, multi, tuple(table.view()["node"] for table in self._stuck))
 
     @property
     def events(self) -> Columns:
@@ -206,6 +233,16 @@ class HeldColumns:
     @property
     def syncs(self) -> Columns:
         return self._syncs.view()
+
+
+def _append_pair(table: _Table, src: np.ndarray, dst: np.ndarray) -> None:
+    room = table.grow(src.size)
+    room["src"][:], room["dst"][:] = src, dst
+
+
+def _pair(table: _Table) -> tuple[np.ndarray, np.ndarray]:
+    view = table.view()
+    return view["src"], view["dst"]
 
 
 def _gather(field: np.ndarray, mask: np.ndarray, every: bool, out: np.ndarray) -> None:

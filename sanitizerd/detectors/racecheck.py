@@ -250,7 +250,7 @@ class Kernel:
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
             present, np.unique(self.pipe), self.block_keys.size, cross_free=self.context.config.block_id >= 0,
             truncated=truncated, need=self.context.race_memory.need,
-            made=columns.nodes if self.placed_in_blocks else lambda members: None,
+            made=columns.parts if self.placed_in_blocks else lambda members: None,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m
