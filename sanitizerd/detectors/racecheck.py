@@ -219,10 +219,17 @@ class Kernel:
         self.placed_in_blocks = columns.placed()
         arrived = columns.events  # in arrival order
         self.is_sync = arrived["kind"] >= EventKind.SET_FLAG  # for a stuck wait's row among the sync events
-        self.block_keys, block = dense(arrived["block_key"].astype(np.int64))
         kind = arrived["kind"]
         self.order: np.ndarray | None = None  # block-sorted position -> arrival position; None: the same
-        if block.size > 1 and (block[1:] < block[:-1]).any():
+        if self.placed_in_blocks:  # blocks in key order, each whole: a block starts where the key changes
+            key = arrived["block_key"]
+            starts = np.ones(key.size, dtype=bool)
+            starts[1:] = key[1:] != key[:-1]
+            self.block_keys, block = key[starts].astype(np.int64), np.cumsum(starts) - 1
+            del key, starts
+        else:
+            self.block_keys, block = dense(arrived["block_key"].astype(np.int64))
+        if not self.placed_in_blocks and block.size > 1 and (block[1:] < block[:-1]).any():
             self.order = np.argsort(block, kind="stable")
             kind, block = kind[self.order], block[self.order]
         # else blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
@@ -372,9 +379,9 @@ class Kernel:
         then its place in its block's program (or topological) order."""
         model = self.model
         cross = np.full(self.mem.size, -1, dtype=np.int64)
+        lamport = np.append(model.lamport, -1)  # row -1 (no cross-block wait known) reads the -1 at the end
         for j in range(self.cross_rows.shape[1]):
-            r = self.cross_rows[:, j]
-            cross = np.maximum(cross, np.where(r >= 0, model.lamport[np.maximum(r, 0)], -1))
+            np.maximum(cross, lamport[self.cross_rows[:, j]], out=cross)
         if not model.nonforward.size:  # then the second key is the accesses' own order: a stable sort by the first
             return _stable_order(cross)
         within = 2 * self.mem
