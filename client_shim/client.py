@@ -27,6 +27,9 @@ from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 
 _STOP = object()
+# Sent frames kept for framing the next ones: a batch framed in a fresh bytearray of megabytes costs a page fault
+# per 4 KiB, more than the copy itself.
+SPARE_FRAMES = 4
 _BLOCK_KEYS = 3 << 16  # aiv, aic and aicore blocks, 16-bit ids
 
 
@@ -96,6 +99,7 @@ class Client:
         self._io = threading.Lock()  # one writer at a time on the socket, and no write while it is replaced
         self._generation = 0  # bumped by every resume: which socket a thread's failure was about
         self._log: list[bytes | bytearray] = []
+        self._spare: list[bytearray] = []  # sent frames no log keeps: the sender gives them back for reuse
         self._log_bytes = 0
         self.resumable = self.resume_buffer > 0
         self._sender = threading.Thread(target=self._send_loop, name="sanitizerd-send", daemon=True)
@@ -173,7 +177,8 @@ class Client:
             if frame is _STOP:
                 return
             with self._io:
-                if self.resumable:
+                kept = self.resumable
+                if kept:
                     self._remember(frame)  # type: ignore[arg-type]
                 try:
                     self._socket.sendall(frame)  # type: ignore[arg-type]
@@ -182,6 +187,9 @@ class Client:
                     if not (self.resumable and self._resume(self._generation, str(exc))):
                         self._fail(str(exc))
                         return
+                    continue
+            if not kept and len(self._spare) < SPARE_FRAMES:
+                self._spare.append(frame)  # type: ignore[arg-type]
 
     def _read_loop(self) -> None:
         while True:
@@ -217,7 +225,14 @@ class Client:
 
     def _enqueue(self, message: m.Message) -> None:
         """Frame and queue in caller order; blocks while the queue is full (backpressure)."""
-        frame = self._socket.frame(message)
+        self._put(self._frame(message))
+
+    def _frame(self, message: m.Message) -> bytearray:
+        # A frame the resume log may keep is framed fresh: the log counts frames' lengths, not a reused capacity.
+        into = self._spare.pop() if self._spare and not self.resumable else None
+        return self._socket.frame(message, into)
+
+    def _put(self, frame: bytearray) -> None:
         while True:
             if self._error:
                 raise ClientError(self._error)
@@ -271,6 +286,8 @@ class Client:
             raise TypeError(f"events must have EVENT_DTYPE, not {events.dtype}")
         with self._order:
             self._ensure_process()
+            if not self._pending and events.size >= self.batch_events and self._frame_whole(kernel, events):
+                return
             events = self._within_buffer(events)
             if self._pending_kernel not in (None, kernel):
                 self._flush_events()
@@ -285,17 +302,41 @@ class Client:
             if self._pending_events >= self.batch_events:
                 self._flush_events()
 
-    def _within_buffer(self, events: np.ndarray) -> np.ndarray:
-        """The events that still fit their block's record buffer; the rest are counted as lost."""
+    def _frame_whole(self, kernel: int, events: np.ndarray) -> bool:
+        """Queue a full batch as one frame if every event fits its block's buffer; False (nothing counted or queued)
+        if some do not. The batch is framed first and counted in the frame: the framing copy leaves the records
+        in cache for the count, where counting first reads the caller's megabytes from memory twice."""
+        events = np.ascontiguousarray(events)
+        frame = self._frame(m.Events(kernel=kernel, records=events.view(np.uint8).data))
+        # Records are the message's last field, so its last bytes; the view ends before the frame is queued (a
+        # bytearray with a view on it cannot be framed in again).
+        framed = np.frombuffer(frame, dtype=np.uint8, offset=len(frame) - events.nbytes).view(EVENT_DTYPE)
+        fits = self._fits(framed)
+        del framed
+        if fits:
+            self._put(frame)
+        return fits
+
+    def _fits(self, events: np.ndarray) -> bool:
+        """Whether every event fits its block's buffer; if so they are counted as held."""
         capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
         keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
-        # The common case in O(n), no sort: every block still has room after this batch.
         dense = np.bincount(keys)  # as long as the highest block key in the batch: short for vector blocks
-        if dense.size <= self._block_used.size:
-            total = self._block_used[: dense.size] + dense
-            if int(total.max()) <= capacity:
-                self._block_used[: dense.size] = total
-                return events
+        if dense.size > self._block_used.size:
+            return False
+        total = self._block_used[: dense.size] + dense
+        if int(total.max()) > capacity:
+            return False
+        self._block_used[: dense.size] = total
+        return True
+
+    def _within_buffer(self, events: np.ndarray) -> np.ndarray:
+        """The events that still fit their block's record buffer; the rest are counted as lost."""
+        # The common case in O(n), no sort: every block still has room after this batch.
+        if self._fits(events):
+            return events
+        capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
+        keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
         blocks, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
         used = np.array(
             [

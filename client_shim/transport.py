@@ -114,9 +114,10 @@ class FrameSocket:
         self.connection = Connection(Role.CLIENT)
         self._lock = threading.Lock()  # guards the Connection, which both directions update
 
-    def frame(self, message: m.Message) -> bytearray:
+    def frame(self, message: m.Message, into: bytearray | None = None) -> bytearray:
+        """The message framed (in ``into`` if given, reusing its memory)."""
         with self._lock:
-            return self.connection.send(message)
+            return self.connection.send(message, into)
 
     def send(self, message: m.Message) -> None:
         self.sendall(self.frame(message))
