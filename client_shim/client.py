@@ -15,9 +15,11 @@ import itertools
 import os
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +29,23 @@ from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 
 _STOP = object()
+# The message a batch frame's records follow: an empty bin (0xc4 0x00) made a bin 32 of the records' length.
+_EMPTY_BIN = b"\xc4\x00"
+_BIN32 = struct.Struct(">BI")
+_PREFIX = struct.Struct("<I")
 # Sent frames kept for framing the next ones: a batch framed in a fresh bytearray of megabytes costs a page fault
 # per 4 KiB, more than the copy itself.
 SPARE_FRAMES = 4
 _BLOCK_KEYS = 3 << 16  # aiv, aic and aicore blocks, 16-bit ids
+
+
+@dataclass(slots=True)
+class _Direct:
+    """A batch the sender writes from the caller's own array, then says so (``sent``); the caller waits for it."""
+
+    head: bytearray
+    records: memoryview
+    sent: threading.Event
 
 
 class Client:
@@ -176,6 +191,16 @@ class Client:
             frame = self._queue.get()
             if frame is _STOP:
                 return
+            if isinstance(frame, _Direct):
+                with self._io:  # never resumable: nothing keeps a log to replay
+                    try:
+                        self._socket.sendall_parts([frame.head, frame.records])
+                    except ClientError as exc:
+                        self._fail(str(exc))
+                        return
+                    finally:
+                        frame.sent.set()
+                continue
             with self._io:
                 kept = self.resumable
                 if kept:
@@ -232,7 +257,7 @@ class Client:
         into = self._spare.pop() if self._spare and not self.resumable else None
         return self._socket.frame(message, into)
 
-    def _put(self, frame: bytearray) -> None:
+    def _put(self, frame: bytearray | _Direct) -> None:
         while True:
             if self._error:
                 raise ClientError(self._error)
@@ -307,6 +332,11 @@ class Client:
         if some do not. The batch is framed first and counted in the frame: the framing copy leaves the records
         in cache for the count, where counting first reads the caller's megabytes from memory twice."""
         events = np.ascontiguousarray(events)
+        if not self.resumable:
+            if not self._fits(events):
+                return False
+            self._send_direct(kernel, events.view(np.uint8).data)
+            return True
         frame = self._frame(m.Events(kernel=kernel, records=events.view(np.uint8).data))
         # Records are the message's last field, so its last bytes; the view ends before the frame is queued (a
         # bytearray with a view on it cannot be framed in again).
@@ -316,6 +346,20 @@ class Client:
         if fits:
             self._put(frame)
         return fits
+
+    def _send_direct(self, kernel: int, records: memoryview) -> None:
+        """Send a batch with no copy of ours: the sender writes the frame's head and the records from the caller's
+        array, and this returns once the kernel has taken them (the caller may then reuse the array). Only once the
+        resume log is given up: a kept frame must own its bytes."""
+        head = self._socket.frame(m.Events(kernel=kernel, records=memoryview(b"")))
+        assert head[-2:] == _EMPTY_BIN  # records are the message's last field
+        head[-2:] = _BIN32.pack(0xC6, records.nbytes)
+        _PREFIX.pack_into(head, 0, len(head) - _PREFIX.size + records.nbytes)
+        direct = _Direct(head, records, threading.Event())
+        self._put(direct)
+        while not direct.sent.wait(0.5):
+            if self._error:
+                raise ClientError(self._error)
 
     def _fits(self, events: np.ndarray) -> bool:
         """Whether every event fits its block's buffer; if so they are counted as held."""

@@ -128,6 +128,19 @@ class FrameSocket:
         except OSError as exc:
             raise ClientError(f"lost the connection to sanitizerd: {exc}") from exc
 
+    def sendall_parts(self, parts: list[bytearray | memoryview]) -> None:
+        """Write the parts in order, as one frame, without joining them."""
+        views = [memoryview(part).cast("B") for part in parts]
+        try:
+            while views:
+                sent = self.sock.sendmsg(views)
+                while views and sent >= len(views[0]):
+                    sent -= len(views.pop(0))
+                if sent:
+                    views[0] = views[0][sent:]
+        except OSError as exc:
+            raise ClientError(f"lost the connection to sanitizerd: {exc}") from exc
+
     def receive(self) -> m.Message:
         """The next message from the daemon; ClientError on EOF or a protocol error."""
         while True:
