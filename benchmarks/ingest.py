@@ -105,7 +105,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pool", type=int, default=4, help="distinct prebuilt batches per client [4]")
     parser.add_argument("--start-method", choices=["spawn", "fork", "forkserver"], default="spawn")
     parser.add_argument("--raw-repeats", type=int, default=3, help="raw socket tests; the median is reported [3]")
-    parser.add_argument("--quick", action="store_true", help="a short run (about 20 s in all)")
+    parser.add_argument("--quick", action="store_true", help="12 s runs (about 40 s in all)")
     parser.add_argument("--keep-daemon-log", type=Path, default=None, help="copy the daemon's stderr here")
     parser.add_argument(
         "--tools", default="none,memcheck", help="runs, comma-separated; none: no detector [none,memcheck]"

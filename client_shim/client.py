@@ -328,9 +328,10 @@ class Client:
                 self._flush_events()
 
     def _frame_whole(self, kernel: int, events: np.ndarray) -> bool:
-        """Queue a full batch as one frame if every event fits its block's buffer; False (nothing counted or queued)
-        if some do not. The batch is framed first and counted in the frame: the framing copy leaves the records
-        in cache for the count, where counting first reads the caller's megabytes from memory twice."""
+        """Send a full batch as one frame if every event fits its block's buffer; False (nothing counted or sent)
+        if some do not. Once no resume log is kept the records go from the caller's array with no copy; before,
+        the batch is framed first and counted in the frame: the framing copy leaves the records in cache for the
+        count, where counting first reads the caller's megabytes from memory twice."""
         events = np.ascontiguousarray(events)
         if not self.resumable:
             if not self._fits(events):
