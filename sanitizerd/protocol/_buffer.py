@@ -67,6 +67,11 @@ class ReceiveBuffer:
         self._offset = 0
         self._target, self._filled = target, position
 
+    @property
+    def gathering(self) -> int:
+        """Bytes still to come for the piece being gathered (0: none is)."""
+        return 0 if self._target is None else len(self._target) - self._filled
+
     def get_buffer(self) -> memoryview:
         """Where the next received bytes go (never empty): fill a prefix of it, then call ``buffer_updated``."""
         if self._target is not None:

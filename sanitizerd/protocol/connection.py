@@ -117,6 +117,11 @@ class Connection:
             raise LocalProtocolError("data received after EOF", reason="unexpected_message")
         return self._buffer.get_buffer()
 
+    @property
+    def frame_rest(self) -> int:
+        """Bytes of the frame begun still to come, when they are read into its own array (0 otherwise)."""
+        return self._buffer.gathering
+
     def buffer_updated(self, n: int) -> None:
         """``n`` bytes (at least 1; EOF is ``receive_data(b"")``) were written into what ``get_buffer`` returned."""
         self._buffer.buffer_updated(n)
