@@ -200,6 +200,7 @@ class Client:
                         return
                     finally:
                         frame.sent.set()
+                    self._queue.task_done()
                 continue
             with self._io:
                 kept = self.resumable
@@ -212,7 +213,9 @@ class Client:
                     if not (self.resumable and self._resume(self._generation, str(exc))):
                         self._fail(str(exc))
                         return
+                    self._queue.task_done()
                     continue
+                self._queue.task_done()  # under _io: a caller that sees none unfinished may write itself
             if not kept and len(self._spare) < SPARE_FRAMES:
                 self._spare.append(frame)  # type: ignore[arg-type]
 
@@ -349,13 +352,23 @@ class Client:
         return fits
 
     def _send_direct(self, kernel: int, records: memoryview) -> None:
-        """Send a batch with no copy of ours: the sender writes the frame's head and the records from the caller's
-        array, and this returns once the kernel has taken them (the caller may then reuse the array). Only once the
-        resume log is given up: a kept frame must own its bytes."""
+        """Send a batch with no copy of ours: the frame's head and the records from the caller's array, written here
+        or, behind queued frames, by the sender; this returns once the kernel has taken them (the caller may then
+        reuse the array). Only once the resume log is given up: a kept frame must own its bytes."""
         head = self._socket.frame(m.Events(kernel=kernel, records=memoryview(b"")))
         assert head[-2:] == _EMPTY_BIN  # records are the message's last field
         head[-2:] = _BIN32.pack(0xC6, records.nbytes)
         _PREFIX.pack_into(head, 0, len(head) - _PREFIX.size + records.nbytes)
+        with self._io:
+            # Nothing queued or being written (callers hold _order, so none is queued meanwhile): write it here,
+            # without two thread switches.
+            if not self._queue.unfinished_tasks and not self._error:
+                try:
+                    self._socket.sendall_parts([head, records])
+                except ClientError as exc:
+                    self._fail(str(exc))
+                    raise
+                return
         direct = _Direct(head, records, threading.Event())
         self._put(direct)
         while not direct.sent.wait(0.5):
