@@ -2,13 +2,14 @@
 
 Two ways in. ``append`` takes bytes someone else read: a frame that one chunk holds is handed out as a view, with no
 copy at all; one that spans several chunks is joined once. ``get_buffer``/``buffer_updated`` (asyncio's
-BufferedProtocol shape) let the reader ``recv_into`` our memory instead: between frames into a reused scratch area,
+BufferedProtocol shape) let the reader ``recv_into`` our memory instead: between frames into the thread's scratch area,
 and once the framing layer knows a frame is longer than what has arrived (``gather``), straight into one array the
 size of that frame, so that a batch of megabytes reaches its final place with the kernel's copy and no other.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 import numpy as np
@@ -16,6 +17,15 @@ import numpy as np
 # One read between frames: several small frames at once, or the head of a large one (which is then copied once
 # into its gathered array, a few per cent of a batch frame).
 SCRATCH_SIZE = 1 << 18
+# The scratch area is the thread's, not the connection's: a thousand idle connections must not hold 256 KiB each.
+_per_thread = threading.local()
+
+
+def _scratch_area() -> memoryview:
+    area: memoryview | None = getattr(_per_thread, "area", None)
+    if area is None:
+        area = _per_thread.area = memoryview(bytearray(SCRATCH_SIZE))
+    return area
 
 
 class ReceiveBuffer:
@@ -73,11 +83,13 @@ class ReceiveBuffer:
         return 0 if self._target is None else len(self._target) - self._filled
 
     def get_buffer(self) -> memoryview:
-        """Where the next received bytes go (never empty): fill a prefix of it, then call ``buffer_updated``."""
+        """Where the next received bytes go (never empty): fill a prefix of it, then call ``buffer_updated``.
+
+        Between frames this is a scratch area that every buffer of the thread shares: fill it and report it
+        before any other buffer of the thread is asked for its memory (read, then report, with no wait between)."""
         if self._target is not None:
             return self._target[self._filled :]
-        if self._scratch is None:
-            self._scratch = memoryview(bytearray(SCRATCH_SIZE))
+        self._scratch = _scratch_area()
         return self._scratch
 
     def buffer_updated(self, n: int) -> None:
@@ -90,6 +102,7 @@ class ReceiveBuffer:
             assert self._scratch is not None
             self._chunks.append(bytes(self._scratch[:n]))
             self._size += n
+            self._scratch = None
 
     def _advance(self, n: int) -> None:
         self._filled += n

@@ -112,7 +112,9 @@ class Connection:
     def get_buffer(self) -> memoryview:
         """Writable memory (never empty) for the next received bytes; report how many with ``buffer_updated``.
 
-        While a frame is incomplete this is the rest of that frame's own array, so a read never goes past it."""
+        While a frame is incomplete this is the rest of that frame's own array, so a read never goes past it;
+        between frames it is a scratch area the thread's connections share, so report what was read into it
+        before another connection of the thread asks for its buffer (read, then report, with no wait between)."""
         if self._eof:
             raise LocalProtocolError("data received after EOF", reason="unexpected_message")
         return self._buffer.get_buffer()

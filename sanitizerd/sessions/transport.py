@@ -116,68 +116,51 @@ class MessageStream:
     async def _read(self) -> None:
         if self._socket is None:
             data = await self._waited(self._chunk)
-            n = len(data)
+            self.bytes_received += len(data)
             self.connection.receive_data(data)
+            self._account()
+            return
+        # The checkpoint comes before the read: a cancelled checkpoint loses nothing.
+        if self._unyielded >= YIELD_BYTES:
+            self._unyielded = 0
+            await anyio.lowlevel.checkpoint()
+        n = self._read_now()  # usually the bytes are waiting: no wait and no timer
+        if n is None:
+            n = await self._waited(self._read_when_readable)
+        # The rest of a frame begun, as far as its bytes are already waiting: no round through ``receive`` per read
+        # of a socket buffer (~200 KiB).
+        while n and self.connection.frame_rest and self._unyielded < YIELD_BYTES:
+            n = self._read_now()
+
+    def _read_now(self) -> int | None:
+        """Read into the connection's memory and report it there, with no wait between (the memory between frames
+        is shared by every connection); None if nothing is waiting, 0 at EOF. Each read is charged as it is made."""
+        assert self._socket is not None
+        try:
+            n = self._socket.recv_into(self.connection.get_buffer())
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise anyio.BrokenResourceError from exc  # as the stream's own receive says it
+        if n:
+            self.connection.buffer_updated(n)
         else:
-            n = await self._read_into(self.connection.get_buffer())
-            if n:
-                self.connection.buffer_updated(n)
-            else:
-                self.connection.receive_data(b"")
+            self.connection.receive_data(b"")
+        self._unyielded += n
         self.bytes_received += n
         self._account()
-        if n and self._socket is not None:
-            self._read_waiting()
-
-    def _read_waiting(self) -> None:
-        """The rest of a frame begun, as far as its bytes are already waiting: no round through ``receive`` per
-        read of a socket buffer (~200 KiB), and every read charged as it is made."""
-        assert self._socket is not None
-        connection = self.connection
-        while connection.frame_rest and self._unyielded < YIELD_BYTES:
-            try:
-                n = self._socket.recv_into(connection.get_buffer())
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
-            if not n:
-                return  # EOF: the next read says so
-            self._unyielded += n
-            connection.buffer_updated(n)
-            self.bytes_received += n
-            self._account()
+        return n
 
     def _waited(self, receive: Callable[[], Awaitable[T]]) -> Awaitable[T]:
         return self._rest_of_frame(receive) if self.connection.buffered else self._between_frames(receive)
 
-    async def _read_into(self, view: memoryview) -> int:
-        """Bytes read into ``view`` (0 at EOF). The checkpoint comes before the read: a cancelled read loses nothing."""
-        assert self._socket is not None
-        if self._unyielded >= YIELD_BYTES:
-            self._unyielded = 0
-            await anyio.lowlevel.checkpoint()
-        try:
-            n: int | None = self._socket.recv_into(view)
-        except BlockingIOError:
-            n = None
-        except OSError as exc:
-            raise anyio.BrokenResourceError from exc  # as the stream's own receive says it
-        if n is None:
-            n = await self._waited(lambda: self._recv_into(view))
-        self._unyielded += n
-        return n
-
-    async def _recv_into(self, view: memoryview) -> int:
+    async def _read_when_readable(self) -> int:
         assert self._socket is not None
         while True:
-            await anyio.wait_readable(self._socket)
-            try:
-                return self._socket.recv_into(view)
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
+            await anyio.wait_readable(self._socket)  # cancelled, it has read nothing
+            n = self._read_now()
+            if n is not None:
+                return n
 
     async def _rest_of_frame(self, receive: Callable[[], Awaitable[T]]) -> T:
         timeout = None if self.frame_timeout is None else max(self.frame_timeout - self._frame_read_time, 0.0)
