@@ -8,14 +8,27 @@ detector CPU per event with no I/O.
 
     .venv/bin/python benchmarks/detectors.py --quick
 
-Prints one JSON object last: events_per_s for each detector set measured.
+With ``--non-repeating``, memcheck alone on a stream whose GM addresses never repeat (issue 13): every access
+reads or writes bytes no earlier access touched, at 0.3 M, 1 M, 3 M and 9 M events, so that ownership and the
+heap lookups grow with the stream as they would on a kernel streaming through large buffers.
+
+    .venv/bin/python benchmarks/detectors.py --non-repeating
+    .venv/bin/python benchmarks/detectors.py --non-repeating --baseline /path/to/a/checkout/of/main
+
+``--baseline`` runs the same command with another checkout's sanitizerd, in fresh processes alternating with
+this tree's, and prints each figure beside its baseline, with the ratio. Prints one JSON object last:
+events_per_s for each detector set (or stream size) measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -65,26 +78,102 @@ def kernel_stream(tiles_per_block: int) -> np.ndarray:
     return events
 
 
-def measure(tools: list[str], events: np.ndarray, batch: int, total_bytes: int) -> float:
+def non_repeating_stream(n_events: int, layout: str) -> np.ndarray:
+    """``n_events`` GM accesses of one tile each, every one at bytes no other touches: each block reads a tile of
+    x and of y and writes a tile of z, blocks interleaved event by event. ``contiguous``: each block streams
+    through its own slice of the buffers (an AscendC kernel's blockIdx * blockLength); ``interleaved``: tiles
+    dealt to the blocks in turn, so each block owns every BLOCKS-th tile of z and ownership fragments."""
+    blocks32 = TILE_BYTES // 32
+    tile = np.concatenate(
+        [
+            accesses(EventKind.READ, Space.GM, GM_X, 32, block_num=blocks32, pipe=Pipe.MTE2),
+            accesses(EventKind.READ, Space.GM, GM_Y, 32, block_num=blocks32, pipe=Pipe.MTE2),
+            accesses(EventKind.WRITE, Space.GM, GM_Z, 32, block_num=blocks32, pipe=Pipe.MTE3),
+        ]
+    )
+    n_tiles = -(-n_events // tile.size)
+    tiles_per_block = -(-n_tiles // BLOCKS)
+    events = np.tile(tile, n_tiles)[:n_events]
+    tile_index = np.arange(n_events) // tile.size
+    block = tile_index % BLOCKS
+    if layout == "contiguous":
+        slot = tile_index // BLOCKS + block * tiles_per_block
+    else:
+        slot = tile_index
+    events["block_id"] = block
+    events["address"] += slot.astype(np.uint64) * TILE_BYTES
+    events["serial"] = np.arange(1, events.size + 1)
+    return events
+
+
+def measure_non_repeating(sizes: list[int], layout: str, batch: int, repeat: int) -> dict[str, int]:
+    """events/s per stream size, by the wall clock and by this process's CPU time (the machine is shared: CPU time
+    is the steadier of the two), best of ``repeat`` runs (more for streams under 3 M events, so that a short
+    stream's figure is not one moment of a shared machine); a small stream first, untimed, so that no size pays for
+    first calls."""
+    measure_both(["memcheck"], non_repeating_stream(4 * batch, layout), batch, 4 * batch * TILE_BYTES, stores=False)
+    rates: dict[str, int] = {}
+    for n in sizes:
+        events = non_repeating_stream(n, layout)
+        total_bytes = (-(-n // 3) + BLOCKS) * TILE_BYTES
+        wall, cpu = 0.0, 0.0
+        for _ in range(max(repeat, -(-3_000_000 // n))):  # small streams run until 3 M events were measured
+            w, c = measure_both(["memcheck"], events, batch, total_bytes, stores=False)
+            wall, cpu = max(wall, w), max(cpu, c)
+        print(f"memcheck, non-repeating ({layout}), {n / 1e6:g} M events: {wall / 1e6:.2f} M events/s on one core "
+              f"({cpu / 1e6:.2f} M/s of CPU time)")  # fmt: skip
+        rates[f"memcheck_non_repeating_{layout}_{n}_events_per_s"] = round(wall)
+        rates[f"memcheck_non_repeating_{layout}_{n}_cpu_events_per_s"] = round(cpu)
+    return rates
+
+
+def against_baseline(baseline: str, argv: list[str], rounds: int) -> None:
+    """The same measurement with the sanitizerd of ``baseline`` (a checkout's root) and of this tree, each in a
+    fresh process, alternating ``rounds`` times; the best of each side per figure, and their ratio."""
+    here = str(Path(__file__).resolve().parents[1])
+    best: dict[str, dict[str, int]] = {"baseline": {}, "this tree": {}}
+    for _ in range(rounds):
+        for side, root in (("baseline", baseline), ("this tree", here)):
+            env = {**os.environ, "PYTHONPATH": root}
+            out = subprocess.run([sys.executable, __file__, *argv], env=env, check=True, capture_output=True, text=True)
+            for key, value in json.loads(out.stdout.strip().splitlines()[-1]).items():
+                if key.endswith("_per_s"):
+                    best[side][key] = max(best[side].get(key, 0), value)
+    result: dict[str, object] = {"baseline": baseline}
+    for key, new in best["this tree"].items():
+        old = best["baseline"][key]
+        print(f"{key}: baseline {old / 1e6:.2f} M/s, this tree {new / 1e6:.2f} M/s, x{new / old:.2f}")
+        result[key] = {"baseline": old, "this_tree": new, "ratio": round(new / old, 2)}
+    print(json.dumps(result))
+
+
+def measure(tools: list[str], events: np.ndarray, batch: int, total_bytes: int, stores: bool = True) -> float:
+    return measure_both(tools, events, batch, total_bytes, stores)[0]
+
+
+def measure_both(
+    tools: list[str], events: np.ndarray, batch: int, total_bytes: int, stores: bool = True
+) -> tuple[float, float]:
+    """events/s through ``tools``: by the wall clock, and by this process's CPU time."""
     context = SessionContext(job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"),
                              config=Config(tools=tools))  # fmt: skip
     detectors = create_detectors(context)
     for detector in detectors:
         for address in (GM_X, GM_Y, GM_Z):
             detector.host_op(HostOp(op="malloc", address=address, size=total_bytes))
-        for address in (GM_X, GM_Y):
+        for address in (GM_X, GM_Y) if stores else ():
             detector.host_op(HostOp(op="store", address=address, size=total_bytes))
         detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=BLOCKS, kernel_type="aiv"))
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for lo in range(0, events.size, batch):
         chunk = events[lo : lo + batch]
         for detector in detectors:
             detector.check(chunk)
     findings = [f for detector in detectors for f in detector.kernel_end()]
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     if findings:
         raise SystemExit(f"the clean stream produced findings: {findings[:3]}")
-    return events.size / elapsed
+    return events.size / elapsed, events.size / max(cpu, 1e-9)
 
 
 def main() -> None:
@@ -92,7 +181,24 @@ def main() -> None:
     parser.add_argument("--tiles", type=int, default=20000, help="tiles per block")
     parser.add_argument("--batch-events", type=int, default=65536)
     parser.add_argument("--quick", action="store_true", help="fewer tiles (a few seconds)")
+    parser.add_argument("--non-repeating", action="store_true", help="memcheck on fresh addresses per event")
+    parser.add_argument("--layout", choices=("contiguous", "interleaved"), default="contiguous")
+    parser.add_argument("--sizes", default="0.3,1,3,9", help="stream sizes for --non-repeating, M events")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size (--non-repeating) or rounds (--baseline)")
+    parser.add_argument("--baseline", metavar="ROOT", help="also measure the sanitizerd of this checkout, alternating")
     args = parser.parse_args()
+    if args.baseline:
+        argv = sys.argv[1:]
+        at = argv.index("--baseline") if "--baseline" in argv else -1
+        argv = argv[:at] + argv[at + 2 :] if at >= 0 else [a for a in argv if not a.startswith("--baseline=")]
+        against_baseline(args.baseline, [*argv, "--repeat", "1"], args.repeat)
+        return
+    if args.non_repeating:
+        sizes = [round(float(m) * 1e6) for m in args.sizes.split(",")]
+        result = {"batch_events": args.batch_events, "layout": args.layout}
+        result.update(measure_non_repeating(sizes, args.layout, args.batch_events, args.repeat))
+        print(json.dumps(result))
+        return
     tiles = 4000 if args.quick else args.tiles
     events = kernel_stream(tiles)
     total_bytes = tiles * BLOCKS * TILE_BYTES
@@ -104,9 +210,10 @@ def main() -> None:
         ("memcheck+initcheck", ["memcheck", "initcheck"]),
         ("memcheck+initcheck+synccheck", ["memcheck", "initcheck", "synccheck"]),
     ):
-        rate = measure(tools, events, args.batch_events, total_bytes)
-        print(f"{name}: {rate / 1e6:.2f} M events/s on one core")
+        rate, cpu = measure_both(tools, events, args.batch_events, total_bytes)
+        print(f"{name}: {rate / 1e6:.2f} M events/s on one core ({cpu / 1e6:.2f} M/s of CPU time)")
         result[f"{name}_events_per_s"] = round(rate)
+        result[f"{name}_cpu_events_per_s"] = round(cpu)
     print(json.dumps(result))
 
 

@@ -15,6 +15,10 @@ benchmark checks that the daemon's verdicts account for every event sent.
 For scale, the same run measures the machine's raw Unix-socket throughput (one process writing 1 MiB buffers
 to another) and prints ``ratio`` = end-to-end event bytes/s / raw socket bytes/s.
 
+``--tools`` names the runs, one fresh daemon each, in one sitting: by default ``none`` (sessions with no
+detector: the ingest path alone, read, framed, decoded and counted) and then ``memcheck``. A run's tools are
+joined by ``+`` (``memcheck+initcheck``).
+
     .venv/bin/python benchmarks/ingest.py --quick
 
 The last line of output is one JSON object with every figure.
@@ -79,6 +83,7 @@ class ClientPlan:
     allocations: int
     allocation_bytes: int
     seed: int
+    tools: tuple[str, ...] = ("memcheck",)  # empty: a session with no detector
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -100,8 +105,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pool", type=int, default=4, help="distinct prebuilt batches per client [4]")
     parser.add_argument("--start-method", choices=["spawn", "fork", "forkserver"], default="spawn")
     parser.add_argument("--raw-repeats", type=int, default=3, help="raw socket tests; the median is reported [3]")
-    parser.add_argument("--quick", action="store_true", help="a short run (about 20 s in all)")
+    parser.add_argument("--quick", action="store_true", help="12 s runs (about 40 s in all)")
     parser.add_argument("--keep-daemon-log", type=Path, default=None, help="copy the daemon's stderr here")
+    parser.add_argument(
+        "--tools", default="none,memcheck", help="runs, comma-separated; none: no detector [none,memcheck]"
+    )
     args = parser.parse_args(argv)
     if args.seconds is None:
         args.seconds = 12.0 if args.quick else 30.0
@@ -186,7 +194,7 @@ def run_client(plan: ClientPlan, barrier: Barrier, results: Queue[dict[str, Any]
         client = Client(
             plan.socket_path,
             job=plan.job,
-            config=m.Config(tools=["memcheck"]),
+            config=m.Config(tools=list(plan.tools)),
             # Same size as our batches, so each ``events`` call becomes exactly one frame.
             batch_events=plan.batch_events,
             timeout=60.0,
@@ -379,26 +387,22 @@ def _collect(
     return collected
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
-    context = mp.get_context(args.start_method)
-    workdir = Path(tempfile.mkdtemp(prefix="sanitizerd-bench-"))
-    socket_path = workdir / "sanitizerd.sock"
-    job = f"bench-{os.getpid()}"
-    print(
-        f"machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
-        f"Python {platform.python_version()}, numpy {np.__version__}, {platform.platform()}"
-    )
+def _phases(spec: str) -> list[tuple[str, ...]]:
+    """``none,memcheck`` -> [(), ("memcheck",)]: one run per comma-separated item, its tools joined by ``+``."""
+    return [() if item.strip() == "none" else tuple(item.strip().split("+")) for item in spec.split(",")]
 
-    # The raw test runs first, with nothing else busy, so it reports what the machine can do.
-    # Single measurements swing by 2x on a small VM; the median of a few is a steadier yardstick.
-    raws = [raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk) for _ in range(args.raw_repeats)]
-    raw = float(np.median(raws))
-    print(
-        f"raw unix socket: {raw / 1e9:.2f} GB/s median of {', '.join(f'{r / 1e9:.2f}' for r in raws)} "
-        f"({args.raw_bytes / 2**30:.1f} GiB each, {args.raw_chunk} B writes)"
-    )
 
+def _label(tools: tuple[str, ...]) -> str:
+    return "+".join(tools) or "none"
+
+
+def run_phase(
+    args: argparse.Namespace, context: mp.context.BaseContext, workdir: Path, tools: tuple[str, ...], raw: float
+) -> dict[str, Any]:
+    """One timed run on a fresh daemon whose sessions check ``tools``; its figures, printed and returned."""
+    label = _label(tools)
+    socket_path = workdir / f"sanitizerd-{label}.sock"
+    job = f"bench-{os.getpid()}-{label}"
     if args.events is not None:
         # Whole kernels per client: round the target up so every client sends the same work.
         per_kernel = args.batch_events * args.batches_per_kernel
@@ -418,54 +422,50 @@ def main(argv: list[str] | None = None) -> int:
             allocations=4,
             allocation_bytes=32 * MiB,
             seed=1234 + i,
+            tools=tools,
         )
         for i in range(args.clients)
     ]
 
-    log_path = workdir / "daemon.log"
+    log_path = workdir / f"daemon-{label}.log"
     status = 0
-    try:
-        with open(log_path, "wb") as log:
-            daemon = start_daemon(args, socket_path, workdir / "state", log)
-            processes: list[mp.process.BaseProcess] = []
+    with open(log_path, "wb") as log:
+        daemon = start_daemon(args, socket_path, workdir / f"state-{label}", log)
+        processes: list[mp.process.BaseProcess] = []
+        try:
+            barrier = context.Barrier(args.clients + 1)
+            results: Queue[dict[str, Any]] = context.Queue()
+            processes = [context.Process(target=run_client, args=(p, barrier, results)) for p in plans]
+            for process in processes:
+                process.start()
             try:
-                barrier = context.Barrier(args.clients + 1)
-                results: Queue[dict[str, Any]] = context.Queue()
-                processes = [context.Process(target=run_client, args=(p, barrier, results)) for p in plans]
-                for process in processes:
-                    process.start()
-                try:
-                    barrier.wait(timeout=180)
-                except threading.BrokenBarrierError:
-                    # A client failed while setting up (it aborted the barrier): show why, then stop.
-                    with contextlib.suppress(queue.Empty):
-                        while True:
-                            report = results.get(timeout=2)
-                            print(f"client {report['index']} failed:\n{report.get('error')}", file=sys.stderr)
-                    raise RuntimeError("a client failed before the timed window") from None
-                t0 = time.monotonic()
-                daemon_cpu0 = _cpu_seconds(daemon.pid)
-                machine0 = _machine_cpu()
-                collected = _collect(results, processes, timeout=max(600, 20 * args.seconds))
-                wall_done = time.monotonic()
-                daemon_cpu = _cpu_seconds(daemon.pid) - daemon_cpu0
-                machine = {k: v - machine0[k] for k, v in _machine_cpu().items()}
-                failures = [r for r in collected if "error" in r]
-                if failures:
-                    for failure in failures:
-                        print(f"client {failure['index']} failed:\n{failure['error']}", file=sys.stderr)
-                    raise RuntimeError("a client failed")
-                session_events = _session_events(socket_path, job)
-            finally:
-                for process in processes:
-                    process.join(timeout=10)
-                    if process.is_alive():
-                        process.terminate()
-                daemon_status = stop_daemon(daemon)
-    except BaseException:
-        # Keep what the daemon said: it is the first thing to read when a run fails.
-        print(f"daemon log and state kept in {workdir}", file=sys.stderr)
-        raise
+                barrier.wait(timeout=180)
+            except threading.BrokenBarrierError:
+                # A client failed while setting up (it aborted the barrier): show why, then stop.
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        report = results.get(timeout=2)
+                        print(f"client {report['index']} failed:\n{report.get('error')}", file=sys.stderr)
+                raise RuntimeError("a client failed before the timed window") from None
+            t0 = time.monotonic()
+            daemon_cpu0 = _cpu_seconds(daemon.pid)
+            machine0 = _machine_cpu()
+            collected = _collect(results, processes, timeout=max(600, 20 * args.seconds))
+            wall_done = time.monotonic()
+            daemon_cpu = _cpu_seconds(daemon.pid) - daemon_cpu0
+            machine = {k: v - machine0[k] for k, v in _machine_cpu().items()}
+            failures = [r for r in collected if "error" in r]
+            if failures:
+                for failure in failures:
+                    print(f"client {failure['index']} failed:\n{failure['error']}", file=sys.stderr)
+                raise RuntimeError("a client failed")
+            session_events = _session_events(socket_path, job)
+        finally:
+            for process in processes:
+                process.join(timeout=10)
+                if process.is_alive():
+                    process.terminate()
+            daemon_status = stop_daemon(daemon)
 
     # The clock stops at the last client's own finish time, not when its report reached us.
     seconds = max(r["t1"] for r in collected) - t0
@@ -479,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     bytes_per_s = events * EVENT_BYTES / seconds
     cores = len(os.sched_getaffinity(0))
 
+    print(f"--- tools: {label}")
     print(
         f"daemon: --detector-threads {args.detector_threads or 'default'} "
         f"--queue-depth {args.queue_depth or 'default'}; exit status {daemon_status}"
@@ -527,25 +528,16 @@ def main(argv: list[str] | None = None) -> int:
         for line in log_path.read_text(errors="replace").splitlines()[-5:]:
             print(f"  daemon: {line[:300]}", file=sys.stderr)
     if args.keep_daemon_log:
-        shutil.copyfile(log_path, args.keep_daemon_log)
-    if status or findings:
-        print(f"daemon log and state kept in {workdir}", file=sys.stderr)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    summary = dict(
+        keep = args.keep_daemon_log
+        shutil.copyfile(log_path, keep.with_name(f"{keep.stem}-{label}{keep.suffix}"))
+    return dict(
+        tools=label,
         events_per_s=round(events_per_s),
         bytes_per_s=round(bytes_per_s),
-        raw_socket_bytes_per_s=round(raw),
         ratio=round(bytes_per_s / raw, 4),
-        clients=args.clients,
         events=events,
         seconds=round(seconds, 3),
-        batch_events=args.batch_events,
-        batches_per_kernel=args.batches_per_kernel,
         kernels=kernels_done,
-        detector_threads=args.detector_threads,
-        queue_depth=args.queue_depth,
         findings=findings,
         verified=status == 0,
         daemon_cpu_s=round(daemon_cpu, 2),
@@ -555,7 +547,56 @@ def main(argv: list[str] | None = None) -> int:
         steal_s=round(steal, 2),
         idle_s=round(machine.get("idle", float("nan")), 2),
         wall_collect_s=round(wall_done - t0, 3),
-        cores=cores,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    context = mp.get_context(args.start_method)
+    workdir = Path(tempfile.mkdtemp(prefix="sanitizerd-bench-"))
+    print(
+        f"machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
+        f"Python {platform.python_version()}, numpy {np.__version__}, {platform.platform()}"
+    )
+
+    # The raw test runs first, with nothing else busy, so it reports what the machine can do.
+    # Single measurements swing by 2x on a small VM; the median of a few is a steadier yardstick.
+    raws = [raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk) for _ in range(args.raw_repeats)]
+    raw = float(np.median(raws))
+    print(
+        f"raw unix socket: {raw / 1e9:.2f} GB/s median of {', '.join(f'{r / 1e9:.2f}' for r in raws)} "
+        f"({args.raw_bytes / 2**30:.1f} GiB each, {args.raw_chunk} B writes)"
+    )
+
+    runs: list[dict[str, Any]] = []
+    try:
+        for tools in _phases(args.tools):
+            runs.append(run_phase(args, context, workdir, tools, raw))
+    except BaseException:
+        # Keep what the daemon said: it is the first thing to read when a run fails.
+        print(f"daemon logs and state kept in {workdir}", file=sys.stderr)
+        raise
+    status = 0 if all(r["verified"] for r in runs) else 1
+    if status or any(r["findings"] for r in runs):
+        print(f"daemon logs and state kept in {workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print("--- summary (one sitting)")
+    print(f"raw unix socket: {raw / 1e9:.2f} GB/s ({raw / EVENT_BYTES / 1e6:.1f} M events/s of {EVENT_BYTES} B)")
+    for r in runs:
+        print(f"{r['tools']:>20}: {r['events_per_s'] / 1e6:6.2f} M events/s, ratio to raw socket {r['ratio']:.3f}")
+    # The headline figures are the last run's (memcheck by default), as before runs were named.
+    summary = dict(
+        runs[-1],
+        raw_socket_bytes_per_s=round(raw),
+        clients=args.clients,
+        batch_events=args.batch_events,
+        batches_per_kernel=args.batches_per_kernel,
+        detector_threads=args.detector_threads,
+        queue_depth=args.queue_depth,
+        by_tools={r["tools"]: r for r in runs},
+        cores=len(os.sched_getaffinity(0)),
         python=platform.python_version(),
         quick=args.quick,
     )

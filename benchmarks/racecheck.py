@@ -1,4 +1,4 @@
-"""racecheck throughput on one core, on an emulated 48-block kernel of 100 000 events per block.
+"""racecheck throughput on one core, and its verdict's latency after kernel_end, on emulated kernels.
 
 Every block runs AscendC's double-buffered add with a fused second vector op, tile after tile:
 
@@ -13,12 +13,18 @@ Every block runs AscendC's double-buffered add with a fused second vector op, ti
 with a SyncAll (pipe_barrier(PIPE_ALL), cross-core set and wait, mode 0) every 1 000 tiles. That is 12 memory
 and 8 sync events per tile (40 % sync events, about what AscendC's TQue hand-overs produce). The kernel is
 race-free, so the figure is the cost of proving it: the whole model and every candidate pair. Blocks arrive
-one after the other, as the emulator sends them; the detector is called directly in this one thread. The
-kernel is checked --repeat times, each by a fresh detector (this machine is shared and single runs vary by up
-to a factor of 2): the best and the median are reported.
+one after the other, as the emulator sends them; the detector is called directly in this one thread, in
+65 536-event batches. One run reports:
 
-    .venv/bin/python benchmarks/racecheck.py            # 48 blocks x 100 000 events
-    .venv/bin/python benchmarks/racecheck.py --quick    # 8 blocks x 20 000 events
+* events/s of the whole check (every batch and kernel_end) at 1 000, 5 600 and 20 000 iterations (tiles per
+  block) of an 8-block kernel (0.15 M, 0.85 M, 3.0 M events): the per-event cost should stay flat;
+* the latency from the kernel_end call to the verdict for the 2.4 M-event kernel (24 blocks x 5 263 tiles).
+
+Each kernel is checked --repeat times, each by a fresh detector (this machine is shared and single runs vary by
+up to a factor of 2): every wall time, the best and the median are reported.
+
+    .venv/bin/python benchmarks/racecheck.py
+    .venv/bin/python benchmarks/racecheck.py --quick    # 200 / 1 000 tiles; latency kernel 8 x 1 000 tiles
 
 Prints one JSON object last.
 """
@@ -123,44 +129,88 @@ def kernel_stream(blocks: int, events_per_block: int) -> np.ndarray:
     return np.concatenate([block_stream(b, events_per_block, b * stride) for b in range(blocks)])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--blocks", type=int, default=48)
-    parser.add_argument("--events-per-block", type=int, default=100_000)
-    parser.add_argument("--quick", action="store_true", help="8 blocks x 20 000 events")
-    parser.add_argument("--repeat", type=int, default=5, help="check the kernel this many times [5]")
-    args = parser.parse_args()
-    if args.quick:
-        args.blocks, args.events_per_block = 8, 20_000
-    stream = kernel_stream(args.blocks, args.events_per_block)
-    sync = int((stream["kind"] >= EventKind.SET_FLAG).sum())
-    context = SessionContext(
+def check(stream: np.ndarray, blocks: int) -> tuple[float, float, float, float, list]:
+    """One kernel launch through a fresh detector, as each launch gets one: (wall s, CPU s, kernel_end's wall s,
+    kernel_end's CPU s, findings)."""
+    detector = Racecheck(_context())
+    cpu, wall = time.process_time(), time.perf_counter()
+    detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=blocks, kernel_type="aiv"))
+    for lo in range(0, stream.size, BATCH):
+        detector.check(stream[lo : lo + BATCH])
+    end, end_cpu = time.perf_counter(), time.process_time()
+    findings = detector.kernel_end()
+    done, done_cpu = time.perf_counter(), time.process_time()
+    return done - wall, done_cpu - cpu, done - end, done_cpu - end_cpu, findings
+
+
+def _context() -> SessionContext:
+    return SessionContext(
         job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"), config=Config(tools=["racecheck"])
     )
-    walls, cpus = [], []
-    for _ in range(args.repeat):  # a fresh detector each time, as each kernel launch gets
-        detector = Racecheck(context)
-        cpu, wall = time.process_time(), time.perf_counter()
-        detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=args.blocks, kernel_type="aiv"))
-        for lo in range(0, stream.size, BATCH):
-            detector.check(stream[lo : lo + BATCH])
-        findings = detector.kernel_end()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    best, median = min(walls), statistics.median(walls)
+
+
+EVENTS_PER_TILE = tile_template(0)[0].size  # 19
+
+
+def iterations_stream(blocks: int, iterations: int) -> np.ndarray:
+    """The kernel with ``iterations`` tiles per block."""
+    return kernel_stream(blocks, iterations * EVENTS_PER_TILE)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--blocks", type=int, default=8, help="blocks of the iteration sweep's kernels [8]")
+    parser.add_argument(
+        "--iterations", default="1000,5600,20000", help="tiles per block of the sweep's kernels [1000,5600,20000]"
+    )
+    parser.add_argument("--latency-blocks", type=int, default=24, help="blocks of the latency kernel [24]")
+    parser.add_argument(
+        "--latency-iterations", type=int, default=5263, help="tiles per block of the latency kernel [5263: 2.40 M]"
+    )
+    parser.add_argument("--quick", action="store_true", help="sweep 200,1000 tiles; latency kernel 8 x 1 000")
+    parser.add_argument("--repeat", type=int, default=3, help="check each kernel this many times [3]")
+    args = parser.parse_args()
+    if args.quick:
+        args.iterations, args.latency_blocks, args.latency_iterations = "200,1000", 8, 1000
+    sweep = []
+    for iterations in (int(n) for n in args.iterations.split(",")):
+        stream = iterations_stream(args.blocks, iterations)
+        runs = [check(stream, args.blocks) for _ in range(args.repeat)]
+        walls = [r[0] for r in runs]
+        sweep.append(
+            {
+                "iterations": iterations,
+                "events": int(stream.size),
+                "findings": len(runs[-1][4]),
+                "wall_s": [round(w, 3) for w in walls],
+                "cpu_s": [round(r[1], 3) for r in runs],
+                "events_per_s_best": round(stream.size / min(walls)),
+                "events_per_s_median": round(stream.size / statistics.median(walls)),
+                "events_per_cpu_s_best": round(stream.size / min(r[1] for r in runs)),
+            }
+        )
+        del stream, runs
+    stream = iterations_stream(args.latency_blocks, args.latency_iterations)
+    runs = [check(stream, args.latency_blocks) for _ in range(args.repeat)]
+    ends = [r[2] for r in runs]
+    for finding in runs[-1][4][:5]:
+        print(finding.kind, [(a.pipe, a.op, a.serial, a.blocks) for a in finding.accesses], finding.detail)
     result = {
         "blocks": args.blocks,
-        "events": int(stream.size),
-        "sync_events": sync,
-        "findings": len(findings),
-        "wall_s": [round(w, 3) for w in walls],
-        "cpu_s": [round(c, 3) for c in cpus],
-        "events_per_s_best": round(stream.size / best),
-        "events_per_s_median": round(stream.size / median),
+        "sweep": sweep,
+        "latency": {
+            "blocks": args.latency_blocks,
+            "iterations": args.latency_iterations,
+            "events": int(stream.size),
+            "findings": len(runs[-1][4]),
+            "kernel_end_s": [round(e, 3) for e in ends],
+            "kernel_end_ms_best": round(1000 * min(ends)),
+            "kernel_end_ms_median": round(1000 * statistics.median(ends)),
+            "kernel_end_cpu_s": [round(r[3], 3) for r in runs],
+            "wall_s": [round(r[0], 3) for r in runs],
+        },
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
-    for finding in findings[:5]:
-        print(finding.kind, [(a.pipe, a.op, a.serial, a.blocks) for a in finding.accesses], finding.detail)
     print(json.dumps(result))
 
 

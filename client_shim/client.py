@@ -15,9 +15,11 @@ import itertools
 import os
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,23 @@ from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 
 _STOP = object()
+# The message a batch frame's records follow: an empty bin (0xc4 0x00) made a bin 32 of the records' length.
+_EMPTY_BIN = b"\xc4\x00"
+_BIN32 = struct.Struct(">BI")
+_PREFIX = struct.Struct("<I")
+# Sent frames kept for framing the next ones: a batch framed in a fresh bytearray of megabytes costs a page fault
+# per 4 KiB, more than the copy itself.
+SPARE_FRAMES = 4
 _BLOCK_KEYS = 3 << 16  # aiv, aic and aicore blocks, 16-bit ids
+
+
+@dataclass(slots=True)
+class _Direct:
+    """A batch the sender writes from the caller's own array, then says so (``sent``); the caller waits for it."""
+
+    head: bytearray
+    records: memoryview
+    sent: threading.Event
 
 
 class Client:
@@ -96,6 +114,7 @@ class Client:
         self._io = threading.Lock()  # one writer at a time on the socket, and no write while it is replaced
         self._generation = 0  # bumped by every resume: which socket a thread's failure was about
         self._log: list[bytes | bytearray] = []
+        self._spare: list[bytearray] = []  # sent frames no log keeps: the sender gives them back for reuse
         self._log_bytes = 0
         self.resumable = self.resume_buffer > 0
         self._sender = threading.Thread(target=self._send_loop, name="sanitizerd-send", daemon=True)
@@ -172,8 +191,20 @@ class Client:
             frame = self._queue.get()
             if frame is _STOP:
                 return
+            if isinstance(frame, _Direct):
+                with self._io:  # never resumable: nothing keeps a log to replay
+                    try:
+                        self._socket.sendall_parts([frame.head, frame.records])
+                    except ClientError as exc:
+                        self._fail(str(exc))
+                        return
+                    finally:
+                        frame.sent.set()
+                    self._queue.task_done()
+                continue
             with self._io:
-                if self.resumable:
+                kept = self.resumable
+                if kept:
                     self._remember(frame)  # type: ignore[arg-type]
                 try:
                     self._socket.sendall(frame)  # type: ignore[arg-type]
@@ -182,6 +213,11 @@ class Client:
                     if not (self.resumable and self._resume(self._generation, str(exc))):
                         self._fail(str(exc))
                         return
+                    self._queue.task_done()
+                    continue
+                self._queue.task_done()  # under _io: a caller that sees none unfinished may write itself
+            if not kept and len(self._spare) < SPARE_FRAMES:
+                self._spare.append(frame)  # type: ignore[arg-type]
 
     def _read_loop(self) -> None:
         while True:
@@ -217,7 +253,14 @@ class Client:
 
     def _enqueue(self, message: m.Message) -> None:
         """Frame and queue in caller order; blocks while the queue is full (backpressure)."""
-        frame = self._socket.frame(message)
+        self._put(self._frame(message))
+
+    def _frame(self, message: m.Message) -> bytearray:
+        # A frame the resume log may keep is framed fresh: the log counts frames' lengths, not a reused capacity.
+        into = self._spare.pop() if self._spare and not self.resumable else None
+        return self._socket.frame(message, into)
+
+    def _put(self, frame: bytearray | _Direct) -> None:
         while True:
             if self._error:
                 raise ClientError(self._error)
@@ -271,6 +314,8 @@ class Client:
             raise TypeError(f"events must have EVENT_DTYPE, not {events.dtype}")
         with self._order:
             self._ensure_process()
+            if not self._pending and events.size >= self.batch_events and self._frame_whole(kernel, events):
+                return
             events = self._within_buffer(events)
             if self._pending_kernel not in (None, kernel):
                 self._flush_events()
@@ -285,17 +330,71 @@ class Client:
             if self._pending_events >= self.batch_events:
                 self._flush_events()
 
-    def _within_buffer(self, events: np.ndarray) -> np.ndarray:
-        """The events that still fit their block's record buffer; the rest are counted as lost."""
+    def _frame_whole(self, kernel: int, events: np.ndarray) -> bool:
+        """Send a full batch as one frame if every event fits its block's buffer; False (nothing counted or sent)
+        if some do not. Once no resume log is kept the records go from the caller's array with no copy; before,
+        the batch is framed first and counted in the frame: the framing copy leaves the records in cache for the
+        count, where counting first reads the caller's megabytes from memory twice."""
+        events = np.ascontiguousarray(events)
+        if not self.resumable:
+            if not self._fits(events):
+                return False
+            self._send_direct(kernel, events.view(np.uint8).data)
+            return True
+        frame = self._frame(m.Events(kernel=kernel, records=events.view(np.uint8).data))
+        # Records are the message's last field, so its last bytes; the view ends before the frame is queued (a
+        # bytearray with a view on it cannot be framed in again).
+        framed = np.frombuffer(frame, dtype=np.uint8, offset=len(frame) - events.nbytes).view(EVENT_DTYPE)
+        fits = self._fits(framed)
+        del framed
+        if fits:
+            self._put(frame)
+        return fits
+
+    def _send_direct(self, kernel: int, records: memoryview) -> None:
+        """Send a batch with no copy of ours: the frame's head and the records from the caller's array, written here
+        or, behind queued frames, by the sender; this returns once the kernel has taken them (the caller may then
+        reuse the array). Only once the resume log is given up: a kept frame must own its bytes."""
+        head = self._socket.frame(m.Events(kernel=kernel, records=memoryview(b"")))
+        assert head[-2:] == _EMPTY_BIN  # records are the message's last field
+        head[-2:] = _BIN32.pack(0xC6, records.nbytes)
+        _PREFIX.pack_into(head, 0, len(head) - _PREFIX.size + records.nbytes)
+        with self._io:
+            # Nothing queued or being written (callers hold _order, so none is queued meanwhile): write it here,
+            # without two thread switches.
+            if not self._queue.unfinished_tasks and not self._error:
+                try:
+                    self._socket.sendall_parts([head, records])
+                except ClientError as exc:
+                    self._fail(str(exc))
+                    raise
+                return
+        direct = _Direct(head, records, threading.Event())
+        self._put(direct)
+        while not direct.sent.wait(0.5):
+            if self._error:
+                raise ClientError(self._error)
+
+    def _fits(self, events: np.ndarray) -> bool:
+        """Whether every event fits its block's buffer; if so they are counted as held."""
         capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
         keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
-        # The common case in O(n), no sort: every block still has room after this batch.
         dense = np.bincount(keys)  # as long as the highest block key in the batch: short for vector blocks
-        if dense.size <= self._block_used.size:
-            total = self._block_used[: dense.size] + dense
-            if int(total.max()) <= capacity:
-                self._block_used[: dense.size] = total
-                return events
+        if dense.size > self._block_used.size:
+            return False
+        total = self._block_used[: dense.size] + dense
+        if int(total.max()) > capacity:
+            return False
+        self._block_used[: dense.size] = total
+        return True
+
+    def _within_buffer(self, events: np.ndarray) -> np.ndarray:
+        """The events that still fit their block's record buffer; the rest are counted as lost."""
+        # The common case in O(n), no sort: every block still has room after this batch.
+        if self._fits(events):
+            return events
+        capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
+        keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
         blocks, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
         used = np.array(
             [

@@ -114,9 +114,10 @@ class FrameSocket:
         self.connection = Connection(Role.CLIENT)
         self._lock = threading.Lock()  # guards the Connection, which both directions update
 
-    def frame(self, message: m.Message) -> bytearray:
+    def frame(self, message: m.Message, into: bytearray | None = None) -> bytearray:
+        """The message framed (in ``into`` if given, reusing its memory)."""
         with self._lock:
-            return self.connection.send(message)
+            return self.connection.send(message, into)
 
     def send(self, message: m.Message) -> None:
         self.sendall(self.frame(message))
@@ -124,6 +125,19 @@ class FrameSocket:
     def sendall(self, data: bytes | bytearray | memoryview) -> None:
         try:
             self.sock.sendall(data)
+        except OSError as exc:
+            raise ClientError(f"lost the connection to sanitizerd: {exc}") from exc
+
+    def sendall_parts(self, parts: list[bytearray | memoryview]) -> None:
+        """Write the parts in order, as one frame, without joining them."""
+        views = [memoryview(part).cast("B") for part in parts]
+        try:
+            while views:
+                sent = self.sock.sendmsg(views)
+                while views and sent >= len(views[0]):
+                    sent -= len(views.pop(0))
+                if sent:
+                    views[0] = views[0][sent:]
         except OSError as exc:
             raise ClientError(f"lost the connection to sanitizerd: {exc}") from exc
 

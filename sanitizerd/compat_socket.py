@@ -110,7 +110,7 @@ class CompatStream(MessageStream):
     async def _read(self) -> None:
         await self._flush()  # the hooks may be blocked on it: before waiting for more of theirs
         begun = self.connection.in_packet  # type: ignore[attr-defined]
-        data = await (self._rest_of_frame() if begun else self._between_frames())
+        data = await (self._rest_of_frame(self._chunk) if begun else self._between_frames(self._chunk))
         self.bytes_received += len(data)
         self.connection.receive_data(data)
         self._account()

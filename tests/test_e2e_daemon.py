@@ -190,6 +190,24 @@ class TestBackpressure:
 
 
 class TestClientSafety:
+    def test_a_batch_sent_without_a_copy_is_on_the_wire_before_events_returns(self, daemon: RunningDaemon) -> None:
+        """Once no resume log is kept, full batches go to the socket from the caller's own array: ``events``
+        returns only after the kernel took them, so the caller may overwrite the array at once (here with
+        addresses nothing allocated, which memcheck would report)."""
+        with Client(daemon.socket, job="zero-copy", resume_buffer=0, batch_events=4096) as client:
+            assert not client.resumable
+            client.malloc(0x10000, 1 << 20)
+            kernel = client.kernel_begin("direct", 8)
+            valid = 0x10000 + 32 * np.arange(4096, dtype=np.uint64)
+            batch = accesses(EventKind.READ, Space.GM, valid, 32, block_id=3)
+            for _ in range(100):
+                client.events(kernel, batch)
+                batch["address"] = 0x7000_0000  # unallocated: had these been sent, they would be errors
+                batch["address"] = valid
+            client.kernel_end(kernel)
+            verdict = client.wait_kernel(kernel, timeout=60)
+        assert (verdict.events, verdict.errors, verdict.warnings) == (100 * 4096, 0, 0)
+
     def test_threads_share_one_client(self, daemon: RunningDaemon) -> None:
         """Several threads reporting through one client keep every message and its order per thread."""
         with Client(daemon.socket, job="threads") as client:

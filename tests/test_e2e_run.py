@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import DEMO, RunningDaemon, program_env, sanitizerd
 
 DEMO_ARGS = ("-t", "memcheck", "--leak-check", "yes", "--", sys.executable, str(DEMO))
@@ -238,20 +240,31 @@ class TestStomping:
 
 
 class TestCacheSize:
+    @pytest.mark.parametrize(
+        "send",
+        [
+            "c.events(k, big)",
+            # Full batches are framed before they are counted: the batch that overflows is counted again and cut.
+            "c.batch_events = 1000; c.events(k, big)",
+            "c.batch_events = 1000; c.events(k, big[:10000]); c.events(k, big[10000:])",
+        ],
+        ids=["coalesced", "one-full-batch", "overflow-in-the-second-batch"],
+    )
     def test_overflow_is_reported_and_the_result_marked_incomplete(
-        self, daemon: RunningDaemon, short_dir: Path
+        self, daemon: RunningDaemon, short_dir: Path, send: str
     ) -> None:
         """Records past a block's --cache-size buffer are lost as on the device, counted, and reported."""
         program = write_program(
             short_dir,
-            """
+            f"""
             import numpy as np
             import client_shim
             from client_shim import EventKind, Space, accesses
             c = client_shim.connect(device=0)
             c.malloc(0x1000, 1 << 20)
             k = c.kernel_begin("big", 4)
-            c.events(k, accesses(EventKind.READ, Space.GM, 0x1000 + 32 * np.arange(20000), 32, block_id=3))
+            big = accesses(EventKind.READ, Space.GM, 0x1000 + 32 * np.arange(20000), 32, block_id=3)
+            {send}
             c.events(k, accesses(EventKind.READ, Space.GM, 0x1000, 32, block_id=0))
             c.kernel_end(k)
             verdict = c.wait_kernel(k, timeout=30)

@@ -371,3 +371,53 @@ class TestPendingLevel:
         assert {b for a, e in pairs(s) for b in range(a, e)} == model
         assert all(a < e for a, e in pairs(s))
         assert all(e1 < a2 for (_, e1), (a2, _) in zip(pairs(s), pairs(s)[1:], strict=False))
+
+
+class TestAddDisjoint:
+    """Fresh ranges (a kernel claiming bytes nobody owns) inserted without lookups, into a set large enough to keep
+    them pending across batches: every query still sees them, and folding joins the ones that touch."""
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(
+        steps=st.lists(
+            st.tuples(
+                st.sampled_from(["fresh", "fresh", "add", "remove", "query"]),
+                st.lists(st.integers(0, 4999), min_size=1, max_size=400, unique=True),
+                st.integers(1, 5),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    def test_matches_a_byte_set(self, steps: list[tuple[str, list[int], int]]) -> None:
+        # 5000 ranges [10i, 10i + 5): past SMALL_SET, so fresh ranges stay pending until about sqrt(n * k).
+        s = IntervalSet(np.arange(5000, dtype=np.uint64) * 10, np.arange(5000, dtype=np.uint64) * 10 + 5)
+        model = {b for i in range(5000) for b in range(10 * i, 10 * i + 5)}
+        for op, slots, length in steps:
+            lo = np.array(sorted(10 * i + 5 for i in slots), dtype=np.uint64)
+            hi = lo + np.uint64(length)
+            if op == "fresh":
+                spans = zip(lo.tolist(), hi.tolist(), strict=True)
+                free = np.array([not any(b in model for b in range(a, e)) for a, e in spans], dtype=bool)
+                s.add_disjoint(lo[free], hi[free])  # touching held ranges (length 5), never sharing a byte
+                model |= {b for a, e in zip(lo[free].tolist(), hi[free].tolist(), strict=True) for b in range(a, e)}
+            elif op == "add":
+                s.add(lo, hi)
+                model |= {b for a, e in zip(lo.tolist(), hi.tolist(), strict=True) for b in range(a, e)}
+            elif op == "remove":
+                s.remove(int(lo[0]), int(hi[-1]))
+                model -= set(range(int(lo[0]), int(hi[-1])))
+            else:
+                want = [len(model & set(range(a, e))) for a, e in zip(lo.tolist(), hi.tolist(), strict=True)]
+                assert s.covered(lo, hi).tolist() == want
+                whole = [set(range(a, e)) <= model for a, e in zip(lo.tolist(), hi.tolist(), strict=True)]
+                assert s.contains(lo, hi).tolist() == whole
+            assert s.total == len(model)
+            # Every step ends with a lookup, so a later step queries what this one left pending.
+            edges = np.array([0, 25_000, 50_010], dtype=np.uint64)
+            assert s.covered(edges[:-1], edges[1:]).tolist() == [
+                len([b for b in model if b < 25_000]),
+                len([b for b in model if b >= 25_000]),
+            ]
+        assert {b for a, e in pairs(s) for b in range(a, e)} == model
+        assert all(e1 < a2 for (_, e1), (a2, _) in zip(pairs(s), pairs(s)[1:], strict=False))

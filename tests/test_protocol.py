@@ -957,6 +957,58 @@ class TestReceiveBuffer:
             assert len(buffer) == len(data) - len(taken)
         assert taken == data[: len(taken)]
 
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(
+        data=st.binary(max_size=600),
+        steps=st.lists(st.tuples(st.sampled_from(["append", "read", "gather", "take"]), st.integers(0, 300))),
+    )
+    def test_reads_into_its_memory_and_gathers_in_order(self, data: bytes, steps: list[tuple[str, int]]) -> None:
+        """Bytes appended, or read into ``get_buffer`` (the scratch area, or the rest of a gathered piece), come
+        out of ``take`` in order; a gathered piece is taken whole as one view, with no join."""
+        from sanitizerd.protocol._buffer import ReceiveBuffer
+
+        buffer = ReceiveBuffer()
+        fed = taken = 0
+        gathering = 0  # the size of a piece being gathered that the data ran out for
+        out = b""
+        for action, n in steps:
+            if action == "gather" and gathering:
+                n = gathering
+            if action == "append":
+                buffer.append(data[fed : fed + n])
+                fed = min(fed + n, len(data))
+            elif action == "read" and fed < len(data):
+                view = buffer.get_buffer()
+                assert len(view) > 0
+                k = min(n, len(view), len(data) - fed)
+                view[:k] = data[fed : fed + k]
+                buffer.buffer_updated(k)
+                fed += k
+            elif action == "gather" and len(buffer) < n:
+                buffer.gather(n)
+                rest = min(n - len(buffer), len(data) - fed)
+                while rest:  # read the rest of the piece as a socket would, in pieces
+                    view = buffer.get_buffer()
+                    k = min(len(view), rest, 7)
+                    view[:k] = data[fed : fed + k]
+                    buffer.buffer_updated(k)
+                    fed, rest = fed + k, rest - k
+                gathering = n if len(buffer) < n else 0
+                if len(buffer) == n:
+                    piece = buffer.take(n)
+                    assert isinstance(piece, memoryview) and piece.readonly
+                    out += bytes(piece)
+                    taken += n
+            elif action == "take":
+                n = min(n, len(buffer))
+                if n:
+                    gathering = 0  # taking from a piece not yet whole makes it an ordinary chunk
+                assert buffer.peek(min(n, 4)) == data[taken : taken + min(n, 4)]
+                out += bytes(buffer.take(n))
+                taken += n
+            assert len(buffer) == fed - taken
+        assert out == data[:taken]
+
 
 # --- hostile bodies and long strings (issue 10) -------------------------------------------------------------
 

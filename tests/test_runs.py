@@ -14,6 +14,7 @@ from sanitizerd.detectors._intervals import IntervalSet
 from sanitizerd.detectors._patterns import expand, extents
 from sanitizerd.detectors._runs import CHUNK, PairBudget, coverage, line_counts, piece_chunks, runs, runs_by_group
 from sanitizerd.protocol.messages import HostOp
+from sanitizerd.protocol.records import EVENT_DTYPE
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 U64 = np.uint64
@@ -239,3 +240,30 @@ class TestStateBounds:
         wide = accesses(EventKind.READ, Space.GM, 0x1000, 32, block_num=16, block_stride=2, serial=9)
         found = run_kernel(detector, np.concatenate((writes, wide)))
         assert [(f.kind, f.serial) for f in found] == [("internal_error", 9)]
+
+
+class TestExtents:
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(
+        rows=st.lists(
+            st.tuples(
+                st.integers(0, 2),
+                st.integers(0, 3),
+                st.sampled_from([0, 1, 2, 16, 65535]),
+                st.integers(0, 9),
+                st.sampled_from([0, 1, 32, 1 << 31]),
+            ),
+            min_size=1,
+            max_size=40,
+        )
+    )
+    def test_matches_the_pattern_formula(self, rows: list[tuple[int, int, int, int, int]]) -> None:
+        """extents (with its shortcut for batches of one-row accesses) is (last block's end - first block's
+        start) of the pattern: ((repeat-1) * repeat_stride + (block_num-1) * block_stride + 1) * block_size,
+        0 when repeat or block_num is 0."""
+        events = np.zeros(len(rows), dtype=EVENT_DTYPE)
+        for name, column in zip(("repeat", "block_stride", "block_num", "repeat_stride", "block_size"),
+                                zip(*rows, strict=True), strict=True):  # fmt: skip
+            events[name] = column
+        want = [0 if r == 0 or n == 0 else ((r - 1) * rs + (n - 1) * bs + 1) * size for r, bs, n, rs, size in rows]
+        assert extents(events).tolist() == want

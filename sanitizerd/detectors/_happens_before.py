@@ -130,61 +130,51 @@ class Model:
     nonforward: np.ndarray  # blocks where a wait is released by a node issued after it
     rank: np.ndarray  # per node: a topological rank within its block (its pos where pos is one already)
     rounds: int = 0
+    # The clocks as knowledge() reads them, built on first use (``_padded``).
+    padded: tuple[np.ndarray, np.ndarray] | None = None
 
     def knowledge(self, prev: np.ndarray, issuer: np.ndarray, comp: np.ndarray) -> np.ndarray:
         """Column ``comp`` of the knowledge of accesses whose last node on their pipe is ``prev`` and whose issue
         followed PIPE_S node ``issuer`` (``-1`` = none)."""
+        table, column = self.padded or self._padded()
+        col = column[comp]
+        return np.maximum(table[prev, col], table[issuer, col])
+
+    def _padded(self) -> tuple[np.ndarray, np.ndarray]:
+        """The clocks with a last row and a last column of -1 (``-1`` indexes them: no node, a pipe without
+        nodes), so that knowledge() is two gathers and a maximum, with no mask; and a PIPE_S node's own pipe
+        known up to itself, as its issue publishes it. An access's last node on its pipe is never on PIPE_S (its
+        work runs on PIPE_S_CAL), so the row serves both."""
         nodes = self.nodes
-        out = np.full(prev.size, _NONE, dtype=np.int64)
-        has = prev >= 0
-        out[has] = nodes.clock(prev[has], comp[has])
-        has = issuer >= 0
-        via_s = np.full(prev.size, _NONE, dtype=np.int64)
-        via_s[has] = nodes.clock(issuer[has], comp[has])
-        # The issuer's own pipe (PIPE_S) is known up to the issuer itself.
-        on_s = has & (comp == _S)
-        via_s[on_s] = np.maximum(via_s[on_s], self.nodes.ordinal[issuer[on_s]])
-        return np.maximum(out, via_s)
+        n, width = nodes.K.shape
+        table = np.full((n + 1, width + 1), _NONE, dtype=np.int32)
+        table[:n, :width] = nodes.K
+        s_col = int(nodes.column[_S])
+        if s_col >= 0:
+            on_s = np.flatnonzero(nodes.pipe == _S)
+            table[on_s, s_col] = np.maximum(table[on_s, s_col], nodes.ordinal[on_s])
+        self.padded = table, np.where(nodes.column >= 0, nodes.column, width)
+        return self.padded
 
 
-def build(
-    kind: np.ndarray,
-    pipe: np.ndarray,
-    dst_pipe: np.ndarray,
-    event_id: np.ndarray,
-    mode: np.ndarray,
-    block_num: np.ndarray,
-    address: np.ndarray,
-    block: np.ndarray,
-    block_type: np.ndarray,
-    block_id: np.ndarray,
-    arrival: np.ndarray,
-    seq: np.ndarray,
-    present: set[tuple[int, int]],
-    work_pipes: np.ndarray,
-    n_blocks: int,
-    *,
-    cross_free: bool,
-    truncated: bool = False,
-    need: Callable[[int, str], None] = lambda nbytes, what: None,
-) -> Model:
-    """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
-    then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
-    its index in the order the client sent them; ``present`` the (block type, block id) pairs of the kernel.
-    ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
-    ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
-    taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on, ``n_blocks`` the
-    number of blocks of the kernel (some may have no sync event at all). ``need`` is told of the bytes the
-    cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse."""
-    # pipe_barrier(PIPE_ALL) waits only on pipes that do something: the others have nothing to publish.
-    busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
-    all_pipes = _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
-    nodes = _make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes)
+@dataclass(slots=True)
+class BlockParts:
+    """What a block's own sync events make: its nodes, and the edges between them (flag and buffer hand-overs,
+    PIPE_S's issue, pipe_barrier(PIPE_ALL)'s waits) and the waits none releases. Blocks' parts joined in block
+    order are the kernel's (``build``)."""
+
+    nodes: Nodes
+    edges: tuple[tuple[np.ndarray, np.ndarray], ...]  # flag hand-overs, buffer hand-overs, issue
+    multi: tuple[tuple[np.ndarray, np.ndarray], ...]  # pipe_barrier(PIPE_ALL): none, or one list
+    stuck: tuple[np.ndarray, ...]  # unreleased flag waits, unreleased buffer gets
+
+
+def block_edges(
+    nodes: Nodes, pipe: np.ndarray, dst_pipe: np.ndarray, event_id: np.ndarray, all_pipes: np.ndarray
+) -> BlockParts:
+    """The edges inside blocks (``pipe``, ``dst_pipe``, ``event_id``: of the sync events ``nodes.local`` indexes)."""
     node_kind = nodes.kind
     n = nodes.size
-    nodes.active = np.unique(nodes.pipe)
-    nodes.column[nodes.active] = np.arange(nodes.active.size)
-    nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
     edges: list[tuple[np.ndarray, np.ndarray]] = []
     multi: list[tuple[np.ndarray, np.ndarray]] = []
     stuck_nodes: list[np.ndarray] = []
@@ -227,6 +217,53 @@ def build(
     off_s = np.flatnonzero((nodes.pipe != _S) & (issuer >= 0) & first_after)
     edges.append((issuer[off_s], off_s))
 
+    return BlockParts(nodes, tuple(edges), tuple(multi), tuple(stuck_nodes))
+
+
+def build(
+    kind: np.ndarray,
+    pipe: np.ndarray,
+    dst_pipe: np.ndarray,
+    event_id: np.ndarray,
+    mode: np.ndarray,
+    block_num: np.ndarray,
+    address: np.ndarray,
+    block: np.ndarray,
+    block_type: np.ndarray,
+    block_id: np.ndarray,
+    arrival: np.ndarray,
+    seq: np.ndarray,
+    present: set[tuple[int, int]],
+    work_pipes: np.ndarray,
+    n_blocks: int,
+    *,
+    cross_free: bool,
+    truncated: bool = False,
+    need: Callable[[int, str], None] = lambda nbytes, what: None,
+    made: Callable[[np.ndarray], BlockParts | None] = lambda all_pipes: None,
+) -> Model:
+    """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
+    then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
+    its index in the order the client sent them; ``present`` the (block type, block id) pairs of the kernel.
+    ``cross_free`` makes cross-block waits release themselves (when other blocks' events were filtered out by
+    ``--block-id``). ``truncated``: the kernel's later events were not kept, so a wait without its set is not
+    taken for a deadlock. ``work_pipes`` are the pipes the kernel's memory accesses ran on, ``n_blocks`` the
+    number of blocks of the kernel (some may have no sync event at all). ``need`` is told of the bytes the
+    cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse.
+    ``made`` gives the nodes and their edges already made (block by block, as blocks completed) if they were
+    made with these members of pipe_barrier(PIPE_ALL), or None."""
+    all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes)
+    parts = made(all_pipes)
+    nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes) if parts is None else parts.nodes
+    node_kind = nodes.kind
+    n = nodes.size
+    nodes.active = np.unique(nodes.pipe)
+    nodes.column[nodes.active] = np.arange(nodes.active.size)
+    nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
+    if parts is None:
+        parts = block_edges(nodes, pipe, dst_pipe, event_id, all_pipes)
+    edges, multi, stuck_nodes = list(parts.edges), list(parts.multi), list(parts.stuck)
+
     cross = np.flatnonzero(_IS_CROSS[node_kind])
     sources: dict[int, list[int]] = {}
     if cross.size:
@@ -266,7 +303,14 @@ def build(
     return model
 
 
-def _make_nodes(
+def barrier_members(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, work_pipes: np.ndarray) -> np.ndarray:
+    """The pipes pipe_barrier(PIPE_ALL) waits on: only those that do something (the others have nothing to
+    publish), given the sync events and the pipes the accesses ran on."""
+    busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
+    return _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
+
+
+def make_nodes(
     kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, block: np.ndarray, seq: np.ndarray, all_pipes: np.ndarray
 ) -> Nodes:
     """One node per sync instruction; pipe_barrier(PIPE_ALL) makes one per pipe plus PIPE_S's wait, a soft

@@ -45,13 +45,14 @@ class IntervalSet:
     few pending ranges kept disjoint from them. Pending ranges are folded in once there are more than about the
     square root of the main ranges, so an add costs O(sqrt(n)) amortised. ``starts``/``ends`` fold first."""
 
-    __slots__ = ("_cumulative", "_ends", "_pending_ends", "_pending_starts", "_starts")
+    __slots__ = ("_cumulative", "_ends", "_pending_cumulative", "_pending_ends", "_pending_starts", "_starts")
 
     def __init__(self, starts: np.ndarray | None = None, ends: np.ndarray | None = None) -> None:
         if starts is None or ends is None:
             starts = ends = np.empty(0, dtype=_U64)
         self._starts, self._ends = merge_ranges(np.asarray(starts), np.asarray(ends))
         self._pending_starts = self._pending_ends = np.empty(0, dtype=_U64)
+        self._pending_cumulative: np.ndarray | None = None
         self._refresh()
 
     def _refresh(self) -> None:
@@ -63,18 +64,9 @@ class IntervalSet:
         """Pending ranges into the main arrays: they are disjoint, so an insertion and a join of touching ends."""
         if not self._pending_starts.size:
             return
-        at = np.searchsorted(self._starts, self._pending_starts)
-        starts = np.insert(self._starts, at, self._pending_starts)
-        ends = np.insert(self._ends, at, self._pending_ends)
-        joins = np.flatnonzero(starts[1:] == ends[:-1])
-        if joins.size:
-            keep = np.ones(starts.size, dtype=bool)
-            keep[joins + 1] = False
-            run_end = np.ones(starts.size, dtype=bool)
-            run_end[joins] = False
-            starts, ends = starts[keep], ends[run_end]
-        self._starts, self._ends = starts, ends
+        self._starts, self._ends = _insert_disjoint(self._starts, self._ends, self._pending_starts, self._pending_ends)
         self._pending_starts = self._pending_ends = np.empty(0, dtype=_U64)
+        self._pending_cumulative = None
         self._refresh()
 
     @property
@@ -103,6 +95,7 @@ class IntervalSet:
             return
         if not new_starts.size:
             return
+        in_order = True  # new_starts/new_ends sorted and disjoint, as merge_ranges left them
         if self._starts.size:
             # Keep pending ranges disjoint from the main ones: take out what the main arrays hold already.
             overlaps = _covered_by(self._starts, self._ends, self._cumulative, new_starts, new_ends) > 0
@@ -112,9 +105,15 @@ class IntervalSet:
                 clipped = difference(new_starts[overlaps], new_ends[overlaps], self._starts[lo:hi], self._ends[lo:hi])
                 new_starts = np.concatenate((new_starts[~overlaps], clipped[0]))
                 new_ends = np.concatenate((new_ends[~overlaps], clipped[1]))
-        self._pending_starts, self._pending_ends = merge_ranges(
-            np.concatenate((self._pending_starts, new_starts)), np.concatenate((self._pending_ends, new_ends))
-        )
+                in_order = False
+        self._pending_cumulative = None
+        if in_order and not self._pending_starts.size:
+            # Already the pending level's form: no second merge (a copy, as the caller may reuse its arrays).
+            self._pending_starts, self._pending_ends = new_starts.copy(), new_ends.copy()
+        else:
+            self._pending_starts, self._pending_ends = merge_ranges(
+                np.concatenate((self._pending_starts, new_starts)), np.concatenate((self._pending_ends, new_ends))
+            )
         # A small set is folded at once (an insertion into a short array costs less than a second lookup per
         # query); a large one only once its pending level has grown to about sqrt(n) ranges.
         if self._starts.size < SMALL_SET or self._pending_starts.size > max(64, math.isqrt(self._starts.size)):
@@ -132,6 +131,24 @@ class IntervalSet:
         fresh = ~self.contains(starts, ends)
         if fresh.any():
             self.add(starts[fresh], ends[fresh])
+
+    def add_disjoint(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """``add`` for sorted, disjoint ranges that share no byte with the set (they may touch its ranges): a
+        kernel claiming fresh bytes. No lookup, and no sort: an insertion into the pending level, which is folded
+        once it holds about sqrt(n * k) ranges, k the ranges added, so that a set growing by thousands of
+        separate ranges a batch (blocks taking tiles in turn) is not rewritten whole every batch."""
+        if not starts.size:
+            return
+        if self._pending_starts.size:
+            self._pending_starts, self._pending_ends = _insert_disjoint(
+                self._pending_starts, self._pending_ends, starts, ends
+            )
+        else:
+            self._pending_starts, self._pending_ends = starts.astype(_U64), ends.astype(_U64)
+        self._pending_cumulative = None
+        limit = max(64, math.isqrt(self._starts.size * int(starts.size)))
+        if self._starts.size < SMALL_SET or self._pending_starts.size > limit:
+            self._fold()
 
     def remove(self, start: int, end: int) -> None:
         """Take ``[start, end)`` out of the set."""
@@ -168,9 +185,10 @@ class IntervalSet:
             return np.zeros(np.shape(lo), dtype=_U64)
         inside = _covered_by(self._starts, self._ends, self._cumulative, lo, hi)
         if self._pending_starts.size:
-            lengths = self._pending_ends - self._pending_starts
-            cumulative = np.concatenate(([0], np.cumsum(lengths, dtype=_U64))).astype(_U64)
-            inside = inside + _covered_by(self._pending_starts, self._pending_ends, cumulative, lo, hi)
+            if self._pending_cumulative is None:
+                lengths = self._pending_ends - self._pending_starts
+                self._pending_cumulative = np.concatenate(([0], np.cumsum(lengths, dtype=_U64))).astype(_U64)
+            inside = inside + _covered_by(self._pending_starts, self._pending_ends, self._pending_cumulative, lo, hi)
         return inside
 
     def contains(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -182,6 +200,24 @@ class IntervalSet:
             return (hi > lo) & (self.covered(lo, hi) == hi - lo)
         j = np.searchsorted(self._starts, lo, side="right").astype(np.intp) - 1
         return (j >= 0) & (hi <= self._ends[np.maximum(j, 0)])
+
+
+def _insert_disjoint(
+    starts: np.ndarray, ends: np.ndarray, new_starts: np.ndarray, new_ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint ranges with sorted ranges inserted that share no byte with them: an insertion and a join
+    of touching ends, linear in the ranges held."""
+    at = np.searchsorted(starts, new_starts)
+    starts = np.insert(starts, at, new_starts)
+    ends = np.insert(ends, at, new_ends)
+    joins = np.flatnonzero(starts[1:] == ends[:-1])
+    if joins.size:
+        keep = np.ones(starts.size, dtype=bool)
+        keep[joins + 1] = False
+        run_end = np.ones(starts.size, dtype=bool)
+        run_end[joins] = False
+        starts, ends = starts[keep], ends[run_end]
+    return starts, ends
 
 
 def _covered_by(

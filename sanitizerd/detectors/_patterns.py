@@ -17,20 +17,38 @@ _SATURATE = 1 << 62
 
 def extents(events: np.ndarray) -> np.ndarray:
     """Bytes from the first to one past the last byte each access touches; 0 for an empty access."""
-    repeat = events["repeat"].astype(_U64)
-    block_num = events["block_num"].astype(_U64)
-    block_size = events["block_size"].astype(_U64)
-    units = (np.maximum(repeat, 1) - 1) * events["repeat_stride"] + (np.maximum(block_num, 1) - 1) * events[
-        "block_stride"
-    ]
-    units += 1
+    repeat, block_num = events["repeat"], events["block_num"]
+    block_size = events["block_size"]
+    block_stride = events["block_stride"]
+    if events.size and int(repeat.max()) <= 1 and int(block_stride.max()) <= 1:
+        # One row each, of adjacent blocks (a DataCopy of a tile) or of one block repeated in place (stride 0, as
+        # sync events carry): block_num x block_size or block_size, which fit 48 bits; a repeat of 0 is empty.
+        if int(block_stride.min()) == 0:
+            block_num = np.where(block_stride == 0, np.minimum(block_num, 1), block_num)
+        ext = block_num.astype(_U64)
+        ext *= block_size
+        if int(repeat.min()) == 0:
+            ext[repeat == 0] = 0
+        return ext
+    # In place, from the 16-bit fields: this runs over every event of every batch.
+    units = np.maximum(repeat, 1).astype(_U64)
+    units -= _U64(1)
+    units *= events["repeat_stride"]
+    blocks = np.maximum(block_num, 1).astype(_U64)
+    blocks -= _U64(1)
+    blocks *= block_stride
+    units += blocks
+    units += _U64(1)
     if events.size and int(units.max()) * int(block_size.max()) >= _SATURATE:
         # Only hostile or corrupt records get here; saturate instead of wrapping round.
         span = np.minimum(units.astype(np.float64) * block_size, float(_SATURATE))
         ext = span.astype(_U64)
     else:
-        ext = units * block_size
-    ext[(repeat == 0) | (block_num == 0)] = 0
+        ext = units
+        ext *= block_size
+    empty = np.minimum(repeat, block_num) == 0
+    if empty.any():
+        ext[empty] = 0
     return ext
 
 
@@ -114,9 +132,13 @@ def ranges(
 
     if index is None:
         index = np.arange(events.size)
+    block_stride, repeat = field("block_stride"), field("repeat")
+    if not index.size or (int(block_stride.max()) <= 1 and int(repeat.max()) <= 1):
+        # Every access one row of adjacent blocks (the usual DataCopy of a tile): each is one range, its extent.
+        start = events["address"][index]
+        return index, start, ends(start, ext[index])
     block_size = field("block_size").astype(_U64)
-    block_num, block_stride = field("block_num"), field("block_stride")
-    repeat, repeat_stride = field("repeat"), field("repeat_stride")
+    block_num, repeat_stride = field("block_num"), field("repeat_stride")
     row_is_range = (block_num <= 1) | (block_stride <= 1)
     row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num * block_size)
     dense = row_is_range & ((repeat <= 1) | (repeat_stride * block_size <= row_length))

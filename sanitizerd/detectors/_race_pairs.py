@@ -357,7 +357,7 @@ def _segments(
     Tiled kernels reuse buffers whole: every two ranges are equal or disjoint. Then the ranges themselves are
     the segments, and one sort by (start, rank) is all it takes. Otherwise the ranges are cut at every
     boundary and each range counts once per segment it covers."""
-    by_rank = np.argsort(rank, kind="stable")
+    by_rank = _by_rank(rank)
     o = by_rank[np.argsort(lo[by_rank], kind="stable")]
     lo_s, hi_s = lo[o], hi[o]
     new = np.ones(o.size, dtype=bool)
@@ -380,6 +380,18 @@ def _segments(
     who = np.repeat(owner, count)
     by = np.argsort(seg * n + np.repeat(rank, count), kind="stable")
     return seg[by], who[by], bounds[:-1], bounds[1:]
+
+
+def _by_rank(rank: np.ndarray) -> np.ndarray:
+    """``np.argsort(rank, kind="stable")``; without a sort when the ranks are 0, 1, ... each once (every access one
+    range, as in tiled kernels), the common case."""
+    m = rank.size
+    if m and int(rank.min()) == 0 and int(rank.max()) == m - 1:
+        order = np.zeros(m, dtype=np.int64)
+        order[rank] = np.arange(m)
+        if np.array_equal(rank[order], np.arange(m)):  # every rank found where it was put: each is there once
+            return order
+    return np.argsort(rank, kind="stable")
 
 
 def dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -92,32 +92,47 @@ def line_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
     return np.where(scattered, np.minimum(rows, block_num), 1)
 
 
-def _shape(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per access, as ``_patterns.expand`` classifies it: whether each row is one range, a row's length in
-    bytes, and whether the whole access is one range."""
-    block_num = events["block_num"].astype(np.int64)
-    block_stride = events["block_stride"].astype(np.int64)
-    block_size = events["block_size"].astype(_U64)
+def _shape(events: np.ndarray, ext: np.ndarray, index: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Per access (of ``events[index]`` when given), as ``_patterns.expand`` classifies it: whether each row is one
+    range, a row's length in bytes, and whether the whole access is one range. Fields are gathered one by one:
+    numpy copies a structured selection field by field, several times slower."""
+
+    def field(name: str) -> np.ndarray:
+        return events[name] if index is None else events[name][index]
+
+    block_num = field("block_num").astype(np.int64)
+    block_stride = field("block_stride").astype(np.int64)
+    block_size = field("block_size").astype(_U64)
     row_is_range = (block_num <= 1) | (block_stride <= 1)
     row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num.astype(_U64) * block_size)
-    repeat_bytes = events["repeat_stride"].astype(_U64) * block_size
-    dense = (row_is_range & ((events["repeat"] <= 1) | (repeat_bytes <= row_length))) | (ext == 0)
+    repeat_bytes = field("repeat_stride").astype(_U64) * block_size
+    extent = ext if index is None else ext[index]
+    dense = (row_is_range & ((field("repeat") <= 1) | (repeat_bytes <= row_length))) | (extent == 0)
     return row_is_range, row_length, dense
 
 
-def piece_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
-    """Pieces each access lists (coinciding blocks counted each time): what ``_patterns.ranges`` would allocate."""
-    row_is_range, _, dense = _shape(events, ext)
-    repeat = events["repeat"].astype(np.int64)
-    return np.where(dense, 1, np.where(row_is_range, repeat, repeat * events["block_num"].astype(np.int64)))
+def piece_counts(events: np.ndarray, ext: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+    """Pieces each access (of ``events[index]`` when given) lists, coinciding blocks counted each time: what
+    ``_patterns.ranges`` would allocate."""
+    row_is_range, _, dense = _shape(events, ext, index)
+    repeat = (events["repeat"] if index is None else events["repeat"][index]).astype(np.int64)
+    block_num = (events["block_num"] if index is None else events["block_num"][index]).astype(np.int64)
+    return np.where(dense, 1, np.where(row_is_range, repeat, repeat * block_num))
 
 
 def lists_few_pieces(events: np.ndarray, ext: np.ndarray, index: np.ndarray, limit: int) -> bool:
     """Whether the accesses at ``index`` list at most ``limit`` pieces in all: the common case, where they are
     listed at once. An upper bound settles most batches without the exact count, whose field reads over every
-    record cost more than the check they guard."""
-    bound = piece_bounds(events, ext, index, exact_above=None)
-    return int(bound.sum()) <= limit or int(piece_counts(events[index], ext[index]).sum()) <= limit
+    record cost more than the check they guard: repeat x the blocks of a scattered row."""
+    if index.size > limit:
+        return False
+    # Only blocks of a scattered row (block_stride > 1) are pieces apart; a contiguous row is at most one piece
+    # (a DataCopy's 32-byte blocks of one tile are one piece, not 16).
+    repeat = np.maximum(events["repeat"][index], 1).astype(np.int64)
+    scattered = events["block_stride"][index] > 1
+    if scattered.any():
+        repeat[scattered] *= np.maximum(events["block_num"][index[scattered]], 1)
+    return int(repeat.sum()) <= limit or int(piece_counts(events, ext, index).sum()) <= limit
 
 
 def piece_bounds(events: np.ndarray, ext: np.ndarray, index: np.ndarray, *, exact_above: int | None) -> np.ndarray:
@@ -128,7 +143,7 @@ def piece_bounds(events: np.ndarray, ext: np.ndarray, index: np.ndarray, *, exac
     if exact_above is not None:
         wide = np.flatnonzero(bound > exact_above)
         if wide.size:
-            bound[wide] = piece_counts(events[index[wide]], ext[index[wide]])
+            bound[wide] = piece_counts(events, ext, index[wide])
     return bound
 
 

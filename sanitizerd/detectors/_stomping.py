@@ -57,12 +57,75 @@ def _per_event(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[
     return event[heads], address[heads], np.add.reduceat(size, heads)
 
 
-def _merge_per_block(keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each block's ranges merged, for all blocks at once: (block, start, stop), sorted by block then start."""
-    packed_lo = (keys << _OWNER_SHIFT) | np.minimum(start, _ADDRESS_MASK)
-    packed_hi = packed_lo + (np.minimum(stop, _ADDRESS_MASK) - np.minimum(start, _ADDRESS_MASK))
-    lo, hi = merge_ranges(packed_lo, packed_hi)  # blocks never merge: their keys differ in the top bits
-    return lo >> _OWNER_SHIFT, lo & _ADDRESS_MASK, (lo & _ADDRESS_MASK) + (hi - lo)
+def _piece_block_keys(events: np.ndarray, event: np.ndarray) -> np.ndarray:
+    """``_block_keys`` of the pieces' events, gathering only their rows."""
+    block_id = events["block_id"][event].astype(_U64)
+    types = events["block_type"]
+    lowest = int(types.min())
+    if lowest == int(types.max()):  # one block type in the batch, the common case: no gather
+        return block_id | _U64((lowest & 3) << 16)
+    return ((events["block_type"][event].astype(_U64) & _U64(3)) << _U64(16)) | block_id
+
+
+def _merge_by_block(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each block's ranges merged, for all blocks at once: (block key, start, stop), sorted by block then start.
+
+    The pieces are grouped by block with a stable sort of the keys alone (a radix sort when they fit 16 bits); a
+    kernel's blocks stream through their buffers in address order, so within a block they are then mostly in
+    order already, and one pass joins them. Only when they are not are they sorted by address too."""
+    narrow = block_keys.astype(np.uint16) if int(block_keys.max()) < 1 << 16 else block_keys
+    order = np.argsort(narrow, kind="stable")
+    keys, lo, hi = block_keys[order], start[order], stop[order]
+    if int(hi.max()) > _ADDRESS_MASK:  # pieces start below ADDRESS_LIMIT; only their ends can pass 2**49
+        lo, hi = np.minimum(lo, _ADDRESS_MASK), np.minimum(hi, _ADDRESS_MASK)
+    new_block = np.empty(keys.size, dtype=bool)
+    new_block[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=new_block[1:])
+    heads = keys[new_block]
+    if lo.size > 1 and bool(((lo[1:] >= hi[:-1]) | new_block[1:]).all()) and bool((hi > lo).all()):
+        # Each block's pieces in address order and apart, as a block streaming through its output writes them:
+        # a piece joins the one before only when it starts where that one ends, within the block.
+        joined = np.empty(lo.size, dtype=bool)
+        joined[0] = False
+        np.equal(lo[1:], hi[:-1], out=joined[1:])
+        joined[1:] &= ~new_block[1:]
+        first = np.flatnonzero(~joined)
+        last = np.empty_like(first)
+        last[:-1] = first[1:] - 1
+        last[-1] = lo.size - 1
+        return keys[first], lo[first], hi[last]
+    rank = np.cumsum(new_block, dtype=np.int64) - 1
+    if rank[-1] < 1 << 15:
+        rank, lo, hi = _merge_ranked(rank.astype(_U64), lo, hi)
+        return heads[rank], lo, hi
+    # More blocks than 15 bits hold (a hostile batch): 2**15 blocks at a time, at most 8 times.
+    group = rank >> 15
+    parts = [_merge_ranked((rank[group == g] & 0x7FFF).astype(_U64), lo[group == g], hi[group == g])
+             for g in range(int(group[-1]) + 1)]  # fmt: skip
+    ranks = np.concatenate([p[0].astype(np.int64) + (g << 15) for g, p in enumerate(parts)])
+    return heads[ranks], np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
+
+
+def _merge_ranked(rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Ranges grouped by ``rank`` (below 2**15, ascending), each group's merged: (rank, start, stop)."""
+    packed_lo = (rank << _OWNER_SHIFT) | lo
+    packed_hi = (rank << _OWNER_SHIFT) | hi
+    keep = hi > lo
+    if not keep.all():
+        packed_lo, packed_hi = packed_lo[keep], packed_hi[keep]
+    if packed_lo.size > 1 and (packed_lo[1:] < packed_lo[:-1]).any():
+        packed_lo, packed_hi = merge_ranges(packed_lo, packed_hi)
+    elif packed_lo.size:
+        # In order already: a range joins the one before when it starts at or before the reach so far (a rank
+        # change always starts past it, as the rank sits above every address bit).
+        reach = np.maximum.accumulate(packed_hi)
+        joined = np.empty(packed_lo.size, dtype=bool)
+        joined[0] = False
+        np.less_equal(packed_lo[1:], reach[:-1], out=joined[1:])
+        first = np.flatnonzero(~joined)
+        last = np.append(first[1:] - 1, packed_lo.size - 1)
+        packed_lo, packed_hi = packed_lo[first], reach[last]
+    return packed_lo >> _OWNER_SHIFT, packed_lo & _ADDRESS_MASK, packed_hi & _ADDRESS_MASK
 
 
 class StompTracker:
@@ -86,13 +149,16 @@ class StompTracker:
         if self.given_up:
             return _NONE
         shared = self._atomic_modes(events)
-        writes = live & (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM) & ~shared
+        writes = live & (events["kind"] == EventKind.WRITE)
+        writes &= events["space"] == Space.GM
+        if shared.any():
+            writes &= ~shared
         if not writes.any():
             return _NONE
         index = np.flatnonzero(writes)
         if lists_few_pieces(events, ext, index, CHUNK):  # the common case: list the pieces at once
             found = [self._check_pieces(events, *touching(legal, *ranges(events, ext, index)))]
-            self.given_up = len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES
+            self.given_up = self._past_bound()
             return _per_event(found)
         found = []
         for rows, group in runs_by_group(events, ext, index):
@@ -103,10 +169,17 @@ class StompTracker:
             group = self._not_owned_already(events, group, budget)
             for event, start, stop in piece_chunks(group):
                 found.append(self._check_pieces(events, *touching(legal, event, start, stop)))
-                if len(self.owned_by) + len(self.stomped) > MAX_TRACKED_RANGES:
+                if self._past_bound():
                     self.given_up = True
                     return _per_event(found)
         return _per_event(found)
+
+    def _past_bound(self) -> bool:
+        """Whether ownership holds more than MAX_TRACKED_RANGES separate ranges. ``len`` is an upper bound while
+        ranges are pending (they may touch held ones); past the bound the sets are folded and counted exactly."""
+        if len(self.owned_by) + len(self.stomped) <= MAX_TRACKED_RANGES:
+            return False
+        return self.owned_by.starts.size + self.stomped.starts.size > MAX_TRACKED_RANGES
 
     def _not_owned_already(self, events: np.ndarray, runs: Runs, budget: PairBudget) -> Runs:
         """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its
@@ -135,10 +208,13 @@ class StompTracker:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not event.size:
             return _NONE
-        block_keys = _block_keys(events)[event]
-        keys = self._owner_numbers(block_keys)
-        if self._claim_if_clean(keys, start, stop):
+        block_keys = _piece_block_keys(events, event)
+        merged = _merge_by_block(block_keys, start, stop)
+        if merged[0].size and self._claim_if_clean(*merged):
             return _NONE
+        if not merged[0].size:  # only empty pieces: nothing written
+            return _NONE
+        keys = self._owner_numbers(block_keys)
         # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers.
         _, first = np.unique(block_keys, return_index=True)
         found = [self._block_writes(owner, event[keys == owner], start[keys == owner], stop[keys == owner])
@@ -156,36 +232,54 @@ class StompTracker:
             numbers[i] = self._owners.setdefault(key, len(self._owners))
         return numbers[where.ravel()]
 
+    def _owned_by_me(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Bytes of each range its own block owns."""
+        return self.owned_by.covered((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
+
     def _foreign(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range that a block other than its own owns."""
-        mine = self.owned_by.covered((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
-        return self.owned.covered(lo, hi) - mine
+        owned = self.owned.covered(lo, hi)
+        if not owned.any():  # fresh bytes (a kernel streaming through its output): nobody's, so nobody else's
+            return owned
+        return owned - self.owned_by.covered((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
 
     def _claim(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         self.owned.add_new(lo, hi)
         self.owned_by.add_new((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
 
-    def _claim_if_clean(self, keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> bool:
-        """The common case, for the whole batch at once: no write touches stomped bytes or bytes another block
-        owns, and no two blocks' writes in the batch overlap. Then every block claims what it wrote."""
-        if len(self.owned_by):
-            # Rewrites of bytes the same block already owns, the steady state of most kernels, are settled by
-            # one lookup: nobody else can own them, and there is nothing to claim.
-            packed = (keys << _OWNER_SHIFT) | np.minimum(start, _ADDRESS_MASK)
-            new = ~self.owned_by.contains(packed, packed + (stop - start))
-            if not new.any():
-                return True
-            keys, start, stop = keys[new], start[new], stop[new]
-        block, lo, hi = _merge_per_block(keys, start, stop)
+    def _claim_if_clean(self, block_keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+        """The common case, for the whole batch at once, over its writes merged per block: no write touches
+        stomped bytes or bytes another block owns, and no two blocks' writes in the batch overlap. Then every block
+        claims what it wrote. Bytes a block rewrites of its own are neither foreign nor stomped, and claiming them
+        again changes nothing, so they need no lookup of their own."""
+        keys = self._owner_numbers(block_keys)
         if len(self.stomped) and self.stomped.covered(lo, hi).any():
             return False
-        if len(self.owned) and self._foreign(block, lo, hi).any():
-            return False
-        order = np.argsort(lo, kind="stable")
-        # Each block's ranges are disjoint, so an overlap in the sorted union is between two blocks.
-        if lo.size > 1 and (lo[order][1:] < np.maximum.accumulate(hi[order])[:-1]).any():
-            return False
-        self._claim(block, lo, hi)
+        fresh = True  # no byte owned yet: a kernel streaming through its output
+        if len(self.owned):
+            owned = self.owned.covered(lo, hi)
+            if owned.any():
+                fresh = False
+                if (owned - self._owned_by_me(keys, lo, hi)).any():
+                    return False
+        if block_keys[0] != block_keys[-1]:  # sorted by block: more than one block wrote
+            order = np.argsort(lo, kind="stable")
+            lo_sorted, hi_sorted = lo[order], hi[order]
+            # Each block's ranges are disjoint, so an overlap in the sorted union is between two blocks.
+            if (lo_sorted[1:] < np.maximum.accumulate(hi_sorted)[:-1]).any():
+                return False
+        else:
+            lo_sorted, hi_sorted = lo, hi
+        if not fresh:
+            self._claim(keys, lo, hi)
+            return True
+        # Fresh bytes, sorted and disjoint: inserted as they are, no lookup of what the sets hold.
+        self.owned.add_disjoint(lo_sorted, hi_sorted)
+        packed_lo, packed_hi = (keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi
+        if packed_lo.size > 1 and (packed_lo[1:] < packed_lo[:-1]).any():  # owners numbered out of block order
+            order = np.argsort(packed_lo)
+            packed_lo, packed_hi = packed_lo[order], packed_hi[order]
+        self.owned_by.add_disjoint(packed_lo, packed_hi)
         return True
 
     def _block_writes(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
+from sanitizerd.detectors._batches import BatchFields
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
@@ -90,9 +91,10 @@ class Memcheck:
         self.limits = self._chip_limits()  # the device summary may have named the chip after we were made
         self.sites = SiteLog()
 
-    def check(self, events: np.ndarray) -> None:
-        if not events.size:
+    def check(self, records: np.ndarray) -> None:
+        if not records.size:
             return
+        events: np.ndarray = BatchFields(records)  # type: ignore[assignment]
         ext = extents(events)
         lo = events["address"]
         hi = ends(lo, ext)
@@ -109,9 +111,14 @@ class Memcheck:
     def _check_alignment(self, events: np.ndarray, live: np.ndarray) -> None:
         space = events["space"]
         override = events["align"]
+        lowest = int(space.min())
+        if lowest == int(space.max()) and _ALIGN_BY_SPACE[lowest] == 1 and not override.any():
+            return  # one space without an alignment rule (a GM stream): nothing can be misaligned
         align = _ALIGN_BY_SPACE[space]
         if override.any():
             align = np.where(override > 0, _aligned_table(override), align)
+        if int(align.max()) == 1:
+            return  # only spaces without an alignment rule (a GM stream): nothing can be misaligned
         bad, first = first_misaligned(events, align)
         bad &= live
         if bad.any():
@@ -122,13 +129,18 @@ class Memcheck:
         self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, ext: np.ndarray, live: np.ndarray
     ) -> None:
         space = events["space"]
-        ok = hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit here is "none"
-        gm = (space == Space.GM) & live
+        gm = space == Space.GM
+        # None while every access is within bounds, so a GM stream inside its buffers costs a few reductions.
+        ok = None if gm.all() else hi <= self.limits[space]  # on-chip spaces start at 0; GM's limit here is "none"
+        gm &= live
         if gm.any():
             legal = self.heap.legal
             if not self._one_allocation_holds(legal, lo, hi, gm):
                 # One lookup over every row is cheaper than gathering the GM rows and scattering back.
-                ok &= ~gm | legal.contains(lo, hi)
+                in_heap = ~gm | legal.contains(lo, hi)
+                ok = in_heap if ok is None else ok & in_heap
+        if ok is None:
+            return
         bad = live & ~ok
         if not bad.any():
             return
@@ -197,8 +209,11 @@ class Memcheck:
         and two reductions settle that for the whole batch."""
         if not len(legal):
             return False
-        lowest = lo.min(where=gm, initial=np.iinfo(np.uint64).max)
-        highest = hi.max(where=gm, initial=0)
+        if gm.all():
+            lowest, highest = lo.min(), hi.max()
+        else:
+            lowest = lo.min(where=gm, initial=np.iinfo(np.uint64).max)
+            highest = hi.max(where=gm, initial=0)
         j = int(np.searchsorted(legal.starts, lowest, side="right")) - 1
         return j >= 0 and int(highest) <= int(legal.ends[j])
 

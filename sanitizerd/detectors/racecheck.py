@@ -24,9 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
-from sanitizerd.detectors._batches import Batches
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
-from sanitizerd.detectors._patterns import extents
+from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import OverBudget
@@ -39,9 +38,6 @@ _KEEP = np.zeros(256, dtype=bool)
 _KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
 _KEEP[EventKind.SET_FLAG : EventKind.CROSS_WAIT + 1] = True
 _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
-# What every access keeps in memory until the kernel's end; the rest is read back for the few that race.
-_ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
-                  "space", "flags", "serial")  # fmt: skip
 # What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
 # the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
@@ -61,6 +57,7 @@ class Racecheck:
         self.context = context
         self.kernel: KernelLaunch | None = None
         self.parts: list[np.ndarray] = []
+        self.columns = HeldColumns()  # what the check reads of the held events, gathered as they arrive
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
         self.asked = 0  # bytes the current launch asked of the budget
@@ -76,6 +73,7 @@ class Racecheck:
 
     def _reset(self) -> None:
         self.parts = []
+        self.columns = HeldColumns()
         self.held = self.dropped = self.refused = self.asked = 0
         self.context.race_memory.release()
 
@@ -103,16 +101,20 @@ class Racecheck:
             self.refused, self.asked = refused, asked
             return
         self.parts.append(_unpinned(kept))
+        self.columns.append(kept, mem)
         self.held += kept.size
 
     def kernel_end(self) -> list[Finding]:
-        parts, self.parts = self.parts, []
+        self.parts = []  # the check reads the columns only: the records go before its peak
+        columns, self.columns = self.columns, HeldColumns()
         launch, self.kernel = self.kernel, None
         dropped, refused, asked, limit = self.dropped, self.refused, self.asked, self.limit
         try:
-            events = Batches(parts)
             cut = Cut()
-            findings = Kernel(self, launch, events, truncated=dropped > 0, cut=cut).findings() if events.size else []
+            check = Kernel(self, launch, columns, truncated=dropped > 0, cut=cut) if columns.size else None
+            del columns  # the check holds what it needs of them
+            findings = check.findings() if check is not None else []
+            del check
             if cut.segments:  # the bound on pairs per segment cut: said, and counted as a cut like the others
                 findings.append(self._sites_cut(launch, cut))
         except OverBudget as exc:  # a part of the check quadratic in what the launch holds
@@ -198,32 +200,52 @@ class Kernel:
     """One kernel's check: the events sorted by block, the model, the accesses' place in it."""
 
     def __init__(
-        self, detector: Racecheck, launch: KernelLaunch | None, events: Batches, *, truncated: bool, cut: Cut
+        self,
+        detector: Racecheck,
+        launch: KernelLaunch | None,
+        columns: HeldColumns,
+        *,
+        truncated: bool,
+        cut: Cut,
     ) -> None:
         self.context = detector.context
         self.cut = cut
         self.distance = detector.distance
         self.launch = launch
-        self.events = events
         self.truncated = truncated
         # Memory held per event is what the host's budget is reserved by (BYTES_PER_HELD_EVENT): what is kept for
         # every access is what the check needs to its end, and per-event temporaries go as soon as they are used.
-        self.block_keys, block = dense((events.column("block_type").astype(np.int64) << 16) | events.column("block_id"))
-        kind = events.column("kind")
+        # Blocks that arrived one after the other had their accesses placed among their sync nodes as they completed.
+        self.placed_in_blocks = columns.placed()
+        arrived = columns.events  # in arrival order
+        self.is_sync = arrived["kind"] >= EventKind.SET_FLAG  # for a stuck wait's row among the sync events
+        kind = arrived["kind"]
         self.order: np.ndarray | None = None  # block-sorted position -> arrival position; None: the same
-        if block.size > 1 and (block[1:] < block[:-1]).any():
+        if self.placed_in_blocks:  # blocks in key order, each whole: a block starts where the key changes
+            key = arrived["block_key"]
+            starts = np.ones(key.size, dtype=bool)
+            starts[1:] = key[1:] != key[:-1]
+            self.block_keys, block = key[starts].astype(np.int64), np.cumsum(starts) - 1
+            del key, starts
+        else:
+            self.block_keys, block = dense(arrived["block_key"].astype(np.int64))
+        if not self.placed_in_blocks and block.size > 1 and (block[1:] < block[:-1]).any():
             self.order = np.argsort(block, kind="stable")
             kind, block = kind[self.order], block[self.order]
         # else blocks arrived one after the other, as the emulator and msSanitizer's per-block buffers send them
-        self.total = events.size
+        self.total = columns.size
+        self.syncs = columns.syncs  # in arrival order: read back for deadlocks
         sync = np.flatnonzero(kind >= EventKind.SET_FLAG)
         sync_arrival = self.arrival(sync)
-        s = events.take_fields(
-            ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id"), sync_arrival
-        )
+        s = columns.syncs
+        if self.order is not None:  # the columns' rows are in arrival order
+            s = s[rank_among(self.is_sync, sync_arrival)]
         mem = np.flatnonzero(kind <= EventKind.WRITE)
-        m = events.take_fields(_ACCESS_FIELDS, self.arrival(mem))
-        ext = extents(m)
+        m = columns.accesses
+        if self.order is not None:
+            m = m[rank_among(arrived["kind"] <= EventKind.WRITE, self.arrival(mem))]
+        del arrived
+        ext = m["ext"]
         keep = ext > 0
         if not keep.all():
             mem, ext = mem[keep], ext[keep]
@@ -235,6 +257,7 @@ class Kernel:
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
             present, np.unique(self.pipe), self.block_keys.size, cross_free=self.context.config.block_id >= 0,
             truncated=truncated, need=self.context.race_memory.need,
+            made=columns.parts if self.placed_in_blocks else lambda members: None,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m
@@ -257,6 +280,28 @@ class Kernel:
 
     # --- where each access sits in the model ---
     def _place_accesses(self) -> None:
+        if self.placed_in_blocks:
+            self._placed_in_blocks()
+        else:
+            self._search_places()
+        self.placed = self._placed()
+        self.cross_rows = self._cross_rows()
+
+    def _placed_in_blocks(self) -> None:
+        """The places counted per block as blocks completed (``_block_parts``): a count of nodes before the access
+        on a chain is an index among the chain's nodes."""
+        seg, issued, barriers, pipe_index = (self.access[name] for name in PLACED_FIELDS)
+        chains = np.arange(self.block_keys.size * NPIPES, dtype=np.int64)
+        first = np.searchsorted(self.model.nodes.key, chains << POS_BITS, side="left")
+        base = self.mblock * NPIPES
+        self.prev = np.where(seg > 0, first[base + self.pipe] + seg - 1, -1)
+        self.seg = seg.astype(np.int64)
+        self.issuer = np.where(issued > 0, first[base + _S] + issued - 1, -1)
+        # Counted within the block: only compared within one (block, pipe), as the searched ones are.
+        self.barrier_no, self.pipe_index = barriers, pipe_index
+
+    def _search_places(self) -> None:
+        """Each access's place found among all the kernel's nodes (blocks that arrived interleaved)."""
         model, mem = self.model, self.mem
         nodes = model.nodes
         chain = self.mblock * NPIPES + self.pipe
@@ -283,14 +328,10 @@ class Kernel:
             new = np.ones(on.size, dtype=np.int64)
             new[1:] = serial[1:] != serial[:-1]
             self.pipe_index[on] = np.cumsum(new)
-        self.placed = self._placed()
-        self.cross_rows = self._cross_rows()
 
     def field(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """Field ``name`` of accesses ``rows`` (fields kept for every access, or read back from the batches)."""
-        if name in self.access:
-            return self.access[name][rows]
-        return self.events.take(name, self.arrival(self.mem[rows]))
+        """Field ``name`` of accesses ``rows``."""
+        return self.access[name][rows]
 
     def know(self, rows: np.ndarray, comp: np.ndarray) -> np.ndarray:
         return self.model.knowledge(self.prev[rows], self.issuer[rows], comp)
@@ -338,17 +379,18 @@ class Kernel:
         then its place in its block's program (or topological) order."""
         model = self.model
         cross = np.full(self.mem.size, -1, dtype=np.int64)
+        lamport = np.append(model.lamport, -1)  # row -1 (no cross-block wait known) reads the -1 at the end
         for j in range(self.cross_rows.shape[1]):
-            r = self.cross_rows[:, j]
-            cross = np.maximum(cross, np.where(r >= 0, model.lamport[np.maximum(r, 0)], -1))
+            np.maximum(cross, lamport[self.cross_rows[:, j]], out=cross)
+        if not model.nonforward.size:  # then the second key is the accesses' own order: a stable sort by the first
+            return _stable_order(cross)
         within = 2 * self.mem
-        if model.nonforward.size:
-            odd = np.isin(self.mblock, model.nonforward)
-            anchor = np.maximum(
-                np.where(self.prev >= 0, model.rank[np.maximum(self.prev, 0)], -1),
-                np.where(self.issuer >= 0, model.rank[np.maximum(self.issuer, 0)], -1),
-            )
-            within[odd] = (anchor[odd] + 1) * (2 * self.total + 2) + 2 * self.mem[odd]
+        odd = np.isin(self.mblock, model.nonforward)
+        anchor = np.maximum(
+            np.where(self.prev >= 0, model.rank[np.maximum(self.prev, 0)], -1),
+            np.where(self.issuer >= 0, model.rank[np.maximum(self.issuer, 0)], -1),
+        )
+        within[odd] = (anchor[odd] + 1) * (2 * self.total + 2) + 2 * self.mem[odd]
         return np.lexsort((within, cross))
 
     # --- the check ---
@@ -537,7 +579,8 @@ class Kernel:
         blocked = int((~self.placed).sum()) + int(blocked_nodes(nodes, model.start).sum()) - len(model.stuck)
         names = ("pipe", "dst_pipe", "event_id", "location", "pc", "serial", "block_type", "block_id", "address")
         at = self.arrival(np.array([stuck.event for stuck in model.stuck]))
-        f = {name: self.events.take(name, at).tolist() for name in names}
+        rows = rank_among(self.is_sync, at)
+        f = {name: self.syncs[name][rows].tolist() for name in names}
         sites: dict[tuple, list[int]] = {}
         for j, stuck in enumerate(model.stuck):
             key = (int(nodes.kind[stuck.node]), f["pipe"][j], f["dst_pipe"][j], f["event_id"][j], f["location"][j],
@@ -567,6 +610,19 @@ class Kernel:
                 )
             )
         return findings
+
+
+def _stable_order(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values, kind="stable")`` for values from -1 up; a radix sort when they fit in 16 bits (a
+    Lamport clock over the cross-block waits: a few values for millions of accesses)."""
+    if not values.size:
+        return np.empty(0, dtype=np.int64)
+    low, high = int(values.min()), int(values.max())
+    if low == high:
+        return np.arange(values.size)
+    if low >= -1 and high < (1 << 16) - 1:
+        return np.argsort((values + 1).astype(np.uint16), kind="stable")
+    return np.argsort(values, kind="stable")
 
 
 def _small(values: np.ndarray) -> np.ndarray:

@@ -1,32 +1,126 @@
-"""Received bytes kept as the chunks they arrived in.
+"""Received bytes kept as the chunks they arrived in, or read straight into the frame they belong to.
 
-A frame that one chunk holds is handed out as a view, with no copy at all; one that spans several chunks is
-joined once. (A single growing bytearray costs a copy on append and another to cut each frame out.)
+Two ways in. ``append`` takes bytes someone else read: a frame that one chunk holds is handed out as a view, with no
+copy at all; one that spans several chunks is joined once. ``get_buffer``/``buffer_updated`` (asyncio's
+BufferedProtocol shape) let the reader ``recv_into`` our memory instead: between frames into the thread's scratch area,
+and once the framing layer knows a frame is longer than what has arrived (``gather``), straight into one array the
+size of that frame, so that a batch of megabytes reaches its final place with the kernel's copy and no other.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
+
+import numpy as np
+
+# One read between frames: several small frames at once, or the head of a large one (which is then copied once
+# into its gathered array, a few per cent of a batch frame).
+SCRATCH_SIZE = 1 << 18
+# The scratch area is the thread's, not the connection's: a thousand idle connections must not hold 256 KiB each.
+_per_thread = threading.local()
+
+
+def _scratch_area() -> memoryview:
+    area: memoryview | None = getattr(_per_thread, "area", None)
+    if area is None:
+        area = _per_thread.area = memoryview(bytearray(SCRATCH_SIZE))
+    return area
 
 
 class ReceiveBuffer:
-    __slots__ = ("_chunks", "_offset", "_size")
+    __slots__ = ("_chunks", "_filled", "_offset", "_scratch", "_size", "_target")
 
     def __init__(self) -> None:
-        self._chunks: deque[bytes] = deque()
+        self._chunks: deque[bytes | memoryview] = deque()
         self._offset = 0  # bytes of the first chunk already taken
         self._size = 0
+        # The piece being gathered: its first ``_filled`` bytes are here, the rest are still to come. While it is
+        # set, every buffered byte is in it (``_chunks`` is empty).
+        self._target: memoryview | None = None
+        self._filled = 0
+        self._scratch: memoryview | None = None
 
     def __len__(self) -> int:
         return self._size
 
-    def append(self, data: bytes) -> None:
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        if self._target is not None:
+            target, filled = self._target, self._filled
+            n = min(len(data), len(target) - filled)
+            target[filled : filled + n] = data[:n]
+            self._advance(n)
+            if n == len(data):
+                return
+            data = data[n:]
         # Views are handed out, so hold only immutable bytes.
         self._chunks.append(data if type(data) is bytes else bytes(data))
         self._size += len(data)
 
+    def gather(self, n: int) -> None:
+        """The first ``n`` bytes (more than are buffered) will be taken as one piece: collect them in one array,
+        the bytes still to come read straight into it. The array's pages become resident only as bytes arrive."""
+        if self._target is not None:
+            if len(self._target) != n:
+                raise ValueError(f"gathering {len(self._target)} bytes, not {n}")
+            return
+        if n <= self._size:
+            raise ValueError(f"{n} bytes are already buffered")
+        target = memoryview(np.empty(n, dtype=np.uint8))
+        position, offset = 0, self._offset
+        for chunk in self._chunks:
+            size = len(chunk) - offset
+            target[position : position + size] = chunk[offset:]
+            position += size
+            offset = 0
+        self._chunks.clear()
+        self._offset = 0
+        self._target, self._filled = target, position
+
+    @property
+    def gathering(self) -> int:
+        """Bytes still to come for the piece being gathered (0: none is)."""
+        return 0 if self._target is None else len(self._target) - self._filled
+
+    def get_buffer(self) -> memoryview:
+        """Where the next received bytes go (never empty): fill a prefix of it, then call ``buffer_updated``.
+
+        Between frames this is a scratch area that every buffer of the thread shares: fill it and report it
+        before any other buffer of the thread is asked for its memory (read, then report, with no wait between)."""
+        if self._target is not None:
+            return self._target[self._filled :]
+        self._scratch = _scratch_area()
+        return self._scratch
+
+    def buffer_updated(self, n: int) -> None:
+        """``n`` bytes were written at the start of what ``get_buffer`` returned."""
+        if self._target is not None:
+            if not 0 <= n <= len(self._target) - self._filled:
+                raise ValueError(f"{n} bytes do not fit the gathered piece")
+            self._advance(n)
+        elif n:
+            assert self._scratch is not None
+            self._chunks.append(bytes(self._scratch[:n]))
+            self._size += n
+            self._scratch = None
+
+    def _advance(self, n: int) -> None:
+        self._filled += n
+        self._size += n
+        if self._target is not None and self._filled == len(self._target):
+            self._chunks.append(self._target.toreadonly())
+            self._target, self._filled = None, 0
+
+    def _settle(self) -> None:
+        """Make a partly gathered piece an ordinary chunk again (taking from it was not foreseen)."""
+        if self._target is not None:
+            self._chunks.append(bytes(self._target[: self._filled]))
+            self._target, self._filled = None, 0
+
     def peek(self, n: int) -> bytes:
         """The first ``n`` bytes (``n`` small, at most what is buffered), left in place."""
+        if self._target is not None:
+            return bytes(self._target[:n])
         out = b""
         offset = self._offset
         for chunk in self._chunks:
@@ -40,6 +134,7 @@ class ReceiveBuffer:
         """Remove and return the first ``n`` bytes (at most what is buffered)."""
         if not n:
             return b""
+        self._settle()
         self._size -= n
         chunks = self._chunks
         first = chunks[0]

@@ -1,7 +1,9 @@
 """The sans-I/O connection: bytes in, typed messages out; messages in, bytes out. No sockets, clocks or threads.
 
-One class serves both ends. The I/O layer feeds whatever it read to ``receive_data`` (``b""`` at EOF), then
-calls ``next_event`` until it answers ``NEED_DATA``; it writes whatever ``send`` returns.
+One class serves both ends. The I/O layer feeds whatever it read to ``receive_data`` (``b""`` at EOF), or reads
+into ``get_buffer()`` and reports the count to ``buffer_updated`` (no copy of ours: a batch frame is read straight
+into the array it is decoded from), then calls ``next_event`` until it answers ``NEED_DATA``; it writes whatever
+``send`` returns.
 
 A frame is a u32 little-endian body length followed by a msgpack body. The length is checked against
 ``max_frame_size`` before the body is buffered, so a hostile prefix costs nothing (h11's DoS rule).
@@ -107,6 +109,25 @@ class Connection:
         else:
             self._eof = True
 
+    def get_buffer(self) -> memoryview:
+        """Writable memory (never empty) for the next received bytes; report how many with ``buffer_updated``.
+
+        While a frame is incomplete this is the rest of that frame's own array, so a read never goes past it;
+        between frames it is a scratch area the thread's connections share, so report what was read into it
+        before another connection of the thread asks for its buffer (read, then report, with no wait between)."""
+        if self._eof:
+            raise LocalProtocolError("data received after EOF", reason="unexpected_message")
+        return self._buffer.get_buffer()
+
+    @property
+    def frame_rest(self) -> int:
+        """Bytes of the frame begun still to come, when they are read into its own array (0 otherwise)."""
+        return self._buffer.gathering
+
+    def buffer_updated(self, n: int) -> None:
+        """``n`` bytes (at least 1; EOF is ``receive_data(b"")``) were written into what ``get_buffer`` returned."""
+        self._buffer.buffer_updated(n)
+
     def next_event(self) -> m.Message | _Sentinel:
         """The next complete message, ``NEED_DATA``, or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
         if self.state is State.ERROR:
@@ -146,6 +167,8 @@ class Connection:
                     f"peer closed after {len(buffer) - _PREFIX.size} of a {length}-byte frame",
                     reason="truncated",
                 )
+            # The length passed the limit: the rest of the frame is read into one array of its size.
+            buffer.gather(_PREFIX.size + length)
             return None
         buffer.take(_PREFIX.size)
         # A view of this frame's own chunk(s): zero-copy batches pin what this connection received for them,
@@ -164,13 +187,16 @@ class Connection:
 
     # --- sending -----------------------------------------------------------------------------------------------
 
-    def send(self, message: m.Message) -> bytearray:
-        """Frame a message for the wire; raises LocalProtocolError if it is not ours to send now."""
+    def send(self, message: m.Message, into: bytearray | None = None) -> bytearray:
+        """Frame a message for the wire; raises LocalProtocolError if it is not ours to send now.
+
+        ``into``: a bytearray to frame it in (and return), whose memory is reused: a sender that recycles its
+        frames of megabytes saves the page faults of fresh ones."""
         try:
             self._check(self.role, message)
         except RemoteProtocolError as exc:
             raise LocalProtocolError(str(exc), reason=exc.reason) from None
-        frame = self._frame(message)
+        frame = self._frame(message, into)
         self._advance(self.role, message)
         return frame
 
@@ -185,9 +211,10 @@ class Connection:
         self.state = State.ERROR
         self._buffer = ReceiveBuffer()
 
-    def _frame(self, message: m.Message) -> bytearray:
-        # Encode straight after a reserved prefix: a batch of several MiB is copied once, not twice.
-        frame = bytearray(_PREFIX.size)
+    def _frame(self, message: m.Message, into: bytearray | None = None) -> bytearray:
+        # Encode straight after a reserved prefix: a batch of several MiB is copied once, not twice. encode_into
+        # truncates the bytearray to the message but keeps its memory.
+        frame = bytearray(_PREFIX.size) if into is None else into
         self._encoder.encode_into(message, frame, _PREFIX.size)
         _PREFIX.pack_into(frame, 0, len(frame) - _PREFIX.size)
         return frame

@@ -1,0 +1,258 @@
+"""The columns racecheck's check reads, gathered from each batch as it arrives (issue 13).
+
+Reading a few fields of millions of held 56-byte records back at kernel_end cost about a sixth of the check,
+and all of it fell between the kernel's end and its verdict. Every field the check and its findings read is here,
+so the records themselves are let go when the check starts. Each kept batch is split once, when it arrives, into
+what every event, every access and every sync event contributes, appended to columns that grow by doubling, so
+that at kernel_end they are views, not copies. Untouched capacity is never faulted in, so what a column holds in
+memory is what was appended (and, while one doubles, the old copy).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.detectors._batches import Columns
+from sanitizerd.detectors._block_parts import place
+from sanitizerd.detectors._happens_before import (
+    NPIPES,
+    POS_BITS,
+    BlockParts,
+    Nodes,
+    barrier_members,
+    block_edges,
+    make_nodes,
+    scalar_to_cal,
+)
+from sanitizerd.detectors._patterns import extents
+from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Pipe
+
+_ALL = int(Pipe.ALL)
+
+# Every kept event: its block and its kind (which of the two tables below it is in, and the model's node kind).
+_EVENT_COLUMNS = {"block_key": np.dtype(np.uint32), "kind": np.dtype(np.uint8)}
+# What every access needs to its check's end: its pattern, pipe, space and order, and what names its site.
+ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
+                 "space", "flags", "serial", "pc", "location", "block_type")  # fmt: skip
+# Filled when the access's block is complete (``_block_parts``), while blocks arrive one after the other.
+PLACED_FIELDS = ("seg", "issued", "barriers", "pipe_index")
+_ACCESS_COLUMNS = {
+    **{name: EVENT_DTYPE[name] for name in ACCESS_FIELDS},
+    "ext": np.dtype(np.uint64),
+    **{name: np.dtype(np.int32) for name in PLACED_FIELDS},
+}
+# A node as held until the kernel's end, narrow (event, chain and key follow from these; ``Nodes`` has them wide).
+_NODE_COLUMNS = {
+    "block": np.dtype(np.int32),
+    "pipe": np.dtype(np.uint8),
+    "pos": np.dtype(np.int64),
+    "ordinal": np.dtype(np.int32),
+    "local": np.dtype(np.int64),
+    "kind": np.dtype(np.uint8),
+}
+# Every sync event: what the model needs, and what a deadlock finding names.
+SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id", "location",
+               "pc", "serial")  # fmt: skip
+_SYNC_COLUMNS = {name: EVENT_DTYPE[name] for name in SYNC_FIELDS}
+
+
+class _Table:
+    """Columns of one dtype each, appended to in place; capacity doubles, so each row is copied O(1) times."""
+
+    def __init__(self, dtypes: dict[str, np.dtype]) -> None:
+        self.dtypes = dtypes
+        self.size = 0
+        self.capacity = 0
+        self.columns: dict[str, np.ndarray] = {name: np.empty(0, dtype=dt) for name, dt in dtypes.items()}
+
+    def grow(self, n: int) -> Columns:
+        """Room for ``n`` more rows, counted as appended: views of it, per column, to fill."""
+        end = self.size + n
+        if end > self.capacity:
+            capacity = max(end, 2 * self.capacity, 4096)
+            for name, old in self.columns.items():
+                grown = np.empty(capacity, dtype=self.dtypes[name])
+                grown[: self.size] = old[: self.size]
+                self.columns[name] = grown
+            self.capacity = capacity
+        room = Columns({name: column[self.size : end] for name, column in self.columns.items()})
+        self.size = end
+        return room
+
+    def view(self) -> Columns:
+        return Columns({name: column[: self.size] for name, column in self.columns.items()})
+
+
+class HeldColumns:
+    """A kernel launch's kept events as racecheck's check reads them: per event in arrival order (``events``), per
+    access (``accesses``) and per sync event (``syncs``), each in arrival order among its own kind."""
+
+    def __init__(self) -> None:
+        self._events = _Table(_EVENT_COLUMNS)
+        self._accesses = _Table(_ACCESS_COLUMNS)
+        self._syncs = _Table(_SYNC_COLUMNS)
+        # Whether every block so far arrived whole and after the blocks of lower keys (as the emulator and
+        # msSanitizer's per-block buffers send them): then a block is complete once the next one starts, and its
+        # accesses are placed among its sync nodes then (``placed``). The events, accesses and sync events of the
+        # blocks placed so far.
+        self.in_order = True
+        self._placed = (0, 0, 0)
+        # The model's sync nodes of the complete blocks, made as they completed, and for each stretch of blocks
+        # made at once, the members of pipe_barrier(PIPE_ALL) it used if it had any such barrier (the kernel's
+        # are known only at its end; where they differ, the nodes are made again then).
+        self._nodes = _Table(_NODE_COLUMNS)
+        self._blocks = 0
+        self._members: set[bytes] = set()
+        # Their edges (``_happens_before.BlockParts``), node indices kernel-wide.
+        pair = {"src": np.dtype(np.int64), "dst": np.dtype(np.int64)}
+        self._edges = [_Table(pair) for _ in range(3)]  # flag hand-overs, buffer hand-overs, issue
+        self._multi = _Table(pair)
+        self._has_multi = False
+        self._stuck = [_Table({"node": np.dtype(np.int64)}) for _ in range(2)]
+
+    @property
+    def size(self) -> int:
+        return self._events.size
+
+    def append(self, kept: np.ndarray, access: np.ndarray) -> None:
+        """A kept batch (accesses and sync events only); ``access`` marks its accesses. Each field is gathered
+        straight from the records into its column (no copy of the selected records first)."""
+        previous = int(self._events.columns["block_key"][self._events.size - 1]) if self._events.size else -1
+        room = self._events.grow(kept.size)
+        room["kind"][:] = kept["kind"]
+        key = room["block_key"]
+        np.left_shift(kept["block_type"], 16, out=key, dtype=np.uint32)
+        key |= kept["block_id"]
+        if self.in_order:
+            self.in_order = int(key[0]) >= previous and bool((key[1:] >= key[:-1]).all())
+        n = int(np.count_nonzero(access))
+        if n:
+            room = self._accesses.grow(n)
+            for name in ACCESS_FIELDS:
+                _gather(kept[name], access, n == kept.size, room[name])
+            room["ext"][:] = extents(room)
+        if n < kept.size:
+            sync = ~access
+            room = self._syncs.grow(kept.size - n)
+            for name in SYNC_FIELDS:
+                _gather(kept[name], sync, False, room[name])
+        if self.in_order:
+            changes = np.flatnonzero(key[1:] != key[:-1])
+            if changes.size:  # the blocks before the last one to start are complete
+                self._place(self._events.size - kept.size + int(changes[-1]) + 1)
+            elif int(key[0]) != previous and previous >= 0:
+                self._place(self._events.size - kept.size)
+
+    def placed(self) -> bool:
+        """Places every access among its block's nodes (the last block is complete now); whether they could be
+        (blocks arrived one after the other): then ``accesses`` has PLACED_FIELDS."""
+        if self.in_order:
+            self._place(self._events.size)
+        return self.in_order
+
+    def _place(self, end: int) -> None:
+        """Place the accesses of the complete blocks among events [placed so far, ``end``)."""
+        lo, access_lo, sync_lo = self._placed
+        if end <= lo:
+            return
+        events = self._events.columns
+        kind = events["kind"][lo:end]
+        key = events["block_key"][lo:end]
+        start = np.ones(kind.size, dtype=bool)
+        start[1:] = key[1:] != key[:-1]
+        access_hi = access_lo + int(np.count_nonzero(kind <= 1))
+        sync_hi = sync_lo + (kind.size - (access_hi - access_lo))
+        accesses, syncs = self._accesses.columns, self._syncs.columns
+        placed = place(
+            kind, start, syncs["pipe"][sync_lo:sync_hi], syncs["dst_pipe"][sync_lo:sync_hi],
+            accesses["pipe"][access_lo:access_hi], accesses["serial"][access_lo:access_hi],
+        )  # fmt: skip
+        for name, values in zip(PLACED_FIELDS, placed, strict=True):
+            accesses[name][access_lo:access_hi] = values
+        self._make_nodes(lo, kind, start, access_lo, access_hi, sync_lo, sync_hi)
+        self._placed = (end, access_hi, sync_hi)
+
+    def _make_nodes(
+        self, lo: int, kind: np.ndarray, start: np.ndarray, access_lo: int, access_hi: int, sync_lo: int, sync_hi: int
+    ) -> None:
+        """The sync nodes of complete blocks (events from ``lo``, of kinds ``kind``; ``start`` marks where each
+        block starts), as ``_happens_before.make_nodes`` makes them for the whole kernel."""
+        blocks = np.cumsum(start) + (self._blocks - 1)
+        self._blocks += int(np.count_nonzero(start))
+        is_sync = kind >= EventKind.SET_FLAG
+        if not is_sync.any():
+            return
+        syncs, accesses = self._syncs.columns, self._accesses.columns
+        pipe = syncs["pipe"][sync_lo:sync_hi].astype(np.int64)
+        dst_pipe = syncs["dst_pipe"][sync_lo:sync_hi].astype(np.int64)
+        sync_kind = kind[is_sync]
+        work = accesses["pipe"][access_lo:access_hi][accesses["ext"][access_lo:access_hi] > 0]
+        members = barrier_members(sync_kind, pipe, dst_pipe, scalar_to_cal(np.unique(work).astype(np.int64)))
+        if ((sync_kind == EventKind.PIPE_BARRIER) & (pipe == _ALL)).any():
+            self._members.add(members.tobytes())
+        seq = lo + np.flatnonzero(is_sync)
+        nodes = make_nodes(sync_kind, pipe, dst_pipe, blocks[is_sync], seq, members)
+        parts = block_edges(nodes, pipe, dst_pipe, syncs["event_id"][sync_lo:sync_hi], members)
+        first = self._nodes.size
+        room = self._nodes.grow(nodes.size)
+        for name in _NODE_COLUMNS:
+            room[name][:] = getattr(nodes, name)
+        room["local"] += sync_lo
+        for table, (src, dst) in zip(self._edges, parts.edges, strict=True):
+            _append_pair(table, src + first, dst + first)
+        for src, dst in parts.multi:
+            self._has_multi = True
+            _append_pair(self._multi, src + first, dst + first)
+        for table, stuck in zip(self._stuck, parts.stuck, strict=True):
+            table.grow(stuck.size)["node"][:] = stuck + first
+
+    def parts(self, members: np.ndarray) -> BlockParts | None:
+        """The nodes and edges made block by block, if made with these members of pipe_barrier(PIPE_ALL) (the
+        kernel's); else None. Only once ``placed`` is true."""
+        if self._members - {members.astype(np.int64).tobytes()}:
+            return None
+        held = self._nodes.view()
+        block, pipe, pos = held["block"].astype(np.int64), held["pipe"].astype(np.int64), held["pos"]
+        chain = block * NPIPES + pipe
+        nodes = Nodes(
+            block=block, pipe=pipe, pos=pos, ordinal=held["ordinal"].astype(np.int64), event=pos >> 1,
+            local=held["local"], kind=held["kind"], key=(chain << POS_BITS) + pos, chain=chain,
+        )  # fmt: skip
+        edges = tuple(_pair(table) for table in self._edges)
+        multi = (_pair(self._multi),) if self._has_multi else ()
+        return BlockParts(nodes, edges, multi, tuple(table.view()["node"] for table in self._stuck))
+
+    @property
+    def events(self) -> Columns:
+        return self._events.view()
+
+    @property
+    def accesses(self) -> Columns:
+        return self._accesses.view()
+
+    @property
+    def syncs(self) -> Columns:
+        return self._syncs.view()
+
+
+def _append_pair(table: _Table, src: np.ndarray, dst: np.ndarray) -> None:
+    room = table.grow(src.size)
+    room["src"][:], room["dst"][:] = src, dst
+
+
+def _pair(table: _Table) -> tuple[np.ndarray, np.ndarray]:
+    view = table.view()
+    return view["src"], view["dst"]
+
+
+def _gather(field: np.ndarray, mask: np.ndarray, every: bool, out: np.ndarray) -> None:
+    if every:
+        out[:] = field
+    else:
+        np.compress(mask, field, out=out)
+
+
+def rank_among(kind_is: np.ndarray, arrival: np.ndarray) -> np.ndarray:
+    """Rows (in a table of one kind, arrival order) of the events at arrival positions ``arrival``, all of that
+    kind; ``kind_is`` marks, per event in arrival order, whether it is of that kind."""
+    return (np.cumsum(kind_is) - 1)[arrival]
