@@ -53,11 +53,16 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
     waits = 0
     listens = 0  # msSanitizer-form sockets this connection holds (each until it ends)
 
+    written = anyio.Event()  # the writer has sent everything queued and stopped (before a handoff)
+
     async def write_out() -> None:
-        async with outbound_receive:
-            async for message in outbound_receive:
-                await stream.send(message)
-                watcher.delivered(message)
+        try:
+            async with outbound_receive:
+                async for message in outbound_receive:
+                    await stream.send(message)
+                    watcher.delivered(message)
+        finally:
+            written.set()
 
     async def end_when_dropped(scope: anyio.CancelScope) -> None:
         await watcher.dropped.wait()
@@ -97,7 +102,7 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
 
     async def visible_sessions() -> list[m.SessionInfo]:
         ended = await hub.store_call(lambda: hub.store.ended_sessions(SESSIONS_LISTED, uid=reader_uid))
-        return ended + access.visible([s.info() for s in hub.live.values()])
+        return ended + access.visible(await hub.live_sessions())
 
     def page_of(query: m.QueryFindings) -> FindingsPage:
         """One page of the findings the query names that this client may read (on the store thread)."""
@@ -138,6 +143,13 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                                 stream, "request_limit", f"this connection holds its limit of {limit} requests "
                                 "(wait_job, watch, job_start, compat_listen)", connection="control", uid=access.uid,
                             )  # fmt: skip
+                            return
+                        case m.JobStart() | m.Watch() | m.WaitJob() | m.CompatListen() if hub.handoff is not None:
+                            # The job's worker serves the connection from this request on, once every answer
+                            # given here has been written (so that answers keep their order).
+                            outbound_send.close()
+                            await written.wait()
+                            await hub.handoff(stream, message, job_key(message.job, access.uid))
                             return
                         case m.JobStart(job=job, config=config):
                             key = job_key(job, access.uid)

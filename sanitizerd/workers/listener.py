@@ -1,0 +1,106 @@
+"""The listener of ``sanitizerd serve --workers N``: the one process that owns the socket, signals, systemd's
+notifications and watchdog, retention and /metrics; it shakes hands and hands each connection to a worker.
+
+A producer goes to the worker that owns its job (``routing.worker_for``) right after its hello. A control
+connection is welcomed and served here while it asks only what the store and the workers' live lists answer
+(findings, sessions, jobs); at its first request about a job (job_start, watch, wait_job, compat_listen) it goes,
+with that request, to the job's worker, which serves it from then on.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import structlog
+from anyio.abc import SocketAttribute
+
+from sanitizerd import __version__
+from sanitizerd.daemon import Daemon, DaemonSettings, receive_hello
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.control import serve_control
+from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.jobs import JobKey, job_key
+from sanitizerd.sessions.session import Peer
+from sanitizerd.sessions.transport import MessageStream
+from sanitizerd.systemd import Notifier
+from sanitizerd.workers.metrics import MergedMetrics
+from sanitizerd.workers.pool import Pool
+from sanitizerd.workers.rawstream import RawSocketStream
+from sanitizerd.workers.routing import worker_for
+
+log = structlog.get_logger("sanitizerd.listener")
+STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record its sessions' end and exit
+
+
+class Listener(Daemon):
+    def __init__(self, settings: DaemonSettings) -> None:
+        super().__init__(settings)
+        self.pool = Pool(settings, self.metrics)
+        self.merged = MergedMetrics(self.metrics.registry, self.pool)
+        self.metrics.exposed = self.merged.registry  # /metrics: this process's and every worker's, summed
+
+    async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
+        hub = self.hub
+        assert hub is not None
+        hub.live_elsewhere = self.pool.live
+        hub.handoff = self._hand_control
+        self.merged.token = anyio.lowlevel.current_token()
+        await tg.start(self.pool.run)
+
+    async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
+        """A connection read from its own socket: nothing read ahead into a buffer a worker would not get."""
+        sock = listener.extra(SocketAttribute.raw_socket)
+        while True:
+            await anyio.wait_readable(sock)
+            try:
+                conn, _address = sock.accept()
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise anyio.BrokenResourceError from exc
+            return RawSocketStream(conn)
+
+    async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
+        hello = await receive_hello(hub, stream)
+        if hello is None:
+            return
+        stream.hello = hello
+        if hello.role == "control":
+            await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
+            await serve_control(hub, stream, peer)
+        else:
+            await self._hand(stream, job_key(hello.job, peer.uid), welcomed=False)
+
+    async def _hand_control(self, stream: MessageStream, request: m.Message, key: JobKey) -> None:
+        await self._hand(stream, key, welcomed=True, request=request)
+
+    async def _hand(
+        self, stream: MessageStream, key: JobKey, *, welcomed: bool, request: m.Message | None = None
+    ) -> None:
+        """The connection to the job's worker, with every byte read from it that it has not answered: its hello,
+        the request that made it go (if any), and whatever followed them."""
+        hub = self.hub
+        assert hub is not None and stream.hello is not None
+        connection = stream.connection
+        data = bytearray(connection.frame(stream.hello))
+        if request is not None:
+            data += connection.frame(request)
+        data += connection.take_unparsed()
+        raw = stream.stream
+        assert isinstance(raw, RawSocketStream)
+        index = worker_for(key, self.settings.workers)
+        await self.pool.hand(index, raw.sock.fileno(), bytes(data), welcomed=welcomed, wait=hub.limits.drain_timeout)
+
+    async def _drain(self, hub: Hub, notifier: Notifier) -> None:
+        """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""
+        deadline = hub.limits.drain_timeout
+        log.info("draining the workers", workers=len(self.pool.workers), deadline_s=deadline)
+        notifier.status("draining the workers")
+        await self.pool.stop(deadline + STOP_MARGIN)
+
+    def _reload(self, notifier: Notifier) -> None:
+        super()._reload(notifier)
+        self.pool.signal_all(signal.SIGHUP)  # each worker reads the file again itself
