@@ -72,7 +72,17 @@ class Listener(Daemon):
             await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
             await serve_control(hub, stream, peer)
         else:
-            await self._hand(stream, job_key(hello.job, peer.uid), welcomed=False)
+            await self._hand(stream, await self._job_of(hub, hello, peer), welcomed=False)
+
+    @staticmethod
+    async def _job_of(hub: Hub, hello: m.Hello, peer: Peer) -> JobKey:
+        """The job whose worker serves a producer: a resume goes where the session it names was served (that
+        worker tells the client whether it may resume it), whatever job its hello names."""
+        if hello.resume:
+            stored = await hub.store_call(hub.store.session, hello.resume)
+            if stored is not None:
+                return job_key(stored.job, stored.uid)
+        return job_key(hello.job, peer.uid)
 
     async def _hand_control(self, stream: MessageStream, request: m.Message, key: JobKey) -> None:
         await self._hand(stream, key, welcomed=True, request=request)
