@@ -271,12 +271,16 @@ class Daemon:
             return "starting"
         if accepting.cancel_called:
             return "draining"
-        if len(hub.live) >= hub.limits.max_sessions:
+        if self._sessions() >= hub.limits.max_sessions:
             return f"at the limit of {hub.limits.max_sessions} sessions"
         stalled = time.monotonic() - self._beat
         if stalled > STALLED_AFTER:
             return f"the event loop has not run for {stalled:.0f} s"
         return ""
+
+    def _sessions(self) -> int:
+        """Producer sessions this daemon serves (read from the metrics thread)."""
+        return len(self.hub.live) if self.hub is not None else 0
 
     async def _heartbeat(self) -> None:
         """The event loop's sign of life for /readyz (which is answered from another thread)."""

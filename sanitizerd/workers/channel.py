@@ -48,7 +48,13 @@ class MetricsText(msgspec.Struct, tag="metrics_text"):
     text: bytes  # the worker's registry in Prometheus text format
 
 
-Packet = Handoff | AskLive | Live | AskMetrics | MetricsText
+class Ended(msgspec.Struct, tag="ended"):
+    """A producer connection the listener handed over has ended (the listener counts sessions per uid)."""
+
+    uid: int
+
+
+Packet = Handoff | AskLive | Live | AskMetrics | MetricsText | Ended
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Packet)
 

@@ -50,6 +50,9 @@ class Listener(Daemon):
         self.merged.token = anyio.lowlevel.current_token()
         await tg.start(self.pool.run)
 
+    def _sessions(self) -> int:
+        return self.pool.producers()
+
     async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
         """A connection read from its own socket: nothing read ahead into a buffer a worker would not get."""
         sock = listener.extra(SocketAttribute.raw_socket)
@@ -72,7 +75,25 @@ class Listener(Daemon):
             await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
             await serve_control(hub, stream, peer)
         else:
-            await self._hand(stream, await self._job_of(hub, hello, peer), welcomed=False)
+            refused = await self._session_limit(hub, peer.uid)
+            if refused:
+                await hub.refuse(stream, "session_limit", refused)
+                return
+            await self._hand(stream, await self._job_of(hub, hello, peer), welcomed=False, producer_uid=peer.uid)
+
+    async def _session_limit(self, hub: Hub, uid: int) -> str:
+        """Why a new producer of ``uid`` would pass a session limit over all workers ("" when it would not). The
+        connections handed and not yet reported ended are counted first; only when they reach a limit are the
+        workers asked which sessions are live (a session that just ended may not have been reported yet)."""
+        limits = hub.limits
+        if self.pool.producers() < limits.max_sessions and self.pool.producers(uid) < limits.max_sessions_per_uid:
+            return ""
+        live = await self.pool.live()
+        if len(live) >= limits.max_sessions:
+            return f"the daemon serves its limit of {limits.max_sessions} sessions"
+        if sum(1 for info in live if info.uid == uid) >= limits.max_sessions_per_uid:
+            return f"uid {uid} has its limit of {limits.max_sessions_per_uid} live sessions"
+        return ""
 
     @staticmethod
     async def _job_of(hub: Hub, hello: m.Hello, peer: Peer) -> JobKey:
@@ -88,7 +109,13 @@ class Listener(Daemon):
         await self._hand(stream, key, welcomed=True, request=request)
 
     async def _hand(
-        self, stream: MessageStream, key: JobKey, *, welcomed: bool, request: m.Message | None = None
+        self,
+        stream: MessageStream,
+        key: JobKey,
+        *,
+        welcomed: bool,
+        request: m.Message | None = None,
+        producer_uid: int | None = None,
     ) -> None:
         """The connection to the job's worker, with every byte read from it that it has not answered: its hello,
         the request that made it go (if any), and whatever followed them."""
@@ -102,7 +129,10 @@ class Listener(Daemon):
         raw = stream.stream
         assert isinstance(raw, RawSocketStream)
         index = worker_for(key, self.settings.workers)
-        await self.pool.hand(index, raw.sock.fileno(), bytes(data), welcomed=welcomed, wait=hub.limits.drain_timeout)
+        await self.pool.hand(
+            index, raw.sock.fileno(), bytes(data), welcomed=welcomed, wait=hub.limits.drain_timeout,
+            producer_uid=producer_uid,
+        )  # fmt: skip
 
     async def _drain(self, hub: Hub, notifier: Notifier) -> None:
         """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""

@@ -30,6 +30,7 @@ from sanitizerd.workers.channel import (
     AskMetrics,
     Channel,
     ChannelClosed,
+    Ended,
     Handoff,
     Live,
     MetricsText,
@@ -56,6 +57,9 @@ class Worker:
     channel: Channel | None = None
     up: anyio.Event = field(default_factory=anyio.Event)  # set while a started worker takes connections
     restarts: deque[float] = field(default_factory=deque)
+    # Producer connections handed to it and not yet ended, by uid: at least its live sessions (it may not have
+    # opened them yet, or not yet said that they ended).
+    producers: dict[int, int] = field(default_factory=dict)
 
 
 class Pool:
@@ -122,6 +126,7 @@ class Pool:
             return code
         finally:
             worker.up = anyio.Event()
+            worker.producers.clear()  # its connections ended with it
             worker.channel.close()
             worker.channel = None
             if process.returncode is None:  # the listener stops now: its workers with it
@@ -152,7 +157,15 @@ class Pool:
 
     # --- connections -------------------------------------------------------------------------------------------
 
-    async def hand(self, index: int, fd: int, data: bytes, *, welcomed: bool, wait: float) -> bool:
+    def producers(self, uid: int | None = None) -> int:
+        """Producer connections in the workers (of ``uid``, or of every uid): never fewer than live sessions."""
+        if uid is None:
+            return sum(sum(worker.producers.values()) for worker in self.workers)
+        return sum(worker.producers.get(uid, 0) for worker in self.workers)
+
+    async def hand(
+        self, index: int, fd: int, data: bytes, *, welcomed: bool, wait: float, producer_uid: int | None = None
+    ) -> bool:
         """Hand a connection to worker ``index`` (waiting up to ``wait`` seconds while it restarts); False when it
         could not be handed (the caller closes it, and its client tries again as after a daemon restart)."""
         worker = self.workers[index]
@@ -167,6 +180,8 @@ class Pool:
         except (ChannelClosed, OSError) as exc:
             log.warning("connection not handed: the worker is gone", worker=index, detail=str(exc))
             return False
+        if producer_uid is not None:
+            worker.producers[producer_uid] = worker.producers.get(producer_uid, 0) + 1
         return True
 
     # --- questions to the workers ------------------------------------------------------------------------------
@@ -224,6 +239,10 @@ class Pool:
                 done, answers = self._answers[ask]
                 answers.append(packet)
                 done.set()
+            case Ended(uid=uid) if worker.producers.get(uid, 0) > 0:
+                worker.producers[uid] -= 1
+                if not worker.producers[uid]:
+                    del worker.producers[uid]
             case AskLive(ask=ask):
 
                 async def answer() -> None:

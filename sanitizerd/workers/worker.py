@@ -32,7 +32,7 @@ from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.transport import MessageStream
 from sanitizerd.systemd import Notifier
-from sanitizerd.workers.channel import AskLive, AskMetrics, Channel, ChannelClosed, Handoff, Live, MetricsText
+from sanitizerd.workers.channel import AskLive, AskMetrics, Channel, ChannelClosed, Ended, Handoff, Live, MetricsText
 from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV
 from sanitizerd.workers.routing import worker_for
 
@@ -107,7 +107,7 @@ class WorkerDaemon(Daemon):
                     if conn is not None:
                         conn.close()
 
-    async def _answer(self, packet: Live | MetricsText) -> None:
+    async def _answer(self, packet: Live | MetricsText | Ended) -> None:
         try:
             await self.channel.send(packet)
         except (ChannelClosed, OSError):
@@ -153,7 +153,12 @@ class WorkerDaemon(Daemon):
             stream.frame_timeout = hub.limits.frame_timeout
             await serve_control(hub, stream, peer)
 
-        await self._guarded(raw, peer, connection, converse)
+        try:
+            await self._guarded(raw, peer, connection, converse)
+        finally:
+            if not welcomed:  # the listener counts the producer connections it handed
+                with anyio.CancelScope(shield=True):
+                    await self._answer(Ended(uid=peer.uid))
 
 
 def _die_with_parent() -> None:
