@@ -54,7 +54,11 @@ class Ended(msgspec.Struct, tag="ended"):
     uid: int
 
 
-Packet = Handoff | AskLive | Live | AskMetrics | MetricsText | Ended
+class Ready(msgspec.Struct, tag="ready"):
+    """The worker takes connections and handles signals (a SIGHUP before this would end it)."""
+
+
+Packet = Handoff | AskLive | Live | AskMetrics | MetricsText | Ended | Ready
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Packet)
 

@@ -9,6 +9,7 @@ with that request, to the job's worker, which serves it from then on.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 import anyio
@@ -21,7 +22,7 @@ from sanitizerd import __version__
 from sanitizerd.daemon import Daemon, DaemonSettings, receive_hello
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.control import serve_control
-from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.hub import Hub, Limits
 from sanitizerd.sessions.jobs import JobKey, job_key
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
@@ -38,7 +39,8 @@ STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record 
 class Listener(Daemon):
     def __init__(self, settings: DaemonSettings) -> None:
         super().__init__(settings)
-        self.pool = Pool(settings, self.metrics)
+        self.configured = settings.limits  # as configured (start, SIGHUP): what a worker started now is given
+        self.pool = Pool(settings, self.metrics, lambda: self.configured)
         self.merged = MergedMetrics(self.metrics.registry, self.pool)
         self.metrics.exposed = self.merged.registry  # /metrics: this process's and every worker's, summed
 
@@ -49,6 +51,11 @@ class Listener(Daemon):
         hub.handoff = self._hand_control
         self.merged.token = anyio.lowlevel.current_token()
         await tg.start(self.pool.run)
+
+    def _fitted(self, limits: Limits) -> Limits:
+        """The listener runs no detector: the host's race-check memory is the workers' (shared out among them)."""
+        self.configured = limits
+        return dataclasses.replace(super()._fitted(limits), race_memory=0)
 
     def _sessions(self) -> int:
         return self.pool.producers()

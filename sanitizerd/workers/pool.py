@@ -10,6 +10,7 @@ left open (its jobs' only) before it takes a connection.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import itertools
 import os
 import pickle
@@ -17,6 +18,7 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,11 +37,13 @@ from sanitizerd.workers.channel import (
     Live,
     MetricsText,
     Packet,
+    Ready,
 )
 
 if TYPE_CHECKING:
     from sanitizerd.daemon import DaemonSettings
     from sanitizerd.metrics import Metrics
+    from sanitizerd.sessions.hub import Limits
 
 log = structlog.get_logger("sanitizerd.workers")
 
@@ -48,6 +52,7 @@ RESTART_WINDOW = 60.0
 RESTART_BACKOFF_MAX = 30.0
 ASK_TIMEOUT = 2.0  # seconds a view waits for a worker's answer (a worker that does not answer is left out)
 SETTINGS_ENV = "SANITIZERD_WORKER_SETTINGS"
+STARTUP_TIMEOUT = 60.0  # seconds the listener waits for its workers before it lets clients find the socket
 
 
 @dataclass(eq=False)
@@ -55,7 +60,7 @@ class Worker:
     index: int
     process: anyio.abc.Process | None = None
     channel: Channel | None = None
-    up: anyio.Event = field(default_factory=anyio.Event)  # set while a started worker takes connections
+    up: anyio.Event = field(default_factory=anyio.Event)  # set while a started worker takes connections (Ready)
     restarts: deque[float] = field(default_factory=deque)
     # Producer connections handed to it and not yet ended, by uid: at least its live sessions (it may not have
     # opened them yet, or not yet said that they ended).
@@ -63,8 +68,9 @@ class Worker:
 
 
 class Pool:
-    def __init__(self, settings: DaemonSettings, metrics: Metrics) -> None:
+    def __init__(self, settings: DaemonSettings, metrics: Metrics, limits: Callable[[], Limits]) -> None:
         self.settings = settings
+        self._limits = limits  # those in force now: a worker started after a SIGHUP gets the reloaded ones
         self.metrics = metrics
         self.workers = [Worker(i) for i in range(settings.workers)]
         self.stopping = False
@@ -78,6 +84,12 @@ class Pool:
         async with anyio.create_task_group() as tg:
             for worker in self.workers:
                 tg.start_soon(self._supervise, worker)
+            with anyio.move_on_after(STARTUP_TIMEOUT):
+                for worker in self.workers:
+                    await worker.up.wait()
+            late = [worker.index for worker in self.workers if not worker.up.is_set()]
+            if late:
+                log.error("workers not ready; serving without them until they are", workers=late)
             task_status.started()
 
     async def _supervise(self, worker: Worker) -> None:
@@ -100,7 +112,8 @@ class Pool:
 
     async def _run_once(self, worker: Worker) -> int | None:
         mine, theirs = Channel.pair()
-        settings = base64.b64encode(pickle.dumps(self.settings)).decode()
+        current = dataclasses.replace(self.settings, limits=self._limits())
+        settings = base64.b64encode(pickle.dumps(current)).decode()
         env = dict(os.environ, **{SETTINGS_ENV: settings})
         command = [sys.executable, "-m", "sanitizerd.workers.worker", str(theirs.fileno()), str(worker.index)]
         try:
@@ -116,7 +129,6 @@ class Pool:
         finally:
             theirs.close()
         worker.process, worker.channel = process, Channel(mine)
-        worker.up.set()
         log.info("worker started", worker=worker.index, pid=process.pid)
         try:
             async with anyio.create_task_group() as tg:
@@ -135,7 +147,11 @@ class Pool:
                     await process.wait()
 
     def signal_all(self, signum: int) -> None:
+        """``signum`` to every running worker; SIGHUP only to those ready (it would end one still starting, which
+        reads the reloaded limits at its start anyway)."""
         for worker in self.workers:
+            if signum == signal.SIGHUP and not worker.up.is_set():
+                continue
             if worker.process is not None and worker.process.returncode is None:
                 try:
                     worker.process.send_signal(signal.Signals(signum))
@@ -239,6 +255,9 @@ class Pool:
                 done, answers = self._answers[ask]
                 answers.append(packet)
                 done.set()
+            case Ready():
+                worker.up.set()
+                log.info("worker ready", worker=worker.index)
             case Ended(uid=uid) if worker.producers.get(uid, 0) > 0:
                 worker.producers[uid] -= 1
                 if not worker.producers[uid]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import dataclasses
 import itertools
 import os
 import pickle
@@ -29,10 +30,21 @@ from sanitizerd.findings.store import FindingsStore
 from sanitizerd.protocol import Connection, Role
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.control import serve_control
+from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.transport import MessageStream
 from sanitizerd.systemd import Notifier
-from sanitizerd.workers.channel import AskLive, AskMetrics, Channel, ChannelClosed, Ended, Handoff, Live, MetricsText
+from sanitizerd.workers.channel import (
+    AskLive,
+    AskMetrics,
+    Channel,
+    ChannelClosed,
+    Ended,
+    Handoff,
+    Live,
+    MetricsText,
+    Ready,
+)
 from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV
 from sanitizerd.workers.routing import worker_for
 
@@ -47,6 +59,11 @@ class WorkerDaemon(Daemon):
         self.channel = channel
         self._asks = itertools.count(1)
         self._answers: dict[int, tuple[anyio.Event, list[m.SessionInfo]]] = {}
+
+    def _fitted(self, limits: Limits) -> Limits:
+        """The host's race-check memory is shared out: each worker holds its part (at start and at each reload)."""
+        fitted = super()._fitted(limits)
+        return dataclasses.replace(fitted, race_memory=fitted.race_memory // self.settings.workers)
 
     def _close_abandoned(self, store: FindingsStore) -> int:
         """The sessions of this worker's jobs a worker that died left open (at the daemon's start: all of its jobs'
@@ -74,6 +91,7 @@ class WorkerDaemon(Daemon):
                 hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
                 task_status.started()
                 ready.set()
+                await self._answer(Ready())  # watching signals and taking connections: the listener may send both
                 with accepting:
                     await self._receive(tg)
                 compat.stop()
@@ -107,7 +125,7 @@ class WorkerDaemon(Daemon):
                     if conn is not None:
                         conn.close()
 
-    async def _answer(self, packet: Live | MetricsText | Ended) -> None:
+    async def _answer(self, packet: Live | MetricsText | Ended | Ready) -> None:
         try:
             await self.channel.send(packet)
         except (ChannelClosed, OSError):
