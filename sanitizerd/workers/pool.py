@@ -175,8 +175,9 @@ class Pool:
 
     def producers(self, uid: int | None = None) -> int:
         """Producer connections in the workers (of ``uid``, or of every uid): never fewer than live sessions."""
+        # list() copies under the GIL: /readyz reads this from the metrics thread while the loop changes it.
         if uid is None:
-            return sum(sum(worker.producers.values()) for worker in self.workers)
+            return sum(sum(list(worker.producers.values())) for worker in self.workers)
         return sum(worker.producers.get(uid, 0) for worker in self.workers)
 
     async def hand(
