@@ -19,8 +19,15 @@ from prometheus_client.parser import text_string_to_metric_families
 if TYPE_CHECKING:
     from sanitizerd.workers.pool import Pool
 
+
+def _listeners(seen: list[float]) -> float:
+    return seen[0]  # the listener's registry is merged first
+
+
 # Series that are one fact about the daemon, not a count per process: how to combine them instead of summing.
-COMBINED: dict[str, Callable[[Iterable[float]], float]] = {
+COMBINED: dict[str, Callable[[list[float]], float]] = {
+    # A SIGHUP is one reload of the daemon (each worker reloads too, with the same file and the same result).
+    "sanitizerd_config_reloads": _listeners,
     "sanitizerd_build_info": max,
     "sanitizerd_store_writable": min,
     "process_start_time_seconds": min,
