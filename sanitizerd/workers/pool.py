@@ -98,6 +98,8 @@ class Pool:
             now = time.monotonic()
             while worker.restarts and now - worker.restarts[0] > RESTART_WINDOW:
                 worker.restarts.popleft()
+            if not worker.restarts:
+                pause = 1.0  # a minute without a restart: the next burst starts from the shortest wait again
             if len(worker.restarts) >= RESTARTS:
                 log.error("worker restarting too often; waiting", worker=worker.index, wait_s=pause)
                 await anyio.sleep(pause)
