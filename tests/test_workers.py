@@ -147,3 +147,46 @@ def test_metrics_of_the_workers_are_summed_under_their_names() -> None:
     merged = {m.name: m for m in merge([listener, *workers])}
     assert [s.value for s in merged["sanitizerd_sessions_started"].samples] == [7.0]
     assert [(s.labels, s.value) for s in merged["sanitizerd_build_info"].samples] == [({"version": "1"}, 1.0)]
+
+
+def test_a_control_connection_asks_the_listener_then_watches_in_the_jobs_worker(short_dir: Path) -> None:
+    """Queries answered by the listener first, then a watch that moves the connection to the job's worker: the
+    answers keep their order, and the watch sees the job's findings and its end."""
+    from client_shim import EventKind, Space, accesses
+    from sanitizerd.cli.control import ControlClient
+    from sanitizerd.protocol import messages as m
+
+    daemon = start_daemon(short_dir, workers=WORKERS)
+    try:
+        daemon.wait_for_log('"worker serving"')
+        job = jobs_in(1, 1, "watched")[0]
+        other = Client(daemon.socket, job=jobs_in(0, 1, "other")[0], resume_buffer=0)  # live in worker 0
+        control = ControlClient(daemon.socket)
+        try:
+            control.send(m.QuerySessions())
+            control.send(m.Watch(job=job))
+            listed = control.receive()
+            assert isinstance(listed, m.Sessions) and [s.session for s in listed.sessions] == [other.session]
+            with Client(daemon.socket, job=job, resume_buffer=0) as client:
+                client.malloc(0x1000, 256)
+                kernel = client.kernel_begin("watched", 1)
+                client.events(kernel, accesses(EventKind.READ, Space.GM, 0x1000 + 512, 32, block_num=1))
+                client.kernel_end(kernel)
+                assert client.wait_kernel(kernel, timeout=10).errors == 1
+                client.free(0x1000)
+            control.send(m.WaitJob(job=job))
+            seen = []
+            while not seen or not isinstance(seen[-1], m.JobIdle):
+                seen.append(control.receive())
+            assert any(isinstance(message, m.KernelChecked) for message in seen), seen
+            # The worker that serves the connection now lists the other worker's live session too.
+            control.send(m.QuerySessions())
+            listed = control.receive()
+            assert isinstance(listed, m.Sessions)
+            assert other.session in {s.session for s in listed.sessions if s.state == "live"}
+        finally:
+            control.close()
+            other.close()
+        assert log_lines(daemon, "session started")[-1]["worker"] == 1
+    finally:
+        assert stop_daemon(daemon) == 0
