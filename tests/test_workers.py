@@ -92,6 +92,8 @@ def test_killing_a_worker_mid_stream_loses_nothing_and_duplicates_nothing(short_
         assert log_lines(daemon, "worker ended; starting it again")[0]["worker"] == 1
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
             metrics = reply.read().decode()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as reply:
+            assert reply.read() == b"ready\n"  # the restarted worker is up again
         assert "sanitizerd_worker_restarts_total 1.0" in metrics.splitlines()
         assert "sanitizerd_sessions_resumed_total 1.0" in metrics.splitlines()  # counted in the new worker
     finally:

@@ -57,6 +57,15 @@ class Listener(Daemon):
         self.configured = limits
         return dataclasses.replace(super()._fitted(limits), race_memory=0)
 
+    def _not_ready(self, started: anyio.Event) -> str:
+        """As one process's, and not while a worker (re)starts: the jobs it owns would wait for it."""
+        why = super()._not_ready(started)
+        if not why and started.is_set():
+            down = [worker.index for worker in self.pool.workers if not worker.up.is_set()]
+            if down:
+                why = f"worker {down[0]} is starting"
+        return why
+
     def _sessions(self) -> int:
         return self.pool.producers()
 
