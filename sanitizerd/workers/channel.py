@@ -54,11 +54,32 @@ class Ended(msgspec.Struct, tag="ended"):
     uid: int
 
 
+class ClaimCompat(msgspec.Struct, tag="claim_compat"):
+    """May ``uid`` open one more msSanitizer-form socket (the limits hold over all workers)?"""
+
+    ask: int
+    uid: int
+
+
+class CompatClaimed(msgspec.Struct, tag="compat_claimed"):
+    ask: int
+    uid: int
+    refused: str  # "" when granted, else why not (the single process's words)
+
+
+class CompatReleased(msgspec.Struct, tag="compat_released"):
+    """A claimed msSanitizer-form socket closed (or was never opened)."""
+
+    uid: int
+
+
 class Ready(msgspec.Struct, tag="ready"):
     """The worker takes connections and handles signals (a SIGHUP before this would end it)."""
 
 
-Packet = Handoff | AskLive | Live | AskMetrics | MetricsText | Ended | Ready
+Packet = (
+    Handoff | AskLive | Live | AskMetrics | MetricsText | Ended | Ready | ClaimCompat | CompatClaimed | CompatReleased
+)
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Packet)
 

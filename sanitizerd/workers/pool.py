@@ -32,6 +32,9 @@ from sanitizerd.workers.channel import (
     AskMetrics,
     Channel,
     ChannelClosed,
+    ClaimCompat,
+    CompatClaimed,
+    CompatReleased,
     Ended,
     Handoff,
     Live,
@@ -65,6 +68,7 @@ class Worker:
     # Producer connections handed to it and not yet ended, by uid: at least its live sessions (it may not have
     # opened them yet, or not yet said that they ended).
     producers: dict[int, int] = field(default_factory=dict)
+    compat: dict[int, int] = field(default_factory=dict)  # msSanitizer-form sockets it holds, by uid
 
 
 class Pool:
@@ -141,6 +145,7 @@ class Pool:
         finally:
             worker.up = anyio.Event()
             worker.producers.clear()  # its connections ended with it
+            worker.compat.clear()
             worker.channel.close()
             worker.channel = None
             if process.returncode is None:  # the listener stops now: its workers with it
@@ -203,6 +208,22 @@ class Pool:
             worker.producers[producer_uid] = worker.producers.get(producer_uid, 0) + 1
         return True
 
+    def _compat_refusal(self, uid: int) -> str:
+        """Why ``uid`` may not open one more msSanitizer-form socket in any worker ("" when it may)."""
+        limits = self._limits()
+        if sum(sum(worker.compat.values()) for worker in self.workers) >= limits.max_compat_sockets:
+            return f"the daemon holds its limit of {limits.max_compat_sockets} msSanitizer-form sockets"
+        if sum(worker.compat.get(uid, 0) for worker in self.workers) >= limits.max_compat_sockets_per_uid:
+            return f"uid {uid} holds its limit of {limits.max_compat_sockets_per_uid} msSanitizer-form sockets"
+        return ""
+
+    @staticmethod
+    async def _tell(channel: Channel, packet: Packet) -> None:
+        try:
+            await channel.send(packet)
+        except (ChannelClosed, OSError):
+            pass
+
     # --- questions to the workers ------------------------------------------------------------------------------
 
     async def live(self, *, besides: int = -1) -> list[m.SessionInfo]:
@@ -258,6 +279,15 @@ class Pool:
                 done, answers = self._answers[ask]
                 answers.append(packet)
                 done.set()
+            case ClaimCompat(ask=ask, uid=uid):
+                refused = self._compat_refusal(uid)
+                if not refused:
+                    worker.compat[uid] = worker.compat.get(uid, 0) + 1
+                tg.start_soon(self._tell, channel, CompatClaimed(ask=ask, uid=uid, refused=refused))
+            case CompatReleased(uid=uid) if worker.compat.get(uid, 0) > 0:
+                worker.compat[uid] -= 1
+                if not worker.compat[uid]:
+                    del worker.compat[uid]
             case Ready():
                 worker.up.set()
                 log.info("worker ready", worker=worker.index)

@@ -39,6 +39,9 @@ from sanitizerd.workers.channel import (
     AskMetrics,
     Channel,
     ChannelClosed,
+    ClaimCompat,
+    CompatClaimed,
+    CompatReleased,
     Ended,
     Handoff,
     Live,
@@ -59,6 +62,8 @@ class WorkerDaemon(Daemon):
         self.channel = channel
         self._asks = itertools.count(1)
         self._answers: dict[int, tuple[anyio.Event, list[m.SessionInfo]]] = {}
+        self._claims: dict[int, tuple[anyio.Event, list[str]]] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
 
     def _fitted(self, limits: Limits) -> Limits:
         """The host's race-check memory is shared out: each worker holds its part (at start and at each reload)."""
@@ -89,6 +94,8 @@ class WorkerDaemon(Daemon):
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._heartbeat)
                 hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
+                compat.claim, compat.unclaim = self._claim_compat, self._unclaim_compat
+                self._tg = tg
                 task_status.started()
                 ready.set()
                 await self._answer(Ready())  # watching signals and taking connections: the listener may send both
@@ -117,6 +124,12 @@ class WorkerDaemon(Daemon):
                     tg.start_soon(self._answer, Live(ask=ask, sessions=[s.info() for s in self.hub.live.values()]))
                 case AskMetrics(ask=ask):
                     tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(self.metrics.registry)))
+                case CompatClaimed(ask=ask, refused=refused) if ask in self._claims:
+                    done, answer = self._claims[ask]
+                    answer.append(refused)
+                    done.set()
+                case CompatClaimed(uid=uid, refused=""):  # granted after its asker gave up: given back
+                    tg.start_soon(self._answer, CompatReleased(uid=uid))
                 case Live(ask=ask, sessions=sessions) if ask in self._answers:
                     done, answer = self._answers[ask]
                     answer.extend(sessions)
@@ -125,7 +138,26 @@ class WorkerDaemon(Daemon):
                     if conn is not None:
                         conn.close()
 
-    async def _answer(self, packet: Live | MetricsText | Ended | Ready) -> None:
+    async def _claim_compat(self, uid: int) -> str:
+        """The listener's word on one more msSanitizer-form socket for ``uid`` ("" granted)."""
+        ask = next(self._asks)
+        done, answer = anyio.Event(), []
+        self._claims[ask] = (done, answer)
+        try:
+            await self.channel.send(ClaimCompat(ask=ask, uid=uid))
+            with anyio.move_on_after(ASK_TIMEOUT):
+                await done.wait()
+        except (ChannelClosed, OSError):
+            pass
+        finally:
+            self._claims.pop(ask, None)
+        return answer[0] if answer else "the listener did not answer: no socket is opened without its count"
+
+    def _unclaim_compat(self, uid: int) -> None:
+        if self._tg is not None:
+            self._tg.start_soon(self._answer, CompatReleased(uid=uid))
+
+    async def _answer(self, packet: Live | MetricsText | Ended | Ready | CompatReleased) -> None:
         try:
             await self.channel.send(packet)
         except (ChannelClosed, OSError):
