@@ -113,8 +113,11 @@ class Hub:
     # list every session; None in a daemon of one process.
     live_elsewhere: Callable[[], Awaitable[list[m.SessionInfo]]] | None = None
     # In the listener of worker processes: hands a control connection, at its first request about a job, to the
-    # worker that owns the job (the stream, that request, the job); None where this process serves jobs itself.
-    handoff: Callable[[MessageStream, m.Message, JobKey], Awaitable[None]] | None = None
+    # worker that owns the job (the stream, that request, the job, and what to wait for before it goes: the answers
+    # already queued written out); None where this process serves jobs itself.
+    handoff: Callable[[MessageStream, m.Message, JobKey, Callable[[], Awaitable[object]]], Awaitable[None]] | None = (
+        None
+    )
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it

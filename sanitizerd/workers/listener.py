@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
@@ -121,8 +122,10 @@ class Listener(Daemon):
                 return job_key(stored.job, stored.uid)
         return job_key(hello.job, peer.uid)
 
-    async def _hand_control(self, stream: MessageStream, request: m.Message, key: JobKey) -> None:
-        await self._hand(stream, key, welcomed=True, request=request)
+    async def _hand_control(
+        self, stream: MessageStream, request: m.Message, key: JobKey, written: Callable[[], Awaitable[object]]
+    ) -> None:
+        await self._hand(stream, key, welcomed=True, request=request, written=written)
 
     async def _hand(
         self,
@@ -132,23 +135,29 @@ class Listener(Daemon):
         welcomed: bool,
         request: m.Message | None = None,
         producer_uid: int | None = None,
+        written: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         """The connection to the job's worker, with every byte read from it that it has not answered: its hello,
         the request that made it go (if any), and whatever followed them."""
         hub = self.hub
         assert hub is not None and stream.hello is not None
-        connection = stream.connection
-        data = bytearray(connection.frame(stream.hello))
-        if request is not None:
-            data += connection.frame(request)
-        data += connection.take_unparsed()
-        raw = stream.stream
-        assert isinstance(raw, RawSocketStream)
         index = worker_for(key, self.settings.workers)
-        await self.pool.hand(
-            index, raw.sock.fileno(), bytes(data), welcomed=welcomed, wait=hub.limits.drain_timeout,
-            producer_uid=producer_uid,
-        )  # fmt: skip
+        # The worker's turn is taken before anything else is awaited: connections of one job reach its worker in
+        # the order their requests were read here (a job_start before the sessions that follow it).
+        async with self.pool.workers[index].order:
+            if written is not None:
+                await written()
+            connection = stream.connection
+            data = bytearray(connection.frame(stream.hello))
+            if request is not None:
+                data += connection.frame(request)
+            data += connection.take_unparsed()
+            raw = stream.stream
+            assert isinstance(raw, RawSocketStream)
+            await self.pool.hand(
+                index, raw.sock.fileno(), bytes(data), welcomed=welcomed, wait=hub.limits.drain_timeout,
+                producer_uid=producer_uid,
+            )  # fmt: skip
 
     async def _drain(self, hub: Hub, notifier: Notifier) -> None:
         """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""

@@ -69,6 +69,7 @@ class Worker:
     # opened them yet, or not yet said that they ended).
     producers: dict[int, int] = field(default_factory=dict)
     compat: dict[int, int] = field(default_factory=dict)  # msSanitizer-form sockets it holds, by uid
+    order: anyio.Lock = field(default_factory=anyio.Lock)  # handoffs in the order the listener read them (FIFO)
 
 
 class Pool:

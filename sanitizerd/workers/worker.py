@@ -117,8 +117,12 @@ class WorkerDaemon(Daemon):
                 log.warning("the listener is gone; draining")
                 return
             match packet:
-                case Handoff(welcomed=welcomed) if conn is not None:
-                    tg.start_soon(self._serve_handed, conn, data, welcomed)
+                case Handoff(welcomed=True) if conn is not None:
+                    # Its first request (a job_start, a watch) takes effect before any connection handed after
+                    # it is served: a job's sessions see the configuration and watchers registered before them.
+                    await tg.start(self._serve_handed, conn, data, True)
+                case Handoff() if conn is not None:
+                    tg.start_soon(self._serve_handed, conn, data, False)
                 case AskLive(ask=ask):
                     assert self.hub is not None
                     tg.start_soon(self._answer, Live(ask=ask, sessions=[s.info() for s in self.hub.live.values()]))
@@ -178,15 +182,31 @@ class WorkerDaemon(Daemon):
             self._answers.pop(ask, None)
         return answer
 
-    async def _serve_handed(self, conn: socket.socket, data: bytes, welcomed: bool) -> None:
+    async def _serve_handed(
+        self,
+        conn: socket.socket,
+        data: bytes,
+        welcomed: bool,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
         """A connection the listener read the hello of: rebuilt from the bytes it read (the hello first), then
         served as if accepted here. ``welcomed``: a control connection the listener already answered."""
         hub = self.hub
         assert hub is not None
+        started = False
+
+        def handled() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
         try:
             raw = await anyio.abc.UNIXSocketStream.from_socket(conn)
         except OSError:
             conn.close()
+            handled()
             return
         peer = _peer_credentials(raw)
         connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
@@ -201,11 +221,12 @@ class WorkerDaemon(Daemon):
             await stream.receive()  # the hello the listener answered
             stream.connection.send(m.Welcome(session=0, config=hub.default_config, server=__version__))  # its state
             stream.frame_timeout = hub.limits.frame_timeout
-            await serve_control(hub, stream, peer)
+            await serve_control(hub, stream, peer, handled=handled)
 
         try:
             await self._guarded(raw, peer, connection, converse)
         finally:
+            handled()
             if not welcomed:  # the listener counts the producer connections it handed
                 with anyio.CancelScope(shield=True):
                     await self._answer(Ended(uid=peer.uid))
