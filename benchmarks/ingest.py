@@ -100,6 +100,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batches-per-kernel", type=int, default=16, help="batches each kernel launch streams [16]")
     parser.add_argument("--detector-threads", type=int, default=None, help="daemon --detector-threads")
     parser.add_argument("--queue-depth", type=int, default=None, help="daemon --queue-depth")
+    parser.add_argument(
+        "--workers", type=int, default=None,
+        help="daemon --workers; each client is then a job of its own, so that the listener spreads them",
+    )  # fmt: skip
     parser.add_argument("--raw-bytes", type=int, default=None, help="bytes per raw socket test [4 GiB, --quick: 1 GiB]")
     parser.add_argument("--raw-chunk", type=int, default=MiB, help="write/read size of the raw socket test")
     parser.add_argument("--pool", type=int, default=4, help="distinct prebuilt batches per client [4]")
@@ -324,6 +328,15 @@ def _cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
+def _tree_cpu_seconds(pid: int) -> float:
+    """A daemon's CPU time with its worker processes' (``--workers``)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return _cpu_seconds(pid) + sum(_cpu_seconds(int(child)) for child in children)
+
+
 def start_daemon(args: argparse.Namespace, socket_path: Path, state_dir: Path, log: Any) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(socket_path)]
     command += ["--state-dir", str(state_dir), "--log-level", "warning"]
@@ -331,6 +344,8 @@ def start_daemon(args: argparse.Namespace, socket_path: Path, state_dir: Path, l
         command += ["--detector-threads", str(args.detector_threads)]
     if args.queue_depth is not None:
         command += ["--queue-depth", str(args.queue_depth)]
+    if args.workers is not None:
+        command += ["--workers", str(args.workers)]
     daemon = subprocess.Popen(command, stdout=log, stderr=log)
     # Ready means a full control handshake succeeds: a bare connect would leave the daemon waiting for a
     # hello (and logging a handshake timeout) long after we are done.
@@ -364,7 +379,7 @@ def _session_events(socket_path: Path, job: str) -> int:
     with ControlClient(socket_path) as control:
         reply = control.request(m.QuerySessions())
     assert isinstance(reply, m.Sessions)
-    return sum(s.events for s in reply.sessions if s.job == job)
+    return sum(s.events for s in reply.sessions if s.job == job or s.job.startswith(job + "/"))
 
 
 # --- main ---------------------------------------------------------------------------------------------------
@@ -413,7 +428,7 @@ def run_phase(
         ClientPlan(
             index=i,
             socket_path=str(socket_path),
-            job=job,
+            job=f"{job}/{i}" if args.workers and args.workers > 1 else job,  # a job is served by one worker
             batch_events=args.batch_events,
             batches_per_kernel=args.batches_per_kernel,
             kernels=kernels,
@@ -448,11 +463,11 @@ def run_phase(
                         print(f"client {report['index']} failed:\n{report.get('error')}", file=sys.stderr)
                 raise RuntimeError("a client failed before the timed window") from None
             t0 = time.monotonic()
-            daemon_cpu0 = _cpu_seconds(daemon.pid)
+            daemon_cpu0 = _tree_cpu_seconds(daemon.pid)
             machine0 = _machine_cpu()
             collected = _collect(results, processes, timeout=max(600, 20 * args.seconds))
             wall_done = time.monotonic()
-            daemon_cpu = _cpu_seconds(daemon.pid) - daemon_cpu0
+            daemon_cpu = _tree_cpu_seconds(daemon.pid) - daemon_cpu0
             machine = {k: v - machine0[k] for k, v in _machine_cpu().items()}
             failures = [r for r in collected if "error" in r]
             if failures:
@@ -482,7 +497,7 @@ def run_phase(
     print(f"--- tools: {label}")
     print(
         f"daemon: --detector-threads {args.detector_threads or 'default'} "
-        f"--queue-depth {args.queue_depth or 'default'}; exit status {daemon_status}"
+        f"--queue-depth {args.queue_depth or 'default'} --workers {args.workers or 1}; exit status {daemon_status}"
     )
     print(
         f"clients: {args.clients} x {kernels_done // args.clients} kernels "

@@ -144,6 +144,10 @@ class CompatSockets:
         self._serve = serve
         self.open: dict[str, _Listening] = {}  # name -> the socket listening under it
         self.stopped = False
+        # With worker processes the limits hold over the daemon: a socket is first claimed from the listener, which
+        # counts every worker's ("" granted, else why not), and given back when it closes. None: one process.
+        self.claim: Callable[[int], Awaitable[str]] | None = None
+        self.unclaim: Callable[[int], None] = lambda uid: None
 
     def count(self) -> float:
         return float(len(self.open))
@@ -179,8 +183,13 @@ class CompatSockets:
             return refused("request_limit", why)
         if peer.pid <= 0:
             return refused("permission_denied", "the daemon cannot tell this connection's pid (SO_PEERCRED)")
+        if self.claim is not None:
+            why = await self.claim(peer.uid)
+            if why:
+                return refused("request_limit", why)
         why = self.connections.admit(peer.uid, self.hub.limits)
         if why:
+            self.unclaim(peer.uid)
             return refused("connection_limit", f"{why} (a msSanitizer-form socket holds one)")
         listening = _Listening(job, peer.uid)
         try:
@@ -188,6 +197,7 @@ class CompatSockets:
         except BaseException:
             if not listening.running:
                 self.connections.release(peer.uid)
+                self.unclaim(peer.uid)
             raise
 
     async def _bind(self, listening: _Listening, layout: str, pid: int, tg: anyio.abc.TaskGroup) -> m.CompatListening:
@@ -226,6 +236,7 @@ class CompatSockets:
 
     def _refused_after_admit(self, job: str, uid: int, message: str) -> m.CompatListening:
         self.connections.release(uid)
+        self.unclaim(uid)
         self.hub.note_refusal("internal_error", message, what="compat socket refused", job=job, uid=uid)
         return m.CompatListening(job=job, reason="internal_error", message=message)
 
@@ -263,6 +274,7 @@ class CompatSockets:
         finally:
             self.open.pop(listening.name, None)
             self.connections.release(listening.uid)
+            self.unclaim(listening.uid)
             log.info("compat socket closed", job=listening.job, name=listening.name)
 
     def _admit(self, raw: SocketStream, listening: _Listening, layout: str) -> None:

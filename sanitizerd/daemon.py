@@ -87,6 +87,10 @@ class DaemonSettings:
     config_path: Path | None = None  # read again on SIGHUP
     command_line: dict[str, object] = field(default_factory=dict)  # limits given on the command line: they win
     log_level_given: str | None = None
+    log_level: str = "info"  # the level in force at start (a worker process configures its log with it)
+    # Processes that serve sessions: 1 is one process that does everything; N > 1 is a listener process and N
+    # worker processes (sanitizerd/workers).
+    workers: int = 1
 
 
 class StartupError(Exception):
@@ -126,7 +130,7 @@ def open_store(state_dir: Path, *, max_bytes: int = 0) -> FindingsStore:
         raise StartupError(f"cannot open the findings store {state_dir / 'sanitizerd.db'}: {exc}") from None
 
 
-def _peer_credentials(stream: SocketStream) -> Peer:
+def _peer_credentials(stream: anyio.abc.ByteStream) -> Peer:
     try:
         raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
         pid, uid, gid = struct.unpack("3i", raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
@@ -165,36 +169,10 @@ class Daemon:
             discovery.secure_private_socket_directory(settings.socket_path)
             _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
         store = open_store(settings.state_dir, max_bytes=limits.max_store_size)
-        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits)
-        # The jobs the last daemon served stay their owners' while their clients come back to resume them.
-        try:
-            hub.jobs.keep_owners(store.recent_job_owners(since=time.time() - RESUME_WINDOW), RESUME_WINDOW)
-        except sqlite3.Error as exc:
-            log.error("the last daemon's job owners could not be read", detail=str(exc))
-        # No session is live yet: any the store says is open was left so by a daemon that died.
-        try:
-            abandoned = store.close_abandoned()
-        except StoreUnavailable as exc:  # the store may still serve reads; the next start tries again
-            log.error("sessions left open by a stopped daemon stay open", detail=str(exc))
-        else:
-            if abandoned:
-                log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
+        hub = self._open_hub(store, limits)
         await hub.retain()
-        self.metrics.read_at_scrape(
-            queued=hub.queued,
-            jobs_live=hub.jobs_live,
-            jobs_in_use=lambda: len(hub.jobs),
-            job_owners_kept=lambda: hub.jobs.owners_kept,
-            open_connections=lambda: float(self.connections.total),
-            unfinished_frame_bytes=lambda: float(self.unfinished.total),
-            race_memory_used=lambda: float(hub.race_memory.used),
-            race_memory_limit=lambda: float(hub.race_memory.limit),
-            compat_sockets=lambda: hub.compat_sockets.count() if hub.compat_sockets else 0.0,
-        )
-        self.metrics.queue_by_detector(hub.queued_by_detector)
-        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
         ready = anyio.Event()
-        self.metrics.readiness(lambda: self._not_ready(ready))
+        self._instrument(hub, store, ready)
         if settings.metrics_addr:
             _starting(f"metrics on {settings.metrics_addr}", self.metrics.serve, settings.metrics_addr)
         owned: tuple[int, int] | None = None  # the socket file this daemon created, which only it may remove
@@ -216,6 +194,7 @@ class Daemon:
             state_dir=str(settings.state_dir),
             metrics=settings.metrics_addr,
             version=__version__,
+            workers=settings.workers,
         )
         try:
             async with listener, anyio.create_task_group() as tg:
@@ -224,6 +203,7 @@ class Daemon:
                 tg.start_soon(self._retain, hub)
                 tg.start_soon(self._heartbeat)
                 hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
+                await self._start_serving(tg)
                 if unpublished is not None:  # listening and handling signals: now clients may find it
                     owned = publish_socket(unpublished, settings.socket_path)
                 if notifier.watchdog_interval:
@@ -243,6 +223,47 @@ class Daemon:
             store.close()
             log.info("stopped")
 
+    def _open_hub(self, store: FindingsStore, limits: Limits) -> Hub:
+        """The hub over ``store``, with the jobs the last daemon served kept for their owners and the sessions it
+        left open closed."""
+        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits)
+        # The jobs the last daemon served stay their owners' while their clients come back to resume them.
+        try:
+            hub.jobs.keep_owners(store.recent_job_owners(since=time.time() - RESUME_WINDOW), RESUME_WINDOW)
+        except sqlite3.Error as exc:
+            log.error("the last daemon's job owners could not be read", detail=str(exc))
+        # No session is live yet: any the store says is open was left so by a daemon that died.
+        try:
+            abandoned = self._close_abandoned(store)
+        except StoreUnavailable as exc:  # the store may still serve reads; the next start tries again
+            log.error("sessions left open by a stopped daemon stay open", detail=str(exc))
+        else:
+            if abandoned:
+                log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
+        return hub
+
+    def _close_abandoned(self, store: FindingsStore) -> int:
+        return store.close_abandoned()
+
+    async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
+        """What else serves clients besides this process's own handlers (the listener's worker processes)."""
+
+    def _instrument(self, hub: Hub, store: FindingsStore, ready: anyio.Event) -> None:
+        self.metrics.read_at_scrape(
+            queued=hub.queued,
+            jobs_live=hub.jobs_live,
+            jobs_in_use=lambda: len(hub.jobs),
+            job_owners_kept=lambda: hub.jobs.owners_kept,
+            open_connections=lambda: float(self.connections.total),
+            unfinished_frame_bytes=lambda: float(self.unfinished.total),
+            race_memory_used=lambda: float(hub.race_memory.used),
+            race_memory_limit=lambda: float(hub.race_memory.limit),
+            compat_sockets=lambda: hub.compat_sockets.count() if hub.compat_sockets else 0.0,
+        )
+        self.metrics.queue_by_detector(hub.queued_by_detector)
+        self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
+        self.metrics.readiness(lambda: self._not_ready(ready))
+
     def _not_ready(self, started: anyio.Event) -> str:
         """Why a new session would not be served now ("" when it would). Read from the metrics thread."""
         hub, accepting = self.hub, self._accepting
@@ -250,12 +271,16 @@ class Daemon:
             return "starting"
         if accepting.cancel_called:
             return "draining"
-        if len(hub.live) >= hub.limits.max_sessions:
+        if self._sessions() >= hub.limits.max_sessions:
             return f"at the limit of {hub.limits.max_sessions} sessions"
         stalled = time.monotonic() - self._beat
         if stalled > STALLED_AFTER:
             return f"the event loop has not run for {stalled:.0f} s"
         return ""
+
+    def _sessions(self) -> int:
+        """Producer sessions this daemon serves (read from the metrics thread)."""
+        return len(self.hub.live) if self.hub is not None else 0
 
     async def _heartbeat(self) -> None:
         """The event loop's sign of life for /readyz (which is answered from another thread)."""
@@ -276,7 +301,7 @@ class Daemon:
         pause = ACCEPT_BACKOFF[0]
         while True:
             try:
-                raw = await listener.accept()
+                raw = await self._accept_one(listener)
             except anyio.BrokenResourceError as exc:
                 code = getattr(exc.__cause__, "errno", None)
                 if code in ACCEPT_SKIP_ERRNOS:
@@ -300,6 +325,9 @@ class Daemon:
                 log.warning("accepting again", failed_accepts=failed)
                 failed, pause = 0, ACCEPT_BACKOFF[0]
             tg.start_soon(self._handle, raw)
+
+    async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
+        return await listener.accept()
 
     def _cut_counter(self) -> Callable[[str, int], None]:
         """Counts a connection's cut strings; logs the first cut of each field (a client may send millions)."""
@@ -390,7 +418,7 @@ class Daemon:
         log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
         notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
 
-    async def _handle(self, raw: SocketStream) -> None:
+    async def _handle(self, raw: anyio.abc.ByteStream) -> None:
         hub = self.hub
         assert hub is not None
         peer = _peer_credentials(raw)
@@ -423,7 +451,7 @@ class Daemon:
 
     async def _guarded(
         self,
-        raw: SocketStream,
+        raw: anyio.abc.ByteStream,
         peer: Peer,
         connection: Connection | MessageStream,
         body: Callable[[MessageStream], Awaitable[None]],
@@ -460,20 +488,9 @@ class Daemon:
 
     async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
         """Shake hands, then serve the connection as the role its hello declared."""
-        try:
-            with anyio.fail_after(hub.limits.handshake_timeout):
-                hello = await stream.receive()
-        except TimeoutError:
-            timeout = hub.limits.handshake_timeout
-            await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
+        hello = await receive_hello(hub, stream)
+        if hello is None:
             return
-        except RemoteProtocolError as exc:
-            await hub.refuse(stream, exc.reason, str(exc), during="handshake")
-            return
-        except PeerClosed:
-            return
-        assert isinstance(hello, m.Hello)  # the connection allows nothing else first
-        stream.frame_timeout = hub.limits.frame_timeout
         if hello.role == "control":
             await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
             await serve_control(hub, stream, peer)
@@ -484,11 +501,35 @@ class Daemon:
             await open_producer(hub, stream, hello, peer)
 
 
+async def receive_hello(hub: Hub, stream: MessageStream) -> m.Hello | None:
+    """The connection's hello within the handshake timeout, or None when it was refused (or its peer left)."""
+    try:
+        with anyio.fail_after(hub.limits.handshake_timeout):
+            hello = await stream.receive()
+    except TimeoutError:
+        timeout = hub.limits.handshake_timeout
+        await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
+        return None
+    except RemoteProtocolError as exc:
+        await hub.refuse(stream, exc.reason, str(exc), during="handshake")
+        return None
+    except PeerClosed:
+        return None
+    assert isinstance(hello, m.Hello)  # the connection allows nothing else first
+    stream.frame_timeout = hub.limits.frame_timeout
+    return hello
+
+
 def run_daemon(settings: DaemonSettings) -> int:
     """Serve until stopped; 0 after a clean stop, 1 (after one line on stderr saying why) when it cannot start."""
     allocator.tune()
+    daemon = Daemon(settings)
+    if settings.workers > 1:
+        from sanitizerd.workers.listener import Listener
+
+        daemon = Listener(settings)
     try:
-        anyio.run(Daemon(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})
+        anyio.run(daemon.serve, backend="asyncio", backend_options={"use_uvloop": True})
     except (DaemonAlreadyRunning, StartupError, discovery.UnsafeDirectory) as exc:
         print(f"sanitizerd: cannot start: {exc}", file=sys.stderr)
         return 1

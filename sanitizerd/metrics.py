@@ -185,7 +185,12 @@ class Metrics:
             self.config_reloads.labels(result)
         for reason in ("evicted", "overflow", "deadline"):
             self.metrics_dropped.labels(reason)
+        self.worker_restarts = Counter(
+            "sanitizerd_worker_restarts", "Worker processes started again after one ended (--workers N)", registry=r
+        )
         self._ready: Callable[[], str] = lambda: "starting"
+        # What /metrics serves: this registry, or (the listener of worker processes) one that sums the workers'.
+        self.exposed: CollectorRegistry = self.registry
 
     def read_at_scrape(self, **reads: Callable[[], float]) -> None:
         """Gauges read when scraped, from the state that holds their numbers (``_READ_AT_SCRAPE`` names each)."""
@@ -205,7 +210,7 @@ class Metrics:
         from threads of their own (metrics_server.py), at ``HOST:PORT``, ``[IPV6]:PORT`` or ``:PORT``
         (127.0.0.1); any other path is 404. OSError when the address cannot be bound."""
         host, port = metrics_address(address)
-        metrics_app = make_wsgi_app(self.registry)
+        metrics_app = make_wsgi_app(self.exposed)
 
         def app(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
             path = environ.get("PATH_INFO", "/")

@@ -70,8 +70,17 @@ def _hostile_limits() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (HOSTILE_ADDRESS_SPACE, HOSTILE_ADDRESS_SPACE))
 
 
-def start_daemon(base: Path, *extra: str, hostile_limits: bool = False) -> RunningDaemon:
-    """A real ``sanitizerd serve`` on ``base/s.sock``; ``hostile_limits``: as a host runs it, fd and memory capped."""
+# The daemons the fixtures start serve with this many worker processes (``serve --workers``): the same end-to-end
+# tests run against one process (1, the default) and against a listener with workers (CI runs both).
+TEST_WORKERS = int(os.environ.get("SANITIZERD_TEST_WORKERS", "1"))
+
+
+def start_daemon(base: Path, *extra: str, hostile_limits: bool = False, workers: int = 0) -> RunningDaemon:
+    """A real ``sanitizerd serve`` on ``base/s.sock``; ``hostile_limits``: as a host runs it, fd and memory capped;
+    ``workers``: its worker processes (0: ``SANITIZERD_TEST_WORKERS``, by default 1)."""
+    workers = workers or TEST_WORKERS
+    if workers > 1 and "--workers" not in extra:
+        extra = (*extra, "--workers", str(workers))
     sock, state, log = base / "s.sock", base / "state", base / "daemon.log"
     env = None
     if hostile_limits:

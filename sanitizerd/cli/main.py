@@ -17,6 +17,7 @@ from sanitizerd.sessions.access import group_id
 from sanitizerd.sessions.hub import Limits
 
 T = TypeVar("T")
+MAX_WORKERS = 64
 
 
 def _limit_arguments(args: argparse.Namespace) -> dict[str, object]:
@@ -42,6 +43,13 @@ def _socket_path(text: str) -> Path:
     if not text or len(os.fsencode(text)) > config.MAX_SOCKET_PATH_LEN:
         raise ValueError(f"a socket path is 1 to {config.MAX_SOCKET_PATH_LEN} bytes; got {len(os.fsencode(text))}")
     return Path(text)
+
+
+def _workers(text: str) -> int:
+    count = int(text)
+    if not 1 <= count <= MAX_WORKERS:
+        raise ValueError(f"--workers is 1 to {MAX_WORKERS}; got {count}")
+    return count
 
 
 def _metrics_address(text: str) -> str:
@@ -72,6 +80,11 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
             metavar="S" if bound.unit == "s" else ("BYTES" if bound.unit == "bytes" else "N"),
             help=f"{bound.meaning}: {config.describe(name)}{fixed} [{getattr(limits, name)}]".replace("%", "%%"),
         )
+    serve.add_argument(
+        "--workers", type=_argument_type(_workers), default=None, metavar="N",
+        help=f"processes that serve sessions, 1 to {MAX_WORKERS}: 1 is a single process; N > 1 a listener that hands "
+        "each job's connections to one of N workers [1]",
+    )  # fmt: skip
     serve.add_argument(
         "--admin-group", type=_argument_type(group_id), action="append", default=None, metavar="GROUP",
         help="members may read every user's sessions and findings (root always may); by name or number; repeatable",
@@ -135,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             config_path=file.path,
             command_line=command_line,
             log_level_given=args.log_level,
+            log_level=log_level,
+            workers=args.workers or 1,
         )
         return run_daemon(settings)
     if args.command == "replay":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,7 @@ CRASH_END_REASON = "daemon stopped unexpectedly"
 FINDINGS_PAGE_BYTES = 4 << 20  # a findings reply stays far below any client's frame limit
 FINDINGS_PAGE_COUNT = 10_000
 WAL_SIZE_LIMIT = 64 << 20  # the WAL is truncated back to this after a checkpoint
+BUSY_TIMEOUT = 30.0  # seconds a write waits for another process's transaction before it fails
 _PRUNE_BATCH = 200  # sessions deleted per transaction: the store thread is never held long
 
 _finding_decoder = msgspec.json.Decoder(Finding)
@@ -99,7 +101,8 @@ class FindingsStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.max_bytes = max_bytes  # 0: no size limit
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        # With worker processes every process opens the file; a writer waits its turn (WAL: readers never wait).
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT)
         # Freed pages go back to the file system a little at a time (incremental_vacuum after each prune); this
         # must be set before the first table exists, or take a VACUUM (see _migrate).
         self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -190,15 +193,17 @@ class FindingsStore:
             ).fetchall()
         return list(dict(rows).items())
 
-    def close_abandoned(self, reason: str = CRASH_END_REASON) -> int:
+    def close_abandoned(self, reason: str = CRASH_END_REASON, *, mine: Callable[[str, int], bool] | None = None) -> int:
         """Close the sessions a daemon that died left open (none is live at start), with their own reason and the
-        findings they stored counted; how many there were."""
+        findings they stored counted; how many there were. ``mine(job, uid)``: only those a worker process that
+        (re)starts would have served."""
         now = time.time()
         with self._lock:
             rows = self._db.execute(
-                "SELECT s.id, s.info, s.uid, (SELECT count(*) FROM findings f WHERE f.session = s.id) "
+                "SELECT s.id, s.info, s.uid, (SELECT count(*) FROM findings f WHERE f.session = s.id), s.job "
                 "FROM sessions s WHERE s.ended IS NULL"
             ).fetchall()
+            rows = [row[:4] for row in rows if mine is None or mine(row[4], row[2])]
             if not rows:
                 return 0
             self._db.execute("BEGIN")

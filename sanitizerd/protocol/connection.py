@@ -180,6 +180,15 @@ class Connection:
         cuts, self._cuts = self._cuts, []
         return cuts
 
+    def take_unparsed(self) -> bytes:
+        """What was received and not yet parsed, taken out: the connection goes on in another process with it."""
+        return bytes(self._buffer.take(len(self._buffer)))
+
+    def frame(self, message: m.Message) -> bytearray:
+        """``message`` framed for the wire with no check and no change of state: a message already received, sent
+        on to another process that rebuilds this connection's state from it."""
+        return self._frame(message)
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as messages."""

@@ -13,6 +13,7 @@ small, and no request costs time in proportion to how many came before it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -41,7 +42,11 @@ def compat_layouts() -> frozenset[str]:
     return frozenset(wire.LAYOUTS)
 
 
-async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
+async def serve_control(
+    hub: Hub, stream: MessageStream, peer: Peer, *, handled: Callable[[], None] = lambda: None
+) -> None:
+    """``handled`` is called after each request is handled (and before a compat_listen's wait): a worker process
+    takes its next handed connection only once a handed control connection's request is in effect."""
     access = Access.of(peer, hub.limits.admin_gids)
     reader_uid = None if access.admin else access.uid  # whose rows the store selects
     outbound_send, outbound_receive = anyio.create_memory_object_stream[m.Message](WATCH_MESSAGES)
@@ -53,11 +58,16 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
     waits = 0
     listens = 0  # msSanitizer-form sockets this connection holds (each until it ends)
 
+    written = anyio.Event()  # the writer has sent everything queued and stopped (before a handoff)
+
     async def write_out() -> None:
-        async with outbound_receive:
-            async for message in outbound_receive:
-                await stream.send(message)
-                watcher.delivered(message)
+        try:
+            async with outbound_receive:
+                async for message in outbound_receive:
+                    await stream.send(message)
+                    watcher.delivered(message)
+        finally:
+            written.set()
 
     async def end_when_dropped(scope: anyio.CancelScope) -> None:
         await watcher.dropped.wait()
@@ -97,7 +107,7 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
 
     async def visible_sessions() -> list[m.SessionInfo]:
         ended = await hub.store_call(lambda: hub.store.ended_sessions(SESSIONS_LISTED, uid=reader_uid))
-        return ended + access.visible([s.info() for s in hub.live.values()])
+        return ended + access.visible(await hub.live_sessions())
 
     def page_of(query: m.QueryFindings) -> FindingsPage:
         """One page of the findings the query names that this client may read (on the store thread)."""
@@ -139,6 +149,12 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                                 "(wait_job, watch, job_start, compat_listen)", connection="control", uid=access.uid,
                             )  # fmt: skip
                             return
+                        case m.JobStart() | m.Watch() | m.WaitJob() | m.CompatListen() if hub.handoff is not None:
+                            # The job's worker serves the connection from this request on, once every answer
+                            # given here has been written (so that answers keep their order).
+                            outbound_send.close()
+                            await hub.handoff(stream, message, job_key(message.job, access.uid), written.wait)
+                            return
                         case m.JobStart(job=job, config=config):
                             key = job_key(job, access.uid)
                             if not await may_use(key):
@@ -165,6 +181,7 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                         case m.CompatListen(job=job):
                             if not await may_use(job_key(job, access.uid)):
                                 return
+                            handled()  # its answer waits on the listener: the next handoff must not
                             answer = await compat_listen(message, tg)
                             listens += bool(answer.name)
                             await outbound_send.send(answer)
@@ -178,11 +195,13 @@ async def serve_control(hub: Hub, stream: MessageStream, peer: Peer) -> None:
                         case m.QueryJobs():
                             jobs = summarize(await visible_sessions(), now=time.time(), grace=hub.limits.job_grace)
                             await outbound_send.send(m.Jobs(jobs=jobs))
+                    handled()
             except RemoteProtocolError as exc:
                 await hub.refuse(stream, exc.reason, str(exc), connection="control")
             except (PeerClosed, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass
             finally:
+                handled()
                 for key in watching:
                     hub.jobs.unwatch(key, watcher)
                 for key in registered:

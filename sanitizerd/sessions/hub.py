@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +19,7 @@ from sanitizerd.findings.store import FindingsStore, Pruned, StoreUnavailable, f
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.jobs import Jobs, job_key
+from sanitizerd.sessions.jobs import JobKey, Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
 from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, LogGate, Session
 from sanitizerd.sessions.transport import MessageStream
@@ -109,6 +109,15 @@ class Hub:
     refusal_logs: dict[str, LogGate] = field(default_factory=dict)  # reason -> its log's token bucket
     # The per-job sockets in msSanitizer's form (compat_listen); None where no daemon serves them (tests' hubs).
     compat_sockets: CompatSockets | None = None
+    # With worker processes (sanitizerd/workers): the live sessions other processes serve, for the views that
+    # list every session; None in a daemon of one process.
+    live_elsewhere: Callable[[], Awaitable[list[m.SessionInfo]]] | None = None
+    # In the listener of worker processes: hands a control connection, at its first request about a job, to the
+    # worker that owns the job (the stream, that request, the job, and what to wait for before it goes: the answers
+    # already queued written out); None where this process serves jobs itself.
+    handoff: Callable[[MessageStream, m.Message, JobKey, Callable[[], Awaitable[object]]], Awaitable[None]] | None = (
+        None
+    )
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it
@@ -135,6 +144,11 @@ class Hub:
             except RuntimeError:  # the dict changed under the copy; try again
                 continue
         return {}
+
+    async def live_sessions(self) -> list[m.SessionInfo]:
+        """Every live producer session, this process's and (with worker processes) the others'."""
+        here = [session.info() for session in self.live.values()]
+        return here + (await self.live_elsewhere() if self.live_elsewhere is not None else [])
 
     def jobs_live(self) -> float:
         return float(len({session.job for session in list(self.live.values())}))

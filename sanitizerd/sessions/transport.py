@@ -94,6 +94,8 @@ class MessageStream:
         self._frame_read_time = 0.0  # seconds spent reading the frame now begun
         # Whether the daemon owes the peer an answer (a verdict being checked): its silence is then not idleness.
         self.owes_reply: Callable[[], bool] = lambda: False
+        # The hello this connection began with, kept where the connection may be handed to a worker process.
+        self.hello: m.Hello | None = None
         # Told of each string of the peer's that was cut to its length: (field, characters cut).
         self.on_cut: Callable[[str, int], None] = lambda field, characters: None
 

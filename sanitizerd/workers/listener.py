@@ -1,0 +1,171 @@
+"""The listener of ``sanitizerd serve --workers N``: the one process that owns the socket, signals, systemd's
+notifications and watchdog, retention and /metrics; it shakes hands and hands each connection to a worker.
+
+A producer goes to the worker that owns its job (``routing.worker_for``) right after its hello. A control
+connection is welcomed and served here while it asks only what the store and the workers' live lists answer
+(findings, sessions, jobs); at its first request about a job (job_start, watch, wait_job, compat_listen) it goes,
+with that request, to the job's worker, which serves it from then on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import structlog
+from anyio.abc import SocketAttribute
+
+from sanitizerd import __version__
+from sanitizerd.daemon import Daemon, DaemonSettings, receive_hello
+from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.control import serve_control
+from sanitizerd.sessions.hub import Hub, Limits
+from sanitizerd.sessions.jobs import JobKey, job_key
+from sanitizerd.sessions.session import Peer
+from sanitizerd.sessions.transport import MessageStream
+from sanitizerd.systemd import Notifier
+from sanitizerd.workers.metrics import MergedMetrics
+from sanitizerd.workers.pool import Pool
+from sanitizerd.workers.rawstream import RawSocketStream
+from sanitizerd.workers.routing import worker_for
+
+log = structlog.get_logger("sanitizerd.listener")
+STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record its sessions' end and exit
+
+
+class Listener(Daemon):
+    def __init__(self, settings: DaemonSettings) -> None:
+        super().__init__(settings)
+        self.configured = settings.limits  # as configured (start, SIGHUP): what a worker started now is given
+        self.pool = Pool(settings, self.metrics, lambda: self.configured)
+        self.merged = MergedMetrics(self.metrics.registry, self.pool)
+        self.metrics.exposed = self.merged.registry  # /metrics: this process's and every worker's, summed
+
+    async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
+        hub = self.hub
+        assert hub is not None
+        hub.live_elsewhere = self.pool.live
+        hub.handoff = self._hand_control
+        self.merged.token = anyio.lowlevel.current_token()
+        await tg.start(self.pool.run)
+
+    def _fitted(self, limits: Limits) -> Limits:
+        """The listener runs no detector: the host's race-check memory is the workers' (shared out among them)."""
+        self.configured = limits
+        return dataclasses.replace(super()._fitted(limits), race_memory=0)
+
+    def _not_ready(self, started: anyio.Event) -> str:
+        """As one process's, and not while a worker (re)starts: the jobs it owns would wait for it."""
+        why = super()._not_ready(started)
+        if not why and started.is_set():
+            down = [worker.index for worker in self.pool.workers if not worker.up.is_set()]
+            if down:
+                why = f"worker {down[0]} is starting"
+        return why
+
+    def _sessions(self) -> int:
+        return self.pool.producers()
+
+    async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
+        """A connection read from its own socket: nothing read ahead into a buffer a worker would not get."""
+        sock = listener.extra(SocketAttribute.raw_socket)
+        while True:
+            await anyio.wait_readable(sock)
+            try:
+                conn, _address = sock.accept()
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise anyio.BrokenResourceError from exc
+            return RawSocketStream(conn)
+
+    async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
+        hello = await receive_hello(hub, stream)
+        if hello is None:
+            return
+        stream.hello = hello
+        if hello.role == "control":
+            await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
+            await serve_control(hub, stream, peer)
+        else:
+            refused = await self._session_limit(hub, peer.uid)
+            if refused:
+                await hub.refuse(stream, "session_limit", refused)
+                return
+            await self._hand(stream, await self._job_of(hub, hello, peer), welcomed=False, producer_uid=peer.uid)
+
+    async def _session_limit(self, hub: Hub, uid: int) -> str:
+        """Why a new producer of ``uid`` would pass a session limit over all workers ("" when it would not). The
+        connections handed and not yet reported ended are counted first; only when they reach a limit are the
+        workers asked which sessions are live (a session that just ended may not have been reported yet)."""
+        limits = hub.limits
+        if self.pool.producers() < limits.max_sessions and self.pool.producers(uid) < limits.max_sessions_per_uid:
+            return ""
+        live = await self.pool.live()
+        if len(live) >= limits.max_sessions:
+            return f"the daemon serves its limit of {limits.max_sessions} sessions"
+        if sum(1 for info in live if info.uid == uid) >= limits.max_sessions_per_uid:
+            return f"uid {uid} has its limit of {limits.max_sessions_per_uid} live sessions"
+        return ""
+
+    @staticmethod
+    async def _job_of(hub: Hub, hello: m.Hello, peer: Peer) -> JobKey:
+        """The job whose worker serves a producer: a resume goes where the session it names was served (that
+        worker tells the client whether it may resume it), whatever job its hello names."""
+        if hello.resume:
+            stored = await hub.store_call(hub.store.session, hello.resume)
+            if stored is not None:
+                return job_key(stored.job, stored.uid)
+        return job_key(hello.job, peer.uid)
+
+    async def _hand_control(
+        self, stream: MessageStream, request: m.Message, key: JobKey, written: Callable[[], Awaitable[object]]
+    ) -> None:
+        await self._hand(stream, key, welcomed=True, request=request, written=written)
+
+    async def _hand(
+        self,
+        stream: MessageStream,
+        key: JobKey,
+        *,
+        welcomed: bool,
+        request: m.Message | None = None,
+        producer_uid: int | None = None,
+        written: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        """The connection to the job's worker, with every byte read from it that it has not answered: its hello,
+        the request that made it go (if any), and whatever followed them."""
+        hub = self.hub
+        assert hub is not None and stream.hello is not None
+        index = worker_for(key, self.settings.workers)
+        # The worker's turn is taken before anything else is awaited: connections of one job reach its worker in
+        # the order their requests were read here (a job_start before the sessions that follow it).
+        async with self.pool.workers[index].order:
+            if written is not None:
+                await written()
+            connection = stream.connection
+            data = bytearray(connection.frame(stream.hello))
+            if request is not None:
+                data += connection.frame(request)
+            data += connection.take_unparsed()
+            raw = stream.stream
+            assert isinstance(raw, RawSocketStream)
+            await self.pool.hand(
+                index, raw.sock.fileno(), bytes(data), welcomed=welcomed, wait=hub.limits.drain_timeout,
+                producer_uid=producer_uid,
+            )  # fmt: skip
+
+    async def _drain(self, hub: Hub, notifier: Notifier) -> None:
+        """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""
+        deadline = hub.limits.drain_timeout
+        log.info("draining the workers", workers=len(self.pool.workers), deadline_s=deadline)
+        notifier.status("draining the workers")
+        await self.pool.stop(deadline + STOP_MARGIN)
+
+    def _reload(self, notifier: Notifier) -> None:
+        super()._reload(notifier)
+        self.pool.signal_all(signal.SIGHUP)  # each worker reads the file again itself
