@@ -75,6 +75,26 @@ def _hostile_limits() -> None:
 TEST_WORKERS = int(os.environ.get("SANITIZERD_TEST_WORKERS", "1"))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``SANITIZERD_TEST_WORKERS`` > 1 (CI's second pass), only the test files that start a daemon run: the
+    rest never meet a worker, and ran in the first pass."""
+    if TEST_WORKERS <= 1:
+        return
+    sources: dict[Path, bool] = {}
+
+    def starts_a_daemon(item: pytest.Item) -> bool:
+        path = Path(str(item.path))
+        if path not in sources:
+            text = path.read_text()
+            sources[path] = "start_daemon" in text or "RunningDaemon" in text
+        return sources[path]
+
+    kept = [item for item in items if starts_a_daemon(item)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if not starts_a_daemon(item)])
+        items[:] = kept
+
+
 def start_daemon(base: Path, *extra: str, hostile_limits: bool = False, workers: int = 0) -> RunningDaemon:
     """A real ``sanitizerd serve`` on ``base/s.sock``; ``hostile_limits``: as a host runs it, fd and memory capped;
     ``workers``: its worker processes (0: ``SANITIZERD_TEST_WORKERS``, by default 1)."""
