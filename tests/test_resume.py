@@ -46,6 +46,15 @@ def findings(daemon: RunningDaemon, job: str) -> list[dict]:
     return json.loads(out)
 
 
+def assert_resumed_intact(resumed: list[dict], uninterrupted: list[dict], before: list[dict]) -> None:
+    """A resumed session's findings are an uninterrupted run's: the first part's finding kept as stored (same id),
+    nothing stored twice, all in the one session."""
+    assert what(resumed) == what(uninterrupted)
+    assert sorted(f["kind"] for f in resumed) == ["illegal_free", "illegal_read", "illegal_write", "misaligned_access"]
+    assert [f["id"] for f in resumed if f["kind"] == "illegal_read"] == [before[0]["id"]]  # intact, not re-stored
+    assert len({f["session"] for f in resumed}) == 1
+
+
 def what(found: list[dict]) -> list[tuple]:
     """A run's findings without what differs between two runs (job, session, pid, ids, times)."""
     return sorted((f["kind"], f["address"], f["size"], f["launch"], f["serial"], f["space"]) for f in found)
@@ -70,10 +79,7 @@ def test_sigkill_in_mid_stream_loses_nothing_and_duplicates_nothing(short_dir: P
         uninterrupted = findings(daemon, "uninterrupted")
     finally:
         assert stop_daemon(daemon) == 0
-    assert what(resumed) == what(uninterrupted)
-    assert sorted(f["kind"] for f in resumed) == ["illegal_free", "illegal_read", "illegal_write", "misaligned_access"]
-    assert [f["id"] for f in resumed if f["kind"] == "illegal_read"] == [before[0]["id"]]  # intact, not re-stored
-    assert len({f["session"] for f in resumed}) == 1
+    assert_resumed_intact(resumed, uninterrupted, before)
 
 
 def test_a_planned_restart_resumes_without_false_leaks(short_dir: Path) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from unittest.mock import patch
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Space, accesses, syncs
+from sanitizerd.detectors import _page_owners, _stomping
 from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import expand, extents
 from sanitizerd.detectors._stomping import _merge_by_block
@@ -300,6 +303,48 @@ class TestBatchWidePathAgainstAByteModel:
         for lo, hi in batches[:-1]:
             detector.check(events[lo:hi])
         assert len(detector.stomping.owned_by._pending_starts) == 600  # the last batch's claims, not folded yet
+        detector.check(events[tiles:])
+        found = detector.kernel_end()
+        assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected
+
+
+class TestPageOwners:
+    """The page table: writes in pages only their own block has written are logged, not looked up; a page a
+    second block writes turns shared, and its logged claims move into the owner sets before it is checked."""
+
+    @pytest.mark.parametrize("shift", [8, 12])
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(program=kernels(), cuts=st.lists(st.integers(0, 30), max_size=4))
+    def test_small_pages_match_the_byte_model(
+        self, shift: int, program: tuple[list[tuple[int, int]], list[list[tuple[int, ...]]]], cuts: list[int]
+    ) -> None:
+        """Pages of 256 B and 4 KiB instead of 64 KiB: the properties' 16 KiB window then holds many pages,
+        some one block's, some turning shared mid-kernel."""
+        with patch.object(_page_owners, "PAGE_SHIFT", shift), patch.object(_stomping, "PAGE_SHIFT", shift):
+            TestBatchWidePathAgainstAByteModel.test_kernels_with_frees_between.hypothesis.inner_test(  # type: ignore[attr-defined]
+                self, program, cuts
+            )
+
+    def test_a_late_write_into_another_blocks_page_is_told_exactly(self) -> None:
+        """Eight blocks stream through 64 KiB pages of their own (their claims only logged); then block 5 writes
+        48 bytes from the last 16 of block 2's region into block 3's, in a batch of its own: both pages turn shared,
+        and all 48 bytes are told."""
+        region = 1 << 16
+        parts = [accesses(WRITE, Space.GM, GM + b * region + t * 1024, 1024, block_id=b)
+                 for t in range(64) for b in range(8)]  # fmt: skip
+        parts.append(accesses(WRITE, Space.GM, GM + 3 * region - 16, 48, block_id=5))
+        events = stream(*parts)
+        events["pc"] = events["serial"]
+        tiles = 8 * 64
+        batches = [(lo, min(lo + 128, tiles)) for lo in range(0, tiles, 128)] + [(tiles, events.size)]
+        legal = IntervalSet(np.array([GM], np.uint64), np.array([GM + (1 << 20)], np.uint64))
+        expected = expected_stomps(events, batches, legal)
+        assert expected == {tiles + 1: (GM + 3 * region - 16, 48)}
+        detector = memcheck()
+        detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
+        for lo, hi in batches[:-1]:
+            detector.check(events[lo:hi])
+        assert len(detector.stomping.owned_by) == 0 and detector.stomping._logged > 0  # nothing looked up yet
         detector.check(events[tiles:])
         found = detector.kernel_end()
         assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected

@@ -19,7 +19,7 @@ from sanitizerd.workers.metrics import merge
 from sanitizerd.workers.routing import worker_for
 from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.test_e2e_daemon import free_port
-from tests.test_resume import findings, first_part, second_part, what
+from tests.test_resume import assert_resumed_intact, findings, first_part, second_part
 
 WORKERS = 2
 
@@ -98,10 +98,7 @@ def test_killing_a_worker_mid_stream_loses_nothing_and_duplicates_nothing(short_
         assert "sanitizerd_sessions_resumed_total 1.0" in metrics.splitlines()  # counted in the new worker
     finally:
         assert stop_daemon(daemon) == 0
-    assert what(resumed) == what(uninterrupted)
-    assert sorted(f["kind"] for f in resumed) == ["illegal_free", "illegal_read", "illegal_write", "misaligned_access"]
-    assert [f["id"] for f in resumed if f["kind"] == "illegal_read"] == [before[0]["id"]]  # intact, not re-stored
-    assert len({f["session"] for f in resumed}) == 1
+    assert_resumed_intact(resumed, uninterrupted, before)
 
 
 def test_one_worker_is_the_single_process(short_dir: Path) -> None:

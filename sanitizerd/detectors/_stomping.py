@@ -10,6 +10,11 @@ Ownership is two interval sets: the union of owned bytes, and the same bytes key
 "owned by this block" for every write of a batch. A batch without conflicts, the common case, is settled with
 a few whole-batch operations; a batch with one is taken block by block, as msSanitizer processes each block's
 record buffer.
+
+Before either, a page table (``_page_owners``) settles the steady state: a batch whose writes touch only pages
+no other block has written cannot stomp, so its claims are only logged, merged into the owner sets when a later
+batch needs them exact (it touches a page two blocks wrote) and never otherwise: a kernel whose blocks write
+their own slices never searches the owner sets at all.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
+from sanitizerd.detectors._page_owners import PAGE_SHIFT, PageOwners
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
 from sanitizerd.detectors._runs import (
     CHUNK,
@@ -36,6 +42,9 @@ _U64 = np.uint64
 _OWNER_SHIFT = _U64(49)
 _ADDRESS_MASK = _U64((1 << 49) - 1)
 _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
+# Logged claims (keyed ranges) past which the log is merged into itself: a kernel rewriting its own pages keeps
+# a log the size of what it owns, not of what it wrote.
+_LOG_MERGE = 1 << 16
 
 
 def _block_keys(events: np.ndarray) -> np.ndarray:
@@ -138,6 +147,10 @@ class StompTracker:
         self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
         self._owners: dict[int, int] = {}  # block key -> owner number
         self.given_up = False
+        self.pages = PageOwners()
+        self._log: list[tuple[np.ndarray, np.ndarray]] = []  # claims in pages of one writer: keyed ranges
+        self._logged = 0  # ranges in the log
+        self._log_merged = 0  # ranges the last merge of the log left
 
     def check(
         self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, legal: IntervalSet, budget: PairBudget
@@ -160,6 +173,7 @@ class StompTracker:
             found = [self._check_pieces(events, *touching(legal, *ranges(events, ext, index)))]
             self.given_up = self._past_bound()
             return _per_event(found)
+        self._flush()  # the runs' lookups below read the owner sets
         found = []
         for rows, group in runs_by_group(events, ext, index):
             in_heap = inside_or_none(group, legal, ADDRESS_LIMIT, budget)
@@ -177,9 +191,41 @@ class StompTracker:
     def _past_bound(self) -> bool:
         """Whether ownership holds more than MAX_TRACKED_RANGES separate ranges. ``len`` is an upper bound while
         ranges are pending (they may touch held ones); past the bound the sets are folded and counted exactly."""
-        if len(self.owned_by) + len(self.stomped) <= MAX_TRACKED_RANGES:
+        if len(self.owned_by) + len(self.stomped) + self._logged <= MAX_TRACKED_RANGES:
             return False
+        self._flush()
         return self.owned_by.starts.size + self.stomped.starts.size > MAX_TRACKED_RANGES
+
+    def _flush(self, pages: np.ndarray | None = None) -> None:
+        """Logged claims into the owner sets: all of them (then the sets hold every claim exactly), or those
+        touching ``pages`` (sorted page numbers)."""
+        if not self._log:
+            return
+        keyed_lo = np.concatenate([lo for lo, _ in self._log])
+        keyed_hi = np.concatenate([hi for _, hi in self._log])
+        if pages is not None:
+            lo, hi = keyed_lo & _ADDRESS_MASK, keyed_hi & _ADDRESS_MASK
+            first, last = lo >> _U64(PAGE_SHIFT), (hi - _U64(1)) >> _U64(PAGE_SHIFT)
+            at = np.searchsorted(pages, first)
+            touches = at < pages.size
+            touches[touches] = pages[at[touches]] <= last[touches]
+            if not touches.any():
+                return
+            self._log = [(keyed_lo[~touches], keyed_hi[~touches])]
+            self._logged = int((~touches).sum())
+            keyed_lo, keyed_hi = keyed_lo[touches], keyed_hi[touches]
+        else:
+            self._log, self._logged = [], 0
+        self._claim(keyed_lo >> _OWNER_SHIFT, keyed_lo & _ADDRESS_MASK, keyed_hi & _ADDRESS_MASK)
+
+    def _log_claims(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        self._log.append(((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi))
+        self._logged += lo.size
+        # Merged once it doubles what the last merge left: each range is sorted O(log n) times in all.
+        if self._logged > max(_LOG_MERGE, 2 * self._log_merged) and len(self._log) > 1:
+            merged = merge_ranges(np.concatenate([a for a, _ in self._log]), np.concatenate([b for _, b in self._log]))
+            self._log, self._logged = [merged], merged[0].size
+            self._log_merged = self._logged
 
     def _not_owned_already(self, events: np.ndarray, runs: Runs, budget: PairBudget) -> Runs:
         """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its
@@ -210,10 +256,21 @@ class StompTracker:
             return _NONE
         block_keys = _piece_block_keys(events, event)
         merged = _merge_by_block(block_keys, start, stop)
-        if merged[0].size and self._claim_if_clean(*merged):
-            return _NONE
         if not merged[0].size:  # only empty pieces: nothing written
             return _NONE
+        merged_keys = self._owner_numbers(merged[0])
+        alone, newly_shared = self.pages.note(merged_keys, merged[1], merged[2])
+        if newly_shared.size:  # pages a second block now writes: their logged claims must be exact from here on
+            self._flush(newly_shared)
+        if alone.any():  # ranges in pages of their own writers: no stomping, claims logged
+            self._log_claims(merged_keys[alone], merged[1][alone], merged[2][alone])
+            if alone.all():
+                return _NONE
+            merged = tuple(part[~alone] for part in merged)
+        # The rest touch pages other blocks write too: the owner sets hold every claim there, exactly.
+        if self._claim_if_clean(*merged):
+            return _NONE
+        self._flush()  # a conflict: the block-by-block path reads whole owners' sets
         keys = self._owner_numbers(block_keys)
         # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers.
         _, first = np.unique(block_keys, return_index=True)
