@@ -325,6 +325,24 @@ class TestPageOwners:
                 self, program, cuts
             )
 
+    def test_past_its_bound_the_table_gives_up_and_nothing_is_missed(self) -> None:
+        """A page table of 4 pages: block 0's first batch is logged; its second passes the bound, so the log moves
+        into the owner sets and every later write is looked up; block 1 stomping on block 0's first bytes is told."""
+        parts = [accesses(WRITE, Space.GM, GM + t * 1024, 1024, block_id=0) for t in range(64)]  # one page
+        parts += [accesses(WRITE, Space.GM, GM + (1 << 16) + t * (1 << 16), 64, block_id=0) for t in range(8)]
+        parts.append(accesses(WRITE, Space.GM, GM + 100, 8, block_id=1))
+        events = stream(*parts)
+        detector = memcheck()
+        detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
+        with patch.object(_page_owners, "MAX_PAGES", 4):
+            detector.check(events[:64])
+            assert detector.stomping._logged > 0
+            detector.check(events[64:72])
+            assert detector.stomping.pages is None and detector.stomping._logged == 0
+            detector.check(events[72:])
+        found = detector.kernel_end()
+        assert [(f.serial, f.address, f.size) for f in found if f.kind == "out_of_bounds"] == [(73, GM + 100, 8)]
+
     def test_a_late_write_into_another_blocks_page_is_told_exactly(self) -> None:
         """Eight blocks stream through 64 KiB pages of their own (their claims only logged); then block 5 writes
         48 bytes from the last 16 of block 2's region into block 3's, in a batch of its own: both pages turn shared,

@@ -13,6 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 PAGE_SHIFT = 16
+# Pages a kernel's table may hold, and one batch may touch: a client's ranges are its own words (one write may
+# claim to span terabytes). Past either the table gives up for the kernel, and stomping looks everything up.
+MAX_PAGES = 1 << 21
 SHARED = -1  # two blocks have written the page
 _NOBODY = -2
 _U64 = np.uint64
@@ -28,12 +31,15 @@ class PageOwners:
     def __len__(self) -> int:
         return int(self.pages.size)
 
-    def note(self, owners: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def note(self, owners: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """Record that each owner wrote ``[lo, hi)`` (non-empty ranges). Returns, per range, whether every page
         it touches is its owner's alone (nobody else's before, and no other owner's in this batch), and the
-        pages that had one writer and now have two (sorted)."""
+        pages that had one writer and now have two (sorted); None when the pages pass ``MAX_PAGES`` (nothing
+        recorded: the table is no longer exact, and must not be used again)."""
         first, last = lo >> _U64(PAGE_SHIFT), (hi - _U64(1)) >> _U64(PAGE_SHIFT)
         span = (last - first).astype(np.int64) + 1
+        if int(span.sum()) + self.pages.size > MAX_PAGES:
+            return None
         if int(span.max()) == 1:
             page, writer = first, owners.astype(np.int64)
         else:  # a range over several pages: each of them (a range's pages are bounded by the bytes it writes)

@@ -147,7 +147,7 @@ class StompTracker:
         self.atomic: dict[int, bool] = {}  # block -> atomic mode at the end of the last batch
         self._owners: dict[int, int] = {}  # block key -> owner number
         self.given_up = False
-        self.pages = PageOwners()
+        self.pages: PageOwners | None = PageOwners()  # None: past its bound, every write is looked up
         self._log: list[tuple[np.ndarray, np.ndarray]] = []  # claims in pages of one writer: keyed ranges
         self._logged = 0  # ranges in the log
         self._log_merged = 0  # ranges the last merge of the log left
@@ -259,7 +259,13 @@ class StompTracker:
         if not merged[0].size:  # only empty pieces: nothing written
             return _NONE
         merged_keys = self._owner_numbers(merged[0])
-        alone, newly_shared = self.pages.note(merged_keys, merged[1], merged[2])
+        noted = self.pages.note(merged_keys, merged[1], merged[2]) if self.pages is not None else None
+        if noted is None:  # no page table (any more): the owner sets must hold every claim
+            self.pages = None
+            self._flush()
+            alone, newly_shared = np.zeros(merged_keys.size, dtype=bool), np.empty(0, _U64)
+        else:
+            alone, newly_shared = noted
         if newly_shared.size:  # pages a second block now writes: their logged claims must be exact from here on
             self._flush(newly_shared)
         if alone.any():  # ranges in pages of their own writers: no stomping, claims logged
