@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Space, accesses, syncs
-from sanitizerd.detectors import _page_owners, _stomping
+from sanitizerd.detectors import _page_owners
 from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import expand, extents
 from sanitizerd.detectors._stomping import _merge_by_block
@@ -320,7 +320,7 @@ class TestPageOwners:
     ) -> None:
         """Pages of 256 B and 4 KiB instead of 64 KiB: the properties' 16 KiB window then holds many pages,
         some one block's, some turning shared mid-kernel."""
-        with patch.object(_page_owners, "PAGE_SHIFT", shift), patch.object(_stomping, "PAGE_SHIFT", shift):
+        with patch.object(_page_owners, "PAGE_SHIFT", shift):
             TestBatchWidePathAgainstAByteModel.test_kernels_with_frees_between.hypothesis.inner_test(  # type: ignore[attr-defined]
                 self, program, cuts
             )

@@ -21,6 +21,11 @@ _NOBODY = -2
 _U64 = np.uint64
 
 
+def pages_of(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and the last page of each non-empty ``[lo, hi)``."""
+    return lo >> _U64(PAGE_SHIFT), (hi - _U64(1)) >> _U64(PAGE_SHIFT)
+
+
 class PageOwners:
     """Sorted written pages and, for each, its one writer (an owner number) or SHARED."""
 
@@ -36,7 +41,7 @@ class PageOwners:
         it touches is its owner's alone (nobody else's before, and no other owner's in this batch), and the
         pages that had one writer and now have two (sorted); None when the pages pass ``MAX_PAGES`` (nothing
         recorded: the table is no longer exact, and must not be used again)."""
-        first, last = lo >> _U64(PAGE_SHIFT), (hi - _U64(1)) >> _U64(PAGE_SHIFT)
+        first, last = pages_of(lo, hi)
         span = (last - first).astype(np.int64) + 1
         if int(span.sum()) + self.pages.size > MAX_PAGES:
             return None

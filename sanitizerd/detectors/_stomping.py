@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
-from sanitizerd.detectors._page_owners import PAGE_SHIFT, PageOwners
+from sanitizerd.detectors._page_owners import PageOwners, pages_of
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
 from sanitizerd.detectors._runs import (
     CHUNK,
@@ -204,8 +204,7 @@ class StompTracker:
         keyed_lo = np.concatenate([lo for lo, _ in self._log])
         keyed_hi = np.concatenate([hi for _, hi in self._log])
         if pages is not None:
-            lo, hi = keyed_lo & _ADDRESS_MASK, keyed_hi & _ADDRESS_MASK
-            first, last = lo >> _U64(PAGE_SHIFT), (hi - _U64(1)) >> _U64(PAGE_SHIFT)
+            first, last = pages_of(keyed_lo & _ADDRESS_MASK, keyed_hi & _ADDRESS_MASK)
             at = np.searchsorted(pages, first)
             touches = at < pages.size
             touches[touches] = pages[at[touches]] <= last[touches]
