@@ -75,9 +75,17 @@ def _hostile_limits() -> None:
 TEST_WORKERS = int(os.environ.get("SANITIZERD_TEST_WORKERS", "1"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "first_pass_only(why): a file that starts daemons but checks nothing the worker shape changes (what happens "
+        "inside one session is the same code in a worker); CI's second pass leaves it out",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``SANITIZERD_TEST_WORKERS`` > 1 (CI's second pass), only the test files that start a daemon run: the
-    rest never meet a worker, and ran in the first pass."""
+    """With ``SANITIZERD_TEST_WORKERS`` > 1 (CI's second pass), only the test files that start a daemon run, less
+    those marked ``first_pass_only``: the rest never meet a worker, and ran in the first pass."""
     if TEST_WORKERS <= 1:
         return
     sources: dict[Path, bool] = {}
@@ -87,7 +95,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if path not in sources:
             text = path.read_text()
             sources[path] = "start_daemon" in text or "RunningDaemon" in text
-        return sources[path]
+        return sources[path] and item.get_closest_marker("first_pass_only") is None
 
     kept = [item for item in items if starts_a_daemon(item)]
     if len(kept) < len(items):

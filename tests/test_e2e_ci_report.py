@@ -11,9 +11,12 @@ from typing import Any
 
 import jsonschema
 import junitparser
+import pytest
 
 from tests.conftest import DEMO, RunningDaemon, program_env, sanitizerd
 from tests.test_e2e_run import DEMO_ARGS, JOB, write_program
+
+pytestmark = pytest.mark.first_pass_only("renders the store's findings: the same store with workers")
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
 KERNEL_SOURCE = "file:///opt/samples/add_custom/add_custom.cpp"

@@ -18,6 +18,8 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space, as_events
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 
+pytestmark = pytest.mark.first_pass_only("detector findings on emulated kernels: the same session code in a worker")
+
 EXAMPLES = ROOT / "examples" / "emulated"
 PLANTED = EXAMPLES / "planted.py"
 ALL_TOOLS = ("-t", "memcheck", "-t", "initcheck", "-t", "synccheck", "--leak-check", "yes")

@@ -16,6 +16,8 @@ import pytest
 from sanitizerd.cli import hooks
 from tests.conftest import RunningDaemon, sanitizerd
 
+pytestmark = pytest.mark.first_pass_only("the preload environment of `sanitizerd run`: not the worker shape")
+
 COMMIT = hooks.RELEASES[0].commit
 LAYOUT = hooks.RELEASES[0].layout
 ALL_HOOKS = (*hooks.KERNEL_HOOKS, *hooks.DEVICE_HEAP_HOOKS, *hooks.CANN_HEAP_HOOKS)

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 
+pytestmark = pytest.mark.first_pass_only("racecheck on emulated kernels: the same session code in a worker")
+
 EXAMPLES = ROOT / "examples" / "emulated"
 RACES = EXAMPLES / "races.py"
 JOB = re.compile(r"SUMMARY: job (\S+):")

@@ -11,9 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from client_shim.attach import hook_dir
 from sanitizerd.cli.run import SDC_EXIT_STATUS
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
+
+# A job's ranks routed to one worker: test_workers, test_sdccheck and test_sdc_multinode run in both passes.
+pytestmark = pytest.mark.first_pass_only("four torchrun ranks of one job: their routing is tested elsewhere")
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 EXAMPLE = str(ROOT / "examples" / "train_ddp.py")
