@@ -1098,6 +1098,9 @@ class TestHostileSocketFile:
 _CONN_INTS = (0, 1, -1, 7, 2**31, 2**32, 2**63 - 1, -(2**63), 2**64 - 1, 0x1000, 255, 65535)
 
 
+CONN_TOOLS = ["memcheck", "racecheck", "initcheck", "synccheck", "registercheck"]
+
+
 def conn_random_message(rng: random.Random) -> dict[str, object]:
     """One producer message of any type, with numbers drawn from the edges of their ranges."""
 
@@ -1144,10 +1147,9 @@ def test_random_producer_streams_end_only_their_session(hostile_daemon: RunningD
     each ends with closed, an error frame naming a protocol reason, or (no close sent) nothing; the daemon's
     connection handler and session pump never fail."""
     rng = random.Random(10)
-    tools = ["memcheck", "racecheck", "initcheck", "synccheck", "registercheck"]
     endings: Counter[str] = Counter()
     for n in range(150):
-        config = {"tools": rng.sample(tools, rng.randint(1, 5)), "leak_check": True, "check_unused_memory": True}
+        config = {"tools": rng.sample(CONN_TOOLS, rng.randint(1, 5)), "leak_check": True, "check_unused_memory": True}
         data = encode(type="hello", version=1, job=f"random-{n % 3}", config=config)
         data += b"".join(encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
         if rng.random() < 0.5:
@@ -1160,9 +1162,110 @@ def test_random_producer_streams_end_only_their_session(hostile_daemon: RunningD
         endings[str(last.get("reason") or last.get("type"))] += 1
     assert "internal_error" not in endings and "None" not in endings, endings
     assert endings["closed"] > 0 and endings["bad_reference"] > 0, endings
-    text = hostile_daemon.log_text()
-    assert "connection handler failed" not in text and "session pump failed" not in text
+    assert_nothing_of_ours_failed(hostile_daemon)
     assert_serves_fresh_session(hostile_daemon)
+
+
+def assert_nothing_of_ours_failed(daemon: RunningDaemon) -> None:
+    """No connection handler, session pump or detector failed: each would be a bug of ours, logged in full."""
+    failed = [line for line in daemon.log_text().splitlines() if re.search(r'"event": "[a-z ]+ failed"', line)]
+    assert not failed, "\n".join(failed[:3])
+
+
+def test_random_producer_streams_in_parallel_on_shared_jobs(hostile_daemon: RunningDaemon) -> None:
+    """Three clients at once send random producer streams to the same three jobs: the sessions of a job meet
+    (IPC names, verdicts finishing while another message refuses the session), and still every session ends
+    with closed, a protocol reason or nothing, and no handler, pump or detector of ours fails."""
+
+    def client(seed: int, endings: Counter[str]) -> None:
+        rng = random.Random(seed)
+        for n in range(80):
+            config = {"tools": rng.sample(CONN_TOOLS, rng.randint(1, 5)), "leak_check": True}
+            data = encode(type="hello", version=1, job=f"shared-{n % 3}", config=config)
+            data += b"".join(encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
+            with connect(hostile_daemon, timeout=30) as sock:
+                sock.sendall(data + (encode(type="close") if rng.random() < 0.5 else b""))
+                sock.shutdown(socket.SHUT_WR)
+                replies = read_replies(sock)
+            last = replies[-1] if replies else {}
+            endings[str(last.get("reason") or last.get("type"))] += 1
+
+    endings: list[Counter[str]] = [Counter() for _ in range(3)]
+    threads = [threading.Thread(target=client, args=(200 + k, endings[k])) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    total = sum(endings, Counter())
+    assert total.total() == 240 and "internal_error" not in total and "None" not in total, total
+    assert_nothing_of_ours_failed(hostile_daemon)
+    assert_serves_fresh_session(hostile_daemon)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        {"op": "malloc", "address": 2**64 - 16, "size": 32},
+        {"op": "store", "address": 2**64 - 1, "size": 2**63},
+        {"op": "memset", "address": 2**63, "size": 2**63},  # ends at 2**64: one past what a uint64 holds
+        {"op": "memcpy", "address": 0x1000, "src": 2**64 - 8, "size": 16},
+    ],
+    ids=["malloc", "store", "memset", "memcpy-src"],
+)
+def test_host_ranges_past_the_address_space_end_their_session_by_name(
+    hostile_daemon: RunningDaemon, op: dict[str, int]
+) -> None:
+    """A host operation whose address (or memcpy's source) plus its size passes 2**64 - 1: each number fits its
+    field, but the range does not. The session ends with bad_packet naming it; no detector fails on it."""
+    config = {"tools": ["memcheck", "initcheck"], "leak_check": True}
+    with connect(hostile_daemon) as sock:
+        sock.sendall(encode(type="hello", version=1, job="host-range", config=config))
+        sock.sendall(encode(type="host_op", **op) + encode(type="close"))
+        replies = read_replies(sock)
+    assert replies[-1]["type"] == "error" and replies[-1]["reason"] == "bad_packet", replies
+    assert "passes the end of the address space" in str(replies[-1]["message"])
+    assert_nothing_of_ours_failed(hostile_daemon)
+    assert_serves_fresh_session(hostile_daemon)
+
+
+def test_host_range_ending_at_the_last_address_is_checked(hostile_daemon: RunningDaemon) -> None:
+    """The edge: a malloc ending at 2**64 - 1 and a store into it are ordinary operations, and checked."""
+    end = 2**64 - 1
+    config = {"tools": ["memcheck", "initcheck"], "leak_check": True}
+    ops = [
+        {"op": "malloc", "address": end - 64, "size": 64},
+        {"op": "store", "address": end - 64, "size": 64},
+        {"op": "store", "address": end - 32, "size": 32},
+        {"op": "free", "address": end - 64},
+    ]
+    with connect(hostile_daemon) as sock:
+        sock.sendall(encode(type="hello", version=1, job="host-edge", config=config))
+        sock.sendall(b"".join(encode(type="host_op", **op) for op in ops) + encode(type="close"))
+        replies = read_replies(sock)
+    assert replies[-1]["type"] == "closed", replies
+    assert_nothing_of_ours_failed(hostile_daemon)
+
+
+def test_ipc_ranges_past_the_address_space_are_refused_and_change_nothing(hostile_daemon: RunningDaemon) -> None:
+    """An export, or a mapping of a good export, that would pass 2**64 - 1 is answered ok=false with the reason;
+    the name stays free (a good export of it then works) and the address unmapped; the session goes on."""
+    messages = [
+        {"op": "set", "name": "a", "address": 2**64 - 16, "size": 32},  # refused
+        {"op": "set", "name": "a", "address": 0x1000, "size": 4096},  # the name is still free
+        {"op": "map", "name": "a", "address": 2**64 - 100},  # refused: 4 096 bytes do not fit there
+        {"op": "unmap", "address": 2**64 - 100},  # refused: nothing was mapped
+        {"op": "map", "name": "a", "address": 0x9000},
+    ]
+    with connect(hostile_daemon) as sock:
+        sock.sendall(encode(type="hello", version=1, job="ipc-range", config={"tools": ["memcheck"]}))
+        sock.sendall(b"".join(encode(type="ipc", **message) for message in messages) + encode(type="close"))
+        replies = read_replies(sock)
+    results = [r for r in replies if r["type"] == "ipc_result"]
+    assert [r["ok"] for r in results] == [False, True, False, False, True], results
+    assert "passes the end of the address space" in str(results[0]["reason"])
+    assert "passes the end of the address space" in str(results[2]["reason"])
+    assert replies[-1]["type"] == "closed"
+    assert_nothing_of_ours_failed(hostile_daemon)
 
 
 def _conn_hard_fd_limit_1024() -> None:

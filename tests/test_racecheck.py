@@ -506,3 +506,28 @@ class TestEveryPair:
         )  # fmt: skip
         pairs = sum(a.size for a, _, _ in chunks)
         assert pairs <= sum(counted) <= 3 * n and pairs > 2 * n  # reserved before they were built
+
+
+class TestUndefinedPipes:
+    def test_events_on_an_undefined_pipe_are_left_out_and_said(self) -> None:
+        """A set_flag to pipe 200, a wait on pipe 255 and an access on pipe 250 (values no chip defines: a hostile
+        client's, or the compat path's 255 for a newer chip's): left out of the check, one internal_error of the
+        kernel counting them, and the rest of the kernel checked as before (its RAW still found)."""
+        undefined = [
+            syncs(SET, Pipe.MTE2, 200),  # type: ignore[arg-type]
+            syncs(WAIT, 255, Pipe.V),  # type: ignore[arg-type]
+            accesses(W, UB, 0x800, 32, pipe=250),  # type: ignore[arg-type]
+        ]
+        events = program(copy_in(), *undefined, syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
+        findings = run_kernel(racecheck(), events)
+        [cut] = [f for f in findings if f.kind == "internal_error"]
+        assert "did not check 3 events of this kernel launch whose pipe is not defined" in cut.detail
+        assert [summary(f) for f in findings if f.kind != "internal_error"] == [
+            ("race_raw", "UB", [("PIPE_MTE2", "Write", 1, [0]), ("PIPE_V", "Read", 6, [0])], 1)
+        ]
+
+    def test_dst_pipe_of_kinds_without_one_is_not_looked_at(self) -> None:
+        """dst_pipe has no meaning on an access or a barrier: whatever it holds, they are checked."""
+        events = program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
+        events["dst_pipe"][events["kind"] != SET] = 255
+        assert races(events) == [("race_raw", "UB", [("PIPE_MTE2", "Write", 1, [0]), ("PIPE_V", "Read", 3, [0])], 1)]

@@ -6,6 +6,7 @@ import resource
 
 import anyio
 import anyio.abc
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -468,3 +469,101 @@ class TestIdleClock:
             return anyio.current_time() - started
 
         assert 0.25 < anyio.run(scenario) < 1.0
+
+
+class _SlowPeer(_SilentPeer):
+    """A peer whose first send waits until ``go`` is set: whoever sends first holds the stream's send lock."""
+
+    def __init__(self) -> None:
+        self.go = anyio.Event()
+        self.sent: list[bytes] = []
+
+    async def send(self, item: bytes) -> None:
+        await self.go.wait()
+        self.sent.append(bytes(item))
+
+
+def _welcomed_stream(peer: anyio.abc.ByteStream) -> MessageStream:
+    connection = Connection(Role.SERVER)
+    connection.receive_data(Connection(Role.CLIENT).send(m.Hello(version=m.PROTOCOL_VERSION)))
+    assert isinstance(connection.next_event(), m.Hello)
+    connection.send(m.Welcome(session=1, config=m.Config(), server="test"))
+    return MessageStream(peer, connection)
+
+
+class TestSendAfterTheEnd:
+    def test_a_verdict_waiting_for_the_send_lock_when_the_session_is_refused_is_not_sent(self) -> None:
+        """A detector's verdict queued behind another send while the pump refuses the session: the verdict's send
+        says the connection has ended (ClosedResourceError, which the verdict's sender expects), never a local
+        protocol error from framing a verdict in state error; the peer gets the first frame and the error."""
+
+        async def scenario() -> tuple[list[str], type[BaseException] | None]:
+            peer = _SlowPeer()
+            stream = _welcomed_stream(peer)
+            failed: list[type[BaseException]] = []
+
+            async def verdict() -> None:
+                try:
+                    await stream.send(m.Verdict(kernel=1, events=0, errors=0, warnings=0))
+                except Exception as exc:
+                    failed.append(type(exc))
+
+            async with anyio.create_task_group() as tg:
+                first = m.IpcResult(op="set", name="a", address=0, ok=True)
+                tg.start_soon(stream.send, first)  # holds the send lock until go
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(verdict)  # waits for the lock
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(stream.send_error, "bad_packet", "refused")  # ends the connection, then waits too
+                await anyio.wait_all_tasks_blocked()
+                peer.go.set()
+            kinds = [msgspec.msgpack.decode(frame[4:])["type"] for frame in peer.sent]
+            return kinds, failed[0] if failed else None
+
+        kinds, failure = anyio.run(scenario)
+        assert failure is anyio.ClosedResourceError
+        assert kinds == ["ipc_result", "error"]
+
+    def test_sending_after_closed_says_the_connection_has_ended(self) -> None:
+        async def scenario() -> None:
+            stream = _welcomed_stream(_SilentPeer())
+            await stream.send(m.Closed(session=1))
+            with pytest.raises(anyio.ClosedResourceError):
+                await stream.send(m.Verdict(kernel=1, events=0, errors=0, warnings=0))
+
+        anyio.run(scenario)
+
+
+class TestDetectorGuard:
+    def test_a_failure_to_answer_is_the_sessions_not_a_detector_failure(self) -> None:
+        """When answering a kernel fails (a bug of the session layer), the failure reaches the session's owner
+        once: it is not taken for the detector's, counted as such and answered a second time."""
+        from sanitizerd.sessions.pipeline import drive_detector
+        from tests.detector_helpers import make_detector
+
+        detector = make_detector("memcheck")
+        answered: list[int] = []
+        failures: list[str] = []
+
+        async def kernel_done(kernel: int, findings: list[object]) -> None:
+            answered.append(kernel)
+            raise RuntimeError("the session could not answer")
+
+        async def publish(findings: list[object]) -> None:
+            pass
+
+        async def scenario() -> None:
+            send, receive = anyio.create_memory_object_stream[object](4)
+            launch = KernelLaunch(kernel=3, name="k", block_dim=1, kernel_type="aiv")
+            async with send:
+                await send.send(StartKernel(launch))
+                await send.send(EndKernel(3))
+            await drive_detector(
+                detector, detector.context, receive,  # type: ignore[arg-type]
+                publish=publish, kernel_done=kernel_done, limiter=anyio.CapacityLimiter(1),  # type: ignore[arg-type]
+                on_checked=lambda name, n: None, on_failure=failures.append,
+            )  # fmt: skip
+
+        with pytest.raises(RuntimeError, match="could not answer"):
+            anyio.run(scenario)
+        assert answered == [3] and failures == []

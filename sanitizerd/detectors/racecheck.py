@@ -38,6 +38,9 @@ _KEEP = np.zeros(256, dtype=bool)
 _KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
 _KEEP[EventKind.SET_FLAG : EventKind.CROSS_WAIT + 1] = True
 _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
+# The kinds whose dst_pipe is a pipe (on the others it has no meaning, whatever it holds).
+_TO_PIPE = np.zeros(256, dtype=bool)
+_TO_PIPE[[EventKind.SET_FLAG, EventKind.WAIT_FLAG, EventKind.HSET_FLAG, EventKind.HWAIT_FLAG]] = True
 # What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
 # the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
@@ -61,6 +64,7 @@ class Racecheck:
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
         self.asked = 0  # bytes the current launch asked of the budget
+        self.off_pipe = 0  # events of the current launch on a pipe that is not defined: not checked
         self.limit = 0
         self.distance = context.config.single_pipe_distance
 
@@ -74,11 +78,18 @@ class Racecheck:
     def _reset(self) -> None:
         self.parts = []
         self.columns = HeldColumns()
-        self.held = self.dropped = self.refused = self.asked = 0
+        self.held = self.dropped = self.refused = self.asked = self.off_pipe = 0
         self.context.race_memory.release()
 
     def check(self, events: np.ndarray) -> None:
-        keep = _KEEP[events["kind"]]
+        kind = events["kind"]
+        keep = _KEEP[kind]
+        # A pipe past the last defined one (a hostile client's, or a newer chip's through the compat path, there
+        # 255) has no place in the model: such events are left out and counted, and the verdict says so.
+        off_pipe = keep & ((events["pipe"] >= NPIPES) | ((events["dst_pipe"] >= NPIPES) & _TO_PIPE[kind]))
+        if off_pipe.any():
+            self.off_pipe += int(off_pipe.sum())
+            keep &= ~off_pipe
         kept = events if keep.all() else events[keep]
         if self.refused:  # this launch goes unchecked already
             self.refused += kept.size
@@ -96,9 +107,9 @@ class Racecheck:
         if not self.context.race_memory.reserve(cost):
             # The host's budget has not that much left: hold none of this launch rather than check an arbitrary
             # part, and give back at once what it held, for the other launches.
-            refused, asked = self.held + kept.size + self.dropped, self.asked
+            refused, asked, off_pipe = self.held + kept.size + self.dropped, self.asked, self.off_pipe
             self._reset()
-            self.refused, self.asked = refused, asked
+            self.refused, self.asked, self.off_pipe = refused, asked, off_pipe
             return
         self.parts.append(_unpinned(kept))
         self.columns.append(kept, mem)
@@ -108,7 +119,7 @@ class Racecheck:
         self.parts = []  # the check reads the columns only: the records go before its peak
         columns, self.columns = self.columns, HeldColumns()
         launch, self.kernel = self.kernel, None
-        dropped, refused, asked, limit = self.dropped, self.refused, self.asked, self.limit
+        dropped, refused, asked, limit, off_pipe = self.dropped, self.refused, self.asked, self.limit, self.off_pipe
         try:
             cut = Cut()
             check = Kernel(self, launch, columns, truncated=dropped > 0, cut=cut) if columns.size else None
@@ -121,10 +132,18 @@ class Racecheck:
             findings = [self._over_budget(launch, exc)]
         finally:  # a failed check too gives back its share of the host's budget
             self._reset()
+        kernel = launch.name if launch else None
         if refused or dropped:  # one or the other: a refused launch counts what it had cut among its refused
             detail = self._refused_text(refused, asked) if refused else self._cut_text(limit, dropped)
-            kernel = launch.name if launch else None
             findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
+        if off_pipe:
+            detail = (
+                f"racecheck did not check {off_pipe} events of this kernel launch whose pipe is not defined "
+                f"(pipes are 0 to {NPIPES - 1}; for set_flag and wait_flag, both the source and the destination)"
+            )
+            findings.append(
+                self.context.finding("internal_error", kernel=launch.name if launch else None, detail=detail)
+            )
         return findings
 
     def _cut_text(self, limit: int, dropped: int) -> str:

@@ -28,6 +28,9 @@ Ident = Annotated[str, msgspec.Meta(max_length=MAX_IDENT)]
 SessionId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 # A device address or size: the detectors hold them as uint64 (msgpack carries no integer above 2**64 - 1).
 U64 = Annotated[int, msgspec.Meta(ge=0)]
+# Each fits, but an address plus a size may not: a range of bytes ends at most here, where its (exclusive) end still
+# fits a uint64 as the detectors hold it.
+ADDRESS_END_MAX = 2**64 - 1
 
 
 class Config(msgspec.Struct, kw_only=True):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sanitizerd.protocol.messages import ADDRESS_END_MAX
+
 
 @dataclass(frozen=True, slots=True)
 class Export:
@@ -34,6 +36,8 @@ class IpcTable:
 
     def set(self, name: str, session: int, address: int, size: int) -> str:
         """Export a buffer; the reason it was refused, or ""."""
+        if address + size > ADDRESS_END_MAX:
+            return f"[{address:#x}, +{size}) passes the end of the address space"
         if name in self.exports:
             return f"name {name!r} is already exported"
         if len(self.exports) >= MAX_EXPORTS:
@@ -45,6 +49,8 @@ class IpcTable:
         export = self.exports.get(name)
         if export is None:
             return None, f"no export named {name!r}"
+        if address + export.size > ADDRESS_END_MAX:
+            return None, f"[{address:#x}, +{export.size}) passes the end of the address space"
         if (session, address) in self.mapped_at:
             return None, f"address {address:#x} is already mapped"
         if len(self.mapped_at) >= MAX_MAPPINGS:

@@ -41,19 +41,11 @@ async def drive_detector(
     """``on_cut``: how many of the detector's own findings say that it cut a check short at one of its bounds
     (its ``internal_error`` findings; a detector's failure is ``on_failure``'s)."""
 
-    async def publish_counted(findings: list[Finding]) -> None:
-        _count_cuts(detector.name, findings, on_cut)
-        await publish(findings)
-
-    async def kernel_done_counted(kernel: int, findings: list[Finding]) -> None:
-        _count_cuts(detector.name, findings, on_cut)
-        await kernel_done(kernel, findings)
-
     async with work:
         async for item in work:
             started = time.perf_counter()
             try:
-                await _apply(detector, item, publish_counted, kernel_done_counted, limiter, on_checked)
+                findings = await _apply(detector, item, limiter, on_checked)
                 on_timed(time.perf_counter() - started)
             except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
                 on_failure(detector.name)
@@ -61,10 +53,15 @@ async def drive_detector(
                 failure = context.finding(
                     "internal_error", detail=f"{detector.name} failed on {type(item).__name__}: {exc!r}"
                 )
-                if isinstance(item, EndKernel):
-                    await kernel_done(item.kernel, [failure])
-                else:
-                    await publish([failure])
+                findings = [failure]
+            else:
+                _count_cuts(detector.name, findings, on_cut)
+            # Outside the detector's guard: a failure to publish or answer is the session's, not the detector's,
+            # and must not be answered a second time as one.
+            if isinstance(item, EndKernel):
+                await kernel_done(item.kernel, findings)
+            elif findings:
+                await publish(findings)
 
 
 def _count_cuts(detector: str, findings: list[Finding], on_cut: Callable[[str, int], None]) -> None:
@@ -76,20 +73,20 @@ def _count_cuts(detector: str, findings: list[Finding], on_cut: Callable[[str, i
 async def _apply(
     detector: Detector,
     item: Work,
-    publish: Publish,
-    kernel_done: KernelDone,
     limiter: anyio.CapacityLimiter,
     on_checked: Callable[[str, int], None],
-) -> None:
+) -> list[Finding]:
+    """The detector's findings on one piece of work; the heavy parts run on a worker thread."""
     match item:
         case Batch(events):
             await anyio.to_thread.run_sync(detector.check, events, limiter=limiter)
             on_checked(detector.name, events.size)
         case StartKernel(launch):
             detector.kernel_begin(launch)
-        case EndKernel(kernel):  # racecheck does a kernel's whole check here: keep it off the event loop
-            await kernel_done(kernel, await anyio.to_thread.run_sync(detector.kernel_end, limiter=limiter))
+        case EndKernel():  # racecheck does a kernel's whole check here: keep it off the event loop
+            return await anyio.to_thread.run_sync(detector.kernel_end, limiter=limiter)
         case HostOp():
-            await publish(detector.host_op(item))
+            return detector.host_op(item)
         case Finish():
-            await publish(await anyio.to_thread.run_sync(detector.finish, limiter=limiter))
+            return await anyio.to_thread.run_sync(detector.finish, limiter=limiter)
+    return []

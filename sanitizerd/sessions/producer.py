@@ -16,7 +16,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.store import StoreUnavailable
-from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError, State
+from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.jobs import job_key
@@ -49,11 +49,10 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
 
     async def answer(checked: Answer) -> None:
         """The verdict to the client (if it is still there), the report to the job's watchers."""
-        if stream.connection.state is State.READY:
-            try:
-                await stream.send(checked.verdict)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                pass  # the client left; its findings are stored all the same
+        try:
+            await stream.send(checked.verdict)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # the client left, or its session was refused; its findings are stored all the same
         hub.jobs.kernel_checked(job, checked.report)
 
     async def dispatch(item: Work | Reply) -> None:

@@ -204,6 +204,7 @@ class Session:
             case m.Events():
                 return self._events(message)
             case m.HostOp():
+                _check_host_range(message)
                 self._count_allocation(message)
                 return [message]
             case m.Ipc():
@@ -447,3 +448,13 @@ def _display_name(name: str) -> str:
     for suffix in ("_mix_aic", "_mix_aiv"):
         name = name.removesuffix(suffix)
     return name or "unknown"
+
+
+def _check_host_range(op: m.HostOp) -> None:
+    """A host operation's bytes lie in the 64-bit address space: each field fits, but their sum may not."""
+    for what, start in (("address", op.address), ("src", op.src if op.op == "memcpy" else 0)):
+        if start + op.size > m.ADDRESS_END_MAX:
+            raise RemoteProtocolError(
+                f"host_op {op.op} of {op.size} bytes at {what} {start:#x} passes the end of the address space",
+                reason="bad_packet",
+            )

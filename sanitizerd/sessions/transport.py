@@ -18,7 +18,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import ByteStream, SocketAttribute, SocketStream
 
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError
+from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 
 T = TypeVar("T")
@@ -30,6 +30,7 @@ READ_SIZE = 1 << 20
 YIELD_BYTES = 1 << 20
 # Seconds between looks at whether a silent producer is idle or waiting for the daemon.
 IDLE_RECHECK = 10.0
+_ENDED = (State.ERROR, State.CLOSED)
 
 
 class PeerClosed(Exception):
@@ -220,7 +221,12 @@ class MessageStream:
             self._charged = 0
 
     async def send(self, message: m.Message) -> None:
+        """Raises ClosedResourceError once the connection has ended (an error or ``closed`` said): a verdict that
+        finishes after its session was refused has nobody to go to. The state is read under the send lock, where
+        no other sender can end the connection between the look and the send."""
         async with self._send_lock:
+            if self.connection.state in _ENDED:
+                raise anyio.ClosedResourceError(f"the connection has ended ({self.connection.state.value})")
             await self.stream.send(self.connection.send(message))
 
     async def send_error(self, reason: str, message: str) -> None:
