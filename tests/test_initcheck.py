@@ -190,3 +190,25 @@ class TestAgainstAByteModel:
         with patch.object(initcheck_module, "_SLICE", slice_events):
             found = kernel(initcheck(), *batches)
         assert {f.serial: f.size for f in found} == expected
+
+
+class TestUndefinedValues:
+    def test_accesses_of_an_undefined_space_or_block_type_are_left_out_and_said(self) -> None:
+        """An access naming address space 200, or block type 7 (values no chip defines; its keys have no room for
+        them), is not checked: one internal_error of the kernel counts them, and the rest is checked as before.
+        A BLOCK_FINISH of block type 255 forgets nothing."""
+        finish = make_events(kind=EventKind.BLOCK_FINISH, block_type=255)
+        events = stream(
+            accesses(WRITE, Space.UB, 0, 32),
+            accesses(READ, 200, 0, 32),  # type: ignore[arg-type]
+            accesses(READ, Space.UB, 0, 32, block_type=7),  # type: ignore[arg-type]
+            finish,
+            accesses(READ, Space.UB, 0, 32),
+            accesses(READ, Space.GM, GM, 32),
+        )
+        found = kernel(initcheck(), events)
+        [cut] = [f for f in found if f.kind == "internal_error"]
+        assert "did not check 2 accesses of this kernel launch whose address space or block type" in cut.detail
+        assert summary([f for f in found if f.kind != "internal_error"]) == [
+            ("uninitialized_read", "GM", GM, 32, {"aiv": [0]})
+        ]

@@ -235,3 +235,9 @@ class TestBoundedHolding:
         (stopped,) = kernel(*(stream(*sets[lo : lo + 4]) for lo in range(0, 20, 4)))
         assert stopped.kind == "internal_error" and "left unpaired at once" in stopped.detail
         assert summary(kernel(stream(sets[0]))) != []  # the next kernel is checked again
+
+
+def test_a_block_type_no_chip_defines_is_named_by_its_number() -> None:
+    """An unpaired set_flag of block type 9 (a hostile or newer client's) is reported under "9"."""
+    events = stream(syncs(SET, Pipe.S, Pipe.MTE3, 1, block_id=4, block_type=9))  # type: ignore[arg-type]
+    assert summary(kernel(events)) == [("unpaired_set_flag", 1, "PIPE_S", "PIPE_MTE3", {"9": [4]})]

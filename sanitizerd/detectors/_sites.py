@@ -15,7 +15,7 @@ import numpy as np
 
 from sanitizerd.detectors.base import SessionContext
 from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, Space
+from sanitizerd.protocol.records import Space, block_type_name
 
 SITE_DTYPE = np.dtype(
     [
@@ -155,7 +155,7 @@ def site_findings(context: SessionContext, kernel: str | None, log: SiteLog, kin
                 kinds[int(head["kind"])],
                 kernel=kernel,
                 location=int(head["location"]),
-                blocks={BLOCK_TYPE_NAMES[t]: ids for t, ids in site.blocks.items()},
+                blocks={block_type_name(t): ids for t, ids in site.blocks.items()},
                 space=Space(int(head["space"])).name,
                 address=int(head["address"]),
                 size=int(head["size"]),

@@ -33,7 +33,7 @@ from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import EventKind, Space
+from sanitizerd.protocol.records import BlockType, EventKind, Space
 
 _U64 = np.uint64
 _SPACE_SHIFT = _U64(60)
@@ -41,6 +41,12 @@ _GM_LO, _GM_HI = int(Space.GM) << 60, (int(Space.GM) + 1) << 60
 _ADDRESS_BITS = _U64((1 << 42) - 1)
 _UNINITIALIZED = 0
 _ON_CHIP = (Space.PRIVATE, Space.L1, Space.L0A, Space.L0B, Space.L0C, Space.UB, Space.BT, Space.FB)
+# What the composite keys have room for: the defined spaces (4 bits) and block types (2 bits). An access naming any
+# other (a hostile or newer client's) is not checked, and the kernel's findings say how many were not.
+_KEYED_SPACE = np.zeros(256, dtype=bool)
+_KEYED_SPACE[[Space.GM, *_ON_CHIP]] = True
+_KEYED_BLOCK_TYPE = np.zeros(256, dtype=bool)
+_KEYED_BLOCK_TYPE[list(BlockType)] = True
 # Events per slice of the in-order recheck: a read is paired only with earlier writes of its own slice, which
 # bounds the pairs (and memory) however many writes of the same bytes a batch holds.
 _SLICE = 2048
@@ -80,15 +86,21 @@ class Initcheck:
         self.allocations: dict[tuple[str, int], int] = {}
         self.given_up = False
         self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
+        self.unkeyed = 0  # accesses of the current kernel whose space or block type is not defined: not checked
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
         self.sites = SiteLog()
+        self.unkeyed = 0
 
     def check(self, events: np.ndarray) -> None:
         kind = events["kind"]
         ext = extents(events)
         live = (ext > 0) & (kind <= EventKind.WRITE)
+        unkeyed = live & ~(_KEYED_SPACE[events["space"]] & _KEYED_BLOCK_TYPE[events["block_type"]])
+        if unkeyed.any():
+            self.unkeyed += int(unkeyed.sum())
+            live &= ~unkeyed
         if live.any():
             self._check_accesses(events, kind, ext, live)
         finished = kind == EventKind.BLOCK_FINISH
@@ -97,6 +109,7 @@ class Initcheck:
 
     def _forget_blocks(self, finished: np.ndarray) -> None:
         """A finished block's on-chip and private bytes are undefined again (msSanitizer's BLOCK_FINISH)."""
+        finished = finished[_KEYED_BLOCK_TYPE[finished["block_type"]]]  # no other block type has keys
         for block_type, block_id in set(
             zip(finished["block_type"].tolist(), finished["block_id"].tolist(), strict=True)
         ):
@@ -333,6 +346,15 @@ class Initcheck:
         self.defined.remove(0, _GM_LO)
         self.defined.remove(_GM_HI, (1 << 64) - 1)
         notices, self.notices = self.notices, []
+        if self.unkeyed:
+            detail = (
+                f"initcheck did not check {self.unkeyed} accesses of this kernel launch whose address space or "
+                "block type is not defined"
+            )
+            notices.append(
+                self.context.finding("internal_error", kernel=launch.name if launch else None, detail=detail)
+            )
+            self.unkeyed = 0
         return (
             site_findings(
                 self.context,

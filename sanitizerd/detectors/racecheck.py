@@ -31,7 +31,7 @@ from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import OverBudget
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, FLAG_ATOMIC, EventKind, Pipe, Space, pipe_name
+from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Pipe, Space, block_type_name, pipe_name
 
 _S, _S_CAL, _V = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.V)
 _KEEP = np.zeros(256, dtype=bool)
@@ -582,7 +582,7 @@ class Kernel:
             pipe=pipe_name(int(self.pipe[row])),
             op="Write" if self.write[row] else "Read",
             address=int(self.access["address"][row]),
-            block_type=BLOCK_TYPE_NAMES.get(int(self.field("block_type", one)[0]), "aiv"),
+            block_type=block_type_name(int(self.field("block_type", one)[0])),
             blocks=ids,
             serial=int(self.serial[row]),
             pc=int(self.field("pc", one)[0]),
@@ -610,7 +610,7 @@ class Kernel:
             first = min(rows, key=lambda j: f["serial"][j])
             blocks: dict[str, list[int]] = {}
             for j in rows:
-                blocks.setdefault(BLOCK_TYPE_NAMES.get(f["block_type"][j], "aiv"), []).append(f["block_id"][j])
+                blocks.setdefault(block_type_name(int(f["block_type"][j])), []).append(f["block_id"][j])
             findings.append(
                 self.context.finding(
                     "deadlock",

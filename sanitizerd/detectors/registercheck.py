@@ -15,7 +15,7 @@ from sanitizerd.detectors import register
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EventKind, Register
+from sanitizerd.protocol.records import EventKind, Register, block_type_name
 
 ALL_ONES = (1 << 64) - 1
 DEFAULTS: dict[Register, int] = {
@@ -84,7 +84,7 @@ class Registercheck:
                     "register_not_reset",
                     kernel=self.kernel.name if self.kernel else None,
                     location=location,
-                    blocks={BLOCK_TYPE_NAMES[block_type]: [block_id]},
+                    blocks={block_type_name(block_type): [block_id]},
                     space="",
                     serial=serial,
                     pc=pc,

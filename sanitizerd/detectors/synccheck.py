@@ -19,7 +19,7 @@ from sanitizerd.detectors._sites import fold
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EventKind, pipe_name
+from sanitizerd.protocol.records import EventKind, block_type_name, pipe_name
 
 SYNC_ROW = np.dtype(
     [
@@ -247,7 +247,7 @@ class Synccheck:
                 kind,
                 kernel=launch.name if launch else None,
                 location=int(site.head["location"]),
-                blocks={BLOCK_TYPE_NAMES[t]: ids for t, ids in site.blocks.items()},
+                blocks={block_type_name(t): ids for t, ids in site.blocks.items()},
                 space="",
                 serial=site.serial,
                 pc=int(site.head["pc"]),

@@ -17,7 +17,7 @@ from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB
-from sanitizerd.protocol.records import BLOCK_TYPE_NAMES, EVENT_DTYPE, as_events
+from sanitizerd.protocol.records import EVENT_DTYPE, as_events, block_type_name
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work
 
@@ -367,7 +367,7 @@ class Session:
                     f"size for each block: {MAX_CACHE_SIZE_MB}. Some records were discarded, the detection "
                     "result maybe unreliable!"
                 )
-            block_name = BLOCK_TYPE_NAMES.get(loss.block_type, str(loss.block_type))
+            block_name = block_type_name(loss.block_type)
             findings.append(
                 self.context.finding(
                     "internal_error",
