@@ -5,7 +5,7 @@ the kernel copies the batch into the socket: this times, per 65 536-event batch 
 milliseconds of this process, with a child process reading the other end of a socket pair:
 
 - ``send``: the batch written to the socket alone (what the raw socket figure pays per batch);
-- ``count+send``: the client's count (both block fields widened, keyed, ``bincount``), then the send;
+- ``count+send``: the client's count (``block_keys``, ``bincount``), then the send;
 - ``interleaved``: the count made chunk by chunk, each chunk sent while it is in cache.
 
 Four batches are sent round robin (14 MiB, beyond the caches), as ``ingest.py``'s clients do.
@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.ingest import ClientPlan, build_batch
+from sanitizerd.protocol.records import block_keys
 
 BATCH = 65536
 
@@ -33,10 +34,6 @@ def _reader(sock: socket.socket) -> None:
     view = memoryview(bytearray(1 << 20))
     while sock.recv_into(view):
         pass
-
-
-def _keys(events: np.ndarray) -> np.ndarray:
-    return (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
 
 
 def main() -> int:
@@ -54,23 +51,19 @@ def main() -> int:
         _reader(theirs)
         os._exit(0)
     theirs.close()
-    keys = np.empty(BATCH, dtype=np.int64)
+    keys = np.empty(BATCH, dtype=np.uint32)
 
     def send(events: np.ndarray) -> None:
         ours.sendall(events.view(np.uint8).data)
 
     def count_send(events: np.ndarray) -> None:
-        np.bincount(_keys(events))
+        np.bincount(block_keys(events))
         send(events)
 
     def interleaved(events: np.ndarray) -> None:
         raw, step = events.view(np.uint8).data, args.chunk
-        block_type, block_id = events["block_type"], events["block_id"]
         for lo in range(0, events.size, step):
-            chunk = keys[lo : lo + step]
-            np.copyto(chunk, block_type[lo : lo + step])
-            chunk <<= 16
-            chunk |= block_id[lo : lo + step]
+            block_keys(events[lo : lo + step], out=keys[lo : lo + step])
             ours.sendall(raw[lo * events.itemsize : (lo + step) * events.itemsize])
         np.bincount(keys[: events.size])
 

@@ -27,6 +27,7 @@ import numpy as np
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, Refused, explicit_socket
 from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.records import block_keys
 
 _STOP = object()
 # The message a batch frame's records follow: an empty bin (0xc4 0x00) made a bin 32 of the records' length.
@@ -378,8 +379,8 @@ class Client:
     def _fits(self, events: np.ndarray) -> bool:
         """Whether every event fits its block's buffer; if so they are counted as held."""
         capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
-        keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
-        dense = np.bincount(keys)  # as long as the highest block key in the batch: short for vector blocks
+        # As long as the highest block key in the batch: short for vector blocks.
+        dense = np.bincount(block_keys(events))
         if dense.size > self._block_used.size:
             return False
         total = self._block_used[: dense.size] + dense
@@ -394,8 +395,7 @@ class Client:
         if self._fits(events):
             return events
         capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
-        keys = (events["block_type"].astype(np.int64) << 16) | events["block_id"].astype(np.int64)
-        blocks, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        blocks, inverse, counts = np.unique(block_keys(events), return_inverse=True, return_counts=True)
         used = np.array(
             [
                 int(self._block_used[k]) if k < self._block_used.size else self._block_records.get(k, 0)

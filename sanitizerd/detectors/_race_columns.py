@@ -25,7 +25,7 @@ from sanitizerd.detectors._happens_before import (
     scalar_to_cal,
 )
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Pipe
+from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Pipe, block_keys
 
 _ALL = int(Pipe.ALL)
 
@@ -120,9 +120,7 @@ class HeldColumns:
         previous = int(self._events.columns["block_key"][self._events.size - 1]) if self._events.size else -1
         room = self._events.grow(kept.size)
         room["kind"][:] = kept["kind"]
-        key = room["block_key"]
-        np.left_shift(kept["block_type"], 16, out=key, dtype=np.uint32)
-        key |= kept["block_id"]
+        key = block_keys(kept, out=room["block_key"])
         if self.in_order:
             self.in_order = int(key[0]) >= previous and bool((key[1:] >= key[:-1]).all())
         n = int(np.count_nonzero(access))
