@@ -782,3 +782,17 @@ class TestSitesBound:
         assert "15 error(s) at 15 more site(s)" in cut.detail and "first 10" in cut.detail
         again = run_kernel(mc, reads[:3])
         assert [f.kind for f in again] == ["illegal_read"] * 3
+
+
+def test_an_access_to_a_space_no_chip_defines_is_reported_under_its_number() -> None:
+    """A read of address space 13 (a hostile or newer client's) that its own alignment (64 B) says is misaligned:
+    reported under "13" and rendered, not a failure of the check (memcheck knows no bounds of such a space)."""
+    from client_shim.events import accesses
+    from sanitizerd.findings.render import render_text
+    from sanitizerd.protocol.records import EventKind
+    from tests.detector_helpers import make_detector, run_kernel
+
+    detector = make_detector("memcheck")
+    [finding] = run_kernel(detector, accesses(EventKind.READ, 13, 0x20, 32, align=64))  # type: ignore[arg-type]
+    assert (finding.kind, finding.space) == ("misaligned_access", "13")
+    assert "13" in render_text([finding])

@@ -15,7 +15,7 @@ import numpy as np
 
 from sanitizerd.detectors.base import SessionContext
 from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.records import Space, block_type_name
+from sanitizerd.protocol.records import block_type_name, space_name
 
 SITE_DTYPE = np.dtype(
     [
@@ -156,7 +156,7 @@ def site_findings(context: SessionContext, kernel: str | None, log: SiteLog, kin
                 kernel=kernel,
                 location=int(head["location"]),
                 blocks={block_type_name(t): ids for t, ids in site.blocks.items()},
-                space=Space(int(head["space"])).name,
+                space=space_name(int(head["space"])),
                 address=int(head["address"]),
                 size=int(head["size"]),
                 serial=site.serial,

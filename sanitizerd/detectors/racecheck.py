@@ -31,7 +31,7 @@ from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import OverBudget
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Pipe, Space, block_type_name, pipe_name
+from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Pipe, Space, block_type_name, pipe_name, space_name
 
 _S, _S_CAL, _V = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.V)
 _KEEP = np.zeros(256, dtype=bool)
@@ -563,7 +563,7 @@ class Kernel:
                     kernel=self.launch.name if self.launch else None,
                     location=int(location[1, pick]),
                     blocks=blocks,
-                    space=Space(int(space[0, pick])).name,
+                    space=space_name(int(space[0, pick])),
                     address=int(seg_start[pick]),
                     size=int(seg_size[pick]),
                     serial=int(serial[lt]),

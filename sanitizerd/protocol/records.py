@@ -97,6 +97,14 @@ def pipe_name(pipe: int) -> str:
 BLOCK_TYPE_NAMES: dict[int, str] = {BlockType.AIV: "aiv", BlockType.AIC: "aic", BlockType.AICORE: "aicore"}
 
 
+def space_name(space: int) -> str:
+    """``UB``; a value version 1 does not define as its number."""
+    try:
+        return Space(space).name
+    except ValueError:
+        return str(space)
+
+
 def block_type_name(block_type: int) -> str:
     """``aiv``; a value version 1 does not define (a hostile or newer client's) as its number."""
     return BLOCK_TYPE_NAMES.get(block_type, str(block_type))
