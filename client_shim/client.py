@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from client_shim.record_buffer import hold
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, Refused, explicit_socket
 from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
@@ -378,16 +379,7 @@ class Client:
 
     def _fits(self, events: np.ndarray) -> bool:
         """Whether every event fits its block's buffer; if so they are counted as held."""
-        capacity = self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize
-        # As long as the highest block key in the batch: short for vector blocks.
-        dense = np.bincount(block_keys(events))
-        if dense.size > self._block_used.size:
-            return False
-        total = self._block_used[: dense.size] + dense
-        if int(total.max()) > capacity:
-            return False
-        self._block_used[: dense.size] = total
-        return True
+        return hold(events, self._block_used, self.config.cache_size * (1 << 20) // EVENT_DTYPE.itemsize)
 
     def _within_buffer(self, events: np.ndarray) -> np.ndarray:
         """The events that still fit their block's record buffer; the rest are counted as lost."""
