@@ -93,6 +93,10 @@ them with the defaults.
 ``idle_timeout``
     seconds a producer may send nothing while the daemon owes it no verdict (``idle_timeout``). More than 0, at
     most 604800; default 3600.
+``worker_stall_timeout``
+    with ``--workers N``: seconds a worker process may leave the listener's pings unanswered (its event loop
+    stuck) before it is killed and started again, its clients resuming as after a restart. More than 0, at most
+    3600; default 30.
 ``max_compat_sockets``
     sockets in msSanitizer's form (one per ``sanitizerd run`` on a CANN host, for its job's hook libraries) open at
     once over all users; one more is refused (``request_limit``) and that run checks only ``client_shim``
@@ -198,6 +202,10 @@ LIMITS: dict[str, Limit] = {
     "max_compat_sockets_per_uid": Limit("msSanitizer-form sockets of one uid", at_least=1, at_most=1 << 16),
     "frame_timeout": _seconds("seconds of reading a begun frame may take", at_most=3600),
     "idle_timeout": _seconds("seconds a producer owed no verdict may send nothing before its session ends"),
+    "worker_stall_timeout": _seconds(
+        "with --workers N: seconds a worker may answer the listener nothing before it is killed and started again",
+        at_most=3600,
+    ),
     "max_store_size": Limit(
         "the findings store's size; past it the oldest ended sessions are deleted",
         at_least=1 << 20,

@@ -188,6 +188,11 @@ class Metrics:
         self.worker_restarts = Counter(
             "sanitizerd_worker_restarts", "Worker processes started again after one ended (--workers N)", registry=r
         )
+        self.worker_stalls = Counter(
+            "sanitizerd_worker_stalls",
+            "Worker processes killed for answering nothing for --worker-stall-timeout seconds (then started again)",
+            registry=r,
+        )
         self._ready: Callable[[], str] = lambda: "starting"
         # What /metrics serves: this registry, or (the listener of worker processes) one that sums the workers'.
         self.exposed: CollectorRegistry = self.registry

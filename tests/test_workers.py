@@ -101,6 +101,42 @@ def test_killing_a_worker_mid_stream_loses_nothing_and_duplicates_nothing(short_
     assert_resumed_intact(resumed, uninterrupted, before)
 
 
+def test_a_stalled_worker_is_killed_and_started_again_and_its_client_resumes(short_dir: Path) -> None:
+    """A worker that is alive but answers nothing (stopped here with SIGSTOP, as a stuck event loop would look) is
+    killed once it has been silent for --worker-stall-timeout, started again, counted; its client resumes there and
+    the findings equal an uninterrupted run's. The other worker is left alone."""
+    port = free_port()
+    extra = ("--metrics-addr", f"127.0.0.1:{port}", "--worker-stall-timeout", "2")
+    daemon = start_daemon(short_dir, *extra, workers=WORKERS)
+    try:
+        daemon.wait_for_log('"worker serving"')
+        job = jobs_in(1, 1, "stalled")[0]
+        client = Client(daemon.socket, job=job, resume_buffer=64 << 20, resume_timeout=30)
+        k2 = first_part(client)
+        before = findings(daemon, job)
+        pids = worker_pids(daemon)
+        os.kill(pids[1], signal.SIGSTOP)
+        stopped = time.monotonic()
+        second_part(client, k2)  # waits on the stopped worker until the watchdog kills it; then resumes
+        assert time.monotonic() - stopped >= 2.0
+        assert client.resumes == 1
+        [stall] = log_lines(daemon, "worker stalled; killed")
+        assert (stall["worker"], stall["pid"]) == (1, pids[1]) and stall["silent_s"] >= 2.0
+        assert worker_pids(daemon) == {0: pids[0], 1: worker_pids(daemon)[1]} and worker_pids(daemon)[1] != pids[1]
+        resumed = findings(daemon, job)
+        baseline_job = jobs_in(1, 1, "unstalled")[0]
+        baseline = Client(daemon.socket, job=baseline_job)
+        second_part(baseline, first_part(baseline))
+        uninterrupted = findings(daemon, baseline_job)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            metrics = reply.read().decode().splitlines()
+        assert "sanitizerd_worker_stalls_total 1.0" in metrics
+        assert "sanitizerd_worker_restarts_total 1.0" in metrics
+    finally:
+        assert stop_daemon(daemon) == 0
+    assert_resumed_intact(resumed, uninterrupted, before)
+
+
 def test_one_worker_is_the_single_process(short_dir: Path) -> None:
     daemon = start_daemon(short_dir, "--workers", "1", workers=1)
     try:

@@ -88,6 +88,9 @@ class Limits:
     # (an fd) that lives as long as the control connection that asked for it.
     max_compat_sockets: int = 256
     max_compat_sockets_per_uid: int = 16
+    # With worker processes: seconds a worker may answer the listener nothing before it is taken for stalled (its
+    # event loop stuck: it serves nobody while it looks alive), killed and started again.
+    worker_stall_timeout: float = 30.0
 
 
 @dataclass(slots=True)

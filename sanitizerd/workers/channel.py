@@ -77,8 +77,27 @@ class Ready(msgspec.Struct, tag="ready"):
     """The worker takes connections and handles signals (a SIGHUP before this would end it)."""
 
 
+class Ping(msgspec.Struct, tag="ping"):
+    """Is the worker's event loop turning? It answers ``Pong`` from that loop (the listener's watchdog)."""
+
+
+class Pong(msgspec.Struct, tag="pong"):
+    pass
+
+
 Packet = (
-    Handoff | AskLive | Live | AskMetrics | MetricsText | Ended | Ready | ClaimCompat | CompatClaimed | CompatReleased
+    Handoff
+    | AskLive
+    | Live
+    | AskMetrics
+    | MetricsText
+    | Ended
+    | Ready
+    | ClaimCompat
+    | CompatClaimed
+    | CompatReleased
+    | Ping
+    | Pong
 )
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Packet)

@@ -4,7 +4,9 @@ A worker that dies is started again at once, and at most ``RESTARTS`` times in `
 that it waits, doubling the wait up to ``RESTART_BACKOFF_MAX``, so that a worker that cannot start does not spin.
 Every restart is logged and counted (``sanitizerd_worker_restarts_total``). The clients of a dead worker's sessions
 see their connection end and resume, as after a daemon restart: the new worker closes the sessions the dead one
-left open (its jobs' only) before it takes a connection.
+left open (its jobs' only) before it takes a connection. A worker that stalls (alive, but its event loop stuck, so
+that it serves nobody) is made one: pinged every few seconds, one that says nothing for ``worker_stall_timeout``
+seconds is killed (``sanitizerd_worker_stalls_total``), and so started again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sanitizerd.workers.channel import (
     Live,
     MetricsText,
     Packet,
+    Ping,
     Ready,
 )
 
@@ -56,6 +59,7 @@ RESTART_BACKOFF_MAX = 30.0
 ASK_TIMEOUT = 2.0  # seconds a view waits for a worker's answer (a worker that does not answer is left out)
 SETTINGS_ENV = "SANITIZERD_WORKER_SETTINGS"
 STARTUP_TIMEOUT = 60.0  # seconds the listener waits for its workers before it lets clients find the socket
+PING_INTERVAL = 5.0  # seconds between the watchdog's pings of a ready worker (at most; a quarter of the timeout)
 
 
 @dataclass(eq=False)
@@ -70,6 +74,7 @@ class Worker:
     producers: dict[int, int] = field(default_factory=dict)
     compat: dict[int, int] = field(default_factory=dict)  # msSanitizer-form sockets it holds, by uid
     order: anyio.Lock = field(default_factory=anyio.Lock)  # handoffs in the order the listener read them (FIFO)
+    heard: float = 0.0  # when it last said anything (monotonic): the watchdog's measure of a turning event loop
 
 
 class Pool:
@@ -140,6 +145,7 @@ class Pool:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read, worker, tg.cancel_scope)
+                tg.start_soon(self._watch, worker, process)
                 code = await process.wait()
                 tg.cancel_scope.cancel()
             return code
@@ -153,6 +159,24 @@ class Pool:
                 process.kill()
                 with anyio.CancelScope(shield=True):
                     await process.wait()
+
+    async def _watch(self, worker: Worker, process: anyio.abc.Process) -> None:
+        """Once the worker is ready: ping it, and kill it if it has said nothing for the stall timeout (read at each
+        look: SIGHUP may change it). Its supervisor then starts it again, as after any death."""
+        await worker.up.wait()
+        worker.heard = time.monotonic()
+        while not self.stopping:  # draining, stop() has its own deadline
+            timeout = self._limits().worker_stall_timeout
+            await anyio.sleep(min(PING_INTERVAL, timeout / 4))
+            silent = time.monotonic() - worker.heard
+            if silent > timeout and not self.stopping:
+                log.error("worker stalled; killed", worker=worker.index, pid=process.pid, silent_s=round(silent, 1))
+                self.metrics.worker_stalls.inc()
+                process.kill()
+                return
+            if worker.channel is not None:
+                with anyio.move_on_after(PING_INTERVAL):  # a stuck worker's full channel must not stop the watch
+                    await self._tell(worker.channel, Ping())
 
     def signal_all(self, signum: int) -> None:
         """``signum`` to every running worker; SIGHUP only to those ready (it would end one still starting, which
@@ -270,6 +294,7 @@ class Pool:
                     packet, conn, _data = await channel.receive()
                 except ChannelClosed:
                     return
+                worker.heard = time.monotonic()
                 if conn is not None:
                     conn.close()  # a worker hands nothing to the listener
                 self._take(worker, packet, channel, tg)

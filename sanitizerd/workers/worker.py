@@ -46,6 +46,8 @@ from sanitizerd.workers.channel import (
     Handoff,
     Live,
     MetricsText,
+    Ping,
+    Pong,
     Ready,
 )
 from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV
@@ -128,6 +130,8 @@ class WorkerDaemon(Daemon):
                     tg.start_soon(self._answer, Live(ask=ask, sessions=[s.info() for s in self.hub.live.values()]))
                 case AskMetrics(ask=ask):
                     tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(self.metrics.registry)))
+                case Ping():
+                    tg.start_soon(self._answer, Pong())
                 case CompatClaimed(ask=ask, refused=refused) if ask in self._claims:
                     done, answer = self._claims[ask]
                     answer.append(refused)
@@ -161,7 +165,7 @@ class WorkerDaemon(Daemon):
         if self._tg is not None:
             self._tg.start_soon(self._answer, CompatReleased(uid=uid))
 
-    async def _answer(self, packet: Live | MetricsText | Ended | Ready | CompatReleased) -> None:
+    async def _answer(self, packet: Live | MetricsText | Ended | Ready | CompatReleased | Pong) -> None:
         try:
             await self.channel.send(packet)
         except (ChannelClosed, OSError):
