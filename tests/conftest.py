@@ -107,7 +107,7 @@ def start_daemon(base: Path, *extra: str, hostile_limits: bool = False, workers:
     """A real ``sanitizerd serve`` on ``base/s.sock``; ``hostile_limits``: as a host runs it, fd and memory capped;
     ``workers``: its worker processes (0: ``SANITIZERD_TEST_WORKERS``, by default 1)."""
     workers = workers or TEST_WORKERS
-    if workers > 1 and "--workers" not in extra:
+    if "--workers" not in extra:  # serve's default is the usable cores: a test says which shape it runs
         extra = (*extra, "--workers", str(workers))
     sock, state, log = base / "s.sock", base / "state", base / "daemon.log"
     env = None

@@ -36,7 +36,8 @@ def refused_at_start(result: subprocess.CompletedProcess[str], message: str) -> 
 
 
 def serve(base: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return sanitizerd("serve", "--socket", str(base / "s.sock"), "--state-dir", str(base / "state"), *extra, timeout=60)
+    paths = ("--socket", str(base / "s.sock"), "--state-dir", str(base / "state"))
+    return sanitizerd("serve", *paths, "--workers", "1", *extra, timeout=60)
 
 
 def free_port() -> int:
@@ -159,7 +160,7 @@ class TestStart:
         os.chown(run_dir, 65534, 65534)
         result = subprocess.run(
             [*_AS_NOBODY, sys.executable, "-m", "sanitizerd", "serve", "--socket", str(run_dir / "s.sock"),
-             "--state-dir", str(state)],
+             "--state-dir", str(state), "--workers", "1"],
             capture_output=True, text=True, timeout=60, cwd=ROOT, env=_nobody_env(short_dir),
         )  # fmt: skip
         refused_at_start(result, f"the state directory {state} is not writable by uid 65534")

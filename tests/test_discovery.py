@@ -193,7 +193,7 @@ def test_the_daemon_refuses_a_private_directory_another_user_made(short_dir: Pat
     env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime))
     result = subprocess.run(
         [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(socket_path), "--state-dir",
-         str(short_dir / "state")],
+         str(short_dir / "state"), "--workers", "1"],
         capture_output=True, text=True, timeout=60, env=env, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 1, result

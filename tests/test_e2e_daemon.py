@@ -37,9 +37,8 @@ class TestSocket:
 
     def test_live_daemon_is_not_displaced(self, daemon: RunningDaemon) -> None:
         """A second daemon on the same socket refuses to start and the first keeps serving."""
-        second = sanitizerd(
-            "serve", "--socket", str(daemon.socket), "--state-dir", str(daemon.state_dir / "2"), timeout=30
-        )
+        paths = ("--socket", str(daemon.socket), "--state-dir", str(daemon.state_dir / "2"))
+        second = sanitizerd("serve", *paths, "--workers", "1", timeout=30)
         assert second.returncode == 1
         assert "already serving" in second.stderr
         with Client(daemon.socket, job="still-first") as client:

@@ -59,6 +59,10 @@ def frame(body: bytes) -> bytes:
     return struct.pack("<I", len(body)) + body
 
 
+# A daemon started by hand here is the single process (serve's default is the usable cores).
+SERVE = [sys.executable, "-m", "sanitizerd", "serve", "--workers", "1"]
+
+
 def encode(**message: object) -> bytes:
     """``message`` framed as a client sends it (it may be anything msgpack holds, hostile or not)."""
     return frame(msgspec.msgpack.encode(message))
@@ -1063,7 +1067,7 @@ class TestHostileSocketFile:
             base.mkdir()
             path = base / "s.sock"
             process = subprocess.Popen(
-                [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(path), "--state-dir", str(base / "st")],
+                [*SERVE, "--socket", str(path), "--state-dir", str(base / "st")],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -1087,9 +1091,8 @@ class TestHostileSocketFile:
 
     def test_failed_start_leaves_the_running_daemons_socket(self, hostile_daemon: RunningDaemon) -> None:
         """A second daemon on the same socket refuses to start and leaves the first one's socket in place."""
-        second = sanitizerd(
-            "serve", "--socket", str(hostile_daemon.socket), "--state-dir", str(hostile_daemon.state_dir)
-        )
+        paths = ("--socket", str(hostile_daemon.socket), "--state-dir", str(hostile_daemon.state_dir))
+        second = sanitizerd("serve", *paths, "--workers", "1")
         assert second.returncode != 0 and "already serving" in second.stderr
         assert hostile_daemon.socket.exists()
         assert_serves_fresh_session(hostile_daemon)
@@ -1278,7 +1281,7 @@ def test_connections_fit_a_hard_fd_limit_of_1024(short_dir: Path) -> None:
     at start; 1 100 connections then meet connection_limit, never an out-of-fds accept, and the daemon serves on."""
     conn_raise_own_fd_limit(2048)
     sock, state, log = short_dir / "s.sock", short_dir / "state", short_dir / "daemon.log"
-    command = [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(sock), "--state-dir", str(state)]
+    command = [*SERVE, "--socket", str(sock), "--state-dir", str(state)]
     with open(log, "ab") as log_file:
         process = subprocess.Popen(
             [*command, "--handshake-timeout", "2", "--max-connections-per-uid", "4096"],

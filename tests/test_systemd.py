@@ -78,7 +78,7 @@ def test_socket_activation_ready_watchdog_and_stopping(short_dir: Path) -> None:
     manager = subprocess.Popen(
         ["systemd-socket-activate", "-l", str(activated), "-E", "NOTIFY_SOCKET", "-E", "WATCHDOG_USEC",
          sys.executable, "-m", "sanitizerd", "serve", "--state-dir", str(short_dir / "state"), "--log-level",
-         "warning"],
+         "warning", "--workers", "1"],
         env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

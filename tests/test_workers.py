@@ -4,9 +4,12 @@ lost, and ``--workers 1`` the single process it always was."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -17,7 +20,7 @@ from client_shim import Client
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.workers.metrics import merge
 from sanitizerd.workers.routing import worker_for
-from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon
+from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon, wait_for_socket
 from tests.test_e2e_daemon import free_port
 from tests.test_resume import assert_resumed_intact, findings, first_part, second_part
 
@@ -135,6 +138,28 @@ def test_a_stalled_worker_is_killed_and_started_again_and_its_client_resumes(sho
     finally:
         assert stop_daemon(daemon) == 0
     assert_resumed_intact(resumed, uninterrupted, before)
+
+
+def test_serve_starts_a_worker_per_usable_core_by_default(short_dir: Path) -> None:
+    """With no --workers, serve runs a worker per core it may use (at most 8); one core is the single process.
+    Pinned to one core it is the single process; where two cores are there, it is a listener and two workers."""
+    cores = sorted(os.sched_getaffinity(0))
+    for pinned, expected in (([cores[0]], 0), (cores[:2], 2 if len(cores) > 1 else 0)):
+        base = short_dir / str(len(pinned))
+        base.mkdir()
+        sock, log = base / "s.sock", base / "daemon.log"
+        command = [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(sock), "--state-dir", str(base / "st")]
+        with open(log, "ab") as log_file:
+            pin = functools.partial(os.sched_setaffinity, 0, pinned)
+            process = subprocess.Popen(command, stdout=log_file, stderr=log_file, preexec_fn=pin)
+        daemon = RunningDaemon(sock, base / "st", log, process)
+        try:
+            wait_for_socket(sock, process)
+            with Client(daemon.socket, job="default", resume_buffer=0):
+                pass
+            assert len(children(process.pid)) == expected
+        finally:
+            assert stop_daemon(daemon) == 0
 
 
 def test_one_worker_is_the_single_process(short_dir: Path) -> None:

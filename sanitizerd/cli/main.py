@@ -18,6 +18,9 @@ from sanitizerd.sessions.hub import Limits
 
 T = TypeVar("T")
 MAX_WORKERS = 64
+# serve's default: a worker per usable core, up to this many (each is a Python process with its own imports, its
+# share of the race-check memory and its detector threads; past eight cores, jobs rarely outnumber workers).
+DEFAULT_WORKERS_MAX = 8
 
 
 def _limit_arguments(args: argparse.Namespace) -> dict[str, object]:
@@ -43,6 +46,11 @@ def _socket_path(text: str) -> Path:
     if not text or len(os.fsencode(text)) > config.MAX_SOCKET_PATH_LEN:
         raise ValueError(f"a socket path is 1 to {config.MAX_SOCKET_PATH_LEN} bytes; got {len(os.fsencode(text))}")
     return Path(text)
+
+
+def default_workers() -> int:
+    """A worker per core this process may run on, at most DEFAULT_WORKERS_MAX; one core: the single process."""
+    return max(1, min(len(os.sched_getaffinity(0)), DEFAULT_WORKERS_MAX))
 
 
 def _workers(text: str) -> int:
@@ -83,7 +91,8 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--workers", type=_argument_type(_workers), default=None, metavar="N",
         help=f"processes that serve sessions, 1 to {MAX_WORKERS}: 1 is a single process; N > 1 a listener that hands "
-        "each job's connections to one of N workers [1]",
+        f"each job's connections to one of N workers [the usable cores, at most {DEFAULT_WORKERS_MAX}: "
+        f"{default_workers()} here]",
     )  # fmt: skip
     serve.add_argument(
         "--admin-group", type=_argument_type(group_id), action="append", default=None, metavar="GROUP",
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             command_line=command_line,
             log_level_given=args.log_level,
             log_level=log_level,
-            workers=args.workers or 1,
+            workers=args.workers or default_workers(),
         )
         return run_daemon(settings)
     if args.command == "replay":
