@@ -34,6 +34,9 @@ from client_shim import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The shape its figures were taken in (serve's default is a worker per usable core).
+SERVE = [sys.executable, "-m", "sanitizerd", "serve", "--workers", "1"]
+
 
 def frame(message: dict[str, object]) -> bytes:
     body = msgspec.msgpack.encode(message)
@@ -73,7 +76,7 @@ def start(base: Path, *extra: str) -> subprocess.Popen[bytes]:
     sock = base / "s.sock"
     log = open(base / "daemon.log", "ab")  # the daemon writes it for its whole life
     process = subprocess.Popen(
-        [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(sock), "--state-dir", str(base / "st"), *extra],
+        [*SERVE, "--socket", str(sock), "--state-dir", str(base / "st"), *extra],
         stdout=log,
         stderr=log,
         preexec_fn=host_limits,

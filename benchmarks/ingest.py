@@ -101,8 +101,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--detector-threads", type=int, default=None, help="daemon --detector-threads")
     parser.add_argument("--queue-depth", type=int, default=None, help="daemon --queue-depth")
     parser.add_argument(
-        "--workers", type=int, default=None,
-        help="daemon --workers; each client is then a job of its own, so that the listener spreads them",
+        "--workers", type=int, default=1,
+        help="daemon --workers (serve's default is the usable cores; here 1 unless given); with N > 1 each client "
+        "is a job of its own, so that the listener spreads them [1]",
     )  # fmt: skip
     parser.add_argument("--raw-bytes", type=int, default=None, help="bytes per raw socket test [4 GiB, --quick: 1 GiB]")
     parser.add_argument("--raw-chunk", type=int, default=MiB, help="write/read size of the raw socket test")
@@ -349,8 +350,7 @@ def start_daemon(args: argparse.Namespace, socket_path: Path, state_dir: Path, l
         command += ["--detector-threads", str(args.detector_threads)]
     if args.queue_depth is not None:
         command += ["--queue-depth", str(args.queue_depth)]
-    if args.workers is not None:
-        command += ["--workers", str(args.workers)]
+    command += ["--workers", str(args.workers)]
     daemon = subprocess.Popen(command, stdout=log, stderr=log)
     # Ready means a full control handshake succeeds: a bare connect would leave the daemon waiting for a
     # hello (and logging a handshake timeout) long after we are done.
@@ -502,7 +502,7 @@ def run_phase(
     print(f"--- tools: {label}")
     print(
         f"daemon: --detector-threads {args.detector_threads or 'default'} "
-        f"--queue-depth {args.queue_depth or 'default'} --workers {args.workers or 1}; exit status {daemon_status}"
+        f"--queue-depth {args.queue_depth or 'default'} --workers {args.workers}; exit status {daemon_status}"
     )
     print(
         f"clients: {args.clients} x {kernels_done // args.clients} kernels "

@@ -60,7 +60,7 @@ def main() -> None:
     sock = base / "s.sock"
     daemon = subprocess.Popen(
         [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(sock), "--state-dir", str(base / "state"),
-         "--metrics-addr", f"127.0.0.1:{port}", "--handshake-timeout", "30"],
+         "--metrics-addr", f"127.0.0.1:{port}", "--handshake-timeout", "30", "--workers", "1"],
         stderr=subprocess.DEVNULL, preexec_fn=_host_limits,
     )  # fmt: skip
     try:

@@ -125,7 +125,7 @@ def main() -> None:
         sock = Path(tmp) / "s.sock"
         daemon = subprocess.Popen(
             [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(sock), "--state-dir", str(Path(tmp) / "st"),
-             "--log-level", "warning", "--max-sessions", str(args.sessions + 24),
+             "--log-level", "warning", "--workers", "1", "--max-sessions", str(args.sessions + 24),
              # every session here is this uid's
              "--max-sessions-per-uid", str(args.sessions + 24), "--max-connections-per-uid", str(args.sessions + 64)],
         )  # fmt: skip
