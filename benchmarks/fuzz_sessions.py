@@ -45,7 +45,7 @@ def one_seed(daemon: RunningDaemon, seed: int) -> Counter[str]:
             sock.shutdown(socket.SHUT_WR)
             replies = read_replies(sock)
         last = replies[-1] if replies else {}
-        endings[str(last.get("reason") or last.get("type"))] += 1
+        endings[str(last.get("reason") if last.get("type") == "error" else last.get("type"))] += 1
     return endings
 
 
