@@ -18,35 +18,21 @@ import argparse
 import json
 import random
 import shutil
-import socket
 import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
 
 from tests.conftest import RunningDaemon, start_daemon, stop_daemon
-from tests.test_hostile import CONN_TOOLS, conn_random_message, connect, encode, read_replies
+from tests.test_hostile import random_session
 
 SESSIONS_PER_SEED = 150
 
 
 def one_seed(daemon: RunningDaemon, seed: int) -> Counter[str]:
-    """150 sessions of random messages, each ended by the client (half of them with ``close``); how each ended."""
+    """150 sessions of random messages on three shared jobs; how each ended."""
     rng = random.Random(seed)
-    endings: Counter[str] = Counter()
-    for n in range(SESSIONS_PER_SEED):
-        config = {"tools": rng.sample(CONN_TOOLS, rng.randint(1, 5)), "leak_check": True, "check_unused_memory": True}
-        data = encode(type="hello", version=1, job=f"random-{n % 3}", config=config)
-        data += b"".join(encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
-        if rng.random() < 0.5:
-            data += encode(type="close")
-        with connect(daemon, timeout=30) as sock:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            replies = read_replies(sock)
-        last = replies[-1] if replies else {}
-        endings[str(last.get("reason") if last.get("type") == "error" else last.get("type"))] += 1
-    return endings
+    return Counter(random_session(daemon, rng, f"random-{n % 3}") for n in range(SESSIONS_PER_SEED))
 
 
 def failures(daemon: RunningDaemon) -> Counter[str]:

@@ -1145,34 +1145,38 @@ def conn_random_message(rng: random.Random) -> dict[str, object]:
     return {"type": "log", "text": "x", "level": "info"}
 
 
-def test_random_producer_streams_end_only_their_session(hostile_daemon: RunningDaemon) -> None:
-    """150 sessions of random messages of every producer type, numbers at the edges of their ranges, every tool on:
-    each ends with closed, an error frame naming a protocol reason, or (no close sent) nothing; the daemon's
-    connection handler and session pump never fail."""
-    rng = random.Random(10)
-    endings: Counter[str] = Counter()
-    for n in range(150):
-        config = {"tools": rng.sample(CONN_TOOLS, rng.randint(1, 5)), "leak_check": True, "check_unused_memory": True}
-        data = encode(type="hello", version=1, job=f"random-{n % 3}", config=config)
-        data += b"".join(encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
-        if rng.random() < 0.5:
-            data += encode(type="close")
-        with connect(hostile_daemon, timeout=30) as sock:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            replies = read_replies(sock)
-        last = replies[-1] if replies else {}
-        endings[str(last.get("reason") or last.get("type"))] += 1
-    assert "internal_error" not in endings and "None" not in endings, endings
-    assert endings["closed"] > 0 and endings["bad_reference"] > 0, endings
-    assert_nothing_of_ours_failed(hostile_daemon)
-    assert_serves_fresh_session(hostile_daemon)
+def random_session(daemon: RunningDaemon, rng: random.Random, job: str) -> str:
+    """One session of 1-30 random producer messages, some tools on, ended by the client (half of the time with a
+    close): how the daemon ended it (an error's reason, else its last reply's type; "None": it said nothing)."""
+    config = {"tools": rng.sample(CONN_TOOLS, rng.randint(1, 5)), "leak_check": True, "check_unused_memory": True}
+    data = encode(type="hello", version=1, job=job, config=config)
+    data += b"".join(encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
+    if rng.random() < 0.5:
+        data += encode(type="close")
+    with connect(daemon, timeout=30) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        replies = read_replies(sock)
+    last = replies[-1] if replies else {}
+    return str(last.get("reason") if last.get("type") == "error" else last.get("type"))
 
 
 def assert_nothing_of_ours_failed(daemon: RunningDaemon) -> None:
     """No connection handler, session pump or detector failed: each would be a bug of ours, logged in full."""
     failed = [line for line in daemon.log_text().splitlines() if re.search(r'"event": "[a-z ]+ failed"', line)]
     assert not failed, "\n".join(failed[:3])
+
+
+def test_random_producer_streams_end_only_their_session(hostile_daemon: RunningDaemon) -> None:
+    """150 sessions of random messages of every producer type, numbers at the edges of their ranges, every tool on:
+    each ends with closed, an error frame naming a protocol reason, or (no close sent) nothing; the daemon's
+    connection handler, session pumps and detectors never fail."""
+    rng = random.Random(10)
+    endings = Counter(random_session(hostile_daemon, rng, f"random-{n % 3}") for n in range(150))
+    assert "internal_error" not in endings and "None" not in endings, endings
+    assert endings["closed"] > 0 and endings["bad_reference"] > 0, endings
+    assert_nothing_of_ours_failed(hostile_daemon)
+    assert_serves_fresh_session(hostile_daemon)
 
 
 def test_random_producer_streams_in_parallel_on_shared_jobs(hostile_daemon: RunningDaemon) -> None:
@@ -1182,16 +1186,7 @@ def test_random_producer_streams_in_parallel_on_shared_jobs(hostile_daemon: Runn
 
     def client(seed: int, endings: Counter[str]) -> None:
         rng = random.Random(seed)
-        for n in range(80):
-            config = {"tools": rng.sample(CONN_TOOLS, rng.randint(1, 5)), "leak_check": True}
-            data = encode(type="hello", version=1, job=f"shared-{n % 3}", config=config)
-            data += b"".join(encode(**conn_random_message(rng)) for _ in range(rng.randint(1, 30)))
-            with connect(hostile_daemon, timeout=30) as sock:
-                sock.sendall(data + (encode(type="close") if rng.random() < 0.5 else b""))
-                sock.shutdown(socket.SHUT_WR)
-                replies = read_replies(sock)
-            last = replies[-1] if replies else {}
-            endings[str(last.get("reason") or last.get("type"))] += 1
+        endings.update(random_session(hostile_daemon, rng, f"shared-{n % 3}") for n in range(80))
 
     endings: list[Counter[str]] = [Counter() for _ in range(3)]
     threads = [threading.Thread(target=client, args=(200 + k, endings[k])) for k in range(3)]

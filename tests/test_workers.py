@@ -47,6 +47,19 @@ def children(pid: int) -> list[int]:
     return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
+def uninterrupted_run(daemon: RunningDaemon, prefix: str) -> list[dict]:
+    """The findings of test_resume's two parts run without interruption, by a job of worker 1."""
+    job = jobs_in(1, 1, prefix)[0]
+    client = Client(daemon.socket, job=job)
+    second_part(client, first_part(client))
+    return findings(daemon, job)
+
+
+def metric_lines(port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return reply.read().decode().splitlines()
+
+
 def test_a_jobs_sessions_share_one_worker_and_two_jobs_use_two(short_dir: Path) -> None:
     daemon = start_daemon(short_dir, workers=WORKERS)
     try:
@@ -88,17 +101,13 @@ def test_killing_a_worker_mid_stream_loses_nothing_and_duplicates_nothing(short_
         assert worker_pids(daemon)[1] != victim
         assert daemon.process.poll() is None
         resumed = findings(daemon, job)
-        baseline_job = jobs_in(1, 1, "uninterrupted")[0]
-        baseline = Client(daemon.socket, job=baseline_job)
-        second_part(baseline, first_part(baseline))
-        uninterrupted = findings(daemon, baseline_job)
+        uninterrupted = uninterrupted_run(daemon, "uninterrupted")
         assert log_lines(daemon, "worker ended; starting it again")[0]["worker"] == 1
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-            metrics = reply.read().decode()
+        metrics = metric_lines(port)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as reply:
             assert reply.read() == b"ready\n"  # the restarted worker is up again
-        assert "sanitizerd_worker_restarts_total 1.0" in metrics.splitlines()
-        assert "sanitizerd_sessions_resumed_total 1.0" in metrics.splitlines()  # counted in the new worker
+        assert "sanitizerd_worker_restarts_total 1.0" in metrics
+        assert "sanitizerd_sessions_resumed_total 1.0" in metrics  # counted in the new worker
     finally:
         assert stop_daemon(daemon) == 0
     assert_resumed_intact(resumed, uninterrupted, before)
@@ -127,12 +136,8 @@ def test_a_stalled_worker_is_killed_and_started_again_and_its_client_resumes(sho
         assert (stall["worker"], stall["pid"]) == (1, pids[1]) and stall["silent_s"] >= 2.0
         assert worker_pids(daemon) == {0: pids[0], 1: worker_pids(daemon)[1]} and worker_pids(daemon)[1] != pids[1]
         resumed = findings(daemon, job)
-        baseline_job = jobs_in(1, 1, "unstalled")[0]
-        baseline = Client(daemon.socket, job=baseline_job)
-        second_part(baseline, first_part(baseline))
-        uninterrupted = findings(daemon, baseline_job)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-            metrics = reply.read().decode().splitlines()
+        uninterrupted = uninterrupted_run(daemon, "unstalled")
+        metrics = metric_lines(port)
         assert "sanitizerd_worker_stalls_total 1.0" in metrics
         assert "sanitizerd_worker_restarts_total 1.0" in metrics
     finally:
