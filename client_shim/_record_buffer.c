@@ -14,13 +14,14 @@
 #define BLOCK_TYPE_AT 48 /* uint8 */
 
 static inline int64_t block_key(const unsigned char *record) {
-    return ((int64_t)record[BLOCK_TYPE_AT] << 16) | (int64_t)record[BLOCK_ID_AT] | ((int64_t)record[BLOCK_ID_AT + 1] << 8);
+    int64_t block_id = (int64_t)record[BLOCK_ID_AT] | ((int64_t)record[BLOCK_ID_AT + 1] << 8);
+    return ((int64_t)record[BLOCK_TYPE_AT] << 16) | block_id;
 }
 
 /* hold(records, used, capacity) -> bool: add each record to its block's count in ``used`` (int64, indexed by
  * block_type << 16 | block_id) if every block stays within ``capacity``; otherwise leave ``used`` as it was and
  * return False (a block key past the table counts as not fitting: the caller takes the exact path). */
-static PyObject *hold(PyObject *module, PyObject *args) {
+static PyObject *hold(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer records, used;
     long long capacity;
     if (!PyArg_ParseTuple(args, "y*w*L", &records, &used, &capacity)) {
@@ -65,6 +66,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_buffer", NULL, -1, methods};
+static struct PyModuleDef definition = {PyModuleDef_HEAD_INIT, .m_name = "_record_buffer", .m_size = -1, .m_methods = methods};
 
-PyMODINIT_FUNC PyInit__record_buffer(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__record_buffer(void) { return PyModule_Create(&definition); }
