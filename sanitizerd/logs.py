@@ -18,6 +18,8 @@ def configure(level: str = "info") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # One write per line: the listener and its workers share stderr, and print() writes the newline apart, so
+        # two processes' lines could run together (seen: a worker's line and the next on one line of the file).
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,  # SIGHUP may change the level: loggers must see the new configuration
     )
