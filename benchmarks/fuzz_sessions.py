@@ -2,7 +2,7 @@
 
 ``tests/test_hostile.py`` runs 150 such sessions one by one and 240 from three clients at once on every CI run; a
 race between sessions of one job shows up once in tens of thousands (a verdict finishing while the pump refused
-its session did, in 51 000). This runs the same streams (``conn_random_message``: every producer message type,
+its session did, once in 60 000). This runs the same streams (``conn_random_message``: every producer message type,
 numbers at the edges of their ranges, random and well-formed records) from ``--clients`` threads, seed after
 seed, on three shared jobs, and then reads the daemon's log: any ``connection handler failed``, ``session pump
 failed`` or ``detector failed`` line is a bug of ours, printed grouped by where it was raised.
