@@ -128,9 +128,7 @@ def test_a_stalled_worker_is_killed_and_started_again_and_its_client_resumes(sho
         before = findings(daemon, job)
         pids = worker_pids(daemon)
         os.kill(pids[1], signal.SIGSTOP)
-        stopped = time.monotonic()
         second_part(client, k2)  # waits on the stopped worker until the watchdog kills it; then resumes
-        assert time.monotonic() - stopped >= 2.0
         assert client.resumes == 1
         [stall] = log_lines(daemon, "worker stalled; killed")
         assert (stall["worker"], stall["pid"]) == (1, pids[1]) and stall["silent_s"] >= 2.0
