@@ -66,6 +66,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef definition = {PyModuleDef_HEAD_INIT, .m_name = "_record_buffer", .m_size = -1, .m_methods = methods};
+static struct PyModuleDef definition = {
+    PyModuleDef_HEAD_INIT, .m_name = "_record_buffer", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__record_buffer(void) { return PyModule_Create(&definition); }

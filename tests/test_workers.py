@@ -47,6 +47,16 @@ def children(pid: int) -> list[int]:
     return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
+def interrupted_run(daemon: RunningDaemon, prefix: str) -> tuple[str, Client, int, list[dict]]:
+    """A job of worker 1 through test_resume's first part, with a resume log: its name, its client, its second
+    kernel (running) and the findings stored so far."""
+    daemon.wait_for_log('"worker serving"')
+    job = jobs_in(1, 1, prefix)[0]
+    client = Client(daemon.socket, job=job, resume_buffer=64 << 20, resume_timeout=30)
+    k2 = first_part(client)
+    return job, client, k2, findings(daemon, job)
+
+
 def uninterrupted_run(daemon: RunningDaemon, prefix: str) -> list[dict]:
     """The findings of test_resume's two parts run without interruption, by a job of worker 1."""
     job = jobs_in(1, 1, prefix)[0]
@@ -87,11 +97,7 @@ def test_killing_a_worker_mid_stream_loses_nothing_and_duplicates_nothing(short_
     port = free_port()
     daemon = start_daemon(short_dir, "--metrics-addr", f"127.0.0.1:{port}", workers=WORKERS)
     try:
-        daemon.wait_for_log('"worker serving"')
-        job = jobs_in(1, 1, "resumed")[0]
-        client = Client(daemon.socket, job=job, resume_buffer=64 << 20, resume_timeout=30)
-        k2 = first_part(client)
-        before = findings(daemon, job)
+        job, client, k2, before = interrupted_run(daemon, "resumed")
         assert [f["kind"] for f in before] == ["illegal_read"]
         time.sleep(0.3)  # the second kernel's first batch is in the worker, unchecked until the kernel ends
         victim = worker_pids(daemon)[1]
@@ -121,11 +127,7 @@ def test_a_stalled_worker_is_killed_and_started_again_and_its_client_resumes(sho
     extra = ("--metrics-addr", f"127.0.0.1:{port}", "--worker-stall-timeout", "2")
     daemon = start_daemon(short_dir, *extra, workers=WORKERS)
     try:
-        daemon.wait_for_log('"worker serving"')
-        job = jobs_in(1, 1, "stalled")[0]
-        client = Client(daemon.socket, job=job, resume_buffer=64 << 20, resume_timeout=30)
-        k2 = first_part(client)
-        before = findings(daemon, job)
+        job, client, k2, before = interrupted_run(daemon, "stalled")
         pids = worker_pids(daemon)
         os.kill(pids[1], signal.SIGSTOP)
         second_part(client, k2)  # waits on the stopped worker until the watchdog kills it; then resumes

@@ -341,6 +341,7 @@ class Initcheck:
 
     def kernel_end(self) -> list[Finding]:
         launch = self.kernel
+        kernel = launch.name if launch else None
         self.kernel = None
         # On-chip and private bytes do not outlive the kernel's blocks.
         self.defined.remove(0, _GM_LO)
@@ -351,19 +352,9 @@ class Initcheck:
                 f"initcheck did not check {self.unkeyed} accesses of this kernel launch whose address space or "
                 "block type is not defined"
             )
-            notices.append(
-                self.context.finding("internal_error", kernel=launch.name if launch else None, detail=detail)
-            )
+            notices.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
             self.unkeyed = 0
-        return (
-            site_findings(
-                self.context,
-                launch.name if launch else None,
-                self.sites,
-                {_UNINITIALIZED: "uninitialized_read"},
-            )
-            + notices
-        )
+        return site_findings(self.context, kernel, self.sites, {_UNINITIALIZED: "uninitialized_read"}) + notices
 
     def host_op(self, op: HostOp) -> list[Finding]:
         table = TABLE_OF_SOURCE.get(op.source, LEAKING_TABLE)

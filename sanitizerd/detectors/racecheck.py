@@ -141,9 +141,7 @@ class Racecheck:
                 f"racecheck did not check {off_pipe} events of this kernel launch whose pipe is not defined "
                 f"(pipes are 0 to {NPIPES - 1}; for set_flag and wait_flag, both the source and the destination)"
             )
-            findings.append(
-                self.context.finding("internal_error", kernel=launch.name if launch else None, detail=detail)
-            )
+            findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
         return findings
 
     def _cut_text(self, limit: int, dropped: int) -> str:
