@@ -13,8 +13,10 @@ Every block runs AscendC's double-buffered add with a fused second vector op, ti
 with a SyncAll (pipe_barrier(PIPE_ALL), cross-core set and wait, mode 0) every 1 000 tiles. That is 12 memory
 and 8 sync events per tile (40 % sync events, about what AscendC's TQue hand-overs produce). The kernel is
 race-free, so the figure is the cost of proving it: the whole model and every candidate pair. Blocks arrive
-one after the other, as the emulator sends them; the detector is called directly in this one thread, in
-65 536-event batches. One run reports:
+one after the other, each followed by its BLOCK_FINISH, as the emulator and msSanitizer's tool send them; the
+detector is called directly in this one thread, in 65 536-event batches. One run reports, for racecheck as it
+is (blocks proven as they complete, ``_block_proofs``) and, as the same run's baseline, with the whole check at
+kernel_end only (``--no-baseline`` leaves it out):
 
 * events/s of the whole check (every batch and kernel_end) at 1 000, 5 600 and 20 000 iterations (tiles per
   block) of an 8-block kernel (0.15 M, 0.85 M, 3.0 M events): the per-event cost should stay flat;
@@ -25,6 +27,7 @@ up to a factor of 2): every wall time, the best and the median are reported.
 
     .venv/bin/python benchmarks/racecheck.py
     .venv/bin/python benchmarks/racecheck.py --quick    # 200 / 1 000 tiles; latency kernel 8 x 1 000 tiles
+    .venv/bin/python benchmarks/racecheck.py --no-block-finish    # blocks complete when the next one starts
 
 Prints one JSON object last.
 """
@@ -39,7 +42,7 @@ import time
 
 import numpy as np
 
-from client_shim.events import EventKind, Pipe, Space, accesses, syncs
+from client_shim.events import EventKind, Pipe, Space, accesses, make_events, syncs
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.racecheck import Racecheck
@@ -124,15 +127,21 @@ def block_stream(block: int, events_per_block: int, serial_base: int) -> np.ndar
     return np.concatenate(out)
 
 
-def kernel_stream(blocks: int, events_per_block: int) -> np.ndarray:
+def kernel_stream(blocks: int, events_per_block: int, *, block_finish: bool = True) -> np.ndarray:
     stride = 10 * events_per_block
-    return np.concatenate([block_stream(b, events_per_block, b * stride) for b in range(blocks)])
+    parts = []
+    for b in range(blocks):
+        parts.append(block_stream(b, events_per_block, b * stride))
+        if block_finish:
+            parts.append(make_events(kind=EventKind.BLOCK_FINISH, block_id=b, block_size=0))
+    return np.concatenate(parts)
 
 
-def check(stream: np.ndarray, blocks: int) -> tuple[float, float, float, float, list]:
+def check(stream: np.ndarray, blocks: int, *, prove: bool = True) -> tuple[float, float, float, float, list]:
     """One kernel launch through a fresh detector, as each launch gets one: (wall s, CPU s, kernel_end's wall s,
-    kernel_end's CPU s, findings)."""
+    kernel_end's CPU s, findings). ``prove=False``: the whole check at kernel_end only (the baseline)."""
     detector = Racecheck(_context())
+    detector.prove_blocks = prove
     cpu, wall = time.process_time(), time.perf_counter()
     detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=blocks, kernel_type="aiv"))
     for lo in range(0, stream.size, BATCH):
@@ -152,9 +161,9 @@ def _context() -> SessionContext:
 EVENTS_PER_TILE = tile_template(0)[0].size  # 19
 
 
-def iterations_stream(blocks: int, iterations: int) -> np.ndarray:
+def iterations_stream(blocks: int, iterations: int, *, block_finish: bool = True) -> np.ndarray:
     """The kernel with ``iterations`` tiles per block."""
-    return kernel_stream(blocks, iterations * EVENTS_PER_TILE)
+    return kernel_stream(blocks, iterations * EVENTS_PER_TILE, block_finish=block_finish)
 
 
 def main() -> None:
@@ -169,18 +178,25 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="sweep 200,1000 tiles; latency kernel 8 x 1 000")
     parser.add_argument("--repeat", type=int, default=3, help="check each kernel this many times [3]")
+    parser.add_argument(
+        "--no-block-finish", action="store_true", help="no BLOCK_FINISH: a block completes when the next one starts"
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="leave out the baseline (the whole check at kernel_end only)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.iterations, args.latency_blocks, args.latency_iterations = "200,1000", 8, 1000
+    shapes = {"proven": True} if args.no_baseline else {"proven": True, "whole": False}
+    finish = not args.no_block_finish
     sweep = []
     for iterations in (int(n) for n in args.iterations.split(",")):
-        stream = iterations_stream(args.blocks, iterations)
-        runs = [check(stream, args.blocks) for _ in range(args.repeat)]
-        walls = [r[0] for r in runs]
-        sweep.append(
-            {
-                "iterations": iterations,
-                "events": int(stream.size),
+        stream = iterations_stream(args.blocks, iterations, block_finish=finish)
+        row: dict[str, object] = {"iterations": iterations, "events": int(stream.size)}
+        for name, prove in shapes.items():
+            runs = [check(stream, args.blocks, prove=prove) for _ in range(args.repeat)]
+            walls = [r[0] for r in runs]
+            row[name] = {
                 "findings": len(runs[-1][4]),
                 "wall_s": [round(w, 3) for w in walls],
                 "cpu_s": [round(r[1], 3) for r in runs],
@@ -188,27 +204,30 @@ def main() -> None:
                 "events_per_s_median": round(stream.size / statistics.median(walls)),
                 "events_per_cpu_s_best": round(stream.size / min(r[1] for r in runs)),
             }
-        )
+        sweep.append(row)
         del stream, runs
-    stream = iterations_stream(args.latency_blocks, args.latency_iterations)
-    runs = [check(stream, args.latency_blocks) for _ in range(args.repeat)]
-    ends = [r[2] for r in runs]
-    for finding in runs[-1][4][:5]:
-        print(finding.kind, [(a.pipe, a.op, a.serial, a.blocks) for a in finding.accesses], finding.detail)
-    result = {
-        "blocks": args.blocks,
-        "sweep": sweep,
-        "latency": {
-            "blocks": args.latency_blocks,
-            "iterations": args.latency_iterations,
-            "events": int(stream.size),
+    stream = iterations_stream(args.latency_blocks, args.latency_iterations, block_finish=finish)
+    latency: dict[str, object] = {
+        "blocks": args.latency_blocks, "iterations": args.latency_iterations, "events": int(stream.size)
+    }
+    for name, prove in shapes.items():
+        runs = [check(stream, args.latency_blocks, prove=prove) for _ in range(args.repeat)]
+        ends = [r[2] for r in runs]
+        for finding in runs[-1][4][:5]:
+            print(finding.kind, [(a.pipe, a.op, a.serial, a.blocks) for a in finding.accesses], finding.detail)
+        latency[name] = {
             "findings": len(runs[-1][4]),
             "kernel_end_s": [round(e, 3) for e in ends],
             "kernel_end_ms_best": round(1000 * min(ends)),
             "kernel_end_ms_median": round(1000 * statistics.median(ends)),
             "kernel_end_cpu_s": [round(r[3], 3) for r in runs],
             "wall_s": [round(r[0], 3) for r in runs],
-        },
+        }
+    result = {
+        "blocks": args.blocks,
+        "block_finish": finish,
+        "sweep": sweep,
+        "latency": latency,
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
     print(json.dumps(result))

@@ -564,6 +564,29 @@ def _cross_knowledge(model: Model, sources: dict[int, list[int]], n_blocks: int)
     waits its releasers knew of."""
     nodes = model.nodes
     waits = model.cross_waits
+    deps = cross_deps(model, sources)
+    G = np.full((waits.size, n_blocks * NPIPES), _NONE, dtype=np.int32)
+    lamport = np.zeros(waits.size, dtype=np.int64)
+    for row in _topological(deps):
+        x = int(waits[row])
+        srcs = np.array(sources[x], dtype=np.int64)
+        pub = nodes.published(srcs)
+        for s_block, vec in zip(nodes.block[srcs], pub, strict=True):
+            sl = slice(int(s_block) * NPIPES, int(s_block + 1) * NPIPES)
+            G[row, sl] = np.maximum(G[row, sl], vec)
+        if deps[row]:
+            dep = np.fromiter(deps[row], dtype=np.int64)
+            G[row] = np.maximum(G[row], G[dep].max(axis=0))
+            lamport[row] = lamport[dep].max() + 1
+    model.G, model.lamport = G, lamport
+
+
+def cross_deps(model: Model, sources: dict[int, list[int]]) -> dict[int, set[int]]:
+    """Per cross-block wait (its row), the rows of the cross-block waits that happen before it: those it knows,
+    and those its releasers know, the latest on each pipe with any (an earlier one on that pipe comes before the
+    latest one, which knows it). Sets ``model.chains_with_cross``."""
+    nodes = model.nodes
+    waits = model.cross_waits
     row_of = {int(x): i for i, x in enumerate(waits)}
     by_chain: dict[int, list[int]] = {}
     for x in waits:
@@ -588,24 +611,17 @@ def _cross_knowledge(model: Model, sources: dict[int, list[int]], n_blocks: int)
     for x in waits:
         for src in sources[int(x)]:
             deps[row_of[int(x)]].update(knows[src])
-    G = np.full((waits.size, n_blocks * NPIPES), _NONE, dtype=np.int32)
-    lamport = np.zeros(waits.size, dtype=np.int64)
-    for row in _topological(deps):
-        x = int(waits[row])
-        srcs = np.array(sources[x], dtype=np.int64)
-        pub = nodes.published(srcs)
-        for s_block, vec in zip(nodes.block[srcs], pub, strict=True):
-            sl = slice(int(s_block) * NPIPES, int(s_block + 1) * NPIPES)
-            G[row, sl] = np.maximum(G[row, sl], vec)
-        if deps[row]:
-            dep = np.fromiter(deps[row], dtype=np.int64)
-            G[row] = np.maximum(G[row], G[dep].max(axis=0))
-            lamport[row] = lamport[dep].max() + 1
-    model.G, model.lamport = G, lamport
+    return deps
 
 
-def _topological(deps: dict[int, set[int]]) -> list[int]:
-    """Kahn's order; rows on a cycle (a deadlock, found later) come last in any order."""
+def acyclic(deps: dict[int, set[int]]) -> bool:
+    """Whether Kahn's order takes every row before any cycle's."""
+    return len(_topological(deps, cycles=False)) == len(deps)
+
+
+def _topological(deps: dict[int, set[int]], *, cycles: bool = True) -> list[int]:
+    """Kahn's order; rows on a cycle (a deadlock, found later) come last in any order (``cycles=False``: are
+    left out)."""
     waiting = {row: set(d) for row, d in deps.items()}
     users: dict[int, list[int]] = {}
     for row, d in waiting.items():
@@ -620,8 +636,9 @@ def _topological(deps: dict[int, set[int]]) -> list[int]:
             waiting[user].discard(row)
             if not waiting[user]:
                 ready.append(user)
-    placed = set(out)
-    out.extend(row for row in deps if row not in placed)
+    if cycles:
+        placed = set(out)
+        out.extend(row for row in deps if row not in placed)
     return out
 
 

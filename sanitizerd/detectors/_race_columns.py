@@ -10,6 +10,8 @@ memory is what was appended (and, while one doubles, the old copy).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from sanitizerd.detectors._batches import Columns
@@ -83,6 +85,24 @@ class _Table:
         return Columns({name: column[: self.size] for name, column in self.columns.items()})
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Complete blocks placed at once: their rows in the held tables ([lo, hi) of events, accesses, sync events,
+    blocks and nodes, and of each edge and stuck table), the members of pipe_barrier(PIPE_ALL) their nodes were
+    made with (None: they have no such barrier), and the pipes they keep busy (a bit per pipe)."""
+
+    events: tuple[int, int]
+    accesses: tuple[int, int]
+    syncs: tuple[int, int]
+    blocks: tuple[int, int]
+    nodes: tuple[int, int]
+    edges: tuple[tuple[int, int], ...]
+    multi: tuple[int, int]
+    stuck: tuple[tuple[int, int], ...]
+    members: bytes | None
+    busy: int
+
+
 class HeldColumns:
     """A kernel launch's kept events as racecheck's check reads them: per event in arrival order (``events``), per
     access (``accesses``) and per sync event (``syncs``), each in arrival order among its own kind."""
@@ -109,6 +129,8 @@ class HeldColumns:
         self._multi = _Table(pair)
         self._has_multi = False
         self._stuck = [_Table({"node": np.dtype(np.int64)}) for _ in range(2)]
+        self._finished = False  # the last block's BLOCK_FINISH arrived: it is placed, and may not grow
+        self.completed: list[Span] = []  # spans placed since the detector last took them
 
     @property
     def size(self) -> int:
@@ -121,8 +143,10 @@ class HeldColumns:
         room = self._events.grow(kept.size)
         room["kind"][:] = kept["kind"]
         key = block_keys(kept, out=room["block_key"])
-        if self.in_order:
-            self.in_order = int(key[0]) >= previous and bool((key[1:] >= key[:-1]).all())
+        if self.in_order:  # a finished block's key may not come back
+            floor = previous + 1 if self._finished else previous
+            self.in_order = int(key[0]) >= floor and bool((key[1:] >= key[:-1]).all())
+        self._finished = False
         n = int(np.count_nonzero(access))
         if n:
             room = self._accesses.grow(n)
@@ -140,6 +164,15 @@ class HeldColumns:
                 self._place(self._events.size - kept.size + int(changes[-1]) + 1)
             elif int(key[0]) != previous and previous >= 0:
                 self._place(self._events.size - kept.size)
+
+    def finish(self, block_key: int) -> None:
+        """The block of ``block_key`` has run its last instruction (BLOCK_FINISH): if it is the one arriving now,
+        it is complete, and placed without waiting for the next block to start."""
+        if self.in_order and self._events.size and int(self._events.columns["block_key"][self._events.size - 1]) == (
+            block_key
+        ):
+            self._place(self._events.size)
+            self._finished = True
 
     def placed(self) -> bool:
         """Places every access among its block's nodes (the last block is complete now); whether they could be
@@ -167,27 +200,48 @@ class HeldColumns:
         )  # fmt: skip
         for name, values in zip(PLACED_FIELDS, placed, strict=True):
             accesses[name][access_lo:access_hi] = values
-        self._make_nodes(lo, kind, start, access_lo, access_hi, sync_lo, sync_hi)
+        before = self._offsets()
+        block_lo = self._blocks
+        work = accesses["pipe"][access_lo:access_hi][accesses["ext"][access_lo:access_hi] > 0]
+        work = scalar_to_cal(np.unique(work).astype(np.int64))
+        members, busy = self._make_nodes(lo, kind, start, work, sync_lo, sync_hi)
+        after = self._offsets()
+        self.completed.append(
+            Span(
+                events=(lo, end), accesses=(access_lo, access_hi), syncs=(sync_lo, sync_hi),
+                blocks=(block_lo, self._blocks), nodes=(before[0], after[0]),
+                edges=tuple(zip(before[1:4], after[1:4], strict=True)), multi=(before[4], after[4]),
+                stuck=tuple(zip(before[5:], after[5:], strict=True)), members=members, busy=busy,
+            )
+        )  # fmt: skip
         self._placed = (end, access_hi, sync_hi)
 
+    def _offsets(self) -> tuple[int, ...]:
+        """The sizes of the node, edge and stuck tables: where a span's rows start."""
+        tables = (self._nodes, *self._edges, self._multi, *self._stuck)
+        return tuple(table.size for table in tables)
+
     def _make_nodes(
-        self, lo: int, kind: np.ndarray, start: np.ndarray, access_lo: int, access_hi: int, sync_lo: int, sync_hi: int
-    ) -> None:
+        self, lo: int, kind: np.ndarray, start: np.ndarray, work: np.ndarray, sync_lo: int, sync_hi: int
+    ) -> tuple[bytes | None, int]:
         """The sync nodes of complete blocks (events from ``lo``, of kinds ``kind``; ``start`` marks where each
-        block starts), as ``_happens_before.make_nodes`` makes them for the whole kernel."""
+        block starts; ``work``: the pipes their accesses ran on), as ``_happens_before.make_nodes`` makes them for
+        the whole kernel. Returns the members of pipe_barrier(PIPE_ALL) they were made with (None: no such
+        barrier) and the busy pipes, a bit each."""
         blocks = np.cumsum(start) + (self._blocks - 1)
         self._blocks += int(np.count_nonzero(start))
         is_sync = kind >= EventKind.SET_FLAG
         if not is_sync.any():
-            return
-        syncs, accesses = self._syncs.columns, self._accesses.columns
+            return None, _bits(barrier_members(kind[:0], work[:0], work[:0], work))
+        syncs = self._syncs.columns
         pipe = syncs["pipe"][sync_lo:sync_hi].astype(np.int64)
         dst_pipe = syncs["dst_pipe"][sync_lo:sync_hi].astype(np.int64)
         sync_kind = kind[is_sync]
-        work = accesses["pipe"][access_lo:access_hi][accesses["ext"][access_lo:access_hi] > 0]
-        members = barrier_members(sync_kind, pipe, dst_pipe, scalar_to_cal(np.unique(work).astype(np.int64)))
+        members = barrier_members(sync_kind, pipe, dst_pipe, work)
+        made_with: bytes | None = None
         if ((sync_kind == EventKind.PIPE_BARRIER) & (pipe == _ALL)).any():
-            self._members.add(members.tobytes())
+            made_with = members.tobytes()
+            self._members.add(made_with)
         seq = lo + np.flatnonzero(is_sync)
         nodes = make_nodes(sync_kind, pipe, dst_pipe, blocks[is_sync], seq, members)
         parts = block_edges(nodes, pipe, dst_pipe, syncs["event_id"][sync_lo:sync_hi], members)
@@ -203,6 +257,7 @@ class HeldColumns:
             _append_pair(self._multi, src + first, dst + first)
         for table, stuck in zip(self._stuck, parts.stuck, strict=True):
             table.grow(stuck.size)["node"][:] = stuck + first
+        return made_with, _bits(members)
 
     def parts(self, members: np.ndarray) -> BlockParts | None:
         """The nodes and edges made block by block, if made with these members of pipe_barrier(PIPE_ALL) (the
@@ -231,6 +286,87 @@ class HeldColumns:
     @property
     def syncs(self) -> Columns:
         return self._syncs.view()
+
+
+class SpanColumns:
+    """The blocks of one span read as a kernel of their own, as ``racecheck.Kernel`` reads ``HeldColumns``: rows
+    numbered from the span's first, blocks from its first block (``_block_proofs``)."""
+
+    def __init__(self, held: HeldColumns, span: Span) -> None:
+        self.held, self.span = held, span
+
+    @property
+    def size(self) -> int:
+        lo, hi = self.span.events
+        return hi - lo
+
+    def placed(self) -> bool:
+        return True
+
+    @property
+    def events(self) -> Columns:
+        return self.held.events[slice(*self.span.events)]
+
+    @property
+    def accesses(self) -> Columns:
+        return self.held.accesses[slice(*self.span.accesses)]
+
+    @property
+    def syncs(self) -> Columns:
+        return self.held.syncs[slice(*self.span.syncs)]
+
+    def parts(self, members: np.ndarray) -> BlockParts | None:
+        """The span's nodes and edges as made when it completed, if made with these members of
+        pipe_barrier(PIPE_ALL); else None."""
+        span, held = self.span, self.held
+        if span.members is not None and span.members != members.astype(np.int64).tobytes():
+            return None
+        first = span.nodes[0]
+        rows = held._nodes.view()[slice(*span.nodes)]
+        block = rows["block"].astype(np.int64) - span.blocks[0]
+        pipe = rows["pipe"].astype(np.int64)
+        pos = rows["pos"] - 2 * span.events[0]
+        chain = block * NPIPES + pipe
+        nodes = Nodes(
+            block=block, pipe=pipe, pos=pos, ordinal=rows["ordinal"].astype(np.int64), event=pos >> 1,
+            local=rows["local"] - span.syncs[0], kind=rows["kind"], key=(chain << POS_BITS) + pos, chain=chain,
+        )  # fmt: skip
+
+        def rebased(table: _Table, lo_hi: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+            view = table.view()[slice(*lo_hi)]
+            return view["src"] - first, view["dst"] - first
+
+        edges = tuple(rebased(table, lo_hi) for table, lo_hi in zip(held._edges, span.edges, strict=True))
+        multi = (rebased(held._multi, span.multi),) if span.multi[1] > span.multi[0] else ()
+        stuck = tuple(
+            table.view()["node"][slice(*lo_hi)] - first for table, lo_hi in zip(held._stuck, span.stuck, strict=True)
+        )
+        return BlockParts(nodes, edges, multi, stuck)
+
+
+def joined(spans: list[Span]) -> list[Span]:
+    """Consecutive spans as few as can be checked at once: joined where their nodes were made with the same
+    pipe_barrier(PIPE_ALL) members (or both had no such barrier), as the joined blocks' own would be."""
+    out: list[Span] = []
+    for span in spans:
+        if not out or out[-1].members != span.members:
+            out.append(span)
+            continue
+        a = out[-1]
+        out[-1] = Span(
+            events=(a.events[0], span.events[1]), accesses=(a.accesses[0], span.accesses[1]),
+            syncs=(a.syncs[0], span.syncs[1]), blocks=(a.blocks[0], span.blocks[1]),
+            nodes=(a.nodes[0], span.nodes[1]),
+            edges=tuple((x[0], y[1]) for x, y in zip(a.edges, span.edges, strict=True)),
+            multi=(a.multi[0], span.multi[1]),
+            stuck=tuple((x[0], y[1]) for x, y in zip(a.stuck, span.stuck, strict=True)),
+            members=a.members, busy=a.busy | span.busy,
+        )  # fmt: skip
+    return out
+
+
+def _bits(pipes: np.ndarray) -> int:
+    return int(np.bitwise_or.reduce(np.left_shift(1, pipes.astype(np.int64)), initial=0))
 
 
 def _append_pair(table: _Table, src: np.ndarray, dst: np.ndarray) -> None:

@@ -72,7 +72,7 @@ class MemoryBudget:
         with self._lock:
             self.limit = int(limit)
 
-    def _reserve(self, account: MemoryAccount, nbytes: int) -> bool:
+    def _reserve(self, account: MemoryAccount, nbytes: int, *, counted: bool = True) -> bool:
         with self._lock:
             if account.closed:
                 return False
@@ -81,11 +81,19 @@ class MemoryBudget:
                 self.peak = max(self.peak, self.used)
                 account.held += nbytes
                 return True
+            if not counted:
+                return False
             self.refusals += 1
             used, limit = self.used, self.limit
         if self._on_refused is not None:
             self._on_refused(nbytes, used, limit)
         return False
+
+    def _give_back(self, account: MemoryAccount, nbytes: int) -> None:
+        with self._lock:
+            nbytes = min(nbytes, account.held)
+            self.used -= nbytes
+            account.held -= nbytes
 
     def _release(self, account: MemoryAccount, *, close: bool) -> None:
         with self._lock:
@@ -123,6 +131,29 @@ class MemoryAccount:
     def close(self) -> None:
         """The session ended: give everything back, take nothing more."""
         self.budget._release(self, close=True)
+
+
+class TrialAccount:
+    """What a trial check takes from a session's account (racecheck's blocks checked on their own as they
+    complete, ``_block_proofs``): its temporaries, given back when it ends (``give_back``). A refusal is not
+    counted: the trial only gives way to the whole check, which asks for itself and counts its own."""
+
+    def __init__(self, account: MemoryAccount) -> None:
+        self.account = account
+        self.taken = 0
+
+    @property
+    def limit(self) -> int:
+        return self.account.limit
+
+    def need(self, nbytes: int, what: str) -> None:
+        if not self.account.budget._reserve(self.account, nbytes, counted=False):
+            raise OverBudget(what, nbytes)
+        self.taken += nbytes
+
+    def give_back(self) -> None:
+        self.account.budget._give_back(self.account, self.taken)
+        self.taken = 0
 
 
 def unbounded() -> MemoryAccount:

@@ -24,14 +24,24 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
+from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
-from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, rank_among
+from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, Span, SpanColumns, joined, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
-from sanitizerd.detectors.memory_budget import OverBudget
+from sanitizerd.detectors.memory_budget import MemoryAccount, OverBudget, TrialAccount
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Pipe, Space, block_type_name, pipe_name, space_name
+from sanitizerd.protocol.records import (
+    FLAG_ATOMIC,
+    EventKind,
+    Pipe,
+    Space,
+    block_keys,
+    block_type_name,
+    pipe_name,
+    space_name,
+)
 
 _S, _S_CAL, _V = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.V)
 _KEEP = np.zeros(256, dtype=bool)
@@ -49,6 +59,7 @@ BYTES_PER_HELD_EVENT = 512
 BYTES_PER_RANGE = 160
 BYTES_PER_PAIR = 160
 _BYTES_PER_CHECKED_EVENT = BYTES_PER_HELD_EVENT + 2 * BYTES_PER_PAIR
+PROOF_STRETCH = 1 << 15  # events of complete blocks checked at once, at least (but the last ones)
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
 
 
@@ -67,6 +78,9 @@ class Racecheck:
         self.off_pipe = 0  # events of the current launch on a pipe that is not defined: not checked
         self.limit = 0
         self.distance = context.config.single_pipe_distance
+        self.prove_blocks = True  # check complete blocks as they arrive (``_block_proofs``); off: at kernel_end only
+        self.proofs = BlockProofs()
+        self.pending: list[Span] = []  # complete blocks not yet checked
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self._reset()
@@ -78,6 +92,8 @@ class Racecheck:
     def _reset(self) -> None:
         self.parts = []
         self.columns = HeldColumns()
+        self.proofs = BlockProofs()
+        self.pending = []
         self.held = self.dropped = self.refused = self.asked = self.off_pipe = 0
         self.context.race_memory.release()
 
@@ -98,8 +114,14 @@ class Racecheck:
         if kept.size > room:  # the daemon's memory limit: the rest of this launch goes unchecked, and says so
             self.dropped += kept.size - max(room, 0)
             kept = kept[: max(room, 0)]
-        if not kept.size:
-            return
+        if kept.size:
+            self._hold(kept)
+        finished = kind == EventKind.BLOCK_FINISH
+        if finished.any() and not self.refused:
+            self.columns.finish(int(block_keys(events[finished])[-1]))
+        self._prove_completed(self.columns, self.kernel)
+
+    def _hold(self, kept: np.ndarray) -> None:
         mem = kept["kind"] <= EventKind.WRITE
         ranges = int(pieces(kept)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
         cost = kept.size * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
@@ -115,6 +137,34 @@ class Racecheck:
         self.columns.append(kept, mem)
         self.held += kept.size
 
+    def _prove_completed(self, columns: HeldColumns, launch: KernelLaunch | None, *, last: bool = False) -> None:
+        """Check the blocks that completed on their own (``_block_proofs``), once they are PROOF_STRETCH events
+        or more (a check's fixed cost is a few milliseconds: small blocks, or batches of a few events, share one),
+        and all of them at the ``last``."""
+        self.pending.extend(columns.completed)
+        columns.completed = []
+        if not self.prove_blocks or self.proofs.failed or self.dropped:
+            self.pending = []
+            return
+        if not self.pending or (not last and self.pending[-1].events[1] - self.pending[0].events[0] < PROOF_STRETCH):
+            return
+        spans, self.pending = joined(self.pending), []
+        for span in spans:
+            self._prove(columns, span, launch)
+
+    def _prove(self, columns: HeldColumns, span: Span, launch: KernelLaunch | None) -> None:
+        cut = Cut()
+        memory = TrialAccount(self.context.race_memory)
+        try:
+            check = Kernel(self, launch, SpanColumns(columns, span), truncated=False, cut=cut, memory=memory)
+            racing = check.racing()[0].size
+        except OverBudget:  # the whole check will say so
+            self.proofs.fail()
+            return
+        finally:
+            memory.give_back()
+        self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments)
+
     def kernel_end(self) -> list[Finding]:
         self.parts = []  # the check reads the columns only: the records go before its peak
         columns, self.columns = self.columns, HeldColumns()
@@ -122,7 +172,9 @@ class Racecheck:
         dropped, refused, asked, limit, off_pipe = self.dropped, self.refused, self.asked, self.limit, self.off_pipe
         try:
             cut = Cut()
-            check = Kernel(self, launch, columns, truncated=dropped > 0, cut=cut) if columns.size else None
+            check = None
+            if columns.size and (dropped or not self._proven(columns, launch)):
+                check = Kernel(self, launch, columns, truncated=dropped > 0, cut=cut)
             del columns  # the check holds what it needs of them
             findings = check.findings() if check is not None else []
             del check
@@ -143,6 +195,25 @@ class Racecheck:
             )
             findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
         return findings
+
+    def _proven(self, columns: HeldColumns, launch: KernelLaunch | None) -> bool:
+        """Whether the launch's blocks, checked as they completed, prove it free of races and deadlocks."""
+        if not self.prove_blocks or not columns.placed():  # the last block completes now
+            return False
+        self._prove_completed(columns, launch, last=True)
+        first = columns.events["block_key"]
+        starts = np.ones(first.size, dtype=bool)
+        starts[1:] = first[1:] != first[:-1]
+        memory = TrialAccount(self.context.race_memory)
+        try:
+            return self.proofs.verdict(
+                columns.syncs, first[starts].astype(np.int64), memory.need,
+                cross_free=self.context.config.block_id >= 0,
+            )  # fmt: skip
+        except OverBudget:  # the whole check will say so
+            return False
+        finally:
+            memory.give_back()
 
     def _cut_text(self, limit: int, dropped: int) -> str:
         if limit < self.context.max_race_events:
@@ -224,8 +295,13 @@ class Kernel:
         *,
         truncated: bool,
         cut: Cut,
+        memory: TrialAccount | None = None,
     ) -> None:
+        """With ``memory``, a trial: the columns are some blocks of the kernel, checked as if they were all of
+        it, with cross-block waits teaching nothing (``_block_proofs``), their temporaries taken from ``memory``."""
         self.context = detector.context
+        self.memory: MemoryAccount | TrialAccount = memory or detector.context.race_memory
+        alone = memory is not None
         self.cut = cut
         self.distance = detector.distance
         self.launch = launch
@@ -272,8 +348,8 @@ class Kernel:
         self.model = build(
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
-            present, np.unique(self.pipe), self.block_keys.size, cross_free=self.context.config.block_id >= 0,
-            truncated=truncated, need=self.context.race_memory.need,
+            present, np.unique(self.pipe), self.block_keys.size, cross_free=alone or self.context.config.block_id >= 0,
+            truncated=truncated, need=self.memory.need,
             made=columns.parts if self.placed_in_blocks else lambda members: None,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
@@ -374,7 +450,7 @@ class Kernel:
         width = max((len(v) for v in per_block.values()), default=0)
         if width > 1:  # one column is in what a held event costs; a block waiting across blocks on many pipes is not
             what = f"its {self.mem.size} accesses know cross-block waits on {width} pipes"
-            self.context.race_memory.need(self.mem.size * (width - 1) * 8, what)
+            self.memory.need(self.mem.size * (width - 1) * 8, what)
         rows = np.full((self.mem.size, width), -1, dtype=np.int64)
         for b, block_chains in per_block.items():
             lo, hi = np.searchsorted(self.mblock, [b, b + 1])
@@ -418,12 +494,20 @@ class Kernel:
         return out
 
     def _races(self) -> list[Finding]:
-        mem = self.mem
-        if not mem.size:
+        a, b, segments = self.racing()
+        if not a.size:
             return []
+        return self._fold(a, b, segments.start(), segments.size())
+
+    def racing(self) -> tuple[np.ndarray, np.ndarray, Segments]:
+        """The racing pairs of accesses, each once, with a segment both touch."""
+        mem = self.mem
+        empty = np.empty(0, dtype=np.int64)
+        if not mem.size:
+            return empty, empty, Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
         space = self.access["space"]
         region_block = np.where(space == Space.GM, -1, self.mblock)
-        account = self.context.race_memory
+        account = self.memory
 
         def pieces_beyond_ranges(n: int) -> None:  # ranges nested in each other: pieces quadratic in the accesses
             account.need(n * BYTES_PER_RANGE, f"its {mem.size} accesses overlap in {n} pieces beyond their ranges")
@@ -444,15 +528,14 @@ class Kernel:
                 racing.append((a[race], b[race], segments[race]))
             del a, b, segments
         racing.reverse()
-        a = np.concatenate([r[0] for r in racing]) if racing else np.empty(0, dtype=np.int64)
+        a = np.concatenate([r[0] for r in racing]) if racing else empty
         if not a.size:
-            return []
+            return empty, empty, Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
         b = np.concatenate([r[1] for r in racing])
         first = racing[0][2]
         segments = Segments(first.starts, first.ends, np.concatenate([r[2].segment for r in racing]))
         _, once = np.unique(a * self.mem.size + b, return_index=True)  # a pair overlapping in several segments
-        segments = segments[once]
-        return self._fold(a[once], b[once], segments.start(), segments.size())
+        return a[once], b[once], segments[once]
 
     def _site_keys(self) -> np.ndarray:
         """Per access, a small int naming its instruction (pc, location, pipe, read or write, atomic) in its block:
