@@ -89,10 +89,35 @@ def test_proven_blocks_give_the_whole_checks_findings(seed: int, monkeypatch: py
     spmd = rng.random() < 0.4
     program = mutated(random_kernel(rng, blocks=rng.choice((1, 2, 3, 4)), spmd=spmd), rng)
     events, _ = to_events(program)
+    if spmd and rng.random() < 0.7:
+        events = alike(events)
     if rng.random() < 0.5:
         events = finished(events, rng)
     parts = batches(events, rng)
     assert check(*parts) == check(*parts, prove=False)
+
+
+def alike(events: np.ndarray) -> np.ndarray:
+    """SPMD blocks as a compiler makes them: an instruction has the same pc in every block (to_events gives each
+    event its own), so blocks alike up to their GM offset are alike to the proofs too (``_block_proofs.digest``)."""
+    events = events.copy()
+    first = {b: int(events["serial"][events["block_id"] == b].min()) for b in np.unique(events["block_id"]).tolist()}
+    events["pc"] = events["serial"] - np.array([first[b] for b in events["block_id"].tolist()], dtype=np.uint64)
+    return events
+
+
+def test_alike_blocks_share_a_proof() -> None:
+    """Three blocks of one program, each on its own GM tile: the first block's proof stands for the other two
+    (spans of one block each), and the verdict is still the whole check's."""
+    events = alike(tiled(3))
+    detector = make_detector("racecheck")
+    detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=3, kernel_type="aiv"))
+    for b in range(3):
+        detector.check(events[events["block_id"] == b])
+    assert detector.proofs.spans == 2 and detector.proofs.reused == 1  # the last block completes at kernel_end
+    proofs = detector.proofs
+    assert detector.kernel_end() == [] and proofs.reused == 2
+    assert check(events, prove=False) == []
 
 
 def mostly_ordered(rng: random.Random, blocks: int) -> list[list[tuple]]:

@@ -16,6 +16,9 @@ of its accesses in the whole kernel either. What it cannot see is kept for kerne
   runs through cross-block waits, each one's releaser coming after the one before it in its own block, which the
   spans' clocks of their cross-block nodes say (``_happens_before.cross_deps``; Kahn's order takes them all).
 
+SPMD blocks run one program on their own GM tiles: a span that digests alike to a proven one (the same events up
+to a GM offset and a serial offset, ``digest``) is proven by that proof, moved by the offset, without a check.
+
 The verdict "no race, no deadlock" stands when every span is proven, no two spans conflict, and the cross-block
 waits all match without a cycle; anything else (a race found in a span, a conflict, a stuck or cyclic wait, a
 span whose nodes were made with other pipe_barrier(PIPE_ALL) members than the kernel's) leaves the verdict to the
@@ -24,7 +27,9 @@ whole check, exactly as before. A racy kernel pays both; a race-free one pays th
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,13 +45,27 @@ from sanitizerd.detectors._happens_before import (
     acyclic,
     cross_deps,
 )
-from sanitizerd.detectors._patterns import ranges
-from sanitizerd.detectors._race_columns import Span
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, ranges
+from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, Span
 from sanitizerd.detectors._rendezvous import match_cross
 from sanitizerd.protocol.records import Space
 
 if TYPE_CHECKING:
     from sanitizerd.detectors.racecheck import Kernel
+
+
+_ALIKE_KEPT = 16  # proofs kept for spans alike up to their GM offset, per launch
+_DIGESTED_ACCESS_FIELDS = ("kind", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
+                           "space", "flags", "pc", "location", "block_type", "ext", *PLACED_FIELDS)  # fmt: skip
+_DIGESTED_SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type")
+
+
+@dataclass(slots=True)
+class _Proof:
+    """What a proven span leaves for kernel_end, relative to its GM base, first block and first sync event."""
+
+    footprint: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    cross: dict[str, np.ndarray] | None
 
 
 class BlockProofs:
@@ -55,43 +74,72 @@ class BlockProofs:
     def __init__(self) -> None:
         self.failed = False  # a span was not proven: the whole check decides
         self.spans = 0
+        self.reused = 0  # spans proven by an alike span's proof
+        self._alike: dict[bytes, _Proof] = {}
         self._members: set[bytes] = set()  # pipe_barrier(PIPE_ALL) members the spans' nodes were made with
         self._busy = 0  # the pipes busy in any span (a bit each): the kernel's members are the busy ones
-        self._footprints: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._footprints: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._cross: list[dict[str, np.ndarray]] = []
 
     def fail(self) -> None:
         self.failed = True
         self._footprints, self._cross = [], []
 
-    def add(self, span: Span, kernel: Kernel, racing: int, stuck: int, cut: int) -> None:
+    def alike(self, held: HeldColumns, span: Span) -> tuple[bytes, int] | None:
+        """The span's digest and GM base (``digest``); if a span alike was proven, its proof stands for this one
+        too, and None is returned."""
+        if self.failed:
+            return None
+        digested = digest(held, span)
+        if digested is None:
+            return None
+        proof = self._alike.get(digested[0])
+        if proof is None:
+            return digested
+        self.reused += 1
+        self._proven(span, proof, digested[1])
+        return None
+
+    def add(
+        self, span: Span, kernel: Kernel, racing: int, stuck: int, cut: int, digested: tuple[bytes, int] | None
+    ) -> None:
         """The check of ``span`` (a ``racecheck.Kernel`` over it alone): ``racing`` pairs found, ``stuck`` waits,
-        ``cut`` segments with more sites than compared."""
+        ``cut`` segments with more sites than compared; ``digested``: its digest and GM base, if it has one."""
         if self.failed:
             return
         if racing or stuck or cut:
             self.fail()
             return
+        base = np.uint64(digested[1] if digested is not None else 0)
+        every_start, every_stop, write_start, write_stop = _footprint(kernel)
+        footprint = (every_start - base, every_stop - base, write_start - base, write_stop - base)
+        nodes = kernel.model.nodes
+        cross = np.flatnonzero(_IS_CROSS[nodes.kind])
+        crossing = None
+        if cross.size:
+            clock = np.full((cross.size, NPIPES), -1, dtype=np.int32)
+            clock[:, nodes.active] = nodes.K[cross]
+            crossing = {
+                "block": nodes.block[cross], "pipe": nodes.pipe[cross], "ordinal": nodes.ordinal[cross],
+                "kind": nodes.kind[cross], "sync": nodes.local[cross], "clock": clock,
+            }  # fmt: skip
+        proof = _Proof(footprint, crossing)
+        if digested is not None and len(self._alike) < _ALIKE_KEPT:
+            self._alike[digested[0]] = proof
+        self._proven(span, proof, int(base))
+
+    def _proven(self, span: Span, proof: _Proof, base: int) -> None:
         self.spans += 1
         self._busy |= span.busy
         if span.members is not None:
             self._members.add(span.members)
-        self._footprints.append((self.spans, *_footprint(kernel)))
-        nodes = kernel.model.nodes
-        cross = np.flatnonzero(_IS_CROSS[nodes.kind])
-        if cross.size:
-            clock = np.full((cross.size, NPIPES), -1, dtype=np.int32)
-            clock[:, nodes.active] = nodes.K[cross]
-            self._cross.append(
-                {
-                    "block": nodes.block[cross] + span.blocks[0],
-                    "pipe": nodes.pipe[cross],
-                    "ordinal": nodes.ordinal[cross],
-                    "kind": nodes.kind[cross],
-                    "sync": nodes.local[cross] + span.syncs[0],
-                    "clock": clock,
-                }
-            )
+        every_start, every_stop, write_start, write_stop = (bound + np.uint64(base) for bound in proof.footprint)
+        self._footprints.append((every_start, every_stop, write_start, write_stop))
+        if proof.cross is not None:
+            cross = dict(proof.cross)
+            cross["block"] = cross["block"] + span.blocks[0]
+            cross["sync"] = cross["sync"] + span.syncs[0]
+            self._cross.append(cross)
 
     def verdict(
         self, syncs: Columns, block_keys: np.ndarray, need: Callable[[int, str], None], *, cross_free: bool
@@ -107,6 +155,40 @@ class BlockProofs:
         if _conflict(self._footprints):
             return False
         return cross_free or not self._cross or _cross_settled(self._cross, syncs, block_keys, need)
+
+
+def digest(held: HeldColumns, span: Span) -> tuple[bytes, int] | None:
+    """What a span's check reads, with GM addresses taken from its lowest (the base, returned too) and serial
+    numbers from its first: SPMD blocks that run the same program on their own GM tiles digest alike, and one's
+    proof stands for the others (a GM offset moves every range alike, so overlaps within the span are the same).
+    None where a GM range may reach the addresses the sweep clamps (ADDRESS_LIMIT), which an offset would not
+    move alike."""
+    events = held.events[slice(*span.events)]
+    accesses = held.accesses[slice(*span.accesses)]
+    syncs = held.syncs[slice(*span.syncs)]
+    # SHA-256: a client must not be able to make a span digest like a proven one (and it runs on SHA-NI, twice
+    # BLAKE2b's speed here); contiguous columns are hashed in place, without a copy.
+    h = hashlib.sha256(np.array([events.size, accesses.size, syncs.size], dtype=np.int64))
+    key = events["block_key"]
+    h.update(np.flatnonzero(key[1:] != key[:-1]))
+    h.update(np.ascontiguousarray(events["kind"]))
+    base = 0
+    if accesses.size:
+        address = accesses["address"]
+        gm = accesses["space"] == Space.GM
+        if gm.any():
+            base = int(address[gm].min())
+            if int(ends(address[gm], accesses["ext"][gm]).max()) >= ADDRESS_LIMIT:
+                return None
+            address = address - np.where(gm, np.uint64(base), np.uint64(0))
+        h.update(np.ascontiguousarray(address))
+        serial = accesses["serial"]
+        h.update(serial - serial[0])
+        for name in _DIGESTED_ACCESS_FIELDS:
+            h.update(np.ascontiguousarray(accesses[name]))
+    for name in _DIGESTED_SYNC_FIELDS:
+        h.update(np.ascontiguousarray(syncs[name]))
+    return h.digest(), base
 
 
 def _footprint(kernel: Kernel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -133,17 +215,17 @@ def _merged(start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return start[first], reach[last]
 
 
-def _conflict(footprints: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> bool:
+def _conflict(footprints: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> bool:
     """Whether a write interval of one span meets an interval of another. Each span's intervals are disjoint, and
     each of its write intervals lies in one of its own, so a write interval meets another span's exactly when it
     meets more than one interval in all. Intervals meeting [s, e): those starting before e, less those ending at
     or before s (which all start before e)."""
     if len(footprints) < 2:
         return False
-    starts = np.sort(np.concatenate([f[1] for f in footprints]))
-    stops = np.sort(np.concatenate([f[2] for f in footprints]))
-    w_start = np.concatenate([f[3] for f in footprints])
-    w_stop = np.concatenate([f[4] for f in footprints])
+    starts = np.sort(np.concatenate([f[0] for f in footprints]))
+    stops = np.sort(np.concatenate([f[1] for f in footprints]))
+    w_start = np.concatenate([f[2] for f in footprints])
+    w_stop = np.concatenate([f[3] for f in footprints])
     if not w_start.size:
         return False
     meets = np.searchsorted(starts, w_stop, side="left") - np.searchsorted(stops, w_start, side="right")

@@ -153,6 +153,10 @@ class Racecheck:
             self._prove(columns, span, launch)
 
     def _prove(self, columns: HeldColumns, span: Span, launch: KernelLaunch | None) -> None:
+        before = self.proofs.spans
+        digested = self.proofs.alike(columns, span)
+        if self.proofs.spans > before or self.proofs.failed:  # an alike span's proof stands for it
+            return
         cut = Cut()
         memory = TrialAccount(self.context.race_memory)
         try:
@@ -163,7 +167,7 @@ class Racecheck:
             return
         finally:
             memory.give_back()
-        self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments)
+        self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, digested)
 
     def kernel_end(self) -> list[Finding]:
         self.parts = []  # the check reads the columns only: the records go before its peak
