@@ -148,7 +148,7 @@ class TestRacecheckInTheBudget:
         detector.kernel_begin(launch())
         detector.check(events[:1])  # fits
         detector.check(events[1:])  # does not: the launch gives back what it held, at once
-        assert budget.used == 9 * BYTES_PER_HELD_EVENT and detector.parts == []
+        assert budget.used == 9 * BYTES_PER_HELD_EVENT and detector.columns.size == 0
         detector.check(events)  # later batches of the launch are only counted
         assert budget.used == 9 * BYTES_PER_HELD_EVENT
         [finding] = detector.kernel_end()
@@ -253,7 +253,7 @@ class TestRacecheckInTheBudget:
         detector.check(race_kernel())
         with pytest.raises(RuntimeError):
             detector.kernel_end()
-        assert budget.used == 0 and detector.parts == []
+        assert budget.used == 0 and detector.columns.size == 0
 
     def test_a_session_that_ends_mid_launch_gives_its_share_back(self) -> None:
         """finish() without kernel_end (the client left), and a session cut off before finish (its account is
@@ -273,19 +273,23 @@ class TestRacecheckInTheBudget:
         cut.check(race_kernel())  # a check still running when the session closed takes nothing more
         assert budget.used == 0
 
-    def test_a_batch_that_pins_a_larger_receive_buffer_is_copied_out_of_it(self) -> None:
-        """A small frame inside a 1 MiB receive chunk would keep the whole chunk alive for the launch."""
+    def test_a_batch_inside_a_larger_receive_buffer_keeps_none_of_it_alive(self) -> None:
+        """A small frame inside a 1 MiB receive chunk: a launch holds its columns, gathered out of the records,
+        never the records, so nothing it holds keeps the chunk alive."""
         events = race_kernel()
         chunk = bytes(1 << 20) + events.tobytes()
         frame = memoryview(chunk)[1 << 20 :]
         detector = racecheck_with(MemoryBudget(1 << 30))
         detector.kernel_begin(launch())
         detector.check(as_events(frame))
-        [held] = detector.parts
-        assert held.base is None or not isinstance(held.base, memoryview)
-        whole = as_events(events.tobytes())
-        detector.check(whole)  # a frame that is its own buffer is held as it is, without a copy
-        assert detector.parts[1].base is whole.base
+        columns = detector.columns
+        held = [*columns.events.values(), *columns.accesses.values(), *columns.syncs.values()]
+        assert held and detector.columns.size == events.size
+        for column in held:
+            root = column
+            while isinstance(root, np.ndarray) and root.base is not None:
+                root = root.base
+            assert isinstance(root, np.ndarray), type(root)  # an array of the launch's own, not the frame
         detector.kernel_end()
 
 

@@ -120,6 +120,26 @@ def test_alike_blocks_share_a_proof() -> None:
     assert check(events, prove=False) == []
 
 
+def test_a_block_alike_but_for_one_field_is_checked_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The third block runs the same instructions but reads its UB tile on MTE3, which the flag from MTE2 to V
+    does not order: the same kinds in the same order, one field apart, so the proof of the first block does not
+    stand for it; its own check finds the race, and the whole check reports it."""
+    events = alike(tiled(3))
+    v_read = (events["block_id"] == 2) & (events["kind"] == EventKind.READ) & (events["pipe"] == Pipe.V)
+    events["pipe"][v_read] = Pipe.MTE3
+    whole = whole_checks(monkeypatch)
+    detector = make_detector("racecheck")
+    detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="add_custom", block_dim=3, kernel_type="aiv"))
+    for b in range(3):
+        detector.check(events[events["block_id"] == b])
+    proofs = detector.proofs
+    found = detector.kernel_end()
+    assert proofs.reused == 1 and proofs.failed
+    assert [(f.kind, f.blocks) for f in found] == [("race_raw", {"aiv": [2]})]
+    assert whole == [1]
+    assert found == check(events, prove=False)
+
+
 def mostly_ordered(rng: random.Random, blocks: int) -> list[list[tuple]]:
     """Blocks whose accesses are mostly kept apart by pipe_barrier(PIPE_ALL) and set/wait pairs, on UB, their own
     GM tile and a GM tile every block reads; as many SyncAlls in each block (most of these kernels are race-free,

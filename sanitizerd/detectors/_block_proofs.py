@@ -16,8 +16,8 @@ of its accesses in the whole kernel either. What it cannot see is kept for kerne
   runs through cross-block waits, each one's releaser coming after the one before it in its own block, which the
   spans' clocks of their cross-block nodes say (``_happens_before.cross_deps``; Kahn's order takes them all).
 
-SPMD blocks run one program on their own GM tiles: a span that digests alike to a proven one (the same events up
-to a GM offset and a serial offset, ``digest``) is proven by that proof, moved by the offset, without a check.
+SPMD blocks run one program on their own GM tiles: a span alike to a proven one (the same events up to a GM
+offset and a serial offset, ``alike``) is proven by that proof, moved by the offset, without a check.
 
 The verdict "no race, no deadlock" stands when every span is proven, no two spans conflict, and the cross-block
 waits all match without a cycle; anything else (a race found in a span, a conflict, a stuck or cyclic wait, a
@@ -46,7 +46,7 @@ from sanitizerd.detectors._happens_before import (
     cross_deps,
 )
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, ranges
-from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, Span
+from sanitizerd.detectors._race_columns import HeldColumns, Span, Stretch
 from sanitizerd.detectors._rendezvous import match_cross
 from sanitizerd.protocol.records import Space
 
@@ -55,9 +55,9 @@ if TYPE_CHECKING:
 
 
 _ALIKE_KEPT = 16  # proofs kept for spans alike up to their GM offset, per launch
-_DIGESTED_ACCESS_FIELDS = ("kind", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
-                           "space", "flags", "pc", "location", "block_type", "ext", *PLACED_FIELDS)  # fmt: skip
-_DIGESTED_SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type")
+_COMPARED_ACCESS_FIELDS = ("kind", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
+                           "space", "flags", "pc", "location", "block_type", "ext")  # fmt: skip
+_COMPARED_SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type")
 
 
 @dataclass(slots=True)
@@ -66,6 +66,8 @@ class _Proof:
 
     footprint: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     cross: dict[str, np.ndarray] | None
+    busy: int
+    members: bytes | None
 
 
 class BlockProofs:
@@ -75,7 +77,7 @@ class BlockProofs:
         self.failed = False  # a span was not proven: the whole check decides
         self.spans = 0
         self.reused = 0  # spans proven by an alike span's proof
-        self._alike: dict[bytes, _Proof] = {}
+        self._alike: dict[bytes, tuple[Shape, _Proof]] = {}  # by shape key: the first stretch proven, its proof
         self._members: set[bytes] = set()  # pipe_barrier(PIPE_ALL) members the spans' nodes were made with
         self._busy = 0  # the pipes busy in any span (a bit each): the kernel's members are the busy ones
         self._footprints: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -85,32 +87,28 @@ class BlockProofs:
         self.failed = True
         self._footprints, self._cross = [], []
 
-    def alike(self, held: HeldColumns, span: Span) -> tuple[bytes, int] | None:
-        """The span's digest and GM base (``digest``); if a span alike was proven, its proof stands for this one
-        too, and None is returned."""
-        if self.failed:
-            return None
-        digested = digest(held, span)
-        if digested is None:
-            return None
-        proof = self._alike.get(digested[0])
-        if proof is None:
-            return digested
-        self.reused += 1
-        self._proven(span, proof, digested[1])
-        return None
+    def shape(self, held: HeldColumns, stretch: Stretch) -> Shape | None:
+        """The stretch's shape (``shape``), while proofs are still of use."""
+        return None if self.failed else shape(held, stretch)
 
-    def add(
-        self, span: Span, kernel: Kernel, racing: int, stuck: int, cut: int, digested: tuple[bytes, int] | None
-    ) -> None:
+    def reuse(self, held: HeldColumns, shaped: Shape) -> bool:
+        """Whether a stretch alike was proven (``alike``): its proof then stands for this one too."""
+        entry = self._alike.get(shaped.key)
+        if entry is None or not alike(held, entry[0], shaped):
+            return False
+        self.reused += 1
+        self._proven(shaped.stretch, entry[1], shaped.base)
+        return True
+
+    def add(self, span: Span, kernel: Kernel, racing: int, stuck: int, cut: int, shaped: Shape | None) -> None:
         """The check of ``span`` (a ``racecheck.Kernel`` over it alone): ``racing`` pairs found, ``stuck`` waits,
-        ``cut`` segments with more sites than compared; ``digested``: its digest and GM base, if it has one."""
+        ``cut`` segments with more sites than compared; ``shaped``: its shape, if it has one."""
         if self.failed:
             return
         if racing or stuck or cut:
             self.fail()
             return
-        base = np.uint64(digested[1] if digested is not None else 0)
+        base = np.uint64(shaped.base if shaped is not None else 0)
         every_start, every_stop, write_start, write_stop = _footprint(kernel)
         footprint = (every_start - base, every_stop - base, write_start - base, write_stop - base)
         nodes = kernel.model.nodes
@@ -123,16 +121,16 @@ class BlockProofs:
                 "block": nodes.block[cross], "pipe": nodes.pipe[cross], "ordinal": nodes.ordinal[cross],
                 "kind": nodes.kind[cross], "sync": nodes.local[cross], "clock": clock,
             }  # fmt: skip
-        proof = _Proof(footprint, crossing)
-        if digested is not None and len(self._alike) < _ALIKE_KEPT:
-            self._alike[digested[0]] = proof
+        proof = _Proof(footprint, crossing, span.busy, span.members)
+        if shaped is not None and shaped.key not in self._alike and len(self._alike) < _ALIKE_KEPT:
+            self._alike[shaped.key] = (shaped, proof)
         self._proven(span, proof, int(base))
 
-    def _proven(self, span: Span, proof: _Proof, base: int) -> None:
+    def _proven(self, span: Stretch, proof: _Proof, base: int) -> None:
         self.spans += 1
-        self._busy |= span.busy
-        if span.members is not None:
-            self._members.add(span.members)
+        self._busy |= proof.busy
+        if proof.members is not None:
+            self._members.add(proof.members)
         every_start, every_stop, write_start, write_stop = (bound + np.uint64(base) for bound in proof.footprint)
         self._footprints.append((every_start, every_stop, write_start, write_stop))
         if proof.cross is not None:
@@ -157,38 +155,65 @@ class BlockProofs:
         return cross_free or not self._cross or _cross_settled(self._cross, syncs, block_keys, need)
 
 
-def digest(held: HeldColumns, span: Span) -> tuple[bytes, int] | None:
-    """What a span's check reads, with GM addresses taken from its lowest (the base, returned too) and serial
-    numbers from its first: SPMD blocks that run the same program on their own GM tiles digest alike, and one's
-    proof stands for the others (a GM offset moves every range alike, so overlaps within the span are the same).
-    None where a GM range may reach the addresses the sweep clamps (ADDRESS_LIMIT), which an offset would not
-    move alike."""
-    events = held.events[slice(*span.events)]
-    accesses = held.accesses[slice(*span.accesses)]
-    syncs = held.syncs[slice(*span.syncs)]
-    # SHA-256: a client must not be able to make a span digest like a proven one (and it runs on SHA-NI, twice
-    # BLAKE2b's speed here); contiguous columns are hashed in place, without a copy.
-    h = hashlib.sha256(np.array([events.size, accesses.size, syncs.size], dtype=np.int64))
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A stretch as ``alike`` compares it: a key (its sizes, where its blocks start, its events' kinds) that
+    names the proven stretch to compare it with, and its GM base (its lowest GM address)."""
+
+    stretch: Stretch
+    key: bytes
+    base: int
+
+
+def shape(held: HeldColumns, stretch: Stretch) -> Shape | None:
+    """The stretch's shape; None where a GM range may reach the addresses the sweep clamps (ADDRESS_LIMIT), which
+    an offset would not move alike."""
+    events = held.events[slice(*stretch.events)]
+    accesses = held.accesses[slice(*stretch.accesses)]
+    h = hashlib.sha256(np.array([events.size, accesses.size, stretch.syncs[1] - stretch.syncs[0]], dtype=np.int64))
     key = events["block_key"]
     h.update(np.flatnonzero(key[1:] != key[:-1]))
     h.update(np.ascontiguousarray(events["kind"]))
     base = 0
-    if accesses.size:
-        address = accesses["address"]
-        gm = accesses["space"] == Space.GM
-        if gm.any():
-            base = int(address[gm].min())
-            if int(ends(address[gm], accesses["ext"][gm]).max()) >= ADDRESS_LIMIT:
-                return None
-            address = address - np.where(gm, np.uint64(base), np.uint64(0))
-        h.update(np.ascontiguousarray(address))
-        serial = accesses["serial"]
-        h.update(serial - serial[0])
-        for name in _DIGESTED_ACCESS_FIELDS:
-            h.update(np.ascontiguousarray(accesses[name]))
-    for name in _DIGESTED_SYNC_FIELDS:
-        h.update(np.ascontiguousarray(syncs[name]))
-    return h.digest(), base
+    gm = accesses["space"] == Space.GM
+    if gm.any():
+        address = accesses["address"][gm]
+        base = int(address.min())
+        if int(ends(address, accesses["ext"][gm]).max()) >= ADDRESS_LIMIT:
+            return None
+    return Shape(stretch, h.digest(), base)
+
+
+def alike(held: HeldColumns, a: Shape, b: Shape) -> bool:
+    """Whether two stretches are the same to a check of each alone, up to a GM offset and a serial offset:
+    every field the check reads, GM addresses less their stretch's base and serials less its first, compared
+    exactly. SPMD blocks run one program on their own GM tiles; an offset moves every GM range alike (below
+    ADDRESS_LIMIT), so the overlaps inside a stretch are the same, and one's proof stands for the other's.
+    Where the accesses sit among the nodes, and the nodes, follow from what is compared (kinds in order, pipes,
+    serials, extents), so a stretch alike is neither placed nor made."""
+    if a.key != b.key:
+        return False
+    events_a, events_b = (held.events[slice(*x.stretch.events)] for x in (a, b))
+    if not np.array_equal(events_a["kind"], events_b["kind"]):
+        return False
+    key_a, key_b = events_a["block_key"], events_b["block_key"]
+    if not np.array_equal(key_a[1:] != key_a[:-1], key_b[1:] != key_b[:-1]):
+        return False
+    acc_a, acc_b = (held.accesses[slice(*x.stretch.accesses)] for x in (a, b))
+    if acc_a.size:
+        for name in _COMPARED_ACCESS_FIELDS:
+            if not np.array_equal(acc_a[name], acc_b[name]):
+                return False
+        gm = acc_a["space"] == Space.GM  # the same in both: space was compared
+        offset = np.where(gm, np.uint64((b.base - a.base) % (1 << 64)), np.uint64(0))  # differences wrap round
+        if not np.array_equal(acc_b["address"] - acc_a["address"], offset):
+            return False
+        serial_a, serial_b = acc_a["serial"], acc_b["serial"]
+        shift = np.uint64((int(serial_b[0]) - int(serial_a[0])) % (1 << 64))
+        if not np.array_equal(serial_b - serial_a, np.full(serial_a.size, shift)):
+            return False
+    sync_a, sync_b = (held.syncs[slice(*x.stretch.syncs)] for x in (a, b))
+    return all(np.array_equal(sync_a[name], sync_b[name]) for name in _COMPARED_SYNC_FIELDS)
 
 
 def _footprint(kernel: Kernel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

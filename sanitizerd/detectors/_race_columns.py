@@ -86,15 +86,22 @@ class _Table:
 
 
 @dataclass(frozen=True, slots=True)
-class Span:
-    """Complete blocks placed at once: their rows in the held tables ([lo, hi) of events, accesses, sync events,
-    blocks and nodes, and of each edge and stuck table), the members of pipe_barrier(PIPE_ALL) their nodes were
-    made with (None: they have no such barrier), and the pipes they keep busy (a bit per pipe)."""
+class Stretch:
+    """Complete blocks, one after the other: their rows in the held tables ([lo, hi) of events, accesses, sync
+    events, and blocks numbered kernel-wide)."""
 
     events: tuple[int, int]
     accesses: tuple[int, int]
     syncs: tuple[int, int]
     blocks: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Span(Stretch):
+    """A stretch whose accesses are placed and whose nodes are made (``HeldColumns.make``): their rows in the
+    node, edge and stuck tables, the members of pipe_barrier(PIPE_ALL) the nodes were made with (None: the
+    stretch has no such barrier), and the pipes it keeps busy (a bit per pipe)."""
+
     nodes: tuple[int, int]
     edges: tuple[tuple[int, int], ...]
     multi: tuple[int, int]
@@ -112,11 +119,14 @@ class HeldColumns:
         self._accesses = _Table(_ACCESS_COLUMNS)
         self._syncs = _Table(_SYNC_COLUMNS)
         # Whether every block so far arrived whole and after the blocks of lower keys (as the emulator and
-        # msSanitizer's per-block buffers send them): then a block is complete once the next one starts, and its
-        # accesses are placed among its sync nodes then (``placed``). The events, accesses and sync events of the
-        # blocks placed so far.
+        # msSanitizer's per-block buffers send them): then a block is complete once the next one starts. The
+        # events, accesses and sync events of the blocks complete so far, and of those made so far (their accesses
+        # placed among their sync nodes, the nodes made: ``make``). A stretch left unmade (``skip``: its proof
+        # stood for it) leaves the nodes of the kernel incomplete, and its accesses unplaced.
         self.in_order = True
-        self._placed = (0, 0, 0)
+        self._complete_to = (0, 0, 0)
+        self._made_to = 0
+        self.whole = True
         # The model's sync nodes of the complete blocks, made as they completed, and for each stretch of blocks
         # made at once, the members of pipe_barrier(PIPE_ALL) it used if it had any such barrier (the kernel's
         # are known only at its end; where they differ, the nodes are made again then).
@@ -129,20 +139,28 @@ class HeldColumns:
         self._multi = _Table(pair)
         self._has_multi = False
         self._stuck = [_Table({"node": np.dtype(np.int64)}) for _ in range(2)]
-        self._finished = False  # the last block's BLOCK_FINISH arrived: it is placed, and may not grow
-        self.completed: list[Span] = []  # spans placed since the detector last took them
+        self._finished = False  # the last block's BLOCK_FINISH arrived: it is complete, and may not grow
+        self.completed: list[Stretch] = []  # stretches completed since the detector last took them
+        self._unmade: list[Stretch] = []  # complete, neither made nor skipped
 
     @property
     def size(self) -> int:
         return self._events.size
 
-    def append(self, kept: np.ndarray, access: np.ndarray) -> None:
-        """A kept batch (accesses and sync events only); ``access`` marks its accesses. Each field is gathered
-        straight from the records into its column (no copy of the selected records first)."""
+    def append(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray) -> None:
+        """The events of ``batch`` that ``keep`` marks (None: all of them; accesses and sync events only);
+        ``access`` marks its accesses. Each field is gathered straight from the records into its column (no copy
+        of the selected records first)."""
         previous = int(self._events.columns["block_key"][self._events.size - 1]) if self._events.size else -1
-        room = self._events.grow(kept.size)
-        room["kind"][:] = kept["kind"]
-        key = block_keys(kept, out=room["block_key"])
+        size = batch.size if keep is None else int(np.count_nonzero(keep))
+        room = self._events.grow(size)
+        if keep is None:
+            room["kind"][:] = batch["kind"]
+            key = block_keys(batch, out=room["block_key"])
+        else:
+            np.compress(keep, batch["kind"], out=room["kind"])
+            key = room["block_key"]
+            np.compress(keep, block_keys(batch), out=key)
         if self.in_order:  # a finished block's key may not come back
             floor = previous + 1 if self._finished else previous
             self.in_order = int(key[0]) >= floor and bool((key[1:] >= key[:-1]).all())
@@ -151,48 +169,91 @@ class HeldColumns:
         if n:
             room = self._accesses.grow(n)
             for name in ACCESS_FIELDS:
-                _gather(kept[name], access, n == kept.size, room[name])
+                _gather(batch[name], access, n == batch.size, room[name])
             room["ext"][:] = extents(room)
-        if n < kept.size:
-            sync = ~access
-            room = self._syncs.grow(kept.size - n)
+        if n < size:
+            sync = ~access if keep is None else keep & ~access
+            room = self._syncs.grow(size - n)
             for name in SYNC_FIELDS:
-                _gather(kept[name], sync, False, room[name])
+                _gather(batch[name], sync, False, room[name])
         if self.in_order:
             changes = np.flatnonzero(key[1:] != key[:-1])
             if changes.size:  # the blocks before the last one to start are complete
-                self._place(self._events.size - kept.size + int(changes[-1]) + 1)
+                self._complete(self._events.size - size + int(changes[-1]) + 1)
             elif int(key[0]) != previous and previous >= 0:
-                self._place(self._events.size - kept.size)
+                self._complete(self._events.size - size)
 
     def finish(self, block_key: int) -> None:
         """The block of ``block_key`` has run its last instruction (BLOCK_FINISH): if it is the one arriving now,
-        it is complete, and placed without waiting for the next block to start."""
+        it is complete without waiting for the next block to start."""
         if self.in_order and self._events.size and int(self._events.columns["block_key"][self._events.size - 1]) == (
             block_key
         ):
-            self._place(self._events.size)
+            self._complete(self._events.size)
             self._finished = True
 
     def placed(self) -> bool:
-        """Places every access among its block's nodes (the last block is complete now); whether they could be
-        (blocks arrived one after the other): then ``accesses`` has PLACED_FIELDS."""
+        """Places every access among its block's nodes, the last block being complete now; whether they could be
+        (blocks arrived one after the other, and none was skipped): then ``accesses`` has PLACED_FIELDS and
+        ``parts`` the kernel's nodes."""
         if self.in_order:
-            self._place(self._events.size)
-        return self.in_order
+            self._complete(self._events.size)
+            if self.whole:
+                self.make_all()
+        return self.in_order and self.whole
 
-    def _place(self, end: int) -> None:
-        """Place the accesses of the complete blocks among events [placed so far, ``end``)."""
-        lo, access_lo, sync_lo = self._placed
+    def complete_all(self) -> None:
+        """The last block is complete too (the kernel ended)."""
+        if self.in_order:
+            self._complete(self._events.size)
+
+    def _complete(self, end: int) -> None:
+        """The blocks among events [complete so far, ``end``) are complete."""
+        lo, access_lo, sync_lo = self._complete_to
         if end <= lo:
             return
+        kind = self._events.columns["kind"][lo:end]
+        key = self._events.columns["block_key"][lo:end]
+        blocks = 1 + int(np.count_nonzero(key[1:] != key[:-1]))
+        access_hi = access_lo + int(np.count_nonzero(kind <= EventKind.WRITE))
+        sync_hi = sync_lo + (kind.size - (access_hi - access_lo))
+        block_lo = self._blocks
+        self._blocks += blocks
+        stretch = Stretch(
+            events=(lo, end), accesses=(access_lo, access_hi), syncs=(sync_lo, sync_hi), blocks=(block_lo, self._blocks)
+        )
+        self.completed.append(stretch)
+        self._unmade.append(stretch)
+        self._complete_to = (end, access_hi, sync_hi)
+
+    def make_all(self) -> None:
+        """Make every complete stretch not made yet (as one)."""
+        if self._unmade:
+            self.make(joined(self._unmade))
+
+    def skip(self, stretch: Stretch) -> None:
+        """Leave ``stretch`` (the next to make, or the next ones joined) unmade for good."""
+        self._take(stretch)
+        self.whole = False
+
+    def _take(self, stretch: Stretch) -> None:
+        if stretch.events[0] != self._made_to:
+            raise ValueError("stretches are made or skipped in order")
+        self._made_to = stretch.events[1]
+        self._unmade = [s for s in self._unmade if s.events[0] >= self._made_to]
+
+    def make(self, stretch: Stretch) -> Span:
+        """Place the accesses of ``stretch`` (the next to make, or the next ones joined) among its sync nodes, and
+        make the nodes."""
+        self._take(stretch)
+        lo, end = stretch.events
+        access_lo, access_hi = stretch.accesses
+        sync_lo, sync_hi = stretch.syncs
         events = self._events.columns
         kind = events["kind"][lo:end]
         key = events["block_key"][lo:end]
         start = np.ones(kind.size, dtype=bool)
         start[1:] = key[1:] != key[:-1]
-        access_hi = access_lo + int(np.count_nonzero(kind <= 1))
-        sync_hi = sync_lo + (kind.size - (access_hi - access_lo))
         accesses, syncs = self._accesses.columns, self._syncs.columns
         placed = place(
             kind, start, syncs["pipe"][sync_lo:sync_hi], syncs["dst_pipe"][sync_lo:sync_hi],
@@ -201,20 +262,16 @@ class HeldColumns:
         for name, values in zip(PLACED_FIELDS, placed, strict=True):
             accesses[name][access_lo:access_hi] = values
         before = self._offsets()
-        block_lo = self._blocks
         work = accesses["pipe"][access_lo:access_hi][accesses["ext"][access_lo:access_hi] > 0]
         work = scalar_to_cal(np.unique(work).astype(np.int64))
-        members, busy = self._make_nodes(lo, kind, start, work, sync_lo, sync_hi)
+        members, busy = self._make_nodes(lo, kind, start, work, sync_lo, sync_hi, stretch.blocks[0])
         after = self._offsets()
-        self.completed.append(
-            Span(
-                events=(lo, end), accesses=(access_lo, access_hi), syncs=(sync_lo, sync_hi),
-                blocks=(block_lo, self._blocks), nodes=(before[0], after[0]),
-                edges=tuple(zip(before[1:4], after[1:4], strict=True)), multi=(before[4], after[4]),
-                stuck=tuple(zip(before[5:], after[5:], strict=True)), members=members, busy=busy,
-            )
+        return Span(
+            events=stretch.events, accesses=stretch.accesses, syncs=stretch.syncs, blocks=stretch.blocks,
+            nodes=(before[0], after[0]), edges=tuple(zip(before[1:4], after[1:4], strict=True)),
+            multi=(before[4], after[4]), stuck=tuple(zip(before[5:], after[5:], strict=True)), members=members,
+            busy=busy,
         )  # fmt: skip
-        self._placed = (end, access_hi, sync_hi)
 
     def _offsets(self) -> tuple[int, ...]:
         """The sizes of the node, edge and stuck tables: where a span's rows start."""
@@ -222,14 +279,13 @@ class HeldColumns:
         return tuple(table.size for table in tables)
 
     def _make_nodes(
-        self, lo: int, kind: np.ndarray, start: np.ndarray, work: np.ndarray, sync_lo: int, sync_hi: int
+        self, lo: int, kind: np.ndarray, start: np.ndarray, work: np.ndarray, sync_lo: int, sync_hi: int, block_lo: int
     ) -> tuple[bytes | None, int]:
         """The sync nodes of complete blocks (events from ``lo``, of kinds ``kind``; ``start`` marks where each
         block starts; ``work``: the pipes their accesses ran on), as ``_happens_before.make_nodes`` makes them for
         the whole kernel. Returns the members of pipe_barrier(PIPE_ALL) they were made with (None: no such
         barrier) and the busy pipes, a bit each."""
-        blocks = np.cumsum(start) + (self._blocks - 1)
-        self._blocks += int(np.count_nonzero(start))
+        blocks = np.cumsum(start) + (block_lo - 1)
         is_sync = kind >= EventKind.SET_FLAG
         if not is_sync.any():
             return None, _bits(barrier_members(kind[:0], work[:0], work[:0], work))
@@ -344,25 +400,13 @@ class SpanColumns:
         return BlockParts(nodes, edges, multi, stuck)
 
 
-def joined(spans: list[Span]) -> list[Span]:
-    """Consecutive spans as few as can be checked at once: joined where their nodes were made with the same
-    pipe_barrier(PIPE_ALL) members (or both had no such barrier), as the joined blocks' own would be."""
-    out: list[Span] = []
-    for span in spans:
-        if not out or out[-1].members != span.members:
-            out.append(span)
-            continue
-        a = out[-1]
-        out[-1] = Span(
-            events=(a.events[0], span.events[1]), accesses=(a.accesses[0], span.accesses[1]),
-            syncs=(a.syncs[0], span.syncs[1]), blocks=(a.blocks[0], span.blocks[1]),
-            nodes=(a.nodes[0], span.nodes[1]),
-            edges=tuple((x[0], y[1]) for x, y in zip(a.edges, span.edges, strict=True)),
-            multi=(a.multi[0], span.multi[1]),
-            stuck=tuple((x[0], y[1]) for x, y in zip(a.stuck, span.stuck, strict=True)),
-            members=a.members, busy=a.busy | span.busy,
-        )  # fmt: skip
-    return out
+def joined(stretches: list[Stretch]) -> Stretch:
+    """Consecutive stretches as one."""
+    first, last = stretches[0], stretches[-1]
+    return Stretch(
+        events=(first.events[0], last.events[1]), accesses=(first.accesses[0], last.accesses[1]),
+        syncs=(first.syncs[0], last.syncs[1]), blocks=(first.blocks[0], last.blocks[1]),
+    )
 
 
 def _bits(pipes: np.ndarray) -> int:

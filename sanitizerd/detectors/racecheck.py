@@ -26,7 +26,7 @@ import numpy as np
 from sanitizerd.detectors import register
 from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
-from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, Span, SpanColumns, joined, rank_among
+from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, SpanColumns, Stretch, joined, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, OverBudget, TrialAccount
@@ -70,7 +70,6 @@ class Racecheck:
     def __init__(self, context: SessionContext) -> None:
         self.context = context
         self.kernel: KernelLaunch | None = None
-        self.parts: list[np.ndarray] = []
         self.columns = HeldColumns()  # what the check reads of the held events, gathered as they arrive
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
@@ -80,7 +79,7 @@ class Racecheck:
         self.distance = context.config.single_pipe_distance
         self.prove_blocks = True  # check complete blocks as they arrive (``_block_proofs``); off: at kernel_end only
         self.proofs = BlockProofs()
-        self.pending: list[Span] = []  # complete blocks not yet checked
+        self.pending: list[Stretch] = []  # complete blocks not yet checked
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self._reset()
@@ -90,7 +89,6 @@ class Racecheck:
         self.limit = int(min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT))
 
     def _reset(self) -> None:
-        self.parts = []
         self.columns = HeldColumns()
         self.proofs = BlockProofs()
         self.pending = []
@@ -106,36 +104,39 @@ class Racecheck:
         if off_pipe.any():
             self.off_pipe += int(off_pipe.sum())
             keep &= ~off_pipe
-        kept = events if keep.all() else events[keep]
+        kept = int(np.count_nonzero(keep))
         if self.refused:  # this launch goes unchecked already
-            self.refused += kept.size
+            self.refused += kept
             return
         room = self.limit - self.held
-        if kept.size > room:  # the daemon's memory limit: the rest of this launch goes unchecked, and says so
-            self.dropped += kept.size - max(room, 0)
-            kept = kept[: max(room, 0)]
-        if kept.size:
-            self._hold(kept)
+        batch = events
+        if kept > room:  # the daemon's memory limit: the rest of this launch goes unchecked, and says so
+            self.dropped += kept - max(room, 0)
+            cut = int(np.flatnonzero(keep)[room]) if room > 0 else 0
+            batch, keep, kept = events[:cut], keep[:cut], max(room, 0)
+        if kept:
+            self._hold(batch, keep, kept)
         finished = kind == EventKind.BLOCK_FINISH
         if finished.any() and not self.refused:
             self.columns.finish(int(block_keys(events[finished])[-1]))
         self._prove_completed(self.columns, self.kernel)
 
-    def _hold(self, kept: np.ndarray) -> None:
-        mem = kept["kind"] <= EventKind.WRITE
-        ranges = int(pieces(kept)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
-        cost = kept.size * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
+    def _hold(self, batch: np.ndarray, keep: np.ndarray, kept: int) -> None:
+        """Hold the ``kept`` events of ``batch`` that ``keep`` marks, as the columns the check reads (the records
+        themselves are not kept: the columns are gathered from them straight)."""
+        mem = keep & (batch["kind"] <= EventKind.WRITE)
+        ranges = int(pieces(batch)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
+        cost = kept * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
         self.asked += cost
         if not self.context.race_memory.reserve(cost):
             # The host's budget has not that much left: hold none of this launch rather than check an arbitrary
             # part, and give back at once what it held, for the other launches.
-            refused, asked, off_pipe = self.held + kept.size + self.dropped, self.asked, self.off_pipe
+            refused, asked, off_pipe = self.held + kept + self.dropped, self.asked, self.off_pipe
             self._reset()
             self.refused, self.asked, self.off_pipe = refused, asked, off_pipe
             return
-        self.parts.append(_unpinned(kept))
-        self.columns.append(kept, mem)
-        self.held += kept.size
+        self.columns.append(batch, keep if kept < batch.size else None, mem)
+        self.held += kept
 
     def _prove_completed(self, columns: HeldColumns, launch: KernelLaunch | None, *, last: bool = False) -> None:
         """Check the blocks that completed on their own (``_block_proofs``), once they are PROOF_STRETCH events
@@ -145,18 +146,20 @@ class Racecheck:
         columns.completed = []
         if not self.prove_blocks or self.proofs.failed or self.dropped:
             self.pending = []
+            if columns.whole:  # the whole check's nodes, made as blocks complete
+                columns.make_all()
             return
         if not self.pending or (not last and self.pending[-1].events[1] - self.pending[0].events[0] < PROOF_STRETCH):
             return
-        spans, self.pending = joined(self.pending), []
-        for span in spans:
-            self._prove(columns, span, launch)
+        stretch, self.pending = joined(self.pending), []
+        self._prove(columns, stretch, launch)
 
-    def _prove(self, columns: HeldColumns, span: Span, launch: KernelLaunch | None) -> None:
-        before = self.proofs.spans
-        digested = self.proofs.alike(columns, span)
-        if self.proofs.spans > before or self.proofs.failed:  # an alike span's proof stands for it
+    def _prove(self, columns: HeldColumns, stretch: Stretch, launch: KernelLaunch | None) -> None:
+        shaped = self.proofs.shape(columns, stretch)
+        if shaped is not None and self.proofs.reuse(columns, shaped):  # blocks alike were proven: not made
+            columns.skip(stretch)
             return
+        span = columns.make(stretch)
         cut = Cut()
         memory = TrialAccount(self.context.race_memory)
         try:
@@ -167,10 +170,9 @@ class Racecheck:
             return
         finally:
             memory.give_back()
-        self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, digested)
+        self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, shaped)
 
     def kernel_end(self) -> list[Finding]:
-        self.parts = []  # the check reads the columns only: the records go before its peak
         columns, self.columns = self.columns, HeldColumns()
         launch, self.kernel = self.kernel, None
         dropped, refused, asked, limit, off_pipe = self.dropped, self.refused, self.asked, self.limit, self.off_pipe
@@ -202,8 +204,9 @@ class Racecheck:
 
     def _proven(self, columns: HeldColumns, launch: KernelLaunch | None) -> bool:
         """Whether the launch's blocks, checked as they completed, prove it free of races and deadlocks."""
-        if not self.prove_blocks or not columns.placed():  # the last block completes now
+        if not self.prove_blocks or not columns.in_order:
             return False
+        columns.complete_all()  # the last block completes now
         self._prove_completed(columns, launch, last=True)
         first = columns.events["block_key"]
         starts = np.ones(first.size, dtype=bool)
@@ -271,21 +274,6 @@ class Racecheck:
             return self.kernel_end()
         self._reset()
         return []
-
-
-def _unpinned(batch: np.ndarray) -> np.ndarray:
-    """A batch as it is held. A view of a received frame is held without a copy, unless the bytes it keeps alive
-    (a receive chunk of up to 1 MiB, other frames included) are much more than its own."""
-    base: object = batch
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    if not isinstance(base, memoryview):  # an array of its own (a filtered batch), or a caller's (tests, benchmarks)
-        return batch
-    while isinstance(base, memoryview):
-        base = base.obj
-    if isinstance(base, bytes | bytearray) and len(base) > 2 * batch.nbytes:
-        return batch.copy()
-    return batch
 
 
 class Kernel:
