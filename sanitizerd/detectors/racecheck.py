@@ -1,6 +1,9 @@
 """racecheck: data races between pipes, inside a pipe and between blocks (reference §2.2; docs/design.md).
 
-A kernel's events are kept until it ends (a wait may be released by a block that arrives later), then:
+While blocks arrive one after the other, each is proven race-free on its own as it completes, or takes the proof
+of a block alike (``_block_proofs``); a kernel whose blocks are all proven, share no written GM and whose
+cross-block waits all match without a cycle needs nothing more. Otherwise its events are kept until it ends (a
+wait may be released by a block that arrives later), then the whole check:
 
 1. the happens-before model (``_happens_before``) gives every sync node its clock and says which
    instructions could not be placed (deadlock);
