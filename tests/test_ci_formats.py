@@ -186,7 +186,7 @@ class TestJunit:
         assert failure.type == "illegal_read" and failure.message == "1 error(s), 0 warning(s)"
         assert failure.text == render_text([read])
         [host] = by_name["j/session-1", HOST_CASE].result
-        assert host.text == render_text([leak]) and host.message == "0 error(s), 1 warning(s)"
+        assert host.text == render_text([leak]) and host.message == "1 error(s), 0 warning(s)"
 
     def test_launches_known_from_findings_alone(self) -> None:
         """`findings --format junit` has no checked-kernel reports: each launch with findings is a case."""

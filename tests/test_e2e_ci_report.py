@@ -58,7 +58,7 @@ class TestRunReport:
             "run", "--report", str(report), *DEMO_ARGS, env=dict(program_env(), XDG_RUNTIME_DIR=str(runtime))
         )
         assert result.returncode == 0, result.stderr
-        assert "3 error(s), 1 warning(s)" in result.stdout
+        assert "4 error(s), 0 warning(s)" in result.stdout
         doc = valid_sarif(report)
         assert planted(doc) == PLANTED
         [run] = doc["runs"]
@@ -72,7 +72,7 @@ class TestRunReport:
             "0x12c0c0007e00",
         )
         [leak] = [r for r in run["results"] if r["ruleId"] == "memory_leak"]
-        assert leak["level"] == "warning"
+        assert leak["level"] == "error"
         assert run["properties"]["kernelsChecked"] == [
             {
                 "job": job,

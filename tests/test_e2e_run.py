@@ -37,7 +37,7 @@ class TestDemoReports:
         assert "====== ERROR: illegal free()\n======    at 0x12c0c0010000 on GM\n" in out
         assert "====== ERROR: LeakCheck: detected memory leaks\n\n======    Direct leak of 4096 byte(s)\n" in out
         assert "====== SUMMARY: 4096 byte(s) leaked in 1 allocation(s)\n" in out
-        assert "3 error(s), 1 warning(s)" in out
+        assert "4 error(s), 0 warning(s)" in out
         # The kernel's reports sit between msSanitizer's per-kernel banners; host-side ones follow.
         start = out.index("[sanitizerd] Start memcheck, registercheck sanitizer on kernel add_custom_kernel\n")
         end = out.index("[sanitizerd] Sanitizer finished on kernel add_custom_kernel. See all detected errors above.\n")
@@ -87,11 +87,28 @@ class TestDemoReports:
         result = sanitizerd("run", "--socket", str(daemon.socket), "--", sys.executable, str(program))
         assert result.returncode == 3
 
-    def test_log_level_error_hides_warnings(self, daemon: RunningDaemon) -> None:
-        """--log-level error prints errors only, so the leak report (a warning, as in msSanitizer) is hidden."""
+    def test_log_level_error_keeps_the_leak(self, daemon: RunningDaemon) -> None:
+        """--log-level error prints errors only; a leak prints as an ERROR, so it is one (msSanitizer counts it a
+        warning and hides it here), and --error-exitcode counts it."""
         result = sanitizerd("run", "--socket", str(daemon.socket), "--log-level", "error", *DEMO_ARGS)
         assert "illegal read of size 224" in result.stdout
-        assert "LeakCheck" not in result.stdout
+        assert "====== ERROR: LeakCheck: detected memory leaks" in result.stdout
+
+    def test_a_leak_alone_fails_error_exitcode(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        program = write_program(
+            short_dir,
+            """
+            import client_shim
+            c = client_shim.connect(device=0)
+            c.malloc(0x1000, 4096)
+            c.close()
+            """,
+        )
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--leak-check=yes", "--error-exitcode", "9",
+                            "--", sys.executable, str(program))  # fmt: skip
+        assert "LeakCheck: detected memory leaks" in result.stdout, result.stdout + result.stderr
+        assert "1 error(s), 0 warning(s)" in result.stdout
+        assert result.returncode == 9
 
     def test_log_file_receives_reports(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """--log-file writes the reports and summary to the file instead of stdout."""
@@ -183,7 +200,7 @@ class TestSynccheck:
         result = sanitizerd("run", "--socket", str(daemon.socket), "-t", "memcheck", "-t", "synccheck", *DEMO_ARGS[2:])
         assert result.returncode == 0, result.stderr
         assert "set_flag" not in result.stdout and "wait_flag" not in result.stdout
-        assert "3 error(s), 1 warning(s)" in result.stdout
+        assert "4 error(s), 0 warning(s)" in result.stdout
 
 
 class TestInitcheck:

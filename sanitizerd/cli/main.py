@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TypeVar
 
 from sanitizerd import __version__, config
@@ -110,23 +111,68 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("run", help="run a program under sanitizerd (msSanitizer's options; see run --help)")
 
     replay = commands.add_parser("replay", help="feed a job saved with `run --save FILE` to a daemon again")
-    replay.add_argument("file")
-    replay.add_argument("--socket", type=Path, default=None)
-    replay.add_argument("--format", choices=["text", "json"], default="text")
+    replay.add_argument("file", help="the file `sanitizerd run --save FILE` wrote")
+    replay.add_argument("--socket", type=Path, default=None, help=_SOCKET_HELP)
+    replay.add_argument("--format", choices=["text", "json"], default="text", help="how findings print [text]")
+    replay.add_argument(
+        "--error-exitcode", type=_argument_type(_exit_code), default=0, metavar="N",
+        help="exit with N when the replay reports an error, as `run --error-exitcode` [0: off]",
+    )  # fmt: skip
 
     for name, help_text in (
         ("findings", "print findings from a running daemon"),
         ("sessions", "list sessions"),
         ("jobs", "list jobs: sessions grouped by job, with ranks, devices and sdccheck signatures"),
     ):
-        query = commands.add_parser(name, help=help_text)
-        query.add_argument("--socket", type=Path, default=None)
+        query = commands.add_parser(name, help=help_text, description=help_text)
+        query.add_argument("--socket", type=Path, default=None, help=_SOCKET_HELP)
         formats = ["text", "json", "sarif", "junit"] if name == "findings" else ["text", "json"]
-        query.add_argument("--format", choices=formats, default="text")
+        query.add_argument("--format", choices=formats, default="text", help="output format [text]")
         if name == "findings":
-            query.add_argument("--job", default="")
-            query.add_argument("--session", type=int, default=0)
+            _finding_filters(query)
     return parser
+
+
+_SOCKET_HELP = "the daemon's control socket [the host's daemon if one runs, else your own]"
+
+
+def _exit_code(text: str) -> int:
+    code = int(text)
+    if not 0 <= code <= 255:
+        raise ValueError(f"an exit code is 0 to 255; got {code}")
+    return code
+
+
+def _finding_filters(query: argparse.ArgumentParser) -> None:
+    from sanitizerd.cli.query import parse_since
+
+    query.add_argument("--job", default="", help="only this job's findings (its full name, as `jobs` lists it)")
+    query.add_argument(
+        "--session", type=_argument_type(_session_id), default=0, metavar="ID", help="only this session's findings"
+    )
+    query.add_argument(
+        "--kind", action="append", default=[], metavar="KIND",
+        help="only findings of this kind (illegal_read, race_raw, memory_leak, ...; repeatable or comma-separated)",
+    )  # fmt: skip
+    query.add_argument(
+        "--severity", choices=["error", "warning"], default="",
+        help="only findings of at least this severity (error: errors only) [any]",
+    )  # fmt: skip
+    query.add_argument(
+        "--since", type=_argument_type(parse_since), default=0.0, metavar="WHEN",
+        help="only findings stored since WHEN: an age (90s, 10m, 2h, 1d), an ISO 8601 time or epoch seconds",
+    )  # fmt: skip
+    query.add_argument(
+        "--follow", "-f", action="store_true",
+        help="print new findings as they are stored, until interrupted (text, or JSON lines with --format json)",
+    )  # fmt: skip
+
+
+def _session_id(text: str) -> int:
+    ident = int(text)
+    if not 0 <= ident < 2**63:
+        raise ValueError(f"a session id is 0 to 2**63-1; got {ident}")
+    return ident
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,15 +210,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         from sanitizerd.cli.replay import replay
 
-        return replay(args.file, socket=str(args.socket) if args.socket else None, fmt=args.format)
+        return replay(
+            args.file, socket=str(args.socket) if args.socket else None, fmt=args.format,
+            error_exitcode=args.error_exitcode,
+        )  # fmt: skip
     if args.command in ("findings", "sessions", "jobs"):
         from sanitizerd.cli import query
 
         socket = str(args.socket) if args.socket else None  # None: the host's daemon, else the user's own
         if args.command == "findings":
-            return query.findings(socket, job=args.job, session=args.session, fmt=args.format)
+            return _findings(query, args, socket)
         if args.command == "jobs":
             return query.jobs(socket, fmt=args.format)
         return query.sessions(socket, fmt=args.format)
     _parser().print_help()
     return 2
+
+
+def _findings(query: ModuleType, args: argparse.Namespace, socket: str | None) -> int:
+    try:
+        kinds = query.parse_kinds(args.kind)
+    except ValueError as exc:
+        print(f"sanitizerd findings: error: {exc}", file=sys.stderr)
+        return 2
+    selected = query.FindingFilter(
+        job=args.job, session=args.session, kinds=kinds, severity=args.severity, since=args.since
+    )
+    if args.follow:
+        if args.format not in ("text", "json"):
+            print("sanitizerd findings: error: --follow prints text or JSON lines (--format text|json)",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        return int(query.follow(socket, selected=selected, fmt=args.format))
+    return int(query.findings(socket, selected=selected, fmt=args.format))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 
 import msgspec
@@ -13,6 +16,7 @@ from client_shim.transport import ClientError
 from sanitizerd import __version__
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.findings.junit import render_junit
+from sanitizerd.findings.model import KINDS, Finding
 from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
 from sanitizerd.protocol import ProtocolError
@@ -43,14 +47,31 @@ def _ask_pages(socket: str | None, queries: Iterable[m.Message], answer: type[M]
         print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
 
 
-def findings(socket: str | None, *, job: str, session: int, fmt: str) -> int:
+@dataclass(frozen=True)
+class FindingFilter:
+    """What ``findings`` selects, with or without ``--follow``: the query's fields but the cursor."""
+
+    job: str = ""
+    session: int = 0
+    kinds: tuple[str, ...] = ()
+    severity: str = ""
+    since: float = 0.0
+
+    def query(self, *, after: int = 0) -> m.QueryFindings:
+        return m.QueryFindings(
+            job=self.job, session=self.session, after=after, kinds=list(self.kinds), severity=self.severity,
+            since=self.since,
+        )  # fmt: skip
+
+
+def findings(socket: str | None, *, selected: FindingFilter, fmt: str) -> int:
     """Every finding the query names, asked for a page at a time (a reply stays far below the frame limit)."""
     pages: list[m.Findings] = []
 
     def queries() -> Iterator[m.QueryFindings]:
-        yield m.QueryFindings(job=job, session=session)
+        yield selected.query()
         while pages[-1].next:
-            yield m.QueryFindings(job=job, session=session, after=pages[-1].next)
+            yield selected.query(after=pages[-1].next)
 
     for page in _ask_pages(socket, queries(), m.Findings):
         pages.append(page)
@@ -65,9 +86,107 @@ def findings(socket: str | None, *, job: str, session: int, fmt: str) -> int:
         # Only the launches with findings: which kernels ran clean only `run --report` knows.
         sys.stdout.write(render_junit(found))
     else:
-        sys.stdout.write(render_text(found))
+        sys.stdout.write(TextFeed().text(found))
         print(f"[sanitizerd] {len(found)} finding(s)")
     return 0
+
+
+class TextFeed:
+    """msSanitizer's report text under a header line each time the job or session changes, so that findings of
+    many jobs (``findings`` without ``--job``, ``--follow``) say whose they are."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, int] | None = None
+
+    def text(self, found: list[Finding]) -> str:
+        parts: list[str] = []
+        group: list[Finding] = []
+        for finding in found:
+            if (finding.job, finding.session) != self._last:
+                parts.append(render_text(group))
+                group = []
+                self._last = (finding.job, finding.session)
+                parts.append(f"[sanitizerd] job {finding.job or '-'}, session {finding.session} "
+                             f"(pid {finding.pid}, device {finding.device})\n")  # fmt: skip
+            group.append(finding)
+        parts.append(render_text(group))
+        return "".join(parts)
+
+
+FOLLOW_POLL = 0.2  # seconds between a follower's queries when nothing new was stored
+
+
+def follow(socket: str | None, *, selected: FindingFilter, fmt: str, poll: float = FOLLOW_POLL) -> int:
+    """New findings as they are stored, until interrupted: text, or one JSON object a line. Without ``since``
+    it starts after the newest finding stored so far; with it, at the first stored since then."""
+    feed = TextFeed()
+    try:
+        with ControlClient(socket) as control:
+            cursor = 0
+            if not selected.since:
+                start = control.request(m.QueryFindings(newest=True))
+                if not isinstance(start, m.Findings):
+                    raise ClientError(f"sanitizerd answered {type(start).__name__} to query_findings")
+                cursor = start.next
+            while True:
+                page = control.request(selected.query(after=cursor))
+                if not isinstance(page, m.Findings):
+                    raise ClientError(f"sanitizerd answered {type(page).__name__} to query_findings")
+                if page.findings:
+                    cursor = page.findings[-1].id
+                    if fmt == "json":
+                        sys.stdout.write("".join(_json_line.encode(f).decode() + "\n" for f in page.findings))
+                    else:
+                        sys.stdout.write(feed.text(page.findings))
+                    sys.stdout.flush()
+                if not page.next:
+                    time.sleep(poll)
+    except KeyboardInterrupt:
+        return 0
+    except (ClientError, ProtocolError, OSError) as exc:
+        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+    except TimeoutError:
+        print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
+    return 1
+
+
+_json_line = msgspec.json.Encoder()
+
+
+_SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, *, now: float | None = None) -> float:
+    """``--since``: an age (``90s``, ``10m``, ``2h``, ``1d``), an ISO 8601 local time (``2026-12-04 10:00``,
+    ``2026-12-04T10:00:00+00:00``) or seconds since the epoch; the time as seconds since the epoch."""
+    text = text.strip()
+    now = time.time() if now is None else now
+    if len(text) > 1 and text[-1] in _SINCE_UNITS and text[:-1].isdigit():
+        return max(0.0, now - int(text[:-1]) * _SINCE_UNITS[text[-1]])
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+        raise ValueError(f"--since {text!r}: seconds since the epoch are finite and not negative")
+    try:
+        return max(0.0, datetime.fromisoformat(text).timestamp())
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(
+            f"--since {text!r} is not an age (90s, 10m, 2h, 1d), an ISO 8601 time (2026-12-04 10:00) or seconds "
+            "since the epoch"
+        ) from None
+
+
+def parse_kinds(values: list[str]) -> tuple[str, ...]:
+    """``--kind`` values (repeated or comma-separated), each a finding kind of the JSON vocabulary."""
+    kinds = tuple(dict.fromkeys(k.strip() for value in values for k in value.split(",") if k.strip()))
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown finding kind {', '.join(unknown)}; the kinds are: {', '.join(KINDS)}")
+    return kinds
 
 
 def sessions(socket: str | None, *, fmt: str) -> int:
@@ -77,14 +196,13 @@ def sessions(socket: str | None, *, fmt: str) -> int:
     if fmt == "json":
         sys.stdout.write(msgspec.json.encode(reply.sessions).decode() + "\n")
         return 0
-    header = f"{'SESSION':>8} {'STATE':6} {'JOB':24} {'PID':>7} {'DEVICE':>6} {'KERNELS':>7} {'EVENTS':>12} "
-    print(header + f"{'FINDINGS':>8} STARTED")
-    for s in reply.sessions:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started)) if s.started else "-"
-        print(
-            f"{s.session:>8} {s.state:6} {s.job[:24]:24} {s.pid:>7} {s.device:>6} {s.kernels:>7} {s.events:>12} "
-            f"{s.findings:>8} {started}"
-        )
+    rows = [
+        [s.session, s.state, s.job or "-", s.pid, s.device, s.kernels, s.events, s.findings,
+         time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started)) if s.started else "-"]
+        for s in reply.sessions
+    ]  # fmt: skip
+    sys.stdout.write(_table(["SESSION", "STATE", "JOB", "PID", "DEVICE", "KERNELS", "EVENTS", "FINDINGS", "STARTED"],
+                            rows, left={"STATE", "JOB", "STARTED"}))  # fmt: skip
     for s in reply.sessions:
         if s.unstored:
             print(f"[sanitizerd] session {s.session}: {s.unstored} of its findings could not be stored (store full)")
@@ -98,16 +216,29 @@ def jobs(socket: str | None, *, fmt: str) -> int:
     if fmt == "json":
         sys.stdout.write(msgspec.json.encode(reply.jobs).decode() + "\n")
         return 0
-    print(f"{'JOB':28} {'STATE':7} {'SESSIONS':>8} {'LIVE':>4} {'RANKS':12} {'DEVICES':12} {'EVENTS':>12} "
-          f"{'FINDINGS':>8} SIGNATURES")  # fmt: skip
-    for j in reply.jobs:
-        signatures = ",".join(f"{rank}:{n}" for rank, n in j.signatures.items()) if any(j.signatures.values()) else "-"
-        print(
-            f"{j.job[:28]:28} {j.state:7} {j.sessions:>8} {j.live:>4} {_ids(j.ranks):12} {_ids(j.devices):12} "
-            f"{j.events:>12} {j.findings:>8} {signatures}"
-        )
+    rows = [
+        [j.job or "-", j.state, j.sessions, j.live, _ids(j.ranks), _ids(j.devices), j.events, j.findings,
+         ",".join(f"{rank}:{n}" for rank, n in j.signatures.items()) if any(j.signatures.values()) else "-"]
+        for j in reply.jobs
+    ]  # fmt: skip
+    headers = ["JOB", "STATE", "SESSIONS", "LIVE", "RANKS", "DEVICES", "EVENTS", "FINDINGS", "SIGNATURES"]
+    sys.stdout.write(_table(headers, rows, left={"JOB", "STATE", "RANKS", "DEVICES", "SIGNATURES"}))
     return 0
 
 
 def _ids(ids: list[int]) -> str:
     return block_list(ids) or "-"
+
+
+def _table(headers: list[str], rows: list[list[object]], *, left: set[str]) -> str:
+    """Columns as wide as their widest cell: a job name is never cut, so it can be pasted back (``--job``)."""
+    cells = [headers] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [
+            cell.ljust(width) if header in left else cell.rjust(width)
+            for cell, width, header in zip(row, widths, headers, strict=True)
+        ]
+        lines.append(" ".join(padded).rstrip())
+    return "\n".join(lines) + "\n"

@@ -27,7 +27,8 @@ from sanitizerd.protocol import messages as m
 _PREFIX = struct.Struct("<I")
 
 
-def replay(path: str, *, socket: str | None, fmt: str) -> int:
+def replay(path: str, *, socket: str | None, fmt: str, error_exitcode: int = 0) -> int:
+    """0, or ``error_exitcode`` (when not 0) if the replay reported an error, as ``run --error-exitcode``."""
     try:
         header, recorded = read_save(path)
     except (OSError, SaveFileError) as exc:
@@ -55,7 +56,9 @@ def replay(path: str, *, socket: str | None, fmt: str) -> int:
         sys.stdout.write(render_json(reporter.findings).decode() + "\n")
     else:
         print(summary_line(job, reporter.idle, reporter, path))
-    return 0
+    if reporter.idle is None:
+        return 1  # the job did not end: what it found is not all there is
+    return error_exitcode if error_exitcode and reporter.errors else 0
 
 
 def _replay_session(socket_path: str, job: str, bodies: list[bytes]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,9 +291,18 @@ class FindingsStore:
                 raise
 
     def findings(
-        self, *, job: str = "", session: int = 0, uid: int | None = None, limit: int = 100_000
+        self,
+        *,
+        job: str = "",
+        session: int = 0,
+        uid: int | None = None,
+        limit: int = 100_000,
+        kinds: Collection[str] | None = None,
+        since: float = 0.0,
     ) -> list[Finding]:
-        return self.findings_page(job=job, session=session, uid=uid, limit=limit, max_bytes=1 << 62).findings
+        return self.findings_page(
+            job=job, session=session, uid=uid, limit=limit, max_bytes=1 << 62, kinds=kinds, since=since
+        ).findings
 
     def findings_page(
         self,
@@ -304,10 +313,15 @@ class FindingsStore:
         after: int = 0,
         limit: int = FINDINGS_PAGE_COUNT,
         max_bytes: int = FINDINGS_PAGE_BYTES,
+        kinds: Collection[str] | None = None,
+        since: float = 0.0,
     ) -> FindingsPage:
         """Findings with ids above ``after``, in id order: at most ``limit`` of them and about ``max_bytes``
-        (always at least one), and where the next page starts."""
-        where, args = _where(job=job, session=session, uid=uid, after=after)
+        (always at least one), and where the next page starts. ``kinds``: only these (None: any kind; empty: none);
+        ``since``: only those stored at or after this time."""
+        if kinds is not None and not kinds:
+            return FindingsPage([], 0)
+        where, args = _where(job=job, session=session, uid=uid, after=after, kinds=kinds, since=since)
         found: list[Finding] = []
         size = 0
         with self._lock:
@@ -320,6 +334,14 @@ class FindingsStore:
                 found.append(finding)
                 size += len(body)
         return FindingsPage(found, 0)
+
+    def newest_finding(self, *, uid: int | None = None) -> int:
+        """The id of the newest finding (of one uid, or of any when ``uid`` is None); 0 when there is none. One
+        step down the (uid, id) index, however many findings there are."""
+        where, args = _where(uid=uid)
+        with self._lock:
+            (newest,) = self._db.execute(f"SELECT max(id) FROM findings{where}", args).fetchone()
+        return int(newest or 0)
 
     # --- size and age -----------------------------------------------------------------------------------------
 
@@ -402,10 +424,24 @@ class FindingsStore:
 
 
 def _where(
-    *, job: str = "", session: int = 0, uid: int | None = None, after: int = 0, id_column: str = "session"
+    *,
+    job: str = "",
+    session: int = 0,
+    uid: int | None = None,
+    after: int = 0,
+    id_column: str = "session",
+    kinds: Collection[str] | None = None,
+    since: float = 0.0,
 ) -> tuple[str, list[object]]:
     clauses: list[str] = []
     args: list[object] = []
+    if kinds is not None:
+        named = sorted(set(kinds))
+        clauses.append(f"kind IN ({','.join('?' * len(named))})")
+        args.extend(named)
+    if since > 0:
+        clauses.append("time >= ?")
+        args.append(since)
     for clause, value, given in (
         ("job = ?", job, bool(job)),
         (f"{id_column} = ?", session, bool(session)),

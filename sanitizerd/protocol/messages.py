@@ -292,13 +292,25 @@ class Watch(Message, tag="watch"):
     record: bool = False
 
 
+# A finding kind a query names (model.KINDS): unknown ones match nothing; the list is bounded like any request.
+FindingKind = Annotated[str, msgspec.Meta(max_length=64)]
+MAX_QUERY_KINDS = 64
+
+
 class QueryFindings(Message, tag="query_findings"):
-    """One page of stored findings: those with ids above ``after``, at most ``limit`` (0: the daemon's page size)."""
+    """One page of stored findings: those with ids above ``after``, at most ``limit`` (0: the daemon's page size),
+    of the ``kinds`` named (none: every kind), of at least ``severity`` ("error": errors only), stored at or after
+    ``since`` (seconds since the epoch). With ``newest``, no findings: ``next`` is the id of the newest finding
+    this client may read (0: none yet), where ``findings --follow`` starts."""
 
     job: Ident = ""
     session: SessionId = 0
     after: SessionId = 0
     limit: SessionId = 0
+    kinds: Annotated[list[FindingKind], msgspec.Meta(max_length=MAX_QUERY_KINDS)] = []
+    severity: Literal["", "error", "warning"] = ""
+    since: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    newest: bool = False
 
 
 class Findings(Message, tag="findings"):

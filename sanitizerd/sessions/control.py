@@ -20,6 +20,7 @@ import anyio.abc
 import anyio.lowlevel
 import structlog
 
+from sanitizerd.findings.model import ERROR, KINDS, WARNING
 from sanitizerd.findings.store import FINDINGS_PAGE_COUNT, FindingsPage
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
@@ -40,6 +41,16 @@ def compat_layouts() -> frozenset[str]:
     from sanitizerd.compat import wire  # the compat package is loaded only by a daemon asked for a compat socket
 
     return frozenset(wire.LAYOUTS)
+
+
+def kinds_named(kinds: list[str], severity: str) -> set[str] | None:
+    """The finding kinds a query selects: those it names (none: every kind) of at least ``severity``; None: any."""
+    if not kinds and severity in ("", WARNING):
+        return None
+    selected = set(kinds) if kinds else set(KINDS)
+    if severity == ERROR:
+        selected = {kind for kind in selected if KINDS.get(kind) == ERROR}
+    return selected
 
 
 async def serve_control(
@@ -111,10 +122,13 @@ async def serve_control(
 
     def page_of(query: m.QueryFindings) -> FindingsPage:
         """One page of the findings the query names that this client may read (on the store thread)."""
+        if query.newest:
+            return FindingsPage([], hub.store.newest_finding(uid=reader_uid))
         count = min(query.limit, FINDINGS_PAGE_COUNT) if query.limit > 0 else FINDINGS_PAGE_COUNT
         return hub.store.findings_page(
-            job=query.job, session=query.session, uid=reader_uid, after=query.after, limit=count
-        )
+            job=query.job, session=query.session, uid=reader_uid, after=query.after, limit=count,
+            kinds=kinds_named(query.kinds, query.severity), since=query.since,
+        )  # fmt: skip
 
     async def allowed(*, job: str = "", session: int = 0) -> bool:
         """Whether this client may read what it names; if not, it is refused (and the connection ends)."""
