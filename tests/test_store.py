@@ -235,3 +235,44 @@ class TestOwnershipPagingAndLimits:
                 store.add_findings([finding("live", live, 1)])
         finally:
             store.close()
+
+
+class TestFilters:
+    """What `findings --kind/--severity/--since` and `--follow` ask of the store."""
+
+    def test_kinds_select_in_sql(self, store: FindingsStore) -> None:
+        store.add_findings([finding("j", 1, 0x10), finding("j", 1, 0x20, kind="memory_leak"),
+                            finding("j", 1, 0x30, kind="misaligned_access")])  # fmt: skip
+        assert [f.kind for f in store.findings(kinds={"memory_leak", "misaligned_access"})] == [
+            "memory_leak",
+            "misaligned_access",
+        ]
+        assert store.findings(kinds=set()) == []  # a query that selects no kind selects nothing
+        assert store.findings(kinds={"no_such_kind"}) == []
+        assert len(store.findings(kinds=None)) == 3
+
+    def test_since_selects_by_the_time_stored(self, store: FindingsStore) -> None:
+        old, new = finding("j", 1, 0x10), finding("j", 1, 0x20)
+        old.time, new.time = 100.0, 200.0
+        store.add_findings([old, new])
+        assert [f.address for f in store.findings(since=150.0)] == [0x20]
+        assert [f.address for f in store.findings(since=200.0)] == [0x20]  # at or after
+        assert store.findings(since=200.5) == []
+
+    def test_filters_page_like_any_query(self, store: FindingsStore) -> None:
+        store.add_findings([finding("j", 1, a, kind="illegal_read" if a % 2 else "illegal_write") for a in range(9)])
+        first = store.findings_page(kinds={"illegal_read"}, limit=2)
+        assert [f.address for f in first.findings] == [1, 3] and first.next
+        rest = store.findings_page(kinds={"illegal_read"}, after=first.next)
+        assert [f.address for f in rest.findings] == [5, 7] and not rest.next
+
+    def test_newest_finding_is_the_readers_own(self, store: FindingsStore) -> None:
+        assert store.newest_finding() == 0 and store.newest_finding(uid=1000) == 0
+        mine = store.open_session("mine", uid=1000)
+        theirs = store.open_session("theirs", uid=1001)
+        store.add_findings([finding("mine", mine, 0x10)])
+        store.add_findings([finding("theirs", theirs, 0x20)])
+        [own] = store.findings(uid=1000)
+        assert store.newest_finding(uid=1000) == own.id
+        assert store.newest_finding() == store.newest_finding(uid=1001) > own.id
+        assert store.newest_finding(uid=1002) == 0

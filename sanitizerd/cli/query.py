@@ -128,6 +128,8 @@ def follow(socket: str | None, *, selected: FindingFilter, fmt: str, poll: float
                 if not isinstance(start, m.Findings):
                     raise ClientError(f"sanitizerd answered {type(start).__name__} to query_findings")
                 cursor = start.next
+            # On stderr, so that stdout stays findings alone (a pipe into jq): from here on nothing is missed.
+            print(f"[sanitizerd] following findings stored after #{cursor}; Ctrl-C ends", file=sys.stderr, flush=True)
             while True:
                 page = control.request(selected.query(after=cursor))
                 if not isinstance(page, m.Findings):
