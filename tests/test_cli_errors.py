@@ -212,3 +212,32 @@ class TestQueries:
     def test_no_daemon(self, short_dir: Path, command: str) -> None:
         result = sanitizerd(command, "--socket", str(short_dir / "none.sock"))
         refused(result, f"[sanitizerd] ERROR: cannot connect to sanitizerd at {short_dir}/none.sock", code=1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["run", "--bogus", "--", "true"], "unrecognized option '--bogus'"),
+        (["run", "--leak-chek=yes", "--", "true"], "did you mean '--leak-check'?"),
+        (["run", "-t"], "option requires an argument -- 't'"),
+    ],
+)
+def test_an_unknown_run_option_is_one_line(argv: list[str], says: str) -> None:
+    """`run --bogus` once printed getopt's line, "unrecognized command" and the whole help; now one line says it."""
+    result = sanitizerd(*argv)
+    refused(result, says, code=1)
+    assert result.stderr.strip().count("\n") == 0 and result.stdout == "", result.stderr
+    assert result.stderr.rstrip().endswith("(sanitizerd run --help lists the options)")
+
+
+@pytest.mark.parametrize("command", ["serve", "replay", "findings", "sessions", "jobs"])
+def test_every_option_has_help_text(command: str) -> None:
+    """Each option of each command says what it does (`--help` lists none without words)."""
+    text = sanitizerd(command, "--help").stdout
+    options = re.findall(r"^  (-[-\w, ]+?)(?:  +(\S.*))?$", text, re.M)
+    assert options, text
+    # An option whose help does not fit beside it is followed by an indented line: its help.
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^  -", line) and not re.search(r"\S  +\S", line.strip()):
+            assert i + 1 < len(lines) and re.match(r"^ {10,}\S", lines[i + 1]), f"{command}: {line!r} has no help"

@@ -76,7 +76,9 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         "--metrics-addr", type=_argument_type(_metrics_address), metavar="HOST:PORT",
         help="serve Prometheus /metrics, /healthz and /readyz here ([::1]:PORT for IPv6)",
     )  # fmt: skip
-    serve.add_argument("--log-level", default=None, choices=config.LOG_LEVELS, help="[info]")
+    serve.add_argument(
+        "--log-level", default=None, choices=config.LOG_LEVELS, help="the least severe log lines written [info]"
+    )
     # Limits, one flag per numeric field of Limits, checked as the file's values are. None means "not given",
     # so that the config file's value (or the default) applies.
     limits = Limits()

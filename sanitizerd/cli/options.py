@@ -13,11 +13,14 @@ Deliberate differences from msSanitizer, each marked where it is made:
 * ``-t`` also takes ``|``-joined tool names;
 * numeric values must be all digits (``std::stol`` reads ``--block-id=7x`` as 7);
 * ``--socket``, ``--error-exitcode``, ``--save``, ``--report`` and ``--report-format`` are sanitizerd's own;
+* an unknown or ambiguous option, or one missing its value, is one line naming it (with the option meant, when
+  one is close), not getopt's line, "unrecognized command" and the whole help;
 * the log file is not opened here, and every message is ours to print on stderr.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import string
 from collections.abc import Callable
@@ -237,10 +240,13 @@ def _invalid(name: str, detail: str = "") -> UsageError:
     return _with_help(f"{PREFIX} ERROR: --{name} param is invalid{detail}")
 
 
-def _unrecognized(diagnostic: str) -> UsageError:
-    # The first line is what glibc's getopt writes itself (it names the culprit); msSanitizer then prints its
-    # own "unrecognized command " (trailing space and all) once, and the help.
-    return _with_help(f"sanitizerd: {diagnostic}\n{PREFIX} ERROR: unrecognized command ")
+def _unrecognized(diagnostic: str, *, spelled: str = "") -> UsageError:
+    # One line that names the culprit (glibc's getopt words), with the option meant when ``spelled`` is close to
+    # one. msSanitizer prints getopt's line, its own "unrecognized command " and the whole help: three messages,
+    # of which the one that says what is wrong scrolls away first.
+    meant = difflib.get_close_matches(spelled, [o.name for o in _OPTIONS], n=1) if spelled else []
+    hint = f"; did you mean '--{meant[0]}'?" if meant else ""
+    return UsageError(f"{PREFIX} ERROR: {diagnostic}{hint} (sanitizerd run --help lists the options)")
 
 
 def _decimal(value: str) -> int | None:
@@ -454,7 +460,7 @@ def _long_option(body: str) -> tuple[_Option, str | None]:
     if opt is None:
         candidates = [o for o in _OPTIONS if o.name.startswith(name)]
         if not candidates:
-            raise _unrecognized(f"unrecognized option '--{body}'")
+            raise _unrecognized(f"unrecognized option '--{body}'", spelled=name)
         if len(candidates) > 1:
             names = " ".join(f"'--{o.name}'" for o in candidates)
             raise _unrecognized(f"option '--{name}' is ambiguous; possibilities: {names}")
