@@ -353,6 +353,10 @@ class TestSaveAndReplay:
 
         assert len(original) == 5  # the 4 planted bugs, and the never-written workspace
         assert facts(json.loads(replayed.stdout)) == facts(original)
+        # As `run --error-exitcode`: the code when the replay reports errors (it found four), else the status.
+        failing = sanitizerd("replay", str(saved), "--socket", str(daemon.socket), "--error-exitcode", "7")
+        assert failing.returncode == 7, failing.stderr
+        assert "4 error(s), 1 warning(s)" in failing.stdout
 
     def test_replay_of_a_damaged_file_says_where(self, short_dir: Path) -> None:
         """A truncated save file is refused with the byte offset, not a traceback."""
