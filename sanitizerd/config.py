@@ -33,6 +33,10 @@ Top-level settings (fixed at start-up; the command line's ``--socket``, ``--stat
     are served; port 1 to 65535.
 ``log_level``
     ``debug``, ``info``, ``warning`` or ``error``; reloaded on SIGHUP.
+``suppressions``
+    a suppression file (``sanitizerd/findings/suppressions.py``): the host's known findings, hidden with a reason
+    in every job, after the job's own rules (``run --suppressions``); read again on SIGHUP (sessions that start
+    after take the new rules); a file that cannot be used is refused like any setting.
 
 ``[limits]``: each also a ``--flag`` of the same name with dashes, which wins over the file. All are reloaded on
 SIGHUP but ``detector_threads``. The ranges are those of ``LIMITS`` below; ``sanitizerd serve --help`` prints
@@ -128,6 +132,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from sanitizerd.findings import suppressions
+from sanitizerd.findings.model import Suppression
 from sanitizerd.metrics_server import metrics_address
 from sanitizerd.sessions.access import UnknownGroup, group_id
 from sanitizerd.sessions.hub import Limits
@@ -273,6 +279,7 @@ def _file_struct() -> type[msgspec.Struct]:
         ("state_dir", Annotated[str, msgspec.Meta(min_length=1)]),
         ("metrics_addr", str),
         ("log_level", Literal[LOG_LEVELS]),  # type: ignore[valid-type]
+        ("suppressions", Annotated[str, msgspec.Meta(min_length=1)]),
         ("limits", _struct("LimitsFile", limit_fields)),
     ]
     return _struct("ConfigFile", top)
@@ -283,6 +290,7 @@ class FileConfig:
     path: Path | None
     top: dict[str, object]
     limits: dict[str, object]
+    suppressions: tuple[Suppression, ...] = ()  # the rules of the file ``suppressions`` names, each checked
 
 
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<path>[\w.]+)`)?$")
@@ -333,7 +341,11 @@ def read(path: Path | None) -> FileConfig:
     except ValueError as exc:
         setting = "limits.admin_groups" if isinstance(exc, UnknownGroup) else "metrics_addr"
         raise ConfigError(f"{chosen}: {setting}: {exc}") from None
-    return FileConfig(chosen, top, limits)
+    try:
+        rules = tuple(suppressions.load(Path(top["suppressions"]))) if "suppressions" in top else ()
+    except suppressions.SuppressionError as exc:
+        raise ConfigError(f"{chosen}: suppressions: {exc}") from None
+    return FileConfig(chosen, top, limits, rules)
 
 
 def _text(path: Path) -> str:

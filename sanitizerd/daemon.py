@@ -35,6 +35,7 @@ from sanitizerd.compat_socket import (
     CompatSockets,
     CompatStream,
 )
+from sanitizerd.findings.model import Suppression
 from sanitizerd.findings.store import FindingsStore, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
@@ -91,6 +92,7 @@ class DaemonSettings:
     # Processes that serve sessions: 1 is one process that does everything; N > 1 is a listener process and N
     # worker processes (sanitizerd/workers).
     workers: int = 1
+    suppressions: tuple[Suppression, ...] = ()  # the host's rules, from the config file's ``suppressions``
 
 
 class StartupError(Exception):
@@ -226,7 +228,7 @@ class Daemon:
     def _open_hub(self, store: FindingsStore, limits: Limits) -> Hub:
         """The hub over ``store``, with the jobs the last daemon served kept for their owners and the sessions it
         left open closed."""
-        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits)
+        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits, suppressions=self.settings.suppressions)
         # The jobs the last daemon served stay their owners' while their clients come back to resume them.
         try:
             hub.jobs.keep_owners(store.recent_job_owners(since=time.time() - RESUME_WINDOW), RESUME_WINDOW)
@@ -413,6 +415,7 @@ class Daemon:
             return
         hub.limits = self._fitted(limits)  # one assignment: a connection sees the old limits or the new ones
         hub.race_memory.resize(hub.limits.race_memory)
+        hub.suppressions = file.suppressions  # sessions that start from now on
         logs.configure(level)
         self.metrics.config_reloads.labels("ok").inc()
         log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))

@@ -81,6 +81,12 @@ class Metrics:
         self.findings = Counter(
             "sanitizerd_findings", "Findings reported, by kind and severity", ["kind", "severity"], registry=r
         )
+        self.findings_suppressed = Counter(
+            "sanitizerd_findings_suppressed",
+            "Findings a suppression rule hid (stored, marked with its reason; in sanitizerd_findings_total not)",
+            ["kind"],
+            registry=r,
+        )
         self.detector_failures = Counter(
             "sanitizerd_detector_failures", "Exceptions raised inside detectors", ["detector"], registry=r
         )

@@ -165,6 +165,11 @@ def _finding_filters(query: argparse.ArgumentParser) -> None:
         help="only findings stored since WHEN: an age (90s, 10m, 2h, 1d), an ISO 8601 time or epoch seconds",
     )  # fmt: skip
     query.add_argument(
+        "--show-suppressed", action="store_true",
+        help="text and JUnit: also the findings a suppression rule hid, each under its reason (JSON and SARIF "
+        "always carry them, marked)",
+    )  # fmt: skip
+    query.add_argument(
         "--follow", "-f", action="store_true",
         help="print new findings as they are stored, until interrupted (text, or JSON lines with --format json)",
     )  # fmt: skip
@@ -207,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             log_level_given=args.log_level,
             log_level=log_level,
             workers=args.workers or default_workers(),
+            suppressions=file.suppressions,
         )
         return run_daemon(settings)
     if args.command == "replay":
@@ -243,5 +249,5 @@ def _findings(query: ModuleType, args: argparse.Namespace, socket: str | None) -
             print("sanitizerd findings: error: --follow prints text or JSON lines (--format text|json)",
                   file=sys.stderr)  # fmt: skip
             return 2
-        return int(query.follow(socket, selected=selected, fmt=args.format))
-    return int(query.findings(socket, selected=selected, fmt=args.format))
+        return int(query.follow(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed))
+    return int(query.findings(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed))

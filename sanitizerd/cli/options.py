@@ -12,7 +12,8 @@ Deliberate differences from msSanitizer, each marked where it is made:
   options after the program name, which is why msSanitizer's docs ask for ``--``);
 * ``-t`` also takes ``|``-joined tool names;
 * numeric values must be all digits (``std::stol`` reads ``--block-id=7x`` as 7);
-* ``--socket``, ``--error-exitcode``, ``--save``, ``--report`` and ``--report-format`` are sanitizerd's own;
+* ``--socket``, ``--error-exitcode``, ``--save``, ``--report``, ``--report-format``, ``--suppressions`` and
+  ``--show-suppressed`` are sanitizerd's own;
 * an unknown or ambiguous option, or one missing its value, is one line naming it (with the option meant, when
   one is close), not getopt's line, "unrecognized command" and the whole help;
 * the log file is not opened here, and every message is ours to print on stderr.
@@ -25,7 +26,9 @@ import os
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from sanitizerd.findings import suppressions
 from sanitizerd.protocol.messages import DEFAULT_SINGLE_PIPE_DISTANCE, MAX_CACHE_SIZE_MB, TOOLS, Config
 
 __all__ = ["NOT_YET_CHECKED", "PREFIX", "RunOptions", "UsageError", "parse_run_args", "run_help"]
@@ -96,6 +99,7 @@ class RunOptions:
     program: list[str] = field(default_factory=list)
     executable: str | None = None
     notices: list[str] = field(default_factory=list)
+    show_suppressed: bool = False
     show_help: bool = False
     show_version: bool = False
 
@@ -140,6 +144,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("save", None, True, None),
     _Option("report", None, True, None),
     _Option("report-format", None, True, _LOWER),
+    _Option("suppressions", None, True, None),
+    _Option("show-suppressed", None, False, frozenset()),
 )
 _BY_NAME = {opt.name: opt for opt in _OPTIONS}
 _BY_SHORT = {opt.short: opt for opt in _OPTIONS if opt.short}
@@ -206,8 +212,13 @@ def run_help() -> str:
             f"    --report-format={'|'.join(REPORT_FORMATS)}",
             "                         the report's format [by <file>'s suffix: .sarif, .xml (junit), .json;",
             "                         else sarif]",
+            "    --suppressions=<file>",
+            "                         hide the known findings its [[suppress]] rules name, each with a",
+            "                         reason; they are stored, marked and counted as suppressed [none]",
+            "    --show-suppressed    print suppressed findings too, each under its reason",
             "",
-            "  Every option but -h and -v needs a value: --<option>=<value> or --<option> <value>.",
+            "  Every option but -h, -v and --show-suppressed needs a value: --<option>=<value> or",
+            "  --<option> <value>.",
         ]
     )
 
@@ -227,6 +238,7 @@ class _State:
     report: str | None = None
     report_format: str | None = None
     notices: list[str] = field(default_factory=list)
+    show_suppressed: bool = False
     show_help: bool = False
     show_version: bool = False
 
@@ -408,6 +420,19 @@ def _set_error_exitcode(value: str, st: _State) -> None:
     st.error_exitcode = code
 
 
+def _set_suppressions(value: str, st: _State) -> None:
+    if not value:
+        raise _invalid("suppressions", ". require a file path")
+    try:
+        st.config.suppressions = suppressions.load(Path(value))
+    except suppressions.SuppressionError as exc:
+        raise UsageError(f"{PREFIX} ERROR: --suppressions: {exc}") from None
+
+
+def _set_show_suppressed(value: str, st: _State) -> None:
+    st.show_suppressed = True
+
+
 def _set_help(value: str, st: _State) -> None:
     st.show_help = True
 
@@ -439,6 +464,8 @@ _HANDLERS: dict[str, Callable[[str, _State], None]] = {
     "save": _set_save,
     "report": _set_report,
     "report-format": _set_report_format,
+    "suppressions": _set_suppressions,
+    "show-suppressed": _set_show_suppressed,
 }
 assert set(_HANDLERS) == set(_BY_NAME), "every option needs exactly one handler"
 
@@ -634,4 +661,5 @@ def parse_run_args(argv: list[str]) -> RunOptions:
         program=program,
         executable=executable,
         notices=st.notices + _notices(st, tools),
+        show_suppressed=st.show_suppressed,
     )

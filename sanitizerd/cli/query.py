@@ -64,7 +64,16 @@ class FindingFilter:
         )  # fmt: skip
 
 
-def findings(socket: str | None, *, selected: FindingFilter, fmt: str) -> int:
+def shown(found: list[Finding], fmt: str, show_suppressed: bool) -> list[Finding]:
+    """What a format prints: JSON and SARIF carry suppressed findings marked with their reason (SARIF's own
+    ``suppressions``), for the tools that read them; text and JUnit, read by people and as pass/fail, leave them
+    out unless asked."""
+    if show_suppressed or fmt in ("json", "sarif"):
+        return found
+    return [f for f in found if not f.suppressed]
+
+
+def findings(socket: str | None, *, selected: FindingFilter, fmt: str, show_suppressed: bool = False) -> int:
     """Every finding the query names, asked for a page at a time (a reply stays far below the frame limit)."""
     pages: list[m.Findings] = []
 
@@ -77,7 +86,8 @@ def findings(socket: str | None, *, selected: FindingFilter, fmt: str) -> int:
         pages.append(page)
     if not pages or pages[-1].next:
         return 1  # the reason is on stderr
-    found = [f for page in pages for f in page.findings]
+    every = [f for page in pages for f in page.findings]
+    found = shown(every, fmt, show_suppressed)
     if fmt == "json":
         sys.stdout.write(render_json(found).decode() + "\n")
     elif fmt == "sarif":
@@ -87,7 +97,13 @@ def findings(socket: str | None, *, selected: FindingFilter, fmt: str) -> int:
         sys.stdout.write(render_junit(found))
     else:
         sys.stdout.write(TextFeed().text(found))
-        print(f"[sanitizerd] {len(found)} finding(s)")
+        hidden = sum(f.suppressed for f in every)
+        if not hidden:
+            print(f"[sanitizerd] {len(found)} finding(s)")
+        elif show_suppressed:
+            print(f"[sanitizerd] {len(found)} finding(s), {hidden} of them suppressed")
+        else:
+            print(f"[sanitizerd] {len(found)} finding(s), and {hidden} suppressed (--show-suppressed shows them)")
     return 0
 
 
@@ -116,7 +132,9 @@ class TextFeed:
 FOLLOW_POLL = 0.2  # seconds between a follower's queries when nothing new was stored
 
 
-def follow(socket: str | None, *, selected: FindingFilter, fmt: str, poll: float = FOLLOW_POLL) -> int:
+def follow(
+    socket: str | None, *, selected: FindingFilter, fmt: str, show_suppressed: bool = False, poll: float = FOLLOW_POLL
+) -> int:
     """New findings as they are stored, until interrupted: text, or one JSON object a line. Without ``since``
     it starts after the newest finding stored so far; with it, at the first stored since then."""
     feed = TextFeed()
@@ -136,10 +154,11 @@ def follow(socket: str | None, *, selected: FindingFilter, fmt: str, poll: float
                     raise ClientError(f"sanitizerd answered {type(page).__name__} to query_findings")
                 if page.findings:
                     cursor = page.findings[-1].id
+                    found = shown(page.findings, fmt, show_suppressed)
                     if fmt == "json":
-                        sys.stdout.write("".join(_json_line.encode(f).decode() + "\n" for f in page.findings))
+                        sys.stdout.write("".join(_json_line.encode(f).decode() + "\n" for f in found))
                     else:
-                        sys.stdout.write(feed.text(page.findings))
+                        sys.stdout.write(feed.text(found))
                     sys.stdout.flush()
                 if not page.next:
                     time.sleep(poll)

@@ -97,8 +97,11 @@ class Reporter:
         *,
         save: SaveWriter | None = None,
         keep_kernels: bool = False,
+        show_suppressed: bool = False,
     ) -> None:
         self.control = control
+        self.show_suppressed = show_suppressed
+        self.suppressed = 0  # findings a suppression rule hid: neither errors nor warnings
         self.save = save
         self.out = out
         self.shown = shown
@@ -134,7 +137,9 @@ class Reporter:
     def _findings(self, findings: list[Finding]) -> None:
         self.findings.extend(findings)
         for finding in findings:
-            if finding.severity == ERROR:
+            if finding.suppressed:
+                self.suppressed += 1
+            elif finding.severity == ERROR:
                 self.errors += 1
             else:
                 self.warnings += 1
@@ -167,7 +172,7 @@ class Reporter:
             )
 
     def _print(self, findings: list[Finding]) -> int:
-        visible = [f for f in findings if f.severity in self.shown]
+        visible = [f for f in findings if f.severity in self.shown and (self.show_suppressed or not f.suppressed)]
         if visible:
             self._write(render_text(visible))
         return len(visible)
@@ -186,6 +191,9 @@ def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: 
             f"nothing was checked. Is it instrumented (client_shim, or the runtime hooks)?"
         )
     found = f"{reporter.errors} error(s), {reporter.warnings} warning(s)"
+    if reporter.suppressed:
+        shown = "shown above" if reporter.show_suppressed else "--show-suppressed shows them"
+        found += f", {reporter.suppressed} suppressed ({shown})"
     if not (idle.kernels or idle.events or idle.signatures or reporter.errors or reporter.warnings):
         # Python processes attach at start-up: a session alone does not mean anything was sent to check.
         return (
@@ -398,7 +406,9 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str],
         return 1
     control.send(m.Watch(job=job, record=save is not None))
     shown = _SHOWN.get(options.config.log_level, _SHOWN["warn"])
-    reporter = Reporter(control, out, shown, save=save, keep_kernels=report is not None)
+    reporter = Reporter(
+        control, out, shown, save=save, keep_kernels=report is not None, show_suppressed=options.show_suppressed
+    )
     reporter.thread.start()
 
     env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"}, **hooked)

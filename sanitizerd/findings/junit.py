@@ -26,7 +26,15 @@ def _classname(job: str, session: int) -> str:
     return _xml_text(f"{job}/session-{session}")
 
 
-def _failure(case: ET.Element, findings: list[Finding]) -> None:
+def _failure(case: ET.Element, findings: list[Finding]) -> bool:
+    """The case fails by its findings that no rule suppressed (those are said in its output); whether it did."""
+    hidden = [f for f in findings if f.suppressed]
+    if hidden:
+        out = ET.SubElement(case, "system-out")
+        out.text = _xml_text("".join(f"suppressed {f.kind}: {f.suppression}\n" for f in hidden))
+    findings = [f for f in findings if not f.suppressed]
+    if not findings:
+        return False
     errors = sum(1 for f in findings if f.severity == ERROR)
     failure = ET.SubElement(
         case,
@@ -35,6 +43,7 @@ def _failure(case: ET.Element, findings: list[Finding]) -> None:
         type=",".join(sorted({f.kind for f in findings})),
     )
     failure.text = _xml_text(render_text(findings))
+    return True
 
 
 def render_junit(findings: Sequence[Finding], *, kernels: Sequence[CheckedKernel] = ()) -> str:
@@ -62,8 +71,7 @@ def render_junit(findings: Sequence[Finding], *, kernels: Sequence[CheckedKernel
         case = ET.Element("testcase", name=_xml_text(f"{kernel.name}#{launch}"), classname=_classname(job, session))
         found = by_launch.get((job, session, launch), [])
         if found:
-            _failure(case, found)
-            failures += 1
+            failures += _failure(case, found)
         elif not kernel.tools:  # (a launch known from findings alone always has findings)
             ET.SubElement(case, "skipped", message="no active sanitizer tool on this kernel")
             skipped += 1
@@ -77,8 +85,7 @@ def render_junit(findings: Sequence[Finding], *, kernels: Sequence[CheckedKernel
         cases.append(case)
     for (job, session), found in sorted(host.items()):
         case = ET.Element("testcase", name=HOST_CASE, classname=_classname(job, session))
-        _failure(case, found)
-        failures += 1
+        failures += _failure(case, found)
         cases.append(case)
 
     suites = ET.Element("testsuites")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -32,6 +32,23 @@ KINDS: Final[dict[str, str]] = {
     "sdc_replica_mismatch": ERROR,
     "internal_error": ERROR,
 }
+
+
+# A suppression rule's pattern: bounded, as everything a client sends (fnmatch turns it into a regular expression).
+Pattern = Annotated[str, msgspec.Meta(max_length=256)]
+MAX_SUPPRESSIONS = 256  # rules of one job (and of the host's file)
+
+
+class Suppression(msgspec.Struct, frozen=True, kw_only=True):
+    """A known finding, hidden with a reason: a finding matches when it is of one of ``kinds`` (none: any kind) and
+    every pattern given matches (fnmatch, case-sensitive): ``kernel`` its kernel's name, ``file`` and ``function``
+    one frame of its location or stacks (a race's accesses' included)."""
+
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+    kinds: Annotated[list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(max_length=64)] = []
+    kernel: Pattern = ""
+    file: Pattern = ""
+    function: Pattern = ""
 
 
 class Frame(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +119,8 @@ class Finding(msgspec.Struct, kw_only=True):
     replay: Replay | None = None  # sdccheck findings
     id: int = 0  # assigned by the store
     time: float = 0.0
+    suppressed: bool = False  # a suppression rule matched: stored and shown as such, never counted as found
+    suppression: str = ""  # that rule's reason
 
 
 def make_finding(kind: str, **fields: object) -> Finding:

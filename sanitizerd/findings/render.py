@@ -200,23 +200,33 @@ def _unused(group: list[Finding]) -> Iterator[str]:
 _GROUPED = {"memory_leak": _leaks, "unused_memory": _unused}
 
 
+def _suppressed(finding: Finding) -> Iterator[str]:
+    if finding.suppressed:
+        yield f"[sanitizerd] SUPPRESSED ({finding.suppression}):"
+
+
 def render_text(findings: Iterable[Finding]) -> str:
     """Reports in msSanitizer's format. Consecutive leaks (and unused blocks) of one session share a header
-    and a summary line, as msSanitizer prints them at exit."""
+    and a summary line, as msSanitizer prints them at exit. A suppressed finding (shown only when asked for)
+    follows a line that says so, with the rule's reason."""
     lines: list[str] = []
     pending: list[Finding] = []
 
     def flush() -> None:
         if pending:
+            lines.extend(_suppressed(pending[0]))
             lines.extend(_GROUPED[pending[0].kind](pending))
             pending.clear()
 
     for finding in findings:
-        if pending and (finding.kind != pending[0].kind or finding.session != pending[0].session):
+        if pending and (finding.kind, finding.session, finding.suppression) != (
+            pending[0].kind, pending[0].session, pending[0].suppression,
+        ):  # fmt: skip
             flush()
         if finding.kind in _GROUPED:
             pending.append(finding)
         else:
+            lines.extend(_suppressed(finding))
             lines.extend(_single(finding))
     flush()
     return "\n".join(lines) + ("\n" if lines else "")

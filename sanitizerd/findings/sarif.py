@@ -134,6 +134,8 @@ def _result(finding: Finding) -> dict[str, Any]:
             result["stacks"] = [{"frames": [{"location": _location(frame)} for frame in frames]}]
     if finding.count > 1:
         result["occurrenceCount"] = finding.count
+    if finding.suppressed:  # kept in the log, as SARIF means: code scanning shows it dismissed, with the reason
+        result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": finding.suppression}]
     return result
 
 

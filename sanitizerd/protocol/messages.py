@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from sanitizerd.findings.model import Finding
+from sanitizerd.findings.model import MAX_SUPPRESSIONS, Finding, Suppression
 
 PROTOCOL_VERSION = 1
 
@@ -51,6 +51,8 @@ class Config(msgspec.Struct, kw_only=True):
     log_level: Ident = "warn"
     # racecheck: accesses of one pipe more than this many instructions apart are ordered (msSanitizer: 16)
     single_pipe_distance: int = DEFAULT_SINGLE_PIPE_DISTANCE
+    # known findings, hidden with a reason (`run --suppressions FILE`); the host's file applies too
+    suppressions: Annotated[list[Suppression], msgspec.Meta(max_length=MAX_SUPPRESSIONS)] = []
 
 
 class Message(msgspec.Struct, tag_field="type", kw_only=True):
@@ -254,6 +256,7 @@ class Verdict(Message, tag="verdict"):
     checked: bool = True  # False when a filter (--kernel-name) skipped it
     lost: int = 0  # records the client lost: when not 0, the result is incomplete
     incomplete: bool = False  # records lost or not turned into events (KernelEnd.problems): not every record checked
+    suppressed: int = 0  # findings a suppression rule hid: in neither errors nor warnings
 
 
 class IpcResult(Message, tag="ipc_result"):
@@ -340,6 +343,7 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     signatures: int = 0  # sdccheck signatures received: none sent is not the same as clean
     gid: int = -1
     unstored: int = 0  # findings the store could not keep (a full disk, its size limit)
+    suppressed: int = 0  # of ``findings``, those a suppression rule hid
 
 
 class QuerySessions(Message, tag="query_sessions"):
@@ -416,6 +420,7 @@ class KernelChecked(Message, tag="kernel_checked"):
     checked: bool = True
     lost: int = 0  # records the client lost (--cache-size): the result is incomplete
     incomplete: bool = False  # records lost or not turned into events: not every record was checked
+    suppressed: int = 0  # findings a suppression rule hid: in neither errors nor warnings
 
 
 class Recorded(Message, tag="recorded"):

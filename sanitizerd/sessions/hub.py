@@ -14,7 +14,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS
 from sanitizerd.detectors.memory_budget import MemoryBudget, default_race_memory
-from sanitizerd.findings.model import Finding
+from sanitizerd.findings.model import Finding, Suppression
 from sanitizerd.findings.store import FindingsStore, Pruned, StoreUnavailable, finding_key
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
@@ -99,6 +99,8 @@ class Hub:
     metrics: Metrics
     limits: Limits = field(default_factory=Limits)
     default_config: m.Config = field(default_factory=m.Config)
+    # The host's suppression rules (the config file's ``suppressions``), applied after each job's own.
+    suppressions: tuple[Suppression, ...] = ()
     jobs: Jobs = field(init=False)
     live: dict[int, Session] = field(default_factory=dict)
     store_limiter: anyio.CapacityLimiter = field(init=False)
@@ -176,14 +178,19 @@ class Hub:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.store_limiter)
 
     async def publish(self, session: Session, findings: list[Finding]) -> None:
-        """Count, persist, then hand findings to the job's watchers."""
+        """Mark what the suppression rules hide, count, persist, then hand findings to the job's watchers."""
+        # Marked first: a resumed session's findings are known by everything but their id and time, marks included.
+        session.suppressor.mark(findings)
         if session.already_stored:
             findings = _not_stored_yet(session, findings)
         if not findings:
             return
         session.count(findings)
         for finding in findings:
-            self.metrics.findings.labels(finding.kind, finding.severity).inc()
+            if finding.suppressed:
+                self.metrics.findings_suppressed.labels(finding.kind).inc()
+            else:
+                self.metrics.findings.labels(finding.kind, finding.severity).inc()
         try:
             await self.store_call(self.store.add_findings, findings)
         except StoreUnavailable as exc:  # not the session's end: the findings still reach its client and watchers

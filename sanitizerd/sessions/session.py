@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
@@ -13,7 +14,8 @@ from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
-from sanitizerd.findings.model import ERROR, Finding
+from sanitizerd.findings.model import ERROR, Finding, Suppression
+from sanitizerd.findings.suppressions import Suppressor
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB
@@ -106,6 +108,7 @@ class KernelState:
     events: int = 0
     errors: int = 0
     warnings: int = 0
+    suppressed: int = 0
     lost: int = 0  # records the client could not keep
     pending: int = 0  # detectors still checking it
     incomplete: bool = False  # records lost or not converted: a clean verdict would not mean a clean kernel
@@ -123,8 +126,11 @@ class Session:
         max_race_events: int = DEFAULT_MAX_RACE_EVENTS,
         race_memory: MemoryAccount | None = None,
         max_live_allocations: int = MAX_LIVE_ALLOCATIONS,
+        host_suppressions: Sequence[Suppression] = (),
     ) -> None:
         self.id = ident
+        # The job's rules, then the host's: the first that matches gives its reason.
+        self.suppressor = Suppressor([*config.suppressions, *host_suppressions])
         self.max_live_allocations = max_live_allocations
         self.ipc = ipc if ipc is not None else IpcTable()
         # Frees of this session's IPC mappings that another session's destroy caused, applied in order
@@ -154,6 +160,7 @@ class Session:
         # not stored again (counted as a multiset: the same finding may occur twice).
         self.already_stored: Counter[bytes] = Counter()
         self.warnings = 0
+        self.suppressed = 0  # findings a suppression rule hid: neither errors nor warnings
         self.end_reason = ""
         self.unstored = 0  # findings the store could not keep
         self.location_bytes = 0
@@ -185,9 +192,10 @@ class Session:
             started=self.started,
             kernels=self.kernels_seen,
             events=self.events,
-            findings=self.errors + self.warnings,
+            findings=self.errors + self.warnings + self.suppressed,
             signatures=self.signatures,
             unstored=self.unstored,
+            suppressed=self.suppressed,
         )
 
     # --- messages ----------------------------------------------------------------------------------------------
@@ -395,17 +403,20 @@ class Session:
     # --- detector results --------------------------------------------------------------------------------------
 
     def count(self, findings: list[Finding]) -> None:
-        errors = sum(1 for f in findings if f.severity == ERROR)
+        """Count findings (marked by the suppression rules first): a suppressed one is neither error nor warning."""
+        errors, warnings, suppressed = _tally(findings)
         self.errors += errors
-        self.warnings += len(findings) - errors
+        self.warnings += warnings
+        self.suppressed += suppressed
 
     def kernel_checked(self, kernel: int, findings: list[Finding]) -> Answer | None:
         """One detector finished a kernel; the verdict (for the client) and the report (for the job's watchers)
         once the last one has."""
         state = self.kernels[kernel]
-        errors = sum(1 for f in findings if f.severity == ERROR)
+        errors, warnings, suppressed = _tally(findings)
         state.errors += errors
-        state.warnings += len(findings) - errors
+        state.warnings += warnings
+        state.suppressed += suppressed
         state.pending -= 1
         if state.pending:
             return None
@@ -422,6 +433,7 @@ class Session:
             checked=state.checked,
             lost=state.lost,
             incomplete=state.incomplete or state.lost > 0,
+            suppressed=state.suppressed,
         )
         tools = [d.name for d in self.detectors] if state.checked else []
         report = m.KernelChecked(
@@ -435,8 +447,16 @@ class Session:
             checked=state.checked,
             lost=state.lost,
             incomplete=state.incomplete or state.lost > 0,
+            suppressed=state.suppressed,
         )
         return Answer(verdict, report)
+
+
+def _tally(findings: list[Finding]) -> tuple[int, int, int]:
+    """(errors, warnings, suppressed) of findings already marked."""
+    suppressed = sum(1 for f in findings if f.suppressed)
+    errors = sum(1 for f in findings if f.severity == ERROR and not f.suppressed)
+    return errors, len(findings) - errors - suppressed, suppressed
 
 
 def _location_size(location: m.Location) -> int:
