@@ -33,6 +33,10 @@ Top-level settings (fixed at start-up; the command line's ``--socket``, ``--stat
     are served; port 1 to 65535.
 ``log_level``
     ``debug``, ``info``, ``warning`` or ``error``; reloaded on SIGHUP.
+``store``
+    a PostgreSQL URL (``postgresql://user@host/db``): findings and sessions go there instead of the SQLite file
+    under ``state_dir``, one database for many hosts' daemons (docs/fleet-store.md); fixed at
+    start-up; ``--store`` wins.
 ``suppressions``
     a suppression file (``sanitizerd/findings/suppressions.py``): the host's known findings, hidden with a reason
     in every job, after the job's own rules (``run --suppressions``); read again on SIGHUP (sessions that start
@@ -280,6 +284,7 @@ def _file_struct() -> type[msgspec.Struct]:
         ("metrics_addr", str),
         ("log_level", Literal[LOG_LEVELS]),  # type: ignore[valid-type]
         ("suppressions", Annotated[str, msgspec.Meta(min_length=1)]),
+        ("store", Annotated[str, msgspec.Meta(pattern=r"^postgres(ql)?://")]),
         ("limits", _struct("LimitsFile", limit_fields)),
     ]
     return _struct("ConfigFile", top)

@@ -36,7 +36,7 @@ from sanitizerd.compat_socket import (
     CompatStream,
 )
 from sanitizerd.findings.model import Suppression
-from sanitizerd.findings.store import FindingsStore, StoreUnavailable
+from sanitizerd.findings.store import FindingsStore, Store, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
@@ -93,6 +93,7 @@ class DaemonSettings:
     # worker processes (sanitizerd/workers).
     workers: int = 1
     suppressions: tuple[Suppression, ...] = ()  # the host's rules, from the config file's ``suppressions``
+    store: str = ""  # a PostgreSQL URL (``--store``): one database for many hosts' daemons; "": SQLite
 
 
 class StartupError(Exception):
@@ -111,9 +112,17 @@ def _starting(what: str, step: Callable[..., T], *args: object) -> T:
 MIN_FREE_BYTES = 1 << 20
 
 
-def open_store(state_dir: Path, *, max_bytes: int = 0) -> FindingsStore:
+def open_store(state_dir: Path, *, max_bytes: int = 0, url: str = "") -> Store:
     """The findings store, or StartupError saying why the state directory cannot hold it (missing and not
-    creatable, read-only, full, or a database SQLite cannot open)."""
+    creatable, read-only, full, or a database SQLite cannot open). ``url``: a PostgreSQL database instead, shared
+    with other hosts' daemons (the state directory still names this daemon's sessions in it)."""
+    if url:
+        from sanitizerd.findings.postgres import PostgresStore, daemon_identity
+
+        try:
+            return PostgresStore(url, daemon=daemon_identity(state_dir), max_bytes=max_bytes)
+        except StoreUnavailable as exc:
+            raise StartupError(f"the findings store: {exc}") from None
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         usage = os.statvfs(state_dir)
@@ -170,7 +179,7 @@ class Daemon:
         if not activated:
             discovery.secure_private_socket_directory(settings.socket_path)
             _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
-        store = open_store(settings.state_dir, max_bytes=limits.max_store_size)
+        store = open_store(settings.state_dir, max_bytes=limits.max_store_size, url=settings.store)
         hub = self._open_hub(store, limits)
         await hub.retain()
         ready = anyio.Event()
@@ -225,14 +234,14 @@ class Daemon:
             store.close()
             log.info("stopped")
 
-    def _open_hub(self, store: FindingsStore, limits: Limits) -> Hub:
+    def _open_hub(self, store: Store, limits: Limits) -> Hub:
         """The hub over ``store``, with the jobs the last daemon served kept for their owners and the sessions it
         left open closed."""
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits, suppressions=self.settings.suppressions)
         # The jobs the last daemon served stay their owners' while their clients come back to resume them.
         try:
             hub.jobs.keep_owners(store.recent_job_owners(since=time.time() - RESUME_WINDOW), RESUME_WINDOW)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StoreUnavailable) as exc:
             log.error("the last daemon's job owners could not be read", detail=str(exc))
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
@@ -244,13 +253,13 @@ class Daemon:
                 log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
         return hub
 
-    def _close_abandoned(self, store: FindingsStore) -> int:
+    def _close_abandoned(self, store: Store) -> int:
         return store.close_abandoned()
 
     async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
         """What else serves clients besides this process's own handlers (the listener's worker processes)."""
 
-    def _instrument(self, hub: Hub, store: FindingsStore, ready: anyio.Event) -> None:
+    def _instrument(self, hub: Hub, store: Store, ready: anyio.Event) -> None:
         self.metrics.read_at_scrape(
             queued=hub.queued,
             jobs_live=hub.jobs_live,

@@ -61,6 +61,12 @@ def _workers(text: str) -> int:
     return count
 
 
+def _store_url(text: str) -> str:
+    if not text.startswith(("postgresql://", "postgres://")):
+        raise ValueError(f"a store is a PostgreSQL URL (postgresql://user@host/db); got {text!r}")
+    return text
+
+
 def _metrics_address(text: str) -> str:
     metrics_address(text)
     return text
@@ -72,6 +78,11 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         "--socket", type=_argument_type(_socket_path), default=None, help=f"Unix socket path [{default_socket_path()}]"
     )
     serve.add_argument("--state-dir", type=Path, default=None, help=f"findings database [{default_state_dir()}]")
+    serve.add_argument(
+        "--store", type=_argument_type(_store_url), default=None, metavar="URL",
+        help="keep findings in this PostgreSQL database (postgresql://user@host/db), shared by many hosts' daemons, "
+        "instead of the SQLite file under --state-dir",
+    )  # fmt: skip
     serve.add_argument(
         "--metrics-addr", type=_argument_type(_metrics_address), metavar="HOST:PORT",
         help="serve Prometheus /metrics, /healthz and /readyz here ([::1]:PORT for IPv6)",
@@ -165,6 +176,11 @@ def _finding_filters(query: argparse.ArgumentParser) -> None:
         help="only findings stored since WHEN: an age (90s, 10m, 2h, 1d), an ISO 8601 time or epoch seconds",
     )  # fmt: skip
     query.add_argument(
+        "--store", type=_argument_type(_store_url), default=None, metavar="URL",
+        help="read a PostgreSQL store (postgresql://you@host/db) instead of asking a daemon: every host's daemons "
+        "that write there, what the database lets your role read",
+    )  # fmt: skip
+    query.add_argument(
         "--show-suppressed", action="store_true",
         help="text and JUnit: also the findings a suppression rule hid, each under its reason (JSON and SARIF "
         "always carry them, marked)",
@@ -213,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             log_level=log_level,
             workers=args.workers or default_workers(),
             suppressions=file.suppressions,
+            store=args.store or str(file.top.get("store", "")),
         )
         return run_daemon(settings)
     if args.command == "replay":
@@ -249,5 +266,7 @@ def _findings(query: ModuleType, args: argparse.Namespace, socket: str | None) -
             print("sanitizerd findings: error: --follow prints text or JSON lines (--format text|json)",
                   file=sys.stderr)  # fmt: skip
             return 2
-        return int(query.follow(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed))
-    return int(query.findings(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed))
+        return int(query.follow(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed,
+                                store=args.store or ""))  # fmt: skip
+    return int(query.findings(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed,
+                              store=args.store or ""))  # fmt: skip

@@ -6,9 +6,10 @@ import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -16,13 +17,54 @@ from client_shim.transport import ClientError
 from sanitizerd import __version__
 from sanitizerd.cli.control import ControlClient
 from sanitizerd.findings.junit import render_junit
-from sanitizerd.findings.model import KINDS, Finding
+from sanitizerd.findings.model import KINDS, Finding, kinds_named
 from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
+from sanitizerd.findings.store import StoreUnavailable
 from sanitizerd.protocol import ProtocolError
 from sanitizerd.protocol import messages as m
 
 M = TypeVar("M", bound=m.Message)
+
+
+class FindingSource(Protocol):
+    def request(self, message: m.Message) -> m.Message: ...
+
+
+class StoreReader:
+    """Findings straight from a PostgreSQL store (``--store URL``), asked as a daemon is asked: what the database
+    lets this role read (its row-level security: a user's own uids) from every daemon that writes there."""
+
+    def __init__(self, url: str) -> None:
+        from sanitizerd.findings.postgres import PostgresStore
+
+        self.store = PostgresStore(url, migrate=False)
+
+    def request(self, message: m.Message) -> m.Message:
+        assert isinstance(message, m.QueryFindings)
+        if message.newest:
+            return m.Findings(findings=[], next=self.store.newest_finding())
+        page = self.store.findings_page(
+            job=message.job, session=message.session, after=message.after,
+            kinds=kinds_named(message.kinds, message.severity), since=message.since,
+        )  # fmt: skip
+        return m.Findings(findings=page.findings, next=page.next)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+@contextmanager
+def _source(socket: str | None, store: str) -> Iterator[FindingSource]:
+    if store:
+        reader = StoreReader(store)
+        try:
+            yield reader
+        finally:
+            reader.close()
+    else:
+        with ControlClient(socket) as control:
+            yield control
 
 
 def _ask(socket: str | None, query: m.Message, answer: type[M]) -> M | None:
@@ -31,17 +73,18 @@ def _ask(socket: str | None, query: m.Message, answer: type[M]) -> M | None:
     return next(replies, None)
 
 
-def _ask_pages(socket: str | None, queries: Iterable[m.Message], answer: type[M]) -> Iterator[M]:
-    """Each question's answer in turn, on one connection. A refusal, a lost connection or a reply this client
-    cannot read ends it, said on stderr (the daemon's own words for a refusal), never a traceback."""
+def _ask_pages(socket: str | None, queries: Iterable[m.Message], answer: type[M], *, store: str = "") -> Iterator[M]:
+    """Each question's answer in turn, on one connection (to the daemon, or to ``store``). A refusal, a lost
+    connection or a reply this client cannot read ends it, said on stderr (the daemon's own words for a refusal),
+    never a traceback."""
     try:
-        with ControlClient(socket) as control:
+        with _source(socket, store) as source:
             for query in queries:
-                reply = control.request(query)
+                reply = source.request(query)
                 if not isinstance(reply, answer):
                     raise ClientError(f"sanitizerd answered {type(reply).__name__} to {type(query).__name__}")
                 yield reply
-    except (ClientError, ProtocolError) as exc:
+    except (ClientError, ProtocolError, StoreUnavailable) as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
     except TimeoutError:
         print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
@@ -73,7 +116,9 @@ def shown(found: list[Finding], fmt: str, show_suppressed: bool) -> list[Finding
     return [f for f in found if not f.suppressed]
 
 
-def findings(socket: str | None, *, selected: FindingFilter, fmt: str, show_suppressed: bool = False) -> int:
+def findings(
+    socket: str | None, *, selected: FindingFilter, fmt: str, show_suppressed: bool = False, store: str = ""
+) -> int:
     """Every finding the query names, asked for a page at a time (a reply stays far below the frame limit)."""
     pages: list[m.Findings] = []
 
@@ -82,7 +127,7 @@ def findings(socket: str | None, *, selected: FindingFilter, fmt: str, show_supp
         while pages[-1].next:
             yield selected.query(after=pages[-1].next)
 
-    for page in _ask_pages(socket, queries(), m.Findings):
+    for page in _ask_pages(socket, queries(), m.Findings, store=store):
         pages.append(page)
     if not pages or pages[-1].next:
         return 1  # the reason is on stderr
@@ -133,13 +178,19 @@ FOLLOW_POLL = 0.2  # seconds between a follower's queries when nothing new was s
 
 
 def follow(
-    socket: str | None, *, selected: FindingFilter, fmt: str, show_suppressed: bool = False, poll: float = FOLLOW_POLL
+    socket: str | None,
+    *,
+    selected: FindingFilter,
+    fmt: str,
+    show_suppressed: bool = False,
+    poll: float = FOLLOW_POLL,
+    store: str = "",
 ) -> int:
     """New findings as they are stored, until interrupted: text, or one JSON object a line. Without ``since``
     it starts after the newest finding stored so far; with it, at the first stored since then."""
     feed = TextFeed()
     try:
-        with ControlClient(socket) as control:
+        with _source(socket, store) as control:
             cursor = 0
             if not selected.since:
                 start = control.request(m.QueryFindings(newest=True))
@@ -164,7 +215,7 @@ def follow(
                     time.sleep(poll)
     except KeyboardInterrupt:
         return 0
-    except (ClientError, ProtocolError, OSError) as exc:
+    except (ClientError, ProtocolError, StoreUnavailable, OSError) as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
     except TimeoutError:
         print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)

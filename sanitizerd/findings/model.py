@@ -126,3 +126,13 @@ class Finding(msgspec.Struct, kw_only=True):
 def make_finding(kind: str, **fields: object) -> Finding:
     """A finding of a known kind with its severity filled in."""
     return Finding(kind=kind, severity=KINDS[kind], **fields)  # type: ignore[arg-type]
+
+
+def kinds_named(kinds: list[str], severity: str) -> set[str] | None:
+    """The finding kinds a query selects: those it names (none: every kind) of at least ``severity``; None: any."""
+    if not kinds and severity in ("", WARNING):
+        return None
+    selected = set(kinds) if kinds else set(KINDS)
+    if severity == ERROR:
+        selected = {kind for kind in selected if KINDS.get(kind) == ERROR}
+    return selected

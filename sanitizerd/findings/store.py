@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 
@@ -421,6 +422,43 @@ class FindingsStore:
                 self._db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
+
+
+class Store(Protocol):
+    """What the daemon asks of its store: ``FindingsStore`` (this module's SQLite file) or
+    ``postgres.PostgresStore`` (one database for many hosts), the same methods over the same tables."""
+
+    path: Path
+    max_bytes: int
+
+    def close(self) -> None: ...
+    def open_session(self, job: str, *, pid: int = 0, uid: int = -1) -> int: ...
+    def session(self, ident: int) -> SessionInfo | None: ...
+    def reopen_session(self, ident: int) -> None: ...
+    def close_session(self, info: SessionInfo) -> None: ...
+    def recent_job_owners(self, since: float) -> list[tuple[str, int]]: ...
+    def close_abandoned(
+        self, reason: str = CRASH_END_REASON, *, mine: Callable[[str, int], bool] | None = None
+    ) -> int: ...
+    def ended_sessions(self, limit: int = 1000, *, uid: int | None = None) -> list[SessionInfo]: ...
+    def owners(self, *, job: str = "", session: int = 0) -> set[int]: ...
+    def finding_keys(self, session: int) -> list[bytes]: ...
+    def add_findings(self, findings: list[Finding]) -> None: ...
+    def findings_page(
+        self,
+        *,
+        job: str = "",
+        session: int = 0,
+        uid: int | None = None,
+        after: int = 0,
+        limit: int = FINDINGS_PAGE_COUNT,
+        max_bytes: int = FINDINGS_PAGE_BYTES,
+        kinds: Collection[str] | None = None,
+        since: float = 0.0,
+    ) -> FindingsPage: ...
+    def newest_finding(self, *, uid: int | None = None) -> int: ...
+    def file_bytes(self) -> int: ...
+    def prune(self, *, max_age: float = 0.0, now: float | None = None) -> Pruned: ...
 
 
 def _where(

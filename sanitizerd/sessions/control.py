@@ -20,7 +20,7 @@ import anyio.abc
 import anyio.lowlevel
 import structlog
 
-from sanitizerd.findings.model import ERROR, KINDS, WARNING
+from sanitizerd.findings.model import kinds_named
 from sanitizerd.findings.store import FINDINGS_PAGE_COUNT, FindingsPage
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
@@ -41,16 +41,6 @@ def compat_layouts() -> frozenset[str]:
     from sanitizerd.compat import wire  # the compat package is loaded only by a daemon asked for a compat socket
 
     return frozenset(wire.LAYOUTS)
-
-
-def kinds_named(kinds: list[str], severity: str) -> set[str] | None:
-    """The finding kinds a query selects: those it names (none: every kind) of at least ``severity``; None: any."""
-    if not kinds and severity in ("", WARNING):
-        return None
-    selected = set(kinds) if kinds else set(KINDS)
-    if severity == ERROR:
-        selected = {kind for kind in selected if KINDS.get(kind) == ERROR}
-    return selected
 
 
 async def serve_control(

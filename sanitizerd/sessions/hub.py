@@ -15,7 +15,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS
 from sanitizerd.detectors.memory_budget import MemoryBudget, default_race_memory
 from sanitizerd.findings.model import Finding, Suppression
-from sanitizerd.findings.store import FindingsStore, Pruned, StoreUnavailable, finding_key
+from sanitizerd.findings.store import Pruned, Store, StoreUnavailable, finding_key
 from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
@@ -95,7 +95,7 @@ class Limits:
 
 @dataclass(slots=True)
 class Hub:
-    store: FindingsStore
+    store: Store
     metrics: Metrics
     limits: Limits = field(default_factory=Limits)
     default_config: m.Config = field(default_factory=m.Config)

@@ -26,7 +26,7 @@ from prometheus_client import generate_latest
 from sanitizerd import __version__, allocator, fds, logs
 from sanitizerd.compat_socket import CompatSockets
 from sanitizerd.daemon import Daemon, DaemonSettings, _peer_credentials, open_store
-from sanitizerd.findings.store import FindingsStore
+from sanitizerd.findings.store import Store
 from sanitizerd.protocol import Connection, Role
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.control import serve_control
@@ -72,7 +72,7 @@ class WorkerDaemon(Daemon):
         fitted = super()._fitted(limits)
         return dataclasses.replace(fitted, race_memory=fitted.race_memory // self.settings.workers)
 
-    def _close_abandoned(self, store: FindingsStore) -> int:
+    def _close_abandoned(self, store: Store) -> int:
         """The sessions of this worker's jobs a worker that died left open (at the daemon's start: all of its jobs'
         that a daemon that died left open). The other workers' are theirs, live or not."""
         count = self.settings.workers
@@ -82,7 +82,7 @@ class WorkerDaemon(Daemon):
         settings = self.settings
         self.nofile = fds.raise_nofile()
         limits = self._fitted(settings.limits)
-        store = open_store(settings.state_dir, max_bytes=limits.max_store_size)
+        store = open_store(settings.state_dir, max_bytes=limits.max_store_size, url=settings.store)
         hub = self._open_hub(store, limits)
         hub.live_elsewhere = self._live_elsewhere
         ready = anyio.Event()
