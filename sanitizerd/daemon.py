@@ -117,8 +117,10 @@ def open_store(state_dir: Path, *, max_bytes: int = 0, url: str = "") -> Store:
     creatable, read-only, full, or a database SQLite cannot open). ``url``: a PostgreSQL database instead, shared
     with other hosts' daemons (the state directory still names this daemon's sessions in it)."""
     if url:
-        from sanitizerd.findings.postgres import PostgresStore, daemon_identity
-
+        try:
+            from sanitizerd.findings.postgres import PostgresStore, daemon_identity
+        except ImportError as exc:
+            raise StartupError(str(exc)) from None
         try:
             return PostgresStore(url, daemon=daemon_identity(state_dir), max_bytes=max_bytes)
         except StoreUnavailable as exc:

@@ -84,7 +84,7 @@ def _ask_pages(socket: str | None, queries: Iterable[m.Message], answer: type[M]
                 if not isinstance(reply, answer):
                     raise ClientError(f"sanitizerd answered {type(reply).__name__} to {type(query).__name__}")
                 yield reply
-    except (ClientError, ProtocolError, StoreUnavailable) as exc:
+    except (ClientError, ProtocolError, StoreUnavailable, ImportError) as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
     except TimeoutError:
         print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
@@ -215,7 +215,7 @@ def follow(
                     time.sleep(poll)
     except KeyboardInterrupt:
         return 0
-    except (ClientError, ProtocolError, StoreUnavailable, OSError) as exc:
+    except (ClientError, ProtocolError, StoreUnavailable, ImportError, OSError) as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
     except TimeoutError:
         print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
