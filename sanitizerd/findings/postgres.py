@@ -22,7 +22,7 @@ import pwd
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -37,16 +37,12 @@ from sanitizerd.findings.model import Finding
 from sanitizerd.findings.store import (
     _PRUNE_BATCH,
     CRASH_END_REASON,
-    FINDINGS_PAGE_BYTES,
-    FINDINGS_PAGE_COUNT,
-    FindingsPage,
     Pruned,
+    Store,
     StoreUnavailable,
     _encode,
-    _finding_decoder,
     _info_decoder,
     _where,
-    finding_key,
 )
 from sanitizerd.protocol.messages import SessionInfo
 
@@ -76,7 +72,7 @@ def migrations() -> list[tuple[int, str]]:
     return found
 
 
-class PostgresStore:
+class PostgresStore(Store):
     def __init__(self, url: str, *, daemon: str = "", max_bytes: int = 0, migrate: bool = True) -> None:
         """``migrate``: bring the schema up to date first (a daemon); a reader (``findings --store``) does not, and
         needs no right but to select."""
@@ -209,9 +205,6 @@ class PostgresStore:
 
     # --- findings ---------------------------------------------------------------------------------------------
 
-    def finding_keys(self, session: int) -> list[bytes]:
-        return [finding_key(f) for f in self.findings(session=session, limit=1 << 62)]
-
     def add_findings(self, findings: list[Finding]) -> None:
         now = time.time()
         for finding in findings:
@@ -238,50 +231,11 @@ class PostgresStore:
                 finding.id = 0
             raise
 
-    def findings(
-        self,
-        *,
-        job: str = "",
-        session: int = 0,
-        uid: int | None = None,
-        limit: int = 100_000,
-        kinds: Collection[str] | None = None,
-        since: float = 0.0,
-    ) -> list[Finding]:
-        return self.findings_page(
-            job=job, session=session, uid=uid, limit=limit, max_bytes=1 << 62, kinds=kinds, since=since
-        ).findings
-
-    def findings_page(
-        self,
-        *,
-        job: str = "",
-        session: int = 0,
-        uid: int | None = None,
-        after: int = 0,
-        limit: int = FINDINGS_PAGE_COUNT,
-        max_bytes: int = FINDINGS_PAGE_BYTES,
-        kinds: Collection[str] | None = None,
-        since: float = 0.0,
-    ) -> FindingsPage:
-        """As the SQLite store's: a page in id order, at most ``limit`` findings and about ``max_bytes``."""
-        if kinds is not None and not kinds:
-            return FindingsPage([], 0)
-        where, args = _where(job=job, session=session, uid=uid, after=after, kinds=kinds, since=since)
-        found: list[Finding] = []
-        size = 0
-        # One row more than the page holds tells whether another page follows, without a cursor left open.
-        query = _sql(f"SELECT id, body FROM findings{where} ORDER BY id LIMIT %s")
+    def _page_rows(self, where: str, args: list[object], count: int) -> list[tuple[int, bytes]]:
         with self._using() as db:
-            rows = db.execute(query, (*args, min(limit, 1 << 62) + 1)).fetchall()
-        for ident, body in rows:
-            if len(found) == limit or (found and size + len(body) > max_bytes):
-                return FindingsPage(found, found[-1].id)
-            finding = _finding_decoder.decode(bytes(body))
-            finding.id = ident
-            found.append(finding)
-            size += len(body)
-        return FindingsPage(found, 0)
+            return db.execute(
+                _sql(f"SELECT id, body FROM findings{where} ORDER BY id LIMIT ?"), (*args, count)
+            ).fetchall()
 
     def newest_finding(self, *, uid: int | None = None) -> int:
         where, args = _where(uid=uid)

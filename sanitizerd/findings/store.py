@@ -14,10 +14,10 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import msgspec
 
@@ -97,7 +97,101 @@ def _unavailable(exc: sqlite3.Error, doing: str) -> StoreUnavailable:
     return StoreUnavailable(f"cannot {doing}: {what}", full=full)
 
 
-class FindingsStore:
+class Store(ABC):
+    """What the daemon asks of its store: ``FindingsStore`` (this module's SQLite file) or
+    ``postgres.PostgresStore`` (one database for many hosts): the same methods over the same tables, and the queries
+    both answer alike here."""
+
+    path: Path
+    max_bytes: int
+
+    @abstractmethod
+    def close(self) -> None: ...
+    @abstractmethod
+    def open_session(self, job: str, *, pid: int = 0, uid: int = -1) -> int: ...
+    @abstractmethod
+    def session(self, ident: int) -> SessionInfo | None: ...
+    @abstractmethod
+    def reopen_session(self, ident: int) -> None: ...
+    @abstractmethod
+    def close_session(self, info: SessionInfo) -> None: ...
+    @abstractmethod
+    def recent_job_owners(self, since: float) -> list[tuple[str, int]]: ...
+    @abstractmethod
+    def close_abandoned(self, reason: str = ..., *, mine: Callable[[str, int], bool] | None = None) -> int: ...
+    @abstractmethod
+    def ended_sessions(self, limit: int = 1000, *, uid: int | None = None) -> list[SessionInfo]: ...
+    @abstractmethod
+    def owners(self, *, job: str = "", session: int = 0) -> set[int]: ...
+    @abstractmethod
+    def add_findings(self, findings: list[Finding]) -> None: ...
+    @abstractmethod
+    def newest_finding(self, *, uid: int | None = None) -> int: ...
+    @abstractmethod
+    def file_bytes(self) -> int: ...
+    @abstractmethod
+    def prune(self, *, max_age: float = 0.0, now: float | None = None) -> Pruned: ...
+
+    @abstractmethod
+    def _page_rows(self, where: str, args: list[object], count: int) -> Iterable[tuple[int, bytes]]:
+        """(id, body) of the findings ``where`` selects, in id order, at most ``count``."""
+
+    def findings_page(
+        self,
+        *,
+        job: str = "",
+        session: int = 0,
+        uid: int | None = None,
+        after: int = 0,
+        limit: int = FINDINGS_PAGE_COUNT,
+        max_bytes: int = FINDINGS_PAGE_BYTES,
+        kinds: Collection[str] | None = None,
+        since: float = 0.0,
+    ) -> FindingsPage:
+        """Findings with ids above ``after``, in id order: at most ``limit`` of them and about ``max_bytes``
+        (always at least one), and where the next page starts. ``kinds``: only these (None: any kind; empty: none);
+        ``since``: only those stored at or after this time."""
+        if kinds is not None and not kinds:
+            return FindingsPage([], 0)
+        where, args = _where(job=job, session=session, uid=uid, after=after, kinds=kinds, since=since)
+        # One row more than the page holds tells whether another page follows, with no cursor left open.
+        return paged(self._page_rows(where, args, min(limit, 1 << 62) + 1), limit, max_bytes)
+
+    def findings(
+        self,
+        *,
+        job: str = "",
+        session: int = 0,
+        uid: int | None = None,
+        limit: int = 100_000,
+        kinds: Collection[str] | None = None,
+        since: float = 0.0,
+    ) -> list[Finding]:
+        return self.findings_page(
+            job=job, session=session, uid=uid, limit=limit, max_bytes=1 << 62, kinds=kinds, since=since
+        ).findings
+
+    def finding_keys(self, session: int) -> list[bytes]:
+        """What identifies each finding stored for a session (all but its id and time)."""
+        return [finding_key(f) for f in self.findings(session=session, limit=1 << 62)]
+
+
+def paged(rows: Iterable[tuple[int, bytes]], limit: int, max_bytes: int) -> FindingsPage:
+    """Rows (id, body) in id order as a page: at most ``limit`` findings and about ``max_bytes`` (always at least
+    one), and where the next page starts (0: none follows)."""
+    found: list[Finding] = []
+    size = 0
+    for ident, body in rows:
+        if len(found) == limit or (found and size + len(body) > max_bytes):
+            return FindingsPage(found, found[-1].id)
+        finding = _finding_decoder.decode(bytes(body))
+        finding.id = ident
+        found.append(finding)
+        size += len(body)
+    return FindingsPage(found, 0)
+
+
+class FindingsStore(Store):
     def __init__(self, path: Path, *, max_bytes: int = 0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
@@ -251,10 +345,6 @@ class FindingsStore:
 
     # --- findings ---------------------------------------------------------------------------------------------
 
-    def finding_keys(self, session: int) -> list[bytes]:
-        """What identifies each finding stored for a session (all but its id and time)."""
-        return [finding_key(f) for f in self.findings(session=session, limit=1 << 62)]
-
     def add_findings(self, findings: list[Finding]) -> None:
         """Store findings, filling in their ids and times; each row takes its uid from its session. All or none
         are stored: StoreUnavailable says why none were."""
@@ -291,50 +381,11 @@ class FindingsStore:
                 self._rollback()
                 raise
 
-    def findings(
-        self,
-        *,
-        job: str = "",
-        session: int = 0,
-        uid: int | None = None,
-        limit: int = 100_000,
-        kinds: Collection[str] | None = None,
-        since: float = 0.0,
-    ) -> list[Finding]:
-        return self.findings_page(
-            job=job, session=session, uid=uid, limit=limit, max_bytes=1 << 62, kinds=kinds, since=since
-        ).findings
-
-    def findings_page(
-        self,
-        *,
-        job: str = "",
-        session: int = 0,
-        uid: int | None = None,
-        after: int = 0,
-        limit: int = FINDINGS_PAGE_COUNT,
-        max_bytes: int = FINDINGS_PAGE_BYTES,
-        kinds: Collection[str] | None = None,
-        since: float = 0.0,
-    ) -> FindingsPage:
-        """Findings with ids above ``after``, in id order: at most ``limit`` of them and about ``max_bytes``
-        (always at least one), and where the next page starts. ``kinds``: only these (None: any kind; empty: none);
-        ``since``: only those stored at or after this time."""
-        if kinds is not None and not kinds:
-            return FindingsPage([], 0)
-        where, args = _where(job=job, session=session, uid=uid, after=after, kinds=kinds, since=since)
-        found: list[Finding] = []
-        size = 0
+    def _page_rows(self, where: str, args: list[object], count: int) -> list[tuple[int, bytes]]:
         with self._lock:
-            rows = self._db.execute(f"SELECT id, body FROM findings{where} ORDER BY id", args)
-            for ident, body in rows:
-                if len(found) == limit or (found and size + len(body) > max_bytes):
-                    return FindingsPage(found, found[-1].id)
-                finding = _finding_decoder.decode(body)
-                finding.id = ident
-                found.append(finding)
-                size += len(body)
-        return FindingsPage(found, 0)
+            return self._db.execute(
+                f"SELECT id, body FROM findings{where} ORDER BY id LIMIT ?", (*args, count)
+            ).fetchall()
 
     def newest_finding(self, *, uid: int | None = None) -> int:
         """The id of the newest finding (of one uid, or of any when ``uid`` is None); 0 when there is none. One
@@ -422,43 +473,6 @@ class FindingsStore:
                 self._db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-
-
-class Store(Protocol):
-    """What the daemon asks of its store: ``FindingsStore`` (this module's SQLite file) or
-    ``postgres.PostgresStore`` (one database for many hosts), the same methods over the same tables."""
-
-    path: Path
-    max_bytes: int
-
-    def close(self) -> None: ...
-    def open_session(self, job: str, *, pid: int = 0, uid: int = -1) -> int: ...
-    def session(self, ident: int) -> SessionInfo | None: ...
-    def reopen_session(self, ident: int) -> None: ...
-    def close_session(self, info: SessionInfo) -> None: ...
-    def recent_job_owners(self, since: float) -> list[tuple[str, int]]: ...
-    def close_abandoned(
-        self, reason: str = CRASH_END_REASON, *, mine: Callable[[str, int], bool] | None = None
-    ) -> int: ...
-    def ended_sessions(self, limit: int = 1000, *, uid: int | None = None) -> list[SessionInfo]: ...
-    def owners(self, *, job: str = "", session: int = 0) -> set[int]: ...
-    def finding_keys(self, session: int) -> list[bytes]: ...
-    def add_findings(self, findings: list[Finding]) -> None: ...
-    def findings_page(
-        self,
-        *,
-        job: str = "",
-        session: int = 0,
-        uid: int | None = None,
-        after: int = 0,
-        limit: int = FINDINGS_PAGE_COUNT,
-        max_bytes: int = FINDINGS_PAGE_BYTES,
-        kinds: Collection[str] | None = None,
-        since: float = 0.0,
-    ) -> FindingsPage: ...
-    def newest_finding(self, *, uid: int | None = None) -> int: ...
-    def file_bytes(self) -> int: ...
-    def prune(self, *, max_age: float = 0.0, now: float | None = None) -> Pruned: ...
 
 
 def _where(
