@@ -496,7 +496,7 @@ class TestLeaks:
             ("memory_leak", 0x40000, 103, 57),
             ("memory_leak", 0x20000, 101, 59),
         ]
-        assert all(f.severity == "warning" and f.kernel is None for f in findings)
+        assert all(f.severity == "error" and f.kernel is None for f in findings)  # printed as ERROR: LeakCheck
 
     def test_leak_keeps_allocation_site_and_module(self) -> None:
         """A leak names the allocation's location and its module."""
