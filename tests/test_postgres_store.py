@@ -103,6 +103,20 @@ class TestPostgres:
             store.add_findings([finding("j", 3, 0x10)])
         store.close()
 
+    def test_a_lost_connection_is_one_refused_call_then_opened_again(
+        self, postgres: PostgresServer, database: str  # noqa: F811
+    ) -> None:
+        """The server ends the store's connection (a restart, an administrator): the call that finds it gone fails
+        as StoreUnavailable, which the daemon counts as unstored; the next opens a new connection."""
+        store = PostgresStore(postgres.url(database), daemon="d")
+        session = store.open_session("j", uid=0)
+        postgres.sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'")
+        with pytest.raises(StoreUnavailable, match="cannot store 1 finding"):
+            store.add_findings([finding("j", session, 0x10)])
+        store.add_findings([finding("j", session, 0x20)])
+        assert [f.address for f in store.findings()] == [0x20]
+        store.close()
+
     def test_a_server_that_is_not_there_is_one_line_at_start(self, short_dir: Path) -> None:
         url = f"postgresql://sanitizerd@/findings?host={short_dir}&port=1"
         result = sanitizerd("serve", "--socket", str(short_dir / "s.sock"), "--state-dir", str(short_dir / "state"),
