@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
-from sanitizerd import __version__, config
+from sanitizerd import __version__, api, config
 from sanitizerd.config import DEFAULT_CONFIG_PATH
 from sanitizerd.daemon import DaemonSettings, default_socket_path, default_state_dir
 from sanitizerd.metrics_server import metrics_address
@@ -258,7 +258,7 @@ def _findings(query: ModuleType, args: argparse.Namespace, socket: str | None) -
     except ValueError as exc:
         print(f"sanitizerd findings: error: {exc}", file=sys.stderr)
         return 2
-    selected = query.FindingFilter(
+    selected = api.FindingFilter(
         job=args.job, session=args.session, kinds=kinds, severity=args.severity, since=args.since
     )
     if args.follow:

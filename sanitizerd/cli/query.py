@@ -5,106 +5,36 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import msgspec
 
-from client_shim.transport import ClientError
-from sanitizerd import __version__
-from sanitizerd.cli.control import ControlClient
+from sanitizerd import __version__, api
+from sanitizerd.api import FindingFilter, SanitizerdError, source
 from sanitizerd.findings.junit import render_junit
-from sanitizerd.findings.model import KINDS, Finding, kinds_named
+from sanitizerd.findings.model import KINDS, Finding
 from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
-from sanitizerd.findings.store import StoreUnavailable
-from sanitizerd.protocol import ProtocolError
 from sanitizerd.protocol import messages as m
 
 M = TypeVar("M", bound=m.Message)
 
 
-class FindingSource(Protocol):
-    def request(self, message: m.Message) -> m.Message: ...
-
-
-class StoreReader:
-    """Findings straight from a PostgreSQL store (``--store URL``), asked as a daemon is asked: what the database
-    lets this role read (its row-level security: a user's own uids) from every daemon that writes there."""
-
-    def __init__(self, url: str) -> None:
-        from sanitizerd.findings.postgres import PostgresStore
-
-        self.store = PostgresStore(url, migrate=False)
-
-    def request(self, message: m.Message) -> m.Message:
-        assert isinstance(message, m.QueryFindings)
-        if message.newest:
-            return m.Findings(findings=[], next=self.store.newest_finding())
-        page = self.store.findings_page(
-            job=message.job, session=message.session, after=message.after,
-            kinds=kinds_named(message.kinds, message.severity), since=message.since,
-        )  # fmt: skip
-        return m.Findings(findings=page.findings, next=page.next)
-
-    def close(self) -> None:
-        self.store.close()
-
-
-@contextmanager
-def _source(socket: str | None, store: str) -> Iterator[FindingSource]:
-    if store:
-        reader = StoreReader(store)
-        try:
-            yield reader
-        finally:
-            reader.close()
-    else:
-        with ControlClient(socket) as control:
-            yield control
-
-
 def _ask(socket: str | None, query: m.Message, answer: type[M]) -> M | None:
-    """One question to the daemon; None (after saying why on stderr) when it cannot be asked."""
-    replies = _ask_pages(socket, [query], answer)
-    return next(replies, None)
-
-
-def _ask_pages(socket: str | None, queries: Iterable[m.Message], answer: type[M], *, store: str = "") -> Iterator[M]:
-    """Each question's answer in turn, on one connection (to the daemon, or to ``store``). A refusal, a lost
-    connection or a reply this client cannot read ends it, said on stderr (the daemon's own words for a refusal),
-    never a traceback."""
+    """One question to the daemon; None (after saying why on stderr: the daemon's own words for a refusal, never a
+    traceback) when it cannot be asked or answers something else."""
     try:
-        with _source(socket, store) as source:
-            for query in queries:
-                reply = source.request(query)
-                if not isinstance(reply, answer):
-                    raise ClientError(f"sanitizerd answered {type(reply).__name__} to {type(query).__name__}")
-                yield reply
-    except (ClientError, ProtocolError, StoreUnavailable, ImportError) as exc:
+        with source(socket) as asked:
+            reply = asked.request(query)
+    except SanitizerdError as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
-    except TimeoutError:
-        print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
-
-
-@dataclass(frozen=True)
-class FindingFilter:
-    """What ``findings`` selects, with or without ``--follow``: the query's fields but the cursor."""
-
-    job: str = ""
-    session: int = 0
-    kinds: tuple[str, ...] = ()
-    severity: str = ""
-    since: float = 0.0
-
-    def query(self, *, after: int = 0) -> m.QueryFindings:
-        return m.QueryFindings(
-            job=self.job, session=self.session, after=after, kinds=list(self.kinds), severity=self.severity,
-            since=self.since,
-        )  # fmt: skip
+        return None
+    if not isinstance(reply, answer):
+        print(f"[sanitizerd] ERROR: sanitizerd answered {type(reply).__name__} to {type(query).__name__}",
+              file=sys.stderr)  # fmt: skip
+        return None
+    return reply
 
 
 def shown(found: list[Finding], fmt: str, show_suppressed: bool) -> list[Finding]:
@@ -120,18 +50,11 @@ def findings(
     socket: str | None, *, selected: FindingFilter, fmt: str, show_suppressed: bool = False, store: str = ""
 ) -> int:
     """Every finding the query names, asked for a page at a time (a reply stays far below the frame limit)."""
-    pages: list[m.Findings] = []
-
-    def queries() -> Iterator[m.QueryFindings]:
-        yield selected.query()
-        while pages[-1].next:
-            yield selected.query(after=pages[-1].next)
-
-    for page in _ask_pages(socket, queries(), m.Findings, store=store):
-        pages.append(page)
-    if not pages or pages[-1].next:
-        return 1  # the reason is on stderr
-    every = [f for page in pages for f in page.findings]
+    try:
+        every = api.findings(socket, selected=selected, store=store)
+    except SanitizerdError as exc:
+        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+        return 1
     found = shown(every, fmt, show_suppressed)
     if fmt == "json":
         sys.stdout.write(render_json(found).decode() + "\n")
@@ -174,51 +97,34 @@ class TextFeed:
         return "".join(parts)
 
 
-FOLLOW_POLL = 0.2  # seconds between a follower's queries when nothing new was stored
-
-
 def follow(
     socket: str | None,
     *,
     selected: FindingFilter,
     fmt: str,
     show_suppressed: bool = False,
-    poll: float = FOLLOW_POLL,
+    poll: float = api.FOLLOW_POLL,
     store: str = "",
 ) -> int:
-    """New findings as they are stored, until interrupted: text, or one JSON object a line. Without ``since``
-    it starts after the newest finding stored so far; with it, at the first stored since then."""
+    """New findings as they are stored, until interrupted: text, or one JSON object a line."""
     feed = TextFeed()
+
+    def started(cursor: int) -> None:
+        # On stderr, so that stdout stays findings alone (a pipe into jq): from here on nothing is missed.
+        print(f"[sanitizerd] following findings stored after #{cursor}; Ctrl-C ends", file=sys.stderr, flush=True)
+
     try:
-        with _source(socket, store) as control:
-            cursor = 0
-            if not selected.since:
-                start = control.request(m.QueryFindings(newest=True))
-                if not isinstance(start, m.Findings):
-                    raise ClientError(f"sanitizerd answered {type(start).__name__} to query_findings")
-                cursor = start.next
-            # On stderr, so that stdout stays findings alone (a pipe into jq): from here on nothing is missed.
-            print(f"[sanitizerd] following findings stored after #{cursor}; Ctrl-C ends", file=sys.stderr, flush=True)
-            while True:
-                page = control.request(selected.query(after=cursor))
-                if not isinstance(page, m.Findings):
-                    raise ClientError(f"sanitizerd answered {type(page).__name__} to query_findings")
-                if page.findings:
-                    cursor = page.findings[-1].id
-                    found = shown(page.findings, fmt, show_suppressed)
-                    if fmt == "json":
-                        sys.stdout.write("".join(_json_line.encode(f).decode() + "\n" for f in found))
-                    else:
-                        sys.stdout.write(feed.text(found))
-                    sys.stdout.flush()
-                if not page.next:
-                    time.sleep(poll)
+        for batch in api.follow_pages(socket, selected=selected, store=store, poll=poll, started=started):
+            found = shown(batch, fmt, show_suppressed)
+            if fmt == "json":
+                sys.stdout.write("".join(_json_line.encode(f).decode() + "\n" for f in found))
+            else:
+                sys.stdout.write(feed.text(found))
+            sys.stdout.flush()
     except KeyboardInterrupt:
         return 0
-    except (ClientError, ProtocolError, StoreUnavailable, ImportError, OSError) as exc:
+    except SanitizerdError as exc:
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
-    except TimeoutError:
-        print(f"[sanitizerd] ERROR: sanitizerd at {socket} did not answer in time", file=sys.stderr)
     return 1
 
 
