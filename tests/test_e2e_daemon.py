@@ -108,7 +108,7 @@ class TestMetrics:
             assert stop_daemon(daemon) == 0
         assert (health, ready) == (b"ok\n", b"ready\n")
         assert "sanitizerd_sessions_started_total 1.0" in text
-        assert 'sanitizerd_findings_total{kind="illegal_read",severity="error"} 1.0' in text
+        assert 'sanitizerd_findings_total{finding_severity="error",kind="illegal_read"} 1.0' in text
         assert 'sanitizerd_rejected_connections_total{reason="frame_too_large"} 1.0' in text
         # What the demo's client sent (962 device events in its batches), received and checked.
         assert "sanitizerd_events_received_total 962.0" in text

@@ -199,6 +199,8 @@ async def _finalize(hub: Hub, stream: MessageStream, session: Session, reason: s
         hub.metrics.store_errors.inc()
         log.error("session end not stored", detail=str(exc))
     hub.metrics.sessions_ended.labels(reason).inc()
+    if not (info.kernels or info.signatures):  # attached, sent nothing to check: instrumentation to look at
+        hub.metrics.sessions_silent.inc()
     log.info(
         "session ended",
         reason=reason,
