@@ -62,6 +62,7 @@ def main() -> None:
         profile = cProfile.Profile()
         profile.runcall(kernels, 2)
         pstats.Stats(profile).sort_stats("cumulative").print_stats(20)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":
