@@ -75,7 +75,7 @@ class Metrics:
         self.sessions_live = Gauge("sanitizerd_sessions_live", "Producer sessions now connected", registry=r)
         self.sessions_silent = Counter(
             "sanitizerd_sessions_silent",
-            "Producer sessions that ended having sent no kernel launch and no replay signature: nothing was checked",
+            "Producer sessions that ended (not by a shutdown) having sent no device record and no replay signature",
             registry=r,
         )
         self.sessions_resumed = Counter(

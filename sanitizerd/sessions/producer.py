@@ -199,7 +199,9 @@ async def _finalize(hub: Hub, stream: MessageStream, session: Session, reason: s
         hub.metrics.store_errors.inc()
         log.error("session end not stored", detail=str(exc))
     hub.metrics.sessions_ended.labels(reason).inc()
-    if not (info.kernels or info.signatures):  # attached, sent nothing to check: instrumentation to look at
+    # Attached and sent no device record and no signature: hooks that do not record look like a clean host. A session
+    # cut by a shutdown is left out: its client resumes it and sends its records then.
+    if not (info.events or info.signatures) and reason != "shutdown":
         hub.metrics.sessions_silent.inc()
     log.info(
         "session ended",
