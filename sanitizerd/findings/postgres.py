@@ -22,7 +22,7 @@ import pwd
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -42,7 +42,6 @@ from sanitizerd.findings.store import (
     StoreUnavailable,
     _encode,
     _info_decoder,
-    _where,
 )
 from sanitizerd.protocol.messages import SessionInfo
 
@@ -121,6 +120,10 @@ class PostgresStore(Store):
             if self._db is not None:
                 self._db.close()
 
+    def _rows(self, query: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._using() as db:
+            return db.execute(_sql(query), tuple(args)).fetchall()  # type: ignore[arg-type]  # our own SQL
+
     # --- sessions ---------------------------------------------------------------------------------------------
 
     def open_session(self, job: str, *, pid: int = 0, uid: int = -1) -> int:
@@ -135,15 +138,6 @@ class PostgresStore(Store):
             if role:
                 db.execute("INSERT INTO readers VALUES (%s, %s) ON CONFLICT DO NOTHING", (role, uid))
         return int(ident)
-
-    def session(self, ident: int) -> SessionInfo | None:
-        with self._using() as db:
-            row = db.execute("SELECT info, uid FROM sessions WHERE id = %s", (ident,)).fetchone()
-        if row is None:
-            return None
-        info = _info_decoder.decode(row[0])
-        info.session, info.uid = ident, row[1]
-        return info
 
     def reopen_session(self, ident: int) -> None:
         with self._using(f"reopen session {ident}") as db:
@@ -182,27 +176,6 @@ class PostgresStore(Store):
                 db.execute("UPDATE sessions SET ended = %s, info = %s WHERE id = %s", (now, _encode(info), ident))
         return len(rows)
 
-    def ended_sessions(self, limit: int = 1000, *, uid: int | None = None) -> list[SessionInfo]:
-        query, args = "SELECT id, info, uid FROM sessions WHERE ended IS NOT NULL", []
-        if uid is not None:
-            query += " AND uid = %s"
-            args.append(uid)
-        with self._using() as db:
-            rows = db.execute(query + " ORDER BY id DESC LIMIT %s", (*args, limit)).fetchall()
-        infos = []
-        for ident, body, owner in reversed(rows):
-            info = _info_decoder.decode(body)
-            info.session, info.uid = ident, owner
-            infos.append(info)
-        return infos
-
-    def owners(self, *, job: str = "", session: int = 0) -> set[int]:
-        where, args = _where(job=job, session=session, id_column="id")
-        if not where:
-            return set()
-        with self._using() as db:
-            return {uid for (uid,) in db.execute(_sql(f"SELECT DISTINCT uid FROM sessions{where}"), args)}
-
     # --- findings ---------------------------------------------------------------------------------------------
 
     def add_findings(self, findings: list[Finding]) -> None:
@@ -230,18 +203,6 @@ class PostgresStore(Store):
             for finding in findings:
                 finding.id = 0
             raise
-
-    def _page_rows(self, where: str, args: list[object], count: int) -> list[tuple[int, bytes]]:
-        with self._using() as db:
-            return db.execute(
-                _sql(f"SELECT id, body FROM findings{where} ORDER BY id LIMIT ?"), (*args, count)
-            ).fetchall()
-
-    def newest_finding(self, *, uid: int | None = None) -> int:
-        where, args = _where(uid=uid)
-        with self._using() as db:
-            (newest,) = db.execute(_sql(f"SELECT max(id) FROM findings{where}"), args).fetchone()  # type: ignore[misc]
-        return int(newest or 0)
 
     # --- size and age -----------------------------------------------------------------------------------------
 

@@ -15,9 +15,10 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -110,8 +111,6 @@ class Store(ABC):
     @abstractmethod
     def open_session(self, job: str, *, pid: int = 0, uid: int = -1) -> int: ...
     @abstractmethod
-    def session(self, ident: int) -> SessionInfo | None: ...
-    @abstractmethod
     def reopen_session(self, ident: int) -> None: ...
     @abstractmethod
     def close_session(self, info: SessionInfo) -> None: ...
@@ -122,21 +121,54 @@ class Store(ABC):
         self, reason: str = CRASH_END_REASON, *, mine: Callable[[str, int], bool] | None = None
     ) -> int: ...
     @abstractmethod
-    def ended_sessions(self, limit: int = 1000, *, uid: int | None = None) -> list[SessionInfo]: ...
-    @abstractmethod
-    def owners(self, *, job: str = "", session: int = 0) -> set[int]: ...
-    @abstractmethod
     def add_findings(self, findings: list[Finding]) -> None: ...
-    @abstractmethod
-    def newest_finding(self, *, uid: int | None = None) -> int: ...
     @abstractmethod
     def file_bytes(self) -> int: ...
     @abstractmethod
     def prune(self, *, max_age: float = 0.0, now: float | None = None) -> Pruned: ...
 
     @abstractmethod
-    def _page_rows(self, where: str, args: list[object], count: int) -> Iterable[tuple[int, bytes]]:
-        """(id, body) of the findings ``where`` selects, in id order, at most ``count``."""
+    def _rows(self, query: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """Every row a read-only query (``?`` placeholders) selects."""
+
+    # --- what both stores answer alike, from their rows -----------------------------------------------------------
+
+    def session(self, ident: int) -> SessionInfo | None:
+        """A stored session as it was last recorded, changing nothing; None when there is none."""
+        rows = self._rows("SELECT info, uid FROM sessions WHERE id = ?", (ident,))
+        if not rows:
+            return None
+        info = _info_decoder.decode(bytes(rows[0][0]))
+        info.session, info.uid = ident, rows[0][1]
+        return info
+
+    def ended_sessions(self, limit: int = 1000, *, uid: int | None = None) -> list[SessionInfo]:
+        """The newest ended sessions (of one uid, or of all when ``uid`` is None), oldest first."""
+        query = "SELECT id, info, uid FROM sessions WHERE ended IS NOT NULL"
+        args: list[object] = []
+        if uid is not None:
+            query += " AND uid = ?"
+            args.append(uid)
+        infos = []
+        for ident, body, owner in reversed(self._rows(query + " ORDER BY id DESC LIMIT ?", (*args, limit))):
+            info = _info_decoder.decode(bytes(body))
+            info.session, info.uid = ident, owner
+            infos.append(info)
+        return infos
+
+    def owners(self, *, job: str = "", session: int = 0) -> set[int]:
+        """The uids of the stored sessions a query names (a job, a session, or both)."""
+        where, args = _where(job=job, session=session, id_column="id")
+        if not where:
+            return set()
+        return {uid for (uid,) in self._rows(f"SELECT DISTINCT uid FROM sessions{where}", args)}
+
+    def newest_finding(self, *, uid: int | None = None) -> int:
+        """The id of the newest finding (of one uid, or of any when ``uid`` is None); 0 when there is none. One
+        step down the (uid, id) index, however many findings there are."""
+        where, args = _where(uid=uid)
+        [(newest,)] = self._rows(f"SELECT max(id) FROM findings{where}", args)
+        return int(newest or 0)
 
     def findings_page(
         self,
@@ -157,7 +189,8 @@ class Store(ABC):
             return FindingsPage([], 0)
         where, args = _where(job=job, session=session, uid=uid, after=after, kinds=kinds, since=since)
         # One row more than the page holds tells whether another page follows, with no cursor left open.
-        return paged(self._page_rows(where, args, min(limit, 1 << 62) + 1), limit, max_bytes)
+        rows = self._rows(f"SELECT id, body FROM findings{where} ORDER BY id LIMIT ?", (*args, min(limit, 1 << 62) + 1))
+        return paged(rows, limit, max_bytes)
 
     def findings(
         self,
@@ -237,6 +270,10 @@ class FindingsStore(Store):
         with self._lock:
             self._db.close()
 
+    def _rows(self, query: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(query, tuple(args)).fetchall()
+
     # --- sessions ---------------------------------------------------------------------------------------------
 
     def open_session(self, job: str, *, pid: int = 0, uid: int = -1) -> int:
@@ -251,16 +288,6 @@ class FindingsStore(Store):
             except sqlite3.Error as exc:
                 raise _unavailable(exc, "open a session") from exc
             return int(cursor.lastrowid or 0)
-
-    def session(self, ident: int) -> SessionInfo | None:
-        """A stored session as it was last recorded, changing nothing; None when there is none."""
-        with self._lock:
-            row = self._db.execute("SELECT info, uid FROM sessions WHERE id = ?", (ident,)).fetchone()
-        if row is None:
-            return None
-        info = _info_decoder.decode(row[0])
-        info.session, info.uid = ident, row[1]
-        return info
 
     def reopen_session(self, ident: int) -> None:
         """Mark a stored session open again, for its owner to resume (the caller has checked who asks)."""
@@ -321,30 +348,6 @@ class FindingsStore(Store):
                 raise
         return len(rows)
 
-    def ended_sessions(self, limit: int = 1000, *, uid: int | None = None) -> list[SessionInfo]:
-        """The newest ended sessions (of one uid, or of all when ``uid`` is None), oldest first."""
-        query = "SELECT id, info, uid FROM sessions WHERE ended IS NOT NULL"
-        args: list[object] = []
-        if uid is not None:
-            query += " AND uid = ?"
-            args.append(uid)
-        with self._lock:
-            rows = self._db.execute(query + " ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
-        infos = []
-        for ident, body, owner in reversed(rows):
-            info = _info_decoder.decode(body)
-            info.session, info.uid = ident, owner
-            infos.append(info)
-        return infos
-
-    def owners(self, *, job: str = "", session: int = 0) -> set[int]:
-        """The uids of the stored sessions a query names (a job, a session, or both)."""
-        where, args = _where(job=job, session=session, id_column="id")
-        if not where:
-            return set()
-        with self._lock:
-            return {uid for (uid,) in self._db.execute(f"SELECT DISTINCT uid FROM sessions{where}", args)}
-
     # --- findings ---------------------------------------------------------------------------------------------
 
     def add_findings(self, findings: list[Finding]) -> None:
@@ -382,20 +385,6 @@ class FindingsStore(Store):
             except BaseException:
                 self._rollback()
                 raise
-
-    def _page_rows(self, where: str, args: list[object], count: int) -> list[tuple[int, bytes]]:
-        with self._lock:
-            return self._db.execute(
-                f"SELECT id, body FROM findings{where} ORDER BY id LIMIT ?", (*args, count)
-            ).fetchall()
-
-    def newest_finding(self, *, uid: int | None = None) -> int:
-        """The id of the newest finding (of one uid, or of any when ``uid`` is None); 0 when there is none. One
-        step down the (uid, id) index, however many findings there are."""
-        where, args = _where(uid=uid)
-        with self._lock:
-            (newest,) = self._db.execute(f"SELECT max(id) FROM findings{where}", args).fetchone()
-        return int(newest or 0)
 
     # --- size and age -----------------------------------------------------------------------------------------
 
