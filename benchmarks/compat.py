@@ -26,12 +26,17 @@ import numpy as np
 from sanitizerd import allocator
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
+from sanitizerd.compat import wire as _wire
 from sanitizerd.compat.connection import CHUNK_SIZE, CompatConnection
 from sanitizerd.compat.convert import CONVERTERS, BlockContext
 from sanitizerd.compat.record_types import MemType, PipeType, RecordType
+from sanitizerd.compat.record_types import record_table as _record_table
 from sanitizerd.compat.wire import DEFAULT_LAYOUT, LAYOUTS
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE
+
+APRIL = _wire.MSSANITIZER_4A419F05
+APRIL_RECORDS = _record_table(APRIL)
 
 GM, UB = MemType.GM, MemType.UB
 
@@ -128,7 +133,7 @@ def through_connection(reads: list[bytes]) -> tuple[int, int, list[str]]:
 def decode(data: bytes, chunk: int) -> tuple[int, int, list[str]]:
     """Feed the record region as a connection does: up to ``chunk`` new bytes at a time, after whatever the decoder
     left unconsumed (here a view of the same buffer, so the harness copies nothing)."""
-    decoder = rb.SlotDecoder(rb.read_heads(data), BlockContext(0, CHIPS["910B1"]), 0)
+    decoder = rb.SlotDecoder(rb.read_heads(data, APRIL), BlockContext(0, CHIPS["910B1"]), 0)
     region = memoryview(data)[rb.HEADS_SIZE :]
     events = 0
     consumed = 0

@@ -11,18 +11,23 @@ from hypothesis import strategies as st
 
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
+from sanitizerd.compat import wire as _wire
 from sanitizerd.compat.convert.base import BlockContext
 from sanitizerd.compat.record_types import PAYLOAD_SIZE
+from sanitizerd.compat.record_types import record_table as _record_table
 from tests import compat_model as cm
+
+APRIL = _wire.MSSANITIZER_4A419F05
+APRIL_RECORDS = _record_table(APRIL)
 
 CONTEXT = BlockContext(block_type=0, chip=CHIPS["910B1"])
 
 
 def decode(data: bytes, first_serial: int = 0, chunks: list[int] | None = None) -> tuple[np.ndarray, rb.SlotDecoder]:
     """Decode a whole slot, feeding its record region in ``chunks`` (sizes) as a connection would."""
-    heads = rb.read_heads(data)
+    heads = rb.read_heads(data, APRIL)
     decoder = rb.SlotDecoder(heads, CONTEXT, first_serial)
-    region = memoryview(data)[rb.HEADS_SIZE :]
+    region = memoryview(data)[APRIL.heads_size :]
     out = []
     pending = b""
     at = 0
@@ -56,8 +61,8 @@ def check(records: list[tuple[str, dict[str, int]]], **head: int) -> rb.SlotDeco
 def test_heads_layout() -> None:
     data = cm.slot([], block_id=5, block_type=1, vec_sub_block_dim=2, record_count=9, record_write_count=4,
                    offset=1000, write_offset=0, cache_size=7, total_block_dim=24)  # fmt: skip
-    h = rb.read_heads(data)
-    assert rb.HEADS_SIZE == 38_528 + 128
+    h = rb.read_heads(data, APRIL)
+    assert APRIL.heads_size == 38_528 + 128
     assert (h.security_ok, h.block_id, h.block_type, h.vec_sub_block_dim) == (True, 5, 1, 2)
     assert (h.record_count, h.record_write_count, h.offset, h.write_offset) == (9, 4, 1000, 0)
     assert (h.cache_size_mb, h.total_block_dim) == (7, 24)
@@ -329,7 +334,7 @@ def one_dma(**over: int) -> bytes:
 
 def test_short_heads_raise_a_clear_error() -> None:
     with pytest.raises(rb.RecordBufferError, match="shorter than its heads"):
-        rb.read_heads(b"\0" * 100)
+        rb.read_heads(b"\0" * 100, APRIL)
 
 
 def test_overwritten_security_value() -> None:
@@ -433,12 +438,18 @@ def test_garbage_regions_never_raise() -> None:
 
 def test_decode_single() -> None:
     payload = one_dma(block_id=4)[4:]
-    events, problem = rb.decode_single(100, memoryview(payload), 77, CONTEXT)
+    events, problem = rb.decode_single(100, memoryview(payload), 77, CONTEXT, APRIL_RECORDS)
     assert problem is None
     assert events["serial"].tolist() == [77, 77] and events["block_id"].tolist() == [4, 4]
-    assert rb.decode_single(100, payload[:10], 1, CONTEXT)[1] == "DMA_MOV record of 10 bytes, its payload needs 64"
-    assert rb.decode_single(4242, payload, 1, CONTEXT)[1] == "unknown record type 4242 in a single kernel record"
-    assert rb.decode_single(40000, b"\0" * 64, 1, CONTEXT)[1] == (
+    assert (
+        rb.decode_single(100, payload[:10], 1, CONTEXT, APRIL_RECORDS)[1]
+        == "DMA_MOV record of 10 bytes, its payload needs 64"
+    )
+    assert (
+        rb.decode_single(4242, payload, 1, CONTEXT, APRIL_RECORDS)[1]
+        == "unknown record type 4242 in a single kernel record"
+    )
+    assert rb.decode_single(40000, b"\0" * 64, 1, CONTEXT, APRIL_RECORDS)[1] == (
         "1 SIMT_LDG records not converted (sanitizerd does not model this instruction yet)"
     )
 
@@ -543,7 +554,7 @@ def test_random_buffers_match_the_model(records: list[tuple[str, dict[str, int]]
 def test_any_chunking_gives_the_same_events(records: list[tuple[str, dict[str, int]]], data: st.DataObject) -> None:
     slot = cm.slot([cm.record(name, **fields) for name, fields in records])
     whole, one = decode(slot, first_serial=5)
-    size = len(slot) - rb.HEADS_SIZE
+    size = len(slot) - APRIL.heads_size
     chunks = data.draw(st.lists(st.integers(1, max(size, 1)), max_size=12))
     window = data.draw(st.sampled_from([rb.WINDOW_BYTES, 280, 1000]))  # windows smaller than a feed, too
     saved, rb.WINDOW_BYTES = rb.WINDOW_BYTES, window
@@ -556,7 +567,7 @@ def test_any_chunking_gives_the_same_events(records: list[tuple[str, dict[str, i
 
 
 def test_each_slot_has_its_own_state_kept_across_feeds() -> None:
-    heads = rb.read_heads(cm.slot([one_dma()]))
+    heads = rb.read_heads(cm.slot([one_dma()]), APRIL)
     first, second = rb.SlotDecoder(heads, CONTEXT, 0), rb.SlotDecoder(heads, CONTEXT, 0)
     first.context.state["x"] = 1
     assert second.context.state == {} and CONTEXT.state == {}
@@ -634,7 +645,7 @@ def test_walk_equals_a_scalar_walk(
     elif tail == "unknown":
         words.append(np.array([99_999, 1, 2], dtype=np.uint32))
     buffer = np.concatenate([*words, np.zeros(0, dtype=np.uint32)]) if words else np.zeros(0, dtype=np.uint32)
-    path, stop = rb.walk(buffer, buffer.size)
+    path, stop = rb.walk(APRIL_RECORDS, buffer, buffer.size)
     expected, expected_stop = _scalar_reference(buffer)
     assert path.tolist() == expected
     assert stop == expected_stop
@@ -646,7 +657,7 @@ def test_walk_of_a_random_mix_equals_a_scalar_walk(seed: int, n: int) -> None:
     rng = np.random.default_rng(seed)
     types = [int(t) for t in rng.choice(_KINDS, size=n)]
     buffer = np.concatenate([np.zeros(0, dtype=np.uint32), *_records(types, rng)])
-    path, stop = rb.walk(buffer, buffer.size)
+    path, stop = rb.walk(APRIL_RECORDS, buffer, buffer.size)
     expected, expected_stop = _scalar_reference(buffer)
     assert path.tolist() == expected
     assert stop == expected_stop

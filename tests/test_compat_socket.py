@@ -330,7 +330,7 @@ class TestSession:
                 got = recv_exactly(client, layout.config.size)
                 assert got == wire.encode_config(config, layout)
                 summary = layout.device_summary.struct.pack(3, 0, 0, 5)  # a 910B1 chip, device 5
-                client.sendall(wire.PACKET_HEAD.pack(wire.PacketType.DEVICE_SUMMARY) + summary)
+                client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + summary)
 
                 def live() -> list[m.SessionInfo]:
                     sessions = control.request(m.QuerySessions())
@@ -354,13 +354,16 @@ class TestSession:
             name = listen(control, "compat-ipc").name
             with connect(name) as client:
                 assert len(recv_exactly(client, layout.config.size)) == layout.config.size
-                undefined = struct.pack("<I", 9).ljust(wire.IPC_MEM_RECORD_SIZE, b"\0")
-                client.sendall(wire.PACKET_HEAD.pack(wire.PacketType.IPC_RECORD) + undefined)
-                assert recv_exactly(client, 12) == wire.encode_ipc_response(9, False)
-                export = wire.IPC_SET.struct.pack(0, 0x12C0C0000000, 4096, b"buffer")
-                client.sendall(wire.PACKET_HEAD.pack(wire.PacketType.IPC_RECORD) + export)
+                undefined = struct.pack("<I", 9).ljust(layout.ipc_mem_record_size, b"\0")
+                client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.IPC_RECORD)) + undefined)
+                assert recv_exactly(client, 12) == wire.encode_ipc_response(9, False, layout)
+                export = wire.ipc_views(layout)[0].struct.pack(0, 0x12C0C0000000, 4096, b"buffer")
+                client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.IPC_RECORD)) + export)
                 answer = recv_exactly(client, 12)
-                assert answer in (wire.encode_ipc_response(0, True), wire.encode_ipc_response(0, False)), answer
+                assert answer in (
+                    wire.encode_ipc_response(0, True, layout),
+                    wire.encode_ipc_response(0, False, layout),
+                ), answer
 
     def test_a_slot_stalled_midway_meets_the_frame_timeout(self, short_dir: Path) -> None:
         """A KERNEL_RECORD slot streams to the decoder, so nothing may be buffered while it is half received: the
@@ -375,7 +378,9 @@ class TestSession:
                 with connect(name, timeout=20) as client:
                     assert len(recv_exactly(client, layout.config.size)) == layout.config.size
                     length = layout.heads_size + (1 << 20)
-                    head = wire.PACKET_HEAD.pack(wire.PacketType.KERNEL_RECORD) + wire.LENGTH.pack(length)
+                    head = wire.PACKET_HEAD.pack(
+                        layout.packet_number(wire.PacketType.KERNEL_RECORD)
+                    ) + wire.LENGTH.pack(length)
                     client.sendall(head + bytes(layout.heads_size + 4096))  # then nothing more
                     started = time.monotonic()
                     while client.recv(1 << 16):
@@ -454,10 +459,14 @@ def test_a_damaged_slot_is_its_kernels_finding_and_the_session_goes_on(short_dir
         payload = bytearray(layout.kernel_summary.size)
         struct.pack_into("<QIB", payload, 0, 0, 1, 1)
         payload[15 : 15 + len(name)] = name
-        return wire.PACKET_HEAD.pack(wire.PacketType.KERNEL_SUMMARY) + bytes(payload)
+        return wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY)) + bytes(payload)
 
     def record_packet(body: bytes) -> bytes:
-        return wire.PACKET_HEAD.pack(wire.PacketType.KERNEL_RECORD) + wire.LENGTH.pack(len(body)) + body
+        return (
+            wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
+            + wire.LENGTH.pack(len(body))
+            + body
+        )
 
     def response(client: socket.socket) -> bytes:
         return recv_exactly(client, 12)

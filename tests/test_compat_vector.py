@@ -16,10 +16,15 @@ from hypothesis import strategies as st
 
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
+from sanitizerd.compat import wire as _wire
 from sanitizerd.compat.convert import CONVERTERS
 from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.record_types import record_table as _record_table
 from tests import compat_model as cm
 from tests.compat_model import READ, WRITE, Access, Sync, layout, pattern, rule
+
+APRIL = _wire.MSSANITIZER_4A419F05
+APRIL_RECORDS = _record_table(APRIL)
 
 cm.T.update(
     {
@@ -953,10 +958,10 @@ def test_through_the_slot_decoder() -> None:
     AICUBE = False
     MSTX_WAITS.clear()
     data = cm.slot([cm.record(name, **fields) for name, fields in records])
-    heads = rb.read_heads(data)
+    heads = rb.read_heads(data, APRIL)
     decoder = rb.SlotDecoder(heads, BlockContext(block_type=0, chip=CHIPS["910B1"]), 7)
-    events, used = decoder.feed(memoryview(data)[rb.HEADS_SIZE :], True)
-    assert used == len(data) - rb.HEADS_SIZE
+    events, used = decoder.feed(memoryview(data)[APRIL.heads_size :], True)
+    assert used == len(data) - APRIL.heads_size
     assert decoder.problems() == []
     assert decoder.records == len(records)
     assert cm.expand(events, 7, len(records)) == cm.model(records)
@@ -1288,8 +1293,8 @@ def test_property_buffers_through_the_slot_decoder(
     AICUBE = block_type == 1
     MSTX_WAITS.clear()
     slot = cm.slot([cm.record(name, **fields) for name, fields in records], block_type=block_type)
-    region = memoryview(slot)[rb.HEADS_SIZE :]
-    decoder = rb.SlotDecoder(rb.read_heads(slot), BlockContext(block_type=block_type, chip=CHIPS["910B1"]), 11)
+    region = memoryview(slot)[APRIL.heads_size :]
+    decoder = rb.SlotDecoder(rb.read_heads(slot, APRIL), BlockContext(block_type=block_type, chip=CHIPS["910B1"]), 11)
     sizes = data.draw(st.lists(st.integers(1, max(len(region), 1)), max_size=6))
     out, pending, at = [], b"", 0
     while True:

@@ -8,17 +8,17 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sanitizerd.compat import record_buffer, wire
+from sanitizerd.compat import wire
 from sanitizerd.compat.convert.base import CONVERTERS
 from sanitizerd.compat.record_types import PAYLOAD_SIZE
 from tests.native_build import NATIVE, compile_checked, compiler
 
 WIRE_STRUCTS = {
-    "config": "msop_config",
-    "device_summary": "msop_device_info_summary",
-    "kernel_summary": "msop_kernel_summary",
-    "host_mem_record": "msop_host_mem_record",
-    "mem_op_record": "msop_mem_op_record",
+    "Config": "msop_config",
+    "DeviceInfoSummary": "msop_device_info_summary",
+    "KernelSummary": "msop_kernel_summary",
+    "HostMemRecord": "msop_host_mem_record",
+    "MemOpRecord": "msop_mem_op_record",
 }
 PAYLOADS = {  # RecordType -> the header's payload struct
     0: "msop_load_store_record",
@@ -75,8 +75,8 @@ def test_the_header_and_the_daemon_agree_on_every_layout(tmp_path: Path) -> None
     layout = wire.LAYOUTS["mssanitizer-4a419f05"]
     queries: list[tuple[str, str, str]] = []
     expected: dict[tuple[str, str], int] = {}
-    for attribute, struct in WIRE_STRUCTS.items():
-        table = getattr(layout, attribute)
+    for name, struct in WIRE_STRUCTS.items():
+        table = layout.config if name == "Config" else layout.structs[name]
         queries.append((f"{struct}/", struct, ""))
         expected[(struct, "")] = table.size
         for field, offset, _format in table.fields:
@@ -105,7 +105,7 @@ def test_the_header_and_the_daemon_agree_on_every_layout(tmp_path: Path) -> None
             expected[(struct, field)] = dtype.fields[name][1]
     got = measured(tmp_path, queries)
     assert got == expected
-    assert got[("msop_record_global_head", "")] + got[("msop_record_block_head", "")] == record_buffer.HEADS_SIZE
+    assert got[("msop_record_global_head", "")] + got[("msop_record_block_head", "")] == layout.heads_size
 
 
 def test_the_header_compiles_as_cpp(tmp_path: Path) -> None:

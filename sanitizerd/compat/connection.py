@@ -15,6 +15,7 @@ internal_error finding), not of the connection: the stream goes on.
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -24,6 +25,7 @@ import numpy as np
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
 from sanitizerd.compat import record_buffer, wire
 from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.record_types import RecordType, record_table
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol._buffer import ReceiveBuffer
@@ -51,9 +53,7 @@ KERNEL_BINARY_CACHE: Final = 8
 KERNEL_BINARY_CACHE_BYTES: Final = 256 << 20
 # msSanitizer's message when the security value at the start of a RecordGlobalHead was overwritten.
 SECURITY_MESSAGE: Final = record_buffer.SECURITY_TEXT
-RECORD_TYPE_BLOCK_FINISH: Final = 100000
-RECORD_TYPE_FINISH: Final = 100001
-_IPC_HEAD = wire.IPC_SET.struct  # any member's struct reads the type
+_IPC_TYPE: Final = struct.Struct("<I")  # IPCMemRecord's IPCOperationType, at 0 in every release
 _MAX_PROBLEMS: Final = m.MAX_KERNEL_PROBLEMS
 
 
@@ -162,16 +162,26 @@ class CompatConnection:
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
         self._binary_problems_said: set[int] = set()
-        # Fixed packets: type -> payload size, and what reads the payload.
-        self._sizes = {int(p): layout.fixed_payload_size(p) for p in wire.FIXED_PACKETS}
-        self._handlers = {
+        # This release's packet numbers: fixed packets -> payload size, and what reads each payload.
+        handlers = {
             PacketType.DEVICE_SUMMARY: self._device_summary,
             PacketType.KERNEL_SUMMARY: self._kernel_summary,
             PacketType.HOST_RECORD: self._host_record,
+            PacketType.MEMORY_RECORD: self._memory_record_packet,
             PacketType.IPC_RECORD: self._ipc_record,
+            PacketType.MEM_REGION_PERMISSION: self._mem_region_permission,
             PacketType.SANITIZER_RECORD: self._sanitizer_record,
+            PacketType.GM_ADDR_OUT_OF_BOUND_RECORD: self._gm_out_of_bound,
         }
-        self._host_struct = layout.host_mem_record.struct
+        self._kinds = dict(layout.packet_types)
+        self._sizes = {n: layout.fixed_payload_size(p) for n, p in self._kinds.items() if p in handlers}
+        self._handlers = {n: handlers[p] for n, p in self._kinds.items() if p in handlers}
+        self._records = record_table(layout)
+        self._packet_number_kernel_record = layout.packet_number(PacketType.KERNEL_RECORD)
+        self._ipc_views = wire.ipc_views(layout)
+        self._block_finish_type = self._records.wire(RecordType.BLOCK_FINISH)
+        self._finish_type = self._records.wire(RecordType.FINISH)
+        self._kernel_finish_type = self._records.wire(RecordType.KERNEL_FINISH)
 
     # --- the implicit hello --------------------------------------------------------------------------------
 
@@ -258,64 +268,72 @@ class CompatConnection:
         return True
 
     def _known(self, packet: int) -> int:
-        if packet in self._sizes or packet in wire.VARIABLE_PACKETS:
+        kind = self._kinds.get(packet)
+        if packet in self._sizes or kind in wire.VARIABLE_PACKETS:
             return packet
-        if packet in (PacketType.IPC_RESPONSE, PacketType.KERNEL_RECORD_RESPONSE):
-            name = PacketType(packet).name
-            raise RemoteProtocolError(f"packet type {name} is the server's to send", reason="bad_packet")
+        if kind in wire.SERVER_PACKETS:
+            raise RemoteProtocolError(f"packet type {kind.name} is the server's to send", reason="bad_packet")
+        known = ", ".join(str(n) for n in sorted(self._kinds) if self._kinds[n] not in wire.SERVER_PACKETS)
         raise RemoteProtocolError(
-            f"unknown packet type {packet} (msSanitizer's are 0-3 and 1000-1003)", reason="bad_packet"
+            f"unknown packet type {packet} ({self.layout.name} defines {known}): a client of another msSanitizer "
+            "release would send such numbers; " + wire.other_releases_text(self.layout),
+            reason="bad_packet",
         )
+
+    def _name(self, packet: int) -> str:
+        kind = self._kinds.get(packet)
+        return kind.name if kind is not None else str(packet)
 
     def _truncated_at_eof(self, packet: int, have: int, need: int) -> None:
         if self._eof:
             raise RemoteProtocolError(
-                f"peer closed after {have} of the {need} bytes of a {PacketType(packet).name} packet",
+                f"peer closed after {have} of the {need} bytes of a {self._name(packet)} packet",
                 reason="truncated",
             )
 
     def _variable(self, packet: int) -> bool:
         buffer = self._buffer
+        kind = self._kinds[packet]
         if self._length is None:
             if len(buffer) < LENGTH.size:
                 self._truncated_at_eof(packet, len(buffer), LENGTH.size)
                 return False
             (length,) = LENGTH.unpack(buffer.take(LENGTH.size))
-            self._check_length(packet, length)
+            self._check_length(kind, length)
             self._length = length
-            if packet == PacketType.KERNEL_RECORD:
+            if kind is PacketType.KERNEL_RECORD:
                 kernel = self._kernel_for_records()
                 self._slot = _Slot(index=kernel.slots, length=length, remaining=length)
         length = self._length
-        if packet == PacketType.KERNEL_RECORD:
+        if kind is PacketType.KERNEL_RECORD:
             return self._stream_slot()
         if len(buffer) < length:
             self._truncated_at_eof(packet, len(buffer), length)
             return False
         data = bytes(buffer.take(length))
         self._packet = self._length = None
-        if packet == PacketType.KERNEL_BINARY:
+        if kind is PacketType.KERNEL_BINARY:
             self._kernel_binary(data)
         else:
             self._out.append(m.Log(text=data.decode("utf-8", "replace").rstrip("\0\n"), level="info"))
         return True
 
-    def _check_length(self, packet: int, length: int) -> None:
+    def _check_length(self, kind: PacketType, length: int) -> None:
         heads = self.layout.heads_size
         limit = {
             PacketType.KERNEL_BINARY: MAX_KERNEL_BINARY,
             PacketType.LOG_STRING: MAX_LOG_STRING,
             PacketType.KERNEL_RECORD: heads + self.layout.max_block_bytes,
-        }[PacketType(packet)]
+        }[kind]
         if length > limit:
             raise RemoteProtocolError(
-                f"{PacketType(packet).name} of {length} bytes exceeds the limit of {limit}", reason="frame_too_large"
+                f"{kind.name} of {length} bytes exceeds the limit of {limit}", reason="frame_too_large"
             )
-        if packet == PacketType.KERNEL_RECORD and length < heads:
+        if kind is PacketType.KERNEL_RECORD and length < heads:
             raise RemoteProtocolError(
                 f"KERNEL_RECORD of {length} bytes is shorter than its heads ({heads} bytes); "
                 + wire.other_releases_text(self.layout),
-                reason="bad_packet",
+                reason="wire_mismatch",
             )
 
     # --- fixed packets -------------------------------------------------------------------------------------
@@ -391,12 +409,42 @@ class CompatConnection:
         self._serial += 1
         return serial
 
+    def _fields(self, struct_name: str, payload: bytes | memoryview) -> dict[str, Any]:
+        layout = self.layout.structs[struct_name]
+        return dict(zip(layout.names, layout.struct.unpack(payload[: layout.size]), strict=True))
+
     def _host_record(self, payload: bytes) -> None:
-        op, src, desc, src_addr, dst_addr, size, _params, root = self._host_struct.unpack(payload)
+        f = self._fields("HostMemRecord", payload)
         serial = self._next_serial()
-        host_op = self._host_op(op, src, desc, src_addr, dst_addr, size, root, serial)
+        host_op = self._host_op(
+            f["type"], f["infoSrc"], f["infoDesc"], f["srcAddr"], f["dstAddr"], f["memSize"], f["rootAddr"], serial
+        )
         if host_op is not None:
             self._out.append(host_op)
+
+    def _memory_record_packet(self, payload: bytes) -> None:
+        """26.1.0 on: a host memory operation is a MemOpRecord in its own packet (HOST_RECORD's number)."""
+        self._memory_record(payload)
+
+    def _mem_region_permission(self, payload: bytes) -> None:
+        """26.1.0 on: the access a region of device memory allows. Decoded and said; not checked yet."""
+        f = self._fields("MemRegionPermissionDesc", payload)
+        self._out.append(
+            m.Log(
+                text=f"memory region permission: {f.get('size', 0)} bytes at {f.get('addr', 0):#x} on device "
+                f"{f.get('deviceId', -1)}, flags {f.get('flags', 0):#x} (not checked by this sanitizerd)",
+                level="info",
+            )
+        )
+
+    def _gm_out_of_bound(self, payload: bytes) -> None:
+        """26.1.0 on: the device's own record of a write past a GM buffer's guard. Decoded and said; the findings
+        come from the kernel's records, which carry the same access."""
+        f = self._fields("GMAddrOutOfBoundRecord", payload)
+        said = ", ".join(
+            f"{name} {value:#x}" if isinstance(value, int) else f"{name} {value}" for name, value in f.items()
+        )
+        self._out.append(m.Log(text=f"GM address out of bound record: {said}", level="warn"))
 
     def _host_op(
         self, op: int, src: int, desc: int, src_addr: int, dst_addr: int, size: int, root: int, serial: int
@@ -427,36 +475,27 @@ class CompatConnection:
     def _ipc(self, payload: bytes, *, answered: bool) -> None:
         """An IPC operation; ``answered``: its client waits for an IPC_RESPONSE (an IPC_RECORD packet does, the
         IPC variant of SANITIZER_RECORD, which no released hook sends, does not)."""
-        (op,) = _IPC_HEAD.unpack(payload)[:1]
+        (op,) = _IPC_TYPE.unpack_from(payload)
         name = wire.IPC_OP_NAMES.get(op)  # type: ignore[call-overload]
-        if name is None:
+        view = self._ipc_views.get(op)
+        if name is None or view is None:
             # msSanitizer answers an operation it does not define with nothing, and its client waits for ever:
             # here the answer is FAIL, at once, and the operation changes nothing.
             if answered:
-                self._to_send += wire.encode_ipc_response(op, ok=False)
+                self._to_send += wire.encode_ipc_response(op, False, self.layout)
             self._out.append(m.Log(text=f"IPC operation type {op} is not defined: answered FAIL", level="warn"))
             return
-        address = size = 0
-        ipc_name = ""
-        if op == wire.IpcOperation.SET_INFO:
-            _, address, size, raw = wire.IPC_SET.struct.unpack(payload)
-            ipc_name = c_text(raw)
-        elif op == wire.IpcOperation.DESTROY_INFO:
-            _, raw = wire.IPC_DESTROY.struct.unpack(payload)
-            ipc_name = c_text(raw)
-        elif op == wire.IpcOperation.MAP_INFO:
-            _, address, raw = wire.IPC_MAP.struct.unpack(payload)
-            ipc_name = c_text(raw)
-        else:
-            _, address = wire.IPC_UNMAP.struct.unpack(payload)
+        fields = dict(zip(view.names, view.struct.unpack(payload[: view.size]), strict=True))
+        address, size = fields.get("addr", 0), fields.get("size", 0)
+        ipc_name = c_text(fields.get("name", b""))
         # The operations that become host records (map, unmap, destroy's frees) take a serial, as msSanitizer's do.
         serial = 0 if op == wire.IpcOperation.SET_INFO else self._next_serial()
         self._ipc_codes.append(op if answered else None)
         self._out.append(m.Ipc(op=name, name=ipc_name, address=address, size=size, serial=serial))
 
     def _sanitizer_record(self, payload: bytes) -> None:
-        (version,) = wire.SANITIZER_RECORD_HEAD.struct.unpack(payload)
-        body = payload[wire.SANITIZER_RECORD_PAYLOAD_OFFSET :]
+        (version,) = _IPC_TYPE.unpack_from(payload)  # RecordVersion: a u32 at 0, as IPCMemRecord's type
+        body = payload[self.layout.sanitizer_record_payload_offset :]
         if version == wire.RecordVersion.MEMORY_RECORD:
             self._memory_record(body[: self.layout.mem_op_record.size])
         elif version == wire.RecordVersion.IPC_RECORD:
@@ -467,7 +506,7 @@ class CompatConnection:
             raise RemoteProtocolError(f"SANITIZER_RECORD of version {version} (0-2 are defined)", reason="bad_packet")
 
     def _memory_record(self, body: bytes) -> None:
-        fields = dict(zip(self.layout.mem_op_record.names, self.layout.mem_op_record.struct.unpack(body), strict=True))
+        fields = self._fields("MemOpRecord", body)
         serial = self._next_serial()  # the tool's own count: the hook's serialNo counts only that hook's records
         op = self._host_op(
             fields["type"],
@@ -488,26 +527,27 @@ class CompatConnection:
         self._out.append(op)
 
     def _single_kernel_record(self, body: bytes) -> None:
-        record_type, block_type, _serial = wire.KERNEL_RECORD_HEAD.struct.unpack(body)
+        head = self._fields("KernelRecord", body)
+        record_type, block_type = head["recordType"], head["blockType"]
         kernel = self._kernel_for_records()
         serial = self._next_serial()
-        if record_type == RECORD_TYPE_FINISH:
+        if record_type in (self._finish_type, self._kernel_finish_type):
             why = ""
             if kernel.total_slots is not None and kernel.slots < kernel.total_slots:
                 why = f"FINISH after {kernel.slots} of {kernel.total_slots} slots"
             # The hooks that send records one by one wait for no answer.
             self._end_kernel(kernel, respond=False, why=why)
             return
-        if record_type == RECORD_TYPE_BLOCK_FINISH:
+        if record_type == self._block_finish_type:
             # Sent after each block's records with an empty payload: the block is the one those records named.
             if kernel.last_block is not None:
                 self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
                 kernel.last_block = None
             return
         context = BlockContext(block_type=block_type, chip=self._chip)
-        payload = memoryview(body)[wire.KERNEL_RECORD_PAYLOAD_OFFSET :]
+        payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
-            events, problem = record_buffer.decode_single(record_type, payload, serial, context)
+            events, problem = record_buffer.decode_single(record_type, payload, serial, context, self._records)
         except Exception as exc:  # a decoder bug on this record: said, the stream goes on
             kernel.problem(f"record type {record_type}: the record decoder failed ({_said(exc)})")
             return
@@ -528,7 +568,7 @@ class CompatConnection:
         if slot.heads is None and not slot.skipping:
             heads_size = self.layout.heads_size
             if len(buffer) < heads_size:
-                self._truncated_at_eof(PacketType.KERNEL_RECORD, len(buffer), slot.length)
+                self._truncated_at_eof(self._packet_number_kernel_record, len(buffer), slot.length)
                 return False
             self._read_heads(kernel, slot, bytes(buffer.take(heads_size)))
             slot.remaining -= heads_size
@@ -542,7 +582,7 @@ class CompatConnection:
             take = min(slot.remaining, max(self.chunk_size - len(slot.tail), 1))
             ready = len(buffer) >= take
         if not ready:
-            self._truncated_at_eof(PacketType.KERNEL_RECORD, slot.length - slot.remaining, slot.length)
+            self._truncated_at_eof(self._packet_number_kernel_record, slot.length - slot.remaining, slot.length)
             return False
         data = buffer.take(take)
         slot.remaining -= take
@@ -555,7 +595,7 @@ class CompatConnection:
 
     def _read_heads(self, kernel: _Kernel, slot: _Slot, data: bytes) -> None:
         try:
-            heads = record_buffer.read_heads(data)
+            heads = record_buffer.read_heads(data, self.layout)
         except Exception as exc:  # RecordBufferError, or a decoder bug: a problem of this kernel either way
             kernel.problem(f"slot {slot.index}: record buffer heads unreadable: {_said(exc)}")
             total = getattr(exc, "total_block_dim", None)
@@ -575,8 +615,18 @@ class CompatConnection:
                 kernel.problem(SECURITY_MESSAGE)
             slot.skipping = True
             return
+        mismatch = record_buffer.wire_mismatch(heads, self.layout, slot.length)
+        if mismatch:
+            # Heads that do not add up are heads read at another release's offsets (or a program that overwrote
+            # the whole head, security value aside): nothing read on this connection can be trusted, so it ends
+            # here, and its session says why as an error finding rather than check misread records.
+            raise RemoteProtocolError(
+                f"KERNEL_RECORD slot {slot.index} of kernel {kernel.name!r} ({slot.length} bytes) is not "
+                f"{self.layout.name}'s: {mismatch}; " + wire.other_releases_text(self.layout),
+                reason="wire_mismatch",
+            )
         context = BlockContext(block_type=int(heads.block_type), chip=self._chip)
-        slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial)
+        slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial, self._records)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
         try:
@@ -753,10 +803,10 @@ class CompatConnection:
                 return data
             case m.Verdict():
                 total = self._responses.pop(message.kernel, None)
-                return b"" if total is None else wire.encode_kernel_record_response(total)
+                return b"" if total is None else wire.encode_kernel_record_response(total, self.layout)
             case m.IpcResult():
                 op = self._ipc_codes.popleft() if self._ipc_codes else wire.IPC_OP_CODES.get(message.op, 0)
-                return b"" if op is None else wire.encode_ipc_response(op, message.ok)
+                return b"" if op is None else wire.encode_ipc_response(op, message.ok, self.layout)
             case m.Error():
                 self._fail()
                 return b""

@@ -16,51 +16,22 @@ family's converter, and the events merged back into program order by serial.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
+from sanitizerd.compat import wire
 from sanitizerd.compat.convert import base  # the package import registers every family's converters
-from sanitizerd.compat.record_types import PAYLOAD_SIZE, RecordType
+from sanitizerd.compat.record_types import RecordTable, RecordType, record_table
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 
 SECURITY_VALUE = 0x5A5A5A5A5A5A5A5A
 SECURITY_TEXT = "The record address has been changed by the user program, and the detection result is unreliable."
 
-GLOBAL_HEAD_SIZE = 38_528
-BLOCK_HEAD_SIZE = 128
-HEADS_SIZE = GLOBAL_HEAD_SIZE + BLOCK_HEAD_SIZE
 TYPE_SIZE = 4  # the u32 RecordType before each payload
-
-# RecordGlobalHead: the fields sanitizerd reads (offsets from the probe of msSanitizer's headers; the rest is the
-# per-core register shadow, which registercheck does not need: it sees the SET_* records themselves).
-GLOBAL_HEAD_DTYPE = np.dtype(
-    {
-        "names": ["security", "cache_size", "check_block_id", "total_block_dim", "total_cache_size", "kernel_type"],
-        "formats": ["<u8", "<u4", "<i2", "<u8", "<u8", "u1"],
-        "offsets": [0, 8, 12, 24, 32, 44],
-        "itemsize": GLOBAL_HEAD_SIZE,
-    }
-)
-BLOCK_HEAD_DTYPE = np.dtype(
-    {
-        "names": [
-            "record_count", "record_write_count", "offset", "write_offset", "block_id", "block_type",
-            "vec_sub_block_dim",
-        ],
-        "formats": ["<u8", "<u8", "<u8", "<u8", "<u2", "u1", "u1"],
-        "offsets": [0, 8, 16, 24, 40, 48, 49],
-        "itemsize": BLOCK_HEAD_SIZE,
-    }
-)  # fmt: skip
-
-# The step (in u32 words, type word included) of each record type; 0 = not a type this release can walk.
-_TABLE_LEN = max(PAYLOAD_SIZE) + 2
-STEP_WORDS = np.zeros(_TABLE_LEN, dtype=np.int64)
-for _type, _size in PAYLOAD_SIZE.items():
-    STEP_WORDS[_type] = (TYPE_SIZE + _size) // 4
 
 # Segments: about this many per walk (each lockstep step costs a few numpy calls whatever its width), each at least
 # MIN_SEGMENT_WORDS long: a speculative walk meets the true path within a few hundred words on real record mixes,
@@ -68,15 +39,6 @@ for _type, _size in PAYLOAD_SIZE.items():
 TARGET_SEGMENTS = 1024
 MIN_SEGMENT_WORDS = 256
 WINDOW_BYTES = 8 << 20  # a connection feeds 1-4 MiB (plus a record tail): one window per feed
-STEP_LIST: list[int] = STEP_WORDS.tolist()
-MAX_STEP = int(STEP_WORDS.max())
-STRONG = (STEP_WORDS > 0) & (np.arange(_TABLE_LEN) >= RecordType.DMA_MOV)  # types a speculative walk trusts
-SEARCH_WORDS = 2 * MAX_STEP
-STEP_AT_LEAST_1 = np.maximum(STEP_WORDS, 1)
-# Known record types as small dense codes, for grouping a path's records by type without sorting.
-CODE_TYPE: list[int] = sorted(PAYLOAD_SIZE)
-TYPE_CODE = np.zeros(_TABLE_LEN, dtype=np.intp)
-TYPE_CODE[CODE_TYPE] = np.arange(len(CODE_TYPE))
 MAX_UNCONVERTED_LINES = 64
 
 
@@ -98,16 +60,39 @@ class SlotHeads:
     record_write_count: int
     offset: int
     write_offset: int
+    block_head_size: int | None = None  # ProtocolOffsetInfo.blockHeadSize, where the release has it
+    regions: tuple[tuple[str, int, int], ...] = ()  # ProtocolOffsetInfo's (name, offset, size) regions
 
 
-def read_heads(data: memoryview | bytes) -> SlotHeads:
-    """The global and block heads at the start of a slot's bytes."""
-    if len(data) < HEADS_SIZE:
+@functools.cache
+def _head_dtypes(layout: wire.WireLayout) -> tuple[np.dtype, np.dtype]:
+    """The global and block heads' fields that are read, as dtypes of the layout's head sizes."""
+    names = dict(wire.GLOBAL_HEAD_FIELDS)
+    for region in wire.OFFSET_INFO_REGIONS:
+        names[f"offsetInfo.{region}.offset"] = f"{region}.offset"
+        names[f"offsetInfo.{region}.size"] = f"{region}.size"
+    return (
+        layout.global_head.view("RecordGlobalHead", names).dtype,
+        layout.block_head.view("RecordBlockHead", wire.BLOCK_HEAD_FIELDS).dtype,
+    )
+
+
+def read_heads(data: memoryview | bytes, layout: wire.WireLayout) -> SlotHeads:
+    """The global and block heads at the start of a slot's bytes, read as ``layout``'s release lays them out."""
+    heads_size = layout.heads_size
+    if len(data) < heads_size:
         raise RecordBufferError(
-            f"record buffer of {len(data)} bytes is shorter than its heads ({HEADS_SIZE} bytes): no records decoded"
+            f"record buffer of {len(data)} bytes is shorter than its heads ({heads_size} bytes): no records decoded"
         )
-    g = np.frombuffer(data, dtype=GLOBAL_HEAD_DTYPE, count=1)[0]
-    b = np.frombuffer(data, dtype=BLOCK_HEAD_DTYPE, count=1, offset=GLOBAL_HEAD_SIZE)[0]
+    global_dtype, block_dtype = _head_dtypes(layout)
+    g = np.frombuffer(data, dtype=global_dtype, count=1)[0]
+    b = np.frombuffer(data, dtype=block_dtype, count=1, offset=layout.global_head.size)[0]
+    fields = set(global_dtype.names or ())
+    regions = tuple(
+        (region, int(g[f"{region}.offset"]), int(g[f"{region}.size"]))
+        for region in wire.OFFSET_INFO_REGIONS
+        if f"{region}.offset" in fields
+    )
     return SlotHeads(
         security_ok=int(g["security"]) == SECURITY_VALUE,
         cache_size_mb=int(g["cache_size"]),
@@ -121,7 +106,38 @@ def read_heads(data: memoryview | bytes) -> SlotHeads:
         record_write_count=int(b["record_write_count"]),
         offset=int(b["offset"]),
         write_offset=int(b["write_offset"]),
+        block_head_size=int(g["block_head_size"]) if "block_head_size" in fields else None,
+        regions=regions,
     )
+
+
+def wire_mismatch(heads: SlotHeads, layout: wire.WireLayout, length: int) -> str:
+    """Why a slot of ``length`` bytes whose heads read as ``heads`` cannot be ``layout``'s ("" when it can).
+
+    Checked only on a slot whose security value holds (one whose head the user program overwrote is that
+    kernel's problem, said as msSanitizer says it). The injection library sends a slot as its heads and the
+    ``writeOffset`` bytes written after them (plus, from 26.1.0, the regions its ProtocolOffsetInfo places after
+    the block head), so heads read at another release's offsets show as a length that does not add up, or as a
+    ProtocolOffsetInfo that does not describe this release's block head."""
+    records = length - layout.heads_size
+    if heads.block_head_size is not None:
+        if heads.block_head_size != layout.block_head.size:
+            return (
+                f"ProtocolOffsetInfo.blockHeadSize is {heads.block_head_size}, but {layout.name}'s RecordBlockHead "
+                f"is {layout.block_head.size} bytes"
+            )
+        if heads.write_offset > records:
+            return f"writeOffset {heads.write_offset} is past the {records} bytes after the heads"
+        for name, offset, size in heads.regions:
+            if size and (offset < layout.block_head.size or offset + size > length - layout.global_head.size):
+                return (
+                    f"ProtocolOffsetInfo.{name} ({offset}, {size}) lies outside the {length - layout.global_head.size}"
+                    " bytes from the block head"
+                )
+        return ""
+    if heads.write_offset != records:
+        return f"the slot holds {records} bytes after its heads, but its writeOffset says {heads.write_offset}"
+    return ""
 
 
 def _type_name(value: int) -> str:
@@ -131,13 +147,9 @@ def _type_name(value: int) -> str:
         return str(value)
 
 
-def _step_of(words: np.ndarray, at: np.ndarray, n: int) -> np.ndarray:
+def _step_of(table: RecordTable, words: np.ndarray, at: np.ndarray, n: int) -> np.ndarray:
     t = words[np.minimum(at, n - 1)]
-    return STEP_WORDS[np.minimum(t, _TABLE_LEN - 1)]
-
-
-def _step(word: int) -> int:
-    return STEP_LIST[word] if word < _TABLE_LEN else 0
+    return table.step_words[np.minimum(t, table.table_len - 1)]
 
 
 # Loops: a kernel's records mostly repeat one tile's sequence of types. A scalar walk of a few records finds the
@@ -150,7 +162,7 @@ MAX_PERIOD = 64  # records in one period
 LOOP_ATTEMPTS = 4  # samples that may find no period, or one that breaks before 4 samples' worth of records
 
 
-def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
+def walk(table: RecordTable, words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     """Record starts (word indices) of the true path from word 0 through ``words[:limit_words]``, and where it
     stopped: the first word not walked. That is ``limit_words`` after a whole walk, the start of a record not all
     there yet, or a word that is no known type (the caller tells these apart by ``words[stop]``)."""
@@ -159,7 +171,7 @@ def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     at = 0
     misses = 0
     while at < n and misses < LOOP_ATTEMPTS:
-        sample, stop = _scalar_walk(words, at, n, PERIOD_SAMPLE)
+        sample, stop = _scalar_walk(table, words, at, n, PERIOD_SAMPLE)
         parts.append(sample)
         if sample.size < PERIOD_SAMPLE:  # the walk ended (end of window, a record not all there, no type)
             return _joined(parts), stop
@@ -168,13 +180,13 @@ def walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
             misses += 1
             at = stop
             continue
-        run, at = _predicted(words, sample[-period:], stop, n)
+        run, at = _predicted(table, words, sample[-period:], stop, n)
         parts.append(run)
         if run.size < 4 * PERIOD_SAMPLE:
             misses += 1
     if at >= n:
         return _joined(parts), at
-    rest, stop = _lockstep_walk(words[at:], n - at)
+    rest, stop = _lockstep_walk(table, words[at:], n - at)
     parts.append(rest + at)
     return _joined(parts), stop + at
 
@@ -185,11 +197,11 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-def _scalar_walk(words: np.ndarray, at: int, n: int, most: int) -> tuple[np.ndarray, int]:
+def _scalar_walk(table: RecordTable, words: np.ndarray, at: int, n: int, most: int) -> tuple[np.ndarray, int]:
     """Up to ``most`` records from the true record start ``at``, one by one; stops as ``walk`` does."""
     starts = []
-    steps = STEP_LIST
-    top = _TABLE_LEN
+    steps = table.step_list
+    top = table.table_len
     for _ in range(most):
         if at >= n:
             break
@@ -210,12 +222,12 @@ def _period(types: np.ndarray) -> int:
     return 0
 
 
-def _predicted(words: np.ndarray, last: np.ndarray, at: int, n: int) -> tuple[np.ndarray, int]:
+def _predicted(table: RecordTable, words: np.ndarray, last: np.ndarray, at: int, n: int) -> tuple[np.ndarray, int]:
     """Records from ``at`` (a true record start) predicted to repeat the period whose records started at ``last``,
     checked: the starts that hold their predicted types, and the true start where the prediction first fails (or
     the end: ``n``, or the start of a record not all there)."""
     types = words[last]
-    steps = STEP_WORDS[types]
+    steps = table.step_words[types]
     period_words = int(steps.sum())
     count = ((n - at) // period_words + 1) * len(last)
     periods = -(-count // len(last))  # np.tile, not np.resize: resize concatenates one copy per period
@@ -230,7 +242,7 @@ def _predicted(words: np.ndarray, last: np.ndarray, at: int, n: int) -> tuple[np
     return run, (int(starts[good]) if good < count else int(ends[-1]))
 
 
-def _lockstep_walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
+def _lockstep_walk(table: RecordTable, words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int]:
     """Record starts (word indices) of the true path from word 0 through ``words[:limit_words]``, and where it
     stopped: the first word not walked. That is ``limit_words`` after a whole walk, the start of a record not all
     there yet, or a word that is no known type (the caller tells these apart by ``words[stop]``)."""
@@ -238,11 +250,11 @@ def _lockstep_walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int
     if n == 0:
         return np.empty(0, dtype=np.int64), 0
     # A segment is never shorter than the longest record, so a record never steps over a whole segment.
-    seg = max(MIN_SEGMENT_WORDS, -(-n // TARGET_SEGMENTS), MAX_STEP)
+    seg = max(MIN_SEGMENT_WORDS, -(-n // TARGET_SEGMENTS), table.max_step)
     nseg = -(-n // seg)
     starts = np.arange(nseg, dtype=np.int64) * seg
     ends = np.minimum(starts + seg, n)
-    exits, nodes, row_start = _lockstep(words, starts, ends, n)
+    exits, nodes, row_start = _lockstep(table, words, starts, ends, n)
     # Segment j+1 is entered where segment j exits; when segment j was itself entered at one of its speculative
     # nodes, that exit is exits[j]. Check every entry at once.
     keys = np.repeat(np.arange(nseg, dtype=np.int64) << 32, np.diff(row_start)) + nodes  # sorted
@@ -260,7 +272,7 @@ def _lockstep_walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int
         segs = np.array(sorted(j for j in pending if entries[j] >= 0), dtype=np.int64)
         if not segs.size:
             break
-        extra, joined, leave, stuck = _repair(words, keys, segs, entries[segs], ends[segs], n)
+        extra, joined, leave, stuck = _repair(table, words, keys, segs, entries[segs], ends[segs], n)
         work = segs.tolist()
         for i, j in enumerate(work):
             walked[j] = extra[i]
@@ -305,7 +317,7 @@ def _lockstep_walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int
         path = np.sort(np.concatenate([path, *walked.values()]))
     if stuck_at:
         path = path[path <= stuck_at[min(stuck_at)]]
-    steps = _step_of(words, path, n)
+    steps = _step_of(table, words, path, n)
     # Safety net: the path must be one chain; anything else is a bug, and stopping there is the honest answer.
     if path.size > 1:
         broken = np.flatnonzero((path[:-1] + steps[:-1] != path[1:]) & (steps[:-1] != 0))
@@ -325,7 +337,7 @@ def _lockstep_walk(words: np.ndarray, limit_words: int) -> tuple[np.ndarray, int
 
 
 def _lockstep(
-    words: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
+    table: RecordTable, words: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Walk every segment from its first word, all in lockstep: (exits, nodes of all segments in order, the index
     in ``nodes`` where each segment's nodes begin, with one more entry for the end).
@@ -343,21 +355,21 @@ def _lockstep(
     pos = starts.copy()
     end = ends.copy()
     exact = np.zeros(nseg, dtype=bool)
-    patient = starts + SEARCH_WORDS
+    patient = starts + table.search_words
     searching = True
     while active.size:
         if k == V.shape[0]:
             V = np.concatenate([V, np.full_like(V, -1)])
         t = words[pos]
         if searching:
-            step = np.take(STEP_WORDS, t, mode="clip")  # clip: any word past the table reads as no type
-            exact |= np.take(STRONG, t, mode="clip") | ((pos >= patient) & (step > 0))
+            step = np.take(table.step_words, t, mode="clip")  # clip: a word past the table reads as no type
+            exact |= np.take(table.strong, t, mode="clip") | ((pos >= patient) & (step > 0))
             searching = not exact.all()
             V[k, active[exact]] = pos[exact]
             pos = pos + np.where(exact, np.maximum(step, 1), 1)
         else:
             V[k, active] = pos
-            pos += np.take(STEP_AT_LEAST_1, t, mode="clip")  # a word that is no type: on by one word
+            pos += np.take(table.step_at_least_1, t, mode="clip")  # a word that is no type: on by one word
         k += 1
         done = pos >= end
         if done.any():
@@ -381,7 +393,13 @@ def _find(keys: np.ndarray, segs: np.ndarray, positions: np.ndarray) -> np.ndarr
 
 
 def _repair(
-    words: np.ndarray, keys: np.ndarray, segs: np.ndarray, entries: np.ndarray, ends: np.ndarray, n: int
+    table: RecordTable,
+    words: np.ndarray,
+    keys: np.ndarray,
+    segs: np.ndarray,
+    entries: np.ndarray,
+    ends: np.ndarray,
+    n: int,
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
     """Walk segments ``segs`` from their true ``entries`` in lockstep, each until it reaches a node of its own
     speculative walk (joined: the flat index), leaves its segment (leave: the exit), or meets a word that is no
@@ -394,7 +412,7 @@ def _repair(
     where: list[np.ndarray] = []
     active = np.arange(m)
     pos = entries.astype(np.int64)
-    top = _TABLE_LEN - 1
+    top = table.table_len - 1
     while active.size:
         out = pos >= ends[active]
         if out.any():
@@ -411,7 +429,7 @@ def _repair(
                 break
         who.append(active)
         where.append(pos)
-        step = STEP_WORDS[np.minimum(words[pos], top)]
+        step = table.step_words[np.minimum(words[pos], top)]
         bad = step == 0
         if bad.any():
             stuck[active[bad]] = pos[bad]
@@ -429,10 +447,10 @@ def _repair(
     return extra, joined, leave, stuck
 
 
-def _gather(words: np.ndarray, starts: np.ndarray, record_type: int, dtype: np.dtype) -> np.ndarray:
-    """The payloads of the records starting at word ``starts`` as one structured array of ``dtype``: a take from an
-    overlapping view of the words (item i = the payload bytes after word i), one copy per record."""
-    size = PAYLOAD_SIZE[record_type]
+def _gather(words: np.ndarray, starts: np.ndarray, size: int, record_type: int, dtype: np.dtype) -> np.ndarray:
+    """The payloads (of ``size`` bytes) of the records starting at word ``starts`` as one structured array of
+    ``dtype``: a take from an overlapping view of the words (item i = the payload bytes after word i), one copy
+    per record."""
     if dtype.itemsize != size:
         raise ValueError(f"{_type_name(record_type)}: converter dtype is {dtype.itemsize} bytes, payload {size}")
     window = np.ndarray(shape=(words.size - size // 4,), dtype=f"V{size}", buffer=words, offset=4, strides=(4,))
@@ -442,8 +460,11 @@ def _gather(words: np.ndarray, starts: np.ndarray, record_type: int, dtype: np.d
 class SlotDecoder:
     """Decodes one slot's record region as it arrives; see the module docstring and docs/interfaces."""
 
-    def __init__(self, heads: SlotHeads, context: base.BlockContext, first_serial: int) -> None:
+    def __init__(
+        self, heads: SlotHeads, context: base.BlockContext, first_serial: int, table: RecordTable | None = None
+    ) -> None:
         self.heads = heads
+        self.table = table if table is not None else record_table(wire.MSSANITIZER_4A419F05)
         self.context = dataclasses.replace(
             context,
             block_type=heads.block_type,
@@ -456,7 +477,7 @@ class SlotDecoder:
         self._pos = 0  # bytes of the record region consumed
         self._stopped = not heads.security_ok  # nothing more is decoded (damage found, or the heads are not ours)
         self._problems: list[str] = []
-        self._unconverted: dict[int, int] = {}
+        self._unconverted: dict[str, int] = {}  # the release's name of a type not converted -> records
         self._finished = False
         if not heads.security_ok:
             self._problems.append(SECURITY_TEXT)
@@ -485,17 +506,17 @@ class SlotDecoder:
             rest = min(len(data) - at, h.write_offset - self._pos - at)
             avail = min(rest, WINDOW_BYTES)
             words = np.frombuffer(data, dtype="<u4", count=avail // 4, offset=at)
-            path, stop = walk(words, words.size)
+            path, stop = walk(self.table, words, words.size)
             if path.size > room:  # recordWriteCount ends the block before writeOffset does
                 path = path[:room]
-                stop = int(path[-1] + STEP_WORDS[min(int(words[path[-1]]), _TABLE_LEN - 1)])
+                stop = int(path[-1] + self.table.step(int(words[path[-1]])))
                 self._stop(
                     f"{self._where()}: {h.record_write_count} records (recordWriteCount) end at byte "
                     f"{self._pos + at + stop * 4}, but writeOffset is {h.write_offset}: the rest is not decoded"
                 )
-            elif stop < words.size and STEP_WORDS[min(int(words[stop]), _TABLE_LEN - 1)] == 0:
+            elif stop < words.size and self.table.step(int(words[stop])) == 0:
                 self._stop(
-                    f"{self._where()}: unknown record type {_type_name(int(words[stop]))} at byte "
+                    f"{self._where()}: unknown record type {self.table.name(int(words[stop]))} at byte "
                     f"{self._pos + at + stop * 4} of the record region; "
                     f"{h.record_write_count - self.records - path.size} records not decoded"
                 )
@@ -547,17 +568,21 @@ class SlotDecoder:
     def _convert(self, words: np.ndarray, path: np.ndarray) -> np.ndarray:
         types = words[path]
         serials = np.arange(path.size, dtype=np.uint64) + np.uint64(self.first_serial + self.records)
-        codes = TYPE_CODE[types]  # every type on the path is known (the walk stopped before any other)
+        table = self.table
+        codes = table.type_code[types]  # every type on the path is known (the walk stopped before any other)
         groups: list[tuple[np.ndarray, np.ndarray]] = []  # (record indices, their events)
-        for code in np.flatnonzero(np.bincount(codes, minlength=len(CODE_TYPE))).tolist():
-            record_type = CODE_TYPE[code]
+        for code in np.flatnonzero(np.bincount(codes, minlength=len(table.code_type))).tolist():
+            wire_type = table.code_type[code]
+            record_type = int(table.canonical[wire_type])
             rows = np.flatnonzero(codes == code)
-            registered = base.CONVERTERS.get(record_type)
+            registered = base.CONVERTERS.get(record_type) if record_type in table.convertible else None
             if registered is None:
-                self._unconverted[record_type] = self._unconverted.get(record_type, 0) + rows.size
+                name = table.name(wire_type)
+                self._unconverted[name] = self._unconverted.get(name, 0) + rows.size
                 continue
             try:
-                records = _gather(words, path[rows], record_type, registered.dtype)
+                size = table.payload_size[record_type]
+                records = _gather(words, path[rows], size, record_type, registered.dtype)
                 groups.append((rows, registered.convert(record_type, records, serials[rows], self.context)))
             except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
                 text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
@@ -582,11 +607,8 @@ class SlotDecoder:
         lines = list(self._problems)
         for text, count in sorted(self.context.dropped.items()):
             lines.append(f"{count} {text}")
-        for record_type, count in sorted(self._unconverted.items())[:MAX_UNCONVERTED_LINES]:
-            lines.append(
-                f"{count} {_type_name(record_type)} records not converted (sanitizerd does not model this "
-                "instruction yet)"
-            )
+        for name, count in sorted(self._unconverted.items())[:MAX_UNCONVERTED_LINES]:
+            lines.append(f"{count} {name} records not converted (sanitizerd does not model this instruction yet)")
         return lines
 
     def loss(self) -> m.BlockLoss | None:
@@ -605,27 +627,28 @@ _BLOCK_NAMES = {0: "aiv", 1: "aic", 2: "aicore"}
 
 
 def decode_single(
-    record_type: int, payload: memoryview | bytes, serial: int, context: base.BlockContext
+    wire_type: int, payload: memoryview | bytes, serial: int, context: base.BlockContext, table: RecordTable
 ) -> tuple[np.ndarray, str | None]:
-    """One record sent alone (SANITIZER_RECORD's KERNEL_RECORD variant): its events, or a problem line."""
+    """One record sent alone (SANITIZER_RECORD's KERNEL_RECORD variant), numbered as ``table``'s release numbers
+    it: its events, or a problem line."""
     empty = np.empty(0, dtype=EVENT_DTYPE)
-    size = PAYLOAD_SIZE.get(int(record_type))
+    name = table.name(int(wire_type))
+    record_type = int(table.canonical[wire_type]) if 0 <= wire_type < table.table_len else -1
+    size = table.payload_size.get(record_type)
     if size is None:
-        return empty, f"unknown record type {_type_name(int(record_type))} in a single kernel record"
+        return empty, f"unknown record type {name} in a single kernel record"
     payload = memoryview(payload).cast("B")
     if len(payload) < size:
-        return empty, f"{_type_name(int(record_type))} record of {len(payload)} bytes, its payload needs {size}"
-    registered = base.CONVERTERS.get(int(record_type))
+        return empty, f"{name} record of {len(payload)} bytes, its payload needs {size}"
+    registered = base.CONVERTERS.get(record_type) if record_type in table.convertible else None
     if registered is None:
-        return empty, (
-            f"1 {_type_name(int(record_type))} records not converted (sanitizerd does not model this instruction yet)"
-        )
+        return empty, f"1 {name} records not converted (sanitizerd does not model this instruction yet)"
     local = dataclasses.replace(context, dropped={}, state={})
     words = np.frombuffer(bytes(payload[:size]), dtype="<u4")
     records = words.view(registered.dtype).reshape(1)
     try:
-        events = registered.convert(int(record_type), records, np.array([serial], dtype=np.uint64), local)
+        events = registered.convert(record_type, records, np.array([serial], dtype=np.uint64), local)
     except Exception as exc:
-        return empty, f"{_type_name(int(record_type))} record dropped: converter failed ({exc})"
+        return empty, f"{name} record dropped: converter failed ({exc})"
     problem = next((f"{count} {text}" for text, count in local.dropped.items()), None)
     return events, problem

@@ -1,16 +1,24 @@
 """msSanitizer's record types, the size of each one's payload, and its MemType / PipeType numbering.
 
-Facts of msSanitizer's ``record_defs.h`` in the release this compat layer speaks (reference §1.4, §1.9), checked
-with a probe that compiled its headers: a record on the wire is ``[u32 RecordType][payload]`` with the payload's C
-layout (natural alignment inside the struct, no padding before it).
+Facts of msSanitizer's ``record_defs.h`` (reference §1.4, §1.9, §1.10), measured by compiling its headers: a record
+on the wire is ``[u32 RecordType][payload]`` with the payload's C layout (natural alignment inside the struct, no
+padding before it).
+
+Releases renumber record types (26.1.0 inserts KERNEL_FINISH before FINISH; 02aa7ee moved SHADOW_MEMORY), so
+``RecordType`` is sanitizerd's own naming: its values are msSanitizer 4a419f05's numbers, the first wire sanitizerd
+spoke, and types that release did not have take free values. A ``RecordTable`` maps one release's numbers to these
+names (``record_table``): the converters are written once, against the names.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+from typing import Final
 
 import numpy as np
 
+from sanitizerd.compat import wire
 from sanitizerd.protocol.records import Space
 
 
@@ -29,6 +37,7 @@ class RecordType(enum.IntEnum):
     STI_ATOMIC = 11
     ST_DEV = 12
     LD_DEV = 13
+    DCCI = 14  # master on
     DMA_MOV = 100
     MOV_ALIGN = 101
     MOV_ALIGN_V2 = 102
@@ -149,6 +158,9 @@ class RecordType(enum.IntEnum):
     SHADOW_MEMORY = 40010
     THREAD_BLOCK_BARRIER = 40011
     SIMT_END = 50000
+    MAIN_SCALAR_EMPTY_START = 51000  # 26.1.0 on
+    SIMT_CALL = 51001
+    MAIN_SCALAR_EMPTY_END = 52000
     ONLINE_ERROR = 60000
     REGISTER_START = 70000
     SET_VECTOR_MASK_0 = 70001
@@ -159,156 +171,113 @@ class RecordType(enum.IntEnum):
     SET_QUANT_PRE = 70006
     SET_QUANT_POST = 70007
     SET_LRELU_ALPHA = 70008
+    DYNAMIC_OP = 79999  # 02aa7ee on: the head of a variable-length record
+    SIMT_ENTRY = 80000  # 26.1.0 on: a variable-length record's type
     BLOCK_FINISH = 100000
     FINISH = 100001
+    KERNEL_FINISH = 100010  # 26.1.0 on, numbered 100001 there (and FINISH 100002)
 
 
-# sizeof(payload struct) of every record type whose layout this release fixes, converted or not: the walker steps
-# over a record it does not convert by this size. ONLINE_ERROR is absent on purpose: its length is in its payload
-# (a variable trailer of error descriptors), so a buffer holding one cannot be walked by type alone.
-PAYLOAD_SIZE: dict[int, int] = {
-    RecordType.LOAD: 56,  # LoadStoreRecord
-    RecordType.STORE: 56,  # LoadStoreRecord
-    RecordType.LD: 56,  # LoadStoreRecord
-    RecordType.LD_IO: 56,  # LoadStoreRecord
-    RecordType.ST: 56,  # LoadStoreRecord
-    RecordType.ST_IO: 56,  # LoadStoreRecord
-    RecordType.STP: 56,  # LoadStoreRecord
-    RecordType.STI: 56,  # LoadStoreRecord
-    RecordType.STI_IO: 56,  # LoadStoreRecord
-    RecordType.LDP: 56,  # LoadStoreRecord
-    RecordType.ST_ATOMIC: 56,  # LoadStoreRecord
-    RecordType.STI_ATOMIC: 56,  # LoadStoreRecord
-    RecordType.ST_DEV: 56,  # LoadStoreRecord
-    RecordType.LD_DEV: 56,  # LoadStoreRecord
-    RecordType.DMA_MOV: 64,  # DmaMovRecord
-    RecordType.MOV_ALIGN: 72,  # MovAlignRecord
-    RecordType.MOV_ALIGN_V2: 120,  # MovAlignRecordV2
-    RecordType.VEC_DUP: 64,  # VecDupRecord
-    RecordType.LOAD_2D: 64,  # Load2DRecord
-    RecordType.LOAD_L1_2D: 72,  # LoadL12DRecord
-    RecordType.LOAD_L1_MX_2D: 64,  # LoadL1Mx2DRecord
-    RecordType.LOAD_L1_2D_TRANSPOSE: 64,  # Load2DTransposeRecord
-    RecordType.LOAD_B2: 56,  # LoadB2Record
-    RecordType.LOAD_A_WINOGRAD: 72,  # LoadAWinogradRecord
-    RecordType.LOAD_B_WINOGRAD: 56,  # LoadBWinogradRecord
-    RecordType.LOAD_3D: 88,  # Load3DRecord
-    RecordType.SET_2D: 56,  # Set2DRecord
-    RecordType.SET_L1_2D: 48,  # SetL12DRecord
-    RecordType.DMA_MOV_ND2NZ: 72,  # DmaMovNd2nzRecord
-    RecordType.MOV_BT: 64,  # MovBtRecord
-    RecordType.LOAD_IMAGE: 64,  # LoadImageRecord
-    RecordType.MOV_FP: 80,  # MovFpRecord
-    RecordType.LOAD_2D_SPARSE: 56,  # Load2DSparseRecord
-    RecordType.LOAD_2D_TRANSPOSE: 64,  # Load2DTransposeRecord
-    RecordType.DECOMPRESS_HEADER: 48,  # DecompressHeaderRecord
-    RecordType.DMA_MOV_CONV_RELU: 64,  # DmaMovConvReluRecord
-    RecordType.LOAD_SMASK: 48,  # LoadSmaskRecord
-    RecordType.BROADCAST: 64,  # BroadcastRecord
-    RecordType.DMA_MOV_DEPTH_WISE: 64,  # DmaMovConvReluRecord
-    RecordType.ND_DMA_OUT_TO_UB: 176,  # NdDMAOut2UbRecord
-    RecordType.DC_PRELOAD: 48,  # DcPreloadRecord
-    RecordType.DMA_MOV_ND2NZ_D: 88,  # DmaMovNd2nzDavRecord
-    RecordType.DMA_MOV_DN2NZ_D: 88,  # DmaMovNd2nzDavRecord
-    RecordType.SCALAR_RED: 56,  # LoadStoreRecord
-    RecordType.SCALAR_ATOM: 56,  # LoadStoreRecord
-    RecordType.LDVA: 56,  # LoadStoreRecord
-    RecordType.MOV_L1_TO_UB: 64,  # MovL1UBRecord
-    RecordType.MOV_UB_TO_L1: 64,  # MovL1UBRecord
-    RecordType.MOV_UB_TO_UB: 64,  # MovL1UBRecord
-    RecordType.MOV_CBUF_TO_BT: 64,  # MovL1BtRecord
-    RecordType.MOV_CBUF_TO_FB: 64,  # MovL1FbRecord
-    RecordType.VMRGSORT4_OP_C220: 96,  # UnaryOpRecord
-    RecordType.VMRGSORT4_OP_M200: 96,  # UnaryOpRecord
-    RecordType.VMRGSORT4_OP_C310: 64,  # Vms4v2RecordA5
-    RecordType.FIX_L0C_TO_L1: 80,  # MovFpRecord
-    RecordType.FIX_L0C_TO_UB: 80,  # MovFpRecord
-    RecordType.LOAD_3D_V2: 96,  # Load3DV2Record
-    RecordType.UNARY_OP: 96,  # UnaryOpRecord
-    RecordType.VGATHER: 88,  # VgatherRecord
-    RecordType.ELEMENT: 48,  # ElementRecord
-    RecordType.BINARY_OP: 104,  # BinaryOpRecord
-    RecordType.TERNARY_OP: 104,  # BinaryOpRecord
-    RecordType.REDUCE_OP: 88,  # ReduceOpRecord
-    RecordType.MATRIX_MUL_OP: 96,  # MarixMulOpRecord
-    RecordType.MMAD_A5: 80,  # MmadA5Record
-    RecordType.VEC_REGPROPCOOR_OP: 56,  # VecRegPropCoordOpRecord
-    RecordType.CMPMASK_OP: 56,  # CmpMaskRecord
-    RecordType.VCOPY_OP: 96,  # UnaryOpRecord
-    RecordType.VREDUCEV2_UNARY: 96,  # UnaryOpRecord
-    RecordType.VREDUCEV2_BINARY: 104,  # BinaryOpRecord
-    RecordType.VREDUCEV2: 104,  # ReduceV2Record
-    RecordType.VCONV_DST_S4_OP: 96,  # UnaryOpRecord
-    RecordType.VCONV_SRC_S4_OP: 96,  # UnaryOpRecord
-    RecordType.VSEL_OP: 104,  # BinaryOpRecord
-    RecordType.SET_FLAG: 56,  # SyncRecord
-    RecordType.WAIT_FLAG: 56,  # SyncRecord
-    RecordType.HSET_FLAG: 56,  # HardSyncRecord
-    RecordType.HWAIT_FLAG: 56,  # HardSyncRecord
-    RecordType.PIPE_BARRIER: 40,  # PipeBarrierRecord
-    RecordType.FFTS_SYNC: 40,  # FftsSyncRecord
-    RecordType.WAIT_FLAG_DEV: 40,  # WaitFlagDevRecord
-    RecordType.SET_ATOMIC: 40,  # AtomicModeRecord
-    RecordType.IB_SET_STUB: 48,  # SoftSyncRecord
-    RecordType.IB_WAIT_STUB: 48,  # SoftSyncRecord
-    RecordType.SYNC_ALL_STUB: 48,  # SoftSyncRecord
-    RecordType.WAIT_FLAG_DEV_PIPE: 40,  # WaitFlagDevPipeRecord
-    RecordType.WAIT_FLAG_DEVI_PIPE: 40,  # WaitFlagDevPipeRecord
-    RecordType.SET_INTRA_BLOCK: 56,  # IntraBlockSyncRecord
-    RecordType.WAIT_INTRA_BLOCK: 56,  # IntraBlockSyncRecord
-    RecordType.SET_INTRA_BLOCKI: 56,  # IntraBlockSyncRecord
-    RecordType.WAIT_INTRA_BLOCKI: 56,  # IntraBlockSyncRecord
-    RecordType.MSTX_STUB: 272,  # MstxRecord
-    RecordType.SCATTERVNCHWCONV: 104,  # ScatterVnchwconvRecord
-    RecordType.SCATTERVNCHWCONV_A5: 104,  # ScatterVnchwconvRecord
-    RecordType.VBS32_A5: 64,  # Vbs32Record
-    RecordType.GET_BUF: 56,  # BufRecord
-    RecordType.GET_BUFI: 56,  # BufRecord
-    RecordType.RLS_BUF: 56,  # BufRecord
-    RecordType.RLS_BUFI: 56,  # BufRecord
-    RecordType.SET_FLAGI: 56,  # SyncRecord
-    RecordType.WAIT_FLAGI: 56,  # SyncRecord
-    RecordType.HSET_FLAGI: 56,  # HardSyncRecord
-    RecordType.HWAIT_FLAGI: 56,  # HardSyncRecord
-    RecordType.SET_FLAG_V: 56,  # SyncRecord
-    RecordType.SET_FLAGI_V: 56,  # SyncRecord
-    RecordType.WAIT_FLAG_V: 56,  # SyncRecord
-    RecordType.WAIT_FLAGI_V: 56,  # SyncRecord
-    RecordType.FFTS_SYNC_V: 40,  # FftsSyncRecord
-    RecordType.WAIT_FLAG_DEV_PIPE_V: 40,  # WaitFlagDevPipeRecord
-    RecordType.WAIT_FLAG_DEVI_PIPE_V: 40,  # WaitFlagDevPipeRecord
-    RecordType.SET_INTRA_BLOCK_V: 56,  # IntraBlockSyncRecord
-    RecordType.SET_INTRA_BLOCKI_V: 56,  # IntraBlockSyncRecord
-    RecordType.WAIT_INTRA_BLOCK_V: 56,  # IntraBlockSyncRecord
-    RecordType.WAIT_INTRA_BLOCKI_V: 56,  # IntraBlockSyncRecord
-    RecordType.GET_BUF_V: 56,  # BufRecord
-    RecordType.GET_BUFI_V: 56,  # BufRecord
-    RecordType.RLS_BUF_V: 56,  # BufRecord
-    RecordType.RLS_BUFI_V: 56,  # BufRecord
-    RecordType.SIMT_LDG: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_STG: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_LDS: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_STS: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_LDK: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_STK: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_LD: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_ST: 64,  # SimtLoadStoreRecord
-    RecordType.SIMT_ATOM: 64,  # SimtAtomRecord
-    RecordType.SIMT_RED: 64,  # SimtLoadStoreRecord
-    RecordType.THREAD_BLOCK_BARRIER: 40,  # SimtSyncRecord
-    RecordType.SET_VECTOR_MASK_0: 56,  # RegisterSetRecord
-    RecordType.SET_VECTOR_MASK_1: 56,  # RegisterSetRecord
-    RecordType.SET_CTRL: 56,  # RegisterSetRecord
-    RecordType.SET_FFTS_BASE_ADDR: 56,  # RegisterSetRecord
-    RecordType.SET_FPC: 56,  # RegisterSetRecord
-    RecordType.SET_QUANT_PRE: 56,  # RegisterSetRecord
-    RecordType.SET_QUANT_POST: 56,  # RegisterSetRecord
-    RecordType.SET_LRELU_ALPHA: 56,  # RegisterSetRecord
-}
+class RecordTable:
+    """One release's record numbering, as arrays the slot walk indexes by the u32 type word it reads.
 
-# Every payload size is a multiple of 4, so with the 4-byte type every record starts at a multiple of 4 in the
-# record region: the walker relies on this to view the region as u32 words.
-assert all(size % 4 == 0 for size in PAYLOAD_SIZE.values())
+    ``step_words[t]``: the length in u32 words (type word included) of a record of wire type ``t`` whose payload is
+    a fixed struct of that release, 0 for a type it cannot step over (unknown, variable-length, or out of range);
+    ``canonical[t]``: its ``RecordType`` value (-1 when sanitizerd has no name for it); ``payload_size``: the sizeof
+    of each fixed payload by ``RecordType``; ``convertible``: the types whose payload struct is the one the
+    converters were written against (msSanitizer 4a419f05's), so that another release's struct is never read
+    through a stale layout: its records are stepped over and counted instead."""
+
+    def __init__(
+        self,
+        layout: str,
+        step_words: np.ndarray,
+        canonical: np.ndarray,
+        payload_size: dict[int, int],
+        convertible: frozenset[int],
+        names: dict[int, str],
+    ) -> None:
+        self.layout = layout
+        self.step_words = step_words
+        self.canonical = canonical
+        self.payload_size = payload_size
+        self.convertible = convertible
+        self.names = names  # wire type -> its enumerator in this release
+        self.wire_values = {int(c): t for t, c in enumerate(canonical.tolist()) if c >= 0}  # RecordType -> wire
+        self.table_len = step_words.size
+        self.step_list: list[int] = step_words.tolist()
+        self.max_step = int(step_words.max(initial=1))
+        self.search_words = 2 * self.max_step
+        self.step_at_least_1 = np.maximum(step_words, 1)
+        # Types a speculative walk trusts: payloads are full of zeros and small counts, which read as the scalar
+        # types (0-13) and would lead a walk astray, while a type of 100 or more is seldom anything else.
+        self.strong = (step_words > 0) & (np.arange(self.table_len) >= RecordType.DMA_MOV)
+        known = np.flatnonzero(step_words > 0)
+        self.code_type: list[int] = known.tolist()  # walkable wire types as small dense codes, for grouping
+        self.type_code = np.zeros(self.table_len, dtype=np.intp)
+        self.type_code[known] = np.arange(known.size)
+
+    def step(self, word: int) -> int:
+        return self.step_list[word] if 0 <= word < self.table_len else 0
+
+    def name(self, wire_type: int) -> str:
+        return self.names.get(wire_type, str(wire_type))
+
+    def wire(self, record_type: RecordType) -> int | None:
+        """This release's number for ``record_type`` (None: it has none)."""
+        return self.wire_values.get(int(record_type))
+
+
+# The release whose payload structs the converters were written against.
+REFERENCE_LAYOUT: Final = wire.DEFAULT_LAYOUT
+
+
+def _same_struct(layout: wire.WireLayout, reference: wire.WireLayout, struct_name: str, size: int) -> bool:
+    mine = layout.payload_structs.get(struct_name)
+    theirs = reference.payload_structs.get(struct_name)
+    if mine is not None and theirs is not None:
+        return bool(mine == theirs)
+    # Not measured field by field: the struct of the reference release with the same size is the best evidence.
+    return reference.payloads.get(struct_name, ("", -1))[1] == size or any(
+        s == struct_name and n == size for s, n in reference.payloads.values()
+    )
+
+
+@functools.cache
+def record_table(layout: wire.WireLayout) -> RecordTable:
+    """The record numbering of ``layout``'s release (see ``RecordTable``)."""
+    reference = wire.LAYOUTS[REFERENCE_LAYOUT]
+    top = max(layout.record_types.values(), default=0) + 2
+    step_words = np.zeros(top, dtype=np.int64)
+    canonical = np.full(top, -1, dtype=np.int64)
+    payload_size: dict[int, int] = {}
+    convertible: set[int] = set()
+    names = {value: name for name, value in layout.record_types.items()}
+    for name, value in layout.record_types.items():
+        if value < 0 or value >= top:
+            continue
+        known = RecordType.__members__.get(name)
+        if known is not None:
+            canonical[value] = int(known)
+        payload = layout.payloads.get(name)
+        if payload is None:
+            continue
+        struct_name, size = payload
+        if size % 4:
+            # Every payload is a multiple of 4 in the releases measured, so records start on u32 words: the walk
+            # views the region as words. A release where that fails is not walked by type.
+            continue
+        step_words[value] = (4 + size) // 4
+        if known is not None:
+            payload_size[int(known)] = size
+            ref = reference.payloads.get(name)
+            if ref is not None and ref[0] == struct_name and _same_struct(layout, reference, struct_name, size):
+                convertible.add(int(known))
+    return RecordTable(layout.name, step_words, canonical, payload_size, frozenset(convertible), names)
+
+
+# The reference release's payload sizes by RecordType: what the converters' dtypes are checked against.
+PAYLOAD_SIZE: Final[dict[int, int]] = record_table(wire.LAYOUTS[REFERENCE_LAYOUT]).payload_size
 
 
 class MemType(enum.IntEnum):

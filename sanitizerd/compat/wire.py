@@ -16,39 +16,52 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from importlib import resources
+from typing import Any, Final
 
 import numpy as np
 
 from sanitizerd.protocol import messages as m
 
 
-class PacketType(enum.IntEnum):
-    """``[u32 PacketType]`` starts every packet (reference §1.1)."""
+class PacketType(enum.Enum):
+    """What a packet is, whatever its number: ``[u32 PacketType]`` starts every packet (reference §1.1), and the
+    numbers moved between releases (26.1.0 made 1000 MEMORY_RECORD and 1003 MEM_REGION_PERMISSION), so each
+    ``WireLayout`` maps its numbers to these names (``packet_types``, ``packet_number``)."""
 
-    DEVICE_SUMMARY = 0
-    KERNEL_SUMMARY = 1
-    KERNEL_BINARY = 2
-    LOG_STRING = 3
-    HOST_RECORD = 1000
-    KERNEL_RECORD = 1001
-    IPC_RECORD = 1002
-    SANITIZER_RECORD = 1003
-    IPC_RESPONSE = 3000  # server -> client
-    KERNEL_RECORD_RESPONSE = 3001  # server -> client
+    DEVICE_SUMMARY = "DEVICE_SUMMARY"
+    KERNEL_SUMMARY = "KERNEL_SUMMARY"
+    KERNEL_BINARY = "KERNEL_BINARY"
+    LOG_STRING = "LOG_STRING"
+    HOST_RECORD = "HOST_RECORD"  # a HostMemRecord (releases up to 26.0.0)
+    MEMORY_RECORD = "MEMORY_RECORD"  # a MemOpRecord (26.1.0 on, in HOST_RECORD's place)
+    KERNEL_RECORD = "KERNEL_RECORD"
+    IPC_RECORD = "IPC_RECORD"
+    MEM_REGION_PERMISSION = "MEM_REGION_PERMISSION"
+    SANITIZER_RECORD = "SANITIZER_RECORD"
+    GM_ADDR_OUT_OF_BOUND_RECORD = "GM_ADDR_OUT_OF_BOUND_RECORD"
+    IPC_RESPONSE = "IPC_RESPONSE"  # server -> client
+    KERNEL_RECORD_RESPONSE = "KERNEL_RECORD_RESPONSE"  # server -> client
 
 
-# Packets whose payload is ``[u64 length][bytes]``, and the client's packets that are one raw struct each.
+# Packets whose payload is ``[u64 length][bytes]``; the client's others are one raw struct each.
 VARIABLE_PACKETS: Final = frozenset({PacketType.KERNEL_BINARY, PacketType.LOG_STRING, PacketType.KERNEL_RECORD})
-FIXED_PACKETS: Final = (
-    PacketType.DEVICE_SUMMARY,
-    PacketType.KERNEL_SUMMARY,
-    PacketType.HOST_RECORD,
-    PacketType.IPC_RECORD,
-    PacketType.SANITIZER_RECORD,
-)
+SERVER_PACKETS: Final = frozenset({PacketType.IPC_RESPONSE, PacketType.KERNEL_RECORD_RESPONSE})
+# The struct each fixed packet carries, by its name in the measured layout.
+PACKET_STRUCTS: Final = {
+    PacketType.DEVICE_SUMMARY: "DeviceInfoSummary",
+    PacketType.KERNEL_SUMMARY: "KernelSummary",
+    PacketType.HOST_RECORD: "HostMemRecord",
+    PacketType.MEMORY_RECORD: "MemOpRecord",
+    PacketType.IPC_RECORD: "IPCMemRecord",
+    PacketType.MEM_REGION_PERMISSION: "MemRegionPermissionDesc",
+    PacketType.SANITIZER_RECORD: "SanitizerRecord",
+    PacketType.GM_ADDR_OUT_OF_BOUND_RECORD: "GMAddrOutOfBoundRecord",
+}
 
 
 class MemOpType(enum.IntEnum):
@@ -160,7 +173,8 @@ _STRUCT_CODES = {"u1": "B", "<u2": "H", "<u4": "I", "<u8": "Q", "i1": "b", "<i2"
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """One C struct: (field, byte offset, numpy format) in offset order, and its sizeof."""
+    """One C struct: (field, byte offset, numpy format) in offset order, and its sizeof. Field names are the C
+    names, nested members dotted (``kernelInfo.totalBlockDim``)."""
 
     name: str
     size: int
@@ -179,6 +193,21 @@ class Layout:
     def names(self) -> tuple[str, ...]:
         return tuple(field for field, _, _ in self.fields)
 
+    def offset(self, field: str) -> int:
+        for name, offset, _ in self.fields:
+            if name == field:
+                return offset
+        raise KeyError(f"{self.name} has no field {field}")
+
+    def has(self, field: str) -> bool:
+        return any(name == field for name, _, _ in self.fields)
+
+    def view(self, name: str, fields: Mapping[str, str]) -> Layout:
+        """The fields ``fields`` names (C name -> the name to read it by) that this struct has, as a struct of the
+        same size: one member of a union, or the few fields of a large head that are read."""
+        chosen = [(fields[field], offset, fmt) for field, offset, fmt in self.fields if field in fields]
+        return Layout(name, self.size, tuple(sorted(chosen, key=lambda f: f[1])))
+
 
 @functools.cache
 def _dtype_of(layout: Layout) -> np.dtype:
@@ -194,200 +223,246 @@ def _struct_of(layout: Layout) -> struct.Struct:
         if offset < at:
             raise ValueError(f"{layout.name}.{field} at {offset} overlaps the field before it")
         parts.append(f"{offset - at}x" if offset > at else "")
-        code = f"{fmt[1:]}s" if fmt.startswith("S") else _STRUCT_CODES[fmt]
+        code = f"{fmt[1:]}s" if fmt[0] in "SV" else _STRUCT_CODES[fmt]
         parts.append(code)
-        at = offset + (int(fmt[1:]) if fmt.startswith("S") else struct.calcsize("<" + code))
+        at = offset + struct.calcsize("<" + code)
     parts.append(f"{layout.size - at}x" if layout.size > at else "")
     return struct.Struct("".join(parts))
 
 
-CONFIG = Layout(
-    "Config",
-    2584,
-    (
-        ("defaultCheck", 0, "?"),
-        ("memCheck", 1, "?"),
-        ("raceCheck", 2, "?"),
-        ("initCheck", 3, "?"),
-        ("syncCheck", 4, "?"),
-        ("registerCheck", 5, "?"),
-        ("checkDeviceHeap", 6, "?"),
-        ("checkCannHeap", 7, "?"),
-        ("leakCheck", 8, "?"),
-        ("checkUnusedMemory", 9, "?"),
-        ("checkCrossNpuRaces", 10, "?"),
-        ("isPrintFullStack", 11, "?"),
-        ("checkBlockId", 12, "<i2"),
-        ("cacheSize", 16, "<u4"),
-        ("demangleMode", 20, "u1"),
-        ("pluginPath", 21, "S256"),
-        ("kernelName", 277, "S2048"),
-        ("dumpPath", 2325, "S256"),
-    ),
-)
-DEVICE_INFO_SUMMARY = Layout(
-    "DeviceInfoSummary",
-    16,
-    (("device", 0, "<u4"), ("blockSize", 4, "<u4"), ("blockNum", 8, "<u4"), ("deviceId", 12, "<i4")),
-)
-KERNEL_SUMMARY = Layout(
-    "KernelSummary",
-    2064,
-    (
-        ("pcStartAddr", 0, "<u8"),
-        ("blockDim", 8, "<u4"),
-        ("kernelType", 12, "u1"),
-        ("isKernelWithDBI", 13, "u1"),
-        ("hasDebugLine", 14, "u1"),
-        ("kernelName", 15, "S2048"),
-    ),
-)
-HOST_MEM_RECORD = Layout(
-    "HostMemRecord",
-    48,
-    (
-        ("type", 0, "<u4"),
-        ("infoSrc", 4, "u1"),
-        ("infoDesc", 5, "u1"),
-        ("srcAddr", 8, "<u8"),
-        ("dstAddr", 16, "<u8"),
-        ("memSize", 24, "<u8"),
-        ("paramsNo", 32, "<u8"),
-        ("rootAddr", 40, "<u8"),
-    ),
-)
-MEM_OP_RECORD = Layout(
-    "MemOpRecord",
-    168,
-    (
-        ("serialNo", 0, "<u8"),
-        ("type", 8, "<u4"),
-        ("coreId", 12, "<i4"),
-        ("moduleId", 16, "<i4"),
-        ("srcAddr", 24, "<u8"),
-        ("dstAddr", 32, "<u8"),
-        ("srcSpace", 40, "<i4"),
-        ("dstSpace", 44, "<i4"),
-        ("memSize", 48, "<u8"),
-        ("lineNo", 56, "<i4"),
-        ("fileName", 60, "S64"),
-        ("blockType", 124, "u1"),
-        ("pc", 128, "<u8"),
-        ("infoSrc", 136, "u1"),
-        ("infoDesc", 137, "u1"),
-        ("side", 138, "u1"),
-        ("paramsNo", 144, "<u8"),
-        ("rootAddr", 152, "<u8"),
-        ("ignoreIllegalCheck", 160, "u1"),
-    ),
-)
-# IPCMemRecord: u32 type, then a union at 8 of {addr, size, name[64]} (set), {name[64]} (destroy),
-# {addr, name[64]} (map), {addr} (unmap). One view per member; every view is the whole 88 bytes.
-IPC_MEM_RECORD_SIZE: Final = 88
-IPC_SET = Layout(
-    "IPCMemRecord.setInfo", 88, (("type", 0, "<u4"), ("addr", 8, "<u8"), ("size", 16, "<u8"), ("name", 24, "S64"))
-)
-IPC_DESTROY = Layout("IPCMemRecord.destroyInfo", 88, (("type", 0, "<u4"), ("name", 8, "S64")))
-IPC_MAP = Layout("IPCMemRecord.mapInfo", 88, (("type", 0, "<u4"), ("addr", 8, "<u8"), ("name", 16, "S64")))
-IPC_UNMAP = Layout("IPCMemRecord.unmapInfo", 88, (("type", 0, "<u4"), ("addr", 8, "<u8")))
-# KernelRecord: u32 recordType, u8 blockType at 4, u64 serialNo at 8, the payload union from 16 (272 bytes).
-KERNEL_RECORD_HEAD = Layout(
-    "KernelRecord", 288, (("recordType", 0, "<u4"), ("blockType", 4, "u1"), ("serialNo", 8, "<u8"))
-)
-KERNEL_RECORD_PAYLOAD_OFFSET: Final = 16
-# SanitizerRecord: a 4-byte RecordVersion, then the union {MemOpRecord; KernelRecord; IPCMemRecord} at 8.
-SANITIZER_RECORD_HEAD = Layout("SanitizerRecord", 296, (("version", 0, "<u4"),))
-SANITIZER_RECORD_PAYLOAD_OFFSET: Final = 8
-IPC_RESPONSE = Layout("IPCResponse", 8, (("type", 0, "<u4"), ("status", 4, "<u4")))
-KERNEL_RECORD_RESPONSE = Layout("KernelRecordResponse", 8, (("blockIdx", 0, "<u4"), ("status", 4, "<u4")))
+def _layout(name: str, measured: Mapping[str, Any]) -> Layout:
+    """A measured struct. An array of anything but chars is one opaque member (``V<bytes>``): no field of it is
+    read, and its bytes keep their place."""
+    fields = []
+    for field, spec in measured["fields"].items():
+        offset, fmt, *count = spec
+        if count and count[0] != 1:
+            fmt = f"V{np.dtype(fmt).itemsize * int(count[0])}"
+        fields.append((field, int(offset), str(fmt)))
+    return Layout(name, int(measured["size"]), tuple(sorted(fields, key=lambda f: (f[1], f[0]))))
+
 
 PACKET_HEAD: Final = struct.Struct("<I")
 LENGTH: Final = struct.Struct("<Q")
 
+# The fields of the record buffer's heads that are read, by their C names.
+GLOBAL_HEAD_FIELDS: Final = {
+    "securityVal": "security",
+    "checkParms.cacheSize": "cache_size",
+    "checkParms.checkBlockId": "check_block_id",
+    "kernelInfo.totalBlockDim": "total_block_dim",
+    "kernelInfo.kernelType": "kernel_type",
+    "offsetInfo.blockHeadSize": "block_head_size",
+}
+BLOCK_HEAD_FIELDS: Final = {
+    "recordCount": "record_count",
+    "recordWriteCount": "record_write_count",
+    "offset": "offset",
+    "writeOffset": "write_offset",
+    "blockInfo.blockId": "block_id",
+    "blockInfo.blockType": "block_type",
+    "blockInfo.vecSubBlockDim": "vec_sub_block_dim",
+}
+# The ProtocolOffsetInfo regions (from 26.1.0): {offset, size} pairs relative to the block head.
+OFFSET_INFO_REGIONS: Final = ("simtErrorInfo", "shadowMemoryInfo", "simtEntryInfo")
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one object per release
 class WireLayout:
-    """The wire of one msSanitizer release: every size the packet layer depends on."""
+    """The wire of one msSanitizer release (with the msopcom injection library of the same release), as measured
+    on its headers (``sanitizerd/compat/layouts/<name>.json``; docs/mssanitizer-compat.md §3)."""
 
     name: str
+    aliases: tuple[str, ...]
     release: str  # what it was measured on
     config: Layout
-    device_summary: Layout
-    kernel_summary: Layout
-    host_mem_record: Layout
-    mem_op_record: Layout
-    ipc_mem_record_size: int
-    kernel_record_size: int
-    sanitizer_record_size: int
-    record_global_head_size: int
-    record_block_head_size: int
-    max_block_bytes: int  # msSanitizer's largest per-block record buffer (--cache-size 8192 MB)
+    packet_types: Mapping[int, PacketType]  # the numbers this release uses
+    structs: Mapping[str, Layout]  # every struct a packet or a head carries, by its C name
+    record_types: Mapping[str, int]  # RecordType enumerator -> its number in this release
+    payloads: Mapping[str, tuple[str, int]]  # RecordType enumerator -> (payload struct, sizeof), fixed ones only
+    payload_structs: Mapping[str, Mapping[str, Any]]  # the measured payload structs, for comparing releases
+    socket_env: tuple[str, ...]  # what the launcher names the socket in
+    preload: Mapping[str, tuple[str, ...]]  # "default", "check_device_heap", "check_cann_heap" -> libraries
+    max_block_bytes: int = 8192 << 20  # msSanitizer's largest per-block record buffer (--cache-size 8192 MB)
+
+    def packet_number(self, packet: PacketType) -> int:
+        for number, known in self.packet_types.items():
+            if known is packet:
+                return number
+        raise KeyError(f"{self.name} has no {packet.name} packet")
+
+    def has_packet(self, packet: PacketType) -> bool:
+        return packet in self.packet_types.values()
+
+    def struct_of(self, packet: PacketType) -> Layout:
+        return self.structs[PACKET_STRUCTS[packet]]
+
+    @property
+    def global_head(self) -> Layout:
+        return self.structs["RecordGlobalHead"]
+
+    @property
+    def block_head(self) -> Layout:
+        return self.structs["RecordBlockHead"]
+
+    @property
+    def record_global_head_size(self) -> int:
+        return self.global_head.size
+
+    @property
+    def record_block_head_size(self) -> int:
+        return self.block_head.size
 
     @property
     def heads_size(self) -> int:
         """Bytes before the first record of a KERNEL_RECORD slot."""
-        return self.record_global_head_size + self.record_block_head_size
+        return self.global_head.size + self.block_head.size
+
+    @property
+    def has_offset_info(self) -> bool:
+        """Whether the global head carries a ProtocolOffsetInfo (26.1.0 on) that can be checked."""
+        return self.global_head.has("offsetInfo.blockHeadSize")
+
+    @property
+    def device_summary(self) -> Layout:
+        return self.structs["DeviceInfoSummary"]
+
+    @property
+    def kernel_summary(self) -> Layout:
+        return self.structs["KernelSummary"]
+
+    @property
+    def mem_op_record(self) -> Layout:
+        return self.structs["MemOpRecord"]
+
+    @property
+    def ipc_mem_record_size(self) -> int:
+        return self.structs["IPCMemRecord"].size
+
+    @property
+    def kernel_record_size(self) -> int:
+        return self.structs["KernelRecord"].size
+
+    @property
+    def kernel_record_payload_offset(self) -> int:
+        return self.structs["KernelRecord"].offset("payload")
+
+    @property
+    def sanitizer_record_size(self) -> int:
+        return self.structs["SanitizerRecord"].size
+
+    @property
+    def sanitizer_record_payload_offset(self) -> int:
+        return self.structs["SanitizerRecord"].offset("payload")
 
     def fixed_payload_size(self, packet: PacketType) -> int:
         """sizeof the struct a fixed packet carries."""
-        return {
-            PacketType.DEVICE_SUMMARY: self.device_summary.size,
-            PacketType.KERNEL_SUMMARY: self.kernel_summary.size,
-            PacketType.HOST_RECORD: self.host_mem_record.size,
-            PacketType.IPC_RECORD: self.ipc_mem_record_size,
-            PacketType.SANITIZER_RECORD: self.sanitizer_record_size,
-        }[packet]
+        return self.struct_of(packet).size
+
+    def sizes_text(self) -> str:
+        """The sizes a mismatch shows in: Config and the two heads."""
+        return f"{self.name}: Config {self.config.size} B, heads {self.global_head.size} + {self.block_head.size} B"
 
 
-MSSANITIZER_4A419F05 = WireLayout(
-    name="mssanitizer-4a419f05",
-    release="msSanitizer commit 4a419f05 (2026-04-03) with the msopcom injection library of the same release",
-    config=CONFIG,
-    device_summary=DEVICE_INFO_SUMMARY,
-    kernel_summary=KERNEL_SUMMARY,
-    host_mem_record=HOST_MEM_RECORD,
-    mem_op_record=MEM_OP_RECORD,
-    ipc_mem_record_size=IPC_MEM_RECORD_SIZE,
-    kernel_record_size=KERNEL_RECORD_HEAD.size,
-    sanitizer_record_size=SANITIZER_RECORD_HEAD.size,
-    record_global_head_size=38528,
-    record_block_head_size=128,
-    max_block_bytes=8192 << 20,
-)
-
-LAYOUTS: Final[dict[str, WireLayout]] = {MSSANITIZER_4A419F05.name: MSSANITIZER_4A419F05}
-DEFAULT_LAYOUT: Final = MSSANITIZER_4A419F05.name
+LAYOUT_DIR: Final = "layouts"
+# A layout's every Config field must have a value here (encode_config): a release that adds one is not spoken
+# until someone decides what sanitizerd sends in it.
+CONFIG_FIELDS: Final = frozenset(
+    {
+        "defaultCheck", "memCheck", "raceCheck", "initCheck", "syncCheck", "registerCheck", "checkDeviceHeap",
+        "checkCannHeap", "leakCheck", "checkUnusedMemory", "checkCrossNpuRaces", "checkDcci", "isPrintFullStack",
+        "outOfBoundCheck", "traceNonDefaultSprReg", "checkBlockId", "cacheSize", "demangleMode", "pluginPath",
+        "kernelName", "dumpPath", "gmBufferGuardSize",
+    }
+)  # fmt: skip
+# What the Config's new fields default to in msSanitizer's own CLI (config.h, GM_BUFFER_GUARD_DFT_SIZE).
+GM_BUFFER_GUARD_DEFAULT: Final = 32
 
 
-@dataclass(frozen=True, slots=True)
-class OtherRelease:
-    """A release whose wire is known only well enough to name it in a refusal: it is not accepted."""
+def parse_layout(data: Mapping[str, Any]) -> WireLayout:
+    """A ``WireLayout`` from its measured JSON; ValueError when it lacks what the daemon reads."""
+    name = str(data["name"])
+    try:
+        packets: dict[int, PacketType] = {}
+        for packet, number in data["packets"].items():
+            if packet in PacketType.__members__:
+                packets[int(number)] = PacketType[packet]
+        structs = {struct_name: _layout(struct_name, spec) for struct_name, spec in data["structs"].items()}
+        config = _layout("Config", data["config"])
+        launcher = data["launcher"]
+        layout = WireLayout(
+            name=name,
+            aliases=tuple(data.get("aliases", ())),
+            release=f"msSanitizer {data['measured']['mssanitizer'][:8]} ({data['measured']['date']})",
+            config=config,
+            packet_types=packets,
+            structs=structs,
+            record_types={str(k): int(v) for k, v in data["enums"]["RecordType"].items()},
+            payloads={str(k): (str(v[0]), int(v[1])) for k, v in data["payloads"].items()},
+            payload_structs=data.get("payload_structs", {}),
+            socket_env=tuple(launcher["socket_env"]),
+            preload={str(k): tuple(v) for k, v in launcher["preload"].items()},
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"wire layout {name}: {exc!r}") from None
+    unknown = set(config.names) - CONFIG_FIELDS
+    if unknown:
+        raise ValueError(f"wire layout {name}: Config fields with no value rule: {sorted(unknown)}")
+    needed = {PacketType.DEVICE_SUMMARY, PacketType.KERNEL_SUMMARY, PacketType.KERNEL_RECORD}
+    missing = [p.name for p in needed if not layout.has_packet(p)]
+    missing += [f for f in GLOBAL_HEAD_FIELDS if f != "offsetInfo.blockHeadSize" and not layout.global_head.has(f)]
+    missing += [f for f in BLOCK_HEAD_FIELDS if not layout.block_head.has(f)]
+    if missing:
+        raise ValueError(f"wire layout {name}: lacks {missing}")
+    return layout
 
-    name: str
-    config_size: int
-    record_global_head_size: int
-    record_block_head_size: int
+
+@functools.cache
+def _load_layouts() -> dict[str, WireLayout]:
+    folder = resources.files("sanitizerd.compat") / LAYOUT_DIR
+    layouts: dict[str, WireLayout] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.startswith("mssanitizer-") and entry.name.endswith(".json"):
+            layout = parse_layout(json.loads(entry.read_text()))
+            layouts[layout.name] = layout
+    return layouts
 
 
-# The release before: the per-core register array lived in the block head (reference §1.9).
-OTHER_RELEASES: Final = (
-    OtherRelease(
-        "msSanitizer before 4a419f05", config_size=2576, record_global_head_size=128, record_block_head_size=512
-    ),
-)
+def layout_named(name: str) -> WireLayout | None:
+    """The layout called ``name``, or the one that has it as an alias (a release branch: ``26.1.0``)."""
+    layouts = _load_layouts()
+    if name in layouts:
+        return layouts[name]
+    return next((layout for layout in layouts.values() if name in layout.aliases), None)
+
+
+def layout_names() -> frozenset[str]:
+    """Every name ``layout_named`` answers to."""
+    layouts = _load_layouts()
+    return frozenset(layouts) | {alias for layout in layouts.values() for alias in layout.aliases}
+
+
+LAYOUTS: Final[Mapping[str, WireLayout]] = _load_layouts()
+DEFAULT_LAYOUT: Final = "mssanitizer-4a419f05"
+MSSANITIZER_4A419F05: Final = LAYOUTS[DEFAULT_LAYOUT]
+
+
+def ipc_views(layout: WireLayout) -> dict[int, Layout]:
+    """IPCMemRecord's union, one struct per member, by IPCOperationType: each reads ``type`` and its member."""
+    record = layout.structs["IPCMemRecord"]
+    views = {}
+    for op, member in ((0, "setInfo"), (1, "destroyInfo"), (2, "mapInfo"), (3, "unmapInfo")):
+        fields = {"type": "type"} | {
+            field: field.split(".", 1)[1] for field in record.names if field.startswith(member + ".")
+        }
+        views[op] = record.view(f"IPCMemRecord.{member}", fields)
+    return views
 
 
 def other_releases_text(layout: WireLayout) -> str:
-    """The sizes of this layout and of the releases it is not, for a refusal that names both."""
-    known = "; ".join(
-        f"{r.name}: Config {r.config_size} B, heads {r.record_global_head_size} + {r.record_block_head_size} B"
-        for r in OTHER_RELEASES
-    )
-    mine = (
-        f"{layout.name}: Config {layout.config.size} B, heads {layout.record_global_head_size} + "
-        f"{layout.record_block_head_size} B"
-    )
-    return f"this listener speaks {mine} ({known}): are the hooks of another release?"
+    """The sizes of this layout and of the others sanitizerd knows, for a refusal that names both."""
+    others = "; ".join(other.sizes_text() for other in LAYOUTS.values() if other.name != layout.name)
+    return f"this listener speaks {layout.sizes_text()} (others: {others}): are the hooks of another release?"
 
 
 # --- encoding ----------------------------------------------------------------------------------------------------
@@ -428,26 +503,40 @@ def encode_config(config: m.Config, layout: WireLayout) -> bytes:
         "checkUnusedMemory": config.check_unused_memory,
         "checkCrossNpuRaces": config.check_cross_npu_races,
         "isPrintFullStack": config.full_backtrace,
+        # 26.1.0 on: the DCCI check has no option here yet (off, msSanitizer's default); multi-core stomping is on
+        # with memcheck unless only errors are shown, as msSanitizer's CLI sets it; no register tracing.
+        "checkDcci": False,
+        "outOfBoundCheck": "memcheck" in tools and config.log_level != "error",
+        "traceNonDefaultSprReg": False,
+        "gmBufferGuardSize": GM_BUFFER_GUARD_DEFAULT,
         "checkBlockId": config.block_id,
         "cacheSize": config.cache_size,
         "demangleMode": int(DEMANGLE_CODES.get(config.demangle, DemangleMode.FULL)),
         "pluginPath": b"",
-        "kernelName": _c_string(config.kernel_name, 2048),
+        "kernelName": _c_string(config.kernel_name, _char_size(layout.config, "kernelName")),
         "dumpPath": b"",
     }
     layout_struct = layout.config.struct
     return layout_struct.pack(*(values[name] for name in layout.config.names))
 
 
-def encode_ipc_response(op: int, ok: bool) -> bytes:
-    return PACKET_HEAD.pack(PacketType.IPC_RESPONSE) + IPC_RESPONSE.struct.pack(
+def _char_size(layout: Layout, field: str) -> int:
+    fmt = next(fmt for name, _, fmt in layout.fields if name == field)
+    return int(fmt[1:])
+
+
+_RESPONSE: Final = struct.Struct("<II")  # IPC_RESPONSE {type, status}; KERNEL_RECORD_RESPONSE {blockIdx, status}
+
+
+def encode_ipc_response(op: int, ok: bool, layout: WireLayout) -> bytes:
+    return PACKET_HEAD.pack(layout.packet_number(PacketType.IPC_RESPONSE)) + _RESPONSE.pack(
         op, ResponseStatus.SUCCESS if ok else ResponseStatus.FAIL
     )
 
 
-def encode_kernel_record_response(total_block_dim: int) -> bytes:
+def encode_kernel_record_response(total_block_dim: int, layout: WireLayout) -> bytes:
     """What the injection library blocks on after a kernel's last slot: blockIdx is the slot count."""
-    return PACKET_HEAD.pack(PacketType.KERNEL_RECORD_RESPONSE) + KERNEL_RECORD_RESPONSE.struct.pack(
+    return PACKET_HEAD.pack(layout.packet_number(PacketType.KERNEL_RECORD_RESPONSE)) + _RESPONSE.pack(
         total_block_dim & 0xFFFFFFFF, ResponseStatus.SUCCESS
     )
 

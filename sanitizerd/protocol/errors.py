@@ -29,6 +29,7 @@ REASONS = (
     "frame_timeout",  # a frame begun was not finished within the frame timeout
     "idle_timeout",  # a producer owed no verdict sent nothing for the idle timeout
     "resource_limit",  # a session asked for more of a bounded resource (locations, ...) than it may hold
+    "wire_mismatch",  # a client of msSanitizer's protocol speaks another release's wire than the one chosen for it
 )
 
 
