@@ -575,14 +575,14 @@ class SlotDecoder:
             wire_type = table.code_type[code]
             record_type = int(table.canonical[wire_type])
             rows = np.flatnonzero(codes == code)
-            registered = base.CONVERTERS.get(record_type) if record_type in table.convertible else None
-            if registered is None:
+            registered = base.CONVERTERS.get(record_type)
+            dtype = table.dtypes.get(record_type)
+            if registered is None or dtype is None:
                 name = table.name(wire_type)
                 self._unconverted[name] = self._unconverted.get(name, 0) + rows.size
                 continue
             try:
-                size = table.payload_size[record_type]
-                records = _gather(words, path[rows], size, record_type, registered.dtype)
+                records = _gather(words, path[rows], table.payload_size[record_type], record_type, dtype)
                 groups.append((rows, registered.convert(record_type, records, serials[rows], self.context)))
             except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
                 text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
@@ -640,12 +640,13 @@ def decode_single(
     payload = memoryview(payload).cast("B")
     if len(payload) < size:
         return empty, f"{name} record of {len(payload)} bytes, its payload needs {size}"
-    registered = base.CONVERTERS.get(record_type) if record_type in table.convertible else None
-    if registered is None:
+    registered = base.CONVERTERS.get(record_type)
+    dtype = table.dtypes.get(record_type)
+    if registered is None or dtype is None:
         return empty, f"1 {name} records not converted (sanitizerd does not model this instruction yet)"
     local = dataclasses.replace(context, dropped={}, state={})
     words = np.frombuffer(bytes(payload[:size]), dtype="<u4")
-    records = words.view(registered.dtype).reshape(1)
+    records = words.view(dtype).reshape(1)
     try:
         events = registered.convert(record_type, records, np.array([serial], dtype=np.uint64), local)
     except Exception as exc:

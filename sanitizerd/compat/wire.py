@@ -417,15 +417,35 @@ def parse_layout(data: Mapping[str, Any]) -> WireLayout:
     return layout
 
 
+NESTED_KEYS: Final = ("structs", "enums", "payloads", "payload_structs", "variable_payloads")
+
+
+def unpack_wires(packed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each wire's measured JSON from ``wires.json``, where the reference is whole and every other wire is the
+    changes from one packed before it: keys replaced, and in the nested tables members set or dropped."""
+    wires: dict[str, dict[str, Any]] = {}
+    for row in packed["wires"]:
+        if row.get("base") is None:
+            wire = dict(row["full"])
+        else:
+            wire = {key: dict(value) if key in NESTED_KEYS else value for key, value in wires[row["base"]].items()}
+            for key, change in row["changes"].items():
+                if key in NESTED_KEYS:
+                    table = wire.setdefault(key, {})
+                    table.update(change["set"])
+                    for member in change["drop"]:
+                        table.pop(member, None)
+                else:
+                    wire[key] = change
+        wire["name"] = row["name"]
+        wires[row["name"]] = wire
+    return wires
+
+
 @functools.cache
 def _load_layouts() -> dict[str, WireLayout]:
-    folder = resources.files("sanitizerd.compat") / LAYOUT_DIR
-    layouts: dict[str, WireLayout] = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.startswith("mssanitizer-") and entry.name.endswith(".json"):
-            layout = parse_layout(json.loads(entry.read_text()))
-            layouts[layout.name] = layout
-    return layouts
+    packed = json.loads((resources.files("sanitizerd.compat") / LAYOUT_DIR / "wires.json").read_text())
+    return {name: parse_layout(data) for name, data in unpack_wires(packed).items()}
 
 
 def layout_named(name: str) -> WireLayout | None:

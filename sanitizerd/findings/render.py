@@ -141,6 +141,11 @@ def _sdc(finding: Finding) -> Iterator[str]:
     yield f"{P}    in job {finding.job} session {finding.session} (pid {finding.pid}) on device {finding.device}"
 
 
+def _wire_mismatch(finding: Finding) -> Iterator[str]:
+    yield f"{P} ERROR: msSanitizer's hooks speak another wire than this session's: nothing after this was checked"
+    yield f"{P}    {finding.detail}"
+
+
 _OWN_LAYOUT = {
     **dict.fromkeys(_HAZARDS, _race),
     **dict.fromkeys(_SYNC_TITLES, _sync),
@@ -148,6 +153,7 @@ _OWN_LAYOUT = {
     "register_not_reset": _register,
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,
+    "wire_mismatch": _wire_mismatch,
 }
 
 

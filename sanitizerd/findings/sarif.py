@@ -38,6 +38,7 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "sdc_mismatch": "Silent data corruption: a replayed step's result differs from the original.",
     "sdc_replica_mismatch": "Silent data corruption: data-parallel replicas disagree on a step's result.",
     "internal_error": "sanitizerd could not check some of the program's records.",
+    "wire_mismatch": "msSanitizer's hooks spoke another release's wire: the rest of the session was not checked.",
 }
 assert set(DESCRIPTIONS) == set(KINDS), "every finding kind needs a rule description"
 

@@ -35,6 +35,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
     reason = "closed"
     stream.owes_reply = lambda: any(state.pending for state in session.kernels.values())
     graceful = False
+    misread = False  # the client spoke another wire (wire_mismatch): its host state is not to be checked
 
     async def publish(findings: list[Finding]) -> None:
         await hub.publish(session, findings)
@@ -152,6 +153,12 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
             except RemoteProtocolError as exc:
                 reason = "protocol_error"
                 session.end_reason = f"protocol error ({exc.reason}): {exc}"
+                if exc.reason == "wire_mismatch":
+                    # Everything this client sent was read at the wrong offsets: its end-of-session checks (leaks
+                    # of misread allocations) would be false, and a run must not pass as clean, so the session's
+                    # result is this one error.
+                    misread = True
+                    await publish([session.context.finding("wire_mismatch", space="", detail=str(exc))])
                 await hub.refuse(stream, exc.reason, str(exc))
             except PeerClosed:
                 reason = "disconnected"
@@ -174,7 +181,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     for _, send in senders:
                         # A session the daemon cuts off (shutdown) is not over: its client resumes it on the next
                         # daemon, which runs the end-of-session checks then. Leaks reported now would be false.
-                        if reason != "shutdown":
+                        if reason != "shutdown" and not misread:
                             try:
                                 await send.send(Finish())
                             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
