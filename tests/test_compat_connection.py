@@ -381,10 +381,35 @@ def test_ipc_records_and_their_answers() -> None:
 def test_undefined_ipc_operation_answered_fail_at_once() -> None:
     conn = connection()
     conn.receive_data(ipc_record(9) + host_record(0, 0x10, 8))
-    log, op = drain(conn)
-    assert isinstance(log, m.Log) and "IPC operation type 9" in log.text and isinstance(op, m.HostOp)
+    (log,) = drain(conn)  # the host record is held until the next packet begins (or the stream ends)
+    assert isinstance(log, m.Log) and "IPC operation type 9" in log.text
+    conn.receive_data(b"")
+    op, close = drain(conn)
+    assert isinstance(op, m.HostOp) and isinstance(close, m.Close)
     assert conn.data_to_send() == struct.pack("<III", 3000, 9, 1000)
     assert conn.data_to_send() == b""
+
+
+def test_a_fixed_packet_is_said_once_the_next_packet_begins_where_it_should() -> None:
+    """A client of another release writes structs of other sizes: the first sign is garbage where the next packet
+    should begin. So a host record is held until the next packet's type is read, and a misread one never reaches
+    a detector: here a 208-byte MemOpRecord (26.1.0's packet 1000) read as April's 48-byte HostMemRecord."""
+    conn = connection()
+    conn.receive_data(host_record(1, 0x12C0C0001000))  # a free: would be an illegal free at once
+    assert drain(conn) == []
+    conn.receive_data(device_summary())
+    (op,) = drain(conn)  # the summary itself now waits for what follows it
+    assert isinstance(op, m.HostOp) and op.op == "free"
+    other = bytearray(208)
+    struct.pack_into("<QIii", other, 0, 0, 1, -1, -1)  # serialNo, FREE, coreId, moduleId
+    struct.pack_into("<QQii", other, 24, 0, 0x12C0C0001000, 1, 1)
+    struct.pack_into("<Q", other, 48, 0x8020)  # memSize: where April's next packet type would be
+    refused_conn = connection()
+    refused_conn.receive_data(packet(1000, bytes(other)))
+    with pytest.raises(RemoteProtocolError) as caught:
+        drain(refused_conn)
+    assert "another msSanitizer release" in str(caught.value)
+    assert refused_conn.state is State.ERROR
 
 
 def test_memory_record_carries_its_source_line() -> None:
@@ -397,7 +422,7 @@ def test_memory_record_carries_its_source_line() -> None:
 
 def test_single_kernel_records_finish_ends_the_kernel_without_an_answer() -> None:
     conn = connection()
-    conn.receive_data(kernel_summary("k") + kernel_record_single(100001))
+    conn.receive_data(kernel_summary("k") + kernel_record_single(100001) + device_summary())
     begin, end = drain(conn)
     assert isinstance(begin, m.KernelBegin) and begin.name == "k" and begin.kernel_type == "aiv"
     assert end == m.KernelEnd(kernel=begin.kernel)
@@ -619,7 +644,9 @@ class TestKernelRecords:
 
     def test_a_next_summary_ends_a_short_kernel_without_an_answer(self) -> None:
         conn = connection()
-        conn.receive_data(kernel_summary("a") + slot(3, [dma_record(0x10, 8, 0, 0)]) + kernel_summary("b"))
+        conn.receive_data(
+            kernel_summary("a") + slot(3, [dma_record(0x10, 8, 0, 0)]) + kernel_summary("b") + device_summary()
+        )
         end = next(x for x in drain(conn) if isinstance(x, m.KernelEnd))
         assert "1 of 3 slots" in end.problems[0]
         assert conn.send(m.Verdict(kernel=end.kernel, events=1, errors=1, warnings=0)) == b""

@@ -140,6 +140,7 @@ class CompatConnection:
         self._eof = False
         self._ended = False  # the close at EOF has been returned
         self._out: deque[m.Message] = deque()  # messages decoded, not returned yet
+        self._held: deque[m.Message] = deque()  # the last fixed packet's, until the next packet's type is read
         self._cuts: list[tuple[str, int]] = []
         self._to_send = bytearray()  # replies the connection makes itself (data_to_send)
         # framing
@@ -239,6 +240,7 @@ class CompatConnection:
 
     def _fail(self) -> None:
         self.state = State.ERROR
+        self._held.clear()
         self._buffer = ReceiveBuffer()
         self._slot = None
         self._out.clear()
@@ -255,6 +257,7 @@ class CompatConnection:
                 return False
             (packet,) = PACKET_HEAD.unpack(buffer.take(PACKET_HEAD.size))
             self._packet = self._known(packet)
+            self._release()  # the packet before ended where a packet of this release begins
         packet = self._packet
         size = self._sizes.get(packet)
         if size is None:
@@ -264,8 +267,24 @@ class CompatConnection:
             return False
         payload = bytes(buffer.take(size))
         self._packet = None
-        self._handlers[packet](payload)
+        if self._kinds[packet] is PacketType.IPC_RECORD:
+            self._handlers[packet](payload)  # its client waits for the answer: nothing can be held
+            return True
+        # What a fixed packet says is held until the next packet's type is read: a client of another release
+        # writes structs of other sizes, and the first sign of it is usually the garbage where the next packet
+        # should begin. Held, a misread host record never reaches a detector (a false illegal free, say).
+        out, self._out = self._out, deque()
+        try:
+            self._handlers[packet](payload)
+        finally:
+            self._held.extend(self._out)
+            self._out = out
         return True
+
+    def _release(self) -> None:
+        if self._held:
+            self._out.extend(self._held)
+            self._held.clear()
 
     def _known(self, packet: int) -> int:
         kind = self._kinds.get(packet)
@@ -773,6 +792,7 @@ class CompatConnection:
     def _at_eof(self) -> None:
         """The hooks have no goodbye: their process ending is the session's close. A kernel still open is ended
         with what arrived, and says so."""
+        self._release()  # the stream ended where a packet would begin
         kernel = self._kernel
         if kernel is not None and kernel.begun:
             self._end_kernel(

@@ -60,19 +60,17 @@ class SlotHeads:
     record_write_count: int
     offset: int
     write_offset: int
+    host_memory_num: int = 0  # HostMemoryInfo entries that follow the block head on the device (not sent)
     block_head_size: int | None = None  # ProtocolOffsetInfo.blockHeadSize, where the release has it
-    regions: tuple[tuple[str, int, int], ...] = ()  # ProtocolOffsetInfo's (name, offset, size) regions
+    support_simt: bool = False  # a SIMT chip: the SIMT part follows the SIMD records in the slot
+    simt_thread_bytes: int = 0  # ProtocolOffsetInfo.simtErrorInfo.size: one SIMT thread area's records
 
 
 @functools.cache
 def _head_dtypes(layout: wire.WireLayout) -> tuple[np.dtype, np.dtype]:
     """The global and block heads' fields that are read, as dtypes of the layout's head sizes."""
-    names = dict(wire.GLOBAL_HEAD_FIELDS)
-    for region in wire.OFFSET_INFO_REGIONS:
-        names[f"offsetInfo.{region}.offset"] = f"{region}.offset"
-        names[f"offsetInfo.{region}.size"] = f"{region}.size"
     return (
-        layout.global_head.view("RecordGlobalHead", names).dtype,
+        layout.global_head.view("RecordGlobalHead", wire.GLOBAL_HEAD_FIELDS).dtype,
         layout.block_head.view("RecordBlockHead", wire.BLOCK_HEAD_FIELDS).dtype,
     )
 
@@ -87,12 +85,7 @@ def read_heads(data: memoryview | bytes, layout: wire.WireLayout) -> SlotHeads:
     global_dtype, block_dtype = _head_dtypes(layout)
     g = np.frombuffer(data, dtype=global_dtype, count=1)[0]
     b = np.frombuffer(data, dtype=block_dtype, count=1, offset=layout.global_head.size)[0]
-    fields = set(global_dtype.names or ())
-    regions = tuple(
-        (region, int(g[f"{region}.offset"]), int(g[f"{region}.size"]))
-        for region in wire.OFFSET_INFO_REGIONS
-        if f"{region}.offset" in fields
-    )
+    has = set(global_dtype.names or ())
     return SlotHeads(
         security_ok=int(g["security"]) == SECURITY_VALUE,
         cache_size_mb=int(g["cache_size"]),
@@ -106,8 +99,10 @@ def read_heads(data: memoryview | bytes, layout: wire.WireLayout) -> SlotHeads:
         record_write_count=int(b["record_write_count"]),
         offset=int(b["offset"]),
         write_offset=int(b["write_offset"]),
-        block_head_size=int(g["block_head_size"]) if "block_head_size" in fields else None,
-        regions=regions,
+        host_memory_num=int(b["host_memory_num"]),
+        block_head_size=int(g["block_head_size"]) if "block_head_size" in has else None,
+        support_simt=bool(g["support_simt"]) if "support_simt" in has else False,
+        simt_thread_bytes=int(g["simt_thread_bytes"]) if "simt_thread_bytes" in has else 0,
     )
 
 
@@ -115,25 +110,21 @@ def wire_mismatch(heads: SlotHeads, layout: wire.WireLayout, length: int) -> str
     """Why a slot of ``length`` bytes whose heads read as ``heads`` cannot be ``layout``'s ("" when it can).
 
     Checked only on a slot whose security value holds (one whose head the user program overwrote is that
-    kernel's problem, said as msSanitizer says it). The injection library sends a slot as its heads and the
-    ``writeOffset`` bytes written after them (plus, from 26.1.0, the regions its ProtocolOffsetInfo places after
-    the block head), so heads read at another release's offsets show as a length that does not add up, or as a
-    ProtocolOffsetInfo that does not describe this release's block head."""
+    kernel's problem, said as msSanitizer says it). The injection library sends a slot as its two heads and the
+    ``writeOffset`` bytes of records written after them, then, on a SIMT chip only (``supportSimt``), the SIMT
+    part; and from 2026-04-21 the global head's ProtocolOffsetInfo says how long each block's head is on the device:
+    the block head and its ``hostMemoryNum`` HostMemoryInfo entries, rounded up to 64 bytes. Heads read at another
+    release's offsets do not add up on one of these."""
     records = length - layout.heads_size
     if heads.block_head_size is not None:
-        if heads.block_head_size != layout.block_head.size:
+        host_memory = layout.structs["HostMemoryInfo"].size
+        expected = -(-(layout.block_head.size + heads.host_memory_num * host_memory) // 64) * 64
+        if heads.block_head_size != expected:
             return (
-                f"ProtocolOffsetInfo.blockHeadSize is {heads.block_head_size}, but {layout.name}'s RecordBlockHead "
-                f"is {layout.block_head.size} bytes"
+                f"ProtocolOffsetInfo.blockHeadSize is {heads.block_head_size}, but a {layout.block_head.size}-byte "
+                f"RecordBlockHead with {heads.host_memory_num} HostMemoryInfo of {host_memory} bytes makes {expected}"
             )
-        if heads.write_offset > records:
-            return f"writeOffset {heads.write_offset} is past the {records} bytes after the heads"
-        for name, offset, size in heads.regions:
-            if size and (offset < layout.block_head.size or offset + size > length - layout.global_head.size):
-                return (
-                    f"ProtocolOffsetInfo.{name} ({offset}, {size}) lies outside the {length - layout.global_head.size}"
-                    " bytes from the block head"
-                )
+    if heads.support_simt and heads.write_offset <= records:
         return ""
     if heads.write_offset != records:
         return f"the slot holds {records} bytes after its heads, but its writeOffset says {heads.write_offset}"

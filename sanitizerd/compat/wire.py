@@ -252,7 +252,9 @@ GLOBAL_HEAD_FIELDS: Final = {
     "checkParms.checkBlockId": "check_block_id",
     "kernelInfo.totalBlockDim": "total_block_dim",
     "kernelInfo.kernelType": "kernel_type",
-    "offsetInfo.blockHeadSize": "block_head_size",
+    "offsetInfo.blockHeadSize": "block_head_size",  # from 2026-04-21 (ProtocolOffsetInfo)
+    "offsetInfo.simtErrorInfo.size": "simt_thread_bytes",  # from 2026-05-06: each SIMT thread area's records
+    "supportSimt": "support_simt",
 }
 BLOCK_HEAD_FIELDS: Final = {
     "recordCount": "record_count",
@@ -262,9 +264,10 @@ BLOCK_HEAD_FIELDS: Final = {
     "blockInfo.blockId": "block_id",
     "blockInfo.blockType": "block_type",
     "blockInfo.vecSubBlockDim": "vec_sub_block_dim",
+    "hostMemoryNum": "host_memory_num",
 }
-# The ProtocolOffsetInfo regions (from 26.1.0): {offset, size} pairs relative to the block head.
-OFFSET_INFO_REGIONS: Final = ("simtErrorInfo", "shadowMemoryInfo", "simtEntryInfo")
+# Head fields a release may lack: the rest every layout must have.
+OPTIONAL_HEAD_FIELDS: Final = frozenset({"offsetInfo.blockHeadSize", "offsetInfo.simtErrorInfo.size", "supportSimt"})
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one object per release
@@ -410,8 +413,10 @@ def parse_layout(data: Mapping[str, Any]) -> WireLayout:
         raise ValueError(f"wire layout {name}: Config fields with no value rule: {sorted(unknown)}")
     needed = {PacketType.DEVICE_SUMMARY, PacketType.KERNEL_SUMMARY, PacketType.KERNEL_RECORD}
     missing = [p.name for p in needed if not layout.has_packet(p)]
-    missing += [f for f in GLOBAL_HEAD_FIELDS if f != "offsetInfo.blockHeadSize" and not layout.global_head.has(f)]
+    missing += [f for f in GLOBAL_HEAD_FIELDS if f not in OPTIONAL_HEAD_FIELDS and not layout.global_head.has(f)]
     missing += [f for f in BLOCK_HEAD_FIELDS if not layout.block_head.has(f)]
+    if layout.has_offset_info and "HostMemoryInfo" not in layout.structs:
+        missing.append("HostMemoryInfo")
     if missing:
         raise ValueError(f"wire layout {name}: lacks {missing}")
     return layout
