@@ -180,6 +180,7 @@ class CompatConnection:
         self._records = record_table(layout)
         self._packet_number_kernel_record = layout.packet_number(PacketType.KERNEL_RECORD)
         self._ipc_views = wire.ipc_views(layout)
+        self._simt = record_buffer.simt_shape(layout)
         self._block_finish_type = self._records.wire(RecordType.BLOCK_FINISH)
         self._finish_type = self._records.wire(RecordType.FINISH)
         self._kernel_finish_type = self._records.wire(RecordType.KERNEL_FINISH)
@@ -645,7 +646,7 @@ class CompatConnection:
                 reason="wire_mismatch",
             )
         context = BlockContext(block_type=int(heads.block_type), chip=self._chip)
-        slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial, self._records)
+        slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
         try:

@@ -448,14 +448,118 @@ def _gather(words: np.ndarray, starts: np.ndarray, size: int, record_type: int, 
     return window[starts].view(dtype)
 
 
+@dataclass(frozen=True, slots=True)
+class SimtShape:
+    """How a release lays out the SIMT part of a slot (from 2026-05-06: reference §1.10, docs §6.1): 2 048 thread
+    areas, each a SimtRecordBlockHead and ``simtErrorInfo.size`` bytes of records, then one SimtEntryBlockHead and
+    its ``recordWriteCount`` SimtEntryRecords per SIMT_CALL of the SIMD records."""
+
+    thread_head: int
+    entry_head: int
+    entry_record: int
+
+
+SIMT_THREADS = 2048  # SIMT_THREAD_MAX_SIZE: the thread areas of every SIMT slot
+
+
+@functools.cache
+def simt_shape(layout: wire.WireLayout) -> SimtShape | None:
+    """The release's SIMT part, or None where it is laid out otherwise (before 2026-05-06: counted as bytes)."""
+    structs = layout.structs
+    if not all(n in structs for n in ("SimtRecordBlockHead", "SimtEntryBlockHead", "SimtEntryRecord")):
+        return None
+    if not layout.global_head.has("offsetInfo.simtErrorInfo.size"):
+        return None
+    return SimtShape(
+        structs["SimtRecordBlockHead"].size, structs["SimtEntryBlockHead"].size, structs["SimtEntryRecord"].size
+    )
+
+
+_U64 = np.dtype("<u8")
+
+
+class SimtPart:
+    """Counts the records of a slot's SIMT part as it streams past: each thread area's ``recordWriteCount`` (its
+    records, ONLINE_ERROR's variable-length ones among them, are not walked) and each SIMT entry block's. Holds
+    nothing but counts; a head that straddles a feed is left for the next (``feed`` returns what it used)."""
+
+    def __init__(self, shape: SimtShape | None, heads: SlotHeads) -> None:
+        self.shape = shape
+        self.area = (shape.thread_head + heads.simt_thread_bytes) if shape is not None else 0
+        self.at = 0  # bytes of the SIMT part consumed
+        self.threads = 0  # thread areas whose head was read
+        self.thread_records = 0
+        self.entry_blocks = 0
+        self.entry_records = 0
+        self.next_entry = SIMT_THREADS * self.area  # where the next entry block's head starts
+        self.undecoded = 0  # bytes not laid out as this release's SIMT part
+
+    def feed(self, data: memoryview, final: bool) -> int:
+        shape = self.shape
+        if shape is None or self.area <= shape.thread_head:
+            self.undecoded += len(data)
+            self.at += len(data)
+            return len(data)
+        used = 0
+        if self.threads < SIMT_THREADS:
+            # Every area head wholly inside this feed, at once: record counts are the u64 at 8 of each head.
+            first = self.threads
+            last = min(SIMT_THREADS, (self.at + len(data) - 16) // self.area + 1) if len(data) >= 16 else first
+            if last > first:
+                offset = first * self.area - self.at + 8  # recordWriteCount of the first head in this feed
+                counts = np.ndarray((last - first,), dtype=_U64, buffer=data, offset=offset, strides=(self.area,))
+                self.thread_records += sum(counts.tolist())  # Python ints: hostile counts cannot overflow
+                self.threads = last
+            if self.threads < SIMT_THREADS:
+                used = min(len(data), self.threads * self.area - self.at) if not final else len(data)
+                self.at += used
+                return used
+        while True:
+            rel = self.next_entry - self.at
+            if rel + shape.entry_head > len(data):
+                break
+            (count,) = np.frombuffer(data, dtype=_U64, count=1, offset=rel + 8)
+            self.entry_blocks += 1
+            self.entry_records += int(count)
+            self.next_entry += shape.entry_head + int(count) * shape.entry_record
+        used = len(data) if final or self.next_entry - self.at >= len(data) else max(self.next_entry - self.at, 0)
+        self.at += used
+        return used
+
+    def problems(self) -> list[str]:
+        lines = []
+        if self.thread_records:
+            lines.append(
+                f"{self.thread_records} SIMT records of {self.threads} SIMT threads not checked (sanitizerd does not "
+                "model SIMT yet)"
+            )
+        if self.entry_records:
+            lines.append(
+                f"{self.entry_records} SIMT entry records of {self.entry_blocks} SIMT calls not checked (sanitizerd "
+                "does not model SIMT yet)"
+            )
+        if self.undecoded:
+            lines.append(f"{self.undecoded} bytes of SIMT records not decoded (this release's SIMT part)")
+        elif self.at and self.threads < SIMT_THREADS:
+            lines.append(f"the SIMT part ends after {self.threads} of {SIMT_THREADS} thread areas")
+        return lines
+
+
 class SlotDecoder:
     """Decodes one slot's record region as it arrives; see the module docstring and docs/interfaces."""
 
     def __init__(
-        self, heads: SlotHeads, context: base.BlockContext, first_serial: int, table: RecordTable | None = None
+        self,
+        heads: SlotHeads,
+        context: base.BlockContext,
+        first_serial: int,
+        table: RecordTable | None = None,
+        simt: SimtShape | None = None,  # the release's (simt_shape); None: its SIMT part is counted as bytes
     ) -> None:
         self.heads = heads
         self.table = table if table is not None else record_table(wire.MSSANITIZER_4A419F05)
+        # A SIMT chip sends its SIMT part after the SIMD records: counted (sanitizerd does not check SIMT yet)
+        self._simt = SimtPart(simt, heads) if heads.support_simt else None
         self.context = dataclasses.replace(
             context,
             block_type=heads.block_type,
@@ -518,8 +622,15 @@ class SlotDecoder:
             # Another window when this one ended before the data did; else what is left is a record not all here.
             if avail == rest or not path.size:
                 break
-        # Once decoding has stopped, or writeOffset is reached, the rest of the region is no records: consume it.
-        consumed = len(data) if self._stopped or self._pos + at >= h.write_offset else at
+        # Once decoding has stopped the rest of the slot is dropped; past writeOffset lies what a SIMT chip sends
+        # after the SIMD records (counted, not checked), or nothing that is a record.
+        if self._stopped:
+            consumed = len(data)
+        elif self._pos + at >= h.write_offset:
+            rest = data[at:]
+            consumed = at + (self._simt.feed(rest, final) if self._simt is not None else len(rest))
+        else:
+            consumed = at
         self._pos += consumed
         if final:
             self._finish()
@@ -600,6 +711,8 @@ class SlotDecoder:
             lines.append(f"{count} {text}")
         for name, count in sorted(self._unconverted.items())[:MAX_UNCONVERTED_LINES]:
             lines.append(f"{count} {name} records not converted (sanitizerd does not model this instruction yet)")
+        if self._simt is not None:
+            lines += self._simt.problems()
         return lines
 
     def loss(self) -> m.BlockLoss | None:
