@@ -39,6 +39,11 @@ _PREFIX = struct.Struct("<I")
 # per 4 KiB, more than the copy itself.
 SPARE_FRAMES = 4
 _BLOCK_KEYS = 3 << 16  # aiv, aic and aicore blocks, 16-bit ids
+# The device a client speaks for when its program names none. The client's kernels are described by the program
+# (emulated, or replayed by a hook), and a program that never picks a device is a single-card run, which runs on the
+# runtime's device 0 (the first visible card): so its findings say "on device 0", as msSanitizer's would for it,
+# not the protocol's -1 for "unknown", which no real launch has.
+DEFAULT_DEVICE = 0
 
 
 @dataclass(slots=True)
@@ -56,7 +61,7 @@ class Client:
         socket_path: str | os.PathLike[str] | None = None,
         *,
         job: str | None = None,
-        device: int = -1,
+        device: int | None = None,
         rank: int = -1,
         local_rank: int = -1,
         world_size: int = 0,
@@ -71,7 +76,11 @@ class Client:
         # None: the daemon is found at the first connect, and a resume goes back to that one.
         self.socket_path: Path | None = Path(socket_path) if socket_path else explicit_socket()
         self.job = job if job is not None else os.environ.get(JOB_ENV, "")
-        self._hello_fields = dict(device=device, rank=rank, local_rank=local_rank, world_size=world_size, tool=tool)
+        # None, or -1 as callers and the launcher's identity (client_shim.attach) say "not given": DEFAULT_DEVICE.
+        self.device = DEFAULT_DEVICE if device is None or device < 0 else device
+        self._hello_fields: dict[str, object] = dict(
+            device=self.device, rank=rank, local_rank=local_rank, world_size=world_size, tool=tool
+        )
         self._requested_config = config
         self.batch_events = batch_events
         self.queue_frames = queue_frames
@@ -280,8 +289,11 @@ class Client:
 
     # --- what a program reports --------------------------------------------------------------------------------
 
-    def device_summary(self, chip: str, block_num: int = 0, device: int = -1) -> None:
-        self._send(m.DeviceSummary(chip=chip, block_num=block_num, device=device))
+    def device_summary(self, chip: str, block_num: int = 0, device: int | None = None) -> None:
+        """The chip the kernels run on; ``device`` None: this client's own (``device``)."""
+        if device is not None and device >= 0:
+            self.device = self._hello_fields["device"] = device  # a forked child's own session says it too
+        self._send(m.DeviceSummary(chip=chip, block_num=block_num, device=self.device))
 
     def location(
         self, file: str, line: int = 0, column: int = 0, function: str = "", callers: Iterable[int] = ()
