@@ -18,6 +18,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,19 @@ _BLOCK_KEYS = 3 << 16  # aiv, aic and aicore blocks, 16-bit ids
 # runtime's device 0 (the first visible card): so its findings say "on device 0", as msSanitizer's would for it,
 # not the protocol's -1 for "unknown", which no real launch has.
 DEFAULT_DEVICE = 0
+
+# This process's clients not yet closed, so that whoever runs their daemon can end them before stopping it
+# (``open_clients``): a session still open when its daemon stops is resumed, and its close waits for a daemon that
+# will not come. Weak: a client the program dropped is not kept alive for it.
+_live: weakref.WeakSet[Client] = weakref.WeakSet()
+_live_lock = threading.Lock()  # a WeakSet must not change while it is iterated, and clients open on any thread
+
+
+def open_clients() -> list[Client]:
+    """The clients this process opened and has not closed yet (a forked child's inherited ones are its parent's)."""
+    with _live_lock:
+        clients = list(_live)
+    return [client for client in clients if client._pid == os.getpid() and not client._closing]
 
 
 @dataclass(slots=True)
@@ -132,6 +146,8 @@ class Client:
         self._reader = threading.Thread(target=self._read_loop, name="sanitizerd-read", daemon=True)
         self._sender.start()
         self._reader.start()
+        with _live_lock:
+            _live.add(self)
 
     def _open(self, *, resume: int) -> tuple[FrameSocket, m.Welcome]:
         sock = FrameSocket(self.socket_path, timeout=self.timeout)
@@ -563,6 +579,8 @@ class Client:
             if os.getpid() != self._pid or self._closing:
                 return self._closed_reply
             self._closing = True
+            with _live_lock:
+                _live.discard(self)
             try:
                 self._flush_events()
                 self._enqueue(m.Close())
