@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from client_shim.client import open_clients
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
 from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.findings.render import render_text
@@ -107,11 +108,9 @@ class Checker:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Close the clients the tests left open, while their daemon still runs (before the terminal summary, which
         says if one could not be)."""
-        from client_shim.client import open_clients
-
         for client in open_clients():
             if client.job not in self.started:
-                continue  # not a test's: the process's own (an attached pytest), or another daemon's
+                continue  # not a test's: the process's own (a pytest attached by `sanitizerd run`, say)
             try:
                 client.close(timeout=CLOSE_TIMEOUT)
             except (ClientError, OSError) as exc:
