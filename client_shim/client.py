@@ -18,6 +18,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,24 @@ _PREFIX = struct.Struct("<I")
 # per 4 KiB, more than the copy itself.
 SPARE_FRAMES = 4
 _BLOCK_KEYS = 3 << 16  # aiv, aic and aicore blocks, 16-bit ids
+# The device a client speaks for when its program names none. The client's kernels are described by the program
+# (emulated, or replayed by a hook), and a program that never picks a device is a single-card run, which runs on the
+# runtime's device 0 (the first visible card): so its findings say "on device 0", as msSanitizer's would for it,
+# not the protocol's -1 for "unknown", which no real launch has.
+DEFAULT_DEVICE = 0
+
+# This process's clients not yet closed, so that whoever runs their daemon can end them before stopping it
+# (``open_clients``): a session still open when its daemon stops is resumed, and its close waits for a daemon that
+# will not come. Weak: a client the program dropped is not kept alive for it.
+_live: weakref.WeakSet[Client] = weakref.WeakSet()
+_live_lock = threading.Lock()  # a WeakSet must not change while it is iterated, and clients open on any thread
+
+
+def open_clients() -> list[Client]:
+    """The clients this process opened and has not closed yet (a forked child's inherited ones are its parent's)."""
+    with _live_lock:
+        clients = list(_live)
+    return [client for client in clients if client._pid == os.getpid() and not client._closing]
 
 
 @dataclass(slots=True)
@@ -56,7 +75,7 @@ class Client:
         socket_path: str | os.PathLike[str] | None = None,
         *,
         job: str | None = None,
-        device: int = -1,
+        device: int | None = None,
         rank: int = -1,
         local_rank: int = -1,
         world_size: int = 0,
@@ -71,7 +90,11 @@ class Client:
         # None: the daemon is found at the first connect, and a resume goes back to that one.
         self.socket_path: Path | None = Path(socket_path) if socket_path else explicit_socket()
         self.job = job if job is not None else os.environ.get(JOB_ENV, "")
-        self._hello_fields = dict(device=device, rank=rank, local_rank=local_rank, world_size=world_size, tool=tool)
+        # None, or -1 as callers and the launcher's identity (client_shim.attach) say "not given": DEFAULT_DEVICE.
+        self.device = DEFAULT_DEVICE if device is None or device < 0 else device
+        self._hello_fields: dict[str, object] = dict(
+            device=self.device, rank=rank, local_rank=local_rank, world_size=world_size, tool=tool
+        )
         self._requested_config = config
         self.batch_events = batch_events
         self.queue_frames = queue_frames
@@ -123,6 +146,8 @@ class Client:
         self._reader = threading.Thread(target=self._read_loop, name="sanitizerd-read", daemon=True)
         self._sender.start()
         self._reader.start()
+        with _live_lock:
+            _live.add(self)
 
     def _open(self, *, resume: int) -> tuple[FrameSocket, m.Welcome]:
         sock = FrameSocket(self.socket_path, timeout=self.timeout)
@@ -280,8 +305,11 @@ class Client:
 
     # --- what a program reports --------------------------------------------------------------------------------
 
-    def device_summary(self, chip: str, block_num: int = 0, device: int = -1) -> None:
-        self._send(m.DeviceSummary(chip=chip, block_num=block_num, device=device))
+    def device_summary(self, chip: str, block_num: int = 0, device: int | None = None) -> None:
+        """The chip the kernels run on; ``device`` None: this client's own (``device``)."""
+        if device is not None and device >= 0:
+            self.device = self._hello_fields["device"] = device  # a forked child's own session says it too
+        self._send(m.DeviceSummary(chip=chip, block_num=block_num, device=self.device))
 
     def location(
         self, file: str, line: int = 0, column: int = 0, function: str = "", callers: Iterable[int] = ()
@@ -551,6 +579,8 @@ class Client:
             if os.getpid() != self._pid or self._closing:
                 return self._closed_reply
             self._closing = True
+            with _live_lock:
+                _live.discard(self)
             try:
                 self._flush_events()
                 self._enqueue(m.Close())

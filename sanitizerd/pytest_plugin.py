@@ -9,7 +9,10 @@ findings fetched: errors fail the test (``--sanitizerd-fail-on warning``: warnin
 never do. A test that fails by itself gets the report as a section of its own.
 
 The daemon is the one ``--sanitizerd-socket`` names, else the one the client library finds (the host's, the
-user's own), else a private one started for the pytest run and stopped after it.
+user's own), else a private one started for the pytest run and stopped after it. When the tests have run, the
+clients they left open (``connect()`` closes its client only at interpreter exit) are closed first, so that their
+sessions end while their daemon is there: a private daemon stopped under an open client would leave it waiting, at
+exit, for a daemon to resume its session.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from client_shim.client import open_clients
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
 from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.findings.render import render_text
@@ -33,6 +37,9 @@ if TYPE_CHECKING:
     from sanitizerd.cli.run import EmbeddedDaemon
 
 _FOUND = pytest.StashKey["Found"]()
+# How long closing a client the tests left open may take: its leak checks run then, and take milliseconds; a client
+# whose daemon went away during the run gets this long to be resumed, not the half minute it would wait at exit.
+CLOSE_TIMEOUT = 10.0
 
 
 @dataclass
@@ -77,7 +84,9 @@ class Checker:
         self.socket: str | None = config.getoption("sanitizerd_socket")
         self.embedded: EmbeddedDaemon | None = None
         self.jobs = itertools.count(1)
+        self.started: set[str] = set()  # the tests' jobs: their clients are the tests'
         self.checked = self.failed = 0
+        self.unclosed: list[str] = []  # why clients the tests left open could not be closed
 
     # --- the daemon -------------------------------------------------------------------------------------------
 
@@ -96,6 +105,17 @@ class Checker:
             self.embedded = EmbeddedDaemon()
             return self.embedded.connect()
 
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Close the clients the tests left open, while their daemon still runs (before the terminal summary, which
+        says if one could not be)."""
+        for client in open_clients():
+            if client.job not in self.started:
+                continue  # not a test's: the process's own (a pytest attached by `sanitizerd run`, say)
+            try:
+                client.close(timeout=CLOSE_TIMEOUT)
+            except (ClientError, OSError) as exc:
+                self.unclosed.append(f"session {client.session} of job {client.job}: {exc}")
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.embedded is not None:
             self.embedded.stop()
@@ -106,6 +126,7 @@ class Checker:
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         report = Found(job=f"pytest-{os.getpid()}-{next(self.jobs)}")
         item.stash[_FOUND] = report
+        self.started.add(report.job)
         try:
             control = self._control()
         except ClientError as exc:
@@ -172,6 +193,8 @@ class Checker:
             f"sanitizerd: {self.checked} test(s) checked with {', '.join(self.config_message.tools)} on {where}; "
             f"{self.failed} failed by their findings"
         )
+        for reason in self.unclosed:
+            terminalreporter.write_line(f"sanitizerd: a client a test left open could not be closed: {reason}")
 
 
 def _describe(found: Found) -> str:
