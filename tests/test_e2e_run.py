@@ -188,7 +188,7 @@ class TestSynccheck:
         assert (
             "====== WARNING: Unpaired set_flag instructions detected\n"
             "======    from PIPE_S to PIPE_MTE3 in sync_bug\n"
-            "======    in block aiv(0) on device -1\n"
+            "======    in block aiv(0) on device 0\n"
             "======    code in pc current 0x2c94 (serialNo:31)\n"
             "======    #0 kernel_event.h:785:13\n"
         ) in result.stdout
