@@ -661,3 +661,71 @@ def test_walk_of_a_random_mix_equals_a_scalar_walk(seed: int, n: int) -> None:
     expected, expected_stop = _scalar_reference(buffer)
     assert path.tolist() == expected
     assert stop == expected_stop
+
+
+# --- a SIMT chip's SIMT part (26.1.0 on) -----------------------------------------------------------------------
+
+SIMT_LAYOUT = _wire.layout_named("26.1.0")
+
+
+def simt_slot(thread_bytes: int, per_thread: int, entries: list[int], *, threads: int = rb.SIMT_THREADS) -> bytes:
+    """A 26.1.0 slot of a SIMT chip with no SIMD records: the thread areas (each head's recordWriteCount at 8), then
+    one entry block per count in ``entries``."""
+    layout = SIMT_LAYOUT
+    assert layout is not None
+    head, shape = bytearray(layout.heads_size), rb.simt_shape(layout)
+    assert shape is not None
+    g = layout.global_head
+    struct.pack_into("<Q", head, g.offset("securityVal"), rb.SECURITY_VALUE)
+    struct.pack_into("<Q", head, g.offset("kernelInfo.totalBlockDim"), 1)
+    struct.pack_into("<I", head, g.offset("offsetInfo.blockHeadSize"), 192)
+    struct.pack_into("<Q", head, g.offset("offsetInfo.simtErrorInfo.size"), thread_bytes)
+    head[g.offset("supportSimt")] = 1
+    area = shape.thread_head + thread_bytes
+    simt = bytearray(threads * area)
+    for i in range(threads):
+        struct.pack_into("<Q", simt, i * area + 8, per_thread)
+    for n in entries:
+        block = bytearray(shape.entry_head)
+        struct.pack_into("<Q", block, 8, n)
+        simt += bytes(block) + bytes(shape.entry_record * min(n, 64))  # a hostile count: the records are not all there
+    return bytes(head) + bytes(simt)
+
+
+def simt_problems(data: bytes, chunk: int) -> list[str]:
+    layout = SIMT_LAYOUT
+    assert layout is not None
+    heads = rb.read_heads(data, layout)
+    assert rb.wire_mismatch(heads, layout, len(data)) == ""  # a SIMT chip's slot runs past writeOffset
+    decoder = rb.SlotDecoder(heads, CONTEXT, 0, _record_table(layout), rb.simt_shape(layout))
+    body, tail, at = memoryview(data)[layout.heads_size :], b"", 0
+    while at < len(body):
+        piece = tail + bytes(body[at : at + chunk])
+        at += chunk
+        events, used = decoder.feed(memoryview(piece), at >= len(body))
+        assert events.size == 1 or at < len(body)  # only the slot's BLOCK_FINISH: SIMT is not checked yet
+        tail = piece[used:]
+    return decoder.problems()
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 1000, 7])
+def test_a_simt_part_is_decoded_and_counted_however_it_arrives(chunk: int) -> None:
+    assert simt_problems(simt_slot(128, 3, [2, 5]), chunk) == [
+        "6144 SIMT records of 2048 SIMT threads not checked (sanitizerd does not model SIMT yet)",
+        "7 SIMT entry records of 2 SIMT calls not checked (sanitizerd does not model SIMT yet)",
+    ]
+
+
+def test_a_short_simt_part_says_where_it_ends() -> None:
+    assert simt_problems(simt_slot(64, 1, [], threads=10), 4096) == [
+        "10 SIMT records of 10 SIMT threads not checked (sanitizerd does not model SIMT yet)",
+        "the SIMT part ends after 10 of 2048 thread areas",
+    ]
+
+
+def test_hostile_simt_counts_are_counted_not_followed() -> None:
+    """An entry block that claims 2**64-1 records: the count is said, the rest of the slot is taken as its records
+    (nothing is held or allocated for them), and a thread head's count is summed without overflow."""
+    problems = simt_problems(simt_slot(32, 2**64 - 1, [2**64 - 1, 3]), 1 << 16)
+    assert problems[0].startswith(f"{2048 * (2**64 - 1)} SIMT records of 2048 SIMT threads")
+    assert problems[1].startswith(f"{2**64 - 1} SIMT entry records of 1 SIMT calls")
