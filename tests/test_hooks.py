@@ -9,6 +9,7 @@ data (``sanitizerd.compat.releases``), so every layout sanitizerd has is tried.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -33,11 +34,13 @@ UNKNOWN = "0123456789abcdef0123456789abcdef01234567"  # measured nowhere
 PLACEHOLDER = b"x" * 40  # where the stand-in library's revision goes: not hex, so no commit until patched
 
 
+@functools.cache
 def tool_commit(layout: str) -> str | None:
     """A commit of msSanitizer whose ``mssanitizer.bin`` speaks ``layout``, from the measured data."""
     return min((c for c in releases.tool_commits() if releases.wire_of_tool(c) == layout), default=None)
 
 
+@functools.cache
 def injection_commit(layout: str) -> str | None:
     """An msopcom commit whose injection library speaks ``layout`` (or ``"none"``), from the measured data."""
     return min((c for c in releases.injection_commits() if releases.wire_of_injection(c) == layout), default=None)
