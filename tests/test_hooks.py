@@ -10,6 +10,7 @@ data (``sanitizerd.compat.releases``), so every layout sanitizerd has is tried.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -356,10 +357,11 @@ class TestRun:
         assert result.returncode == 0, result.stderr
         assert "libascend_hal_hook.so loads the CANN runtime from $ASCEND_HOME_PATH/lib64" in result.stderr
 
-    def test_a_missing_hook_refuses_unless_allowed(self, daemon: RunningDaemon, install) -> None:  # type: ignore[no-untyped-def]
+    def test_a_missing_hook_refuses_unless_allowed(self, daemon: RunningDaemon, install, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
         lib = install(libs=(hooks.INJECTION,))
         refused_before_running(run_env(daemon, env=home(lib)), "libascend_san_stub.so is missing", str(lib))
-        allowed = run_env(daemon, "--allow-unchecked", env=home(lib))
+        report = tmp_path / "r.sarif"
+        allowed = run_env(daemon, "--allow-unchecked", "--report", str(report), env=home(lib))
         assert allowed.returncode == 0, allowed.stderr
         got = printed(allowed.stdout)
         assert "PATH" in got and "LD_PRELOAD" not in got and "MSOP_SOCKET_PATH" not in got  # it ran, unhooked
@@ -367,6 +369,10 @@ class TestRun:
         assert "UNCHECKED: the program ran without msSanitizer's hooks (--allow-unchecked)" in last, last
         assert "libascend_san_stub.so is missing" in last
         assert "WARNING: --allow-unchecked" in allowed.stderr
+        run = json.loads(report.read_text())["runs"][0]  # and the CI report, where code scanning shows it
+        assert "libascend_san_stub.so is missing" in run["properties"]["unchecked"]
+        (notification,) = run["invocations"][0]["toolExecutionNotifications"]
+        assert notification["level"] == "warning" and "--allow-unchecked" in notification["message"]["text"]
 
     def test_an_unknown_commit_refuses(self, daemon: RunningDaemon, install) -> None:  # type: ignore[no-untyped-def]
         lib = install(tool=UNKNOWN)

@@ -9,6 +9,7 @@ clients attach with, prints findings as they arrive, then a summary once every s
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -217,8 +218,10 @@ def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str)
     )
 
 
-def report_text(fmt: str, job: str, reporter: Reporter) -> str:
-    """The --report file's contents: every finding the reporter collected, whatever --log-level showed."""
+def report_text(fmt: str, job: str, reporter: Reporter, *, unchecked: str = "") -> str:
+    """The --report file's contents: every finding the reporter collected, whatever --log-level showed. A SARIF log
+    of a run without msSanitizer's hooks (``unchecked``: why) says so in its invocation, where a code-scanning
+    upload shows it, so that its few results cannot pass for a checked program's."""
     if fmt == "json":
         return render_json(reporter.findings).decode() + "\n"
     kernels = [
@@ -230,7 +233,15 @@ def report_text(fmt: str, job: str, reporter: Reporter) -> str:
     ]  # fmt: skip
     if fmt == "junit":
         return render_junit(reporter.findings, kernels=kernels)
-    return render_sarif(reporter.findings, version=__version__, kernels=kernels, complete=reporter.idle is not None)
+    log = render_sarif(reporter.findings, version=__version__, kernels=kernels, complete=reporter.idle is not None)
+    if not unchecked:
+        return log
+    data = json.loads(log)  # a run without the hooks has only client_shim's findings: small
+    run = data["runs"][0]
+    text = f"The program ran without msSanitizer's hooks (--allow-unchecked): {unchecked}"
+    run["invocations"][0]["toolExecutionNotifications"] = [{"level": "warning", "message": {"text": text}}]
+    run.setdefault("properties", {})["unchecked"] = unchecked
+    return json.dumps(data, separators=(",", ":")) + "\n"
 
 
 class HookError(Exception):
@@ -451,7 +462,7 @@ def _supervise(
     if save is not None:
         save.close()
     if report is not None:
-        report.write(report_text(options.report_format, job, reporter))
+        report.write(report_text(options.report_format, job, reporter, unchecked=unchecked))
     print(summary_line(job, reporter.idle, reporter, options.program[0], unchecked=unchecked), file=out)
     if reporter.idle is not None and reporter.idle.replica_note:
         print(f"{PREFIX} WARNING: job {job}: {reporter.idle.replica_note}", file=out)
