@@ -16,7 +16,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,17 @@ def injection_commit(layout: str) -> str | None:
 
 
 LAYOUTS = [pytest.param(layout, id=layout.name) for layout in wire.LAYOUTS.values()]
+
+
+@pytest.fixture(scope="module")
+def shared_daemon() -> Iterator[RunningDaemon]:
+    """One daemon for the runs of every layout: each run is its own job and socket, and a daemon per layout would
+    double the time of ~60 runs."""
+    base = Path(tempfile.mkdtemp(prefix="sd-", dir="/tmp"))  # short: a Unix socket's path must fit in 108 bytes
+    running = start_daemon(base, "--handshake-timeout", "1")
+    yield running
+    assert stop_daemon(running) == 0, running.log_text()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def needs(value: str | None, what: str) -> str:
@@ -254,6 +267,14 @@ class TestRelease:
             choice = hooks.choose(home(install(f"cann-{tool}", tool=tool, injection=commit)))
             assert choice.layout is None and f"(msopcom {commit[:8]}) speaks no wire" in choice.problem
 
+    def test_a_wire_without_a_layout_is_refused(self, install) -> None:  # type: ignore[no-untyped-def]
+        """A commit the data maps to a wire this sanitizerd has no layout for is refused, naming the wire."""
+        lacking = (c for c in sorted(releases.tool_commits()) if not wire.layout_named(releases.wire_of_tool(c) or ""))
+        commit = needs(next(lacking, None), "msSanitizer commit of a wire without a layout")
+        choice = hooks.choose(home(install(tool=commit)))
+        assert choice.layout is None
+        assert f"speaks wire {releases.wire_of_tool(commit)}, which this sanitizerd has no layout for" in choice.problem
+
     def test_a_missing_hook_is_refused(self, install) -> None:  # type: ignore[no-untyped-def]
         lib = install(libs=(hooks.INJECTION,))
         choice = hooks.choose(home(lib))
@@ -322,13 +343,13 @@ class TestRun:
 
     @pytest.mark.parametrize("layout", LAYOUTS)
     def test_each_release_gets_its_own_hooks_and_socket_variables(  # type: ignore[no-untyped-def]
-        self, daemon: RunningDaemon, install, layout: wire.WireLayout
+        self, shared_daemon: RunningDaemon, install, layout: wire.WireLayout
     ) -> None:
         """No variable names the layout: the run identifies it from the install, preloads exactly what that release
         preloads, and names the socket in exactly its launcher's variables."""
         commit = needs(tool_commit(layout.name), f"msSanitizer commit of {layout.name}")
         lib = install(tool=commit, libs=layout.preload["default"])
-        result = run_env(daemon, "--log-level=info", env=home(lib))
+        result = run_env(shared_daemon, "--log-level=info", env=home(lib))
         assert result.returncode == 0, result.stderr
         assert f"wire layout {layout.name}, identified" in result.stderr, result.stderr
         got = printed(result.stdout)

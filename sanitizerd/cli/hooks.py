@@ -217,9 +217,12 @@ def identify(directory: Path, env: Mapping[str, str]) -> Release:
 
 
 def known_names(limit: int = 6) -> str:
-    """A few names ``SANITIZERD_COMPAT_LAYOUT`` takes, for a message: aliases (release branches) first."""
+    """A few names ``SANITIZERD_COMPAT_LAYOUT`` takes, for a message: the short aliases (``26.1.0``, ``master``)
+    and the April layout first, as the likeliest to be meant; then the long branch names, then the rest."""
     aliases = sorted({alias for layout in wire.LAYOUTS.values() for alias in layout.aliases})
-    names = [*aliases, wire.DEFAULT_LAYOUT, *sorted(set(wire.LAYOUTS) - {wire.DEFAULT_LAYOUT})]
+    short = [alias for alias in aliases if "_" not in alias]
+    long = [alias for alias in aliases if "_" in alias]
+    names = [*short, wire.DEFAULT_LAYOUT, *long, *sorted(set(wire.LAYOUTS) - {wire.DEFAULT_LAYOUT})]
     shown = names[:limit]
     more = len(names) - len(shown)
     return ", ".join(shown) + (f", and {more} more" if more else "")
