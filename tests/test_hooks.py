@@ -549,3 +549,46 @@ def test_a_program_of_its_own_gets_the_socket_with_the_layout_named(daemon: Runn
     assert "hook libraries" not in result.stderr, result.stderr  # (the system python cannot attach: its own line)
     refused = run_env(daemon, env=bare_env(SANITIZERD_COMPAT_LAYOUT="nonesuch"))
     assert refused.returncode == 1 and "SANITIZERD_COMPAT_LAYOUT=nonesuch is not a layout" in refused.stderr
+
+
+_CONFIG_READER = r"""
+import os, socket, sys, time
+name = os.environ["MSOP_SOCKET_PATH"].encode()
+print("MSSANITIZER_PID" in os.environ, os.environ["LD_PRELOAD"])
+sock = socket.socket(socket.AF_UNIX)
+for _ in range(50):
+    try:
+        sock.connect(b"\0" + name + b"\0" * (107 - len(name)))
+        break
+    except OSError:
+        time.sleep(0.1)
+config = b""
+while len(config) < int(sys.argv[1]):
+    chunk = sock.recv(int(sys.argv[1]) - len(config))
+    if not chunk:
+        break
+    config += chunk
+sock.close()
+print("hooks read", len(config))
+"""
+
+
+def test_a_later_releases_hooks_get_its_config_in_its_socket_variable(
+    daemon: RunningDaemon, install, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """26.1.0's install (no stub, the socket in MSOP_SOCKET_PATH alone), identified with no variable set: its hooks
+    (here a Python stand-in under the preloaded stand-in libraries) connect where that release's launcher points
+    them and read that release's Config, of its own size."""
+    layout = wire.layout_named("26.1.0")
+    if layout is None:
+        pytest.skip("no layout answers to 26.1.0")
+    lib = install(tool=needs(tool_commit(layout.name), f"msSanitizer commit of {layout.name}"))
+    program = tmp_path / "reader.py"
+    program.write_text(_CONFIG_READER)
+    result = sanitizerd(
+        "run", "--socket", str(daemon.socket), "--", "/usr/bin/python3", str(program), str(layout.config.size),
+        env=home(lib), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    preload = ":".join(str(lib.resolve() / n) for n in layout.preload["default"])
+    assert result.stdout.splitlines()[:2] == [f"False {preload}", f"hooks read {layout.config.size}"], result.stdout
