@@ -21,6 +21,8 @@ HINT = " (sanitizerd run --help lists the options)"
 def one_line(message: str) -> bool:
     """An unrecognized option is one line naming it, with no help after it (msSanitizer prints three)."""
     return "\n" not in message and message.startswith("[sanitizerd] ERROR: ") and message.endswith(HINT)
+
+
 USE_HELP = "[sanitizerd] Use --help for more information"
 YES_NO_OPTIONS = (
     "leak-check",
@@ -662,11 +664,19 @@ class TestRunHelp:
             "-t --tool=<name>",
             "-h --help",
             "-v --version",
+            "--allow-unchecked",
         ],
     )
     def test_lists_option(self, text: str) -> None:
         """Every option and msSanitizer's default notation appear in the help."""
         assert text in run_help()
+
+    def test_every_option_has_help(self) -> None:
+        """No option the parser takes is missing from the help."""
+        from sanitizerd.cli.options import _OPTIONS
+
+        for option in _OPTIONS:
+            assert f"--{option.name}" in run_help(), option.name
 
     def test_yes_no_defaults_shown(self) -> None:
         """Each yes/no option's description ends with its default [no]."""
@@ -733,3 +743,21 @@ class TestReport:
 
     def test_in_help(self) -> None:
         assert "--report=<file>" in run_help() and "--report-format=sarif|junit|json" in run_help()
+
+
+class TestAllowUnchecked:
+    """--allow-unchecked: the only way to run a program where msSanitizer's hooks cannot be used (test_hooks.py)."""
+
+    def test_off_by_default(self, app: str) -> None:
+        assert parse(app).allow_unchecked is False
+
+    def test_a_flag(self, app: str) -> None:
+        assert parse(app, "--allow-unchecked").allow_unchecked is True
+        assert parse(app, "--allow").allow_unchecked is True  # a unique prefix, as getopt_long takes it
+
+    def test_takes_no_value(self, app: str) -> None:
+        err = usage_error(["--allow-unchecked=yes", app])
+        assert "option '--allow-unchecked' doesn't allow an argument" in err.message
+
+    def test_no_notice(self, app: str) -> None:
+        assert parse(app, "--allow-unchecked").notices == []

@@ -1,33 +1,40 @@
-"""msSanitizer's hook libraries on a CANN host: where they are, which to preload, which release (and so which wire
-layout) they are, and the environment a program runs with under them.
+"""msSanitizer's hook libraries on a CANN host: where they are, which release (and so which wire layout) they are,
+which of them to preload, and the environment a program runs with under them.
 
-Found and chosen as msSanitizer's launcher does (csrc/scripts/mssanitizer, csrc/core/framework/process.cpp):
+Found as msSanitizer's launcher finds them (csrc/scripts/mssanitizer, csrc/core/framework/process.cpp): in
+``$LD_PRELOAD_PATH`` when set (msSanitizer's wrapper sets it to its own ``lib64``), in the toolkit's
+``tools/mssanitizer/lib64`` under ``$ASCEND_HOME_PATH`` or ``$ASCEND_TOOLKIT_HOME``, and in ``../lib64`` beside the
+``mssanitizer`` found on ``PATH`` (what the wrapper computes from its own path), in that order.
 
-* where: ``$LD_PRELOAD_PATH`` when set (msSanitizer's wrapper sets it to its own ``lib64``), else the toolkit's
-  ``tools/mssanitizer/lib64`` under ``$ASCEND_HOME_PATH`` or ``$ASCEND_TOOLKIT_HOME``, else ``../lib64`` beside the
-  ``mssanitizer`` found on ``PATH`` (what the wrapper computes from its own path);
-* which: ``--check-device-heap=yes``: ``libascend_hal_hook.so``; ``--check-cann-heap=yes``:
-  ``libascend_acl_hook.so``; otherwise the injection library and its stub,
-  ``libmssanitizer_injection.so:libascend_san_stub.so``;
-* how: prepended to ``LD_PRELOAD`` (what was there stays after them), the directory prepended to
-  ``LD_LIBRARY_PATH`` (the wrapper's, for the libraries they load in turn), and ``MSOP_SOCKET_PATH`` and
-  ``MSSANITIZER_PID`` both set to the name of the daemon's socket in msSanitizer's form (reference §1.9).
+The release: msSanitizer and its injection library change their structs together, and a client of another wire
+cannot be told from its bytes before they are misread, so the layout follows the release installed with the hooks.
+Two facts identify it without loading anything (``mssanitizer -v`` prints both): msSanitizer's commit, a 40-hex
+string compiled into ``tools/mssanitizer/bin/mssanitizer.bin``, and the msopcom revision compiled into
+``libmssanitizer_injection.so``; ``sanitizerd.compat.releases`` maps each measured commit to its wire. The
+``version.info`` of the package is reported but never decides: it says 26.0.0 on every branch. The tool's commit
+decides; an injection library that names another wire is refused (the pair would not speak one wire), one that
+speaks none sanitizerd has is refused, and with the tool's commit unknown the injection library's decides.
 
-The release: the hooks and msSanitizer change their structs together, so the wire layout follows the release
-installed with the hooks. Three facts identify it without loading anything (``mssanitizer -v`` prints the last two,
-``mssanitizer 26.0.0-<commit>`` and ``msopscommon <commit>``): the package version in
-``share/info/mindstudio-sanitizer/version.info`` of the install (``Version=26.0.0``), msSanitizer's commit (a 40-hex
-string compiled into ``tools/mssanitizer/bin/mssanitizer.bin``) and the injection library's (compiled into
-``libmssanitizer_injection.so``, which ``mssanitizer -v`` dlopens to ask). msSanitizer's commit decides, else the
-injection library's, else a version that names exactly one known release; an injection library that is not the one
-released with that msSanitizer is another wire. ``SANITIZERD_COMPAT_LAYOUT`` names a layout outright (for a
-release whose hooks are known to speak one sanitizerd has; with no hooks installed, ``sanitizerd run`` then gives the
-program the socket alone, for a client of msSanitizer's protocol of its own). An unknown or unidentifiable release
-is refused: hooks that write structs of another size would be misread.
+Which libraries, and how: the identified layout says which libraries its release preloads for the heap options
+(``WireLayout.preload``: ``--check-device-heap=yes``, ``--check-cann-heap=yes``, else the default set) and which
+variables its launcher names the socket in (``WireLayout.socket_env``). Every library of the set must be there;
+they are prepended to ``LD_PRELOAD`` (what was there stays after them), their directory to ``LD_LIBRARY_PATH`` (the
+wrapper's, for the libraries they load in turn), and each socket variable is set to the name of the daemon's socket
+in msSanitizer's form (reference §1.9).
+
+``SANITIZERD_COMPAT_LAYOUT`` names a layout outright (a name or an alias such as ``26.1.0``): for hooks of a
+release sanitizerd cannot identify but the user knows, and, with no hooks installed at all, for a program that is
+a client of msSanitizer's protocol of its own (it gets the socket alone).
+
+Never unchecked by mistake: on a CANN host (one of those variables set, or an ``mssanitizer`` on ``PATH``), and
+anywhere with a heap option, hooks that cannot be used (a release not identified, tool and injection library that
+disagree, a library of the set missing, none found) are a ``problem``: ``sanitizerd run`` refuses to start the
+program unless ``--allow-unchecked`` asks to run it without them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -35,15 +42,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sanitizerd.compat import releases, wire
+
 LIB_DIR_ENV = "LD_PRELOAD_PATH"
 HOME_ENVS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 TOOL_LIB_DIR = Path("tools/mssanitizer/lib64")
 LAYOUT_ENV = "SANITIZERD_COMPAT_LAYOUT"
-SOCKET_ENVS = ("MSOP_SOCKET_PATH", "MSSANITIZER_PID")  # the hooks read the second, the injection library the first
-
-DEVICE_HEAP_HOOKS = ("libascend_hal_hook.so",)
-CANN_HEAP_HOOKS = ("libascend_acl_hook.so",)
-KERNEL_HOOKS = ("libmssanitizer_injection.so", "libascend_san_stub.so")
+INJECTION = "libmssanitizer_injection.so"  # the library that carries msopcom's revision
+TOOL_BINARY = Path("bin/mssanitizer.bin")  # under the tool directory: carries msSanitizer's commit
+NO_WIRE = "none"  # releases.wire_of_injection's answer for an msopcom whose structs match no msSanitizer wire
+HEAP_MODES = {"check_device_heap": "--check-device-heap", "check_cann_heap": "--check-cann-heap"}
 
 VERSION_INFO = Path("share/info/mindstudio-sanitizer/version.info")
 # mssanitizer.bin is a few MiB; its commit string is read from it, never more than this.
@@ -51,36 +59,25 @@ MAX_BINARY_READ = 256 << 20
 _COMMIT = re.compile(rb"(?<![0-9a-f])[0-9a-f]{40}(?![0-9a-f])")
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
-    """An msSanitizer release sanitizerd speaks the wire of: its ``version.info`` version, its commit, the commit of
-    the msopcom injection library released with it (the wire is the pair's: reference §1.9), and the name of its
-    layout in ``sanitizerd.compat.wire.LAYOUTS``."""
-
-    version: str
-    commit: str
-    injection: str
-    layout: str
-
-
-RELEASES: tuple[Release, ...] = (
-    # msSanitizer 4a419f05 (2026-04-03); its msopscommon submodule (the injection library's source) at ed482176
-    Release(
-        "26.0.0",
-        "4a419f05d170a006695877cda897f0115c935931",
-        "ed4821765f67d5887be8ce9d80b4b13d6851c89e",
-        "mssanitizer-4a419f05",
-    ),
-)
-
-
-def hook_names(*, check_device_heap: bool, check_cann_heap: bool) -> tuple[str, ...]:
-    """The libraries msSanitizer preloads for the heap options (both at once is refused by the option parser)."""
+def preload_mode(*, check_device_heap: bool, check_cann_heap: bool) -> str:
+    """The key of ``WireLayout.preload`` for the heap options (both at once is refused by the option parser)."""
     if check_device_heap:
-        return DEVICE_HEAP_HOOKS
+        return "check_device_heap"
     if check_cann_heap:
-        return CANN_HEAP_HOOKS
-    return KERNEL_HOOKS
+        return "check_cann_heap"
+    return "default"
+
+
+def socket_variables() -> frozenset[str]:
+    """Every variable some release's launcher names the socket in (one left from elsewhere would misdirect)."""
+    return frozenset(name for layout in wire.LAYOUTS.values() for name in layout.socket_env)
+
+
+def hook_library_names() -> frozenset[str]:
+    """Every library some release preloads: one of them in a directory means msSanitizer is installed there."""
+    return frozenset(
+        name for layout in wire.LAYOUTS.values() for names in layout.preload.values() for name in names
+    ) | {INJECTION}
 
 
 def candidate_dirs(env: Mapping[str, str]) -> list[Path]:
@@ -89,7 +86,7 @@ def candidate_dirs(env: Mapping[str, str]) -> list[Path]:
     if env.get(LIB_DIR_ENV):
         dirs.append(Path(env[LIB_DIR_ENV]))
     dirs += [Path(env[name]) / TOOL_LIB_DIR for name in HOME_ENVS if env.get(name)]
-    launcher = shutil.which("mssanitizer", path=env.get("PATH", os.defpath))
+    launcher = _launcher(env)
     if launcher:
         dirs.append(Path(os.path.realpath(launcher)).parent.parent / "lib64")
     unique: list[Path] = []
@@ -99,53 +96,13 @@ def candidate_dirs(env: Mapping[str, str]) -> list[Path]:
     return unique
 
 
+def _launcher(env: Mapping[str, str]) -> str | None:
+    return shutil.which("mssanitizer", path=env.get("PATH", os.defpath))
+
+
 def looks_like_cann(env: Mapping[str, str]) -> bool:
-    """Whether the environment says this is a CANN host (so that finding no hooks deserves a warning)."""
-    return any(env.get(name) for name in (LIB_DIR_ENV, *HOME_ENVS))
-
-
-@dataclass(slots=True)
-class Hooks:
-    """The hook libraries a run preloads (``libraries``, in order, from ``directory``), or why none
-    (``libraries`` empty, ``missing`` and ``looked_in`` say where and what)."""
-
-    names: tuple[str, ...]
-    directory: Path | None = None
-    libraries: list[Path] = field(default_factory=list)
-    looked_in: list[Path] = field(default_factory=list)
-    missing: list[Path] = field(default_factory=list)
-
-    @property
-    def found(self) -> bool:
-        return bool(self.libraries)
-
-
-def find_hooks(env: Mapping[str, str], *, check_device_heap: bool = False, check_cann_heap: bool = False) -> Hooks:
-    """The first directory that holds every library the heap options choose."""
-    names = hook_names(check_device_heap=check_device_heap, check_cann_heap=check_cann_heap)
-    hooks = Hooks(names, looked_in=candidate_dirs(env))
-    for directory in hooks.looked_in:
-        paths = [directory / name for name in names]
-        absent = [path for path in paths if not path.is_file()]
-        if not absent:
-            hooks.directory = directory.resolve()
-            hooks.libraries = [path.resolve() for path in paths]
-            return hooks
-        if len(absent) < len(paths):  # a partial install: worth naming what is not there
-            hooks.missing += absent
-    return hooks
-
-
-@dataclass(frozen=True, slots=True)
-class Identified:
-    """What is known of the installed release: its version and commit (when found), where they came from, and the
-    layout chosen (``layout``), or why none can be (``problem``)."""
-
-    version: str = ""
-    commit: str = ""
-    sources: tuple[str, ...] = ()
-    layout: str = ""
-    problem: str = ""
+    """Whether this is a CANN host: where Ascend programs run, so hooks that cannot be used fail the run."""
+    return any(env.get(name) for name in (LIB_DIR_ENV, *HOME_ENVS)) or _launcher(env) is not None
 
 
 def tool_root(directory: Path) -> Path:
@@ -169,10 +126,10 @@ def read_version(directory: Path, env: Mapping[str, str]) -> tuple[str, str]:
     return "", ""
 
 
-def read_commit(path: Path, known: set[str]) -> str:
+def read_commit(path: Path, known: frozenset[str]) -> str:
     """The commit string compiled into ``path`` (``mssanitizer.bin``: what ``mssanitizer -v`` prints after the
     version; ``libmssanitizer_injection.so``: what its ``GetFuncInjectionRevision`` returns), read as bytes, never
-    loaded: one of ``known`` if the file holds one, else its only 40-hex string, else ""."""
+    loaded: one of ``known`` if the file holds exactly one, else its only 40-hex string, else ""."""
     try:
         with open(path, "rb") as file:
             data = file.read(MAX_BINARY_READ)
@@ -184,73 +141,193 @@ def read_commit(path: Path, known: set[str]) -> str:
     return commits.pop() if len(commits) == 1 else ""
 
 
-def identify(directory: Path, env: Mapping[str, str], layouts: frozenset[str]) -> Identified:
-    """The wire layout for the hooks in ``directory`` (``layouts``: the names the daemon's table holds)."""
-    forced = env.get(LAYOUT_ENV, "")
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What the install of one hook directory says of itself, and the layout that follows (``layout``), or why
+    none does (``problem``)."""
+
+    directory: Path
+    tool_binary: Path
+    injection_library: Path
+    version: str = ""
+    version_file: str = ""
+    tool_commit: str = ""
+    tool_wire: str | None = None
+    injection_commit: str = ""
+    injection_wire: str | None = None
+    layout: wire.WireLayout | None = None
+    problem: str = ""
+
+    def facts(self) -> str:
+        """What was found, for a message: each fact with the file it came from."""
+        version = f"version.info {self.version} ({self.version_file})" if self.version else "no version.info"
+        tool = (
+            f"mssanitizer {self.tool_commit} ({self.tool_binary})"
+            if self.tool_commit
+            else f"no commit in {self.tool_binary}"
+            if self.tool_binary.is_file()
+            else f"no {self.tool_binary}"
+        )
+        injection = (
+            f"msopcom {self.injection_commit} ({self.injection_library})"
+            if self.injection_commit
+            else f"no revision in {self.injection_library}"
+            if self.injection_library.is_file()
+            else f"no {self.injection_library}"
+        )
+        return f"{version}, {tool}, {injection}"
+
+
+def identify(directory: Path, env: Mapping[str, str]) -> Release:
+    """The release of the hooks in ``directory``, by the commits compiled into its binaries (module docstring)."""
     version, version_file = read_version(directory, env)
-    tool_binary = tool_root(directory) / "bin" / "mssanitizer.bin"
-    injection_library = directory / KERNEL_HOOKS[0]
-    commit = read_commit(tool_binary, {r.commit for r in RELEASES})
-    injection = read_commit(injection_library, {r.injection for r in RELEASES})
-    sources = tuple(
-        str(place) for place, fact in ((version_file, version), (tool_binary, commit), (injection_library, injection))
-        if fact
+    tool_binary = tool_root(directory) / TOOL_BINARY
+    injection_library = directory / INJECTION
+    tool_commit = read_commit(tool_binary, releases.tool_commits())
+    injection_commit = read_commit(injection_library, releases.injection_commits())
+    tool_wire = releases.wire_of_tool(tool_commit) if tool_commit else None
+    injection_wire = releases.wire_of_injection(injection_commit) if injection_commit else None
+    facts = Release(
+        directory, tool_binary, injection_library, version, version_file, tool_commit, tool_wire, injection_commit,
+        injection_wire,
     )  # fmt: skip
 
-    def refused(problem: str) -> Identified:
-        return Identified(version, commit, sources, problem=problem)
+    def refused(problem: str) -> Release:
+        return dataclasses.replace(facts, problem=problem)
 
-    if forced:
-        if forced not in layouts:
-            return refused(f"{LAYOUT_ENV}={forced} is not a layout (known: {', '.join(sorted(layouts)) or 'none'})")
-        return Identified(version, commit, sources, layout=forced)
-    # The most specific fact decides: the tool's commit, else the injection library's, else a version that names
-    # exactly one release.
-    if commit:
-        matches = [r for r in RELEASES if r.commit == commit]
-    elif injection:
-        matches = [r for r in RELEASES if r.injection == injection]
-    else:
-        matches = [r for r in RELEASES if version and r.version == version]
-    known = "; ".join(f"{r.version} (mssanitizer {r.commit[:8]}, msopcom {r.injection[:8]})" for r in RELEASES)
-    advice = f"Its wire would be misread, so its hooks are not preloaded ({LAYOUT_ENV}=<layout> names one outright)"
-    if len(matches) != 1:
-        facts = [
-            version,
-            f"mssanitizer {commit[:8]}" if commit else "",
-            f"msopcom {injection[:8]}" if injection else "",
-        ]
-        found = ", ".join(fact for fact in facts if fact)
-        if not found:
-            what = f"cannot tell which msSanitizer release the hooks in {directory} are (no {VERSION_INFO}, no commit)"
-        else:
-            what = f"the msSanitizer release of the hooks in {directory} ({found}) is not one sanitizerd knows"
-        return refused(f"{what}; it knows: {known}. {advice}")
-    (release,) = matches
-    if injection and injection != release.injection:
-        # msSanitizer and its injection library change their structs together: a pair sanitizerd has not seen is
-        # a wire it has not measured.
+    if injection_wire == NO_WIRE:
+        return refused(f"its injection library (msopcom {injection_commit[:8]}) speaks no wire sanitizerd has")
+    if tool_wire and injection_wire and tool_wire != injection_wire:
+        # The tool and the library it preloads write their structs together: a pair of two wires is neither.
         return refused(
-            f"the injection library {injection_library} (msopcom {injection[:8]}) is not the one released with "
-            f"msSanitizer {release.version} ({release.commit[:8]}: msopcom {release.injection[:8]}). {advice}"
+            f"its msSanitizer (mssanitizer {tool_commit[:8]}: wire {tool_wire}) and its injection library (msopcom "
+            f"{injection_commit[:8]}: wire {injection_wire}) speak different wires"
         )
-    if release.layout not in layouts:
-        return refused(f"this daemon has no wire layout {release.layout!r} (msSanitizer {release.version})")
-    return Identified(version or release.version, commit or release.commit, sources, layout=release.layout)
+    name = tool_wire or injection_wire
+    if not name:
+        # version.info cannot stand in: 26.0.0 is what every branch's says, across wires that differ.
+        return refused(
+            "no commit sanitizerd has measured identifies its release"
+            + (f" (version.info's {version} is every branch's and names no wire)" if version else "")
+        )
+    layout = wire.layout_named(name)
+    if layout is None:
+        return refused(f"its release speaks wire {name}, which this sanitizerd has no layout for")
+    return dataclasses.replace(facts, layout=layout)
 
 
-def hook_environment(env: Mapping[str, str], hooks: Hooks, socket_name: str) -> dict[str, str]:
-    """The variables a program runs with under ``hooks`` (those that change): the libraries before whatever
-    ``LD_PRELOAD`` held, their directory first on ``LD_LIBRARY_PATH``, and the socket's name."""
-    assert hooks.directory is not None
-    preload = ":".join(str(path) for path in hooks.libraries)
-    changed = {
-        "LD_PRELOAD": f"{preload}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else preload,
-        "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(hooks.directory), env.get("LD_LIBRARY_PATH", "")) if p),
-    }
-    return changed | socket_environment(socket_name)
+def known_names(limit: int = 6) -> str:
+    """A few names ``SANITIZERD_COMPAT_LAYOUT`` takes, for a message: the short aliases (``26.1.0``, ``master``)
+    and the April layout first, as the likeliest to be meant; then the long branch names, then the rest."""
+    aliases = sorted({alias for layout in wire.LAYOUTS.values() for alias in layout.aliases})
+    short = [alias for alias in aliases if "_" not in alias]
+    long = [alias for alias in aliases if "_" in alias]
+    names = [*short, wire.DEFAULT_LAYOUT, *long, *sorted(set(wire.LAYOUTS) - {wire.DEFAULT_LAYOUT})]
+    shown = names[:limit]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f", and {more} more" if more else "")
 
 
-def socket_environment(socket_name: str) -> dict[str, str]:
-    """The variables that name the socket: both of msSanitizer's, set to the same name as its launcher sets them."""
-    return dict.fromkeys(SOCKET_ENVS, socket_name)
+@dataclass(slots=True)
+class Choice:
+    """What a run gives its program: the wire its clients speak (``layout``; None: no compat socket), the hook
+    libraries to preload from ``directory`` (empty with a layout: a program that is its own client), the release
+    they were identified as, and ``problem`` when the hooks cannot be used where they are needed (the run is
+    refused, or runs unchecked with --allow-unchecked). ``notes`` are for --log-level=info."""
+
+    mode: str
+    layout: wire.WireLayout | None = None
+    directory: Path | None = None
+    libraries: list[Path] = field(default_factory=list)
+    release: Release | None = None
+    forced: str = ""
+    looked_in: list[Path] = field(default_factory=list)
+    problem: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def refusal(self) -> str:
+        """The one line a refused run prints (after ``[sanitizerd] ERROR: ``): what was found, and the ways on."""
+        return (
+            f"msSanitizer's hooks cannot be used, and the program would run unchecked: {self.problem}. "
+            f"{LAYOUT_ENV}=<layout> names the wire outright (known: {known_names()}); --allow-unchecked runs the "
+            "program without the hooks (only client_shim programs are then checked); nothing was run"
+        )
+
+
+def choose(env: Mapping[str, str], *, check_device_heap: bool = False, check_cann_heap: bool = False) -> Choice:
+    """The hooks for a run with these heap options: the first candidate directory whose release is identified (or
+    named by ``SANITIZERD_COMPAT_LAYOUT``) and holds every library that release preloads for them."""
+    mode = preload_mode(check_device_heap=check_device_heap, check_cann_heap=check_cann_heap)
+    choice = Choice(mode, looked_in=candidate_dirs(env))
+    forced_name = env.get(LAYOUT_ENV, "")
+    forced = wire.layout_named(forced_name) if forced_name else None
+    if forced_name and forced is None:
+        choice.problem = f"{LAYOUT_ENV}={forced_name} is not a layout"
+        return choice
+    choice.forced = forced_name
+    passed: list[str] = []  # directories that hold msSanitizer but cannot serve, each with why
+    for directory in choice.looked_in:
+        if not _holds_mssanitizer(directory):
+            continue
+        release = identify(directory, env)
+        layout = forced or release.layout
+        if layout is None:
+            passed.append(f"in {directory}: {release.facts()}: {release.problem}")
+            continue
+        names = layout.preload[mode]
+        absent = [name for name in names if not (directory / name).is_file()]
+        if absent:
+            passed.append(
+                f"in {directory}: {release.facts()}: wire {layout.name} preloads {', '.join(names)}, and "
+                f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} missing"
+            )
+            continue
+        choice.layout, choice.release = layout, release
+        choice.directory = directory.resolve()
+        choice.libraries = [(directory / name).resolve() for name in names]
+        choice.notes += [f"passed over: {why}" for why in passed]
+        return choice
+    heap = HEAP_MODES.get(mode, "")
+    if passed:
+        # msSanitizer is installed but cannot be used: wherever that is, the program would go unchecked.
+        choice.problem = "; ".join(passed)
+    elif forced is not None and not heap:
+        # No hooks anywhere, and the wire named: the program speaks msSanitizer's protocol itself.
+        choice.layout = forced
+    elif heap or looks_like_cann(env):
+        where = ", ".join(str(d) for d in choice.looked_in) or (
+            f"nowhere: ${LIB_DIR_ENV}, ${' and $'.join(HOME_ENVS)} are unset and no mssanitizer is on PATH"
+        )
+        need = f"{heap} needs them; " if heap else ""
+        choice.problem = f"{need}no msSanitizer hook libraries were found; looked in {where}"
+    else:
+        choice.notes.append("no msSanitizer hooks (not a CANN host): programs that use client_shim are checked")
+    return choice
+
+
+def _holds_mssanitizer(directory: Path) -> bool:
+    """Whether msSanitizer is installed at ``directory``: a hook library there, or its tool binary beside it."""
+    if (tool_root(directory) / TOOL_BINARY).is_file():
+        return True
+    return any((directory / name).is_file() for name in hook_library_names())
+
+
+def socket_environment(layout: wire.WireLayout, socket_name: str) -> dict[str, str]:
+    """The variables that name the socket: those the layout's launcher sets, each to the socket's name."""
+    return dict.fromkeys(layout.socket_env, socket_name)
+
+
+def hook_environment(env: Mapping[str, str], choice: Choice, socket_name: str) -> dict[str, str]:
+    """The variables a program runs with under ``choice`` (those that change): the libraries before whatever
+    ``LD_PRELOAD`` held, their directory first on ``LD_LIBRARY_PATH``, and the socket's name; just the socket's
+    name for a program with no hooks (its own client)."""
+    assert choice.layout is not None
+    changed = socket_environment(choice.layout, socket_name)
+    if choice.libraries:
+        assert choice.directory is not None
+        preload = ":".join(str(path) for path in choice.libraries)
+        changed["LD_PRELOAD"] = f"{preload}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else preload
+        changed["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (str(choice.directory), env.get("LD_LIBRARY_PATH", "")) if p
+        )
+    return changed

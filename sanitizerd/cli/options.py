@@ -12,8 +12,8 @@ Deliberate differences from msSanitizer, each marked where it is made:
   options after the program name, which is why msSanitizer's docs ask for ``--``);
 * ``-t`` also takes ``|``-joined tool names;
 * numeric values must be all digits (``std::stol`` reads ``--block-id=7x`` as 7);
-* ``--socket``, ``--error-exitcode``, ``--save``, ``--report``, ``--report-format``, ``--suppressions`` and
-  ``--show-suppressed`` are sanitizerd's own;
+* ``--socket``, ``--error-exitcode``, ``--save``, ``--report``, ``--report-format``, ``--suppressions``,
+  ``--show-suppressed`` and ``--allow-unchecked`` are sanitizerd's own;
 * an unknown or ambiguous option, or one missing its value, is one line naming it (with the option meant, when
   one is close), not getopt's line, "unrecognized command" and the whole help;
 * the log file is not opened here, and every message is ours to print on stderr.
@@ -100,6 +100,8 @@ class RunOptions:
     executable: str | None = None
     notices: list[str] = field(default_factory=list)
     show_suppressed: bool = False
+    # run the program even where msSanitizer's hooks cannot be used (sanitizerd/cli/hooks.py): never by default
+    allow_unchecked: bool = False
     show_help: bool = False
     show_version: bool = False
 
@@ -146,6 +148,7 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("report-format", None, True, _LOWER),
     _Option("suppressions", None, True, None),
     _Option("show-suppressed", None, False, frozenset()),
+    _Option("allow-unchecked", None, False, frozenset()),
 )
 _BY_NAME = {opt.name: opt for opt in _OPTIONS}
 _BY_SHORT = {opt.short: opt for opt in _OPTIONS if opt.short}
@@ -216,9 +219,12 @@ def run_help() -> str:
             "                         hide the known findings its [[suppress]] rules name, each with a",
             "                         reason; they are stored, marked and counted as suppressed [none]",
             "    --show-suppressed    print suppressed findings too, each under its reason",
+            "    --allow-unchecked    run the program even where msSanitizer's hooks cannot be used (a",
+            "                         release not identified, a hook missing): it runs without them, and the",
+            "                         summary says so [refuse to run]",
             "",
-            "  Every option but -h, -v and --show-suppressed needs a value: --<option>=<value> or",
-            "  --<option> <value>.",
+            "  Every option but -h, -v, --show-suppressed and --allow-unchecked needs a value: --<option>=<value>",
+            "  or --<option> <value>.",
         ]
     )
 
@@ -239,6 +245,8 @@ class _State:
     report_format: str | None = None
     notices: list[str] = field(default_factory=list)
     show_suppressed: bool = False
+    # run the program even where msSanitizer's hooks cannot be used (sanitizerd/cli/hooks.py): never by default
+    allow_unchecked: bool = False
     show_help: bool = False
     show_version: bool = False
 
@@ -433,6 +441,10 @@ def _set_show_suppressed(value: str, st: _State) -> None:
     st.show_suppressed = True
 
 
+def _set_allow_unchecked(value: str, st: _State) -> None:
+    st.allow_unchecked = True
+
+
 def _set_help(value: str, st: _State) -> None:
     st.show_help = True
 
@@ -466,6 +478,7 @@ _HANDLERS: dict[str, Callable[[str, _State], None]] = {
     "report-format": _set_report_format,
     "suppressions": _set_suppressions,
     "show-suppressed": _set_show_suppressed,
+    "allow-unchecked": _set_allow_unchecked,
 }
 assert set(_HANDLERS) == set(_BY_NAME), "every option needs exactly one handler"
 
@@ -662,4 +675,5 @@ def parse_run_args(argv: list[str]) -> RunOptions:
         executable=executable,
         notices=st.notices + _notices(st, tools),
         show_suppressed=st.show_suppressed,
+        allow_unchecked=st.allow_unchecked,
     )

@@ -9,6 +9,7 @@ clients attach with, prints findings as they arrive, then a summary once every s
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -27,7 +28,7 @@ from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
 from sanitizerd import __version__
 from sanitizerd.cli import hooks
 from sanitizerd.cli.control import ControlClient
-from sanitizerd.cli.options import PREFIX, UsageError, parse_run_args, run_help
+from sanitizerd.cli.options import PREFIX, RunOptions, UsageError, parse_run_args, run_help
 from sanitizerd.cli.savefile import SaveWriter
 from sanitizerd.findings.checked import CheckedKernel
 from sanitizerd.findings.junit import render_junit
@@ -182,7 +183,16 @@ class Reporter:
         self.out.flush()
 
 
-def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:
+def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str, *, unchecked: str = "") -> str:
+    """The run's last line; ``unchecked``: why the program ran without msSanitizer's hooks (--allow-unchecked),
+    said on the line itself so that a log that keeps only the summary cannot pass for a checked run."""
+    line = _summary(job, idle, reporter, program)
+    if unchecked:
+        line += f" UNCHECKED: the program ran without msSanitizer's hooks (--allow-unchecked): {unchecked}."
+    return line
+
+
+def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str) -> str:
     if idle is None:
         return f"{PREFIX} ERROR: lost the daemon before the job ended: {reporter.failure or 'no reply'}"
     if idle.sessions == 0:
@@ -208,8 +218,10 @@ def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: 
     )
 
 
-def report_text(fmt: str, job: str, reporter: Reporter) -> str:
-    """The --report file's contents: every finding the reporter collected, whatever --log-level showed."""
+def report_text(fmt: str, job: str, reporter: Reporter, *, unchecked: str = "") -> str:
+    """The --report file's contents: every finding the reporter collected, whatever --log-level showed. A SARIF log
+    of a run without msSanitizer's hooks (``unchecked``: why) says so in its invocation, where a code-scanning
+    upload shows it, so that its few results cannot pass for a checked program's."""
     if fmt == "json":
         return render_json(reporter.findings).decode() + "\n"
     kernels = [
@@ -221,95 +233,94 @@ def report_text(fmt: str, job: str, reporter: Reporter) -> str:
     ]  # fmt: skip
     if fmt == "junit":
         return render_junit(reporter.findings, kernels=kernels)
-    return render_sarif(reporter.findings, version=__version__, kernels=kernels, complete=reporter.idle is not None)
+    log = render_sarif(reporter.findings, version=__version__, kernels=kernels, complete=reporter.idle is not None)
+    if not unchecked:
+        return log
+    data = json.loads(log)  # a run without the hooks has only client_shim's findings: small
+    run = data["runs"][0]
+    text = f"The program ran without msSanitizer's hooks (--allow-unchecked): {unchecked}"
+    run["invocations"][0]["toolExecutionNotifications"] = [{"level": "warning", "message": {"text": text}}]
+    run.setdefault("properties", {})["unchecked"] = unchecked
+    return json.dumps(data, separators=(",", ":")) + "\n"
 
 
 class HookError(Exception):
-    """msSanitizer's hooks are installed but cannot be used for this run (an unknown release): the message says
-    why, in one line."""
+    """msSanitizer's hooks cannot be used for this run, and --allow-unchecked was not given: the message says why,
+    in one line."""
 
 
-def known_layouts() -> frozenset[str]:
-    """The msSanitizer wire layouts this sanitizerd speaks (``sanitizerd.compat.wire.LAYOUTS``)."""
-    from sanitizerd.compat import wire
-
-    return frozenset(wire.LAYOUTS)
-
-
-def hook_env(options, control: ControlClient, job: str, env: Mapping[str, str]) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """The environment that puts msSanitizer's hook libraries in front of the program, with a socket in
-    msSanitizer's form that the daemon opened for the job; {} when there are none (saying so where it matters:
-    on a CANN host, with a heap option, or at --log-level=info). With no hooks but SANITIZERD_COMPAT_LAYOUT set,
-    the socket alone (the program is its own msSanitizer client). Raises HookError for hooks of a release whose
-    wire sanitizerd does not know."""
+def choose_hooks(options: RunOptions, env: Mapping[str, str]) -> tuple[hooks.Choice, str]:
+    """The hooks for the run, and why the program runs unchecked ("" when it does not), decided before any daemon
+    is reached, so that a refused run starts nothing. Raises HookError where the hooks cannot be used and
+    --allow-unchecked does not allow running without them."""
     config = options.config
-    found = hooks.find_hooks(env, check_device_heap=config.check_device_heap, check_cann_heap=config.check_cann_heap)
-    heap = "--check-device-heap" if config.check_device_heap else "--check-cann-heap" if config.check_cann_heap else ""
-    forced = env.get(hooks.LAYOUT_ENV, "")
-    if not found.found and forced:
-        # No hooks to preload, but a layout named outright: the program speaks msSanitizer's protocol itself (a
-        # client of its own, a test): it gets the socket, and nothing is preloaded.
-        if forced not in known_layouts():
-            raise HookError(
-                f"{hooks.LAYOUT_ENV}={forced} is not a layout (known: {', '.join(sorted(known_layouts()))})"
-            )
-        name = _compat_socket(control, job, forced, "the program's own client")
-        return hooks.socket_environment(name) if name else {}
-    if not found.found:
-        if hooks.looks_like_cann(env) or heap or config.log_level == "info":
-            names = ", ".join(found.names)
-            where = ", ".join(str(d) for d in found.looked_in) or (
-                f"nowhere: ${hooks.LIB_DIR_ENV}, ${' and $'.join(hooks.HOME_ENVS)} are unset and no mssanitizer is "
-                "on PATH"
-            )
-            partial = f" (an install without {', '.join(str(p) for p in found.missing)})" if found.missing else ""
-            what = f"{heap} needs them; " if heap else ""
-            print(
-                f"{PREFIX} WARNING: msSanitizer's hook libraries ({names}) were not found; looked in {where}{partial}. "
-                f"{what}Ascend programs run unchecked; programs that use client_shim are still checked.",
-                file=sys.stderr,
-            )
-        return {}
-    assert found.directory is not None
-    identified = hooks.identify(found.directory, env, known_layouts())
-    if identified.problem:
-        raise HookError(identified.problem)
-    name = _compat_socket(control, job, identified.layout, str(found.directory))
+    choice = hooks.choose(env, check_device_heap=config.check_device_heap, check_cann_heap=config.check_cann_heap)
+    if config.log_level == "info":
+        for note in choice.notes:
+            print(f"{PREFIX} {note}", file=sys.stderr)
+    if not choice.problem:
+        return choice, ""
+    if not options.allow_unchecked:
+        raise HookError(choice.refusal())
+    print(
+        f"{PREFIX} WARNING: --allow-unchecked: the program runs without msSanitizer's hooks, unchecked "
+        f"(programs that use client_shim are still checked): {choice.problem}",
+        file=sys.stderr,
+    )
+    return hooks.Choice(choice.mode, looked_in=choice.looked_in), choice.problem
+
+
+def hook_env(
+    options: RunOptions, choice: hooks.Choice, control: ControlClient, job: str, env: Mapping[str, str]
+) -> tuple[dict[str, str], str]:
+    """The environment that puts the chosen hook libraries in front of the program, with a socket in msSanitizer's
+    form that the daemon opened for the job (the socket alone for a program that is its own client; {} when there
+    is no layout), and why the program runs unchecked when the daemon opened none and --allow-unchecked allows
+    it. Raises HookError when the daemon opened none and it does not."""
+    if choice.layout is None:
+        return {}, ""
+    whose = str(choice.directory) if choice.directory else "the program's own client"
+    name, why = _compat_socket(control, job, choice.layout.name, whose)
     if not name:
-        return {}
-    if heap and not env.get("ASCEND_HOME_PATH"):
+        if not options.allow_unchecked:
+            raise HookError(
+                f"the daemon opened no socket for msSanitizer's hooks ({why}), and the program would run "
+                "unchecked; --allow-unchecked runs it without them; nothing was run"
+            )
+        print(
+            f"{PREFIX} WARNING: --allow-unchecked: the program runs without msSanitizer's hooks: {why}", file=sys.stderr
+        )
+        return {}, f"the daemon opened no socket for msSanitizer's hooks ({why})"
+    heap = hooks.HEAP_MODES.get(choice.mode, "")
+    if heap and choice.libraries and not env.get("ASCEND_HOME_PATH"):
         # msSanitizer's heap hooks load the real runtime from $ASCEND_HOME_PATH/lib64 and fail without it
         print(
-            f"{PREFIX} WARNING: {heap}: msSanitizer's {found.names[0]} loads the CANN runtime from "
+            f"{PREFIX} WARNING: {heap}: msSanitizer's {choice.libraries[0].name} loads the CANN runtime from "
             "$ASCEND_HOME_PATH/lib64, and ASCEND_HOME_PATH is not set: source CANN's set_env.sh first.",
             file=sys.stderr,
         )
-    if config.log_level == "info":
-        release = " ".join(p for p in (identified.version, identified.commit[:8]) if p)
+    if options.config.log_level == "info":
+        how = f"named by {hooks.LAYOUT_ENV}={choice.forced}" if choice.forced else "identified"
+        found = f"; {choice.release.facts()}" if choice.release is not None else ""
+        preload = ":".join(str(p) for p in choice.libraries) or "none (the program is its own client)"
         print(
-            f"{PREFIX} Use preload libs {':'.join(str(p) for p in found.libraries)} (msSanitizer {release}, wire "
-            f"layout {identified.layout}); socket {name}",
+            f"{PREFIX} Use preload libs {preload} (wire layout {choice.layout.name}, {how}{found}); socket {name} "
+            f"in {', '.join(choice.layout.socket_env)}",
             file=sys.stderr,
         )
-    return hooks.hook_environment(env, found, name)
+    return hooks.hook_environment(env, choice, name), ""
 
 
-def _compat_socket(control: ControlClient, job: str, layout: str, whose: str) -> str:
-    """The name of a socket in msSanitizer's form the daemon opened for the job, or "" (said on stderr) when it
-    refused; ClientError when the control connection is over."""
+def _compat_socket(control: ControlClient, job: str, layout: str, whose: str) -> tuple[str, str]:
+    """The name of a socket in msSanitizer's form the daemon opened for the job, or "" and why the daemon refused;
+    ClientError when the control connection is over."""
     try:
         answer = control.request(m.CompatListen(job=job, layout=layout))
     except ClientError as exc:  # the connection is over (an older daemon does not know the request, say)
         raise ClientError(f"the daemon cannot open a socket for msSanitizer's hooks ({whose}): {exc}") from None
     if isinstance(answer, m.CompatListening) and answer.name:
-        return answer.name
-    why = answer.message if isinstance(answer, m.CompatListening) else f"unexpected {type(answer).__name__}"
-    print(
-        f"{PREFIX} WARNING: the daemon opened no socket for msSanitizer's hooks ({why}); they are not preloaded: "
-        "Ascend programs run unchecked, programs that use client_shim are still checked.",
-        file=sys.stderr,
-    )
-    return ""
+        return answer.name, ""
+    return "", answer.message if isinstance(answer, m.CompatListening) else f"unexpected {type(answer).__name__}"
 
 
 def run(argv: list[str]) -> int:
@@ -326,6 +337,11 @@ def run(argv: list[str]) -> int:
         return 0
     for notice in options.notices:
         print(notice, file=sys.stderr)
+    try:
+        choice, unchecked = choose_hooks(options, os.environ)
+    except HookError as exc:
+        print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
+        return 1
 
     out: IO[str] = sys.stdout
     if options.log_file:
@@ -352,7 +368,7 @@ def run(argv: list[str]) -> int:
 
     try:
         with daemon_connection(options.socket) as (control, socket_path):
-            return _supervise(options, control, socket_path, out, report)
+            return _supervise(options, control, socket_path, out, report, choice, unchecked)
     except ClientError as exc:
         print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
         return 1
@@ -390,7 +406,15 @@ def daemon_connection(socket: str | None) -> Iterator[tuple[ControlClient, Path]
             embedded.stop()
 
 
-def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str], report: IO[str] | None) -> int:  # type: ignore[no-untyped-def]
+def _supervise(
+    options: RunOptions,
+    control: ControlClient,
+    socket_path: Path,
+    out: IO[str],
+    report: IO[str] | None,
+    choice: hooks.Choice,
+    unchecked: str,
+) -> int:
     job = f"run-{os.getpid()}-{secrets.token_hex(4)}"
     start = m.JobStart(job=job, config=options.config)
     try:
@@ -400,7 +424,7 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str],
         return 1
     control.send(start)
     try:
-        hooked = hook_env(options, control, job, os.environ)
+        hooked, refused = hook_env(options, choice, control, job, os.environ)
     except HookError as exc:
         print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
         return 1
@@ -411,7 +435,12 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str],
     )
     reporter.thread.start()
 
-    env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"}, **hooked)
+    unchecked = unchecked or refused
+    env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"})
+    for stale in hooks.socket_variables():
+        # a socket name left from an outer run would send the hooks' records to a job that is not this one
+        env.pop(stale, None)
+    env.update(hooked)
     # Python processes of the job (torchrun's workers included) attach at start-up through this sitecustomize.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook_dir()), os.environ.get("PYTHONPATH", "")) if p)
     try:
@@ -433,8 +462,8 @@ def _supervise(options, control: ControlClient, socket_path: Path, out: IO[str],
     if save is not None:
         save.close()
     if report is not None:
-        report.write(report_text(options.report_format, job, reporter))
-    print(summary_line(job, reporter.idle, reporter, options.program[0]), file=out)
+        report.write(report_text(options.report_format, job, reporter, unchecked=unchecked))
+    print(summary_line(job, reporter.idle, reporter, options.program[0], unchecked=unchecked), file=out)
     if reporter.idle is not None and reporter.idle.replica_note:
         print(f"{PREFIX} WARNING: job {job}: {reporter.idle.replica_note}", file=out)
     out.flush()
