@@ -294,10 +294,12 @@ class CompatConnection:
         if kind in wire.SERVER_PACKETS:
             raise RemoteProtocolError(f"packet type {kind.name} is the server's to send", reason="bad_packet")
         known = ", ".join(str(n) for n in sorted(self._kinds) if self._kinds[n] not in wire.SERVER_PACKETS)
+        # msSanitizer's hooks send only their release's numbers: another number is another release's packet (its
+        # renumbered SANITIZER_RECORD, say), or a struct of another size read past its end.
         raise RemoteProtocolError(
             f"unknown packet type {packet} ({self.layout.name} defines {known}): a client of another msSanitizer "
             "release would send such numbers; " + wire.other_releases_text(self.layout),
-            reason="bad_packet",
+            reason="wire_mismatch",
         )
 
     def _name(self, packet: int) -> str:
