@@ -40,8 +40,21 @@ def build_kernel(directory: Path, source: Path = KERNEL_SOURCE, *, shared: bool 
     return out
 
 
-def build_client(directory: Path) -> Path:
-    out = directory / "msop_add_client"
-    compile_checked([compiler("cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o", str(out),
-                     str(CLIENT_SOURCE)])  # fmt: skip
+# mssanitizer_wire.h's MSOP_WIRE values, by the sanitizerd layout each one declares.
+WIRES = {
+    "mssanitizer-4a419f05": "MSOP_WIRE_4A419F05",
+    "mssanitizer-74a1ad94": "MSOP_WIRE_26_1_0",
+    "mssanitizer-1e040de1": "MSOP_WIRE_MASTER",
+}
+
+
+def wire_flag(layout: str) -> str:
+    return f"-DMSOP_WIRE={WIRES[layout]}"
+
+
+def build_client(directory: Path, layout: str = "mssanitizer-4a419f05") -> Path:
+    """The C client built for ``layout``'s wire (a name of ``WIRES``)."""
+    out = directory / f"msop_add_client-{layout}"
+    compile_checked([compiler("cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", wire_flag(layout), "-o",
+                     str(out), str(CLIENT_SOURCE)])  # fmt: skip
     return out

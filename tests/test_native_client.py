@@ -1,6 +1,7 @@
 """The C test client (client_shim/native/msop_add_client.c) against a small server written here from the reference's
 layouts with ``struct``, independent of sanitizerd's decoders: the packets arrive in the hooks' order, with the
-documented sizes, and the records say what examples/add_custom.py's events say."""
+documented sizes, and the records say what examples/add_custom.py's events say. The April client is read in detail;
+the 26.1.0 and master builds are checked for what their wires change (reference section 1.10)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,34 @@ PC_SYMBOLS = ("msop_pc_copy_in", "msop_pc_compute", "msop_pc_copy_out", "msop_pc
 GM_X, GM_Y, GM_Z, GM_WORKSPACE = 0x12C0C0000000, 0x12C0C0010000, 0x12C0C0020000, 0x12C0C0030000
 
 
-def config_bytes(cache_size: int = 100) -> bytes:
+@dataclass(frozen=True)
+class Wire:
+    """What this server needs of one wire, from the reference's tables (section 1.10), not from sanitizerd."""
+
+    layout: str  # the name build_client builds it by
+    config_size: int
+    fixed: dict[int, int]  # packet type -> payload size
+    sanitizer_record: int
+    global_head: int
+    block_head: int
+    total_block_dim_at: int  # kernelInfo.totalBlockDim in the global head
+    block_head_size_at: int | None  # offsetInfo.blockHeadSize in the global head (26.1.0 on)
+    block_id_at: int  # blockInfo.blockId in the block head (blockType, vecSubBlockDim follow it)
+    config_block_id_at: int  # Config.checkBlockId (cacheSize 4 bytes after it)
+
+
+APRIL = Wire("mssanitizer-4a419f05", CONFIG_SIZE, FIXED, 1003, GLOBAL_HEAD, BLOCK_HEAD, 24, None, 40, 12)
+# 1000 MEMORY_RECORD (MemOpRecord 208 B), 1003 MEM_REGION_PERMISSION (24 B), 1004 SANITIZER_RECORD, 1005 GM_ADDR...
+NEWER_FIXED = {0: 16, 1: 2064, 1000: 208, 1002: 88, 1003: 24, 1004: 296, 1005: 32}
+V26_1_0 = Wire("mssanitizer-74a1ad94", 2588, NEWER_FIXED, 1004, 55424, 192, 24, 104, 88, 12)
+MASTER = Wire("mssanitizer-1e040de1", 2592, NEWER_FIXED, 1004, 55424, 192, 32, 112, 88, 16)
+
+
+def config_bytes(cache_size: int = 100, wire: Wire = APRIL) -> bytes:
     """msSanitizer's Config: twelve flags, checkBlockId at 12, cacheSize at 16, demangleMode at 20, three strings."""
-    data = bytearray(CONFIG_SIZE)
+    data = bytearray(wire.config_size)
     data[0], data[1], data[8] = 1, 1, 1  # defaultCheck, memCheck, leakCheck
-    struct.pack_into("<hxxIB", data, 12, -1, cache_size, 0)
+    struct.pack_into("<hxxIB", data, wire.config_block_id_at, -1, cache_size, 0)
     return bytes(data)
 
 
@@ -52,22 +76,23 @@ def read_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def serve_one(listener: socket.socket, capture: Capture) -> None:
-    """Accept one client, write the Config unasked, read packets to EOF; answer after the last KERNEL_RECORD."""
+def serve_one(listener: socket.socket, capture: Capture, wire: Wire = APRIL, config: bytes | None = None) -> None:
+    """Accept one client, write the Config unasked (``wire``'s, or ``config``), read ``wire``'s packets to EOF; answer
+    after the last KERNEL_RECORD."""
     try:
         conn, _ = listener.accept()
         with conn:
             conn.settimeout(30)
             capture.config_sent_before = len(capture.packets)
-            conn.sendall(config_bytes())
+            conn.sendall(config_bytes(wire=wire) if config is None else config)
             slots_seen = 0
             while True:
                 try:
                     (kind,) = struct.unpack("<I", read_exact(conn, 4))
                 except EOFError:
                     return
-                if kind in FIXED:
-                    payload = read_exact(conn, FIXED[kind])
+                if kind in wire.fixed:
+                    payload = read_exact(conn, wire.fixed[kind])
                 elif kind in VARIABLE:
                     (length,) = struct.unpack("<Q", read_exact(conn, 8))
                     assert length < 1 << 30
@@ -78,7 +103,7 @@ def serve_one(listener: socket.socket, capture: Capture) -> None:
                 capture.packets.append((kind, payload))
                 if kind == 1001:
                     slots_seen += 1
-                    (total,) = struct.unpack_from("<Q", payload, 24)  # kernelInfo.totalBlockDim
+                    (total,) = struct.unpack_from("<Q", payload, wire.total_block_dim_at)
                     if slots_seen == total:
                         capture.reply = struct.pack("<III", 3001, total, 0)
                         conn.sendall(capture.reply)
@@ -98,23 +123,31 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return build_client(directory), build_kernel(directory)
 
 
-@pytest.fixture(scope="module")
-def run(built: tuple[Path, Path]) -> tuple[Capture, subprocess.CompletedProcess[str], Path]:
-    client, kernel = built
-    name = f"/tmp/msop_connect.20260101000000.{os.getpid()}.sock"
+def serve_client(
+    client: Path, kernel: Path, wire: Wire = APRIL, config: bytes | None = None
+) -> tuple[Capture, subprocess.CompletedProcess[str]]:
+    """Run ``client`` against serve_one on a fresh abstract socket named in MSOP_SOCKET_PATH alone."""
+    name = f"/tmp/msop_connect.20260101000000.{os.getpid()}.{threading.get_ident()}.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(abstract_address(name))
     listener.listen(1)
     capture = Capture()
-    server = threading.Thread(target=serve_one, args=(listener, capture))
+    server = threading.Thread(target=serve_one, args=(listener, capture, wire, config))
     server.start()
+    env = {k: v for k, v in os.environ.items() if k != "MSSANITIZER_PID"} | {"MSOP_SOCKET_PATH": name}
     try:
-        done = subprocess.run([str(client), str(kernel)], env=dict(os.environ, MSOP_SOCKET_PATH=name),
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run([str(client), str(kernel)], env=env, capture_output=True, text=True, timeout=60)
     finally:
         server.join(30)
         listener.close()
     assert not capture.error, capture.error
+    return capture, done
+
+
+@pytest.fixture(scope="module")
+def run(built: tuple[Path, Path]) -> tuple[Capture, subprocess.CompletedProcess[str], Path]:
+    client, kernel = built
+    capture, done = serve_client(client, kernel)
     return capture, done, kernel
 
 
@@ -284,3 +317,70 @@ def test_a_misbehaving_server_is_reported(built: tuple[Path, Path]) -> None:
             server.join(30)
             listener.close()
         assert done.returncode == 1 and any(text in done.stderr for text in said), done.stderr
+
+
+@pytest.fixture(scope="module")
+def newer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("newer")
+    return {wire.layout: build_client(directory, wire.layout) for wire in (V26_1_0, MASTER)}
+
+
+@pytest.mark.parametrize("wire", [V26_1_0, MASTER], ids=lambda wire: wire.layout)
+def test_a_newer_wire_is_spoken_whole(built: tuple[Path, Path], newer: dict[str, Path], wire: Wire) -> None:
+    """The 26.1.0 and master builds: the same launch with the renumbered SANITIZER_RECORD, MemOpRecords of 208 bytes,
+    heads of 55 424 + 192 bytes with ProtocolOffsetInfo.blockHeadSize = 192, and the Config read whole."""
+    capture, done = serve_client(newer[wire.layout], built[1], wire)
+    assert done.returncode == 0, done.stderr
+    assert "no whole Config" not in done.stderr
+    kinds = [k for k, _ in capture.packets]
+    assert kinds == [0] + [1004] * 6 + [1, 2] + [1001] * 24 + [1004] * 5 + [0]
+    assert capture.reply == struct.pack("<III", 3001, 24, 0)
+    host = [p for k, p in capture.packets if k == 1004]
+    for payload in host:
+        (version,) = struct.unpack_from("<i", payload, 0)
+        _serial, _op, core, module = struct.unpack_from("<QIii", payload, 8)
+        file = payload[8 + 60 : 8 + 124].split(b"\0")[0].decode()
+        # MemOpRecord's new members (mainScalarPc at 160, isSimt at 169, the out-of-bound record at 176) are zero.
+        assert (version, core, module, file, payload[8 + 136]) == (0, -1, -1, "main.cpp", 3)
+        assert payload[8 + 160 : 8 + 208] == bytes(48)
+    assert [struct.unpack_from("<Qi", p, 8 + 48) for p in host][:4] == [
+        (8 * 2048 * 2 - 224, 70), (8 * 2048 * 2, 71), (8 * 2048 * 2, 72), (4096, 73)
+    ]  # fmt: skip
+    heads = wire.global_head + wire.block_head
+    assert wire.block_head_size_at is not None
+    for slot, payload in enumerate(p for k, p in capture.packets if k == 1001):
+        security, cache_size, check_block = struct.unpack_from("<QIh", payload, 0)
+        (total,) = struct.unpack_from("<Q", payload, wire.total_block_dim_at)
+        (block_head_size,) = struct.unpack_from("<I", payload, wire.block_head_size_at)
+        regions = struct.unpack_from("<6Q", payload, wire.block_head_size_at - 48)
+        assert (security, cache_size, check_block, total) == (0x5A5A5A5A5A5A5A5A, 100, -1, 24)
+        assert (block_head_size, regions) == (192, (0,) * 6)
+        count, written, offset, write_offset = struct.unpack_from("<QQQQ", payload, wire.global_head)
+        assert count == written and offset == write_offset == len(payload) - heads
+        block_id, block_type, sub_blocks = struct.unpack_from("<HBB", payload, wire.global_head + wire.block_id_at)
+        group, position = divmod(slot, 3)
+        block = group if position == 2 else 2 * group + position
+        assert (block_id, block_type, sub_blocks) == (block, int(position == 2), 2)
+        assert count == (0 if position == 2 or block >= 8 else 80 + (block == 0))
+
+
+def test_a_short_config_is_polled_for_then_the_launch_goes_on(built: tuple[Path, Path], newer: dict[str, Path]) -> None:
+    """A server of another wire writes a Config 4 bytes short of 26.1.0's: the client waits about 1 s for the rest
+    (the hooks poll 10 x 100 ms), says so, sends the launch with msSanitizer's defaults, and ends with status 1."""
+    capture, done = serve_client(newer[V26_1_0.layout], built[1], V26_1_0, config=config_bytes(cache_size=7))
+    assert done.returncode == 1
+    assert (
+        "no whole Config from the server within 1 s (2584 of the 2588 bytes of mssanitizer-74a1ad94's)" in done.stderr
+    )
+    slots = [p for k, p in capture.packets if k == 1001]
+    assert len(slots) == 24 and capture.reply
+    assert struct.unpack_from("<Ih", slots[0], 8) == (100, -1)  # the defaults, not the short Config's 7 MB
+
+
+def test_a_newer_wire_reads_only_msop_socket_path(newer: dict[str, Path], built: tuple[Path, Path]) -> None:
+    """From 26.1.0 the launcher exports MSOP_SOCKET_PATH alone; a client of that wire does not fall back to
+    MSSANITIZER_PID."""
+    env = {k: v for k, v in os.environ.items() if k != "MSOP_SOCKET_PATH"} | {"MSSANITIZER_PID": "/tmp/x.sock"}
+    done = subprocess.run([str(newer[V26_1_0.layout]), str(built[1])], env=env, capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert done.returncode == 2 and "MSOP_SOCKET_PATH is not set" in done.stderr

@@ -1,9 +1,15 @@
 /*
  * msop_add_client: the demo add kernel (examples/add_custom.py) sent the way CANN's msSanitizer hook and injection
- * libraries send a launch, to the abstract Unix socket named in MSOP_SOCKET_PATH (or MSSANITIZER_PID).
+ * libraries send a launch, to the abstract Unix socket named in MSOP_SOCKET_PATH (or, April's wire only,
+ * MSSANITIZER_PID).
  *
- *     cc -std=c11 -O1 -o msop_add_client msop_add_client.c
+ *     cc -std=c11 -O1 -o msop_add_client msop_add_client.c                                 (April's wire)
+ *     cc -std=c11 -O1 -DMSOP_WIRE=MSOP_WIRE_26_1_0 -o msop_add_client msop_add_client.c    (26.1.0; or _MASTER)
  *     msop_add_client add_custom_kernel.elf
+ *
+ * Built for one wire (mssanitizer_wire.h's MSOP_WIRE), it speaks only that one, as a release's hooks do: its
+ * Config size, its SANITIZER_RECORD number and MemOpRecord, its heads (from 26.1.0 with
+ * ProtocolOffsetInfo.blockHeadSize set), its socket variable.
  *
  * The argument is the kernel ELF built from add_custom_kernel.cpp: it is sent as the KERNEL_BINARY, and the pc of
  * each record is the address of one of its msop_pc_* symbols plus PC_START, so the server's call stacks come from
@@ -21,8 +27,12 @@
  * file and line. Their serial numbers follow the server's count (one per host record, one per kernel record, one
  * per slot's BLOCK_FINISH and one FINISH per launch), so the two numberings agree whichever the server keeps.
  *
- * Exit status: 0 after a clean run, 1 when the server misbehaves (no Config, a wrong reply), 2 on a usage or
- * ELF error. Messages go to stderr.
+ * The Config is polled for 10 x 100 ms, as the hooks poll for it (reference section 1.1). When it has not arrived
+ * whole by then (a server of another wire writes a shorter one), the client says so on stderr and goes on with
+ * msSanitizer's default options, so that the server still sees the launch and can refuse it by its heads.
+ *
+ * Exit status: 0 after a clean run, 1 when the server misbehaves (no whole Config, a wrong reply, the connection
+ * ended), 2 on a usage or ELF error. Messages go to stderr.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <elf.h>
@@ -125,11 +135,21 @@ static void find_phase_pcs(const unsigned char *elf, size_t size)
 
 /* ---- the socket -------------------------------------------------------------------------------------------- */
 
+static void set_receive_timeout(long seconds, long microseconds)
+{
+    struct timeval timeout = {seconds, microseconds};
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+}
+
 static void connect_server(void)
 {
     const char *name = getenv(MSOP_SOCKET_ENV);
+#ifdef MSOP_PID_ENV
     if (name == NULL || name[0] == '\0') name = getenv(MSOP_PID_ENV);
     if (name == NULL || name[0] == '\0') die(2, "neither %s nor %s is set", MSOP_SOCKET_ENV, MSOP_PID_ENV);
+#else
+    if (name == NULL || name[0] == '\0') die(2, "%s is not set", MSOP_SOCKET_ENV); /* the only one from 26.1.0 */
+#endif
     struct sockaddr_un address;
     /* Abstract namespace: sun_path[0] = 0, the name, NUL padding, and the FULL length: the hooks bind and connect
        that way, and "\0name" with a short length would be another address. */
@@ -141,8 +161,7 @@ static void connect_server(void)
         sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (sock < 0) die(1, "socket: %s", strerror(errno));
         if (connect(sock, (struct sockaddr *)&address, sizeof address) == 0) {
-            struct timeval timeout = {30, 0}; /* a reply may wait for a whole kernel's check */
-            setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+            set_receive_timeout(30, 0); /* a reply may wait for a whole kernel's check */
             return;
         }
         close(sock);
@@ -175,6 +194,40 @@ static void receive_all(void *data, size_t size, const char *what)
         at += got;
         size -= (size_t)got;
     }
+}
+
+/* The Config, polled for as the hooks poll: reads of up to 100 ms, 10 of them. False (said on stderr) when it has not
+   arrived whole; a connection the server ended is fatal, as for any other read. */
+static bool receive_config(struct msop_config *config)
+{
+    unsigned char *at = (unsigned char *)config;
+    size_t have = 0;
+    set_receive_timeout(0, 100 * 1000);
+    for (int poll = 0; poll < 10 && have < sizeof *config; ++poll) {
+        ssize_t got = recv(sock, at + have, sizeof *config - have, 0);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+        if (got < 0) die(1, "no Config from the server: %s", strerror(errno));
+        if (got == 0) die(1, "the server closed the connection before the Config (%zu of %zu bytes)", have,
+                          sizeof *config);
+        have += (size_t)got;
+    }
+    set_receive_timeout(30, 0);
+    if (have == sizeof *config) return true;
+    fprintf(stderr, "msop_add_client: no whole Config from the server within 1 s (%zu of the %zu bytes of %s's); "
+            "going on with msSanitizer's defaults\n", have, sizeof *config, MSOP_WIRE_LAYOUT);
+    return false;
+}
+
+/* msSanitizer's defaults for `-t memcheck`: what the launch is sent with when no Config came. */
+static void default_config(struct msop_config *config)
+{
+    memset(config, 0, sizeof *config);
+    config->defaultCheck = config->memCheck = config->registerCheck = true;
+    config->checkBlockId = -1;
+    config->cacheSize = 100;
+#if MSOP_WIRE_SINCE_26_1_0
+    config->gmBufferGuardSize = 32;
+#endif
 }
 
 static void send_packet(uint32_t type, const void *payload, size_t size)
@@ -333,7 +386,7 @@ static void tile(struct buffer *buffer, int block, int index)
 
 static void send_slot(const struct msop_config *config, int slot)
 {
-    static struct msop_record_global_head head; /* 38 528 bytes: not on the stack */
+    static struct msop_record_global_head head; /* 38 528 bytes (55 424 from 26.1.0): not on the stack */
     struct msop_record_block_head block_head;
     struct buffer records = {NULL, 0, 0, 0};
     int group = slot / SLOTS_PER_BLOCK, position = slot % SLOTS_PER_BLOCK;
@@ -351,6 +404,16 @@ static void send_slot(const struct msop_config *config, int slot)
     head.checkParms.initcheck = config->initCheck;
     head.checkParms.synccheck = config->syncCheck;
     head.checkParms.registerCheck = config->registerCheck;
+#if MSOP_WIRE_SINCE_26_1_0
+    head.checkParms.memcheck = config->memCheck;
+    head.checkParms.gmBufferGuardSize = config->gmBufferGuardSize;
+    /* The reader checks this against its own block head; the SIMT regions stay {0, 0}: this kernel has none. */
+    head.offsetInfo.blockHeadSize = (uint32_t)sizeof block_head;
+#endif
+#if MSOP_WIRE == MSOP_WIRE_MASTER
+    head.checkParms.outOfBoundCheck = config->outOfBoundCheck;
+    head.checkParms.dcciCheck = config->checkDcci;
+#endif
     head.kernelInfo.totalBlockDim = TOTAL_SLOTS;
     head.kernelInfo.totalCacheSize = (uint64_t)config->cacheSize * TOTAL_SLOTS << 20;
     head.kernelInfo.kernelType = MSOP_KERNEL_AIVEC;
@@ -399,7 +462,8 @@ int main(int argc, char **argv)
 
     /* The first launch reads the Config the server wrote at accept. */
     struct msop_config config;
-    receive_all(&config, sizeof config, "Config");
+    bool config_whole = receive_config(&config);
+    if (!config_whole) default_config(&config);
 
     struct msop_kernel_summary summary;
     memset(&summary, 0, sizeof summary);
@@ -430,5 +494,5 @@ int main(int argc, char **argv)
 
     close(sock);
     free(elf);
-    return 0;
+    return config_whole ? 0 : 1;
 }

@@ -12,6 +12,16 @@
  * buffer the records are [uint32_t RecordType][payload struct] back to back without padding, so a payload sits 4
  * bytes after its type and its fields are unaligned: copy it with memcpy, never cast the buffer.
  *
+ * The wire changed between msSanitizer releases (reference section 1.10; sanitizerd/compat/layouts/wires.json has the
+ * measured tables). MSOP_WIRE chooses the one declared, at compile time:
+ *
+ *     (default) MSOP_WIRE_4A419F05   the April release, commit 4a419f05 with its msopcom: the declarations below
+ *     -DMSOP_WIRE=MSOP_WIRE_26_1_0   the 26.1.0 branch (layout mssanitizer-74a1ad94)
+ *     -DMSOP_WIRE=MSOP_WIRE_MASTER   master (layout mssanitizer-1e040de1)
+ *
+ * What a later release changes is declared in #if blocks next to April's; the names stay the same, so a client is
+ * written once and built per wire. MSOP_WIRE_LAYOUT names the wire as sanitizerd's layout table does.
+ *
  * C11; no dependency beyond the C library.
  */
 #ifndef SANITIZERD_MSSANITIZER_WIRE_H
@@ -21,6 +31,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define MSOP_WIRE_4A419F05 1
+#define MSOP_WIRE_26_1_0 2
+#define MSOP_WIRE_MASTER 3
+#ifndef MSOP_WIRE
+#define MSOP_WIRE MSOP_WIRE_4A419F05
+#endif
+#if MSOP_WIRE == MSOP_WIRE_4A419F05
+#define MSOP_WIRE_LAYOUT "mssanitizer-4a419f05"
+#elif MSOP_WIRE == MSOP_WIRE_26_1_0
+#define MSOP_WIRE_LAYOUT "mssanitizer-74a1ad94"
+#elif MSOP_WIRE == MSOP_WIRE_MASTER
+#define MSOP_WIRE_LAYOUT "mssanitizer-1e040de1"
+#else
+#error "MSOP_WIRE must be MSOP_WIRE_4A419F05, MSOP_WIRE_26_1_0 or MSOP_WIRE_MASTER"
+#endif
+/* 26.1.0 and master share most of their changes; this says "a wire with them". */
+#define MSOP_WIRE_SINCE_26_1_0 (MSOP_WIRE != MSOP_WIRE_4A419F05)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,6 +56,7 @@ extern "C" {
 /* ---- enumerations (stored in the width each struct gives them) --------------------------------------------- */
 
 /* PacketType, u32 at the start of every packet. */
+#if !MSOP_WIRE_SINCE_26_1_0
 enum msop_packet_type {
     MSOP_PACKET_DEVICE_SUMMARY = 0,
     MSOP_PACKET_KERNEL_SUMMARY = 1,
@@ -40,6 +69,23 @@ enum msop_packet_type {
     MSOP_PACKET_IPC_RESPONSE = 3000,        /* server -> client: struct msop_ipc_response */
     MSOP_PACKET_KERNEL_RECORD_RESPONSE = 3001, /* server -> client: struct msop_kernel_record_response */
 };
+#else
+/* 26.1.0 renumbered: 1000 carries a MemOpRecord, 1003 is new, SANITIZER_RECORD moved to 1004. */
+enum msop_packet_type {
+    MSOP_PACKET_DEVICE_SUMMARY = 0,
+    MSOP_PACKET_KERNEL_SUMMARY = 1,
+    MSOP_PACKET_KERNEL_BINARY = 2,
+    MSOP_PACKET_LOG_STRING = 3,
+    MSOP_PACKET_MEMORY_RECORD = 1000,       /* struct msop_mem_op_record */
+    MSOP_PACKET_KERNEL_RECORD = 1001,
+    MSOP_PACKET_IPC_RECORD = 1002,
+    MSOP_PACKET_MEM_REGION_PERMISSION = 1003, /* struct msop_mem_region_permission */
+    MSOP_PACKET_SANITIZER_RECORD = 1004,
+    MSOP_PACKET_GM_ADDR_OUT_OF_BOUND_RECORD = 1005, /* struct msop_gm_addr_out_of_bound_record */
+    MSOP_PACKET_IPC_RESPONSE = 3000,
+    MSOP_PACKET_KERNEL_RECORD_RESPONSE = 3001,
+};
+#endif
 
 /* DeviceType (u32). Only the values a test client needs; the 950 family lies at 10 and above. */
 enum msop_device_type {
@@ -131,7 +177,12 @@ enum msop_record_type {
     MSOP_RECORD_WAIT_FLAG = 20001,
     MSOP_RECORD_PIPE_BARRIER = 20004,
     MSOP_RECORD_BLOCK_FINISH = 100000,  /* synthesised by the server, never sent */
+#if !MSOP_WIRE_SINCE_26_1_0
     MSOP_RECORD_FINISH = 100001,        /* likewise */
+#else
+    MSOP_RECORD_KERNEL_FINISH = 100001, /* inserted in 26.1.0, which moved FINISH up by one */
+    MSOP_RECORD_FINISH = 100002,
+#endif
 };
 
 #define MSOP_KERNEL_NAME_MAX 2048
@@ -139,23 +190,38 @@ enum msop_record_type {
 #define MSOP_DUMP_PATH_MAX 256
 #define MSOP_FILE_NAME_MAX 64
 #define MSOP_IPC_NAME_MAX 64
-#define MSOP_CORE_SLOTS 75                 /* C220 physical cores: the per-core register shadow in the global head */
 #define MSOP_SECURITY_VALUE 0x5a5a5a5a5a5a5a5aULL
 #define MSOP_SOCKET_ENV "MSOP_SOCKET_PATH"
-#define MSOP_PID_ENV "MSSANITIZER_PID"
+#if !MSOP_WIRE_SINCE_26_1_0
+#define MSOP_CORE_SLOTS 75                 /* C220 physical cores: the per-core register shadow in the global head */
+#define MSOP_PID_ENV "MSSANITIZER_PID"     /* the same name again: the ACL hooks read only this one */
+#else
+#define MSOP_CORE_SLOTS 108                /* the register shadow grew to 108 cores */
+/* 26.1.0's launcher exports MSOP_SOCKET_PATH alone: no MSOP_PID_ENV, so a client that falls back to it is an error */
+#endif
 
 /* ---- handshake --------------------------------------------------------------------------------------------- */
 
-/* Config: written by the server, unasked, right after accept (2 584 bytes in this release). */
+/* Config: written by the server, unasked, right after accept (2 584 bytes in April, 2 588 in 26.1.0, 2 592 on
+   master). */
 struct msop_config {
     bool defaultCheck, memCheck, raceCheck, initCheck, syncCheck, registerCheck;
+#if MSOP_WIRE != MSOP_WIRE_MASTER
     bool checkDeviceHeap, checkCannHeap, leakCheck, checkUnusedMemory, checkCrossNpuRaces, isPrintFullStack;
+#else
+    /* master adds three flags among the others, which moves every field after them by 4 */
+    bool checkDeviceHeap, checkCannHeap, leakCheck, checkUnusedMemory, checkCrossNpuRaces, checkDcci;
+    bool isPrintFullStack, outOfBoundCheck, traceNonDefaultSprReg;
+#endif
     int16_t checkBlockId;   /* -1: every block */
     uint32_t cacheSize;     /* MB of record buffer per block */
     uint8_t demangleMode;   /* 0 full, 1 simple, 2 mangled */
     char pluginPath[MSOP_PLUGIN_PATH_MAX];
     char kernelName[MSOP_KERNEL_NAME_MAX];
     char dumpPath[MSOP_DUMP_PATH_MAX];
+#if MSOP_WIRE_SINCE_26_1_0
+    uint32_t gmBufferGuardSize; /* bytes of guard around GM buffers (msSanitizer's default 32) */
+#endif
 };
 
 /* ---- packets the client sends --------------------------------------------------------------------------------- */
@@ -188,6 +254,24 @@ struct msop_host_mem_record {
     uint64_t rootAddr;
 };
 
+#if MSOP_WIRE_SINCE_26_1_0
+/* GMAddrOutOfBoundRecord (26.1.0): a GM access past a buffer's guard, alone (packet 1005) or in a MemOpRecord. */
+struct msop_gm_addr_out_of_bound_record {
+    uint64_t userAddr;
+    uint32_t userSize;
+    uint64_t outAddr;
+    uint32_t outSize;
+};
+
+/* MEM_REGION_PERMISSION's payload (26.1.0). */
+struct msop_mem_region_permission {
+    uint64_t addr;
+    uint64_t size;
+    uint32_t deviceId;
+    uint32_t flags;
+};
+#endif
+
 /* MemOpRecord, the MEMORY_RECORD variant of SanitizerRecord: a host record with a serial number and a location. */
 struct msop_mem_op_record {
     uint64_t serialNo;
@@ -208,7 +292,14 @@ struct msop_mem_op_record {
     uint8_t side;           /* enum msop_mem_op_side */
     uint64_t paramsNo;
     uint64_t rootAddr;
+#if MSOP_WIRE_SINCE_26_1_0
+    uint64_t mainScalarPc;
+#endif
     bool ignoreIllegalCheck;
+#if MSOP_WIRE_SINCE_26_1_0
+    bool isSimt;
+    struct msop_gm_addr_out_of_bound_record gmAddrOutOfBoundsRecord;
+#endif
 };
 
 /* The location every device record carries. */
@@ -274,11 +365,27 @@ struct msop_registers {
     uint64_t rsv[5];
 };
 
+#if !MSOP_WIRE_SINCE_26_1_0
 struct msop_check_parms_info {
     uint32_t cacheSize;
     int16_t checkBlockId;
     bool defaultcheck, racecheck, initcheck, synccheck, registerCheck;
 };
+#elif MSOP_WIRE == MSOP_WIRE_26_1_0
+struct msop_check_parms_info {
+    uint32_t cacheSize;
+    int16_t checkBlockId;
+    bool defaultcheck, memcheck, racecheck, initcheck, synccheck, registerCheck;
+    uint32_t gmBufferGuardSize;
+};
+#else
+struct msop_check_parms_info {  /* master: 20 bytes, so kernelInfo and everything after it move by 8 */
+    uint32_t cacheSize;
+    int16_t checkBlockId;
+    bool defaultcheck, memcheck, outOfBoundCheck, racecheck, initcheck, synccheck, registerCheck, dcciCheck;
+    uint32_t gmBufferGuardSize;
+};
+#endif
 
 struct msop_kernel_info {
     uint64_t totalBlockDim;  /* sub-block slots: 3 x blockDim on 910B (vec, vec, cube per logical block) */
@@ -288,6 +395,7 @@ struct msop_kernel_info {
     uint64_t l2CacheOffset;
 };
 
+#if !MSOP_WIRE_SINCE_26_1_0
 struct msop_simt_info {
     uint64_t offset, threadByteSize, shadowMemoryOffset, shadowMemoryByteSize;
     uint32_t ubDynamicSize;
@@ -303,7 +411,36 @@ struct msop_record_global_head {
     struct msop_registers registers[MSOP_CORE_SLOTS];
     unsigned char tail_padding[24];
 };
+#else
+/* A region of the slot placed after the block head: offset from the block head's start, and size (0: none). */
+struct msop_protocol_region { uint64_t offset, size; };
 
+/* ProtocolOffsetInfo (26.1.0): where the SIMT regions lie, and the block head's size, which a reader checks. */
+struct msop_protocol_offset_info {
+    struct msop_protocol_region simtErrorInfo, shadowMemoryInfo, simtEntryInfo;
+    uint32_t blockHeadSize;  /* sizeof(struct msop_record_block_head): a client must set it */
+};
+
+struct msop_simt_info {      /* its offsets moved into ProtocolOffsetInfo */
+    uint32_t ubDynamicSize;
+};
+
+/* RecordGlobalHead: 55 424 bytes (64-byte aligned as a whole). */
+struct msop_record_global_head {
+    uint64_t securityVal;
+    struct msop_check_parms_info checkParms;
+    struct msop_kernel_info kernelInfo;
+    struct msop_protocol_offset_info offsetInfo;
+    struct msop_simt_info simtInfo;
+    bool supportSimt;
+    struct msop_registers registers[MSOP_CORE_SLOTS];
+#if MSOP_WIRE == MSOP_WIRE_26_1_0
+    unsigned char tail_padding[8];  /* master's 8 more bytes of checkParms fill it exactly */
+#endif
+};
+#endif
+
+#if !MSOP_WIRE_SINCE_26_1_0
 struct msop_block_info {
     uint64_t simtSyncThreadCount;
     uint16_t blockId;
@@ -311,8 +448,21 @@ struct msop_block_info {
     uint8_t blockType;      /* enum msop_block_type */
     uint8_t vecSubBlockDim;
 };
+#define MSOP_BLOCK_HEAD_TAIL 32
+#else
+struct msop_block_info {    /* 26.1.0: SIMT counters first, the thread dimensions gone (64 bytes) */
+    uint64_t simtCallPcArr[2];
+    uint64_t simtSyncThreadCount, simtEndThreadCount, simtEndLastThread, simtEntryUseSize;
+    uint32_t simtEndCount, simtCallCount;
+    uint16_t blockId;
+    uint8_t blockType;
+    uint8_t vecSubBlockDim;
+};
+#define MSOP_BLOCK_HEAD_TAIL 56
+#endif
 
-/* RecordBlockHead (128 bytes), followed by `offset` bytes of records of which `writeOffset` were written. */
+/* RecordBlockHead (128 bytes; 192 from 26.1.0), followed by `offset` bytes of records of which `writeOffset` were
+   written. */
 struct msop_record_block_head {
     uint64_t recordCount;       /* records the block produced */
     uint64_t recordWriteCount;  /* records that fitted: fewer means overflow */
@@ -324,7 +474,7 @@ struct msop_record_block_head {
     uint32_t mstxFuseScopeDepth;
     bool extraWriteSuccess;
     uint64_t paraBase[2];
-    unsigned char tail_padding[32];
+    unsigned char tail_padding[MSOP_BLOCK_HEAD_TAIL];
 };
 
 /* ---- record payloads (each follows its u32 RecordType) -------------------------------------------------------- */
@@ -380,6 +530,9 @@ struct msop_binary_op_record {     /* BINARY_OP: vector Add, Sub, Mul... */
     uint8_t dstBlockNum, src0BlockNum, src1BlockNum;
     uint8_t dstDataBits, src0DataBits, src1DataBits;
     uint8_t maskMode;       /* enum msop_mask_mode */
+#if MSOP_WIRE == MSOP_WIRE_MASTER
+    uint8_t instrName;      /* master: which instruction, in what was padding (the size stays 104) */
+#endif
 };
 
 struct msop_sync_record {          /* SET_FLAG, WAIT_FLAG */
@@ -404,7 +557,7 @@ struct msop_pipe_barrier_record {  /* PIPE_BARRIER */
 #define MSOP_ASSERT_SIZE(T, n) MSOP_STATIC_ASSERT(sizeof(struct T) == (n), "sizeof(" #T ") must be " #n)
 #define MSOP_ASSERT_AT(T, f, n) MSOP_STATIC_ASSERT(offsetof(struct T, f) == (n), #T "." #f " must be at " #n)
 
-MSOP_ASSERT_SIZE(msop_config, 2584);
+#if MSOP_WIRE != MSOP_WIRE_MASTER
 MSOP_ASSERT_AT(msop_config, isPrintFullStack, 11);
 MSOP_ASSERT_AT(msop_config, checkBlockId, 12);
 MSOP_ASSERT_AT(msop_config, cacheSize, 16);
@@ -412,6 +565,27 @@ MSOP_ASSERT_AT(msop_config, demangleMode, 20);
 MSOP_ASSERT_AT(msop_config, pluginPath, 21);
 MSOP_ASSERT_AT(msop_config, kernelName, 277);
 MSOP_ASSERT_AT(msop_config, dumpPath, 2325);
+#endif
+#if MSOP_WIRE == MSOP_WIRE_4A419F05
+MSOP_ASSERT_SIZE(msop_config, 2584);
+#elif MSOP_WIRE == MSOP_WIRE_26_1_0
+MSOP_ASSERT_SIZE(msop_config, 2588);
+MSOP_ASSERT_AT(msop_config, gmBufferGuardSize, 2584);
+#else
+MSOP_ASSERT_SIZE(msop_config, 2592);
+MSOP_ASSERT_AT(msop_config, checkCrossNpuRaces, 10);
+MSOP_ASSERT_AT(msop_config, checkDcci, 11);
+MSOP_ASSERT_AT(msop_config, isPrintFullStack, 12);
+MSOP_ASSERT_AT(msop_config, outOfBoundCheck, 13);
+MSOP_ASSERT_AT(msop_config, traceNonDefaultSprReg, 14);
+MSOP_ASSERT_AT(msop_config, checkBlockId, 16);
+MSOP_ASSERT_AT(msop_config, cacheSize, 20);
+MSOP_ASSERT_AT(msop_config, demangleMode, 24);
+MSOP_ASSERT_AT(msop_config, pluginPath, 25);
+MSOP_ASSERT_AT(msop_config, kernelName, 281);
+MSOP_ASSERT_AT(msop_config, dumpPath, 2329);
+MSOP_ASSERT_AT(msop_config, gmBufferGuardSize, 2588);
+#endif
 
 MSOP_ASSERT_SIZE(msop_device_info_summary, 16);
 MSOP_ASSERT_SIZE(msop_kernel_summary, 2064);
@@ -430,7 +604,6 @@ MSOP_ASSERT_AT(msop_host_mem_record, memSize, 24);
 MSOP_ASSERT_AT(msop_host_mem_record, paramsNo, 32);
 MSOP_ASSERT_AT(msop_host_mem_record, rootAddr, 40);
 
-MSOP_ASSERT_SIZE(msop_mem_op_record, 168);
 MSOP_ASSERT_AT(msop_mem_op_record, type, 8);
 MSOP_ASSERT_AT(msop_mem_op_record, coreId, 12);
 MSOP_ASSERT_AT(msop_mem_op_record, moduleId, 16);
@@ -448,7 +621,23 @@ MSOP_ASSERT_AT(msop_mem_op_record, infoDesc, 137);
 MSOP_ASSERT_AT(msop_mem_op_record, side, 138);
 MSOP_ASSERT_AT(msop_mem_op_record, paramsNo, 144);
 MSOP_ASSERT_AT(msop_mem_op_record, rootAddr, 152);
+#if !MSOP_WIRE_SINCE_26_1_0
+MSOP_ASSERT_SIZE(msop_mem_op_record, 168);
 MSOP_ASSERT_AT(msop_mem_op_record, ignoreIllegalCheck, 160);
+#else
+MSOP_ASSERT_SIZE(msop_mem_op_record, 208);
+MSOP_ASSERT_AT(msop_mem_op_record, mainScalarPc, 160);
+MSOP_ASSERT_AT(msop_mem_op_record, ignoreIllegalCheck, 168);
+MSOP_ASSERT_AT(msop_mem_op_record, isSimt, 169);
+MSOP_ASSERT_AT(msop_mem_op_record, gmAddrOutOfBoundsRecord, 176);
+MSOP_ASSERT_SIZE(msop_gm_addr_out_of_bound_record, 32);
+MSOP_ASSERT_AT(msop_gm_addr_out_of_bound_record, userSize, 8);
+MSOP_ASSERT_AT(msop_gm_addr_out_of_bound_record, outAddr, 16);
+MSOP_ASSERT_AT(msop_gm_addr_out_of_bound_record, outSize, 24);
+MSOP_ASSERT_SIZE(msop_mem_region_permission, 24);
+MSOP_ASSERT_AT(msop_mem_region_permission, deviceId, 16);
+MSOP_ASSERT_AT(msop_mem_region_permission, flags, 20);
+#endif
 
 MSOP_ASSERT_SIZE(msop_location, 32);
 MSOP_ASSERT_AT(msop_location, lineNo, 8);
@@ -481,14 +670,15 @@ MSOP_ASSERT_AT(msop_registers, spr, 192);
 MSOP_ASSERT_AT(msop_registers, ctrl, 408);
 MSOP_ASSERT_AT(msop_registers, lreluAlpha, 448);
 MSOP_ASSERT_AT(msop_registers, rsv, 472);
-MSOP_ASSERT_SIZE(msop_check_parms_info, 12);
-MSOP_ASSERT_AT(msop_check_parms_info, checkBlockId, 4);
-MSOP_ASSERT_AT(msop_check_parms_info, defaultcheck, 6);
-MSOP_ASSERT_AT(msop_check_parms_info, registerCheck, 10);
 MSOP_ASSERT_SIZE(msop_kernel_info, 32);
 MSOP_ASSERT_AT(msop_kernel_info, kernelParamNum, 16);
 MSOP_ASSERT_AT(msop_kernel_info, kernelType, 20);
 MSOP_ASSERT_AT(msop_kernel_info, l2CacheOffset, 24);
+#if !MSOP_WIRE_SINCE_26_1_0
+MSOP_ASSERT_SIZE(msop_check_parms_info, 12);
+MSOP_ASSERT_AT(msop_check_parms_info, checkBlockId, 4);
+MSOP_ASSERT_AT(msop_check_parms_info, defaultcheck, 6);
+MSOP_ASSERT_AT(msop_check_parms_info, registerCheck, 10);
 MSOP_ASSERT_SIZE(msop_simt_info, 40);
 MSOP_ASSERT_SIZE(msop_record_global_head, 38528);
 MSOP_ASSERT_AT(msop_record_global_head, checkParms, 8);
@@ -511,6 +701,60 @@ MSOP_ASSERT_AT(msop_record_block_head, hostMemoryInfoPtr, 64);
 MSOP_ASSERT_AT(msop_record_block_head, mstxFuseScopeDepth, 72);
 MSOP_ASSERT_AT(msop_record_block_head, extraWriteSuccess, 76);
 MSOP_ASSERT_AT(msop_record_block_head, paraBase, 80);
+#else
+MSOP_ASSERT_SIZE(msop_protocol_offset_info, 56);
+MSOP_ASSERT_AT(msop_protocol_offset_info, shadowMemoryInfo, 16);
+MSOP_ASSERT_AT(msop_protocol_offset_info, simtEntryInfo, 32);
+MSOP_ASSERT_AT(msop_protocol_offset_info, blockHeadSize, 48);
+MSOP_ASSERT_SIZE(msop_simt_info, 4);
+MSOP_ASSERT_SIZE(msop_record_global_head, 55424);
+MSOP_ASSERT_AT(msop_record_global_head, checkParms, 8);
+MSOP_ASSERT_AT(msop_check_parms_info, checkBlockId, 4);
+MSOP_ASSERT_AT(msop_check_parms_info, defaultcheck, 6);
+MSOP_ASSERT_AT(msop_check_parms_info, memcheck, 7);
+#if MSOP_WIRE == MSOP_WIRE_26_1_0
+MSOP_ASSERT_SIZE(msop_check_parms_info, 16);
+MSOP_ASSERT_AT(msop_check_parms_info, racecheck, 8);
+MSOP_ASSERT_AT(msop_check_parms_info, registerCheck, 11);
+MSOP_ASSERT_AT(msop_check_parms_info, gmBufferGuardSize, 12);
+MSOP_ASSERT_AT(msop_record_global_head, kernelInfo, 24);
+MSOP_ASSERT_AT(msop_record_global_head, offsetInfo, 56);
+MSOP_ASSERT_AT(msop_record_global_head, simtInfo, 112);
+MSOP_ASSERT_AT(msop_record_global_head, supportSimt, 116);
+MSOP_ASSERT_AT(msop_record_global_head, registers, 120);
+#else
+MSOP_ASSERT_SIZE(msop_check_parms_info, 20);
+MSOP_ASSERT_AT(msop_check_parms_info, outOfBoundCheck, 8);
+MSOP_ASSERT_AT(msop_check_parms_info, racecheck, 9);
+MSOP_ASSERT_AT(msop_check_parms_info, registerCheck, 12);
+MSOP_ASSERT_AT(msop_check_parms_info, dcciCheck, 13);
+MSOP_ASSERT_AT(msop_check_parms_info, gmBufferGuardSize, 16);
+MSOP_ASSERT_AT(msop_record_global_head, kernelInfo, 32);
+MSOP_ASSERT_AT(msop_record_global_head, offsetInfo, 64);
+MSOP_ASSERT_AT(msop_record_global_head, simtInfo, 120);
+MSOP_ASSERT_AT(msop_record_global_head, supportSimt, 124);
+MSOP_ASSERT_AT(msop_record_global_head, registers, 128);
+#endif
+
+MSOP_ASSERT_SIZE(msop_block_info, 64);
+MSOP_ASSERT_AT(msop_block_info, simtSyncThreadCount, 16);
+MSOP_ASSERT_AT(msop_block_info, simtEntryUseSize, 40);
+MSOP_ASSERT_AT(msop_block_info, simtEndCount, 48);
+MSOP_ASSERT_AT(msop_block_info, simtCallCount, 52);
+MSOP_ASSERT_AT(msop_block_info, blockId, 56);
+MSOP_ASSERT_AT(msop_block_info, blockType, 58);
+MSOP_ASSERT_AT(msop_block_info, vecSubBlockDim, 59);
+MSOP_ASSERT_SIZE(msop_record_block_head, 192);
+MSOP_ASSERT_AT(msop_record_block_head, recordWriteCount, 8);
+MSOP_ASSERT_AT(msop_record_block_head, offset, 16);
+MSOP_ASSERT_AT(msop_record_block_head, writeOffset, 24);
+MSOP_ASSERT_AT(msop_record_block_head, blockInfo, 32);
+MSOP_ASSERT_AT(msop_record_block_head, hostMemoryNum, 96);
+MSOP_ASSERT_AT(msop_record_block_head, hostMemoryInfoPtr, 104);
+MSOP_ASSERT_AT(msop_record_block_head, mstxFuseScopeDepth, 112);
+MSOP_ASSERT_AT(msop_record_block_head, extraWriteSuccess, 116);
+MSOP_ASSERT_AT(msop_record_block_head, paraBase, 120);
+#endif
 
 MSOP_ASSERT_SIZE(msop_load_store_record, 56);
 MSOP_ASSERT_AT(msop_load_store_record, location, 16);
@@ -563,6 +807,9 @@ MSOP_ASSERT_AT(msop_binary_op_record, repeat, 90);
 MSOP_ASSERT_AT(msop_binary_op_record, dstBlockNum, 91);
 MSOP_ASSERT_AT(msop_binary_op_record, dstDataBits, 94);
 MSOP_ASSERT_AT(msop_binary_op_record, maskMode, 97);
+#if MSOP_WIRE == MSOP_WIRE_MASTER
+MSOP_ASSERT_AT(msop_binary_op_record, instrName, 98);
+#endif
 
 MSOP_ASSERT_SIZE(msop_sync_record, 56);
 MSOP_ASSERT_AT(msop_sync_record, src, 32);
