@@ -1,0 +1,249 @@
+"""Every measured msSanitizer wire, spoken by a model client built from the measured JSON itself.
+
+The client here packs each struct with ``struct.pack_into`` at the offsets and formats that
+``sanitizerd/compat/layouts/wires.json`` records (read with ``json`` and ``wire.unpack_wires``), never through
+``wire.Layout``'s struct/dtype machinery: a wrong table or a wrong reading of it in the daemon fails a test here
+rather than agreeing with itself. Then: clients of one release fed to a listener of another are refused before
+anything they say is misread, and the packets and heads that 26.1.0 added are fed lies, truncations and noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sanitizerd.compat import wire
+from sanitizerd.compat.connection import CompatConnection
+from sanitizerd.compat.record_types import RecordType, record_table
+from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State
+from sanitizerd.protocol import messages as m
+from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+
+SECURITY = 0x5A5A5A5A5A5A5A5A
+# The JSON's numpy formats as struct codes: the measured files use only these.
+CODES = {"u1": "B", "<u2": "H", "<u4": "I", "<u8": "Q", "i1": "b", "<i2": "h", "<i4": "i", "<i8": "q", "?": "?"}
+# MemType of DmaMovRecord's dst/srcMemType (not in the measured enums; the same in every release).
+UB, GM = 4, 6
+MALLOC, FREE = 0, 1  # MemOpType
+ACL = 3  # MemInfoSrc
+
+
+@cache
+def raw_wires() -> dict[str, dict[str, Any]]:
+    packed = json.loads((resources.files("sanitizerd.compat") / "layouts" / "wires.json").read_text())
+    return wire.unpack_wires(packed)
+
+
+def raw_named(name: str) -> dict[str, Any]:
+    """A wire's measured JSON by its name or alias (``26.1.0``, ``master``), found in the JSON, not the daemon."""
+    wires = raw_wires()
+    return wires[name] if name in wires else next(w for w in wires.values() if name in w.get("aliases", ()))
+
+
+def ceil64(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+class Client:
+    """msSanitizer's hooks of one release, as far as these tests speak them: every byte from the measured JSON."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
+        self.name: str = raw["name"]
+        self.packets: dict[str, int] = raw["packets"]
+        self.structs: dict[str, Any] = raw["structs"]
+        self.types: dict[str, int] = raw["enums"]["RecordType"]
+
+    def size(self, struct_name: str) -> int:
+        return int(self.structs[struct_name]["size"])
+
+    def has(self, struct_name: str, field: str) -> bool:
+        return field in self.structs[struct_name]["fields"]
+
+    def put(self, struct_name: str, values: Mapping[str, int | bytes], spec: Mapping[str, Any] | None = None) -> bytes:
+        """``values`` at the measured offsets of ``struct_name`` (or of ``spec``), the rest zero."""
+        spec = spec if spec is not None else self.structs[struct_name]
+        buf = bytearray(int(spec["size"]))
+        for field, value in values.items():
+            offset, fmt = spec["fields"][field][:2]
+            if isinstance(value, bytes):
+                assert fmt.startswith("S") and len(value) < int(fmt[1:]), (struct_name, field)
+                buf[offset : offset + len(value)] = value
+            else:
+                struct.pack_into("<" + CODES[fmt], buf, offset, value)
+        return bytes(buf)
+
+    def packet(self, kind: str, payload: bytes) -> bytes:
+        return struct.pack("<I", self.packets[kind]) + payload
+
+    def device_summary(self) -> bytes:
+        return self.packet(
+            "DEVICE_SUMMARY", self.put("DeviceInfoSummary", {"device": 2, "blockSize": 32, "blockNum": 24})
+        )
+
+    def kernel_summary(self, name: str = "add_custom", block_dim: int = 1) -> bytes:
+        values = {"pcStartAddr": 0x1240_0000, "blockDim": block_dim, "kernelType": 1, "kernelName": name.encode()}
+        return self.packet("KERNEL_SUMMARY", self.put("KernelSummary", values))
+
+    def mem_op(self, op: int, addr: int, size: int) -> bytes:
+        return self.put("MemOpRecord", {"type": op, "dstAddr": addr, "memSize": size, "infoSrc": ACL})
+
+    def sanitizer_record(self, version: int, body: bytes) -> bytes:
+        spec = self.structs["SanitizerRecord"]
+        payload = bytearray(self.put("SanitizerRecord", {"version": version}))
+        at = spec["fields"]["payload"][0]
+        payload[at : at + len(body)] = body
+        return self.packet("SANITIZER_RECORD", bytes(payload))
+
+    def host_op(self, op: int, addr: int, size: int = 0) -> bytes:
+        """A host malloc or free as this release's hooks send it: HostMemRecord in HOST_RECORD up to 26.0.0, a
+        MemOpRecord in MEMORY_RECORD from 26.1.0, else a MemOpRecord in a SANITIZER_RECORD (the ACL hooks')."""
+        if "HOST_RECORD" in self.packets:
+            values = {"type": op, "infoSrc": ACL, "dstAddr": addr, "memSize": size}
+            return self.packet("HOST_RECORD", self.put("HostMemRecord", values))
+        if "MEMORY_RECORD" in self.packets:
+            return self.packet("MEMORY_RECORD", self.mem_op(op, addr, size))
+        return self.sanitizer_record(0, self.mem_op(op, addr, size))  # pragma: no cover - no such release measured
+
+    def finish_record(self, record_type: int) -> bytes:
+        """SANITIZER_RECORD holding one KernelRecord of ``record_type`` (FINISH ends the kernel)."""
+        return self.sanitizer_record(1, self.put("KernelRecord", {"recordType": record_type}))
+
+    def record(self, type_name: str, values: Mapping[str, int]) -> bytes:
+        """One record of a slot: ``[u32 RecordType][payload struct]`` at this release's number and layout."""
+        struct_name, size = self.raw["payloads"][type_name]
+        body = self.put(struct_name, values, self.raw["payload_structs"][struct_name])
+        assert len(body) == size
+        return struct.pack("<I", self.types[type_name]) + body
+
+    def dma(self, dst: int, src: int, pc: int, block_id: int = 0, len_burst: int = 1) -> bytes:
+        """A DMA_MOV of one burst of ``len_burst`` 32-byte blocks from GM at ``src`` to UB at ``dst``."""
+        values = {"dst": dst, "src": src, "location.pc": pc, "location.blockId": block_id, "nBurst": 1,
+                  "lenBurst": len_burst, "dstMemType": UB, "srcMemType": GM}  # fmt: skip
+        return self.record("DMA_MOV", values)
+
+    def heads(
+        self,
+        records: bytes,
+        count: int,
+        *,
+        total: int = 1,
+        block_id: int = 0,
+        host_memory: int = 0,
+        block_head_size: int | None = None,
+        simt: bool = False,
+        write_offset: int | None = None,
+    ) -> bytes:
+        """RecordGlobalHead and RecordBlockHead at this release's offsets; ProtocolOffsetInfo where it has one,
+        true (the rounded block head and its HostMemoryInfo entries) unless ``block_head_size`` says otherwise."""
+        written = len(records) if write_offset is None else write_offset
+        glob: dict[str, int] = {"securityVal": SECURITY, "kernelInfo.totalBlockDim": total, "kernelInfo.kernelType": 1}
+        if self.has("RecordGlobalHead", "offsetInfo.blockHeadSize"):
+            true_size = ceil64(self.size("RecordBlockHead") + host_memory * self.size("HostMemoryInfo"))
+            glob["offsetInfo.blockHeadSize"] = true_size if block_head_size is None else block_head_size
+        if simt:
+            glob["supportSimt"] = 1
+        block = {"recordCount": count, "recordWriteCount": count, "offset": written, "writeOffset": written,
+                 "blockInfo.blockId": block_id, "blockInfo.blockType": 0, "hostMemoryNum": host_memory}  # fmt: skip
+        return self.put("RecordGlobalHead", glob) + self.put("RecordBlockHead", block)
+
+    def slot(self, records: list[bytes], *, trailing: bytes = b"", **head: Any) -> bytes:
+        body = b"".join(records)
+        data = self.heads(body, len(records), **head) + body + trailing
+        return struct.pack("<IQ", self.packets["KERNEL_RECORD"], len(data)) + data
+
+
+# The launch every layout is asked to carry: a buffer, a kernel reading one GM block inside it and one past it.
+BUFFER, BUFFER_SIZE = 0x12C0_C000_1000, 64
+INSIDE, PAST = BUFFER, BUFFER + BUFFER_SIZE  # the second DMA reads the 32 bytes after the buffer's end
+UB_DST = 0x100
+
+
+def launch(client: Client) -> bytes:
+    records = [client.dma(UB_DST, INSIDE, 0x10), client.dma(UB_DST + 32, PAST, 0x14)]
+    return (
+        client.device_summary()
+        + client.host_op(MALLOC, BUFFER, BUFFER_SIZE)
+        + client.kernel_summary()
+        + client.slot(records)
+        + client.host_op(FREE, BUFFER)
+    )
+
+
+# --- driving a connection ----------------------------------------------------------------------------------------
+
+
+def connect(layout: wire.WireLayout) -> CompatConnection:
+    return CompatConnection(layout, job="job-1", peer_pid=4242)
+
+
+def drain(conn: CompatConnection, out: list[m.Message]) -> None:
+    """Messages into ``out`` as they come, so that what came before an error is still there to look at."""
+    while True:
+        event = conn.next_event()
+        if event is NEED_DATA or event is CONNECTION_CLOSED:
+            return
+        out.append(event)  # type: ignore[arg-type]
+
+
+def feed_all(conn: CompatConnection, data: bytes, out: list[m.Message], *, eof: bool = True) -> None:
+    conn.receive_data(data)
+    drain(conn, out)
+    if eof:
+        conn.receive_data(b"")
+        drain(conn, out)
+
+
+def events_of(messages: list[m.Message]) -> np.ndarray:
+    data = b"".join(bytes(x.records) for x in messages if isinstance(x, m.Events))
+    return np.frombuffer(data, dtype=EVENT_DTYPE)
+
+
+LAYOUT_NAMES = list(wire.LAYOUTS)
+
+
+def test_the_json_and_the_daemon_know_the_same_wires() -> None:
+    assert set(raw_wires()) == set(wire.LAYOUTS) and len(LAYOUT_NAMES) == 59
+    for alias in ("26.0.0", "26.1.0", "master"):
+        assert wire.layout_named(alias) is wire.LAYOUTS[raw_named(alias)["name"]]
+
+
+# --- 1. every measured wire, one launch ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", LAYOUT_NAMES)
+def test_one_launch_on_every_measured_wire(name: str) -> None:
+    layout = wire.LAYOUTS[name]
+    client = Client(raw_wires()[name])
+    conn = connect(layout)
+    got: list[m.Message] = []
+    feed_all(conn, launch(client), got)
+    useful = [x for x in got if not isinstance(x, m.Log)]  # "kernel binary unreadable" and the like
+    kinds = [type(x).__name__ for x in useful]
+    n_events = kinds.count("Events")
+    assert kinds == ["DeviceSummary", "HostOp", "KernelBegin", *["Events"] * n_events, "KernelEnd", "HostOp", "Close"]
+    assert n_events >= 1
+    malloc, begin, end, free = useful[1], useful[2], useful[-3], useful[-2]
+    assert (malloc.op, malloc.address, malloc.size, malloc.source) == ("malloc", BUFFER, BUFFER_SIZE, "acl")
+    assert (free.op, free.address) == ("free", BUFFER)
+    assert (begin.name, begin.block_dim, begin.kernel_type, begin.pc_start) == ("add_custom", 1, "aiv", 0x1240_0000)
+    assert end.kernel == begin.kernel and end.problems == [] and end.lost == []
+    events = events_of(got)
+    reads = events[events["kind"] == EventKind.READ]
+    writes = events[events["kind"] == EventKind.WRITE]
+    assert sorted(reads["address"].tolist()) == [INSIDE, PAST]
+    assert sorted(writes["address"].tolist()) == [UB_DST, UB_DST + 32]
+    assert set(reads["block_size"].tolist()) == {32}
+    assert events["kind"][-1] == EventKind.BLOCK_FINISH
+    answer = conn.send(m.Verdict(kernel=end.kernel, events=len(events), errors=1, warnings=0))
+    assert answer == struct.pack("<III", raw_wires()[name]["packets"]["KERNEL_RECORD_RESPONSE"], 1, 0)
