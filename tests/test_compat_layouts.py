@@ -19,9 +19,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.connection import CompatConnection
+from sanitizerd.compat.record_types import RecordType, record_table
 from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
@@ -146,7 +149,8 @@ class Client:
         written = len(records) if write_offset is None else write_offset
         glob: dict[str, int] = {"securityVal": SECURITY, "kernelInfo.totalBlockDim": total, "kernelInfo.kernelType": 1}
         if self.has("RecordGlobalHead", "offsetInfo.blockHeadSize"):
-            true_size = ceil64(self.size("RecordBlockHead") + host_memory * self.size("HostMemoryInfo"))
+            # A u32 on the device: a count no device could hold wraps, as the C assignment would.
+            true_size = ceil64(self.size("RecordBlockHead") + host_memory * self.size("HostMemoryInfo")) & 0xFFFFFFFF
             glob["offsetInfo.blockHeadSize"] = true_size if block_head_size is None else block_head_size
         if simt:
             glob["supportSimt"] = 1
@@ -413,3 +417,203 @@ def test_identical_wires_accept_each_other() -> None:
     for client, server in ((a, b), (b, a)):
         out, error = read_by(server, launch(client_of(client)))
         assert error is None and said(out) == said(read_by(client, launch(client_of(client)))[0])
+
+
+# --- 3. hostile input on what 26.1.0 added ------------------------------------------------------------------------
+
+NEW = client_of(R26_1)
+HEADS_26_1 = 55_424 + 192
+
+
+def permission(addr: int = 0x1000, size: int = 4096, device: int = 0, flags: int = 3) -> bytes:
+    values = {"addr": addr, "size": size, "deviceId": device, "flags": flags}
+    return NEW.packet("MEM_REGION_PERMISSION", NEW.put("MemRegionPermissionDesc", values))
+
+
+def out_of_bound(user: int = 0x1000, user_size: int = 64, out: int = 0x1040, out_size: int = 32) -> bytes:
+    values = {"userAddr": user, "userSize": user_size, "outAddr": out, "outSize": out_size}
+    return NEW.packet("GM_ADDR_OUT_OF_BOUND_RECORD", NEW.put("GMAddrOutOfBoundRecord", values))
+
+
+def refused_by(layout_name: str, data: bytes, reason: str, *, eof: bool = False) -> str:
+    conn = connect(wire.layout_named(layout_name) or wire.LAYOUTS[layout_name])
+    out: list[m.Message] = []
+    with pytest.raises(RemoteProtocolError) as caught:
+        feed_all(conn, data, out, eof=eof)
+    assert caught.value.reason == reason, str(caught.value)
+    assert conn.state is State.ERROR and conn.buffered == 0
+    return str(caught.value)
+
+
+def test_the_new_packets_are_numbered_as_measured() -> None:
+    assert (NEW.packets["MEM_REGION_PERMISSION"], NEW.packets["GM_ADDR_OUT_OF_BOUND_RECORD"]) == (1003, 1005)
+    assert (NEW.size("MemRegionPermissionDesc"), NEW.size("GMAddrOutOfBoundRecord")) == (24, 32)
+    assert NEW.size("RecordGlobalHead") + NEW.size("RecordBlockHead") == HEADS_26_1
+
+
+@pytest.mark.parametrize("data", [permission(), out_of_bound()], ids=["permission", "out_of_bound"])
+def test_the_new_packets_truncated_anywhere_at_eof(data: bytes) -> None:
+    out, error = read_by(R26_1, data)
+    assert error is None and len([x for x in out if isinstance(x, m.Log)]) == 1  # whole, it is said
+    for cut in range(1, len(data)):
+        refused_by(R26_1, data[:cut], "truncated", eof=True)
+
+
+def test_the_new_packets_with_huge_values_are_said_not_followed() -> None:
+    top64, top32 = 2**64 - 1, 2**32 - 1
+    data = permission(top64, top64, top32, top32) + out_of_bound(top64, top32, top64, top32) + NEW.device_summary()
+    out, error = read_by(R26_1, data)
+    assert error is None
+    logs = [x.text for x in out if isinstance(x, m.Log)]
+    assert len(logs) == 2 and "0xffffffffffffffff" in logs[0] and "0xffffffffffffffff" in logs[1]
+    assert [type(x).__name__ for x in out if not isinstance(x, m.Log)] == ["DeviceSummary", "Close"]
+
+
+def test_the_new_packets_repeated_are_held_in_bounded_memory() -> None:
+    """Twenty thousand of each, fed in 64 KiB reads: nothing piles up but the read's own bytes."""
+    data = (permission() + out_of_bound()) * 20_000
+    conn = connect(wire.LAYOUTS[raw_named(R26_1)["name"]])
+    logs = held = 0
+    step = 64 << 10
+    for i in range(0, len(data), step):
+        conn.receive_data(data[i : i + step])
+        out: list[m.Message] = []
+        drain(conn, out)
+        logs += sum(isinstance(x, m.Log) for x in out)
+        held = max(held, conn.buffered)
+    assert held < 64  # at most one packet's part, waiting for the rest
+    conn.receive_data(b"")
+    out = []
+    drain(conn, out)
+    assert logs + sum(isinstance(x, m.Log) for x in out) == 40_000
+
+
+def new_slot(records: list[bytes] | None = None, **head: Any) -> bytes:
+    records = [NEW.dma(UB_DST, INSIDE, 0x10)] if records is None else records
+    return NEW.kernel_summary() + NEW.slot(records, **head)
+
+
+def test_a_true_protocol_offset_info_with_host_memory_is_accepted() -> None:
+    """The control for the lies below: five HostMemoryInfo entries make a 192 + 5 * 24 = 312, so 320-byte, head."""
+    assert NEW.heads(b"", 0, host_memory=5)[104:108] == struct.pack("<I", 320)
+    out, error = read_by(R26_1, new_slot(host_memory=5))
+    assert error is None and [x.problems for x in out if isinstance(x, m.KernelEnd)] == [[]]
+
+
+@pytest.mark.parametrize(
+    ("block_head_size", "host_memory"),
+    [(0, 0), (192, 5), (2**32 - 1, 0), (320, 0), (256, 0)],
+    ids=["zero", "192_with_5_entries", "u32_max", "320_with_none", "256"],
+)
+def test_a_lying_protocol_offset_info_ends_the_connection(block_head_size: int, host_memory: int) -> None:
+    text = refused_by(R26_1, new_slot(block_head_size=block_head_size, host_memory=host_memory), "wire_mismatch")
+    assert f"blockHeadSize is {block_head_size}" in text
+
+
+def test_a_write_offset_past_the_packet_ends_the_connection() -> None:
+    record = NEW.dma(UB_DST, INSIDE, 0x10)
+    text = refused_by(R26_1, new_slot([record], write_offset=2 * len(record)), "wire_mismatch")
+    assert f"writeOffset says {2 * len(record)}" in text
+
+
+@pytest.mark.parametrize("length", [0, 1, 38_656, HEADS_26_1 - 1])
+def test_a_slot_shorter_than_the_heads_is_another_releases(length: int) -> None:
+    data = NEW.kernel_summary() + struct.pack("<IQ", 1001, length) + bytes(length)
+    assert str(HEADS_26_1) in refused_by(R26_1, data, "wire_mismatch")
+
+
+def test_simt_trailing_bytes_are_not_records() -> None:
+    """supportSimt: the SIMT part follows the writeOffset bytes of records, and is never decoded as records."""
+    trailing = NEW.dma(UB_DST, 0xDEAD_0000, 0x20) * 4 + b"\xff" * 100
+    data = new_slot([NEW.dma(UB_DST, INSIDE, 0x10)], simt=True, trailing=trailing) + NEW.host_op(FREE, BUFFER)
+    out, error = read_by(R26_1, data)
+    assert error is None
+    events = events_of(out)
+    assert events[events["kind"] == EventKind.READ]["address"].tolist() == [INSIDE]
+    assert [type(x).__name__ for x in out if not isinstance(x, m.Log | m.Events)][-3:] == [
+        "KernelEnd",
+        "HostOp",
+        "Close",
+    ]
+    # Without supportSimt the same bytes are a slot that does not add up.
+    refused_by(R26_1, new_slot([NEW.dma(UB_DST, INSIDE, 0x10)], trailing=trailing), "wire_mismatch")
+
+
+def test_finish_is_renumbered_between_releases() -> None:
+    """26.1.0 numbers FINISH 100002 (KERNEL_FINISH took 100001); April's FINISH is 100001 and 100002 is nothing."""
+    assert record_table(wire.layout_named(R26_1)).wire(RecordType.FINISH) == 100002  # type: ignore[arg-type]
+    assert record_table(wire.LAYOUTS[APRIL]).wire(RecordType.FINISH) == 100001
+    new = NEW.kernel_summary("k") + NEW.finish_record(100002)
+    conn = connect(wire.layout_named(R26_1))  # type: ignore[arg-type]
+    out: list[m.Message] = []
+    feed_all(conn, new + NEW.device_summary(), out, eof=False)
+    begin, end = [x for x in out if isinstance(x, m.KernelBegin | m.KernelEnd)]
+    assert end == m.KernelEnd(kernel=begin.kernel)  # ended by FINISH, before any EOF
+    old = client_of(APRIL)
+    out, error = read_by(APRIL, old.kernel_summary("k") + old.finish_record(100002))
+    assert error is None
+    (end,) = [x for x in out if isinstance(x, m.KernelEnd)]
+    assert any("closed before the kernel's FINISH" in text for text in end.problems)  # 100002 ended nothing
+    out, error = read_by(APRIL, old.kernel_summary("k") + old.finish_record(100001) + old.device_summary())
+    assert error is None and next(x for x in out if isinstance(x, m.KernelEnd)).problems == []
+
+
+FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZED = [R26_1, MASTER]
+
+
+def fed_to_the_end(layout_name: str, data: bytes, chunk: int) -> None:
+    """Only native messages come out, or a RemoteProtocolError: nothing else escapes, nothing is kept after it."""
+    conn = CompatConnection(wire.layout_named(layout_name), job="job-1", peer_pid=4242, chunk_size=256)  # type: ignore[arg-type]
+    out: list[m.Message] = []
+    try:
+        for i in range(0, len(data), chunk):
+            conn.receive_data(data[i : i + chunk])
+            drain(conn, out)
+        conn.receive_data(b"")
+        drain(conn, out)
+    except RemoteProtocolError:
+        assert conn.state is State.ERROR and conn.buffered == 0
+    assert all(isinstance(x, m.Message) for x in out)
+
+
+@pytest.mark.parametrize("layout_name", FUZZED)
+@FUZZ
+@given(data=st.binary(max_size=800), chunk=st.integers(1, 64))
+def test_random_bytes_to_the_new_wires(layout_name: str, data: bytes, chunk: int) -> None:
+    fed_to_the_end(layout_name, data, chunk)
+
+
+@pytest.mark.parametrize("layout_name", FUZZED)
+@FUZZ
+@given(
+    kind=st.sampled_from([0, 1, 2, 3, 1000, 1001, 1002, 1003, 1004, 1005, 3000, 3001, 7, 0xFFFFFFFF]),
+    length=st.integers(0, 2**64 - 1) | st.integers(0, HEADS_26_1 + 600),
+    body=st.binary(max_size=600),
+    repeat=st.integers(1, 4),
+    chunk=st.integers(1, 4096),
+)
+def test_random_typed_packets_to_the_new_wires(
+    layout_name: str, kind: int, length: int, body: bytes, repeat: int, chunk: int
+) -> None:
+    fed_to_the_end(layout_name, (struct.pack("<IQ", kind, length) + body) * repeat, chunk)
+
+
+@pytest.mark.parametrize("layout_name", FUZZED)
+@FUZZ
+@given(
+    records=st.binary(max_size=1500),
+    count=st.integers(0, 2**64 - 1) | st.integers(0, 30),
+    host_memory=st.integers(0, 2**32 - 1) | st.integers(0, 8),
+    block_head_size=st.none() | st.integers(0, 2**32 - 1),
+    simt=st.booleans(),
+    chunk=st.integers(512, 8192),  # the heads alone are 55 616 bytes: a byte at a time would take seconds
+)
+def test_random_slots_to_the_new_wires(
+    layout_name: str, records: bytes, count: int, host_memory: int, block_head_size: int | None, simt: bool, chunk: int
+) -> None:
+    client = client_of(layout_name)
+    heads = client.heads(records, count, host_memory=host_memory, block_head_size=block_head_size, simt=simt)
+    body = heads + records
+    data = client.kernel_summary() + struct.pack("<IQ", client.packets["KERNEL_RECORD"], len(body)) + body
+    fed_to_the_end(layout_name, data + client.host_op(MALLOC, 1, 1), chunk)
