@@ -393,7 +393,8 @@ def test_neighbouring_wires_are_read_alike_or_refused(client: str, server: str) 
     are the same (their releases differ only in the Config, in record types this launch does not send, or in
     payload structs it does not use) it is accepted and read exactly as by its own listener; where they differ it
     is either refused before anything is misread, or its differences lie in fields no listener reads (a
-    ProtocolOffsetInfo a release without one ignores), and then it too must be read exactly as by its own."""
+    ProtocolOffsetInfo a release without one ignores), and then it too must be read exactly as by its own. The
+    one exception is RENUMBERED_RECORDS: accepted, and its records become the kernel's problems, never accesses."""
     data = launch(client_of(client))
     truth = said(read_by(client, data)[0])
     out, error = read_by(server, data)
