@@ -390,26 +390,43 @@ def test_undefined_ipc_operation_answered_fail_at_once() -> None:
     assert conn.data_to_send() == b""
 
 
-def test_a_fixed_packet_is_said_once_the_next_packet_begins_where_it_should() -> None:
-    """A client of another release writes structs of other sizes: the first sign is garbage where the next packet
-    should begin. So a host record is held until the next packet's type is read, and a misread one never reaches
-    a detector: here a 208-byte MemOpRecord (26.1.0's packet 1000) read as April's 48-byte HostMemRecord."""
+def test_what_a_client_says_is_held_until_a_slot_of_this_release_adds_up() -> None:
+    """A client of another release writes structs of other sizes, which read as valid packets for a while before
+    garbage shows. So nothing it says goes out until one of its slots' heads add up (or the stream ends, or it asks
+    for an IPC answer), and a misread host record never reaches a detector: here a 208-byte MemOpRecord (26.1.0's
+    packet 1000) read as April's 48-byte HostMemRecord, with a DEVICE_SUMMARY's number in its zeros."""
     conn = connection()
-    conn.receive_data(host_record(1, 0x12C0C0001000))  # a free: would be an illegal free at once
+    conn.receive_data(host_record(1, 0x12C0C0001000) + device_summary() + kernel_summary())  # a free: illegal at once
     assert drain(conn) == []
-    conn.receive_data(device_summary())
-    (op,) = drain(conn)  # the summary itself now waits for what follows it
-    assert isinstance(op, m.HostOp) and op.op == "free"
+    conn.receive_data(slot(1, [dma_record(0x10, 8, 0, 0)]))  # heads that add up: April's, so the rest goes out
+    got = drain(conn)
+    assert kinds(got)[:3] == ["HostOp", "DeviceSummary", "KernelBegin"] and "KernelEnd" in kinds(got)
+    conn.receive_data(host_record(0, 0x20, 8))
+    assert kinds(drain(conn)) == ["HostOp"]  # this release's client: nothing held any more
     other = bytearray(208)
     struct.pack_into("<QIii", other, 0, 0, 1, -1, -1)  # serialNo, FREE, coreId, moduleId
     struct.pack_into("<QQii", other, 24, 0, 0x12C0C0001000, 1, 1)
-    struct.pack_into("<Q", other, 48, 0x8020)  # memSize: where April's next packet type would be
+    struct.pack_into("<Q", other, 48, 0x8020)  # memSize, where April's next packet's type would be
     refused_conn = connection()
     refused_conn.receive_data(packet(1000, bytes(other)))
     with pytest.raises(RemoteProtocolError) as caught:
         drain(refused_conn)
-    assert "another msSanitizer release" in str(caught.value)
+    assert caught.value.reason == "wire_mismatch" and "another msSanitizer release" in str(caught.value)
     assert refused_conn.state is State.ERROR
+
+
+def test_a_client_that_never_launches_is_held_at_most_max_held_messages() -> None:
+    """Host records with no slot to show the release: they go out past MAX_HELD (bounded memory), and at the end."""
+    from sanitizerd.compat.connection import MAX_HELD
+
+    conn = connection()
+    conn.receive_data(b"".join(host_record(0, 0x1000 + 64 * i, 32) for i in range(MAX_HELD + 1)))
+    got = drain(conn)
+    assert len(got) == MAX_HELD + 1 and all(isinstance(x, m.HostOp) for x in got)
+    conn.receive_data(host_record(0, 0x90000, 32))
+    assert drain(conn) == []
+    conn.receive_data(b"")
+    assert kinds(drain(conn)) == ["HostOp", "Close"]
 
 
 def test_memory_record_carries_its_source_line() -> None:
@@ -422,8 +439,9 @@ def test_memory_record_carries_its_source_line() -> None:
 
 def test_single_kernel_records_finish_ends_the_kernel_without_an_answer() -> None:
     conn = connection()
-    conn.receive_data(kernel_summary("k") + kernel_record_single(100001) + device_summary())
-    begin, end = drain(conn)
+    conn.receive_data(kernel_summary("k") + kernel_record_single(100001) + b"")
+    conn.receive_data(b"")  # the ACL hooks send no slot: what they say goes out at the end (or MAX_HELD)
+    begin, end, _close = drain(conn)
     assert isinstance(begin, m.KernelBegin) and begin.name == "k" and begin.kernel_type == "aiv"
     assert end == m.KernelEnd(kernel=begin.kernel)
     verdict = m.Verdict(kernel=begin.kernel, events=0, errors=0, warnings=0)
@@ -475,7 +493,7 @@ def refused(data: bytes, reason: str, *, eof: bool = False) -> str:
 
 class TestBounds:
     def test_unknown_packet_type(self) -> None:
-        assert "unknown packet type 7" in refused(packet(7, b"x" * 16), "bad_packet")
+        assert "unknown packet type 7" in refused(packet(7, b"x" * 16), "wire_mismatch")
 
     def test_server_packets_from_the_client(self) -> None:
         assert "server's" in refused(packet(3001, struct.pack("<II", 1, 0)), "bad_packet")

@@ -43,6 +43,9 @@ except ImportError:  # pragma: no cover - until it is merged: no locations
 # Record bytes handed to the decoder at once. The slot's bytes held at any time stay within about this (plus one
 # record the decoder could not finish): a slot may be gigabytes.
 CHUNK_SIZE: Final = 2 << 20
+# Messages held at most until the stream has shown it speaks this release (CompatConnection._release): a client
+# that sends many host records before its first launch has them released past this many.
+MAX_HELD: Final = 4096
 # Variable packets that are held whole before they are used: a kernel's ELF (with DWARF) and one hook log line.
 MAX_KERNEL_BINARY: Final = 256 << 20
 MAX_LOG_STRING: Final = 64 << 10
@@ -139,8 +142,11 @@ class CompatConnection:
         self._buffer = ReceiveBuffer()
         self._eof = False
         self._ended = False  # the close at EOF has been returned
-        self._out: deque[m.Message] = deque()  # messages decoded, not returned yet
-        self._held: deque[m.Message] = deque()  # the last fixed packet's, until the next packet's type is read
+        # Messages decoded (``_out``) are held until the stream has shown it speaks this release (``_confirmed``),
+        # then returned (``_ready``): see ``_release``.
+        self._out: deque[m.Message] = deque()
+        self._ready: deque[m.Message] = deque()
+        self._confirmed = False
         self._cuts: list[tuple[str, int]] = []
         self._to_send = bytearray()  # replies the connection makes itself (data_to_send)
         # framing
@@ -206,8 +212,11 @@ class CompatConnection:
         if self.state is State.ERROR:
             raise RemoteProtocolError("connection is in ERROR after an earlier protocol error", reason="bad_packet")
         try:
-            while not self._out:
-                if not self._step():
+            while not self._ready:
+                progress = self._step()
+                if self._out and (self._confirmed or len(self._out) > MAX_HELD):
+                    self._release()
+                if not progress and not self._ready:
                     if self._eof and not self._ended:
                         self._at_eof()
                         continue
@@ -215,7 +224,7 @@ class CompatConnection:
         except RemoteProtocolError:
             self._fail()
             raise
-        message = self._out.popleft()
+        message = self._ready.popleft()
         self._cuts.extend(cap_strings(message))
         return message
 
@@ -241,7 +250,7 @@ class CompatConnection:
 
     def _fail(self) -> None:
         self.state = State.ERROR
-        self._held.clear()
+        self._ready.clear()
         self._buffer = ReceiveBuffer()
         self._slot = None
         self._out.clear()
@@ -258,7 +267,6 @@ class CompatConnection:
                 return False
             (packet,) = PACKET_HEAD.unpack(buffer.take(PACKET_HEAD.size))
             self._packet = self._known(packet)
-            self._release()  # the packet before ended where a packet of this release begins
         packet = self._packet
         size = self._sizes.get(packet)
         if size is None:
@@ -268,24 +276,19 @@ class CompatConnection:
             return False
         payload = bytes(buffer.take(size))
         self._packet = None
+        self._handlers[packet](payload)
         if self._kinds[packet] is PacketType.IPC_RECORD:
-            self._handlers[packet](payload)  # its client waits for the answer: nothing can be held
-            return True
-        # What a fixed packet says is held until the next packet's type is read: a client of another release
-        # writes structs of other sizes, and the first sign of it is usually the garbage where the next packet
-        # should begin. Held, a misread host record never reaches a detector (a false illegal free, say).
-        out, self._out = self._out, deque()
-        try:
-            self._handlers[packet](payload)
-        finally:
-            self._held.extend(self._out)
-            self._out = out
+            self._release()  # its client waits for the answer: what came before it cannot wait either
         return True
 
     def _release(self) -> None:
-        if self._held:
-            self._out.extend(self._held)
-            self._held.clear()
+        """What was decoded goes out. Until the stream has shown that it speaks this release (a slot whose heads add
+        up, ``_read_heads``), what it says is held: a client of another release writes structs of other sizes,
+        which read as valid packets for a while (zero padding is DEVICE_SUMMARY's number in every release) before
+        garbage shows, and held, a misread host record never reaches a detector (a false illegal free, say). The
+        stream's end, an IPC request (its client waits for the answer) and MAX_HELD messages release it too."""
+        self._ready.extend(self._out)
+        self._out.clear()
 
     def _known(self, packet: int) -> int:
         kind = self._kinds.get(packet)
@@ -638,6 +641,7 @@ class CompatConnection:
             slot.skipping = True
             return
         mismatch = record_buffer.wire_mismatch(heads, self.layout, slot.length)
+        self._confirmed = not mismatch  # a client of this release: nothing it says from now on is held
         if mismatch:
             # Heads that do not add up are heads read at another release's offsets (or a program that overwrote
             # the whole head, security value aside): nothing read on this connection can be trusted, so it ends
@@ -795,7 +799,6 @@ class CompatConnection:
     def _at_eof(self) -> None:
         """The hooks have no goodbye: their process ending is the session's close. A kernel still open is ended
         with what arrived, and says so."""
-        self._release()  # the stream ended where a packet would begin
         kernel = self._kernel
         if kernel is not None and kernel.begun:
             self._end_kernel(
@@ -807,6 +810,7 @@ class CompatConnection:
             )
         self._kernel = None
         self._out.append(m.Close())
+        self._release()  # the stream ended between packets: what it said goes out, then the close
         self._ended = True
 
     # --- sending -------------------------------------------------------------------------------------------
