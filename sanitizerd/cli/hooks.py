@@ -49,8 +49,11 @@ HOME_ENVS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 TOOL_LIB_DIR = Path("tools/mssanitizer/lib64")
 LAYOUT_ENV = "SANITIZERD_COMPAT_LAYOUT"
 INJECTION = "libmssanitizer_injection.so"  # the library that carries msopcom's revision
-TOOL_BINARY = Path("bin/mssanitizer.bin")  # under the tool directory: carries msSanitizer's commit
-NO_WIRE = "none"  # releases.wire_of_injection's answer for an msopcom whose structs match no msSanitizer wire
+# Under the tool directory, where msSanitizer's commit is compiled in: a release build links mssanitizer.bin to
+# lib64/libascend_san.so.<version>, which holds the commit (`--version` prints it from there), and a build of the
+# tool as one binary holds it in mssanitizer.bin. The first of these that holds a commit is the tool's.
+TOOL_BINARIES = (Path("bin/mssanitizer.bin"), Path("lib64/libascend_san.so"))
+TOOL_BINARY = TOOL_BINARIES[0]
 HEAP_MODES = {"check_device_heap": "--check-device-heap", "check_cann_heap": "--check-cann-heap"}
 
 VERSION_INFO = Path("share/info/mindstudio-sanitizer/version.info")
@@ -178,12 +181,23 @@ class Release:
         return f"{version}, {tool}, {injection}"
 
 
+def _pair(tool_wire: str, injection_wire: str) -> bool:
+    tool, injection = wire.layout_named(tool_wire), wire.layout_named(injection_wire)
+    if tool is None or injection is None:
+        return tool_wire == injection_wire
+    return wire.same_outer_wire(tool, injection)
+
+
 def identify(directory: Path, env: Mapping[str, str]) -> Release:
     """The release of the hooks in ``directory``, by the commits compiled into its binaries (module docstring)."""
     version, version_file = read_version(directory, env)
-    tool_binary = tool_root(directory) / TOOL_BINARY
+    tool_binary, tool_commit = tool_root(directory) / TOOL_BINARY, ""
+    for candidate in TOOL_BINARIES:
+        tool_commit = read_commit(tool_root(directory) / candidate, releases.tool_commits())
+        if tool_commit:
+            tool_binary = tool_root(directory) / candidate
+            break
     injection_library = directory / INJECTION
-    tool_commit = read_commit(tool_binary, releases.tool_commits())
     injection_commit = read_commit(injection_library, releases.injection_commits())
     tool_wire = releases.wire_of_tool(tool_commit) if tool_commit else None
     injection_wire = releases.wire_of_injection(injection_commit) if injection_commit else None
@@ -195,10 +209,10 @@ def identify(directory: Path, env: Mapping[str, str]) -> Release:
     def refused(problem: str) -> Release:
         return dataclasses.replace(facts, problem=problem)
 
-    if injection_wire == NO_WIRE:
-        return refused(f"its injection library (msopcom {injection_commit[:8]}) speaks no wire sanitizerd has")
-    if tool_wire and injection_wire and tool_wire != injection_wire:
-        # The tool and the library it preloads write their structs together: a pair of two wires is neither.
+    if tool_wire and injection_wire and not _pair(tool_wire, injection_wire):
+        # The tool and the library it preloads write their structs together: a pair that disagrees on what the
+        # library writes is neither release. (msopcom is measured on the outer structs alone, its own copies, and
+        # mapped to the latest wire they match: a pair of two wires alike there is one release.)
         return refused(
             f"its msSanitizer (mssanitizer {tool_commit[:8]}: wire {tool_wire}) and its injection library (msopcom "
             f"{injection_commit[:8]}: wire {injection_wire}) speak different wires"

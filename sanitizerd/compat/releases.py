@@ -30,8 +30,8 @@ def wire_of_tool(commit: str) -> str | None:
 
 
 def wire_of_injection(commit: str) -> str | None:
-    """The wire an injection library built from msopcom's ``commit`` speaks; None for a commit not measured, and
-    ``"none"`` for one whose structs match no msSanitizer wire."""
+    """The wire an injection library built from msopcom's ``commit`` speaks (the latest msSanitizer wire whose outer
+    structs, the only ones msopcom has copies of, it matches); None for a commit not measured."""
     return _commits()["msopcom"].get(commit.lower())
 
 

@@ -472,6 +472,20 @@ DEFAULT_LAYOUT: Final = "mssanitizer-4a419f05"
 MSSANITIZER_4A419F05: Final = LAYOUTS[DEFAULT_LAYOUT]
 
 
+def same_outer_wire(a: WireLayout, b: WireLayout) -> bool:
+    """Whether the injection library of one release writes what the other's listener reads: the Config, the packet
+    numbers, the structs the packets carry and the record heads. (msopcom keeps its own copies of these and nothing
+    else, so an msopcom commit is measured, and matched, on these alone.)"""
+    if a is b:
+        return True
+    names = {*PACKET_STRUCTS.values(), "RecordGlobalHead", "RecordBlockHead", "HostMemoryInfo"}
+    return (
+        a.config == b.config
+        and dict(a.packet_types) == dict(b.packet_types)
+        and all(a.structs.get(name) == b.structs.get(name) for name in names)
+    )
+
+
 def ipc_views(layout: WireLayout) -> dict[int, Layout]:
     """IPCMemRecord's union, one struct per member, by IPCOperationType: each reads ``type`` and its member."""
     record = layout.structs["IPCMemRecord"]
