@@ -499,9 +499,25 @@ def ipc_views(layout: WireLayout) -> dict[int, Layout]:
 
 
 def other_releases_text(layout: WireLayout) -> str:
-    """The sizes of this layout and of the others sanitizerd knows, for a refusal that names both."""
-    others = "; ".join(other.sizes_text() for other in LAYOUTS.values() if other.name != layout.name)
-    return f"this listener speaks {layout.sizes_text()} (others: {others}): are the hooks of another release?"
+    """The sizes of this layout and of the other releases sanitizerd knows (each size once, named by a release
+    branch where one has it), for a refusal that names both."""
+    groups: dict[tuple[int, int, int], list[WireLayout]] = {}
+    for other in LAYOUTS.values():
+        if other is not layout:
+            groups.setdefault((other.config.size, other.global_head.size, other.block_head.size), []).append(other)
+    others = "; ".join(
+        f"Config {config} B, heads {head} + {block} B ({', '.join(_known_names(members))})"
+        for (config, head, block), members in sorted(groups.items())
+    )
+    return f"this listener speaks {layout.sizes_text()}; other releases: {others}. Are the hooks of another release?"
+
+
+def _known_names(layouts: list[WireLayout]) -> list[str]:
+    """A few names a user would recognise: release branches first, then the layouts themselves."""
+    aliases = [layout.name for layout in layouts if layout.name == DEFAULT_LAYOUT]
+    aliases += [alias for layout in layouts for alias in layout.aliases if not alias.startswith("br_")]
+    names = aliases or [layout.name for layout in layouts]
+    return [*names[:3], f"{len(layouts) - 3} more"] if len(names) > 3 and not aliases else names[:3]
 
 
 # --- encoding ----------------------------------------------------------------------------------------------------
