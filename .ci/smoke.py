@@ -36,7 +36,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 DEMO = CHECKOUT / "examples" / "add_custom.py"
 STEP_TIMEOUT = 60  # seconds for one command; the whole smoke takes well under a minute on CI's machine
 INSTALL_TIMEOUT = 300  # pip may have to download the dependencies its cache lacks
-# The msSanitizer release whose wire the C client speaks (tests/test_hooks.py: hooks.RELEASES[0]); named here as a user
+# The msSanitizer release whose wire the C client speaks by default (April's: client_shim/native); named here as a user
 # names it, since no hooks are installed on a machine without CANN.
 LAYOUT = "mssanitizer-4a419f05"
 # The demo's four planted bugs, as msSanitizer reports them, and the summary's count of them.

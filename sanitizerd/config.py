@@ -107,8 +107,8 @@ them with the defaults.
     3600; default 30.
 ``max_compat_sockets``
     sockets in msSanitizer's form (one per ``sanitizerd run`` on a CANN host, for its job's hook libraries) open at
-    once over all users; one more is refused (``request_limit``) and that run checks only ``client_shim``
-    programs. An integer from 1 to 2^16; default 256.
+    once over all users; one more is refused (``request_limit``) and that run fails before its program starts
+    (``--allow-unchecked`` runs it without the hooks). An integer from 1 to 2^16; default 256.
 ``max_compat_sockets_per_uid``
     the same, per uid. An integer from 1 to 2^16; default 16.
 ``admin_groups`` (``--admin-group``, repeatable)
