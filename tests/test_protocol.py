@@ -817,6 +817,7 @@ class TestErrorReasons:
             "frame_timeout",
             "idle_timeout",
             "resource_limit",
+            "wire_mismatch",
         }
 
 
