@@ -98,10 +98,10 @@ def build(records: int, shuffle: bool = False) -> tuple[bytes, int]:
         region = b"".join([one[i] for i in order.tolist()])
     else:  # the tile's bytes repeated (the decoder's speed does not depend on the addresses differing)
         region = b"".join(one) * tiles
-    head = bytearray(rb.HEADS_SIZE)
+    head = bytearray(APRIL.heads_size)
     struct.pack_into("<Q", head, 0, rb.SECURITY_VALUE)
-    struct.pack_into("<QQQQ", head, rb.GLOBAL_HEAD_SIZE, count, count, len(region), len(region))
-    struct.pack_into("<B", head, rb.GLOBAL_HEAD_SIZE + 49, 2)
+    struct.pack_into("<QQQQ", head, APRIL.global_head.size, count, count, len(region), len(region))
+    struct.pack_into("<B", head, APRIL.global_head.size + 49, 2)
     struct.pack_into("<I", head, 24, 1)  # kernelInfo.totalBlockDim: one slot, so the kernel ends with it
     return bytes(head) + region, count
 
@@ -134,7 +134,7 @@ def decode(data: bytes, chunk: int) -> tuple[int, int, list[str]]:
     """Feed the record region as a connection does: up to ``chunk`` new bytes at a time, after whatever the decoder
     left unconsumed (here a view of the same buffer, so the harness copies nothing)."""
     decoder = rb.SlotDecoder(rb.read_heads(data, APRIL), BlockContext(0, CHIPS["910B1"]), 0)
-    region = memoryview(data)[rb.HEADS_SIZE :]
+    region = memoryview(data)[APRIL.heads_size :]
     events = 0
     consumed = 0
     arrived = 0
@@ -174,7 +174,7 @@ def main() -> None:
         cpu = min(cpu, time.process_time() - cpu_started)
     assert records == count, (records, count)
     print(f"command: {' '.join(['benchmarks/compat.py', *sys.argv[1:]])}")
-    print(f"records: {count:,} in {len(data) - rb.HEADS_SIZE:,} bytes, chunks of {args.chunk_mib:g} MiB, "
+    print(f"records: {count:,} in {len(data) - APRIL.heads_size:,} bytes, chunks of {args.chunk_mib:g} MiB, "
           f"numpy {np.__version__}, one core")  # fmt: skip
     print(f"mix per tile: 3 DMA_MOV, 6 SET/WAIT_FLAG, 1 PIPE_BARRIER, 1 BINARY_OP "
           f"({'converted' if vector else 'NOT converted on this branch: walked and counted only'})")  # fmt: skip
