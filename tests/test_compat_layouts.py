@@ -28,6 +28,7 @@ from sanitizerd.compat.record_types import RecordType, record_table
 from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+from tests.detector_helpers import make_detector, run_kernel
 
 SECURITY = 0x5A5A5A5A5A5A5A5A
 # The JSON's numpy formats as struct codes: the measured files use only these.
@@ -248,6 +249,12 @@ def test_one_launch_on_every_measured_wire(name: str) -> None:
     assert events["kind"][-1] == EventKind.BLOCK_FINISH
     answer = conn.send(m.Verdict(kernel=end.kernel, events=len(events), errors=1, warnings=0))
     assert answer == struct.pack("<III", raw_wires()[name]["packets"]["KERNEL_RECORD_RESPONSE"], 1, 0)
+    # ... and what memcheck finds in it: the read past the buffer, 32 bytes at its end, and nothing else.
+    memcheck = make_detector("memcheck")
+    assert memcheck.host_op(malloc) == []
+    (finding,) = run_kernel(memcheck, events, name=begin.name)
+    assert (finding.kind, finding.address, finding.size, finding.space) == ("illegal_read", PAST, 32, "GM")
+    assert memcheck.host_op(free) == []
 
 
 # --- 2. a client of one release, a listener of another -----------------------------------------------------------
