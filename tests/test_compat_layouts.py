@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.connection import CompatConnection
-from sanitizerd.compat.record_types import RecordType, record_table
+from sanitizerd.compat.numbering import record_table
+from sanitizerd.compat.record_types import RecordType
 from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind

@@ -13,8 +13,8 @@ from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat import wire as _wire
 from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.numbering import record_table as _record_table
 from sanitizerd.compat.record_types import PAYLOAD_SIZE
-from sanitizerd.compat.record_types import record_table as _record_table
 from tests import compat_model as cm
 
 APRIL = _wire.MSSANITIZER_4A419F05

@@ -19,7 +19,7 @@ from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat import wire as _wire
 from sanitizerd.compat.convert import CONVERTERS
 from sanitizerd.compat.convert.base import BlockContext
-from sanitizerd.compat.record_types import record_table as _record_table
+from sanitizerd.compat.numbering import record_table as _record_table
 from tests import compat_model as cm
 from tests.compat_model import READ, WRITE, Access, Sync, layout, pattern, rule
 

@@ -25,7 +25,8 @@ import numpy as np
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
 from sanitizerd.compat import record_buffer, wire
 from sanitizerd.compat.convert.base import BlockContext
-from sanitizerd.compat.record_types import RecordType, record_table
+from sanitizerd.compat.numbering import record_table
+from sanitizerd.compat.record_types import RecordType
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol._buffer import ReceiveBuffer

@@ -24,7 +24,8 @@ import numpy as np
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.convert import base  # the package import registers every family's converters
-from sanitizerd.compat.record_types import RecordTable, RecordType, record_table
+from sanitizerd.compat.numbering import RecordTable, record_table
+from sanitizerd.compat.record_types import RecordType
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 
