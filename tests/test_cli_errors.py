@@ -241,3 +241,49 @@ def test_every_option_has_help_text(command: str) -> None:
     for i, line in enumerate(lines):
         if re.match(r"^  -", line) and not re.search(r"\S  +\S", line.strip()):
             assert i + 1 < len(lines) and re.match(r"^ {10,}\S", lines[i + 1]), f"{command}: {line!r} has no help"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("run", "--help"), ("serve", "--help"), ("findings", "--help"), ("--version",), ("jobs", "--help")],
+    ids=lambda a: " ".join(a),
+)
+def test_output_to_a_reader_that_left_ends_quietly(args: tuple[str, ...]) -> None:
+    """``sanitizerd … | head``: the reader has gone before anything is written (its end of the pipe is closed
+    first, so every write fails): no traceback; exit 1, as a pipe's writer ends (argparse's own help and version
+    text ignore a write that fails, and exit 0)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "sanitizerd", *args], stdout=write, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == (1 if args[0] == "run" else 0), done.stderr
+
+
+def test_a_run_whose_reader_left_still_checks_and_keeps_its_status(tmp_path: Path) -> None:
+    """The demo's reports to a reader that has gone: the run goes on to the end quietly and its exit status still
+    says the program failed its checks (--error-exitcode), and --report still holds every finding."""
+    read, write = os.pipe()
+    os.close(read)
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "SANITIZERD_SOCKET"}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path)  # no daemon of the host's or the user's: a private one
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "sanitizerd", "run", "--error-exitcode", "7", "--report", str(report),
+             "--report-format", "json", "-t", "memcheck", "--leak-check", "yes", "--", sys.executable,
+             str(ROOT / "examples" / "add_custom.py")],
+            stdout=write, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120, env=env,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (1, 7), done.stderr
+    assert {"illegal_read", "misaligned_access", "illegal_free", "memory_leak"} <= {
+        f["kind"] for f in __import__("json").loads(report.read_text())
+    }

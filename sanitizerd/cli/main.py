@@ -199,7 +199,19 @@ def _session_id(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The command; its output piped into a reader that stops early (``| head``) ends it quietly, as a pipe's
+    writer ends (what it was doing goes on only as far as it needs no stdout)."""
+    try:
+        status = _main(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # Python's own advice: point stdout at /dev/null so that the flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "run":
         from sanitizerd.cli.run import run  # msSanitizer's own parsing rules, not argparse's
 

@@ -115,6 +115,7 @@ class Reporter:
         # every launch reported checked, kept only for --report: a job may launch millions of kernels
         self.keep_kernels = keep_kernels
         self.kernels: list[m.KernelChecked] = []
+        self.out_closed = False  # the reader of ``out`` went away
         self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
 
     def _loop(self) -> None:
@@ -179,8 +180,15 @@ class Reporter:
         return len(visible)
 
     def _write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+        if self.out_closed:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:
+            # Whoever read the reports stopped (``| head``): the run goes on, its findings still counted and kept
+            # for --report and the exit status; the summary's own write then ends the command quietly.
+            self.out_closed = True
 
 
 def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str, *, unchecked: str = "") -> str:
