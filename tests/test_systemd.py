@@ -30,9 +30,12 @@ def test_units_verify_clean() -> None:
 
 
 @needs(shutil.which("systemd-sysusers") is None, reason="systemd-sysusers is not installed")
-def test_sysusers_creates_the_service_user_and_group() -> None:
+def test_sysusers_creates_the_service_user_and_group(tmp_path: Path) -> None:
+    """Against an empty root, not the host's: where a sanitizerd user already exists, sysusers creates nothing."""
     conf = str((DEPLOY / "sysusers.d" / "sanitizerd.conf").resolve())
-    result = subprocess.run(["systemd-sysusers", "--dry-run", conf], capture_output=True, text=True)
+    result = subprocess.run(
+        ["systemd-sysusers", f"--root={tmp_path}", "--dry-run", conf], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout + result.stderr
     assert "group 'sanitizerd'" in out and "user 'sanitizerd'" in out
