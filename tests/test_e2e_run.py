@@ -399,3 +399,39 @@ class TestConcurrentRuns:
         assert daemon.process.poll() is None
         sessions = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
         assert len([s for s in sessions if s["state"] == "ended"]) == 32
+
+
+class TestStopped:
+    """``sanitizerd run`` told to stop (SIGTERM, as `timeout` sends it) while its daemon is slow: it passes the
+    signal on to the program, waits at most 2 s more for the daemon, and says what was checked."""
+
+    def test_sigterm_ends_the_run_within_seconds_while_the_daemon_is_stuck(
+        self, daemon: RunningDaemon, tmp_path: Path
+    ) -> None:
+        import os
+        import signal
+        import subprocess
+        import time
+
+        program = write_program(tmp_path, "import time\nprint('program started', flush=True)\ntime.sleep(60)\n")
+        run = subprocess.Popen(
+            [sys.executable, "-m", "sanitizerd", "run", "--socket", str(daemon.socket), "--", sys.executable,
+             str(program)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=program_env(),
+        )  # fmt: skip
+        try:
+            assert run.stdout is not None
+            assert "program started" in run.stdout.readline()
+            os.kill(daemon.process.pid, signal.SIGSTOP)  # the daemon answers nothing from now on
+            started = time.monotonic()
+            run.send_signal(signal.SIGTERM)
+            out, err = run.communicate(timeout=30)
+            took = time.monotonic() - started
+        finally:
+            os.kill(daemon.process.pid, signal.SIGCONT)
+            if run.poll() is None:
+                run.kill()
+        assert took < 6, (took, out, err)  # 2 s for the daemon, the rest the program's own exit
+        assert run.returncode == 128 + signal.SIGTERM, (out, err)
+        assert "stopped by SIGTERM before the daemon had finished checking" in out, out
+        assert "Traceback" not in err, err

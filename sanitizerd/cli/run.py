@@ -46,6 +46,12 @@ SDC_KINDS = frozenset({"sdc_mismatch", "sdc_replica_mismatch"})
 _SHOWN = {"info": {ERROR, WARNING}, "warn": {ERROR, WARNING}, "error": {ERROR}}
 
 
+# Seconds a run still waits for the daemon's last checks once it was told to stop (SIGTERM, SIGINT), and the stop
+# signals it was sent: signals are the process's, and an embedded daemon is then given as long to end.
+INTERRUPTED_WAIT = 2.0
+STOP_SIGNALS: list[int] = []
+
+
 class EmbeddedDaemon:
     """A private daemon for one run: its own socket and state under a temporary directory."""
 
@@ -75,7 +81,7 @@ class EmbeddedDaemon:
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(10)
+                self.process.wait(INTERRUPTED_WAIT if STOP_SIGNALS else 10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -250,6 +256,17 @@ def report_text(fmt: str, job: str, reporter: Reporter, *, unchecked: str = "") 
     run["invocations"][0]["toolExecutionNotifications"] = [{"level": "warning", "message": {"text": text}}]
     run.setdefault("properties", {})["unchecked"] = unchecked
     return json.dumps(data, separators=(",", ":")) + "\n"
+
+
+def _wait_for_reports(reporter: Reporter, interrupted: list[int]) -> None:
+    """Until the job's last report has come, or INTERRUPTED_WAIT seconds after the first stop signal."""
+    deadline: float | None = None
+    while reporter.thread.is_alive():
+        if interrupted and deadline is None:
+            deadline = time.monotonic() + INTERRUPTED_WAIT
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        reporter.thread.join(0.1)
 
 
 class HookError(Exception):
@@ -456,17 +473,35 @@ def _supervise(
     except OSError as exc:
         print(f"{PREFIX} ERROR: cannot start {options.program[0]}: {exc.strerror}", file=sys.stderr)
         return 1
-    # The child shares our terminal and gets ^C itself; we wait for it, then for the daemon's last checks.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    forward = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    # The child shares our terminal and gets ^C itself (so SIGINT is only noted); SIGTERM is passed on to it. We
+    # wait for it, then for the daemon's last checks; once either signal has come, for those at most
+    # INTERRUPTED_WAIT seconds more, so that a stopped job stops even while its daemon is slow.
+    interrupted = STOP_SIGNALS
+
+    def on_signal(signum: int, frame: object) -> None:
+        interrupted.append(signum)
+        if signum == signal.SIGTERM and child.poll() is None:
+            child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGINT, on_signal)
+    forward = signal.signal(signal.SIGTERM, on_signal)
     try:
         status = child.wait()
+        control.send(m.WaitJob(job=job))
+        _wait_for_reports(reporter, interrupted)
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, forward)
-
-    control.send(m.WaitJob(job=job))
-    reporter.thread.join()
+    if reporter.thread.is_alive():
+        signum = interrupted[0]
+        print(
+            f"{PREFIX} WARNING: job {job}: stopped by {signal.Signals(signum).name} before the daemon had finished "
+            f"checking; reported so far: {reporter.errors} error(s), {reporter.warnings} warning(s) "
+            f"({len(reporter.findings)} finding(s) in all).",
+            file=out,
+        )
+        out.flush()
+        return 128 + signum
     if save is not None:
         save.close()
     if report is not None:
