@@ -413,6 +413,7 @@ class TestStopped:
         import subprocess
         import time
 
+        stuck: list[int] = []
         program = write_program(tmp_path, "import time\nprint('program started', flush=True)\ntime.sleep(60)\n")
         run = subprocess.Popen(
             [sys.executable, "-m", "sanitizerd", "run", "--socket", str(daemon.socket), "--", sys.executable,
@@ -422,16 +423,38 @@ class TestStopped:
         try:
             assert run.stdout is not None
             assert "program started" in run.stdout.readline()
-            os.kill(daemon.process.pid, signal.SIGSTOP)  # the daemon answers nothing from now on
+            stuck = daemon_processes(daemon.process.pid)  # the listener and its workers, when it has them
+            for pid in stuck:
+                os.kill(pid, signal.SIGSTOP)  # the daemon answers nothing from now on
             started = time.monotonic()
             run.send_signal(signal.SIGTERM)
             out, err = run.communicate(timeout=30)
             took = time.monotonic() - started
         finally:
-            os.kill(daemon.process.pid, signal.SIGCONT)
+            for pid in stuck:
+                os.kill(pid, signal.SIGCONT)
             if run.poll() is None:
                 run.kill()
         assert took < 6, (took, out, err)  # 2 s for the daemon, the rest the program's own exit
         assert run.returncode == 128 + signal.SIGTERM, (out, err)
         assert "stopped by SIGTERM before the daemon had finished checking" in out, out
         assert "Traceback" not in err, err
+
+
+def daemon_processes(pid: int) -> list[int]:
+    """``pid`` and its descendants (a daemon's worker processes), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += parents.get(current, [])
+    return found
