@@ -461,12 +461,6 @@ def layout_named(name: str) -> WireLayout | None:
     return next((layout for layout in layouts.values() if name in layout.aliases), None)
 
 
-def layout_names() -> frozenset[str]:
-    """Every name ``layout_named`` answers to."""
-    layouts = _load_layouts()
-    return frozenset(layouts) | {alias for layout in layouts.values() for alias in layout.aliases}
-
-
 LAYOUTS: Final[Mapping[str, WireLayout]] = _load_layouts()
 DEFAULT_LAYOUT: Final = "mssanitizer-4a419f05"
 MSSANITIZER_4A419F05: Final = LAYOUTS[DEFAULT_LAYOUT]
