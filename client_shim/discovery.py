@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SYSTEM_SOCKET = Path("/run/sanitizerd/sanitizerd.sock")
+# Where the host's daemon listens when not at SYSTEM_SOCKET: a container that mounts the host's /run elsewhere, or a
+# test suite that must never reach the real host's daemon. A client's environment is its own user's, so this moves
+# only where that user looks; who answers is still checked (daemon_distrust).
+HOST_SOCKET_ENV = "SANITIZERD_HOST_SOCKET"
 SERVICE_USER = "sanitizerd"
 TMP = Path("/tmp")
 SOCKET_NAME = "sanitizerd.sock"
@@ -40,6 +44,13 @@ class Candidate:
     distrust: str = ""
 
 
+def host_socket_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The host's daemon: ``$SANITIZERD_HOST_SOCKET`` when set, else ``/run/sanitizerd/sanitizerd.sock``."""
+    env = os.environ if environ is None else environ
+    moved = env.get(HOST_SOCKET_ENV)
+    return Path(moved) if moved else SYSTEM_SOCKET
+
+
 def private_socket_path(uid: int | None = None, environ: Mapping[str, str] | None = None, *, tmp: Path = TMP) -> Path:
     """A user's private daemon: ``$XDG_RUNTIME_DIR/sanitizerd/`` (the user's own, made by logind), else a
     directory of the user's own in ``tmp``."""
@@ -54,7 +65,7 @@ def private_socket_path(uid: int | None = None, environ: Mapping[str, str] | Non
 def default_socket_path(uid: int | None = None, environ: Mapping[str, str] | None = None, *, tmp: Path = TMP) -> Path:
     """Where a daemon started without ``--socket`` listens: root serves the host, anyone else privately."""
     uid = os.geteuid() if uid is None else uid
-    return SYSTEM_SOCKET if uid == 0 else private_socket_path(uid, environ, tmp=tmp)
+    return host_socket_path(environ) if uid == 0 else private_socket_path(uid, environ, tmp=tmp)
 
 
 def directory_distrust(directory: Path, uid: int) -> str:
@@ -137,12 +148,13 @@ def candidates(
     uid: int | None = None,
     environ: Mapping[str, str] | None = None,
     *,
-    system: Path = SYSTEM_SOCKET,
+    system: Path | None = None,
     tmp: Path = TMP,
 ) -> list[Candidate]:
     """The sockets a client tries without an explicit one, in order: the host's daemon, then the user's private
     one (distrusted when its directory is not the user's alone)."""
     uid = os.geteuid() if uid is None else uid
+    system = host_socket_path(environ) if system is None else system
     found = [Candidate(system)]
     private = private_socket_path(uid, environ, tmp=tmp)
     if private != system:

@@ -1,6 +1,7 @@
 """The daemon's configuration: embedded defaults, then a TOML file, then the command line.
 
-The file is ``/etc/sanitizerd/sanitizerd.toml`` when it exists, or ``--config PATH``::
+The file is ``--config PATH``, else ``/etc/sanitizerd/sanitizerd.toml`` (``$SANITIZERD_CONFIG`` moves it) when it
+exists::
 
     log_level = "info"
     metrics_addr = "127.0.0.1:9464"
@@ -126,6 +127,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
 import tomllib
 import typing
@@ -143,6 +145,7 @@ from sanitizerd.sessions.access import UnknownGroup, group_id
 from sanitizerd.sessions.hub import Limits
 
 DEFAULT_CONFIG_PATH = Path("/etc/sanitizerd/sanitizerd.toml")
+CONFIG_ENV = "SANITIZERD_CONFIG"  # moves the default file: a test suite, or a second service, reads not the host's
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_FILE_BYTES = 1 << 20
 MAX_SOCKET_PATH_LEN = 107  # sun_path is 108 bytes, with its terminating NUL
@@ -323,9 +326,16 @@ def _refusal(error: msgspec.ValidationError, data: Mapping[str, Any]) -> str:
     return f"{path}: {what}; got {value!r}"
 
 
+def default_config_path() -> Path:
+    """The file read when ``--config`` is not given, if it exists."""
+    moved = os.environ.get(CONFIG_ENV)
+    return Path(moved) if moved else DEFAULT_CONFIG_PATH
+
+
 def read(path: Path | None) -> FileConfig:
     """The file's settings (none when no file is given and the default one does not exist), each one checked."""
-    chosen = path if path is not None else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
+    default = default_config_path()
+    chosen = path if path is not None else (default if default.exists() else None)
     if chosen is None:
         return FileConfig(None, {}, {})
     try:

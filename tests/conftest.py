@@ -75,7 +75,31 @@ def _hostile_limits() -> None:
 TEST_WORKERS = int(os.environ.get("SANITIZERD_TEST_WORKERS", "1"))
 
 
+# What would send the suite's sessions to a daemon it did not start: the caller's own job (``sanitizerd run``, the
+# pytest plugin), the host's daemon at /run/sanitizerd (every client looks there first, root's daemon listens there),
+# the user's private daemon under $XDG_RUNTIME_DIR or /tmp/sanitizerd-<uid>. The suite unsets the first and moves the
+# others into a directory of its own, where nothing listens unless a test starts it.
+# The host's configuration (/etc/sanitizerd/sanitizerd.toml: its store, metrics port, limits) is moved there too.
+CALLERS_JOB = ("SANITIZERD_SOCKET", "SANITIZERD_JOB", "SANITIZERD_ATTACH", "SANITIZERD_COMPAT_LAYOUT")
+_SUITE_HOME = Path(tempfile.mkdtemp(prefix="sanitizerd-suite-"))
+
+
+def _isolate_from_the_host() -> None:
+    for name in CALLERS_JOB:
+        os.environ.pop(name, None)
+    os.environ["SANITIZERD_HOST_SOCKET"] = str(_SUITE_HOME / "host" / "sanitizerd.sock")
+    os.environ["SANITIZERD_CONFIG"] = str(_SUITE_HOME / "host" / "sanitizerd.toml")
+    runtime = _SUITE_HOME / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_SUITE_HOME, ignore_errors=True)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _isolate_from_the_host()
     config.addinivalue_line(
         "markers",
         "first_pass_only(why): a file that starts daemons but checks nothing the worker shape changes (what happens "

@@ -180,3 +180,11 @@ def test_a_broken_file_on_sighup_changes_nothing(short_dir: Path) -> None:
         client.close()
     finally:
         assert stop_daemon(daemon) == 0
+
+
+def test_the_default_file_moves_with_its_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    moved = write(tmp_path / "host.toml", "[limits]\nqueue_depth = 9\n")
+    monkeypatch.setenv("SANITIZERD_CONFIG", str(moved))
+    assert config.read(None).path == moved and config.read(None).limits["queue_depth"] == 9
+    monkeypatch.setenv("SANITIZERD_CONFIG", str(tmp_path / "absent.toml"))
+    assert config.read(None).path is None  # as /etc/sanitizerd/sanitizerd.toml: read only where it exists

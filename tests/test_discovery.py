@@ -47,6 +47,22 @@ def test_the_private_socket_is_under_the_runtime_dir_or_in_a_directory_of_ones_o
     assert discovery.default_socket_path(0, {}) == discovery.SYSTEM_SOCKET
 
 
+def test_the_host_socket_moves_with_its_variable(tmp_path: Path) -> None:
+    moved = {"SANITIZERD_HOST_SOCKET": str(tmp_path / "host.sock")}
+    assert discovery.default_socket_path(0, moved) == tmp_path / "host.sock"  # where root's daemon listens
+    assert candidates(ME, moved, tmp=tmp_path)[0].path == tmp_path / "host.sock"  # where every client looks first
+    assert candidates(ME, {}, tmp=tmp_path)[0].path == discovery.SYSTEM_SOCKET
+
+
+def test_the_suite_never_looks_for_the_hosts_daemon() -> None:
+    """tests/conftest.py moves the host's socket and the private one into the suite's own directory: a daemon on
+    this host (root's /run/sanitizerd, the user's own) never receives the suite's sessions."""
+    looked = [c.path for c in candidates()]
+    assert discovery.SYSTEM_SOCKET not in looked, looked
+    assert all(Path(os.environ["XDG_RUNTIME_DIR"]) in p.parents or p == discovery.host_socket_path() for p in looked)
+    assert "SANITIZERD_SOCKET" not in os.environ and "SANITIZERD_JOB" not in os.environ
+
+
 def test_a_private_directory_is_made_0700(tmp_path: Path) -> None:
     directory = tmp_path / f"sanitizerd-{ME}"
     make_private_directory(directory)

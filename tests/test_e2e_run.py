@@ -28,7 +28,11 @@ class TestDemoReports:
         """Without a daemon to find (no --socket; none on the host or the user's private socket), run starts its
         own and prints all four planted bugs."""
         runtime = short_dir / "runtime"  # the user's private socket would be here: nothing there
-        result = sanitizerd("run", *DEMO_ARGS, env=dict(program_env(), XDG_RUNTIME_DIR=str(runtime)))
+        # The host's service configuration, one that no daemon may start with: the embedded one does not read it.
+        host_config = short_dir / "host.toml"
+        host_config.write_text('log_level = "shout"\nmetrics_addr = "127.0.0.1:1"\n')
+        env = dict(program_env(), XDG_RUNTIME_DIR=str(runtime), SANITIZERD_CONFIG=str(host_config))
+        result = sanitizerd("run", *DEMO_ARGS, env=env)
         assert result.returncode == 0, result.stderr
         out = result.stdout
         assert "====== ERROR: illegal read of size 224\n======    at 0x12c0c0007e00 on GM in add_custom_kernel\n" in out

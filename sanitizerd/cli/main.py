@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import TypeVar
 
 from sanitizerd import __version__, api, config
-from sanitizerd.config import DEFAULT_CONFIG_PATH
+from sanitizerd.config import default_config_path
 from sanitizerd.daemon import DaemonSettings, default_socket_path, default_state_dir
 from sanitizerd.metrics_server import metrics_address
 from sanitizerd.sessions.access import group_id
@@ -73,7 +73,9 @@ def _metrics_address(text: str) -> str:
 
 
 def _serve_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--config", type=Path, default=None, help=f"TOML settings [{DEFAULT_CONFIG_PATH}, if it exists]")
+    serve.add_argument(
+        "--config", type=Path, default=None, help=f"TOML settings [{default_config_path()}, if it exists]"
+    )
     serve.add_argument(
         "--socket", type=_argument_type(_socket_path), default=None, help=f"Unix socket path [{default_socket_path()}]"
     )

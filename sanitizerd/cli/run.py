@@ -59,11 +59,15 @@ class EmbeddedDaemon:
         self.dir = Path(tempfile.mkdtemp(prefix="sanitizerd-run-"))
         self.socket = self.dir / "sanitizerd.sock"
         self.log = open(self.dir / "daemon.log", "wb")
+        # Embedded defaults: the host's configuration (/etc/sanitizerd) is its service's, whose store, metrics port
+        # and limits are not this run's.
+        (self.dir / "sanitizerd.toml").write_text("# a run's private daemon: embedded defaults\n")
         # One process: a run is one job, which one worker would serve anyway; a listener and its workers would
         # only add their start-up to the run.
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sanitizerd", "serve", "--socket", str(self.socket), "--state-dir",
-             str(self.dir / "state"), "--log-level", "warning", "--workers", "1"],
+             str(self.dir / "state"), "--config", str(self.dir / "sanitizerd.toml"), "--log-level", "warning",
+             "--workers", "1"],
             stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
 
