@@ -1,5 +1,5 @@
-"""Memory of the job registry at its bounds: MAX_JOBS jobs in use, then as many owners of unused jobs kept through the
-grace period (figures for docs/performance.md and docs/security.md).
+"""Memory of the job registry at its bounds: MAX_JOBS jobs in use (figures for docs/performance.md and
+docs/security.md).
 
     .venv/bin/python benchmarks/jobs_memory.py
 """
@@ -10,7 +10,7 @@ import gc
 import tracemalloc
 
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.jobs import ENDED_OWNERS_KEPT, MAX_JOBS, Jobs, job_key
+from sanitizerd.sessions.jobs import MAX_JOBS, Jobs, job_key
 
 
 def main() -> None:
@@ -29,8 +29,8 @@ def main() -> None:
     for i, name in enumerate(names):
         jobs.unregister(job_key(name, 1000 + i % 8))
     gc.collect()
-    kept = tracemalloc.get_traced_memory()[0] - base
-    print(f"{jobs.owners_kept} owners kept (of {ENDED_OWNERS_KEPT}): {kept / jobs.owners_kept:.0f} B each")
+    left = tracemalloc.get_traced_memory()[0] - base
+    print(f"{len(jobs)} jobs in use once all were unregistered: {left / 1e3:.0f} kB left")
 
 
 if __name__ == "__main__":

@@ -59,9 +59,6 @@ from sanitizerd.systemd import Notifier, listen_sockets
 log = structlog.get_logger("sanitizerd.daemon")
 
 HEARTBEAT = 1.0
-# After a restart, how long the jobs the last daemon served stay their owners' (a client resumes within its
-# resume_timeout, 30 s by default, of finding the daemon back).
-RESUME_WINDOW = 120.0
 STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
 T = TypeVar("T")
 
@@ -237,14 +234,8 @@ class Daemon:
             log.info("stopped")
 
     def _open_hub(self, store: Store, limits: Limits) -> Hub:
-        """The hub over ``store``, with the jobs the last daemon served kept for their owners and the sessions it
-        left open closed."""
+        """The hub over ``store``, with the sessions the last daemon left open closed."""
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits, suppressions=self.settings.suppressions)
-        # The jobs the last daemon served stay their owners' while their clients come back to resume them.
-        try:
-            hub.jobs.keep_owners(store.recent_job_owners(since=time.time() - RESUME_WINDOW), RESUME_WINDOW)
-        except (sqlite3.Error, StoreUnavailable) as exc:
-            log.error("the last daemon's job owners could not be read", detail=str(exc))
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
             abandoned = self._close_abandoned(store)
@@ -266,7 +257,6 @@ class Daemon:
             queued=hub.queued,
             jobs_live=hub.jobs_live,
             jobs_in_use=lambda: len(hub.jobs),
-            job_owners_kept=lambda: hub.jobs.owners_kept,
             open_connections=lambda: float(self.connections.total),
             unfinished_frame_bytes=lambda: float(self.unfinished.total),
             race_memory_used=lambda: float(hub.race_memory.used),

@@ -37,10 +37,6 @@ _READ_AT_SCRAPE = {
     "queued": ("sanitizerd_detector_queue_batches", "Work items waiting in detector queues, over all sessions"),
     "jobs_live": ("sanitizerd_jobs_live", "Jobs with at least one live session"),
     "jobs_in_use": ("sanitizerd_jobs_in_use", "Jobs registered, watched or with a live session (bounded)"),
-    "job_owners_kept": (
-        "sanitizerd_job_owners_kept",
-        "Unused jobs whose names stay their owner's through the grace period (bounded)",
-    ),
     "open_connections": ("sanitizerd_connections_open", "Client connections open, in handshake or not"),
     "unfinished_frame_bytes": (
         "sanitizerd_unfinished_frame_bytes",

@@ -191,8 +191,11 @@ def as_nobody(daemon: RunningDaemon, *args: str) -> subprocess.CompletedProcess[
 
 
 class TestQueries:
-    def test_permission_denied_is_the_daemons_refusal(self, daemon: RunningDaemon, short_dir: Path) -> None:
-        """Another user's job or session: the daemon's refusal, in one line, exit 1; their own lists: answered."""
+    def test_another_users_job_or_session_answers_as_one_that_does_not_exist(
+        self, daemon: RunningDaemon, short_dir: Path
+    ) -> None:
+        """Another user's job or session: the same output and exit code as a job or session nobody has (a refusal
+        would tell that it exists); their own lists: answered, without the other user's."""
         _can_be_nobody()
         short_dir.chmod(0o755)
         os.chown(daemon.socket, -1, 65534)  # the service's group would be nobody's here
@@ -200,10 +203,14 @@ class TestQueries:
             "run", "--socket", str(daemon.socket), "--", sys.executable, str(ROOT / "examples/add_custom.py")
         )
         job = re.search(r"SUMMARY: job (\S+):", run.stdout).group(1)  # type: ignore[union-attr]
-        for args, what in ((["findings", "--job", job], f"job {job!r}"), (["findings", "--session", "1"], "session 1")):
-            result = as_nobody(daemon, *args)
-            refused(result, f"[sanitizerd] ERROR: sanitizerd: permission_denied: uid 65534 may not read {what}", code=1)
-            assert result.stderr.strip().count("\n") == 0 and not result.stdout
+        for theirs, none in (
+            (["--job", job], ["--job", "no-such-job"]),
+            (["--session", "1"], ["--session", "1000000"]),
+            (["--job", job, "--format", "json"], ["--job", "no-such-job", "--format", "json"]),
+        ):
+            result, nothing = as_nobody(daemon, "findings", *theirs), as_nobody(daemon, "findings", *none)
+            assert (result.returncode, result.stdout, result.stderr) == (0, nothing.stdout, nothing.stderr), theirs
+            assert result.stdout.strip() in ("[sanitizerd] 0 finding(s)", "[]"), result.stdout
         for listing in ("sessions", "jobs"):
             result = as_nobody(daemon, listing)
             assert result.returncode == 0 and "Traceback" not in result.stderr and job not in result.stdout

@@ -69,7 +69,7 @@ class TestPostgres:
             thread.join()
         assert errors == []
         applied = postgres.sql("SELECT version FROM schema_migrations ORDER BY version", database).split()
-        assert applied == [str(version) for version, _ in migrations()] == ["1", "2"]
+        assert applied == [str(version) for version, _ in migrations()] == ["1", "2", "3"]
 
     def test_each_daemon_closes_and_keeps_only_its_own_sessions(
         self, postgres: PostgresServer, database: str  # noqa: F811
@@ -77,7 +77,6 @@ class TestPostgres:
         a = PostgresStore(postgres.url(database), daemon="host-a:/state")
         b = PostgresStore(postgres.url(database), daemon="host-b:/state")
         mine, theirs = a.open_session("job-a", uid=0), b.open_session("job-b", uid=0)
-        assert a.recent_job_owners(since=0) == [("job-a", 0)]
         assert a.close_abandoned() == 1  # host-a restarted: its session, not host-b's live one
         assert a.session(mine).state == "ended" and b.session(theirs).state == "live"  # type: ignore[union-attr]
         a.reopen_session(mine)
@@ -164,6 +163,15 @@ def test_two_daemons_one_database_one_query_per_user(postgres: PostgresServer, t
         assert len(read("sanitizerd")) == 10  # the daemons' own role: every user's
         # Straight SQL as nobody's role: the database itself hides root's rows, not only the CLI.
         assert postgres.sql("SET ROLE nobody; SELECT count(*) FROM findings WHERE uid = 0", database).strip() == "0"
+        assert postgres.sql("SET ROLE nobody; SELECT count(*) FROM sessions WHERE uid = 0", database).strip() == "0"
+        # `readers` names every user's login: each role reads its own row only, the daemons' role all of them.
+        assert postgres.sql("SET ROLE nobody; SELECT role, uid FROM readers", database).split() == [
+            f"nobody|{NOBODY.pw_uid}"
+        ]
+        assert postgres.sql("SET ROLE root; SELECT role, uid FROM readers", database).split() == ["root|0"]
+        assert sorted(postgres.sql("SET ROLE sanitizerd; SELECT role FROM readers", database).split()) == [
+            "nobody", "root"
+        ]
         # Through a daemon's socket, as before: nobody reads nobody's own, of that daemon's database alike.
         _, seen = other_uid.view_of(NOBODY, daemons[0])
         assert seen and {f["job"] for f in seen} <= {"nobody-0", "nobody-1"}

@@ -144,8 +144,10 @@ class TestOwnershipPagingAndLimits:
         assert [s.session for s in store.ended_sessions(uid=1000)] == [mine]
         assert [f.session for f in store.findings(uid=1000)] == [mine]
         assert store.findings(uid=1001) == []
-        assert store.owners(job="mine") == {1000} and store.owners(session=mine) == {1000}
-        assert store.owners(job="nobody-used-it") == set()
+        # Another uid naming the job or session selects what it would for ones that do not exist: nothing.
+        for theirs, none in ((dict(job="mine"), dict(job="nobody-used-it")), (dict(session=mine), dict(session=10**6))):
+            assert store.findings_page(uid=1001, **theirs) == store.findings_page(uid=1001, **none)  # type: ignore[arg-type]
+            assert store.findings_page(uid=1001, **theirs).findings == []  # type: ignore[arg-type]
 
     def test_looking_up_a_session_changes_nothing(self, store: FindingsStore) -> None:
         ident = store.open_session("a", uid=7)

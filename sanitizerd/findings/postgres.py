@@ -149,16 +149,6 @@ class PostgresStore(Store):
                 "UPDATE sessions SET ended = %s, info = %s WHERE id = %s", (info.ended, _encode(info), info.session)
             )
 
-    def recent_job_owners(self, since: float) -> list[tuple[str, int]]:
-        """As the SQLite store's, of this daemon's sessions."""
-        with self._using() as db:
-            rows = db.execute(
-                "SELECT job, uid FROM sessions WHERE daemon = %s AND job != '' AND (ended IS NULL OR ended >= %s) "
-                "ORDER BY id",
-                (self.daemon, since),
-            ).fetchall()
-        return list(dict(rows).items())
-
     def close_abandoned(self, reason: str = CRASH_END_REASON, *, mine: Callable[[str, int], bool] | None = None) -> int:
         """As the SQLite store's, of the sessions this daemon left open (other daemons' are live elsewhere)."""
         now = time.time()

@@ -115,8 +115,6 @@ class Store(ABC):
     @abstractmethod
     def close_session(self, info: SessionInfo) -> None: ...
     @abstractmethod
-    def recent_job_owners(self, since: float) -> list[tuple[str, int]]: ...
-    @abstractmethod
     def close_abandoned(
         self, reason: str = CRASH_END_REASON, *, mine: Callable[[str, int], bool] | None = None
     ) -> int: ...
@@ -155,13 +153,6 @@ class Store(ABC):
             info.session, info.uid = ident, owner
             infos.append(info)
         return infos
-
-    def owners(self, *, job: str = "", session: int = 0) -> set[int]:
-        """The uids of the stored sessions a query names (a job, a session, or both)."""
-        where, args = _where(job=job, session=session, id_column="id")
-        if not where:
-            return set()
-        return {uid for (uid,) in self._rows(f"SELECT DISTINCT uid FROM sessions{where}", args)}
 
     def newest_finding(self, *, uid: int | None = None) -> int:
         """The id of the newest finding (of one uid, or of any when ``uid`` is None); 0 when there is none. One
@@ -306,16 +297,6 @@ class FindingsStore(Store):
                 )
             except sqlite3.Error as exc:
                 raise _unavailable(exc, f"record the end of session {info.session}") from exc
-
-    def recent_job_owners(self, since: float) -> list[tuple[str, int]]:
-        """(job, uid) of the named jobs whose sessions were open, or ended after ``since``: whose clients may come
-        back to resume them. A name two uids used is the most recent one's."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT job, uid FROM sessions WHERE job != '' AND (ended IS NULL OR ended >= ?) ORDER BY id",
-                (since,),
-            ).fetchall()
-        return list(dict(rows).items())
 
     def close_abandoned(self, reason: str = CRASH_END_REASON, *, mine: Callable[[str, int], bool] | None = None) -> int:
         """Close the sessions a daemon that died left open (none is live at start), with their own reason and the
@@ -472,7 +453,6 @@ def _where(
     session: int = 0,
     uid: int | None = None,
     after: int = 0,
-    id_column: str = "session",
     kinds: Collection[str] | None = None,
     since: float = 0.0,
 ) -> tuple[str, list[object]]:
@@ -487,7 +467,7 @@ def _where(
         args.append(since)
     for clause, value, given in (
         ("job = ?", job, bool(job)),
-        (f"{id_column} = ?", session, bool(session)),
+        ("session = ?", session, bool(session)),
         ("uid = ?", uid, uid is not None),
         ("id > ?", after, bool(after)),
     ):

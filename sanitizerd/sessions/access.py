@@ -1,8 +1,9 @@
 """Who may read what: each session belongs to the uid that connected it (SO_PEERCRED). A control client reads
 only its own uid's sessions, jobs and findings, unless it is root or a member of a configured admin group.
 
-Refusals are explicit (``permission_denied``), logged and counted, never an empty answer that looks like
-"no findings". The rules are plain functions over session lists, with no I/O.
+Another uid's session or job is not refused: what a client reads is selected by its uid, so naming another's
+answers exactly as naming one that does not exist (an empty page, no error). A refusal would tell the client that
+the session or job exists; the promise is that it learns nothing. The rules are plain functions, with no I/O.
 """
 
 from __future__ import annotations
@@ -60,17 +61,3 @@ class Access:
     def visible(self, sessions: list[SessionInfo]) -> list[SessionInfo]:
         return sessions if self.admin else [s for s in sessions if s.uid == self.uid]
 
-    def refusal(self, sessions: list[SessionInfo], *, job: str = "", session: int = 0) -> str:
-        """Why this client may not read the job or session it names ("" when it may). A job or session that
-        exists only under other uids is refused; one nobody has used yet (a job being registered) is not."""
-        named = [s for s in sessions if (not job or s.job == job) and (not session or s.session == session)]
-        return self.refusal_by_owners({s.uid for s in named}, job=job, session=session)
-
-    def refusal_by_owners(self, owners: set[int], *, job: str = "", session: int = 0) -> str:
-        """``refusal``, given the uids that own sessions of the named job or session (the store selects them)."""
-        if self.admin or not (job or session):
-            return ""
-        if owners and self.uid not in owners:
-            what = f"session {session}" if session else f"job {job!r}"
-            return f"uid {self.uid} may not read {what}: it belongs to another user (admins: root, --admin-group)"
-        return ""

@@ -82,8 +82,8 @@ async def serve_control(
             waits -= 1
 
     async def may_use(key: JobKey) -> bool:
-        """Whether this client may register, watch or wait on the job; if not, it is refused (and the connection
-        ends) before anything changed."""
+        """Whether this client may register, watch or wait on its job of the name (only the bounds on jobs in use
+        refuse); if not, it is refused (and the connection ends) before anything changed."""
         refused = hub.jobs.refusal(key, access.uid, lambda: access.admin)
         if refused is not None:
             await hub.refuse(stream, refused.reason, refused.message, connection="control", uid=access.uid)
@@ -119,18 +119,6 @@ async def serve_control(
             job=query.job, session=query.session, uid=reader_uid, after=query.after, limit=count,
             kinds=kinds_named(query.kinds, query.severity), since=query.since,
         )  # fmt: skip
-
-    async def allowed(*, job: str = "", session: int = 0) -> bool:
-        """Whether this client may read what it names; if not, it is refused (and the connection ends)."""
-        if access.admin or not (job or session):
-            return True
-        owners = await hub.store_call(lambda: hub.store.owners(job=job, session=session))
-        live = hub.live.values()
-        owners |= {s.peer.uid for s in live if (not job or s.job == job) and (not session or s.id == session)}
-        why = access.refusal_by_owners(owners, job=job, session=session)
-        if why:
-            await hub.refuse(stream, "permission_denied", why, connection="control", uid=access.uid)
-        return not why
 
     try:
         async with anyio.create_task_group() as tg:
@@ -168,13 +156,9 @@ async def serve_control(
                             registered.add(key)
                         case m.Watch(job=job, record=record):
                             key = job_key(job, access.uid)
-                            # The store's owners first: the in-memory check and the watch that claims the job
-                            # happen with no wait between them, so no other uid claims the job in between.
-                            if not await allowed(job=job):
-                                return
                             if not await may_use(key):
                                 return
-                            hub.jobs.watch(key, watcher, access.uid, admin=access.admin, record=record)
+                            hub.jobs.watch(key, watcher, admin=access.admin, record=record)
                             watching.add(key)
                         case m.WaitJob(job=job):
                             key = job_key(job, access.uid)
@@ -189,9 +173,9 @@ async def serve_control(
                             answer = await compat_listen(message, tg)
                             listens += bool(answer.name)
                             await outbound_send.send(answer)
-                        case m.QueryFindings(job=job, session=session):
-                            if not await allowed(job=job, session=session):
-                                return
+                        case m.QueryFindings():
+                            # Another uid's job or session is not refused: the query selects this client's rows,
+                            # so it answers as for one that does not exist (a refusal would say that it does).
                             page = await hub.store_call(page_of, message)
                             await outbound_send.send(m.Findings(findings=page.findings, next=page.next))
                         case m.QuerySessions():

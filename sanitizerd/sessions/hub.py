@@ -125,7 +125,7 @@ class Hub:
     )
 
     def __post_init__(self) -> None:
-        self.jobs = Jobs(self.default_config, grace=lambda: self.limits.job_grace)  # SIGHUP may change it
+        self.jobs = Jobs(self.default_config)
         self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
         self.detector_limiter = anyio.CapacityLimiter(self.limits.detector_threads)
         self.race_memory = MemoryBudget(self.limits.race_memory, on_refused=self._race_memory_refused)

@@ -1,16 +1,14 @@
 """Jobs: the sessions of one ``sanitizerd run`` (or one training job), their configuration, who watches
 their findings, and when they are idle.
 
-A job belongs to the uid that first opened a session in it, registered it (``job_start``) or watched it. A session
-or control request of another uid may not join, register, watch or wait on it: it is refused, and nothing is
-changed. A name ``<user>/...`` (the attach path's names) is that user's before anyone used it. Admins (root,
-``--admin-group``) may join and watch any job; their watching does not claim a job, so an admin watching a job
-before it starts never locks its user out. Once a job is unused (no registration, session
-or watcher), its owner keeps the name through the grace period (its ranks may restart, as ``sanitizerd jobs``
-shows it "ending"); after that another uid may use the name for a job of its own.
+Job names are each uid's own: a job is a name and the uid of the sessions and requests that name it, so two users
+who pick the same name have two jobs, which share no session, configuration, watcher, IPC name or sdccheck state.
+Nothing a uid sends about a job (``hello``, ``job_start``, ``watch``, ``wait_job``) touches another uid's job, and
+nothing answers differently because another uid uses the name: there is nothing to refuse, so no answer tells one
+user whether another's job exists. Sessions without a job name are a job per uid alike.
 
-Sessions without a job name are a job per uid: no user's job-less sessions share IPC names, sdccheck state or
-watchers with another user's.
+Admins (root, ``--admin-group``) read every uid's jobs through queries; an admin's ``watch`` of a name watches every
+uid's job of that name (its own included), without making any of them in use.
 
 Watchers never slow the job: what is handed to a watcher goes into its bounded outbox without waiting, and a
 watcher whose outbox is full (its reader fell behind, or never reads) is dropped with a reason.
@@ -18,9 +16,6 @@ watcher whose outbox is full (its reader fell behind, or never reads) is dropped
 
 from __future__ import annotations
 
-import functools
-import pwd
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,49 +28,23 @@ from sanitizerd.detectors.sdccheck import SdcCheck, SdcFinding
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.ipc import IpcTable
-from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
 
 _encoder = msgspec.msgpack.Encoder()
 
-# (job name, uid): the uid only for sessions without a job name (each uid's own), else NO_UID.
+# (job name, uid): every job is one uid's; the name is "" for that uid's sessions without a job name.
 JobKey = tuple[str, int]
-NO_UID = -1
 
 SDC_JOBS_KEPT = 256  # jobs whose sdccheck state (references, open replica steps) the daemon keeps
 SDC_HOST_ENTRIES = 1 << 20  # signature entries all jobs' sdccheck state may hold; the least recent jobs' go first
 MAX_JOBS = 4096  # jobs in use at once (registered, watched or with a live session), over every uid
 MAX_JOBS_PER_UID = 512  # of which one uid may hold: one user's flood of job names must not lock the others out
-ENDED_OWNERS_KEPT = 4096  # names of unused jobs kept for their owner through the grace period; then the oldest go
 WATCH_MESSAGES = 1024  # messages a watcher's outbox holds before the watcher is dropped
 WATCH_BYTES = 64 << 20  # recorded producer bytes a watcher may have waiting before it is dropped
 
 
 def job_key(name: str, uid: int) -> JobKey:
-    """The job a session or request of ``uid`` naming ``name`` means."""
-    return (name, NO_UID if name else uid)
-
-
-def reserved_for(name: str) -> int:
-    """The uid a job name is kept for: ``<user>/...`` (what the attach path derives from a launcher) is that user's,
-    whether or not the job exists yet, so that nobody takes a predictable name first. NO_UID: anyone's."""
-    user, slash, _rest = name.partition("/")
-    return _uid_of(user) if slash and user else NO_UID
-
-
-@functools.lru_cache(maxsize=256)
-def _uid_of(user: str) -> int:
-    if user.isdigit():
-        return int(user)
-    if len(user) > 64:
-        return NO_UID
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except (KeyError, ValueError, OSError):
-        return NO_UID
-
-
-def job_label(key: JobKey) -> str:
-    return repr(key[0]) if key[0] else f"(no job name, uid {key[1]})"
+    """The job a session or request of ``uid`` naming ``name`` means: that uid's job of the name."""
+    return (name, uid)
 
 
 @dataclass(eq=False, slots=True)
@@ -122,7 +91,6 @@ def _recorded_bytes(message: m.Message) -> int:
 @dataclass(slots=True)
 class Job:
     key: JobKey
-    owner: int = NO_UID  # NO_UID: only admins watch it yet, and the first other user to use it owns it
     config: m.Config | None = None  # registered by job_start; None: the daemon's default
     registrations: int = 0
     claims: int = 0  # sessions admitted and not started yet (their store row is being opened)
@@ -147,72 +115,34 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    reason: str  # an error frame's reason: permission_denied, job_limit
+    reason: str  # an error frame's reason: job_limit
     message: str
 
 
 class Jobs:
     """Lives on the event loop thread; every method is called from it, and none waits."""
 
-    def __init__(
-        self,
-        default_config: m.Config,
-        *,
-        grace: Callable[[], float] = lambda: DEFAULT_JOB_GRACE,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, default_config: m.Config) -> None:
         self.default_config = default_config
-        self._grace = grace  # how long an unused job's name stays its owner's (the job view's grace: "ending")
-        self._clock = clock
         self._jobs: dict[JobKey, Job] = {}
-        self._by_uid: dict[int, int] = {}  # owner -> jobs in use it owns
-        # Unused jobs' owners, oldest first: key -> (owner, when the job became unused).
-        self._ended: OrderedDict[JobKey, tuple[int, float]] = OrderedDict()
+        self._by_uid: dict[int, int] = {}  # uid -> its jobs in use
         # sdccheck state outlives a job's sessions: ranks of one training job come and go at their own pace (a
-        # fast rank may close before a slow one connects). The most recent jobs' state is kept, with its owner's
-        # uid: another uid that later uses the name starts afresh, never compared with the first one's replays.
-        self._sdc: OrderedDict[JobKey, tuple[int, SdcCheck]] = OrderedDict()
+        # fast rank may close before a slow one connects). The most recent jobs' state is kept.
+        self._sdc: OrderedDict[JobKey, SdcCheck] = OrderedDict()
         self._sdc_held = 0  # signature entries over every kept job's state
+        # Admins' watches by job name: each watches every uid's job of the name (watchers, and those recording).
+        self._admin_watchers: dict[str, list[Watcher]] = {}
+        self._admin_recorders: dict[str, list[Watcher]] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
 
-    @property
-    def owners_kept(self) -> int:
-        return len(self._ended)
-
-    # --- ownership ---------------------------------------------------------------------------------------------
-
-    def owner(self, key: JobKey) -> int:
-        """Who owns the job now (NO_UID: nobody); an unused job's owner until its grace period passed."""
-        self._expire()
-        job = self._jobs.get(key)
-        if job is not None:
-            return job.owner
-        ended = self._ended.get(key)
-        return ended[0] if ended is not None else NO_UID
-
-    def keep_owners(self, owners: list[tuple[str, int]], seconds: float) -> None:
-        """After a restart: the jobs the last daemon served stay their owners' for ``seconds`` (at least the grace
-        period), so that no other uid takes a name before its sessions come back to resume."""
-        now = self._clock()
-        for name, uid in owners[-ENDED_OWNERS_KEPT:]:
-            key = job_key(name, uid)
-            if key not in self._jobs:
-                # Kept as an unused job that ended ``seconds`` less the grace from now: _expire frees it then.
-                self._ended[key] = (uid, now + max(0.0, seconds - self._grace()))
+    # --- admission ---------------------------------------------------------------------------------------------
 
     def refusal(self, key: JobKey, uid: int, admin: Callable[[], bool]) -> Refusal | None:
-        """Why ``uid`` may not use the job (join, register, watch, wait on it), or None. Changes nothing.
-        ``admin`` is asked only when the job is another uid's (it reads /proc)."""
-        owner = self.owner(key)
-        if owner == NO_UID:
-            owner = reserved_for(key[0])
-        if owner not in (NO_UID, uid) and not admin():
-            return Refusal(
-                "permission_denied",
-                f"uid {uid} may not use job {job_label(key)}: it belongs to another user (admins: root, --admin-group)",
-            )
+        """Why ``uid`` may not use the job (join, register, watch, wait on it), or None. Changes nothing. Only the
+        bounds on jobs in use refuse: the job is ``uid``'s own. ``admin`` is asked only at the per-uid bound (it
+        reads /proc)."""
         if key not in self._jobs:
             if len(self._jobs) >= MAX_JOBS:
                 return Refusal("job_limit", f"the daemon holds its limit of {MAX_JOBS} jobs in use")
@@ -222,10 +152,10 @@ class Jobs:
 
     def admit(self, key: JobKey, uid: int, admin: Callable[[], bool]) -> Refusal | None:
         """A session of ``uid`` may join the job: claim it, until ``session_started`` or ``release``. Check and
-        claim in one step, so that no other uid takes the job while the session's store row is being opened."""
+        claim in one step, so that the job stays in use while the session's store row is being opened."""
         refused = self.refusal(key, uid, admin)
         if refused is None:
-            self._use(key, uid).claims += 1
+            self._use(key).claims += 1
         return refused
 
     def release(self, key: JobKey) -> None:
@@ -235,49 +165,30 @@ class Jobs:
             job.claims -= 1
             self._forget_if_unused(job)
 
-    def _use(self, key: JobKey, uid: int, *, claim: bool = True) -> Job:
-        """The job, made in use (after ``refusal`` said it may be); ``claim``: ``uid`` owns it if nobody does."""
+    def _use(self, key: JobKey) -> Job:
+        """The job, made in use (after ``refusal`` said it may be)."""
         job = self._jobs.get(key)
         if job is None:
-            ended = self._ended.pop(key, None)
-            job = self._jobs[key] = Job(key, owner=ended[0] if ended else NO_UID)
-            if job.owner != NO_UID:
-                self._by_uid[job.owner] = self._by_uid.get(job.owner, 0) + 1
-        if claim and job.owner == NO_UID:
-            job.owner = uid
-            self._by_uid[uid] = self._by_uid.get(uid, 0) + 1
+            job = self._jobs[key] = Job(key)
+            self._by_uid[key[1]] = self._by_uid.get(key[1], 0) + 1
         return job
 
     def _forget_if_unused(self, job: Job) -> None:
         if not job.unused or self._jobs.get(job.key) is not job:
             return
         del self._jobs[job.key]
-        if job.owner != NO_UID:
-            left = self._by_uid[job.owner] - 1
-            if left:
-                self._by_uid[job.owner] = left
-            else:
-                del self._by_uid[job.owner]
-            self._ended[job.key] = (job.owner, self._clock())
-            self._ended.move_to_end(job.key)
-            while len(self._ended) > ENDED_OWNERS_KEPT:
-                self._ended.popitem(last=False)
-
-    def _expire(self) -> None:
-        """Names whose grace period passed are free again (the oldest end first, so stop at the first kept)."""
-        limit = self._clock() - self._grace()
-        while self._ended:
-            key, (_owner, ended) = next(iter(self._ended.items()))
-            if ended > limit:
-                break
-            del self._ended[key]
+        left = self._by_uid[job.key[1]] - 1
+        if left:
+            self._by_uid[job.key[1]] = left
+        else:
+            del self._by_uid[job.key[1]]
 
     # --- configuration -----------------------------------------------------------------------------------------
 
     def register(self, key: JobKey, config: m.Config, uid: int, *, again: bool = False) -> None:
         """``job_start`` (after ``refusal``): the configuration the job's sessions are welcomed with; ``again``:
         by a connection that registered it already (one registration each, whatever it sends)."""
-        job = self._use(key, uid)
+        job = self._use(key)
         job.config = config
         job.registrations += not again
 
@@ -300,19 +211,13 @@ class Jobs:
 
     def signature(self, key: JobKey, signature: m.Signature, rank: int) -> list[SdcFinding]:
         """sdccheck over every rank of the job (a replay against its reference, replicas against each other)."""
-        job = self._jobs.get(key)
-        owner = job.owner if job is not None else NO_UID
-        kept = self._sdc.pop(key, None)
-        if kept is not None and kept[0] != owner:  # the name has a new owner: nothing of the old job's carries over
-            self._sdc_held -= kept[1].held
-            kept = None
-        sdc = kept[1] if kept is not None else SdcCheck()
-        self._sdc[key] = (owner, sdc)
+        sdc = self._sdc.pop(key, None) or SdcCheck()
+        self._sdc[key] = sdc
         before = sdc.held
         findings = sdc.add(signature, rank)
         self._sdc_held += sdc.held - before
         while len(self._sdc) > 1 and (len(self._sdc) > SDC_JOBS_KEPT or self._sdc_held > SDC_HOST_ENTRIES):
-            _, (_, oldest) = self._sdc.popitem(last=False)
+            _, oldest = self._sdc.popitem(last=False)
             self._sdc_held -= oldest.held
         return findings
 
@@ -350,37 +255,57 @@ class Jobs:
         if job is None or not findings:
             return
         job.findings += len(findings)
-        self._tell(job, job.watchers, m.Findings(findings=findings))
+        self._tell(job, self._watchers(job), m.Findings(findings=findings))
 
     def kernel_checked(self, key: JobKey, report: m.KernelChecked) -> None:
         job = self._jobs.get(key)
         if job is not None:
-            self._tell(job, job.watchers, report)
+            self._tell(job, self._watchers(job), report)
 
     def recording(self, key: JobKey) -> bool:
         job = self._jobs.get(key)
-        return job is not None and bool(job.recorders)
+        return job is not None and bool(job.recorders or (key[0] and self._admin_recorders.get(key[0])))
 
     def record(self, key: JobKey, session: int, message: m.Message) -> None:
         """Hand a producer's message to the job's recorders (encoded once for all of them)."""
         job = self._jobs.get(key)
-        if job is not None and job.recorders:
-            self._tell(job, job.recorders, m.Recorded(session=session, body=_encoder.encode(message)))
+        recorders = self._watchers(job, recording=True) if job is not None else []
+        if job is not None and recorders:
+            self._tell(job, recorders, m.Recorded(session=session, body=_encoder.encode(message)))
+
+    def _watchers(self, job: Job, *, recording: bool = False) -> list[Watcher]:
+        """The job's own watchers (or recorders) and the admins' watching its name."""
+        own = job.recorders if recording else job.watchers
+        by_name = self._admin_recorders if recording else self._admin_watchers
+        admins = by_name.get(job.key[0]) if job.key[0] else None
+        return own + admins if admins else list(own)
 
     def _tell(self, job: Job, watchers: list[Watcher], message: m.Message) -> None:
-        for watcher in list(watchers):
+        for watcher in watchers:
             if not watcher.offer(message):
                 self.unwatch(job.key, watcher)
 
-    def watch(self, key: JobKey, watcher: Watcher, uid: int, *, admin: bool, record: bool = False) -> None:
-        """(After ``refusal``.) A user's watch claims a job nobody owns yet; an admin's does not."""
-        job = self._use(key, uid, claim=not admin)
-        if watcher not in job.watchers:
-            job.watchers.append(watcher)
-        if record and watcher not in job.recorders:
-            job.recorders.append(watcher)
+    def watch(self, key: JobKey, watcher: Watcher, *, admin: bool, record: bool = False) -> None:
+        """(After ``refusal``.) A user's watch makes its job in use; an admin's watch of a name watches every uid's
+        job of that name, and makes none of them in use."""
+        if admin and key[0]:
+            watching = [self._admin_watchers.setdefault(key[0], [])]
+            if record:
+                watching.append(self._admin_recorders.setdefault(key[0], []))
+        else:
+            job = self._use(key)
+            watching = [job.watchers, job.recorders] if record else [job.watchers]
+        for watchers in watching:
+            if watcher not in watchers:
+                watchers.append(watcher)
 
     def unwatch(self, key: JobKey, watcher: Watcher) -> None:
+        for by_name in (self._admin_watchers, self._admin_recorders):
+            watchers = by_name.get(key[0])
+            if watchers is not None and watcher in watchers:
+                watchers.remove(watcher)
+                if not watchers:
+                    del by_name[key[0]]
         job = self._jobs.get(key)
         if job is not None and watcher in job.watchers:
             job.watchers.remove(watcher)
@@ -396,8 +321,7 @@ class Jobs:
             return m.JobIdle(job=key[0], sessions=0, kernels=0, events=0, findings=0)
         while job.live:
             await job.idle.wait()
-        kept = self._sdc.get(key)
-        sdc = kept[1] if kept is not None and kept[0] == job.owner else None
+        sdc = self._sdc.get(key)
         return m.JobIdle(
             job=key[0], sessions=job.sessions, kernels=job.kernels, events=job.events, findings=job.findings,
             signatures=job.signatures,

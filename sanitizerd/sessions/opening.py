@@ -90,16 +90,14 @@ async def open_producer(hub: Hub, stream: MessageStream, hello: m.Hello, peer: P
 
 async def _resumable(hub: Hub, hello: m.Hello, peer: Peer) -> tuple[str, str] | None:
     """Why a client may not resume the session it names (reason, message), or None. Only looks: the caller
-    reopens the session once every check has passed. Whose it is comes first, so another uid learns nothing
-    from the answer (not even whether the session is live); session ids are sequential, and this check, not
-    their secrecy, is what keeps them from being used by another user."""
+    reopens the session once every check has passed. Whose it is comes first, and another uid's session answers
+    as one that does not exist, so another uid learns nothing (not even whether it exists or is live); session
+    ids are sequential, and this check, not their secrecy, is what keeps them from being used by another user."""
     stored = await hub.store_call(hub.store.session, hello.resume)
     live = hub.live.get(hello.resume)
     owner = live.peer.uid if live is not None else (stored.uid if stored is not None else None)
-    if owner is None:
+    if owner is None or (owner != peer.uid and peer.uid != 0):
         return "bad_reference", f"there is no session {hello.resume} to resume"
-    if owner != peer.uid and peer.uid != 0:
-        return "permission_denied", f"session {hello.resume} belongs to another user"
     if live is not None:
         return "bad_reference", f"session {hello.resume} is still live"
     return None
