@@ -57,6 +57,9 @@ from sanitizerd.socket_file import (
 from sanitizerd.systemd import Notifier, listen_sockets
 
 log = structlog.get_logger("sanitizerd.daemon")
+# Seconds past the drain timeout a draining process may take before it exits abandoning what is still busy in a
+# thread (the sessions cancelled at the deadline record their end well within it).
+ABANDON_MARGIN = 2.0
 
 HEARTBEAT = 1.0
 # After a restart, how long the jobs the last daemon served stay their owners' (a client resumes within its
@@ -209,6 +212,7 @@ class Daemon:
             version=__version__,
             workers=settings.workers,
         )
+        bound: threading.Timer | None = None
         try:
             async with listener, anyio.create_task_group() as tg:
                 self._accepting = accepting = anyio.CancelScope()
@@ -226,6 +230,9 @@ class Daemon:
                 ready.set()
                 with accepting:
                     await self._accept(listener, tg)
+                bound = self.bound_the_stop(
+                    hub.limits.drain_timeout, lambda: remove_socket(settings.socket_path, owned, unpublished)
+                )
                 # New clients are refused at once (under systemd they queue on its socket for the next start).
                 await listener.aclose()
                 compat.stop()
@@ -234,6 +241,8 @@ class Daemon:
         finally:
             remove_socket(settings.socket_path, owned, unpublished)
             store.close()
+            if bound is not None:
+                bound.cancel()
             log.info("stopped")
 
     def _open_hub(self, store: Store, limits: Limits) -> Hub:
@@ -395,6 +404,38 @@ class Daemon:
                     log.info("signal received again, stopping now", signal=name)
                     everything.cancel()
                     return
+
+    def _stop_margin(self) -> float:
+        """Seconds past the drain timeout this process may take to end once it drains: what is left of its sessions
+        is cancelled at the deadline, and a cancelled session needs a moment to record its end."""
+        return ABANDON_MARGIN
+
+    def bound_the_stop(self, drain_timeout: float, cleanup: Callable[[], None]) -> threading.Timer:
+        """Once draining: at the drain timeout plus the margin this process ends, whatever it is still doing. A
+        detector (or a store write) runs in a thread that a cancellation cannot stop, and the event loop waits for
+        it at the deadline; a huge batch would keep the daemon past any deadline, so that its service manager
+        kills it (or, without one, it never ends). Its thread is abandoned instead: ``cleanup`` (the socket file)
+        runs, the sessions still open stay open in the store (the next start closes them, as after a crash; their
+        findings stored so far are kept) and the process exits. Cancelled on a stop that ended in time."""
+        seconds = drain_timeout + self._stop_margin()
+
+        def give_up() -> None:
+            log.error(
+                "still busy past the drain deadline (a detector or store call in a thread); exiting without it",
+                deadline_s=seconds,
+                sessions=len(self.hub.live) if self.hub is not None else 0,
+            )
+            try:
+                cleanup()
+            finally:
+                sys.stderr.flush()
+                sys.stdout.flush()
+                os._exit(0)
+
+        timer = threading.Timer(seconds, give_up)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     async def _drain(self, hub: Hub, notifier: Notifier) -> None:
         """No new connections; the live sessions get up to the drain timeout to finish their kernels and close

@@ -159,6 +159,10 @@ class Listener(Daemon):
                 producer_uid=producer_uid,
             )  # fmt: skip
 
+    def _stop_margin(self) -> float:
+        """The workers' drain, then the listener's wait for them (killed at STOP_MARGIN), then its own end."""
+        return STOP_MARGIN + super()._stop_margin()
+
     async def _drain(self, hub: Hub, notifier: Notifier) -> None:
         """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""
         deadline = hub.limits.drain_timeout

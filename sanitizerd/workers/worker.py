@@ -16,6 +16,7 @@ import pickle
 import signal
 import socket
 import sys
+import threading
 
 import anyio
 import anyio.abc
@@ -90,6 +91,7 @@ class WorkerDaemon(Daemon):
         self.metrics.store_bytes.set_function(lambda: 0.0)  # the listener reports the store: one file, counted once
         notifier = Notifier({})  # the listener speaks to systemd
         log.info("worker serving", pid=os.getpid(), version=__version__)
+        bound: threading.Timer | None = None
         try:
             async with anyio.create_task_group() as tg:
                 self._accepting = accepting = anyio.CancelScope()
@@ -103,11 +105,15 @@ class WorkerDaemon(Daemon):
                 await self._answer(Ready())  # watching signals and taking connections: the listener may send both
                 with accepting:
                     await self._receive(tg)
+                # The listener kills a worker its drain outlasts by STOP_MARGIN; this one ends before that itself.
+                bound = self.bound_the_stop(hub.limits.drain_timeout, lambda: None)
                 compat.stop()
                 await self._drain(hub, notifier)
                 tg.cancel_scope.cancel()
         finally:
             store.close()
+            if bound is not None:
+                bound.cancel()
             log.info("worker stopped")
 
     async def _receive(self, tg: anyio.abc.TaskGroup) -> None:
