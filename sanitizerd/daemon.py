@@ -24,7 +24,7 @@ from typing import TypeVar
 import anyio
 import anyio.abc
 import structlog
-from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+from anyio.abc import SocketAttribute, TaskStatus
 
 from client_shim import discovery
 from sanitizerd import __version__, allocator, config, fds, logs
@@ -480,11 +480,16 @@ class Daemon:
         connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
         await self._guarded(raw, peer, connection, lambda stream: self._converse(hub, stream, peer))
 
-    async def _serve_compat(self, raw: SocketStream, peer: Peer, job: str, layout: str) -> None:
+    async def _serve_compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
         """A connection to a job's msSanitizer-form socket (its peer's uid already checked): an ordinary producer
         session of the job, opened with the implicit hello msSanitizer's protocol stands for."""
         hub = self.hub
         assert hub is not None
+        try:
+            raw = await anyio.abc.UNIXSocketStream.from_socket(conn)
+        except OSError:
+            conn.close()
+            return
         try:
             from sanitizerd.compat import wire
             from sanitizerd.compat.connection import CompatConnection
