@@ -14,13 +14,20 @@ an ordinary producer session of the job (the daemon's ``serve`` callback wraps i
 ``CompatConnection``), so detectors, store, metrics, access control, job view and save/replay are the native ones.
 
 A socket lives as long as the control connection that asked for it (its listener task runs in that connection's
-task group) and closes at daemon stop or drain; sessions already accepted run on in the daemon's task group.
+task group), and never past the process that asked (the run: a pidfd says when it is gone); it closes at daemon
+stop or drain; sessions already accepted run on in the daemon's task group. With worker processes the listener
+holds every socket (``sanitizerd.workers``): a worker's control connection asks it for one, each accepted
+connection is handed to the job's worker, and a worker's death leaves the socket open, so that the hooks connect
+again while the worker restarts (the connection waits in the listener until it is up). The run's control
+connection, which died with that worker, asks again on the new one and adopts the socket it had (same job, uid
+and process): the hooks' name stays valid for the whole run.
 Bounds: ``max_compat_sockets`` and ``max_compat_sockets_per_uid``, refused with ``request_limit``.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import struct
 import time
@@ -54,8 +61,9 @@ ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, e
 ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
 BACKLOG = 128  # one job's processes connect at start-up; the kernel caps it at somaxconn
 
-# (raw connection, its peer, the job, its owner uid, the wire layout): serves one accepted connection to its end.
-Serve = Callable[[SocketStream, Peer, str, str], Awaitable[None]]
+# (accepted connection, its peer, the job, the wire layout): serves one accepted connection to its end (closing it).
+# The connection is a plain socket, nothing read from it yet: the listener of worker processes hands it on whole.
+Serve = Callable[[socket.socket, Peer, str, str], Awaitable[None]]
 
 
 def socket_name(pid: int, when: float) -> str:
@@ -84,10 +92,10 @@ def bind_abstract(name: str) -> socket.socket:
     return sock
 
 
-def peer_credentials(stream: SocketStream) -> Peer:
+def peer_credentials(stream: SocketStream | socket.socket) -> Peer:
     """The connected process's pid, uid and gid (SO_PEERCRED), or an unknown peer (uid -1) if they cannot be read."""
     try:
-        raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
+        raw: socket.socket = stream if isinstance(stream, socket.socket) else stream.extra(SocketAttribute.raw_socket)
         pid, uid, gid = struct.unpack("3i", raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
         return Peer(pid, uid, gid)
     except (OSError, AttributeError):
@@ -126,6 +134,9 @@ class CompatStream(MessageStream):
 class _Listening:
     job: str
     uid: int
+    pid: int = 0  # the process that asked for it (the run): the socket ends with it
+    layout: str = ""
+    holder: object = None  # who asked (a worker, in the listener); None: its holder died, and it may be adopted
     name: str = ""
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     running: bool = False  # its accept task has begun: from then on, that task gives back its slot, name, socket
@@ -144,10 +155,6 @@ class CompatSockets:
         self._serve = serve
         self.open: dict[str, _Listening] = {}  # name -> the socket listening under it
         self.stopped = False
-        # With worker processes the limits hold over the daemon: a socket is first claimed from the listener, which
-        # counts every worker's ("" granted, else why not), and given back when it closes. None: one process.
-        self.claim: Callable[[int], Awaitable[str]] | None = None
-        self.unclaim: Callable[[int], None] = lambda uid: None
 
     def count(self) -> float:
         return float(len(self.open))
@@ -158,6 +165,29 @@ class CompatSockets:
         for listening in list(self.open.values()):
             listening.scope.cancel()
 
+    def close(self, name: str) -> None:
+        """The control connection that asked for ``name`` ended (told by the worker that served it)."""
+        listening = self.open.get(name)
+        if listening is not None:
+            listening.scope.cancel()
+
+    def orphan(self, holder: object) -> None:
+        """``holder`` (a worker) died: its sockets stay open, for the hooks and for their runs to adopt."""
+        for listening in self.open.values():
+            if listening.holder is holder:
+                listening.holder = None
+
+    def _adopt(self, job: str, layout: str, peer: Peer, holder: object) -> _Listening | None:
+        """The socket a run that lost its control connection had (same job, uid, process and layout), if its
+        holder died: the hooks were told its name, so the run keeps it."""
+        for listening in self.open.values():
+            if (listening.holder is None and holder is not None and listening.running
+                    and (listening.job, listening.uid, listening.pid, listening.layout)
+                    == (job, peer.uid, peer.pid, layout)):  # fmt: skip
+                listening.holder = holder
+                return listening
+        return None
+
     def _refusal(self, uid: int) -> str:
         limits = self.hub.limits
         if len(self.open) >= limits.max_compat_sockets:
@@ -167,10 +197,13 @@ class CompatSockets:
             return f"uid {uid} holds its limit of {limits.max_compat_sockets_per_uid} msSanitizer-form sockets"
         return ""
 
-    async def listen(self, job: str, layout: str, peer: Peer, tg: anyio.abc.TaskGroup) -> m.CompatListening:
-        """Open ``job``'s socket for the control peer ``peer`` (its listener runs in ``tg``, the control
-        connection's task group, so it ends with that connection), or say why not (counted and logged as every
-        refusal). The caller has checked that the job is the peer's to use and that ``layout`` is known."""
+    async def listen(
+        self, job: str, layout: str, peer: Peer, tg: anyio.abc.TaskGroup, *, holder: object = None
+    ) -> m.CompatListening:
+        """Open ``job``'s socket for the control peer ``peer`` (its listener runs in ``tg``: the control
+        connection's task group, so that it ends with that connection; or the listener's, ``holder`` the worker
+        whose control connection asked), or say why not (counted and logged as every refusal). The caller has
+        checked that the job is the peer's to use and that ``layout`` is known."""
 
         def refused(reason: str, message: str) -> m.CompatListening:
             self.hub.note_refusal(reason, message, what="compat socket refused", job=job, uid=peer.uid)
@@ -178,26 +211,24 @@ class CompatSockets:
 
         if self.stopped:
             return refused("shutdown", "the daemon is stopping: it opens no new sockets")
+        adopted = self._adopt(job, layout, peer, holder)
+        if adopted is not None:
+            log.info("compat socket adopted", job=job, name=adopted.name, uid=peer.uid, pid=peer.pid)
+            return m.CompatListening(job=job, name=adopted.name)
         why = self._refusal(peer.uid)
         if why:
             return refused("request_limit", why)
         if peer.pid <= 0:
             return refused("permission_denied", "the daemon cannot tell this connection's pid (SO_PEERCRED)")
-        if self.claim is not None:
-            why = await self.claim(peer.uid)
-            if why:
-                return refused("request_limit", why)
         why = self.connections.admit(peer.uid, self.hub.limits)
         if why:
-            self.unclaim(peer.uid)
             return refused("connection_limit", f"{why} (a msSanitizer-form socket holds one)")
-        listening = _Listening(job, peer.uid)
+        listening = _Listening(job, peer.uid, peer.pid, layout, holder)
         try:
             return await self._bind(listening, layout, peer.pid, tg)
         except BaseException:
             if not listening.running:
                 self.connections.release(peer.uid)
-                self.unclaim(peer.uid)
             raise
 
     async def _bind(self, listening: _Listening, layout: str, pid: int, tg: anyio.abc.TaskGroup) -> m.CompatListening:
@@ -222,10 +253,9 @@ class CompatSockets:
         listening.name = name
         self.open[name] = listening
         try:
-            listener = await anyio.abc.SocketListener.from_socket(sock)
             # start, not start_soon: once it returns, the task is inside the try whose finally closes the socket
             # and gives back the slot and the name (a task cancelled before its first step would never run one)
-            await tg.start(self._accept, listener, listening, layout)
+            await tg.start(self._accept, sock, listening, layout)
         except BaseException:
             if not listening.running:
                 self.open.pop(name, None)
@@ -236,13 +266,12 @@ class CompatSockets:
 
     def _refused_after_admit(self, job: str, uid: int, message: str) -> m.CompatListening:
         self.connections.release(uid)
-        self.unclaim(uid)
         self.hub.note_refusal("internal_error", message, what="compat socket refused", job=job, uid=uid)
         return m.CompatListening(job=job, reason="internal_error", message=message)
 
     async def _accept(
         self,
-        listener: anyio.abc.SocketListener,
+        sock: socket.socket,
         listening: _Listening,
         layout: str,
         *,
@@ -250,35 +279,61 @@ class CompatSockets:
     ) -> None:
         listening.running = True
         try:
-            async with listener:
-                with listening.scope:
+            with sock, listening.scope:
+                async with anyio.create_task_group() as watch:
+                    watch.start_soon(self._until_gone, listening)
                     task_status.started()
-                    pause = ACCEPT_BACKOFF[0]
-                    while True:
-                        try:
-                            raw = await listener.accept()
-                        except anyio.BrokenResourceError as exc:
-                            code = getattr(exc.__cause__, "errno", None)
-                            if code in ACCEPT_SKIP_ERRNOS:
-                                continue
-                            if code not in ACCEPT_RETRY_ERRNOS:  # the socket itself failed: this one ends, no more
-                                log.error("compat socket failed", job=listening.job, detail=repr(exc.__cause__))
-                                return
-                            # out of fds or memory: as on the main socket, back off (doubling) and try again
-                            self.hub.metrics.accept_errors.labels(errno.errorcode[code]).inc()
-                            await anyio.sleep(pause)
-                            pause = min(pause * 2, ACCEPT_BACKOFF[1])
-                            continue
-                        pause = ACCEPT_BACKOFF[0]
-                        self._admit(raw, listening, layout)
+                    await self._accept_loop(sock, listening, layout)
+                    watch.cancel_scope.cancel()
         finally:
             self.open.pop(listening.name, None)
             self.connections.release(listening.uid)
-            self.unclaim(listening.uid)
             log.info("compat socket closed", job=listening.job, name=listening.name)
 
-    def _admit(self, raw: SocketStream, listening: _Listening, layout: str) -> None:
-        peer = peer_credentials(raw)
+    async def _accept_loop(self, sock: socket.socket, listening: _Listening, layout: str) -> None:
+        """Accepted on the bare socket (an anyio stream would begin reading it into a buffer of its own)."""
+        pause = ACCEPT_BACKOFF[0]
+        while True:
+            await anyio.wait_readable(sock)
+            try:
+                conn, _address = sock.accept()
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                code = exc.errno
+                if code in ACCEPT_SKIP_ERRNOS:
+                    continue
+                if code not in ACCEPT_RETRY_ERRNOS:  # the socket itself failed: this one ends, no more
+                    log.error("compat socket failed", job=listening.job, detail=repr(exc))
+                    return
+                # out of fds or memory: as on the main socket, back off (doubling) and try again
+                self.hub.metrics.accept_errors.labels(errno.errorcode[code]).inc()
+                await anyio.sleep(pause)
+                pause = min(pause * 2, ACCEPT_BACKOFF[1])
+                continue
+            pause = ACCEPT_BACKOFF[0]
+            self._admit(conn, listening, layout)
+
+    @staticmethod
+    async def _until_gone(listening: _Listening) -> None:
+        """Close the socket once the process that asked for it has ended (a socket whose run is gone would wait for
+        hooks that never come, holding a slot of its uid's)."""
+        try:
+            pidfd = os.pidfd_open(listening.pid)
+        except ProcessLookupError:  # gone already
+            listening.scope.cancel()
+            return
+        except OSError:  # a kernel without pidfds: the control connection's end is the bound
+            return
+        try:
+            await anyio.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        log.info("compat socket's process ended", job=listening.job, name=listening.name, pid=listening.pid)
+        listening.scope.cancel()
+
+    def _admit(self, conn: socket.socket, listening: _Listening, layout: str) -> None:
+        peer = peer_credentials(conn)
         if peer.uid != listening.uid:
             # No bytes: another user's process learns nothing about the job, not even the protocol spoken here.
             self.hub.note_refusal(
@@ -289,6 +344,6 @@ class CompatSockets:
                 peer_pid=peer.pid,
                 peer_uid=peer.uid,
             )
-            self._sessions.start_soon(raw.aclose)
+            conn.close()
             return
-        self._sessions.start_soon(self._serve, raw, peer, listening.job, layout)
+        self._sessions.start_soon(self._serve, conn, peer, listening.job, layout)

@@ -24,7 +24,7 @@ from typing import TypeVar
 import anyio
 import anyio.abc
 import structlog
-from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+from anyio.abc import SocketAttribute, TaskStatus
 
 from client_shim import discovery
 from sanitizerd import __version__, allocator, config, fds, logs
@@ -57,6 +57,9 @@ from sanitizerd.socket_file import (
 from sanitizerd.systemd import Notifier, listen_sockets
 
 log = structlog.get_logger("sanitizerd.daemon")
+# Seconds past the drain timeout a draining process may take before it exits abandoning what is still busy in a
+# thread (the sessions cancelled at the deadline record their end well within it).
+ABANDON_MARGIN = 2.0
 
 HEARTBEAT = 1.0
 STALLED_AFTER = 10.0  # seconds without a heartbeat before /readyz says the event loop is stalled
@@ -206,6 +209,7 @@ class Daemon:
             version=__version__,
             workers=settings.workers,
         )
+        bound: threading.Timer | None = None
         try:
             async with listener, anyio.create_task_group() as tg:
                 self._accepting = accepting = anyio.CancelScope()
@@ -223,6 +227,9 @@ class Daemon:
                 ready.set()
                 with accepting:
                     await self._accept(listener, tg)
+                bound = self.bound_the_stop(
+                    hub.limits.drain_timeout, lambda: remove_socket(settings.socket_path, owned, unpublished)
+                )
                 # New clients are refused at once (under systemd they queue on its socket for the next start).
                 await listener.aclose()
                 compat.stop()
@@ -231,6 +238,8 @@ class Daemon:
         finally:
             remove_socket(settings.socket_path, owned, unpublished)
             store.close()
+            if bound is not None:
+                bound.cancel()
             log.info("stopped")
 
     def _open_hub(self, store: Store, limits: Limits) -> Hub:
@@ -386,6 +395,38 @@ class Daemon:
                     everything.cancel()
                     return
 
+    def _stop_margin(self) -> float:
+        """Seconds past the drain timeout this process may take to end once it drains: what is left of its sessions
+        is cancelled at the deadline, and a cancelled session needs a moment to record its end."""
+        return ABANDON_MARGIN
+
+    def bound_the_stop(self, drain_timeout: float, cleanup: Callable[[], None]) -> threading.Timer:
+        """Once draining: at the drain timeout plus the margin this process ends, whatever it is still doing. A
+        detector (or a store write) runs in a thread that a cancellation cannot stop, and the event loop waits for
+        it at the deadline; a huge batch would keep the daemon past any deadline, so that its service manager
+        kills it (or, without one, it never ends). Its thread is abandoned instead: ``cleanup`` (the socket file)
+        runs, the sessions still open stay open in the store (the next start closes them, as after a crash; their
+        findings stored so far are kept) and the process exits. Cancelled on a stop that ended in time."""
+        seconds = drain_timeout + self._stop_margin()
+
+        def give_up() -> None:
+            log.error(
+                "still busy past the drain deadline (a detector or store call in a thread); exiting without it",
+                deadline_s=seconds,
+                sessions=len(self.hub.live) if self.hub is not None else 0,
+            )
+            try:
+                cleanup()
+            finally:
+                sys.stderr.flush()
+                sys.stdout.flush()
+                os._exit(0)
+
+        timer = threading.Timer(seconds, give_up)
+        timer.daemon = True
+        timer.start()
+        return timer
+
     async def _drain(self, hub: Hub, notifier: Notifier) -> None:
         """No new connections; the live sessions get up to the drain timeout to finish their kernels and close
         (their findings are checked and stored as usual); the rest end as "shutdown"."""
@@ -429,11 +470,16 @@ class Daemon:
         connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
         await self._guarded(raw, peer, connection, lambda stream: self._converse(hub, stream, peer))
 
-    async def _serve_compat(self, raw: SocketStream, peer: Peer, job: str, layout: str) -> None:
+    async def _serve_compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
         """A connection to a job's msSanitizer-form socket (its peer's uid already checked): an ordinary producer
         session of the job, opened with the implicit hello msSanitizer's protocol stands for."""
         hub = self.hub
         assert hub is not None
+        try:
+            raw = await anyio.abc.UNIXSocketStream.from_socket(conn)
+        except OSError:
+            conn.close()
+            return
         try:
             from sanitizerd.compat import wire
             from sanitizerd.compat.connection import CompatConnection

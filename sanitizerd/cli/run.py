@@ -19,9 +19,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
+
+import msgspec
 
 from client_shim.attach import ATTACH_ENV, hook_dir
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
@@ -50,6 +52,10 @@ _SHOWN = {"info": {ERROR, WARNING}, "warn": {ERROR, WARNING}, "error": {ERROR}}
 # signals it was sent: signals are the process's, and an embedded daemon is then given as long to end.
 INTERRUPTED_WAIT = 2.0
 STOP_SIGNALS: list[int] = []
+# Seconds a run tries to reach the daemon again once its control connection ended before the job did (the job's
+# worker process died: the listener starts another, which takes the connection once it is up).
+RECONNECT_WINDOW = 60.0
+RECONNECT_PAUSE = 0.2
 
 
 class EmbeddedDaemon:
@@ -109,8 +115,23 @@ class Reporter:
         save: SaveWriter | None = None,
         keep_kernels: bool = False,
         show_suppressed: bool = False,
+        reconnect: Callable[[], ControlClient] | None = None,
+        stored: Callable[[], list[Finding]] | None = None,
+        job: str = "",
     ) -> None:
         self.control = control
+        self.job = job
+        # A control connection that ends before the job's end (its worker died) is made again: ``reconnect`` opens
+        # one that registers and watches the job as the first did; ``stored`` reads the job's findings back from
+        # the store, for those the lost connection (or the time without one) did not bring.
+        self.reconnect = reconnect
+        self.stored = stored
+        self.reconnects = 0
+        self._swap = threading.Lock()  # the connection is replaced under it; the job's wait is asked under it
+        self.waiting = False  # wait_job asked: asked again on a connection made after
+        self._seen: set[int] = set()  # ids of the findings reported (a finding reported twice counts once)
+        self._checked: set[tuple[int, int]] = set()  # (session, launch) reported checked
+        self._sessions: set[int] = set()
         self.show_suppressed = show_suppressed
         self.suppressed = 0  # findings a suppression rule hid: neither errors nor warnings
         self.save = save
@@ -128,10 +149,25 @@ class Reporter:
         self.out_closed = False  # the reader of ``out`` went away
         self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
 
+    def wait_job(self) -> None:
+        """Ask for the job's end (the program has exited). A connection lost meanwhile is the loop's to make again,
+        which asks again on the new one."""
+        with self._swap:
+            self.waiting = True
+            try:
+                self.control.send(m.WaitJob(job=self.job))
+            except ClientError:
+                pass
+
     def _loop(self) -> None:
         try:
             while True:
-                message = self.control.receive()
+                try:
+                    message = self.control.receive()
+                except ClientError as exc:
+                    if not self._reconnect(exc):
+                        raise
+                    continue
                 if isinstance(message, m.Findings):
                     self._findings(message.findings)
                 elif isinstance(message, m.KernelChecked):
@@ -139,14 +175,57 @@ class Reporter:
                 elif isinstance(message, m.Recorded) and self.save is not None:
                     self.save.write(message)
                 elif isinstance(message, m.JobIdle):
-                    self.idle = message
+                    self.idle = self._completed(message)
                     for held in self._kernels.values():
                         self._print(held)
                     return
         except ClientError as exc:
             self.failure = str(exc)
 
+    def _reconnect(self, lost: ClientError) -> bool:
+        """A connection like the lost one (the job registered and watched, its end asked for if it was), made
+        within RECONNECT_WINDOW seconds; False when there is none to make."""
+        if self.reconnect is None:
+            return False
+        deadline = time.monotonic() + RECONNECT_WINDOW
+        while True:
+            try:
+                with self._swap:
+                    control = self.reconnect()
+                    if self.waiting:
+                        control.send(m.WaitJob(job=self.job))
+                    old, self.control = self.control, control
+            except ClientError:
+                if time.monotonic() >= deadline or STOP_SIGNALS:  # told to stop: what was reported is said
+                    return False
+                time.sleep(RECONNECT_PAUSE)
+                continue
+            with contextlib.suppress(OSError):
+                old.close()
+            self.reconnects += 1
+            return True
+
+    def _completed(self, idle: m.JobIdle) -> m.JobIdle:
+        """The job's end as reported, made whole after a reconnect: the findings the store holds that no watch
+        brought are reported now, and the sessions and launches counted are at least those reported checked (a
+        worker that died took its counts of the job with it)."""
+        if not self.reconnects:
+            return idle
+        if self.stored is not None:
+            try:
+                missed = [f for f in self.stored() if f.id not in self._seen]
+            except ClientError:
+                missed = []
+            if missed:
+                self._findings(missed)
+        sessions = max(idle.sessions, len(self._sessions))
+        return msgspec.structs.replace(idle, sessions=sessions, kernels=max(idle.kernels, len(self._checked)))
+
     def _findings(self, findings: list[Finding]) -> None:
+        # A resumed session's replay or the store read after a reconnect may bring one again: reported once.
+        findings = [f for f in findings if not f.id or f.id not in self._seen]
+        self._seen.update(f.id for f in findings if f.id)
+        self._sessions.update(f.session for f in findings)
         self.findings.extend(findings)
         for finding in findings:
             if finding.suppressed:
@@ -162,6 +241,10 @@ class Reporter:
         self._print(now)
 
     def _kernel(self, report: m.KernelChecked) -> None:
+        if (report.session, report.kernel) in self._checked:  # a resumed session's replay of a launch reported
+            return
+        self._checked.add((report.session, report.kernel))
+        self._sessions.add(report.session)
         held = self._kernels.pop((report.session, report.kernel), [])
         if self.keep_kernels:
             self.kernels.append(report)
@@ -457,14 +540,71 @@ def _supervise(
     except HookError as exc:
         print(f"{PREFIX} ERROR: {exc}", file=sys.stderr)
         return 1
-    control.send(m.Watch(job=job, record=save is not None))
+    watch = m.Watch(job=job, record=save is not None)
+    control.send(watch)
+    compat_name = next((hooked[name] for name in hooks.socket_variables() if hooked.get(name)), "")
+    layout = choice.layout.name if choice.layout is not None else ""
+
+    def reconnect() -> ControlClient:
+        """The job's worker died and took this connection: the listener has started another, which takes a new
+        one. The job is registered and watched again, and the socket the hooks were told of is asked for again:
+        the listener kept it, and gives it back to the same process (no other name would reach the hooks)."""
+        again = ControlClient(socket_path)
+        try:
+            again.send(start)
+            if compat_name:
+                answer = again.request(m.CompatListen(job=job, layout=layout))
+                if not isinstance(answer, m.CompatListening) or answer.name != compat_name:
+                    print(
+                        f"{PREFIX} WARNING: job {job}: the daemon no longer holds the socket for msSanitizer's hooks "
+                        f"({getattr(answer, 'message', '') or 'another was opened'}): processes that connect from "
+                        "now on are not checked",
+                        file=sys.stderr,
+                    )
+            again.send(watch)
+        except BaseException:
+            again.close()
+            raise
+        return again
+
+    def stored() -> list[Finding]:
+        """Every finding the store holds for the job (a connection of its own: the run's carries the watch)."""
+        found: list[Finding] = []
+        with ControlClient(socket_path) as query:
+            cursor = 0
+            while True:
+                page = query.request(m.QueryFindings(job=job, after=cursor))
+                if not isinstance(page, m.Findings):
+                    return found
+                found.extend(page.findings)
+                if not page.next:
+                    return found
+                cursor = page.next
+
     shown = _SHOWN.get(options.config.log_level, _SHOWN["warn"])
     reporter = Reporter(
-        control, out, shown, save=save, keep_kernels=report is not None, show_suppressed=options.show_suppressed
-    )
+        control, out, shown, save=save, keep_kernels=report is not None, show_suppressed=options.show_suppressed,
+        reconnect=reconnect, stored=stored, job=job,
+    )  # fmt: skip
     reporter.thread.start()
+    try:
+        return _run_program(options, job, socket_path, out, report, save, reporter, hooked, unchecked or refused)
+    finally:
+        if reporter.control is not control:  # made again after a worker restart: closed as the first would be
+            reporter.control.close()
 
-    unchecked = unchecked or refused
+
+def _run_program(
+    options: RunOptions,
+    job: str,
+    socket_path: Path,
+    out: IO[str],
+    report: IO[str] | None,
+    save: SaveWriter | None,
+    reporter: Reporter,
+    hooked: dict[str, str],
+    unchecked: str,
+) -> int:
     env = dict(os.environ, **{SOCKET_ENV: str(socket_path), JOB_ENV: job, ATTACH_ENV: "1"})
     for stale in hooks.socket_variables():
         # a socket name left from an outer run would send the hooks' records to a job that is not this one
@@ -491,7 +631,7 @@ def _supervise(
     forward = signal.signal(signal.SIGTERM, on_signal)
     try:
         status = child.wait()
-        control.send(m.WaitJob(job=job))
+        reporter.wait_job()
         _wait_for_reports(reporter, interrupted)
     finally:
         signal.signal(signal.SIGINT, previous)

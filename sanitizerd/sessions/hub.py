@@ -181,11 +181,13 @@ class Hub:
         """Mark what the suppression rules hide, count, persist, then hand findings to the job's watchers."""
         # Marked first: a resumed session's findings are known by everything but their id and time, marks included.
         session.suppressor.mark(findings)
+        # Counted before a resumed session's already stored ones are left out: the session is the whole stream
+        # replayed, and its count must say what the store holds for it (the lost worker's rows and the new ones).
+        session.count(findings)
         if session.already_stored:
             findings = _not_stored_yet(session, findings)
         if not findings:
             return
-        session.count(findings)
         for finding in findings:
             if finding.suppressed:
                 self.metrics.findings_suppressed.labels(finding.kind).inc()

@@ -26,6 +26,10 @@ class Handoff(msgspec.Struct, tag="handoff"):
 
     size: int
     welcomed: bool = False
+    # A connection accepted on a job's msSanitizer-form socket (its peer's uid checked there): served as a compat
+    # producer of this job, in this wire layout.
+    compat_job: str = ""
+    compat_layout: str = ""
 
 
 class AskLive(msgspec.Struct, tag="ask_live"):
@@ -54,23 +58,26 @@ class Ended(msgspec.Struct, tag="ended"):
     uid: int
 
 
-class ClaimCompat(msgspec.Struct, tag="claim_compat"):
-    """May ``uid`` open one more msSanitizer-form socket (the limits hold over all workers)?"""
+class OpenCompat(msgspec.Struct, tag="open_compat"):
+    """A control connection of ``uid`` (process ``pid``) asks for ``job``'s msSanitizer-form socket: the listener
+    opens it, where it outlives this worker (its accepted connections come back as handoffs with ``compat_job``)."""
 
     ask: int
+    job: str
+    layout: str
     uid: int
+    pid: int
 
 
-class CompatClaimed(msgspec.Struct, tag="compat_claimed"):
+class CompatOpened(msgspec.Struct, tag="compat_opened"):
     ask: int
-    uid: int
-    refused: str  # "" when granted, else why not (the single process's words)
+    answer: m.CompatListening
 
 
-class CompatReleased(msgspec.Struct, tag="compat_released"):
-    """A claimed msSanitizer-form socket closed (or was never opened)."""
+class CloseCompat(msgspec.Struct, tag="close_compat"):
+    """The control connection that asked for the socket ``name`` ended: the listener closes it."""
 
-    uid: int
+    name: str
 
 
 class Ready(msgspec.Struct, tag="ready"):
@@ -93,9 +100,9 @@ Packet = (
     | MetricsText
     | Ended
     | Ready
-    | ClaimCompat
-    | CompatClaimed
-    | CompatReleased
+    | OpenCompat
+    | CompatOpened
+    | CloseCompat
     | Ping
     | Pong
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -28,6 +29,7 @@ from sanitizerd.sessions.jobs import JobKey, job_key
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
 from sanitizerd.systemd import Notifier
+from sanitizerd.workers.channel import Channel, OpenCompat
 from sanitizerd.workers.metrics import MergedMetrics
 from sanitizerd.workers.pool import Pool
 from sanitizerd.workers.rawstream import RawSocketStream
@@ -50,6 +52,15 @@ class Listener(Daemon):
         assert hub is not None
         hub.live_elsewhere = self.pool.live
         hub.handoff = self._hand_control
+        sockets = hub.compat_sockets
+        assert sockets is not None
+        self.pool.close_compat, self.pool.orphan_compat = sockets.close, sockets.orphan
+
+        async def open_compat(request: OpenCompat, holder: Channel) -> m.CompatListening:
+            peer = Peer(pid=request.pid, uid=request.uid)
+            return await sockets.listen(request.job, request.layout, peer, tg, holder=holder)
+
+        self.pool.open_compat = open_compat
         self.merged.token = anyio.lowlevel.current_token()
         await tg.start(self.pool.run)
 
@@ -158,6 +169,28 @@ class Listener(Daemon):
                 index, raw.sock.fileno(), bytes(data), welcomed=welcomed, wait=hub.limits.drain_timeout,
                 producer_uid=producer_uid,
             )  # fmt: skip
+
+    def _stop_margin(self) -> float:
+        """The workers' drain, then the listener's wait for them (killed at STOP_MARGIN), then its own end."""
+        return STOP_MARGIN + super()._stop_margin()
+
+    async def _serve_compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
+        """A connection accepted on a job's msSanitizer-form socket (held here), handed to the job's worker as the
+        producer it is: while that worker restarts it waits here (as a resuming client's does), so that hooks that
+        connect again after a worker died reach the new one."""
+        hub = self.hub
+        assert hub is not None
+        with conn:
+            refused = await self._session_limit(hub, peer.uid)
+            if refused:
+                hub.note_refusal("session_limit", refused, what="compat connection refused", job=job, uid=peer.uid)
+                return
+            index = worker_for(job_key(job, peer.uid), self.settings.workers)
+            async with self.pool.workers[index].order:
+                await self.pool.hand(
+                    index, conn.fileno(), b"", welcomed=False, wait=hub.limits.drain_timeout,
+                    producer_uid=peer.uid, compat=(job, layout),
+                )  # fmt: skip
 
     async def _drain(self, hub: Hub, notifier: Notifier) -> None:
         """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +34,13 @@ from sanitizerd.workers.channel import (
     AskMetrics,
     Channel,
     ChannelClosed,
-    ClaimCompat,
-    CompatClaimed,
-    CompatReleased,
+    CloseCompat,
+    CompatOpened,
     Ended,
     Handoff,
     Live,
     MetricsText,
+    OpenCompat,
     Packet,
     Ping,
     Ready,
@@ -72,7 +72,6 @@ class Worker:
     # Producer connections handed to it and not yet ended, by uid: at least its live sessions (it may not have
     # opened them yet, or not yet said that they ended).
     producers: dict[int, int] = field(default_factory=dict)
-    compat: dict[int, int] = field(default_factory=dict)  # msSanitizer-form sockets it holds, by uid
     order: anyio.Lock = field(default_factory=anyio.Lock)  # handoffs in the order the listener read them (FIFO)
     heard: float = 0.0  # when it last said anything (monotonic): the watchdog's measure of a turning event loop
 
@@ -86,6 +85,12 @@ class Pool:
         self.stopping = False
         self._asks = itertools.count(1)
         self._answers: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        # The listener's msSanitizer-form sockets (sanitizerd.compat_socket): opened for a worker's control
+        # connection (the worker's channel is its holder), closed when that connection ends, orphaned (kept open
+        # for the hooks, and for the run to adopt) when the worker dies.
+        self.open_compat: Callable[[OpenCompat, Channel], Awaitable[m.CompatListening]] | None = None
+        self.close_compat: Callable[[str], None] = lambda name: None
+        self.orphan_compat: Callable[[Channel], None] = lambda channel: None
 
     # --- processes ---------------------------------------------------------------------------------------------
 
@@ -152,7 +157,7 @@ class Pool:
         finally:
             worker.up = anyio.Event()
             worker.producers.clear()  # its connections ended with it
-            worker.compat.clear()
+            self.orphan_compat(worker.channel)
             worker.channel.close()
             worker.channel = None
             if process.returncode is None:  # the listener stops now: its workers with it
@@ -213,10 +218,19 @@ class Pool:
         return sum(worker.producers.get(uid, 0) for worker in self.workers)
 
     async def hand(
-        self, index: int, fd: int, data: bytes, *, welcomed: bool, wait: float, producer_uid: int | None = None
+        self,
+        index: int,
+        fd: int,
+        data: bytes,
+        *,
+        welcomed: bool,
+        wait: float,
+        producer_uid: int | None = None,
+        compat: tuple[str, str] = ("", ""),
     ) -> bool:
         """Hand a connection to worker ``index`` (waiting up to ``wait`` seconds while it restarts); False when it
-        could not be handed (the caller closes it, and its client tries again as after a daemon restart)."""
+        could not be handed (the caller closes it, and its client tries again as after a daemon restart).
+        ``compat``: (job, layout) of a connection accepted on a job's msSanitizer-form socket."""
         worker = self.workers[index]
         with anyio.move_on_after(wait):
             await worker.up.wait()
@@ -225,22 +239,14 @@ class Pool:
             log.warning("worker not running; connection closed for its client to retry", worker=index)
             return False
         try:
-            await channel.send(Handoff(size=len(data), welcomed=welcomed), fd=fd, data=data)
+            handoff = Handoff(size=len(data), welcomed=welcomed, compat_job=compat[0], compat_layout=compat[1])
+            await channel.send(handoff, fd=fd, data=data)
         except (ChannelClosed, OSError) as exc:
             log.warning("connection not handed: the worker is gone", worker=index, detail=str(exc))
             return False
         if producer_uid is not None:
             worker.producers[producer_uid] = worker.producers.get(producer_uid, 0) + 1
         return True
-
-    def _compat_refusal(self, uid: int) -> str:
-        """Why ``uid`` may not open one more msSanitizer-form socket in any worker ("" when it may)."""
-        limits = self._limits()
-        if sum(sum(worker.compat.values()) for worker in self.workers) >= limits.max_compat_sockets:
-            return f"the daemon holds its limit of {limits.max_compat_sockets} msSanitizer-form sockets"
-        if sum(worker.compat.get(uid, 0) for worker in self.workers) >= limits.max_compat_sockets_per_uid:
-            return f"uid {uid} holds its limit of {limits.max_compat_sockets_per_uid} msSanitizer-form sockets"
-        return ""
 
     @staticmethod
     async def _tell(channel: Channel, packet: Packet) -> None:
@@ -305,15 +311,16 @@ class Pool:
                 done, answers = self._answers[ask]
                 answers.append(packet)
                 done.set()
-            case ClaimCompat(ask=ask, uid=uid):
-                refused = self._compat_refusal(uid)
-                if not refused:
-                    worker.compat[uid] = worker.compat.get(uid, 0) + 1
-                tg.start_soon(self._tell, channel, CompatClaimed(ask=ask, uid=uid, refused=refused))
-            case CompatReleased(uid=uid) if worker.compat.get(uid, 0) > 0:
-                worker.compat[uid] -= 1
-                if not worker.compat[uid]:
-                    del worker.compat[uid]
+            case OpenCompat(ask=ask) if self.open_compat is not None:
+                opening = self.open_compat
+
+                async def opened() -> None:
+                    answer = await opening(packet, channel)
+                    await self._tell(channel, CompatOpened(ask=ask, answer=answer))
+
+                tg.start_soon(opened)
+            case CloseCompat(name=name):
+                self.close_compat(name)
             case Ready():
                 worker.up.set()
                 log.info("worker ready", worker=worker.index)

@@ -16,6 +16,7 @@ import pickle
 import signal
 import socket
 import sys
+import threading
 
 import anyio
 import anyio.abc
@@ -24,7 +25,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import generate_latest
 
 from sanitizerd import __version__, allocator, fds, logs
-from sanitizerd.compat_socket import CompatSockets
+from sanitizerd.compat_socket import peer_credentials
 from sanitizerd.daemon import Daemon, DaemonSettings, _peer_credentials, open_store
 from sanitizerd.findings.store import Store
 from sanitizerd.protocol import Connection, Role
@@ -32,6 +33,7 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.jobs import job_key
+from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
 from sanitizerd.systemd import Notifier
 from sanitizerd.workers.channel import (
@@ -39,13 +41,13 @@ from sanitizerd.workers.channel import (
     AskMetrics,
     Channel,
     ChannelClosed,
-    ClaimCompat,
-    CompatClaimed,
-    CompatReleased,
+    CloseCompat,
+    CompatOpened,
     Ended,
     Handoff,
     Live,
     MetricsText,
+    OpenCompat,
     Ping,
     Pong,
     Ready,
@@ -64,7 +66,7 @@ class WorkerDaemon(Daemon):
         self.channel = channel
         self._asks = itertools.count(1)
         self._answers: dict[int, tuple[anyio.Event, list[m.SessionInfo]]] = {}
-        self._claims: dict[int, tuple[anyio.Event, list[str]]] = {}
+        self._opened: dict[int, tuple[anyio.Event, list[m.CompatListening]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
     def _fitted(self, limits: Limits) -> Limits:
@@ -90,24 +92,28 @@ class WorkerDaemon(Daemon):
         self.metrics.store_bytes.set_function(lambda: 0.0)  # the listener reports the store: one file, counted once
         notifier = Notifier({})  # the listener speaks to systemd
         log.info("worker serving", pid=os.getpid(), version=__version__)
+        bound: threading.Timer | None = None
         try:
             async with anyio.create_task_group() as tg:
                 self._accepting = accepting = anyio.CancelScope()
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._heartbeat)
-                hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
-                compat.claim, compat.unclaim = self._claim_compat, self._unclaim_compat
+                hub.compat_sockets = compat = RemoteCompatSockets(self)  # type: ignore[assignment]
                 self._tg = tg
                 task_status.started()
                 ready.set()
                 await self._answer(Ready())  # watching signals and taking connections: the listener may send both
                 with accepting:
                     await self._receive(tg)
+                # The listener kills a worker its drain outlasts by STOP_MARGIN; this one ends before that itself.
+                bound = self.bound_the_stop(hub.limits.drain_timeout, lambda: None)
                 compat.stop()
                 await self._drain(hub, notifier)
                 tg.cancel_scope.cancel()
         finally:
             store.close()
+            if bound is not None:
+                bound.cancel()
             log.info("worker stopped")
 
     async def _receive(self, tg: anyio.abc.TaskGroup) -> None:
@@ -123,6 +129,8 @@ class WorkerDaemon(Daemon):
                     # Its first request (a job_start, a watch) takes effect before any connection handed after
                     # it is served: a job's sessions see the configuration and watchers registered before them.
                     await tg.start(self._serve_handed, conn, data, True)
+                case Handoff(compat_job=job, compat_layout=layout) if conn is not None and job:
+                    tg.start_soon(self._serve_handed_compat, conn, job, layout)
                 case Handoff() if conn is not None:
                     tg.start_soon(self._serve_handed, conn, data, False)
                 case AskLive(ask=ask):
@@ -132,12 +140,12 @@ class WorkerDaemon(Daemon):
                     tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(self.metrics.registry)))
                 case Ping():
                     tg.start_soon(self._answer, Pong())
-                case CompatClaimed(ask=ask, refused=refused) if ask in self._claims:
-                    done, answer = self._claims[ask]
-                    answer.append(refused)
+                case CompatOpened(ask=ask, answer=opened) if ask in self._opened:
+                    done, answers = self._opened[ask]
+                    answers.append(opened)
                     done.set()
-                case CompatClaimed(uid=uid, refused=""):  # granted after its asker gave up: given back
-                    tg.start_soon(self._answer, CompatReleased(uid=uid))
+                case CompatOpened(answer=opened) if opened.name:  # opened after its asker gave up: closed again
+                    tg.start_soon(self._answer, CloseCompat(name=opened.name))
                 case Live(ask=ask, sessions=sessions) if ask in self._answers:
                     done, answer = self._answers[ask]
                     answer.extend(sessions)
@@ -146,26 +154,30 @@ class WorkerDaemon(Daemon):
                     if conn is not None:
                         conn.close()
 
-    async def _claim_compat(self, uid: int) -> str:
-        """The listener's word on one more msSanitizer-form socket for ``uid`` ("" granted)."""
+    async def open_compat(self, job: str, layout: str, peer: Peer) -> m.CompatListening:
+        """The listener's answer to a control connection's compat_listen: it opens the socket (or says why not)."""
         ask = next(self._asks)
-        done, answer = anyio.Event(), []
-        self._claims[ask] = (done, answer)
+        done, answers = anyio.Event(), []
+        self._opened[ask] = (done, answers)
         try:
-            await self.channel.send(ClaimCompat(ask=ask, uid=uid))
+            await self.channel.send(OpenCompat(ask=ask, job=job, layout=layout, uid=peer.uid, pid=peer.pid))
             with anyio.move_on_after(ASK_TIMEOUT):
                 await done.wait()
         except (ChannelClosed, OSError):
             pass
         finally:
-            self._claims.pop(ask, None)
-        return answer[0] if answer else "the listener did not answer: no socket is opened without its count"
+            self._opened.pop(ask, None)
+        if answers:
+            return answers[0]
+        why = "the listener did not answer: it holds the msSanitizer-form sockets"
+        assert self.hub is not None
+        self.hub.note_refusal("internal_error", why, what="compat socket refused", job=job, uid=peer.uid)
+        return m.CompatListening(job=job, reason="internal_error", message=why)
 
-    def _unclaim_compat(self, uid: int) -> None:
-        if self._tg is not None:
-            self._tg.start_soon(self._answer, CompatReleased(uid=uid))
+    async def close_compat(self, name: str) -> None:
+        await self._answer(CloseCompat(name=name))
 
-    async def _answer(self, packet: Live | MetricsText | Ended | Ready | CompatReleased | Pong) -> None:
+    async def _answer(self, packet: Live | MetricsText | Ended | Ready | CloseCompat | Pong) -> None:
         try:
             await self.channel.send(packet)
         except (ChannelClosed, OSError):
@@ -234,6 +246,52 @@ class WorkerDaemon(Daemon):
             if not welcomed:  # the listener counts the producer connections it handed
                 with anyio.CancelScope(shield=True):
                     await self._answer(Ended(uid=peer.uid))
+
+
+    async def _serve_handed_compat(self, conn: socket.socket, job: str, layout: str) -> None:
+        """A connection the listener accepted on a job's msSanitizer-form socket (its uid checked there)."""
+        peer = peer_credentials(conn)
+        try:
+            await self._serve_compat(conn, peer, job, layout)
+        finally:
+            with anyio.CancelScope(shield=True):  # the listener counts the producer connections it handed
+                await self._answer(Ended(uid=peer.uid))
+
+
+class RemoteCompatSockets:
+    """A worker's side of the msSanitizer-form sockets, which the listener holds (``sanitizerd.compat_socket``):
+    a control connection's compat_listen is asked of the listener, and the socket is closed again when that
+    connection ends. When this worker dies the listener keeps it: its hooks may connect again, and its run, which
+    asks again on the new worker, adopts it."""
+
+    def __init__(self, worker: WorkerDaemon) -> None:
+        self.worker = worker
+        self.stopped = False
+
+    def count(self) -> float:
+        return 0.0  # the listener's /metrics counts them, once
+
+    def stop(self) -> None:
+        self.stopped = True  # the listener closes them as it drains
+
+    async def listen(self, job: str, layout: str, peer: Peer, tg: anyio.abc.TaskGroup) -> m.CompatListening:
+        if self.stopped:
+            why = "the daemon is stopping: it opens no new sockets"
+            assert self.worker.hub is not None
+            self.worker.hub.note_refusal("shutdown", why, what="compat socket refused", job=job, uid=peer.uid)
+            return m.CompatListening(job=job, reason="shutdown", message=why)
+        answer = await self.worker.open_compat(job, layout, peer)
+        if answer.name:
+            tg.start_soon(self._held, answer.name)
+        return answer
+
+    async def _held(self, name: str) -> None:
+        """Until the control connection that asked for it ends (its task group is cancelled)."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.worker.close_compat(name)
 
 
 def _die_with_parent() -> None:
