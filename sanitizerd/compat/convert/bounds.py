@@ -112,6 +112,19 @@ class ExpansionBudget:
                 self._spent[rec] = new.astype(np.int64)
         return self._dead[pos]
 
+    def charge_runs(self, serials: np.ndarray, runs: np.ndarray) -> np.ndarray:
+        """Before an expansion: rows that would make ``runs`` strided runs each (an upper bound). A record whose
+        rows add up past its bound is refused; returns, per row, whether its record is refused."""
+        runs = np.asarray(runs, dtype=np.float64)
+        if self._serials is None:
+            return runs > MAX_RECORD_RUNS
+        pos = np.searchsorted(self._serials, np.asarray(serials, dtype=np.uint64))
+        total = np.bincount(pos, weights=runs, minlength=self._serials.size)
+        over = np.flatnonzero((total > MAX_RECORD_RUNS) & ~self._dead)
+        if over.size:
+            self._refuse(over, RECORD_RUNS, total[over])
+        return self._dead[pos]
+
     def end(self, events: np.ndarray) -> np.ndarray:
         """After the converter: ``events`` less those of refused records, each record's exact event count and
         strided runs checked against its bounds, and the runs of records that expanded charged to the kernel."""
@@ -138,9 +151,10 @@ class ExpansionBudget:
         if scattered.size:
             if pos is None:
                 pos = self._positions(serials, events)
+                per_record = np.bincount(pos, minlength=n)[:n]
             some = events[scattered]
-            lines = line_counts(some, extents(some)).astype(np.float64)
-            runs = np.bincount(pos[scattered], weights=lines, minlength=n)[:n]
+            lines = line_counts(some, extents(some)).astype(np.float64) - 1
+            runs = np.bincount(pos[scattered], weights=lines, minlength=n)[:n] + per_record
             over = np.flatnonzero((runs > MAX_RECORD_RUNS) & ~self._dead)
             if over.size:
                 self._refuse(over, RECORD_RUNS, runs[over])
@@ -214,7 +228,10 @@ class ExpansionBudget:
             if reason == RECORD_EVENTS:
                 what = f"it would become up to {_n(figure)} events, past the {_n(MAX_RECORD_EVENTS)} one record may"
             elif reason == RECORD_RUNS:
-                what = f"its accesses would be {_n(figure)} strided runs, past the {_n(MAX_RECORD_RUNS)} one record may"
+                what = (
+                    f"its accesses would be up to {_n(figure)} strided runs, past the {_n(MAX_RECORD_RUNS)} one record "
+                    "may"
+                )
             else:
                 continue
             also = f" ({_n(records)} records of this kernel refused so)" if records > 1 else ""
