@@ -3,6 +3,13 @@ converter with random field values, at every payload layout a release reads it w
 
 from __future__ import annotations
 
+import json
+import re
+import struct
+import time
+import urllib.request
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -231,3 +238,111 @@ def test_a_refusal_is_told_once_per_launch_and_the_cap_once() -> None:
 
 def test_the_metric_knows_every_reason() -> None:
     assert REFUSED_REASONS == REASONS
+
+
+# --- through a real daemon, over msSanitizer's wire -------------------------------------------------------------
+
+# What the daemon's processes (the listener and its worker) may reach while a client sends the issue's records,
+# 10 000 of them in one slot: docs/security.md ("msSanitizer records"). Before the bounds one slot of 10 took a
+# worker to +370 MB and 40 to 1.6 GB.
+DAEMON_RSS_BOUND = 512 << 20
+SLOT_SECONDS = 20.0  # each kernel's verdict: "within seconds" on a loaded 2-core test machine
+
+
+def _daemon_peak_rss(pid: int) -> int:
+    """The largest peak RSS (VmHWM) of the daemon's process and its children (worker processes), in bytes."""
+    peak = 0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+        if match:
+            peak = max(peak, int(match.group(1)) << 10)
+        pids += [int(child) for child in children]
+    return peak
+
+
+def test_the_issue_records_end_with_a_named_refusal_within_seconds(short_dir: Path) -> None:
+    """The 84-byte FIX_L0C_TO_UB record of issue 25 alone, then slots of 10, 40 and 10 000 of them, each a kernel
+    launch sent by a client of msSanitizer's wire to a job's socket of a real daemon (every detector on): each
+    launch is answered within seconds, its verdict says which record was refused and why (one internal_error per
+    launch, not a flood of findings), the refusals are counted in sanitizerd_compat_records_refused_total, and the
+    daemon's peak RSS stays within DAEMON_RSS_BOUND."""
+    from sanitizerd.cli.control import ControlClient
+    from sanitizerd.compat import wire
+    from sanitizerd.protocol import messages as m
+    from tests.conftest import sanitizerd, start_daemon, stop_daemon
+    from tests.test_compat_socket import connect, listen, recv_exactly, wait_until
+    from tests.test_e2e_daemon import free_port
+
+    layout = wire.LAYOUTS[wire.DEFAULT_LAYOUT]
+    assert layout.record_types["FIX_L0C_TO_UB"] == 141  # the record's type word, as the issue sent it
+    port = free_port()
+    daemon = start_daemon(short_dir, "--metrics-addr", f"127.0.0.1:{port}")
+
+    def summary(name: bytes) -> bytes:
+        payload = bytearray(layout.kernel_summary.size)
+        struct.pack_into("<QIB", payload, 0, 0, 1, 1)  # one block, an AIC kernel
+        payload[15 : 15 + len(name)] = name
+        return wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY)) + bytes(payload)
+
+    def slot(count: int) -> bytes:
+        body = cm.slot([ISSUE_RECORD] * count, total_block_dim=1, block_type=1)
+        head = wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD)) + wire.LENGTH.pack(len(body))
+        return head + body
+
+    tools = ["memcheck", "racecheck", "initcheck", "synccheck"]
+    counts = {"issue_1": 1, "issue_10": 10, "issue_40": 40, "issue_10000": 10_000}
+    took: dict[str, float] = {}
+    try:
+        with ControlClient(daemon.socket) as control:
+            control.send(m.JobStart(job="compat-bounds", config=m.Config(tools=tools)))
+            name = listen(control, "compat-bounds").name
+
+            def said(kernel: str) -> bool:
+                answer = control.request(m.QueryFindings(job="compat-bounds"))
+                assert isinstance(answer, m.Findings), answer
+                return any(f.kernel == kernel for f in answer.findings)
+
+            def live() -> bool:
+                answer = control.request(m.QuerySessions())
+                assert isinstance(answer, m.Sessions), answer
+                return any(s.job == "compat-bounds" and s.state == "live" for s in answer.sessions)
+
+            started = time.monotonic()
+            with connect(name, timeout=60) as client:
+                assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+                for kernel, count in counts.items():
+                    begun = time.monotonic()
+                    client.sendall(summary(kernel.encode()) + slot(count))
+                    assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # the slot's response
+                    assert wait_until(lambda k=kernel: said(k), SLOT_SECONDS), kernel  # type: ignore[misc]
+                    took[kernel] = time.monotonic() - begun
+            # The session ends once every launch's checks have: all of them done within seconds too.
+            assert wait_until(lambda: not live(), SLOT_SECONDS)
+            took["session"] = time.monotonic() - started
+            rss = _daemon_peak_rss(daemon.process.pid)
+            query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", "compat-bounds", "--format=json")
+            assert query.returncode == 0, query.stderr
+            found = json.loads(query.stdout)
+        for kernel, count in counts.items():
+            mine = [f for f in found if f["kernel"] == kernel]
+            assert [f["kind"] for f in mine] == ["internal_error"], (kernel, mine)
+            also = f" ({count:,} records of this kernel refused so)".replace(",", " ") if count > 1 else ""
+            assert mine[0]["detail"] == (
+                "record_refused: FIX_L0C_TO_UB record serial {} not checked: its accesses would be up to 233 225 512 "
+                "strided runs, past the 1 048 576 one record may{}"
+            ).format(re.search(r"serial (\d+)", mine[0]["detail"]).group(1), also), mine  # type: ignore[union-attr]
+        assert all(seconds < SLOT_SECONDS for seconds in took.values()), took
+        assert rss < DAEMON_RSS_BOUND, f"daemon peak RSS {rss >> 20} MiB"
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        refused = sum(counts.values())
+        assert re.search(rf'^sanitizerd_compat_records_refused_total{{reason="record_runs"}} {refused}\.0$', text, re.M)
+        print(f"seconds per launch {took}; daemon peak RSS {rss >> 20} MiB")
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()

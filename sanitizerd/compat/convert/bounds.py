@@ -146,28 +146,28 @@ class ExpansionBudget:
             over = np.flatnonzero((per_record > MAX_RECORD_EVENTS) & ~self._dead)
             if over.size:
                 self._refuse(over, RECORD_EVENTS, per_record[over])
-        # Runs: only an access of scattered blocks is more than one (line_counts); the rest cost one each.
-        scattered = np.flatnonzero((events["block_stride"] > 1) & (events["block_num"] > 1))
-        if scattered.size:
-            if pos is None:
-                pos = self._positions(serials, events)
-                per_record = np.bincount(pos, minlength=n)[:n]
+        # Runs: only an access of scattered blocks is more than one (line_counts), and only a record that expanded
+        # has more than a few accesses: a record of plain operands stays far within its bound (at most a few
+        # thousand runs, tests/test_compat_bounds.py), so calls without expansion (the hot path) skip this.
+        if self._charged and int(events["block_stride"].max()) > 1:
+            assert pos is not None
+            scattered = np.flatnonzero((events["block_stride"] > 1) & (events["block_num"] > 1))
             some = events[scattered]
             lines = line_counts(some, extents(some)).astype(np.float64) - 1
             runs = np.bincount(pos[scattered], weights=lines, minlength=n)[:n] + per_record
             over = np.flatnonzero((runs > MAX_RECORD_RUNS) & ~self._dead)
             if over.size:
                 self._refuse(over, RECORD_RUNS, runs[over])
-            if self._charged:  # the runs of records that expanded count against the kernel's
-                rec = np.flatnonzero((self._spent > 0) & (runs > 0) & ~self._dead)
-                if rec.size:
-                    room = np.cumsum(runs[rec])
-                    fits = room <= self.runs_left
-                    if not fits.all():
-                        self._cap(int(rec[int(np.argmin(fits))]))
-                        room = room[fits]
-                    if room.size:
-                        self.runs_left -= int(room[-1])
+            # The runs of records that expanded count against the launch's.
+            rec = np.flatnonzero((self._spent > 0) & ~self._dead)
+            if rec.size:
+                room = np.cumsum(runs[rec])
+                fits = room <= self.runs_left
+                if not fits.all():
+                    self._cap(int(rec[int(np.argmin(fits))]))
+                    room = room[fits]
+                if room.size:
+                    self.runs_left -= int(room[-1])
         if not self._dead.any():
             return events
         if pos is None:
