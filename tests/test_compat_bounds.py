@@ -21,15 +21,15 @@ from sanitizerd.compat.convert.bounds import (
     KERNEL_CAP,
     MAX_KERNEL_EXPANDED_EVENTS,
     MAX_RECORD_EVENTS,
-    MAX_RECORD_RUNS,
+    MAX_RECORD_PIECES,
     REASONS,
-    RECORD_RUNS,
+    RECORD_PIECES,
     ExpansionBudget,
 )
 from sanitizerd.compat.numbering import record_table
 from sanitizerd.compat.record_types import RecordType
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._runs import line_counts
+from sanitizerd.detectors._runs import piece_counts
 from sanitizerd.metrics import REFUSED_REASONS
 from sanitizerd.protocol.records import EventKind
 from tests import compat_model as cm
@@ -101,8 +101,8 @@ def _per_record(serials: np.ndarray, events: np.ndarray, weights: np.ndarray | N
     return np.bincount(pos, weights=weights, minlength=serials.size)
 
 
-def _runs(events: np.ndarray) -> np.ndarray:
-    return line_counts(events, extents(events)).astype(np.float64)
+def _pieces(events: np.ndarray) -> np.ndarray:
+    return piece_counts(events, extents(events)).astype(np.float64)
 
 
 def _context(rng: np.random.Generator) -> BlockContext:
@@ -113,7 +113,7 @@ def _context(rng: np.random.Generator) -> BlockContext:
 @pytest.mark.parametrize(("record_type", "dtype"), PAYLOADS, ids=lambda v: v if isinstance(v, str) else None)
 def test_fuzz_every_converter_stays_within_its_bounds(record_type: int, dtype: np.dtype) -> None:
     """Random field values through the converter under a launch's budget: each record becomes at most
-    MAX_RECORD_EVENTS events of at most MAX_RECORD_RUNS strided runs; what the converter makes before the budget's
+    MAX_RECORD_EVENTS events of at most MAX_RECORD_PIECES pieces; what the converter makes before the budget's
     final check (the expansion the bound is computed before) is within the same bound, plus its plain events; and
     a refused record makes no event and is said."""
     registered = Registered(dtype, CONVERTERS[record_type].convert)
@@ -135,7 +135,9 @@ def test_fuzz_every_converter_stays_within_its_bounds(record_type: int, dtype: n
         events = budget.end(made)
         per_record = _per_record(serials, events)
         assert per_record.max(initial=0) <= MAX_RECORD_EVENTS
-        assert _per_record(serials, events, _runs(events)).max(initial=0) <= MAX_RECORD_RUNS
+        # Pieces: within the bound, or the record is a plain one (a few events, each bounded as a native one is)
+        pieces = _per_record(serials, events, _pieces(events))
+        assert ((pieces <= MAX_RECORD_PIECES) | (per_record <= PLAIN_EVENTS)).all()
         # The same through convert_bounded, as the slot decoder calls it, with a launch's budget of its own.
         again = BlockContext(block_type=context.block_type, chip=context.chip)
         same = convert_bounded(registered, record_type, name, records, serials, again)
@@ -187,10 +189,10 @@ def test_the_issue_record_is_refused_before_it_is_expanded() -> None:
     # Refused at its loop count, nothing expanded: all it made is its unit flag's set and wait (plain events)
     assert made["kind"].tolist() == [EventKind.SET_FLAG, EventKind.WAIT_FLAG] * 3
     assert context.budget.end(made).size == 0
-    assert context.budget.take_counts() == {RECORD_RUNS: 3}
+    assert context.budget.take_counts() == {RECORD_PIECES: 3}
     assert context.budget.problem_lines() == [
-        "record_refused: FIX_L0C_TO_UB record serial 5 not checked: its accesses would be up to 233 225 512 strided "
-        "runs, past the 1 048 576 one record may (3 records of this kernel refused so)"
+        "record_refused: FIX_L0C_TO_UB record serial 5 not checked: its accesses would be up to 1 990 486 638 048 "
+        "pieces, past the 131 072 one record may (3 records of this kernel refused so)"
     ]
 
 
@@ -217,7 +219,7 @@ def test_the_launch_cap_refuses_the_rest_of_the_launch() -> None:
     assert context.budget.take_counts() == {KERNEL_CAP: 40 - kept + 1}
     assert context.budget.problem_lines() == [
         f"kernel_records_refused: {40 - kept + 1} records from serial {100 + kept} on not checked (MOV_ALIGN_V2, "
-        "SET_FLAG): the kernel's expanding records reached 4 194 304 events or 67 108 864 strided runs"
+        "SET_FLAG): the kernel's expanding records reached 1 048 576 events or 2 097 152 pieces"
     ]
 
 
@@ -232,7 +234,7 @@ def test_a_refusal_is_told_once_per_launch_and_the_cap_once() -> None:
     assert budget.exhausted and budget.take_counts() == {KERNEL_CAP: 4}
     assert budget.problem_lines() == [
         "kernel_records_refused: 4 records from serial 3 on not checked (DMA_MOV): the kernel's expanding records "
-        "reached 4 194 304 events or 67 108 864 strided runs"
+        "reached 1 048 576 events or 2 097 152 pieces"
     ]
 
 
@@ -335,14 +337,16 @@ def test_the_issue_records_end_with_a_named_refusal_within_seconds(short_dir: Pa
             assert [f["kind"] for f in mine] == ["internal_error"], (kernel, mine)
             also = f" ({count:,} records of this kernel refused so)".replace(",", " ") if count > 1 else ""
             assert mine[0]["detail"] == (
-                "record_refused: FIX_L0C_TO_UB record serial {} not checked: its accesses would be up to 233 225 512 "
-                "strided runs, past the 1 048 576 one record may{}"
+                "record_refused: FIX_L0C_TO_UB record serial {} not checked: its accesses would be up to "
+                "1 990 486 638 048 pieces, past the 131 072 one record may{}"
             ).format(re.search(r"serial (\d+)", mine[0]["detail"]).group(1), also), mine  # type: ignore[union-attr]
         assert all(seconds < SLOT_SECONDS for seconds in took.values()), took
         assert rss < DAEMON_RSS_BOUND, f"daemon peak RSS {rss >> 20} MiB"
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         refused = sum(counts.values())
-        assert re.search(rf'^sanitizerd_compat_records_refused_total{{reason="record_runs"}} {refused}\.0$', text, re.M)
+        assert re.search(
+            rf'^sanitizerd_compat_records_refused_total{{reason="record_pieces"}} {refused}\.0$', text, re.M
+        )
         print(f"seconds per launch {took}; daemon peak RSS {rss >> 20} MiB")
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()

@@ -601,7 +601,7 @@ def test_a_huge_burst_count_is_refused_and_said() -> None:
     assert decoder.problems() == []
     assert decoder.context.budget.problem_lines() == [
         "record_refused: MOV_ALIGN_V2 record serial 0 not checked: it would become up to 2 097 150 events, past the "
-        "262 144 one record may"
+        "131 072 one record may"
     ]
 
 

@@ -87,16 +87,16 @@ def expanding(
     serials: np.ndarray,
     counts: np.ndarray,
     each: int = 1,
-    runs_each: np.ndarray | None = None,
+    pieces_each: np.ndarray | None = None,
 ) -> np.ndarray:
     """``counts`` (events per row, rows of the records with ``serials``, before they are expanded, ``each``
-    events per count, and with ``runs_each`` at most that many strided runs per count) with the rows of refused
+    events per count, and with ``pieces_each`` at most that many pieces listed per count) with the rows of refused
     records set to 0: the check every expansion makes first."""
     counts = np.asarray(counts, dtype=np.int64)
     if counts.size == 0:
         return counts
-    if runs_each is not None:
-        dead = context.budget.charge_runs(serials, counts * np.asarray(runs_each, dtype=np.float64))
+    if pieces_each is not None:
+        dead = context.budget.charge_pieces(serials, counts * np.asarray(pieces_each, dtype=np.float64))
         if dead.any():
             counts = np.where(dead, 0, counts)
     big = counts > 1
@@ -295,15 +295,15 @@ def loops(
     context: BlockContext | None = None,
     serials: np.ndarray | None = None,
     each: int = 1,
-    runs_each: np.ndarray | None = None,
+    pieces_each: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For records making ``counts`` events each (a loop in msSanitizer's parser): per event, its record's index
     and its loop index, record by record. At most MAX_LOOP a record; with ``context``, a cut is said; with
-    ``serials`` too, the loop (``each`` events and at most ``runs_each`` strided runs an iteration) is charged to
+    ``serials`` too, the loop (``each`` events and at most ``pieces_each`` pieces an iteration) is charged to
     the launch's budget first, and a refused record loops 0 times."""
     counts = counts.astype(np.int64)
     if context is not None and serials is not None:
-        counts = expanding(context, serials, counts, each, runs_each)
+        counts = expanding(context, serials, counts, each, pieces_each)
     if context is not None:
         drop(context, f"records cut to their first {MAX_LOOP} loop iterations", int((counts > MAX_LOOP).sum()))
     counts = np.minimum(counts, MAX_LOOP)

@@ -1,19 +1,21 @@
 """Bounds on what msSanitizer's records become: per record and per kernel launch, checked before expanding.
 
 Most records become one event per operand. A few expand: a loop count (a fixpipe's ND matrices, an ND2NZ's
-columns, MOV_ALIGN_V2's loops), a burst count whose pattern does not fit one event (``runs``), a slot repeated
-``count`` times (``Plan``). An 84-byte record's fields can ask for millions of events, each with a pattern of
-65 535 x 65 535 blocks: hours of detector work from a few kilobytes. A record may therefore become at most
-``MAX_RECORD_EVENTS`` events, whose patterns are at most ``MAX_RECORD_RUNS`` strided runs (the detectors' unit
-of closed-form work, ``detectors._runs.line_counts``); and the expanding records of one kernel launch at most
-``MAX_KERNEL_EXPANDED_EVENTS`` events and ``MAX_KERNEL_EXPANDED_RUNS`` runs, past which the rest of the kernel's
-records are refused. No record a real instruction writes comes near (docs/security.md, "msSanitizer records").
+columns, MOV_ALIGN_V2's loops), a burst count whose pattern does not fit one event (``base.runs``), a slot
+repeated ``count`` times (``Plan``). An 84-byte record's fields can ask for millions of events, each with a pattern
+of 65 535 x 65 535 blocks: hours of detector work and gigabytes from a few kilobytes. A record may therefore
+become at most ``MAX_RECORD_EVENTS`` events, whose accesses list at most ``MAX_RECORD_PIECES`` pieces (blocks, or
+rows of contiguous blocks: ``detectors._runs.piece_counts``, what racecheck and initcheck hold and walk); and the
+expanding records of one kernel launch at most ``MAX_KERNEL_EXPANDED_EVENTS`` events and
+``MAX_KERNEL_EXPANDED_PIECES`` pieces, past which the rest of the launch's records are refused. No record a real
+instruction writes comes near (docs/security.md, "msSanitizer records").
 
-Every expansion asks ``charge`` first, with the counts it is about to expand, computed from the records' fields:
-a record over its bound is refused there (its counts become 0, so nothing is expanded) and, after the converter
-returns, ``end`` drops whatever the record made before (a record is checked whole or not at all) and checks the
-events' exact counts and runs. A refused record is told to the session as a named problem of its kernel
-(``record_refused`` / ``kernel_records_refused``), counted by reason for ``sanitizerd_compat_records_refused``.
+Every expansion asks ``charge`` first, with the counts it is about to expand, computed from the records' fields
+(a loop that multiplies patterns also ``charge_pieces``): a record over its bound is refused there (its counts
+become 0, so nothing is expanded) and, after the converter returns, ``end`` drops whatever the record made before
+(a record is checked whole or not at all) and checks the exact events and pieces of the records that expanded. A
+refused record is told to the session as a named problem of its kernel (``record_refused`` /
+``kernel_records_refused``), counted by reason in ``sanitizerd_compat_records_refused``.
 """
 
 from __future__ import annotations
@@ -23,25 +25,26 @@ from typing import Final
 import numpy as np
 
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._runs import line_counts
+from sanitizerd.detectors._runs import piece_counts
 
 # A record's events: one per iteration of a 16-bit count (msSanitizer's loop counts, ndNum, nBurst and the repeat
-# fields are all 16-bit or narrower) for each of up to four operands (a burst move's read and write that do not fit
-# one event each are 2 x 65 535).
-MAX_RECORD_EVENTS: Final = 1 << 18
-# A record's strided runs: 16 of the widest patterns an event can hold (65 535 runs each). A real fixpipe reads
-# at most L0C's 8 192 blocks of 32 bytes; a real DMA burst move is two events.
-MAX_RECORD_RUNS: Final = 1 << 20
-# The events that expanding records of one kernel launch may become (about 235 MB of events over the launch),
-# and their runs (about a minute of closed-form checks at the detectors' pace).
-MAX_KERNEL_EXPANDED_EVENTS: Final = 1 << 22
-MAX_KERNEL_EXPANDED_RUNS: Final = 1 << 26
+# fields are all 16-bit or narrower) for a read and a write (a burst move whose stride does not fit one event is
+# 2 x 65 535 of them).
+MAX_RECORD_EVENTS: Final = 1 << 17
+# A record's pieces: the blocks (or contiguous rows) its accesses list where a detector lists them (racecheck's
+# ranges, initcheck's written bytes; detectors._runs.piece_counts), what their work and memory grow with. As
+# many as the events: a burst move's 2 x 65 535 bursts; a real fixpipe reads at most L0C's 8 192 blocks.
+MAX_RECORD_PIECES: Final = 1 << 17
+# What the expanding records of one kernel launch may become together: 1 M events (56 MB) and 2 M pieces, a few
+# seconds of every detector (docs/performance.md, "Bounded expansion").
+MAX_KERNEL_EXPANDED_EVENTS: Final = 1 << 20
+MAX_KERNEL_EXPANDED_PIECES: Final = 1 << 21
 
 # Why a record was refused: the label of sanitizerd_compat_records_refused.
 RECORD_EVENTS: Final = "record_events"
-RECORD_RUNS: Final = "record_runs"
+RECORD_PIECES: Final = "record_pieces"
 KERNEL_CAP: Final = "kernel_cap"
-REASONS: Final = (RECORD_EVENTS, RECORD_RUNS, KERNEL_CAP)
+REASONS: Final = (RECORD_EVENTS, RECORD_PIECES, KERNEL_CAP)
 
 
 def _n(value: int) -> str:
@@ -54,7 +57,7 @@ class ExpansionBudget:
 
     def __init__(self) -> None:
         self.events_left = MAX_KERNEL_EXPANDED_EVENTS
-        self.runs_left = MAX_KERNEL_EXPANDED_RUNS
+        self.pieces_left = MAX_KERNEL_EXPANDED_PIECES
         self.exhausted = False  # the kernel's cap was reached: every later record is refused
         # (reason, record type name) -> [records refused, serial of the first, what it would have become]
         self.refused: dict[tuple[str, str], list[int]] = {}
@@ -64,6 +67,7 @@ class ExpansionBudget:
         self._spent: np.ndarray = np.empty(0, dtype=np.int64)  # per record of the call: events charged
         self._dead: np.ndarray = np.empty(0, dtype=bool)  # per record of the call: refused
         self._charged = False
+        self._call_left = 0
 
     # --- a converter call ---------------------------------------------------------------------------------
 
@@ -82,6 +86,7 @@ class ExpansionBudget:
         self._spent = np.zeros(self._serials.size, dtype=np.int64)
         self._dead = np.zeros(self._serials.size, dtype=bool)
         self._charged = False
+        self._call_left = self.events_left  # what the launch had left when the call began
 
     def charge(self, serials: np.ndarray, extra: np.ndarray) -> np.ndarray:
         """Before an expansion: rows (records, with ``serials``; a record may have several rows) that would make
@@ -102,32 +107,31 @@ class ExpansionBudget:
             if over.any():
                 self._refuse(rec[over], RECORD_EVENTS, new[over])
                 rec, new = rec[~over], new[~over]
-            room = np.cumsum(new - self._spent[rec])
-            fits = room <= self.events_left
-            if not fits.all():
-                self._cap(int(rec[int(np.argmin(fits))]))
-                rec, new, room = rec[fits], new[fits], room[fits]
-            if rec.size:
-                self.events_left -= int(room[-1])
-                self._spent[rec] = new.astype(np.int64)
+            self._spent[rec] = new.astype(np.int64)
+            # The launch's cap keeps the call's records whole from the first on: the converter charges operand by
+            # operand (every read, then every write), so what the call may spend is settled over whole records.
+            spent = np.cumsum(np.where(self._dead, 0, self._spent))
+            if int(spent[-1]) > self._call_left:
+                self._cap(int(np.searchsorted(spent, self._call_left, side="right")))
+            self.events_left = self._call_left - int(self._spent[~self._dead].sum())
         return self._dead[pos]
 
-    def charge_runs(self, serials: np.ndarray, runs: np.ndarray) -> np.ndarray:
-        """Before an expansion: rows that would make ``runs`` strided runs each (an upper bound). A record whose
+    def charge_pieces(self, serials: np.ndarray, pieces: np.ndarray) -> np.ndarray:
+        """Before an expansion: rows that would list ``pieces`` pieces each (an upper bound). A record whose
         rows add up past its bound is refused; returns, per row, whether its record is refused."""
-        runs = np.asarray(runs, dtype=np.float64)
+        pieces = np.asarray(pieces, dtype=np.float64)
         if self._serials is None:
-            return runs > MAX_RECORD_RUNS
+            return pieces > MAX_RECORD_PIECES
         pos = np.searchsorted(self._serials, np.asarray(serials, dtype=np.uint64))
-        total = np.bincount(pos, weights=runs, minlength=self._serials.size)
-        over = np.flatnonzero((total > MAX_RECORD_RUNS) & ~self._dead)
+        total = np.bincount(pos, weights=pieces, minlength=self._serials.size)
+        over = np.flatnonzero((total > MAX_RECORD_PIECES) & ~self._dead)
         if over.size:
-            self._refuse(over, RECORD_RUNS, total[over])
+            self._refuse(over, RECORD_PIECES, total[over])
         return self._dead[pos]
 
     def end(self, events: np.ndarray) -> np.ndarray:
         """After the converter: ``events`` less those of refused records, each record's exact event count and
-        strided runs checked against its bounds, and the runs of records that expanded charged to the kernel."""
+        pieces checked against its bounds, and the pieces of records that expanded charged to the kernel."""
         serials = self._serials
         assert serials is not None, "end() without begin()"
         try:
@@ -146,30 +150,33 @@ class ExpansionBudget:
             over = np.flatnonzero((per_record > MAX_RECORD_EVENTS) & ~self._dead)
             if over.size:
                 self._refuse(over, RECORD_EVENTS, per_record[over])
-        # Runs: only an access of scattered blocks is more than one (line_counts), and only a record that expanded
-        # has more than a few accesses: a record of plain operands stays far within its bound (at most a few
-        # thousand runs, tests/test_compat_bounds.py), so calls without expansion (the hot path) skip this.
-        if self._charged and int(events["block_stride"].max()) > 1:
+        # Pieces, of the records that expanded: a record that did not is a fixed few events (the fuzz target's
+        # PLAIN_EVENTS), each bounded as a native client's event is; and calls without expansion (the hot path)
+        # skip this.
+        if self._charged:
             assert pos is not None
-            scattered = np.flatnonzero((events["block_stride"] > 1) & (events["block_num"] > 1))
-            some = events[scattered]
-            lines = line_counts(some, extents(some)).astype(np.float64) - 1
-            runs = np.bincount(pos[scattered], weights=lines, minlength=n)[:n] + per_record
-            over = np.flatnonzero((runs > MAX_RECORD_RUNS) & ~self._dead)
+            if int(events["repeat"].max()) > 1 or int(events["block_stride"].max()) > 1:
+                listed = piece_counts(events, extents(events)).astype(np.float64)
+                pieces = np.bincount(pos, weights=listed, minlength=n)[:n]
+            else:
+                pieces = per_record.astype(np.float64)
+            expanded = self._spent > 0
+            over = np.flatnonzero((pieces > MAX_RECORD_PIECES) & expanded & ~self._dead)
             if over.size:
-                self._refuse(over, RECORD_RUNS, runs[over])
-            # The runs of records that expanded count against the launch's.
-            rec = np.flatnonzero((self._spent > 0) & ~self._dead)
+                self._refuse(over, RECORD_PIECES, pieces[over])
+            rec = np.flatnonzero(expanded & ~self._dead)  # their pieces count against the launch's
             if rec.size:
-                room = np.cumsum(runs[rec])
-                fits = room <= self.runs_left
+                room = np.cumsum(pieces[rec])
+                fits = room <= self.pieces_left
                 if not fits.all():
                     self._cap(int(rec[int(np.argmin(fits))]))
                     room = room[fits]
                 if room.size:
-                    self.runs_left -= int(room[-1])
+                    self.pieces_left -= int(room[-1])
         if not self._dead.any():
             return events
+        if self._charged:  # what refused records were charged goes back to the launch
+            self.events_left = self._call_left - int(self._spent[~self._dead].sum())
         if pos is None:
             pos = self._positions(serials, events)
         dead = np.append(self._dead, False)  # position n: an event of no record of this call, never refused
@@ -227,10 +234,9 @@ class ExpansionBudget:
         for (reason, name), (records, first, figure) in self.refused.items():
             if reason == RECORD_EVENTS:
                 what = f"it would become up to {_n(figure)} events, past the {_n(MAX_RECORD_EVENTS)} one record may"
-            elif reason == RECORD_RUNS:
+            elif reason == RECORD_PIECES:
                 what = (
-                    f"its accesses would be up to {_n(figure)} strided runs, past the {_n(MAX_RECORD_RUNS)} one record "
-                    "may"
+                    f"its accesses would be up to {_n(figure)} pieces, past the {_n(MAX_RECORD_PIECES)} one record may"
                 )
             else:
                 continue
@@ -243,6 +249,6 @@ class ExpansionBudget:
             lines.append(
                 f"kernel_records_refused: {_n(records)} records from serial {first} on not checked ({names}): the "
                 f"kernel's expanding records reached {_n(MAX_KERNEL_EXPANDED_EVENTS)} events or "
-                f"{_n(MAX_KERNEL_EXPANDED_RUNS)} strided runs"
+                f"{_n(MAX_KERNEL_EXPANDED_PIECES)} pieces"
             )
         return lines

@@ -671,10 +671,10 @@ def _fixpipe(record_type: int, records: np.ndarray, serials: np.ndarray, context
     plain = np.flatnonzero(~nz)
     fix.add(plain, EventKind.READ, Space.L0C, r["src"][plain], c0, m[plain], 1, -(-n[plain] // FRACTAL),
             src_stride[plain])  # fmt: skip
-    # Each matrix's L0C read is min(M, full columns) strided runs at most (its tail and its write are one each):
+    # Each matrix's L0C read lists at most M x its full columns blocks, its tail M rows, its write max(M, N) rows:
     # charged before the loop is expanded, so a record asking for hours of pattern work is refused unexpanded.
-    runs_each = np.minimum(m, n // FRACTAL) + 2
-    i, nd = loops(np.where(nz, nd_count, 0), context, s, each=3, runs_each=runs_each)
+    pieces_each = m * (n // FRACTAL) + m + np.maximum(m, n)
+    i, nd = loops(np.where(nz, nd_count, 0), context, s, each=3, pieces_each=pieces_each)
     base_at = r["src"][i] + (r["src_nd_stride"][i].astype(np.int64) * nd * nd_size[i]).astype(np.uint64)
     full = n[i] // FRACTAL
     fix.add(i, EventKind.READ, Space.L0C, base_at, c0, m[i], np.where(dn[i], r["src_nz_c0_stride"][i], 1), full,
