@@ -350,3 +350,63 @@ def test_the_issue_records_end_with_a_named_refusal_within_seconds(short_dir: Pa
         print(f"seconds per launch {took}; daemon peak RSS {rss >> 20} MiB")
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()
+
+
+# --- findings per kernel: capped with a stated truncation -------------------------------------------------------
+
+
+def test_synccheck_reports_at_most_its_cap_of_sites_and_says_the_rest() -> None:
+    """Unpaired set_flags each at a pc of its own (a client names every site): the earliest MAX_KERNEL_FINDINGS
+    sites are reported, one internal_error says how many more were not."""
+    from client_shim.events import EventKind as Kind
+    from client_shim.events import Pipe, syncs
+    from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS
+    from tests.detector_helpers import make_detector, run_kernel, stream
+
+    extra = 100
+    n = MAX_KERNEL_FINDINGS + extra
+    events = stream(syncs(Kind.SET_FLAG, Pipe.MTE2, Pipe.V, 0, pc=np.arange(n) * 4))
+    findings = run_kernel(make_detector("synccheck"), events)
+    reported = [f for f in findings if f.kind == "unpaired_set_flag"]
+    assert len(reported) == MAX_KERNEL_FINDINGS
+    assert max(f.serial for f in reported) == MAX_KERNEL_FINDINGS  # the earliest by serial number
+    # Each set is both unpaired and redundant (no wait on its flag follows): 2n sites, the cap's worth reported
+    left = 2 * n - MAX_KERNEL_FINDINGS
+    (cut,) = [f for f in findings if f.kind == "internal_error"]
+    assert cut.detail == (
+        f"{left} synccheck finding(s) at {left} more site(s) of this kernel were not reported: a kernel's report "
+        f"keeps the first {MAX_KERNEL_FINDINGS} sites of each check by serial number"
+    )
+
+
+def test_registercheck_holds_only_the_registers_it_checks() -> None:
+    """SET_REGISTER events naming 60 000 register ids no chip has: nothing held, nothing reported."""
+    from client_shim.events import EventKind as Kind
+    from client_shim.events import Pipe, syncs
+    from tests.detector_helpers import make_detector, run_kernel, stream
+
+    events = stream(syncs(Kind.SET_REGISTER, Pipe.S, Pipe.S, np.arange(100, 60_100), address=5))
+    detector = make_detector("registercheck")
+    assert run_kernel(detector, events) == []
+
+
+def test_racecheck_reports_at_most_its_cap_of_sites_and_says_the_rest() -> None:
+    """Two pipes of one block writing the same UB bytes without a sync, each pair at pcs of its own: the earliest
+    MAX_KERNEL_FINDINGS racing sites are reported, one internal_error says how many more were not."""
+    from client_shim.events import EventKind as Kind
+    from client_shim.events import Pipe, Space, accesses
+    from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS
+    from tests.detector_helpers import make_detector, run_kernel, stream
+
+    extra = 10
+    at = np.arange(MAX_KERNEL_FINDINGS + extra)
+    events = stream(
+        accesses(Kind.WRITE, Space.UB, 0x1000 + at * 32, 32, pc=at * 4, pipe=Pipe.V),
+        accesses(Kind.WRITE, Space.UB, 0x1000 + at * 32, 32, pc=at * 4, pipe=Pipe.MTE3),
+    )
+    findings = run_kernel(make_detector("racecheck"), events)
+    races = [f for f in findings if f.kind == "race_waw"]
+    assert len(races) == MAX_KERNEL_FINDINGS
+    assert max(f.pc for f in races) == (MAX_KERNEL_FINDINGS - 1) * 4  # the earliest by serial number
+    (cut,) = [f for f in findings if f.kind == "internal_error"]
+    assert cut.detail.startswith(f"{extra} racecheck finding(s) at {extra} more site(s) of this kernel were not")
