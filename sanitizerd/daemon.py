@@ -341,6 +341,16 @@ class Daemon:
     async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
         return await listener.accept()
 
+    def _refusal_counter(self, job: str) -> Callable[[str, int], None]:
+        """Counts a compat connection's records refused over their expansion bounds, logged per kernel launch."""
+        counter = self.metrics.compat_records_refused
+
+        def refused(reason: str, records: int) -> None:
+            counter.labels(reason).inc(records)
+            log.info("msSanitizer records refused over their bounds", job=job, reason=reason, records=records)
+
+        return refused
+
     def _cut_counter(self) -> Callable[[str, int], None]:
         """Counts a connection's cut strings; logs the first cut of each field (a client may send millions)."""
         logged: set[str] = set()
@@ -485,6 +495,7 @@ class Daemon:
             from sanitizerd.compat.connection import CompatConnection
 
             connection = CompatConnection(wire.LAYOUTS[layout], job=job, peer_pid=peer.pid)
+            connection.on_refused = self._refusal_counter(job)
         except Exception:  # a bug of ours: this connection ends, never the daemon (it runs in the daemon's tasks)
             log.exception("compat connection could not be set up", job=job, layout=layout)
             hub.metrics.rejected.labels("internal_error").inc()

@@ -30,6 +30,7 @@ from sanitizerd.protocol.messages import TOOLS
 disable_created_metrics()
 
 ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
+REFUSED_REASONS = ("record_events", "record_pieces", "kernel_cap")  # compat.convert.bounds.REASONS
 CUT_FIELDS = ("kernel", "file", "function", "callers", "log", "level", "desc", "host", "tool")  # texts.cap_strings
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
 # Gauges read at scrape time (``Metrics.read_at_scrape``): the daemon passes how to read each, by key.
@@ -170,6 +171,15 @@ class Metrics:
             "internal_error finding and makes the kernel's verdict incomplete",
             registry=r,
         )
+        self.compat_records_refused = Counter(
+            "sanitizerd_compat_records_refused",
+            "msSanitizer records refused unconverted: over a record's bound on events or pieces listed "
+            "(record_events, record_pieces), or past the kernel launch's cap (kernel_cap); docs/security.md",
+            ["reason"],
+            registry=r,
+        )
+        for name in REFUSED_REASONS:
+            self.compat_records_refused.labels(name)
         self.client_logs_dropped = Counter(
             "sanitizerd_client_logs_dropped",
             "Client log messages not written to the daemon's log: over the per-session rate",

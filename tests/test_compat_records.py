@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import numpy as np
@@ -13,8 +14,10 @@ from sanitizerd.chips import CHIPS
 from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat import wire as _wire
 from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.compat.numbering import record_table as _record_table
 from sanitizerd.compat.record_types import PAYLOAD_SIZE
+from sanitizerd.protocol.records import EventKind
 from tests import compat_model as cm
 
 APRIL = _wire.MSSANITIZER_4A419F05
@@ -26,7 +29,7 @@ CONTEXT = BlockContext(block_type=0, chip=CHIPS["910B1"])
 def decode(data: bytes, first_serial: int = 0, chunks: list[int] | None = None) -> tuple[np.ndarray, rb.SlotDecoder]:
     """Decode a whole slot, feeding its record region in ``chunks`` (sizes) as a connection would."""
     heads = rb.read_heads(data, APRIL)
-    decoder = rb.SlotDecoder(heads, CONTEXT, first_serial)
+    decoder = rb.SlotDecoder(heads, dataclasses.replace(CONTEXT, budget=ExpansionBudget()), first_serial)  # a launch
     region = memoryview(data)[APRIL.heads_size :]
     out = []
     pending = b""
@@ -588,13 +591,27 @@ def test_windows_smaller_than_a_feed_give_the_same_events(monkeypatch: pytest.Mo
     ])  # fmt: skip
 
 
-def test_a_huge_burst_count_is_cut_and_said() -> None:
-    # 2**21 - 1 bursts whose stride does not fit an event: one event per burst, at most 2**20 of them
+def test_a_huge_burst_count_is_refused_and_said() -> None:
+    # 2**21 - 1 bursts whose stride does not fit an event would be one event per burst: past a record's bound, so
+    # the record makes no event at all (only the block's end), and its kernel says which record and why
     record = cm.record("MOV_ALIGN_V2", src=0, dst=0x1000, len_burst=40, n_burst=(1 << 21) - 1, src_stride=1 << 30,
                        dst_stride=1 << 30, src_mem=UB, dst_mem=GM)  # fmt: skip
     events, decoder = decode(cm.slot([record]))
-    assert len(events) == 2 * (1 << 20) + 1
-    assert decoder.problems() == ["2 accesses cut to their first 1048576 bursts"]
+    assert events["kind"].tolist() == [EventKind.BLOCK_FINISH]
+    assert decoder.problems() == []
+    assert decoder.context.budget.problem_lines() == [
+        "record_refused: MOV_ALIGN_V2 record serial 0 not checked: it would become up to 2 097 150 events, past the "
+        "131 072 one record may"
+    ]
+
+
+def test_a_burst_count_within_the_bound_is_one_event_per_burst() -> None:
+    # 65 535 bursts (nBurst is 16-bit in hardware) whose stride does not fit an event: one event per burst
+    record = cm.record("MOV_ALIGN_V2", src=0, dst=0x1000, len_burst=40, n_burst=0xFFFF, src_stride=1 << 30,
+                       dst_stride=1 << 30, src_mem=UB, dst_mem=GM)  # fmt: skip
+    events, decoder = decode(cm.slot([record]))
+    assert len(events) == 2 * 0xFFFF + 1
+    assert decoder.problems() == [] and decoder.context.budget.problem_lines() == []
 
 
 # --- the walk: loops predicted, anything else walked in lockstep; always the scalar walk's answer ----------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,6 +26,7 @@ import numpy as np
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
 from sanitizerd.compat import record_buffer, wire
 from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.compat.numbering import record_table
 from sanitizerd.compat.record_types import RecordType
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
@@ -84,6 +86,8 @@ class _Kernel:
     counted: dict[str, int] = field(default_factory=dict)
     security_said: bool = False
     last_block: tuple[int, int] | None = None  # (block type, block id) of the last record sent alone
+    # What the launch's records may still become, and the records refused (convert/bounds.py): one per launch.
+    budget: ExpansionBudget = field(default_factory=ExpansionBudget)
 
     def problem(self, text: str) -> None:
         count, _, rest = text.partition(" ")
@@ -93,7 +97,9 @@ class _Kernel:
             self.problems[text] = self.problems.get(text, 0) + 1
 
     def problem_lines(self) -> list[str]:
-        lines = [text if n == 1 else f"{text} ({n} slots)" for text, n in self.problems.items()]
+        # Refused records first: they are what the user must hear of, whatever else went wrong.
+        lines = self.budget.problem_lines()
+        lines += [text if n == 1 else f"{text} ({n} slots)" for text, n in self.problems.items()]
         lines += [f"{n} {rest}" for rest, n in self.counted.items()]
         if len(lines) > _MAX_PROBLEMS:
             more = len(lines) - _MAX_PROBLEMS + 1
@@ -149,6 +155,8 @@ class CompatConnection:
         self._ready: deque[m.Message] = deque()
         self._confirmed = False
         self._cuts: list[tuple[str, int]] = []
+        # Told, at a kernel's end, how many of its records were refused over their bounds, by reason (the metric).
+        self.on_refused: Callable[[str, int], None] = lambda reason, records: None
         self._to_send = bytearray()  # replies the connection makes itself (data_to_send)
         # framing
         self._packet: int | None = None  # the type of the packet begun, once its head is read
@@ -425,6 +433,8 @@ class CompatConnection:
         if why:
             kernel.problem(f"kernel {kernel.name!r} ended incomplete: {why}")
         self._out.append(m.KernelEnd(kernel=kernel.id, lost=kernel.lost, problems=kernel.problem_lines()))
+        for reason, records in kernel.budget.take_counts().items():
+            self.on_refused(reason, records)
         if respond:
             self._responses[kernel.id] = kernel.slots
         if self._kernel is kernel:
@@ -570,7 +580,7 @@ class CompatConnection:
                 self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
                 kernel.last_block = None
             return
-        context = BlockContext(block_type=block_type, chip=self._chip)
+        context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget)
         payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
             events, problem = record_buffer.decode_single(record_type, payload, serial, context, self._records)
@@ -652,7 +662,7 @@ class CompatConnection:
                 f"{self.layout.name}'s: {mismatch}; " + wire.other_releases_text(self.layout),
                 reason="wire_mismatch",
             )
-        context = BlockContext(block_type=int(heads.block_type), chip=self._chip)
+        context = BlockContext(block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget)
         slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:

@@ -686,7 +686,10 @@ class SlotDecoder:
                 continue
             try:
                 records = _gather(words, path[rows], table.payload_size[record_type], record_type, dtype)
-                groups.append((rows, registered.convert(record_type, records, serials[rows], self.context)))
+                events = base.convert_bounded(
+                    registered, record_type, _type_name(record_type), records, serials[rows], self.context
+                )
+                groups.append((rows, events))
             except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
                 text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
                 base.drop(self.context, text, rows.size)
@@ -753,7 +756,9 @@ def decode_single(
     words = np.frombuffer(bytes(payload[:size]), dtype="<u4")
     records = words.view(dtype).reshape(1)
     try:
-        events = registered.convert(record_type, records, np.array([serial], dtype=np.uint64), local)
+        events = base.convert_bounded(
+            registered, record_type, _type_name(record_type), records, np.array([serial], dtype=np.uint64), local
+        )
     except Exception as exc:
         return empty, f"{name} record dropped: converter failed ({exc})"
     problem = next((f"{count} {text}" for text, count in local.dropped.items()), None)

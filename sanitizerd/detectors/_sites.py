@@ -35,6 +35,10 @@ _SITE_KEY = ("kind", "space", "address", "size", "pc", "location")
 _ROW_KEY = (*_SITE_KEY, "block_type", "block_id")
 _COMPACT_AT = 1 << 16
 MAX_SITE_ROWS = 1 << 16  # distinct (site, block) pairs kept per kernel: at most that many findings
+# Findings of one kernel launch a detector reports per check (racecheck's races and deadlocks, synccheck's
+# unpaired and redundant flags, registercheck's registers): a client names every site (its pcs and locations), so
+# each could make one per event; the earliest by serial number are kept and one internal_error says the rest.
+MAX_KERNEL_FINDINGS = MAX_SITE_ROWS
 
 
 @dataclass(slots=True)
@@ -103,15 +107,29 @@ class SiteLog:
 def fold(rows: np.ndarray, key: tuple[str, ...]) -> list[Site]:
     """Group rows (which have ``block_type``, ``block_id`` and ``serial``, and may have ``count``) by ``key``:
     one Site per distinct key, ordered by serial."""
+    return fold_capped(rows, key, None)[0]
+
+
+def fold_capped(rows: np.ndarray, key: tuple[str, ...], limit: int | None) -> tuple[list[Site], int, int]:
+    """``fold``, keeping at most ``limit`` sites (the earliest by serial number), chosen before any Python step
+    per site: the sites, and how many sites and occurrences were left out."""
     sites: list[Site] = []
     if not rows.size:
-        return sites
+        return sites, 0, 0
     rows = rows[np.lexsort([rows[name] for name in reversed(key)])]
     starts = np.flatnonzero(_key_changes(rows, key))
     bounds = np.append(starts, rows.size)
     counts = rows["count"] if "count" in (rows.dtype.names or ()) else np.ones(rows.size, dtype=np.uint64)
+    chosen = np.arange(starts.size)
+    left_out = occurrences_left_out = 0
+    if limit is not None and starts.size > limit:
+        first = np.minimum.reduceat(rows["serial"], starts)
+        chosen = np.sort(np.argsort(first, kind="stable")[:limit])
+        left_out = starts.size - chosen.size
+        occurrences_left_out = int(counts.sum()) - int(np.add.reduceat(counts, starts)[chosen].sum())
     # One Python step per distinct site (not per event): sites are what the user reads.
-    for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+    for site in chosen.tolist():
+        begin, end = int(bounds[site]), int(bounds[site + 1])
         group = rows[begin:end]
         blocks: dict[int, set[int]] = {}
         for block_type, block_id in zip(group["block_type"].tolist(), group["block_id"].tolist(), strict=True):
@@ -125,7 +143,15 @@ def fold(rows: np.ndarray, key: tuple[str, ...]) -> list[Site]:
             )
         )
     sites.sort(key=lambda site: site.serial)
-    return sites
+    return sites, left_out, occurrences_left_out
+
+
+def left_out_text(detector: str, sites: int, occurrences: int) -> str:
+    """What a kernel's report says when ``detector`` left ``sites`` of its findings (``occurrences`` in all) out."""
+    return (
+        f"{occurrences} {detector} finding(s) at {sites} more site(s) of this kernel were not reported: a kernel's "
+        f"report keeps the first {MAX_KERNEL_FINDINGS} sites of each check by serial number"
+    )
 
 
 def site_rows(events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, size: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, SpanColumns, Stretch, joined, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
+from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, OverBudget, TrialAccount
 from sanitizerd.findings.model import Finding, RaceAccess
@@ -301,6 +302,7 @@ class Kernel:
         self.distance = detector.distance
         self.launch = launch
         self.truncated = truncated
+        self.left_out = (0, 0)  # racing sites, and their pairs, past MAX_KERNEL_FINDINGS (not reported)
         # Memory held per event is what the host's budget is reserved by (BYTES_PER_HELD_EVENT): what is kept for
         # every access is what the check needs to its end, and per-event temporaries go as soon as they are used.
         # Blocks that arrived one after the other had their accesses placed among their sync nodes as they completed.
@@ -486,6 +488,15 @@ class Kernel:
         out = self._races()
         out.extend(self._deadlocks())
         out.sort(key=lambda f: f.serial)
+        if self.left_out[0]:
+            out.append(
+                self.context.finding(
+                    "internal_error",
+                    kernel=self.launch.name if self.launch else None,
+                    space="",
+                    detail=left_out_text("racecheck", *self.left_out),
+                )
+            )
         return out
 
     def _races(self) -> list[Finding]:
@@ -623,6 +634,11 @@ class Kernel:
         del site, ordered, pipe_early, pipe_late
         starts = np.flatnonzero(~same)
         ends = np.append(starts[1:], order.size)
+        if starts.size > MAX_KERNEL_FINDINGS:  # the earliest sites by serial number, chosen before the loop below
+            first = np.minimum.reduceat(serial[early[order]], starts)
+            chosen = np.sort(np.argsort(first, kind="stable")[:MAX_KERNEL_FINDINGS])
+            self.left_out = (starts.size - chosen.size, order.size - int((ends[chosen] - starts[chosen]).sum()))
+            starts, ends = starts[chosen], ends[chosen]
         findings = []
         for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
             rows = order[lo:hi]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
+from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
@@ -26,7 +27,8 @@ DEFAULTS: dict[Register, int] = {
     Register.FPC: 0,
     Register.QUANT_PRE: 0,
     Register.LRELU_ALPHA: 0,
-}  # QUANT_POST: tracked, never checked
+}  # QUANT_POST: never checked
+_CHECKED = np.array(sorted(int(reg) for reg in DEFAULTS), dtype=np.uint16)  # register ids held per block
 _CTRL_BIT = 56
 
 
@@ -55,6 +57,11 @@ class Registercheck:
         writes = events["kind"] == EventKind.SET_REGISTER
         if not writes.any():
             return
+        # Only registers with a default are compared at the end: the others are not held (a client names any id,
+        # and each would be one step of the loop below).
+        writes &= np.isin(events["event_id"], _CHECKED)
+        if not writes.any():
+            return
         w = events[writes]
         key = (w["block_type"].astype(np.uint64) << np.uint64(32)) | (w["block_id"].astype(np.uint64) << np.uint64(16))
         key |= w["event_id"].astype(np.uint64)
@@ -70,8 +77,10 @@ class Registercheck:
             )
 
     def kernel_end(self) -> list[Finding]:
-        findings = []
-        for (block_type, block_id, reg_id), (value, serial, pc, location) in sorted(self.last.items()):
+        findings: list[Finding] = []
+        last = sorted(self.last.items(), key=lambda item: item[1][1])  # by serial: the earliest are reported
+        left_out = max(len(last) - MAX_KERNEL_FINDINGS, 0)
+        for (block_type, block_id, reg_id), (value, serial, pc, location) in sorted(last[:MAX_KERNEL_FINDINGS]):
             try:
                 reg = Register(reg_id)
             except ValueError:
@@ -91,6 +100,15 @@ class Registercheck:
                     register=display_name(reg),
                     expected=default,
                     actual=checked_value(reg, value),
+                )
+            )
+        if left_out:  # an upper bound: some of those registers may hold their default
+            findings.append(
+                self.context.finding(
+                    "internal_error",
+                    kernel=self.kernel.name if self.kernel else None,
+                    space="",
+                    detail=left_out_text("registercheck", left_out, left_out),
                 )
             )
         self.kernel = None

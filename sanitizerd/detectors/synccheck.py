@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors import register
-from sanitizerd.detectors._sites import fold
+from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, fold_capped, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
@@ -132,6 +132,8 @@ class Synccheck:
         self.redundant: list[np.ndarray] = []
         self.redundant_held = 0
         self.stopped = ""  # why this kernel's check stopped ("" while it runs)
+        self._room = MAX_KERNEL_FINDINGS  # sites the kernel's report may still give
+        self._left_out = [0, 0]  # sites, and their occurrences, past that
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
@@ -198,8 +200,19 @@ class Synccheck:
                 )
             ]
         else:
+            self._room, self._left_out = MAX_KERNEL_FINDINGS, [0, 0]
             findings = self._unpaired() + self._redundant()
             findings.sort(key=lambda f: f.serial)
+            if self._left_out[0]:
+                launch = self.kernel
+                findings.append(
+                    self.context.finding(
+                        "internal_error",
+                        kernel=launch.name if launch else None,
+                        space="",
+                        detail=left_out_text("synccheck", *self._left_out),
+                    )
+                )
         self.kernel = None
         self._reset()
         return findings
@@ -242,6 +255,11 @@ class Synccheck:
 
     def _findings(self, kind: str, rows: np.ndarray) -> list[Finding]:
         launch = self.kernel
+        key = ("kind", "src", "dst", "event_id", "pc", "location")
+        sites, left_out, occurrences = fold_capped(rows, key, self._room)
+        self._room -= len(sites)
+        self._left_out[0] += left_out
+        self._left_out[1] += occurrences
         return [
             self.context.finding(
                 kind,
@@ -256,7 +274,7 @@ class Synccheck:
                 dst_pipe=pipe_name(int(site.head["dst"])),
                 event_id=int(site.head["event_id"]),
             )
-            for site in fold(rows, ("kind", "src", "dst", "event_id", "pc", "location"))
+            for site in sites
         ]
 
     def host_op(self, op: HostOp) -> list[Finding]:

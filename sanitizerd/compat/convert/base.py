@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sanitizerd.chips import Chip
+from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.protocol.records import EVENT_DTYPE
 
 
@@ -24,6 +25,9 @@ class BlockContext:
     # Whatever a converter must carry from one feed() of the slot to the next (e.g. mstx's last waits): the slot
     # decoder gives each slot its own dict and keeps it for the slot's life.
     state: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+    # What the kernel launch's records may still become (bounds.py): the connection gives each launch its own,
+    # shared by its slots; a context made without one (a test's) has a launch of its own.
+    budget: ExpansionBudget = field(default_factory=ExpansionBudget, compare=False, hash=False)
 
 
 def drop(context: BlockContext, text: str, count: int) -> None:
@@ -57,6 +61,51 @@ def converts(*record_types: int, dtype: np.dtype) -> Callable[[Converter], Conve
         return convert
 
     return register
+
+
+def convert_bounded(
+    registered: Registered, record_type: int, name: str, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray:
+    """``registered.convert`` of one type's records under the launch's expansion budget: what every caller of a
+    converter uses (the slot decoder, a record sent alone, the fuzz target). Records over their bounds, or met
+    once the launch's cap is reached, make no event; ``context.budget`` says which and why."""
+    budget = context.budget
+    if budget.exhausted:
+        budget.refuse_all(name, serials)
+        return np.empty(0, dtype=EVENT_DTYPE)
+    budget.begin(name, serials)
+    try:
+        events = registered.convert(record_type, records, serials, context)
+    except BaseException:
+        budget.abandon()
+        raise
+    return budget.end(events)
+
+
+def expanding(
+    context: BlockContext,
+    serials: np.ndarray,
+    counts: np.ndarray,
+    each: int = 1,
+    pieces_each: np.ndarray | None = None,
+) -> np.ndarray:
+    """``counts`` (events per row, rows of the records with ``serials``, before they are expanded, ``each``
+    events per count, and with ``pieces_each`` at most that many pieces listed per count) with the rows of refused
+    records set to 0: the check every expansion makes first."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.size == 0:
+        return counts
+    if pieces_each is not None:
+        dead = context.budget.charge_pieces(serials, counts * np.asarray(pieces_each, dtype=np.float64))
+        if dead.any():
+            counts = np.where(dead, 0, counts)
+    big = counts > 1
+    if not big.any() and not context.budget.refusing:
+        return counts
+    dead = context.budget.charge(serials, np.where(big, counts - 1, 0) * each)
+    if dead.any():
+        counts = np.where(dead, 0, counts)
+    return counts
 
 
 # Where each event field sits in the event's seven u64 words: (word, bit shift, bit width). Building events a word
@@ -210,7 +259,6 @@ def sync_events(
 
 
 _U16 = 0xFFFF
-MAX_RUNS = 1 << 20  # events one record may become when its pattern does not fit one event
 
 
 def patterns(
@@ -242,10 +290,20 @@ def patterns(
 MAX_LOOP = 1 << 16  # events one record may make through a loop count (msSanitizer's counts are 16-bit)
 
 
-def loops(counts: np.ndarray, context: BlockContext | None = None) -> tuple[np.ndarray, np.ndarray]:
+def loops(
+    counts: np.ndarray,
+    context: BlockContext | None = None,
+    serials: np.ndarray | None = None,
+    each: int = 1,
+    pieces_each: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """For records making ``counts`` events each (a loop in msSanitizer's parser): per event, its record's index
-    and its loop index, record by record. At most MAX_LOOP a record; with ``context``, a cut is said."""
+    and its loop index, record by record. At most MAX_LOOP a record; with ``context``, a cut is said; with
+    ``serials`` too, the loop (``each`` events and at most ``pieces_each`` pieces an iteration) is charged to
+    the launch's budget first, and a refused record loops 0 times."""
     counts = counts.astype(np.int64)
+    if context is not None and serials is not None:
+        counts = expanding(context, serials, counts, each, pieces_each)
     if context is not None:
         drop(context, f"records cut to their first {MAX_LOOP} loop iterations", int((counts > MAX_LOOP).sum()))
     counts = np.minimum(counts, MAX_LOOP)
@@ -308,8 +366,7 @@ def runs(
     )  # fmt: skip
     # The rest: one event per run (a run is at most 65535 x 65535 bytes here, within the u32 block size).
     big = np.flatnonzero(~ok)
-    reps = np.minimum(repeat[big], MAX_RUNS)  # a bound on hostile counts: never more than 2**20 events a record
-    drop(context, f"accesses cut to their first {MAX_RUNS} bursts", int((repeat[big] > MAX_RUNS).sum()))
+    reps = expanding(context, serials[big], repeat[big])  # each record's bursts within its bound, or none
     which = np.repeat(big, reps)
     r = np.arange(which.size) - np.repeat(np.cumsum(reps) - reps, reps)
     extra = np.zeros(which.size, dtype=EVENT_DTYPE)

@@ -388,14 +388,14 @@ def dma_mov_nd2nz(record_type: int, records: np.ndarray, serials: np.ndarray, co
     r, s = subset(records, serials, rows)
     size = DATA_SIZE[r["data_type"]]
     columns = -(-(r["d_value"].astype(np.int64) * size) // C0)
-    i, nd = loops(r["nd_num"], context)
+    i, nd = loops(r["nd_num"], context, s)
     ri, rs = subset(r, s, i)
     reads = patterns(
         EventKind.READ, MEMTYPE_TO_SPACE[ri["src_mem"]],
         ri["src"] + (ri["src_nd_matrix_stride"].astype(np.int64) * size[i] * nd).astype(np.uint64), size[i],
         ri["d_value"], ri["n_value"], ri["src_d_value"], ri, rs, context, pipe=pipe[i],
     )  # fmt: skip
-    j, column = loops(columns, context)
+    j, column = loops(columns, context, s)
     wj, ws = subset(r, s, j)
     writes = patterns(
         EventKind.WRITE, MEMTYPE_TO_SPACE[wj["dst_mem"]],
@@ -469,7 +469,7 @@ def mov_align_v2(record_type: int, records: np.ndarray, serials: np.ndarray, con
     looped = (r["loop1_size"] > 1) & (r["loop2_size"] > 1)
     loop1 = np.where(looped, r["loop1_size"], 1).astype(np.int64)
     loop2 = np.where(looped, r["loop2_size"], 1).astype(np.int64)
-    i, it = loops(loop1 * loop2, context)
+    i, it = loops(loop1 * loop2, context, s, each=2)
     ri, si = subset(r, s, i)
     j = (it % loop1[i]).astype(np.uint64)
     k = (it // loop1[i]).astype(np.uint64)
@@ -671,7 +671,10 @@ def _fixpipe(record_type: int, records: np.ndarray, serials: np.ndarray, context
     plain = np.flatnonzero(~nz)
     fix.add(plain, EventKind.READ, Space.L0C, r["src"][plain], c0, m[plain], 1, -(-n[plain] // FRACTAL),
             src_stride[plain])  # fmt: skip
-    i, nd = loops(np.where(nz, nd_count, 0), context)
+    # Each matrix's L0C read lists at most M x its full columns blocks, its tail M rows, its write max(M, N) rows:
+    # charged before the loop is expanded, so a record asking for hours of pattern work is refused unexpanded.
+    pieces_each = m * (n // FRACTAL) + m + np.maximum(m, n)
+    i, nd = loops(np.where(nz, nd_count, 0), context, s, each=3, pieces_each=pieces_each)
     base_at = r["src"][i] + (r["src_nd_stride"][i].astype(np.int64) * nd * nd_size[i]).astype(np.uint64)
     full = n[i] // FRACTAL
     fix.add(i, EventKind.READ, Space.L0C, base_at, c0, m[i], np.where(dn[i], r["src_nz_c0_stride"][i], 1), full,
@@ -773,7 +776,7 @@ def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray
     d_value = r["d_value"].astype(np.int64)
     row_count = n_value if nd_first else d_value
     row_bytes = (d_value if nd_first else n_value) * size
-    i, h = loops(np.where(row_count > 0, r["nd_num"], 0))  # one read per row: no rows, no reads
+    i, h = loops(np.where(row_count > 0, r["nd_num"], 0), context, s)  # one read per row: no rows, no reads
     ri, si = subset(r, s, i)
     src = ri["src"] + h.astype(np.uint64) * ri["loop4_src_stride"]
     stride = np.minimum(ri["loop1_src_stride"], 1 << 48).astype(np.int64)
@@ -781,7 +784,7 @@ def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray
                  context, pipe=pipe[i], unit=np.maximum(row_bytes[i], 1))  # fmt: skip
     small = r["small_c0"] != 0
     # Small C0: rows of 4 elements, nValue rounded up to a whole 32 bytes, one run per matrix.
-    w, h = loops(np.where(small, r["nd_num"], 0), context)
+    w, h = loops(np.where(small, r["nd_num"], 0), context, s)
     rw, sw = subset(r, s, w)
     per_row = 4 * size[w]
     rounded = -(-n_value[w] // (C0 // per_row)) * (C0 // per_row)
@@ -791,7 +794,7 @@ def dma_mov_nd2nz_dav(record_type: int, records: np.ndarray, serials: np.ndarray
                         context, pipe=pipe[w], unit=per_row)  # fmt: skip
     # Default: per fractal column m and matrix h, rowNum 32-byte rows.
     matrices = np.where(small | (row_count == 0), 0, -(-(d_value * size) // C0))
-    j, it = loops(matrices * r["nd_num"], context)
+    j, it = loops(matrices * r["nd_num"], context, s)
     nd = np.maximum(r["nd_num"][j].astype(np.int64), 1)
     column, matrix = it // nd, it % nd
     rj, sj = subset(r, s, j)
@@ -860,7 +863,7 @@ def nd_dma_out_to_ub(record_type: int, records: np.ndarray, serials: np.ndarray,
         if big.any():
             drop(context, "ND_DMA_OUT_TO_UB records dropped: more than 65536 loop combinations", int(big.sum()))
         outer = np.where(big | (counts[0] == 0), 0, outer)  # no innermost element: no event
-        i, combo = loops(outer, context)
+        i, combo = loops(outer, context, s)
         address = base[i].copy()
         rest = combo
         for k in (1, 2, 3, 4):  # loop 1 runs fastest, loop 4 slowest (msSanitizer's recursion order)

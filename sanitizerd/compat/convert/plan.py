@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, pack
+from sanitizerd.compat.convert.base import BlockContext, expanding, pack
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
 
 U16_MAX = 0xFFFF
@@ -66,6 +66,7 @@ class Plan:
         self._block_id = records["block_id"]
         self._pc = records["pc"]
         self._block_type = context.block_type
+        self._context = context
         self._slots = 0
         # (slot, record row of each event, events, whether the slot kept every record exactly once)
         self._parts: list[tuple[int, np.ndarray, np.ndarray, bool]] = []
@@ -129,6 +130,11 @@ class Plan:
             counts = min(int(counts), U16_MAX)
             expand = counts != 1
             counts = np.full(m, counts, dtype=np.int64)
+        if expand or self._context.budget.refusing:
+            counts = expanding(self._context, self._serials[kept], counts)
+            expand = not (counts == 1).all()
+            if not counts.any():
+                return
         if expand:
             which = np.repeat(np.arange(m), counts)
             starts = np.cumsum(counts) - counts
