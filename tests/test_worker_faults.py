@@ -212,3 +212,51 @@ def test_worker_sigkill_during_a_client_shim_job_every_time(short_dir: Path) -> 
             assert int(summary.group(4)) + int(summary.group(5)) == len(stored), (attempt, out)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()[-3000:]
+
+
+# One process of msSanitizer's hooks connected across the kill: it reads its Config, opens its session (a device
+# summary), and is still connected when the job's worker dies. msSanitizer's hooks connect once per process.
+_HELD_ACROSS = r"""
+import os, pathlib, socket, sys, time
+name = os.environ["MSOP_SOCKET_PATH"].encode()
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(b"\0" + name + b"\0" * (107 - len(name)))
+config = b""
+while len(config) < int(sys.argv[2]):
+    config += sock.recv(int(sys.argv[2]) - len(config))
+sock.sendall(bytes.fromhex(sys.argv[3]))
+""" + _PAUSE.replace("import os, pathlib, sys, time\n", "") + r"""
+try:
+    sock.sendall(bytes.fromhex(sys.argv[3]))  # what it would send next goes nowhere
+except OSError:
+    pass
+"""
+
+
+def test_a_hooks_session_cut_by_a_worker_sigkill_fails_the_run(short_dir: Path) -> None:
+    """A hooked process connected when its worker is SIGKILLed cannot resume (the hooks never reconnect): the run
+    says which session was cut and that the result is incomplete, and exits 1 where it would have passed the job
+    as checked."""
+    from sanitizerd.compat import wire
+
+    layout = wire.LAYOUTS["mssanitizer-4a419f05"]
+    summary = wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY))
+    summary += layout.device_summary.struct.pack(3, 0, 0, 0)
+    daemon = start_daemon(short_dir, workers=WORKERS)
+    try:
+        daemon.wait_for_log('"worker serving"')
+        program = short_dir / "held.py"
+        program.write_text(_HELD_ACROSS)
+        run = subprocess.Popen(
+            [sys.executable, "-m", "sanitizerd", "run", "--socket", str(daemon.socket), "--", "python3",
+             str(program), str(short_dir), str(layout.config.size), summary.hex()],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=bare_env(SANITIZERD_COMPAT_LAYOUT="mssanitizer-4a419f05"),
+        )  # fmt: skip
+        _kill_the_jobs_worker(daemon, short_dir, run, wait_ready=True)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 1, out + err
+        assert "was served by a daemon worker that died, and did not resume" in out, out + err
+        assert "the result is incomplete" in out and "lost the" not in out + err, out + err
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()[-3000:]

@@ -37,6 +37,7 @@ from sanitizerd.findings.junit import render_junit
 from sanitizerd.findings.model import ERROR, WARNING, Finding
 from sanitizerd.findings.render import render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
+from sanitizerd.findings.store import CRASH_END_REASON
 from sanitizerd.protocol import messages as m
 
 # The status of a run whose program exited 0 but sent signatures that show silent data corruption (without
@@ -117,6 +118,7 @@ class Reporter:
         show_suppressed: bool = False,
         reconnect: Callable[[], ControlClient] | None = None,
         stored: Callable[[], list[Finding]] | None = None,
+        cut: Callable[[], list[m.SessionInfo]] | None = None,
         job: str = "",
     ) -> None:
         self.control = control
@@ -126,6 +128,11 @@ class Reporter:
         # the store, for those the lost connection (or the time without one) did not bring.
         self.reconnect = reconnect
         self.stored = stored
+        # ``cut``: the job's sessions a worker that died left behind and no client resumed (msSanitizer's hooks
+        # connect once per process and never again): what they sent after their last check went unchecked.
+        self.cut = cut
+        self.cut_sessions: list[m.SessionInfo] = []
+        self.cut_unknown = ""  # why the daemon could not say which sessions were cut
         self.reconnects = 0
         self._swap = threading.Lock()  # the connection is replaced under it; the job's wait is asked under it
         self.waiting = False  # wait_job asked: asked again on a connection made after
@@ -218,6 +225,11 @@ class Reporter:
                 missed = []
             if missed:
                 self._findings(missed)
+        if self.cut is not None:
+            try:
+                self.cut_sessions = self.cut()
+            except ClientError as exc:  # unknown is not clean: said, and the run fails as for a cut session
+                self.cut_unknown = str(exc)
         sessions = max(idle.sessions, len(self._sessions))
         return msgspec.structs.replace(idle, sessions=sessions, kernels=max(idle.kernels, len(self._checked)))
 
@@ -316,6 +328,22 @@ def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str)
         f"{PREFIX} SUMMARY: job {job}: {idle.sessions} session(s), {idle.kernels} kernel(s), "
         f"{idle.events} device event(s){signatures} checked; {found}"
         + ("" if reporter.errors or reporter.warnings else ". No error detected.")
+    )
+
+
+def cut_lines(job: str, reporter: Reporter) -> str:
+    """What a worker that died took unchecked: each session it served that no client resumed (msSanitizer's hooks
+    connect once per process), whose records after its last checked kernel were never checked."""
+    if reporter.cut_unknown:
+        return (
+            f"{PREFIX} WARNING: job {job}: a daemon worker serving the job died, and the daemon could not say which "
+            f"sessions it left unchecked ({reporter.cut_unknown}): the result may be incomplete."
+        )
+    return "\n".join(
+        f"{PREFIX} WARNING: job {job}: session {s.session} (pid {s.pid}) was served by a daemon worker that died, "
+        "and did not resume on the next: what it sent after its last reported kernel was not checked; the result "
+        "is incomplete."
+        for s in reporter.cut_sessions
     )
 
 
@@ -581,10 +609,18 @@ def _supervise(
                     return found
                 cursor = page.next
 
+    def cut() -> list[m.SessionInfo]:
+        """The job's sessions the worker that died left open and no client resumed (its successor closed them)."""
+        with ControlClient(socket_path) as query:
+            listed = query.request(m.QuerySessions())
+        if not isinstance(listed, m.Sessions):
+            raise ClientError(getattr(listed, "message", "") or "no session list")
+        return [s for s in listed.sessions if s.job == job and s.end_reason == CRASH_END_REASON]
+
     shown = _SHOWN.get(options.config.log_level, _SHOWN["warn"])
     reporter = Reporter(
         control, out, shown, save=save, keep_kernels=report is not None, show_suppressed=options.show_suppressed,
-        reconnect=reconnect, stored=stored, job=job,
+        reconnect=reconnect, stored=stored, cut=cut, job=job,
     )  # fmt: skip
     reporter.thread.start()
     try:
@@ -653,9 +689,14 @@ def _run_program(
     print(summary_line(job, reporter.idle, reporter, options.program[0], unchecked=unchecked), file=out)
     if reporter.idle is not None and reporter.idle.replica_note:
         print(f"{PREFIX} WARNING: job {job}: {reporter.idle.replica_note}", file=out)
+    cut = cut_lines(job, reporter)
+    if cut:
+        print(cut, file=out)
     out.flush()
     if options.error_exitcode is not None and reporter.errors:
         return options.error_exitcode
+    if cut and status == 0:
+        return 1  # part of the program ran unchecked: not a clean run
     status = status if status >= 0 else 128 - status
     if status == 0 and any(f.kind in SDC_KINDS for f in reporter.findings):
         # Silent data corruption means the training's results cannot be trusted, even when it ran to the end
