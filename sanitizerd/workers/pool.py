@@ -43,6 +43,7 @@ from sanitizerd.workers.channel import (
     MetricsText,
     Packet,
     Ping,
+    Pong,
     Ready,
 )
 
@@ -75,6 +76,7 @@ class Worker:
     compat: dict[int, int] = field(default_factory=dict)  # msSanitizer-form sockets it holds, by uid
     order: anyio.Lock = field(default_factory=anyio.Lock)  # handoffs in the order the listener read them (FIFO)
     heard: float = 0.0  # when it last said anything (monotonic): the watchdog's measure of a turning event loop
+    saturated: str = ""  # why its detector threads were saturated at its last Pong ("" when they were not)
 
 
 class Pool:
@@ -151,6 +153,7 @@ class Pool:
             return code
         finally:
             worker.up = anyio.Event()
+            worker.saturated = ""
             worker.producers.clear()  # its connections ended with it
             worker.compat.clear()
             worker.channel.close()
@@ -314,6 +317,8 @@ class Pool:
                 worker.compat[uid] -= 1
                 if not worker.compat[uid]:
                     del worker.compat[uid]
+            case Pong(saturated=saturated):
+                worker.saturated = saturated
             case Ready():
                 worker.up.set()
                 log.info("worker ready", worker=worker.index)

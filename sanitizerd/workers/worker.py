@@ -131,7 +131,7 @@ class WorkerDaemon(Daemon):
                 case AskMetrics(ask=ask):
                     tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(self.metrics.registry)))
                 case Ping():
-                    tg.start_soon(self._answer, Pong())
+                    tg.start_soon(self._answer, Pong(saturated=self._saturated()))
                 case CompatClaimed(ask=ask, refused=refused) if ask in self._claims:
                     done, answer = self._claims[ask]
                     answer.append(refused)
