@@ -1,5 +1,5 @@
 """A hostile client that keeps a daemon's detector threads busy: SESSIONS producer sessions of one uid, each sending,
-without end, batches that cost initcheck about a second of CPU each (strided vector accesses: 8 blocks of 32 bytes,
+without end, batches that cost initcheck nearly a second of CPU each (strided vector accesses: 8 blocks of 32 bytes,
 repeat 255, per event), kernel after kernel. It never reads what the daemon answers; it ends when it is killed.
 Used by the fair-share test (tests/test_fair_share.py) and benchmark (benchmarks/fair_share.py).
 
@@ -58,7 +58,7 @@ def session(path: str, job: str, events: int, per_kernel: int, connected: thread
 
 def main() -> None:
     path, job, sessions = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    events = int(sys.argv[4]) if len(sys.argv) > 4 else 8192
+    events = int(sys.argv[4]) if len(sys.argv) > 4 else 4096
     per_kernel = int(sys.argv[5]) if len(sys.argv) > 5 else 20
     connected = threading.Barrier(sessions + 1)
     threads = [
