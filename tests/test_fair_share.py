@@ -114,12 +114,12 @@ def test_a_hostile_uid_cannot_starve_another_uids_kernels(short_dir: Path) -> No
 
 
 def test_a_kernel_past_its_cpu_budget_is_cut_by_name_and_the_next_is_checked(short_dir: Path) -> None:
-    """--kernel-cpu-budget 0.3: launch 1's costly batches pass initcheck's budget, so its later batches (an illegal
+    """--kernel-cpu-budget 0.1: launch 1's costly batches pass initcheck's budget, so its later batches (an illegal
     read among them) go unchecked by initcheck, and its verdict is incomplete with a finding that says so; memcheck,
     well within its own budget, still finds the read. Launch 2 is checked whole by both: initcheck finds its read
     of memory never written, which it did not see in launch 1."""
     port = free_port()
-    daemon = start_daemon(short_dir, "--kernel-cpu-budget", "0.3", "--metrics-addr", f"127.0.0.1:{port}")
+    daemon = start_daemon(short_dir, "--kernel-cpu-budget", "0.1", "--metrics-addr", f"127.0.0.1:{port}")
     try:
         config = m.Config(tools=["memcheck", "initcheck"])
         illegal = accesses(EventKind.READ, Space.GM, 0x7000_0000, 32)
@@ -144,11 +144,13 @@ def test_a_kernel_past_its_cpu_budget_is_cut_by_name_and_the_next_is_checked(sho
         assert by_launch == expected, findings
         [told] = [f for f in findings if f["kind"] == "internal_error"]
         assert str(told["detail"]).startswith(
-            "initcheck's checks of this kernel launch passed their CPU budget of 0.3 s (sanitizerd serve "
+            "initcheck's checks of this kernel launch passed their CPU budget of 0.1 s (sanitizerd serve "
             "--kernel-cpu-budget;"
         ), told
-        unchecked = int(told["size"])  # the illegal read's event, and the costly batches' after the budget passed
-        assert 1 + 2048 <= unchecked <= 1 + 3 * 2048, told
+        # The illegal read's event, and those of the costly batches after the one that passed the budget (each takes
+        # initcheck ~0.4 s here: the first passes it, on a machine up to 4 times faster the second).
+        unchecked = int(told["size"])
+        assert unchecked in (1 + 3 * 2048, 1 + 2 * 2048, 1 + 2048), told
         assert f"{unchecked} events in " in str(told["detail"]), told
         assert str(told["detail"]).endswith("batches after it were not checked by initcheck"), told
         assert (cut.errors, whole.errors) == (2, 2), (cut, whole)
