@@ -240,7 +240,7 @@ class TestKernelCpuBudget:
                 publish=publish, kernel_done=kernel_done, threads=DetectorThreads(1).runner(0, 1),
                 on_checked=lambda name, n: None, on_failure=lambda name: None,
                 on_cut=lambda name, n: counted.append((name, n)),
-                cpu_budget=0.001, on_budget_cut=lambda name, events: cuts.append((name, events)),
+                cpu_budget=lambda: 0.001, on_budget_cut=lambda name, events: cuts.append((name, events)),
             )  # fmt: skip
 
         anyio.run(scenario)
@@ -274,7 +274,7 @@ class TestKernelCpuBudget:
             await drive_detector(
                 detector, detector.context, receive,
                 publish=publish, kernel_done=kernel_done, threads=DetectorThreads(1).runner(0, 1),
-                on_checked=lambda name, n: None, on_failure=lambda name: None, cpu_budget=1e-6,
+                on_checked=lambda name, n: None, on_failure=lambda name: None, cpu_budget=lambda: 1e-6,
             )  # fmt: skip
             assert time.thread_time() - started < 5
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -22,9 +23,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
-from sanitizerd.sessions.threads import RunOnThread, T
+from sanitizerd.sessions.threads import RunOnThread
 from sanitizerd.sessions.work import Batch, EndKernel, Finish, StartKernel, Work
 
+T = TypeVar("T")
 log = structlog.get_logger("sanitizerd.pipeline")
 
 Publish = Callable[[list[Finding]], Awaitable[None]]
@@ -41,6 +43,7 @@ class _KernelCpu:
     seconds: float = 0.0
     unchecked_events: int = 0
     unchecked_batches: int = 0
+    budget: float = NO_BUDGET  # the budget it passed (read at each batch: SIGHUP may change it)
 
     @property
     def cut(self) -> bool:
@@ -59,13 +62,13 @@ async def drive_detector(
     on_failure: Callable[[str], None],
     on_timed: Callable[[float], None] = lambda seconds: None,
     on_cut: Callable[[str, int], None] = lambda detector, n: None,
-    cpu_budget: float = NO_BUDGET,
+    cpu_budget: Callable[[], float] = lambda: NO_BUDGET,
     on_budget_cut: Callable[[str, int], None] = lambda detector, events: None,
 ) -> None:
     """``on_cut``: how many of the detector's own findings say that it cut a check short at one of its bounds
-    (its ``internal_error`` findings; a detector's failure is ``on_failure``'s). ``cpu_budget``: seconds of thread
-    CPU time the detector's checks of one kernel launch may take; ``on_budget_cut``: a launch passed it (the events
-    it left unchecked, told once the launch ends)."""
+    (its ``internal_error`` findings; a detector's failure is ``on_failure``'s). ``cpu_budget``: the seconds of
+    thread CPU time the detector's checks of one kernel launch may take now; ``on_budget_cut``: a launch passed it
+    (the events it left unchecked, told once the launch ends)."""
 
     cpu = _KernelCpu()
 
@@ -77,7 +80,9 @@ async def drive_detector(
             started = time.perf_counter()
             if isinstance(item, StartKernel):
                 cpu = _KernelCpu(item.launch)
-            if isinstance(item, Batch) and cpu.seconds > cpu_budget:
+            if isinstance(item, Batch) and (cpu.cut or cpu.seconds > cpu_budget()):
+                if not cpu.cut:
+                    cpu.budget = cpu_budget()
                 cpu.unchecked_events += item.events.size
                 cpu.unchecked_batches += 1
                 continue
@@ -94,7 +99,7 @@ async def drive_detector(
             else:
                 _count_cuts(detector.name, findings, on_cut)
             if isinstance(item, EndKernel | Finish) and cpu.cut:
-                findings.append(_budget_cut(detector.name, context, cpu, cpu_budget))
+                findings.append(_budget_cut(detector.name, context, cpu))
                 on_cut(detector.name, 1)
                 on_budget_cut(detector.name, cpu.unchecked_events)
                 log.warning(
@@ -127,14 +132,14 @@ def _timed(fn: Callable[[], T], cpu: _KernelCpu) -> Callable[[], T]:
     return timed
 
 
-def _budget_cut(name: str, context: SessionContext, cpu: _KernelCpu, budget: float) -> Finding:
+def _budget_cut(name: str, context: SessionContext, cpu: _KernelCpu) -> Finding:
     return context.finding(
         "internal_error",
         kernel=cpu.launch.name if cpu.launch else None,
         space="",
         size=cpu.unchecked_events,
         detail=(
-            f"{name}'s checks of this kernel launch passed their CPU budget of {budget:g} s (sanitizerd serve "
+            f"{name}'s checks of this kernel launch passed their CPU budget of {cpu.budget:g} s (sanitizerd serve "
             f"--kernel-cpu-budget; {cpu.seconds:.1f} s used): {cpu.unchecked_events} events in "
             f"{cpu.unchecked_batches} batches after it were not checked by {name}"
         ),

@@ -125,7 +125,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     on_failure=on_failure,
                     on_timed=metrics.detector_seconds.labels(detector.name).observe,
                     on_cut=lambda name, n: metrics.detector_checks_cut.labels(name).inc(n),
-                    cpu_budget=hub.limits.kernel_cpu_budget,
+                    cpu_budget=lambda: hub.limits.kernel_cpu_budget,  # SIGHUP may change it
                     on_budget_cut=on_budget_cut,
                 )
                 tg.start_soon(drive, detector, session.context, receive)
