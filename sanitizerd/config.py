@@ -64,6 +64,14 @@ them with the defaults.
     default 4.
 ``detector_threads``
     threads that run detector checks; fixed at start-up. An integer from 1 to 256; default min(4, cores).
+``kernel_cpu_budget``
+    seconds of thread CPU time one detector's checks of one kernel launch may take; past it the launch's remaining
+    batches are not checked by that detector, its verdict is incomplete and has an ``internal_error`` that says so
+    (``sanitizerd_cpu_budget_cuts_total``), and the session goes on with its next launch. More than 0, at most
+    604800; default 60.
+``saturated_after``
+    seconds a check may wait for a detector thread, with every thread busy, before ``/readyz`` says "not ready:
+    saturated". More than 0, at most 3600; default 10.
 ``max_race_events``
     events racecheck holds per kernel launch; later ones are not race-checked (and the verdict says so). An
     integer from 1 to 2^40; default 10 000 000.
@@ -185,6 +193,13 @@ LIMITS: dict[str, Limit] = {
     "drain_timeout": _seconds("after SIGTERM, seconds live sessions get to finish and close", at_most=3600),
     "queue_depth": Limit("work items buffered per detector before the session's reads pause", at_least=1, at_most=1024),
     "detector_threads": Limit("threads that run detector checks", at_least=1, at_most=256, reloadable=False),
+    "kernel_cpu_budget": _seconds(
+        "seconds of thread CPU one detector's checks of one kernel launch may take; past it the rest is not checked"
+    ),
+    "saturated_after": _seconds(
+        "seconds a check may wait for a detector thread, all of them busy, before /readyz says saturated",
+        at_most=3600,
+    ),
     "max_race_events": Limit(
         "events racecheck holds per kernel launch; later ones are not race-checked",
         at_least=1,

@@ -271,6 +271,10 @@ class Daemon:
             race_memory_used=lambda: float(hub.race_memory.used),
             race_memory_limit=lambda: float(hub.race_memory.limit),
             compat_sockets=lambda: hub.compat_sockets.count() if hub.compat_sockets else 0.0,
+            detector_threads=lambda: float(hub.detector_threads.size),
+            detector_threads_busy=lambda: float(hub.detector_threads.busy),
+            detector_checks_waiting=lambda: float(hub.detector_threads.waiting),
+            detector_oldest_wait=hub.detector_threads.oldest_wait,
         )
         self.metrics.queue_by_detector(hub.queued_by_detector)
         self.metrics.store_bytes.set_function(store.file_bytes)  # read at scrape time
@@ -288,7 +292,13 @@ class Daemon:
         stalled = time.monotonic() - self._beat
         if stalled > STALLED_AFTER:
             return f"the event loop has not run for {stalled:.0f} s"
-        return ""
+        return self._saturated()
+
+    def _saturated(self) -> str:
+        """Why this process's detector threads are saturated ("" when they are not): a new session's kernels would
+        wait for a thread. Read from the metrics thread."""
+        hub = self.hub
+        return hub.detector_threads.saturated(hub.limits.saturated_after) if hub is not None else ""
 
     def _sessions(self) -> int:
         """Producer sessions this daemon serves (read from the metrics thread)."""

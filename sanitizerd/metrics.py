@@ -48,6 +48,16 @@ _READ_AT_SCRAPE = {
         "Bytes racecheck has reserved from the host's budget now, over all sessions",
     ),
     "race_memory_limit": ("sanitizerd_race_memory_limit_bytes", "The host's race-check memory budget"),
+    "detector_threads": ("sanitizerd_detector_threads", "Threads that run detector checks (--detector-threads)"),
+    "detector_threads_busy": ("sanitizerd_detector_threads_busy", "Detector threads running a check now"),
+    "detector_checks_waiting": (
+        "sanitizerd_detector_checks_waiting",
+        "Checks waiting for a detector thread now (each session's detectors wait in a fair share, per uid)",
+    ),
+    "detector_oldest_wait": (
+        "sanitizerd_detector_oldest_wait_seconds",
+        "How long the check that has waited longest for a detector thread has waited now (0 when none waits)",
+    ),
     "compat_sockets": (
         "sanitizerd_compat_sockets_open",
         "Sockets in msSanitizer's form (compat_listen) listening now, over all jobs",
@@ -121,6 +131,25 @@ class Metrics:
             "Time a detector took over one work item (a batch, a kernel's end), by detector",
             ["detector"],
             buckets=(0.0005, 0.002, 0.01, 0.05, 0.25, 1.0, 5.0, 30.0, 120.0),
+            registry=r,
+        )
+        self.detector_thread_waits = Histogram(
+            "sanitizerd_detector_thread_wait_seconds",
+            "Time a check waited for a detector thread (the fair share among uids and sessions) before it ran",
+            buckets=(0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0),
+            registry=r,
+        )
+        self.cpu_budget_cuts = Counter(
+            "sanitizerd_cpu_budget_cuts",
+            "Kernel launches whose checks by a detector passed --kernel-cpu-budget: the rest of their events went "
+            "unchecked by that detector (each also an internal_error finding told to its session), by detector",
+            ["detector"],
+            registry=r,
+        )
+        self.cpu_budget_unchecked_events = Counter(
+            "sanitizerd_cpu_budget_unchecked_events",
+            "Events a detector left unchecked because their kernel launch had passed --kernel-cpu-budget, by detector",
+            ["detector"],
             registry=r,
         )
         self.backpressure_waits = Counter(
@@ -202,6 +231,8 @@ class Metrics:
                 self.detector_failures,
                 self.detector_checks_cut,
                 self.backpressure_waits,
+                self.cpu_budget_cuts,
+                self.cpu_budget_unchecked_events,
             ):
                 family.labels(detector)
             self.detector_seconds.labels(detector)

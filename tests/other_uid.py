@@ -118,6 +118,7 @@ def send(
     wait: float = 20.0,
     pause: float = 0.0,
     times: int = 1,
+    timeout: float = 120,
 ) -> bytes:
     """Send the frames ``data`` on a connection of ``user``'s, ``pause`` seconds after each (``times`` connections,
     one after the other), and return the bytes the last one was answered: the first ``expect`` frames, or (0) all
@@ -131,7 +132,7 @@ def send(
         path.chmod(0o644)
     result = subprocess.run(
         ["/usr/bin/python3", str(script), str(socket), str(payload), str(expect), str(times), str(wait), str(pause)],
-        user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True, timeout=120, check=True,
+        user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True, timeout=timeout, check=True,
     )  # fmt: skip
     return result.stdout
 

@@ -539,13 +539,14 @@ class TestDetectorGuard:
         """When answering a kernel fails (a bug of the session layer), the failure reaches the session's owner
         once: it is not taken for the detector's, counted as such and answered a second time."""
         from sanitizerd.sessions.pipeline import drive_detector
+        from sanitizerd.sessions.threads import DetectorThreads
         from tests.detector_helpers import make_detector
 
         detector = make_detector("memcheck")
         answered: list[int] = []
         failures: list[str] = []
 
-        async def kernel_done(kernel: int, findings: list[object]) -> None:
+        async def kernel_done(kernel: int, findings: list[object], cut: bool) -> None:
             answered.append(kernel)
             raise RuntimeError("the session could not answer")
 
@@ -560,7 +561,7 @@ class TestDetectorGuard:
                 await send.send(EndKernel(3))
             await drive_detector(
                 detector, detector.context, receive,  # type: ignore[arg-type]
-                publish=publish, kernel_done=kernel_done, limiter=anyio.CapacityLimiter(1),  # type: ignore[arg-type]
+                publish=publish, kernel_done=kernel_done, threads=DetectorThreads(1).runner(0, 1),  # type: ignore[arg-type]
                 on_checked=lambda name, n: None, on_failure=failures.append,
             )  # fmt: skip
 

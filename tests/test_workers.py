@@ -203,13 +203,18 @@ def test_metrics_of_the_workers_are_summed_under_their_names() -> None:
         return metric
 
     listener = family("sanitizerd_sessions_started", "counter", ("sanitizerd_sessions_started_total", {}, 0.0))
+    wait = "sanitizerd_detector_oldest_wait_seconds"
     workers = [
         family("sanitizerd_sessions_started", "counter", ("sanitizerd_sessions_started_total", {}, 3.0)),
         family("sanitizerd_sessions_started", "counter", ("sanitizerd_sessions_started_total", {}, 4.0)),
         family("sanitizerd_build_info", "gauge", ("sanitizerd_build_info", {"version": "1"}, 1.0)),
         family("sanitizerd_build_info", "gauge", ("sanitizerd_build_info", {"version": "1"}, 1.0)),
+        family(wait, "gauge", (wait, {}, 2.0)),
+        family(wait, "gauge", (wait, {}, 9.0)),
     ]
     merged = {m.name: m for m in merge([listener, *workers])}
+    # Each worker shares out its own threads: the longest wait of any is the daemon's, not their sum.
+    assert [s.value for s in merged[wait].samples] == [9.0]
     assert [s.value for s in merged["sanitizerd_sessions_started"].samples] == [7.0]
     assert [(s.labels, s.value) for s in merged["sanitizerd_build_info"].samples] == [({"version": "1"}, 1.0)]
 

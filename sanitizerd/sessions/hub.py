@@ -22,6 +22,7 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import JobKey, Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
 from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, LogGate, Session
+from sanitizerd.sessions.threads import DetectorThreads
 from sanitizerd.sessions.transport import MessageStream
 
 if TYPE_CHECKING:
@@ -52,6 +53,12 @@ class Limits:
     queue_depth: int = 4
     # Threads that run detector checks; numpy releases the GIL, so more than the cores buys nothing.
     detector_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
+    # Seconds of thread CPU time one detector's checks of one kernel launch may take; past it the launch's remaining
+    # batches go unchecked by that detector, and its verdict says so (pipeline.py). Generous: a real launch of
+    # hundreds of millions of events fits; a hostile one cannot hold a thread for minutes.
+    kernel_cpu_budget: float = 60.0
+    # Seconds a check may wait for a detector thread, with every thread busy, before /readyz says "saturated".
+    saturated_after: float = 10.0
     # Events racecheck holds for one kernel launch: it checks a launch only once it has ended.
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
     # Live allocations one session may hold (each costs the detectors a table entry and a range of legal GM): far
@@ -104,7 +111,7 @@ class Hub:
     jobs: Jobs = field(init=False)
     live: dict[int, Session] = field(default_factory=dict)
     store_limiter: anyio.CapacityLimiter = field(init=False)
-    detector_limiter: anyio.CapacityLimiter = field(init=False)
+    detector_threads: DetectorThreads = field(init=False)  # shared out fairly among uids and sessions
     # Every live detector queue's sending end, so a scrape can sum what waits in them.
     queues: dict[MemoryObjectSendStream[Any], str] = field(default_factory=dict)  # -> its detector's name
     # Why the store refuses writes now ("" while it takes them): a failure is logged once per burst, not per batch.
@@ -127,7 +134,9 @@ class Hub:
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.default_config)
         self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
-        self.detector_limiter = anyio.CapacityLimiter(self.limits.detector_threads)
+        self.detector_threads = DetectorThreads(
+            self.limits.detector_threads, on_wait=self.metrics.detector_thread_waits.observe
+        )
         self.race_memory = MemoryBudget(self.limits.race_memory, on_refused=self._race_memory_refused)
 
     def _race_memory_refused(self, asked: int, used: int, limit: int) -> None:

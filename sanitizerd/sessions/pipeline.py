@@ -1,28 +1,53 @@
 """Drives one detector of one session from its bounded work stream.
 
 The stream's small buffer is the backpressure: when a detector falls behind, the session's reader blocks on
-``send`` and stops reading the socket, so the client's writes block. Batches are checked on a worker thread
-(numpy releases the GIL for the heavy parts), so one session's checks never stall another's I/O.
+``send`` and stops reading the socket, so the client's writes block. Batches are checked on a detector thread
+(numpy releases the GIL for the heavy parts), shared out fairly among uids and sessions (``threads.py``), so one
+session's checks never stall another's I/O, nor hold every thread from another's kernels.
+
+Each kernel launch has a budget of thread CPU time per detector (``--kernel-cpu-budget``): once a detector's checks
+of a launch have used it, the launch's remaining batches are not checked by that detector, and its verdict has an
+``internal_error`` that says so. The session goes on with its next launch, with a budget of its own.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
-import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from sanitizerd.detectors.base import Detector, SessionContext
+from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
+from sanitizerd.sessions.threads import RunOnThread
 from sanitizerd.sessions.work import Batch, EndKernel, Finish, StartKernel, Work
 
+T = TypeVar("T")
 log = structlog.get_logger("sanitizerd.pipeline")
 
 Publish = Callable[[list[Finding]], Awaitable[None]]
-KernelDone = Callable[[int, list[Finding]], Awaitable[None]]
+# A detector has finished a kernel: its findings, and whether it left part of the kernel unchecked.
+KernelDone = Callable[[int, list[Finding], bool], Awaitable[None]]
+NO_BUDGET = float("inf")
+
+
+@dataclass(slots=True)
+class _KernelCpu:
+    """One detector's thread CPU time on the running kernel launch, and what it left unchecked past its budget."""
+
+    launch: KernelLaunch | None = None
+    seconds: float = 0.0
+    unchecked_events: int = 0
+    unchecked_batches: int = 0
+    budget: float = NO_BUDGET  # the budget it passed (read at each batch: SIGHUP may change it)
+
+    @property
+    def cut(self) -> bool:
+        return self.unchecked_batches > 0
 
 
 async def drive_detector(
@@ -32,20 +57,37 @@ async def drive_detector(
     *,
     publish: Publish,
     kernel_done: KernelDone,
-    limiter: anyio.CapacityLimiter,
+    threads: RunOnThread,
     on_checked: Callable[[str, int], None],
     on_failure: Callable[[str], None],
     on_timed: Callable[[float], None] = lambda seconds: None,
     on_cut: Callable[[str, int], None] = lambda detector, n: None,
+    cpu_budget: Callable[[], float] = lambda: NO_BUDGET,
+    on_budget_cut: Callable[[str, int], None] = lambda detector, events: None,
 ) -> None:
     """``on_cut``: how many of the detector's own findings say that it cut a check short at one of its bounds
-    (its ``internal_error`` findings; a detector's failure is ``on_failure``'s)."""
+    (its ``internal_error`` findings; a detector's failure is ``on_failure``'s). ``cpu_budget``: the seconds of
+    thread CPU time the detector's checks of one kernel launch may take now; ``on_budget_cut``: a launch passed it
+    (the events it left unchecked, told once the launch ends)."""
+
+    cpu = _KernelCpu()
+
+    async def on_thread(fn: Callable[[], T]) -> T:
+        return await threads(_timed(fn, cpu))
 
     async with work:
         async for item in work:
             started = time.perf_counter()
+            if isinstance(item, StartKernel):
+                cpu = _KernelCpu(item.launch)
+            if isinstance(item, Batch) and (cpu.cut or cpu.seconds > cpu_budget()):
+                if not cpu.cut:
+                    cpu.budget = cpu_budget()
+                cpu.unchecked_events += item.events.size
+                cpu.unchecked_batches += 1
+                continue
             try:
-                findings = await _apply(detector, item, limiter, on_checked)
+                findings = await _apply(detector, item, on_thread, on_checked)
                 on_timed(time.perf_counter() - started)
             except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
                 on_failure(detector.name)
@@ -56,12 +98,52 @@ async def drive_detector(
                 findings = [failure]
             else:
                 _count_cuts(detector.name, findings, on_cut)
+            if isinstance(item, EndKernel | Finish) and cpu.cut:
+                findings.append(_budget_cut(detector.name, context, cpu))
+                on_cut(detector.name, 1)
+                on_budget_cut(detector.name, cpu.unchecked_events)
+                log.warning(
+                    "kernel launch past its CPU budget: the rest not checked",
+                    detector=detector.name,
+                    session=context.session,
+                    kernel=cpu.launch.name if cpu.launch else None,
+                    cpu_s=round(cpu.seconds, 3),
+                    unchecked_events=cpu.unchecked_events,
+                )
             # Outside the detector's guard: a failure to publish or answer is the session's, not the detector's,
             # and must not be answered a second time as one.
             if isinstance(item, EndKernel):
-                await kernel_done(item.kernel, findings)
+                cut, cpu = cpu.cut, _KernelCpu()
+                await kernel_done(item.kernel, findings, cut)
             elif findings:
                 await publish(findings)
+
+
+def _timed(fn: Callable[[], T], cpu: _KernelCpu) -> Callable[[], T]:
+    """``fn``, adding the thread CPU time it takes (on the thread it runs on) to the kernel's."""
+
+    def timed() -> T:
+        started = time.thread_time()
+        try:
+            return fn()
+        finally:
+            cpu.seconds += time.thread_time() - started
+
+    return timed
+
+
+def _budget_cut(name: str, context: SessionContext, cpu: _KernelCpu) -> Finding:
+    return context.finding(
+        "internal_error",
+        kernel=cpu.launch.name if cpu.launch else None,
+        space="",
+        size=cpu.unchecked_events,
+        detail=(
+            f"{name}'s checks of this kernel launch passed their CPU budget of {cpu.budget:g} s (sanitizerd serve "
+            f"--kernel-cpu-budget; {cpu.seconds:.1f} s used): {cpu.unchecked_events} events in "
+            f"{cpu.unchecked_batches} batches after it were not checked by {name}"
+        ),
+    )
 
 
 def _count_cuts(detector: str, findings: list[Finding], on_cut: Callable[[str, int], None]) -> None:
@@ -73,20 +155,20 @@ def _count_cuts(detector: str, findings: list[Finding], on_cut: Callable[[str, i
 async def _apply(
     detector: Detector,
     item: Work,
-    limiter: anyio.CapacityLimiter,
+    on_thread: Callable[[Callable[[], T]], Awaitable[T]],
     on_checked: Callable[[str, int], None],
 ) -> list[Finding]:
-    """The detector's findings on one piece of work; the heavy parts run on a worker thread."""
+    """The detector's findings on one piece of work; the heavy parts run on a detector thread."""
     match item:
         case Batch(events):
-            await anyio.to_thread.run_sync(detector.check, events, limiter=limiter)
+            await on_thread(lambda: detector.check(events))
             on_checked(detector.name, events.size)
         case StartKernel(launch):
             detector.kernel_begin(launch)
         case EndKernel():  # racecheck does a kernel's whole check here: keep it off the event loop
-            return await anyio.to_thread.run_sync(detector.kernel_end, limiter=limiter)
+            return await on_thread(detector.kernel_end)
         case HostOp():
             return detector.host_op(item)
         case Finish():
-            return await anyio.to_thread.run_sync(detector.finish, limiter=limiter)
+            return await on_thread(detector.finish)
     return []

@@ -40,10 +40,12 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
     async def publish(findings: list[Finding]) -> None:
         await hub.publish(session, findings)
 
-    async def kernel_done(kernel: int, findings: list[Finding]) -> None:
+    async def kernel_done(kernel: int, findings: list[Finding], cut: bool) -> None:
         for finding in findings:
             finding.launch = kernel
         await publish(findings)
+        if cut and kernel in session.kernels:  # a detector left part of it unchecked (its CPU budget)
+            session.kernels[kernel].incomplete = True
         checked = session.kernel_checked(kernel, findings)
         if checked is not None:
             await answer(checked)
@@ -102,6 +104,10 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
     def on_failure(detector: str) -> None:
         metrics.detector_failures.labels(detector).inc()
 
+    def on_budget_cut(detector: str, events: int) -> None:
+        metrics.cpu_budget_cuts.labels(detector).inc()
+        metrics.cpu_budget_unchecked_events.labels(detector).inc(events)
+
     senders: list[tuple[str, MemoryObjectSendStream[Work]]] = []
     counted_bytes = 0  # bytes already added to the metric, which is bumped per frame, not per session
     try:
@@ -114,11 +120,13 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     drive_detector,
                     publish=publish,
                     kernel_done=kernel_done,
-                    limiter=hub.detector_limiter,
+                    threads=hub.detector_threads.runner(session.peer.uid, session.id),
                     on_checked=on_checked,
                     on_failure=on_failure,
                     on_timed=metrics.detector_seconds.labels(detector.name).observe,
                     on_cut=lambda name, n: metrics.detector_checks_cut.labels(name).inc(n),
+                    cpu_budget=lambda: hub.limits.kernel_cpu_budget,  # SIGHUP may change it
+                    on_budget_cut=on_budget_cut,
                 )
                 tg.start_soon(drive, detector, session.context, receive)
             try:

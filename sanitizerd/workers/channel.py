@@ -89,7 +89,7 @@ class Ping(msgspec.Struct, tag="ping"):
 
 
 class Pong(msgspec.Struct, tag="pong"):
-    pass
+    saturated: str = ""  # why its detector threads are saturated, "" when they are not: the listener's /readyz
 
 
 Packet = (

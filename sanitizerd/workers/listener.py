@@ -78,6 +78,15 @@ class Listener(Daemon):
                 why = f"worker {down[0]} is starting"
         return why
 
+    def _saturated(self) -> str:
+        """A worker whose detector threads were saturated at its last answer to the watchdog's ping (every few
+        seconds): the jobs it owns wait for a thread. The listener runs no detector of its own."""
+        for worker in list(self.pool.workers):
+            why = worker.saturated
+            if why:
+                return f"worker {worker.index} {why}"
+        return ""
+
     def _sessions(self) -> int:
         return self.pool.producers()
 

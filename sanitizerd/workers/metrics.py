@@ -32,6 +32,8 @@ COMBINED: dict[str, Callable[[list[float]], float]] = {
     "sanitizerd_store_writable": min,
     "process_start_time_seconds": min,
     "process_max_fds": min,
+    # The longest any check waits for a detector thread: each worker shares out its own threads.
+    "sanitizerd_detector_oldest_wait_seconds": max,
 }
 SCRAPE_TIMEOUT = 5.0
 

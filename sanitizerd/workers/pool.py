@@ -43,6 +43,7 @@ from sanitizerd.workers.channel import (
     OpenCompat,
     Packet,
     Ping,
+    Pong,
     Ready,
 )
 
@@ -74,6 +75,7 @@ class Worker:
     producers: dict[int, int] = field(default_factory=dict)
     order: anyio.Lock = field(default_factory=anyio.Lock)  # handoffs in the order the listener read them (FIFO)
     heard: float = 0.0  # when it last said anything (monotonic): the watchdog's measure of a turning event loop
+    saturated: str = ""  # why its detector threads were saturated at its last Pong ("" when they were not)
 
 
 class Pool:
@@ -156,6 +158,7 @@ class Pool:
             return code
         finally:
             worker.up = anyio.Event()
+            worker.saturated = ""
             worker.producers.clear()  # its connections ended with it
             self.orphan_compat(worker.channel)
             worker.channel.close()
@@ -321,6 +324,8 @@ class Pool:
                 tg.start_soon(opened)
             case CloseCompat(name=name):
                 self.close_compat(name)
+            case Pong(saturated=saturated):
+                worker.saturated = saturated
             case Ready():
                 worker.up.set()
                 log.info("worker ready", worker=worker.index)

@@ -139,7 +139,7 @@ class WorkerDaemon(Daemon):
                 case AskMetrics(ask=ask):
                     tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(self.metrics.registry)))
                 case Ping():
-                    tg.start_soon(self._answer, Pong())
+                    tg.start_soon(self._answer, Pong(saturated=self._saturated()))
                 case CompatOpened(ask=ask, answer=opened) if ask in self._opened:
                     done, answers = self._opened[ask]
                     answers.append(opened)
