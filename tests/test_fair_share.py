@@ -147,10 +147,11 @@ def test_a_kernel_past_its_cpu_budget_is_cut_by_name_and_the_next_is_checked(sho
             "initcheck's checks of this kernel launch passed their CPU budget of 0.1 s (sanitizerd serve "
             "--kernel-cpu-budget;"
         ), told
-        # The illegal read's event, and those of the costly batches after the one that passed the budget (each takes
-        # initcheck ~0.4 s here: the first passes it, on a machine up to 4 times faster the second).
+        # The illegal read's event, and those of the costly batches after the part that passed the budget (each
+        # batch is checked in parts of at most BATCH_PIECES, ~0.4 s of initcheck a batch here): at least the first
+        # part was checked, and the read was not.
         unchecked = int(told["size"])
-        assert unchecked in (1 + 3 * 2048, 1 + 2 * 2048, 1 + 2048), told
+        assert 1 < unchecked < 1 + 4 * 2048, told
         assert f"{unchecked} events in " in str(told["detail"]), told
         assert str(told["detail"]).endswith("batches after it were not checked by initcheck"), told
         assert (cut.errors, whole.errors) == (2, 2), (cut, whole)

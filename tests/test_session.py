@@ -25,7 +25,7 @@ from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.session import Answer, LogGate, Peer, Session
 from sanitizerd.sessions.transport import MessageStream, UnfinishedBytes
-from sanitizerd.sessions.work import Batch, EndKernel, StartKernel
+from sanitizerd.sessions.work import BATCH_PIECES, WIDE_ACCESS_PIECES, Batch, EndKernel, StartKernel, split_by_pieces
 
 
 def session(**config: object) -> Session:
@@ -568,3 +568,30 @@ class TestDetectorGuard:
         with pytest.raises(RuntimeError, match="could not answer"):
             anyio.run(scenario)
         assert answered == [3] and failures == []
+
+
+class TestBatchSplit:
+    """A client's batch of many pieces is checked as several, in order, each within BATCH_PIECES (an upper
+    bound): the fair share of detector threads and the kernel's CPU budget act between them."""
+
+    def test_a_batch_of_many_scattered_pieces_is_split_in_order(self) -> None:
+        events = accesses(
+            EventKind.READ, Space.GM, np.arange(65_536, dtype=np.uint64) * 64, 2, block_num=8, block_stride=3,
+            repeat=255, repeat_stride=7,
+        )  # fmt: skip
+        parts = split_by_pieces(events)
+        assert len(parts) == -(-65_536 * 8 * 255 // BATCH_PIECES)
+        assert all(part.size * 8 * 255 <= BATCH_PIECES for part in parts)
+        assert np.concatenate(parts).tobytes() == events.tobytes()  # every event once, in order
+
+    def test_a_common_batch_is_one_and_wide_accesses_are_grouped(self) -> None:
+        common = accesses(EventKind.READ, Space.GM, np.arange(65_536, dtype=np.uint64) * 256, 32, block_num=8)
+        (only,) = split_by_pieces(common)
+        assert only is common
+        wide = accesses(
+            EventKind.WRITE, Space.GM, np.arange(1_000, dtype=np.uint64) << 32, 1, block_num=65_535, block_stride=2,
+            repeat=65_535, repeat_stride=1,
+        )  # fmt: skip
+        parts = split_by_pieces(wide)
+        assert [p.size for p in parts[:-1]] == [BATCH_PIECES // WIDE_ACCESS_PIECES] * (len(parts) - 1)
+        assert sum(p.size for p in parts) == 1_000

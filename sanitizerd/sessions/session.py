@@ -21,7 +21,7 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB
 from sanitizerd.protocol.records import EVENT_DTYPE, as_events, block_type_name
 from sanitizerd.sessions.ipc import IpcTable
-from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work
+from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work, split_by_pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +344,7 @@ class Session:
             return []
         if self.config.block_id >= 0:
             events = events[events["block_id"] == self.config.block_id]
-        return [Batch(events)]
+        return [Batch(part) for part in split_by_pieces(events)]
 
     def _kernel_end(self, end: m.KernelEnd) -> list[Work | Reply]:
         state = self._running(end.kernel, "kernel_end")
