@@ -79,9 +79,11 @@ def test_socket_activation_ready_watchdog_and_stopping(short_dir: Path) -> None:
     activated = short_dir / "act.sock"
     env = dict(os.environ, NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC="1000000")
     manager = subprocess.Popen(
+        # -E: the daemon gets only the variables named, so the suite's own places for the host's (tests/conftest.py)
+        # are named too: else it reads the host's /etc/sanitizerd and binds the host daemon's metrics port.
         ["systemd-socket-activate", "-l", str(activated), "-E", "NOTIFY_SOCKET", "-E", "WATCHDOG_USEC",
-         sys.executable, "-m", "sanitizerd", "serve", "--state-dir", str(short_dir / "state"), "--log-level",
-         "warning", "--workers", "1"],
+         "-E", "SANITIZERD_CONFIG", "-E", "SANITIZERD_HOST_SOCKET", sys.executable, "-m", "sanitizerd", "serve",
+         "--state-dir", str(short_dir / "state"), "--log-level", "warning", "--workers", "1"],
         env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
