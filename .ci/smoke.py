@@ -140,8 +140,10 @@ def install(wheel: Path, work: Path) -> Smoke:
     # Private daemons (run's embedded one, the pytest plugin's) keep their sockets and state under the work directory.
     env["TMPDIR"] = str(work / "tmp")
     env["XDG_RUNTIME_DIR"] = str(work / "runtime")
-    # Nor the host's daemon, where CI's machine runs one: the smoke checks what a wheel does on its own.
+    # Nor the host's daemon or its configuration (its store, its metrics port), where CI's machine has them: the
+    # smoke checks what a wheel does on its own.
     env["SANITIZERD_HOST_SOCKET"] = str(work / "runtime" / "host.sock")
+    env["SANITIZERD_CONFIG"] = str(work / "runtime" / "host.toml")
     for directory in ("tmp", "runtime"):
         (work / directory).mkdir(mode=0o700)
     smoke = Smoke(work, venv, env)
