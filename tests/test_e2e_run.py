@@ -5,13 +5,15 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import re
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEMO, RunningDaemon, program_env, sanitizerd
+from tests.conftest import DEMO, ROOT, RunningDaemon, program_env, sanitizerd, start_daemon, stop_daemon
 
 DEMO_ARGS = ("-t", "memcheck", "--leak-check", "yes", "--", sys.executable, str(DEMO))
 JOB = re.compile(r"SUMMARY: job (\S+):")
@@ -462,3 +464,54 @@ def daemon_processes(pid: int) -> list[int]:
         found.append(current)
         todo += parents.get(current, [])
     return found
+
+
+JOB_GRACE = 1.0  # the daemon's --job-grace in the test below
+
+
+def test_jobs_says_a_run_is_live_between_its_processes(short_dir: Path) -> None:
+    """Past the job grace period with no session live, the job of a run still running is live (`jobs` said ended
+    while its run was alive), with workers too; once the run ends it is not."""
+    daemon = start_daemon(short_dir, "--job-grace", str(JOB_GRACE))
+    ended, go = short_dir / "first-ended", short_dir / "go"
+    program = write_program(
+        short_dir,
+        f"""
+        import os, pathlib, time
+        from client_shim import Client
+        with Client(job=os.environ["SANITIZERD_JOB"]) as client:
+            pass
+        pathlib.Path({str(ended)!r}).write_text(os.environ["SANITIZERD_JOB"])
+        while not pathlib.Path({str(go)!r}).exists():
+            time.sleep(0.05)
+        """,
+    )
+    env = dict(program_env(), PYTHONPATH=str(ROOT))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "sanitizerd", "run", "--socket", str(daemon.socket), "--", sys.executable,
+         str(program)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ended.exists():
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        job = ended.read_text()
+
+        def state() -> str:
+            listed = json.loads(sanitizerd("jobs", "--socket", str(daemon.socket), "--format", "json").stdout)
+            return next(j["state"] for j in listed if j["job"] == job)
+
+        time.sleep(JOB_GRACE + 0.5)  # its only session closed longer ago than the grace period
+        assert state() == "live"
+        go.touch()
+        assert run.wait(60) == 0, run.communicate()
+        time.sleep(JOB_GRACE + 0.5)
+        assert state() == "ended"
+    finally:
+        go.touch()
+        if run.poll() is None:
+            run.kill()
+        run.communicate()
+        assert stop_daemon(daemon) == 0

@@ -28,3 +28,12 @@ def test_a_job_is_live_then_ending_for_the_grace_period_then_ended() -> None:
     assert summarize(closed, now=60.0, grace=30.0)[0].state == "ending"  # a rank may still restart
     assert summarize(closed, now=90.0, grace=30.0)[0].state == "ended"
     assert summarize(closed, now=90.0, grace=30.0)[0].ended == 55.0
+
+
+def test_a_job_a_live_run_registered_is_live_between_its_sessions_and_before_the_first() -> None:
+    closed = [session(1, "j", 0, ended=10.0)]
+    (job,) = summarize(closed, now=1000.0, grace=30.0, running={"j"})
+    assert (job.state, job.ended, job.sessions, job.live) == ("live", 0.0, 1, 0)
+    first, waiting = summarize(closed, now=1000.0, grace=30.0, running={"j", "new"})
+    assert (first.job, waiting.job, waiting.state, waiting.sessions) == ("j", "new", "live", 0)
+    assert summarize(closed, now=1000.0, grace=30.0)[0].state == "ended"  # once the run is gone

@@ -25,7 +25,7 @@ from sanitizerd.findings.store import FINDINGS_PAGE_COUNT, FindingsPage
 from sanitizerd.protocol import RemoteProtocolError
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.access import Access
-from sanitizerd.sessions.hub import Hub
+from sanitizerd.sessions.hub import Hub, LiveView
 from sanitizerd.sessions.jobs import WATCH_MESSAGES, JobKey, Watcher, job_key
 from sanitizerd.sessions.jobview import summarize
 from sanitizerd.sessions.session import Peer
@@ -106,9 +106,9 @@ async def serve_control(
             return m.CompatListening(job=request.job, reason="version", message=why)
         return await sockets.listen(request.job, request.layout, peer, tg)
 
-    async def visible_sessions() -> list[m.SessionInfo]:
+    async def visible_sessions(view: LiveView) -> list[m.SessionInfo]:
         ended = await hub.store_call(lambda: hub.store.ended_sessions(SESSIONS_LISTED, uid=reader_uid))
-        return ended + access.visible(await hub.live_sessions())
+        return ended + access.visible(view.sessions)
 
     def page_of(query: m.QueryFindings) -> FindingsPage:
         """One page of the findings the query names that this client may read (on the store thread)."""
@@ -179,9 +179,16 @@ async def serve_control(
                             page = await hub.store_call(page_of, message)
                             await outbound_send.send(m.Findings(findings=page.findings, next=page.next))
                         case m.QuerySessions():
-                            await outbound_send.send(m.Sessions(sessions=await visible_sessions()))
+                            await outbound_send.send(m.Sessions(sessions=await visible_sessions(await hub.live_view())))
                         case m.QueryJobs():
-                            jobs = summarize(await visible_sessions(), now=time.time(), grace=hub.limits.job_grace)
+                            view = await hub.live_view()
+                            # a job a live run registered is live between its processes too; another uid's
+                            # registration is not said (its name would be an existence oracle)
+                            running = {name for name, uid in view.registered if access.admin or uid == access.uid}
+                            jobs = summarize(
+                                await visible_sessions(view), now=time.time(), grace=hub.limits.job_grace,
+                                running=running,
+                            )  # fmt: skip
                             await outbound_send.send(m.Jobs(jobs=jobs))
                     handled()
             except RemoteProtocolError as exc:

@@ -101,6 +101,15 @@ class Limits:
 
 
 @dataclass(slots=True)
+class LiveView:
+    """What is live now: producer sessions, and the jobs a live ``run`` has registered (``job_start``), which are
+    live while it runs even when no session of theirs is (between a job's processes)."""
+
+    sessions: list[m.SessionInfo] = field(default_factory=list)
+    registered: list[JobKey] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Hub:
     store: Store
     metrics: Metrics
@@ -121,9 +130,9 @@ class Hub:
     refusal_logs: dict[str, LogGate] = field(default_factory=dict)  # reason -> its log's token bucket
     # The per-job sockets in msSanitizer's form (compat_listen); None where no daemon serves them (tests' hubs).
     compat_sockets: CompatSockets | None = None
-    # With worker processes (sanitizerd/workers): the live sessions other processes serve, for the views that
-    # list every session; None in a daemon of one process.
-    live_elsewhere: Callable[[], Awaitable[list[m.SessionInfo]]] | None = None
+    # With worker processes (sanitizerd/workers): what other processes have live (sessions, registered jobs), for
+    # the views that list every session and job; None in a daemon of one process.
+    live_elsewhere: Callable[[], Awaitable[LiveView]] | None = None
     # In the listener of worker processes: hands a control connection, at its first request about a job, to the
     # worker that owns the job (the stream, that request, the job, and what to wait for before it goes: the answers
     # already queued written out); None where this process serves jobs itself.
@@ -159,10 +168,18 @@ class Hub:
                 continue
         return {}
 
-    async def live_sessions(self) -> list[m.SessionInfo]:
-        """Every live producer session, this process's and (with worker processes) the others'."""
-        here = [session.info() for session in self.live.values()]
-        return here + (await self.live_elsewhere() if self.live_elsewhere is not None else [])
+    def live_here(self) -> LiveView:
+        return LiveView([session.info() for session in self.live.values()], self.jobs.registered())
+
+    async def live_view(self) -> LiveView:
+        """Every live producer session and registered job, this process's and (with worker processes) the
+        others'."""
+        view = self.live_here()
+        if self.live_elsewhere is not None:
+            elsewhere = await self.live_elsewhere()
+            view.sessions += elsewhere.sessions
+            view.registered += elsewhere.registered
+        return view
 
     def jobs_live(self) -> float:
         return float(len({session.job for session in list(self.live.values())}))

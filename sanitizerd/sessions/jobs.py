@@ -192,6 +192,10 @@ class Jobs:
         job.config = config
         job.registrations += not again
 
+    def registered(self) -> list[JobKey]:
+        """The jobs a connection has registered and not yet given up (a live ``run``)."""
+        return [key for key, job in self._jobs.items() if job.registrations]
+
     def unregister(self, key: JobKey) -> None:
         job = self._jobs.get(key)
         if job is not None and job.registrations:

@@ -1,29 +1,34 @@
 """The job view: sessions grouped into jobs (``sanitizerd jobs``).
 
 A multi-card training job is one job with a session per rank and device. It is live while any of its sessions
-is; once the last one closes it is "ending" for a grace period, since a rank that restarts (torchrun's elastic
-restarts) comes back under the same job, and ended after that.
+is, or while the ``sanitizerd run`` that registered it runs (between its processes no session may be live, and
+before the first none has started); once neither holds it is "ending" for a grace period, since a rank that
+restarts (torchrun's elastic restarts) comes back under the same job, and ended after that.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Set
 
 from sanitizerd.protocol.messages import JobInfo, SessionInfo
 
 DEFAULT_JOB_GRACE = 30.0  # seconds an ended job's ranks have to come back before it counts as ended
 
 
-def summarize(sessions: list[SessionInfo], *, now: float, grace: float = DEFAULT_JOB_GRACE) -> list[JobInfo]:
-    """One entry per job, in the order their first session started."""
+def summarize(
+    sessions: list[SessionInfo], *, now: float, grace: float = DEFAULT_JOB_GRACE, running: Set[str] = frozenset()
+) -> list[JobInfo]:
+    """One entry per job, in the order their first session started; ``running``: the jobs a live run registered
+    (those without a session yet come last, live)."""
     by_job: dict[str, list[SessionInfo]] = {}
     for info in sorted(sessions, key=lambda s: s.started):
         by_job.setdefault(info.job, []).append(info)
     jobs = []
     for name, members in by_job.items():
         live = sum(s.state == "live" for s in members)
-        ended = 0.0 if live else max(s.ended for s in members)
-        state = "live" if live else ("ending" if now - ended < grace else "ended")
+        ended = 0.0 if live or name in running else max(s.ended for s in members)
+        state = "live" if live or name in running else ("ending" if now - ended < grace else "ended")
         signatures: Counter[int] = Counter()
         for s in members:
             signatures[s.rank] += s.signatures
@@ -43,4 +48,5 @@ def summarize(sessions: list[SessionInfo], *, now: float, grace: float = DEFAULT
                 ended=ended,
             )
         )
+    jobs += [JobInfo(job=name, state="live") for name in sorted(running - by_job.keys())]
     return jobs

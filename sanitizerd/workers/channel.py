@@ -41,6 +41,7 @@ class AskLive(msgspec.Struct, tag="ask_live"):
 class Live(msgspec.Struct, tag="live"):
     ask: int
     sessions: list[m.SessionInfo]
+    registered: list[tuple[str, int]] = []  # the jobs (name, uid) a live run has registered
 
 
 class AskMetrics(msgspec.Struct, tag="ask_metrics"):

@@ -125,7 +125,7 @@ class Listener(Daemon):
         limits = hub.limits
         if self.pool.producers() < limits.max_sessions and self.pool.producers(uid) < limits.max_sessions_per_uid:
             return ""
-        live = await self.pool.live()
+        live = (await self.pool.live()).sessions
         if len(live) >= limits.max_sessions:
             return f"the daemon serves its limit of {limits.max_sessions} sessions"
         if sum(1 for info in live if info.uid == uid) >= limits.max_sessions_per_uid:

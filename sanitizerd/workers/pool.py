@@ -29,6 +29,8 @@ import anyio.abc
 import structlog
 
 from sanitizerd.protocol import messages as m
+from sanitizerd.sessions.hub import LiveView
+from sanitizerd.sessions.jobs import job_key
 from sanitizerd.workers.channel import (
     AskLive,
     AskMetrics,
@@ -260,10 +262,13 @@ class Pool:
 
     # --- questions to the workers ------------------------------------------------------------------------------
 
-    async def live(self, *, besides: int = -1) -> list[m.SessionInfo]:
-        """The live sessions of every worker but ``besides``."""
+    async def live(self, *, besides: int = -1) -> LiveView:
+        """The live sessions and registered jobs of every worker but ``besides``."""
         answers = await self._ask_all(AskLive, besides)
-        return [info for answer in answers for info in answer.sessions]
+        return LiveView(
+            [info for answer in answers for info in answer.sessions],
+            [job_key(*key) for answer in answers for key in answer.registered],
+        )
 
     async def metrics_texts(self) -> list[bytes]:
         return [answer.text for answer in await self._ask_all(AskMetrics, -1)]
@@ -336,9 +341,9 @@ class Pool:
             case AskLive(ask=ask):
 
                 async def answer() -> None:
-                    sessions = await self.live(besides=worker.index)
+                    view = await self.live(besides=worker.index)
                     try:
-                        await channel.send(Live(ask=ask, sessions=sessions))
+                        await channel.send(Live(ask=ask, sessions=view.sessions, registered=view.registered))
                     except (ChannelClosed, OSError):
                         pass
 

@@ -31,7 +31,7 @@ from sanitizerd.findings.store import Store
 from sanitizerd.protocol import Connection, Role
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.control import serve_control
-from sanitizerd.sessions.hub import Limits
+from sanitizerd.sessions.hub import Limits, LiveView
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
@@ -65,7 +65,7 @@ class WorkerDaemon(Daemon):
         self.index = index
         self.channel = channel
         self._asks = itertools.count(1)
-        self._answers: dict[int, tuple[anyio.Event, list[m.SessionInfo]]] = {}
+        self._answers: dict[int, tuple[anyio.Event, list[LiveView]]] = {}
         self._opened: dict[int, tuple[anyio.Event, list[m.CompatListening]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -135,7 +135,8 @@ class WorkerDaemon(Daemon):
                     tg.start_soon(self._serve_handed, conn, data, False)
                 case AskLive(ask=ask):
                     assert self.hub is not None
-                    tg.start_soon(self._answer, Live(ask=ask, sessions=[s.info() for s in self.hub.live.values()]))
+                    here = self.hub.live_here()
+                    tg.start_soon(self._answer, Live(ask=ask, sessions=here.sessions, registered=here.registered))
                 case AskMetrics(ask=ask):
                     tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(self.metrics.registry)))
                 case Ping():
@@ -146,9 +147,9 @@ class WorkerDaemon(Daemon):
                     done.set()
                 case CompatOpened(answer=opened) if opened.name:  # opened after its asker gave up: closed again
                     tg.start_soon(self._answer, CloseCompat(name=opened.name))
-                case Live(ask=ask, sessions=sessions) if ask in self._answers:
+                case Live(ask=ask, sessions=sessions, registered=registered) if ask in self._answers:
                     done, answer = self._answers[ask]
-                    answer.extend(sessions)
+                    answer.append(LiveView(sessions, [job_key(*key) for key in registered]))
                     done.set()
                 case _:
                     if conn is not None:
@@ -183,10 +184,11 @@ class WorkerDaemon(Daemon):
         except (ChannelClosed, OSError):
             pass
 
-    async def _live_elsewhere(self) -> list[m.SessionInfo]:
-        """The other workers' live sessions, as the listener gathers them (none if it does not answer in time)."""
+    async def _live_elsewhere(self) -> LiveView:
+        """The other workers' live sessions and registered jobs, as the listener gathers them (none if it does not
+        answer in time)."""
         ask = next(self._asks)
-        done, answer = anyio.Event(), []
+        done, answer = anyio.Event(), list[LiveView]()
         self._answers[ask] = (done, answer)
         try:
             await self.channel.send(AskLive(ask=ask))
@@ -196,7 +198,7 @@ class WorkerDaemon(Daemon):
             pass
         finally:
             self._answers.pop(ask, None)
-        return answer
+        return answer[0] if answer else LiveView()
 
     async def _serve_handed(
         self,
