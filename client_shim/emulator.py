@@ -165,17 +165,20 @@ class Block:
         """Declare a local tensor of this block: ``size`` bytes of ``space`` at ``offset`` (AscendC's
         ``LocalMemAllocator::Alloc``, ``TPipe::InitBuffer``/``TQue::AllocTensor``). It is the block's until the block
         ends or a later tensor overlaps it; on-chip accesses that start inside it are checked against it."""
-        self._emit(tensors(space, offset, size, **self._common()))
-        return Tensor(space, offset, size, dtype_bytes)
+        return self._declare(space, offset, size, dtype_bytes, self._common())
 
     def ub(self, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
-        return self.tensor(Space.UB, offset, size, dtype_bytes)
+        return self._declare(Space.UB, offset, size, dtype_bytes, self._common())
 
     def l1(self, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
-        return self.tensor(Space.L1, offset, size, dtype_bytes)
+        return self._declare(Space.L1, offset, size, dtype_bytes, self._common())
 
     def l0(self, space: Space, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
-        return self.tensor(space, offset, size, dtype_bytes)
+        return self._declare(space, offset, size, dtype_bytes, self._common())
+
+    def _declare(self, space: Space, offset: int, size: int, dtype_bytes: int, common: dict[str, object]) -> Tensor:
+        self._emit(tensors(space, offset, size, **common))  # type: ignore[arg-type]
+        return Tensor(space, offset, size, dtype_bytes)
 
     # --- instructions ---
     def data_copy(
@@ -271,16 +274,16 @@ class Block:
     def get_value(self, tensor: Tensor, index: int) -> None:
         """``GlobalTensor::GetValue(index)``: a scalar read of one element on PIPE_S (msSanitizer's LD record: the
         scalar compute pipe, aligned to the element's width)."""
-        self._scalar(EventKind.READ, tensor, index)
+        self._scalar(EventKind.READ, tensor, index, self._common())
 
     def set_value(self, tensor: Tensor, index: int) -> None:
         """``GlobalTensor::SetValue(index, value)``: a scalar write of one element on PIPE_S."""
-        self._scalar(EventKind.WRITE, tensor, index)
+        self._scalar(EventKind.WRITE, tensor, index, self._common())
 
-    def _scalar(self, kind: EventKind, tensor: Tensor, index: int) -> None:
+    def _scalar(self, kind: EventKind, tensor: Tensor, index: int, common: dict[str, object]) -> None:
         width = tensor.dtype_bytes
         self._emit(accesses(kind, tensor.space, tensor.address + index * width, width, pipe=Pipe.S_CAL,
-                            align=width, **self._common()))  # fmt: skip
+                            align=width, **common))  # fmt: skip
 
     def load_2d(self, dst: Tensor, src: Tensor) -> None:
         """LOAD_2D: a fractal copy from L1 into L0A/L0B on MTE1 (contiguous, the smaller tensor's size)."""
