@@ -23,6 +23,7 @@ says so in one ``internal_error`` per kernel.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,17 +81,20 @@ class Judged:
 @dataclass(slots=True)
 class BlockTensors:
     """The live tensors of a kernel launch's blocks, sorted by (block, space, start): those of one (block, space) are
-    disjoint, so the one holding an address is one ``searchsorted`` away."""
+    disjoint, so the one holding an address is one ``searchsorted`` away. Kept as Python lists, changed one
+    declaration at a time (a bisect and a memmove), and copied into numpy arrays only when accesses are looked up
+    after a change."""
 
-    keys: np.ndarray = field(default_factory=lambda: np.empty(0, _U64))  # block << 40 | space << 32 | start
-    ends: np.ndarray = field(default_factory=lambda: np.empty(0, _U64))
-    serials: np.ndarray = field(default_factory=lambda: np.empty(0, _U64))
-    locations: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint32))
+    keys: list[int] = field(default_factory=list)  # block << 40 | space << 32 | start
+    ends: list[int] = field(default_factory=list)
+    serials: list[int] = field(default_factory=list)
+    locations: list[int] = field(default_factory=list)
     per_block: dict[int, int] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)
+    _arrays: tuple[np.ndarray, ...] | None = None  # the lists as arrays, while they have not changed
 
     def __len__(self) -> int:
-        return int(self.keys.size)
+        return len(self.keys)
 
     def refuse(self, reason: str, n: int = 1) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + n
@@ -102,15 +106,13 @@ class BlockTensors:
         The table changes only at a declaration that is not already in force (AscendC's queues hand the same
         buffers out again and again) and at the end of a block that holds tensors; the accesses between two such
         changes are looked up at once. So a kernel that declares its buffers up front costs one lookup per batch,
-        and one that declares a buffer per tile one lookup per tile."""
+        and one that declares a buffer per tile one lookup per tile (benchmarks/tensors.py)."""
         kind = events["kind"]
         points = np.flatnonzero((kind == EventKind.TENSOR) | (kind == EventKind.BLOCK_FINISH))
+        if points.size:  # operands belong to their instruction, not to the block
+            points = points[(kind[points] == EventKind.BLOCK_FINISH) | (events["mode"][points] == TENSOR_OF_BLOCK)]
         if not points.size and not len(self):
             return None
-        declared = points[kind[points] == EventKind.TENSOR]
-        if declared.size:  # operands belong to their instruction, not to the block
-            declared = declared[events["mode"][declared] == TENSOR_OF_BLOCK]
-            points = np.union1d(points[kind[points] == EventKind.BLOCK_FINISH], declared)
         judged = Judged(
             index=candidates,
             found=np.zeros(candidates.size, bool),
@@ -120,76 +122,92 @@ class BlockTensors:
             location=np.zeros(candidates.size, np.uint32),
         )
         keys = _access_keys(events, candidates)
+        # The fields of every point, read once: one structured record per point costs more than the step itself.
+        stops = np.searchsorted(candidates, points).tolist()
+        rows = zip(
+            stops,
+            (kind[points] == EventKind.BLOCK_FINISH).tolist(),
+            (events["block_type"][points].astype(np.int64) << 16 | events["block_id"][points]).tolist(),
+            events["space"][points].tolist(),
+            events["address"][points].tolist(),
+            events["block_size"][points].tolist(),
+            events["serial"][points].tolist(),
+            events["location"][points].tolist(),
+            strict=True,
+        )
+        limit = limits.tolist()
         begin = 0  # candidates before this one are judged already
         # One Python step per declaration or block end (not per access): they are a kernel's buffers, not its work.
-        for point in points.tolist():
-            if not self._changes(events, point):
+        for stop, finished, block, space, start, size, serial, location in rows:
+            if finished:
+                if not self.per_block.get(block):
+                    continue
+                self._lookup(keys, judged, begin, stop)
+                begin = stop
+                self._drop_block(block)
                 continue
-            stop = int(np.searchsorted(candidates, point))
+            if not LOCAL_SPACES[space]:
+                self.refuse("not_local")
+                continue
+            if size == 0:
+                self.refuse("empty")
+                continue
+            if start + size > limit[space]:
+                self.refuse("outside")
+                continue
+            key = block << 40 | space << _START_BITS | start
+            j = bisect.bisect_left(self.keys, key)
+            if j < len(self.keys) and self.keys[j] == key and self.ends[j] == start + size:
+                continue  # the same tensor again: nothing changes
             self._lookup(keys, judged, begin, stop)
             begin = stop
-            self._apply_one(events, point, limits)
+            self._declare(block, space, start, size, serial, location)
         self._lookup(keys, judged, begin, candidates.size)
         return judged if judged.found.any() else None
-
-    def _changes(self, events: np.ndarray, point: int) -> bool:
-        one = events[point]
-        block = int(one["block_type"]) << 16 | int(one["block_id"])
-        if int(one["kind"]) == EventKind.BLOCK_FINISH:
-            return self.per_block.get(block, 0) > 0
-        if not LOCAL_SPACES[int(one["space"])]:
-            return True  # refused, and counted, by _apply_one
-        start, size = int(one["address"]), int(one["block_size"])
-        if start > int(_START_MASK):
-            return True
-        key = _U64(block << 40 | int(one["space"]) << _START_BITS | start)
-        j = int(np.searchsorted(self.keys, key))
-        # The same tensor again: nothing changes.
-        return not (j < self.keys.size and self.keys[j] == key and int(self.ends[j]) == start + size)
 
     def _lookup(self, keys: np.ndarray, judged: Judged, begin: int, stop: int) -> None:
         if stop <= begin or not len(self):
             return
+        if self._arrays is None:
+            self._arrays = (
+                np.array(self.keys, dtype=_U64),
+                np.array(self.ends, dtype=_U64),
+                np.array(self.serials, dtype=_U64),
+                np.array(self.locations, dtype=np.uint32),
+            )
+        table, ends, serials, locations = self._arrays
         key = keys[begin:stop]
-        j = np.searchsorted(self.keys, key, side="right") - 1
+        j = np.searchsorted(table, key, side="right") - 1
         jj = np.maximum(j, 0)
         address = key & _START_MASK
-        found = (j >= 0) & ((self.keys[jj] >> _U64(_START_BITS)) == (key >> _U64(_START_BITS)))
-        found &= address < self.ends[jj]
+        found = (j >= 0) & ((table[jj] >> _U64(_START_BITS)) == (key >> _U64(_START_BITS)))
+        found &= address < ends[jj]
         found &= key != _U64(np.iinfo(np.uint64).max)  # an access that starts past every tensor's reach
         rows = np.arange(begin, stop)[found]
         hit = jj[found]
         judged.found[rows] = True
-        judged.start[rows] = self.keys[hit] & _START_MASK
-        judged.end[rows] = self.ends[hit]
-        judged.serial[rows] = self.serials[hit]
-        judged.location[rows] = self.locations[hit]
+        judged.start[rows] = table[hit] & _START_MASK
+        judged.end[rows] = ends[hit]
+        judged.serial[rows] = serials[hit]
+        judged.location[rows] = locations[hit]
 
-    def _apply_one(self, events: np.ndarray, point: int, limits: np.ndarray) -> None:
-        one = events[point]
-        block = int(one["block_type"]) << 16 | int(one["block_id"])
-        if int(one["kind"]) == EventKind.BLOCK_FINISH:  # the block's on-chip memory is gone, and its tensors
-            mine = (self.keys >> _U64(40)) == _U64(block)
-            self._keep(~mine)
-            self.per_block.pop(block, None)
-            return
-        space, start, size = int(one["space"]), int(one["address"]), int(one["block_size"])
-        if not LOCAL_SPACES[space]:
-            self.refuse("not_local")
-            return
-        if size == 0:
-            self.refuse("empty")
-            return
-        if start + size > int(limits[space]):
-            self.refuse("outside")
-            return
-        group = _U64(block << 40 | space << _START_BITS)
+    def _drop_block(self, block: int) -> None:
+        """The block ended: its on-chip memory is gone, and its tensors with it."""
+        keep = [i for i, key in enumerate(self.keys) if key >> 40 != block]
+        self.keys = [self.keys[i] for i in keep]
+        self.ends = [self.ends[i] for i in keep]
+        self.serials = [self.serials[i] for i in keep]
+        self.locations = [self.locations[i] for i in keep]
+        self.per_block.pop(block, None)
+        self._arrays = None
+
+    def _declare(self, block: int, space: int, start: int, size: int, serial: int, location: int) -> None:
+        group = block << 40 | space << _START_BITS
         # Tensors of this (block, space) that share a byte with the new one are gone: their memory is its now.
-        lo = int(np.searchsorted(self.keys, group | _U64(start), side="right"))
-        if lo and (self.keys[lo - 1] >> _U64(_START_BITS)) == (group >> _U64(_START_BITS)):
-            if int(self.ends[lo - 1]) > start:
-                lo -= 1
-        hi = int(np.searchsorted(self.keys, group | _U64(start + size), side="left"))
+        lo = bisect.bisect_right(self.keys, group | start)
+        if lo and self.keys[lo - 1] >> _START_BITS == group >> _START_BITS and self.ends[lo - 1] > start:
+            lo -= 1
+        hi = bisect.bisect_left(self.keys, group | (start + size))
         gone = hi - lo
         live = self.per_block.get(block, 0) - gone
         if live >= MAX_TENSORS_PER_BLOCK:
@@ -198,23 +216,19 @@ class BlockTensors:
         if len(self) - gone >= MAX_TENSORS_PER_KERNEL:
             self.refuse("kernel_limit")
             return
-        self.keys = np.concatenate([self.keys[:lo], [group | _U64(start)], self.keys[hi:]]).astype(_U64)
-        self.ends = np.concatenate([self.ends[:lo], [_U64(start + size)], self.ends[hi:]]).astype(_U64)
-        self.serials = np.concatenate([self.serials[:lo], [one["serial"]], self.serials[hi:]]).astype(_U64)
-        self.locations = np.concatenate([self.locations[:lo], [one["location"]], self.locations[hi:]]).astype(
-            np.uint32
-        )
+        self.keys[lo:hi] = [group | start]
+        self.ends[lo:hi] = [start + size]
+        self.serials[lo:hi] = [serial]
+        self.locations[lo:hi] = [location]
         self.per_block[block] = live + 1
-
-    def _keep(self, keep: np.ndarray) -> None:
-        self.keys, self.ends = self.keys[keep], self.ends[keep]
-        self.serials, self.locations = self.serials[keep], self.locations[keep]
+        self._arrays = None
 
 
 def _access_keys(events: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """Each access's (block, space, start) as a table key; all ones for a start no tensor can hold (past 4 GiB)."""
+    """Each access's (block, space, start) as a table key; all ones for a start no tensor can hold (past 4 GiB).
+    Read field by field: gathering whole 56-byte records costs several times more."""
     start = events["address"][index].astype(_U64)
-    blocks = block_keys(events[index]).astype(_U64) if index.size else np.empty(0, _U64)
+    blocks = events["block_type"][index].astype(_U64) << _U64(16) | events["block_id"][index].astype(_U64)
     key = blocks << _U64(40) | events["space"][index].astype(_U64) << _U64(_START_BITS) | (start & _START_MASK)
     return np.where(start > _START_MASK, _U64(np.iinfo(np.uint64).max), key)
 

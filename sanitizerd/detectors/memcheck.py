@@ -222,15 +222,25 @@ class Memcheck:
         if not accesses.size:
             return
         ops = operand_ranges(events, accesses, ADDRESS_LIMIT, self.tensors)
-        total, address = self._outside_own(events, ext, accesses, ops.starts, ops.stops, ops.first, ops.count)
+        # An access whose whole extent lies in one of its operands (nearly all) is settled by two comparisons.
+        lo = events["address"][accesses]
+        hi = ends(lo, ext[accesses])
+        j = np.minimum(ops.first, max(ops.starts.size - 1, 0))
+        inside = (ops.count > 0) & (lo >= ops.starts[j]) & (hi <= ops.stops[j]) if ops.starts.size else ops.count > 0
+        rest = ~inside
+        if not rest.any():
+            return
+        accesses, first, count = accesses[rest], ops.first[rest], ops.count[rest]
+        named_start, named_size = ops.named_start[rest], ops.named_size[rest]
+        total, address = self._outside_own(events, ext, accesses, ops.starts, ops.stops, first, count)
         reported = total > 0
         if not reported.any():
             return
         hit = events[accesses[reported]]
         site = site_rows(hit, np.where(hit["kind"] == EventKind.TENSOR_WRITE, _WRITE, _READ), address[reported],
                          np.minimum(total[reported], _MAX_REPORTED))  # fmt: skip
-        site["tensor_address"] = ops.named_start[reported]
-        site["tensor_size"] = ops.named_size[reported]
+        site["tensor_address"] = named_start[reported]
+        site["tensor_size"] = named_size[reported]
         site["tensor_serial"] = hit["serial"]
         site["tensor_location"] = hit["location"]
         self.sites.add(site)
