@@ -35,7 +35,6 @@ from sanitizerd.protocol.records import (
     EventKind,
     Space,
     block_keys,
-    space_name,
 )
 
 MAX_TENSORS_PER_BLOCK = 4096  # a block's live tensors (AscendC's TPipe holds a few dozen buffers)
@@ -322,6 +321,3 @@ def refusal_text(refused: dict[str, int]) -> str:
         "in their bytes were judged as if they had not been declared (docs/security.md)"
     )
 
-
-def describe(space: int, start: int, size: int) -> str:
-    return f"{space_name(space)} tensor [{start:#x}, {start + size:#x})"
