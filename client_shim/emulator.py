@@ -4,16 +4,24 @@ kernel would send (reference §1.7), with source locations from the Python call 
     kernel = KernelEmulator(client, "add_custom", block_dim=8)
     x = kernel.gm(0x12C0C0000000, 8 * 4096)          # malloc + host copy-in
     def body(block: Block) -> None:
-        ub = block.ub(0, 512)
-        block.data_copy(ub, x.tile(block.idx * 4096, 512))   # GM -> UB on MTE2
+        ub = block.ub(0, 512)                                   # declares a 512-byte UB tensor of the block
+        block.data_copy(ub, x.tile(block.idx * 4096, 512))   # GM -> UB on MTE2 (the source, whole)
         block.set_flag(Pipe.MTE2, Pipe.V, 0)
         block.wait_flag(Pipe.MTE2, Pipe.V, 0)
         block.vector(ub, [ub], repeat=2)                        # on PIPE_V
     verdict = kernel.run(body)
 
+Local tensors: ``block.ub``/``l1``/``l0``/``tensor`` declare a tensor of the block (a ``TENSOR`` event, as AscendC's
+TPipe/TQue/LocalMemAllocator allocate one): an on-chip access that starts inside it is checked against it, not the
+whole space, as msSanitizer checks AscendC's annotated LocalTensors. ``Tensor.tile`` is a view (AscendC's
+``tensor[offset]``): it declares nothing, and its accesses are judged by the tensor it lies in.
+
 Instruction mappings, as msSanitizer's record parser makes them:
-- ``data_copy`` (DMA_MOV): ``n_burst`` bursts of ``len_burst`` 32-byte blocks, gaps (``src_stride``,
-  ``dst_stride``) in 32-byte units; a READ of the source and a WRITE of the destination.
+- ``data_copy`` (DMA_MOV, AscendC's ``DataCopy(dst, src, count)``): ``count`` elements, or ``n_burst`` bursts of
+  ``len_burst`` 32-byte blocks, gaps (``src_stride``, ``dst_stride``) in 32-byte units; given neither, the whole
+  source. A READ of the source and a WRITE of the destination; it never shortens itself to fit the destination.
+- ``get_value`` / ``set_value`` (``GlobalTensor::GetValue``/``SetValue``): one scalar read or write of one element
+  on PIPE_S (msSanitizer's scalar compute pipe, ``S_CAL``), aligned to its width.
 - ``data_copy_pad`` (MOV_ALIGN, DataCopyPad): byte-granular bursts of ``len_bytes``; on UB each burst occupies
   ``ceil32(len_bytes)`` (data and pad), gaps in 32-byte units there and in bytes on GM.
 - ``vector``: 8 blocks of 32 bytes per repeat per operand, strides per operand; ``count`` (MASK_COUNT) covers
@@ -49,6 +57,7 @@ from client_shim.events import (
     make_events,
     register_writes,
     syncs,
+    tensors,
 )
 from sanitizerd.protocol import messages as m
 
@@ -69,6 +78,12 @@ def _ceil32(n: int) -> int:
     return -(-n // 32) * 32
 
 
+def acl_size(size: int) -> int:
+    """What msSanitizer's ACL hooks report for an ``aclrtMalloc`` of ``size`` bytes: ceil32(size) + 32 (reference
+    §1.9: a 32 768-byte allocation leaks as 32 800 bytes in its report)."""
+    return _ceil32(size) + 32
+
+
 @dataclass(frozen=True, slots=True)
 class Tensor:
     space: Space
@@ -77,21 +92,33 @@ class Tensor:
     dtype_bytes: int = 2
 
     def tile(self, offset: int, size: int) -> Tensor:
-        """The ``size`` bytes at byte ``offset`` (not bounds-checked: that is the detectors' job)."""
+        """The ``size`` bytes at byte ``offset`` (not bounds-checked: that is the detectors' job). A view: a local
+        tensor's tile declares nothing."""
         return replace(self, address=self.address + offset, size=size)
+
+    @property
+    def elements(self) -> int:
+        return self.size // self.dtype_bytes
 
 
 class KernelEmulator:
-    def __init__(self, client: Client, name: str, block_dim: int, kernel_type: str = "aiv") -> None:
+    """``acl_padding``: allocate as msSanitizer's ACL hooks report ``aclrtMalloc`` (``acl_size``), so that the
+    sizes in leak and unused-memory reports are msSanitizer's numbers for the same program."""
+
+    def __init__(
+        self, client: Client, name: str, block_dim: int, kernel_type: str = "aiv", *, acl_padding: bool = False
+    ) -> None:
         self.client = client
         self.name = name
         self.block_dim = block_dim
         self.kernel_type = kernel_type
+        self.acl_padding = acl_padding
 
     def gm(self, address: int, size: int, dtype_bytes: int = 2, *, initialized: bool = True) -> Tensor:
-        """A global tensor: allocated, and copied in from the host unless ``initialized`` is false."""
+        """A global tensor: allocated (padded as the ACL hooks pad it, with ``acl_padding``), and copied in from
+        the host unless ``initialized`` is false. The tensor is the ``size`` bytes asked for."""
         location = _call_site(self.client)
-        self.client.malloc(address, size, location=location)
+        self.client.malloc(address, acl_size(size) if self.acl_padding else size, location=location)
         if initialized:
             self.client.store(address, size, location=location)
         return Tensor(Space.GM, address, size, dtype_bytes)
@@ -134,23 +161,43 @@ class Block:
         self._events: list[np.ndarray] = []
 
     # --- local tensors ---
+    def tensor(self, space: Space, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
+        """Declare a local tensor of this block: ``size`` bytes of ``space`` at ``offset`` (AscendC's
+        ``LocalMemAllocator::Alloc``, ``TPipe::InitBuffer``/``TQue::AllocTensor``). It is the block's until the block
+        ends or a later tensor overlaps it; on-chip accesses that start inside it are checked against it."""
+        return self._declare(space, offset, size, dtype_bytes, self._common())
+
     def ub(self, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
-        return Tensor(Space.UB, offset, size, dtype_bytes)
+        return self._declare(Space.UB, offset, size, dtype_bytes, self._common())
 
     def l1(self, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
-        return Tensor(Space.L1, offset, size, dtype_bytes)
+        return self._declare(Space.L1, offset, size, dtype_bytes, self._common())
 
     def l0(self, space: Space, offset: int, size: int, dtype_bytes: int = 2) -> Tensor:
+        return self._declare(space, offset, size, dtype_bytes, self._common())
+
+    def _declare(self, space: Space, offset: int, size: int, dtype_bytes: int, common: dict[str, object]) -> Tensor:
+        self._emit(tensors(space, offset, size, **common))  # type: ignore[arg-type]
         return Tensor(space, offset, size, dtype_bytes)
 
     # --- instructions ---
     def data_copy(
-        self, dst: Tensor, src: Tensor, *, n_burst: int = 1, len_burst: int | None = None, src_stride: int = 0,
-        dst_stride: int = 0,
+        self, dst: Tensor, src: Tensor, count: int | None = None, *, n_burst: int = 1, len_burst: int | None = None,
+        src_stride: int = 0, dst_stride: int = 0,
     ) -> None:  # fmt: skip
-        """DataCopy: ``n_burst`` bursts of ``len_burst`` 32-byte blocks (default: the smaller tensor); gaps in
-        32-byte units. An L0A/L0B/L0C side moves whole 512-byte fractals, so its blocks are fractals."""
-        blocks = len_burst if len_burst is not None else -(-min(dst.size, src.size) // 32)
+        """DataCopy: ``count`` elements of the source's type (AscendC's ``DataCopy(dst, src, count)``: whole 32-byte
+        blocks), or ``n_burst`` bursts of ``len_burst`` 32-byte blocks, gaps in 32-byte units; given neither, the
+        whole source. What the call says is what moves, whatever the tensors' sizes: a copy larger than its
+        destination is the overrun the detectors report. An L0A/L0B/L0C side moves whole 512-byte fractals, so its
+        blocks are fractals."""
+        if count is not None and len_burst is not None:
+            raise TypeError("data_copy takes count or len_burst, not both")
+        if count is not None:
+            if count * src.dtype_bytes % 32:
+                raise ValueError("DataCopy moves whole 32-byte blocks: use data_copy_pad for other lengths")
+            blocks = count * src.dtype_bytes // 32
+        else:
+            blocks = len_burst if len_burst is not None else -(-src.size // 32)
         pipe = _MOVE_PIPES[(src.space, dst.space)]
         common = self._common()
 
@@ -223,6 +270,20 @@ class Block:
         if tail:
             out.append(op(t.address + blocks * block_stride * 32, tail, 1, repeat))
         return out
+
+    def get_value(self, tensor: Tensor, index: int) -> None:
+        """``GlobalTensor::GetValue(index)``: a scalar read of one element on PIPE_S (msSanitizer's LD record: the
+        scalar compute pipe, aligned to the element's width)."""
+        self._scalar(EventKind.READ, tensor, index, self._common())
+
+    def set_value(self, tensor: Tensor, index: int) -> None:
+        """``GlobalTensor::SetValue(index, value)``: a scalar write of one element on PIPE_S."""
+        self._scalar(EventKind.WRITE, tensor, index, self._common())
+
+    def _scalar(self, kind: EventKind, tensor: Tensor, index: int, common: dict[str, object]) -> None:
+        width = tensor.dtype_bytes
+        self._emit(accesses(kind, tensor.space, tensor.address + index * width, width, pipe=Pipe.S_CAL,
+                            align=width, **common))  # fmt: skip
 
     def load_2d(self, dst: Tensor, src: Tensor) -> None:
         """LOAD_2D: a fractal copy from L1 into L0A/L0B on MTE1 (contiguous, the smaller tensor's size)."""

@@ -7,6 +7,9 @@ import numpy as np
 from sanitizerd.protocol.records import (
     EVENT_DTYPE,
     FLAG_ATOMIC,
+    TENSOR_OF_BLOCK,
+    TENSOR_OPERAND_READ,
+    TENSOR_OPERAND_WRITE,
     BlockType,
     EventKind,
     Pipe,
@@ -17,6 +20,9 @@ from sanitizerd.protocol.records import (
 
 __all__ = [
     "EVENT_DTYPE",
+    "TENSOR_OF_BLOCK",
+    "TENSOR_OPERAND_READ",
+    "TENSOR_OPERAND_WRITE",
     "BlockType",
     "EventKind",
     "Pipe",
@@ -26,6 +32,7 @@ __all__ = [
     "make_events",
     "register_writes",
     "syncs",
+    "tensors",
 ]
 
 
@@ -108,4 +115,26 @@ def register_writes(
     return make_events(
         kind=EventKind.SET_REGISTER, event_id=register, address=value, block_id=block_id, block_type=block_type,
         serial=serial, pc=pc, location=location, block_size=0,
+    )  # fmt: skip
+
+
+def tensors(
+    space: Space,
+    address: object,
+    size: object,
+    *,
+    block_id: object = 0,
+    block_type: BlockType = BlockType.AIV,
+    serial: object = 0,
+    pc: object = 0,
+    location: object = 0,
+    mode: int = TENSOR_OF_BLOCK,
+) -> np.ndarray:
+    """Local tensor declarations (``TENSOR``, docs/protocol.md §7.3): ``size`` bytes of ``space`` at ``address``,
+    the block's (``mode`` TENSOR_OF_BLOCK: on-chip accesses that start inside it are checked against it, until the
+    block's BLOCK_FINISH or a later tensor of the block that overlaps it) or an operand of instruction ``serial``
+    (TENSOR_OPERAND_READ/WRITE, for its TENSOR_READ/TENSOR_WRITE accesses)."""
+    return make_events(
+        kind=EventKind.TENSOR, space=space, address=address, block_size=size, block_id=block_id,
+        block_type=block_type, serial=serial, pc=pc, location=location, mode=mode,
     )  # fmt: skip

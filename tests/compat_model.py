@@ -56,6 +56,7 @@ PIPE = {"S": 0, "V": 1, "M": 2, "MTE1": 3, "MTE2": 4, "MTE3": 5, "ALL": 6, "MTE4
 
 # Event kinds (sanitizerd.protocol.records.EventKind), spelled out for the same reason.
 READ, WRITE = 0, 1
+TENSOR, TENSOR_READ, TENSOR_WRITE = 33, 34, 35  # a local tensor; an annotated instruction's accesses of its operands
 K = {"SET_FLAG": 16, "WAIT_FLAG": 17, "PIPE_BARRIER": 18, "CROSS_SET": 19, "CROSS_WAIT": 20, "SET_ATOMIC": 21,
      "SET_REGISTER": 22, "BLOCK_FINISH": 23, "HSET_FLAG": 24, "HWAIT_FLAG": 25, "SOFT_SET": 26, "SOFT_WAIT": 27,
      "SOFT_SYNC_ALL": 28, "MSTX_CROSS_SET": 29, "MSTX_CROSS_WAIT": 30, "GET_BUF": 31, "RLS_BUF": 32}  # fmt: skip
@@ -798,7 +799,11 @@ def expand(events: np.ndarray, first_serial: int, nrecords: int) -> list[list[Ac
         if kind == K["BLOCK_FINISH"]:
             continue
         i = int(e["serial"]) - first_serial
-        if kind in (READ, WRITE):
+        if kind == TENSOR:  # an operand tensor: its bytes, its side in the kind (100 + mode)
+            start, size = int(e["address"]), int(e["block_size"])
+            per[i].append(Access(100 + int(e["mode"]), int(e["space"]), 0, int(e["block_id"]),
+                                 frozenset(range(start, start + size))))  # fmt: skip
+        elif kind in (READ, WRITE, TENSOR_READ, TENSOR_WRITE):
             nbytes = pattern(int(e["address"]), int(e["block_num"]), int(e["block_size"]), int(e["block_stride"]),
                              int(e["repeat"]), int(e["repeat_stride"]))  # fmt: skip
             per[i].append(Access(kind, int(e["space"]), int(e["pipe"]), int(e["block_id"]), frozenset(nbytes)))

@@ -9,6 +9,7 @@ first ``n`` of every repeat), never through the converters' arithmetic on patter
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import given, settings
@@ -180,6 +181,7 @@ layout(
     b_src0=("<Q", 88), b_src0_bits=("B", 104), b_src1=("<Q", 120), b_src1_bits=("B", 136), b_mode=("B", 144),
     b_mask0=("<Q", 152), b_mask1=("<Q", 160), b_block_num=("<I", 176), b_dst_bs=("<I", 180), b_src0_bs=("<I", 184),
     b_src1_bs=("<I", 188), b_repeat=("<I", 192), b_dst_rs=("<I", 196), b_src0_rs=("<I", 200), b_src1_rs=("<I", 204),
+    t_dst_size=("<Q", 64), t_src_size=("<Q", 96), t_src1_space=("<i", 112), t_src1_size=("<Q", 128),
 )  # fmt: skip
 
 # --- the model ---------------------------------------------------------------------------------------------------
@@ -642,8 +644,38 @@ def _pipe_all(block: int) -> list[Sync]:
 MSTX_WAITS: list[tuple] = []  # the "is more" waits seen so far in the block (the model's running state)
 
 
+def _operand_tensors(f: dict[str, int], i: int) -> list[Access | Sync]:
+    """msSanitizer's local-tensor annotation: its on-chip tensors (GM ones have no length), sized size x bits / 8,
+    write side (mode 2) for the destination, read side (1) for the sources; as the model's Access of kind 100+mode."""
+    g = lambda k: _g(f, k)  # noqa: E731
+    specs = [("c_dst_space", "u_dst", "t_dst_size", "u_dst_bits", 2)]
+    if i == 3001:
+        specs += [("c_src_space", "b_src0", "t_src_size", "b_src0_bits", 1),
+                  ("t_src1_space", "b_src1", "t_src1_size", "b_src1_bits", 1)]  # fmt: skip
+    else:
+        specs.append(("c_src_space", "u_src", "t_src_size", "u_src_bits", 1))
+    out: list[Access | Sync] = []
+    for space_field, addr, size, bits, mode in specs:
+        if cm.SPACE["L1"] <= g(space_field) <= cm.SPACE["UB"]:
+            nbytes = min((g(size) * g(bits)) % 2**64 // 8, 2**32 - 1)
+            tensor = frozenset(range(g(addr), g(addr) + nbytes))
+            out.append(Access(100 + mode, g(space_field), 0, g("block_id"), tensor))
+    return out
+
+
 @rule("MSTX_STUB")
 def _mstx(name: str, f: dict[str, int]) -> list[Access | Sync]:
+    i = _g(f, "interface")
+    items = _mstx_items(name, f)
+    if i in (3000, 3001, 4001, 4002) and not _g(f, "error"):
+        # Annotated accesses are judged by their operands alone (memcheck's TENSOR_READ / TENSOR_WRITE).
+        kinds = {cm.READ: cm.TENSOR_READ, cm.WRITE: cm.TENSOR_WRITE}
+        moved = [replace(a, kind=kinds[a.kind]) if isinstance(a, Access) else a for a in items]
+        return [*_operand_tensors(f, i), *moved] if moved else []
+    return items
+
+
+def _mstx_items(name: str, f: dict[str, int]) -> list[Access | Sync]:
     g = lambda k: _g(f, k)  # noqa: E731
     b = g("block_id")
     if g("error"):
@@ -928,12 +960,15 @@ def test_mstx_records() -> None:
         ("MSTX_STUB", dict(interface=3000, u_src=0, u_dst=0x400, u_src_bits=16, u_dst_bits=16, u_mode=1, u_mask0=40,
                            u_block_num=8, u_src_bs=1, u_dst_bs=1, u_repeat=2, u_src_rs=8, u_dst_rs=8)),
         ("MSTX_STUB", dict(interface=4001, c_src_space=cm.SPACE["GM"], c_dst_space=cm.SPACE["UB"], u_src=0x1000,
-                           u_dst=0x40, c_len=2, c_n=3, c_src_gap=1)),
+                           u_dst=0x40, c_len=2, c_n=3, c_src_gap=1, t_dst_size=64, u_dst_bits=32)),
+        ("MSTX_STUB", dict(interface=4001, c_src_space=cm.SPACE["L1"], c_dst_space=cm.SPACE["UB"], u_src=0x100,
+                           u_dst=0x40, c_len=2, c_n=1, t_dst_size=8, u_dst_bits=16, t_src_size=32, u_src_bits=8)),
         ("MSTX_STUB", dict(interface=4002, c_src_space=cm.SPACE["GM"], c_dst_space=cm.SPACE["UB"], u_src=0x1000,
                            u_dst=0x40, c_len=20, c_n=3, c_src_gap=4, c_dst_gap=1, u_dst_bits=16, p_left=2, p_right=1)),
         ("MSTX_STUB", dict(interface=4002, c_src_space=cm.SPACE["UB"], c_dst_space=cm.SPACE["GM"], u_src=0x40,
                            u_dst=0x1000, c_len=20, c_n=2, c_src_gap=1, c_dst_gap=3, u_dst_bits=32)),
         ("MSTX_STUB", dict(interface=3001, b_src0=0, b_src1=0x800, u_dst=0x400, b_src0_bits=16, b_src1_bits=16,
+                           c_dst_space=6, c_src_space=6, t_src1_space=6, t_dst_size=16, t_src_size=64, t_src1_size=8,
                            u_dst_bits=32, b_mode=1, b_mask0=70, b_block_num=8, b_src0_bs=1, b_src1_bs=2, b_dst_bs=1,
                            b_repeat=2, b_src0_rs=8, b_src1_rs=16, b_dst_rs=8)),
         ("MSTX_STUB", dict(interface=3000, u_src=0, u_dst=0x400, u_src_bits=16, u_dst_bits=16, u_mode=0,

@@ -225,6 +225,8 @@ class TestQueuesAndSyncAll:
         )
         assert "No error detected." in stdout
         block0 = events[(events["block_id"] == 0) & (events["kind"] >= EventKind.SET_FLAG)]
+        assert int(block0["kind"][0]) == EventKind.TENSOR  # b.ub declares the block's tensor
+        block0 = block0[block0["kind"] != EventKind.TENSOR]
         assert [(int(e["kind"]), int(e["pipe"]), int(e["dst_pipe"]), int(e["event_id"])) for e in block0] == [
             (EventKind.SET_FLAG, Pipe.MTE2, Pipe.V, 1),
             (EventKind.WAIT_FLAG, Pipe.MTE2, Pipe.V, 1),

@@ -42,8 +42,10 @@ def main(bug: str) -> None:
     z = kernel.gm(Z, BLOCKS * TILE, initialized=False)
 
     def body(block: Block) -> None:
-        xs, zs = block.ub(0x0, TILE), block.ub(0x400, TILE)
-        ys = block.ub(0x210 if bug == "misaligned_access" else 0x200, TILE)  # BUG: misaligned_access
+        xs, zs = block.ub(0x0, TILE), block.ub(0x600, TILE)
+        # The misaligned case takes its tile 16 bytes into a larger tensor (AscendC's ``storage[8]`` of halves).
+        storage = block.ub(0x200, TILE + 32 if bug == "misaligned_access" else TILE)
+        ys = storage.tile(0x10 if bug == "misaligned_access" else 0, TILE)  # BUG: misaligned_access
         block.data_copy(xs, x.tile(block.idx * TILE, TILE))  # line: copy-x
         block.data_copy(ys, y.tile(block.idx * TILE, TILE))  # line: copy-y
         block.set_flag(Pipe.MTE2, Pipe.V, 0)

@@ -389,3 +389,33 @@ def touching(within: IntervalSet, owner: np.ndarray, start: np.ndarray, stop: np
         return owner, start, stop
     keep = within.covered(start, np.maximum(stop, start)) > 0
     return owner[keep], start[keep], stop[keep]
+
+
+def coverage_own(
+    runs: Runs, starts: np.ndarray, stops: np.ndarray, first: np.ndarray, count: np.ndarray, horizon: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``coverage`` where each access has byte ranges of its own (a local tensor, an instruction's operands):
+    access ``o``'s are ``starts/stops[first[o] : first[o] + count[o]]``, sorted and disjoint. A run meets only its
+    access's few ranges, so no budget is spent: the pairs number the runs times a small constant."""
+    m = len(runs)
+    inside = np.zeros(m, dtype=_U64)
+    if not m:
+        return inside, runs.first.copy()
+    usable = _limit_below(runs, horizon).astype(np.int64)
+    f = np.minimum(runs.first, _U64(horizon)).astype(np.int64)
+    pairs = np.where(usable > 0, count[runs.owner], 0).astype(np.int64)
+    lo_j = first[runs.owner].astype(np.int64)
+    bad_k = np.zeros(m, dtype=np.int64)
+    step, size = runs.step.astype(np.int64), runs.size.astype(np.int64)
+    ends_at = np.cumsum(pairs)
+    begin = 0
+    while begin < m:
+        base = int(ends_at[begin - 1]) if begin else 0
+        stop = min(max(int(np.searchsorted(ends_at, base + CHUNK, side="right")), begin + 1), m)
+        _pair_chunk(np.arange(begin, stop), pairs, lo_j, f, step, size, usable, starts, stops, inside, bad_k, horizon)
+        begin = stop
+    whole = bad_k >= runs.count.astype(np.int64)
+    first_bad = np.where(
+        whole, _U64(_MAX), _offset(runs.first, bad_k.astype(_U64), np.maximum(runs.step, _U64(1)) * (bad_k > 0))
+    )
+    return inside, first_bad

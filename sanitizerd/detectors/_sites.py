@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sanitizerd.detectors.base import SessionContext
-from sanitizerd.findings.model import Finding
+from sanitizerd.findings.model import Finding, LocalTensor
 from sanitizerd.protocol.records import block_type_name, space_name
 
 SITE_DTYPE = np.dtype(
@@ -29,6 +29,11 @@ SITE_DTYPE = np.dtype(
         ("block_id", "<u2"),
         ("serial", "<u8"),
         ("count", "<u8"),
+        # The local tensor that judged an illegal on-chip access (size 0: the whole space did).
+        ("tensor_address", "<u8"),
+        ("tensor_size", "<u8"),
+        ("tensor_serial", "<u8"),
+        ("tensor_location", "<u4"),
     ]
 )
 _SITE_KEY = ("kind", "space", "address", "size", "pc", "location")
@@ -167,7 +172,21 @@ def site_rows(events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, s
     rows["block_id"] = events["block_id"]
     rows["serial"] = events["serial"]
     rows["count"] = 1
+    rows["tensor_address"] = rows["tensor_size"] = rows["tensor_serial"] = rows["tensor_location"] = 0
     return rows
+
+
+def _tensor(context: SessionContext, head: np.void) -> LocalTensor | None:
+    if not int(head["tensor_size"]):
+        return None
+    stack = context.stack(int(head["tensor_location"]))
+    return LocalTensor(
+        space=space_name(int(head["space"])),
+        address=int(head["tensor_address"]),
+        size=int(head["tensor_size"]),
+        serial=int(head["tensor_serial"]),
+        location=stack[0] if stack else None,
+    )
 
 
 def site_findings(context: SessionContext, kernel: str | None, log: SiteLog, kinds: dict[int, str]) -> list[Finding]:
@@ -188,6 +207,7 @@ def site_findings(context: SessionContext, kernel: str | None, log: SiteLog, kin
                 serial=site.serial,
                 pc=int(head["pc"]),
                 count=site.count,
+                tensor=_tensor(context, head),
             )
         )
     if log.dropped_rows:

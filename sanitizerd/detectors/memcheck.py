@@ -19,6 +19,7 @@ from sanitizerd.detectors._runs import (
     PairBudget,
     PatternTooComplex,
     coverage,
+    coverage_own,
     inside_or_none,
     lists_few_pieces,
     piece_chunks,
@@ -27,6 +28,7 @@ from sanitizerd.detectors._runs import (
 )
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
+from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
@@ -75,6 +77,7 @@ class Memcheck:
         self.limits = self._chip_limits()
         self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
         self.pairs = PairBudget()
+        self.tensors = BlockTensors()
 
     def _chip_limits(self) -> np.ndarray:
         """Bytes each on-chip space holds on the session's chip; GM is checked against the heap, BT/FB not at all."""
@@ -90,6 +93,7 @@ class Memcheck:
         self.stomping = StompTracker()
         self.limits = self._chip_limits()  # the device summary may have named the chip after we were made
         self.sites = SiteLog()
+        self.tensors = BlockTensors()
 
     def check(self, records: np.ndarray) -> None:
         if not records.size:
@@ -102,8 +106,10 @@ class Memcheck:
         # (numpy copies a structured array field by field).
         live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
         self.pairs = PairBudget()  # the closed forms' CPU for this batch
+        judged = self._judge_by_tensors(events, live)
         self._check_alignment(events, live)
-        self._check_bounds(events, lo, hi, ext, live)
+        self._check_bounds(events, lo, hi, ext, live, judged)
+        self._check_operands(events, ext)
         self._check_stomping(events, ext, live)
         if self.track_writes:
             self._record_writes(events, ext)
@@ -125,9 +131,29 @@ class Memcheck:
             hit = events[bad]
             self.sites.add(site_rows(hit, _MISALIGNED, first[bad], hit["block_size"]))
 
+    def _judge_by_tensors(self, events: np.ndarray, live: np.ndarray) -> Judged | None:
+        """Which block tensor judges each on-chip access of the batch (``_tensors.BlockTensors``); None when none
+        does, the common case of a client that declares none, settled by one reduction."""
+        if not len(self.tensors) and int(events["kind"].max()) < EventKind.TENSOR:
+            return None
+        candidates = np.flatnonzero(live & LOCAL_SPACES[events["space"]])
+        return self.tensors.apply(events, candidates, self.limits)
+
     def _check_bounds(
-        self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, ext: np.ndarray, live: np.ndarray
+        self,
+        events: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        ext: np.ndarray,
+        live: np.ndarray,
+        judged: Judged | None = None,
     ) -> None:
+        if judged is not None:
+            # An access that starts inside a local tensor is judged by that tensor alone, not by the space.
+            in_tensor = judged.index[judged.found]
+            live = live.copy()
+            live[in_tensor] = False
+            self._check_in_tensors(events, lo, hi, ext, judged)
         space = events["space"]
         gm = space == Space.GM
         # None while every access is within bounds, so a GM stream inside its buffers costs a few reductions.
@@ -155,6 +181,94 @@ class Memcheck:
         hit = events[index[reported]]
         kind = np.where(hit["kind"] == EventKind.WRITE, _WRITE, _READ)
         self.sites.add(site_rows(hit, kind, address[reported], np.minimum(total[reported], _MAX_REPORTED)))
+
+    def _check_in_tensors(
+        self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, ext: np.ndarray, judged: Judged
+    ) -> None:
+        """Accesses that start inside a block tensor: the bytes of each outside its tensor. One whose whole extent
+        lies in its tensor (nearly all) is settled by two comparisons."""
+        rows = np.flatnonzero(judged.found)
+        index = judged.index[rows]
+        start, end = judged.start[rows], judged.end[rows]
+        out = (lo[index] < start) | (hi[index] > end)
+        if not out.any():
+            return
+        index, rows = index[out], rows[out]
+        each = np.arange(index.size)
+        total, address = self._outside_own(events, ext, index, judged.start[rows], judged.end[rows], each, each * 0 + 1)
+        reported = total > 0
+        hit = events[index[reported]]
+        site = site_rows(hit, np.where(hit["kind"] == EventKind.WRITE, _WRITE, _READ), address[reported],
+                         np.minimum(total[reported], _MAX_REPORTED))  # fmt: skip
+        rows = rows[reported]
+        site["tensor_address"] = judged.start[rows]
+        site["tensor_size"] = judged.end[rows] - judged.start[rows]
+        site["tensor_serial"] = judged.serial[rows]
+        site["tensor_location"] = judged.location[rows]
+        self.sites.add(site)
+
+    def _check_operands(self, events: np.ndarray, ext: np.ndarray) -> None:
+        """msSanitizer's mstx local-tensor check: an annotated instruction's accesses (TENSOR_READ/TENSOR_WRITE) in
+        an on-chip space, each against the operand tensors its instruction names for its side; bytes outside them
+        are illegal, wherever they lie in the space. Accesses elsewhere (GM, whose GlobalTensor has no length) are
+        not checked, as there."""
+        kind = events["kind"]
+        if int(kind.max()) < EventKind.TENSOR_READ:
+            return
+        accesses = np.flatnonzero(
+            ((kind == EventKind.TENSOR_READ) | (kind == EventKind.TENSOR_WRITE)) & (ext > 0)
+            & LOCAL_SPACES[events["space"]]
+        )  # fmt: skip
+        if not accesses.size:
+            return
+        ops = operand_ranges(events, accesses, ADDRESS_LIMIT, self.tensors)
+        # An access whose whole extent lies in one of its operands (nearly all) is settled by two comparisons.
+        lo = events["address"][accesses]
+        hi = ends(lo, ext[accesses])
+        j = np.minimum(ops.first, max(ops.starts.size - 1, 0))
+        inside = (ops.count > 0) & (lo >= ops.starts[j]) & (hi <= ops.stops[j]) if ops.starts.size else ops.count > 0
+        rest = ~inside
+        if not rest.any():
+            return
+        accesses, first, count = accesses[rest], ops.first[rest], ops.count[rest]
+        named_start, named_size = ops.named_start[rest], ops.named_size[rest]
+        total, address = self._outside_own(events, ext, accesses, ops.starts, ops.stops, first, count)
+        reported = total > 0
+        if not reported.any():
+            return
+        hit = events[accesses[reported]]
+        site = site_rows(hit, np.where(hit["kind"] == EventKind.TENSOR_WRITE, _WRITE, _READ), address[reported],
+                         np.minimum(total[reported], _MAX_REPORTED))  # fmt: skip
+        site["tensor_address"] = named_start[reported]
+        site["tensor_size"] = named_size[reported]
+        site["tensor_serial"] = hit["serial"]
+        site["tensor_location"] = hit["location"]
+        self.sites.add(site)
+
+    def _outside_own(
+        self,
+        events: np.ndarray,
+        ext: np.ndarray,
+        index: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        first: np.ndarray,
+        count: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes of each access at ``index`` outside its own ranges (``starts/stops[first[i] : first[i] +
+        count[i]]``), and the start of its first piece with any: closed forms over its runs, as ``_bad_bytes``."""
+        total = np.zeros(index.size, dtype=np.uint64)
+        address = np.zeros(index.size, dtype=np.uint64)
+        done = 0
+        for rows, runs in runs_by_group(events, ext, index):
+            part = slice(done, done + rows.size)
+            inside, first_bad = coverage_own(runs, starts, stops, first[part], count[part], ADDRESS_LIMIT)
+            heads = np.flatnonzero(np.diff(runs.owner, prepend=-1))
+            owners = done + runs.owner[heads]
+            total[owners] = np.add.reduceat(runs.count * runs.size - inside, heads)
+            address[owners] = np.minimum.reduceat(first_bad, heads)
+            done += rows.size
+        return total, address
 
     def _bad_bytes(self, events: np.ndarray, ext: np.ndarray, index: np.ndarray, space: int) -> tuple[np.ndarray, ...]:
         """Bytes of each access outside what ``space`` allows, and the start of its first piece (the range
@@ -283,6 +397,14 @@ class Memcheck:
     def kernel_end(self) -> list[Finding]:
         launch = self.kernel
         self.kernel = None
+        if self.tensors.refused:
+            self.notices.append(
+                self.context.finding(
+                    "internal_error", kernel=launch.name if launch else None, space="",
+                    size=sum(self.tensors.refused.values()), detail=refusal_text(self.tensors.refused),
+                )
+            )  # fmt: skip
+        self.tensors = BlockTensors()
         notices, self.notices = self.notices, []
         return site_findings(self.context, launch.name if launch else None, self.sites, _SITE_KINDS) + notices
 

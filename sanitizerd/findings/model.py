@@ -90,6 +90,17 @@ class Replay(msgspec.Struct, kw_only=True):
     ranks: list[int] = []  # replicas that split with no majority: all of them (``rank`` is the lowest)
 
 
+class LocalTensor(msgspec.Struct, frozen=True, kw_only=True):
+    """The local tensor an illegal on-chip access was judged by: a block's buffer (with the serial number and
+    location of its declaration) or an operand of the annotated instruction (msSanitizer's mstx annotation)."""
+
+    space: str  # "UB", "L1", ...
+    address: int  # its first byte
+    size: int  # its bytes
+    serial: int = 0  # the declaration's serial number (an operand's: its instruction's)
+    location: Frame | None = None  # where it was declared, when the client said
+
+
 class Finding(msgspec.Struct, kw_only=True):
     kind: str
     severity: str
@@ -120,6 +131,7 @@ class Finding(msgspec.Struct, kw_only=True):
     accesses: list[RaceAccess] = []  # race findings: the earlier and the later access, by serial number
     blocked: int = 0  # deadlock findings: instructions of the kernel that could not run after the stuck waits
     replay: Replay | None = None  # sdccheck findings
+    tensor: LocalTensor | None = None  # illegal on-chip reads and writes judged by a local tensor, not the space
     id: int = 0  # assigned by the store
     time: float = 0.0
     suppressed: bool = False  # a suppression rule matched: stored and shown as such, never counted as found

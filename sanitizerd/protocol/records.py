@@ -34,6 +34,20 @@ class EventKind(enum.IntEnum):
     MSTX_CROSS_WAIT = 30  # mstx cross-core wait on `pipe`: as MSTX_CROSS_SET; mode bit 0 = "is more" (skippable)
     GET_BUF = 31  # acquire buffer event_id on `pipe` (950): waits for the block's previous RLS_BUF of that buffer
     RLS_BUF = 32  # release buffer event_id on `pipe` (950)
+    # A local tensor (AscendC's TPipe/TQue/TBuf/LocalMemAllocator buffer) of the block: `space`, `address` its
+    # start, `block_size` its bytes. mode 0: the block's, until its BLOCK_FINISH or a later tensor of the block
+    # that overlaps it; on-chip accesses that start inside it are checked against it, not the whole space.
+    # mode TENSOR_OPERAND_READ/WRITE: an operand of the annotated instruction `serial` (msSanitizer's mstx
+    # local-tensor annotation), for that instruction's TENSOR_READ/TENSOR_WRITE only.
+    TENSOR = 33
+    TENSOR_READ = 34  # an annotated instruction's read of its operands: memcheck checks it against them only
+    TENSOR_WRITE = 35  # an annotated instruction's write of its operands: as TENSOR_READ
+
+
+# TENSOR's mode: a block's tensor, or an operand of one annotated instruction, read or written by it.
+TENSOR_OF_BLOCK = 0
+TENSOR_OPERAND_READ = 1
+TENSOR_OPERAND_WRITE = 2
 
 
 class Register(enum.IntEnum):

@@ -18,6 +18,13 @@ One record type carries several interfaces (``interfaceType``) in a union:
 
 * data copy with pad (4002): as a MOV_ALIGN (DataCopyPad), through that family's converter.
 
+The last four are msSanitizer's "local tensor" annotations: AscendC's vector and copy APIs name their LocalTensors
+(space, address, elements x bits), and msSanitizer checks the annotation's own accesses against those tensors, reads
+against the sources and writes against the destination, in memcheck only (its racecheck and synccheck skip such
+records, and the instruction's own record carries the access for every other check). So their accesses become
+TENSOR_READ / TENSOR_WRITE, preceded by one TENSOR operand event per on-chip tensor (GM ones have no length,
+msSanitizer skips them too): memcheck's operand check (``detectors/_tensors``).
+
 A record with ``error`` set produces nothing. Not converted here: the merge mode that ``isMerge`` toggles, which
 spans record types (a decoder-level rule).
 """
@@ -31,7 +38,14 @@ from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_
 from sanitizerd.compat.convert.cube import query_pipe
 from sanitizerd.compat.convert.plan import NO_SPACE, Plan
 from sanitizerd.compat.convert.vector import READ, WRITE, masked_operand
-from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
+from sanitizerd.protocol.records import (
+    TENSOR_OPERAND_READ,
+    TENSOR_OPERAND_WRITE,
+    BlockType,
+    EventKind,
+    Pipe,
+    Space,
+)
 
 MSTX_STUB = 20017
 MOV_ALIGN = 101
@@ -244,6 +258,9 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     # msSanitizer logs "Parse MstxStub failed" for these: the kernel-side stub could not describe the call.
     drop(context, "MSTX_STUB records dropped: marked as errors by the kernel", int((~live).sum()))
     plan = Plan(len(r), serials, r, context)
+    annotated = live & np.isin(interface, _WITH_TENSORS)
+    if annotated.any():
+        _operands(plan, r, annotated)
 
     # Cross-core set / wait through a flag in GM.
     is_set = live & (interface == SET_CROSS_SYNC)
@@ -372,7 +389,49 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
         padded = _data_copy_pad(r[pad], serials[pad], context)
         events = np.concatenate([events, padded])
         events = events[np.argsort(events["serial"], kind="stable")]
+    if annotated.any():
+        # The annotations' accesses are judged by their operands alone, and by memcheck alone.
+        mine = np.isin(events["serial"], serials[annotated])
+        kind = events["kind"]
+        events["kind"] = np.where(
+            mine & (kind == EventKind.READ),
+            EventKind.TENSOR_READ,
+            np.where(mine & (kind == EventKind.WRITE), EventKind.TENSOR_WRITE, kind),
+        )
     return events
+
+
+_WITH_TENSORS = np.array([VEC_UNARY_OP, VEC_BINARY_OP, DATA_COPY, DATA_COPY_PAD])
+_U32_MAX = np.uint64(2**32 - 1)
+
+
+def _operands(plan: Plan, r: np.ndarray, annotated: np.ndarray) -> None:
+    """One TENSOR operand event per on-chip tensor an annotation names, before its accesses: ``size`` elements of
+    ``dataBits`` bits, as msSanitizer sizes it (``size * dataBits / 8``, 64-bit arithmetic). A size past 4 GiB is cut
+    there: it covers any on-chip space whole either way."""
+    interface = r["interface"]
+    binary = interface == VEC_BINARY_OP
+    # (tensor fields, side, which records name it): dst and src share their offsets in unary and the copies; a
+    # binary op's dst is at the unary dst's offset, its sources after it.
+    for prefix, mode, names in (
+        ("un_dst", TENSOR_OPERAND_WRITE, annotated),
+        ("un_src", TENSOR_OPERAND_READ, annotated & ~binary),
+        ("bi_src0", TENSOR_OPERAND_READ, annotated & binary),
+        ("bi_src1", TENSOR_OPERAND_READ, annotated & binary),
+    ):
+        space = _valid_space(r[f"{prefix}_space"])
+        local = (space != NO_SPACE) & (space != int(Space.GM)) & (space <= int(Space.UB)) & (space >= int(Space.L1))
+        size = _u(r[f"{prefix}_size"]) * _u(r[f"{prefix}_bits"]) // np.uint64(8)
+        plan.add(
+            EventKind.TENSOR,
+            np.where(names & local, space, 0),
+            r[f"{prefix}_addr"],
+            pipe=0,
+            block_size=np.minimum(size, _U32_MAX),
+            count=names & local,
+            memory=False,
+            mode=mode,
+        )
 
 
 # DataType by element bits, as msSanitizer picks it for a padded copy (B4, B8, B16, B32; else unknown).
