@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from client_shim.events import EventKind, Space, accesses, syncs
 from sanitizerd.detectors import _page_owners
 from sanitizerd.detectors._intervals import merge_ranges
-from sanitizerd.detectors._stomping import _first_cover, _merge_by_block
+from sanitizerd.detectors._stomping import StompTracker, _first_cover, _merge_by_block
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import Finding
@@ -496,6 +496,48 @@ class TestMsSanitizerOwnership:
             for _ in range(3)
         ]
         assert found_stomps(kernel(memcheck(), *batches)) == {}
+
+    def test_blocks_adding_into_fresh_tiles_settle_batch_wide(self) -> None:
+        """Blocks 3, 1 and 2 add into the same fresh tiles in one batch (in pages they share): each byte goes to the
+        first block in block order to write it, with no block-by-block pass; so block 1 writes the tiles again
+        freely, while block 2's plain write of them, and block 1's over the bytes only block 3 added, stomp."""
+        tile = [
+            accesses(WRITE, Space.GM, GM + t * 64, 64, block_id=b, atomic=True) for t in range(8) for b in (3, 1, 2)
+        ]
+        tile.append(accesses(WRITE, Space.GM, GM + 512, 32, block_id=3, atomic=True))  # only block 3's
+        first = stream(*tile)
+        later = stream(
+            accesses(WRITE, Space.GM, GM, 512, block_id=1, pc=4),
+            accesses(WRITE, Space.GM, GM, 64, block_id=2, pc=8),
+            accesses(WRITE, Space.GM, GM + 448, 96, block_id=1, pc=12),
+        )
+        later["serial"] += first.size
+        detector = memcheck()
+        with patch.object(StompTracker, "_block_writes", side_effect=AssertionError("block path")):
+            detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
+            detector.check(first)
+        detector.check(later)
+        assert found_stomps(detector.kernel_end()) == {(first.size + 2, GM): 64, (first.size + 3, GM + 448): 32}
+
+    def test_atomic_writes_partly_over_owned_bytes_claim_the_rest(self) -> None:
+        """Blocks 2 and 1 add atomically into bytes block 0 owns and past them, in one batch: the rest goes to block
+        1 (first in block order), with no block-by-block pass; block 0's bytes stay its own."""
+        first = stream(accesses(WRITE, Space.GM, GM, 64, block_id=0))
+        adds = stream(*(accesses(WRITE, Space.GM, GM + 32, 96, block_id=b, atomic=True) for b in (2, 1)))
+        later = stream(
+            accesses(WRITE, Space.GM, GM, 64, block_id=0, pc=4),
+            accesses(WRITE, Space.GM, GM + 64, 64, block_id=1, pc=8),
+            accesses(WRITE, Space.GM, GM + 32, 64, block_id=2, pc=12),
+        )
+        adds["serial"] += first.size
+        later["serial"] += first.size + adds.size
+        detector = memcheck()
+        detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
+        detector.check(first)
+        with patch.object(StompTracker, "_block_writes", side_effect=AssertionError("block path")):
+            detector.check(adds)
+        detector.check(later)
+        assert found_stomps(detector.kernel_end()) == {(6, GM + 32): 64}
 
     def test_a_block_rewriting_bytes_it_stomped_is_told_once(self) -> None:
         """msSanitizer marks stomped bytes ERROR and skips them: block 1's second write of block 0's bytes, in

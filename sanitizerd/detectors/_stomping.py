@@ -90,6 +90,25 @@ def _without(lo: np.ndarray, hi: np.ndarray, held: IntervalSet) -> tuple[np.ndar
     return merge_ranges(np.concatenate((lo[~meets], cut_lo)), np.concatenate((hi[~meets], cut_hi)))
 
 
+def _meeting(owned: IntervalSet, stomped: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The owned and stomped ranges that meet any of ``[lo, hi)``, sorted and disjoint (owned and stomped bytes
+    never coincide)."""
+    found_lo, found_hi = [], []
+    for held in (owned, stomped):
+        if not len(held):
+            continue
+        starts, ends = held.starts, held.ends
+        first = np.searchsorted(ends, lo, side="right")
+        count = np.maximum(np.searchsorted(starts, hi, side="left") - first, 0)
+        index = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        index = np.unique(index)
+        found_lo.append(starts[index])
+        found_hi.append(ends[index])
+    if not found_lo:
+        return np.empty(0, _U64), np.empty(0, _U64)
+    return merge_ranges(np.concatenate(found_lo), np.concatenate(found_hi))
+
+
 def _first_cover(rank: np.ndarray, first: np.ndarray, last: np.ndarray, segments: int) -> np.ndarray:
     """For each of ``segments`` segments, the smallest ``rank`` of the spans ``[first, last)`` covering it
     (int64 max where none does). A segment tree over the segments, filled a level at a time for every span at
@@ -435,15 +454,18 @@ class StompTracker:
             # bytes are owned or stomped already (every block adding into one output, after the first), nothing.
             taken = (owned if owned is not None else _U64(0)) + (stomped if stomped is not None else _U64(0))
             noop = atomic & (taken == hi - lo)
-            if (atomic & ~noop & (taken > 0)).any():
-                return False  # partly taken: which bytes it claims is the block path's to say
+            partly = atomic & ~noop & (taken > 0)  # its claim is the rest: the taken ranges it meets are needed
+            held = _meeting(self.owned, self.stomped, lo[partly], hi[partly]) if partly.any() else None
             if noop.any():
                 keep = ~noop
                 block_keys, keys, lo, hi = block_keys[keep], keys[keep], lo[keep], hi[keep]
                 if not lo.size:
                     return True
                 fresh = owned is None or not owned[keep].any()
-            if (atomic & ~noop).any():  # a block's atomic and plain ranges may overlap: one union per block
+            if (atomic & ~noop).any():
+                if block_keys[0] != block_keys[-1] or held is not None:
+                    return self._claim_first_come(block_keys, keys, lo, hi, atomic[~noop], held)
+                # A block's atomic and plain ranges may overlap: one union per block.
                 block_keys, lo, hi = _merge_by_block(block_keys, lo, hi)
                 keys = self._owner_numbers(block_keys)
         if block_keys[0] != block_keys[-1]:  # sorted by block: more than one block wrote
@@ -464,6 +486,48 @@ class StompTracker:
             order = np.argsort(packed_lo)
             packed_lo, packed_hi = packed_lo[order], packed_hi[order]
         self.owned_by.add_disjoint(packed_lo, packed_hi)
+        return True
+
+    def _claim_first_come(
+        self,
+        block_keys: np.ndarray,
+        keys: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        atomic: np.ndarray,
+        held: tuple[np.ndarray, np.ndarray] | None,
+    ) -> bool:
+        """Blocks of one batch whose atomic writes meet on bytes nobody owned (every block adding into one fresh
+        output tile): each byte goes to the first block, in block order, to write it, and the others' atomic writes
+        then meet its bytes and change nothing; bytes in ``held`` (owned or stomped before the batch, sorted and
+        disjoint: those the atomic writes partly meet) are nobody's to claim. Settled for the batch at once unless a
+        plain write meets another block's write: then the order decides a stomp, which the block path tells
+        (False). ``block_keys`` sorted."""
+        points = (lo, hi) if held is None else (lo, hi, *held)
+        bounds = np.unique(np.concatenate(points))
+        first, last = np.searchsorted(bounds, lo), np.searchsorted(bounds, hi)
+        new_block = np.ones(block_keys.size, dtype=bool)
+        new_block[1:] = block_keys[1:] != block_keys[:-1]
+        rank = np.cumsum(new_block) - 1
+        segments = bounds.size - 1
+        earliest = _first_cover(rank, first, last, segments)
+        covered = earliest < np.iinfo(np.int64).max
+        contested = covered & (earliest != -_first_cover(-rank, first, last, segments))
+        if contested.any():
+            before = np.concatenate(([0], np.cumsum(contested)))
+            plain = ~atomic
+            if (before[last[plain]] > before[first[plain]]).any():
+                return False
+        if held is not None:
+            covered &= IntervalSet(*held).covered(bounds[:-1], bounds[1:]) == 0
+        segment = np.flatnonzero(covered)
+        owner = keys[new_block][earliest[segment]]
+        seg_lo, seg_hi = bounds[segment], bounds[segment + 1]
+        joined = np.zeros(segment.size, dtype=bool)
+        joined[1:] = (seg_lo[1:] == seg_hi[:-1]) & (owner[1:] == owner[:-1])
+        heads = np.flatnonzero(~joined)
+        tails = np.append(heads[1:] - 1, segment.size - 1)
+        self._claim(owner[heads], seg_lo[heads], seg_hi[tails])
         return True
 
     def _block_writes(
