@@ -649,3 +649,38 @@ class TestFirstCover:
         spans_ = list(zip(rank.tolist(), first.tolist(), last.tolist(), strict=True))
         want = [min((r for r, a, b in spans_ if a <= j < b), default=none) for j in range(segments)]
         assert _first_cover(rank, first, last, segments).tolist() == want
+
+
+class TestMsSanitizerRecords:
+    """The atomic mode as msSanitizer's hooks send it (SET_ATOMIC records, reference §1.8), through the converter
+    into memcheck: F32 to BF16 turn it on, NONE off, SUM/MAX/MIN and unknown values leave it as it is."""
+
+    @staticmethod
+    def slot_events(block: int, modes: list[int], size: int) -> np.ndarray:
+        from tests import compat_model as cm
+        from tests.test_compat_records import decode
+
+        records = [cm.record("SET_ATOMIC", mode=m, block_id=block) for m in modes]
+        records.append(cm.record("STORE", addr=GM, size=size, space=1, align=1, block_id=block))
+        events, decoder = decode(cm.slot(records, block_id=block))
+        assert decoder.problems() == []
+        return events
+
+    @pytest.mark.parametrize(
+        ("modes", "atomic"),
+        [([], False), ([1], True), ([6, 0], False), ([2, 7], True), ([0, 8], False), ([3, 200], True), ([9], False)],
+    )
+    def test_block_0_plain_then_block_1_after_its_set_atomic(self, modes: list[int], atomic: bool) -> None:
+        """Block 0 stores 9 bytes; block 1, after its SET_ATOMIC records, stores them too: stomping unless block 1's
+        mode is on at its store. And an atomic store claims: block 1's, before block 0's plain store, makes that
+        one stomping whatever the mode."""
+        plain = self.slot_events(0, [], 9)
+        other = self.slot_events(1, modes, 9)
+        other["serial"] += plain.size
+        found = kernel(memcheck(), plain, other)
+        assert [f.size for f in found if f.kind == "out_of_bounds"] == ([] if atomic else [9])
+        other = self.slot_events(1, modes, 9)
+        plain = self.slot_events(2, [], 9)
+        plain["serial"] += other.size
+        found = kernel(memcheck(), other, plain)
+        assert [(f.size, f.blocks) for f in found if f.kind == "out_of_bounds"] == [(9, {"aiv": [2]})]
