@@ -82,7 +82,9 @@ def non_repeating_stream(n_events: int, layout: str) -> np.ndarray:
     """``n_events`` GM accesses of one tile each, every one at bytes no other touches: each block reads a tile of
     x and of y and writes a tile of z, blocks interleaved event by event. ``contiguous``: each block streams
     through its own slice of the buffers (an AscendC kernel's blockIdx * blockLength); ``interleaved``: tiles
-    dealt to the blocks in turn, so each block owns every BLOCKS-th tile of z and ownership fragments."""
+    dealt to the blocks in turn, so each block owns every BLOCKS-th tile of z and ownership fragments;
+    ``accumulate``: every block adds into every tile of z in atomic mode (a split-K reduction), so the first of
+    them to reach a tile claims it and the others' writes meet it."""
     blocks32 = TILE_BYTES // 32
     tile = np.concatenate(
         [
@@ -98,6 +100,9 @@ def non_repeating_stream(n_events: int, layout: str) -> np.ndarray:
     block = tile_index % BLOCKS
     if layout == "contiguous":
         slot = tile_index // BLOCKS + block * tiles_per_block
+    elif layout == "accumulate":  # every block adds into each tile of z in atomic mode (a split-K reduction)
+        slot = tile_index // BLOCKS
+        events["flags"][events["kind"] == EventKind.WRITE] |= 1
     else:
         slot = tile_index
     events["block_id"] = block
@@ -182,7 +187,7 @@ def main() -> None:
     parser.add_argument("--batch-events", type=int, default=65536)
     parser.add_argument("--quick", action="store_true", help="fewer tiles (a few seconds)")
     parser.add_argument("--non-repeating", action="store_true", help="memcheck on fresh addresses per event")
-    parser.add_argument("--layout", choices=("contiguous", "interleaved"), default="contiguous")
+    parser.add_argument("--layout", choices=("contiguous", "interleaved", "accumulate"), default="contiguous")
     parser.add_argument("--sizes", default="0.3,1,3,9", help="stream sizes for --non-repeating, M events")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size (--non-repeating) or rounds (--baseline)")
     parser.add_argument("--baseline", metavar="ROOT", help="also measure the sanitizerd of this checkout, alternating")

@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Space, accesses, syncs
 from sanitizerd.detectors import _page_owners
-from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
-from sanitizerd.detectors._patterns import expand, extents
-from sanitizerd.detectors._stomping import _merge_by_block
+from sanitizerd.detectors._intervals import merge_ranges
+from sanitizerd.detectors._stomping import StompTracker, _first_cover, _merge_by_block
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import Finding
@@ -122,6 +121,103 @@ class TestStomping:
         ]
 
 
+# --- msSanitizer's rule, a byte at a time ------------------------------------------------------------------------
+
+
+class ShadowModel:
+    """msSanitizer's GM shadow as stomping uses it (csrc/address_sanitizer/shadow_memory.cpp, StoreNBytesInRange),
+    written from the rule: per byte an owner (none, core 63, at first) and a state that turns ERROR when stomped. A
+    store skips ERROR bytes; takes a byte nobody owns, in atomic mode or not; changes nothing on its own bytes; and
+    on another block's byte, unless in atomic mode, makes it ERROR and counts it. The count is the store's report.
+    Owners are (block type, block id), as sanitizerd keeps them, not msSanitizer's 6-bit core ids."""
+
+    def __init__(self) -> None:
+        self.owner: dict[int, tuple[int, int]] = {}
+        self.error: set[int] = set()
+        self.atomic: dict[tuple[int, int], bool] = {}  # block -> its SET_ATOMIC state
+
+    def store(self, block: tuple[int, int], start: int, stop: int, atomic: bool) -> int:
+        stomped = 0
+        for byte in range(start, stop):
+            if byte in self.error:
+                continue
+            owner = self.owner.get(byte)
+            if owner is None:
+                self.owner[byte] = block
+            elif owner != block and not atomic:
+                self.error.add(byte)
+                stomped += 1
+        return stomped
+
+
+def records_of(event: np.void) -> list[tuple[int, int]]:
+    """msSanitizer's flattening of a strided access into store records (reference §1.7): with a block stride of at
+    most 1, a row per repeat (``block_num`` blocks, or one for stride 0), one record for all when the rows touch
+    or overlap; otherwise a record per block, block i of repeat r at
+    ``address + (r * repeat_stride + i * block_stride) * block_size`` (its special cases for repeat stride 1, which
+    can cover bytes the access does not, left out)."""
+    address, size, num = int(event["address"]), int(event["block_size"]), int(event["block_num"])
+    stride, repeat, repeat_stride = int(event["block_stride"]), int(event["repeat"]), int(event["repeat_stride"])
+    if not size or not repeat:
+        return []
+    if stride <= 1 or num <= 1:
+        row = size * num if stride == 1 and num > 1 else size
+        if repeat_stride * size <= row:
+            return [(address, address + (repeat - 1) * repeat_stride * size + row)]
+        return [(address + r * repeat_stride * size, address + r * repeat_stride * size + row) for r in range(repeat)]
+    return [
+        (start, start + size)
+        for r in range(repeat)
+        for i in range(num)
+        for start in [address + (r * repeat_stride + i * stride) * size]
+    ]
+
+
+def runs_of(pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A write's bytes as msSanitizer's merged store records: maximal contiguous runs, in address order."""
+    runs: list[list[int]] = []
+    for start, stop in sorted(pieces):
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], stop)
+        else:
+            runs.append([start, stop])
+    return [(a, b) for a, b in runs]
+
+
+def model_stomps(
+    events: np.ndarray, batches: list[tuple[int, int]], legal: list[tuple[int, int]], shadow: ShadowModel | None = None
+) -> dict[tuple[int, int], int]:
+    """(serial, run start) -> bytes stomped, for one kernel: each batch's blocks in block order (msSanitizer walks
+    one block's buffer, then the next), each block's events in order; SET_ATOMIC switches its block, an event's
+    atomic flag its own write. Records wholly outside ``legal`` GM are illegal writes and own nothing (sanitizerd's
+    choice, docs/mssanitizer-compat.md)."""
+    shadow = shadow or ShadowModel()
+    found: dict[tuple[int, int], int] = {}
+    for lo, hi in batches:
+        batch = events[lo:hi]
+        blocks = sorted({(int(e["block_type"]) & 3, int(e["block_id"])) for e in batch})
+        for block in blocks:
+            for e in batch:
+                if (int(e["block_type"]) & 3, int(e["block_id"])) != block:
+                    continue
+                if e["kind"] == EventKind.SET_ATOMIC:
+                    shadow.atomic[block] = bool(e["mode"])
+                    continue
+                if e["kind"] != WRITE or e["space"] != Space.GM:
+                    continue
+                atomic = bool(e["flags"] & 1) or shadow.atomic.get(block, False)
+                kept = [(a, b) for a, b in records_of(e) if any(a < end and start < b for start, end in legal)]
+                for start, stop in runs_of(kept):
+                    stomped = shadow.store(block, start, stop, atomic)
+                    if stomped:
+                        found[(int(e["serial"]), start)] = stomped
+    return found
+
+
+def found_stomps(findings: list[Finding]) -> dict[tuple[int, int], int]:
+    return {(f.serial, f.address): f.size for f in findings if f.kind == "out_of_bounds"}
+
+
 @st.composite
 def writes(draw: st.DrawFn) -> list[tuple[int, int, int]]:
     """Small kernels of (block, start, length) GM writes."""
@@ -132,35 +228,14 @@ class TestAgainstAByteModel:
     @settings(max_examples=150, deadline=None, database=None)
     @given(program=writes(), cuts=st.lists(st.integers(0, 25), max_size=3))
     def test_matches_a_byte_model(self, program: list[tuple[int, int, int]], cuts: list[int]) -> None:
-        """Stomped bytes per write match a byte-by-byte model that takes each batch block by block."""
+        """Stomped bytes per write match msSanitizer's rule a byte at a time, the kernel cut into batches."""
         events = stream(*(accesses(WRITE, Space.GM, GM + s, n, block_id=b) for b, s, n in program))
         events["pc"] = events["serial"]  # one site per write, so nothing folds
         bounds = sorted({0, events.size, *(c for c in cuts if c <= events.size)})
         batches = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
-        owner: dict[int, int] = {}
-        stomped: set[int] = set()
-        expected: dict[int, int] = {}
-        for lo, hi in batches:
-            for block in sorted({program[i][0] for i in range(lo, hi)}):
-                mine = [i for i in range(lo, hi) if program[i][0] == block]
-                before = dict(owner)
-                for i in mine:
-                    _, start, length = program[i]
-                    foreign = {x for x in range(start, start + length) if before.get(x, block) != block} - stomped
-                    if foreign:
-                        expected[i + 1] = len(foreign)
-                for i in mine:
-                    _, start, length = program[i]
-                    for x in range(start, start + length):
-                        if x in stomped:
-                            continue
-                        if before.get(x, block) != block:
-                            stomped.add(x)
-                            owner.pop(x, None)
-                        else:
-                            owner[x] = block
+        expected = model_stomps(events, batches, [(GM, GM + (1 << 20))])
         found = kernel(memcheck(), *(events[lo:hi] for lo, hi in batches))
-        assert {f.serial: f.size for f in found if f.kind == "out_of_bounds"} == expected
+        assert found_stomps(found) == expected
 
 
 # --- issue 13: the batch-wide path (writes merged per block) against a byte model, on wider streams ------------
@@ -186,50 +261,6 @@ def kernels(draw: st.DrawFn) -> tuple[list[tuple[int, int]], list[list[tuple[int
         st.sampled_from([False, False, False, False, True]),
     )
     return allocations, draw(st.lists(st.lists(write, min_size=1, max_size=30), min_size=1, max_size=3))
-
-
-def expected_stomps(
-    events: np.ndarray, batches: list[tuple[int, int]], legal: IntervalSet
-) -> dict[int, tuple[int, int]]:
-    """serial -> (address, bytes stomped) by a byte model: each batch block by block in block order, a write's
-    pieces (those sharing a byte with legal GM) checked against the owners before its block's turn."""
-    owner: dict[int, int] = {}
-    stomped: set[int] = set()
-    expected: dict[int, tuple[int, int]] = {}
-    for lo, hi in batches:
-        batch = events[lo:hi]
-        ext = extents(batch)
-        keep = (batch["kind"] == WRITE) & (batch["space"] == Space.GM) & (ext > 0) & ((batch["flags"] & 1) == 0)
-        index = np.flatnonzero(keep)
-        piece_owner, starts, stops = expand(batch[index], ext[index])
-        touches = legal.covered(starts, stops) > 0
-        pieces: dict[int, list[tuple[int, int]]] = {}
-        for row, start, stop in zip(piece_owner[touches].tolist(), starts[touches].tolist(), stops[touches].tolist(),
-                                    strict=True):  # fmt: skip
-            pieces.setdefault(int(index[row]), []).append((start, stop))
-        key = {i: (int(batch["block_type"][i]) & 3, int(batch["block_id"][i])) for i in pieces}
-        for block in sorted(set(key.values())):
-            mine = [i for i in sorted(pieces) if key[i] == block]
-            before = dict(owner)
-            for i in mine:
-                hits = []
-                for start, stop in sorted(pieces[i]):
-                    foreign = {x for x in range(start, stop) if before.get(x, block) != block} - stomped
-                    if foreign:
-                        hits.append((start, len(foreign)))
-                if hits:
-                    expected[int(batch["serial"][i])] = (hits[0][0], sum(n for _, n in hits))
-            for i in mine:
-                for start, stop in pieces[i]:
-                    for x in range(start, stop):
-                        if x in stomped:
-                            continue
-                        if before.get(x, block) != block:
-                            stomped.add(x)
-                            owner.pop(x, None)
-                        else:
-                            owner[x] = block
-    return expected
 
 
 class TestBatchWidePathAgainstAByteModel:
@@ -261,10 +292,10 @@ class TestBatchWidePathAgainstAByteModel:
             events["pc"] = events["serial"]  # one site per write, so nothing folds
             bounds = sorted({0, events.size, *(c for c in cuts if c <= events.size)})
             batches = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
-            legal = IntervalSet(detector.heap.legal.starts.copy(), detector.heap.legal.ends.copy())
-            expected = expected_stomps(events, batches, legal)
+            legal = list(zip(detector.heap.legal.starts.tolist(), detector.heap.legal.ends.tolist(), strict=True))
+            expected = model_stomps(events, batches, legal)
             found = kernel(detector, *(events[lo:hi] for lo, hi in batches))
-            assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected
+            assert found_stomps(found) == expected
 
     def test_a_block_streaming_through_pages_another_block_shares(self) -> None:
         """Eight blocks stream 512-byte tiles interleaved (each owns every eighth tile, so every page is shared)
@@ -275,11 +306,10 @@ class TestBatchWidePathAgainstAByteModel:
                           for t, b in enumerate(block.tolist())),
                         accesses(WRITE, Space.GM, GM + 3 * 512 + 480, 64, block_id=3))  # fmt: skip
         batches = [(lo, min(lo + 100, events.size)) for lo in range(0, events.size, 100)]
-        legal = IntervalSet(np.array([GM], np.uint64), np.array([GM + (1 << 20)], np.uint64))
-        expected = expected_stomps(events, batches, legal)
-        assert expected == {tiles + 1: (GM + 3 * 512 + 480, 32)}  # reported at the write's start, as msSanitizer
+        expected = model_stomps(events, batches, [(GM, GM + (1 << 20))])
+        assert expected == {(tiles + 1, GM + 3 * 512 + 480): 32}  # reported at the write's start, as msSanitizer
         found = kernel(memcheck(), *(events[lo:hi] for lo, hi in batches))
-        assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected
+        assert found_stomps(found) == expected
 
     def test_ownership_past_the_small_set_stays_exact(self) -> None:
         """Eight blocks take 32-byte tiles in turn until each owns 700 separate ranges (owned_by past the size
@@ -295,9 +325,8 @@ class TestBatchWidePathAgainstAByteModel:
         events = stream(*parts)
         events["pc"] = events["serial"]
         batches = [(lo, min(lo + 1000, tiles)) for lo in range(0, tiles, 1000)] + [(tiles, events.size)]
-        legal = IntervalSet(np.array([GM], np.uint64), np.array([GM + (1 << 20)], np.uint64))
-        expected = expected_stomps(events, batches, legal)
-        assert set(expected) == {tiles + 1, tiles + 2, tiles + 3}
+        expected = model_stomps(events, batches, [(GM, GM + (1 << 20))])
+        assert {serial for serial, _ in expected} == {tiles + 1, tiles + 2, tiles + 3}
         detector = memcheck()
         detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
         for lo, hi in batches[:-1]:
@@ -305,7 +334,7 @@ class TestBatchWidePathAgainstAByteModel:
         assert len(detector.stomping.owned_by._pending_starts) == 600  # the last batch's claims, not folded yet
         detector.check(events[tiles:])
         found = detector.kernel_end()
-        assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected
+        assert found_stomps(found) == expected
 
 
 class TestPageOwners:
@@ -355,9 +384,8 @@ class TestPageOwners:
         events["pc"] = events["serial"]
         tiles = 8 * 64
         batches = [(lo, min(lo + 128, tiles)) for lo in range(0, tiles, 128)] + [(tiles, events.size)]
-        legal = IntervalSet(np.array([GM], np.uint64), np.array([GM + (1 << 20)], np.uint64))
-        expected = expected_stomps(events, batches, legal)
-        assert expected == {tiles + 1: (GM + 3 * region - 16, 48)}
+        expected = model_stomps(events, batches, [(GM, GM + (1 << 20))])
+        assert expected == {(tiles + 1, GM + 3 * region - 16): 48}
         detector = memcheck()
         detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
         for lo, hi in batches[:-1]:
@@ -365,7 +393,7 @@ class TestPageOwners:
         assert len(detector.stomping.owned_by) == 0 and detector.stomping._logged > 0  # nothing looked up yet
         detector.check(events[tiles:])
         found = detector.kernel_end()
-        assert {f.serial: (f.address, f.size) for f in found if f.kind == "out_of_bounds"} == expected
+        assert found_stomps(found) == expected
 
 
 class TestMergeByBlock:
@@ -416,3 +444,243 @@ class TestMergeByBlock:
         got = _merge_by_block(keys[::-1].copy(), start[::-1].copy(), start[::-1] + np.uint64(8))
         assert got[0].tolist() == list(range(40_000))
         assert got[1].tolist() == start[::2].tolist() and got[2].tolist() == (start[::2] + np.uint64(16)).tolist()
+
+
+# --- issue 26: msSanitizer's ownership semantics (an atomic write claims; a stomped byte is told once) -------------
+
+
+def set_atomic(block: int, on: bool) -> np.ndarray:
+    return syncs(EventKind.SET_ATOMIC, 0, 0, block_id=block, mode=int(on))
+
+
+class TestMsSanitizerOwnership:
+    def test_an_atomic_write_claims_bytes_nobody_owns(self) -> None:
+        """msSanitizer's case of 9 stomped bytes where sanitizerd told 1: block 0 adds 9 bytes atomically (the
+        event's flag), then block 1 writes them plainly, with one byte more of its own: 9 bytes stomped."""
+        events = stream(
+            accesses(WRITE, Space.GM, GM, 9, block_id=0, atomic=True),
+            accesses(WRITE, Space.GM, GM, 10, block_id=1),
+        )
+        assert found_stomps(kernel(memcheck(), events)) == {(2, GM): 9}
+
+    def test_set_atomic_claims_too_across_batches(self) -> None:
+        """The same through SET_ATOMIC on block 0's side, the plain write in a later batch."""
+        first = stream(set_atomic(0, True), accesses(WRITE, Space.GM, GM, 9, block_id=0), set_atomic(0, False))
+        second = stream(accesses(WRITE, Space.GM, GM, 9, block_id=1))
+        assert found_stomps(kernel(memcheck(), first, second)) == {(1, GM): 9}
+
+    def test_an_atomic_write_over_another_blocks_bytes_changes_nothing(self) -> None:
+        """Block 1 adds atomically into block 0's bytes: no stomping, and the bytes stay block 0's, so block 0
+        writes them again freely and block 2's plain write stomps them (reported against block 2 only)."""
+        events = stream(
+            accesses(WRITE, Space.GM, GM, 32, block_id=0),
+            accesses(WRITE, Space.GM, GM, 32, block_id=1, atomic=True),
+        )
+        later = stream(
+            accesses(WRITE, Space.GM, GM, 32, block_id=0, pc=4), accesses(WRITE, Space.GM, GM, 32, block_id=2, pc=8)
+        )
+        later["serial"] += events.size
+        found = kernel(memcheck(), events, later)
+        assert [(f.serial, f.size, f.blocks) for f in found if f.kind == "out_of_bounds"] == [(4, 32, {"aiv": [2]})]
+
+    def test_blocks_adding_into_one_output_are_not_stomping(self) -> None:
+        """Every block adds its partial sums into one output in atomic mode, batch after batch: nothing told."""
+        batches = [
+            stream(
+                *(
+                    part
+                    for b in range(8)
+                    for part in (set_atomic(b, True), accesses(WRITE, Space.GM, GM, 4096, block_id=b))
+                )
+            )
+            for _ in range(3)
+        ]
+        assert found_stomps(kernel(memcheck(), *batches)) == {}
+
+    def test_blocks_adding_into_fresh_tiles_settle_batch_wide(self) -> None:
+        """Blocks 3, 1 and 2 add into the same fresh tiles in one batch (in pages they share): each byte goes to the
+        first block in block order to write it, with no block-by-block pass; so block 1 writes the tiles again
+        freely, while block 2's plain write of them, and block 1's over the bytes only block 3 added, stomp."""
+        tile = [
+            accesses(WRITE, Space.GM, GM + t * 64, 64, block_id=b, atomic=True) for t in range(8) for b in (3, 1, 2)
+        ]
+        tile.append(accesses(WRITE, Space.GM, GM + 512, 32, block_id=3, atomic=True))  # only block 3's
+        first = stream(*tile)
+        later = stream(
+            accesses(WRITE, Space.GM, GM, 512, block_id=1, pc=4),
+            accesses(WRITE, Space.GM, GM, 64, block_id=2, pc=8),
+            accesses(WRITE, Space.GM, GM + 448, 96, block_id=1, pc=12),
+        )
+        later["serial"] += first.size
+        detector = memcheck()
+        with patch.object(StompTracker, "_block_writes", side_effect=AssertionError("block path")):
+            detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
+            detector.check(first)
+        detector.check(later)
+        assert found_stomps(detector.kernel_end()) == {(first.size + 2, GM): 64, (first.size + 3, GM + 448): 32}
+
+    def test_atomic_writes_partly_over_owned_bytes_claim_the_rest(self) -> None:
+        """Blocks 2 and 1 add atomically into bytes block 0 owns and past them, in one batch: the rest goes to block
+        1 (first in block order), with no block-by-block pass; block 0's bytes stay its own."""
+        first = stream(accesses(WRITE, Space.GM, GM, 64, block_id=0))
+        adds = stream(*(accesses(WRITE, Space.GM, GM + 32, 96, block_id=b, atomic=True) for b in (2, 1)))
+        later = stream(
+            accesses(WRITE, Space.GM, GM, 64, block_id=0, pc=4),
+            accesses(WRITE, Space.GM, GM + 64, 64, block_id=1, pc=8),
+            accesses(WRITE, Space.GM, GM + 32, 64, block_id=2, pc=12),
+        )
+        adds["serial"] += first.size
+        later["serial"] += first.size + adds.size
+        detector = memcheck()
+        detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom_kernel", block_dim=8, kernel_type="aiv"))
+        detector.check(first)
+        with patch.object(StompTracker, "_block_writes", side_effect=AssertionError("block path")):
+            detector.check(adds)
+        detector.check(later)
+        assert found_stomps(detector.kernel_end()) == {(6, GM + 32): 64}
+
+    def test_a_block_rewriting_bytes_it_stomped_is_told_once(self) -> None:
+        """msSanitizer marks stomped bytes ERROR and skips them: block 1's second write of block 0's bytes, in
+        the same batch or the next, is not reported again (sanitizerd told 2 where msSanitizer tells 1)."""
+        events = stream(
+            accesses(WRITE, Space.GM, GM, 64, block_id=0),
+            accesses(WRITE, Space.GM, GM, 64, block_id=1, pc=0x10),
+            accesses(WRITE, Space.GM, GM, 64, block_id=1, pc=0x20),
+        )
+        assert found_stomps(kernel(memcheck(), events)) == {(2, GM): 64}
+        again = stream(accesses(WRITE, Space.GM, GM, 64, block_id=1, pc=0x30))
+        assert found_stomps(kernel(memcheck(), events, again)) == {(2, GM): 64}
+
+    def test_overlapping_repeats_count_each_byte_once(self) -> None:
+        """One write whose repeats overlap (8 x 4 bytes, repeat stride 7 blocks: [0, 32) and [28, 60)) over block
+        0's bytes: 60 bytes stomped, one record as msSanitizer merges it (sanitizerd told 64)."""
+        events = stream(
+            accesses(WRITE, Space.GM, GM, 64, block_id=0),
+            accesses(WRITE, Space.GM, GM, 4, block_num=8, repeat=2, repeat_stride=7, block_id=1),
+        )
+        assert found_stomps(kernel(memcheck(), events)) == {(2, GM): 60}
+
+    def test_a_write_with_gaps_is_told_per_record(self) -> None:
+        """A DataCopy of 4 bursts of 64 bytes with 64-byte gaps over block 0's 512 bytes: msSanitizer flattens
+        it into one store record per burst, and each stomps at its own address."""
+        events = stream(
+            accesses(WRITE, Space.GM, GM, 512, block_id=0),
+            accesses(WRITE, Space.GM, GM, 32, block_num=2, repeat=4, repeat_stride=4, block_id=1),
+        )
+        assert found_stomps(kernel(memcheck(), events)) == {(2, GM + k * 128): 64 for k in range(4)}
+
+    def test_blocks_telling_the_same_record_fold_into_one_report(self) -> None:
+        """msSanitizer's ErrorBuffer keys a report without the core id, block type and serial: blocks 1 and 2 each
+        stomping 32 new bytes from the same address at the same pc are one report, aiv(1-2), at the smaller
+        serial; block 3 stomping 32 bytes elsewhere at that pc is another."""
+        events = stream(
+            accesses(WRITE, Space.GM, GM + 32, 32, block_id=0),
+            accesses(WRITE, Space.GM, GM + 128, 32, block_id=0),
+            accesses(WRITE, Space.GM, GM, 64, block_id=1, pc=0x40),  # [0, 32) its own, [32, 64) stomped
+            accesses(WRITE, Space.GM, GM, 96, block_id=2, pc=0x40),  # [0, 32) block 1's: 32 new, then ERROR, then own
+            accesses(WRITE, Space.GM, GM + 96, 64, block_id=3, pc=0x40),  # [128, 160) block 0's
+        )
+        found = [f for f in kernel(memcheck(), events) if f.kind == "out_of_bounds"]
+        assert [(f.address, f.size, f.blocks, f.serial) for f in found] == [
+            (GM, 32, {"aiv": [1, 2]}, 3),
+            (GM + 96, 32, {"aiv": [3]}, 5),
+        ]
+        assert "in block aiv(1-2) on device 0" in render_text(found[:1])
+
+
+def random_kernel(rng: np.random.Generator, window: int) -> np.ndarray:
+    """A kernel's events: 3-4 blocks (one a cube block, ids past 63) writing strided patterns into a small window,
+    reads between, atomic flags and SET_ATOMIC on and off."""
+    blocks = [(BlockType.AIV, 0), (BlockType.AIV, 1), (BlockType.AIC, 1), (BlockType.AIV, 4101)][: rng.integers(3, 5)]
+    parts = []
+    for _ in range(int(rng.integers(10, 60))):
+        block_type, block = blocks[rng.integers(len(blocks))]
+        roll = rng.random()
+        if roll < 0.1:
+            parts.append(
+                syncs(EventKind.SET_ATOMIC, 0, 0, block_id=block, block_type=block_type, mode=int(rng.random() < 0.5))
+            )
+            continue
+        kind = EventKind.READ if roll < 0.2 else WRITE
+        parts.append(
+            accesses(
+                kind, Space.GM, GM + int(rng.integers(0, window)), int(rng.choice([1, 3, 8, 32, 64])),
+                block_num=int(rng.integers(1, 4)), block_stride=int(rng.integers(0, 4)), repeat=int(rng.integers(1, 4)),
+                repeat_stride=int(rng.integers(0, 5)), block_id=block, block_type=block_type,
+                atomic=bool(rng.random() < 0.15),
+            )
+        )  # fmt: skip
+    events = stream(*parts)
+    events["pc"] = events["serial"]  # one site per write, so nothing folds
+    return events
+
+
+class TestRandomKernelsAgainstMsSanitizersRule:
+    @pytest.mark.parametrize("seed", range(12))
+    def test_seed(self, seed: int) -> None:
+        """Random kernels (blocks, atomic modes by flag and by SET_ATOMIC, repeats and strides, batches cut
+        anywhere, two kernels per session, a heap with a hole) against the byte model: the same reports, each at
+        the same address with the same bytes. Every other seed with 256-byte pages, so that pages turn shared."""
+        rng = np.random.default_rng(seed)
+        detector = make_detector("memcheck")
+        assert isinstance(detector, Memcheck)
+        detector.host_op(HostOp(op="malloc", address=GM, size=1536))
+        detector.host_op(HostOp(op="malloc", address=GM + 1600, size=1024))
+        legal = [(GM, GM + 1536), (GM + 1600, GM + 2624)]
+        with patch.object(_page_owners, "PAGE_SHIFT", 8 if seed % 2 else _page_owners.PAGE_SHIFT):
+            for _ in range(2):
+                events = random_kernel(rng, 2600)
+                cuts = sorted({0, events.size, *rng.integers(0, events.size, int(rng.integers(0, 4))).tolist()})
+                batches = [(lo, hi) for lo, hi in itertools.pairwise(cuts) if hi > lo]
+                expected = model_stomps(events, batches, legal)
+                assert found_stomps(kernel(detector, *(events[lo:hi] for lo, hi in batches))) == expected
+
+
+class TestFirstCover:
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(spans=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 40), st.integers(0, 12)), max_size=30))
+    def test_matches_a_scan(self, spans: list[tuple[int, int, int]]) -> None:
+        """The smallest rank covering each segment, against a scan of every span."""
+        segments = 45
+        rank = np.array([r for r, _, _ in spans], dtype=np.int64)
+        first = np.array([min(a, segments) for _, a, _ in spans], dtype=np.int64)
+        last = np.array([min(a + n, segments) for _, a, n in spans], dtype=np.int64)
+        none = np.iinfo(np.int64).max
+        spans_ = list(zip(rank.tolist(), first.tolist(), last.tolist(), strict=True))
+        want = [min((r for r, a, b in spans_ if a <= j < b), default=none) for j in range(segments)]
+        assert _first_cover(rank, first, last, segments).tolist() == want
+
+
+class TestMsSanitizerRecords:
+    """The atomic mode as msSanitizer's hooks send it (SET_ATOMIC records, reference §1.8), through the converter
+    into memcheck: F32 to BF16 turn it on, NONE off, SUM/MAX/MIN and unknown values leave it as it is."""
+
+    @staticmethod
+    def slot_events(block: int, modes: list[int], size: int) -> np.ndarray:
+        from tests import compat_model as cm
+        from tests.test_compat_records import decode
+
+        records = [cm.record("SET_ATOMIC", mode=m, block_id=block) for m in modes]
+        records.append(cm.record("STORE", addr=GM, size=size, space=1, align=1, block_id=block))
+        events, decoder = decode(cm.slot(records, block_id=block))
+        assert decoder.problems() == []
+        return events
+
+    @pytest.mark.parametrize(
+        ("modes", "atomic"),
+        [([], False), ([1], True), ([6, 0], False), ([2, 7], True), ([0, 8], False), ([3, 200], True), ([9], False)],
+    )
+    def test_block_0_plain_then_block_1_after_its_set_atomic(self, modes: list[int], atomic: bool) -> None:
+        """Block 0 stores 9 bytes; block 1, after its SET_ATOMIC records, stores them too: stomping unless block 1's
+        mode is on at its store. And an atomic store claims: block 1's, before block 0's plain store, makes that
+        one stomping whatever the mode."""
+        plain = self.slot_events(0, [], 9)
+        other = self.slot_events(1, modes, 9)
+        other["serial"] += plain.size
+        found = kernel(memcheck(), plain, other)
+        assert [f.size for f in found if f.kind == "out_of_bounds"] == ([] if atomic else [9])
+        other = self.slot_events(1, modes, 9)
+        plain = self.slot_events(2, [], 9)
+        plain["serial"] += other.size
+        found = kernel(memcheck(), other, plain)
+        assert [(f.size, f.blocks) for f in found if f.kind == "out_of_bounds"] == [(9, {"aiv": [2]})]

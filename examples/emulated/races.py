@@ -9,9 +9,12 @@ cross-core flags. It is also silent under memcheck, initcheck and synccheck. Eac
 
 1. copies its x tile into UB (``copy-x``, MTE2), computes three dependent vector instructions, t = x + x
    (``add``), u = f(t) (``vec-1``) and z = u + t (``vec-2``), and writes z to its own z tile (``phase-1``, MTE3);
-2. computes v = y + t and adds it atomically into its neighbour's z tile (``phase-2``, MTE3), after a SyncAll
-   that orders every block's phase-1 write before it (atomic, so that memcheck's multi-core stomping check
-   allows two blocks writing one tile; racecheck exempts only pairs of atomic writes);
+2. computes v = y + t and adds it atomically into the z tile of the block before it (``phase-2``, MTE3; block 0
+   into its own), after a SyncAll that orders every block's phase-1 write before it (atomic, so that memcheck's
+   multi-core stomping check allows two blocks writing one tile; racecheck exempts only pairs of atomic writes).
+   Into the block before, not after: memcheck, like msSanitizer's, takes no synchronisation into account and
+   takes the blocks in turn, and an atomic write takes bytes nobody owns yet, so an add into a tile whose block
+   comes later would take it first and make that block's own phase-1 write stomping;
 3. block 0 publishes a tile to w (``publish``, MTE3) and signals every block with an FFTS mode-0 set on MTE3
    (flag 1, every block sets it and waits for it); block 1 reads w after its wait (``consume``, MTE2).
 
@@ -22,7 +25,7 @@ The bugs (each bug's line is marked ``# BUG: name``, the lines a finding points 
 - ``missing_pipe_barrier``: no pipe_barrier(PIPE_V) between ``vec-1`` and ``vec-2``, which reads vec-1's output:
   RAW within PIPE_V (``vec-1`` writes, ``vec-2`` reads), in every block.
 - ``gm_overlap``: the SyncAll between the phases is left out: WAW on GM between each block's phase-1 write
-  (``phase-1``) and the atomic phase-2 write of the block before it (``phase-2``); only the latter is atomic.
+  (``phase-1``) and the atomic phase-2 write of the block after it (``phase-2``); only the latter is atomic.
 - ``misordered_cross_flag``: block 0 issues its cross_set before its write instead of after: RAW on GM between
   block 0's write (``publish``) and block 1's read (``consume``).
 - ``deadlock``: a wait_flag(MTE3 -> MTE2, event 5) that no set_flag matches (``stuck``), followed by more MTE2 and
@@ -55,7 +58,7 @@ def main(bug: str) -> None:
     def body(block: Block) -> None:
         xs, ts, us, zs = block.ub(0x0, TILE), block.ub(0x200, TILE), block.ub(0x400, TILE), block.ub(0x600, TILE)
         ys, vs, ws = block.ub(0x800, TILE), block.ub(0xA00, TILE), block.ub(0xC00, TILE)
-        own, neighbour = block.idx * TILE, (block.idx + 1) % BLOCKS * TILE
+        own, neighbour = block.idx * TILE, max(block.idx - 1, 0) * TILE
 
         # 1. t = x + x, u = f(t), z = u + t: dependent vector instructions, then z to the block's own tile
         block.data_copy(xs, x.tile(own, TILE))  # line: copy-x
@@ -72,7 +75,7 @@ def main(bug: str) -> None:
         block.wait_flag(Pipe.V, Pipe.MTE3, 0)
         block.data_copy(z.tile(own, TILE), zs)  # line: phase-1
 
-        # 2. v = y + t, atomically added into the neighbour's z tile once every block has written its own
+        # 2. v = y + t, atomically added into the z tile of the block before once every block has written its own
         if bug == "deadlock":
             block.wait_flag(Pipe.MTE3, Pipe.MTE2, 5)  # BUG: deadlock  # line: stuck
         block.data_copy(ys, y.tile(own, TILE))

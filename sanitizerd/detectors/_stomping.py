@@ -1,9 +1,16 @@
 """Multi-core stomping (reference §2.1): two blocks of one kernel writing the same GM bytes.
 
-msSanitizer keeps the id of the last writing core in every GM shadow byte (6 bits, so ids from 63 alias).
-Here, per kernel, each block owns the GM byte ranges only it has written; a write into bytes another block
-owns is stomping, and those bytes move to a "stomped" set so they are reported once. Writes in atomic mode
-(the event's atomic flag, or the block's state after a SET_ATOMIC event) are legitimate sharing and exempt.
+msSanitizer keeps, in every GM shadow byte, the id of the core that owns it (63: nobody) and a state, and a
+store walks its bytes: a byte in state ERROR is skipped; a byte nobody owns becomes the writer's, in atomic mode
+or not; a byte another core owns becomes ERROR and is counted as stomped, unless the store runs in atomic mode
+(then nothing changes). So an atomic write claims fresh bytes, and each stomped byte is reported once: by the
+first store of the first block to reach it. The report is the store's: at its start, the bytes it stomped.
+
+Here the same, per kernel, with the full block id as owner: each block owns the GM byte ranges it claimed, and
+stomped bytes move to a "stomped" set that nothing claims or reports again. A report is per contiguous run of
+one write's bytes (msSanitizer's flattened, merged store record): at the run's start, the bytes of the run that
+write was the first of its block to stomp. A write runs in atomic mode when its event says so or its block's
+last SET_ATOMIC turned it on.
 
 Ownership is two interval sets: the union of owned bytes, and the same bytes keyed by owner in the top bits
 (``owner << 49 | address``, owners numbered per kernel), so one lookup answers "owned by anyone" and one
@@ -14,7 +21,7 @@ record buffer.
 Before either, a page table (``_page_owners``) settles the steady state: a batch whose writes touch only pages
 no other block has written cannot stomp, so its claims are only logged, merged into the owner sets when a later
 batch needs them exact (it touches a page two blocks wrote) and never otherwise: a kernel whose blocks write
-their own slices never searches the owner sets at all.
+their own slices never searches the owner sets at all. In such a page an atomic write is a claim like any other.
 """
 
 from __future__ import annotations
@@ -52,8 +59,8 @@ def _block_keys(events: np.ndarray) -> np.ndarray:
     return ((events["block_type"].astype(_U64) & _U64(3)) << _U64(16)) | events["block_id"].astype(_U64)
 
 
-def _per_event(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Reports of chunks joined: one per write, its stomped bytes in all, at the lowest address reported."""
+def _joined(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reports of chunks joined: one per write and run start, its stomped bytes in all."""
     found = [f for f in found if f[0].size]
     if not found:
         return _NONE
@@ -62,8 +69,108 @@ def _per_event(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[
     event, address, size = (np.concatenate([f[i] for f in found]) for i in range(3))
     order = np.lexsort((address, event))
     event, address, size = event[order], address[order], size[order]
-    heads = np.flatnonzero(np.diff(event, prepend=-1))
+    head = np.ones(event.size, dtype=bool)
+    head[1:] = (event[1:] != event[:-1]) | (address[1:] != address[:-1])
+    heads = np.flatnonzero(head)
     return event[heads], address[heads], np.add.reduceat(size, heads)
+
+
+def _without(lo: np.ndarray, hi: np.ndarray, held: IntervalSet) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint ranges less the bytes ``held`` holds, looking only at the held ranges they meet (a
+    kernel's owner set may hold millions of ranges; one block's writes meet a few)."""
+    if not lo.size or not len(held):
+        return lo, hi
+    meets = held.covered(lo, hi) > 0
+    if not meets.any():
+        return lo, hi
+    starts, ends = held.starts, held.ends
+    first = int(np.searchsorted(ends, lo[meets].min(), side="right"))
+    last = int(np.searchsorted(starts, hi[meets].max(), side="left"))
+    cut_lo, cut_hi = difference(lo[meets], hi[meets], starts[first:last], ends[first:last])
+    return merge_ranges(np.concatenate((lo[~meets], cut_lo)), np.concatenate((hi[~meets], cut_hi)))
+
+
+def _meeting(owned: IntervalSet, stomped: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The owned and stomped ranges that meet any of ``[lo, hi)``, sorted and disjoint (owned and stomped bytes
+    never coincide)."""
+    found_lo, found_hi = [], []
+    for held in (owned, stomped):
+        if not len(held):
+            continue
+        starts, ends = held.starts, held.ends
+        first = np.searchsorted(ends, lo, side="right")
+        count = np.maximum(np.searchsorted(starts, hi, side="left") - first, 0)
+        index = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        index = np.unique(index)
+        found_lo.append(starts[index])
+        found_hi.append(ends[index])
+    if not found_lo:
+        return np.empty(0, _U64), np.empty(0, _U64)
+    return merge_ranges(np.concatenate(found_lo), np.concatenate(found_hi))
+
+
+def _first_cover(rank: np.ndarray, first: np.ndarray, last: np.ndarray, segments: int) -> np.ndarray:
+    """For each of ``segments`` segments, the smallest ``rank`` of the spans ``[first, last)`` covering it
+    (int64 max where none does). A segment tree over the segments, filled a level at a time for every span at
+    once (each span is O(log n) nodes) and pushed down to the leaves: no loop over spans or segments."""
+    size = 1 << max(1, (segments - 1).bit_length())
+    none = np.iinfo(np.int64).max
+    tree = np.full(2 * size, none, dtype=np.int64)
+    lo, hi, value = first.astype(np.int64) + size, last.astype(np.int64) + size, rank.astype(np.int64)
+    while lo.size:
+        active = lo < hi
+        lo, hi, value = lo[active], hi[active], value[active]
+        odd = (lo & 1) == 1
+        np.minimum.at(tree, lo[odd], value[odd])
+        lo += odd
+        odd = (hi & 1) == 1
+        hi -= odd
+        np.minimum.at(tree, hi[odd], value[odd])
+        lo >>= 1
+        hi >>= 1
+    level = 1
+    while level < size:
+        parents = np.arange(level, 2 * level)
+        tree[2 * parents] = np.minimum(tree[2 * parents], tree[parents])
+        tree[2 * parents + 1] = np.minimum(tree[2 * parents + 1], tree[parents])
+        level *= 2
+    return tree[size : size + segments]
+
+
+def _first_hits(
+    event: np.ndarray, start: np.ndarray, stop: np.ndarray, stomp_lo: np.ndarray, stomp_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One block's plain writes (pieces in event order) and the bytes its turn stomped (sorted, disjoint):
+    per contiguous run of each write's bytes, the stomped bytes in it that no earlier write of the block reached
+    (msSanitizer's store leaves them ERROR, so a second store skips them): (event, run start, bytes)."""
+    stomp = IntervalSet(stomp_lo, stomp_hi)
+    touches = stomp.covered(start, stop) > 0
+    keep = np.isin(event, np.unique(event[touches]))  # the runs of writes that stomped, whole
+    event, start, stop, touches = event[keep], start[keep], stop[keep], touches[keep]
+    events, rank = np.unique(event, return_inverse=True)
+    rank = rank.ravel().astype(_U64)
+    # Segments between every piece and stomp boundary: each lies wholly inside or outside every piece and the stomp.
+    bounds = np.unique(np.concatenate((start, stop, stomp_lo, stomp_hi)))
+    first = np.searchsorted(bounds, start).astype(_U64)
+    last = np.searchsorted(bounds, stop).astype(_U64)
+    segments = bounds.size - 1
+    earliest = _first_cover(rank[touches], first[touches], last[touches], segments)
+    hit = (earliest < np.iinfo(np.int64).max) & (stomp.covered(bounds[:-1], bounds[1:]) > 0)
+    # Each write's runs in segment numbers, keyed by its rank above them (fewer than 2**32 segments: pieces
+    # come CHUNK at a time).
+    run_lo, _ = merge_ranges((rank << _U64(32)) | first, (rank << _U64(32)) | last)
+    segment = np.flatnonzero(hit)
+    key = (earliest[segment].astype(_U64) << _U64(32)) | segment.astype(_U64)
+    run = np.searchsorted(run_lo, key, side="right") - 1
+    stomped = np.zeros(run_lo.size, dtype=_U64)
+    np.add.at(stomped, run, bounds[segment + 1] - bounds[segment])
+    reported = np.flatnonzero(stomped)
+    run_lo = run_lo[reported]
+    return (
+        events[(run_lo >> _U64(32)).astype(np.intp)],
+        bounds[(run_lo & _U64(0xFFFFFFFF)).astype(np.intp)],
+        stomped[reported],
+    )
 
 
 def _piece_block_keys(events: np.ndarray, event: np.ndarray) -> np.ndarray:
@@ -161,18 +268,16 @@ class StompTracker:
         (``given_up``), which the caller reports."""
         if self.given_up:
             return _NONE
-        shared = self._atomic_modes(events)
+        atomic = self._atomic_modes(events)  # atomic writes claim too: only a conflict looks at the mode
         writes = live & (events["kind"] == EventKind.WRITE)
         writes &= events["space"] == Space.GM
-        if shared.any():
-            writes &= ~shared
         if not writes.any():
             return _NONE
         index = np.flatnonzero(writes)
         if lists_few_pieces(events, ext, index, CHUNK):  # the common case: list the pieces at once
-            found = [self._check_pieces(events, *touching(legal, *ranges(events, ext, index)))]
+            found = [self._check_pieces(events, atomic, *touching(legal, *ranges(events, ext, index)))]
             self.given_up = self._past_bound()
-            return _per_event(found)
+            return _joined(found)
         self._flush()  # the runs' lookups below read the owner sets
         found = []
         for rows, group in runs_by_group(events, ext, index):
@@ -182,11 +287,11 @@ class StompTracker:
                 group = group.take(in_heap > 0)
             group = self._not_owned_already(events, group, budget)
             for event, start, stop in piece_chunks(group):
-                found.append(self._check_pieces(events, *touching(legal, event, start, stop)))
+                found.append(self._check_pieces(events, atomic, *touching(legal, event, start, stop)))
                 if self._past_bound():
                     self.given_up = True
-                    return _per_event(found)
-        return _per_event(found)
+                    return _joined(found)
+        return _joined(found)
 
     def _past_bound(self) -> bool:
         """Whether ownership holds more than MAX_TRACKED_RANGES separate ranges. ``len`` is an upper bound while
@@ -249,12 +354,19 @@ class StompTracker:
         return runs.take(~owned)
 
     def _check_pieces(
-        self, events: np.ndarray, event: np.ndarray, start: np.ndarray, stop: np.ndarray
+        self, events: np.ndarray, atomic: np.ndarray, event: np.ndarray, start: np.ndarray, stop: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not event.size:
             return _NONE
         block_keys = _piece_block_keys(events, event)
-        merged = _merge_by_block(block_keys, start, stop)
+        piece_atomic = atomic[event]
+        merged_atomic: np.ndarray | None = None
+        if piece_atomic.any():  # each block's atomic and plain writes merged apart (the mode decides conflicts)
+            tagged, lo, hi = _merge_by_block((block_keys << _U64(1)) | piece_atomic.astype(_U64), start, stop)
+            merged = (tagged >> _U64(1), lo, hi)
+            merged_atomic = (tagged & _U64(1)) == 1
+        else:
+            merged = _merge_by_block(block_keys, start, stop)
         if not merged[0].size:  # only empty pieces: nothing written
             return _NONE
         merged_keys = self._owner_numbers(merged[0])
@@ -272,15 +384,20 @@ class StompTracker:
             if alone.all():
                 return _NONE
             merged = tuple(part[~alone] for part in merged)
+            if merged_atomic is not None:
+                merged_atomic = merged_atomic[~alone]
         # The rest touch pages other blocks write too: the owner sets hold every claim there, exactly.
-        if self._claim_if_clean(*merged):
+        if self._claim_if_clean(*merged, merged_atomic):
             return _NONE
         self._flush()  # a conflict: the block-by-block path reads whole owners' sets
         keys = self._owner_numbers(block_keys)
-        # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers.
+        # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers; each
+        # block's writes in event order, as it walks one buffer.
         _, first = np.unique(block_keys, return_index=True)
-        found = [self._block_writes(owner, event[keys == owner], start[keys == owner], stop[keys == owner])
-                 for owner in keys[first].tolist()]  # fmt: skip
+        found = []
+        for owner in keys[first].tolist():
+            mine = keys == owner
+            found.append(self._block_writes(owner, event[mine], start[mine], stop[mine], piece_atomic[mine]))
         return tuple(np.concatenate([f[i] for f in found]) for i in range(3))  # type: ignore[return-value]
 
     def _owner_numbers(self, block_keys: np.ndarray) -> np.ndarray:
@@ -309,21 +426,48 @@ class StompTracker:
         self.owned.add_new(lo, hi)
         self.owned_by.add_new((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi)
 
-    def _claim_if_clean(self, block_keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
-        """The common case, for the whole batch at once, over its writes merged per block: no write touches
-        stomped bytes or bytes another block owns, and no two blocks' writes in the batch overlap. Then every block
-        claims what it wrote. Bytes a block rewrites of its own are neither foreign nor stomped, and claiming them
-        again changes nothing, so they need no lookup of their own."""
+    def _claim_if_clean(
+        self, block_keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, atomic: np.ndarray | None = None
+    ) -> bool:
+        """The common case, for the whole batch at once, over its writes merged per block (and per mode where
+        ``atomic`` says which ranges are atomic writes): no plain write touches stomped bytes or bytes another
+        block owns, no atomic write touches owned or stomped bytes but wholly (where it changes nothing), and no
+        two blocks' writes in the batch overlap. Then every block claims what it wrote. Bytes a block rewrites of
+        its own are neither foreign nor stomped, and claiming them again changes nothing, so they need no lookup of
+        their own."""
         keys = self._owner_numbers(block_keys)
-        if len(self.stomped) and self.stomped.covered(lo, hi).any():
+        stomped = self.stomped.covered(lo, hi) if len(self.stomped) else None
+        plain = None if atomic is None else ~atomic
+        if stomped is not None and (stomped.any() if plain is None else stomped[plain].any()):
             return False
         fresh = True  # no byte owned yet: a kernel streaming through its output
+        owned = None
         if len(self.owned):
             owned = self.owned.covered(lo, hi)
             if owned.any():
                 fresh = False
-                if (owned - self._owned_by_me(keys, lo, hi)).any():
+                foreign = owned - self._owned_by_me(keys, lo, hi)
+                if foreign.any() if plain is None else foreign[plain].any():
                     return False
+        if atomic is not None:
+            # An atomic write claims the bytes nobody owns and leaves every other byte as it is: where all its
+            # bytes are owned or stomped already (every block adding into one output, after the first), nothing.
+            taken = (owned if owned is not None else _U64(0)) + (stomped if stomped is not None else _U64(0))
+            noop = atomic & (taken == hi - lo)
+            partly = atomic & ~noop & (taken > 0)  # its claim is the rest: the taken ranges it meets are needed
+            held = _meeting(self.owned, self.stomped, lo[partly], hi[partly]) if partly.any() else None
+            if noop.any():
+                keep = ~noop
+                block_keys, keys, lo, hi = block_keys[keep], keys[keep], lo[keep], hi[keep]
+                if not lo.size:
+                    return True
+                fresh = owned is None or not owned[keep].any()
+            if (atomic & ~noop).any():
+                if block_keys[0] != block_keys[-1] or held is not None:
+                    return self._claim_first_come(block_keys, keys, lo, hi, atomic[~noop], held)
+                # A block's atomic and plain ranges may overlap: one union per block.
+                block_keys, lo, hi = _merge_by_block(block_keys, lo, hi)
+                keys = self._owner_numbers(block_keys)
         if block_keys[0] != block_keys[-1]:  # sorted by block: more than one block wrote
             order = np.argsort(lo, kind="stable")
             lo_sorted, hi_sorted = lo[order], hi[order]
@@ -344,17 +488,66 @@ class StompTracker:
         self.owned_by.add_disjoint(packed_lo, packed_hi)
         return True
 
+    def _claim_first_come(
+        self,
+        block_keys: np.ndarray,
+        keys: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        atomic: np.ndarray,
+        held: tuple[np.ndarray, np.ndarray] | None,
+    ) -> bool:
+        """Blocks of one batch whose atomic writes meet on bytes nobody owned (every block adding into one fresh
+        output tile): each byte goes to the first block, in block order, to write it, and the others' atomic writes
+        then meet its bytes and change nothing; bytes in ``held`` (owned or stomped before the batch, sorted and
+        disjoint: those the atomic writes partly meet) are nobody's to claim. Settled for the batch at once unless a
+        plain write meets another block's write: then the order decides a stomp, which the block path tells
+        (False). ``block_keys`` sorted."""
+        points = (lo, hi) if held is None else (lo, hi, *held)
+        bounds = np.unique(np.concatenate(points))
+        first, last = np.searchsorted(bounds, lo), np.searchsorted(bounds, hi)
+        new_block = np.ones(block_keys.size, dtype=bool)
+        new_block[1:] = block_keys[1:] != block_keys[:-1]
+        rank = np.cumsum(new_block) - 1
+        segments = bounds.size - 1
+        earliest = _first_cover(rank, first, last, segments)
+        covered = earliest < np.iinfo(np.int64).max
+        contested = covered & (earliest != -_first_cover(-rank, first, last, segments))
+        if contested.any():
+            before = np.concatenate(([0], np.cumsum(contested)))
+            plain = ~atomic
+            if (before[last[plain]] > before[first[plain]]).any():
+                return False
+        if held is not None:
+            covered &= IntervalSet(*held).covered(bounds[:-1], bounds[1:]) == 0
+        segment = np.flatnonzero(covered)
+        owner = keys[new_block][earliest[segment]]
+        seg_lo, seg_hi = bounds[segment], bounds[segment + 1]
+        joined = np.zeros(segment.size, dtype=bool)
+        joined[1:] = (seg_lo[1:] == seg_hi[:-1]) & (owner[1:] == owner[:-1])
+        heads = np.flatnonzero(~joined)
+        tails = np.append(heads[1:] - 1, segment.size - 1)
+        self._claim(owner[heads], seg_lo[heads], seg_hi[tails])
+        return True
+
     def _block_writes(
-        self, block: int, event: np.ndarray, start: np.ndarray, stop: np.ndarray
+        self, block: int, event: np.ndarray, start: np.ndarray, stop: np.ndarray, atomic: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One block's turn: its plain writes stomp the bytes other blocks own, each byte reported once, by the
+        first write to reach it; all its writes, atomic or not, claim the bytes nobody owns."""
         key = _U64(block)
-        foreign = self._foreign(np.full(start.size, key), start, stop)
-        written_lo, written_hi = merge_ranges(start, stop)
-        hits = foreign > 0
-        if hits.any():
+        found = _NONE
+        plain = ~atomic
+        if plain.all():
+            p_event, p_start, p_stop = event, start, stop
+        else:
+            p_event, p_start, p_stop = event[plain], start[plain], stop[plain]
+        foreign = self._foreign(np.full(p_start.size, key), p_start, p_stop)
+        if foreign.any():
+            written_lo, written_hi = merge_ranges(p_start, p_stop)
             mine_lo, mine_hi = self._owned_by(key)
             not_mine = difference(written_lo, written_hi, mine_lo, mine_hi)
-            outside = difference(*not_mine, self.owned.starts, self.owned.ends)
+            outside = _without(*not_mine, self.owned)
             conflict_lo, conflict_hi = difference(*not_mine, *outside)
             owners = np.unique(self.owned_by.starts >> _OWNER_SHIFT)
             owners = owners[owners != key]
@@ -365,17 +558,11 @@ class StompTracker:
             self.owned_by.subtract(packed_lo[order], packed_hi[order])
             self.owned.subtract(conflict_lo, conflict_hi)
             self.stomped.add(conflict_lo, conflict_hi)
-        fresh_lo, fresh_hi = difference(written_lo, written_hi, self.stomped.starts, self.stomped.ends)
-        self._claim(np.full(fresh_lo.size, key), fresh_lo, fresh_hi)
-        if not hits.any():
-            return _NONE
-        # One report per write: its stomped bytes in all, at the first of its ranges that has any.
-        event, start, foreign = event[hits], start[hits], foreign[hits]
-        order = np.lexsort((start, event))
-        event, start, foreign = event[order], start[order], foreign[order]
-        first = np.ones(event.size, dtype=bool)
-        first[1:] = event[1:] != event[:-1]
-        return event[first], start[first], np.add.reduceat(foreign, np.flatnonzero(first))
+            found = _first_hits(p_event, p_start, p_stop, conflict_lo, conflict_hi)
+        # Claims: the bytes nobody owns (an atomic write over another block's bytes leaves them that block's).
+        fresh = _without(*_without(*merge_ranges(start, stop), self.stomped), self.owned)
+        self._claim(np.full(fresh[0].size, key), *fresh)
+        return found
 
     def _owned_by(self, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
         """The ranges one block owns, as plain addresses."""
