@@ -25,7 +25,7 @@ import numpy as np
 
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
 from sanitizerd.compat import record_buffer, wire
-from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.convert.base import BlockContext, RecordPlaces, unique_pairs
 from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.compat.numbering import record_table
 from sanitizerd.compat.record_types import RecordType
@@ -178,6 +178,9 @@ class CompatConnection:
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
         self._binary_problems_said: set[int] = set()
+        self._places = RecordPlaces()  # the records' own (fileNo, lineNo), keyed as the converters mark them
+        self._place_locations: dict[tuple[int, int], int] = {}  # (binary id, place key) -> location id
+        self._places_over_said = False
         # This release's packet numbers: fixed packets -> payload size, and what reads each payload.
         handlers = {
             PacketType.DEVICE_SUMMARY: self._device_summary,
@@ -557,9 +560,9 @@ class CompatConnection:
         if op is None:
             return
         op.module = fields["moduleId"]
-        file = c_text(fields["fileName"])
-        if file:
-            op.location = self._intern((file, max(fields["lineNo"], 0), 0, ""), ())
+        file, line = c_text(fields["fileName"]), max(fields["lineNo"], 0)
+        if file or line:  # msSanitizer prints the hook's fileName and lineNo as they are (":0" for neither)
+            op.location = self._intern((file, line, 0, ""), (), record=True)
         self._out.append(op)
 
     def _single_kernel_record(self, body: bytes) -> None:
@@ -580,7 +583,7 @@ class CompatConnection:
                 self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
                 kernel.last_block = None
             return
-        context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget)
+        context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget, places=self._places)
         payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
             events, problem = record_buffer.decode_single(record_type, payload, serial, context, self._records)
@@ -662,7 +665,9 @@ class CompatConnection:
                 f"{self.layout.name}'s: {mismatch}; " + wire.other_releases_text(self.layout),
                 reason="wire_mismatch",
             )
-        context = BlockContext(block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget)
+        context = BlockContext(
+            block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget, places=self._places
+        )
         slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
@@ -716,7 +721,7 @@ class CompatConnection:
             self._end_kernel(kernel, respond=True)
 
     def _emit_events(self, kernel: _Kernel, events: np.ndarray) -> None:
-        if self._binary is not None:
+        if len(events):
             events = self._locate(kernel, events)
         if kernel.pc_start and len(events):  # msSanitizer's CalRecordPc: reports and stacks use pc - pcStartAddr
             pcs = events["pc"]
@@ -753,20 +758,17 @@ class CompatConnection:
         self._binary = binary
 
     def _locate(self, kernel: _Kernel, events: np.ndarray) -> np.ndarray:
-        """Each event's location from its pc: one lookup per distinct pc of the batch, new locations sent first."""
-        pcs, inverse = np.unique(events["pc"], return_inverse=True)
+        """Each event's location, as msSanitizer's reports choose it: the call stack of its pc where the kernel's
+        binary resolves one, else the record's own place (fileNo, lineNo: the converters left its key in the
+        ``location`` field). One look-up per distinct (pc, place) of the batch; new locations are sent first."""
         binary = self._binary
-        ids = np.zeros(len(pcs), dtype=np.uint32)
+        distinct, inverse = unique_pairs(events["pc"], events["location"])
+        ids = np.zeros(len(distinct), dtype=np.uint32)
         pending: list[m.Location] = []
-        for i, pc in enumerate(pcs.tolist()):
-            if not pc:
-                continue
-            key = (id(binary), pc)
-            known = self._pc_locations.get(key)
-            if known is None:
-                frames = binary.frames(pc, kernel.pc_start)
-                known = self._frames(frames, pending) if frames else 0
-                self._pc_locations[key] = known
+        for i, (pc, place) in enumerate(distinct):
+            known = self._stack_location(binary, kernel, pc, pending) if binary is not None and pc else 0
+            if not known and place:
+                known = self._place_location(binary, place, pending)
             ids[i] = known
         if pending:
             self._out.append(m.Locations(locations=pending))
@@ -775,11 +777,39 @@ class CompatConnection:
             # Damage met in the part of the DWARF a pc needed: those pcs have no stack; said once per binary.
             self._binary_problems_said.add(id(binary))
             self._out.append(m.Log(text=f"call stacks incomplete: {problem}", level="warn"))
-        if not ids.any():
-            return events
+        if self._places.over and not self._places_over_said:
+            self._places_over_said = True
+            self._out.append(
+                m.Log(
+                    text=f"records name more than {len(self._places.pairs) - 1} distinct source lines: the rest "
+                    "are reported at unknown:0",
+                    level="warn",
+                )
+            )
         located = events.copy() if not events.flags.writeable else events
         located["location"] = ids[inverse]
         return located
+
+    def _stack_location(self, binary: Any, kernel: _Kernel, pc: int, pending: list[m.Location]) -> int:
+        key = (id(binary), pc)
+        known = self._pc_locations.get(key)
+        if known is None:
+            frames = binary.frames(pc, kernel.pc_start)
+            known = self._frames(frames, pending) if frames else 0
+            self._pc_locations[key] = known
+        return known
+
+    def _place_location(self, binary: Any, place: int, pending: list[m.Location]) -> int:
+        """The location of a record's own place: its file from the kernel's file mapping, ``unknown`` where the
+        mapping (or the binary) lacks it, as msSanitizer's FileMapping::Query answers."""
+        key = (id(binary), place)
+        known = self._place_locations.get(key)
+        if known is None:
+            file_no, line_no = self._places.pairs[place]
+            name = binary.file_name(file_no) if binary is not None else None
+            known = self._intern((name if name is not None else "unknown", line_no, 0, ""), (), pending, record=True)
+            self._place_locations[key] = known
+        return known
 
     def _frames(self, frames: list[tuple[str, int, int, str]], pending: list[m.Location]) -> int:
         """The location id of the innermost frame, its callers (outer frames) interned as locations too."""
@@ -787,17 +817,23 @@ class CompatConnection:
         return self._intern(frames[0], callers, pending)
 
     def _intern(
-        self, frame: tuple[str, int, int, str], callers: tuple[int, ...], pending: list[m.Location] | None = None
+        self,
+        frame: tuple[str, int, int, str],
+        callers: tuple[int, ...],
+        pending: list[m.Location] | None = None,
+        *,
+        record: bool = False,
     ) -> int:
-        key = (frame, callers)
+        key = (frame, callers, record)
         known = self._frame_locations.get(key)
         if known is not None:
             return known
         self._locations += 1
         file, line, column, function = frame
         location = m.Location(
-            id=self._locations, file=file, line=line, column=column, function=function, callers=list(callers)
-        )
+            id=self._locations, file=file, line=line, column=column, function=function, callers=list(callers),
+            record=record,
+        )  # fmt: skip
         self._frame_locations[key] = self._locations
         if pending is None:
             self._out.append(m.Locations(locations=[location]))

@@ -668,7 +668,7 @@ class Kernel:
 
     def _access(self, row: int, rows: np.ndarray) -> RaceAccess:
         one = np.array([row])
-        stack = self.context.stack(int(self.field("location", one)[0]))
+        where, stack = self.context.place(int(self.field("location", one)[0]))
         ids = sorted({int(self.block_keys[blk]) & 0xFFFF for blk in np.unique(self.mblock[rows])})
         return RaceAccess(
             pipe=pipe_name(int(self.pipe[row])),
@@ -678,7 +678,7 @@ class Kernel:
             blocks=ids,
             serial=int(self.serial[row]),
             pc=int(self.field("pc", one)[0]),
-            location=stack[0] if stack else None,
+            location=where,
             stack=stack,
         )
 

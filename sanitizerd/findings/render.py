@@ -55,18 +55,49 @@ def _frame(frame: Frame) -> str:
     return f"{frame.file}:{frame.line}:{frame.column}" if frame.column else f"{frame.file}:{frame.line}"
 
 
-def _code_lines(finding: Finding, indent: str = "    ", verb: str = "code in") -> Iterator[str]:
-    stack = finding.stack
-    if finding.pc:
-        yield f"{P}{indent}{verb} pc current {finding.pc:#x} (serialNo:{finding.serial})"
-        rest = stack
-    else:
-        where = f"{stack[0].file}:{stack[0].line}" if stack else "<unknown>:0"
-        yield f"{P}{indent}{verb} {where} (serialNo:{finding.serial})"
-        rest = stack[1:]
-    offset = 0 if finding.pc else 1
-    for i, frame in enumerate(rest):
-        yield f"{P}{indent}#{i + offset} {_frame(frame)}"
+def _where(location: Frame | None, kernel_side: bool, *, basename: bool = False) -> str:
+    """msSanitizer's classic location, ``file:line``: a kernel record's file comes from the kernel's file mapping
+    (``unknown`` where the mapping lacks it), a host record's as the hook sent it (empty where it sent none).
+    memcheck's kernel-side reports print only the file's name, race and sync reports its whole path."""
+    if location is None:
+        return "unknown:0" if kernel_side else ":0"
+    file = location.file.rsplit("/", 1)[-1] if basename else location.file
+    return f"{file}:{location.line}"
+
+
+def location_lines(
+    pc: int,
+    location: Frame | None,
+    stack: list[Frame],
+    serial: int,
+    *,
+    head: str,
+    kernel_side: bool,
+    basename: bool = False,
+    indent: str = "    ",
+) -> Iterator[str]:
+    """A record's location as msSanitizer prints it: ``pc current 0x..`` and the call stack (every frame as
+    ``file:line:column``) where the pc resolved to one, otherwise the record's own ``file:line``. ``head`` is
+    the first line's text before it (its indent and verb). A native client's location whose callers travel with
+    it prints them after the file:line, numbered on (msSanitizer's records have no such chain)."""
+    if pc and stack:
+        yield f"{head}pc current {pc:#x} (serialNo:{serial})"
+        for i, frame in enumerate(stack):
+            yield f"{P}{indent}#{i} {frame.file}:{frame.line}:{frame.column}"
+        return
+    where = location if location is not None else (stack[0] if stack else None)
+    yield f"{head}{_where(where, kernel_side, basename=basename)} (serialNo:{serial})"
+    for i, frame in enumerate(stack[1:], start=1):
+        yield f"{P}{indent}#{i} {_frame(frame)}"
+
+
+def _code_lines(
+    finding: Finding, indent: str = "    ", verb: str = "code in", *, basename: bool = False
+) -> Iterator[str]:
+    yield from location_lines(
+        finding.pc, finding.location, finding.stack, finding.serial, head=f"{P}{indent}{verb} ",
+        kernel_side=finding.kernel is not None, basename=basename, indent=indent,
+    )  # fmt: skip
 
 
 _SYNC_TITLES = {
@@ -108,18 +139,9 @@ def _race(finding: Finding) -> Iterator[str]:
 def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
     head = (
         f"{P}    {access.pipe} {access.op} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
-        f"({access.block_type}) on device {device} "
+        f"({access.block_type}) on device {device} at "
     )
-    stack = access.stack
-    if access.pc:
-        yield f"{head}at pc current {access.pc:#x} (serialNo:{access.serial})"
-        rest, offset = stack, 0
-    else:
-        where = f"{stack[0].file}:{stack[0].line}" if stack else "<unknown>:0"
-        yield f"{head}at {where} (serialNo:{access.serial})"
-        rest, offset = stack[1:], 1
-    for i, frame in enumerate(rest):
-        yield f"{P}    #{i + offset} {_frame(frame)}"
+    yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
 
 
 def _deadlock(finding: Finding) -> Iterator[str]:
@@ -179,7 +201,7 @@ def _single(finding: Finding) -> Iterator[str]:
     yield at
     if finding.kernel is not None:
         yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
-    yield from _code_lines(finding)
+    yield from _code_lines(finding, basename=finding.kernel is not None)
 
 
 def _leaks(group: list[Finding]) -> Iterator[str]:

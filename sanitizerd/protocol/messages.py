@@ -108,7 +108,9 @@ class DeviceSummary(Message, tag="device"):
 
 
 class Location(msgspec.Struct, kw_only=True):
-    """A source location; ``callers`` are location ids of the enclosing frames, innermost first."""
+    """A source location; ``callers`` are location ids of the enclosing frames, innermost first. ``record``: the
+    place a device record names itself (msSanitizer's ``fileNo``/``lineNo``), not the call stack of its pc:
+    reports print it as ``file:line`` whatever the event's pc, as msSanitizer does where no stack resolves."""
 
     id: int
     file: str
@@ -116,6 +118,7 @@ class Location(msgspec.Struct, kw_only=True):
     column: int = 0
     function: str = ""
     callers: list[int] = []
+    record: bool = False
 
 
 class Locations(Message, tag="locations"):

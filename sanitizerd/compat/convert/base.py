@@ -11,6 +11,52 @@ from sanitizerd.chips import Chip
 from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.protocol.records import EVENT_DTYPE
 
+MAX_RECORD_PLACES = 1 << 16  # distinct (fileNo, lineNo) pairs one connection names; a kernel has a few thousand
+
+
+class RecordPlaces:
+    """msSanitizer's own place of each record (``Location.fileNo``, ``lineNo``), which its reports print where the
+    record's pc resolves to no call stack: each distinct pair gets a small key (from 1), carried in the events'
+    ``location`` field from the converters to the connection, which turns it into a location id. Past
+    MAX_RECORD_PLACES pairs, records get no key (their reports say ``unknown:0``) and ``over`` counts them."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[int, int], int] = {}
+        self.pairs: list[tuple[int, int]] = [(0, 0)]  # key -> (fileNo, lineNo); key 0: none
+        self.over = 0
+
+    def keys(self, file_no: np.ndarray, line_no: np.ndarray) -> np.ndarray:
+        """The key of each record's pair: one dictionary look-up per distinct pair, not per record."""
+        distinct, inverse = unique_pairs(file_no, line_no)
+        keys = np.zeros(len(distinct), dtype=np.uint32)
+        for i, (file, line) in enumerate(distinct):
+            key = self._keys.get((file, line))
+            if key is None:
+                if len(self.pairs) > MAX_RECORD_PLACES:
+                    self.over += int((inverse == i).sum())
+                    continue
+                key = self._keys[(file, line)] = len(self.pairs)
+                self.pairs.append((file, line))
+            keys[i] = key
+        return keys[inverse]
+
+
+def unique_pairs(first: np.ndarray, second: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The distinct (first, second) pairs of two u64 columns, and each row's index among them: one 1-D unique
+    where the second column fits 32 bits beside the first's rank (always, for lines and place keys), a row-wise
+    one otherwise (several times slower)."""
+    first, second = np.asarray(first, dtype=np.uint64), np.asarray(second, dtype=np.uint64)
+    if not first.size:
+        return [], np.zeros(0, dtype=np.intp)
+    values, rank = np.unique(first, return_inverse=True)
+    if int(second.max()) < 1 << 32:
+        combined, inverse = np.unique((rank.astype(np.uint64) << np.uint64(32)) | second, return_inverse=True)
+        firsts = values[(combined >> np.uint64(32)).astype(np.intp)].tolist()
+        seconds = (combined & np.uint64(0xFFFFFFFF)).tolist()
+        return list(zip(firsts, seconds, strict=True)), inverse.reshape(-1)
+    distinct, inverse = np.unique(np.stack((first, second), axis=1), axis=0, return_inverse=True)
+    return [(int(a), int(b)) for a, b in distinct.tolist()], inverse.reshape(-1)
+
 
 @dataclass(frozen=True, slots=True)
 class BlockContext:
@@ -28,6 +74,24 @@ class BlockContext:
     # What the kernel launch's records may still become (bounds.py): the connection gives each launch its own,
     # shared by its slots; a context made without one (a test's) has a launch of its own.
     budget: ExpansionBudget = field(default_factory=ExpansionBudget, compare=False, hash=False)
+    # The connection's keys of the records' own places (fileNo, lineNo); None: none kept (a test's context).
+    places: RecordPlaces | None = field(default=None, compare=False, hash=False)
+
+
+def mark_places(events: np.ndarray, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """``events`` (of ``records``, numbered ``serials`` in increasing order) with each one's record place key in
+    its ``location`` field; events whose serial names none of these records (none today) keep theirs."""
+    places = context.places
+    if places is None or not events.size or not records.size:
+        return events
+    keys = places.keys(records["file_no"], records["line_no"])
+    row = np.searchsorted(serials, events["serial"])
+    row = np.minimum(row, serials.size - 1)
+    own = serials[row] == events["serial"]
+    if not events.flags.writeable:
+        events = events.copy()
+    events["location"] = np.where(own, keys[row], events["location"])
+    return events
 
 
 def drop(context: BlockContext, text: str, count: int) -> None:
