@@ -51,6 +51,8 @@ class Config(msgspec.Struct, kw_only=True):
     log_level: Ident = "warn"
     # racecheck: accesses of one pipe more than this many instructions apart are ordered (msSanitizer: 16)
     single_pipe_distance: int = DEFAULT_SINGLE_PIPE_DISTANCE
+    # racecheck: one report per racing pair of sites over all blocks (`run --race-fold yes`), not per pair of blocks
+    race_fold: bool = False
     # known findings, hidden with a reason (`run --suppressions FILE`); the host's file applies too
     suppressions: Annotated[list[Suppression], msgspec.Meta(max_length=MAX_SUPPRESSIONS)] = []
 
