@@ -436,7 +436,7 @@ def test_a_client_that_never_launches_is_held_at_most_max_held_messages() -> Non
 def test_memory_record_carries_its_source_line() -> None:
     data = memory_record(0, 0x3000, 128, file="main.cpp", line=42) + memory_record(1, 0x3000, file="main.cpp", line=42)
     locations, malloc, free, _ = feed(data)
-    assert locations == m.Locations(locations=[m.Location(id=1, file="main.cpp", line=42, record=True)])
+    assert locations == m.Locations(locations=[m.Location(id=1, file="main.cpp", line=42)])
     assert malloc == m.HostOp(op="malloc", address=0x3000, size=128, source="acl", serial=0, location=1, module=5)
     assert free.location == 1 and free.serial == 1
 

@@ -76,6 +76,7 @@ class _Kernel:
     block_dim: int
     kernel_type: str
     pc_start: int
+    debug_line: bool = True  # KernelSummary.hasDebugLine
     begun: bool = False  # KernelBegin sent: deferred to the first records, since a summary may have none
     slots: int = 0  # KERNEL_RECORD slots received
     total_slots: int | None = None  # kernelInfo.totalBlockDim of its global head
@@ -391,7 +392,7 @@ class CompatConnection:
         self._out.append(m.DeviceSummary(chip=self._chip_name, block_num=block_num, device=device_id))
 
     def _kernel_summary(self, payload: bytes) -> None:
-        pc_start, block_dim, kernel_type, _dbi, _debug_line, raw_name = self.layout.kernel_summary.struct.unpack(
+        pc_start, block_dim, kernel_type, _dbi, debug_line, raw_name = self.layout.kernel_summary.struct.unpack(
             payload
         )
         kernel = self._kernel
@@ -407,11 +408,13 @@ class CompatConnection:
             self._out.append(m.Log(text=f"KERNEL_SUMMARY with KernelType {kernel_type}: taken as aiv", level="warn"))
             type_name = "aiv"
         # A summary whose launch sends no records (its record buffer could not be set up) is replaced by the next.
-        self._kernel = self._new_kernel(c_text(raw_name), block_dim, type_name, pc_start)
+        self._kernel = self._new_kernel(c_text(raw_name), block_dim, type_name, pc_start, bool(debug_line))
 
-    def _new_kernel(self, name: str, block_dim: int, kernel_type: str, pc_start: int) -> _Kernel:
+    def _new_kernel(
+        self, name: str, block_dim: int, kernel_type: str, pc_start: int, debug_line: bool = True
+    ) -> _Kernel:
         self._kernel_ids += 1
-        return _Kernel(self._kernel_ids, name, block_dim, kernel_type, pc_start)
+        return _Kernel(self._kernel_ids, name, block_dim, kernel_type, pc_start, debug_line=debug_line)
 
     def _kernel_for_records(self) -> _Kernel:
         """The kernel records belong to, begun now if they are its first; records without a summary (msSanitizer
@@ -428,6 +431,7 @@ class CompatConnection:
                     block_dim=kernel.block_dim,
                     kernel_type=kernel.kernel_type,  # type: ignore[arg-type]
                     pc_start=kernel.pc_start,
+                    debug_line=kernel.debug_line,
                 )
             )
         return kernel
@@ -562,7 +566,7 @@ class CompatConnection:
         op.module = fields["moduleId"]
         file, line = c_text(fields["fileName"]), max(fields["lineNo"], 0)
         if file or line:  # msSanitizer prints the hook's fileName and lineNo as they are (":0" for neither)
-            op.location = self._intern((file, line, 0, ""), (), record=True)
+            op.location = self._intern((file, line, 0, ""), ())  # pc 0: printed as file:line, as a native one
         self._out.append(op)
 
     def _single_kernel_record(self, body: bytes) -> None:

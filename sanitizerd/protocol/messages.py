@@ -180,6 +180,9 @@ class KernelBegin(Message, tag="kernel_begin"):
     block_dim: int
     kernel_type: Literal["aicpu", "aiv", "aic", "mix"] = "aiv"
     pc_start: int = 0
+    # The kernel's binary has line information (msSanitizer's KernelSummary.hasDebugLine); without it, the first
+    # report of the launch is preceded by msSanitizer's "missed debug_line information" warning.
+    debug_line: bool = True
 
 
 class Events(Message, tag="events"):
@@ -426,6 +429,7 @@ class KernelChecked(Message, tag="kernel_checked"):
     lost: int = 0  # records the client lost (--cache-size): the result is incomplete
     incomplete: bool = False  # records lost or not turned into events: not every record was checked
     suppressed: int = 0  # findings a suppression rule hid: in neither errors nor warnings
+    debug_line: bool = True  # as the launch's kernel_begin said
 
 
 class Recorded(Message, tag="recorded"):
