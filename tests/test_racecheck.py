@@ -381,6 +381,7 @@ class TestReport:
             "======    PIPE_MTE2 Write at RAW()+0x0 in block 0 (aiv) on device 0 at add.cpp:18 (serialNo:1)",
             "======    PIPE_V Read at RAW()+0x0 in block 0 (aiv) on device 0 at pc current 0xad4 (serialNo:3)",
             "======    #0 add.cpp:18:5",
+            "",  # msSanitizer ends every report with a blank line
         ]
         assert (finding.address, finding.size, finding.serial) == (0, 256, 3)
 
@@ -394,6 +395,7 @@ class TestReport:
             "======    in block aiv(0) on device 0",
             "======    code in add.cpp:18 (serialNo:1)",
             "======    The pipe line cannot progress: 2 instruction(s) waiting behind it were not checked for races",
+            "",  # msSanitizer ends every report with a blank line
         ]
 
 

@@ -40,8 +40,9 @@ def kernel_finding(kind: str, **fields: object) -> Finding:
 
 
 def lines(text: str) -> list[str]:
-    assert text.endswith("\n")
-    return text[:-1].split("\n")
+    """The lines of one report, which msSanitizer ends with a blank line (asserted, then left out)."""
+    assert text.endswith("\n\n")
+    return text[:-2].split("\n")
 
 
 class TestKernelSideText:
@@ -282,7 +283,8 @@ class TestHostSideText:
         ]
 
     def test_leak_block(self) -> None:
-        """Leaks share one header, each follows a blank line, and a SUMMARY totals bytes and allocations."""
+        """Leaks share one header and a blank line, each is followed by a blank line, and a SUMMARY totals bytes and
+        allocations (msSanitizer's SummaryLeakCheck)."""
         leaks = [
             make_finding(
                 "memory_leak",
@@ -300,7 +302,7 @@ class TestHostSideText:
                 stack=[Frame(file="add_custom.cpp", line=15)],
             ),
         ]
-        assert lines(render_text(leaks)) == [
+        assert render_text(leaks).split("\n") == [
             "====== ERROR: LeakCheck: detected memory leaks",
             "",
             "======    Direct leak of 100 byte(s)",
@@ -310,11 +312,14 @@ class TestHostSideText:
             "======    Direct leak of 1000 byte(s)",
             "======      at 0x124080014000 on GM by module 3",
             "======      allocated in add_custom.cpp:15 (serialNo:38)",
+            "",
             "====== SUMMARY: 1100 byte(s) leaked in 2 allocation(s)",
+            "",  # the summary ends the message: no blank line after it
         ]
 
     def test_unused_memory(self) -> None:
-        """Unused memory prints a WARNING per block and a SUMMARY of bytes and allocations."""
+        """Unused memory prints a WARNING per block and a SUMMARY of bytes and allocations, each followed by a blank
+        line (msSanitizer's SummaryUnusedHeapCheck)."""
         unused = [
             make_finding(
                 "unused_memory",
@@ -335,9 +340,11 @@ class TestHostSideText:
             "====== WARNING: Unused memory of 1000 byte(s)",
             "======    at 0x1240c0016000 on GM",
             "======    code in add_custom.cpp:2 (serialNo:69)",
+            "",
             "====== WARNING: Unused memory of 100 byte(s)",
             "======    at 0x1240c0017000 on GM",
             "======    code in add_custom.cpp:3 (serialNo:70)",
+            "",
             "====== SUMMARY: 1100 byte(s) unused memory in 2 allocation(s)",
         ]
 
@@ -347,7 +354,7 @@ class TestHostSideText:
         b = make_finding("memory_leak", session=2, address=0x20, size=2, serial=2)
         free = make_finding("illegal_free", session=2, address=0x30, serial=3)
         c = make_finding("memory_leak", session=2, address=0x40, size=4, serial=4)
-        text = lines(render_text([a, b, free, c]))
+        text = render_text([a, b, free, c]).splitlines()
         assert text.count("====== ERROR: LeakCheck: detected memory leaks") == 3
         assert [line for line in text if "SUMMARY" in line] == [
             "====== SUMMARY: 1 byte(s) leaked in 1 allocation(s)",

@@ -123,6 +123,7 @@ class TestStomping:
             "======    in block aiv(9) on device 0",
             "======    code in pc current 0x7b8 (serialNo:2)",
             "======    #0 add_custom.cpp:22:5",
+            "",  # msSanitizer ends every report with a blank line
         ]
 
 

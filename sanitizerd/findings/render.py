@@ -205,24 +205,29 @@ def _single(finding: Finding) -> Iterator[str]:
 
 
 def _leaks(group: list[Finding]) -> Iterator[str]:
+    """msSanitizer's one leak message: its header and a blank line, each leak and a blank line, the summary."""
     yield f"{P} ERROR: LeakCheck: detected memory leaks"
+    yield ""
     for leak in group:
-        yield ""
         yield f"{P}    Direct leak of {leak.size} byte(s)"
         by_module = f" by module {leak.module}" if leak.module != -1 else ""
         yield f"{P}      at {leak.address:#x} on {leak.space}{by_module}"
         yield from _code_lines(leak, indent="      ", verb="allocated in")
+        yield ""
     total = sum(leak.size for leak in group)
     yield f"{P} SUMMARY: {total} byte(s) leaked in {len(group)} allocation(s)"
 
 
 def _unused(group: list[Finding]) -> Iterator[str]:
+    """msSanitizer's one unused-memory message: each allocation and a blank line, the summary and a blank line."""
     for finding in group:
         yield f"{P} WARNING: Unused memory of {finding.size} byte(s)"
         yield f"{P}    at {finding.address:#x} on {finding.space}"
         yield from _code_lines(finding)
+        yield ""
     total = sum(finding.size for finding in group)
     yield f"{P} SUMMARY: {total} byte(s) unused memory in {len(group)} allocation(s)"
+    yield ""
 
 
 _GROUPED = {"memory_leak": _leaks, "unused_memory": _unused}
@@ -234,9 +239,10 @@ def _suppressed(finding: Finding) -> Iterator[str]:
 
 
 def render_text(findings: Iterable[Finding]) -> str:
-    """Reports in msSanitizer's format. Consecutive leaks (and unused blocks) of one session share a header
-    and a summary line, as msSanitizer prints them at exit. A suppressed finding (shown only when asked for)
-    follows a line that says so, with the rule's reason."""
+    """Reports in msSanitizer's format, each followed by a blank line as msSanitizer ends every report (its
+    reports end their last line and the message adds a line end). Consecutive leaks (and unused blocks) of one
+    session share a header and a summary line, as msSanitizer prints them at exit. A suppressed finding (shown
+    only when asked for) follows a line that says so, with the rule's reason."""
     lines: list[str] = []
     pending: list[Finding] = []
 
@@ -256,6 +262,7 @@ def render_text(findings: Iterable[Finding]) -> str:
         else:
             lines.extend(_suppressed(finding))
             lines.extend(_single(finding))
+            lines.append("")
     flush()
     return "\n".join(lines) + ("\n" if lines else "")
 
