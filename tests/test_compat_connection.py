@@ -923,3 +923,42 @@ def test_kept_kernel_binaries_are_bounded_in_bytes(tmp_path: Path, monkeypatch: 
         assert connection._binary_bytes <= max(conn.KERNEL_BINARY_CACHE_BYTES, len(binary))
     kept = [size for _, size in connection._binaries.values()]
     assert kept == [len(binaries[1]), len(binaries[2])]  # the first went when the third came
+
+
+# --- the records' own places (fileNo, lineNo) ------------------------------------------------------------------------
+
+
+def test_record_places_are_keyed_once_per_pair_and_bounded() -> None:
+    """Each distinct (fileNo, lineNo) gets one key, whatever its records' order or batch; past MAX_RECORD_PLACES
+    pairs a record gets none (key 0) and is counted, so a hostile stream of distinct lines costs a bounded table."""
+    import numpy as np
+
+    from sanitizerd.compat.convert.base import MAX_RECORD_PLACES, RecordPlaces
+
+    places = RecordPlaces()
+    first = places.keys(np.array([7, 7, 2**64 - 1, 7], dtype=np.uint64), np.array([18, 18, 2**63, 19], dtype=np.uint64))
+    assert first.tolist() == [1, 1, 3, 2]  # keys in the order of the distinct pairs' sort, then reused
+    assert places.pairs[1:] == [(7, 18), (7, 19), (2**64 - 1, 2**63)]
+    again = places.keys(np.array([7], dtype=np.uint64), np.array([19], dtype=np.uint64))
+    assert again.tolist() == [2]
+    many = MAX_RECORD_PLACES + 10
+    keys = places.keys(np.arange(many, dtype=np.uint64) + np.uint64(100), np.zeros(many, dtype=np.uint64))
+    assert len(places.pairs) == MAX_RECORD_PLACES + 1  # key 0 is none
+    assert int((keys == 0).sum()) == places.over == many - (MAX_RECORD_PLACES - 3)
+
+
+def test_records_past_the_place_bound_are_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection whose records name more distinct lines than it keeps says so once, and those records' events
+    carry no location (reported at unknown:0), while the kept ones carry theirs."""
+    from sanitizerd.compat.convert import base
+
+    monkeypatch.setattr(base, "MAX_RECORD_PLACES", 2)
+    records = [dma_record(0x100, 0x1000 + 32 * r, 0, block_id=0, file_no=5, line_no=10 + r) for r in range(4)]
+    got = feed(kernel_summary(pc=0) + slot(1, records) + kernel_summary(pc=0) + slot(1, records))
+    said = [x.text for x in got if isinstance(x, m.Log) and "distinct source lines" in x.text]
+    assert said == ["records name more than 2 distinct source lines: the rest are reported at unknown:0"]
+    located = {loc.id: loc for x in got if isinstance(x, m.Locations) for loc in x.locations}
+    assert sorted((loc.line, loc.record) for loc in located.values()) == [(10, True), (11, True)]
+    events = as_events(b"".join(bytes(x.records) for x in got if isinstance(x, m.Events)))
+    memory = events[events["kind"] <= 1]
+    assert sorted(set(memory["location"].tolist())) == [0, *sorted(located)]
