@@ -928,23 +928,47 @@ def test_kept_kernel_binaries_are_bounded_in_bytes(tmp_path: Path, monkeypatch: 
 # --- the records' own places (fileNo, lineNo) ------------------------------------------------------------------------
 
 
-def test_record_places_are_keyed_once_per_pair_and_bounded() -> None:
-    """Each distinct (fileNo, lineNo) gets one key, whatever its records' order or batch; past MAX_RECORD_PLACES
-    pairs a record gets none (key 0) and is counted, so a hostile stream of distinct lines costs a bounded table."""
+def test_record_places_are_keyed_once_per_site_and_bounded() -> None:
+    """Each distinct (pc, fileNo, lineNo) gets one key, whatever its records' order or batch, on the fast path
+    (every pc has one place) and the sorted one (a pc with two, pcs spread wide); past MAX_RECORD_PLACES keys a
+    record gets none (key 0) and is counted, so a hostile stream of distinct lines costs a bounded table."""
     import numpy as np
 
     from sanitizerd.compat.convert.base import MAX_RECORD_PLACES, RecordPlaces
 
+    def u64(*values: int) -> np.ndarray:
+        return np.array(values, dtype=np.uint64)
+
     places = RecordPlaces()
-    first = places.keys(np.array([7, 7, 2**64 - 1, 7], dtype=np.uint64), np.array([18, 18, 2**63, 19], dtype=np.uint64))
-    assert first.tolist() == [1, 1, 3, 2]  # keys in the order of the distinct pairs' sort, then reused
-    assert places.pairs[1:] == [(7, 18), (7, 19), (2**64 - 1, 2**63)]
-    again = places.keys(np.array([7], dtype=np.uint64), np.array([19], dtype=np.uint64))
-    assert again.tolist() == [2]
+    keys, distinct = places.keys(u64(0x100, 0x100, 0x108, 0x100), u64(7, 7, 7, 7), u64(18, 18, 19, 18))
+    assert keys.tolist() == [1, 1, 2, 1] and sorted(distinct.tolist()) == [1, 2]
+    assert places.sites[1:] == [(0x100, 7, 18), (0x108, 7, 19)]
+    # pc 0x100 with another line, and a pc 2**63 away: the sort, with the keys already given kept
+    keys, _ = places.keys(u64(0x100, 0x100, 2**63), u64(7, 7, 2**64 - 1), u64(18, 20, 1))
+    assert keys.tolist() == [1, 3, 4]
+    assert places.sites[3:] == [(0x100, 7, 20), (2**63, 2**64 - 1, 1)]
     many = MAX_RECORD_PLACES + 10
-    keys = places.keys(np.arange(many, dtype=np.uint64) + np.uint64(100), np.zeros(many, dtype=np.uint64))
-    assert len(places.pairs) == MAX_RECORD_PLACES + 1  # key 0 is none
-    assert int((keys == 0).sum()) == places.over == many - (MAX_RECORD_PLACES - 3)
+    keys, _ = places.keys(np.arange(many, dtype=np.uint64), np.zeros(many, dtype=np.uint64), u64(*[5] * many))
+    assert len(places.sites) == MAX_RECORD_PLACES + 1  # key 0 is none
+    assert int((keys == 0).sum()) == places.over == many - (MAX_RECORD_PLACES - 4)
+
+
+def test_record_locations_are_resolved_once_per_key_and_binding() -> None:
+    """The resolver is asked once per key while the binding holds, and again after a new one (another binary)."""
+    import numpy as np
+
+    from sanitizerd.compat.convert.base import RecordPlaces
+
+    asked: list[int] = []
+    places = RecordPlaces(lambda key: asked.append(key) or 100 + key)
+    places.bind("binary 1")
+    pcs = np.array([0x10, 0x20, 0x10], dtype=np.uint64)
+    zeros = np.zeros(3, dtype=np.uint64)
+    assert places.locations(pcs, zeros, zeros).tolist() == [101, 102, 101]
+    assert places.locations(pcs, zeros, zeros).tolist() == [101, 102, 101] and asked == [1, 2]
+    places.bind("binary 2")
+    places.locations(pcs[:1], zeros[:1], zeros[:1])
+    assert asked == [1, 2, 1]
 
 
 def test_records_past_the_place_bound_are_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -955,8 +979,8 @@ def test_records_past_the_place_bound_are_said_once(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(base, "MAX_RECORD_PLACES", 2)
     records = [dma_record(0x100, 0x1000 + 32 * r, 0, block_id=0, file_no=5, line_no=10 + r) for r in range(4)]
     got = feed(kernel_summary(pc=0) + slot(1, records) + kernel_summary(pc=0) + slot(1, records))
-    said = [x.text for x in got if isinstance(x, m.Log) and "distinct source lines" in x.text]
-    assert said == ["records name more than 2 distinct source lines: the rest are reported at unknown:0"]
+    said = [x.text for x in got if isinstance(x, m.Log) and "distinct pcs and source lines" in x.text]
+    assert said == ["records name more than 2 distinct pcs and source lines: the rest are reported at unknown:0"]
     located = {loc.id: loc for x in got if isinstance(x, m.Locations) for loc in x.locations}
     assert sorted((loc.line, loc.record) for loc in located.values()) == [(10, True), (11, True)]
     events = as_events(b"".join(bytes(x.records) for x in got if isinstance(x, m.Events)))

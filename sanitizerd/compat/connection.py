@@ -25,7 +25,8 @@ import numpy as np
 
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
 from sanitizerd.compat import record_buffer, wire
-from sanitizerd.compat.convert.base import BlockContext, RecordPlaces, unique_pairs
+from sanitizerd.compat.convert import base as convert_base
+from sanitizerd.compat.convert.base import BlockContext, RecordPlaces
 from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.compat.numbering import record_table
 from sanitizerd.compat.record_types import RecordType
@@ -179,8 +180,10 @@ class CompatConnection:
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
         self._binary_problems_said: set[int] = set()
-        self._places = RecordPlaces()  # the records' own (fileNo, lineNo), keyed as the converters mark them
-        self._place_locations: dict[tuple[int, int], int] = {}  # (binary id, place key) -> location id
+        # Each record's location id, set by the converters: its pc's stack, or its own (fileNo, lineNo).
+        self._places = RecordPlaces(self._resolve_place)
+        self._pending_locations: list[m.Location] = []  # made while decoding; sent before the events that name them
+        self._binaries_sent = 0
         self._places_over_said = False
         # This release's packet numbers: fixed packets -> payload size, and what reads each payload.
         handlers = {
@@ -424,6 +427,7 @@ class CompatConnection:
             kernel = self._kernel = self._new_kernel("unknown", 0, "aiv", 0)
         if not kernel.begun:
             kernel.begun = True
+            self._places.bind((self._binaries_sent, kernel.pc_start))
             self._out.append(
                 m.KernelBegin(
                     kernel=kernel.id,
@@ -725,8 +729,7 @@ class CompatConnection:
             self._end_kernel(kernel, respond=True)
 
     def _emit_events(self, kernel: _Kernel, events: np.ndarray) -> None:
-        if len(events):
-            events = self._locate(kernel, events)
+        self._said_places()
         if kernel.pc_start and len(events):  # msSanitizer's CalRecordPc: reports and stacks use pc - pcStartAddr
             pcs = events["pc"]
             if not events.flags.writeable:
@@ -738,6 +741,7 @@ class CompatConnection:
 
     def _kernel_binary(self, elf: bytes) -> None:
         self._binary = None
+        self._binaries_sent += 1  # what the records' locations were found with changes (RecordPlaces.bind)
         if stacks is None:
             return
         digest = hashlib.blake2b(elf, digest_size=16).digest()
@@ -761,21 +765,22 @@ class CompatConnection:
             self._binaries.move_to_end(digest)
         self._binary = binary
 
-    def _locate(self, kernel: _Kernel, events: np.ndarray) -> np.ndarray:
-        """Each event's location, as msSanitizer's reports choose it: the call stack of its pc where the kernel's
-        binary resolves one, else the record's own place (fileNo, lineNo: the converters left its key in the
-        ``location`` field). One look-up per distinct (pc, place) of the batch; new locations are sent first."""
+    def _resolve_place(self, key: int) -> int:
+        """The location of a record's (pc, fileNo, lineNo) key, as msSanitizer's reports choose it: the call stack
+        of its pc where the kernel's binary resolves one, else the record's own place."""
+        pc = self._places.sites[key][0]
+        kernel, binary = self._kernel, self._binary
+        known = 0
+        if binary is not None and pc and kernel is not None:
+            known = self._stack_location(binary, kernel, pc, self._pending_locations)
+        return known or self._place_location(binary, key, self._pending_locations)
+
+    def _said_places(self) -> None:
+        """The locations decoding made, before the events that name them; what went wrong finding them."""
+        if self._pending_locations:
+            self._out.append(m.Locations(locations=self._pending_locations))
+            self._pending_locations = []
         binary = self._binary
-        distinct, inverse = unique_pairs(events["pc"], events["location"])
-        ids = np.zeros(len(distinct), dtype=np.uint32)
-        pending: list[m.Location] = []
-        for i, (pc, place) in enumerate(distinct):
-            known = self._stack_location(binary, kernel, pc, pending) if binary is not None and pc else 0
-            if not known and place:
-                known = self._place_location(binary, place, pending)
-            ids[i] = known
-        if pending:
-            self._out.append(m.Locations(locations=pending))
         problem = getattr(binary, "problem", "")
         if problem and id(binary) not in self._binary_problems_said:
             # Damage met in the part of the DWARF a pc needed: those pcs have no stack; said once per binary.
@@ -785,14 +790,11 @@ class CompatConnection:
             self._places_over_said = True
             self._out.append(
                 m.Log(
-                    text=f"records name more than {len(self._places.pairs) - 1} distinct source lines: the rest "
-                    "are reported at unknown:0",
+                    text=f"records name more than {convert_base.MAX_RECORD_PLACES} distinct pcs and source lines: "
+                    "the rest are reported at unknown:0",
                     level="warn",
                 )
             )
-        located = events.copy() if not events.flags.writeable else events
-        located["location"] = ids[inverse]
-        return located
 
     def _stack_location(self, binary: Any, kernel: _Kernel, pc: int, pending: list[m.Location]) -> int:
         key = (id(binary), pc)
@@ -803,17 +805,12 @@ class CompatConnection:
             self._pc_locations[key] = known
         return known
 
-    def _place_location(self, binary: Any, place: int, pending: list[m.Location]) -> int:
+    def _place_location(self, binary: Any, key: int, pending: list[m.Location]) -> int:
         """The location of a record's own place: its file from the kernel's file mapping, ``unknown`` where the
         mapping (or the binary) lacks it, as msSanitizer's FileMapping::Query answers."""
-        key = (id(binary), place)
-        known = self._place_locations.get(key)
-        if known is None:
-            file_no, line_no = self._places.pairs[place]
-            name = binary.file_name(file_no) if binary is not None else None
-            known = self._intern((name if name is not None else "unknown", line_no, 0, ""), (), pending, record=True)
-            self._place_locations[key] = known
-        return known
+        _pc, file_no, line_no = self._places.sites[key]
+        name = binary.file_name(file_no) if binary is not None else None
+        return self._intern((name if name is not None else "unknown", line_no, 0, ""), (), pending, record=True)
 
     def _frames(self, frames: list[tuple[str, int, int, str]], pending: list[m.Location]) -> int:
         """The location id of the innermost frame, its callers (outer frames) interned as locations too."""
