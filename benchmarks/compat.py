@@ -4,11 +4,12 @@ V->MTE3, DataCopy out, set/wait MTE3->MTE2, one pipe_barrier), the record region
 feeds it. Prints the best of ``--repeats`` runs.
 
     PYTHONPATH=. .venv/bin/python benchmarks/compat.py [--records 2000000] [--chunk-mib 2] [--repeats 3] [--shuffle]
-        [--connection]
+        [--connection [--binary ELF]]
 
 ``--connection`` sends the slot through ``CompatConnection`` (a KERNEL_SUMMARY and the KERNEL_RECORD packet, read
 1 MiB at a time): what the sans-I/O layer adds to the decoder. ``--shuffle`` puts the same records in a random
-order: the walk then cannot predict a loop and walks in lockstep.
+order: the walk then cannot predict a loop and walks in lockstep. ``--binary`` sends a kernel ELF first, as the
+hooks always do, so that each record's pc is looked up in it (tests/test_report_shape.py compiles one).
 
 BINARY_OP counts as a vector record only where its converter is registered (the vector family); without it the
 figure says so, and those records are walked and counted as not converted.
@@ -20,6 +21,7 @@ import argparse
 import struct
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -106,12 +108,14 @@ def build(records: int, shuffle: bool = False) -> tuple[bytes, int]:
     return bytes(head) + region, count
 
 
-def packets(data: bytes) -> bytes:
-    """The slot as the hooks send it: a KERNEL_SUMMARY, then the KERNEL_RECORD packet."""
+def packets(data: bytes, elf: bytes = b"") -> bytes:
+    """The slot as the hooks send it: a KERNEL_SUMMARY, the kernel's ELF if given (KERNEL_BINARY; its code then
+    starts at 0x1000, where the records' pcs are), then the KERNEL_RECORD packet."""
     summary = bytearray(2064)
-    struct.pack_into("<QIB", summary, 0, 0, 1, 1)
+    struct.pack_into("<QIB", summary, 0, 0x1000 if elf else 0, 1, 1)
     summary[15:25] = b"benchmark\0"
-    return struct.pack("<I", 1) + bytes(summary) + struct.pack("<IQ", 1001, len(data)) + data
+    binary = struct.pack("<IQ", 2, len(elf)) + elf if elf else b""
+    return struct.pack("<I", 1) + bytes(summary) + binary + struct.pack("<IQ", 1001, len(data)) + data
 
 
 def through_connection(reads: list[bytes]) -> tuple[int, int, list[str]]:
@@ -155,10 +159,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shuffle", action="store_true", help="the records in a random order (no loop to predict)")
     parser.add_argument("--connection", action="store_true", help="through CompatConnection, 1 MiB socket reads")
+    parser.add_argument("--binary", default="", help="with --connection: send this kernel ELF, as the hooks do")
     args = parser.parse_args()
     allocator.tune()  # as the daemon runs (sanitizerd/allocator.py)
     data, count = build(args.records, args.shuffle)
-    stream = packets(data) if args.connection else b""
+    elf = Path(args.binary).read_bytes() if args.binary else b""
+    stream = packets(data, elf) if args.connection else b""
     reads = [stream[at : at + (1 << 20)] for at in range(0, len(stream), 1 << 20)]  # as recv() gives them
     chunk = int(args.chunk_mib * (1 << 20))
     vector = RecordType.BINARY_OP in CONVERTERS

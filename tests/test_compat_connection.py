@@ -100,11 +100,13 @@ def kernel_record_single(record_type: int, block_type: int = 0) -> bytes:
     return packet(1003, bytes(payload))
 
 
-def dma_record(dst: int, src: int, pc: int, block_id: int, n_burst: int = 1, len_burst: int = 1) -> bytes:
+def dma_record(
+    dst: int, src: int, pc: int, block_id: int, n_burst: int = 1, len_burst: int = 1, file_no: int = 0, line_no: int = 0
+) -> bytes:
     """A DMA_MOV (RecordType 100) from GM to UB: DmaMovRecord {dst, src, Location{fileNo, lineNo, pc, blockId} at
     16, nBurst at 48, lenBurst at 50, srcStride, dstStride, dstMemType at 56, srcMemType at 57, padMode, byteMode}."""
     body = bytearray(64)
-    struct.pack_into("<QQQQQH", body, 0, dst, src, 0, 0, pc, block_id)
+    struct.pack_into("<QQQQQH", body, 0, dst, src, file_no, line_no, pc, block_id)
     struct.pack_into("<HHHHBB", body, 48, n_burst, len_burst, 0, 0, 4, 6)  # MemType UB = 4, GM = 6
     return struct.pack("<I", 100) + bytes(body)
 
@@ -571,7 +573,9 @@ def launch(total: int = 3, records_per_slot: int = 2) -> bytes:
 
 class TestKernelRecords:
     def test_one_launch_in_the_injection_librarys_order(self) -> None:
-        got = [x for x in feed(launch()) if not isinstance(x, m.Log)]  # with stacks: "kernel binary unreadable"
+        # Logs (with stacks: "kernel binary unreadable") and the records' source places (a Locations before the
+        # events that first name one) aside:
+        got = [x for x in feed(launch()) if not isinstance(x, m.Log | m.Locations)]
         assert kinds(got) == [
             "DeviceSummary",
             "HostOp",
@@ -615,7 +619,13 @@ class TestKernelRecords:
         got = feed(variable(1001, body), pieces=97)
         streamed = b"".join(bytes(x.records) for x in got if isinstance(x, m.Events))
         assert len(whole) == 101  # a read and a write per record, and the block's end
-        assert streamed == whole.tobytes()
+        # The connection puts location ids where the decoder alone (no places kept) leaves 0: all else is the same.
+        events = as_events(streamed).copy()
+        [place] = [loc for x in got if isinstance(x, m.Locations) for loc in x.locations]
+        assert (place.file, place.line, place.record) == ("unknown", 0, True)  # no binary: no file mapping
+        assert set(events["location"][:-1].tolist()) == {place.id} and events["location"][-1] == 0
+        events["location"] = 0
+        assert events.tobytes() == whole.tobytes()
         finish = as_events(streamed)[-1]
         assert finish["kind"] == 23 and finish["serial"] == 50
 
@@ -823,7 +833,9 @@ def test_events_carry_the_locations_of_their_pcs(tmp_path: Path) -> None:
     memory = events[events["kind"] <= 1]
     with_pc = memory[memory["pc"] != 0]
     assert len(with_pc) == 6 and len(set(with_pc["location"].tolist())) == 1
-    assert not memory[memory["pc"] == 0]["location"].any()
+    # A record without a pc has its own place instead: line 0 of a file the kernel's mapping does not name.
+    [place] = set(memory[memory["pc"] == 0]["location"].tolist())
+    assert (locations[place].file, locations[place].line, locations[place].record) == ("unknown", 0, True)
     location = locations[int(with_pc["location"][0])]
     assert (location.file, location.line, location.column, location.function) == tuple(expected[0])
     assert [(locations[c].file, locations[c].line) for c in location.callers] == [f[0:2] for f in expected[1:]]
@@ -911,3 +923,66 @@ def test_kept_kernel_binaries_are_bounded_in_bytes(tmp_path: Path, monkeypatch: 
         assert connection._binary_bytes <= max(conn.KERNEL_BINARY_CACHE_BYTES, len(binary))
     kept = [size for _, size in connection._binaries.values()]
     assert kept == [len(binaries[1]), len(binaries[2])]  # the first went when the third came
+
+
+# --- the records' own places (fileNo, lineNo) ------------------------------------------------------------------------
+
+
+def test_record_places_are_keyed_once_per_site_and_bounded() -> None:
+    """Each distinct (pc, fileNo, lineNo) gets one key, whatever its records' order or batch, on the fast path
+    (every pc has one place) and the sorted one (a pc with two, pcs spread wide); past MAX_RECORD_PLACES keys a
+    record gets none (key 0) and is counted, so a hostile stream of distinct lines costs a bounded table."""
+    import numpy as np
+
+    from sanitizerd.compat.convert.base import MAX_RECORD_PLACES, RecordPlaces
+
+    def u64(*values: int) -> np.ndarray:
+        return np.array(values, dtype=np.uint64)
+
+    places = RecordPlaces()
+    keys, distinct = places.keys(u64(0x100, 0x100, 0x108, 0x100), u64(7, 7, 7, 7), u64(18, 18, 19, 18))
+    assert keys.tolist() == [1, 1, 2, 1] and sorted(distinct.tolist()) == [1, 2]
+    assert places.sites[1:] == [(0x100, 7, 18), (0x108, 7, 19)]
+    # pc 0x100 with another line, and a pc 2**63 away: the sort, with the keys already given kept
+    keys, _ = places.keys(u64(0x100, 0x100, 2**63), u64(7, 7, 2**64 - 1), u64(18, 20, 1))
+    assert keys.tolist() == [1, 3, 4]
+    assert places.sites[3:] == [(0x100, 7, 20), (2**63, 2**64 - 1, 1)]
+    many = MAX_RECORD_PLACES + 10
+    keys, _ = places.keys(np.arange(many, dtype=np.uint64), np.zeros(many, dtype=np.uint64), u64(*[5] * many))
+    assert len(places.sites) == MAX_RECORD_PLACES + 1  # key 0 is none
+    assert int((keys == 0).sum()) == places.over == many - (MAX_RECORD_PLACES - 4)
+
+
+def test_record_locations_are_resolved_once_per_key_and_binding() -> None:
+    """The resolver is asked once per key while the binding holds, and again after a new one (another binary)."""
+    import numpy as np
+
+    from sanitizerd.compat.convert.base import RecordPlaces
+
+    asked: list[int] = []
+    places = RecordPlaces(lambda key: asked.append(key) or 100 + key)
+    places.bind("binary 1")
+    pcs = np.array([0x10, 0x20, 0x10], dtype=np.uint64)
+    zeros = np.zeros(3, dtype=np.uint64)
+    assert places.locations(pcs, zeros, zeros).tolist() == [101, 102, 101]
+    assert places.locations(pcs, zeros, zeros).tolist() == [101, 102, 101] and asked == [1, 2]
+    places.bind("binary 2")
+    places.locations(pcs[:1], zeros[:1], zeros[:1])
+    assert asked == [1, 2, 1]
+
+
+def test_records_past_the_place_bound_are_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection whose records name more distinct lines than it keeps says so once, and those records' events
+    carry no location (reported at unknown:0), while the kept ones carry theirs."""
+    from sanitizerd.compat.convert import base
+
+    monkeypatch.setattr(base, "MAX_RECORD_PLACES", 2)
+    records = [dma_record(0x100, 0x1000 + 32 * r, 0, block_id=0, file_no=5, line_no=10 + r) for r in range(4)]
+    got = feed(kernel_summary(pc=0) + slot(1, records) + kernel_summary(pc=0) + slot(1, records))
+    said = [x.text for x in got if isinstance(x, m.Log) and "distinct pcs and source lines" in x.text]
+    assert said == ["records name more than 2 distinct pcs and source lines: the rest are reported at unknown:0"]
+    located = {loc.id: loc for x in got if isinstance(x, m.Locations) for loc in x.locations}
+    assert sorted((loc.line, loc.record) for loc in located.values()) == [(10, True), (11, True)]
+    events = as_events(b"".join(bytes(x.records) for x in got if isinstance(x, m.Events)))
+    memory = events[events["kind"] <= 1]
+    assert sorted(set(memory["location"].tolist())) == [0, *sorted(located)]

@@ -231,7 +231,8 @@ def test_one_launch_on_every_measured_wire(name: str) -> None:
     conn = connect(layout)
     got: list[m.Message] = []
     feed_all(conn, launch(client), got)
-    useful = [x for x in got if not isinstance(x, m.Log)]  # "kernel binary unreadable" and the like
+    # Logs ("kernel binary unreadable" and the like) and the records' source places aside:
+    useful = [x for x in got if not isinstance(x, m.Log | m.Locations)]
     kinds = [type(x).__name__ for x in useful]
     n_events = kinds.count("Events")
     assert kinds == ["DeviceSummary", "HostOp", "KernelBegin", *["Events"] * n_events, "KernelEnd", "HostOp", "Close"]

@@ -636,6 +636,25 @@ class TestSinglePipeDistance:
         assert "single-pipe-distance" in str(raised.value)
 
 
+class TestRaceFold:
+    def test_off_by_default(self, app: str) -> None:
+        """Without the option a race is one report per pair of blocks, as msSanitizer prints them."""
+        assert parse(app, "-t", "racecheck").config.race_fold is False
+
+    @pytest.mark.parametrize(("value", "fold"), [("yes", True), ("no", False)])
+    def test_values(self, value: str, fold: bool, app: str) -> None:
+        """--race-fold yes|no, in both of msSanitizer's option spellings."""
+        assert parse(app, f"--race-fold={value}").config.race_fold is fold
+        assert parse(app, "--race-fold", value).config.race_fold is fold
+
+    @pytest.mark.parametrize("value", ["maybe", "YES", "1", ""])
+    def test_anything_else_is_refused_by_name(self, value: str, app: str) -> None:
+        """Any other value (upper case fails the character check) is refused, naming the option."""
+        with pytest.raises(UsageError) as raised:
+            parse(app, f"--race-fold={value}")
+        assert "race-fold" in str(raised.value)
+
+
 class TestRunHelp:
     def test_usage_line(self) -> None:
         """The usage line names run, the optional -- and the user program."""

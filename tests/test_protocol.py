@@ -715,6 +715,7 @@ class TestErrorReasons:
             msgspec.msgpack.encode({"type": "hello", "version": 1, "pid": None}),  # nil where not allowed
             msgspec.msgpack.encode({"type": "hello", "version": 1, 7: 1}),  # non-str key
             msgspec.msgpack.encode({"type": "hello", "version": 1, "config": {"leak_check": 1}}),  # int for bool
+            msgspec.msgpack.encode({"type": "hello", "version": 1, "config": {"race_fold": "yes"}}),  # str for bool
             b"\x83\xa4type\xa5hello\xa7version\x01\xa3job\xa2\xff\xfe",  # invalid UTF-8
         ],
     )
@@ -733,6 +734,9 @@ class TestErrorReasons:
             {"type": "host_op", "op": "realloc", "address": 0},
             {"type": "host_op", "op": "malloc", "address": None},
             {"type": "locations", "locations": [{"file": "a.cpp"}]},
+            {"type": "locations", "locations": [{"id": 1, "file": "a.cpp", "record": 1}]},
+            {"type": "locations", "locations": [{"id": 1, "file": "a.cpp", "record": None}]},
+            {"type": "kernel_begin", "kernel": 1, "name": "k", "block_dim": 1, "debug_line": "no"},
             {"type": "device"},
         ],
     )

@@ -145,9 +145,18 @@ class TestInterPipe:
         assert races(events) == []
 
     def test_every_block_is_checked(self) -> None:
-        """msSanitizer looks inside block 0 only; every block's own race is found and folded into one."""
+        """msSanitizer looks inside block 0 only; every block's own race is found, and the four, alike but for
+        their block, are one report shown in block 0 as msSanitizer's, the finding naming every block."""
         body = program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
-        found = races(*(on_block(body, b) for b in range(4)))
+        [finding] = run_kernel(racecheck(), *(on_block(body, b) for b in range(4)))
+        kind, _, (first, second), count = summary(finding)
+        assert (kind, count, first[3], second[3]) == ("race_raw", 4, [0], [0])
+        assert finding.blocks == {"aiv": [0, 1, 2, 3]}
+
+    def test_race_fold_shows_every_block_on_both_sides(self) -> None:
+        """--race-fold yes: the same, with the blocks listed on each side."""
+        body = program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
+        found = races(*(on_block(body, b) for b in range(4)), detector=racecheck(race_fold=True))
         assert len(found) == 1
         kind, _, (first, second), count = found[0]
         assert (kind, count, first[3], second[3]) == ("race_raw", 4, [0, 1, 2, 3], [0, 1, 2, 3])
@@ -372,6 +381,7 @@ class TestReport:
             "======    PIPE_MTE2 Write at RAW()+0x0 in block 0 (aiv) on device 0 at add.cpp:18 (serialNo:1)",
             "======    PIPE_V Read at RAW()+0x0 in block 0 (aiv) on device 0 at pc current 0xad4 (serialNo:3)",
             "======    #0 add.cpp:18:5",
+            "",  # msSanitizer ends every report with a blank line
         ]
         assert (finding.address, finding.size, finding.serial) == (0, 256, 3)
 
@@ -385,6 +395,7 @@ class TestReport:
             "======    in block aiv(0) on device 0",
             "======    code in add.cpp:18 (serialNo:1)",
             "======    The pipe line cannot progress: 2 instruction(s) waiting behind it were not checked for races",
+            "",  # msSanitizer ends every report with a blank line
         ]
 
 
@@ -446,11 +457,23 @@ class TestEveryPair:
             ("race_waw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE3", "Write", 1001, [1])], 1),
         ]
 
-    def test_the_same_instruction_in_two_blocks_folds_into_one_finding(self) -> None:
-        """SPMD: blocks 0 and 1 run the same write; RAW 0/2 and RAW 1/2 are one site pair, counted twice."""
+    def test_the_same_instruction_in_two_blocks_is_a_report_per_pair_of_blocks(self) -> None:
+        """SPMD: blocks 0 and 1 run the same write; RAW 0/2 and RAW 1/2 are two reports, as msSanitizer prints a
+        pair of accesses each in its block, so that a race between blocks reads as one."""
         write = program(accesses(W, GM, 0x8000, 256, pipe=Pipe.MTE3, pc=0x100))
         read = program(accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2, pc=0x300))
         found = races(on_block(write, 0), on_block(write, 1), on_block(read, 2))
+        assert sorted(found) == [
+            ("race_raw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE2", "Read", 2001, [2])], 1),
+            ("race_raw", "GM", [("PIPE_MTE3", "Write", 1001, [1]), ("PIPE_MTE2", "Read", 2001, [2])], 1),
+            ("race_waw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE3", "Write", 1001, [1])], 1),
+        ]
+
+    def test_race_fold_makes_the_same_instruction_in_two_blocks_one_finding(self) -> None:
+        """--race-fold yes: RAW 0/2 and RAW 1/2 are one site pair, counted twice."""
+        write = program(accesses(W, GM, 0x8000, 256, pipe=Pipe.MTE3, pc=0x100))
+        read = program(accesses(R, GM, 0x8000, 256, pipe=Pipe.MTE2, pc=0x300))
+        found = races(on_block(write, 0), on_block(write, 1), on_block(read, 2), detector=racecheck(race_fold=True))
         assert sorted(found) == [
             ("race_raw", "GM", [("PIPE_MTE3", "Write", 1, [0, 1]), ("PIPE_MTE2", "Read", 2001, [2])], 2),
             ("race_waw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE3", "Write", 1001, [1])], 1),

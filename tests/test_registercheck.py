@@ -76,8 +76,8 @@ class TestRegistercheck:
         text = render_text(kernel(register_writes(Register.VECTOR_MASK_0, 123456)))
         assert text == (
             "[sanitizerd] Warning:Register VECTOR_MASK_0 was not reset to default in block aiv(0) on kernel "
-            "add_custom. Expected default value is (18446744073709551615), but current value is (123456)\n"
-        )
+            "add_custom. Expected default value is (18446744073709551615), but current value is (123456)\n\n"
+        )  # msSanitizer ends the line, and its message adds a blank line as after every report
 
     def test_enabled_with_memcheck_by_run_options(self) -> None:
         """`sanitizerd run -t memcheck` configures registercheck too, so the session creates it."""

@@ -315,6 +315,7 @@ def test_report_text() -> None:
     assert render_text([finding]).splitlines() == [
         "====== ERROR: SDC replay mismatch: step=1, local_step=0, replay=1, rank=0, signature='loss'",
         "======    in job j session 4 (pid 9) on device 1",
+        "",  # every report ends with a blank line, as msSanitizer's do
     ]
 
 

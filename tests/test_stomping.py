@@ -18,7 +18,7 @@ from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import HostOp
+from sanitizerd.protocol.messages import HostOp, Location
 from sanitizerd.protocol.records import BlockType
 from tests.detector_helpers import make_detector, run_kernel, stream
 
@@ -110,14 +110,19 @@ class TestStomping:
     def test_report_text(self) -> None:
         """The report is msSanitizer's warning block, "when writing data"."""
         events = stream(
-            accesses(WRITE, Space.GM, GM, 256, block_id=0), accesses(WRITE, Space.GM, GM, 256, block_id=9, pc=0x7B8)
+            accesses(WRITE, Space.GM, GM, 256, block_id=0),
+            accesses(WRITE, Space.GM, GM, 256, block_id=9, pc=0x7B8, location=3),
         )
-        text = render_text([f for f in kernel(memcheck(), events) if f.kind == "out_of_bounds"])
-        assert text.splitlines()[:4] == [
+        detector = memcheck()
+        detector.context.locations[3] = Location(id=3, file="add_custom.cpp", line=22, column=5)
+        text = render_text([f for f in kernel(detector, events) if f.kind == "out_of_bounds"])
+        assert text.splitlines() == [
             "====== WARNING: out of bounds of size 256",
             f"======    at {GM:#x} on GM when writing data in add_custom_kernel",
             "======    in block aiv(9) on device 0",
             "======    code in pc current 0x7b8 (serialNo:2)",
+            "======    #0 add_custom.cpp:22:5",
+            "",  # msSanitizer ends every report with a blank line
         ]
 
 

@@ -184,6 +184,7 @@ class TestText:
             "======    in block aiv(0) on device 1",
             "======    code in pc current 0x2c94 (serialNo:31)",
             "======    #0 kernel_event.h:785:13",
+            "",  # msSanitizer ends every report with a blank line
         ]
 
     def test_redundant_report_text(self) -> None:
@@ -198,6 +199,7 @@ class TestText:
             "======    from PIPE_V to PIPE_MTE1 in add_custom",
             "======    in block aiv(0) on device 1",
             "======    code in kernel_event.h:785 (serialNo:1)",
+            "",  # msSanitizer ends every report with a blank line
         ]
 
 

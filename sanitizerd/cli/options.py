@@ -141,6 +141,7 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("demangle", None, True, _LOWER),
     _Option("check-cross-npu-races", None, True, _LOWER),
     _Option("single-pipe-distance", None, True, _DIGITS),  # a sanitizerd extension
+    _Option("race-fold", None, True, _LOWER),  # a sanitizerd extension
     _Option("socket", None, True, None),
     _Option("error-exitcode", None, True, _DIGITS),
     _Option("save", None, True, None),
@@ -205,6 +206,8 @@ def run_help() -> str:
             "    --single-pipe-distance=<n>",
             "                         instructions of one pipe more than <n> apart are taken as ordered",
             f"                         (0 turns the in-pipe check off) [{DEFAULT_SINGLE_PIPE_DISTANCE}]",
+            "    --race-fold=no|yes   report a race once for all the blocks it is found between, not once per",
+            "                         pair of blocks as msSanitizer does (for kernels of many blocks) [no]",
             "",
             "  sanitizerd options:",
             "    --socket=<path>      connect to the daemon listening at <path> [the daemon's default]",
@@ -372,6 +375,10 @@ def _set_single_pipe_distance(value: str, st: _State) -> None:
     st.config.single_pipe_distance = distance
 
 
+def _set_race_fold(value: str, st: _State) -> None:
+    st.config.race_fold = _yes("race-fold", value)
+
+
 def _set_kernel_name(value: str, st: _State) -> None:
     if not value:
         return  # as in msSanitizer: an empty filter keeps the previous one (by default: every kernel)
@@ -471,6 +478,7 @@ _HANDLERS: dict[str, Callable[[str, _State], None]] = {
     "demangle": _set_demangle,
     "check-cross-npu-races": _set_check_cross_npu_races,
     "single-pipe-distance": _set_single_pipe_distance,
+    "race-fold": _set_race_fold,
     "socket": _set_socket,
     "error-exitcode": _set_error_exitcode,
     "save": _set_save,

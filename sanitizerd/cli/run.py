@@ -263,8 +263,8 @@ class Reporter:
         if not report.tools:
             self._write(f"{PREFIX} No active sanitizer tool on kernel {report.name}.\n")
             return
-        self._write(f"{PREFIX} Start {', '.join(report.tools)} sanitizer on kernel {report.name}\n")
-        shown = self._print(held)
+        self._write(f"{PREFIX} Start {tools_text(report.tools)} sanitizer on kernel {report.name}\n")
+        shown = self._print(held, debug_line=report.debug_line, kernel=report.name)
         outcome = "See all detected errors above." if shown else "No error detected."
         self._write(f"{PREFIX} Sanitizer finished on kernel {report.name}. {outcome}\n")
         if report.lost:
@@ -278,8 +278,13 @@ class Reporter:
                 "errors above): its result is incomplete.\n"
             )
 
-    def _print(self, findings: list[Finding]) -> int:
+    def _print(self, findings: list[Finding], *, debug_line: bool = True, kernel: str = "") -> int:
         visible = [f for f in findings if f.severity in self.shown and (self.show_suppressed or not f.suppressed)]
+        if visible and not debug_line:  # msSanitizer says it before a launch's first report, once
+            self._write(
+                f"{PREFIX} WARN: Kernel {kernel} missed debug_line information. Please recompile kernel with `-g' "
+                "or `-gline-tables-only' option to enable callstack display.\n"
+            )
         if visible:
             self._write(render_text(visible))
         return len(visible)
@@ -294,6 +299,18 @@ class Reporter:
             # Whoever read the reports stopped (``| head``): the run goes on, its findings still counted and kept
             # for --report and the exit status; the summary's own write then ends the command quietly.
             self.out_closed = True
+
+
+# The tools msSanitizer's banner names, in its order (GetEnabledSanitizerTools): registercheck runs with memcheck
+# unnamed.
+_BANNER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+
+
+def tools_text(tools: list[str]) -> str:
+    """msSanitizer's list of the tools a launch was checked with: ``memcheck``, ``memcheck and racecheck``,
+    ``memcheck, racecheck and synccheck`` (HumanReadableListFormat)."""
+    names = [tool for tool in _BANNER_TOOLS if tool in tools] or list(tools)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def summary_line(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str, *, unchecked: str = "") -> str:

@@ -25,7 +25,8 @@ import numpy as np
 
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
 from sanitizerd.compat import record_buffer, wire
-from sanitizerd.compat.convert.base import BlockContext
+from sanitizerd.compat.convert import base as convert_base
+from sanitizerd.compat.convert.base import BlockContext, RecordPlaces
 from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.compat.numbering import record_table
 from sanitizerd.compat.record_types import RecordType
@@ -76,6 +77,7 @@ class _Kernel:
     block_dim: int
     kernel_type: str
     pc_start: int
+    debug_line: bool = True  # KernelSummary.hasDebugLine
     begun: bool = False  # KernelBegin sent: deferred to the first records, since a summary may have none
     slots: int = 0  # KERNEL_RECORD slots received
     total_slots: int | None = None  # kernelInfo.totalBlockDim of its global head
@@ -178,6 +180,11 @@ class CompatConnection:
         self._frame_locations: dict[tuple[Any, ...], int] = {}  # a frame and its callers -> location id
         self._locations = 0
         self._binary_problems_said: set[int] = set()
+        # Each record's location id, set by the converters: its pc's stack, or its own (fileNo, lineNo).
+        self._places = RecordPlaces(self._resolve_place)
+        self._pending_locations: list[m.Location] = []  # made while decoding; sent before the events that name them
+        self._binaries_sent = 0
+        self._places_over_said = False
         # This release's packet numbers: fixed packets -> payload size, and what reads each payload.
         handlers = {
             PacketType.DEVICE_SUMMARY: self._device_summary,
@@ -388,7 +395,7 @@ class CompatConnection:
         self._out.append(m.DeviceSummary(chip=self._chip_name, block_num=block_num, device=device_id))
 
     def _kernel_summary(self, payload: bytes) -> None:
-        pc_start, block_dim, kernel_type, _dbi, _debug_line, raw_name = self.layout.kernel_summary.struct.unpack(
+        pc_start, block_dim, kernel_type, _dbi, debug_line, raw_name = self.layout.kernel_summary.struct.unpack(
             payload
         )
         kernel = self._kernel
@@ -404,11 +411,13 @@ class CompatConnection:
             self._out.append(m.Log(text=f"KERNEL_SUMMARY with KernelType {kernel_type}: taken as aiv", level="warn"))
             type_name = "aiv"
         # A summary whose launch sends no records (its record buffer could not be set up) is replaced by the next.
-        self._kernel = self._new_kernel(c_text(raw_name), block_dim, type_name, pc_start)
+        self._kernel = self._new_kernel(c_text(raw_name), block_dim, type_name, pc_start, bool(debug_line))
 
-    def _new_kernel(self, name: str, block_dim: int, kernel_type: str, pc_start: int) -> _Kernel:
+    def _new_kernel(
+        self, name: str, block_dim: int, kernel_type: str, pc_start: int, debug_line: bool = True
+    ) -> _Kernel:
         self._kernel_ids += 1
-        return _Kernel(self._kernel_ids, name, block_dim, kernel_type, pc_start)
+        return _Kernel(self._kernel_ids, name, block_dim, kernel_type, pc_start, debug_line=debug_line)
 
     def _kernel_for_records(self) -> _Kernel:
         """The kernel records belong to, begun now if they are its first; records without a summary (msSanitizer
@@ -418,6 +427,7 @@ class CompatConnection:
             kernel = self._kernel = self._new_kernel("unknown", 0, "aiv", 0)
         if not kernel.begun:
             kernel.begun = True
+            self._places.bind((self._binaries_sent, kernel.pc_start))
             self._out.append(
                 m.KernelBegin(
                     kernel=kernel.id,
@@ -425,6 +435,7 @@ class CompatConnection:
                     block_dim=kernel.block_dim,
                     kernel_type=kernel.kernel_type,  # type: ignore[arg-type]
                     pc_start=kernel.pc_start,
+                    debug_line=kernel.debug_line,
                 )
             )
         return kernel
@@ -557,9 +568,9 @@ class CompatConnection:
         if op is None:
             return
         op.module = fields["moduleId"]
-        file = c_text(fields["fileName"])
-        if file:
-            op.location = self._intern((file, max(fields["lineNo"], 0), 0, ""), ())
+        file, line = c_text(fields["fileName"]), max(fields["lineNo"], 0)
+        if file or line:  # msSanitizer prints the hook's fileName and lineNo as they are (":0" for neither)
+            op.location = self._intern((file, line, 0, ""), ())  # pc 0: printed as file:line, as a native one
         self._out.append(op)
 
     def _single_kernel_record(self, body: bytes) -> None:
@@ -580,7 +591,7 @@ class CompatConnection:
                 self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
                 kernel.last_block = None
             return
-        context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget)
+        context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget, places=self._places)
         payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
             events, problem = record_buffer.decode_single(record_type, payload, serial, context, self._records)
@@ -662,7 +673,9 @@ class CompatConnection:
                 f"{self.layout.name}'s: {mismatch}; " + wire.other_releases_text(self.layout),
                 reason="wire_mismatch",
             )
-        context = BlockContext(block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget)
+        context = BlockContext(
+            block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget, places=self._places
+        )
         slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
@@ -716,8 +729,7 @@ class CompatConnection:
             self._end_kernel(kernel, respond=True)
 
     def _emit_events(self, kernel: _Kernel, events: np.ndarray) -> None:
-        if self._binary is not None:
-            events = self._locate(kernel, events)
+        self._said_places()
         if kernel.pc_start and len(events):  # msSanitizer's CalRecordPc: reports and stacks use pc - pcStartAddr
             pcs = events["pc"]
             if not events.flags.writeable:
@@ -729,6 +741,7 @@ class CompatConnection:
 
     def _kernel_binary(self, elf: bytes) -> None:
         self._binary = None
+        self._binaries_sent += 1  # what the records' locations were found with changes (RecordPlaces.bind)
         if stacks is None:
             return
         digest = hashlib.blake2b(elf, digest_size=16).digest()
@@ -752,34 +765,52 @@ class CompatConnection:
             self._binaries.move_to_end(digest)
         self._binary = binary
 
-    def _locate(self, kernel: _Kernel, events: np.ndarray) -> np.ndarray:
-        """Each event's location from its pc: one lookup per distinct pc of the batch, new locations sent first."""
-        pcs, inverse = np.unique(events["pc"], return_inverse=True)
+    def _resolve_place(self, key: int) -> int:
+        """The location of a record's (pc, fileNo, lineNo) key, as msSanitizer's reports choose it: the call stack
+        of its pc where the kernel's binary resolves one, else the record's own place."""
+        pc = self._places.sites[key][0]
+        kernel, binary = self._kernel, self._binary
+        known = 0
+        if binary is not None and pc and kernel is not None:
+            known = self._stack_location(binary, kernel, pc, self._pending_locations)
+        return known or self._place_location(binary, key, self._pending_locations)
+
+    def _said_places(self) -> None:
+        """The locations decoding made, before the events that name them; what went wrong finding them."""
+        if self._pending_locations:
+            self._out.append(m.Locations(locations=self._pending_locations))
+            self._pending_locations = []
         binary = self._binary
-        ids = np.zeros(len(pcs), dtype=np.uint32)
-        pending: list[m.Location] = []
-        for i, pc in enumerate(pcs.tolist()):
-            if not pc:
-                continue
-            key = (id(binary), pc)
-            known = self._pc_locations.get(key)
-            if known is None:
-                frames = binary.frames(pc, kernel.pc_start)
-                known = self._frames(frames, pending) if frames else 0
-                self._pc_locations[key] = known
-            ids[i] = known
-        if pending:
-            self._out.append(m.Locations(locations=pending))
         problem = getattr(binary, "problem", "")
         if problem and id(binary) not in self._binary_problems_said:
             # Damage met in the part of the DWARF a pc needed: those pcs have no stack; said once per binary.
             self._binary_problems_said.add(id(binary))
             self._out.append(m.Log(text=f"call stacks incomplete: {problem}", level="warn"))
-        if not ids.any():
-            return events
-        located = events.copy() if not events.flags.writeable else events
-        located["location"] = ids[inverse]
-        return located
+        if self._places.over and not self._places_over_said:
+            self._places_over_said = True
+            self._out.append(
+                m.Log(
+                    text=f"records name more than {convert_base.MAX_RECORD_PLACES} distinct pcs and source lines: "
+                    "the rest are reported at unknown:0",
+                    level="warn",
+                )
+            )
+
+    def _stack_location(self, binary: Any, kernel: _Kernel, pc: int, pending: list[m.Location]) -> int:
+        key = (id(binary), pc)
+        known = self._pc_locations.get(key)
+        if known is None:
+            frames = binary.frames(pc, kernel.pc_start)
+            known = self._frames(frames, pending) if frames else 0
+            self._pc_locations[key] = known
+        return known
+
+    def _place_location(self, binary: Any, key: int, pending: list[m.Location]) -> int:
+        """The location of a record's own place: its file from the kernel's file mapping, ``unknown`` where the
+        mapping (or the binary) lacks it, as msSanitizer's FileMapping::Query answers."""
+        _pc, file_no, line_no = self._places.sites[key]
+        name = binary.file_name(file_no) if binary is not None else None
+        return self._intern((name if name is not None else "unknown", line_no, 0, ""), (), pending, record=True)
 
     def _frames(self, frames: list[tuple[str, int, int, str]], pending: list[m.Location]) -> int:
         """The location id of the innermost frame, its callers (outer frames) interned as locations too."""
@@ -787,17 +818,23 @@ class CompatConnection:
         return self._intern(frames[0], callers, pending)
 
     def _intern(
-        self, frame: tuple[str, int, int, str], callers: tuple[int, ...], pending: list[m.Location] | None = None
+        self,
+        frame: tuple[str, int, int, str],
+        callers: tuple[int, ...],
+        pending: list[m.Location] | None = None,
+        *,
+        record: bool = False,
     ) -> int:
-        key = (frame, callers)
+        key = (frame, callers, record)
         known = self._frame_locations.get(key)
         if known is not None:
             return known
         self._locations += 1
         file, line, column, function = frame
         location = m.Location(
-            id=self._locations, file=file, line=line, column=column, function=function, callers=list(callers)
-        )
+            id=self._locations, file=file, line=line, column=column, function=function, callers=list(callers),
+            record=record,
+        )  # fmt: skip
         self._frame_locations[key] = self._locations
         if pending is None:
             self._out.append(m.Locations(locations=[location]))

@@ -689,6 +689,7 @@ class SlotDecoder:
                 events = base.convert_bounded(
                     registered, record_type, _type_name(record_type), records, serials[rows], self.context
                 )
+                events = base.mark_places(events, records, serials[rows], self.context)
                 groups.append((rows, events))
             except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
                 text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
@@ -756,9 +757,9 @@ def decode_single(
     words = np.frombuffer(bytes(payload[:size]), dtype="<u4")
     records = words.view(dtype).reshape(1)
     try:
-        events = base.convert_bounded(
-            registered, record_type, _type_name(record_type), records, np.array([serial], dtype=np.uint64), local
-        )
+        serials = np.array([serial], dtype=np.uint64)
+        events = base.convert_bounded(registered, record_type, _type_name(record_type), records, serials, local)
+        events = base.mark_places(events, records, serials, local)
     except Exception as exc:
         return empty, f"{name} record dropped: converter failed ({exc})"
     problem = next((f"{count} {text}" for text, count in local.dropped.items()), None)

@@ -41,7 +41,7 @@ from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
 from elftools.elf.elffile import ELFFile
 
-from sanitizerd.demangle import demangle, demangle_many
+from sanitizerd.demangle import demangle_many, function_name
 
 Frame = tuple[str, int, int, str]  # (file, line, column, function)
 
@@ -442,7 +442,7 @@ class KernelBinary:
         if not linkage:
             return plain
         known = self._demangled.get(linkage)
-        return known if known is not None else demangle(linkage, "full")
+        return known if known is not None else function_name(linkage)
 
     # --- the line table -----------------------------------------------------------------------------------------
 

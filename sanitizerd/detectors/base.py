@@ -71,8 +71,17 @@ class SessionContext:
             frames = own or frames
         return frames
 
-    def finding(self, kind: str, *, location: int = 0, kernel: str | None = None, **fields: object) -> Finding:
+    def place(self, location: int) -> tuple[Frame | None, list[Frame]]:
+        """(location, stack) of a location id, as a finding carries them: a record's own place (``record``) is a
+        location without a stack; a call stack is the stack and its innermost frame."""
+        entry = self.locations.get(location)
+        if entry is not None and entry.record:
+            return Frame(file=entry.file, line=entry.line, column=entry.column, function=entry.function), []
         stack = self.stack(location)
+        return (stack[0] if stack else None), stack
+
+    def finding(self, kind: str, *, location: int = 0, kernel: str | None = None, **fields: object) -> Finding:
+        where, stack = self.place(location)
         return make_finding(
             kind,
             job=self.job,
@@ -80,7 +89,7 @@ class SessionContext:
             pid=self.pid,
             device=self.device,
             kernel=kernel,
-            location=stack[0] if stack else None,
+            location=where,
             stack=stack,
             **fields,
         )

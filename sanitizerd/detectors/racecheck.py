@@ -14,7 +14,8 @@ wait may be released by a block that arrives later), then the whole check:
 3. each pair is a race unless ordered: different pipes of a block by the clock of one side, one pipe by a
    pipe_barrier between them, their distance, or a hand-over that left the pipe and came back; two blocks
    (GM only) by what the later one learned through cross-block waits.
-Races fold per site pair (loop iterations and blocks become a count and block lists), as msSanitizer does.
+Races fold per site pair and pair of blocks (loop iterations become a count), as msSanitizer reports them; an
+in-block race found alike in several blocks is one report; ``race_fold`` folds blocks too (a count and block lists).
 
 Memory: a launch reserves what it holds and what its check will allocate from the host's budget, shared by all
 sessions (``memory_budget``; ``sanitizerd serve --race-memory``), per event as it arrives and, for the parts that
@@ -485,9 +486,8 @@ class Kernel:
 
     # --- the check ---
     def findings(self) -> list[Finding]:
-        out = self._races()
-        out.extend(self._deadlocks())
-        out.sort(key=lambda f: f.serial)
+        out = self._races()  # in msSanitizer's order
+        out.extend(sorted(self._deadlocks(), key=lambda f: f.serial))
         if self.left_out[0]:
             out.append(
                 self.context.finding(
@@ -625,6 +625,14 @@ class Kernel:
         pipe_early, pipe_late = self.pipe[early].astype(np.uint8), self.pipe[late].astype(np.uint8)
         site = (write[late], write[early], space[0], pipe_early, pipe_late, location[0], location[1], pc[0], pc[1],
                 block_type[0], block_type[1])  # fmt: skip
+        fold = self.context.config.race_fold
+        cross = self.mblock[early] != self.mblock[late]
+        if not fold:
+            # msSanitizer's report is a pair of accesses, each in its block: a race between two blocks is one report
+            # per pair of blocks. An in-block race found alike in several blocks stays one report, shown in its
+            # first block (msSanitizer looks in block 0 only; the finding's blocks list every one).
+            blocks = self.block_keys.size
+            site += (np.where(cross, self.mblock[early], blocks), np.where(cross, self.mblock[late], blocks))
         order = np.lexsort(site[::-1])  # by site, the first column first
         same = np.zeros(order.size, dtype=bool)  # as the row before, in every column
         same[1:] = True
@@ -640,15 +648,18 @@ class Kernel:
             self.left_out = (starts.size - chosen.size, order.size - int((ends[chosen] - starts[chosen]).sum()))
             starts, ends = starts[chosen], ends[chosen]
         findings = []
+        order_keys: list[tuple[bool, int, int]] = []
         for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
             rows = order[lo:hi]
-            pick = rows[np.lexsort((serial[late[rows]], serial[early[rows]]))[0]]
+            pick = rows[np.lexsort((serial[late[rows]], serial[early[rows]], self.mblock[early[rows]]))[0]]
             e, lt = early[pick], late[pick]
             kind = _HAZARDS[(int(write[lt]), int(write[e]))]
-            accesses = [self._access(e, early[rows]), self._access(lt, late[rows])]
+            shown = (early[rows], late[rows]) if fold else (early[pick : pick + 1], late[pick : pick + 1])
+            accesses = [self._access(e, shown[0]), self._access(lt, shown[1])]
             blocks: dict[str, list[int]] = {}
-            for acc in accesses:
-                blocks[acc.block_type] = sorted(set(blocks.get(acc.block_type, [])) | set(acc.blocks))
+            for acc, side in zip(accesses, (early[rows], late[rows]), strict=True):
+                found_in = self._block_ids(side)
+                blocks[acc.block_type] = sorted(set(blocks.get(acc.block_type, [])) | set(found_in))
             findings.append(
                 self.context.finding(
                     kind,
@@ -664,12 +675,19 @@ class Kernel:
                     accesses=accesses,
                 )
             )
-        return findings
+            order_keys.append((bool(cross[pick]), int(seg_start[pick]), int(serial[lt])))
+        # msSanitizer's order: its in-block checks report before its cross-block one, each in the address order of
+        # its sweep.
+        return [findings[i] for i in sorted(range(len(findings)), key=order_keys.__getitem__)]
+
+    def _block_ids(self, rows: np.ndarray) -> list[int]:
+        return sorted({int(self.block_keys[blk]) & 0xFFFF for blk in np.unique(self.mblock[rows])})
 
     def _access(self, row: int, rows: np.ndarray) -> RaceAccess:
+        """One side of a report: ``row``'s access, shown in the blocks of ``rows``."""
         one = np.array([row])
-        stack = self.context.stack(int(self.field("location", one)[0]))
-        ids = sorted({int(self.block_keys[blk]) & 0xFFFF for blk in np.unique(self.mblock[rows])})
+        where, stack = self.context.place(int(self.field("location", one)[0]))
+        ids = self._block_ids(rows)
         return RaceAccess(
             pipe=pipe_name(int(self.pipe[row])),
             op="Write" if self.write[row] else "Read",
@@ -678,7 +696,7 @@ class Kernel:
             blocks=ids,
             serial=int(self.serial[row]),
             pc=int(self.field("pc", one)[0]),
-            location=stack[0] if stack else None,
+            location=where,
             stack=stack,
         )
 

@@ -55,18 +55,49 @@ def _frame(frame: Frame) -> str:
     return f"{frame.file}:{frame.line}:{frame.column}" if frame.column else f"{frame.file}:{frame.line}"
 
 
-def _code_lines(finding: Finding, indent: str = "    ", verb: str = "code in") -> Iterator[str]:
-    stack = finding.stack
-    if finding.pc:
-        yield f"{P}{indent}{verb} pc current {finding.pc:#x} (serialNo:{finding.serial})"
-        rest = stack
-    else:
-        where = f"{stack[0].file}:{stack[0].line}" if stack else "<unknown>:0"
-        yield f"{P}{indent}{verb} {where} (serialNo:{finding.serial})"
-        rest = stack[1:]
-    offset = 0 if finding.pc else 1
-    for i, frame in enumerate(rest):
-        yield f"{P}{indent}#{i + offset} {_frame(frame)}"
+def _where(location: Frame | None, kernel_side: bool, *, basename: bool = False) -> str:
+    """msSanitizer's classic location, ``file:line``: a kernel record's file comes from the kernel's file mapping
+    (``unknown`` where the mapping lacks it), a host record's as the hook sent it (empty where it sent none).
+    memcheck's kernel-side reports print only the file's name, race and sync reports its whole path."""
+    if location is None:
+        return "unknown:0" if kernel_side else ":0"
+    file = location.file.rsplit("/", 1)[-1] if basename else location.file
+    return f"{file}:{location.line}"
+
+
+def location_lines(
+    pc: int,
+    location: Frame | None,
+    stack: list[Frame],
+    serial: int,
+    *,
+    head: str,
+    kernel_side: bool,
+    basename: bool = False,
+    indent: str = "    ",
+) -> Iterator[str]:
+    """A record's location as msSanitizer prints it: ``pc current 0x..`` and the call stack (every frame as
+    ``file:line:column``) where the pc resolved to one, otherwise the record's own ``file:line``. ``head`` is
+    the first line's text before it (its indent and verb). A native client's location whose callers travel with
+    it prints them after the file:line, numbered on (msSanitizer's records have no such chain)."""
+    if pc and stack:
+        yield f"{head}pc current {pc:#x} (serialNo:{serial})"
+        for i, frame in enumerate(stack):
+            yield f"{P}{indent}#{i} {frame.file}:{frame.line}:{frame.column}"
+        return
+    where = location if location is not None else (stack[0] if stack else None)
+    yield f"{head}{_where(where, kernel_side, basename=basename)} (serialNo:{serial})"
+    for i, frame in enumerate(stack[1:], start=1):
+        yield f"{P}{indent}#{i} {_frame(frame)}"
+
+
+def _code_lines(
+    finding: Finding, indent: str = "    ", verb: str = "code in", *, basename: bool = False
+) -> Iterator[str]:
+    yield from location_lines(
+        finding.pc, finding.location, finding.stack, finding.serial, head=f"{P}{indent}{verb} ",
+        kernel_side=finding.kernel is not None, basename=basename, indent=indent,
+    )  # fmt: skip
 
 
 _SYNC_TITLES = {
@@ -108,18 +139,9 @@ def _race(finding: Finding) -> Iterator[str]:
 def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
     head = (
         f"{P}    {access.pipe} {access.op} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
-        f"({access.block_type}) on device {device} "
+        f"({access.block_type}) on device {device} at "
     )
-    stack = access.stack
-    if access.pc:
-        yield f"{head}at pc current {access.pc:#x} (serialNo:{access.serial})"
-        rest, offset = stack, 0
-    else:
-        where = f"{stack[0].file}:{stack[0].line}" if stack else "<unknown>:0"
-        yield f"{head}at {where} (serialNo:{access.serial})"
-        rest, offset = stack[1:], 1
-    for i, frame in enumerate(rest):
-        yield f"{P}    #{i + offset} {_frame(frame)}"
+    yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
 
 
 def _deadlock(finding: Finding) -> Iterator[str]:
@@ -179,28 +201,33 @@ def _single(finding: Finding) -> Iterator[str]:
     yield at
     if finding.kernel is not None:
         yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
-    yield from _code_lines(finding)
+    yield from _code_lines(finding, basename=finding.kernel is not None)
 
 
 def _leaks(group: list[Finding]) -> Iterator[str]:
+    """msSanitizer's one leak message: its header and a blank line, each leak and a blank line, the summary."""
     yield f"{P} ERROR: LeakCheck: detected memory leaks"
+    yield ""
     for leak in group:
-        yield ""
         yield f"{P}    Direct leak of {leak.size} byte(s)"
         by_module = f" by module {leak.module}" if leak.module != -1 else ""
         yield f"{P}      at {leak.address:#x} on {leak.space}{by_module}"
         yield from _code_lines(leak, indent="      ", verb="allocated in")
+        yield ""
     total = sum(leak.size for leak in group)
     yield f"{P} SUMMARY: {total} byte(s) leaked in {len(group)} allocation(s)"
 
 
 def _unused(group: list[Finding]) -> Iterator[str]:
+    """msSanitizer's one unused-memory message: each allocation and a blank line, the summary and a blank line."""
     for finding in group:
         yield f"{P} WARNING: Unused memory of {finding.size} byte(s)"
         yield f"{P}    at {finding.address:#x} on {finding.space}"
         yield from _code_lines(finding)
+        yield ""
     total = sum(finding.size for finding in group)
     yield f"{P} SUMMARY: {total} byte(s) unused memory in {len(group)} allocation(s)"
+    yield ""
 
 
 _GROUPED = {"memory_leak": _leaks, "unused_memory": _unused}
@@ -212,9 +239,10 @@ def _suppressed(finding: Finding) -> Iterator[str]:
 
 
 def render_text(findings: Iterable[Finding]) -> str:
-    """Reports in msSanitizer's format. Consecutive leaks (and unused blocks) of one session share a header
-    and a summary line, as msSanitizer prints them at exit. A suppressed finding (shown only when asked for)
-    follows a line that says so, with the rule's reason."""
+    """Reports in msSanitizer's format, each followed by a blank line as msSanitizer ends every report (its
+    reports end their last line and the message adds a line end). Consecutive leaks (and unused blocks) of one
+    session share a header and a summary line, as msSanitizer prints them at exit. A suppressed finding (shown
+    only when asked for) follows a line that says so, with the rule's reason."""
     lines: list[str] = []
     pending: list[Finding] = []
 
@@ -234,6 +262,7 @@ def render_text(findings: Iterable[Finding]) -> str:
         else:
             lines.extend(_suppressed(finding))
             lines.extend(_single(finding))
+            lines.append("")
     flush()
     return "\n".join(lines) + ("\n" if lines else "")
 

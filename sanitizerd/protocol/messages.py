@@ -51,6 +51,8 @@ class Config(msgspec.Struct, kw_only=True):
     log_level: Ident = "warn"
     # racecheck: accesses of one pipe more than this many instructions apart are ordered (msSanitizer: 16)
     single_pipe_distance: int = DEFAULT_SINGLE_PIPE_DISTANCE
+    # racecheck: one report per racing pair of sites over all blocks (`run --race-fold yes`), not per pair of blocks
+    race_fold: bool = False
     # known findings, hidden with a reason (`run --suppressions FILE`); the host's file applies too
     suppressions: Annotated[list[Suppression], msgspec.Meta(max_length=MAX_SUPPRESSIONS)] = []
 
@@ -108,7 +110,9 @@ class DeviceSummary(Message, tag="device"):
 
 
 class Location(msgspec.Struct, kw_only=True):
-    """A source location; ``callers`` are location ids of the enclosing frames, innermost first."""
+    """A source location; ``callers`` are location ids of the enclosing frames, innermost first. ``record``: the
+    place a device record names itself (msSanitizer's ``fileNo``/``lineNo``), not the call stack of its pc:
+    reports print it as ``file:line`` whatever the event's pc, as msSanitizer does where no stack resolves."""
 
     id: int
     file: str
@@ -116,6 +120,7 @@ class Location(msgspec.Struct, kw_only=True):
     column: int = 0
     function: str = ""
     callers: list[int] = []
+    record: bool = False
 
 
 class Locations(Message, tag="locations"):
@@ -175,6 +180,9 @@ class KernelBegin(Message, tag="kernel_begin"):
     block_dim: int
     kernel_type: Literal["aicpu", "aiv", "aic", "mix"] = "aiv"
     pc_start: int = 0
+    # The kernel's binary has line information (msSanitizer's KernelSummary.hasDebugLine); without it, the first
+    # report of the launch is preceded by msSanitizer's "missed debug_line information" warning.
+    debug_line: bool = True
 
 
 class Events(Message, tag="events"):
@@ -421,6 +429,7 @@ class KernelChecked(Message, tag="kernel_checked"):
     lost: int = 0  # records the client lost (--cache-size): the result is incomplete
     incomplete: bool = False  # records lost or not turned into events: not every record was checked
     suppressed: int = 0  # findings a suppression rule hid: in neither errors nor warnings
+    debug_line: bool = True  # as the launch's kernel_begin said
 
 
 class Recorded(Message, tag="recorded"):

@@ -112,6 +112,7 @@ class KernelState:
     lost: int = 0  # records the client could not keep
     pending: int = 0  # detectors still checking it
     incomplete: bool = False  # records lost or not converted: a clean verdict would not mean a clean kernel
+    debug_line: bool = True  # the kernel's binary has line information (msSanitizer's hasDebugLine)
 
 
 class Session:
@@ -323,9 +324,9 @@ class Session:
                 reason="bad_reference",
             )
         wanted = self.config.kernel_name
-        name = demangle(_display_name(begin.name), self.config.demangle)
+        name = demangle(begin.name, self.config.demangle)
         launch = KernelLaunch(begin.kernel, name, begin.block_dim, begin.kernel_type)
-        state = KernelState(launch, checked=not wanted or wanted in begin.name)
+        state = KernelState(launch, checked=not wanted or wanted in begin.name, debug_line=begin.debug_line)
         self.kernels[begin.kernel] = self.current = state
         self.kernels_seen += 1
         return [StartKernel(launch)] if state.checked else []
@@ -448,6 +449,7 @@ class Session:
             lost=state.lost,
             incomplete=state.incomplete or state.lost > 0,
             suppressed=state.suppressed,
+            debug_line=state.debug_line,
         )
         return Answer(verdict, report)
 
@@ -461,13 +463,6 @@ def _tally(findings: list[Finding]) -> tuple[int, int, int]:
 
 def _location_size(location: m.Location) -> int:
     return 64 + len(location.file) + len(location.function) + 8 * len(location.callers)
-
-
-def _display_name(name: str) -> str:
-    """msSanitizer's kernel display name: MIX suffixes dropped, ``unknown`` if empty (§2.0)."""
-    for suffix in ("_mix_aic", "_mix_aiv"):
-        name = name.removesuffix(suffix)
-    return name or "unknown"
 
 
 def _check_host_range(op: m.HostOp) -> None:

@@ -11,6 +11,91 @@ from sanitizerd.chips import Chip
 from sanitizerd.compat.convert.bounds import ExpansionBudget
 from sanitizerd.protocol.records import EVENT_DTYPE
 
+MAX_RECORD_PLACES = 1 << 16  # distinct (pc, fileNo, lineNo) one connection names; a kernel has a few thousand
+
+
+class RecordPlaces:
+    """Where msSanitizer's reports say each record is: the call stack of its pc where the kernel's binary resolves
+    one, else its own ``Location.fileNo`` and ``lineNo``. Each distinct (pc, fileNo, lineNo) gets a key (from 1);
+    ``resolve`` (the connection's) turns a key into the location id its events carry, once per key and binding
+    (``bind``: a new kernel binary or pc start). Past MAX_RECORD_PLACES keys, records get none (their reports say
+    ``unknown:0``) and ``over`` counts them.
+
+    Cost: a record's place is a function of its pc in every real stream (one instruction, one source line), so the
+    keys are found with one scatter and gather over the span of the pcs, checked to agree on each pc, in O(records);
+    a stream where they disagree (or whose pcs spread too far for their number) takes a sort instead."""
+
+    _UNRESOLVED = np.uint32(0xFFFFFFFF)
+
+    def __init__(self, resolve: Callable[[int], int] | None = None) -> None:
+        self._keys: dict[tuple[int, int, int], int] = {}
+        self.sites: list[tuple[int, int, int]] = [(0, 0, 0)]  # key -> (pc, fileNo, lineNo); key 0: none
+        self.over = 0
+        self.resolve = resolve
+        self._binding: object = None
+        self._ids = np.zeros(1, dtype=np.uint32)  # key -> location id under the binding (_UNRESOLVED: not yet)
+
+    def bind(self, binding: object) -> None:
+        """What ``resolve`` answers depends on ``binding`` (e.g. the kernel's binary and pc start): a new one
+        forgets the answers of the last."""
+        if binding != self._binding:
+            self._binding = binding
+            self._ids = np.full(len(self.sites), self._UNRESOLVED, dtype=np.uint32)
+            self._ids[0] = 0
+
+    def keys(self, pc: np.ndarray, file_no: np.ndarray, line_no: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The key of each record's (pc, fileNo, lineNo), and the distinct keys: one dictionary look-up per
+        distinct one, not per record."""
+        pc, file_no, line_no = (np.asarray(a, dtype=np.uint64) for a in (pc, file_no, line_no))
+        if not pc.size:
+            return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.uint32)
+        low, span = int(pc.min()), int(pc.max() - pc.min()) + 1
+        if span <= max(4 * pc.size, 4096):
+            slot = (pc - np.uint64(low)).astype(np.intp)
+            first = np.full(span, -1, dtype=np.intp)
+            first[slot] = np.arange(pc.size)  # some record of each pc (the last one written)
+            one = first[slot]
+            if np.array_equal(file_no[one], file_no) and np.array_equal(line_no[one], line_no):
+                present = np.flatnonzero(first >= 0)
+                rows = first[present]
+                table = np.zeros(span, dtype=np.uint32)
+                triples = zip((present + low).tolist(), file_no[rows].tolist(), line_no[rows].tolist(), strict=True)
+                distinct = np.array([self._key(triple) for triple in triples], dtype=np.uint32)
+                table[present] = distinct
+                return self._counted(table[slot]), distinct
+        stacked = np.stack((pc, file_no, line_no), axis=1)
+        found, inverse = np.unique(stacked, axis=0, return_inverse=True)
+        distinct = np.array([self._key((int(a), int(b), int(c))) for a, b, c in found.tolist()], dtype=np.uint32)
+        return self._counted(distinct[inverse.reshape(-1)]), distinct
+
+    def locations(self, pc: np.ndarray, file_no: np.ndarray, line_no: np.ndarray) -> np.ndarray:
+        """The location id of each record (0 where ``resolve`` is not set or the key bound was passed)."""
+        keys, distinct = self.keys(pc, file_no, line_no)
+        if self.resolve is None:
+            return np.zeros(keys.size, dtype=np.uint32)
+        if self._ids.size < len(self.sites):
+            grown = np.full(len(self.sites), self._UNRESOLVED, dtype=np.uint32)
+            grown[: self._ids.size] = self._ids
+            self._ids = grown
+        ids = self._ids
+        for key in distinct[ids[distinct] == self._UNRESOLVED].tolist():
+            ids[key] = self.resolve(key)
+        return ids[keys]
+
+    def _key(self, site: tuple[int, int, int]) -> int:
+        key = self._keys.get(site)
+        if key is None:
+            if len(self.sites) > MAX_RECORD_PLACES:
+                return 0
+            key = self._keys[site] = len(self.sites)
+            self.sites.append(site)
+        return key
+
+    def _counted(self, keys: np.ndarray) -> np.ndarray:
+        if len(self.sites) > MAX_RECORD_PLACES:  # only then can a record have gone without a key
+            self.over += int((keys == 0).sum())
+        return keys
+
 
 @dataclass(frozen=True, slots=True)
 class BlockContext:
@@ -28,6 +113,31 @@ class BlockContext:
     # What the kernel launch's records may still become (bounds.py): the connection gives each launch its own,
     # shared by its slots; a context made without one (a test's) has a launch of its own.
     budget: ExpansionBudget = field(default_factory=ExpansionBudget, compare=False, hash=False)
+    # The connection's keys of the records' own places (fileNo, lineNo); None: none kept (a test's context).
+    places: RecordPlaces | None = field(default=None, compare=False, hash=False)
+
+
+def mark_places(events: np.ndarray, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    """``events`` (of ``records``, numbered ``serials`` in increasing order) with each one's location id in its
+    ``location`` field (``RecordPlaces``); events whose serial names none of these records (none today) keep theirs."""
+    places = context.places
+    if places is None or places.resolve is None or not events.size or not records.size:
+        return events
+    ids = places.locations(records["pc"], records["file_no"], records["line_no"])
+    first = int(serials[0])
+    row = np.full(int(serials[-1]) - first + 2, -1, dtype=np.intp)  # serial -> record: one gather, no search
+    row[(serials - np.uint64(first)).astype(np.intp)] = np.arange(serials.size)
+    at = events["serial"].astype(np.intp) - first
+    if at.min() < 0 or at.max() >= row.size:  # never from the converters: a serial of no record goes to row[-1]
+        at = np.where((at >= 0) & (at < row.size), at, row.size - 1)
+    record = row[at]
+    if not events.flags.writeable:
+        events = events.copy()
+    if record.min() >= 0:
+        events["location"] = ids[record]
+    else:
+        events["location"] = np.where(record >= 0, ids[record], events["location"])
+    return events
 
 
 def drop(context: BlockContext, text: str, count: int) -> None:
