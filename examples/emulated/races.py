@@ -26,6 +26,7 @@ The bugs (each bug's line is marked ``# BUG: name``, the lines a finding points 
   RAW within PIPE_V (``vec-1`` writes, ``vec-2`` reads), in every block.
 - ``gm_overlap``: the SyncAll between the phases is left out: WAW on GM between each block's phase-1 write
   (``phase-1``) and the atomic phase-2 write of the block after it (``phase-2``); only the latter is atomic.
+  Block 0 adds into its own tile: there the two writes are a WAW within its PIPE_MTE3.
 - ``misordered_cross_flag``: block 0 issues its cross_set before its write instead of after: RAW on GM between
   block 0's write (``publish``) and block 1's read (``consume``).
 - ``deadlock``: a wait_flag(MTE3 -> MTE2, event 5) that no set_flag matches (``stuck``), followed by more MTE2 and
