@@ -7,6 +7,8 @@ folded per site and reported when the kernel ends, as msSanitizer does; host-sid
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sanitizerd.detectors import register
@@ -18,6 +20,7 @@ from sanitizerd.detectors._runs import (
     CHUNK,
     PairBudget,
     PatternTooComplex,
+    Runs,
     coverage,
     coverage_own,
     inside_or_none,
@@ -257,39 +260,24 @@ class Memcheck:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Bytes of each access at ``index`` outside its own ranges (``starts/stops[first[i] : first[i] +
         count[i]]``), and the start of its first piece with any: closed forms over its runs, as ``_bad_bytes``."""
-        total = np.zeros(index.size, dtype=np.uint64)
-        address = np.zeros(index.size, dtype=np.uint64)
-        done = 0
-        for rows, runs in runs_by_group(events, ext, index):
-            part = slice(done, done + rows.size)
-            inside, first_bad = coverage_own(runs, starts, stops, first[part], count[part], ADDRESS_LIMIT)
-            heads = np.flatnonzero(np.diff(runs.owner, prepend=-1))
-            owners = done + runs.owner[heads]
-            total[owners] = np.add.reduceat(runs.count * runs.size - inside, heads)
-            address[owners] = np.minimum.reduceat(first_bad, heads)
-            done += rows.size
-        return total, address
+        def covered(rows: np.ndarray, runs: Runs, part: slice) -> tuple[np.ndarray, np.ndarray]:
+            return coverage_own(runs, starts, stops, first[part], count[part], ADDRESS_LIMIT)
+
+        return _outside(events, ext, index, covered)
 
     def _bad_bytes(self, events: np.ndarray, ext: np.ndarray, index: np.ndarray, space: int) -> tuple[np.ndarray, ...]:
         """Bytes of each access outside what ``space`` allows, and the start of its first piece (the range
         msSanitizer's flattened pattern reports) with any: closed forms over the pattern's runs, never its blocks."""
         allowed = self._allowed(space)
-        total = np.zeros(index.size, dtype=np.uint64)
-        address = np.zeros(index.size, dtype=np.uint64)
-        done = 0
-        for rows, runs in runs_by_group(events, ext, index):
+
+        def covered(rows: np.ndarray, runs: Runs, part: slice) -> tuple[np.ndarray, np.ndarray] | None:
             try:
-                inside, first_bad = coverage(runs, allowed, ADDRESS_LIMIT, self.pairs)
+                return coverage(runs, allowed, ADDRESS_LIMIT, self.pairs)
             except PatternTooComplex as too_many:
                 self._not_checked(events[rows], too_many)
-                done += rows.size
-                continue
-            heads = np.flatnonzero(np.diff(runs.owner, prepend=-1))
-            owners = done + runs.owner[heads]
-            total[owners] = np.add.reduceat(runs.count * runs.size - inside, heads)
-            address[owners] = np.minimum.reduceat(first_bad, heads)
-            done += rows.size
-        return total, address
+                return None
+
+        return _outside(events, ext, index, covered)
 
     def _not_checked(self, accesses: np.ndarray, too_many: PatternTooComplex) -> None:
         """Accesses whose bounds a closed form could not settle within MAX_PAIRS: told, never silently passed."""
@@ -515,3 +503,27 @@ class Memcheck:
                     )
                 )
         return findings
+
+
+def _outside(
+    events: np.ndarray,
+    ext: np.ndarray,
+    index: np.ndarray,
+    covered: Callable[[np.ndarray, Runs, slice], tuple[np.ndarray, np.ndarray] | None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes of each access at ``index`` outside what ``covered`` finds inside its runs (a group's bytes inside
+    and first bad address per run, or None for a group not checked), and the start of its first piece with any."""
+    total = np.zeros(index.size, dtype=np.uint64)
+    address = np.zeros(index.size, dtype=np.uint64)
+    done = 0
+    for rows, runs in runs_by_group(events, ext, index):
+        part = slice(done, done + rows.size)
+        found = covered(rows, runs, part)
+        if found is not None:
+            inside, first_bad = found
+            heads = np.flatnonzero(np.diff(runs.owner, prepend=-1))
+            owners = done + runs.owner[heads]
+            total[owners] = np.add.reduceat(runs.count * runs.size - inside, heads)
+            address[owners] = np.minimum.reduceat(first_bad, heads)
+        done += rows.size
+    return total, address
