@@ -506,6 +506,7 @@ class Daemon:
 
             connection = CompatConnection(wire.LAYOUTS[layout], job=job, peer_pid=peer.pid)
             connection.on_refused = self._refusal_counter(job)
+            connection.on_unplaced = self.metrics.compat_records_unplaced.inc
         except Exception:  # a bug of ours: this connection ends, never the daemon (it runs in the daemon's tasks)
             log.exception("compat connection could not be set up", job=job, layout=layout)
             hub.metrics.rejected.labels("internal_error").inc()

@@ -209,6 +209,12 @@ class Metrics:
         )
         for name in REFUSED_REASONS:
             self.compat_records_refused.labels(name)
+        self.compat_records_unplaced = Counter(
+            "sanitizerd_compat_records_unplaced",
+            "msSanitizer records past a connection's bound on distinct places (pc, fileNo, lineNo): reported at "
+            "unknown:0, said once to the session's log; docs/security.md",
+            registry=r,
+        )
         self.client_logs_dropped = Counter(
             "sanitizerd_client_logs_dropped",
             "Client log messages not written to the daemon's log: over the per-session rate",

@@ -986,3 +986,18 @@ def test_records_past_the_place_bound_are_said_once(monkeypatch: pytest.MonkeyPa
     events = as_events(b"".join(bytes(x.records) for x in got if isinstance(x, m.Events)))
     memory = events[events["kind"] <= 1]
     assert sorted(set(memory["location"].tolist())) == [0, *sorted(located)]
+
+
+def test_records_past_the_place_bound_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record past the bound on places is counted (the metric), as its batch is decoded, not once."""
+    from sanitizerd.compat.convert import base
+
+    monkeypatch.setattr(base, "MAX_RECORD_PLACES", 2)
+    records = [dma_record(0x100, 0x1000 + 32 * r, 0, block_id=0, file_no=5, line_no=10 + r) for r in range(4)]
+    conn = connection()
+    counted: list[int] = []
+    conn.on_unplaced = counted.append
+    for _ in range(2):
+        conn.receive_data(kernel_summary(pc=0) + slot(1, records))
+        drain(conn)
+    assert sum(counted) == 4 and len(counted) == 2

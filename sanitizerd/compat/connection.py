@@ -159,6 +159,8 @@ class CompatConnection:
         self._cuts: list[tuple[str, int]] = []
         # Told, at a kernel's end, how many of its records were refused over their bounds, by reason (the metric).
         self.on_refused: Callable[[str, int], None] = lambda reason, records: None
+        # Told how many records were past the bound on distinct places (reported at unknown:0), as they are met.
+        self.on_unplaced: Callable[[int], None] = lambda records: None
         self._to_send = bytearray()  # replies the connection makes itself (data_to_send)
         # framing
         self._packet: int | None = None  # the type of the packet begun, once its head is read
@@ -185,6 +187,7 @@ class CompatConnection:
         self._pending_locations: list[m.Location] = []  # made while decoding; sent before the events that name them
         self._binaries_sent = 0
         self._places_over_said = False
+        self._places_over_counted = 0
         # This release's packet numbers: fixed packets -> payload size, and what reads each payload.
         handlers = {
             PacketType.DEVICE_SUMMARY: self._device_summary,
@@ -786,6 +789,9 @@ class CompatConnection:
             # Damage met in the part of the DWARF a pc needed: those pcs have no stack; said once per binary.
             self._binary_problems_said.add(id(binary))
             self._out.append(m.Log(text=f"call stacks incomplete: {problem}", level="warn"))
+        if self._places.over > self._places_over_counted:
+            self.on_unplaced(self._places.over - self._places_over_counted)
+            self._places_over_counted = self._places.over
         if self._places.over and not self._places_over_said:
             self._places_over_said = True
             self._out.append(
