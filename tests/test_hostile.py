@@ -1015,10 +1015,19 @@ def conn_raise_own_fd_limit(wanted: int) -> None:
 
 
 class TestHostileConnections:
-    def test_idle_connections_past_the_default_fd_limit(self, hostile_daemon: RunningDaemon) -> None:
+    def test_idle_connections_past_the_default_fd_limit(self, short_dir: Path) -> None:
         """1 100 idle connections under the default soft limit of 1 024: the daemon raised its limit at start, each
         connection is admitted or refused by name (connection_limit, per uid), the admitted are cut at the handshake
-        timeout, and the daemon serves on."""
+        timeout, and the daemon serves on. The timeout is long enough (5 s) for all 1 100 to be open at once on a
+        loaded machine: with 1 s, the first were cut before the last connected and freed their places."""
+        hostile_daemon = start_daemon(short_dir, "--handshake-timeout", "5", hostile_limits=True)
+        try:
+            self._idle_connections(hostile_daemon)
+        finally:
+            code = stop_daemon(hostile_daemon)
+        assert code == 0, hostile_daemon.log_text()
+
+    def _idle_connections(self, hostile_daemon: RunningDaemon) -> None:
         conn_raise_own_fd_limit(2048)
         socks = [connect(hostile_daemon) for _ in range(1100)]
         try:
