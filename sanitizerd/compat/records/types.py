@@ -7,7 +7,7 @@ padding before it).
 Releases renumber record types (26.1.0 inserts KERNEL_FINISH before FINISH; 02aa7ee moved SHADOW_MEMORY), so
 ``RecordType`` is sanitizerd's own naming: its values are msSanitizer 4a419f05's numbers, the first wire sanitizerd
 spoke, and types that release did not have take free values. A ``RecordTable`` maps one release's numbers to these
-names (``sanitizerd.compat.numbering``): the converters are written once, against the names.
+names (``sanitizerd.compat.records.numbering``): the converters are written once, against the names.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sanitizerd.chips import Chip
-from sanitizerd.compat.convert.bounds import ExpansionBudget
+from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.protocol.records import EVENT_DTYPE
 
 MAX_RECORD_PLACES = 1 << 16  # distinct (pc, fileNo, lineNo) one connection names; a kernel has a few thousand

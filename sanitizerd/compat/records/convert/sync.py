@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype, subset, sync_events
-from sanitizerd.compat.record_types import MemType, PipeType, RecordType
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype, subset, sync_events
+from sanitizerd.compat.records.types import MemType, PipeType, RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe
 
 R = RecordType

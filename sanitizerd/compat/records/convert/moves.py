@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import (
+from sanitizerd.compat.records.convert.base import (
     MAX_LOOP,
     BlockContext,
     by_serial,
@@ -23,7 +23,7 @@ from sanitizerd.compat.convert.base import (
     subset,
     sync_events,
 )
-from sanitizerd.compat.record_types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
+from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
 
 BLOCK = 32  # msSanitizer's MOV_LOCAL_BLOCK_SIZE: bursts and gaps count 32-byte blocks

@@ -21,8 +21,8 @@ from functools import partial
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
-from sanitizerd.compat.convert.plan import U16_MAX, Plan, explicit_align
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
+from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
 
 # RecordType values of this family (msSanitizer's record_defs.h).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, record_dtype, sync_events
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat.records.convert.base import BlockContext, converts, record_dtype, sync_events
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import EventKind, Pipe, Register
 
 R = RecordType

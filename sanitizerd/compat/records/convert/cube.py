@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
-from sanitizerd.compat.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
+from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
 LOAD_2D = 104

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, interleave, record_dtype, runs, subset
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, interleave, record_dtype, runs, subset
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
 R = RecordType

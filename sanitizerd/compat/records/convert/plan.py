@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, expanding, pack
+from sanitizerd.compat.records.convert.base import BlockContext, expanding, pack
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
 
 U16_MAX = 0xFFFF

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert import moves
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
-from sanitizerd.compat.convert.cube import query_pipe
-from sanitizerd.compat.convert.plan import NO_SPACE, Plan
-from sanitizerd.compat.convert.vector import READ, WRITE, masked_operand
+from sanitizerd.compat.records.convert import moves
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
+from sanitizerd.compat.records.convert.cube import query_pipe
+from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan
+from sanitizerd.compat.records.convert.vector import READ, WRITE, masked_operand
 from sanitizerd.protocol.records import (
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
