@@ -24,7 +24,7 @@ from typing import Any, Final
 import numpy as np
 
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
-from sanitizerd.compat import wire
+from sanitizerd.compat import stacks, wire
 from sanitizerd.compat.records import slots
 from sanitizerd.compat.records.convert import base as convert_base
 from sanitizerd.compat.records.convert.base import BlockContext, RecordPlaces
@@ -33,17 +33,10 @@ from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
 from sanitizerd.protocol import messages as m
-from sanitizerd.protocol._buffer import ReceiveBuffer
-from sanitizerd.protocol._state import State
-from sanitizerd.protocol.connection import CONNECTION_CLOSED, NEED_DATA, _Sentinel
 from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd.protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, Sentinel, State
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 from sanitizerd.protocol.texts import cap_strings
-
-try:  # the native helper's module (branch i11-native): call stacks from the kernel's ELF
-    from sanitizerd.compat import stacks
-except ImportError:  # pragma: no cover - until it is merged: no locations
-    stacks = None  # type: ignore[assignment]
 
 # Record bytes handed to the decoder at once. The slot's bytes held at any time stay within about this (plus one
 # record the decoder could not finish): a slot may be gigabytes.
@@ -227,7 +220,7 @@ class CompatConnection:
         else:
             self._eof = True
 
-    def next_event(self) -> m.Message | _Sentinel:
+    def next_event(self) -> m.Message | Sentinel:
         """The next native message, ``NEED_DATA`` or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
         if self.state is State.ERROR:
             raise RemoteProtocolError("connection is in ERROR after an earlier protocol error", reason="bad_packet")
@@ -746,8 +739,6 @@ class CompatConnection:
     def _kernel_binary(self, elf: bytes) -> None:
         self._binary = None
         self._binaries_sent += 1  # what the records' locations were found with changes (RecordPlaces.bind)
-        if stacks is None:
-            return
         digest = hashlib.blake2b(elf, digest_size=16).digest()
         kept = self._binaries.get(digest)
         if kept is None:
