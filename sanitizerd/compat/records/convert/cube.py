@@ -13,61 +13,14 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
+from sanitizerd.compat.records.types import NO_PIPE, MemType, RecordType, query_pipe
 from sanitizerd.protocol.records import EventKind, Pipe, Space
-
-LOAD_2D = 104
-LOAD_L1_2D = 105
-LOAD_L1_MX_2D = 106
-LOAD_L1_2D_TRANSPOSE = 107
-LOAD_B2 = 108
-LOAD_A_WINOGRAD = 109
-LOAD_B_WINOGRAD = 110
-SET_2D = 112
-SET_L1_2D = 113
-LOAD_IMAGE = 116
-LOAD_2D_SPARSE = 118
-LOAD_2D_TRANSPOSE = 119
-DECOMPRESS_HEADER = 120
-LOAD_SMASK = 122
-BROADCAST = 123
-MATRIX_MUL_OP = 10006
-MMAD_A5 = 10007
 
 FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE)
 FRACTAL_ROW = 32
 UNIT_FLAG_EVENT = 11  # msSanitizer's event id for generated syncs, apart from user ids 0..7
 
-# MemType values (u8 in device records).
-L1, L0A, L0B, L0C, UB, BT, GM, PRIVATE, FB = range(9)
 DATA_B4, DATA_B8, DATA_B16, DATA_B32 = range(4)
-
-_PIPES = np.full((256, 256), 0xFF, dtype=np.uint8)  # (src MemType, dst MemType) -> Pipe; 0xFF = unknown
-for (_src, _dst), _pipe in {
-    (L1, L0A): Pipe.MTE1,
-    (L1, L0B): Pipe.MTE1,
-    (L1, L0C): Pipe.MTE1,
-    (L1, UB): Pipe.MTE1,
-    (L1, BT): Pipe.MTE1,
-    (L1, GM): Pipe.MTE3,
-    (GM, L0A): Pipe.MTE2,
-    (GM, L0B): Pipe.MTE2,
-    (GM, L1): Pipe.MTE2,
-    (GM, UB): Pipe.MTE2,
-    (UB, GM): Pipe.MTE3,
-    (UB, L1): Pipe.MTE3,
-    (UB, L0C): Pipe.MTE3,
-    (L0C, UB): Pipe.V,
-    (UB, UB): Pipe.V,
-    (L0C, L1): Pipe.FIX,
-    (L1, FB): Pipe.FIX,
-}.items():
-    _PIPES[_src, _dst] = _pipe
-NO_PIPE = 0xFF
-
-
-def query_pipe(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """msSanitizer's QueryPipeType, vectorised; ``NO_PIPE`` for a pair it does not know."""
-    return _PIPES[np.asarray(src, dtype=np.uint8), np.asarray(dst, dtype=np.uint8)]
 
 
 def _u(x: np.ndarray | int) -> np.ndarray:
@@ -164,7 +117,7 @@ def _matrix(
         )
 
 
-@converts(MATRIX_MUL_OP, dtype=MATRIX_MUL_DTYPE)
+@converts(RecordType.MATRIX_MUL_OP, dtype=MATRIX_MUL_DTYPE)
 def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """MMAD: A as src0Repeat repeats of src0BlockNum blocks, B and C as one run of blocks each."""
     r = records
@@ -187,7 +140,7 @@ def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarra
     return plan.build()
 
 
-@converts(MMAD_A5, dtype=MMAD_A5_DTYPE)
+@converts(RecordType.MMAD_A5, dtype=MMAD_A5_DTYPE)
 def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """MMAD (910_95 form): 512-byte fractals of A and B, 1024-byte fractals of C (1024-aligned)."""
     r = records
@@ -220,7 +173,7 @@ LOAD_2D_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_2D, dtype=LOAD_2D_DTYPE)
+@converts(RecordType.LOAD_2D, dtype=LOAD_2D_DTYPE)
 def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """LOAD_2D: ``repeat`` fractals, one per repeat (strides in fractals), from ``src + baseIdx`` fractals
     upward, or (decrement mode) ending there. A decrement that would start below address 0 is dropped."""
@@ -260,7 +213,7 @@ LOAD_2D_SPARSE_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
+@converts(RecordType.LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
 def convert_load_2d_sparse(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -302,7 +255,7 @@ _FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
 _FRACTALS_PER_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 2, 1, 2]
 
 
-@converts(LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
+@converts(RecordType.LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
 def convert_load_2d_transpose(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -369,13 +322,13 @@ LOAD_L1_2D_DTYPE = record_dtype(
 _DETAILED_B4, _DETAILED_B8, _DETAILED_B16, _DETAILED_B32 = 0, 1, 2, 3
 
 
-@converts(LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
+@converts(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
 def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """LOAD_L1_2D (910_95): kStep repeats of mStep fractals from L1 at (kStart, mStart); written the same way,
     or transposed (blocks and repeats traded by the element width). Transposes the hardware refuses give
     nothing."""
     r = records
-    pipe = query_pipe(np.full(len(r), L1, dtype=np.uint8), r["dst_mem"])
+    pipe = query_pipe(np.full(len(r), MemType.L1, dtype=np.uint8), r["dst_mem"])
     t = r["detailed_type"]
     transpose = r["transpose"] != 0
     m_step, k_step = _u(r["m_step"]), _u(r["k_step"])
@@ -396,7 +349,7 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
     plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
-        _space(L1, ok),
+        _space(MemType.L1, ok),
         src,
         pipe=pipe,
         block_num=m_step,
@@ -439,7 +392,7 @@ LOAD_L1_MX_2D_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
+@converts(RecordType.LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
 def convert_load_l1_mx_2d(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -477,7 +430,7 @@ LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_L1_2D_TRANSPOSE, dtype=LOAD_L1_2D_TRANSPOSE_DTYPE)
+@converts(RecordType.LOAD_L1_2D_TRANSPOSE, dtype=LOAD_L1_2D_TRANSPOSE_DTYPE)
 def convert_load_l1_2d_transpose(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -513,7 +466,7 @@ def convert_load_l1_2d_transpose(
 DECOMPRESS_HEADER_DTYPE = record_dtype(48, 0, [("src", "<u8", 32), ("n_block", "<u2", 40), ("src_mem", "u1", 42)])
 
 
-@converts(DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
+@converts(RecordType.DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
 def convert_decompress_header(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -546,7 +499,7 @@ SET_2D_DTYPE = record_dtype(
 )
 
 
-@converts(SET_2D, dtype=SET_2D_DTYPE)
+@converts(RecordType.SET_2D, dtype=SET_2D_DTYPE)
 def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """SET_2D (fill): ``repeat`` runs of dstBlockNum blocks, repeatGap blocks apart; MTE2 into L1, else MTE1."""
     r = records
@@ -555,7 +508,7 @@ def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, c
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
         r["dst"],
-        pipe=np.where(r["dst_mem"] == L1, int(Pipe.MTE2), int(Pipe.MTE1)),
+        pipe=np.where(r["dst_mem"] == MemType.L1, int(Pipe.MTE2), int(Pipe.MTE1)),
         block_num=r["dst_block_num"],
         block_size=r["dst_block_size"],
         repeat=r["repeat"],
@@ -577,7 +530,7 @@ SET_L1_2D_DTYPE = record_dtype(
 )
 
 
-@converts(SET_L1_2D, dtype=SET_L1_2D_DTYPE)
+@converts(RecordType.SET_L1_2D, dtype=SET_L1_2D_DTYPE)
 def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """SET_L1_2D (910_95 fill of L1): ``repeat`` runs of dstBlockNum 32-byte blocks, repeat stride repeatGap
     blocks (msSanitizer's reading of the gap), on MTE2, 32-byte aligned."""
@@ -617,7 +570,7 @@ LOAD_IMAGE_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
+@converts(RecordType.LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
 def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """LOAD_IMAGE: the padded image written as (width + pads) x (height + pads) 32-byte blocks, on MTE2. The
     image source is not in the record, so no read."""
@@ -641,12 +594,12 @@ LOAD_SMASK_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
+@converts(RecordType.LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
 def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """LOAD_SMASK: smaskSize bytes of sparsity mask read, from GM on MTE2 (2-byte aligned) or from UB on MTE3.
     The destination is an internal register: no write."""
     r = records
-    gm = r["src_mem"] == GM
+    gm = r["src_mem"] == MemType.GM
     plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
@@ -673,7 +626,7 @@ LOAD_B2_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_B2, dtype=LOAD_B2_DTYPE)
+@converts(RecordType.LOAD_B2, dtype=LOAD_B2_DTYPE)
 def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """LOAD_B2: ``repeat`` fractals of 128 bytes (B8) or 64 bytes, rounded up to 512, read and written."""
     r = records
@@ -713,7 +666,7 @@ def _element_size(data_type: np.ndarray) -> np.ndarray:
     return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
 
 
-@converts(LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
+@converts(RecordType.LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
 def convert_load_a_winograd(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -768,7 +721,7 @@ LOAD_B_WINOGRAD_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
+@converts(RecordType.LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
 def convert_load_b_winograd(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -821,7 +774,7 @@ BROADCAST_DTYPE = record_dtype(
 )
 
 
-@converts(BROADCAST, dtype=BROADCAST_DTYPE)
+@converts(RecordType.BROADCAST, dtype=BROADCAST_DTYPE)
 def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """BROADCAST (UB -> L0C, on PIPE_V): nBurst bursts; the source gives lenBurst 32-byte blocks per burst (one
     when repeating, doubled for B32), the destination lenBurst fractals of 512 bytes (1024 for B32, 1024-aligned).
@@ -853,12 +806,10 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
         block_size=np.where(dst_b32, 1024, 512),
         repeat=r["n_burst"],
         repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
-        align=np.where(dst_b32 & (r["dst_mem"] == L0C), 1024, 0),
+        align=np.where(dst_b32 & (r["dst_mem"] == MemType.L0C), 1024, 0),
     )
     return plan.build()
 
-
-LOAD_3D_V2 = 142
 
 LOAD_3D_V2_DTYPE = record_dtype(
     96,
@@ -923,7 +874,7 @@ def _intervals(mode1: np.ndarray, pos: np.ndarray, step: np.ndarray, stride: np.
     return (lo1, hi1), (np.minimum(lo2, total), hi2), gapped
 
 
-@converts(LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
+@converts(RecordType.LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
 def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """LOAD_3D_V2 (img2col, 910B): msSanitizer's model, kept as it is. The read walks the im2col matrix laid over
     the source (rows = output positions, columns = filter positions x channels, ``bitSize`` bytes per element as
@@ -1016,8 +967,6 @@ def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarra
     return plan.build()
 
 
-LOAD_3D = 111
-
 LOAD_3D_DTYPE = record_dtype(
     88,
     0,
@@ -1071,7 +1020,7 @@ def _covered(size, before, after, window, stride, dilation):
     return lo, hi, ~empty & ~contiguous
 
 
-@converts(LOAD_3D, dtype=LOAD_3D_DTYPE)
+@converts(RecordType.LOAD_3D, dtype=LOAD_3D_DTYPE)
 def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """LOAD_3D (img2col, 910A/310P): the 32-byte feature-map blocks every window tap reaches (channel groups of
     256 bits x reached rows x reached columns), then the whole output matrix (kStep x mStep x repeats elements)

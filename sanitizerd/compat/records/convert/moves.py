@@ -23,34 +23,18 @@ from sanitizerd.compat.records.convert.base import (
     subset,
     sync_events,
 )
-from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
+from sanitizerd.compat.records.types import (
+    MEMTYPE_TO_SPACE,
+    NO_PIPE,
+    NO_SPACE,
+    PIPE_OF_PAIR,
+    MemType,
+    PipeType,
+    RecordType,
+)
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
 
 BLOCK = 32  # msSanitizer's MOV_LOCAL_BLOCK_SIZE: bursts and gaps count 32-byte blocks
-NO_PIPE = 255
-
-# (src MemType, dst MemType) -> pipe; every other pair has none.
-PIPE_OF_PAIR = np.full((256, 256), NO_PIPE, dtype=np.uint8)
-for (_src, _dst), _pipe in {
-    (MemType.L1, MemType.L0A): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.L0B): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.L0C): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.UB): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.BT): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.GM): PipeType.PIPE_MTE3,
-    (MemType.GM, MemType.L0A): PipeType.PIPE_MTE2,
-    (MemType.GM, MemType.L0B): PipeType.PIPE_MTE2,
-    (MemType.GM, MemType.L1): PipeType.PIPE_MTE2,
-    (MemType.GM, MemType.UB): PipeType.PIPE_MTE2,
-    (MemType.UB, MemType.GM): PipeType.PIPE_MTE3,
-    (MemType.UB, MemType.L1): PipeType.PIPE_MTE3,
-    (MemType.UB, MemType.L0C): PipeType.PIPE_MTE3,
-    (MemType.L0C, MemType.UB): PipeType.PIPE_V,
-    (MemType.UB, MemType.UB): PipeType.PIPE_V,
-    (MemType.L0C, MemType.L1): PipeType.PIPE_FIX,
-    (MemType.L1, MemType.FB): PipeType.PIPE_FIX,
-}.items():
-    PIPE_OF_PAIR[_src, _dst] = _pipe
 
 # Pad modes 1-5 widen the source (each 32-byte destination block holds 32/scale source bytes); 6-8 narrow it.
 PAD_SCALE = np.array([1, 32, 16, 8, 4, 2, 8, 4, 2] + [1] * 247, dtype=np.int64)

@@ -23,32 +23,8 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
 from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
-
-# RecordType values of this family (msSanitizer's record_defs.h).
-VEC_DUP = 103
-VMRGSORT4_OP_C220 = 137
-VMRGSORT4_OP_M200 = 138
-VMRGSORT4_OP_C310 = 139
-UNARY_OP = 10000
-VGATHER = 10001
-ELEMENT = 10002
-BINARY_OP = 10003
-TERNARY_OP = 10004
-REDUCE_OP = 10005
-VEC_REGPROPCOOR_OP = 10008
-CMPMASK_OP = 10009
-VCOPY_OP = 10010
-VREDUCEV2_UNARY = 10011
-VREDUCEV2_BINARY = 10012
-VREDUCEV2 = 10013
-VCONV_DST_S4_OP = 10014
-VCONV_SRC_S4_OP = 10015
-VSEL_OP = 10016
-SIMD_START, SIMD_END = 9999, 19999
-SCATTERVNCHWCONV = 20018
-SCATTERVNCHWCONV_A5 = 20019
-VBS32_A5 = 20020
 
 READ, WRITE, MEMCPY = 0, 1, 2  # msSanitizer's AccessType
 MASK_NORM, MASK_COUNT = 0, 1
@@ -503,7 +479,7 @@ def masked_operand(
 def simd_align(context: BlockContext, data_bits: np.ndarray | int, record_type: int) -> np.ndarray | int:
     """msSanitizer's alignment for SIMD-range records checked by record type: on 310P the element width, else by
     address space (0)."""
-    if context.chip.name != "310P" or not SIMD_START < record_type < SIMD_END:
+    if context.chip.name != "310P" or not RecordType.SIMD_START < record_type < RecordType.SIMD_END:
         return 0
     return explicit_align(np.asarray(data_bits) // 8)
 
@@ -512,7 +488,7 @@ def _aicube(context: BlockContext) -> bool:
     return context.block_type == BlockType.AIC
 
 
-@converts(VEC_DUP, dtype=VEC_DUP_DTYPE)
+@converts(RecordType.VEC_DUP, dtype=VEC_DUP_DTYPE)
 def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VEC_DUP: one destination of 8 x 32-byte blocks per repeat, masked."""
     r = records
@@ -536,28 +512,28 @@ def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, 
 
 
 @converts(
-    UNARY_OP,
-    VCOPY_OP,
-    VREDUCEV2_UNARY,
-    VMRGSORT4_OP_C220,
-    VMRGSORT4_OP_M200,
-    VCONV_DST_S4_OP,
-    VCONV_SRC_S4_OP,
+    RecordType.UNARY_OP,
+    RecordType.VCOPY_OP,
+    RecordType.VREDUCEV2_UNARY,
+    RecordType.VMRGSORT4_OP_C220,
+    RecordType.VMRGSORT4_OP_M200,
+    RecordType.VCONV_DST_S4_OP,
+    RecordType.VCONV_SRC_S4_OP,
     dtype=UNARY_DTYPE,
 )
 def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """UnaryOpRecord: the source read, then the destination written, both masked."""
     r = records
-    variant = {VCOPY_OP: BY_REPEAT, VREDUCEV2_UNARY: REDUCEV2}.get(record_type, GENERAL)
+    variant = {RecordType.VCOPY_OP: BY_REPEAT, RecordType.VREDUCEV2_UNARY: REDUCEV2}.get(record_type, GENERAL)
     plan = Plan(len(r), serials, r, context)
     common = dict(aicube=_aicube(context), variant=variant)
     # VMRGSORT4 alignment (msSanitizer's special rules): 910B reads need 8 bytes, writes 32; 310P's rule uses the
     # data width value itself.
     read_align: np.ndarray | int = simd_align(context, r["src_data_bits"], record_type)
     write_align: np.ndarray | int = simd_align(context, r["dst_data_bits"], record_type)
-    if record_type == VMRGSORT4_OP_C220:
+    if record_type == RecordType.VMRGSORT4_OP_C220:
         read_align, write_align = 8, 32
-    elif record_type == VMRGSORT4_OP_M200:
+    elif record_type == RecordType.VMRGSORT4_OP_M200:
         read_align, write_align = r["src_data_bits"], r["dst_data_bits"]
     masks = (r["mask0"], r["mask1"], r["mask_mode"])
     masked_operand(
@@ -630,7 +606,7 @@ def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockCo
     )
 
 
-@converts(BINARY_OP, TERNARY_OP, VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
+@converts(RecordType.BINARY_OP, RecordType.TERNARY_OP, RecordType.VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
 def convert_binary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """BinaryOpRecord: src0 and src1 read, the destination written (TERNARY_OP: read then written), masked.
     msSanitizer takes the general MASK_COUNT path for all three (VREDUCEV2_BINARY included)."""
@@ -638,7 +614,7 @@ def convert_binary(record_type: int, records: np.ndarray, serials: np.ndarray, c
     plan = Plan(len(r), serials, r, context)
     _binary_source(plan, r, "src0", context, record_type)
     _binary_source(plan, r, "src1", context, record_type)
-    _binary_destination(plan, r, MEMCPY if record_type == TERNARY_OP else WRITE, context, record_type)
+    _binary_destination(plan, r, MEMCPY if record_type == RecordType.TERNARY_OP else WRITE, context, record_type)
     return plan.build()
 
 
@@ -664,7 +640,7 @@ def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
     return np.where(cut & partial, 1, np.where(cut & (n_repeat > 0), n_repeat, repeat))
 
 
-@converts(VSEL_OP, dtype=BINARY_DTYPE)
+@converts(RecordType.VSEL_OP, dtype=BINARY_DTYPE)
 def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VSEL: as a binary op, except that src1 (the select mask) is unmasked in mode 1 (one block, or repeat
     stride 1)."""
@@ -690,7 +666,7 @@ def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, con
     return plan.build()
 
 
-@converts(REDUCE_OP, dtype=REDUCE_DTYPE)
+@converts(RecordType.REDUCE_OP, dtype=REDUCE_DTYPE)
 def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """REDUCE_OP: the source read (masked), one reduced block per repeat written (MASK_COUNT: the count scaled
     down by the reduction ratio). A MASK_COUNT record whose ratio cannot be computed is dropped, as msSanitizer
@@ -792,7 +768,7 @@ def reducev2_written(r: np.ndarray) -> np.ndarray:
     return per_repeat * _u(r["repeat"])
 
 
-@converts(VREDUCEV2, dtype=REDUCEV2_DTYPE)
+@converts(RecordType.VREDUCEV2, dtype=REDUCEV2_DTYPE)
 def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VREDUCEV2 (gather by compare mask or pattern): src0 read (MASK_NORM: 256 bytes per repeat, the mask
     ignored; MASK_COUNT: mask0 elements per repeat), src1 (the compare mask, pattern mode 0 only) read, the kept
@@ -854,7 +830,7 @@ def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray,
     return plan.build()
 
 
-@converts(VGATHER, dtype=VGATHER_DTYPE)
+@converts(RecordType.VGATHER, dtype=VGATHER_DTYPE)
 def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VGATHER: the offset table read (one contiguous run, 32-byte aligned), the destination written; unmasked."""
     r = records
@@ -883,7 +859,7 @@ def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, 
     return plan.build()
 
 
-@converts(ELEMENT, dtype=ELEMENT_DTYPE)
+@converts(RecordType.ELEMENT, dtype=ELEMENT_DTYPE)
 def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """ELEMENT: one contiguous access of the record's own kind and alignment."""
     r = records
@@ -900,7 +876,7 @@ def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, 
     return plan.build()
 
 
-@converts(CMPMASK_OP, dtype=CMPMASK_DTYPE)
+@converts(RecordType.CMPMASK_OP, dtype=CMPMASK_DTYPE)
 def convert_cmpmask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """CMPMASK (compare-mask register to or from UB): one run of ``size`` bytes, 16-byte aligned."""
     r = records
@@ -909,7 +885,7 @@ def convert_cmpmask(record_type: int, records: np.ndarray, serials: np.ndarray, 
     return plan.build()
 
 
-@converts(VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
+@converts(RecordType.VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
 def convert_regpropcoor(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray:
@@ -959,7 +935,7 @@ def _va_addresses(low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-@converts(SCATTERVNCHWCONV, SCATTERVNCHWCONV_A5, dtype=SCATTER_DTYPE)
+@converts(RecordType.SCATTERVNCHWCONV, RecordType.SCATTERVNCHWCONV_A5, dtype=SCATTER_DTYPE)
 def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """SCATTERVNCHWCONV (transpose through VA registers): 16 source blocks read (src0's 8 addresses, then
     src1's), then 16 destination blocks written; each address repeats ``repeat`` times. B8 data moves 16-byte
@@ -988,7 +964,7 @@ def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, 
     return plan.build()
 
 
-@converts(VBS32_A5, dtype=VBS32_DTYPE)
+@converts(RecordType.VBS32_A5, dtype=VBS32_DTYPE)
 def convert_vbs32(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VBS32 (sort 32 scores with their indices): per repeat, 32 scores and 128 bytes of indices read, 256 bytes
     (32 eight-byte pairs) written."""
@@ -1001,7 +977,7 @@ def convert_vbs32(record_type: int, records: np.ndarray, serials: np.ndarray, co
     return plan.build()
 
 
-@converts(VMRGSORT4_OP_C310, dtype=VMS4_DTYPE)
+@converts(RecordType.VMRGSORT4_OP_C310, dtype=VMS4_DTYPE)
 def convert_vms4v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VMRGSORT4 (910_95 form): merge up to four sorted lists of 8-byte elements. One repeat (or "all stored",
     modelled as one repeat): each valid list read, the sum written. Several repeats need four equal valid lists
