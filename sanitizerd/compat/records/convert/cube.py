@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
 from sanitizerd.compat.records.types import NO_PIPE, MemType, RecordType, query_pipe
 from sanitizerd.protocol.records import EventKind, Pipe, Space
@@ -38,54 +38,17 @@ def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
     return np.where(ok, memtype_to_space(memtype), NO_SPACE)
 
 
-MATRIX_MUL_DTYPE = record_dtype(
-    96,
-    32,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("m", "<u2", 24),
-        ("k", "<u2", 26),
-        ("n", "<u2", 28),
-        ("src0_repeat_stride", "<u2", 64),
-        ("dst_block_size", "<u2", 66),
-        ("src0_block_size", "<u2", 68),
-        ("src1_block_size", "<u2", 70),
-        ("src0_repeat", "<u2", 72),
-        ("dst_block_num", "<u2", 74),
-        ("src0_block_num", "<u2", 76),
-        ("src1_block_num", "<u2", 78),
-        ("dst_align_size", "<u2", 80),
-        ("src0_align_size", "<u2", 82),
-        ("src1_align_size", "<u2", 84),
-        ("cmatrix_source", "u1", 86),
-        ("cmatrix_init_val", "u1", 87),
-        ("unit_flag", "u1", 88),
-    ],
+MATRIX_MUL_DTYPE = payload_dtype(
+    "MarixMulOpRecord",
+    "dst src0 src1 m k n src0RepeatStride dstBlockSize src0BlockSize src1BlockSize src0Repeat dstBlockNum"
+    " src0BlockNum src1BlockNum dstAlignSize src0AlignSize src1AlignSize cmatrixSource cmatrixInitVal"
+    " enUnitFlag=unit_flag",
 )
 
-MMAD_A5_DTYPE = record_dtype(
-    80,
-    24,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("m", "<u2", 56),
-        ("k", "<u2", 58),
-        ("n", "<u2", 60),
-        ("dst_block_num", "<u2", 62),
-        ("src0_block_num", "<u2", 64),
-        ("src1_block_num", "<u2", 66),
-        ("src0_align_size", "<u2", 68),
-        ("src1_align_size", "<u2", 70),
-        ("src0_dtype", "u1", 72),
-        ("src1_dtype", "u1", 73),
-        ("cmatrix_source", "u1", 74),
-        ("cmatrix_init_val", "u1", 75),
-        ("unit_flag", "u1", 76),
-    ],
+MMAD_A5_DTYPE = payload_dtype(
+    "MmadA5Record",
+    "dst src0 src1 m k n dstBlockNum src0BlockNum src1BlockNum src0AlignSize src1AlignSize src0Dtype src1Dtype"
+    " cmatrixSource cmatrixInitVal enUnitFlag=unit_flag",
 )
 
 
@@ -155,21 +118,9 @@ def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, 
     return plan.build()
 
 
-LOAD_2D_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("base_idx", "<u2", 48),
-        ("src_stride", "<u2", 50),
-        ("dst_stride", "<u2", 52),
-        ("block_size", "<u2", 54),
-        ("repeat", "<u2", 56),
-        ("dst_mem", "u1", 58),
-        ("src_mem", "u1", 59),
-        ("addr_cal_mode", "<u4", 60),
-    ],
+LOAD_2D_DTYPE = payload_dtype(
+    "Load2DRecord",
+    "dst src baseIdx srcStride dstStride blockSize repeat dstMemType=dst_mem srcMemType=src_mem addrCalMode:<u4",
 )
 
 
@@ -198,18 +149,8 @@ def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, 
     return plan.build()
 
 
-LOAD_2D_SPARSE_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src0", "<u4", 40),
-        ("src1", "<u4", 44),
-        ("start_id", "<u2", 48),
-        ("repeat", "u1", 50),
-        ("dst_mem", "u1", 51),
-        ("src_mem", "u1", 52),
-    ],
+LOAD_2D_SPARSE_DTYPE = payload_dtype(
+    "Load2DSparseRecord", "dst src0 src1 startId repeat dstMemType=dst_mem srcMemType=src_mem"
 )
 
 
@@ -233,22 +174,9 @@ def convert_load_2d_sparse(
     return plan.build()
 
 
-LOAD_2D_TRANSPOSE_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("index_id", "<u2", 48),
-        ("src_stride", "<u2", 50),
-        ("dst_stride", "<u2", 52),
-        ("dst_frac_stride", "<u2", 54),
-        ("repeat", "u1", 56),
-        ("addr_mode", "u1", 57),
-        ("data_type", "u1", 58),
-        ("dst_mem", "u1", 59),
-        ("src_mem", "u1", 60),
-    ],
+LOAD_2D_TRANSPOSE_DTYPE = payload_dtype(
+    "Load2DTransposeRecord",
+    "dst src indexId srcStride dstStride dstFracStride repeat addrMode dataType dstMemType=dst_mem srcMemType=src_mem",
 )
 
 _FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
@@ -300,22 +228,10 @@ def convert_load_2d_transpose(
     return plan.build()
 
 
-LOAD_L1_2D_DTYPE = record_dtype(
-    72,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("m_start", "<u2", 48),
-        ("k_start", "<u2", 50),
-        ("m_step", "<u2", 52),
-        ("k_step", "<u2", 54),
-        ("src_stride", "<u2", 56),
-        ("dst_stride", "<u2", 58),
-        ("dst_mem", "u1", 60),
-        ("transpose", "<u4", 64),
-        ("detailed_type", "u1", 68),
-    ],
+LOAD_L1_2D_DTYPE = payload_dtype(
+    "LoadL12DRecord",
+    "dst src mStartPosition=m_start kStartPosition=k_start mStep kStep srcStride dstStride dstMemType=dst_mem"
+    " transposeMode=transpose:<u4 detailedDataType=detailed_type",
 )
 
 # DetailedDataType values msSanitizer's transpose rules name (record_defs.h).
@@ -375,20 +291,9 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
     return plan.build()
 
 
-LOAD_L1_MX_2D_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("x_start", "<u2", 48),
-        ("y_start", "<u2", 50),
-        ("x_step", "<u2", 52),
-        ("y_step", "<u2", 54),
-        ("src_stride", "<u2", 56),
-        ("dst_stride", "<u2", 58),
-        ("dst_mem", "u1", 60),
-    ],
+LOAD_L1_MX_2D_DTYPE = payload_dtype(
+    "LoadL1Mx2DRecord",
+    "dst src xStartPosition=x_start yStartPosition=y_start xStep yStep srcStride dstStride dstMemType=dst_mem",
 )
 
 
@@ -414,6 +319,8 @@ def convert_load_l1_mx_2d(
     return plan.build()
 
 
+# Offsets of its own: the measured layout gives this record type Load2DTransposeRecord's members, which the fields
+# read here do not follow.
 LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
     64,
     0,
@@ -463,7 +370,7 @@ def convert_load_l1_2d_transpose(
     return plan.build()
 
 
-DECOMPRESS_HEADER_DTYPE = record_dtype(48, 0, [("src", "<u8", 32), ("n_block", "<u2", 40), ("src_mem", "u1", 42)])
+DECOMPRESS_HEADER_DTYPE = payload_dtype("DecompressHeaderRecord", "src nBlock srcMemType=src_mem")
 
 
 @converts(RecordType.DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
@@ -485,18 +392,7 @@ def convert_decompress_header(
     return plan.build()
 
 
-SET_2D_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("dst_block_size", "<u4", 40),
-        ("repeat", "<u2", 44),
-        ("dst_block_num", "<u2", 46),
-        ("repeat_gap", "<u2", 48),
-        ("dst_mem", "u1", 50),
-    ],
-)
+SET_2D_DTYPE = payload_dtype("Set2DRecord", "dst dstBlockSize repeat dstBlockNum repeatGap dstMemType=dst_mem")
 
 
 @converts(RecordType.SET_2D, dtype=SET_2D_DTYPE)
@@ -517,17 +413,7 @@ def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, c
     return plan.build()
 
 
-SET_L1_2D_DTYPE = record_dtype(
-    48,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("repeat", "<u2", 40),
-        ("dst_block_num", "<u2", 42),
-        ("repeat_gap", "<u2", 44),
-        ("detailed_type", "u1", 46),
-    ],
-)
+SET_L1_2D_DTYPE = payload_dtype("SetL12DRecord", "dst repeat dstBlockNum repeatGap detailedDataType=detailed_type")
 
 
 @converts(RecordType.SET_L1_2D, dtype=SET_L1_2D_DTYPE)
@@ -550,23 +436,10 @@ def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray
     return plan.build()
 
 
-LOAD_IMAGE_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("hor_size", "<u2", 40),
-        ("ver_size", "<u2", 42),
-        ("hor_start", "<u2", 44),
-        ("ver_start", "<u2", 46),
-        ("s_hor_res", "<u2", 48),
-        ("l_pad", "<u2", 50),
-        ("r_pad", "<u2", 52),
-        ("data_type", "u1", 54),
-        ("dst_mem", "u1", 55),
-        ("top_pad", "u1", 56),
-        ("bot_pad", "u1", 57),
-    ],
+LOAD_IMAGE_DTYPE = payload_dtype(
+    "LoadImageRecord",
+    "dst horSize verSize horStartP=hor_start verStartP=ver_start sHorRes lPadSize=l_pad rPadSize=r_pad dataType"
+    " dstMemType=dst_mem topPadSize=top_pad botPadSize=bot_pad",
 )
 
 
@@ -589,9 +462,7 @@ def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarra
     return plan.build()
 
 
-LOAD_SMASK_DTYPE = record_dtype(
-    48, 0, [("src", "<u8", 32), ("dst", "<u2", 40), ("smask_size", "<u2", 42), ("src_mem", "u1", 44)]
-)
+LOAD_SMASK_DTYPE = payload_dtype("LoadSmaskRecord", "src dst smaskSize srcMemType=src_mem")
 
 
 @converts(RecordType.LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
@@ -612,18 +483,7 @@ def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarra
     return plan.build()
 
 
-LOAD_B2_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("repeat", "u1", 48),
-        ("data_type", "u1", 49),
-        ("dst_mem", "u1", 50),
-        ("src_mem", "u1", 51),
-    ],
-)
+LOAD_B2_DTYPE = payload_dtype("LoadB2Record", "dst src repeat dataType dstMemType=dst_mem srcMemType=src_mem")
 
 
 @converts(RecordType.LOAD_B2, dtype=LOAD_B2_DTYPE)
@@ -641,24 +501,10 @@ def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, 
     return plan.build()
 
 
-LOAD_A_WINOGRAD_DTYPE = record_dtype(
-    72,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("fm_w", "<u2", 48),
-        ("fm_h", "<u2", 50),
-        ("fm_ch", "<u2", 52),
-        ("ext_k", "<u2", 54),
-        ("ext_m", "<u2", 56),
-        ("dst_start_k", "<u2", 58),
-        ("dst_start_m", "<u2", 60),
-        ("inner_dst_gap", "u1", 62),
-        ("data_type", "u1", 63),
-        ("dst_mem", "u1", 64),
-        ("src_mem", "u1", 65),
-    ],
+LOAD_A_WINOGRAD_DTYPE = payload_dtype(
+    "LoadAWinogradRecord",
+    "dst src fmSizeW=fm_w fmSizeH=fm_h fmSizeCh=fm_ch extStepK=ext_k extStepM=ext_m dstStartPointK=dst_start_k"
+    " dstStartPointM=dst_start_m innerDstGap dataType dstMemType=dst_mem srcMemType=src_mem",
 )
 
 
@@ -705,19 +551,9 @@ def convert_load_a_winograd(
     return plan.build()
 
 
-LOAD_B_WINOGRAD_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("src_rpt_stride", "<u2", 48),
-        ("dst_rpt_stride", "<u2", 50),
-        ("inner_dst_stride", "u1", 52),
-        ("repeat", "u1", 53),
-        ("dst_mem", "u1", 54),
-        ("src_mem", "u1", 55),
-    ],
+LOAD_B_WINOGRAD_DTYPE = payload_dtype(
+    "LoadBWinogradRecord",
+    "dst src srcRptStride dstRptStride innerDstStride repeat dstMemType=dst_mem srcMemType=src_mem",
 )
 
 
@@ -755,22 +591,10 @@ def convert_load_b_winograd(
     return plan.build()
 
 
-BROADCAST_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("n_burst", "u1", 48),
-        ("len_burst", "u1", 49),
-        ("src_gap", "u1", 50),
-        ("dst_gap", "u1", 51),
-        ("enable_repeat", "u1", 52),
-        ("src_type", "u1", 53),
-        ("dst_type", "u1", 54),
-        ("dst_mem", "u1", 55),
-        ("src_mem", "u1", 56),
-    ],
+BROADCAST_DTYPE = payload_dtype(
+    "BroadcastRecord",
+    "dst src nBurst lenBurst srcGap dstGap enableRepeat srcDataType=src_type dstDataType=dst_type"
+    " dstMemType=dst_mem srcMemType=src_mem",
 )
 
 
@@ -811,40 +635,14 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
     return plan.build()
 
 
-LOAD_3D_V2_DTYPE = record_dtype(
-    96,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("dst_stride", "<u2", 48),
-        ("fmap_w", "<u2", 50),
-        ("fmap_h", "<u2", 52),
-        ("fmap_c", "<u2", 54),
-        ("filter_w", "<u2", 56),
-        ("filter_h", "<u2", 58),
-        ("rpt_stride", "<u2", 60),
-        ("filter_w_stride", "<u2", 62),
-        ("filter_h_stride", "<u2", 64),
-        ("k_pos", "<u2", 66),
-        ("m_pos", "<u2", 68),
-        ("k_step", "<u2", 70),
-        ("m_step", "<u2", 72),
-        ("rpt_times", "<u2", 74),
-        ("output_m_pos", "<u2", 76),
-        ("data_type", "u1", 78),
-        ("dst_mem", "u1", 79),
-        ("src_mem", "u1", 80),
-        ("pad_top", "u1", 81),
-        ("pad_bottom", "u1", 82),
-        ("pad_left", "u1", 83),
-        ("pad_right", "u1", 84),
-        ("dilation_w", "u1", 85),
-        ("dilation_h", "u1", 86),
-        ("matrix_mode", "u1", 87),
-        ("rpt_mode", "u1", 88),
-        ("transpose", "u1", 89),
-    ],
+LOAD_3D_V2_DTYPE = payload_dtype(
+    "Load3DV2Record",
+    "dst src dstStride fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
+    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
+    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times outputMPos=output_m_pos dataType"
+    " dstMemType=dst_mem srcMemType=src_mem fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left"
+    " fMapRightPad=pad_right filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode"
+    " transposeMode=transpose",
 )
 
 _BITS_OF_TYPE = np.zeros(256, dtype=np.int64)
@@ -967,37 +765,13 @@ def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarra
     return plan.build()
 
 
-LOAD_3D_DTYPE = record_dtype(
-    88,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("fmap_w", "<u2", 48),
-        ("fmap_h", "<u2", 50),
-        ("fmap_c", "<u2", 52),
-        ("filter_w", "<u2", 54),
-        ("filter_h", "<u2", 56),
-        ("rpt_stride", "<u2", 58),
-        ("filter_w_stride", "<u2", 60),
-        ("filter_h_stride", "<u2", 62),
-        ("k_pos", "<u2", 64),
-        ("m_pos", "<u2", 66),
-        ("k_step", "<u2", 68),
-        ("m_step", "<u2", 70),
-        ("rpt_times", "<u2", 72),
-        ("data_type", "u1", 74),
-        ("dst_mem", "u1", 75),
-        ("src_mem", "u1", 76),
-        ("pad_top", "u1", 77),
-        ("pad_bottom", "u1", 78),
-        ("pad_left", "u1", 79),
-        ("pad_right", "u1", 80),
-        ("dilation_w", "u1", 81),
-        ("dilation_h", "u1", 82),
-        ("matrix_mode", "u1", 83),
-        ("rpt_mode", "u1", 84),
-    ],
+LOAD_3D_DTYPE = payload_dtype(
+    "Load3DRecord",
+    "dst src fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
+    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
+    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times dataType dstMemType=dst_mem srcMemType=src_mem"
+    " fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left fMapRightPad=pad_right"
+    " filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode",
 )
 
 

@@ -21,7 +21,7 @@ from functools import partial
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
 from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
@@ -35,193 +35,53 @@ V = int(Pipe.V)
 # Mask variants (which MaskCountProcess path msSanitizer takes for the operand).
 GENERAL, BY_REPEAT, REDUCEV2 = 0, 1, 2
 
-VEC_DUP_DTYPE = record_dtype(
-    64,
-    8,
-    [
-        ("dst", "<u8", 0),
-        ("mask0", "<u8", 40),
-        ("mask1", "<u8", 48),
-        ("dst_block_stride", "<u2", 56),
-        ("dst_repeat_stride", "<u2", 58),
-        ("repeat", "u1", 60),
-        ("data_bits", "u1", 61),
-        ("mask_mode", "u1", 62),
-    ],
+VEC_DUP_DTYPE = payload_dtype(
+    "VecDupRecord", "dst vectorMask.mask0 vectorMask.mask1 dstBlockStride dstRepeatStride repeat dataBits maskMode"
 )
 
-UNARY_DTYPE = record_dtype(
-    96,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("mask0", "<u8", 48),
-        ("mask1", "<u8", 56),
-        ("dst_block_size", "<u8", 64),
-        ("src_block_size", "<u8", 72),
-        ("dst_block_stride", "<u2", 80),
-        ("src_block_stride", "<u2", 82),
-        ("dst_repeat_stride", "<u2", 84),
-        ("src_repeat_stride", "<u2", 86),
-        ("repeat", "u1", 88),
-        ("dst_block_num", "u1", 89),
-        ("src_block_num", "u1", 90),
-        ("dst_data_bits", "u1", 91),
-        ("src_data_bits", "u1", 92),
-        ("mask_mode", "u1", 93),
-    ],
+UNARY_DTYPE = payload_dtype(
+    "UnaryOpRecord",
+    "dst src vectorMask.mask0 vectorMask.mask1 dstBlockSize srcBlockSize dstBlockStride srcBlockStride"
+    " dstRepeatStride srcRepeatStride repeat dstBlockNum srcBlockNum dstDataBits srcDataBits maskMode",
 )
 
-VGATHER_DTYPE = record_dtype(
-    88,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("mask0", "<u8", 48),
-        ("mask1", "<u8", 56),
-        ("dst_block_size", "<u4", 64),
-        ("src_block_size", "<u4", 68),
-        ("offset_addr", "<u4", 72),
-        ("dst_repeat_stride", "<u2", 76),
-        ("dst_block_num", "<u2", 78),
-        ("src_block_num", "<u2", 80),
-        ("dst_align_size", "<u2", 82),
-        ("dst_block_stride", "u1", 84),
-        ("dst_repeat", "u1", 85),
-        ("dst_data_bits", "u1", 86),
-        ("mask_mode", "u1", 87),
-    ],
+VGATHER_DTYPE = payload_dtype(
+    "VgatherRecord",
+    "dst src vectorMask.mask0 vectorMask.mask1 dstBlockSize srcBlockSize offsetAddr dstRepeatStride dstBlockNum"
+    " srcBlockNum dstAlignSize dstBlockStride dstRepeat dstDataBits maskMode",
 )
 
-ELEMENT_DTYPE = record_dtype(
-    48,
-    0,
-    [
-        ("addr", "<u8", 32),
-        ("block_size", "<u2", 40),
-        ("block_num", "<u2", 42),
-        ("align_size", "<u2", 44),
-        ("data_bits", "u1", 46),
-        ("access", "u1", 47),
-    ],
+ELEMENT_DTYPE = payload_dtype("ElementRecord", "addr blockSize blockNum alignSize dataBits accessType=access")
+
+BINARY_DTYPE = payload_dtype(
+    "BinaryOpRecord",
+    "dst src0 src1 vectorMask.mask0 vectorMask.mask1 dstBlockStride src0BlockStride src1BlockStride dstRepeatStride"
+    " src0RepeatStride src1RepeatStride dstBlockSize src0BlockSize src1BlockSize repeat dstBlockNum src0BlockNum"
+    " src1BlockNum dstDataBits src0DataBits src1DataBits maskMode",
 )
 
-BINARY_DTYPE = record_dtype(
-    104,
-    24,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("mask0", "<u8", 56),
-        ("mask1", "<u8", 64),
-        ("dst_block_stride", "<u2", 72),
-        ("src0_block_stride", "<u2", 74),
-        ("src1_block_stride", "<u2", 76),
-        ("dst_repeat_stride", "<u2", 78),
-        ("src0_repeat_stride", "<u2", 80),
-        ("src1_repeat_stride", "<u2", 82),
-        ("dst_block_size", "<u2", 84),
-        ("src0_block_size", "<u2", 86),
-        ("src1_block_size", "<u2", 88),
-        ("repeat", "u1", 90),
-        ("dst_block_num", "u1", 91),
-        ("src0_block_num", "u1", 92),
-        ("src1_block_num", "u1", 93),
-        ("dst_data_bits", "u1", 94),
-        ("src0_data_bits", "u1", 95),
-        ("src1_data_bits", "u1", 96),
-        ("mask_mode", "u1", 97),
-    ],
+REGPROPCOOR_DTYPE = payload_dtype("VecRegPropCoordOpRecord", "dst src dataType regionRange repeat isExtract")
+
+REDUCE_DTYPE = payload_dtype(
+    "ReduceOpRecord",
+    "dst src vectorMask.mask0 vectorMask.mask1 srcBlockStride dstRepeatStride srcRepeatStride dstRepeatLength"
+    " dstAlignSize repeat dstBlockNum srcBlockNum dstBlockSize srcBlockSize dstDataBits srcDataBits"
+    " dstDataBitsFactor maskMode",
 )
 
-REGPROPCOOR_DTYPE = record_dtype(
-    56,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("data_type", "u1", 48),
-        ("region_range", "u1", 49),
-        ("repeat", "u1", 50),
-        ("is_extract", "u1", 51),
-    ],
+REDUCEV2_DTYPE = payload_dtype(
+    "ReduceV2Record",
+    "dst src0 src1 vectorMask.mask0 vectorMask.mask1 compareMask.mask0=cmp_mask0 compareMask.mask1=cmp_mask1 repeat"
+    " src0RepeatStride src1RepeatStride src0BlockStride dataBytes patternMode maskMode",
 )
 
-REDUCE_DTYPE = record_dtype(
-    88,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("mask0", "<u8", 48),
-        ("mask1", "<u8", 56),
-        ("src_block_stride", "<u2", 64),
-        ("dst_repeat_stride", "<u2", 66),
-        ("src_repeat_stride", "<u2", 68),
-        ("dst_repeat_length", "<u2", 70),
-        ("dst_align_size", "<u2", 72),
-        ("repeat", "u1", 74),
-        ("dst_block_num", "u1", 75),
-        ("src_block_num", "u1", 76),
-        ("dst_block_size", "u1", 77),
-        ("src_block_size", "u1", 78),
-        ("dst_data_bits", "u1", 79),
-        ("src_data_bits", "u1", 80),
-        ("dst_data_bits_factor", "u1", 81),
-        ("mask_mode", "u1", 82),
-    ],
+SCATTER_DTYPE = payload_dtype(
+    "ScatterVnchwconvRecord",
+    "dst0.l64=dst0_l dst0.h64=dst0_h dst1.l64=dst1_l dst1.h64=dst1_h src0.l64=src0_l src0.h64=src0_h"
+    " src1.l64=src1_l src1.h64=src1_h dstStride srcStride repeat dstHighHalf srcHighHalf dataType",
 )
 
-REDUCEV2_DTYPE = record_dtype(
-    104,
-    24,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("mask0", "<u8", 56),
-        ("mask1", "<u8", 64),
-        ("cmp_mask0", "<u8", 72),
-        ("cmp_mask1", "<u8", 80),
-        ("repeat", "<u2", 88),
-        ("src0_repeat_stride", "<u2", 90),
-        ("src1_repeat_stride", "u1", 92),
-        ("src0_block_stride", "u1", 93),
-        ("data_bytes", "u1", 94),
-        ("pattern_mode", "u1", 95),
-        ("mask_mode", "u1", 96),
-    ],
-)
-
-SCATTER_DTYPE = record_dtype(
-    104,
-    0,
-    [
-        ("dst0_l", "<u8", 32),
-        ("dst0_h", "<u8", 40),
-        ("dst1_l", "<u8", 48),
-        ("dst1_h", "<u8", 56),
-        ("src0_l", "<u8", 64),
-        ("src0_h", "<u8", 72),
-        ("src1_l", "<u8", 80),
-        ("src1_h", "<u8", 88),
-        ("dst_stride", "<u2", 96),
-        ("src_stride", "<u2", 98),
-        ("repeat", "u1", 100),
-        ("dst_high_half", "u1", 101),
-        ("src_high_half", "u1", 102),
-        ("data_type", "u1", 103),
-    ],
-)
-
-VBS32_DTYPE = record_dtype(
-    64,
-    24,
-    [("dst", "<u8", 0), ("src0", "<u8", 8), ("src1", "<u8", 16), ("repeat", "u1", 56), ("data_type", "u1", 57)],
-)
+VBS32_DTYPE = payload_dtype("Vbs32Record", "dst src0 src1 repeat dataType")
 
 VMS4_DTYPE = record_dtype(
     64,
@@ -237,7 +97,7 @@ VMS4_DTYPE = record_dtype(
     ],
 )
 
-CMPMASK_DTYPE = record_dtype(56, 0, [("addr", "<u8", 32), ("size", "<u8", 40), ("access", "u1", 48)])
+CMPMASK_DTYPE = payload_dtype("CmpMaskRecord", "addr size accessType=access")
 
 DATA_B8, DATA_B16, DATA_B32 = 1, 2, 3
 
