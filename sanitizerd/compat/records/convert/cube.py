@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
-from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
+from sanitizerd.compat.records.convert.base import BlockContext, drop, payload_dtype, record_dtype
+from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space, plans
 from sanitizerd.compat.records.types import NO_PIPE, MemType, RecordType, query_pipe
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
@@ -80,11 +80,9 @@ def _matrix(
         )
 
 
-@converts(RecordType.MATRIX_MUL_OP, dtype=MATRIX_MUL_DTYPE)
-def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.MATRIX_MUL_OP, dtype=MATRIX_MUL_DTYPE)
+def convert_matrix_mul(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """MMAD: A as src0Repeat repeats of src0BlockNum blocks, B and C as one run of blocks each."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
@@ -100,14 +98,11 @@ def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarra
         ),
         c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=explicit_align(r["dst_align_size"])),
     )
-    return plan.build()
 
 
-@converts(RecordType.MMAD_A5, dtype=MMAD_A5_DTYPE)
-def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.MMAD_A5, dtype=MMAD_A5_DTYPE)
+def convert_mmad_a5(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """MMAD (910_95 form): 512-byte fractals of A and B, 1024-byte fractals of C (1024-aligned)."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
@@ -115,7 +110,6 @@ def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, 
         b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=explicit_align(r["src1_align_size"])),
         c=dict(block_num=r["dst_block_num"], block_size=1024, align=1024),
     )
-    return plan.build()
 
 
 LOAD_2D_DTYPE = payload_dtype(
@@ -124,11 +118,10 @@ LOAD_2D_DTYPE = payload_dtype(
 )
 
 
-@converts(RecordType.LOAD_2D, dtype=LOAD_2D_DTYPE)
-def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_2D, dtype=LOAD_2D_DTYPE)
+def convert_load_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D: ``repeat`` fractals, one per repeat (strides in fractals), from ``src + baseIdx`` fractals
     upward, or (decrement mode) ending there. A decrement that would start below address 0 is dropped."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     repeat = _u(r["repeat"])
     start = _u(r["src"]) + _u(r["base_idx"]) * np.uint64(FRACTAL)
@@ -142,11 +135,9 @@ def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, 
         int((dec & (start < back) & (repeat != 0)).sum()),
     )
     address = np.where(dec, start - np.where(start >= back, back, 0), start)
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_size=r["block_size"], block_stride=0, repeat=repeat)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), address, repeat_stride=r["src_stride"], **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], repeat_stride=r["dst_stride"], **common)
-    return plan.build()
 
 
 LOAD_2D_SPARSE_DTYPE = payload_dtype(
@@ -154,12 +145,9 @@ LOAD_2D_SPARSE_DTYPE = payload_dtype(
 )
 
 
-@converts(RecordType.LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
-def convert_load_2d_sparse(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
+def convert_load_2d_sparse(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D_SPARSE: ``repeat`` consecutive fractals of data and 128-byte index blocks read, fractals written."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = (pipe != 0xFF) & (r["repeat"] != 0)
     _no_pipe(context, "LOAD_2D_SPARSE", pipe)
@@ -167,11 +155,9 @@ def convert_load_2d_sparse(
     start = _u(r["start_id"])
     src = _space(r["src_mem"], ok)
     common = dict(pipe=pipe, repeat=r["repeat"], repeat_stride=1)
-    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, src, _u(r["src0"]) + start * np.uint64(FRACTAL), block_size=FRACTAL, **common)
     plan.add(EventKind.READ, src, _u(r["src1"]) + start * np.uint64(128), block_size=128, **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], block_size=FRACTAL, **common)
-    return plan.build()
 
 
 LOAD_2D_TRANSPOSE_DTYPE = payload_dtype(
@@ -183,14 +169,11 @@ _FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
 _FRACTALS_PER_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 2, 1, 2]
 
 
-@converts(RecordType.LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
-def convert_load_2d_transpose(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
+def convert_load_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D_TRANSPOSE: per repeat, the type's fractal group (4 for B4, 2 for B8/B32, 1 for B16) read
     contiguously and written with the destination fractal stride. Decrement mode ends at the index; one whose
     index would go below zero is dropped, as msSanitizer drops it."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     repeat = _u(r["repeat"])
     fractals = _FRACTALS_PER_TYPE[r["data_type"]]
@@ -207,7 +190,6 @@ def convert_load_2d_transpose(
         "LOAD_2D_TRANSPOSE records dropped: index below zero in a repeat",
         int((dec & negative_index & (repeat != 0)).sum()),
     )
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_num=fractals, block_size=FRACTAL, repeat=repeat)
     plan.add(
         EventKind.READ,
@@ -225,7 +207,6 @@ def convert_load_2d_transpose(
         repeat_stride=_u(r["dst_stride"]) + np.uint64(1),
         **common,
     )
-    return plan.build()
 
 
 LOAD_L1_2D_DTYPE = payload_dtype(
@@ -238,12 +219,11 @@ LOAD_L1_2D_DTYPE = payload_dtype(
 _DETAILED_B4, _DETAILED_B8, _DETAILED_B16, _DETAILED_B32 = 0, 1, 2, 3
 
 
-@converts(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
-def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
+def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_2D (910_95): kStep repeats of mStep fractals from L1 at (kStart, mStart); written the same way,
     or transposed (blocks and repeats traded by the element width). Transposes the hardware refuses give
     nothing."""
-    r = records
     pipe = query_pipe(np.full(len(r), MemType.L1, dtype=np.uint8), r["dst_mem"])
     t = r["detailed_type"]
     transpose = r["transpose"] != 0
@@ -262,7 +242,6 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         int((transpose & ~legal).sum()),
     )
     src = _u(r["src"]) + (_u(r["k_start"]) * _u(r["src_stride"]) + _u(r["m_start"])) * np.uint64(FRACTAL)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(MemType.L1, ok),
@@ -288,7 +267,6 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         repeat=repeats,
         repeat_stride=r["dst_stride"],
     )
-    return plan.build()
 
 
 LOAD_L1_MX_2D_DTYPE = payload_dtype(
@@ -297,15 +275,11 @@ LOAD_L1_MX_2D_DTYPE = payload_dtype(
 )
 
 
-@converts(RecordType.LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
-def convert_load_l1_mx_2d(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
+def convert_load_l1_mx_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_MX_2D (scale matrix): only the L1 read is modelled (msSanitizer models no write either):
     xStep repeats of yStep 32-byte rows from (xStart, yStart), on MTE1."""
-    r = records
     src = _u(r["src"]) + (_u(r["x_start"]) * _u(r["src_stride"]) + _u(r["y_start"])) * np.uint64(FRACTAL_ROW)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         Space.L1,
@@ -316,7 +290,6 @@ def convert_load_l1_mx_2d(
         repeat=r["x_step"],
         repeat_stride=r["src_stride"],
     )
-    return plan.build()
 
 
 # Offsets of its own: the measured layout gives this record type Load2DTransposeRecord's members, which the fields
@@ -337,19 +310,15 @@ LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
 )
 
 
-@converts(RecordType.LOAD_L1_2D_TRANSPOSE, dtype=LOAD_L1_2D_TRANSPOSE_DTYPE)
-def convert_load_l1_2d_transpose(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_L1_2D_TRANSPOSE, dtype=LOAD_L1_2D_TRANSPOSE_DTYPE)
+def convert_load_l1_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_2D_TRANSPOSE (L1 -> L0B): per repeat, the type's fractal group, each side with its own fractal
     and repeat strides. An unknown type has no fractals (nothing)."""
-    r = records
     t = r["detailed_type"]
     fractals = np.select(
         [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32], [4, 2, 1, 2], 0
     )
     mte1 = int(Pipe.MTE1)
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
     plan.add(
         EventKind.READ,
@@ -367,20 +336,15 @@ def convert_load_l1_2d_transpose(
         repeat_stride=r["dst_stride"],
         **common,
     )
-    return plan.build()
 
 
 DECOMPRESS_HEADER_DTYPE = payload_dtype("DecompressHeaderRecord", "src nBlock srcMemType=src_mem")
 
 
-@converts(RecordType.DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
-def convert_decompress_header(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
+def convert_decompress_header(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """DECOMPRESS_HEADER: nBlock 32-byte headers read on MTE2 (32-byte aligned)."""
-    r = records
     drop(context, "DECOMPRESS_HEADER records dropped: nBlock 0", int((r["n_block"] == 0).sum()))
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -389,17 +353,14 @@ def convert_decompress_header(
         block_size=_u(r["n_block"]) * np.uint64(32),
         align=32,
     )
-    return plan.build()
 
 
 SET_2D_DTYPE = payload_dtype("Set2DRecord", "dst dstBlockSize repeat dstBlockNum repeatGap dstMemType=dst_mem")
 
 
-@converts(RecordType.SET_2D, dtype=SET_2D_DTYPE)
-def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.SET_2D, dtype=SET_2D_DTYPE)
+def convert_set_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """SET_2D (fill): ``repeat`` runs of dstBlockNum blocks, repeatGap blocks apart; MTE2 into L1, else MTE1."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
@@ -410,18 +371,15 @@ def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, c
         repeat=r["repeat"],
         repeat_stride=_u(r["dst_block_num"]) + _u(r["repeat_gap"]),
     )
-    return plan.build()
 
 
 SET_L1_2D_DTYPE = payload_dtype("SetL12DRecord", "dst repeat dstBlockNum repeatGap detailedDataType=detailed_type")
 
 
-@converts(RecordType.SET_L1_2D, dtype=SET_L1_2D_DTYPE)
-def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.SET_L1_2D, dtype=SET_L1_2D_DTYPE)
+def convert_set_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """SET_L1_2D (910_95 fill of L1): ``repeat`` runs of dstBlockNum 32-byte blocks, repeat stride repeatGap
     blocks (msSanitizer's reading of the gap), on MTE2, 32-byte aligned."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         Space.L1,
@@ -433,7 +391,6 @@ def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray
         repeat_stride=r["repeat_gap"],
         align=32,
     )
-    return plan.build()
 
 
 LOAD_IMAGE_DTYPE = payload_dtype(
@@ -443,14 +400,12 @@ LOAD_IMAGE_DTYPE = payload_dtype(
 )
 
 
-@converts(RecordType.LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
-def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
+def convert_load_image(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_IMAGE: the padded image written as (width + pads) x (height + pads) 32-byte blocks, on MTE2. The
     image source is not in the record, so no read."""
-    r = records
     width = _u(r["hor_size"]) + _u(r["l_pad"]) + _u(r["r_pad"])
     height = _u(r["ver_size"]) + _u(r["top_pad"]) + _u(r["bot_pad"])
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
@@ -459,19 +414,16 @@ def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarra
         block_num=width * height,
         block_size=32,
     )
-    return plan.build()
 
 
 LOAD_SMASK_DTYPE = payload_dtype("LoadSmaskRecord", "src dst smaskSize srcMemType=src_mem")
 
 
-@converts(RecordType.LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
-def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
+def convert_load_smask(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_SMASK: smaskSize bytes of sparsity mask read, from GM on MTE2 (2-byte aligned) or from UB on MTE3.
     The destination is an internal register: no write."""
-    r = records
     gm = r["src_mem"] == MemType.GM
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -480,25 +432,21 @@ def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarra
         block_size=r["smask_size"],
         align=np.where(gm, 2, 0),
     )
-    return plan.build()
 
 
 LOAD_B2_DTYPE = payload_dtype("LoadB2Record", "dst src repeat dataType dstMemType=dst_mem srcMemType=src_mem")
 
 
-@converts(RecordType.LOAD_B2, dtype=LOAD_B2_DTYPE)
-def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_B2, dtype=LOAD_B2_DTYPE)
+def convert_load_b2(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B2: ``repeat`` fractals of 128 bytes (B8) or 64 bytes, rounded up to 512, read and written."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_B2", pipe)
     nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
-    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
-    return plan.build()
 
 
 LOAD_A_WINOGRAD_DTYPE = payload_dtype(
@@ -512,19 +460,15 @@ def _element_size(data_type: np.ndarray) -> np.ndarray:
     return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
 
 
-@converts(RecordType.LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
-def convert_load_a_winograd(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
+def convert_load_a_winograd(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_A_WINOGRAD: the whole feature map (W x H x C elements) read; four output sub-matrices of
     extK x extM elements written as fractals, innerDstGap fractals apart. A destination that is not whole
     fractals drops the write (msSanitizer logs an error and keeps the read)."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
     size = _element_size(r["data_type"])
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -548,7 +492,6 @@ def convert_load_a_winograd(
         repeat=4,
         repeat_stride=_u(r["inner_dst_gap"]) + blocks,
     )
-    return plan.build()
 
 
 LOAD_B_WINOGRAD_DTYPE = payload_dtype(
@@ -557,16 +500,12 @@ LOAD_B_WINOGRAD_DTYPE = payload_dtype(
 )
 
 
-@converts(RecordType.LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
-def convert_load_b_winograd(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
+def convert_load_b_winograd(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B_WINOGRAD: per repeat, 9 fractals read and 4 fractals written (innerDstStride apart)."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -588,7 +527,6 @@ def convert_load_b_winograd(
         repeat=r["repeat"],
         repeat_stride=r["dst_rpt_stride"],
     )
-    return plan.build()
 
 
 BROADCAST_DTYPE = payload_dtype(
@@ -598,19 +536,17 @@ BROADCAST_DTYPE = payload_dtype(
 )
 
 
-@converts(RecordType.BROADCAST, dtype=BROADCAST_DTYPE)
-def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.BROADCAST, dtype=BROADCAST_DTYPE)
+def convert_broadcast(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """BROADCAST (UB -> L0C, on PIPE_V): nBurst bursts; the source gives lenBurst 32-byte blocks per burst (one
     when repeating, doubled for B32), the destination lenBurst fractals of 512 bytes (1024 for B32, 1024-aligned).
     A zero nBurst or lenBurst gives nothing."""
-    r = records
     ok = (r["n_burst"] != 0) & (r["len_burst"] != 0)
     drop(context, "BROADCAST records dropped: nBurst or lenBurst 0", int((~ok).sum()))
     src_blocks = np.where(r["enable_repeat"] != 0, 1, _u(r["len_burst"])).astype(np.uint64)
     src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
     dst_b32 = r["dst_type"] == DATA_B32
     v = int(Pipe.V)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -632,7 +568,6 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
         repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
         align=np.where(dst_b32 & (r["dst_mem"] == MemType.L0C), 1024, 0),
     )
-    return plan.build()
 
 
 LOAD_3D_V2_DTYPE = payload_dtype(
@@ -672,15 +607,14 @@ def _intervals(mode1: np.ndarray, pos: np.ndarray, step: np.ndarray, stride: np.
     return (lo1, hi1), (np.minimum(lo2, total), hi2), gapped
 
 
-@converts(RecordType.LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
-def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
+def convert_load_3d_v2(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_3D_V2 (img2col, 910B): msSanitizer's model, kept as it is. The read walks the im2col matrix laid over
     the source (rows = output positions, columns = filter positions x channels, ``bitSize`` bytes per element as
     msSanitizer counts them) and keeps the rows and columns its window test passes; the write is mStep/16 fractals
     by kStep/(32 bytes of elements) repeats at ``dst + outputMPos`` fractals. Records with an unknown type, a zero
     dilation or stride, or a channel count the hardware refuses are dropped, as msSanitizer drops them; mode-1
     windows with gaps (step < stride) are not modelled (their reads are dropped and counted)."""
-    r = records
     i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
     data_type = r["data_type"]
     bits = _BITS_OF_TYPE[data_type]
@@ -714,7 +648,6 @@ def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarra
     gapped = m_intervals[2] | k_intervals[2]
     drop(context, "LOAD_3D_V2 reads not converted: mode-1 windows with gaps", int((valid & gapped).sum()))
     read_ok = valid & ~gapped
-    plan = Plan(len(r), serials, r, context)
     src_space = _space(r["src_mem"], read_ok)
     src = r["src"].astype(np.uint64)
     for m_lo, m_hi in m_intervals[:2]:
@@ -762,7 +695,6 @@ def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarra
         repeat=-(-k_src // elements) & 0xFFFF,
         repeat_stride=r["dst_stride"],
     )
-    return plan.build()
 
 
 LOAD_3D_DTYPE = payload_dtype(
@@ -794,14 +726,13 @@ def _covered(size, before, after, window, stride, dilation):
     return lo, hi, ~empty & ~contiguous
 
 
-@converts(RecordType.LOAD_3D, dtype=LOAD_3D_DTYPE)
-def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_3D, dtype=LOAD_3D_DTYPE)
+def convert_load_3d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_3D (img2col, 910A/310P): the 32-byte feature-map blocks every window tap reaches (channel groups of
     256 bits x reached rows x reached columns), then the whole output matrix (kStep x mStep x repeats elements)
     written at ``dst``. Validity as for LOAD_3D_V2; a repeat too short for its step drops the write (msSanitizer
     logs an error); walks whose reached rows or columns have holes (large strides with dilation) are not
     modelled (dropped and counted)."""
-    r = records
     i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
     data_type = r["data_type"]
     bits = _BITS_OF_TYPE[data_type]
@@ -833,7 +764,6 @@ def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, 
     full_rows = (w_lo == 0) & (w_hi == width)
     start = r["src"].astype(np.uint64) + ((h_lo * width + w_lo) * 32).astype(np.uint64)
     read_space = _space(r["src_mem"], valid & ~holes)
-    plan = Plan(len(r), serials, r, context)
     # Whole rows: one run per channel group, the groups a plane apart.
     block = rows * width * 32
     grain = np.gcd(block, plane)
@@ -877,4 +807,3 @@ def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, 
         pipe=pipe,
         block_size=i64("k_step") * i64("m_step") * rpt * bits // 8,
     )
-    return plan.build()

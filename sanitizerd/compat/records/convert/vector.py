@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
-from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align
+from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align, plans
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
 
@@ -348,11 +348,9 @@ def _aicube(context: BlockContext) -> bool:
     return context.block_type == BlockType.AIC
 
 
-@converts(RecordType.VEC_DUP, dtype=VEC_DUP_DTYPE)
-def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VEC_DUP, dtype=VEC_DUP_DTYPE)
+def convert_vec_dup(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VEC_DUP: one destination of 8 x 32-byte blocks per repeat, masked."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     masked_operand(
         plan,
         WRITE,
@@ -368,10 +366,9 @@ def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, 
         r["mask_mode"],
         aicube=_aicube(context),
     )
-    return plan.build()
 
 
-@converts(
+@plans(
     RecordType.UNARY_OP,
     RecordType.VCOPY_OP,
     RecordType.VREDUCEV2_UNARY,
@@ -381,11 +378,9 @@ def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, 
     RecordType.VCONV_SRC_S4_OP,
     dtype=UNARY_DTYPE,
 )
-def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+def convert_unary(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """UnaryOpRecord: the source read, then the destination written, both masked."""
-    r = records
     variant = {RecordType.VCOPY_OP: BY_REPEAT, RecordType.VREDUCEV2_UNARY: REDUCEV2}.get(record_type, GENERAL)
-    plan = Plan(len(r), serials, r, context)
     common = dict(aicube=_aicube(context), variant=variant)
     # VMRGSORT4 alignment (msSanitizer's special rules): 910B reads need 8 bytes, writes 32; 310P's rule uses the
     # data width value itself.
@@ -424,7 +419,6 @@ def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, co
         **common,
         align=write_align,
     )
-    return plan.build()
 
 
 def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, record_type: int, **kw) -> None:
@@ -466,16 +460,13 @@ def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockCo
     )
 
 
-@converts(RecordType.BINARY_OP, RecordType.TERNARY_OP, RecordType.VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
-def convert_binary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.BINARY_OP, RecordType.TERNARY_OP, RecordType.VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
+def convert_binary(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """BinaryOpRecord: src0 and src1 read, the destination written (TERNARY_OP: read then written), masked.
     msSanitizer takes the general MASK_COUNT path for all three (VREDUCEV2_BINARY included)."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _binary_source(plan, r, "src0", context, record_type)
     _binary_source(plan, r, "src1", context, record_type)
     _binary_destination(plan, r, MEMCPY if record_type == RecordType.TERNARY_OP else WRITE, context, record_type)
-    return plan.build()
 
 
 def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
@@ -500,12 +491,10 @@ def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
     return np.where(cut & partial, 1, np.where(cut & (n_repeat > 0), n_repeat, repeat))
 
 
-@converts(RecordType.VSEL_OP, dtype=BINARY_DTYPE)
-def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VSEL_OP, dtype=BINARY_DTYPE)
+def convert_vsel(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VSEL: as a binary op, except that src1 (the select mask) is unmasked in mode 1 (one block, or repeat
     stride 1)."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _binary_source(plan, r, "src0", context, record_type)
     unmasked = (r["src1_block_num"] == 1) | (r["src1_repeat_stride"] == 1)
     plan.add(
@@ -523,7 +512,6 @@ def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, con
     )
     _binary_source(plan, r, "src1", context, record_type, enabled=~unmasked)
     _binary_destination(plan, r, WRITE, context, record_type)
-    return plan.build()
 
 
 @converts(RecordType.REDUCE_OP, dtype=REDUCE_DTYPE)
@@ -690,11 +678,9 @@ def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray,
     return plan.build()
 
 
-@converts(RecordType.VGATHER, dtype=VGATHER_DTYPE)
-def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VGATHER, dtype=VGATHER_DTYPE)
+def convert_vgather(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VGATHER: the offset table read (one contiguous run, 32-byte aligned), the destination written; unmasked."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         UB,
@@ -716,14 +702,11 @@ def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, 
         repeat_stride=r["dst_repeat_stride"],
         align=explicit_align(r["dst_align_size"]),
     )
-    return plan.build()
 
 
-@converts(RecordType.ELEMENT, dtype=ELEMENT_DTYPE)
-def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.ELEMENT, dtype=ELEMENT_DTYPE)
+def convert_element(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """ELEMENT: one contiguous access of the record's own kind and alignment."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add_access(
         r["access"],
         UB,
@@ -733,31 +716,23 @@ def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, 
         block_num=r["block_num"],
         align=explicit_align(r["align_size"]),
     )
-    return plan.build()
 
 
-@converts(RecordType.CMPMASK_OP, dtype=CMPMASK_DTYPE)
-def convert_cmpmask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.CMPMASK_OP, dtype=CMPMASK_DTYPE)
+def convert_cmpmask(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """CMPMASK (compare-mask register to or from UB): one run of ``size`` bytes, 16-byte aligned."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add_access(r["access"], UB, r["addr"], pipe=V, block_size=r["size"], align=16)
-    return plan.build()
 
 
-@converts(RecordType.VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
-def convert_regpropcoor(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
+def convert_regpropcoor(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """Region-proposal coordinates (vconcat / vextract): 16 elements per repeat on the src side, one element
     of each of 16 eight-element proposals on the dst side. Extraction swaps read and write. Data types other than
     B16/B32 and region ranges past 5 are dropped, as msSanitizer drops them."""
-    r = records
     ok = ((r["data_type"] == DATA_B16) | (r["data_type"] == DATA_B32)) & (r["region_range"] <= 5)
     drop(context, "VEC_REGPROPCOOR_OP records dropped: data type not B16/B32 or region range past 5", int((~ok).sum()))
     size = data_size(r["data_type"])
     extract = r["is_extract"] != 0
-    plan = Plan(len(r), serials, r, context)
     first = np.where(extract, EventKind.WRITE, EventKind.READ)
     second = np.where(extract, EventKind.READ, EventKind.WRITE)
     plan.add(
@@ -783,7 +758,6 @@ def convert_regpropcoor(
         repeat_stride=128,
         count=ok,
     )
-    return plan.build()
 
 
 def _va_addresses(low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
@@ -795,15 +769,13 @@ def _va_addresses(low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-@converts(RecordType.SCATTERVNCHWCONV, RecordType.SCATTERVNCHWCONV_A5, dtype=SCATTER_DTYPE)
-def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.SCATTERVNCHWCONV, RecordType.SCATTERVNCHWCONV_A5, dtype=SCATTER_DTYPE)
+def convert_scatter(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """SCATTERVNCHWCONV (transpose through VA registers): 16 source blocks read (src0's 8 addresses, then
     src1's), then 16 destination blocks written; each address repeats ``repeat`` times. B8 data moves 16-byte
     halves (the high half with the high-half flag) and its strides count in those halves."""
-    r = records
     b8 = r["data_type"] == DATA_B8
     size = np.where(b8, 16, 32)
-    plan = Plan(len(r), serials, r, context)
     for kind, prefix, stride, high in (
         (EventKind.READ, "src", r["src_stride"], r["src_high_half"]),
         (EventKind.WRITE, "dst", r["dst_stride"], r["dst_high_half"]),
@@ -821,20 +793,16 @@ def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, 
                     repeat=r["repeat"],
                     repeat_stride=rstride,
                 )
-    return plan.build()
 
 
-@converts(RecordType.VBS32_A5, dtype=VBS32_DTYPE)
-def convert_vbs32(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VBS32_A5, dtype=VBS32_DTYPE)
+def convert_vbs32(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VBS32 (sort 32 scores with their indices): per repeat, 32 scores and 128 bytes of indices read, 256 bytes
     (32 eight-byte pairs) written."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=V, block_stride=0, repeat=r["repeat"], repeat_stride=1)
     plan.add(EventKind.READ, UB, r["src0"], block_size=data_size(r["data_type"]) * np.uint64(32), **common)
     plan.add(EventKind.READ, UB, r["src1"], block_size=128, **common)
     plan.add(EventKind.WRITE, UB, r["dst"], block_size=256, **common)
-    return plan.build()
 
 
 @converts(RecordType.VMRGSORT4_OP_C310, dtype=VMS4_DTYPE)
