@@ -211,10 +211,9 @@ def masked_operand(
         ok = per_block != 0
         n_block = _div(m, per_block)
         address_r = at(address)
-        acc = access[rows]
-        plan.add_access(
-            acc,
-            UB,
+        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
+        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
+        add(
             address_r,
             block_size=size,
             block_num=n_block,
@@ -222,9 +221,6 @@ def masked_operand(
             repeat=rep,
             repeat_stride=rstride,
             count=ok & (n_block > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
         last = m - n_block * per_block
         tail_size = last * bits // np.uint64(8)
@@ -237,29 +233,19 @@ def masked_operand(
         compact_stride = _div(span, grain)
         compact = (grain != 0) & (tail_blocks <= U16_MAX) & (compact_stride <= U16_MAX)
         has_tail = ok & (last > 0)
-        plan.add_access(
-            acc,
-            UB,
+        add(
             tail_address,
             block_size=grain,
             block_num=tail_blocks,
             repeat=rep,
             repeat_stride=compact_stride,
             count=has_tail & compact,
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
-        plan.add_access(
-            acc,
-            UB,
+        add(
             tail_address,
             block_size=tail_size,
             count=np.where(has_tail & ~compact, rep, 0),
             step=span,
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
 
     # General MASK_COUNT: mask0 elements in all: full repeats, then full blocks, then a partial block.
@@ -274,15 +260,14 @@ def masked_operand(
             at(data_bits),
         )
         m0 = at(mask0)
-        acc = access[rows]
+        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
+        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
         per_block = _div(size * np.uint64(8), bits)
         ok = per_block != 0
         per_repeat = num * per_block
         n_repeat = _div(m0, per_repeat)
         address_r = at(address)
-        plan.add_access(
-            acc,
-            UB,
+        add(
             address_r,
             block_size=size,
             block_num=num,
@@ -290,35 +275,22 @@ def masked_operand(
             repeat=n_repeat,
             repeat_stride=rstride,
             count=ok & (n_repeat > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
         rest = m0 - n_repeat * per_repeat
         last_blocks = _div(rest, per_block)
         rest_address = address_r + n_repeat * rstride * size
-        plan.add_access(
-            acc,
-            UB,
+        add(
             rest_address,
             block_size=size,
             block_num=last_blocks,
             block_stride=stride,
             count=ok & (last_blocks > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
         last_elements = rest - last_blocks * per_block
-        plan.add_access(
-            acc,
-            UB,
+        add(
             rest_address + last_blocks * stride * size,
             block_size=last_elements * bits // np.uint64(8),
             count=ok & (last_elements > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
 
     # VREDUCEV2 destination under MASK_COUNT: mask0 elements per repeat, written back to back.
