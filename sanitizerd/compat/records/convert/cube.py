@@ -607,6 +607,23 @@ def _intervals(mode1: np.ndarray, pos: np.ndarray, step: np.ndarray, stride: np.
     return (lo1, hi1), (np.minimum(lo2, total), hi2), gapped
 
 
+def _img2col_checks(r: np.ndarray, channel: np.ndarray, context: BlockContext, name: str) -> tuple[np.ndarray, ...]:
+    """What LOAD_3D and LOAD_3D_V2 check alike, as msSanitizer does: the element bits of each record's data type,
+    its pipe, and whether it is valid (a known type, no zero dilation, a channel count the hardware takes); the
+    records with no pipe or not valid are counted as dropped under ``name``."""
+    data_type = r["data_type"]
+    bits = _BITS_OF_TYPE[data_type]
+    remainder = channel % _CHANNEL_DIVISOR[data_type]
+    channel_ok = np.zeros(len(r), dtype=bool)
+    for dtype_value, allowed in _CHANNEL_OK.items():
+        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    _no_pipe(context, name, pipe)
+    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
+    drop(context, f"{name} records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    return bits, pipe, valid
+
+
 @plans(RecordType.LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
 def convert_load_3d_v2(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_3D_V2 (img2col, 910B): msSanitizer's model, kept as it is. The read walks the im2col matrix laid over
@@ -616,17 +633,8 @@ def convert_load_3d_v2(plan: Plan, r: np.ndarray, context: BlockContext, record_
     dilation or stride, or a channel count the hardware refuses are dropped, as msSanitizer drops them; mode-1
     windows with gaps (step < stride) are not modelled (their reads are dropped and counted)."""
     i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
-    data_type = r["data_type"]
-    bits = _BITS_OF_TYPE[data_type]
     channel = i64("fmap_c")
-    remainder = channel % _CHANNEL_DIVISOR[data_type]
-    channel_ok = np.zeros(len(r), dtype=bool)
-    for dtype_value, allowed in _CHANNEL_OK.items():
-        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
-    pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    _no_pipe(context, "LOAD_3D_V2", pipe)
-    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
-    drop(context, "LOAD_3D_V2 records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    bits, pipe, valid = _img2col_checks(r, channel, context, "LOAD_3D_V2")
     rows_h = _positions(i64("fmap_h"), i64("pad_top"), i64("pad_bottom"), i64("filter_h") * i64("dilation_h"),
                         i64("filter_h_stride"))  # fmt: skip
     rows_w = _positions(i64("fmap_w"), i64("pad_left"), i64("pad_right"), i64("filter_w") * i64("dilation_w"),
@@ -734,17 +742,8 @@ def convert_load_3d(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     logs an error); walks whose reached rows or columns have holes (large strides with dilation) are not
     modelled (dropped and counted)."""
     i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
-    data_type = r["data_type"]
-    bits = _BITS_OF_TYPE[data_type]
     channel = i64("fmap_c")
-    remainder = channel % _CHANNEL_DIVISOR[data_type]
-    channel_ok = np.zeros(len(r), dtype=bool)
-    for dtype_value, allowed in _CHANNEL_OK.items():
-        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
-    pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    _no_pipe(context, "LOAD_3D", pipe)
-    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
-    drop(context, "LOAD_3D records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    bits, pipe, valid = _img2col_checks(r, channel, context, "LOAD_3D")
     width, height = i64("fmap_w"), i64("fmap_h")
     h_lo, h_hi, h_holes = _covered(height, i64("pad_top"), i64("pad_bottom"), i64("filter_h"),
                                    i64("filter_h_stride"), i64("dilation_h"))  # fmt: skip
