@@ -308,6 +308,25 @@ def masked_operand(
         )
 
 
+def operand(r: np.ndarray, name: str) -> tuple[np.ndarray, ...]:
+    """Operand ``name``'s address, block count, block size, block stride, repeat, repeat stride and data bits, as the
+    records name them (``name``, ``name_block_num``, ...): ``masked_operand``'s arguments after the access."""
+    return (
+        r[name],
+        r[f"{name}_block_num"],
+        r[f"{name}_block_size"],
+        r[f"{name}_block_stride"],
+        r["repeat"],
+        r[f"{name}_repeat_stride"],
+        r[f"{name}_data_bits"],
+    )
+
+
+def masks_of(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A record's vector mask and mask mode: ``masked_operand``'s mask arguments."""
+    return r["mask0"], r["mask1"], r["mask_mode"]
+
+
 def simd_align(context: BlockContext, data_bits: np.ndarray | int, record_type: int) -> np.ndarray | int:
     """msSanitizer's alignment for SIMD-range records checked by record type: on 310P the element width, else by
     address space (0)."""
@@ -362,17 +381,11 @@ def convert_unary(plan: Plan, r: np.ndarray, context: BlockContext, record_type:
         read_align, write_align = 8, 32
     elif record_type == RecordType.VMRGSORT4_OP_M200:
         read_align, write_align = r["src_data_bits"], r["dst_data_bits"]
-    masks = (r["mask0"], r["mask1"], r["mask_mode"])
+    masks = masks_of(r)
     masked_operand(
         plan,
         READ,
-        r["src"],
-        r["src_block_num"],
-        r["src_block_size"],
-        r["src_block_stride"],
-        r["repeat"],
-        r["src_repeat_stride"],
-        r["src_data_bits"],
+        *operand(r, "src"),
         *masks,
         **common,
         align=read_align,
@@ -380,13 +393,7 @@ def convert_unary(plan: Plan, r: np.ndarray, context: BlockContext, record_type:
     masked_operand(
         plan,
         WRITE,
-        r["dst"],
-        r["dst_block_num"],
-        r["dst_block_size"],
-        r["dst_block_stride"],
-        r["repeat"],
-        r["dst_repeat_stride"],
-        r["dst_data_bits"],
+        *operand(r, "dst"),
         *masks,
         **common,
         align=write_align,
@@ -397,16 +404,8 @@ def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, 
     masked_operand(
         plan,
         READ,
-        r[name],
-        r[f"{name}_block_num"],
-        r[f"{name}_block_size"],
-        r[f"{name}_block_stride"],
-        r["repeat"],
-        r[f"{name}_repeat_stride"],
-        r[f"{name}_data_bits"],
-        r["mask0"],
-        r["mask1"],
-        r["mask_mode"],
+        *operand(r, name),
+        *masks_of(r),
         aicube=_aicube(context),
         align=simd_align(context, r[f"{name}_data_bits"], record_type),
         **kw,
@@ -417,16 +416,8 @@ def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockCo
     masked_operand(
         plan,
         access,
-        r["dst"],
-        r["dst_block_num"],
-        r["dst_block_size"],
-        r["dst_block_stride"],
-        r["repeat"],
-        r["dst_repeat_stride"],
-        r["dst_data_bits"],
-        r["mask0"],
-        r["mask1"],
-        r["mask_mode"],
+        *operand(r, "dst"),
+        *masks_of(r),
         aicube=_aicube(context),
         align=simd_align(context, r["dst_data_bits"], record_type),
     )
@@ -508,16 +499,8 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
     masked_operand(
         plan,
         READ,
-        r["src"],
-        r["src_block_num"],
-        r["src_block_size"],
-        r["src_block_stride"],
-        r["repeat"],
-        r["src_repeat_stride"],
-        r["src_data_bits"],
-        r["mask0"],
-        r["mask1"],
-        r["mask_mode"],
+        *operand(r, "src"),
+        *masks_of(r),
         aicube=aicube,
         enabled=keep,
         align=simd_align(context, r["src_data_bits"], record_type),
