@@ -28,18 +28,17 @@ def _u16(values: np.ndarray) -> np.ndarray:
     return np.minimum(values, 0xFFFF).astype(np.uint16)
 
 
-@converts(R.SET_FLAG, R.SET_FLAGI, R.SET_FLAG_V, R.SET_FLAGI_V, dtype=SYNC)
-def set_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
-    return sync_events(
-        EventKind.SET_FLAG, records, serials, context,
-        pipe=_pipe(records["src"]), dst_pipe=_pipe(records["dst"]), event_id=_u16(records["event_id"]),
-    )  # fmt: skip
+# A flag's set or wait, in each of its four forms: one event each, with its pipes and event id.
+_FLAG_KINDS = {
+    **dict.fromkeys((R.SET_FLAG, R.SET_FLAGI, R.SET_FLAG_V, R.SET_FLAGI_V), EventKind.SET_FLAG),
+    **dict.fromkeys((R.WAIT_FLAG, R.WAIT_FLAGI, R.WAIT_FLAG_V, R.WAIT_FLAGI_V), EventKind.WAIT_FLAG),
+}
 
 
-@converts(R.WAIT_FLAG, R.WAIT_FLAGI, R.WAIT_FLAG_V, R.WAIT_FLAGI_V, dtype=SYNC)
-def wait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@converts(*_FLAG_KINDS, dtype=SYNC)
+def set_or_wait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     return sync_events(
-        EventKind.WAIT_FLAG, records, serials, context,
+        _FLAG_KINDS[record_type], records, serials, context,
         pipe=_pipe(records["src"]), dst_pipe=_pipe(records["dst"]), event_id=_u16(records["event_id"]),
     )  # fmt: skip
 
