@@ -27,12 +27,12 @@ import numpy as np
 
 from sanitizerd import allocator
 from sanitizerd.chips import CHIPS
-from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat import wire as _wire
-from sanitizerd.compat.connection import CHUNK_SIZE, CompatConnection
-from sanitizerd.compat.convert import CONVERTERS, BlockContext
-from sanitizerd.compat.numbering import record_table as _record_table
-from sanitizerd.compat.record_types import MemType, PipeType, RecordType
+from sanitizerd.compat.packets.connection import CHUNK_SIZE, CompatConnection
+from sanitizerd.compat.records import slots as rb
+from sanitizerd.compat.records.convert import CONVERTERS, BlockContext
+from sanitizerd.compat.records.numbering import record_table as _record_table
+from sanitizerd.compat.records.types import MemType, PipeType, RecordType
 from sanitizerd.compat.wire import DEFAULT_LAYOUT, LAYOUTS
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE

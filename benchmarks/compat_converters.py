@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from sanitizerd.chips import CHIPS
-from sanitizerd.compat.convert import CONVERTERS, BlockContext
+from sanitizerd.compat.records.convert import CONVERTERS, BlockContext
 
 ALL = np.iinfo(np.uint64).max
 KINDS = {

@@ -502,7 +502,7 @@ class Daemon:
             return
         try:
             from sanitizerd.compat import wire
-            from sanitizerd.compat.connection import CompatConnection
+            from sanitizerd.compat.packets.connection import CompatConnection
 
             connection = CompatConnection(wire.LAYOUTS[layout], job=job, peer_pid=peer.pid)
             connection.on_refused = self._refusal_counter(job)

@@ -30,7 +30,7 @@ from sanitizerd.protocol.messages import TOOLS
 disable_created_metrics()
 
 ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
-REFUSED_REASONS = ("record_events", "record_pieces", "kernel_cap")  # compat.convert.bounds.REASONS
+REFUSED_REASONS = ("record_events", "record_pieces", "kernel_cap")  # compat.records.convert.bounds.REASONS
 CUT_FIELDS = ("kernel", "file", "function", "callers", "log", "level", "desc", "host", "tool")  # texts.cap_strings
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
 # Gauges read at scrape time (``Metrics.read_at_scrape``): the daemon passes how to read each, by key.

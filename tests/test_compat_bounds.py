@@ -1,4 +1,4 @@
-"""What msSanitizer's records may become: the bounds of sanitizerd/compat/convert/bounds.py, by fuzzing every
+"""What msSanitizer's records may become: the bounds of sanitizerd/compat/records/convert/bounds.py, by fuzzing every
 converter with random field values, at every payload layout a release reads it with."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import wire
-from sanitizerd.compat.convert import CONVERTERS, BlockContext
-from sanitizerd.compat.convert.base import Registered, convert_bounded
-from sanitizerd.compat.convert.bounds import (
+from sanitizerd.compat.records.convert import CONVERTERS, BlockContext
+from sanitizerd.compat.records.convert.base import Registered, convert_bounded
+from sanitizerd.compat.records.convert.bounds import (
     KERNEL_CAP,
     MAX_KERNEL_EXPANDED_EVENTS,
     MAX_RECORD_EVENTS,
@@ -26,8 +26,8 @@ from sanitizerd.compat.convert.bounds import (
     RECORD_PIECES,
     ExpansionBudget,
 )
-from sanitizerd.compat.numbering import record_table
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat.records.numbering import record_table
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.detectors._patterns import extents
 from sanitizerd.detectors._runs import piece_counts
 from sanitizerd.metrics import REFUSED_REASONS

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sanitizerd.compat import wire
-from sanitizerd.compat.connection import CHUNK_SIZE, SECURITY_MESSAGE, CompatConnection
+from sanitizerd.compat.packets.connection import CHUNK_SIZE, SECURITY_MESSAGE, CompatConnection
 from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State, as_events
 from sanitizerd.protocol import messages as m
 
@@ -421,7 +421,7 @@ def test_what_a_client_says_is_held_until_a_slot_of_this_release_adds_up() -> No
 
 def test_a_client_that_never_launches_is_held_at_most_max_held_messages() -> None:
     """Host records with no slot to show the release: they go out past MAX_HELD (bounded memory), and at the end."""
-    from sanitizerd.compat.connection import MAX_HELD
+    from sanitizerd.compat.packets.connection import MAX_HELD
 
     conn = connection()
     conn.receive_data(b"".join(host_record(0, 0x1000 + 64 * i, 32) for i in range(MAX_HELD + 1)))
@@ -607,13 +607,13 @@ class TestKernelRecords:
 
     def test_events_match_the_decoder_on_the_whole_slot(self) -> None:
         from sanitizerd.chips import chip_named
-        from sanitizerd.compat import record_buffer
-        from sanitizerd.compat.convert.base import BlockContext
+        from sanitizerd.compat.records import slots
+        from sanitizerd.compat.records.convert.base import BlockContext
 
         records = [dma_record(0x100 + 32 * r, 0x1000 + 32 * r, 0x100 + 4 * r, block_id=0) for r in range(50)]
         body = slot_body(1, b"".join(records), len(records))
-        heads = record_buffer.read_heads(body[:HEADS], LAYOUT)
-        whole, _ = record_buffer.SlotDecoder(heads, BlockContext(0, chip_named("910B1")), 0).feed(
+        heads = slots.read_heads(body[:HEADS], LAYOUT)
+        whole, _ = slots.SlotDecoder(heads, BlockContext(0, chip_named("910B1")), 0).feed(
             memoryview(body[HEADS:]), True
         )
         got = feed(variable(1001, body), pieces=97)
@@ -661,8 +661,8 @@ class TestKernelRecords:
         assert isinstance(got[-2], m.HostOp)
 
     def test_problems_of_every_slot_said_once_per_kernel(self) -> None:
-        from sanitizerd.compat.convert.base import CONVERTERS
-        from sanitizerd.compat.record_types import PAYLOAD_SIZE, RecordType
+        from sanitizerd.compat.records.convert.base import CONVERTERS
+        from sanitizerd.compat.records.types import PAYLOAD_SIZE, RecordType
 
         # A record type whose layout is known and that no converter handles yet (whichever that is today).
         kind = next(t for t in sorted(PAYLOAD_SIZE) if t not in CONVERTERS and t in RecordType.__members__.values())
@@ -902,7 +902,7 @@ def test_kept_kernel_binaries_are_bounded_in_bytes(tmp_path: Path, monkeypatch: 
     import shutil
     import subprocess
 
-    from sanitizerd.compat import connection as conn
+    from sanitizerd.compat.packets import connection as conn
 
     compiler = shutil.which("c++")
     if compiler is None:
@@ -934,7 +934,7 @@ def test_record_places_are_keyed_once_per_site_and_bounded() -> None:
     record gets none (key 0) and is counted, so a hostile stream of distinct lines costs a bounded table."""
     import numpy as np
 
-    from sanitizerd.compat.convert.base import MAX_RECORD_PLACES, RecordPlaces
+    from sanitizerd.compat.records.convert.base import MAX_RECORD_PLACES, RecordPlaces
 
     def u64(*values: int) -> np.ndarray:
         return np.array(values, dtype=np.uint64)
@@ -957,7 +957,7 @@ def test_record_locations_are_resolved_once_per_key_and_binding() -> None:
     """The resolver is asked once per key while the binding holds, and again after a new one (another binary)."""
     import numpy as np
 
-    from sanitizerd.compat.convert.base import RecordPlaces
+    from sanitizerd.compat.records.convert.base import RecordPlaces
 
     asked: list[int] = []
     places = RecordPlaces(lambda key: asked.append(key) or 100 + key)
@@ -974,7 +974,7 @@ def test_record_locations_are_resolved_once_per_key_and_binding() -> None:
 def test_records_past_the_place_bound_are_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A connection whose records name more distinct lines than it keeps says so once, and those records' events
     carry no location (reported at unknown:0), while the kept ones carry theirs."""
-    from sanitizerd.compat.convert import base
+    from sanitizerd.compat.records.convert import base
 
     monkeypatch.setattr(base, "MAX_RECORD_PLACES", 2)
     records = [dma_record(0x100, 0x1000 + 32 * r, 0, block_id=0, file_no=5, line_no=10 + r) for r in range(4)]
@@ -990,7 +990,7 @@ def test_records_past_the_place_bound_are_said_once(monkeypatch: pytest.MonkeyPa
 
 def test_records_past_the_place_bound_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every record past the bound on places is counted (the metric), as its batch is decoded, not once."""
-    from sanitizerd.compat.convert import base
+    from sanitizerd.compat.records.convert import base
 
     monkeypatch.setattr(base, "MAX_RECORD_PLACES", 2)
     records = [dma_record(0x100, 0x1000 + 32 * r, 0, block_id=0, file_no=5, line_no=10 + r) for r in range(4)]

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sanitizerd.compat import wire
-from sanitizerd.compat.connection import CompatConnection
-from sanitizerd.compat.numbering import record_table
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat.packets.connection import CompatConnection
+from sanitizerd.compat.records.numbering import record_table
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind

@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sanitizerd.chips import CHIPS
-from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat import wire as _wire
-from sanitizerd.compat.convert.base import BlockContext
-from sanitizerd.compat.convert.bounds import ExpansionBudget
-from sanitizerd.compat.numbering import record_table as _record_table
-from sanitizerd.compat.record_types import PAYLOAD_SIZE
+from sanitizerd.compat.records import slots as rb
+from sanitizerd.compat.records.convert.base import BlockContext
+from sanitizerd.compat.records.convert.bounds import ExpansionBudget
+from sanitizerd.compat.records.numbering import record_table as _record_table
+from sanitizerd.compat.records.types import PAYLOAD_SIZE
 from sanitizerd.protocol.records import EventKind
 from tests import compat_model as cm
 

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sanitizerd.chips import CHIPS
-from sanitizerd.compat import record_buffer as rb
 from sanitizerd.compat import wire as _wire
-from sanitizerd.compat.convert import CONVERTERS
-from sanitizerd.compat.convert.base import BlockContext
-from sanitizerd.compat.numbering import record_table as _record_table
+from sanitizerd.compat.records import slots as rb
+from sanitizerd.compat.records.convert import CONVERTERS
+from sanitizerd.compat.records.convert.base import BlockContext
+from sanitizerd.compat.records.numbering import record_table as _record_table
 from tests import compat_model as cm
 from tests.compat_model import READ, WRITE, Access, Sync, layout, pattern, rule
 
@@ -1288,7 +1288,7 @@ def test_load_3d_hand_built() -> None:
 
 def test_duplicate_waits_carry_over_calls_with_a_block_state() -> None:
     """With per-block state, a wait repeated across two converter calls (two feed() chunks) is still dropped."""
-    from sanitizerd.compat.convert.mstx import duplicate_waits
+    from sanitizerd.compat.records.convert.mstx import duplicate_waits
 
     reg = CONVERTERS[cm.T["MSTX_STUB"]]
     wait = dict(interface=1, cross_addr=0x9000, cross_flag=3, cross_pipe=4, cross_more=1)

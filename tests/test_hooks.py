@@ -4,7 +4,7 @@ A stand-in CANN install in tmp_path per wire layout: a ``version.info`` saying 2
 ``mssanitizer.bin`` holding a commit string of that layout's release, and the libraries that release preloads, real
 tiny shared objects (built once with ``cc``; the injection library holds its msopcom revision) so that the program
 run under them, ``/usr/bin/env``, loads them and prints the environment it got. The commits come from the measured
-data (``sanitizerd.compat.releases``), so every layout sanitizerd has is tried.
+data (``sanitizerd.compat.packets.releases``), so every layout sanitizerd has is tried.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from sanitizerd.cli import hooks
-from sanitizerd.compat import releases, wire
+from sanitizerd.compat import wire
+from sanitizerd.compat.packets import releases
 from tests.conftest import ROOT, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 
 pytestmark = pytest.mark.first_pass_only("the preload environment of `sanitizerd run`: not the worker shape")

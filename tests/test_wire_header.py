@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sanitizerd.compat import wire
-from sanitizerd.compat.convert.base import CONVERTERS
-from sanitizerd.compat.record_types import PAYLOAD_SIZE
+from sanitizerd.compat.records.convert.base import CONVERTERS
+from sanitizerd.compat.records.types import PAYLOAD_SIZE
 from tests.native_build import NATIVE, WIRES, compile_checked, compiler, wire_flag
 
 WIRE_STRUCTS = {

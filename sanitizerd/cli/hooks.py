@@ -10,7 +10,7 @@ The release: msSanitizer and its injection library change their structs together
 cannot be told from its bytes before they are misread, so the layout follows the release installed with the hooks.
 Two facts identify it without loading anything (``mssanitizer -v`` prints both): msSanitizer's commit, a 40-hex
 string compiled into ``tools/mssanitizer/bin/mssanitizer.bin``, and the msopcom revision compiled into
-``libmssanitizer_injection.so``; ``sanitizerd.compat.releases`` maps each measured commit to its wire. The
+``libmssanitizer_injection.so``; ``sanitizerd.compat.packets.releases`` maps each measured commit to its wire. The
 ``version.info`` of the package is reported but never decides: it says 26.0.0 on every branch. The tool's commit
 decides; an injection library that names another wire is refused (the pair would not speak one wire), one that
 speaks none sanitizerd has is refused, and with the tool's commit unknown the injection library's decides.
@@ -42,7 +42,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sanitizerd.compat import releases, wire
+from sanitizerd.compat import wire
+from sanitizerd.compat.packets import releases
 
 LIB_DIR_ENV = "LD_PRELOAD_PATH"
 HOME_ENVS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")

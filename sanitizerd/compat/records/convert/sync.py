@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype, subset, sync_events
-from sanitizerd.compat.record_types import MemType, PipeType, RecordType
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, subset, sync_events
+from sanitizerd.compat.records.types import MemType, PipeType, RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe
 
 R = RecordType
 
-SYNC = record_dtype(56, 0, {"src": ("<u4", 32), "dst": ("<u4", 36), "event_id": ("<u8", 40), "generated": ("u1", 48)})
+SYNC = payload_dtype("SyncRecord", "src dst eventID isGenerated=generated")
 
 
 def _pipe(values: np.ndarray) -> np.ndarray:
@@ -28,24 +28,22 @@ def _u16(values: np.ndarray) -> np.ndarray:
     return np.minimum(values, 0xFFFF).astype(np.uint16)
 
 
-@converts(R.SET_FLAG, R.SET_FLAGI, R.SET_FLAG_V, R.SET_FLAGI_V, dtype=SYNC)
-def set_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+# A flag's set or wait, in each of its four forms: one event each, with its pipes and event id.
+_FLAG_KINDS = {
+    **dict.fromkeys((R.SET_FLAG, R.SET_FLAGI, R.SET_FLAG_V, R.SET_FLAGI_V), EventKind.SET_FLAG),
+    **dict.fromkeys((R.WAIT_FLAG, R.WAIT_FLAGI, R.WAIT_FLAG_V, R.WAIT_FLAGI_V), EventKind.WAIT_FLAG),
+}
+
+
+@converts(*_FLAG_KINDS, dtype=SYNC)
+def set_or_wait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     return sync_events(
-        EventKind.SET_FLAG, records, serials, context,
+        _FLAG_KINDS[record_type], records, serials, context,
         pipe=_pipe(records["src"]), dst_pipe=_pipe(records["dst"]), event_id=_u16(records["event_id"]),
     )  # fmt: skip
 
 
-@converts(R.WAIT_FLAG, R.WAIT_FLAGI, R.WAIT_FLAG_V, R.WAIT_FLAGI_V, dtype=SYNC)
-def wait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
-    return sync_events(
-        EventKind.WAIT_FLAG, records, serials, context,
-        pipe=_pipe(records["src"]), dst_pipe=_pipe(records["dst"]), event_id=_u16(records["event_id"]),
-    )  # fmt: skip
-
-
-HARD = record_dtype(56, 0, {"src": ("<u4", 32), "dst": ("<u4", 36), "event_id": ("<u8", 40), "memory": ("u1", 48),
-                            "v": ("u1", 49)})  # fmt: skip
+HARD = payload_dtype("HardSyncRecord", "src dst eventID memory v")
 _CUBE_PIPES = (PipeType.PIPE_MTE1, PipeType.PIPE_M, PipeType.PIPE_FIX)
 
 
@@ -82,7 +80,7 @@ def hwait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, conte
     return _hard(EventKind.HWAIT_FLAG, record_type, records, serials, context)
 
 
-BARRIER = record_dtype(40, 0, {"pipe": ("<u4", 32)})
+BARRIER = payload_dtype("PipeBarrierRecord", "pipe")
 
 
 @converts(R.PIPE_BARRIER, dtype=BARRIER)
@@ -91,7 +89,7 @@ def pipe_barrier(record_type: int, records: np.ndarray, serials: np.ndarray, con
     return sync_events(EventKind.PIPE_BARRIER, records, serials, context, pipe=_pipe(records["pipe"]))
 
 
-FFTS = record_dtype(40, 0, {"dst": ("<u4", 32), "mode": ("u1", 36), "flag": ("u1", 37)})
+FFTS = payload_dtype("FftsSyncRecord", "dst mode flagID=flag")
 
 
 def _sub_blocks(context: BlockContext) -> int:
@@ -108,8 +106,8 @@ def ffts_sync(record_type: int, records: np.ndarray, serials: np.ndarray, contex
     )  # fmt: skip
 
 
-WAIT_DEV = record_dtype(40, 0, {"flag": ("u1", 32)})
-WAIT_DEV_PIPE = record_dtype(40, 0, {"flag": ("u1", 32), "pipe": ("<u4", 36)})
+WAIT_DEV = payload_dtype("WaitFlagDevRecord", "flagID=flag")
+WAIT_DEV_PIPE = payload_dtype("WaitFlagDevPipeRecord", "flagID=flag pipe")
 
 
 @converts(R.WAIT_FLAG_DEV, dtype=WAIT_DEV)
@@ -125,7 +123,7 @@ def wait_flag_dev_pipe(record_type: int, records: np.ndarray, serials: np.ndarra
     )
 
 
-INTRA = record_dtype(56, 0, {"pipe": ("<u4", 32), "sync_id": ("<u8", 40)})
+INTRA = payload_dtype("IntraBlockSyncRecord", "pipe syncID")
 
 
 @converts(R.SET_INTRA_BLOCK, R.SET_INTRA_BLOCKI, R.SET_INTRA_BLOCK_V, R.SET_INTRA_BLOCKI_V, dtype=INTRA)
@@ -144,7 +142,7 @@ def wait_intra_block(record_type: int, records: np.ndarray, serials: np.ndarray,
     )  # fmt: skip
 
 
-ATOMIC = record_dtype(40, 0, {"mode": ("u1", 32)})
+ATOMIC = payload_dtype("AtomicModeRecord", "mode")
 # AtomicMode: NONE=0 turns atomic mode off; F32, F16, S16, S32, S8, BF16 (1-6) on; SUM/MAX/MIN (7-9) only choose
 # the operation and leave the state as it was, so they make no event.
 ATOMIC_ON_OFF = 6
@@ -159,8 +157,7 @@ def set_atomic(record_type: int, records: np.ndarray, serials: np.ndarray, conte
     )
 
 
-SOFT = record_dtype(48, 0, {"wait_core": ("<u2", 32), "used_cores": ("<i4", 36), "event_id": ("<i4", 40),
-                            "aiv_only": ("u1", 44)})  # fmt: skip
+SOFT = payload_dtype("SoftSyncRecord", "waitCoreID=wait_core usedCores eventID isAIVOnly=aiv_only")
 
 
 def _i16(values: np.ndarray) -> np.ndarray:
@@ -192,7 +189,7 @@ def sync_all(record_type: int, records: np.ndarray, serials: np.ndarray, context
     )  # fmt: skip
 
 
-BUF = record_dtype(56, 0, {"pipe": ("<u4", 32), "buf_id": ("<u8", 40), "mode": ("u1", 48)})
+BUF = payload_dtype("BufRecord", "pipe bufId mode")
 
 
 @converts(R.GET_BUF, R.GET_BUFI, R.GET_BUF_V, R.GET_BUFI_V, dtype=BUF)

@@ -9,27 +9,21 @@ loop per record, and each record's events come out in the order its slots were a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, expanding, pack
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
+from sanitizerd.compat.records.convert.base import BlockContext, converts, expanding, pack
+from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, NO_SPACE
+from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFF_FFFF
 
-# msSanitizer's MemType (u8 in device records) -> our Space (msSanitizer's AddressSpace numbering).
-# L1=0, L0A, L0B, L0C, UB, BT, GM, PRIVATE, FB; anything else (INVALID) has no space.
-_MEMTYPE_TO_SPACE = np.full(256, 0xFF, dtype=np.uint8)
-for _mem, _space in enumerate(
-    (Space.L1, Space.L0A, Space.L0B, Space.L0C, Space.UB, Space.BT, Space.GM, Space.PRIVATE, Space.FB)
-):
-    _MEMTYPE_TO_SPACE[_mem] = _space
-NO_SPACE = 0xFF
-
 
 def memtype_to_space(memtype: np.ndarray) -> np.ndarray:
     """Space per MemType value; ``NO_SPACE`` (0xFF) where the MemType is invalid."""
-    return _MEMTYPE_TO_SPACE[np.asarray(memtype, dtype=np.uint8)]
+    return MEMTYPE_TO_SPACE[np.asarray(memtype, dtype=np.uint8)]
 
 
 def explicit_align(size: np.ndarray | int) -> np.ndarray | int:
@@ -222,3 +216,25 @@ class Plan:
                 at = at + (np.arange(rows.size) - np.searchsorted(rows, rows, side="left"))
             raw[at] = events.view(np.uint8).reshape(events.size, EVENT_DTYPE.itemsize)
         return out
+
+
+# A converter written as a description of slots: it adds each record's slots to ``plan`` (a Plan of ``records``).
+PlanFill = Callable[[Plan, np.ndarray, BlockContext, int], None]
+
+
+def plans(*record_types: int, dtype: np.dtype) -> Callable[[PlanFill], PlanFill]:
+    """Register ``fill(plan, records, context, record_type)`` as the converter of ``record_types``: the plan of the
+    records is made before it and built after it, so a family's converters say only what their slots are."""
+
+    def register(fill: PlanFill) -> PlanFill:
+        def convert(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+            plan = Plan(len(records), serials, records, context)
+            fill(plan, records, context, record_type)
+            return plan.build()
+
+        convert.__name__ = convert.__qualname__ = fill.__name__
+        convert.__doc__ = fill.__doc__
+        converts(*record_types, dtype=dtype)(convert)
+        return fill
+
+    return register

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, interleave, record_dtype, runs, subset
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, interleave, payload_dtype, runs, subset
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
 R = RecordType
 
-LOAD_STORE = record_dtype(
-    56, 16, {"addr": ("<u8", 0), "size": ("<u8", 8), "space": ("<i4", 48), "data_type": ("u1", 52), "align": ("u1", 53)}
-)
+LOAD_STORE = payload_dtype("LoadStoreRecord", "addr size space dataType alignSize=align")
 READS = (R.LOAD, R.LD, R.LD_IO, R.LDP, R.LD_DEV)
 WRITES = (R.STORE, R.ST, R.ST_IO, R.STP, R.STI, R.STI_IO, R.ST_ATOMIC, R.STI_ATOMIC, R.ST_DEV)
 MAX_ACCESS = 0xFFFFFFFF  # the event's block size is u32; a scalar access is a few bytes, so more is damage
@@ -37,7 +35,7 @@ def load_store(record_type: int, records: np.ndarray, serials: np.ndarray, conte
     )  # fmt: skip
 
 
-RED = record_dtype(56, 16, {"addr": ("<u8", 0), "size": ("<u8", 8), "is_atom": ("u1", 48)})
+RED = payload_dtype("LoadStoreRecord", "addr size space=is_atom:u1")
 
 
 @converts(R.SCALAR_RED, R.SCALAR_ATOM, dtype=RED)
@@ -71,7 +69,7 @@ def ldva(record_type: int, records: np.ndarray, serials: np.ndarray, context: Bl
     )  # fmt: skip
 
 
-DC_PRELOAD = record_dtype(48, 0, {"addr": ("<u8", 32), "offset": ("<i8", 40)})
+DC_PRELOAD = payload_dtype("DcPreloadRecord", "addr offset")
 
 
 @converts(R.DC_PRELOAD, dtype=DC_PRELOAD)

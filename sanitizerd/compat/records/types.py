@@ -7,7 +7,7 @@ padding before it).
 Releases renumber record types (26.1.0 inserts KERNEL_FINISH before FINISH; 02aa7ee moved SHADOW_MEMORY), so
 ``RecordType`` is sanitizerd's own naming: its values are msSanitizer 4a419f05's numbers, the first wire sanitizerd
 spoke, and types that release did not have take free values. A ``RecordTable`` maps one release's numbers to these
-names (``sanitizerd.compat.numbering``): the converters are written once, against the names.
+names (``sanitizerd.compat.records.numbering``): the converters are written once, against the names.
 """
 
 from __future__ import annotations
@@ -237,3 +237,34 @@ class PipeType(enum.IntEnum):
     PIPE_FIX = 10
     PIPE_S_CAL = 11
     SIZE = 12
+
+
+# msSanitizer's QueryPipeType: the pipe that moves data from one MemType to another, as an array indexed by the
+# records' two u8 kinds (every converter family that moves data asks it); NO_PIPE for every other pair.
+NO_PIPE = 0xFF
+PIPE_OF_PAIR = np.full((256, 256), NO_PIPE, dtype=np.uint8)
+for (_src, _dst), _pipe in {
+    (MemType.L1, MemType.L0A): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.L0B): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.L0C): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.UB): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.BT): PipeType.PIPE_MTE1,
+    (MemType.L1, MemType.GM): PipeType.PIPE_MTE3,
+    (MemType.GM, MemType.L0A): PipeType.PIPE_MTE2,
+    (MemType.GM, MemType.L0B): PipeType.PIPE_MTE2,
+    (MemType.GM, MemType.L1): PipeType.PIPE_MTE2,
+    (MemType.GM, MemType.UB): PipeType.PIPE_MTE2,
+    (MemType.UB, MemType.GM): PipeType.PIPE_MTE3,
+    (MemType.UB, MemType.L1): PipeType.PIPE_MTE3,
+    (MemType.UB, MemType.L0C): PipeType.PIPE_MTE3,
+    (MemType.L0C, MemType.UB): PipeType.PIPE_V,
+    (MemType.UB, MemType.UB): PipeType.PIPE_V,
+    (MemType.L0C, MemType.L1): PipeType.PIPE_FIX,
+    (MemType.L1, MemType.FB): PipeType.PIPE_FIX,
+}.items():
+    PIPE_OF_PAIR[_src, _dst] = _pipe
+
+
+def query_pipe(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """msSanitizer's QueryPipeType, vectorised; ``NO_PIPE`` for a pair it does not know."""
+    return PIPE_OF_PAIR[np.asarray(src, dtype=np.uint8), np.asarray(dst, dtype=np.uint8)]

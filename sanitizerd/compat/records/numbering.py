@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from sanitizerd.compat import wire
-from sanitizerd.compat.convert import CONVERTERS  # the package import registers every family's converters
-from sanitizerd.compat.record_types import REFERENCE_LAYOUT, RecordType
+from sanitizerd.compat.records.convert import CONVERTERS  # the package import registers every family's converters
+from sanitizerd.compat.records.types import REFERENCE_LAYOUT, RecordType
 
 
 class RecordTable:

@@ -21,34 +21,10 @@ from functools import partial
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
-from sanitizerd.compat.convert.plan import U16_MAX, Plan, explicit_align
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
+from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align, plans
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
-
-# RecordType values of this family (msSanitizer's record_defs.h).
-VEC_DUP = 103
-VMRGSORT4_OP_C220 = 137
-VMRGSORT4_OP_M200 = 138
-VMRGSORT4_OP_C310 = 139
-UNARY_OP = 10000
-VGATHER = 10001
-ELEMENT = 10002
-BINARY_OP = 10003
-TERNARY_OP = 10004
-REDUCE_OP = 10005
-VEC_REGPROPCOOR_OP = 10008
-CMPMASK_OP = 10009
-VCOPY_OP = 10010
-VREDUCEV2_UNARY = 10011
-VREDUCEV2_BINARY = 10012
-VREDUCEV2 = 10013
-VCONV_DST_S4_OP = 10014
-VCONV_SRC_S4_OP = 10015
-VSEL_OP = 10016
-SIMD_START, SIMD_END = 9999, 19999
-SCATTERVNCHWCONV = 20018
-SCATTERVNCHWCONV_A5 = 20019
-VBS32_A5 = 20020
 
 READ, WRITE, MEMCPY = 0, 1, 2  # msSanitizer's AccessType
 MASK_NORM, MASK_COUNT = 0, 1
@@ -59,193 +35,53 @@ V = int(Pipe.V)
 # Mask variants (which MaskCountProcess path msSanitizer takes for the operand).
 GENERAL, BY_REPEAT, REDUCEV2 = 0, 1, 2
 
-VEC_DUP_DTYPE = record_dtype(
-    64,
-    8,
-    [
-        ("dst", "<u8", 0),
-        ("mask0", "<u8", 40),
-        ("mask1", "<u8", 48),
-        ("dst_block_stride", "<u2", 56),
-        ("dst_repeat_stride", "<u2", 58),
-        ("repeat", "u1", 60),
-        ("data_bits", "u1", 61),
-        ("mask_mode", "u1", 62),
-    ],
+VEC_DUP_DTYPE = payload_dtype(
+    "VecDupRecord", "dst vectorMask.mask0 vectorMask.mask1 dstBlockStride dstRepeatStride repeat dataBits maskMode"
 )
 
-UNARY_DTYPE = record_dtype(
-    96,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("mask0", "<u8", 48),
-        ("mask1", "<u8", 56),
-        ("dst_block_size", "<u8", 64),
-        ("src_block_size", "<u8", 72),
-        ("dst_block_stride", "<u2", 80),
-        ("src_block_stride", "<u2", 82),
-        ("dst_repeat_stride", "<u2", 84),
-        ("src_repeat_stride", "<u2", 86),
-        ("repeat", "u1", 88),
-        ("dst_block_num", "u1", 89),
-        ("src_block_num", "u1", 90),
-        ("dst_data_bits", "u1", 91),
-        ("src_data_bits", "u1", 92),
-        ("mask_mode", "u1", 93),
-    ],
+UNARY_DTYPE = payload_dtype(
+    "UnaryOpRecord",
+    "dst src vectorMask.mask0 vectorMask.mask1 dstBlockSize srcBlockSize dstBlockStride srcBlockStride"
+    " dstRepeatStride srcRepeatStride repeat dstBlockNum srcBlockNum dstDataBits srcDataBits maskMode",
 )
 
-VGATHER_DTYPE = record_dtype(
-    88,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("mask0", "<u8", 48),
-        ("mask1", "<u8", 56),
-        ("dst_block_size", "<u4", 64),
-        ("src_block_size", "<u4", 68),
-        ("offset_addr", "<u4", 72),
-        ("dst_repeat_stride", "<u2", 76),
-        ("dst_block_num", "<u2", 78),
-        ("src_block_num", "<u2", 80),
-        ("dst_align_size", "<u2", 82),
-        ("dst_block_stride", "u1", 84),
-        ("dst_repeat", "u1", 85),
-        ("dst_data_bits", "u1", 86),
-        ("mask_mode", "u1", 87),
-    ],
+VGATHER_DTYPE = payload_dtype(
+    "VgatherRecord",
+    "dst src vectorMask.mask0 vectorMask.mask1 dstBlockSize srcBlockSize offsetAddr dstRepeatStride dstBlockNum"
+    " srcBlockNum dstAlignSize dstBlockStride dstRepeat dstDataBits maskMode",
 )
 
-ELEMENT_DTYPE = record_dtype(
-    48,
-    0,
-    [
-        ("addr", "<u8", 32),
-        ("block_size", "<u2", 40),
-        ("block_num", "<u2", 42),
-        ("align_size", "<u2", 44),
-        ("data_bits", "u1", 46),
-        ("access", "u1", 47),
-    ],
+ELEMENT_DTYPE = payload_dtype("ElementRecord", "addr blockSize blockNum alignSize dataBits accessType=access")
+
+BINARY_DTYPE = payload_dtype(
+    "BinaryOpRecord",
+    "dst src0 src1 vectorMask.mask0 vectorMask.mask1 dstBlockStride src0BlockStride src1BlockStride dstRepeatStride"
+    " src0RepeatStride src1RepeatStride dstBlockSize src0BlockSize src1BlockSize repeat dstBlockNum src0BlockNum"
+    " src1BlockNum dstDataBits src0DataBits src1DataBits maskMode",
 )
 
-BINARY_DTYPE = record_dtype(
-    104,
-    24,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("mask0", "<u8", 56),
-        ("mask1", "<u8", 64),
-        ("dst_block_stride", "<u2", 72),
-        ("src0_block_stride", "<u2", 74),
-        ("src1_block_stride", "<u2", 76),
-        ("dst_repeat_stride", "<u2", 78),
-        ("src0_repeat_stride", "<u2", 80),
-        ("src1_repeat_stride", "<u2", 82),
-        ("dst_block_size", "<u2", 84),
-        ("src0_block_size", "<u2", 86),
-        ("src1_block_size", "<u2", 88),
-        ("repeat", "u1", 90),
-        ("dst_block_num", "u1", 91),
-        ("src0_block_num", "u1", 92),
-        ("src1_block_num", "u1", 93),
-        ("dst_data_bits", "u1", 94),
-        ("src0_data_bits", "u1", 95),
-        ("src1_data_bits", "u1", 96),
-        ("mask_mode", "u1", 97),
-    ],
+REGPROPCOOR_DTYPE = payload_dtype("VecRegPropCoordOpRecord", "dst src dataType regionRange repeat isExtract")
+
+REDUCE_DTYPE = payload_dtype(
+    "ReduceOpRecord",
+    "dst src vectorMask.mask0 vectorMask.mask1 srcBlockStride dstRepeatStride srcRepeatStride dstRepeatLength"
+    " dstAlignSize repeat dstBlockNum srcBlockNum dstBlockSize srcBlockSize dstDataBits srcDataBits"
+    " dstDataBitsFactor maskMode",
 )
 
-REGPROPCOOR_DTYPE = record_dtype(
-    56,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("data_type", "u1", 48),
-        ("region_range", "u1", 49),
-        ("repeat", "u1", 50),
-        ("is_extract", "u1", 51),
-    ],
+REDUCEV2_DTYPE = payload_dtype(
+    "ReduceV2Record",
+    "dst src0 src1 vectorMask.mask0 vectorMask.mask1 compareMask.mask0=cmp_mask0 compareMask.mask1=cmp_mask1 repeat"
+    " src0RepeatStride src1RepeatStride src0BlockStride dataBytes patternMode maskMode",
 )
 
-REDUCE_DTYPE = record_dtype(
-    88,
-    16,
-    [
-        ("dst", "<u8", 0),
-        ("src", "<u8", 8),
-        ("mask0", "<u8", 48),
-        ("mask1", "<u8", 56),
-        ("src_block_stride", "<u2", 64),
-        ("dst_repeat_stride", "<u2", 66),
-        ("src_repeat_stride", "<u2", 68),
-        ("dst_repeat_length", "<u2", 70),
-        ("dst_align_size", "<u2", 72),
-        ("repeat", "u1", 74),
-        ("dst_block_num", "u1", 75),
-        ("src_block_num", "u1", 76),
-        ("dst_block_size", "u1", 77),
-        ("src_block_size", "u1", 78),
-        ("dst_data_bits", "u1", 79),
-        ("src_data_bits", "u1", 80),
-        ("dst_data_bits_factor", "u1", 81),
-        ("mask_mode", "u1", 82),
-    ],
+SCATTER_DTYPE = payload_dtype(
+    "ScatterVnchwconvRecord",
+    "dst0.l64=dst0_l dst0.h64=dst0_h dst1.l64=dst1_l dst1.h64=dst1_h src0.l64=src0_l src0.h64=src0_h"
+    " src1.l64=src1_l src1.h64=src1_h dstStride srcStride repeat dstHighHalf srcHighHalf dataType",
 )
 
-REDUCEV2_DTYPE = record_dtype(
-    104,
-    24,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("mask0", "<u8", 56),
-        ("mask1", "<u8", 64),
-        ("cmp_mask0", "<u8", 72),
-        ("cmp_mask1", "<u8", 80),
-        ("repeat", "<u2", 88),
-        ("src0_repeat_stride", "<u2", 90),
-        ("src1_repeat_stride", "u1", 92),
-        ("src0_block_stride", "u1", 93),
-        ("data_bytes", "u1", 94),
-        ("pattern_mode", "u1", 95),
-        ("mask_mode", "u1", 96),
-    ],
-)
-
-SCATTER_DTYPE = record_dtype(
-    104,
-    0,
-    [
-        ("dst0_l", "<u8", 32),
-        ("dst0_h", "<u8", 40),
-        ("dst1_l", "<u8", 48),
-        ("dst1_h", "<u8", 56),
-        ("src0_l", "<u8", 64),
-        ("src0_h", "<u8", 72),
-        ("src1_l", "<u8", 80),
-        ("src1_h", "<u8", 88),
-        ("dst_stride", "<u2", 96),
-        ("src_stride", "<u2", 98),
-        ("repeat", "u1", 100),
-        ("dst_high_half", "u1", 101),
-        ("src_high_half", "u1", 102),
-        ("data_type", "u1", 103),
-    ],
-)
-
-VBS32_DTYPE = record_dtype(
-    64,
-    24,
-    [("dst", "<u8", 0), ("src0", "<u8", 8), ("src1", "<u8", 16), ("repeat", "u1", 56), ("data_type", "u1", 57)],
-)
+VBS32_DTYPE = payload_dtype("Vbs32Record", "dst src0 src1 repeat dataType")
 
 VMS4_DTYPE = record_dtype(
     64,
@@ -261,7 +97,7 @@ VMS4_DTYPE = record_dtype(
     ],
 )
 
-CMPMASK_DTYPE = record_dtype(56, 0, [("addr", "<u8", 32), ("size", "<u8", 40), ("access", "u1", 48)])
+CMPMASK_DTYPE = payload_dtype("CmpMaskRecord", "addr size accessType=access")
 
 DATA_B8, DATA_B16, DATA_B32 = 1, 2, 3
 
@@ -375,10 +211,9 @@ def masked_operand(
         ok = per_block != 0
         n_block = _div(m, per_block)
         address_r = at(address)
-        acc = access[rows]
-        plan.add_access(
-            acc,
-            UB,
+        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
+        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
+        add(
             address_r,
             block_size=size,
             block_num=n_block,
@@ -386,9 +221,6 @@ def masked_operand(
             repeat=rep,
             repeat_stride=rstride,
             count=ok & (n_block > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
         last = m - n_block * per_block
         tail_size = last * bits // np.uint64(8)
@@ -401,29 +233,19 @@ def masked_operand(
         compact_stride = _div(span, grain)
         compact = (grain != 0) & (tail_blocks <= U16_MAX) & (compact_stride <= U16_MAX)
         has_tail = ok & (last > 0)
-        plan.add_access(
-            acc,
-            UB,
+        add(
             tail_address,
             block_size=grain,
             block_num=tail_blocks,
             repeat=rep,
             repeat_stride=compact_stride,
             count=has_tail & compact,
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
-        plan.add_access(
-            acc,
-            UB,
+        add(
             tail_address,
             block_size=tail_size,
             count=np.where(has_tail & ~compact, rep, 0),
             step=span,
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
 
     # General MASK_COUNT: mask0 elements in all: full repeats, then full blocks, then a partial block.
@@ -438,15 +260,14 @@ def masked_operand(
             at(data_bits),
         )
         m0 = at(mask0)
-        acc = access[rows]
+        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
+        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
         per_block = _div(size * np.uint64(8), bits)
         ok = per_block != 0
         per_repeat = num * per_block
         n_repeat = _div(m0, per_repeat)
         address_r = at(address)
-        plan.add_access(
-            acc,
-            UB,
+        add(
             address_r,
             block_size=size,
             block_num=num,
@@ -454,35 +275,22 @@ def masked_operand(
             repeat=n_repeat,
             repeat_stride=rstride,
             count=ok & (n_repeat > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
         rest = m0 - n_repeat * per_repeat
         last_blocks = _div(rest, per_block)
         rest_address = address_r + n_repeat * rstride * size
-        plan.add_access(
-            acc,
-            UB,
+        add(
             rest_address,
             block_size=size,
             block_num=last_blocks,
             block_stride=stride,
             count=ok & (last_blocks > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
         last_elements = rest - last_blocks * per_block
-        plan.add_access(
-            acc,
-            UB,
+        add(
             rest_address + last_blocks * stride * size,
             block_size=last_elements * bits // np.uint64(8),
             count=ok & (last_elements > 0),
-            rows=rows,
-            pipe=V,
-            align=_subset(align, rows),
         )
 
     # VREDUCEV2 destination under MASK_COUNT: mask0 elements per repeat, written back to back.
@@ -500,10 +308,29 @@ def masked_operand(
         )
 
 
+def operand(r: np.ndarray, name: str) -> tuple[np.ndarray, ...]:
+    """Operand ``name``'s address, block count, block size, block stride, repeat, repeat stride and data bits, as the
+    records name them (``name``, ``name_block_num``, ...): ``masked_operand``'s arguments after the access."""
+    return (
+        r[name],
+        r[f"{name}_block_num"],
+        r[f"{name}_block_size"],
+        r[f"{name}_block_stride"],
+        r["repeat"],
+        r[f"{name}_repeat_stride"],
+        r[f"{name}_data_bits"],
+    )
+
+
+def masks_of(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A record's vector mask and mask mode: ``masked_operand``'s mask arguments."""
+    return r["mask0"], r["mask1"], r["mask_mode"]
+
+
 def simd_align(context: BlockContext, data_bits: np.ndarray | int, record_type: int) -> np.ndarray | int:
     """msSanitizer's alignment for SIMD-range records checked by record type: on 310P the element width, else by
     address space (0)."""
-    if context.chip.name != "310P" or not SIMD_START < record_type < SIMD_END:
+    if context.chip.name != "310P" or not RecordType.SIMD_START < record_type < RecordType.SIMD_END:
         return 0
     return explicit_align(np.asarray(data_bits) // 8)
 
@@ -512,11 +339,9 @@ def _aicube(context: BlockContext) -> bool:
     return context.block_type == BlockType.AIC
 
 
-@converts(VEC_DUP, dtype=VEC_DUP_DTYPE)
-def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VEC_DUP, dtype=VEC_DUP_DTYPE)
+def convert_vec_dup(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VEC_DUP: one destination of 8 x 32-byte blocks per repeat, masked."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     masked_operand(
         plan,
         WRITE,
@@ -532,44 +357,35 @@ def convert_vec_dup(record_type: int, records: np.ndarray, serials: np.ndarray, 
         r["mask_mode"],
         aicube=_aicube(context),
     )
-    return plan.build()
 
 
-@converts(
-    UNARY_OP,
-    VCOPY_OP,
-    VREDUCEV2_UNARY,
-    VMRGSORT4_OP_C220,
-    VMRGSORT4_OP_M200,
-    VCONV_DST_S4_OP,
-    VCONV_SRC_S4_OP,
+@plans(
+    RecordType.UNARY_OP,
+    RecordType.VCOPY_OP,
+    RecordType.VREDUCEV2_UNARY,
+    RecordType.VMRGSORT4_OP_C220,
+    RecordType.VMRGSORT4_OP_M200,
+    RecordType.VCONV_DST_S4_OP,
+    RecordType.VCONV_SRC_S4_OP,
     dtype=UNARY_DTYPE,
 )
-def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+def convert_unary(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """UnaryOpRecord: the source read, then the destination written, both masked."""
-    r = records
-    variant = {VCOPY_OP: BY_REPEAT, VREDUCEV2_UNARY: REDUCEV2}.get(record_type, GENERAL)
-    plan = Plan(len(r), serials, r, context)
+    variant = {RecordType.VCOPY_OP: BY_REPEAT, RecordType.VREDUCEV2_UNARY: REDUCEV2}.get(record_type, GENERAL)
     common = dict(aicube=_aicube(context), variant=variant)
     # VMRGSORT4 alignment (msSanitizer's special rules): 910B reads need 8 bytes, writes 32; 310P's rule uses the
     # data width value itself.
     read_align: np.ndarray | int = simd_align(context, r["src_data_bits"], record_type)
     write_align: np.ndarray | int = simd_align(context, r["dst_data_bits"], record_type)
-    if record_type == VMRGSORT4_OP_C220:
+    if record_type == RecordType.VMRGSORT4_OP_C220:
         read_align, write_align = 8, 32
-    elif record_type == VMRGSORT4_OP_M200:
+    elif record_type == RecordType.VMRGSORT4_OP_M200:
         read_align, write_align = r["src_data_bits"], r["dst_data_bits"]
-    masks = (r["mask0"], r["mask1"], r["mask_mode"])
+    masks = masks_of(r)
     masked_operand(
         plan,
         READ,
-        r["src"],
-        r["src_block_num"],
-        r["src_block_size"],
-        r["src_block_stride"],
-        r["repeat"],
-        r["src_repeat_stride"],
-        r["src_data_bits"],
+        *operand(r, "src"),
         *masks,
         **common,
         align=read_align,
@@ -577,34 +393,19 @@ def convert_unary(record_type: int, records: np.ndarray, serials: np.ndarray, co
     masked_operand(
         plan,
         WRITE,
-        r["dst"],
-        r["dst_block_num"],
-        r["dst_block_size"],
-        r["dst_block_stride"],
-        r["repeat"],
-        r["dst_repeat_stride"],
-        r["dst_data_bits"],
+        *operand(r, "dst"),
         *masks,
         **common,
         align=write_align,
     )
-    return plan.build()
 
 
 def _binary_source(plan: Plan, r: np.ndarray, name: str, context: BlockContext, record_type: int, **kw) -> None:
     masked_operand(
         plan,
         READ,
-        r[name],
-        r[f"{name}_block_num"],
-        r[f"{name}_block_size"],
-        r[f"{name}_block_stride"],
-        r["repeat"],
-        r[f"{name}_repeat_stride"],
-        r[f"{name}_data_bits"],
-        r["mask0"],
-        r["mask1"],
-        r["mask_mode"],
+        *operand(r, name),
+        *masks_of(r),
         aicube=_aicube(context),
         align=simd_align(context, r[f"{name}_data_bits"], record_type),
         **kw,
@@ -615,31 +416,20 @@ def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockCo
     masked_operand(
         plan,
         access,
-        r["dst"],
-        r["dst_block_num"],
-        r["dst_block_size"],
-        r["dst_block_stride"],
-        r["repeat"],
-        r["dst_repeat_stride"],
-        r["dst_data_bits"],
-        r["mask0"],
-        r["mask1"],
-        r["mask_mode"],
+        *operand(r, "dst"),
+        *masks_of(r),
         aicube=_aicube(context),
         align=simd_align(context, r["dst_data_bits"], record_type),
     )
 
 
-@converts(BINARY_OP, TERNARY_OP, VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
-def convert_binary(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.BINARY_OP, RecordType.TERNARY_OP, RecordType.VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
+def convert_binary(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """BinaryOpRecord: src0 and src1 read, the destination written (TERNARY_OP: read then written), masked.
     msSanitizer takes the general MASK_COUNT path for all three (VREDUCEV2_BINARY included)."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _binary_source(plan, r, "src0", context, record_type)
     _binary_source(plan, r, "src1", context, record_type)
-    _binary_destination(plan, r, MEMCPY if record_type == TERNARY_OP else WRITE, context, record_type)
-    return plan.build()
+    _binary_destination(plan, r, MEMCPY if record_type == RecordType.TERNARY_OP else WRITE, context, record_type)
 
 
 def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
@@ -664,12 +454,10 @@ def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
     return np.where(cut & partial, 1, np.where(cut & (n_repeat > 0), n_repeat, repeat))
 
 
-@converts(VSEL_OP, dtype=BINARY_DTYPE)
-def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VSEL_OP, dtype=BINARY_DTYPE)
+def convert_vsel(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VSEL: as a binary op, except that src1 (the select mask) is unmasked in mode 1 (one block, or repeat
     stride 1)."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _binary_source(plan, r, "src0", context, record_type)
     unmasked = (r["src1_block_num"] == 1) | (r["src1_repeat_stride"] == 1)
     plan.add(
@@ -687,10 +475,9 @@ def convert_vsel(record_type: int, records: np.ndarray, serials: np.ndarray, con
     )
     _binary_source(plan, r, "src1", context, record_type, enabled=~unmasked)
     _binary_destination(plan, r, WRITE, context, record_type)
-    return plan.build()
 
 
-@converts(REDUCE_OP, dtype=REDUCE_DTYPE)
+@converts(RecordType.REDUCE_OP, dtype=REDUCE_DTYPE)
 def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """REDUCE_OP: the source read (masked), one reduced block per repeat written (MASK_COUNT: the count scaled
     down by the reduction ratio). A MASK_COUNT record whose ratio cannot be computed is dropped, as msSanitizer
@@ -712,16 +499,8 @@ def convert_reduce(record_type: int, records: np.ndarray, serials: np.ndarray, c
     masked_operand(
         plan,
         READ,
-        r["src"],
-        r["src_block_num"],
-        r["src_block_size"],
-        r["src_block_stride"],
-        r["repeat"],
-        r["src_repeat_stride"],
-        r["src_data_bits"],
-        r["mask0"],
-        r["mask1"],
-        r["mask_mode"],
+        *operand(r, "src"),
+        *masks_of(r),
         aicube=aicube,
         enabled=keep,
         align=simd_align(context, r["src_data_bits"], record_type),
@@ -792,7 +571,7 @@ def reducev2_written(r: np.ndarray) -> np.ndarray:
     return per_repeat * _u(r["repeat"])
 
 
-@converts(VREDUCEV2, dtype=REDUCEV2_DTYPE)
+@converts(RecordType.VREDUCEV2, dtype=REDUCEV2_DTYPE)
 def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VREDUCEV2 (gather by compare mask or pattern): src0 read (MASK_NORM: 256 bytes per repeat, the mask
     ignored; MASK_COUNT: mask0 elements per repeat), src1 (the compare mask, pattern mode 0 only) read, the kept
@@ -854,11 +633,9 @@ def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray,
     return plan.build()
 
 
-@converts(VGATHER, dtype=VGATHER_DTYPE)
-def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VGATHER, dtype=VGATHER_DTYPE)
+def convert_vgather(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VGATHER: the offset table read (one contiguous run, 32-byte aligned), the destination written; unmasked."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         UB,
@@ -880,14 +657,11 @@ def convert_vgather(record_type: int, records: np.ndarray, serials: np.ndarray, 
         repeat_stride=r["dst_repeat_stride"],
         align=explicit_align(r["dst_align_size"]),
     )
-    return plan.build()
 
 
-@converts(ELEMENT, dtype=ELEMENT_DTYPE)
-def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.ELEMENT, dtype=ELEMENT_DTYPE)
+def convert_element(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """ELEMENT: one contiguous access of the record's own kind and alignment."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add_access(
         r["access"],
         UB,
@@ -897,31 +671,23 @@ def convert_element(record_type: int, records: np.ndarray, serials: np.ndarray, 
         block_num=r["block_num"],
         align=explicit_align(r["align_size"]),
     )
-    return plan.build()
 
 
-@converts(CMPMASK_OP, dtype=CMPMASK_DTYPE)
-def convert_cmpmask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.CMPMASK_OP, dtype=CMPMASK_DTYPE)
+def convert_cmpmask(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """CMPMASK (compare-mask register to or from UB): one run of ``size`` bytes, 16-byte aligned."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add_access(r["access"], UB, r["addr"], pipe=V, block_size=r["size"], align=16)
-    return plan.build()
 
 
-@converts(VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
-def convert_regpropcoor(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.VEC_REGPROPCOOR_OP, dtype=REGPROPCOOR_DTYPE)
+def convert_regpropcoor(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """Region-proposal coordinates (vconcat / vextract): 16 elements per repeat on the src side, one element
     of each of 16 eight-element proposals on the dst side. Extraction swaps read and write. Data types other than
     B16/B32 and region ranges past 5 are dropped, as msSanitizer drops them."""
-    r = records
     ok = ((r["data_type"] == DATA_B16) | (r["data_type"] == DATA_B32)) & (r["region_range"] <= 5)
     drop(context, "VEC_REGPROPCOOR_OP records dropped: data type not B16/B32 or region range past 5", int((~ok).sum()))
     size = data_size(r["data_type"])
     extract = r["is_extract"] != 0
-    plan = Plan(len(r), serials, r, context)
     first = np.where(extract, EventKind.WRITE, EventKind.READ)
     second = np.where(extract, EventKind.READ, EventKind.WRITE)
     plan.add(
@@ -947,7 +713,6 @@ def convert_regpropcoor(
         repeat_stride=128,
         count=ok,
     )
-    return plan.build()
 
 
 def _va_addresses(low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
@@ -959,15 +724,13 @@ def _va_addresses(low: np.ndarray, high: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-@converts(SCATTERVNCHWCONV, SCATTERVNCHWCONV_A5, dtype=SCATTER_DTYPE)
-def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.SCATTERVNCHWCONV, RecordType.SCATTERVNCHWCONV_A5, dtype=SCATTER_DTYPE)
+def convert_scatter(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """SCATTERVNCHWCONV (transpose through VA registers): 16 source blocks read (src0's 8 addresses, then
     src1's), then 16 destination blocks written; each address repeats ``repeat`` times. B8 data moves 16-byte
     halves (the high half with the high-half flag) and its strides count in those halves."""
-    r = records
     b8 = r["data_type"] == DATA_B8
     size = np.where(b8, 16, 32)
-    plan = Plan(len(r), serials, r, context)
     for kind, prefix, stride, high in (
         (EventKind.READ, "src", r["src_stride"], r["src_high_half"]),
         (EventKind.WRITE, "dst", r["dst_stride"], r["dst_high_half"]),
@@ -985,23 +748,19 @@ def convert_scatter(record_type: int, records: np.ndarray, serials: np.ndarray, 
                     repeat=r["repeat"],
                     repeat_stride=rstride,
                 )
-    return plan.build()
 
 
-@converts(VBS32_A5, dtype=VBS32_DTYPE)
-def convert_vbs32(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.VBS32_A5, dtype=VBS32_DTYPE)
+def convert_vbs32(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VBS32 (sort 32 scores with their indices): per repeat, 32 scores and 128 bytes of indices read, 256 bytes
     (32 eight-byte pairs) written."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=V, block_stride=0, repeat=r["repeat"], repeat_stride=1)
     plan.add(EventKind.READ, UB, r["src0"], block_size=data_size(r["data_type"]) * np.uint64(32), **common)
     plan.add(EventKind.READ, UB, r["src1"], block_size=128, **common)
     plan.add(EventKind.WRITE, UB, r["dst"], block_size=256, **common)
-    return plan.build()
 
 
-@converts(VMRGSORT4_OP_C310, dtype=VMS4_DTYPE)
+@converts(RecordType.VMRGSORT4_OP_C310, dtype=VMS4_DTYPE)
 def convert_vms4v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """VMRGSORT4 (910_95 form): merge up to four sorted lists of 8-byte elements. One repeat (or "all stored",
     modelled as one repeat): each valid list read, the sum written. Several repeats need four equal valid lists

@@ -11,63 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
-from sanitizerd.compat.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space
+from sanitizerd.compat.records.convert.base import BlockContext, drop, payload_dtype, record_dtype
+from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space, plans
+from sanitizerd.compat.records.types import NO_PIPE, MemType, RecordType, query_pipe
 from sanitizerd.protocol.records import EventKind, Pipe, Space
-
-LOAD_2D = 104
-LOAD_L1_2D = 105
-LOAD_L1_MX_2D = 106
-LOAD_L1_2D_TRANSPOSE = 107
-LOAD_B2 = 108
-LOAD_A_WINOGRAD = 109
-LOAD_B_WINOGRAD = 110
-SET_2D = 112
-SET_L1_2D = 113
-LOAD_IMAGE = 116
-LOAD_2D_SPARSE = 118
-LOAD_2D_TRANSPOSE = 119
-DECOMPRESS_HEADER = 120
-LOAD_SMASK = 122
-BROADCAST = 123
-MATRIX_MUL_OP = 10006
-MMAD_A5 = 10007
 
 FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE)
 FRACTAL_ROW = 32
 UNIT_FLAG_EVENT = 11  # msSanitizer's event id for generated syncs, apart from user ids 0..7
 
-# MemType values (u8 in device records).
-L1, L0A, L0B, L0C, UB, BT, GM, PRIVATE, FB = range(9)
 DATA_B4, DATA_B8, DATA_B16, DATA_B32 = range(4)
-
-_PIPES = np.full((256, 256), 0xFF, dtype=np.uint8)  # (src MemType, dst MemType) -> Pipe; 0xFF = unknown
-for (_src, _dst), _pipe in {
-    (L1, L0A): Pipe.MTE1,
-    (L1, L0B): Pipe.MTE1,
-    (L1, L0C): Pipe.MTE1,
-    (L1, UB): Pipe.MTE1,
-    (L1, BT): Pipe.MTE1,
-    (L1, GM): Pipe.MTE3,
-    (GM, L0A): Pipe.MTE2,
-    (GM, L0B): Pipe.MTE2,
-    (GM, L1): Pipe.MTE2,
-    (GM, UB): Pipe.MTE2,
-    (UB, GM): Pipe.MTE3,
-    (UB, L1): Pipe.MTE3,
-    (UB, L0C): Pipe.MTE3,
-    (L0C, UB): Pipe.V,
-    (UB, UB): Pipe.V,
-    (L0C, L1): Pipe.FIX,
-    (L1, FB): Pipe.FIX,
-}.items():
-    _PIPES[_src, _dst] = _pipe
-NO_PIPE = 0xFF
-
-
-def query_pipe(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """msSanitizer's QueryPipeType, vectorised; ``NO_PIPE`` for a pair it does not know."""
-    return _PIPES[np.asarray(src, dtype=np.uint8), np.asarray(dst, dtype=np.uint8)]
 
 
 def _u(x: np.ndarray | int) -> np.ndarray:
@@ -85,54 +38,17 @@ def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
     return np.where(ok, memtype_to_space(memtype), NO_SPACE)
 
 
-MATRIX_MUL_DTYPE = record_dtype(
-    96,
-    32,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("m", "<u2", 24),
-        ("k", "<u2", 26),
-        ("n", "<u2", 28),
-        ("src0_repeat_stride", "<u2", 64),
-        ("dst_block_size", "<u2", 66),
-        ("src0_block_size", "<u2", 68),
-        ("src1_block_size", "<u2", 70),
-        ("src0_repeat", "<u2", 72),
-        ("dst_block_num", "<u2", 74),
-        ("src0_block_num", "<u2", 76),
-        ("src1_block_num", "<u2", 78),
-        ("dst_align_size", "<u2", 80),
-        ("src0_align_size", "<u2", 82),
-        ("src1_align_size", "<u2", 84),
-        ("cmatrix_source", "u1", 86),
-        ("cmatrix_init_val", "u1", 87),
-        ("unit_flag", "u1", 88),
-    ],
+MATRIX_MUL_DTYPE = payload_dtype(
+    "MarixMulOpRecord",
+    "dst src0 src1 m k n src0RepeatStride dstBlockSize src0BlockSize src1BlockSize src0Repeat dstBlockNum"
+    " src0BlockNum src1BlockNum dstAlignSize src0AlignSize src1AlignSize cmatrixSource cmatrixInitVal"
+    " enUnitFlag=unit_flag",
 )
 
-MMAD_A5_DTYPE = record_dtype(
-    80,
-    24,
-    [
-        ("dst", "<u8", 0),
-        ("src0", "<u8", 8),
-        ("src1", "<u8", 16),
-        ("m", "<u2", 56),
-        ("k", "<u2", 58),
-        ("n", "<u2", 60),
-        ("dst_block_num", "<u2", 62),
-        ("src0_block_num", "<u2", 64),
-        ("src1_block_num", "<u2", 66),
-        ("src0_align_size", "<u2", 68),
-        ("src1_align_size", "<u2", 70),
-        ("src0_dtype", "u1", 72),
-        ("src1_dtype", "u1", 73),
-        ("cmatrix_source", "u1", 74),
-        ("cmatrix_init_val", "u1", 75),
-        ("unit_flag", "u1", 76),
-    ],
+MMAD_A5_DTYPE = payload_dtype(
+    "MmadA5Record",
+    "dst src0 src1 m k n dstBlockNum src0BlockNum src1BlockNum src0AlignSize src1AlignSize src0Dtype src1Dtype"
+    " cmatrixSource cmatrixInitVal enUnitFlag=unit_flag",
 )
 
 
@@ -164,11 +80,9 @@ def _matrix(
         )
 
 
-@converts(MATRIX_MUL_OP, dtype=MATRIX_MUL_DTYPE)
-def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.MATRIX_MUL_OP, dtype=MATRIX_MUL_DTYPE)
+def convert_matrix_mul(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """MMAD: A as src0Repeat repeats of src0BlockNum blocks, B and C as one run of blocks each."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
@@ -184,14 +98,11 @@ def convert_matrix_mul(record_type: int, records: np.ndarray, serials: np.ndarra
         ),
         c=dict(block_num=r["dst_block_num"], block_size=r["dst_block_size"], align=explicit_align(r["dst_align_size"])),
     )
-    return plan.build()
 
 
-@converts(MMAD_A5, dtype=MMAD_A5_DTYPE)
-def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.MMAD_A5, dtype=MMAD_A5_DTYPE)
+def convert_mmad_a5(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """MMAD (910_95 form): 512-byte fractals of A and B, 1024-byte fractals of C (1024-aligned)."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     _matrix(
         plan,
         r,
@@ -199,32 +110,18 @@ def convert_mmad_a5(record_type: int, records: np.ndarray, serials: np.ndarray, 
         b=dict(block_num=r["src1_block_num"], block_size=FRACTAL, align=explicit_align(r["src1_align_size"])),
         c=dict(block_num=r["dst_block_num"], block_size=1024, align=1024),
     )
-    return plan.build()
 
 
-LOAD_2D_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("base_idx", "<u2", 48),
-        ("src_stride", "<u2", 50),
-        ("dst_stride", "<u2", 52),
-        ("block_size", "<u2", 54),
-        ("repeat", "<u2", 56),
-        ("dst_mem", "u1", 58),
-        ("src_mem", "u1", 59),
-        ("addr_cal_mode", "<u4", 60),
-    ],
+LOAD_2D_DTYPE = payload_dtype(
+    "Load2DRecord",
+    "dst src baseIdx srcStride dstStride blockSize repeat dstMemType=dst_mem srcMemType=src_mem addrCalMode:<u4",
 )
 
 
-@converts(LOAD_2D, dtype=LOAD_2D_DTYPE)
-def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_2D, dtype=LOAD_2D_DTYPE)
+def convert_load_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D: ``repeat`` fractals, one per repeat (strides in fractals), from ``src + baseIdx`` fractals
     upward, or (decrement mode) ending there. A decrement that would start below address 0 is dropped."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     repeat = _u(r["repeat"])
     start = _u(r["src"]) + _u(r["base_idx"]) * np.uint64(FRACTAL)
@@ -238,34 +135,19 @@ def convert_load_2d(record_type: int, records: np.ndarray, serials: np.ndarray, 
         int((dec & (start < back) & (repeat != 0)).sum()),
     )
     address = np.where(dec, start - np.where(start >= back, back, 0), start)
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_size=r["block_size"], block_stride=0, repeat=repeat)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), address, repeat_stride=r["src_stride"], **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], repeat_stride=r["dst_stride"], **common)
-    return plan.build()
 
 
-LOAD_2D_SPARSE_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src0", "<u4", 40),
-        ("src1", "<u4", 44),
-        ("start_id", "<u2", 48),
-        ("repeat", "u1", 50),
-        ("dst_mem", "u1", 51),
-        ("src_mem", "u1", 52),
-    ],
+LOAD_2D_SPARSE_DTYPE = payload_dtype(
+    "Load2DSparseRecord", "dst src0 src1 startId repeat dstMemType=dst_mem srcMemType=src_mem"
 )
 
 
-@converts(LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
-def convert_load_2d_sparse(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
+def convert_load_2d_sparse(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D_SPARSE: ``repeat`` consecutive fractals of data and 128-byte index blocks read, fractals written."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = (pipe != 0xFF) & (r["repeat"] != 0)
     _no_pipe(context, "LOAD_2D_SPARSE", pipe)
@@ -273,43 +155,25 @@ def convert_load_2d_sparse(
     start = _u(r["start_id"])
     src = _space(r["src_mem"], ok)
     common = dict(pipe=pipe, repeat=r["repeat"], repeat_stride=1)
-    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, src, _u(r["src0"]) + start * np.uint64(FRACTAL), block_size=FRACTAL, **common)
     plan.add(EventKind.READ, src, _u(r["src1"]) + start * np.uint64(128), block_size=128, **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], block_size=FRACTAL, **common)
-    return plan.build()
 
 
-LOAD_2D_TRANSPOSE_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("index_id", "<u2", 48),
-        ("src_stride", "<u2", 50),
-        ("dst_stride", "<u2", 52),
-        ("dst_frac_stride", "<u2", 54),
-        ("repeat", "u1", 56),
-        ("addr_mode", "u1", 57),
-        ("data_type", "u1", 58),
-        ("dst_mem", "u1", 59),
-        ("src_mem", "u1", 60),
-    ],
+LOAD_2D_TRANSPOSE_DTYPE = payload_dtype(
+    "Load2DTransposeRecord",
+    "dst src indexId srcStride dstStride dstFracStride repeat addrMode dataType dstMemType=dst_mem srcMemType=src_mem",
 )
 
 _FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
 _FRACTALS_PER_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 2, 1, 2]
 
 
-@converts(LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
-def convert_load_2d_transpose(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
+def convert_load_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D_TRANSPOSE: per repeat, the type's fractal group (4 for B4, 2 for B8/B32, 1 for B16) read
     contiguously and written with the destination fractal stride. Decrement mode ends at the index; one whose
     index would go below zero is dropped, as msSanitizer drops it."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     repeat = _u(r["repeat"])
     fractals = _FRACTALS_PER_TYPE[r["data_type"]]
@@ -326,7 +190,6 @@ def convert_load_2d_transpose(
         "LOAD_2D_TRANSPOSE records dropped: index below zero in a repeat",
         int((dec & negative_index & (repeat != 0)).sum()),
     )
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=pipe, block_num=fractals, block_size=FRACTAL, repeat=repeat)
     plan.add(
         EventKind.READ,
@@ -344,38 +207,24 @@ def convert_load_2d_transpose(
         repeat_stride=_u(r["dst_stride"]) + np.uint64(1),
         **common,
     )
-    return plan.build()
 
 
-LOAD_L1_2D_DTYPE = record_dtype(
-    72,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("m_start", "<u2", 48),
-        ("k_start", "<u2", 50),
-        ("m_step", "<u2", 52),
-        ("k_step", "<u2", 54),
-        ("src_stride", "<u2", 56),
-        ("dst_stride", "<u2", 58),
-        ("dst_mem", "u1", 60),
-        ("transpose", "<u4", 64),
-        ("detailed_type", "u1", 68),
-    ],
+LOAD_L1_2D_DTYPE = payload_dtype(
+    "LoadL12DRecord",
+    "dst src mStartPosition=m_start kStartPosition=k_start mStep kStep srcStride dstStride dstMemType=dst_mem"
+    " transposeMode=transpose:<u4 detailedDataType=detailed_type",
 )
 
 # DetailedDataType values msSanitizer's transpose rules name (record_defs.h).
 _DETAILED_B4, _DETAILED_B8, _DETAILED_B16, _DETAILED_B32 = 0, 1, 2, 3
 
 
-@converts(LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
-def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
+def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_2D (910_95): kStep repeats of mStep fractals from L1 at (kStart, mStart); written the same way,
     or transposed (blocks and repeats traded by the element width). Transposes the hardware refuses give
     nothing."""
-    r = records
-    pipe = query_pipe(np.full(len(r), L1, dtype=np.uint8), r["dst_mem"])
+    pipe = query_pipe(np.full(len(r), MemType.L1, dtype=np.uint8), r["dst_mem"])
     t = r["detailed_type"]
     transpose = r["transpose"] != 0
     m_step, k_step = _u(r["m_step"]), _u(r["k_step"])
@@ -393,10 +242,9 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         int((transpose & ~legal).sum()),
     )
     src = _u(r["src"]) + (_u(r["k_start"]) * _u(r["src_stride"]) + _u(r["m_start"])) * np.uint64(FRACTAL)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
-        _space(L1, ok),
+        _space(MemType.L1, ok),
         src,
         pipe=pipe,
         block_num=m_step,
@@ -419,35 +267,19 @@ def convert_load_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarra
         repeat=repeats,
         repeat_stride=r["dst_stride"],
     )
-    return plan.build()
 
 
-LOAD_L1_MX_2D_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("x_start", "<u2", 48),
-        ("y_start", "<u2", 50),
-        ("x_step", "<u2", 52),
-        ("y_step", "<u2", 54),
-        ("src_stride", "<u2", 56),
-        ("dst_stride", "<u2", 58),
-        ("dst_mem", "u1", 60),
-    ],
+LOAD_L1_MX_2D_DTYPE = payload_dtype(
+    "LoadL1Mx2DRecord",
+    "dst src xStartPosition=x_start yStartPosition=y_start xStep yStep srcStride dstStride dstMemType=dst_mem",
 )
 
 
-@converts(LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
-def convert_load_l1_mx_2d(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
+def convert_load_l1_mx_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_MX_2D (scale matrix): only the L1 read is modelled (msSanitizer models no write either):
     xStep repeats of yStep 32-byte rows from (xStart, yStart), on MTE1."""
-    r = records
     src = _u(r["src"]) + (_u(r["x_start"]) * _u(r["src_stride"]) + _u(r["y_start"])) * np.uint64(FRACTAL_ROW)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         Space.L1,
@@ -458,9 +290,10 @@ def convert_load_l1_mx_2d(
         repeat=r["x_step"],
         repeat_stride=r["src_stride"],
     )
-    return plan.build()
 
 
+# Offsets of its own: the measured layout gives this record type Load2DTransposeRecord's members, which the fields
+# read here do not follow.
 LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
     64,
     0,
@@ -477,19 +310,15 @@ LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
 )
 
 
-@converts(LOAD_L1_2D_TRANSPOSE, dtype=LOAD_L1_2D_TRANSPOSE_DTYPE)
-def convert_load_l1_2d_transpose(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_L1_2D_TRANSPOSE, dtype=LOAD_L1_2D_TRANSPOSE_DTYPE)
+def convert_load_l1_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_2D_TRANSPOSE (L1 -> L0B): per repeat, the type's fractal group, each side with its own fractal
     and repeat strides. An unknown type has no fractals (nothing)."""
-    r = records
     t = r["detailed_type"]
     fractals = np.select(
         [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32], [4, 2, 1, 2], 0
     )
     mte1 = int(Pipe.MTE1)
-    plan = Plan(len(r), serials, r, context)
     common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
     plan.add(
         EventKind.READ,
@@ -507,20 +336,15 @@ def convert_load_l1_2d_transpose(
         repeat_stride=r["dst_stride"],
         **common,
     )
-    return plan.build()
 
 
-DECOMPRESS_HEADER_DTYPE = record_dtype(48, 0, [("src", "<u8", 32), ("n_block", "<u2", 40), ("src_mem", "u1", 42)])
+DECOMPRESS_HEADER_DTYPE = payload_dtype("DecompressHeaderRecord", "src nBlock srcMemType=src_mem")
 
 
-@converts(DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
-def convert_decompress_header(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.DECOMPRESS_HEADER, dtype=DECOMPRESS_HEADER_DTYPE)
+def convert_decompress_header(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """DECOMPRESS_HEADER: nBlock 32-byte headers read on MTE2 (32-byte aligned)."""
-    r = records
     drop(context, "DECOMPRESS_HEADER records dropped: nBlock 0", int((r["n_block"] == 0).sum()))
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -529,60 +353,33 @@ def convert_decompress_header(
         block_size=_u(r["n_block"]) * np.uint64(32),
         align=32,
     )
-    return plan.build()
 
 
-SET_2D_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("dst_block_size", "<u4", 40),
-        ("repeat", "<u2", 44),
-        ("dst_block_num", "<u2", 46),
-        ("repeat_gap", "<u2", 48),
-        ("dst_mem", "u1", 50),
-    ],
-)
+SET_2D_DTYPE = payload_dtype("Set2DRecord", "dst dstBlockSize repeat dstBlockNum repeatGap dstMemType=dst_mem")
 
 
-@converts(SET_2D, dtype=SET_2D_DTYPE)
-def convert_set_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.SET_2D, dtype=SET_2D_DTYPE)
+def convert_set_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """SET_2D (fill): ``repeat`` runs of dstBlockNum blocks, repeatGap blocks apart; MTE2 into L1, else MTE1."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
         r["dst"],
-        pipe=np.where(r["dst_mem"] == L1, int(Pipe.MTE2), int(Pipe.MTE1)),
+        pipe=np.where(r["dst_mem"] == MemType.L1, int(Pipe.MTE2), int(Pipe.MTE1)),
         block_num=r["dst_block_num"],
         block_size=r["dst_block_size"],
         repeat=r["repeat"],
         repeat_stride=_u(r["dst_block_num"]) + _u(r["repeat_gap"]),
     )
-    return plan.build()
 
 
-SET_L1_2D_DTYPE = record_dtype(
-    48,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("repeat", "<u2", 40),
-        ("dst_block_num", "<u2", 42),
-        ("repeat_gap", "<u2", 44),
-        ("detailed_type", "u1", 46),
-    ],
-)
+SET_L1_2D_DTYPE = payload_dtype("SetL12DRecord", "dst repeat dstBlockNum repeatGap detailedDataType=detailed_type")
 
 
-@converts(SET_L1_2D, dtype=SET_L1_2D_DTYPE)
-def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.SET_L1_2D, dtype=SET_L1_2D_DTYPE)
+def convert_set_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """SET_L1_2D (910_95 fill of L1): ``repeat`` runs of dstBlockNum 32-byte blocks, repeat stride repeatGap
     blocks (msSanitizer's reading of the gap), on MTE2, 32-byte aligned."""
-    r = records
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         Space.L1,
@@ -594,37 +391,21 @@ def convert_set_l1_2d(record_type: int, records: np.ndarray, serials: np.ndarray
         repeat_stride=r["repeat_gap"],
         align=32,
     )
-    return plan.build()
 
 
-LOAD_IMAGE_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("hor_size", "<u2", 40),
-        ("ver_size", "<u2", 42),
-        ("hor_start", "<u2", 44),
-        ("ver_start", "<u2", 46),
-        ("s_hor_res", "<u2", 48),
-        ("l_pad", "<u2", 50),
-        ("r_pad", "<u2", 52),
-        ("data_type", "u1", 54),
-        ("dst_mem", "u1", 55),
-        ("top_pad", "u1", 56),
-        ("bot_pad", "u1", 57),
-    ],
+LOAD_IMAGE_DTYPE = payload_dtype(
+    "LoadImageRecord",
+    "dst horSize verSize horStartP=hor_start verStartP=ver_start sHorRes lPadSize=l_pad rPadSize=r_pad dataType"
+    " dstMemType=dst_mem topPadSize=top_pad botPadSize=bot_pad",
 )
 
 
-@converts(LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
-def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
+def convert_load_image(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_IMAGE: the padded image written as (width + pads) x (height + pads) 32-byte blocks, on MTE2. The
     image source is not in the record, so no read."""
-    r = records
     width = _u(r["hor_size"]) + _u(r["l_pad"]) + _u(r["r_pad"])
     height = _u(r["ver_size"]) + _u(r["top_pad"]) + _u(r["bot_pad"])
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.WRITE,
         memtype_to_space(r["dst_mem"]),
@@ -633,21 +414,16 @@ def convert_load_image(record_type: int, records: np.ndarray, serials: np.ndarra
         block_num=width * height,
         block_size=32,
     )
-    return plan.build()
 
 
-LOAD_SMASK_DTYPE = record_dtype(
-    48, 0, [("src", "<u8", 32), ("dst", "<u2", 40), ("smask_size", "<u2", 42), ("src_mem", "u1", 44)]
-)
+LOAD_SMASK_DTYPE = payload_dtype("LoadSmaskRecord", "src dst smaskSize srcMemType=src_mem")
 
 
-@converts(LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
-def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_SMASK, dtype=LOAD_SMASK_DTYPE)
+def convert_load_smask(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_SMASK: smaskSize bytes of sparsity mask read, from GM on MTE2 (2-byte aligned) or from UB on MTE3.
     The destination is an internal register: no write."""
-    r = records
-    gm = r["src_mem"] == GM
-    plan = Plan(len(r), serials, r, context)
+    gm = r["src_mem"] == MemType.GM
     plan.add(
         EventKind.READ,
         memtype_to_space(r["src_mem"]),
@@ -656,56 +432,27 @@ def convert_load_smask(record_type: int, records: np.ndarray, serials: np.ndarra
         block_size=r["smask_size"],
         align=np.where(gm, 2, 0),
     )
-    return plan.build()
 
 
-LOAD_B2_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("repeat", "u1", 48),
-        ("data_type", "u1", 49),
-        ("dst_mem", "u1", 50),
-        ("src_mem", "u1", 51),
-    ],
-)
+LOAD_B2_DTYPE = payload_dtype("LoadB2Record", "dst src repeat dataType dstMemType=dst_mem srcMemType=src_mem")
 
 
-@converts(LOAD_B2, dtype=LOAD_B2_DTYPE)
-def convert_load_b2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_B2, dtype=LOAD_B2_DTYPE)
+def convert_load_b2(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B2: ``repeat`` fractals of 128 bytes (B8) or 64 bytes, rounded up to 512, read and written."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_B2", pipe)
     nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
-    plan = Plan(len(r), serials, r, context)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
-    return plan.build()
 
 
-LOAD_A_WINOGRAD_DTYPE = record_dtype(
-    72,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("fm_w", "<u2", 48),
-        ("fm_h", "<u2", 50),
-        ("fm_ch", "<u2", 52),
-        ("ext_k", "<u2", 54),
-        ("ext_m", "<u2", 56),
-        ("dst_start_k", "<u2", 58),
-        ("dst_start_m", "<u2", 60),
-        ("inner_dst_gap", "u1", 62),
-        ("data_type", "u1", 63),
-        ("dst_mem", "u1", 64),
-        ("src_mem", "u1", 65),
-    ],
+LOAD_A_WINOGRAD_DTYPE = payload_dtype(
+    "LoadAWinogradRecord",
+    "dst src fmSizeW=fm_w fmSizeH=fm_h fmSizeCh=fm_ch extStepK=ext_k extStepM=ext_m dstStartPointK=dst_start_k"
+    " dstStartPointM=dst_start_m innerDstGap dataType dstMemType=dst_mem srcMemType=src_mem",
 )
 
 
@@ -713,19 +460,15 @@ def _element_size(data_type: np.ndarray) -> np.ndarray:
     return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
 
 
-@converts(LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
-def convert_load_a_winograd(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
+def convert_load_a_winograd(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_A_WINOGRAD: the whole feature map (W x H x C elements) read; four output sub-matrices of
     extK x extM elements written as fractals, innerDstGap fractals apart. A destination that is not whole
     fractals drops the write (msSanitizer logs an error and keeps the read)."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
     size = _element_size(r["data_type"])
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -749,35 +492,20 @@ def convert_load_a_winograd(
         repeat=4,
         repeat_stride=_u(r["inner_dst_gap"]) + blocks,
     )
-    return plan.build()
 
 
-LOAD_B_WINOGRAD_DTYPE = record_dtype(
-    56,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("src_rpt_stride", "<u2", 48),
-        ("dst_rpt_stride", "<u2", 50),
-        ("inner_dst_stride", "u1", 52),
-        ("repeat", "u1", 53),
-        ("dst_mem", "u1", 54),
-        ("src_mem", "u1", 55),
-    ],
+LOAD_B_WINOGRAD_DTYPE = payload_dtype(
+    "LoadBWinogradRecord",
+    "dst src srcRptStride dstRptStride innerDstStride repeat dstMemType=dst_mem srcMemType=src_mem",
 )
 
 
-@converts(LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
-def convert_load_b_winograd(
-    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
-) -> np.ndarray:
+@plans(RecordType.LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
+def convert_load_b_winograd(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B_WINOGRAD: per repeat, 9 fractals read and 4 fractals written (innerDstStride apart)."""
-    r = records
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != 0xFF
     _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -799,41 +527,26 @@ def convert_load_b_winograd(
         repeat=r["repeat"],
         repeat_stride=r["dst_rpt_stride"],
     )
-    return plan.build()
 
 
-BROADCAST_DTYPE = record_dtype(
-    64,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("n_burst", "u1", 48),
-        ("len_burst", "u1", 49),
-        ("src_gap", "u1", 50),
-        ("dst_gap", "u1", 51),
-        ("enable_repeat", "u1", 52),
-        ("src_type", "u1", 53),
-        ("dst_type", "u1", 54),
-        ("dst_mem", "u1", 55),
-        ("src_mem", "u1", 56),
-    ],
+BROADCAST_DTYPE = payload_dtype(
+    "BroadcastRecord",
+    "dst src nBurst lenBurst srcGap dstGap enableRepeat srcDataType=src_type dstDataType=dst_type"
+    " dstMemType=dst_mem srcMemType=src_mem",
 )
 
 
-@converts(BROADCAST, dtype=BROADCAST_DTYPE)
-def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.BROADCAST, dtype=BROADCAST_DTYPE)
+def convert_broadcast(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """BROADCAST (UB -> L0C, on PIPE_V): nBurst bursts; the source gives lenBurst 32-byte blocks per burst (one
     when repeating, doubled for B32), the destination lenBurst fractals of 512 bytes (1024 for B32, 1024-aligned).
     A zero nBurst or lenBurst gives nothing."""
-    r = records
     ok = (r["n_burst"] != 0) & (r["len_burst"] != 0)
     drop(context, "BROADCAST records dropped: nBurst or lenBurst 0", int((~ok).sum()))
     src_blocks = np.where(r["enable_repeat"] != 0, 1, _u(r["len_burst"])).astype(np.uint64)
     src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
     dst_b32 = r["dst_type"] == DATA_B32
     v = int(Pipe.V)
-    plan = Plan(len(r), serials, r, context)
     plan.add(
         EventKind.READ,
         _space(r["src_mem"], ok),
@@ -853,47 +566,18 @@ def convert_broadcast(record_type: int, records: np.ndarray, serials: np.ndarray
         block_size=np.where(dst_b32, 1024, 512),
         repeat=r["n_burst"],
         repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
-        align=np.where(dst_b32 & (r["dst_mem"] == L0C), 1024, 0),
+        align=np.where(dst_b32 & (r["dst_mem"] == MemType.L0C), 1024, 0),
     )
-    return plan.build()
 
 
-LOAD_3D_V2 = 142
-
-LOAD_3D_V2_DTYPE = record_dtype(
-    96,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("dst_stride", "<u2", 48),
-        ("fmap_w", "<u2", 50),
-        ("fmap_h", "<u2", 52),
-        ("fmap_c", "<u2", 54),
-        ("filter_w", "<u2", 56),
-        ("filter_h", "<u2", 58),
-        ("rpt_stride", "<u2", 60),
-        ("filter_w_stride", "<u2", 62),
-        ("filter_h_stride", "<u2", 64),
-        ("k_pos", "<u2", 66),
-        ("m_pos", "<u2", 68),
-        ("k_step", "<u2", 70),
-        ("m_step", "<u2", 72),
-        ("rpt_times", "<u2", 74),
-        ("output_m_pos", "<u2", 76),
-        ("data_type", "u1", 78),
-        ("dst_mem", "u1", 79),
-        ("src_mem", "u1", 80),
-        ("pad_top", "u1", 81),
-        ("pad_bottom", "u1", 82),
-        ("pad_left", "u1", 83),
-        ("pad_right", "u1", 84),
-        ("dilation_w", "u1", 85),
-        ("dilation_h", "u1", 86),
-        ("matrix_mode", "u1", 87),
-        ("rpt_mode", "u1", 88),
-        ("transpose", "u1", 89),
-    ],
+LOAD_3D_V2_DTYPE = payload_dtype(
+    "Load3DV2Record",
+    "dst src dstStride fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
+    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
+    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times outputMPos=output_m_pos dataType"
+    " dstMemType=dst_mem srcMemType=src_mem fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left"
+    " fMapRightPad=pad_right filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode"
+    " transposeMode=transpose",
 )
 
 _BITS_OF_TYPE = np.zeros(256, dtype=np.int64)
@@ -923,27 +607,34 @@ def _intervals(mode1: np.ndarray, pos: np.ndarray, step: np.ndarray, stride: np.
     return (lo1, hi1), (np.minimum(lo2, total), hi2), gapped
 
 
-@converts(LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
-def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+def _img2col_checks(r: np.ndarray, channel: np.ndarray, context: BlockContext, name: str) -> tuple[np.ndarray, ...]:
+    """What LOAD_3D and LOAD_3D_V2 check alike, as msSanitizer does: the element bits of each record's data type,
+    its pipe, and whether it is valid (a known type, no zero dilation, a channel count the hardware takes); the
+    records with no pipe or not valid are counted as dropped under ``name``."""
+    data_type = r["data_type"]
+    bits = _BITS_OF_TYPE[data_type]
+    remainder = channel % _CHANNEL_DIVISOR[data_type]
+    channel_ok = np.zeros(len(r), dtype=bool)
+    for dtype_value, allowed in _CHANNEL_OK.items():
+        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
+    pipe = query_pipe(r["src_mem"], r["dst_mem"])
+    _no_pipe(context, name, pipe)
+    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
+    drop(context, f"{name} records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    return bits, pipe, valid
+
+
+@plans(RecordType.LOAD_3D_V2, dtype=LOAD_3D_V2_DTYPE)
+def convert_load_3d_v2(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_3D_V2 (img2col, 910B): msSanitizer's model, kept as it is. The read walks the im2col matrix laid over
     the source (rows = output positions, columns = filter positions x channels, ``bitSize`` bytes per element as
     msSanitizer counts them) and keeps the rows and columns its window test passes; the write is mStep/16 fractals
     by kStep/(32 bytes of elements) repeats at ``dst + outputMPos`` fractals. Records with an unknown type, a zero
     dilation or stride, or a channel count the hardware refuses are dropped, as msSanitizer drops them; mode-1
     windows with gaps (step < stride) are not modelled (their reads are dropped and counted)."""
-    r = records
     i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
-    data_type = r["data_type"]
-    bits = _BITS_OF_TYPE[data_type]
     channel = i64("fmap_c")
-    remainder = channel % _CHANNEL_DIVISOR[data_type]
-    channel_ok = np.zeros(len(r), dtype=bool)
-    for dtype_value, allowed in _CHANNEL_OK.items():
-        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
-    pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    _no_pipe(context, "LOAD_3D_V2", pipe)
-    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
-    drop(context, "LOAD_3D_V2 records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    bits, pipe, valid = _img2col_checks(r, channel, context, "LOAD_3D_V2")
     rows_h = _positions(i64("fmap_h"), i64("pad_top"), i64("pad_bottom"), i64("filter_h") * i64("dilation_h"),
                         i64("filter_h_stride"))  # fmt: skip
     rows_w = _positions(i64("fmap_w"), i64("pad_left"), i64("pad_right"), i64("filter_w") * i64("dilation_w"),
@@ -965,7 +656,6 @@ def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarra
     gapped = m_intervals[2] | k_intervals[2]
     drop(context, "LOAD_3D_V2 reads not converted: mode-1 windows with gaps", int((valid & gapped).sum()))
     read_ok = valid & ~gapped
-    plan = Plan(len(r), serials, r, context)
     src_space = _space(r["src_mem"], read_ok)
     src = r["src"].astype(np.uint64)
     for m_lo, m_hi in m_intervals[:2]:
@@ -1013,42 +703,15 @@ def convert_load_3d_v2(record_type: int, records: np.ndarray, serials: np.ndarra
         repeat=-(-k_src // elements) & 0xFFFF,
         repeat_stride=r["dst_stride"],
     )
-    return plan.build()
 
 
-LOAD_3D = 111
-
-LOAD_3D_DTYPE = record_dtype(
-    88,
-    0,
-    [
-        ("dst", "<u8", 32),
-        ("src", "<u8", 40),
-        ("fmap_w", "<u2", 48),
-        ("fmap_h", "<u2", 50),
-        ("fmap_c", "<u2", 52),
-        ("filter_w", "<u2", 54),
-        ("filter_h", "<u2", 56),
-        ("rpt_stride", "<u2", 58),
-        ("filter_w_stride", "<u2", 60),
-        ("filter_h_stride", "<u2", 62),
-        ("k_pos", "<u2", 64),
-        ("m_pos", "<u2", 66),
-        ("k_step", "<u2", 68),
-        ("m_step", "<u2", 70),
-        ("rpt_times", "<u2", 72),
-        ("data_type", "u1", 74),
-        ("dst_mem", "u1", 75),
-        ("src_mem", "u1", 76),
-        ("pad_top", "u1", 77),
-        ("pad_bottom", "u1", 78),
-        ("pad_left", "u1", 79),
-        ("pad_right", "u1", 80),
-        ("dilation_w", "u1", 81),
-        ("dilation_h", "u1", 82),
-        ("matrix_mode", "u1", 83),
-        ("rpt_mode", "u1", 84),
-    ],
+LOAD_3D_DTYPE = payload_dtype(
+    "Load3DRecord",
+    "dst src fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
+    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
+    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times dataType dstMemType=dst_mem srcMemType=src_mem"
+    " fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left fMapRightPad=pad_right"
+    " filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode",
 )
 
 
@@ -1071,26 +734,16 @@ def _covered(size, before, after, window, stride, dilation):
     return lo, hi, ~empty & ~contiguous
 
 
-@converts(LOAD_3D, dtype=LOAD_3D_DTYPE)
-def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+@plans(RecordType.LOAD_3D, dtype=LOAD_3D_DTYPE)
+def convert_load_3d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_3D (img2col, 910A/310P): the 32-byte feature-map blocks every window tap reaches (channel groups of
     256 bits x reached rows x reached columns), then the whole output matrix (kStep x mStep x repeats elements)
     written at ``dst``. Validity as for LOAD_3D_V2; a repeat too short for its step drops the write (msSanitizer
     logs an error); walks whose reached rows or columns have holes (large strides with dilation) are not
     modelled (dropped and counted)."""
-    r = records
     i64 = lambda name: r[name].astype(np.int64)  # noqa: E731
-    data_type = r["data_type"]
-    bits = _BITS_OF_TYPE[data_type]
     channel = i64("fmap_c")
-    remainder = channel % _CHANNEL_DIVISOR[data_type]
-    channel_ok = np.zeros(len(r), dtype=bool)
-    for dtype_value, allowed in _CHANNEL_OK.items():
-        channel_ok |= (data_type == dtype_value) & np.isin(remainder, allowed)
-    pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    _no_pipe(context, "LOAD_3D", pipe)
-    valid = (bits != 0) & (r["dilation_w"] != 0) & (r["dilation_h"] != 0) & channel_ok
-    drop(context, "LOAD_3D records dropped: data type, dilation or channel count invalid", int((~valid).sum()))
+    bits, pipe, valid = _img2col_checks(r, channel, context, "LOAD_3D")
     width, height = i64("fmap_w"), i64("fmap_h")
     h_lo, h_hi, h_holes = _covered(height, i64("pad_top"), i64("pad_bottom"), i64("filter_h"),
                                    i64("filter_h_stride"), i64("dilation_h"))  # fmt: skip
@@ -1110,7 +763,6 @@ def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, 
     full_rows = (w_lo == 0) & (w_hi == width)
     start = r["src"].astype(np.uint64) + ((h_lo * width + w_lo) * 32).astype(np.uint64)
     read_space = _space(r["src_mem"], valid & ~holes)
-    plan = Plan(len(r), serials, r, context)
     # Whole rows: one run per channel group, the groups a plane apart.
     block = rows * width * 32
     grain = np.gcd(block, plane)
@@ -1154,4 +806,3 @@ def convert_load_3d(record_type: int, records: np.ndarray, serials: np.ndarray, 
         pipe=pipe,
         block_size=i64("k_step") * i64("m_step") * rpt * bits // 8,
     )
-    return plan.build()

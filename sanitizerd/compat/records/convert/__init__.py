@@ -8,9 +8,9 @@ sort by serial puts a block's events of all types back in program order.
 
 from __future__ import annotations
 
-from sanitizerd.compat.convert.base import CONVERTERS, BlockContext, Converter, converts
+from sanitizerd.compat.records.convert.base import CONVERTERS, BlockContext, Converter, converts
 
 # Importing a family registers its converters.
-from sanitizerd.compat.convert import cube, moves, mstx, registers, scalar, sync, vector  # noqa: F401  isort: skip
+from sanitizerd.compat.records.convert import cube, moves, mstx, registers, scalar, sync, vector  # noqa: F401  isort: skip
 
 __all__ = ["CONVERTERS", "BlockContext", "Converter", "converts"]

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sanitizerd.compat import wire
-from sanitizerd.compat.convert import base  # the package import registers every family's converters
-from sanitizerd.compat.numbering import RecordTable, record_table
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
+from sanitizerd.compat.records.numbering import RecordTable, record_table
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import BlockContext, converts, record_dtype, sync_events
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat.records.convert.base import BlockContext, converts, payload_dtype, sync_events
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.protocol.records import EventKind, Pipe, Register
 
 R = RecordType
 
 # RegisterSetRecord {Location; RegisterPayload {u64 regValType; u64 regVal; i64 regIdx}}: the value is kept as
 # the raw 64 bits whatever its type (registercheck compares it with the default bit pattern).
-REGISTER_SET = record_dtype(56, 0, {"value_type": ("<u8", 32), "value": ("<u8", 40), "core_slot": ("<i8", 48)})
+REGISTER_SET = payload_dtype(
+    "RegisterSetRecord", "regPayLoad.regValType=value_type regPayLoad.regVal=value regPayLoad.regIdx=core_slot"
+)
 
 REGISTER_OF = {
     R.SET_VECTOR_MASK_0: Register.VECTOR_MASK_0,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert.base import (
+from sanitizerd.compat.records.convert.base import (
     MAX_LOOP,
     BlockContext,
     by_serial,
@@ -18,39 +18,24 @@ from sanitizerd.compat.convert.base import (
     in_order,
     loops,
     patterns,
+    payload_dtype,
     record_dtype,
     runs,
     subset,
     sync_events,
 )
-from sanitizerd.compat.record_types import MEMTYPE_TO_SPACE, NO_SPACE, MemType, PipeType, RecordType
+from sanitizerd.compat.records.types import (
+    MEMTYPE_TO_SPACE,
+    NO_PIPE,
+    NO_SPACE,
+    PIPE_OF_PAIR,
+    MemType,
+    PipeType,
+    RecordType,
+)
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
 
 BLOCK = 32  # msSanitizer's MOV_LOCAL_BLOCK_SIZE: bursts and gaps count 32-byte blocks
-NO_PIPE = 255
-
-# (src MemType, dst MemType) -> pipe; every other pair has none.
-PIPE_OF_PAIR = np.full((256, 256), NO_PIPE, dtype=np.uint8)
-for (_src, _dst), _pipe in {
-    (MemType.L1, MemType.L0A): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.L0B): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.L0C): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.UB): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.BT): PipeType.PIPE_MTE1,
-    (MemType.L1, MemType.GM): PipeType.PIPE_MTE3,
-    (MemType.GM, MemType.L0A): PipeType.PIPE_MTE2,
-    (MemType.GM, MemType.L0B): PipeType.PIPE_MTE2,
-    (MemType.GM, MemType.L1): PipeType.PIPE_MTE2,
-    (MemType.GM, MemType.UB): PipeType.PIPE_MTE2,
-    (MemType.UB, MemType.GM): PipeType.PIPE_MTE3,
-    (MemType.UB, MemType.L1): PipeType.PIPE_MTE3,
-    (MemType.UB, MemType.L0C): PipeType.PIPE_MTE3,
-    (MemType.L0C, MemType.UB): PipeType.PIPE_V,
-    (MemType.UB, MemType.UB): PipeType.PIPE_V,
-    (MemType.L0C, MemType.L1): PipeType.PIPE_FIX,
-    (MemType.L1, MemType.FB): PipeType.PIPE_FIX,
-}.items():
-    PIPE_OF_PAIR[_src, _dst] = _pipe
 
 # Pad modes 1-5 widen the source (each 32-byte destination block holds 32/scale source bytes); 6-8 narrow it.
 PAD_SCALE = np.array([1, 32, 16, 8, 4, 2, 8, 4, 2] + [1] * 247, dtype=np.int64)
@@ -69,21 +54,8 @@ def with_pipe(
     return np.flatnonzero(keep), pipe[keep]
 
 
-DMA_MOV = record_dtype(
-    64,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "n_burst": ("<u2", 48),
-        "len_burst": ("<u2", 50),
-        "src_stride": ("<u2", 52),
-        "dst_stride": ("<u2", 54),
-        "dst_mem": ("u1", 56),
-        "src_mem": ("u1", 57),
-        "pad_mode": ("u1", 58),
-        "byte_mode": ("u1", 59),
-    },
+DMA_MOV = payload_dtype(
+    "DmaMovRecord", "dst src nBurst lenBurst srcStride dstStride dstMemType=dst_mem srcMemType=src_mem padMode byteMode"
 )
 
 
@@ -144,22 +116,10 @@ def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context:
     return in_order(s, reads, writes)
 
 
-MOV_ALIGN = record_dtype(
-    72,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "src_gap": ("<u4", 48),
-        "dst_gap": ("<u4", 52),
-        "len_burst": ("<u4", 56),
-        "n_burst": ("<u2", 60),
-        "dst_mem": ("u1", 62),
-        "src_mem": ("u1", 63),
-        "data_type": ("u1", 64),
-        "left_pad": ("u1", 65),
-        "right_pad": ("u1", 66),
-    },
+MOV_ALIGN = payload_dtype(
+    "MovAlignRecord",
+    "dst src srcGap dstGap lenBurst nBurst dstMemType=dst_mem srcMemType=src_mem dataType leftPaddingNum=left_pad"
+    " rightPaddingNum=right_pad",
 )
 # DataType -> element bytes (B8=1, B16=2, B32=4; B4 and anything else count 1, as msSanitizer does).
 DATA_SIZE = np.ones(256, dtype=np.int64)
@@ -197,19 +157,8 @@ def mov_align(record_type: int, records: np.ndarray, serials: np.ndarray, contex
     return in_order(s, reads, writes)
 
 
-MOV_L1_UB = record_dtype(
-    64,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "n_burst": ("<u2", 48),
-        "len_burst": ("<u2", 50),
-        "src_gap": ("<u2", 52),
-        "dst_gap": ("<u2", 54),
-        "dst_mem": ("u1", 56),
-        "src_mem": ("u1", 57),
-    },
+MOV_L1_UB = payload_dtype(
+    "MovL1UBRecord", "dst src nBurst lenBurst srcGap dstGap dstMemType=dst_mem srcMemType=src_mem"
 )
 
 
@@ -253,20 +202,8 @@ def mov_l1_ub(record_type: int, records: np.ndarray, serials: np.ndarray, contex
     return in_order(s, reads, writes)
 
 
-MOV_BT = record_dtype(
-    64,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "src_gap": ("<u2", 48),
-        "dst_gap": ("<u2", 50),
-        "len_burst": ("<u2", 52),
-        "n_burst": ("<u2", 54),
-        "conv_control": ("<u2", 56),
-        "dst_mem": ("u1", 58),
-        "src_mem": ("u1", 59),
-    },
+MOV_BT = payload_dtype(
+    "MovBtRecord", "dst src srcGap dstGap lenBurst nBurst convControl dstMemType=dst_mem srcMemType=src_mem"
 )
 
 
@@ -283,20 +220,7 @@ def mov_bt(record_type: int, records: np.ndarray, serials: np.ndarray, context: 
                 r, s, context, pipe=pipe)  # fmt: skip
 
 
-MOV_CBUF_BT = record_dtype(
-    64,
-    0,
-    {
-        "dst": ("<u8", 32),
-        "src": ("<u8", 40),
-        "n_burst": ("<u2", 48),
-        "len_burst": ("<u2", 50),
-        "src_gap": ("<u2", 52),
-        "dst_gap": ("<u2", 54),
-        "data_type": ("u1", 56),
-        "cvt_enable": ("u1", 57),
-    },
-)
+MOV_CBUF_BT = payload_dtype("MovL1BtRecord", "dst src nBurst lenBurst srcGap dstGap dataType cvtEnable")
 # DetailedDataType values the checks name.
 DT_B16, DT_S32, DT_F16, DT_FLOAT = 9, 16, 12, 18
 
@@ -322,19 +246,7 @@ def mov_cbuf_to_bt(record_type: int, records: np.ndarray, serials: np.ndarray, c
     return in_order(s, reads, writes)
 
 
-MOV_CBUF_FB = record_dtype(
-    64,
-    0,
-    {
-        "dst": ("<u8", 32),
-        "src": ("<u8", 40),
-        "n_burst": ("<u2", 48),
-        "len_burst": ("<u2", 50),
-        "src_stride": ("<u2", 52),
-        "dst_stride": ("<u2", 54),
-        "dst_mem_block": ("u1", 56),
-    },
-)
+MOV_CBUF_FB = payload_dtype("MovL1FbRecord", "dst src nBurst lenBurst srcStride dstStride dstMemBlock")
 FB_BURST = 64  # lenBurst counts 64-byte units; the source stride counts 32 bytes, the destination stride 64
 
 
@@ -358,24 +270,10 @@ def mov_cbuf_to_fb(record_type: int, records: np.ndarray, serials: np.ndarray, c
     return in_order(s, reads, writes)
 
 
-ND2NZ = record_dtype(
-    72,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "nd_num": ("<u2", 48),
-        "n_value": ("<u2", 50),
-        "d_value": ("<u2", 52),
-        "src_nd_matrix_stride": ("<u2", 54),
-        "src_d_value": ("<u2", 56),
-        "dst_nz_c0_stride": ("<u2", 58),
-        "dst_nz_n_stride": ("<u2", 60),
-        "dst_nz_matrix_stride": ("<u2", 62),
-        "src_mem": ("u1", 64),
-        "dst_mem": ("u1", 65),
-        "data_type": ("u1", 66),
-    },
+ND2NZ = payload_dtype(
+    "DmaMovNd2nzRecord",
+    "dst src ndNum nValue dValue srcNdMatrixStride srcDValue=src_d_value dstNzC0Stride dstNzNStride=dst_nz_n_stride"
+    " dstNzMatrixStride srcMemType=src_mem dstMemType=dst_mem dataType",
 )
 C0 = 32  # bytes of one NZ fractal row
 
@@ -406,28 +304,11 @@ def dma_mov_nd2nz(record_type: int, records: np.ndarray, serials: np.ndarray, co
     return in_order(s, reads, writes)
 
 
-MOV_ALIGN_V2 = record_dtype(
-    120,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "loop1_dst_stride": ("<u8", 48),
-        "loop2_dst_stride": ("<u8", 56),
-        "dst_stride": ("<u8", 64),
-        "src_stride": ("<u8", 72),
-        "loop1_src_stride": ("<u8", 80),
-        "loop2_src_stride": ("<u8", 88),
-        "n_burst": ("<u4", 96),
-        "len_burst": ("<u4", 100),
-        "loop1_size": ("<u4", 104),
-        "loop2_size": ("<u4", 108),
-        "dst_mem": ("u1", 112),
-        "src_mem": ("u1", 113),
-        "data_type": ("u1", 114),
-        "left_pad": ("u1", 115),
-        "right_pad": ("u1", 116),
-    },
+MOV_ALIGN_V2 = payload_dtype(
+    "MovAlignRecordV2",
+    "dst src loop1DstStride loop2DstStride dstStride srcStride loop1SrcStride loop2SrcStride nBurst lenBurst"
+    " loop1Size loop2Size dstMemType=dst_mem srcMemType=src_mem dataType leftPaddingNum=left_pad"
+    " rightPaddingNum=right_pad",
 )
 
 
@@ -494,22 +375,10 @@ def mov_align_v2(record_type: int, records: np.ndarray, serials: np.ndarray, con
     return in_order(si, reads, writes)
 
 
-CONV_RELU = record_dtype(
-    64,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "n_burst": ("<u2", 48),
-        "len_burst": ("<u2", 50),
-        "src_stride": ("<u2", 52),
-        "dst_stride": ("<u2", 54),
-        "cr_mode": ("u1", 56),
-        "dst_mem": ("u1", 57),
-        "src_mem": ("u1", 58),
-        "src_type": ("u1", 59),
-        "dst_type": ("u1", 60),
-    },
+CONV_RELU = payload_dtype(
+    "DmaMovConvReluRecord",
+    "dst src nBurst lenBurst srcStride dstStride crMode dstMemType=dst_mem srcMemType=src_mem srcDataType=src_type"
+    " dstDataType=dst_type",
 )
 B16, B32 = 2, 3  # DataType
 # ConvRelu modes by what they do to 16- and 32-bit sources (msSanitizer's tables).
@@ -584,29 +453,11 @@ def dma_mov_depth_wise(record_type: int, records: np.ndarray, serials: np.ndarra
     return in_order(None, reads, first, second)
 
 
-MOV_FP = record_dtype(
-    80,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "dst_stride": ("<u4", 48),
-        "dst_nd_stride": ("<u4", 52),
-        "src_stride": ("<u2", 56),
-        "n_size": ("<u2", 58),
-        "m_size": ("<u2", 60),
-        "nd_num": ("<u2", 62),
-        "src_nd_stride": ("<u2", 64),
-        "src_nz_c0_stride": ("<u2", 66),
-        "quant_pre_bits": ("<u2", 68),
-        "unit_flag": ("u1", 70),
-        "int8_merge": ("u1", 71),
-        "int4_merge": ("u1", 72),
-        "channel_split": ("u1", 73),
-        "nz2nd": ("u1", 74),
-        "nz2dn": ("u1", 75),
-        "c310": ("u1", 76),
-    },
+MOV_FP = payload_dtype(
+    "MovFpRecord",
+    "dst src dstStride dstNdStride srcStride nSize mSize ndNum srcNdStride srcNzC0Stride quantPreBits"
+    " enUnitFlag=unit_flag int8ChannelMerge=int8_merge int4ChannelMerge=int4_merge channelSplit enNZ2ND=nz2nd"
+    " enNZ2DN=nz2dn isC310=c310",
 )
 UNIT_FLAG_EVENT = 11  # msSanitizer's event id for the set/wait a unit flag stands for (apart from ids 0-7)
 FRACTAL = 16
@@ -732,25 +583,10 @@ def _fixpipe(record_type: int, records: np.ndarray, serials: np.ndarray, context
 converts(RecordType.MOV_FP, RecordType.FIX_L0C_TO_L1, RecordType.FIX_L0C_TO_UB, dtype=MOV_FP)(_fixpipe)
 
 
-ND2NZ_DAV = record_dtype(
-    88,
-    16,
-    {
-        "dst": ("<u8", 0),
-        "src": ("<u8", 8),
-        "loop4_src_stride": ("<u8", 48),
-        "loop1_src_stride": ("<u8", 56),
-        "d_value": ("<u4", 64),
-        "n_value": ("<u2", 68),
-        "nd_num": ("<u2", 70),
-        "loop2_dst_stride": ("<u2", 72),
-        "loop3_dst_stride": ("<u2", 74),
-        "loop4_dst_stride": ("<u2", 76),
-        "small_c0": ("u1", 78),
-        "src_mem": ("u1", 79),
-        "dst_mem": ("u1", 80),
-        "data_type": ("u1", 81),
-    },
+ND2NZ_DAV = payload_dtype(
+    "DmaMovNd2nzDavRecord",
+    "dst src loop4SrcStride loop1SrcStride dValue nValue ndNum loop2DstStride loop3DstStride loop4DstStride smallC0"
+    " srcMemType=src_mem dstMemType=dst_mem dataType",
 )
 
 

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.convert import moves
-from sanitizerd.compat.convert.base import BlockContext, converts, drop, record_dtype
-from sanitizerd.compat.convert.cube import query_pipe
-from sanitizerd.compat.convert.plan import NO_SPACE, Plan
-from sanitizerd.compat.convert.vector import READ, WRITE, masked_operand
+from sanitizerd.compat.records.convert import moves
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
+from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan
+from sanitizerd.compat.records.convert.vector import READ, WRITE, masked_operand
+from sanitizerd.compat.records.types import RecordType, query_pipe
 from sanitizerd.protocol.records import (
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
@@ -46,9 +46,6 @@ from sanitizerd.protocol.records import (
     Pipe,
     Space,
 )
-
-MSTX_STUB = 20017
-MOV_ALIGN = 101
 
 SET_CROSS_SYNC, WAIT_CROSS_SYNC, HCCL, HCCLV = 0, 1, 2, 3
 CROSS_CORE_BARRIER, CROSS_CORE_SET_FLAG, CROSS_CORE_WAIT_FLAG = 4, 5, 6
@@ -250,7 +247,7 @@ def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) ->
     )
 
 
-@converts(MSTX_STUB, dtype=MSTX_DTYPE)
+@converts(RecordType.MSTX_STUB, dtype=MSTX_DTYPE)
 def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     r = records
     live = r["error"] == 0
@@ -458,4 +455,4 @@ def _data_copy_pad(r: np.ndarray, serials: np.ndarray, context: BlockContext) ->
     eq["data_type"] = _TYPE_OF_BITS[r["un_dst_bits"]]
     eq["left_pad"] = r["pad_left"] & 0xFF
     eq["right_pad"] = r["pad_right"] & 0xFF
-    return moves.mov_align(MOV_ALIGN, eq, serials, context)
+    return moves.mov_align(RecordType.MOV_ALIGN, eq, serials, context)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sanitizerd.chips import Chip
-from sanitizerd.compat.convert.bounds import ExpansionBudget
+from sanitizerd.compat import wire
+from sanitizerd.compat.records.convert.bounds import ExpansionBudget
+from sanitizerd.compat.records.types import REFERENCE_LAYOUT
 from sanitizerd.protocol.records import EVENT_DTYPE
 
 MAX_RECORD_PLACES = 1 << 16  # distinct (pc, fileNo, lineNo) one connection names; a kernel has a few thousand
@@ -345,6 +348,37 @@ def record_dtype(
     formats = ["<u8", "<u8", "<u8", "<u2", *(fmt for _, fmt, _ in triples)]
     offsets = [location_at, location_at + 8, location_at + 16, location_at + 24, *(at for _, _, at in triples)]
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
+
+
+# One member a converter reads: the C member's path in the measured struct, then optionally ``=name`` (the field's
+# name when it is not the member's own in snake case) and ``:format`` (when it is read as another type).
+_MEMBER = re.compile(r"^([\w.]+)(?:=(\w+))?(?::([^\s:=]+))?$")
+_READ_AS = {"?": "u1"}  # a C bool is read as its byte: the converters compare and count with it
+
+
+def member_name(member: str) -> str:
+    """A C member's path as a field name: its last part in snake case (``vectorMask.mask0`` -> ``mask0``)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", member.rsplit(".", 1)[-1]).lower()
+
+
+def payload_dtype(struct: str, members: str) -> np.dtype:
+    """The payload layout of msSanitizer's ``struct`` as the converters read it, with every offset and size taken
+    from the reference release's measured layout (``wire.LAYOUTS``), so that no number of a layout is written twice.
+    ``members``: the members read, space-separated, each ``cMember[=name][:format]``; the ``Location`` members
+    come as ``record_dtype`` adds them. An array member is read as its raw bytes unless a format is given."""
+    measured = wire.LAYOUTS[REFERENCE_LAYOUT].payload_structs[struct]
+    fields = measured["fields"]
+    triples = []
+    for word in members.split():
+        found = _MEMBER.match(word)
+        if found is None:
+            raise ValueError(f"{struct}: {word!r} is not cMember[=name][:format]")
+        member, name, fmt = found.groups()
+        offset, c_format, *count = fields[member]
+        if fmt is None:
+            fmt = f"V{np.dtype(c_format).itemsize * int(count[0])}" if count else _READ_AS.get(c_format, c_format)
+        triples.append((name or member_name(member), fmt, int(offset)))
+    return record_dtype(int(measured["size"]), int(fields["location.fileNo"][0]), triples)
 
 
 def sync_events(

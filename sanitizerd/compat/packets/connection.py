@@ -24,25 +24,19 @@ from typing import Any, Final
 import numpy as np
 
 from sanitizerd.chips import DEFAULT_CHIP, Chip, chip_named
-from sanitizerd.compat import record_buffer, wire
-from sanitizerd.compat.convert import base as convert_base
-from sanitizerd.compat.convert.base import BlockContext, RecordPlaces
-from sanitizerd.compat.convert.bounds import ExpansionBudget
-from sanitizerd.compat.numbering import record_table
-from sanitizerd.compat.record_types import RecordType
+from sanitizerd.compat import stacks, wire
+from sanitizerd.compat.records import slots
+from sanitizerd.compat.records.convert import base as convert_base
+from sanitizerd.compat.records.convert.base import BlockContext, RecordPlaces
+from sanitizerd.compat.records.convert.bounds import ExpansionBudget
+from sanitizerd.compat.records.numbering import record_table
+from sanitizerd.compat.records.types import RecordType
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
 from sanitizerd.protocol import messages as m
-from sanitizerd.protocol._buffer import ReceiveBuffer
-from sanitizerd.protocol._state import State
-from sanitizerd.protocol.connection import CONNECTION_CLOSED, NEED_DATA, _Sentinel
 from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd.protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, Sentinel, State
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 from sanitizerd.protocol.texts import cap_strings
-
-try:  # the native helper's module (branch i11-native): call stacks from the kernel's ELF
-    from sanitizerd.compat import stacks
-except ImportError:  # pragma: no cover - until it is merged: no locations
-    stacks = None  # type: ignore[assignment]
 
 # Record bytes handed to the decoder at once. The slot's bytes held at any time stay within about this (plus one
 # record the decoder could not finish): a slot may be gigabytes.
@@ -59,7 +53,7 @@ KERNEL_BINARY_CACHE: Final = 8
 # connection that sent eight of the largest would otherwise hold 2 GiB.
 KERNEL_BINARY_CACHE_BYTES: Final = 256 << 20
 # msSanitizer's message when the security value at the start of a RecordGlobalHead was overwritten.
-SECURITY_MESSAGE: Final = record_buffer.SECURITY_TEXT
+SECURITY_MESSAGE: Final = slots.SECURITY_TEXT
 _IPC_TYPE: Final = struct.Struct("<I")  # IPCMemRecord's IPCOperationType, at 0 in every release
 _MAX_PROBLEMS: Final = m.MAX_KERNEL_PROBLEMS
 
@@ -116,8 +110,8 @@ class _Slot:
     index: int  # slot number within the kernel
     length: int  # the packet's length
     remaining: int  # bytes of the packet not yet taken from the buffer
-    heads: record_buffer.SlotHeads | None = None  # once read
-    decoder: record_buffer.SlotDecoder | None = None  # None while skipping
+    heads: slots.SlotHeads | None = None  # once read
+    decoder: slots.SlotDecoder | None = None  # None while skipping
     tail: bytes = b""  # record bytes the decoder has not consumed yet
     skipping: bool = False  # the rest of the slot is dropped (its heads or records are damaged)
 
@@ -205,7 +199,7 @@ class CompatConnection:
         self._records = record_table(layout)
         self._packet_number_kernel_record = layout.packet_number(PacketType.KERNEL_RECORD)
         self._ipc_views = wire.ipc_views(layout)
-        self._simt = record_buffer.simt_shape(layout)
+        self._simt = slots.simt_shape(layout)
         self._block_finish_type = self._records.wire(RecordType.BLOCK_FINISH)
         self._finish_type = self._records.wire(RecordType.FINISH)
         self._kernel_finish_type = self._records.wire(RecordType.KERNEL_FINISH)
@@ -226,7 +220,7 @@ class CompatConnection:
         else:
             self._eof = True
 
-    def next_event(self) -> m.Message | _Sentinel:
+    def next_event(self) -> m.Message | Sentinel:
         """The next native message, ``NEED_DATA`` or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
         if self.state is State.ERROR:
             raise RemoteProtocolError("connection is in ERROR after an earlier protocol error", reason="bad_packet")
@@ -597,7 +591,7 @@ class CompatConnection:
         context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget, places=self._places)
         payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
-            events, problem = record_buffer.decode_single(record_type, payload, serial, context, self._records)
+            events, problem = slots.decode_single(record_type, payload, serial, context, self._records)
         except Exception as exc:  # a decoder bug on this record: said, the stream goes on
             kernel.problem(f"record type {record_type}: the record decoder failed ({_said(exc)})")
             return
@@ -645,7 +639,7 @@ class CompatConnection:
 
     def _read_heads(self, kernel: _Kernel, slot: _Slot, data: bytes) -> None:
         try:
-            heads = record_buffer.read_heads(data, self.layout)
+            heads = slots.read_heads(data, self.layout)
         except Exception as exc:  # RecordBufferError, or a decoder bug: a problem of this kernel either way
             kernel.problem(f"slot {slot.index}: record buffer heads unreadable: {_said(exc)}")
             total = getattr(exc, "total_block_dim", None)
@@ -665,7 +659,7 @@ class CompatConnection:
                 kernel.problem(SECURITY_MESSAGE)
             slot.skipping = True
             return
-        mismatch = record_buffer.wire_mismatch(heads, self.layout, slot.length)
+        mismatch = slots.wire_mismatch(heads, self.layout, slot.length)
         self._confirmed = not mismatch  # a client of this release: nothing it says from now on is held
         if mismatch:
             # Heads that do not add up are heads read at another release's offsets (or a program that overwrote
@@ -679,7 +673,7 @@ class CompatConnection:
         context = BlockContext(
             block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget, places=self._places
         )
-        slot.decoder = record_buffer.SlotDecoder(heads, context, self._serial, self._records, self._simt)
+        slot.decoder = slots.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 
     def _decode(self, kernel: _Kernel, slot: _Slot, data: memoryview | bytes, final: bool) -> None:
         try:
@@ -745,8 +739,6 @@ class CompatConnection:
     def _kernel_binary(self, elf: bytes) -> None:
         self._binary = None
         self._binaries_sent += 1  # what the records' locations were found with changes (RecordPlaces.bind)
-        if stacks is None:
-            return
         digest = hashlib.blake2b(elf, digest_size=16).digest()
         kept = self._binaries.get(digest)
         if kept is None:
