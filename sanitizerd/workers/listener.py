@@ -18,11 +18,10 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import structlog
-from anyio.abc import SocketAttribute
 
-from sanitizerd import __version__
-from sanitizerd.daemon import Daemon, DaemonSettings, receive_hello
+from sanitizerd.daemon import Daemon, DaemonSettings
 from sanitizerd.protocol import messages as m
+from sanitizerd.server.doors import receive_hello, welcome_control
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Hub, Limits
 from sanitizerd.sessions.jobs import JobKey, job_key
@@ -90,26 +89,19 @@ class Listener(Daemon):
     def _sessions(self) -> int:
         return self.pool.producers()
 
-    async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
+    async def _stream(self, conn: socket.socket) -> anyio.abc.ByteStream:
         """A connection read from its own socket: nothing read ahead into a buffer a worker would not get."""
-        sock = listener.extra(SocketAttribute.raw_socket)
-        while True:
-            await anyio.wait_readable(sock)
-            try:
-                conn, _address = sock.accept()
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
-            return RawSocketStream(conn)
+        return RawSocketStream(conn)
 
-    async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
+    async def _converse(self, stream: MessageStream, peer: Peer) -> None:
+        hub = self.hub
+        assert hub is not None
         hello = await receive_hello(hub, stream)
         if hello is None:
             return
         stream.hello = hello
         if hello.role == "control":
-            await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
+            await welcome_control(hub, stream)
             await serve_control(hub, stream, peer)
         else:
             refused = await self._session_limit(hub, peer.uid)

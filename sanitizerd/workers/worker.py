@@ -25,11 +25,10 @@ from anyio.abc import TaskStatus
 from prometheus_client import generate_latest
 
 from sanitizerd import __version__, allocator, fds, logs
-from sanitizerd.compat_socket import peer_credentials
-from sanitizerd.daemon import Daemon, DaemonSettings, _peer_credentials, open_store
+from sanitizerd.daemon import Daemon, DaemonSettings, open_store
 from sanitizerd.findings.store import Store
-from sanitizerd.protocol import Connection, Role
 from sanitizerd.protocol import messages as m
+from sanitizerd.server.accept import peer_credentials
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Limits, LiveView
 from sanitizerd.sessions.jobs import job_key
@@ -220,21 +219,17 @@ class WorkerDaemon(Daemon):
                 started = True
                 task_status.started()
 
-        try:
-            raw = await anyio.abc.UNIXSocketStream.from_socket(conn)
-        except OSError:
-            conn.close()
+        raw = await self._stream(conn)
+        if raw is None:
             handled()
             return
-        peer = _peer_credentials(raw)
-        connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
-        if data:
-            connection.receive_data(data)
+        peer = peer_credentials(raw)
+        doors = self.doors
+        assert doors is not None
 
-        async def converse(stream: MessageStream) -> None:
-            stream.bytes_received += len(data)
+        async def converse(stream: MessageStream, peer: Peer) -> None:
             if not welcomed:
-                await self._converse(hub, stream, peer)
+                await doors.converse(stream, peer)
                 return
             await stream.receive()  # the hello the listener answered
             stream.connection.send(m.Welcome(session=0, config=hub.default_config, server=__version__))  # its state
@@ -242,13 +237,12 @@ class WorkerDaemon(Daemon):
             await serve_control(hub, stream, peer, handled=handled)
 
         try:
-            await self._guarded(raw, peer, connection, converse)
+            await doors.native(raw, peer, converse, data=data)
         finally:
             handled()
             if not welcomed:  # the listener counts the producer connections it handed
                 with anyio.CancelScope(shield=True):
                     await self._answer(Ended(uid=peer.uid))
-
 
     async def _serve_handed_compat(self, conn: socket.socket, job: str, layout: str) -> None:
         """A connection the listener accepted on a job's msSanitizer-form socket (its uid checked there)."""
