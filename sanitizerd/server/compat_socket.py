@@ -60,6 +60,13 @@ BACKLOG = 128  # one job's processes connect at start-up; the kernel caps it at 
 Serve = Callable[[socket.socket, Peer, str, str], Awaitable[None]]
 
 
+def compat_layouts() -> frozenset[str]:
+    """The names of msSanitizer's wire layouts this daemon speaks (``sanitizerd.compat.wire.LAYOUTS``)."""
+    from sanitizerd.compat import wire  # the compat package is loaded only by a daemon asked for a compat socket
+
+    return frozenset(wire.LAYOUTS)
+
+
 def socket_name(pid: int, when: float) -> str:
     """msSanitizer's name for the launcher ``pid``'s socket, stamped with ``when`` in local time, as it does."""
     return f"{NAME_PREFIX}{time.strftime('%Y%m%d%H%M%S', time.localtime(when))}.{pid}.sock"
@@ -142,6 +149,9 @@ class CompatSockets:
 
     def count(self) -> float:
         return float(len(self.open))
+
+    def layouts(self) -> frozenset[str]:
+        return compat_layouts()
 
     def stop(self) -> None:
         """Drain or stop: every socket closes, and no new one is opened (sessions already in run on)."""

@@ -22,14 +22,16 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
 import structlog
 
+from sanitizerd.daemon import DaemonSettings
+from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.hub import LiveView
+from sanitizerd.sessions.hub import Limits, LiveView
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.workers.channel import (
     AskLive,
@@ -48,11 +50,6 @@ from sanitizerd.workers.channel import (
     Pong,
     Ready,
 )
-
-if TYPE_CHECKING:
-    from sanitizerd.daemon import DaemonSettings
-    from sanitizerd.metrics import Metrics
-    from sanitizerd.sessions.hub import Limits
 
 log = structlog.get_logger("sanitizerd.workers")
 

@@ -29,6 +29,7 @@ from sanitizerd.daemon import Daemon, DaemonSettings, open_store
 from sanitizerd.findings.store import Store
 from sanitizerd.protocol import messages as m
 from sanitizerd.server.accept import peer_credentials
+from sanitizerd.server.compat_socket import compat_layouts
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Limits, LiveView
 from sanitizerd.sessions.jobs import job_key
@@ -97,7 +98,7 @@ class WorkerDaemon(Daemon):
                 self._accepting = accepting = anyio.CancelScope()
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._heartbeat)
-                hub.compat_sockets = compat = RemoteCompatSockets(self)  # type: ignore[assignment]
+                hub.compat_sockets = compat = RemoteCompatSockets(self)
                 self._tg = tg
                 task_status.started()
                 ready.set()
@@ -266,6 +267,9 @@ class RemoteCompatSockets:
 
     def count(self) -> float:
         return 0.0  # the listener's /metrics counts them, once
+
+    def layouts(self) -> frozenset[str]:
+        return compat_layouts()
 
     def stop(self) -> None:
         self.stopped = True  # the listener closes them as it drains
