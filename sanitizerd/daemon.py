@@ -68,6 +68,10 @@ def default_state_dir() -> Path:
     return Path(base) / "sanitizerd"
 
 
+# Limits given on the command line, by name (None: not given); a worker process gets them too, as JSON.
+CommandLine = dict[str, int | float | frozenset[int] | None]
+
+
 @dataclass(slots=True)
 class DaemonSettings:
     socket_path: Path = field(default_factory=default_socket_path)
@@ -75,7 +79,7 @@ class DaemonSettings:
     metrics_addr: str | None = None
     limits: Limits = field(default_factory=Limits)
     config_path: Path | None = None  # read again on SIGHUP
-    command_line: dict[str, object] = field(default_factory=dict)  # limits given on the command line: they win
+    command_line: CommandLine = field(default_factory=dict)  # limits given on the command line: they win
     log_level_given: str | None = None
     log_level: str = "info"  # the level in force at start (a worker process configures its log with it)
     # Processes that serve sessions: 1 is one process that does everything; N > 1 is a listener process and N

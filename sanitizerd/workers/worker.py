@@ -7,12 +7,10 @@ on the next one, as they did when the daemon was one process.
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import dataclasses
 import itertools
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -52,7 +50,7 @@ from sanitizerd.workers.channel import (
     Pong,
     Ready,
 )
-from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV
+from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV, decode_settings
 from sanitizerd.workers.routing import worker_for
 
 log = structlog.get_logger("sanitizerd.worker")
@@ -308,7 +306,7 @@ def main(argv: list[str]) -> int:
     parent = os.getppid()
     if parent == 1:  # the listener died before the line above took effect
         return 1
-    settings: DaemonSettings = pickle.loads(base64.b64decode(os.environ.pop(SETTINGS_ENV)))
+    settings = decode_settings(os.environ.pop(SETTINGS_ENV))
     logs.configure(settings.log_level)
     structlog.contextvars.bind_contextvars(worker=index)
     allocator.tune()
