@@ -32,10 +32,9 @@ from sanitizerd.metrics import Metrics
 from sanitizerd.server.accept import accept_forever, peer_credentials
 from sanitizerd.server.admission import Connections
 from sanitizerd.server.compat_socket import CompatSockets
-from sanitizerd.server.doors import Doors
+from sanitizerd.server.doors import Doors, Reception
 from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits
-from sanitizerd.sessions.session import Peer
-from sanitizerd.sessions.transport import MessageStream, UnfinishedBytes
+from sanitizerd.sessions.transport import UnfinishedBytes
 from sanitizerd.socket_file import (
     SOCKET_MODE,
     bind_unpublished,
@@ -146,8 +145,12 @@ def hold_sighup() -> None:
 
 
 class Daemon:
-    def __init__(self, settings: DaemonSettings) -> None:
+    def __init__(self, settings: DaemonSettings, *, reception: Callable[[Doors], Reception] | None = None) -> None:
+        """``reception``: how this process takes in what its sockets accept, given its doors (by default, the doors
+        themselves: every connection is served here)."""
         self.settings = settings
+        self._reception: Callable[[Doors], Reception] = reception or (lambda doors: doors)
+        self.reception: Reception | None = None  # once the hub is open
         self.metrics = Metrics()
         self.hub: Hub | None = None
         self.doors: Doors | None = None  # once the hub is open
@@ -201,7 +204,8 @@ class Daemon:
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._retain, hub)
                 tg.start_soon(self._heartbeat)
-                hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
+                assert self.reception is not None
+                hub.compat_sockets = compat = CompatSockets(hub, tg, self.reception.compat, self.connections)
                 await self._start_serving(tg)
                 if unpublished is not None:  # listening and handling signals: now clients may find it
                     owned = publish_socket(unpublished, settings.socket_path)
@@ -236,6 +240,7 @@ class Daemon:
         """The hub over ``store``, with the sessions the last daemon left open closed."""
         self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits, suppressions=self.settings.suppressions)
         self.doors = Doors(hub, self.metrics, self.connections, self.unfinished)
+        self.reception = self._reception(self.doors)
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
             abandoned = self._close_abandoned(store)
@@ -417,25 +422,8 @@ class Daemon:
         notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
 
     async def _handle(self, conn: socket.socket) -> None:
-        raw = await self._stream(conn)
-        if raw is None:
-            return
-        assert self.doors is not None
-        await self.doors.native(raw, peer_credentials(raw), self._converse)
-
-    async def _stream(self, conn: socket.socket) -> anyio.abc.ByteStream | None:
-        """The stream over an accepted connection (None when it could not be made: the connection is closed)."""
-        try:
-            return await anyio.abc.UNIXSocketStream.from_socket(conn)
-        except OSError:
-            conn.close()
-            return None
-
-    async def _serve_compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
-        """A connection accepted on a job's msSanitizer-form socket, served here."""
-        assert self.doors is not None
-        await self.doors.compat(conn, peer, job, layout)
-
-    async def _converse(self, stream: MessageStream, peer: Peer) -> None:
-        assert self.doors is not None
-        await self.doors.converse(stream, peer)
+        reception = self.reception
+        assert self.doors is not None and reception is not None
+        raw = await reception.stream(conn)
+        if raw is not None:
+            await self.doors.native(raw, peer_credentials(raw), reception.converse)

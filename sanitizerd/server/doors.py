@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -71,6 +72,23 @@ async def serve_hello(hub: Hub, stream: MessageStream, hello: m.Hello, peer: Pee
     await open_producer(hub, stream, hello, peer)
 
 
+class Reception(Protocol):
+    """How a process takes in what its sockets accept: ``Doors`` serves each connection here; the listener of worker
+    processes (``workers.listener.Handing``) shakes hands and hands each on to a worker."""
+
+    async def stream(self, conn: socket.socket) -> anyio.abc.ByteStream | None:
+        """The stream over an accepted connection (None when it could not be made: the connection is closed)."""
+        ...
+
+    async def converse(self, stream: MessageStream, peer: Peer) -> None:
+        """Serve a connection of our protocol once its limits admitted it."""
+        ...
+
+    async def compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
+        """Serve a connection accepted on ``job``'s msSanitizer-form socket (its peer's uid already checked)."""
+        ...
+
+
 class Doors:
     """Both front doors of one process's hub: the connection limits and accounting (``connections``,
     ``unfinished``) shared by every connection it serves, whichever door it came in by."""
@@ -80,6 +98,15 @@ class Doors:
         self.metrics = metrics
         self.connections = connections
         self.unfinished = unfinished
+
+    @staticmethod
+    async def stream(conn: socket.socket) -> anyio.abc.ByteStream | None:
+        """The stream over an accepted connection (None when it could not be made: the connection is closed)."""
+        try:
+            return await anyio.abc.UNIXSocketStream.from_socket(conn)
+        except OSError:
+            conn.close()
+            return None
 
     async def converse(self, stream: MessageStream, peer: Peer) -> None:
         """Shake hands, then serve the connection as the role its hello declared."""
@@ -108,10 +135,8 @@ class Doors:
         """A connection to a job's msSanitizer-form socket (its peer's uid already checked): an ordinary producer
         session of the job, opened with the implicit hello msSanitizer's protocol stands for."""
         hub = self.hub
-        try:
-            raw = await anyio.abc.UNIXSocketStream.from_socket(conn)
-        except OSError:
-            conn.close()
+        raw = await self.stream(conn)
+        if raw is None:
             return
         try:
             # Loaded only once a compat connection comes (the compat package is large, and most daemons see none).

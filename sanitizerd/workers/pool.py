@@ -81,6 +81,8 @@ def encode_settings(settings: DaemonSettings) -> str:
 def decode_settings(text: str) -> DaemonSettings:
     """The settings ``encode_settings`` wrote (msgspec.ValidationError when they are not)."""
     return msgspec.json.decode(text, type=DaemonSettings, dec_hook=_text_to_path)
+
+
 STARTUP_TIMEOUT = 60.0  # seconds the listener waits for its workers before it lets clients find the socket
 PING_INTERVAL = 5.0  # seconds between the watchdog's pings of a ready worker (at most; a quarter of the timeout)
 

@@ -218,13 +218,13 @@ class WorkerDaemon(Daemon):
                 started = True
                 task_status.started()
 
-        raw = await self._stream(conn)
+        doors = self.doors
+        assert doors is not None
+        raw = await doors.stream(conn)
         if raw is None:
             handled()
             return
         peer = peer_credentials(raw)
-        doors = self.doors
-        assert doors is not None
 
         async def converse(stream: MessageStream, peer: Peer) -> None:
             if not welcomed:
@@ -247,7 +247,8 @@ class WorkerDaemon(Daemon):
         """A connection the listener accepted on a job's msSanitizer-form socket (its uid checked there)."""
         peer = peer_credentials(conn)
         try:
-            await self._serve_compat(conn, peer, job, layout)
+            assert self.doors is not None
+            await self.doors.compat(conn, peer, job, layout)
         finally:
             with anyio.CancelScope(shield=True):  # the listener counts the producer connections it handed
                 await self._answer(Ended(uid=peer.uid))
