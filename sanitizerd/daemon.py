@@ -14,7 +14,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -33,7 +33,7 @@ from sanitizerd.server.accept import accept_forever, peer_credentials
 from sanitizerd.server.admission import Connections
 from sanitizerd.server.compat_socket import CompatSockets
 from sanitizerd.server.doors import Doors, Reception
-from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits
+from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits, LiveView
 from sanitizerd.sessions.transport import UnfinishedBytes
 from sanitizerd.socket_file import (
     SOCKET_MODE,
@@ -145,10 +145,18 @@ def hold_sighup() -> None:
 
 
 class Daemon:
-    def __init__(self, settings: DaemonSettings, *, reception: Callable[[Doors], Reception] | None = None) -> None:
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        *,
+        reception: Callable[[Doors], Reception] | None = None,
+        live_elsewhere: Callable[[], Awaitable[LiveView]] | None = None,
+    ) -> None:
         """``reception``: how this process takes in what its sockets accept, given its doors (by default, the doors
-        themselves: every connection is served here)."""
+        themselves: every connection is served here). ``live_elsewhere``: what other processes of this daemon have
+        live (its hub's ``live_elsewhere``; None: this process is the whole daemon)."""
         self.settings = settings
+        self._live_elsewhere = live_elsewhere
         self._reception: Callable[[Doors], Reception] = reception or (lambda doors: doors)
         self.reception: Reception | None = None  # once the hub is open
         self.metrics = Metrics()
@@ -238,7 +246,13 @@ class Daemon:
 
     def _open_hub(self, store: Store, limits: Limits) -> Hub:
         """The hub over ``store``, with the sessions the last daemon left open closed."""
-        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits, suppressions=self.settings.suppressions)
+        self.hub = hub = Hub(
+            store=store,
+            metrics=self.metrics,
+            limits=limits,
+            suppressions=self.settings.suppressions,
+            live_elsewhere=self._live_elsewhere,
+        )
         self.doors = Doors(hub, self.metrics, self.connections, self.unfinished)
         self.reception = self._reception(self.doors)
         # No session is live yet: any the store says is open was left so by a daemon that died.

@@ -40,7 +40,7 @@ STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record 
 
 class Listener(Daemon):
     def __init__(self, settings: DaemonSettings) -> None:
-        super().__init__(settings, reception=self._handing)
+        super().__init__(settings, reception=self._handing, live_elsewhere=lambda: self.pool.live())
         self.handing: Handing | None = None  # once the hub is open
         self.configured = settings.limits  # as configured (start, SIGHUP): what a worker started now is given
         self.pool = Pool(settings, self.metrics, lambda: self.configured)
@@ -54,7 +54,6 @@ class Listener(Daemon):
     async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
         hub = self.hub
         assert hub is not None and self.handing is not None
-        hub.live_elsewhere = self.pool.live
         hub.handoff = self.handing.hand_control
         sockets = hub.compat_sockets
         assert sockets is not None

@@ -59,7 +59,7 @@ PR_SET_PDEATHSIG = 1
 
 class WorkerDaemon(Daemon):
     def __init__(self, settings: DaemonSettings, index: int, channel: Channel) -> None:
-        super().__init__(settings)
+        super().__init__(settings, live_elsewhere=self._live_elsewhere_from_listener)
         self.index = index
         self.channel = channel
         self._asks = itertools.count(1)
@@ -84,7 +84,6 @@ class WorkerDaemon(Daemon):
         limits = self._fitted(settings.limits)
         store = open_store(settings.state_dir, max_bytes=limits.max_store_size, url=settings.store)
         hub = self._open_hub(store, limits)
-        hub.live_elsewhere = self._live_elsewhere
         ready = anyio.Event()
         self._instrument(hub, store, ready)
         self.metrics.store_bytes.set_function(lambda: 0.0)  # the listener reports the store: one file, counted once
@@ -182,7 +181,7 @@ class WorkerDaemon(Daemon):
         except (ChannelClosed, OSError):
             pass
 
-    async def _live_elsewhere(self) -> LiveView:
+    async def _live_elsewhere_from_listener(self) -> LiveView:
         """The other workers' live sessions and registered jobs, as the listener gathers them (none if it does not
         answer in time)."""
         ask = next(self._asks)
