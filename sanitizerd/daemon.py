@@ -1,5 +1,5 @@
-"""The daemon: open the store and the socket (its file: ``socket_file``), accept connections, shake hands, hand each
-to a producer session (opened in ``sessions.opening``) or a control pump; signals drain or reload it.
+"""The daemon's process: open the store and the socket (its file: ``socket_file``), accept connections and hand each
+to its door (``server.doors``: a hello becomes a producer session or a control pump); signals drain or reload it.
 
 Structured concurrency throughout: the serve task group owns the listener, the signal watcher and every
 connection handler; cancelling it (SIGTERM, SIGINT) ends them all, each through its own cleanup.
@@ -7,12 +7,10 @@ connection handler; cancelling it (SIGTERM, SIGINT) ends them all, each through 
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import socket
 import sqlite3
-import struct
 import sys
 import threading
 import time
@@ -27,28 +25,18 @@ import structlog
 from anyio.abc import SocketAttribute, TaskStatus
 
 from client_shim import discovery
-from sanitizerd import __version__, allocator, config, fds, logs
-from sanitizerd.compat_socket import (
-    ACCEPT_BACKOFF,
-    ACCEPT_RETRY_ERRNOS,
-    ACCEPT_SKIP_ERRNOS,
-    CompatSockets,
-    CompatStream,
-)
+from sanitizerd import __version__, config, fds, logs
 from sanitizerd.findings.model import Suppression
 from sanitizerd.findings.store import FindingsStore, Store, StoreUnavailable
 from sanitizerd.metrics import Metrics
-from sanitizerd.protocol import Connection, RemoteProtocolError, Role
-from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.admission import Connections
-from sanitizerd.sessions.control import serve_control
-from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits
-from sanitizerd.sessions.opening import open_producer
-from sanitizerd.sessions.session import Peer
-from sanitizerd.sessions.transport import MessageStream, PeerClosed, UnfinishedBytes
+from sanitizerd.server.accept import accept_forever, peer_credentials
+from sanitizerd.server.admission import Connections
+from sanitizerd.server.compat_socket import CompatSockets
+from sanitizerd.server.doors import Doors, Reception
+from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits, LiveView
+from sanitizerd.sessions.transport import UnfinishedBytes
 from sanitizerd.socket_file import (
     SOCKET_MODE,
-    DaemonAlreadyRunning,
     bind_unpublished,
     claim_socket_path,
     publish_socket,
@@ -79,6 +67,10 @@ def default_state_dir() -> Path:
     return Path(base) / "sanitizerd"
 
 
+# Limits given on the command line, by name (None: not given); a worker process gets them too, as JSON.
+CommandLine = dict[str, int | float | frozenset[int] | None]
+
+
 @dataclass(slots=True)
 class DaemonSettings:
     socket_path: Path = field(default_factory=default_socket_path)
@@ -86,7 +78,7 @@ class DaemonSettings:
     metrics_addr: str | None = None
     limits: Limits = field(default_factory=Limits)
     config_path: Path | None = None  # read again on SIGHUP
-    command_line: dict[str, object] = field(default_factory=dict)  # limits given on the command line: they win
+    command_line: CommandLine = field(default_factory=dict)  # limits given on the command line: they win
     log_level_given: str | None = None
     log_level: str = "info"  # the level in force at start (a worker process configures its log with it)
     # Processes that serve sessions: 1 is one process that does everything; N > 1 is a listener process and N
@@ -143,15 +135,6 @@ def open_store(state_dir: Path, *, max_bytes: int = 0, url: str = "") -> Store:
         raise StartupError(f"cannot open the findings store {state_dir / 'sanitizerd.db'}: {exc}") from None
 
 
-def _peer_credentials(stream: anyio.abc.ByteStream) -> Peer:
-    try:
-        raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
-        pid, uid, gid = struct.unpack("3i", raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        return Peer(pid, uid, gid)
-    except (OSError, AttributeError):
-        return Peer()
-
-
 _sighup_held = threading.Event()
 
 
@@ -162,10 +145,23 @@ def hold_sighup() -> None:
 
 
 class Daemon:
-    def __init__(self, settings: DaemonSettings) -> None:
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        *,
+        reception: Callable[[Doors], Reception] | None = None,
+        live_elsewhere: Callable[[], Awaitable[LiveView]] | None = None,
+    ) -> None:
+        """``reception``: how this process takes in what its sockets accept, given its doors (by default, the doors
+        themselves: every connection is served here). ``live_elsewhere``: what other processes of this daemon have
+        live (its hub's ``live_elsewhere``; None: this process is the whole daemon)."""
         self.settings = settings
+        self._live_elsewhere = live_elsewhere
+        self._reception: Callable[[Doors], Reception] = reception or (lambda doors: doors)
+        self.reception: Reception | None = None  # once the hub is open
         self.metrics = Metrics()
         self.hub: Hub | None = None
+        self.doors: Doors | None = None  # once the hub is open
         self._accepting: anyio.CancelScope | None = None
         self._beat = time.monotonic()
         self.connections = Connections()
@@ -216,7 +212,8 @@ class Daemon:
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._retain, hub)
                 tg.start_soon(self._heartbeat)
-                hub.compat_sockets = compat = CompatSockets(hub, tg, self._serve_compat, self.connections)
+                assert self.reception is not None
+                hub.compat_sockets = compat = CompatSockets(hub, tg, self.reception.compat, self.connections)
                 await self._start_serving(tg)
                 if unpublished is not None:  # listening and handling signals: now clients may find it
                     owned = publish_socket(unpublished, settings.socket_path)
@@ -226,7 +223,12 @@ class Daemon:
                 notifier.ready(f"serving on {socket_path}")
                 ready.set()
                 with accepting:
-                    await self._accept(listener, tg)
+                    await accept_forever(
+                        listener.extra(SocketAttribute.raw_socket),
+                        lambda conn: tg.start_soon(self._handle, conn),
+                        errors=self.metrics.accept_errors,
+                        context=lambda: {"open_connections": self.connections.total, "fd_limit": self.nofile},
+                    )
                 bound = self.bound_the_stop(
                     hub.limits.drain_timeout, lambda: remove_socket(settings.socket_path, owned, unpublished)
                 )
@@ -244,7 +246,15 @@ class Daemon:
 
     def _open_hub(self, store: Store, limits: Limits) -> Hub:
         """The hub over ``store``, with the sessions the last daemon left open closed."""
-        self.hub = hub = Hub(store=store, metrics=self.metrics, limits=limits, suppressions=self.settings.suppressions)
+        self.hub = hub = Hub(
+            store=store,
+            metrics=self.metrics,
+            limits=limits,
+            suppressions=self.settings.suppressions,
+            live_elsewhere=self._live_elsewhere,
+        )
+        self.doors = Doors(hub, self.metrics, self.connections, self.unfinished)
+        self.reception = self._reception(self.doors)
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
             abandoned = self._close_abandoned(store)
@@ -315,64 +325,6 @@ class Daemon:
         while True:
             await anyio.sleep(RETENTION_INTERVAL)
             await hub.retain()
-
-    async def _accept(self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
-        """Accept connections for ever. Out of fds or memory, accept fails while the listener stays readable: back
-        off (doubling, up to a second) and try again, logging once per burst, never ending the daemon."""
-        failed = 0
-        pause = ACCEPT_BACKOFF[0]
-        while True:
-            try:
-                raw = await self._accept_one(listener)
-            except anyio.BrokenResourceError as exc:
-                code = getattr(exc.__cause__, "errno", None)
-                if code in ACCEPT_SKIP_ERRNOS:
-                    continue
-                if code not in ACCEPT_RETRY_ERRNOS:
-                    raise
-                name = errno.errorcode[code]
-                self.metrics.accept_errors.labels(name).inc()
-                if not failed:
-                    log.error(
-                        "accept failed; backing off until it succeeds",
-                        error=name,
-                        open_connections=self.connections.total,
-                        fd_limit=self.nofile,
-                    )
-                failed += 1
-                await anyio.sleep(pause)
-                pause = min(pause * 2, ACCEPT_BACKOFF[1])
-                continue
-            if failed:
-                log.warning("accepting again", failed_accepts=failed)
-                failed, pause = 0, ACCEPT_BACKOFF[0]
-            tg.start_soon(self._handle, raw)
-
-    async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
-        return await listener.accept()
-
-    def _refusal_counter(self, job: str) -> Callable[[str, int], None]:
-        """Counts a compat connection's records refused over their expansion bounds, logged per kernel launch."""
-        counter = self.metrics.compat_records_refused
-
-        def refused(reason: str, records: int) -> None:
-            counter.labels(reason).inc(records)
-            log.info("msSanitizer records refused over their bounds", job=job, reason=reason, records=records)
-
-        return refused
-
-    def _cut_counter(self) -> Callable[[str, int], None]:
-        """Counts a connection's cut strings; logs the first cut of each field (a client may send millions)."""
-        logged: set[str] = set()
-        counter = self.metrics.strings_cut
-
-        def cut(field: str, characters: int) -> None:
-            counter.labels(field).inc()
-            if field not in logged:
-                logged.add(field)
-                log.info("client string cut to its length", field=field, characters_cut=characters)
-
-        return cut
 
     def _fitted(self, limits: Limits) -> Limits:
         """``limits`` lowered to what the fd limit allows, saying so."""
@@ -483,128 +435,9 @@ class Daemon:
         log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
         notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
 
-    async def _handle(self, raw: anyio.abc.ByteStream) -> None:
-        hub = self.hub
-        assert hub is not None
-        peer = _peer_credentials(raw)
-        connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
-        await self._guarded(raw, peer, connection, lambda stream: self._converse(hub, stream, peer))
-
-    async def _serve_compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
-        """A connection to a job's msSanitizer-form socket (its peer's uid already checked): an ordinary producer
-        session of the job, opened with the implicit hello msSanitizer's protocol stands for."""
-        hub = self.hub
-        assert hub is not None
-        try:
-            raw = await anyio.abc.UNIXSocketStream.from_socket(conn)
-        except OSError:
-            conn.close()
-            return
-        try:
-            from sanitizerd.compat import wire
-            from sanitizerd.compat.packets.connection import CompatConnection
-
-            connection = CompatConnection(wire.LAYOUTS[layout], job=job, peer_pid=peer.pid)
-            connection.on_refused = self._refusal_counter(job)
-            connection.on_unplaced = self.metrics.compat_records_unplaced.inc
-        except Exception:  # a bug of ours: this connection ends, never the daemon (it runs in the daemon's tasks)
-            log.exception("compat connection could not be set up", job=job, layout=layout)
-            hub.metrics.rejected.labels("internal_error").inc()
-            await raw.aclose()
-            return
-
-        async def serve(stream: MessageStream) -> None:
-            stream.frame_timeout = hub.limits.frame_timeout
-            stream.idle_timeout = hub.limits.idle_timeout
-            await open_producer(hub, stream, connection.hello(), peer)
-
-        stream = CompatStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)  # type: ignore[arg-type]
-        await self._guarded(raw, peer, stream, serve)
-
-    async def _guarded(
-        self,
-        raw: anyio.abc.ByteStream,
-        peer: Peer,
-        connection: Connection | MessageStream,
-        body: Callable[[MessageStream], Awaitable[None]],
-    ) -> None:
-        """Serve one connection (a protocol connection, or the stream over one) under the connection limits, so
-        that nothing it does ends the daemon: a protocol error or a bug of ours ends that connection only, told to
-        its peer, counted and logged."""
-        hub = self.hub
-        assert hub is not None
-        if isinstance(connection, MessageStream):
-            stream = connection
-        else:
-            stream = MessageStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
-        stream.on_cut = self._cut_counter()
-        async with raw:
-            with structlog.contextvars.bound_contextvars(peer_pid=peer.pid, peer_uid=peer.uid):
-                refused = self.connections.admit(peer.uid, hub.limits)
-                if refused:
-                    await hub.refuse(stream, "connection_limit", refused)
-                    return
-                try:
-                    await body(stream)
-                except RemoteProtocolError as exc:  # from a handler that did not answer it itself
-                    await hub.refuse(stream, exc.reason, str(exc))
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    pass
-                except Exception:  # one connection's bug must not take the daemon down, nor leave its peer guessing
-                    log.exception("connection handler failed")
-                    hub.metrics.rejected.labels("internal_error").inc()
-                    await stream.send_error("internal_error", "the daemon failed on this connection; see its log")
-                finally:
-                    stream.release()
-                    self.connections.release(peer.uid)
-
-    async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
-        """Shake hands, then serve the connection as the role its hello declared."""
-        hello = await receive_hello(hub, stream)
-        if hello is None:
-            return
-        if hello.role == "control":
-            await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
-            await serve_control(hub, stream, peer)
-        else:
-            # A control connection may wait on a job for as long as it runs; a producer that sends nothing at all
-            # for this long is taken for gone.
-            stream.idle_timeout = hub.limits.idle_timeout
-            await open_producer(hub, stream, hello, peer)
-
-
-async def receive_hello(hub: Hub, stream: MessageStream) -> m.Hello | None:
-    """The connection's hello within the handshake timeout, or None when it was refused (or its peer left)."""
-    try:
-        with anyio.fail_after(hub.limits.handshake_timeout):
-            hello = await stream.receive()
-    except TimeoutError:
-        timeout = hub.limits.handshake_timeout
-        await hub.refuse(stream, "handshake_timeout", f"no hello within {timeout} s")
-        return None
-    except RemoteProtocolError as exc:
-        await hub.refuse(stream, exc.reason, str(exc), during="handshake")
-        return None
-    except PeerClosed:
-        return None
-    assert isinstance(hello, m.Hello)  # the connection allows nothing else first
-    stream.frame_timeout = hub.limits.frame_timeout
-    return hello
-
-
-def run_daemon(settings: DaemonSettings) -> int:
-    """Serve until stopped; 0 after a clean stop, 1 (after one line on stderr saying why) when it cannot start."""
-    allocator.tune()
-    daemon = Daemon(settings)
-    if settings.workers > 1:
-        from sanitizerd.workers.listener import Listener
-
-        daemon = Listener(settings)
-    try:
-        anyio.run(daemon.serve, backend="asyncio", backend_options={"use_uvloop": True})
-    except (DaemonAlreadyRunning, StartupError, discovery.UnsafeDirectory) as exc:
-        print(f"sanitizerd: cannot start: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    async def _handle(self, conn: socket.socket) -> None:
+        reception = self.reception
+        assert self.doors is not None and reception is not None
+        raw = await reception.stream(conn)
+        if raw is not None:
+            await self.doors.native(raw, peer_credentials(raw), reception.converse)

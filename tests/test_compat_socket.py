@@ -1,4 +1,4 @@
-"""Per-job sockets in msSanitizer's form (sanitizerd/compat_socket.py), against real daemons.
+"""Per-job sockets in msSanitizer's form (sanitizerd/server/compat_socket.py), against real daemons.
 
 The socket a ``compat_listen`` opens is reached as msSanitizer's client reaches it: an abstract address with the
 full 110-byte length (the name padded with NUL bytes to the end of ``sun_path``). Connections of another uid are
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from sanitizerd.cli.control import ControlClient
-from sanitizerd.compat_socket import SUN_PATH, abstract_address, socket_name
 from sanitizerd.protocol import messages as m
+from sanitizerd.server.compat_socket import SUN_PATH, abstract_address, socket_name
 from tests.conftest import TEST_WORKERS, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.other_uid import NOBODY
 

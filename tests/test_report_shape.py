@@ -206,7 +206,7 @@ WIRE_PROGRAM = """\
 import os, socket, struct, sys
 from elftools.elf.elffile import ELFFile
 from sanitizerd.compat import wire
-from sanitizerd.compat_socket import abstract_address
+from sanitizerd.server.compat_socket import abstract_address
 from tests import compat_model as cm
 
 layout = wire.LAYOUTS[sys.argv[1]]

@@ -20,8 +20,8 @@ from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd.findings.model import make_finding
 from sanitizerd.protocol import Connection, RemoteProtocolError, Role
 from sanitizerd.protocol import messages as m
+from sanitizerd.server.admission import Connections
 from sanitizerd.sessions import transport
-from sanitizerd.sessions.admission import Connections
 from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.session import Answer, LogGate, Peer, Session
 from sanitizerd.sessions.transport import MessageStream, UnfinishedBytes

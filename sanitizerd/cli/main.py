@@ -221,7 +221,8 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         from sanitizerd import logs
-        from sanitizerd.daemon import hold_sighup, run_daemon
+        from sanitizerd.daemon import hold_sighup
+        from sanitizerd.workers.run import run_daemon
 
         hold_sighup()
         try:

@@ -6,9 +6,10 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
+import anyio.abc
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -21,12 +22,9 @@ from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
 from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import JobKey, Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
-from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, LogGate, Session
+from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, LogGate, Peer, Session
 from sanitizerd.sessions.threads import DetectorThreads
 from sanitizerd.sessions.transport import MessageStream
-
-if TYPE_CHECKING:
-    from sanitizerd.compat_socket import CompatSockets
 
 T = TypeVar("T")
 # Refusals logged per reason: a burst, then a steady rate; the rest are counted in the metric, and the next line
@@ -36,6 +34,24 @@ REFUSALS_LOGGED_PER_S = 5.0
 log = structlog.get_logger("sanitizerd.hub")
 
 RETENTION_INTERVAL = 600.0  # seconds between retention passes (the size limit is also kept at each write)
+
+
+class CompatSocketHolder(Protocol):
+    """Whoever holds the per-job sockets in msSanitizer's form, as a control connection's compat_listen sees it: the
+    daemon's own (``server.compat_socket.CompatSockets``), or a worker's way of asking its listener for one. Sessions
+    know the msSanitizer door only by this (it lies above them)."""
+
+    def count(self) -> float:
+        """Sockets held here (for /metrics)."""
+        ...
+
+    def layouts(self) -> frozenset[str]:
+        """The names of msSanitizer's wire layouts this daemon speaks."""
+        ...
+
+    async def listen(self, job: str, layout: str, peer: Peer, tg: anyio.abc.TaskGroup) -> m.CompatListening:
+        """Open ``job``'s socket for the control peer ``peer`` (living as long as ``tg``), or say why not."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +145,7 @@ class Hub:
     race_memory: MemoryBudget = field(init=False)
     refusal_logs: dict[str, LogGate] = field(default_factory=dict)  # reason -> its log's token bucket
     # The per-job sockets in msSanitizer's form (compat_listen); None where no daemon serves them (tests' hubs).
-    compat_sockets: CompatSockets | None = None
+    compat_sockets: CompatSocketHolder | None = None
     # With worker processes (sanitizerd/workers): what other processes have live (sessions, registered jobs), for
     # the views that list every session and job; None in a daemon of one process.
     live_elsewhere: Callable[[], Awaitable[LiveView]] | None = None

@@ -18,11 +18,10 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import structlog
-from anyio.abc import SocketAttribute
 
-from sanitizerd import __version__
-from sanitizerd.daemon import Daemon, DaemonSettings, receive_hello
+from sanitizerd.daemon import Daemon, DaemonSettings
 from sanitizerd.protocol import messages as m
+from sanitizerd.server.doors import Doors, receive_hello, welcome_control
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Hub, Limits
 from sanitizerd.sessions.jobs import JobKey, job_key
@@ -41,17 +40,21 @@ STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record 
 
 class Listener(Daemon):
     def __init__(self, settings: DaemonSettings) -> None:
-        super().__init__(settings)
+        super().__init__(settings, reception=self._handing, live_elsewhere=lambda: self.pool.live())
+        self.handing: Handing | None = None  # once the hub is open
         self.configured = settings.limits  # as configured (start, SIGHUP): what a worker started now is given
         self.pool = Pool(settings, self.metrics, lambda: self.configured)
         self.merged = MergedMetrics(self.metrics.registry, self.pool)
         self.metrics.exposed = self.merged.registry  # /metrics: this process's and every worker's, summed
 
+    def _handing(self, doors: Doors) -> Handing:
+        self.handing = Handing(self.pool, self.settings.workers, doors.hub)
+        return self.handing
+
     async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
         hub = self.hub
-        assert hub is not None
-        hub.live_elsewhere = self.pool.live
-        hub.handoff = self._hand_control
+        assert hub is not None and self.handing is not None
+        hub.handoff = self.handing.hand_control
         sockets = hub.compat_sockets
         assert sockets is not None
         self.pool.close_compat, self.pool.orphan_compat = sockets.close, sockets.orphan
@@ -90,33 +93,50 @@ class Listener(Daemon):
     def _sessions(self) -> int:
         return self.pool.producers()
 
-    async def _accept_one(self, listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
-        """A connection read from its own socket: nothing read ahead into a buffer a worker would not get."""
-        sock = listener.extra(SocketAttribute.raw_socket)
-        while True:
-            await anyio.wait_readable(sock)
-            try:
-                conn, _address = sock.accept()
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
-            return RawSocketStream(conn)
+    def _stop_margin(self) -> float:
+        """The workers' drain, then the listener's wait for them (killed at STOP_MARGIN), then its own end."""
+        return STOP_MARGIN + super()._stop_margin()
 
-    async def _converse(self, hub: Hub, stream: MessageStream, peer: Peer) -> None:
+    async def _drain(self, hub: Hub, notifier: Notifier) -> None:
+        """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""
+        deadline = hub.limits.drain_timeout
+        log.info("draining the workers", workers=len(self.pool.workers), deadline_s=deadline)
+        notifier.status("draining the workers")
+        await self.pool.stop(deadline + STOP_MARGIN)
+
+    def _reload(self, notifier: Notifier) -> None:
+        super()._reload(notifier)
+        self.pool.signal_all(signal.SIGHUP)  # each worker reads the file again itself
+
+
+class Handing:
+    """The listener's reception (``server.doors.Reception``): it shakes hands and hands each connection, with
+    every byte it read of it, to the worker that owns its job."""
+
+    def __init__(self, pool: Pool, workers: int, hub: Hub) -> None:
+        self.pool = pool
+        self.workers = workers
+        self.hub = hub
+
+    async def stream(self, conn: socket.socket) -> anyio.abc.ByteStream:
+        """A connection read from its own socket: nothing read ahead into a buffer a worker would not get."""
+        return RawSocketStream(conn)
+
+    async def converse(self, stream: MessageStream, peer: Peer) -> None:
+        hub = self.hub
         hello = await receive_hello(hub, stream)
         if hello is None:
             return
         stream.hello = hello
         if hello.role == "control":
-            await stream.send(m.Welcome(session=0, config=hub.default_config, server=__version__))
+            await welcome_control(hub, stream)
             await serve_control(hub, stream, peer)
         else:
             refused = await self._session_limit(hub, peer.uid)
             if refused:
                 await hub.refuse(stream, "session_limit", refused)
                 return
-            await self._hand(stream, await self._job_of(hub, hello, peer), welcomed=False, producer_uid=peer.uid)
+            await self.hand(stream, await self._job_of(hub, hello, peer), welcomed=False, producer_uid=peer.uid)
 
     async def _session_limit(self, hub: Hub, uid: int) -> str:
         """Why a new producer of ``uid`` would pass a session limit over all workers ("" when it would not). The
@@ -142,12 +162,12 @@ class Listener(Daemon):
                 return job_key(stored.job, stored.uid)
         return job_key(hello.job, peer.uid)
 
-    async def _hand_control(
+    async def hand_control(
         self, stream: MessageStream, request: m.Message, key: JobKey, written: Callable[[], Awaitable[object]]
     ) -> None:
-        await self._hand(stream, key, welcomed=True, request=request, written=written)
+        await self.hand(stream, key, welcomed=True, request=request, written=written)
 
-    async def _hand(
+    async def hand(
         self,
         stream: MessageStream,
         key: JobKey,
@@ -160,8 +180,8 @@ class Listener(Daemon):
         """The connection to the job's worker, with every byte read from it that it has not answered: its hello,
         the request that made it go (if any), and whatever followed them."""
         hub = self.hub
-        assert hub is not None and stream.hello is not None
-        index = worker_for(key, self.settings.workers)
+        assert stream.hello is not None
+        index = worker_for(key, self.workers)
         # The worker's turn is taken before anything else is awaited: connections of one job reach its worker in
         # the order their requests were read here (a job_start before the sessions that follow it).
         async with self.pool.workers[index].order:
@@ -179,35 +199,19 @@ class Listener(Daemon):
                 producer_uid=producer_uid,
             )  # fmt: skip
 
-    def _stop_margin(self) -> float:
-        """The workers' drain, then the listener's wait for them (killed at STOP_MARGIN), then its own end."""
-        return STOP_MARGIN + super()._stop_margin()
-
-    async def _serve_compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
+    async def compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
         """A connection accepted on a job's msSanitizer-form socket (held here), handed to the job's worker as the
         producer it is: while that worker restarts it waits here (as a resuming client's does), so that hooks that
         connect again after a worker died reach the new one."""
         hub = self.hub
-        assert hub is not None
         with conn:
             refused = await self._session_limit(hub, peer.uid)
             if refused:
                 hub.note_refusal("session_limit", refused, what="compat connection refused", job=job, uid=peer.uid)
                 return
-            index = worker_for(job_key(job, peer.uid), self.settings.workers)
+            index = worker_for(job_key(job, peer.uid), self.workers)
             async with self.pool.workers[index].order:
                 await self.pool.hand(
                     index, conn.fileno(), b"", welcomed=False, wait=hub.limits.drain_timeout,
                     producer_uid=peer.uid, compat=(job, layout),
                 )  # fmt: skip
-
-    async def _drain(self, hub: Hub, notifier: Notifier) -> None:
-        """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""
-        deadline = hub.limits.drain_timeout
-        log.info("draining the workers", workers=len(self.pool.workers), deadline_s=deadline)
-        notifier.status("draining the workers")
-        await self.pool.stop(deadline + STOP_MARGIN)
-
-    def _reload(self, notifier: Notifier) -> None:
-        super()._reload(notifier)
-        self.pool.signal_all(signal.SIGHUP)  # each worker reads the file again itself

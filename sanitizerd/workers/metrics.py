@@ -8,7 +8,6 @@ in time is left out of that scrape.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
 
 import anyio.from_thread
 from anyio.lowlevel import EventLoopToken
@@ -16,8 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-if TYPE_CHECKING:
-    from sanitizerd.workers.pool import Pool
+from sanitizerd.workers.pool import Pool
 
 
 def _listeners(seen: list[float]) -> float:

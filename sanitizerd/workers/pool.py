@@ -11,25 +11,27 @@ seconds is killed (``sanitizerd_worker_stalls_total``), and so started again.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import itertools
 import os
-import pickle
 import signal
 import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePath
+from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 import structlog
 
+from sanitizerd.daemon import DaemonSettings
+from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.hub import LiveView
+from sanitizerd.sessions.hub import Limits, LiveView
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.workers.channel import (
     AskLive,
@@ -49,11 +51,6 @@ from sanitizerd.workers.channel import (
     Ready,
 )
 
-if TYPE_CHECKING:
-    from sanitizerd.daemon import DaemonSettings
-    from sanitizerd.metrics import Metrics
-    from sanitizerd.sessions.hub import Limits
-
 log = structlog.get_logger("sanitizerd.workers")
 
 RESTARTS = 5
@@ -61,6 +58,31 @@ RESTART_WINDOW = 60.0
 RESTART_BACKOFF_MAX = 30.0
 ASK_TIMEOUT = 2.0  # seconds a view waits for a worker's answer (a worker that does not answer is left out)
 SETTINGS_ENV = "SANITIZERD_WORKER_SETTINGS"
+
+
+def _path_to_text(value: object) -> object:
+    if isinstance(value, PurePath):
+        return str(value)
+    raise NotImplementedError(f"{type(value).__name__} has no place in a worker's settings")
+
+
+def _text_to_path(kind: type, value: object) -> object:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"{kind} has no place in a worker's settings")
+
+
+def encode_settings(settings: DaemonSettings) -> str:
+    """A worker's settings as JSON (for its environment): plain data only, checked against ``DaemonSettings`` when
+    read, where unpickling would run whatever the bytes named."""
+    return msgspec.json.encode(settings, enc_hook=_path_to_text).decode()
+
+
+def decode_settings(text: str) -> DaemonSettings:
+    """The settings ``encode_settings`` wrote (msgspec.ValidationError when they are not)."""
+    return msgspec.json.decode(text, type=DaemonSettings, dec_hook=_text_to_path)
+
+
 STARTUP_TIMEOUT = 60.0  # seconds the listener waits for its workers before it lets clients find the socket
 PING_INTERVAL = 5.0  # seconds between the watchdog's pings of a ready worker (at most; a quarter of the timeout)
 
@@ -134,8 +156,7 @@ class Pool:
     async def _run_once(self, worker: Worker) -> int | None:
         mine, theirs = Channel.pair()
         current = dataclasses.replace(self.settings, limits=self._limits())
-        settings = base64.b64encode(pickle.dumps(current)).decode()
-        env = dict(os.environ, **{SETTINGS_ENV: settings})
+        env = dict(os.environ, **{SETTINGS_ENV: encode_settings(current)})
         command = [sys.executable, "-m", "sanitizerd.workers.worker", str(theirs.fileno()), str(worker.index)]
         try:
             process = await anyio.open_process(

@@ -7,12 +7,10 @@ on the next one, as they did when the daemon was one process.
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import dataclasses
 import itertools
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -25,11 +23,11 @@ from anyio.abc import TaskStatus
 from prometheus_client import generate_latest
 
 from sanitizerd import __version__, allocator, fds, logs
-from sanitizerd.compat_socket import peer_credentials
-from sanitizerd.daemon import Daemon, DaemonSettings, _peer_credentials, open_store
+from sanitizerd.daemon import Daemon, DaemonSettings, open_store
 from sanitizerd.findings.store import Store
-from sanitizerd.protocol import Connection, Role
 from sanitizerd.protocol import messages as m
+from sanitizerd.server.accept import peer_credentials
+from sanitizerd.server.compat_socket import compat_layouts
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Limits, LiveView
 from sanitizerd.sessions.jobs import job_key
@@ -52,7 +50,7 @@ from sanitizerd.workers.channel import (
     Pong,
     Ready,
 )
-from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV
+from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV, decode_settings
 from sanitizerd.workers.routing import worker_for
 
 log = structlog.get_logger("sanitizerd.worker")
@@ -61,7 +59,7 @@ PR_SET_PDEATHSIG = 1
 
 class WorkerDaemon(Daemon):
     def __init__(self, settings: DaemonSettings, index: int, channel: Channel) -> None:
-        super().__init__(settings)
+        super().__init__(settings, live_elsewhere=self._live_elsewhere_from_listener)
         self.index = index
         self.channel = channel
         self._asks = itertools.count(1)
@@ -86,7 +84,6 @@ class WorkerDaemon(Daemon):
         limits = self._fitted(settings.limits)
         store = open_store(settings.state_dir, max_bytes=limits.max_store_size, url=settings.store)
         hub = self._open_hub(store, limits)
-        hub.live_elsewhere = self._live_elsewhere
         ready = anyio.Event()
         self._instrument(hub, store, ready)
         self.metrics.store_bytes.set_function(lambda: 0.0)  # the listener reports the store: one file, counted once
@@ -98,7 +95,7 @@ class WorkerDaemon(Daemon):
                 self._accepting = accepting = anyio.CancelScope()
                 await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
                 tg.start_soon(self._heartbeat)
-                hub.compat_sockets = compat = RemoteCompatSockets(self)  # type: ignore[assignment]
+                hub.compat_sockets = compat = RemoteCompatSockets(self)
                 self._tg = tg
                 task_status.started()
                 ready.set()
@@ -184,7 +181,7 @@ class WorkerDaemon(Daemon):
         except (ChannelClosed, OSError):
             pass
 
-    async def _live_elsewhere(self) -> LiveView:
+    async def _live_elsewhere_from_listener(self) -> LiveView:
         """The other workers' live sessions and registered jobs, as the listener gathers them (none if it does not
         answer in time)."""
         ask = next(self._asks)
@@ -220,21 +217,17 @@ class WorkerDaemon(Daemon):
                 started = True
                 task_status.started()
 
-        try:
-            raw = await anyio.abc.UNIXSocketStream.from_socket(conn)
-        except OSError:
-            conn.close()
+        doors = self.doors
+        assert doors is not None
+        raw = await doors.stream(conn)
+        if raw is None:
             handled()
             return
-        peer = _peer_credentials(raw)
-        connection = Connection(Role.SERVER, max_frame_size=hub.limits.max_frame_size)
-        if data:
-            connection.receive_data(data)
+        peer = peer_credentials(raw)
 
-        async def converse(stream: MessageStream) -> None:
-            stream.bytes_received += len(data)
+        async def converse(stream: MessageStream, peer: Peer) -> None:
             if not welcomed:
-                await self._converse(hub, stream, peer)
+                await doors.converse(stream, peer)
                 return
             await stream.receive()  # the hello the listener answered
             stream.connection.send(m.Welcome(session=0, config=hub.default_config, server=__version__))  # its state
@@ -242,19 +235,19 @@ class WorkerDaemon(Daemon):
             await serve_control(hub, stream, peer, handled=handled)
 
         try:
-            await self._guarded(raw, peer, connection, converse)
+            await doors.native(raw, peer, converse, data=data)
         finally:
             handled()
             if not welcomed:  # the listener counts the producer connections it handed
                 with anyio.CancelScope(shield=True):
                     await self._answer(Ended(uid=peer.uid))
 
-
     async def _serve_handed_compat(self, conn: socket.socket, job: str, layout: str) -> None:
         """A connection the listener accepted on a job's msSanitizer-form socket (its uid checked there)."""
         peer = peer_credentials(conn)
         try:
-            await self._serve_compat(conn, peer, job, layout)
+            assert self.doors is not None
+            await self.doors.compat(conn, peer, job, layout)
         finally:
             with anyio.CancelScope(shield=True):  # the listener counts the producer connections it handed
                 await self._answer(Ended(uid=peer.uid))
@@ -272,6 +265,9 @@ class RemoteCompatSockets:
 
     def count(self) -> float:
         return 0.0  # the listener's /metrics counts them, once
+
+    def layouts(self) -> frozenset[str]:
+        return compat_layouts()
 
     def stop(self) -> None:
         self.stopped = True  # the listener closes them as it drains
@@ -310,7 +306,7 @@ def main(argv: list[str]) -> int:
     parent = os.getppid()
     if parent == 1:  # the listener died before the line above took effect
         return 1
-    settings: DaemonSettings = pickle.loads(base64.b64decode(os.environ.pop(SETTINGS_ENV)))
+    settings = decode_settings(os.environ.pop(SETTINGS_ENV))
     logs.configure(settings.log_level)
     structlog.contextvars.bind_contextvars(worker=index)
     allocator.tune()

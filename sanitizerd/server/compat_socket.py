@@ -1,4 +1,5 @@
-"""Per-job sockets in msSanitizer's form: the front door of CANN's hook and injection libraries (I/O only).
+"""Per-job sockets in msSanitizer's form: the front door of CANN's hook and injection libraries (I/O only; the
+connections they accept become sessions in ``server.doors``).
 
 ``sanitizerd run`` asks for one over its control connection (``compat_listen``). The socket is what msSanitizer's
 launcher would have made for the run (reference §1.9): a Unix socket in the ABSTRACT namespace named
@@ -29,7 +30,6 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 import structlog
-from anyio.abc import SocketAttribute, SocketStream
 
 from sanitizerd.protocol import messages as m
-from sanitizerd.sessions.admission import Connections
+from sanitizerd.server.accept import accept_forever, peer_credentials
+from sanitizerd.server.admission import Connections
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
@@ -53,17 +53,18 @@ NAME_PREFIX = "/tmp/msop_connect."
 # Seconds forward a name may be stamped when the one for now is taken (the same pid asked twice within a second,
 # or another process holds that name): the name stays in msSanitizer's form, and the run exports the one it got.
 NAME_TRIES = 30
-# accept() failures that pass once connections close or memory frees: back off and retry, never end the daemon.
-# (The daemon's main socket sorts its failures with these too.)
-ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-# A connection that ended before it was accepted: nothing to do.
-ACCEPT_SKIP_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
-ACCEPT_BACKOFF = (0.01, 1.0)  # first and longest pause after a failed accept, doubling in between
 BACKLOG = 128  # one job's processes connect at start-up; the kernel caps it at somaxconn
 
 # (accepted connection, its peer, the job, the wire layout): serves one accepted connection to its end (closing it).
 # The connection is a plain socket, nothing read from it yet: the listener of worker processes hands it on whole.
 Serve = Callable[[socket.socket, Peer, str, str], Awaitable[None]]
+
+
+def compat_layouts() -> frozenset[str]:
+    """The names of msSanitizer's wire layouts this daemon speaks (``sanitizerd.compat.wire.LAYOUTS``)."""
+    from sanitizerd.compat import wire  # the compat package is loaded only by a daemon asked for a compat socket
+
+    return frozenset(wire.LAYOUTS)
 
 
 def socket_name(pid: int, when: float) -> str:
@@ -90,16 +91,6 @@ def bind_abstract(name: str) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-def peer_credentials(stream: SocketStream | socket.socket) -> Peer:
-    """The connected process's pid, uid and gid (SO_PEERCRED), or an unknown peer (uid -1) if they cannot be read."""
-    try:
-        raw: socket.socket = stream if isinstance(stream, socket.socket) else stream.extra(SocketAttribute.raw_socket)
-        pid, uid, gid = struct.unpack("3i", raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        return Peer(pid, uid, gid)
-    except (OSError, AttributeError):
-        return Peer()
 
 
 class CompatStream(MessageStream):
@@ -158,6 +149,9 @@ class CompatSockets:
 
     def count(self) -> float:
         return float(len(self.open))
+
+    def layouts(self) -> frozenset[str]:
+        return compat_layouts()
 
     def stop(self) -> None:
         """Drain or stop: every socket closes, and no new one is opened (sessions already in run on)."""
@@ -291,28 +285,15 @@ class CompatSockets:
             log.info("compat socket closed", job=listening.job, name=listening.name)
 
     async def _accept_loop(self, sock: socket.socket, listening: _Listening, layout: str) -> None:
-        """Accepted on the bare socket (an anyio stream would begin reading it into a buffer of its own)."""
-        pause = ACCEPT_BACKOFF[0]
-        while True:
-            await anyio.wait_readable(sock)
-            try:
-                conn, _address = sock.accept()
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                code = exc.errno
-                if code in ACCEPT_SKIP_ERRNOS:
-                    continue
-                if code not in ACCEPT_RETRY_ERRNOS:  # the socket itself failed: this one ends, no more
-                    log.error("compat socket failed", job=listening.job, detail=repr(exc))
-                    return
-                # out of fds or memory: as on the main socket, back off (doubling) and try again
-                self.hub.metrics.accept_errors.labels(errno.errorcode[code]).inc()
-                await anyio.sleep(pause)
-                pause = min(pause * 2, ACCEPT_BACKOFF[1])
-                continue
-            pause = ACCEPT_BACKOFF[0]
-            self._admit(conn, listening, layout)
+        try:
+            await accept_forever(
+                sock,
+                lambda conn: self._admit(conn, listening, layout),
+                errors=self.hub.metrics.accept_errors,
+                context=lambda: {"job": listening.job, "name": listening.name},
+            )
+        except OSError as exc:  # the socket itself failed: this one ends, no more
+            log.error("compat socket failed", job=listening.job, detail=repr(exc))
 
     @staticmethod
     async def _until_gone(listening: _Listening) -> None:
