@@ -86,9 +86,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("sanitizerd.sessions.hub", "sanitizerd.compat_socket"): (
         "hub/admission/compat_socket circle: the hub keeps the msSanitizer sockets (TYPE_CHECKING import)"
     ),
-    ("sanitizerd.detectors._block_proofs", "sanitizerd.detectors.racecheck"): (
-        "racecheck/_block_proofs circle: the proofs take racecheck's Kernel (TYPE_CHECKING import)"
-    ),
     ("client_shim.client", "client_shim.attach"): "client/attach circle: connect() imports attach late",
     ("sanitizerd.findings.store", "sanitizerd.protocol.messages"): "the store takes SessionInfo from the wire",
     ("sanitizerd.findings.postgres", "sanitizerd.protocol.messages"): "the store takes SessionInfo from the wire",
