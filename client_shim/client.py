@@ -10,7 +10,6 @@ an inherited client transparently opens its own session.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
 import queue
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from client_shim.record_buffer import hold
-from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, Refused, explicit_socket
+from client_shim.transport import JOB_ENV, ClientError, FrameSocket, Refused, explicit_socket
 from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import block_keys
@@ -601,19 +600,3 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def connect(**kwargs: object) -> Client:
-    """Connect with the environment ``sanitizerd run`` sets (socket, job), closing at interpreter exit. A process
-    that attached at start-up (``client_shim.attach``) gets that client: one session per process."""
-    from client_shim import attach
-
-    if attach.enabled() and "socket_path" not in kwargs:
-        attached = attach.client(**kwargs)  # in a forked child it opens a session of its own when it first sends
-        if attached is not None:
-            return attached
-    if SOCKET_ENV not in os.environ and "socket_path" not in kwargs:
-        raise ClientError(f"{SOCKET_ENV} is not set: run the program under `sanitizerd run`, or pass socket_path")
-    client = Client(**kwargs)  # type: ignore[arg-type]
-    atexit.register(client.close)
-    return client

@@ -86,7 +86,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("sanitizerd.sessions.hub", "sanitizerd.compat_socket"): (
         "hub/admission/compat_socket circle: the hub keeps the msSanitizer sockets (TYPE_CHECKING import)"
     ),
-    ("client_shim.client", "client_shim.attach"): "client/attach circle: connect() imports attach late",
     ("sanitizerd.findings.store", "sanitizerd.protocol.messages"): "the store takes SessionInfo from the wire",
     ("sanitizerd.findings.postgres", "sanitizerd.protocol.messages"): "the store takes SessionInfo from the wire",
     ("sanitizerd.sessions.control", "sanitizerd.compat.wire"): "the control pump reaches into msSanitizer's wire",
