@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from sanitizerd.cli.control import ControlClient
 from sanitizerd.compat_socket import SUN_PATH, abstract_address, socket_name
+from sanitizerd.control_client import ControlClient
 from sanitizerd.protocol import messages as m
 from tests.conftest import TEST_WORKERS, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.other_uid import NOBODY

@@ -73,7 +73,6 @@ FORBIDDEN: dict[tuple[str, str], str] = {
 
 # (importer module, imported module) -> why it is wrong; each goes when its import does.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("sanitizerd.api", "sanitizerd.cli.control"): "api climbs into the cli for the control client",
     ("sanitizerd.compat.convert.bounds", "sanitizerd.detectors._patterns"): (
         "compat borrows detectors' private pattern helpers; they belong below both"
     ),
