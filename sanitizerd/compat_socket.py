@@ -142,6 +142,14 @@ class _Listening:
     running: bool = False  # its accept task has begun: from then on, that task gives back its slot, name, socket
 
 
+def known_layouts() -> frozenset[str]:
+    """The names of msSanitizer's wire layouts this daemon's sockets speak (``sanitizerd.compat.wire.LAYOUTS``):
+    asked of the sockets, so that the control pump in sessions/ needs nothing of msSanitizer's wire."""
+    from sanitizerd.compat import wire  # the compat package is loaded only by a daemon asked for a compat socket
+
+    return frozenset(wire.LAYOUTS)
+
+
 class CompatSockets:
     """Every compat socket the daemon holds, with their bounds. ``serve`` runs an accepted connection (in
     ``sessions``, the daemon's task group, so a session outlives the socket that let it in)."""
@@ -158,6 +166,9 @@ class CompatSockets:
 
     def count(self) -> float:
         return float(len(self.open))
+
+    def layouts(self) -> frozenset[str]:
+        return known_layouts()
 
     def stop(self) -> None:
         """Drain or stop: every socket closes, and no new one is opened (sessions already in run on)."""

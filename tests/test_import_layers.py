@@ -85,7 +85,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("sanitizerd.sessions.hub", "sanitizerd.compat_socket"): (
         "hub/admission/compat_socket circle: the hub keeps the msSanitizer sockets (TYPE_CHECKING import)"
     ),
-    ("sanitizerd.sessions.control", "sanitizerd.compat.wire"): "the control pump reaches into msSanitizer's wire",
 }
 
 

@@ -36,13 +36,6 @@ log = structlog.get_logger("sanitizerd.control")
 SESSIONS_LISTED = 1000  # ended sessions a sessions or jobs reply lists (the newest of those the client may read)
 
 
-def compat_layouts() -> frozenset[str]:
-    """The names of msSanitizer's wire layouts this daemon speaks (``sanitizerd.compat.wire.LAYOUTS``)."""
-    from sanitizerd.compat import wire  # the compat package is loaded only by a daemon asked for a compat socket
-
-    return frozenset(wire.LAYOUTS)
-
-
 async def serve_control(
     hub: Hub, stream: MessageStream, peer: Peer, *, handled: Callable[[], None] = lambda: None
 ) -> None:
@@ -96,7 +89,7 @@ async def serve_control(
             why = "this daemon serves no msSanitizer-form sockets"
             hub.note_refusal("shutdown", why, what="compat socket refused", job=request.job, uid=access.uid)
             return m.CompatListening(job=request.job, reason="shutdown", message=why)
-        known = compat_layouts()
+        known = sockets.layouts()  # asked of the sockets, which speak msSanitizer's wire: sessions know none of it
         if request.layout not in known:
             why = (
                 f"msSanitizer's wire layout {request.layout!r} is not one this daemon speaks "

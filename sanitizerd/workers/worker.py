@@ -25,7 +25,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import generate_latest
 
 from sanitizerd import __version__, allocator, fds, logs
-from sanitizerd.compat_socket import peer_credentials
+from sanitizerd.compat_socket import known_layouts, peer_credentials
 from sanitizerd.daemon import Daemon, DaemonSettings, _peer_credentials, open_store
 from sanitizerd.findings.store import Store
 from sanitizerd.protocol import Connection, Role
@@ -272,6 +272,9 @@ class RemoteCompatSockets:
 
     def count(self) -> float:
         return 0.0  # the listener's /metrics counts them, once
+
+    def layouts(self) -> frozenset[str]:
+        return known_layouts()  # the listener's sockets speak the same package's layouts: not asked over the channel
 
     def stop(self) -> None:
         self.stopped = True  # the listener closes them as it drains
