@@ -14,7 +14,6 @@ import itertools
 import os
 import queue
 import socket
-import struct
 import threading
 import time
 import weakref
@@ -31,10 +30,6 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import block_keys
 
 _STOP = object()
-# The message a batch frame's records follow: an empty bin (0xc4 0x00) made a bin 32 of the records' length.
-_EMPTY_BIN = b"\xc4\x00"
-_BIN32 = struct.Struct(">BI")
-_PREFIX = struct.Struct("<I")
 # Sent frames kept for framing the next ones: a batch framed in a fresh bytearray of megabytes costs a page fault
 # per 4 KiB, more than the copy itself.
 SPARE_FRAMES = 4
@@ -384,10 +379,7 @@ class Client:
         """Send a batch with no copy of ours: the frame's head and the records from the caller's array, written here
         or, behind queued frames, by the sender; this returns once the kernel has taken them (the caller may then
         reuse the array). Only once the resume log is given up: a kept frame must own its bytes."""
-        head = self._socket.frame(m.Events(kernel=kernel, records=memoryview(b"")))
-        assert head[-2:] == _EMPTY_BIN  # records are the message's last field
-        head[-2:] = _BIN32.pack(0xC6, records.nbytes)
-        _PREFIX.pack_into(head, 0, len(head) - _PREFIX.size + records.nbytes)
+        head = self._socket.events_head(kernel, records.nbytes)
         with self._io:
             # Nothing queued or being written (callers hold _order, so none is queued meanwhile): write it here,
             # without two thread switches.
