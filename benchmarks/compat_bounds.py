@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sanitizerd.cli.control import ControlClient
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import CONVERTERS
 from sanitizerd.compat.records.numbering import record_table
+from sanitizerd.control_client import ControlClient
 from sanitizerd.protocol import messages as m
 from tests import compat_model as cm
 from tests.conftest import wait_for_socket

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from sanitizerd.cli.control import ControlClient
+from sanitizerd.control_client import ControlClient
 from sanitizerd.findings.model import make_finding
 from sanitizerd.findings.store import FindingsStore
 from sanitizerd.protocol import messages as m

@@ -54,7 +54,7 @@ from client_shim.client import Client
 from client_shim.events import BlockType, EventKind, Pipe, Space, accesses
 from client_shim.transport import SEND_BUFFER, ClientError
 from sanitizerd.chips import CHIPS
-from sanitizerd.cli.control import ControlClient
+from sanitizerd.control_client import ControlClient
 from sanitizerd.protocol import EVENT_DTYPE
 from sanitizerd.protocol import messages as m
 

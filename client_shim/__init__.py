@@ -9,7 +9,8 @@ client.kernel_end(k); client.wait_kernel(k)
 client.close()
 """
 
-from client_shim.client import Client, connect
+from client_shim.attach import connect
+from client_shim.client import Client
 from client_shim.events import (
     EVENT_DTYPE,
     BlockType,

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from client_shim.client import Client
-from client_shim.transport import JOB_ENV, ClientError
+from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError
 
 ATTACH_ENV = "SANITIZERD_ATTACH"
 PTH_NAME = "sanitizerd-attach.pth"
@@ -177,6 +177,21 @@ def client(**overrides: object) -> Client | None:
             return None
         atexit.register(_close)
         return _client
+
+
+def connect(**kwargs: object) -> Client:
+    """Connect with the environment ``sanitizerd run`` sets (socket, job), closing at interpreter exit. A process
+    that attached at start-up gets that client: one session per process. It lives here, above ``Client``, because it
+    asks attach first (issue 27: client.py imports nothing of attach)."""
+    if enabled() and "socket_path" not in kwargs:
+        attached = client(**kwargs)  # in a forked child it opens a session of its own when it first sends
+        if attached is not None:
+            return attached
+    if SOCKET_ENV not in os.environ and "socket_path" not in kwargs:
+        raise ClientError(f"{SOCKET_ENV} is not set: run the program under `sanitizerd run`, or pass socket_path")
+    new = Client(**kwargs)  # type: ignore[arg-type]
+    atexit.register(new.close)
+    return new
 
 
 def attached() -> Client | None:

@@ -10,12 +10,10 @@ an inherited client transparently opens its own session.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
 import queue
 import socket
-import struct
 import threading
 import time
 import weakref
@@ -26,16 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from client_shim.record_buffer import hold
-from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, FrameSocket, Refused, explicit_socket
+from client_shim.transport import JOB_ENV, ClientError, FrameSocket, Refused, explicit_socket
 from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.records import block_keys
 
 _STOP = object()
-# The message a batch frame's records follow: an empty bin (0xc4 0x00) made a bin 32 of the records' length.
-_EMPTY_BIN = b"\xc4\x00"
-_BIN32 = struct.Struct(">BI")
-_PREFIX = struct.Struct("<I")
 # Sent frames kept for framing the next ones: a batch framed in a fresh bytearray of megabytes costs a page fault
 # per 4 KiB, more than the copy itself.
 SPARE_FRAMES = 4
@@ -385,10 +379,7 @@ class Client:
         """Send a batch with no copy of ours: the frame's head and the records from the caller's array, written here
         or, behind queued frames, by the sender; this returns once the kernel has taken them (the caller may then
         reuse the array). Only once the resume log is given up: a kept frame must own its bytes."""
-        head = self._socket.frame(m.Events(kernel=kernel, records=memoryview(b"")))
-        assert head[-2:] == _EMPTY_BIN  # records are the message's last field
-        head[-2:] = _BIN32.pack(0xC6, records.nbytes)
-        _PREFIX.pack_into(head, 0, len(head) - _PREFIX.size + records.nbytes)
+        head = self._socket.events_head(kernel, records.nbytes)
         with self._io:
             # Nothing queued or being written (callers hold _order, so none is queued meanwhile): write it here,
             # without two thread switches.
@@ -601,19 +592,3 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def connect(**kwargs: object) -> Client:
-    """Connect with the environment ``sanitizerd run`` sets (socket, job), closing at interpreter exit. A process
-    that attached at start-up (``client_shim.attach``) gets that client: one session per process."""
-    from client_shim import attach
-
-    if attach.enabled() and "socket_path" not in kwargs:
-        attached = attach.client(**kwargs)  # in a forked child it opens a session of its own when it first sends
-        if attached is not None:
-            return attached
-    if SOCKET_ENV not in os.environ and "socket_path" not in kwargs:
-        raise ClientError(f"{SOCKET_ENV} is not set: run the program under `sanitizerd run`, or pass socket_path")
-    client = Client(**kwargs)  # type: ignore[arg-type]
-    atexit.register(client.close)
-    return client

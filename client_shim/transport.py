@@ -125,6 +125,11 @@ class FrameSocket:
         with self._lock:
             return self.connection.send(message, into)
 
+    def events_head(self, kernel: int, records_size: int) -> bytearray:
+        """An events batch's frame up to its records (``Connection.send_events_head``): the caller sends them after."""
+        with self._lock:
+            return self.connection.send_events_head(kernel, records_size)
+
     def send(self, message: m.Message) -> None:
         self.sendall(self.frame(message))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from client_shim.transport import ClientError
-from sanitizerd.cli.control import ControlClient
+from sanitizerd.control_client import ControlClient
 from sanitizerd.findings.model import KINDS, Finding, kinds_named
 from sanitizerd.findings.store import StoreUnavailable
 from sanitizerd.protocol import ProtocolError

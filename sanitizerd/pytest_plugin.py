@@ -33,8 +33,8 @@ from sanitizerd.protocol import messages as m
 if TYPE_CHECKING:
     from collections.abc import Generator
 
-    from sanitizerd.cli.control import ControlClient
     from sanitizerd.cli.run import EmbeddedDaemon
+    from sanitizerd.control_client import ControlClient
 
 _FOUND = pytest.StashKey["Found"]()
 # How long closing a client the tests left open may take: its leak checks run then, and take milliseconds; a client
@@ -92,8 +92,8 @@ class Checker:
 
     def _control(self) -> ControlClient:
         """A control connection of the test's own: a job registered on it lives as long as it does."""
-        from sanitizerd.cli.control import ControlClient
         from sanitizerd.cli.run import EmbeddedDaemon
+        from sanitizerd.control_client import ControlClient
 
         if self.embedded is not None:
             return self.embedded.connect()

@@ -275,8 +275,8 @@ def test_the_issue_records_end_with_a_named_refusal_within_seconds(short_dir: Pa
     launch is answered within seconds, its verdict says which record was refused and why (one internal_error per
     launch, not a flood of findings), the refusals are counted in sanitizerd_compat_records_refused_total, and the
     daemon's peak RSS stays within DAEMON_RSS_BOUND."""
-    from sanitizerd.cli.control import ControlClient
     from sanitizerd.compat import wire
+    from sanitizerd.control_client import ControlClient
     from sanitizerd.protocol import messages as m
     from tests.conftest import sanitizerd, start_daemon, stop_daemon
     from tests.test_compat_socket import connect, listen, recv_exactly, wait_until

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sanitizerd.cli.control import ControlClient
+from sanitizerd.control_client import ControlClient
 from sanitizerd.protocol import messages as m
 from sanitizerd.server.compat_socket import SUN_PATH, abstract_address, socket_name
 from tests.conftest import TEST_WORKERS, RunningDaemon, sanitizerd, start_daemon, stop_daemon

@@ -259,7 +259,7 @@ raise SystemExit(os.waitstatus_to_exitcode(status))
 
 def test_control_hello_gets_welcome(daemon: RunningDaemon) -> None:
     """A control connection is welcomed with session 0 and may query at once."""
-    from sanitizerd.cli.control import ControlClient
+    from sanitizerd.control_client import ControlClient
 
     with ControlClient(daemon.socket) as control:
         reply = control.request(m.QueryFindings(job="nobody"))

@@ -20,8 +20,8 @@ from typing import IO
 import pytest
 
 from client_shim import Client, EventKind, Space, accesses
-from sanitizerd.cli.control import ControlClient
 from sanitizerd.cli.query import parse_since
+from sanitizerd.control_client import ControlClient
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.messages import Config
 from tests import other_uid

@@ -33,7 +33,7 @@ import pytest
 
 from client_shim import Client, EventKind, Pipe, Space, accesses, syncs
 from client_shim.transport import ClientError
-from sanitizerd.cli.control import ControlClient
+from sanitizerd.control_client import ControlClient
 from sanitizerd.findings.model import make_finding
 from sanitizerd.findings.store import FindingsStore
 from sanitizerd.protocol import messages as m

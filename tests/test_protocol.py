@@ -512,6 +512,31 @@ class TestEventsBatch:
         assert pair.server.next_event() == m.KernelEnd(kernel=1)
         assert decoded.tobytes() == events.tobytes()
 
+    @pytest.mark.parametrize("count", [0, 1, 5, 4096])
+    def test_head_then_records_is_the_whole_frame(self, count: int) -> None:
+        """A batch's head (send_events_head) followed by its records parses as the Events message itself, whatever
+        its size: the client sends the records from its own array, after the head."""
+        events = np.resize(sample_events(), count)
+        pair = ready_pair()
+        head = pair.client.send_events_head(3, events.nbytes)
+        pair.server.receive_data(bytes(head) + events.tobytes())
+        received = pair.server.next_event()
+        assert isinstance(received, m.Events)
+        assert received.kernel == 3
+        assert bytes(received.records) == events.tobytes()
+        assert pair.server.next_event() is NEED_DATA
+
+    def test_head_is_checked_as_the_message(self) -> None:
+        """A head is refused where its batch would be: a size that is not whole records, or before the handshake;
+        and the refusal leaves the connection as it was."""
+        pair = ready_pair()
+        with pytest.raises(LocalProtocolError) as refused:
+            pair.client.send_events_head(1, EVENT_DTYPE.itemsize + 1)
+        assert refused.value.reason == "bad_batch"
+        assert pair.client.state is State.READY
+        with pytest.raises(LocalProtocolError):
+            Connection(Role.CLIENT).send_events_head(1, 0)
+
 
 class TestStateRules:
     def test_nothing_before_hello_client_side(self) -> None:

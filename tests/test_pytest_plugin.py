@@ -15,7 +15,7 @@ import pytest
 
 from client_shim import Client, EventKind, Space, accesses
 from sanitizerd import api
-from sanitizerd.cli.control import ControlClient
+from sanitizerd.control_client import ControlClient
 from sanitizerd.protocol.messages import Config, QuerySessions, Sessions
 from tests.conftest import RunningDaemon, program_env
 

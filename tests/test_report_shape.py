@@ -140,7 +140,7 @@ class TestSampleRacecheck:
             SAMPLE_EVENTS
             + textwrap.dedent(
                 f"""
-                from client_shim.client import connect
+                from client_shim.attach import connect
 
                 client = connect()
                 client.device_summary("Ascend910B1")

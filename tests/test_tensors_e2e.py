@@ -16,7 +16,7 @@ import pytest
 
 import client_shim
 from client_shim.events import EventKind, Space, accesses, tensors
-from sanitizerd.cli.control import ControlClient
+from sanitizerd.control_client import ControlClient
 from sanitizerd.protocol import messages as m
 from tests import compat_model as cm
 from tests.conftest import ROOT, RunningDaemon, program_env, sanitizerd

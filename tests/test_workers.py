@@ -223,7 +223,7 @@ def test_a_control_connection_asks_the_listener_then_watches_in_the_jobs_worker(
     """Queries answered by the listener first, then a watch that moves the connection to the job's worker: the
     answers keep their order, and the watch sees the job's findings and its end."""
     from client_shim import EventKind, Space, accesses
-    from sanitizerd.cli.control import ControlClient
+    from sanitizerd.control_client import ControlClient
     from sanitizerd.protocol import messages as m
 
     daemon = start_daemon(short_dir, workers=WORKERS)

@@ -29,9 +29,9 @@ from client_shim.attach import ATTACH_ENV, hook_dir
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
 from sanitizerd import __version__
 from sanitizerd.cli import hooks
-from sanitizerd.cli.control import ControlClient
 from sanitizerd.cli.options import PREFIX, RunOptions, UsageError, parse_run_args, run_help
 from sanitizerd.cli.savefile import SaveWriter
+from sanitizerd.control_client import ControlClient
 from sanitizerd.findings.checked import CheckedKernel
 from sanitizerd.findings.junit import render_junit
 from sanitizerd.findings.model import ERROR, WARNING, Finding

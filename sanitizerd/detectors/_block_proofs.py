@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -50,8 +50,15 @@ from sanitizerd.detectors._race_columns import HeldColumns, Span, Stretch
 from sanitizerd.detectors._rendezvous import match_cross
 from sanitizerd.protocol.records import Space
 
-if TYPE_CHECKING:
-    from sanitizerd.detectors.racecheck import Kernel
+
+class Kernel(Protocol):
+    """What a proof reads of a span's check (a ``racecheck.Kernel`` over the span alone). Declared here, not
+    imported, because racecheck imports this module: the proofs sit below the detector (issue 27: no circle)."""
+
+    model: Model
+    access: np.ndarray  # the accesses, sorted by block
+    ext: np.ndarray  # their extents, as _patterns.ranges takes them
+    write: np.ndarray  # which of them write
 
 
 _ALIKE_KEPT = 16  # proofs kept for spans alike up to their GM offset, per launch

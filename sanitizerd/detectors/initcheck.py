@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.detectors import register
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import extents, ranges
@@ -31,6 +30,7 @@ from sanitizerd.detectors._runs import (
 )
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.registry import register
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import BlockType, EventKind, Space

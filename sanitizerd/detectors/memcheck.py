@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sanitizerd.detectors import register
 from sanitizerd.detectors._batches import BatchFields
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
@@ -33,6 +32,7 @@ from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.registry import register
 from sanitizerd.findings.model import Finding
 from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import EventKind, Space

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.detectors import register
 from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, SpanColumns, Stretch, joined, rank_among
@@ -35,6 +34,7 @@ from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, den
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, OverBudget, TrialAccount
+from sanitizerd.detectors.registry import register
 from sanitizerd.findings.model import Finding, RaceAccess
 from sanitizerd.protocol.messages import HostOp
 from sanitizerd.protocol.records import (

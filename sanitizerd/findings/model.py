@@ -151,3 +151,28 @@ def kinds_named(kinds: list[str], severity: str) -> set[str] | None:
     if severity == ERROR:
         selected = {kind for kind in selected if KINDS.get(kind) == ERROR}
     return selected
+
+
+class SessionInfo(msgspec.Struct, kw_only=True):
+    """One session as the store keeps it and the control wire sends it (``Sessions``): it lives on the ground floor
+    so that the stores need nothing of the wire (issue 27)."""
+
+    session: int
+    job: str
+    pid: int
+    uid: int = -1
+    host: str = ""
+    tool: str = ""
+    device: int = -1
+    rank: int = -1
+    state: str = "live"  # live | ended
+    end_reason: str = ""
+    started: float = 0.0
+    ended: float = 0.0
+    kernels: int = 0
+    events: int = 0
+    findings: int = 0
+    signatures: int = 0  # sdccheck signatures received: none sent is not the same as clean
+    gid: int = -1
+    unstored: int = 0  # findings the store could not keep (a full disk, its size limit)
+    suppressed: int = 0  # of ``findings``, those a suppression rule hid

@@ -22,8 +22,7 @@ from typing import Any
 
 import msgspec
 
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import SessionInfo
+from sanitizerd.findings.model import Finding, SessionInfo
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (

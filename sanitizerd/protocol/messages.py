@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from sanitizerd.findings.model import MAX_SUPPRESSIONS, Finding, Suppression
+from sanitizerd.findings.model import MAX_SUPPRESSIONS, Finding, SessionInfo, Suppression
 
 PROTOCOL_VERSION = 1
 
@@ -330,28 +330,6 @@ class Findings(Message, tag="findings"):
 
     findings: list[Finding]
     next: int = 0
-
-
-class SessionInfo(msgspec.Struct, kw_only=True):
-    session: int
-    job: str
-    pid: int
-    uid: int = -1
-    host: str = ""
-    tool: str = ""
-    device: int = -1
-    rank: int = -1
-    state: str = "live"  # live | ended
-    end_reason: str = ""
-    started: float = 0.0
-    ended: float = 0.0
-    kernels: int = 0
-    events: int = 0
-    findings: int = 0
-    signatures: int = 0  # sdccheck signatures received: none sent is not the same as clean
-    gid: int = -1
-    unstored: int = 0  # findings the store could not keep (a full disk, its size limit)
-    suppressed: int = 0  # of ``findings``, those a suppression rule hid
 
 
 class QuerySessions(Message, tag="query_sessions"):

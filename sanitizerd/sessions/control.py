@@ -89,7 +89,7 @@ async def serve_control(
             why = "this daemon serves no msSanitizer-form sockets"
             hub.note_refusal("shutdown", why, what="compat socket refused", job=request.job, uid=access.uid)
             return m.CompatListening(job=request.job, reason="shutdown", message=why)
-        known = sockets.layouts()
+        known = sockets.layouts()  # asked of the sockets, which speak msSanitizer's wire: sessions know none of it
         if request.layout not in known:
             why = (
                 f"msSanitizer's wire layout {request.layout!r} is not one this daemon speaks "

@@ -111,7 +111,7 @@ class Pool:
         self.stopping = False
         self._asks = itertools.count(1)
         self._answers: dict[int, tuple[anyio.Event, list[Any]]] = {}
-        # The listener's msSanitizer-form sockets (sanitizerd.compat_socket): opened for a worker's control
+        # The listener's msSanitizer-form sockets (sanitizerd.server.compat_socket): opened for a worker's control
         # connection (the worker's channel is its holder), closed when that connection ends, orphaned (kept open
         # for the hooks, and for the run to adopt) when the worker dies.
         self.open_compat: Callable[[OpenCompat, Channel], Awaitable[m.CompatListening]] | None = None

@@ -254,7 +254,7 @@ class WorkerDaemon(Daemon):
 
 
 class RemoteCompatSockets:
-    """A worker's side of the msSanitizer-form sockets, which the listener holds (``sanitizerd.compat_socket``):
+    """A worker's side of the msSanitizer-form sockets, which the listener holds (``sanitizerd.server.compat_socket``):
     a control connection's compat_listen is asked of the listener, and the socket is closed again when that
     connection ends. When this worker dies the listener keeps it: its hooks may connect again, and its run, which
     asks again on the new worker, adopts it."""

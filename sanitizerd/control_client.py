@@ -1,4 +1,5 @@
-"""The CLI's side of a control connection to the daemon."""
+"""The client side of a control connection to the daemon: the cli, api and the pytest plugin all speak through it,
+so it sits below them (issue 27)."""
 
 from __future__ import annotations
 
