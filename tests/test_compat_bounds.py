@@ -28,9 +28,8 @@ from sanitizerd.compat.records.convert.bounds import (
 )
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.compat.records.types import RecordType
-from sanitizerd.detectors._patterns import extents
-from sanitizerd.detectors._runs import piece_counts
 from sanitizerd.metrics import REFUSED_REASONS
+from sanitizerd.protocol.patterns import extents, piece_counts
 from sanitizerd.protocol.records import EventKind
 from tests import compat_model as cm
 

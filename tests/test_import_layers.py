@@ -72,12 +72,6 @@ FORBIDDEN: dict[tuple[str, str], str] = {
 
 # (importer module, imported module) -> why it is wrong; each goes when its import does.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("sanitizerd.compat.records.convert.bounds", "sanitizerd.detectors._patterns"): (
-        "compat borrows detectors' private pattern helpers; they belong below both"
-    ),
-    ("sanitizerd.compat.records.convert.bounds", "sanitizerd.detectors._runs"): (
-        "compat borrows detectors' private run helpers; they belong below both"
-    ),
 }
 
 

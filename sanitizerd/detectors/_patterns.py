@@ -9,47 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.protocol.patterns import extents
+
+__all__ = ["ADDRESS_LIMIT", "ends", "expand", "extents", "first_misaligned", "ranges"]
+
 _U64 = np.uint64
 # GM addresses are 48-bit (msSanitizer's 0xFFFFFFFFFFFF mask); anything past this is outside every range.
 ADDRESS_LIMIT = 1 << 48
-_SATURATE = 1 << 62
-
-
-def extents(events: np.ndarray) -> np.ndarray:
-    """Bytes from the first to one past the last byte each access touches; 0 for an empty access."""
-    repeat, block_num = events["repeat"], events["block_num"]
-    block_size = events["block_size"]
-    block_stride = events["block_stride"]
-    if events.size and int(repeat.max()) <= 1 and int(block_stride.max()) <= 1:
-        # One row each, of adjacent blocks (a DataCopy of a tile) or of one block repeated in place (stride 0, as
-        # sync events carry): block_num x block_size or block_size, which fit 48 bits; a repeat of 0 is empty.
-        if int(block_stride.min()) == 0:
-            block_num = np.where(block_stride == 0, np.minimum(block_num, 1), block_num)
-        ext = block_num.astype(_U64)
-        ext *= block_size
-        if int(repeat.min()) == 0:
-            ext[repeat == 0] = 0
-        return ext
-    # In place, from the 16-bit fields: this runs over every event of every batch.
-    units = np.maximum(repeat, 1).astype(_U64)
-    units -= _U64(1)
-    units *= events["repeat_stride"]
-    blocks = np.maximum(block_num, 1).astype(_U64)
-    blocks -= _U64(1)
-    blocks *= block_stride
-    units += blocks
-    units += _U64(1)
-    if events.size and int(units.max()) * int(block_size.max()) >= _SATURATE:
-        # Only hostile or corrupt records get here; saturate instead of wrapping round.
-        span = np.minimum(units.astype(np.float64) * block_size, float(_SATURATE))
-        ext = span.astype(_U64)
-    else:
-        ext = units
-        ext *= block_size
-    empty = np.minimum(repeat, block_num) == 0
-    if empty.any():
-        ext[empty] = 0
-    return ext
 
 
 def ends(addresses: np.ndarray, ext: np.ndarray) -> np.ndarray:

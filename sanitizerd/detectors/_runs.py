@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.protocol.patterns import pattern_shape, piece_counts
 
 _U64 = np.uint64
 _MAX = np.iinfo(np.uint64).max
@@ -92,34 +93,6 @@ def line_counts(events: np.ndarray, ext: np.ndarray) -> np.ndarray:
     return np.where(scattered, np.minimum(rows, block_num), 1)
 
 
-def _shape(events: np.ndarray, ext: np.ndarray, index: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """Per access (of ``events[index]`` when given), as ``_patterns.expand`` classifies it: whether each row is one
-    range, a row's length in bytes, and whether the whole access is one range. Fields are gathered one by one:
-    numpy copies a structured selection field by field, several times slower."""
-
-    def field(name: str) -> np.ndarray:
-        return events[name] if index is None else events[name][index]
-
-    block_num = field("block_num").astype(np.int64)
-    block_stride = field("block_stride").astype(np.int64)
-    block_size = field("block_size").astype(_U64)
-    row_is_range = (block_num <= 1) | (block_stride <= 1)
-    row_length = np.where((block_num <= 1) | (block_stride == 0), block_size, block_num.astype(_U64) * block_size)
-    repeat_bytes = field("repeat_stride").astype(_U64) * block_size
-    extent = ext if index is None else ext[index]
-    dense = (row_is_range & ((field("repeat") <= 1) | (repeat_bytes <= row_length))) | (extent == 0)
-    return row_is_range, row_length, dense
-
-
-def piece_counts(events: np.ndarray, ext: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
-    """Pieces each access (of ``events[index]`` when given) lists, coinciding blocks counted each time: what
-    ``_patterns.ranges`` would allocate."""
-    row_is_range, _, dense = _shape(events, ext, index)
-    repeat = (events["repeat"] if index is None else events["repeat"][index]).astype(np.int64)
-    block_num = (events["block_num"] if index is None else events["block_num"][index]).astype(np.int64)
-    return np.where(dense, 1, np.where(row_is_range, repeat, repeat * block_num))
-
-
 def lists_few_pieces(events: np.ndarray, ext: np.ndarray, index: np.ndarray, limit: int) -> bool:
     """Whether the accesses at ``index`` list at most ``limit`` pieces in all: the common case, where they are
     listed at once. An upper bound settles most batches without the exact count, whose field reads over every
@@ -156,7 +129,7 @@ def runs(events: np.ndarray, ext: np.ndarray) -> Runs:
     block_stride = events["block_stride"].astype(np.int64)
     repeat = events["repeat"].astype(np.int64)
     repeat_stride = events["repeat_stride"].astype(np.int64)
-    row_is_range, row_length, dense = _shape(events, ext)
+    row_is_range, row_length, dense = pattern_shape(events, ext)
     parts: list[Runs] = []
     simple = np.flatnonzero(row_is_range | dense)
     if simple.size:
