@@ -7,6 +7,8 @@ connection handler; cancelling it (SIGTERM, SIGINT) ends them all, each through 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -17,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar, final
 
 import anyio
 import anyio.abc
@@ -33,7 +35,8 @@ from sanitizerd.server.accept import accept_forever, peer_credentials
 from sanitizerd.server.admission import Connections
 from sanitizerd.server.compat_socket import CompatSockets
 from sanitizerd.server.doors import Doors, Reception
-from sanitizerd.sessions.hub import RETENTION_INTERVAL, Hub, Limits, LiveView
+from sanitizerd.sessions.hub import RETENTION_INTERVAL, CompatSocketHolder, ControlHandoff, Hub, Limits, LiveView
+from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import UnfinishedBytes
 from sanitizerd.socket_file import (
     SOCKET_MODE,
@@ -144,22 +147,251 @@ def hold_sighup() -> None:
     signal.signal(signal.SIGHUP, lambda _signum, _frame: _sighup_held.set())
 
 
+class HeldCompatSockets(CompatSocketHolder, Protocol):
+    """The msSanitizer-form sockets as the process that serves them sees them: they stop when it drains."""
+
+    def stop(self) -> None:
+        """No new socket is opened, and those this process holds close (sessions already in run on)."""
+        ...
+
+
+class Front(Protocol):
+    """Where a process's connections come from, and who speaks for the daemon to the host: the socket clients find,
+    systemd, /metrics, the store's upkeep and the msSanitizer-form sockets (``SocketFront``: one process, or the
+    listener of workers), or the listener's channel (a worker: ``workers.worker.ChannelFront``)."""
+
+    notifier: Notifier  # a worker's says nothing: the listener speaks to systemd
+
+    def claim(self) -> None:
+        """Before the store opens: what start-up must fail on first (another daemon on the socket)."""
+        ...
+
+    def compat_sockets(self, hub: Hub, sessions: anyio.abc.TaskGroup, daemon: Daemon) -> HeldCompatSockets:
+        """The msSanitizer-form sockets of ``hub``, whose connections ``daemon`` serves in ``sessions``."""
+        ...
+
+    async def open(self, daemon: Daemon) -> None:
+        """Once the hub is open, before anything is served: the store kept, listening, not yet found by clients."""
+        ...
+
+    def keep(self, tg: anyio.abc.TaskGroup, hub: Hub) -> None:
+        """Start what keeps the daemon's shared state while it runs (the store's retention)."""
+        ...
+
+    async def found(self, tg: anyio.abc.TaskGroup) -> Path | None:
+        """Everything serves: let clients find this process (the socket file, systemd's watchdog, the listener)."""
+        ...
+
+    async def take(self, tg: anyio.abc.TaskGroup, daemon: Daemon) -> None:
+        """Connections into ``daemon``, until there are no more or the take is cancelled (the drain)."""
+        ...
+
+    async def aclose(self) -> None:
+        """No new connection comes (at the drain, and again at the end)."""
+        ...
+
+    def remove(self) -> None:
+        """What clients find this process by is gone (any thread: the stop's bound runs it too)."""
+        ...
+
+
+class Serving(Protocol):
+    """Who serves the sessions a process admits: its own hub (``OwnSessions``: one process, or a worker), or worker
+    processes behind it (``workers.listener.Listener``)."""
+
+    live_elsewhere: Callable[[], Awaitable[LiveView]] | None  # what other processes have live (the hub's)
+    handoff: ControlHandoff | None  # where a control connection goes at its first request about a job (the hub's)
+    stop_margin: float  # seconds past the drain timeout this process may take to end once it drains
+
+    def share(self, limits: Limits) -> Limits:
+        """This process's part of the host's ``limits`` as configured, at start and at each reload."""
+        ...
+
+    def close_abandoned(self, store: Store) -> int:
+        """At start, with no session live: close the sessions of this process's jobs that a dead one left open."""
+        ...
+
+    def reception(self, doors: Doors) -> Reception:
+        """How this process takes in what its front accepts, given its hub's doors."""
+        ...
+
+    async def start(self, tg: anyio.abc.TaskGroup, compat: HeldCompatSockets) -> None:
+        """What serves besides this process's own handlers, started before clients find it (the workers)."""
+        ...
+
+    def sessions(self, hub: Hub) -> int:
+        """Producer sessions served (read from the metrics thread)."""
+        ...
+
+    def busy(self, hub: Hub) -> str:
+        """Why a new session's kernels would wait ("" when they would not): every detector thread busy, a worker
+        starting. Read from the metrics thread."""
+        ...
+
+    async def drain(self, hub: Hub, notifier: Notifier) -> None:
+        """The live sessions get up to the drain timeout to finish and close; the rest end as "shutdown"."""
+        ...
+
+    def reloaded(self) -> None:
+        """SIGHUP was handled here (whether it changed anything or not): pass it on."""
+        ...
+
+
+@dataclass(slots=True)
+class OwnSessions:
+    """Sessions served by this process's own hub: all of the host's (one process), or a worker's part of them."""
+
+    live_elsewhere: Callable[[], Awaitable[LiveView]] | None = None
+    # The host's race-check memory is shared out among this many processes (the workers).
+    parts: int = 1
+    # The jobs (name, uid) whose abandoned sessions are this process's to close; None: every job's.
+    mine: Callable[[str, int], bool] | None = None
+    handoff: ControlHandoff | None = None
+    stop_margin: float = ABANDON_MARGIN
+
+    def share(self, limits: Limits) -> Limits:
+        if self.parts == 1:
+            return limits
+        return dataclasses.replace(limits, race_memory=limits.race_memory // self.parts)
+
+    def close_abandoned(self, store: Store) -> int:
+        return store.close_abandoned() if self.mine is None else store.close_abandoned(mine=self.mine)
+
+    def reception(self, doors: Doors) -> Reception:
+        return doors  # every connection is served here
+
+    async def start(self, tg: anyio.abc.TaskGroup, compat: HeldCompatSockets) -> None:
+        pass  # nothing serves but this process's own handlers
+
+    def sessions(self, hub: Hub) -> int:
+        return len(hub.live)
+
+    def busy(self, hub: Hub) -> str:
+        return hub.detector_threads.saturated(hub.limits.saturated_after)
+
+    async def drain(self, hub: Hub, notifier: Notifier) -> None:
+        deadline = hub.limits.drain_timeout
+        log.info("draining", sessions=len(hub.live), deadline_s=deadline)
+        with anyio.move_on_after(deadline):
+            while hub.live:
+                notifier.status(f"draining: {len(hub.live)} session(s) still open")
+                await anyio.sleep(0.1)
+        if hub.live:
+            log.warning("drain deadline passed", sessions=len(hub.live))
+
+    def reloaded(self) -> None:
+        pass  # no other process reads the file
+
+
+class SocketFront:
+    """The socket clients find, with what the host sees of the daemon: systemd's notifications and watchdog, /metrics,
+    the store's retention and the msSanitizer-form sockets."""
+
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.settings = settings
+        self.notifier = Notifier()
+        self.activated: list[socket.socket] = []  # systemd's socket, when it holds the socket file
+        self.listener: anyio.abc.SocketListener | None = None
+        self.address = settings.socket_path  # where it listens, as the log and ``serve``'s caller are told
+        self.owned: tuple[int, int] | None = None  # the socket file this daemon created, which only it may remove
+        self.unpublished: Path | None = None
+
+    def claim(self) -> None:
+        settings = self.settings
+        self.activated = listen_sockets()
+        if not self.activated:
+            discovery.secure_private_socket_directory(settings.socket_path)
+            _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
+
+    def compat_sockets(self, hub: Hub, sessions: anyio.abc.TaskGroup, daemon: Daemon) -> CompatSockets:
+        return CompatSockets(hub, sessions, daemon.serve_compat, daemon.connections)
+
+    async def open(self, daemon: Daemon) -> None:
+        settings = self.settings
+        assert daemon.hub is not None
+        await daemon.hub.retain()
+        if settings.metrics_addr:
+            _starting(f"metrics on {settings.metrics_addr}", daemon.metrics.serve, settings.metrics_addr)
+        if self.activated:  # systemd owns the socket file: never unlink it
+            self.listener = await anyio.abc.SocketListener.from_socket(self.activated[0])
+            self.address = Path(self.activated[0].getsockname())
+        else:
+            try:
+                sock, self.unpublished = bind_unpublished(settings.socket_path, SOCKET_MODE)
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {settings.socket_path}: {exc.strerror or exc}") from None
+            self.listener = await anyio.abc.SocketListener.from_socket(sock)
+        log.info(
+            "serving",
+            socket=str(self.address),
+            activated=bool(self.activated),
+            state_dir=str(settings.state_dir),
+            metrics=settings.metrics_addr,
+            version=__version__,
+            workers=settings.workers,
+        )
+
+    def keep(self, tg: anyio.abc.TaskGroup, hub: Hub) -> None:
+        tg.start_soon(_retain, hub)
+
+    async def found(self, tg: anyio.abc.TaskGroup) -> Path:
+        if self.unpublished is not None:  # listening and handling signals: now clients may find it
+            self.owned = publish_socket(self.unpublished, self.settings.socket_path)
+        if self.notifier.watchdog_interval:
+            tg.start_soon(_watchdog, self.notifier, self.notifier.watchdog_interval)
+        return self.address
+
+    async def take(self, tg: anyio.abc.TaskGroup, daemon: Daemon) -> None:
+        assert self.listener is not None
+        await accept_forever(
+            self.listener.extra(SocketAttribute.raw_socket),
+            lambda conn: tg.start_soon(daemon.handle, conn),
+            errors=daemon.metrics.accept_errors,
+            context=lambda: {"open_connections": daemon.connections.total, "fd_limit": daemon.nofile},
+        )
+
+    async def aclose(self) -> None:
+        # New clients are refused at once (under systemd they queue on its socket for the next start).
+        if self.listener is not None:
+            await self.listener.aclose()
+
+    def remove(self) -> None:
+        remove_socket(self.settings.socket_path, self.owned, self.unpublished)
+
+
+async def _retain(hub: Hub) -> None:
+    while True:
+        await anyio.sleep(RETENTION_INTERVAL)
+        await hub.retain()
+
+
+async def _watchdog(notifier: Notifier, interval: float) -> None:
+    """Ping from the event loop itself: a stalled loop stops pinging, and systemd restarts the daemon."""
+    while True:
+        notifier.watchdog()
+        await anyio.sleep(interval)
+
+
+@final
 class Daemon:
+    """One process's life: the store and the hub, signals (drain, reload), readiness, the bounded stop. Where its
+    connections come from is its ``front``; who serves the sessions it admits, its ``serving``."""
+
     def __init__(
         self,
         settings: DaemonSettings,
+        serving: Serving | None = None,
+        front: Front | None = None,
         *,
-        reception: Callable[[Doors], Reception] | None = None,
-        live_elsewhere: Callable[[], Awaitable[LiveView]] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
-        """``reception``: how this process takes in what its sockets accept, given its doors (by default, the doors
-        themselves: every connection is served here). ``live_elsewhere``: what other processes of this daemon have
-        live (its hub's ``live_elsewhere``; None: this process is the whole daemon)."""
+        """By default, the whole daemon in one process: the socket clients find, and every session served here.
+        ``metrics``: where ``serving`` already counts (the listener's pool, its merged /metrics)."""
         self.settings = settings
-        self._live_elsewhere = live_elsewhere
-        self._reception: Callable[[Doors], Reception] = reception or (lambda doors: doors)
+        self.serving: Serving = serving or OwnSessions()
+        self.front: Front = front or SocketFront(settings)
         self.reception: Reception | None = None  # once the hub is open
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
         self.hub: Hub | None = None
         self.doors: Doors | None = None  # once the hub is open
         self._accepting: anyio.CancelScope | None = None
@@ -168,108 +400,73 @@ class Daemon:
         self.unfinished = UnfinishedBytes(lambda: self.hub.limits.max_unfinished_bytes_per_uid if self.hub else 0)
         self.nofile = 0  # the soft fd limit in force, once raised at start
 
-    async def serve(self, *, task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED) -> None:
-        settings = self.settings
-        notifier = Notifier()
+    async def serve(self, *, task_status: TaskStatus[Path | None] = anyio.TASK_STATUS_IGNORED) -> None:
+        settings, front, serving = self.settings, self.front, self.serving
         self.nofile = fds.raise_nofile()
         limits = self._fitted(settings.limits)
-        activated = listen_sockets()
-        if not activated:
-            discovery.secure_private_socket_directory(settings.socket_path)
-            _starting(f"the socket {settings.socket_path}", claim_socket_path, settings.socket_path)
+        front.claim()
         store = open_store(settings.state_dir, max_bytes=limits.max_store_size, url=settings.store)
-        hub = self._open_hub(store, limits)
-        await hub.retain()
+        # Entered once the front listens; made now, as the compat sockets made with the hub run their sessions in it.
+        everything = anyio.create_task_group()
+        hub, compat = self._open_hub(store, limits, everything)
         ready = anyio.Event()
         self._instrument(hub, store, ready)
-        if settings.metrics_addr:
-            _starting(f"metrics on {settings.metrics_addr}", self.metrics.serve, settings.metrics_addr)
-        owned: tuple[int, int] | None = None  # the socket file this daemon created, which only it may remove
-        unpublished: Path | None = None
-        if activated:  # systemd owns the socket file: never unlink it
-            listener = await anyio.abc.SocketListener.from_socket(activated[0])
-            socket_path = Path(activated[0].getsockname())
-        else:
-            try:
-                sock, unpublished = bind_unpublished(settings.socket_path, SOCKET_MODE)
-            except OSError as exc:
-                raise StartupError(f"cannot listen on {settings.socket_path}: {exc.strerror or exc}") from None
-            listener = await anyio.abc.SocketListener.from_socket(sock)
-            socket_path = settings.socket_path
-        log.info(
-            "serving",
-            socket=str(socket_path),
-            activated=bool(activated),
-            state_dir=str(settings.state_dir),
-            metrics=settings.metrics_addr,
-            version=__version__,
-            workers=settings.workers,
-        )
+        await front.open(self)
         bound: threading.Timer | None = None
         try:
-            async with listener, anyio.create_task_group() as tg:
+            async with contextlib.aclosing(front), everything as tg:
                 self._accepting = accepting = anyio.CancelScope()
-                await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
-                tg.start_soon(self._retain, hub)
+                await tg.start(self._watch_signals, accepting, tg.cancel_scope, front.notifier)
+                front.keep(tg, hub)
                 tg.start_soon(self._heartbeat)
-                assert self.reception is not None
-                hub.compat_sockets = compat = CompatSockets(hub, tg, self.reception.compat, self.connections)
-                await self._start_serving(tg)
-                if unpublished is not None:  # listening and handling signals: now clients may find it
-                    owned = publish_socket(unpublished, settings.socket_path)
-                if notifier.watchdog_interval:
-                    tg.start_soon(self._watchdog, notifier, notifier.watchdog_interval)
-                task_status.started(socket_path)
-                notifier.ready(f"serving on {socket_path}")
+                await serving.start(tg, compat)
+                address = await front.found(tg)
+                task_status.started(address)
+                front.notifier.ready(f"serving on {address}")
                 ready.set()
                 with accepting:
-                    await accept_forever(
-                        listener.extra(SocketAttribute.raw_socket),
-                        lambda conn: tg.start_soon(self._handle, conn),
-                        errors=self.metrics.accept_errors,
-                        context=lambda: {"open_connections": self.connections.total, "fd_limit": self.nofile},
-                    )
-                bound = self.bound_the_stop(
-                    hub.limits.drain_timeout, lambda: remove_socket(settings.socket_path, owned, unpublished)
-                )
-                # New clients are refused at once (under systemd they queue on its socket for the next start).
-                await listener.aclose()
+                    await front.take(tg, self)
+                bound = self.bound_the_stop(hub.limits.drain_timeout, front.remove)
+                await front.aclose()
                 compat.stop()
-                await self._drain(hub, notifier)
+                await serving.drain(hub, front.notifier)
                 tg.cancel_scope.cancel()
         finally:
-            remove_socket(settings.socket_path, owned, unpublished)
+            front.remove()
             store.close()
             if bound is not None:
                 bound.cancel()
             log.info("stopped")
 
-    def _open_hub(self, store: Store, limits: Limits) -> Hub:
-        """The hub over ``store``, with the sessions the last daemon left open closed."""
+    def _open_hub(self, store: Store, limits: Limits, sessions: anyio.abc.TaskGroup) -> tuple[Hub, HeldCompatSockets]:
+        """The hub over ``store`` and its msSanitizer-form sockets, with the sessions the last daemon left open
+        closed."""
+        held: list[HeldCompatSockets] = []
+
+        def hold_compat(hub: Hub) -> HeldCompatSockets:
+            held.append(self.front.compat_sockets(hub, sessions, self))
+            return held[0]
+
         self.hub = hub = Hub(
             store=store,
             metrics=self.metrics,
             limits=limits,
             suppressions=self.settings.suppressions,
-            live_elsewhere=self._live_elsewhere,
+            compat_holder=hold_compat,
+            live_elsewhere=self.serving.live_elsewhere,
+            handoff=self.serving.handoff,
         )
         self.doors = Doors(hub, self.metrics, self.connections, self.unfinished)
-        self.reception = self._reception(self.doors)
+        self.reception = self.serving.reception(self.doors)
         # No session is live yet: any the store says is open was left so by a daemon that died.
         try:
-            abandoned = self._close_abandoned(store)
+            abandoned = self.serving.close_abandoned(store)
         except StoreUnavailable as exc:  # the store may still serve reads; the next start tries again
             log.error("sessions left open by a stopped daemon stay open", detail=str(exc))
         else:
             if abandoned:
                 log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
-        return hub
-
-    def _close_abandoned(self, store: Store) -> int:
-        return store.close_abandoned()
-
-    async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
-        """What else serves clients besides this process's own handlers (the listener's worker processes)."""
+        return hub, held[0]
 
     def _instrument(self, hub: Hub, store: Store, ready: anyio.Event) -> None:
         self.metrics.read_at_scrape(
@@ -297,22 +494,12 @@ class Daemon:
             return "starting"
         if accepting.cancel_called:
             return "draining"
-        if self._sessions() >= hub.limits.max_sessions:
+        if self.serving.sessions(hub) >= hub.limits.max_sessions:
             return f"at the limit of {hub.limits.max_sessions} sessions"
         stalled = time.monotonic() - self._beat
         if stalled > STALLED_AFTER:
             return f"the event loop has not run for {stalled:.0f} s"
-        return self._saturated()
-
-    def _saturated(self) -> str:
-        """Why this process's detector threads are saturated ("" when they are not): a new session's kernels would
-        wait for a thread. Read from the metrics thread."""
-        hub = self.hub
-        return hub.detector_threads.saturated(hub.limits.saturated_after) if hub is not None else ""
-
-    def _sessions(self) -> int:
-        """Producer sessions this daemon serves (read from the metrics thread)."""
-        return len(self.hub.live) if self.hub is not None else 0
+        return self.serving.busy(hub)
 
     async def _heartbeat(self) -> None:
         """The event loop's sign of life for /readyz (which is answered from another thread)."""
@@ -320,25 +507,12 @@ class Daemon:
             self._beat = time.monotonic()
             await anyio.sleep(HEARTBEAT)
 
-    @staticmethod
-    async def _retain(hub: Hub) -> None:
-        while True:
-            await anyio.sleep(RETENTION_INTERVAL)
-            await hub.retain()
-
     def _fitted(self, limits: Limits) -> Limits:
-        """``limits`` lowered to what the fd limit allows, saying so."""
-        fitted, notes = fds.fit(limits, self.nofile)
+        """This process's part of ``limits`` as configured, lowered to what the fd limit allows, saying so."""
+        fitted, notes = fds.fit(self.serving.share(limits), self.nofile)
         for note in notes:
             log.warning("limit lowered to fit the fd limit", detail=note)
         return fitted
-
-    @staticmethod
-    async def _watchdog(notifier: Notifier, interval: float) -> None:
-        """Ping from the event loop itself: a stalled loop stops pinging, and systemd restarts the daemon."""
-        while True:
-            notifier.watchdog()
-            await anyio.sleep(interval)
 
     async def _watch_signals(
         self,
@@ -367,11 +541,6 @@ class Daemon:
                     everything.cancel()
                     return
 
-    def _stop_margin(self) -> float:
-        """Seconds past the drain timeout this process may take to end once it drains: what is left of its sessions
-        is cancelled at the deadline, and a cancelled session needs a moment to record its end."""
-        return ABANDON_MARGIN
-
     def bound_the_stop(self, drain_timeout: float, cleanup: Callable[[], None]) -> threading.Timer:
         """Once draining: at the drain timeout plus the margin this process ends, whatever it is still doing. A
         detector (or a store write) runs in a thread that a cancellation cannot stop, and the event loop waits for
@@ -379,7 +548,7 @@ class Daemon:
         kills it (or, without one, it never ends). Its thread is abandoned instead: ``cleanup`` (the socket file)
         runs, the sessions still open stay open in the store (the next start closes them, as after a crash; their
         findings stored so far are kept) and the process exits. Cancelled on a stop that ended in time."""
-        seconds = drain_timeout + self._stop_margin()
+        seconds = drain_timeout + self.serving.stop_margin
 
         def give_up() -> None:
             log.error(
@@ -399,18 +568,6 @@ class Daemon:
         timer.start()
         return timer
 
-    async def _drain(self, hub: Hub, notifier: Notifier) -> None:
-        """No new connections; the live sessions get up to the drain timeout to finish their kernels and close
-        (their findings are checked and stored as usual); the rest end as "shutdown"."""
-        deadline = hub.limits.drain_timeout
-        log.info("draining", sessions=len(hub.live), deadline_s=deadline)
-        with anyio.move_on_after(deadline):
-            while hub.live:
-                notifier.status(f"draining: {len(hub.live)} session(s) still open")
-                await anyio.sleep(0.1)
-        if hub.live:
-            log.warning("drain deadline passed", sessions=len(hub.live))
-
     def _reload(self, notifier: Notifier) -> None:
         """SIGHUP: the config file's log level and limits, again. A file refused, or any failure at all, changes
         nothing and never ends the daemon: it is logged and counted."""
@@ -426,18 +583,25 @@ class Daemon:
             self.metrics.config_reloads.labels("failed").inc()
             log.error("reload failed; settings unchanged", detail=detail)
             notifier.notify("READY=1", f"STATUS=reload failed, settings unchanged: {detail}")
-            return
-        hub.limits = self._fitted(limits)  # one assignment: a connection sees the old limits or the new ones
-        hub.race_memory.resize(hub.limits.race_memory)
-        hub.suppressions = file.suppressions  # sessions that start from now on
-        logs.configure(level)
-        self.metrics.config_reloads.labels("ok").inc()
-        log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
-        notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
+        else:
+            hub.limits = self._fitted(limits)  # one assignment: a connection sees the old limits or the new ones
+            hub.race_memory.resize(hub.limits.race_memory)
+            hub.suppressions = file.suppressions  # sessions that start from now on
+            logs.configure(level)
+            self.metrics.config_reloads.labels("ok").inc()
+            log.warning("reloaded", config=str(file.path), log_level=level, limits=repr(hub.limits))
+            notifier.notify("READY=1", f"STATUS=reloaded {file.path or 'defaults'}")
+        self.serving.reloaded()  # other processes read the file themselves, whatever it did here
 
-    async def _handle(self, conn: socket.socket) -> None:
+    async def handle(self, conn: socket.socket) -> None:
+        """A connection accepted on the socket clients find, or handed over by the listener."""
         reception = self.reception
         assert self.doors is not None and reception is not None
         raw = await reception.stream(conn)
         if raw is not None:
             await self.doors.native(raw, peer_credentials(raw), reception.converse)
+
+    async def serve_compat(self, conn: socket.socket, peer: Peer, job: str, layout: str) -> None:
+        """A connection accepted on a job's msSanitizer-form socket (its peer's uid checked there)."""
+        assert self.reception is not None
+        await self.reception.compat(conn, peer, job, layout)

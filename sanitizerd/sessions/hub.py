@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -34,6 +34,10 @@ REFUSALS_LOGGED_PER_S = 5.0
 log = structlog.get_logger("sanitizerd.hub")
 
 RETENTION_INTERVAL = 600.0  # seconds between retention passes (the size limit is also kept at each write)
+
+# The listener's way to hand a control connection, at its first request about a job, to the worker that owns the
+# job: the stream, that request, the job, and what to wait for before it goes (the answers already queued written).
+ControlHandoff = Callable[[MessageStream, m.Message, JobKey, Callable[[], Awaitable[object]]], Awaitable[None]]
 
 
 class CompatSocketHolder(Protocol):
@@ -144,25 +148,25 @@ class Hub:
     unstored_in_burst: int = 0
     race_memory: MemoryBudget = field(init=False)
     refusal_logs: dict[str, LogGate] = field(default_factory=dict)  # reason -> its log's token bucket
-    # The per-job sockets in msSanitizer's form (compat_listen); None where no daemon serves them (tests' hubs).
-    compat_sockets: CompatSocketHolder | None = None
+    # Makes the holder of the per-job sockets in msSanitizer's form (compat_listen) for this hub, whose limits bound
+    # them and whose refusals they count; None where no daemon serves them (tests' hubs).
+    compat_holder: InitVar[Callable[[Hub], CompatSocketHolder] | None] = None
+    compat_sockets: CompatSocketHolder | None = field(init=False, default=None)
     # With worker processes (sanitizerd/workers): what other processes have live (sessions, registered jobs), for
     # the views that list every session and job; None in a daemon of one process.
     live_elsewhere: Callable[[], Awaitable[LiveView]] | None = None
-    # In the listener of worker processes: hands a control connection, at its first request about a job, to the
-    # worker that owns the job (the stream, that request, the job, and what to wait for before it goes: the answers
-    # already queued written out); None where this process serves jobs itself.
-    handoff: Callable[[MessageStream, m.Message, JobKey, Callable[[], Awaitable[object]]], Awaitable[None]] | None = (
-        None
-    )
+    # In the listener of worker processes: hands a control connection on to a worker; None where this process
+    # serves jobs itself.
+    handoff: ControlHandoff | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, compat_holder: Callable[[Hub], CompatSocketHolder] | None) -> None:
         self.jobs = Jobs(self.default_config)
         self.store_limiter = anyio.CapacityLimiter(1)  # SQLite: one writer
         self.detector_threads = DetectorThreads(
             self.limits.detector_threads, on_wait=self.metrics.detector_thread_waits.observe
         )
         self.race_memory = MemoryBudget(self.limits.race_memory, on_refused=self._race_memory_refused)
+        self.compat_sockets = compat_holder(self) if compat_holder is not None else None
 
     def _race_memory_refused(self, asked: int, used: int, limit: int) -> None:
         """A launch's racecheck found the host's budget spent (on a worker thread; once per launch)."""

@@ -19,8 +19,11 @@ import anyio.abc
 import anyio.lowlevel
 import structlog
 
-from sanitizerd.daemon import Daemon, DaemonSettings
+from sanitizerd.daemon import ABANDON_MARGIN, Daemon, DaemonSettings, HeldCompatSockets
+from sanitizerd.findings.store import Store
+from sanitizerd.metrics import Metrics
 from sanitizerd.protocol import messages as m
+from sanitizerd.server.compat_socket import CompatSockets
 from sanitizerd.server.doors import Doors, receive_hello, welcome_control
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Hub, Limits
@@ -38,75 +41,91 @@ log = structlog.get_logger("sanitizerd.listener")
 STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record its sessions' end and exit
 
 
-class Listener(Daemon):
-    def __init__(self, settings: DaemonSettings) -> None:
-        super().__init__(settings, reception=self._handing, live_elsewhere=lambda: self.pool.live())
+def listener_daemon(settings: DaemonSettings) -> Daemon:
+    """The process of ``serve --workers N``: the socket clients find, and its sessions served by N workers."""
+    metrics = Metrics()
+    return Daemon(settings, Listener(settings, metrics), metrics=metrics)
+
+
+class Listener:
+    """The listener's part of a daemon (``daemon.Serving``): its sessions are served by worker processes, each of
+    the jobs it owns, and this process only hands connections on."""
+
+    stop_margin = STOP_MARGIN + ABANDON_MARGIN  # the workers' drain, the wait for them (killed at STOP_MARGIN), its end
+
+    def __init__(self, settings: DaemonSettings, metrics: Metrics) -> None:
+        self.settings = settings
         self.handing: Handing | None = None  # once the hub is open
         self.configured = settings.limits  # as configured (start, SIGHUP): what a worker started now is given
-        self.pool = Pool(settings, self.metrics, lambda: self.configured)
-        self.merged = MergedMetrics(self.metrics.registry, self.pool)
-        self.metrics.exposed = self.merged.registry  # /metrics: this process's and every worker's, summed
+        self.pool = Pool(settings, metrics, lambda: self.configured)
+        self.merged = MergedMetrics(metrics.registry, self.pool)
+        metrics.exposed = self.merged.registry  # /metrics: this process's and every worker's, summed
+        self.live_elsewhere = lambda: self.pool.live()
 
-    def _handing(self, doors: Doors) -> Handing:
+    def share(self, limits: Limits) -> Limits:
+        """The listener runs no detector: the host's race-check memory is the workers' (shared out among them)."""
+        self.configured = limits
+        return dataclasses.replace(limits, race_memory=0)
+
+    def close_abandoned(self, store: Store) -> int:
+        return store.close_abandoned()  # at the daemon's start, before any worker: every job's
+
+    def reception(self, doors: Doors) -> Handing:
         self.handing = Handing(self.pool, self.settings.workers, doors.hub)
         return self.handing
 
-    async def _start_serving(self, tg: anyio.abc.TaskGroup) -> None:
-        hub = self.hub
-        assert hub is not None and self.handing is not None
-        hub.handoff = self.handing.hand_control
-        sockets = hub.compat_sockets
-        assert sockets is not None
-        self.pool.close_compat, self.pool.orphan_compat = sockets.close, sockets.orphan
+    async def handoff(
+        self, stream: MessageStream, request: m.Message, key: JobKey, written: Callable[[], Awaitable[object]]
+    ) -> None:
+        assert self.handing is not None
+        await self.handing.hand(stream, key, welcomed=True, request=request, written=written)
 
-        async def open_compat(request: OpenCompat, holder: Channel) -> m.CompatListening:
-            peer = Peer(pid=request.pid, uid=request.uid)
-            return await sockets.listen(request.job, request.layout, peer, tg, holder=holder)
-
-        self.pool.open_compat = open_compat
+    async def start(self, tg: anyio.abc.TaskGroup, compat: HeldCompatSockets) -> None:
+        assert isinstance(compat, CompatSockets)  # the listener's front holds the sockets themselves
         self.merged.token = anyio.lowlevel.current_token()
-        await tg.start(self.pool.run)
+        await tg.start(self.pool.run, ListenerCompat(compat, tg))
 
-    def _fitted(self, limits: Limits) -> Limits:
-        """The listener runs no detector: the host's race-check memory is the workers' (shared out among them)."""
-        self.configured = limits
-        return dataclasses.replace(super()._fitted(limits), race_memory=0)
-
-    def _not_ready(self, started: anyio.Event) -> str:
-        """As one process's, and not while a worker (re)starts: the jobs it owns would wait for it."""
-        why = super()._not_ready(started)
-        if not why and started.is_set():
-            down = [worker.index for worker in self.pool.workers if not worker.up.is_set()]
-            if down:
-                why = f"worker {down[0]} is starting"
-        return why
-
-    def _saturated(self) -> str:
-        """A worker whose detector threads were saturated at its last answer to the watchdog's ping (every few
-        seconds): the jobs it owns wait for a thread. The listener runs no detector of its own."""
-        for worker in list(self.pool.workers):
-            why = worker.saturated
-            if why:
-                return f"worker {worker.index} {why}"
-        return ""
-
-    def _sessions(self) -> int:
+    def sessions(self, hub: Hub) -> int:
         return self.pool.producers()
 
-    def _stop_margin(self) -> float:
-        """The workers' drain, then the listener's wait for them (killed at STOP_MARGIN), then its own end."""
-        return STOP_MARGIN + super()._stop_margin()
+    def busy(self, hub: Hub) -> str:
+        """A worker whose detector threads were saturated at its last answer to the watchdog's ping (every few
+        seconds): the jobs it owns wait for a thread (the listener runs no detector of its own). Else a worker that
+        (re)starts: the jobs it owns wait for it."""
+        for worker in list(self.pool.workers):
+            if worker.saturated:
+                return f"worker {worker.index} {worker.saturated}"
+        down = [worker.index for worker in self.pool.workers if not worker.up.is_set()]
+        return f"worker {down[0]} is starting" if down else ""
 
-    async def _drain(self, hub: Hub, notifier: Notifier) -> None:
+    async def drain(self, hub: Hub, notifier: Notifier) -> None:
         """The workers drain their sessions (each under the drain timeout) and stop; then this process does."""
         deadline = hub.limits.drain_timeout
         log.info("draining the workers", workers=len(self.pool.workers), deadline_s=deadline)
         notifier.status("draining the workers")
         await self.pool.stop(deadline + STOP_MARGIN)
 
-    def _reload(self, notifier: Notifier) -> None:
-        super()._reload(notifier)
+    def reloaded(self) -> None:
         self.pool.signal_all(signal.SIGHUP)  # each worker reads the file again itself
+
+
+class ListenerCompat:
+    """The listener's msSanitizer-form sockets as its workers ask for them (``pool.WorkersCompat``): opened for a
+    worker's control connection (the worker's channel holds it), living as long as the listener serves."""
+
+    def __init__(self, sockets: CompatSockets, tg: anyio.abc.TaskGroup) -> None:
+        self.sockets = sockets
+        self.tg = tg
+
+    async def open(self, request: OpenCompat, holder: Channel) -> m.CompatListening:
+        peer = Peer(pid=request.pid, uid=request.uid)
+        return await self.sockets.listen(request.job, request.layout, peer, self.tg, holder=holder)
+
+    def close(self, name: str) -> None:
+        self.sockets.close(name)
+
+    def orphan(self, holder: Channel) -> None:
+        self.sockets.orphan(holder)
 
 
 class Handing:
@@ -161,11 +180,6 @@ class Handing:
             if stored is not None:
                 return job_key(stored.job, stored.uid)
         return job_key(hello.job, peer.uid)
-
-    async def hand_control(
-        self, stream: MessageStream, request: m.Message, key: JobKey, written: Callable[[], Awaitable[object]]
-    ) -> None:
-        await self.hand(stream, key, welcomed=True, request=request, written=written)
 
     async def hand(
         self,

@@ -18,10 +18,10 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -87,6 +87,22 @@ STARTUP_TIMEOUT = 60.0  # seconds the listener waits for its workers before it l
 PING_INTERVAL = 5.0  # seconds between the watchdog's pings of a ready worker (at most; a quarter of the timeout)
 
 
+class WorkersCompat(Protocol):
+    """The listener's msSanitizer-form sockets (``sanitizerd.server.compat_socket``), as its workers use them."""
+
+    async def open(self, request: OpenCompat, holder: Channel) -> m.CompatListening:
+        """For a worker's control connection: the worker's channel holds it."""
+        ...
+
+    def close(self, name: str) -> None:
+        """The control connection that asked for it ended."""
+        ...
+
+    def orphan(self, holder: Channel) -> None:
+        """The worker died: its sockets stay open, for the hooks and for their runs to adopt."""
+        ...
+
+
 @dataclass(eq=False)
 class Worker:
     index: int
@@ -111,17 +127,15 @@ class Pool:
         self.stopping = False
         self._asks = itertools.count(1)
         self._answers: dict[int, tuple[anyio.Event, list[Any]]] = {}
-        # The listener's msSanitizer-form sockets (sanitizerd.server.compat_socket): opened for a worker's control
-        # connection (the worker's channel is its holder), closed when that connection ends, orphaned (kept open
-        # for the hooks, and for the run to adopt) when the worker dies.
-        self.open_compat: Callable[[OpenCompat, Channel], Awaitable[m.CompatListening]] | None = None
-        self.close_compat: Callable[[str], None] = lambda name: None
-        self.orphan_compat: Callable[[Channel], None] = lambda channel: None
+        self._compat: WorkersCompat | None = None  # while it runs
 
     # --- processes ---------------------------------------------------------------------------------------------
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Start every worker and keep them running until ``stop``."""
+    async def run(
+        self, compat: WorkersCompat, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Start every worker and keep them running until ``stop``; ``compat``: the sockets they ask for."""
+        self._compat = compat
         async with anyio.create_task_group() as tg:
             for worker in self.workers:
                 tg.start_soon(self._supervise, worker)
@@ -183,7 +197,8 @@ class Pool:
             worker.up = anyio.Event()
             worker.saturated = ""
             worker.producers.clear()  # its connections ended with it
-            self.orphan_compat(worker.channel)
+            if self._compat is not None:
+                self._compat.orphan(worker.channel)
             worker.channel.close()
             worker.channel = None
             if process.returncode is None:  # the listener stops now: its workers with it
@@ -340,16 +355,16 @@ class Pool:
                 done, answers = self._answers[ask]
                 answers.append(packet)
                 done.set()
-            case OpenCompat(ask=ask) if self.open_compat is not None:
-                opening = self.open_compat
+            case OpenCompat(ask=ask) if self._compat is not None:
+                compat = self._compat
 
                 async def opened() -> None:
-                    answer = await opening(packet, channel)
+                    answer = await compat.open(packet, channel)
                     await self._tell(channel, CompatOpened(ask=ask, answer=answer))
 
                 tg.start_soon(opened)
-            case CloseCompat(name=name):
-                self.close_compat(name)
+            case CloseCompat(name=name) if self._compat is not None:
+                self._compat.close(name)
             case Pong(saturated=saturated):
                 worker.saturated = saturated
             case Ready():

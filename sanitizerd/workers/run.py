@@ -10,13 +10,13 @@ from client_shim import discovery
 from sanitizerd import allocator
 from sanitizerd.daemon import Daemon, DaemonSettings, StartupError
 from sanitizerd.socket_file import DaemonAlreadyRunning
-from sanitizerd.workers.listener import Listener
+from sanitizerd.workers.listener import listener_daemon
 
 
 def run_daemon(settings: DaemonSettings) -> int:
     """Serve until stopped; 0 after a clean stop, 1 (after one line on stderr saying why) when it cannot start."""
     allocator.tune()
-    daemon = Listener(settings) if settings.workers > 1 else Daemon(settings)
+    daemon = listener_daemon(settings) if settings.workers > 1 else Daemon(settings)
     try:
         anyio.run(daemon.serve, backend="asyncio", backend_options={"use_uvloop": True})
     except (DaemonAlreadyRunning, StartupError, discovery.UnsafeDirectory) as exc:

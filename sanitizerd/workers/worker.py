@@ -8,13 +8,11 @@ on the next one, as they did when the daemon was one process.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import itertools
 import os
 import signal
 import socket
 import sys
-import threading
 
 import anyio
 import anyio.abc
@@ -22,14 +20,13 @@ import structlog
 from anyio.abc import TaskStatus
 from prometheus_client import generate_latest
 
-from sanitizerd import __version__, allocator, fds, logs
-from sanitizerd.daemon import Daemon, DaemonSettings, open_store
-from sanitizerd.findings.store import Store
+from sanitizerd import __version__, allocator, logs
+from sanitizerd.daemon import Daemon, DaemonSettings, OwnSessions
 from sanitizerd.protocol import messages as m
 from sanitizerd.server.accept import peer_credentials
 from sanitizerd.server.compat_socket import compat_layouts
 from sanitizerd.sessions.control import serve_control
-from sanitizerd.sessions.hub import Limits, LiveView
+from sanitizerd.sessions.hub import Hub, LiveView
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
@@ -57,64 +54,57 @@ log = structlog.get_logger("sanitizerd.worker")
 PR_SET_PDEATHSIG = 1
 
 
-class WorkerDaemon(Daemon):
-    def __init__(self, settings: DaemonSettings, index: int, channel: Channel) -> None:
-        super().__init__(settings, live_elsewhere=self._live_elsewhere_from_listener)
-        self.index = index
+def worker_daemon(settings: DaemonSettings, index: int, channel: Channel) -> Daemon:
+    """Worker ``index``'s process: the connections the listener hands it over ``channel``, served here; the
+    sessions a dead worker left open of its own jobs only, and its part of the host's race-check memory."""
+    count = settings.workers
+    front = ChannelFront(channel)
+    serving = OwnSessions(
+        live_elsewhere=front.live_elsewhere,
+        parts=count,
+        mine=lambda job, uid: worker_for(job_key(job, uid), count) == index,
+    )
+    return Daemon(settings, serving, front)
+
+
+class ChannelFront:
+    """A worker's front (``daemon.Front``): the listener's channel, which hands it connections and asks it what only
+    it knows. The listener speaks for the daemon to the host (systemd, /metrics, the store's upkeep, the socket) and
+    holds the msSanitizer-form sockets; this worker asks it for one."""
+
+    def __init__(self, channel: Channel) -> None:
         self.channel = channel
+        self.notifier = Notifier({})  # the listener speaks to systemd
         self._asks = itertools.count(1)
         self._answers: dict[int, tuple[anyio.Event, list[LiveView]]] = {}
         self._opened: dict[int, tuple[anyio.Event, list[m.CompatListening]]] = {}
-        self._tg: anyio.abc.TaskGroup | None = None
 
-    def _fitted(self, limits: Limits) -> Limits:
-        """The host's race-check memory is shared out: each worker holds its part (at start and at each reload)."""
-        fitted = super()._fitted(limits)
-        return dataclasses.replace(fitted, race_memory=fitted.race_memory // self.settings.workers)
+    def claim(self) -> None:
+        pass  # the listener claimed the socket
 
-    def _close_abandoned(self, store: Store) -> int:
-        """The sessions of this worker's jobs a worker that died left open (at the daemon's start: all of its jobs'
-        that a daemon that died left open). The other workers' are theirs, live or not."""
-        count = self.settings.workers
-        return store.close_abandoned(mine=lambda job, uid: worker_for(job_key(job, uid), count) == self.index)
+    def compat_sockets(self, hub: Hub, sessions: anyio.abc.TaskGroup, daemon: Daemon) -> RemoteCompatSockets:
+        return RemoteCompatSockets(hub, self)
 
-    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        settings = self.settings
-        self.nofile = fds.raise_nofile()
-        limits = self._fitted(settings.limits)
-        store = open_store(settings.state_dir, max_bytes=limits.max_store_size, url=settings.store)
-        hub = self._open_hub(store, limits)
-        ready = anyio.Event()
-        self._instrument(hub, store, ready)
-        self.metrics.store_bytes.set_function(lambda: 0.0)  # the listener reports the store: one file, counted once
-        notifier = Notifier({})  # the listener speaks to systemd
+    async def open(self, daemon: Daemon) -> None:
+        daemon.metrics.store_bytes.set_function(lambda: 0.0)  # the listener reports the store: one file, counted once
         log.info("worker serving", pid=os.getpid(), version=__version__)
-        bound: threading.Timer | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                self._accepting = accepting = anyio.CancelScope()
-                await tg.start(self._watch_signals, accepting, tg.cancel_scope, notifier)
-                tg.start_soon(self._heartbeat)
-                hub.compat_sockets = compat = RemoteCompatSockets(self)
-                self._tg = tg
-                task_status.started()
-                ready.set()
-                await self._answer(Ready())  # watching signals and taking connections: the listener may send both
-                with accepting:
-                    await self._receive(tg)
-                # The listener kills a worker its drain outlasts by STOP_MARGIN; this one ends before that itself.
-                bound = self.bound_the_stop(hub.limits.drain_timeout, lambda: None)
-                compat.stop()
-                await self._drain(hub, notifier)
-                tg.cancel_scope.cancel()
-        finally:
-            store.close()
-            if bound is not None:
-                bound.cancel()
-            log.info("worker stopped")
 
-    async def _receive(self, tg: anyio.abc.TaskGroup) -> None:
+    def keep(self, tg: anyio.abc.TaskGroup, hub: Hub) -> None:
+        pass  # the listener keeps the store
+
+    async def found(self, tg: anyio.abc.TaskGroup) -> None:
+        await self._answer(Ready())  # watching signals and taking connections: the listener may send both
+
+    async def aclose(self) -> None:
+        pass  # the listener stops handing connections as it drains
+
+    def remove(self) -> None:
+        pass  # the listener's socket file is the listener's
+
+    async def take(self, tg: anyio.abc.TaskGroup, daemon: Daemon) -> None:
         """Connections the listener hands over, and its questions, until it is gone (or this worker drains)."""
+        hub = daemon.hub
+        assert hub is not None
         while True:
             try:
                 packet, conn, data = await self.channel.receive()
@@ -125,19 +115,18 @@ class WorkerDaemon(Daemon):
                 case Handoff(welcomed=True) if conn is not None:
                     # Its first request (a job_start, a watch) takes effect before any connection handed after
                     # it is served: a job's sessions see the configuration and watchers registered before them.
-                    await tg.start(self._serve_handed, conn, data, True)
+                    await tg.start(self._serve_handed, daemon, conn, data, True)
                 case Handoff(compat_job=job, compat_layout=layout) if conn is not None and job:
-                    tg.start_soon(self._serve_handed_compat, conn, job, layout)
+                    tg.start_soon(self._serve_handed_compat, daemon, conn, job, layout)
                 case Handoff() if conn is not None:
-                    tg.start_soon(self._serve_handed, conn, data, False)
+                    tg.start_soon(self._serve_handed, daemon, conn, data, False)
                 case AskLive(ask=ask):
-                    assert self.hub is not None
-                    here = self.hub.live_here()
+                    here = hub.live_here()
                     tg.start_soon(self._answer, Live(ask=ask, sessions=here.sessions, registered=here.registered))
                 case AskMetrics(ask=ask):
-                    tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(self.metrics.registry)))
+                    tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(daemon.metrics.registry)))
                 case Ping():
-                    tg.start_soon(self._answer, Pong(saturated=self._saturated()))
+                    tg.start_soon(self._answer, Pong(saturated=daemon.serving.busy(hub)))
                 case CompatOpened(ask=ask, answer=opened) if ask in self._opened:
                     done, answers = self._opened[ask]
                     answers.append(opened)
@@ -152,8 +141,9 @@ class WorkerDaemon(Daemon):
                     if conn is not None:
                         conn.close()
 
-    async def open_compat(self, job: str, layout: str, peer: Peer) -> m.CompatListening:
-        """The listener's answer to a control connection's compat_listen: it opens the socket (or says why not)."""
+    async def open_compat(self, job: str, layout: str, peer: Peer) -> m.CompatListening | None:
+        """The listener's answer to a control connection's compat_listen: it opens the socket (or says why not);
+        None when it does not answer."""
         ask = next(self._asks)
         done, answers = anyio.Event(), []
         self._opened[ask] = (done, answers)
@@ -165,12 +155,7 @@ class WorkerDaemon(Daemon):
             pass
         finally:
             self._opened.pop(ask, None)
-        if answers:
-            return answers[0]
-        why = "the listener did not answer: it holds the msSanitizer-form sockets"
-        assert self.hub is not None
-        self.hub.note_refusal("internal_error", why, what="compat socket refused", job=job, uid=peer.uid)
-        return m.CompatListening(job=job, reason="internal_error", message=why)
+        return answers[0] if answers else None
 
     async def close_compat(self, name: str) -> None:
         await self._answer(CloseCompat(name=name))
@@ -181,7 +166,7 @@ class WorkerDaemon(Daemon):
         except (ChannelClosed, OSError):
             pass
 
-    async def _live_elsewhere_from_listener(self) -> LiveView:
+    async def live_elsewhere(self) -> LiveView:
         """The other workers' live sessions and registered jobs, as the listener gathers them (none if it does not
         answer in time)."""
         ask = next(self._asks)
@@ -199,6 +184,7 @@ class WorkerDaemon(Daemon):
 
     async def _serve_handed(
         self,
+        daemon: Daemon,
         conn: socket.socket,
         data: bytes,
         welcomed: bool,
@@ -207,8 +193,8 @@ class WorkerDaemon(Daemon):
     ) -> None:
         """A connection the listener read the hello of: rebuilt from the bytes it read (the hello first), then
         served as if accepted here. ``welcomed``: a control connection the listener already answered."""
-        hub = self.hub
-        assert hub is not None
+        hub, doors = daemon.hub, daemon.doors
+        assert hub is not None and doors is not None
         started = False
 
         def handled() -> None:
@@ -217,8 +203,6 @@ class WorkerDaemon(Daemon):
                 started = True
                 task_status.started()
 
-        doors = self.doors
-        assert doors is not None
         raw = await doors.stream(conn)
         if raw is None:
             handled()
@@ -242,12 +226,11 @@ class WorkerDaemon(Daemon):
                 with anyio.CancelScope(shield=True):
                     await self._answer(Ended(uid=peer.uid))
 
-    async def _serve_handed_compat(self, conn: socket.socket, job: str, layout: str) -> None:
+    async def _serve_handed_compat(self, daemon: Daemon, conn: socket.socket, job: str, layout: str) -> None:
         """A connection the listener accepted on a job's msSanitizer-form socket (its uid checked there)."""
         peer = peer_credentials(conn)
         try:
-            assert self.doors is not None
-            await self.doors.compat(conn, peer, job, layout)
+            await daemon.serve_compat(conn, peer, job, layout)
         finally:
             with anyio.CancelScope(shield=True):  # the listener counts the producer connections it handed
                 await self._answer(Ended(uid=peer.uid))
@@ -259,8 +242,9 @@ class RemoteCompatSockets:
     connection ends. When this worker dies the listener keeps it: its hooks may connect again, and its run, which
     asks again on the new worker, adopts it."""
 
-    def __init__(self, worker: WorkerDaemon) -> None:
-        self.worker = worker
+    def __init__(self, hub: Hub, listener: ChannelFront) -> None:
+        self.hub = hub
+        self.listener = listener
         self.stopped = False
 
     def count(self) -> float:
@@ -275,10 +259,13 @@ class RemoteCompatSockets:
     async def listen(self, job: str, layout: str, peer: Peer, tg: anyio.abc.TaskGroup) -> m.CompatListening:
         if self.stopped:
             why = "the daemon is stopping: it opens no new sockets"
-            assert self.worker.hub is not None
-            self.worker.hub.note_refusal("shutdown", why, what="compat socket refused", job=job, uid=peer.uid)
+            self.hub.note_refusal("shutdown", why, what="compat socket refused", job=job, uid=peer.uid)
             return m.CompatListening(job=job, reason="shutdown", message=why)
-        answer = await self.worker.open_compat(job, layout, peer)
+        answer = await self.listener.open_compat(job, layout, peer)
+        if answer is None:
+            why = "the listener did not answer: it holds the msSanitizer-form sockets"
+            self.hub.note_refusal("internal_error", why, what="compat socket refused", job=job, uid=peer.uid)
+            return m.CompatListening(job=job, reason="internal_error", message=why)
         if answer.name:
             tg.start_soon(self._held, answer.name)
         return answer
@@ -289,7 +276,7 @@ class RemoteCompatSockets:
             await anyio.sleep_forever()
         finally:
             with anyio.CancelScope(shield=True):
-                await self.worker.close_compat(name)
+                await self.listener.close_compat(name)
 
 
 def _die_with_parent() -> None:
@@ -313,7 +300,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the loop watches signals: a reload is the listener's word
     channel = Channel(socket.socket(fileno=fd))
     try:
-        anyio.run(WorkerDaemon(settings, index, channel).serve, backend="asyncio", backend_options={"use_uvloop": True})
+        daemon = worker_daemon(settings, index, channel)
+        anyio.run(daemon.serve, backend="asyncio", backend_options={"use_uvloop": True})
     except KeyboardInterrupt:
         pass
     return 0
