@@ -31,22 +31,8 @@ from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
 from sanitizerd.systemd import Notifier
-from sanitizerd.workers.channel import (
-    AskLive,
-    AskMetrics,
-    Channel,
-    ChannelClosed,
-    CloseCompat,
-    CompatOpened,
-    Ended,
-    Handoff,
-    Live,
-    MetricsText,
-    OpenCompat,
-    Ping,
-    Pong,
-    Ready,
-)
+from sanitizerd.workers import channel as packets
+from sanitizerd.workers.channel import Channel, ChannelClosed
 from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV, decode_settings
 from sanitizerd.workers.routing import worker_for
 
@@ -93,7 +79,7 @@ class ChannelFront:
         pass  # the listener keeps the store
 
     async def found(self, tg: anyio.abc.TaskGroup) -> None:
-        await self._answer(Ready())  # watching signals and taking connections: the listener may send both
+        await self._answer(packets.Ready())  # watching signals and taking connections: the listener may send both
 
     async def aclose(self) -> None:
         pass  # the listener stops handing connections as it drains
@@ -112,28 +98,32 @@ class ChannelFront:
                 log.warning("the listener is gone; draining")
                 return
             match packet:
-                case Handoff(welcomed=True) if conn is not None:
+                case packets.Handoff(welcomed=True) if conn is not None:
                     # Its first request (a job_start, a watch) takes effect before any connection handed after
                     # it is served: a job's sessions see the configuration and watchers registered before them.
                     await tg.start(self._serve_handed, daemon, conn, data, True)
-                case Handoff(compat_job=job, compat_layout=layout) if conn is not None and job:
+                case packets.Handoff(compat_job=job, compat_layout=layout) if conn is not None and job:
                     tg.start_soon(self._serve_handed_compat, daemon, conn, job, layout)
-                case Handoff() if conn is not None:
+                case packets.Handoff() if conn is not None:
                     tg.start_soon(self._serve_handed, daemon, conn, data, False)
-                case AskLive(ask=ask):
+                case packets.AskLive(ask=ask):
                     here = hub.live_here()
-                    tg.start_soon(self._answer, Live(ask=ask, sessions=here.sessions, registered=here.registered))
-                case AskMetrics(ask=ask):
-                    tg.start_soon(self._answer, MetricsText(ask=ask, text=generate_latest(daemon.metrics.registry)))
-                case Ping():
-                    tg.start_soon(self._answer, Pong(saturated=daemon.serving.busy(hub)))
-                case CompatOpened(ask=ask, answer=opened) if ask in self._opened:
+                    tg.start_soon(
+                        self._answer, packets.Live(ask=ask, sessions=here.sessions, registered=here.registered)
+                    )
+                case packets.AskMetrics(ask=ask):
+                    tg.start_soon(
+                        self._answer, packets.MetricsText(ask=ask, text=generate_latest(daemon.metrics.registry))
+                    )
+                case packets.Ping():
+                    tg.start_soon(self._answer, packets.Pong(saturated=daemon.serving.busy(hub)))
+                case packets.CompatOpened(ask=ask, answer=opened) if ask in self._opened:
                     done, answers = self._opened[ask]
                     answers.append(opened)
                     done.set()
-                case CompatOpened(answer=opened) if opened.name:  # opened after its asker gave up: closed again
-                    tg.start_soon(self._answer, CloseCompat(name=opened.name))
-                case Live(ask=ask, sessions=sessions, registered=registered) if ask in self._answers:
+                case packets.CompatOpened(answer=opened) if opened.name:  # opened after its asker gave up: closed again
+                    tg.start_soon(self._answer, packets.CloseCompat(name=opened.name))
+                case packets.Live(ask=ask, sessions=sessions, registered=registered) if ask in self._answers:
                     done, answer = self._answers[ask]
                     answer.append(LiveView(sessions, [job_key(*key) for key in registered]))
                     done.set()
@@ -148,7 +138,7 @@ class ChannelFront:
         done, answers = anyio.Event(), []
         self._opened[ask] = (done, answers)
         try:
-            await self.channel.send(OpenCompat(ask=ask, job=job, layout=layout, uid=peer.uid, pid=peer.pid))
+            await self.channel.send(packets.OpenCompat(ask=ask, job=job, layout=layout, uid=peer.uid, pid=peer.pid))
             with anyio.move_on_after(ASK_TIMEOUT):
                 await done.wait()
         except (ChannelClosed, OSError):
@@ -158,9 +148,9 @@ class ChannelFront:
         return answers[0] if answers else None
 
     async def close_compat(self, name: str) -> None:
-        await self._answer(CloseCompat(name=name))
+        await self._answer(packets.CloseCompat(name=name))
 
-    async def _answer(self, packet: Live | MetricsText | Ended | Ready | CloseCompat | Pong) -> None:
+    async def _answer(self, packet: packets.Packet) -> None:
         try:
             await self.channel.send(packet)
         except (ChannelClosed, OSError):
@@ -173,7 +163,7 @@ class ChannelFront:
         done, answer = anyio.Event(), list[LiveView]()
         self._answers[ask] = (done, answer)
         try:
-            await self.channel.send(AskLive(ask=ask))
+            await self.channel.send(packets.AskLive(ask=ask))
             with anyio.move_on_after(ASK_TIMEOUT * 2):
                 await done.wait()
         except (ChannelClosed, OSError):
@@ -224,7 +214,7 @@ class ChannelFront:
             handled()
             if not welcomed:  # the listener counts the producer connections it handed
                 with anyio.CancelScope(shield=True):
-                    await self._answer(Ended(uid=peer.uid))
+                    await self._answer(packets.Ended(uid=peer.uid))
 
     async def _serve_handed_compat(self, daemon: Daemon, conn: socket.socket, job: str, layout: str) -> None:
         """A connection the listener accepted on a job's msSanitizer-form socket (its uid checked there)."""
@@ -233,7 +223,7 @@ class ChannelFront:
             await daemon.serve_compat(conn, peer, job, layout)
         finally:
             with anyio.CancelScope(shield=True):  # the listener counts the producer connections it handed
-                await self._answer(Ended(uid=peer.uid))
+                await self._answer(packets.Ended(uid=peer.uid))
 
 
 class RemoteCompatSockets:
