@@ -439,13 +439,13 @@ class Daemon:
             log.info("stopped")
 
     def _open_hub(self, store: Store, limits: Limits, sessions: anyio.abc.TaskGroup) -> tuple[Hub, HeldCompatSockets]:
-        """The hub over ``store`` and its msSanitizer-form sockets, with the sessions the last daemon left open
-        closed."""
-        held: list[HeldCompatSockets] = []
+        """The hub over ``store`` and its msSanitizer-form sockets (running their sessions in ``sessions``), with
+        the sessions the last daemon left open closed."""
+        compat: list[HeldCompatSockets] = []  # the one the hub makes, as the daemon (which stops it) sees it
 
         def hold_compat(hub: Hub) -> HeldCompatSockets:
-            held.append(self.front.compat_sockets(hub, sessions, self))
-            return held[0]
+            compat.append(self.front.compat_sockets(hub, sessions, self))
+            return compat[0]
 
         self.hub = hub = Hub(
             store=store,
@@ -466,7 +466,7 @@ class Daemon:
         else:
             if abandoned:
                 log.warning("sessions a daemon that stopped unexpectedly left open are closed", sessions=abandoned)
-        return hub, held[0]
+        return hub, compat[0]
 
     def _instrument(self, hub: Hub, store: Store, ready: anyio.Event) -> None:
         self.metrics.read_at_scrape(

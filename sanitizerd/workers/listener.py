@@ -26,7 +26,7 @@ from sanitizerd.protocol import messages as m
 from sanitizerd.server.compat_socket import CompatSockets
 from sanitizerd.server.doors import Doors, receive_hello, welcome_control
 from sanitizerd.sessions.control import serve_control
-from sanitizerd.sessions.hub import Hub, Limits
+from sanitizerd.sessions.hub import Hub, Limits, LiveView
 from sanitizerd.sessions.jobs import JobKey, job_key
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
@@ -60,7 +60,6 @@ class Listener:
         self.pool = Pool(settings, metrics, lambda: self.configured)
         self.merged = MergedMetrics(metrics.registry, self.pool)
         metrics.exposed = self.merged.registry  # /metrics: this process's and every worker's, summed
-        self.live_elsewhere = lambda: self.pool.live()
 
     def share(self, limits: Limits) -> Limits:
         """The listener runs no detector: the host's race-check memory is the workers' (shared out among them)."""
@@ -73,6 +72,9 @@ class Listener:
     def reception(self, doors: Doors) -> Handing:
         self.handing = Handing(self.pool, self.settings.workers, doors.hub)
         return self.handing
+
+    async def live_elsewhere(self) -> LiveView:
+        return await self.pool.live()
 
     async def handoff(
         self, stream: MessageStream, request: m.Message, key: JobKey, written: Callable[[], Awaitable[object]]
