@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
 from sanitizerd.detectors import create_detectors
@@ -436,20 +438,13 @@ class Session:
             incomplete=state.incomplete or state.lost > 0,
             suppressed=state.suppressed,
         )
-        tools = [d.name for d in self.detectors] if state.checked else []
+        # the watchers are told all the client's verdict says, and the launch's name and tools
         report = m.KernelChecked(
             session=self.id,
-            kernel=launch.kernel,
             name=launch.name,
-            tools=tools,
-            events=state.events,
-            errors=state.errors,
-            warnings=state.warnings,
-            checked=state.checked,
-            lost=state.lost,
-            incomplete=state.incomplete or state.lost > 0,
-            suppressed=state.suppressed,
+            tools=[d.name for d in self.detectors] if state.checked else [],
             debug_line=state.debug_line,
+            **msgspec.structs.asdict(verdict),
         )
         return Answer(verdict, report)
 
