@@ -25,7 +25,7 @@ import difflib
 import os
 import string
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from sanitizerd.findings import suppressions
@@ -133,9 +133,10 @@ class _Option:
 
     name: str
     section: str  # the heading the help lists it under
-    about: tuple[str, ...]  # its lines in the help, msSanitizer's words for msSanitizer's options
     take: _Take  # checks the value and sets the setting it maps to
     dest: str = ""  # that setting: a field of RunOptions, or "config.<field>" of its Config; "": none
+    _: KW_ONLY
+    about: tuple[str, ...]  # its lines in the help, msSanitizer's words for msSanitizer's options
     implies: tuple[str, ...] = ()  # settings that "yes" switches on too, as dest is
     allowed: frozenset[str] | None = _LOWER  # the value's whitelist; None: none (sanitizerd's paths take any)
     choices: tuple[str, ...] = ()
@@ -277,260 +278,85 @@ _OURS = "sanitizerd options:"
 _REQUIRE_FILE_PATH = ". require a file path"
 
 # In msSanitizer's getopt_long order, which an ambiguous prefix's possibilities follow; the help lists them by
-# section.
+# section. Laid out by hand, a few lines an option, to read as the table it is.
+# fmt: off
 _OPTIONS: tuple[_Option, ...] = (
-    _Option("help", _BASIC, ("show this message",), _flag, "show_help", short="h"),
-    _Option("version", _BASIC, ("show version",), _flag, "show_version", short="v"),
-    _Option(
-        "tool",
-        _BASIC,
-        (
-            "use the sanitizer tool named <name> [memcheck]",
-            f"<name>: {'|'.join(_SELECTABLE_TOOLS)}; repeat -t, or join",
-            "names with '|', to run several tools",
-        ),
-        _tools,
-        allowed=_LOWER | {"|"},  # "|" joins names: a sanitizerd extension
-        choices=_SELECTABLE_TOOLS,
-        metavar="<name>",
-        short="t",
-    ),
-    _Option(
-        "log-level",
-        _BASIC,
-        (f"report messages at or above <level>: {'|'.join(LOG_LEVELS)} [warn]",),
-        _one_of,
-        "config.log_level",
-        choices=LOG_LEVELS,
-        metavar="<level>",
-    ),
-    _Option(
-        "log-file",
-        _BASIC,
-        ("write reports to <file> [stdout]",),
-        _log_file,
-        "log_file",
-        allowed=_LOWER | _UPPER | _DIGITS | set("-./_"),
-        metavar="<file>",
-        listed_before="log-level",
-    ),
-    _Option(
-        "max-debuglog-size",
-        _BASIC,
-        (
-            f"set debuglog file's max size to <size> (MB), default:{DEFAULT_DEBUGLOG_SIZE_MB}, "
-            f"max: {MAX_DEBUGLOG_SIZE_MB}",
-        ),
-        _number,
-        allowed=_DIGITS,
-        bounds=(1, MAX_DEBUGLOG_SIZE_MB),
-        invalid=f". range: 1-{MAX_DEBUGLOG_SIZE_MB} (MB), default:{DEFAULT_DEBUGLOG_SIZE_MB} (MB)",
-        metavar="<size>",
-    ),
-    _Option(
-        "leak-check",
-        _FOR_MEMCHECK,
-        ("search for memory leaks at exit [no]",),
-        _yes_no,
-        "config.leak_check",
-        choices=YES_NO,
-    ),
-    _Option(
-        "check-unused-memory",
-        _FOR_MEMCHECK,
-        ("search for unused memory allocations [no]",),
-        _switch_on,
-        "config.check_unused_memory",
-        choices=YES_NO,
-    ),
-    _Option(
-        "check-device-heap",
-        _FOR_MEMCHECK,
-        ("enable device heap check [no]",),
-        _switch_on,
-        "config.check_device_heap",
-        implies=("config.leak_check",),  # heap mode is a leak check of that heap
-        choices=YES_NO,
-    ),
-    _Option(
-        "check-cann-heap",
-        _FOR_MEMCHECK,
-        ("enable cann heap check [no]",),
-        _switch_on,
-        "config.check_cann_heap",
-        implies=("config.leak_check",),
-        choices=YES_NO,
-    ),
-    _Option(
-        "block-id",
-        _FOR_MEMCHECK,
-        (f"set check block id (0-{MAX_BLOCK_ID}), default check all block",),
-        _number,
-        "config.block_id",
-        allowed=_LOWER | _DIGITS,
-        bounds=(0, MAX_BLOCK_ID),
-        invalid=f". range: [0, {MAX_BLOCK_ID}]",
-        metavar="<block-id>",
-    ),
-    _Option(
-        "cache-size",
-        _FOR_MEMCHECK,
-        (f"set single block records size to <size> (MB), default:{DEFAULT_CACHE_SIZE_MB}, max: {MAX_CACHE_SIZE_MB}",),
-        _number,
-        "config.cache_size",
-        allowed=_LOWER | _DIGITS,
-        bounds=(1, MAX_CACHE_SIZE_MB),
-        invalid=f". range: [1, {MAX_CACHE_SIZE_MB}](MB)",
-        metavar="<size>",
-        about_below=True,
-    ),
-    _Option(
-        "kernel-name",
-        _BASIC,
-        ("only the kernels whose name contains <name> are checked [all kernels]",),
-        _kernel_name,
-        "config.kernel_name",
-        allowed=_LOWER | _UPPER | _DIGITS | {"_", "-"},
-        invalid=f". require length <= {MAX_KERNEL_NAME_LEN}",
-        metavar="<name>",
-    ),
-    _Option(
-        "full-backtrace",
-        _BASIC,
-        ("print full backtraces including Ascend C internal calls [no]",),
-        _yes_no,
-        "config.full_backtrace",
-        choices=YES_NO,
-    ),
-    _Option(
-        "demangle",
-        _BASIC,
-        ("demangle device function names in backtraces [full]",),
-        _one_of,
-        "config.demangle",
-        choices=DEMANGLE_MODES,
-    ),
-    _Option(
-        "check-cross-npu-races",
-        _FOR_RACECHECK,
-        ("check races across different NPUs [no]",),
-        _switch_on,
-        "config.check_cross_npu_races",
-        choices=YES_NO,
-    ),
-    _Option(  # a sanitizerd extension
-        "single-pipe-distance",
-        _FOR_RACECHECK,
-        (
-            "instructions of one pipe more than <n> apart are taken as ordered",
-            f"(0 turns the in-pipe check off) [{DEFAULT_SINGLE_PIPE_DISTANCE}]",
-        ),
-        _number,
-        "config.single_pipe_distance",
-        allowed=_DIGITS,
-        bounds=(0, MAX_SINGLE_PIPE_DISTANCE),
-        invalid=f". range: [0, {MAX_SINGLE_PIPE_DISTANCE}]",
-        metavar="<n>",
-    ),
-    _Option(  # a sanitizerd extension
-        "race-fold",
-        _FOR_RACECHECK,
-        (
-            "report a race once for all the blocks it is found between, not once per",
-            "pair of blocks as msSanitizer does (for kernels of many blocks) [no]",
-        ),
-        _yes_no,
-        "config.race_fold",
-        choices=YES_NO,
-    ),
-    _Option(
-        "socket",
-        _OURS,
-        ("connect to the daemon listening at <path> [the daemon's default]",),
-        _socket,
-        "socket",
-        allowed=None,
-        invalid=f". require a path of 1 to {MAX_SOCKET_PATH_LEN} bytes",
-        metavar="<path>",
-    ),
-    _Option(
-        "error-exitcode",
-        _OURS,
-        (
-            f"exit with <n> (0-{MAX_EXIT_CODE}) when errors are reported [the program's status;",
-            "1 when it is 0 and silent data corruption was found]",
-        ),
-        _number,
-        "error_exitcode",
-        allowed=_DIGITS,
-        bounds=(0, MAX_EXIT_CODE),
-        invalid=f". range: [0, {MAX_EXIT_CODE}]",
-        metavar="<n>",
-    ),
-    _Option(
-        "save",
-        _OURS,
-        ("record everything the program's clients send, for `sanitizerd replay`",),
-        _file,
-        "save",
-        allowed=None,
-        invalid=_REQUIRE_FILE_PATH,
-        metavar="<file>",
-    ),
-    _Option(
-        "report",
-        _OURS,
-        ("write the run's findings to <file> when it ends, for CI [none]",),
-        _file,
-        "report",
-        allowed=None,
-        invalid=_REQUIRE_FILE_PATH,
-        metavar="<file>",
-    ),
-    _Option(
-        "report-format",
-        _OURS,
-        (
-            "the report's format [by <file>'s suffix: .sarif, .xml (junit), .json;",
-            "else sarif]",
-        ),
-        _one_of,
-        "report_format",
-        choices=REPORT_FORMATS,
-        invalid=f". require one of {'|'.join(REPORT_FORMATS)}",
-    ),
-    _Option(
-        "suppressions",
-        _OURS,
-        (
-            "hide the known findings its [[suppress]] rules name, each with a",
-            "reason; they are stored, marked and counted as suppressed [none]",
-        ),
-        _suppressions,
-        "config.suppressions",
-        allowed=None,
-        invalid=_REQUIRE_FILE_PATH,
-        metavar="<file>",
-    ),
-    _Option(
-        "show-suppressed",
-        _OURS,
-        ("print suppressed findings too, each under its reason",),
-        _flag,
-        "show_suppressed",
-    ),
-    _Option(
-        "allow-unchecked",
-        _OURS,
-        (
-            "run the program even where msSanitizer's hooks cannot be used (a",
-            "release not identified, a hook missing): it runs without them, and the",
-            "summary says so [refuse to run]",
-        ),
-        _flag,
-        "allow_unchecked",
-    ),
+    _Option("help", _BASIC, _flag, "show_help", short="h", about=("show this message",)),
+    _Option("version", _BASIC, _flag, "show_version", short="v", about=("show version",)),
+    _Option("tool", _BASIC, _tools, short="t", metavar="<name>", choices=_SELECTABLE_TOOLS,
+            allowed=_LOWER | {"|"},  # "|" joins names: a sanitizerd extension
+            about=("use the sanitizer tool named <name> [memcheck]",
+                   f"<name>: {'|'.join(_SELECTABLE_TOOLS)}; repeat -t, or join",
+                   "names with '|', to run several tools")),
+    _Option("log-level", _BASIC, _one_of, "config.log_level", metavar="<level>", choices=LOG_LEVELS,
+            about=(f"report messages at or above <level>: {'|'.join(LOG_LEVELS)} [warn]",)),
+    _Option("log-file", _BASIC, _log_file, "log_file", metavar="<file>", listed_before="log-level",
+            allowed=_LOWER | _UPPER | _DIGITS | set("-./_"), about=("write reports to <file> [stdout]",)),
+    _Option("max-debuglog-size", _BASIC, _number, metavar="<size>", bounds=(1, MAX_DEBUGLOG_SIZE_MB), allowed=_DIGITS,
+            invalid=f". range: 1-{MAX_DEBUGLOG_SIZE_MB} (MB), default:{DEFAULT_DEBUGLOG_SIZE_MB} (MB)",
+            about=(f"set debuglog file's max size to <size> (MB), default:{DEFAULT_DEBUGLOG_SIZE_MB}, "
+                   f"max: {MAX_DEBUGLOG_SIZE_MB}",)),
+    _Option("leak-check", _FOR_MEMCHECK, _yes_no, "config.leak_check", choices=YES_NO,
+            about=("search for memory leaks at exit [no]",)),
+    _Option("check-unused-memory", _FOR_MEMCHECK, _switch_on, "config.check_unused_memory", choices=YES_NO,
+            about=("search for unused memory allocations [no]",)),
+    _Option("check-device-heap", _FOR_MEMCHECK, _switch_on, "config.check_device_heap", choices=YES_NO,
+            implies=("config.leak_check",),  # heap mode is a leak check of that heap
+            about=("enable device heap check [no]",)),
+    _Option("check-cann-heap", _FOR_MEMCHECK, _switch_on, "config.check_cann_heap", choices=YES_NO,
+            implies=("config.leak_check",), about=("enable cann heap check [no]",)),
+    _Option("block-id", _FOR_MEMCHECK, _number, "config.block_id", metavar="<block-id>", bounds=(0, MAX_BLOCK_ID),
+            allowed=_LOWER | _DIGITS, invalid=f". range: [0, {MAX_BLOCK_ID}]",
+            about=(f"set check block id (0-{MAX_BLOCK_ID}), default check all block",)),
+    _Option("cache-size", _FOR_MEMCHECK, _number, "config.cache_size", metavar="<size>", bounds=(1, MAX_CACHE_SIZE_MB),
+            allowed=_LOWER | _DIGITS, invalid=f". range: [1, {MAX_CACHE_SIZE_MB}](MB)", about_below=True,
+            about=(f"set single block records size to <size> (MB), default:{DEFAULT_CACHE_SIZE_MB}, "
+                   f"max: {MAX_CACHE_SIZE_MB}",)),
+    _Option("kernel-name", _BASIC, _kernel_name, "config.kernel_name", metavar="<name>",
+            allowed=_LOWER | _UPPER | _DIGITS | {"_", "-"}, invalid=f". require length <= {MAX_KERNEL_NAME_LEN}",
+            about=("only the kernels whose name contains <name> are checked [all kernels]",)),
+    _Option("full-backtrace", _BASIC, _yes_no, "config.full_backtrace", choices=YES_NO,
+            about=("print full backtraces including Ascend C internal calls [no]",)),
+    _Option("demangle", _BASIC, _one_of, "config.demangle", choices=DEMANGLE_MODES,
+            about=("demangle device function names in backtraces [full]",)),
+    _Option("check-cross-npu-races", _FOR_RACECHECK, _switch_on, "config.check_cross_npu_races", choices=YES_NO,
+            about=("check races across different NPUs [no]",)),
+    # a sanitizerd extension
+    _Option("single-pipe-distance", _FOR_RACECHECK, _number, "config.single_pipe_distance", metavar="<n>",
+            bounds=(0, MAX_SINGLE_PIPE_DISTANCE), allowed=_DIGITS, invalid=f". range: [0, {MAX_SINGLE_PIPE_DISTANCE}]",
+            about=("instructions of one pipe more than <n> apart are taken as ordered",
+                   f"(0 turns the in-pipe check off) [{DEFAULT_SINGLE_PIPE_DISTANCE}]")),
+    # a sanitizerd extension
+    _Option("race-fold", _FOR_RACECHECK, _yes_no, "config.race_fold", choices=YES_NO,
+            about=("report a race once for all the blocks it is found between, not once per",
+                   "pair of blocks as msSanitizer does (for kernels of many blocks) [no]")),
+    _Option("socket", _OURS, _socket, "socket", metavar="<path>", allowed=None,
+            invalid=f". require a path of 1 to {MAX_SOCKET_PATH_LEN} bytes",
+            about=("connect to the daemon listening at <path> [the daemon's default]",)),
+    _Option("error-exitcode", _OURS, _number, "error_exitcode", metavar="<n>", bounds=(0, MAX_EXIT_CODE),
+            allowed=_DIGITS, invalid=f". range: [0, {MAX_EXIT_CODE}]",
+            about=(f"exit with <n> (0-{MAX_EXIT_CODE}) when errors are reported [the program's status;",
+                   "1 when it is 0 and silent data corruption was found]")),
+    _Option("save", _OURS, _file, "save", metavar="<file>", allowed=None, invalid=_REQUIRE_FILE_PATH,
+            about=("record everything the program's clients send, for `sanitizerd replay`",)),
+    _Option("report", _OURS, _file, "report", metavar="<file>", allowed=None, invalid=_REQUIRE_FILE_PATH,
+            about=("write the run's findings to <file> when it ends, for CI [none]",)),
+    _Option("report-format", _OURS, _one_of, "report_format", choices=REPORT_FORMATS,
+            invalid=f". require one of {'|'.join(REPORT_FORMATS)}",
+            about=("the report's format [by <file>'s suffix: .sarif, .xml (junit), .json;",
+                   "else sarif]")),
+    _Option("suppressions", _OURS, _suppressions, "config.suppressions", metavar="<file>", allowed=None,
+            invalid=_REQUIRE_FILE_PATH,
+            about=("hide the known findings its [[suppress]] rules name, each with a",
+                   "reason; they are stored, marked and counted as suppressed [none]")),
+    _Option("show-suppressed", _OURS, _flag, "show_suppressed",
+            about=("print suppressed findings too, each under its reason",)),
+    _Option("allow-unchecked", _OURS, _flag, "allow_unchecked",
+            about=("run the program even where msSanitizer's hooks cannot be used (a",
+                   "release not identified, a hook missing): it runs without them, and the",
+                   "summary says so [refuse to run]")),
 )
+# fmt: on
 _BY_NAME = {opt.name: opt for opt in _OPTIONS}
 _BY_SHORT = {opt.short: opt for opt in _OPTIONS if opt.short}
 
