@@ -144,8 +144,10 @@ class _Option:
     invalid: str = ""  # msSanitizer's words after "--<name> param is invalid", where it says more
     metavar: str = ""  # the value's name in the help; "|"-joined choices when empty
     short: str | None = None
-    about_below: bool = False  # the help starts its text on the next line even where the first would fit
-    listed_before: str = ""  # the option the help lists it ahead of, out of the table's order
+    # the help starts its text on the line below even where the first line would fit, as it always has
+    about_below: bool = False
+    # the option the help lists it ahead of: msSanitizer's help and its getopt table differ in order
+    listed_before: str = ""
 
     @property
     def usage(self) -> str:
@@ -154,6 +156,7 @@ class _Option:
 
     @property
     def takes_value(self) -> bool:
+        """Whether it needs a value: exactly when the help shows one, so the two cannot disagree."""
         return bool(self.usage)
 
 
