@@ -34,7 +34,7 @@ from sanitizerd.compat.records.types import RecordType
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
 from sanitizerd.protocol import messages as m
 from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
-from sanitizerd.protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, Sentinel, State
+from sanitizerd.protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, ReceivingEnd, Sentinel, State
 from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
 from sanitizerd.protocol.texts import cap_strings
 
@@ -125,7 +125,7 @@ def _block_finish(block_type: int, block_id: int, serial: int) -> np.ndarray:
     return event
 
 
-class CompatConnection:
+class CompatConnection(ReceivingEnd):
     """Protocol state of one connection of msSanitizer's hooks, from the daemon's side."""
 
     def __init__(
@@ -142,8 +142,7 @@ class CompatConnection:
         self.chunk_size = chunk_size
         self.state = State.HANDSHAKE
         self.client_role = "producer"
-        self._buffer = ReceiveBuffer()
-        self._eof = False
+        super().__init__()
         self._ended = False  # the close at EOF has been returned
         # Messages decoded (``_out``) are held until the stream has shown it speaks this release (``_confirmed``),
         # then returned (``_ready``): see ``_release``.
@@ -211,14 +210,6 @@ class CompatConnection:
         return m.Hello(version=m.PROTOCOL_VERSION, role="producer", pid=self.peer_pid, tool="mssanitizer", job=self.job)
 
     # --- receiving -----------------------------------------------------------------------------------------
-
-    def receive_data(self, data: bytes) -> None:
-        if data:
-            if self._eof:
-                raise LocalProtocolError("data received after EOF", reason="unexpected_message")
-            self._buffer.append(data)
-        else:
-            self._eof = True
 
     def next_event(self) -> m.Message | Sentinel:
         """The next native message, ``NEED_DATA`` or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""

@@ -292,15 +292,6 @@ def pack(n: int, out: np.ndarray | None = None, **fields: int | np.ndarray) -> n
     return words.view(EVENT_DTYPE).reshape(-1)
 
 
-def blank(n: int) -> np.ndarray:
-    """``n`` zeroed events with the neutral pattern (one block, one repeat)."""
-    events = np.zeros(n, dtype=EVENT_DTYPE)
-    events["block_num"] = 1
-    events["repeat"] = 1
-    events["block_stride"] = 1
-    return events
-
-
 def _words(events: np.ndarray) -> np.ndarray:
     # Events as rows of 7 u64: numpy copies plain arrays many times faster than structured ones.
     return np.ascontiguousarray(events).view(np.uint64).reshape(-1, EVENT_DTYPE.itemsize // 8)
