@@ -221,6 +221,24 @@ for _mem, _space in MEMTYPE_SPACE.items():
     MEMTYPE_TO_SPACE[_mem] = _space
 
 
+class DataType(enum.IntEnum):
+    """msSanitizer's u8 DataType of cube and vector records: an operand's element width."""
+
+    DATA_B4 = 0
+    DATA_B8 = 1
+    DATA_B16 = 2
+    DATA_B32 = 3
+
+
+class DetailedDataType(enum.IntEnum):
+    """The values of msSanitizer's DetailedDataType that its transpose rules name (910_95's L1 loads)."""
+
+    B4 = 0
+    B8 = 1
+    B16 = 2
+    B32 = 3
+
+
 class PipeType(enum.IntEnum):
     """msSanitizer's PipeType, a u32 inside records; same numbering as sanitizerd's ``Pipe``."""
 

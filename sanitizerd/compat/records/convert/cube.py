@@ -13,14 +13,12 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, drop, payload_dtype, record_dtype
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space, plans
-from sanitizerd.compat.records.types import NO_PIPE, MemType, RecordType, query_pipe
+from sanitizerd.compat.records.types import NO_PIPE, DataType, DetailedDataType, MemType, RecordType, query_pipe
 from sanitizerd.protocol.records import EventKind, Pipe, Space
 
 FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE)
 FRACTAL_ROW = 32
 UNIT_FLAG_EVENT = 11  # msSanitizer's event id for generated syncs, apart from user ids 0..7
-
-DATA_B4, DATA_B8, DATA_B16, DATA_B32 = range(4)
 
 
 def _u(x: np.ndarray | int) -> np.ndarray:
@@ -127,7 +125,7 @@ def convert_load_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     start = _u(r["src"]) + _u(r["base_idx"]) * np.uint64(FRACTAL)
     back = (np.maximum(repeat, 1) - np.uint64(1)) * _u(r["src_stride"]) * np.uint64(FRACTAL)
     dec = r["addr_cal_mode"] != 0
-    ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & (start < back))
+    ok = (pipe != NO_PIPE) & (repeat != 0) & ~(dec & (start < back))
     _no_pipe(context, "LOAD_2D", pipe)
     drop(
         context,
@@ -149,7 +147,7 @@ LOAD_2D_SPARSE_DTYPE = payload_dtype(
 def convert_load_2d_sparse(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D_SPARSE: ``repeat`` consecutive fractals of data and 128-byte index blocks read, fractals written."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = (pipe != 0xFF) & (r["repeat"] != 0)
+    ok = (pipe != NO_PIPE) & (r["repeat"] != 0)
     _no_pipe(context, "LOAD_2D_SPARSE", pipe)
     drop(context, "LOAD_2D_SPARSE records dropped: repeat 0", int((r["repeat"] == 0).sum()))
     start = _u(r["start_id"])
@@ -166,7 +164,7 @@ LOAD_2D_TRANSPOSE_DTYPE = payload_dtype(
 )
 
 _FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
-_FRACTALS_PER_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 2, 1, 2]
+_FRACTALS_PER_TYPE[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [4, 2, 1, 2]
 
 
 @plans(RecordType.LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
@@ -182,7 +180,7 @@ def convert_load_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, 
     dec = r["addr_mode"] != 0
     back = src_repeat_stride * np.uint64(FRACTAL) * (np.maximum(repeat, 1) - np.uint64(1))
     negative_index = _u(r["index_id"]) < _u(r["src_stride"]) * (np.maximum(repeat, 1) - np.uint64(1))
-    ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & negative_index)
+    ok = (pipe != NO_PIPE) & (repeat != 0) & ~(dec & negative_index)
     _no_pipe(context, "LOAD_2D_TRANSPOSE", pipe)
     drop(context, "LOAD_2D_TRANSPOSE records dropped: repeat 0", int((repeat == 0).sum()))
     drop(
@@ -215,9 +213,6 @@ LOAD_L1_2D_DTYPE = payload_dtype(
     " transposeMode=transpose:<u4 detailedDataType=detailed_type",
 )
 
-# DetailedDataType values msSanitizer's transpose rules name (record_defs.h).
-_DETAILED_B4, _DETAILED_B8, _DETAILED_B16, _DETAILED_B32 = 0, 1, 2, 3
-
 
 @plans(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
 def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
@@ -229,12 +224,12 @@ def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_
     transpose = r["transpose"] != 0
     m_step, k_step = _u(r["m_step"]), _u(r["k_step"])
     legal = (
-        ((t == _DETAILED_B4) & (m_step % np.uint64(4) == 0))
-        | ((t == _DETAILED_B8) & (m_step % np.uint64(2) == 0))
-        | (t == _DETAILED_B16)
-        | ((t == _DETAILED_B32) & (k_step % np.uint64(2) == 0))
+        ((t == DetailedDataType.B4) & (m_step % np.uint64(4) == 0))
+        | ((t == DetailedDataType.B8) & (m_step % np.uint64(2) == 0))
+        | (t == DetailedDataType.B16)
+        | ((t == DetailedDataType.B32) & (k_step % np.uint64(2) == 0))
     )
-    ok = (pipe != 0xFF) & (~transpose | legal)
+    ok = (pipe != NO_PIPE) & (~transpose | legal)
     _no_pipe(context, "LOAD_L1_2D", pipe)
     drop(
         context,
@@ -252,10 +247,12 @@ def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_
         repeat=k_step,
         repeat_stride=r["src_stride"],
     )
-    factor = np.select([t == _DETAILED_B4, t == _DETAILED_B8], [4, 2], 1).astype(np.uint64)
-    blocks = np.select([transpose & (t == _DETAILED_B32), transpose], [k_step // np.uint64(2), k_step * factor], m_step)
+    factor = np.select([t == DetailedDataType.B4, t == DetailedDataType.B8], [4, 2], 1).astype(np.uint64)
+    blocks = np.select(
+        [transpose & (t == DetailedDataType.B32), transpose], [k_step // np.uint64(2), k_step * factor], m_step
+    )
     repeats = np.select(
-        [transpose & (t == _DETAILED_B32), transpose], [m_step * np.uint64(2), m_step // factor], k_step
+        [transpose & (t == DetailedDataType.B32), transpose], [m_step * np.uint64(2), m_step // factor], k_step
     )
     plan.add(
         EventKind.WRITE,
@@ -316,7 +313,9 @@ def convert_load_l1_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContex
     and repeat strides. An unknown type has no fractals (nothing)."""
     t = r["detailed_type"]
     fractals = np.select(
-        [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32], [4, 2, 1, 2], 0
+        [t == DetailedDataType.B4, t == DetailedDataType.B8, t == DetailedDataType.B16, t == DetailedDataType.B32],
+        [4, 2, 1, 2],
+        0,
     )
     mte1 = int(Pipe.MTE1)
     common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
@@ -441,9 +440,9 @@ LOAD_B2_DTYPE = payload_dtype("LoadB2Record", "dst src repeat dataType dstMemTyp
 def convert_load_b2(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B2: ``repeat`` fractals of 128 bytes (B8) or 64 bytes, rounded up to 512, read and written."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = pipe != 0xFF
+    ok = pipe != NO_PIPE
     _no_pipe(context, "LOAD_B2", pipe)
-    nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
+    nominal = _u(r["repeat"]) * np.where(r["data_type"] == DataType.DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
     plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
@@ -457,7 +456,7 @@ LOAD_A_WINOGRAD_DTYPE = payload_dtype(
 
 
 def _element_size(data_type: np.ndarray) -> np.ndarray:
-    return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
+    return np.select([data_type == DataType.DATA_B16, data_type == DataType.DATA_B32], [2, 4], 1).astype(np.uint64)
 
 
 @plans(RecordType.LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
@@ -466,7 +465,7 @@ def convert_load_a_winograd(plan: Plan, r: np.ndarray, context: BlockContext, re
     extK x extM elements written as fractals, innerDstGap fractals apart. A destination that is not whole
     fractals drops the write (msSanitizer logs an error and keeps the read)."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = pipe != 0xFF
+    ok = pipe != NO_PIPE
     _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
     size = _element_size(r["data_type"])
     plan.add(
@@ -504,7 +503,7 @@ LOAD_B_WINOGRAD_DTYPE = payload_dtype(
 def convert_load_b_winograd(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B_WINOGRAD: per repeat, 9 fractals read and 4 fractals written (innerDstStride apart)."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = pipe != 0xFF
+    ok = pipe != NO_PIPE
     _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
     plan.add(
         EventKind.READ,
@@ -544,8 +543,8 @@ def convert_broadcast(plan: Plan, r: np.ndarray, context: BlockContext, record_t
     ok = (r["n_burst"] != 0) & (r["len_burst"] != 0)
     drop(context, "BROADCAST records dropped: nBurst or lenBurst 0", int((~ok).sum()))
     src_blocks = np.where(r["enable_repeat"] != 0, 1, _u(r["len_burst"])).astype(np.uint64)
-    src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
-    dst_b32 = r["dst_type"] == DATA_B32
+    src_blocks = src_blocks * np.where(r["src_type"] == DataType.DATA_B32, 2, 1).astype(np.uint64)
+    dst_b32 = r["dst_type"] == DataType.DATA_B32
     v = int(Pipe.V)
     plan.add(
         EventKind.READ,
@@ -581,11 +580,16 @@ LOAD_3D_V2_DTYPE = payload_dtype(
 )
 
 _BITS_OF_TYPE = np.zeros(256, dtype=np.int64)
-_BITS_OF_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 8, 16, 32]
+_BITS_OF_TYPE[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [4, 8, 16, 32]
 # Channel counts the hardware takes, per type: channel % divisor in the allowed remainders.
 _CHANNEL_DIVISOR = np.ones(256, dtype=np.int64)
-_CHANNEL_DIVISOR[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [64, 32, 16, 8]
-_CHANNEL_OK = {DATA_B4: (0, 8, 16, 32), DATA_B8: (0, 4, 8, 16), DATA_B16: (0, 4, 8), DATA_B32: (0, 4)}
+_CHANNEL_DIVISOR[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [64, 32, 16, 8]
+_CHANNEL_OK = {
+    DataType.DATA_B4: (0, 8, 16, 32),
+    DataType.DATA_B8: (0, 4, 8, 16),
+    DataType.DATA_B16: (0, 4, 8),
+    DataType.DATA_B32: (0, 4),
+}
 
 
 def _positions(size: np.ndarray, before: np.ndarray, after: np.ndarray, window: np.ndarray, stride: np.ndarray):

@@ -23,7 +23,7 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
 from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align, plans
-from sanitizerd.compat.records.types import RecordType
+from sanitizerd.compat.records.types import DataType, RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
 
 READ, WRITE, MEMCPY = 0, 1, 2  # msSanitizer's AccessType
@@ -99,13 +99,11 @@ VMS4_DTYPE = record_dtype(
 
 CMPMASK_DTYPE = payload_dtype("CmpMaskRecord", "addr size accessType=access")
 
-DATA_B8, DATA_B16, DATA_B32 = 1, 2, 3
-
 
 def data_size(data_type: np.ndarray) -> np.ndarray:
     """Bytes per element of msSanitizer's DataType (B8 1, B16 2, B32 4; anything else counts as 1)."""
     data_type = np.asarray(data_type)
-    return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
+    return np.select([data_type == DataType.DATA_B16, data_type == DataType.DATA_B32], [2, 4], 1).astype(np.uint64)
 
 
 def _u(x: np.ndarray | int) -> np.ndarray:
@@ -684,7 +682,7 @@ def convert_regpropcoor(plan: Plan, r: np.ndarray, context: BlockContext, record
     """Region-proposal coordinates (vconcat / vextract): 16 elements per repeat on the src side, one element
     of each of 16 eight-element proposals on the dst side. Extraction swaps read and write. Data types other than
     B16/B32 and region ranges past 5 are dropped, as msSanitizer drops them."""
-    ok = ((r["data_type"] == DATA_B16) | (r["data_type"] == DATA_B32)) & (r["region_range"] <= 5)
+    ok = ((r["data_type"] == DataType.DATA_B16) | (r["data_type"] == DataType.DATA_B32)) & (r["region_range"] <= 5)
     drop(context, "VEC_REGPROPCOOR_OP records dropped: data type not B16/B32 or region range past 5", int((~ok).sum()))
     size = data_size(r["data_type"])
     extract = r["is_extract"] != 0
@@ -729,7 +727,7 @@ def convert_scatter(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     """SCATTERVNCHWCONV (transpose through VA registers): 16 source blocks read (src0's 8 addresses, then
     src1's), then 16 destination blocks written; each address repeats ``repeat`` times. B8 data moves 16-byte
     halves (the high half with the high-half flag) and its strides count in those halves."""
-    b8 = r["data_type"] == DATA_B8
+    b8 = r["data_type"] == DataType.DATA_B8
     size = np.where(b8, 16, 32)
     for kind, prefix, stride, high in (
         (EventKind.READ, "src", r["src_stride"], r["src_high_half"]),
