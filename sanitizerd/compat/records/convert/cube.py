@@ -36,6 +36,29 @@ def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
     return np.where(ok, memtype_to_space(memtype), NO_SPACE)
 
 
+def _copy(
+    plan: Plan,
+    r: np.ndarray,
+    ok: np.ndarray,
+    *,
+    read: dict[str, np.ndarray | int] | None = None,
+    write: dict[str, np.ndarray | int] | None = None,
+    **both: np.ndarray | int,
+) -> None:
+    """A load's two slots: its source read, then its destination written, each in the memory its record names
+    (none where not ``ok``); ``both`` is the pattern the sides share, ``read`` and ``write`` each side's own."""
+    plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], **both, **(read or {}))
+    plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], **both, **(write or {}))
+
+
+def _in_grains(run: np.ndarray, stride: np.ndarray) -> dict[str, np.ndarray]:
+    """Runs of ``run`` bytes, ``stride`` bytes apart, as one pattern: blocks of the largest size that divides both
+    (1 when both are 0), ``run`` of them a repeat, repeats ``stride`` apart."""
+    grain = np.gcd(run, stride)
+    grain = np.where(grain == 0, 1, grain)
+    return dict(block_size=grain, block_num=run // grain, repeat_stride=stride // grain)
+
+
 MATRIX_MUL_DTYPE = payload_dtype(
     "MarixMulOpRecord",
     "dst src0 src1 m k n src0RepeatStride dstBlockSize src0BlockSize src1BlockSize src0Repeat dstBlockNum"
@@ -317,24 +340,11 @@ def convert_load_l1_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContex
         [4, 2, 1, 2],
         0,
     )
-    mte1 = int(Pipe.MTE1)
-    common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
-    plan.add(
-        EventKind.READ,
-        Space.L1,
-        r["src"],
-        block_stride=r["src_frac_stride"],
-        repeat_stride=r["src_stride"],
-        **common,
-    )
-    plan.add(
-        EventKind.WRITE,
-        Space.L0B,
-        r["dst"],
-        block_stride=r["dst_frac_stride"],
-        repeat_stride=r["dst_stride"],
-        **common,
-    )
+    common = dict(pipe=int(Pipe.MTE1), block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
+    for kind, space, side in ((EventKind.READ, Space.L1, "src"), (EventKind.WRITE, Space.L0B, "dst")):
+        plan.add(
+            kind, space, r[side], block_stride=r[f"{side}_frac_stride"], repeat_stride=r[f"{side}_stride"], **common
+        )
 
 
 DECOMPRESS_HEADER_DTYPE = payload_dtype("DecompressHeaderRecord", "src nBlock srcMemType=src_mem")
@@ -444,8 +454,7 @@ def convert_load_b2(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     _no_pipe(context, "LOAD_B2", pipe)
     nominal = _u(r["repeat"]) * np.where(r["data_type"] == DataType.DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
-    plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
-    plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
+    _copy(plan, r, ok, pipe=pipe, block_size=size)
 
 
 LOAD_A_WINOGRAD_DTYPE = payload_dtype(
@@ -505,26 +514,15 @@ def convert_load_b_winograd(plan: Plan, r: np.ndarray, context: BlockContext, re
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
     ok = pipe != NO_PIPE
     _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
-    plan.add(
-        EventKind.READ,
-        _space(r["src_mem"], ok),
-        r["src"],
+    _copy(
+        plan,
+        r,
+        ok,
         pipe=pipe,
-        block_num=9,
         block_size=FRACTAL,
         repeat=r["repeat"],
-        repeat_stride=r["src_rpt_stride"],
-    )
-    plan.add(
-        EventKind.WRITE,
-        _space(r["dst_mem"], ok),
-        r["dst"],
-        pipe=pipe,
-        block_num=4,
-        block_size=FRACTAL,
-        block_stride=r["inner_dst_stride"],
-        repeat=r["repeat"],
-        repeat_stride=r["dst_rpt_stride"],
+        read=dict(block_num=9, repeat_stride=r["src_rpt_stride"]),
+        write=dict(block_num=4, block_stride=r["inner_dst_stride"], repeat_stride=r["dst_rpt_stride"]),
     )
 
 
@@ -545,27 +543,19 @@ def convert_broadcast(plan: Plan, r: np.ndarray, context: BlockContext, record_t
     src_blocks = np.where(r["enable_repeat"] != 0, 1, _u(r["len_burst"])).astype(np.uint64)
     src_blocks = src_blocks * np.where(r["src_type"] == DataType.DATA_B32, 2, 1).astype(np.uint64)
     dst_b32 = r["dst_type"] == DataType.DATA_B32
-    v = int(Pipe.V)
-    plan.add(
-        EventKind.READ,
-        _space(r["src_mem"], ok),
-        r["src"],
-        pipe=v,
-        block_num=src_blocks,
-        block_size=32,
+    _copy(
+        plan,
+        r,
+        ok,
+        pipe=int(Pipe.V),
         repeat=r["n_burst"],
-        repeat_stride=_u(r["src_gap"]) + src_blocks,
-    )
-    plan.add(
-        EventKind.WRITE,
-        _space(r["dst_mem"], ok),
-        r["dst"],
-        pipe=v,
-        block_num=r["len_burst"],
-        block_size=np.where(dst_b32, 1024, 512),
-        repeat=r["n_burst"],
-        repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
-        align=np.where(dst_b32 & (r["dst_mem"] == MemType.L0C), 1024, 0),
+        read=dict(block_num=src_blocks, block_size=32, repeat_stride=_u(r["src_gap"]) + src_blocks),
+        write=dict(
+            block_num=r["len_burst"],
+            block_size=np.where(dst_b32, 1024, 512),
+            repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
+            align=np.where(dst_b32 & (r["dst_mem"] == MemType.L0C), 1024, 0),
+        ),
     )
 
 
@@ -668,22 +658,11 @@ def convert_load_3d_v2(plan: Plan, r: np.ndarray, context: BlockContext, record_
             run = np.maximum(k_hi - k_lo, 0) * bits
             stride = k_total * bits
             full = (k_lo == 0) & (k_hi == k_total)  # whole rows: one contiguous run
-            grain = np.gcd(run, stride)
-            grain = np.where(grain == 0, 1, grain)
-            fits = ~full & (run // grain <= 0xFFFF) & (stride // grain <= 0xFFFF)
+            grained = _in_grains(run, stride)
+            fits = ~full & (grained["block_num"] <= 0xFFFF) & (grained["repeat_stride"] <= 0xFFFF)
             address = src + ((m_lo * k_total + k_lo) * bits).astype(np.uint64)
             plan.add(EventKind.READ, src_space, address, pipe=pipe, block_size=run * rows, count=full)
-            plan.add(
-                EventKind.READ,
-                src_space,
-                address,
-                pipe=pipe,
-                block_size=grain,
-                block_num=run // grain,
-                repeat=rows,
-                repeat_stride=stride // grain,
-                count=fits,
-            )
+            plan.add(EventKind.READ, src_space, address, pipe=pipe, repeat=rows, count=fits, **grained)
             plan.add(
                 EventKind.READ,
                 src_space,
@@ -768,34 +747,25 @@ def convert_load_3d(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     start = r["src"].astype(np.uint64) + ((h_lo * width + w_lo) * 32).astype(np.uint64)
     read_space = _space(r["src_mem"], valid & ~holes)
     # Whole rows: one run per channel group, the groups a plane apart.
-    block = rows * width * 32
-    grain = np.gcd(block, plane)
-    grain = np.where(grain == 0, 1, grain)
     plan.add(
         EventKind.READ,
         read_space,
         start,
         pipe=pipe,
-        block_size=grain,
-        block_num=block // grain,
         repeat=groups,
-        repeat_stride=plane // grain,
         count=full_rows,
+        **_in_grains(rows * width * 32, plane),
     )
     # Part of each row: per channel group, ``rows`` runs a row apart.
-    grain = np.gcd(run, width * 32)
-    grain = np.where(grain == 0, 1, grain)
     plan.add(
         EventKind.READ,
         read_space,
         start,
         pipe=pipe,
-        block_size=grain,
-        block_num=run // grain,
         repeat=rows,
-        repeat_stride=width * 32 // grain,
         count=np.where(full_rows, 0, groups),
         step=plane,
+        **_in_grains(run, width * 32),
     )
     rpt = i64("rpt_times")
     short = (rpt > 1) & (

@@ -179,10 +179,6 @@ def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) ->
         f"MSTX_STUB HCCL annotations cut to {MAX_RANKS} ranks",
         int((hccl & (r["hccl_rank_dim"] > MAX_RANKS)).sum()),
     )
-    src_size = _u(r["hccl_src_count"]) * _u(r["hccl_src_type_size"])
-    dst_size = _u(r["hccl_dst_count"]) * _u(r["hccl_dst_type_size"])
-    src_step = _u(r["hccl_src_stride"]) * _u(r["hccl_src_type_size"])
-    dst_step = _u(r["hccl_dst_stride"]) * _u(r["hccl_dst_type_size"])
     one = np.uint64(1)
     reads = np.select([flag == ALLREDUCE, flag == ALLGATHER, flag == REDUCESCATTER, flag == ALLTOALL], [1, 1, 0, 0], 0)
     reads = np.where((flag == REDUCESCATTER) | (flag == ALLTOALL), ranks, _u(reads))
@@ -190,26 +186,18 @@ def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) ->
     writes = np.where((flag == ALLGATHER) | (flag == ALLTOALL), ranks, writes)
     gm = int(Space.GM)
     common = dict(pipe=int(Pipe.S), block_stride=0, repeat=r["hccl_repeat"])
-    plan.add(
-        EventKind.READ,
-        gm,
-        r["hccl_src"],
-        block_size=src_size,
-        repeat_stride=r["hccl_src_repeat_stride"],
-        count=np.where(hccl, reads, 0),
-        step=src_step,
-        **common,
-    )
-    plan.add(
-        EventKind.WRITE,
-        gm,
-        r["hccl_dst"],
-        block_size=dst_size,
-        repeat_stride=r["hccl_dst_repeat_stride"],
-        count=np.where(hccl, writes, 0),
-        step=dst_step,
-        **common,
-    )
+    for kind, side, accesses in ((EventKind.READ, "src", reads), (EventKind.WRITE, "dst", writes)):
+        type_size = _u(r[f"hccl_{side}_type_size"])
+        plan.add(
+            kind,
+            gm,
+            r[f"hccl_{side}"],
+            block_size=_u(r[f"hccl_{side}_count"]) * type_size,
+            repeat_stride=r[f"hccl_{side}_repeat_stride"],
+            count=np.where(hccl, accesses, 0),
+            step=_u(r[f"hccl_{side}_stride"]) * type_size,
+            **common,
+        )
 
 
 @converts(RecordType.MSTX_STUB, dtype=MSTX_DTYPE)

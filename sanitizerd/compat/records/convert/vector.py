@@ -21,7 +21,7 @@ from functools import partial
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype
 from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align, plans
 from sanitizerd.compat.records.types import DataType, RecordType
 from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
@@ -83,18 +83,8 @@ SCATTER_DTYPE = payload_dtype(
 
 VBS32_DTYPE = payload_dtype("Vbs32Record", "dst src0 src1 repeat dataType")
 
-VMS4_DTYPE = record_dtype(
-    64,
-    8,
-    [
-        ("dst", "<u8", 0),
-        ("src", "(4,)<u2", 40),
-        ("element_num", "(4,)<u2", 48),
-        ("repeat", "u1", 56),
-        ("valid_mask", "u1", 57),
-        ("is_all_stored", "u1", 58),
-        ("detailed_data_type", "u1", 59),
-    ],
+VMS4_DTYPE = payload_dtype(
+    "Vms4v2RecordA5", "dst src:(4,)<u2 elementNum:(4,)<u2 repeat validMask isAllStored detailedDataType"
 )
 
 CMPMASK_DTYPE = payload_dtype("CmpMaskRecord", "addr size accessType=access")
@@ -320,6 +310,12 @@ def operand(r: np.ndarray, name: str) -> tuple[np.ndarray, ...]:
     )
 
 
+def pattern_fields(r: np.ndarray, name: str, *fields: str) -> dict[str, np.ndarray]:
+    """Operand ``name``'s pattern ``fields`` (``block_size``, ``repeat``, ...) as the records name them
+    (``name_block_size``, ...): ``Plan.add``'s keyword arguments."""
+    return {field: r[f"{name}_{field}"] for field in fields}
+
+
 def masks_of(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A record's vector mask and mask mode: ``masked_operand``'s mask arguments."""
     return r["mask0"], r["mask1"], r["mask_mode"]
@@ -463,13 +459,10 @@ def convert_vsel(plan: Plan, r: np.ndarray, context: BlockContext, record_type: 
         UB,
         r["src1"],
         pipe=V,
-        block_size=r["src1_block_size"],
-        block_num=r["src1_block_num"],
-        block_stride=r["src1_block_stride"],
         repeat=_vsel_select_repeat(r, context),
-        repeat_stride=r["src1_repeat_stride"],
         align=simd_align(context, r["src1_data_bits"], record_type),
         count=unmasked,
+        **pattern_fields(r, "src1", "block_size", "block_num", "block_stride", "repeat_stride"),
     )
     _binary_source(plan, r, "src1", context, record_type, enabled=~unmasked)
     _binary_destination(plan, r, WRITE, context, record_type)
@@ -634,26 +627,14 @@ def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray,
 @plans(RecordType.VGATHER, dtype=VGATHER_DTYPE)
 def convert_vgather(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VGATHER: the offset table read (one contiguous run, 32-byte aligned), the destination written; unmasked."""
-    plan.add(
-        EventKind.READ,
-        UB,
-        r["src"],
-        pipe=V,
-        block_size=r["src_block_size"],
-        block_num=r["src_block_num"],
-        align=32,
-    )
+    plan.add(EventKind.READ, UB, r["src"], pipe=V, align=32, **pattern_fields(r, "src", "block_size", "block_num"))
     plan.add(
         EventKind.WRITE,
         UB,
         r["dst"],
         pipe=V,
-        block_size=r["dst_block_size"],
-        block_num=r["dst_block_num"],
-        block_stride=r["dst_block_stride"],
-        repeat=r["dst_repeat"],
-        repeat_stride=r["dst_repeat_stride"],
         align=explicit_align(r["dst_align_size"]),
+        **pattern_fields(r, "dst", "block_size", "block_num", "block_stride", "repeat", "repeat_stride"),
     )
 
 
