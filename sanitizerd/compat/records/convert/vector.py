@@ -123,6 +123,42 @@ def _subset(value: np.ndarray | int, rows: np.ndarray) -> np.ndarray | int:
     return value if value.ndim == 0 else value[rows]
 
 
+class _MaskRows:
+    """The records of one mask branch of an operand (``rows``): the operand's pattern at those rows (u64), the
+    elements of one block, and ``add``, a slot of the rows' access on UB by the vector pipe with the operand's
+    alignment (every slot of a branch is one)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        rows: np.ndarray,
+        access: np.ndarray,
+        address: np.ndarray,
+        pattern: tuple[np.ndarray | int, ...],
+        data_bits: np.ndarray | int,
+        align: np.ndarray | int,
+    ) -> None:
+        self.at = partial(_at, rows=rows)
+        self.address = self.at(address)
+        self.size, self.num, self.stride, self.rep, self.rstride = map(self.at, pattern)
+        self.bits = self.at(data_bits)
+        self.per_block = _div(self.size * np.uint64(8), self.bits)
+        self.ok = self.per_block != 0
+        self.add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
+
+    def repeats_of_blocks(self, address: np.ndarray, block_num: np.ndarray, repeat: np.ndarray) -> None:
+        """A slot of ``repeat`` runs of ``block_num`` whole blocks at the operand's strides (none where either is 0)."""
+        self.add(
+            address,
+            block_size=self.size,
+            block_num=block_num,
+            block_stride=self.stride,
+            repeat=repeat,
+            repeat_stride=self.rstride,
+            count=self.ok & (block_num > 0) & (repeat > 0),
+        )
+
+
 def masked_operand(
     plan: Plan,
     access: int | np.ndarray,
@@ -183,36 +219,20 @@ def masked_operand(
 
     # Per-repeat counting (VCOPY, VREDUCEV2 source, converted MASK_NORM): m elements of every repeat.
     rows = np.flatnonzero(converted if by_count is None else converted | by_count)
+    pattern = (block_size, block_num, block_stride, repeat, repeat_stride)
     if rows.size:
-        at = partial(_at, rows=rows)
-        size, stride, rstride, bits, rep = (
-            at(block_size),
-            at(block_stride),
-            at(repeat_stride),
-            at(data_bits),
-            at(repeat),
-        )
-        m0 = at(mask0)
+        branch = _MaskRows(plan, rows, access, address, pattern, data_bits, align)
+        size, stride, rstride, bits, rep = branch.size, branch.stride, branch.rstride, branch.bits, branch.rep
+        ok, per_block, add = branch.ok, branch.per_block, branch.add
+        m0 = branch.at(mask0)
         counted = np.asarray(by_count)[rows] if by_count is not None else np.zeros(rows.size, dtype=bool)
-        m = np.where(counted, m0, np.where(at(mask1) != 0, 64 + _bit_length(at(mask1)), _bit_length(m0)))
-        per_block = _div(size * np.uint64(8), bits)
-        ok = per_block != 0
+        m1 = branch.at(mask1)
+        m = np.where(counted, m0, np.where(m1 != 0, 64 + _bit_length(m1), _bit_length(m0)))
         n_block = _div(m, per_block)
-        address_r = at(address)
-        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
-        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
-        add(
-            address_r,
-            block_size=size,
-            block_num=n_block,
-            block_stride=stride,
-            repeat=rep,
-            repeat_stride=rstride,
-            count=ok & (n_block > 0),
-        )
+        branch.repeats_of_blocks(branch.address, n_block, rep)
         last = m - n_block * per_block
         tail_size = last * bits // np.uint64(8)
-        tail_address = address_r + n_block * stride * size
+        tail_address = branch.address + n_block * stride * size
         span = rstride * size  # bytes from one repeat's tail to the next
         # The tails of all repeats as one pattern of g-byte blocks, g = gcd(tail, repeat distance), when the
         # counts fit the event's 16-bit fields; else one event per repeat (as msSanitizer makes them).
@@ -239,34 +259,17 @@ def masked_operand(
     # General MASK_COUNT: mask0 elements in all: full repeats, then full blocks, then a partial block.
     rows = np.flatnonzero(general) if general is not None else np.zeros(0, dtype=np.intp)
     if rows.size:
-        at = partial(_at, rows=rows)
-        size, num, stride, rstride, bits = (
-            at(block_size),
-            at(block_num),
-            at(block_stride),
-            at(repeat_stride),
-            at(data_bits),
-        )
-        m0 = at(mask0)
-        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
-        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
-        per_block = _div(size * np.uint64(8), bits)
-        ok = per_block != 0
-        per_repeat = num * per_block
+        branch = _MaskRows(plan, rows, access, address, pattern, data_bits, align)
+        size, stride, bits, ok, per_block, add = (
+            branch.size, branch.stride, branch.bits, branch.ok, branch.per_block, branch.add
+        )  # fmt: skip
+        m0 = branch.at(mask0)
+        per_repeat = branch.num * per_block
         n_repeat = _div(m0, per_repeat)
-        address_r = at(address)
-        add(
-            address_r,
-            block_size=size,
-            block_num=num,
-            block_stride=stride,
-            repeat=n_repeat,
-            repeat_stride=rstride,
-            count=ok & (n_repeat > 0),
-        )
+        branch.repeats_of_blocks(branch.address, branch.num, n_repeat)
         rest = m0 - n_repeat * per_repeat
         last_blocks = _div(rest, per_block)
-        rest_address = address_r + n_repeat * rstride * size
+        rest_address = branch.address + n_repeat * branch.rstride * size
         add(
             rest_address,
             block_size=size,
