@@ -230,15 +230,6 @@ class DataType(enum.IntEnum):
     DATA_B32 = 3
 
 
-class DetailedDataType(enum.IntEnum):
-    """The values of msSanitizer's DetailedDataType that its transpose rules name (910_95's L1 loads)."""
-
-    B4 = 0
-    B8 = 1
-    B16 = 2
-    B32 = 3
-
-
 class PipeType(enum.IntEnum):
     """msSanitizer's PipeType, a u32 inside records; same numbering as sanitizerd's ``Pipe``."""
 
