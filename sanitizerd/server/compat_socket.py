@@ -38,12 +38,12 @@ import anyio
 import anyio.abc
 import structlog
 
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.accept import accept_forever, peer_credentials
 from sanitizerd.server.admission import Connections
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.compat")
 

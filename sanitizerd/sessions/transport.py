@@ -18,8 +18,8 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import ByteStream, SocketAttribute, SocketStream
 
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError, State
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError, State
+from sanitizerd_protocol import messages as m
 
 T = TypeVar("T")
 
