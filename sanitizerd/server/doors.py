@@ -157,7 +157,7 @@ class Doors:
             stream.idle_timeout = hub.limits.idle_timeout
             await open_producer(hub, stream, connection.hello(), peer)
 
-        stream = CompatStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)  # type: ignore[arg-type]
+        stream = CompatStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
         await self.guarded(raw, peer, stream, serve)
 
     async def guarded(
