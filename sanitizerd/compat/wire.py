@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 
 
 class PacketType(enum.Enum):

@@ -1,6 +1,6 @@
 """msSanitizer's client protocol, sans-I/O: the hooks' packets in, sanitizerd's native messages out.
 
-``CompatConnection`` has the interface of ``sanitizerd.protocol.Connection`` as ``MessageStream`` uses it, so the
+``CompatConnection`` has the interface of ``sanitizerd_protocol.Connection`` as ``MessageStream`` uses it, so the
 daemon serves a connection of msSanitizer's hook or injection libraries as an ordinary producer session: the I/O
 layer feeds it bytes (``b""`` at EOF) and calls ``next_event`` until ``NEED_DATA``; ``send`` turns the session's
 replies into msSanitizer's packets (docs/mssanitizer-compat.md).
@@ -32,11 +32,11 @@ from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
-from sanitizerd.protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, ReceivingEnd, Sentinel, State
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
-from sanitizerd.protocol.texts import cap_strings
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd_protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, ReceivingEnd, Sentinel, State
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd_protocol.texts import cap_strings
 
 # Record bytes handed to the decoder at once. The slot's bytes held at any time stay within about this (plus one
 # record the decoder could not finish): a slot may be gigabytes.

@@ -26,8 +26,8 @@ from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import RecordType
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, empty_events
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, empty_events
 
 SECURITY_VALUE = 0x5A5A5A5A5A5A5A5A
 SECURITY_TEXT = "The record address has been changed by the user program, and the detection result is unreliable."

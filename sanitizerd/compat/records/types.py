@@ -18,7 +18,7 @@ from typing import Final
 import numpy as np
 
 from sanitizerd.compat import wire
-from sanitizerd.protocol.records import Space
+from sanitizerd_protocol.records import Space
 
 
 class RecordType(enum.IntEnum):

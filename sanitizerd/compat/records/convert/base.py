@@ -12,7 +12,7 @@ from sanitizerd.chips import Chip
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.types import REFERENCE_LAYOUT
-from sanitizerd.protocol.records import EVENT_DTYPE
+from sanitizerd_protocol.records import EVENT_DTYPE
 
 MAX_RECORD_PLACES = 1 << 16  # distinct (pc, fileNo, lineNo) one connection names; a kernel has a few thousand
 

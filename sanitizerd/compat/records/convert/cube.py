@@ -14,7 +14,7 @@ import numpy as np
 from sanitizerd.compat.records.convert.base import BlockContext, drop, payload_dtype, record_dtype
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space, plans
 from sanitizerd.compat.records.types import NO_PIPE, DataType, MemType, RecordType, query_pipe
-from sanitizerd.protocol.records import EventKind, Pipe, Space
+from sanitizerd_protocol.records import EventKind, Pipe, Space
 
 FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE)
 FRACTAL_ROW = 32

@@ -38,7 +38,7 @@ from sanitizerd.compat.records.convert.base import BlockContext, converts, drop,
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan
 from sanitizerd.compat.records.convert.vector import READ, WRITE, masked_operand
 from sanitizerd.compat.records.types import MEMTYPE_SPACE, DataType, RecordType, query_pipe
-from sanitizerd.protocol.records import (
+from sanitizerd_protocol.records import (
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
     BlockType,

@@ -24,7 +24,7 @@ import numpy as np
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype
 from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align, plans
 from sanitizerd.compat.records.types import DataType, RecordType
-from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
+from sanitizerd_protocol.records import BlockType, EventKind, Pipe, Space
 
 READ, WRITE, MEMCPY = 0, 1, 2  # msSanitizer's AccessType
 MASK_NORM, MASK_COUNT = 0, 1

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
-from sanitizerd.protocol._buffer import ReceiveBuffer, ReceivingEnd
-from sanitizerd.protocol._state import State
-from sanitizerd.protocol.connection import CONNECTION_CLOSED, NEED_DATA, _Sentinel
+from sanitizerd_protocol._buffer import ReceiveBuffer, ReceivingEnd
+from sanitizerd_protocol._state import State
+from sanitizerd_protocol.connection import CONNECTION_CLOSED, NEED_DATA, _Sentinel
 
 # The type of NEED_DATA and CONNECTION_CLOSED, for a door's ``next_event`` annotation.
 Sentinel: TypeAlias = _Sentinel

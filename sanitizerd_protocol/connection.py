@@ -16,12 +16,12 @@ from typing import Final
 
 import msgspec
 
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol._buffer import ReceiveBuffer, ReceivingEnd
-from sanitizerd.protocol._state import ENDING, Role, State, allowed, next_state
-from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
-from sanitizerd.protocol.records import EVENT_DTYPE
-from sanitizerd.protocol.texts import cap_strings
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol._buffer import ReceiveBuffer, ReceivingEnd
+from sanitizerd_protocol._state import ENDING, Role, State, allowed, next_state
+from sanitizerd_protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd_protocol.records import EVENT_DTYPE
+from sanitizerd_protocol.texts import cap_strings
 
 # 64 MiB holds more than a million events per batch; larger frames only delay backpressure.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024

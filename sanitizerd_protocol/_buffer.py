@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from sanitizerd.protocol.errors import LocalProtocolError
+from sanitizerd_protocol.errors import LocalProtocolError
 
 # One read between frames: several small frames at once, or the head of a large one (which is then copied once
 # into its gathered array, a few per cent of a batch frame).
