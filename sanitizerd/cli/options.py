@@ -29,7 +29,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from sanitizerd.findings import suppressions
-from sanitizerd.protocol.messages import DEFAULT_SINGLE_PIPE_DISTANCE, MAX_CACHE_SIZE_MB, TOOLS, Config
+from sanitizerd_protocol.messages import DEFAULT_SINGLE_PIPE_DISTANCE, MAX_CACHE_SIZE_MB, TOOLS, Config
 
 __all__ = ["NOT_YET_CHECKED", "PREFIX", "RunOptions", "UsageError", "parse_run_args", "run_help"]
 

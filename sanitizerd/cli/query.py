@@ -14,10 +14,10 @@ import msgspec
 from sanitizerd import __version__, api
 from sanitizerd.api import FindingFilter, SanitizerdError, source
 from sanitizerd.findings.junit import render_junit
-from sanitizerd.findings.model import KINDS, Finding
 from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import KINDS, Finding
 
 M = TypeVar("M", bound=m.Message)
 

@@ -16,14 +16,14 @@ from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
-from sanitizerd.findings.model import ERROR, Finding, Suppression
 from sanitizerd.findings.suppressions import Suppressor
-from sanitizerd.protocol import RemoteProtocolError
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB
-from sanitizerd.protocol.records import EVENT_DTYPE, as_events, block_type_name
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work, split_by_pieces
+from sanitizerd_protocol import RemoteProtocolError
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.messages import MAX_CACHE_SIZE_MB
+from sanitizerd_protocol.model import ERROR, Finding, Suppression
+from sanitizerd_protocol.records import EVENT_DTYPE, as_events, block_type_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ import anyio.lowlevel
 import structlog
 
 from sanitizerd.daemon import Daemon, DaemonSettings
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.doors import Doors, receive_hello, welcome_control
 from sanitizerd.sessions.control import serve_control
 from sanitizerd.sessions.hub import Hub, Limits
@@ -33,6 +32,7 @@ from sanitizerd.workers.metrics import MergedMetrics
 from sanitizerd.workers.pool import Pool
 from sanitizerd.workers.rawstream import RawSocketStream
 from sanitizerd.workers.routing import worker_for
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.listener")
 STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record its sessions' end and exit

@@ -18,7 +18,7 @@ from typing import Final
 import numpy as np
 
 from sanitizerd.compat import wire
-from sanitizerd.protocol.records import Space
+from sanitizerd_protocol.records import Space
 
 
 class RecordType(enum.IntEnum):
@@ -219,6 +219,15 @@ NO_SPACE = 255
 MEMTYPE_TO_SPACE = np.full(256, NO_SPACE, dtype=np.uint8)
 for _mem, _space in MEMTYPE_SPACE.items():
     MEMTYPE_TO_SPACE[_mem] = _space
+
+
+class DataType(enum.IntEnum):
+    """msSanitizer's u8 DataType of cube and vector records: an operand's element width."""
+
+    DATA_B4 = 0
+    DATA_B8 = 1
+    DATA_B16 = 2
+    DATA_B32 = 3
 
 
 class PipeType(enum.IntEnum):

@@ -33,7 +33,7 @@ from sanitizerd.compat.records.types import (
     PipeType,
     RecordType,
 )
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Space
 
 BLOCK = 32  # msSanitizer's MOV_LOCAL_BLOCK_SIZE: bursts and gaps count 32-byte blocks
 
