@@ -299,6 +299,7 @@ class WireLayout:
     packet_types: Mapping[int, PacketType]  # the numbers this release uses
     structs: Mapping[str, Layout]  # every struct a packet or a head carries, by its C name
     record_types: Mapping[str, int]  # RecordType enumerator -> its number in this release
+    detailed_data_types: Mapping[str, int]  # DetailedDataType enumerator -> its number in this release
     payloads: Mapping[str, tuple[str, int]]  # RecordType enumerator -> (payload struct, sizeof), fixed ones only
     payload_structs: Mapping[str, Mapping[str, Any]]  # the measured payload structs, for comparing releases
     socket_env: tuple[str, ...]  # what the launcher names the socket in
@@ -390,6 +391,7 @@ def parse_layout(data: Mapping[str, Any]) -> WireLayout:
             packet_types=packets,
             structs=structs,
             record_types={str(k): int(v) for k, v in data["enums"]["RecordType"].items()},
+            detailed_data_types={str(k): int(v) for k, v in data["enums"]["DetailedDataType"].items()},
             payloads={str(k): (str(v[0]), int(v[1])) for k, v in data["payloads"].items()},
             payload_structs=data.get("payload_structs", {}),
             socket_env=tuple(launcher["socket_env"]),

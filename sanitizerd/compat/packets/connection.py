@@ -579,7 +579,13 @@ class CompatConnection(ReceivingEnd):
                 self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
                 kernel.last_block = None
             return
-        context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget, places=self._places)
+        context = BlockContext(
+            block_type=block_type,
+            chip=self._chip,
+            budget=kernel.budget,
+            places=self._places,
+            detailed_types=self._records.detailed_types,
+        )
         payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
             events, problem = slots.decode_single(record_type, payload, serial, context, self._records)
@@ -662,7 +668,11 @@ class CompatConnection(ReceivingEnd):
                 reason="wire_mismatch",
             )
         context = BlockContext(
-            block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget, places=self._places
+            block_type=int(heads.block_type),
+            chip=self._chip,
+            budget=kernel.budget,
+            places=self._places,
+            detailed_types=self._records.detailed_types,
         )
         slot.decoder = slots.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 

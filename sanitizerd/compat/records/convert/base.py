@@ -118,6 +118,14 @@ class BlockContext:
     budget: ExpansionBudget = field(default_factory=ExpansionBudget, compare=False, hash=False)
     # The connection's keys of the records' own places (fileNo, lineNo); None: none kept (a test's context).
     places: RecordPlaces | None = field(default=None, compare=False, hash=False)
+    # This release's DetailedDataType numbers -> the reference's (``RecordTable.detailed_types``); None: the
+    # reference's own (a test's context).
+    detailed_types: np.ndarray | None = field(default=None, compare=False, hash=False)
+
+
+def detailed_types(values: np.ndarray, context: BlockContext) -> np.ndarray:
+    """Records' DetailedDataType fields as ``types.DetailedDataType`` names them, whatever the release's numbers."""
+    return values if context.detailed_types is None else context.detailed_types[values]
 
 
 def mark_places(events: np.ndarray, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:

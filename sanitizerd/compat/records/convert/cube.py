@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, drop, payload_dtype, record_dtype
+from sanitizerd.compat.records.convert.base import BlockContext, detailed_types, drop, payload_dtype, record_dtype
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space, plans
-from sanitizerd.compat.records.types import NO_PIPE, DataType, MemType, RecordType, query_pipe
+from sanitizerd.compat.records.types import NO_PIPE, DataType, DetailedDataType, MemType, RecordType, query_pipe
 from sanitizerd_protocol.records import EventKind, Pipe, Space
 
 FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE)
@@ -237,24 +237,20 @@ LOAD_L1_2D_DTYPE = payload_dtype(
 )
 
 
-# DetailedDataType values msSanitizer's transpose rules name (record_defs.h).
-_DETAILED_B4, _DETAILED_B8, _DETAILED_B16, _DETAILED_B32 = 0, 1, 2, 3
-
-
 @plans(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
 def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_2D (910_95): kStep repeats of mStep fractals from L1 at (kStart, mStart); written the same way,
     or transposed (blocks and repeats traded by the element width). Transposes the hardware refuses give
     nothing."""
     pipe = query_pipe(np.full(len(r), MemType.L1, dtype=np.uint8), r["dst_mem"])
-    t = r["detailed_type"]
+    t = detailed_types(r["detailed_type"], context)
     transpose = r["transpose"] != 0
     m_step, k_step = _u(r["m_step"]), _u(r["k_step"])
     legal = (
-        ((t == _DETAILED_B4) & (m_step % np.uint64(4) == 0))
-        | ((t == _DETAILED_B8) & (m_step % np.uint64(2) == 0))
-        | (t == _DETAILED_B16)
-        | ((t == _DETAILED_B32) & (k_step % np.uint64(2) == 0))
+        ((t == DetailedDataType.B4) & (m_step % np.uint64(4) == 0))
+        | ((t == DetailedDataType.B8) & (m_step % np.uint64(2) == 0))
+        | (t == DetailedDataType.B16)
+        | ((t == DetailedDataType.B32) & (k_step % np.uint64(2) == 0))
     )
     ok = (pipe != NO_PIPE) & (~transpose | legal)
     _no_pipe(context, "LOAD_L1_2D", pipe)
@@ -274,10 +270,12 @@ def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_
         repeat=k_step,
         repeat_stride=r["src_stride"],
     )
-    factor = np.select([t == _DETAILED_B4, t == _DETAILED_B8], [4, 2], 1).astype(np.uint64)
-    blocks = np.select([transpose & (t == _DETAILED_B32), transpose], [k_step // np.uint64(2), k_step * factor], m_step)
+    factor = np.select([t == DetailedDataType.B4, t == DetailedDataType.B8], [4, 2], 1).astype(np.uint64)
+    blocks = np.select(
+        [transpose & (t == DetailedDataType.B32), transpose], [k_step // np.uint64(2), k_step * factor], m_step
+    )
     repeats = np.select(
-        [transpose & (t == _DETAILED_B32), transpose], [m_step * np.uint64(2), m_step // factor], k_step
+        [transpose & (t == DetailedDataType.B32), transpose], [m_step * np.uint64(2), m_step // factor], k_step
     )
     plan.add(
         EventKind.WRITE,
@@ -336,9 +334,9 @@ LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
 def convert_load_l1_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_2D_TRANSPOSE (L1 -> L0B): per repeat, the type's fractal group, each side with its own fractal
     and repeat strides. An unknown type has no fractals (nothing)."""
-    t = r["detailed_type"]
+    t = detailed_types(r["detailed_type"], context)
     fractals = np.select(
-        [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32],
+        [t == DetailedDataType.B4, t == DetailedDataType.B8, t == DetailedDataType.B16, t == DetailedDataType.B32],
         [4, 2, 1, 2],
         0,
     )
