@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from sanitizerd.findings.checked import CheckedKernel
 from sanitizerd.findings.junit import render_junit
-from sanitizerd.findings.model import Finding, Frame, make_finding
 from sanitizerd.findings.render import render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
+from sanitizerd_protocol.model import Finding, Frame, make_finding
 
 SOURCE = "/opt/samples/add_custom/add_custom.cpp"
 

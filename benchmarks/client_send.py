@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.ingest import ClientPlan, build_batch
-from sanitizerd.protocol.records import block_keys
+from sanitizerd_protocol.records import block_keys
 
 BATCH = 65536
 

@@ -34,8 +34,8 @@ from sanitizerd.compat.records.convert import CONVERTERS, BlockContext
 from sanitizerd.compat.records.numbering import record_table as _record_table
 from sanitizerd.compat.records.types import MemType, PipeType, RecordType
 from sanitizerd.compat.wire import DEFAULT_LAYOUT, LAYOUTS
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import EVENT_DTYPE
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import EVENT_DTYPE
 
 APRIL = _wire.MSSANITIZER_4A419F05
 APRIL_RECORDS = _record_table(APRIL)

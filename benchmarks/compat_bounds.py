@@ -33,7 +33,7 @@ from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import CONVERTERS
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.control_client import ControlClient
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 from tests import compat_model as cm
 from tests.conftest import wait_for_socket
 from tests.test_compat_bounds import ISSUE_RECORD, _daemon_peak_rss, _random_records

@@ -25,9 +25,9 @@ from pathlib import Path
 import msgspec
 
 from sanitizerd.control_client import ControlClient
-from sanitizerd.findings.model import make_finding
 from sanitizerd.findings.store import FindingsStore
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import make_finding
 from tests.conftest import sanitizerd, start_daemon, stop_daemon
 
 

@@ -36,7 +36,7 @@ from client_shim.events import EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
-from sanitizerd.protocol.messages import Config, HostOp
+from sanitizerd_protocol.messages import Config, HostOp
 
 BLOCKS = 8
 TILE_BYTES = 512

@@ -20,9 +20,9 @@ import atheris
 with atheris.instrument_imports(include=["sanitizerd", "msgspec"]):
     import msgspec
 
-    from sanitizerd.protocol import Connection, RemoteProtocolError, Role
-    from sanitizerd.protocol import messages as m
-    from sanitizerd.protocol.connection import CONNECTION_CLOSED, NEED_DATA
+    from sanitizerd_protocol import Connection, RemoteProtocolError, Role
+    from sanitizerd_protocol import messages as m
+    from sanitizerd_protocol.connection import CONNECTION_CLOSED, NEED_DATA
 
 _HELLO = Connection(Role.CLIENT).send(m.Hello(version=1, job="fuzz"))
 _SEEDS = [

@@ -24,7 +24,7 @@ from client_shim.events import EventKind, Space, accesses
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors import DETECTORS
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
-from sanitizerd.protocol.messages import Config, HostOp
+from sanitizerd_protocol.messages import Config, HostOp
 
 
 def detector(tool: str, unused: bool = False) -> object:

@@ -55,8 +55,8 @@ from client_shim.events import BlockType, EventKind, Pipe, Space, accesses
 from client_shim.transport import SEND_BUFFER, ClientError
 from sanitizerd.chips import CHIPS
 from sanitizerd.control_client import ControlClient
-from sanitizerd.protocol import EVENT_DTYPE
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import EVENT_DTYPE
+from sanitizerd_protocol import messages as m
 
 EVENT_BYTES = EVENT_DTYPE.itemsize
 CHIP = "910B1"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import MAX_JOBS, Jobs, job_key
+from sanitizerd_protocol import messages as m
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from benchmarks.ingest import ClientPlan, _allocation_bases, build_batch
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
-from sanitizerd.protocol.messages import Config, HostOp
+from sanitizerd_protocol.messages import Config, HostOp
 
 BATCH, BATCHES_PER_KERNEL = 65536, 16
 

@@ -46,7 +46,7 @@ from client_shim.events import EventKind, Pipe, Space, accesses, make_events, sy
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.racecheck import Racecheck
-from sanitizerd.protocol.messages import Config
+from sanitizerd_protocol.messages import Config
 
 TILE = 512
 GM_X, GM_Y, GM_Z = 0x12C0C0000000, 0x12C200000000, 0x12C400000000

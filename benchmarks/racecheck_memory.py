@@ -34,8 +34,8 @@ import numpy as np
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.racecheck import Racecheck
-from sanitizerd.protocol.messages import Config
-from sanitizerd.protocol.records import EVENT_DTYPE, as_events
+from sanitizerd_protocol.messages import Config
+from sanitizerd_protocol.records import EVENT_DTYPE, as_events
 
 BATCH = 65536
 

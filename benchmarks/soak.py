@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from client_shim.events import EventKind, Pipe, Space, accesses
-from sanitizerd.protocol import Connection, Role
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.connection import NEED_DATA
+from sanitizerd_protocol import Connection, Role
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.connection import NEED_DATA
 
 GM = 0x12C0C0000000
 

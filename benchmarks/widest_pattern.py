@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from client_shim import Client, EventKind, Space, accesses
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 from tests.conftest import peak_rss_bytes, rss_bytes, start_daemon, stop_daemon
 
 WIDEST = dict(block_num=65535, block_stride=2, repeat=65535, repeat_stride=65535)

@@ -25,9 +25,9 @@ import numpy as np
 
 from client_shim.record_buffer import hold
 from client_shim.transport import JOB_ENV, ClientError, FrameSocket, Refused, explicit_socket
-from sanitizerd.protocol import EVENT_DTYPE, PROTOCOL_VERSION
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import block_keys
+from sanitizerd_protocol import EVENT_DTYPE, PROTOCOL_VERSION
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import block_keys
 
 _STOP = object()
 # Sent frames kept for framing the next ones: a batch framed in a fresh bytearray of megabytes costs a page fault

@@ -59,7 +59,7 @@ from client_shim.events import (
     syncs,
     tensors,
 )
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 
 _MOVE_PIPES = {
     (Space.L1, Space.L0A): Pipe.MTE1, (Space.L1, Space.L0B): Pipe.MTE1, (Space.L1, Space.L0C): Pipe.MTE1,

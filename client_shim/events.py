@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.protocol.records import (
+from sanitizerd_protocol.records import (
     EVENT_DTYPE,
     FLAG_ATOMIC,
     TENSOR_OF_BLOCK,

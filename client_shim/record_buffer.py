@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sanitizerd.protocol.records import EVENT_DTYPE, block_keys
+from sanitizerd_protocol.records import EVENT_DTYPE, block_keys
 
 Hold = Callable[[np.ndarray, np.ndarray, int], bool]
 

@@ -46,9 +46,9 @@ import torch.distributed as dist
 
 from client_shim import attach
 from client_shim.transport import ClientError
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.messages import SignatureEntry
-from sanitizerd.protocol.replay import first_difference
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.messages import SignatureEntry
+from sanitizerd_protocol.replay import first_difference
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from client_shim import discovery
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, Role
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import CONNECTION_CLOSED, NEED_DATA, Connection, Role
+from sanitizerd_protocol import messages as m
 
 SOCKET_ENV = "SANITIZERD_SOCKET"
 JOB_ENV = "SANITIZERD_JOB"

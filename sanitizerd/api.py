@@ -1,5 +1,5 @@
 """Findings from Python: query, filter and follow what a daemon (or a fleet's PostgreSQL store) holds, as typed
-``Finding`` objects (``sanitizerd.findings.model``). What ``sanitizerd findings`` prints is built on this::
+``Finding`` objects (``sanitizerd_protocol.model``). What ``sanitizerd findings`` prints is built on this::
 
     from sanitizerd import api
 
@@ -23,10 +23,10 @@ from typing import Protocol
 
 from client_shim.transport import ClientError
 from sanitizerd.control_client import ControlClient
-from sanitizerd.findings.model import KINDS, Finding, kinds_named
 from sanitizerd.findings.store import StoreUnavailable
-from sanitizerd.protocol import ProtocolError
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import ProtocolError
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import KINDS, Finding, kinds_named
 
 __all__ = ["FOLLOW_POLL", "Finding", "FindingFilter", "SanitizerdError", "findings", "follow", "follow_pages"]
 

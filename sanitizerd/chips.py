@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sanitizerd.protocol.records import Space
+from sanitizerd_protocol.records import Space
 
 KiB = 1024
 

@@ -147,10 +147,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from sanitizerd.findings import suppressions
-from sanitizerd.findings.model import Suppression
 from sanitizerd.metrics_server import metrics_address
 from sanitizerd.sessions.access import UnknownGroup, group_id
 from sanitizerd.sessions.hub import Limits
+from sanitizerd_protocol.model import Suppression
 
 DEFAULT_CONFIG_PATH = Path("/etc/sanitizerd/sanitizerd.toml")
 CONFIG_ENV = "SANITIZERD_CONFIG"  # moves the default file: a test suite, or a second service, reads not the host's

@@ -8,9 +8,9 @@ import socket
 from pathlib import Path
 
 from client_shim.transport import ClientError, FrameSocket
-from sanitizerd.protocol import PROTOCOL_VERSION
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.errors import LocalProtocolError
+from sanitizerd_protocol import PROTOCOL_VERSION
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.errors import LocalProtocolError
 
 
 class ControlClient:

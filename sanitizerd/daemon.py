@@ -28,7 +28,6 @@ from anyio.abc import SocketAttribute, TaskStatus
 
 from client_shim import discovery
 from sanitizerd import __version__, config, fds, logs
-from sanitizerd.findings.model import Suppression
 from sanitizerd.findings.store import FindingsStore, Store, StoreUnavailable
 from sanitizerd.metrics import Metrics
 from sanitizerd.server.accept import accept_forever, peer_credentials
@@ -46,6 +45,7 @@ from sanitizerd.socket_file import (
     remove_socket,
 )
 from sanitizerd.systemd import Notifier, listen_sockets
+from sanitizerd_protocol.model import Suppression
 
 log = structlog.get_logger("sanitizerd.daemon")
 # Seconds past the drain timeout a draining process may take before it exits abandoning what is still busy in a

@@ -20,10 +20,10 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 
 from sanitizerd import __version__, metrics_server
-from sanitizerd.findings.model import KINDS
 from sanitizerd.metrics_server import MetricsServer, metrics_address
-from sanitizerd.protocol.errors import REASONS
-from sanitizerd.protocol.messages import TOOLS
+from sanitizerd_protocol.errors import REASONS
+from sanitizerd_protocol.messages import TOOLS
+from sanitizerd_protocol.model import KINDS
 
 # No ``_created`` series beside each counter: a creation timestamp per label set was 40 % of a scrape, and no
 # dashboard or alert reads it (rates come from the counters themselves).

@@ -26,9 +26,9 @@ import pytest
 
 from client_shim.client import open_clients
 from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
-from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import ERROR, Finding
 
 if TYPE_CHECKING:
     from collections.abc import Generator

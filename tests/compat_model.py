@@ -54,7 +54,7 @@ MEM_SPACE = {MEM[k]: SPACE[k] for k in SPACE}
 PIPE = {"S": 0, "V": 1, "M": 2, "MTE1": 3, "MTE2": 4, "MTE3": 5, "ALL": 6, "MTE4": 7, "MTE5": 8, "V2": 9,
         "FIX": 10, "S_CAL": 11}  # fmt: skip
 
-# Event kinds (sanitizerd.protocol.records.EventKind), spelled out for the same reason.
+# Event kinds (sanitizerd_protocol.records.EventKind), spelled out for the same reason.
 READ, WRITE = 0, 1
 TENSOR, TENSOR_READ, TENSOR_WRITE = 33, 34, 35  # a local tensor; an annotated instruction's accesses of its operands
 K = {"SET_FLAG": 16, "WAIT_FLAG": 17, "PIPE_BARRIER": 18, "CROSS_SET": 19, "CROSS_WAIT": 20, "SET_ATOMIC": 21,

@@ -7,8 +7,8 @@ import numpy as np
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors import DETECTORS
 from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import Config, Location
+from sanitizerd_protocol.messages import Config, Location
+from sanitizerd_protocol.model import Finding
 
 
 def make_detector(tool: str, *, device: int = 0, locations: dict[int, Location] | None = None) -> Detector:

@@ -19,8 +19,8 @@ import msgspec
 import numpy as np
 
 from client_shim import EventKind, Space, accesses
-from sanitizerd.protocol import PROTOCOL_VERSION
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import PROTOCOL_VERSION
+from sanitizerd_protocol import messages as m
 
 _encoder = msgspec.msgpack.Encoder()
 

@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from client_shim import EventKind, Space, accesses
-from sanitizerd.protocol import PROTOCOL_VERSION
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import PROTOCOL_VERSION
+from sanitizerd_protocol import messages as m
 from tests.conftest import RunningDaemon
 
 NOBODY = pwd.getpwnam("nobody")

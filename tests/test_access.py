@@ -13,10 +13,10 @@ import sys
 
 import msgspec
 
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.messages import SessionInfo
 from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.session import Peer
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.messages import SessionInfo
 from tests import other_uid
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 from tests.other_uid import NOBODY

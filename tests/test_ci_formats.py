@@ -13,9 +13,9 @@ import pytest
 
 from sanitizerd.findings.checked import CheckedKernel
 from sanitizerd.findings.junit import HOST_CASE, render_junit
-from sanitizerd.findings.model import KINDS, Finding, Frame, RaceAccess, Replay, make_finding
 from sanitizerd.findings.render import render_text
 from sanitizerd.findings.sarif import render_sarif
+from sanitizerd_protocol.model import KINDS, Finding, Frame, RaceAccess, Replay, make_finding
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
 _VALIDATOR = jsonschema.Draft4Validator(SCHEMA, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER)

@@ -29,8 +29,8 @@ from sanitizerd.compat.records.convert.bounds import (
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd.metrics import REFUSED_REASONS
-from sanitizerd.protocol.patterns import extents, piece_counts
-from sanitizerd.protocol.records import EventKind
+from sanitizerd_protocol.patterns import extents, piece_counts
+from sanitizerd_protocol.records import EventKind
 from tests import compat_model as cm
 
 SEED = 25
@@ -276,7 +276,7 @@ def test_the_issue_records_end_with_a_named_refusal_within_seconds(short_dir: Pa
     daemon's peak RSS stays within DAEMON_RSS_BOUND."""
     from sanitizerd.compat import wire
     from sanitizerd.control_client import ControlClient
-    from sanitizerd.protocol import messages as m
+    from sanitizerd_protocol import messages as m
     from tests.conftest import sanitizerd, start_daemon, stop_daemon
     from tests.test_compat_socket import connect, listen, recv_exactly, wait_until
     from tests.test_e2e_daemon import free_port

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.packets.connection import CHUNK_SIZE, SECURITY_MESSAGE, CompatConnection
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State, as_events
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State, as_events
+from sanitizerd_protocol import messages as m
 
 LAYOUT = wire.LAYOUTS[wire.DEFAULT_LAYOUT]
 SECURITY = 0x5A5A5A5A5A5A5A5A

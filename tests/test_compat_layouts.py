@@ -26,9 +26,9 @@ from sanitizerd.compat import wire
 from sanitizerd.compat.packets.connection import CompatConnection
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.compat.records.types import RecordType
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd_protocol import CONNECTION_CLOSED, NEED_DATA, RemoteProtocolError, State
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind
 from tests.detector_helpers import make_detector, run_kernel
 
 SECURITY = 0x5A5A5A5A5A5A5A5A

@@ -17,7 +17,7 @@ from sanitizerd.compat.records.convert.base import BlockContext
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import record_table as _record_table
 from sanitizerd.compat.records.types import PAYLOAD_SIZE
-from sanitizerd.protocol.records import EventKind
+from sanitizerd_protocol.records import EventKind
 from tests import compat_model as cm
 
 APRIL = _wire.MSSANITIZER_4A419F05

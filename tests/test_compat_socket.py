@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from sanitizerd.control_client import ControlClient
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.compat_socket import SUN_PATH, abstract_address, socket_name
+from sanitizerd_protocol import messages as m
 from tests.conftest import TEST_WORKERS, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.other_uid import NOBODY
 

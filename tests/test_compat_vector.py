@@ -21,6 +21,7 @@ from sanitizerd.compat.records import slots as rb
 from sanitizerd.compat.records.convert import CONVERTERS
 from sanitizerd.compat.records.convert.base import BlockContext
 from sanitizerd.compat.records.numbering import record_table as _record_table
+from sanitizerd.compat.records.types import DetailedDataType
 from tests import compat_model as cm
 from tests.compat_model import READ, WRITE, Access, Sync, layout, pattern, rule
 
@@ -510,14 +511,19 @@ def _load_2d_transpose(name: str, f: dict[str, int]) -> list[Access | Sync]:
     return _move(f, r, w, g("src_mem"), g("dst_mem"))
 
 
+# msSanitizer's DetailedDataType numbers of the reference release (record_defs.h: Default = 0, B4, E1M2, E2M1, B8, ...).
+B4, B8, B16, B32 = 1, 4, 9, 15
+DETAILED_TYPES = st.sampled_from([0, B4, 2, B8, B16, B32, 16, 200])
+
+
 @rule("LOAD_L1_2D")
 def _load_l1_2d(name: str, f: dict[str, int]) -> list[Access | Sync]:
     g = lambda k: _g(f, k)  # noqa: E731
     m, k, t = g("m_step"), g("k_step"), g("dtype")
     if g("transpose"):
-        if t not in (0, 1, 2, 3) or (t == 0 and m % 4) or (t == 1 and m % 2) or (t == 3 and k % 2):
+        if t not in (B4, B8, B16, B32) or (t == B4 and m % 4) or (t == B8 and m % 2) or (t == B32 and k % 2):
             return []
-        blocks, repeats = {0: (k * 4, m // 4), 1: (k * 2, m // 2), 2: (k, m), 3: (k // 2, m * 2)}[t]
+        blocks, repeats = {B4: (k * 4, m // 4), B8: (k * 2, m // 2), B16: (k, m), B32: (k // 2, m * 2)}[t]
     else:
         blocks, repeats = m, k
     r = pattern(g("src") + (g("k_start") * g("src_stride") + g("m_start")) * 512, m, 512, 1, k, g("src_stride"))
@@ -528,7 +534,7 @@ def _load_l1_2d(name: str, f: dict[str, int]) -> list[Access | Sync]:
 @rule("LOAD_L1_2D_TRANSPOSE")
 def _load_l1_2d_transpose(name: str, f: dict[str, int]) -> list[Access | Sync]:
     g = lambda k: _g(f, k)  # noqa: E731
-    n = {0: 4, 1: 2, 2: 1, 3: 2}.get(g("dtype"), 0)
+    n = {B4: 4, B8: 2, B16: 1, B32: 2}.get(g("dtype"), 0)
     r = pattern(g("src"), n, 512, g("src_frac_stride"), g("repeat"), g("src_stride"))
     w = pattern(g("dst"), n, 512, g("dst_frac_stride"), g("repeat"), g("dst_stride"))
     return _move(f, r, w, cm.MEM["L1"], cm.MEM["L0B"])
@@ -924,9 +930,9 @@ def test_cube_records() -> None:
         ("LOAD_L1_2D", dict(src=0, dst=0, m_start=1, k_start=1, m_step=2, k_step=2, src_stride=4, dst_stride=2,
                             dst_mem=mem["L0A"])),
         ("LOAD_L1_2D", dict(src=0, dst=0, m_step=4, k_step=2, src_stride=4, dst_stride=2, dst_mem=mem["L0B"],
-                            transpose=1, dtype=1)),
+                            transpose=1, dtype=B8)),
         ("LOAD_L1_2D_TRANSPOSE", dict(src=0, dst=0, repeat=2, src_stride=4, dst_stride=4, src_frac_stride=1,
-                                      dst_frac_stride=2, dtype=0)),
+                                      dst_frac_stride=2, dtype=B4)),
         ("SET_2D", dict(dst=0x40, block_size=32, repeat=2, block_num=2, gap=1, dst_mem=mem["L1"])),
         ("DECOMPRESS_HEADER", dict(src=0x100, n_block=3, src_mem=mem["GM"])),
         ("LOAD_B2", dict(src=0, dst=0, repeat=9, data_type=1, src_mem=mem["L1"], dst_mem=mem["L0B"])),
@@ -1066,7 +1072,7 @@ _MEMS = st.sampled_from([cm.MEM[k] for k in ("L1", "L0A", "L0B", "GM", "UB", "L0
     st.builds(lambda ms, ks, m, k, ss, ds, t, dt, dm: ("LOAD_L1_2D", dict(
         src=0x1000, m_start=ms, k_start=ks, m_step=m, k_step=k, src_stride=ss, dst_stride=ds, transpose=t,
         dtype=dt, dst_mem=dm)), st.integers(0, 3), st.integers(0, 3), st.integers(0, 8), st.integers(0, 4),
-        st.integers(0, 8), st.integers(0, 8), st.integers(0, 1), st.integers(0, 4), _MEMS),
+        st.integers(0, 8), st.integers(0, 8), st.integers(0, 1), DETAILED_TYPES, _MEMS),
     st.builds(lambda a, b, c, rep, init, src, unit: ("MATRIX_MUL_OP", dict(
         src0=0, src1=0x400, dst=0x800, src0_block_num=a, src0_block_size=512, src0_repeat=rep,
         src0_repeat_stride=a, src1_block_num=b, src1_block_size=512, dst_block_num=c, dst_block_size=1024,
@@ -1199,7 +1205,7 @@ def test_property_other_vector_records(records: list[tuple[str, dict[str, int]]]
               _MEMS, _MEMS),
     st.builds(lambda rep, ss, ds, sfs, dfs, dt: ("LOAD_L1_2D_TRANSPOSE", dict(src=0x1000, dst=0, repeat=rep,
               src_stride=ss, dst_stride=ds, src_frac_stride=sfs, dst_frac_stride=dfs, dtype=dt)), _SMALL,
-              st.integers(0, 9), st.integers(0, 9), _SMALL, _SMALL, st.integers(0, 4)),
+              st.integers(0, 9), st.integers(0, 9), _SMALL, _SMALL, DETAILED_TYPES),
     st.builds(lambda bs, rep, bn, gap, dm: ("SET_2D", dict(dst=0x40, block_size=bs, repeat=rep, block_num=bn,
               gap=gap, dst_mem=dm)), st.sampled_from([0, 32, 512]), _SMALL, _SMALL, _SMALL, _MEMS),
     st.builds(lambda nb, sm: ("DECOMPRESS_HEADER", dict(src=0x100, n_block=nb, src_mem=sm)), _SMALL, _MEMS),
@@ -1345,3 +1351,39 @@ def test_property_buffers_through_the_slot_decoder(
     assert decoder.records == len(records)
     assert (np.diff(events["serial"].astype(np.int64)) >= 0).all()
     assert cm.expand(events, 11, len(records)) == cm.model(records)
+
+
+class TestDetailedDataType:
+    """DetailedDataType is numbered per release: before 2026-01-28 (msSanitizer e698c43) it had no ``Default``, so
+    every value is one less. The converters name the reference's numbers; each release's are mapped to them."""
+
+    def test_the_reference_numbers_are_the_measured_ones(self) -> None:
+        reference = _wire.LAYOUTS["mssanitizer-4a419f05"]
+        assert {t.name: int(t) for t in DetailedDataType} == dict(reference.detailed_data_types)
+
+    def test_every_layout_names_every_type(self) -> None:
+        for release in _wire.LAYOUTS.values():
+            table = _record_table(release).detailed_types
+            named = {name: int(table[value]) for name, value in release.detailed_data_types.items()}
+            assert named == {t.name: int(t) for t in DetailedDataType if t.name in named}, release.name
+            assert len(named) >= len(DetailedDataType) - 1, release.name  # all but Default, before it came
+
+    def test_a_release_without_default_reads_b16_as_b16(self) -> None:
+        old = _record_table(_wire.LAYOUTS["mssanitizer-4fc02ac9"])
+        assert _wire.LAYOUTS["mssanitizer-4fc02ac9"].detailed_data_types["B16"] == B16 - 1
+        transpose = dict(src=0, dst=0, repeat=2, src_stride=4, dst_stride=4, src_frac_stride=1, dst_frac_stride=1)
+        name = "LOAD_L1_2D_TRANSPOSE"
+        reg = CONVERTERS[cm.T[name]]
+        serials = np.array([5], dtype=np.uint64)
+
+        def events(dtype: int, context: BlockContext) -> np.ndarray:
+            raw = cm.record(name, **transpose, dtype=dtype)[4:]
+            return reg.convert(cm.T[name], np.frombuffer(raw, dtype=reg.dtype), serials, context)
+
+        april = events(B16, BlockContext(block_type=0, chip=CHIPS["910B1"]))
+        older = events(B16 - 1, BlockContext(block_type=0, chip=CHIPS["910B1"], detailed_types=old.detailed_types))
+        # One fractal per repeat on each side, as msSanitizer's GetFracNum gives B16, in either numbering.
+        assert april.size == 2 and (april["block_num"] == 1).all()
+        assert older.tobytes() == april.tobytes()
+        # The old release's 9 is S16, a type LOAD_L1_2D_TRANSPOSE has no fractals for.
+        assert events(B16, BlockContext(block_type=0, chip=CHIPS["910B1"], detailed_types=old.detailed_types)).size == 0

@@ -7,9 +7,9 @@ import shutil
 import pytest
 
 from sanitizerd.demangle import demangle, function_name, simplified
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.session import Peer, Session
 from sanitizerd.sessions.work import StartKernel
+from sanitizerd_protocol import messages as m
 
 MANGLED = "_ZN7kernels10add_customIfEEvPhS1_S1_"
 SAMPLE = "_Z15raw_hazard_demoPhS_"  # msSanitizer's example/sample_racecheck kernel

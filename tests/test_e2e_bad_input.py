@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from client_shim import Client, EventKind, Space, accesses
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 from tests.conftest import RunningDaemon, start_daemon, stop_daemon
 
 

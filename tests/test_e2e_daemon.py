@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from client_shim import Client, ClientError, EventKind, Space, accesses
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 from tests.conftest import DEMO, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from sanitizerd.cli.savefile import read_save
-from sanitizerd.protocol import decode_body
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space, as_events
+from sanitizerd_protocol import decode_body
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import BlockType, EventKind, Pipe, Space, as_events
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 
 pytestmark = pytest.mark.first_pass_only("detector findings on emulated kernels: the same session code in a worker")

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from client_shim import Client, EventKind, Space, accesses
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.workers.routing import worker_for
+from sanitizerd_protocol import messages as m
 from tests import other_uid
 from tests.conftest import ROOT, TEST_WORKERS, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.hostile_load import costly_batch

@@ -22,8 +22,8 @@ import pytest
 from client_shim import Client, EventKind, Space, accesses
 from sanitizerd.cli.query import parse_since
 from sanitizerd.control_client import ControlClient
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.messages import Config
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.messages import Config
 from tests import other_uid
 from tests.conftest import DEMO, ROOT, RunningDaemon, program_env, sanitizerd
 from tests.other_uid import NOBODY

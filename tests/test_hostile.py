@@ -34,11 +34,11 @@ import pytest
 from client_shim import Client, EventKind, Pipe, Space, accesses, syncs
 from client_shim.transport import ClientError
 from sanitizerd.control_client import ControlClient
-from sanitizerd.findings.model import make_finding
 from sanitizerd.findings.store import FindingsStore
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.messages import Config
 from sanitizerd.sessions.jobs import MAX_JOBS_PER_UID
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.messages import Config
+from sanitizerd_protocol.model import make_finding
 from tests import other_uid
 from tests.conftest import (
     ROOT,
@@ -1421,7 +1421,7 @@ RACE_CLIENT = """
 import json, sys
 import numpy as np
 from client_shim import Client, EventKind, Pipe, Space, accesses
-from sanitizerd.protocol.messages import Config
+from sanitizerd_protocol.messages import Config
 
 socket_path, job, size, batches, leave = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 i = np.arange(size)

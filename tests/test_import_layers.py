@@ -8,7 +8,7 @@ The rules:
 - Each module belongs to the unit of the longest prefix of its name in FLOORS, and each unit to a floor. An import
   from one unit into another goes to a strictly lower floor: units on one floor never import each other.
 - Some units may import only the units ONLY names, lower or not: client_shim only protocol, so that it can be
-  installed without the daemon; protocol only findings.model, the ground floor.
+  installed without the daemon; sanitizerd_protocol only its model, the ground floor.
 - Inside a unit, any direction, but no circle: the module graph, less the listed exceptions, has no cycle.
 - EXCEPTIONS lists each import against these rules that is still there, with the reason it is wrong. The list only
   shrinks: an import not listed fails the first tests, and a listed one that no longer occurs (or no longer breaks a
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("sanitizerd", "client_shim")
+PACKAGES = ("sanitizerd", "sanitizerd_protocol", "client_shim")
 
 # Top floor first. A unit is a module or a package (with everything under it, unless a longer prefix is listed).
 FLOORS: tuple[tuple[str, ...], ...] = (
@@ -53,16 +53,16 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("sanitizerd.detectors", "sanitizerd.metrics"),
     # Small leaves the floors above share; the client sits here as it needs protocol alone (see ONLY).
     ("sanitizerd.chips", "sanitizerd.demangle", "sanitizerd.metrics_server", "client_shim"),
-    ("sanitizerd.protocol",),
+    ("sanitizerd_protocol",),
     # Stores and renderers: they know findings and sessions' records, not the wire.
     ("sanitizerd.findings",),
     # The ground floor: Finding, Suppression, SessionInfo; and the package's version.
-    ("sanitizerd.findings.model", "sanitizerd"),
+    ("sanitizerd_protocol.model", "sanitizerd"),
 )
 
 ONLY: dict[str, frozenset[str]] = {
-    "client_shim": frozenset({"sanitizerd.protocol"}),
-    "sanitizerd.protocol": frozenset({"sanitizerd.findings.model"}),
+    "client_shim": frozenset({"sanitizerd_protocol", "sanitizerd_protocol.model"}),
+    "sanitizerd_protocol": frozenset({"sanitizerd_protocol.model"}),
 }
 
 # Arrows the floors allow but the house does not: (importer unit, imported unit) -> why.
@@ -272,17 +272,17 @@ def test_exceptions_still_occur() -> None:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("import sanitizerd.protocol.messages", "sanitizerd.protocol.messages"),
-        ("from sanitizerd.protocol import messages", "sanitizerd.protocol.messages"),
-        ("from sanitizerd.protocol import Connection", "sanitizerd.protocol"),
-        ("from sanitizerd.protocol.messages import Hello", "sanitizerd.protocol.messages"),
-        ("from .records import EVENT_DTYPE", "sanitizerd.protocol.records"),
-        ("from . import records", "sanitizerd.protocol.records"),
+        ("import sanitizerd_protocol.messages", "sanitizerd_protocol.messages"),
+        ("from sanitizerd_protocol import messages", "sanitizerd_protocol.messages"),
+        ("from sanitizerd_protocol import Connection", "sanitizerd_protocol"),
+        ("from sanitizerd_protocol.messages import Hello", "sanitizerd_protocol.messages"),
+        ("from .records import EVENT_DTYPE", "sanitizerd_protocol.records"),
+        ("from . import records", "sanitizerd_protocol.records"),
     ],
 )
 def test_finder_resolves_imports(source: str, expected: str) -> None:
     """Absolute and relative imports, of modules and of names, resolve to the module that holds them."""
-    finder = _Finder("sanitizerd.protocol.texts", is_package=False)
+    finder = _Finder("sanitizerd_protocol.texts", is_package=False)
     finder.visit(ast.parse(source))
     assert [edge.imported for edge in finder.found] == [expected]
 
@@ -293,12 +293,12 @@ def test_finder_sees_late_and_type_checking_imports() -> None:
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from sanitizerd.daemon import Daemon\n"
         "def f() -> None:\n    import sanitizerd.cli.main\n"
-        "import sanitizerd.findings.model\n"
+        "import sanitizerd_protocol.model\n"
     )
-    finder = _Finder("sanitizerd.protocol.texts", is_package=False)
+    finder = _Finder("sanitizerd_protocol.texts", is_package=False)
     finder.visit(ast.parse(source))
     assert [(edge.imported, edge.how) for edge in finder.found] == [
         ("sanitizerd.daemon", "TYPE_CHECKING"),
         ("sanitizerd.cli.main", "late"),
-        ("sanitizerd.findings.model", "module level"),
+        ("sanitizerd_protocol.model", "module level"),
     ]

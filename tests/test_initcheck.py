@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from client_shim.events import EventKind, Pipe, Space, accesses, make_events
 from sanitizerd.detectors import initcheck as initcheck_module
 from sanitizerd.detectors.initcheck import Initcheck
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import HostOp
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 READ, WRITE = EventKind.READ, EventKind.WRITE

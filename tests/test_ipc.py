@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions import ipc
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.session import ForeignFrees, Peer, Session
+from sanitizerd_protocol import messages as m
 from tests.conftest import RunningDaemon, sanitizerd
 
 

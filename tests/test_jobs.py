@@ -7,9 +7,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions import jobs as jobs_module
 from sanitizerd.sessions.jobs import Jobs, Watcher, job_key
+from sanitizerd_protocol import messages as m
 
 ALICE, BOB = 1000, 1001
 

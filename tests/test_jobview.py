@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sanitizerd.protocol.messages import SessionInfo
 from sanitizerd.sessions.jobview import summarize
+from sanitizerd_protocol.messages import SessionInfo
 
 
 def session(n: int, job: str, rank: int, *, state: str = "ended", ended: float = 100.0, sigs: int = 0) -> SessionInfo:

@@ -11,8 +11,8 @@ from sanitizerd.chips import chip_named
 from sanitizerd.detectors import DETECTORS, create_detectors
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memcheck import Memcheck
-from sanitizerd.findings.model import Finding, Frame
-from sanitizerd.protocol.messages import Config, HostOp, Location
+from sanitizerd_protocol.messages import Config, HostOp, Location
+from sanitizerd_protocol.model import Finding, Frame
 
 KiB = 1024
 READ, WRITE = EventKind.READ, EventKind.WRITE
@@ -789,7 +789,7 @@ def test_an_access_to_a_space_no_chip_defines_is_reported_under_its_number() -> 
     reported under "13" and rendered, not a failure of the check (memcheck knows no bounds of such a space)."""
     from client_shim.events import accesses
     from sanitizerd.findings.render import render_text
-    from sanitizerd.protocol.records import EventKind
+    from sanitizerd_protocol.records import EventKind
     from tests.detector_helpers import make_detector, run_kernel
 
     detector = make_detector("memcheck")

@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, syncs
-from sanitizerd.findings.model import Finding, Frame
-from sanitizerd.protocol import (
+from sanitizerd_protocol import (
     CONNECTION_CLOSED,
     EVENT_DTYPE,
     NEED_DATA,
@@ -33,8 +32,9 @@ from sanitizerd.protocol import (
     State,
     as_events,
 )
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.texts import CUT_MARK, MAX_CALLERS, MAX_LOG_TEXT, MAX_NAME, cut
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import Finding, Frame
+from sanitizerd_protocol.texts import CUT_MARK, MAX_CALLERS, MAX_LOG_TEXT, MAX_NAME, cut
 
 
 def frame(body: bytes) -> bytes:
@@ -973,7 +973,7 @@ class TestReceiveBuffer:
     )
     def test_takes_return_the_bytes_in_order(self, data: bytes, cuts: list[int], takes: list[int]) -> None:
         """However the bytes arrive and are taken, peek and take return them in order and the size adds up."""
-        from sanitizerd.protocol._buffer import ReceiveBuffer
+        from sanitizerd_protocol._buffer import ReceiveBuffer
 
         buffer = ReceiveBuffer()
         bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
@@ -995,7 +995,7 @@ class TestReceiveBuffer:
     def test_reads_into_its_memory_and_gathers_in_order(self, data: bytes, steps: list[tuple[str, int]]) -> None:
         """Bytes appended, or read into ``get_buffer`` (the scratch area, or the rest of a gathered piece), come
         out of ``take`` in order; a gathered piece is taken whole as one view, with no join."""
-        from sanitizerd.protocol._buffer import ReceiveBuffer
+        from sanitizerd_protocol._buffer import ReceiveBuffer
 
         buffer = ReceiveBuffer()
         fed = taken = 0

@@ -16,7 +16,7 @@ import pytest
 from client_shim import Client, EventKind, Space, accesses
 from sanitizerd import api
 from sanitizerd.control_client import ControlClient
-from sanitizerd.protocol.messages import Config, QuerySessions, Sessions
+from sanitizerd_protocol.messages import Config, QuerySessions, Sessions
 from tests.conftest import RunningDaemon, program_env
 
 # Two tests as the README's instrumenting snippet has them: a client from the environment, no device named (the

@@ -11,9 +11,9 @@ import pytest
 
 from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, make_events, syncs
 from sanitizerd.detectors.racecheck import Racecheck
-from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import Location
+from sanitizerd_protocol.messages import Location
+from sanitizerd_protocol.model import Finding
 from tests.detector_helpers import make_detector, run_kernel
 
 R, W = EventKind.READ, EventKind.WRITE

@@ -18,11 +18,11 @@ from sanitizerd import config
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memory_budget import MemoryBudget
 from sanitizerd.detectors.racecheck import BYTES_PER_HELD_EVENT, BYTES_PER_PAIR, BYTES_PER_RANGE, Kernel, Racecheck
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import as_events
 from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.session import Answer, Peer, Session
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import as_events
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 R, W = EventKind.READ, EventKind.WRITE

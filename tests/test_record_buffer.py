@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from client_shim import record_buffer
 from client_shim.record_buffer import hold_numpy
-from sanitizerd.protocol.records import empty_events
+from sanitizerd_protocol.records import empty_events
 
 KEYS = 3 << 16  # the client's table: block types 0-2, every block id
 

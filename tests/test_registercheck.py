@@ -6,8 +6,8 @@ import numpy as np
 
 from client_shim.events import BlockType, Register, register_writes
 from sanitizerd.detectors.registercheck import Registercheck
-from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
+from sanitizerd_protocol.model import Finding
 from tests.detector_helpers import make_detector, run_kernel
 
 ALL_ONES = (1 << 64) - 1

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from sanitizerd.findings.model import Finding, Frame, RaceAccess, make_finding
 from sanitizerd.findings.render import block_list, blocks_text, render_json, render_text
+from sanitizerd_protocol.model import Finding, Frame, RaceAccess, make_finding
 
 STACK = [
     Frame(

@@ -22,7 +22,7 @@ import pytest
 from sanitizerd.cli.run import tools_text
 from sanitizerd.compat.stacks import KernelBinary
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import Location
+from sanitizerd_protocol.messages import Location
 from tests.conftest import RunningDaemon, program_env, sanitizerd
 from tests.detector_helpers import make_detector, run_kernel
 from tests.test_hooks import bare_env

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from client_shim import Client, ClientError, EventKind, Space, accesses
-from sanitizerd.protocol.messages import Config
+from sanitizerd_protocol.messages import Config
 from tests.conftest import RunningDaemon, sanitizerd, start_daemon, stop_daemon
 
 GM, SIZE = 0x12C0C0000000, 4096
@@ -108,7 +108,7 @@ def test_a_planned_restart_resumes_without_false_leaks(short_dir: Path) -> None:
 def test_a_session_cannot_be_resumed_twice_at_once(daemon: RunningDaemon) -> None:
     """Resuming a session that is still live (or unknown) is refused by name."""
     from client_shim.transport import ClientError, FrameSocket
-    from sanitizerd.protocol import messages as m
+    from sanitizerd_protocol import messages as m
 
     client = Client(daemon.socket, job="live")
     try:

@@ -13,8 +13,8 @@ from sanitizerd.detectors import _runs, _stomping, initcheck, memcheck
 from sanitizerd.detectors._intervals import IntervalSet
 from sanitizerd.detectors._patterns import expand, extents
 from sanitizerd.detectors._runs import CHUNK, PairBudget, coverage, line_counts, piece_chunks, runs, runs_by_group
-from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import EVENT_DTYPE
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.records import EVENT_DTYPE
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 U64 = np.uint64

@@ -15,16 +15,16 @@ import pytest
 from sanitizerd.detectors import sdccheck
 from sanitizerd.detectors.sdccheck import SdcCheck
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol import RemoteProtocolError
-from sanitizerd.protocol.connection import decode_body
-from sanitizerd.protocol.messages import (
+from sanitizerd_protocol import RemoteProtocolError
+from sanitizerd_protocol.connection import decode_body
+from sanitizerd_protocol.messages import (
     MAX_REPLICA_RANKS,
     MAX_SIGNATURE_ENTRIES,
     ReplicaOutcome,
     Signature,
     SignatureEntry,
 )
-from sanitizerd.protocol.replay import first_difference
+from sanitizerd_protocol.replay import first_difference
 from tests.conftest import ROOT, RunningDaemon, program_env, sanitizerd
 
 
@@ -309,7 +309,7 @@ def test_report_text() -> None:
     check = SdcCheck()
     check.add(Signature(step=1, replay=0, entries=entries(**BASE)), rank=0)
     (found,) = check.add(Signature(step=1, replay=1, entries=entries(**{**BASE, "loss": 0})), rank=0)
-    from sanitizerd.findings.model import make_finding
+    from sanitizerd_protocol.model import make_finding
 
     finding = make_finding(found.kind, job="j", session=4, pid=9, device=1, detail=found.text, replay=found.replay)
     assert render_text([finding]).splitlines() == [

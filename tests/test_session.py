@@ -17,15 +17,15 @@ from sanitizerd import fds
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
-from sanitizerd.findings.model import make_finding
-from sanitizerd.protocol import Connection, RemoteProtocolError, Role
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.admission import Connections
 from sanitizerd.sessions import transport
 from sanitizerd.sessions.hub import Limits
 from sanitizerd.sessions.session import Answer, LogGate, Peer, Session
 from sanitizerd.sessions.transport import MessageStream, UnfinishedBytes
 from sanitizerd.sessions.work import BATCH_PIECES, WIDE_ACCESS_PIECES, Batch, EndKernel, StartKernel, split_by_pieces
+from sanitizerd_protocol import Connection, RemoteProtocolError, Role
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import make_finding
 
 
 def session(**config: object) -> Session:

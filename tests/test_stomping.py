@@ -16,10 +16,10 @@ from sanitizerd.detectors._intervals import merge_ranges
 from sanitizerd.detectors._stomping import StompTracker, _first_cover, _merge_by_block
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
-from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import HostOp, Location
-from sanitizerd.protocol.records import BlockType
+from sanitizerd_protocol.messages import HostOp, Location
+from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import BlockType
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 WRITE = EventKind.WRITE

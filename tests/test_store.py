@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from sanitizerd.findings.model import Finding, Frame, make_finding
 from sanitizerd.findings.store import FindingsStore, Pruned, StoreUnavailable
-from sanitizerd.protocol.messages import SessionInfo
+from sanitizerd_protocol.messages import SessionInfo
+from sanitizerd_protocol.model import Finding, Frame, make_finding
 
 
 @pytest.fixture

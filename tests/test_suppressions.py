@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from client_shim import Client, EventKind, Space, accesses
-from sanitizerd.findings.model import Frame, RaceAccess, Suppression, make_finding
 from sanitizerd.findings.suppressions import SuppressionError, Suppressor, load
-from sanitizerd.protocol.messages import Config
+from sanitizerd_protocol.messages import Config
+from sanitizerd_protocol.model import Frame, RaceAccess, Suppression, make_finding
 from tests import other_uid
 from tests.conftest import DEMO, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.test_e2e_ci_report import valid_sarif

@@ -8,9 +8,9 @@ import pytest
 from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.synccheck import Synccheck
-from sanitizerd.findings.model import Finding
 from sanitizerd.findings.render import render_text
-from sanitizerd.protocol.messages import Location
+from sanitizerd_protocol.messages import Location
+from sanitizerd_protocol.model import Finding
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 SET, WAIT = EventKind.SET_FLAG, EventKind.WAIT_FLAG

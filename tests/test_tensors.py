@@ -22,7 +22,7 @@ from client_shim.events import (
 )
 from sanitizerd.detectors._patterns import extents, ranges
 from sanitizerd.detectors._tensors import MAX_OPERANDS, MAX_TENSORS_PER_BLOCK
-from sanitizerd.protocol.messages import Location
+from sanitizerd_protocol.messages import Location
 from tests.test_memcheck import memcheck, only, run_kernel, summary
 
 READ, WRITE = EventKind.READ, EventKind.WRITE

@@ -17,7 +17,7 @@ import pytest
 import client_shim
 from client_shim.events import EventKind, Space, accesses, tensors
 from sanitizerd.control_client import ControlClient
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 from tests import compat_model as cm
 from tests.conftest import ROOT, RunningDaemon, program_env, sanitizerd
 from tests.test_compat_connection import host_record, kernel_summary

@@ -13,11 +13,11 @@ import pytest
 
 from client_shim import EventKind, Space, accesses
 from sanitizerd.detectors.base import KernelLaunch
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import HostOp
 from sanitizerd.sessions.pipeline import drive_detector
 from sanitizerd.sessions.threads import DetectorThreads
 from sanitizerd.sessions.work import Batch, EndKernel, Finish, StartKernel, Work
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
 from tests.detector_helpers import make_detector
 
 

@@ -224,7 +224,7 @@ def test_a_control_connection_asks_the_listener_then_watches_in_the_jobs_worker(
     answers keep their order, and the watch sees the job's findings and its end."""
     from client_shim import EventKind, Space, accesses
     from sanitizerd.control_client import ControlClient
-    from sanitizerd.protocol import messages as m
+    from sanitizerd_protocol import messages as m
 
     daemon = start_daemon(short_dir, workers=WORKERS)
     try:

@@ -67,6 +67,11 @@ def _store_url(text: str) -> str:
     return text
 
 
+def _store_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--store: the PostgreSQL findings store that serve writes and findings reads."""
+    parser.add_argument("--store", type=_argument_type(_store_url), default=None, metavar="URL", help=help_text)
+
+
 def _metrics_address(text: str) -> str:
     metrics_address(text)
     return text
@@ -80,11 +85,11 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         "--socket", type=_argument_type(_socket_path), default=None, help=f"Unix socket path [{default_socket_path()}]"
     )
     serve.add_argument("--state-dir", type=Path, default=None, help=f"findings database [{default_state_dir()}]")
-    serve.add_argument(
-        "--store", type=_argument_type(_store_url), default=None, metavar="URL",
-        help="keep findings in this PostgreSQL database (postgresql://user@host/db), shared by many hosts' daemons, "
+    _store_option(
+        serve,
+        "keep findings in this PostgreSQL database (postgresql://user@host/db), shared by many hosts' daemons, "
         "instead of the SQLite file under --state-dir",
-    )  # fmt: skip
+    )
     serve.add_argument(
         "--metrics-addr", type=_argument_type(_metrics_address), metavar="HOST:PORT",
         help="serve Prometheus /metrics, /healthz and /readyz here ([::1]:PORT for IPv6)",
@@ -177,11 +182,11 @@ def _finding_filters(query: argparse.ArgumentParser) -> None:
         "--since", type=_argument_type(parse_since), default=0.0, metavar="WHEN",
         help="only findings stored since WHEN: an age (90s, 10m, 2h, 1d), an ISO 8601 time or epoch seconds",
     )  # fmt: skip
-    query.add_argument(
-        "--store", type=_argument_type(_store_url), default=None, metavar="URL",
-        help="read a PostgreSQL store (postgresql://you@host/db) instead of asking a daemon: every host's daemons "
+    _store_option(
+        query,
+        "read a PostgreSQL store (postgresql://you@host/db) instead of asking a daemon: every host's daemons "
         "that write there, what the database lets your role read",
-    )  # fmt: skip
+    )
     query.add_argument(
         "--show-suppressed", action="store_true",
         help="text and JUnit: also the findings a suppression rule hid, each under its reason (JSON and SARIF "

@@ -25,11 +25,11 @@ import difflib
 import os
 import string
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from sanitizerd.findings import suppressions
-from sanitizerd.protocol.messages import DEFAULT_SINGLE_PIPE_DISTANCE, MAX_CACHE_SIZE_MB, TOOLS, Config
+from sanitizerd_protocol.messages import DEFAULT_SINGLE_PIPE_DISTANCE, MAX_CACHE_SIZE_MB, TOOLS, Config
 
 __all__ = ["NOT_YET_CHECKED", "PREFIX", "RunOptions", "UsageError", "parse_run_args", "run_help"]
 
@@ -53,7 +53,7 @@ DEFAULT_CACHE_SIZE_MB = 100
 DEFAULT_DEBUGLOG_SIZE_MB = 1024
 MAX_DEBUGLOG_SIZE_MB = 10240
 MAX_KERNEL_NAME_LEN = 2047  # KERNEL_NAME_MAX less the C string's terminating NUL
-MAX_LOG_FILE_PATH_LEN = 4096  # MAX_FILE_PATH_LEN
+MAX_LOG_REQUIRE_FILE_PATH_LEN = 4096  # MAX_REQUIRE_FILE_PATH_LEN
 MAX_SOCKET_PATH_LEN = 108  # sizeof(sockaddr_un.sun_path) on Linux: a longer path can be neither bound nor connected
 MAX_EXIT_CODE = 255
 MAX_SINGLE_PIPE_DISTANCE = 1 << 20
@@ -63,6 +63,7 @@ REPORT_FORMATS = ("sarif", "junit", "json")
 # --report's format when --report-format is not given: by the file's suffix, else SARIF
 _REPORT_SUFFIXES = {".sarif": "sarif", ".xml": "junit", ".json": "json"}
 DEMANGLE_MODES = ("full", "simple", "no")
+YES_NO = ("no", "yes")
 _SELECTABLE_TOOLS = (
     "memcheck",
     "racecheck",
@@ -86,7 +87,8 @@ class RunOptions:
 
     ``program`` is the program as given followed by its arguments, so the child sees its own ``argv[0]``;
     ``executable`` is the file to exec, which differs when a bare name was found in ``.`` (execvp would not
-    look there). ``notices`` are lines to print once before the run.
+    look there). ``notices`` are lines to print once before the run. When help or version is asked for, the
+    options parsed before it are kept and nothing after it is looked at.
     """
 
     socket: str | None = None
@@ -106,6 +108,13 @@ class RunOptions:
     show_version: bool = False
 
 
+@dataclass
+class _State:
+    options: RunOptions = field(default_factory=RunOptions)
+    tools: set[str] = field(default_factory=set)  # as selected by -t, before msSanitizer's defaulting
+    given: set[str] = field(default_factory=set)  # names of the options that appeared
+
+
 # --- character whitelist ------------------------------------------------------------------------------------
 # msSanitizer checks every value against these sets before parsing it, to keep control characters and shell
 # metacharacters out of its logs: lowercase letters for every option but --max-debuglog-size, digits only
@@ -115,143 +124,48 @@ _UPPER = frozenset(string.ascii_uppercase)
 _DIGITS = frozenset(string.digits)
 
 
+# --- the options --------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _Option:
+    """One option of ``sanitizerd run``, declared once: the parser, the whitelist and the help all read it."""
+
     name: str
-    short: str | None
-    has_value: bool
-    allowed: frozenset[str] | None  # None: no whitelist (sanitizerd's --socket takes any path)
+    section: str  # the heading the help lists it under
+    take: _Take  # checks the value and sets the setting it maps to
+    dest: str = ""  # that setting: a field of RunOptions, or "config.<field>" of its Config; "": none
+    _: KW_ONLY
+    about: tuple[str, ...]  # its lines in the help, msSanitizer's words for msSanitizer's options
+    implies: tuple[str, ...] = ()  # settings that "yes" switches on too, as dest is
+    allowed: frozenset[str] | None = _LOWER  # the value's whitelist; None: none (sanitizerd's paths take any)
+    choices: tuple[str, ...] = ()
+    bounds: tuple[int, int] = (0, 0)  # a number's range, both ends included
+    invalid: str = ""  # msSanitizer's words after "--<name> param is invalid", where it says more
+    metavar: str = ""  # the value's name in the help; "|"-joined choices when empty
+    short: str | None = None
+    # the help starts its text on the line below even where the first line would fit, as it always has
+    about_below: bool = False
+    # the option the help lists it ahead of: msSanitizer's help and its getopt table differ in order
+    listed_before: str = ""
+
+    @property
+    def usage(self) -> str:
+        """The value as the help shows it; empty for an option that takes none."""
+        return self.metavar or "|".join(self.choices)
+
+    @property
+    def takes_value(self) -> bool:
+        """Whether it needs a value: exactly when the help shows one, so the two cannot disagree."""
+        return bool(self.usage)
 
 
-_OPTIONS: tuple[_Option, ...] = (
-    _Option("help", "h", False, frozenset()),
-    _Option("version", "v", False, frozenset()),
-    _Option("tool", "t", True, _LOWER | {"|"}),  # "|" joins names: a sanitizerd extension
-    _Option("log-level", None, True, _LOWER),
-    _Option("log-file", None, True, _LOWER | _UPPER | _DIGITS | set("-./_")),
-    _Option("max-debuglog-size", None, True, _DIGITS),
-    _Option("leak-check", None, True, _LOWER),
-    _Option("check-unused-memory", None, True, _LOWER),
-    _Option("check-device-heap", None, True, _LOWER),
-    _Option("check-cann-heap", None, True, _LOWER),
-    _Option("block-id", None, True, _LOWER | _DIGITS),
-    _Option("cache-size", None, True, _LOWER | _DIGITS),
-    _Option("kernel-name", None, True, _LOWER | _UPPER | _DIGITS | {"_", "-"}),
-    _Option("full-backtrace", None, True, _LOWER),
-    _Option("demangle", None, True, _LOWER),
-    _Option("check-cross-npu-races", None, True, _LOWER),
-    _Option("single-pipe-distance", None, True, _DIGITS),  # a sanitizerd extension
-    _Option("race-fold", None, True, _LOWER),  # a sanitizerd extension
-    _Option("socket", None, True, None),
-    _Option("error-exitcode", None, True, _DIGITS),
-    _Option("save", None, True, None),
-    _Option("report", None, True, None),
-    _Option("report-format", None, True, _LOWER),
-    _Option("suppressions", None, True, None),
-    _Option("show-suppressed", None, False, frozenset()),
-    _Option("allow-unchecked", None, False, frozenset()),
-)
-_BY_NAME = {opt.name: opt for opt in _OPTIONS}
-_BY_SHORT = {opt.short: opt for opt in _OPTIONS if opt.short}
+_Take = Callable[[_Option, str, _State], None]
 
 
-# --- help ---------------------------------------------------------------------------------------------------
-
-
-def run_help() -> str:
-    """The help text of ``sanitizerd run`` in msSanitizer's layout (defaults in ``[ ]``), no final newline."""
-    return "\n".join(
-        [
-            "sanitizerd runs msSanitizer's functional correctness checks on Ascend NPU programs, with",
-            "the checking done by a shared host daemon. The tools are memcheck, racecheck, initcheck and",
-            "synccheck.",
-            "",
-            "Usage: sanitizerd run [<options>] [--] <user_program> [<user_options>]",
-            "       (use -- when the program has options of its own)",
-            "",
-            "  basic user options, with default in [ ]:",
-            "    -h --help            show this message",
-            "    -v --version         show version",
-            "    -t --tool=<name>     use the sanitizer tool named <name> [memcheck]",
-            "                         <name>: memcheck|racecheck|initcheck|synccheck; repeat -t, or join",
-            "                         names with '|', to run several tools",
-            "    --log-file=<file>    write reports to <file> [stdout]",
-            f"    --log-level=<level>  report messages at or above <level>: {'|'.join(LOG_LEVELS)} [warn]",
-            "    --max-debuglog-size=<size>",
-            f"                         set debuglog file's max size to <size> (MB), "
-            f"default:{DEFAULT_DEBUGLOG_SIZE_MB}, max: {MAX_DEBUGLOG_SIZE_MB}",
-            "    --kernel-name=<name> only the kernels whose name contains <name> are checked [all kernels]",
-            "    --full-backtrace=no|yes",
-            "                         print full backtraces including Ascend C internal calls [no]",
-            f"    --demangle={'|'.join(DEMANGLE_MODES)}",
-            "                         demangle device function names in backtraces [full]",
-            "",
-            "  user options for Memcheck:",
-            "    --leak-check=no|yes  search for memory leaks at exit [no]",
-            "    --check-unused-memory=no|yes",
-            "                         search for unused memory allocations [no]",
-            "    --check-device-heap=no|yes",
-            "                         enable device heap check [no]",
-            "    --check-cann-heap=no|yes",
-            "                         enable cann heap check [no]",
-            "    --block-id=<block-id>",
-            f"                         set check block id (0-{MAX_BLOCK_ID}), default check all block",
-            "    --cache-size=<size>",
-            f"                         set single block records size to <size> (MB), "
-            f"default:{DEFAULT_CACHE_SIZE_MB}, max: {MAX_CACHE_SIZE_MB}",
-            "",
-            "  user options for Racecheck:",
-            "    --check-cross-npu-races=no|yes",
-            "                         check races across different NPUs [no]",
-            "    --single-pipe-distance=<n>",
-            "                         instructions of one pipe more than <n> apart are taken as ordered",
-            f"                         (0 turns the in-pipe check off) [{DEFAULT_SINGLE_PIPE_DISTANCE}]",
-            "    --race-fold=no|yes   report a race once for all the blocks it is found between, not once per",
-            "                         pair of blocks as msSanitizer does (for kernels of many blocks) [no]",
-            "",
-            "  sanitizerd options:",
-            "    --socket=<path>      connect to the daemon listening at <path> [the daemon's default]",
-            "    --error-exitcode=<n> exit with <n> (0-255) when errors are reported [the program's status;",
-            "                         1 when it is 0 and silent data corruption was found]",
-            "    --save=<file>        record everything the program's clients send, for `sanitizerd replay`",
-            "    --report=<file>      write the run's findings to <file> when it ends, for CI [none]",
-            f"    --report-format={'|'.join(REPORT_FORMATS)}",
-            "                         the report's format [by <file>'s suffix: .sarif, .xml (junit), .json;",
-            "                         else sarif]",
-            "    --suppressions=<file>",
-            "                         hide the known findings its [[suppress]] rules name, each with a",
-            "                         reason; they are stored, marked and counted as suppressed [none]",
-            "    --show-suppressed    print suppressed findings too, each under its reason",
-            "    --allow-unchecked    run the program even where msSanitizer's hooks cannot be used (a",
-            "                         release not identified, a hook missing): it runs without them, and the",
-            "                         summary says so [refuse to run]",
-            "",
-            "  Every option but -h, -v, --show-suppressed and --allow-unchecked needs a value: --<option>=<value>",
-            "  or --<option> <value>.",
-        ]
-    )
-
-
-# --- parsing ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _State:
-    config: Config = field(default_factory=Config)
-    tools: set[str] = field(default_factory=set)  # as selected by -t, before msSanitizer's defaulting
-    given: set[str] = field(default_factory=set)  # names of the options that appeared
-    log_file: str | None = None
-    socket: str | None = None
-    error_exitcode: int | None = None
-    save: str | None = None
-    report: str | None = None
-    report_format: str | None = None
-    notices: list[str] = field(default_factory=list)
-    show_suppressed: bool = False
-    # run the program even where msSanitizer's hooks cannot be used (sanitizerd/cli/hooks.py): never by default
-    allow_unchecked: bool = False
-    show_help: bool = False
-    show_version: bool = False
+def _assign(st: _State, dest: str, value: object) -> None:
+    owner, _, attr = dest.rpartition(".")
+    setattr(st.options.config if owner == "config" else st.options, attr, value)
 
 
 def _with_help(line: str) -> UsageError:
@@ -259,8 +173,247 @@ def _with_help(line: str) -> UsageError:
     return UsageError(f"{line}\n{run_help()}")
 
 
-def _invalid(name: str, detail: str = "") -> UsageError:
-    return _with_help(f"{PREFIX} ERROR: --{name} param is invalid{detail}")
+def _invalid(opt: _Option) -> UsageError:
+    return _with_help(f"{PREFIX} ERROR: --{opt.name} param is invalid{opt.invalid}")
+
+
+def _decimal(value: str) -> int | None:
+    # Deliberately stricter than std::stol/stoul, which take "7x" as 7 (and stoul wraps into uint32): a value
+    # must be all digits.
+    if value and all(ch in _DIGITS for ch in value):
+        return int(value)
+    return None
+
+
+def _yes(opt: _Option, value: str) -> bool:
+    if value not in YES_NO:
+        raise _invalid(opt)
+    return value == "yes"
+
+
+def _flag(opt: _Option, value: str, st: _State) -> None:
+    _assign(st, opt.dest, True)
+
+
+def _yes_no(opt: _Option, value: str, st: _State) -> None:
+    _assign(st, opt.dest, _yes(opt, value))
+
+
+def _switch_on(opt: _Option, value: str, st: _State) -> None:
+    # "no" leaves the setting alone, as in msSanitizer (only leak-check and full-backtrace assign it), so a
+    # repeated option cannot switch off what an earlier one switched on
+    if _yes(opt, value):
+        for dest in (opt.dest, *opt.implies):
+            _assign(st, dest, True)
+
+
+def _one_of(opt: _Option, value: str, st: _State) -> None:
+    if value not in opt.choices:
+        raise _invalid(opt)
+    _assign(st, opt.dest, value)
+
+
+def _number(opt: _Option, value: str, st: _State) -> None:
+    low, high = opt.bounds
+    number = _decimal(value)
+    if number is None or not low <= number <= high:
+        raise _invalid(opt)
+    if opt.dest:
+        _assign(st, opt.dest, number)
+
+
+def _file(opt: _Option, value: str, st: _State) -> None:
+    if not value:
+        raise _invalid(opt)
+    _assign(st, opt.dest, value)
+
+
+def _tools(opt: _Option, value: str, st: _State) -> None:
+    for name in value.split("|"):
+        if name not in opt.choices:
+            raise _invalid(opt)
+        st.tools.add(name)
+
+
+def _log_file(opt: _Option, value: str, st: _State) -> None:
+    if len(os.fsencode(value)) > MAX_LOG_REQUIRE_FILE_PATH_LEN:
+        # not an error in msSanitizer: reports go to stdout and the run goes on
+        st.options.notices.append(
+            f"{PREFIX} WARNING: --log-file is invalid because it exceeds the maximum path length of "
+            f"{MAX_LOG_REQUIRE_FILE_PATH_LEN}. Stdout will be used for logging instead."
+        )
+        _assign(st, opt.dest, None)
+        return
+    if not value:
+        # msSanitizer says "[ERROR] Empty log file." without its tag and without help; ours carries the tag
+        # because our stderr is shared with the program's
+        raise UsageError(f"{PREFIX} ERROR: Empty log file.")
+    _assign(st, opt.dest, value)
+
+
+def _kernel_name(opt: _Option, value: str, st: _State) -> None:
+    if not value:
+        return  # as in msSanitizer: an empty filter keeps the previous one (by default: every kernel)
+    if len(value) > MAX_KERNEL_NAME_LEN:
+        raise _invalid(opt)
+    _assign(st, opt.dest, value)
+
+
+def _socket(opt: _Option, value: str, st: _State) -> None:
+    if not value or len(os.fsencode(value)) > MAX_SOCKET_PATH_LEN:
+        raise _invalid(opt)
+    _assign(st, opt.dest, value)
+
+
+def _suppressions(opt: _Option, value: str, st: _State) -> None:
+    if not value:
+        raise _invalid(opt)
+    try:
+        _assign(st, opt.dest, suppressions.load(Path(value)))
+    except suppressions.SuppressionError as exc:
+        raise UsageError(f"{PREFIX} ERROR: --suppressions: {exc}") from None
+
+
+_BASIC = "basic user options, with default in [ ]:"
+_FOR_MEMCHECK = "user options for Memcheck:"
+_FOR_RACECHECK = "user options for Racecheck:"
+_OURS = "sanitizerd options:"
+_REQUIRE_FILE_PATH = ". require a file path"
+
+# In msSanitizer's getopt_long order, which an ambiguous prefix's possibilities follow; the help lists them by
+# section. Laid out by hand, a few lines an option, to read as the table it is.
+# fmt: off
+_OPTIONS: tuple[_Option, ...] = (
+    _Option("help", _BASIC, _flag, "show_help", short="h", about=("show this message",)),
+    _Option("version", _BASIC, _flag, "show_version", short="v", about=("show version",)),
+    _Option("tool", _BASIC, _tools, short="t", metavar="<name>", choices=_SELECTABLE_TOOLS,
+            allowed=_LOWER | {"|"},  # "|" joins names: a sanitizerd extension
+            about=("use the sanitizer tool named <name> [memcheck]",
+                   f"<name>: {'|'.join(_SELECTABLE_TOOLS)}; repeat -t, or join",
+                   "names with '|', to run several tools")),
+    _Option("log-level", _BASIC, _one_of, "config.log_level", metavar="<level>", choices=LOG_LEVELS,
+            about=(f"report messages at or above <level>: {'|'.join(LOG_LEVELS)} [warn]",)),
+    _Option("log-file", _BASIC, _log_file, "log_file", metavar="<file>", listed_before="log-level",
+            allowed=_LOWER | _UPPER | _DIGITS | set("-./_"), about=("write reports to <file> [stdout]",)),
+    _Option("max-debuglog-size", _BASIC, _number, metavar="<size>", bounds=(1, MAX_DEBUGLOG_SIZE_MB), allowed=_DIGITS,
+            invalid=f". range: 1-{MAX_DEBUGLOG_SIZE_MB} (MB), default:{DEFAULT_DEBUGLOG_SIZE_MB} (MB)",
+            about=(f"set debuglog file's max size to <size> (MB), default:{DEFAULT_DEBUGLOG_SIZE_MB}, "
+                   f"max: {MAX_DEBUGLOG_SIZE_MB}",)),
+    _Option("leak-check", _FOR_MEMCHECK, _yes_no, "config.leak_check", choices=YES_NO,
+            about=("search for memory leaks at exit [no]",)),
+    _Option("check-unused-memory", _FOR_MEMCHECK, _switch_on, "config.check_unused_memory", choices=YES_NO,
+            about=("search for unused memory allocations [no]",)),
+    _Option("check-device-heap", _FOR_MEMCHECK, _switch_on, "config.check_device_heap", choices=YES_NO,
+            implies=("config.leak_check",),  # heap mode is a leak check of that heap
+            about=("enable device heap check [no]",)),
+    _Option("check-cann-heap", _FOR_MEMCHECK, _switch_on, "config.check_cann_heap", choices=YES_NO,
+            implies=("config.leak_check",), about=("enable cann heap check [no]",)),
+    _Option("block-id", _FOR_MEMCHECK, _number, "config.block_id", metavar="<block-id>", bounds=(0, MAX_BLOCK_ID),
+            allowed=_LOWER | _DIGITS, invalid=f". range: [0, {MAX_BLOCK_ID}]",
+            about=(f"set check block id (0-{MAX_BLOCK_ID}), default check all block",)),
+    _Option("cache-size", _FOR_MEMCHECK, _number, "config.cache_size", metavar="<size>", bounds=(1, MAX_CACHE_SIZE_MB),
+            allowed=_LOWER | _DIGITS, invalid=f". range: [1, {MAX_CACHE_SIZE_MB}](MB)", about_below=True,
+            about=(f"set single block records size to <size> (MB), default:{DEFAULT_CACHE_SIZE_MB}, "
+                   f"max: {MAX_CACHE_SIZE_MB}",)),
+    _Option("kernel-name", _BASIC, _kernel_name, "config.kernel_name", metavar="<name>",
+            allowed=_LOWER | _UPPER | _DIGITS | {"_", "-"}, invalid=f". require length <= {MAX_KERNEL_NAME_LEN}",
+            about=("only the kernels whose name contains <name> are checked [all kernels]",)),
+    _Option("full-backtrace", _BASIC, _yes_no, "config.full_backtrace", choices=YES_NO,
+            about=("print full backtraces including Ascend C internal calls [no]",)),
+    _Option("demangle", _BASIC, _one_of, "config.demangle", choices=DEMANGLE_MODES,
+            about=("demangle device function names in backtraces [full]",)),
+    _Option("check-cross-npu-races", _FOR_RACECHECK, _switch_on, "config.check_cross_npu_races", choices=YES_NO,
+            about=("check races across different NPUs [no]",)),
+    # a sanitizerd extension
+    _Option("single-pipe-distance", _FOR_RACECHECK, _number, "config.single_pipe_distance", metavar="<n>",
+            bounds=(0, MAX_SINGLE_PIPE_DISTANCE), allowed=_DIGITS, invalid=f". range: [0, {MAX_SINGLE_PIPE_DISTANCE}]",
+            about=("instructions of one pipe more than <n> apart are taken as ordered",
+                   f"(0 turns the in-pipe check off) [{DEFAULT_SINGLE_PIPE_DISTANCE}]")),
+    # a sanitizerd extension
+    _Option("race-fold", _FOR_RACECHECK, _yes_no, "config.race_fold", choices=YES_NO,
+            about=("report a race once for all the blocks it is found between, not once per",
+                   "pair of blocks as msSanitizer does (for kernels of many blocks) [no]")),
+    _Option("socket", _OURS, _socket, "socket", metavar="<path>", allowed=None,
+            invalid=f". require a path of 1 to {MAX_SOCKET_PATH_LEN} bytes",
+            about=("connect to the daemon listening at <path> [the daemon's default]",)),
+    _Option("error-exitcode", _OURS, _number, "error_exitcode", metavar="<n>", bounds=(0, MAX_EXIT_CODE),
+            allowed=_DIGITS, invalid=f". range: [0, {MAX_EXIT_CODE}]",
+            about=(f"exit with <n> (0-{MAX_EXIT_CODE}) when errors are reported [the program's status;",
+                   "1 when it is 0 and silent data corruption was found]")),
+    _Option("save", _OURS, _file, "save", metavar="<file>", allowed=None, invalid=_REQUIRE_FILE_PATH,
+            about=("record everything the program's clients send, for `sanitizerd replay`",)),
+    _Option("report", _OURS, _file, "report", metavar="<file>", allowed=None, invalid=_REQUIRE_FILE_PATH,
+            about=("write the run's findings to <file> when it ends, for CI [none]",)),
+    _Option("report-format", _OURS, _one_of, "report_format", choices=REPORT_FORMATS,
+            invalid=f". require one of {'|'.join(REPORT_FORMATS)}",
+            about=("the report's format [by <file>'s suffix: .sarif, .xml (junit), .json;",
+                   "else sarif]")),
+    _Option("suppressions", _OURS, _suppressions, "config.suppressions", metavar="<file>", allowed=None,
+            invalid=_REQUIRE_FILE_PATH,
+            about=("hide the known findings its [[suppress]] rules name, each with a",
+                   "reason; they are stored, marked and counted as suppressed [none]")),
+    _Option("show-suppressed", _OURS, _flag, "show_suppressed",
+            about=("print suppressed findings too, each under its reason",)),
+    _Option("allow-unchecked", _OURS, _flag, "allow_unchecked",
+            about=("run the program even where msSanitizer's hooks cannot be used (a",
+                   "release not identified, a hook missing): it runs without them, and the",
+                   "summary says so [refuse to run]")),
+)
+# fmt: on
+_BY_NAME = {opt.name: opt for opt in _OPTIONS}
+_BY_SHORT = {opt.short: opt for opt in _OPTIONS if opt.short}
+
+
+# --- help ---------------------------------------------------------------------------------------------------
+
+_ABOUT_COLUMN = 25  # where an option's text starts in the help
+
+
+def _help_order() -> list[_Option]:
+    """The table's options as the help lists them: section by section, each in the table's order unless moved."""
+    listed = list(_OPTIONS)
+    for opt in _OPTIONS:
+        if opt.listed_before:
+            listed.remove(opt)
+            listed.insert(listed.index(_BY_NAME[opt.listed_before]), opt)
+    sections = list(dict.fromkeys(opt.section for opt in _OPTIONS))
+    return sorted(listed, key=lambda opt: sections.index(opt.section))
+
+
+def _help_entry(opt: _Option) -> list[str]:
+    head = "    " + (f"-{opt.short} " if opt.short else "") + f"--{opt.name}" + (f"={opt.usage}" if opt.usage else "")
+    about = list(opt.about)
+    if len(head) < _ABOUT_COLUMN and not opt.about_below:
+        head = head.ljust(_ABOUT_COLUMN) + about.pop(0)
+    return [head] + [" " * _ABOUT_COLUMN + line for line in about]
+
+
+def run_help() -> str:
+    """The help text of ``sanitizerd run`` in msSanitizer's layout (defaults in ``[ ]``), no final newline."""
+    lines = [
+        "sanitizerd runs msSanitizer's functional correctness checks on Ascend NPU programs, with",
+        "the checking done by a shared host daemon. The tools are memcheck, racecheck, initcheck and",
+        "synccheck.",
+        "",
+        "Usage: sanitizerd run [<options>] [--] <user_program> [<user_options>]",
+        "       (use -- when the program has options of its own)",
+    ]
+    section = ""
+    for opt in _help_order():
+        if opt.section != section:
+            section = opt.section
+            lines += ["", f"  {section}"]
+        lines += _help_entry(opt)
+    flags = [f"-{opt.short}" if opt.short else f"--{opt.name}" for opt in _OPTIONS if not opt.takes_value]
+    lines += [
+        "",
+        f"  Every option but {', '.join(flags[:-1])} and {flags[-1]} needs a value: --<option>=<value>",
+        "  or --<option> <value>.",
+    ]
+    return "\n".join(lines)
+
+
+# --- parsing ------------------------------------------------------------------------------------------------
 
 
 def _unrecognized(diagnostic: str, *, spelled: str = "") -> UsageError:
@@ -272,223 +425,9 @@ def _unrecognized(diagnostic: str, *, spelled: str = "") -> UsageError:
     return UsageError(f"{PREFIX} ERROR: {diagnostic}{hint} (sanitizerd run --help lists the options)")
 
 
-def _decimal(value: str) -> int | None:
-    # Deliberately stricter than std::stol/stoul, which take "7x" as 7 (and stoul wraps into uint32): a value
-    # must be all digits.
-    if value and all(ch in _DIGITS for ch in value):
-        return int(value)
-    return None
-
-
-def _yes(name: str, value: str) -> bool:
-    if value == "yes":
-        return True
-    if value == "no":
-        return False
-    raise _invalid(name)
-
-
-def _set_tool(value: str, st: _State) -> None:
-    for name in value.split("|"):
-        if name not in _SELECTABLE_TOOLS:
-            raise _invalid("tool")
-        st.tools.add(name)
-
-
-def _set_log_level(value: str, st: _State) -> None:
-    if value not in LOG_LEVELS:
-        raise _invalid("log-level")
-    st.config.log_level = value
-
-
-def _set_log_file(value: str, st: _State) -> None:
-    if len(os.fsencode(value)) > MAX_LOG_FILE_PATH_LEN:
-        # not an error in msSanitizer: reports go to stdout and the run goes on
-        st.notices.append(
-            f"{PREFIX} WARNING: --log-file is invalid because it exceeds the maximum path length of "
-            f"{MAX_LOG_FILE_PATH_LEN}. Stdout will be used for logging instead."
-        )
-        st.log_file = None
-        return
-    if not value:
-        # msSanitizer says "[ERROR] Empty log file." without its tag and without help; ours carries the tag
-        # because our stderr is shared with the program's
-        raise UsageError(f"{PREFIX} ERROR: Empty log file.")
-    st.log_file = value
-
-
-def _set_max_debuglog_size(value: str, st: _State) -> None:
-    size = _decimal(value)
-    if size is None or not 1 <= size <= MAX_DEBUGLOG_SIZE_MB:
-        raise _invalid(
-            "max-debuglog-size",
-            f". range: 1-{MAX_DEBUGLOG_SIZE_MB} (MB), default:{DEFAULT_DEBUGLOG_SIZE_MB} (MB)",
-        )
-
-
-def _set_leak_check(value: str, st: _State) -> None:
-    st.config.leak_check = _yes("leak-check", value)
-
-
-# For the next four, "no" leaves the setting alone as in msSanitizer (only leak-check and full-backtrace
-# assign it), so a repeated option cannot switch off what an earlier one switched on.
-def _set_check_unused_memory(value: str, st: _State) -> None:
-    if _yes("check-unused-memory", value):
-        st.config.check_unused_memory = True
-
-
-def _set_check_device_heap(value: str, st: _State) -> None:
-    if _yes("check-device-heap", value):
-        st.config.check_device_heap = True
-        st.config.leak_check = True  # heap mode is a leak check of that heap
-
-
-def _set_check_cann_heap(value: str, st: _State) -> None:
-    if _yes("check-cann-heap", value):
-        st.config.check_cann_heap = True
-        st.config.leak_check = True
-
-
-def _set_check_cross_npu_races(value: str, st: _State) -> None:
-    if _yes("check-cross-npu-races", value):
-        st.config.check_cross_npu_races = True
-
-
-def _set_block_id(value: str, st: _State) -> None:
-    block = _decimal(value)
-    if block is None or block > MAX_BLOCK_ID:
-        raise _invalid("block-id", f". range: [0, {MAX_BLOCK_ID}]")
-    st.config.block_id = block
-
-
-def _set_cache_size(value: str, st: _State) -> None:
-    size = _decimal(value)
-    if size is None or not 1 <= size <= MAX_CACHE_SIZE_MB:
-        raise _invalid("cache-size", f". range: [1, {MAX_CACHE_SIZE_MB}](MB)")
-    st.config.cache_size = size
-
-
-def _set_single_pipe_distance(value: str, st: _State) -> None:
-    distance = _decimal(value)
-    if distance is None or not 0 <= distance <= MAX_SINGLE_PIPE_DISTANCE:
-        raise _invalid("single-pipe-distance", f". range: [0, {MAX_SINGLE_PIPE_DISTANCE}]")
-    st.config.single_pipe_distance = distance
-
-
-def _set_race_fold(value: str, st: _State) -> None:
-    st.config.race_fold = _yes("race-fold", value)
-
-
-def _set_kernel_name(value: str, st: _State) -> None:
-    if not value:
-        return  # as in msSanitizer: an empty filter keeps the previous one (by default: every kernel)
-    if len(value) > MAX_KERNEL_NAME_LEN:
-        raise _invalid("kernel-name", f". require length <= {MAX_KERNEL_NAME_LEN}")
-    st.config.kernel_name = value
-
-
-def _set_full_backtrace(value: str, st: _State) -> None:
-    st.config.full_backtrace = _yes("full-backtrace", value)
-
-
-def _set_demangle(value: str, st: _State) -> None:
-    if value not in DEMANGLE_MODES:
-        raise _invalid("demangle")
-    st.config.demangle = value
-
-
-def _set_socket(value: str, st: _State) -> None:
-    if not value or len(os.fsencode(value)) > MAX_SOCKET_PATH_LEN:
-        raise _invalid("socket", f". require a path of 1 to {MAX_SOCKET_PATH_LEN} bytes")
-    st.socket = value
-
-
-def _set_save(value: str, st: _State) -> None:
-    if not value:
-        raise _invalid("save", ". require a file path")
-    st.save = value
-
-
-def _set_report(value: str, st: _State) -> None:
-    if not value:
-        raise _invalid("report", ". require a file path")
-    st.report = value
-
-
-def _set_report_format(value: str, st: _State) -> None:
-    if value not in REPORT_FORMATS:
-        raise _invalid("report-format", f". require one of {'|'.join(REPORT_FORMATS)}")
-    st.report_format = value
-
-
-def _report_format(st: _State) -> str:
-    if st.report_format is not None:
-        return st.report_format
-    suffix = os.path.splitext(st.report or "")[1].lower()
+def _report_format(options: RunOptions) -> str:
+    suffix = os.path.splitext(options.report or "")[1].lower()
     return _REPORT_SUFFIXES.get(suffix, "sarif")
-
-
-def _set_error_exitcode(value: str, st: _State) -> None:
-    code = _decimal(value)
-    if code is None or code > MAX_EXIT_CODE:
-        raise _invalid("error-exitcode", f". range: [0, {MAX_EXIT_CODE}]")
-    st.error_exitcode = code
-
-
-def _set_suppressions(value: str, st: _State) -> None:
-    if not value:
-        raise _invalid("suppressions", ". require a file path")
-    try:
-        st.config.suppressions = suppressions.load(Path(value))
-    except suppressions.SuppressionError as exc:
-        raise UsageError(f"{PREFIX} ERROR: --suppressions: {exc}") from None
-
-
-def _set_show_suppressed(value: str, st: _State) -> None:
-    st.show_suppressed = True
-
-
-def _set_allow_unchecked(value: str, st: _State) -> None:
-    st.allow_unchecked = True
-
-
-def _set_help(value: str, st: _State) -> None:
-    st.show_help = True
-
-
-def _set_version(value: str, st: _State) -> None:
-    st.show_version = True
-
-
-_HANDLERS: dict[str, Callable[[str, _State], None]] = {
-    "help": _set_help,
-    "version": _set_version,
-    "tool": _set_tool,
-    "log-level": _set_log_level,
-    "log-file": _set_log_file,
-    "max-debuglog-size": _set_max_debuglog_size,
-    "leak-check": _set_leak_check,
-    "check-unused-memory": _set_check_unused_memory,
-    "check-device-heap": _set_check_device_heap,
-    "check-cann-heap": _set_check_cann_heap,
-    "block-id": _set_block_id,
-    "cache-size": _set_cache_size,
-    "kernel-name": _set_kernel_name,
-    "full-backtrace": _set_full_backtrace,
-    "demangle": _set_demangle,
-    "check-cross-npu-races": _set_check_cross_npu_races,
-    "single-pipe-distance": _set_single_pipe_distance,
-    "race-fold": _set_race_fold,
-    "socket": _set_socket,
-    "error-exitcode": _set_error_exitcode,
-    "save": _set_save,
-    "report": _set_report,
-    "report-format": _set_report_format,
-    "suppressions": _set_suppressions,
-    "show-suppressed": _set_show_suppressed,
-    "allow-unchecked": _set_allow_unchecked,
-}
-assert set(_HANDLERS) == set(_BY_NAME), "every option needs exactly one handler"
 
 
 def _apply(opt: _Option, value: str, st: _State) -> None:
@@ -498,7 +437,7 @@ def _apply(opt: _Option, value: str, st: _State) -> None:
             f"{PREFIX} ERROR: param '{opt.name}' contains invalid characters and is ignored.\n\n{run_help()}"
         )
     st.given.add(opt.name)
-    _HANDLERS[opt.name](value, st)
+    opt.take(opt, value, st)
 
 
 def _long_option(body: str) -> tuple[_Option, str | None]:
@@ -531,16 +470,16 @@ def _parse_options(argv: list[str], st: _State) -> int:
         if arg.startswith("--"):
             opt, value = _long_option(arg[2:])
             i += 1
-            if opt.has_value and value is None:
+            if opt.takes_value and value is None:
                 # getopt takes the next argument whatever it looks like, even "--" or another option
                 if i == len(argv):
                     raise _unrecognized(f"option '--{opt.name}' requires an argument")
                 value = argv[i]
                 i += 1
-            elif not opt.has_value and value is not None:
+            elif not opt.takes_value and value is not None:
                 raise _unrecognized(f"option '--{opt.name}' doesn't allow an argument")
             _apply(opt, value or "", st)
-            if st.show_help or st.show_version:
+            if st.options.show_help or st.options.show_version:
                 return i
             continue
         # a cluster of short options: "-hv", "-tmemcheck", "-t memcheck"
@@ -550,7 +489,7 @@ def _parse_options(argv: list[str], st: _State) -> int:
             opt = _BY_SHORT.get(short)
             if opt is None:
                 raise _unrecognized(f"invalid option -- '{short}'")
-            if opt.has_value:
+            if opt.takes_value:
                 value = arg[pos + 1 :]
                 if not value:
                     if i == len(argv):
@@ -560,7 +499,7 @@ def _parse_options(argv: list[str], st: _State) -> int:
                 _apply(opt, value, st)
                 break
             _apply(opt, "", st)
-            if st.show_help or st.show_version:
+            if st.options.show_help or st.options.show_version:
                 return i
     return i
 
@@ -571,7 +510,7 @@ def _resolve_tools(st: _State) -> list[str]:
     # memcheck and initcheck both set msSanitizer's defaultCheck (the memcheck engine); racecheck and
     # synccheck do not. Memcheck is added when a memcheck-only feature is on, or when nothing else would run.
     default_check = bool(enabled & {"memcheck", "initcheck"})
-    cfg = st.config
+    cfg = st.options.config
     if cfg.leak_check or cfg.check_unused_memory or not (default_check or enabled & {"racecheck", "synccheck"}):
         enabled.add("memcheck")
     if "memcheck" in enabled:
@@ -630,7 +569,7 @@ def _resolve_program(program: list[str]) -> str:
 
 
 def _notices(st: _State, tools: list[str]) -> list[str]:
-    cfg = st.config
+    cfg = st.options.config
     in_use = set(tools)
     flags = {
         "--check-cross-npu-races": cfg.check_cross_npu_races,
@@ -651,37 +590,20 @@ def parse_run_args(argv: list[str]) -> RunOptions:
             or a program that cannot be run.
     """
     st = _State()
+    options = st.options
     start = _parse_options(argv, st)
-    if st.show_help or st.show_version:
-        return RunOptions(
-            socket=st.socket,
-            error_exitcode=st.error_exitcode,
-            log_file=st.log_file,
-            config=st.config,
-            notices=st.notices,
-            show_help=st.show_help,
-            show_version=st.show_version,
-        )
-    program = list(argv[start:])
-    executable = _resolve_program(program)
+    if options.show_help or options.show_version:
+        return options
+    options.program = list(argv[start:])
+    options.executable = _resolve_program(options.program)
+    config = options.config
     # msSanitizer checks this only after the program, so its message comes with the program errors' footer
-    if st.config.check_cann_heap and st.config.check_device_heap:
+    if config.check_cann_heap and config.check_device_heap:
         raise _program_error("CANNOT enable both --check-cann-heap and --check-device-heap")
-    tools = _resolve_tools(st)
-    st.config.tools = tools
-    if st.report_format is not None and st.report is None:
-        st.notices.append(f"{PREFIX} WARNING: --report-format has no effect without --report=<file>.")
-    return RunOptions(
-        socket=st.socket,
-        error_exitcode=st.error_exitcode,
-        log_file=st.log_file,
-        save=st.save,
-        report=st.report,
-        report_format=_report_format(st),
-        config=st.config,
-        program=program,
-        executable=executable,
-        notices=st.notices + _notices(st, tools),
-        show_suppressed=st.show_suppressed,
-        allow_unchecked=st.allow_unchecked,
-    )
+    config.tools = _resolve_tools(st)
+    if "report-format" not in st.given:
+        options.report_format = _report_format(options)
+    elif options.report is None:
+        options.notices.append(f"{PREFIX} WARNING: --report-format has no effect without --report=<file>.")
+    options.notices += _notices(st, config.tools)
+    return options

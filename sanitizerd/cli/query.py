@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -13,10 +14,10 @@ import msgspec
 from sanitizerd import __version__, api
 from sanitizerd.api import FindingFilter, SanitizerdError, source
 from sanitizerd.findings.junit import render_junit
-from sanitizerd.findings.model import KINDS, Finding
 from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import KINDS, Finding
 
 M = TypeVar("M", bound=m.Message)
 
@@ -167,41 +168,56 @@ def parse_kinds(values: list[str]) -> tuple[str, ...]:
     return kinds
 
 
-def sessions(socket: str | None, *, fmt: str) -> int:
-    reply = _ask(socket, m.QuerySessions(), m.Sessions)
-    if not isinstance(reply, m.Sessions):
+def _listing(
+    socket: str | None,
+    query: m.Message,
+    answer: type[M],
+    *,
+    fmt: str,
+    listed: Callable[[M], Sequence[msgspec.Struct]],
+    table: Callable[[M], str],
+) -> int:
+    """Ask the daemon for a list and print it: as JSON, the listed entries as they came; as text, a table."""
+    reply = _ask(socket, query, answer)
+    if reply is None:
         return 1
-    if fmt == "json":
-        sys.stdout.write(msgspec.json.encode(reply.sessions).decode() + "\n")
-        return 0
+    sys.stdout.write(msgspec.json.encode(listed(reply)).decode() + "\n" if fmt == "json" else table(reply))
+    return 0
+
+
+def sessions(socket: str | None, *, fmt: str) -> int:
+    return _listing(
+        socket, m.QuerySessions(), m.Sessions, fmt=fmt, listed=lambda reply: reply.sessions, table=_sessions_table
+    )
+
+
+def _sessions_table(reply: m.Sessions) -> str:
     rows = [
         [s.session, s.state, s.job or "-", s.pid, s.device, s.kernels, s.events, s.findings,
          time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started)) if s.started else "-"]
         for s in reply.sessions
     ]  # fmt: skip
-    sys.stdout.write(_table(["SESSION", "STATE", "JOB", "PID", "DEVICE", "KERNELS", "EVENTS", "FINDINGS", "STARTED"],
-                            rows, left={"STATE", "JOB", "STARTED"}))  # fmt: skip
-    for s in reply.sessions:
-        if s.unstored:
-            print(f"[sanitizerd] session {s.session}: {s.unstored} of its findings could not be stored (store full)")
-    return 0
+    headers = ["SESSION", "STATE", "JOB", "PID", "DEVICE", "KERNELS", "EVENTS", "FINDINGS", "STARTED"]
+    unstored = "".join(
+        f"[sanitizerd] session {s.session}: {s.unstored} of its findings could not be stored (store full)\n"
+        for s in reply.sessions
+        if s.unstored
+    )
+    return _table(headers, rows, left={"STATE", "JOB", "STARTED"}) + unstored
 
 
 def jobs(socket: str | None, *, fmt: str) -> int:
-    reply = _ask(socket, m.QueryJobs(), m.Jobs)
-    if not isinstance(reply, m.Jobs):
-        return 1
-    if fmt == "json":
-        sys.stdout.write(msgspec.json.encode(reply.jobs).decode() + "\n")
-        return 0
+    return _listing(socket, m.QueryJobs(), m.Jobs, fmt=fmt, listed=lambda reply: reply.jobs, table=_jobs_table)
+
+
+def _jobs_table(reply: m.Jobs) -> str:
     rows = [
         [j.job or "-", j.state, j.sessions, j.live, _ids(j.ranks), _ids(j.devices), j.events, j.findings,
          ",".join(f"{rank}:{n}" for rank, n in j.signatures.items()) if any(j.signatures.values()) else "-"]
         for j in reply.jobs
     ]  # fmt: skip
     headers = ["JOB", "STATE", "SESSIONS", "LIVE", "RANKS", "DEVICES", "EVENTS", "FINDINGS", "SIGNATURES"]
-    sys.stdout.write(_table(headers, rows, left={"JOB", "STATE", "RANKS", "DEVICES", "SIGNATURES"}))
-    return 0
+    return _table(headers, rows, left={"JOB", "STATE", "RANKS", "DEVICES", "SIGNATURES"})
 
 
 def _ids(ids: list[int]) -> str:

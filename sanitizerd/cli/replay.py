@@ -19,10 +19,10 @@ from client_shim.transport import ClientError, FrameSocket
 from sanitizerd.cli.options import PREFIX
 from sanitizerd.cli.run import Reporter, daemon_connection, summary_line
 from sanitizerd.cli.savefile import SaveFileError, read_save
-from sanitizerd.findings.model import ERROR, WARNING
 from sanitizerd.findings.render import render_json
-from sanitizerd.protocol import decode_body
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import decode_body
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import ERROR, WARNING
 
 _PREFIX = struct.Struct("<I")
 

@@ -34,11 +34,11 @@ from sanitizerd.cli.savefile import SaveWriter
 from sanitizerd.control_client import ControlClient
 from sanitizerd.findings.checked import CheckedKernel
 from sanitizerd.findings.junit import render_junit
-from sanitizerd.findings.model import ERROR, WARNING, Finding
 from sanitizerd.findings.render import render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
 from sanitizerd.findings.store import CRASH_END_REASON
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import ERROR, WARNING, Finding
 
 # The status of a run whose program exited 0 but sent signatures that show silent data corruption (without
 # --error-exitcode, which wins for every error); a program that failed keeps its own status.

@@ -14,8 +14,8 @@ from typing import BinaryIO
 
 import msgspec
 
-from sanitizerd.protocol import decode_body
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import decode_body
+from sanitizerd_protocol import messages as m
 
 _PREFIX = struct.Struct("<I")
 _encoder = msgspec.msgpack.Encoder()

@@ -18,14 +18,14 @@ import enum
 import functools
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
 
 import numpy as np
 
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 
 
 class PacketType(enum.Enum):
@@ -270,6 +270,23 @@ BLOCK_HEAD_FIELDS: Final = {
 OPTIONAL_HEAD_FIELDS: Final = frozenset({"offsetInfo.blockHeadSize", "offsetInfo.simtErrorInfo.size", "supportSimt"})
 
 
+def _of_struct(name: str, read: Callable[[Layout], Any] = lambda layout: layout) -> property:
+    """A ``WireLayout`` property: ``read`` of the layout of its struct ``name`` (the layout itself by default)."""
+
+    def get(wire_layout: WireLayout) -> Any:
+        return read(wire_layout.structs[name])
+
+    return property(get, doc=f"Read from the layout of ``{name}``.")
+
+
+def _size(layout: Layout) -> int:
+    return layout.size
+
+
+def _payload_offset(layout: Layout) -> int:
+    return layout.offset("payload")
+
+
 @dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one object per release
 class WireLayout:
     """The wire of one msSanitizer release (with the msopcom injection library of the same release), as measured
@@ -282,6 +299,7 @@ class WireLayout:
     packet_types: Mapping[int, PacketType]  # the numbers this release uses
     structs: Mapping[str, Layout]  # every struct a packet or a head carries, by its C name
     record_types: Mapping[str, int]  # RecordType enumerator -> its number in this release
+    detailed_data_types: Mapping[str, int]  # DetailedDataType enumerator -> its number in this release
     payloads: Mapping[str, tuple[str, int]]  # RecordType enumerator -> (payload struct, sizeof), fixed ones only
     payload_structs: Mapping[str, Mapping[str, Any]]  # the measured payload structs, for comparing releases
     socket_env: tuple[str, ...]  # what the launcher names the socket in
@@ -300,13 +318,8 @@ class WireLayout:
     def struct_of(self, packet: PacketType) -> Layout:
         return self.structs[PACKET_STRUCTS[packet]]
 
-    @property
-    def global_head(self) -> Layout:
-        return self.structs["RecordGlobalHead"]
-
-    @property
-    def block_head(self) -> Layout:
-        return self.structs["RecordBlockHead"]
+    global_head = _of_struct("RecordGlobalHead")
+    block_head = _of_struct("RecordBlockHead")
 
     @property
     def record_global_head_size(self) -> int:
@@ -326,37 +339,14 @@ class WireLayout:
         """Whether the global head carries a ProtocolOffsetInfo (26.1.0 on) that can be checked."""
         return self.global_head.has("offsetInfo.blockHeadSize")
 
-    @property
-    def device_summary(self) -> Layout:
-        return self.structs["DeviceInfoSummary"]
-
-    @property
-    def kernel_summary(self) -> Layout:
-        return self.structs["KernelSummary"]
-
-    @property
-    def mem_op_record(self) -> Layout:
-        return self.structs["MemOpRecord"]
-
-    @property
-    def ipc_mem_record_size(self) -> int:
-        return self.structs["IPCMemRecord"].size
-
-    @property
-    def kernel_record_size(self) -> int:
-        return self.structs["KernelRecord"].size
-
-    @property
-    def kernel_record_payload_offset(self) -> int:
-        return self.structs["KernelRecord"].offset("payload")
-
-    @property
-    def sanitizer_record_size(self) -> int:
-        return self.structs["SanitizerRecord"].size
-
-    @property
-    def sanitizer_record_payload_offset(self) -> int:
-        return self.structs["SanitizerRecord"].offset("payload")
+    device_summary = _of_struct("DeviceInfoSummary")
+    kernel_summary = _of_struct("KernelSummary")
+    mem_op_record = _of_struct("MemOpRecord")
+    ipc_mem_record_size = _of_struct("IPCMemRecord", _size)
+    kernel_record_size = _of_struct("KernelRecord", _size)
+    kernel_record_payload_offset = _of_struct("KernelRecord", _payload_offset)
+    sanitizer_record_size = _of_struct("SanitizerRecord", _size)
+    sanitizer_record_payload_offset = _of_struct("SanitizerRecord", _payload_offset)
 
     def fixed_payload_size(self, packet: PacketType) -> int:
         """sizeof the struct a fixed packet carries."""
@@ -401,6 +391,7 @@ def parse_layout(data: Mapping[str, Any]) -> WireLayout:
             packet_types=packets,
             structs=structs,
             record_types={str(k): int(v) for k, v in data["enums"]["RecordType"].items()},
+            detailed_data_types={str(k): int(v) for k, v in data["enums"]["DetailedDataType"].items()},
             payloads={str(k): (str(v[0]), int(v[1])) for k, v in data["payloads"].items()},
             payload_structs=data.get("payload_structs", {}),
             socket_env=tuple(launcher["socket_env"]),

@@ -20,7 +20,7 @@ from sanitizerd.detectors._happens_before import (
     _IS_OWN_PIPE_WAIT,
     scalar_to_cal,
 )
-from sanitizerd.protocol.records import EventKind, Pipe
+from sanitizerd_protocol.records import EventKind, Pipe
 
 _S, _S_CAL, _ALL = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.ALL)
 _MEMBER = np.zeros(256, dtype=bool)  # pipes on which pipe_barrier(PIPE_ALL) puts a node when they are busy

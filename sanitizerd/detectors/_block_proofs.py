@@ -48,7 +48,7 @@ from sanitizerd.detectors._happens_before import (
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, ranges
 from sanitizerd.detectors._race_columns import HeldColumns, Span, Stretch
 from sanitizerd.detectors._rendezvous import match_cross
-from sanitizerd.protocol.records import Space
+from sanitizerd_protocol.records import Space
 
 
 class Kernel(Protocol):

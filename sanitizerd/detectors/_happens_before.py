@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sanitizerd.detectors._rendezvous import match_cross
-from sanitizerd.protocol.records import EventKind, Pipe
+from sanitizerd_protocol.records import EventKind, Pipe
 
 NPIPES = 12
 _S, _S_CAL, _ALL = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.ALL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.protocol.patterns import extents
+from sanitizerd_protocol.patterns import extents
 
 __all__ = ["ADDRESS_LIMIT", "ends", "expand", "extents", "first_misaligned", "ranges"]
 

@@ -27,7 +27,7 @@ from sanitizerd.detectors._happens_before import (
     scalar_to_cal,
 )
 from sanitizerd.detectors._patterns import extents
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Pipe, block_keys
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Pipe, block_keys
 
 _ALL = int(Pipe.ALL)
 

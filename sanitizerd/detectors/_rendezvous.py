@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sanitizerd.protocol.records import BlockType, EventKind
+from sanitizerd_protocol.records import BlockType, EventKind
 
 _AIV, _AIC = int(BlockType.AIV), int(BlockType.AIC)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sanitizerd.detectors._intervals import IntervalSet
-from sanitizerd.protocol.patterns import pattern_shape, piece_counts
+from sanitizerd_protocol.patterns import pattern_shape, piece_counts
 
 _U64 = np.uint64
 _MAX = np.iinfo(np.uint64).max

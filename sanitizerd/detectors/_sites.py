@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sanitizerd.detectors.base import SessionContext
-from sanitizerd.findings.model import Finding, LocalTensor
-from sanitizerd.protocol.records import block_type_name, space_name
+from sanitizerd_protocol.model import Finding, LocalTensor
+from sanitizerd_protocol.records import block_type_name, space_name
 
 SITE_DTYPE = np.dtype(
     [

@@ -43,7 +43,7 @@ from sanitizerd.detectors._runs import (
     runs_by_group,
     touching,
 )
-from sanitizerd.protocol.records import FLAG_ATOMIC, EventKind, Space
+from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space
 
 _U64 = np.uint64
 _OWNER_SHIFT = _U64(49)

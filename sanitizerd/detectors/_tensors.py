@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sanitizerd.protocol.records import (
+from sanitizerd_protocol.records import (
     TENSOR_OF_BLOCK,
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,

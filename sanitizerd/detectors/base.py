@@ -13,8 +13,8 @@ import numpy as np
 
 from sanitizerd.chips import Chip
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
-from sanitizerd.findings.model import Finding, Frame, make_finding
-from sanitizerd.protocol.messages import Config, HostOp, Location
+from sanitizerd_protocol.messages import Config, HostOp, Location
+from sanitizerd_protocol.model import Finding, Frame, make_finding
 
 
 @dataclass(frozen=True, slots=True)

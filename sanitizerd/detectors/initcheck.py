@@ -31,9 +31,9 @@ from sanitizerd.detectors._runs import (
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import BlockType, EventKind, Space
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import BlockType, EventKind, Space
 
 _U64 = np.uint64
 _SPACE_SHIFT = _U64(60)

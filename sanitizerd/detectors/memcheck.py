@@ -33,9 +33,9 @@ from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import EventKind, Space
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import EventKind, Space
 
 _READ, _WRITE, _MISALIGNED, _STOMPED = 0, 1, 2, 3
 # The Finding.table names of the heap's tables: msSanitizer's RUNTIME and DFX scopes, and its MSTX heap manager.

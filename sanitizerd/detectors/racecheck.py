@@ -35,9 +35,9 @@ from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, OverBudget, TrialAccount
 from sanitizerd.detectors.registry import register
-from sanitizerd.findings.model import Finding, RaceAccess
-from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import (
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding, RaceAccess
+from sanitizerd_protocol.records import (
     FLAG_ATOMIC,
     EventKind,
     Pipe,

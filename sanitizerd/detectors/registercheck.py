@@ -14,9 +14,9 @@ import numpy as np
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import EventKind, Register, block_type_name
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import EventKind, Register, block_type_name
 
 ALL_ONES = (1 << 64) - 1
 DEFAULTS: dict[Register, int] = {

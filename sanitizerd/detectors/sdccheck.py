@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
-from sanitizerd.findings.model import Replay
-from sanitizerd.protocol.messages import ReplicaOutcome, Signature, SignatureEntry
-from sanitizerd.protocol.replay import first_difference
+from sanitizerd_protocol.messages import ReplicaOutcome, Signature, SignatureEntry
+from sanitizerd_protocol.model import Replay
+from sanitizerd_protocol.replay import first_difference
 
 # Post-all-reduce steps a replica group may have open (some replicas not heard from yet) before the oldest is
 # given up: a rank that died must not make the daemon hold every later step.

@@ -17,9 +17,9 @@ import numpy as np
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, fold_capped, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import HostOp
-from sanitizerd.protocol.records import EventKind, block_type_name, pipe_name
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import EventKind, block_type_name, pipe_name
 
 SYNC_ROW = np.dtype(
     [

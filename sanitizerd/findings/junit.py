@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from sanitizerd.findings.checked import CheckedKernel
-from sanitizerd.findings.model import ERROR, Finding
 from sanitizerd.findings.render import render_text
+from sanitizerd_protocol.model import ERROR, Finding
 
 # XML 1.0 cannot carry most control characters, not even escaped; a kernel name or a detail comes from the
 # client, so these become U+FFFD rather than a report no parser reads.

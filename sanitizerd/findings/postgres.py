@@ -33,7 +33,6 @@ try:
 except ImportError as missing:  # an optional dependency: say how to get it where the store is asked for
     raise ImportError("a PostgreSQL store needs psycopg 3: pip install 'sanitizerd[postgresql]'") from missing
 
-from sanitizerd.findings.model import Finding, SessionInfo
 from sanitizerd.findings.store import (
     _PRUNE_BATCH,
     CRASH_END_REASON,
@@ -43,6 +42,7 @@ from sanitizerd.findings.store import (
     _encode,
     _info_decoder,
 )
+from sanitizerd_protocol.model import Finding, SessionInfo
 
 _MIGRATIONS = "migrations/postgresql"
 _MIGRATION_LOCK = 0x5A417A  # pg_advisory_xact_lock key: one daemon migrates at a time

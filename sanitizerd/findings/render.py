@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from sanitizerd.findings.model import ERROR, Finding, Frame, RaceAccess
+from sanitizerd_protocol.model import ERROR, Finding, Frame, RaceAccess
 
 P = "======"
 

@@ -12,8 +12,8 @@ from urllib.parse import quote
 import msgspec
 
 from sanitizerd.findings.checked import CheckedKernel
-from sanitizerd.findings.model import ERROR, KINDS, Finding, Frame
 from sanitizerd.findings.render import blocks_text, render_text
+from sanitizerd_protocol.model import ERROR, KINDS, Finding, Frame
 
 SCHEMA_URI: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from sanitizerd.findings.model import Finding, SessionInfo
+from sanitizerd_protocol.model import Finding, SessionInfo
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import msgspec
 
-from sanitizerd.findings.model import KINDS, MAX_SUPPRESSIONS, Finding, Frame, Suppression
+from sanitizerd_protocol.model import KINDS, MAX_SUPPRESSIONS, Finding, Frame, Suppression
 
 _KEYS = {"kind", "kinds", "kernel", "file", "function", "reason"}
 MAX_FILE_BYTES = 1 << 20

@@ -33,17 +33,18 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import anyio.abc
 import structlog
 
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.accept import accept_forever, peer_credentials
 from sanitizerd.server.admission import Connections
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.session import Peer
-from sanitizerd.sessions.transport import MessageStream
+from sanitizerd.sessions.transport import MessageStream, UnfinishedBytes, WireConnection
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.compat")
 
@@ -93,6 +94,17 @@ def bind_abstract(name: str) -> socket.socket:
     return sock
 
 
+class CompatWire(WireConnection, Protocol):
+    """msSanitizer's packet connection as its stream drives it (``compat.packets.connection.CompatConnection``,
+    loaded only when a compat connection comes): a native door's connection, plus its own answers to send and
+    whether a packet has begun."""
+
+    @property
+    def in_packet(self) -> bool: ...
+
+    def data_to_send(self) -> bytes: ...
+
+
 class CompatStream(MessageStream):
     """``MessageStream`` over a ``CompatConnection``: the same reads, bounds and sends, and two things the native
     protocol does not have. The connection answers some packets itself (an IPC operation this release does not
@@ -101,6 +113,17 @@ class CompatStream(MessageStream):
     packet, so whether a packet has begun (the frame timeout runs) or not (the idle timeout runs) is the
     connection's ``in_packet``, not ``buffered``."""
 
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        connection: CompatWire,
+        *,
+        unfinished: UnfinishedBytes | None = None,
+        uid: int = -1,
+    ) -> None:
+        super().__init__(stream, connection, unfinished=unfinished, uid=uid)
+        self._compat = connection
+
     async def receive(self) -> m.Message:
         message = await super().receive()
         await self._flush()
@@ -108,14 +131,14 @@ class CompatStream(MessageStream):
 
     async def _read(self) -> None:
         await self._flush()  # the hooks may be blocked on it: before waiting for more of theirs
-        begun = self.connection.in_packet  # type: ignore[attr-defined]
+        begun = self._compat.in_packet
         data = await (self._rest_of_frame(self._chunk) if begun else self._between_frames(self._chunk))
         self.bytes_received += len(data)
         self.connection.receive_data(data)
         self._account()
 
     async def _flush(self) -> None:
-        data = self.connection.data_to_send()  # type: ignore[attr-defined]
+        data = self._compat.data_to_send()
         if data:
             async with self._send_lock:
                 await self.stream.send(data)

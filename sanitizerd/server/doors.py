@@ -19,8 +19,6 @@ import structlog
 
 from sanitizerd import __version__
 from sanitizerd.metrics import Metrics
-from sanitizerd.protocol import Connection, RemoteProtocolError, Role
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.admission import Connections
 from sanitizerd.server.compat_socket import CompatStream
 from sanitizerd.sessions.control import serve_control
@@ -28,6 +26,8 @@ from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.opening import open_producer
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream, PeerClosed, UnfinishedBytes
+from sanitizerd_protocol import Connection, RemoteProtocolError, Role
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.daemon")
 
@@ -157,7 +157,7 @@ class Doors:
             stream.idle_timeout = hub.limits.idle_timeout
             await open_producer(hub, stream, connection.hello(), peer)
 
-        stream = CompatStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)  # type: ignore[arg-type]
+        stream = CompatStream(raw, connection, unfinished=self.unfinished, uid=peer.uid)
         await self.guarded(raw, peer, stream, serve)
 
     async def guarded(

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sanitizerd.protocol.messages import SessionInfo
 from sanitizerd.sessions.session import Peer
+from sanitizerd_protocol.messages import SessionInfo
 
 
 def peer_groups(peer: Peer) -> frozenset[int]:

@@ -20,16 +20,16 @@ import anyio.abc
 import anyio.lowlevel
 import structlog
 
-from sanitizerd.findings.model import kinds_named
 from sanitizerd.findings.store import FINDINGS_PAGE_COUNT, FindingsPage
-from sanitizerd.protocol import RemoteProtocolError
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.hub import Hub, LiveView
 from sanitizerd.sessions.jobs import WATCH_MESSAGES, JobKey, Watcher, job_key
 from sanitizerd.sessions.jobview import summarize
 from sanitizerd.sessions.session import Peer
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
+from sanitizerd_protocol import RemoteProtocolError
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import kinds_named
 
 log = structlog.get_logger("sanitizerd.control")
 

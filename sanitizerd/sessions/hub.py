@@ -15,16 +15,16 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS
 from sanitizerd.detectors.memory_budget import MemoryBudget, default_race_memory
-from sanitizerd.findings.model import Finding, Suppression
 from sanitizerd.findings.store import Pruned, Store, StoreUnavailable, finding_key
 from sanitizerd.metrics import Metrics
-from sanitizerd.protocol import DEFAULT_MAX_FRAME_SIZE
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.jobs import JobKey, Jobs, job_key
 from sanitizerd.sessions.jobview import DEFAULT_JOB_GRACE
 from sanitizerd.sessions.session import MAX_LIVE_ALLOCATIONS, LogGate, Peer, Session
 from sanitizerd.sessions.threads import DetectorThreads
 from sanitizerd.sessions.transport import MessageStream
+from sanitizerd_protocol import DEFAULT_MAX_FRAME_SIZE
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import Finding, Suppression
 
 T = TypeVar("T")
 # Refusals logged per reason: a burst, then a steady rate; the rest are counted in the metric, and the next line

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sanitizerd.protocol.messages import ADDRESS_END_MAX
+from sanitizerd_protocol.messages import ADDRESS_END_MAX
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,9 @@ import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 
 from sanitizerd.detectors.sdccheck import SdcCheck, SdcFinding
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.ipc import IpcTable
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import Finding
 
 _encoder = msgspec.msgpack.Encoder()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Set
 
-from sanitizerd.protocol.messages import JobInfo, SessionInfo
+from sanitizerd_protocol.messages import JobInfo, SessionInfo
 
 DEFAULT_JOB_GRACE = 30.0  # seconds an ended job's ranks have to come back before it counts as ended
 

@@ -10,13 +10,13 @@ import structlog
 
 from sanitizerd import __version__
 from sanitizerd.findings.store import StoreUnavailable
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.access import Access
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.producer import serve_producer
 from sanitizerd.sessions.session import Peer, Session
 from sanitizerd.sessions.transport import MessageStream
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.session")
 

@@ -21,10 +21,10 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
-from sanitizerd.findings.model import Finding
-from sanitizerd.protocol.messages import HostOp
 from sanitizerd.sessions.threads import RunOnThread
 from sanitizerd.sessions.work import Batch, EndKernel, Finish, StartKernel, Work
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
 
 T = TypeVar("T")
 log = structlog.get_logger("sanitizerd.pipeline")

@@ -14,16 +14,16 @@ import anyio.lowlevel
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
-from sanitizerd.findings.model import Finding
 from sanitizerd.findings.store import StoreUnavailable
-from sanitizerd.protocol import EVENT_DTYPE, RemoteProtocolError
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.pipeline import drive_detector
 from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Reply, Session, SignatureReport
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
+from sanitizerd_protocol import EVENT_DTYPE, RemoteProtocolError
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.model import Finding
 
 log = structlog.get_logger("sanitizerd.session")
 YIELD_EVERY = 64  # frames between two checkpoints of the session pump

@@ -8,20 +8,22 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
 from sanitizerd.detectors import create_detectors
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
-from sanitizerd.findings.model import ERROR, Finding, Suppression
 from sanitizerd.findings.suppressions import Suppressor
-from sanitizerd.protocol import RemoteProtocolError
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.messages import MAX_CACHE_SIZE_MB
-from sanitizerd.protocol.records import EVENT_DTYPE, as_events, block_type_name
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work, split_by_pieces
+from sanitizerd_protocol import RemoteProtocolError
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.messages import MAX_CACHE_SIZE_MB
+from sanitizerd_protocol.model import ERROR, Finding, Suppression
+from sanitizerd_protocol.records import EVENT_DTYPE, as_events, block_type_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,20 +438,13 @@ class Session:
             incomplete=state.incomplete or state.lost > 0,
             suppressed=state.suppressed,
         )
-        tools = [d.name for d in self.detectors] if state.checked else []
+        # the watchers are told all the client's verdict says, and the launch's name and tools
         report = m.KernelChecked(
             session=self.id,
-            kernel=launch.kernel,
             name=launch.name,
-            tools=tools,
-            events=state.events,
-            errors=state.errors,
-            warnings=state.warnings,
-            checked=state.checked,
-            lost=state.lost,
-            incomplete=state.incomplete or state.lost > 0,
-            suppressed=state.suppressed,
+            tools=[d.name for d in self.detectors] if state.checked else [],
             debug_line=state.debug_line,
+            **msgspec.structs.asdict(verdict),
         )
         return Answer(verdict, report)
 

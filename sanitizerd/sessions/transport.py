@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import ByteStream, SocketAttribute, SocketStream
 
-from sanitizerd.protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError, State
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import CONNECTION_CLOSED, NEED_DATA, Connection, RemoteProtocolError, State
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.receiving import Sentinel
 
 T = TypeVar("T")
 
@@ -31,6 +32,26 @@ YIELD_BYTES = 1 << 20
 # Seconds between looks at whether a silent producer is idle or waiting for the daemon.
 IDLE_RECHECK = 10.0
 _ENDED = (State.ERROR, State.CLOSED)
+
+
+class WireConnection(Protocol):
+    """A front door's sans-I/O connection, as a ``MessageStream`` drives it: the native ``Connection``, or
+    msSanitizer's ``CompatConnection``, which sessions never import (it has only to fit)."""
+
+    state: State
+
+    @property
+    def buffered(self) -> int: ...
+
+    def receive_data(self, data: bytes) -> None: ...
+
+    def next_event(self) -> m.Message | Sentinel: ...
+
+    def take_cuts(self) -> list[tuple[str, int]]: ...
+
+    def send(self, message: m.Message) -> bytes | bytearray: ...
+
+    def send_error(self, reason: str, message: str) -> bytes | bytearray: ...
 
 
 class PeerClosed(Exception):
@@ -71,7 +92,7 @@ class MessageStream:
     def __init__(
         self,
         stream: ByteStream,
-        connection: Connection,
+        connection: WireConnection,
         *,
         unfinished: UnfinishedBytes | None = None,
         uid: int = -1,
@@ -89,7 +110,10 @@ class MessageStream:
         # Read into the connection's buffers where both sides allow it: a plain socket stream (a TLS stream also
         # has a raw socket, whose bytes are not ours to read) and a connection that offers its memory.
         raw = stream.extra(SocketAttribute.raw_socket, None) if isinstance(stream, SocketStream) else None
-        self._socket: socket.socket | None = raw if hasattr(connection, "get_buffer") else None
+        self._socket: socket.socket | None = None
+        self._into: Connection | None = None  # the connection whose memory the socket is read into
+        if raw is not None and isinstance(connection, Connection):
+            self._socket, self._into = raw, connection
         self._unyielded = 0  # bytes read since the last checkpoint
         self._charged = 0  # bytes of this connection's buffer counted in ``unfinished``
         self._frame_read_time = 0.0  # seconds spent reading the frame now begun
@@ -114,7 +138,8 @@ class MessageStream:
             self._frame_read_time = 0.0
             for field, characters in self.connection.take_cuts():
                 self.on_cut(field, characters)
-            return event  # type: ignore[return-value]
+            assert not isinstance(event, Sentinel)
+            return event
 
     async def _read(self) -> None:
         if self._socket is None:
@@ -132,21 +157,21 @@ class MessageStream:
             n = await self._waited(self._read_when_readable)
         # The rest of a frame begun, as far as its bytes are already waiting: no round through ``receive`` per read
         # of a socket buffer (~200 KiB).
-        while n and self.connection.frame_rest and self._unyielded < YIELD_BYTES:
+        while n and self._into is not None and self._into.frame_rest and self._unyielded < YIELD_BYTES:
             n = self._read_now()
 
     def _read_now(self) -> int | None:
         """Read into the connection's memory and report it there, with no wait between (the memory between frames
         is shared by every connection); None if nothing is waiting, 0 at EOF. Each read is charged as it is made."""
-        assert self._socket is not None
+        assert self._socket is not None and self._into is not None
         try:
-            n = self._socket.recv_into(self.connection.get_buffer())
+            n = self._socket.recv_into(self._into.get_buffer())
         except BlockingIOError:
             return None
         except OSError as exc:
             raise anyio.BrokenResourceError from exc  # as the stream's own receive says it
         if n:
-            self.connection.buffer_updated(n)
+            self._into.buffer_updated(n)
         else:
             self.connection.receive_data(b"")
         self._unyielded += n

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sanitizerd.detectors.base import KernelLaunch
-from sanitizerd.protocol.messages import HostOp
+from sanitizerd_protocol.messages import HostOp
 
 
 @dataclass(frozen=True, slots=True)

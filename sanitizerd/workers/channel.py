@@ -14,7 +14,7 @@ import socket
 import anyio
 import msgspec
 
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 
 CHUNK = 60 * 1024  # bytes per packet: below the smallest default socket send buffer
 MAX_HANDED_BYTES = 256 << 20  # read-ahead a handed connection may carry (a frame limit plus one read, with room)

@@ -22,7 +22,6 @@ import structlog
 from sanitizerd.daemon import ABANDON_MARGIN, Daemon, DaemonSettings, HeldCompatSockets
 from sanitizerd.findings.store import Store
 from sanitizerd.metrics import Metrics
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.compat_socket import CompatSockets
 from sanitizerd.server.doors import Doors, receive_hello, welcome_control
 from sanitizerd.sessions.control import serve_control
@@ -36,6 +35,7 @@ from sanitizerd.workers.metrics import MergedMetrics
 from sanitizerd.workers.pool import Pool
 from sanitizerd.workers.rawstream import RawSocketStream
 from sanitizerd.workers.routing import worker_for
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.listener")
 STOP_MARGIN = 5.0  # seconds past the drain timeout a worker may take to record its sessions' end and exit

@@ -30,7 +30,6 @@ import structlog
 
 from sanitizerd.daemon import DaemonSettings
 from sanitizerd.metrics import Metrics
-from sanitizerd.protocol import messages as m
 from sanitizerd.sessions.hub import Limits, LiveView
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.workers.channel import (
@@ -50,6 +49,7 @@ from sanitizerd.workers.channel import (
     Pong,
     Ready,
 )
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.workers")
 

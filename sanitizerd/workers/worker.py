@@ -22,7 +22,6 @@ from prometheus_client import generate_latest
 
 from sanitizerd import __version__, allocator, logs
 from sanitizerd.daemon import Daemon, DaemonSettings, OwnSessions
-from sanitizerd.protocol import messages as m
 from sanitizerd.server.accept import peer_credentials
 from sanitizerd.server.compat_socket import compat_layouts
 from sanitizerd.sessions.control import serve_control
@@ -35,6 +34,7 @@ from sanitizerd.workers import channel as packets
 from sanitizerd.workers.channel import Channel, ChannelClosed
 from sanitizerd.workers.pool import ASK_TIMEOUT, SETTINGS_ENV, decode_settings
 from sanitizerd.workers.routing import worker_for
+from sanitizerd_protocol import messages as m
 
 log = structlog.get_logger("sanitizerd.worker")
 PR_SET_PDEATHSIG = 1

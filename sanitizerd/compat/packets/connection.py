@@ -1,6 +1,6 @@
 """msSanitizer's client protocol, sans-I/O: the hooks' packets in, sanitizerd's native messages out.
 
-``CompatConnection`` has the interface of ``sanitizerd.protocol.Connection`` as ``MessageStream`` uses it, so the
+``CompatConnection`` has the interface of ``sanitizerd_protocol.Connection`` as ``MessageStream`` uses it, so the
 daemon serves a connection of msSanitizer's hook or injection libraries as an ordinary producer session: the I/O
 layer feeds it bytes (``b""`` at EOF) and calls ``next_event`` until ``NEED_DATA``; ``send`` turns the session's
 replies into msSanitizer's packets (docs/mssanitizer-compat.md).
@@ -32,11 +32,11 @@ from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, c_text
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
-from sanitizerd.protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, Sentinel, State
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
-from sanitizerd.protocol.texts import cap_strings
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd_protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, ReceivingEnd, Sentinel, State
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd_protocol.texts import cap_strings
 
 # Record bytes handed to the decoder at once. The slot's bytes held at any time stay within about this (plus one
 # record the decoder could not finish): a slot may be gigabytes.
@@ -125,7 +125,7 @@ def _block_finish(block_type: int, block_id: int, serial: int) -> np.ndarray:
     return event
 
 
-class CompatConnection:
+class CompatConnection(ReceivingEnd):
     """Protocol state of one connection of msSanitizer's hooks, from the daemon's side."""
 
     def __init__(
@@ -142,8 +142,7 @@ class CompatConnection:
         self.chunk_size = chunk_size
         self.state = State.HANDSHAKE
         self.client_role = "producer"
-        self._buffer = ReceiveBuffer()
-        self._eof = False
+        super().__init__()
         self._ended = False  # the close at EOF has been returned
         # Messages decoded (``_out``) are held until the stream has shown it speaks this release (``_confirmed``),
         # then returned (``_ready``): see ``_release``.
@@ -211,14 +210,6 @@ class CompatConnection:
         return m.Hello(version=m.PROTOCOL_VERSION, role="producer", pid=self.peer_pid, tool="mssanitizer", job=self.job)
 
     # --- receiving -----------------------------------------------------------------------------------------
-
-    def receive_data(self, data: bytes) -> None:
-        if data:
-            if self._eof:
-                raise LocalProtocolError("data received after EOF", reason="unexpected_message")
-            self._buffer.append(data)
-        else:
-            self._eof = True
 
     def next_event(self) -> m.Message | Sentinel:
         """The next native message, ``NEED_DATA`` or ``CONNECTION_CLOSED``; raises RemoteProtocolError."""
@@ -588,7 +579,13 @@ class CompatConnection:
                 self._emit_events(kernel, _block_finish(*kernel.last_block, serial))
                 kernel.last_block = None
             return
-        context = BlockContext(block_type=block_type, chip=self._chip, budget=kernel.budget, places=self._places)
+        context = BlockContext(
+            block_type=block_type,
+            chip=self._chip,
+            budget=kernel.budget,
+            places=self._places,
+            detailed_types=self._records.detailed_types,
+        )
         payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
             events, problem = slots.decode_single(record_type, payload, serial, context, self._records)
@@ -671,7 +668,11 @@ class CompatConnection:
                 reason="wire_mismatch",
             )
         context = BlockContext(
-            block_type=int(heads.block_type), chip=self._chip, budget=kernel.budget, places=self._places
+            block_type=int(heads.block_type),
+            chip=self._chip,
+            budget=kernel.budget,
+            places=self._places,
+            detailed_types=self._records.detailed_types,
         )
         slot.decoder = slots.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 

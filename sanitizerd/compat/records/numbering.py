@@ -14,7 +14,7 @@ import numpy as np
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import CONVERTERS  # the package import registers every family's converters
-from sanitizerd.compat.records.types import REFERENCE_LAYOUT, RecordType
+from sanitizerd.compat.records.types import NO_DETAILED_TYPE, REFERENCE_LAYOUT, DetailedDataType, RecordType
 
 
 class RecordTable:
@@ -25,7 +25,8 @@ class RecordTable:
     ``canonical[t]``: its ``RecordType`` value (-1 when sanitizerd has no name for it); ``payload_size``: the sizeof
     of each fixed payload by ``RecordType``; ``dtypes``: for the types whose converter can read this release's
     struct, the converter's dtype at this release's offsets (``adapt_dtype``): the others are stepped over and
-    counted, never read through a stale layout."""
+    counted, never read through a stale layout. ``detailed_types[v]``: the ``DetailedDataType`` of this release's
+    u8 value ``v`` (``NO_DETAILED_TYPE`` for a value it does not name)."""
 
     def __init__(
         self,
@@ -35,8 +36,10 @@ class RecordTable:
         payload_size: dict[int, int],
         dtypes: dict[int, np.dtype],
         names: dict[int, str],
+        detailed_types: np.ndarray,
     ) -> None:
         self.layout = layout
+        self.detailed_types = detailed_types
         self.step_words = step_words
         self.canonical = canonical
         self.payload_size = payload_size
@@ -150,4 +153,9 @@ def record_table(layout: wire.WireLayout) -> RecordTable:
             dtype = None
         if dtype is not None and dtype.itemsize == size:
             dtypes[int(known)] = dtype
-    return RecordTable(layout.name, step_words, canonical, payload_size, dtypes, names)
+    detailed_types = np.full(256, NO_DETAILED_TYPE, dtype=np.uint8)
+    for name, value in layout.detailed_data_types.items():
+        known_type = DetailedDataType.__members__.get(name)
+        if known_type is not None and 0 <= value < detailed_types.size:
+            detailed_types[value] = known_type
+    return RecordTable(layout.name, step_words, canonical, payload_size, dtypes, names, detailed_types)

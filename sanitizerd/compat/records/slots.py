@@ -26,8 +26,8 @@ from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import RecordType
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, empty_events
 
 SECURITY_VALUE = 0x5A5A5A5A5A5A5A5A
 SECURITY_TEXT = "The record address has been changed by the user program, and the detection result is unreliable."
@@ -660,7 +660,7 @@ class SlotDecoder:
         self._finished = True
 
     def _block_finish(self) -> np.ndarray:
-        event = base.blank(1)
+        event = empty_events(1)
         event["kind"] = EventKind.BLOCK_FINISH
         event["serial"] = self.first_serial + self.records
         event["block_id"] = self.heads.block_id

@@ -18,7 +18,7 @@ from typing import Final
 import numpy as np
 
 from sanitizerd.compat import wire
-from sanitizerd.protocol.records import Space
+from sanitizerd_protocol.records import Space
 
 
 class RecordType(enum.IntEnum):
@@ -219,6 +219,53 @@ NO_SPACE = 255
 MEMTYPE_TO_SPACE = np.full(256, NO_SPACE, dtype=np.uint8)
 for _mem, _space in MEMTYPE_SPACE.items():
     MEMTYPE_TO_SPACE[_mem] = _space
+
+
+class DataType(enum.IntEnum):
+    """msSanitizer's u8 DataType of cube and vector records: an operand's element width."""
+
+    DATA_B4 = 0
+    DATA_B8 = 1
+    DATA_B16 = 2
+    DATA_B32 = 3
+
+
+class DetailedDataType(enum.IntEnum):
+    """msSanitizer's u8 DetailedDataType (an element's exact type, in LOAD_L1_2D, LOAD_L1_2D_TRANSPOSE,
+    MOV_CBUF_TO_BT and others), numbered as the reference release numbers it. Releases before 2026-01-28 (msSanitizer
+    e698c43) have no ``Default`` and every value one less: a ``RecordTable`` maps each release's numbers to these
+    (``detailed_types``), as it maps record types."""
+
+    Default = 0
+    B4 = 1
+    E1M2 = 2
+    E2M1 = 3
+    B8 = 4
+    S8 = 5
+    U8 = 6
+    E4M3 = 7
+    E5M2 = 8
+    B16 = 9
+    S16 = 10
+    U16 = 11
+    F16 = 12
+    HALF = 13
+    BF16 = 14
+    B32 = 15
+    S32 = 16
+    U32 = 17
+    FLOAT = 18
+    B64 = 19
+    S64 = 20
+    U64 = 21
+    B128 = 22
+    F16X2 = 23
+    BF16X2 = 24
+    F32 = 25
+
+
+# A DetailedDataType value no release names (what an unknown wire value becomes).
+NO_DETAILED_TYPE: Final = 255
 
 
 class PipeType(enum.IntEnum):

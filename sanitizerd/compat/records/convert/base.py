@@ -12,7 +12,7 @@ from sanitizerd.chips import Chip
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.types import REFERENCE_LAYOUT
-from sanitizerd.protocol.records import EVENT_DTYPE
+from sanitizerd_protocol.records import EVENT_DTYPE
 
 MAX_RECORD_PLACES = 1 << 16  # distinct (pc, fileNo, lineNo) one connection names; a kernel has a few thousand
 
@@ -118,6 +118,14 @@ class BlockContext:
     budget: ExpansionBudget = field(default_factory=ExpansionBudget, compare=False, hash=False)
     # The connection's keys of the records' own places (fileNo, lineNo); None: none kept (a test's context).
     places: RecordPlaces | None = field(default=None, compare=False, hash=False)
+    # This release's DetailedDataType numbers -> the reference's (``RecordTable.detailed_types``); None: the
+    # reference's own (a test's context).
+    detailed_types: np.ndarray | None = field(default=None, compare=False, hash=False)
+
+
+def detailed_types(values: np.ndarray, context: BlockContext) -> np.ndarray:
+    """Records' DetailedDataType fields as ``types.DetailedDataType`` names them, whatever the release's numbers."""
+    return values if context.detailed_types is None else context.detailed_types[values]
 
 
 def mark_places(events: np.ndarray, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
@@ -292,15 +300,6 @@ def pack(n: int, out: np.ndarray | None = None, **fields: int | np.ndarray) -> n
     return words.view(EVENT_DTYPE).reshape(-1)
 
 
-def blank(n: int) -> np.ndarray:
-    """``n`` zeroed events with the neutral pattern (one block, one repeat)."""
-    events = np.zeros(n, dtype=EVENT_DTYPE)
-    events["block_num"] = 1
-    events["repeat"] = 1
-    events["block_stride"] = 1
-    return events
-
-
 def _words(events: np.ndarray) -> np.ndarray:
     # Events as rows of 7 u64: numpy copies plain arrays many times faster than structured ones.
     return np.ascontiguousarray(events).view(np.uint64).reshape(-1, EVENT_DTYPE.itemsize // 8)
@@ -381,25 +380,25 @@ def payload_dtype(struct: str, members: str) -> np.dtype:
     return record_dtype(int(measured["size"]), int(fields["location.fileNo"][0]), triples)
 
 
-def sync_events(
-    kind: int | np.ndarray,
-    records: np.ndarray,
-    serials: np.ndarray,
-    context: BlockContext,
-    *,
-    pipe: int | np.ndarray,
-    dst_pipe: int | np.ndarray = 0,
-    event_id: int | np.ndarray = 0,
-    address: int | np.ndarray = 0,
-    mode: int | np.ndarray = 0,
-    block_num: int | np.ndarray = 1,
+def record_events(
+    records: np.ndarray, serials: np.ndarray, context: BlockContext, out: np.ndarray | None = None, **fields: object
 ) -> np.ndarray:
-    """One synchronization event per record (block_size 0, as native clients send them)."""
+    """One event per record, carrying the record's serial, pc and block (what ties a finding back to it), with
+    ``fields`` as ``pack`` takes them; into ``out`` when given."""
     return pack(
-        len(records), kind=kind, serial=serials, pc=records["pc"], block_id=records["block_id"],
-        block_type=context.block_type, pipe=pipe, dst_pipe=dst_pipe, event_id=event_id, address=address, mode=mode,
-        block_num=block_num, block_stride=1, repeat=1, block_size=0,
+        len(records), out, serial=serials, pc=records["pc"], block_id=records["block_id"],
+        block_type=context.block_type, **fields,
     )  # fmt: skip
+
+
+def sync_events(
+    kind: int | np.ndarray, records: np.ndarray, serials: np.ndarray, context: BlockContext, **sync: int | np.ndarray
+) -> np.ndarray:
+    """One synchronization event per record (block_size 0, as native clients send them): ``sync`` gives its
+    ``pipe`` and, as its kind needs, ``dst_pipe``, ``event_id``, ``address``, ``mode`` and ``block_num`` (else 1)."""
+    return record_events(
+        records, serials, context, kind=kind, block_stride=1, repeat=1, block_size=0, **{"block_num": 1, **sync}
+    )
 
 
 _U16 = 0xFFFF
@@ -417,17 +416,15 @@ def patterns(
     serials: np.ndarray,
     context: BlockContext,
     *,
-    pipe: int | np.ndarray,
-    align: int | np.ndarray = 0,
-    block_stride: int | np.ndarray = 1,
     out: np.ndarray | None = None,
+    **fields: int | np.ndarray,
 ) -> np.ndarray:
     """One memory event per record with msSanitizer's pattern as given (the caller makes sure the values fit the
-    event's fields; ``runs`` does that for counts that may not)."""
-    return pack(
-        len(records), out, kind=kind, space=space, address=address, serial=serials, pc=records["pc"],
-        block_id=records["block_id"], block_type=context.block_type, pipe=pipe, block_size=block_size,
-        block_num=block_num, block_stride=block_stride, repeat=repeat, repeat_stride=repeat_stride, align=align,
+    event's fields; ``runs`` does that for counts that may not): ``fields`` gives its ``pipe`` and, where they are
+    not 0 and 1, its ``align`` and ``block_stride``."""
+    return record_events(
+        records, serials, context, out, kind=kind, space=space, address=address, block_size=block_size,
+        block_num=block_num, repeat=repeat, repeat_stride=repeat_stride, **{"block_stride": 1, **fields},
     )  # fmt: skip
 
 
@@ -513,20 +510,12 @@ def runs(
     reps = expanding(context, serials[big], repeat[big])  # each record's bursts within its bound, or none
     which = np.repeat(big, reps)
     r = np.arange(which.size) - np.repeat(np.cumsum(reps) - reps, reps)
-    extra = np.zeros(which.size, dtype=EVENT_DTYPE)
-    extra["kind"] = kind
-    extra["space"] = space[which]
-    extra["address"] = address[which] + (r * stride_bytes[which]).astype(np.uint64)
-    extra["serial"] = serials[which]
-    extra["pc"] = records["pc"][which]
-    extra["block_id"] = records["block_id"][which]
-    extra["block_type"] = context.block_type
-    extra["pipe"] = pipe[which]
-    extra["block_size"] = np.minimum(run_bytes[which], 0xFFFFFFFF)
-    extra["block_num"] = 1
-    extra["block_stride"] = 1
-    extra["repeat"] = 1
-    extra["align"] = align[which]
+    runs_of, run_serials = subset(records, serials, which)
+    extra = record_events(
+        runs_of, run_serials, context, kind=kind, space=space[which], pipe=pipe[which], align=align[which],
+        address=address[which] + (r * stride_bytes[which]).astype(np.uint64),
+        block_size=np.minimum(run_bytes[which], 0xFFFFFFFF), block_num=1, block_stride=1, repeat=1,
+    )  # fmt: skip
     return by_serial(cat([events, extra]))
 
 

@@ -5,8 +5,8 @@ columns, MOV_ALIGN_V2's loops), a burst count whose pattern does not fit one eve
 repeated ``count`` times (``Plan``). An 84-byte record's fields can ask for millions of events, each with a pattern
 of 65 535 x 65 535 blocks: hours of detector work and gigabytes from a few kilobytes. A record may therefore
 become at most ``MAX_RECORD_EVENTS`` events, whose accesses list at most ``MAX_RECORD_PIECES`` pieces (blocks, or
-rows of contiguous blocks: ``protocol.patterns.piece_counts``, what racecheck and initcheck hold and walk); and the
-expanding records of one kernel launch at most ``MAX_KERNEL_EXPANDED_EVENTS`` events and
+rows of contiguous blocks: ``sanitizerd_protocol.patterns.piece_counts``, what racecheck and initcheck hold and
+walk); and the expanding records of one kernel launch at most ``MAX_KERNEL_EXPANDED_EVENTS`` events and
 ``MAX_KERNEL_EXPANDED_PIECES`` pieces, past which the rest of the launch's records are refused. No record a real
 instruction writes comes near (docs/security.md, "msSanitizer records").
 
@@ -24,14 +24,14 @@ from typing import Final
 
 import numpy as np
 
-from sanitizerd.protocol.patterns import extents, piece_counts
+from sanitizerd_protocol.patterns import extents, piece_counts
 
 # A record's events: one per iteration of a 16-bit count (msSanitizer's loop counts, ndNum, nBurst and the repeat
 # fields are all 16-bit or narrower) for a read and a write (a burst move whose stride does not fit one event is
 # 2 x 65 535 of them).
 MAX_RECORD_EVENTS: Final = 1 << 17
 # A record's pieces: the blocks (or contiguous rows) its accesses list where a detector lists them (racecheck's
-# ranges, initcheck's written bytes; protocol.patterns.piece_counts), what their work and memory grow with. As
+# ranges, initcheck's written bytes; patterns.piece_counts), what their work and memory grow with. As
 # many as the events: a burst move's 2 x 65 535 bursts; a real fixpipe reads at most L0C's 8 192 blocks.
 MAX_RECORD_PIECES: Final = 1 << 17
 # What the expanding records of one kernel launch may become together: 1 M events (56 MB) and 2 M pieces, a few

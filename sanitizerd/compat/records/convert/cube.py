@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, drop, payload_dtype, record_dtype
+from sanitizerd.compat.records.convert.base import BlockContext, detailed_types, drop, payload_dtype, record_dtype
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan, explicit_align, memtype_to_space, plans
-from sanitizerd.compat.records.types import NO_PIPE, MemType, RecordType, query_pipe
-from sanitizerd.protocol.records import EventKind, Pipe, Space
+from sanitizerd.compat.records.types import NO_PIPE, DataType, DetailedDataType, MemType, RecordType, query_pipe
+from sanitizerd_protocol.records import EventKind, Pipe, Space
 
 FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE)
 FRACTAL_ROW = 32
 UNIT_FLAG_EVENT = 11  # msSanitizer's event id for generated syncs, apart from user ids 0..7
-
-DATA_B4, DATA_B8, DATA_B16, DATA_B32 = range(4)
 
 
 def _u(x: np.ndarray | int) -> np.ndarray:
@@ -36,6 +34,29 @@ def _no_pipe(context: BlockContext, name: str, pipe: np.ndarray) -> None:
 def _space(memtype: np.ndarray | int, ok: np.ndarray) -> np.ndarray:
     """Space of a MemType, NO_SPACE where the record is not to give events."""
     return np.where(ok, memtype_to_space(memtype), NO_SPACE)
+
+
+def _copy(
+    plan: Plan,
+    r: np.ndarray,
+    ok: np.ndarray,
+    *,
+    read: dict[str, np.ndarray | int] | None = None,
+    write: dict[str, np.ndarray | int] | None = None,
+    **both: np.ndarray | int,
+) -> None:
+    """A load's two slots: its source read, then its destination written, each in the memory its record names
+    (none where not ``ok``); ``both`` is the pattern the sides share, ``read`` and ``write`` each side's own."""
+    plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], **both, **(read or {}))
+    plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], **both, **(write or {}))
+
+
+def _in_grains(run: np.ndarray, stride: np.ndarray) -> dict[str, np.ndarray]:
+    """Runs of ``run`` bytes, ``stride`` bytes apart, as one pattern: blocks of the largest size that divides both
+    (1 when both are 0), ``run`` of them a repeat, repeats ``stride`` apart."""
+    grain = np.gcd(run, stride)
+    grain = np.where(grain == 0, 1, grain)
+    return dict(block_size=grain, block_num=run // grain, repeat_stride=stride // grain)
 
 
 MATRIX_MUL_DTYPE = payload_dtype(
@@ -127,7 +148,7 @@ def convert_load_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     start = _u(r["src"]) + _u(r["base_idx"]) * np.uint64(FRACTAL)
     back = (np.maximum(repeat, 1) - np.uint64(1)) * _u(r["src_stride"]) * np.uint64(FRACTAL)
     dec = r["addr_cal_mode"] != 0
-    ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & (start < back))
+    ok = (pipe != NO_PIPE) & (repeat != 0) & ~(dec & (start < back))
     _no_pipe(context, "LOAD_2D", pipe)
     drop(
         context,
@@ -149,7 +170,7 @@ LOAD_2D_SPARSE_DTYPE = payload_dtype(
 def convert_load_2d_sparse(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D_SPARSE: ``repeat`` consecutive fractals of data and 128-byte index blocks read, fractals written."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = (pipe != 0xFF) & (r["repeat"] != 0)
+    ok = (pipe != NO_PIPE) & (r["repeat"] != 0)
     _no_pipe(context, "LOAD_2D_SPARSE", pipe)
     drop(context, "LOAD_2D_SPARSE records dropped: repeat 0", int((r["repeat"] == 0).sum()))
     start = _u(r["start_id"])
@@ -166,7 +187,7 @@ LOAD_2D_TRANSPOSE_DTYPE = payload_dtype(
 )
 
 _FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
-_FRACTALS_PER_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 2, 1, 2]
+_FRACTALS_PER_TYPE[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [4, 2, 1, 2]
 
 
 @plans(RecordType.LOAD_2D_TRANSPOSE, dtype=LOAD_2D_TRANSPOSE_DTYPE)
@@ -182,7 +203,7 @@ def convert_load_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, 
     dec = r["addr_mode"] != 0
     back = src_repeat_stride * np.uint64(FRACTAL) * (np.maximum(repeat, 1) - np.uint64(1))
     negative_index = _u(r["index_id"]) < _u(r["src_stride"]) * (np.maximum(repeat, 1) - np.uint64(1))
-    ok = (pipe != 0xFF) & (repeat != 0) & ~(dec & negative_index)
+    ok = (pipe != NO_PIPE) & (repeat != 0) & ~(dec & negative_index)
     _no_pipe(context, "LOAD_2D_TRANSPOSE", pipe)
     drop(context, "LOAD_2D_TRANSPOSE records dropped: repeat 0", int((repeat == 0).sum()))
     drop(
@@ -215,9 +236,6 @@ LOAD_L1_2D_DTYPE = payload_dtype(
     " transposeMode=transpose:<u4 detailedDataType=detailed_type",
 )
 
-# DetailedDataType values msSanitizer's transpose rules name (record_defs.h).
-_DETAILED_B4, _DETAILED_B8, _DETAILED_B16, _DETAILED_B32 = 0, 1, 2, 3
-
 
 @plans(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
 def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
@@ -225,16 +243,16 @@ def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_
     or transposed (blocks and repeats traded by the element width). Transposes the hardware refuses give
     nothing."""
     pipe = query_pipe(np.full(len(r), MemType.L1, dtype=np.uint8), r["dst_mem"])
-    t = r["detailed_type"]
+    t = detailed_types(r["detailed_type"], context)
     transpose = r["transpose"] != 0
     m_step, k_step = _u(r["m_step"]), _u(r["k_step"])
     legal = (
-        ((t == _DETAILED_B4) & (m_step % np.uint64(4) == 0))
-        | ((t == _DETAILED_B8) & (m_step % np.uint64(2) == 0))
-        | (t == _DETAILED_B16)
-        | ((t == _DETAILED_B32) & (k_step % np.uint64(2) == 0))
+        ((t == DetailedDataType.B4) & (m_step % np.uint64(4) == 0))
+        | ((t == DetailedDataType.B8) & (m_step % np.uint64(2) == 0))
+        | (t == DetailedDataType.B16)
+        | ((t == DetailedDataType.B32) & (k_step % np.uint64(2) == 0))
     )
-    ok = (pipe != 0xFF) & (~transpose | legal)
+    ok = (pipe != NO_PIPE) & (~transpose | legal)
     _no_pipe(context, "LOAD_L1_2D", pipe)
     drop(
         context,
@@ -252,10 +270,12 @@ def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_
         repeat=k_step,
         repeat_stride=r["src_stride"],
     )
-    factor = np.select([t == _DETAILED_B4, t == _DETAILED_B8], [4, 2], 1).astype(np.uint64)
-    blocks = np.select([transpose & (t == _DETAILED_B32), transpose], [k_step // np.uint64(2), k_step * factor], m_step)
+    factor = np.select([t == DetailedDataType.B4, t == DetailedDataType.B8], [4, 2], 1).astype(np.uint64)
+    blocks = np.select(
+        [transpose & (t == DetailedDataType.B32), transpose], [k_step // np.uint64(2), k_step * factor], m_step
+    )
     repeats = np.select(
-        [transpose & (t == _DETAILED_B32), transpose], [m_step * np.uint64(2), m_step // factor], k_step
+        [transpose & (t == DetailedDataType.B32), transpose], [m_step * np.uint64(2), m_step // factor], k_step
     )
     plan.add(
         EventKind.WRITE,
@@ -314,28 +334,17 @@ LOAD_L1_2D_TRANSPOSE_DTYPE = record_dtype(
 def convert_load_l1_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_L1_2D_TRANSPOSE (L1 -> L0B): per repeat, the type's fractal group, each side with its own fractal
     and repeat strides. An unknown type has no fractals (nothing)."""
-    t = r["detailed_type"]
+    t = detailed_types(r["detailed_type"], context)
     fractals = np.select(
-        [t == _DETAILED_B4, t == _DETAILED_B8, t == _DETAILED_B16, t == _DETAILED_B32], [4, 2, 1, 2], 0
+        [t == DetailedDataType.B4, t == DetailedDataType.B8, t == DetailedDataType.B16, t == DetailedDataType.B32],
+        [4, 2, 1, 2],
+        0,
     )
-    mte1 = int(Pipe.MTE1)
-    common = dict(pipe=mte1, block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
-    plan.add(
-        EventKind.READ,
-        Space.L1,
-        r["src"],
-        block_stride=r["src_frac_stride"],
-        repeat_stride=r["src_stride"],
-        **common,
-    )
-    plan.add(
-        EventKind.WRITE,
-        Space.L0B,
-        r["dst"],
-        block_stride=r["dst_frac_stride"],
-        repeat_stride=r["dst_stride"],
-        **common,
-    )
+    common = dict(pipe=int(Pipe.MTE1), block_num=fractals, block_size=FRACTAL, repeat=r["repeat"])
+    for kind, space, side in ((EventKind.READ, Space.L1, "src"), (EventKind.WRITE, Space.L0B, "dst")):
+        plan.add(
+            kind, space, r[side], block_stride=r[f"{side}_frac_stride"], repeat_stride=r[f"{side}_stride"], **common
+        )
 
 
 DECOMPRESS_HEADER_DTYPE = payload_dtype("DecompressHeaderRecord", "src nBlock srcMemType=src_mem")
@@ -441,12 +450,11 @@ LOAD_B2_DTYPE = payload_dtype("LoadB2Record", "dst src repeat dataType dstMemTyp
 def convert_load_b2(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B2: ``repeat`` fractals of 128 bytes (B8) or 64 bytes, rounded up to 512, read and written."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = pipe != 0xFF
+    ok = pipe != NO_PIPE
     _no_pipe(context, "LOAD_B2", pipe)
-    nominal = _u(r["repeat"]) * np.where(r["data_type"] == DATA_B8, 128, 64).astype(np.uint64)
+    nominal = _u(r["repeat"]) * np.where(r["data_type"] == DataType.DATA_B8, 128, 64).astype(np.uint64)
     size = (nominal + np.uint64(511)) // np.uint64(512) * np.uint64(512)
-    plan.add(EventKind.READ, _space(r["src_mem"], ok), r["src"], pipe=pipe, block_size=size)
-    plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], pipe=pipe, block_size=size)
+    _copy(plan, r, ok, pipe=pipe, block_size=size)
 
 
 LOAD_A_WINOGRAD_DTYPE = payload_dtype(
@@ -457,7 +465,7 @@ LOAD_A_WINOGRAD_DTYPE = payload_dtype(
 
 
 def _element_size(data_type: np.ndarray) -> np.ndarray:
-    return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
+    return np.select([data_type == DataType.DATA_B16, data_type == DataType.DATA_B32], [2, 4], 1).astype(np.uint64)
 
 
 @plans(RecordType.LOAD_A_WINOGRAD, dtype=LOAD_A_WINOGRAD_DTYPE)
@@ -466,7 +474,7 @@ def convert_load_a_winograd(plan: Plan, r: np.ndarray, context: BlockContext, re
     extK x extM elements written as fractals, innerDstGap fractals apart. A destination that is not whole
     fractals drops the write (msSanitizer logs an error and keeps the read)."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = pipe != 0xFF
+    ok = pipe != NO_PIPE
     _no_pipe(context, "LOAD_A_WINOGRAD", pipe)
     size = _element_size(r["data_type"])
     plan.add(
@@ -504,28 +512,17 @@ LOAD_B_WINOGRAD_DTYPE = payload_dtype(
 def convert_load_b_winograd(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B_WINOGRAD: per repeat, 9 fractals read and 4 fractals written (innerDstStride apart)."""
     pipe = query_pipe(r["src_mem"], r["dst_mem"])
-    ok = pipe != 0xFF
+    ok = pipe != NO_PIPE
     _no_pipe(context, "LOAD_B_WINOGRAD", pipe)
-    plan.add(
-        EventKind.READ,
-        _space(r["src_mem"], ok),
-        r["src"],
+    _copy(
+        plan,
+        r,
+        ok,
         pipe=pipe,
-        block_num=9,
         block_size=FRACTAL,
         repeat=r["repeat"],
-        repeat_stride=r["src_rpt_stride"],
-    )
-    plan.add(
-        EventKind.WRITE,
-        _space(r["dst_mem"], ok),
-        r["dst"],
-        pipe=pipe,
-        block_num=4,
-        block_size=FRACTAL,
-        block_stride=r["inner_dst_stride"],
-        repeat=r["repeat"],
-        repeat_stride=r["dst_rpt_stride"],
+        read=dict(block_num=9, repeat_stride=r["src_rpt_stride"]),
+        write=dict(block_num=4, block_stride=r["inner_dst_stride"], repeat_stride=r["dst_rpt_stride"]),
     )
 
 
@@ -544,29 +541,21 @@ def convert_broadcast(plan: Plan, r: np.ndarray, context: BlockContext, record_t
     ok = (r["n_burst"] != 0) & (r["len_burst"] != 0)
     drop(context, "BROADCAST records dropped: nBurst or lenBurst 0", int((~ok).sum()))
     src_blocks = np.where(r["enable_repeat"] != 0, 1, _u(r["len_burst"])).astype(np.uint64)
-    src_blocks = src_blocks * np.where(r["src_type"] == DATA_B32, 2, 1).astype(np.uint64)
-    dst_b32 = r["dst_type"] == DATA_B32
-    v = int(Pipe.V)
-    plan.add(
-        EventKind.READ,
-        _space(r["src_mem"], ok),
-        r["src"],
-        pipe=v,
-        block_num=src_blocks,
-        block_size=32,
+    src_blocks = src_blocks * np.where(r["src_type"] == DataType.DATA_B32, 2, 1).astype(np.uint64)
+    dst_b32 = r["dst_type"] == DataType.DATA_B32
+    _copy(
+        plan,
+        r,
+        ok,
+        pipe=int(Pipe.V),
         repeat=r["n_burst"],
-        repeat_stride=_u(r["src_gap"]) + src_blocks,
-    )
-    plan.add(
-        EventKind.WRITE,
-        _space(r["dst_mem"], ok),
-        r["dst"],
-        pipe=v,
-        block_num=r["len_burst"],
-        block_size=np.where(dst_b32, 1024, 512),
-        repeat=r["n_burst"],
-        repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
-        align=np.where(dst_b32 & (r["dst_mem"] == MemType.L0C), 1024, 0),
+        read=dict(block_num=src_blocks, block_size=32, repeat_stride=_u(r["src_gap"]) + src_blocks),
+        write=dict(
+            block_num=r["len_burst"],
+            block_size=np.where(dst_b32, 1024, 512),
+            repeat_stride=_u(r["dst_gap"]) + _u(r["len_burst"]),
+            align=np.where(dst_b32 & (r["dst_mem"] == MemType.L0C), 1024, 0),
+        ),
     )
 
 
@@ -581,11 +570,16 @@ LOAD_3D_V2_DTYPE = payload_dtype(
 )
 
 _BITS_OF_TYPE = np.zeros(256, dtype=np.int64)
-_BITS_OF_TYPE[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [4, 8, 16, 32]
+_BITS_OF_TYPE[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [4, 8, 16, 32]
 # Channel counts the hardware takes, per type: channel % divisor in the allowed remainders.
 _CHANNEL_DIVISOR = np.ones(256, dtype=np.int64)
-_CHANNEL_DIVISOR[[DATA_B4, DATA_B8, DATA_B16, DATA_B32]] = [64, 32, 16, 8]
-_CHANNEL_OK = {DATA_B4: (0, 8, 16, 32), DATA_B8: (0, 4, 8, 16), DATA_B16: (0, 4, 8), DATA_B32: (0, 4)}
+_CHANNEL_DIVISOR[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [64, 32, 16, 8]
+_CHANNEL_OK = {
+    DataType.DATA_B4: (0, 8, 16, 32),
+    DataType.DATA_B8: (0, 4, 8, 16),
+    DataType.DATA_B16: (0, 4, 8),
+    DataType.DATA_B32: (0, 4),
+}
 
 
 def _positions(size: np.ndarray, before: np.ndarray, after: np.ndarray, window: np.ndarray, stride: np.ndarray):
@@ -664,22 +658,11 @@ def convert_load_3d_v2(plan: Plan, r: np.ndarray, context: BlockContext, record_
             run = np.maximum(k_hi - k_lo, 0) * bits
             stride = k_total * bits
             full = (k_lo == 0) & (k_hi == k_total)  # whole rows: one contiguous run
-            grain = np.gcd(run, stride)
-            grain = np.where(grain == 0, 1, grain)
-            fits = ~full & (run // grain <= 0xFFFF) & (stride // grain <= 0xFFFF)
+            grained = _in_grains(run, stride)
+            fits = ~full & (grained["block_num"] <= 0xFFFF) & (grained["repeat_stride"] <= 0xFFFF)
             address = src + ((m_lo * k_total + k_lo) * bits).astype(np.uint64)
             plan.add(EventKind.READ, src_space, address, pipe=pipe, block_size=run * rows, count=full)
-            plan.add(
-                EventKind.READ,
-                src_space,
-                address,
-                pipe=pipe,
-                block_size=grain,
-                block_num=run // grain,
-                repeat=rows,
-                repeat_stride=stride // grain,
-                count=fits,
-            )
+            plan.add(EventKind.READ, src_space, address, pipe=pipe, repeat=rows, count=fits, **grained)
             plan.add(
                 EventKind.READ,
                 src_space,
@@ -764,34 +747,25 @@ def convert_load_3d(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     start = r["src"].astype(np.uint64) + ((h_lo * width + w_lo) * 32).astype(np.uint64)
     read_space = _space(r["src_mem"], valid & ~holes)
     # Whole rows: one run per channel group, the groups a plane apart.
-    block = rows * width * 32
-    grain = np.gcd(block, plane)
-    grain = np.where(grain == 0, 1, grain)
     plan.add(
         EventKind.READ,
         read_space,
         start,
         pipe=pipe,
-        block_size=grain,
-        block_num=block // grain,
         repeat=groups,
-        repeat_stride=plane // grain,
         count=full_rows,
+        **_in_grains(rows * width * 32, plane),
     )
     # Part of each row: per channel group, ``rows`` runs a row apart.
-    grain = np.gcd(run, width * 32)
-    grain = np.where(grain == 0, 1, grain)
     plan.add(
         EventKind.READ,
         read_space,
         start,
         pipe=pipe,
-        block_size=grain,
-        block_num=run // grain,
         repeat=rows,
-        repeat_stride=width * 32 // grain,
         count=np.where(full_rows, 0, groups),
         step=plane,
+        **_in_grains(run, width * 32),
     )
     rpt = i64("rpt_times")
     short = (rpt > 1) & (

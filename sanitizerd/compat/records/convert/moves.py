@@ -14,6 +14,7 @@ from sanitizerd.compat.records.convert.base import (
     by_serial,
     cat,
     converts,
+    detailed_types,
     drop,
     in_order,
     loops,
@@ -29,11 +30,12 @@ from sanitizerd.compat.records.types import (
     NO_PIPE,
     NO_SPACE,
     PIPE_OF_PAIR,
+    DetailedDataType,
     MemType,
     PipeType,
     RecordType,
 )
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind, Space
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Space
 
 BLOCK = 32  # msSanitizer's MOV_LOCAL_BLOCK_SIZE: bursts and gaps count 32-byte blocks
 
@@ -221,22 +223,20 @@ def mov_bt(record_type: int, records: np.ndarray, serials: np.ndarray, context: 
 
 
 MOV_CBUF_BT = payload_dtype("MovL1BtRecord", "dst src nBurst lenBurst srcGap dstGap dataType cvtEnable")
-# DetailedDataType values the checks name.
-DT_B16, DT_S32, DT_F16, DT_FLOAT = 9, 16, 12, 18
 
 
 @converts(RecordType.MOV_CBUF_TO_BT, dtype=MOV_CBUF_BT)
 def mov_cbuf_to_bt(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """L1 -> bias table on MTE1. 32-bit data needs an even lenBurst and no conversion, and dstGap must be even
     (msSanitizer drops the record otherwise); 16-bit data takes twice the blocks in the table."""
-    wide = np.isin(records["data_type"], (DT_FLOAT, DT_S32))
+    wide = np.isin(detailed_types(records["data_type"], context), (DetailedDataType.FLOAT, DetailedDataType.S32))
     bad = (wide & ((records["len_burst"] % 2 != 0) | (records["cvt_enable"] != 0))) | (records["dst_gap"] % 2 != 0)
     if bad.any():
         drop(context, "MOV_CBUF_TO_BT records dropped: lenBurst, dstGap or conversion not allowed", int(bad.sum()))
     r, s = subset(records, serials, ~bad)
     length = r["len_burst"].astype(np.int64)
     n_burst = r["n_burst"].astype(np.int64)
-    double = np.isin(r["data_type"], (DT_F16, DT_B16))
+    double = np.isin(detailed_types(r["data_type"], context), (DetailedDataType.F16, DetailedDataType.B16))
     written = np.where(double, length * 2, length)
     pipe = PipeType.PIPE_MTE1
     reads = runs(EventKind.READ, Space.L1, r["src"], length * BLOCK, n_burst, (length + r["src_gap"]) * BLOCK, r, s,

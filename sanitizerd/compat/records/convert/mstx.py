@@ -34,11 +34,11 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.compat.records.convert import moves
-from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, record_dtype
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype
 from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan
 from sanitizerd.compat.records.convert.vector import READ, WRITE, masked_operand
-from sanitizerd.compat.records.types import RecordType, query_pipe
-from sanitizerd.protocol.records import (
+from sanitizerd.compat.records.types import MEMTYPE_SPACE, DataType, RecordType, query_pipe
+from sanitizerd_protocol.records import (
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
     BlockType,
@@ -57,104 +57,69 @@ ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL = 0, 1, 2, 3
 # damaged record (an 8-byte-aligned i32 taken for a rank count), so the ranks are cut here.
 MAX_RANKS = 128
 
-U = 48  # offset of the union in MstxRecord
+
+def _union_member(member: str, names: str) -> str:
+    """``names`` (``cMember=name`` each) of ``member``, one of MstxRecord's ``interface`` union, as
+    ``payload_dtype`` reads them."""
+    return " ".join(f"interface.{member}.{word}" for word in names.split())
 
 
-def _tensor(prefix: str, at: int) -> list[tuple[str, str, int]]:
-    """An MstxTensorDesc {AddressSpace space; u64 addr; u64 size; u8 dataBits} at ``at``."""
-    return [
-        (f"{prefix}_space", "<i4", at),
-        (f"{prefix}_addr", "<u8", at + 8),
-        (f"{prefix}_size", "<u8", at + 16),
-        (f"{prefix}_bits", "u1", at + 24),
-    ]
+def _tensor(prefix: str, path: str) -> str:
+    """An MstxTensorDesc {AddressSpace space; u64 addr; u64 size; u8 dataBits} at ``path``, read as ``prefix``'s."""
+    members = (("space", "space"), ("addr", "addr"), ("size", "size"), ("dataBits", "bits"))
+    return " ".join(f"{path}.{member}={prefix}_{name}" for member, name in members)
 
 
-MSTX_DTYPE = record_dtype(
-    272,
-    8,
-    [
-        ("interface", "<u4", 0),
-        ("buffer_lens", "<u4", 4),
-        ("error", "u1", 40),
-        # MstxCrossRecord
-        ("cross_addr", "<u8", U),
-        ("cross_flag", "<u2", U + 8),
-        ("cross_pipe", "<u4", U + 12),
-        ("cross_more", "u1", U + 16),
-        ("cross_merge", "u1", U + 17),
-        # MstxHcclRecord
-        ("hccl_src", "<u8", U),
-        ("hccl_dst", "<u8", U + 8),
-        ("hccl_src_count", "<u8", U + 16),
-        ("hccl_dst_count", "<u8", U + 24),
-        ("hccl_src_stride", "<u8", U + 32),
-        ("hccl_dst_stride", "<u8", U + 40),
-        ("hccl_src_repeat_stride", "<u8", U + 48),
-        ("hccl_dst_repeat_stride", "<u8", U + 56),
-        ("hccl_src_type_size", "<u8", U + 64),
-        ("hccl_dst_type_size", "<u8", U + 72),
-        ("hccl_repeat", "<u4", U + 80),
-        ("hccl_rank_dim", "<i4", U + 84),
-        ("hccl_flag", "<i4", U + 88),
-        # MstxHcclCoreRecord (one rank of an HCCL-V call)
-        ("core_src_len", "<u8", U + 16),
-        ("core_dst_len", "<u8", U + 24),
-        ("core_repeat", "<u4", U + 32),
-        # MstxCrossCoreBarrier / SetFlag / WaitFlag
-        ("barrier_pipe_all", "u1", U + 17),
-        ("flag_event", "<i4", U),
-        ("flag_peer", "<i4", U + 4),
-        ("flag_pipe_all", "u1", U + 8),
-        # MstxVecUnaryDesc / MstxVecBinaryDesc: tensors, then the mask wrapper, then the pattern
-        *_tensor("un_dst", U),
-        *_tensor("un_src", U + 32),
-        ("un_mask_mode", "u1", U + 64),
-        ("un_mask0", "<u8", U + 72),
-        ("un_mask1", "<u8", U + 80),
-        ("un_block_num", "<u4", U + 96),
-        ("un_dst_block_stride", "<u4", U + 100),
-        ("un_src_block_stride", "<u4", U + 104),
-        ("un_repeat", "<u4", U + 108),
-        ("un_dst_repeat_stride", "<u4", U + 112),
-        ("un_src_repeat_stride", "<u4", U + 116),
-        *_tensor("bi_src0", U + 32),
-        *_tensor("bi_src1", U + 64),
-        ("bi_mask_mode", "u1", U + 96),
-        ("bi_mask0", "<u8", U + 104),
-        ("bi_mask1", "<u8", U + 112),
-        ("bi_block_num", "<u4", U + 128),
-        ("bi_dst_block_stride", "<u4", U + 132),
-        ("bi_src0_block_stride", "<u4", U + 136),
-        ("bi_src1_block_stride", "<u4", U + 140),
-        ("bi_repeat", "<u4", U + 144),
-        ("bi_dst_repeat_stride", "<u4", U + 148),
-        ("bi_src0_repeat_stride", "<u4", U + 152),
-        ("bi_src1_repeat_stride", "<u4", U + 156),
-        # MstxDataCopyDesc (dst, src tensors as in unary)
-        ("copy_len_burst", "<u4", U + 64),
-        ("copy_n_burst", "<u4", U + 68),
-        ("copy_src_gap", "<u4", U + 72),
-        ("copy_dst_gap", "<u4", U + 76),
-        # MstxDataCopyPadDesc: as MstxDataCopyDesc, then the padding (elements left and right)
-        ("pad_left", "<u4", U + 80),
-        ("pad_right", "<u4", U + 84),
-    ],
+# The union's members overlap: a data copy's tensors are read as the unary op's (same offsets), a binary op's
+# destination too.
+MSTX_DTYPE = payload_dtype(
+    "MstxRecord",
+    " ".join(
+        (
+            "interfaceType=interface bufferLens error",
+            _union_member(
+                "mstxCrossRecord",
+                "addr=cross_addr flagId=cross_flag pipe=cross_pipe isMore=cross_more isMerge=cross_merge",
+            ),
+            _union_member(
+                "mstxHcclRecord",
+                "src=hccl_src dst=hccl_dst srcCount=hccl_src_count dstCount=hccl_dst_count srcStride=hccl_src_stride"
+                " dstStride=hccl_dst_stride srcRepeatStride=hccl_src_repeat_stride"
+                " dstRepeatStride=hccl_dst_repeat_stride srcDataTypeSize=hccl_src_type_size"
+                " dstDataTypeSize=hccl_dst_type_size repeat=hccl_repeat rankDim=hccl_rank_dim flagId=hccl_flag",
+            ),
+            _union_member("mstxHcclCoreRecord", "srclenBurst=core_src_len dstlenBurst=core_dst_len repeat=core_repeat"),
+            _union_member("mstxCrossCoreBarrier", "pipeBarrierAll=barrier_pipe_all"),
+            _union_member(
+                "mstxCrossCoreSetFlag", "eventId=flag_event peerCoreId=flag_peer pipeBarrierAll=flag_pipe_all"
+            ),
+            _union_member(
+                "mstxVecUnaryDesc",
+                f"{_tensor('un_dst', 'dst')} {_tensor('un_src', 'src')} wrapper.maskMode=un_mask_mode"
+                " wrapper.mask.mask0=un_mask0 wrapper.mask.mask1=un_mask1 blockNum=un_block_num"
+                " dstBlockStride=un_dst_block_stride srcBlockStride=un_src_block_stride repeatTimes=un_repeat"
+                " dstRepeatStride=un_dst_repeat_stride srcRepeatStride=un_src_repeat_stride",
+            ),
+            _union_member(
+                "mstxVecBinaryDesc",
+                f"{_tensor('bi_src0', 'src0')} {_tensor('bi_src1', 'src1')} wrapper.maskMode=bi_mask_mode"
+                " wrapper.mask.mask0=bi_mask0 wrapper.mask.mask1=bi_mask1 blockNum=bi_block_num"
+                " dstBlockStride=bi_dst_block_stride src0BlockStride=bi_src0_block_stride"
+                " src1BlockStride=bi_src1_block_stride repeatTimes=bi_repeat dstRepeatStride=bi_dst_repeat_stride"
+                " src0RepeatStride=bi_src0_repeat_stride src1RepeatStride=bi_src1_repeat_stride",
+            ),
+            _union_member(
+                "mstxDataCopyDesc",
+                "lenBurst=copy_len_burst nBurst=copy_n_burst srcGap=copy_src_gap dstGap=copy_dst_gap",
+            ),
+            _union_member("mstxDataCopyPadDesc", "leftPad=pad_left rightPad=pad_right"),
+        )
+    ),
 )
 
-# AddressSpace (our Space numbering) -> MemType, for the pipe of a copy.
+# AddressSpace (our Space numbering) -> MemType, for the pipe of a copy; 0xFF, no MemType, where none is.
 _SPACE_TO_MEMTYPE = np.full(256, 0xFF, dtype=np.uint8)
-for _space, _mem in {
-    Space.L1: 0,
-    Space.L0A: 1,
-    Space.L0B: 2,
-    Space.L0C: 3,
-    Space.UB: 4,
-    Space.BT: 5,
-    Space.GM: 6,
-    Space.PRIVATE: 7,
-    Space.FB: 8,
-}.items():
+for _mem, _space in MEMTYPE_SPACE.items():
     _SPACE_TO_MEMTYPE[_space] = _mem
 
 
@@ -214,10 +179,6 @@ def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) ->
         f"MSTX_STUB HCCL annotations cut to {MAX_RANKS} ranks",
         int((hccl & (r["hccl_rank_dim"] > MAX_RANKS)).sum()),
     )
-    src_size = _u(r["hccl_src_count"]) * _u(r["hccl_src_type_size"])
-    dst_size = _u(r["hccl_dst_count"]) * _u(r["hccl_dst_type_size"])
-    src_step = _u(r["hccl_src_stride"]) * _u(r["hccl_src_type_size"])
-    dst_step = _u(r["hccl_dst_stride"]) * _u(r["hccl_dst_type_size"])
     one = np.uint64(1)
     reads = np.select([flag == ALLREDUCE, flag == ALLGATHER, flag == REDUCESCATTER, flag == ALLTOALL], [1, 1, 0, 0], 0)
     reads = np.where((flag == REDUCESCATTER) | (flag == ALLTOALL), ranks, _u(reads))
@@ -225,26 +186,18 @@ def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) ->
     writes = np.where((flag == ALLGATHER) | (flag == ALLTOALL), ranks, writes)
     gm = int(Space.GM)
     common = dict(pipe=int(Pipe.S), block_stride=0, repeat=r["hccl_repeat"])
-    plan.add(
-        EventKind.READ,
-        gm,
-        r["hccl_src"],
-        block_size=src_size,
-        repeat_stride=r["hccl_src_repeat_stride"],
-        count=np.where(hccl, reads, 0),
-        step=src_step,
-        **common,
-    )
-    plan.add(
-        EventKind.WRITE,
-        gm,
-        r["hccl_dst"],
-        block_size=dst_size,
-        repeat_stride=r["hccl_dst_repeat_stride"],
-        count=np.where(hccl, writes, 0),
-        step=dst_step,
-        **common,
-    )
+    for kind, side, accesses in ((EventKind.READ, "src", reads), (EventKind.WRITE, "dst", writes)):
+        type_size = _u(r[f"hccl_{side}_type_size"])
+        plan.add(
+            kind,
+            gm,
+            r[f"hccl_{side}"],
+            block_size=_u(r[f"hccl_{side}_count"]) * type_size,
+            repeat_stride=r[f"hccl_{side}_repeat_stride"],
+            count=np.where(hccl, accesses, 0),
+            step=_u(r[f"hccl_{side}_stride"]) * type_size,
+            **common,
+        )
 
 
 @converts(RecordType.MSTX_STUB, dtype=MSTX_DTYPE)
@@ -433,7 +386,7 @@ def _operands(plan: Plan, r: np.ndarray, annotated: np.ndarray) -> None:
 
 # DataType by element bits, as msSanitizer picks it for a padded copy (B4, B8, B16, B32; else unknown).
 _TYPE_OF_BITS = np.full(256, 0xFF, dtype=np.uint8)
-_TYPE_OF_BITS[[4, 8, 16, 32]] = [0, 1, 2, 3]
+_TYPE_OF_BITS[[4, 8, 16, 32]] = [DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]
 
 
 def _data_copy_pad(r: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:

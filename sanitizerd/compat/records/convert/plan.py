@@ -15,7 +15,7 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, expanding, pack
 from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, NO_SPACE
-from sanitizerd.protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind
 
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFF_FFFF

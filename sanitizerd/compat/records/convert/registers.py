@@ -6,7 +6,7 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, payload_dtype, sync_events
 from sanitizerd.compat.records.types import RecordType
-from sanitizerd.protocol.records import EventKind, Pipe, Register
+from sanitizerd_protocol.records import EventKind, Pipe, Register
 
 R = RecordType
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, interleave, payload_dtype, runs, subset
 from sanitizerd.compat.records.types import RecordType
-from sanitizerd.protocol.records import EventKind, Pipe, Space
+from sanitizerd_protocol.records import EventKind, Pipe, Space
 
 R = RecordType
 

@@ -1,4 +1,4 @@
-"""Synchronization records -> sync events, with the native semantics of ``sanitizerd.protocol.records``.
+"""Synchronization records -> sync events, with the native semantics of ``sanitizerd_protocol.records``.
 
 msSanitizer's pre-processing (reference §1.8) that sanitizerd's detectors already do from these events is not
 repeated here: PIPE_S -> PIPE_S_CAL renaming, pipe_barrier(PIPE_ALL) fan-out, atomic-mode stamping, in-pipe sync
@@ -11,7 +11,7 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, subset, sync_events
 from sanitizerd.compat.records.types import MemType, PipeType, RecordType
-from sanitizerd.protocol.records import BlockType, EventKind, Pipe
+from sanitizerd_protocol.records import BlockType, EventKind, Pipe
 
 R = RecordType
 

@@ -21,10 +21,10 @@ from functools import partial
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, record_dtype
+from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype
 from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align, plans
-from sanitizerd.compat.records.types import RecordType
-from sanitizerd.protocol.records import BlockType, EventKind, Pipe, Space
+from sanitizerd.compat.records.types import DataType, RecordType
+from sanitizerd_protocol.records import BlockType, EventKind, Pipe, Space
 
 READ, WRITE, MEMCPY = 0, 1, 2  # msSanitizer's AccessType
 MASK_NORM, MASK_COUNT = 0, 1
@@ -83,29 +83,17 @@ SCATTER_DTYPE = payload_dtype(
 
 VBS32_DTYPE = payload_dtype("Vbs32Record", "dst src0 src1 repeat dataType")
 
-VMS4_DTYPE = record_dtype(
-    64,
-    8,
-    [
-        ("dst", "<u8", 0),
-        ("src", "(4,)<u2", 40),
-        ("element_num", "(4,)<u2", 48),
-        ("repeat", "u1", 56),
-        ("valid_mask", "u1", 57),
-        ("is_all_stored", "u1", 58),
-        ("detailed_data_type", "u1", 59),
-    ],
+VMS4_DTYPE = payload_dtype(
+    "Vms4v2RecordA5", "dst src:(4,)<u2 elementNum:(4,)<u2 repeat validMask isAllStored detailedDataType"
 )
 
 CMPMASK_DTYPE = payload_dtype("CmpMaskRecord", "addr size accessType=access")
-
-DATA_B8, DATA_B16, DATA_B32 = 1, 2, 3
 
 
 def data_size(data_type: np.ndarray) -> np.ndarray:
     """Bytes per element of msSanitizer's DataType (B8 1, B16 2, B32 4; anything else counts as 1)."""
     data_type = np.asarray(data_type)
-    return np.select([data_type == DATA_B16, data_type == DATA_B32], [2, 4], 1).astype(np.uint64)
+    return np.select([data_type == DataType.DATA_B16, data_type == DataType.DATA_B32], [2, 4], 1).astype(np.uint64)
 
 
 def _u(x: np.ndarray | int) -> np.ndarray:
@@ -133,6 +121,42 @@ def _at(value: np.ndarray | int, rows: np.ndarray) -> np.ndarray:
 def _subset(value: np.ndarray | int, rows: np.ndarray) -> np.ndarray | int:
     value = np.asarray(value)
     return value if value.ndim == 0 else value[rows]
+
+
+class _MaskRows:
+    """The records of one mask branch of an operand (``rows``): the operand's pattern at those rows (u64), the
+    elements of one block, and ``add``, a slot of the rows' access on UB by the vector pipe with the operand's
+    alignment (every slot of a branch is one)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        rows: np.ndarray,
+        access: np.ndarray,
+        address: np.ndarray,
+        pattern: tuple[np.ndarray | int, ...],
+        data_bits: np.ndarray | int,
+        align: np.ndarray | int,
+    ) -> None:
+        self.at = partial(_at, rows=rows)
+        self.address = self.at(address)
+        self.size, self.num, self.stride, self.rep, self.rstride = map(self.at, pattern)
+        self.bits = self.at(data_bits)
+        self.per_block = _div(self.size * np.uint64(8), self.bits)
+        self.ok = self.per_block != 0
+        self.add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
+
+    def repeats_of_blocks(self, address: np.ndarray, block_num: np.ndarray, repeat: np.ndarray) -> None:
+        """A slot of ``repeat`` runs of ``block_num`` whole blocks at the operand's strides (none where either is 0)."""
+        self.add(
+            address,
+            block_size=self.size,
+            block_num=block_num,
+            block_stride=self.stride,
+            repeat=repeat,
+            repeat_stride=self.rstride,
+            count=self.ok & (block_num > 0) & (repeat > 0),
+        )
 
 
 def masked_operand(
@@ -195,36 +219,20 @@ def masked_operand(
 
     # Per-repeat counting (VCOPY, VREDUCEV2 source, converted MASK_NORM): m elements of every repeat.
     rows = np.flatnonzero(converted if by_count is None else converted | by_count)
+    pattern = (block_size, block_num, block_stride, repeat, repeat_stride)
     if rows.size:
-        at = partial(_at, rows=rows)
-        size, stride, rstride, bits, rep = (
-            at(block_size),
-            at(block_stride),
-            at(repeat_stride),
-            at(data_bits),
-            at(repeat),
-        )
-        m0 = at(mask0)
+        branch = _MaskRows(plan, rows, access, address, pattern, data_bits, align)
+        size, stride, rstride, bits, rep = branch.size, branch.stride, branch.rstride, branch.bits, branch.rep
+        ok, per_block, add = branch.ok, branch.per_block, branch.add
+        m0 = branch.at(mask0)
         counted = np.asarray(by_count)[rows] if by_count is not None else np.zeros(rows.size, dtype=bool)
-        m = np.where(counted, m0, np.where(at(mask1) != 0, 64 + _bit_length(at(mask1)), _bit_length(m0)))
-        per_block = _div(size * np.uint64(8), bits)
-        ok = per_block != 0
+        m1 = branch.at(mask1)
+        m = np.where(counted, m0, np.where(m1 != 0, 64 + _bit_length(m1), _bit_length(m0)))
         n_block = _div(m, per_block)
-        address_r = at(address)
-        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
-        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
-        add(
-            address_r,
-            block_size=size,
-            block_num=n_block,
-            block_stride=stride,
-            repeat=rep,
-            repeat_stride=rstride,
-            count=ok & (n_block > 0),
-        )
+        branch.repeats_of_blocks(branch.address, n_block, rep)
         last = m - n_block * per_block
         tail_size = last * bits // np.uint64(8)
-        tail_address = address_r + n_block * stride * size
+        tail_address = branch.address + n_block * stride * size
         span = rstride * size  # bytes from one repeat's tail to the next
         # The tails of all repeats as one pattern of g-byte blocks, g = gcd(tail, repeat distance), when the
         # counts fit the event's 16-bit fields; else one event per repeat (as msSanitizer makes them).
@@ -251,34 +259,17 @@ def masked_operand(
     # General MASK_COUNT: mask0 elements in all: full repeats, then full blocks, then a partial block.
     rows = np.flatnonzero(general) if general is not None else np.zeros(0, dtype=np.intp)
     if rows.size:
-        at = partial(_at, rows=rows)
-        size, num, stride, rstride, bits = (
-            at(block_size),
-            at(block_num),
-            at(block_stride),
-            at(repeat_stride),
-            at(data_bits),
-        )
-        m0 = at(mask0)
-        # Every slot of this branch: the kept rows' access, on UB by the vector pipe, with the operand's alignment.
-        add = partial(plan.add_access, access[rows], UB, rows=rows, pipe=V, align=_subset(align, rows))
-        per_block = _div(size * np.uint64(8), bits)
-        ok = per_block != 0
-        per_repeat = num * per_block
+        branch = _MaskRows(plan, rows, access, address, pattern, data_bits, align)
+        size, stride, bits, ok, per_block, add = (
+            branch.size, branch.stride, branch.bits, branch.ok, branch.per_block, branch.add
+        )  # fmt: skip
+        m0 = branch.at(mask0)
+        per_repeat = branch.num * per_block
         n_repeat = _div(m0, per_repeat)
-        address_r = at(address)
-        add(
-            address_r,
-            block_size=size,
-            block_num=num,
-            block_stride=stride,
-            repeat=n_repeat,
-            repeat_stride=rstride,
-            count=ok & (n_repeat > 0),
-        )
+        branch.repeats_of_blocks(branch.address, branch.num, n_repeat)
         rest = m0 - n_repeat * per_repeat
         last_blocks = _div(rest, per_block)
-        rest_address = address_r + n_repeat * rstride * size
+        rest_address = branch.address + n_repeat * branch.rstride * size
         add(
             rest_address,
             block_size=size,
@@ -320,6 +311,12 @@ def operand(r: np.ndarray, name: str) -> tuple[np.ndarray, ...]:
         r[f"{name}_repeat_stride"],
         r[f"{name}_data_bits"],
     )
+
+
+def pattern_fields(r: np.ndarray, name: str, *fields: str) -> dict[str, np.ndarray]:
+    """Operand ``name``'s pattern ``fields`` (``block_size``, ``repeat``, ...) as the records name them
+    (``name_block_size``, ...): ``Plan.add``'s keyword arguments."""
+    return {field: r[f"{name}_{field}"] for field in fields}
 
 
 def masks_of(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -465,13 +462,10 @@ def convert_vsel(plan: Plan, r: np.ndarray, context: BlockContext, record_type: 
         UB,
         r["src1"],
         pipe=V,
-        block_size=r["src1_block_size"],
-        block_num=r["src1_block_num"],
-        block_stride=r["src1_block_stride"],
         repeat=_vsel_select_repeat(r, context),
-        repeat_stride=r["src1_repeat_stride"],
         align=simd_align(context, r["src1_data_bits"], record_type),
         count=unmasked,
+        **pattern_fields(r, "src1", "block_size", "block_num", "block_stride", "repeat_stride"),
     )
     _binary_source(plan, r, "src1", context, record_type, enabled=~unmasked)
     _binary_destination(plan, r, WRITE, context, record_type)
@@ -636,26 +630,14 @@ def convert_reducev2(record_type: int, records: np.ndarray, serials: np.ndarray,
 @plans(RecordType.VGATHER, dtype=VGATHER_DTYPE)
 def convert_vgather(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """VGATHER: the offset table read (one contiguous run, 32-byte aligned), the destination written; unmasked."""
-    plan.add(
-        EventKind.READ,
-        UB,
-        r["src"],
-        pipe=V,
-        block_size=r["src_block_size"],
-        block_num=r["src_block_num"],
-        align=32,
-    )
+    plan.add(EventKind.READ, UB, r["src"], pipe=V, align=32, **pattern_fields(r, "src", "block_size", "block_num"))
     plan.add(
         EventKind.WRITE,
         UB,
         r["dst"],
         pipe=V,
-        block_size=r["dst_block_size"],
-        block_num=r["dst_block_num"],
-        block_stride=r["dst_block_stride"],
-        repeat=r["dst_repeat"],
-        repeat_stride=r["dst_repeat_stride"],
         align=explicit_align(r["dst_align_size"]),
+        **pattern_fields(r, "dst", "block_size", "block_num", "block_stride", "repeat", "repeat_stride"),
     )
 
 
@@ -684,7 +666,7 @@ def convert_regpropcoor(plan: Plan, r: np.ndarray, context: BlockContext, record
     """Region-proposal coordinates (vconcat / vextract): 16 elements per repeat on the src side, one element
     of each of 16 eight-element proposals on the dst side. Extraction swaps read and write. Data types other than
     B16/B32 and region ranges past 5 are dropped, as msSanitizer drops them."""
-    ok = ((r["data_type"] == DATA_B16) | (r["data_type"] == DATA_B32)) & (r["region_range"] <= 5)
+    ok = ((r["data_type"] == DataType.DATA_B16) | (r["data_type"] == DataType.DATA_B32)) & (r["region_range"] <= 5)
     drop(context, "VEC_REGPROPCOOR_OP records dropped: data type not B16/B32 or region range past 5", int((~ok).sum()))
     size = data_size(r["data_type"])
     extract = r["is_extract"] != 0
@@ -729,7 +711,7 @@ def convert_scatter(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     """SCATTERVNCHWCONV (transpose through VA registers): 16 source blocks read (src0's 8 addresses, then
     src1's), then 16 destination blocks written; each address repeats ``repeat`` times. B8 data moves 16-byte
     halves (the high half with the high-half flag) and its strides count in those halves."""
-    b8 = r["data_type"] == DATA_B8
+    b8 = r["data_type"] == DataType.DATA_B8
     size = np.where(b8, 16, 32)
     for kind, prefix, stride, high in (
         (EventKind.READ, "src", r["src_stride"], r["src_high_half"]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 
 MAX_NAME: Final = 4096  # kernel names, source files, functions (characters): a path's PATH_MAX
 MAX_LOG_TEXT: Final = 4096  # one client log line

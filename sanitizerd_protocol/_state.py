@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from sanitizerd.protocol import messages as m
+from sanitizerd_protocol import messages as m
 
 
 class Role(enum.Enum):

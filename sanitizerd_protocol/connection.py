@@ -16,12 +16,12 @@ from typing import Final
 
 import msgspec
 
-from sanitizerd.protocol import messages as m
-from sanitizerd.protocol._buffer import ReceiveBuffer
-from sanitizerd.protocol._state import ENDING, Role, State, allowed, next_state
-from sanitizerd.protocol.errors import LocalProtocolError, RemoteProtocolError
-from sanitizerd.protocol.records import EVENT_DTYPE
-from sanitizerd.protocol.texts import cap_strings
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol._buffer import ReceiveBuffer, ReceivingEnd
+from sanitizerd_protocol._state import ENDING, Role, State, allowed, next_state
+from sanitizerd_protocol.errors import LocalProtocolError, RemoteProtocolError
+from sanitizerd_protocol.records import EVENT_DTYPE
+from sanitizerd_protocol.texts import cap_strings
 
 # 64 MiB holds more than a million events per batch; larger frames only delay backpressure.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
@@ -87,7 +87,7 @@ def shown(text: str, limit: int = 80) -> str:
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
-class Connection:
+class Connection(ReceivingEnd):
     """Protocol state of one connection, from one end's point of view."""
 
     def __init__(self, role: Role, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
@@ -96,21 +96,12 @@ class Connection:
         self.state = State.HANDSHAKE
         self.client_role: str | None = None  # from the hello, once seen
         self._peer = Role.SERVER if role is Role.CLIENT else Role.CLIENT
-        self._buffer = ReceiveBuffer()
-        self._eof = False
+        super().__init__()
         self._client_sent_close = False
         self._encoder = msgspec.msgpack.Encoder()
         self._cuts: list[tuple[str, int]] = []
 
     # --- receiving ---------------------------------------------------------------------------------------------
-
-    def receive_data(self, data: bytes) -> None:
-        if data:
-            if self._eof:
-                raise LocalProtocolError("data received after EOF", reason="unexpected_message")
-            self._buffer.append(data)
-        else:
-            self._eof = True
 
     def get_buffer(self) -> memoryview:
         """Writable memory (never empty) for the next received bytes; report how many with ``buffer_updated``.
@@ -118,8 +109,7 @@ class Connection:
         While a frame is incomplete this is the rest of that frame's own array, so a read never goes past it;
         between frames it is a scratch area the thread's connections share, so report what was read into it
         before another connection of the thread asks for its buffer (read, then report, with no wait between)."""
-        if self._eof:
-            raise LocalProtocolError("data received after EOF", reason="unexpected_message")
+        self._refuse_after_eof()
         return self._buffer.get_buffer()
 
     @property

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from sanitizerd.findings.model import MAX_SUPPRESSIONS, Finding, SessionInfo, Suppression
+from sanitizerd_protocol.model import MAX_SUPPRESSIONS, Finding, SessionInfo, Suppression
 
 PROTOCOL_VERSION = 1
 

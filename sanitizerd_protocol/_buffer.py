@@ -14,6 +14,8 @@ from collections import deque
 
 import numpy as np
 
+from sanitizerd_protocol.errors import LocalProtocolError
+
 # One read between frames: several small frames at once, or the head of a large one (which is then copied once
 # into its gathered array, a few per cent of a batch frame).
 SCRATCH_SIZE = 1 << 18
@@ -161,3 +163,25 @@ class ReceiveBuffer:
                 self._offset = need
                 need = 0
         return b"".join(parts)
+
+
+class ReceivingEnd:
+    """What every sans-I/O door does with the bytes the I/O layer feeds it: hold them in a ``ReceiveBuffer`` until
+    they make a frame, and remember the peer's EOF. Both doors take bytes alike so that one I/O loop drives both."""
+
+    def __init__(self) -> None:
+        self._buffer = ReceiveBuffer()
+        self._eof = False
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes read from the peer; ``b""`` at its EOF."""
+        if data:
+            self._refuse_after_eof()
+            self._buffer.append(data)
+        else:
+            self._eof = True
+
+    def _refuse_after_eof(self) -> None:
+        # Only the I/O layer feeds bytes, and it saw the EOF itself: more after it is our caller's bug, not the peer's.
+        if self._eof:
+            raise LocalProtocolError("data received after EOF", reason="unexpected_message")

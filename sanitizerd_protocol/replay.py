@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sanitizerd.protocol.messages import SignatureEntry
+from sanitizerd_protocol.messages import SignatureEntry
 
 
 def is_state(entry: SignatureEntry) -> bool:
