@@ -20,6 +20,76 @@ FRACTAL = 512  # bytes of one 16 x 16 fractal (msSanitizer's MATRIX_FRACTAL_SIZE
 FRACTAL_ROW = 32
 UNIT_FLAG_EVENT = 11  # msSanitizer's event id for generated syncs, apart from user ids 0..7
 
+# The members of msSanitizer's structs the longer converters read, as one table (payload_dtype: C member names,
+# renamed where the converter calls them otherwise); a one-line layout stays beside its converter.
+MATRIX_MUL_DTYPE = payload_dtype(
+    "MarixMulOpRecord",
+    "dst src0 src1 m k n src0RepeatStride dstBlockSize src0BlockSize src1BlockSize src0Repeat dstBlockNum"
+    " src0BlockNum src1BlockNum dstAlignSize src0AlignSize src1AlignSize cmatrixSource cmatrixInitVal"
+    " enUnitFlag=unit_flag",
+)
+MMAD_A5_DTYPE = payload_dtype(
+    "MmadA5Record",
+    "dst src0 src1 m k n dstBlockNum src0BlockNum src1BlockNum src0AlignSize src1AlignSize src0Dtype src1Dtype"
+    " cmatrixSource cmatrixInitVal enUnitFlag=unit_flag",
+)
+LOAD_2D_DTYPE = payload_dtype(
+    "Load2DRecord",
+    "dst src baseIdx srcStride dstStride blockSize repeat dstMemType=dst_mem srcMemType=src_mem addrCalMode:<u4",
+)
+LOAD_2D_SPARSE_DTYPE = payload_dtype(
+    "Load2DSparseRecord", "dst src0 src1 startId repeat dstMemType=dst_mem srcMemType=src_mem"
+)
+LOAD_2D_TRANSPOSE_DTYPE = payload_dtype(
+    "Load2DTransposeRecord",
+    "dst src indexId srcStride dstStride dstFracStride repeat addrMode dataType dstMemType=dst_mem srcMemType=src_mem",
+)
+LOAD_L1_2D_DTYPE = payload_dtype(
+    "LoadL12DRecord",
+    "dst src mStartPosition=m_start kStartPosition=k_start mStep kStep srcStride dstStride dstMemType=dst_mem"
+    " transposeMode=transpose:<u4 detailedDataType=detailed_type",
+)
+LOAD_L1_MX_2D_DTYPE = payload_dtype(
+    "LoadL1Mx2DRecord",
+    "dst src xStartPosition=x_start yStartPosition=y_start xStep yStep srcStride dstStride dstMemType=dst_mem",
+)
+LOAD_IMAGE_DTYPE = payload_dtype(
+    "LoadImageRecord",
+    "dst horSize verSize horStartP=hor_start verStartP=ver_start sHorRes lPadSize=l_pad rPadSize=r_pad dataType"
+    " dstMemType=dst_mem topPadSize=top_pad botPadSize=bot_pad",
+)
+LOAD_A_WINOGRAD_DTYPE = payload_dtype(
+    "LoadAWinogradRecord",
+    "dst src fmSizeW=fm_w fmSizeH=fm_h fmSizeCh=fm_ch extStepK=ext_k extStepM=ext_m dstStartPointK=dst_start_k"
+    " dstStartPointM=dst_start_m innerDstGap dataType dstMemType=dst_mem srcMemType=src_mem",
+)
+LOAD_B_WINOGRAD_DTYPE = payload_dtype(
+    "LoadBWinogradRecord",
+    "dst src srcRptStride dstRptStride innerDstStride repeat dstMemType=dst_mem srcMemType=src_mem",
+)
+BROADCAST_DTYPE = payload_dtype(
+    "BroadcastRecord",
+    "dst src nBurst lenBurst srcGap dstGap enableRepeat srcDataType=src_type dstDataType=dst_type"
+    " dstMemType=dst_mem srcMemType=src_mem",
+)
+LOAD_3D_V2_DTYPE = payload_dtype(
+    "Load3DV2Record",
+    "dst src dstStride fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
+    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
+    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times outputMPos=output_m_pos dataType"
+    " dstMemType=dst_mem srcMemType=src_mem fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left"
+    " fMapRightPad=pad_right filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode"
+    " transposeMode=transpose",
+)
+LOAD_3D_DTYPE = payload_dtype(
+    "Load3DRecord",
+    "dst src fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
+    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
+    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times dataType dstMemType=dst_mem srcMemType=src_mem"
+    " fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left fMapRightPad=pad_right"
+    " filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode",
+)
+
 
 def _u(x: np.ndarray | int) -> np.ndarray:
     return np.asarray(x).astype(np.uint64)
@@ -57,20 +127,6 @@ def _in_grains(run: np.ndarray, stride: np.ndarray) -> dict[str, np.ndarray]:
     grain = np.gcd(run, stride)
     grain = np.where(grain == 0, 1, grain)
     return dict(block_size=grain, block_num=run // grain, repeat_stride=stride // grain)
-
-
-MATRIX_MUL_DTYPE = payload_dtype(
-    "MarixMulOpRecord",
-    "dst src0 src1 m k n src0RepeatStride dstBlockSize src0BlockSize src1BlockSize src0Repeat dstBlockNum"
-    " src0BlockNum src1BlockNum dstAlignSize src0AlignSize src1AlignSize cmatrixSource cmatrixInitVal"
-    " enUnitFlag=unit_flag",
-)
-
-MMAD_A5_DTYPE = payload_dtype(
-    "MmadA5Record",
-    "dst src0 src1 m k n dstBlockNum src0BlockNum src1BlockNum src0AlignSize src1AlignSize src0Dtype src1Dtype"
-    " cmatrixSource cmatrixInitVal enUnitFlag=unit_flag",
-)
 
 
 def _matrix(
@@ -133,12 +189,6 @@ def convert_mmad_a5(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     )
 
 
-LOAD_2D_DTYPE = payload_dtype(
-    "Load2DRecord",
-    "dst src baseIdx srcStride dstStride blockSize repeat dstMemType=dst_mem srcMemType=src_mem addrCalMode:<u4",
-)
-
-
 @plans(RecordType.LOAD_2D, dtype=LOAD_2D_DTYPE)
 def convert_load_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D: ``repeat`` fractals, one per repeat (strides in fractals), from ``src + baseIdx`` fractals
@@ -161,11 +211,6 @@ def convert_load_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], repeat_stride=r["dst_stride"], **common)
 
 
-LOAD_2D_SPARSE_DTYPE = payload_dtype(
-    "Load2DSparseRecord", "dst src0 src1 startId repeat dstMemType=dst_mem srcMemType=src_mem"
-)
-
-
 @plans(RecordType.LOAD_2D_SPARSE, dtype=LOAD_2D_SPARSE_DTYPE)
 def convert_load_2d_sparse(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_2D_SPARSE: ``repeat`` consecutive fractals of data and 128-byte index blocks read, fractals written."""
@@ -180,11 +225,6 @@ def convert_load_2d_sparse(plan: Plan, r: np.ndarray, context: BlockContext, rec
     plan.add(EventKind.READ, src, _u(r["src1"]) + start * np.uint64(128), block_size=128, **common)
     plan.add(EventKind.WRITE, _space(r["dst_mem"], ok), r["dst"], block_size=FRACTAL, **common)
 
-
-LOAD_2D_TRANSPOSE_DTYPE = payload_dtype(
-    "Load2DTransposeRecord",
-    "dst src indexId srcStride dstStride dstFracStride repeat addrMode dataType dstMemType=dst_mem srcMemType=src_mem",
-)
 
 _FRACTALS_PER_TYPE = np.ones(256, dtype=np.uint64)
 _FRACTALS_PER_TYPE[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [4, 2, 1, 2]
@@ -228,13 +268,6 @@ def convert_load_2d_transpose(plan: Plan, r: np.ndarray, context: BlockContext, 
         repeat_stride=_u(r["dst_stride"]) + np.uint64(1),
         **common,
     )
-
-
-LOAD_L1_2D_DTYPE = payload_dtype(
-    "LoadL12DRecord",
-    "dst src mStartPosition=m_start kStartPosition=k_start mStep kStep srcStride dstStride dstMemType=dst_mem"
-    " transposeMode=transpose:<u4 detailedDataType=detailed_type",
-)
 
 
 @plans(RecordType.LOAD_L1_2D, dtype=LOAD_L1_2D_DTYPE)
@@ -287,12 +320,6 @@ def convert_load_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_
         repeat=repeats,
         repeat_stride=r["dst_stride"],
     )
-
-
-LOAD_L1_MX_2D_DTYPE = payload_dtype(
-    "LoadL1Mx2DRecord",
-    "dst src xStartPosition=x_start yStartPosition=y_start xStep yStep srcStride dstStride dstMemType=dst_mem",
-)
 
 
 @plans(RecordType.LOAD_L1_MX_2D, dtype=LOAD_L1_MX_2D_DTYPE)
@@ -402,13 +429,6 @@ def convert_set_l1_2d(plan: Plan, r: np.ndarray, context: BlockContext, record_t
     )
 
 
-LOAD_IMAGE_DTYPE = payload_dtype(
-    "LoadImageRecord",
-    "dst horSize verSize horStartP=hor_start verStartP=ver_start sHorRes lPadSize=l_pad rPadSize=r_pad dataType"
-    " dstMemType=dst_mem topPadSize=top_pad botPadSize=bot_pad",
-)
-
-
 @plans(RecordType.LOAD_IMAGE, dtype=LOAD_IMAGE_DTYPE)
 def convert_load_image(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_IMAGE: the padded image written as (width + pads) x (height + pads) 32-byte blocks, on MTE2. The
@@ -457,13 +477,6 @@ def convert_load_b2(plan: Plan, r: np.ndarray, context: BlockContext, record_typ
     _copy(plan, r, ok, pipe=pipe, block_size=size)
 
 
-LOAD_A_WINOGRAD_DTYPE = payload_dtype(
-    "LoadAWinogradRecord",
-    "dst src fmSizeW=fm_w fmSizeH=fm_h fmSizeCh=fm_ch extStepK=ext_k extStepM=ext_m dstStartPointK=dst_start_k"
-    " dstStartPointM=dst_start_m innerDstGap dataType dstMemType=dst_mem srcMemType=src_mem",
-)
-
-
 def _element_size(data_type: np.ndarray) -> np.ndarray:
     return np.select([data_type == DataType.DATA_B16, data_type == DataType.DATA_B32], [2, 4], 1).astype(np.uint64)
 
@@ -502,12 +515,6 @@ def convert_load_a_winograd(plan: Plan, r: np.ndarray, context: BlockContext, re
     )
 
 
-LOAD_B_WINOGRAD_DTYPE = payload_dtype(
-    "LoadBWinogradRecord",
-    "dst src srcRptStride dstRptStride innerDstStride repeat dstMemType=dst_mem srcMemType=src_mem",
-)
-
-
 @plans(RecordType.LOAD_B_WINOGRAD, dtype=LOAD_B_WINOGRAD_DTYPE)
 def convert_load_b_winograd(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """LOAD_B_WINOGRAD: per repeat, 9 fractals read and 4 fractals written (innerDstStride apart)."""
@@ -524,13 +531,6 @@ def convert_load_b_winograd(plan: Plan, r: np.ndarray, context: BlockContext, re
         read=dict(block_num=9, repeat_stride=r["src_rpt_stride"]),
         write=dict(block_num=4, block_stride=r["inner_dst_stride"], repeat_stride=r["dst_rpt_stride"]),
     )
-
-
-BROADCAST_DTYPE = payload_dtype(
-    "BroadcastRecord",
-    "dst src nBurst lenBurst srcGap dstGap enableRepeat srcDataType=src_type dstDataType=dst_type"
-    " dstMemType=dst_mem srcMemType=src_mem",
-)
 
 
 @plans(RecordType.BROADCAST, dtype=BROADCAST_DTYPE)
@@ -558,16 +558,6 @@ def convert_broadcast(plan: Plan, r: np.ndarray, context: BlockContext, record_t
         ),
     )
 
-
-LOAD_3D_V2_DTYPE = payload_dtype(
-    "Load3DV2Record",
-    "dst src dstStride fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
-    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
-    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times outputMPos=output_m_pos dataType"
-    " dstMemType=dst_mem srcMemType=src_mem fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left"
-    " fMapRightPad=pad_right filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode"
-    " transposeMode=transpose",
-)
 
 _BITS_OF_TYPE = np.zeros(256, dtype=np.int64)
 _BITS_OF_TYPE[[DataType.DATA_B4, DataType.DATA_B8, DataType.DATA_B16, DataType.DATA_B32]] = [4, 8, 16, 32]
@@ -686,16 +676,6 @@ def convert_load_3d_v2(plan: Plan, r: np.ndarray, context: BlockContext, record_
         repeat=-(-k_src // elements) & 0xFFFF,
         repeat_stride=r["dst_stride"],
     )
-
-
-LOAD_3D_DTYPE = payload_dtype(
-    "Load3DRecord",
-    "dst src fMapW=fmap_w fMapH=fmap_h fMapC=fmap_c filterW filterH matrixRptStride=rpt_stride"
-    " filterWStride=filter_w_stride filterHStride=filter_h_stride matrixKPos=k_pos matrixMPos=m_pos"
-    " matrixKStep=k_step matrixMStep=m_step matrixRptTimes=rpt_times dataType dstMemType=dst_mem srcMemType=src_mem"
-    " fMapTopPad=pad_top fMapBottomPad=pad_bottom fMapLeftPad=pad_left fMapRightPad=pad_right"
-    " filterWDilation=dilation_w filterHDilation=dilation_h matrixMode matrixRptMode=rpt_mode",
-)
 
 
 def _covered(size, before, after, window, stride, dilation):
