@@ -111,7 +111,9 @@ def non_repeating_stream(n_events: int, layout: str) -> np.ndarray:
     return events
 
 
-def measure_non_repeating(sizes: list[int], layout: str, batch: int, repeat: int) -> dict[str, int]:
+def measure_non_repeating(
+    sizes: list[int], layout: str, batch: int, repeat: int, log_level: str = "warn"
+) -> dict[str, int]:
     """events/s per stream size, by the wall clock and by this process's CPU time (the machine is shared: CPU time
     is the steadier of the two), best of ``repeat`` runs (more for streams under 3 M events, so that a short
     stream's figure is not one moment of a shared machine); a small stream first, untimed, so that no size pays for
@@ -123,7 +125,7 @@ def measure_non_repeating(sizes: list[int], layout: str, batch: int, repeat: int
         total_bytes = (-(-n // 3) + BLOCKS) * TILE_BYTES
         wall, cpu = 0.0, 0.0
         for _ in range(max(repeat, -(-3_000_000 // n))):  # small streams run until 3 M events were measured
-            w, c = measure_both(["memcheck"], events, batch, total_bytes, stores=False)
+            w, c = measure_both(["memcheck"], events, batch, total_bytes, stores=False, log_level=log_level)
             wall, cpu = max(wall, w), max(cpu, c)
         print(f"memcheck, non-repeating ({layout}), {n / 1e6:g} M events: {wall / 1e6:.2f} M events/s on one core "
               f"({cpu / 1e6:.2f} M/s of CPU time)")  # fmt: skip
@@ -157,11 +159,11 @@ def measure(tools: list[str], events: np.ndarray, batch: int, total_bytes: int, 
 
 
 def measure_both(
-    tools: list[str], events: np.ndarray, batch: int, total_bytes: int, stores: bool = True
+    tools: list[str], events: np.ndarray, batch: int, total_bytes: int, stores: bool = True, log_level: str = "warn"
 ) -> tuple[float, float]:
     """events/s through ``tools``: by the wall clock, and by this process's CPU time."""
     context = SessionContext(job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"),
-                             config=Config(tools=tools))  # fmt: skip
+                             config=Config(tools=tools, log_level=log_level))  # fmt: skip
     detectors = create_detectors(context)
     for detector in detectors:
         for address in (GM_X, GM_Y, GM_Z):
@@ -191,6 +193,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="0.3,1,3,9", help="stream sizes for --non-repeating, M events")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size (--non-repeating) or rounds (--baseline)")
     parser.add_argument("--baseline", metavar="ROOT", help="also measure the sanitizerd of this checkout, alternating")
+    parser.add_argument("--log-level", choices=("info", "warn", "error"), default="warn",
+                        help="the sessions' level: error skips multi-core stomping, as msSanitizer does")  # fmt: skip
     args = parser.parse_args()
     if args.baseline:
         argv = sys.argv[1:]
@@ -201,7 +205,7 @@ def main() -> None:
     if args.non_repeating:
         sizes = [round(float(m) * 1e6) for m in args.sizes.split(",")]
         result = {"batch_events": args.batch_events, "layout": args.layout}
-        result.update(measure_non_repeating(sizes, args.layout, args.batch_events, args.repeat))
+        result.update(measure_non_repeating(sizes, args.layout, args.batch_events, args.repeat, args.log_level))
         print(json.dumps(result))
         return
     tiles = 4000 if args.quick else args.tiles
@@ -215,7 +219,7 @@ def main() -> None:
         ("memcheck+initcheck", ["memcheck", "initcheck"]),
         ("memcheck+initcheck+synccheck", ["memcheck", "initcheck", "synccheck"]),
     ):
-        rate, cpu = measure_both(tools, events, args.batch_events, total_bytes)
+        rate, cpu = measure_both(tools, events, args.batch_events, total_bytes, log_level=args.log_level)
         print(f"{name}: {rate / 1e6:.2f} M events/s on one core ({cpu / 1e6:.2f} M/s of CPU time)")
         result[f"{name}_events_per_s"] = round(rate)
         result[f"{name}_cpu_events_per_s"] = round(cpu)

@@ -145,6 +145,20 @@ class TestPlantedBugs:
         assert all(f["location"]["file"].endswith("planted.py") for f in of_kind if f["location"])
 
 
+class TestLogLevelError:
+    def test_skips_the_stomping_check_only(self, daemon: RunningDaemon) -> None:
+        """--log-level=error skips multi-core stomping (a warning nobody would see), as msSanitizer does; the same
+        kernel at the default level is reported (TestPlantedBugs), and errors are still checked at error level."""
+        for bug, kinds in (("out_of_bounds", set()), ("illegal_read", {"illegal_read", "uninitialized_read"})):
+            result = sanitizerd(
+                "run", "--socket", str(daemon.socket), *ALL_TOOLS, "--log-level=error",
+                "--", sys.executable, str(PLANTED), bug,
+            )  # fmt: skip
+            job = JOB.search(result.stdout).group(1)
+            query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
+            assert {f["kind"] for f in json.loads(query.stdout)} == kinds, bug
+
+
 class TestMappings:
     def test_instructions_stream_mssanitizer_events(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """DataCopy, DataCopyPad and a MASK_COUNT vector op stream the events of reference §1.7."""
