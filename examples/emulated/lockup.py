@@ -10,7 +10,7 @@ hands the result to MTE3 (V -> MTE3), which writes it back to GM. BUG is one of 
 - ``unset_flag``: block 1's MTE3 waits on a flag from PIPE_S (event 3) that nothing sets (``stuck-mte3``). PIPE_S
   itself is not waiting, so it could still set the flag: the daemon cannot know the kernel is locked until the
   program is stopped (Ctrl-C), and then reports PIPE_MTE3 of block 1 locked up.
-- ``cycle``: in block 0, PIPE_V waits for MTE3 (``stuck-v``) and MTE3 for V (``stuck-mte3-cycle``), neither
+- ``cycle``: in block 0, PIPE_V waits for MTE3 (``cycle-v``) and MTE3 for V (``cycle-mte3``), neither
   having set the other's flag: nothing left can set either, and the daemon reports both while the kernel runs.
 - ``silent``: every wait is met, but the kernel never ends and sends nothing more (a hang outside the records):
   the daemon reports the launch silent after ``serve --silent-kernel-after`` seconds.
@@ -22,6 +22,7 @@ SIGINT, as a process stuck in the driver may, and only SIGKILL ends it.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -50,8 +51,8 @@ def main(bug: str, deaf: bool) -> None:
         block.set_flag(Pipe.MTE2, Pipe.V, 0)
         block.wait_flag(Pipe.MTE2, Pipe.V, 0)
         if bug == "cycle" and block.idx == 0:
-            block.wait_flag(Pipe.MTE3, Pipe.V, 2)  # BUG: cycle  # line: stuck-v
-            block.wait_flag(Pipe.V, Pipe.MTE3, 2)  # line: stuck-mte3-cycle
+            block.wait_flag(Pipe.MTE3, Pipe.V, 2)  # BUG: cycle  # line: cycle-v
+            block.wait_flag(Pipe.V, Pipe.MTE3, 2)  # line: cycle-mte3
             return
         block.vector(ys, [xs, xs], repeat=REPEAT)
         block.set_flag(Pipe.V, Pipe.MTE3, 1)
@@ -67,7 +68,7 @@ def main(bug: str, deaf: bool) -> None:
         client.close()
         return
     launch, sent = kernel.run_unended(body)
-    print(f"lockup.py: launch {launch} hangs after {sent} events", flush=True)
+    print(f"lockup.py: pid {os.getpid()} launch {launch} hangs after {sent} events", flush=True)
     threading.Event().wait()  # the launch never ends: hung until killed
 
 
