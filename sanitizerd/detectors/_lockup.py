@@ -20,7 +20,8 @@ import numpy as np
 
 from sanitizerd_protocol.records import EventKind
 
-_WAIT, _SET, _FINISH = EventKind.WAIT_FLAG, EventKind.SET_FLAG, EventKind.BLOCK_FINISH
+# plain ints: numpy compares an IntEnum through Python's enum machinery, on every batch
+_WAIT, _SET, _FINISH = int(EventKind.WAIT_FLAG), int(EventKind.SET_FLAG), int(EventKind.BLOCK_FINISH)
 # (block, pipe) tails and (block, src, dst, event id) flags one launch may track: a block id is 16 bits and a pipe
 # 8, so a hostile client could name millions of each; past this many the launch's lock-up check stops, said so.
 MAX_LOCKUP_KEYS = 1 << 20
@@ -54,6 +55,8 @@ def _merge(
     else:
         values[at[found]] = new_values[found]
     fresh = ~found
+    if not fresh.any():  # the common case once a launch's pipes have all been seen
+        return keys, values
     return np.insert(keys, at[fresh], new_keys[fresh]), np.insert(values, at[fresh], new_values[fresh])
 
 
@@ -69,11 +72,13 @@ class PipeTails:
         self.reported = np.empty(0, dtype=np.uint64)  # pipe keys already reported locked
         self.stopped = ""  # why the check stopped for this launch ("" while it runs)
 
-    def add(self, events: np.ndarray, syncs: np.ndarray, rows_of: Callable[[np.ndarray], np.ndarray]) -> None:
+    def add(self, events: np.ndarray, syncs: np.ndarray, rows_of: Callable[[np.ndarray], np.ndarray]) -> bool:
         """A batch: its ``events``, synccheck's rows of its set_flag/wait_flag (``syncs``), and ``rows_of`` making
-        the rows of chosen events (only each pipe's last is made: most records are not syncs)."""
+        the rows of chosen events (only each pipe's last is made: most records are not syncs). Whether a pipe may
+        have become stuck: only a pipe whose last record is now a wait can, and a pipe waiting on it can become
+        locked only then too."""
         if self.stopped or not events.size:
-            return
+            return False
         kind = events["kind"]
         finish = kind == _FINISH
         if finish.any():
@@ -83,9 +88,8 @@ class PipeTails:
         keys = pipe_keys(events["block_type"], events["block_id"], slot)
         # the last record of each (block, pipe) in the batch: unique over the batch reversed takes the last
         last_keys, last_from_end = np.unique(keys[::-1], return_index=True)
-        self.tail_keys, self.tails = _merge(
-            self.tail_keys, self.tails, last_keys, rows_of(events.size - 1 - last_from_end), add=False
-        )
+        last_rows = rows_of(events.size - 1 - last_from_end)
+        self.tail_keys, self.tails = _merge(self.tail_keys, self.tails, last_keys, last_rows, add=False)
         if syncs.size:
             synced = syncs
             new_keys, inverse = np.unique(flag_keys(synced), return_inverse=True)
@@ -96,6 +100,8 @@ class PipeTails:
             self.stopped = f"more than {MAX_LOCKUP_KEYS} distinct (block, pipe) or (block, flag) pairs"
             self.tail_keys, self.tails = self.tail_keys[:0], self.tails[:0]
             self.flag_keys, self.balance = self.flag_keys[:0], self.balance[:0]
+            return False
+        return bool((last_rows["kind"] == _WAIT).any())
 
     def stuck(self) -> np.ndarray:
         """The last record of every stuck pipe: a wait_flag nothing received sets, in a block not finished."""

@@ -150,8 +150,7 @@ class Synccheck:
         seq = np.arange(self.seen, self.seen + events.size, dtype=np.uint64)
         self.seen += events.size
         syncs = _rows(events, np.flatnonzero(is_sync), seq) if is_sync.any() else self.slots[:0]
-        self.tails.add(events, syncs, lambda index: _rows(events, index, seq))
-        if syncs.size:  # only a sync can make a pipe newly stuck
+        if self.tails.add(events, syncs, lambda index: _rows(events, index, seq)):
             self._lockups(self.tails.locked())
         if syncs.size:
             self.pairs.append(syncs)
