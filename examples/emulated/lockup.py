@@ -73,9 +73,7 @@ def main(bug: str, deaf: bool) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    deaf = "--deaf" in args
-    args = [a for a in args if a != "--deaf"]
-    if len(args) != 1 or args[0] not in BUGS:
+    bug, *flags = sys.argv[1:] or [""]
+    if bug not in BUGS or flags not in ([], ["--deaf"]):
         raise SystemExit(f"usage: lockup.py {{{'|'.join(BUGS)}}} [--deaf]")
-    main(args[0], deaf)
+    main(bug, deaf=flags == ["--deaf"])

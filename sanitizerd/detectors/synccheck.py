@@ -207,18 +207,15 @@ class Synccheck:
         self._room, self._left_out = MAX_KERNEL_FINDINGS, [0, 0]
         found = self._findings("kernel_locked_up", rows)
         if self._left_out[0]:
-            launch = self.kernel
-            found.append(
-                self.context.finding(
-                    "internal_error",
-                    kernel=launch.name if launch else None,
-                    space="",
-                    detail=left_out_text("synccheck", *self._left_out),
-                )
-            )
+            found.append(self._kernel_error(left_out_text("synccheck", *self._left_out)))
         self._room, self._left_out = room, left_out
         found.sort(key=lambda f: f.serial)
         self.early.extend(found)
+
+    def _kernel_error(self, detail: str) -> Finding:
+        """An internal_error of the running kernel: what synccheck could not check of it, and why."""
+        launch = self.kernel
+        return self.context.finding("internal_error", kernel=launch.name if launch else None, space="", detail=detail)
 
     def _cut_short(self) -> list[Finding]:
         """The session ended while its kernel ran (Ctrl-C, the program killed or crashed) with pipes stuck on a
@@ -232,14 +229,10 @@ class Synccheck:
 
     def kernel_end(self) -> list[Finding]:
         if self.stopped:
-            launch = self.kernel
             findings = [
-                self.context.finding(
-                    "internal_error",
-                    kernel=launch.name if launch else None,
-                    space="",
-                    detail=f"synccheck stopped checking this kernel after {self.seen} events: {self.stopped}; its "
-                    "set_flag/wait_flag pairs are not reported",
+                self._kernel_error(
+                    f"synccheck stopped checking this kernel after {self.seen} events: {self.stopped}; its "
+                    "set_flag/wait_flag pairs are not reported"
                 )
             ]
         else:
@@ -247,15 +240,7 @@ class Synccheck:
             findings = self._unpaired() + self._redundant()
             findings.sort(key=lambda f: f.serial)
             if self._left_out[0]:
-                launch = self.kernel
-                findings.append(
-                    self.context.finding(
-                        "internal_error",
-                        kernel=launch.name if launch else None,
-                        space="",
-                        detail=left_out_text("synccheck", *self._left_out),
-                    )
-                )
+                findings.append(self._kernel_error(left_out_text("synccheck", *self._left_out)))
         self.kernel = None
         self._reset()
         return findings
@@ -326,13 +311,10 @@ class Synccheck:
     def finish(self) -> list[Finding]:
         if self.kernel is None:
             return []
-        if self.stopped or not self.tails.stopped:
-            return self._cut_short() if not self.stopped and self.tails.stuck().size else self.kernel_end()
-        launch = self.kernel
-        unlooked = self.context.finding(
-            "internal_error",
-            kernel=launch.name if launch else None,
-            space="",
-            detail=f"synccheck stopped looking for locked pipes in this kernel: {self.tails.stopped}",
-        )
-        return [*self.kernel_end(), unlooked]
+        if self.stopped:  # it said why at its stop; nothing of the kernel is held
+            return self.kernel_end()
+        if self.tails.stopped:  # a launch not looked at for lock-ups must not read as free of them
+            why = self.tails.stopped
+            unlooked = self._kernel_error(f"synccheck stopped looking for locked pipes in this kernel: {why}")
+            return [*self.kernel_end(), unlooked]
+        return self._cut_short() if self.tails.stuck().size else self.kernel_end()
