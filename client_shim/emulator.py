@@ -148,6 +148,20 @@ class KernelEmulator:
         self.client.kernel_end(kernel)
         return self.client.wait_kernel(kernel, timeout=timeout)
 
+    def run_unended(self, body: Callable[[Block], None]) -> tuple[int, int]:
+        """Run ``body`` once per block and stream every block's events, but neither finish the blocks nor end the
+        launch: what a kernel that hangs has sent. The launch's id and the events sent; the caller decides how the
+        program hangs."""
+        kernel = self.client.kernel_begin(self.name, self.block_dim, self.kernel_type)
+        sent = 0
+        for block_type, index in self.blocks():
+            block = Block(self, index, block_type)
+            body(block)
+            sent += sum(part.size for part in block._events)
+            block.flush(kernel)
+        self.client.flush()
+        return kernel, sent
+
 
 class Block:
     """One block (AI core) of a kernel launch: its on-chip tensors and its instructions, in program order."""

@@ -83,6 +83,10 @@ them with the defaults.
 ``max_live_allocations``
     live allocations (malloc without its free) one session may hold; one more ends the session
     (``resource_limit``). An integer from 1 to 2^30; default 262 144.
+``silent_kernel_after``
+    seconds a running kernel launch may send nothing before it is reported silent (a ``kernel_silent`` error: it
+    may be locked up, and what it does after is not checked until it sends again); once per launch
+    (``sanitizerd_kernels_silent_total``). More than 0, at most 604800; default 300.
 ``job_grace``
     seconds a job whose last session closed is shown as "ending" (its ranks may restart). More than 0, at most
     604800 (a week); default 30.
@@ -204,6 +208,9 @@ LIMITS: dict[str, Limit] = {
         "events racecheck holds per kernel launch; later ones are not race-checked",
         at_least=1,
         at_most=1 << 40,
+    ),
+    "silent_kernel_after": _seconds(
+        "seconds a running kernel launch may send nothing before it is reported silent (kernel_silent)"
     ),
     "job_grace": _seconds("seconds a job whose last session closed is shown as ending, for ranks that restart"),
     "race_memory": Limit(

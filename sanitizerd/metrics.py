@@ -85,6 +85,11 @@ class Metrics:
             "Producer sessions that ended (not by a shutdown) having sent no device record and no replay signature",
             registry=r,
         )
+        self.kernels_silent = Counter(
+            "sanitizerd_kernels_silent",
+            "Kernel launches reported silent: nothing received for --silent-kernel-after seconds, and not ended",
+            registry=r,
+        )
         self.sessions_resumed = Counter(
             "sanitizerd_sessions_resumed", "Sessions resumed by a client whose daemon went away", registry=r
         )

@@ -24,6 +24,11 @@ KINDS: Final[dict[str, str]] = {
     "race_war": ERROR,
     "race_waw": ERROR,
     "deadlock": ERROR,
+    # synccheck: pipes stuck on a wait_flag nothing sets, while the kernel runs or once it is stopped (msSanitizer's
+    # "kernel locked up", master of Aug 2026)
+    "kernel_locked_up": ERROR,
+    # a kernel launch that sent nothing for --silent-kernel-after seconds and has not ended: not a clean kernel
+    "kernel_silent": ERROR,
     "unpaired_set_flag": WARNING,
     "redundant_set_flag": WARNING,
     "redundant_wait_flag": WARNING,

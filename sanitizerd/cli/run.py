@@ -57,6 +57,13 @@ STOP_SIGNALS: list[int] = []
 # worker process died: the listener starts another, which takes the connection once it is up).
 RECONNECT_WINDOW = 60.0
 RECONNECT_PAUSE = 0.2
+# Ctrl-C, as msSanitizer's master takes it (a kernel locked up on wait_flag never ends by itself): the first stops
+# the program (SIGINT passed on; SIGKILL once it has had KILL_GRACE seconds to go), and the run waits for the
+# daemon's report of the pipes each open launch was locked on; the second ends the run at once.
+CTRL_C_TEXT = "Ctrl-C received. Running kernel will be killed, and you can press Ctrl-C again to force quit."
+KILL_GRACE = 10.0
+# Embedded daemons still running: a forced quit ends them too, or they would outlive the run.
+EMBEDDED: list[subprocess.Popen[bytes]] = []
 
 
 class EmbeddedDaemon:
@@ -77,6 +84,7 @@ class EmbeddedDaemon:
              "--workers", "1"],
             stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
+        EMBEDDED.append(self.process)
 
     def connect(self, timeout: float = 20.0) -> ControlClient:
         deadline = time.monotonic() + timeout
@@ -89,6 +97,8 @@ class EmbeddedDaemon:
                 time.sleep(0.05)
 
     def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            EMBEDDED.remove(self.process)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -670,20 +680,54 @@ def _run_program(
     except OSError as exc:
         print(f"{PREFIX} ERROR: cannot start {options.program[0]}: {exc.strerror}", file=sys.stderr)
         return 1
-    # The child shares our terminal and gets ^C itself (so SIGINT is only noted); SIGTERM is passed on to it. We
-    # wait for it, then for the daemon's last checks; once either signal has come, for those at most
-    # INTERRUPTED_WAIT seconds more, so that a stopped job stops even while its daemon is slow.
+    # The child shares our terminal and gets ^C itself; SIGINT is also passed on (a signal sent to the run alone must
+    # stop the program too), and SIGTERM. We wait for it, then for the daemon's last checks: after a SIGTERM at most
+    # INTERRUPTED_WAIT seconds more, so that a stopped job stops even while its daemon is slow; after a Ctrl-C as
+    # long as the daemon takes, since its report of the locked pipes is what the user asked for, and a second
+    # Ctrl-C quits at once.
     interrupted = STOP_SIGNALS
+    ctrl_c: list[float] = []
+
+    def kill_if_alive() -> None:
+        if child.poll() is None:
+            with contextlib.suppress(OSError):
+                child.kill()
+
+    def force_quit() -> None:
+        kill_if_alive()
+        for process in EMBEDDED:
+            with contextlib.suppress(OSError):
+                process.terminate()
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"{PREFIX} Forced to quit by a second Ctrl-C: the run's report is incomplete.\n")
+            sys.stderr.flush()
+        os._exit(128 + signal.SIGINT)
 
     def on_signal(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT:
+            if ctrl_c:
+                force_quit()
+            ctrl_c.append(time.monotonic())
+            with contextlib.suppress(OSError):
+                sys.stderr.write(f"{PREFIX} {CTRL_C_TEXT}\n")
+                sys.stderr.flush()
+            if child.poll() is None:
+                with contextlib.suppress(OSError):
+                    child.send_signal(signum)
+                killer = threading.Timer(KILL_GRACE, kill_if_alive)
+                killer.daemon = True
+                killer.start()
+            return
         interrupted.append(signum)
-        if signum == signal.SIGTERM and child.poll() is None:
+        if child.poll() is None:
             child.send_signal(signum)
 
     previous = signal.signal(signal.SIGINT, on_signal)
     forward = signal.signal(signal.SIGTERM, on_signal)
     try:
         status = child.wait()
+        if ctrl_c and status < 0:  # msSanitizer's line for a program a signal ended
+            print(f"{PREFIX} user program {options.program[0]} exited by signal({-status})", file=out, flush=True)
         reporter.wait_job()
         _wait_for_reports(reporter, interrupted)
     finally:
@@ -712,6 +756,8 @@ def _run_program(
     out.flush()
     if options.error_exitcode is not None and reporter.errors:
         return options.error_exitcode
+    if ctrl_c:  # the program was stopped before it ended by itself: never a run that passed
+        return status if status > 0 else 128 + (-status if status < 0 else signal.SIGINT)
     if cut and status == 0:
         return 1  # part of the program ran unchecked: not a clean run
     status = status if status >= 0 else 128 - status

@@ -115,3 +115,6 @@ class Detector(Protocol):
     def finish(self) -> list[Finding]:
         """The session ended: end-of-run findings (leaks, unused memory)."""
         ...
+
+    # Optional: ``take_early() -> list[Finding]``, findings a detector made while the kernel runs, reported after the
+    # batch that made them rather than at the kernel's end (synccheck's lock-ups: a locked kernel never ends).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.detectors._lockup import PipeTails
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, fold_capped, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
@@ -134,6 +135,8 @@ class Synccheck:
         self.stopped = ""  # why this kernel's check stopped ("" while it runs)
         self._room = MAX_KERNEL_FINDINGS  # sites the kernel's report may still give
         self._left_out = [0, 0]  # sites, and their occurrences, past that
+        self.tails = PipeTails(SYNC_ROW)  # each pipe's last record: what a lock-up is read from
+        self.early: list[Finding] = []  # lock-ups found while the kernel runs, for the session to report at once
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
@@ -147,6 +150,8 @@ class Synccheck:
         seq = np.arange(self.seen, self.seen + events.size, dtype=np.uint64)
         self.seen += events.size
         syncs = _rows(events, np.flatnonzero(is_sync), seq) if is_sync.any() else self.slots[:0]
+        if self.tails.add(events, syncs, lambda index: _rows(events, index, seq)):
+            self._lockups(self.tails.locked())
         if syncs.size:
             self.pairs.append(syncs)
             self.held += syncs.size
@@ -187,16 +192,47 @@ class Synccheck:
         end_of_slot = np.searchsorted(erasers, (group << _SEQ_BITS) | _SEQ_MASK)
         self.slots = rows[last & (end_of_slot == erasers_before)]
 
+    def take_early(self) -> list[Finding]:
+        """Findings made while the kernel runs (a lock-up), handed over once: the session reports them at once."""
+        early, self.early = self.early, []
+        return early
+
+    def _lockups(self, locked: np.ndarray) -> None:
+        """A report of the locked pipes not reported yet (msSanitizer's ``kernel locked up at`` block, one finding
+        per site: ``dst_pipe`` the locked pipe, ``pipe`` the one whose set_flag it waits for)."""
+        rows = self.tails.unreported(locked)
+        if not rows.size:
+            return
+        room, left_out = self._room, self._left_out
+        self._room, self._left_out = MAX_KERNEL_FINDINGS, [0, 0]
+        found = self._findings("kernel_locked_up", rows)
+        if self._left_out[0]:
+            found.append(self._kernel_error(left_out_text("synccheck", *self._left_out)))
+        self._room, self._left_out = room, left_out
+        found.sort(key=lambda f: f.serial)
+        self.early.extend(found)
+
+    def _kernel_error(self, detail: str) -> Finding:
+        """An internal_error of the running kernel: what synccheck could not check of it, and why."""
+        launch = self.kernel
+        return self.context.finding("internal_error", kernel=launch.name if launch else None, space="", detail=detail)
+
+    def _cut_short(self) -> list[Finding]:
+        """The session ended while its kernel ran (Ctrl-C, the program killed or crashed) with pipes stuck on a
+        wait_flag: each is reported locked up, from the records received, as msSanitizer reports them once the
+        kernel is killed. Whether sets are unpaired cannot be judged of a kernel that never reached its end."""
+        self._lockups(self.tails.stuck())
+        found = self.take_early()
+        self.kernel = None
+        self._reset()
+        return found
+
     def kernel_end(self) -> list[Finding]:
         if self.stopped:
-            launch = self.kernel
             findings = [
-                self.context.finding(
-                    "internal_error",
-                    kernel=launch.name if launch else None,
-                    space="",
-                    detail=f"synccheck stopped checking this kernel after {self.seen} events: {self.stopped}; its "
-                    "set_flag/wait_flag pairs are not reported",
+                self._kernel_error(
+                    f"synccheck stopped checking this kernel after {self.seen} events: {self.stopped}; its "
+                    "set_flag/wait_flag pairs are not reported"
                 )
             ]
         else:
@@ -204,15 +240,7 @@ class Synccheck:
             findings = self._unpaired() + self._redundant()
             findings.sort(key=lambda f: f.serial)
             if self._left_out[0]:
-                launch = self.kernel
-                findings.append(
-                    self.context.finding(
-                        "internal_error",
-                        kernel=launch.name if launch else None,
-                        space="",
-                        detail=left_out_text("synccheck", *self._left_out),
-                    )
-                )
+                findings.append(self._kernel_error(left_out_text("synccheck", *self._left_out)))
         self.kernel = None
         self._reset()
         return findings
@@ -281,4 +309,12 @@ class Synccheck:
         return []
 
     def finish(self) -> list[Finding]:
-        return self.kernel_end() if self.kernel is not None else []
+        if self.kernel is None:
+            return []
+        if self.stopped:  # it said why at its stop; nothing of the kernel is held
+            return self.kernel_end()
+        if self.tails.stopped:  # a launch not looked at for lock-ups must not read as free of them
+            why = self.tails.stopped
+            unlooked = self._kernel_error(f"synccheck stopped looking for locked pipes in this kernel: {why}")
+            return [*self.kernel_end(), unlooked]
+        return self._cut_short() if self.tails.stuck().size else self.kernel_end()

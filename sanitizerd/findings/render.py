@@ -163,6 +163,12 @@ def _sdc(finding: Finding) -> Iterator[str]:
     yield f"{P}    in job {finding.job} session {finding.session} (pid {finding.pid}) on device {finding.device}"
 
 
+def _silent(finding: Finding) -> Iterator[str]:
+    """sanitizerd's own (msSanitizer waits for the kernel without a word): a kernel gone quiet is not a clean one."""
+    yield f"{P} ERROR: Kernel {finding.kernel} sent no record for {finding.detail} and has not ended"
+    yield f"{P}    on device {finding.device}: it may be locked up, and what it ran unseen was not checked"
+
+
 def _wire_mismatch(finding: Finding) -> Iterator[str]:
     yield f"{P} ERROR: msSanitizer's hooks speak another wire than this session's: nothing after this was checked"
     yield f"{P}    {finding.detail}"
@@ -176,6 +182,7 @@ _OWN_LAYOUT = {
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,
     "wire_mismatch": _wire_mismatch,
+    "kernel_silent": _silent,
 }
 
 
@@ -230,7 +237,22 @@ def _unused(group: list[Finding]) -> Iterator[str]:
     yield ""
 
 
-_GROUPED = {"memory_leak": _leaks, "unused_memory": _unused}
+def _locked_up(group: list[Finding]) -> Iterator[str]:
+    """synccheck's lock-up message (sync_info_display.h, msSanitizer master): one header, each locked pipe after a
+    separator line, and the count of pipes. A finding folds the blocks where one wait locked the same pipe, each
+    block a pipe of msSanitizer's count."""
+    yield f"{P} ERROR: Sync error detected. kernel locked up at"
+    for finding in group:
+        yield f"{P}    "
+        yield f"{P}    {finding.detail or 'WAIT_FLAG'} in {finding.kernel}"
+        yield f"{P}    by {finding.dst_pipe} in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+        yield from _code_lines(finding)
+    yield f"{P}    "
+    yield f"{P} SUMMARY: {sum(finding.count for finding in group)} pipe(s) locked up."
+    yield ""
+
+
+_GROUPED = {"memory_leak": _leaks, "unused_memory": _unused, "kernel_locked_up": _locked_up}
 
 
 def _suppressed(finding: Finding) -> Iterator[str]:

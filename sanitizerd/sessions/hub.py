@@ -89,6 +89,9 @@ class Limits:
     race_memory: int = field(default_factory=default_race_memory)
     # How long a job whose last session closed still counts as "ending" (its ranks may restart), not ended.
     job_grace: float = DEFAULT_JOB_GRACE
+    # Seconds a running kernel launch may send nothing before it is reported silent (a hung kernel that sends no
+    # record must not pass as clean): a real launch sends within seconds; hung ones are seen in minutes.
+    silent_kernel_after: float = 300.0
     # Groups whose members (besides root) may read every user's sessions and findings.
     admin_gids: frozenset[int] = frozenset()
     # Requests one control connection may hold open at once (wait_job, watch, job_start: each keeps state in the

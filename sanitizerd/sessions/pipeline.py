@@ -163,6 +163,9 @@ async def _apply(
         case Batch(events):
             await on_thread(lambda: detector.check(events))
             on_checked(detector.name, events.size)
+            # What a detector can tell before the kernel ends (synccheck's lock-ups: a locked kernel never ends)
+            take_early = getattr(detector, "take_early", None)
+            return take_early() if take_early is not None else []
         case StartKernel(launch):
             detector.kernel_begin(launch)
         case EndKernel():  # racecheck does a kernel's whole check here: keep it off the event loop

@@ -108,6 +108,30 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
         metrics.cpu_budget_cuts.labels(detector).inc()
         metrics.cpu_budget_unchecked_events.labels(detector).inc(events)
 
+    heard = [time.monotonic()]  # when the client last sent anything
+    silence = anyio.CancelScope()
+
+    async def watch_silence() -> None:
+        """A running launch that sends nothing for ``silent_kernel_after`` seconds is reported silent, once: a kernel
+        hung without a record to show it (or whose records stopped coming) must not end the run as clean."""
+        reported: object = None  # the launch last reported
+        with silence:
+            while True:
+                after = hub.limits.silent_kernel_after  # SIGHUP may change it
+                state, quiet = session.current, time.monotonic() - heard[0]
+                if state is None or state is reported:
+                    await anyio.sleep(after / 2)
+                    continue
+                if quiet < after:
+                    await anyio.sleep(after - quiet)
+                    continue
+                reported = state
+                state.errors += 1  # its verdict, should it still end, is not clean
+                metrics.kernels_silent.inc()
+                log.warning("kernel launch silent", session=session.id, kernel=state.launch.name, seconds=after)
+                name = state.launch.name
+                await publish([session.context.finding("kernel_silent", kernel=name, space="", detail=f"{after:g} s")])
+
     senders: list[tuple[str, MemoryObjectSendStream[Work]]] = []
     counted_bytes = 0  # bytes already added to the metric, which is bumped per frame, not per session
     try:
@@ -129,6 +153,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     on_budget_cut=on_budget_cut,
                 )
                 tg.start_soon(drive, detector, session.context, receive)
+            tg.start_soon(watch_silence)
             try:
                 while True:
                     # Frames already buffered are returned without a wait: yield now and then, so that one client's
@@ -136,6 +161,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                     if not stream.frames_received % YIELD_EVERY:
                         await anyio.lowlevel.checkpoint()
                     message = await stream.receive()
+                    heard[0] = time.monotonic()
                     metrics.frames.labels(type(message).__struct_config__.tag).inc()
                     metrics.bytes.inc(stream.bytes_received - counted_bytes)
                     counted_bytes = stream.bytes_received
@@ -184,6 +210,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 log.exception("session pump failed")
                 await hub.refuse(stream, "internal_error", "the daemon failed on this session's input; see its log")
             finally:
+                silence.cancel()
                 metrics.bytes.inc(stream.bytes_received - counted_bytes)
                 with anyio.CancelScope(shield=True):
                     for _, send in senders:
