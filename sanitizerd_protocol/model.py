@@ -24,6 +24,7 @@ KINDS: Final[dict[str, str]] = {
     "race_war": ERROR,
     "race_waw": ERROR,
     "deadlock": ERROR,
+    "dcci_missing": ERROR,  # racecheck --check-dcci: a cross-core dependency through the data cache without dcci
     "unpaired_set_flag": WARNING,
     "redundant_set_flag": WARNING,
     "redundant_wait_flag": WARNING,

@@ -144,6 +144,19 @@ def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
     yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
 
 
+def _dcci_missing(finding: Finding) -> Iterator[str]:
+    """racecheck's missing-dcci block (race_info_display.h, FormatMissDcciInfo): the write, then the read, each
+    without a hazard name."""
+    kernel = f" in {finding.kernel}" if finding.kernel else ""
+    yield f"{P} ERROR: Missing DCCI instructions detected on cross core data dependency at {finding.space}{kernel}:"
+    for access in finding.accesses:
+        head = (
+            f"{P}    {access.pipe} {access.op} at {access.address:#x} in block {block_list(access.blocks)} "
+            f"({access.block_type}) on device {finding.device} at "
+        )
+        yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
+
+
 def _deadlock(finding: Finding) -> Iterator[str]:
     """A wait the simulated pipeline can never pass (msSanitizer only logs "The pipe line is in the infinite
     loop!" and drops the rest of the kernel)."""
@@ -172,6 +185,7 @@ _OWN_LAYOUT = {
     **dict.fromkeys(_HAZARDS, _race),
     **dict.fromkeys(_SYNC_TITLES, _sync),
     "deadlock": _deadlock,
+    "dcci_missing": _dcci_missing,
     "register_not_reset": _register,
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,

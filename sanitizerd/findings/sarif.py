@@ -30,6 +30,7 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "race_raw": "Read-after-write hazard: two pipes or blocks access the same memory unordered.",
     "race_war": "Write-after-read hazard: two pipes or blocks access the same memory unordered.",
     "race_waw": "Write-after-write hazard: two pipes or blocks access the same memory unordered.",
+    "dcci_missing": "A scalar GM access another block depends on, without the dcci that makes it visible.",
     "deadlock": "A wait_flag that no set_flag ever releases: the pipeline cannot progress.",
     "unpaired_set_flag": "A set_flag without a matching wait_flag.",
     "redundant_set_flag": "A set_flag whose event was already set.",
