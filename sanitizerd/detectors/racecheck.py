@@ -663,9 +663,12 @@ class Kernel:
         order = np.argsort(keys, kind="stable")
         keys, useful = keys[order], useful[order]
         serial = self.access["serial"][rows]
-        beside = np.where(self.write[rows], serial + np.uint64(DCCI_WINDOW), serial - np.uint64(DCCI_WINDOW))
-        valid = (serial >= np.uint64(DCCI_WINDOW)) & (beside < limit)
-        wanted = (self.mblock[rows].astype(np.int64) << _SERIAL_BITS) | np.where(valid, beside, 0).astype(np.int64)
+        window = np.uint64(DCCI_WINDOW)
+        write = self.write[rows]
+        # Neither side wraps around u64: a write at the last serial or a read at the first has no neighbour there.
+        valid = np.where(write, serial < limit - window, (serial >= window) & (serial < limit))
+        beside = np.where(valid, np.where(write, serial + window, serial - window), 0)
+        wanted = (self.mblock[rows].astype(np.int64) << _SERIAL_BITS) | beside.astype(np.int64)
         found = np.minimum(np.searchsorted(keys, wanted), max(keys.size - 1, 0))
         hit = valid & (keys.size > 0) & (keys[found] == wanted)
         line = np.uint64(64 if self.context.chip.name.startswith("Ascend950") else 256)
