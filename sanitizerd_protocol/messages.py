@@ -240,6 +240,21 @@ class HostOp(Message, tag="host_op"):
     root: U64 = 0  # rootAddr: the heap an MSTX region is carved from
 
 
+U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF_FFFF)]
+
+
+class GuardWrite(Message, tag="guard_write"):
+    """A host-side write (msSanitizer's GM_ADDR_OUT_OF_BOUND_RECORD: a tiling function run on the host, the aicpu
+    tiling sink) of ``out_size`` bytes at ``out_address``, inside the guard area (``Config.padding`` bytes) after the
+    buffer of ``user_size`` bytes at ``user_address``. memcheck reports it as an illegal write; no device record
+    carries it."""
+
+    user_address: U64
+    user_size: U32
+    out_address: U64
+    out_size: U32
+
+
 class Ipc(Message, tag="ipc"):
     """IPC shared memory between the processes of one job (reference §1.1 IPCMemRecord): ``set`` exports
     ``[address, address + size)`` under ``name``; ``map`` makes it usable at ``address`` in this process;
@@ -450,6 +465,7 @@ AnyMessage = (
     | Events
     | KernelEnd
     | HostOp
+    | GuardWrite
     | Ipc
     | IpcResult
     | Log

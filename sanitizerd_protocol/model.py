@@ -14,6 +14,8 @@ WARNING: Final = "warning"
 KINDS: Final[dict[str, str]] = {
     "illegal_read": ERROR,
     "illegal_write": ERROR,
+    # a host-side write into the guard area after a GM buffer (msSanitizer's GM_ADDR_OUT_OF_BOUND, `--padding`)
+    "guard_write": ERROR,
     "misaligned_access": ERROR,
     "out_of_bounds": WARNING,
     "illegal_free": ERROR,

@@ -333,7 +333,7 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("check-cross-npu-races", _FOR_RACECHECK, _switch_on, "config.check_cross_npu_races", choices=YES_NO,
             about=("check races across different NPUs [no]",)),
     _Option("padding", _BASIC, _number, "config.padding", metavar="<N>", bounds=(MIN_GM_PADDING, MAX_GM_PADDING),
-            allowed=_DIGITS,
+            allowed=_LOWER | _DIGITS,
             invalid=f". range: {MIN_GM_PADDING}-{MAX_GM_PADDING} (bytes), default:{DEFAULT_GM_PADDING} (bytes)",
             about=(f"GM safe-zone size in bytes ({MIN_GM_PADDING}-{MAX_GM_PADDING}) [{DEFAULT_GM_PADDING}]",)),
     _Option("check-dcci", _FOR_RACECHECK, _switch_on, "config.check_dcci", choices=YES_NO,

@@ -157,6 +157,14 @@ def _dcci_missing(finding: Finding) -> Iterator[str]:
         yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
 
 
+def _guard_write(finding: Finding) -> Iterator[str]:
+    """memcheck's report of a host write into a GM guard area (mem_error_def.h, PrintGMAddrError): no location,
+    as the host side has no pc or call stack to give."""
+    yield f"{P} ERROR: illegal write of size {finding.size} byte(s)"
+    yield f"{P}    {finding.detail}"
+    yield f"{P}    in {finding.kernel or ''} on device {finding.device}"
+
+
 def _deadlock(finding: Finding) -> Iterator[str]:
     """A wait the simulated pipeline can never pass (msSanitizer only logs "The pipe line is in the infinite
     loop!" and drops the rest of the kernel)."""
@@ -186,6 +194,7 @@ _OWN_LAYOUT = {
     **dict.fromkeys(_SYNC_TITLES, _sync),
     "deadlock": _deadlock,
     "dcci_missing": _dcci_missing,
+    "guard_write": _guard_write,
     "register_not_reset": _register,
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,

@@ -21,6 +21,7 @@ SCHEMA_URI: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 DESCRIPTIONS: Final[dict[str, str]] = {
     "illegal_read": "A kernel read memory that is not allocated.",
     "illegal_write": "A kernel wrote memory that is not allocated.",
+    "guard_write": "A host-side function (aicpu tiling) wrote into the guard area after a GM buffer.",
     "misaligned_access": "A kernel accessed memory at an address not aligned as its space requires.",
     "out_of_bounds": "A kernel accessed memory past the end of the space.",
     "illegal_free": "A free of an address that is not allocated (never allocated, or freed already).",
