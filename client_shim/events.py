@@ -151,16 +151,12 @@ def dccis(
     entire: bool = False,
     target: DcciTarget = DcciTarget.CACHE_LINE_ALL,
     space: Space = Space.GM,
-    block_id: object = 0,
-    block_type: BlockType = BlockType.AIV,
-    serial: object = 0,
-    pc: object = 0,
-    location: object = 0,
+    **instruction: object,
 ) -> np.ndarray:
     """dcci instructions on PIPE_S: the data cache line holding ``address`` (the whole data cache when ``entire``)
-    cleaned and invalidated, for racecheck's --check-dcci (docs/protocol.md)."""
+    cleaned and invalidated, for racecheck's --check-dcci (docs/protocol.md). ``instruction``: its ``block_id``,
+    ``block_type``, ``serial``, ``pc`` and ``location``, as the other builders take them."""
     return make_events(
         kind=EventKind.DCCI, pipe=Pipe.S, space=space, address=address,
-        mode=DCCI_ENTIRE if entire else DCCI_SINGLE_LINE, event_id=target, block_id=block_id, block_type=block_type,
-        serial=serial, pc=pc, location=location, block_size=0,
+        mode=DCCI_ENTIRE if entire else DCCI_SINGLE_LINE, event_id=target, block_size=0, **instruction,
     )  # fmt: skip

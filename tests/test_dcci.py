@@ -4,18 +4,13 @@ clean kernel, a read that comes before the write, and the check left off are sil
 
 from __future__ import annotations
 
-import json
-import re
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, RunningDaemon, sanitizerd
+from tests.conftest import ROOT, RunningDaemon, run_example
 
 pytestmark = pytest.mark.first_pass_only("racecheck --check-dcci on an emulated kernel: the same code in a worker")
 
 DCCI = ROOT / "examples" / "emulated" / "dcci.py"
-JOB = re.compile(r"SUMMARY: job (\S+):")
 RACECHECK = ("-t", "racecheck", "--check-dcci=yes")
 
 
@@ -27,11 +22,7 @@ def marked_line(name: str) -> int:
 
 
 def run_job(daemon: RunningDaemon, bug: str, *options: str) -> tuple[list[dict], str]:
-    result = sanitizerd("run", "--socket", str(daemon.socket), *options, "--", sys.executable, str(DCCI), bug)
-    assert result.returncode == 0, result.stderr + result.stdout
-    job = JOB.search(result.stdout).group(1)
-    query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
-    return json.loads(query.stdout), result.stdout
+    return run_example(daemon, [str(DCCI), bug], *options)
 
 
 @pytest.mark.parametrize("bug", ["write_without_dcci", "read_without_dcci", "dcci_on_other_line"])

@@ -5,8 +5,6 @@ read at the offsets wires.json measured; hostile guard_write frames and floods."
 from __future__ import annotations
 
 import json
-import re
-import sys
 
 import msgspec
 import pytest
@@ -14,22 +12,17 @@ import pytest
 from sanitizerd.compat import wire
 from sanitizerd.sessions.session import MAX_GUARD_WRITES, LostRecords, Peer, Session
 from sanitizerd_protocol import messages as m
-from tests.conftest import ROOT, RunningDaemon, sanitizerd
+from tests.conftest import ROOT, RunningDaemon, run_example, sanitizerd
 from tests.test_compat_layouts import Client, connect, feed_all, raw_named
 from tests.test_hostile import conn_hello, conn_last_error, conn_map, encode, frame, read_replies
 from tests.test_hostile import connect as connect_raw
 
 EXAMPLE = ROOT / "examples" / "emulated" / "guard_area.py"
-JOB = re.compile(r"SUMMARY: job (\S+):")
 TILING = 0x12C2_0000_0000
 
 
 def run_job(daemon: RunningDaemon, bug: str, *options: str) -> tuple[list[dict], str]:
-    result = sanitizerd("run", "--socket", str(daemon.socket), *options, "--", sys.executable, str(EXAMPLE), bug)
-    assert result.returncode == 0, result.stderr + result.stdout
-    job = JOB.search(result.stdout).group(1)
-    query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
-    return json.loads(query.stdout), result.stdout
+    return run_example(daemon, [str(EXAMPLE), bug], *options)
 
 
 @pytest.mark.parametrize(("padding", "size"), [("64", 32), ("32", 32)])
