@@ -496,6 +496,14 @@ class Client:
         return self._host("store", address, size, location=location, source=source, root=root)
 
     # IPC shared memory between the processes of one job; the daemon answers each in ``ipc_results``.
+    def guard_write(self, user_address: int, user_size: int, out_address: int, out_size: int) -> None:
+        """Report a host-side write of ``out_size`` bytes at ``out_address`` into the guard area after the buffer
+        ``[user_address, + user_size)`` (what msSanitizer's hooks find of an aicpu tiling function)."""
+        with self._order:
+            self._ensure_process()
+            self._send(m.GuardWrite(user_address=user_address, user_size=user_size, out_address=out_address,
+                                    out_size=out_size))  # fmt: skip
+
     def ipc_set(self, name: str, address: int, size: int, *, location: int = 0) -> None:
         """Export ``[address, address + size)`` under ``name``."""
         self._send(m.Ipc(op="set", name=name, address=address, size=size, location=location))

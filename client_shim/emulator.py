@@ -54,6 +54,7 @@ from client_shim.events import (
     Register,
     Space,
     accesses,
+    dccis,
     make_events,
     register_writes,
     syncs,
@@ -298,6 +299,12 @@ class Block:
         width = tensor.dtype_bytes
         self._emit(accesses(kind, tensor.space, tensor.address + index * width, width, pipe=Pipe.S_CAL,
                             align=width, **common))  # fmt: skip
+
+    def dcci(self, tensor: Tensor, index: int = 0, *, entire: bool = False) -> None:
+        """``DataCacheCleanAndInvalid``: the data cache line holding ``tensor[index]`` (or, ``entire``, the whole
+        data cache) written back and dropped, so that a scalar access meets what other cores see."""
+        address = tensor.address + index * tensor.dtype_bytes
+        self._emit(dccis(address, entire=entire, space=tensor.space, **self._common()))
 
     def load_2d(self, dst: Tensor, src: Tensor) -> None:
         """LOAD_2D: a fractal copy from L1 into L0A/L0B on MTE1 (contiguous, the smaller tensor's size)."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd_protocol.records import (
+    DCCI_ENTIRE,
+    DCCI_SINGLE_LINE,
     EVENT_DTYPE,
     FLAG_ATOMIC,
     TENSOR_OF_BLOCK,
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
     BlockType,
+    DcciTarget,
     EventKind,
     Pipe,
     Register,
@@ -24,11 +27,13 @@ __all__ = [
     "TENSOR_OPERAND_READ",
     "TENSOR_OPERAND_WRITE",
     "BlockType",
+    "DcciTarget",
     "EventKind",
     "Pipe",
     "Register",
     "Space",
     "accesses",
+    "dccis",
     "make_events",
     "register_writes",
     "syncs",
@@ -137,4 +142,21 @@ def tensors(
     return make_events(
         kind=EventKind.TENSOR, space=space, address=address, block_size=size, block_id=block_id,
         block_type=block_type, serial=serial, pc=pc, location=location, mode=mode,
+    )  # fmt: skip
+
+
+def dccis(
+    address: object,
+    *,
+    entire: bool = False,
+    target: DcciTarget = DcciTarget.CACHE_LINE_ALL,
+    space: Space = Space.GM,
+    **instruction: object,
+) -> np.ndarray:
+    """dcci instructions on PIPE_S: the data cache line holding ``address`` (the whole data cache when ``entire``)
+    cleaned and invalidated, for racecheck's --check-dcci (docs/protocol.md). ``instruction``: its ``block_id``,
+    ``block_type``, ``serial``, ``pc`` and ``location``, as the other builders take them."""
+    return make_events(
+        kind=EventKind.DCCI, pipe=Pipe.S, space=space, address=address,
+        mode=DCCI_ENTIRE if entire else DCCI_SINGLE_LINE, event_id=target, block_size=0, **instruction,
     )  # fmt: skip

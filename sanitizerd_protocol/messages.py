@@ -19,6 +19,8 @@ MAX_CACHE_SIZE_MB = 8192  # the largest per-block record buffer, msSanitizer's M
 
 
 DEFAULT_SINGLE_PIPE_DISTANCE = 16
+# msSanitizer's --padding: the GM guard area after each buffer, in bytes (cli_parser.cpp's bounds and default)
+MIN_GM_PADDING, MAX_GM_PADDING, DEFAULT_GM_PADDING = 32, 1024, 32
 
 # A name that identifies something (a job, an IPC export, a signature entry) is refused past this length rather
 # than cut (a cut name would name something else); descriptive text is cut instead (protocol/texts.py).
@@ -53,6 +55,11 @@ class Config(msgspec.Struct, kw_only=True):
     single_pipe_distance: int = DEFAULT_SINGLE_PIPE_DISTANCE
     # racecheck: one report per racing pair of sites over all blocks (`run --race-fold yes`), not per pair of blocks
     race_fold: bool = False
+    # racecheck: a scalar GM access another block depends on without the dcci that makes it visible (`--check-dcci`)
+    check_dcci: bool = False
+    # bytes of guard area msSanitizer's hooks leave after each GM buffer, in which a host-side write is reported
+    # (`--padding`, 32..1024)
+    padding: Annotated[int, msgspec.Meta(ge=MIN_GM_PADDING, le=MAX_GM_PADDING)] = DEFAULT_GM_PADDING
     # known findings, hidden with a reason (`run --suppressions FILE`); the host's file applies too
     suppressions: Annotated[list[Suppression], msgspec.Meta(max_length=MAX_SUPPRESSIONS)] = []
 
@@ -231,6 +238,21 @@ class HostOp(Message, tag="host_op"):
     location: int = 0
     module: int = -1
     root: U64 = 0  # rootAddr: the heap an MSTX region is carved from
+
+
+U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF_FFFF)]
+
+
+class GuardWrite(Message, tag="guard_write"):
+    """A host-side write (msSanitizer's GM_ADDR_OUT_OF_BOUND_RECORD: a tiling function run on the host, the aicpu
+    tiling sink) of ``out_size`` bytes at ``out_address``, inside the guard area (``Config.padding`` bytes) after the
+    buffer of ``user_size`` bytes at ``user_address``. memcheck reports it as an illegal write; no device record
+    carries it."""
+
+    user_address: U64
+    user_size: U32
+    out_address: U64
+    out_size: U32
 
 
 class Ipc(Message, tag="ipc"):
@@ -443,6 +465,7 @@ AnyMessage = (
     | Events
     | KernelEnd
     | HostOp
+    | GuardWrite
     | Ipc
     | IpcResult
     | Log

@@ -14,6 +14,8 @@ WARNING: Final = "warning"
 KINDS: Final[dict[str, str]] = {
     "illegal_read": ERROR,
     "illegal_write": ERROR,
+    # a host-side write into the guard area after a GM buffer (msSanitizer's GM_ADDR_OUT_OF_BOUND, `--padding`)
+    "guard_write": ERROR,
     "misaligned_access": ERROR,
     "out_of_bounds": WARNING,
     "illegal_free": ERROR,
@@ -29,6 +31,7 @@ KINDS: Final[dict[str, str]] = {
     "kernel_locked_up": ERROR,
     # a kernel launch that sent nothing for --silent-kernel-after seconds and has not ended: not a clean kernel
     "kernel_silent": ERROR,
+    "dcci_missing": ERROR,  # racecheck --check-dcci: a cross-core dependency through the data cache without dcci
     "unpaired_set_flag": WARNING,
     "redundant_set_flag": WARNING,
     "redundant_wait_flag": WARNING,

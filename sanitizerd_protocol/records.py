@@ -42,12 +42,31 @@ class EventKind(enum.IntEnum):
     TENSOR = 33
     TENSOR_READ = 34  # an annotated instruction's read of its operands: memcheck checks it against them only
     TENSOR_WRITE = 35  # an annotated instruction's write of its operands: as TENSOR_READ
+    # dcci (data cache clean and invalidate) on PIPE_S: `space` and `address` the line it names, mode DCCI_ENTIRE
+    # for the whole data cache (else the one cache line holding `address`), event_id a DcciTarget. racecheck with
+    # check_dcci: a scalar GM read needs one as the instruction just before it, a scalar GM write just after it.
+    DCCI = 36
 
 
 # TENSOR's mode: a block's tensor, or an operand of one annotated instruction, read or written by it.
 TENSOR_OF_BLOCK = 0
 TENSOR_OPERAND_READ = 1
 TENSOR_OPERAND_WRITE = 2
+
+
+# DCCI's mode: the one cache line holding the address (msSanitizer's SINGLE_CACHE_LINE), or the whole data cache.
+DCCI_SINGLE_LINE = 0
+DCCI_ENTIRE = 1
+
+
+class DcciTarget(enum.IntEnum):
+    """Which cached data a DCCI cleans, numbered as msSanitizer's ``DcciDstType``: a UB line makes nothing of GM
+    visible."""
+
+    CACHE_LINE_ALL = 0
+    CACHE_LINE_UB = 1
+    CACHE_LINE_OUT = 2
+    CACHE_LINE_ATOMIC = 3
 
 
 class Register(enum.IntEnum):

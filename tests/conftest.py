@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -253,3 +255,13 @@ def program_env() -> dict[str, str]:
     env.pop("SANITIZERD_SOCKET", None)
     env.pop("SANITIZERD_JOB", None)
     return env
+
+
+def run_example(daemon: RunningDaemon, program: list[str], *options: str) -> tuple[list[dict], str]:
+    """``sanitizerd run`` of ``program`` (run by this Python) with ``options``: the job's findings, as JSON, and the
+    run's stdout (the reports)."""
+    result = sanitizerd("run", "--socket", str(daemon.socket), *options, "--", sys.executable, *program)
+    assert result.returncode == 0, result.stderr + result.stdout
+    job = re.search(r"SUMMARY: job (\S+):", result.stdout).group(1)  # type: ignore[union-attr]
+    query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
+    return json.loads(query.stdout), result.stdout

@@ -226,6 +226,7 @@ PRODUCER_MESSAGES: list[tuple[str, m.Message]] = [
         ),
     ),
     ("client", m.HostOp(op="malloc", address=2**64 - 1)),
+    ("client", m.GuardWrite(user_address=2**64 - 1, user_size=2**32 - 1, out_address=0x1040, out_size=32)),
     ("client", m.Ipc(op="set", name="kv_cache", address=0x1000, size=4096, serial=3, location=1)),
     ("server", m.IpcResult(op="map", name="kv_cache", address=0x5000, ok=False, reason="no export")),
     ("client", m.Log(text="héllo ✓", level="warn")),

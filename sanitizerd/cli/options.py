@@ -29,7 +29,15 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from sanitizerd.findings import suppressions
-from sanitizerd_protocol.messages import DEFAULT_SINGLE_PIPE_DISTANCE, MAX_CACHE_SIZE_MB, TOOLS, Config
+from sanitizerd_protocol.messages import (
+    DEFAULT_GM_PADDING,
+    DEFAULT_SINGLE_PIPE_DISTANCE,
+    MAX_CACHE_SIZE_MB,
+    MAX_GM_PADDING,
+    MIN_GM_PADDING,
+    TOOLS,
+    Config,
+)
 
 __all__ = ["NOT_YET_CHECKED", "PREFIX", "RunOptions", "UsageError", "parse_run_args", "run_help"]
 
@@ -325,6 +333,12 @@ _OPTIONS: tuple[_Option, ...] = (
             about=("demangle device function names in backtraces [full]",)),
     _Option("check-cross-npu-races", _FOR_RACECHECK, _switch_on, "config.check_cross_npu_races", choices=YES_NO,
             about=("check races across different NPUs [no]",)),
+    _Option("padding", _BASIC, _number, "config.padding", metavar="<N>", bounds=(MIN_GM_PADDING, MAX_GM_PADDING),
+            allowed=_LOWER | _DIGITS,
+            invalid=f". range: {MIN_GM_PADDING}-{MAX_GM_PADDING} (bytes), default:{DEFAULT_GM_PADDING} (bytes)",
+            about=(f"GM safe-zone size in bytes ({MIN_GM_PADDING}-{MAX_GM_PADDING}) [{DEFAULT_GM_PADDING}]",)),
+    _Option("check-dcci", _FOR_RACECHECK, _switch_on, "config.check_dcci", choices=YES_NO,
+            about=("check for missing dcci instructions on cross-core data dependencies [no]",)),
     # a sanitizerd extension
     _Option("single-pipe-distance", _FOR_RACECHECK, _number, "config.single_pipe_distance", metavar="<n>",
             bounds=(0, MAX_SINGLE_PIPE_DISTANCE), allowed=_DIGITS, invalid=f". range: [0, {MAX_SINGLE_PIPE_DISTANCE}]",
@@ -580,7 +594,13 @@ def _notices(st: _State, tools: list[str]) -> list[str]:
         "--max-debuglog-size": "max-debuglog-size" in st.given,
     }
     in_use.update(key for key, on in flags.items() if on)
-    return [text for key, text in NOT_YET_CHECKED.items() if key in in_use]
+    notices = [text for key, text in NOT_YET_CHECKED.items() if key in in_use]
+    if cfg.check_dcci and "racecheck" not in tools:  # msSanitizer's words (cli_parser.cpp)
+        notices.append(
+            f"{PREFIX} --check-dcci is a sub-option for racecheck, you must enable both racecheck and this, "
+            "otherwise this option will not work."
+        )
+    return notices
 
 
 def parse_run_args(argv: list[str]) -> RunOptions:

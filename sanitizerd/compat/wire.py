@@ -368,8 +368,6 @@ CONFIG_FIELDS: Final = frozenset(
         "kernelName", "dumpPath", "gmBufferGuardSize",
     }
 )  # fmt: skip
-# What the Config's new fields default to in msSanitizer's own CLI (config.h, GM_BUFFER_GUARD_DFT_SIZE).
-GM_BUFFER_GUARD_DEFAULT: Final = 32
 
 
 def parse_layout(data: Mapping[str, Any]) -> WireLayout:
@@ -543,12 +541,13 @@ def encode_config(config: m.Config, layout: WireLayout) -> bytes:
         "checkUnusedMemory": config.check_unused_memory,
         "checkCrossNpuRaces": config.check_cross_npu_races,
         "isPrintFullStack": config.full_backtrace,
-        # 26.1.0 on: the DCCI check has no option here yet (off, msSanitizer's default); multi-core stomping is on
-        # with memcheck unless only errors are shown, as msSanitizer's CLI sets it; no register tracing.
-        "checkDcci": False,
+        # 26.1.0 on: the DCCI check with racecheck (the hooks record DCCI either way; msSanitizer's CLI passes it
+        # on as given); multi-core stomping is on with memcheck unless only errors are shown, as msSanitizer's CLI
+        # sets it; no register tracing.
+        "checkDcci": config.check_dcci,
         "outOfBoundCheck": "memcheck" in tools and config.log_level != "error",
         "traceNonDefaultSprReg": False,
-        "gmBufferGuardSize": GM_BUFFER_GUARD_DEFAULT,
+        "gmBufferGuardSize": config.padding,
         "checkBlockId": config.block_id,
         "cacheSize": config.cache_size,
         "demangleMode": int(DEMANGLE_CODES.get(config.demangle, DemangleMode.FULL)),

@@ -38,7 +38,9 @@ from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding, RaceAccess
 from sanitizerd_protocol.records import (
+    DCCI_ENTIRE,
     FLAG_ATOMIC,
+    DcciTarget,
     EventKind,
     Pipe,
     Space,
@@ -66,6 +68,14 @@ BYTES_PER_PAIR = 160
 _BYTES_PER_CHECKED_EVENT = BYTES_PER_HELD_EVENT + 2 * BYTES_PER_PAIR
 PROOF_STRETCH = 1 << 15  # events of complete blocks checked at once, at least (but the last ones)
 _HAZARDS = {(0, 1): "race_raw", (1, 0): "race_war", (1, 1): "race_waw"}  # (later writes, earlier writes)
+# --check-dcci: what racecheck keeps of a launch's DCCI events until it ends (charged to the host's budget per event),
+# and how far from a scalar access its dcci may be, in serial numbers (msSanitizer's DCCI_WINDOW_THRESHOLD: the
+# very next instruction after a write, the one just before a read).
+DCCI_DTYPE = np.dtype([("block_key", "<u4"), ("serial", "<u8"), ("address", "<u8"), ("space", "u1"), ("mode", "u1"),
+                       ("target", "<u2")])  # fmt: skip
+BYTES_PER_DCCI = 64
+DCCI_WINDOW = 1
+_SERIAL_BITS = 40  # a (block, serial) pair as one int64 key; a serial past it (no real stream's) matches no dcci
 
 
 @register("racecheck")
@@ -85,6 +95,13 @@ class Racecheck:
         self.prove_blocks = True  # check complete blocks as they arrive (``_block_proofs``); off: at kernel_end only
         self.proofs = BlockProofs()
         self.pending: list[Stretch] = []  # complete blocks not yet checked
+        # A missing dcci is a pair of blocks that may each be proven race-free on its own: with the check on, the
+        # whole launch is checked at its end.
+        self.check_dcci = context.config.check_dcci
+        if self.check_dcci:
+            self.prove_blocks = False
+        self.dccis: list[np.ndarray] = []  # the launch's DCCI events, as DCCI_DTYPE
+        self.dcci_held = self.dcci_dropped = 0
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self._reset()
@@ -98,10 +115,14 @@ class Racecheck:
         self.proofs = BlockProofs()
         self.pending = []
         self.held = self.dropped = self.refused = self.asked = self.off_pipe = 0
+        self.dccis = []
+        self.dcci_held = self.dcci_dropped = 0
         self.context.race_memory.release()
 
     def check(self, events: np.ndarray) -> None:
         kind = events["kind"]
+        if self.check_dcci:
+            self._hold_dccis(events, kind == EventKind.DCCI)
         keep = _KEEP[kind]
         # A pipe past the last defined one (a hostile client's, or a newer chip's through the compat path, there
         # 255) has no place in the model: such events are left out and counted, and the verdict says so.
@@ -143,6 +164,29 @@ class Racecheck:
         self.columns.append(batch, keep if kept < batch.size else None, mem)
         self.held += kept
 
+    def _hold_dccis(self, events: np.ndarray, is_dcci: np.ndarray) -> None:
+        """Keep the batch's DCCI events for the launch's check, within the launch's limit and the host's budget: past
+        either, they are counted, and the scalar accesses they would have covered are not reported."""
+        rows = np.flatnonzero(is_dcci)
+        if not rows.size:
+            return
+        room = max(self.limit - self.dcci_held, 0)
+        if self.refused or not self.context.race_memory.reserve(min(rows.size, room) * BYTES_PER_DCCI):
+            room = 0
+        if rows.size > room:
+            self.dcci_dropped += rows.size - room
+            rows = rows[:room]
+        if not rows.size:
+            return
+        kept = np.empty(rows.size, dtype=DCCI_DTYPE)
+        picked = events[rows]
+        kept["block_key"] = block_keys(picked)
+        for name in ("serial", "address", "space", "mode"):
+            kept[name] = picked[name]
+        kept["target"] = picked["event_id"]
+        self.dccis.append(kept)
+        self.dcci_held += rows.size
+
     def _prove_completed(self, columns: HeldColumns, launch: KernelLaunch | None, *, last: bool = False) -> None:
         """Check the blocks that completed on their own (``_block_proofs``), once they are PROOF_STRETCH events
         or more (a check's fixed cost is a few milliseconds: small blocks, or batches of a few events, share one),
@@ -181,11 +225,15 @@ class Racecheck:
         columns, self.columns = self.columns, HeldColumns()
         launch, self.kernel = self.kernel, None
         dropped, refused, asked, limit, off_pipe = self.dropped, self.refused, self.asked, self.limit, self.off_pipe
+        dcci_dropped = self.dcci_dropped
+        dccis = None
+        if self.check_dcci and not dcci_dropped:  # without every DCCI, a covered access would look bare
+            dccis = np.concatenate(self.dccis) if self.dccis else np.empty(0, dtype=DCCI_DTYPE)
         try:
             cut = Cut()
             check = None
             if columns.size and (dropped or not self._proven(columns, launch)):
-                check = Kernel(self, launch, columns, truncated=dropped > 0, cut=cut)
+                check = Kernel(self, launch, columns, truncated=dropped > 0, cut=cut, dccis=dccis)
             del columns  # the check holds what it needs of them
             findings = check.findings() if check is not None else []
             del check
@@ -203,6 +251,13 @@ class Racecheck:
             detail = (
                 f"racecheck did not check {off_pipe} events of this kernel launch whose pipe is not defined "
                 f"(pipes are 0 to {NPIPES - 1}; for set_flag and wait_flag, both the source and the destination)"
+            )
+            findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
+        if dcci_dropped:
+            detail = (
+                f"racecheck kept at most {limit} DCCI events of a kernel launch within the host's race-check memory "
+                f"budget ({BYTES_PER_DCCI} bytes each); {dcci_dropped} were not kept, so missing dcci instructions "
+                "were not looked for in this launch"
             )
             findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
         return findings
@@ -293,9 +348,11 @@ class Kernel:
         truncated: bool,
         cut: Cut,
         memory: TrialAccount | None = None,
+        dccis: np.ndarray | None = None,
     ) -> None:
         """With ``memory``, a trial: the columns are some blocks of the kernel, checked as if they were all of
-        it, with cross-block waits teaching nothing (``_block_proofs``), their temporaries taken from ``memory``."""
+        it, with cross-block waits teaching nothing (``_block_proofs``), their temporaries taken from ``memory``.
+        With ``dccis`` (the launch's DCCI events, --check-dcci), missing dcci instructions are looked for too."""
         self.context = detector.context
         self.memory: MemoryAccount | TrialAccount = memory or detector.context.race_memory
         alone = memory is not None
@@ -364,6 +421,8 @@ class Kernel:
         self.write = m["kind"] == EventKind.WRITE
         self.serial = m["serial"].view(np.int64)  # serial numbers stay far below 2**63
         self._place_accesses()
+        self.dcci_covered = None if dccis is None else self._dcci_covered(dccis)
+        self.dcci_pairs: list[tuple[np.ndarray, np.ndarray]] = []  # (write, read) missing a dcci, per chunk
 
     def arrival(self, positions: np.ndarray) -> np.ndarray:
         """Arrival positions (in the held batches) of block-sorted positions."""
@@ -486,7 +545,8 @@ class Kernel:
 
     # --- the check ---
     def findings(self) -> list[Finding]:
-        out = self._races()  # in msSanitizer's order
+        out = self._races()  # in msSanitizer's order: races, then missing dcci instructions
+        out.extend(self._missing_dcci())
         out.extend(sorted(self._deadlocks(), key=lambda f: f.serial))
         if self.left_out[0]:
             out.append(
@@ -530,6 +590,8 @@ class Kernel:
         while chunks:
             a, b, segments = chunks.pop()
             if a.size:
+                if self.dcci_covered is not None and not self.truncated:
+                    self._collect_missing_dcci(a, b)
                 race = self._unordered(a, b)
                 racing.append((a[race], b[race], segments[race]))
             del a, b, segments
@@ -579,6 +641,101 @@ class Kernel:
             ordered = self._cross_knows(b[i], a[i]) | self._cross_knows(a[i], b[i])
             race[i] &= ~ordered
         return race
+
+    # --- --check-dcci ---
+    def _dcci_covered(self, dccis: np.ndarray) -> np.ndarray:
+        """Per access, whether it is a scalar GM access with the dcci msSanitizer asks for beside it: a read, one
+        as the instruction before it in its block (what it reads is fetched anew); a write, one as the instruction
+        after it (what it wrote leaves the cache). A dcci counts when it names GM, not only UB, and the whole data
+        cache or the access's cache line (256 bytes; 64 on the 950)."""
+        covered = np.zeros(self.mem.size, dtype=bool)
+        rows = np.flatnonzero((self.pipe == _S_CAL) & (self.access["space"] == Space.GM))
+        useful = dccis[(dccis["space"] == Space.GM) & (dccis["target"] != DcciTarget.CACHE_LINE_UB)]
+        if not rows.size or not useful.size:
+            return covered
+        limit = np.uint64(1 << _SERIAL_BITS)
+        # Blocks numbered as the accesses' (a DCCI of a block with no access covers nothing).
+        at = np.searchsorted(self.block_keys, useful["block_key"].astype(np.int64))
+        at = np.minimum(at, self.block_keys.size - 1)
+        known = (self.block_keys[at] == useful["block_key"]) & (useful["serial"] < limit)
+        useful, at = useful[known], at[known]
+        keys = (at.astype(np.int64) << _SERIAL_BITS) | useful["serial"].astype(np.int64)
+        order = np.argsort(keys, kind="stable")
+        keys, useful = keys[order], useful[order]
+        serial = self.access["serial"][rows]
+        window = np.uint64(DCCI_WINDOW)
+        write = self.write[rows]
+        # Neither side wraps around u64: a write at the last serial or a read at the first has no neighbour there.
+        valid = np.where(write, serial < limit - window, (serial >= window) & (serial < limit))
+        beside = np.where(valid, np.where(write, serial + window, serial - window), 0)
+        wanted = (self.mblock[rows].astype(np.int64) << _SERIAL_BITS) | beside.astype(np.int64)
+        found = np.minimum(np.searchsorted(keys, wanted), max(keys.size - 1, 0))
+        hit = valid & (keys.size > 0) & (keys[found] == wanted)
+        line = np.uint64(64 if self.context.chip.name.startswith("Ascend950") else 256)
+        same_line = self.access["address"][rows] // line == useful["address"][found] // line
+        covered[rows] = hit & ((useful["mode"][found] == DCCI_ENTIRE) | same_line)
+        return covered
+
+    def _collect_missing_dcci(self, a: np.ndarray, b: np.ndarray) -> None:
+        """Of candidate pairs ``a``, ``b``: a write and a read of GM by two blocks, one of them scalar, whose read
+        the write's block did not learn of before writing (the read may depend on the write), and a scalar side
+        without its dcci: msSanitizer's missing-dcci pair (mem_event_checker.cpp, IsMissDcciEvent)."""
+        covered, write, pipe = self.dcci_covered, self.write, self.pipe
+        assert covered is not None
+        pick = (self.mblock[a] != self.mblock[b]) & (write[a] != write[b])
+        pick &= (pipe[a] == _S_CAL) | (pipe[b] == _S_CAL)
+        if not pick.any():
+            return
+        a, b = a[pick], b[pick]
+        w, r = np.where(write[a], a, b), np.where(write[a], b, a)
+        bare = ((pipe[w] == _S_CAL) & ~covered[w]) | ((pipe[r] == _S_CAL) & ~covered[r])
+        w, r = w[bare], r[bare]
+        if w.size:
+            read_first = self._cross_knows(w, r)
+            self.dcci_pairs.append((w[~read_first], r[~read_first]))
+
+    def _missing_dcci(self) -> list[Finding]:
+        """One report per pair of instructions and pair of blocks, the write first, as msSanitizer's."""
+        if not self.dcci_pairs:
+            return []
+        w = np.concatenate([pair[0] for pair in self.dcci_pairs])
+        r = np.concatenate([pair[1] for pair in self.dcci_pairs])
+        if not w.size:
+            return []
+        pc, location = self.access["pc"], self.access["location"].astype(np.int64)
+        site = np.stack([_small(pc[w]), location[w], self.mblock[w], _small(pc[r]), location[r], self.mblock[r]])
+        _, first, count = np.unique(site, axis=1, return_index=True, return_counts=True)
+        by_serial = np.argsort(self.serial[w[first]], kind="stable")
+        first, count = first[by_serial], count[by_serial]
+        if first.size > MAX_KERNEL_FINDINGS:
+            self.left_out = (
+                self.left_out[0] + first.size - MAX_KERNEL_FINDINGS,
+                self.left_out[1] + int(count[MAX_KERNEL_FINDINGS:].sum()),
+            )
+            first, count = first[:MAX_KERNEL_FINDINGS], count[:MAX_KERNEL_FINDINGS]
+        findings = []
+        for i, n in zip(first.tolist(), count.tolist(), strict=True):
+            wi, ri = int(w[i]), int(r[i])
+            accesses = [self._access(wi, np.array([wi])), self._access(ri, np.array([ri]))]
+            blocks: dict[str, list[int]] = {}
+            for acc in accesses:
+                blocks[acc.block_type] = sorted(set(blocks.get(acc.block_type, [])) | set(acc.blocks))
+            findings.append(
+                self.context.finding(
+                    "dcci_missing",
+                    kernel=self.launch.name if self.launch else None,
+                    location=int(location[wi]),
+                    blocks=blocks,
+                    space=space_name(int(self.access["space"][wi])),
+                    address=int(self.access["address"][wi]),
+                    size=int(self.ext[wi]),
+                    serial=int(self.serial[wi]),
+                    pc=int(pc[wi]),
+                    count=n,
+                    accesses=accesses,
+                )
+            )
+        return findings
 
     def _single_pipe_unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Two accesses of one pipe may overlap in flight unless a pipe_barrier separates them, they are more

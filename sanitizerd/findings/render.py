@@ -144,6 +144,27 @@ def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
     yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
 
 
+def _dcci_missing(finding: Finding) -> Iterator[str]:
+    """racecheck's missing-dcci block (race_info_display.h, FormatMissDcciInfo): the write, then the read, each
+    without a hazard name."""
+    kernel = f" in {finding.kernel}" if finding.kernel else ""
+    yield f"{P} ERROR: Missing DCCI instructions detected on cross core data dependency at {finding.space}{kernel}:"
+    for access in finding.accesses:
+        head = (
+            f"{P}    {access.pipe} {access.op} at {access.address:#x} in block {block_list(access.blocks)} "
+            f"({access.block_type}) on device {finding.device} at "
+        )
+        yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
+
+
+def _guard_write(finding: Finding) -> Iterator[str]:
+    """memcheck's report of a host write into a GM guard area (mem_error_def.h, PrintGMAddrError): no location,
+    as the host side has no pc or call stack to give."""
+    yield f"{P} ERROR: illegal write of size {finding.size} byte(s)"
+    yield f"{P}    {finding.detail}"
+    yield f"{P}    in {finding.kernel or ''} on device {finding.device}"
+
+
 def _deadlock(finding: Finding) -> Iterator[str]:
     """A wait the simulated pipeline can never pass (msSanitizer only logs "The pipe line is in the infinite
     loop!" and drops the rest of the kernel)."""
@@ -178,6 +199,8 @@ _OWN_LAYOUT = {
     **dict.fromkeys(_HAZARDS, _race),
     **dict.fromkeys(_SYNC_TITLES, _sync),
     "deadlock": _deadlock,
+    "dcci_missing": _dcci_missing,
+    "guard_write": _guard_write,
     "register_not_reset": _register,
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,

@@ -21,6 +21,7 @@ SCHEMA_URI: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 DESCRIPTIONS: Final[dict[str, str]] = {
     "illegal_read": "A kernel read memory that is not allocated.",
     "illegal_write": "A kernel wrote memory that is not allocated.",
+    "guard_write": "A host-side function (aicpu tiling) wrote into the guard area after a GM buffer.",
     "misaligned_access": "A kernel accessed memory at an address not aligned as its space requires.",
     "out_of_bounds": "A kernel accessed memory past the end of the space.",
     "illegal_free": "A free of an address that is not allocated (never allocated, or freed already).",
@@ -30,6 +31,7 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "race_raw": "Read-after-write hazard: two pipes or blocks access the same memory unordered.",
     "race_war": "Write-after-read hazard: two pipes or blocks access the same memory unordered.",
     "race_waw": "Write-after-write hazard: two pipes or blocks access the same memory unordered.",
+    "dcci_missing": "A scalar GM access another block depends on, without the dcci that makes it visible.",
     "deadlock": "A wait_flag that no set_flag ever releases: the pipeline cannot progress.",
     "kernel_locked_up": "A pipe of a running kernel waits on a wait_flag that nothing received sets: the kernel hangs.",
     "kernel_silent": "A kernel launch sent nothing for a long time and did not end: what it did after was not checked.",

@@ -52,7 +52,7 @@ class ForeignFrees:
 
 @dataclass(frozen=True, slots=True)
 class LostRecords:
-    """Findings the session itself reports: records a client's full buffer lost."""
+    """Findings the session itself reports: records a client's full buffer lost, host writes into a guard area."""
 
     findings: list[Finding]
 
@@ -70,6 +70,9 @@ Reply = Answer | m.IpcResult | ForeignFrees | LostRecords | SignatureReport
 # What a session's source locations may hold, in the units of ``_location_size`` (about bytes): a large program's
 # whole debug info fits many times over; a client that sends locations for ever does not.
 MAX_LOCATION_BYTES = 64 * 1024 * 1024
+# Host writes into GM guard areas one session reports (each is a finding, stored); past it they are counted and
+# one internal_error says so.
+MAX_GUARD_WRITES = 1024
 # Live allocations one session may hold by default (``Limits.max_live_allocations``).
 MAX_LIVE_ALLOCATIONS = 1 << 18
 # Client log lines one session may put in the daemon's log: a burst, then a steady rate; the rest are counted.
@@ -170,6 +173,8 @@ class Session:
         self.log_gate = LogGate()
         # (allocation table, address) of every live allocation, as the detectors' heaps key them: what bounds them
         self.live_allocations: set[tuple[str, int]] = set()
+        self.guard_writes = 0  # reported, then not reported past MAX_GUARD_WRITES
+        self.last_kernel_name = ""  # the kernel msSanitizer names in a guard-area write: the one launched last
 
     @property
     def job(self) -> str:
@@ -230,10 +235,37 @@ class Session:
             case m.DeviceSummary():
                 self._device(message)
                 return []
+            case m.GuardWrite():
+                return self._guard_write(message)
             case m.Signature():
                 self.signatures += 1
                 return [SignatureReport(message, message.rank if message.rank >= 0 else self.hello.rank)]
         return []
+
+    def _guard_write(self, write: m.GuardWrite) -> list[Work | Reply]:
+        """memcheck's report of a host write into a guard area, in msSanitizer's words (mem_error_def.h,
+        PrintGMAddrError): its distance past the buffer's end as msSanitizer computes it, in u64."""
+        if "memcheck" not in self.config.tools:
+            return []
+        self.guard_writes += 1
+        if self.guard_writes > MAX_GUARD_WRITES:
+            if self.guard_writes > MAX_GUARD_WRITES + 1:
+                return []
+            detail = (
+                f"sanitizerd reports the first {MAX_GUARD_WRITES} host writes into a GM guard area of a session; "
+                "later ones are not reported"
+            )
+            return [LostRecords([self.context.finding("internal_error", space="GM", detail=detail)])]
+        distance = (write.out_address - write.user_address - write.user_size) % (1 << 64)
+        detail = (
+            f"Access to {write.out_address:#x} on GM is {distance} byte(s) after the nearest allocation at "
+            f"{write.user_address:#x} of size {write.user_size} byte(s)"
+        )
+        finding = self.context.finding(
+            "guard_write", kernel=self.last_kernel_name or None, space="GM", address=write.out_address,
+            size=write.out_size, detail=detail,
+        )  # fmt: skip
+        return [LostRecords([finding])]
 
     def _count_allocation(self, op: m.HostOp) -> None:
         if op.op not in ("malloc", "free"):
@@ -330,6 +362,7 @@ class Session:
         launch = KernelLaunch(begin.kernel, name, begin.block_dim, begin.kernel_type)
         state = KernelState(launch, checked=not wanted or wanted in begin.name, debug_line=begin.debug_line)
         self.kernels[begin.kernel] = self.current = state
+        self.last_kernel_name = name
         self.kernels_seen += 1
         return [StartKernel(launch)] if state.checked else []
 

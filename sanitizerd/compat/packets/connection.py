@@ -473,13 +473,15 @@ class CompatConnection(ReceivingEnd):
         )
 
     def _gm_out_of_bound(self, payload: bytes) -> None:
-        """26.1.0 on: the device's own record of a write past a GM buffer's guard. Decoded and said; the findings
-        come from the kernel's records, which carry the same access."""
+        """26.1.0 on: a host-side write (the aicpu tiling sink) found in the guard area after a GM buffer: memcheck
+        reports it (``m.GuardWrite``). The struct's four members are u64/u32 as measured, so any bytes fit."""
         f = self._fields("GMAddrOutOfBoundRecord", payload)
-        said = ", ".join(
-            f"{name} {value:#x}" if isinstance(value, int) else f"{name} {value}" for name, value in f.items()
-        )
-        self._out.append(m.Log(text=f"GM address out of bound record: {said}", level="warn"))
+        self._out.append(
+            m.GuardWrite(
+                user_address=int(f.get("userAddr", 0)), user_size=int(f.get("userSize", 0)),
+                out_address=int(f.get("outAddr", 0)), out_size=int(f.get("outSize", 0)),
+            )
+        )  # fmt: skip
 
     def _host_op(
         self, op: int, src: int, desc: int, src_addr: int, dst_addr: int, size: int, root: int, serial: int

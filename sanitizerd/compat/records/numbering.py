@@ -14,7 +14,7 @@ import numpy as np
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import CONVERTERS  # the package import registers every family's converters
-from sanitizerd.compat.records.types import NO_DETAILED_TYPE, REFERENCE_LAYOUT, DetailedDataType, RecordType
+from sanitizerd.compat.records.types import NO_DETAILED_TYPE, DetailedDataType, RecordType
 
 
 class RecordTable:
@@ -110,7 +110,6 @@ def adapt_dtype(reference: np.dtype, written_for: Any, target: Any) -> np.dtype 
 @functools.cache
 def record_table(layout: wire.WireLayout) -> RecordTable:
     """The record numbering of ``layout``'s release (see ``RecordTable``)."""
-    reference = wire.LAYOUTS[REFERENCE_LAYOUT]
     top = max(layout.record_types.values(), default=0) + 2
     step_words = np.zeros(top, dtype=np.int64)
     canonical = np.full(top, -1, dtype=np.int64)
@@ -136,12 +135,15 @@ def record_table(layout: wire.WireLayout) -> RecordTable:
             continue
         payload_size[int(known)] = size
         registered = CONVERTERS.get(int(known))
-        ref = reference.payloads.get(name)
-        if registered is None or ref is None:
+        if registered is None:
             continue
-        written_for = reference.payload_structs.get(ref[0])
+        written_in = wire.LAYOUTS[registered.layout]
+        ref = written_in.payloads.get(name)
+        if ref is None:
+            continue
+        written_for = written_in.payload_structs.get(ref[0])
         target = layout.payload_structs.get(struct_name)
-        if layout is reference or (written_for is not None and written_for == target):
+        if layout is written_in or (written_for is not None and written_for == target):
             # The converters are written for the reference's structs (tests/test_wire_header.py checks them): the
             # very same struct is read as they read it. (That covers a type the tool steps over as one struct and
             # reads as another of the union, as LOAD_L1_2D_TRANSPOSE: stepped as Load2DTransposeRecord, read as

@@ -11,6 +11,6 @@ from __future__ import annotations
 from sanitizerd.compat.records.convert.base import CONVERTERS, BlockContext, Converter, converts
 
 # Importing a family registers its converters.
-from sanitizerd.compat.records.convert import cube, moves, mstx, registers, scalar, sync, vector  # noqa: F401  isort: skip
+from sanitizerd.compat.records.convert import cache, cube, moves, mstx, registers, scalar, sync, vector  # noqa: F401  isort: skip
 
 __all__ = ["CONVERTERS", "BlockContext", "Converter", "converts"]

@@ -166,19 +166,24 @@ Converter = Callable[[int, np.ndarray, np.ndarray, BlockContext], np.ndarray]
 class Registered:
     dtype: np.dtype  # the payload layout (packed, explicit offsets, itemsize = sizeof(struct))
     convert: Converter
+    # the release whose measured struct ``dtype``'s offsets are: the reference, or for a type the reference does not
+    # have, the first release that does (``numbering.record_table`` moves it to each release from there)
+    layout: str = REFERENCE_LAYOUT
 
 
 CONVERTERS: dict[int, Registered] = {}
 
 
-def converts(*record_types: int, dtype: np.dtype) -> Callable[[Converter], Converter]:
-    """Register ``convert`` for ``record_types``, whose payloads have layout ``dtype``."""
+def converts(
+    *record_types: int, dtype: np.dtype, layout: str = REFERENCE_LAYOUT
+) -> Callable[[Converter], Converter]:
+    """Register ``convert`` for ``record_types``, whose payloads have layout ``dtype`` (measured in ``layout``)."""
 
     def register(convert: Converter) -> Converter:
         for record_type in record_types:
             if record_type in CONVERTERS:
                 raise ValueError(f"record type {record_type} has two converters")
-            CONVERTERS[int(record_type)] = Registered(np.dtype(dtype), convert)
+            CONVERTERS[int(record_type)] = Registered(np.dtype(dtype), convert, layout)
         return convert
 
     return register
@@ -360,12 +365,12 @@ def member_name(member: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", member.rsplit(".", 1)[-1]).lower()
 
 
-def payload_dtype(struct: str, members: str) -> np.dtype:
+def payload_dtype(struct: str, members: str, layout: str = REFERENCE_LAYOUT) -> np.dtype:
     """The payload layout of msSanitizer's ``struct`` as the converters read it, with every offset and size taken
     from the reference release's measured layout (``wire.LAYOUTS``), so that no number of a layout is written twice.
     ``members``: the members read, space-separated, each ``cMember[=name][:format]``; the ``Location`` members
     come as ``record_dtype`` adds them. An array member is read as its raw bytes unless a format is given."""
-    measured = wire.LAYOUTS[REFERENCE_LAYOUT].payload_structs[struct]
+    measured = wire.LAYOUTS[layout].payload_structs[struct]
     fields = measured["fields"]
     triples = []
     for word in members.split():
