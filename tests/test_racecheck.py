@@ -208,6 +208,15 @@ class TestCrossCore:
         found = races(on_block(body, 0), on_block(body, 1))
         assert found == [("race_waw", "GM", [("PIPE_MTE3", "Write", 1, [0]), ("PIPE_MTE3", "Write", 1001, [1])], 1)]
 
+    @pytest.mark.parametrize("second", [W, R])
+    def test_blocks_numbering_their_instructions_alike(self, second: EventKind) -> None:
+        """A client may number serials per block, as msSanitizer's hooks do: the same instruction in two blocks then
+        has one serial, and is still two accesses that race (once paired as "an instruction's own other event")."""
+        first = on_block(program(copy_out(gm=0x8000)), 0)
+        other = on_block(program(accesses(second, GM, 0x8000, 256, pipe=Pipe.MTE3)), 1)
+        other["serial"] = first["serial"][0]
+        assert [r[0] for r in races(first, other)] == ["race_waw" if second == W else "race_raw"]
+
     def test_sync_all_orders_the_phases(self) -> None:
         """Each block writes its own tile, SyncAll, then reads its neighbour's: clean; without SyncAll, RAW."""
 
@@ -525,7 +534,7 @@ class TestEveryPair:
         counted: list[int] = []
         chunks = candidate_pairs(
             events, extents(events), np.arange(n), events["space"].astype(np.int64), np.zeros(n, dtype=np.int64),
-            write.copy(), write, np.arange(n), key=key, serial=np.arange(n), need_pairs=counted.append,
+            write.copy(), write, np.arange(n), key=key, instruction=np.arange(n), need_pairs=counted.append,
         )  # fmt: skip
         pairs = sum(a.size for a, _, _ in chunks)
         assert pairs <= sum(counted) <= 3 * n and pairs > 2 * n  # reserved before they were built

@@ -83,7 +83,7 @@ def candidate_pairs(
     need: Callable[[int], None] = lambda incidences: None,
     *,
     key: np.ndarray | None = None,
-    serial: np.ndarray | None = None,
+    instruction: np.ndarray | None = None,
     need_pairs: Callable[[int], None] = lambda pairs: None,
     cut: Cut | None = None,
     max_sites: int | None = None,
@@ -101,7 +101,8 @@ def candidate_pairs(
     distinct sites is found, not only neighbouring ones: if an earlier access of a key races with a later one,
     so does that key's latest access before it (same block and pipe: it completes later, is nearer, no barrier
     between). At most ``max_sites`` (default MAX_SITES_PER_SEGMENT) keys per segment; ``cut`` counts the
-    segments with more. ``serial`` (per access): an instruction's own other event is skipped for the one before.
+    segments with more. ``instruction`` (per access, one value per instruction of one block): an instruction's own
+    other event is skipped for the one before.
     ``need_pairs`` is told how many pairs there are: a search's before they are built (up to ``max_sites`` per
     incidence), the fast path's (two per incidence at most) once built. Without ``key``: neighbours only (the
     last write before each access, the first write after each read)."""
@@ -134,9 +135,9 @@ def candidate_pairs(
     if key is None:
         del rank
         return _neighbours(seg, who, is_write, starts, ends)
-    assert serial is not None
+    assert instruction is not None
     bound = MAX_SITES_PER_SEGMENT if max_sites is None else max_sites
-    return _site_pairs(seg, who, rank, key, is_write, serial, starts, ends, need_pairs, cut or Cut(), bound)
+    return _site_pairs(seg, who, rank, key, is_write, instruction, starts, ends, need_pairs, cut or Cut(), bound)
 
 
 def _neighbours(
@@ -171,7 +172,7 @@ def _site_pairs(
     rank: np.ndarray,
     key: np.ndarray,
     is_write: np.ndarray,
-    serial: np.ndarray,
+    instruction: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
     need_pairs: Callable[[int], None],
@@ -206,9 +207,11 @@ def _site_pairs(
     if general.any():
         sub = np.flatnonzero(general)
         sub = sub[np.lexsort((rank[who[sub]], kw[sub], seg[sub]))]
-        chunks = _group_pairs(seg[sub], who[sub], rank, key, is_write, serial, starts, ends, need_pairs, cut, max_sites)
+        chunks = _group_pairs(
+            seg[sub], who[sub], rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites
+        )
     write = is_write[who]
-    ser = serial[who]
+    ser = instruction[who]
 
     def before_of_same_key(p: np.ndarray, ok: np.ndarray) -> np.ndarray:
         """The incidence before ``p`` with the same key, in a segment of at most two keys (-1: none)."""
@@ -254,7 +257,7 @@ def _group_pairs(
     rank: np.ndarray,
     key: np.ndarray,
     is_write: np.ndarray,
-    serial: np.ndarray,
+    instruction: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
     need_pairs: Callable[[int], None],
@@ -302,7 +305,7 @@ def _group_pairs(
     own = write & (prev >= 0) & (own_slot < max_sites)
     own[own] = gid[prev[own]] == gid[own]
     same = own.copy()
-    same[same] = serial[who[prev[same]]] == serial[who[same]]
+    same[same] = instruction[who[prev[same]]] == instruction[who[same]]
     prev[same] -= 1
     own[same] = prev[same] >= gstart[gid[same]]
     del same
@@ -334,7 +337,7 @@ def _group_pairs(
         # The latest may be the same instruction's other event (a vector op reading what it writes): take the one
         # before it (twice: an instruction may read one segment twice).
         for _ in range(2):
-            same = ok & (serial[who[np.maximum(p, 0)]] == serial[who[q_inc]])
+            same = ok & (instruction[who[np.maximum(p, 0)]] == instruction[who[q_inc]])
             if not same.any():
                 break
             p[same] -= 1

@@ -583,7 +583,7 @@ class Kernel:
 
         chunks = candidate_pairs(
             self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
-            self._linear_order(), need=pieces_beyond_ranges, key=self._site_keys(), serial=self.serial,
+            self._linear_order(), need=pieces_beyond_ranges, key=self._site_keys(), instruction=self._instructions(),
             need_pairs=pairs_to_order, cut=self.cut,
         )  # fmt: skip
         racing = []
@@ -616,6 +616,17 @@ class Kernel:
         site = (site * 2 + self.atomic) * self.block_keys.size + self.mblock
         site += (~self.write).astype(np.int64) * (int(site.max()) + 1)
         return _small(site)
+
+    def _instructions(self) -> np.ndarray:
+        """Each access's instruction: its block and serial number. Serial numbers count within a block, so every
+        block running the same code has the same ones; a serial alone would take another block's access by the same
+        instruction for an instruction's own other event."""
+        if not self.serial.size:
+            return self.serial
+        if int(self.serial.max()) < 1 << _SERIAL_BITS:
+            return (self.mblock.astype(np.int64) << _SERIAL_BITS) | self.serial
+        pairs = np.stack([self.mblock.astype(np.int64), self.serial], axis=1)
+        return np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
     def _unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         serial, write = self.serial, self.write
