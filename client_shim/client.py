@@ -495,6 +495,16 @@ class Client:
     def store(self, address: int, size: int, *, location: int = 0, source: str = "acl", root: int = 0) -> int:
         return self._host("store", address, size, location=location, source=source, root=root)
 
+    def region_permission(
+        self, address: int, size: int, *, read: bool = True, write: bool = True, shared: bool = False,
+        device: int = -1,
+    ) -> None:
+        """What kernels may do in ``[address, address + size)`` from now on (msSanitizer's
+        ``mstxMemRegionsSetPermission``); ``shared``: other devices of the job reach it at the same address, and
+        cross-NPU racecheck compares their accesses; ``device``: whose memory it is (-1: this session's)."""
+        flags = (m.REGION_READ if read else 0) | (m.REGION_WRITE if write else 0) | (m.REGION_SHARED if shared else 0)
+        self._send(m.RegionPermission(address=address, size=size, device=device, flags=flags))
+
     # IPC shared memory between the processes of one job; the daemon answers each in ``ipc_results``.
     def ipc_set(self, name: str, address: int, size: int, *, location: int = 0) -> None:
         """Export ``[address, address + size)`` under ``name``."""

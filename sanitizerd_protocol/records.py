@@ -42,6 +42,9 @@ class EventKind(enum.IntEnum):
     TENSOR = 33
     TENSOR_READ = 34  # an annotated instruction's read of its operands: memcheck checks it against them only
     TENSOR_WRITE = 35  # an annotated instruction's write of its operands: as TENSOR_READ
+    # A barrier across the NPUs of the job (msSanitizer's mstx cross-NPU barrier): the block waits until every
+    # device of the job has reached the same barrier. Cross-NPU racecheck orders accesses to shared memory by it.
+    NPU_BARRIER = 48
 
 
 # TENSOR's mode: a block's tensor, or an operand of one annotated instruction, read or written by it.
