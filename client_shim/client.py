@@ -25,7 +25,7 @@ import numpy as np
 
 from client_shim.record_buffer import hold
 from client_shim.transport import JOB_ENV, ClientError, FrameSocket, Refused, explicit_socket
-from sanitizerd_protocol import EVENT_DTYPE, PROTOCOL_VERSION
+from sanitizerd_protocol import EVENT_DTYPE, PROTOCOL_VERSION, LocalProtocolError
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.records import block_keys
 
@@ -585,7 +585,7 @@ class Client:
             try:
                 self._flush_events()
                 self._enqueue(m.Close())
-            except ClientError:
+            except (ClientError, LocalProtocolError):  # the daemon ended the session already: said below
                 pass
             self._queue.put(_STOP)
         with self._done:

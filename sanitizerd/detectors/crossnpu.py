@@ -141,6 +141,9 @@ class CrossNpuRacecheck:
             pairs, not_held, untested = self.job.compare_and_add(new)
             findings = [self._finding(pair) for pair in pairs]
             left_out += not_held
+        if self.left_out:
+            with self.job.lock:
+                self.job.dropped += self.left_out
         if left_out or untested:
             findings.append(
                 self.context.finding(
