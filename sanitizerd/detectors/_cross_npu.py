@@ -23,9 +23,11 @@ import numpy as np
 
 from sanitizerd_protocol.model import Frame
 
-# Accesses to shared memory a job holds for comparison; past it, a kernel's further accesses are not compared
-# (its verdict says so). About 80 bytes each: 5 MiB a job.
+# Accesses to shared memory a job holds for comparison; past it (or past the host's bound below), a kernel's further
+# accesses are not held (its verdict says so). About 80 bytes each: 5 MiB a job.
 MAX_SHARED_ACCESSES = 1 << 16
+# Accesses all jobs of the daemon (or of one worker) hold together: about 320 MiB.
+MAX_HOST_SHARED_ACCESSES = 1 << 22
 # Access pairs one kernel's comparison may test; past it the rest are not compared (said as for the cap above).
 MAX_PAIR_TESTS = 1 << 26
 # Distinct racing site pairs one kernel reports; further pairs fold into the last report's count.
@@ -63,6 +65,27 @@ class RacePair:
     count: int
 
 
+class _HostHeld:
+    """The accesses every job holds: a flood of jobs cannot hold more than MAX_HOST_SHARED_ACCESSES together."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.lock = threading.Lock()
+
+    def take(self, wanted: int) -> int:
+        with self.lock:
+            granted = max(min(wanted, MAX_HOST_SHARED_ACCESSES - self.held), 0)
+            self.held += granted
+            return granted
+
+    def give_back(self, count: int) -> None:
+        with self.lock:
+            self.held -= count
+
+
+HOST_HELD = _HostHeld()
+
+
 @dataclass(slots=True)
 class JobAccesses:
     """The job's held accesses to shared memory, the places and kernel names their reports need, and what the cap
@@ -79,13 +102,21 @@ class JobAccesses:
         held, as far as the cap allows. Also: accesses of ``new`` not held, and pair tests not made."""
         with self.lock:
             pairs, untested = _races(self.held, new)
-            room = max(MAX_SHARED_ACCESSES - self.held.size, 0)
+            room = HOST_HELD.take(min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size))
             kept = new[:room]
             if kept.size:
                 self.held = np.concatenate((self.held, kept))
             left_out = new.size - kept.size
             self.dropped += left_out
             return pairs, left_out, untested
+
+    def release(self) -> None:
+        """The job is gone: what it held goes back to the host's bound."""
+        with self.lock:
+            HOST_HELD.give_back(self.held.size)
+            self.held = np.zeros(0, dtype=ACCESS_DTYPE)
+            self.places.clear()
+            self.kernels.clear()
 
 
 def _races(held: np.ndarray, new: np.ndarray) -> tuple[list[RacePair], int]:

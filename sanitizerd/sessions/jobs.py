@@ -181,6 +181,7 @@ class Jobs:
         if not job.unused or self._jobs.get(job.key) is not job:
             return
         del self._jobs[job.key]
+        job.cross_npu.release()
         left = self._by_uid[job.key[1]] - 1
         if left:
             self._by_uid[job.key[1]] = left
