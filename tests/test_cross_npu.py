@@ -251,8 +251,12 @@ def test_a_race_between_two_processes_of_a_job(daemon: RunningDaemon) -> None:
     assert "[sanitizerd] Cross npu racecheck finished. See all detected errors above." in out
 
 
+ALL_TOOLS = ("-t", "memcheck", "-t", "initcheck", "-t", "synccheck")
+
+
 def test_the_ordered_job_is_silent(daemon: RunningDaemon) -> None:
-    out, findings = run_example(daemon, "ordered", *CROSS)
+    """Silent under every detector, cross-NPU racecheck included."""
+    out, findings = run_example(daemon, "ordered", *CROSS, *ALL_TOOLS)
     assert findings == []
     assert "[sanitizerd] Cross npu racecheck finished. No error detected." in out
 
@@ -273,7 +277,7 @@ def test_a_write_into_a_read_only_region(daemon: RunningDaemon) -> None:
 
 
 def test_reads_of_a_read_only_region_are_silent(daemon: RunningDaemon) -> None:
-    assert run_example(daemon, "readonly_clean", "-t", "memcheck")[1] == []
+    assert run_example(daemon, "readonly_clean", *CROSS, *ALL_TOOLS)[1] == []
 
 
 def one_kernel(client: Client, *batches: np.ndarray) -> m.Verdict:
