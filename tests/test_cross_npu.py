@@ -298,6 +298,8 @@ def test_permission_of_another_devices_region(daemon: RunningDaemon) -> None:
         assert one_kernel(client, read(0x1000)).errors == 1  # not shared: illegal read
         assert one_kernel(client, read(0x1040)).errors == 0  # shared and readable
         assert one_kernel(client, write(0x1040)).errors == 1  # shared, not writable
+        client.region_permission(0x10E0, 32, write=False)
+        assert one_kernel(client, write(0x10F0)).errors == 1  # read-only and partly past the buffer: one report
         client.free(0x1000)
         assert one_kernel(client, write(0x1000), read(0x1040)).errors == 2  # freed: out of bounds, not permission
         client.malloc(0x1000, 256)
@@ -335,3 +337,53 @@ def test_regions_past_the_bound_over_the_wire(metered: tuple[RunningDaemon, int]
         with pytest.raises(ClientError, match="bad_packet"):
             c.close(timeout=10)
     assert_serves_fresh_session(running)
+
+
+def test_a_race_through_ipc_memory_between_two_processes(daemon: RunningDaemon, short_dir: Path) -> None:
+    """A buffer one process exports and another maps at another address is one memory: the importer's write and
+    the exporter's read of the same bytes, unordered, race; each side is printed at its own address."""
+    importer = short_dir / "importer.py"
+    importer.write_text(
+        "import client_shim\n"
+        "from client_shim import EventKind, Pipe, Space, accesses\n"
+        "c = client_shim.connect(device=1, rank=1)\n"
+        "c.ipc_map('kv_cache', 0x22000000)\n"
+        "assert c.wait_ipc(1, timeout=30)[0].ok\n"
+        "k = c.kernel_begin('writer', 1)\n"
+        "c.events(k, accesses(EventKind.WRITE, Space.GM, 0x22000040, 32, pipe=Pipe.MTE3, serial=c.next_serial()))\n"
+        "c.kernel_end(k)\n"
+        "c.wait_kernel(k, timeout=30)\n"
+        "c.ipc_unmap(0x22000000)\n"
+        "c.close()\n"
+    )
+    exporter = short_dir / "exporter.py"
+    exporter.write_text(
+        "import subprocess, sys\n"
+        "import client_shim\n"
+        "from client_shim import EventKind, Pipe, Space, accesses\n"
+        "c = client_shim.connect(device=0, rank=0)\n"
+        "c.malloc(0x11000000, 4096)\n"
+        "c.ipc_set('kv_cache', 0x11000000, 4096)\n"
+        "assert c.wait_ipc(1, timeout=30)[0].ok\n"
+        f"done = subprocess.run([sys.executable, {str(importer)!r}], capture_output=True, text=True)\n"
+        "assert done.returncode == 0, done.stderr\n"
+        "k = c.kernel_begin('reader', 1)\n"
+        "c.events(k, accesses(EventKind.READ, Space.GM, 0x11000050, 32, pipe=Pipe.MTE2, serial=c.next_serial()))\n"
+        "c.kernel_end(k)\n"
+        "c.wait_kernel(k, timeout=30)\n"
+        "c.ipc_destroy('kv_cache')\n"
+        "c.free(0x11000000)\n"
+        "c.close()\n"
+    )
+    run = sanitizerd("run", "--socket", str(daemon.socket), *CROSS, "--", sys.executable, str(exporter))
+    assert run.returncode == 0, run.stderr + run.stdout
+    job = JOB.search(run.stdout).group(1)
+    findings = json.loads(
+        sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json").stdout
+    )
+    [race] = findings
+    assert race["kind"] in ("race_raw", "race_war") and race["detail"] == CROSS_NPU
+    assert sorted((a["device"], a["op"], a["address"]) for a in race["accesses"]) == [
+        (0, "Read", 0x11000050), (1, "Write", 0x22000040),
+    ]  # fmt: skip
+    assert "Cross npu racecheck finished. See all detected errors above." in run.stdout

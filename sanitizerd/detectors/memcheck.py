@@ -197,6 +197,8 @@ class Memcheck:
         if not (len(self.no_write) or len(self.no_read)):
             return
         gm = live & (events["space"] == Space.GM)
+        # an access not wholly in legal GM is the bounds check's report already: one report for one bug
+        gm[gm] = self.heap.legal.contains(lo[gm], hi[gm])
         kind = events["kind"]
         for denied, access, site in ((self.no_write, EventKind.WRITE, _WRITE), (self.no_read, EventKind.READ, _READ)):
             if not len(denied):
