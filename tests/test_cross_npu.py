@@ -387,3 +387,30 @@ def test_a_race_through_ipc_memory_between_two_processes(daemon: RunningDaemon, 
         (0, "Read", 0x11000050), (1, "Write", 0x22000040),
     ]  # fmt: skip
     assert "Cross npu racecheck finished. See all detected errors above." in run.stdout
+
+
+def test_another_users_job_of_the_same_name_shares_nothing(daemon: RunningDaemon) -> None:
+    """Jobs are each uid's own: nobody's session naming root's job, on another device, writing the same shared
+    address, races with nothing of root's; root's own second device does."""
+    from tests import other_uid
+
+    other_uid.open_socket_to_all(daemon)
+    with Client(daemon.socket, job="shared-job", device=0, config=CROSS_CONFIG, resume_buffer=0) as root:
+        root.region_permission(SHARED, 4096, shared=True)
+        assert one_kernel(root, write(SHARED)).errors == 0
+        records = np.ascontiguousarray(write(SHARED, serial=9)).view(np.uint8).data
+        theirs = other_uid.frames(
+            m.Hello(version=m.PROTOCOL_VERSION, job="shared-job", device=1, config=CROSS_CONFIG),
+            m.RegionPermission(address=SHARED, size=4096, flags=7),
+            m.KernelBegin(kernel=1, name="intruder", block_dim=1),
+            m.Events(kernel=1, records=records),
+            m.KernelEnd(kernel=1),
+            m.Close(),
+        )
+        answer = other_uid.as_uid(other_uid.NOBODY, daemon, theirs, expect=3)
+        assert [a["type"] for a in answer] == ["welcome", "verdict", "closed"], answer
+        assert answer[1]["errors"] == 0
+        with Client(daemon.socket, job="shared-job", device=1, config=CROSS_CONFIG, resume_buffer=0) as second:
+            second.region_permission(SHARED, 4096, shared=True)
+            assert one_kernel(second, write(SHARED, serial=9)).errors == 1  # root's own devices do race
+    assert other_uid.view_of(other_uid.NOBODY, daemon)[1] == []
