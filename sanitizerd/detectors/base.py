@@ -99,6 +99,9 @@ class SessionContext:
 
 
 class Detector(Protocol):
+    """Besides these, a detector that judges by memory regions may define ``region_permission(region)`` and
+    ``shared_span(address, size, owner, base)``, returning findings: the session calls them where defined."""
+
     name: ClassVar[str]
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
