@@ -414,3 +414,45 @@ def test_another_users_job_of_the_same_name_shares_nothing(daemon: RunningDaemon
             second.region_permission(SHARED, 4096, shared=True)
             assert one_kernel(second, write(SHARED, serial=9)).errors == 1  # root's own devices do race
     assert other_uid.view_of(other_uid.NOBODY, daemon)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "found"), [(m.REGION_WRITE, ["illegal_read", "illegal_read"]), (3, ["illegal_read"])]
+)
+def test_mssanitizers_region_permission_through_its_socket(daemon: RunningDaemon, flags: int, found: list[str]) -> None:
+    """26.1.0's hooks over the job's msSanitizer-form socket: a MEM_REGION_PERMISSION packet that makes the
+    buffer write-only turns the kernel's read inside it into an illegal read (beside the read past its end, found
+    either way); read and write allowed, only that one."""
+    from sanitizerd.compat import wire
+    from sanitizerd.control_client import ControlClient
+    from tests.test_compat_layouts import BUFFER, BUFFER_SIZE, FREE, INSIDE, MALLOC, PAST, R26_1, UB_DST, client_of
+    from tests.test_compat_socket import connect as compat_connect
+    from tests.test_compat_socket import recv_exactly, wait_until
+
+    hooks = client_of(R26_1)
+    layout = wire.layout_named(R26_1)
+    assert layout is not None
+    region = {"addr": BUFFER, "size": BUFFER_SIZE, "deviceId": 0, "flags": flags}
+    data = (
+        hooks.device_summary()
+        + hooks.host_op(MALLOC, BUFFER, BUFFER_SIZE)
+        + hooks.packet("MEM_REGION_PERMISSION", hooks.put("MemRegionPermissionDesc", region))
+        + hooks.kernel_summary()
+        + hooks.slot([hooks.dma(UB_DST, INSIDE, 0x10), hooks.dma(UB_DST + 32, PAST, 0x14)])
+        + hooks.host_op(FREE, BUFFER)
+    )
+    job = f"compat-region-{flags}"
+    with ControlClient(daemon.socket) as control:
+        control.send(m.JobStart(job=job, config=m.Config(tools=["memcheck"])))
+        answer = control.request(m.CompatListen(job=job, layout=layout.name))
+        assert isinstance(answer, m.CompatListening) and answer.name, answer
+        with compat_connect(answer.name, timeout=30) as client:
+            recv_exactly(client, layout.config.size)
+            client.sendall(data)
+            recv_exactly(client, 12)  # the kernel's response: it was checked
+
+        def kinds() -> list[str]:
+            query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
+            return sorted(f["kind"] for f in json.loads(query.stdout))
+
+        assert wait_until(lambda: kinds() == found), kinds()
