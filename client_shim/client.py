@@ -25,7 +25,7 @@ import numpy as np
 
 from client_shim.record_buffer import hold
 from client_shim.transport import JOB_ENV, ClientError, FrameSocket, Refused, explicit_socket
-from sanitizerd_protocol import EVENT_DTYPE, PROTOCOL_VERSION
+from sanitizerd_protocol import EVENT_DTYPE, PROTOCOL_VERSION, LocalProtocolError
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.records import block_keys
 
@@ -495,6 +495,16 @@ class Client:
     def store(self, address: int, size: int, *, location: int = 0, source: str = "acl", root: int = 0) -> int:
         return self._host("store", address, size, location=location, source=source, root=root)
 
+    def region_permission(
+        self, address: int, size: int, *, read: bool = True, write: bool = True, shared: bool = False,
+        device: int = -1,
+    ) -> None:
+        """What kernels may do in ``[address, address + size)`` from now on (msSanitizer's
+        ``mstxMemRegionsSetPermission``); ``shared``: other devices of the job reach it at the same address, and
+        cross-NPU racecheck compares their accesses; ``device``: whose memory it is (-1: this session's)."""
+        flags = (m.REGION_READ if read else 0) | (m.REGION_WRITE if write else 0) | (m.REGION_SHARED if shared else 0)
+        self._send(m.RegionPermission(address=address, size=size, device=device, flags=flags))
+
     # IPC shared memory between the processes of one job; the daemon answers each in ``ipc_results``.
     def guard_write(self, user_address: int, user_size: int, out_address: int, out_size: int) -> None:
         """Report a host-side write of ``out_size`` bytes at ``out_address`` into the guard area after the buffer
@@ -583,7 +593,7 @@ class Client:
             try:
                 self._flush_events()
                 self._enqueue(m.Close())
-            except ClientError:
+            except (ClientError, LocalProtocolError):  # the daemon ended the session already: said below
                 pass
             self._queue.put(_STOP)
         with self._done:

@@ -394,6 +394,11 @@ class Block:
             syncs(EventKind.MSTX_CROSS_WAIT, pipe, Pipe.S, flag, address=address, mode=int(more), **self._common())
         )
 
+    def npu_barrier(self) -> None:
+        """A barrier across the NPUs of the job (msSanitizer's mstx cross-NPU barrier): the block goes on once every
+        device's blocks have reached it, so their shared-memory accesses before it come before this block's after."""
+        self._emit(syncs(EventKind.NPU_BARRIER, Pipe.S, Pipe.S, **self._common()))
+
     def get_buf(self, buffer: int, pipe: Pipe) -> None:
         """GET_BUF (950): acquire ``buffer`` on ``pipe``, after the block's previous release of it."""
         self._emit(syncs(EventKind.GET_BUF, pipe, Pipe.S, buffer, **self._common()))

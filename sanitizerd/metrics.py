@@ -225,6 +225,11 @@ class Metrics:
             "Client log messages not written to the daemon's log: over the per-session rate",
             registry=r,
         )
+        self.regions_refused = Counter(
+            "sanitizerd_regions_refused",
+            "Memory-permission regions refused: past a session's bound (region_permission)",
+            registry=r,
+        )
         Gauge("sanitizerd_build_info", "Always 1, labelled with the version", ["version"], registry=r).labels(
             __version__
         ).set(1)

@@ -25,8 +25,20 @@ class State(enum.Enum):
 
 
 PRODUCER_SENDS = frozenset(
-    {m.DeviceSummary, m.Locations, m.KernelBegin, m.Events, m.KernelEnd, m.HostOp, m.Ipc, m.Log, m.Signature}
-) | {m.GuardWrite}
+    {
+        m.DeviceSummary,
+        m.Locations,
+        m.KernelBegin,
+        m.Events,
+        m.KernelEnd,
+        m.HostOp,
+        m.Ipc,
+        m.Log,
+        m.Signature,
+        m.RegionPermission,
+        m.GuardWrite,
+    }
+)
 CONTROL_SENDS = frozenset(
     {m.JobStart, m.Watch, m.QueryFindings, m.QuerySessions, m.QueryJobs, m.WaitJob, m.CompatListen}
 )

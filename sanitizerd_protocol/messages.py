@@ -268,6 +268,29 @@ class Ipc(Message, tag="ipc"):
     location: int = 0
 
 
+# A memory-permission region's flags, msSanitizer's MSTX_MEM_PERMISSIONS_REGION_FLAGS_* bits: what a kernel may do
+# in the region, and whether other devices share it (what cross-NPU racecheck compares).
+REGION_READ = 0x01
+REGION_WRITE = 0x02
+REGION_SHARED = 0x04
+REGION_FLAGS = REGION_READ | REGION_WRITE | REGION_SHARED
+# Regions one session may declare: past it a region is refused (an internal_error finding says so), not held.
+MAX_REGIONS = 4096
+
+
+class RegionPermission(Message, tag="region_permission"):
+    """The access ``[address, address + size)`` of device memory allows from now on (msSanitizer's
+    MEM_REGION_PERMISSION, from ``mstxMemRegionsSetPermission``): ``flags`` of REGION_READ, REGION_WRITE and
+    REGION_SHARED. ``device``: the device whose memory it is (-1: the session's); a region of another device that
+    is not shared may not be touched by this session's kernels at all. A region marked shared is memory other
+    devices of the job reach at the same address (symmetric memory): cross-NPU racecheck compares its accesses."""
+
+    address: U64
+    size: U64
+    device: int = -1
+    flags: int = REGION_READ | REGION_WRITE
+
+
 class Log(Message, tag="log"):
     text: str
     level: str = "info"
@@ -468,6 +491,7 @@ AnyMessage = (
     | GuardWrite
     | Ipc
     | IpcResult
+    | RegionPermission
     | Log
     | Verdict
     | Closed

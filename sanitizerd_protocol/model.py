@@ -45,6 +45,11 @@ KINDS: Final[dict[str, str]] = {
 }
 
 
+# The ``detail`` of a race finding between accesses of two devices (cross-NPU racecheck): what the run's closing line
+# counts, and what tells it apart from a race inside one device in JSON.
+CROSS_NPU: Final = "cross-NPU"
+
+
 # A suppression rule's pattern: bounded, as everything a client sends (fnmatch turns it into a regular expression).
 Pattern = Annotated[str, msgspec.Meta(max_length=256)]
 MAX_SUPPRESSIONS = 256  # rules of one job (and of the host's file)
@@ -83,6 +88,7 @@ class RaceAccess(msgspec.Struct, kw_only=True):
     pc: int = 0
     location: Frame | None = None
     stack: list[Frame] = []
+    device: int = -1  # the device that ran it, in a cross-NPU race; -1: the finding's device
 
 
 class Replay(msgspec.Struct, kw_only=True):

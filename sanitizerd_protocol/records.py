@@ -46,6 +46,9 @@ class EventKind(enum.IntEnum):
     # for the whole data cache (else the one cache line holding `address`), event_id a DcciTarget. racecheck with
     # check_dcci: a scalar GM read needs one as the instruction just before it, a scalar GM write just after it.
     DCCI = 36
+    # A barrier across the NPUs of the job (msSanitizer's mstx cross-NPU barrier): the block waits until every
+    # device of the job has reached the same barrier. Cross-NPU racecheck orders accesses to shared memory by it.
+    NPU_BARRIER = 48
 
 
 # TENSOR's mode: a block's tensor, or an operand of one annotated instruction, read or written by it.

@@ -433,11 +433,14 @@ def test_the_new_packets_are_numbered_as_measured() -> None:
     assert NEW.size("RecordGlobalHead") + NEW.size("RecordBlockHead") == HEADS_26_1
 
 
-@pytest.mark.parametrize("data", [permission(), out_of_bound()], ids=["permission", "out_of_bound"])
-def test_the_new_packets_truncated_anywhere_at_eof(data: bytes) -> None:
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [(permission(), m.RegionPermission), (out_of_bound(), m.GuardWrite)],
+    ids=["permission", "out_of_bound"],
+)
+def test_the_new_packets_truncated_anywhere_at_eof(data: bytes, said: type) -> None:
     out, error = read_by(R26_1, data)
-    # whole, it is said (a permission) or reported (a host write into a guard area: tests/test_guard_area.py)
-    assert error is None and len([x for x in out if isinstance(x, m.Log | m.GuardWrite)]) == 1
+    assert error is None and len([x for x in out if isinstance(x, said)]) == 1  # whole, it is read
     for cut in range(1, len(data)):
         refused_by(R26_1, data[:cut], "truncated", eof=True)
 
@@ -449,7 +452,47 @@ def test_the_new_packets_with_huge_values_are_said_not_followed() -> None:
     assert error is None
     logs = [x.text for x in out if isinstance(x, m.Log)]
     assert len(logs) == 1 and "0xffffffffffffffff" in logs[0]
+    assert "passes the end of the address space, not applied" in logs[0]  # a region that overflows is not applied
     assert [type(x).__name__ for x in out if not isinstance(x, m.Log)] == ["GuardWrite", "DeviceSummary", "Close"]
+
+
+@pytest.mark.parametrize("release", [R26_1, MASTER])
+def test_permission_is_a_region_read_at_the_measured_offsets(release: str) -> None:
+    """Each field at its measured offset (distinct values in every byte that matters) becomes the region's: the
+    address, size, device and msSanitizer's read/write/shared bits, unchanged."""
+    client = client_of(release)
+    values = {"addr": 0x1122_3344_5566_7788, "size": 0x0102_0304, "deviceId": 7, "flags": 0x5}
+    data = client.packet("MEM_REGION_PERMISSION", client.put("MemRegionPermissionDesc", values))
+    out, error = read_by(release, data)
+    assert error is None
+    (region,) = [x for x in out if isinstance(x, m.RegionPermission)]
+    assert (region.address, region.size, region.device, region.flags) == (0x1122_3344_5566_7788, 0x0102_0304, 7, 5)
+    assert not [x for x in out if isinstance(x, m.Log)]
+
+
+@pytest.mark.parametrize(
+    ("flags", "kept"), [(0, 0), (0x7, 0x7), (0x8, 0), (0xFFFF_FFFF, 0x7), (0x1_0002, 0x2)]
+)  # fmt: skip
+def test_permission_flags_outside_mssanitizers_are_said_and_dropped(flags: int, kept: int) -> None:
+    out, error = read_by(R26_1, permission(flags=flags) + NEW.device_summary())
+    assert error is None
+    (region,) = [x for x in out if isinstance(x, m.RegionPermission)]
+    assert region.flags == kept
+    logs = [x.text for x in out if isinstance(x, m.Log)]
+    assert bool(logs) == (flags != kept) and all("not msSanitizer's flags" in text for text in logs)
+
+
+@pytest.mark.parametrize(
+    ("addr", "size", "applied"),
+    [(0, 0, True), (2**64 - 1, 0, True), (2**64 - 2, 1, True), (2**64 - 1, 1, False), (1, 2**64 - 1, False)],
+)
+def test_permission_at_the_end_of_the_address_space(addr: int, size: int, applied: bool) -> None:
+    """A region may end at 2**64 - 1, not past it: past it, it is said and not applied; the stream goes on."""
+    out, error = read_by(R26_1, permission(addr, size) + NEW.device_summary())
+    assert error is None
+    assert len([x for x in out if isinstance(x, m.RegionPermission)]) == int(applied)
+    rest = [type(x).__name__ for x in out if not isinstance(x, m.Log | m.RegionPermission)]
+    assert rest == ["DeviceSummary", "Close"]
 
 
 def test_the_new_packets_repeated_are_held_in_bounded_memory() -> None:
@@ -462,13 +505,13 @@ def test_the_new_packets_repeated_are_held_in_bounded_memory() -> None:
         conn.receive_data(data[i : i + step])
         out: list[m.Message] = []
         drain(conn, out)
-        logs += sum(isinstance(x, m.Log | m.GuardWrite) for x in out)
+        logs += sum(isinstance(x, m.Log | m.GuardWrite | m.RegionPermission) for x in out)
         held = max(held, conn.buffered)
     assert held < 64  # at most one packet's part, waiting for the rest
     conn.receive_data(b"")
     out = []
     drain(conn, out)
-    assert logs + sum(isinstance(x, m.Log | m.GuardWrite) for x in out) == 40_000
+    assert logs + sum(isinstance(x, m.Log | m.GuardWrite | m.RegionPermission) for x in out) == 40_000
 
 
 def new_slot(records: list[bytes] | None = None, **head: Any) -> bytes:

@@ -281,6 +281,7 @@ class TestSyncInstructions:
                 b.mstx_cross_wait(0x2000, 7, more=True)
                 b.get_buf(4, Pipe.MTE2)
                 b.rls_buf(4, Pipe.MTE2)
+                b.npu_barrier()
                 b.sync_all()
             k.run(body)
             c.close()
@@ -311,6 +312,7 @@ class TestSyncInstructions:
             (K.MSTX_CROSS_WAIT, S, S, 7, 1, 1, 0x2000),  # mode bit 0: "is more"
             (K.GET_BUF, Pipe.MTE2, S, 4, 0, 1, 0),
             (K.RLS_BUF, Pipe.MTE2, S, 4, 0, 1, 0),
+            (K.NPU_BARRIER, S, S, 0, 0, 1, 0),
             (K.PIPE_BARRIER, Pipe.ALL, S, 0, 0, 1, 0),  # SyncAll: the barrier, then FFTS mode 0 on flag 31
             (K.CROSS_SET, S, S, 31, 0, 1, 0),
             (K.CROSS_WAIT, S, S, 31, 0, 1, 0),

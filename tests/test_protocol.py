@@ -228,6 +228,7 @@ PRODUCER_MESSAGES: list[tuple[str, m.Message]] = [
     ("client", m.HostOp(op="malloc", address=2**64 - 1)),
     ("client", m.GuardWrite(user_address=2**64 - 1, user_size=2**32 - 1, out_address=0x1040, out_size=32)),
     ("client", m.Ipc(op="set", name="kv_cache", address=0x1000, size=4096, serial=3, location=1)),
+    ("client", m.RegionPermission(address=0x1000, size=4096, device=1, flags=m.REGION_READ | m.REGION_SHARED)),
     ("server", m.IpcResult(op="map", name="kv_cache", address=0x5000, ok=False, reason="no export")),
     ("client", m.Log(text="héllo ✓", level="warn")),
     ("server", m.Verdict(kernel=1, events=9, errors=2, warnings=1, checked=False)),

@@ -49,9 +49,6 @@ PREFIX = "[sanitizerd]"
 _NOT_CHECKED = "is accepted but not yet checked by this version of sanitizerd"
 _NO_EFFECT = "is accepted but has no effect in this version of sanitizerd"
 NOT_YET_CHECKED: dict[str, str] = {
-    "--check-cross-npu-races": (
-        f"{PREFIX} WARNING: --check-cross-npu-races {_NOT_CHECKED}; cross-NPU races will not be reported."
-    ),
     "--max-debuglog-size": (f"{PREFIX} WARNING: --max-debuglog-size {_NO_EFFECT}; it writes no debug log file to cap."),
 }
 

@@ -38,7 +38,7 @@ from sanitizerd.findings.render import render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
 from sanitizerd.findings.store import CRASH_END_REASON
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.model import ERROR, WARNING, Finding
+from sanitizerd_protocol.model import CROSS_NPU, ERROR, WARNING, Finding
 
 # The status of a run whose program exited 0 but sent signatures that show silent data corruption (without
 # --error-exitcode, which wins for every error); a program that failed keeps its own status.
@@ -355,6 +355,17 @@ def _summary(job: str, idle: m.JobIdle | None, reporter: Reporter, program: str)
         f"{PREFIX} SUMMARY: job {job}: {idle.sessions} session(s), {idle.kernels} kernel(s), "
         f"{idle.events} device event(s){signatures} checked; {found}"
         + ("" if reporter.errors or reporter.warnings else ". No error detected.")
+    )
+
+
+def cross_npu_line(config: m.Config, reporter: Reporter) -> str:
+    """msSanitizer's closing line of its cross-NPU racecheck (cross_npu_checker.cpp), under our prefix, once the
+    job's sessions are done; "" where the check was not asked for."""
+    if not (config.check_cross_npu_races and "racecheck" in config.tools):
+        return ""
+    found = any(f.detail == CROSS_NPU and not f.suppressed for f in reporter.findings)
+    return f"{PREFIX} Cross npu racecheck finished. " + (
+        "See all detected errors above." if found else "No error detected."
     )
 
 
@@ -747,6 +758,9 @@ def _run_program(
         save.close()
     if report is not None:
         report.write(report_text(options.report_format, job, reporter, unchecked=unchecked))
+    cross_npu = cross_npu_line(options.config, reporter)
+    if cross_npu:
+        print(cross_npu, file=out)
     print(summary_line(job, reporter.idle, reporter, options.program[0], unchecked=unchecked), file=out)
     if reporter.idle is not None and reporter.idle.replica_note:
         print(f"{PREFIX} WARNING: job {job}: {reporter.idle.replica_note}", file=out)

@@ -12,6 +12,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from sanitizerd.chips import Chip
+from sanitizerd.detectors._cross_npu import JobAccesses
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
 from sanitizerd_protocol.messages import Config, HostOp, Location
 from sanitizerd_protocol.model import Finding, Frame, make_finding
@@ -54,6 +55,8 @@ class SessionContext:
     locations: dict[int, Location] = field(default_factory=dict)
     max_race_events: int = DEFAULT_MAX_RACE_EVENTS
     race_memory: MemoryAccount = field(default_factory=unbounded)
+    # the job's accesses to shared memory, which cross-NPU racecheck compares across its sessions
+    cross_npu: JobAccesses | None = None
 
     def stack(self, location: int) -> list[Frame]:
         """The call stack of a location id, innermost first. Without ``--full-backtrace yes``, frames inside the
@@ -96,6 +99,9 @@ class SessionContext:
 
 
 class Detector(Protocol):
+    """Besides these, a detector that judges by memory regions may define ``region_permission(region)`` and
+    ``shared_span(address, size, owner, base)``, returning findings: the session calls them where defined."""
+
     name: ClassVar[str]
 
     def kernel_begin(self, launch: KernelLaunch) -> None:

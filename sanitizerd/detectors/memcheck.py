@@ -33,7 +33,7 @@ from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
-from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.messages import REGION_READ, REGION_SHARED, REGION_WRITE, HostOp, RegionPermission
 from sanitizerd_protocol.model import Finding
 from sanitizerd_protocol.records import EventKind, Space
 
@@ -84,6 +84,10 @@ class Memcheck:
         self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
         self.pairs = PairBudget()
         self.tensors = BlockTensors()
+        # GM bytes a kernel of this session may not write, and may not read: memory-permission regions
+        # (msSanitizer's mstxMemRegionsSetPermission) that take the permission away, until changed or freed.
+        self.no_write = IntervalSet()
+        self.no_read = IntervalSet()
 
     def _chip_limits(self) -> np.ndarray:
         """Bytes each on-chip space holds on the session's chip; GM is checked against the heap, BT/FB not at all."""
@@ -115,6 +119,7 @@ class Memcheck:
         judged = self._judge_by_tensors(events, live)
         self._check_alignment(events, live)
         self._check_bounds(events, lo, hi, ext, live, judged)
+        self._check_permissions(events, lo, hi, live)
         self._check_operands(events, ext)
         if self.check_stomping:
             self._check_stomping(events, ext, live)
@@ -188,6 +193,39 @@ class Memcheck:
         hit = events[index[reported]]
         kind = np.where(hit["kind"] == EventKind.WRITE, _WRITE, _READ)
         self.sites.add(site_rows(hit, kind, address[reported], np.minimum(total[reported], _MAX_REPORTED)))
+
+    def _check_permissions(self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, live: np.ndarray) -> None:
+        """A GM write into bytes a region made unwritable, a read of bytes it made unreadable: msSanitizer's
+        illegal write or read (its bounds check refuses bytes whose permission lacks the access), reported at
+        the access's start with the bytes it touched there. A strided access counts the bytes of its extent."""
+        if not (len(self.no_write) or len(self.no_read)):
+            return
+        gm = live & (events["space"] == Space.GM)
+        # an access not wholly in legal GM is the bounds check's report already: one report for one bug
+        gm[gm] = self.heap.legal.contains(lo[gm], hi[gm])
+        kind = events["kind"]
+        for denied, access, site in ((self.no_write, EventKind.WRITE, _WRITE), (self.no_read, EventKind.READ, _READ)):
+            if not len(denied):
+                continue
+            rows = np.flatnonzero(gm & (kind == access))
+            if not rows.size:
+                continue
+            bad = denied.covered(lo[rows], hi[rows])
+            hit_rows = rows[bad > 0]
+            if hit_rows.size:
+                self.sites.add(site_rows(events[hit_rows], site, lo[hit_rows], np.minimum(bad[bad > 0], _MAX_REPORTED)))
+
+    def region_permission(self, region: RegionPermission) -> list[Finding]:
+        """A region's permission replaces what its bytes allowed (msSanitizer's SetPermission). A region of another
+        device that is not shared allows this session's kernels nothing."""
+        own = region.device < 0 or self.context.device < 0 or region.device == self.context.device
+        flags = region.flags if own or region.flags & REGION_SHARED else 0
+        lo, hi = region.address, region.address + region.size
+        for denied, bit in ((self.no_read, REGION_READ), (self.no_write, REGION_WRITE)):
+            denied.remove(lo, hi)
+            if not flags & bit:
+                denied.add(np.array([lo], dtype=np.uint64), np.array([hi], dtype=np.uint64))
+        return []
 
     def _check_in_tensors(
         self, events: np.ndarray, lo: np.ndarray, hi: np.ndarray, ext: np.ndarray, judged: Judged
@@ -452,6 +490,9 @@ class Memcheck:
 
     def _free(self, op: HostOp) -> list[Finding]:
         allocation = self.heap.free(op.address, op.source)
+        if allocation is not None:  # a freed buffer's permissions go with it: the next one there starts allowed
+            self.no_write.remove(allocation.address, allocation.address + allocation.size)
+            self.no_read.remove(allocation.address, allocation.address + allocation.size)
         if allocation is None:
             detail = "free of an address that is not allocated (never allocated, or freed already)"
             if op.source == "mstx_region":

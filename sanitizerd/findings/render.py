@@ -137,6 +137,7 @@ def _race(finding: Finding) -> Iterator[str]:
 
 
 def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
+    device = access.device if access.device >= 0 else device  # a cross-NPU race names each access's device
     head = (
         f"{P}    {access.pipe} {access.op} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
         f"({access.block_type}) on device {device} at "

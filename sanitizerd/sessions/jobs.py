@@ -24,6 +24,7 @@ import anyio
 import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 
+from sanitizerd.detectors._cross_npu import JobAccesses
 from sanitizerd.detectors.sdccheck import SdcCheck, SdcFinding
 from sanitizerd.sessions.ipc import IpcTable
 from sanitizerd_protocol import messages as m
@@ -104,6 +105,9 @@ class Job:
     findings: int = 0
     signatures: int = 0
     ipc: IpcTable = field(default_factory=IpcTable)
+    # accesses to memory the job's devices share, compared across its sessions (cross-NPU racecheck); they go with
+    # the job, once no session, registration or watcher holds it
+    cross_npu: JobAccesses = field(default_factory=JobAccesses)
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -177,6 +181,7 @@ class Jobs:
         if not job.unused or self._jobs.get(job.key) is not job:
             return
         del self._jobs[job.key]
+        job.cross_npu.release()
         left = self._by_uid[job.key[1]] - 1
         if left:
             self._by_uid[job.key[1]] = left
@@ -224,6 +229,10 @@ class Jobs:
             _, oldest = self._sdc.popitem(last=False)
             self._sdc_held -= oldest.held
         return findings
+
+    def cross_npu(self, key: JobKey) -> JobAccesses:
+        job = self._jobs.get(key)
+        return job.cross_npu if job is not None else JobAccesses()
 
     def ipc_table(self, key: JobKey) -> IpcTable:
         job = self._jobs.get(key)

@@ -63,7 +63,7 @@ async def open_producer(hub: Hub, stream: MessageStream, hello: m.Hello, peer: P
         session = Session(
             ident, hello, config, peer, ipc=hub.jobs.ipc_table(key), max_race_events=hub.limits.max_race_events,
             race_memory=hub.race_memory.account(), max_live_allocations=hub.limits.max_live_allocations,
-            host_suppressions=hub.suppressions,
+            host_suppressions=hub.suppressions, cross_npu=hub.jobs.cross_npu(key),
         )  # fmt: skip
         session.already_stored.update(already)
         hub.live[ident] = session

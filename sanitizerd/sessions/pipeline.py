@@ -22,8 +22,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
 from sanitizerd.sessions.threads import RunOnThread
-from sanitizerd.sessions.work import Batch, EndKernel, Finish, StartKernel, Work
-from sanitizerd_protocol.messages import HostOp
+from sanitizerd.sessions.work import Batch, EndKernel, Finish, SharedSpan, StartKernel, Work
+from sanitizerd_protocol.messages import HostOp, RegionPermission
 from sanitizerd_protocol.model import Finding
 
 T = TypeVar("T")
@@ -172,6 +172,13 @@ async def _apply(
             return await on_thread(detector.kernel_end)
         case HostOp():
             return detector.host_op(item)
+        case RegionPermission():
+            # only the detectors that judge by regions have the hook (memcheck, cross-NPU racecheck)
+            region = getattr(detector, "region_permission", None)
+            return region(item) if region is not None else []
+        case SharedSpan():
+            span = getattr(detector, "shared_span", None)
+            return span(item.address, item.size, item.owner, item.base) if span is not None else []
         case Finish():
             return await on_thread(detector.finish)
     return []

@@ -18,7 +18,15 @@ from sanitizerd.findings.store import StoreUnavailable
 from sanitizerd.sessions.hub import Hub
 from sanitizerd.sessions.jobs import job_key
 from sanitizerd.sessions.pipeline import drive_detector
-from sanitizerd.sessions.session import Answer, ForeignFrees, LostRecords, Reply, Session, SignatureReport
+from sanitizerd.sessions.session import (
+    Answer,
+    ForeignFrees,
+    LostRecords,
+    RegionRefused,
+    Reply,
+    Session,
+    SignatureReport,
+)
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
 from sanitizerd.sessions.work import Finish, Work
 from sanitizerd_protocol import EVENT_DTYPE, RemoteProtocolError
@@ -65,6 +73,9 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
                 await answer(item)
             case LostRecords(findings=findings):
                 await publish(findings)
+            case RegionRefused(finding=finding):
+                metrics.regions_refused.inc()
+                await publish([finding])
             case SignatureReport(signature=signature, rank=rank):
                 for f in hub.jobs.signature(job, signature, rank):
                     # A replica's disagreement belongs to the rank it names, which may be another session of the job.

@@ -12,13 +12,13 @@ import msgspec
 
 from sanitizerd.chips import DEFAULT_CHIP, chip_named
 from sanitizerd.demangle import demangle
-from sanitizerd.detectors import create_detectors
+from sanitizerd.detectors import JobAccesses, create_detectors
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
 from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
 from sanitizerd.findings.suppressions import Suppressor
 from sanitizerd.sessions.ipc import IpcTable
-from sanitizerd.sessions.work import Batch, EndKernel, StartKernel, Work, split_by_pieces
+from sanitizerd.sessions.work import Batch, EndKernel, SharedSpan, StartKernel, Work, split_by_pieces
 from sanitizerd_protocol import RemoteProtocolError
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.messages import MAX_CACHE_SIZE_MB
@@ -65,7 +65,15 @@ class SignatureReport:
     rank: int
 
 
-Reply = Answer | m.IpcResult | ForeignFrees | LostRecords | SignatureReport
+@dataclass(frozen=True, slots=True)
+class RegionRefused:
+    """A memory-permission region past the session's bound: not held, and said as a finding (so that a run whose
+    regions were not all applied does not pass as clean)."""
+
+    finding: Finding
+
+
+Reply = Answer | m.IpcResult | ForeignFrees | LostRecords | SignatureReport | RegionRefused
 
 # What a session's source locations may hold, in the units of ``_location_size`` (about bytes): a large program's
 # whole debug info fits many times over; a client that sends locations for ever does not.
@@ -133,6 +141,7 @@ class Session:
         race_memory: MemoryAccount | None = None,
         max_live_allocations: int = MAX_LIVE_ALLOCATIONS,
         host_suppressions: Sequence[Suppression] = (),
+        cross_npu: JobAccesses | None = None,
     ) -> None:
         self.id = ident
         # The job's rules, then the host's: the first that matches gives its reason.
@@ -141,7 +150,8 @@ class Session:
         self.ipc = ipc if ipc is not None else IpcTable()
         # Frees of this session's IPC mappings that another session's destroy caused, applied in order
         # before this session's next message.
-        self.external: list[m.HostOp] = []
+        self.external: list[Work | Reply] = []
+        self.regions = 0  # memory-permission regions declared (m.MAX_REGIONS)
         self.hello = hello
         self.peer = peer
         self.started = time.time()
@@ -154,6 +164,7 @@ class Session:
             config=config,
             max_race_events=max_race_events,
             race_memory=race_memory if race_memory is not None else unbounded(),
+            cross_npu=cross_npu,
         )
         self.detectors: list[Detector] = create_detectors(self.context)
         self.kernels: dict[int, KernelState] = {}
@@ -225,6 +236,8 @@ class Session:
                 return [message]
             case m.Ipc():
                 return self._ipc(message)
+            case m.RegionPermission():
+                return self._region(message)
             case m.KernelBegin():
                 return self._kernel_begin(message)
             case m.KernelEnd():
@@ -297,24 +310,61 @@ class Session:
         for location in message.locations:
             known[location.id] = location
 
+    def _region(self, region: m.RegionPermission) -> list[Work | Reply]:
+        """A memory-permission region, for the detectors that judge by it; malformed ones end the session as any
+        bad packet, one past the session's bound is refused and said."""
+        if region.flags & ~m.REGION_FLAGS:
+            raise RemoteProtocolError(
+                f"region_permission flags {region.flags:#x}: bits outside read (0x1), write (0x2) and shared (0x4)",
+                reason="bad_packet",
+            )
+        if region.address + region.size > m.ADDRESS_END_MAX:
+            raise RemoteProtocolError(
+                f"region_permission of {region.size} bytes at {region.address:#x} passes the end of the address space",
+                reason="bad_packet",
+            )
+        if not region.size:
+            return []  # marks no byte (msSanitizer's SetPermission changes nothing either)
+        if self.regions >= m.MAX_REGIONS:
+            detail = (
+                f"memory-permission region of {region.size} bytes at {region.address:#x} refused: the session holds "
+                f"its bound of {m.MAX_REGIONS} regions; accesses to it are not judged by its permission"
+            )
+            return [RegionRefused(self.context.finding("internal_error", address=region.address, size=region.size,
+                                                       space="GM", detail=detail))]  # fmt: skip
+        self.regions += 1
+        if region.device < 0:
+            region = m.RegionPermission(
+                address=region.address, size=region.size, device=self.context.device, flags=region.flags
+            )
+        return [region]
+
     def _ipc(self, ipc: m.Ipc) -> list[Work | Reply]:
         work: list[Work | Reply] = []
         reason = ""
         if ipc.op == "set":
             reason = self.ipc.set(ipc.name, self.id, ipc.address, ipc.size)
+            if not reason:
+                work.append(SharedSpan(ipc.address, ipc.size, self.id, ipc.address))
         elif ipc.op == "map":
             export, reason = self.ipc.map(ipc.name, self.id, ipc.address)
             if export is not None:
                 work.append(self._ipc_host_op("malloc", ipc.address, export.size, ipc))
+                work.append(SharedSpan(ipc.address, export.size, export.session, export.address))
         elif ipc.op == "unmap":
             reason = self.ipc.unmap(self.id, ipc.address)
             if not reason:
                 work.append(self._ipc_host_op("free", ipc.address, 0, ipc))
+                work.append(SharedSpan(ipc.address, 0, 0, 0))
         else:
+            export = self.ipc.exports.get(ipc.name)
             ended, reason = self.ipc.destroy(ipc.name)
+            if export is not None and export.session == self.id and not reason:
+                work.append(SharedSpan(export.address, 0, 0, 0))
             if ended:
                 for address in sorted(ended.pop(self.id, ())):
                     work.append(self._ipc_host_op("free", address, 0, ipc))
+                    work.append(SharedSpan(address, 0, 0, 0))
                 if ended:
                     work.append(ForeignFrees(ended))
         work.append(m.IpcResult(op=ipc.op, name=ipc.name, address=ipc.address, ok=not reason, reason=reason))
@@ -322,9 +372,9 @@ class Session:
 
     def unmapped_elsewhere(self, addresses: set[int]) -> None:
         """Another session's ``ipc destroy`` ended these mappings of ours: free them before our next message."""
-        self.external.extend(
-            m.HostOp(op="free", address=address, source="bypass", desc="ipc_memory") for address in sorted(addresses)
-        )
+        for address in sorted(addresses):
+            self.external.append(m.HostOp(op="free", address=address, source="bypass", desc="ipc_memory"))
+            self.external.append(SharedSpan(address, 0, 0, 0))
 
     @staticmethod
     def _ipc_host_op(op: str, address: int, size: int, ipc: m.Ipc) -> m.HostOp:

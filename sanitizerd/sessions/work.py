@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sanitizerd.detectors.base import KernelLaunch
-from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.messages import HostOp, RegionPermission
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,19 @@ class Finish:
     """The session is over: report end-of-run findings."""
 
 
-Work = StartKernel | Batch | EndKernel | HostOp | Finish
+@dataclass(frozen=True, slots=True)
+class SharedSpan:
+    """``[address, address + size)`` of this session is memory other devices of the job reach too (an IPC export
+    or a mapping of one): ``owner`` and ``base`` name it across sessions (the exporting session, and the address
+    the span starts at there). ``size`` 0: the span that starts at ``address`` ends."""
+
+    address: int
+    size: int
+    owner: int
+    base: int
+
+
+Work = StartKernel | Batch | EndKernel | HostOp | RegionPermission | SharedSpan | Finish
 
 # The most pieces (blocks of a scattered row, or rows) one batch a detector checks may list, bounded from above:
 # initcheck and racecheck walk pieces at a few million a second, so a batch of this many is a fraction of a second

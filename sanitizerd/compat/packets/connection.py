@@ -462,15 +462,20 @@ class CompatConnection(ReceivingEnd):
         self._memory_record(payload)
 
     def _mem_region_permission(self, payload: bytes) -> None:
-        """26.1.0 on: the access a region of device memory allows. Decoded and said; not checked yet."""
+        """26.1.0 on: the access a region of device memory allows, as our ``region_permission``. What msSanitizer's
+        SetPermission would not apply (a range past the end of the address space) is said and dropped; flag bits it
+        does not define are said and dropped, as its check reads only read, write and shared."""
         f = self._fields("MemRegionPermissionDesc", payload)
-        self._out.append(
-            m.Log(
-                text=f"memory region permission: {f.get('size', 0)} bytes at {f.get('addr', 0):#x} on device "
-                f"{f.get('deviceId', -1)}, flags {f.get('flags', 0):#x} (not checked by this sanitizerd)",
-                level="info",
-            )
-        )
+        address, size, device, flags = f["addr"], f["size"], f["deviceId"], f["flags"]
+        said = f"memory region permission: {size} bytes at {address:#x} on device {device}, flags {flags:#x}"
+        if address + size > m.ADDRESS_END_MAX:
+            self._out.append(m.Log(text=f"{said}: passes the end of the address space, not applied", level="warn"))
+            return
+        if flags & ~m.REGION_FLAGS:
+            unknown = flags & ~m.REGION_FLAGS
+            text = f"{said}: bits {unknown:#x} are not msSanitizer's flags, ignored"
+            self._out.append(m.Log(text=text, level="warn"))
+        self._out.append(m.RegionPermission(address=address, size=size, device=device, flags=flags & m.REGION_FLAGS))
 
     def _gm_out_of_bound(self, payload: bytes) -> None:
         """26.1.0 on: a host-side write (the aicpu tiling sink) found in the guard area after a GM buffer: memcheck

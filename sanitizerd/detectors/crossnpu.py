@@ -1,0 +1,213 @@
+"""Cross-NPU racecheck (msSanitizer's ``--check-cross-npu-races``): GM accesses to memory shared between devices,
+compared with those of every other device of the job, whichever process drives them.
+
+Per session it keeps what is shared here (regions marked shared, IPC exports and mappings) and, for the running
+kernel, its accesses to them with their epoch (``_cross_npu.block_epochs``); when the kernel ends they are compared
+with the job's (``_cross_npu.JobAccesses``) and held there for the kernels still to come. Reports are msSanitizer's
+race form with each access's device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sanitizerd.detectors._cross_npu import ACCESS_DTYPE, MAX_SHARED_ACCESSES, JobAccesses, RacePair, block_epochs
+from sanitizerd.detectors._patterns import ends, extents
+from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd_protocol.messages import REGION_SHARED, HostOp, RegionPermission
+from sanitizerd_protocol.model import CROSS_NPU, Finding, RaceAccess
+from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space, block_keys, block_type_name, pipe_name
+
+# Spans of one session's shared memory: its regions (MAX_REGIONS) and IPC mappings are bounded where they are made.
+_HAZARD = {(True, True): "race_waw", (True, False): "race_raw", (False, True): "race_war"}
+
+
+class CrossNpuRacecheck:
+    name = "crossnpu"
+
+    def __init__(self, context: SessionContext, job: JobAccesses) -> None:
+        self.context = context
+        self.job = job
+        self.spans: dict[int, tuple[int, int, int]] = {}  # start -> (size, owner, base)
+        self._table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.epoch = 0  # cross-NPU barriers passed in the session's earlier kernels
+        self.passed: dict[int, int] = {}  # block key -> barriers it passed in the running kernel
+        self.pending: list[np.ndarray] = []
+        self.pending_rows = 0
+        self.left_out = 0  # of the running kernel: past the cap before it ended
+        self.launch: KernelLaunch | None = None
+
+    # --- what is shared -------------------------------------------------------------------------------------------
+
+    def region_permission(self, region: RegionPermission) -> list[Finding]:
+        """A region marked shared is symmetric memory: every device reaches it at this address. msSanitizer's
+        shared spans only grow, and so do ours: a later permission without the flag leaves it shared."""
+        if region.flags & REGION_SHARED:
+            self.spans[region.address] = (region.size, 0, region.address)
+            self._table = None
+        return []
+
+    def shared_span(self, address: int, size: int, owner: int, base: int) -> list[Finding]:
+        if size:
+            self.spans[address] = (size, owner, base)
+        else:
+            self.spans.pop(address, None)
+        self._table = None
+        return []
+
+    def _spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._table is None:
+            starts = sorted(self.spans)
+            self._table = (
+                np.array(starts, dtype=np.uint64),
+                np.array([s + self.spans[s][0] for s in starts], dtype=np.uint64),
+                np.array([self.spans[s][1] for s in starts], dtype=np.int64),
+                np.array([self.spans[s][2] for s in starts], dtype=np.uint64),
+            )
+        return self._table
+
+    # --- kernel side ------------------------------------------------------------------------------------------
+
+    def kernel_begin(self, launch: KernelLaunch) -> None:
+        self.launch = launch
+        self.passed = {}
+        self.pending = []
+        self.pending_rows = 0
+        self.left_out = 0
+
+    def check(self, events: np.ndarray) -> None:
+        if not events.size:
+            return
+        kind = events["kind"]
+        barrier = kind == EventKind.NPU_BARRIER
+        if not self.spans and not barrier.any():
+            return
+        access = (kind <= EventKind.WRITE) & (events["space"] == Space.GM)
+        rows = np.flatnonzero(access)
+        hit = np.zeros(0, dtype=np.intp)
+        if rows.size and self.spans:
+            starts, stops = self._spans()[:2]
+            lo = events["address"][rows]
+            hi = ends(lo, extents(events[rows]))
+            span = np.searchsorted(starts, hi, side="left").astype(np.intp) - 1  # the last span starting before hi
+            inside = (span >= 0) & (hi > lo)
+            inside[inside] = stops[span[inside]] > lo[inside]
+            hit = rows[inside]
+            span, lo, hi = span[inside], lo[inside], hi[inside]
+        if not hit.size and not barrier.any():
+            return
+        epochs = block_epochs(block_keys(events), barrier, self.passed)
+        if not hit.size:
+            return
+        room = max(MAX_SHARED_ACCESSES - self.pending_rows, 0)
+        if hit.size > room:  # a kernel of more cannot be held by its job either
+            self.left_out += hit.size - room
+            hit, span, lo, hi = hit[:room], span[:room], lo[:room], hi[:room]
+            if not hit.size:
+                return
+        self.pending.append(self._rows(events[hit], span, lo, hi, epochs[hit]))
+        self.pending_rows += hit.size
+
+    def _rows(self, hit: np.ndarray, span: np.ndarray, lo: np.ndarray, hi: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        starts, stops, owners, bases = self._spans()
+        rows = np.zeros(hit.size, dtype=ACCESS_DTYPE)
+        start = starts[span]
+        rows["owner"] = owners[span]
+        rows["lo"] = np.maximum(lo, start) - start + bases[span]
+        rows["hi"] = np.minimum(hi, stops[span]) - start + bases[span]
+        rows["address"] = lo
+        rows["epoch"] = self.epoch + epoch
+        device = self.context.device
+        rows["device"] = device if device >= 0 else -1 - self.context.session
+        rows["session"] = self.context.session
+        rows["launch"] = self.launch.kernel if self.launch else 0
+        for name in ("serial", "pc", "location", "block_id", "block_type", "pipe"):
+            rows[name] = hit[name]
+        rows["write"] = hit["kind"] == EventKind.WRITE
+        rows["atomic"] = (hit["flags"] & FLAG_ATOMIC) != 0
+        return rows
+
+    def kernel_end(self) -> list[Finding]:
+        launch, self.launch = self.launch, None
+        self.epoch += max(self.passed.values(), default=0)
+        new = np.concatenate(self.pending) if self.pending else np.zeros(0, dtype=ACCESS_DTYPE)
+        self.pending = []
+        self.pending_rows = 0
+        findings: list[Finding] = []
+        left_out = self.left_out
+        untested = 0
+        if new.size:
+            self._remember(new, launch)
+            pairs, not_held, untested = self.job.compare_and_add(new)
+            findings = [self._finding(pair) for pair in pairs]
+            left_out += not_held
+        if self.left_out:
+            with self.job.lock:
+                self.job.dropped += self.left_out
+        if left_out or untested:
+            findings.append(
+                self.context.finding(
+                    "internal_error", kernel=launch.name if launch else None, space="GM", size=left_out,
+                    detail=(
+                        f"cross-NPU racecheck: {left_out} accesses of this kernel to shared memory not held and "
+                        f"{untested} access pairs not compared (a job holds at most {MAX_SHARED_ACCESSES} such "
+                        "accesses): races with them are not reported"
+                    ),
+                )
+            )  # fmt: skip
+        return findings
+
+    def _remember(self, new: np.ndarray, launch: KernelLaunch | None) -> None:
+        """The places and the kernel name the job's reports will print for these accesses, resolved here where the
+        session's location table is (the report may be another session's)."""
+        session = self.context.session
+        places = self.job.places
+        with self.job.lock:
+            if launch is not None:
+                self.job.kernels.setdefault((session, launch.kernel), launch.name)
+            for location in np.unique(new["location"]).tolist():  # per source line, not per access
+                if len(places) >= MAX_SHARED_ACCESSES:
+                    break
+                if (session, location) not in places:
+                    places[session, location] = self.context.place(location)
+
+    def _finding(self, pair: RacePair) -> Finding:
+        """msSanitizer's order: the access with the lower serial number first (the one held first on a tie); the
+        hazard is the second's access after the first's."""
+        first, second = pair.held, pair.new
+        if int(second["serial"]) < int(first["serial"]):
+            first, second = second, first
+        kind = _HAZARD[bool(first["write"]), bool(second["write"])]
+        kernel = self.job.kernels.get((int(first["session"]), int(first["launch"])), "unknown")
+        return self.context.finding(
+            kind,
+            kernel=kernel,
+            space="GM",
+            address=int(first["address"]),
+            count=pair.count,
+            accesses=[self._access(first), self._access(second)],
+            detail=CROSS_NPU,
+        )
+
+    def _access(self, row: np.void) -> RaceAccess:
+        where, stack = self.job.places.get((int(row["session"]), int(row["location"])), (None, []))
+        return RaceAccess(
+            pipe=pipe_name(int(row["pipe"])),
+            op="Write" if row["write"] else "Read",
+            address=int(row["address"]),
+            block_type=block_type_name(int(row["block_type"])),
+            blocks=[int(row["block_id"])],
+            serial=int(row["serial"]),
+            pc=int(row["pc"]),
+            location=where,
+            stack=stack,
+            device=int(row["device"]),
+        )
+
+    # --- host side --------------------------------------------------------------------------------------------
+
+    def host_op(self, op: HostOp) -> list[Finding]:
+        return []
+
+    def finish(self) -> list[Finding]:
+        return []
