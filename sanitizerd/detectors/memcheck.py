@@ -260,6 +260,7 @@ class Memcheck:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Bytes of each access at ``index`` outside its own ranges (``starts/stops[first[i] : first[i] +
         count[i]]``), and the start of its first piece with any: closed forms over its runs, as ``_bad_bytes``."""
+
         def covered(rows: np.ndarray, runs: Runs, part: slice) -> tuple[np.ndarray, np.ndarray]:
             return coverage_own(runs, starts, stops, first[part], count[part], ADDRESS_LIMIT)
 

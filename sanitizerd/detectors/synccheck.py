@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.detectors._simt import SimtSections, divergence_findings
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, fold_capped, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
@@ -134,12 +135,14 @@ class Synccheck:
         self.stopped = ""  # why this kernel's check stopped ("" while it runs)
         self._room = MAX_KERNEL_FINDINGS  # sites the kernel's report may still give
         self._left_out = [0, 0]  # sites, and their occurrences, past that
+        self.simt = SimtSections()  # the launch's SIMT sections, for their __syncthreads() (detectors/_simt.py)
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
         self._reset()
 
     def check(self, events: np.ndarray) -> None:
+        self.simt.feed(events)
         if self.stopped:
             return
         kind = events["kind"]
@@ -188,6 +191,7 @@ class Synccheck:
         self.slots = rows[last & (end_of_slot == erasers_before)]
 
     def kernel_end(self) -> list[Finding]:
+        simt = divergence_findings(self.context, self.kernel.name if self.kernel else None, self.simt)
         if self.stopped:
             launch = self.kernel
             findings = [
@@ -215,7 +219,7 @@ class Synccheck:
                 )
         self.kernel = None
         self._reset()
-        return findings
+        return findings + simt
 
     def _stop(self, why: str) -> None:
         self.stopped = why

@@ -137,11 +137,23 @@ def _race(finding: Finding) -> Iterator[str]:
 
 
 def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
+    # A SIMT thread's access names its thread where a pipe's names the pipe (race_info_display.h's FormatEvent)
+    doer = f"{access.pipe} {access.op}"
+    if access.thread:
+        doer = f" {access.op} Thread ({','.join(map(str, access.thread))})"
     head = (
-        f"{P}    {access.pipe} {access.op} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
+        f"{P}    {doer} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
         f"({access.block_type}) on device {device} at "
     )
     yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
+
+
+def _divergent(finding: Finding) -> Iterator[str]:
+    """synccheck's SIMT block (sync_info_display.h): the first thread that missed the __syncthreads() at the pc."""
+    x, y, z = [*finding.thread, 0, 0, 0][:3]
+    yield f"{P} ERROR: Sync error detected. Divergent thread(s) in {finding.kernel}"
+    yield f"{P}    by thread({x},{y},{z}) in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+    yield from _code_lines(finding)
 
 
 def _deadlock(finding: Finding) -> Iterator[str]:
@@ -172,6 +184,7 @@ _OWN_LAYOUT = {
     **dict.fromkeys(_HAZARDS, _race),
     **dict.fromkeys(_SYNC_TITLES, _sync),
     "deadlock": _deadlock,
+    "divergent_threads": _divergent,
     "register_not_reset": _register,
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,
