@@ -168,8 +168,8 @@ EVENT_DTYPE = np.dtype(
         ("flags", "u1"),  # 49: bit 0 atomic mode
         ("align", "<u2"),  # 50: required alignment in bytes, 0 = by address space (§1.6)
         ("mode", "u1"),  # 52: cross-core sync mode
-        ("thread", "<u2"),  # 53: SIMT thread (linear index + 1) inside a SIMT section; 0 = the block's main scalar
-        ("reserved", "V1"),  # 55: zero
+        ("reserved", "V1"),  # 53: zero
+        ("thread", "<u2"),  # 54: SIMT thread (linear index + 1) inside a SIMT section; 0 = the block's main scalar
     ]
 )
 assert EVENT_DTYPE.itemsize == 56, EVENT_DTYPE.itemsize

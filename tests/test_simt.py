@@ -158,7 +158,7 @@ class TestHostile:
     """Every new field and kind at and past its bounds: refused records are counted and said, never clean."""
 
     def test_thread_field_sits_in_the_old_reserved_bytes(self) -> None:
-        assert EVENT_DTYPE.itemsize == 56 and EVENT_DTYPE.fields["thread"][1] == 53
+        assert EVENT_DTYPE.itemsize == 56 and EVENT_DTYPE.fields["thread"][1] == 54
 
     @pytest.mark.parametrize(("dims", "ok"), [((MAX_SIMT_THREADS, 1, 1), True), ((MAX_SIMT_THREADS + 1, 1, 1), False),
                                               ((64, 32, 1), True), ((64, 32, 2), False), ((0, 4, 4), False),
