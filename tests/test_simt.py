@@ -10,6 +10,7 @@ import pytest
 from client_shim.events import EventKind, Pipe, Space, accesses, syncs
 from sanitizerd.detectors import _simt
 from sanitizerd.findings.render import render_text
+from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
 from sanitizerd_protocol.records import EVENT_DTYPE, MAX_SIMT_THREADS, simt_dims_address
 from tests.detector_helpers import make_detector, run_kernel, stream
@@ -154,6 +155,43 @@ def raw_thread(events: np.ndarray, thread: int) -> np.ndarray:
     return events
 
 
+def memcheck_kernel(*parts: np.ndarray) -> list[Finding]:
+    """memcheck over one kernel, with 64 KiB of GM allocated at 0x1000 (stomping is judged in allocated GM)."""
+    detector = make_detector("memcheck")
+    detector.host_op(HostOp(op="malloc", address=0x1000, size=1 << 16))
+    return run_kernel(detector, stream(*parts))
+
+
+class TestThreadsInMemcheck:
+    def test_two_threads_writing_one_gm_byte_stomp(self) -> None:
+        """Inter-thread stomping: the second thread's write is out of bounds, named by its position."""
+        parts = [
+            start(4, 2),
+            thread_access(WRITE, 1, 0x1000, space=Space.GM),
+            thread_access(WRITE, 5, 0x1000, space=Space.GM),
+        ]
+        findings = memcheck_kernel(*parts, end())
+        stomps = [f for f in findings if f.kind == "out_of_bounds"]
+        assert [(f.thread, f.address, f.size) for f in stomps] == [([1, 1, 0], 0x1000, 4)]
+        assert "======    by thread (1,1,0) in block aiv(0) on device 0" in render_text(stomps)
+
+    def test_threads_do_not_stomp_on_the_pipes(self) -> None:
+        """A block's pipes and its threads own GM apart: a DMA write then a thread's write of it is not stomping
+        (msSanitizer keeps the two in separate shadows), nor one thread writing its element twice."""
+        dma = accesses(WRITE, Space.GM, 0x1000, 64, pipe=Pipe.MTE3)
+        parts = [
+            dma,
+            start(2),
+            thread_access(WRITE, 0, 0x1000, space=Space.GM),
+            thread_access(WRITE, 0, 0x1000, space=Space.GM),
+        ]
+        assert [f for f in memcheck_kernel(*parts, end()) if f.kind == "out_of_bounds"] == []
+
+    def test_atomic_threads_do_not_stomp(self) -> None:
+        parts = [start(2)] + [thread_access(WRITE, t, 0x1000, space=Space.GM, atomic=True) for t in (0, 1)]
+        assert [f for f in memcheck_kernel(*parts, end()) if f.kind == "out_of_bounds"] == []
+
+
 class TestHostile:
     """Every new field and kind at and past its bounds: refused records are counted and said, never clean."""
 
@@ -221,3 +259,7 @@ class TestHostile:
             for tool in ("racecheck", "synccheck"):
                 for finding in run_kernel(make_detector(tool), *np.array_split(events, 5)):
                     assert finding.kind in ("race_raw", "race_war", "race_waw", "divergent_threads", "internal_error")
+            for tool in ("memcheck", "initcheck"):  # their thread positions, with dims or without
+                for finding in run_kernel(make_detector(tool), *np.array_split(events, 5)):
+                    assert len(finding.thread) in (0, 3)
+                    render_text([finding])

@@ -88,3 +88,23 @@ def test_divergent_syncthreads(daemon: RunningDaemon) -> None:
     assert all(f["location"]["line"] == marked_line("barrier") for f in findings)
     assert "====== ERROR: Sync error detected. Divergent thread(s) in simt_custom\n" in text
     assert "======    by thread(0,1,0) in block aiv(0) on device 0\n" in text
+
+
+def test_inter_thread_stomping(daemon: RunningDaemon) -> None:
+    """Two threads of a block write one GM element: msSanitizer's inter-thread stomping, an out of bounds "when
+    writing data" by the second writer, named by its thread; the pipes' own stomping check is not disturbed."""
+    findings, text = run_job(daemon, "thread_stomping", ("-t", "memcheck"))
+    assert {f["kind"] for f in findings} == {"out_of_bounds"}
+    first = min(findings, key=lambda f: f["serial"])
+    assert first["thread"] == [0, 1, 0] and first["size"] == 4 and first["space"] == "GM"
+    assert first["location"]["line"] == marked_line("store-out")
+    assert "when writing data in simt_custom\n======    by thread (0,1,0) in block aiv(0) on device 0\n" in text
+
+
+def test_thread_reading_what_no_thread_wrote(daemon: RunningDaemon) -> None:
+    """SIMT initcheck: without the barrier, thread (0,0,0) loads its neighbour's element before any thread stored
+    it; the report names the thread."""
+    findings, text = run_job(daemon, "thread_race", ("-t", "initcheck"))
+    first = min(findings, key=lambda f: f["serial"])
+    assert first["kind"] == "uninitialized_read" and first["thread"] == [0, 0, 0] and first["space"] == "UB"
+    assert "by thread (0,0,0) in block aiv(0-1) on device 0" in text  # the site, folded over both blocks

@@ -15,6 +15,9 @@ line is marked ``# BUG: name``, the lines a finding points at ``# line: name``):
   (``scalar-write``): WAW on GM between it and that thread's store (``store-out``).
 - ``divergent``: only the threads of the first row (y = 0) reach the ``__syncthreads()`` (``barrier``): the
   threads of the second row diverged; msSanitizer names the first of them, thread(0,1,0).
+- ``thread_stomping``: each thread stores to the output element of its x alone, so the second row's threads
+  write the first row's elements (inter-thread stomping, memcheck): ``out of bounds of size 4 ... when writing
+  data``, by thread (0,1,0), the first of them (``store-out``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from client_shim.events import Space
 BLOCKS, DIMS = 2, (8, 2, 1)
 THREADS = DIMS[0] * DIMS[1] * DIMS[2]
 OUT, FLAG = 0x12C0C0000000, 0x12C0D0000000
-BUGS = ("none", "thread_race", "scalar_race", "divergent")
+BUGS = ("none", "thread_race", "scalar_race", "divergent", "thread_stomping")
 
 
 def main(bug: str) -> None:
@@ -49,7 +52,8 @@ def main(bug: str) -> None:
             elif bug != "thread_race":
                 t.syncthreads()  # BUG: thread_race
             t.load(tile, (t.linear + 1) % THREADS)  # line: load-neighbour
-            t.store(out, block.idx * THREADS + t.linear)  # line: store-out
+            own = t.x if bug == "thread_stomping" else t.linear  # BUG: thread_stomping
+            t.store(out, block.idx * THREADS + own)  # line: store-out
 
         def scalar(b: Block) -> None:
             b.get_value(flag, 0)

@@ -246,6 +246,32 @@ class SimtSections:
         return [linear % x, (linear % (x * y)) // x, linear // (x * y)]
 
 
+class SimtDims:
+    """Each block's latest SIMT section's thread dims, for the detectors that only name a thread's position
+    (memcheck, initcheck): what a block's threads did is reported with the dims of the section open last."""
+
+    def __init__(self) -> None:
+        self.dims: dict[int, tuple[int, int, int]] = {}
+
+    def feed(self, events: np.ndarray) -> None:
+        starts = np.flatnonzero(events["kind"] == _START)
+        if not starts.size:
+            return
+        keys = block_keys(events[starts])
+        last = keys.size - 1 - np.unique(keys[::-1], return_index=True)[1]  # each block's last SIMT_START here
+        x, y, z = dims_of(events["address"][starts[last]])
+        for key, dims in zip(keys[last].tolist(), zip(x.tolist(), y.tolist(), z.tolist(), strict=True), strict=True):
+            self.dims[key] = dims  # one step per block that opened a section in this batch
+
+    def position(self, head: np.void) -> list[int]:
+        """A site row's (or event's) thread position; its linear index where the dims are unknown or do not fit."""
+        linear = int(head["thread"]) - 1
+        x, y, z = self.dims.get(int(head["block_type"]) << 16 | int(head["block_id"]), (0, 0, 0))
+        if min(x, y, z) < 1 or x * y * z > MAX_SIMT_THREADS or linear >= x * y * z:
+            return [linear, 0, 0]
+        return [linear % x, (linear % (x * y)) // x, linear // (x * y)]
+
+
 def _first_last(groups: np.ndarray, chosen: np.ndarray, ngroups: int) -> tuple[np.ndarray, np.ndarray]:
     """Per group (rows sorted by group, then thread), the first and last ``chosen`` row; -1 where none."""
     where = np.flatnonzero(chosen)

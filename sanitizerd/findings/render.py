@@ -213,7 +213,9 @@ def _single(finding: Finding) -> Iterator[str]:
         at += f" in {finding.kernel}"
     yield at
     if finding.kernel is not None:
-        yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+        # a SIMT thread's error names it first (mem_error_def.h's FormatBlockInfo)
+        by = "by thread ({},{},{}) ".format(*finding.thread[:3]) if len(finding.thread) >= 3 else ""
+        yield f"{P}    {by}in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
     yield from _code_lines(finding, basename=finding.kernel is not None)
 
 
