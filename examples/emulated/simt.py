@@ -64,12 +64,13 @@ def main(bug: str) -> None:
 
     kernel.run(body)
     client.load(OUT, BLOCKS * THREADS * 4)
-    for address in (OUT, FLAG):
-        client.free(address, location=kernel.here())
+    client.free(OUT, location=kernel.here())
+    client.free(FLAG, location=kernel.here())
     client.close()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in BUGS:
-        raise SystemExit(f"usage: simt.py {{{'|'.join(BUGS)}}}")
-    main(sys.argv[1])
+    asked = sys.argv[1:]
+    if len(asked) != 1 or asked[0] not in BUGS:
+        raise SystemExit("usage: simt.py " + "|".join(BUGS))
+    main(asked[0])

@@ -20,18 +20,10 @@ import numpy as np
 
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import SessionContext
+from sanitizerd_protocol import records
 from sanitizerd_protocol.model import Finding, RaceAccess
 from sanitizerd_protocol.patterns import extents
-from sanitizerd_protocol.records import (
-    MAX_SIMT_THREADS,
-    EventKind,
-    Pipe,
-    Space,
-    block_keys,
-    block_type_name,
-    pipe_name,
-    space_name,
-)
+from sanitizerd_protocol.records import MAX_SIMT_THREADS, EventKind, Pipe, Space, block_keys
 
 # Rows (accesses and barriers) the SIMT sections of one kernel launch may hold, and bytes one access may cover
 # (a SIMT load or store is one element: msSanitizer's SimtLoadStoreRecord carries up to 16 bytes).
@@ -450,7 +442,7 @@ def race_findings(context: SessionContext, kernel: str | None, sections: SimtSec
             context.finding(
                 kinds[int(hazard[head])],
                 kernel=kernel,
-                space=space_name(int(rows["space"][a])),
+                space=records.space_name(int(rows["space"][a])),
                 serial=int(min(rows["serial"][a], rows["serial"][b])),
                 count=count,
                 blocks=blocks[number],
@@ -474,7 +466,7 @@ def _blocks_of_sites(
     )  # fmt: skip
     blocks: list[dict[str, list[int]]] = [{} for _ in range(sites)]
     for pair in pairs.tolist():  # one step per (site, block) reported
-        blocks[pair >> 24].setdefault(block_type_name((pair >> 16) & 0xFF), []).append(pair & 0xFFFF)
+        blocks[pair >> 24].setdefault(records.block_type_name((pair >> 16) & 0xFF), []).append(pair & 0xFFFF)
     return blocks
 
 
@@ -482,10 +474,10 @@ def _access(context: SessionContext, rows: np.ndarray, row: int, sections: SimtS
     where, stack = context.place(int(rows["location"][row]))
     thread = int(rows["thread"][row])
     return RaceAccess(
-        pipe=pipe_name(int(rows["pipe"][row])),
+        pipe=records.pipe_name(int(rows["pipe"][row])),
         op="Write" if rows["kind"][row] == EventKind.WRITE else "Read",
         address=int(rows["address"][row]),
-        block_type=block_type_name(int(rows["block_type"][row])),
+        block_type=records.block_type_name(int(rows["block_type"][row])),
         blocks=[int(rows["block_id"][row])],
         serial=int(rows["serial"][row]),
         pc=int(rows["pc"][row]),
@@ -512,7 +504,7 @@ def divergence_findings(context: SessionContext, kernel: str | None, sections: S
                 "divergent_threads",
                 kernel=kernel,
                 location=int(rows["location"][row]),
-                blocks={block_type_name(int(rows["block_type"][row])): [int(rows["block_id"][row])]},
+                blocks={records.block_type_name(int(rows["block_type"][row])): [int(rows["block_id"][row])]},
                 space="",
                 serial=int(rows["serial"][row]),
                 pc=int(rows["pc"][row]),
