@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,50 @@ def test_thread_reading_what_no_thread_wrote(daemon: RunningDaemon) -> None:
     first = min(findings, key=lambda f: f["serial"])
     assert first["kind"] == "uninitialized_read" and first["thread"] == [0, 0, 0] and first["space"] == "UB"
     assert "by thread (0,0,0) in block aiv(0-1) on device 0" in text  # the site, folded over both blocks
+
+
+HOSTILE_CLIENT = """
+import numpy as np
+import client_shim
+from client_shim.events import EventKind, Pipe, Space, accesses, syncs
+from sanitizerd_protocol.records import simt_dims_address
+
+client = client_shim.connect(device=0)
+client.device_summary("Ascend950PR", block_num=4, device=0)
+kernel = client.kernel_begin("hostile_simt", 4, "aiv")
+parts = [
+    syncs(EventKind.SIMT_START, Pipe.S, address=simt_dims_address(0, 4, 4), block_id=0),  # no threads
+    accesses(EventKind.WRITE, Space.UB, 0, 4, thread=1, block_id=0),
+    syncs(EventKind.SIMT_START, Pipe.S, address=simt_dims_address(2049), block_id=1),  # one thread too many
+    accesses(EventKind.WRITE, Space.UB, 0, 4, thread=2049, block_id=1),
+    syncs(EventKind.SIMT_START, Pipe.S, address=simt_dims_address(2), block_id=2),
+    accesses(EventKind.WRITE, Space.UB, 0, 4, thread=0xFFFF, block_id=2),  # past the dims
+    syncs(EventKind.SYNC_THREADS, Pipe.S, thread=7, block_id=3),  # outside any section
+    accesses(EventKind.WRITE, Space.UB, 0, 4096, thread=1, block_id=2),  # wider than a thread's access
+    syncs(EventKind.SIMT_END, Pipe.S, block_id=2),
+    syncs(EventKind.SIMT_END, Pipe.S, block_id=2),  # no section open
+]
+client.events(kernel, np.concatenate(parts))
+client.kernel_end(kernel)
+client.wait_kernel(kernel, timeout=60)
+client.close()
+"""
+
+
+def test_hostile_simt_records_are_refused_and_said(daemon: RunningDaemon, tmp_path: Path) -> None:
+    """Dims of no thread and past 2 048, a thread past its dims, a barrier outside a section, an access wider than
+    a thread's, a stray SIMT_END: none is checked, each detector says how many it left out (so the run does not
+    pass as clean), and the daemon serves on (the fixture stops it and checks its exit)."""
+    script = tmp_path / "hostile_simt.py"
+    script.write_text(HOSTILE_CLIENT)
+    result = sanitizerd(
+        "run", "--socket", str(daemon.socket), "--error-exitcode", "7", "-t", "racecheck", "-t", "synccheck", "--",
+        sys.executable, str(script),
+    )  # fmt: skip
+    assert result.returncode == 7, result.stdout + result.stderr  # not clean: errors were found
+    job = JOB.search(result.stdout).group(1)
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json").stdout)
+    details = sorted(f["detail"] for f in found if f["kind"] == "internal_error")
+    assert [d.split(" did not check ")[0] for d in details] == ["racecheck", "synccheck"]
+    assert all(" did not check 5 SIMT thread records of this kernel launch" in d for d in details)
+    assert [f for f in found if f["kind"] != "internal_error"] == []
