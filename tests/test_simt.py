@@ -239,6 +239,13 @@ class TestHostile:
         (finding,) = races(*parts, end())
         assert finding.kind == "internal_error" and "stopped checking this kernel's SIMT threads" in finding.detail
 
+    def test_sections_count_toward_the_bound(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """SIMT_STARTs alone (each a section's dims kept) cannot grow what a launch holds past the bound."""
+        monkeypatch.setattr(_simt, "MAX_SIMT_ROWS", 10)
+        for tool in ("racecheck", "synccheck"):
+            (finding,) = run_kernel(make_detector(tool), stream(*[start(2, block=b % 4) for b in range(11)]))
+            assert "stopped checking this kernel's SIMT threads: more than 10" in finding.detail
+
     def test_end_without_start_and_nested_starts(self) -> None:
         """A stray SIMT_END is nothing; a SIMT_START in an open section begins a new one."""
         assert races(end(), start(2), thread_access(WRITE, 0, 0), start(2), thread_access(WRITE, 1, 0), end()) == []

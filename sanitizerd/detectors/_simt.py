@@ -90,7 +90,7 @@ class SimtSections:
         self.open: dict[int, tuple[int, int, int, int]] = {}
         self.carried_keys = np.empty(0, dtype=np.uint64)  # section << 16 | thread, of the open sections
         self.carried_counts = np.empty(0, dtype=np.int64)  # SYNC_THREADS each has run so far
-        self.threads: dict[int, tuple[int, int, int]] = {}  # section number -> dims, for reports
+        self.dims_parts: list[np.ndarray] = []  # each section's (x, y, z), in the order of its number
         self.unchecked = 0  # records inside SIMT sections that could not be placed (bad dims, thread past them)
         self.stopped = ""
 
@@ -149,8 +149,12 @@ class SimtSections:
         placed = inside & ~bad_dims & (thread <= count)
         placed &= (thread > 0) | (kind <= EventKind.WRITE)  # a main-scalar barrier names no thread: not placed
         self.unchecked += int(np.count_nonzero(((thread > 0) & ~placed) & ~is_start & ~is_end))
-        for row in start_rows:
-            self.threads[int(number[row])] = (int(x[row]), int(y[row]), int(z[row]))
+        if start_rows.size:  # each section is one row held, so that SIMT_STARTs alone cannot grow the state unbounded
+            if self.held + start_rows.size > MAX_SIMT_ROWS:
+                self.stop(f"more than {MAX_SIMT_ROWS} SIMT thread records in one kernel launch")
+                return
+            self.held += int(start_rows.size)
+            self.dims_parts.append(np.stack((x, y, z), axis=1)[start_rows_by_arrival])
         self._carry(keys, section, dx, dy, dz, is_end, first)
         self._hold(events, index[placed], section[placed], thread[placed], kind[placed])
 
@@ -231,9 +235,16 @@ class SimtSections:
     def all_rows(self) -> np.ndarray:
         return np.concatenate(self.rows) if self.rows else np.empty(0, dtype=ROW)
 
+    def dims(self) -> np.ndarray:
+        """Every section's (x, y, z), indexed by its number."""
+        if len(self.dims_parts) != 1:
+            self.dims_parts = [np.concatenate(self.dims_parts) if self.dims_parts else np.ones((0, 3), np.int64)]
+        return self.dims_parts[0]
+
     def position(self, section: int, thread: int) -> list[int]:
-        """A thread's (x, y, z) in its section, from its linear index + 1."""
-        x, y, _ = self.threads.get(section, (1, 1, 1))
+        """A thread's (x, y, z) in its section, from its linear index + 1 (its rows are only held where the
+        section's dims are good)."""
+        x, y, _ = self.dims()[section].tolist()
         linear = thread - 1
         return [linear % x, (linear % (x * y)) // x, linear // (x * y)]
 
@@ -340,7 +351,7 @@ def races(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (unique >> np.uint64(32)).astype(np.int64), (unique & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
-def divergences(rows: np.ndarray, threads: dict[int, tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+def divergences(rows: np.ndarray, dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per (section, barrier) where some thread of the section reached the barrier fewer times than another:
     a row of that barrier (its first, in ``rows``), and the lowest such thread (linear index + 1)."""
     syncs = np.flatnonzero(rows["kind"] == _SYNC)
@@ -360,8 +371,7 @@ def divergences(rows: np.ndarray, threads: dict[int, tuple[int, int, int]]) -> t
     group_start = np.flatnonzero(change)
     most = np.maximum.reduceat(reached, group_start)
     present = np.diff(np.append(group_start, thread.size))
-    dims = np.array([threads.get(int(s), (1, 1, 1)) for s in section[group_start]], dtype=np.int64).reshape(-1, 3)
-    count = dims.prod(axis=1)
+    count = dims[section[group_start].astype(np.int64)].prod(axis=1)
     # The lowest thread that reached it fewer times: one present below the most, or the first absent one.
     rank = np.arange(thread.size) - group_start[group] + 1  # threads present are 1..count; absent ones leave gaps
     big = np.int64(1 << 40)
@@ -492,7 +502,7 @@ def divergence_findings(context: SessionContext, kernel: str | None, sections: S
     reports every diverging thread; the count says in how many sections of the block the barrier diverged)."""
     findings = _stopped(context, kernel, "synccheck", sections)
     rows = sections.all_rows()
-    heads, lowest = divergences(rows, sections.threads)
+    heads, lowest = divergences(rows, sections.dims())
     if not heads.size:
         return findings
     keys = [rows["pc"][heads], rows["location"][heads], rows["block_type"][heads], rows["block_id"][heads]]
