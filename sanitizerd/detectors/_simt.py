@@ -86,7 +86,7 @@ class SimtSections:
         self.rows: list[np.ndarray] = []
         self.held = 0
         self.sections = 0  # SIMT_STARTs so far, numbering the sections
-        # Per block key: (section number, dims x, y, z) of its open section; and each thread's epoch so far
+        # Per block key: (section number, dims x, y, z) of its open section
         self.open: dict[int, tuple[int, int, int, int]] = {}
         self.carried_keys = np.empty(0, dtype=np.uint64)  # section << 16 | thread, of the open sections
         self.carried_counts = np.empty(0, dtype=np.int64)  # SYNC_THREADS each has run so far
