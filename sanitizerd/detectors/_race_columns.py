@@ -186,10 +186,8 @@ class HeldColumns:
     def finish(self, block_key: int) -> None:
         """The block of ``block_key`` has run its last instruction (BLOCK_FINISH): if it is the one arriving now,
         it is complete without waiting for the next block to start."""
-        if (
-            self.in_order
-            and self._events.size
-            and int(self._events.columns["block_key"][self._events.size - 1]) == (block_key)
+        if self.in_order and self._events.size and int(self._events.columns["block_key"][self._events.size - 1]) == (
+            block_key
         ):
             self._complete(self._events.size)
             self._finished = True
@@ -406,10 +404,8 @@ def joined(stretches: list[Stretch]) -> Stretch:
     """Consecutive stretches as one."""
     first, last = stretches[0], stretches[-1]
     return Stretch(
-        events=(first.events[0], last.events[1]),
-        accesses=(first.accesses[0], last.accesses[1]),
-        syncs=(first.syncs[0], last.syncs[1]),
-        blocks=(first.blocks[0], last.blocks[1]),
+        events=(first.events[0], last.events[1]), accesses=(first.accesses[0], last.accesses[1]),
+        syncs=(first.syncs[0], last.syncs[1]), blocks=(first.blocks[0], last.blocks[1]),
     )
 
 

@@ -320,3 +320,4 @@ def refusal_text(refused: dict[str, int]) -> str:
         f"tensors_refused: {total} local tensor declaration(s) of this kernel were refused ({reasons}); accesses "
         "in their bytes were judged as if they had not been declared (docs/security.md)"
     )
+

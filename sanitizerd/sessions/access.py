@@ -60,3 +60,4 @@ class Access:
 
     def visible(self, sessions: list[SessionInfo]) -> list[SessionInfo]:
         return sessions if self.admin else [s for s in sessions if s.uid == self.uid]
+

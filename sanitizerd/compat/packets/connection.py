@@ -383,7 +383,9 @@ class CompatConnection(ReceivingEnd):
         self._out.append(m.DeviceSummary(chip=self._chip_name, block_num=block_num, device=device_id))
 
     def _kernel_summary(self, payload: bytes) -> None:
-        pc_start, block_dim, kernel_type, _dbi, debug_line, raw_name = self.layout.kernel_summary.struct.unpack(payload)
+        pc_start, block_dim, kernel_type, _dbi, debug_line, raw_name = self.layout.kernel_summary.struct.unpack(
+            payload
+        )
         kernel = self._kernel
         if kernel is not None and kernel.begun:
             # The hooks wait for a kernel's last slot's answer before the next launch: this one's slots stopped
