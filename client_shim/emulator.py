@@ -61,6 +61,7 @@ from client_shim.events import (
     tensors,
 )
 from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import simt_dims_address, thread_position
 
 _MOVE_PIPES = {
     (Space.L1, Space.L0A): Pipe.MTE1, (Space.L1, Space.L0B): Pipe.MTE1, (Space.L1, Space.L0C): Pipe.MTE1,
@@ -420,6 +421,30 @@ class Block:
                                block_size=0, serial=self.kernel.client.next_serial()))  # fmt: skip
 
     # --- plumbing ---
+    # --- SIMT (950 family) ---
+    def simt(
+        self, dims: int | tuple[int, int, int], thread_body: Callable[[SimtThread], None], *,
+        alongside: Callable[[Block], None] | None = None,
+    ) -> None:  # fmt: skip
+        """Launch a SIMT function on this block: a ``SIMT_START`` with the thread dims, ``thread_body`` once per
+        thread (x fastest, then y, then z), what the block's main scalar does while they run (``alongside``), then
+        ``SIMT_END``. Each thread's instructions are its own (docs/protocol.md §7.8): threads are ordered among
+        themselves only by ``SimtThread.syncthreads``, and not at all against the main scalar until the end."""
+        x, y, z = (dims, 1, 1) if isinstance(dims, int) else dims
+        self._emit(syncs(EventKind.SIMT_START, Pipe.S, address=simt_dims_address(x, y, z), **self._common()))
+        threads = [SimtThread(self, linear, thread_position(linear, (x, y, z))) for linear in range(x * y * z)]
+        for thread in threads:
+            thread_body(thread)
+        # Streamed barrier by barrier, as the threads run: what each thread did before its n-th __syncthreads()
+        # precedes what any did after it, so order-reading checks (initcheck) see a write before a read it orders.
+        for phase in range(max(len(thread.phases) for thread in threads)):
+            for thread in threads:
+                if phase < len(thread.phases):
+                    self._events.extend(thread.phases[phase])
+        if alongside is not None:
+            alongside(self)
+        self._emit(syncs(EventKind.SIMT_END, Pipe.S, **self._common()))
+
     def _common(self) -> dict[str, object]:
         """What every event of one instruction shares: block, serial number, source location."""
         client = self.kernel.client
@@ -433,6 +458,43 @@ class Block:
         if self._events:
             self.kernel.client.events(kernel, np.concatenate(self._events))
             self._events = []
+
+
+class SimtThread:
+    """One thread of a SIMT function on a block: ``x``, ``y``, ``z`` its position, ``linear`` its index (x fastest).
+    Its loads and stores are one element each, as msSanitizer's SIMT load/store probes record them."""
+
+    def __init__(self, block: Block, linear: int, position: tuple[int, int, int]) -> None:
+        self.block, self.linear = block, linear
+        self.x, self.y, self.z = position
+        self.phases: list[list[np.ndarray]] = [[]]  # its events, split after each __syncthreads()
+
+    def load(self, tensor: Tensor, index: int) -> None:
+        """A thread's load of element ``index`` of a GM or UB tensor (LDG / LDS)."""
+        self._access(EventKind.READ, tensor, index, False, self._common())
+
+    def store(self, tensor: Tensor, index: int) -> None:
+        """A thread's store of element ``index`` (STG / STS)."""
+        self._access(EventKind.WRITE, tensor, index, False, self._common())
+
+    def atomic_add(self, tensor: Tensor, index: int) -> None:
+        """A thread's atomic read-modify-write of element ``index`` (SIMT_ATOM): atomic against other atomics."""
+        self._access(EventKind.WRITE, tensor, index, True, self._common())
+
+    def syncthreads(self) -> None:
+        """``__syncthreads()``: its call site is the barrier; every thread of the block must reach it as often."""
+        self.phases[-1].append(syncs(EventKind.SYNC_THREADS, Pipe.S, **self._common()))
+        self.phases.append([])
+
+    def _access(self, kind: EventKind, tensor: Tensor, index: int, atomic: bool, common: dict[str, object]) -> None:
+        width = tensor.dtype_bytes
+        self.phases[-1].append(accesses(kind, tensor.space, tensor.address + index * width, width, pipe=Pipe.S,
+                                        align=width, atomic=atomic, **common))  # fmt: skip
+
+    def _common(self) -> dict[str, object]:
+        client = self.block.kernel.client
+        return {"block_id": self.block.idx, "block_type": self.block.block_type, "serial": client.next_serial(),
+                "location": _call_site(client, depth=3), "thread": self.linear + 1}  # fmt: skip
 
 
 class Queue:

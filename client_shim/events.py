@@ -71,13 +71,15 @@ def accesses(
     location: object = 0,
     atomic: bool = False,
     align: object = 0,
+    thread: object = 0,
 ) -> np.ndarray:
-    """Memory accesses with msSanitizer's strided pattern (docs/protocol.md, "Device events")."""
+    """Memory accesses with msSanitizer's strided pattern (docs/protocol.md, "Device events"); ``thread``: a SIMT
+    thread's linear index + 1 (0: not a SIMT thread)."""
     return make_events(
         kind=kind, space=space, address=address, block_size=block_size, block_num=block_num,
         block_stride=block_stride, repeat=repeat, repeat_stride=repeat_stride, pipe=pipe, block_id=block_id,
         block_type=block_type, serial=serial, pc=pc, location=location, flags=FLAG_ATOMIC if atomic else 0,
-        align=align,
+        align=align, thread=thread,
     )  # fmt: skip
 
 
@@ -95,14 +97,16 @@ def syncs(
     mode: int = 0,
     address: object = 0,
     block_num: object = 1,
+    thread: object = 0,
 ) -> np.ndarray:
     """Synchronization events (set_flag, wait_flag, pipe_barrier, cross-core set/wait, set_atomic, soft and mstx
-    syncs, buffer get/release). ``address`` and ``block_num`` carry the kinds that use them (docs/protocol.md §7.4):
-    the waited block or block count of soft syncs, the flag address of mstx syncs, the sub-blocks of CROSS_SET."""
+    syncs, buffer get/release, SIMT sections and __syncthreads()). ``address`` and ``block_num`` carry the kinds
+    that use them (docs/protocol.md §7.4): the waited block or block count of soft syncs, the flag address of mstx
+    syncs, the sub-blocks of CROSS_SET, SIMT_START's thread dims; ``thread`` a SYNC_THREADS' thread."""
     return make_events(
         kind=kind, pipe=src_pipe, dst_pipe=dst_pipe, event_id=event_id, block_id=block_id,
         block_type=block_type, serial=serial, pc=pc, location=location, mode=mode, block_size=0,
-        address=address, block_num=block_num,
+        address=address, block_num=block_num, thread=thread,
     )  # fmt: skip
 
 

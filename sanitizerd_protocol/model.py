@@ -35,6 +35,7 @@ KINDS: Final[dict[str, str]] = {
     "unpaired_set_flag": WARNING,
     "redundant_set_flag": WARNING,
     "redundant_wait_flag": WARNING,
+    "divergent_threads": ERROR,  # SIMT: threads of a block reached a __syncthreads() a different number of times
     "register_not_reset": WARNING,
     "sdc_mismatch": ERROR,
     "sdc_replica_mismatch": ERROR,
@@ -89,6 +90,7 @@ class RaceAccess(msgspec.Struct, kw_only=True):
     location: Frame | None = None
     stack: list[Frame] = []
     device: int = -1  # the device that ran it, in a cross-NPU race; -1: the finding's device
+    thread: list[int] = []  # a SIMT thread's (x, y, z); empty: the block's main scalar or a pipe
 
 
 class Replay(msgspec.Struct, kw_only=True):
@@ -146,6 +148,7 @@ class Finding(msgspec.Struct, kw_only=True):
     blocked: int = 0  # deadlock findings: instructions of the kernel that could not run after the stuck waits
     replay: Replay | None = None  # sdccheck findings
     tensor: LocalTensor | None = None  # illegal on-chip reads and writes judged by a local tensor, not the space
+    thread: list[int] = []  # SIMT findings: the (x, y, z) of the (first) thread concerned
     id: int = 0  # assigned by the store
     time: float = 0.0
     suppressed: bool = False  # a suppression rule matched: stored and shown as such, never counted as found

@@ -49,6 +49,27 @@ class EventKind(enum.IntEnum):
     # A barrier across the NPUs of the job (msSanitizer's mstx cross-NPU barrier): the block waits until every
     # device of the job has reached the same barrier. Cross-NPU racecheck orders accesses to shared memory by it.
     NPU_BARRIER = 48
+    # SIMT (950 family): a block's SIMT section (one launch of a SIMT function, msSanitizer's SIMT entry). Between
+    # SIMT_START and SIMT_END of a block, accesses with a non-zero `thread` are its threads', unordered among
+    # themselves except by SYNC_THREADS, and unordered against the block's main-scalar accesses (thread 0).
+    SIMT_START = 37  # address = thread dims x | y << 16 | z << 32 (each >= 1, product <= MAX_SIMT_THREADS)
+    SYNC_THREADS = 38  # __syncthreads() by `thread`; pc (or location) names the barrier
+    SIMT_END = 39  # the block's SIMT section ended: every thread has run to its end
+
+
+# msSanitizer's SIMT_THREAD_MAX_SIZE: threads of one SIMT section; 16 bits of dims each would allow far more.
+MAX_SIMT_THREADS = 2048
+
+
+def simt_dims_address(x: int, y: int = 1, z: int = 1) -> int:
+    """SIMT_START's ``address``: the section's thread dims packed, 16 bits each."""
+    return (x & 0xFFFF) | (y & 0xFFFF) << 16 | (z & 0xFFFF) << 32
+
+
+def thread_position(linear: int, dims: tuple[int, int, int]) -> tuple[int, int, int]:
+    """(x, y, z) of thread ``linear`` (0-based, x fastest), as msSanitizer decomposes its thread ids."""
+    x, y, _ = dims
+    return linear % x, (linear % (x * y)) // x, linear // (x * y)
 
 
 # TENSOR's mode: a block's tensor, or an operand of one annotated instruction, read or written by it.
@@ -169,7 +190,8 @@ EVENT_DTYPE = np.dtype(
         ("flags", "u1"),  # 49: bit 0 atomic mode
         ("align", "<u2"),  # 50: required alignment in bytes, 0 = by address space (§1.6)
         ("mode", "u1"),  # 52: cross-core sync mode
-        ("reserved", "V3"),  # 53: zero
+        ("reserved", "V1"),  # 53: zero
+        ("thread", "<u2"),  # 54: SIMT thread (linear index + 1) inside a SIMT section; 0 = the block's main scalar
     ]
 )
 assert EVENT_DTYPE.itemsize == 56, EVENT_DTYPE.itemsize

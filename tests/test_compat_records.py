@@ -728,14 +728,15 @@ def simt_problems(data: bytes, chunk: int) -> list[str]:
 @pytest.mark.parametrize("chunk", [1 << 20, 1000, 7])
 def test_a_simt_part_is_decoded_and_counted_however_it_arrives(chunk: int) -> None:
     assert simt_problems(simt_slot(128, 3, [2, 5]), chunk) == [
-        "6144 SIMT records of 2048 SIMT threads not checked (sanitizerd does not model SIMT yet)",
-        "7 SIMT entry records of 2 SIMT calls not checked (sanitizerd does not model SIMT yet)",
+        "6144 SIMT records of 2048 SIMT threads not checked "
+        "(sanitizerd does not convert msSanitizer's SIMT records yet)",
+        "7 SIMT entry records of 2 SIMT calls not checked (sanitizerd does not convert msSanitizer's SIMT records yet)",
     ]
 
 
 def test_a_short_simt_part_says_where_it_ends() -> None:
     assert simt_problems(simt_slot(64, 1, [], threads=10), 4096) == [
-        "10 SIMT records of 10 SIMT threads not checked (sanitizerd does not model SIMT yet)",
+        "10 SIMT records of 10 SIMT threads not checked (sanitizerd does not convert msSanitizer's SIMT records yet)",
         "the SIMT part ends after 10 of 2048 thread areas",
     ]
 

@@ -9,6 +9,7 @@ at its own address) keeps the earliest by serial number, and one more finding sa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,7 @@ SITE_DTYPE = np.dtype(
         ("tensor_size", "<u8"),
         ("tensor_serial", "<u8"),
         ("tensor_location", "<u4"),
+        ("thread", "<u2"),  # the SIMT thread (linear index + 1) of the site's first occurrence; 0: none
     ]
 )
 _SITE_KEY = ("kind", "space", "address", "size", "pc", "location")
@@ -173,6 +175,7 @@ def site_rows(events: np.ndarray, kind: int | np.ndarray, address: np.ndarray, s
     rows["serial"] = events["serial"]
     rows["count"] = 1
     rows["tensor_address"] = rows["tensor_size"] = rows["tensor_serial"] = rows["tensor_location"] = 0
+    rows["thread"] = events["thread"]
     return rows
 
 
@@ -189,9 +192,13 @@ def _tensor(context: SessionContext, head: np.void) -> LocalTensor | None:
     )
 
 
-def site_findings(context: SessionContext, kernel: str | None, log: SiteLog, kinds: dict[int, str]) -> list[Finding]:
+def site_findings(
+    context: SessionContext, kernel: str | None, log: SiteLog, kinds: dict[int, str],
+    thread_of: Callable[[np.void], list[int]] = lambda head: [],
+) -> list[Finding]:  # fmt: skip
     """Findings for the memory sites ``log`` folded since its last drain, with ``kinds`` naming each site kind; and
-    one more when the kernel's sites went past MAX_SITE_ROWS, saying how many were not reported."""
+    one more when the kernel's sites went past MAX_SITE_ROWS, saying how many were not reported. ``thread_of``: a
+    SIMT site's thread position (x, y, z), from its head row."""
     findings = []
     for site in log.drain():
         head = site.head
@@ -208,6 +215,7 @@ def site_findings(context: SessionContext, kernel: str | None, log: SiteLog, kin
                 pc=int(head["pc"]),
                 count=site.count,
                 tensor=_tensor(context, head),
+                thread=thread_of(head) if int(head["thread"]) else [],
             )
         )
     if log.dropped_rows:

@@ -55,8 +55,10 @@ _LOG_MERGE = 1 << 16
 
 
 def _block_keys(events: np.ndarray) -> np.ndarray:
-    """Block type (0-3) and full block id in one integer."""
-    return ((events["block_type"].astype(_U64) & _U64(3)) << _U64(16)) | events["block_id"].astype(_U64)
+    """Block type (0-3), full block id and SIMT thread (0: none) in one integer: a block's threads own GM apart,
+    as msSanitizer's inter-thread stomping check has them (memcheck keeps them in a tracker of their own)."""
+    keys = ((events["block_type"].astype(_U64) & _U64(3)) << _U64(16)) | events["block_id"].astype(_U64)
+    return keys | (events["thread"].astype(_U64) << _U64(18))
 
 
 def _joined(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -176,6 +178,9 @@ def _first_hits(
 def _piece_block_keys(events: np.ndarray, event: np.ndarray) -> np.ndarray:
     """``_block_keys`` of the pieces' events, gathering only their rows."""
     block_id = events["block_id"][event].astype(_U64)
+    threads = events["thread"]
+    if threads.any():
+        block_id |= threads[event].astype(_U64) << _U64(18)
     types = events["block_type"]
     lowest = int(types.min())
     if lowest == int(types.max()):  # one block type in the batch, the common case: no gather

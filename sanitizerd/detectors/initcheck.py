@@ -28,6 +28,7 @@ from sanitizerd.detectors._runs import (
     piece_chunks,
     runs,
 )
+from sanitizerd.detectors._simt import SimtDims
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
@@ -81,6 +82,7 @@ class Initcheck:
         self.defined = IntervalSet()
         self.sites = SiteLog()
         self.kernel: KernelLaunch | None = None
+        self.simt_dims = SimtDims()  # to name the position of a SIMT thread's uninitialized read
         # (heap table, GM address) -> size, to undefine on free: per table, as memcheck's heap keeps them, so that
         # an annotation freed at a buffer's address is not taken for the buffer.
         self.allocations: dict[tuple[str, int], int] = {}
@@ -92,8 +94,10 @@ class Initcheck:
         self.kernel = launch
         self.sites = SiteLog()
         self.unkeyed = 0
+        self.simt_dims = SimtDims()
 
     def check(self, events: np.ndarray) -> None:
+        self.simt_dims.feed(events)
         kind = events["kind"]
         ext = extents(events)
         live = (ext > 0) & (kind <= EventKind.WRITE)
@@ -354,7 +358,8 @@ class Initcheck:
             )
             notices.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
             self.unkeyed = 0
-        return site_findings(self.context, kernel, self.sites, {_UNINITIALIZED: "uninitialized_read"}) + notices
+        kinds = {_UNINITIALIZED: "uninitialized_read"}
+        return site_findings(self.context, kernel, self.sites, kinds, self.simt_dims.position) + notices
 
     def host_op(self, op: HostOp) -> list[Finding]:
         table = TABLE_OF_SOURCE.get(op.source, LEAKING_TABLE)

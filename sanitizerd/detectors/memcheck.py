@@ -28,6 +28,7 @@ from sanitizerd.detectors._runs import (
     runs_by_group,
     touching,
 )
+from sanitizerd.detectors._simt import SimtDims
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
@@ -80,6 +81,8 @@ class Memcheck:
         # msSanitizer's trade, kept as a choice: stomping is reported as a warning, so at --log-level=error, where
         # no warning is shown, its cost (about a fifth of memcheck's, docs/performance.md) is not paid either.
         self.check_stomping = context.config.log_level != "error"
+        self.thread_stomping = StompTracker()  # SIMT threads own GM apart from the blocks' pipes (_simt.py)
+        self.simt_dims = SimtDims()
         self.limits = self._chip_limits()
         self.notices: list[Finding] = []  # bounds this detector hit, told with the kernel's findings
         self.pairs = PairBudget()
@@ -101,6 +104,8 @@ class Memcheck:
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
         self.stomping = StompTracker()
+        self.thread_stomping = StompTracker()
+        self.simt_dims = SimtDims()
         self.limits = self._chip_limits()  # the device summary may have named the chip after we were made
         self.sites = SiteLog()
         self.tensors = BlockTensors()
@@ -121,7 +126,14 @@ class Memcheck:
         self._check_bounds(events, lo, hi, ext, live, judged)
         self._check_permissions(events, lo, hi, live)
         self._check_operands(events, ext)
-        if self.check_stomping:
+        self.simt_dims.feed(events)
+        threads = events["thread"] != 0
+        if not self.check_stomping:
+            pass
+        elif threads.any():  # inter-thread stomping: a SIMT thread's GM is its own, apart from the block's pipes
+            self._check_stomping(events, ext, live & ~threads)
+            self._check_stomping(events, ext, live & threads, self.thread_stomping)
+        else:
             self._check_stomping(events, ext, live)
         if self.track_writes:
             self._record_writes(events, ext)
@@ -302,6 +314,7 @@ class Memcheck:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Bytes of each access at ``index`` outside its own ranges (``starts/stops[first[i] : first[i] +
         count[i]]``), and the start of its first piece with any: closed forms over its runs, as ``_bad_bytes``."""
+
         def covered(rows: np.ndarray, runs: Runs, part: slice) -> tuple[np.ndarray, np.ndarray]:
             return coverage_own(runs, starts, stops, first[part], count[part], ADDRESS_LIMIT)
 
@@ -361,13 +374,16 @@ class Memcheck:
         j = int(np.searchsorted(legal.starts, lowest, side="right")) - 1
         return j >= 0 and int(highest) <= int(legal.ends[j])
 
-    def _check_stomping(self, events: np.ndarray, ext: np.ndarray, live: np.ndarray) -> None:
-        if self.stomping.given_up:
+    def _check_stomping(
+        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, tracker: StompTracker | None = None
+    ) -> None:
+        tracker = tracker or self.stomping
+        if tracker.given_up:
             return
-        event, address, size = self.stomping.check(events, ext, live, self._allowed(Space.GM), self.pairs)
+        event, address, size = tracker.check(events, ext, live, self._allowed(Space.GM), self.pairs)
         if event.size:
             self.sites.add(site_rows(events[event], _STOMPED, address, size))
-        if self.stomping.given_up:
+        if tracker.given_up:
             self.notices.append(
                 self.context.finding(
                     "internal_error",
@@ -436,7 +452,8 @@ class Memcheck:
             )  # fmt: skip
         self.tensors = BlockTensors()
         notices, self.notices = self.notices, []
-        return site_findings(self.context, launch.name if launch else None, self.sites, _SITE_KINDS) + notices
+        kernel = launch.name if launch else None
+        return site_findings(self.context, kernel, self.sites, _SITE_KINDS, self.simt_dims.position) + notices
 
     # --- host side ---------------------------------------------------------------------------------------------
 

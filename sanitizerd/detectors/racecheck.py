@@ -31,6 +31,8 @@ from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, SpanColumns, Stretch, joined, rank_among
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
+from sanitizerd.detectors._simt import SimtSections
+from sanitizerd.detectors._simt import race_findings as simt_race_findings
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.memory_budget import MemoryAccount, OverBudget, TrialAccount
@@ -102,6 +104,7 @@ class Racecheck:
             self.prove_blocks = False
         self.dccis: list[np.ndarray] = []  # the launch's DCCI events, as DCCI_DTYPE
         self.dcci_held = self.dcci_dropped = 0
+        self.simt = SimtSections()  # the launch's SIMT threads: checked apart from the pipes (detectors/_simt.py)
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self._reset()
@@ -117,6 +120,7 @@ class Racecheck:
         self.held = self.dropped = self.refused = self.asked = self.off_pipe = 0
         self.dccis = []
         self.dcci_held = self.dcci_dropped = 0
+        self.simt = SimtSections()
         self.context.race_memory.release()
 
     def check(self, events: np.ndarray) -> None:
@@ -124,6 +128,10 @@ class Racecheck:
         if self.check_dcci:
             self._hold_dccis(events, kind == EventKind.DCCI)
         keep = _KEEP[kind]
+        threads = events["thread"] != 0
+        if threads.any():  # a SIMT thread's accesses are ordered by its barriers, not by pipes
+            keep &= ~threads
+        self.simt.feed(events)
         # A pipe past the last defined one (a hostile client's, or a newer chip's through the compat path, there
         # 255) has no place in the model: such events are left out and counted, and the verdict says so.
         off_pipe = keep & ((events["pipe"] >= NPIPES) | ((events["dst_pipe"] >= NPIPES) & _TO_PIPE[kind]))
@@ -229,6 +237,7 @@ class Racecheck:
         dccis = None
         if self.check_dcci and not dcci_dropped:  # without every DCCI, a covered access would look bare
             dccis = np.concatenate(self.dccis) if self.dccis else np.empty(0, dtype=DCCI_DTYPE)
+        simt = self.simt
         try:
             cut = Cut()
             check = None
@@ -260,6 +269,7 @@ class Racecheck:
                 "were not looked for in this launch"
             )
             findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
+        findings.extend(simt_race_findings(self.context, kernel, simt))
         return findings
 
     def _proven(self, columns: HeldColumns, launch: KernelLaunch | None) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from sanitizerd.detectors._lockup import PipeTails
+from sanitizerd.detectors._simt import SimtSections, divergence_findings
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, fold_capped, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
@@ -137,12 +138,14 @@ class Synccheck:
         self._left_out = [0, 0]  # sites, and their occurrences, past that
         self.tails = PipeTails(SYNC_ROW)  # each pipe's last record: what a lock-up is read from
         self.early: list[Finding] = []  # lock-ups found while the kernel runs, for the session to report at once
+        self.simt = SimtSections()  # the launch's SIMT sections, for their __syncthreads() (detectors/_simt.py)
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.kernel = launch
         self._reset()
 
     def check(self, events: np.ndarray) -> None:
+        self.simt.feed(events)
         if self.stopped:
             return
         kind = events["kind"]
@@ -228,6 +231,7 @@ class Synccheck:
         return found
 
     def kernel_end(self) -> list[Finding]:
+        simt = divergence_findings(self.context, self.kernel.name if self.kernel else None, self.simt)
         if self.stopped:
             findings = [
                 self._kernel_error(
@@ -243,7 +247,7 @@ class Synccheck:
                 findings.append(self._kernel_error(left_out_text("synccheck", *self._left_out)))
         self.kernel = None
         self._reset()
-        return findings
+        return findings + simt
 
     def _stop(self, why: str) -> None:
         self.stopped = why

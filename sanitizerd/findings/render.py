@@ -138,8 +138,12 @@ def _race(finding: Finding) -> Iterator[str]:
 
 def _race_access(access: RaceAccess, hazard: str, device: int) -> Iterator[str]:
     device = access.device if access.device >= 0 else device  # a cross-NPU race names each access's device
+    # A SIMT thread's access names its thread where a pipe's names the pipe (race_info_display.h's FormatEvent)
+    doer = f"{access.pipe} {access.op}"
+    if access.thread:
+        doer = f" {access.op} Thread ({','.join(map(str, access.thread))})"
     head = (
-        f"{P}    {access.pipe} {access.op} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
+        f"{P}    {doer} at {hazard}()+{access.address:#x} in block {block_list(access.blocks)} "
         f"({access.block_type}) on device {device} at "
     )
     yield from location_lines(access.pc, access.location, access.stack, access.serial, head=head, kernel_side=True)
@@ -164,6 +168,12 @@ def _guard_write(finding: Finding) -> Iterator[str]:
     yield f"{P} ERROR: illegal write of size {finding.size} byte(s)"
     yield f"{P}    {finding.detail}"
     yield f"{P}    in {finding.kernel or ''} on device {finding.device}"
+def _divergent(finding: Finding) -> Iterator[str]:
+    """synccheck's SIMT block (sync_info_display.h): the first thread that missed the __syncthreads() at the pc."""
+    x, y, z = [*finding.thread, 0, 0, 0][:3]
+    yield f"{P} ERROR: Sync error detected. Divergent thread(s) in {finding.kernel}"
+    yield f"{P}    by thread({x},{y},{z}) in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+    yield from _code_lines(finding)
 
 
 def _deadlock(finding: Finding) -> Iterator[str]:
@@ -202,6 +212,7 @@ _OWN_LAYOUT = {
     "deadlock": _deadlock,
     "dcci_missing": _dcci_missing,
     "guard_write": _guard_write,
+    "divergent_threads": _divergent,
     "register_not_reset": _register,
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,
@@ -231,7 +242,9 @@ def _single(finding: Finding) -> Iterator[str]:
         at += f" in {finding.kernel}"
     yield at
     if finding.kernel is not None:
-        yield f"{P}    in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
+        # a SIMT thread's error names it first (mem_error_def.h's FormatBlockInfo)
+        by = "by thread ({},{},{}) ".format(*finding.thread[:3]) if len(finding.thread) >= 3 else ""
+        yield f"{P}    {by}in block {blocks_text(finding.blocks) or '?'} on device {finding.device}"
     yield from _code_lines(finding, basename=finding.kernel is not None)
 
 

@@ -38,6 +38,7 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "unpaired_set_flag": "A set_flag without a matching wait_flag.",
     "redundant_set_flag": "A set_flag whose event was already set.",
     "redundant_wait_flag": "A wait_flag with no set_flag to wait for.",
+    "divergent_threads": "SIMT threads of a block reached a __syncthreads() a different number of times.",
     "register_not_reset": "A kernel left a control register away from its default value.",
     "sdc_mismatch": "Silent data corruption: a replayed step's result differs from the original.",
     "sdc_replica_mismatch": "Silent data corruption: data-parallel replicas disagree on a step's result.",

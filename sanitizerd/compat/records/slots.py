@@ -532,12 +532,12 @@ class SimtPart:
         if self.thread_records:
             lines.append(
                 f"{self.thread_records} SIMT records of {self.threads} SIMT threads not checked (sanitizerd does not "
-                "model SIMT yet)"
+                "convert msSanitizer's SIMT records yet)"
             )
         if self.entry_records:
             lines.append(
                 f"{self.entry_records} SIMT entry records of {self.entry_blocks} SIMT calls not checked (sanitizerd "
-                "does not model SIMT yet)"
+                "does not convert msSanitizer's SIMT records yet)"
             )
         if self.undecoded:
             lines.append(f"{self.undecoded} bytes of SIMT records not decoded (this release's SIMT part)")
