@@ -78,6 +78,14 @@ TENSOR_OPERAND_READ = 1
 TENSOR_OPERAND_WRITE = 2
 
 
+# BLOCK_FINISH's mode: 0, the block ran its last instruction; BLOCK_RECORDS_ENDED, every record of the block came but
+# whether it ran to its end is not known (msSanitizer's tool-made BLOCK_FINISH: the hooks read a killed kernel's
+# record buffer as they read a finished one's), so a pipe left on a wait_flag nothing set is locked up at the
+# kernel's end (issue 28).
+BLOCK_RAN_TO_END = 0
+BLOCK_RECORDS_ENDED = 1
+
+
 # DCCI's mode: the one cache line holding the address (msSanitizer's SINGLE_CACHE_LINE), or the whole data cache.
 DCCI_SINGLE_LINE = 0
 DCCI_ENTIRE = 1

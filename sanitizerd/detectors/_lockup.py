@@ -8,6 +8,11 @@ itself stuck, waiting (directly or along a chain) on a pipe that is stuck too: n
 the flag. ``PipeTails.locked`` finds those (the daemon reports them while the kernel runs); ``PipeTails.stuck`` is
 every stuck pipe, reported when the launch's session ends without the kernel ending (Ctrl-C, a killed program).
 
+msSanitizer's hooks send a block's records once the kernel stopped, whether it ran to its end or its runtime's
+timeout killed it, and end them with a BLOCK_FINISH of their own: such a block (``BLOCK_RECORDS_ENDED``) has not
+finished here, and ``PipeTails.stuck_at_end`` is its stuck pipes, locked up at the kernel's end as msSanitizer's
+replay finds them at KERNEL_FINISH (a pipe that ran to its end cannot have stopped on a wait nothing set).
+
 State per launch: the last record of each (block, pipe) and the balance of sets and waits per flag, both sorted
 key arrays updated per batch without a Python step per record, each bounded by MAX_LOCKUP_KEYS entries.
 """
@@ -18,10 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sanitizerd_protocol.records import EventKind
+from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, EventKind
 
 # plain ints: numpy compares an IntEnum through Python's enum machinery, on every batch
 _WAIT, _SET, _FINISH = int(EventKind.WAIT_FLAG), int(EventKind.SET_FLAG), int(EventKind.BLOCK_FINISH)
+_RECORDS_ENDED = BLOCK_RECORDS_ENDED
 # (block, pipe) tails and (block, src, dst, event id) flags one launch may track: a block id is 16 bits and a pipe
 # 8, so a hostile client could name millions of each; past this many the launch's lock-up check stops, said so.
 MAX_LOCKUP_KEYS = 1 << 20
@@ -69,6 +75,7 @@ class PipeTails:
         self.flag_keys = np.empty(0, dtype=np.uint64)
         self.balance = np.empty(0, dtype=np.int64)  # sets minus waits of each flag
         self.finished = np.empty(0, dtype=np.uint64)  # (block type, block id) of blocks that finished
+        self.records_ended = np.empty(0, dtype=np.uint64)  # blocks whose records all came, run to their end or not
         self.reported = np.empty(0, dtype=np.uint64)  # pipe keys already reported locked
         self.stopped = ""  # why the check stopped for this launch ("" while it runs)
 
@@ -83,7 +90,9 @@ class PipeTails:
         finish = kind == _FINISH
         if finish.any():
             ends = (events["block_type"][finish].astype(np.uint64) << np.uint64(16)) | events["block_id"][finish]
-            self.finished = np.union1d(self.finished, ends)
+            ended = events["mode"][finish] == _RECORDS_ENDED
+            self.finished = np.union1d(self.finished, ends[~ended])
+            self.records_ended = np.union1d(self.records_ended, ends[ended])
         slot = np.where(kind == _WAIT, events["dst_pipe"], events["pipe"])  # a wait holds its destination pipe
         keys = pipe_keys(events["block_type"], events["block_id"], slot)
         # the last record of each (block, pipe) in the batch: unique over the batch reversed takes the last
@@ -113,6 +122,15 @@ class PipeTails:
         at = np.searchsorted(self.flag_keys, flag_keys(waits))
         # every wait counted its own flag, so its key is there
         return waits[self.balance[at] < 0]
+
+    def stuck_at_end(self) -> np.ndarray:
+        """At the kernel's end: the stuck pipes of blocks whose records ended without saying the block ran to its end
+        (``BLOCK_RECORDS_ENDED``). A block that said it finished, or said nothing, is left to the unpaired check."""
+        held = self.stuck()
+        if not held.size:
+            return held
+        blocks = (held["block_type"].astype(np.uint64) << np.uint64(16)) | held["block_id"]
+        return held[np.isin(blocks, self.records_ended)]
 
     def locked(self) -> np.ndarray:
         """The stuck pipes whose flag nothing left can set: each waits on a pipe of its block that is locked too."""

@@ -220,6 +220,10 @@ class Synccheck:
         launch = self.kernel
         return self.context.finding("internal_error", kernel=launch.name if launch else None, space="", detail=detail)
 
+    def _at_end_lockups(self) -> list[Finding]:
+        self._lockups(self.tails.stuck_at_end())
+        return self.take_early()
+
     def _cut_short(self) -> list[Finding]:
         """The session ended while its kernel ran (Ctrl-C, the program killed or crashed) with pipes stuck on a
         wait_flag: each is reported locked up, from the records received, as msSanitizer reports them once the
@@ -240,8 +244,10 @@ class Synccheck:
                 )
             ]
         else:
+            # A kernel of msSanitizer's hooks may have ended by its runtime's timeout: its stuck pipes are locked up.
+            locked_up = [] if self.tails.stopped else self._at_end_lockups()
             self._room, self._left_out = MAX_KERNEL_FINDINGS, [0, 0]
-            findings = self._unpaired() + self._redundant()
+            findings = locked_up + self._unpaired() + self._redundant()
             findings.sort(key=lambda f: f.serial)
             if self._left_out[0]:
                 findings.append(self._kernel_error(left_out_text("synccheck", *self._left_out)))

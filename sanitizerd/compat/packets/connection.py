@@ -35,7 +35,7 @@ from sanitizerd.compat.wire import LENGTH, PACKET_HEAD, PacketType, WireLayout, 
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.errors import LocalProtocolError, RemoteProtocolError
 from sanitizerd_protocol.receiving import CONNECTION_CLOSED, NEED_DATA, ReceiveBuffer, ReceivingEnd, Sentinel, State
-from sanitizerd_protocol.records import EVENT_DTYPE, EventKind
+from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, EVENT_DTYPE, EventKind
 from sanitizerd_protocol.texts import cap_strings
 
 # Record bytes handed to the decoder at once. The slot's bytes held at any time stay within about this (plus one
@@ -120,6 +120,7 @@ def _block_finish(block_type: int, block_id: int, serial: int) -> np.ndarray:
     """The event that says a block has ended: its on-chip memory is undefined again (initcheck)."""
     event = np.zeros(1, dtype=EVENT_DTYPE)
     event["kind"] = EventKind.BLOCK_FINISH
+    event["mode"] = BLOCK_RECORDS_ENDED  # msSanitizer's BLOCK_FINISH says the records ended, not the block
     event["block_type"], event["block_id"], event["serial"] = block_type, block_id, serial
     event["block_num"] = event["repeat"] = event["block_stride"] = 1
     return event

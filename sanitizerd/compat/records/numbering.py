@@ -14,6 +14,7 @@ import numpy as np
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import CONVERTERS  # the package import registers every family's converters
+from sanitizerd.compat.records.convert.base import member_fields
 from sanitizerd.compat.records.types import NO_DETAILED_TYPE, DetailedDataType, RecordType
 
 
@@ -107,6 +108,21 @@ def adapt_dtype(reference: np.dtype, written_for: Any, target: Any) -> np.dtype 
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": int(target["size"])})
 
 
+def with_later_members(dtype: np.dtype, later: tuple[str, ...], target: Any) -> np.dtype:
+    """``dtype`` plus the ``later`` members (``Registered.later``) that ``target``, one release's struct, has, at its
+    offsets; those it lacks stay absent, and the converter reads the release as one before them."""
+    added = member_fields(target, later, present_only=True)
+    fields = dtype.fields or {}
+    return np.dtype(
+        {
+            "names": [*fields, *(name for name, _, _ in added)],
+            "formats": [*(fields[n][0] for n in fields), *(fmt for _, fmt, _ in added)],
+            "offsets": [*(fields[n][1] for n in fields), *(at for _, _, at in added)],
+            "itemsize": dtype.itemsize,
+        }
+    )
+
+
 @functools.cache
 def record_table(layout: wire.WireLayout) -> RecordTable:
     """The record numbering of ``layout``'s release (see ``RecordTable``)."""
@@ -153,6 +169,8 @@ def record_table(layout: wire.WireLayout) -> RecordTable:
             dtype = adapt_dtype(registered.dtype, written_for, target)
         else:
             dtype = None
+        if dtype is not None and registered.later and target is not None:
+            dtype = with_later_members(dtype, registered.later, target)
         if dtype is not None and dtype.itemsize == size:
             dtypes[int(known)] = dtype
     detailed_types = np.full(256, NO_DETAILED_TYPE, dtype=np.uint8)

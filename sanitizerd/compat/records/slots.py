@@ -27,7 +27,7 @@ from sanitizerd.compat.records.convert import base  # the package import registe
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, empty_events
+from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, EVENT_DTYPE, EventKind, empty_events
 
 SECURITY_VALUE = 0x5A5A5A5A5A5A5A5A
 SECURITY_TEXT = "The record address has been changed by the user program, and the detection result is unreliable."
@@ -662,6 +662,7 @@ class SlotDecoder:
     def _block_finish(self) -> np.ndarray:
         event = empty_events(1)
         event["kind"] = EventKind.BLOCK_FINISH
+        event["mode"] = BLOCK_RECORDS_ENDED  # the slot's end is its records' end, not the block's (a hung kernel's too)
         event["serial"] = self.first_serial + self.records
         event["block_id"] = self.heads.block_id
         event["block_type"] = self.heads.block_type

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -169,21 +170,26 @@ class Registered:
     # the release whose measured struct ``dtype``'s offsets are: the reference, or for a type the reference does not
     # have, the first release that does (``numbering.record_table`` moves it to each release from there)
     layout: str = REFERENCE_LAYOUT
+    # Members that later releases added to the struct (``cMember=name:format`` words, as ``payload_dtype`` takes
+    # them): read where a release's struct has them, absent from the dtype where it has not, so that one converter
+    # serves the releases before and after (it tests ``name in records.dtype.names``).
+    later: tuple[str, ...] = ()
 
 
 CONVERTERS: dict[int, Registered] = {}
 
 
 def converts(
-    *record_types: int, dtype: np.dtype, layout: str = REFERENCE_LAYOUT
+    *record_types: int, dtype: np.dtype, layout: str = REFERENCE_LAYOUT, later: tuple[str, ...] = ()
 ) -> Callable[[Converter], Converter]:
-    """Register ``convert`` for ``record_types``, whose payloads have layout ``dtype`` (measured in ``layout``)."""
+    """Register ``convert`` for ``record_types``, whose payloads have layout ``dtype`` (measured in ``layout``), and
+    ``later``'s members where a release has them (``Registered.later``)."""
 
     def register(convert: Converter) -> Converter:
         for record_type in record_types:
             if record_type in CONVERTERS:
                 raise ValueError(f"record type {record_type} has two converters")
-            CONVERTERS[int(record_type)] = Registered(np.dtype(dtype), convert, layout)
+            CONVERTERS[int(record_type)] = Registered(np.dtype(dtype), convert, layout, tuple(later))
         return convert
 
     return register
@@ -371,18 +377,27 @@ def payload_dtype(struct: str, members: str, layout: str = REFERENCE_LAYOUT) -> 
     ``members``: the members read, space-separated, each ``cMember[=name][:format]``; the ``Location`` members
     come as ``record_dtype`` adds them. An array member is read as its raw bytes unless a format is given."""
     measured = wire.LAYOUTS[layout].payload_structs[struct]
+    triples = member_fields(measured, members.split())
+    return record_dtype(int(measured["size"]), int(measured["fields"]["location.fileNo"][0]), triples)
+
+
+def member_fields(measured: Any, members: Iterable[str], *, present_only: bool = False) -> list[tuple[str, str, int]]:
+    """(name, numpy format, offset) of each of ``members`` (``cMember[=name][:format]`` words) in ``measured``, one
+    release's measured struct; with ``present_only``, the members it lacks are left out instead of refused."""
     fields = measured["fields"]
     triples = []
-    for word in members.split():
+    for word in members:
         found = _MEMBER.match(word)
         if found is None:
-            raise ValueError(f"{struct}: {word!r} is not cMember[=name][:format]")
+            raise ValueError(f"{word!r} is not cMember[=name][:format]")
         member, name, fmt = found.groups()
+        if present_only and member not in fields:
+            continue
         offset, c_format, *count = fields[member]
         if fmt is None:
             fmt = f"V{np.dtype(c_format).itemsize * int(count[0])}" if count else _READ_AS.get(c_format, c_format)
         triples.append((name or member_name(member), fmt, int(offset)))
-    return record_dtype(int(measured["size"]), int(fields["location.fileNo"][0]), triples)
+    return triples
 
 
 def record_events(

@@ -13,6 +13,10 @@ One record type carries several interfaces (``interfaceType``) in a union:
   pipe_barrier(PIPE_ALL), which the detectors expand as msSanitizer's 33 generated events do), then a software
   SyncAll of every block (``SOFT_SYNC_ALL``; msSanitizer's FFTS flag 31 pair) or a soft set/wait
   (``SOFT_SET``/``SOFT_WAIT`` on PIPE_S, address = the peer block), as the sync family converts the stubs.
+* cross-NPU barrier (9, releases from 2026-04-13 on): optionally a full pipe barrier first (its ``pipeBarrierAll``,
+  from 2026-04-23 on), then one ``NPU_BARRIER`` on PIPE_S, the native event cross-NPU racecheck orders by. The
+  devices and cores it names (``usedDeviceNum`` x ``usedCoreNum``, device pointers) are not read: the native barrier
+  is every block of every device of the job (docs/mssanitizer-later.md). Signal set / wait (7, 8) are not converted.
 * vector unary / binary (3000, 3001): as UNARY_OP / BINARY_OP with 32-byte blocks, masked.
 * data copy (4001): as a DMA_MOV of 32-byte bursts.
 
@@ -49,6 +53,7 @@ from sanitizerd_protocol.records import (
 
 SET_CROSS_SYNC, WAIT_CROSS_SYNC, HCCL, HCCLV = 0, 1, 2, 3
 CROSS_CORE_BARRIER, CROSS_CORE_SET_FLAG, CROSS_CORE_WAIT_FLAG = 4, 5, 6
+CROSS_NPU_BARRIER = 9
 VEC_UNARY_OP, VEC_BINARY_OP = 3000, 3001
 DATA_COPY, DATA_COPY_PAD = 4001, 4002
 ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL = 0, 1, 2, 3
@@ -171,6 +176,15 @@ def _pipe_all(plan: Plan, on: np.ndarray) -> None:
     plan.add(EventKind.PIPE_BARRIER, 0, 0, pipe=int(Pipe.ALL), count=on, memory=False)
 
 
+def _cross_npu_barrier(plan: Plan, r: np.ndarray, barrier: np.ndarray, names: tuple[str, ...]) -> None:
+    """msSanitizer's order: the full pipe barrier its ``pipeBarrierAll`` asks for (releases that have the member),
+    then the barrier itself on PIPE_S."""
+    if "npu_pipe_all" in names:
+        _pipe_all(plan, barrier & (r["npu_pipe_all"] != 0))
+    s = int(Pipe.S)
+    plan.add(EventKind.NPU_BARRIER, 0, 0, pipe=s, dst_pipe=s, count=barrier, memory=False)
+
+
 def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) -> None:
     flag = r["hccl_flag"]
     ranks = np.clip(r["hccl_rank_dim"], 0, MAX_RANKS).astype(np.uint64)
@@ -200,7 +214,15 @@ def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) ->
         )
 
 
-@converts(RecordType.MSTX_STUB, dtype=MSTX_DTYPE)
+# The April reference has no cross-NPU barrier: its members are read where a release has them. ``npu_devices`` is
+# there from the barrier's first release, so its presence says the release has the barrier at all.
+MSTX_LATER = (
+    "interface.mstxCrossNpuBarrier.usedDeviceNum=npu_devices",
+    "interface.mstxCrossNpuBarrier.pipeBarrierAll=npu_pipe_all:u1",
+)
+
+
+@converts(RecordType.MSTX_STUB, dtype=MSTX_DTYPE, later=MSTX_LATER)
 def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     r = records
     live = r["error"] == 0
@@ -265,6 +287,10 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
         count=set_flag | wait_flag,
         memory=False,
     )
+
+    names = r.dtype.names or ()
+    if "npu_devices" in names:
+        _cross_npu_barrier(plan, r, live & (interface == CROSS_NPU_BARRIER), names)
 
     # Vector unary / binary on local tensors: 32-byte blocks, masked as UNARY_OP / BINARY_OP.
     aicube = context.block_type == BlockType.AIC
