@@ -132,7 +132,7 @@ def _non_default_mask(finding: Finding) -> Iterator[str]:
         f"MaskHigh: 0x{finding.mask_high:x}, MaskLow: 0x{finding.mask_low:x}"
     )
     yield f"{P}    in kernel {finding.kernel} on device {finding.device}"
-    yield from _code_lines(finding)
+    yield from _code_lines(finding, basename=True)
     if finding.count > 1:
         yield f"{P}    executed {finding.count} times with these values (first serialNo shown)"
 

@@ -107,6 +107,19 @@ def adapt_dtype(reference: np.dtype, written_for: Any, target: Any) -> np.dtype 
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": int(target["size"])})
 
 
+def with_instr_name(dtype: np.dtype, struct: Any) -> np.dtype:
+    """``dtype`` reading also the struct's ``instrName`` (master's vector records) as ``instr``, where it has one
+    (convert/instructions.py names the events by it)."""
+    member = struct["fields"].get("instrName")
+    fields = dtype.fields or {}
+    if member is None or "instr" in fields or member[1] != "u1":
+        return dtype
+    names = [*fields, "instr"]
+    formats = [fields[n][0] for n in fields] + [np.dtype("u1")]
+    offsets = [fields[n][1] for n in fields] + [int(member[0])]
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": dtype.itemsize})
+
+
 @functools.cache
 def record_table(layout: wire.WireLayout) -> RecordTable:
     """The record numbering of ``layout``'s release (see ``RecordTable``)."""
@@ -153,6 +166,8 @@ def record_table(layout: wire.WireLayout) -> RecordTable:
             dtype = adapt_dtype(registered.dtype, written_for, target)
         else:
             dtype = None
+        if dtype is not None and target is not None:
+            dtype = with_instr_name(dtype, target)
         if dtype is not None and dtype.itemsize == size:
             dtypes[int(known)] = dtype
     detailed_types = np.full(256, NO_DETAILED_TYPE, dtype=np.uint8)
