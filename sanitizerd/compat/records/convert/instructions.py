@@ -35,14 +35,16 @@ def name_instructions(
     """``events`` (of ``records``, numbered ``serials`` in increasing order) with each memory event's ``instr`` its
     record's instrName, and with the observed masks of the named records when ``context.trace_registers``."""
     names = records.dtype.names or ()
-    if "instr" not in names or not events.size or not records.size:
+    # A record whose mask this converter does not read is left unnamed: named, it would be traced with the mask of
+    # the block's previous named record.
+    if "instr" not in names or not set(_MASK_FIELDS) <= set(names) or not events.size or not records.size:
         return events
     record = np.searchsorted(serials, events["serial"])
     record = np.minimum(record, serials.size - 1)
     own = serials[record] == events["serial"]  # every event is its record's; a stray one keeps its instr
     memory = own & (events["kind"] <= EventKind.WRITE)
     events["instr"] = np.where(memory, records["instr"][record], events["instr"])
-    if not context.trace_registers or not set(_MASK_FIELDS) <= set(names):
+    if not context.trace_registers:
         return events
     named = np.flatnonzero(records["instr"] != 0)
     if not named.size:
