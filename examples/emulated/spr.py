@@ -20,7 +20,7 @@ before the next instruction). The bugs (each bug's line is marked ``# BUG: name`
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import client_shim
 from client_shim.emulator import Block, KernelEmulator
@@ -74,6 +74,6 @@ def main(bug: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in BUGS:
-        raise SystemExit(f"usage: spr.py {{{'|'.join(BUGS)}}}")
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description="vector instructions under a non-default mask")
+    parser.add_argument("bug", choices=BUGS)
+    main(parser.parse_args().bug)
