@@ -50,6 +50,7 @@ from client_shim.client import Client
 from client_shim.events import (
     BlockType,
     EventKind,
+    InstrName,
     Pipe,
     Register,
     Space,
@@ -247,13 +248,19 @@ class Block:
 
     def vector(
         self, dst: Tensor, srcs: Sequence[Tensor], *, repeat: int = 1, block_stride: int = 1,
-        repeat_stride: int = 8, count: int | None = None, mask: int | None = None,
+        repeat_stride: int = 8, count: int | None = None, mask: int | None = None, instr: InstrName | str = "",
     ) -> None:  # fmt: skip
-        """A vector instruction over UB: reads every source, writes ``dst``, on PIPE_V."""
+        """A vector instruction over UB: reads every source, writes ``dst``, on PIPE_V. ``instr`` names it
+        (``"VADD"``, msSanitizer's InstrName) in its events, for memcheck's register trace: it ran with the vector
+        mask the block's ``set_register`` calls left."""
         common = self._common()
         parts = []
         for kind, tensor in [(EventKind.READ, s) for s in srcs] + [(EventKind.WRITE, dst)]:
             parts.extend(self._vector_operand(kind, tensor, repeat, block_stride, repeat_stride, count, mask, common))
+        if instr:
+            name = InstrName[instr] if isinstance(instr, str) else instr
+            for part in parts:
+                part["instr"] = name
         self._emit(*parts)
 
     def _vector_operand(

@@ -9,12 +9,15 @@ from sanitizerd_protocol.records import (
     DCCI_SINGLE_LINE,
     EVENT_DTYPE,
     FLAG_ATOMIC,
+    REGISTER_OBSERVED,
+    REGISTER_WRITTEN,
     TENSOR_OF_BLOCK,
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
     BlockType,
     DcciTarget,
     EventKind,
+    InstrName,
     Pipe,
     Register,
     Space,
@@ -23,12 +26,15 @@ from sanitizerd_protocol.records import (
 
 __all__ = [
     "EVENT_DTYPE",
+    "REGISTER_OBSERVED",
+    "REGISTER_WRITTEN",
     "TENSOR_OF_BLOCK",
     "TENSOR_OPERAND_READ",
     "TENSOR_OPERAND_WRITE",
     "BlockType",
     "DcciTarget",
     "EventKind",
+    "InstrName",
     "Pipe",
     "Register",
     "Space",
@@ -119,11 +125,13 @@ def register_writes(
     serial: object = 0,
     pc: object = 0,
     location: object = 0,
+    observed: bool = False,
 ) -> np.ndarray:
-    """Writes of a control register (set_vector_mask, set_ctrl, ...), for registercheck."""
+    """Writes of a control register (set_vector_mask, set_ctrl, ...), for registercheck; ``observed``: the value
+    the register held at the block's next instruction, not written by the kernel (memcheck's register trace)."""
     return make_events(
         kind=EventKind.SET_REGISTER, event_id=register, address=value, block_id=block_id, block_type=block_type,
-        serial=serial, pc=pc, location=location, block_size=0,
+        serial=serial, pc=pc, location=location, block_size=0, mode=REGISTER_OBSERVED if observed else REGISTER_WRITTEN,
     )  # fmt: skip
 
 

@@ -60,6 +60,9 @@ class Config(msgspec.Struct, kw_only=True):
     # bytes of guard area msSanitizer's hooks leave after each GM buffer, in which a host-side write is reported
     # (`--padding`, 32..1024)
     padding: Annotated[int, msgspec.Meta(ge=MIN_GM_PADDING, le=MAX_GM_PADDING)] = DEFAULT_GM_PADDING
+    # memcheck: trace each vector instruction that runs with a non-default vector mask, at INFO
+    # (`--trace-non-default-spr-reg=vector`, msSanitizer's master of August 2026)
+    trace_non_default_spr_reg: bool = False
     # known findings, hidden with a reason (`run --suppressions FILE`); the host's file applies too
     suppressions: Annotated[list[Suppression], msgspec.Meta(max_length=MAX_SUPPRESSIONS)] = []
 

@@ -8,6 +8,9 @@ import msgspec
 
 ERROR: Final = "error"
 WARNING: Final = "warning"
+# msSanitizer's INFO level: a trace the user asked for (memcheck's --trace-non-default-spr-reg), not a defect; shown
+# at --log-level=info only, never counted as an error or a warning.
+INFO: Final = "info"
 
 # The JSON ``kind`` vocabulary, shared by every detector; the value is its severity, as msSanitizer's
 # GetNotifyLv assigns it (reference §2.1).
@@ -37,6 +40,10 @@ KINDS: Final[dict[str, str]] = {
     "redundant_wait_flag": WARNING,
     "divergent_threads": ERROR,  # SIMT: threads of a block reached a __syncthreads() a different number of times
     "register_not_reset": WARNING,
+    # memcheck --trace-non-default-spr-reg=vector: a vector instruction ran with a non-default vector mask, and the
+    # sites past the per-kernel bound that were not traced
+    "non_default_mask": INFO,
+    "trace_left_out": INFO,
     "sdc_mismatch": ERROR,
     "sdc_replica_mismatch": ERROR,
     "internal_error": ERROR,
@@ -144,6 +151,10 @@ class Finding(msgspec.Struct, kw_only=True):
     register: str = ""  # register findings: its name, e.g. "VECTOR_MASK_0"
     expected: int = 0  # register findings: the default it should have been reset to
     actual: int = 0  # register findings: the value the kernel left
+    instr: str = ""  # non_default_mask: the vector instruction, e.g. "VADD"
+    mask_mode: str = ""  # non_default_mask: "Normal" or "Counter"
+    mask_high: int = 0  # non_default_mask: VECTOR_MASK_1 as the instruction ran
+    mask_low: int = 0  # non_default_mask: VECTOR_MASK_0 as the instruction ran
     accesses: list[RaceAccess] = []  # race findings: the earlier and the later access, by serial number
     blocked: int = 0  # deadlock findings: instructions of the kernel that could not run after the stuck waits
     replay: Replay | None = None  # sdccheck findings

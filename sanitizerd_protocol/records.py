@@ -23,7 +23,7 @@ class EventKind(enum.IntEnum):
     #                 block_num = vector sub-blocks per AI core (1 or 2) for modes 1, 2 and 4
     CROSS_WAIT = 20  # wait_flag_dev (mode 0) or wait_intra_block (mode 4) on `pipe`; event_id = flag id
     SET_ATOMIC = 21  # mode = 0 off, non-zero on
-    SET_REGISTER = 22  # event_id = Register, address = the value written
+    SET_REGISTER = 22  # event_id = Register, address = the value; mode REGISTER_OBSERVED: held, not written
     BLOCK_FINISH = 23  # the block has run its last instruction of this launch: its on-chip memory is gone
     HSET_FLAG = 24  # hardware flag (cube side): as SET_FLAG, in its own flag space
     HWAIT_FLAG = 25  # as WAIT_FLAG, pairs with HSET_FLAG
@@ -114,6 +114,79 @@ class Register(enum.IntEnum):
     LRELU_ALPHA = 8
 
 
+# SET_REGISTER's mode: the kernel wrote the value (set_vector_mask, set_ctrl, ...), or the value is what the
+# register held when the block's next instruction ran (a client that reads it off that instruction's record, as
+# msSanitizer's vector records carry their mask): an observed value traces that instruction (memcheck's
+# --trace-non-default-spr-reg) but was not left by the kernel, so registercheck's end-of-kernel check ignores it.
+REGISTER_WRITTEN = 0
+REGISTER_OBSERVED = 1
+# CTRL's bit that selects the vector mask's mode: 0 Normal (a bit mask), 1 Counter (mask0 counts elements).
+CTRL_MASK_MODE_BIT = 56
+
+
+class InstrName(enum.IntEnum):
+    """A vector instruction's name in an access's ``instr``, numbered as msSanitizer's ``InstrName`` (master of
+    August 2026, ``record_defs.h``), so that its records' ``instrName`` byte travels unchanged."""
+
+    NONE = 0
+    VABS = 1
+    VADD = 2
+    VADDRELU = 3
+    VADDRELUCONV = 4
+    VADDS = 5
+    VAND = 6
+    VAXPY = 7
+    VCADD = 8
+    VCGADD = 9
+    VCGMAX = 10
+    VCGMIN = 11
+    VCMAX = 12
+    VCMIN = 13
+    VCMP = 14
+    VCONV = 15
+    VCOPY = 16
+    VCPADD = 17
+    VDIV = 18
+    VECTOR_DUP = 19
+    VEXP = 20
+    VGATHER = 21
+    VLN = 22
+    VLRELU = 23
+    VMADD = 24
+    VMADDRELU = 25
+    VMAX = 26
+    VMAXS = 27
+    VMIN = 28
+    VMINS = 29
+    VMLA = 30
+    VMUL = 31
+    VMULCONV = 32
+    VMULS = 33
+    VNOT = 34
+    VOR = 35
+    VREC = 36
+    VREDUCE = 37
+    VREDUCEV2 = 38
+    VRELU = 39
+    VRSQRT = 40
+    VSEL = 41
+    VSHL = 42
+    VSHR = 43
+    VSQRT = 44
+    VSUB = 45
+    VSUBRELU = 46
+    VSUBRELUCONV = 47
+
+
+def instr_name(instr: int) -> str:
+    """``VADD``; an id this version does not know (a newer or hostile client's) as ``Unknown InstrName(<n>)``, as
+    msSanitizer's FormatEnum prints an unknown one."""
+    try:
+        return InstrName(instr).name
+    except ValueError:
+        return f"Unknown InstrName({instr})"
+
+
 class Space(enum.IntEnum):
     """Address spaces, numbered as msSanitizer's record ``AddressSpace``."""
 
@@ -198,7 +271,7 @@ EVENT_DTYPE = np.dtype(
         ("flags", "u1"),  # 49: bit 0 atomic mode
         ("align", "<u2"),  # 50: required alignment in bytes, 0 = by address space (§1.6)
         ("mode", "u1"),  # 52: cross-core sync mode
-        ("reserved", "V1"),  # 53: zero
+        ("instr", "u1"),  # 53: InstrName of the vector instruction an access belongs to; 0 = none (was reserved)
         ("thread", "<u2"),  # 54: SIMT thread (linear index + 1) inside a SIMT section; 0 = the block's main scalar
     ]
 )

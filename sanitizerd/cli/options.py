@@ -218,6 +218,12 @@ def _one_of(opt: _Option, value: str, st: _State) -> None:
     _assign(st, opt.dest, value)
 
 
+def _trace_spr(opt: _Option, value: str, st: _State) -> None:
+    if value not in opt.choices:
+        raise _invalid(opt)
+    _assign(st, opt.dest, True)
+
+
 def _number(opt: _Option, value: str, st: _State) -> None:
     low, high = opt.bounds
     number = _decimal(value)
@@ -336,6 +342,9 @@ _OPTIONS: tuple[_Option, ...] = (
             about=(f"GM safe-zone size in bytes ({MIN_GM_PADDING}-{MAX_GM_PADDING}) [{DEFAULT_GM_PADDING}]",)),
     _Option("check-dcci", _FOR_RACECHECK, _switch_on, "config.check_dcci", choices=YES_NO,
             about=("check for missing dcci instructions on cross-core data dependencies [no]",)),
+    _Option("trace-non-default-spr-reg", _FOR_MEMCHECK, _trace_spr, "config.trace_non_default_spr_reg",
+            metavar="{vector}", choices=("vector",), invalid=", only vector MODE is supported now",
+            about=("Trace non-default vector register values.",)),
     # a sanitizerd extension
     _Option("single-pipe-distance", _FOR_RACECHECK, _number, "config.single_pipe_distance", metavar="<n>",
             bounds=(0, MAX_SINGLE_PIPE_DISTANCE), allowed=_DIGITS, invalid=f". range: [0, {MAX_SINGLE_PIPE_DISTANCE}]",
@@ -597,6 +606,11 @@ def _notices(st: _State, tools: list[str]) -> list[str]:
             f"{PREFIX} --check-dcci is a sub-option for racecheck, you must enable both racecheck and this, "
             "otherwise this option will not work."
         )
+    if cfg.trace_non_default_spr_reg and "memcheck" not in tools:
+        notices.append(
+            f"{PREFIX} --trace-non-default-spr-reg is a sub-option for memcheck, you must enable both memcheck and "
+            "this, otherwise this option will not work."
+        )
     return notices
 
 
@@ -624,4 +638,10 @@ def parse_run_args(argv: list[str]) -> RunOptions:
     elif options.report is None:
         options.notices.append(f"{PREFIX} WARNING: --report-format has no effect without --report=<file>.")
     options.notices += _notices(st, config.tools)
+    if config.trace_non_default_spr_reg and "memcheck" in config.tools and config.log_level != "info":
+        # the traces are INFO lines: msSanitizer raises the level rather than trace unseen (cli_parser.cpp's words)
+        config.log_level = "info"
+        options.notices.append(
+            f"{PREFIX} --trace-non-default-spr-reg has been enabled, --log-level automatically sets to INFO."
+        )
     return options

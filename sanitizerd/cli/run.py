@@ -38,7 +38,7 @@ from sanitizerd.findings.render import render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
 from sanitizerd.findings.store import CRASH_END_REASON
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.model import CROSS_NPU, ERROR, WARNING, Finding
+from sanitizerd_protocol.model import CROSS_NPU, ERROR, INFO, WARNING, Finding
 
 # The status of a run whose program exited 0 but sent signatures that show silent data corruption (without
 # --error-exitcode, which wins for every error); a program that failed keeps its own status.
@@ -46,7 +46,7 @@ SDC_EXIT_STATUS = 1
 SDC_KINDS = frozenset({"sdc_mismatch", "sdc_replica_mismatch"})
 
 # A report is shown when its severity is at or above --log-level (msSanitizer's filter, §2.0).
-_SHOWN = {"info": {ERROR, WARNING}, "warn": {ERROR, WARNING}, "error": {ERROR}}
+_SHOWN = {"info": {ERROR, WARNING, INFO}, "warn": {ERROR, WARNING}, "error": {ERROR}}
 
 
 # Seconds a run still waits for the daemon's last checks once it was told to stop (SIGTERM, SIGINT), and the stop
@@ -254,6 +254,8 @@ class Reporter:
                 self.suppressed += 1
             elif finding.severity == ERROR:
                 self.errors += 1
+            elif finding.severity == INFO:  # a trace asked for, not a defect
+                pass
             else:
                 self.warnings += 1
         now = [f for f in findings if not f.launch]
@@ -297,7 +299,7 @@ class Reporter:
             )
         if visible:
             self._write(render_text(visible))
-        return len(visible)
+        return sum(1 for f in visible if f.severity != INFO)  # a kernel with traces alone detected no error
 
     def _write(self, text: str) -> None:
         if self.out_closed:

@@ -543,10 +543,10 @@ def encode_config(config: m.Config, layout: WireLayout) -> bytes:
         "isPrintFullStack": config.full_backtrace,
         # 26.1.0 on: the DCCI check with racecheck (the hooks record DCCI either way; msSanitizer's CLI passes it
         # on as given); multi-core stomping is on with memcheck unless only errors are shown, as msSanitizer's CLI
-        # sets it; no register tracing.
+        # sets it; register tracing (master) as asked: its hooks record instrName whatever this says.
         "checkDcci": config.check_dcci,
         "outOfBoundCheck": "memcheck" in tools and config.log_level != "error",
-        "traceNonDefaultSprReg": False,
+        "traceNonDefaultSprReg": config.trace_non_default_spr_reg,
         "gmBufferGuardSize": config.padding,
         "checkBlockId": config.block_id,
         "cacheSize": config.cache_size,

@@ -30,6 +30,7 @@ from sanitizerd.detectors._runs import (
 )
 from sanitizerd.detectors._simt import SimtDims
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
+from sanitizerd.detectors._spr_trace import SprTrace
 from sanitizerd.detectors._stomping import StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -91,6 +92,8 @@ class Memcheck:
         # (msSanitizer's mstxMemRegionsSetPermission) that take the permission away, until changed or freed.
         self.no_write = IntervalSet()
         self.no_read = IntervalSet()
+        # --trace-non-default-spr-reg: a sub-option of memcheck in msSanitizer, so it runs wherever memcheck does
+        self.spr_trace = SprTrace(context) if context.config.trace_non_default_spr_reg else None
 
     def _chip_limits(self) -> np.ndarray:
         """Bytes each on-chip space holds on the session's chip; GM is checked against the heap, BT/FB not at all."""
@@ -109,10 +112,14 @@ class Memcheck:
         self.limits = self._chip_limits()  # the device summary may have named the chip after we were made
         self.sites = SiteLog()
         self.tensors = BlockTensors()
+        if self.spr_trace is not None:
+            self.spr_trace.kernel_begin()
 
     def check(self, records: np.ndarray) -> None:
         if not records.size:
             return
+        if self.spr_trace is not None:
+            self.spr_trace.check(records)
         events: np.ndarray = BatchFields(records)  # type: ignore[assignment]
         ext = extents(events)
         lo = events["address"]
@@ -453,7 +460,8 @@ class Memcheck:
         self.tensors = BlockTensors()
         notices, self.notices = self.notices, []
         kernel = launch.name if launch else None
-        return site_findings(self.context, kernel, self.sites, _SITE_KINDS, self.simt_dims.position) + notices
+        traces = self.spr_trace.kernel_end(kernel) if self.spr_trace is not None else []
+        return site_findings(self.context, kernel, self.sites, _SITE_KINDS, self.simt_dims.position) + notices + traces
 
     # --- host side ---------------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import EventKind, Register, block_type_name
+from sanitizerd_protocol.records import REGISTER_WRITTEN, EventKind, Register, block_type_name
 
 ALL_ONES = (1 << 64) - 1
 DEFAULTS: dict[Register, int] = {
@@ -59,7 +59,8 @@ class Registercheck:
             return
         # Only registers with a default are compared at the end: the others are not held (a client names any id,
         # and each would be one step of the loop below).
-        writes &= np.isin(events["event_id"], _CHECKED)
+        # An observed value (a record's own mask) traces an instruction; what the kernel left is what it wrote.
+        writes &= np.isin(events["event_id"], _CHECKED) & (events["mode"] == REGISTER_WRITTEN)
         if not writes.any():
             return
         w = events[writes]

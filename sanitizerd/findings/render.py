@@ -124,6 +124,24 @@ def _register(finding: Finding) -> Iterator[str]:
     )
 
 
+def _non_default_mask(finding: Finding) -> Iterator[str]:
+    """memcheck's register trace (mem_error_def.h's PrintNonDefaultReg); the executions of one site are one finding,
+    so a site run more than once says how often (msSanitizer prints each execution, with its serial)."""
+    yield (
+        f"{P} INFO: {finding.instr} is using non-default mask. MaskMode: {finding.mask_mode}, "
+        f"MaskHigh: 0x{finding.mask_high:x}, MaskLow: 0x{finding.mask_low:x}"
+    )
+    yield f"{P}    in kernel {finding.kernel} on device {finding.device}"
+    yield from _code_lines(finding, basename=True)
+    if finding.count > 1:
+        yield f"{P}    executed {finding.count} times with these values (first serialNo shown)"
+
+
+def _trace_left_out(finding: Finding) -> Iterator[str]:
+    yield f"{P} INFO: {finding.detail}"
+    yield f"{P}    in kernel {finding.kernel} on device {finding.device}"
+
+
 _HAZARDS = {"race_raw": "RAW", "race_war": "WAR", "race_waw": "WAW"}
 
 
@@ -214,6 +232,8 @@ _OWN_LAYOUT = {
     "guard_write": _guard_write,
     "divergent_threads": _divergent,
     "register_not_reset": _register,
+    "non_default_mask": _non_default_mask,
+    "trace_left_out": _trace_left_out,
     "sdc_mismatch": _sdc,
     "sdc_replica_mismatch": _sdc,
     "wire_mismatch": _wire_mismatch,

@@ -13,7 +13,7 @@ import msgspec
 
 from sanitizerd.findings.checked import CheckedKernel
 from sanitizerd.findings.render import blocks_text, render_text
-from sanitizerd_protocol.model import ERROR, KINDS, Finding, Frame
+from sanitizerd_protocol.model import ERROR, INFO, KINDS, Finding, Frame
 
 SCHEMA_URI: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -40,6 +40,8 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "redundant_wait_flag": "A wait_flag with no set_flag to wait for.",
     "divergent_threads": "SIMT threads of a block reached a __syncthreads() a different number of times.",
     "register_not_reset": "A kernel left a control register away from its default value.",
+    "non_default_mask": "Trace (--trace-non-default-spr-reg): a vector instruction ran with a non-default mask.",
+    "trace_left_out": "Trace: instruction sites past the per-kernel bound were not traced.",
     "sdc_mismatch": "Silent data corruption: a replayed step's result differs from the original.",
     "sdc_replica_mismatch": "Silent data corruption: data-parallel replicas disagree on a step's result.",
     "internal_error": "sanitizerd could not check some of the program's records.",
@@ -54,7 +56,7 @@ _RULE_INDEX: Final = {kind: i for i, kind in enumerate(_RULES)}
 
 
 def _level(severity: str) -> str:
-    return "error" if severity == ERROR else "warning"
+    return "error" if severity == ERROR else "note" if severity == INFO else "warning"
 
 
 def _rule(kind: str) -> dict[str, Any]:

@@ -169,6 +169,7 @@ class CompatConnection(ReceivingEnd):
         self._ipc_codes: deque[int | None] = deque()
         self._chip_name = DEFAULT_CHIP
         self._chip: Chip = chip_named(DEFAULT_CHIP)
+        self._trace_registers = False  # the welcome's config asks memcheck to trace vector masks
         self._binary: Any = None  # stacks.KernelBinary of the current kernel
         self._binaries: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()  # digest -> (binary, ELF bytes)
         self._binary_bytes = 0
@@ -593,6 +594,7 @@ class CompatConnection(ReceivingEnd):
             budget=kernel.budget,
             places=self._places,
             detailed_types=self._records.detailed_types,
+            trace_registers=self._trace_registers,
         )
         payload = memoryview(body)[self.layout.kernel_record_payload_offset :]
         try:
@@ -681,6 +683,7 @@ class CompatConnection(ReceivingEnd):
             budget=kernel.budget,
             places=self._places,
             detailed_types=self._records.detailed_types,
+            trace_registers=self._trace_registers,
         )
         slot.decoder = slots.SlotDecoder(heads, context, self._serial, self._records, self._simt)
 
@@ -879,6 +882,8 @@ class CompatConnection(ReceivingEnd):
                     raise LocalProtocolError("welcome after the handshake", reason="unexpected_message")
                 try:
                     data = wire.encode_config(message.config, self.layout)
+                    config = message.config
+                    self._trace_registers = config.trace_non_default_spr_reg and "memcheck" in config.tools
                 except ValueError as exc:
                     raise LocalProtocolError(str(exc), reason="internal_error") from None
                 self.state = State.READY

@@ -108,6 +108,11 @@ def adapt_dtype(reference: np.dtype, written_for: Any, target: Any) -> np.dtype 
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": int(target["size"])})
 
 
+# master's vector records name their instruction (instrName, in what was padding): read as the events' ``instr``
+# wherever a release's struct has it (convert/instructions.py).
+INSTRUCTION_NAME = ("instrName=instr:u1",)
+
+
 def with_later_members(dtype: np.dtype, later: tuple[str, ...], target: Any) -> np.dtype:
     """``dtype`` plus the ``later`` members (``Registered.later``) that ``target``, one release's struct, has, at its
     offsets; those it lacks stay absent, and the converter reads the release as one before them."""
@@ -169,8 +174,9 @@ def record_table(layout: wire.WireLayout) -> RecordTable:
             dtype = adapt_dtype(registered.dtype, written_for, target)
         else:
             dtype = None
-        if dtype is not None and registered.later and target is not None:
-            dtype = with_later_members(dtype, registered.later, target)
+        if dtype is not None and target is not None:
+            naming = () if "instr" in (dtype.fields or {}) else INSTRUCTION_NAME
+            dtype = with_later_members(dtype, (*registered.later, *naming), target)
         if dtype is not None and dtype.itemsize == size:
             dtypes[int(known)] = dtype
     detailed_types = np.full(256, NO_DETAILED_TYPE, dtype=np.uint8)

@@ -24,6 +24,7 @@ import numpy as np
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
+from sanitizerd.compat.records.convert.instructions import name_instructions
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd_protocol import messages as m
@@ -691,6 +692,7 @@ class SlotDecoder:
                     registered, record_type, _type_name(record_type), records, serials[rows], self.context
                 )
                 events = base.mark_places(events, records, serials[rows], self.context)
+                events = name_instructions(events, records, serials[rows], self.context)
                 groups.append((rows, events))
             except Exception as exc:  # hostile values must not end the daemon: drop these records, say so
                 text = f"{_type_name(record_type)} records dropped: converter failed ({exc})"
@@ -761,6 +763,7 @@ def decode_single(
         serials = np.array([serial], dtype=np.uint64)
         events = base.convert_bounded(registered, record_type, _type_name(record_type), records, serials, local)
         events = base.mark_places(events, records, serials, local)
+        events = name_instructions(events, records, serials, local)
     except Exception as exc:
         return empty, f"{name} record dropped: converter failed ({exc})"
     problem = next((f"{count} {text}" for text, count in local.dropped.items()), None)

@@ -122,6 +122,8 @@ class BlockContext:
     # This release's DetailedDataType numbers -> the reference's (``RecordTable.detailed_types``); None: the
     # reference's own (a test's context).
     detailed_types: np.ndarray | None = field(default=None, compare=False, hash=False)
+    # memcheck traces vector instructions' masks (--trace-non-default-spr-reg): named records say theirs
+    trace_registers: bool = field(default=False, compare=False, hash=False)
 
 
 def detailed_types(values: np.ndarray, context: BlockContext) -> np.ndarray:
