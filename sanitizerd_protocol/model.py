@@ -173,11 +173,13 @@ def make_finding(kind: str, **fields: object) -> Finding:
 
 def kinds_named(kinds: list[str], severity: str) -> set[str] | None:
     """The finding kinds a query selects: those it names (none: every kind) of at least ``severity``; None: any."""
-    if not kinds and severity in ("", WARNING):
+    if not kinds and not severity:
         return None
     selected = set(kinds) if kinds else set(KINDS)
     if severity == ERROR:
         selected = {kind for kind in selected if KINDS.get(kind) == ERROR}
+    elif severity == WARNING:  # INFO is below it: a trace the user asked for is no warning
+        selected = {kind for kind in selected if KINDS.get(kind) != INFO}
     return selected
 
 

@@ -296,3 +296,15 @@ def test_state_resets_with_each_launch() -> None:
 
 def test_the_event_layout_keeps_its_size() -> None:
     assert EVENT_DTYPE.itemsize == 56 and EVENT_DTYPE.fields["instr"][1] == 53
+
+
+def test_a_trace_is_below_warning_in_queries() -> None:
+    """`findings --severity warning` means at least a warning: INFO traces are left out; no severity takes all."""
+    from sanitizerd_protocol.model import kinds_named
+
+    warning_or_worse = kinds_named([], "warning")
+    assert warning_or_worse is not None
+    assert {"out_of_bounds", "illegal_read"} <= warning_or_worse
+    assert not {"non_default_mask", "trace_left_out"} & warning_or_worse
+    assert kinds_named([], "") is None
+    assert kinds_named(["non_default_mask"], "warning") == set()
