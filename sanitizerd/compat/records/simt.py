@@ -1,0 +1,334 @@
+"""msSanitizer's SIMT thread areas (950 family, from e2feea4b) turned into native SIMT events, sans I/O.
+
+A SIMT chip's slot ends with 2 048 thread areas (area i is thread i, its linear id, x fastest), each a
+``SimtRecordBlockHead`` and ``simtErrorInfo.size`` bytes of ``[u32 RecordType][payload]`` records, then one
+``SimtEntryBlockHead`` per SIMT call, which gives the call's thread dims and its ``mainScalarPc`` (the same
+``mainScalarPc`` every record's ``SimtThreadLocation`` of that call carries). The records a thread area can hold:
+loads and stores (``SimtLoadStoreRecord``), atomics (``SimtAtomRecord``), ``__syncthreads()`` and the thread's end
+(``SimtEmptyRecord``), and the device's own findings (ONLINE_ERROR, variable length: walked over, counted).
+
+Areas are walked in lockstep, one record of every area per step (a few numpy calls over at most 2 048 areas),
+so a step costs the same whatever the number of threads, and no Python loop runs per record. Nothing read from
+the client is trusted: a head's ``writeOffset`` past its area, a record running past it, an unknown type, a thread
+location that is not its area's, a call without an entry head or with dims out of range are each refused and
+counted (``problems``), never read as something else.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sanitizerd.compat import wire
+from sanitizerd_protocol.records import (
+    FLAG_ATOMIC,
+    MAX_SIMT_THREADS,
+    EventKind,
+    Pipe,
+    Space,
+    empty_events,
+    simt_dims_address,
+)
+
+MAX_SIMT_EVENTS = 1 << 20  # per slot: 2 048 threads of a few hundred accesses each; more is refused, counted
+MAX_AREA_BYTES = 256 << 10  # one thread area converted whole; msSanitizer gives each a tenth of the cache / 2 048
+_HEAD_COUNT, _HEAD_WRITE_OFFSET = 8, 24  # SimtRecordBlockHead.recordWriteCount, .writeOffset
+_ONLINE_ERROR_RECORD, _ONLINE_ERROR_DESC = 32, 144  # KernelErrorRecord, KernelErrorDesc (26.1.0 and master)
+_PAYLOADS = ("SimtLoadStoreRecord", "SimtAtomRecord", "SimtEmptyRecord")
+_READS = ("SIMT_LDG", "SIMT_LDS", "SIMT_LDK", "SIMT_LD")
+_WRITES = ("SIMT_STG", "SIMT_STS", "SIMT_STK", "SIMT_ST")
+_ATOMICS = ("SIMT_ATOM", "SIMT_RED")
+_EMPTIES = ("THREAD_BLOCK_BARRIER", "SIMT_END")
+
+
+@dataclass(frozen=True, slots=True)
+class SimtRecords:
+    """A release's thread-area records: each type's number and payload struct."""
+
+    load_store: wire.Layout
+    atom: wire.Layout
+    empty: wire.Layout
+    types: dict[str, int]  # msSanitizer's name -> this release's number
+    online_error: int
+
+
+@functools.cache
+def simt_records(layout: wire.WireLayout) -> SimtRecords | None:
+    """The release's thread-area records, or None where their structs are not measured (counted, not converted)."""
+    if not all(name in layout.structs for name in _PAYLOADS):
+        return None
+    names = (*_READS, *_WRITES, *_ATOMICS, *_EMPTIES, "ONLINE_ERROR")
+    if not all(name in layout.record_types for name in names):
+        return None
+    return SimtRecords(
+        *(layout.structs[name] for name in _PAYLOADS),
+        types={name: layout.record_types[name] for name in names},
+        online_error=layout.record_types["ONLINE_ERROR"],
+    )
+
+
+@dataclass(slots=True)
+class ThreadRows:
+    """Decoded records of the thread areas seen so far, as columns (one row per access, barrier or end)."""
+
+    thread: list[np.ndarray] = field(default_factory=list)  # area index (linear thread id)
+    order: list[np.ndarray] = field(default_factory=list)  # the record's index in its area
+    kind: list[np.ndarray] = field(default_factory=list)  # EventKind; SIMT_END marks the thread's end
+    flags: list[np.ndarray] = field(default_factory=list)
+    space: list[np.ndarray] = field(default_factory=list)
+    address: list[np.ndarray] = field(default_factory=list)
+    size: list[np.ndarray] = field(default_factory=list)
+    pc: list[np.ndarray] = field(default_factory=list)
+    file_no: list[np.ndarray] = field(default_factory=list)
+    line_no: list[np.ndarray] = field(default_factory=list)
+    loc: list[np.ndarray] = field(default_factory=list)  # (x, y, z) as recorded
+    main_pc: list[np.ndarray] = field(default_factory=list)
+    rows: int = 0
+
+    def column(self, name: str) -> np.ndarray:
+        parts = getattr(self, name)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+class ThreadAreas:
+    """Walks whole thread areas into ``ThreadRows`` and says what it refused."""
+
+    def __init__(self, records: SimtRecords, head: int, thread_bytes: int) -> None:
+        self.records = records
+        self.head = head
+        self.thread_bytes = thread_bytes
+        self.area = head + thread_bytes
+        self.rows = ThreadRows()
+        self.refused: dict[str, int] = {}  # reason -> records (or areas) not converted
+        self.online_errors = 0
+        self.converted = 0
+        step = {}
+        for name in (*_READS, *_WRITES):
+            step[records.types[name]] = 4 + records.load_store.size
+        for name in _ATOMICS:
+            step[records.types[name]] = 4 + records.atom.size
+        for name in _EMPTIES:
+            step[records.types[name]] = 4 + records.empty.size
+        self._types = np.array(sorted(step), dtype=np.uint32)
+        self._steps = np.array([step[t] for t in self._types.tolist()], dtype=np.int64)
+
+    def refuse(self, reason: str, count: int) -> None:
+        if count:
+            self.refused[reason] = self.refused.get(reason, 0) + int(count)
+
+    def feed(self, data: memoryview, first_area: int) -> None:
+        """``data``: whole areas, the first of them area ``first_area``."""
+        n = len(data) // self.area
+        if not n:
+            return
+        raw = np.frombuffer(data, dtype=np.uint8, count=n * self.area)
+        base = np.arange(n, dtype=np.int64) * self.area
+        counts = _u64_at(raw, base + _HEAD_COUNT)
+        write_offset = _u64_at(raw, base + _HEAD_WRITE_OFFSET)
+        past = write_offset > np.uint64(self.thread_bytes)
+        self.refuse("SIMT thread areas whose writeOffset is past the area (not decoded)", int(past.sum()))
+        end = base + self.head + np.where(past, 0, write_offset).astype(np.int64)
+        pos = base + self.head
+        left = np.where(past, np.uint64(0), counts)
+        area_of: list[np.ndarray] = []
+        at_of: list[np.ndarray] = []
+        type_of: list[np.ndarray] = []
+        index_of: list[np.ndarray] = []
+        index = 0
+        live = np.flatnonzero((left > 0) & (pos + 4 <= end))
+        while live.size:
+            p = pos[live]
+            record_type = _u32_at(raw, p)
+            slot = np.searchsorted(self._types, record_type)
+            slot = np.minimum(slot, self._types.size - 1)
+            known = self._types[slot] == record_type
+            step = np.where(known, self._steps[slot], 0)
+            online = record_type == np.uint32(self.records.online_error)
+            if online.any():  # [type][KernelErrorRecord][record][KernelErrorDesc x errorNum]: stepped, not read
+                q = p[online]
+                fits = q + 4 + _ONLINE_ERROR_RECORD <= end[live[online]]
+                q = np.where(fits, q, 0)  # a head not all in the area is not read (its record is refused below)
+                errors = _u32_at(raw, q + 4).astype(np.int64)
+                size = _u16_at(raw, q + 12).astype(np.int64)
+                step[online] = np.where(fits, 4 + _ONLINE_ERROR_RECORD + size + _ONLINE_ERROR_DESC * errors, 0)
+                known = known | online
+            fits = known & (step > 0) & (p + step <= end[live])
+            bad = live[~fits]
+            if bad.size:
+                unknown = ~known
+                self.refuse("SIMT records of a type sanitizerd does not know (the rest of their thread area)",
+                            _total(left[live[unknown]]))  # fmt: skip
+                short = known & ~fits
+                self.refuse("SIMT records running past their thread area's writeOffset (the rest of the area)",
+                            _total(left[live[short]]))  # fmt: skip
+                left[bad] = 0
+            good = live[fits]
+            kept = fits & ~online
+            self.online_errors += int((fits & online).sum())
+            area_of.append(live[kept])
+            at_of.append(p[kept])
+            type_of.append(record_type[kept])
+            index_of.append(np.full(int(kept.sum()), index, dtype=np.int64))
+            pos[good] += step[fits]
+            left[good] -= np.uint64(1)
+            index += 1
+            live = good[(left[good] > 0) & (pos[good] + 4 <= end[good])]
+        # A count that promises more records than writeOffset holds: the rest were never written (msSanitizer
+        # stops at its offset too); said, so a run missing them is not taken as whole.
+        self.refuse("SIMT records counted by recordWriteCount but not within writeOffset", _total(left))
+        if not area_of:
+            return
+        area = np.concatenate(area_of)
+        at = np.concatenate(at_of)
+        types = np.concatenate(type_of)
+        self._keep(raw, area + first_area, at + 4, types, np.concatenate(index_of))
+
+    def _keep(self, raw: np.ndarray, thread: np.ndarray, at: np.ndarray, types: np.ndarray, order: np.ndarray) -> None:
+        r, t = self.records, self.records.types
+        room = MAX_SIMT_EVENTS - self.rows.rows
+        if types.size > room:
+            self.refuse(f"SIMT records past the slot's limit of {MAX_SIMT_EVENTS}", types.size - max(room, 0))
+            keep = slice(0, max(room, 0))
+            thread, at, types, order = thread[keep], at[keep], types[keep], order[keep]
+        groups = (
+            (np.isin(types, [t[n] for n in _READS]), r.load_store, EventKind.READ, 0),
+            (np.isin(types, [t[n] for n in _WRITES]), r.load_store, EventKind.WRITE, 0),
+            (np.isin(types, [t[n] for n in _ATOMICS]), r.atom, EventKind.WRITE, FLAG_ATOMIC),
+            (types == t["THREAD_BLOCK_BARRIER"], r.empty, EventKind.SYNC_THREADS, 0),
+            (types == t["SIMT_END"], r.empty, EventKind.SIMT_END, 0),
+        )
+        rows = self.rows
+        for chosen, layout, kind, flags in groups:
+            if not chosen.any():
+                continue
+            payload = _gather(raw, at[chosen], layout)
+            n = payload.size
+            access = kind in (EventKind.READ, EventKind.WRITE)
+            space = payload["space"] if access else np.zeros(n, dtype=np.int32)
+            size = payload["size"] if access else np.zeros(n, dtype=np.uint64)
+            ok = np.ones(n, dtype=bool)
+            if access:
+                # Thread-private memory is each thread's own (no other thread can reach it); any other space
+                # msSanitizer does not define, or a size no single access has, is damage.
+                ok = (space > Space.PRIVATE) & (space <= Space.FB) & (size <= 0xFFFF)
+                self.refuse("SIMT accesses to thread-private memory (not checked)", int((space == Space.PRIVATE).sum()))
+                self.refuse("SIMT accesses with no such address space or size", int((~ok & (space != 0)).sum()))
+            rows.thread.append(thread[chosen][ok])
+            rows.order.append(order[chosen][ok])
+            rows.kind.append(np.full(int(ok.sum()), kind, dtype=np.uint8))
+            rows.flags.append(np.full(int(ok.sum()), flags, dtype=np.uint8))
+            rows.space.append(space[ok].astype(np.uint8))
+            rows.address.append(payload["addr"][ok].astype(np.uint64) if access else np.zeros(int(ok.sum()), np.uint64))
+            rows.size.append(size[ok].astype(np.uint32))
+            rows.pc.append(payload["location.pc"][ok])
+            rows.file_no.append(payload["location.fileNo"][ok])
+            rows.line_no.append(payload["location.lineNo"][ok])
+            rows.loc.append(
+                np.stack([payload["threadLoc.idX"][ok], payload["threadLoc.idY"][ok], payload["threadLoc.idZ"][ok]], 1)
+            )
+            rows.main_pc.append(payload["threadLoc.mainScalarPc"][ok])
+            rows.rows += int(ok.sum())
+            self.converted += int(ok.sum())
+
+
+def _total(counts: np.ndarray) -> int:
+    """A sum of hostile u64 counts, in Python ints: 2 048 of them near 2**64 must not wrap."""
+    return sum(counts.tolist())
+
+
+def _u64_at(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
+    window = np.lib.stride_tricks.as_strided(raw, shape=(max(raw.size - 7, 0), 8), strides=(1, 1))
+    return np.ascontiguousarray(window[at]).view("<u8").reshape(-1)
+
+
+def _u32_at(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
+    window = np.lib.stride_tricks.as_strided(raw, shape=(max(raw.size - 3, 0), 4), strides=(1, 1))
+    return np.ascontiguousarray(window[at]).view("<u4").reshape(-1)
+
+
+def _u16_at(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
+    window = np.lib.stride_tricks.as_strided(raw, shape=(max(raw.size - 1, 0), 2), strides=(1, 1))
+    return np.ascontiguousarray(window[at]).view("<u2").reshape(-1)
+
+
+def _gather(raw: np.ndarray, at: np.ndarray, layout: wire.Layout) -> np.ndarray:
+    size = layout.size
+    window = np.lib.stride_tricks.as_strided(raw, shape=(max(raw.size - size + 1, 0), size), strides=(1, 1))
+    return np.ascontiguousarray(window[at]).view(layout.dtype).reshape(-1)
+
+
+@dataclass(frozen=True, slots=True)
+class SimtCall:
+    """One SIMT call's entry head: the dims its threads decompose by, and its main scalar's pc."""
+
+    main_pc: int
+    dims: tuple[int, int, int]
+
+
+def section_events(
+    rows: ThreadRows, calls: list[SimtCall], block_id: int, block_type: int, first_serial: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Each SIMT call's records as one native section (SIMT_START with the dims, every thread's accesses and
+    barriers in its own order, SIMT_END), numbered from ``first_serial``; returns the events, the index of each
+    event's row in ``rows`` (-1 for SIMT_START/SIMT_END), and what was refused."""
+    refused: dict[str, int] = {}
+    thread = rows.column("thread").astype(np.int64)
+    if not thread.size:
+        return empty_events(0), np.zeros(0, dtype=np.int64), refused
+    main_pc = rows.column("main_pc").astype(np.uint64)
+    loc = np.concatenate(rows.loc).astype(np.int64)
+    kind = rows.column("kind")
+    order = rows.column("order").astype(np.int64)
+    parts: list[np.ndarray] = []
+    sources: list[np.ndarray] = []
+    seen = np.zeros(thread.size, dtype=bool)
+    taken: set[int] = set()
+    serial = first_serial
+    for call in calls:
+        if call.main_pc in taken:  # a second head for one pc: its records are the first's
+            continue
+        taken.add(call.main_pc)
+        mine = main_pc == np.uint64(call.main_pc)
+        seen |= mine
+        x, y, z = call.dims
+        if min(call.dims) < 1 or x * y * z > MAX_SIMT_THREADS:
+            refused[f"SIMT records of a SIMT call whose thread dims {x}x{y}x{z} are out of range"] = int(mine.sum())
+            continue
+        # Area i is thread i: its records must say the (x, y, z) that i decomposes to, else they are not its.
+        expect = np.stack([thread % x, (thread % (x * y)) // x, thread // (x * y)], 1)
+        agrees = mine & (thread < x * y * z) & (loc == expect).all(1)
+        refused_here = int((mine & ~agrees).sum())
+        if refused_here:
+            refused["SIMT records whose thread location is not their thread area's"] = refused_here
+        # The thread's own end is the section's end for it: SIMT_END rows are not events of their own.
+        index = np.flatnonzero(agrees & (kind != EventKind.SIMT_END))
+        index = index[np.lexsort((order[index], thread[index]))]
+        body = empty_events(index.size + 2)
+        body["kind"][0] = EventKind.SIMT_START
+        body["address"][0] = simt_dims_address(x, y, z)
+        body["kind"][-1] = EventKind.SIMT_END
+        body["pipe"] = Pipe.S
+        inner = body[1:-1]
+        inner["kind"] = kind[index]
+        inner["thread"] = (thread[index] + 1).astype(np.uint16)
+        inner["address"] = rows.column("address")[index]
+        inner["block_size"] = rows.column("size")[index]
+        inner["space"] = rows.column("space")[index]
+        inner["flags"] = rows.column("flags")[index]
+        inner["pc"] = rows.column("pc")[index]
+        access = (inner["kind"] == EventKind.READ) | (inner["kind"] == EventKind.WRITE)
+        inner["space"] = np.where(access, inner["space"], 0)
+        body["block_id"] = block_id
+        body["block_type"] = block_type
+        body["serial"] = np.arange(body.size, dtype=np.uint64) + np.uint64(serial)
+        serial += body.size
+        parts.append(body)
+        sources.append(np.concatenate([[-1], index, [-1]]))
+    lost = int((~seen).sum())
+    if lost:
+        refused["SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)"] = lost
+    if not parts:
+        return empty_events(0), np.zeros(0, dtype=np.int64), refused
+    return np.concatenate(parts), np.concatenate(sources).astype(np.int64), refused

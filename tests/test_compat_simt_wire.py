@@ -1,0 +1,316 @@
+"""msSanitizer's SIMT thread areas (26.1.0, master) converted into native SIMT sections: each record type, the
+sections' shape, and hostile areas, heads and counts. The slots are packed here at the offsets wires.json
+measured (``WireLayout.structs``), not through the decoder's own code."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import numpy as np
+import pytest
+
+from sanitizerd.chips import CHIPS
+from sanitizerd.compat import wire
+from sanitizerd.compat.records import simt
+from sanitizerd.compat.records import slots as rb
+from sanitizerd.compat.records.convert.base import BlockContext
+from sanitizerd.compat.records.convert.bounds import ExpansionBudget
+from sanitizerd.compat.records.numbering import record_table
+from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space, simt_dims_address
+
+CONTEXT = BlockContext(block_type=0, chip=CHIPS["950"])
+WIRES = ["26.1.0", "mssanitizer-1e040de1"]
+MAIN_PC = 0x4000
+
+
+@dataclasses.dataclass
+class Rec:
+    """One thread-area record: its msSanitizer type name and what its payload says."""
+
+    type: str
+    addr: int = 0
+    size: int = 4
+    space: int = Space.UB
+    pc: int = 0x100
+    loc: tuple[int, int, int] | None = None  # None: the area's own thread location
+    main_pc: int = MAIN_PC
+    option: int = 0
+
+
+def pack_record(layout: wire.WireLayout, rec: Rec, loc: tuple[int, int, int]) -> bytes:
+    if rec.type in ("THREAD_BLOCK_BARRIER", "SIMT_END"):
+        payload = layout.structs["SimtEmptyRecord"]
+    elif rec.type in ("SIMT_ATOM", "SIMT_RED"):
+        payload = layout.structs["SimtAtomRecord"]
+    else:
+        payload = layout.structs["SimtLoadStoreRecord"]
+    body = bytearray(payload.size)
+    x, y, z = rec.loc if rec.loc is not None else loc
+    values = {
+        "addr": rec.addr, "size": rec.size, "space": rec.space, "location.pc": rec.pc, "location.lineNo": 7,
+        "threadLoc.idX": x, "threadLoc.idY": y, "threadLoc.idZ": z, "threadLoc.mainScalarPc": rec.main_pc,
+        "option": rec.option,
+    }  # fmt: skip
+    codes = {"<u8": "<Q", "<u4": "<I", "<u2": "<H", "<i4": "<i", "u1": "<B"}
+    for name, offset, fmt in payload.fields:
+        if name in values:
+            struct.pack_into(codes[fmt], body, offset, values[name])
+    return struct.pack("<I", layout.record_types[rec.type]) + bytes(body)
+
+
+def simt_slot(
+    layout: wire.WireLayout,
+    threads: dict[int, list[Rec]],
+    dims: tuple[int, int, int] | None,
+    *,
+    thread_bytes: int = 1024,
+    calls: list[tuple[int, tuple[int, int, int]]] | None = None,
+    head_counts: dict[int, int] | None = None,
+    write_offsets: dict[int, int] | None = None,
+) -> bytes:
+    """A SIMT chip's slot with no SIMD records: 2 048 thread areas (area i holds ``threads[i]``), then one entry head
+    per SIMT call (``dims``: one call at MAIN_PC; ``calls``: several)."""
+    g, shape = layout.global_head, rb.simt_shape(layout)
+    assert shape is not None
+    head = bytearray(layout.heads_size)
+    struct.pack_into("<Q", head, g.offset("securityVal"), rb.SECURITY_VALUE)
+    struct.pack_into("<Q", head, g.offset("kernelInfo.totalBlockDim"), 1)
+    struct.pack_into("<I", head, g.offset("offsetInfo.blockHeadSize"), 192)
+    struct.pack_into("<Q", head, g.offset("offsetInfo.simtErrorInfo.size"), thread_bytes)
+    head[g.offset("supportSimt")] = 1
+    area_head = layout.structs["SimtRecordBlockHead"]
+    area = shape.thread_head + thread_bytes
+    part = bytearray(rb.SIMT_THREADS * area)
+    x, y = (max(d, 1) for d in (dims or (1, 1, 1))[:2])
+    for i, recs in threads.items():
+        loc = (i % x, (i % (x * y)) // x, i // (x * y))
+        records = b"".join(pack_record(layout, rec, loc) for rec in recs)
+        assert len(records) <= thread_bytes
+        at = i * area
+        count = (head_counts or {}).get(i, len(recs))
+        offset = (write_offsets or {}).get(i, len(records))
+        struct.pack_into("<Q", part, at + area_head.offset("recordWriteCount"), count)
+        struct.pack_into("<Q", part, at + area_head.offset("recordCount"), count)
+        struct.pack_into("<Q", part, at + area_head.offset("writeOffset"), offset)
+        part[at + shape.thread_head : at + shape.thread_head + len(records)] = records
+    entry = layout.structs["SimtEntryBlockHead"]
+    for main_pc, (cx, cy, cz) in calls if calls is not None else ([(MAIN_PC, dims)] if dims else []):
+        block = bytearray(entry.size)
+        struct.pack_into("<Q", block, entry.offset("mainScalarPc"), main_pc)
+        struct.pack_into("<HHH", block, entry.offset("threadXDim"), cx, cy, cz)
+        part += block
+    return bytes(head) + bytes(part)
+
+
+def decode(layout: wire.WireLayout, data: bytes, chunk: int = 1 << 20) -> tuple[np.ndarray, list[str]]:
+    heads = rb.read_heads(data, layout)
+    assert rb.wire_mismatch(heads, layout, len(data)) == ""
+    context = dataclasses.replace(CONTEXT, budget=ExpansionBudget())
+    decoder = rb.SlotDecoder(heads, context, 10, record_table(layout), rb.simt_shape(layout))
+    body, tail, at, out = memoryview(data)[layout.heads_size :], b"", 0, []
+    while at < len(body):
+        piece = tail + bytes(body[at : at + chunk])
+        at += chunk
+        events, used = decoder.feed(memoryview(piece), at >= len(body))
+        out.append(events)
+        tail = piece[used:]
+    events = np.concatenate(out)
+    assert events["kind"][-1] == EventKind.BLOCK_FINISH
+    assert (np.diff(events["serial"].astype(np.int64)) == 1).all()  # numbered in order, after the SIMD records
+    assert decoder.next_serial == int(events["serial"][-1]) + 1
+    return events[:-1], decoder.problems()
+
+
+def layout_of(name: str) -> wire.WireLayout:
+    layout = wire.layout_named(name)
+    assert layout is not None
+    return layout
+
+
+@pytest.mark.parametrize("name", WIRES)
+def test_the_thread_record_structs_are_measured(name: str) -> None:
+    layout = layout_of(name)
+    ls, atom, empty = (layout.structs[n] for n in ("SimtLoadStoreRecord", "SimtAtomRecord", "SimtEmptyRecord"))
+    assert (ls.size, atom.size, empty.size) == (72, 72, 48)
+    assert [ls.offset(f) for f in ("addr", "size", "location.pc", "threadLoc.idX", "threadLoc.mainScalarPc")] == [
+        0, 8, 32, 48, 56,
+    ]  # fmt: skip
+    assert (ls.offset("space"), atom.offset("option"), empty.offset("threadLoc.idZ")) == (64, 69, 36)
+    assert rb.simt_shape(layout).records is not None  # type: ignore[union-attr]
+
+
+def test_a_wire_without_measured_thread_records_counts_them() -> None:
+    before = layout_of("mssanitizer-c05468eb")  # SIMT heads measured, no mainScalarPc, no thread records
+    shape = rb.simt_shape(before)
+    assert shape is not None and shape.records is None
+
+
+@pytest.mark.parametrize("name", WIRES)
+@pytest.mark.parametrize(
+    ("rec", "kind", "flags"),
+    [
+        (Rec("SIMT_LDG", 0x1000, 4, Space.GM), EventKind.READ, 0),
+        (Rec("SIMT_LDS", 0x20, 2, Space.UB), EventKind.READ, 0),
+        (Rec("SIMT_LDK", 0x20, 8, Space.UB), EventKind.READ, 0),
+        (Rec("SIMT_LD", 0x2000, 1, Space.GM), EventKind.READ, 0),
+        (Rec("SIMT_STG", 0x1000, 4, Space.GM), EventKind.WRITE, 0),
+        (Rec("SIMT_STS", 0x40, 4, Space.UB), EventKind.WRITE, 0),
+        (Rec("SIMT_STK", 0x40, 16, Space.UB), EventKind.WRITE, 0),
+        (Rec("SIMT_ST", 0x3000, 8, Space.GM), EventKind.WRITE, 0),
+        (Rec("SIMT_ATOM", 0x1000, 4, Space.GM, option=3), EventKind.WRITE, FLAG_ATOMIC),
+        (Rec("SIMT_RED", 0x80, 4, Space.UB, option=1), EventKind.WRITE, FLAG_ATOMIC),
+    ],
+)
+def test_each_access_record_becomes_a_thread_access(name: str, rec: Rec, kind: EventKind, flags: int) -> None:
+    layout = layout_of(name)
+    # Thread 5 of a 4x2x1 call is (1, 1, 0): its area's records say so, and its events carry 5 + 1.
+    events, problems = decode(layout, simt_slot(layout, {5: [rec, Rec("SIMT_END")]}, (4, 2, 1)))
+    assert problems == []
+    assert events["kind"].tolist() == [EventKind.SIMT_START, kind, EventKind.SIMT_END]
+    assert int(events["address"][0]) == simt_dims_address(4, 2, 1)
+    access = events[1]
+    assert (int(access["thread"]), int(access["address"]), int(access["block_size"])) == (6, rec.addr, rec.size)
+    assert (int(access["space"]), int(access["flags"]), int(access["pc"])) == (rec.space, flags, rec.pc)
+    assert events["thread"][[0, 2]].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("name", WIRES)
+def test_barriers_and_thread_order(name: str) -> None:
+    layout = layout_of(name)
+    bar = Rec("THREAD_BLOCK_BARRIER", pc=0x300)
+    threads = {
+        t: [Rec("SIMT_STS", 0x100 + 4 * t, 4), bar, Rec("SIMT_LDS", 0x100 + 4 * ((t + 1) % 3), 4), Rec("SIMT_END")]
+        for t in range(3)
+    }
+    events, problems = decode(layout, simt_slot(layout, threads, (3, 1, 1)), chunk=5000)
+    assert problems == []
+    kinds = events["kind"].tolist()
+    assert kinds[0] == EventKind.SIMT_START and kinds[-1] == EventKind.SIMT_END
+    assert kinds[1:-1] == [EventKind.WRITE, EventKind.SYNC_THREADS, EventKind.READ] * 3
+    assert events["thread"][1:-1].tolist() == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert events["pc"][2] == 0x300
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 3000, 900])
+def test_several_calls_are_sections_of_their_own_however_the_slot_arrives(chunk: int) -> None:
+    layout = layout_of("26.1.0")
+    threads = {
+        0: [Rec("SIMT_STG", 0x10, 4, Space.GM, main_pc=0x10), Rec("SIMT_STG", 0x90, 4, Space.GM, main_pc=0x20)],
+        1: [Rec("SIMT_STG", 0x14, 4, Space.GM, main_pc=0x10, loc=(1, 0, 0)),
+            Rec("SIMT_STG", 0x94, 4, Space.GM, main_pc=0x20, loc=(0, 1, 0))],
+    }  # fmt: skip
+    data = simt_slot(layout, threads, None, calls=[(0x10, (2, 1, 1)), (0x20, (1, 2, 1))])
+    events, problems = decode(layout, data, chunk)
+    assert problems == []
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.WRITE, EventKind.SIMT_END] * 2
+    assert events["address"][[0, 4]].tolist() == [simt_dims_address(2, 1, 1), simt_dims_address(1, 2, 1)]
+    assert events["address"][[1, 2, 5, 6]].tolist() == [0x10, 0x14, 0x90, 0x94]
+
+
+# --- hostile thread areas ------------------------------------------------------------------------------------
+
+
+def test_online_errors_are_stepped_over_and_counted() -> None:
+    layout = layout_of("26.1.0")
+    rec = Rec("SIMT_STG", 0x10, 4, Space.GM)
+    online = bytearray(4 + 32 + 72 + 2 * 144)
+    struct.pack_into("<IIIH", online, 0, layout.record_types["ONLINE_ERROR"], 2, layout.record_types["SIMT_STG"], 72)
+    data = bytearray(simt_slot(layout, {0: [rec, rec]}, (1, 1, 1), thread_bytes=2048))
+    # Put the device finding between the two stores: the walk must step over it to reach the second.
+    area_at = layout.heads_size + rb.simt_shape(layout).thread_head  # type: ignore[union-attr]
+    first = pack_record(layout, rec, (0, 0, 0))
+    data[area_at : area_at + 2 * len(first) + len(online)] = first + bytes(online) + first
+    struct.pack_into("<QQQQ", data, area_at - 832, 3, 3, 2 * len(first) + len(online), 2 * len(first) + len(online))
+    events, problems = decode(layout, bytes(data))
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.WRITE, EventKind.SIMT_END]
+    assert problems == [
+        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (sanitizerd checks the SIMT "
+        "accesses themselves)"
+    ]
+
+
+def test_hostile_heads_and_records_are_refused_and_counted() -> None:
+    layout = layout_of("26.1.0")
+    st = Rec("SIMT_STS", 0x10, 4)
+    threads = {
+        0: [st, st],  # fine
+        1: [st],  # writeOffset past the area: the area is refused
+        2: [st, st],  # count says 5 records, writeOffset holds 2
+        3: [st, Rec("SIMT_STS", 0x10, 4, loc=(3, 3, 3))],  # the second says another thread's location
+        4: [st, Rec("SIMT_STS", 0x10, 4, space=0)],  # thread-private memory
+        5: [st, Rec("SIMT_STS", 0x10, 4, space=9)],  # no such address space
+        6: [st, Rec("SIMT_STS", 0x10, 4, main_pc=0x999)],  # a call no entry head names
+        7: [st, st],  # writeOffset cuts the second record
+    }
+    data = simt_slot(
+        layout, threads, (8, 1, 1), thread_bytes=512,
+        head_counts={2: 5}, write_offsets={1: 1 << 40, 7: 76 + 40},
+    )  # fmt: skip
+    # The fourth area's unknown type is put in by hand: word 0 of its records.
+    raw = bytearray(data)
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    struct.pack_into("<I", raw, layout.heads_size + 8 * (shape.thread_head + 512) + shape.thread_head, 12345)
+    struct.pack_into("<QQQQ", raw, layout.heads_size + 8 * (shape.thread_head + 512), 1, 1, 76, 76)
+    events, problems = decode(layout, bytes(raw))
+    assert sorted(problems) == sorted([
+        "1 SIMT thread areas whose writeOffset is past the area (not decoded)",
+        "3 SIMT records counted by recordWriteCount but not within writeOffset",
+        "1 SIMT records whose thread location is not their thread area's",
+        "1 SIMT accesses to thread-private memory (not checked)",
+        "1 SIMT accesses with no such address space or size",
+        "1 SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)",
+        "1 SIMT records running past their thread area's writeOffset (the rest of the area)",
+        "1 SIMT records of a type sanitizerd does not know (the rest of their thread area)",
+    ])  # fmt: skip
+    writes = events[events["kind"] == EventKind.WRITE]
+    assert sorted(writes["thread"].tolist()) == [1, 1, 3, 3, 4, 5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("dims", [(0, 1, 1), (2048, 2, 1), (65535, 65535, 65535)])
+def test_thread_dims_out_of_range_refuse_their_call(dims: tuple[int, int, int]) -> None:
+    layout = layout_of("26.1.0")
+    data = simt_slot(layout, {0: [Rec("SIMT_STS", 0x10, 4, loc=(0, 0, 0))]}, dims)
+    events, problems = decode(layout, data)
+    assert events.size == 0
+    x, y, z = dims
+    assert problems == [f"1 SIMT records of a SIMT call whose thread dims {x}x{y}x{z} are out of range"]
+
+
+def test_dims_at_the_bound_are_a_section() -> None:
+    layout = layout_of("26.1.0")
+    last = rb.SIMT_THREADS - 1  # (1023, 1, 0) of 1024x2x1
+    data = simt_slot(layout, {last: [Rec("SIMT_STS", 0x10, 4)]}, (1024, 2, 1))
+    events, problems = decode(layout, data)
+    assert problems == [] and events["thread"].tolist() == [0, 2048, 0]
+
+
+def test_thread_areas_past_the_bound_are_counted_not_converted() -> None:
+    layout = layout_of("26.1.0")
+    big = simt.MAX_AREA_BYTES  # with its head, one area is past the bound
+    g = layout.global_head
+    heads = bytearray(layout.heads_size)
+    struct.pack_into("<Q", heads, g.offset("securityVal"), rb.SECURITY_VALUE)
+    struct.pack_into("<Q", heads, g.offset("offsetInfo.simtErrorInfo.size"), big)
+    struct.pack_into("<I", heads, g.offset("offsetInfo.blockHeadSize"), 192)
+    heads[g.offset("supportSimt")] = 1
+    slot_heads = rb.read_heads(bytes(heads), layout)
+    part = rb.SimtPart(rb.simt_shape(layout), slot_heads)
+    assert part.areas is None and part.too_large
+    area = bytearray(part.area)
+    struct.pack_into("<Q", area, 8, 3)
+    part.feed(memoryview(bytes(area)), True)
+    assert part.problems()[0] == (
+        f"3 SIMT records of 1 SIMT threads not checked (its thread areas of {part.area} bytes are larger than the "
+        f"{simt.MAX_AREA_BYTES} sanitizerd converts)"
+    )
+
+
+def test_the_slot_limit_refuses_what_is_past_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = layout_of("26.1.0")
+    monkeypatch.setattr(simt, "MAX_SIMT_EVENTS", 5)
+    threads = {t: [Rec("SIMT_STS", 0x10 + 4 * t, 4)] for t in range(8)}
+    events, problems = decode(layout, simt_slot(layout, threads, (8, 1, 1)))
+    assert problems == ["3 SIMT records past the slot's limit of 5"]
+    assert events["thread"][1:-1].tolist() == [1, 2, 3, 4, 5]
