@@ -5,6 +5,7 @@ measured (``WireLayout.structs``), not through the decoder's own code."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import struct
 
 import numpy as np
@@ -17,7 +18,12 @@ from sanitizerd.compat.records import slots as rb
 from sanitizerd.compat.records.convert.base import BlockContext
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import record_table
+from sanitizerd.control_client import ControlClient
+from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space, simt_dims_address
+from tests.conftest import RunningDaemon, sanitizerd
+from tests.test_compat_socket import connect as compat_connect
+from tests.test_compat_socket import recv_exactly
 
 CONTEXT = BlockContext(block_type=0, chip=CHIPS["950"])
 WIRES = ["26.1.0", "mssanitizer-1e040de1"]
@@ -314,3 +320,52 @@ def test_the_slot_limit_refuses_what_is_past_it(monkeypatch: pytest.MonkeyPatch)
     events, problems = decode(layout, simt_slot(layout, threads, (8, 1, 1)))
     assert problems == ["3 SIMT records past the slot's limit of 5"]
     assert events["thread"][1:-1].tolist() == [1, 2, 3, 4, 5]
+
+
+# --- end to end: a SIMT chip's hooks on the job's compat socket ------------------------------------------------
+
+
+def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_silent(daemon: RunningDaemon) -> None:
+    """msSanitizer 26.1.0's hooks on a 950 chip send one kernel whose threads 0 and 1 both write UB 0x200 between
+    the same barriers (a WAW between threads), and one where each writes its own word: through the daemon, the
+    first is racecheck's WAW with msSanitizer's ``Thread (x,y,z)`` lines, the second has no finding."""
+    layout = layout_of("26.1.0")
+
+    def kernel(name: str, racy: bool) -> bytes:
+        summary = bytearray(layout.kernel_summary.size)
+        struct.pack_into("<QIB", summary, 0, 0, 1, 1)
+        summary[15 : 15 + len(name)] = name.encode()
+        threads = {
+            t: [Rec("SIMT_STS", 0x100 + 4 * t, 4, pc=0x40), Rec("THREAD_BLOCK_BARRIER", pc=0x60),
+                Rec("SIMT_STS", 0x200 if racy else 0x200 + 4 * t, 4, pc=0x80), Rec("SIMT_END", pc=0x90)]
+            for t in range(2)
+        }  # fmt: skip
+        slot = simt_slot(layout, threads, (2, 1, 1))
+        return (
+            wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
+            + bytes(summary)
+            + wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
+            + wire.LENGTH.pack(len(slot))
+            + slot
+        )
+
+    job = "compat-simt"
+    with ControlClient(daemon.socket) as control:
+        control.send(m.JobStart(job=job, config=m.Config(tools=["racecheck"])))
+        answer = control.request(m.CompatListen(job=job, layout=layout.name))
+        assert isinstance(answer, m.CompatListening), answer
+        with compat_connect(answer.name, timeout=30) as client:
+            assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+            device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
+            client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
+            for name, racy in (("simt_racy", True), ("simt_clean", False)):
+                client.sendall(kernel(name, racy))
+                assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
+    assert [(f["kernel"], f["kind"]) for f in found if f["kind"] != "internal_error"] == [("simt_racy", "race_waw")]
+    assert not [f for f in found if f["kind"] == "internal_error"], found  # nothing refused, nothing unchecked
+    text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
+    lines = [line for line in text.splitlines() if line.startswith("======")]
+    assert lines[0] == "====== ERROR: Potential WAW hazard detected at UB in simt_racy:"
+    assert lines[1].startswith("======     Write Thread (0,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
+    assert lines[2].startswith("======     Write Thread (1,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
