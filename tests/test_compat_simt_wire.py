@@ -280,8 +280,9 @@ def test_thread_dims_out_of_range_refuse_their_call(dims: tuple[int, int, int]) 
     data = simt_slot(layout, {0: [Rec("SIMT_STS", 0x10, 4, loc=(0, 0, 0))]}, dims)
     events, problems = decode(layout, data)
     assert events.size == 0
-    x, y, z = dims
-    assert problems == [f"1 SIMT records of a SIMT call whose thread dims {x}x{y}x{z} are out of range"]
+    assert problems == [
+        "1 SIMT records of a SIMT call whose thread dims are out of range (a zero, or over 2048 threads)"
+    ]
 
 
 def test_dims_at_the_bound_are_a_section() -> None:
@@ -369,3 +370,19 @@ def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_sil
     assert lines[0] == "====== ERROR: Potential WAW hazard detected at UB in simt_racy:"
     assert lines[1].startswith("======     Write Thread (0,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
     assert lines[2].startswith("======     Write Thread (1,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
+
+
+def test_many_calls_are_one_sort_and_heads_past_the_bound_are_not_kept() -> None:
+    """Every thread in a SIMT call of its own (2 048 sections), and more entry heads than a slot keeps: the heads
+    past MAX_SIMT_CALLS are counted only, their calls' records refused as having no head; all of it at once."""
+    layout = layout_of("26.1.0")
+    threads = {
+        t: [Rec("SIMT_STS", 0x10, 4, main_pc=0x1000 + t), Rec("SIMT_END", main_pc=0x1000 + t)] for t in range(2048)
+    }
+    calls = [(0x1000 + t, (2048, 1, 1)) for t in range(2048)]
+    calls = [(0x9000 + t, (1, 1, 1)) for t in range(rb.MAX_SIMT_CALLS - 1024)] + calls  # the last 1024 not kept
+    events, problems = decode(layout, simt_slot(layout, threads, (2048, 1, 1), calls=calls))
+    # 1 024 threads of calls with no head kept: their store and their SIMT_END each refused.
+    assert problems == ["2048 SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)"]
+    assert (events["kind"] == EventKind.SIMT_START).sum() == 1024
+    assert events["thread"][events["kind"] == EventKind.WRITE].tolist() == list(range(1, 1025))

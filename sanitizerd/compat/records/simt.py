@@ -29,7 +29,6 @@ from sanitizerd_protocol.records import (
     Pipe,
     Space,
     empty_events,
-    simt_dims_address,
 )
 
 MAX_SIMT_EVENTS = 1 << 20  # per slot: 2 048 threads of a few hundred accesses each; more is refused, counted
@@ -271,64 +270,75 @@ def section_events(
     rows: ThreadRows, calls: list[SimtCall], block_id: int, block_type: int, first_serial: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Each SIMT call's records as one native section (SIMT_START with the dims, every thread's accesses and
-    barriers in its own order, SIMT_END), numbered from ``first_serial``; returns the events, the index of each
-    event's row in ``rows`` (-1 for SIMT_START/SIMT_END), and what was refused."""
+    barriers in its own order, SIMT_END), sections in the order of their entry heads, numbered from
+    ``first_serial``; returns the events, the index of each event's row in ``rows`` (-1 for SIMT_START/SIMT_END),
+    and what was refused. Vectorised over rows and calls alike: a slot of many calls costs one sort."""
     refused: dict[str, int] = {}
     thread = rows.column("thread").astype(np.int64)
     if not thread.size:
         return empty_events(0), np.zeros(0, dtype=np.int64), refused
+    # The first entry head of each mainScalarPc names the call; a later head for the same pc adds nothing.
+    pcs = np.array([c.main_pc for c in calls], dtype=np.uint64)
+    dims = np.array([c.dims for c in calls], dtype=np.int64).reshape(-1, 3)
+    pcs, first = np.unique(pcs, return_index=True)
+    dims = dims[first]
     main_pc = rows.column("main_pc").astype(np.uint64)
+    at = np.minimum(np.searchsorted(pcs, main_pc), max(pcs.size - 1, 0))
+    named = (at < pcs.size) & (pcs[at] == main_pc) if pcs.size else np.zeros(thread.size, dtype=bool)
+    _count(refused, "SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)", ~named)
+    call_dims = dims[at] if pcs.size else np.ones((thread.size, 3), dtype=np.int64)
+    x, y, z = call_dims[:, 0], call_dims[:, 1], call_dims[:, 2]
+    dims_ok = (call_dims.min(1) >= 1) & (x * y * z <= MAX_SIMT_THREADS)
+    _count(refused, "SIMT records of a SIMT call whose thread dims are out of range (a zero, or over 2048 threads)",
+           named & ~dims_ok)  # fmt: skip
+    # Area i is thread i: its records must say the (x, y, z) that i decomposes to, else they are not its.
+    sx, sy = np.maximum(x, 1), np.maximum(y, 1)
+    expect = np.stack([thread % sx, (thread % (sx * sy)) // sx, thread // (sx * sy)], 1)
     loc = np.concatenate(rows.loc).astype(np.int64)
+    usable = named & dims_ok
+    agrees = usable & (thread < x * y * z) & (loc == expect).all(1)
+    _count(refused, "SIMT records whose thread location is not their thread area's", usable & ~agrees)
+    # The thread's own end is the section's end for it: SIMT_END rows are not events of their own.
     kind = rows.column("kind")
-    order = rows.column("order").astype(np.int64)
-    parts: list[np.ndarray] = []
-    sources: list[np.ndarray] = []
-    seen = np.zeros(thread.size, dtype=bool)
-    taken: set[int] = set()
-    serial = first_serial
-    for call in calls:
-        if call.main_pc in taken:  # a second head for one pc: its records are the first's
-            continue
-        taken.add(call.main_pc)
-        mine = main_pc == np.uint64(call.main_pc)
-        seen |= mine
-        x, y, z = call.dims
-        if min(call.dims) < 1 or x * y * z > MAX_SIMT_THREADS:
-            refused[f"SIMT records of a SIMT call whose thread dims {x}x{y}x{z} are out of range"] = int(mine.sum())
-            continue
-        # Area i is thread i: its records must say the (x, y, z) that i decomposes to, else they are not its.
-        expect = np.stack([thread % x, (thread % (x * y)) // x, thread // (x * y)], 1)
-        agrees = mine & (thread < x * y * z) & (loc == expect).all(1)
-        refused_here = int((mine & ~agrees).sum())
-        if refused_here:
-            refused["SIMT records whose thread location is not their thread area's"] = refused_here
-        # The thread's own end is the section's end for it: SIMT_END rows are not events of their own.
-        index = np.flatnonzero(agrees & (kind != EventKind.SIMT_END))
-        index = index[np.lexsort((order[index], thread[index]))]
-        body = empty_events(index.size + 2)
-        body["kind"][0] = EventKind.SIMT_START
-        body["address"][0] = simt_dims_address(x, y, z)
-        body["kind"][-1] = EventKind.SIMT_END
-        body["pipe"] = Pipe.S
-        inner = body[1:-1]
-        inner["kind"] = kind[index]
-        inner["thread"] = (thread[index] + 1).astype(np.uint16)
-        inner["address"] = rows.column("address")[index]
-        inner["block_size"] = rows.column("size")[index]
-        inner["space"] = rows.column("space")[index]
-        inner["flags"] = rows.column("flags")[index]
-        inner["pc"] = rows.column("pc")[index]
-        access = (inner["kind"] == EventKind.READ) | (inner["kind"] == EventKind.WRITE)
-        inner["space"] = np.where(access, inner["space"], 0)
-        body["block_id"] = block_id
-        body["block_type"] = block_type
-        body["serial"] = np.arange(body.size, dtype=np.uint64) + np.uint64(serial)
-        serial += body.size
-        parts.append(body)
-        sources.append(np.concatenate([[-1], index, [-1]]))
-    lost = int((~seen).sum())
-    if lost:
-        refused["SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)"] = lost
-    if not parts:
+    index = np.flatnonzero(agrees & (kind != EventKind.SIMT_END))
+    if not index.size:
         return empty_events(0), np.zeros(0, dtype=np.int64), refused
-    return np.concatenate(parts), np.concatenate(sources).astype(np.int64), refused
+    call = first.argsort().argsort()[at[index]]  # each row's call, numbered in entry-head order
+    index = index[np.lexsort((rows.column("order").astype(np.int64)[index], thread[index], call))]
+    call = np.sort(call)
+    sections, counts = np.unique(call, return_counts=True)
+    starts = np.concatenate([[0], np.cumsum(counts + 2)[:-1]])  # each section: START, its rows, END
+    section_of_row = np.repeat(np.arange(sections.size), counts)
+    rank = np.arange(index.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    place = starts[section_of_row] + 1 + rank
+    events = empty_events(index.size + 2 * sections.size)
+    source = np.full(events.size, -1, dtype=np.int64)
+    source[place] = index
+    events["pipe"] = Pipe.S
+    events["block_id"] = block_id
+    events["block_type"] = block_type
+    events["serial"] = np.arange(events.size, dtype=np.uint64) + np.uint64(first_serial)
+    section_dims = dims[first.argsort()][sections]  # entry-head order -> that call's dims
+    events["kind"][starts] = EventKind.SIMT_START
+    events["address"][starts] = (
+        section_dims[:, 0].astype(np.uint64)
+        | section_dims[:, 1].astype(np.uint64) << np.uint64(16)
+        | section_dims[:, 2].astype(np.uint64) << np.uint64(32)
+    )  # simt_dims_address, per section
+    events["kind"][starts + counts + 1] = EventKind.SIMT_END
+    inner = events[place]
+    inner["kind"] = kind[index]
+    inner["thread"] = (thread[index] + 1).astype(np.uint16)
+    inner["address"] = rows.column("address")[index]
+    inner["block_size"] = rows.column("size")[index]
+    inner["space"] = rows.column("space")[index]
+    inner["flags"] = rows.column("flags")[index]
+    inner["pc"] = rows.column("pc")[index]
+    events[place] = inner
+    return events, source, refused
+
+
+def _count(refused: dict[str, int], reason: str, which: np.ndarray) -> None:
+    count = int(np.count_nonzero(which))
+    if count:
+        refused[reason] = refused.get(reason, 0) + count
