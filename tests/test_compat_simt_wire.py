@@ -217,23 +217,100 @@ def test_several_calls_are_sections_of_their_own_however_the_slot_arrives(chunk:
 # --- hostile thread areas ------------------------------------------------------------------------------------
 
 
-def test_online_errors_are_stepped_over_and_counted() -> None:
+def online_error(layout: wire.WireLayout, access: Rec, descs: list[dict[str, int]], *, size: int = 72) -> bytes:
+    """An ONLINE_ERROR record as the device writes it: [type][KernelErrorRecord][the access][KernelErrorDesc...]."""
+    head = layout.structs["KernelErrorRecord"]
+    error = bytearray(head.size)
+    struct.pack_into("<I", error, head.offset("errorNum"), len(descs))
+    struct.pack_into("<I", error, head.offset("recordType"), layout.record_types[access.type])
+    struct.pack_into("<H", error, head.offset("recordSize"), size)
+    body = pack_record(layout, access, access.loc or (0, 0, 0))[4:][:size].ljust(size, b"\0")
+    spec = layout.structs["KernelErrorDesc"]
+    codes = {"<u8": "<Q", "<u4": "<I", "<u2": "<H", "<i4": "<i", "u1": "<B"}
+    out = struct.pack("<I", layout.record_types["ONLINE_ERROR"]) + bytes(error) + body
+    for values in descs:
+        desc = bytearray(spec.size)
+        for name, offset, fmt in spec.fields:
+            if name in values:
+                struct.pack_into(codes[fmt], desc, offset, values[name])
+        out += bytes(desc)
+    return out
+
+
+def race_desc(layout: wire.WireLayout, kind: str, addr: int, mine: tuple[int, int, int],
+              theirs: tuple[int, int, int]) -> dict[str, int]:  # fmt: skip
+    race = "payload.raceDesc."
+    return {
+        "errorType": layout.kernel_error_types[kind], "space": Space.UB, "location.pc": 0x80, "location.lineNo": 9,
+        "threadLoc.idX": mine[0], "threadLoc.idY": mine[1], "threadLoc.idZ": mine[2],
+        "threadLoc.mainScalarPc": MAIN_PC, race + "addr": addr, race + "conflictedLocation.pc": 0x84,
+        race + "conflictedThreadLoc.idX": theirs[0], race + "conflictedThreadLoc.idY": theirs[1],
+        race + "conflictedThreadLoc.idZ": theirs[2],
+    }  # fmt: skip
+
+
+def slot_with_area(layout: wire.WireLayout, area: int, records: bytes, count: int, dims: tuple[int, int, int]) -> bytes:
+    """A SIMT slot whose thread area ``area`` holds ``records`` (``count`` of them), the others none."""
+    data = bytearray(simt_slot(layout, {}, dims, thread_bytes=2048))
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    at = layout.heads_size + area * (shape.thread_head + 2048)
+    data[at + shape.thread_head : at + shape.thread_head + len(records)] = records
+    struct.pack_into("<QQQQ", data, at, count, count, len(records), len(records))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("name", WIRES)
+@pytest.mark.parametrize(
+    ("race", "theirs", "mine"),
+    [("THREAD_WW_RACE", EventKind.WRITE, EventKind.WRITE), ("THREAD_RW_RACE", EventKind.READ, EventKind.WRITE),
+     ("THREAD_WR_RACE", EventKind.WRITE, EventKind.READ)],
+)  # fmt: skip
+def test_a_race_the_device_found_is_its_two_accesses(name: str, race: str, theirs: int, mine: int) -> None:
+    """Thread 5 of 4x2x1, (1, 1, 0), reports a race at 0x204 with thread (2, 0, 0): the section holds thread 2's
+    access and thread 5's, each one byte at 0x204, the first by the conflicting thread's pc."""
+    layout = layout_of(name)
+    access = Rec("SIMT_STS", 0x204, 4, loc=(1, 1, 0))
+    record = online_error(layout, access, [race_desc(layout, race, 0x204, (1, 1, 0), (2, 0, 0))])
+    events, problems = decode(layout, slot_with_area(layout, 5, record, 1, (4, 2, 1)))
+    assert problems == []
+    assert events["kind"].tolist() == [EventKind.SIMT_START, theirs, mine, EventKind.SIMT_END]
+    assert events["thread"][1:3].tolist() == [3, 6]
+    assert events["address"][1:3].tolist() == [0x204, 0x204] and events["block_size"][1:3].tolist() == [1, 1]
+    assert events["pc"][1:3].tolist() == [0x84, 0x80] and events["space"][1:3].tolist() == [Space.UB] * 2
+
+
+def test_online_errors_other_than_races_are_stepped_over_and_counted() -> None:
     layout = layout_of("26.1.0")
     rec = Rec("SIMT_STG", 0x10, 4, Space.GM)
-    online = bytearray(4 + 32 + 72 + 2 * 144)
-    struct.pack_into("<IIIH", online, 0, layout.record_types["ONLINE_ERROR"], 2, layout.record_types["SIMT_STG"], 72)
-    data = bytearray(simt_slot(layout, {0: [rec, rec]}, (1, 1, 1), thread_bytes=2048))
-    # Put the device finding between the two stores: the walk must step over it to reach the second.
-    area_at = layout.heads_size + rb.simt_shape(layout).thread_head  # type: ignore[union-attr]
-    first = pack_record(layout, rec, (0, 0, 0))
-    data[area_at : area_at + 2 * len(first) + len(online)] = first + bytes(online) + first
-    struct.pack_into("<QQQQ", data, area_at - 832, 3, 3, 2 * len(first) + len(online), 2 * len(first) + len(online))
-    events, problems = decode(layout, bytes(data))
+    store = pack_record(layout, rec, (0, 0, 0))
+    illegal = {"errorType": layout.kernel_error_types["ILLEGAL_ADDR_WRITE"], "space": Space.GM}
+    found = online_error(layout, rec, [illegal, illegal])
+    damaged = online_error(layout, Rec("SIMT_STG"), [illegal], size=48)  # its access is not a store's size
+    # The device findings between the two stores: the walk must step over both to reach the second store.
+    records = store + found + damaged + store
+    events, problems = decode(layout, slot_with_area(layout, 0, records, 4, (1, 1, 1)))
     assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.WRITE, EventKind.SIMT_END]
-    assert problems == [
-        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (sanitizerd checks the SIMT "
-        "accesses themselves)"
+    assert sorted(problems) == [
+        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the access they carry is not a "
+        "SIMT load, store or atomic of its size)",
+        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (ILLEGAL_ADDR_WRITE) not checked",
     ]
+
+
+def test_a_hostile_race_desc_is_refused() -> None:
+    """A race naming a thread outside the call's dims, or no address space: refused, counted, never misread."""
+    layout = layout_of("26.1.0")
+    access = Rec("SIMT_STS", 0x10, 4, loc=(0, 0, 0))
+    outside = race_desc(layout, "THREAD_WW_RACE", 0x10, (0, 0, 0), (7, 0, 0))
+    no_space = race_desc(layout, "THREAD_WW_RACE", 0x10, (0, 0, 0), (1, 0, 0)) | {"space": 0x7FFF_FFFF}
+    record = online_error(layout, access, [outside, no_space])
+    events, problems = decode(layout, slot_with_area(layout, 0, record, 1, (2, 1, 1)))
+    assert sorted(problems) == [
+        "1 SIMT accesses with no such address space or size",
+        "1 SIMT records whose thread location is not their thread area's",
+    ]
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]  # thread 0's side
 
 
 def test_hostile_heads_and_records_are_refused_and_counted() -> None:
@@ -328,11 +405,12 @@ def test_the_slot_limit_refuses_what_is_past_it(monkeypatch: pytest.MonkeyPatch)
 
 def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_silent(daemon: RunningDaemon) -> None:
     """msSanitizer 26.1.0's hooks on a 950 chip send one kernel whose threads 0 and 1 both write UB 0x200 between
-    the same barriers (a WAW between threads), and one where each writes its own word: through the daemon, the
-    first is racecheck's WAW with msSanitizer's ``Thread (x,y,z)`` lines, the second has no finding."""
+    the same barriers (a WAW between threads), one where each writes its own word, and one whose only record is the
+    device's own THREAD_WW_RACE finding (as 26.1.0's probes write it): through the daemon, the first and third are
+    racecheck's WAW with msSanitizer's ``Thread (x,y,z)`` lines, the second has no finding."""
     layout = layout_of("26.1.0")
 
-    def kernel(name: str, racy: bool) -> bytes:
+    def kernel(name: str, racy: bool, online: bool = False) -> bytes:
         summary = bytearray(layout.kernel_summary.size)
         struct.pack_into("<QIB", summary, 0, 0, 1, 1)
         summary[15 : 15 + len(name)] = name.encode()
@@ -342,6 +420,10 @@ def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_sil
             for t in range(2)
         }  # fmt: skip
         slot = simt_slot(layout, threads, (2, 1, 1))
+        if online:
+            access = Rec("SIMT_STS", 0x200, 4, pc=0x80, loc=(1, 0, 0))
+            found = online_error(layout, access, [race_desc(layout, "THREAD_WW_RACE", 0x200, (1, 0, 0), (0, 0, 0))])
+            slot = slot_with_area(layout, 1, found, 1, (2, 1, 1))
         return (
             wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
             + bytes(summary)
@@ -359,17 +441,20 @@ def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_sil
             assert len(recv_exactly(client, layout.config.size)) == layout.config.size
             device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
             client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
-            for name, racy in (("simt_racy", True), ("simt_clean", False)):
-                client.sendall(kernel(name, racy))
+            for name, racy, online in (("simt_racy", True, False), ("simt_clean", False, False),
+                                       ("simt_online", False, True)):  # fmt: skip
+                client.sendall(kernel(name, racy, online))
                 assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
     found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
-    assert [(f["kernel"], f["kind"]) for f in found if f["kind"] != "internal_error"] == [("simt_racy", "race_waw")]
+    assert sorted((f["kernel"], f["kind"]) for f in found if f["kind"] != "internal_error") == [
+        ("simt_online", "race_waw"), ("simt_racy", "race_waw")]  # fmt: skip
     assert not [f for f in found if f["kind"] == "internal_error"], found  # nothing refused, nothing unchecked
     text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
     lines = [line for line in text.splitlines() if line.startswith("======")]
-    assert lines[0] == "====== ERROR: Potential WAW hazard detected at UB in simt_racy:"
-    assert lines[1].startswith("======     Write Thread (0,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
-    assert lines[2].startswith("======     Write Thread (1,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
+    for kernel_name in ("simt_racy", "simt_online"):
+        at = lines.index(f"====== ERROR: Potential WAW hazard detected at UB in {kernel_name}:")
+        assert lines[at + 1].startswith("======     Write Thread (0,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
+        assert lines[at + 2].startswith("======     Write Thread (1,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
 
 
 def test_many_calls_are_one_sort_and_heads_past_the_bound_are_not_kept() -> None:

@@ -51,6 +51,15 @@ class SimtRecords:
     empty: wire.Layout
     types: dict[str, int]  # msSanitizer's name -> this release's number
     online_error: int
+    error_record: wire.Layout | None = None  # KernelErrorRecord and KernelErrorDesc (ONLINE_ERROR), where measured
+    error_desc: wire.Layout | None = None
+    error_types: dict[str, int] = field(default_factory=dict)  # KernelErrorType
+
+
+# An on-device race: (the conflicting thread's access, this thread's access), as the error type names them.
+_RACES = {"THREAD_RW_RACE": (EventKind.READ, EventKind.WRITE), "THREAD_WR_RACE": (EventKind.WRITE, EventKind.READ),
+          "THREAD_WW_RACE": (EventKind.WRITE, EventKind.WRITE)}  # fmt: skip
+_AFTER_ITS_RECORDS = 1 << 40  # a race's accesses sort after the thread's own records (their index in the area)
 
 
 @functools.cache
@@ -65,6 +74,9 @@ def simt_records(layout: wire.WireLayout) -> SimtRecords | None:
         *(layout.structs[name] for name in _PAYLOADS),
         types={name: layout.record_types[name] for name in names},
         online_error=layout.record_types["ONLINE_ERROR"],
+        error_record=layout.structs.get("KernelErrorRecord"),
+        error_desc=layout.structs.get("KernelErrorDesc"),
+        error_types=dict(layout.kernel_error_types),
     )
 
 
@@ -84,6 +96,7 @@ class ThreadRows:
     line_no: list[np.ndarray] = field(default_factory=list)
     loc: list[np.ndarray] = field(default_factory=list)  # (x, y, z) as recorded
     main_pc: list[np.ndarray] = field(default_factory=list)
+    by_loc: list[np.ndarray] = field(default_factory=list)  # the thread is its location's, not the area's
     rows: int = 0
 
     def column(self, name: str) -> np.ndarray:
@@ -133,6 +146,8 @@ class ThreadAreas:
         left = np.where(past, np.uint64(0), counts)
         area_of: list[np.ndarray] = []
         at_of: list[np.ndarray] = []
+        online_area: list[np.ndarray] = []
+        online_at: list[np.ndarray] = []
         type_of: list[np.ndarray] = []
         index_of: list[np.ndarray] = []
         index = 0
@@ -165,7 +180,8 @@ class ThreadAreas:
                 left[bad] = 0
             good = live[fits]
             kept = fits & ~online
-            self.online_errors += int((fits & online).sum())
+            online_area.append(live[fits & online])
+            online_at.append(p[fits & online])
             area_of.append(live[kept])
             at_of.append(p[kept])
             type_of.append(record_type[kept])
@@ -177,12 +193,83 @@ class ThreadAreas:
         # A count that promises more records than writeOffset holds: the rest were never written (msSanitizer
         # stops at its offset too); said, so a run missing them is not taken as whole.
         self.refuse("SIMT records counted by recordWriteCount but not within writeOffset", _total(left))
+        if online_area:
+            self._online(raw, np.concatenate(online_area) + first_area, np.concatenate(online_at))
         if not area_of:
             return
         area = np.concatenate(area_of)
         at = np.concatenate(at_of)
         types = np.concatenate(type_of)
         self._keep(raw, area + first_area, at + 4, types, np.concatenate(index_of))
+
+    def _online(self, raw: np.ndarray, thread: np.ndarray, at: np.ndarray) -> None:
+        """ONLINE_ERROR records at ``at`` (their type word), each ``[KernelErrorRecord][the access's record]
+        [KernelErrorDesc x errorNum]`` and wholly inside its area (the walk checked its step): a race the device
+        found between two threads becomes the pair of accesses it names, which racecheck then reports; any other
+        finding is counted."""
+        r = self.records
+        if r.error_record is None or r.error_desc is None or not r.error_types:
+            self.online_errors += at.size
+            return
+        head = _gather(raw, at + 4, r.error_record)
+        size = head["recordSize"].astype(np.int64)
+        # The access's record must be a SIMT access of its own size, else the descs after it are not where we look.
+        accesses = [r.types[n] for n in (*_READS, *_WRITES, *_ATOMICS)]
+        atomic = np.isin(head["recordType"], [r.types[n] for n in _ATOMICS])
+        sane = np.isin(head["recordType"], accesses) & (size == np.where(atomic, r.atom.size, r.load_store.size))
+        self.online_errors += int((~sane).sum())
+        at, thread, head, size = at[sane], thread[sane], head[sane], size[sane]
+        names = {v: k for k, v in r.error_types.items()}
+        errors = head["errorNum"].astype(np.int64)
+        first_desc = at + 4 + r.error_record.size + size
+        for j in range(int(errors.max()) if errors.size else 0):
+            has = errors > j
+            desc = _gather(raw, first_desc[has] + j * r.error_desc.size, r.error_desc)
+            kind = desc["errorType"]
+            race = np.zeros(kind.size, dtype=bool)
+            for name, (theirs, mine) in _RACES.items():
+                chosen = kind == r.error_types.get(name, -1)
+                race |= chosen
+                if chosen.any():
+                    self._race(desc[chosen], thread[has][chosen], theirs, mine, j)
+            for value in np.unique(kind[~race]).tolist():
+                name = names.get(int(value), str(value))
+                self.refuse(f"SIMT ONLINE_ERROR findings of msSanitizer's device ({name}) not checked",
+                            int((kind[~race] == value).sum()))  # fmt: skip
+
+    def _race(self, desc: np.ndarray, thread: np.ndarray, theirs: int, mine: int, j: int) -> None:
+        """Both sides of the device's races as rows: this area's thread, and the thread its desc names."""
+        n = desc.size
+        if self.rows.rows + 2 * n > MAX_SIMT_EVENTS:
+            self.refuse(f"SIMT records past the slot's limit of {MAX_SIMT_EVENTS}", n)
+            return
+        space = desc["space"]
+        ok = (space > Space.PRIVATE) & (space <= Space.FB)
+        self.refuse("SIMT accesses with no such address space or size", int((~ok).sum()))
+        desc, thread = desc[ok], thread[ok]
+        n = desc.size
+        rows = self.rows
+        race = "payload.raceDesc."
+        sides = (
+            (np.zeros(n, np.int64), theirs, race + "conflictedLocation.", race + "conflictedThreadLoc.", True),
+            (thread, mine, "location.", "threadLoc.", False),
+        )
+        for area, kind, place, loc, by_loc in sides:
+            rows.thread.append(area)
+            rows.order.append(np.full(n, _AFTER_ITS_RECORDS + j, dtype=np.int64))
+            rows.kind.append(np.full(n, kind, dtype=np.uint8))
+            rows.flags.append(np.zeros(n, dtype=np.uint8))
+            rows.space.append(desc["space"].astype(np.uint8))
+            rows.address.append(desc[race + "addr"].astype(np.uint64))
+            rows.size.append(np.ones(n, dtype=np.uint32))  # the byte the device found both touching
+            rows.pc.append(desc[place + "pc"])
+            rows.file_no.append(desc[place + "fileNo"])
+            rows.line_no.append(desc[place + "lineNo"])
+            rows.loc.append(np.stack([desc[loc + "idX"], desc[loc + "idY"], desc[loc + "idZ"]], 1))
+            rows.main_pc.append(desc["threadLoc.mainScalarPc"])
+            rows.by_loc.append(np.full(n, by_loc))
+            rows.rows += n
+        self.converted += 2 * n
 
     def _keep(self, raw: np.ndarray, thread: np.ndarray, at: np.ndarray, types: np.ndarray, order: np.ndarray) -> None:
         r, t = self.records, self.records.types
@@ -228,6 +315,7 @@ class ThreadAreas:
                 np.stack([payload["threadLoc.idX"][ok], payload["threadLoc.idY"][ok], payload["threadLoc.idZ"][ok]], 1)
             )
             rows.main_pc.append(payload["threadLoc.mainScalarPc"][ok])
+            rows.by_loc.append(np.zeros(int(ok.sum()), dtype=bool))
             rows.rows += int(ok.sum())
             self.converted += int(ok.sum())
 
@@ -291,12 +379,16 @@ def section_events(
     dims_ok = (call_dims.min(1) >= 1) & (x * y * z <= MAX_SIMT_THREADS)
     _count(refused, "SIMT records of a SIMT call whose thread dims are out of range (a zero, or over 2048 threads)",
            named & ~dims_ok)  # fmt: skip
-    # Area i is thread i: its records must say the (x, y, z) that i decomposes to, else they are not its.
+    # Area i is thread i: its records must say the (x, y, z) that i decomposes to, else they are not its. The other
+    # side of a device-found race is the thread its location names, inside the call's dims.
     sx, sy = np.maximum(x, 1), np.maximum(y, 1)
-    expect = np.stack([thread % sx, (thread % (sx * sy)) // sx, thread // (sx * sy)], 1)
     loc = np.concatenate(rows.loc).astype(np.int64)
+    by_loc = rows.column("by_loc").astype(bool)
+    inside = (loc[:, 0] < x) & (loc[:, 1] < y) & (loc[:, 2] < z)
+    thread = np.where(by_loc, loc[:, 0] + loc[:, 1] * x + loc[:, 2] * x * y, thread)
+    expect = np.stack([thread % sx, (thread % (sx * sy)) // sx, thread // (sx * sy)], 1)
     usable = named & dims_ok
-    agrees = usable & (thread < x * y * z) & (loc == expect).all(1)
+    agrees = usable & (thread < x * y * z) & (loc == expect).all(1) & (inside | ~by_loc)
     _count(refused, "SIMT records whose thread location is not their thread area's", usable & ~agrees)
     # The thread's own end is the section's end for it: SIMT_END rows are not events of their own.
     kind = rows.column("kind")

@@ -580,7 +580,7 @@ class SimtPart:
             if self.areas.online_errors:
                 lines.append(
                     f"{self.areas.online_errors} SIMT ONLINE_ERROR records (msSanitizer's device findings) not "
-                    "checked (sanitizerd checks the SIMT accesses themselves)"
+                    "checked (the access they carry is not a SIMT load, store or atomic of its size)"
                 )
         elif self.thread_records:
             why = (
