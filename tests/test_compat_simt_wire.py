@@ -471,3 +471,16 @@ def test_many_calls_are_one_sort_and_heads_past_the_bound_are_not_kept() -> None
     assert problems == ["2048 SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)"]
     assert (events["kind"] == EventKind.SIMT_START).sum() == 1024
     assert events["thread"][events["kind"] == EventKind.WRITE].tolist() == list(range(1, 1025))
+
+
+@pytest.mark.parametrize(("errors", "size"), [(2**32 - 1, 72), (1, 0xFFFF), (15, 72)])
+def test_an_online_error_whose_counts_pass_its_area_ends_the_areas_walk(errors: int, size: int) -> None:
+    """errorNum or recordSize that carry the record past writeOffset (15 descs of 144 bytes do not fit either):
+    the rest of the area is refused, counted, never read as descs."""
+    layout = layout_of("26.1.0")
+    record = bytearray(online_error(layout, Rec("SIMT_STS", 0x10, 4), []))
+    struct.pack_into("<IIH", record, 4, errors, layout.record_types["SIMT_STS"], size)
+    store = pack_record(layout, Rec("SIMT_STS", 0x20, 4), (0, 0, 0))
+    events, problems = decode(layout, slot_with_area(layout, 0, store + bytes(record) + store, 3, (1, 1, 1)))
+    assert problems == ["2 SIMT records running past their thread area's writeOffset (the rest of the area)"]
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]
