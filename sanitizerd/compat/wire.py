@@ -14,6 +14,7 @@ refused with a message that names both releases' sizes.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import json
@@ -305,6 +306,8 @@ class WireLayout:
     socket_env: tuple[str, ...]  # what the launcher names the socket in
     preload: Mapping[str, tuple[str, ...]]  # "default", "check_device_heap", "check_cann_heap" -> libraries
     max_block_bytes: int = 8192 << 20  # msSanitizer's largest per-block record buffer (--cache-size 8192 MB)
+    # KernelErrorType enumerator -> its number (the SIMT ONLINE_ERROR records' error kinds), where measured
+    kernel_error_types: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def packet_number(self, packet: PacketType) -> int:
         for number, known in self.packet_types.items():
@@ -394,6 +397,7 @@ def parse_layout(data: Mapping[str, Any]) -> WireLayout:
             payload_structs=data.get("payload_structs", {}),
             socket_env=tuple(launcher["socket_env"]),
             preload={str(k): tuple(v) for k, v in launcher["preload"].items()},
+            kernel_error_types={str(k): int(v) for k, v in data["enums"].get("KernelErrorType", {}).items()},
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"wire layout {name}: {exc!r}") from None

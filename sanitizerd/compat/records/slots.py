@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sanitizerd.compat import wire
+from sanitizerd.compat.records import simt as simt_areas
 from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
 from sanitizerd.compat.records.convert.instructions import name_instructions
 from sanitizerd.compat.records.numbering import RecordTable, record_table
@@ -459,9 +460,13 @@ class SimtShape:
     thread_head: int
     entry_head: int
     entry_record: int
+    main_pc_at: int = -1  # SimtEntryBlockHead.mainScalarPc and .threadXDim (then Y, Z): -1 where not measured
+    dims_at: int = -1
+    records: simt_areas.SimtRecords | None = None  # the thread areas' records, where measured (else counted)
 
 
 SIMT_THREADS = 2048  # SIMT_THREAD_MAX_SIZE: the thread areas of every SIMT slot
+MAX_SIMT_CALLS = 4096  # entry heads whose dims are kept per slot; a later call's records are refused, counted
 
 
 @functools.cache
@@ -472,8 +477,15 @@ def simt_shape(layout: wire.WireLayout) -> SimtShape | None:
         return None
     if not layout.global_head.has("offsetInfo.simtErrorInfo.size"):
         return None
+    entry = structs["SimtEntryBlockHead"]
+    measured = entry.has("mainScalarPc") and entry.has("threadXDim")
     return SimtShape(
-        structs["SimtRecordBlockHead"].size, structs["SimtEntryBlockHead"].size, structs["SimtEntryRecord"].size
+        structs["SimtRecordBlockHead"].size,
+        entry.size,
+        structs["SimtEntryRecord"].size,
+        entry.offset("mainScalarPc") if measured else -1,
+        entry.offset("threadXDim") if measured else -1,
+        simt_areas.simt_records(layout),
     )
 
 
@@ -481,9 +493,11 @@ _U64 = np.dtype("<u8")
 
 
 class SimtPart:
-    """Counts the records of a slot's SIMT part as it streams past: each thread area's ``recordWriteCount`` (its
-    records, ONLINE_ERROR's variable-length ones among them, are not walked) and each SIMT entry block's. Holds
-    nothing but counts; a head that straddles a feed is left for the next (``feed`` returns what it used)."""
+    """The records of a slot's SIMT part as they stream past: each thread area's ``recordWriteCount`` and each SIMT
+    entry block's, counted; where the release's thread-area records are measured (``simt_areas.simt_records``), every
+    whole thread area is also decoded (``simt_areas.ThreadAreas``) and each entry head's dims kept, so that ``events``
+    can give the slot's SIMT sections at its end. A head that straddles a feed is left for the next (``feed``
+    returns what it used)."""
 
     def __init__(self, shape: SimtShape | None, heads: SlotHeads) -> None:
         self.shape = shape
@@ -495,6 +509,15 @@ class SimtPart:
         self.entry_records = 0
         self.next_entry = SIMT_THREADS * self.area  # where the next entry block's head starts
         self.undecoded = 0  # bytes not laid out as this release's SIMT part
+        self.calls: list[simt_areas.SimtCall] = []
+        self.areas: simt_areas.ThreadAreas | None = None
+        self.too_large = False  # thread areas too large to hold whole: counted, not converted
+        records = shape.records if shape is not None else None
+        if shape is not None and records is not None and shape.dims_at >= 0 and self.area > shape.thread_head:
+            if self.area <= simt_areas.MAX_AREA_BYTES:
+                self.areas = simt_areas.ThreadAreas(records, shape.thread_head, heads.simt_thread_bytes)
+            else:
+                self.too_large = True
 
     def feed(self, data: memoryview, final: bool) -> int:
         shape = self.shape
@@ -504,13 +527,21 @@ class SimtPart:
             return len(data)
         used = 0
         if self.threads < SIMT_THREADS:
-            # Every area head wholly inside this feed, at once: record counts are the u64 at 8 of each head.
+            # Every area head wholly inside this feed, at once: record counts are the u64 at 8 of each head. When
+            # the areas are converted, only whole areas are taken (the rest waits for the next feed).
             first = self.threads
-            last = min(SIMT_THREADS, (self.at + len(data) - 16) // self.area + 1) if len(data) >= 16 else first
+            if self.areas is not None and not final:
+                last = min(SIMT_THREADS, (self.at + len(data)) // self.area)
+            else:
+                last = min(SIMT_THREADS, (self.at + len(data) - 16) // self.area + 1) if len(data) >= 16 else first
             if last > first:
                 offset = first * self.area - self.at + 8  # recordWriteCount of the first head in this feed
                 counts = np.ndarray((last - first,), dtype=_U64, buffer=data, offset=offset, strides=(self.area,))
                 self.thread_records += sum(counts.tolist())  # Python ints: hostile counts cannot overflow
+                if self.areas is not None:
+                    start = first * self.area - self.at
+                    whole = min(last, (self.at + len(data)) // self.area)
+                    self.areas.feed(data[start : start + (whole - first) * self.area], first)
                 self.threads = last
             if self.threads < SIMT_THREADS:
                 used = min(len(data), self.threads * self.area - self.at) if not final else len(data)
@@ -521,6 +552,10 @@ class SimtPart:
             if rel + shape.entry_head > len(data):
                 break
             (count,) = np.frombuffer(data, dtype=_U64, count=1, offset=rel + 8)
+            if self.areas is not None and len(self.calls) < MAX_SIMT_CALLS:
+                (main_pc,) = np.frombuffer(data, dtype=_U64, count=1, offset=rel + shape.main_pc_at)
+                x, y, z = np.frombuffer(data, dtype="<u2", count=3, offset=rel + shape.dims_at).tolist()
+                self.calls.append(simt_areas.SimtCall(int(main_pc), (x, y, z)))
             self.entry_blocks += 1
             self.entry_records += int(count)
             self.next_entry += shape.entry_head + int(count) * shape.entry_record
@@ -528,13 +563,34 @@ class SimtPart:
         self.at += used
         return used
 
+    def events(self, block_id: int, block_type: int, first_serial: int) -> tuple[np.ndarray, np.ndarray]:
+        """The slot's SIMT sections (``simt_areas.section_events``) once the whole part was fed, and each event's row of
+        ``self.areas.rows`` (-1: none)."""
+        if self.areas is None:
+            return empty_events(0), np.zeros(0, dtype=np.int64)
+        areas = self.areas
+        events, rows, refused = simt_areas.section_events(areas.rows, self.calls, block_id, block_type, first_serial)
+        for reason, count in refused.items():
+            self.areas.refuse(reason, count)
+        return events, rows
+
     def problems(self) -> list[str]:
         lines = []
-        if self.thread_records:
-            lines.append(
-                f"{self.thread_records} SIMT records of {self.threads} SIMT threads not checked (sanitizerd does not "
-                "convert msSanitizer's SIMT records yet)"
+        if self.areas is not None:
+            lines += [f"{count} {reason}" for reason, count in sorted(self.areas.refused.items())]
+            if self.areas.online_errors:
+                lines.append(
+                    f"{self.areas.online_errors} SIMT ONLINE_ERROR records (msSanitizer's device findings) not "
+                    "checked (the access they carry is not a SIMT load, store or atomic of its size)"
+                )
+        elif self.thread_records:
+            why = (
+                f"its thread areas of {self.area} bytes are larger than the {simt_areas.MAX_AREA_BYTES} sanitizerd "
+                "converts"
+                if self.too_large
+                else "sanitizerd does not convert this release's SIMT records"
             )
+            lines.append(f"{self.thread_records} SIMT records of {self.threads} SIMT threads not checked ({why})")
         if self.entry_records:
             lines.append(
                 f"{self.entry_records} SIMT entry records of {self.entry_blocks} SIMT calls not checked (sanitizerd "
@@ -560,8 +616,11 @@ class SlotDecoder:
     ) -> None:
         self.heads = heads
         self.table = table if table is not None else record_table(wire.MSSANITIZER_4A419F05)
-        # A SIMT chip sends its SIMT part after the SIMD records: counted (sanitizerd does not check SIMT yet)
+        # A SIMT chip sends its SIMT part after the SIMD records: its thread areas become SIMT sections at the
+        # slot's end where the release's records are measured, and are counted where not
         self._simt = SimtPart(simt, heads) if heads.support_simt else None
+        self._simt_events = 0  # serials the SIMT sections took (after the SIMD records, before BLOCK_FINISH)
+        self._finished_simt = False
         self.context = dataclasses.replace(
             context,
             block_type=heads.block_type,
@@ -581,7 +640,7 @@ class SlotDecoder:
 
     @property
     def next_serial(self) -> int:
-        return self.first_serial + self.records + (1 if self._finished else 0)
+        return self.first_serial + self.records + self._simt_events + (1 if self._finished else 0)
 
     def _where(self) -> str:
         return f"block {self.heads.block_id} ({_BLOCK_NAMES.get(self.heads.block_type, self.heads.block_type)})"
@@ -636,8 +695,33 @@ class SlotDecoder:
         self._pos += consumed
         if final:
             self._finish()
+            parts.append(self._simt_sections())
             parts.append(self._block_finish())
         return base.cat(parts), consumed
+
+    def _simt_sections(self) -> np.ndarray:
+        """The slot's SIMT sections, numbered after its SIMD records as msSanitizer numbers its SIMT records. They
+        follow the block's main-scalar records rather than sit at their SIMT_CALL: the main scalar's accesses are
+        then never taken as concurrent with a section (nothing false is said, a SIMD/SIMT race is not seen)."""
+        if self._simt is None or self._finished_simt:
+            return empty_events(0)
+        self._finished_simt = True
+        h = self.heads
+        events, rows = self._simt.events(h.block_id, h.block_type, self.first_serial + self.records)
+        areas = self._simt.areas
+        budget = self.context.budget
+        if events.size > budget.events_left:
+            if areas is not None:
+                areas.refuse("SIMT records past the kernel's expansion limit", int((rows >= 0).sum()))
+            return empty_events(0)
+        budget.events_left -= events.size
+        places = self.context.places
+        if events.size and areas is not None and places is not None and places.resolve is not None:
+            inner = rows >= 0
+            pc, file_no, line_no = (areas.rows.column(name)[rows[inner]] for name in ("pc", "file_no", "line_no"))
+            events["location"][inner] = places.locations(pc, file_no, line_no)
+        self._simt_events = int(events.size)
+        return events
 
     def _stop(self, text: str) -> None:
         self._stopped = True
@@ -664,7 +748,7 @@ class SlotDecoder:
         event = empty_events(1)
         event["kind"] = EventKind.BLOCK_FINISH
         event["mode"] = BLOCK_RECORDS_ENDED  # the slot's end is its records' end, not the block's (a hung kernel's too)
-        event["serial"] = self.first_serial + self.records
+        event["serial"] = self.first_serial + self.records + self._simt_events
         event["block_id"] = self.heads.block_id
         event["block_type"] = self.heads.block_type
         event["block_size"] = 0

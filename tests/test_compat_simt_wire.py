@@ -1,0 +1,486 @@
+"""msSanitizer's SIMT thread areas (26.1.0, master) converted into native SIMT sections: each record type, the
+sections' shape, and hostile areas, heads and counts. The slots are packed here at the offsets wires.json
+measured (``WireLayout.structs``), not through the decoder's own code."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from sanitizerd.chips import CHIPS
+from sanitizerd.compat import wire
+from sanitizerd.compat.records import simt
+from sanitizerd.compat.records import slots as rb
+from sanitizerd.compat.records.convert.base import BlockContext
+from sanitizerd.compat.records.convert.bounds import ExpansionBudget
+from sanitizerd.compat.records.numbering import record_table
+from sanitizerd.control_client import ControlClient
+from sanitizerd_protocol import messages as m
+from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space, simt_dims_address
+from tests.conftest import RunningDaemon, sanitizerd
+from tests.test_compat_socket import connect as compat_connect
+from tests.test_compat_socket import recv_exactly
+
+CONTEXT = BlockContext(block_type=0, chip=CHIPS["950"])
+WIRES = ["26.1.0", "mssanitizer-1e040de1"]
+MAIN_PC = 0x4000
+
+
+@dataclasses.dataclass
+class Rec:
+    """One thread-area record: its msSanitizer type name and what its payload says."""
+
+    type: str
+    addr: int = 0
+    size: int = 4
+    space: int = Space.UB
+    pc: int = 0x100
+    loc: tuple[int, int, int] | None = None  # None: the area's own thread location
+    main_pc: int = MAIN_PC
+    option: int = 0
+
+
+def pack_record(layout: wire.WireLayout, rec: Rec, loc: tuple[int, int, int]) -> bytes:
+    if rec.type in ("THREAD_BLOCK_BARRIER", "SIMT_END"):
+        payload = layout.structs["SimtEmptyRecord"]
+    elif rec.type in ("SIMT_ATOM", "SIMT_RED"):
+        payload = layout.structs["SimtAtomRecord"]
+    else:
+        payload = layout.structs["SimtLoadStoreRecord"]
+    body = bytearray(payload.size)
+    x, y, z = rec.loc if rec.loc is not None else loc
+    values = {
+        "addr": rec.addr, "size": rec.size, "space": rec.space, "location.pc": rec.pc, "location.lineNo": 7,
+        "threadLoc.idX": x, "threadLoc.idY": y, "threadLoc.idZ": z, "threadLoc.mainScalarPc": rec.main_pc,
+        "option": rec.option,
+    }  # fmt: skip
+    codes = {"<u8": "<Q", "<u4": "<I", "<u2": "<H", "<i4": "<i", "u1": "<B"}
+    for name, offset, fmt in payload.fields:
+        if name in values:
+            struct.pack_into(codes[fmt], body, offset, values[name])
+    return struct.pack("<I", layout.record_types[rec.type]) + bytes(body)
+
+
+def simt_slot(
+    layout: wire.WireLayout,
+    threads: dict[int, list[Rec]],
+    dims: tuple[int, int, int] | None,
+    *,
+    thread_bytes: int = 1024,
+    calls: list[tuple[int, tuple[int, int, int]]] | None = None,
+    head_counts: dict[int, int] | None = None,
+    write_offsets: dict[int, int] | None = None,
+) -> bytes:
+    """A SIMT chip's slot with no SIMD records: 2 048 thread areas (area i holds ``threads[i]``), then one entry head
+    per SIMT call (``dims``: one call at MAIN_PC; ``calls``: several)."""
+    g, shape = layout.global_head, rb.simt_shape(layout)
+    assert shape is not None
+    head = bytearray(layout.heads_size)
+    struct.pack_into("<Q", head, g.offset("securityVal"), rb.SECURITY_VALUE)
+    struct.pack_into("<Q", head, g.offset("kernelInfo.totalBlockDim"), 1)
+    struct.pack_into("<I", head, g.offset("offsetInfo.blockHeadSize"), 192)
+    struct.pack_into("<Q", head, g.offset("offsetInfo.simtErrorInfo.size"), thread_bytes)
+    head[g.offset("supportSimt")] = 1
+    area_head = layout.structs["SimtRecordBlockHead"]
+    area = shape.thread_head + thread_bytes
+    part = bytearray(rb.SIMT_THREADS * area)
+    x, y = (max(d, 1) for d in (dims or (1, 1, 1))[:2])
+    for i, recs in threads.items():
+        loc = (i % x, (i % (x * y)) // x, i // (x * y))
+        records = b"".join(pack_record(layout, rec, loc) for rec in recs)
+        assert len(records) <= thread_bytes
+        at = i * area
+        count = (head_counts or {}).get(i, len(recs))
+        offset = (write_offsets or {}).get(i, len(records))
+        struct.pack_into("<Q", part, at + area_head.offset("recordWriteCount"), count)
+        struct.pack_into("<Q", part, at + area_head.offset("recordCount"), count)
+        struct.pack_into("<Q", part, at + area_head.offset("writeOffset"), offset)
+        part[at + shape.thread_head : at + shape.thread_head + len(records)] = records
+    entry = layout.structs["SimtEntryBlockHead"]
+    for main_pc, (cx, cy, cz) in calls if calls is not None else ([(MAIN_PC, dims)] if dims else []):
+        block = bytearray(entry.size)
+        struct.pack_into("<Q", block, entry.offset("mainScalarPc"), main_pc)
+        struct.pack_into("<HHH", block, entry.offset("threadXDim"), cx, cy, cz)
+        part += block
+    return bytes(head) + bytes(part)
+
+
+def decode(layout: wire.WireLayout, data: bytes, chunk: int = 1 << 20) -> tuple[np.ndarray, list[str]]:
+    heads = rb.read_heads(data, layout)
+    assert rb.wire_mismatch(heads, layout, len(data)) == ""
+    context = dataclasses.replace(CONTEXT, budget=ExpansionBudget())
+    decoder = rb.SlotDecoder(heads, context, 10, record_table(layout), rb.simt_shape(layout))
+    body, tail, at, out = memoryview(data)[layout.heads_size :], b"", 0, []
+    while at < len(body):
+        piece = tail + bytes(body[at : at + chunk])
+        at += chunk
+        events, used = decoder.feed(memoryview(piece), at >= len(body))
+        out.append(events)
+        tail = piece[used:]
+    events = np.concatenate(out)
+    assert events["kind"][-1] == EventKind.BLOCK_FINISH
+    assert (np.diff(events["serial"].astype(np.int64)) == 1).all()  # numbered in order, after the SIMD records
+    assert decoder.next_serial == int(events["serial"][-1]) + 1
+    return events[:-1], decoder.problems()
+
+
+def layout_of(name: str) -> wire.WireLayout:
+    layout = wire.layout_named(name)
+    assert layout is not None
+    return layout
+
+
+@pytest.mark.parametrize("name", WIRES)
+def test_the_thread_record_structs_are_measured(name: str) -> None:
+    layout = layout_of(name)
+    ls, atom, empty = (layout.structs[n] for n in ("SimtLoadStoreRecord", "SimtAtomRecord", "SimtEmptyRecord"))
+    assert (ls.size, atom.size, empty.size) == (72, 72, 48)
+    assert [ls.offset(f) for f in ("addr", "size", "location.pc", "threadLoc.idX", "threadLoc.mainScalarPc")] == [
+        0, 8, 32, 48, 56,
+    ]  # fmt: skip
+    assert (ls.offset("space"), atom.offset("option"), empty.offset("threadLoc.idZ")) == (64, 69, 36)
+    assert rb.simt_shape(layout).records is not None  # type: ignore[union-attr]
+
+
+def test_a_wire_without_measured_thread_records_counts_them() -> None:
+    before = layout_of("mssanitizer-c05468eb")  # SIMT heads measured, no mainScalarPc, no thread records
+    shape = rb.simt_shape(before)
+    assert shape is not None and shape.records is None
+
+
+@pytest.mark.parametrize("name", WIRES)
+@pytest.mark.parametrize(
+    ("rec", "kind", "flags"),
+    [
+        (Rec("SIMT_LDG", 0x1000, 4, Space.GM), EventKind.READ, 0),
+        (Rec("SIMT_LDS", 0x20, 2, Space.UB), EventKind.READ, 0),
+        (Rec("SIMT_LDK", 0x20, 8, Space.UB), EventKind.READ, 0),
+        (Rec("SIMT_LD", 0x2000, 1, Space.GM), EventKind.READ, 0),
+        (Rec("SIMT_STG", 0x1000, 4, Space.GM), EventKind.WRITE, 0),
+        (Rec("SIMT_STS", 0x40, 4, Space.UB), EventKind.WRITE, 0),
+        (Rec("SIMT_STK", 0x40, 16, Space.UB), EventKind.WRITE, 0),
+        (Rec("SIMT_ST", 0x3000, 8, Space.GM), EventKind.WRITE, 0),
+        (Rec("SIMT_ATOM", 0x1000, 4, Space.GM, option=3), EventKind.WRITE, FLAG_ATOMIC),
+        (Rec("SIMT_RED", 0x80, 4, Space.UB, option=1), EventKind.WRITE, FLAG_ATOMIC),
+    ],
+)
+def test_each_access_record_becomes_a_thread_access(name: str, rec: Rec, kind: EventKind, flags: int) -> None:
+    layout = layout_of(name)
+    # Thread 5 of a 4x2x1 call is (1, 1, 0): its area's records say so, and its events carry 5 + 1.
+    events, problems = decode(layout, simt_slot(layout, {5: [rec, Rec("SIMT_END")]}, (4, 2, 1)))
+    assert problems == []
+    assert events["kind"].tolist() == [EventKind.SIMT_START, kind, EventKind.SIMT_END]
+    assert int(events["address"][0]) == simt_dims_address(4, 2, 1)
+    access = events[1]
+    assert (int(access["thread"]), int(access["address"]), int(access["block_size"])) == (6, rec.addr, rec.size)
+    assert (int(access["space"]), int(access["flags"]), int(access["pc"])) == (rec.space, flags, rec.pc)
+    assert events["thread"][[0, 2]].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("name", WIRES)
+def test_barriers_and_thread_order(name: str) -> None:
+    layout = layout_of(name)
+    bar = Rec("THREAD_BLOCK_BARRIER", pc=0x300)
+    threads = {
+        t: [Rec("SIMT_STS", 0x100 + 4 * t, 4), bar, Rec("SIMT_LDS", 0x100 + 4 * ((t + 1) % 3), 4), Rec("SIMT_END")]
+        for t in range(3)
+    }
+    events, problems = decode(layout, simt_slot(layout, threads, (3, 1, 1)), chunk=5000)
+    assert problems == []
+    kinds = events["kind"].tolist()
+    assert kinds[0] == EventKind.SIMT_START and kinds[-1] == EventKind.SIMT_END
+    assert kinds[1:-1] == [EventKind.WRITE, EventKind.SYNC_THREADS, EventKind.READ] * 3
+    assert events["thread"][1:-1].tolist() == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert events["pc"][2] == 0x300
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 3000, 900])
+def test_several_calls_are_sections_of_their_own_however_the_slot_arrives(chunk: int) -> None:
+    layout = layout_of("26.1.0")
+    threads = {
+        0: [Rec("SIMT_STG", 0x10, 4, Space.GM, main_pc=0x10), Rec("SIMT_STG", 0x90, 4, Space.GM, main_pc=0x20)],
+        1: [Rec("SIMT_STG", 0x14, 4, Space.GM, main_pc=0x10, loc=(1, 0, 0)),
+            Rec("SIMT_STG", 0x94, 4, Space.GM, main_pc=0x20, loc=(0, 1, 0))],
+    }  # fmt: skip
+    data = simt_slot(layout, threads, None, calls=[(0x10, (2, 1, 1)), (0x20, (1, 2, 1))])
+    events, problems = decode(layout, data, chunk)
+    assert problems == []
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.WRITE, EventKind.SIMT_END] * 2
+    assert events["address"][[0, 4]].tolist() == [simt_dims_address(2, 1, 1), simt_dims_address(1, 2, 1)]
+    assert events["address"][[1, 2, 5, 6]].tolist() == [0x10, 0x14, 0x90, 0x94]
+
+
+# --- hostile thread areas ------------------------------------------------------------------------------------
+
+
+def online_error(layout: wire.WireLayout, access: Rec, descs: list[dict[str, int]], *, size: int = 72) -> bytes:
+    """An ONLINE_ERROR record as the device writes it: [type][KernelErrorRecord][the access][KernelErrorDesc...]."""
+    head = layout.structs["KernelErrorRecord"]
+    error = bytearray(head.size)
+    struct.pack_into("<I", error, head.offset("errorNum"), len(descs))
+    struct.pack_into("<I", error, head.offset("recordType"), layout.record_types[access.type])
+    struct.pack_into("<H", error, head.offset("recordSize"), size)
+    body = pack_record(layout, access, access.loc or (0, 0, 0))[4:][:size].ljust(size, b"\0")
+    spec = layout.structs["KernelErrorDesc"]
+    codes = {"<u8": "<Q", "<u4": "<I", "<u2": "<H", "<i4": "<i", "u1": "<B"}
+    out = struct.pack("<I", layout.record_types["ONLINE_ERROR"]) + bytes(error) + body
+    for values in descs:
+        desc = bytearray(spec.size)
+        for name, offset, fmt in spec.fields:
+            if name in values:
+                struct.pack_into(codes[fmt], desc, offset, values[name])
+        out += bytes(desc)
+    return out
+
+
+def race_desc(layout: wire.WireLayout, kind: str, addr: int, mine: tuple[int, int, int],
+              theirs: tuple[int, int, int]) -> dict[str, int]:  # fmt: skip
+    race = "payload.raceDesc."
+    return {
+        "errorType": layout.kernel_error_types[kind], "space": Space.UB, "location.pc": 0x80, "location.lineNo": 9,
+        "threadLoc.idX": mine[0], "threadLoc.idY": mine[1], "threadLoc.idZ": mine[2],
+        "threadLoc.mainScalarPc": MAIN_PC, race + "addr": addr, race + "conflictedLocation.pc": 0x84,
+        race + "conflictedThreadLoc.idX": theirs[0], race + "conflictedThreadLoc.idY": theirs[1],
+        race + "conflictedThreadLoc.idZ": theirs[2],
+    }  # fmt: skip
+
+
+def slot_with_area(layout: wire.WireLayout, area: int, records: bytes, count: int, dims: tuple[int, int, int]) -> bytes:
+    """A SIMT slot whose thread area ``area`` holds ``records`` (``count`` of them), the others none."""
+    data = bytearray(simt_slot(layout, {}, dims, thread_bytes=2048))
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    at = layout.heads_size + area * (shape.thread_head + 2048)
+    data[at + shape.thread_head : at + shape.thread_head + len(records)] = records
+    struct.pack_into("<QQQQ", data, at, count, count, len(records), len(records))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("name", WIRES)
+@pytest.mark.parametrize(
+    ("race", "theirs", "mine"),
+    [("THREAD_WW_RACE", EventKind.WRITE, EventKind.WRITE), ("THREAD_RW_RACE", EventKind.READ, EventKind.WRITE),
+     ("THREAD_WR_RACE", EventKind.WRITE, EventKind.READ)],
+)  # fmt: skip
+def test_a_race_the_device_found_is_its_two_accesses(name: str, race: str, theirs: int, mine: int) -> None:
+    """Thread 5 of 4x2x1, (1, 1, 0), reports a race at 0x204 with thread (2, 0, 0): the section holds thread 2's
+    access and thread 5's, each one byte at 0x204, the first by the conflicting thread's pc."""
+    layout = layout_of(name)
+    access = Rec("SIMT_STS", 0x204, 4, loc=(1, 1, 0))
+    record = online_error(layout, access, [race_desc(layout, race, 0x204, (1, 1, 0), (2, 0, 0))])
+    events, problems = decode(layout, slot_with_area(layout, 5, record, 1, (4, 2, 1)))
+    assert problems == []
+    assert events["kind"].tolist() == [EventKind.SIMT_START, theirs, mine, EventKind.SIMT_END]
+    assert events["thread"][1:3].tolist() == [3, 6]
+    assert events["address"][1:3].tolist() == [0x204, 0x204] and events["block_size"][1:3].tolist() == [1, 1]
+    assert events["pc"][1:3].tolist() == [0x84, 0x80] and events["space"][1:3].tolist() == [Space.UB] * 2
+
+
+def test_online_errors_other_than_races_are_stepped_over_and_counted() -> None:
+    layout = layout_of("26.1.0")
+    rec = Rec("SIMT_STG", 0x10, 4, Space.GM)
+    store = pack_record(layout, rec, (0, 0, 0))
+    illegal = {"errorType": layout.kernel_error_types["ILLEGAL_ADDR_WRITE"], "space": Space.GM}
+    found = online_error(layout, rec, [illegal, illegal])
+    damaged = online_error(layout, Rec("SIMT_STG"), [illegal], size=48)  # its access is not a store's size
+    # The device findings between the two stores: the walk must step over both to reach the second store.
+    records = store + found + damaged + store
+    events, problems = decode(layout, slot_with_area(layout, 0, records, 4, (1, 1, 1)))
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.WRITE, EventKind.SIMT_END]
+    assert sorted(problems) == [
+        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the access they carry is not a "
+        "SIMT load, store or atomic of its size)",
+        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (ILLEGAL_ADDR_WRITE) not checked",
+    ]
+
+
+def test_a_hostile_race_desc_is_refused() -> None:
+    """A race naming a thread outside the call's dims, or no address space: refused, counted, never misread."""
+    layout = layout_of("26.1.0")
+    access = Rec("SIMT_STS", 0x10, 4, loc=(0, 0, 0))
+    outside = race_desc(layout, "THREAD_WW_RACE", 0x10, (0, 0, 0), (7, 0, 0))
+    no_space = race_desc(layout, "THREAD_WW_RACE", 0x10, (0, 0, 0), (1, 0, 0)) | {"space": 0x7FFF_FFFF}
+    record = online_error(layout, access, [outside, no_space])
+    events, problems = decode(layout, slot_with_area(layout, 0, record, 1, (2, 1, 1)))
+    assert sorted(problems) == [
+        "1 SIMT accesses with no such address space or size",
+        "1 SIMT records whose thread location is not their thread area's",
+    ]
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]  # thread 0's side
+
+
+def test_hostile_heads_and_records_are_refused_and_counted() -> None:
+    layout = layout_of("26.1.0")
+    st = Rec("SIMT_STS", 0x10, 4)
+    threads = {
+        0: [st, st],  # fine
+        1: [st],  # writeOffset past the area: the area is refused
+        2: [st, st],  # count says 5 records, writeOffset holds 2
+        3: [st, Rec("SIMT_STS", 0x10, 4, loc=(3, 3, 3))],  # the second says another thread's location
+        4: [st, Rec("SIMT_STS", 0x10, 4, space=0)],  # thread-private memory
+        5: [st, Rec("SIMT_STS", 0x10, 4, space=9)],  # no such address space
+        6: [st, Rec("SIMT_STS", 0x10, 4, main_pc=0x999)],  # a call no entry head names
+        7: [st, st],  # writeOffset cuts the second record
+    }
+    data = simt_slot(
+        layout, threads, (8, 1, 1), thread_bytes=512,
+        head_counts={2: 5}, write_offsets={1: 1 << 40, 7: 76 + 40},
+    )  # fmt: skip
+    # The fourth area's unknown type is put in by hand: word 0 of its records.
+    raw = bytearray(data)
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    struct.pack_into("<I", raw, layout.heads_size + 8 * (shape.thread_head + 512) + shape.thread_head, 12345)
+    struct.pack_into("<QQQQ", raw, layout.heads_size + 8 * (shape.thread_head + 512), 1, 1, 76, 76)
+    events, problems = decode(layout, bytes(raw))
+    assert sorted(problems) == sorted([
+        "1 SIMT thread areas whose writeOffset is past the area (not decoded)",
+        "3 SIMT records counted by recordWriteCount but not within writeOffset",
+        "1 SIMT records whose thread location is not their thread area's",
+        "1 SIMT accesses to thread-private memory (not checked)",
+        "1 SIMT accesses with no such address space or size",
+        "1 SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)",
+        "1 SIMT records running past their thread area's writeOffset (the rest of the area)",
+        "1 SIMT records of a type sanitizerd does not know (the rest of their thread area)",
+    ])  # fmt: skip
+    writes = events[events["kind"] == EventKind.WRITE]
+    assert sorted(writes["thread"].tolist()) == [1, 1, 3, 3, 4, 5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("dims", [(0, 1, 1), (2048, 2, 1), (65535, 65535, 65535)])
+def test_thread_dims_out_of_range_refuse_their_call(dims: tuple[int, int, int]) -> None:
+    layout = layout_of("26.1.0")
+    data = simt_slot(layout, {0: [Rec("SIMT_STS", 0x10, 4, loc=(0, 0, 0))]}, dims)
+    events, problems = decode(layout, data)
+    assert events.size == 0
+    assert problems == [
+        "1 SIMT records of a SIMT call whose thread dims are out of range (a zero, or over 2048 threads)"
+    ]
+
+
+def test_dims_at_the_bound_are_a_section() -> None:
+    layout = layout_of("26.1.0")
+    last = rb.SIMT_THREADS - 1  # (1023, 1, 0) of 1024x2x1
+    data = simt_slot(layout, {last: [Rec("SIMT_STS", 0x10, 4)]}, (1024, 2, 1))
+    events, problems = decode(layout, data)
+    assert problems == [] and events["thread"].tolist() == [0, 2048, 0]
+
+
+def test_thread_areas_past_the_bound_are_counted_not_converted() -> None:
+    layout = layout_of("26.1.0")
+    big = simt.MAX_AREA_BYTES  # with its head, one area is past the bound
+    g = layout.global_head
+    heads = bytearray(layout.heads_size)
+    struct.pack_into("<Q", heads, g.offset("securityVal"), rb.SECURITY_VALUE)
+    struct.pack_into("<Q", heads, g.offset("offsetInfo.simtErrorInfo.size"), big)
+    struct.pack_into("<I", heads, g.offset("offsetInfo.blockHeadSize"), 192)
+    heads[g.offset("supportSimt")] = 1
+    slot_heads = rb.read_heads(bytes(heads), layout)
+    part = rb.SimtPart(rb.simt_shape(layout), slot_heads)
+    assert part.areas is None and part.too_large
+    area = bytearray(part.area)
+    struct.pack_into("<Q", area, 8, 3)
+    part.feed(memoryview(bytes(area)), True)
+    assert part.problems()[0] == (
+        f"3 SIMT records of 1 SIMT threads not checked (its thread areas of {part.area} bytes are larger than the "
+        f"{simt.MAX_AREA_BYTES} sanitizerd converts)"
+    )
+
+
+def test_the_slot_limit_refuses_what_is_past_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = layout_of("26.1.0")
+    monkeypatch.setattr(simt, "MAX_SIMT_EVENTS", 5)
+    threads = {t: [Rec("SIMT_STS", 0x10 + 4 * t, 4)] for t in range(8)}
+    events, problems = decode(layout, simt_slot(layout, threads, (8, 1, 1)))
+    assert problems == ["3 SIMT records past the slot's limit of 5"]
+    assert events["thread"][1:-1].tolist() == [1, 2, 3, 4, 5]
+
+
+# --- end to end: a SIMT chip's hooks on the job's compat socket ------------------------------------------------
+
+
+def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_silent(daemon: RunningDaemon) -> None:
+    """msSanitizer 26.1.0's hooks on a 950 chip send one kernel whose threads 0 and 1 both write UB 0x200 between
+    the same barriers (a WAW between threads), one where each writes its own word, and one whose only record is the
+    device's own THREAD_WW_RACE finding (as 26.1.0's probes write it): through the daemon, the first and third are
+    racecheck's WAW with msSanitizer's ``Thread (x,y,z)`` lines, the second has no finding."""
+    layout = layout_of("26.1.0")
+
+    def kernel(name: str, racy: bool, online: bool = False) -> bytes:
+        summary = bytearray(layout.kernel_summary.size)
+        struct.pack_into("<QIB", summary, 0, 0, 1, 1)
+        summary[15 : 15 + len(name)] = name.encode()
+        threads = {
+            t: [Rec("SIMT_STS", 0x100 + 4 * t, 4, pc=0x40), Rec("THREAD_BLOCK_BARRIER", pc=0x60),
+                Rec("SIMT_STS", 0x200 if racy else 0x200 + 4 * t, 4, pc=0x80), Rec("SIMT_END", pc=0x90)]
+            for t in range(2)
+        }  # fmt: skip
+        slot = simt_slot(layout, threads, (2, 1, 1))
+        if online:
+            access = Rec("SIMT_STS", 0x200, 4, pc=0x80, loc=(1, 0, 0))
+            found = online_error(layout, access, [race_desc(layout, "THREAD_WW_RACE", 0x200, (1, 0, 0), (0, 0, 0))])
+            slot = slot_with_area(layout, 1, found, 1, (2, 1, 1))
+        return (
+            wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
+            + bytes(summary)
+            + wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
+            + wire.LENGTH.pack(len(slot))
+            + slot
+        )
+
+    job = "compat-simt"
+    with ControlClient(daemon.socket) as control:
+        control.send(m.JobStart(job=job, config=m.Config(tools=["racecheck"])))
+        answer = control.request(m.CompatListen(job=job, layout=layout.name))
+        assert isinstance(answer, m.CompatListening), answer
+        with compat_connect(answer.name, timeout=30) as client:
+            assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+            device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
+            client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
+            for name, racy, online in (("simt_racy", True, False), ("simt_clean", False, False),
+                                       ("simt_online", False, True)):  # fmt: skip
+                client.sendall(kernel(name, racy, online))
+                assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
+    assert sorted((f["kernel"], f["kind"]) for f in found if f["kind"] != "internal_error") == [
+        ("simt_online", "race_waw"), ("simt_racy", "race_waw")]  # fmt: skip
+    assert not [f for f in found if f["kind"] == "internal_error"], found  # nothing refused, nothing unchecked
+    text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
+    lines = [line for line in text.splitlines() if line.startswith("======")]
+    for kernel_name in ("simt_racy", "simt_online"):
+        at = lines.index(f"====== ERROR: Potential WAW hazard detected at UB in {kernel_name}:")
+        assert lines[at + 1].startswith("======     Write Thread (0,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
+        assert lines[at + 2].startswith("======     Write Thread (1,0,0) at WAW()+0x200 in block 0 (aiv) on device 0 ")
+
+
+def test_many_calls_are_one_sort_and_heads_past_the_bound_are_not_kept() -> None:
+    """Every thread in a SIMT call of its own (2 048 sections), and more entry heads than a slot keeps: the heads
+    past MAX_SIMT_CALLS are counted only, their calls' records refused as having no head; all of it at once."""
+    layout = layout_of("26.1.0")
+    threads = {
+        t: [Rec("SIMT_STS", 0x10, 4, main_pc=0x1000 + t), Rec("SIMT_END", main_pc=0x1000 + t)] for t in range(2048)
+    }
+    calls = [(0x1000 + t, (2048, 1, 1)) for t in range(2048)]
+    calls = [(0x9000 + t, (1, 1, 1)) for t in range(rb.MAX_SIMT_CALLS - 1024)] + calls  # the last 1024 not kept
+    events, problems = decode(layout, simt_slot(layout, threads, (2048, 1, 1), calls=calls))
+    # 1 024 threads of calls with no head kept: their store and their SIMT_END each refused.
+    assert problems == ["2048 SIMT records of a SIMT call with no SimtEntryBlockHead (no thread dims)"]
+    assert (events["kind"] == EventKind.SIMT_START).sum() == 1024
+    assert events["thread"][events["kind"] == EventKind.WRITE].tolist() == list(range(1, 1025))
+
+
+@pytest.mark.parametrize(("errors", "size"), [(2**32 - 1, 72), (1, 0xFFFF), (15, 72)])
+def test_an_online_error_whose_counts_pass_its_area_ends_the_areas_walk(errors: int, size: int) -> None:
+    """errorNum or recordSize that carry the record past writeOffset (15 descs of 144 bytes do not fit either):
+    the rest of the area is refused, counted, never read as descs."""
+    layout = layout_of("26.1.0")
+    record = bytearray(online_error(layout, Rec("SIMT_STS", 0x10, 4), []))
+    struct.pack_into("<IIH", record, 4, errors, layout.record_types["SIMT_STS"], size)
+    store = pack_record(layout, Rec("SIMT_STS", 0x20, 4), (0, 0, 0))
+    events, problems = decode(layout, slot_with_area(layout, 0, store + bytes(record) + store, 3, (1, 1, 1)))
+    assert problems == ["2 SIMT records running past their thread area's writeOffset (the rest of the area)"]
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]
