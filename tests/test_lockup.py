@@ -173,7 +173,7 @@ class TestHostileRecords:
         monkeypatch.setattr(_lockup, "MAX_LOCKUP_KEYS", 64)
         detector = synccheck()
         detector.check(stream(*(syncs(WAIT, Pipe.S, Pipe.MTE3, 3, block_id=b) for b in range(100))))
-        assert detector.tails.tail_keys.size == 0  # what it held is dropped
+        assert detector.tails.pending.size == 0  # what it held is dropped
         findings = detector.finish()
         assert [f.kind for f in findings] == ["internal_error"]
         assert "stopped looking for locked pipes" in findings[0].detail
