@@ -283,7 +283,7 @@ class PipeQueues:
         p = self.pending
         is_wait = _WAITS[p["kind"]]
         key = p["key"]
-        base = _lookup(self.set_keys, self.set_counts, key) + np.where(p["free"] == ALWAYS, 1 << 40, p["free"])
+        base = _lookup(self.set_keys, self.set_counts, key) + np.where(p["free"] == ALWAYS, 1 << 40, p["free"].astype(np.int64))
         ffts = is_wait & (p["kind"] == _CROSS_WAIT)
         if ffts.any():
             base[ffts] = self._ffts_rounds(key[ffts])
