@@ -204,6 +204,24 @@ class TestQueuedBehindAWait:
         assert not detector.tails.settled  # more steps than one batch may take
         assert detector.finish() == []
 
+    def test_a_held_scalar_holds_what_it_issued_after(self) -> None:
+        """MTE3 waits on V's flag; then PIPE_S waits on a flag nobody sets; then V's set for MTE3 comes. The
+        scalar issues nothing after its held wait, so that set never runs: MTE3 is locked too. The DMA after the
+        scalar's wait is held by the scalar, not stuck on its own, and is not reported."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(WAIT, Pipe.V, Pipe.MTE3, 1),
+                syncs(WAIT, Pipe.V, Pipe.S, 0),
+                syncs(SET, Pipe.V, Pipe.MTE3, 1),
+                syncs(WAIT, Pipe.MTE3, Pipe.MTE2, 4),
+            )
+        )
+        assert locked(detector.finish()) == [
+            ("PIPE_MTE3", "PIPE_V", {"aiv": [0]}, 1),
+            ("PIPE_S", "PIPE_V", {"aiv": [0]}, 2),
+        ]
+
 
 class TestOtherWaits:
     def test_wait_flag_dev_on_a_flag_nobody_sets(self) -> None:
@@ -526,6 +544,55 @@ def test_the_daemon_finds_a_lockup_while_the_kernel_runs(daemon: RunningDaemon, 
     assert run.end() != 0
     assert run.text.count("kernel locked up at") == 1
     assert sorted(f["dst_pipe"] for f in stored(daemon, run)) == ["PIPE_MTE3", "PIPE_V"]
+
+
+def test_ctrl_c_reports_a_wait_flag_dev_nobody_releases(daemon: RunningDaemon, runs: list[Run]) -> None:
+    """Block 0 waits on a cross-core flag no block sets: another block could still set it, so nothing is reported
+    while the kernel runs; Ctrl-C reports it under its own instruction's name, msSanitizer's WAIT_FLAG_DEV."""
+    run = Run(daemon, "unset_cross")
+    runs.append(run)
+    hung(run, daemon)
+    assert "locked up" not in run.text
+    run.process.send_signal(signal.SIGINT)
+    assert run.end() == 128 + signal.SIGINT, run.text
+    block = run.text[run.text.index("====== ERROR: Sync error detected. kernel locked up at") :]
+    serial = re.search(r"serialNo:(\d+)", block).group(1)
+    assert block.splitlines()[:7] == [
+        "====== ERROR: Sync error detected. kernel locked up at",
+        "======    ",
+        "======    WAIT_FLAG_DEV in lockup_custom",
+        "======    by PIPE_S in block aiv(0) on device 0",
+        f"======    code in {LOCKUP}:{marked_line('stuck-dev')} (serialNo:{serial})",
+        "======    ",
+        "====== SUMMARY: 1 pipe(s) locked up.",
+    ]
+    (finding,) = stored(daemon, run)
+    assert (finding["kind"], finding["detail"], finding["dst_pipe"]) == ("kernel_locked_up", "WAIT_FLAG_DEV", "PIPE_S")
+
+
+def test_sets_queued_behind_their_own_waits_are_found_while_running(daemon: RunningDaemon, runs: list[Run]) -> None:
+    """V and MTE3 each wait for the other and then set the other's flag: both sets reach the daemon, but each
+    sits behind its pipe's wait; both pipes are reported locked with no signal sent."""
+    run = Run(daemon, "queued_sets")
+    runs.append(run)
+    run.wait_for(r"SUMMARY: 2 pipe\(s\) locked up\.")
+    assert run.process.poll() is None
+    text = run.text
+    assert f"{LOCKUP}:{marked_line('queued-v')} " in text and f"{LOCKUP}:{marked_line('queued-mte3')} " in text
+    run.process.send_signal(signal.SIGINT)
+    assert run.end() != 0
+    assert run.text.count("kernel locked up at") == 1
+    assert sorted(f["dst_pipe"] for f in stored(daemon, run)) == ["PIPE_MTE3", "PIPE_V"]
+
+
+@pytest.mark.parametrize("variant", ["cross_ok", "queued_ok"])
+def test_the_same_syncs_done_right_end_clean(daemon: RunningDaemon, runs: list[Run], variant: str) -> None:
+    """Every block sets the cross-core flag before block 0 waits on it; V sets before it waits: the kernel ends
+    with nothing reported."""
+    run = Run(daemon, variant)
+    runs.append(run)
+    assert run.end() == 0, run.text
+    assert "No error detected." in run.text and "locked up" not in run.text
 
 
 def test_a_second_ctrl_c_ends_the_run_at_once(daemon: RunningDaemon, runs: list[Run]) -> None:

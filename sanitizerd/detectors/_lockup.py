@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd_protocol.records import BlockType, EventKind
+from sanitizerd_protocol.records import BlockType, EventKind, Pipe
 
 _K = EventKind
 # plain ints: numpy compares an IntEnum through Python's enum machinery, on every batch
@@ -43,6 +43,7 @@ _SOFT_WAIT, _SOFT_SET = int(_K.SOFT_WAIT), int(_K.SOFT_SET)
 _MSTX_WAIT, _MSTX_SET = int(_K.MSTX_CROSS_WAIT), int(_K.MSTX_CROSS_SET)
 _GET_BUF, _RLS_BUF = int(_K.GET_BUF), int(_K.RLS_BUF)
 _AIV, _AIC = int(BlockType.AIV), int(BlockType.AIC)
+_S = int(Pipe.S)
 
 _TRACKED = np.zeros(256, dtype=bool)
 _TRACKED[[_WAIT, _SET, _CROSS_WAIT, _CROSS_SET, _SOFT_WAIT, _SOFT_SET, _MSTX_WAIT, _MSTX_SET, _GET_BUF, _RLS_BUF]] = 1
@@ -186,6 +187,17 @@ def _exclusive_group_sums(x: np.ndarray, start: np.ndarray, group: np.ndarray) -
     return through - x - (through[start] - x[start])[group]
 
 
+def _behind(held: np.ndarray, queue: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Rows (in arrival order, ``queue`` each one's queue key) at or after the first ``held`` row of their queue."""
+    if not held.any():
+        return np.zeros(seq.size, dtype=bool)
+    # rows are in arrival order, so a queue's first held row is its first in a unique's index
+    queues, first = np.unique(queue[held], return_index=True)
+    first_seq = seq[held][first]
+    at = np.minimum(np.searchsorted(queues, queue), queues.size - 1)
+    return (queues[at] == queue) & (seq >= first_seq[at])
+
+
 class PipeQueues:
     """The lock-up replay of one launch. ``members``: blocks of each type the launch was given (its block_dim), who
     take part in an FFTS mode-0 round beside those that sent records (a mix launch: those that sent only)."""
@@ -283,7 +295,9 @@ class PipeQueues:
         p = self.pending
         is_wait = _WAITS[p["kind"]]
         key = p["key"]
-        base = _lookup(self.set_keys, self.set_counts, key) + np.where(p["free"] == ALWAYS, 1 << 40, p["free"].astype(np.int64))
+        base = _lookup(self.set_keys, self.set_counts, key) + np.where(
+            p["free"] == ALWAYS, 1 << 40, p["free"].astype(np.int64)
+        )
         ffts = is_wait & (p["kind"] == _CROSS_WAIT)
         if ffts.any():
             base[ffts] = self._ffts_rounds(key[ffts])
@@ -295,6 +309,7 @@ class PipeQueues:
         group = np.cumsum(start_mask) - 1
         start = np.flatnonzero(start_mask)
         pipes = pipe_keys(p["block_type"], p["block_id"], p["dst"])
+        blocks = _block_keys(p["block_type"], p["block_id"])
         seq = p["seq"]
         excluded = np.zeros(p.size, dtype=bool)
         for _ in range(passes):
@@ -305,14 +320,10 @@ class PipeQueues:
             have[order] = _exclusive_group_sums(counted_sets, start, group)
             place[order] = _exclusive_group_sums(counted_waits, start, group)
             blocked = is_wait & (done_waits + place >= base + have)
-            if not blocked.any():
-                now = np.zeros(p.size, dtype=bool)
-            else:
-                # rows are in arrival order, so a pipe's first blocked row is its first in a unique's index
-                held_pipes, first = np.unique(pipes[blocked], return_index=True)
-                first_seq = seq[blocked][first]
-                at = np.minimum(np.searchsorted(held_pipes, pipes), held_pipes.size - 1)
-                now = (held_pipes[at] == pipes) & (seq >= first_seq[at])
+            now = _behind(blocked, pipes, seq)
+            scalar = blocked & (p["dst"] == _S)
+            if scalar.any():  # PIPE_S issues the block's every instruction: held, it holds them all
+                now |= _behind(scalar, blocks, seq)
             if np.array_equal(now, excluded):
                 return ~excluded
             excluded = now
@@ -360,12 +371,18 @@ class PipeQueues:
         return total
 
     def fronts(self) -> np.ndarray:
-        """The first pending row of each pipe, in arrival order: the wait that holds it."""
+        """The wait holding each held pipe, in arrival order: each pipe's first pending row, unless it came after
+        its block's PIPE_S was held (the scalar never issued it: the pipe is not stuck on its own)."""
         p = self.pending
         if not p.size:
             return p
         _, first = np.unique(pipe_keys(p["block_type"], p["block_id"], p["dst"]), return_index=True)
-        return p[np.sort(first)]
+        front = p[np.sort(first)]
+        scalar = front["dst"] == _S
+        if scalar.any():
+            blocks = _block_keys(front["block_type"], front["block_id"])
+            front = front[~(_behind(scalar, blocks, front["seq"]) & ~scalar)]
+        return front
 
     def stuck(self) -> np.ndarray:
         """The wait holding each stuck pipe, once the replay has settled over everything received (the launch's
