@@ -1,4 +1,5 @@
-"""Kernels locked up on wait_flag, and silent kernels (issue 28: msSanitizer master's 算子卡死 check).
+"""Kernels locked up on a wait (wait_flag, wait_flag_dev, IB, mstx, GET_BUF), and silent kernels (issue 28:
+msSanitizer master's 算子卡死 check).
 
 synccheck driven directly for the rules (which pipes are stuck, which are locked for certain, what the report
 says), then end to end: a real daemon, real ``sanitizerd run`` processes running examples/emulated/lockup.py,
