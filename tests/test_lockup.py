@@ -141,6 +141,14 @@ def stuck_at(findings: list[Finding]) -> list[tuple[str, str, dict[str, list[int
 CROSS_SET, CROSS_WAIT = EventKind.CROSS_SET, EventKind.CROSS_WAIT
 
 
+def handovers_sent_late(n: int) -> np.ndarray:
+    """``n`` hand-overs MTE2 -> V -> MTE2 ..., V's records all sent before MTE2's: each of V's waits arrives before
+    the set that releases it, so the replay needs a step per hand-over."""
+    v = [syncs(WAIT, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(SET, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)]
+    mte2 = [syncs(SET, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(WAIT, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)]
+    return stream(*v, *mte2)
+
+
 class TestQueuedBehindAWait:
     def test_two_pipes_each_with_its_set_behind_its_own_wait_are_locked_at_once(self) -> None:
         """V waits for MTE3 then sets MTE3's flag; MTE3 waits for V then sets V's. Every set was received, but each
@@ -194,14 +202,7 @@ class TestQueuedBehindAWait:
         """A long hand-over chain whose every set arrives after the wait it releases (each pipe's records sent
         together): the replay takes a step per hand-over, past one batch's work, and still ends clean."""
         detector = synccheck()
-        n = 40
-        v = [
-            syncs(WAIT, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(SET, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)
-        ]
-        mte2 = [
-            syncs(SET, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(WAIT, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)
-        ]
-        detector.check(stream(*v, *mte2))
+        detector.check(handovers_sent_late(40))
         assert not detector.tails.settled  # more steps than one batch may take
         assert detector.finish() == []
 
@@ -391,19 +392,24 @@ class TestHostileRecords:
         assert [f.kind for f in findings if "queued behind waits" in f.detail] == ["internal_error"]
         assert locked(findings) == []
 
+    def test_cross_core_flags_set_by_block_are_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each FFTS set of a distinct (flag, block) is a key the replay reads in Python: past MAX_FFTS_SET_KEYS
+        of them the launch's lock-up check stops, said so, and a block stuck on a cross-core wait is not taken
+        for clean."""
+        monkeypatch.setattr(_lockup, "MAX_FFTS_SET_KEYS", 16)
+        detector = synccheck()
+        detector.check(stream(syncs(CROSS_WAIT, Pipe.S, Pipe.S, 9, block_id=0)))
+        detector.check(stream(*(syncs(CROSS_SET, Pipe.S, Pipe.S, f, block_id=1) for f in range(17))))
+        findings = detector.finish()
+        assert [f.kind for f in findings] == ["internal_error"]
+        assert "cross-core (FFTS) flags" in findings[0].detail
+
     def test_a_replay_that_cannot_settle_in_its_budget_says_so(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A hand-over chain longer than the session end's replay work allows: not judged, and said so, rather
         than reported clean or locked."""
         monkeypatch.setattr(_lockup, "FINAL_WORK", 1 << 10)
         detector = synccheck()
-        n = 200
-        v = [
-            syncs(WAIT, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(SET, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)
-        ]
-        mte2 = [
-            syncs(SET, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(WAIT, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)
-        ]
-        detector.check(stream(*v, *mte2))
+        detector.check(handovers_sent_late(200))
         (finding,) = detector.finish()
         assert finding.kind == "internal_error" and "did not settle" in finding.detail
 

@@ -53,6 +53,8 @@ _WAITS[[_WAIT, _CROSS_WAIT, _SOFT_WAIT, _MSTX_WAIT, _GET_BUF]] = True
 # (block, pipe) pairs, flag keys and blocks one launch may count: a block id is 16 bits and a pipe 8, so a hostile
 # client could name millions of each; past this many the launch's lock-up check stops, said so.
 MAX_LOCKUP_KEYS = 1 << 20
+# (mode, flag, block) of FFTS sets, read in Python by each replay step that has a cross-core wait to judge.
+MAX_FFTS_SET_KEYS = 1 << 16
 # Sync rows waiting behind blocked waits (or for their releaser to arrive): about 64 bytes each.
 MAX_PENDING_ROWS = 1 << 18
 # Replay work (pending rows visited) per batch: a batch left unsettled is settled further with the next one.
@@ -246,6 +248,8 @@ class PipeQueues:
             return f"more than {MAX_PENDING_ROWS} set/wait records queued behind waits"
         if max(self.set_keys.size, self.wait_keys.size, self.present.size) > MAX_LOCKUP_KEYS:
             return f"more than {MAX_LOCKUP_KEYS} distinct blocks or sync keys"
+        if int(((self.set_keys >> _S60) == (_SPACE_FFTS_SET >> _S60)).sum()) > MAX_FFTS_SET_KEYS:
+            return f"more than {MAX_FFTS_SET_KEYS} distinct cross-core (FFTS) flags set by block"
         return ""
 
     def _stop(self, why: str) -> None:
@@ -331,16 +335,27 @@ class PipeQueues:
 
     def _ffts_rounds(self, wait_keys: np.ndarray) -> np.ndarray:
         """Rounds of FFTS sets that ran targeting each CROSS_WAIT key's block (detectors/_rendezvous.py's rules).
-        Plain Python over the distinct keys and the cross-core set keys: cross-core syncs are few."""
+        Plain Python over the distinct keys and the FFTS set keys (at most MAX_FFTS_SET_KEYS): cross-core syncs
+        are few."""
         in_space = (self.set_keys >> _S60) == (_SPACE_FFTS_SET >> _S60)
         counts: dict[tuple[int, int, int, int, int], int] = {}  # (mode, sub, flag, type, id) -> sets that ran
+        mode0: dict[tuple[int, int], dict[int, int]] = {}  # (flag, type) -> mode-0 sets that ran per block
         for k, n in zip(self.set_keys[in_space].tolist(), self.set_counts[in_space].tolist(), strict=True):
-            counts[((k >> 52) & 0xFF, (k >> 48) & 0xF, (k >> 32) & 0xFFFF, (k >> 16) & 0xFFFF, k & 0xFFFF)] = n
+            mode, flag, bt, bid = (k >> 52) & 0xFF, (k >> 32) & 0xFFFF, (k >> 16) & 0xFFFF, k & 0xFFFF
+            counts[(mode, (k >> 48) & 0xF, flag, bt, bid)] = n
+            if mode == 0:
+                per_block = mode0.setdefault((flag, bt), {})
+                per_block[bid] = per_block.get(bid, 0) + n
         unique, inverse = np.unique(wait_keys, return_inverse=True)
-        rounds = [self._ffts_round(int(k), counts) for k in unique.tolist()]
+        rounds = [self._ffts_round(int(k), counts, mode0) for k in unique.tolist()]
         return np.array(rounds, dtype=np.int64)[inverse]
 
-    def _ffts_round(self, key: int, counts: dict[tuple[int, int, int, int, int], int]) -> int:
+    def _ffts_round(
+        self,
+        key: int,
+        counts: dict[tuple[int, int, int, int, int], int],
+        mode0: dict[tuple[int, int], dict[int, int]],
+    ) -> int:
         intra, flag, bt, bid = (key >> 56) & 1, (key >> 32) & 0xFFFF, (key >> 16) & 0xFFFF, key & 0xFFFF
 
         def sets(mode: int, sub: int, block_type: int, block: int) -> int:
@@ -353,10 +368,7 @@ class PipeQueues:
             given = self.members.get(bt, 0)
             of_type = self.present[(self.present >> np.uint64(16)) == bt] & np.uint64(0xFFFF)
             members = given + int((of_type >= given).sum())
-            per_block: dict[int, int] = {}
-            for (m, _, f, t, b), n in counts.items():
-                if m == 0 and f == flag and t == bt:
-                    per_block[b] = per_block.get(b, 0) + n
+            per_block = mode0.get((flag, bt), {})
             if members and len(per_block) >= members:
                 total += min(per_block.values())
             first = bid - bid % 2
