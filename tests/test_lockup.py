@@ -1,4 +1,5 @@
-"""Kernels locked up on wait_flag, and silent kernels (issue 28: msSanitizer master's 算子卡死 check).
+"""Kernels locked up on a wait (wait_flag, wait_flag_dev, IB, mstx, GET_BUF), and silent kernels (issue 28:
+msSanitizer master's 算子卡死 check).
 
 synccheck driven directly for the rules (which pipes are stuck, which are locked for certain, what the report
 says), then end to end: a real daemon, real ``sanitizerd run`` processes running examples/emulated/lockup.py,
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_shim.events import EventKind, Pipe, Space, accesses, make_events, syncs
+from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, make_events, syncs
 from sanitizerd.cli.run import CTRL_C_TEXT, KILL_GRACE
 from sanitizerd.detectors import _lockup
 from sanitizerd.detectors.base import KernelLaunch
@@ -132,6 +133,188 @@ class TestWhileRunning:
         assert "====== SUMMARY: 40 pipe(s) locked up." in render_text(findings)
 
 
+def stuck_at(findings: list[Finding]) -> list[tuple[str, str, dict[str, list[int]]]]:
+    """(instruction, held pipe, blocks) of each lock-up finding."""
+    return [(f.detail, f.dst_pipe, f.blocks) for f in findings if f.kind == "kernel_locked_up"]
+
+
+CROSS_SET, CROSS_WAIT = EventKind.CROSS_SET, EventKind.CROSS_WAIT
+
+
+def handovers_sent_late(n: int) -> np.ndarray:
+    """``n`` hand-overs MTE2 -> V -> MTE2 ..., V's records all sent before MTE2's: each of V's waits arrives before
+    the set that releases it, so the replay needs a step per hand-over."""
+    v = [syncs(WAIT, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(SET, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)]
+    mte2 = [syncs(SET, Pipe.MTE2, Pipe.V, 0) if i % 2 == 0 else syncs(WAIT, Pipe.V, Pipe.MTE2, 1) for i in range(2 * n)]
+    return stream(*v, *mte2)
+
+
+class TestQueuedBehindAWait:
+    def test_two_pipes_each_with_its_set_behind_its_own_wait_are_locked_at_once(self) -> None:
+        """V waits for MTE3 then sets MTE3's flag; MTE3 waits for V then sets V's. Every set was received, but each
+        sits behind its pipe's wait, so neither ever runs: both pipes are locked, reported while the kernel runs."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(WAIT, Pipe.MTE3, Pipe.V, 2),
+                syncs(SET, Pipe.V, Pipe.MTE3, 2),
+                syncs(WAIT, Pipe.V, Pipe.MTE3, 2),
+                syncs(SET, Pipe.MTE3, Pipe.V, 2),
+            )
+        )
+        assert locked(detector.take_early()) == [
+            ("PIPE_V", "PIPE_MTE3", {"aiv": [0]}, 1),
+            ("PIPE_MTE3", "PIPE_V", {"aiv": [0]}, 3),
+        ]
+        assert locked(detector.finish()) == []  # reported once
+
+    def test_the_same_records_with_one_set_before_its_wait_are_clean(self) -> None:
+        """V sets first, then waits: MTE3's wait is released, its set runs, and V's wait with it."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(SET, Pipe.V, Pipe.MTE3, 2),
+                syncs(WAIT, Pipe.MTE3, Pipe.V, 2),
+                syncs(WAIT, Pipe.V, Pipe.MTE3, 2),
+                syncs(SET, Pipe.MTE3, Pipe.V, 2),
+            )
+        )
+        assert detector.take_early() == []
+        assert detector.finish() == []
+
+    def test_a_set_behind_a_wait_on_a_free_pipe_holds_its_waiter_too(self) -> None:
+        """MTE3 waits on PIPE_S (free: not reported while running), and V on the set queued behind that wait: at
+        the session's end both pipes are locked up, each at its own wait."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(WAIT, Pipe.S, Pipe.MTE3, 3),
+                syncs(SET, Pipe.MTE3, Pipe.V, 1),
+                syncs(WAIT, Pipe.MTE3, Pipe.V, 1),
+            )
+        )
+        assert detector.take_early() == []
+        findings = detector.finish()
+        assert locked(findings) == [("PIPE_MTE3", "PIPE_S", {"aiv": [0]}, 1), ("PIPE_V", "PIPE_MTE3", {"aiv": [0]}, 3)]
+        assert "====== SUMMARY: 2 pipe(s) locked up." in render_text(findings)
+
+    def test_a_wait_whose_set_arrives_after_it_in_the_batch_is_released(self) -> None:
+        """A long hand-over chain whose every set arrives after the wait it releases (each pipe's records sent
+        together): the replay takes a step per hand-over, past one batch's work, and still ends clean."""
+        detector = synccheck()
+        detector.check(handovers_sent_late(40))
+        assert not detector.tails.settled  # more steps than one batch may take
+        assert detector.finish() == []
+
+    def test_a_held_scalar_holds_what_it_issued_after(self) -> None:
+        """MTE3 waits on V's flag; then PIPE_S waits on a flag nobody sets; then V's set for MTE3 comes. The
+        scalar issues nothing after its held wait, so that set never runs: MTE3 is locked too. The DMA after the
+        scalar's wait is held by the scalar, not stuck on its own, and is not reported."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(WAIT, Pipe.V, Pipe.MTE3, 1),
+                syncs(WAIT, Pipe.V, Pipe.S, 0),
+                syncs(SET, Pipe.V, Pipe.MTE3, 1),
+                syncs(WAIT, Pipe.MTE3, Pipe.MTE2, 4),
+            )
+        )
+        assert locked(detector.finish()) == [
+            ("PIPE_MTE3", "PIPE_V", {"aiv": [0]}, 1),
+            ("PIPE_S", "PIPE_V", {"aiv": [0]}, 2),
+        ]
+
+
+class TestOtherWaits:
+    def test_wait_flag_dev_on_a_flag_nobody_sets(self) -> None:
+        """Block 0's PIPE_S waits on FFTS flag 5, which no block sets: WAIT_FLAG_DEV locked up, at the session's end
+        only (another block could still set it while the kernel runs)."""
+        detector = synccheck()
+        detector.check(stream(syncs(CROSS_WAIT, Pipe.S, Pipe.S, 5, location=5)))
+        assert detector.take_early() == []
+        findings = detector.finish()
+        assert stuck_at(findings) == [("WAIT_FLAG_DEV", "PIPE_S", {"aiv": [0]})]
+        assert "======    WAIT_FLAG_DEV in vec_kernel\n======    by PIPE_S in block aiv(0) on device 1" in render_text(
+            findings
+        )
+
+    def test_a_mode_0_round_needs_every_block_of_the_launch(self) -> None:
+        """SyncAll as FFTS mode 0 (set and wait flag 31) in 7 of the launch's 8 blocks: the round never completes,
+        so the 7 are locked up; with the 8th block's set it completes and all is clean."""
+
+        def sync_all(block: int) -> np.ndarray:
+            return stream(
+                syncs(CROSS_SET, Pipe.S, Pipe.S, 31, block_id=block),
+                syncs(CROSS_WAIT, Pipe.S, Pipe.S, 31, block_id=block),
+            )
+
+        detector = synccheck()
+        for block in range(7):
+            detector.check(sync_all(block))
+        (finding,) = detector.finish()
+        assert (finding.detail, finding.blocks, finding.count) == ("WAIT_FLAG_DEV", {"aiv": list(range(7))}, 7)
+        detector = synccheck()
+        for block in range(8):
+            detector.check(sync_all(block))
+        assert detector.finish() == []
+
+    def test_mode_2_cube_set_releases_its_vector_blocks_but_not_an_intra_block_wait(self) -> None:
+        """A cube's mode-2 set releases wait_flag_dev of its two vector sub-blocks; wait_intra_block (mode 4) is
+        a flag space of its own, and stays locked."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(CROSS_SET, Pipe.FIX, Pipe.S, 1, mode=2, block_num=2, block_type=BlockType.AIC),
+                syncs(CROSS_WAIT, Pipe.V, Pipe.S, 1, block_id=0),
+                syncs(CROSS_WAIT, Pipe.V, Pipe.S, 1, block_id=1),
+                syncs(CROSS_WAIT, Pipe.MTE2, Pipe.S, 1, block_id=1, mode=4),
+            )
+        )
+        assert stuck_at(detector.finish()) == [("WAIT_INTRA_BLOCK", "PIPE_MTE2", {"aiv": [1]})]
+
+    def test_ib_wait_mstx_wait_and_get_buf(self) -> None:
+        """IB_WAIT on block 3, which never IB_SETs; an mstx cross wait nothing sets; a second GET_BUF of buffer 4
+        without its release: all three locked up. Their releasing twins (IB_SET by block 2, an mstx set, RLS_BUF on
+        another pipe) and an "is more" mstx wait leave the rest clean."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(EventKind.SOFT_SET, Pipe.S, Pipe.S, 7, block_id=2),
+                syncs(EventKind.SOFT_WAIT, Pipe.S, Pipe.S, 7, address=2, block_id=0),
+                syncs(EventKind.SOFT_WAIT, Pipe.S, Pipe.S, 7, address=3, block_id=1),
+                syncs(EventKind.MSTX_CROSS_SET, Pipe.S, Pipe.S, 1, address=0x1000, block_id=4),
+                syncs(EventKind.MSTX_CROSS_WAIT, Pipe.MTE3, Pipe.S, 1, address=0x1000, block_id=5),
+                syncs(EventKind.MSTX_CROSS_WAIT, Pipe.V, Pipe.S, 1, address=0x1000, block_id=5),
+                syncs(EventKind.MSTX_CROSS_WAIT, Pipe.MTE2, Pipe.S, 2, address=0x1000, block_id=5, mode=1),
+                syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4, block_id=6),
+                syncs(EventKind.RLS_BUF, Pipe.V, Pipe.S, 4, block_id=6),
+                syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4, block_id=6),
+                syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4, block_id=6),
+            )
+        )
+        assert sorted(stuck_at(detector.finish())) == [
+            ("GET_BUF", "PIPE_MTE2", {"aiv": [6]}),
+            ("IB_WAIT", "PIPE_S", {"aiv": [1]}),
+            ("MSTX_WAIT_CROSS", "PIPE_V", {"aiv": [5]}),
+        ]
+
+    def test_a_cross_core_set_behind_a_stuck_wait_flag_releases_nothing(self) -> None:
+        """Block 0's PIPE_S waits on a flag of V that is never set, and its IB_SET sits behind that wait: block 1's
+        IB_WAIT on block 0 is locked too."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(WAIT, Pipe.V, Pipe.S, 0, block_id=0),
+                syncs(EventKind.SOFT_SET, Pipe.S, Pipe.S, 1, block_id=0),
+                syncs(EventKind.SOFT_WAIT, Pipe.S, Pipe.S, 1, address=0, block_id=1),
+            )
+        )
+        assert stuck_at(detector.finish()) == [
+            ("WAIT_FLAG", "PIPE_S", {"aiv": [0]}),
+            ("IB_WAIT", "PIPE_S", {"aiv": [1]}),
+        ]
+
+
 def test_report_text_is_mssanitizers() -> None:
     """sync_info_display.h (master): the header, each pipe after a separator line, the summary, a blank line."""
     detector = synccheck()
@@ -173,10 +356,62 @@ class TestHostileRecords:
         monkeypatch.setattr(_lockup, "MAX_LOCKUP_KEYS", 64)
         detector = synccheck()
         detector.check(stream(*(syncs(WAIT, Pipe.S, Pipe.MTE3, 3, block_id=b) for b in range(100))))
-        assert detector.tails.tail_keys.size == 0  # what it held is dropped
+        assert detector.tails.pending.size == 0  # what it held is dropped
         findings = detector.finish()
         assert [f.kind for f in findings] == ["internal_error"]
         assert "stopped looking for locked pipes" in findings[0].detail
+
+    def test_hostile_cross_fields(self) -> None:
+        """An IB_WAIT naming a block past 16 bits (nothing can release it, nor is block 0's IB_SET taken for it),
+        an FFTS wait with the largest flag and an unknown mode, an mstx wait at the top address: no crash, each
+        locked."""
+        detector = synccheck()
+        detector.check(
+            stream(
+                syncs(EventKind.SOFT_SET, Pipe.S, Pipe.S, 1, block_id=0),
+                syncs(EventKind.SOFT_WAIT, Pipe.S, Pipe.S, 1, address=0x10000, block_id=1),
+                syncs(CROSS_SET, Pipe.S, Pipe.S, 0xFFFF, mode=0xFF, block_id=2, block_num=0xFFFF),
+                syncs(CROSS_WAIT, Pipe.S, Pipe.S, 0xFFFF, mode=0xFF, block_id=3),
+                syncs(EventKind.MSTX_CROSS_WAIT, Pipe.S, Pipe.S, 0xFFFF, address=2**64 - 1, block_id=4),
+            )
+        )
+        assert sorted(stuck_at(detector.finish())) == [
+            ("IB_WAIT", "PIPE_S", {"aiv": [1]}),
+            ("MSTX_WAIT_CROSS", "PIPE_S", {"aiv": [4]}),
+            ("WAIT_FLAG_DEV", "PIPE_S", {"aiv": [3]}),
+        ]
+
+    def test_records_queued_behind_waits_are_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A pipe stuck at its first record with ever more records behind it: past MAX_PENDING_ROWS the launch's
+        lock-up check stops, and the session's end says so."""
+        monkeypatch.setattr(_lockup, "MAX_PENDING_ROWS", 64)
+        detector = synccheck()
+        detector.check(stream(syncs(WAIT, Pipe.S, Pipe.V, 0), *(syncs(SET, Pipe.V, Pipe.MTE3, 1) for _ in range(100))))
+        assert detector.tails.stopped and detector.tails.pending.size == 0
+        findings = detector.finish()
+        assert [f.kind for f in findings if "queued behind waits" in f.detail] == ["internal_error"]
+        assert locked(findings) == []
+
+    def test_cross_core_flags_set_by_block_are_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each FFTS set of a distinct (flag, block) is a key the replay reads in Python: past MAX_FFTS_SET_KEYS
+        of them the launch's lock-up check stops, said so, and a block stuck on a cross-core wait is not taken
+        for clean."""
+        monkeypatch.setattr(_lockup, "MAX_FFTS_SET_KEYS", 16)
+        detector = synccheck()
+        detector.check(stream(syncs(CROSS_WAIT, Pipe.S, Pipe.S, 9, block_id=0)))
+        detector.check(stream(*(syncs(CROSS_SET, Pipe.S, Pipe.S, f, block_id=1) for f in range(17))))
+        findings = detector.finish()
+        assert [f.kind for f in findings] == ["internal_error"]
+        assert "cross-core (FFTS) flags" in findings[0].detail
+
+    def test_a_replay_that_cannot_settle_in_its_budget_says_so(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A hand-over chain longer than the session end's replay work allows: not judged, and said so, rather
+        than reported clean or locked."""
+        monkeypatch.setattr(_lockup, "FINAL_WORK", 1 << 10)
+        detector = synccheck()
+        detector.check(handovers_sent_late(200))
+        (finding,) = detector.finish()
+        assert finding.kind == "internal_error" and "did not settle" in finding.detail
 
 
 # --- end to end -----------------------------------------------------------------------------------------------------
@@ -316,6 +551,55 @@ def test_the_daemon_finds_a_lockup_while_the_kernel_runs(daemon: RunningDaemon, 
     assert run.end() != 0
     assert run.text.count("kernel locked up at") == 1
     assert sorted(f["dst_pipe"] for f in stored(daemon, run)) == ["PIPE_MTE3", "PIPE_V"]
+
+
+def test_ctrl_c_reports_a_wait_flag_dev_nobody_releases(daemon: RunningDaemon, runs: list[Run]) -> None:
+    """Block 0 waits on a cross-core flag no block sets: another block could still set it, so nothing is reported
+    while the kernel runs; Ctrl-C reports it under its own instruction's name, msSanitizer's WAIT_FLAG_DEV."""
+    run = Run(daemon, "unset_cross")
+    runs.append(run)
+    hung(run, daemon)
+    assert "locked up" not in run.text
+    run.process.send_signal(signal.SIGINT)
+    assert run.end() == 128 + signal.SIGINT, run.text
+    block = run.text[run.text.index("====== ERROR: Sync error detected. kernel locked up at") :]
+    serial = re.search(r"serialNo:(\d+)", block).group(1)
+    assert block.splitlines()[:7] == [
+        "====== ERROR: Sync error detected. kernel locked up at",
+        "======    ",
+        "======    WAIT_FLAG_DEV in lockup_custom",
+        "======    by PIPE_S in block aiv(0) on device 0",
+        f"======    code in {LOCKUP}:{marked_line('stuck-dev')} (serialNo:{serial})",
+        "======    ",
+        "====== SUMMARY: 1 pipe(s) locked up.",
+    ]
+    (finding,) = stored(daemon, run)
+    assert (finding["kind"], finding["detail"], finding["dst_pipe"]) == ("kernel_locked_up", "WAIT_FLAG_DEV", "PIPE_S")
+
+
+def test_sets_queued_behind_their_own_waits_are_found_while_running(daemon: RunningDaemon, runs: list[Run]) -> None:
+    """V and MTE3 each wait for the other and then set the other's flag: both sets reach the daemon, but each
+    sits behind its pipe's wait; both pipes are reported locked with no signal sent."""
+    run = Run(daemon, "queued_sets")
+    runs.append(run)
+    run.wait_for(r"SUMMARY: 2 pipe\(s\) locked up\.")
+    assert run.process.poll() is None
+    text = run.text
+    assert f"{LOCKUP}:{marked_line('queued-v')} " in text and f"{LOCKUP}:{marked_line('queued-mte3')} " in text
+    run.process.send_signal(signal.SIGINT)
+    assert run.end() != 0
+    assert run.text.count("kernel locked up at") == 1
+    assert sorted(f["dst_pipe"] for f in stored(daemon, run)) == ["PIPE_MTE3", "PIPE_V"]
+
+
+@pytest.mark.parametrize("variant", ["cross_ok", "queued_ok"])
+def test_the_same_syncs_done_right_end_clean(daemon: RunningDaemon, runs: list[Run], variant: str) -> None:
+    """Every block sets the cross-core flag before block 0 waits on it; V sets before it waits: the kernel ends
+    with nothing reported."""
+    run = Run(daemon, variant)
+    runs.append(run)
+    assert run.end() == 0, run.text
+    assert "No error detected." in run.text and "locked up" not in run.text
 
 
 def test_a_second_ctrl_c_ends_the_run_at_once(daemon: RunningDaemon, runs: list[Run]) -> None:

@@ -1,5 +1,5 @@
-"""Kernels that lock up on wait_flag, and one that hangs without a record to show why (an emulated vector kernel,
-2 blocks).
+"""Kernels that lock up on a wait (wait_flag, wait_flag_dev), and one that hangs without a record to show why (an
+emulated vector kernel, 2 blocks).
 
     sanitizerd run -t synccheck -- python examples/emulated/lockup.py BUG [--deaf]
 
@@ -12,12 +12,20 @@ hands the result to MTE3 (V -> MTE3), which writes it back to GM. BUG is one of 
   program is stopped (Ctrl-C), and then reports PIPE_MTE3 of block 1 locked up.
 - ``cycle``: in block 0, PIPE_V waits for MTE3 (``cycle-v``) and MTE3 for V (``cycle-mte3``), neither
   having set the other's flag: nothing left can set either, and the daemon reports both while the kernel runs.
+- ``unset_cross``: block 0's PIPE_S waits (wait_flag_dev) on the cross-core flag 5, which no block sets
+  (``stuck-dev``): another block could still set it while the kernel runs, so it is reported at Ctrl-C, as
+  WAIT_FLAG_DEV locked up on PIPE_S of block 0.
+- ``queued_sets``: in block 0, PIPE_V waits for MTE3 and then sets MTE3's flag (``queued-v``), and MTE3 waits for
+  V and then sets V's (``queued-mte3``). Both sets are sent, but each sits behind its own pipe's wait, so neither
+  runs: both pipes are locked, reported while the kernel runs.
+- ``cross_ok`` and ``queued_ok``: the same syncs done right (every block sets flag 5 before it waits on it; V sets
+  before it waits); they end, clean.
 - ``silent``: every wait is met, but the kernel never ends and sends nothing more (a hang outside the records):
   the daemon reports the launch silent after ``serve --silent-kernel-after`` seconds.
 
-Every BUG but ``none`` hangs like a locked kernel: the program blocks with the launch open until it is killed.
-SIGINT ends it as it ends a native program (no Python clean-up, no ``close``), unless ``--deaf``: then it ignores
-SIGINT, as a process stuck in the driver may, and only SIGKILL ends it.
+Every BUG but ``none`` and the ``_ok`` ones hangs like a locked kernel: the program blocks with the launch open
+until it is killed. SIGINT ends it as it ends a native program (no Python clean-up, no ``close``), unless
+``--deaf``: then it ignores SIGINT, as a process stuck in the driver may, and only SIGKILL ends it.
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from client_shim.events import Pipe
 BLOCKS, TILE = 2, 512
 X = 0x12C0C0000000
 REPEAT = TILE // 256
-BUGS = ("none", "unset_flag", "cycle", "silent")
+BUGS = ("none", "unset_flag", "cycle", "silent", "unset_cross", "queued_sets", "cross_ok", "queued_ok")
+ENDS = ("none", "cross_ok", "queued_ok")
 
 
 def main(bug: str, deaf: bool) -> None:
@@ -50,6 +59,21 @@ def main(bug: str, deaf: bool) -> None:
         block.data_copy(xs, tile)
         block.set_flag(Pipe.MTE2, Pipe.V, 0)
         block.wait_flag(Pipe.MTE2, Pipe.V, 0)
+        if bug == "cross_ok":
+            block.cross_set(Pipe.S, 5)  # FFTS mode 0: every block of the kernel sets it once...
+        if bug in ("unset_cross", "cross_ok") and block.idx == 0:
+            block.cross_wait(5)  # BUG: unset_cross (nobody sets flag 5)  # line: stuck-dev
+        if bug == "queued_sets" and block.idx == 0:
+            block.wait_flag(Pipe.MTE3, Pipe.V, 2)  # BUG: queued_sets  # line: queued-v
+            block.set_flag(Pipe.V, Pipe.MTE3, 2)  # queued behind V's own wait: never runs
+            block.wait_flag(Pipe.V, Pipe.MTE3, 2)  # line: queued-mte3
+            block.set_flag(Pipe.MTE3, Pipe.V, 2)
+            return
+        if bug == "queued_ok" and block.idx == 0:
+            block.set_flag(Pipe.V, Pipe.MTE3, 2)  # V's set first, then its wait: both pipes go on
+            block.wait_flag(Pipe.MTE3, Pipe.V, 2)
+            block.wait_flag(Pipe.V, Pipe.MTE3, 2)
+            block.set_flag(Pipe.MTE3, Pipe.V, 2)
         if bug == "cycle" and block.idx == 0:
             block.wait_flag(Pipe.MTE3, Pipe.V, 2)  # BUG: cycle  # line: cycle-v
             block.wait_flag(Pipe.V, Pipe.MTE3, 2)  # line: cycle-mte3
@@ -62,7 +86,7 @@ def main(bug: str, deaf: bool) -> None:
             return
         block.data_copy(tile, ys)
 
-    if bug == "none":
+    if bug in ENDS:
         kernel.run(body)
         client.free(X, location=kernel.here())
         client.close()

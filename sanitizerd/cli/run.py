@@ -57,7 +57,7 @@ STOP_SIGNALS: list[int] = []
 # worker process died: the listener starts another, which takes the connection once it is up).
 RECONNECT_WINDOW = 60.0
 RECONNECT_PAUSE = 0.2
-# Ctrl-C, as msSanitizer's master takes it (a kernel locked up on wait_flag never ends by itself): the first stops
+# Ctrl-C, as msSanitizer's master takes it (a kernel locked up on a wait never ends by itself): the first stops
 # the program (SIGINT passed on; SIGKILL once it has had KILL_GRACE seconds to go), and the run waits for the
 # daemon's report of the pipes each open launch was locked on; the second ends the run at once.
 CTRL_C_TEXT = "Ctrl-C received. Running kernel will be killed, and you can press Ctrl-C again to force quit."

@@ -1,36 +1,102 @@
-"""Which pipes of a running kernel launch are locked up on a wait_flag (msSanitizer's 算子卡死 check, its master of
-Aug 2026), from the records received so far.
+"""Which pipes of a running kernel launch are locked up (msSanitizer's 算子卡死 check, its master of Aug 2026), from
+the records received so far.
 
-A pipe is *stuck* when its last record is a ``wait_flag`` that no record received sets (over the launch, its
-``(block, src, dst, event id)`` has more waits than sets), in a block that has not finished. A stuck pipe may still
-be released later, by a set its source pipe has yet to issue; it is *locked* for certain when that source pipe is
-itself stuck, waiting (directly or along a chain) on a pipe that is stuck too: nothing left in the block can set
-the flag. ``PipeTails.locked`` finds those (the daemon reports them while the kernel runs); ``PipeTails.stuck`` is
-every stuck pipe, reported when the launch's session ends without the kernel ending (Ctrl-C, a killed program).
+Each (block, pipe) runs its instructions in the order its records came (the order the block issued them), so an
+instruction behind a wait that is never released never ran, and a set_flag queued there releases nothing. The
+launch's waits and what releases them are *replayed* as the records come, per pipe:
+
+- ``wait_flag`` is released by the ``set_flag`` of its (block, src, dst, event id), the k-th wait by the k-th set;
+- ``GET_BUF`` of a (block, buffer) by that block's ``RLS_BUF`` of it, the first GET_BUF of each buffer freely;
+- ``IB_WAIT`` (SOFT_WAIT) by the ``IB_SET`` of the block it names, FIFO;
+- an mstx cross-core wait by the mstx cross-core set of its (address, flag), FIFO; an "is more" wait never blocks;
+- ``wait_flag_dev`` / ``wait_intra_block`` (CROSS_WAIT) by the rounds of FFTS sets that target its block, by the
+  mode rules of detectors/_rendezvous.py (mode 0: every block of the setter's type sets once per round; 1: the
+  vector pair; 2 and 4: the AI core's cube and vector sub-blocks), counting only sets that ran.
+
+Each replay step takes the pending rows in arrival order and lets a wait go when the sets that ran before, plus
+the sets that arrived before it and are not themselves queued behind a blocked wait, cover it (a few passes to
+a fixpoint, all numpy); what ran is folded into per-key counts and dropped. A program-ordered stream settles in
+one or two steps per batch; only a wait whose releaser arrives after it costs a step more.
+
+What is left pending once the replay settles begins, on each pipe, with a wait that nothing ran can release: the
+pipe is *stuck*. A stuck pipe may still be released by a record yet to come; it is *locked* for certain when it
+waits on a wait_flag whose source pipe is itself stuck on a wait_flag (directly or along a chain into a cycle):
+nothing left in the block can set its flag. ``PipeQueues.locked`` finds those (reported while the kernel runs);
+``PipeQueues.stuck`` is every stuck pipe, reported when the launch's session ends without the kernel ending.
 
 msSanitizer's hooks send a block's records once the kernel stopped, whether it ran to its end or its runtime's
 timeout killed it, and end them with a BLOCK_FINISH of their own: such a block (``BLOCK_RECORDS_ENDED``) has not
-finished here, and ``PipeTails.stuck_at_end`` is its stuck pipes, locked up at the kernel's end as msSanitizer's
+finished here, and ``PipeQueues.stuck_at_end`` is its stuck pipes, locked up at the kernel's end as msSanitizer's
 replay finds them at KERNEL_FINISH (a pipe that ran to its end cannot have stopped on a wait nothing set).
 
-State per launch: the last record of each (block, pipe) and the balance of sets and waits per flag, both sorted
-key arrays updated per batch without a Python step per record, each bounded by MAX_LOCKUP_KEYS entries.
+Not replayed (they never hold a pipe here): hset/hwait flags (msSanitizer's replay lets them pass too), SyncAll
+and mstx barriers. Bounds: pending rows MAX_PENDING_ROWS, counted keys and blocks MAX_LOCKUP_KEYS each, and the
+replay's work per batch and at the session's end; past any, the launch's lock-up check stops, said so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, EventKind
+from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, BlockType, EventKind, Pipe
 
+_K = EventKind
 # plain ints: numpy compares an IntEnum through Python's enum machinery, on every batch
-_WAIT, _SET, _FINISH = int(EventKind.WAIT_FLAG), int(EventKind.SET_FLAG), int(EventKind.BLOCK_FINISH)
-_RECORDS_ENDED = BLOCK_RECORDS_ENDED
-# (block, pipe) tails and (block, src, dst, event id) flags one launch may track: a block id is 16 bits and a pipe
-# 8, so a hostile client could name millions of each; past this many the launch's lock-up check stops, said so.
+_WAIT, _SET, _FINISH = int(_K.WAIT_FLAG), int(_K.SET_FLAG), int(_K.BLOCK_FINISH)
+_CROSS_WAIT, _CROSS_SET = int(_K.CROSS_WAIT), int(_K.CROSS_SET)
+_SOFT_WAIT, _SOFT_SET = int(_K.SOFT_WAIT), int(_K.SOFT_SET)
+_MSTX_WAIT, _MSTX_SET = int(_K.MSTX_CROSS_WAIT), int(_K.MSTX_CROSS_SET)
+_GET_BUF, _RLS_BUF = int(_K.GET_BUF), int(_K.RLS_BUF)
+_AIV, _AIC = int(BlockType.AIV), int(BlockType.AIC)
+_S = int(Pipe.S)
+
+_TRACKED = np.zeros(256, dtype=bool)
+_TRACKED[[_WAIT, _SET, _CROSS_WAIT, _CROSS_SET, _SOFT_WAIT, _SOFT_SET, _MSTX_WAIT, _MSTX_SET, _GET_BUF, _RLS_BUF]] = 1
+_WAITS = np.zeros(256, dtype=bool)
+_WAITS[[_WAIT, _CROSS_WAIT, _SOFT_WAIT, _MSTX_WAIT, _GET_BUF]] = True
+
+# (block, pipe) pairs, flag keys and blocks one launch may count: a block id is 16 bits and a pipe 8, so a hostile
+# client could name millions of each; past this many the launch's lock-up check stops, said so.
 MAX_LOCKUP_KEYS = 1 << 20
+# (mode, flag, block) of FFTS sets, read in Python by each replay step that has a cross-core wait to judge.
+MAX_FFTS_SET_KEYS = 1 << 16
+# Sync rows waiting behind blocked waits (or for their releaser to arrive): about 64 bytes each.
+MAX_PENDING_ROWS = 1 << 18
+# Replay work (pending rows visited) per batch: a batch left unsettled is settled further with the next one.
+BATCH_STEPS, BATCH_PASSES = 8, 8
+# Replay work when the session ends with the launch open: past it the launch is not judged, said so.
+FINAL_WORK = 1 << 27
+
+LOCK_ROW = np.dtype(
+    [
+        ("seq", "<u8"),  # order of arrival within the launch
+        ("key", "<u8"),  # what releases it, or what it releases (see _keys)
+        ("serial", "<u8"),
+        ("pc", "<u8"),
+        ("location", "<u4"),
+        ("block_id", "<u2"),
+        ("event_id", "<u2"),
+        ("kind", "u1"),
+        ("block_type", "u1"),
+        ("src", "u1"),  # wait_flag: the pipe that sets its flag; anything else: the pipe it runs on
+        ("dst", "u1"),  # the pipe it runs on (a wait_flag's destination): the pipe it holds
+        ("mode", "u1"),
+        ("free", "u1"),  # releases it needs none of: 1 for GET_BUF, ALWAYS for an "is more" mstx wait
+    ]
+)
+ALWAYS = 255
+
+_S60 = np.uint64(60)
+_SPACE_FLAG, _SPACE_BUF, _SPACE_SOFT, _SPACE_MSTX = (np.uint64(n) << _S60 for n in (1, 2, 3, 4))
+_SPACE_FFTS_WAIT, _SPACE_FFTS_SET, _SPACE_NEVER = (np.uint64(n) << _S60 for n in (5, 6, 15))
+_MSTX_ADDRESS_MASK = np.uint64((1 << 44) - 1)  # GM addresses fit; two flags differing above bit 44 would share
+
+
+def instruction_name(kind: int, mode: int) -> str:
+    """The stuck instruction as msSanitizer's report names it (its SyncType)."""
+    if kind == _CROSS_WAIT:
+        return "WAIT_INTRA_BLOCK" if mode == 4 else "WAIT_FLAG_DEV"
+    return {_SOFT_WAIT: "IB_WAIT", _MSTX_WAIT: "MSTX_WAIT_CROSS", _GET_BUF: "GET_BUF"}.get(kind, "WAIT_FLAG")
 
 
 def pipe_keys(block_type: np.ndarray, block_id: np.ndarray, pipe: np.ndarray) -> np.ndarray:
@@ -39,89 +105,316 @@ def pipe_keys(block_type: np.ndarray, block_id: np.ndarray, pipe: np.ndarray) ->
     return key | (pipe.astype(np.uint64) & np.uint64(0xFF))
 
 
-def flag_keys(rows: np.ndarray) -> np.ndarray:
-    """One u64 per (block type, block id, src pipe, dst pipe, event id): what a wait_flag pairs with."""
-    key = (rows["block_type"].astype(np.uint64) << np.uint64(48)) | (
-        rows["block_id"].astype(np.uint64) << np.uint64(32)
+def _block_keys(block_type: np.ndarray, block_id: np.ndarray) -> np.ndarray:
+    return (block_type.astype(np.uint64) << np.uint64(16)) | block_id.astype(np.uint64)
+
+
+def _keys(kind: np.ndarray, bt: np.ndarray, bid: np.ndarray, events: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Each tracked record's key: a wait's names what releases it, a set's what it releases, in one space per
+    protocol (top 4 bits), so that one sorted count array serves them all."""
+    u = np.uint64
+    pipe, dst = events["pipe"][index].astype(u), events["dst_pipe"][index].astype(u)
+    eid, mode = events["event_id"][index].astype(u), events["mode"][index]
+    address = events["address"][index]
+    b, t = bid.astype(u), bt.astype(u)
+    flag = _SPACE_FLAG | (t << u(48)) | (b << u(32)) | (pipe << u(24)) | (dst << u(16)) | eid
+    buf = _SPACE_BUF | (t << u(48)) | (b << u(32)) | eid
+    soft_set = _SPACE_SOFT | (t << u(48)) | (b << u(32)) | eid
+    # IB_WAIT names the block whose IB_SET it awaits; one past 16 bits names no block, and nothing releases it
+    named = address & u(0xFFFF)
+    soft_wait = np.where(address > 0xFFFF, _SPACE_NEVER, _SPACE_SOFT | (t << u(48)) | (named << u(32)) | eid)
+    mstx = _SPACE_MSTX | ((address & _MSTX_ADDRESS_MASK) << u(16)) | eid
+    intra = (mode == 4).astype(u)
+    ffts_wait = _SPACE_FFTS_WAIT | (intra << u(56)) | (eid << u(32)) | (t << u(16)) | b
+    sub = np.where(events["block_num"][index] >= 2, 2, 1).astype(u)
+    ffts_set = _SPACE_FFTS_SET | (mode.astype(u) << u(52)) | (sub << u(48)) | (eid << u(32)) | (t << u(16)) | b
+    return np.select(
+        [
+            (kind == _WAIT) | (kind == _SET),
+            (kind == _GET_BUF) | (kind == _RLS_BUF),
+            kind == _SOFT_SET,
+            kind == _SOFT_WAIT,
+            (kind == _MSTX_SET) | (kind == _MSTX_WAIT),
+            kind == _CROSS_WAIT,
+        ],
+        [flag, buf, soft_set, soft_wait, mstx, ffts_wait],
+        ffts_set,
+    ).astype(u)
+
+
+def lock_rows(events: np.ndarray, index: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """LOCK_ROWs of ``events[index]`` (tracked kinds only), gathered field by field."""
+    rows = np.empty(index.size, dtype=LOCK_ROW)
+    kind = events["kind"][index]
+    bt, bid = events["block_type"][index], events["block_id"][index]
+    rows["seq"] = seq[index]
+    rows["kind"], rows["block_type"], rows["block_id"] = kind, bt, bid
+    rows["serial"], rows["pc"], rows["location"] = (
+        events["serial"][index],
+        events["pc"][index],
+        events["location"][index],
     )
-    key |= (rows["src"].astype(np.uint64) << np.uint64(24)) | (rows["dst"].astype(np.uint64) << np.uint64(16))
-    return key | rows["event_id"].astype(np.uint64)
+    rows["event_id"], rows["mode"] = events["event_id"][index], events["mode"][index]
+    pipe = events["pipe"][index]
+    rows["src"] = pipe
+    rows["dst"] = np.where(kind == _WAIT, events["dst_pipe"][index], pipe)  # a wait_flag holds its destination
+    rows["key"] = _keys(kind, bt, bid, events, index)
+    more = (kind == _MSTX_WAIT) & ((rows["mode"] & 1) == 1)
+    rows["free"] = np.where(more, ALWAYS, (kind == _GET_BUF).astype(np.uint8))
+    return rows
 
 
 def _merge(
-    keys: np.ndarray, values: np.ndarray, new_keys: np.ndarray, new_values: np.ndarray, *, add: bool
+    keys: np.ndarray, values: np.ndarray, new_keys: np.ndarray, new_values: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted ``keys`` with ``new_keys`` (sorted, unique) merged in: an existing key's value replaced (or added to,
-    ``add``), a new one inserted in order."""
+    """Sorted ``keys`` with ``new_keys`` (sorted, unique) added in: an existing key's value added to, a new one
+    inserted in order."""
     at = np.searchsorted(keys, new_keys)
     found = at < keys.size
     found[found] = keys[at[found]] == new_keys[found]
-    if add:
-        values[at[found]] += new_values[found]
-    else:
-        values[at[found]] = new_values[found]
+    values[at[found]] += new_values[found]
     fresh = ~found
-    if not fresh.any():  # the common case once a launch's pipes have all been seen
+    if not fresh.any():  # the common case once a launch's flags have all been seen
         return keys, values
     return np.insert(keys, at[fresh], new_keys[fresh]), np.insert(values, at[fresh], new_values[fresh])
 
 
-class PipeTails:
-    """The lock-up state of one launch, in synccheck's rows (SYNC_ROW: ``slot`` the pipe a record holds)."""
+def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The value of each ``wanted`` key in sorted ``keys``, 0 where absent."""
+    if not keys.size:
+        return np.zeros(wanted.size, dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+    return np.where(keys[at] == wanted, values[at], 0).astype(np.int64)
 
-    def __init__(self, row_dtype: np.dtype) -> None:
-        self.tail_keys = np.empty(0, dtype=np.uint64)
-        self.tails = np.empty(0, dtype=row_dtype)
-        self.flag_keys = np.empty(0, dtype=np.uint64)
-        self.balance = np.empty(0, dtype=np.int64)  # sets minus waits of each flag
-        self.finished = np.empty(0, dtype=np.uint64)  # (block type, block id) of blocks that finished
-        self.records_ended = np.empty(0, dtype=np.uint64)  # blocks whose records all came, run to their end or not
+
+def _exclusive_group_sums(x: np.ndarray, start: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """For rows sorted into groups (``group`` each row's, ``start`` each group's first row): the sum of ``x`` over
+    the rows of its group before it."""
+    through = np.cumsum(x, dtype=np.int64)
+    return through - x - (through[start] - x[start])[group]
+
+
+def _behind(held: np.ndarray, queue: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Rows (in arrival order, ``queue`` each one's queue key) at or after the first ``held`` row of their queue."""
+    if not held.any():
+        return np.zeros(seq.size, dtype=bool)
+    # rows are in arrival order, so a queue's first held row is its first in a unique's index
+    queues, first = np.unique(queue[held], return_index=True)
+    first_seq = seq[held][first]
+    at = np.minimum(np.searchsorted(queues, queue), queues.size - 1)
+    return (queues[at] == queue) & (seq >= first_seq[at])
+
+
+class PipeQueues:
+    """The lock-up replay of one launch. ``members``: blocks of each type the launch was given (its block_dim), who
+    take part in an FFTS mode-0 round beside those that sent records (a mix launch: those that sent only)."""
+
+    def __init__(self, members: dict[int, int] | None = None) -> None:
+        self.members = members or {}
+        self.pending = np.empty(0, dtype=LOCK_ROW)  # in arrival order
+        self.set_keys = np.empty(0, dtype=np.uint64)  # sets that ran, per key
+        self.set_counts = np.empty(0, dtype=np.int64)
+        self.wait_keys = np.empty(0, dtype=np.uint64)  # waits that ran, per key
+        self.wait_counts = np.empty(0, dtype=np.int64)
+        self.present = np.empty(0, dtype=np.uint64)  # (block type, block id) of blocks that sent records
+        self.finished = np.empty(0, dtype=np.uint64)  # of blocks that finished
+        self.records_ended = np.empty(0, dtype=np.uint64)  # of blocks whose records all came, run to their end or not
+        self.settled = True  # nothing pending could run given what was received
         self.reported = np.empty(0, dtype=np.uint64)  # pipe keys already reported locked
         self.stopped = ""  # why the check stopped for this launch ("" while it runs)
 
-    def add(self, events: np.ndarray, syncs: np.ndarray, rows_of: Callable[[np.ndarray], np.ndarray]) -> bool:
-        """A batch: its ``events``, synccheck's rows of its set_flag/wait_flag (``syncs``), and ``rows_of`` making
-        the rows of chosen events (only each pipe's last is made: most records are not syncs). Whether a pipe may
-        have become stuck: only a pipe whose last record is now a wait can, and a pipe waiting on it can become
-        locked only then too."""
+    def add(self, events: np.ndarray, seq: np.ndarray) -> bool:
+        """A batch of the launch's events (``seq`` their order of arrival). Whether some pipe may be locked now:
+        the replay settled with a wait_flag holding a pipe."""
         if self.stopped or not events.size:
             return False
-        kind = events["kind"]
-        finish = kind == _FINISH
+        blocks = np.unique(_block_keys(events["block_type"], events["block_id"]))
+        self.present = np.union1d(self.present, blocks)
+        finish = events["kind"] == _FINISH
         if finish.any():
-            ends = (events["block_type"][finish].astype(np.uint64) << np.uint64(16)) | events["block_id"][finish]
-            ended = events["mode"][finish] == _RECORDS_ENDED
+            ends = _block_keys(events["block_type"][finish], events["block_id"][finish])
+            ended = events["mode"][finish] == BLOCK_RECORDS_ENDED
             self.finished = np.union1d(self.finished, ends[~ended])
             self.records_ended = np.union1d(self.records_ended, ends[ended])
-        slot = np.where(kind == _WAIT, events["dst_pipe"], events["pipe"])  # a wait holds its destination pipe
-        keys = pipe_keys(events["block_type"], events["block_id"], slot)
-        # the last record of each (block, pipe) in the batch: unique over the batch reversed takes the last
-        last_keys, last_from_end = np.unique(keys[::-1], return_index=True)
-        last_rows = rows_of(events.size - 1 - last_from_end)
-        self.tail_keys, self.tails = _merge(self.tail_keys, self.tails, last_keys, last_rows, add=False)
-        if syncs.size:
-            synced = syncs
-            new_keys, inverse = np.unique(flag_keys(synced), return_inverse=True)
-            weight = np.where(synced["kind"] == _SET, 1, -1)
-            sums = np.bincount(inverse, weights=weight, minlength=new_keys.size).astype(np.int64)
-            self.flag_keys, self.balance = _merge(self.flag_keys, self.balance, new_keys, sums, add=True)
-        if max(self.tail_keys.size, self.flag_keys.size) > MAX_LOCKUP_KEYS:
-            self.stopped = f"more than {MAX_LOCKUP_KEYS} distinct (block, pipe) or (block, flag) pairs"
-            self.tail_keys, self.tails = self.tail_keys[:0], self.tails[:0]
-            self.flag_keys, self.balance = self.flag_keys[:0], self.balance[:0]
+        tracked = np.flatnonzero(_TRACKED[events["kind"]])
+        if tracked.size:
+            self.pending = np.concatenate((self.pending, lock_rows(events, tracked, seq)))
+        if finish.any() or tracked.size:
+            self._run_finished()
+            self.settled = False
+        if not self.settled:
+            self.settled = self._settle(BATCH_STEPS, BATCH_PASSES)
+        why = self._over_bounds()
+        if why:
+            self._stop(why)
             return False
-        return bool((last_rows["kind"] == _WAIT).any())
+        return self.settled and bool((self.pending["kind"] == _WAIT).any())
+
+    def _over_bounds(self) -> str:
+        if self.pending.size > MAX_PENDING_ROWS:
+            return f"more than {MAX_PENDING_ROWS} set/wait records queued behind waits"
+        if max(self.set_keys.size, self.wait_keys.size, self.present.size) > MAX_LOCKUP_KEYS:
+            return f"more than {MAX_LOCKUP_KEYS} distinct blocks or sync keys"
+        if int(((self.set_keys >> _S60) == (_SPACE_FFTS_SET >> _S60)).sum()) > MAX_FFTS_SET_KEYS:
+            return f"more than {MAX_FFTS_SET_KEYS} distinct cross-core (FFTS) flags set by block"
+        return ""
+
+    def _stop(self, why: str) -> None:
+        self.stopped = why
+        self.pending = self.pending[:0]
+        self.set_keys, self.set_counts = self.set_keys[:0], self.set_counts[:0]
+        self.wait_keys, self.wait_counts = self.wait_keys[:0], self.wait_counts[:0]
+        self.present = self.present[:0]
+
+    def _run_finished(self) -> None:
+        """A block that finished ran every instruction it sent, released or not by what we saw."""
+        if not self.finished.size or not self.pending.size:
+            return
+        done = np.isin(_block_keys(self.pending["block_type"], self.pending["block_id"]), self.finished)
+        if done.any():
+            self._ran(done)
+
+    def _ran(self, run: np.ndarray) -> None:
+        rows, self.pending = self.pending[run], self.pending[~run]
+        waits = _WAITS[rows["kind"]]
+        for chosen, is_wait in ((rows[~waits], False), (rows[waits], True)):
+            if not chosen.size:
+                continue
+            keys, counts = np.unique(chosen["key"], return_counts=True)
+            if is_wait:
+                self.wait_keys, self.wait_counts = _merge(self.wait_keys, self.wait_counts, keys, counts)
+            else:
+                self.set_keys, self.set_counts = _merge(self.set_keys, self.set_counts, keys, counts)
+
+    def _settle(self, steps: int, passes: int) -> bool:
+        """Run what can run, up to ``steps`` replay steps of up to ``passes`` passes each; whether it settled."""
+        for _ in range(steps):
+            if not self.pending.size:
+                return True
+            run = self._runnable(passes)
+            if run is None:
+                return False
+            if not run.any():
+                return True
+            self._ran(run)
+        return False
+
+    def _runnable(self, passes: int) -> np.ndarray | None:
+        """The pending rows that run now: each not behind a blocked wait of its pipe. A wait is blocked unless the
+        sets of its key that ran, plus those that arrived before it and run, cover its place among its key's
+        waits. None when the passes ran out before the fixpoint (nothing is taken to have run then)."""
+        p = self.pending
+        is_wait = _WAITS[p["kind"]]
+        key = p["key"]
+        base = _lookup(self.set_keys, self.set_counts, key) + np.where(
+            p["free"] == ALWAYS, 1 << 40, p["free"].astype(np.int64)
+        )
+        ffts = is_wait & (p["kind"] == _CROSS_WAIT)
+        if ffts.any():
+            base[ffts] = self._ffts_rounds(key[ffts])
+        done_waits = _lookup(self.wait_keys, self.wait_counts, key)
+        order = np.lexsort((p["seq"], key))
+        sorted_key = key[order]
+        start_mask = np.ones(order.size, dtype=bool)
+        start_mask[1:] = sorted_key[1:] != sorted_key[:-1]
+        group = np.cumsum(start_mask) - 1
+        start = np.flatnonzero(start_mask)
+        pipes = pipe_keys(p["block_type"], p["block_id"], p["dst"])
+        blocks = _block_keys(p["block_type"], p["block_id"])
+        seq = p["seq"]
+        excluded = np.zeros(p.size, dtype=bool)
+        for _ in range(passes):
+            counted_sets = (~is_wait & ~excluded)[order].astype(np.int64)
+            counted_waits = (is_wait & ~excluded)[order].astype(np.int64)
+            have = np.empty(p.size, dtype=np.int64)
+            place = np.empty(p.size, dtype=np.int64)
+            have[order] = _exclusive_group_sums(counted_sets, start, group)
+            place[order] = _exclusive_group_sums(counted_waits, start, group)
+            blocked = is_wait & (done_waits + place >= base + have)
+            now = _behind(blocked, pipes, seq)
+            scalar = blocked & (p["dst"] == _S)
+            if scalar.any():  # PIPE_S issues the block's every instruction: held, it holds them all
+                now |= _behind(scalar, blocks, seq)
+            if np.array_equal(now, excluded):
+                return ~excluded
+            excluded = now
+        return None
+
+    def _ffts_rounds(self, wait_keys: np.ndarray) -> np.ndarray:
+        """Rounds of FFTS sets that ran targeting each CROSS_WAIT key's block (detectors/_rendezvous.py's rules).
+        Plain Python over the distinct keys and the FFTS set keys (at most MAX_FFTS_SET_KEYS): cross-core syncs
+        are few."""
+        in_space = (self.set_keys >> _S60) == (_SPACE_FFTS_SET >> _S60)
+        counts: dict[tuple[int, int, int, int, int], int] = {}  # (mode, sub, flag, type, id) -> sets that ran
+        mode0: dict[tuple[int, int], dict[int, int]] = {}  # (flag, type) -> mode-0 sets that ran per block
+        for k, n in zip(self.set_keys[in_space].tolist(), self.set_counts[in_space].tolist(), strict=True):
+            mode, flag, bt, bid = (k >> 52) & 0xFF, (k >> 32) & 0xFFFF, (k >> 16) & 0xFFFF, k & 0xFFFF
+            counts[(mode, (k >> 48) & 0xF, flag, bt, bid)] = n
+            if mode == 0:
+                per_block = mode0.setdefault((flag, bt), {})
+                per_block[bid] = per_block.get(bid, 0) + n
+        unique, inverse = np.unique(wait_keys, return_inverse=True)
+        rounds = [self._ffts_round(int(k), counts, mode0) for k in unique.tolist()]
+        return np.array(rounds, dtype=np.int64)[inverse]
+
+    def _ffts_round(
+        self,
+        key: int,
+        counts: dict[tuple[int, int, int, int, int], int],
+        mode0: dict[tuple[int, int], dict[int, int]],
+    ) -> int:
+        intra, flag, bt, bid = (key >> 56) & 1, (key >> 32) & 0xFFFF, (key >> 16) & 0xFFFF, key & 0xFFFF
+
+        def sets(mode: int, sub: int, block_type: int, block: int) -> int:
+            return counts.get((mode, sub, flag, block_type, block), 0)
+
+        total = 0
+        if not intra:
+            # a mode-0 round: every member of the type set once more; the members are the blocks of the type the
+            # launch was given and any other that sent records, so the setters must number as many
+            given = self.members.get(bt, 0)
+            of_type = self.present[(self.present >> np.uint64(16)) == bt] & np.uint64(0xFFFF)
+            members = given + int((of_type >= given).sum())
+            per_block = mode0.get((flag, bt), {})
+            if members and len(per_block) >= members:
+                total += min(per_block.values())
+            first = bid - bid % 2
+            sent = self.present == np.array([(bt << 16) | first, (bt << 16) | first + 1], dtype=np.uint64)[:, None]
+            pair = [b for b, there in zip((first, first + 1), sent.any(axis=1).tolist(), strict=True) if there] or [bid]
+            total += min(sets(1, 2, bt, b) for b in pair) + sets(1, 1, bt, bid)
+        for mode in (4,) if intra else (2,):
+            if bt == _AIV:  # released by its AI core's cube
+                total += sets(mode, 2, _AIC, bid // 2) + sets(mode, 1, _AIC, bid)
+            elif bt == _AIC:  # released once each of its vector sub-blocks has set
+                total += min(sets(mode, 2, _AIV, 2 * bid), sets(mode, 2, _AIV, 2 * bid + 1)) + sets(mode, 1, _AIV, bid)
+        return total
+
+    def fronts(self) -> np.ndarray:
+        """The wait holding each held pipe, in arrival order: each pipe's first pending row, unless it came after
+        its block's PIPE_S was held (the scalar never issued it: the pipe is not stuck on its own)."""
+        p = self.pending
+        if not p.size:
+            return p
+        _, first = np.unique(pipe_keys(p["block_type"], p["block_id"], p["dst"]), return_index=True)
+        front = p[np.sort(first)]
+        scalar = front["dst"] == _S
+        if scalar.any():
+            blocks = _block_keys(front["block_type"], front["block_id"])
+            front = front[~(_behind(scalar, blocks, front["seq"]) & ~scalar)]
+        return front
 
     def stuck(self) -> np.ndarray:
-        """The last record of every stuck pipe: a wait_flag nothing received sets, in a block not finished."""
-        waits = self.tails[self.tails["kind"] == _WAIT]
-        if not waits.size:
-            return waits
-        blocks = (waits["block_type"].astype(np.uint64) << np.uint64(16)) | waits["block_id"]
-        waits = waits[~np.isin(blocks, self.finished)]
-        at = np.searchsorted(self.flag_keys, flag_keys(waits))
-        # every wait counted its own flag, so its key is there
-        return waits[self.balance[at] < 0]
+        """The wait holding each stuck pipe, once the replay has settled over everything received (the launch's
+        session ended). If it cannot settle within FINAL_WORK, the check stops, said so, and nothing is stuck."""
+        if self.stopped:
+            return self.pending[:0]
+        if not self.settled:
+            steps = max(1, FINAL_WORK // max(self.pending.size * 16, 1))
+            self.settled = self._settle(steps, 16)
+            if not self.settled:
+                self._stop(f"its set/wait replay did not settle within {FINAL_WORK} steps")
+                return self.pending[:0]
+        return self.fronts()
 
     def stuck_at_end(self) -> np.ndarray:
         """At the kernel's end: the stuck pipes of blocks whose records ended without saying the block ran to its end
@@ -129,14 +422,15 @@ class PipeTails:
         held = self.stuck()
         if not held.size:
             return held
-        blocks = (held["block_type"].astype(np.uint64) << np.uint64(16)) | held["block_id"]
-        return held[np.isin(blocks, self.records_ended)]
+        return held[np.isin(_block_keys(held["block_type"], held["block_id"]), self.records_ended)]
 
     def locked(self) -> np.ndarray:
-        """The stuck pipes whose flag nothing left can set: each waits on a pipe of its block that is locked too."""
-        held = self.stuck()
+        """Pipes held by a wait_flag whose setter pipe is held by a wait_flag too, to a fixpoint: what remains
+        waits on itself, on a cycle, or on a chain into one, and nothing left in the block can set its flag."""
+        held = self.fronts()
+        held = held[held["kind"] == _WAIT]
         while held.size:
-            waiting = pipe_keys(held["block_type"], held["block_id"], held["slot"])
+            waiting = pipe_keys(held["block_type"], held["block_id"], held["dst"])
             setter = pipe_keys(held["block_type"], held["block_id"], held["src"])
             keep = np.isin(setter, waiting)
             if keep.all():
@@ -145,8 +439,8 @@ class PipeTails:
         return held
 
     def unreported(self, rows: np.ndarray) -> np.ndarray:
-        """Of ``rows`` (stuck tails), those not reported yet; they count as reported from now on."""
-        keys = pipe_keys(rows["block_type"], rows["block_id"], rows["slot"])
+        """Of ``rows`` (waits holding pipes), those not reported yet; they count as reported from now on."""
+        keys = pipe_keys(rows["block_type"], rows["block_id"], rows["dst"])
         new = ~np.isin(keys, self.reported)
         self.reported = np.union1d(self.reported, keys[new])
         return rows[new]

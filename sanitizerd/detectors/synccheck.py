@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.detectors._lockup import PipeTails
+from sanitizerd.detectors._lockup import PipeQueues, instruction_name
 from sanitizerd.detectors._simt import SimtSections, divergence_findings
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, fold_capped, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import EventKind, block_type_name, pipe_name
+from sanitizerd_protocol.records import BlockType, EventKind, block_type_name, pipe_name
 
 SYNC_ROW = np.dtype(
     [
@@ -39,6 +39,14 @@ SYNC_ROW = np.dtype(
     ]
 )
 _SET, _WAIT = EventKind.SET_FLAG, EventKind.WAIT_FLAG
+
+
+def _given_blocks(launch: KernelLaunch | None) -> dict[int, int]:
+    """Blocks of each type a launch was given, all of which take part in an FFTS mode-0 round; a mix launch's
+    vector count depends on its sub-blocks, so only the blocks that send records count there."""
+    if launch is None or launch.kernel_type not in ("aiv", "aic"):
+        return {}
+    return {int(BlockType.AIC if launch.kernel_type == "aic" else BlockType.AIV): launch.block_dim}
 
 
 def _rows(events: np.ndarray, index: np.ndarray, seq: np.ndarray) -> np.ndarray:
@@ -136,7 +144,7 @@ class Synccheck:
         self.stopped = ""  # why this kernel's check stopped ("" while it runs)
         self._room = MAX_KERNEL_FINDINGS  # sites the kernel's report may still give
         self._left_out = [0, 0]  # sites, and their occurrences, past that
-        self.tails = PipeTails(SYNC_ROW)  # each pipe's last record: what a lock-up is read from
+        self.tails = PipeQueues(_given_blocks(self.kernel))  # the launch's waits replayed per pipe: lock-ups
         self.early: list[Finding] = []  # lock-ups found while the kernel runs, for the session to report at once
         self.simt = SimtSections()  # the launch's SIMT sections, for their __syncthreads() (detectors/_simt.py)
 
@@ -153,7 +161,7 @@ class Synccheck:
         seq = np.arange(self.seen, self.seen + events.size, dtype=np.uint64)
         self.seen += events.size
         syncs = _rows(events, np.flatnonzero(is_sync), seq) if is_sync.any() else self.slots[:0]
-        if self.tails.add(events, syncs, lambda index: _rows(events, index, seq)):
+        if self.tails.add(events, seq):
             self._lockups(self.tails.locked())
         if syncs.size:
             self.pairs.append(syncs)
@@ -202,13 +210,14 @@ class Synccheck:
 
     def _lockups(self, locked: np.ndarray) -> None:
         """A report of the locked pipes not reported yet (msSanitizer's ``kernel locked up at`` block, one finding
-        per site: ``dst_pipe`` the locked pipe, ``pipe`` the one whose set_flag it waits for)."""
+        per site: ``dst_pipe`` the locked pipe, ``pipe`` the one whose set_flag it waits for (a wait of another
+        kind: the locked pipe too), ``detail`` the stuck instruction's name)."""
         rows = self.tails.unreported(locked)
         if not rows.size:
             return
         room, left_out = self._room, self._left_out
         self._room, self._left_out = MAX_KERNEL_FINDINGS, [0, 0]
-        found = self._findings("kernel_locked_up", rows)
+        found = self._findings("kernel_locked_up", rows, named=True)
         if self._left_out[0]:
             found.append(self._kernel_error(left_out_text("synccheck", *self._left_out)))
         self._room, self._left_out = room, left_out
@@ -226,7 +235,7 @@ class Synccheck:
 
     def _cut_short(self) -> list[Finding]:
         """The session ended while its kernel ran (Ctrl-C, the program killed or crashed) with pipes stuck on a
-        wait_flag: each is reported locked up, from the records received, as msSanitizer reports them once the
+        wait: each is reported locked up, from the records received, as msSanitizer reports them once the
         kernel is killed. Whether sets are unpaired cannot be judged of a kernel that never reached its end."""
         self._lockups(self.tails.stuck())
         found = self.take_early()
@@ -291,9 +300,15 @@ class Synccheck:
         sets = rows["kind"] == _SET
         return self._findings("redundant_set_flag", rows[sets]) + self._findings("redundant_wait_flag", rows[~sets])
 
-    def _findings(self, kind: str, rows: np.ndarray) -> list[Finding]:
+    def _findings(self, kind: str, rows: np.ndarray, *, named: bool = False) -> list[Finding]:
+        """One finding per site; ``named``: lock-up rows (detectors/_lockup.py's LOCK_ROW), whose instruction's
+        name is the finding's detail."""
         launch = self.kernel
-        key = ("kind", "src", "dst", "event_id", "pc", "location")
+        key = (
+            ("kind", "mode", "src", "dst", "event_id", "pc", "location")
+            if named
+            else ("kind", "src", "dst", "event_id", "pc", "location")
+        )
         sites, left_out, occurrences = fold_capped(rows, key, self._room)
         self._room -= len(sites)
         self._left_out[0] += left_out
@@ -311,6 +326,7 @@ class Synccheck:
                 pipe=pipe_name(int(site.head["src"])),
                 dst_pipe=pipe_name(int(site.head["dst"])),
                 event_id=int(site.head["event_id"]),
+                **({"detail": instruction_name(int(site.head["kind"]), int(site.head["mode"]))} if named else {}),
             )
             for site in sites
         ]
@@ -323,8 +339,9 @@ class Synccheck:
             return []
         if self.stopped:  # it said why at its stop; nothing of the kernel is held
             return self.kernel_end()
+        stuck = self.tails.stuck()  # settles the replay first, which may stop it
         if self.tails.stopped:  # a launch not looked at for lock-ups must not read as free of them
             why = self.tails.stopped
             unlooked = self._kernel_error(f"synccheck stopped looking for locked pipes in this kernel: {why}")
             return [*self.kernel_end(), unlooked]
-        return self._cut_short() if self.tails.stuck().size else self.kernel_end()
+        return self._cut_short() if stuck.size else self.kernel_end()

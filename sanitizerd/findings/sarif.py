@@ -33,7 +33,7 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "race_waw": "Write-after-write hazard: two pipes or blocks access the same memory unordered.",
     "dcci_missing": "A scalar GM access another block depends on, without the dcci that makes it visible.",
     "deadlock": "A wait_flag that no set_flag ever releases: the pipeline cannot progress.",
-    "kernel_locked_up": "A pipe of a running kernel waits on a wait_flag that nothing received sets: the kernel hangs.",
+    "kernel_locked_up": "A pipe of a running kernel waits on a sync that nothing that ran releases: the kernel hangs.",
     "kernel_silent": "A kernel launch sent nothing for a long time and did not end: what it did after was not checked.",
     "unpaired_set_flag": "A set_flag without a matching wait_flag.",
     "redundant_set_flag": "A set_flag whose event was already set.",
