@@ -316,8 +316,8 @@ def test_online_errors_other_than_races_and_the_accesses_own_are_stepped_over_an
     events, problems = decode(layout, slot_with_area(layout, 0, records, 4, (1, 1, 1)))
     assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.WRITE, EventKind.SIMT_END]
     assert sorted(problems) == [
-        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the access they carry is not a "
-        "SIMT load, store or atomic of its size)",
+        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the record they carry is not a "
+        "SIMT access, barrier or thread end of its size)",
         "2 SIMT ONLINE_ERROR findings of msSanitizer's device (THREAD_OVERLAP) not checked",
     ]
 
@@ -422,8 +422,8 @@ def test_a_sync_finding_on_a_record_not_of_its_size_is_counted(size: int) -> Non
     found = online_error(layout, Rec("SIMT_END", loc=(1, 0, 0)), [sync_desc(layout, (0, 0, 0))], size=size)
     events, problems = decode(layout, slot_with_area(layout, 1, found, 1, (2, 1, 1)))
     assert events.size == 0
-    assert problems == ["1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the access they "
-                        "carry is not a SIMT load, store or atomic of its size)"]  # fmt: skip
+    assert problems == ["1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the record they "
+                        "carry is not a SIMT access, barrier or thread end of its size)"]  # fmt: skip
 
 
 def test_the_device_losing_barrier_records_is_not_a_clean_run() -> None:
@@ -690,3 +690,29 @@ def test_device_found_errors_on_the_wire_are_reported_in_mssanitizers_text(daemo
     at = lines.index("====== ERROR: Sync error detected. Divergent thread(s) in simt_found")
     assert lines[at + 1] == "======    by thread(1,0,0) in block aiv(0) on device 0"
     assert lines[at + 2].startswith("======    code in unknown:12 ")
+
+
+@pytest.mark.parametrize(("meant", "lost"), [(1, 0), (3, 2), (2**64 - 1, 2**64 - 2)])
+def test_records_the_device_had_no_room_for_are_not_a_clean_run(meant: int, lost: int) -> None:
+    """msSanitizer's device counts a record (a finding among them) its full thread area could not take in
+    recordCount only: the difference from recordWriteCount is said, never taken as nothing found; a hostile count
+    near 2**64 in every area does not wrap."""
+    layout = layout_of("26.1.0")
+    store = pack_record(layout, Rec("SIMT_STS", 0x10, 4), (0, 0, 0))
+    data = bytearray(slot_with_area(layout, 0, store, 1, (1, 1, 1)))
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    struct.pack_into("<Q", data, layout.heads_size, meant)  # area 0's recordCount
+    events, problems = decode(layout, bytes(data))
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]
+    expected = (
+        [f"{lost} SIMT records msSanitizer's device could not write (their thread area was full)"] if lost else []
+    )
+    assert problems == expected
+    if meant > 1:  # every area claiming as many: the sum is exact
+        for area in range(rb.SIMT_THREADS):
+            struct.pack_into("<Q", data, layout.heads_size + area * (shape.thread_head + 2048), meant)
+        _, problems = decode(layout, bytes(data))
+        assert (
+            f"{lost + meant * (rb.SIMT_THREADS - 1)} SIMT records msSanitizer's device could not write" in problems[0]
+        )

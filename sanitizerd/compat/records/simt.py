@@ -33,7 +33,8 @@ from sanitizerd_protocol.records import (
 
 MAX_SIMT_EVENTS = 1 << 20  # per slot: 2 048 threads of a few hundred accesses each; more is refused, counted
 MAX_AREA_BYTES = 256 << 10  # one thread area converted whole; msSanitizer gives each a tenth of the cache / 2 048
-_HEAD_COUNT, _HEAD_WRITE_OFFSET = 8, 24  # SimtRecordBlockHead.recordWriteCount, .writeOffset
+# SimtRecordBlockHead.recordCount (what the device meant to write), .recordWriteCount (what it wrote), .writeOffset
+_HEAD_MEANT, _HEAD_COUNT, _HEAD_WRITE_OFFSET = 0, 8, 24
 _ONLINE_ERROR_RECORD, _ONLINE_ERROR_DESC = 32, 144  # KernelErrorRecord, KernelErrorDesc (26.1.0 and master)
 _PAYLOADS = ("SimtLoadStoreRecord", "SimtAtomRecord", "SimtEmptyRecord")
 _READS = ("SIMT_LDG", "SIMT_LDS", "SIMT_LDK", "SIMT_LD")
@@ -167,6 +168,11 @@ class ThreadAreas:
         raw = np.frombuffer(data, dtype=np.uint8, count=n * self.area)
         base = np.arange(n, dtype=np.int64) * self.area
         counts = _u64_at(raw, base + _HEAD_COUNT)
+        # The device counts a record (a finding among them) it had no room for in recordCount only: lost, so the
+        # run that lost them is not clean.
+        meant = _u64_at(raw, base + _HEAD_MEANT)
+        self.refuse("SIMT records msSanitizer's device could not write (their thread area was full)",
+                    _total(np.where(meant > counts, meant - counts, np.uint64(0))))  # fmt: skip
         write_offset = _u64_at(raw, base + _HEAD_WRITE_OFFSET)
         past = write_offset > np.uint64(self.thread_bytes)
         self.refuse("SIMT thread areas whose writeOffset is past the area (not decoded)", int(past.sum()))
