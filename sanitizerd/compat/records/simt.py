@@ -5,7 +5,10 @@ A SIMT chip's slot ends with 2 048 thread areas (area i is thread i, its linear 
 ``SimtEntryBlockHead`` per SIMT call, which gives the call's thread dims and its ``mainScalarPc`` (the same
 ``mainScalarPc`` every record's ``SimtThreadLocation`` of that call carries). The records a thread area can hold:
 loads and stores (``SimtLoadStoreRecord``), atomics (``SimtAtomRecord``), ``__syncthreads()`` and the thread's end
-(``SimtEmptyRecord``), and the device's own findings (ONLINE_ERROR, variable length: walked over, counted).
+(``SimtEmptyRecord``), and the device's own findings (ONLINE_ERROR, variable length). A device finding becomes
+the native events our detectors judge it from: a race its two accesses (racecheck), an illegal or misaligned
+address the access its record carries (memcheck), a thread that missed a ``__syncthreads()`` the barriers every
+other thread reached (synccheck); the rest (overlap, lost barrier records) are counted, never taken as clean.
 
 Areas are walked in lockstep, one record of every area per step (a few numpy calls over at most 2 048 areas),
 so a step costs the same whatever the number of threads, and no Python loop runs per record. Nothing read from
