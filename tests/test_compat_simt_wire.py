@@ -552,6 +552,37 @@ def test_the_slot_limit_refuses_what_is_past_it(monkeypatch: pytest.MonkeyPatch)
 # --- end to end: a SIMT chip's hooks on the job's compat socket ------------------------------------------------
 
 
+def kernel_packets(layout: wire.WireLayout, name: str, slot: bytes) -> bytes:
+    """A kernel's KERNEL_SUMMARY (one block) and its one slot's KERNEL_RECORD."""
+    summary = bytearray(layout.kernel_summary.size)
+    struct.pack_into("<QIB", summary, 0, 0, 1, 1)
+    summary[15 : 15 + len(name)] = name.encode()
+    return (
+        wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
+        + bytes(summary)
+        + wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
+        + wire.LENGTH.pack(len(slot))
+        + slot
+    )
+
+
+def send_kernels(
+    daemon: RunningDaemon, layout: wire.WireLayout, job: str, tools: list[str], kernels: list[bytes]
+) -> None:
+    """A 950 chip's hooks on ``job``'s compat socket: the handshake, then each kernel, answered before the next."""
+    with ControlClient(daemon.socket) as control:
+        control.send(m.JobStart(job=job, config=m.Config(tools=tools)))
+        answer = control.request(m.CompatListen(job=job, layout=layout.name))
+        assert isinstance(answer, m.CompatListening), answer
+        with compat_connect(answer.name, timeout=30) as client:
+            assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+            device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
+            client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
+            for packets in kernels:
+                client.sendall(packets)
+                assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
+
+
 def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_silent(daemon: RunningDaemon) -> None:
     """msSanitizer 26.1.0's hooks on a 950 chip send one kernel whose threads 0 and 1 both write UB 0x200 between
     the same barriers (a WAW between threads), one where each writes its own word, and one whose only record is the
@@ -560,9 +591,6 @@ def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_sil
     layout = layout_of("26.1.0")
 
     def kernel(name: str, racy: bool, online: bool = False) -> bytes:
-        summary = bytearray(layout.kernel_summary.size)
-        struct.pack_into("<QIB", summary, 0, 0, 1, 1)
-        summary[15 : 15 + len(name)] = name.encode()
         threads = {
             t: [Rec("SIMT_STS", 0x100 + 4 * t, 4, pc=0x40), Rec("THREAD_BLOCK_BARRIER", pc=0x60),
                 Rec("SIMT_STS", 0x200 if racy else 0x200 + 4 * t, 4, pc=0x80), Rec("SIMT_END", pc=0x90)]
@@ -573,27 +601,12 @@ def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_sil
             access = Rec("SIMT_STS", 0x200, 4, pc=0x80, loc=(1, 0, 0))
             found = online_error(layout, access, [race_desc(layout, "THREAD_WW_RACE", 0x200, (1, 0, 0), (0, 0, 0))])
             slot = slot_with_area(layout, 1, found, 1, (2, 1, 1))
-        return (
-            wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
-            + bytes(summary)
-            + wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
-            + wire.LENGTH.pack(len(slot))
-            + slot
-        )
+        return kernel_packets(layout, name, slot)
 
     job = "compat-simt"
-    with ControlClient(daemon.socket) as control:
-        control.send(m.JobStart(job=job, config=m.Config(tools=["racecheck"])))
-        answer = control.request(m.CompatListen(job=job, layout=layout.name))
-        assert isinstance(answer, m.CompatListening), answer
-        with compat_connect(answer.name, timeout=30) as client:
-            assert len(recv_exactly(client, layout.config.size)) == layout.config.size
-            device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
-            client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
-            for name, racy, online in (("simt_racy", True, False), ("simt_clean", False, False),
-                                       ("simt_online", False, True)):  # fmt: skip
-                client.sendall(kernel(name, racy, online))
-                assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
+    kernels = [kernel(name, racy, online) for name, racy, online in (
+        ("simt_racy", True, False), ("simt_clean", False, False), ("simt_online", False, True))]  # fmt: skip
+    send_kernels(daemon, layout, job, ["racecheck"], kernels)
     found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
     assert sorted((f["kernel"], f["kind"]) for f in found if f["kind"] != "internal_error") == [
         ("simt_online", "race_waw"), ("simt_racy", "race_waw")]  # fmt: skip
@@ -645,9 +658,6 @@ def test_device_found_errors_on_the_wire_are_reported_in_mssanitizers_text(daemo
     u32 = layout.detailed_data_types["U32"]
 
     def kernel(name: str, addr: int, diverged: bool) -> bytes:
-        summary = bytearray(layout.kernel_summary.size)
-        struct.pack_into("<QIB", summary, 0, 0, 1, 1)
-        summary[15 : 15 + len(name)] = name.encode()
         access = Rec("SIMT_LDS", addr, 4, Space.UB, pc=0x80, loc=(3, 0, 0), dtype=u32)
         kind = "ILLEGAL_ADDR_READ" if diverged else "MISALIGNED_ACCESS"  # the clean one: a finding memcheck rejects
         desc = {"errorType": layout.kernel_error_types[kind], "space": Space.UB, "threadLoc.idX": 3,
@@ -656,26 +666,11 @@ def test_device_found_errors_on_the_wire_are_reported_in_mssanitizers_text(daemo
         missed = [sync_desc(layout, (1, 0, 0))] if diverged else []
         records += online_error(layout, Rec("SIMT_END", pc=0x90, loc=(3, 0, 0)), missed, size=48)
         slot = slot_with_area(layout, 3, records, 2, (4, 1, 1))
-        return (
-            wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
-            + bytes(summary)
-            + wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
-            + wire.LENGTH.pack(len(slot))
-            + slot
-        )
+        return kernel_packets(layout, name, slot)
 
     job = "compat-simt-online"
-    with ControlClient(daemon.socket) as control:
-        control.send(m.JobStart(job=job, config=m.Config(tools=["memcheck", "synccheck"])))
-        answer = control.request(m.CompatListen(job=job, layout=layout.name))
-        assert isinstance(answer, m.CompatListening), answer
-        with compat_connect(answer.name, timeout=30) as client:
-            assert len(recv_exactly(client, layout.config.size)) == layout.config.size
-            device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
-            client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
-            for name, addr, diverged in (("simt_found", 0x40000, True), ("simt_fine", 0x3FF00, False)):
-                client.sendall(kernel(name, addr, diverged))
-                assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
+    kernels = [kernel("simt_found", 0x40000, True), kernel("simt_fine", 0x3FF00, False)]
+    send_kernels(daemon, layout, job, ["memcheck", "synccheck"], kernels)
     found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
     assert sorted((f["kernel"], f["kind"]) for f in found) == [
         ("simt_found", "divergent_threads"), ("simt_found", "illegal_read")]  # fmt: skip
