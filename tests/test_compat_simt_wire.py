@@ -711,3 +711,19 @@ def test_records_the_device_had_no_room_for_are_not_a_clean_run(meant: int, lost
         assert (
             f"{lost + meant * (rb.SIMT_THREADS - 1)} SIMT records msSanitizer's device could not write" in problems[0]
         )
+
+
+def test_a_divergence_in_a_slot_without_entry_heads_is_refused() -> None:
+    layout = layout_of("26.1.0")
+    found = online_error(layout, Rec("SIMT_END", loc=(0, 0, 0)), [sync_desc(layout, (0, 0, 0))], size=48)
+    data = bytearray(simt_slot(layout, {}, None, thread_bytes=2048))
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    at = layout.heads_size + shape.thread_head
+    data[at : at + len(found)] = found
+    struct.pack_into("<QQQQ", data, layout.heads_size, 1, 1, len(found), len(found))
+    events, problems = decode(layout, bytes(data))
+    assert events.size == 0
+    assert problems == [
+        "1 SIMT divergences the device found in a SIMT call with no SimtEntryBlockHead (no thread dims)"
+    ]
