@@ -42,6 +42,7 @@ class Rec:
     loc: tuple[int, int, int] | None = None  # None: the area's own thread location
     main_pc: int = MAIN_PC
     option: int = 0
+    dtype: int = 0  # this release's DetailedDataType number (0: Default)
 
 
 def pack_record(layout: wire.WireLayout, rec: Rec, loc: tuple[int, int, int]) -> bytes:
@@ -56,7 +57,7 @@ def pack_record(layout: wire.WireLayout, rec: Rec, loc: tuple[int, int, int]) ->
     values = {
         "addr": rec.addr, "size": rec.size, "space": rec.space, "location.pc": rec.pc, "location.lineNo": 7,
         "threadLoc.idX": x, "threadLoc.idY": y, "threadLoc.idZ": z, "threadLoc.mainScalarPc": rec.main_pc,
-        "option": rec.option,
+        "option": rec.option, "detailedDataType": rec.dtype,
     }  # fmt: skip
     codes = {"<u8": "<Q", "<u4": "<I", "<u2": "<H", "<i4": "<i", "u1": "<B"}
     for name, offset, fmt in payload.fields:
@@ -144,6 +145,26 @@ def test_the_thread_record_structs_are_measured(name: str) -> None:
     ]  # fmt: skip
     assert (ls.offset("space"), atom.offset("option"), empty.offset("threadLoc.idZ")) == (64, 69, 36)
     assert rb.simt_shape(layout).records is not None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", WIRES)
+def test_every_member_of_the_device_findings_union_is_measured(name: str) -> None:
+    """KernelErrorDesc's payload is a union: each member the device writes for its error type starts at 80 and is
+    read where libclang measured it (illegal and misaligned: address, size; overlap and race: the other thread;
+    sync: the barrier and the thread that missed it), whatever the others say."""
+    desc = layout_of(name).structs["KernelErrorDesc"]
+    assert desc.size == 144
+    p = "payload."
+    assert [desc.offset(p + f) for f in ("illegalDesc.addr", "illegalDesc.illegalSize", "misAlignDesc.addr",
+                                         "misAlignDesc.misAlignSize")] == [80, 88, 80, 88]  # fmt: skip
+    assert [desc.offset(p + f) for f in ("overLapDesc.conflictedThreadLoc.idX", "overLapDesc.addr",
+                                         "overLapDesc.overLapSize")] == [112, 128, 136]  # fmt: skip
+    assert [desc.offset(p + f) for f in ("syncDesc.syncLocation.pc", "syncDesc.syncThreadLoc.idX",
+                                         "syncDesc.syncThreadLoc.idZ", "syncDesc.syncThreadLoc.mainScalarPc")] == [
+        96, 112, 116, 120]  # fmt: skip
+    raw = np.zeros(1, dtype=desc.dtype)  # the union's members share their bytes in the dtype, as in C
+    raw[p + "syncDesc.syncThreadLoc.idX"] = 7
+    assert int(raw[p + "overLapDesc.conflictedThreadLoc.idX"][0]) == 7
 
 
 def test_a_wire_without_measured_thread_records_counts_them() -> None:
@@ -249,12 +270,14 @@ def race_desc(layout: wire.WireLayout, kind: str, addr: int, mine: tuple[int, in
     }  # fmt: skip
 
 
-def slot_with_area(layout: wire.WireLayout, area: int, records: bytes, count: int, dims: tuple[int, int, int]) -> bytes:
+def slot_with_area(
+    layout: wire.WireLayout, area: int, records: bytes, count: int, dims: tuple[int, int, int], thread_bytes: int = 2048
+) -> bytes:
     """A SIMT slot whose thread area ``area`` holds ``records`` (``count`` of them), the others none."""
-    data = bytearray(simt_slot(layout, {}, dims, thread_bytes=2048))
+    data = bytearray(simt_slot(layout, {}, dims, thread_bytes=thread_bytes))
     shape = rb.simt_shape(layout)
     assert shape is not None
-    at = layout.heads_size + area * (shape.thread_head + 2048)
+    at = layout.heads_size + area * (shape.thread_head + thread_bytes)
     data[at + shape.thread_head : at + shape.thread_head + len(records)] = records
     struct.pack_into("<QQQQ", data, at, count, count, len(records), len(records))
     return bytes(data)
@@ -280,22 +303,148 @@ def test_a_race_the_device_found_is_its_two_accesses(name: str, race: str, their
     assert events["pc"][1:3].tolist() == [0x84, 0x80] and events["space"][1:3].tolist() == [Space.UB] * 2
 
 
-def test_online_errors_other_than_races_are_stepped_over_and_counted() -> None:
+def test_online_errors_other_than_races_and_the_accesses_own_are_stepped_over_and_counted() -> None:
     layout = layout_of("26.1.0")
     rec = Rec("SIMT_STG", 0x10, 4, Space.GM)
     store = pack_record(layout, rec, (0, 0, 0))
+    misaligned = {"errorType": layout.kernel_error_types["THREAD_OVERLAP"], "space": Space.GM}
     illegal = {"errorType": layout.kernel_error_types["ILLEGAL_ADDR_WRITE"], "space": Space.GM}
-    found = online_error(layout, rec, [illegal, illegal])
+    found = online_error(layout, rec, [misaligned, misaligned])
     damaged = online_error(layout, Rec("SIMT_STG"), [illegal], size=48)  # its access is not a store's size
     # The device findings between the two stores: the walk must step over both to reach the second store.
     records = store + found + damaged + store
     events, problems = decode(layout, slot_with_area(layout, 0, records, 4, (1, 1, 1)))
     assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.WRITE, EventKind.SIMT_END]
     assert sorted(problems) == [
-        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the access they carry is not a "
-        "SIMT load, store or atomic of its size)",
-        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (ILLEGAL_ADDR_WRITE) not checked",
+        "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the record they carry is not a "
+        "SIMT access, barrier or thread end of its size)",
+        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (THREAD_OVERLAP) not checked",
     ]
+
+
+@pytest.mark.parametrize("name", WIRES)
+@pytest.mark.parametrize(("found", "rec", "kind"), [
+    ("ILLEGAL_ADDR_WRITE", Rec("SIMT_STG", 0x7000, 8, Space.GM, pc=0x44), EventKind.WRITE),
+    ("ILLEGAL_ADDR_READ", Rec("SIMT_LDS", 0x7000, 8, Space.UB, pc=0x44), EventKind.READ),
+    ("ILLEGAL_ADDR_WRITE", Rec("SIMT_ATOM", 0x7000, 8, Space.GM, pc=0x44), EventKind.WRITE),
+    ("MISALIGNED_ACCESS", Rec("SIMT_LDG", 0x7000, 8, Space.GM, pc=0x44), EventKind.READ),
+])  # fmt: skip
+def test_an_access_the_device_found_wrong_is_the_access_it_carries(
+    name: str, found: str, rec: Rec, kind: EventKind
+) -> None:
+    """Thread (1, 1, 0) of 4x2x1 (area 5): its record between two of its own stores becomes the carried access, in
+    its place in the thread's order, whole (address, size, pc, space, its data type's alignment), for memcheck to
+    judge; a READ and a WRITE desc on one record (msSanitizer's MEMCPY_BLOCKS) still make one access."""
+    layout = layout_of(name)
+    rec = dataclasses.replace(rec, loc=(1, 1, 0), dtype=layout.detailed_data_types["U64"])
+    descs = [{"errorType": layout.kernel_error_types[found], "space": rec.space, "threadLoc.idX": 1,
+              "threadLoc.idY": 1, "threadLoc.mainScalarPc": MAIN_PC}]  # fmt: skip
+    if rec.type == "SIMT_STG":
+        descs.append({**descs[0], "errorType": layout.kernel_error_types["ILLEGAL_ADDR_READ"]})
+    before, after = (pack_record(layout, Rec("SIMT_STS", a, 4, pc=0x40), (1, 1, 0)) for a in (0x100, 0x104))
+    records = before + online_error(layout, rec, descs, size=len(pack_record(layout, rec, (0, 0, 0))) - 4) + after
+    events, problems = decode(layout, slot_with_area(layout, 5, records, 3, (4, 2, 1)))
+    assert problems == []
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, kind, EventKind.WRITE,
+                                       EventKind.SIMT_END]  # fmt: skip
+    assert events["thread"][1:4].tolist() == [6, 6, 6]
+    assert events["address"][1:4].tolist() == [0x100, 0x7000, 0x104]
+    assert int(events["block_size"][2]) == 8 and int(events["pc"][2]) == 0x44 and int(events["space"][2]) == rec.space
+    assert bool(events["flags"][2] & FLAG_ATOMIC) == (rec.type == "SIMT_ATOM")
+    assert events["align"][1:4].tolist() == [1, 8, 1]  # the stores around it: Default, no alignment checked
+
+
+@pytest.mark.parametrize(("dtype", "align"), [("Default", 1), ("U8", 1), ("HALF", 2), ("F16X2", 4), ("FLOAT", 4),
+                                              ("S64", 8), ("B128", 16)])  # fmt: skip
+def test_a_thread_access_is_aligned_by_its_data_type_not_by_its_space(dtype: str, align: int) -> None:
+    """msSanitizer checks a SIMT access against its data type's alignment, not UB's 32 B rule for vector
+    instructions: the event carries that alignment (1: none), so memcheck does not call a float at UB 0x104 misaligned.
+    """
+    layout = layout_of("26.1.0")
+    rec = Rec("SIMT_LDS", 0x104, 4, dtype=layout.detailed_data_types[dtype])
+    events, problems = decode(layout, simt_slot(layout, {0: [rec]}, (1, 1, 1)))
+    assert problems == [] and events["align"].tolist() == [0, align, 0]
+
+
+def sync_desc(layout: wire.WireLayout, missed: tuple[int, int, int], pc: int = 0x60, main_pc: int = MAIN_PC,
+              kind: str = "THREADS_ASYNC_IN_BLOCK") -> dict[str, int]:  # fmt: skip
+    sync = "payload.syncDesc."
+    return {
+        "errorType": layout.kernel_error_types[kind], "threadLoc.idX": 3, "threadLoc.mainScalarPc": main_pc,
+        sync + "syncLocation.pc": pc, sync + "syncLocation.lineNo": 12, sync + "syncThreadLoc.idX": missed[0],
+        sync + "syncThreadLoc.idY": missed[1], sync + "syncThreadLoc.idZ": missed[2],
+        sync + "syncThreadLoc.mainScalarPc": main_pc,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WIRES)
+def test_a_divergence_the_device_found_is_the_barriers_it_implies(name: str) -> None:
+    """The last thread of 4x1x1 to end, (3,0,0), carries the device's finding that threads (1,0,0) and (2,0,0)
+    missed the __syncthreads() at pc 0x60: the section holds that barrier for every other thread, after all each
+    did, so synccheck finds 1 and 2 short of it. A thread's own store before it keeps its place."""
+    layout = layout_of(name)
+    end = Rec("SIMT_END", pc=0x90, loc=(3, 0, 0))
+    found = online_error(layout, end, [sync_desc(layout, (1, 0, 0)), sync_desc(layout, (2, 0, 0))], size=48)
+    store = pack_record(layout, Rec("SIMT_STS", 0x10, 4, pc=0x40), (3, 0, 0))
+    events, problems = decode(layout, slot_with_area(layout, 3, store + found, 2, (4, 1, 1)))
+    assert problems == []
+    kinds = events["kind"].tolist()
+    assert kinds == [EventKind.SIMT_START, EventKind.SYNC_THREADS, EventKind.WRITE, EventKind.SYNC_THREADS,
+                     EventKind.SIMT_END]  # fmt: skip
+    assert events["thread"][1:4].tolist() == [1, 4, 4] and events["pc"][[1, 3]].tolist() == [0x60, 0x60]
+
+
+def test_hostile_divergences_are_refused_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missed thread outside the dims, one of a call with no entry head, and barriers past the device's 64 per
+    call are refused and counted; the rest still become barriers; past the slot's limit none is made."""
+    layout = layout_of("26.1.0")
+    end = Rec("SIMT_END", pc=0x90, loc=(1, 0, 0))
+    descs = [sync_desc(layout, (0, 0, 0), pc=0x1000 + 8 * i) for i in range(66)]
+    descs += [sync_desc(layout, (2, 0, 0)), sync_desc(layout, (0, 0, 0), main_pc=0x9999)]
+    found = online_error(layout, end, descs, size=48)
+    data = slot_with_area(layout, 1, found, 1, (2, 1, 1), thread_bytes=16 << 10)
+    events, problems = decode(layout, data)
+    assert sorted(problems) == [
+        "1 SIMT divergences the device found for a thread outside its call's dims",
+        "1 SIMT divergences the device found in a SIMT call with no SimtEntryBlockHead (no thread dims)",
+        "2 SIMT divergences the device found past 64 barriers of a SIMT call",
+    ]
+    assert (events["kind"] == EventKind.SYNC_THREADS).sum() == 64 and set(events["thread"][1:-1].tolist()) == {2}
+    monkeypatch.setattr(simt, "MAX_SIMT_EVENTS", 10)
+    events, problems = decode(layout, data)
+    assert events.size == 0
+    assert "66 SIMT divergences the device found past the slot's limit of 10 records" in problems
+
+
+@pytest.mark.parametrize("size", [0, 47, 49, 72])
+def test_a_sync_finding_on_a_record_not_of_its_size_is_counted(size: int) -> None:
+    layout = layout_of("26.1.0")
+    found = online_error(layout, Rec("SIMT_END", loc=(1, 0, 0)), [sync_desc(layout, (0, 0, 0))], size=size)
+    events, problems = decode(layout, slot_with_area(layout, 1, found, 1, (2, 1, 1)))
+    assert events.size == 0
+    assert problems == ["1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the record they "
+                        "carry is not a SIMT access, barrier or thread end of its size)"]  # fmt: skip
+
+
+def test_the_device_losing_barrier_records_is_not_a_clean_run() -> None:
+    """SYNC_THREADS_RECORD_LOSS: the device's barrier table overflowed, so its divergence check is unreliable
+    (msSanitizer warns once): counted as not checked, never silently clean."""
+    layout = layout_of("26.1.0")
+    end = Rec("THREAD_BLOCK_BARRIER", loc=(0, 0, 0))
+    found = online_error(layout, end, [sync_desc(layout, (0, 0, 0), kind="SYNC_THREADS_RECORD_LOSS")], size=48)
+    _, problems = decode(layout, slot_with_area(layout, 0, found, 1, (1, 1, 1)))
+    assert problems == ["1 SIMT ONLINE_ERROR findings of msSanitizer's device (SYNC_THREADS_RECORD_LOSS) not checked"]
+
+
+def test_an_illegal_address_whose_access_is_another_threads_is_refused() -> None:
+    """The carried access must be its area's thread's: a record in area 0 whose access names thread (1, 0, 0) is
+    refused, counted, and not taken as thread 0's."""
+    layout = layout_of("26.1.0")
+    rec = Rec("SIMT_STG", 0x7000, 8, Space.GM, loc=(1, 0, 0))
+    descs = [{"errorType": layout.kernel_error_types["ILLEGAL_ADDR_WRITE"], "space": Space.GM}]
+    events, problems = decode(layout, slot_with_area(layout, 0, online_error(layout, rec, descs), 1, (2, 1, 1)))
+    assert events.size == 0
+    assert problems == ["1 SIMT records whose thread location is not their thread area's"]
 
 
 def test_a_hostile_race_desc_is_refused() -> None:
@@ -403,6 +552,37 @@ def test_the_slot_limit_refuses_what_is_past_it(monkeypatch: pytest.MonkeyPatch)
 # --- end to end: a SIMT chip's hooks on the job's compat socket ------------------------------------------------
 
 
+def kernel_packets(layout: wire.WireLayout, name: str, slot: bytes) -> bytes:
+    """A kernel's KERNEL_SUMMARY (one block) and its one slot's KERNEL_RECORD."""
+    summary = bytearray(layout.kernel_summary.size)
+    struct.pack_into("<QIB", summary, 0, 0, 1, 1)
+    summary[15 : 15 + len(name)] = name.encode()
+    return (
+        wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
+        + bytes(summary)
+        + wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
+        + wire.LENGTH.pack(len(slot))
+        + slot
+    )
+
+
+def send_kernels(
+    daemon: RunningDaemon, layout: wire.WireLayout, job: str, tools: list[str], kernels: list[bytes]
+) -> None:
+    """A 950 chip's hooks on ``job``'s compat socket: the handshake, then each kernel, answered before the next."""
+    with ControlClient(daemon.socket) as control:
+        control.send(m.JobStart(job=job, config=m.Config(tools=tools)))
+        answer = control.request(m.CompatListen(job=job, layout=layout.name))
+        assert isinstance(answer, m.CompatListening), answer
+        with compat_connect(answer.name, timeout=30) as client:
+            assert len(recv_exactly(client, layout.config.size)) == layout.config.size
+            device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
+            client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
+            for packets in kernels:
+                client.sendall(packets)
+                assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
+
+
 def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_silent(daemon: RunningDaemon) -> None:
     """msSanitizer 26.1.0's hooks on a 950 chip send one kernel whose threads 0 and 1 both write UB 0x200 between
     the same barriers (a WAW between threads), one where each writes its own word, and one whose only record is the
@@ -411,9 +591,6 @@ def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_sil
     layout = layout_of("26.1.0")
 
     def kernel(name: str, racy: bool, online: bool = False) -> bytes:
-        summary = bytearray(layout.kernel_summary.size)
-        struct.pack_into("<QIB", summary, 0, 0, 1, 1)
-        summary[15 : 15 + len(name)] = name.encode()
         threads = {
             t: [Rec("SIMT_STS", 0x100 + 4 * t, 4, pc=0x40), Rec("THREAD_BLOCK_BARRIER", pc=0x60),
                 Rec("SIMT_STS", 0x200 if racy else 0x200 + 4 * t, 4, pc=0x80), Rec("SIMT_END", pc=0x90)]
@@ -424,27 +601,12 @@ def test_a_simt_thread_race_on_the_wire_is_reported_and_its_clean_variant_is_sil
             access = Rec("SIMT_STS", 0x200, 4, pc=0x80, loc=(1, 0, 0))
             found = online_error(layout, access, [race_desc(layout, "THREAD_WW_RACE", 0x200, (1, 0, 0), (0, 0, 0))])
             slot = slot_with_area(layout, 1, found, 1, (2, 1, 1))
-        return (
-            wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_SUMMARY))
-            + bytes(summary)
-            + wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.KERNEL_RECORD))
-            + wire.LENGTH.pack(len(slot))
-            + slot
-        )
+        return kernel_packets(layout, name, slot)
 
     job = "compat-simt"
-    with ControlClient(daemon.socket) as control:
-        control.send(m.JobStart(job=job, config=m.Config(tools=["racecheck"])))
-        answer = control.request(m.CompatListen(job=job, layout=layout.name))
-        assert isinstance(answer, m.CompatListening), answer
-        with compat_connect(answer.name, timeout=30) as client:
-            assert len(recv_exactly(client, layout.config.size)) == layout.config.size
-            device = layout.device_summary.struct.pack(11, 32, 24, 0)  # DeviceType 11: the 950 family
-            client.sendall(wire.PACKET_HEAD.pack(layout.packet_number(wire.PacketType.DEVICE_SUMMARY)) + device)
-            for name, racy, online in (("simt_racy", True, False), ("simt_clean", False, False),
-                                       ("simt_online", False, True)):  # fmt: skip
-                client.sendall(kernel(name, racy, online))
-                assert recv_exactly(client, 12) == struct.pack("<III", 3001, 1, 0)  # KERNEL_RECORD_RESPONSE
+    kernels = [kernel(name, racy, online) for name, racy, online in (
+        ("simt_racy", True, False), ("simt_clean", False, False), ("simt_online", False, True))]  # fmt: skip
+    send_kernels(daemon, layout, job, ["racecheck"], kernels)
     found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
     assert sorted((f["kernel"], f["kind"]) for f in found if f["kind"] != "internal_error") == [
         ("simt_online", "race_waw"), ("simt_racy", "race_waw")]  # fmt: skip
@@ -484,3 +646,84 @@ def test_an_online_error_whose_counts_pass_its_area_ends_the_areas_walk(errors: 
     events, problems = decode(layout, slot_with_area(layout, 0, store + bytes(record) + store, 3, (1, 1, 1)))
     assert problems == ["2 SIMT records running past their thread area's writeOffset (the rest of the area)"]
     assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]
+
+
+def test_device_found_errors_on_the_wire_are_reported_in_mssanitizers_text(daemon: RunningDaemon) -> None:
+    """msSanitizer 26.1.0's hooks on a 950 chip send kernels whose only SIMT records are the device's own findings, as
+    its probes write them into thread (3,0,0)'s area of 4x1x1: a 4-byte UB read at 0x40000, past UB's end, and, at
+    that thread's end, thread (1,0,0) having missed the __syncthreads() at pc 0x60. Through the daemon they are
+    memcheck's illegal read and synccheck's divergence, by those threads, in msSanitizer's text; the same kernel
+    reading inside UB with every thread at the barrier has no finding, and nothing is left unchecked."""
+    layout = layout_of("26.1.0")
+    u32 = layout.detailed_data_types["U32"]
+
+    def kernel(name: str, addr: int, diverged: bool) -> bytes:
+        access = Rec("SIMT_LDS", addr, 4, Space.UB, pc=0x80, loc=(3, 0, 0), dtype=u32)
+        kind = "ILLEGAL_ADDR_READ" if diverged else "MISALIGNED_ACCESS"  # the clean one: a finding memcheck rejects
+        desc = {"errorType": layout.kernel_error_types[kind], "space": Space.UB, "threadLoc.idX": 3,
+                "threadLoc.mainScalarPc": MAIN_PC}  # fmt: skip
+        records = online_error(layout, access, [desc])
+        missed = [sync_desc(layout, (1, 0, 0))] if diverged else []
+        records += online_error(layout, Rec("SIMT_END", pc=0x90, loc=(3, 0, 0)), missed, size=48)
+        slot = slot_with_area(layout, 3, records, 2, (4, 1, 1))
+        return kernel_packets(layout, name, slot)
+
+    job = "compat-simt-online"
+    kernels = [kernel("simt_found", 0x40000, True), kernel("simt_fine", 0x3FF00, False)]
+    send_kernels(daemon, layout, job, ["memcheck", "synccheck"], kernels)
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
+    assert sorted((f["kernel"], f["kind"]) for f in found) == [
+        ("simt_found", "divergent_threads"), ("simt_found", "illegal_read")]  # fmt: skip
+    text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
+    lines = [line for line in text.splitlines() if line.startswith("======")]
+    at = lines.index("====== ERROR: illegal read of size 4")
+    assert lines[at + 1 : at + 3] == [
+        "======    at 0x40000 on UB in simt_found",
+        "======    by thread (3,0,0) in block aiv(0) on device 0",
+    ]
+    assert lines[at + 3].startswith("======    code in unknown:7 (serialNo:")
+    at = lines.index("====== ERROR: Sync error detected. Divergent thread(s) in simt_found")
+    assert lines[at + 1] == "======    by thread(1,0,0) in block aiv(0) on device 0"
+    assert lines[at + 2].startswith("======    code in unknown:12 ")
+
+
+@pytest.mark.parametrize(("meant", "lost"), [(1, 0), (3, 2), (2**64 - 1, 2**64 - 2)])
+def test_records_the_device_had_no_room_for_are_not_a_clean_run(meant: int, lost: int) -> None:
+    """msSanitizer's device counts a record (a finding among them) its full thread area could not take in
+    recordCount only: the difference from recordWriteCount is said, never taken as nothing found; a hostile count
+    near 2**64 in every area does not wrap."""
+    layout = layout_of("26.1.0")
+    store = pack_record(layout, Rec("SIMT_STS", 0x10, 4), (0, 0, 0))
+    data = bytearray(slot_with_area(layout, 0, store, 1, (1, 1, 1)))
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    struct.pack_into("<Q", data, layout.heads_size, meant)  # area 0's recordCount
+    events, problems = decode(layout, bytes(data))
+    assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]
+    expected = (
+        [f"{lost} SIMT records msSanitizer's device could not write (their thread area was full)"] if lost else []
+    )
+    assert problems == expected
+    if meant > 1:  # every area claiming as many: the sum is exact
+        for area in range(rb.SIMT_THREADS):
+            struct.pack_into("<Q", data, layout.heads_size + area * (shape.thread_head + 2048), meant)
+        _, problems = decode(layout, bytes(data))
+        assert (
+            f"{lost + meant * (rb.SIMT_THREADS - 1)} SIMT records msSanitizer's device could not write" in problems[0]
+        )
+
+
+def test_a_divergence_in_a_slot_without_entry_heads_is_refused() -> None:
+    layout = layout_of("26.1.0")
+    found = online_error(layout, Rec("SIMT_END", loc=(0, 0, 0)), [sync_desc(layout, (0, 0, 0))], size=48)
+    data = bytearray(simt_slot(layout, {}, None, thread_bytes=2048))
+    shape = rb.simt_shape(layout)
+    assert shape is not None
+    at = layout.heads_size + shape.thread_head
+    data[at : at + len(found)] = found
+    struct.pack_into("<QQQQ", data, layout.heads_size, 1, 1, len(found), len(found))
+    events, problems = decode(layout, bytes(data))
+    assert events.size == 0
+    assert problems == [
+        "1 SIMT divergences the device found in a SIMT call with no SimtEntryBlockHead (no thread dims)"
+    ]

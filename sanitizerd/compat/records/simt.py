@@ -5,7 +5,10 @@ A SIMT chip's slot ends with 2 048 thread areas (area i is thread i, its linear 
 ``SimtEntryBlockHead`` per SIMT call, which gives the call's thread dims and its ``mainScalarPc`` (the same
 ``mainScalarPc`` every record's ``SimtThreadLocation`` of that call carries). The records a thread area can hold:
 loads and stores (``SimtLoadStoreRecord``), atomics (``SimtAtomRecord``), ``__syncthreads()`` and the thread's end
-(``SimtEmptyRecord``), and the device's own findings (ONLINE_ERROR, variable length: walked over, counted).
+(``SimtEmptyRecord``), and the device's own findings (ONLINE_ERROR, variable length). A device finding becomes
+the native events our detectors judge it from: a race its two accesses (racecheck), an illegal or misaligned
+address the access its record carries (memcheck), a thread that missed a ``__syncthreads()`` the barriers every
+other thread reached (synccheck); the rest (overlap, lost barrier records) are counted, never taken as clean.
 
 Areas are walked in lockstep, one record of every area per step (a few numpy calls over at most 2 048 areas),
 so a step costs the same whatever the number of threads, and no Python loop runs per record. Nothing read from
@@ -33,7 +36,8 @@ from sanitizerd_protocol.records import (
 
 MAX_SIMT_EVENTS = 1 << 20  # per slot: 2 048 threads of a few hundred accesses each; more is refused, counted
 MAX_AREA_BYTES = 256 << 10  # one thread area converted whole; msSanitizer gives each a tenth of the cache / 2 048
-_HEAD_COUNT, _HEAD_WRITE_OFFSET = 8, 24  # SimtRecordBlockHead.recordWriteCount, .writeOffset
+# SimtRecordBlockHead.recordCount (what the device meant to write), .recordWriteCount (what it wrote), .writeOffset
+_HEAD_MEANT, _HEAD_COUNT, _HEAD_WRITE_OFFSET = 0, 8, 24
 _ONLINE_ERROR_RECORD, _ONLINE_ERROR_DESC = 32, 144  # KernelErrorRecord, KernelErrorDesc (26.1.0 and master)
 _PAYLOADS = ("SimtLoadStoreRecord", "SimtAtomRecord", "SimtEmptyRecord")
 _READS = ("SIMT_LDG", "SIMT_LDS", "SIMT_LDK", "SIMT_LD")
@@ -54,12 +58,27 @@ class SimtRecords:
     error_record: wire.Layout | None = None  # KernelErrorRecord and KernelErrorDesc (ONLINE_ERROR), where measured
     error_desc: wire.Layout | None = None
     error_types: dict[str, int] = field(default_factory=dict)  # KernelErrorType
+    # This release's DetailedDataType number -> the alignment a thread's access of it needs (1: none checked)
+    alignment: np.ndarray = field(default_factory=lambda: np.ones(256, dtype=np.uint16))
 
 
 # An on-device race: (the conflicting thread's access, this thread's access), as the error type names them.
 _RACES = {"THREAD_RW_RACE": (EventKind.READ, EventKind.WRITE), "THREAD_WR_RACE": (EventKind.WRITE, EventKind.READ),
           "THREAD_WW_RACE": (EventKind.WRITE, EventKind.WRITE)}  # fmt: skip
-_AFTER_ITS_RECORDS = 1 << 40  # a race's accesses sort after the thread's own records (their index in the area)
+# Device findings about the access its record carries, which memcheck judges again from that access.
+_OF_THE_ACCESS = ("ILLEGAL_ADDR_READ", "ILLEGAL_ADDR_WRITE", "MISALIGNED_ACCESS")
+_AFTER_ITS_RECORDS = 1 << 40
+_AFTER_ALL = 1 << 50  # the barriers a device-found divergence implies come after everything a thread did
+MAX_MISSED_BARRIERS = 64  # per SIMT call: msSanitizer's SIMT_THREAD_MAX_PC_NUM, the barriers its device counts
+_MISSED = np.dtype([("main_pc", "<u8"), ("pc", "<u8"), ("file_no", "<u8"), ("line_no", "<u8"), ("loc", "<u2", 3)])
+# A SIMT thread's access is aligned by its data type (msSanitizer's GetAlignSizeByDataType), not by the address
+# space's rule for vector instructions (32 B in UB); a type not named here, Default included, is not checked.
+_ALIGN_BY_TYPE = {
+    **dict.fromkeys(("B16", "S16", "U16", "F16", "HALF", "BF16"), 2),
+    **dict.fromkeys(("B32", "S32", "U32", "FLOAT", "F16X2", "BF16X2", "F32"), 4),
+    **dict.fromkeys(("B64", "S64", "U64"), 8),
+    "B128": 16,
+}  # a race's accesses sort after the thread's own records (their index in the area)
 
 
 @functools.cache
@@ -77,7 +96,16 @@ def simt_records(layout: wire.WireLayout) -> SimtRecords | None:
         error_record=layout.structs.get("KernelErrorRecord"),
         error_desc=layout.structs.get("KernelErrorDesc"),
         error_types=dict(layout.kernel_error_types),
+        alignment=_alignment(layout),
     )
+
+
+def _alignment(layout: wire.WireLayout) -> np.ndarray:
+    table = np.ones(256, dtype=np.uint16)
+    for name, value in layout.detailed_data_types.items():
+        if 0 <= value < table.size:
+            table[value] = _ALIGN_BY_TYPE.get(name, 1)
+    return table
 
 
 @dataclass(slots=True)
@@ -91,6 +119,7 @@ class ThreadRows:
     space: list[np.ndarray] = field(default_factory=list)
     address: list[np.ndarray] = field(default_factory=list)
     size: list[np.ndarray] = field(default_factory=list)
+    align: list[np.ndarray] = field(default_factory=list)  # the access's required alignment (1: none)
     pc: list[np.ndarray] = field(default_factory=list)
     file_no: list[np.ndarray] = field(default_factory=list)
     line_no: list[np.ndarray] = field(default_factory=list)
@@ -98,6 +127,10 @@ class ThreadRows:
     main_pc: list[np.ndarray] = field(default_factory=list)
     by_loc: list[np.ndarray] = field(default_factory=list)  # the thread is its location's, not the area's
     rows: int = 0
+    # The device's THREADS_ASYNC_IN_BLOCK findings, one row per thread that missed a __syncthreads(): the call's
+    # mainScalarPc, the barrier's pc, file and line, and the thread's (x, y, z). Made into barrier rows by
+    # section_events, where the call's dims are known.
+    missed: list[np.ndarray] = field(default_factory=list)
 
     def column(self, name: str) -> np.ndarray:
         parts = getattr(self, name)
@@ -138,6 +171,11 @@ class ThreadAreas:
         raw = np.frombuffer(data, dtype=np.uint8, count=n * self.area)
         base = np.arange(n, dtype=np.int64) * self.area
         counts = _u64_at(raw, base + _HEAD_COUNT)
+        # The device counts a record (a finding among them) it had no room for in recordCount only: lost, so the
+        # run that lost them is not clean.
+        meant = _u64_at(raw, base + _HEAD_MEANT)
+        self.refuse("SIMT records msSanitizer's device could not write (their thread area was full)",
+                    _total(np.where(meant > counts, meant - counts, np.uint64(0))))  # fmt: skip
         write_offset = _u64_at(raw, base + _HEAD_WRITE_OFFSET)
         past = write_offset > np.uint64(self.thread_bytes)
         self.refuse("SIMT thread areas whose writeOffset is past the area (not decoded)", int(past.sum()))
@@ -148,6 +186,7 @@ class ThreadAreas:
         at_of: list[np.ndarray] = []
         online_area: list[np.ndarray] = []
         online_at: list[np.ndarray] = []
+        online_index: list[np.ndarray] = []
         type_of: list[np.ndarray] = []
         index_of: list[np.ndarray] = []
         index = 0
@@ -182,6 +221,7 @@ class ThreadAreas:
             kept = fits & ~online
             online_area.append(live[fits & online])
             online_at.append(p[fits & online])
+            online_index.append(np.full(int((fits & online).sum()), index, dtype=np.int64))
             area_of.append(live[kept])
             at_of.append(p[kept])
             type_of.append(record_type[kept])
@@ -194,7 +234,9 @@ class ThreadAreas:
         # stops at its offset too); said, so a run missing them is not taken as whole.
         self.refuse("SIMT records counted by recordWriteCount but not within writeOffset", _total(left))
         if online_area:
-            self._online(raw, np.concatenate(online_area) + first_area, np.concatenate(online_at))
+            self._online(
+                raw, np.concatenate(online_area) + first_area, np.concatenate(online_at), np.concatenate(online_index)
+            )
         if not area_of:
             return
         area = np.concatenate(area_of)
@@ -202,11 +244,12 @@ class ThreadAreas:
         types = np.concatenate(type_of)
         self._keep(raw, area + first_area, at + 4, types, np.concatenate(index_of))
 
-    def _online(self, raw: np.ndarray, thread: np.ndarray, at: np.ndarray) -> None:
-        """ONLINE_ERROR records at ``at`` (their type word), each ``[KernelErrorRecord][the access's record]
-        [KernelErrorDesc x errorNum]`` and wholly inside its area (the walk checked its step): a race the device
-        found between two threads becomes the pair of accesses it names, which racecheck then reports; any other
-        finding is counted."""
+    def _online(self, raw: np.ndarray, thread: np.ndarray, at: np.ndarray, index: np.ndarray) -> None:
+        """ONLINE_ERROR records at ``at`` (their type word; ``index`` their place in their area), each
+        ``[KernelErrorRecord][the access's record][KernelErrorDesc x errorNum]`` and wholly inside its area (the walk
+        checked its step): a race the device found between two threads becomes the pair of accesses it names, which
+        racecheck then reports; an illegal or misaligned access becomes the access the record carries, which memcheck
+        then judges; any other finding is counted."""
         r = self.records
         if r.error_record is None or r.error_desc is None or not r.error_types:
             self.online_errors += at.size
@@ -216,17 +259,38 @@ class ThreadAreas:
         # The access's record must be a SIMT access of its own size, else the descs after it are not where we look.
         accesses = [r.types[n] for n in (*_READS, *_WRITES, *_ATOMICS)]
         atomic = np.isin(head["recordType"], [r.types[n] for n in _ATOMICS])
-        sane = np.isin(head["recordType"], accesses) & (size == np.where(atomic, r.atom.size, r.load_store.size))
+        access = np.isin(head["recordType"], accesses) & (size == np.where(atomic, r.atom.size, r.load_store.size))
+        # A barrier's or a thread end's record carries the device's __syncthreads() findings
+        empty = np.isin(head["recordType"], [r.types[n] for n in _EMPTIES]) & (size == r.empty.size)
+        sane = access | empty
         self.online_errors += int((~sane).sum())
-        at, thread, head, size = at[sane], thread[sane], head[sane], size[sane]
+        at, thread, head, size, index, access = (
+            at[sane],
+            thread[sane],
+            head[sane],
+            size[sane],
+            index[sane],
+            access[sane],
+        )
         names = {v: k for k, v in r.error_types.items()}
         errors = head["errorNum"].astype(np.int64)
         first_desc = at + 4 + r.error_record.size + size
+        of_the_access = [r.error_types.get(name, -1) for name in _OF_THE_ACCESS]
+        carried = np.zeros(at.size, dtype=bool)  # records whose access memcheck is to judge
         for j in range(int(errors.max()) if errors.size else 0):
             has = errors > j
             desc = _gather(raw, first_desc[has] + j * r.error_desc.size, r.error_desc)
             kind = desc["errorType"]
-            race = np.zeros(kind.size, dtype=bool)
+            # An illegal or misaligned address is a judgement of the carried access itself: memcheck makes it
+            # again, so one rule (the allocations sanitizerd knows, the data type's alignment) decides.
+            judged = np.isin(kind, of_the_access) & access[has]
+            carried[np.flatnonzero(has)[judged]] = True
+            race = judged.copy()
+            # A thread that missed a __syncthreads() other threads reached: synccheck judges the barriers it implies
+            missed = kind == r.error_types.get("THREADS_ASYNC_IN_BLOCK", -1)
+            if missed.any():
+                self._missed(desc[missed])
+                race |= missed
             for name, (theirs, mine) in _RACES.items():
                 chosen = kind == r.error_types.get(name, -1)
                 race |= chosen
@@ -236,6 +300,20 @@ class ThreadAreas:
                 name = names.get(int(value), str(value))
                 self.refuse(f"SIMT ONLINE_ERROR findings of msSanitizer's device ({name}) not checked",
                             int((kind[~race] == value).sum()))  # fmt: skip
+        if carried.any():
+            self._keep(raw, thread[carried], at[carried] + 4 + r.error_record.size, head["recordType"][carried],
+                       index[carried])  # fmt: skip
+
+    def _missed(self, desc: np.ndarray) -> None:
+        sync = "payload.syncDesc."
+        missed = np.zeros(desc.size, dtype=_MISSED)
+        missed["main_pc"] = desc[sync + "syncThreadLoc.mainScalarPc"]
+        missed["pc"] = desc[sync + "syncLocation.pc"]
+        missed["file_no"] = desc[sync + "syncLocation.fileNo"]
+        missed["line_no"] = desc[sync + "syncLocation.lineNo"]
+        missed["loc"] = np.stack([desc[sync + "syncThreadLoc.id" + axis] for axis in "XYZ"], 1)
+        self.rows.missed.append(missed)
+        self.converted += desc.size
 
     def _race(self, desc: np.ndarray, thread: np.ndarray, theirs: int, mine: int, j: int) -> None:
         """Both sides of the device's races as rows: this area's thread, and the thread its desc names."""
@@ -262,6 +340,7 @@ class ThreadAreas:
             rows.space.append(desc["space"].astype(np.uint8))
             rows.address.append(desc[race + "addr"].astype(np.uint64))
             rows.size.append(np.ones(n, dtype=np.uint32))  # the byte the device found both touching
+            rows.align.append(np.ones(n, dtype=np.uint16))
             rows.pc.append(desc[place + "pc"])
             rows.file_no.append(desc[place + "fileNo"])
             rows.line_no.append(desc[place + "lineNo"])
@@ -308,6 +387,9 @@ class ThreadAreas:
             rows.space.append(space[ok].astype(np.uint8))
             rows.address.append(payload["addr"][ok].astype(np.uint64) if access else np.zeros(int(ok.sum()), np.uint64))
             rows.size.append(size[ok].astype(np.uint32))
+            rows.align.append(
+                r.alignment[payload["detailedDataType"][ok]] if access else np.ones(int(ok.sum()), np.uint16)
+            )
             rows.pc.append(payload["location.pc"][ok])
             rows.file_no.append(payload["location.fileNo"][ok])
             rows.line_no.append(payload["location.lineNo"][ok])
@@ -362,14 +444,15 @@ def section_events(
     ``first_serial``; returns the events, the index of each event's row in ``rows`` (-1 for SIMT_START/SIMT_END),
     and what was refused. Vectorised over rows and calls alike: a slot of many calls costs one sort."""
     refused: dict[str, int] = {}
-    thread = rows.column("thread").astype(np.int64)
-    if not thread.size:
-        return empty_events(0), np.zeros(0, dtype=np.int64), refused
     # The first entry head of each mainScalarPc names the call; a later head for the same pc adds nothing.
     pcs = np.array([c.main_pc for c in calls], dtype=np.uint64)
     dims = np.array([c.dims for c in calls], dtype=np.int64).reshape(-1, 3)
     pcs, first = np.unique(pcs, return_index=True)
     dims = dims[first]
+    _add_missed_barriers(rows, pcs, dims, refused)
+    thread = rows.column("thread").astype(np.int64)
+    if not thread.size:
+        return empty_events(0), np.zeros(0, dtype=np.int64), refused
     main_pc = rows.column("main_pc").astype(np.uint64)
     at = np.minimum(np.searchsorted(pcs, main_pc), max(pcs.size - 1, 0))
     named = (at < pcs.size) & (pcs[at] == main_pc) if pcs.size else np.zeros(thread.size, dtype=bool)
@@ -423,11 +506,79 @@ def section_events(
     inner["thread"] = (thread[index] + 1).astype(np.uint16)
     inner["address"] = rows.column("address")[index]
     inner["block_size"] = rows.column("size")[index]
+    inner["align"] = rows.column("align")[index]
     inner["space"] = rows.column("space")[index]
     inner["flags"] = rows.column("flags")[index]
     inner["pc"] = rows.column("pc")[index]
     events[place] = inner
     return events, source, refused
+
+
+def _add_missed_barriers(rows: ThreadRows, pcs: np.ndarray, dims: np.ndarray, refused: dict[str, int]) -> None:
+    """The barrier rows the device's THREADS_ASYNC_IN_BLOCK findings imply: every thread of the call but those the
+    device named reached the barrier (after all it did), so synccheck finds the named ones short of it, the lowest
+    first, as it does from threads' own barriers. ``pcs`` (sorted) and ``dims``: the calls' mainScalarPc and dims.
+    Bounded: at most MAX_MISSED_BARRIERS barriers per call (the device counts no more) and the slot's limit."""
+    if not rows.missed:
+        return
+    missed = np.concatenate(rows.missed)
+    rows.missed.clear()  # made into rows once
+    at = np.minimum(np.searchsorted(pcs, missed["main_pc"]), max(pcs.size - 1, 0))
+    named = pcs[at] == missed["main_pc"] if pcs.size else np.zeros(missed.size, dtype=bool)
+    _count(refused, "SIMT divergences the device found in a SIMT call with no SimtEntryBlockHead (no thread dims)",
+           ~named)  # fmt: skip
+    missed, at = missed[named], at[named]
+    call_dims = dims[at]
+    loc = missed["loc"].astype(np.int64)
+    total = call_dims.prod(1)
+    ok = (call_dims.min(1) >= 1) & (total <= MAX_SIMT_THREADS) & (loc < call_dims).all(1)
+    _count(refused, "SIMT divergences the device found for a thread outside its call's dims", ~ok)
+    missed, at, loc, call_dims, total = missed[ok], at[ok], loc[ok], call_dims[ok], total[ok]
+    if not missed.size:
+        return
+    order = np.lexsort((missed["pc"], at))
+    missed, at, loc, call_dims, total = missed[order], at[order], loc[order], call_dims[order], total[order]
+    change = np.ones(at.size, dtype=bool)
+    change[1:] = (at[1:] != at[:-1]) | (missed["pc"][1:] != missed["pc"][:-1])
+    group = np.cumsum(change) - 1  # each (call, barrier) once
+    heads = np.flatnonzero(change)
+    call = at[heads]
+    call_start = np.ones(heads.size, dtype=bool)
+    call_start[1:] = call[1:] != call[:-1]
+    starts = np.flatnonzero(call_start)
+    rank = np.arange(heads.size) - np.repeat(starts, np.diff(np.append(starts, heads.size)))
+    kept = rank < MAX_MISSED_BARRIERS
+    _count(refused, f"SIMT divergences the device found past {MAX_MISSED_BARRIERS} barriers of a SIMT call",
+           ~kept[group])  # fmt: skip
+    counts = np.where(kept, total[heads], 0)
+    if rows.rows + int(counts.sum()) > MAX_SIMT_EVENTS:
+        _count(refused, f"SIMT divergences the device found past the slot's limit of {MAX_SIMT_EVENTS} records",
+               np.ones(missed.size, dtype=bool))  # fmt: skip
+        return
+    of_group = np.repeat(np.arange(heads.size), counts)
+    thread = np.arange(of_group.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    x, y = call_dims[:, 0], call_dims[:, 1]
+    named_key = group.astype(np.int64) << 16 | (loc[:, 0] + loc[:, 1] * x + loc[:, 2] * x * y)
+    reached = ~np.isin(of_group.astype(np.int64) << 16 | thread, named_key)
+    of_group, thread = of_group[reached], thread[reached]
+    head = heads[of_group]
+    gx, gy = x[head], y[head]
+    n = thread.size
+    rows.thread.append(thread)
+    rows.order.append(np.full(n, _AFTER_ALL, dtype=np.int64))
+    rows.kind.append(np.full(n, EventKind.SYNC_THREADS, dtype=np.uint8))
+    rows.flags.append(np.zeros(n, dtype=np.uint8))
+    rows.space.append(np.zeros(n, dtype=np.uint8))
+    rows.address.append(np.zeros(n, dtype=np.uint64))
+    rows.size.append(np.zeros(n, dtype=np.uint32))
+    rows.align.append(np.ones(n, dtype=np.uint16))
+    rows.pc.append(missed["pc"][head])
+    rows.file_no.append(missed["file_no"][head])
+    rows.line_no.append(missed["line_no"][head])
+    rows.loc.append(np.stack([thread % gx, (thread % (gx * gy)) // gx, thread // (gx * gy)], 1))
+    rows.main_pc.append(pcs[at[head]])
+    rows.by_loc.append(np.zeros(n, dtype=bool))
+    rows.rows += n
 
 
 def _count(refused: dict[str, int], reason: str, which: np.ndarray) -> None:

@@ -581,7 +581,7 @@ class SimtPart:
             if self.areas.online_errors:
                 lines.append(
                     f"{self.areas.online_errors} SIMT ONLINE_ERROR records (msSanitizer's device findings) not "
-                    "checked (the access they carry is not a SIMT load, store or atomic of its size)"
+                    "checked (the record they carry is not a SIMT access, barrier or thread end of its size)"
                 )
         elif self.thread_records:
             why = (
