@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from sanitizerd.compat import wire
-from sanitizerd.sessions.session import MAX_GUARD_WRITES, LostRecords, Peer, Session
+from sanitizerd.sessions.session import MAX_GUARD_WRITES, Peer, Session, SessionFindings
 from sanitizerd_protocol import messages as m
 from tests.conftest import ROOT, RunningDaemon, run_example, sanitizerd
 from tests.test_compat_layouts import Client, connect, feed_all, raw_named
@@ -77,7 +77,7 @@ def test_a_flood_of_guard_writes_is_bounded_and_said_once() -> None:
     session = Session(9, m.Hello(version=1, job="j"), m.Config(tools=["memcheck"]), Peer())
     write = m.GuardWrite(user_address=0x1000, user_size=64, out_address=0x1040, out_size=32)
     reported = [item for _ in range(MAX_GUARD_WRITES + 50) for item in session.handle(write)]
-    assert all(isinstance(item, LostRecords) for item in reported)
+    assert all(isinstance(item, SessionFindings) for item in reported)
     kinds = [f.kind for item in reported for f in item.findings]  # type: ignore[union-attr]
     assert kinds == ["guard_write"] * MAX_GUARD_WRITES + ["internal_error"]
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, BlockType, EventKind, Pipe
+from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, BlockType, EventKind, Pipe, block_keys
 
 _K = EventKind
 # plain ints: numpy compares an IntEnum through Python's enum machinery, on every batch
@@ -105,8 +105,9 @@ def pipe_keys(block_type: np.ndarray, block_id: np.ndarray, pipe: np.ndarray) ->
     return key | (pipe.astype(np.uint64) & np.uint64(0xFF))
 
 
-def _block_keys(block_type: np.ndarray, block_id: np.ndarray) -> np.ndarray:
-    return (block_type.astype(np.uint64) << np.uint64(16)) | block_id.astype(np.uint64)
+def _block_keys(rows: np.ndarray) -> np.ndarray:
+    """records.block_keys of events or LOCK_ROW rows, widened to the u64 the replay's key arrays hold."""
+    return block_keys(rows).astype(np.uint64)
 
 
 def _keys(kind: np.ndarray, bt: np.ndarray, bid: np.ndarray, events: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -228,11 +229,11 @@ class PipeQueues:
         the replay settled with a wait_flag holding a pipe."""
         if self.stopped or not events.size:
             return False
-        blocks = np.unique(_block_keys(events["block_type"], events["block_id"]))
+        blocks = np.unique(_block_keys(events))
         self.present = np.union1d(self.present, blocks)
         finish = events["kind"] == _FINISH
         if finish.any():
-            ends = _block_keys(events["block_type"][finish], events["block_id"][finish])
+            ends = _block_keys(events[finish])
             ended = events["mode"][finish] == BLOCK_RECORDS_ENDED
             self.finished = np.union1d(self.finished, ends[~ended])
             self.records_ended = np.union1d(self.records_ended, ends[ended])
@@ -270,7 +271,7 @@ class PipeQueues:
         """A block that finished ran every instruction it sent, released or not by what we saw."""
         if not self.finished.size or not self.pending.size:
             return
-        done = np.isin(_block_keys(self.pending["block_type"], self.pending["block_id"]), self.finished)
+        done = np.isin(_block_keys(self.pending), self.finished)
         if done.any():
             self._ran(done)
 
@@ -320,7 +321,7 @@ class PipeQueues:
         group = np.cumsum(start_mask) - 1
         start = np.flatnonzero(start_mask)
         pipes = pipe_keys(p["block_type"], p["block_id"], p["dst"])
-        blocks = _block_keys(p["block_type"], p["block_id"])
+        blocks = _block_keys(p)
         seq = p["seq"]
         excluded = np.zeros(p.size, dtype=bool)
         for _ in range(passes):
@@ -399,7 +400,7 @@ class PipeQueues:
         front = p[np.sort(first)]
         scalar = front["dst"] == _S
         if scalar.any():
-            blocks = _block_keys(front["block_type"], front["block_id"])
+            blocks = _block_keys(front)
             front = front[~(_behind(scalar, blocks, front["seq"]) & ~scalar)]
         return front
 
@@ -422,7 +423,7 @@ class PipeQueues:
         held = self.stuck()
         if not held.size:
             return held
-        return held[np.isin(_block_keys(held["block_type"], held["block_id"]), self.records_ended)]
+        return held[np.isin(_block_keys(held), self.records_ended)]
 
     def locked(self) -> np.ndarray:
         """Pipes held by a wait_flag whose setter pipe is held by a wait_flag too, to a fixpoint: what remains

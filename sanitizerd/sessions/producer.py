@@ -21,10 +21,10 @@ from sanitizerd.sessions.pipeline import drive_detector
 from sanitizerd.sessions.session import (
     Answer,
     ForeignFrees,
-    LostRecords,
     RegionRefused,
     Reply,
     Session,
+    SessionFindings,
     SignatureReport,
 )
 from sanitizerd.sessions.transport import MessageStream, PeerClosed
@@ -71,7 +71,7 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
         match item:
             case Answer():
                 await answer(item)
-            case LostRecords(findings=findings):
+            case SessionFindings(findings=findings):
                 await publish(findings)
             case RegionRefused(finding=finding):
                 metrics.regions_refused.inc()

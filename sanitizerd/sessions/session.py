@@ -51,7 +51,7 @@ class ForeignFrees:
 
 
 @dataclass(frozen=True, slots=True)
-class LostRecords:
+class SessionFindings:
     """Findings the session itself reports: records a client's full buffer lost, host writes into a guard area."""
 
     findings: list[Finding]
@@ -73,7 +73,7 @@ class RegionRefused:
     finding: Finding
 
 
-Reply = Answer | m.IpcResult | ForeignFrees | LostRecords | SignatureReport | RegionRefused
+Reply = Answer | m.IpcResult | ForeignFrees | SessionFindings | SignatureReport | RegionRefused
 
 # What a session's source locations may hold, in the units of ``_location_size`` (about bytes): a large program's
 # whole debug info fits many times over; a client that sends locations for ever does not.
@@ -268,7 +268,7 @@ class Session:
                 f"sanitizerd reports the first {MAX_GUARD_WRITES} host writes into a GM guard area of a session; "
                 "later ones are not reported"
             )
-            return [LostRecords([self.context.finding("internal_error", space="GM", detail=detail)])]
+            return [SessionFindings([self.context.finding("internal_error", space="GM", detail=detail)])]
         distance = (write.out_address - write.user_address - write.user_size) % (1 << 64)
         detail = (
             f"Access to {write.out_address:#x} on GM is {distance} byte(s) after the nearest allocation at "
@@ -278,7 +278,7 @@ class Session:
             "guard_write", kernel=self.last_kernel_name or None, space="GM", address=write.out_address,
             size=write.out_size, detail=detail,
         )  # fmt: skip
-        return [LostRecords([finding])]
+        return [SessionFindings([finding])]
 
     def _count_allocation(self, op: m.HostOp) -> None:
         if op.op not in ("malloc", "free"):
@@ -442,7 +442,7 @@ class Session:
         del self.kernels[end.kernel]
         return [*lost, self._answer(state)]
 
-    def _lost_records(self, state: KernelState, losses: list[m.BlockLoss]) -> list[LostRecords]:
+    def _lost_records(self, state: KernelState, losses: list[m.BlockLoss]) -> list[SessionFindings]:
         """msSanitizer's record-buffer overflow report (reference §1.4), as an internal_error per block."""
         findings = []
         cache = self.config.cache_size
@@ -473,9 +473,9 @@ class Session:
                 )
             )
         state.errors += len(findings)
-        return [LostRecords(findings)] if findings else []
+        return [SessionFindings(findings)] if findings else []
 
-    def _problems(self, state: KernelState, problems: list[str]) -> list[LostRecords]:
+    def _problems(self, state: KernelState, problems: list[str]) -> list[SessionFindings]:
         """What the client could not turn into events, one internal_error each: the kernel's result is incomplete."""
         if not problems:
             return []
@@ -484,7 +484,7 @@ class Session:
         ]
         state.errors += len(findings)
         state.incomplete = True
-        return [LostRecords(findings)]
+        return [SessionFindings(findings)]
 
     # --- detector results --------------------------------------------------------------------------------------
 
