@@ -62,7 +62,7 @@ from client_shim.events import (
     tensors,
 )
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.records import simt_dims_address, thread_position
+from sanitizerd_protocol.records import CompareOp, signal_value, simt_dims_address, thread_position
 
 _MOVE_PIPES = {
     (Space.L1, Space.L0A): Pipe.MTE1, (Space.L1, Space.L0B): Pipe.MTE1, (Space.L1, Space.L0C): Pipe.MTE1,
@@ -406,6 +406,20 @@ class Block:
         """A barrier across the NPUs of the job (msSanitizer's mstx cross-NPU barrier): the block goes on once every
         device's blocks have reached it, so their shared-memory accesses before it come before this block's after."""
         self._emit(syncs(EventKind.NPU_BARRIER, Pipe.S, Pipe.S, **self._common()))
+
+    def signal_set(self, address: int, value: int) -> None:
+        """mstx signal set: stores ``value`` (an i64) at the signal ``address``, on PIPE_S_CAL as msSanitizer parses
+        it; a block of another device that waits for it comes after this block's shared-memory accesses before it."""
+        self._emit(syncs(EventKind.NPU_SIGNAL_SET, Pipe.S_CAL, Pipe.S, address=address, pc=signal_value(value),
+                         **self._common()))  # fmt: skip
+
+    def signal_wait(self, address: int, cmp_value: int, op: str | int = "EQ") -> None:
+        """mstx signal wait on PIPE_S: goes on once the value stored at ``address`` compares true with ``cmp_value``
+        under ``op`` (``EQ``, ``NE``, ``GT``, ``GE``, ``LT``, ``LE``: stored <op> cmp_value), or a CompareOp number
+        (any u8: a native client may send what it likes)."""
+        mode = int(CompareOp[op]) if isinstance(op, str) else op
+        self._emit(syncs(EventKind.NPU_SIGNAL_WAIT, Pipe.S, Pipe.S, address=address, pc=signal_value(cmp_value),
+                         mode=mode, **self._common()))  # fmt: skip
 
     def get_buf(self, buffer: int, pipe: Pipe) -> None:
         """GET_BUF (950): acquire ``buffer`` on ``pipe``, after the block's previous release of it."""

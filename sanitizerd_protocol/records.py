@@ -49,6 +49,13 @@ class EventKind(enum.IntEnum):
     # A barrier across the NPUs of the job (msSanitizer's mstx cross-NPU barrier): the block waits until every
     # device of the job has reached the same barrier. Cross-NPU racecheck orders accesses to shared memory by it.
     NPU_BARRIER = 48
+    # A signal between the NPUs of the job (msSanitizer's mstx signal set / wait): SET stores `pc` (an i64 as its
+    # two's complement) at the signal `address`; WAIT goes on once the value stored there compares true with `pc`
+    # under the CompareOp in `mode` (stored <op> pc). Their `pc` is the value, not a program counter (a signal
+    # locates nothing but by `location`). Cross-NPU racecheck orders a setter's earlier accesses before the
+    # waiter's later ones by them.
+    NPU_SIGNAL_SET = 40
+    NPU_SIGNAL_WAIT = 41
     # SIMT (950 family): a block's SIMT section (one launch of a SIMT function, msSanitizer's SIMT entry). Between
     # SIMT_START and SIMT_END of a block, accesses with a non-zero `thread` are its threads', unordered among
     # themselves except by SYNC_THREADS, and unordered against the block's main-scalar accesses (thread 0).
@@ -70,6 +77,23 @@ def thread_position(linear: int, dims: tuple[int, int, int]) -> tuple[int, int, 
     """(x, y, z) of thread ``linear`` (0-based, x fastest), as msSanitizer decomposes its thread ids."""
     x, y, _ = dims
     return linear % x, (linear % (x * y)) // x, linear // (x * y)
+
+
+class CompareOp(enum.IntEnum):
+    """NPU_SIGNAL_WAIT's ``mode``: how the stored value must compare with the wait's, numbered as msSanitizer's
+    ``CompareOp``; another value is a bad event (cross-NPU racecheck counts it and orders nothing by it)."""
+
+    EQ = 0
+    NE = 1
+    GT = 2
+    GE = 3
+    LT = 4
+    LE = 5
+
+
+def signal_value(value: int) -> int:
+    """An i64 signal value as NPU_SIGNAL_SET/WAIT's ``pc`` carries it (two's complement in 64 bits)."""
+    return value & 0xFFFF_FFFF_FFFF_FFFF
 
 
 # TENSOR's mode: a block's tensor, or an operand of one annotated instruction, read or written by it.

@@ -3,15 +3,17 @@
     sanitizerd run -t racecheck --check-cross-npu-races=yes -- python examples/emulated/cross_npu.py race
     sanitizerd run -t memcheck -- python examples/emulated/cross_npu.py readonly_write
 
-``race`` and ``ordered`` launch a torchrun-style job of WORLD processes, each driving its own device: every rank
-allocates a symmetric buffer (the same address on every device, as a symmetric heap maps it), marks it shared
-(``region_permission(shared=True)``) and runs one kernel that writes its own slot of the buffer and then reads its
-peer's slot (an all-gather by hand):
+``race``, ``ordered`` and ``signalled`` launch a torchrun-style job of WORLD processes, each driving its own
+device: every rank allocates a symmetric buffer (the same address on every device, as a symmetric heap maps it),
+marks it shared (``region_permission(shared=True)``) and runs one kernel that writes its own slot of the buffer and
+then reads its peer's slot (an all-gather by hand):
 
 - ``race``: nothing orders a rank's read of its peer's slot after the peer's write of it (``# BUG: race``): a
   cross-NPU RAW on GM between ``publish`` on one device and ``gather`` on the other, for each pair of ranks.
 - ``ordered``: a cross-NPU barrier between the write and the read (after ``pipe_barrier(PIPE_ALL)``, so that the
   write has left the block's pipes): every device's writes come before every device's reads. Silent.
+- ``signalled``: mstx signals instead (after ``pipe_barrier(PIPE_ALL)`` too): each rank sets its own signal to 1
+  after its write and waits until its peer's equals 1 before its read, so the peer's write comes first. Silent.
 
 ``readonly_write`` and ``readonly_clean`` run one process: the weights buffer is marked read-only
 (``region_permission(write=False)``); ``readonly_write`` writes into it (``# BUG: readonly_write``), an illegal
@@ -32,7 +34,8 @@ WORLD, TILE = 2, 512
 SYMMETRIC = 0x12C100000000  # the symmetric buffer: WORLD slots of TILE bytes, at this address on every device
 INPUT = 0x12C200000000
 WEIGHTS, OUTPUT = 0x12C300000000, 0x12C400000000
-MODES = ("race", "ordered", "readonly_write", "readonly_clean")
+SIGNALS = 0x12C100010000  # each rank's signal, 8 bytes apart
+MODES = ("race", "ordered", "signalled", "readonly_write", "readonly_clean")
 
 
 def rank_main(mode: str, rank: int) -> None:
@@ -50,9 +53,13 @@ def rank_main(mode: str, rank: int) -> None:
         block.set_flag(Pipe.MTE2, Pipe.MTE3, 0)
         block.wait_flag(Pipe.MTE2, Pipe.MTE3, 0)
         block.data_copy(shared.tile(rank * TILE, TILE), staged)  # line: publish
-        if mode != "race":
+        if mode == "ordered":
             block.pipe_barrier(Pipe.ALL)  # BUG: race
             block.npu_barrier()  # BUG: race
+        elif mode == "signalled":
+            block.pipe_barrier(Pipe.ALL)  # BUG: race
+            block.signal_set(SIGNALS + 8 * rank, 1)  # line: signal
+            block.signal_wait(SIGNALS + 8 * peer, 1, "EQ")  # BUG: race  # line: await
         block.data_copy(gathered, shared.tile(peer * TILE, TILE))  # line: gather
 
     kernel.run(body)

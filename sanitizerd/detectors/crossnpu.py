@@ -2,8 +2,10 @@
 compared with those of every other device of the job, whichever process drives them.
 
 Per session it keeps what is shared here (regions marked shared, IPC exports and mappings) and, for the running
-kernel, its accesses to them with their epoch (``_cross_npu.block_epochs``); when the kernel ends they are compared
-with the job's (``_cross_npu.JobAccesses``) and held there for the kernels still to come. Reports are msSanitizer's
+kernel, its accesses to them with their epoch (``_cross_npu.block_epochs``) and their place among their block's
+signal events, and the kernel's signal sets and waits, shared memory or not; when the kernel ends its signals join
+the job's, then its accesses are compared with the job's (``_cross_npu.JobAccesses``) and held there for the
+kernels still to come. Reports are msSanitizer's
 race form with each access's device.
 """
 
@@ -11,12 +13,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd.detectors._cross_npu import ACCESS_DTYPE, MAX_SHARED_ACCESSES, JobAccesses, RacePair, block_epochs
+from sanitizerd.detectors._cross_npu import (
+    ACCESS_DTYPE,
+    MAX_SHARED_ACCESSES,
+    MAX_SIGNALS,
+    SIGNAL_DTYPE,
+    JobAccesses,
+    RacePair,
+    block_epochs,
+)
 from sanitizerd.detectors._patterns import ends, extents
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd_protocol.messages import REGION_SHARED, HostOp, RegionPermission
 from sanitizerd_protocol.model import CROSS_NPU, Finding, RaceAccess
-from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space, block_keys, block_type_name, pipe_name
+from sanitizerd_protocol.records import (
+    FLAG_ATOMIC,
+    CompareOp,
+    EventKind,
+    Space,
+    block_keys,
+    block_type_name,
+    pipe_name,
+)
 
 # Spans of one session's shared memory: its regions (MAX_REGIONS) and IPC mappings are bounded where they are made.
 _HAZARD = {(True, True): "race_waw", (True, False): "race_raw", (False, True): "race_war"}
@@ -36,6 +54,12 @@ class CrossNpuRacecheck:
         self.pending_rows = 0
         self.left_out = 0  # of the running kernel: past the cap before it ended
         self.launch: KernelLaunch | None = None
+        self.launches = 0  # the session's kernel launches so far; the running one's ordinal is one less
+        self.signalled: dict[int, int] = {}  # block key -> signal events it issued in the running kernel
+        self.signals: list[np.ndarray] = []  # the running kernel's, SIGNAL_DTYPE
+        self.signal_rows = 0
+        self.signals_left_out = 0  # of the running kernel: past MAX_SIGNALS before it ended
+        self.bad_waits = 0  # of the running kernel: a CompareOp outside EQ..LE
 
     # --- what is shared -------------------------------------------------------------------------------------------
 
@@ -70,17 +94,25 @@ class CrossNpuRacecheck:
 
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.launch = launch
+        self.launches += 1
         self.passed = {}
         self.pending = []
         self.pending_rows = 0
         self.left_out = 0
+        self.signalled = {}
+        self.signals = []
+        self.signal_rows = 0
+        self.signals_left_out = 0
+        self.bad_waits = 0
 
     def check(self, events: np.ndarray) -> None:
         if not events.size:
             return
         kind = events["kind"]
         barrier = kind == EventKind.NPU_BARRIER
-        if not self.spans and not barrier.any():
+        signal = (kind == EventKind.NPU_SIGNAL_SET) | (kind == EventKind.NPU_SIGNAL_WAIT)
+        signalled = bool(signal.any())
+        if not self.spans and not barrier.any() and not signalled:
             return
         access = (kind <= EventKind.WRITE) & (events["space"] == Space.GM)
         rows = np.flatnonzero(access)
@@ -94,9 +126,16 @@ class CrossNpuRacecheck:
             inside[inside] = stops[span[inside]] > lo[inside]
             hit = rows[inside]
             span, lo, hi = span[inside], lo[inside], hi[inside]
-        if not hit.size and not barrier.any():
+        if not hit.size and not barrier.any() and not signalled:
             return
-        epochs = block_epochs(block_keys(events), barrier, self.passed)
+        keys = block_keys(events)
+        epochs = block_epochs(keys, barrier, self.passed)
+        if signalled or self.signalled:
+            positions = block_epochs(keys, signal, self.signalled)
+        else:
+            positions = np.zeros(events.size, dtype=np.int64)
+        if signalled:
+            self._hold_signals(events, keys, np.flatnonzero(signal), positions)
         if not hit.size:
             return
         room = max(MAX_SHARED_ACCESSES - self.pending_rows, 0)
@@ -105,8 +144,38 @@ class CrossNpuRacecheck:
             hit, span, lo, hi = hit[:room], span[:room], lo[:room], hi[:room]
             if not hit.size:
                 return
-        self.pending.append(self._rows(events[hit], span, lo, hi, epochs[hit]))
+        rows = self._rows(events[hit], span, lo, hi, epochs[hit])
+        rows["signals"] = positions[hit]
+        rows["block"] = keys[hit]
+        self.pending.append(rows)
         self.pending_rows += hit.size
+
+    def _hold_signals(self, events: np.ndarray, keys: np.ndarray, rows: np.ndarray, positions: np.ndarray) -> None:
+        """The batch's signal events for the job's table, up to MAX_SIGNALS a kernel (a job holds no more). A wait
+        whose op names no CompareOp is counted and dropped: msSanitizer's never passes, so it orders nothing."""
+        signal = events[rows]
+        wait = signal["kind"] == EventKind.NPU_SIGNAL_WAIT
+        bad = wait & (signal["mode"] > max(CompareOp))
+        if bad.any():
+            self.bad_waits += int(np.count_nonzero(bad))
+            rows, signal, wait = rows[~bad], signal[~bad], wait[~bad]
+        room = max(MAX_SIGNALS - self.signal_rows, 0)
+        if rows.size > room:  # the block's last signals go, so its held ones stay a prefix of its program order
+            self.signals_left_out += rows.size - room
+            rows, signal, wait = rows[:room], signal[:room], wait[:room]
+        if not rows.size:
+            return
+        table = np.zeros(rows.size, dtype=SIGNAL_DTYPE)
+        table["session"] = self.context.session
+        table["ordinal"] = self.launches - 1
+        table["position"] = positions[rows]
+        table["address"] = signal["address"]
+        table["value"] = signal["pc"].view(np.int64)  # the i64 its two's complement carries
+        table["block"] = keys[rows]
+        table["op"] = signal["mode"]
+        table["wait"] = wait
+        self.signals.append(table)
+        self.signal_rows += rows.size
 
     def _rows(self, hit: np.ndarray, span: np.ndarray, lo: np.ndarray, hi: np.ndarray, epoch: np.ndarray) -> np.ndarray:
         starts, stops, owners, bases = self._spans()
@@ -121,6 +190,7 @@ class CrossNpuRacecheck:
         rows["device"] = device if device >= 0 else -1 - self.context.session
         rows["session"] = self.context.session
         rows["launch"] = self.launch.kernel if self.launch else 0
+        rows["ordinal"] = self.launches - 1
         for name in ("serial", "pc", "location", "block_id", "block_type", "pipe"):
             rows[name] = hit[name]
         rows["write"] = hit["kind"] == EventKind.WRITE
@@ -136,23 +206,41 @@ class CrossNpuRacecheck:
         findings: list[Finding] = []
         left_out = self.left_out
         untested = 0
+        signals_left_out = self.signals_left_out
+        if self.signals:  # before the comparison: this kernel's own sets and waits order its accesses too
+            signals_left_out += self.job.hold_signals(np.concatenate(self.signals))
+            self.signals = []
         if new.size:
             self._remember(new, launch)
             pairs, not_held, untested = self.job.compare_and_add(new)
             findings = [self._finding(pair) for pair in pairs]
             left_out += not_held
-        if self.left_out:
+        if self.left_out or self.signals_left_out:
             with self.job.lock:
                 self.job.dropped += self.left_out
+                self.job.signals_dropped += self.signals_left_out
+        said = []
         if left_out or untested:
+            said.append(
+                f"cross-NPU racecheck: {left_out} accesses of this kernel to shared memory not held and {untested} "
+                f"access pairs not compared (a job holds at most {MAX_SHARED_ACCESSES} such accesses): races with "
+                "them are not reported"
+            )
+        if signals_left_out:
+            said.append(
+                f"cross-NPU racecheck: {signals_left_out} signal sets and waits of this kernel not held (a job holds "
+                f"at most {MAX_SIGNALS}): the order they give is not used, so races they order may be reported"
+            )
+        if self.bad_waits:
+            said.append(
+                f"cross-NPU racecheck: {self.bad_waits} signal waits of this kernel with a compare op outside 0..5 "
+                "(EQ..LE): they order nothing"
+            )
+        if said:
             findings.append(
                 self.context.finding(
                     "internal_error", kernel=launch.name if launch else None, space="GM", size=left_out,
-                    detail=(
-                        f"cross-NPU racecheck: {left_out} accesses of this kernel to shared memory not held and "
-                        f"{untested} access pairs not compared (a job holds at most {MAX_SHARED_ACCESSES} such "
-                        "accesses): races with them are not reported"
-                    ),
+                    detail="; ".join(said),
                 )
             )  # fmt: skip
         return findings
