@@ -8,7 +8,8 @@ Scenarios (issue 28):
 * ``race`` / ``ordered``: two connections of one job, devices 0 and 1, each marking the same GM region shared
   (MEM_REGION_PERMISSION, flag 0x4) and launching ``allgather_custom``: device 0 writes the region (UB -> GM), device
   1 reads it (GM -> UB). ``ordered`` puts msSanitizer's mstx cross-NPU barrier (with pipeBarrierAll) after the write
-  and before the read.
+  and before the read; ``signalled`` orders them by mstx signals: device 0 sets SIGNAL to -1 after the write (and a
+  pipe_barrier(PIPE_ALL)), device 1 waits for it to be less than 0 before the read.
 * ``hung-close``: a launch of two blocks whose block 0 stops on a wait_flag nothing sets; the hooks send that
   block's records and then the connection closes (the program killed before the second block's slot).
 * ``hung-timeout``: the same block alone, every slot sent (the runtime's timeout stopped the kernel and the hooks
@@ -29,7 +30,10 @@ SHARED = 0x12C0_4000_0000
 UB_BUFFER = 0x100
 GM_MEM, UB_MEM = 6, 4  # MemType of a DmaMovRecord
 PIPE_S, PIPE_V, PIPE_MTE3 = 0, 1, 5  # PipeType of a SyncRecord
-CROSS_NPU_BARRIER = 9  # InterfaceType of an MstxRecord
+SIGNAL_SET, SIGNAL_WAIT, CROSS_NPU_BARRIER = 7, 8, 9  # InterfaceType of an MstxRecord
+LT = 4  # CompareOp
+PIPE_ALL = 6
+SIGNAL = SHARED + 0x1000
 # The lines the reports name (a record's own fileNo/lineNo; no kernel binary is sent).
 WRITE_LINE, READ_LINE, WAIT_LINE = 21, 34, 47
 
@@ -96,19 +100,38 @@ def npu_barrier(client: Client, pc: int) -> bytes:
     return client.record("MSTX_STUB", values | location(0, pc))  # fmt: skip
 
 
+def signal_set(client: Client, address: int, value: int, pc: int) -> bytes:
+    values = {"interfaceType": SIGNAL_SET, "interface.mstxSignalSet.addr": address,
+              "interface.mstxSignalSet.value": value}  # fmt: skip
+    return client.record("MSTX_STUB", values | location(0, pc))
+
+
+def signal_wait(client: Client, address: int, value: int, op: int, pc: int) -> bytes:
+    values = {"interfaceType": SIGNAL_WAIT, "interface.mstxSignalWait.addr": address,
+              "interface.mstxSignalWait.cmpValue": value, "interface.mstxSignalWait.cmpOp": op}  # fmt: skip
+    return client.record("MSTX_STUB", values | location(0, pc))
+
+
+def pipe_barrier_all(client: Client, pc: int) -> bytes:
+    return client.record("PIPE_BARRIER", {"pipe": PIPE_ALL} | location(0, pc))
+
+
 def wait_flag(client: Client, src: int, dst: int, event_id: int, pc: int) -> bytes:
     return client.record("WAIT_FLAG", {"src": src, "dst": dst, "eventID": event_id} | location(WAIT_LINE, pc))
 
 
-def cross_npu(client: Client, ordered: bool) -> None:
+def cross_npu(client: Client, scenario: str) -> None:
+    ordered, signalled = scenario == "ordered", scenario == "signalled"
     for device in (0, 1):
         hooks = Hooks(client, device)
         hooks.share(SHARED, 4096, device)
         if device == 0:
             records = [copy(client, to_gm=True, line=WRITE_LINE, pc=0x40)]
             records += [npu_barrier(client, 0x44)] if ordered else []
+            records += [pipe_barrier_all(client, 0x44), signal_set(client, SIGNAL, -1, 0x48)] if signalled else []
         else:
             records = [npu_barrier(client, 0x40)] if ordered else []
+            records += [signal_wait(client, SIGNAL, 0, LT, 0x40)] if signalled else []
             records += [copy(client, to_gm=False, line=READ_LINE, pc=0x48)]
         hooks.launch("allgather_custom", [records], 1)
         hooks.close()
@@ -131,8 +154,8 @@ def hung(client: Client, *, every_slot: bool, paired: bool = False) -> None:
 def main(wire_name: str, scenario: str) -> None:
     client = Client(raw_named(wire_name))
     match scenario:
-        case "race" | "ordered":
-            cross_npu(client, ordered=scenario == "ordered")
+        case "race" | "ordered" | "signalled":
+            cross_npu(client, scenario)
         case "hung-close" | "hung-timeout" | "paired":
             hung(client, every_slot=scenario != "hung-close", paired=scenario == "paired")
         case _:

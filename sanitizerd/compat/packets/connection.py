@@ -743,7 +743,10 @@ class CompatConnection(ReceivingEnd):
             pcs = events["pc"]
             if not events.flags.writeable:
                 events = events.copy()
-            events["pc"] = np.where(pcs >= kernel.pc_start, pcs - np.uint64(kernel.pc_start), pcs)
+            kind = events["kind"]
+            # A signal event's pc is its value (docs/protocol.md), no program counter: left as it is.
+            code = (pcs >= kernel.pc_start) & (kind != EventKind.NPU_SIGNAL_SET) & (kind != EventKind.NPU_SIGNAL_WAIT)
+            events["pc"] = np.where(code, pcs - np.uint64(kernel.pc_start), pcs)
         self._out.append(m.Events(kernel=kernel.id, records=memoryview(np.ascontiguousarray(events).view(np.uint8))))
 
     # --- call stacks ---------------------------------------------------------------------------------------

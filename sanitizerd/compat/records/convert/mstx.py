@@ -16,7 +16,11 @@ One record type carries several interfaces (``interfaceType``) in a union:
 * cross-NPU barrier (9, releases from 2026-04-13 on): optionally a full pipe barrier first (its ``pipeBarrierAll``,
   from 2026-04-23 on), then one ``NPU_BARRIER`` on PIPE_S, the native event cross-NPU racecheck orders by. The
   devices and cores it names (``usedDeviceNum`` x ``usedCoreNum``, device pointers) are not read: the native barrier
-  is every block of every device of the job (docs/mssanitizer-later.md). Signal set / wait (7, 8) are not converted.
+  is every block of every device of the job (docs/mssanitizer-later.md).
+* signal set / wait (7, 8, releases from 2026-04-13 on): ``NPU_SIGNAL_SET`` on PIPE_S_CAL and ``NPU_SIGNAL_WAIT`` on
+  PIPE_S, as msSanitizer's parser puts them; address = the signal's, ``pc`` = the value (set) or cmpValue (wait) as
+  a u64, a wait's mode = its CompareOp (one outside EQ..LE, whatever its i32, as 255: a bad op, which orders
+  nothing and is said). The record's pc is not lost: the events' location comes from the record, as for every event.
 * vector unary / binary (3000, 3001): as UNARY_OP / BINARY_OP with 32-byte blocks, masked.
 * data copy (4001): as a DMA_MOV of 32-byte bursts.
 
@@ -46,6 +50,7 @@ from sanitizerd_protocol.records import (
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
     BlockType,
+    CompareOp,
     EventKind,
     Pipe,
     Space,
@@ -53,10 +58,11 @@ from sanitizerd_protocol.records import (
 
 SET_CROSS_SYNC, WAIT_CROSS_SYNC, HCCL, HCCLV = 0, 1, 2, 3
 CROSS_CORE_BARRIER, CROSS_CORE_SET_FLAG, CROSS_CORE_WAIT_FLAG = 4, 5, 6
-CROSS_NPU_BARRIER = 9
+SIGNAL_SET, SIGNAL_WAIT, CROSS_NPU_BARRIER = 7, 8, 9
 VEC_UNARY_OP, VEC_BINARY_OP = 3000, 3001
 DATA_COPY, DATA_COPY_PAD = 4001, 4002
 ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL = 0, 1, 2, 3
+LAST_COMPARE_OP = max(CompareOp)
 
 # A kernel's HCCL annotation names the ranks it moves data for; more than this many events per record is a
 # damaged record (an 8-byte-aligned i32 taken for a rank count), so the ranks are cut here.
@@ -185,6 +191,25 @@ def _cross_npu_barrier(plan: Plan, r: np.ndarray, barrier: np.ndarray, names: tu
     plan.add(EventKind.NPU_BARRIER, 0, 0, pipe=s, dst_pipe=s, count=barrier, memory=False)
 
 
+def _signals(plan: Plan, r: np.ndarray, live: np.ndarray, interface: np.ndarray) -> None:
+    """Signal set / wait: one event each, the value in ``pc`` (docs/protocol.md)."""
+    is_set = live & (interface == SIGNAL_SET)
+    is_wait = live & (interface == SIGNAL_WAIT)
+    op = r["wait_op"]
+    known = (op >= 0) & (op <= LAST_COMPARE_OP)
+    plan.add(
+        np.where(is_wait, EventKind.NPU_SIGNAL_WAIT, EventKind.NPU_SIGNAL_SET),
+        0,
+        np.where(is_wait, r["wait_addr"], r["signal_addr"]),
+        pipe=np.where(is_wait, int(Pipe.S), int(Pipe.S_CAL)),
+        dst_pipe=int(Pipe.S),
+        mode=np.where(is_wait & ~known, 0xFF, np.where(is_wait, op, 0)).astype(np.uint64),
+        count=is_set | is_wait,
+        memory=False,
+        pc=np.where(is_wait, r["wait_value"], r["signal_value"]).view(np.uint64),
+    )
+
+
 def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) -> None:
     flag = r["hccl_flag"]
     ranks = np.clip(r["hccl_rank_dim"], 0, MAX_RANKS).astype(np.uint64)
@@ -219,6 +244,14 @@ def _hccl(plan: Plan, r: np.ndarray, hccl: np.ndarray, context: BlockContext) ->
 MSTX_LATER = (
     "interface.mstxCrossNpuBarrier.usedDeviceNum=npu_devices",
     "interface.mstxCrossNpuBarrier.pipeBarrierAll=npu_pipe_all:u1",
+    # MstxSignalSet {u64 addr; i64 value}, MstxSignalWait {u64 addr; i64 cmpValue; CompareOp cmpOp (an int)}: from
+    # 2026-04-13 (mssanitizer-5cb9ea94) on. Each read by its own name though they overlap, so that a release moving
+    # one is read right.
+    "interface.mstxSignalSet.addr=signal_addr",
+    "interface.mstxSignalSet.value=signal_value",
+    "interface.mstxSignalWait.addr=wait_addr",
+    "interface.mstxSignalWait.cmpValue=wait_value",
+    "interface.mstxSignalWait.cmpOp=wait_op",
 )
 
 
@@ -289,6 +322,8 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     )
 
     names = r.dtype.names or ()
+    if "wait_op" in names:
+        _signals(plan, r, live, interface)
     if "npu_devices" in names:
         _cross_npu_barrier(plan, r, live & (interface == CROSS_NPU_BARRIER), names)
 

@@ -85,11 +85,13 @@ class Plan:
         event_id: int | np.ndarray = 0,
         mode: int | np.ndarray = 0,
         rows: np.ndarray | None = None,
+        pc: np.ndarray | None = None,
     ) -> None:
         """One slot. Array arguments have one value per record, or, with ``rows``, one per row in ``rows`` (the
         records this slot may concern, ascending). Memory slots with an empty pattern (no byte) or no space are
         dropped; values wider than the event fields are folded (one repeat of contiguous blocks into one block)
-        or, where they cannot be, clamped (only hostile records get there)."""
+        or, where they cannot be, clamped (only hostile records get there). ``pc``: what the events carry there
+        instead of the record's pc (a signal's value)."""
         slot = self._slots
         self._slots += 1
         width = self.n if rows is None else len(rows)
@@ -155,7 +157,7 @@ class Plan:
             size = np.where(fold, size * num, size)
             num = np.where(fold, 1, num)
         events = pack(
-            erows.size, address=address, serial=self._serials[erows], pc=self._pc[erows],
+            erows.size, address=address, serial=self._serials[erows], pc=self._pc[erows] if pc is None else each(pc),
             block_id=self._block_id[erows], kind=each(kind), space=each(space), block_type=self._block_type,
             pipe=each(pipe), dst_pipe=each(dst_pipe), mode=each(mode), event_id=_clamp(each(event_id), U16_MAX),
             align=_clamp(each(align), U16_MAX), block_size=_clamp(size, U32_MAX), block_num=_clamp(num, U16_MAX),
