@@ -188,6 +188,36 @@ class TestBounds:
         [cut] = kernel(device(1, 0, job), write(SHARED), signal_set(1), more)
         assert "1 signal sets and waits of this kernel not held" in cut.detail
 
+    @pytest.mark.parametrize("bound", ["MAX_SIGNAL_EDGES", "MAX_ORDER_TESTS"])
+    def test_pairs_not_fully_tested_for_order_are_reported_and_said(
+        self, monkeypatch: pytest.MonkeyPatch, bound: str
+    ) -> None:
+        """Past the edges a job's signals give, or the edge tests one comparison makes, a pair stays a race (a
+        possible extra report) and the kernel says how many."""
+        monkeypatch.setattr(_cross_npu, bound, 0)
+        monkeypatch.setattr(crossnpu, bound, 0)
+        job = JobAccesses()
+        assert kernel(device(1, 0, job), write(SHARED), signal_set(1)) == []
+        findings = kernel(device(2, 1, job), signal_wait(1), read(SHARED))
+        assert kinds(findings) == ["race_raw", "internal_error"]
+        assert "1 racing access pairs of this kernel not fully tested for order by signals" in findings[1].detail
+
+    def test_the_edges_are_found_in_bounded_steps_alike(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Waits matched a few (wait, set) pairs at a time give the same edges as all at once."""
+        values = np.arange(64, dtype=np.uint64)
+        sets = signal_set(values, block_id=values % np.uint64(3))
+        waits = signal_wait(values[::-1], CompareOp.GE)
+        table = []
+        for step in (1 << 20, 5, 1):
+            monkeypatch.setattr(_cross_npu, "_MATCH_STEP", step)
+            job = JobAccesses()
+            assert kernel(device(1, 0, job), write(SHARED), sets) == []
+            assert kernel(device(2, 1, job), waits, read(SHARED)) == []
+            edges, cut = _cross_npu.signal_edges(job.signals)
+            table.append((np.sort(edges, order=list(edges.dtype.names)).tobytes(), cut))
+        assert table[0] == table[1] == table[2] and not table[0][1]
+        assert edges.size == sum(min(3, 64 - v) for v in range(64))  # per wait, each block's first satisfying set
+
     @pytest.mark.parametrize("op", [6, 7, 128, 255])
     def test_a_wait_with_an_unknown_op_orders_nothing_and_is_said(self, op: int) -> None:
         job = JobAccesses()

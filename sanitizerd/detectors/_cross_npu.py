@@ -19,6 +19,7 @@ other's session before it, that the set satisfies.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,13 @@ MAX_REPORTS = 256
 # Signal events (sets and waits) a job holds; past it a kernel's further signals are not held and order nothing
 # (possible extra reports, never hidden ones; its verdict says so). 48 bytes each: 192 KiB a job.
 MAX_SIGNALS = 4096
+# (wait, setter block) edges a job's signals give (56 bytes each: 14 MiB at most; more only where thousands of blocks
+# set one address that thousands of waits await); past it the rest order nothing, said as above.
+MAX_SIGNAL_EDGES = 1 << 18
+# Edge tests one kernel's comparison makes to order its racing pairs by signals; past it the rest are reported.
+MAX_ORDER_TESTS = 1 << 26
+# (wait, set) pairs of one address looked at in one step while the edges are found: bounds that step's memory.
+_MATCH_STEP = 1 << 18
 
 ACCESS_DTYPE = np.dtype(
     [
@@ -75,6 +83,22 @@ SIGNAL_DTYPE = np.dtype(
         ("block", "<u4"),
         ("op", "u1"),
         ("wait", "?"),
+    ]
+)
+
+
+# One edge of the signal order: a set (its session, launch ordinal, block, place among the block's signals) that
+# satisfies a wait (the same of the waiter), the first of its block's sets to do so.
+EDGE_DTYPE = np.dtype(
+    [
+        ("set_session", "<i8"),
+        ("set_ordinal", "<i8"),
+        ("set_position", "<i8"),
+        ("wait_session", "<i8"),
+        ("wait_ordinal", "<i8"),
+        ("wait_position", "<i8"),
+        ("set_block", "<u4"),
+        ("wait_block", "<u4"),
     ]
 )
 
@@ -121,6 +145,8 @@ class JobAccesses:
     dropped: int = 0  # accesses not held: past MAX_SHARED_ACCESSES
     signals: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=SIGNAL_DTYPE))
     signals_dropped: int = 0  # signal events not held: past MAX_SIGNALS
+    # the signal order's edges and whether MAX_SIGNAL_EDGES cut any, for the table of this many signals (it only grows)
+    edges: tuple[int, np.ndarray, bool] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hold_signals(self, signals: np.ndarray) -> int:
@@ -137,18 +163,26 @@ class JobAccesses:
             self.signals_dropped += left_out
             return left_out
 
-    def compare_and_add(self, new: np.ndarray) -> tuple[list[RacePair], int, int]:
+    def compare_and_add(self, new: np.ndarray) -> tuple[list[RacePair], int, int, int]:
         """The races ``new`` (one kernel of one session) makes with held accesses of other devices; then ``new`` is
-        held, as far as the cap allows. Also: accesses of ``new`` not held, and pair tests not made."""
+        held, as far as the cap allows. Also: accesses of ``new`` not held, pair tests not made, and racing pairs
+        not fully tested for order by signals (past MAX_SIGNAL_EDGES or MAX_ORDER_TESTS)."""
         with self.lock:
-            pairs, untested = _races(self.held, new, self.signals)
+            order = SignalOrder(self._signal_edges)
+            pairs, untested = _races(self.held, new, order)
             room = HOST_HELD.take(min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size))
             kept = new[:room]
             if kept.size:
                 self.held = np.concatenate((self.held, kept))
             left_out = new.size - kept.size
             self.dropped += left_out
-            return pairs, left_out, untested
+            return pairs, left_out, untested, order.unsure
+
+    def _signal_edges(self) -> tuple[np.ndarray, bool]:
+        """The held signals' edges (``signal_edges``), found again only when signals were added since."""
+        if self.edges is None or self.edges[0] != self.signals.size:
+            self.edges = (self.signals.size, *signal_edges(self.signals))
+        return self.edges[1], self.edges[2]
 
     def release(self) -> None:
         """The job is gone: what it held goes back to the host's bound."""
@@ -156,11 +190,12 @@ class JobAccesses:
             HOST_HELD.give_back(self.held.size)
             self.held = np.zeros(0, dtype=ACCESS_DTYPE)
             self.signals = np.zeros(0, dtype=SIGNAL_DTYPE)
+            self.edges = None
             self.places.clear()
             self.kernels.clear()
 
 
-def _races(held: np.ndarray, new: np.ndarray, signals: np.ndarray | None = None) -> tuple[list[RacePair], int]:
+def _races(held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None) -> tuple[list[RacePair], int]:
     """Racing pairs, folded by site pair (session, pc, location, pipe, access of each side), first pair each; and
     pair tests left undone past MAX_PAIR_TESTS. Work is per (owner, epoch) group, tested as blocks of a
     broadcast, never a Python loop over accesses; conflicting pairs a signal orders are left out before folding."""
@@ -197,8 +232,8 @@ def _races(held: np.ndarray, new: np.ndarray, signals: np.ndarray | None = None)
         return [], untested
     rows_h = np.concatenate(found_held)
     rows_n = np.concatenate(found_new)
-    if rows_h.size and signals is not None and signals.size:
-        unordered = ~_signal_ordered(held[rows_h], new[rows_n], signals)
+    if rows_h.size and order is not None:
+        unordered = ~order.ordered(held[rows_h], new[rows_n])
         rows_h, rows_n = rows_h[unordered], rows_n[unordered]
     if not rows_h.size:
         return [], untested
@@ -245,19 +280,41 @@ _COMPARE = (np.equal, np.not_equal, np.greater, np.greater_equal, np.less, np.le
 _NEVER = np.iinfo(np.int64).max  # a set of a later launch follows every access of the setter's earlier launches
 
 
-def signal_matches(signals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The signal order's edges: for each wait and each setter block (session, launch, block), that block's first
-    set to the wait's address whose value satisfies it (msSanitizer's wait passes on the first set that satisfies
-    it; a later one of the same block orders no more). Returned as the sets and the waits, row for row."""
-    empty = np.zeros(0, dtype=SIGNAL_DTYPE)
+def signal_edges(signals: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The signal order's edges (EDGE_DTYPE): for each wait and each setter block (session, launch, block), that
+    block's first set to the wait's address whose value satisfies it (msSanitizer's wait passes on the first set that
+    satisfies it; a later one of the same block orders no more); and whether MAX_SIGNAL_EDGES cut any. The
+    (wait, set) pairs of one address are looked at in steps of a bounded size, never one by one."""
     wait = signals["wait"]
     sets, waits = signals[~wait], signals[wait]
     if not sets.size or not waits.size:
-        return empty, empty
+        return np.zeros(0, dtype=EDGE_DTYPE), False
     sets = sets[np.argsort(sets["address"], kind="stable")]
+    setter = np.unique(np.stack([sets[f].astype(np.int64) for f in ("session", "ordinal", "block")], axis=1),
+                       axis=0, return_inverse=True)[1].reshape(-1)  # fmt: skip
     lo = np.searchsorted(sets["address"], waits["address"], side="left")
     counts = np.searchsorted(sets["address"], waits["address"], side="right") - lo
-    w = np.repeat(np.arange(waits.size), counts)  # each wait against each set of its address, no Python loop
+    parts: list[np.ndarray] = []
+    kept = 0
+    ends = np.cumsum(counts)
+    start = 0
+    while start < waits.size:  # per step of up to _MATCH_STEP pairs (a wait's sets are never split)
+        stop = max(int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _MATCH_STEP, side="right")), start + 1)
+        edges = _edges_of(sets, setter, waits, np.arange(start, stop), lo[start:stop], counts[start:stop])
+        room = MAX_SIGNAL_EDGES - kept
+        if edges.size > room:  # the rest are not looked for: their order is not used
+            parts.append(edges[:room].copy())
+            return np.concatenate(parts), True
+        parts.append(edges)
+        kept += edges.size
+        start = stop
+    return np.concatenate(parts), False
+
+
+def _edges_of(sets: np.ndarray, setter: np.ndarray, waits: np.ndarray, wait_rows: np.ndarray, lo: np.ndarray,
+              counts: np.ndarray) -> np.ndarray:  # fmt: skip
+    """``signal_edges`` for the waits ``wait_rows``, whose sets of their address are ``counts`` from ``lo``."""
+    w = np.repeat(wait_rows, counts)
     s = np.arange(w.size) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
     stored, compared, op = sets["value"][s], waits["value"][w], waits["op"][w]
     satisfied = np.zeros(w.size, dtype=bool)
@@ -265,56 +322,78 @@ def signal_matches(signals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         pick = op == code
         satisfied[pick] = compare(stored[pick], compared[pick])
     w, s = w[satisfied], s[satisfied]
-    setter = sets[s]
-    order = np.lexsort((setter["position"], setter["block"], setter["ordinal"], setter["session"], w))
-    w, setter = w[order], setter[order]
+    order = np.lexsort((sets["position"][s], setter[s], w))
+    w, s = w[order], s[order]
     first = np.ones(w.size, dtype=bool)
-    first[1:] = (
-        (w[1:] != w[:-1])
-        | (setter["session"][1:] != setter["session"][:-1])
-        | (setter["ordinal"][1:] != setter["ordinal"][:-1])
-        | (setter["block"][1:] != setter["block"][:-1])
-    )
-    return setter[first], waits[w[first]]
+    first[1:] = (w[1:] != w[:-1]) | (setter[s][1:] != setter[s][:-1])
+    w, s = w[first], s[first]
+    edges = np.zeros(w.size, dtype=EDGE_DTYPE)
+    for side, rows, table in (("set", s, sets), ("wait", w, waits)):
+        for name in ("session", "ordinal", "position", "block"):
+            edges[f"{side}_{name}"] = table[name][rows]
+    return edges
 
 
-def _signal_ordered(held: np.ndarray, new: np.ndarray, signals: np.ndarray) -> np.ndarray:
-    """Which access pairs (``held[i]``, ``new[i]``, ACCESS_DTYPE) a signal orders, either way round."""
-    sets, waits = signal_matches(signals)
-    if not sets.size:
-        return np.zeros(held.size, dtype=bool)
-    return _one_way(held, new, sets, waits) | _one_way(new, held, sets, waits)
+class SignalOrder:
+    """Which racing pairs signals order, for one comparison: the job's edges (found only if a pair needs them), and
+    how many pairs could not be fully tested (``unsure``: edges cut, or tests past MAX_ORDER_TESTS)."""
 
+    def __init__(self, edges: Callable[[], tuple[np.ndarray, bool]]) -> None:
+        self._edges = edges
+        self.unsure = 0
+        self.tests = 0
 
-def _one_way(before: np.ndarray, after: np.ndarray, sets: np.ndarray, waits: np.ndarray) -> np.ndarray:
-    """Pairs with a set issued by ``before``'s session after it (later in its block, or in a later launch) that
-    satisfies a wait issued by ``after``'s session before it (earlier in its block, or in an earlier launch). Work
-    is per pair of blocks the pairs join, never per access pair."""
-    ordered = np.zeros(before.size, dtype=bool)
-    has_edge = np.isin(before["session"], sets["session"]) & np.isin(after["session"], waits["session"])
-    candidate = np.flatnonzero(has_edge)
-    if not candidate.size:
+    def ordered(self, held: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Of the pairs (``held[i]``, ``new[i]``, ACCESS_DTYPE), those a signal orders, either way round."""
+        edges, cut = self._edges()
+        if not edges.size:
+            ordered = np.zeros(held.size, dtype=bool)
+        else:
+            ordered = self._one_way(held, new, edges) | self._one_way(new, held, edges)
+        if cut:  # an edge cut might have ordered any pair still racing
+            self.unsure += int(np.count_nonzero(~ordered))
         return ordered
-    side = ("session", "ordinal", "block")
-    sides = np.stack([before[f][candidate].astype(np.int64) for f in side]
-                     + [after[f][candidate].astype(np.int64) for f in side], axis=1)  # fmt: skip
-    groups, inverse = np.unique(sides, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    by_group = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[by_group], np.arange(groups.shape[0] + 1))
-    for g, (b_session, b_ordinal, b_block, a_session, a_ordinal, a_block) in enumerate(groups.tolist()):
-        edge = (sets["session"] == b_session) & (waits["session"] == a_session)
-        edge &= (sets["ordinal"] > b_ordinal) | ((sets["ordinal"] == b_ordinal) & (sets["block"] == b_block))
-        edge &= (waits["ordinal"] < a_ordinal) | ((waits["ordinal"] == a_ordinal) & (waits["block"] == a_block))
-        if not edge.any():
-            continue
-        # An access with s signals before it precedes its block's signals at positions >= s; a set of a later launch
-        # follows it whatever s. A wait of an earlier launch precedes every access of the waiter's launch.
-        latest = np.where(sets["ordinal"][edge] > b_ordinal, _NEVER, sets["position"][edge])
-        earliest = np.where(waits["ordinal"][edge] < a_ordinal, -1, waits["position"][edge])
-        rows = candidate[by_group[bounds[g] : bounds[g + 1]]]
-        ordered[rows] = _covered(before["signals"][rows], after["signals"][rows], latest, earliest)
-    return ordered
+
+    def _one_way(self, before: np.ndarray, after: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """Pairs with a set issued by ``before``'s session after it (later in its block, or in a later launch) that
+        satisfies a wait issued by ``after``'s session before it (earlier in its block, or in an earlier launch).
+        Work is per pair of blocks the pairs join, over the edges between their two sessions, never per access
+        pair."""
+        ordered = np.zeros(before.size, dtype=bool)
+        candidate = np.flatnonzero(
+            np.isin(before["session"], edges["set_session"]) & np.isin(after["session"], edges["wait_session"])
+        )
+        if not candidate.size:
+            return ordered
+        side = ("session", "ordinal", "block")
+        sides = np.stack([before[f][candidate].astype(np.int64) for f in side]
+                         + [after[f][candidate].astype(np.int64) for f in side], axis=1)  # fmt: skip
+        groups, inverse = np.unique(sides, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        by_group = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[by_group], np.arange(groups.shape[0] + 1))
+        between: dict[tuple[int, int], np.ndarray] = {}
+        for g, (b_session, b_ordinal, b_block, a_session, a_ordinal, a_block) in enumerate(groups.tolist()):
+            rows = candidate[by_group[bounds[g] : bounds[g + 1]]]
+            e = between.get((b_session, a_session))
+            if e is None:
+                pick = (edges["set_session"] == b_session) & (edges["wait_session"] == a_session)
+                e = between[b_session, a_session] = edges[pick]
+            if self.tests + e.size > MAX_ORDER_TESTS:
+                self.unsure += rows.size
+                continue
+            self.tests += e.size
+            edge = (e["set_ordinal"] > b_ordinal) | ((e["set_ordinal"] == b_ordinal) & (e["set_block"] == b_block))
+            edge &= (e["wait_ordinal"] < a_ordinal) | ((e["wait_ordinal"] == a_ordinal) & (e["wait_block"] == a_block))
+            if not edge.any():
+                continue
+            # An access with s signals before it precedes its block's signals at positions >= s; a set of a later
+            # launch follows it whatever s. A wait of an earlier launch precedes every access of the waiter's launch.
+            e = e[edge]
+            latest = np.where(e["set_ordinal"] > b_ordinal, _NEVER, e["set_position"])
+            earliest = np.where(e["wait_ordinal"] < a_ordinal, -1, e["wait_position"])
+            ordered[rows] = _covered(before["signals"][rows], after["signals"][rows], latest, earliest)
+        return ordered
 
 
 def _covered(x: np.ndarray, y: np.ndarray, latest: np.ndarray, earliest: np.ndarray) -> np.ndarray:

@@ -15,7 +15,9 @@ import numpy as np
 
 from sanitizerd.detectors._cross_npu import (
     ACCESS_DTYPE,
+    MAX_ORDER_TESTS,
     MAX_SHARED_ACCESSES,
+    MAX_SIGNAL_EDGES,
     MAX_SIGNALS,
     SIGNAL_DTYPE,
     JobAccesses,
@@ -205,14 +207,14 @@ class CrossNpuRacecheck:
         self.pending_rows = 0
         findings: list[Finding] = []
         left_out = self.left_out
-        untested = 0
+        untested = unsure = 0
         signals_left_out = self.signals_left_out
         if self.signals:  # before the comparison: this kernel's own sets and waits order its accesses too
             signals_left_out += self.job.hold_signals(np.concatenate(self.signals))
             self.signals = []
         if new.size:
             self._remember(new, launch)
-            pairs, not_held, untested = self.job.compare_and_add(new)
+            pairs, not_held, untested, unsure = self.job.compare_and_add(new)
             findings = [self._finding(pair) for pair in pairs]
             left_out += not_held
         if self.left_out or self.signals_left_out:
@@ -230,6 +232,12 @@ class CrossNpuRacecheck:
             said.append(
                 f"cross-NPU racecheck: {signals_left_out} signal sets and waits of this kernel not held (a job holds "
                 f"at most {MAX_SIGNALS}): the order they give is not used, so races they order may be reported"
+            )
+        if unsure:
+            said.append(
+                f"cross-NPU racecheck: {unsure} racing access pairs of this kernel not fully tested for order by "
+                f"signals (a job's signals give at most {MAX_SIGNAL_EDGES} set-wait edges, a kernel's comparison "
+                f"tests at most {MAX_ORDER_TESTS}): some of their reports may be ordered"
             )
         if self.bad_waits:
             said.append(
