@@ -5,6 +5,8 @@ mode (examples/emulated/cross_npu.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from sanitizerd.detectors import _cross_npu, crossnpu
 from sanitizerd.detectors._cross_npu import JobAccesses
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.records import CompareOp, signal_value
-from tests.conftest import RunningDaemon
+from tests.conftest import RunningDaemon, assert_serves_fresh_session, sanitizerd
 from tests.test_cross_npu import (
     ALL_TOOLS,
     CROSS,
@@ -257,6 +259,27 @@ def test_two_sessions_of_a_job_over_the_native_wire(daemon: RunningDaemon) -> No
     assert pair("signalled", signalled=True) == (0, 0)
     assert pair("bad-op", signalled=True, op=200) == (0, 2)  # the race and the internal_error saying why
     assert pair("again", signalled=True) == (0, 0)
+
+
+def test_a_flood_of_signals_over_the_wire_is_held_up_to_the_cap_and_said(daemon: RunningDaemon) -> None:
+    """A native session sending 5000 signal sets and waits, values and ops at their extremes, in one kernel: the
+    kernel's verdict says what was not held (one internal_error), and the daemon serves on."""
+    count = 5000
+    values = np.array([I64_MIN, I64_MAX, -1, 0], dtype=np.int64)[np.arange(count) % 4].view(np.uint64)
+    addresses = FLAG + 8 * (np.arange(count, dtype=np.uint64) % np.uint64(7))
+    flood = syncs(EventKind.NPU_SIGNAL_SET, Pipe.S_CAL, address=addresses, pc=values,
+                  block_id=np.arange(count, dtype=np.uint64) % np.uint64(48))  # fmt: skip
+    ops = np.arange(count, dtype=np.uint64) % np.uint64(256)
+    waits = syncs(EventKind.NPU_SIGNAL_WAIT, Pipe.S, address=addresses, pc=values, mode=ops)
+    with Client(daemon.socket, job="flood", device=0, config=CROSS_CONFIG, resume_buffer=0) as client:
+        assert one_kernel(client, flood, waits).errors == 1
+    query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", "flood", "--format", "json")
+    [said] = json.loads(query.stdout)
+    bad = int(np.count_nonzero(ops > 5))
+    assert said["kind"] == "internal_error"
+    assert f"{count * 2 - bad - 4096} signal sets and waits of this kernel not held" in said["detail"]
+    assert f"{bad} signal waits of this kernel with a compare op outside 0..5" in said["detail"]
+    assert_serves_fresh_session(daemon)
 
 
 def test_the_signalled_example_is_silent(daemon: RunningDaemon) -> None:
