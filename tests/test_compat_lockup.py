@@ -26,7 +26,7 @@ from sanitizerd_protocol.model import Finding
 from sanitizerd_protocol.records import BLOCK_RAN_TO_END, BLOCK_RECORDS_ENDED, BlockType
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 from tests.detector_helpers import make_detector, stream
-from tests.mssanitizer_job_client import PIPE_MTE3, PIPE_V, WAIT_LINE
+from tests.mssanitizer_job_client import BARRIER_LINE, PIPE_MTE3, PIPE_V, WAIT_LINE
 from tests.test_compat_layouts import Client, connect, events_of, feed_all, raw_named
 from tests.test_hooks import bare_env
 
@@ -133,5 +133,23 @@ def test_a_hung_kernels_records_give_msSanitizers_lockup_report(daemon: RunningD
 
 def test_a_kernel_whose_wait_was_set_is_silent(daemon: RunningDaemon) -> None:
     out, findings = run_job(daemon, "paired")
+    assert findings == [], out
+    assert "locked up" not in out
+
+
+def test_blocks_at_a_barrier_a_hung_block_never_reaches_are_all_locked_up(daemon: RunningDaemon) -> None:
+    """Block 0's scalar stops on a wait_flag nobody sets; blocks 1-3 stop at msSanitizer's mstx cross-core
+    barrier, which needs block 0: all four are locked up, named as msSanitizer's replay names them."""
+    out, findings = run_job(daemon, "barrier-hung")
+    lockups = [f for f in findings if f["kind"] == "kernel_locked_up"]
+    stuck = sorted((f["detail"], f["dst_pipe"], f["blocks"]["aiv"]) for f in lockups)
+    assert stuck == [("MSTX_CROSS_CORE_BARRIER", "PIPE_S", [1, 2, 3]), ("WAIT_FLAG", "PIPE_S", [0])], findings
+    assert "======    MSTX_CROSS_CORE_BARRIER in barrier_kernel" in out, out
+    assert f"code in unknown:{BARRIER_LINE}" in out
+    assert "====== SUMMARY: 4 pipe(s) locked up." in out
+
+
+def test_a_barrier_every_block_reaches_is_silent(daemon: RunningDaemon) -> None:
+    out, findings = run_job(daemon, "barrier-met")
     assert findings == [], out
     assert "locked up" not in out

@@ -315,6 +315,114 @@ class TestOtherWaits:
         ]
 
 
+SYNC_ALL, NPU_BARRIER = EventKind.SOFT_SYNC_ALL, EventKind.NPU_BARRIER
+
+
+def barrier(kind: EventKind, block: int, used: int = 0, serial: int = 0) -> np.ndarray:
+    return syncs(kind, Pipe.S, Pipe.S, 0, address=used, block_id=block, serial=serial)
+
+
+def after(block: int) -> np.ndarray:
+    """A record of the block after its barrier: it went past it."""
+    return copy_in(block)
+
+
+class TestBarriers:
+    def test_blocks_at_a_sync_all_one_block_never_reaches_are_locked_up(self) -> None:
+        """Block 0's scalar waits on a flag nobody sets; blocks 1-7 sit at SyncAll, whose round needs block 0: all
+        eight are reported when the session ends, block 0 at its wait, the rest at SYNC_ALL."""
+        detector = synccheck()
+        detector.check(stream(syncs(WAIT, Pipe.V, Pipe.S, 0, block_id=0), barrier(SYNC_ALL, 0)))
+        detector.check(stream(*(barrier(SYNC_ALL, b) for b in range(1, 8))))
+        assert detector.take_early() == []  # a block that has not reached it yet may still reach it
+        findings = detector.finish()
+        assert stuck_at(findings) == [
+            ("WAIT_FLAG", "PIPE_S", {"aiv": [0]}),
+            ("SYNC_ALL", "PIPE_S", {"aiv": [1, 2, 3, 4, 5, 6, 7]}),
+        ]
+        assert "====== SUMMARY: 8 pipe(s) locked up." in render_text(findings)
+        assert "======    SYNC_ALL in vec_kernel\n======    by PIPE_S in block aiv(1-7) on device 1" in render_text(
+            findings
+        )
+
+    def test_a_block_of_the_launch_that_sent_nothing_holds_the_round(self) -> None:
+        """Blocks 0-6 of 8 at SyncAll, block 7 never heard from: the launch gave it, so the round waits for it."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b) for b in range(7))))
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": list(range(7))})]
+
+    def test_rounds_every_block_reaches_are_clean_in_any_order(self) -> None:
+        """Three SyncAll rounds in each of the 8 blocks, each block's records sent whole before the next block's
+        (as msSanitizer's wire sends them), then the same interleaved: every round completes, nothing is stuck,
+        and the session's end finds nothing, whether or not the blocks sent anything after their last round."""
+        per_block = [
+            stream(barrier(SYNC_ALL, b), after(b), barrier(SYNC_ALL, b), barrier(SYNC_ALL, b)) for b in range(8)
+        ]
+        for parts in (per_block, [barrier(SYNC_ALL, b) for _ in range(3) for b in range(8)]):
+            detector = synccheck()
+            detector.check(stream(*parts))
+            assert detector.finish() == []
+            assert not detector.tails.pending.size
+
+    def test_a_sync_all_of_the_first_blocks_needs_only_them(self) -> None:
+        """SyncAll(used=4): blocks 0-3 take part; with block 3 missing, blocks 0-2 are locked up; with it, none."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b, used=4) for b in range(3))))
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": [0, 1, 2]})]
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b, used=4) for b in range(4))))
+        assert detector.finish() == []
+
+    def test_a_sync_all_cannot_release_what_releases_it(self) -> None:
+        """Block 0 reaches SyncAll(2) and then IB_SETs; block 1 waits on that IB_SET before its SyncAll. The set
+        arrives before the wait, but runs only after the round, which needs block 1 past its wait: a cycle, both
+        locked up (whatever the order the records came in)."""
+        records = [
+            barrier(SYNC_ALL, 0, used=2),
+            syncs(EventKind.SOFT_SET, Pipe.S, Pipe.S, 1, block_id=0),
+            syncs(EventKind.SOFT_WAIT, Pipe.S, Pipe.S, 1, address=0, block_id=1),
+            barrier(SYNC_ALL, 1, used=2),
+        ]
+        for order in (records, records[2:] + records[:2]):
+            detector = synccheck()
+            detector.check(stream(*order))
+            assert sorted(stuck_at(detector.finish())) == [
+                ("IB_WAIT", "PIPE_S", {"aiv": [1]}),
+                ("SYNC_ALL", "PIPE_S", {"aiv": [0]}),
+            ]
+
+    def test_a_hostile_count_of_blocks_taking_part_never_completes(self) -> None:
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b, used=2**64 - 1) for b in range(8))))
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": list(range(8))})]
+
+    def test_a_cross_npu_barrier_one_block_of_this_device_never_reaches_is_locked_up(self) -> None:
+        detector = synccheck()
+        stuck = syncs(WAIT, Pipe.V, Pipe.S, 0, block_id=0)
+        detector.check(stream(stuck, *(barrier(NPU_BARRIER, b) for b in range(1, 8))))
+        assert stuck_at(detector.finish()) == [
+            ("WAIT_FLAG", "PIPE_S", {"aiv": [0]}),
+            ("MSTX_CROSS_NPU_BARRIER", "PIPE_S", {"aiv": list(range(1, 8))}),
+        ]
+
+    def test_a_cross_npu_barrier_every_block_reached_waits_on_another_device(self) -> None:
+        """All 8 blocks at the barrier and nothing after: what holds them is another device. Never clean: each is
+        reported stuck there, saying so."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(NPU_BARRIER, b) for b in range(8))))
+        findings = detector.finish()
+        remote = "MSTX_CROSS_NPU_BARRIER (waiting on another device)"
+        assert stuck_at(findings) == [(remote, "PIPE_S", {"aiv": list(range(8))})]
+        assert "MSTX_CROSS_NPU_BARRIER (waiting on another device) in vec_kernel" in render_text(findings)
+
+    def test_a_cross_npu_barrier_a_block_went_past_is_open(self) -> None:
+        """The blocks' records after the barrier show it opened: clean."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(NPU_BARRIER, b) for b in range(8))))
+        detector.check(stream(*(after(b) for b in range(8))))
+        assert detector.finish() == []
+
+
 def test_report_text_is_mssanitizers() -> None:
     """sync_info_display.h (master): the header, each pipe after a separator line, the summary, a blank line."""
     detector = synccheck()
