@@ -11,11 +11,21 @@ launch's waits and what releases them are *replayed* as the records come, per pi
 - an mstx cross-core wait by the mstx cross-core set of its (address, flag), FIFO; an "is more" wait never blocks;
 - ``wait_flag_dev`` / ``wait_intra_block`` (CROSS_WAIT) by the rounds of FFTS sets that target its block, by the
   mode rules of detectors/_rendezvous.py (mode 0: every block of the setter's type sets once per round; 1: the
-  vector pair; 2 and 4: the AI core's cube and vector sub-blocks), counting only sets that ran.
+  vector pair; 2 and 4: the AI core's cube and vector sub-blocks), counting only sets that ran;
+- SyncAll (SOFT_SYNC_ALL; msSanitizer's mstx cross-core barrier converts to one) in rounds: a block's k-th SyncAll
+  of a group (its block type and ``address``, the blocks taking part: the first ``address`` of the type, 0 = every
+  block of the type the launch was given or that sent records) goes once every member has run its k-th or stands
+  at it (a block held before it never arrives, one that finished or whose records ended without it never will);
+- the cross-NPU barrier (NPU_BARRIER) as a round of every block of the launch (this device's share, as msSanitizer's
+  replay decays it to a core barrier), and, its partners being on other devices, only once the block's own later
+  records (or its records' end with the kernel's) show it opened. One every block here reached but that nothing
+  shows open is reported, when the session ends, as waiting on another device (``ANOTHER_DEVICE_MODE``).
 
 Each replay step takes the pending rows in arrival order and lets a wait go when the sets that ran before, plus
 the sets that arrived before it and are not themselves queued behind a blocked wait, cover it (a few passes to
-a fixpoint, all numpy); what ran is folded into per-key counts and dropped. A program-ordered stream settles in
+a fixpoint, all numpy); a barrier likewise counts, within a step, the arrivals that came before it (so that what a
+barrier lets go cannot have let the barrier go), the rest in later steps; what ran is folded into per-key counts
+and dropped. A program-ordered stream settles in
 one or two steps per batch; only a wait whose releaser arrives after it costs a step more.
 
 What is left pending once the replay settles begins, on each pipe, with a wait that nothing ran can release: the
@@ -29,8 +39,8 @@ timeout killed it, and end them with a BLOCK_FINISH of their own: such a block (
 finished here, and ``PipeQueues.stuck_at_end`` is its stuck pipes, locked up at the kernel's end as msSanitizer's
 replay finds them at KERNEL_FINISH (a pipe that ran to its end cannot have stopped on a wait nothing set).
 
-Not replayed (they never hold a pipe here): hset/hwait flags (msSanitizer's replay lets them pass too), SyncAll
-and mstx barriers. Bounds: pending rows MAX_PENDING_ROWS, counted keys and blocks MAX_LOCKUP_KEYS each, and the
+Not replayed (they never hold a pipe here): hset/hwait flags (msSanitizer's replay lets them pass too). Bounds:
+pending rows MAX_PENDING_ROWS, counted keys and blocks MAX_LOCKUP_KEYS each, and the
 replay's work per batch and at the session's end; past any, the launch's lock-up check stops, said so.
 """
 
