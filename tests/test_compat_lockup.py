@@ -95,9 +95,10 @@ class TestAtTheKernelsEnd:
 JOB = re.compile(r"SUMMARY: job (\S+):")
 
 
-def run_job(daemon: RunningDaemon, scenario: str) -> tuple[str, list[dict]]:
+def run_job(daemon: RunningDaemon, scenario: str, tools: tuple[str, ...] = ("synccheck",)) -> tuple[str, list[dict]]:
     env = bare_env(SANITIZERD_COMPAT_LAYOUT="master", PYTHONPATH=str(ROOT))
-    result = sanitizerd("run", "--socket", str(daemon.socket), "-t", "synccheck", "--", sys.executable, "-m",
+    chosen = [word for tool in tools for word in ("-t", tool)]
+    result = sanitizerd("run", "--socket", str(daemon.socket), *chosen, "--", sys.executable, "-m",
                         "tests.mssanitizer_job_client", "master", scenario, env=env)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     job = JOB.search(result.stdout).group(1)  # type: ignore[union-attr]
@@ -153,3 +154,13 @@ def test_a_barrier_every_block_reaches_is_silent(daemon: RunningDaemon) -> None:
     out, findings = run_job(daemon, "barrier-met")
     assert findings == [], out
     assert "locked up" not in out
+
+
+@pytest.mark.parametrize("scenario", ["hung-timeout", "barrier-hung"])
+def test_with_racecheck_on_too_each_stuck_wait_is_reported_once(daemon: RunningDaemon, scenario: str) -> None:
+    """synccheck and racecheck both on: each stuck wait of a kernel whose records ended is synccheck's lock-up, as
+    msSanitizer reports it (its racecheck says nothing of a hung kernel), and not racecheck's deadlock as well."""
+    out, findings = run_job(daemon, scenario, ("synccheck", "racecheck"))
+    kinds = sorted(f["kind"] for f in findings)
+    assert kinds == ["kernel_locked_up"] * (1 if scenario == "hung-timeout" else 2), findings
+    assert "deadlock" not in out.lower() and "locked up at" in out
