@@ -352,17 +352,18 @@ class TestBarriers:
         assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": list(range(7))})]
 
     def test_rounds_every_block_reaches_are_clean_in_any_order(self) -> None:
-        """Three SyncAll rounds in each of the 8 blocks, each block's records sent whole before the next block's
-        (as msSanitizer's wire sends them), then the same interleaved: every round completes, nothing is stuck,
+        """Twenty SyncAll rounds in each of the 8 blocks, each block's records sent whole before the next block's
+        (as msSanitizer's wire sends them), then interleaved: every round completes within the batch's replay
+        (more rounds than a batch's steps: rounds whose barriers lead every block's queue settle in one step),
         and the session's end finds nothing, whether or not the blocks sent anything after their last round."""
         per_block = [
-            stream(barrier(SYNC_ALL, b), after(b), barrier(SYNC_ALL, b), barrier(SYNC_ALL, b)) for b in range(8)
+            stream(barrier(SYNC_ALL, b), after(b), *(barrier(SYNC_ALL, b) for _ in range(19))) for b in range(8)
         ]
-        for parts in (per_block, [barrier(SYNC_ALL, b) for _ in range(3) for b in range(8)]):
+        for parts in (per_block, [barrier(SYNC_ALL, b) for _ in range(20) for b in range(8)]):
             detector = synccheck()
             detector.check(stream(*parts))
+            assert detector.tails.settled and not detector.tails.pending.size
             assert detector.finish() == []
-            assert not detector.tails.pending.size
 
     def test_a_sync_all_of_the_first_blocks_needs_only_them(self) -> None:
         """SyncAll(used=4): blocks 0-3 take part; with block 3 missing, blocks 0-2 are locked up; with it, none."""

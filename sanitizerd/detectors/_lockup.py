@@ -568,9 +568,11 @@ class PipeQueues:
 class _BarrierRounds:
     """The rounds of the pending barrier rows of one replay step: a block's k-th barrier of a group (counting
     those that ran) waits for the group's k-th round, which completes once every member has run its k-th barrier
-    of the group or stands at it."""
+    of the group or stands at it. Rounds whose every member's barriers of it lead its PIPE_S queue (or ran) complete
+    in the step whatever the order they came in: a block-by-block stream settles its SyncAlls in one step."""
 
     def __init__(self, queues: PipeQueues, rows: np.ndarray) -> None:
+        lead_keys, lead_counts = _leading_barriers(queues.pending)
         key = rows["key"]
         self.seq = rows["seq"]
         self.round = _lookup(queues.set_keys, queues.set_counts, key) + _ranks(key, self.seq)
@@ -579,15 +581,15 @@ class _BarrierRounds:
         self.needed = np.empty(groups.size, dtype=np.int64)
         self.ran = np.zeros(rows.size, dtype=np.int64)  # members of the row's group that ran past its round
         self.takes_part = np.ones(rows.size, dtype=bool)
+        self.settled = np.zeros(groups.size, dtype=np.int64)  # rounds of each group complete in this step for sure
         for i, g in enumerate(groups.tolist()):  # per group: a launch has a few
             self.needed[i], below = queues.group_size(g)
             in_group = self.group == i
-            lo = int(np.searchsorted(queues.set_keys, np.uint64(g), "left"))
-            hi = int(np.searchsorted(queues.set_keys, np.uint64(g | int(_MEMBER_MASK)), "right"))
-            counts = queues.set_counts[lo:hi]
+            ran_keys, counts = _in_group(queues.set_keys, queues.set_counts, g, below)
             if below is not None:
                 self.takes_part[in_group] = member[in_group] < np.uint64(below)
-                counts = counts[(queues.set_keys[lo:hi] & _MEMBER_MASK) < np.uint64(below)]
+            leading = _in_group(lead_keys, lead_counts, g, below)
+            self.settled[i] = _settled_rounds(ran_keys, counts, *leading, int(self.needed[i]))
             counts = np.sort(counts)
             self.ran[in_group] = counts.size - np.searchsorted(counts, self.round[in_group], side="right")
         self.group_round = self.group.astype(np.int64) * (int(self.round.max()) + 1) + self.round
@@ -605,6 +607,48 @@ class _BarrierRounds:
         at = np.searchsorted(rounds, self.group_round)
         at = np.where((at < rounds.size) & (rounds[np.minimum(at, rounds.size - 1)] == self.group_round), at, 0)
         complete = self.ran + count[at] >= self.needed[self.group]
+        ahead = self.round < self.settled[self.group]
         if in_order:
             complete &= latest[at] <= self.seq
-        return ~complete
+        return ~(complete | ahead)
+
+
+def _in_group(keys: np.ndarray, values: np.ndarray, group: int, below: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Of sorted barrier ``keys`` (and their ``values``), those of ``group`` whose member takes part (its id below
+    ``below``, if given)."""
+    lo = int(np.searchsorted(keys, np.uint64(group), "left"))
+    hi = int(np.searchsorted(keys, np.uint64(group | int(_MEMBER_MASK)), "right"))
+    keys, values = keys[lo:hi], values[lo:hi]
+    if below is not None:
+        part = (keys & _MEMBER_MASK) < np.uint64(below)
+        keys, values = keys[part], values[part]
+    return keys, values
+
+
+def _leading_barriers(pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per block whose PIPE_S queue begins with a barrier: that barrier's key and how many barriers of the same key
+    lead the queue (sorted by key). Each of them is reached once the rounds before it complete."""
+    scalar = pending[pending["dst"] == _S]  # in arrival order
+    blocks = _block_keys(scalar)
+    order = np.argsort(blocks, kind="stable")
+    blocks, key, kind = blocks[order], scalar["key"][order], scalar["kind"][order]
+    first = np.ones(blocks.size, dtype=bool)
+    first[1:] = blocks[1:] != blocks[:-1]
+    index = np.arange(blocks.size)
+    head = np.maximum.accumulate(np.where(first, index, 0))
+    other = ~(_BARRIERS[kind] & (key == key[head]))  # not a barrier of the key the block's queue begins with
+    through = np.cumsum(other)
+    leading = through == (through - other)[head]  # no other row from the block's first up to this one
+    counts = np.bincount(np.cumsum(first)[leading] - 1, minlength=int(first.sum()))
+    keys = key[first]
+    keep = counts > 0
+    order = np.argsort(keys[keep])
+    return keys[keep][order], counts[keep][order].astype(np.int64)
+
+
+def _settled_rounds(ran_keys: np.ndarray, ran: np.ndarray, lead_keys: np.ndarray, lead: np.ndarray, needed: int) -> int:
+    """Rounds of a group complete for sure: each member has run or leads its queue with that many barriers of it."""
+    members, index = np.unique(np.concatenate((ran_keys, lead_keys)), return_inverse=True)
+    if members.size < needed or not members.size:
+        return 0
+    return int(np.bincount(index, weights=np.concatenate((ran, lead)).astype(np.float64)).min())
