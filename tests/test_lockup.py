@@ -397,6 +397,23 @@ class TestBarriers:
         detector.check(stream(*(barrier(SYNC_ALL, b, used=2**64 - 1) for b in range(8))))
         assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": list(range(8))})]
 
+    def test_hostile_barriers_at_the_bounds(self) -> None:
+        """Block ids and types at their tops (and a count past every block) are judged, not misread; more distinct
+        SyncAll counts than MAX_BARRIER_GROUPS stop the launch's lock-up check, said so, never clean."""
+        detector = synccheck()
+        top = stream(
+            syncs(SYNC_ALL, Pipe.S, Pipe.S, 0, address=2**16, block_id=0xFFFF, block_type=255),
+            syncs(NPU_BARRIER, Pipe.S, Pipe.S, 0, block_id=0xFFFF, block_type=255),
+        )
+        detector.check(top)
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"255": [0xFFFF]})]
+        detector = synccheck()
+        many = _lockup.MAX_BARRIER_GROUPS + 1
+        detector.check(stream(*(barrier(SYNC_ALL, 0, used=n) for n in range(1, many + 1))))
+        assert detector.tails.stopped
+        (finding,) = [f for f in detector.finish() if f.kind == "internal_error"]
+        assert "stopped looking for locked pipes" in finding.detail and "SyncAll block counts" in finding.detail
+
     def test_a_cross_npu_barrier_one_block_of_this_device_never_reaches_is_locked_up(self) -> None:
         detector = synccheck()
         stuck = syncs(WAIT, Pipe.V, Pipe.S, 0, block_id=0)

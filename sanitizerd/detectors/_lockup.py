@@ -40,8 +40,8 @@ finished here, and ``PipeQueues.stuck_at_end`` is its stuck pipes, locked up at 
 replay finds them at KERNEL_FINISH (a pipe that ran to its end cannot have stopped on a wait nothing set).
 
 Not replayed (they never hold a pipe here): hset/hwait flags (msSanitizer's replay lets them pass too). Bounds:
-pending rows MAX_PENDING_ROWS, counted keys and blocks MAX_LOCKUP_KEYS each, and the
-replay's work per batch and at the session's end; past any, the launch's lock-up check stops, said so.
+pending rows MAX_PENDING_ROWS, counted keys and blocks MAX_LOCKUP_KEYS each, barrier groups MAX_BARRIER_GROUPS, and
+the replay's work per batch and at the session's end; past any, the launch's lock-up check stops, said so.
 """
 
 from __future__ import annotations
@@ -83,6 +83,9 @@ _WAITS[[_WAIT, _CROSS_WAIT, _SOFT_WAIT, _MSTX_WAIT, _GET_BUF]] = True
 MAX_LOCKUP_KEYS = 1 << 20
 # (mode, flag, block) of FFTS sets, read in Python by each replay step that has a cross-core wait to judge.
 MAX_FFTS_SET_KEYS = 1 << 16
+# Barrier groups (SyncAll's block type and count of blocks, the cross-NPU barrier) of one launch, each judged in
+# Python by each replay step that has a barrier pending: a kernel has a few; a hostile client could name 2^17 counts.
+MAX_BARRIER_GROUPS = 1 << 10
 # Sync rows waiting behind blocked waits (or for their releaser to arrive): about 64 bytes each.
 MAX_PENDING_ROWS = 1 << 18
 # Replay work (pending rows visited) per batch: a batch left unsettled is settled further with the next one.
@@ -326,7 +329,15 @@ class PipeQueues:
             return f"more than {MAX_LOCKUP_KEYS} distinct blocks or sync keys"
         if int(((self.set_keys >> _S60) == (_SPACE_FFTS_SET >> _S60)).sum()) > MAX_FFTS_SET_KEYS:
             return f"more than {MAX_FFTS_SET_KEYS} distinct cross-core (FFTS) flags set by block"
+        if self._barrier_groups() > MAX_BARRIER_GROUPS:
+            return f"more than {MAX_BARRIER_GROUPS} distinct SyncAll block counts"
         return ""
+
+    def _barrier_groups(self) -> int:
+        space = self.set_keys >> _S60
+        ran = self.set_keys[(space == _SPACE_SYNC_ALL >> _S60) | (space == _SPACE_NPU >> _S60)]
+        waiting = self.pending["key"][_BARRIERS[self.pending["kind"]]]
+        return np.unique(np.concatenate((ran, waiting)) & ~_MEMBER_MASK).size
 
     def _stop(self, why: str) -> None:
         self.stopped = why
