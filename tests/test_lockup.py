@@ -30,6 +30,7 @@ from sanitizerd.detectors.synccheck import Synccheck
 from sanitizerd.findings.render import render_text
 from sanitizerd_protocol.messages import Location
 from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import GET_BUF_NONBLOCK
 from tests.conftest import ROOT, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.detector_helpers import make_detector, stream
 
@@ -297,6 +298,19 @@ class TestOtherWaits:
             ("IB_WAIT", "PIPE_S", {"aiv": [1]}),
             ("MSTX_WAIT_CROSS", "PIPE_V", {"aiv": [5]}),
         ]
+
+    def test_a_non_blocking_get_buf_never_holds_and_takes_no_release(self) -> None:
+        """GET_BUF in msSanitizer's NONBLOCK_MODE (GET_BUF_NONBLOCK) waits for nothing, as its replay lets it pass,
+        and is not one of the buffer's gets: the block-mode GET_BUF after two of them is the buffer's first, free;
+        the block-mode one after that needs a release, and none comes."""
+        detector = synccheck()
+        nonblocking = syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4, mode=GET_BUF_NONBLOCK)
+        detector.check(stream(nonblocking, nonblocking, syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4)))
+        assert detector.finish() == []
+        detector = synccheck()
+        blocking = syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4)
+        detector.check(stream(nonblocking, blocking, nonblocking, blocking))
+        assert stuck_at(detector.finish()) == [("GET_BUF", "PIPE_MTE2", {"aiv": [0]})]
 
     def test_a_cross_core_set_behind_a_stuck_wait_flag_releases_nothing(self) -> None:
         """Block 0's PIPE_S waits on a flag of V that is never set, and its IB_SET sits behind that wait: block 1's

@@ -6,7 +6,8 @@ instruction behind a wait that is never released never ran, and a set_flag queue
 launch's waits and what releases them are *replayed* as the records come, per pipe:
 
 - ``wait_flag`` is released by the ``set_flag`` of its (block, src, dst, event id), the k-th wait by the k-th set;
-- ``GET_BUF`` of a (block, buffer) by that block's ``RLS_BUF`` of it, the first GET_BUF of each buffer freely;
+- ``GET_BUF`` of a (block, buffer) by that block's ``RLS_BUF`` of it, the first GET_BUF of each buffer freely (the
+  k-th needs k releases that ran); a non-blocking one (GET_BUF_NONBLOCK) waits for nothing and is not counted;
 - ``IB_WAIT`` (SOFT_WAIT) by the ``IB_SET`` of the block it names, FIFO;
 - an mstx cross-core wait by the mstx cross-core set of its (address, flag), FIFO; an "is more" wait never blocks;
 - ``wait_flag_dev`` / ``wait_intra_block`` (CROSS_WAIT) by the rounds of FFTS sets that target its block, by the
@@ -50,6 +51,7 @@ import numpy as np
 
 from sanitizerd_protocol.records import (
     BLOCK_RECORDS_ENDED,
+    GET_BUF_NONBLOCK,
     SYNC_ALL_MSTX_BARRIER,
     BlockType,
     EventKind,
@@ -115,7 +117,7 @@ ALWAYS = 255
 _S60 = np.uint64(60)
 _SPACE_FLAG, _SPACE_BUF, _SPACE_SOFT, _SPACE_MSTX = (np.uint64(n) << _S60 for n in (1, 2, 3, 4))
 _SPACE_FFTS_WAIT, _SPACE_FFTS_SET, _SPACE_NEVER = (np.uint64(n) << _S60 for n in (5, 6, 15))
-_SPACE_SYNC_ALL, _SPACE_NPU = (np.uint64(n) << _S60 for n in (7, 8))
+_SPACE_SYNC_ALL, _SPACE_NPU, _SPACE_NONBLOCKING = (np.uint64(n) << _S60 for n in (7, 8, 9))
 # A barrier's key: its group above bit 24, the member (the block; with its type for the cross-NPU barrier) below.
 _MEMBER_MASK = np.uint64((1 << 24) - 1)
 # SyncAll's count of blocks taking part, clamped: past 2^16 + 1 no launch has enough blocks, and the round never
@@ -124,6 +126,7 @@ _MAX_USED = (1 << 16) + 1
 # NPU_BARRIER rows reported with this mode: every block of this device is at the barrier, so what holds them is
 # another device of the job, not this session's records.
 ANOTHER_DEVICE_MODE = 1
+_S60_MASK = np.uint64(0xF) << _S60
 _MSTX_ADDRESS_MASK = np.uint64((1 << 44) - 1)  # GM addresses fit; two flags differing above bit 44 would share
 
 
@@ -159,6 +162,8 @@ def _keys(kind: np.ndarray, bt: np.ndarray, bid: np.ndarray, events: np.ndarray,
     b, t = bid.astype(u), bt.astype(u)
     flag = _SPACE_FLAG | (t << u(48)) | (b << u(32)) | (pipe << u(24)) | (dst << u(16)) | eid
     buf = _SPACE_BUF | (t << u(48)) | (b << u(32)) | eid
+    # a non-blocking GET_BUF waits for nothing and takes no release: not one of the buffer's gets
+    buf = np.where((kind == _GET_BUF) & (mode == GET_BUF_NONBLOCK), _SPACE_NONBLOCKING | (buf & ~_S60_MASK), buf)
     soft_set = _SPACE_SOFT | (t << u(48)) | (b << u(32)) | eid
     # IB_WAIT names the block whose IB_SET it awaits; one past 16 bits names no block, and nothing releases it
     named = address & u(0xFFFF)
@@ -206,6 +211,7 @@ def lock_rows(events: np.ndarray, index: np.ndarray, seq: np.ndarray) -> np.ndar
     rows["dst"] = np.where(kind == _WAIT, events["dst_pipe"][index], pipe)  # a wait_flag holds its destination
     rows["key"] = _keys(kind, bt, bid, events, index)
     more = (kind == _MSTX_WAIT) & ((rows["mode"] & 1) == 1)
+    more |= (kind == _GET_BUF) & (rows["mode"] == GET_BUF_NONBLOCK)
     rows["free"] = np.where(more, ALWAYS, (kind == _GET_BUF).astype(np.uint8))
     return rows
 
