@@ -717,6 +717,26 @@ def test_ctrl_c_reports_a_wait_flag_dev_nobody_releases(daemon: RunningDaemon, r
     assert (finding["kind"], finding["detail"], finding["dst_pipe"]) == ("kernel_locked_up", "WAIT_FLAG_DEV", "PIPE_S")
 
 
+def test_ctrl_c_reports_a_block_stuck_before_sync_all_and_the_block_waiting_there(
+    daemon: RunningDaemon, runs: list[Run]
+) -> None:
+    """Block 0's scalar waits on a flag nothing sets, so it never reaches the kernel's SyncAll; block 1 waits there
+    for it. Nothing is reported while the kernel runs (PIPE_V could still set the flag); Ctrl-C reports both."""
+    run = Run(daemon, "sync_all")
+    runs.append(run)
+    hung(run, daemon)
+    assert "locked up" not in run.text
+    run.process.send_signal(signal.SIGINT)
+    assert run.end() == 128 + signal.SIGINT, run.text
+    block = run.text[run.text.index("====== ERROR: Sync error detected. kernel locked up at") :]
+    assert "======    WAIT_FLAG in lockup_custom\n======    by PIPE_S in block aiv(0) on device 0" in block
+    assert "======    SYNC_ALL in lockup_custom\n======    by PIPE_S in block aiv(1) on device 0" in block
+    assert f"{LOCKUP}:{marked_line('at-sync-all')}" in block and f"{LOCKUP}:{marked_line('stuck-s')}" in block
+    assert "====== SUMMARY: 2 pipe(s) locked up." in block
+    stuck = sorted((f["detail"], f["blocks"]["aiv"]) for f in stored(daemon, run))
+    assert stuck == [("SYNC_ALL", [1]), ("WAIT_FLAG", [0])]
+
+
 def test_sets_queued_behind_their_own_waits_are_found_while_running(daemon: RunningDaemon, runs: list[Run]) -> None:
     """V and MTE3 each wait for the other and then set the other's flag: both sets reach the daemon, but each
     sits behind its pipe's wait; both pipes are reported locked with no signal sent."""
@@ -732,7 +752,7 @@ def test_sets_queued_behind_their_own_waits_are_found_while_running(daemon: Runn
     assert sorted(f["dst_pipe"] for f in stored(daemon, run)) == ["PIPE_MTE3", "PIPE_V"]
 
 
-@pytest.mark.parametrize("variant", ["cross_ok", "queued_ok"])
+@pytest.mark.parametrize("variant", ["cross_ok", "queued_ok", "sync_all_ok"])
 def test_the_same_syncs_done_right_end_clean(daemon: RunningDaemon, runs: list[Run], variant: str) -> None:
     """Every block sets the cross-core flag before block 0 waits on it; V sets before it waits: the kernel ends
     with nothing reported."""
