@@ -230,6 +230,12 @@ class Metrics:
             "Memory-permission regions refused: past a session's bound (region_permission)",
             registry=r,
         )
+        self.guard_writes_refused = Counter(
+            "sanitizerd_guard_writes_refused",
+            "Host writes into a GM guard area not reported: past a session's bound (guard_write); the first one past "
+            "it is an internal_error finding",
+            registry=r,
+        )
         Gauge("sanitizerd_build_info", "Always 1, labelled with the version", ["version"], registry=r).labels(
             __version__
         ).set(1)

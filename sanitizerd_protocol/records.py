@@ -110,6 +110,15 @@ BLOCK_RAN_TO_END = 0
 BLOCK_RECORDS_ENDED = 1
 
 
+# SOFT_SYNC_ALL's mode: 0, a SyncAll; SYNC_ALL_MSTX_BARRIER, msSanitizer's mstx cross-core barrier, which is one (a
+# lock-up report names the instruction as msSanitizer's does).
+SYNC_ALL_MSTX_BARRIER = 1
+
+# GET_BUF's mode, msSanitizer's BufMode: 0, it waits for the buffer's release (block mode); GET_BUF_NONBLOCK, it does
+# not wait (msSanitizer's replay lets it pass).
+GET_BUF_NONBLOCK = 1
+
+
 # DCCI's mode: the one cache line holding the address (msSanitizer's SINGLE_CACHE_LINE), or the whole data cache.
 DCCI_SINGLE_LINE = 0
 DCCI_ENTIRE = 1

@@ -753,8 +753,9 @@ def _sync_all(name: str, f: dict[str, int]) -> list[Access | Sync]:
 
 @rule(*_BUF)
 def _buf(name: str, f: dict[str, int]) -> list[Access | Sync]:
-    kind = "GET_BUF" if name.startswith("GET") else "RLS_BUF"
-    return _sync(kind, _f(f, "pipe"), 0, _f(f, "buf_id"), block=_f(f, "block_id"))
+    get = name.startswith("GET")
+    nonblock = int(get and _f(f, "mode") != 0)  # a GET_BUF's BufMode other than BLOCK_MODE: GET_BUF_NONBLOCK
+    return _sync("GET_BUF" if get else "RLS_BUF", _f(f, "pipe"), 0, _f(f, "buf_id"), nonblock, block=_f(f, "block_id"))
 
 
 REGISTER = {name: i + 1 for i, name in enumerate(_REGS)}  # sanitizerd's Register numbering follows this order

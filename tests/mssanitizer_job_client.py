@@ -15,6 +15,9 @@ Scenarios (issue 28):
 * ``hung-timeout``: the same block alone, every slot sent (the runtime's timeout stopped the kernel and the hooks
   read its record buffer as for any kernel), the verdict awaited, then the close.
 * ``paired``: the same launch with PIPE_MTE3 setting the flag before the wait: it ran to its end.
+* ``barrier-hung``: a launch of four blocks; block 0's scalar stops on a wait_flag nothing sets, blocks 1-3 stop at
+  msSanitizer's mstx cross-core barrier (block 0 never reaches it); every slot sent, the verdict awaited.
+* ``barrier-met``: the same four blocks all reach the barrier, then copy out: they ran to their end.
 """
 
 from __future__ import annotations
@@ -30,12 +33,12 @@ SHARED = 0x12C0_4000_0000
 UB_BUFFER = 0x100
 GM_MEM, UB_MEM = 6, 4  # MemType of a DmaMovRecord
 PIPE_S, PIPE_V, PIPE_MTE3 = 0, 1, 5  # PipeType of a SyncRecord
-SIGNAL_SET, SIGNAL_WAIT, CROSS_NPU_BARRIER = 7, 8, 9  # InterfaceType of an MstxRecord
+CROSS_CORE_BARRIER, SIGNAL_SET, SIGNAL_WAIT, CROSS_NPU_BARRIER = 4, 7, 8, 9  # InterfaceType of an MstxRecord
 LT = 4  # CompareOp
 PIPE_ALL = 6
 SIGNAL = SHARED + 0x1000
 # The lines the reports name (a record's own fileNo/lineNo; no kernel binary is sent).
-WRITE_LINE, READ_LINE, WAIT_LINE = 21, 34, 47
+WRITE_LINE, READ_LINE, WAIT_LINE, BARRIER_LINE = 21, 34, 47, 52
 
 
 def recv_exactly(sock: socket.socket, size: int) -> bytes:
@@ -120,6 +123,29 @@ def wait_flag(client: Client, src: int, dst: int, event_id: int, pc: int) -> byt
     return client.record("WAIT_FLAG", {"src": src, "dst": dst, "eventID": event_id} | location(WAIT_LINE, pc))
 
 
+def core_barrier(client: Client, pc: int, block_id: int) -> bytes:
+    values = {"interfaceType": CROSS_CORE_BARRIER, "interface.mstxCrossCoreBarrier.pipeBarrierAll": 0}
+    return client.record("MSTX_STUB", values | location(BARRIER_LINE, pc, block_id))
+
+
+def barrier(client: Client, *, met: bool) -> None:
+    """Four blocks meet at the mstx cross-core barrier (``met``), or block 0's scalar waits for PIPE_MTE3's flag
+    nobody sets first and never gets there."""
+    hooks = Hooks(client, 0)
+    blocks = []
+    for block_id in range(4):
+        if block_id == 0 and not met:
+            records = [client.record("WAIT_FLAG", {"src": PIPE_MTE3, "dst": PIPE_S, "eventID": 2}
+                                     | location(WAIT_LINE, 0xC4, block_id))]  # fmt: skip
+        else:
+            records = [core_barrier(client, 0xD0, block_id)]
+        if met:
+            records.append(copy(client, to_gm=True, line=WRITE_LINE, pc=0xE0))
+        blocks.append(records)
+    hooks.launch("barrier_kernel", blocks, 4)
+    hooks.close()
+
+
 def cross_npu(client: Client, scenario: str) -> None:
     ordered, signalled = scenario == "ordered", scenario == "signalled"
     for device in (0, 1):
@@ -158,6 +184,8 @@ def main(wire_name: str, scenario: str) -> None:
             cross_npu(client, scenario)
         case "hung-close" | "hung-timeout" | "paired":
             hung(client, every_slot=scenario != "hung-close", paired=scenario == "paired")
+        case "barrier-hung" | "barrier-met":
+            barrier(client, met=scenario == "barrier-met")
         case _:
             raise SystemExit(f"no scenario {scenario!r}")
     sys.stdout.flush()

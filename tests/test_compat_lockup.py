@@ -26,7 +26,7 @@ from sanitizerd_protocol.model import Finding
 from sanitizerd_protocol.records import BLOCK_RAN_TO_END, BLOCK_RECORDS_ENDED, BlockType
 from tests.conftest import ROOT, RunningDaemon, sanitizerd
 from tests.detector_helpers import make_detector, stream
-from tests.mssanitizer_job_client import PIPE_MTE3, PIPE_V, WAIT_LINE
+from tests.mssanitizer_job_client import BARRIER_LINE, PIPE_MTE3, PIPE_V, WAIT_LINE
 from tests.test_compat_layouts import Client, connect, events_of, feed_all, raw_named
 from tests.test_hooks import bare_env
 
@@ -95,9 +95,10 @@ class TestAtTheKernelsEnd:
 JOB = re.compile(r"SUMMARY: job (\S+):")
 
 
-def run_job(daemon: RunningDaemon, scenario: str) -> tuple[str, list[dict]]:
+def run_job(daemon: RunningDaemon, scenario: str, tools: tuple[str, ...] = ("synccheck",)) -> tuple[str, list[dict]]:
     env = bare_env(SANITIZERD_COMPAT_LAYOUT="master", PYTHONPATH=str(ROOT))
-    result = sanitizerd("run", "--socket", str(daemon.socket), "-t", "synccheck", "--", sys.executable, "-m",
+    chosen = [word for tool in tools for word in ("-t", tool)]
+    result = sanitizerd("run", "--socket", str(daemon.socket), *chosen, "--", sys.executable, "-m",
                         "tests.mssanitizer_job_client", "master", scenario, env=env)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     job = JOB.search(result.stdout).group(1)  # type: ignore[union-attr]
@@ -135,3 +136,31 @@ def test_a_kernel_whose_wait_was_set_is_silent(daemon: RunningDaemon) -> None:
     out, findings = run_job(daemon, "paired")
     assert findings == [], out
     assert "locked up" not in out
+
+
+def test_blocks_at_a_barrier_a_hung_block_never_reaches_are_all_locked_up(daemon: RunningDaemon) -> None:
+    """Block 0's scalar stops on a wait_flag nobody sets; blocks 1-3 stop at msSanitizer's mstx cross-core
+    barrier, which needs block 0: all four are locked up, named as msSanitizer's replay names them."""
+    out, findings = run_job(daemon, "barrier-hung")
+    lockups = [f for f in findings if f["kind"] == "kernel_locked_up"]
+    stuck = sorted((f["detail"], f["dst_pipe"], f["blocks"]["aiv"]) for f in lockups)
+    assert stuck == [("MSTX_CROSS_CORE_BARRIER", "PIPE_S", [1, 2, 3]), ("WAIT_FLAG", "PIPE_S", [0])], findings
+    assert "======    MSTX_CROSS_CORE_BARRIER in barrier_kernel" in out, out
+    assert f"code in unknown:{BARRIER_LINE}" in out
+    assert "====== SUMMARY: 4 pipe(s) locked up." in out
+
+
+def test_a_barrier_every_block_reaches_is_silent(daemon: RunningDaemon) -> None:
+    out, findings = run_job(daemon, "barrier-met")
+    assert findings == [], out
+    assert "locked up" not in out
+
+
+@pytest.mark.parametrize("scenario", ["hung-timeout", "barrier-hung"])
+def test_with_racecheck_on_too_each_stuck_wait_is_reported_once(daemon: RunningDaemon, scenario: str) -> None:
+    """synccheck and racecheck both on: each stuck wait of a kernel whose records ended is synccheck's lock-up, as
+    msSanitizer reports it (its racecheck says nothing of a hung kernel), and not racecheck's deadlock as well."""
+    out, findings = run_job(daemon, scenario, ("synccheck", "racecheck"))
+    kinds = sorted(f["kind"] for f in findings)
+    assert kinds == ["kernel_locked_up"] * (1 if scenario == "hung-timeout" else 2), findings
+    assert "deadlock" not in out.lower() and "locked up at" in out

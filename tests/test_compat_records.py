@@ -155,6 +155,7 @@ def test_sync_family() -> None:
         ("SYNC_ALL_STUB", dict(used_cores=8)),
         ("SYNC_ALL_STUB", dict(used_cores=-1)),
         ("GET_BUF", dict(pipe=p["MTE2"], buf_id=2)),
+        ("GET_BUFI", dict(pipe=p["MTE2"], buf_id=3, mode=1)),  # NONBLOCK_MODE
         ("RLS_BUFI_V", dict(pipe=p["V"], buf_id=2)),
     ])  # fmt: skip
 

@@ -717,7 +717,7 @@ def _mstx_items(name: str, f: dict[str, int]) -> list[Access | Sync]:
         return [*acc(READ, r, b, gm, 0), *acc(WRITE, w, b, gm, 0)]
     if i == 4:
         pre = _pipe_all(b) if g("b_pipe_all") else []
-        return [*pre, Sync(cm.K["SOFT_SYNC_ALL"], 0, 0, block=b)]
+        return [*pre, Sync(cm.K["SOFT_SYNC_ALL"], 0, 0, mode=1, block=b)]  # SYNC_ALL_MSTX_BARRIER
     if i in (5, 6):
         pre = _pipe_all(b) if g("f_pipe_all") else []
         kind = cm.K["SOFT_SET" if i == 5 else "SOFT_WAIT"]

@@ -5,16 +5,19 @@ read at the offsets wires.json measured; hostile guard_write frames and floods."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
 
+from client_shim import Client
 from sanitizerd.compat import wire
-from sanitizerd.sessions.session import MAX_GUARD_WRITES, Peer, Session, SessionFindings
+from sanitizerd.sessions.session import MAX_GUARD_WRITES, GuardWriteRefused, Peer, Session, SessionFindings
 from sanitizerd_protocol import messages as m
-from tests.conftest import ROOT, RunningDaemon, run_example, sanitizerd
-from tests.test_compat_layouts import Client, connect, feed_all, raw_named
-from tests.test_hostile import conn_hello, conn_last_error, conn_map, encode, frame, read_replies
+from tests.conftest import ROOT, RunningDaemon, run_example, sanitizerd, start_daemon, stop_daemon
+from tests.test_compat_layouts import Client as CompatClient
+from tests.test_compat_layouts import connect, feed_all, raw_named
+from tests.test_hostile import conn_hello, conn_last_error, conn_map, encode, frame, free_port, metric, read_replies
 from tests.test_hostile import connect as connect_raw
 
 EXAMPLE = ROOT / "examples" / "emulated" / "guard_area.py"
@@ -76,10 +79,31 @@ def test_the_config_bounds_padding_and_old_clients_get_the_default() -> None:
 def test_a_flood_of_guard_writes_is_bounded_and_said_once() -> None:
     session = Session(9, m.Hello(version=1, job="j"), m.Config(tools=["memcheck"]), Peer())
     write = m.GuardWrite(user_address=0x1000, user_size=64, out_address=0x1040, out_size=32)
-    reported = [item for _ in range(MAX_GUARD_WRITES + 50) for item in session.handle(write)]
+    replies = [item for _ in range(MAX_GUARD_WRITES + 50) for item in session.handle(write)]
+    reported, refused = replies[:MAX_GUARD_WRITES], replies[MAX_GUARD_WRITES:]
     assert all(isinstance(item, SessionFindings) for item in reported)
-    kinds = [f.kind for item in reported for f in item.findings]  # type: ignore[union-attr]
+    assert len(refused) == 50 and all(isinstance(item, GuardWriteRefused) for item in refused)
+    kinds = [f.kind for item in replies for f in item.findings]  # type: ignore[union-attr]
     assert kinds == ["guard_write"] * MAX_GUARD_WRITES + ["internal_error"]
+
+
+def test_guard_writes_past_the_bound_are_counted_over_the_wire(short_dir: Path) -> None:
+    """A client flooding guard-area writes on a real daemon: the first MAX_GUARD_WRITES are reported, one
+    internal_error says the rest are not, and each refused one is counted in sanitizerd_guard_writes_refused_total."""
+    port = free_port()
+    running = start_daemon(short_dir, "--handshake-timeout", "1", "--metrics-addr", f"127.0.0.1:{port}")
+    try:
+        assert metric(port, "sanitizerd_guard_writes_refused_total") == 0
+        config = m.Config(tools=["memcheck"])
+        with Client(running.socket, job="guard-flood", device=0, config=config, resume_buffer=0) as client:
+            for _ in range(MAX_GUARD_WRITES + 7):
+                client.guard_write(0x1000, 64, 0x1040, 32)
+        query = sanitizerd("findings", "--socket", str(running.socket), "--job", "guard-flood", "--format", "json")
+        kinds = [f["kind"] for f in json.loads(query.stdout)]
+        assert kinds.count("guard_write") == MAX_GUARD_WRITES and kinds.count("internal_error") == 1
+        assert metric(port, "sanitizerd_guard_writes_refused_total") == 7
+    finally:
+        assert stop_daemon(running) == 0, running.log_text()
 
 
 def test_the_distance_is_msSanitizers_u64_arithmetic() -> None:
@@ -145,7 +169,7 @@ def test_a_guard_write_at_the_top_of_u64_is_reported(hostile_daemon: RunningDaem
 def test_the_record_becomes_a_guard_write(release: str) -> None:
     """Packed at the measured offsets (userAddr 0, userSize 8, outAddr 16, outSize 24 of 32 bytes), extreme values
     included: read into the message memcheck reports, nothing lost or widened."""
-    client = Client(raw_named(release))
+    client = CompatClient(raw_named(release))
     spec = client.structs["GMAddrOutOfBoundRecord"]
     assert spec["size"] == 32
     assert [spec["fields"][f][:2] for f in ("userAddr", "userSize", "outAddr", "outSize")] == [

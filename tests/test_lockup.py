@@ -30,6 +30,7 @@ from sanitizerd.detectors.synccheck import Synccheck
 from sanitizerd.findings.render import render_text
 from sanitizerd_protocol.messages import Location
 from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import GET_BUF_NONBLOCK
 from tests.conftest import ROOT, RunningDaemon, sanitizerd, start_daemon, stop_daemon
 from tests.detector_helpers import make_detector, stream
 
@@ -298,6 +299,19 @@ class TestOtherWaits:
             ("MSTX_WAIT_CROSS", "PIPE_V", {"aiv": [5]}),
         ]
 
+    def test_a_non_blocking_get_buf_never_holds_and_takes_no_release(self) -> None:
+        """GET_BUF in msSanitizer's NONBLOCK_MODE (GET_BUF_NONBLOCK) waits for nothing, as its replay lets it pass,
+        and is not one of the buffer's gets: the block-mode GET_BUF after two of them is the buffer's first, free;
+        the block-mode one after that needs a release, and none comes."""
+        detector = synccheck()
+        nonblocking = syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4, mode=GET_BUF_NONBLOCK)
+        detector.check(stream(nonblocking, nonblocking, syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4)))
+        assert detector.finish() == []
+        detector = synccheck()
+        blocking = syncs(EventKind.GET_BUF, Pipe.MTE2, Pipe.S, 4)
+        detector.check(stream(nonblocking, blocking, nonblocking, blocking))
+        assert stuck_at(detector.finish()) == [("GET_BUF", "PIPE_MTE2", {"aiv": [0]})]
+
     def test_a_cross_core_set_behind_a_stuck_wait_flag_releases_nothing(self) -> None:
         """Block 0's PIPE_S waits on a flag of V that is never set, and its IB_SET sits behind that wait: block 1's
         IB_WAIT on block 0 is locked too."""
@@ -313,6 +327,132 @@ class TestOtherWaits:
             ("WAIT_FLAG", "PIPE_S", {"aiv": [0]}),
             ("IB_WAIT", "PIPE_S", {"aiv": [1]}),
         ]
+
+
+SYNC_ALL, NPU_BARRIER = EventKind.SOFT_SYNC_ALL, EventKind.NPU_BARRIER
+
+
+def barrier(kind: EventKind, block: int, used: int = 0, serial: int = 0) -> np.ndarray:
+    return syncs(kind, Pipe.S, Pipe.S, 0, address=used, block_id=block, serial=serial)
+
+
+def after(block: int) -> np.ndarray:
+    """A record of the block after its barrier: it went past it."""
+    return copy_in(block)
+
+
+class TestBarriers:
+    def test_blocks_at_a_sync_all_one_block_never_reaches_are_locked_up(self) -> None:
+        """Block 0's scalar waits on a flag nobody sets; blocks 1-7 sit at SyncAll, whose round needs block 0: all
+        eight are reported when the session ends, block 0 at its wait, the rest at SYNC_ALL."""
+        detector = synccheck()
+        detector.check(stream(syncs(WAIT, Pipe.V, Pipe.S, 0, block_id=0), barrier(SYNC_ALL, 0)))
+        detector.check(stream(*(barrier(SYNC_ALL, b) for b in range(1, 8))))
+        assert detector.take_early() == []  # a block that has not reached it yet may still reach it
+        findings = detector.finish()
+        assert stuck_at(findings) == [
+            ("WAIT_FLAG", "PIPE_S", {"aiv": [0]}),
+            ("SYNC_ALL", "PIPE_S", {"aiv": [1, 2, 3, 4, 5, 6, 7]}),
+        ]
+        assert "====== SUMMARY: 8 pipe(s) locked up." in render_text(findings)
+        assert "======    SYNC_ALL in vec_kernel\n======    by PIPE_S in block aiv(1-7) on device 1" in render_text(
+            findings
+        )
+
+    def test_a_block_of_the_launch_that_sent_nothing_holds_the_round(self) -> None:
+        """Blocks 0-6 of 8 at SyncAll, block 7 never heard from: the launch gave it, so the round waits for it."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b) for b in range(7))))
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": list(range(7))})]
+
+    def test_rounds_every_block_reaches_are_clean_in_any_order(self) -> None:
+        """Twenty SyncAll rounds in each of the 8 blocks, each block's records sent whole before the next block's
+        (as msSanitizer's wire sends them), then interleaved: every round completes within the batch's replay
+        (more rounds than a batch's steps: rounds whose barriers lead every block's queue settle in one step),
+        and the session's end finds nothing, whether or not the blocks sent anything after their last round."""
+        per_block = [
+            stream(barrier(SYNC_ALL, b), after(b), *(barrier(SYNC_ALL, b) for _ in range(19))) for b in range(8)
+        ]
+        for parts in (per_block, [barrier(SYNC_ALL, b) for _ in range(20) for b in range(8)]):
+            detector = synccheck()
+            detector.check(stream(*parts))
+            assert detector.tails.settled and not detector.tails.pending.size
+            assert detector.finish() == []
+
+    def test_a_sync_all_of_the_first_blocks_needs_only_them(self) -> None:
+        """SyncAll(used=4): blocks 0-3 take part; with block 3 missing, blocks 0-2 are locked up; with it, none."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b, used=4) for b in range(3))))
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": [0, 1, 2]})]
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b, used=4) for b in range(4))))
+        assert detector.finish() == []
+
+    def test_a_sync_all_cannot_release_what_releases_it(self) -> None:
+        """Block 0 reaches SyncAll(2) and then IB_SETs; block 1 waits on that IB_SET before its SyncAll. The set
+        arrives before the wait, but runs only after the round, which needs block 1 past its wait: a cycle, both
+        locked up (whatever the order the records came in)."""
+        records = [
+            barrier(SYNC_ALL, 0, used=2),
+            syncs(EventKind.SOFT_SET, Pipe.S, Pipe.S, 1, block_id=0),
+            syncs(EventKind.SOFT_WAIT, Pipe.S, Pipe.S, 1, address=0, block_id=1),
+            barrier(SYNC_ALL, 1, used=2),
+        ]
+        for order in (records, records[2:] + records[:2]):
+            detector = synccheck()
+            detector.check(stream(*order))
+            assert sorted(stuck_at(detector.finish())) == [
+                ("IB_WAIT", "PIPE_S", {"aiv": [1]}),
+                ("SYNC_ALL", "PIPE_S", {"aiv": [0]}),
+            ]
+
+    def test_a_hostile_count_of_blocks_taking_part_never_completes(self) -> None:
+        detector = synccheck()
+        detector.check(stream(*(barrier(SYNC_ALL, b, used=2**64 - 1) for b in range(8))))
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"aiv": list(range(8))})]
+
+    def test_hostile_barriers_at_the_bounds(self) -> None:
+        """Block ids and types at their tops (and a count past every block) are judged, not misread; more distinct
+        SyncAll counts than MAX_BARRIER_GROUPS stop the launch's lock-up check, said so, never clean."""
+        detector = synccheck()
+        top = stream(
+            syncs(SYNC_ALL, Pipe.S, Pipe.S, 0, address=2**16, block_id=0xFFFF, block_type=255),
+            syncs(NPU_BARRIER, Pipe.S, Pipe.S, 0, block_id=0xFFFF, block_type=255),
+        )
+        detector.check(top)
+        assert stuck_at(detector.finish()) == [("SYNC_ALL", "PIPE_S", {"255": [0xFFFF]})]
+        detector = synccheck()
+        many = _lockup.MAX_BARRIER_GROUPS + 1
+        detector.check(stream(*(barrier(SYNC_ALL, 0, used=n) for n in range(1, many + 1))))
+        assert detector.tails.stopped
+        (finding,) = [f for f in detector.finish() if f.kind == "internal_error"]
+        assert "stopped looking for locked pipes" in finding.detail and "SyncAll block counts" in finding.detail
+
+    def test_a_cross_npu_barrier_one_block_of_this_device_never_reaches_is_locked_up(self) -> None:
+        detector = synccheck()
+        stuck = syncs(WAIT, Pipe.V, Pipe.S, 0, block_id=0)
+        detector.check(stream(stuck, *(barrier(NPU_BARRIER, b) for b in range(1, 8))))
+        assert stuck_at(detector.finish()) == [
+            ("WAIT_FLAG", "PIPE_S", {"aiv": [0]}),
+            ("MSTX_CROSS_NPU_BARRIER", "PIPE_S", {"aiv": list(range(1, 8))}),
+        ]
+
+    def test_a_cross_npu_barrier_every_block_reached_waits_on_another_device(self) -> None:
+        """All 8 blocks at the barrier and nothing after: what holds them is another device. Never clean: each is
+        reported stuck there, saying so."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(NPU_BARRIER, b) for b in range(8))))
+        findings = detector.finish()
+        remote = "MSTX_CROSS_NPU_BARRIER (waiting on another device)"
+        assert stuck_at(findings) == [(remote, "PIPE_S", {"aiv": list(range(8))})]
+        assert "MSTX_CROSS_NPU_BARRIER (waiting on another device) in vec_kernel" in render_text(findings)
+
+    def test_a_cross_npu_barrier_a_block_went_past_is_open(self) -> None:
+        """The blocks' records after the barrier show it opened: clean."""
+        detector = synccheck()
+        detector.check(stream(*(barrier(NPU_BARRIER, b) for b in range(8))))
+        detector.check(stream(*(after(b) for b in range(8))))
+        assert detector.finish() == []
 
 
 def test_report_text_is_mssanitizers() -> None:
@@ -577,6 +717,26 @@ def test_ctrl_c_reports_a_wait_flag_dev_nobody_releases(daemon: RunningDaemon, r
     assert (finding["kind"], finding["detail"], finding["dst_pipe"]) == ("kernel_locked_up", "WAIT_FLAG_DEV", "PIPE_S")
 
 
+def test_ctrl_c_reports_a_block_stuck_before_sync_all_and_the_block_waiting_there(
+    daemon: RunningDaemon, runs: list[Run]
+) -> None:
+    """Block 0's scalar waits on a flag nothing sets, so it never reaches the kernel's SyncAll; block 1 waits there
+    for it. Nothing is reported while the kernel runs (PIPE_V could still set the flag); Ctrl-C reports both."""
+    run = Run(daemon, "sync_all")
+    runs.append(run)
+    hung(run, daemon)
+    assert "locked up" not in run.text
+    run.process.send_signal(signal.SIGINT)
+    assert run.end() == 128 + signal.SIGINT, run.text
+    block = run.text[run.text.index("====== ERROR: Sync error detected. kernel locked up at") :]
+    assert "======    WAIT_FLAG in lockup_custom\n======    by PIPE_S in block aiv(0) on device 0" in block
+    assert "======    SYNC_ALL in lockup_custom\n======    by PIPE_S in block aiv(1) on device 0" in block
+    assert f"{LOCKUP}:{marked_line('at-sync-all')}" in block and f"{LOCKUP}:{marked_line('stuck-s')}" in block
+    assert "====== SUMMARY: 2 pipe(s) locked up." in block
+    stuck = sorted((f["detail"], f["blocks"]["aiv"]) for f in stored(daemon, run))
+    assert stuck == [("SYNC_ALL", [1]), ("WAIT_FLAG", [0])]
+
+
 def test_sets_queued_behind_their_own_waits_are_found_while_running(daemon: RunningDaemon, runs: list[Run]) -> None:
     """V and MTE3 each wait for the other and then set the other's flag: both sets reach the daemon, but each
     sits behind its pipe's wait; both pipes are reported locked with no signal sent."""
@@ -592,7 +752,7 @@ def test_sets_queued_behind_their_own_waits_are_found_while_running(daemon: Runn
     assert sorted(f["dst_pipe"] for f in stored(daemon, run)) == ["PIPE_MTE3", "PIPE_V"]
 
 
-@pytest.mark.parametrize("variant", ["cross_ok", "queued_ok"])
+@pytest.mark.parametrize("variant", ["cross_ok", "queued_ok", "sync_all_ok"])
 def test_the_same_syncs_done_right_end_clean(daemon: RunningDaemon, runs: list[Run], variant: str) -> None:
     """Every block sets the cross-core flag before block 0 waits on it; V sets before it waits: the kernel ends
     with nothing reported."""

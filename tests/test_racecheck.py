@@ -349,6 +349,28 @@ class TestDeadlock:
         assert found[0][0] == "race_raw" and found[0][2][0][2] == 1
         assert found[1] == ("deadlock", "wait_flag from PIPE_MTE3 to PIPE_MTE2 (event id 5)", {"aiv": [0]}, 2)
 
+    @pytest.mark.parametrize(
+        ("tools", "finish_mode", "deadlocks"),
+        [
+            (["racecheck", "synccheck"], 1, 0),  # records ended (msSanitizer's hooks): synccheck's lock-up stands
+            (["racecheck", "synccheck"], 0, 1),  # the block ran to its end: a genuine deadlock
+            (["racecheck"], 1, 1),  # nobody else reports it
+        ],
+        ids=["records-ended-with-synccheck", "ran-to-end-with-synccheck", "records-ended-alone"],
+    )
+    def test_a_wait_synccheck_reports_locked_up_is_not_a_deadlock_too(
+        self, tools: list[str], finish_mode: int, deadlocks: int
+    ) -> None:
+        """A lone stuck wait_flag whose block's records ended (BLOCK_FINISH mode BLOCK_RECORDS_ENDED) is synccheck's
+        lock-up when synccheck is on; racecheck stands down for that wait only, and only then."""
+        events = program(
+            copy_in(),
+            syncs(WAIT, Pipe.MTE3, Pipe.MTE2, 5),
+            make_events(kind=EventKind.BLOCK_FINISH, mode=finish_mode, block_type=BlockType.AIV),
+        )
+        found = races(events, detector=racecheck(tools=tools))
+        assert [r[0] for r in found].count("deadlock") == deadlocks
+
     def test_cycle_of_waits(self) -> None:
         """V waits for MTE2's flag, which MTE2 only sets after waiting for V's: neither can move."""
         events = program(

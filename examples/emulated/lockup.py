@@ -18,8 +18,11 @@ hands the result to MTE3 (V -> MTE3), which writes it back to GM. BUG is one of 
 - ``queued_sets``: in block 0, PIPE_V waits for MTE3 and then sets MTE3's flag (``queued-v``), and MTE3 waits for
   V and then sets V's (``queued-mte3``). Both sets are sent, but each sits behind its own pipe's wait, so neither
   runs: both pipes are locked, reported while the kernel runs.
-- ``cross_ok`` and ``queued_ok``: the same syncs done right (every block sets flag 5 before it waits on it; V sets
-  before it waits); they end, clean.
+- ``sync_all``: block 0's scalar waits on a flag of PIPE_V (event 4) that nothing sets (``stuck-s``), before the
+  kernel's SyncAll; block 1 reaches the SyncAll (``at-sync-all``) and waits there for block 0, which never comes.
+  Reported at Ctrl-C: PIPE_S of block 0 at WAIT_FLAG, PIPE_S of block 1 at SYNC_ALL.
+- ``cross_ok``, ``queued_ok`` and ``sync_all_ok``: the same syncs done right (every block sets flag 5 before it
+  waits on it; V sets before it waits; no wait before the SyncAll); they end, clean.
 - ``silent``: every wait is met, but the kernel never ends and sends nothing more (a hang outside the records):
   the daemon reports the launch silent after ``serve --silent-kernel-after`` seconds.
 
@@ -42,8 +45,9 @@ from client_shim.events import Pipe
 BLOCKS, TILE = 2, 512
 X = 0x12C0C0000000
 REPEAT = TILE // 256
-BUGS = ("none", "unset_flag", "cycle", "silent", "unset_cross", "queued_sets", "cross_ok", "queued_ok")
-ENDS = ("none", "cross_ok", "queued_ok")
+BUGS = ("none", "unset_flag", "cycle", "silent", "unset_cross", "queued_sets", "sync_all", "cross_ok", "queued_ok",
+        "sync_all_ok")  # fmt: skip
+ENDS = ("none", "cross_ok", "queued_ok", "sync_all_ok")
 
 
 def main(bug: str, deaf: bool) -> None:
@@ -63,6 +67,10 @@ def main(bug: str, deaf: bool) -> None:
             block.cross_set(Pipe.S, 5)  # FFTS mode 0: every block of the kernel sets it once...
         if bug in ("unset_cross", "cross_ok") and block.idx == 0:
             block.cross_wait(5)  # BUG: unset_cross (nobody sets flag 5)  # line: stuck-dev
+        if bug == "sync_all" and block.idx == 0:
+            block.wait_flag(Pipe.V, Pipe.S, 4)  # BUG: sync_all (nothing sets it)  # line: stuck-s
+        if bug in ("sync_all", "sync_all_ok"):
+            block.soft_sync_all()  # every block of the kernel must reach it  # line: at-sync-all
         if bug == "queued_sets" and block.idx == 0:
             block.wait_flag(Pipe.MTE3, Pipe.V, 2)  # BUG: queued_sets  # line: queued-v
             block.set_flag(Pipe.V, Pipe.MTE3, 2)  # queued behind V's own wait: never runs

@@ -40,6 +40,7 @@ from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding, RaceAccess
 from sanitizerd_protocol.records import (
+    BLOCK_RECORDS_ENDED,
     DCCI_ENTIRE,
     FLAG_ATOMIC,
     DcciTarget,
@@ -57,6 +58,20 @@ _KEEP = np.zeros(256, dtype=bool)
 _KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
 _KEEP[EventKind.SET_FLAG : EventKind.CROSS_WAIT + 1] = True
 _KEEP[EventKind.HSET_FLAG : EventKind.RLS_BUF + 1] = True
+# Waits synccheck's lock-up replay (detectors/_lockup.py) reports when a block's records end on one: with synccheck on,
+# such a stuck wait is its lock-up, not a deadlock here too (msSanitizer's racecheck reports nothing of a hung kernel).
+_LOCKUP_WAITS = np.zeros(256, dtype=bool)
+_LOCKUP_WAITS[
+    [
+        EventKind.WAIT_FLAG,
+        EventKind.CROSS_WAIT,
+        EventKind.SOFT_WAIT,
+        EventKind.SOFT_SYNC_ALL,
+        EventKind.MSTX_CROSS_WAIT,
+        EventKind.GET_BUF,
+        EventKind.NPU_BARRIER,
+    ]
+] = True
 # The kinds whose dst_pipe is a pipe (on the others it has no meaning, whatever it holds).
 _TO_PIPE = np.zeros(256, dtype=bool)
 _TO_PIPE[[EventKind.SET_FLAG, EventKind.WAIT_FLAG, EventKind.HSET_FLAG, EventKind.HWAIT_FLAG]] = True
@@ -118,6 +133,7 @@ class Racecheck:
         self.proofs = BlockProofs()
         self.pending = []
         self.held = self.dropped = self.refused = self.asked = self.off_pipe = 0
+        self.records_ended = np.empty(0, dtype=np.uint32)  # blocks whose records ended, run to their end or not
         self.dccis = []
         self.dcci_held = self.dcci_dropped = 0
         self.simt = SimtSections()
@@ -151,6 +167,9 @@ class Racecheck:
         if kept:
             self._hold(batch, keep, kept)
         finished = kind == EventKind.BLOCK_FINISH
+        ended = finished & (events["mode"] == BLOCK_RECORDS_ENDED)
+        if ended.any():
+            self.records_ended = np.union1d(self.records_ended, block_keys(events[ended]))
         if finished.any() and not self.refused:
             self.columns.finish(int(block_keys(events[finished])[-1]))
         self._prove_completed(self.columns, self.kernel)
@@ -364,6 +383,8 @@ class Kernel:
         it, with cross-block waits teaching nothing (``_block_proofs``), their temporaries taken from ``memory``.
         With ``dccis`` (the launch's DCCI events, --check-dcci), missing dcci instructions are looked for too."""
         self.context = detector.context
+        # synccheck reports these blocks' stuck waits as lock-ups (see _LOCKUP_WAITS)
+        self.locked_up_blocks = detector.records_ended if "synccheck" in self.context.config.tools else None
         self.memory: MemoryAccount | TrialAccount = memory or detector.context.race_memory
         alone = memory is not None
         self.cut = cut
@@ -878,6 +899,15 @@ class Kernel:
             stack=stack,
         )
 
+    def _synccheck_lockups(self, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
+        """Of the stuck waits (their sync ``rows``, node ``kind``), those synccheck reports as locked up: of a kind
+        its replay holds, in a block whose records ended (msSanitizer's hooks' BLOCK_FINISH: a kernel its runtime
+        may have stopped), with synccheck on. A block that ran to its end keeps its deadlock."""
+        if self.locked_up_blocks is None or not self.locked_up_blocks.size:
+            return np.zeros(rows.size, dtype=bool)
+        blocks = (self.syncs["block_type"][rows].astype(np.uint32) << np.uint32(16)) | self.syncs["block_id"][rows]
+        return _LOCKUP_WAITS[kind] & np.isin(blocks, self.locked_up_blocks)
+
     def _deadlocks(self) -> list[Finding]:
         model = self.model
         if not model.stuck:
@@ -888,8 +918,11 @@ class Kernel:
         at = self.arrival(np.array([stuck.event for stuck in model.stuck]))
         rows = rank_among(self.is_sync, at)
         f = {name: self.syncs[name][rows].tolist() for name in names}
+        lockup = self._synccheck_lockups(rows, np.array([int(nodes.kind[stuck.node]) for stuck in model.stuck]))
         sites: dict[tuple, list[int]] = {}
         for j, stuck in enumerate(model.stuck):
+            if lockup[j]:
+                continue
             key = (int(nodes.kind[stuck.node]), f["pipe"][j], f["dst_pipe"][j], f["event_id"][j], f["location"][j],
                    f["pc"][j])  # fmt: skip
             sites.setdefault(key, []).append(j)

@@ -21,6 +21,7 @@ from sanitizerd.sessions.pipeline import drive_detector
 from sanitizerd.sessions.session import (
     Answer,
     ForeignFrees,
+    GuardWriteRefused,
     RegionRefused,
     Reply,
     Session,
@@ -76,6 +77,10 @@ async def serve_producer(hub: Hub, stream: MessageStream, session: Session) -> N
             case RegionRefused(finding=finding):
                 metrics.regions_refused.inc()
                 await publish([finding])
+            case GuardWriteRefused(findings=findings):
+                metrics.guard_writes_refused.inc()
+                if findings:
+                    await publish(findings)
             case SignatureReport(signature=signature, rank=rank):
                 for f in hub.jobs.signature(job, signature, rank):
                     # A replica's disagreement belongs to the rank it names, which may be another session of the job.

@@ -73,7 +73,15 @@ class RegionRefused:
     finding: Finding
 
 
-Reply = Answer | m.IpcResult | ForeignFrees | SessionFindings | SignatureReport | RegionRefused
+@dataclass(frozen=True, slots=True)
+class GuardWriteRefused:
+    """A host write into a guard area past the session's bound (MAX_GUARD_WRITES): not reported, counted; the first
+    one past it carries the finding that says so."""
+
+    findings: list[Finding]
+
+
+Reply = Answer | m.IpcResult | ForeignFrees | SessionFindings | SignatureReport | RegionRefused | GuardWriteRefused
 
 # What a session's source locations may hold, in the units of ``_location_size`` (about bytes): a large program's
 # whole debug info fits many times over; a client that sends locations for ever does not.
@@ -263,12 +271,12 @@ class Session:
         self.guard_writes += 1
         if self.guard_writes > MAX_GUARD_WRITES:
             if self.guard_writes > MAX_GUARD_WRITES + 1:
-                return []
+                return [GuardWriteRefused([])]
             detail = (
                 f"sanitizerd reports the first {MAX_GUARD_WRITES} host writes into a GM guard area of a session; "
                 "later ones are not reported"
             )
-            return [SessionFindings([self.context.finding("internal_error", space="GM", detail=detail)])]
+            return [GuardWriteRefused([self.context.finding("internal_error", space="GM", detail=detail)])]
         distance = (write.out_address - write.user_address - write.user_size) % (1 << 64)
         detail = (
             f"Access to {write.out_address:#x} on GM is {distance} byte(s) after the nearest allocation at "

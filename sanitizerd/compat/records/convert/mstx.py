@@ -11,7 +11,8 @@ One record type carries several interfaces (``interfaceType``) in a union:
 * HCCL-V core records (3): one read of srclenBurst and one write of dstlenBurst bytes, ``repeat`` contiguous runs.
 * cross-core barrier / set flag / wait flag (4, 5, 6): optionally a full pipe barrier first (one
   pipe_barrier(PIPE_ALL), which the detectors expand as msSanitizer's 33 generated events do), then a software
-  SyncAll of every block (``SOFT_SYNC_ALL``; msSanitizer's FFTS flag 31 pair) or a soft set/wait
+  SyncAll of every block (``SOFT_SYNC_ALL``, mode 1 so that a lock-up names it msSanitizer's way; msSanitizer's
+  FFTS flag 31 pair) or a soft set/wait
   (``SOFT_SET``/``SOFT_WAIT`` on PIPE_S, address = the peer block), as the sync family converts the stubs.
 * cross-NPU barrier (9, releases from 2026-04-13 on): optionally a full pipe barrier first (its ``pipeBarrierAll``,
   from 2026-04-23 on), then one ``NPU_BARRIER`` on PIPE_S, the native event cross-NPU racecheck orders by. The
@@ -47,6 +48,7 @@ from sanitizerd.compat.records.convert.plan import NO_SPACE, Plan
 from sanitizerd.compat.records.convert.vector import READ, WRITE, masked_operand
 from sanitizerd.compat.records.types import MEMTYPE_SPACE, DataType, RecordType, query_pipe
 from sanitizerd_protocol.records import (
+    SYNC_ALL_MSTX_BARRIER,
     TENSOR_OPERAND_READ,
     TENSOR_OPERAND_WRITE,
     BlockType,
@@ -309,7 +311,9 @@ def convert_mstx(record_type: int, records: np.ndarray, serials: np.ndarray, con
     _pipe_all(plan, (barrier & (r["barrier_pipe_all"] != 0)) | ((set_flag | wait_flag) & (r["flag_pipe_all"] != 0)))
     # msSanitizer barriers every core whatever the record names (it warns): a software SyncAll of all blocks.
     s = int(Pipe.S)
-    plan.add(EventKind.SOFT_SYNC_ALL, 0, 0, pipe=s, dst_pipe=s, count=barrier, memory=False)
+    plan.add(
+        EventKind.SOFT_SYNC_ALL, 0, 0, pipe=s, dst_pipe=s, mode=SYNC_ALL_MSTX_BARRIER, count=barrier, memory=False
+    )
     plan.add(
         np.where(set_flag, EventKind.SOFT_SET, EventKind.SOFT_WAIT),
         0,

@@ -11,7 +11,7 @@ import numpy as np
 
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, subset, sync_events
 from sanitizerd.compat.records.types import MemType, PipeType, RecordType
-from sanitizerd_protocol.records import BlockType, EventKind, Pipe
+from sanitizerd_protocol.records import GET_BUF_NONBLOCK, BlockType, EventKind, Pipe
 
 R = RecordType
 
@@ -194,9 +194,11 @@ BUF = payload_dtype("BufRecord", "pipe bufId mode")
 
 @converts(R.GET_BUF, R.GET_BUFI, R.GET_BUF_V, R.GET_BUFI_V, dtype=BUF)
 def get_buf(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    # BufMode: BLOCK_MODE 0 waits for the buffer's release, anything else does not (GET_BUF_NONBLOCK)
     return sync_events(
-        EventKind.GET_BUF, records, serials, context, pipe=_pipe(records["pipe"]), event_id=_u16(records["buf_id"])
-    )
+        EventKind.GET_BUF, records, serials, context, pipe=_pipe(records["pipe"]), event_id=_u16(records["buf_id"]),
+        mode=(records["mode"] != 0).astype(np.uint8) * GET_BUF_NONBLOCK,
+    )  # fmt: skip
 
 
 @converts(R.RLS_BUF, R.RLS_BUFI, R.RLS_BUF_V, R.RLS_BUFI_V, dtype=BUF)
