@@ -441,8 +441,10 @@ def section_events(
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Each SIMT call's records as one native section (SIMT_START with the dims, every thread's accesses and
     barriers in its own order, SIMT_END), sections in the order of their entry heads, numbered from
-    ``first_serial``; returns the events, the index of each event's row in ``rows`` (-1 for SIMT_START/SIMT_END),
-    and what was refused. Vectorised over rows and calls alike: a slot of many calls costs one sort."""
+    ``first_serial``, each SIMT_START's pc its call's ``mainScalarPc`` (the pc of its SIMT_CALL record, which places
+    it among the block's SIMD records); returns the events, the index of each event's row in ``rows`` (-1 for
+    SIMT_START/SIMT_END), and what was refused. Vectorised over rows and calls alike: a slot of many calls costs one
+    sort."""
     refused: dict[str, int] = {}
     # The first entry head of each mainScalarPc names the call; a later head for the same pc adds nothing.
     pcs = np.array([c.main_pc for c in calls], dtype=np.uint64)
@@ -500,6 +502,7 @@ def section_events(
         | section_dims[:, 1].astype(np.uint64) << np.uint64(16)
         | section_dims[:, 2].astype(np.uint64) << np.uint64(32)
     )  # simt_dims_address, per section
+    events["pc"][starts] = pcs[first.argsort()][sections]  # the call's mainScalarPc: its SIMT_CALL's pc
     events["kind"][starts + counts + 1] = EventKind.SIMT_END
     inner = events[place]
     inner["kind"] = kind[index]
