@@ -20,9 +20,9 @@ from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.control_client import ControlClient
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Pipe, Space, simt_dims_address
+from sanitizerd_protocol.records import FLAG_ATOMIC, FLAG_CLAIM, EventKind, Pipe, Space, simt_dims_address
 from tests.conftest import RunningDaemon, sanitizerd
-from tests.test_compat_layouts import Client, raw_named
+from tests.test_compat_layouts import MALLOC, Client, raw_named
 from tests.test_compat_socket import connect as compat_connect
 from tests.test_compat_socket import recv_exactly
 
@@ -336,9 +336,9 @@ def test_online_errors_other_than_races_and_the_accesses_own_are_stepped_over_an
     layout = layout_of("26.1.0")
     rec = Rec("SIMT_STG", 0x10, 4, Space.GM)
     store = pack_record(layout, rec, (0, 0, 0))
-    misaligned = {"errorType": layout.kernel_error_types["THREAD_OVERLAP"], "space": Space.GM}
+    unknown = {"errorType": 42, "space": Space.GM}  # past KernelErrorType's MAX: msSanitizer skips it, logged
     illegal = {"errorType": layout.kernel_error_types["ILLEGAL_ADDR_WRITE"], "space": Space.GM}
-    found = online_error(layout, rec, [misaligned, misaligned])
+    found = online_error(layout, rec, [unknown, unknown])
     damaged = online_error(layout, Rec("SIMT_STG"), [illegal], size=48)  # its access is not a store's size
     # The device findings between the two stores: the walk must step over both to reach the second store.
     records = store + found + damaged + store
@@ -347,7 +347,7 @@ def test_online_errors_other_than_races_and_the_accesses_own_are_stepped_over_an
     assert sorted(problems) == [
         "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the record they carry is not a "
         "SIMT access, barrier or thread end of its size)",
-        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (THREAD_OVERLAP) not checked",
+        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (42) not checked",
     ]
 
 
@@ -456,13 +456,16 @@ def test_a_sync_finding_on_a_record_not_of_its_size_is_counted(size: int) -> Non
 
 
 def test_the_device_losing_barrier_records_is_not_a_clean_run() -> None:
-    """SYNC_THREADS_RECORD_LOSS: the device's barrier table overflowed, so its divergence check is unreliable
-    (msSanitizer warns once): counted as not checked, never silently clean."""
+    """SYNC_THREADS_RECORD_LOSS: the device's barrier table overflowed, so its divergence check is unreliable:
+    msSanitizer's own warning, counted, never silently clean."""
     layout = layout_of("26.1.0")
     end = Rec("THREAD_BLOCK_BARRIER", loc=(0, 0, 0))
     found = online_error(layout, end, [sync_desc(layout, (0, 0, 0), kind="SYNC_THREADS_RECORD_LOSS")], size=48)
     _, problems = decode(layout, slot_with_area(layout, 0, found, 1, (1, 1, 1)))
-    assert problems == ["1 SIMT ONLINE_ERROR findings of msSanitizer's device (SYNC_THREADS_RECORD_LOSS) not checked"]
+    assert problems == [
+        "1 SYNC_THREADS_RECORD_LOSS findings of msSanitizer's device: the number of '__syncthreads()' instructions "
+        "exceeds 64. Some records were discarded, the detection result maybe unreliable!"
+    ]
 
 
 def test_an_illegal_address_whose_access_is_another_threads_is_refused() -> None:
@@ -880,3 +883,94 @@ def test_the_main_scalar_racing_a_thread_on_the_wire_is_reported_and_its_ordered
     at = lines.index("====== ERROR: Potential WAR hazard detected at UB in scalar_after_call:")
     assert lines[at + 1].startswith("======     Read Thread (0,0,0) at WAR()+0x200 in block 0 (aiv) on device 0 ")
     assert lines[at + 2].startswith("======    PIPE_S Write at WAR()+0x200 in block 0 (aiv) on device 0 ")
+
+
+# --- the device's inter-thread stomping (THREAD_OVERLAP) ------------------------------------------------------------
+
+
+def overlap_desc(layout: wire.WireLayout, mine: tuple[int, int, int], owner: tuple[int, int, int], *,
+                 addr: int = 0x2000, size: int = 4, space: int = Space.GM) -> dict[str, int]:  # fmt: skip
+    over = "payload.overLapDesc."
+    return {
+        "errorType": layout.kernel_error_types["THREAD_OVERLAP"], "space": space, "location.pc": 0x88,
+        "location.lineNo": 11, "threadLoc.idX": mine[0], "threadLoc.idY": mine[1], "threadLoc.idZ": mine[2],
+        "threadLoc.mainScalarPc": MAIN_PC, over + "addr": addr, over + "overLapSize": size,
+        over + "conflictedThreadLoc.idX": owner[0], over + "conflictedThreadLoc.idY": owner[1],
+        over + "conflictedThreadLoc.idZ": owner[2],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WIRES)
+@pytest.mark.parametrize(("mine", "owner"), [(1, 2), (2, 1)])
+def test_an_overlap_the_device_found_is_the_owners_claim_then_the_write(name: str, mine: int, owner: int) -> None:
+    """THREAD_OVERLAP: thread ``mine`` wrote bytes thread ``owner`` had written. It becomes the owner's claim of
+    them (FLAG_CLAIM) right before this thread's write of them, whichever thread id is the lower."""
+    layout = layout_of(name)
+    access = Rec("SIMT_STG", 0x2000, 4, Space.GM, pc=0x88, loc=(mine, 0, 0))
+    found = online_error(layout, access, [overlap_desc(layout, (mine, 0, 0), (owner, 0, 0), size=3)])
+    events, problems = decode(layout, slot_with_area(layout, mine, found, 1, (4, 1, 1)))
+    assert problems == []
+    columns = zip(events["kind"], events["thread"], events["address"], events["block_size"], events["flags"],
+                  events["pc"], strict=True)  # fmt: skip
+    assert [tuple(int(v) for v in row) for row in columns] == [
+        (EventKind.SIMT_START, 0, simt_dims_address(4, 1, 1), 0, 0, MAIN_PC),
+        (EventKind.WRITE, owner + 1, 0x2000, 3, FLAG_CLAIM, 0),
+        (EventKind.WRITE, mine + 1, 0x2000, 3, 0, 0x88),
+        (EventKind.SIMT_END, 0, 0, 0, 0, 0),
+    ]
+
+
+@pytest.mark.parametrize(("desc", "problem"), [
+    ({"space": Space.UB}, "1 SIMT THREAD_OVERLAP findings of msSanitizer's device outside GM not checked "
+                          "(sanitizerd's inter-thread stomping check is GM's)"),
+    ({"size": 0}, "1 SIMT accesses with no such address space or size"),
+    ({"size": 0x10000}, "1 SIMT accesses with no such address space or size"),
+    ({"size": 2**64 - 1}, "1 SIMT accesses with no such address space or size"),
+    ({"space": 0}, "1 SIMT accesses with no such address space or size"),
+    ({"owner": (9, 0, 0)}, "1 SIMT records whose thread location is not their thread area's"),
+])  # fmt: skip
+def test_a_hostile_or_unchecked_overlap_is_refused_and_counted(desc: dict, problem: str) -> None:
+    """Sizes at and past the bound (1..65535), a space with no stomping check or none at all, an owner outside the
+    call's dims: refused, counted, never clean; the write of the 65535-byte overlap at the bound is converted."""
+    layout = layout_of("26.1.0")
+    owner = desc.pop("owner", (1, 0, 0))
+    access = Rec("SIMT_STG", 0x2000, 4, Space.GM, loc=(0, 0, 0))
+    found = online_error(layout, access, [overlap_desc(layout, (0, 0, 0), owner, **desc)])
+    _, problems = decode(layout, slot_with_area(layout, 0, found, 1, (4, 1, 1)))
+    assert problems == [problem]
+    found = online_error(layout, access, [overlap_desc(layout, (0, 0, 0), (1, 0, 0), size=0xFFFF)])
+    events, problems = decode(layout, slot_with_area(layout, 0, found, 1, (4, 1, 1)))
+    assert problems == [] and events["block_size"].tolist() == [0, 0xFFFF, 0xFFFF, 0]
+
+
+def test_an_overlap_the_device_found_on_the_wire_is_msSanitizers_stomping_and_no_race(
+    daemon: RunningDaemon,
+) -> None:
+    """msSanitizer 26.1.0's hooks on a 950 chip: thread (0,0,0) wrote 4 GM bytes thread (2,0,0) had written (the
+    device's THREAD_OVERLAP in thread 0's area). memcheck reports msSanitizer's stomping, by thread (0,0,0);
+    racecheck, initcheck and synccheck find nothing in the owner's claim; a kernel without it is clean."""
+    layout = layout_of("26.1.0")
+    client = Client(raw_named("26.1.0"))
+    buffer = 0x12C0_C000_2000
+
+    def kernel(name: str, overlapped: bool) -> bytes:
+        access = Rec("SIMT_STG", buffer, 4, Space.GM, pc=0x88, loc=(0, 0, 0))
+        kind = "THREAD_OVERLAP" if overlapped else "MISALIGNED_ACCESS"  # the clean one: a finding memcheck rejects
+        desc = overlap_desc(layout, (0, 0, 0), (2, 0, 0), addr=buffer)
+        desc["errorType"] = layout.kernel_error_types[kind]
+        slot = slot_with_area(layout, 0, online_error(layout, access, [desc]), 1, (4, 1, 1))
+        return kernel_packets(layout, name, slot)
+
+    job = "compat-simt-overlap"
+    malloc = client.host_op(MALLOC, buffer, 256)  # the buffer the threads write
+    kernels = [malloc + kernel("simt_overlap", True), kernel("simt_own_bytes", False)]
+    send_kernels(daemon, layout, job, ["memcheck", "racecheck", "initcheck", "synccheck"], kernels)
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
+    assert [(f["kernel"], f["kind"]) for f in found] == [("simt_overlap", "out_of_bounds")], found
+    text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
+    lines = [line for line in text.splitlines() if line.startswith("======")]
+    at = lines.index("====== WARNING: out of bounds of size 4")
+    assert lines[at + 1 : at + 3] == [
+        f"======    at {buffer:#x} on GM when writing data in simt_overlap",
+        "======    by thread (0,0,0) in block aiv(0) on device 0",
+    ]

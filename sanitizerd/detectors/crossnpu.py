@@ -16,7 +16,15 @@ from sanitizerd.detectors._patterns import ends, extents
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd_protocol.messages import REGION_SHARED, HostOp, RegionPermission
 from sanitizerd_protocol.model import CROSS_NPU, Finding, RaceAccess
-from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space, block_keys, block_type_name, pipe_name
+from sanitizerd_protocol.records import (
+    FLAG_ATOMIC,
+    FLAG_CLAIM,
+    EventKind,
+    Space,
+    block_keys,
+    block_type_name,
+    pipe_name,
+)
 
 # Spans of one session's shared memory: its regions (MAX_REGIONS) and IPC mappings are bounded where they are made.
 _HAZARD = {(True, True): "race_waw", (True, False): "race_raw", (False, True): "race_war"}
@@ -82,7 +90,7 @@ class CrossNpuRacecheck:
         barrier = kind == EventKind.NPU_BARRIER
         if not self.spans and not barrier.any():
             return
-        access = (kind <= EventKind.WRITE) & (events["space"] == Space.GM)
+        access = (kind <= EventKind.WRITE) & (events["space"] == Space.GM) & ((events["flags"] & FLAG_CLAIM) == 0)
         rows = np.flatnonzero(access)
         hit = np.zeros(0, dtype=np.intp)
         if rows.size and self.spans:
