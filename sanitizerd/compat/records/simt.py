@@ -8,7 +8,8 @@ loads and stores (``SimtLoadStoreRecord``), atomics (``SimtAtomRecord``), ``__sy
 (``SimtEmptyRecord``), and the device's own findings (ONLINE_ERROR, variable length). A device finding becomes
 the native events our detectors judge it from: a race its two accesses (racecheck), an illegal or misaligned
 address the access its record carries (memcheck), a thread that missed a ``__syncthreads()`` the barriers every
-other thread reached (synccheck); the rest (overlap, lost barrier records) are counted, never taken as clean.
+other thread reached (synccheck), an overlap the owner's claim and the stomping write (memcheck's inter-thread
+stomping); lost barrier records are said in msSanitizer's warning, never taken as clean.
 
 Areas are walked in lockstep, one record of every area per step (a few numpy calls over at most 2 048 areas),
 so a step costs the same whatever the number of threads, and no Python loop runs per record. Nothing read from
