@@ -134,10 +134,12 @@ def simt_call(layout: wire.WireLayout, pc: int) -> bytes:
     return struct.pack("<I", layout.record_types["SIMT_CALL"]) + bytes(payload)
 
 
-def decode(layout: wire.WireLayout, data: bytes, chunk: int = 1 << 20) -> tuple[np.ndarray, list[str]]:
+def decode(
+    layout: wire.WireLayout, data: bytes, chunk: int = 1 << 20, budget: ExpansionBudget | None = None
+) -> tuple[np.ndarray, list[str]]:
     heads = rb.read_heads(data, layout)
     assert rb.wire_mismatch(heads, layout, len(data)) == ""
-    context = dataclasses.replace(CONTEXT, budget=ExpansionBudget())
+    context = dataclasses.replace(CONTEXT, budget=budget or ExpansionBudget())
     decoder = rb.SlotDecoder(heads, context, 10, record_table(layout), rb.simt_shape(layout))
     body, tail, at, out = memoryview(data)[layout.heads_size :], b"", 0, []
     while at < len(body):
@@ -847,7 +849,9 @@ def test_the_events_held_after_the_first_call_are_bounded(monkeypatch: pytest.Mo
     simd = [simt_call(layout, MAIN_PC)] + [scalar_store(0x200 + 4 * i, 0x20) for i in range(4)]
     for bound, placed in ((5, True), (4, False)):  # the call and four stores: 5 rows held
         monkeypatch.setattr(simt_place, "MAX_HELD_ROWS", bound)
-        events, problems = decode(layout, reading_thread(layout, simd), chunk=chunk)
+        budget = ExpansionBudget()
+        events, problems = decode(layout, reading_thread(layout, simd), chunk=chunk, budget=budget)
+        assert budget.take_counts() == ({} if placed else {"simt_unplaced": 5})  # the metric's count
         assert events.size == 7 and sorted(events["address"][events["kind"] == EventKind.WRITE].tolist()) == [
             0x200, 0x204, 0x208, 0x20C]  # fmt: skip
         section = [EventKind.SIMT_START, EventKind.READ, EventKind.SIMT_END]

@@ -26,6 +26,7 @@ from sanitizerd.compat import wire
 from sanitizerd.compat.records import simt as simt_areas
 from sanitizerd.compat.records import simt_place
 from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
+from sanitizerd.compat.records.convert.bounds import SIMT_UNPLACED
 from sanitizerd.compat.records.convert.instructions import name_instructions
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import RecordType
@@ -685,7 +686,11 @@ class SlotDecoder:
                 )
             if path.size:
                 events = self._convert(words, path)
+                held_before = self._held.let_go
                 parts.append(self._held.route(events, words, path, self.first_serial + self.records))
+                if self._held.let_go and not held_before:  # counted once, where the metric's reasons are
+                    budget = self.context.budget.counts
+                    budget[SIMT_UNPLACED] = budget.get(SIMT_UNPLACED, 0) + self._held.let_go
                 self.records += int(path.size)
             at += stop * 4
             # Another window when this one ended before the data did; else what is left is a record not all here.
