@@ -30,7 +30,7 @@ from sanitizerd_protocol.model import KINDS
 disable_created_metrics()
 
 ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
-REFUSED_REASONS = ("record_events", "record_pieces", "kernel_cap")  # compat.records.convert.bounds.REASONS
+REFUSED_REASONS = ("record_events", "record_pieces", "kernel_cap", "simt_unplaced")  # compat...bounds.REASONS
 CUT_FIELDS = ("kernel", "file", "function", "callers", "log", "level", "desc", "host", "tool")  # texts.cap_strings
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
 # Gauges read at scrape time (``Metrics.read_at_scrape``): the daemon passes how to read each, by key.
@@ -208,7 +208,9 @@ class Metrics:
         self.compat_records_refused = Counter(
             "sanitizerd_compat_records_refused",
             "msSanitizer records refused unconverted: over a record's bound on events or pieces listed "
-            "(record_events, record_pieces), or past the kernel launch's cap (kernel_cap); docs/security.md",
+            "(record_events, record_pieces), or past the kernel launch's cap (kernel_cap); and SIMD events of a SIMT "
+            "slot past what is held to place its SIMT calls, checked without the main scalar against the threads "
+            "(simt_unplaced); docs/security.md",
             ["reason"],
             registry=r,
         )

@@ -282,6 +282,10 @@ def block_type_name(block_type: int) -> str:
 
 
 FLAG_ATOMIC = 0x01
+# A SIMT thread's write that only claims its bytes for the thread (docs/protocol.md §7.8): memcheck's inter-thread
+# stomping check takes it as that thread's first write of them; every other check leaves it out. The compat door
+# makes one for the owner a device-found THREAD_OVERLAP names, whose own write is not on the wire.
+FLAG_CLAIM = 0x02
 
 EVENT_DTYPE = np.dtype(
     [
@@ -301,7 +305,7 @@ EVENT_DTYPE = np.dtype(
         ("pipe", "u1"),  # 46: Pipe; sync: source pipe
         ("dst_pipe", "u1"),  # 47: sync: destination pipe
         ("block_type", "u1"),  # 48: BlockType
-        ("flags", "u1"),  # 49: bit 0 atomic mode
+        ("flags", "u1"),  # 49: bit 0 atomic mode, bit 1 a SIMT thread's ownership claim
         ("align", "<u2"),  # 50: required alignment in bytes, 0 = by address space (§1.6)
         ("mode", "u1"),  # 52: cross-core sync mode
         ("instr", "u1"),  # 53: InstrName of the vector instruction an access belongs to; 0 = none (was reserved)

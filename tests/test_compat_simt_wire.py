@@ -13,15 +13,16 @@ import pytest
 
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import wire
-from sanitizerd.compat.records import simt
+from sanitizerd.compat.records import simt, simt_place
 from sanitizerd.compat.records import slots as rb
 from sanitizerd.compat.records.convert.base import BlockContext
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.control_client import ControlClient
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.records import FLAG_ATOMIC, EventKind, Space, simt_dims_address
+from sanitizerd_protocol.records import FLAG_ATOMIC, FLAG_CLAIM, EventKind, Pipe, Space, simt_dims_address
 from tests.conftest import RunningDaemon, sanitizerd
+from tests.test_compat_layouts import MALLOC, Client, raw_named
 from tests.test_compat_socket import connect as compat_connect
 from tests.test_compat_socket import recv_exactly
 
@@ -75,10 +76,16 @@ def simt_slot(
     calls: list[tuple[int, tuple[int, int, int]]] | None = None,
     head_counts: dict[int, int] | None = None,
     write_offsets: dict[int, int] | None = None,
+    simd: list[bytes] | None = None,
 ) -> bytes:
-    """A SIMT chip's slot with no SIMD records: 2 048 thread areas (area i holds ``threads[i]``), then one entry head
-    per SIMT call (``dims``: one call at MAIN_PC; ``calls``: several)."""
+    """A SIMT chip's slot: its SIMD records (``simd``; by default one SIMT_CALL per call, as a vf-calling block
+    writes), 2 048 thread areas (area i holds ``threads[i]``), then one entry head per SIMT call (``dims``: one call
+    at MAIN_PC; ``calls``: several)."""
     g, shape = layout.global_head, rb.simt_shape(layout)
+    call_list = calls if calls is not None else ([(MAIN_PC, dims)] if dims else [])
+    if simd is None:
+        simd = [simt_call(layout, pc) for pc, _ in call_list]
+    region = b"".join(simd)
     assert shape is not None
     head = bytearray(layout.heads_size)
     struct.pack_into("<Q", head, g.offset("securityVal"), rb.SECURITY_VALUE)
@@ -86,6 +93,10 @@ def simt_slot(
     struct.pack_into("<I", head, g.offset("offsetInfo.blockHeadSize"), 192)
     struct.pack_into("<Q", head, g.offset("offsetInfo.simtErrorInfo.size"), thread_bytes)
     head[g.offset("supportSimt")] = 1
+    b = layout.block_head
+    for field, value in (("recordCount", len(simd)), ("recordWriteCount", len(simd)), ("offset", len(region)),
+                         ("writeOffset", len(region))):  # fmt: skip
+        struct.pack_into("<Q", head, g.size + b.offset(field), value)
     area_head = layout.structs["SimtRecordBlockHead"]
     area = shape.thread_head + thread_bytes
     part = bytearray(rb.SIMT_THREADS * area)
@@ -102,18 +113,33 @@ def simt_slot(
         struct.pack_into("<Q", part, at + area_head.offset("writeOffset"), offset)
         part[at + shape.thread_head : at + shape.thread_head + len(records)] = records
     entry = layout.structs["SimtEntryBlockHead"]
-    for main_pc, (cx, cy, cz) in calls if calls is not None else ([(MAIN_PC, dims)] if dims else []):
+    for main_pc, (cx, cy, cz) in call_list:
         block = bytearray(entry.size)
         struct.pack_into("<Q", block, entry.offset("mainScalarPc"), main_pc)
         struct.pack_into("<HHH", block, entry.offset("threadXDim"), cx, cy, cz)
         part += block
-    return bytes(head) + bytes(part)
+    return bytes(head) + region + bytes(part)
 
 
-def decode(layout: wire.WireLayout, data: bytes, chunk: int = 1 << 20) -> tuple[np.ndarray, list[str]]:
+def part_start(layout: wire.WireLayout, data: bytes) -> int:
+    """Where a slot's SIMT part starts: after the heads and the SIMD records (the block head's writeOffset)."""
+    return layout.heads_size + struct.unpack_from("<Q", data, layout.global_head.size + layout.block_head.offset(
+        "writeOffset"))[0]  # fmt: skip
+
+
+def simt_call(layout: wire.WireLayout, pc: int) -> bytes:
+    """A SIMT_CALL record (MainScalarEmptyRecord: a Location, pc at 16) of the main scalar calling a vf at ``pc``."""
+    payload = bytearray(32)
+    struct.pack_into("<QQQ", payload, 0, 3, 9, pc)
+    return struct.pack("<I", layout.record_types["SIMT_CALL"]) + bytes(payload)
+
+
+def decode(
+    layout: wire.WireLayout, data: bytes, chunk: int = 1 << 20, budget: ExpansionBudget | None = None
+) -> tuple[np.ndarray, list[str]]:
     heads = rb.read_heads(data, layout)
     assert rb.wire_mismatch(heads, layout, len(data)) == ""
-    context = dataclasses.replace(CONTEXT, budget=ExpansionBudget())
+    context = dataclasses.replace(CONTEXT, budget=budget or ExpansionBudget())
     decoder = rb.SlotDecoder(heads, context, 10, record_table(layout), rb.simt_shape(layout))
     body, tail, at, out = memoryview(data)[layout.heads_size :], b"", 0, []
     while at < len(body):
@@ -124,7 +150,12 @@ def decode(layout: wire.WireLayout, data: bytes, chunk: int = 1 << 20) -> tuple[
         tail = piece[used:]
     events = np.concatenate(out)
     assert events["kind"][-1] == EventKind.BLOCK_FINISH
-    assert (np.diff(events["serial"].astype(np.int64)) == 1).all()  # numbered in order, after the SIMD records
+    # Numbered in stream order: a SIMD record's events share its serial, each SIMT event has one of its own, and a
+    # SIMT_CALL (which makes no event) leaves its serial unused
+    steps = np.diff(events["serial"].astype(np.int64))
+    assert (steps >= 0).all()
+    simt_rows = events["thread"][1:] != 0
+    assert (steps[simt_rows] >= 1).all()
     assert decoder.next_serial == int(events["serial"][-1]) + 1
     return events[:-1], decoder.problems()
 
@@ -277,7 +308,7 @@ def slot_with_area(
     data = bytearray(simt_slot(layout, {}, dims, thread_bytes=thread_bytes))
     shape = rb.simt_shape(layout)
     assert shape is not None
-    at = layout.heads_size + area * (shape.thread_head + thread_bytes)
+    at = part_start(layout, data) + area * (shape.thread_head + thread_bytes)
     data[at + shape.thread_head : at + shape.thread_head + len(records)] = records
     struct.pack_into("<QQQQ", data, at, count, count, len(records), len(records))
     return bytes(data)
@@ -307,9 +338,9 @@ def test_online_errors_other_than_races_and_the_accesses_own_are_stepped_over_an
     layout = layout_of("26.1.0")
     rec = Rec("SIMT_STG", 0x10, 4, Space.GM)
     store = pack_record(layout, rec, (0, 0, 0))
-    misaligned = {"errorType": layout.kernel_error_types["THREAD_OVERLAP"], "space": Space.GM}
+    unknown = {"errorType": 42, "space": Space.GM}  # past KernelErrorType's MAX: msSanitizer skips it, logged
     illegal = {"errorType": layout.kernel_error_types["ILLEGAL_ADDR_WRITE"], "space": Space.GM}
-    found = online_error(layout, rec, [misaligned, misaligned])
+    found = online_error(layout, rec, [unknown, unknown])
     damaged = online_error(layout, Rec("SIMT_STG"), [illegal], size=48)  # its access is not a store's size
     # The device findings between the two stores: the walk must step over both to reach the second store.
     records = store + found + damaged + store
@@ -318,7 +349,7 @@ def test_online_errors_other_than_races_and_the_accesses_own_are_stepped_over_an
     assert sorted(problems) == [
         "1 SIMT ONLINE_ERROR records (msSanitizer's device findings) not checked (the record they carry is not a "
         "SIMT access, barrier or thread end of its size)",
-        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (THREAD_OVERLAP) not checked",
+        "2 SIMT ONLINE_ERROR findings of msSanitizer's device (42) not checked",
     ]
 
 
@@ -427,13 +458,16 @@ def test_a_sync_finding_on_a_record_not_of_its_size_is_counted(size: int) -> Non
 
 
 def test_the_device_losing_barrier_records_is_not_a_clean_run() -> None:
-    """SYNC_THREADS_RECORD_LOSS: the device's barrier table overflowed, so its divergence check is unreliable
-    (msSanitizer warns once): counted as not checked, never silently clean."""
+    """SYNC_THREADS_RECORD_LOSS: the device's barrier table overflowed, so its divergence check is unreliable:
+    msSanitizer's own warning, counted, never silently clean."""
     layout = layout_of("26.1.0")
     end = Rec("THREAD_BLOCK_BARRIER", loc=(0, 0, 0))
     found = online_error(layout, end, [sync_desc(layout, (0, 0, 0), kind="SYNC_THREADS_RECORD_LOSS")], size=48)
     _, problems = decode(layout, slot_with_area(layout, 0, found, 1, (1, 1, 1)))
-    assert problems == ["1 SIMT ONLINE_ERROR findings of msSanitizer's device (SYNC_THREADS_RECORD_LOSS) not checked"]
+    assert problems == [
+        "1 SYNC_THREADS_RECORD_LOSS findings of msSanitizer's device: the number of '__syncthreads()' instructions "
+        "exceeds 64. Some records were discarded, the detection result maybe unreliable!"
+    ]
 
 
 def test_an_illegal_address_whose_access_is_another_threads_is_refused() -> None:
@@ -483,8 +517,9 @@ def test_hostile_heads_and_records_are_refused_and_counted() -> None:
     raw = bytearray(data)
     shape = rb.simt_shape(layout)
     assert shape is not None
-    struct.pack_into("<I", raw, layout.heads_size + 8 * (shape.thread_head + 512) + shape.thread_head, 12345)
-    struct.pack_into("<QQQQ", raw, layout.heads_size + 8 * (shape.thread_head + 512), 1, 1, 76, 76)
+    part = part_start(layout, raw)
+    struct.pack_into("<I", raw, part + 8 * (shape.thread_head + 512) + shape.thread_head, 12345)
+    struct.pack_into("<QQQQ", raw, part + 8 * (shape.thread_head + 512), 1, 1, 76, 76)
     events, problems = decode(layout, bytes(raw))
     assert sorted(problems) == sorted([
         "1 SIMT thread areas whose writeOffset is past the area (not decoded)",
@@ -697,7 +732,8 @@ def test_records_the_device_had_no_room_for_are_not_a_clean_run(meant: int, lost
     data = bytearray(slot_with_area(layout, 0, store, 1, (1, 1, 1)))
     shape = rb.simt_shape(layout)
     assert shape is not None
-    struct.pack_into("<Q", data, layout.heads_size, meant)  # area 0's recordCount
+    part = part_start(layout, data)
+    struct.pack_into("<Q", data, part, meant)  # area 0's recordCount
     events, problems = decode(layout, bytes(data))
     assert events["kind"].tolist() == [EventKind.SIMT_START, EventKind.WRITE, EventKind.SIMT_END]
     expected = (
@@ -706,7 +742,7 @@ def test_records_the_device_had_no_room_for_are_not_a_clean_run(meant: int, lost
     assert problems == expected
     if meant > 1:  # every area claiming as many: the sum is exact
         for area in range(rb.SIMT_THREADS):
-            struct.pack_into("<Q", data, layout.heads_size + area * (shape.thread_head + 2048), meant)
+            struct.pack_into("<Q", data, part + area * (shape.thread_head + 2048), meant)
         _, problems = decode(layout, bytes(data))
         assert (
             f"{lost + meant * (rb.SIMT_THREADS - 1)} SIMT records msSanitizer's device could not write" in problems[0]
@@ -726,4 +762,219 @@ def test_a_divergence_in_a_slot_without_entry_heads_is_refused() -> None:
     assert events.size == 0
     assert problems == [
         "1 SIMT divergences the device found in a SIMT call with no SimtEntryBlockHead (no thread dims)"
+    ]
+
+
+# --- the main scalar against the threads: each section at its SIMT_CALL -------------------------------------------
+
+SCALAR = Client(raw_named("26.1.0"))
+
+
+def scalar_store(addr: int, pc: int, space: int = Space.UB) -> bytes:
+    """The main scalar's 4-byte store (STORE, on PIPE_S_CAL as msSanitizer runs it)."""
+    return SCALAR.record("STORE", {"addr": addr, "size": 4, "space": space, "alignSize": 4, "location.pc": pc})
+
+
+def wait_flag(src: Pipe, dst: Pipe, kind: str = "WAIT_FLAG") -> bytes:
+    return SCALAR.record(kind, {"src": src, "dst": dst, "eventID": 1, "location.pc": 0x70})
+
+
+def pipe_barrier(pipe: Pipe) -> bytes:
+    return SCALAR.record("PIPE_BARRIER", {"pipe": pipe, "location.pc": 0x74})
+
+
+def reading_thread(layout: wire.WireLayout, simd: list[bytes], *, calls: int = 1) -> bytes:
+    """A slot whose thread 0 reads UB 0x200 in a SIMT call at MAIN_PC, its SIMD records ``simd``."""
+    threads = {0: [Rec("SIMT_LDS", 0x200, 4, pc=0x44)]}
+    return simt_slot(layout, threads, (1, 1, 1), simd=simd)
+
+
+def test_a_section_sits_at_its_simt_call_and_ends_where_pipe_v_is_ordered_before_the_scalar() -> None:
+    """The main scalar's stores before the SIMT_CALL come before the section; those after it are inside it up to a
+    wait_flag(PIPE_V, PIPE_S) or a pipe_barrier(PIPE_ALL); the records after the call move up by the section's
+    events, so serials stay in stream order."""
+    layout = layout_of("26.1.0")
+    call = simt_call(layout, MAIN_PC)
+    simd = [scalar_store(0x100, 0x10), call, scalar_store(0x200, 0x20), wait_flag(Pipe.V, Pipe.S),
+            scalar_store(0x300, 0x30), pipe_barrier(Pipe.ALL)]  # fmt: skip
+    events, problems = decode(layout, reading_thread(layout, simd))
+    assert problems == []
+    columns = zip(events["kind"], events["address"], events["serial"], strict=True)
+    shape = [(EventKind(k).name, int(a), int(s)) for k, a, s in columns]
+    assert shape == [
+        ("WRITE", 0x100, 10), ("SIMT_START", simt_dims_address(1, 1, 1), 12), ("READ", 0x200, 13),
+        ("WRITE", 0x200, 14), ("SIMT_END", 0, 15), ("WAIT_FLAG", 0, 16), ("WRITE", 0x300, 17),
+        ("PIPE_BARRIER", 0, 18),
+    ]  # fmt: skip
+    for closing in (pipe_barrier(Pipe.ALL), None):  # the barrier closes the section; without it the slot's end does
+        simd = [call, closing, scalar_store(0x200, 0x20)] if closing else [call, scalar_store(0x200, 0x20)]
+        events, _ = decode(layout, reading_thread(layout, simd))
+        kinds = events["kind"].tolist()
+        end, store = kinds.index(EventKind.SIMT_END), int(np.flatnonzero(events["kind"] == EventKind.WRITE)[0])
+        assert (end < store) == (closing is not None)
+    # A wait of another pair, or a barrier of PIPE_V alone, orders nothing of the scalar after the threads.
+    for other in (wait_flag(Pipe.MTE2, Pipe.S), wait_flag(Pipe.V, Pipe.MTE3), pipe_barrier(Pipe.V)):
+        events, _ = decode(layout, reading_thread(layout, [call, other, scalar_store(0x200, 0x20)]))
+        assert events["kind"].tolist()[-1] == EventKind.SIMT_END
+
+
+def test_each_call_ends_at_the_next_and_an_unplaced_call_follows_the_simd_records() -> None:
+    """Two calls: the first's section ends where the second's SIMT_CALL is; a section whose pc no SIMT_CALL has
+    is put after the SIMD records, said in a problem line (its threads are still checked against each other)."""
+    layout = layout_of("26.1.0")
+    threads = {0: [Rec("SIMT_LDS", 0x200, 4, main_pc=0x9000), Rec("SIMT_LDS", 0x240, 4, main_pc=0x9100)]}
+    calls = [(0x9000, (1, 1, 1)), (0x9100, (1, 1, 1))]
+    simd = [simt_call(layout, 0x9000), scalar_store(0x10, 0x20), simt_call(layout, 0x9100), scalar_store(0x20, 0x24)]
+    events, problems = decode(layout, simt_slot(layout, threads, None, calls=calls, simd=simd))
+    assert problems == []
+    assert [(EventKind(k).name, int(a)) for k, a in zip(events["kind"], events["address"], strict=True)] == [
+        ("SIMT_START", simt_dims_address(1, 1, 1)), ("READ", 0x200), ("WRITE", 0x10), ("SIMT_END", 0),
+        ("SIMT_START", simt_dims_address(1, 1, 1)), ("READ", 0x240), ("WRITE", 0x20), ("SIMT_END", 0),
+    ]  # fmt: skip
+    simd = [simt_call(layout, 0x9000), scalar_store(0x10, 0x20)]  # 0x9100's SIMT_CALL missing
+    events, problems = decode(layout, simt_slot(layout, threads, None, calls=calls, simd=simd))
+    assert [EventKind(k).name for k in events["kind"]] == [
+        "SIMT_START", "READ", "WRITE", "SIMT_END", "SIMT_START", "READ", "SIMT_END"]  # fmt: skip
+    assert problems == [
+        "1 SIMT calls of block 0 (aiv) with no SIMT_CALL record of their mainScalarPc among its SIMD records: placed "
+        "after them, so the main scalar is not compared with their threads"
+    ]
+
+
+@pytest.mark.parametrize("chunk", [40, 1 << 20])
+def test_the_events_held_after_the_first_call_are_bounded(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Past MAX_HELD_ROWS the held SIMD events are let go in order (none lost) and the sections follow them,
+    said in a problem line; at the bound they are still placed."""
+    layout = layout_of("26.1.0")
+    simd = [simt_call(layout, MAIN_PC)] + [scalar_store(0x200 + 4 * i, 0x20) for i in range(4)]
+    for bound, placed in ((5, True), (4, False)):  # the call and four stores: 5 rows held
+        monkeypatch.setattr(simt_place, "MAX_HELD_ROWS", bound)
+        budget = ExpansionBudget()
+        events, problems = decode(layout, reading_thread(layout, simd), chunk=chunk, budget=budget)
+        assert budget.take_counts() == ({} if placed else {"simt_unplaced": 5})  # the metric's count
+        assert events.size == 7 and sorted(events["address"][events["kind"] == EventKind.WRITE].tolist()) == [
+            0x200, 0x204, 0x208, 0x20C]  # fmt: skip
+        section = [EventKind.SIMT_START, EventKind.READ, EventKind.SIMT_END]
+        assert (events["kind"][:2].tolist() == section[:2]) == placed
+        assert (events["kind"][-3:].tolist() == section) != placed
+        assert problems == ([] if placed else [
+            "SIMT calls of block 0 (aiv) placed after its SIMD records, not at their SIMT_CALL: the 5 SIMD events "
+            "and calls after its first SIMT_CALL are past the 4 sanitizerd holds back, so the main scalar is not "
+            "compared with the threads"])  # fmt: skip
+
+
+def test_the_main_scalar_racing_a_thread_on_the_wire_is_reported_and_its_ordered_variants_are_silent(
+    daemon: RunningDaemon,
+) -> None:
+    """msSanitizer 26.1.0's hooks on a 950 chip: the main scalar stores UB 0x200 after the SIMT_CALL whose thread 0
+    reads it (a race, msSanitizer's vf on PIPE_V unordered with the scalar), before the call, after a
+    wait_flag(PIPE_V, PIPE_S), after a pipe_barrier(PIPE_ALL): only the first is reported."""
+    layout = layout_of("26.1.0")
+    call, store = simt_call(layout, MAIN_PC), scalar_store(0x200, 0x20)
+    variants = {
+        "scalar_after_call": [call, store],
+        "scalar_before_call": [store, call],
+        "scalar_after_wait": [call, wait_flag(Pipe.V, Pipe.S, "SET_FLAG"), wait_flag(Pipe.V, Pipe.S), store],
+        "scalar_after_barrier": [call, pipe_barrier(Pipe.ALL), store],
+    }
+    job = "compat-simt-scalar"
+    kernels = [kernel_packets(layout, name, reading_thread(layout, simd)) for name, simd in variants.items()]
+    send_kernels(daemon, layout, job, ["racecheck"], kernels)
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
+    assert [(f["kernel"], f["kind"]) for f in found] == [("scalar_after_call", "race_war")], found
+    text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
+    lines = [line for line in text.splitlines() if line.startswith("======")]
+    at = lines.index("====== ERROR: Potential WAR hazard detected at UB in scalar_after_call:")
+    assert lines[at + 1].startswith("======     Read Thread (0,0,0) at WAR()+0x200 in block 0 (aiv) on device 0 ")
+    assert lines[at + 2].startswith("======    PIPE_S Write at WAR()+0x200 in block 0 (aiv) on device 0 ")
+
+
+# --- the device's inter-thread stomping (THREAD_OVERLAP) ------------------------------------------------------------
+
+
+def overlap_desc(layout: wire.WireLayout, mine: tuple[int, int, int], owner: tuple[int, int, int], *,
+                 addr: int = 0x2000, size: int = 4, space: int = Space.GM) -> dict[str, int]:  # fmt: skip
+    over = "payload.overLapDesc."
+    return {
+        "errorType": layout.kernel_error_types["THREAD_OVERLAP"], "space": space, "location.pc": 0x88,
+        "location.lineNo": 11, "threadLoc.idX": mine[0], "threadLoc.idY": mine[1], "threadLoc.idZ": mine[2],
+        "threadLoc.mainScalarPc": MAIN_PC, over + "addr": addr, over + "overLapSize": size,
+        over + "conflictedThreadLoc.idX": owner[0], over + "conflictedThreadLoc.idY": owner[1],
+        over + "conflictedThreadLoc.idZ": owner[2],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WIRES)
+@pytest.mark.parametrize(("mine", "owner"), [(1, 2), (2, 1)])
+def test_an_overlap_the_device_found_is_the_owners_claim_then_the_write(name: str, mine: int, owner: int) -> None:
+    """THREAD_OVERLAP: thread ``mine`` wrote bytes thread ``owner`` had written. It becomes the owner's claim of
+    them (FLAG_CLAIM) right before this thread's write of them, whichever thread id is the lower."""
+    layout = layout_of(name)
+    access = Rec("SIMT_STG", 0x2000, 4, Space.GM, pc=0x88, loc=(mine, 0, 0))
+    found = online_error(layout, access, [overlap_desc(layout, (mine, 0, 0), (owner, 0, 0), size=3)])
+    events, problems = decode(layout, slot_with_area(layout, mine, found, 1, (4, 1, 1)))
+    assert problems == []
+    columns = zip(events["kind"], events["thread"], events["address"], events["block_size"], events["flags"],
+                  events["pc"], strict=True)  # fmt: skip
+    assert [tuple(int(v) for v in row) for row in columns] == [
+        (EventKind.SIMT_START, 0, simt_dims_address(4, 1, 1), 0, 0, MAIN_PC),
+        (EventKind.WRITE, owner + 1, 0x2000, 3, FLAG_CLAIM, 0),
+        (EventKind.WRITE, mine + 1, 0x2000, 3, 0, 0x88),
+        (EventKind.SIMT_END, 0, 0, 0, 0, 0),
+    ]
+
+
+@pytest.mark.parametrize(("desc", "problem"), [
+    ({"space": Space.UB}, "1 SIMT THREAD_OVERLAP findings of msSanitizer's device outside GM not checked "
+                          "(sanitizerd's inter-thread stomping check is GM's)"),
+    ({"size": 0}, "1 SIMT accesses with no such address space or size"),
+    ({"size": 0x10000}, "1 SIMT accesses with no such address space or size"),
+    ({"size": 2**64 - 1}, "1 SIMT accesses with no such address space or size"),
+    ({"space": 0}, "1 SIMT accesses with no such address space or size"),
+    ({"owner": (9, 0, 0)}, "1 SIMT records whose thread location is not their thread area's"),
+])  # fmt: skip
+def test_a_hostile_or_unchecked_overlap_is_refused_and_counted(desc: dict, problem: str) -> None:
+    """Sizes at and past the bound (1..65535), a space with no stomping check or none at all, an owner outside the
+    call's dims: refused, counted, never clean; the write of the 65535-byte overlap at the bound is converted."""
+    layout = layout_of("26.1.0")
+    owner = desc.pop("owner", (1, 0, 0))
+    access = Rec("SIMT_STG", 0x2000, 4, Space.GM, loc=(0, 0, 0))
+    found = online_error(layout, access, [overlap_desc(layout, (0, 0, 0), owner, **desc)])
+    _, problems = decode(layout, slot_with_area(layout, 0, found, 1, (4, 1, 1)))
+    assert problems == [problem]
+    found = online_error(layout, access, [overlap_desc(layout, (0, 0, 0), (1, 0, 0), size=0xFFFF)])
+    events, problems = decode(layout, slot_with_area(layout, 0, found, 1, (4, 1, 1)))
+    assert problems == [] and events["block_size"].tolist() == [0, 0xFFFF, 0xFFFF, 0]
+
+
+def test_an_overlap_the_device_found_on_the_wire_is_msSanitizers_stomping_and_no_race(
+    daemon: RunningDaemon,
+) -> None:
+    """msSanitizer 26.1.0's hooks on a 950 chip: thread (0,0,0) wrote 4 GM bytes thread (2,0,0) had written (the
+    device's THREAD_OVERLAP in thread 0's area). memcheck reports msSanitizer's stomping, by thread (0,0,0);
+    racecheck, initcheck and synccheck find nothing in the owner's claim; a kernel without it is clean."""
+    layout = layout_of("26.1.0")
+    client = Client(raw_named("26.1.0"))
+    buffer = 0x12C0_C000_2000
+
+    def kernel(name: str, overlapped: bool) -> bytes:
+        access = Rec("SIMT_STG", buffer, 4, Space.GM, pc=0x88, loc=(0, 0, 0))
+        kind = "THREAD_OVERLAP" if overlapped else "MISALIGNED_ACCESS"  # the clean one: a finding memcheck rejects
+        desc = overlap_desc(layout, (0, 0, 0), (2, 0, 0), addr=buffer)
+        desc["errorType"] = layout.kernel_error_types[kind]
+        slot = slot_with_area(layout, 0, online_error(layout, access, [desc]), 1, (4, 1, 1))
+        return kernel_packets(layout, name, slot)
+
+    job = "compat-simt-overlap"
+    malloc = client.host_op(MALLOC, buffer, 256)  # the buffer the threads write
+    kernels = [malloc + kernel("simt_overlap", True), kernel("simt_own_bytes", False)]
+    send_kernels(daemon, layout, job, ["memcheck", "racecheck", "initcheck", "synccheck"], kernels)
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
+    assert [(f["kernel"], f["kind"]) for f in found] == [("simt_overlap", "out_of_bounds")], found
+    text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
+    lines = [line for line in text.splitlines() if line.startswith("======")]
+    at = lines.index("====== WARNING: out of bounds of size 4")
+    assert lines[at + 1 : at + 3] == [
+        f"======    at {buffer:#x} on GM when writing data in simt_overlap",
+        "======    by thread (0,0,0) in block aiv(0) on device 0",
     ]

@@ -12,7 +12,7 @@ from sanitizerd.detectors import _simt
 from sanitizerd.findings.render import render_text
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import EVENT_DTYPE, MAX_SIMT_THREADS, simt_dims_address
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_CLAIM, MAX_SIMT_THREADS, simt_dims_address
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 READ, WRITE, SYNC = EventKind.READ, EventKind.WRITE, EventKind.SYNC_THREADS
@@ -190,6 +190,33 @@ class TestThreadsInMemcheck:
     def test_atomic_threads_do_not_stomp(self) -> None:
         parts = [start(2)] + [thread_access(WRITE, t, 0x1000, space=Space.GM, atomic=True) for t in (0, 1)]
         assert [f for f in memcheck_kernel(*parts, end()) if f.kind == "out_of_bounds"] == []
+
+
+class TestOwnershipClaims:
+    """FLAG_CLAIM: a thread's write that only claims its bytes for the inter-thread stomping check."""
+
+    @staticmethod
+    def claim(thread: int, address: int) -> np.ndarray:
+        events = thread_access(WRITE, thread, address, space=Space.GM)
+        events["flags"] |= FLAG_CLAIM
+        return events
+
+    def test_a_claim_makes_a_later_write_in_its_batch_stomping_whatever_the_thread_ids(self) -> None:
+        """The claim (thread 6) comes before thread 1's write: thread 1 stomped, as the device said; the claim is
+        taken first even where, by block and thread, thread 1's write would be."""
+        parts = [start(8), self.claim(6, 0x1000), thread_access(WRITE, 1, 0x1000, space=Space.GM)]
+        stomps = [f for f in memcheck_kernel(*parts, end()) if f.kind == "out_of_bounds"]
+        assert [(f.thread, f.address, f.size) for f in stomps] == [([1, 0, 0], 0x1000, 4)]
+
+    def test_a_claim_is_no_access_of_the_other_checks(self) -> None:
+        """A claim outside every allocation, misaligned, racing a thread's read of it, read by no one before:
+        memcheck, racecheck, initcheck and synccheck say nothing of it, and count nothing unchecked."""
+        claim = self.claim(6, 0x90001)
+        assert memcheck_kernel(start(8), claim, end()) == []
+        reader = thread_access(EventKind.READ, 1, 0x1000, space=Space.GM)
+        assert races(start(8), self.claim(6, 0x1000), reader, end()) == []
+        for tool in ("initcheck", "synccheck"):
+            assert run_kernel(make_detector(tool), stream(start(8), claim, end())) == []
 
 
 class TestHostile:

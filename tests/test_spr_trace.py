@@ -5,6 +5,9 @@ bounds."""
 
 from __future__ import annotations
 
+import json
+import struct
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,7 @@ from sanitizerd.cli.options import UsageError, parse_run_args
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.compat.records.types import RecordType
+from sanitizerd.control_client import ControlClient
 from sanitizerd.detectors import DETECTORS
 from sanitizerd.detectors._spr_trace import MAX_TRACED_SITES
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -30,8 +34,10 @@ from sanitizerd_protocol.records import (
     Space,
     empty_events,
 )
-from tests.conftest import ROOT, RunningDaemon, run_example
+from tests.conftest import ROOT, RunningDaemon, run_example, sanitizerd
 from tests.test_compat_layouts import Client, connect, events_of, feed_all, raw_named
+from tests.test_compat_socket import connect as compat_connect
+from tests.test_compat_socket import recv_exactly
 
 SPR = ROOT / "examples" / "emulated" / "spr.py"
 TRACE = ("-t", "memcheck", "--trace-non-default-spr-reg=vector")
@@ -308,3 +314,53 @@ def test_a_trace_is_below_warning_in_queries() -> None:
     assert not {"non_default_mask", "trace_left_out"} & warning_or_worse
     assert kinds_named([], "") is None
     assert kinds_named(["non_default_mask"], "warning") == set()
+
+
+# --- the compat door over a real socket ---------------------------------------------------------------------------
+
+
+def send_compat_kernel(daemon: RunningDaemon, name: str, job: str, records: list[bytes], *, trace: bool) -> None:
+    """``name``'s hooks on ``job``'s compat socket: the handshake, then one kernel of one block holding
+    ``records``, answered (KERNEL_RECORD_RESPONSE) before the connection closes."""
+    layout, client = wire.LAYOUTS[name], Client(raw_named(name))
+    config = m.Config(tools=["memcheck"], trace_non_default_spr_reg=trace, log_level="info" if trace else "warn")
+    with ControlClient(daemon.socket) as control:
+        control.send(m.JobStart(job=job, config=config))
+        answer = control.request(m.CompatListen(job=job, layout=layout.name))
+        assert isinstance(answer, m.CompatListening), answer
+        with compat_connect(answer.name, timeout=30) as sock:
+            assert len(recv_exactly(sock, layout.config.size)) == layout.config.size
+            sock.sendall(client.device_summary() + client.kernel_summary("spr_custom") + client.slot(records))
+            response = layout.packet_number(wire.PacketType.KERNEL_RECORD_RESPONSE)
+            assert recv_exactly(sock, 12) == struct.pack("<III", response, 1, 0)
+
+
+@pytest.mark.parametrize("trace", [True, False])
+def test_master_hooks_on_a_compat_socket_trace_a_non_default_mask(daemon: RunningDaemon, trace: bool) -> None:
+    """master's hooks send three named BINARY_OP records through a job's compat socket: a VADD whose high mask
+    word is 0, a VMUL with the default mask, and an unnamed id 255 in counter mode with MaskLow 5. With
+    --trace-non-default-spr-reg=vector the daemon reports msSanitizer's INFO lines for the first and last (in that
+    order) and nothing for the default mask; without it, nothing at all."""
+    name = wire.layout_named("master").name
+    job = f"compat-spr-{trace}"
+    send_compat_kernel(daemon, name, job, _records(name), trace=trace)
+    found = json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format=json").stdout)
+    if not trace:
+        assert found == []
+        return
+    assert [(f["kind"], f["severity"], f["instr"], f["pc"]) for f in found] == [
+        ("non_default_mask", "info", "VADD", 0x10),
+        ("non_default_mask", "info", "Unknown InstrName(255)", 0x18),
+    ]
+    text = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "text").stdout
+    lines = [line for line in text.splitlines() if line.startswith("======")]
+    head = lines.index(
+        "====== INFO: VADD is using non-default mask. MaskMode: Normal, MaskHigh: 0x0, MaskLow: 0xffffffffffffffff"
+    )
+    assert lines[head + 1] == "======    in kernel spr_custom on device 0"
+    assert lines[head + 2].startswith("======    code in unknown:0 (serialNo:")  # no kernel binary: no file
+    assert (
+        "====== INFO: Unknown InstrName(255) is using non-default mask. MaskMode: Counter, MaskHigh: "
+        "0xffffffffffffffff, MaskLow: 0x5"
+    ) in lines
+    assert not [line for line in lines if "VMUL" in line]

@@ -23,7 +23,7 @@ from sanitizerd.detectors.base import SessionContext
 from sanitizerd_protocol import records
 from sanitizerd_protocol.model import Finding, RaceAccess
 from sanitizerd_protocol.patterns import extents
-from sanitizerd_protocol.records import MAX_SIMT_THREADS, EventKind, Pipe, Space, block_keys
+from sanitizerd_protocol.records import FLAG_CLAIM, MAX_SIMT_THREADS, EventKind, Pipe, Space, block_keys
 
 # Rows (accesses and barriers) the SIMT sections of one kernel launch may hold, and bytes one access may cover
 # (a SIMT load or store is one element: msSanitizer's SimtLoadStoreRecord carries up to 16 bytes).
@@ -109,8 +109,9 @@ class SimtSections:
         scalar = access & ~simt & in_space & np.isin(events["pipe"], _SCALAR_PIPES)
         # The main scalar matters only in blocks whose section is open at some point of this batch.
         blocks_here = np.union1d(np.fromiter(self.open, dtype=np.uint32, count=len(self.open)), keys[marks])
-        wanted = marks | (simt & (access | (kind == _SYNC))) | (scalar & np.isin(keys, blocks_here))
-        self.unchecked += int(np.count_nonzero(simt & ~wanted))  # a thread's record of another kind
+        claim = (events["flags"] & FLAG_CLAIM) != 0  # memcheck's stomping alone reads a claim
+        wanted = marks | (simt & ((access & ~claim) | (kind == _SYNC))) | (scalar & np.isin(keys, blocks_here))
+        self.unchecked += int(np.count_nonzero(simt & ~wanted & ~claim))  # a thread's record of another kind
         index = np.flatnonzero(wanted)
         if not index.size:
             return

@@ -30,6 +30,7 @@ from sanitizerd_protocol.messages import REGION_SHARED, HostOp, RegionPermission
 from sanitizerd_protocol.model import CROSS_NPU, Finding, RaceAccess
 from sanitizerd_protocol.records import (
     FLAG_ATOMIC,
+    FLAG_CLAIM,
     CompareOp,
     EventKind,
     Space,
@@ -116,7 +117,7 @@ class CrossNpuRacecheck:
         signalled = bool(signal.any())
         if not self.spans and not barrier.any() and not signalled:
             return
-        access = (kind <= EventKind.WRITE) & (events["space"] == Space.GM)
+        access = (kind <= EventKind.WRITE) & (events["space"] == Space.GM) & ((events["flags"] & FLAG_CLAIM) == 0)
         rows = np.flatnonzero(access)
         hit = np.zeros(0, dtype=np.intp)
         if rows.size and self.spans:

@@ -34,7 +34,7 @@ from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import BlockType, EventKind, Space
+from sanitizerd_protocol.records import FLAG_CLAIM, BlockType, EventKind, Space
 
 _U64 = np.uint64
 _SPACE_SHIFT = _U64(60)
@@ -100,7 +100,7 @@ class Initcheck:
         self.simt_dims.feed(events)
         kind = events["kind"]
         ext = extents(events)
-        live = (ext > 0) & (kind <= EventKind.WRITE)
+        live = (ext > 0) & (kind <= EventKind.WRITE) & ((events["flags"] & FLAG_CLAIM) == 0)
         unkeyed = live & ~(_KEYED_SPACE[events["space"]] & _KEYED_BLOCK_TYPE[events["block_type"]])
         if unkeyed.any():
             self.unkeyed += int(unkeyed.sum())

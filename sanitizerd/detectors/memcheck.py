@@ -37,7 +37,7 @@ from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import REGION_READ, REGION_SHARED, REGION_WRITE, HostOp, RegionPermission
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import EventKind, Space
+from sanitizerd_protocol.records import FLAG_CLAIM, EventKind, Space
 
 _READ, _WRITE, _MISALIGNED, _STOMPED = 0, 1, 2, 3
 # The Finding.table names of the heap's tables: msSanitizer's RUNTIME and DFX scopes, and its MSTX heap manager.
@@ -127,6 +127,11 @@ class Memcheck:
         # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events out
         # (numpy copies a structured array field by field).
         live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
+        # A SIMT thread's ownership claim is for the stomping check alone (docs/protocol.md §7.8)
+        claims = live & ((events["flags"] & FLAG_CLAIM) != 0)
+        claimed = claims.any()
+        if claimed:
+            live &= ~claims
         self.pairs = PairBudget()  # the closed forms' CPU for this batch
         judged = self._judge_by_tensors(events, live)
         self._check_alignment(events, live)
@@ -139,6 +144,8 @@ class Memcheck:
             pass
         elif threads.any():  # inter-thread stomping: a SIMT thread's GM is its own, apart from the block's pipes
             self._check_stomping(events, ext, live & ~threads)
+            if claimed:  # a claim says its thread wrote the bytes first: taken before the batch's writes
+                self._check_stomping(events, ext, claims & threads, self.thread_stomping)
             self._check_stomping(events, ext, live & threads, self.thread_stomping)
         else:
             self._check_stomping(events, ext, live)

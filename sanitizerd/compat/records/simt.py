@@ -8,7 +8,8 @@ loads and stores (``SimtLoadStoreRecord``), atomics (``SimtAtomRecord``), ``__sy
 (``SimtEmptyRecord``), and the device's own findings (ONLINE_ERROR, variable length). A device finding becomes
 the native events our detectors judge it from: a race its two accesses (racecheck), an illegal or misaligned
 address the access its record carries (memcheck), a thread that missed a ``__syncthreads()`` the barriers every
-other thread reached (synccheck); the rest (overlap, lost barrier records) are counted, never taken as clean.
+other thread reached (synccheck), an overlap the owner's claim and the stomping write (memcheck's inter-thread
+stomping); lost barrier records are said in msSanitizer's warning, never taken as clean.
 
 Areas are walked in lockstep, one record of every area per step (a few numpy calls over at most 2 048 areas),
 so a step costs the same whatever the number of threads, and no Python loop runs per record. Nothing read from
@@ -27,6 +28,7 @@ import numpy as np
 from sanitizerd.compat import wire
 from sanitizerd_protocol.records import (
     FLAG_ATOMIC,
+    FLAG_CLAIM,
     MAX_SIMT_THREADS,
     EventKind,
     Pipe,
@@ -65,6 +67,11 @@ class SimtRecords:
 # An on-device race: (the conflicting thread's access, this thread's access), as the error type names them.
 _RACES = {"THREAD_RW_RACE": (EventKind.READ, EventKind.WRITE), "THREAD_WR_RACE": (EventKind.WRITE, EventKind.READ),
           "THREAD_WW_RACE": (EventKind.WRITE, EventKind.WRITE)}  # fmt: skip
+# msSanitizer's host warning for SYNC_THREADS_RECORD_LOSS (sync_sanitizer.cpp ParseOnlineError), printed once
+LOST_BARRIERS_TEXT = (
+    "SYNC_THREADS_RECORD_LOSS findings of msSanitizer's device: the number of '__syncthreads()' instructions exceeds "
+    "64. Some records were discarded, the detection result maybe unreliable!"
+)
 # Device findings about the access its record carries, which memcheck judges again from that access.
 _OF_THE_ACCESS = ("ILLEGAL_ADDR_READ", "ILLEGAL_ADDR_WRITE", "MISALIGNED_ACCESS")
 _AFTER_ITS_RECORDS = 1 << 40
@@ -296,6 +303,13 @@ class ThreadAreas:
                 race |= chosen
                 if chosen.any():
                     self._race(desc[chosen], thread[has][chosen], theirs, mine, j)
+            overlap = kind == r.error_types.get("THREAD_OVERLAP", -1)
+            if overlap.any():
+                self._overlap(desc[overlap], thread[has][overlap], j)
+                race |= overlap
+            lost = kind == r.error_types.get("SYNC_THREADS_RECORD_LOSS", -1)
+            self.refuse(LOST_BARRIERS_TEXT, int(lost.sum()))
+            race |= lost
             for value in np.unique(kind[~race]).tolist():
                 name = names.get(int(value), str(value))
                 self.refuse(f"SIMT ONLINE_ERROR findings of msSanitizer's device ({name}) not checked",
@@ -340,6 +354,49 @@ class ThreadAreas:
             rows.space.append(desc["space"].astype(np.uint8))
             rows.address.append(desc[race + "addr"].astype(np.uint64))
             rows.size.append(np.ones(n, dtype=np.uint32))  # the byte the device found both touching
+            rows.align.append(np.ones(n, dtype=np.uint16))
+            rows.pc.append(desc[place + "pc"])
+            rows.file_no.append(desc[place + "fileNo"])
+            rows.line_no.append(desc[place + "lineNo"])
+            rows.loc.append(np.stack([desc[loc + "idX"], desc[loc + "idY"], desc[loc + "idZ"]], 1))
+            rows.main_pc.append(desc["threadLoc.mainScalarPc"])
+            rows.by_loc.append(np.full(n, by_loc))
+            rows.rows += n
+        self.converted += 2 * n
+
+    def _overlap(self, desc: np.ndarray, thread: np.ndarray, j: int) -> None:
+        """The device's inter-thread stomping (THREAD_OVERLAP: this thread wrote ``overLapSize`` bytes at ``addr``
+        that the thread its desc names had written first) as the owner's claim of those bytes (``FLAG_CLAIM``: the
+        stomping check alone reads it; the owner's own write is not on the wire) and this thread's write of them,
+        which memcheck then reports as msSanitizer does (``out of bounds ... when writing data``, by this thread).
+        Both sort with this thread's rows, the claim first, so the claim precedes the write whatever the ids."""
+        if self.rows.rows + 2 * desc.size > MAX_SIMT_EVENTS:
+            self.refuse(f"SIMT records past the slot's limit of {MAX_SIMT_EVENTS}", desc.size)
+            return
+        over = "payload.overLapDesc."
+        size = desc[over + "overLapSize"]
+        sane = (desc["space"] > Space.PRIVATE) & (desc["space"] <= Space.FB) & (size > 0) & (size <= 0xFFFF)
+        self.refuse("SIMT accesses with no such address space or size", int((~sane).sum()))
+        # Threads own GM apart (msSanitizer's premise: each thread's GM is its own); the UB ownership its device
+        # also tracks has no check here
+        gm = sane & (desc["space"] == Space.GM)
+        self.refuse("SIMT THREAD_OVERLAP findings of msSanitizer's device outside GM not checked (sanitizerd's "
+                    "inter-thread stomping check is GM's)", int((sane & ~gm).sum()))  # fmt: skip
+        desc, thread = desc[gm], thread[gm]
+        n = desc.size
+        rows = self.rows
+        sides = (
+            (FLAG_CLAIM, over + "conflictedLocation.", over + "conflictedThreadLoc.", True),
+            (0, "location.", "threadLoc.", False),
+        )
+        for flags, place, loc, by_loc in sides:
+            rows.thread.append(thread)  # both sort with this area's thread; the claim is its location's
+            rows.order.append(np.full(n, _AFTER_ITS_RECORDS + j, dtype=np.int64))
+            rows.kind.append(np.full(n, EventKind.WRITE, dtype=np.uint8))
+            rows.flags.append(np.full(n, flags, dtype=np.uint8))
+            rows.space.append(desc["space"].astype(np.uint8))
+            rows.address.append(desc[over + "addr"].astype(np.uint64))
+            rows.size.append(desc[over + "overLapSize"].astype(np.uint32))
             rows.align.append(np.ones(n, dtype=np.uint16))
             rows.pc.append(desc[place + "pc"])
             rows.file_no.append(desc[place + "fileNo"])
@@ -441,8 +498,10 @@ def section_events(
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Each SIMT call's records as one native section (SIMT_START with the dims, every thread's accesses and
     barriers in its own order, SIMT_END), sections in the order of their entry heads, numbered from
-    ``first_serial``; returns the events, the index of each event's row in ``rows`` (-1 for SIMT_START/SIMT_END),
-    and what was refused. Vectorised over rows and calls alike: a slot of many calls costs one sort."""
+    ``first_serial``, each SIMT_START's pc its call's ``mainScalarPc`` (the pc of its SIMT_CALL record, which places
+    it among the block's SIMD records); returns the events, the index of each event's row in ``rows`` (-1 for
+    SIMT_START/SIMT_END), and what was refused. Vectorised over rows and calls alike: a slot of many calls costs one
+    sort."""
     refused: dict[str, int] = {}
     # The first entry head of each mainScalarPc names the call; a later head for the same pc adds nothing.
     pcs = np.array([c.main_pc for c in calls], dtype=np.uint64)
@@ -468,6 +527,7 @@ def section_events(
     loc = np.concatenate(rows.loc).astype(np.int64)
     by_loc = rows.column("by_loc").astype(bool)
     inside = (loc[:, 0] < x) & (loc[:, 1] < y) & (loc[:, 2] < z)
+    area_thread = thread
     thread = np.where(by_loc, loc[:, 0] + loc[:, 1] * x + loc[:, 2] * x * y, thread)
     expect = np.stack([thread % sx, (thread % (sx * sy)) // sx, thread // (sx * sy)], 1)
     usable = named & dims_ok
@@ -479,7 +539,10 @@ def section_events(
     if not index.size:
         return empty_events(0), np.zeros(0, dtype=np.int64), refused
     call = first.argsort().argsort()[at[index]]  # each row's call, numbered in entry-head order
-    index = index[np.lexsort((rows.column("order").astype(np.int64)[index], thread[index], call))]
+    # An ownership claim sorts with the area whose desc made it, just before that thread's write
+    claim = (rows.column("flags")[index] & FLAG_CLAIM) != 0
+    sort_thread = np.where(claim, area_thread[index], thread[index])
+    index = index[np.lexsort((~claim, rows.column("order").astype(np.int64)[index], sort_thread, call))]
     call = np.sort(call)
     sections, counts = np.unique(call, return_counts=True)
     starts = np.concatenate([[0], np.cumsum(counts + 2)[:-1]])  # each section: START, its rows, END
@@ -500,6 +563,7 @@ def section_events(
         | section_dims[:, 1].astype(np.uint64) << np.uint64(16)
         | section_dims[:, 2].astype(np.uint64) << np.uint64(32)
     )  # simt_dims_address, per section
+    events["pc"][starts] = pcs[first.argsort()][sections]  # the call's mainScalarPc: its SIMT_CALL's pc
     events["kind"][starts + counts + 1] = EventKind.SIMT_END
     inner = events[place]
     inner["kind"] = kind[index]

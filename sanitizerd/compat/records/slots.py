@@ -24,7 +24,9 @@ import numpy as np
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.records import simt as simt_areas
+from sanitizerd.compat.records import simt_place
 from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
+from sanitizerd.compat.records.convert.bounds import SIMT_UNPLACED
 from sanitizerd.compat.records.convert.instructions import name_instructions
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import RecordType
@@ -619,6 +621,12 @@ class SlotDecoder:
         # A SIMT chip sends its SIMT part after the SIMD records: its thread areas become SIMT sections at the
         # slot's end where the release's records are measured, and are counted where not
         self._simt = SimtPart(simt, heads) if heads.support_simt else None
+        # Where the SIMT part is converted, the SIMD events from the first SIMT_CALL on wait for it (simt_place)
+        converting = self._simt is not None and self._simt.areas is not None
+        self._held = simt_place.HeldEvents(
+            simt_place.simt_call_types(self.table) if converting else np.empty(0, dtype=np.uint32)
+        )
+        self._unplaced = 0  # sections whose SIMT_CALL was not among the SIMD records
         self._simt_events = 0  # serials the SIMT sections took (after the SIMD records, before BLOCK_FINISH)
         self._finished_simt = False
         self.context = dataclasses.replace(
@@ -677,7 +685,12 @@ class SlotDecoder:
                     f"{h.record_write_count - self.records - path.size} records not decoded"
                 )
             if path.size:
-                parts.append(self._convert(words, path))
+                events = self._convert(words, path)
+                held_before = self._held.let_go
+                parts.append(self._held.route(events, words, path, self.first_serial + self.records))
+                if self._held.let_go and not held_before:  # counted once, where the metric's reasons are
+                    budget = self.context.budget.counts
+                    budget[SIMT_UNPLACED] = budget.get(SIMT_UNPLACED, 0) + self._held.let_go
                 self.records += int(path.size)
             at += stop * 4
             # Another window when this one ended before the data did; else what is left is a record not all here.
@@ -700,9 +713,14 @@ class SlotDecoder:
         return base.cat(parts), consumed
 
     def _simt_sections(self) -> np.ndarray:
-        """The slot's SIMT sections, numbered after its SIMD records as msSanitizer numbers its SIMT records. They
-        follow the block's main-scalar records rather than sit at their SIMT_CALL: the main scalar's accesses are
-        then never taken as concurrent with a section (nothing false is said, a SIMD/SIMT race is not seen)."""
+        """The slot's SIMT sections, each at its SIMT_CALL among the SIMD events held since the first one
+        (``simt_place``), everything from there renumbered in stream order."""
+        sections = self._simt_section_events()
+        placed, self._unplaced = self._held.place(sections, self.first_serial + self.records - 1)
+        return placed
+
+    def _simt_section_events(self) -> np.ndarray:
+        """The slot's SIMT sections, numbered after its SIMD records."""
         if self._simt is None or self._finished_simt:
             return empty_events(0)
         self._finished_simt = True
@@ -767,6 +785,8 @@ class SlotDecoder:
             registered = base.CONVERTERS.get(record_type)
             dtype = table.dtypes.get(record_type)
             if registered is None or dtype is None:
+                if record_type == RecordType.SIMT_CALL and self._held.call_types.size:
+                    continue  # it places the call's SIMT section (simt_place), converted with the SIMT part
                 name = table.name(wire_type)
                 self._unconverted[name] = self._unconverted.get(name, 0) + rows.size
                 continue
@@ -805,6 +825,17 @@ class SlotDecoder:
             lines.append(f"{count} {name} records not converted (sanitizerd does not model this instruction yet)")
         if self._simt is not None:
             lines += self._simt.problems()
+        if self._held.let_go:
+            lines.append(
+                f"SIMT calls of {self._where()} placed after its SIMD records, not at their SIMT_CALL: the "
+                f"{self._held.let_go} SIMD events and calls after its first SIMT_CALL are past the "
+                f"{simt_place.MAX_HELD_ROWS} sanitizerd holds back, so the main scalar is not compared with the threads"
+            )
+        if self._unplaced:
+            lines.append(
+                f"{self._unplaced} SIMT calls of {self._where()} with no SIMT_CALL record of their mainScalarPc among "
+                "its SIMD records: placed after them, so the main scalar is not compared with their threads"
+            )
         return lines
 
     def loss(self) -> m.BlockLoss | None:

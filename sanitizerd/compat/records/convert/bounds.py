@@ -43,7 +43,9 @@ MAX_KERNEL_EXPANDED_PIECES: Final = 1 << 21
 RECORD_EVENTS: Final = "record_events"
 RECORD_PIECES: Final = "record_pieces"
 KERNEL_CAP: Final = "kernel_cap"
-REASONS: Final = (RECORD_EVENTS, RECORD_PIECES, KERNEL_CAP)
+# Not refused, but checked less: a SIMT slot's SIMD events past what is held for its sections' places (simt_place)
+SIMT_UNPLACED: Final = "simt_unplaced"
+REASONS: Final = (RECORD_EVENTS, RECORD_PIECES, KERNEL_CAP, SIMT_UNPLACED)
 
 
 def _n(value: int) -> str:
