@@ -105,6 +105,15 @@ print("resumes", client.resumes)
 )
 
 
+def _alive(pid: int) -> bool:
+    """A running process, not one gone or a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
 def _kill_the_jobs_worker(
     daemon: RunningDaemon, directory: Path, run: subprocess.Popen[str], *, wait_ready: bool
 ) -> int:
@@ -116,7 +125,13 @@ def _kill_the_jobs_worker(
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()
         time.sleep(0.05)
     job = paused.read_text()
-    victim = worker_pids(daemon)[worker_for(job_key(job, os.getuid()), WORKERS)]
+    index = worker_for(job_key(job, os.getuid()), WORKERS)
+    # The job is served, so its worker's "worker started" line is written, but perhaps not yet read back when an
+    # earlier attempt's kill replaced that worker: the dead one (a zombie until reaped) would take the SIGKILL.
+    victim = worker_pids(daemon)[index]
+    while not _alive(victim) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        victim = worker_pids(daemon)[index]
     ready = len(log_lines(daemon, "worker ready"))
     os.kill(victim, signal.SIGKILL)
     # The C client reads the Config for 1 s only (msSanitizer's hooks read it at their first launch, much later):
