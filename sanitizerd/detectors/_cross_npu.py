@@ -373,9 +373,9 @@ class SignalClosure:
         self.chain_keys, chain_of = np.unique(_chain_key(launch_of, table["block"]), return_inverse=True)
         self.chain_of = chain_of.reshape(-1).astype(np.int64)
         self.node_keys = _chain_key(self.chain_of, np.minimum(table["position"], _LOW))
-        launch_rank = self.launch_keys >> 32
-        # per launch: its session's rank, so the boundary after launch g is signals + g + rank + 1
-        self.launch_rank = launch_rank
+        # per launch, its session's rank: boundaries follow the signals, the session's before its launches', so the
+        # one after launch g (a global index) is node signals + g + rank + 1
+        self.launch_rank = self.launch_keys >> 32
         size = table.size + self.launch_keys.size + self.sessions.size
         self.reach = np.zeros((size, (size + 7) // 8), dtype=np.uint8)
         self.reach[np.arange(size), np.arange(size) >> 3] = (1 << (np.arange(size) & 7)).astype(np.uint8)
@@ -444,7 +444,6 @@ class SignalClosure:
             src.append(sets[kept])
             dst.append(waits[kept])
         src_all, dst_all = np.concatenate(src), np.concatenate(dst)
-        # units: a chain (its nodes n..) or a boundary (one node); a path into a unit at a node reaches its rest
         # units: a chain (a block's signals in one launch; a path into it at a node reaches its rest) or a boundary
         size = self.reach.shape[0]
         unit_of = np.concatenate((self.chain_of, chains + np.arange(size - n)))
@@ -455,23 +454,23 @@ class SignalClosure:
         src_all, dst_all = src_all[order], dst_all[order]
         first = np.ones(src_all.size, dtype=bool)
         first[1:] = (src_all[1:] != src_all[:-1]) | (unit_of[dst_all][1:] != unit_of[dst_all][:-1])
-        self._src, self._dst = src_all[first], dst_all[first]
-        self._unit_lo, self._unit_hi = unit_lo, unit_hi
-        self._solve(unit_of)
+        self._solve(unit_of, unit_lo, unit_hi, src_all[first], dst_all[first])
 
     def _edge_nodes(self, edges: np.ndarray, side: str) -> np.ndarray:
         _, chain, _ = self._places(edges[f"{side}_session"], edges[f"{side}_ordinal"], edges[f"{side}_block"])
         node = _find(self.node_keys, _chain_key(np.maximum(chain, 0), np.minimum(edges[f"{side}_position"], _LOW)))
         return np.where(chain >= 0, node, -1)
 
-    def _solve(self, unit_of: np.ndarray) -> None:
-        units = self._unit_lo.size
-        src_unit, dst_unit = unit_of[self._src], unit_of[self._dst]
+    def _solve(self, unit_of: np.ndarray, unit_lo: np.ndarray, unit_hi: np.ndarray, src: np.ndarray,
+               dst: np.ndarray) -> None:  # fmt: skip
+        """The closure over the edges ``src`` -> ``dst`` (sorted by ``src``) of units ``unit_lo``..``unit_hi``."""
+        units = unit_lo.size
+        src_unit, dst_unit = unit_of[src], unit_of[dst]
         looped = np.zeros(units, dtype=bool)
         looped[src_unit[src_unit == dst_unit]] = True  # a wait satisfied by a later set of its own block
         rank, pred_at, pred = _sink_first(units, src_unit, dst_unit)
-        edge_at = np.searchsorted(self._src, self._unit_lo)
-        edge_to = np.searchsorted(self._src, self._unit_hi)
+        edge_at = np.searchsorted(src, unit_lo)
+        edge_to = np.searchsorted(src, unit_hi)
         heap = [(int(r), u) for u, r in enumerate(rank.tolist())]
         heapq.heapify(heap)
         queued = np.ones(units, dtype=bool)
@@ -483,8 +482,8 @@ class SignalClosure:
                 if self.work > MAX_CLOSURE_WORK:
                     self.unsure = True
                     return
-                grew = self._step(int(self._unit_lo[unit]), int(self._unit_hi[unit]), int(edge_at[unit]),
-                                  int(edge_to[unit]))  # fmt: skip
+                edges = slice(int(edge_at[unit]), int(edge_to[unit]))
+                grew = self._step(int(unit_lo[unit]), int(unit_hi[unit]), src[edges], dst[edges])
                 if grew:
                     for p in pred[pred_at[unit] : pred_at[unit + 1]].tolist():
                         if not queued[p]:
@@ -492,14 +491,13 @@ class SignalClosure:
                             heapq.heappush(heap, (int(rank[p]), p))
                 grew &= bool(looped[unit])
 
-    def _step(self, lo: int, hi: int, edge_lo: int, edge_hi: int) -> bool:
-        """One unit's rows from its edges' rows, then down its program order; whether they grew. Its work is the
-        bytes it ORs."""
+    def _step(self, lo: int, hi: int, sources: np.ndarray, targets: np.ndarray) -> bool:
+        """One unit's rows (nodes ``lo``..``hi``) from the rows its edges lead to, then down its program order;
+        whether they grew. Its work is the bytes it ORs."""
         rows = self.reach[lo:hi].copy()
         width = rows.shape[1]
-        for at in range(edge_lo, edge_hi, _CLOSURE_STEP):  # bounded gathers: a unit may have many edges
-            stop = min(at + _CLOSURE_STEP, edge_hi)
-            src, dst = self._src[at:stop], self._dst[at:stop]
+        for at in range(0, sources.size, _CLOSURE_STEP):  # bounded gathers: a unit may have many edges
+            src, dst = sources[at : at + _CLOSURE_STEP], targets[at : at + _CLOSURE_STEP]
             groups = np.flatnonzero(np.concatenate(([True], src[1:] != src[:-1])))
             rows[src[groups] - lo] |= np.bitwise_or.reduceat(self.reach[dst], groups, axis=0)
             self.work += src.size * width
