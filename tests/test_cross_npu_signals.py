@@ -1,7 +1,8 @@
 """Cross-NPU order by mstx signal set / wait (issue 28): the native NPU_SIGNAL_SET / NPU_SIGNAL_WAIT events, the rule
-that orders a held and a new access by them (tests/test_cross_npu.py has the barrier's), its bounds and hostile
-values, and real daemons: two sessions of one job over the native wire, and the emulated example's ``signalled``
-mode (examples/emulated/cross_npu.py)."""
+that orders a held and a new access by them (tests/test_cross_npu.py has the barrier's), chains of them through
+sessions, blocks and launches (the closure, checked against its definition on random tables), cycles, its bounds and
+hostile values, and real daemons: two and three sessions of one job over the native wire, and the emulated
+example's ``signalled`` and ``chained`` modes (examples/emulated/cross_npu.py)."""
 
 from __future__ import annotations
 
@@ -529,3 +530,12 @@ def test_the_closure_agrees_with_the_definition_on_random_tables(seed: int) -> N
     where = [tuple(int(p[f]) for f in ("session", "ordinal", "block", "signals")) for p in places]
     expected = [_brute_force_order(signals, edges, where[i], where[32 + i]) for i in range(32)]
     assert found.tolist() == expected
+
+
+def test_the_chained_example_is_silent(daemon: RunningDaemon) -> None:
+    """Three ranks in three processes pass a token along: rank 2's read of rank 0's slot is ordered by the chain
+    through rank 1 alone (silent under every detector); without chains it was a cross-NPU RAW."""
+    out, findings = run_example(daemon, "chained", *CROSS, *ALL_TOOLS)
+    assert findings == [], out
+    assert "[sanitizerd] Cross npu racecheck finished. No error detected." in out
+    assert marked_line("first_write") < marked_line("token") < marked_line("last_read")
