@@ -8,6 +8,8 @@ shapes that cost it most, each from a fresh table (a job recomputes it only when
 * ``dense``: 64 blocks of 64 sets against 64 blocks of 64 waits of one flag under GE (2^18 set-wait edges);
 * ``ring``: 2 048 blocks in a cycle, each waiting for the previous one's flag and setting its own (hostile: the
   first block waits for the last one's);
+* ``cycles``: 1 024 hostile two-block cycles, each block in a session of its own, waiting for the other's flag
+  before setting its own (the most cycles to break: one pick each);
 * ``ping_pong``: two blocks of 2 048 signals answering each other (a cycle through two chains), repeated over a
   flag reused in two launches.
 
@@ -73,6 +75,14 @@ def ring() -> np.ndarray:
     return table(np.ones(2 * n), k, np.tile([0, 1], n), FLAG + 8 * flag, np.ones(2 * n), np.tile([True, False], n))
 
 
+def cycles() -> np.ndarray:
+    n = MAX_SIGNALS // 4
+    pair, side = np.repeat(np.arange(n), 4), np.tile([0, 0, 1, 1], n)
+    wait = np.tile([True, False, True, False], n)
+    flag = 2 * pair + np.where(wait, 1 - side, side)
+    return table(2 * pair + side, np.zeros(4 * n), np.tile([0, 1, 0, 1], n), FLAG + 8 * flag, np.ones(4 * n), wait)
+
+
 def ping_pong() -> np.ndarray:
     n = MAX_SIGNALS // 8  # rounds per launch: each block sets its flag then waits for the other's
     parts = []
@@ -86,7 +96,7 @@ def ping_pong() -> np.ndarray:
     return np.concatenate(parts)
 
 
-SHAPES = {"chain": chain, "sessions": sessions, "dense": dense, "ring": ring, "ping_pong": ping_pong}
+SHAPES = {"chain": chain, "sessions": sessions, "dense": dense, "ring": ring, "cycles": cycles, "ping_pong": ping_pong}
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ MAX_SIGNAL_EDGES = 1 << 18
 # Racing pairs one kernel's comparison tests for order by signals; past it the rest are reported.
 MAX_ORDER_TESTS = 1 << 26
 # Bytes the closure of a job's signal order may OR (rows gathered along edges, and down a block's program order),
-# each time the job's signals grew: about 0.35 s on one core (benchmarks/signal_closure.py). Past it the closure stops
+# each time the job's signals grew: about 0.4 s on one core (benchmarks/signal_closure.py). Past it the closure stops
 # where it got to: the order it found is used, and the pairs it leaves racing are said to be not fully tested. 4 096
 # signals with 2^18 set-wait edges between few sessions need about 2^27; a chain or ring of 4 096, 2^23 to 2^25.
 MAX_CLOSURE_WORK = 1 << 27
@@ -501,8 +501,9 @@ class SignalClosure:
             groups = np.flatnonzero(np.concatenate(([True], src[1:] != src[:-1])))
             rows[src[groups] - lo] |= np.bitwise_or.reduceat(self.reach[dst], groups, axis=0)
             self.work += src.size * width
-        rows = np.bitwise_or.accumulate(rows[::-1], axis=0)[::-1]
-        self.work += (hi - lo) * width
+        if hi - lo > 1:
+            rows = np.bitwise_or.accumulate(rows[::-1], axis=0)[::-1]
+            self.work += (hi - lo) * width
         if np.array_equal(rows, self.reach[lo:hi]):
             return False
         self.reach[lo:hi] = rows
