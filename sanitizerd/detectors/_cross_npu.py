@@ -181,7 +181,7 @@ class JobAccesses:
     def compare_and_add(self, new: np.ndarray) -> tuple[list[RacePair], int, int, int]:
         """The races ``new`` (one kernel of one session) makes with held accesses of other devices; then ``new`` is
         held, as far as the cap allows. Also: accesses of ``new`` not held, pair tests not made, and racing pairs
-        not fully tested for order by signals (past MAX_SIGNAL_EDGES or MAX_ORDER_TESTS)."""
+        not fully tested for order by signals (past MAX_SIGNAL_EDGES, MAX_CLOSURE_WORK or MAX_ORDER_TESTS)."""
         with self.lock:
             order = SignalOrder(self._signal_closure)
             pairs, untested = _races(self.held, new, order)
