@@ -11,13 +11,19 @@ its address there (an importer's access is translated into the exporter's addres
 
 Order (docs/mssanitizer-later.md): an access's epoch is how many cross-NPU barriers its block had passed in the
 session when it ran. Every device of the job passes every barrier, so accesses of different epochs are ordered;
-two accesses of one epoch on two devices are not, and race when one writes and not both are atomic, unless a
-signal orders them (``_signal_ordered``): a set issued by one access's session after it, and a wait issued by the
-other's session before it, that the set satisfies.
+two accesses of one epoch on two devices are not, and race when one writes and not both are atomic, unless signals
+order them (``SignalOrder``, ``SignalClosure``): a path from a signal issued after one access (later in its block,
+or in a later launch of its session) to a signal issued before the other (earlier in its block, or in an earlier
+launch), along set-wait edges (``signal_edges``: a wait and the first set of each setter block that satisfies it)
+and program order (within a block by position; a session's later launch after all of its earlier one), through any
+sessions and blocks: A writes and sets s1, B waits for s1 and sets s2, C waits for s2 and reads is ordered. Barriers
+need nothing more: epochs already order what lies on either side of one, and a path through a barrier cannot lead to
+an access of the epoch it started in (its block would have to pass that barrier first).
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,8 +47,17 @@ MAX_SIGNALS = 4096
 # (wait, setter block) edges a job's signals give (56 bytes each: 14 MiB at most; more only where thousands of blocks
 # set one address that thousands of waits await); past it the rest order nothing, said as above.
 MAX_SIGNAL_EDGES = 1 << 18
-# Edge tests one kernel's comparison makes to order its racing pairs by signals; past it the rest are reported.
+# Racing pairs one kernel's comparison tests for order by signals; past it the rest are reported.
 MAX_ORDER_TESTS = 1 << 26
+# Bytes the closure of a job's signal order may OR (rows gathered along edges, and down a block's program order),
+# each time the job's signals grew: about 0.4 s on one core (benchmarks/signal_closure.py). Past it the closure stops
+# where it got to: the order it found is used, and the pairs it leaves racing are said to be not fully tested. 4 096
+# signals with 2^18 set-wait edges between few sessions need about 2^27; a chain or ring of 4 096, 2^23 to 2^25.
+MAX_CLOSURE_WORK = 1 << 27
+# Edges gathered in one step of the closure: bounds that step's memory (rows of up to 1.5 KiB).
+_CLOSURE_STEP = 1 << 12
+# Positions and launch ordinals are keyed in 32 bits (a block's signal events and a session's launches stay below)
+_LOW = (1 << 32) - 1
 # (wait, set) pairs of one address looked at in one step while the edges are found: bounds that step's memory.
 _MATCH_STEP = 1 << 18
 
@@ -145,8 +160,8 @@ class JobAccesses:
     dropped: int = 0  # accesses not held: past MAX_SHARED_ACCESSES
     signals: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=SIGNAL_DTYPE))
     signals_dropped: int = 0  # signal events not held: past MAX_SIGNALS
-    # the signal order's edges and whether MAX_SIGNAL_EDGES cut any, for the table of this many signals (it only grows)
-    edges: tuple[int, np.ndarray, bool] | None = None
+    # the signal order's closure, for the table of this many signals (it only grows)
+    closure: tuple[int, SignalClosure] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hold_signals(self, signals: np.ndarray) -> int:
@@ -166,9 +181,9 @@ class JobAccesses:
     def compare_and_add(self, new: np.ndarray) -> tuple[list[RacePair], int, int, int]:
         """The races ``new`` (one kernel of one session) makes with held accesses of other devices; then ``new`` is
         held, as far as the cap allows. Also: accesses of ``new`` not held, pair tests not made, and racing pairs
-        not fully tested for order by signals (past MAX_SIGNAL_EDGES or MAX_ORDER_TESTS)."""
+        not fully tested for order by signals (past MAX_SIGNAL_EDGES, MAX_CLOSURE_WORK or MAX_ORDER_TESTS)."""
         with self.lock:
-            order = SignalOrder(self._signal_edges)
+            order = SignalOrder(self._signal_closure)
             pairs, untested = _races(self.held, new, order)
             room = HOST_HELD.take(min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size))
             kept = new[:room]
@@ -178,11 +193,12 @@ class JobAccesses:
             self.dropped += left_out
             return pairs, left_out, untested, order.unsure
 
-    def _signal_edges(self) -> tuple[np.ndarray, bool]:
-        """The held signals' edges (``signal_edges``), found again only when signals were added since."""
-        if self.edges is None or self.edges[0] != self.signals.size:
-            self.edges = (self.signals.size, *signal_edges(self.signals))
-        return self.edges[1], self.edges[2]
+    def _signal_closure(self) -> SignalClosure:
+        """The held signals' order (``signal_edges``, then ``SignalClosure``), found again only when signals were
+        added since."""
+        if self.closure is None or self.closure[0] != self.signals.size:
+            self.closure = (self.signals.size, SignalClosure(self.signals, *signal_edges(self.signals)))
+        return self.closure[1]
 
     def release(self) -> None:
         """The job is gone: what it held goes back to the host's bound."""
@@ -190,7 +206,7 @@ class JobAccesses:
             HOST_HELD.give_back(self.held.size)
             self.held = np.zeros(0, dtype=ACCESS_DTYPE)
             self.signals = np.zeros(0, dtype=SIGNAL_DTYPE)
-            self.edges = None
+            self.closure = None
             self.places.clear()
             self.kernels.clear()
 
@@ -277,7 +293,6 @@ def block_epochs(keys: np.ndarray, barrier: np.ndarray, passed: dict[int, int]) 
 # Each CompareOp (records.CompareOp, by number) as msSanitizer's SignalDatabase::Wait compares: stored <op> cmpValue,
 # both signed.
 _COMPARE = (np.equal, np.not_equal, np.greater, np.greater_equal, np.less, np.less_equal)
-_NEVER = np.iinfo(np.int64).max  # a set of a later launch follows every access of the setter's earlier launches
 
 
 def signal_edges(signals: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -334,76 +349,234 @@ def _edges_of(sets: np.ndarray, setter: np.ndarray, waits: np.ndarray, wait_rows
     return edges
 
 
-class SignalOrder:
-    """Which racing pairs signals order, for one comparison: the job's edges (found only if a pair needs them), and
-    how many pairs could not be fully tested (``unsure``: edges cut, or tests past MAX_ORDER_TESTS)."""
+class SignalClosure:
+    """What the job's signals order: a graph whose nodes are the held signal events and, per session, a boundary
+    before its first launch with signals and one after each (so a launch's blocks come after everything of the
+    session's earlier launches without an edge per pair of blocks); its edges are program order (each signal to
+    the next of its block, a block's last to the boundary after its launch, the boundary before a launch to each of
+    its blocks' first) and the set-wait edges. ``reach`` is the graph's transitive closure, one bit row per node
+    (``np.packbits``, little bit order): chains of signals through any sessions and blocks are followed.
 
-    def __init__(self, edges: Callable[[], tuple[np.ndarray, bool]]) -> None:
-        self._edges = edges
+    It is found block by block (a block's signals are one step: the rows its edges lead to, then one suffix OR down
+    its program order), in an order that brings the blocks a block leads to up to date first (a DAG's blocks once
+    each); a cycle (hostile signals, or a wait matched with a set of a later launch of a flag reused across
+    launches) is iterated until nothing changes: its members reach one another, as each of their edges says. Past
+    MAX_CLOSURE_WORK the closure stops where it got to: what it found is order, the rest is not used (``unsure``)."""
+
+    def __init__(self, signals: np.ndarray, edges: np.ndarray, cut: bool) -> None:
+        table = signals[np.lexsort((signals["position"], signals["block"], signals["ordinal"], signals["session"]))]
+        self.signals = table.size
+        self.sessions = np.unique(table["session"])
+        rank = np.searchsorted(self.sessions, table["session"]).astype(np.int64)
+        self.launch_keys, launch_of = np.unique(_launch_key(rank, table["ordinal"]), return_inverse=True)
+        launch_of = launch_of.reshape(-1).astype(np.int64)
+        self.chain_keys, chain_of = np.unique(_chain_key(launch_of, table["block"]), return_inverse=True)
+        self.chain_of = chain_of.reshape(-1).astype(np.int64)
+        self.node_keys = _chain_key(self.chain_of, np.minimum(table["position"], _LOW))
+        # per launch, its session's rank: boundaries follow the signals, the session's before its launches', so the
+        # one after launch g (a global index) is node signals + g + rank + 1
+        self.launch_rank = self.launch_keys >> 32
+        size = table.size + self.launch_keys.size + self.sessions.size
+        self.reach = np.zeros((size, (size + 7) // 8), dtype=np.uint8)
+        self.reach[np.arange(size), np.arange(size) >> 3] = (1 << (np.arange(size) & 7)).astype(np.uint8)
+        self.unsure = cut
+        self.work = 0
+        if size:
+            self._close(table, edges, launch_of)
+
+    # --- lookups: an access's place among the nodes ----------------------------------------------------------------
+
+    def _places(self, session: np.ndarray, ordinal: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per (session, launch ordinal, block): the session's rank (-1: it holds no signals), the block's chain (-1:
+        it holds none in that launch) and the launch key the boundaries are found by."""
+        rank = _find(self.sessions, session)
+        key = _launch_key(np.maximum(rank, 0), ordinal)
+        launch = np.where(rank >= 0, _find(self.launch_keys, key), -1)
+        chain = np.where(launch >= 0, _find(self.chain_keys, _chain_key(np.maximum(launch, 0), block)), -1)
+        return rank, chain, key
+
+    def starts(self, rows: np.ndarray) -> np.ndarray:
+        """The first node each access precedes: its block's first held signal at or past its place, else the
+        boundary after its launch (-1: its session holds no signals)."""
+        rank, chain, key = self._places(rows["session"], rows["ordinal"], rows["block"])
+        node = np.searchsorted(self.node_keys, _chain_key(np.maximum(chain, 0), np.minimum(rows["signals"], _LOW)))
+        inside = (chain >= 0) & (node < self.signals)
+        inside[inside] = self.chain_of[node[inside]] == chain[inside]
+        boundary = self._boundary(rank, np.searchsorted(self.launch_keys, key, side="right"))
+        return np.where(inside, node, np.where(rank >= 0, boundary, -1))
+
+    def ends(self, rows: np.ndarray) -> np.ndarray:
+        """The last node each access follows: its block's last held signal before it, else the boundary before its
+        launch (-1: its session holds no signals)."""
+        rank, chain, key = self._places(rows["session"], rows["ordinal"], rows["block"])
+        node = np.searchsorted(self.node_keys, _chain_key(np.maximum(chain, 0), np.minimum(rows["signals"], _LOW))) - 1
+        inside = (chain >= 0) & (node >= 0)
+        inside[inside] = self.chain_of[node[inside]] == chain[inside]
+        boundary = self._boundary(rank, np.searchsorted(self.launch_keys, key, side="left"))
+        return np.where(inside, node, np.where(rank >= 0, boundary, -1))
+
+    def _boundary(self, rank: np.ndarray, launches_before: np.ndarray) -> np.ndarray:
+        """The boundary after the session's launches below ``launches_before`` (a global launch index)."""
+        return self.signals + launches_before + np.maximum(rank, 0)
+
+    def reaches(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Per pair of nodes: does a path lead from ``start`` to ``end`` (False where either is -1)?"""
+        known = (start >= 0) & (end >= 0)
+        found = np.zeros(start.size, dtype=bool)
+        s, e = start[known], end[known]
+        found[known] = ((self.reach[s, e >> 3] >> (e & 7).astype(np.uint8)) & 1).astype(bool)
+        return found
+
+    # --- the closure ------------------------------------------------------------------------------------------------
+
+    def _close(self, table: np.ndarray, edges: np.ndarray, launch_of: np.ndarray) -> None:
+        n = table.size
+        chains = self.chain_keys.size
+        chain_start = np.searchsorted(self.chain_of, np.arange(chains))
+        chain_stop = np.append(chain_start[1:], n).astype(np.int64)
+        chain_launch = launch_of[chain_start]
+        before = n + chain_launch + self.launch_rank[chain_launch]  # each chain's launch's boundaries
+        src = [before, chain_stop - 1]
+        dst = [chain_start.astype(np.int64), before + 1]
+        if edges.size:
+            sets, waits = self._edge_nodes(edges, "set"), self._edge_nodes(edges, "wait")
+            kept = (sets >= 0) & (waits >= 0)
+            src.append(sets[kept])
+            dst.append(waits[kept])
+        src_all, dst_all = np.concatenate(src), np.concatenate(dst)
+        # units: a chain (a block's signals in one launch; a path into it at a node reaches its rest) or a boundary
+        size = self.reach.shape[0]
+        unit_of = np.concatenate((self.chain_of, chains + np.arange(size - n)))
+        unit_lo = np.concatenate((chain_start, np.arange(n, size))).astype(np.int64)
+        unit_hi = np.concatenate((chain_stop, np.arange(n, size) + 1)).astype(np.int64)
+        # of a node's edges into one unit only the earliest node counts: it reaches the rest
+        order = np.argsort(src_all * size + dst_all)  # by source, then target (a unit's nodes are contiguous)
+        src_all, dst_all = src_all[order], dst_all[order]
+        first = np.ones(src_all.size, dtype=bool)
+        first[1:] = (src_all[1:] != src_all[:-1]) | (unit_of[dst_all][1:] != unit_of[dst_all][:-1])
+        self._solve(unit_of, unit_lo, unit_hi, src_all[first], dst_all[first])
+
+    def _edge_nodes(self, edges: np.ndarray, side: str) -> np.ndarray:
+        _, chain, _ = self._places(edges[f"{side}_session"], edges[f"{side}_ordinal"], edges[f"{side}_block"])
+        node = _find(self.node_keys, _chain_key(np.maximum(chain, 0), np.minimum(edges[f"{side}_position"], _LOW)))
+        return np.where(chain >= 0, node, -1)
+
+    def _solve(self, unit_of: np.ndarray, unit_lo: np.ndarray, unit_hi: np.ndarray, src: np.ndarray,
+               dst: np.ndarray) -> None:  # fmt: skip
+        """The closure over the edges ``src`` -> ``dst`` (sorted by ``src``) of units ``unit_lo``..``unit_hi``."""
+        units = unit_lo.size
+        src_unit, dst_unit = unit_of[src], unit_of[dst]
+        looped = np.zeros(units, dtype=bool)
+        looped[src_unit[src_unit == dst_unit]] = True  # a wait satisfied by a later set of its own block
+        rank, pred_at, pred = _sink_first(units, src_unit, dst_unit)
+        edge_at = np.searchsorted(src, unit_lo)
+        edge_to = np.searchsorted(src, unit_hi)
+        heap = [(int(r), u) for u, r in enumerate(rank.tolist())]
+        heapq.heapify(heap)
+        queued = np.ones(units, dtype=bool)
+        while heap:  # per block (or boundary) brought up to date, not per signal
+            _, unit = heapq.heappop(heap)
+            queued[unit] = False
+            grew = True
+            while grew:  # once, or until its own cycle adds nothing
+                if self.work > MAX_CLOSURE_WORK:
+                    self.unsure = True
+                    return
+                edges = slice(int(edge_at[unit]), int(edge_to[unit]))
+                grew = self._step(int(unit_lo[unit]), int(unit_hi[unit]), src[edges], dst[edges])
+                if grew:
+                    for p in pred[pred_at[unit] : pred_at[unit + 1]].tolist():
+                        if not queued[p]:
+                            queued[p] = True
+                            heapq.heappush(heap, (int(rank[p]), p))
+                grew &= bool(looped[unit])
+
+    def _step(self, lo: int, hi: int, sources: np.ndarray, targets: np.ndarray) -> bool:
+        """One unit's rows (nodes ``lo``..``hi``) from the rows its edges lead to, then down its program order;
+        whether they grew. Its work is the bytes it ORs."""
+        rows = self.reach[lo:hi].copy()
+        width = rows.shape[1]
+        for at in range(0, sources.size, _CLOSURE_STEP):  # bounded gathers: a unit may have many edges
+            src, dst = sources[at : at + _CLOSURE_STEP], targets[at : at + _CLOSURE_STEP]
+            groups = np.flatnonzero(np.concatenate(([True], src[1:] != src[:-1])))
+            rows[src[groups] - lo] |= np.bitwise_or.reduceat(self.reach[dst], groups, axis=0)
+            self.work += src.size * width
+        if hi - lo > 1:
+            rows = np.bitwise_or.accumulate(rows[::-1], axis=0)[::-1]
+            self.work += (hi - lo) * width
+        if np.array_equal(rows, self.reach[lo:hi]):
+            return False
+        self.reach[lo:hi] = rows
+        return True
+
+
+def _sink_first(units: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A rank per unit that puts every unit after those it leads to (Kahn's levels from the sinks, one vectorised
+    step per level); where a cycle stalls it, the unit left with the fewest edges into units not ranked yet is
+    taken next, so that a cycle is ranked along its length and its closure goes round it a few times, not once per
+    member. Also each unit's predecessors (other units with an edge into it): ``pred[pred_at[u]:pred_at[u + 1]]``."""
+    between = src != dst
+    pairs = np.unique(src[between].astype(np.int64) * units + dst[between])
+    src, dst = pairs // units, pairs % units
+    waiting = np.bincount(src, minlength=units)
+    by_dst = np.argsort(dst, kind="stable")
+    pred_at = np.searchsorted(dst[by_dst], np.arange(units + 1))
+    pred = src[by_dst]
+    rank = np.full(units, -1, dtype=np.int64)
+    ready = np.flatnonzero(waiting == 0)
+    level = 0
+    while level < units:  # per level of the unit graph, or per cycle broken
+        if not ready.size:
+            left = np.flatnonzero(rank < 0)
+            ready = left[[int(np.argmin(waiting[left]))]]
+        rank[ready] = level
+        level += ready.size
+        leads = np.concatenate([pred[pred_at[u] : pred_at[u + 1]] for u in ready.tolist()])
+        np.subtract.at(waiting, leads, 1)
+        touched = np.unique(leads)
+        ready = touched[(waiting[touched] == 0) & (rank[touched] < 0)]
+    return rank, pred_at, pred
+
+
+def _launch_key(rank: np.ndarray, ordinal: np.ndarray) -> np.ndarray:
+    return (rank.astype(np.int64) << 32) | np.clip(ordinal, 0, _LOW).astype(np.int64)
+
+
+def _chain_key(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    return (high.astype(np.int64) << 32) | low.astype(np.int64)
+
+
+def _find(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Each wanted key's index in the sorted ``keys``; -1 where absent."""
+    if not keys.size:
+        return np.full(wanted.size, -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+    return np.where(keys[at] == wanted, at, -1).astype(np.int64)
+
+
+class SignalOrder:
+    """Which racing pairs signals order, for one comparison: the job's closure (found only if a pair needs it), and
+    how many pairs could not be fully tested (``unsure``: edges cut, the closure stopped, or pairs past
+    MAX_ORDER_TESTS)."""
+
+    def __init__(self, closure: Callable[[], SignalClosure]) -> None:
+        self._closure = closure
         self.unsure = 0
         self.tests = 0
 
     def ordered(self, held: np.ndarray, new: np.ndarray) -> np.ndarray:
-        """Of the pairs (``held[i]``, ``new[i]``, ACCESS_DTYPE), those a signal orders, either way round."""
-        edges, cut = self._edges()
-        if not edges.size:
-            ordered = np.zeros(held.size, dtype=bool)
-        else:
-            ordered = self._one_way(held, new, edges) | self._one_way(new, held, edges)
-        if cut:  # an edge cut might have ordered any pair still racing
-            self.unsure += int(np.count_nonzero(~ordered))
+        """Of the pairs (``held[i]``, ``new[i]``, ACCESS_DTYPE), those a chain of signals orders, either way
+        round: a path from the first node one access precedes to the last node the other follows."""
+        ordered = np.zeros(held.size, dtype=bool)
+        room = max(min(MAX_ORDER_TESTS - self.tests, held.size), 0)
+        self.tests += room
+        closure = self._closure()
+        if room and closure.signals:
+            h, n = held[:room], new[:room]
+            ordered[:room] = closure.reaches(closure.starts(h), closure.ends(n)) | closure.reaches(
+                closure.starts(n), closure.ends(h)
+            )
+        self.unsure += held.size - room
+        if closure.unsure:  # a cut edge or an unfinished closure might have ordered any pair still racing
+            self.unsure += int(np.count_nonzero(~ordered[:room]))
         return ordered
-
-    def _one_way(self, before: np.ndarray, after: np.ndarray, edges: np.ndarray) -> np.ndarray:
-        """Pairs with a set issued by ``before``'s session after it (later in its block, or in a later launch) that
-        satisfies a wait issued by ``after``'s session before it (earlier in its block, or in an earlier launch).
-        Work is per pair of blocks the pairs join, over the edges between their two sessions, never per access
-        pair."""
-        ordered = np.zeros(before.size, dtype=bool)
-        candidate = np.flatnonzero(
-            np.isin(before["session"], edges["set_session"]) & np.isin(after["session"], edges["wait_session"])
-        )
-        if not candidate.size:
-            return ordered
-        side = ("session", "ordinal", "block")
-        sides = np.stack([before[f][candidate].astype(np.int64) for f in side]
-                         + [after[f][candidate].astype(np.int64) for f in side], axis=1)  # fmt: skip
-        groups, inverse = np.unique(sides, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        by_group = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[by_group], np.arange(groups.shape[0] + 1))
-        between: dict[tuple[int, int], np.ndarray] = {}
-        for g, (b_session, b_ordinal, b_block, a_session, a_ordinal, a_block) in enumerate(groups.tolist()):
-            rows = candidate[by_group[bounds[g] : bounds[g + 1]]]
-            e = between.get((b_session, a_session))
-            if e is None:
-                pick = (edges["set_session"] == b_session) & (edges["wait_session"] == a_session)
-                e = between[b_session, a_session] = edges[pick]
-            if self.tests + e.size > MAX_ORDER_TESTS:
-                self.unsure += rows.size
-                continue
-            self.tests += e.size
-            edge = (e["set_ordinal"] > b_ordinal) | ((e["set_ordinal"] == b_ordinal) & (e["set_block"] == b_block))
-            edge &= (e["wait_ordinal"] < a_ordinal) | ((e["wait_ordinal"] == a_ordinal) & (e["wait_block"] == a_block))
-            if not edge.any():
-                continue
-            # An access with s signals before it precedes its block's signals at positions >= s; a set of a later
-            # launch follows it whatever s. A wait of an earlier launch precedes every access of the waiter's launch.
-            e = e[edge]
-            latest = np.where(e["set_ordinal"] > b_ordinal, _NEVER, e["set_position"])
-            earliest = np.where(e["wait_ordinal"] < a_ordinal, -1, e["wait_position"])
-            ordered[rows] = _covered(before["signals"][rows], after["signals"][rows], latest, earliest)
-        return ordered
-
-
-def _covered(x: np.ndarray, y: np.ndarray, latest: np.ndarray, earliest: np.ndarray) -> np.ndarray:
-    """For each (x[i], y[i]): is there an edge e with x[i] <= latest[e] and y[i] > earliest[e]? The edges sorted by
-    ``latest``, the least ``earliest`` of those at or past each, one search per pair."""
-    order = np.argsort(latest, kind="stable")
-    latest, earliest = latest[order], earliest[order]
-    least_after = np.minimum.accumulate(earliest[::-1])[::-1]
-    at = np.searchsorted(latest, x, side="left")
-    found = at < latest.size
-    covered = np.zeros(x.size, dtype=bool)
-    covered[found] = y[found] > least_after[at[found]]
-    return covered

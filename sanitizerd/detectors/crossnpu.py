@@ -4,9 +4,9 @@ compared with those of every other device of the job, whichever process drives t
 Per session it keeps what is shared here (regions marked shared, IPC exports and mappings) and, for the running
 kernel, its accesses to them with their epoch (``_cross_npu.block_epochs``) and their place among their block's
 signal events, and the kernel's signal sets and waits, shared memory or not; when the kernel ends its signals join
-the job's, then its accesses are compared with the job's (``_cross_npu.JobAccesses``) and held there for the
-kernels still to come. Reports are msSanitizer's
-race form with each access's device.
+the job's (whose order, chains through any sessions included, is found again when they grew), then its accesses are
+compared with the job's (``_cross_npu.JobAccesses``) and held there for the kernels still to come. Reports are
+msSanitizer's race form with each access's device.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 
 from sanitizerd.detectors._cross_npu import (
     ACCESS_DTYPE,
+    MAX_CLOSURE_WORK,
     MAX_ORDER_TESTS,
     MAX_SHARED_ACCESSES,
     MAX_SIGNAL_EDGES,
@@ -237,8 +238,9 @@ class CrossNpuRacecheck:
         if unsure:
             said.append(
                 f"cross-NPU racecheck: {unsure} racing access pairs of this kernel not fully tested for order by "
-                f"signals (a job's signals give at most {MAX_SIGNAL_EDGES} set-wait edges, a kernel's comparison "
-                f"tests at most {MAX_ORDER_TESTS}): some of their reports may be ordered"
+                f"signals (a job's signals give at most {MAX_SIGNAL_EDGES} set-wait edges, their closure takes at "
+                f"most {MAX_CLOSURE_WORK} bytes of work, a kernel's comparison tests at most {MAX_ORDER_TESTS} "
+                "pairs): some of their reports may be ordered"
             )
         if self.bad_waits:
             said.append(
