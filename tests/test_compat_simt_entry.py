@@ -157,21 +157,23 @@ def test_records_past_the_bounds_are_refused_and_counted(monkeypatch: pytest.Mon
     calls = [(MAIN_PC, (1, 1, 1)), (0x5000, (1, 1, 1))]
     simd = [simt_call(layout, pc) for pc, _ in calls]
     slot = simt_slot(layout, {}, None, calls=calls, simd=simd, entries={0: good * 3, 1: good * 2})
-    monkeypatch.setattr(simt_entry, "MAX_ENTRY_RECORDS", 3)
-    events, problems = decode(layout, slot)
-    assert int(np.count_nonzero(events["flags"] == FLAG_SIMT_ENTRY)) == 3
-    assert problems == ["2 SIMT entry records past the slot's limit of 3"]
+    for bound, kept in ((5, 5), (3, 3)):  # at the bound all are kept; past it the rest is refused
+        monkeypatch.setattr(simt_entry, "MAX_ENTRY_RECORDS", bound)
+        events, problems = decode(layout, slot)
+        assert int(np.count_nonzero(events["flags"] == FLAG_SIMT_ENTRY)) == kept
+        assert problems == ([] if kept == 5 else ["2 SIMT entry records past the slot's limit of 3"])
     monkeypatch.undo()
     monkeypatch.setattr(rb, "MAX_SIMT_CALLS", 1)
     events, problems = decode(layout, slot)
     assert int(np.count_nonzero(events["flags"] == FLAG_SIMT_ENTRY)) == 3
     assert problems == ["2 SIMT entry records of a SIMT call past the heads sanitizerd keeps per slot"]
     monkeypatch.undo()
-    budget = ExpansionBudget()
-    budget.events_left = 8  # the two calls' sections are 3 + 2 records and 4 marks: one event more
-    events, problems = decode(layout, slot, budget=budget)
-    assert not (events["flags"] == FLAG_SIMT_ENTRY).any()
-    assert "5 SIMT entry records past the kernel's expansion limit" in problems
+    for left, kept in ((9, 5), (8, 0)):  # the two calls' sections: 3 + 2 records and 4 marks
+        budget = ExpansionBudget()
+        budget.events_left = left
+        events, problems = decode(layout, slot, budget=budget)
+        assert int(np.count_nonzero(events["flags"] == FLAG_SIMT_ENTRY)) == kept
+        assert problems == ([] if kept else ["5 SIMT entry records past the kernel's expansion limit"])
 
 
 # --- end to end: a SIMT chip's hooks on the job's compat socket ------------------------------------------------

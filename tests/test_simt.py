@@ -338,3 +338,14 @@ class TestCallAccesses:
             ("race_war", [("PIPE_V", [0, 0, 0]), ("PIPE_S", [])]),
             ("race_waw", [("PIPE_V", [1, 0, 0]), ("PIPE_S", [])]),
         ]
+
+    def test_initcheck_reads_a_calls_accesses_as_its_threads(self) -> None:
+        """msSanitizer's initcheck takes a call's records as the threads' accesses: a byte the call wrote is defined
+        for a DMA reading it after, and a byte it read that nothing wrote is an uninitialized read by the thread."""
+        dma_read = accesses(READ, Space.UB, 0x200, 4, pipe=Pipe.MTE3)
+        found = run_kernel(make_detector("initcheck"), stream(start(4, 2), call_access(WRITE, 5, 0x200), end(),
+                                                              dma_read), name="simt_kernel")  # fmt: skip
+        assert found == []
+        (finding,) = run_kernel(make_detector("initcheck"), stream(start(4, 2), call_access(READ, 5, 0x300), end()),
+                                name="simt_kernel")  # fmt: skip
+        assert (finding.kind, finding.thread, finding.address) == ("uninitialized_read", [1, 1, 0], 0x300)
