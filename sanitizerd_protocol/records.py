@@ -286,6 +286,11 @@ FLAG_ATOMIC = 0x01
 # stomping check takes it as that thread's first write of them; every other check leaves it out. The compat door
 # makes one for the owner a device-found THREAD_OVERLAP names, whose own write is not on the wire.
 FLAG_CLAIM = 0x02
+# A SIMT call's access as its block's PIPE_V issued it (docs/protocol.md §7.8; msSanitizer's SimtEntryRecord, one
+# DYNAMIC_OP SIMT_ENTRY event on PIPE_V at the call): `thread` names the thread that made it. racecheck orders it as
+# a PIPE_V access of the block, against the DMA, vector and scalar pipes; the threads' own check and memcheck leave
+# it out (the device checked it against the other threads and the bounds).
+FLAG_SIMT_ENTRY = 0x04
 
 EVENT_DTYPE = np.dtype(
     [
@@ -305,7 +310,7 @@ EVENT_DTYPE = np.dtype(
         ("pipe", "u1"),  # 46: Pipe; sync: source pipe
         ("dst_pipe", "u1"),  # 47: sync: destination pipe
         ("block_type", "u1"),  # 48: BlockType
-        ("flags", "u1"),  # 49: bit 0 atomic mode, bit 1 a SIMT thread's ownership claim
+        ("flags", "u1"),  # 49: bit 0 atomic mode, bit 1 a SIMT thread's ownership claim, bit 2 a SIMT call's access
         ("align", "<u2"),  # 50: required alignment in bytes, 0 = by address space (§1.6)
         ("mode", "u1"),  # 52: cross-core sync mode
         ("instr", "u1"),  # 53: InstrName of the vector instruction an access belongs to; 0 = none (was reserved)

@@ -20,7 +20,15 @@ from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import record_table
 from sanitizerd.control_client import ControlClient
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.records import FLAG_ATOMIC, FLAG_CLAIM, EventKind, Pipe, Space, simt_dims_address
+from sanitizerd_protocol.records import (
+    FLAG_ATOMIC,
+    FLAG_CLAIM,
+    FLAG_SIMT_ENTRY,
+    EventKind,
+    Pipe,
+    Space,
+    simt_dims_address,
+)
 from tests.conftest import RunningDaemon, sanitizerd
 from tests.test_compat_layouts import MALLOC, Client, raw_named
 from tests.test_compat_socket import connect as compat_connect
@@ -77,10 +85,14 @@ def simt_slot(
     head_counts: dict[int, int] | None = None,
     write_offsets: dict[int, int] | None = None,
     simd: list[bytes] | None = None,
+    entries: dict[int, bytes] | None = None,
+    entry_counts: dict[int, int] | None = None,
+    exceeded: dict[int, int] | None = None,
 ) -> bytes:
     """A SIMT chip's slot: its SIMD records (``simd``; by default one SIMT_CALL per call, as a vf-calling block
     writes), 2 048 thread areas (area i holds ``threads[i]``), then one entry head per SIMT call (``dims``: one call
-    at MAIN_PC; ``calls``: several)."""
+    at MAIN_PC; ``calls``: several), each followed by its SimtEntryRecords (``entries[n]`` for call n; its
+    recordWriteCount theirs, or ``entry_counts[n]``; its exceedSize ``exceeded[n]``)."""
     g, shape = layout.global_head, rb.simt_shape(layout)
     call_list = calls if calls is not None else ([(MAIN_PC, dims)] if dims else [])
     if simd is None:
@@ -113,11 +125,16 @@ def simt_slot(
         struct.pack_into("<Q", part, at + area_head.offset("writeOffset"), offset)
         part[at + shape.thread_head : at + shape.thread_head + len(records)] = records
     entry = layout.structs["SimtEntryBlockHead"]
-    for main_pc, (cx, cy, cz) in call_list:
+    for n, (main_pc, (cx, cy, cz)) in enumerate(call_list):
         block = bytearray(entry.size)
         struct.pack_into("<Q", block, entry.offset("mainScalarPc"), main_pc)
         struct.pack_into("<HHH", block, entry.offset("threadXDim"), cx, cy, cz)
-        part += block
+        records = (entries or {}).get(n, b"")
+        count = (entry_counts or {}).get(n, len(records) // layout.structs["SimtEntryRecord"].size)
+        struct.pack_into("<Q", block, entry.offset("recordWriteCount"), count)
+        struct.pack_into("<Q", block, entry.offset("recordCount"), count)
+        struct.pack_into("<Q", block, entry.offset("exceedSize"), (exceeded or {}).get(n, 0))
+        part += block + records
     return bytes(head) + region + bytes(part)
 
 
@@ -150,11 +167,12 @@ def decode(
         tail = piece[used:]
     events = np.concatenate(out)
     assert events["kind"][-1] == EventKind.BLOCK_FINISH
-    # Numbered in stream order: a SIMD record's events share its serial, each SIMT event has one of its own, and a
-    # SIMT_CALL (which makes no event) leaves its serial unused
+    # Numbered in stream order: a SIMD record's events share its serial, each SIMT event has one of its own (a call's
+    # entry records one for all), and a SIMT_CALL (which makes no event) leaves its serial unused
     steps = np.diff(events["serial"].astype(np.int64))
     assert (steps >= 0).all()
-    simt_rows = events["thread"][1:] != 0
+    entries = (events["flags"] & FLAG_SIMT_ENTRY) != 0
+    simt_rows = (events["thread"][1:] != 0) & ~(entries[1:] & entries[:-1])
     assert (steps[simt_rows] >= 1).all()
     assert decoder.next_serial == int(events["serial"][-1]) + 1
     return events[:-1], decoder.problems()

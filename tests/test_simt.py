@@ -12,7 +12,7 @@ from sanitizerd.detectors import _simt
 from sanitizerd.findings.render import render_text
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_CLAIM, MAX_SIMT_THREADS, simt_dims_address
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_CLAIM, FLAG_SIMT_ENTRY, MAX_SIMT_THREADS, simt_dims_address
 from tests.detector_helpers import make_detector, run_kernel, stream
 
 READ, WRITE, SYNC = EventKind.READ, EventKind.WRITE, EventKind.SYNC_THREADS
@@ -297,3 +297,55 @@ class TestHostile:
                 for finding in run_kernel(make_detector(tool), *np.array_split(events, 5)):
                     assert len(finding.thread) in (0, 3)
                     render_text([finding])
+
+
+def call_access(kind: EventKind, thread: int, address: int, *, size: int = 4, space: Space = Space.UB) -> np.ndarray:
+    """A SIMT call's access as its block's PIPE_V instruction (FLAG_SIMT_ENTRY) by thread ``thread`` (0-based)."""
+    event = accesses(kind, space, address, size, pipe=Pipe.V, thread=thread + 1)
+    event["flags"] |= FLAG_SIMT_ENTRY
+    return event
+
+
+def dma_write(address: int, size: int = 32) -> np.ndarray:
+    return accesses(WRITE, Space.UB, address, size, pipe=Pipe.MTE2)
+
+
+class TestCallAccesses:
+    """FLAG_SIMT_ENTRY: a SIMT call's accesses raced as its block's PIPE_V instruction (docs/protocol.md §7.8)."""
+
+    def test_a_dma_overlapping_a_call_access_unordered_races_and_names_the_thread_by_its_sections_dims(self) -> None:
+        # 128 bytes: wider than a thread record may be, so the threads' own check would count it unchecked
+        (finding,) = races(start(4, 2), call_access(READ, 5, 0x200, size=128), end(), dma_write(0x260))
+        assert finding.kind == "race_war" and finding.space == "UB"
+        assert [(a.pipe, a.op, a.thread) for a in finding.accesses] == [
+            ("PIPE_V", "Read", [1, 1, 0]), ("PIPE_MTE2", "Write", [])]  # fmt: skip
+        text = render_text([finding])
+        assert "======     Read Thread (1,1,0) at WAR()+0x200 in block 0 (aiv)" in text
+
+    def test_ordered_by_set_and_wait_flag_it_is_silent(self) -> None:
+        ordered = (syncs(EventKind.SET_FLAG, Pipe.V, Pipe.MTE2, 1), syncs(EventKind.WAIT_FLAG, Pipe.V, Pipe.MTE2, 1))
+        assert races(start(4, 2), call_access(READ, 5, 0x200), end(), *ordered, dma_write(0x200)) == []
+
+    def test_a_call_access_is_no_thread_record(self) -> None:
+        """Two threads' accesses of one byte in one call (one serial: one PIPE_V instruction, as a client sends
+        them) race with nothing of each other, the threads' own check leaving them out; the main scalar's store
+        after them races with each, by the pipes."""
+        events = stream(start(2), call_access(READ, 0, 0x200), call_access(WRITE, 1, 0x200), end(),
+                        accesses(WRITE, Space.UB, 0x200, 4, pipe=Pipe.S))  # fmt: skip
+        events["serial"][2] = events["serial"][1]
+        found = run_kernel(make_detector("racecheck"), events, name="simt_kernel")
+        assert sorted((f.kind, [(a.pipe, a.thread) for a in f.accesses]) for f in found) == [
+            ("race_war", [("PIPE_V", [0, 0, 0]), ("PIPE_S", [])]),
+            ("race_waw", [("PIPE_V", [1, 0, 0]), ("PIPE_S", [])]),
+        ]
+
+    def test_initcheck_reads_a_calls_accesses_as_its_threads(self) -> None:
+        """msSanitizer's initcheck takes a call's records as the threads' accesses: a byte the call wrote is defined
+        for a DMA reading it after, and a byte it read that nothing wrote is an uninitialized read by the thread."""
+        dma_read = accesses(READ, Space.UB, 0x200, 4, pipe=Pipe.MTE3)
+        found = run_kernel(make_detector("initcheck"), stream(start(4, 2), call_access(WRITE, 5, 0x200), end(),
+                                                              dma_read), name="simt_kernel")  # fmt: skip
+        assert found == []
+        (finding,) = run_kernel(make_detector("initcheck"), stream(start(4, 2), call_access(READ, 5, 0x300), end()),
+                                name="simt_kernel")  # fmt: skip
+        assert (finding.kind, finding.thread, finding.address) == ("uninitialized_read", [1, 1, 0], 0x300)

@@ -35,7 +35,7 @@ _ALL = int(Pipe.ALL)
 _EVENT_COLUMNS = {"block_key": np.dtype(np.uint32), "kind": np.dtype(np.uint8)}
 # What every access needs to its check's end: its pattern, pipe, space and order, and what names its site.
 ACCESS_FIELDS = ("kind", "address", "block_size", "block_num", "block_stride", "repeat", "repeat_stride", "pipe",
-                 "space", "flags", "serial", "pc", "location", "block_type")  # fmt: skip
+                 "space", "flags", "serial", "pc", "location", "block_type", "thread")  # fmt: skip
 # Filled when the access's block is complete (``_block_parts``), while blocks arrive one after the other.
 PLACED_FIELDS = ("seg", "issued", "barriers", "pipe_index")
 _ACCESS_COLUMNS = {

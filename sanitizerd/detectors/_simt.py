@@ -23,7 +23,15 @@ from sanitizerd.detectors.base import SessionContext
 from sanitizerd_protocol import records
 from sanitizerd_protocol.model import Finding, RaceAccess
 from sanitizerd_protocol.patterns import extents
-from sanitizerd_protocol.records import FLAG_CLAIM, MAX_SIMT_THREADS, EventKind, Pipe, Space, block_keys
+from sanitizerd_protocol.records import (
+    FLAG_CLAIM,
+    FLAG_SIMT_ENTRY,
+    MAX_SIMT_THREADS,
+    EventKind,
+    Pipe,
+    Space,
+    block_keys,
+)
 
 # Rows (accesses and barriers) the SIMT sections of one kernel launch may hold, and bytes one access may cover
 # (a SIMT load or store is one element: msSanitizer's SimtLoadStoreRecord carries up to 16 bytes).
@@ -91,6 +99,7 @@ class SimtSections:
         self.carried_keys = np.empty(0, dtype=np.uint64)  # section << 16 | thread, of the open sections
         self.carried_counts = np.empty(0, dtype=np.int64)  # SYNC_THREADS each has run so far
         self.dims_parts: list[np.ndarray] = []  # each section's (x, y, z), in the order of its number
+        self.start_parts: list[np.ndarray] = []  # each section's (block key, SIMT_START serial), likewise
         self.unchecked = 0  # records inside SIMT sections that could not be placed (bad dims, thread past them)
         self.stopped = ""
 
@@ -100,7 +109,8 @@ class SimtSections:
         kind = events["kind"]
         marks = (kind == _START) | (kind == _SYNC) | (kind == _END)
         thread = events["thread"]
-        simt = thread != 0
+        # A SIMT call's entry records are its block's PIPE_V access (racecheck's pipes check them), not a thread's
+        simt = (thread != 0) & ((events["flags"] & FLAG_SIMT_ENTRY) == 0)
         if not (marks.any() or simt.any() or self.open):
             return
         keys = block_keys(events)
@@ -156,6 +166,8 @@ class SimtSections:
                 return
             self.held += int(start_rows.size)
             self.dims_parts.append(np.stack((x, y, z), axis=1)[start_rows_by_arrival])
+            serials = events["serial"][index[start_rows_by_arrival]].astype(np.uint64)
+            self.start_parts.append(np.stack((keys[start_rows_by_arrival].astype(np.uint64), serials), axis=1))
         self._carry(keys, section, dx, dy, dz, is_end, first)
         self._hold(events, index[placed], section[placed], thread[placed], kind[placed])
 
@@ -241,6 +253,21 @@ class SimtSections:
         if len(self.dims_parts) != 1:
             self.dims_parts = [np.concatenate(self.dims_parts) if self.dims_parts else np.ones((0, 3), np.int64)]
         return self.dims_parts[0]
+
+    def position_at(self, block_key: int, serial: int, thread: int) -> list[int]:
+        """The (x, y, z) of ``thread`` (linear index + 1) of the section of block ``block_key`` that began last at
+        or before ``serial`` (a SIMT call's entry records sit in a section of their own call); its linear index
+        where no such section is known (the check stopped) or the thread is past its dims."""
+        if len(self.start_parts) != 1:
+            self.start_parts = [np.concatenate(self.start_parts) if self.start_parts else np.zeros((0, 2), np.uint64)]
+        starts = self.start_parts[0]
+        mine = np.flatnonzero((starts[:, 0] == block_key) & (starts[:, 1] <= serial))
+        if mine.size:
+            section = int(mine[np.argmax(starts[mine, 1])])
+            x, y, z = self.dims()[section].tolist()
+            if min(x, y, z) >= 1 and thread <= x * y * z:
+                return self.position(section, thread)
+        return [thread - 1, 0, 0]
 
     def position(self, section: int, thread: int) -> list[int]:
         """A thread's (x, y, z) in its section, from its linear index + 1 (its rows are only held where the

@@ -37,7 +37,7 @@ from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import REGION_READ, REGION_SHARED, REGION_WRITE, HostOp, RegionPermission
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import FLAG_CLAIM, EventKind, Space
+from sanitizerd_protocol.records import FLAG_CLAIM, FLAG_SIMT_ENTRY, EventKind, Space
 
 _READ, _WRITE, _MISALIGNED, _STOMPED = 0, 1, 2, 3
 # The Finding.table names of the heap's tables: msSanitizer's RUNTIME and DFX scopes, and its MSTX heap manager.
@@ -127,6 +127,10 @@ class Memcheck:
         # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events out
         # (numpy copies a structured array field by field).
         live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
+        # A SIMT call's entry records: the device judged their bounds (msSanitizer's ignoreIllegalCheck), and the
+        # threads' stomping is the device's THREAD_OVERLAP (docs/mssanitizer-later.md); their GM writes still count
+        # as use for unused-memory (_record_writes reads every write)
+        live &= (events["flags"] & FLAG_SIMT_ENTRY) == 0
         # A SIMT thread's ownership claim is for the stomping check alone (docs/protocol.md §7.8)
         claims = live & ((events["flags"] & FLAG_CLAIM) != 0)
         claimed = claims.any()

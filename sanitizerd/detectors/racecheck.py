@@ -43,6 +43,7 @@ from sanitizerd_protocol.records import (
     BLOCK_RECORDS_ENDED,
     DCCI_ENTIRE,
     FLAG_ATOMIC,
+    FLAG_SIMT_ENTRY,
     DcciTarget,
     EventKind,
     Pipe,
@@ -54,6 +55,7 @@ from sanitizerd_protocol.records import (
 )
 
 _S, _S_CAL, _V = int(Pipe.S), int(Pipe.S_CAL), int(Pipe.V)
+_SCALAR_PIPE_NAMES = (pipe_name(_S), pipe_name(_S_CAL))
 _KEEP = np.zeros(256, dtype=bool)
 _KEEP[[EventKind.READ, EventKind.WRITE, EventKind.SET_ATOMIC]] = True
 _KEEP[EventKind.SET_FLAG : EventKind.CROSS_WAIT + 1] = True
@@ -146,7 +148,8 @@ class Racecheck:
         keep = _KEEP[kind]
         threads = events["thread"] != 0
         if threads.any():  # a SIMT thread's accesses are ordered by its barriers, not by pipes
-            keep &= ~threads
+            # but a SIMT call's entry records are its block's PIPE_V instruction at the call (FLAG_SIMT_ENTRY)
+            keep &= ~threads | ((events["flags"] & FLAG_SIMT_ENTRY) != 0)
         self.simt.feed(events)
         # A pipe past the last defined one (a hostile client's, or a newer chip's through the compat path, there
         # 255) has no place in the model: such events are left out and counted, and the verdict says so.
@@ -288,8 +291,7 @@ class Racecheck:
                 "were not looked for in this launch"
             )
             findings.append(self.context.finding("internal_error", kernel=kernel, detail=detail))
-        findings.extend(simt_race_findings(self.context, kernel, simt))
-        return findings
+        return without_twins(findings, simt_race_findings(self.context, kernel, simt))
 
     def _proven(self, columns: HeldColumns, launch: KernelLaunch | None) -> bool:
         """Whether the launch's blocks, checked as they completed, prove it free of races and deadlocks."""
@@ -388,6 +390,7 @@ class Kernel:
         self.memory: MemoryAccount | TrialAccount = memory or detector.context.race_memory
         alone = memory is not None
         self.cut = cut
+        self.simt = detector.simt  # names the thread of a SIMT call's entry record
         self.distance = detector.distance
         self.launch = launch
         self.truncated = truncated
@@ -887,7 +890,11 @@ class Kernel:
         one = np.array([row])
         where, stack = self.context.place(int(self.field("location", one)[0]))
         ids = self._block_ids(rows)
+        thread = int(self.field("thread", one)[0])
         return RaceAccess(
+            thread=self.simt.position_at(int(self.block_keys[self.mblock[row]]), int(self.serial[row]), thread)
+            if thread
+            else [],
             pipe=pipe_name(int(self.pipe[row])),
             op="Write" if self.write[row] else "Read",
             address=int(self.access["address"][row]),
@@ -1002,3 +1009,27 @@ def _wait_text(kind: int, src: int, dst: int, event_id: int, address: int) -> st
     """The stuck instruction, as a user wrote it."""
     text = _WAIT_TEXTS.get(EventKind(kind), EventKind(kind).name.lower() + " on {src}")
     return text.format(src=pipe_name(src), dst=pipe_name(dst), event_id=event_id, address=address)
+
+
+def _twin_key(finding: Finding) -> tuple | None:
+    """What a race between a SIMT thread's access and the main scalar's is the same race by, whichever check found
+    it: hazard, space, the scalar's access (pipe, op, pc, blocks) and the thread's (op, position). None for others."""
+    sides = finding.accesses
+    if len(sides) != 2 or bool(sides[0].thread) == bool(sides[1].thread):
+        return None
+    thread, scalar = (sides[0], sides[1]) if sides[0].thread else (sides[1], sides[0])
+    if scalar.pipe not in _SCALAR_PIPE_NAMES:
+        return None
+    return (finding.kind, finding.space, scalar.pipe, scalar.op, scalar.pc, tuple(scalar.blocks), thread.op,
+            tuple(thread.thread))  # fmt: skip
+
+
+def without_twins(pipe_findings: list[Finding], simt_findings: list[Finding]) -> list[Finding]:
+    """Both findings, less the pipes' report of a race the threads' check reported too: a main-scalar access
+    racing a SIMT call's entry record (its PIPE_V access) and that thread's own record of it. The threads' report
+    stays: its side has the thread instruction's own pc and location (an entry record keeps 16 bits of the pc)."""
+    seen = {key for key in map(_twin_key, simt_findings) if key is not None}
+    if not seen:
+        return pipe_findings + simt_findings
+    kept = [f for f in pipe_findings if _twin_key(f) not in seen]
+    return kept + simt_findings

@@ -22,7 +22,7 @@ import numpy as np
 
 from sanitizerd.compat.records.numbering import RecordTable
 from sanitizerd.compat.records.types import RecordType
-from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Pipe
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_SIMT_ENTRY, EventKind, Pipe
 
 # SIMD events (and SIMT_CALL records) a slot holds back from its first SIMT_CALL until its SIMT part is read:
 # 28 MiB of events. A real vf-calling block has far fewer records after its first call.
@@ -79,9 +79,13 @@ class HeldEvents:
             self.holding = False
         return out
 
-    def place(self, sections: np.ndarray, last_serial: int) -> tuple[np.ndarray, int]:
+    def place(
+        self, sections: np.ndarray, last_serial: int, ordinals: np.ndarray | None = None
+    ) -> tuple[np.ndarray, int]:
         """The held events with ``sections`` (``simt.section_events``, numbered from ``last_serial + 1``) put in
-        place, all renumbered; and how many sections had no SIMT_CALL (they follow the SIMD records)."""
+        place, all renumbered; and how many sections had no SIMT_CALL (they follow the SIMD records).
+        ``ordinals``: per section, the slot's SIMT_CALL it follows and ends at (a call's entry records, which
+        msSanitizer reads at the n-th SIMT_CALL), or -1: placed by its pc, as above."""
         held = np.concatenate(self.parts) if self.parts else np.empty(0, dtype=EVENT_DTYPE)
         self.parts = []
         kind = sections["kind"]
@@ -91,6 +95,13 @@ class HeldEvents:
         call_serial = np.concatenate(self.call_serials) if self.call_serials else np.empty(0, dtype=np.int64)
         call_pc = np.concatenate(self.call_pcs) if self.call_pcs else np.empty(0, dtype=np.uint64)
         start, end, matched = _section_bounds(held, sections["pc"][starts], call_serial, call_pc, last_serial)
+        if ordinals is not None and ordinals.size:
+            by_call = ordinals >= 0
+            at_call = by_call & (ordinals < call_serial.size)
+            serial = call_serial[np.minimum(ordinals, max(call_serial.size - 1, 0))] if call_serial.size else start
+            start = np.where(at_call, serial, np.where(by_call, last_serial, start))
+            end = np.where(by_call, start, end)
+            matched = np.where(by_call, at_call, matched)
         # Each section event's place: after record ``after`` (START and the threads' rows at the call, END at the
         # end); sections keep their call order, the unmatched ones last.
         section = np.cumsum(kind == EventKind.SIMT_START) - 1
@@ -109,7 +120,19 @@ class HeldEvents:
             after_sorted, merged["serial"][simd].astype(np.int64), side="left"
         ).astype(np.uint64)
         merged["serial"][is_inserted] = (after_sorted + 1 + np.arange(after_sorted.size)).astype(np.uint64)
+        _one_serial_per_call(merged, is_inserted)
         return merged, int((~matched).sum())
+
+
+def _one_serial_per_call(merged: np.ndarray, is_inserted: np.ndarray) -> None:
+    """A call's entry records are one instruction (msSanitizer's SIMT_ENTRY event): they take the first one's serial
+    (a run of them is a section's, between its SIMT_START and SIMT_END)."""
+    entry = is_inserted & ((merged["flags"] & FLAG_SIMT_ENTRY) != 0) & (merged["kind"] <= EventKind.WRITE)
+    if not entry.any():
+        return
+    first = entry & ~np.concatenate([[False], entry[:-1]])
+    run = np.cumsum(first) - 1
+    merged["serial"][entry] = merged["serial"][first][run[entry]]
 
 
 def _section_bounds(

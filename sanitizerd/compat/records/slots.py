@@ -24,14 +24,14 @@ import numpy as np
 
 from sanitizerd.compat import wire
 from sanitizerd.compat.records import simt as simt_areas
-from sanitizerd.compat.records import simt_place
+from sanitizerd.compat.records import simt_entry, simt_place
 from sanitizerd.compat.records.convert import base  # the package import registers every family's converters
 from sanitizerd.compat.records.convert.bounds import SIMT_UNPLACED
 from sanitizerd.compat.records.convert.instructions import name_instructions
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import RecordType
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, EVENT_DTYPE, EventKind, empty_events
+from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, EVENT_DTYPE, FLAG_SIMT_ENTRY, EventKind, empty_events
 
 SECURITY_VALUE = 0x5A5A5A5A5A5A5A5A
 SECURITY_TEXT = "The record address has been changed by the user program, and the detection result is unreliable."
@@ -465,6 +465,8 @@ class SimtShape:
     main_pc_at: int = -1  # SimtEntryBlockHead.mainScalarPc and .threadXDim (then Y, Z): -1 where not measured
     dims_at: int = -1
     records: simt_areas.SimtRecords | None = None  # the thread areas' records, where measured (else counted)
+    entry: wire.Layout | None = None  # SimtEntryRecord, where its fields are measured (else its records are counted)
+    exceed_at: int = -1  # SimtEntryBlockHead.exceedSize: bytes of records the device had no room for
 
 
 SIMT_THREADS = 2048  # SIMT_THREAD_MAX_SIZE: the thread areas of every SIMT slot
@@ -488,6 +490,8 @@ def simt_shape(layout: wire.WireLayout) -> SimtShape | None:
         entry.offset("mainScalarPc") if measured else -1,
         entry.offset("threadXDim") if measured else -1,
         simt_areas.simt_records(layout),
+        simt_entry.entry_layout(structs["SimtEntryRecord"]),
+        entry.offset("exceedSize") if entry.has("exceedSize") else -1,
     )
 
 
@@ -497,9 +501,9 @@ _U64 = np.dtype("<u8")
 class SimtPart:
     """The records of a slot's SIMT part as they stream past: each thread area's ``recordWriteCount`` and each SIMT
     entry block's, counted; where the release's thread-area records are measured (``simt_areas.simt_records``), every
-    whole thread area is also decoded (``simt_areas.ThreadAreas``) and each entry head's dims kept, so that ``events``
-    can give the slot's SIMT sections at its end. A head that straddles a feed is left for the next (``feed``
-    returns what it used)."""
+    whole thread area is also decoded (``simt_areas.ThreadAreas``), each entry head's dims kept and its
+    SimtEntryRecords taken (``simt_entry.EntryRecords``), so that ``events`` can give the slot's SIMT sections at its
+    end. A head or an entry record that straddles a feed is left for the next (``feed`` returns what it used)."""
 
     def __init__(self, shape: SimtShape | None, heads: SlotHeads) -> None:
         self.shape = shape
@@ -514,10 +518,17 @@ class SimtPart:
         self.calls: list[simt_areas.SimtCall] = []
         self.areas: simt_areas.ThreadAreas | None = None
         self.too_large = False  # thread areas too large to hold whole: counted, not converted
+        self.entries: simt_entry.EntryRecords | None = None  # the calls' SimtEntryRecords, where converted
+        self.entry_left = 0  # records of the current entry block not read yet
+        self.entry_next = 0  # where the next of them starts
+        self.entry_call = -1  # the ordinal of the call they are of (-1: its head was not kept)
+        self.exceeded = self.exceeded_calls = 0  # exceedSize: bytes of entry records the device had no room for
         records = shape.records if shape is not None else None
         if shape is not None and records is not None and shape.dims_at >= 0 and self.area > shape.thread_head:
             if self.area <= simt_areas.MAX_AREA_BYTES:
                 self.areas = simt_areas.ThreadAreas(records, shape.thread_head, heads.simt_thread_bytes)
+                if shape.entry is not None and shape.entry.size == shape.entry_record:
+                    self.entries = simt_entry.EntryRecords(shape.entry)
             else:
                 self.too_large = True
 
@@ -550,31 +561,73 @@ class SimtPart:
                 self.at += used
                 return used
         while True:
+            if self.entry_left:
+                if not self._take_entries(data):
+                    break
+                continue
             rel = self.next_entry - self.at
             if rel + shape.entry_head > len(data):
                 break
             (count,) = np.frombuffer(data, dtype=_U64, count=1, offset=rel + 8)
-            if self.areas is not None and len(self.calls) < MAX_SIMT_CALLS:
+            kept = self.areas is not None and len(self.calls) < MAX_SIMT_CALLS
+            if kept:
                 (main_pc,) = np.frombuffer(data, dtype=_U64, count=1, offset=rel + shape.main_pc_at)
                 x, y, z = np.frombuffer(data, dtype="<u2", count=3, offset=rel + shape.dims_at).tolist()
                 self.calls.append(simt_areas.SimtCall(int(main_pc), (x, y, z)))
+            if shape.exceed_at >= 0:
+                (exceeded,) = np.frombuffer(data, dtype=_U64, count=1, offset=rel + shape.exceed_at)
+                self.exceeded += int(exceeded)
+                self.exceeded_calls += 1 if exceeded else 0
             self.entry_blocks += 1
             self.entry_records += int(count)
+            if self.entries is not None:
+                self.entry_left = int(count)
+                self.entry_next = self.next_entry + shape.entry_head
+                self.entry_call = len(self.calls) - 1 if kept else -1
             self.next_entry += shape.entry_head + int(count) * shape.entry_record
-        used = len(data) if final or self.next_entry - self.at >= len(data) else max(self.next_entry - self.at, 0)
+        # A record not all here waits for the next feed; past the last head, the rest is taken as it comes.
+        until = self.entry_next if self.entry_left else self.next_entry
+        used = len(data) if final or until - self.at >= len(data) else max(until - self.at, 0)
+        if final and self.entry_left and self.entries is not None:
+            self.entries.refuse("SIMT entry records past the end of the slot", self.entry_left)
+            self.entry_left = 0
         self.at += used
         return used
 
-    def events(self, block_id: int, block_type: int, first_serial: int) -> tuple[np.ndarray, np.ndarray]:
-        """The slot's SIMT sections (``simt_areas.section_events``) once the whole part was fed, and each event's row of
-        ``self.areas.rows`` (-1: none)."""
+    def _take_entries(self, data: memoryview) -> bool:
+        """The current entry block's records wholly in ``data``; whether all of them were."""
+        assert self.entries is not None and self.shape is not None
+        size = self.shape.entry_record
+        rel = self.entry_next - self.at
+        whole = max((len(data) - rel) // size, 0)
+        count = min(self.entry_left, whole)
+        if count:
+            self.entries.take(data, rel, count, self.entry_call)
+            self.entry_next += count * size
+            self.entry_left -= count
+        return not self.entry_left
+
+    def events(self, block_id: int, block_type: int, first_serial: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The slot's SIMT sections once the whole part was fed: first each call's entry records
+        (``simt_entry.EntryRecords.sections``), then the threads' (``simt_areas.section_events``); each event's row of
+        ``self.areas.rows`` (-1: none); and each section's call ordinal (-1: placed by its mainScalarPc)."""
+        none = np.zeros(0, dtype=np.int64)
         if self.areas is None:
-            return empty_events(0), np.zeros(0, dtype=np.int64)
+            return empty_events(0), none, none
         areas = self.areas
+        entries, ordinals = empty_events(0), none
+        if self.entries is not None:
+            entries, ordinals = self.entries.sections(self.calls, block_id, block_type, first_serial)
+        first_serial += entries.size
         events, rows, refused = simt_areas.section_events(areas.rows, self.calls, block_id, block_type, first_serial)
         for reason, count in refused.items():
             self.areas.refuse(reason, count)
-        return events, rows
+        threads = np.full(int(np.count_nonzero(events["kind"] == EventKind.SIMT_START)), -1, dtype=np.int64)
+        return (
+            np.concatenate([entries, events]),
+            np.concatenate([np.full(entries.size, -1, dtype=np.int64), rows]),
+            np.concatenate([ordinals, threads]),
+        )
 
     def problems(self) -> list[str]:
         lines = []
@@ -593,10 +646,20 @@ class SimtPart:
                 else "sanitizerd does not convert this release's SIMT records"
             )
             lines.append(f"{self.thread_records} SIMT records of {self.threads} SIMT threads not checked ({why})")
-        if self.entry_records:
+        if self.entries is not None:
+            lines += [f"{count} {reason}" for reason, count in sorted(self.entries.refused.items())]
+        elif self.entry_records:
+            why = (
+                "sanitizerd converts them with the thread areas, which are not"
+                if self.areas is None
+                else "sanitizerd does not convert this release's SimtEntryRecord"
+            )
+            calls = f"{self.entry_blocks} SIMT calls"
+            lines.append(f"{self.entry_records} SIMT entry records of {calls} not checked ({why})")
+        if self.exceeded:
             lines.append(
-                f"{self.entry_records} SIMT entry records of {self.entry_blocks} SIMT calls not checked (sanitizerd "
-                "does not convert msSanitizer's SIMT records yet)"
+                f"{self.exceeded} bytes of SIMT entry records of {self.exceeded_calls} SIMT calls not checked (the "
+                "device had no room for them: exceedSize)"
             )
         if self.undecoded:
             lines.append(f"{self.undecoded} bytes of SIMT records not decoded (this release's SIMT part)")
@@ -715,23 +778,26 @@ class SlotDecoder:
     def _simt_sections(self) -> np.ndarray:
         """The slot's SIMT sections, each at its SIMT_CALL among the SIMD events held since the first one
         (``simt_place``), everything from there renumbered in stream order."""
-        sections = self._simt_section_events()
-        placed, self._unplaced = self._held.place(sections, self.first_serial + self.records - 1)
+        sections, ordinals = self._simt_section_events()
+        placed, self._unplaced = self._held.place(sections, self.first_serial + self.records - 1, ordinals)
         return placed
 
-    def _simt_section_events(self) -> np.ndarray:
-        """The slot's SIMT sections, numbered after its SIMD records."""
+    def _simt_section_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """The slot's SIMT sections, numbered after its SIMD records, and each one's call ordinal (-1: by pc)."""
+        none = np.zeros(0, dtype=np.int64)
         if self._simt is None or self._finished_simt:
-            return empty_events(0)
+            return empty_events(0), none
         self._finished_simt = True
         h = self.heads
-        events, rows = self._simt.events(h.block_id, h.block_type, self.first_serial + self.records)
+        events, rows, ordinals = self._simt.events(h.block_id, h.block_type, self.first_serial + self.records)
         areas = self._simt.areas
         budget = self.context.budget
         if events.size > budget.events_left:
             if areas is not None:
                 areas.refuse("SIMT records past the kernel's expansion limit", int((rows >= 0).sum()))
-            return empty_events(0)
+                entries = int(np.count_nonzero((events["flags"] & FLAG_SIMT_ENTRY) != 0))
+                areas.refuse("SIMT entry records past the kernel's expansion limit", entries)
+            return empty_events(0), none
         budget.events_left -= events.size
         places = self.context.places
         if events.size and areas is not None and places is not None and places.resolve is not None:
@@ -739,7 +805,7 @@ class SlotDecoder:
             pc, file_no, line_no = (areas.rows.column(name)[rows[inner]] for name in ("pc", "file_no", "line_no"))
             events["location"][inner] = places.locations(pc, file_no, line_no)
         self._simt_events = int(events.size)
-        return events
+        return events, ordinals
 
     def _stop(self, text: str) -> None:
         self._stopped = True
