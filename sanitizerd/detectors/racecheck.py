@@ -43,6 +43,7 @@ from sanitizerd_protocol.records import (
     BLOCK_RECORDS_ENDED,
     DCCI_ENTIRE,
     FLAG_ATOMIC,
+    GET_BUF_NONBLOCK,
     DcciTarget,
     EventKind,
     Pipe,
@@ -144,6 +145,9 @@ class Racecheck:
         if self.check_dcci:
             self._hold_dccis(events, kind == EventKind.DCCI)
         keep = _KEEP[kind]
+        # A non-blocking GET_BUF stalls nothing: msSanitizer's race check neither orders by it nor counts it among
+        # the buffer's gets (race_alg_base.cpp, single_pipe_race_alg_impl.cpp: BLOCK_MODE only), so it is left out
+        keep &= (kind != EventKind.GET_BUF) | (events["mode"] != GET_BUF_NONBLOCK)
         threads = events["thread"] != 0
         if threads.any():  # a SIMT thread's accesses are ordered by its barriers, not by pipes
             keep &= ~threads
