@@ -45,6 +45,11 @@ MAX_SIGNAL_EDGES = 1 << 18
 MAX_ORDER_TESTS = 1 << 26
 # (wait, set) pairs of one address looked at in one step while the edges are found: bounds that step's memory.
 _MATCH_STEP = 1 << 18
+# What a kernel's check left out at the bounds above, by reason (the label of sanitizerd_cross_npu_cut): accesses
+# not held past the job's MAX_SHARED_ACCESSES (job_accesses) or the host's MAX_HOST_SHARED_ACCESSES (host_accesses),
+# access pair tests not made past MAX_PAIR_TESTS (pair_tests), signal events not held past MAX_SIGNALS (signals), and
+# racing pairs not fully tested for order past MAX_SIGNAL_EDGES (signal_edges) or MAX_ORDER_TESTS (order_tests).
+CUT_REASONS = ("job_accesses", "host_accesses", "pair_tests", "signals", "signal_edges", "order_tests")
 
 ACCESS_DTYPE = np.dtype(
     [
@@ -134,6 +139,26 @@ class _HostHeld:
 HOST_HELD = _HostHeld()
 
 
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One kernel's accesses compared with the job's: the races, and what the bounds left out of the comparison."""
+
+    pairs: list[RacePair]
+    job_not_held: int  # accesses of the kernel not held: past MAX_SHARED_ACCESSES
+    host_not_held: int  # accesses of the kernel not held: past MAX_HOST_SHARED_ACCESSES
+    untested: int  # access pair tests not made: past MAX_PAIR_TESTS
+    unsure_edges: int  # racing pairs not fully tested for order: the job's signal edges were cut
+    unsure_tests: int  # racing pairs not fully tested for order: past MAX_ORDER_TESTS
+
+    @property
+    def not_held(self) -> int:
+        return self.job_not_held + self.host_not_held
+
+    @property
+    def unsure(self) -> int:
+        return self.unsure_edges + self.unsure_tests
+
+
 @dataclass(slots=True)
 class JobAccesses:
     """The job's held accesses to shared memory, the places and kernel names their reports need, and what the cap
@@ -163,20 +188,20 @@ class JobAccesses:
             self.signals_dropped += left_out
             return left_out
 
-    def compare_and_add(self, new: np.ndarray) -> tuple[list[RacePair], int, int, int]:
+    def compare_and_add(self, new: np.ndarray) -> Comparison:
         """The races ``new`` (one kernel of one session) makes with held accesses of other devices; then ``new`` is
-        held, as far as the cap allows. Also: accesses of ``new`` not held, pair tests not made, and racing pairs
-        not fully tested for order by signals (past MAX_SIGNAL_EDGES or MAX_ORDER_TESTS)."""
+        held, as far as the job's and the host's caps allow. Also what the bounds left out: accesses of ``new`` not
+        held, pair tests not made, and racing pairs not fully tested for order by signals."""
         with self.lock:
             order = SignalOrder(self._signal_edges)
             pairs, untested = _races(self.held, new, order)
-            room = HOST_HELD.take(min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size))
-            kept = new[:room]
+            room = min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size)
+            granted = HOST_HELD.take(room)
+            kept = new[:granted]
             if kept.size:
                 self.held = np.concatenate((self.held, kept))
-            left_out = new.size - kept.size
-            self.dropped += left_out
-            return pairs, left_out, untested, order.unsure
+            self.dropped += new.size - granted
+            return Comparison(pairs, new.size - room, room - granted, untested, order.unsure_edges, order.unsure_tests)
 
     def _signal_edges(self) -> tuple[np.ndarray, bool]:
         """The held signals' edges (``signal_edges``), found again only when signals were added since."""
@@ -336,11 +361,13 @@ def _edges_of(sets: np.ndarray, setter: np.ndarray, waits: np.ndarray, wait_rows
 
 class SignalOrder:
     """Which racing pairs signals order, for one comparison: the job's edges (found only if a pair needs them), and
-    how many pairs could not be fully tested (``unsure``: edges cut, or tests past MAX_ORDER_TESTS)."""
+    how many pairs could not be fully tested (``unsure_edges``: edges cut; ``unsure_tests``: tests past
+    MAX_ORDER_TESTS)."""
 
     def __init__(self, edges: Callable[[], tuple[np.ndarray, bool]]) -> None:
         self._edges = edges
-        self.unsure = 0
+        self.unsure_edges = 0
+        self.unsure_tests = 0
         self.tests = 0
 
     def ordered(self, held: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -351,7 +378,7 @@ class SignalOrder:
         else:
             ordered = self._one_way(held, new, edges) | self._one_way(new, held, edges)
         if cut:  # an edge cut might have ordered any pair still racing
-            self.unsure += int(np.count_nonzero(~ordered))
+            self.unsure_edges += int(np.count_nonzero(~ordered))
         return ordered
 
     def _one_way(self, before: np.ndarray, after: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -380,7 +407,7 @@ class SignalOrder:
                 pick = (edges["set_session"] == b_session) & (edges["wait_session"] == a_session)
                 e = between[b_session, a_session] = edges[pick]
             if self.tests + e.size > MAX_ORDER_TESTS:
-                self.unsure += rows.size
+                self.unsure_tests += rows.size
                 continue
             self.tests += e.size
             edge = (e["set_ordinal"] > b_ordinal) | ((e["set_ordinal"] == b_ordinal) & (e["set_block"] == b_block))
