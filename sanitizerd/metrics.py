@@ -31,6 +31,8 @@ disable_created_metrics()
 
 ACCEPT_ERRNOS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
 REFUSED_REASONS = ("record_events", "record_pieces", "kernel_cap", "simt_unplaced")  # compat...bounds.REASONS
+# detectors._cross_npu.CUT_REASONS
+CROSS_NPU_CUT_REASONS = ("job_accesses", "host_accesses", "pair_tests", "signals", "signal_edges", "order_tests")
 CUT_FIELDS = ("kernel", "file", "function", "callers", "log", "level", "desc", "host", "tool")  # texts.cap_strings
 END_REASONS = ("closed", "disconnected", "protocol_error", "internal_error", "shutdown", "rejected")
 # Gauges read at scrape time (``Metrics.read_at_scrape``): the daemon passes how to read each, by key.
@@ -232,6 +234,18 @@ class Metrics:
             "Memory-permission regions refused: past a session's bound (region_permission)",
             registry=r,
         )
+        self.cross_npu_cut = Counter(
+            "sanitizerd_cross_npu_cut",
+            "What cross-NPU racecheck left out of its kernels' checks at its bounds (each kernel's internal_error "
+            "finding says it), by reason: accesses to shared memory not held past a job's or the host's bound "
+            "(job_accesses, host_accesses), access pair tests not made (pair_tests), signal sets and waits not held "
+            "(signals), racing access pairs not fully tested for order by signals (signal_edges, order_tests); "
+            "docs/security.md",
+            ["reason"],
+            registry=r,
+        )
+        for name in CROSS_NPU_CUT_REASONS:
+            self.cross_npu_cut.labels(name)
         self.guard_writes_refused = Counter(
             "sanitizerd_guard_writes_refused",
             "Host writes into a GM guard area not reported: past a session's bound (guard_write); the first one past "

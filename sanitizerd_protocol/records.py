@@ -115,7 +115,7 @@ BLOCK_RECORDS_ENDED = 1
 SYNC_ALL_MSTX_BARRIER = 1
 
 # GET_BUF's mode, msSanitizer's BufMode: 0, it waits for the buffer's release (block mode); GET_BUF_NONBLOCK, it does
-# not wait (msSanitizer's replay lets it pass).
+# not wait (msSanitizer's replay lets it pass, and its race check orders nothing by it).
 GET_BUF_NONBLOCK = 1
 
 

@@ -82,8 +82,9 @@ def test_a_barrier_becomes_an_npu_barrier(name: str) -> None:
     events, _ = converted(client, [barrier(client, 0x40, usedDeviceNum=2, usedCoreNum=8, **pipe_all),
                                    barrier(client, 0x44, usedDeviceNum=2, usedCoreNum=8)])  # fmt: skip
     npu, all_pipes = int(EventKind.NPU_BARRIER), int(EventKind.PIPE_BARRIER)
-    first = [(all_pipes, int(Pipe.ALL), 0, 0x40)] if pipe_all else []
-    assert barriers(events) == [*first, (npu, int(Pipe.S), 0, 0x40), (npu, int(Pipe.S), 1, 0x44)]
+    serial = wire.LAYOUTS[client.name].first_serial  # the slot's first record: where the release starts its count
+    first = [(all_pipes, int(Pipe.ALL), serial, 0x40)] if pipe_all else []
+    assert barriers(events) == [*first, (npu, int(Pipe.S), serial, 0x40), (npu, int(Pipe.S), serial + 1, 0x44)]
 
 
 class TestHostileBarriers:

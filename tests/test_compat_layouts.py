@@ -259,6 +259,37 @@ def test_one_launch_on_every_measured_wire(name: str) -> None:
     assert memcheck.host_op(free) == []
 
 
+# msSanitizer's tool numbers a connection's records ``serialNo_++`` (from 0) up to aca3f9d (2026-07-03), and
+# ``++serialNo_`` (from 1) from it on (command.cpp, kernel_block.cpp). Of the wires, 6e6a3a28 spans the change (its
+# first four commits count from 0, its other 24 from 1) and is taken as counting from 1, as every wire after it does.
+FROM_ONE = {"mssanitizer-6e6a3a28", "mssanitizer-74a1ad94", "mssanitizer-77aa773b", "mssanitizer-e7543a02",
+            "mssanitizer-0a8f541f", "mssanitizer-0c6f91eb", "mssanitizer-1e040de1"}  # fmt: skip
+
+
+def test_each_wire_starts_its_serial_numbers_where_its_release_does() -> None:
+    assert {name for name, layout in wire.LAYOUTS.items() if layout.first_serial == 1} == FROM_ONE
+    assert {layout.first_serial for layout in wire.LAYOUTS.values()} == {0, 1}
+    assert [wire.layout_named(name).first_serial for name in ("26.0.0", wire.DEFAULT_LAYOUT, "26.1.0", "master")] == [
+        0, 0, 1, 1,
+    ]  # type: ignore[union-attr]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "first"), [("26.0.0", 0), (wire.DEFAULT_LAYOUT, 0), ("26.1.0", 1), ("master", 1)])
+def test_the_launchs_serial_numbers_are_its_releases(name: str, first: int) -> None:
+    """The malloc is the connection's first record; then the two DMA records, the slot's BLOCK_FINISH and the
+    kernel's FINISH (which makes no event) each take one, and the free the next: as msSanitizer's tool of that
+    release numbers them, so a report prints its ``(serialNo:N)``."""
+    out: list[m.Message] = []
+    feed_all(connect(wire.layout_named(name)), launch(client_of(name)), out)  # type: ignore[arg-type]
+    malloc, free = [x for x in out if isinstance(x, m.HostOp)]
+    events = events_of(out)
+    dma = events[events["kind"] != EventKind.BLOCK_FINISH]
+    assert malloc.serial == first
+    assert sorted(set(dma["serial"].tolist())) == [first + 1, first + 2]
+    assert events["serial"][-1] == first + 3  # BLOCK_FINISH
+    assert free.serial == first + 5
+
+
 # --- 2. a client of one release, a listener of another -----------------------------------------------------------
 
 APRIL, R26_0, R26_1, MASTER = wire.DEFAULT_LAYOUT, "26.0.0", "26.1.0", "master"

@@ -95,36 +95,48 @@ class TestAtTheKernelsEnd:
 JOB = re.compile(r"SUMMARY: job (\S+):")
 
 
-def run_job(daemon: RunningDaemon, scenario: str, tools: tuple[str, ...] = ("synccheck",)) -> tuple[str, list[dict]]:
-    env = bare_env(SANITIZERD_COMPAT_LAYOUT="master", PYTHONPATH=str(ROOT))
+def run_job(
+    daemon: RunningDaemon, scenario: str, tools: tuple[str, ...] = ("synccheck",), release: str = "master"
+) -> tuple[str, list[dict]]:
+    env = bare_env(SANITIZERD_COMPAT_LAYOUT=release, PYTHONPATH=str(ROOT))
     chosen = [word for tool in tools for word in ("-t", tool)]
     result = sanitizerd("run", "--socket", str(daemon.socket), *chosen, "--", sys.executable, "-m",
-                        "tests.mssanitizer_job_client", "master", scenario, env=env)  # fmt: skip
+                        "tests.mssanitizer_job_client", release, scenario, env=env)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     job = JOB.search(result.stdout).group(1)  # type: ignore[union-attr]
     query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json")
     return result.stdout, json.loads(query.stdout)
 
 
-LOCKED_UP = "\n".join(
-    [
-        "====== ERROR: Sync error detected. kernel locked up at",
-        "======    ",
-        "======    WAIT_FLAG in hung_kernel",
-        "======    by PIPE_V in block aiv(0) on device 0",
-        f"======    code in unknown:{WAIT_LINE} (serialNo:1)",
-        "======    ",
-        "====== SUMMARY: 1 pipe(s) locked up.",
-    ]
-)
+def locked_up(serial: int) -> str:
+    return "\n".join(
+        [
+            "====== ERROR: Sync error detected. kernel locked up at",
+            "======    ",
+            "======    WAIT_FLAG in hung_kernel",
+            "======    by PIPE_V in block aiv(0) on device 0",
+            f"======    code in unknown:{WAIT_LINE} (serialNo:{serial})",
+            "======    ",
+            "====== SUMMARY: 1 pipe(s) locked up.",
+        ]
+    )
 
 
-@pytest.mark.parametrize("scenario", ["hung-close", "hung-timeout"])
-def test_a_hung_kernels_records_give_msSanitizers_lockup_report(daemon: RunningDaemon, scenario: str) -> None:
+# The wait is the kernel's second record and nothing came before it: msSanitizer's tool numbered it 1 until aca3f9d
+# (``serialNo_++``, from 0), and 2 from it on (``++serialNo_``: 26.1.0 and master).
+@pytest.mark.parametrize(
+    ("scenario", "release", "serial"),
+    [("hung-close", "master", 2), ("hung-timeout", "master", 2), ("hung-timeout", "26.1.0", 2),
+     ("hung-timeout", wire.DEFAULT_LAYOUT, 1)],
+)  # fmt: skip
+def test_a_hung_kernels_records_give_msSanitizers_lockup_report(
+    daemon: RunningDaemon, scenario: str, release: str, serial: int
+) -> None:
     """``hung-close``: one block's slot of two, then the connection closes (the kernel is also said incomplete);
-    ``hung-timeout``: every slot came and the verdict was awaited. Either way the stuck pipe is locked up."""
-    out, findings = run_job(daemon, scenario)
-    assert LOCKED_UP in out, out
+    ``hung-timeout``: every slot came and the verdict was awaited. Either way the stuck pipe is locked up, printed
+    with the serial number the client's release prints."""
+    out, findings = run_job(daemon, scenario, release=release)
+    assert locked_up(serial) in out, out
     [lockup] = [f for f in findings if f["kind"] == "kernel_locked_up"]
     assert (lockup["dst_pipe"], lockup["pipe"], lockup["blocks"]) == ("PIPE_V", "PIPE_MTE3", {"aiv": [0]})
     incomplete = [f for f in findings if f["kind"] == "internal_error"]

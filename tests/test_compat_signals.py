@@ -68,9 +68,10 @@ def test_set_and_wait_become_native_signal_events(name: str) -> None:
     does not rebase by the kernel's pcStartAddr as it does program counters (-5 as a u64 lies above it)."""
     client = Client(raw_named(name))
     events, _ = converted(client, [signal_set(client, -5, 0x40), signal_wait(client, 7, CompareOp.GE, 0x44)])
+    first = wire.LAYOUTS[client.name].first_serial  # the slot's first record: where the release starts its count
     assert signals(events) == [
-        (EventKind.NPU_SIGNAL_SET, Pipe.S_CAL, ADDRESS, signal_value(-5), 0, 0),
-        (EventKind.NPU_SIGNAL_WAIT, Pipe.S, ADDRESS, 7, CompareOp.GE, 1),
+        (EventKind.NPU_SIGNAL_SET, Pipe.S_CAL, ADDRESS, signal_value(-5), 0, first),
+        (EventKind.NPU_SIGNAL_WAIT, Pipe.S, ADDRESS, 7, CompareOp.GE, first + 1),
     ]
 
 

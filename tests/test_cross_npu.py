@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,13 @@ def device(session_id: int, dev: int, job: JobAccesses, *, shared: bool = True) 
     return checker
 
 
+def counted(checker: CrossNpuRacecheck) -> tuple[CrossNpuRacecheck, list[tuple[str, int]]]:
+    """The checker, and what it tells the daemon's metric it left out at its bounds, as it tells it."""
+    cuts: list[tuple[str, int]] = []
+    checker.context.on_cross_npu_cut = lambda reason, count: cuts.append((reason, count))
+    return checker, cuts
+
+
 def kernel(checker: CrossNpuRacecheck, *batches: np.ndarray) -> list[Finding]:
     checker.kernel_begin(KernelLaunch(1, "k", 1, "aiv"))
     for batch in batches:
@@ -192,15 +200,27 @@ class TestComparison:
         monkeypatch.setattr(crossnpu, "MAX_SHARED_ACCESSES", 4)
         job = JobAccesses()
         addresses = SHARED + 64 * np.arange(6, dtype=np.uint64)
-        findings = kernel(device(1, 0, job), write(addresses))
+        first, cuts = counted(device(1, 0, job))
+        findings = kernel(first, write(addresses))
         [cut] = findings
         assert cut.kind == "internal_error" and "2 accesses of this kernel to shared memory not held" in cut.detail
-        assert job.held.size == 4
-        findings = kernel(device(2, 1, job), read(SHARED))
+        assert job.held.size == 4 and cuts == [("job_accesses", 2)]
+        second, cuts = counted(device(2, 1, job))
+        findings = kernel(second, read(SHARED))
         assert [f.kind for f in findings] == ["race_raw", "internal_error"]  # held, compared, and itself not held
+        assert cuts == [("job_accesses", 1)]
         assert job.dropped == 3
         job.release()
         assert job.held.size == 0
+
+    def test_pair_tests_past_the_bound_are_not_made_and_said(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(_cross_npu, "MAX_PAIR_TESTS", 2)
+        job = JobAccesses()
+        assert kernel(device(1, 0, job), write(SHARED + 64 * np.arange(3, dtype=np.uint64))) == []
+        second, cuts = counted(device(2, 1, job))
+        [cut] = kernel(second, read(SHARED))
+        assert "0 accesses of this kernel to shared memory not held and 3 access pairs not compared" in cut.detail
+        assert cuts == [("pair_tests", 3)]
 
     def test_all_jobs_together_are_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A flood of jobs cannot hold more than the host's bound; a job that goes gives its share back."""
@@ -208,8 +228,10 @@ class TestComparison:
         jobs = [JobAccesses() for _ in range(3)]
         addresses = SHARED + 64 * np.arange(2, dtype=np.uint64)
         kernel(device(1, 0, jobs[0]), write(addresses))
-        [cut] = kernel(device(2, 0, jobs[1]), write(addresses))
+        second, cuts = counted(device(2, 0, jobs[1]))
+        [cut] = kernel(second, write(addresses))
         assert "1 accesses of this kernel to shared memory not held" in cut.detail
+        assert cuts == [("host_accesses", 1)]
         jobs[0].release()
         assert kernel(device(3, 0, jobs[2]), write(addresses)) == []
         for job in jobs:
@@ -336,6 +358,46 @@ def test_regions_past_the_bound_over_the_wire(metered: tuple[RunningDaemon, int]
         c._send(bad)
         with pytest.raises(ClientError, match="bad_packet"):
             c.close(timeout=10)
+    assert_serves_fresh_session(running)
+
+
+def test_the_metric_has_a_series_for_every_reason() -> None:
+    from sanitizerd.metrics import CROSS_NPU_CUT_REASONS
+
+    assert CROSS_NPU_CUT_REASONS == _cross_npu.CUT_REASONS
+
+
+def test_cross_npu_bounds_over_the_wire_are_counted(metered: tuple[RunningDaemon, int]) -> None:
+    """Two native sessions of one job past cross-NPU racecheck's bounds: device 0's kernel sends one access to shared
+    memory and one signal more than a job holds, device 1's 1 025 accesses the full job cannot hold and whose
+    comparison with the 65 536 held would pass the pair tests' bound. Each kernel's verdict says so, and
+    sanitizerd_cross_npu_cut_total counts each by its reason; the daemon serves on."""
+    running, port = metered
+    held, signals, reads = _cross_npu.MAX_SHARED_ACCESSES, _cross_npu.MAX_SIGNALS, 1025
+    assert held * reads > _cross_npu.MAX_PAIR_TESTS >= held * (reads - 1)
+    assert metric(port, "sanitizerd_cross_npu_cut_total") == 0
+    writes = write(SHARED + 32 * (np.arange(held + 1, dtype=np.uint64) % np.uint64(128)))
+    sets = syncs(EventKind.NPU_SIGNAL_SET, Pipe.S_CAL, address=SHARED + 0x8000 + 8 * np.arange(signals + 1,
+                 dtype=np.uint64))  # fmt: skip
+    with Client(running.socket, job="bounds", device=0, config=CROSS_CONFIG, resume_buffer=0) as writer:
+        writer.region_permission(SHARED, 4096, shared=True)
+        assert one_kernel(writer, writes, sets).errors >= 1  # the internal_error (and the kernel's own races)
+        with Client(running.socket, job="bounds", device=1, config=CROSS_CONFIG, resume_buffer=0) as reader:
+            reader.region_permission(SHARED, 4096, shared=True)
+            assert one_kernel(reader, read(SHARED + 32 * np.arange(reads, dtype=np.uint64) % np.uint64(4096))).errors
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    counted_by = dict(re.findall(r'^sanitizerd_cross_npu_cut_total\{reason="(\w+)"\} (\S+)$', text, re.M))
+    assert {reason: float(n) for reason, n in counted_by.items()} == {
+        "job_accesses": 1 + reads, "host_accesses": 0, "pair_tests": held * reads, "signals": 1, "signal_edges": 0,
+        "order_tests": 0,
+    }  # fmt: skip
+    findings = json.loads(sanitizerd("findings", "--socket", str(running.socket), "--job", "bounds",
+                                     "--format", "json").stdout)  # fmt: skip
+    said = [f["detail"] for f in findings if f["kind"] == "internal_error"]
+    assert any("1 accesses of this kernel to shared memory not held" in d and "1 signal sets and waits" in d
+               for d in said), said  # fmt: skip
+    assert any(f"{reads} accesses of this kernel to shared memory not held and {held * reads} access pairs" in d
+               for d in said), said  # fmt: skip
     assert_serves_fresh_session(running)
 
 

@@ -23,6 +23,7 @@ from tests.test_cross_npu import (
     CROSS,
     CROSS_CONFIG,
     SHARED,
+    counted,
     device,
     kernel,
     marked_line,
@@ -335,12 +336,16 @@ class TestBounds:
         monkeypatch.setattr(crossnpu, "MAX_SIGNALS", 4)
         job = JobAccesses()
         fill = signal_set(0, address=FLAG + 8 * (1 + np.arange(4, dtype=np.uint64)))
-        [cut] = kernel(device(1, 0, job), write(SHARED), fill, signal_set(1))
+        first, cuts = counted(device(1, 0, job))
+        [cut] = kernel(first, write(SHARED), fill, signal_set(1))
         assert cut.kind == "internal_error"
         assert "1 signal sets and waits of this kernel not held (a job holds at most 4)" in cut.detail
-        findings = kernel(device(2, 1, job), signal_wait(1), read(SHARED))
+        assert cuts == [("signals", 1)]
+        second, cuts = counted(device(2, 1, job))
+        findings = kernel(second, signal_wait(1), read(SHARED))
         assert kinds(findings) == ["race_raw", "internal_error"]  # a possible extra report, said, never a hidden one
         assert "1 signal sets and waits" in findings[1].detail
+        assert cuts == [("signals", 1)]
         assert job.signals.size == 4 and job.signals_dropped == 2
         job.release()
         assert job.signals.size == 0
@@ -367,9 +372,11 @@ class TestBounds:
         monkeypatch.setattr(crossnpu, bound, 0)
         job = JobAccesses()
         assert kernel(device(1, 0, job), write(SHARED), signal_set(1)) == []
-        findings = kernel(device(2, 1, job), signal_wait(1), read(SHARED))
+        second, cuts = counted(device(2, 1, job))
+        findings = kernel(second, signal_wait(1), read(SHARED))
         assert kinds(findings) == ["race_raw", "internal_error"]
         assert "1 racing access pairs of this kernel not fully tested for order by signals" in findings[1].detail
+        assert cuts == [({"MAX_SIGNAL_EDGES": "signal_edges", "MAX_ORDER_TESTS": "order_tests"}[bound], 1)]
 
     def test_the_edges_are_found_in_bounded_steps_alike(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Waits matched a few (wait, set) pairs at a time give the same edges as all at once."""

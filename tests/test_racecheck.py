@@ -14,6 +14,7 @@ from sanitizerd.detectors.racecheck import Racecheck
 from sanitizerd.findings.render import render_text
 from sanitizerd_protocol.messages import Location
 from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.records import GET_BUF_NONBLOCK
 from tests.detector_helpers import make_detector, run_kernel
 
 R, W = EventKind.READ, EventKind.WRITE
@@ -301,6 +302,35 @@ class TestSyncKinds:
         assert races(program(*first, *hand, release, *again)) == []
         early = [*flag(Pipe.V, Pipe.MTE3), release, accesses(R, UB, 0, 256, pipe=Pipe.MTE3)]  # released too soon
         assert [r[0] for r in races(program(*first, *early, *again))] == ["race_war"]
+
+    def test_a_non_blocking_get_buf_orders_nothing(self) -> None:
+        """msSanitizer's NONBLOCK_MODE GET_BUF (mode GET_BUF_NONBLOCK) stalls nothing: the V pipe's second use of the
+        buffer behind one races with the MTE3 read that released it, where a blocking get orders them."""
+        first = [self.sync(EventKind.GET_BUF, Pipe.V, event_id=3), accesses(W, UB, 0, 256, pipe=Pipe.V)]
+        hand = [*flag(Pipe.V, Pipe.MTE3), accesses(R, UB, 0, 256, pipe=Pipe.MTE3)]
+        release = self.sync(EventKind.RLS_BUF, Pipe.MTE3, event_id=3)
+        write = accesses(W, UB, 0, 256, pipe=Pipe.V)
+        nonblocking = self.sync(EventKind.GET_BUF, Pipe.V, event_id=3, mode=GET_BUF_NONBLOCK)
+        blocking = self.sync(EventKind.GET_BUF, Pipe.V, event_id=3)
+        assert races(program(*first, *hand, release, blocking, write)) == []
+        found = races(program(*first, *hand, release, nonblocking, write))
+        # ... and with the first write on its own pipe, which the released get had ordered it after too
+        assert [(kind, [side[:2] for side in sides]) for kind, _, sides, _ in found] == [
+            ("race_war", [("PIPE_MTE3", "Read"), ("PIPE_V", "Write")]),
+            ("race_waw", [("PIPE_V", "Write"), ("PIPE_V", "Write")]),
+        ]
+
+    def test_a_non_blocking_get_buf_is_not_one_of_the_buffers_gets(self) -> None:
+        """The k-th blocking get of a buffer takes its (k-1)-th release whatever non-blocking gets came between: one
+        before the second blocking get neither takes the release (which would leave that get unreleased, a deadlock)
+        nor is held for want of one."""
+        first = [self.sync(EventKind.GET_BUF, Pipe.V, event_id=3), accesses(W, UB, 0, 256, pipe=Pipe.V)]
+        hand = [*flag(Pipe.V, Pipe.MTE3), accesses(R, UB, 0, 256, pipe=Pipe.MTE3)]
+        release = self.sync(EventKind.RLS_BUF, Pipe.MTE3, event_id=3)
+        nonblocking = self.sync(EventKind.GET_BUF, Pipe.V, event_id=3, mode=GET_BUF_NONBLOCK)
+        again = [self.sync(EventKind.GET_BUF, Pipe.V, event_id=3), accesses(W, UB, 0, 256, pipe=Pipe.V)]
+        assert races(program(*first, nonblocking, *hand, release, nonblocking, *again)) == []
+        assert races(program(nonblocking, nonblocking)) == []  # nothing released them, and nothing had to
 
     def test_ffts_mode_1_pairs_the_two_vector_sub_blocks(self) -> None:
         set_ = syncs(EventKind.CROSS_SET, Pipe.MTE3, Pipe.S, 4, mode=1)

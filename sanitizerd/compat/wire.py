@@ -308,6 +308,8 @@ class WireLayout:
     max_block_bytes: int = 8192 << 20  # msSanitizer's largest per-block record buffer (--cache-size 8192 MB)
     # KernelErrorType enumerator -> its number (the SIMT ONLINE_ERROR records' error kinds), where measured
     kernel_error_types: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # The tool's first serialNo on a connection: ``serialNo_++`` (0) until aca3f9d, ``++serialNo_`` (1) from it on
+    first_serial: int = 0
 
     def packet_number(self, packet: PacketType) -> int:
         for number, known in self.packet_types.items():
@@ -398,6 +400,7 @@ def parse_layout(data: Mapping[str, Any]) -> WireLayout:
             socket_env=tuple(launcher["socket_env"]),
             preload={str(k): tuple(v) for k, v in launcher["preload"].items()},
             kernel_error_types={str(k): int(v) for k, v in data["enums"].get("KernelErrorType", {}).items()},
+            first_serial=int(data["serials"]["first"]),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"wire layout {name}: {exc!r}") from None

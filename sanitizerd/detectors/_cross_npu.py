@@ -60,6 +60,11 @@ _CLOSURE_STEP = 1 << 12
 _LOW = (1 << 32) - 1
 # (wait, set) pairs of one address looked at in one step while the edges are found: bounds that step's memory.
 _MATCH_STEP = 1 << 18
+# What a kernel's check left out at the bounds above, by reason (the label of sanitizerd_cross_npu_cut): accesses
+# not held past the job's MAX_SHARED_ACCESSES (job_accesses) or the host's MAX_HOST_SHARED_ACCESSES (host_accesses),
+# access pair tests not made past MAX_PAIR_TESTS (pair_tests), signal events not held past MAX_SIGNALS (signals), and
+# racing pairs not fully tested for order past MAX_SIGNAL_EDGES (signal_edges) or MAX_ORDER_TESTS (order_tests).
+CUT_REASONS = ("job_accesses", "host_accesses", "pair_tests", "signals", "signal_edges", "order_tests")
 
 ACCESS_DTYPE = np.dtype(
     [
@@ -149,6 +154,26 @@ class _HostHeld:
 HOST_HELD = _HostHeld()
 
 
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One kernel's accesses compared with the job's: the races, and what the bounds left out of the comparison."""
+
+    pairs: list[RacePair]
+    job_not_held: int  # accesses of the kernel not held: past MAX_SHARED_ACCESSES
+    host_not_held: int  # accesses of the kernel not held: past MAX_HOST_SHARED_ACCESSES
+    untested: int  # access pair tests not made: past MAX_PAIR_TESTS
+    unsure_edges: int  # racing pairs not fully tested for order: the job's signal edges were cut
+    unsure_tests: int  # racing pairs not fully tested for order: past MAX_ORDER_TESTS
+
+    @property
+    def not_held(self) -> int:
+        return self.job_not_held + self.host_not_held
+
+    @property
+    def unsure(self) -> int:
+        return self.unsure_edges + self.unsure_tests
+
+
 @dataclass(slots=True)
 class JobAccesses:
     """The job's held accesses to shared memory, the places and kernel names their reports need, and what the cap
@@ -178,20 +203,21 @@ class JobAccesses:
             self.signals_dropped += left_out
             return left_out
 
-    def compare_and_add(self, new: np.ndarray) -> tuple[list[RacePair], int, int, int]:
+    def compare_and_add(self, new: np.ndarray) -> Comparison:
         """The races ``new`` (one kernel of one session) makes with held accesses of other devices; then ``new`` is
-        held, as far as the cap allows. Also: accesses of ``new`` not held, pair tests not made, and racing pairs
-        not fully tested for order by signals (past MAX_SIGNAL_EDGES, MAX_CLOSURE_WORK or MAX_ORDER_TESTS)."""
+        held, as far as the job's and the host's caps allow. Also what the bounds left out: accesses of ``new`` not
+        held, pair tests not made, and racing pairs not fully tested for order by signals (past MAX_SIGNAL_EDGES,
+        MAX_CLOSURE_WORK or MAX_ORDER_TESTS)."""
         with self.lock:
             order = SignalOrder(self._signal_closure)
             pairs, untested = _races(self.held, new, order)
-            room = HOST_HELD.take(min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size))
-            kept = new[:room]
+            room = min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size)
+            granted = HOST_HELD.take(room)
+            kept = new[:granted]
             if kept.size:
                 self.held = np.concatenate((self.held, kept))
-            left_out = new.size - kept.size
-            self.dropped += left_out
-            return pairs, left_out, untested, order.unsure
+            self.dropped += new.size - granted
+            return Comparison(pairs, new.size - room, room - granted, untested, order.unsure_edges, order.unsure_tests)
 
     def _signal_closure(self) -> SignalClosure:
         """The held signals' order (``signal_edges``, then ``SignalClosure``), found again only when signals were
@@ -556,12 +582,13 @@ def _find(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 class SignalOrder:
     """Which racing pairs signals order, for one comparison: the job's closure (found only if a pair needs it), and
-    how many pairs could not be fully tested (``unsure``: edges cut, the closure stopped, or pairs past
-    MAX_ORDER_TESTS)."""
+    how many pairs could not be fully tested (``unsure_edges``: edges cut or the closure stopped;
+    ``unsure_tests``: pairs past MAX_ORDER_TESTS)."""
 
     def __init__(self, closure: Callable[[], SignalClosure]) -> None:
         self._closure = closure
-        self.unsure = 0
+        self.unsure_edges = 0  # racing pairs the closure could not settle: edges cut, or it stopped at its bound
+        self.unsure_tests = 0  # racing pairs past MAX_ORDER_TESTS
         self.tests = 0
 
     def ordered(self, held: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -576,7 +603,7 @@ class SignalOrder:
             ordered[:room] = closure.reaches(closure.starts(h), closure.ends(n)) | closure.reaches(
                 closure.starts(n), closure.ends(h)
             )
-        self.unsure += held.size - room
+        self.unsure_tests += held.size - room
         if closure.unsure:  # a cut edge or an unfinished closure might have ordered any pair still racing
-            self.unsure += int(np.count_nonzero(~ordered[:room]))
+            self.unsure_edges += int(np.count_nonzero(~ordered[:room]))
         return ordered

@@ -6,6 +6,7 @@ a detector is only ever driven by one thread at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -57,6 +58,8 @@ class SessionContext:
     race_memory: MemoryAccount = field(default_factory=unbounded)
     # the job's accesses to shared memory, which cross-NPU racecheck compares across its sessions
     cross_npu: JobAccesses | None = None
+    # told what cross-NPU racecheck left out at its bounds, by reason (_cross_npu.CUT_REASONS) and count: the metric
+    on_cross_npu_cut: Callable[[str, int], None] = field(default=lambda reason, count: None)
 
     def stack(self, location: int) -> list[Frame]:
         """The call stack of a location id, innermost first. Without ``--full-backtrace yes``, frames inside the

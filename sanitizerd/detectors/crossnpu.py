@@ -21,6 +21,7 @@ from sanitizerd.detectors._cross_npu import (
     MAX_SIGNAL_EDGES,
     MAX_SIGNALS,
     SIGNAL_DTYPE,
+    Comparison,
     JobAccesses,
     RacePair,
     block_epochs,
@@ -207,22 +208,21 @@ class CrossNpuRacecheck:
         new = np.concatenate(self.pending) if self.pending else np.zeros(0, dtype=ACCESS_DTYPE)
         self.pending = []
         self.pending_rows = 0
-        findings: list[Finding] = []
-        left_out = self.left_out
-        untested = unsure = 0
         signals_left_out = self.signals_left_out
         if self.signals:  # before the comparison: this kernel's own sets and waits order its accesses too
             signals_left_out += self.job.hold_signals(np.concatenate(self.signals))
             self.signals = []
+        compared = Comparison([], 0, 0, 0, 0, 0)
         if new.size:
             self._remember(new, launch)
-            pairs, not_held, untested, unsure = self.job.compare_and_add(new)
-            findings = [self._finding(pair) for pair in pairs]
-            left_out += not_held
+            compared = self.job.compare_and_add(new)
+        findings = [self._finding(pair) for pair in compared.pairs]
+        left_out, untested, unsure = self.left_out + compared.not_held, compared.untested, compared.unsure
         if self.left_out or self.signals_left_out:
             with self.job.lock:
                 self.job.dropped += self.left_out
                 self.job.signals_dropped += self.signals_left_out
+        self._count_cuts(compared, signals_left_out)
         said = []
         if left_out or untested:
             said.append(
@@ -255,6 +255,20 @@ class CrossNpuRacecheck:
                 )
             )  # fmt: skip
         return findings
+
+    def _count_cuts(self, compared: Comparison, signals_left_out: int) -> None:
+        """What the bounds left out of this kernel's check, by reason, for the daemon's metric."""
+        cuts = {
+            "job_accesses": self.left_out + compared.job_not_held,
+            "host_accesses": compared.host_not_held,
+            "pair_tests": compared.untested,
+            "signals": signals_left_out,
+            "signal_edges": compared.unsure_edges,
+            "order_tests": compared.unsure_tests,
+        }
+        for reason, count in cuts.items():
+            if count:
+                self.context.on_cross_npu_cut(reason, count)
 
     def _remember(self, new: np.ndarray, launch: KernelLaunch | None) -> None:
         """The places and the kernel name the job's reports will print for these accesses, resolved here where the

@@ -44,6 +44,7 @@ from sanitizerd_protocol.records import (
     DCCI_ENTIRE,
     FLAG_ATOMIC,
     FLAG_SIMT_ENTRY,
+    GET_BUF_NONBLOCK,
     DcciTarget,
     EventKind,
     Pipe,
@@ -146,6 +147,9 @@ class Racecheck:
         if self.check_dcci:
             self._hold_dccis(events, kind == EventKind.DCCI)
         keep = _KEEP[kind]
+        # A non-blocking GET_BUF stalls nothing: msSanitizer's race check neither orders by it nor counts it among
+        # the buffer's gets (race_alg_base.cpp, single_pipe_race_alg_impl.cpp: BLOCK_MODE only), so it is left out
+        keep &= (kind != EventKind.GET_BUF) | (events["mode"] != GET_BUF_NONBLOCK)
         threads = events["thread"] != 0
         if threads.any():  # a SIMT thread's accesses are ordered by its barriers, not by pipes
             # but a SIMT call's entry records are its block's PIPE_V instruction at the call (FLAG_SIMT_ENTRY)

@@ -64,6 +64,7 @@ async def open_producer(hub: Hub, stream: MessageStream, hello: m.Hello, peer: P
             ident, hello, config, peer, ipc=hub.jobs.ipc_table(key), max_race_events=hub.limits.max_race_events,
             race_memory=hub.race_memory.account(), max_live_allocations=hub.limits.max_live_allocations,
             host_suppressions=hub.suppressions, cross_npu=hub.jobs.cross_npu(key),
+            on_cross_npu_cut=lambda reason, count: hub.metrics.cross_npu_cut.labels(reason).inc(count),
         )  # fmt: skip
         session.already_stored.update(already)
         hub.live[ident] = session

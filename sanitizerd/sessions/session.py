@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -150,6 +150,7 @@ class Session:
         max_live_allocations: int = MAX_LIVE_ALLOCATIONS,
         host_suppressions: Sequence[Suppression] = (),
         cross_npu: JobAccesses | None = None,
+        on_cross_npu_cut: Callable[[str, int], None] = lambda reason, count: None,
     ) -> None:
         self.id = ident
         # The job's rules, then the host's: the first that matches gives its reason.
@@ -173,6 +174,7 @@ class Session:
             max_race_events=max_race_events,
             race_memory=race_memory if race_memory is not None else unbounded(),
             cross_npu=cross_npu,
+            on_cross_npu_cut=on_cross_npu_cut,
         )
         self.detectors: list[Detector] = create_detectors(self.context)
         self.kernels: dict[int, KernelState] = {}

@@ -161,7 +161,8 @@ class CompatConnection(ReceivingEnd):
         self._length: int | None = None  # a variable packet's length, once read
         self._slot: _Slot | None = None
         # session-wide state
-        self._serial = 0  # msSanitizer's serialNo: one per host record and per kernel record, from 0
+        # msSanitizer's serialNo: one per host record and per kernel record, from where this release starts it
+        self._serial = layout.first_serial
         self._kernel_ids = 0
         self._kernel: _Kernel | None = None
         self._responses: dict[int, int] = {}  # kernel id -> blockIdx of its KERNEL_RECORD_RESPONSE
