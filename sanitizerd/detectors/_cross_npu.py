@@ -119,6 +119,20 @@ EDGE_DTYPE = np.dtype(
 
 
 @dataclass(frozen=True, slots=True)
+class Judgment:
+    """One comparison of a kernel's accesses with the job's held ones: its races, the rows of the kernel that race
+    (``racing``: only those can race again when it is judged anew), and ``prefix``, how many held accesses it was
+    compared with (the job's held ones only grow by appending, so ``held[:prefix]`` is the same rows later)."""
+
+    pairs: list[RacePair]
+    racing: np.ndarray
+    prefix: int
+    left_out: int = 0  # accesses of the kernel not held (past MAX_SHARED_ACCESSES or the host's bound)
+    untested: int = 0  # pair tests not made (past MAX_PAIR_TESTS)
+    unsure: int = 0  # racing pairs not fully tested for order by signals
+
+
+@dataclass(frozen=True, slots=True)
 class RacePair:
     """Two racing accesses (rows of ACCESS_DTYPE): the one already held and the new one, and how many pairs of
     the same two sites they stand for."""
@@ -162,7 +176,25 @@ class JobAccesses:
     signals_dropped: int = 0  # signal events not held: past MAX_SIGNALS
     # the signal order's closure, for the table of this many signals (it only grows)
     closure: tuple[int, SignalClosure] | None = None
+    # the job's kernels in flight (begun, not ended): session -> the launch ordinal it runs (one at a time)
+    running: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def kernel_began(self, session: int, ordinal: int) -> None:
+        with self.lock:
+            self.running[session] = ordinal
+
+    def kernel_ended(self, session: int) -> set[tuple[int, int]]:
+        """The session's kernel is over (ended, or its session is); the other kernels of the job still in flight,
+        as (session, launch ordinal)."""
+        with self.lock:
+            self.running.pop(session, None)
+            return set(self.running.items())
+
+    def still_running(self, kernels: set[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Of ``kernels`` (session, launch ordinal), those not ended yet."""
+        with self.lock:
+            return {(session, ordinal) for session, ordinal in kernels if self.running.get(session) == ordinal}
 
     def hold_signals(self, signals: np.ndarray) -> int:
         """Holds one kernel's signal events (SIGNAL_DTYPE, in program order per block) as far as MAX_SIGNALS
@@ -178,20 +210,29 @@ class JobAccesses:
             self.signals_dropped += left_out
             return left_out
 
-    def compare_and_add(self, new: np.ndarray) -> tuple[list[RacePair], int, int, int]:
+    def compare_and_add(self, new: np.ndarray) -> Judgment:
         """The races ``new`` (one kernel of one session) makes with held accesses of other devices; then ``new`` is
         held, as far as the cap allows. Also: accesses of ``new`` not held, pair tests not made, and racing pairs
         not fully tested for order by signals (past MAX_SIGNAL_EDGES, MAX_CLOSURE_WORK or MAX_ORDER_TESTS)."""
         with self.lock:
+            prefix = self.held.size
             order = SignalOrder(self._signal_closure)
-            pairs, untested = _races(self.held, new, order)
+            pairs, untested, racing = _races(self.held, new, order)
             room = HOST_HELD.take(min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size))
             kept = new[:room]
             if kept.size:
                 self.held = np.concatenate((self.held, kept))
             left_out = new.size - kept.size
             self.dropped += left_out
-            return pairs, left_out, untested, order.unsure
+            return Judgment(pairs, new[racing], prefix, left_out, untested, order.unsure)
+
+    def judge_again(self, racing: np.ndarray, prefix: int) -> Judgment:
+        """A kernel's racing accesses compared anew with the held accesses it was first compared with, in the
+        order the job's signals give now (it only grows: a pair ordered once stays ordered). Adds nothing."""
+        with self.lock:
+            order = SignalOrder(self._signal_closure)
+            pairs, untested, still = _races(self.held[:prefix], racing, order)
+            return Judgment(pairs, racing[still], prefix, 0, untested, order.unsure)
 
     def _signal_closure(self) -> SignalClosure:
         """The held signals' order (``signal_edges``, then ``SignalClosure``), found again only when signals were
@@ -207,16 +248,21 @@ class JobAccesses:
             self.held = np.zeros(0, dtype=ACCESS_DTYPE)
             self.signals = np.zeros(0, dtype=SIGNAL_DTYPE)
             self.closure = None
+            self.running.clear()
             self.places.clear()
             self.kernels.clear()
 
 
-def _races(held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None) -> tuple[list[RacePair], int]:
-    """Racing pairs, folded by site pair (session, pc, location, pipe, access of each side), first pair each; and
-    pair tests left undone past MAX_PAIR_TESTS. Work is per (owner, epoch) group, tested as blocks of a
-    broadcast, never a Python loop over accesses; conflicting pairs a signal orders are left out before folding."""
+def _races(
+    held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None
+) -> tuple[list[RacePair], int, np.ndarray]:
+    """Racing pairs, folded by site pair (session, pc, location, pipe, access of each side), first pair each; pair
+    tests left undone past MAX_PAIR_TESTS; and the rows of ``new`` in a racing pair. Work is per (owner, epoch)
+    group, tested as blocks of a broadcast, never a Python loop over accesses; conflicting pairs a signal orders
+    are left out before folding."""
+    none = np.zeros(0, dtype=np.intp)
     if not held.size or not new.size:
-        return [], 0
+        return [], 0, none
     held_groups = np.stack((held["owner"].astype(np.int64), held["epoch"].astype(np.int64)), axis=1)
     new_groups = np.stack((new["owner"].astype(np.int64), new["epoch"].astype(np.int64)), axis=1)
     groups = np.unique(new_groups, axis=0)
@@ -245,14 +291,14 @@ def _races(held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None) 
         found_held.append(hi_rows[hit_h])
         found_new.append(new_rows[hit_n])
     if not found_held:
-        return [], untested
+        return [], untested, none
     rows_h = np.concatenate(found_held)
     rows_n = np.concatenate(found_new)
     if rows_h.size and order is not None:
         unordered = ~order.ordered(held[rows_h], new[rows_n])
         rows_h, rows_n = rows_h[unordered], rows_n[unordered]
     if not rows_h.size:
-        return [], untested
+        return [], untested, none
     site = ("session", "pc", "location", "pipe", "write")
     keys = np.zeros(rows_h.size, dtype=[(f"h_{f}", ACCESS_DTYPE[f]) for f in site] + [
         (f"n_{f}", ACCESS_DTYPE[f]) for f in site])  # fmt: skip
@@ -268,7 +314,7 @@ def _races(held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None) 
         rest = int(counts[order[MAX_REPORTS:]].sum())
         last = pairs[-1]
         pairs[-1] = RacePair(last.held, last.new, last.count + rest)
-    return pairs, untested
+    return pairs, untested, np.unique(rows_n)
 
 
 def block_epochs(keys: np.ndarray, barrier: np.ndarray, passed: dict[int, int]) -> np.ndarray:

@@ -7,9 +7,17 @@ signal events, and the kernel's signal sets and waits, shared memory or not; whe
 the job's (whose order, chains through any sessions included, is found again when they grew), then its accesses are
 compared with the job's (``_cross_npu.JobAccesses``) and held there for the kernels still to come. Reports are
 msSanitizer's race form with each access's device.
+
+A kernel that races while other kernels of the job are in flight may race only for want of their signals (a ring's
+middle rank ending after both ends of the pair): its verdict waits (``_Deferred``), its racing accesses judged anew
+against the same held ones whenever the job's signals grew, at this session's later kernel ends and at its end. It
+is given once the kernels in flight with it have ended, at the session's end at the latest; what it reports then is
+published with its own launch, not with the kernel at whose end it is given (``take_deferred``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,6 +30,7 @@ from sanitizerd.detectors._cross_npu import (
     MAX_SIGNALS,
     SIGNAL_DTYPE,
     JobAccesses,
+    Judgment,
     RacePair,
     block_epochs,
 )
@@ -42,6 +51,21 @@ from sanitizerd_protocol.records import (
 
 # Spans of one session's shared memory: its regions (MAX_REGIONS) and IPC mappings are bounded where they are made.
 _HAZARD = {(True, True): "race_waw", (True, False): "race_raw", (False, True): "race_war"}
+# Kernels of one session whose verdict waits for the job's kernels in flight, and their racing accesses together:
+# judging them anew then costs at most one comparison's bound (1 << 10 accesses against a job's 1 << 16 held ones is
+# MAX_PAIR_TESTS). Past either, the oldest is given as judged then (said).
+MAX_DEFERRED = 64
+MAX_DEFERRED_ROWS = 1 << 10
+
+
+@dataclass(slots=True)
+class _Deferred:
+    """A kernel's verdict waiting for the job's kernels that were in flight when it ended."""
+
+    launch: KernelLaunch | None
+    judgment: Judgment  # the last: its racing rows and pairs, and the held prefix they are compared with
+    signals: int  # the job's signal table's size it was last judged with (judged anew once it grew)
+    awaited: set[tuple[int, int]]  # (session, launch ordinal) of the kernels in flight it waits for
 
 
 class CrossNpuRacecheck:
@@ -64,6 +88,8 @@ class CrossNpuRacecheck:
         self.signal_rows = 0
         self.signals_left_out = 0  # of the running kernel: past MAX_SIGNALS before it ended
         self.bad_waits = 0  # of the running kernel: a CompareOp outside EQ..LE
+        self.deferred: list[_Deferred] = []  # oldest first
+        self.ready: list[Finding] = []  # verdicts of earlier kernels given at a kernel's end (``take_deferred``)
 
     # --- what is shared -------------------------------------------------------------------------------------------
 
@@ -99,6 +125,7 @@ class CrossNpuRacecheck:
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.launch = launch
         self.launches += 1
+        self.job.kernel_began(self.context.session, self.launches - 1)
         self.passed = {}
         self.pending = []
         self.pending_rows = 0
@@ -203,6 +230,7 @@ class CrossNpuRacecheck:
 
     def kernel_end(self) -> list[Finding]:
         launch, self.launch = self.launch, None
+        in_flight = self.job.kernel_ended(self.context.session)  # first: a failure below must not leave it running
         self.epoch += max(self.passed.values(), default=0)
         new = np.concatenate(self.pending) if self.pending else np.zeros(0, dtype=ACCESS_DTYPE)
         self.pending = []
@@ -216,9 +244,14 @@ class CrossNpuRacecheck:
             self.signals = []
         if new.size:
             self._remember(new, launch)
-            pairs, not_held, untested, unsure = self.job.compare_and_add(new)
-            findings = [self._finding(pair) for pair in pairs]
-            left_out += not_held
+            judgment = self.job.compare_and_add(new)
+            left_out += judgment.left_out
+            untested = judgment.untested
+            if judgment.pairs and in_flight:  # their signals may yet order it
+                self._defer(_Deferred(launch, judgment, self.job.signals.size, in_flight))
+            else:
+                findings = [self._finding(pair) for pair in judgment.pairs]
+                unsure = judgment.unsure
         if self.left_out or self.signals_left_out:
             with self.job.lock:
                 self.job.dropped += self.left_out
@@ -236,12 +269,7 @@ class CrossNpuRacecheck:
                 f"at most {MAX_SIGNALS}): the order they give is not used, so races they order may be reported"
             )
         if unsure:
-            said.append(
-                f"cross-NPU racecheck: {unsure} racing access pairs of this kernel not fully tested for order by "
-                f"signals (a job's signals give at most {MAX_SIGNAL_EDGES} set-wait edges, their closure takes at "
-                f"most {MAX_CLOSURE_WORK} bytes of work, a kernel's comparison tests at most {MAX_ORDER_TESTS} "
-                "pairs): some of their reports may be ordered"
-            )
+            said.append(_unsure(unsure))
         if self.bad_waits:
             said.append(
                 f"cross-NPU racecheck: {self.bad_waits} signal waits of this kernel with a compare op outside 0..5 "
@@ -254,7 +282,72 @@ class CrossNpuRacecheck:
                     detail="; ".join(said),
                 )
             )  # fmt: skip
+        self.ready.extend(self._settle(final=False))
         return findings
+
+    # --- verdicts that wait -----------------------------------------------------------------------------------
+
+    def _defer(self, waiting: _Deferred) -> None:
+        """Holds a verdict back; past MAX_DEFERRED kernels or MAX_DEFERRED_ROWS racing accesses, the oldest are
+        given now, as judged now, and say so."""
+        self.deferred.append(waiting)
+        while len(self.deferred) > MAX_DEFERRED or _racing(self.deferred) > MAX_DEFERRED_ROWS:
+            oldest = self.deferred.pop(0)
+            if self._judge_again(oldest):
+                self.ready.extend(self._verdict(oldest, early=True))
+
+    def _judge_again(self, waiting: _Deferred) -> bool:
+        """Judges the verdict anew if the job's signals grew since; whether it still races."""
+        signals = self.job.signals.size  # read before: signals added meanwhile bring it judged once more
+        if signals != waiting.signals:
+            waiting.judgment = self.job.judge_again(waiting.judgment.racing, waiting.judgment.prefix)
+            waiting.signals = signals
+        return bool(waiting.judgment.pairs)
+
+    def _settle(self, *, final: bool) -> list[Finding]:
+        """The waiting verdicts whose races signals now order are dropped; those whose awaited kernels have all
+        ended (or every one, ``final``) are given. Per kernel waiting, never per access."""
+        given: list[Finding] = []
+        waiting: list[_Deferred] = []
+        for verdict in self.deferred:
+            if not self._judge_again(verdict):
+                continue
+            verdict.awaited = self.job.still_running(verdict.awaited)
+            if final or not verdict.awaited:
+                given.extend(self._verdict(verdict, early=False))
+            else:
+                waiting.append(verdict)
+        self.deferred = waiting
+        return given
+
+    def _verdict(self, verdict: _Deferred, *, early: bool) -> list[Finding]:
+        """A waiting kernel's findings, as its own launch's."""
+        launch, judgment = verdict.launch, verdict.judgment
+        findings = [self._finding(pair) for pair in judgment.pairs]
+        said = []
+        if judgment.unsure:
+            said.append(_unsure(judgment.unsure))
+        if early:
+            said.append(
+                f"cross-NPU racecheck: this kernel's races judged before the job's kernels in flight when it ended "
+                f"had all ended (a session keeps at most {MAX_DEFERRED} kernels' verdicts, with {MAX_DEFERRED_ROWS} "
+                "racing accesses, waiting for them): races their signals would order may be reported"
+            )
+        if said:
+            findings.append(
+                self.context.finding(
+                    "internal_error", kernel=launch.name if launch else None, space="GM", detail="; ".join(said)
+                )
+            )
+        for finding in findings:
+            finding.launch = launch.kernel if launch else 0
+        return findings
+
+    def take_deferred(self) -> list[Finding]:
+        """Earlier kernels' verdicts given at the last kernel's end: published as their own launches', not counted
+        in that kernel's verdict."""
+        ready, self.ready = self.ready, []
+        return ready
 
     def _remember(self, new: np.ndarray, launch: KernelLaunch | None) -> None:
         """The places and the kernel name the job's reports will print for these accesses, resolved here where the
@@ -309,4 +402,22 @@ class CrossNpuRacecheck:
         return []
 
     def finish(self) -> list[Finding]:
-        return []
+        """The session is over (closed, or gone without closing): a kernel left running is no longer in flight
+        (its accesses were never compared), and every verdict still waiting is given, judged with all the job has."""
+        if self.launch is not None:
+            self.launch = None
+            self.job.kernel_ended(self.context.session)
+        return [*self.take_deferred(), *self._settle(final=True)]
+
+
+def _unsure(pairs: int) -> str:
+    return (
+        f"cross-NPU racecheck: {pairs} racing access pairs of this kernel not fully tested for order by signals (a "
+        f"job's signals give at most {MAX_SIGNAL_EDGES} set-wait edges, their closure takes at most {MAX_CLOSURE_WORK} "
+        f"bytes of work, a kernel's comparison tests at most {MAX_ORDER_TESTS} pairs): some of their reports may be "
+        "ordered"
+    )
+
+
+def _racing(deferred: list[_Deferred]) -> int:
+    return sum(verdict.judgment.racing.size for verdict in deferred)  # per kernel waiting, at most MAX_DEFERRED
