@@ -291,6 +291,26 @@ class TestChains:
         assert [len(reader.deferred)] == [2]
         assert [f.launch for f in reader.finish()] == [2, 3]
 
+    def test_at_and_past_the_real_bounds(self) -> None:
+        """64 kernels wait; the 65th gives the oldest. 1 024 racing accesses wait; one more gives the oldest."""
+        job = JobAccesses()
+        device(2, 1, job, shared=False).kernel_begin(KernelLaunch(1, "relay", 1, "aiv"))
+        assert kernel(device(1, 0, job), write(SHARED)) == []
+        reader = device(3, 2, job)
+        for k in range(crossnpu.MAX_DEFERRED):
+            assert kernel(reader, read(SHARED, serial=2 + k)) == [] and reader.take_deferred() == []
+        assert kernel(reader, read(SHARED, serial=100)) == []
+        assert kinds(reader.take_deferred()) == ["race_raw", "internal_error"]
+        assert len(reader.deferred) == crossnpu.MAX_DEFERRED
+        assert len(reader.finish()) == crossnpu.MAX_DEFERRED
+        many = read(SHARED + np.arange(crossnpu.MAX_DEFERRED_ROWS, dtype=np.uint64) % np.uint64(16),
+                    serial=np.arange(crossnpu.MAX_DEFERRED_ROWS, dtype=np.uint64) + np.uint64(200))  # fmt: skip
+        assert kernel(reader, many) == [] and reader.take_deferred() == []
+        assert reader.deferred[0].judgment.racing.size == crossnpu.MAX_DEFERRED_ROWS
+        assert kernel(reader, read(SHARED, serial=5000)) == []
+        assert kinds(reader.take_deferred()) == ["race_raw", "internal_error"]
+        assert [v.judgment.racing.size for v in reader.deferred] == [1]
+
     def test_past_the_bound_of_waiting_racing_accesses_the_kernel_is_given_at_once(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:

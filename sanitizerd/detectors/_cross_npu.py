@@ -3,7 +3,10 @@
 One ``JobAccesses`` per job lives where the job's sessions meet (``sessions/jobs.py:Job``); each session's
 cross-NPU detector (``crossnpu.py``) adds its kernel's accesses when the kernel ends and is answered with the races
 they make with accesses of other devices already held. Sessions run on detector threads of their own, so the
-state is behind a lock, and compare-then-add is one step: of two racing kernels, the second to end reports.
+state is behind a lock, and compare-then-add is one step: of two racing kernels, the second to end reports. It
+also knows the job's kernels in flight (``running``): a verdict may wait for them (``crossnpu.py``), and is then
+judged anew (``judge_again``) against the same held accesses, ``held[:prefix]``, in the order the signals give by
+then.
 
 Memory is named across sessions by (owner, address): owner 0 is symmetric memory (a region marked shared, at the
 same address on every device, as msSanitizer compares its shared spans), owner s an IPC export of session s at
