@@ -133,6 +133,7 @@ class Judgment:
     left_out: int = 0  # accesses of the kernel not held (past MAX_SHARED_ACCESSES or the host's bound)
     untested: int = 0  # pair tests not made (past MAX_PAIR_TESTS)
     unsure: int = 0  # racing pairs not fully tested for order by signals
+    signals: int = 0  # the job's held signals it was judged with (judged anew only once they grew)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +228,7 @@ class JobAccesses:
                 self.held = np.concatenate((self.held, kept))
             left_out = new.size - kept.size
             self.dropped += left_out
-            return Judgment(pairs, new[racing], prefix, left_out, untested, order.unsure)
+            return Judgment(pairs, new[racing], prefix, left_out, untested, order.unsure, self.signals.size)
 
     def judge_again(self, racing: np.ndarray, prefix: int) -> Judgment:
         """A kernel's racing accesses compared anew with the held accesses it was first compared with, in the
@@ -235,7 +236,7 @@ class JobAccesses:
         with self.lock:
             order = SignalOrder(self._signal_closure)
             pairs, untested, still = _races(self.held[:prefix], racing, order)
-            return Judgment(pairs, racing[still], prefix, 0, untested, order.unsure)
+            return Judgment(pairs, racing[still], prefix, 0, untested, order.unsure, self.signals.size)
 
     def _signal_closure(self) -> SignalClosure:
         """The held signals' order (``signal_edges``, then ``SignalClosure``), found again only when signals were

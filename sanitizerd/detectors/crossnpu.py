@@ -63,8 +63,7 @@ class _Deferred:
     """A kernel's verdict waiting for the job's kernels that were in flight when it ended."""
 
     launch: KernelLaunch | None
-    judgment: Judgment  # the last: its racing rows and pairs, and the held prefix they are compared with
-    signals: int  # the job's signal table's size it was last judged with (judged anew once it grew)
+    judgment: Judgment  # the last: its racing rows and pairs, the held prefix and signals they were judged with
     awaited: set[tuple[int, int]]  # (session, launch ordinal) of the kernels in flight it waits for
 
 
@@ -248,7 +247,7 @@ class CrossNpuRacecheck:
             left_out += judgment.left_out
             untested = judgment.untested
             if judgment.pairs and in_flight:  # their signals may yet order it
-                self._defer(_Deferred(launch, judgment, self.job.signals.size, in_flight))
+                self._defer(_Deferred(launch, judgment, in_flight))
             else:
                 findings = [self._finding(pair) for pair in judgment.pairs]
                 unsure = judgment.unsure
@@ -294,14 +293,13 @@ class CrossNpuRacecheck:
         while len(self.deferred) > MAX_DEFERRED or _racing(self.deferred) > MAX_DEFERRED_ROWS:
             oldest = self.deferred.pop(0)
             if self._judge_again(oldest):
-                self.ready.extend(self._verdict(oldest, early=True))
+                early = bool(self.job.still_running(oldest.awaited))
+                self.ready.extend(self._verdict(oldest, early=early))
 
     def _judge_again(self, waiting: _Deferred) -> bool:
         """Judges the verdict anew if the job's signals grew since; whether it still races."""
-        signals = self.job.signals.size  # read before: signals added meanwhile bring it judged once more
-        if signals != waiting.signals:
+        if self.job.signals.size != waiting.judgment.signals:
             waiting.judgment = self.job.judge_again(waiting.judgment.racing, waiting.judgment.prefix)
-            waiting.signals = signals
         return bool(waiting.judgment.pairs)
 
     def _settle(self, *, final: bool) -> list[Finding]:
