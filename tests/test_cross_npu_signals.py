@@ -7,6 +7,9 @@ example's ``signalled`` and ``chained`` modes (examples/emulated/cross_npu.py)."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -15,9 +18,10 @@ from client_shim import Client
 from client_shim.events import EventKind, Pipe, syncs
 from sanitizerd.detectors import _cross_npu, crossnpu
 from sanitizerd.detectors._cross_npu import JobAccesses
+from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.records import CompareOp, signal_value
-from tests.conftest import RunningDaemon, assert_serves_fresh_session, sanitizerd
+from tests.conftest import ROOT, RunningDaemon, assert_serves_fresh_session, sanitizerd
 from tests.test_cross_npu import (
     ALL_TOOLS,
     CROSS,
@@ -202,13 +206,123 @@ class TestChains:
         assert relay(2, 1, job, signal_wait(1, address=F1), signal_set(1, F2)) == []
         assert kernel(device(1, 0, job), write(SHARED), signal_set(1, F1)) == []
 
-    def test_a_link_whose_kernel_ends_after_both_accesses_comes_too_late(self) -> None:
-        """The limit written down in docs/mssanitizer-later.md: a pair is judged when its second kernel ends, with
-        the signals of the kernels ended by then."""
+    @pytest.mark.parametrize("middle_waits_for", [1, 2])
+    def test_a_link_whose_kernel_ends_after_both_accesses_still_comes_in_time(self, middle_waits_for: int) -> None:
+        """The middle's kernel begins first and ends last, as a ring's middle rank may: the reader's verdict waits
+        for it. Chained: silent; the middle's wait unsatisfied: the race, given at the reader's session's end."""
         job = JobAccesses()
+        middle = device(2, 1, job, shared=False)
+        middle.kernel_begin(KernelLaunch(7, "relay", 1, "aiv"))
         assert kernel(device(1, 0, job), write(SHARED), signal_set(1, F1)) == []
-        assert kinds(kernel(device(3, 2, job), signal_wait(1, address=F2), read(SHARED))) == ["race_raw"]
-        assert relay(2, 1, job, signal_wait(1, address=F1), signal_set(1, F2)) == []
+        reader = device(3, 2, job)
+        assert kernel(reader, signal_wait(1, address=F2), read(SHARED)) == []
+        assert reader.take_deferred() == []
+        middle.check(np.concatenate((signal_wait(middle_waits_for, address=F1), signal_set(1, F2))))
+        assert middle.kernel_end() == []
+        given = reader.finish()
+        if middle_waits_for == 1:
+            assert given == []
+        else:
+            assert kinds(given) == ["race_raw"] and [a.device for a in given[0].accesses] == [0, 2]
+            assert given[0].launch == 1  # the reader's launch, whose verdict it is
+        assert reader.finish() == [] and not reader.deferred
+
+    def test_a_waiting_verdict_is_given_at_the_next_kernel_end_once_the_kernels_in_flight_ended(self) -> None:
+        """Given as its own launch's, not the later one's; a kernel begun after the reader's ended is not waited
+        for."""
+        job = JobAccesses()
+        middle = device(2, 1, job, shared=False)
+        middle.kernel_begin(KernelLaunch(1, "relay", 1, "aiv"))
+        assert kernel(device(1, 0, job), write(SHARED), signal_set(1, F1)) == []
+        reader = device(3, 2, job)
+        reader.kernel_begin(KernelLaunch(11, "gather", 1, "aiv"))
+        reader.check(read(SHARED))
+        assert reader.kernel_end() == []
+        assert kernel(reader) == [] and reader.take_deferred() == []  # the middle's kernel still runs
+        middle.check(signal_wait(1, address=F1))
+        assert middle.kernel_end() == []
+        middle.kernel_begin(KernelLaunch(2, "relay", 1, "aiv"))  # later: not awaited
+        assert kernel(reader) == []
+        [race] = reader.take_deferred()
+        assert (race.kind, race.launch, race.kernel) == ("race_raw", 11, "k")
+        assert not reader.deferred and reader.finish() == []
+
+    def test_a_session_gone_with_its_kernel_running_is_no_longer_waited_for(self) -> None:
+        job = JobAccesses()
+        middle = device(2, 1, job, shared=False)
+        middle.kernel_begin(KernelLaunch(1, "relay", 1, "aiv"))
+        assert kernel(device(1, 0, job), write(SHARED)) == []
+        reader = device(3, 2, job)
+        assert kernel(reader, read(SHARED)) == []
+        assert middle.finish() == []  # its kernel never ended: it orders nothing
+        assert not job.running
+        assert kernel(reader) == []
+        assert kinds(reader.take_deferred()) == ["race_raw"]
+
+    def test_with_nothing_else_in_flight_the_verdict_is_given_at_once(self) -> None:
+        job = JobAccesses()
+        assert kernel(device(1, 0, job), write(SHARED)) == []
+        other = device(4, 3, job, shared=False)
+        other.kernel_begin(KernelLaunch(1, "k", 1, "aiv"))
+        assert other.kernel_end() == []
+        reader = device(3, 2, job)
+        assert kinds(kernel(reader, read(SHARED))) == ["race_raw"] and not reader.deferred
+
+    def test_past_the_bound_of_waiting_kernels_the_oldest_is_given_as_judged_then_and_said(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(crossnpu, "MAX_DEFERRED", 2)
+        job = JobAccesses()
+        middle = device(2, 1, job, shared=False)
+        middle.kernel_begin(KernelLaunch(1, "relay", 1, "aiv"))
+        assert kernel(device(1, 0, job), write(SHARED, serial=1), write(SHARED + 64, serial=2, pc=0x20),
+                      write(SHARED + 128, serial=3, pc=0x30)) == []  # fmt: skip
+        reader = device(3, 2, job)
+        for k, address in enumerate((SHARED, SHARED + 64)):
+            reader.kernel_begin(KernelLaunch(k + 1, "gather", 1, "aiv"))
+            reader.check(read(address, serial=10 + k))
+            assert reader.kernel_end() == [] and reader.take_deferred() == []
+        reader.kernel_begin(KernelLaunch(3, "gather", 1, "aiv"))
+        reader.check(read(SHARED + 128, serial=12))
+        assert reader.kernel_end() == []
+        race, said = reader.take_deferred()
+        assert (race.kind, race.launch, race.accesses[0].address) == ("race_raw", 1, SHARED)
+        assert said.kind == "internal_error" and said.launch == 1
+        assert "judged before the job's kernels in flight when it ended had all ended" in said.detail
+        assert [len(reader.deferred)] == [2]
+        assert [f.launch for f in reader.finish()] == [2, 3]
+
+    def test_at_and_past_the_real_bounds(self) -> None:
+        """64 kernels wait; the 65th gives the oldest. 1 024 racing accesses wait; one more gives the oldest."""
+        job = JobAccesses()
+        device(2, 1, job, shared=False).kernel_begin(KernelLaunch(1, "relay", 1, "aiv"))
+        assert kernel(device(1, 0, job), write(SHARED)) == []
+        reader = device(3, 2, job)
+        for k in range(crossnpu.MAX_DEFERRED):
+            assert kernel(reader, read(SHARED, serial=2 + k)) == [] and reader.take_deferred() == []
+        assert kernel(reader, read(SHARED, serial=100)) == []
+        assert kinds(reader.take_deferred()) == ["race_raw", "internal_error"]
+        assert len(reader.deferred) == crossnpu.MAX_DEFERRED
+        assert len(reader.finish()) == crossnpu.MAX_DEFERRED
+        many = read(SHARED + np.arange(crossnpu.MAX_DEFERRED_ROWS, dtype=np.uint64) % np.uint64(16),
+                    serial=np.arange(crossnpu.MAX_DEFERRED_ROWS, dtype=np.uint64) + np.uint64(200))  # fmt: skip
+        assert kernel(reader, many) == [] and reader.take_deferred() == []
+        assert reader.deferred[0].judgment.racing.size == crossnpu.MAX_DEFERRED_ROWS
+        assert kernel(reader, read(SHARED, serial=5000)) == []
+        assert kinds(reader.take_deferred()) == ["race_raw", "internal_error"]
+        assert [v.judgment.racing.size for v in reader.deferred] == [1]
+
+    def test_past_the_bound_of_waiting_racing_accesses_the_kernel_is_given_at_once(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(crossnpu, "MAX_DEFERRED_ROWS", 1)
+        job = JobAccesses()
+        device(2, 1, job, shared=False).kernel_begin(KernelLaunch(1, "relay", 1, "aiv"))
+        assert kernel(device(1, 0, job), write(SHARED)) == []
+        reader = device(3, 2, job)
+        assert kernel(reader, read(SHARED, serial=2), read(SHARED + 8, serial=3, pc=0x99)) == []
+        assert kinds(reader.take_deferred()) == ["race_raw", "race_raw", "internal_error"]
+        assert not reader.deferred
 
     def test_through_two_blocks_of_the_middle_launch(self) -> None:
         """Block 0 waits for the writer and signals block 1, which signals the reader: a set by another block of
@@ -435,31 +549,102 @@ def test_two_sessions_of_a_job_over_the_native_wire(daemon: RunningDaemon) -> No
     assert pair("again", signalled=True) == (0, 0)
 
 
+def kernel_seen(daemon: RunningDaemon, job: str, dev: int, kernels: int = 1) -> None:
+    """Until the daemon has read the session's kernel_begin (its launch is counted)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listed = json.loads(sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)
+        if any(s["job"] == job and s["device"] == dev and s["kernels"] >= kernels for s in listed):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the daemon did not see the kernel of job {job} on device {dev}")
+
+
+def job_findings(daemon: RunningDaemon, job: str) -> list[dict]:
+    return json.loads(sanitizerd("findings", "--socket", str(daemon.socket), "--job", job, "--format", "json").stdout)
+
+
 def test_three_sessions_of_a_job_in_a_chain_over_the_native_wire(daemon: RunningDaemon) -> None:
     """Real daemon, three native sessions of one job on devices 0, 1 and 2: device 0 writes and sets F1, device 1
-    (marking nothing shared) waits for F1 and sets F2, device 2 waits for F2 and reads: silent; with device 1's wait
-    unsatisfied, device 2's read races with device 0's write; and the daemon serves on."""
+    (marking nothing shared) waits for F1 and sets F2, device 2 waits for F2 and reads. Device 1's kernel begins
+    first and ends last, as a ring's middle rank may: device 2's verdict waits for it (clean at its end). Silent;
+    with device 1's wait unsatisfied, the race, given when device 2's session ends, as device 2's launch's; and the
+    daemon serves on."""
 
     def chain(job: str, middle_waits_for: int) -> tuple[int, int, int]:
-        """Each kernel ends before the next session's begins, while the earlier sessions last (the job lives as
-        long as one of its sessions does)."""
-        with Client(daemon.socket, job=job, device=0, config=CROSS_CONFIG, resume_buffer=0) as writer:
+        with (
+            Client(daemon.socket, job=job, device=0, config=CROSS_CONFIG, resume_buffer=0) as writer,
+            Client(daemon.socket, job=job, device=1, config=CROSS_CONFIG, resume_buffer=0) as middle,
+        ):
+            relay = middle.kernel_begin("relay", 1)
+            middle.flush()
+            kernel_seen(daemon, job, 1)
             writer.region_permission(SHARED, 4096, shared=True)
             written = one_kernel(writer, write(SHARED, serial=1), signal_set(1, F1, serial=2)).errors
-            with Client(daemon.socket, job=job, device=1, config=CROSS_CONFIG, resume_buffer=0) as middle:
-                relayed = one_kernel(middle, signal_wait(middle_waits_for, address=F1, serial=1),
-                                     signal_set(I64_MAX, F2, serial=2)).errors  # fmt: skip
-                with Client(daemon.socket, job=job, device=2, config=CROSS_CONFIG, resume_buffer=0) as reader:
-                    reader.region_permission(SHARED, 4096, shared=True)
-                    waits = signal_wait(I64_MAX, CompareOp.GE, address=F2, serial=1)
-                    return written, relayed, one_kernel(reader, waits, read(SHARED, serial=2)).errors
+            with Client(daemon.socket, job=job, device=2, config=CROSS_CONFIG, resume_buffer=0) as reader:
+                reader.region_permission(SHARED, 4096, shared=True)
+                waits = signal_wait(I64_MAX, CompareOp.GE, address=F2, serial=1)
+                read_errors = one_kernel(reader, waits, read(SHARED, serial=2)).errors
+                middle.events(relay, np.concatenate((signal_wait(middle_waits_for, address=F1, serial=1),
+                                                     signal_set(I64_MAX, F2, serial=2))))  # fmt: skip
+                middle.kernel_end(relay)
+                relayed = middle.wait_kernel(relay, timeout=30).errors
+            return written, relayed, read_errors
 
     assert chain("chained", middle_waits_for=1) == (0, 0, 0)
-    assert chain("broken", middle_waits_for=2) == (0, 0, 1)
-    query = sanitizerd("findings", "--socket", str(daemon.socket), "--job", "broken", "--format", "json")
-    [race] = json.loads(query.stdout)
+    assert job_findings(daemon, "chained") == []
+    assert chain("broken", middle_waits_for=2) == (0, 0, 0)  # the reader's verdict waited: not in it
+    [race] = job_findings(daemon, "broken")
     assert race["kind"] == "race_raw" and [a["device"] for a in race["accesses"]] == [0, 2]
+    assert race["launch"] == 1 and race["accesses"][1]["op"] == "Read"
     assert chain("again", middle_waits_for=1) == (0, 0, 0)
+    assert job_findings(daemon, "again") == []
+    assert_serves_fresh_session(daemon)
+
+
+HANGING_MIDDLE = """
+import sys, time
+from client_shim import Client
+from sanitizerd_protocol import messages as m
+with Client(sys.argv[1], job=sys.argv[2], device=1, config=m.Config(tools=["racecheck"], check_cross_npu_races=True),
+            resume_buffer=0) as client:
+    client.kernel_begin("relay", 1)
+    client.flush()
+    print("begun", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_waiting_verdict_is_given_once_the_session_it_waits_for_is_gone(daemon: RunningDaemon) -> None:
+    """Real daemon: device 1's process begins a kernel and is killed while it runs (no kernel_end, no close); device
+    2's race with device 0 waited for it, and is given at device 2's next kernel end, as its first launch's."""
+    job = "gone"
+    middle = subprocess.Popen([sys.executable, "-c", HANGING_MIDDLE, str(daemon.socket), job], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert middle.stdout is not None and middle.stdout.readline() == "begun\n"
+        kernel_seen(daemon, job, 1)
+        with Client(daemon.socket, job=job, device=0, config=CROSS_CONFIG, resume_buffer=0) as writer:
+            writer.region_permission(SHARED, 4096, shared=True)
+            assert one_kernel(writer, write(SHARED, serial=1)).errors == 0
+            with Client(daemon.socket, job=job, device=2, config=CROSS_CONFIG, resume_buffer=0) as reader:
+                reader.region_permission(SHARED, 4096, shared=True)
+                assert one_kernel(reader, read(SHARED, serial=2)).errors == 0
+                assert job_findings(daemon, job) == []
+                middle.kill()
+                middle.wait(30)
+                deadline = time.monotonic() + 30
+                while any(s["job"] == job and s["device"] == 1 and s["state"] == "live" for s in json.loads(
+                        sanitizerd("sessions", "--socket", str(daemon.socket), "--format", "json").stdout)):
+                    assert time.monotonic() < deadline, "the killed session did not end"
+                    time.sleep(0.05)
+                assert one_kernel(reader).errors == 0
+                [race] = job_findings(daemon, job)
+                assert (race["kind"], race["launch"], race["device"]) == ("race_raw", 1, 2)
+    finally:
+        middle.kill()
+        middle.wait(30)
+        middle.stdout.close()
     assert_serves_fresh_session(daemon)
 
 
@@ -540,9 +725,23 @@ def test_the_closure_agrees_with_the_definition_on_random_tables(seed: int) -> N
 
 
 def test_the_chained_example_is_silent(daemon: RunningDaemon) -> None:
-    """Three ranks in three processes pass a token along: rank 2's read of rank 0's slot is ordered by the chain
-    through rank 1 alone (silent under every detector); without chains it was a cross-NPU RAW."""
+    """Three ranks in three processes at once pass a token along: rank 2's read of rank 0's slot is ordered by the
+    chain through rank 1 alone, whose kernel ends after rank 2's (silent under every detector); without chains, or
+    judged at rank 2's kernel end, it was a cross-NPU RAW."""
     out, findings = run_example(daemon, "chained", *CROSS, *ALL_TOOLS)
     assert findings == [], out
     assert "[sanitizerd] Cross npu racecheck finished. No error detected." in out
     assert marked_line("first_write") < marked_line("token") < marked_line("last_read")
+
+
+def test_the_chained_example_with_its_middle_link_broken_races(daemon: RunningDaemon) -> None:
+    """Rank 1 waits for a value rank 0 never sets: rank 2's read races with rank 0's write, reported by the time
+    rank 2's session ends (its kernel's verdict waited for rank 1's kernel), printed in msSanitizer's form (the
+    access of the lower serial number first: each session numbers its own)."""
+    out, findings = run_example(daemon, "chained_broken", *CROSS)
+    [race] = findings
+    assert race["kind"] in ("race_raw", "race_war") and race["launch"] == 1 and race["device"] == 2
+    sides = sorted((a["op"], a["device"], a["location"]["line"]) for a in race["accesses"])
+    assert sides == [("Read", 2, marked_line("last_read")), ("Write", 0, marked_line("first_write"))]
+    assert out.count("====== ERROR: Potential ") == 1 and "hazard detected at GM in token_relay:" in out
+    assert "[sanitizerd] Cross npu racecheck finished. See all detected errors above." in out

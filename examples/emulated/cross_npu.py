@@ -18,9 +18,11 @@ then reads its peer's slot (an all-gather by hand):
 ``chained`` passes a token along CHAIN ranks, as a ring all-reduce's hops do: rank 0 writes its slot and sets its
 signal; each middle rank (touching no shared memory) waits for the signal before it and sets its own; the last rank
 waits for its predecessor's and reads rank 0's slot. Only the chain of signals orders that read after that write.
-Silent. The ranks run one after another (each waits for its predecessor's token, as a device would): the daemon
-judges a pair when its second kernel ends, with the signals of the kernels ended by then, and a middle rank ending
-last would come too late (docs/mssanitizer-later.md).
+Silent. The ranks run at once, as a ring's do, and the middle ranks' kernels, begun first, go on working after
+passing the token, so they end after the last rank's: the daemon holds the last rank's verdict until they have
+(docs/mssanitizer-later.md). The ranks meet at the end before closing, as a job's ranks do at its last collective.
+``chained_broken`` is the same with the first middle rank waiting for a value never set (``# BUG: chained_broken``):
+the read races with the write, reported when the last rank's session ends.
 
 ``readonly_write`` and ``readonly_clean`` run one process: the weights buffer is marked read-only
 (``region_permission(write=False)``); ``readonly_write`` writes into it (``# BUG: readonly_write``), an illegal
@@ -32,6 +34,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import client_shim
 from client_shim.emulator import Block, KernelEmulator
@@ -43,7 +48,8 @@ INPUT = 0x12C200000000
 WEIGHTS, OUTPUT = 0x12C300000000, 0x12C400000000
 SIGNALS = 0x12C100010000  # each rank's signal, 8 bytes apart
 CHAIN = 3  # ranks of the chained mode
-MODES = ("race", "ordered", "signalled", "chained", "readonly_write", "readonly_clean")
+MODES = ("race", "ordered", "signalled", "chained", "chained_broken", "readonly_write", "readonly_clean")
+MEETING_TIMEOUT = 60.0  # seconds a rank waits for the others at a meeting point
 
 
 def rank_main(mode: str, rank: int) -> None:
@@ -74,13 +80,29 @@ def rank_main(mode: str, rank: int) -> None:
     client.close()
 
 
-def chained_main(rank: int) -> None:
+def arrive(point: str, rank: int) -> None:
+    """This rank has reached ``point`` (the ranks' meeting points are files in the launcher's directory)."""
+    (Path(os.environ["CHAIN_MEETING"]) / f"{point}.{rank}").touch()
+
+
+def await_ranks(point: str, ranks: range) -> None:
+    """Until every one of ``ranks`` has reached ``point``: a host-side stand-in for the devices' waits."""
+    meeting = Path(os.environ["CHAIN_MEETING"])
+    deadline = time.monotonic() + MEETING_TIMEOUT
+    while not all((meeting / f"{point}.{r}").exists() for r in ranks):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"rank waited {MEETING_TIMEOUT:g} s for ranks {list(ranks)} at {point}")
+        time.sleep(0.01)
+
+
+def chained_main(rank: int, broken: bool) -> None:
     client = client_shim.connect(device=rank, rank=rank)
     client.device_summary("Ascend910B1", block_num=1, device=rank)
     kernel = KernelEmulator(client, "token_relay", block_dim=1)
     source = kernel.gm(INPUT, TILE)
     shared = kernel.gm(SYMMETRIC, CHAIN * TILE)
     client.region_permission(SYMMETRIC, CHAIN * TILE, shared=True)
+    last = CHAIN - 1
 
     def body(block: Block) -> None:
         staged = block.ub(0x0, TILE)
@@ -92,13 +114,24 @@ def chained_main(rank: int) -> None:
             block.pipe_barrier(Pipe.ALL)
             block.signal_set(SIGNALS, 1)
             return
-        block.signal_wait(SIGNALS + 8 * (rank - 1), 1, "EQ")  # line: token
-        if rank < CHAIN - 1:
+        if rank < last:  # the middle rank's kernel is running; it passes the token on and goes on working
+            client.flush()
+            arrive("begun", rank)
+            await_ranks("checked", range(last, CHAIN))
+        token = 2 if broken and rank == 1 else 1  # BUG: chained_broken
+        block.signal_wait(SIGNALS + 8 * (rank - 1), token, "EQ")  # line: token
+        if rank < last:
             block.signal_set(SIGNALS + 8 * rank, 1)
         else:
             block.data_copy(staged, shared.tile(0, TILE))  # line: last_read
 
+    if rank == last:  # the token reaches the last rank through every middle one, whose kernels have begun
+        await_ranks("checked", range(0, 1))
+        await_ranks("begun", range(1, last))
     kernel.run(body)
+    arrive("checked", rank)
+    arrive("done", rank)
+    await_ranks("done", range(CHAIN))
     client.close()
 
 
@@ -129,20 +162,20 @@ def main(mode: str) -> int:
         readonly_main(mode)
         return 0
     rank = os.environ.get("RANK")
+    chained = mode.startswith("chained")
     if rank is not None:
-        if mode == "chained":
-            chained_main(int(rank))
+        if chained:
+            chained_main(int(rank), mode == "chained_broken")
         else:
             rank_main(mode, int(rank))
         return 0
     # the launcher, as torchrun: one process per device, each told its rank
-    world = CHAIN if mode == "chained" else WORLD
-    environments = [{**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world)}
-                    for r in range(world)]  # fmt: skip
-    if mode == "chained":  # one after another: each rank's kernel waits for its predecessor's token
-        return max(subprocess.run([sys.executable, __file__, mode], env=env).returncode for env in environments)
-    ranks = [subprocess.Popen([sys.executable, __file__, mode], env=env) for env in environments]
-    return max(process.wait() for process in ranks)
+    world = CHAIN if chained else WORLD
+    with tempfile.TemporaryDirectory(prefix="cross-npu-") as meeting:
+        environments = [{**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
+                         "CHAIN_MEETING": meeting} for r in range(world)]  # fmt: skip
+        ranks = [subprocess.Popen([sys.executable, __file__, mode], env=env) for env in environments]
+        return max(process.wait() for process in ranks)
 
 
 if __name__ == "__main__":

@@ -258,9 +258,11 @@ class Reporter:
                 pass
             else:
                 self.warnings += 1
-        now = [f for f in findings if not f.launch]
+        # a launch's findings wait for its report, unless it came already (a cross-NPU verdict that waited for
+        # other sessions' kernels comes after it)
+        now = [f for f in findings if not f.launch or (f.session, f.launch) in self._checked]
         for finding in findings:
-            if finding.launch:
+            if finding.launch and (finding.session, finding.launch) not in self._checked:
                 self._kernels.setdefault((finding.session, finding.launch), []).append(finding)
         self._print(now)
 

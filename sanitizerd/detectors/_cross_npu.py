@@ -3,7 +3,10 @@
 One ``JobAccesses`` per job lives where the job's sessions meet (``sessions/jobs.py:Job``); each session's
 cross-NPU detector (``crossnpu.py``) adds its kernel's accesses when the kernel ends and is answered with the races
 they make with accesses of other devices already held. Sessions run on detector threads of their own, so the
-state is behind a lock, and compare-then-add is one step: of two racing kernels, the second to end reports.
+state is behind a lock, and compare-then-add is one step: of two racing kernels, the second to end reports. It
+also knows the job's kernels in flight (``running``): a verdict may wait for them (``crossnpu.py``), and is then
+judged anew (``judge_again``) against the same held accesses, ``held[:prefix]``, in the order the signals give by
+then.
 
 Memory is named across sessions by (owner, address): owner 0 is symmetric memory (a region marked shared, at the
 same address on every device, as msSanitizer compares its shared spans), owner s an IPC export of session s at
@@ -124,6 +127,31 @@ EDGE_DTYPE = np.dtype(
 
 
 @dataclass(frozen=True, slots=True)
+class Judgment:
+    """One comparison of a kernel's accesses with the job's held ones: its races, the rows of the kernel that race
+    (``racing``: only those can race again when it is judged anew), and ``prefix``, how many held accesses it was
+    compared with (the job's held ones only grow by appending, so ``held[:prefix]`` is the same rows later)."""
+
+    pairs: list[RacePair]
+    racing: np.ndarray
+    prefix: int
+    job_not_held: int = 0  # accesses of the kernel not held: past MAX_SHARED_ACCESSES
+    host_not_held: int = 0  # accesses of the kernel not held: past MAX_HOST_SHARED_ACCESSES
+    untested: int = 0  # access pair tests not made: past MAX_PAIR_TESTS
+    unsure_edges: int = 0  # racing pairs not fully tested for order: edges cut, or the closure stopped at its bound
+    unsure_tests: int = 0  # racing pairs not fully tested for order: past MAX_ORDER_TESTS
+    signals: int = 0  # the job's held signals it was judged with (judged anew only once they grew)
+
+    @property
+    def left_out(self) -> int:
+        return self.job_not_held + self.host_not_held
+
+    @property
+    def unsure(self) -> int:
+        return self.unsure_edges + self.unsure_tests
+
+
+@dataclass(frozen=True, slots=True)
 class RacePair:
     """Two racing accesses (rows of ACCESS_DTYPE): the one already held and the new one, and how many pairs of
     the same two sites they stand for."""
@@ -154,26 +182,6 @@ class _HostHeld:
 HOST_HELD = _HostHeld()
 
 
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    """One kernel's accesses compared with the job's: the races, and what the bounds left out of the comparison."""
-
-    pairs: list[RacePair]
-    job_not_held: int  # accesses of the kernel not held: past MAX_SHARED_ACCESSES
-    host_not_held: int  # accesses of the kernel not held: past MAX_HOST_SHARED_ACCESSES
-    untested: int  # access pair tests not made: past MAX_PAIR_TESTS
-    unsure_edges: int  # racing pairs not fully tested for order: the job's signal edges were cut
-    unsure_tests: int  # racing pairs not fully tested for order: past MAX_ORDER_TESTS
-
-    @property
-    def not_held(self) -> int:
-        return self.job_not_held + self.host_not_held
-
-    @property
-    def unsure(self) -> int:
-        return self.unsure_edges + self.unsure_tests
-
-
 @dataclass(slots=True)
 class JobAccesses:
     """The job's held accesses to shared memory, the places and kernel names their reports need, and what the cap
@@ -187,7 +195,25 @@ class JobAccesses:
     signals_dropped: int = 0  # signal events not held: past MAX_SIGNALS
     # the signal order's closure, for the table of this many signals (it only grows)
     closure: tuple[int, SignalClosure] | None = None
+    # the job's kernels in flight (begun, not ended): session -> the launch ordinal it runs (one at a time)
+    running: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def kernel_began(self, session: int, ordinal: int) -> None:
+        with self.lock:
+            self.running[session] = ordinal
+
+    def kernel_ended(self, session: int) -> set[tuple[int, int]]:
+        """The session's kernel is over (ended, or its session is); the other kernels of the job still in flight,
+        as (session, launch ordinal)."""
+        with self.lock:
+            self.running.pop(session, None)
+            return set(self.running.items())
+
+    def still_running(self, kernels: set[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Of ``kernels`` (session, launch ordinal), those not ended yet."""
+        with self.lock:
+            return {(session, ordinal) for session, ordinal in kernels if self.running.get(session) == ordinal}
 
     def hold_signals(self, signals: np.ndarray) -> int:
         """Holds one kernel's signal events (SIGNAL_DTYPE, in program order per block) as far as MAX_SIGNALS
@@ -203,21 +229,32 @@ class JobAccesses:
             self.signals_dropped += left_out
             return left_out
 
-    def compare_and_add(self, new: np.ndarray) -> Comparison:
+    def compare_and_add(self, new: np.ndarray) -> Judgment:
         """The races ``new`` (one kernel of one session) makes with held accesses of other devices; then ``new`` is
         held, as far as the job's and the host's caps allow. Also what the bounds left out: accesses of ``new`` not
         held, pair tests not made, and racing pairs not fully tested for order by signals (past MAX_SIGNAL_EDGES,
         MAX_CLOSURE_WORK or MAX_ORDER_TESTS)."""
         with self.lock:
+            prefix = self.held.size
             order = SignalOrder(self._signal_closure)
-            pairs, untested = _races(self.held, new, order)
+            pairs, untested, racing = _races(self.held, new, order)
             room = min(max(MAX_SHARED_ACCESSES - self.held.size, 0), new.size)
             granted = HOST_HELD.take(room)
             kept = new[:granted]
             if kept.size:
                 self.held = np.concatenate((self.held, kept))
             self.dropped += new.size - granted
-            return Comparison(pairs, new.size - room, room - granted, untested, order.unsure_edges, order.unsure_tests)
+            return Judgment(pairs, new[racing], prefix, new.size - room, room - granted, untested, order.unsure_edges,
+                            order.unsure_tests, self.signals.size)  # fmt: skip
+
+    def judge_again(self, racing: np.ndarray, prefix: int) -> Judgment:
+        """A kernel's racing accesses compared anew with the held accesses it was first compared with, in the
+        order the job's signals give now (it only grows: a pair ordered once stays ordered). Adds nothing."""
+        with self.lock:
+            order = SignalOrder(self._signal_closure)
+            pairs, untested, still = _races(self.held[:prefix], racing, order)
+            return Judgment(pairs, racing[still], prefix, untested=untested, unsure_edges=order.unsure_edges,
+                            unsure_tests=order.unsure_tests, signals=self.signals.size)  # fmt: skip
 
     def _signal_closure(self) -> SignalClosure:
         """The held signals' order (``signal_edges``, then ``SignalClosure``), found again only when signals were
@@ -233,16 +270,21 @@ class JobAccesses:
             self.held = np.zeros(0, dtype=ACCESS_DTYPE)
             self.signals = np.zeros(0, dtype=SIGNAL_DTYPE)
             self.closure = None
+            self.running.clear()
             self.places.clear()
             self.kernels.clear()
 
 
-def _races(held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None) -> tuple[list[RacePair], int]:
-    """Racing pairs, folded by site pair (session, pc, location, pipe, access of each side), first pair each; and
-    pair tests left undone past MAX_PAIR_TESTS. Work is per (owner, epoch) group, tested as blocks of a
-    broadcast, never a Python loop over accesses; conflicting pairs a signal orders are left out before folding."""
+def _races(
+    held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None
+) -> tuple[list[RacePair], int, np.ndarray]:
+    """Racing pairs, folded by site pair (session, pc, location, pipe, access of each side), first pair each; pair
+    tests left undone past MAX_PAIR_TESTS; and the rows of ``new`` in a racing pair. Work is per (owner, epoch)
+    group, tested as blocks of a broadcast, never a Python loop over accesses; conflicting pairs a signal orders
+    are left out before folding."""
+    none = np.zeros(0, dtype=np.intp)
     if not held.size or not new.size:
-        return [], 0
+        return [], 0, none
     held_groups = np.stack((held["owner"].astype(np.int64), held["epoch"].astype(np.int64)), axis=1)
     new_groups = np.stack((new["owner"].astype(np.int64), new["epoch"].astype(np.int64)), axis=1)
     groups = np.unique(new_groups, axis=0)
@@ -271,14 +313,14 @@ def _races(held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None) 
         found_held.append(hi_rows[hit_h])
         found_new.append(new_rows[hit_n])
     if not found_held:
-        return [], untested
+        return [], untested, none
     rows_h = np.concatenate(found_held)
     rows_n = np.concatenate(found_new)
     if rows_h.size and order is not None:
         unordered = ~order.ordered(held[rows_h], new[rows_n])
         rows_h, rows_n = rows_h[unordered], rows_n[unordered]
     if not rows_h.size:
-        return [], untested
+        return [], untested, none
     site = ("session", "pc", "location", "pipe", "write")
     keys = np.zeros(rows_h.size, dtype=[(f"h_{f}", ACCESS_DTYPE[f]) for f in site] + [
         (f"n_{f}", ACCESS_DTYPE[f]) for f in site])  # fmt: skip
@@ -294,7 +336,7 @@ def _races(held: np.ndarray, new: np.ndarray, order: SignalOrder | None = None) 
         rest = int(counts[order[MAX_REPORTS:]].sum())
         last = pairs[-1]
         pairs[-1] = RacePair(last.held, last.new, last.count + rest)
-    return pairs, untested
+    return pairs, untested, np.unique(rows_n)
 
 
 def block_epochs(keys: np.ndarray, barrier: np.ndarray, passed: dict[int, int]) -> np.ndarray:

@@ -127,3 +127,6 @@ class Detector(Protocol):
 
     # Optional: ``take_early() -> list[Finding]``, findings a detector made while the kernel runs, reported after the
     # batch that made them rather than at the kernel's end (synccheck's lock-ups: a locked kernel never ends).
+    # Optional: ``take_deferred() -> list[Finding]``, earlier launches' findings given at a kernel's end (cross-NPU
+    # verdicts that waited for other sessions' kernels), published after it with their own ``launch``, not counted
+    # in its verdict.

@@ -7,9 +7,17 @@ signal events, and the kernel's signal sets and waits, shared memory or not; whe
 the job's (whose order, chains through any sessions included, is found again when they grew), then its accesses are
 compared with the job's (``_cross_npu.JobAccesses``) and held there for the kernels still to come. Reports are
 msSanitizer's race form with each access's device.
+
+A kernel that races while other kernels of the job are in flight may race only for want of their signals (a ring's
+middle rank ending after both ends of the pair): its verdict waits (``_Deferred``), its racing accesses judged anew
+against the same held ones whenever the job's signals grew, at this session's later kernel ends and at its end. It
+is given once the kernels in flight with it have ended, at the session's end at the latest; what it reports then is
+published with its own launch, not with the kernel at whose end it is given (``take_deferred``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,8 +29,8 @@ from sanitizerd.detectors._cross_npu import (
     MAX_SIGNAL_EDGES,
     MAX_SIGNALS,
     SIGNAL_DTYPE,
-    Comparison,
     JobAccesses,
+    Judgment,
     RacePair,
     block_epochs,
 )
@@ -43,6 +51,20 @@ from sanitizerd_protocol.records import (
 
 # Spans of one session's shared memory: its regions (MAX_REGIONS) and IPC mappings are bounded where they are made.
 _HAZARD = {(True, True): "race_waw", (True, False): "race_raw", (False, True): "race_war"}
+# Kernels of one session whose verdict waits for the job's kernels in flight, and their racing accesses together:
+# judging them anew then costs at most one comparison's bound (1 << 10 accesses against a job's 1 << 16 held ones is
+# MAX_PAIR_TESTS). Past either, the oldest is given as judged then (said).
+MAX_DEFERRED = 64
+MAX_DEFERRED_ROWS = 1 << 10
+
+
+@dataclass(slots=True)
+class _Deferred:
+    """A kernel's verdict waiting for the job's kernels that were in flight when it ended."""
+
+    launch: KernelLaunch | None
+    judgment: Judgment  # the last: its racing rows and pairs, the held prefix and signals they were judged with
+    awaited: set[tuple[int, int]]  # (session, launch ordinal) of the kernels in flight it waits for
 
 
 class CrossNpuRacecheck:
@@ -65,6 +87,8 @@ class CrossNpuRacecheck:
         self.signal_rows = 0
         self.signals_left_out = 0  # of the running kernel: past MAX_SIGNALS before it ended
         self.bad_waits = 0  # of the running kernel: a CompareOp outside EQ..LE
+        self.deferred: list[_Deferred] = []  # oldest first
+        self.ready: list[Finding] = []  # verdicts of earlier kernels given at a kernel's end (``take_deferred``)
 
     # --- what is shared -------------------------------------------------------------------------------------------
 
@@ -100,6 +124,7 @@ class CrossNpuRacecheck:
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self.launch = launch
         self.launches += 1
+        self.job.kernel_began(self.context.session, self.launches - 1)
         self.passed = {}
         self.pending = []
         self.pending_rows = 0
@@ -204,6 +229,7 @@ class CrossNpuRacecheck:
 
     def kernel_end(self) -> list[Finding]:
         launch, self.launch = self.launch, None
+        in_flight = self.job.kernel_ended(self.context.session)  # first: a failure below must not leave it running
         self.epoch += max(self.passed.values(), default=0)
         new = np.concatenate(self.pending) if self.pending else np.zeros(0, dtype=ACCESS_DTYPE)
         self.pending = []
@@ -212,17 +238,26 @@ class CrossNpuRacecheck:
         if self.signals:  # before the comparison: this kernel's own sets and waits order its accesses too
             signals_left_out += self.job.hold_signals(np.concatenate(self.signals))
             self.signals = []
-        compared = Comparison([], 0, 0, 0, 0, 0)
+        findings: list[Finding] = []
+        left_out = self.left_out
+        untested = unsure = 0
+        judgment: Judgment | None = None
         if new.size:
             self._remember(new, launch)
-            compared = self.job.compare_and_add(new)
-        findings = [self._finding(pair) for pair in compared.pairs]
-        left_out, untested, unsure = self.left_out + compared.not_held, compared.untested, compared.unsure
+            judgment = self.job.compare_and_add(new)
+            left_out += judgment.left_out
+            untested = judgment.untested
+            if judgment.pairs and in_flight:  # their signals may yet order it
+                self._defer(_Deferred(launch, judgment, in_flight))
+            else:
+                findings = [self._finding(pair) for pair in judgment.pairs]
+                unsure = judgment.unsure
+                self._count_unsure(judgment)
         if self.left_out or self.signals_left_out:
             with self.job.lock:
                 self.job.dropped += self.left_out
                 self.job.signals_dropped += self.signals_left_out
-        self._count_cuts(compared, signals_left_out)
+        self._count_cuts(judgment, signals_left_out)
         said = []
         if left_out or untested:
             said.append(
@@ -236,12 +271,7 @@ class CrossNpuRacecheck:
                 f"at most {MAX_SIGNALS}): the order they give is not used, so races they order may be reported"
             )
         if unsure:
-            said.append(
-                f"cross-NPU racecheck: {unsure} racing access pairs of this kernel not fully tested for order by "
-                f"signals (a job's signals give at most {MAX_SIGNAL_EDGES} set-wait edges, their closure takes at "
-                f"most {MAX_CLOSURE_WORK} bytes of work, a kernel's comparison tests at most {MAX_ORDER_TESTS} "
-                "pairs): some of their reports may be ordered"
-            )
+            said.append(_unsure(unsure))
         if self.bad_waits:
             said.append(
                 f"cross-NPU racecheck: {self.bad_waits} signal waits of this kernel with a compare op outside 0..5 "
@@ -254,21 +284,90 @@ class CrossNpuRacecheck:
                     detail="; ".join(said),
                 )
             )  # fmt: skip
+        self.ready.extend(self._settle(final=False))
         return findings
 
-    def _count_cuts(self, compared: Comparison, signals_left_out: int) -> None:
-        """What the bounds left out of this kernel's check, by reason, for the daemon's metric."""
+    def _count_cuts(self, judgment: Judgment | None, signals_left_out: int) -> None:
+        """What the bounds left out of this kernel's check, by reason, for the daemon's metric (the racing pairs not
+        fully tested for order are counted when their verdict is given: ``_count_unsure``)."""
         cuts = {
-            "job_accesses": self.left_out + compared.job_not_held,
-            "host_accesses": compared.host_not_held,
-            "pair_tests": compared.untested,
+            "job_accesses": self.left_out + (judgment.job_not_held if judgment else 0),
+            "host_accesses": judgment.host_not_held if judgment else 0,
+            "pair_tests": judgment.untested if judgment else 0,
             "signals": signals_left_out,
-            "signal_edges": compared.unsure_edges,
-            "order_tests": compared.unsure_tests,
         }
         for reason, count in cuts.items():
             if count:
                 self.context.on_cross_npu_cut(reason, count)
+
+    def _count_unsure(self, judgment: Judgment) -> None:
+        for reason, count in (("signal_edges", judgment.unsure_edges), ("order_tests", judgment.unsure_tests)):
+            if count:
+                self.context.on_cross_npu_cut(reason, count)
+
+    # --- verdicts that wait -----------------------------------------------------------------------------------
+
+    def _defer(self, waiting: _Deferred) -> None:
+        """Holds a verdict back; past MAX_DEFERRED kernels or MAX_DEFERRED_ROWS racing accesses, the oldest are
+        given now, as judged now, and say so."""
+        self.deferred.append(waiting)
+        while len(self.deferred) > MAX_DEFERRED or _racing(self.deferred) > MAX_DEFERRED_ROWS:
+            oldest = self.deferred.pop(0)
+            if self._judge_again(oldest):
+                early = bool(self.job.still_running(oldest.awaited))
+                self.ready.extend(self._verdict(oldest, early=early))
+
+    def _judge_again(self, waiting: _Deferred) -> bool:
+        """Judges the verdict anew if the job's signals grew since; whether it still races."""
+        if self.job.signals.size != waiting.judgment.signals:
+            waiting.judgment = self.job.judge_again(waiting.judgment.racing, waiting.judgment.prefix)
+        return bool(waiting.judgment.pairs)
+
+    def _settle(self, *, final: bool) -> list[Finding]:
+        """The waiting verdicts whose races signals now order are dropped; those whose awaited kernels have all
+        ended (or every one, ``final``) are given. Per kernel waiting, never per access."""
+        given: list[Finding] = []
+        waiting: list[_Deferred] = []
+        for verdict in self.deferred:
+            if not self._judge_again(verdict):
+                continue
+            verdict.awaited = self.job.still_running(verdict.awaited)
+            if final or not verdict.awaited:
+                given.extend(self._verdict(verdict, early=False))
+            else:
+                waiting.append(verdict)
+        self.deferred = waiting
+        return given
+
+    def _verdict(self, verdict: _Deferred, *, early: bool) -> list[Finding]:
+        """A waiting kernel's findings, as its own launch's."""
+        launch, judgment = verdict.launch, verdict.judgment
+        findings = [self._finding(pair) for pair in judgment.pairs]
+        self._count_unsure(judgment)
+        said = []
+        if judgment.unsure:
+            said.append(_unsure(judgment.unsure))
+        if early:
+            said.append(
+                f"cross-NPU racecheck: this kernel's races judged before the job's kernels in flight when it ended "
+                f"had all ended (a session keeps at most {MAX_DEFERRED} kernels' verdicts, with {MAX_DEFERRED_ROWS} "
+                "racing accesses, waiting for them): races their signals would order may be reported"
+            )
+        if said:
+            findings.append(
+                self.context.finding(
+                    "internal_error", kernel=launch.name if launch else None, space="GM", detail="; ".join(said)
+                )
+            )
+        for finding in findings:
+            finding.launch = launch.kernel if launch else 0
+        return findings
+
+    def take_deferred(self) -> list[Finding]:
+        """Earlier kernels' verdicts given at the last kernel's end: published as their own launches', not counted
+        in that kernel's verdict."""
+        ready, self.ready = self.ready, []
+        return ready
 
     def _remember(self, new: np.ndarray, launch: KernelLaunch | None) -> None:
         """The places and the kernel name the job's reports will print for these accesses, resolved here where the
@@ -323,4 +422,22 @@ class CrossNpuRacecheck:
         return []
 
     def finish(self) -> list[Finding]:
-        return []
+        """The session is over (closed, or gone without closing): a kernel left running is no longer in flight
+        (its accesses were never compared), and every verdict still waiting is given, judged with all the job has."""
+        if self.launch is not None:
+            self.launch = None
+            self.job.kernel_ended(self.context.session)
+        return [*self.take_deferred(), *self._settle(final=True)]
+
+
+def _unsure(pairs: int) -> str:
+    return (
+        f"cross-NPU racecheck: {pairs} racing access pairs of this kernel not fully tested for order by signals (a "
+        f"job's signals give at most {MAX_SIGNAL_EDGES} set-wait edges, their closure takes at most {MAX_CLOSURE_WORK} "
+        f"bytes of work, a kernel's comparison tests at most {MAX_ORDER_TESTS} pairs): some of their reports may be "
+        "ordered"
+    )
+
+
+def _racing(deferred: list[_Deferred]) -> int:
+    return sum(verdict.judgment.racing.size for verdict in deferred)  # per kernel waiting, at most MAX_DEFERRED

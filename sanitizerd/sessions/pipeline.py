@@ -115,6 +115,13 @@ async def drive_detector(
             if isinstance(item, EndKernel):
                 cut, cpu = cpu.cut, _KernelCpu()
                 await kernel_done(item.kernel, findings, cut)
+                # Earlier launches' verdicts that waited for other sessions' kernels (cross-NPU racecheck): their
+                # own launches' findings, not this one's
+                take_deferred = getattr(detector, "take_deferred", None)
+                later = take_deferred() if take_deferred is not None else []
+                if later:
+                    _count_cuts(detector.name, later, on_cut)
+                    await publish(later)
             elif findings:
                 await publish(findings)
 
