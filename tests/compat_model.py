@@ -792,6 +792,25 @@ def _merge(items: list[Access | Sync]) -> list[Access | Sync]:
     return [Access(*key, frozenset(acc[key])) for key in order] + rest
 
 
+# msSanitizer's tool from 99e8c685 on (kernel_block.cpp ParseSimdRecord): a record of these types takes the serial
+# number of the record before it in its block when that one is of the types named with it.
+SHARES_SERIAL = {"ELEMENT": {"VGATHER", "ELEMENT"}, "VSEL_OP": {"CMPMASK_OP"}, "UNARY_OP": {"MSTX_STUB"},
+                 "BINARY_OP": {"MSTX_STUB"}, "DMA_MOV": {"MSTX_STUB"}, "MOV_ALIGN": {"MSTX_STUB"}}  # fmt: skip
+
+
+def by_serial(records: list[tuple[str, dict[str, int]]]) -> list[list[Access | Sync]]:
+    """``model``'s per-record lists joined per serial number, as the tool numbers a block's records."""
+    out: list[list[Access | Sync]] = []
+    before = ""
+    for (name, _), items in zip(records, model(records), strict=True):
+        if out and before in SHARES_SERIAL.get(name, set()):
+            out[-1] = _merge(out[-1] + items)
+        else:
+            out.append(items)
+        before = name
+    return out
+
+
 def expand(events: np.ndarray, first_serial: int, nrecords: int) -> list[list[Access | Sync]]:
     """Decoder events as the model's per-record lists (BLOCK_FINISH left out)."""
     per: list[list[Access | Sync]] = [[] for _ in range(nrecords)]

@@ -18,6 +18,9 @@ Scenarios (issue 28):
 * ``barrier-hung``: a launch of four blocks; block 0's scalar stops on a wait_flag nothing sets, blocks 1-3 stop at
   msSanitizer's mstx cross-core barrier (block 0 never reaches it); every slot sent, the verdict awaited.
 * ``barrier-met``: the same four blocks all reach the barrier, then copy out: they ran to their end.
+* ``vgather``: one block whose vgather's two ELEMENT records write the same UB bytes, and whose vsel writes where
+  its CMPMASK_OP did: one instruction each (msSanitizer aca3f9d), no race. ``vgather-apart``: the same two ELEMENT
+  writes with a CMPMASK_OP between them: two instructions, a race.
 """
 
 from __future__ import annotations
@@ -177,6 +180,33 @@ def hung(client: Client, *, every_slot: bool, paired: bool = False) -> None:
     hooks.close()
 
 
+def one_instruction(client: Client, *, apart: bool) -> None:
+    """A vgather's ELEMENTs writing one place and a vsel over its CMPMASK_OP's bytes; ``apart``: two ELEMENTs
+    with a CMPMASK_OP between them."""
+    hooks = Hooks(client, 0)
+    every = (1 << 64) - 1
+    element = {"addr": UB_BUFFER, "blockSize": 32, "blockNum": 1, "dataBits": 16, "accessType": 1}
+    gather = {"dst": 0x5000, "src": 0x4000, "dstBlockSize": 32, "srcBlockSize": 32, "dstBlockNum": 1,
+              "srcBlockNum": 1, "dstRepeat": 1, "dstDataBits": 16, "vectorMask.mask0": every,
+              "vectorMask.mask1": every}  # fmt: skip
+    cmpmask = {"addr": 0x3000, "size": 16, "accessType": 1}
+    vsel = {"dst": 0x3000, "src0": 0x6000, "src1": 0x6400, "repeat": 1, "vectorMask.mask0": every,
+            "vectorMask.mask1": every, "dstBlockSize": 32, "dstBlockNum": 1, "src0BlockSize": 32, "src0BlockNum": 1,
+            "src1BlockSize": 32, "src1BlockNum": 1}  # fmt: skip
+    if apart:
+        records = [client.record("ELEMENT", element | location(WRITE_LINE, 0x40)),
+                   client.record("CMPMASK_OP", cmpmask | location(WRITE_LINE + 1, 0x44)),
+                   client.record("ELEMENT", element | location(WRITE_LINE + 2, 0x48))]  # fmt: skip
+    else:
+        records = [client.record("VGATHER", gather | location(WRITE_LINE, 0x40)),
+                   client.record("ELEMENT", element | location(WRITE_LINE, 0x40)),
+                   client.record("ELEMENT", element | location(WRITE_LINE, 0x40)),
+                   client.record("CMPMASK_OP", cmpmask | location(WRITE_LINE + 1, 0x44)),
+                   client.record("VSEL_OP", vsel | location(WRITE_LINE + 1, 0x44))]  # fmt: skip
+    hooks.launch("gather_kernel", [records], 1)
+    hooks.close()
+
+
 def main(wire_name: str, scenario: str) -> None:
     client = Client(raw_named(wire_name))
     match scenario:
@@ -186,6 +216,8 @@ def main(wire_name: str, scenario: str) -> None:
             hung(client, every_slot=scenario != "hung-close", paired=scenario == "paired")
         case "barrier-hung" | "barrier-met":
             barrier(client, met=scenario == "barrier-met")
+        case "vgather" | "vgather-apart":
+            one_instruction(client, apart=scenario == "vgather-apart")
         case _:
             raise SystemExit(f"no scenario {scenario!r}")
     sys.stdout.flush()

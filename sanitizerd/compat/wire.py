@@ -310,6 +310,9 @@ class WireLayout:
     kernel_error_types: Mapping[str, int] = dataclasses.field(default_factory=dict)
     # The tool's first serialNo on a connection: ``serialNo_++`` (0) until aca3f9d, ``++serialNo_`` (1) from it on
     first_serial: int = 0
+    # Records that take the serialNo of the record before them in their block's SIMD records, as the tool numbers
+    # them (aca3f9d, 99e8c685): (their types, the types of the record before), by this release's enumerator names
+    serial_merges: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
 
     def packet_number(self, packet: PacketType) -> int:
         for number, known in self.packet_types.items():
@@ -401,6 +404,9 @@ def parse_layout(data: Mapping[str, Any]) -> WireLayout:
             preload={str(k): tuple(v) for k, v in launcher["preload"].items()},
             kernel_error_types={str(k): int(v) for k, v in data["enums"].get("KernelErrorType", {}).items()},
             first_serial=int(data["serials"]["first"]),
+            serial_merges=tuple(
+                (tuple(map(str, rule["records"])), tuple(map(str, rule["after"]))) for rule in data["serials"]["merge"]
+            ),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"wire layout {name}: {exc!r}") from None
@@ -459,6 +465,7 @@ def layout_named(name: str) -> WireLayout | None:
 
 LAYOUTS: Final[Mapping[str, WireLayout]] = _load_layouts()
 DEFAULT_LAYOUT: Final = "mssanitizer-4a419f05"
+FIRST_SERIAL_MERGES: Final = "mssanitizer-6e6a3a28"  # the first wire whose tool shares an instruction's serial
 MSSANITIZER_4A419F05: Final = LAYOUTS[DEFAULT_LAYOUT]
 
 

@@ -27,7 +27,8 @@ class RecordTable:
     of each fixed payload by ``RecordType``; ``dtypes``: for the types whose converter can read this release's
     struct, the converter's dtype at this release's offsets (``adapt_dtype``): the others are stepped over and
     counted, never read through a stale layout. ``detailed_types[v]``: the ``DetailedDataType`` of this release's
-    u8 value ``v`` (``NO_DETAILED_TYPE`` for a value it does not name)."""
+    u8 value ``v`` (``NO_DETAILED_TYPE`` for a value it does not name). ``merges``: (wire types, wire types of the
+    record before) for the records that share the serial number of the record before them (``serial_merges``)."""
 
     def __init__(
         self,
@@ -38,8 +39,10 @@ class RecordTable:
         dtypes: dict[int, np.dtype],
         names: dict[int, str],
         detailed_types: np.ndarray,
+        merges: tuple[tuple[np.ndarray, np.ndarray], ...] = (),
     ) -> None:
         self.layout = layout
+        self.merges = merges
         self.detailed_types = detailed_types
         self.step_words = step_words
         self.canonical = canonical
@@ -128,6 +131,23 @@ def with_later_members(dtype: np.dtype, later: tuple[str, ...], target: Any) -> 
     )
 
 
+def serial_merges(layout: wire.WireLayout) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """The wire types of the records that take the serial number of the record before them, and of that record.
+
+    The releases before aca3f9d number each record of a vgather (VGATHER and its ELEMENTs), a vsel (CMPMASK_OP and
+    VSEL_OP) and an mstx annotation with its instruction apart, and their racecheck reports the instruction racing
+    with itself; those wires are read with the rules of the first release that has them, so their serial numbers
+    are lower than their tool's by the records merged (docs/mssanitizer-later.md, "Serial numbers")."""
+    rules = layout.serial_merges or wire.LAYOUTS[wire.FIRST_SERIAL_MERGES].serial_merges
+    merges = []
+    for records, after in rules:
+        values = [np.array([layout.record_types[n] for n in names if n in layout.record_types], dtype=np.int64)
+                  for names in (records, after)]  # fmt: skip
+        if values[0].size and values[1].size:
+            merges.append((values[0], values[1]))
+    return tuple(merges)
+
+
 @functools.cache
 def record_table(layout: wire.WireLayout) -> RecordTable:
     """The record numbering of ``layout``'s release (see ``RecordTable``)."""
@@ -184,4 +204,6 @@ def record_table(layout: wire.WireLayout) -> RecordTable:
         known_type = DetailedDataType.__members__.get(name)
         if known_type is not None and 0 <= value < detailed_types.size:
             detailed_types[value] = known_type
-    return RecordTable(layout.name, step_words, canonical, payload_size, dtypes, names, detailed_types)
+    return RecordTable(
+        layout.name, step_words, canonical, payload_size, dtypes, names, detailed_types, serial_merges(layout)
+    )

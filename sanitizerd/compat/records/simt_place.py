@@ -50,23 +50,23 @@ class HeldEvents:
         self.holding = False
         self.let_go = 0  # events released unplaced when the bound was passed (0: never)
 
-    def route(self, events: np.ndarray, words: np.ndarray, path: np.ndarray, first_serial: int) -> np.ndarray:
-        """What of ``events`` (the records ``path`` of ``words``, numbered from ``first_serial``) goes on now; the
-        rest is held."""
+    def route(self, events: np.ndarray, words: np.ndarray, path: np.ndarray, serials: np.ndarray) -> np.ndarray:
+        """What of ``events`` (the records ``path`` of ``words``, numbered ``serials``) goes on now; the rest is
+        held."""
         if self.let_go or not self.call_types.size:
             return events
         calls = np.flatnonzero(np.isin(words[path], self.call_types))
         if calls.size:
             at = path[calls].astype(np.int64) + 1 + PC_WORDS
             pcs = words[at].astype(np.uint64) | (words[at + 1].astype(np.uint64) << np.uint64(32))
-            self.call_serials.append((calls + first_serial).astype(np.int64))
+            self.call_serials.append(serials[calls].astype(np.int64))
             self.call_pcs.append(pcs)
         out = events
         if not self.holding:
             if not calls.size:
                 return events
             self.holding = True
-            cut = int(np.searchsorted(events["serial"], np.uint64(first_serial + int(calls[0])), side="right"))
+            cut = int(np.searchsorted(events["serial"], serials[calls[0]], side="right"))
             out, events = events[:cut], events[cut:]
         else:
             out = events[:0]

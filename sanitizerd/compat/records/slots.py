@@ -701,6 +701,8 @@ class SlotDecoder:
         )
         self.first_serial = int(first_serial)
         self.records = 0  # decoded so far
+        self._serials = 0  # serial numbers the records took (records of one instruction share one: record_serials)
+        self._last_type = -1  # the wire type of the last record decoded, across feeds (-1: none yet)
         self._pos = 0  # bytes of the record region consumed
         self._stopped = not heads.security_ok  # nothing more is decoded (damage found, or the heads are not ours)
         self._problems: list[str] = []
@@ -711,7 +713,7 @@ class SlotDecoder:
 
     @property
     def next_serial(self) -> int:
-        return self.first_serial + self.records + self._simt_events + (1 if self._finished else 0)
+        return self.first_serial + self._serials + self._simt_events + (1 if self._finished else 0)
 
     def _where(self) -> str:
         return f"block {self.heads.block_id} ({_BLOCK_NAMES.get(self.heads.block_type, self.heads.block_type)})"
@@ -748,9 +750,13 @@ class SlotDecoder:
                     f"{h.record_write_count - self.records - path.size} records not decoded"
                 )
             if path.size:
-                events = self._convert(words, path)
+                types = words[path]
+                serials = record_serials(self.table, types, self._last_type, self.first_serial + self._serials)
+                self._serials = int(serials[-1]) + 1 - self.first_serial
+                self._last_type = int(types[-1])
+                events = self._convert(words, path, serials)
                 held_before = self._held.let_go
-                parts.append(self._held.route(events, words, path, self.first_serial + self.records))
+                parts.append(self._held.route(events, words, path, serials))
                 if self._held.let_go and not held_before:  # counted once, where the metric's reasons are
                     budget = self.context.budget.counts
                     budget[SIMT_UNPLACED] = budget.get(SIMT_UNPLACED, 0) + self._held.let_go
@@ -779,7 +785,7 @@ class SlotDecoder:
         """The slot's SIMT sections, each at its SIMT_CALL among the SIMD events held since the first one
         (``simt_place``), everything from there renumbered in stream order."""
         sections, ordinals = self._simt_section_events()
-        placed, self._unplaced = self._held.place(sections, self.first_serial + self.records - 1, ordinals)
+        placed, self._unplaced = self._held.place(sections, self.first_serial + self._serials - 1, ordinals)
         return placed
 
     def _simt_section_events(self) -> tuple[np.ndarray, np.ndarray]:
@@ -789,7 +795,7 @@ class SlotDecoder:
             return empty_events(0), none
         self._finished_simt = True
         h = self.heads
-        events, rows, ordinals = self._simt.events(h.block_id, h.block_type, self.first_serial + self.records)
+        events, rows, ordinals = self._simt.events(h.block_id, h.block_type, self.first_serial + self._serials)
         areas = self._simt.areas
         budget = self.context.budget
         if events.size > budget.events_left:
@@ -832,15 +838,14 @@ class SlotDecoder:
         event = empty_events(1)
         event["kind"] = EventKind.BLOCK_FINISH
         event["mode"] = BLOCK_RECORDS_ENDED  # the slot's end is its records' end, not the block's (a hung kernel's too)
-        event["serial"] = self.first_serial + self.records + self._simt_events
+        event["serial"] = self.first_serial + self._serials + self._simt_events
         event["block_id"] = self.heads.block_id
         event["block_type"] = self.heads.block_type
         event["block_size"] = 0
         return event
 
-    def _convert(self, words: np.ndarray, path: np.ndarray) -> np.ndarray:
+    def _convert(self, words: np.ndarray, path: np.ndarray, serials: np.ndarray) -> np.ndarray:
         types = words[path]
-        serials = np.arange(path.size, dtype=np.uint64) + np.uint64(self.first_serial + self.records)
         table = self.table
         codes = table.type_code[types]  # every type on the path is known (the walk stopped before any other)
         groups: list[tuple[np.ndarray, np.ndarray]] = []  # (record indices, their events)
@@ -872,7 +877,12 @@ class SlotDecoder:
             return base.cat(out)
         # Each group is in record order: a stable sort of the serials merges a few sorted runs (timsort), cheaply;
         # each group is then put straight in its places (one copy of the events, not a concatenation and a take).
-        order = np.argsort(np.concatenate([events["serial"] for events in out]), kind="stable")
+        # Where records of two types share a serial (record_serials), each event is keyed by its record instead.
+        if int(serials[-1] - serials[0]) + 1 == serials.size:
+            keys = [events["serial"] for events in out]
+        else:
+            keys = [rows[np.searchsorted(serials[rows], events["serial"])] for rows, events in groups]
+        order = np.argsort(np.concatenate(keys), kind="stable")
         place = np.empty_like(order)
         place[order] = np.arange(order.size)
         merged = np.empty(order.size, dtype=EVENT_DTYPE)
@@ -917,6 +927,21 @@ class SlotDecoder:
 
 
 _BLOCK_NAMES = {0: "aiv", 1: "aic", 2: "aicore"}
+
+
+def record_serials(table: RecordTable, types: np.ndarray, last_type: int, next_serial: int) -> np.ndarray:
+    """The serial numbers of records ``types`` (wire types, in order) that follow a record of ``last_type`` (-1:
+    none) in their block, from ``next_serial`` on: a record the tool takes for part of the instruction of the record
+    before it (``RecordTable.merges``: a vgather's ELEMENTs, a vsel's VSEL_OP, an mstx annotation's instruction)
+    takes that record's number, so that racecheck never sees one instruction racing with itself."""
+    new = np.ones(types.size, dtype=bool)
+    if table.merges and types.size:
+        before = np.empty(types.size, dtype=np.int64)
+        before[0] = last_type
+        before[1:] = types[:-1]
+        for records, after in table.merges:
+            new &= ~(np.isin(types, records) & np.isin(before, after))
+    return (np.cumsum(new, dtype=np.int64) + (next_serial - 1)).astype(np.uint64)
 
 
 def decode_single(
