@@ -139,6 +139,30 @@ class ThreadRows:
     # section_events, where the call's dims are known.
     missed: list[np.ndarray] = field(default_factory=list)
 
+    def add_finding_side(
+        self, desc: np.ndarray, thread: np.ndarray, order: int, kind: int, flags: int, address: str, size: np.ndarray,
+        place: str, loc: str, by_loc: bool,
+    ) -> None:  # fmt: skip
+        """One side of the device's findings ``desc`` (KernelErrorDesc rows) as access rows: its ``address`` member,
+        ``size`` bytes, at the location (``place``: its pc, fileNo, lineNo) and thread (``loc``: idX..idZ) the desc
+        names for that side."""
+        n = desc.size
+        self.thread.append(thread)
+        self.order.append(np.full(n, order, dtype=np.int64))
+        self.kind.append(np.full(n, kind, dtype=np.uint8))
+        self.flags.append(np.full(n, flags, dtype=np.uint8))
+        self.space.append(desc["space"].astype(np.uint8))
+        self.address.append(desc[address].astype(np.uint64))
+        self.size.append(size)
+        self.align.append(np.ones(n, dtype=np.uint16))
+        self.pc.append(desc[place + "pc"])
+        self.file_no.append(desc[place + "fileNo"])
+        self.line_no.append(desc[place + "lineNo"])
+        self.loc.append(np.stack([desc[loc + "idX"], desc[loc + "idY"], desc[loc + "idZ"]], 1))
+        self.main_pc.append(desc["threadLoc.mainScalarPc"])
+        self.by_loc.append(np.full(n, by_loc))
+        self.rows += n
+
     def column(self, name: str) -> np.ndarray:
         parts = getattr(self, name)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
@@ -346,22 +370,10 @@ class ThreadAreas:
             (np.zeros(n, np.int64), theirs, race + "conflictedLocation.", race + "conflictedThreadLoc.", True),
             (thread, mine, "location.", "threadLoc.", False),
         )
+        one_byte = np.ones(n, dtype=np.uint32)  # the byte the device found both touching
         for area, kind, place, loc, by_loc in sides:
-            rows.thread.append(area)
-            rows.order.append(np.full(n, _AFTER_ITS_RECORDS + j, dtype=np.int64))
-            rows.kind.append(np.full(n, kind, dtype=np.uint8))
-            rows.flags.append(np.zeros(n, dtype=np.uint8))
-            rows.space.append(desc["space"].astype(np.uint8))
-            rows.address.append(desc[race + "addr"].astype(np.uint64))
-            rows.size.append(np.ones(n, dtype=np.uint32))  # the byte the device found both touching
-            rows.align.append(np.ones(n, dtype=np.uint16))
-            rows.pc.append(desc[place + "pc"])
-            rows.file_no.append(desc[place + "fileNo"])
-            rows.line_no.append(desc[place + "lineNo"])
-            rows.loc.append(np.stack([desc[loc + "idX"], desc[loc + "idY"], desc[loc + "idZ"]], 1))
-            rows.main_pc.append(desc["threadLoc.mainScalarPc"])
-            rows.by_loc.append(np.full(n, by_loc))
-            rows.rows += n
+            rows.add_finding_side(desc, area, _AFTER_ITS_RECORDS + j, kind, 0, race + "addr", one_byte, place, loc,
+                                  by_loc)  # fmt: skip
         self.converted += 2 * n
 
     def _overlap(self, desc: np.ndarray, thread: np.ndarray, j: int) -> None:
@@ -389,22 +401,10 @@ class ThreadAreas:
             (FLAG_CLAIM, over + "conflictedLocation.", over + "conflictedThreadLoc.", True),
             (0, "location.", "threadLoc.", False),
         )
-        for flags, place, loc, by_loc in sides:
-            rows.thread.append(thread)  # both sort with this area's thread; the claim is its location's
-            rows.order.append(np.full(n, _AFTER_ITS_RECORDS + j, dtype=np.int64))
-            rows.kind.append(np.full(n, EventKind.WRITE, dtype=np.uint8))
-            rows.flags.append(np.full(n, flags, dtype=np.uint8))
-            rows.space.append(desc["space"].astype(np.uint8))
-            rows.address.append(desc[over + "addr"].astype(np.uint64))
-            rows.size.append(desc[over + "overLapSize"].astype(np.uint32))
-            rows.align.append(np.ones(n, dtype=np.uint16))
-            rows.pc.append(desc[place + "pc"])
-            rows.file_no.append(desc[place + "fileNo"])
-            rows.line_no.append(desc[place + "lineNo"])
-            rows.loc.append(np.stack([desc[loc + "idX"], desc[loc + "idY"], desc[loc + "idZ"]], 1))
-            rows.main_pc.append(desc["threadLoc.mainScalarPc"])
-            rows.by_loc.append(np.full(n, by_loc))
-            rows.rows += n
+        size = desc[over + "overLapSize"].astype(np.uint32)
+        for flags, place, loc, by_loc in sides:  # both sort with this area's thread; the claim is its location's
+            rows.add_finding_side(desc, thread, _AFTER_ITS_RECORDS + j, EventKind.WRITE, flags, over + "addr", size,
+                                  place, loc, by_loc)  # fmt: skip
         self.converted += 2 * n
 
     def _keep(self, raw: np.ndarray, thread: np.ndarray, at: np.ndarray, types: np.ndarray, order: np.ndarray) -> None:
