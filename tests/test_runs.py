@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, Space, accesses
-from sanitizerd.detectors import _runs, _stomping, initcheck, memcheck
+from sanitizerd.detectors import _patterns, _runs, _stomping, initcheck, memcheck
 from sanitizerd.detectors._intervals import IntervalSet
-from sanitizerd.detectors._patterns import expand, extents
+from sanitizerd.detectors._patterns import expand, extents, ranges
 from sanitizerd.detectors._runs import CHUNK, PairBudget, coverage, line_counts, piece_chunks, runs, runs_by_group
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.records import EVENT_DTYPE
@@ -45,6 +45,54 @@ patterns = st.fixed_dictionaries(
     }
 )
 range_lists = st.lists(st.tuples(st.integers(0, 400), st.integers(0, 40)), max_size=6)
+
+
+wide_patterns = st.fixed_dictionaries(
+    {
+        "address": st.sampled_from([0, 0x1000, (1 << 63) - 64, (1 << 64) - (1 << 20), (1 << 64) - 64]),
+        "block_size": st.sampled_from([1, 32, 1 << 20, (1 << 32) - 1]),
+        "block_num": st.integers(1, 9),
+        "block_stride": st.sampled_from([0, 1, 2, 3, 8, 65535]),
+        "repeat": st.integers(1, 9),
+        "repeat_stride": st.sampled_from([0, 1, 7, 8, 14, 16, 24, 65535]),
+    }
+)
+
+
+class TestExpandOrder:
+    @settings(max_examples=500, deadline=None, database=None)
+    @given(fields=st.lists(wide_patterns, min_size=1, max_size=4))
+    def test_pieces_by_owner_then_start_with_or_without_the_sort(self, fields: list[dict[str, int]]) -> None:
+        """``expand`` skips its sort when the pieces come out in order (issue 29); the result is the sorted one,
+        at the top of the address space and past offsets that wrap too."""
+        events = np.concatenate([pattern(**f) for f in fields])
+        ext = extents(events)
+        listed = expand(events, ext)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_patterns, "_pieces_ascend", lambda *_: False)
+            sorted_ = expand(events, ext)
+        for got, want in zip(listed, sorted_, strict=True):
+            assert np.array_equal(got, want)
+        owner, start, _ = listed
+        assert (np.diff(owner) >= 0).all() and (start[1:][np.diff(owner) == 0] > start[:-1][np.diff(owner) == 0]).all()
+
+
+class TestListedTouching:
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(fields=st.lists(patterns, min_size=1, max_size=6), held=range_lists)
+    def test_same_pieces_as_one_lookup_each(self, fields: list[dict[str, int]], held: list[tuple[int, int]]) -> None:
+        """One lookup per access inside a range of the set keeps exactly the pieces a lookup per piece keeps."""
+        events = np.concatenate([pattern(**f) for f in fields])
+        ext = extents(events)
+        within = IntervalSet()
+        if held:
+            within.add(np.array([a for a, _ in held], U64), np.array([a + n for a, n in held], U64))
+        index = np.arange(events.size)
+        for got, want in zip(
+            _runs.listed_touching(within, events, ext, index), _runs.touching(within, *ranges(events, ext, index)),
+            strict=True,
+        ):
+            assert np.array_equal(got, want)
 
 
 class TestAgainstExpansion:
@@ -172,8 +220,8 @@ class TestBoundedPathsAgree:
         events = _stream(items)
         expected = _findings("memcheck", events, unused=True)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(memcheck, "CHUNK", 0)
-            patch.setattr(_stomping, "CHUNK", 0)
+            patch.setattr(memcheck, "LIST_AT_ONCE", 0)
+            patch.setattr(_stomping, "LIST_AT_ONCE", 0)
             assert _findings("memcheck", events, unused=True) == expected
 
 

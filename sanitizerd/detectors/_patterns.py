@@ -47,6 +47,30 @@ def first_misaligned(events: np.ndarray, alignment: np.ndarray) -> tuple[np.ndar
     return bad, first
 
 
+def _pieces_ascend(
+    dense: np.ndarray,
+    row_is_range: np.ndarray,
+    repeat: np.ndarray,
+    repeat_stride: np.ndarray,
+    block_num: np.ndarray,
+    block_stride: np.ndarray,
+    block_size: np.ndarray,
+) -> bool:
+    """Whether ``expand`` lists every access's pieces by start already, so that its sort may be skipped (the
+    sort is stable: same result). They come out by owner, and by start within an owner unless a repeat starts
+    before its previous row's last block (rows interleaved) or an offset wraps past 2**64 (starts saturate, so
+    the top of the address space keeps the order)."""
+    listed = ~dense
+    if not listed.any():
+        return True
+    rows_after = listed & ~row_is_range & (repeat > 1)
+    if not (repeat_stride[rows_after] >= (block_num[rows_after] - _U64(1)) * block_stride[rows_after]).all():
+        return False
+    repeat_span = repeat[listed] * repeat_stride[listed].astype(np.float64)
+    row_span = block_num[listed] * block_stride[listed].astype(np.float64)
+    return float((block_size[listed] * (repeat_span + row_span)).max()) < 2.0**62
+
+
 def expand(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Disjoint byte ranges each access touches, as (owner index, start, end), sorted by owner then start.
 
@@ -69,18 +93,22 @@ def expand(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     # Pieces per access: 1 (dense), repeat (contiguous rows), repeat*block_num (scattered blocks).
     per_row = np.where(row_is_range, 1, block_num.astype(np.int64))
     pieces = np.where(dense, 1, repeat * per_row)
-    owner = np.repeat(np.arange(n), pieces)
-    k = np.arange(owner.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-    k = k.astype(_U64)
-    per_row_u = per_row.astype(_U64)[owner]
-    r, i = k // per_row_u, k % per_row_u
-    offset = (r * repeat_stride[owner] + i * block_stride[owner]) * block_size[owner]
-    length = np.where(dense[owner], ext[owner], np.where(row_is_range[owner], row_length[owner], block_size[owner]))
-    start = ends(address[owner], offset)
-    stop = ends(start, length)
+    # Per-access values spread to the pieces by np.repeat (sequential copies), not by gathers through ``owner``.
+    def spread(values: np.ndarray) -> np.ndarray:
+        return np.repeat(values, pieces)
+
+    owner = spread(np.arange(n))
+    k = np.arange(owner.size) - spread(np.cumsum(pieces) - pieces)
+    row_pieces = spread(per_row)
+    r = k // row_pieces
+    i = k - r * row_pieces
+    offset = (r.astype(_U64) * spread(repeat_stride) + i.astype(_U64) * spread(block_stride)) * spread(block_size)
+    start = ends(spread(address), offset)
+    stop = ends(start, spread(np.where(dense, ext, np.where(row_is_range, row_length, block_size))))
+    if not _pieces_ascend(dense, row_is_range, repeat, repeat_stride, block_num, block_stride, block_size):
+        order = np.lexsort((start, owner))
+        owner, start, stop = owner[order], start[order], stop[order]
     # Blocks that coincide (stride 0) are the same bytes: keep one.
-    order = np.lexsort((start, owner))
-    owner, start, stop = owner[order], start[order], stop[order]
     keep = np.ones(owner.size, dtype=bool)
     keep[1:] = (owner[1:] != owner[:-1]) | (start[1:] != start[:-1])
     return owner[keep], start[keep], stop[keep]

@@ -19,12 +19,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.detectors._patterns import ends, ranges
 from sanitizerd_protocol.patterns import pattern_shape, piece_counts
 
 _U64 = np.uint64
 _MAX = np.iinfo(np.uint64).max
 # Pieces (or run/range pairs) handled at once: bounds the memory of one step whatever the pattern.
 CHUNK = 1 << 18
+# Pieces a batch's GM writes may list at once, stomping's and unused-memory's common path, sized by memory: a listed
+# piece costs about 160 bytes at the peak of a stomping check (tracemalloc, 2**20 pieces of 8 x 8 scattered blocks:
+# 158 MiB), so 2**19 stay near 80 MiB. Past it the writes go as runs, CHUNK pieces at a time; below it that path's
+# per-chunk closed forms and flushes cost more than listing (issue 29: strided writes at 2**18 ran 0.9x of listing).
+LISTING_BUDGET_BYTES = 80 << 20
+LIST_AT_ONCE = 1 << ((LISTING_BUDGET_BYTES // 160).bit_length() - 1)
 # (run, range) pairs the closed forms may walk over one batch: CPU, not memory (pairs are taken CHUNK at a time),
 # about a second. Ordinary patterns meet a few ranges per run; 65 535 runs that each span thousands of
 # allocations pass it, and the caller says what it could not check.
@@ -361,6 +368,27 @@ def touching(within: IntervalSet, owner: np.ndarray, start: np.ndarray, stop: np
     if j >= 0 and int(stop.max()) <= int(within.ends[j]):
         return owner, start, stop
     keep = within.covered(start, np.maximum(stop, start)) > 0
+    return owner[keep], start[keep], stop[keep]
+
+
+def listed_touching(
+    within: IntervalSet, events: np.ndarray, ext: np.ndarray, index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``touching(within, *ranges(events, ext, index))``, with one lookup per access where it can: an access whose
+    extent lies inside one range of ``within`` keeps its pieces unlooked-at (a strided write lists 8-64 pieces,
+    issue 29), the others' pieces are looked up one by one."""
+    owner, start, stop = ranges(events, ext, index)
+    if not start.size or not len(within):
+        return owner[:0], start[:0], stop[:0]
+    j = int(np.searchsorted(within.starts, start.min(), side="right")) - 1
+    if j >= 0 and int(stop.max()) <= int(within.ends[j]):
+        return owner, start, stop
+    address = events["address"][index]
+    held = np.zeros(events.size, dtype=bool)
+    held[index] = (ext[index] > 0) & within.contains(address, ends(address, ext[index]))
+    keep = held[owner] & (stop > start)
+    rest = ~keep
+    keep[rest] = within.covered(start[rest], np.maximum(stop[rest], start[rest])) > 0
     return owner[keep], start[keep], stop[keep]
 
 

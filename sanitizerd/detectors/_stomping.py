@@ -32,12 +32,13 @@ import numpy as np
 
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
 from sanitizerd.detectors._page_owners import PageOwners, pages_of
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ranges
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT
 from sanitizerd.detectors._runs import (
-    CHUNK,
+    LIST_AT_ONCE,
     PairBudget,
     Runs,
     inside_or_none,
+    listed_touching,
     lists_few_pieces,
     piece_chunks,
     runs_by_group,
@@ -279,8 +280,8 @@ class StompTracker:
         if not writes.any():
             return _NONE
         index = np.flatnonzero(writes)
-        if lists_few_pieces(events, ext, index, CHUNK):  # the common case: list the pieces at once
-            found = [self._check_pieces(events, atomic, *touching(legal, *ranges(events, ext, index)))]
+        if lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
+            found = [self._check_pieces(events, atomic, *listed_touching(legal, events, ext, index))]
             self.given_up = self._past_bound()
             return _joined(found)
         self._flush()  # the runs' lookups below read the owner sets

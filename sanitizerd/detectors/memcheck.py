@@ -14,15 +14,16 @@ import numpy as np
 from sanitizerd.detectors._batches import BatchFields
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
-from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned, ranges
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned
 from sanitizerd.detectors._runs import (
-    CHUNK,
+    LIST_AT_ONCE,
     PairBudget,
     PatternTooComplex,
     Runs,
     coverage,
     coverage_own,
     inside_or_none,
+    listed_touching,
     lists_few_pieces,
     piece_chunks,
     runs_by_group,
@@ -421,8 +422,8 @@ class Memcheck:
             return
         legal = self._allowed(Space.GM)
         index = np.flatnonzero(writes)
-        if lists_few_pieces(events, ext, index, CHUNK):  # the common case: list the pieces at once
-            _, start, stop = touching(legal, *ranges(events, ext, index))
+        if lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
+            _, start, stop = listed_touching(legal, events, ext, index)
             self.written.add_new(start, stop)
         else:
             for _, runs in runs_by_group(events, ext, index):
