@@ -52,7 +52,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("sanitizerd.sessions", "sanitizerd.compat"),
     ("sanitizerd.detectors", "sanitizerd.metrics"),
     # Small leaves the floors above share; the client sits here as it needs protocol alone (see ONLY).
-    ("sanitizerd.chips", "sanitizerd.demangle", "sanitizerd.metrics_server", "client_shim"),
+    ("sanitizerd.chips", "sanitizerd.demangle", "sanitizerd.metrics_server", "sanitizerd.native", "client_shim"),
     ("sanitizerd_protocol",),
     # Stores and renderers: they know findings and sessions' records, not the wire.
     ("sanitizerd.findings",),
