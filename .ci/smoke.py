@@ -3,14 +3,16 @@ and pytest) installed, its commands run from a temporary directory outside the c
 can stand in for a file the wheel lacks (issue 24: the migrations and client_shim/native once did, for editable
 installs only).
 
-    python3 .ci/smoke.py dist/sanitizerd-*.whl
+    python3 .ci/smoke.py [--compiled all|none] dist/sanitizerd-*.whl
 
 Checks, each bounded by a timeout and named when it fails: (a) the README's demo under `sanitizerd run`; (b) `serve
 --store postgresql://…` against a throwaway PostgreSQL cluster (Debian's initdb/pg_ctl, as tests/postgres_server.py
 starts one): the daemon applies the packaged migrations, a run stores the demo's findings and `findings --store`
 lists them; (c) the C client built against the installed header, checked through the compat socket; (d) `pytest
---sanitizerd` on a clean and a buggy test; (e) a SARIF report. Only the standard library here: the smoke venv holds
-the wheel, its dependencies and pytest, nothing of the test extra.
+--sanitizerd` on a clean and a buggy test; (e) a SARIF report. With ``--compiled all|none``, first (f): all or none
+of the compiled hot loops (sanitizerd.native) are built, so that CI runs the whole smoke a second time on a wheel
+built where no C compiler was. Only the standard library here: the smoke venv holds the wheel, its dependencies and
+pytest, nothing of the test extra.
 """
 
 from __future__ import annotations
@@ -336,11 +338,34 @@ CHECKS: tuple[tuple[str, Callable[[Smoke], None]], ...] = (
 )
 
 
+def check_compiled_loops(smoke: Smoke, expected: str) -> None:
+    """The wheel's compiled loops are what its build promised: all of them from a machine with a C compiler, none
+    from one without (whose wheel must then pass every other check on numpy's paths alone)."""
+    listed = smoke.run(smoke.venv / "bin" / "python", "-c",
+                       "import json, importlib.util; from sanitizerd import native; built = native.built(); "
+                       "count = 'client_shim._record_buffer'; built[count] = bool(importlib.util.find_spec(count)); "
+                       "print(json.dumps(built))")  # fmt: skip
+    smoke.expect(listed, 0, what="sanitizerd.native.built()")
+    built = json.loads(listed.stdout)
+    wanted = expected == "all"
+    wrong = sorted(name for name, present in built.items() if present != wanted)
+    if wrong:
+        raise SmokeFailure(f"expected {expected} of the compiled loops, but {wrong} {'are not' if wanted else 'are'} "
+                           f"built: {built}")  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
+    compiled = None
+    if len(argv) == 4 and argv[1] == "--compiled" and argv[2] in ("all", "none"):
+        compiled, argv = argv[2], [argv[0], argv[3]]
     if len(argv) != 2 or not argv[1].endswith(".whl") or not Path(argv[1]).is_file():
-        print("usage: python3 .ci/smoke.py dist/sanitizerd-*.whl", file=sys.stderr)
+        print("usage: python3 .ci/smoke.py [--compiled all|none] dist/sanitizerd-*.whl", file=sys.stderr)
         return 2
     wheel = Path(argv[1]).resolve()
+    checks = CHECKS
+    if compiled is not None:
+        checks = ((f"(f) {compiled} of the compiled loops built", lambda smoke: check_compiled_loops(smoke, compiled)),
+                  *CHECKS)  # fmt: skip
     began = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sd-smoke-", dir="/tmp"))  # short: Unix socket paths must fit in 108 bytes
     try:
@@ -351,7 +376,7 @@ def main(argv: list[str]) -> int:
             return 1
         print(f"smoke: {wheel.name} installed in a clean venv ({time.monotonic() - began:.1f} s)", flush=True)
         failed = 0
-        for name, check in CHECKS:
+        for name, check in checks:
             started = time.monotonic()
             try:
                 check(smoke)
@@ -362,7 +387,7 @@ def main(argv: list[str]) -> int:
                 print(f"smoke: ok {name} ({time.monotonic() - started:.1f} s)", flush=True)
         print(f"smoke: took {time.monotonic() - began:.1f} s in all")
         # Alone on its line, the plain count CI's log reader takes as a test run's closing line.
-        print(f"smoke: {len(CHECKS) - failed} passed, {failed} failed")
+        print(f"smoke: {len(checks) - failed} passed, {failed} failed")
         return 1 if failed else 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

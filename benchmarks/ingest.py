@@ -256,7 +256,8 @@ def run_client(plan: ClientPlan, barrier: Barrier, results: Queue[dict[str, Any]
 # --- raw Unix-socket throughput -----------------------------------------------------------------------------
 
 
-def _raw_writer(path: str, total: int, chunk: int, send_buffer: int) -> None:
+def _raw_writer(path: str, total: int, chunk: int, send_buffer: int, cpu_s: Any) -> None:
+    cpu0 = time.process_time()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if send_buffer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
@@ -268,11 +269,25 @@ def _raw_writer(path: str, total: int, chunk: int, send_buffer: int) -> None:
         sock.sendall(buffer[:step])
         left -= step
     sock.close()
+    cpu_s.value = time.process_time() - cpu0
+
+
+@dataclass(frozen=True, slots=True)
+class RawSocket:
+    """One raw socket test: bytes/s, and the CPU each side spent per byte (the floor any framing adds to)."""
+
+    bytes_per_s: float
+    reader_ns_per_byte: float
+    writer_ns_per_byte: float
+
+    def ns_per_event(self) -> tuple[float, float]:
+        """(reader, writer) CPU-ns for one event's bytes."""
+        return self.reader_ns_per_byte * EVENT_BYTES, self.writer_ns_per_byte * EVENT_BYTES
 
 
 def raw_socket_throughput(
     context: mp.context.BaseContext, directory: Path, total: int, chunk: int, send_buffer: int = SEND_BUFFER
-) -> float:
+) -> RawSocket:
     """Bytes/s one process writes to another through a Unix stream socket whose send buffer is ``send_buffer``
     bytes (the client's, by default; 0: the system's default).
 
@@ -283,27 +298,32 @@ def raw_socket_throughput(
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(1)
-    writer = context.Process(target=_raw_writer, args=(path, total, chunk, send_buffer), daemon=True)
+    writer_cpu = context.Value("d", float("nan"))
+    writer = context.Process(target=_raw_writer, args=(path, total, chunk, send_buffer, writer_cpu), daemon=True)
     writer.start()
     conn, _ = listener.accept()
     buffer = bytearray(chunk)
     view = memoryview(buffer)
     received = conn.recv_into(view)  # the clock starts at the first byte, after the writer's start-up
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     first = received
     while True:
         n = conn.recv_into(view)
         if not n:
             break
         received += n
-    seconds = time.monotonic() - t0
+    seconds, reader_cpu = time.monotonic() - t0, time.process_time() - cpu0
     conn.close()
     listener.close()
     os.unlink(path)
     writer.join(timeout=30)
     if received != total:
         raise RuntimeError(f"raw socket test received {received} of {total} bytes")
-    return (received - first) / seconds
+    return RawSocket(
+        bytes_per_s=(received - first) / seconds,
+        reader_ns_per_byte=reader_cpu * 1e9 / (received - first),
+        writer_ns_per_byte=writer_cpu.value * 1e9 / total,
+    )
 
 
 # --- the daemon ---------------------------------------------------------------------------------------------
@@ -515,7 +535,8 @@ def run_phase(
     print(
         f"CPU: daemon {daemon_cpu:.1f} s, clients {client_cpu:.1f} s, "
         f"{(daemon_cpu + client_cpu) / (seconds * cores):.0%} of {cores} cores over the timed window; "
-        f"{events / (daemon_cpu + client_cpu) / 1e6:.2f} M events per CPU-second"
+        f"{events / (daemon_cpu + client_cpu) / 1e6:.2f} M events per CPU-second; per event: daemon "
+        f"{daemon_cpu * 1e9 / events:.1f} CPU-ns, clients {client_cpu * 1e9 / events:.1f} CPU-ns"
     )
     # Busy time that was not ours (other tenants, the raw test's leftovers, the kernel for others) and steal.
     other_cpu = machine.get("busy", float("nan")) - daemon_cpu - client_cpu
@@ -563,6 +584,8 @@ def run_phase(
         daemon_cpu_s=round(daemon_cpu, 2),
         client_cpu_s=round(client_cpu, 2),
         events_per_cpu_s=round(events / (daemon_cpu + client_cpu)),
+        daemon_cpu_ns_per_event=round(daemon_cpu * 1e9 / events, 2),
+        client_cpu_ns_per_event=round(client_cpu * 1e9 / events, 2),
         other_cpu_s=round(max(other_cpu, 0.0), 2),
         steal_s=round(steal, 2),
         idle_s=round(machine.get("idle", float("nan")), 2),
@@ -582,15 +605,20 @@ def main(argv: list[str] | None = None) -> int:
     # The raw test runs first, with nothing else busy, so it reports what the machine can do.
     # Single measurements swing by 2x on a small VM; the median of a few is a steadier yardstick.
     # The ratio's yardstick sends through a buffer of the client's size; the system's default is shown beside it.
-    raws, defaults = [], []
+    raws: list[RawSocket] = []
+    defaults: list[RawSocket] = []
     for _ in range(args.raw_repeats):
         raws.append(raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk))
         defaults.append(raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk, send_buffer=0))
-    raw, raw_default = float(np.median(raws)), float(np.median(defaults))
+    raw = float(np.median([r.bytes_per_s for r in raws]))
+    raw_default = float(np.median([r.bytes_per_s for r in defaults]))
+    raw_reader_ns = float(np.median([r.ns_per_event()[0] for r in raws]))
+    raw_writer_ns = float(np.median([r.ns_per_event()[1] for r in raws]))
     print(
-        f"raw unix socket: {raw / 1e9:.2f} GB/s median of {', '.join(f'{r / 1e9:.2f}' for r in raws)} "
+        f"raw unix socket: {raw / 1e9:.2f} GB/s median of {', '.join(f'{r.bytes_per_s / 1e9:.2f}' for r in raws)} "
         f"({args.raw_bytes / 2**30:.1f} GiB each, {args.raw_chunk} B writes, {SEND_BUFFER >> 20} MiB send buffer as "
-        f"the client's); with the default send buffer {raw_default / 1e9:.2f} GB/s"
+        f"the client's); with the default send buffer {raw_default / 1e9:.2f} GB/s; CPU per {EVENT_BYTES}-byte "
+        f"event: reader {raw_reader_ns:.2f} ns, writer {raw_writer_ns:.2f} ns"
     )
 
     runs: list[dict[str, Any]] = []
@@ -608,14 +636,22 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     print("--- summary (one sitting)")
-    print(f"raw unix socket: {raw / 1e9:.2f} GB/s ({raw / EVENT_BYTES / 1e6:.1f} M events/s of {EVENT_BYTES} B)")
+    print(
+        f"raw unix socket: {raw / 1e9:.2f} GB/s ({raw / EVENT_BYTES / 1e6:.1f} M events/s of {EVENT_BYTES} B); "
+        f"CPU-ns per event: reader {raw_reader_ns:.2f}, writer {raw_writer_ns:.2f}"
+    )
     for r in runs:
-        print(f"{r['tools']:>20}: {r['events_per_s'] / 1e6:6.2f} M events/s, ratio to raw socket {r['ratio']:.3f}")
+        print(
+            f"{r['tools']:>20}: {r['events_per_s'] / 1e6:6.2f} M events/s, ratio to raw socket {r['ratio']:.3f}; "
+            f"CPU-ns per event: daemon {r['daemon_cpu_ns_per_event']:.1f}, clients {r['client_cpu_ns_per_event']:.1f}"
+        )
     # The headline figures are the last run's (memcheck by default), as before runs were named.
     summary = dict(
         runs[-1],
         raw_socket_bytes_per_s=round(raw),
         raw_socket_default_buffer_bytes_per_s=round(raw_default),
+        raw_socket_reader_cpu_ns_per_event=round(raw_reader_ns, 3),
+        raw_socket_writer_cpu_ns_per_event=round(raw_writer_ns, 3),
         clients=args.clients,
         batch_events=args.batch_events,
         batches_per_kernel=args.batches_per_kernel,
