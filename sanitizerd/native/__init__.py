@@ -23,7 +23,7 @@ from types import ModuleType
 ENVIRONMENT = "SANITIZERD_NATIVE"
 # Every compiled module, by the name under this package; `sanitizerd version --verbose` and the benchmarks say which
 # of them this process runs.
-MODULES = ("_memcheck", "_initcheck", "_racecheck", "_records")
+MODULES = ("_ingest", "_memcheck", "_initcheck", "_racecheck", "_records")
 
 
 class NativeMissing(ImportError):

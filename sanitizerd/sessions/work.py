@@ -6,8 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sanitizerd import native
 from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd_protocol.messages import HostOp, RegionPermission
+from sanitizerd_protocol.records import EVENT_DTYPE
+
+_compiled = native.load("_ingest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,14 @@ def split_by_pieces(events: np.ndarray, limit: int = BATCH_PIECES) -> list[np.nd
     blocks of a scattered row), each of at least one event; one batch, the same array, in the common case."""
     if events.size * WIDE_ACCESS_PIECES <= limit:  # cannot exceed: skip even the field reads
         return [events]
+    if _compiled is not None and events.dtype == EVENT_DTYPE and events.flags.c_contiguous:
+        cuts = _compiled.cuts(events.view(np.uint8), limit, WIDE_ACCESS_PIECES)
+        return np.split(events, cuts) if cuts else [events]
+    return split_by_pieces_numpy(events, limit)
+
+
+def split_by_pieces_numpy(events: np.ndarray, limit: int = BATCH_PIECES) -> list[np.ndarray]:
+    """``split_by_pieces`` in numpy: the reference path, and the path where ``_ingest`` was not built."""
     # Upper bounds from a field read or two settle the common batch: rows (a repeat of 0 is one row, counted as
     # two here), then blocks where some row is scattered.
     repeat = events["repeat"]
