@@ -31,3 +31,16 @@ def test_other_values_are_refused(monkeypatch: pytest.MonkeyPatch, value: str) -
     monkeypatch.setenv(native.ENVIRONMENT, value)
     with pytest.raises(ValueError, match="must be 0 or 1"):
         native.mode()
+
+
+def test_version_says_which_loops_run_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.ENVIRONMENT, "0")
+    assert native.describe() == "hot loops: numpy (SANITIZERD_NATIVE=0)"
+    monkeypatch.delenv(native.ENVIRONMENT)
+    built = native.built()
+    described = native.describe()
+    if all(built.values()):
+        assert described == "hot loops: compiled"
+    else:
+        missing = [name.lstrip("_") for name, present in built.items() if not present]
+        assert described.endswith("numpy " + ", ".join(missing))

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
-from sanitizerd import __version__, api, config
+from sanitizerd import __version__, api, config, native
 from sanitizerd.config import default_config_path
 from sanitizerd.daemon import DaemonSettings, default_socket_path, default_state_dir
 from sanitizerd.metrics_server import metrics_address
@@ -123,7 +123,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sanitizerd", description="Ascend NPU memory and race checking service")
-    parser.add_argument("--version", action="version", version=f"sanitizerd {__version__}")
+    parser.add_argument("--version", action="version", version=f"sanitizerd {__version__} ({native.describe()})")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     _serve_options(commands.add_parser("serve", help="run the daemon"))

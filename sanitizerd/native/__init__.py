@@ -71,3 +71,15 @@ def built() -> dict[str, bool]:
         else:
             found[name] = True
     return found
+
+
+def describe() -> str:
+    """One line for ``sanitizerd --version``: which hot loops run compiled here."""
+    built_here = built()
+    compiled = [name.lstrip("_") for name, present in built_here.items() if present]
+    if mode() == "reference":
+        return f"hot loops: numpy ({ENVIRONMENT}=0)"
+    if len(compiled) == len(built_here):
+        return "hot loops: compiled"
+    numpy_only = [name.lstrip("_") for name, present in built_here.items() if not present]
+    return f"hot loops: compiled {', '.join(compiled) or 'none'}; numpy {', '.join(numpy_only)}"
