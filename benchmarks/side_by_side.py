@@ -360,8 +360,11 @@ def main() -> None:
                        ours_records_per_cpu_s=round(records / min(ours_cpu)))  # fmt: skip
             if their_runs:
                 best = min(their_runs, key=lambda r: r["cpu_s"])
+                if best["records"] != records:  # the driver walked another stream than the one built
+                    raise SystemExit(f"{stream.name}: msSanitizer's driver read {best['records']} records of {records}")
                 row.update(
                     theirs_cpu_s=best["cpu_s"], theirs_findings=best["findings"], theirs_records=best["records"],
+                    theirs_walk_cpu_s=best.get("walk_cpu_s"), theirs_producer_cpu_s=best.get("producer_cpu_s"),
                     theirs_records_per_cpu_s=round(best["records"] / best["cpu_s"]) if best["cpu_s"] else None,
                     theirs_over_ours=round(best["cpu_s"] / min(ours_cpu), 2) if min(ours_cpu) else None,
                 )  # fmt: skip
