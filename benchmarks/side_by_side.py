@@ -177,7 +177,7 @@ def _tiles(w: Wire, block: int, first: int, count: int, total: int, stream: Stre
     out.append(rows[mid_start:mid_end].tobytes())
     for i in range(mid_end, n):
         out.append(rows[i, wait_end if first + i < 2 else 0 : set_start].tobytes())
-    cut = mid_start + (n - mid_end)  # each of the first and last two tiles lacks one record
+    cut = int(np.count_nonzero(t < 2) + np.count_nonzero(t >= total - 2))  # the waits and sets left out
     return b"".join(out), n * len(columns) - cut
 
 
