@@ -397,8 +397,9 @@ def test_undefined_ipc_operation_answered_fail_at_once() -> None:
 def test_what_a_client_says_is_held_until_a_slot_of_this_release_adds_up() -> None:
     """A client of another release writes structs of other sizes, which read as valid packets for a while before
     garbage shows. So nothing it says goes out until one of its slots' heads add up (or the stream ends, or it asks
-    for an IPC answer), and a misread host record never reaches a detector: here a 208-byte MemOpRecord (26.1.0's
-    packet 1000) read as April's 48-byte HostMemRecord, with a DEVICE_SUMMARY's number in its zeros."""
+    for an IPC answer), and a misread host record never reaches a detector: here a 208-byte struct (a MemOpRecord,
+    as a SANITIZER_RECORD carries it) in packet 1000, read as April's 48-byte HostMemRecord, with a DEVICE_SUMMARY's
+    number in its zeros."""
     conn = connection()
     conn.receive_data(host_record(1, 0x12C0C0001000) + device_summary() + kernel_summary())  # a free: illegal at once
     assert drain(conn) == []

@@ -108,13 +108,14 @@ class Client:
         return self.packet("SANITIZER_RECORD", bytes(payload))
 
     def host_op(self, op: int, addr: int, size: int = 0) -> bytes:
-        """A host malloc or free as this release's hooks send it: HostMemRecord in HOST_RECORD up to 26.0.0, a
-        MemOpRecord in MEMORY_RECORD from 26.1.0, else a MemOpRecord in a SANITIZER_RECORD (the ACL hooks')."""
+        """A host malloc or free as msopcom's injection library sends it: a HostMemRecord in packet 1000, named
+        HOST_RECORD up to 26.0.0 and MEMORY_RECORD from 26.1.0 (the name changed, not the struct); else a MemOpRecord
+        in a SANITIZER_RECORD (the ACL hooks')."""
+        values = {"type": op, "infoSrc": ACL, "dstAddr": addr, "memSize": size}
         if "HOST_RECORD" in self.packets:
-            values = {"type": op, "infoSrc": ACL, "dstAddr": addr, "memSize": size}
             return self.packet("HOST_RECORD", self.put("HostMemRecord", values))
         if "MEMORY_RECORD" in self.packets:
-            return self.packet("MEMORY_RECORD", self.mem_op(op, addr, size))
+            return self.packet("MEMORY_RECORD", self.put("HostMemRecord", values))
         return self.sanitizer_record(0, self.mem_op(op, addr, size))  # pragma: no cover - no such release measured
 
     def finish_record(self, record_type: int) -> bytes:

@@ -76,7 +76,7 @@ enum msop_packet_type {
     MSOP_PACKET_KERNEL_SUMMARY = 1,
     MSOP_PACKET_KERNEL_BINARY = 2,
     MSOP_PACKET_LOG_STRING = 3,
-    MSOP_PACKET_MEMORY_RECORD = 1000,       /* struct msop_mem_op_record */
+    MSOP_PACKET_MEMORY_RECORD = 1000,       /* a HostMemRecord (48 B): HOST_RECORD renamed */
     MSOP_PACKET_KERNEL_RECORD = 1001,
     MSOP_PACKET_IPC_RECORD = 1002,
     MSOP_PACKET_MEM_REGION_PERMISSION = 1003, /* struct msop_mem_region_permission */

@@ -31,7 +31,7 @@ from sanitizerd_protocol import messages as m
 
 class PacketType(enum.Enum):
     """What a packet is, whatever its number: ``[u32 PacketType]`` starts every packet (reference §1.1), and the
-    numbers moved between releases (26.1.0 made 1000 MEMORY_RECORD and 1003 MEM_REGION_PERMISSION), so each
+    numbers moved between releases (26.1.0 renamed 1000 MEMORY_RECORD and made 1003 MEM_REGION_PERMISSION), so each
     ``WireLayout`` maps its numbers to these names (``packet_types``, ``packet_number``)."""
 
     DEVICE_SUMMARY = "DEVICE_SUMMARY"
@@ -39,7 +39,9 @@ class PacketType(enum.Enum):
     KERNEL_BINARY = "KERNEL_BINARY"
     LOG_STRING = "LOG_STRING"
     HOST_RECORD = "HOST_RECORD"  # a HostMemRecord (releases up to 26.0.0)
-    MEMORY_RECORD = "MEMORY_RECORD"  # a MemOpRecord (26.1.0 on, in HOST_RECORD's place)
+    # 26.1.0 on: HOST_RECORD renamed, still a HostMemRecord (what msopcom sends and the tool reads: its protocol.cpp
+    # GetPayLoad); a MemOpRecord travels inside a SANITIZER_RECORD, whose RecordVersion is also named MEMORY_RECORD
+    MEMORY_RECORD = "MEMORY_RECORD"
     KERNEL_RECORD = "KERNEL_RECORD"
     IPC_RECORD = "IPC_RECORD"
     MEM_REGION_PERMISSION = "MEM_REGION_PERMISSION"
@@ -57,7 +59,7 @@ PACKET_STRUCTS: Final = {
     PacketType.DEVICE_SUMMARY: "DeviceInfoSummary",
     PacketType.KERNEL_SUMMARY: "KernelSummary",
     PacketType.HOST_RECORD: "HostMemRecord",
-    PacketType.MEMORY_RECORD: "MemOpRecord",
+    PacketType.MEMORY_RECORD: "HostMemRecord",
     PacketType.IPC_RECORD: "IPCMemRecord",
     PacketType.MEM_REGION_PERMISSION: "MemRegionPermissionDesc",
     PacketType.SANITIZER_RECORD: "SanitizerRecord",

@@ -189,7 +189,7 @@ class CompatConnection(ReceivingEnd):
             PacketType.DEVICE_SUMMARY: self._device_summary,
             PacketType.KERNEL_SUMMARY: self._kernel_summary,
             PacketType.HOST_RECORD: self._host_record,
-            PacketType.MEMORY_RECORD: self._memory_record_packet,
+            PacketType.MEMORY_RECORD: self._host_record,  # HOST_RECORD renamed (26.1.0), the same HostMemRecord
             PacketType.IPC_RECORD: self._ipc_record,
             PacketType.MEM_REGION_PERMISSION: self._mem_region_permission,
             PacketType.SANITIZER_RECORD: self._sanitizer_record,
@@ -459,10 +459,6 @@ class CompatConnection(ReceivingEnd):
         )
         if host_op is not None:
             self._out.append(host_op)
-
-    def _memory_record_packet(self, payload: bytes) -> None:
-        """26.1.0 on: a host memory operation is a MemOpRecord in its own packet (HOST_RECORD's number)."""
-        self._memory_record(payload)
 
     def _mem_region_permission(self, payload: bytes) -> None:
         """26.1.0 on: the access a region of device memory allows, as our ``region_permission``. What msSanitizer's
