@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import wire
 from sanitizerd.compat.records import slots as rb
+from sanitizerd.compat.records.convert import base
 from sanitizerd.compat.records.convert.base import BlockContext
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import RecordTable, record_table
@@ -328,3 +329,62 @@ def test_a_detector_finds_the_same_both_ways(tool: str, piece: int | None) -> No
     assert found[0] == found[1]
     if tool == "racecheck":
         assert found[0][0]  # the overlapping tiles race: the comparison is of findings, not of two empty lists
+
+
+# --- base.pack: events built a column at a time ---------------------------------------------------------------
+
+PACK_FIELDS = sorted(base._PACKING)
+INTEGERS = ["<u1", "<i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "?"]
+
+
+def extreme_column(rng: np.random.Generator, dtype: np.dtype, n: int) -> np.ndarray:
+    """Values at the dtype's bounds (0, -1, min, max, one past a field's width) and random ones."""
+    if dtype.kind == "b":
+        return rng.integers(0, 2, n).astype(bool)
+    info = np.iinfo(dtype)
+    edges = [0, 1, int(info.max), int(info.min), min(int(info.max), 255), min(int(info.max), 256)]
+    edges = np.array([*edges, min(int(info.max), 65536), max(int(info.min), -1)], dtype=dtype)
+    picks = rng.integers(0, edges.size + 1, n)
+    wide = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    return np.where(picks < edges.size, edges[np.minimum(picks, edges.size - 1)], wide).astype(dtype)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.sampled_from([0, 1, 2, 255, 256, 257, 1000]),
+    chosen=st.lists(st.tuples(st.sampled_from(PACK_FIELDS), st.sampled_from([*INTEGERS, "scalar", "strided",
+                                                                             "broadcast"])), max_size=12),
+    into=st.sampled_from(["new", "every other row"]),
+)  # fmt: skip
+def test_pack_is_numpys(seed: int, n: int, chosen: list[tuple[str, str]], into: str) -> None:
+    rng = np.random.default_rng(seed)
+    fields: dict[str, object] = {}
+    for name, how in chosen:
+        if how == "scalar":
+            fields[name] = int(rng.choice([0, 1, -1, 2**63 - 1, -(2**63), 2**64 - 1, 65536, 255]))
+        elif how == "strided":  # a field of a structured array, as converters read records
+            records = np.zeros(n, dtype=[("a", "<u2"), ("v", "<i8"), ("pad", "V5")])
+            records["v"] = extreme_column(rng, np.dtype("<i8"), n)
+            fields[name] = records["v"]
+        elif how == "broadcast":
+            fields[name] = np.broadcast_to(np.asarray(int(rng.integers(-5, 1 << 20)), dtype=np.int64), n)
+        else:
+            fields[name] = extreme_column(rng, np.dtype(how), n)
+    if into == "new":
+        got = base.pack_compiled(n, None, fields)  # type: ignore[arg-type]
+        want = base.pack_numpy(n, **fields)  # type: ignore[arg-type]
+        assert got is not None
+        assert got.tobytes() == want.tobytes()
+    else:
+        mine, theirs = (np.full((n, 2, 7), 0xAB, dtype=np.uint64) for _ in range(2))
+        assert base.pack_compiled(n, mine[:, 1], fields) is not None  # type: ignore[arg-type]
+        base.pack_numpy(n, theirs[:, 1], **fields)  # type: ignore[arg-type]
+        assert mine.tobytes() == theirs.tobytes()
+
+
+def test_pack_leaves_to_numpy_what_it_does_not_take() -> None:
+    n = 4
+    for column in (np.arange(n, dtype=np.float64), np.arange(n, dtype=">u4"), np.arange(n + 1), np.zeros((n, 1))):
+        assert base.pack_compiled(n, None, {"address": column}) is None
+    assert base.pack(n, address=np.arange(n, dtype=np.float64) + 0.5)["address"].tolist() == [0, 1, 2, 3]

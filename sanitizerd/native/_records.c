@@ -324,7 +324,199 @@ done:
     return result;
 }
 
+/* One column of pack: its buffer, and how it reads (itemsize 1, 2, 4 or 8; signed; a bool). */
+typedef struct {
+    Py_buffer view;
+    int held;
+    int size;
+    int is_signed;
+    int is_bool;
+    int word;
+    int shift;
+    uint64_t mask;
+} Column;
+
+/* A column's values in the host's order (column_kind refuses any other) */
+static inline uint64_t load_u64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint32_t load_u32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint16_t load_u16(const unsigned char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+#define PACK_BLOCK 256
+
+/* Reads a column's format: native or little-endian integers and bools only (anything else: 0, the caller packs
+ * with numpy). */
+static int column_kind(Column *c) {
+    const char *f = c->view.format ? c->view.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') {
+#if PY_BIG_ENDIAN
+        if (*f == '<') {
+            return 0;
+        }
+#endif
+        f++;
+    }
+    if (f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQ?", f[0]) == NULL) {
+        return 0;
+    }
+    Py_ssize_t size = c->view.itemsize;
+    if (size != 1 && size != 2 && size != 4 && size != 8) {
+        return 0;
+    }
+    c->size = (int)size;
+    c->is_bool = f[0] == '?';
+    c->is_signed = f[0] >= 'a' && f[0] <= 'z';
+    return 1;
+}
+
+#define EVENT_WORDS 7
+
+/* pack(out, constants, columns) -> bool: base.pack's events: every row of ``out`` (n x 7 u64, any row stride,
+ * columns 8 bytes apart) set to ``constants`` (7 u64) OR-ed with each column's value cut to its field (``mask``,
+ * after the value is read as a u64: sign-extended for a signed type, 0 or 1 for a bool) and shifted to it.
+ * ``columns``: (array of n, word, shift, mask) each. False, with ``out`` untouched, for a column that is not a 1-D
+ * array of n integers or bools (numpy packs it). */
+#define MAX_COLUMNS 32
+static PyObject *pack(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *out_arg, *columns_arg;
+    Py_buffer constants;
+    if (!PyArg_ParseTuple(args, "Oy*O", &out_arg, &constants, &columns_arg)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *seq = NULL;
+    Py_buffer out;
+    int out_held = 0;
+    Column columns[MAX_COLUMNS];
+    Py_ssize_t ncolumns = 0;
+    if (constants.len != EVENT_WORDS * 8) {
+        PyErr_SetString(PyExc_ValueError, "constants must be 7 u64");
+        goto done;
+    }
+    if (PyObject_GetBuffer(out_arg, &out, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+        goto done;
+    }
+    out_held = 1;
+    if (out.ndim != 2 || out.itemsize != 8 || out.shape[1] != EVENT_WORDS || (out.shape[0] > 0 && out.strides[1] != 8) ||
+        out.shape[0] < 0) {
+        PyErr_SetString(PyExc_ValueError, "out must be n rows of 7 u64, each row's words adjacent");
+        goto done;
+    }
+    Py_ssize_t n = out.shape[0];
+    seq = PySequence_Fast(columns_arg, "columns must be a sequence");
+    if (seq == NULL) {
+        goto done;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) > MAX_COLUMNS) {
+        result = PyBool_FromLong(0);
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, k), *array;
+        Column *c = &columns[ncolumns];
+        unsigned long long mask;
+        if (!PyArg_ParseTuple(item, "OiiK", &array, &c->word, &c->shift, &mask)) {
+            goto done;
+        }
+        if (c->word < 0 || c->word >= EVENT_WORDS || c->shift < 0 || c->shift > 63) {
+            PyErr_SetString(PyExc_ValueError, "a column's word or shift is outside the event");
+            goto done;
+        }
+        c->mask = mask;
+        if (PyObject_GetBuffer(array, &c->view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+            PyErr_Clear();
+            result = PyBool_FromLong(0);
+            goto done;
+        }
+        c->held = 1;
+        ncolumns++;
+        if (c->view.ndim != 1 || c->view.shape[0] != n || !column_kind(c)) {
+            result = PyBool_FromLong(0);
+            goto done;
+        }
+    }
+    {
+        uint64_t constant[EVENT_WORDS];
+        memcpy(constant, constants.buf, sizeof(constant));
+        unsigned char *base = (unsigned char *)out.buf;
+        Py_ssize_t row = out.strides[0];
+        Py_BEGIN_ALLOW_THREADS
+        /* Blocks of rows that stay in the core's first cache while every column is OR-ed in. */
+        for (Py_ssize_t first = 0; first < n; first += PACK_BLOCK) {
+            Py_ssize_t last = first + PACK_BLOCK < n ? first + PACK_BLOCK : n;
+            for (Py_ssize_t i = first; i < last; i++) {
+                memcpy(base + i * row, constant, sizeof(constant));
+            }
+            for (Py_ssize_t k = 0; k < ncolumns; k++) {
+                const Column *c = &columns[k];
+                unsigned char *at = base + 8 * c->word;
+                const unsigned char *from = (const unsigned char *)c->view.buf;
+                Py_ssize_t stride = c->view.strides[0];
+                uint64_t mask = c->mask;
+                int shift = c->shift;
+#define OR_IN(READ)                                                                                                  \
+    for (Py_ssize_t i = first; i < last; i++) {                                                                      \
+        const unsigned char *p = from + i * stride;                                                                  \
+        uint64_t w;                                                                                                  \
+        memcpy(&w, at + i * row, 8);                                                                                 \
+        w |= ((uint64_t)(READ) & mask) << shift;                                                                     \
+        memcpy(at + i * row, &w, 8);                                                                                 \
+    }
+                if (c->is_bool) {
+                    OR_IN(*p != 0)
+                } else if (c->size == 8) {
+                    OR_IN(load_u64(p))
+                } else if (c->size == 4) {
+                    if (c->is_signed) {
+                        OR_IN((int64_t)(int32_t)load_u32(p))
+                    } else {
+                        OR_IN(load_u32(p))
+                    }
+                } else if (c->size == 2) {
+                    if (c->is_signed) {
+                        OR_IN((int64_t)(int16_t)load_u16(p))
+                    } else {
+                        OR_IN(load_u16(p))
+                    }
+                } else if (c->is_signed) {
+                    OR_IN((int64_t)(int8_t)*p)
+                } else {
+                    OR_IN(*p)
+                }
+#undef OR_IN
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(1);
+    }
+done:
+    for (Py_ssize_t k = 0; k < ncolumns; k++) {
+        if (columns[k].held) {
+            PyBuffer_Release(&columns[k].view);
+        }
+    }
+    Py_XDECREF(seq);
+    if (out_held) {
+        PyBuffer_Release(&out);
+    }
+    PyBuffer_Release(&constants);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"pack", pack, METH_VARARGS, "Events from constant words and columns cut and shifted to their fields."},
     {"walk", walk, METH_VARARGS, "Record starts of the true path from word 0, and where the walk stopped."},
     {"group", group, METH_VARARGS, "Records' serial numbers, and the records grouped by type code."},
     {"gather", gather, METH_VARARGS, "Each record's payload bytes, one after another."},
