@@ -25,15 +25,27 @@
 
 static inline uint32_t word_at(const unsigned char *words, Py_ssize_t i) {
     const unsigned char *p = words + 4 * i;
+#if PY_LITTLE_ENDIAN
+    uint32_t v;
+    memcpy(&v, p, 4); /* one load (the byte form below is not always recognised as one) */
+    return v;
+#else
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+#endif
 }
 
 static inline uint64_t u64_at(const unsigned char *p) {
+#if PY_LITTLE_ENDIAN
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+#else
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) {
         v = (v << 8) | p[i];
     }
     return v;
+#endif
 }
 
 static int whole(Py_buffer *b, Py_ssize_t itemsize, const char *what) {

@@ -296,10 +296,13 @@ def pack_compiled(n: int, out: np.ndarray | None, fields: dict[str, int | np.nda
     for name, value in fields.items():
         word, shift, width = _PACKING[name]
         mask = (1 << width) - 1
-        if np.ndim(value) == 0:
-            constant[word] |= (int(value) & mask) << shift
+        if isinstance(value, np.ndarray) and value.ndim:  # the usual column, without np.ndim's dispatch
+            column = value
+        elif np.ndim(value) == 0:
+            constant[word] |= (int(value) & mask) << shift  # type: ignore[arg-type]
             continue
-        column = np.asarray(value)
+        else:
+            column = np.asarray(value)
         if column.dtype.kind not in "iub" or not column.dtype.isnative or column.shape != (n,):
             return None
         columns.append((column, word, shift, mask))
