@@ -42,13 +42,14 @@ TABLES = {"april": record_table(APRIL), "master": record_table(MASTER)}
 
 @contextmanager
 def path(chosen: object) -> Iterator[None]:
-    """``slots`` on the compiled loops (``COMPILED``) or numpy's (None), for the block."""
-    before = rb.compiled
-    rb.compiled = chosen  # type: ignore[assignment]
+    """The decoder (``slots``) and the converters' ``pack`` (``base``) on the compiled loops (``COMPILED``) or
+    numpy's (None), for the block."""
+    before = rb.compiled, base.compiled
+    rb.compiled = base.compiled = chosen  # type: ignore[assignment]
     try:
         yield
     finally:
-        rb.compiled = before
+        rb.compiled, base.compiled = before
 
 
 def known_types(table: RecordTable) -> np.ndarray:
