@@ -169,9 +169,16 @@ static PyObject *group(PyObject *Py_UNUSED(module), PyObject *args) {
             for (Py_ssize_t c = 0; c < ncodes; c++) {
                 begin[c + 1] += begin[c];
             }
-            /* Second pass: each record to its group's next place (begin[c] is moved on, then put back). */
+            /* Second pass: each record to its group's next place (begin[c] is moved on, then put back). Its
+             * reads are checked again: nothing read from a buffer is trusted across passes. */
             for (Py_ssize_t i = 0; i < count; i++) {
-                Py_ssize_t code = code_of[word_at(w, at[i])];
+                int64_t start = at[i];
+                uint32_t t = start >= 0 && start < nwords ? word_at(w, start) : UINT32_MAX;
+                Py_ssize_t code = (Py_ssize_t)t < ntypes ? code_of[t] : -1;
+                if (code < 0 || code >= ncodes || begin[code] < 0 || begin[code] >= count) {
+                    bad = "the records changed while they were grouped";
+                    break;
+                }
                 ordered[begin[code]++] = i;
             }
             for (Py_ssize_t c = ncodes; c > 0; c--) {
@@ -225,15 +232,12 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
         int outside = 0;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < count; i++) {
-            if (at[i] < 0 || at[i] >= nwords - payload_words) {
+            int64_t start = at[i];
+            if (start < 0 || start >= nwords - payload_words) {
                 outside = 1;
                 break;
             }
-        }
-        if (!outside) {
-            for (Py_ssize_t i = 0; i < count; i++) {
-                memcpy(to + i * size, w + 4 * (at[i] + 1), (size_t)size);
-            }
+            memcpy(to + i * size, w + 4 * (start + 1), (size_t)size);
         }
         Py_END_ALLOW_THREADS
         if (outside) {
@@ -297,6 +301,7 @@ static PyObject *merge(PyObject *Py_UNUSED(module), PyObject *args) {
     {
         int inside = 1;
         unsigned char *to = (unsigned char *)out.buf;
+        int64_t events = (int64_t)(total / EVENT_SIZE);
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t p = 0; p < nparts && inside; p++) {
             const unsigned char *e = (const unsigned char *)parts[p].buf;
@@ -314,11 +319,16 @@ static PyObject *merge(PyObject *Py_UNUSED(module), PyObject *args) {
             for (Py_ssize_t k = 0; k < span; k++) {
                 next[k + 1] += next[k];
             }
-            for (Py_ssize_t p = 0; p < nparts; p++) {
+            for (Py_ssize_t p = 0; p < nparts && inside; p++) {
                 const unsigned char *e = (const unsigned char *)parts[p].buf;
                 Py_ssize_t n = parts[p].len / EVENT_SIZE;
                 for (Py_ssize_t i = 0; i < n; i++) {
                     uint64_t key = u64_at(e + i * EVENT_SIZE + EVENT_SERIAL_AT) - (uint64_t)first;
+                    /* checked again (nothing read is trusted across passes): never a write past out */
+                    if (key >= (uint64_t)span || next[key] < 0 || next[key] >= events) {
+                        inside = 0;
+                        break;
+                    }
                     memcpy(to + (next[key]++) * EVENT_SIZE, e + i * EVENT_SIZE, EVENT_SIZE);
                 }
             }
