@@ -40,6 +40,13 @@ MASTER = wire.LAYOUTS["mssanitizer-1e040de1"]  # a wire with serial merges (reco
 TABLES = {"april": record_table(APRIL), "master": record_table(MASTER)}
 
 
+@pytest.fixture(autouse=True)
+def _compiled_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled side is the module imported above whatever SANITIZERD_NATIVE says (CI's numpy pass too)."""
+    monkeypatch.setattr(rb, "compiled", COMPILED)
+    monkeypatch.setattr(base, "compiled", COMPILED)
+
+
 @contextmanager
 def path(chosen: object) -> Iterator[None]:
     """The decoder (``slots``) and the converters' ``pack`` (``base``) on the compiled loops (``COMPILED``) or
