@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sanitizerd import allocator
+from sanitizerd import allocator, native
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import wire as _wire
 from sanitizerd.compat.packets.connection import CHUNK_SIZE, CompatConnection
@@ -182,6 +182,8 @@ def main() -> None:
     print(f"command: {' '.join(['benchmarks/compat.py', *sys.argv[1:]])}")
     print(f"records: {count:,} in {len(data) - APRIL.heads_size:,} bytes, chunks of {args.chunk_mib:g} MiB, "
           f"numpy {np.__version__}, one core")  # fmt: skip
+    compiled = native.built().get("_records", False)
+    print(f"record decoder: {'compiled (sanitizerd.native._records)' if compiled else 'numpy'}")
     print(f"mix per tile: 3 DMA_MOV, 6 SET/WAIT_FLAG, 1 PIPE_BARRIER, 1 BINARY_OP "
           f"({'converted' if vector else 'NOT converted on this branch: walked and counted only'})")  # fmt: skip
     print(f"best of {args.repeats}: {best:.3f} s = {count / best / 1e6:.2f} M records/s, {events / best / 1e6:.2f} "

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sanitizerd import native
 from sanitizerd.compat import wire
 from sanitizerd.compat.records import simt as simt_areas
 from sanitizerd.compat.records import simt_entry, simt_place
@@ -45,6 +46,11 @@ TARGET_SEGMENTS = 1024
 MIN_SEGMENT_WORDS = 256
 WINDOW_BYTES = 8 << 20  # a connection feeds 1-4 MiB (plus a record tail): one window per feed
 MAX_UNCONVERTED_LINES = 64
+
+# The walk, the numbering and grouping, the gathers and the merge compiled (sanitizerd/native/_records.c), or None:
+# numpy's (the functions below, the reference the compiled loops are tested against). Chosen once per process
+# (sanitizerd.native); tests set it to None to run numpy's beside it.
+compiled = native.load("_records")
 
 
 class RecordBufferError(Exception):
@@ -453,6 +459,120 @@ def _gather(words: np.ndarray, starts: np.ndarray, size: int, record_type: int, 
     return window[starts].view(dtype)
 
 
+# --- the compiled loops' wrappers: each checks what it hands to C (dtypes, contiguity), and gives what its numpy
+# counterpart above gives ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledTable:
+    """A ``RecordTable`` as the compiled loops read it: plain contiguous arrays of the dtypes the C code takes."""
+
+    steps: np.ndarray  # int64 by wire type: words a record of that type takes, 0 for none
+    codes: np.ndarray  # intp by wire type: its group code (table.type_code)
+    rule_records: np.ndarray  # uint32 by wire type: bit r set where the type is among merge rule r's records
+    rule_after: np.ndarray  # uint32 by wire type: bit r set where the type is among the types rule r follows
+    ncodes: int
+    min_step: int  # the fewest words a record takes: bounds the records in a window
+
+
+@functools.cache
+def _compiled_table(table: RecordTable) -> _CompiledTable | None:
+    """None where the compiled loops cannot number this table's records (more merge rules than 32 bits)."""
+    if len(table.merges) > 32:
+        return None
+    top = table.table_len
+    rule_records = np.zeros(top, dtype=np.uint32)
+    rule_after = np.zeros(top, dtype=np.uint32)
+    for r, (records, after) in enumerate(table.merges):
+        for bits, values in ((rule_records, records), (rule_after, after)):
+            values = np.asarray(values, dtype=np.int64)
+            bits[values[(values >= 0) & (values < top)]] |= np.uint32(1 << r)
+    steps = np.ascontiguousarray(table.step_words, dtype=np.int64)
+    known = steps[steps > 0]
+    return _CompiledTable(
+        steps,
+        np.ascontiguousarray(table.type_code, dtype=np.intp),
+        rule_records,
+        rule_after,
+        len(table.code_type),
+        int(known.min()) if known.size else 1,
+    )
+
+
+def _words_for_c(words: np.ndarray) -> np.ndarray:
+    if words.dtype != np.dtype("<u4") or words.ndim != 1:
+        raise ValueError("the record region must be read as little-endian u32 words")
+    return np.ascontiguousarray(words)
+
+
+def walk_compiled(table: RecordTable, words: np.ndarray, limit_words: int, most: int = -1) -> tuple[np.ndarray, int]:
+    """``walk``, compiled: the same record starts and stop; with ``most`` >= 0, at most that many records (the stop
+    is then after the last of them)."""
+    assert compiled is not None
+    shape = _compiled_table(table)
+    assert shape is not None
+    words = _words_for_c(words)
+    n = max(min(int(limit_words), words.size), 0)
+    room = n // shape.min_step + 1  # more than the records n words can hold
+    if most >= 0:
+        room = min(room, most)
+    starts = np.empty(room, dtype=np.int64)
+    count, stop = compiled.walk(words, n, shape.steps, starts)
+    return starts[:count], stop
+
+
+def group_compiled(
+    table: RecordTable, words: np.ndarray, path: np.ndarray, last_type: int, next_serial: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``record_serials`` of the records at ``path`` (each a start of a type the table steps over, as the walk
+    gives), and the records grouped by type code: (serials, the record indices code by code, each group in record
+    order, and where each code's group begins in them: ``ncodes + 1`` offsets)."""
+    assert compiled is not None
+    shape = _compiled_table(table)
+    assert shape is not None
+    words = _words_for_c(words)
+    path = np.ascontiguousarray(path, dtype=np.int64)
+    serials = np.empty(path.size, dtype=np.uint64)
+    order = np.empty(path.size, dtype=np.int64)
+    offsets = np.empty(shape.ncodes + 1, dtype=np.int64)
+    compiled.group(
+        words, path, path.size, shape.codes, shape.rule_records, shape.rule_after, int(last_type), int(next_serial),
+        serials, order, offsets,
+    )  # fmt: skip
+    return serials, order, offsets
+
+
+def gather_compiled(words: np.ndarray, starts: np.ndarray, size: int, record_type: int, dtype: np.dtype) -> np.ndarray:
+    """``_gather``, compiled: one copy of each record's payload into a fresh structured array."""
+    assert compiled is not None
+    if dtype.itemsize != size:
+        raise ValueError(f"{_type_name(record_type)}: converter dtype is {dtype.itemsize} bytes, payload {size}")
+    out = np.empty(starts.size, dtype=dtype)
+    compiled.gather(_words_for_c(words), np.ascontiguousarray(starts, dtype=np.int64), size, out.view(np.uint8))
+    return out
+
+
+MAX_MERGE_PARTS = 256  # the compiled merge's (_records.c, MAX_PARTS): more groups in one window are sorted by numpy
+
+
+def merge_compiled(parts: list[np.ndarray], first: int, span: int) -> np.ndarray | None:
+    """Events of ``parts`` (each in serial order, serials ``first`` .. ``first + span - 1``) in one array in serial
+    order, stable: what a stable argsort of their concatenated serials gives. None where some event's serial is
+    outside that range (the caller then sorts)."""
+    assert compiled is not None
+    if len(parts) > MAX_MERGE_PARTS:
+        return None
+    raw = []
+    for events in parts:
+        if events.dtype != EVENT_DTYPE:
+            raise ValueError("events must be EVENT_DTYPE")
+        raw.append(np.ascontiguousarray(events).view(np.uint8))
+    merged = np.empty(sum(events.size for events in parts), dtype=EVENT_DTYPE)
+    if not compiled.merge(raw, int(first), int(span), merged.view(np.uint8)):
+        return None
+    return merged
+
+
 @dataclass(frozen=True, slots=True)
 class SimtShape:
     """How a release lays out the SIMT part of a slot (from 2026-05-06: reference §1.10, docs §6.1): 2 048 thread
@@ -681,6 +801,8 @@ class SlotDecoder:
     ) -> None:
         self.heads = heads
         self.table = table if table is not None else record_table(wire.MSSANITIZER_4A419F05)
+        # The compiled walk, numbering and gathers where built (and able to number this table), else numpy's
+        self._compiled_table = _compiled_table(self.table) if compiled is not None else None
         # A SIMT chip sends its SIMT part after the SIMD records: its thread areas become SIMT sections at the
         # slot's end where the release's records are measured, and are counted where not
         self._simt = SimtPart(simt, heads) if heads.support_simt else None
@@ -735,7 +857,11 @@ class SlotDecoder:
             rest = min(len(data) - at, h.write_offset - self._pos - at)
             avail = min(rest, WINDOW_BYTES)
             words = np.frombuffer(data, dtype="<u4", count=avail // 4, offset=at)
-            path, stop = walk(self.table, words, words.size)
+            fast = self._compiled_table is not None
+            if fast:  # no more than one record past the room: the check below needs to know there is one
+                path, stop = walk_compiled(self.table, words, words.size, room + 1)
+            else:
+                path, stop = walk(self.table, words, words.size)
             if path.size > room:  # recordWriteCount ends the block before writeOffset does
                 path = path[:room]
                 stop = int(path[-1] + self.table.step(int(words[path[-1]])))
@@ -750,11 +876,16 @@ class SlotDecoder:
                     f"{h.record_write_count - self.records - path.size} records not decoded"
                 )
             if path.size:
-                types = words[path]
-                serials = record_serials(self.table, types, self._last_type, self.first_serial + self._serials)
+                next_serial = self.first_serial + self._serials
+                grouped: tuple[np.ndarray, np.ndarray] | None = None
+                if fast:
+                    serials, *grouping = group_compiled(self.table, words, path, self._last_type, next_serial)
+                    grouped = (grouping[0], grouping[1])
+                else:
+                    serials = record_serials(self.table, words[path], self._last_type, next_serial)
                 self._serials = int(serials[-1]) + 1 - self.first_serial
-                self._last_type = int(types[-1])
-                events = self._convert(words, path, serials)
+                self._last_type = int(words[path[-1]])
+                events = self._convert(words, path, serials, grouped)
                 held_before = self._held.let_go
                 parts.append(self._held.route(events, words, path, serials))
                 if self._held.let_go and not held_before:  # counted once, where the metric's reasons are
@@ -844,15 +975,26 @@ class SlotDecoder:
         event["block_size"] = 0
         return event
 
-    def _convert(self, words: np.ndarray, path: np.ndarray, serials: np.ndarray) -> np.ndarray:
-        types = words[path]
+    def _convert(
+        self,
+        words: np.ndarray,
+        path: np.ndarray,
+        serials: np.ndarray,
+        grouped: tuple[np.ndarray, np.ndarray] | None = None,  # group_compiled's (order, offsets), where it ran
+    ) -> np.ndarray:
         table = self.table
-        codes = table.type_code[types]  # every type on the path is known (the walk stopped before any other)
+        if grouped is None:
+            codes = table.type_code[words[path]]  # every type on the path is known (the walk stopped before any other)
+            present = np.flatnonzero(np.bincount(codes, minlength=len(table.code_type))).tolist()
+        else:
+            order, offsets = grouped
+            present = np.flatnonzero(np.diff(offsets)).tolist()
+        gather = gather_compiled if grouped is not None else _gather
         groups: list[tuple[np.ndarray, np.ndarray]] = []  # (record indices, their events)
-        for code in np.flatnonzero(np.bincount(codes, minlength=len(table.code_type))).tolist():
+        for code in present:
             wire_type = table.code_type[code]
             record_type = int(table.canonical[wire_type])
-            rows = np.flatnonzero(codes == code)
+            rows = np.flatnonzero(codes == code) if grouped is None else order[offsets[code] : offsets[code + 1]]
             registered = base.CONVERTERS.get(record_type)
             dtype = table.dtypes.get(record_type)
             if registered is None or dtype is None:
@@ -862,7 +1004,7 @@ class SlotDecoder:
                 self._unconverted[name] = self._unconverted.get(name, 0) + rows.size
                 continue
             try:
-                records = _gather(words, path[rows], table.payload_size[record_type], record_type, dtype)
+                records = gather(words, path[rows], table.payload_size[record_type], record_type, dtype)
                 events = base.convert_bounded(
                     registered, record_type, _type_name(record_type), records, serials[rows], self.context
                 )
@@ -879,6 +1021,10 @@ class SlotDecoder:
         # each group is then put straight in its places (one copy of the events, not a concatenation and a take).
         # Where records of two types share a serial (record_serials), each event is keyed by its record instead.
         if int(serials[-1] - serials[0]) + 1 == serials.size:
+            if grouped is not None:
+                merged = merge_compiled(out, int(serials[0]), serials.size)
+                if merged is not None:
+                    return merged
             keys = [events["serial"] for events in out]
         else:
             keys = [rows[np.searchsorted(serials[rows], events["serial"])] for rows, events in groups]

@@ -9,11 +9,15 @@ from typing import Any
 
 import numpy as np
 
+from sanitizerd import native
 from sanitizerd.chips import Chip
 from sanitizerd.compat import wire
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.types import REFERENCE_LAYOUT
 from sanitizerd_protocol.records import EVENT_DTYPE
+
+# Events packed by a compiled loop where built (sanitizerd/native/_records.c, issue 29): None is numpy's (``pack``)
+compiled = native.load("_records")
 
 MAX_RECORD_PLACES = 1 << 16  # distinct (pc, fileNo, lineNo) one connection names; a kernel has a few thousand
 
@@ -271,7 +275,46 @@ assert all(EVENT_DTYPE.fields[name][1] == word * 8 + shift // 8 for name, (word,
 def pack(n: int, out: np.ndarray | None = None, **fields: int | np.ndarray) -> np.ndarray:
     """``n`` events with ``fields`` (scalars or arrays of ``n``; each value cut to its field's width, as a
     structured assignment would), the rest zero; written into ``out`` (n rows of 7 u64, e.g. every other row of
-    a larger array) when given."""
+    a larger array) when given. Compiled (``pack_compiled``) where built, numpy's (``pack_numpy``) otherwise and
+    for what the compiled one does not take."""
+    if compiled is not None:
+        packed = pack_compiled(n, out, fields)
+        if packed is not None:
+            return packed
+    return pack_numpy(n, out, **fields)
+
+
+def pack_compiled(n: int, out: np.ndarray | None, fields: dict[str, int | np.ndarray]) -> np.ndarray | None:
+    """``pack`` in one compiled pass per column (sanitizerd/native/_records.c); None where a column is not a 1-D
+    array of ``n`` integers or bools in the host's order (``pack_numpy`` then packs it)."""
+    assert compiled is not None
+    words = np.empty((n, EVENT_DTYPE.itemsize // 8), dtype=np.uint64) if out is None else out
+    if words.dtype != np.uint64 or words.shape != (n, EVENT_DTYPE.itemsize // 8) or (n and words.strides[1] != 8):
+        return None
+    constant = [0] * words.shape[1]
+    columns = []
+    for name, value in fields.items():
+        word, shift, width = _PACKING[name]
+        mask = (1 << width) - 1
+        if isinstance(value, np.ndarray) and value.ndim:  # the usual column, without np.ndim's dispatch
+            column = value
+        elif np.ndim(value) == 0:
+            constant[word] |= (int(value) & mask) << shift  # type: ignore[arg-type]
+            continue
+        else:
+            column = np.asarray(value)
+        if column.dtype.kind not in "iub" or not column.dtype.isnative or column.shape != (n,):
+            return None
+        columns.append((column, word, shift, mask))
+    if not compiled.pack(words, np.array(constant, dtype=np.uint64), columns):
+        return None
+    if out is not None:
+        return out
+    return words.view(EVENT_DTYPE).reshape(-1)
+
+
+def pack_numpy(n: int, out: np.ndarray | None = None, **fields: int | np.ndarray) -> np.ndarray:
+    """``pack`` with numpy: the reference the compiled one is tested against."""
     words = np.empty((n, EVENT_DTYPE.itemsize // 8), dtype=np.uint64) if out is None else out
     constant = [0] * words.shape[1]
     varying: list[np.ndarray | None] = [None] * words.shape[1]

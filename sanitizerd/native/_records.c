@@ -1,0 +1,553 @@
+/* The msSanitizer record-buffer decoder's per-record loops (sanitizerd/compat/records/slots.py, issue 29).
+ *
+ * A slot's record region is [u32 type][payload] back to back; numpy walks it by predicting loops and walking ~1 024
+ * speculative segments in lockstep, then numbers the records (record_serials), groups them by type, gathers each
+ * type's payloads and, after the converters, merges the types' events back into program order. Here each of those
+ * is one plain pass, with the GIL released:
+ *
+ *   walk(words, limit, steps, starts) -> (count, stop)       the true path from word 0 (slots.walk)
+ *   group(words, starts, count, steps, codes, rule_records, rule_after, last_type, next_serial,
+ *         serials, order, offsets)                            record_serials, and the records grouped by type code
+ *   gather(words, starts, size, out)                          slots._gather: each record's payload bytes, in order
+ *   merge(parts, first, span, out) -> bool                    the types' events in serial order (stable)
+ *
+ * Every value read from the records is checked against the table or array it indexes; every buffer's length is
+ * checked here (the Python wrapper also checks dtypes and contiguity). Words are read as little-endian bytes (the
+ * wire's order) whatever the host's, and without alignment assumptions.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define EVENT_SIZE 56
+#define EVENT_SERIAL_AT 8
+
+static inline uint32_t word_at(const unsigned char *words, Py_ssize_t i) {
+    const unsigned char *p = words + 4 * i;
+#if PY_LITTLE_ENDIAN
+    uint32_t v;
+    memcpy(&v, p, 4); /* one load (the byte form below is not always recognised as one) */
+    return v;
+#else
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+#endif
+}
+
+static inline uint64_t u64_at(const unsigned char *p) {
+#if PY_LITTLE_ENDIAN
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+#else
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+#endif
+}
+
+static int whole(Py_buffer *b, Py_ssize_t itemsize, const char *what) {
+    if (b->len % itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s must be whole %zd-byte items", what, itemsize);
+        return 0;
+    }
+    return 1;
+}
+
+/* walk(words, limit, steps, starts) -> (count, stop): record starts (word indices) of the true path from word 0
+ * through words[:limit], written to ``starts`` (int64) until it is full, and the first word not walked: a word
+ * that is no type the table can step over (past the table, or step 0), a record not all there, the limit, or the
+ * record after the last that ``starts`` holds. */
+static PyObject *walk(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer words, steps, starts;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "y*ny*w*", &words, &limit, &steps, &starts)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!whole(&words, 4, "words") || !whole(&steps, 8, "steps") || !whole(&starts, 8, "starts")) {
+        goto done;
+    }
+    {
+        const unsigned char *w = (const unsigned char *)words.buf;
+        const int64_t *step_of = (const int64_t *)steps.buf;
+        int64_t *out = (int64_t *)starts.buf;
+        Py_ssize_t n = words.len / 4, top = steps.len / 8, room = starts.len / 8, count = 0, at = 0;
+        if (limit < n) {
+            n = limit < 0 ? 0 : limit;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        while (at < n && count < room) {
+            uint32_t t = word_at(w, at);
+            int64_t step = (Py_ssize_t)t < top ? step_of[t] : 0;
+            if (step <= 0 || step > n - at) { /* no type, or a record not all there */
+                break;
+            }
+            out[count++] = at;
+            at += (Py_ssize_t)step;
+        }
+        Py_END_ALLOW_THREADS
+        result = Py_BuildValue("nn", count, at);
+    }
+done:
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&starts);
+    return result;
+}
+
+/* group(words, starts, count, codes, rule_records, rule_after, last_type, next_serial, serials, order, offsets):
+ * for the first ``count`` records of ``starts`` (each a start of a known type: the walk's), their serial numbers
+ * (record_serials: a record whose type has a rule bit in ``rule_records`` and whose record before, ``last_type``
+ * for the first, has the same bit in ``rule_after`` takes the number of the record before; the others the next one
+ * from ``next_serial``, mod 2**64 as numpy's int64 cumsum cast to uint64), and the records grouped by their type's
+ * code (``codes``, intp by wire type): ``order`` the record indices code by code, each group in record order, and
+ * ``offsets`` (ncodes + 1) where each group begins. */
+static PyObject *group(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer words, starts, codes, rule_records, rule_after, serials, order, offsets;
+    Py_ssize_t count;
+    long long last_type;
+    unsigned long long next_serial;
+    if (!PyArg_ParseTuple(args, "y*y*ny*y*y*LKw*w*w*", &words, &starts, &count, &codes, &rule_records, &rule_after,
+                          &last_type, &next_serial, &serials, &order, &offsets)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!whole(&words, 4, "words") || !whole(&starts, 8, "starts") || !whole(&codes, sizeof(Py_ssize_t), "codes") ||
+        !whole(&rule_records, 4, "rule_records") || !whole(&rule_after, 4, "rule_after") ||
+        !whole(&serials, 8, "serials") || !whole(&order, 8, "order") || !whole(&offsets, 8, "offsets")) {
+        goto done;
+    }
+    {
+        Py_ssize_t nwords = words.len / 4, ntypes = codes.len / (Py_ssize_t)sizeof(Py_ssize_t);
+        Py_ssize_t nrules_records = rule_records.len / 4, nrules_after = rule_after.len / 4;
+        Py_ssize_t ncodes = offsets.len / 8 - 1;
+        if (count < 0 || count > starts.len / 8 || count > serials.len / 8 || count > order.len / 8 || ncodes < 0) {
+            PyErr_SetString(PyExc_ValueError, "count is past starts, serials or order, or offsets is empty");
+            goto done;
+        }
+        const unsigned char *w = (const unsigned char *)words.buf;
+        const int64_t *at = (const int64_t *)starts.buf;
+        const Py_ssize_t *code_of = (const Py_ssize_t *)codes.buf;
+        const uint32_t *records_bits = (const uint32_t *)rule_records.buf;
+        const uint32_t *after_bits = (const uint32_t *)rule_after.buf;
+        uint64_t *serial = (uint64_t *)serials.buf;
+        int64_t *ordered = (int64_t *)order.buf;
+        int64_t *begin = (int64_t *)offsets.buf;
+        const char *bad = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        memset(begin, 0, (size_t)(ncodes + 1) * sizeof(int64_t));
+        uint64_t number = (uint64_t)next_serial - 1u;
+        uint32_t before_bits = (last_type >= 0 && last_type < nrules_after) ? after_bits[last_type] : 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int64_t start = at[i];
+            if (start < 0 || start >= nwords) {
+                bad = "a record start is past the words";
+                break;
+            }
+            uint32_t t = word_at(w, start);
+            if ((Py_ssize_t)t >= ntypes) {
+                bad = "a record's type is past the code table";
+                break;
+            }
+            Py_ssize_t code = code_of[t];
+            if (code < 0 || code >= ncodes) {
+                bad = "a record's type code is past the groups";
+                break;
+            }
+            uint32_t mine = (Py_ssize_t)t < nrules_records ? records_bits[t] : 0;
+            if (!(mine & before_bits)) {
+                number++;
+            }
+            serial[i] = number;
+            before_bits = (Py_ssize_t)t < nrules_after ? after_bits[t] : 0;
+            begin[code + 1]++;
+        }
+        if (!bad) {
+            for (Py_ssize_t c = 0; c < ncodes; c++) {
+                begin[c + 1] += begin[c];
+            }
+            /* Second pass: each record to its group's next place (begin[c] is moved on, then put back). Its
+             * reads are checked again: nothing read from a buffer is trusted across passes. */
+            for (Py_ssize_t i = 0; i < count; i++) {
+                int64_t start = at[i];
+                uint32_t t = start >= 0 && start < nwords ? word_at(w, start) : UINT32_MAX;
+                Py_ssize_t code = (Py_ssize_t)t < ntypes ? code_of[t] : -1;
+                if (code < 0 || code >= ncodes || begin[code] < 0 || begin[code] >= count) {
+                    bad = "the records changed while they were grouped";
+                    break;
+                }
+                ordered[begin[code]++] = i;
+            }
+            for (Py_ssize_t c = ncodes; c > 0; c--) {
+                begin[c] = begin[c - 1];
+            }
+            begin[0] = 0;
+        }
+        Py_END_ALLOW_THREADS
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, bad);
+            goto done;
+        }
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+done:
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&codes);
+    PyBuffer_Release(&rule_records);
+    PyBuffer_Release(&rule_after);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&order);
+    PyBuffer_Release(&offsets);
+    return result;
+}
+
+/* gather(words, starts, size, out): the ``size`` payload bytes after the type word of each record at ``starts``
+ * (int64 word indices), one after another in ``out`` (len(starts) * size bytes). IndexError for a record not all
+ * within ``words``, as numpy's take raises. */
+static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer words, starts, out;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*y*nw*", &words, &starts, &size, &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!whole(&words, 4, "words") || !whole(&starts, 8, "starts")) {
+        goto done;
+    }
+    {
+        Py_ssize_t nwords = words.len / 4, count = starts.len / 8;
+        if (size < 0 || size % 4 || (count && size > out.len / count) || out.len != count * size) {
+            PyErr_SetString(PyExc_ValueError, "size must be whole words and out len(starts) * size bytes");
+            goto done;
+        }
+        Py_ssize_t payload_words = size / 4;
+        const unsigned char *w = (const unsigned char *)words.buf;
+        const int64_t *at = (const int64_t *)starts.buf;
+        unsigned char *to = (unsigned char *)out.buf;
+        int outside = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int64_t start = at[i];
+            if (start < 0 || start >= nwords - payload_words) {
+                outside = 1;
+                break;
+            }
+            memcpy(to + i * size, w + 4 * (start + 1), (size_t)size);
+        }
+        Py_END_ALLOW_THREADS
+        if (outside) {
+            PyErr_SetString(PyExc_IndexError, "a record runs past the words");
+            goto done;
+        }
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+done:
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* merge(parts, first, span, out) -> bool: the events of ``parts`` (a sequence of contiguous event arrays, each in
+ * serial order) into ``out`` in serial order, stable (a serial's events in the order of the parts, then of each
+ * part): what a stable argsort of their concatenated serials gives. A counting sort over the serials ``first`` ..
+ * ``first + span - 1``; False, with ``out`` untouched, when some event's serial is outside them. */
+#define MAX_PARTS 256
+static PyObject *merge(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *parts_arg;
+    unsigned long long first;
+    Py_ssize_t span;
+    Py_buffer out;
+    if (!PyArg_ParseTuple(args, "OKnw*", &parts_arg, &first, &span, &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_buffer parts[MAX_PARTS];
+    Py_ssize_t nparts = 0, total = 0;
+    int64_t *next = NULL;
+    PyObject *seq = PySequence_Fast(parts_arg, "parts must be a sequence of event arrays");
+    if (seq == NULL) {
+        goto done;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) > MAX_PARTS || span < 0 || span > PY_SSIZE_T_MAX / 8 - 1) {
+        PyErr_SetString(PyExc_ValueError, "too many parts, or a span out of range");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &parts[nparts], PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+        nparts++;
+        if (!whole(&parts[i], EVENT_SIZE, "each part")) {
+            goto done;
+        }
+        total += parts[i].len;
+    }
+    if (total != out.len) {
+        PyErr_SetString(PyExc_ValueError, "out must hold every part's events");
+        goto done;
+    }
+    next = PyMem_Calloc((size_t)span + 1, sizeof(int64_t));
+    if (next == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        int inside = 1;
+        unsigned char *to = (unsigned char *)out.buf;
+        int64_t events = (int64_t)(total / EVENT_SIZE);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t p = 0; p < nparts && inside; p++) {
+            const unsigned char *e = (const unsigned char *)parts[p].buf;
+            Py_ssize_t n = parts[p].len / EVENT_SIZE;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                uint64_t key = u64_at(e + i * EVENT_SIZE + EVENT_SERIAL_AT) - (uint64_t)first;
+                if (key >= (uint64_t)span) { /* below first wraps past span too */
+                    inside = 0;
+                    break;
+                }
+                next[key + 1]++;
+            }
+        }
+        if (inside) {
+            for (Py_ssize_t k = 0; k < span; k++) {
+                next[k + 1] += next[k];
+            }
+            for (Py_ssize_t p = 0; p < nparts && inside; p++) {
+                const unsigned char *e = (const unsigned char *)parts[p].buf;
+                Py_ssize_t n = parts[p].len / EVENT_SIZE;
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    uint64_t key = u64_at(e + i * EVENT_SIZE + EVENT_SERIAL_AT) - (uint64_t)first;
+                    /* checked again (nothing read is trusted across passes): never a write past out */
+                    if (key >= (uint64_t)span || next[key] < 0 || next[key] >= events) {
+                        inside = 0;
+                        break;
+                    }
+                    memcpy(to + (next[key]++) * EVENT_SIZE, e + i * EVENT_SIZE, EVENT_SIZE);
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(inside);
+    }
+done:
+    PyMem_Free(next);
+    for (Py_ssize_t i = 0; i < nparts; i++) {
+        PyBuffer_Release(&parts[i]);
+    }
+    Py_XDECREF(seq);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* One column of pack: its buffer, and how it reads (itemsize 1, 2, 4 or 8; signed; a bool). */
+typedef struct {
+    Py_buffer view;
+    int held;
+    int size;
+    int is_signed;
+    int is_bool;
+    int word;
+    int shift;
+    uint64_t mask;
+} Column;
+
+/* A column's values in the host's order (column_kind refuses any other) */
+static inline uint64_t load_u64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint32_t load_u32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint16_t load_u16(const unsigned char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+#define PACK_BLOCK 256
+
+/* Reads a column's format: native or little-endian integers and bools only (anything else: 0, the caller packs
+ * with numpy). */
+static int column_kind(Column *c) {
+    const char *f = c->view.format ? c->view.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') {
+#if PY_BIG_ENDIAN
+        if (*f == '<') {
+            return 0;
+        }
+#endif
+        f++;
+    }
+    if (f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQ?", f[0]) == NULL) {
+        return 0;
+    }
+    Py_ssize_t size = c->view.itemsize;
+    if (size != 1 && size != 2 && size != 4 && size != 8) {
+        return 0;
+    }
+    c->size = (int)size;
+    c->is_bool = f[0] == '?';
+    c->is_signed = f[0] >= 'a' && f[0] <= 'z';
+    return 1;
+}
+
+#define EVENT_WORDS 7
+
+/* pack(out, constants, columns) -> bool: base.pack's events: every row of ``out`` (n x 7 u64, any row stride,
+ * columns 8 bytes apart) set to ``constants`` (7 u64) OR-ed with each column's value cut to its field (``mask``,
+ * after the value is read as a u64: sign-extended for a signed type, 0 or 1 for a bool) and shifted to it.
+ * ``columns``: (array of n, word, shift, mask) each. False, with ``out`` untouched, for a column that is not a 1-D
+ * array of n integers or bools (numpy packs it). */
+#define MAX_COLUMNS 32
+static PyObject *pack(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *out_arg, *columns_arg;
+    Py_buffer constants;
+    if (!PyArg_ParseTuple(args, "Oy*O", &out_arg, &constants, &columns_arg)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *seq = NULL;
+    Py_buffer out;
+    int out_held = 0;
+    Column columns[MAX_COLUMNS];
+    Py_ssize_t ncolumns = 0;
+    if (constants.len != EVENT_WORDS * 8) {
+        PyErr_SetString(PyExc_ValueError, "constants must be 7 u64");
+        goto done;
+    }
+    if (PyObject_GetBuffer(out_arg, &out, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+        goto done;
+    }
+    out_held = 1;
+    if (out.ndim != 2 || out.itemsize != 8 || out.shape[1] != EVENT_WORDS || (out.shape[0] > 0 && out.strides[1] != 8) ||
+        out.shape[0] < 0) {
+        PyErr_SetString(PyExc_ValueError, "out must be n rows of 7 u64, each row's words adjacent");
+        goto done;
+    }
+    Py_ssize_t n = out.shape[0];
+    seq = PySequence_Fast(columns_arg, "columns must be a sequence");
+    if (seq == NULL) {
+        goto done;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) > MAX_COLUMNS) {
+        result = PyBool_FromLong(0);
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, k), *array;
+        Column *c = &columns[ncolumns];
+        unsigned long long mask;
+        if (!PyArg_ParseTuple(item, "OiiK", &array, &c->word, &c->shift, &mask)) {
+            goto done;
+        }
+        if (c->word < 0 || c->word >= EVENT_WORDS || c->shift < 0 || c->shift > 63) {
+            PyErr_SetString(PyExc_ValueError, "a column's word or shift is outside the event");
+            goto done;
+        }
+        c->mask = mask;
+        if (PyObject_GetBuffer(array, &c->view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+            PyErr_Clear();
+            result = PyBool_FromLong(0);
+            goto done;
+        }
+        c->held = 1;
+        ncolumns++;
+        if (c->view.ndim != 1 || c->view.shape[0] != n || !column_kind(c)) {
+            result = PyBool_FromLong(0);
+            goto done;
+        }
+    }
+    {
+        uint64_t constant[EVENT_WORDS];
+        memcpy(constant, constants.buf, sizeof(constant));
+        unsigned char *base = (unsigned char *)out.buf;
+        Py_ssize_t row = out.strides[0];
+        Py_BEGIN_ALLOW_THREADS
+        /* Blocks of rows that stay in the core's first cache while every column is OR-ed in. */
+        for (Py_ssize_t first = 0; first < n; first += PACK_BLOCK) {
+            Py_ssize_t last = first + PACK_BLOCK < n ? first + PACK_BLOCK : n;
+            for (Py_ssize_t i = first; i < last; i++) {
+                memcpy(base + i * row, constant, sizeof(constant));
+            }
+            for (Py_ssize_t k = 0; k < ncolumns; k++) {
+                const Column *c = &columns[k];
+                unsigned char *at = base + 8 * c->word;
+                const unsigned char *from = (const unsigned char *)c->view.buf;
+                Py_ssize_t stride = c->view.strides[0];
+                uint64_t mask = c->mask;
+                int shift = c->shift;
+#define OR_IN(READ)                                                                                                  \
+    for (Py_ssize_t i = first; i < last; i++) {                                                                      \
+        const unsigned char *p = from + i * stride;                                                                  \
+        uint64_t w;                                                                                                  \
+        memcpy(&w, at + i * row, 8);                                                                                 \
+        w |= ((uint64_t)(READ) & mask) << shift;                                                                     \
+        memcpy(at + i * row, &w, 8);                                                                                 \
+    }
+                if (c->is_bool) {
+                    OR_IN(*p != 0)
+                } else if (c->size == 8) {
+                    OR_IN(load_u64(p))
+                } else if (c->size == 4) {
+                    if (c->is_signed) {
+                        OR_IN((int64_t)(int32_t)load_u32(p))
+                    } else {
+                        OR_IN(load_u32(p))
+                    }
+                } else if (c->size == 2) {
+                    if (c->is_signed) {
+                        OR_IN((int64_t)(int16_t)load_u16(p))
+                    } else {
+                        OR_IN(load_u16(p))
+                    }
+                } else if (c->is_signed) {
+                    OR_IN((int64_t)(int8_t)*p)
+                } else {
+                    OR_IN(*p)
+                }
+#undef OR_IN
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(1);
+    }
+done:
+    for (Py_ssize_t k = 0; k < ncolumns; k++) {
+        if (columns[k].held) {
+            PyBuffer_Release(&columns[k].view);
+        }
+    }
+    Py_XDECREF(seq);
+    if (out_held) {
+        PyBuffer_Release(&out);
+    }
+    PyBuffer_Release(&constants);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"pack", pack, METH_VARARGS, "Events from constant words and columns cut and shifted to their fields."},
+    {"walk", walk, METH_VARARGS, "Record starts of the true path from word 0, and where the walk stopped."},
+    {"group", group, METH_VARARGS, "Records' serial numbers, and the records grouped by type code."},
+    {"gather", gather, METH_VARARGS, "Each record's payload bytes, one after another."},
+    {"merge", merge, METH_VARARGS, "Events of several arrays in serial order, stable (False: a serial outside)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef definition = {
+    PyModuleDef_HEAD_INIT, .m_name = "_records", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__records(void) { return PyModule_Create(&definition); }
