@@ -29,7 +29,15 @@ import numpy as np
 
 from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
-from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, SpanColumns, Stretch, joined, rank_among
+from sanitizerd.detectors._race_columns import (
+    NATIVE,
+    PLACED_FIELDS,
+    HeldColumns,
+    SpanColumns,
+    Stretch,
+    joined,
+    rank_among,
+)
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors._simt import SimtSections
 from sanitizerd.detectors._simt import race_findings as simt_race_findings
@@ -42,6 +50,7 @@ from sanitizerd_protocol.model import Finding, RaceAccess
 from sanitizerd_protocol.records import (
     BLOCK_RECORDS_ENDED,
     DCCI_ENTIRE,
+    EVENT_DTYPE,
     FLAG_ATOMIC,
     FLAG_SIMT_ENTRY,
     GET_BUF_NONBLOCK,
@@ -105,7 +114,10 @@ class Racecheck:
     def __init__(self, context: SessionContext) -> None:
         self.context = context
         self.kernel: KernelLaunch | None = None
-        self.columns = HeldColumns()  # what the check reads of the held events, gathered as they arrive
+        # The compiled loops (sanitizerd/native/_racecheck.c), or None for numpy's reference path: chosen per
+        # process by SANITIZERD_NATIVE; a test may set it on a fresh detector to run either path.
+        self.native = NATIVE
+        self.columns = HeldColumns(self.native)  # what the check reads of the held events, gathered as they arrive
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
         self.asked = 0  # bytes the current launch asked of the budget
@@ -132,7 +144,7 @@ class Racecheck:
         self.limit = int(min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT))
 
     def _reset(self) -> None:
-        self.columns = HeldColumns()
+        self.columns = HeldColumns(self.native)
         self.proofs = BlockProofs()
         self.pending = []
         self.held = self.dropped = self.refused = self.asked = self.off_pipe = 0
@@ -185,7 +197,10 @@ class Racecheck:
         """Hold the ``kept`` events of ``batch`` that ``keep`` marks, as the columns the check reads (the records
         themselves are not kept: the columns are gathered from them straight)."""
         mem = keep & (batch["kind"] <= EventKind.WRITE)
-        ranges = int(pieces(batch)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
+        if self.native is not None and batch.dtype == EVENT_DTYPE:  # one pass over the records
+            ranges = self.native.ranges_beyond(np.ascontiguousarray(batch), np.ascontiguousarray(mem, dtype=bool))
+        else:
+            ranges = int(pieces(batch)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
         cost = kept * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
         self.asked += cost
         if not self.context.race_memory.reserve(cost):
@@ -256,7 +271,7 @@ class Racecheck:
         self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, shaped)
 
     def kernel_end(self) -> list[Finding]:
-        columns, self.columns = self.columns, HeldColumns()
+        columns, self.columns = self.columns, HeldColumns(self.native)
         launch, self.kernel = self.kernel, None
         dropped, refused, asked, limit, off_pipe = self.dropped, self.refused, self.asked, self.limit, self.off_pipe
         dcci_dropped = self.dcci_dropped
