@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, make_events
-from sanitizerd.detectors import _race_columns
+from sanitizerd.detectors import _block_parts, _race_columns, racecheck
+from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._race_columns import ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
 from sanitizerd.detectors._race_pairs import pieces
 from sanitizerd_protocol.records import EVENT_DTYPE
@@ -212,8 +213,6 @@ def test_the_detector_finds_the_same_both_ways_on_random_kernels(seed: int, monk
     accesses, several blocks), blocks one after the other or interleaved, batches cut anywhere, blocks proven as
     they complete or the whole check at the end: the same findings, texts and pairs."""
     rng = random.Random(seed)
-    from sanitizerd.detectors import racecheck
-
     monkeypatch.setattr(racecheck, "PROOF_STRETCH", rng.choice((1, 8, 1 << 15)))
     if rng.random() < 0.5:
         events, _ = to_events(random_kernel(rng, blocks=rng.choice((1, 2, 3, 4)), spmd=rng.random() < 0.4))
@@ -265,3 +264,94 @@ def test_the_reference_path_is_chosen_by_none() -> None:
     """``HeldColumns(None)`` gathers with numpy whatever was built; the module default follows SANITIZERD_NATIVE."""
     assert HeldColumns(None).native is None
     assert HeldColumns().native is _race_columns.NATIVE
+
+
+def random_blocks(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    """``place``'s inputs: kinds of every sort (unkept ones between WRITE and SET_FLAG too), pipes of every value
+    (PIPE_S, PIPE_ALL, undefined ones up to 255), block starts, serials that repeat."""
+    kinds = np.array([*_KINDS, 2, 15, 255], dtype=np.uint8)
+    kind = kinds[rng.integers(0, kinds.size, n)]
+    kind = np.where(rng.random(n) < 0.4, rng.integers(0, 2, n), kind).astype(np.uint8)
+    start = rng.random(n) < rng.choice([0.0, 0.05, 0.5])
+    if n:
+        start[0] = True
+    is_sync, is_access = kind >= EventKind.SET_FLAG, kind <= EventKind.WRITE
+    common = np.array([0, 1, 2, 4, 5, 6, 11], dtype=np.uint8)
+
+    def pipes(m: int) -> np.ndarray:
+        return np.where(rng.random(m) < 0.9, common[rng.integers(0, common.size, m)],
+                        rng.integers(0, 256, m)).astype(np.uint8)  # fmt: skip
+
+    sync_pipe, sync_dst, access_pipe = pipes(int(is_sync.sum())), pipes(int(is_sync.sum())), pipes(int(is_access.sum()))
+    serial = np.cumsum(rng.random(access_pipe.size) < 0.6).astype(np.uint64)
+    if serial.size and rng.random() < 0.2:
+        serial[rng.integers(0, serial.size)] = np.uint64(_U64)
+    return kind, start, sync_pipe, sync_dst, access_pipe, serial
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 2, 3, 10, 50, 400]))
+def test_compiled_place_counts_what_numpy_counts(seed: int, n: int) -> None:
+    args = random_blocks(np.random.default_rng(seed), n)
+    native = place(*args, native=COMPILED)
+    reference = place(*args)
+    for name, a, b in zip(PLACED_FIELDS, native, reference, strict=True):
+        assert a.dtype == b.dtype == np.int64, name
+        assert np.array_equal(a, b), name
+
+
+@needs_compiled
+def test_compiled_place_refuses_columns_that_disagree() -> None:
+    kind, start, sync_pipe, sync_dst, access_pipe, serial = random_blocks(np.random.default_rng(3), 200)
+    out = [np.empty(access_pipe.size, np.int64) for _ in range(4)]
+    good = [kind, start, sync_pipe, sync_dst, access_pipe, serial, _block_parts._TABLES, _block_parts._CONSTANTS]
+    COMPILED.place(*good, *out)
+    bad_start = start.copy()
+    bad_start[0] = False
+    for i, bad in ((2, sync_pipe[:-1]), (3, sync_dst[:-1]), (4, access_pipe[1:]), (5, serial[1:]),
+                   (5, serial.astype(np.uint32)), (1, bad_start), (1, start[1:]), (6, _block_parts._TABLES[1:]),
+                   (7, _block_parts._CONSTANTS[1:]), (7, (256, *_block_parts._CONSTANTS[1:]))):  # fmt: skip
+        args = list(good)
+        args[i] = bad
+        with pytest.raises((ValueError, TypeError)):
+            COMPILED.place(*args, *out)
+    with pytest.raises(ValueError):
+        COMPILED.place(*good, *out[:3], out[3][1:])
+    with pytest.raises(ValueError):
+        COMPILED.place(*good, *out[:3], out[3].view(np.int32))
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([0, 1, 2, 7, 100, 1000]))
+def test_compiled_select_holds_what_numpy_holds(seed: int, n: int) -> None:
+    """Kinds of every value, non-blocking GET_BUFs, SIMT threads and their call's entry records, pipes and
+    destination pipes past the last defined one."""
+    rng = np.random.default_rng(seed)
+    events = hostile_records(rng, n)
+    events["kind"] = np.where(rng.random(n) < 0.1, EventKind.GET_BUF, events["kind"])
+    events["mode"] = np.where(rng.random(n) < 0.5, rng.integers(0, 3, n), events["mode"])
+    events["thread"] = np.where(rng.random(n) < 0.6, 0, events["thread"])
+    events["flags"] = np.where(rng.random(n) < 0.5, rng.integers(0, 8, n), events["flags"])
+    for name in ("pipe", "dst_pipe"):
+        events[name] = np.where(rng.random(n) < 0.8, events[name] % 13, events[name])
+    keep, kept, off = racecheck.select(events)
+    native_keep, native_mem, native_kept, native_off = racecheck.select_native(COMPILED, events)
+    assert np.array_equal(native_keep, keep)
+    assert np.array_equal(native_mem, keep & (events["kind"] <= EventKind.WRITE))
+    assert (native_kept, native_off) == (kept, off)
+
+
+@needs_compiled
+def test_compiled_select_refuses_what_does_not_fit() -> None:
+    events = hostile_records(np.random.default_rng(1), 10)
+    keep, mem = np.empty(10, bool), np.empty(10, bool)
+    tables, constants = racecheck._SELECT_TABLES, racecheck._SELECT_CONSTANTS
+    COMPILED.select(events, tables, constants, keep, mem)
+    for args in ((events[:9], tables, constants, keep, mem), (events, tables[1:], constants, keep, mem),
+                 (events, tables, constants, keep[1:], mem), (events, tables, constants, keep, mem[1:]),
+                 (events, tables, constants[1:], keep, mem), (events, tables, (300, *constants[1:]), keep, mem),
+                 (events.view(np.uint8)[1:], tables, constants, np.empty(0, bool), np.empty(0, bool))):  # fmt: skip
+        with pytest.raises((ValueError, TypeError)):
+            COMPILED.select(*args)

@@ -290,7 +290,7 @@ class HeldColumns:
         accesses, syncs = self._accesses.columns, self._syncs.columns
         placed = place(
             kind, start, syncs["pipe"][sync_lo:sync_hi], syncs["dst_pipe"][sync_lo:sync_hi],
-            accesses["pipe"][access_lo:access_hi], accesses["serial"][access_lo:access_hi],
+            accesses["pipe"][access_lo:access_hi], accesses["serial"][access_lo:access_hi], self.native,
         )  # fmt: skip
         for name, values in zip(PLACED_FIELDS, placed, strict=True):
             accesses[name][access_lo:access_hi] = values

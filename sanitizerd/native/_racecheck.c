@@ -24,6 +24,11 @@
 #define BLOCK_STRIDE_AT 34
 #define REPEAT_AT 36
 #define REPEAT_STRIDE_AT 38
+#define PIPE_AT 46        /* uint8 */
+#define DST_PIPE_AT 47    /* uint8 */
+#define FLAGS_AT 49       /* uint8 */
+#define MODE_AT 52        /* uint8 */
+#define THREAD_AT 54      /* uint16 */
 #define MAX_FIELDS 32
 
 typedef struct {
@@ -256,8 +261,260 @@ static PyObject *ranges_beyond(PyObject *Py_UNUSED(module), PyObject *args) {
     return PyLong_FromLongLong(total);
 }
 
+
+/* A read-only buffer of exactly ``count`` items of ``size`` bytes (C-contiguous), or -1 with an exception. */
+static int input(PyObject *obj, Py_buffer *view, Py_ssize_t size, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return -1;
+    }
+    if (view->itemsize != size) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s must have items of %zd bytes", what, size);
+        return -1;
+    }
+    return 0;
+}
+
+enum { T_ONE_NODE, T_FLAG_WAIT, T_OWN_PIPE_WAIT, T_MEMBER, T_TABLES };
+enum { C_S, C_S_CAL, C_ALL, C_SET_FLAG, C_WRITE, C_PIPE_BARRIER, C_SOFT_SYNC_ALL, C_CROSS_SET, C_SOFT_SET, C_COUNT };
+
+/* place(kind, block_start, sync_pipe, sync_dst, access_pipe, access_serial, tables, constants, seg, issued,
+ *       barriers, pipe_index) -> None
+ *
+ * _block_parts.place in one pass over complete blocks' events (``kind`` uint8, ``block_start`` one byte each, the
+ * first set), their sync events' pipes (uint8), their accesses' pipes (uint8) and serials (uint64). ``tables``:
+ * four 256-byte tables by kind or pipe (_IS_ONE_NODE, _IS_FLAG_WAIT, _IS_OWN_PIPE_WAIT by kind; _MEMBER by
+ * pipe); ``constants``: Pipe.S, Pipe.S_CAL, Pipe.ALL and the kinds SET_FLAG, WRITE, PIPE_BARRIER, SOFT_SYNC_ALL,
+ * CROSS_SET, SOFT_SET. Per access, into int64 columns: the nodes of its pipe before it in its block, the PIPE_S
+ * nodes before it, the barrier marks on its pipe before it, and the running count of distinct instructions on its
+ * pipe. The counts of sync events and accesses must be those ``kind`` has. */
+static PyObject *place(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[12];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6],
+                          &obj[7], &obj[8], &obj[9], &obj[10], &obj[11])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[7] = {1, 1, 1, 1, 1, 8, 1};
+    static const char *names[7] = {"kind", "block_start", "sync_pipe", "sync_dst", "access_pipe", "access_serial",
+                                   "tables"};
+    Py_buffer views[11];
+    int held = 0;
+    PyObject *result = NULL;
+    long constant[C_COUNT];
+    for (; held < 7; held++) {
+        if (input(obj[held], &views[held], sizes[held], names[held]) < 0) {
+            goto done;
+        }
+    }
+    if (!PyTuple_Check(obj[7]) || PyTuple_GET_SIZE(obj[7]) != C_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "constants must be a tuple of 9 ints");
+        goto done;
+    }
+    for (int c = 0; c < C_COUNT; c++) {
+        constant[c] = PyLong_AsLong(PyTuple_GET_ITEM(obj[7], c));
+        if (constant[c] == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (constant[c] < 0 || constant[c] > 255) {
+            PyErr_SetString(PyExc_ValueError, "a constant is a pipe or a kind: 0 to 255");
+            goto done;
+        }
+    }
+    for (; held < 11; held++) {
+        if (PyObject_GetBuffer(obj[held + 1], &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            goto done;
+        }
+        if (views[held].itemsize != 8) {
+            held++;
+            PyErr_SetString(PyExc_ValueError, "the outputs must be int64");
+            goto done;
+        }
+    }
+    Py_ssize_t n = views[0].len, syncs = views[2].len, accesses = views[4].len;
+    if (views[1].len != n || views[3].len != syncs || views[5].len != 8 * accesses || views[6].len != 256 * T_TABLES) {
+        PyErr_SetString(PyExc_ValueError, "place: the columns' lengths do not agree");
+        goto done;
+    }
+    for (int o = 7; o < 11; o++) {
+        if (views[o].len != 8 * accesses) {
+            PyErr_SetString(PyExc_ValueError, "place: each output must have one int64 per access");
+            goto done;
+        }
+    }
+    const unsigned char *kind = views[0].buf, *start = views[1].buf, *sync_pipe = views[2].buf;
+    const unsigned char *sync_dst = views[3].buf, *access_pipe = views[4].buf, *table = views[6].buf;
+    Py_ssize_t seen_syncs = 0, seen_accesses = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        seen_syncs += kind[i] >= constant[C_SET_FLAG];
+        seen_accesses += kind[i] <= constant[C_WRITE];
+    }
+    if (seen_syncs != syncs || seen_accesses != accesses || (n && !start[0])) {
+        PyErr_SetString(PyExc_ValueError, "place: the sync events and accesses are not those of kind, or the first "
+                                          "event does not start a block");
+        goto done;
+    }
+    const uint64_t *serial = views[5].buf;
+    int64_t *seg = views[7].buf, *issued = views[8].buf, *barriers = views[9].buf, *pipe_index = views[10].buf;
+    const unsigned char *one_node = table + 256 * T_ONE_NODE, *flag_wait = table + 256 * T_FLAG_WAIT;
+    const unsigned char *own_pipe_wait = table + 256 * T_OWN_PIPE_WAIT, *member = table + 256 * T_MEMBER;
+    const int S = (int)constant[C_S], S_CAL = (int)constant[C_S_CAL], ALL = (int)constant[C_ALL];
+
+    Py_BEGIN_ALLOW_THREADS
+    int64_t nodes[256], marks[256], index[256], issued_now = 0;
+    uint64_t last_serial[256];
+    unsigned char any_on[256];
+    memset(index, 0, sizeof index);
+    memset(any_on, 0, sizeof any_on);
+    Py_ssize_t s = 0, a = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (start[i]) {
+            memset(nodes, 0, sizeof nodes);
+            memset(marks, 0, sizeof marks);
+            issued_now = 0;
+        }
+        int k = kind[i];
+        if (k >= constant[C_SET_FLAG]) {
+            int p = sync_pipe[s], d = sync_dst[s];
+            s++;
+            int one = -1; /* make_nodes's node pipe of a one-node event */
+            if (one_node[k]) {
+                one = p == S ? S_CAL : p;
+                if (flag_wait[k]) {
+                    one = d;
+                }
+                if (own_pipe_wait[k]) {
+                    one = p;
+                }
+                if (k == constant[C_SOFT_SET]) {
+                    one = S_CAL;
+                }
+            }
+            int every = k == constant[C_PIPE_BARRIER] && p == ALL;
+            int sync_all = k == constant[C_SOFT_SYNC_ALL];
+            /* each pipe counts an event once, whichever of the rules names it */
+            if (one >= 0) {
+                nodes[one]++;
+            }
+            if (every) {
+                for (int q = 0; q < 256; q++) {
+                    if (member[q] && q != one) {
+                        nodes[q]++;
+                    }
+                }
+            }
+            if (sync_all && S_CAL != one && !(every && member[S_CAL])) {
+                nodes[S_CAL]++;
+            }
+            issued_now += (one == S) || every || sync_all;
+            if ((k == constant[C_PIPE_BARRIER] && p != ALL) || k == constant[C_CROSS_SET]) {
+                marks[p == S ? S_CAL : p]++;
+            }
+        } else if (k <= constant[C_WRITE]) {
+            int p = access_pipe[a] == S ? S_CAL : access_pipe[a];
+            seg[a] = nodes[p];
+            issued[a] = issued_now;
+            barriers[a] = marks[p];
+            if (!any_on[p] || serial[a] != last_serial[p]) {
+                index[p]++;
+            }
+            any_on[p] = 1;
+            last_serial[p] = serial[a];
+            pipe_index[a] = index[p];
+            a++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+
+done:
+    release_all(views, held);
+    return result;
+}
+
+
+/* select(records, tables, constants, keep, access) -> (kept, off_pipe)
+ *
+ * racecheck.check's choice of the events it holds, in one pass: ``tables`` is two 256-byte tables by kind (_KEEP,
+ * _TO_PIPE); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE). An event is held when
+ * _KEEP names its kind, it is not a non-blocking GET_BUF, it is not a SIMT thread's (thread 0, or the call's entry
+ * record), and its pipe (and, for the kinds _TO_PIPE names, its destination pipe) is below NPIPES; one that
+ * passes all but the last is counted in ``off_pipe``. ``keep`` and ``access`` (one byte per record) get the held
+ * events, and those of them that are accesses (kind <= WRITE). */
+static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *records_obj, *tables_obj, *constants, *keep_obj, *access_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO", &records_obj, &tables_obj, &constants, &keep_obj, &access_obj)) {
+        return NULL;
+    }
+    Py_buffer views[4];
+    int held = 0;
+    PyObject *result = NULL;
+    long constant[5];
+    if (!PyTuple_Check(constants) || PyTuple_GET_SIZE(constants) != 5) {
+        PyErr_SetString(PyExc_TypeError, "constants must be a tuple of 5 ints");
+        return NULL;
+    }
+    for (int c = 0; c < 5; c++) {
+        constant[c] = PyLong_AsLong(PyTuple_GET_ITEM(constants, c));
+        if (constant[c] == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (constant[c] < 0 || constant[c] > 255) {
+            PyErr_SetString(PyExc_ValueError, "a constant is a kind, a mode, a flag or a pipe count: 0 to 255");
+            return NULL;
+        }
+    }
+    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    held++;
+    if (input(tables_obj, &views[held], 1, "tables") < 0) {
+        goto done;
+    }
+    held++;
+    for (int o = 0; o < 2; o++) {
+        if (PyObject_GetBuffer(o ? access_obj : keep_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        held++;
+    }
+    if (views[0].len % RECORD_SIZE || views[1].len != 2 * 256 || views[2].len != views[0].len / RECORD_SIZE ||
+        views[3].len != views[2].len) {
+        PyErr_SetString(PyExc_ValueError, "select: records must be whole 56-byte records, tables 512 bytes, keep and "
+                                          "access one byte per record");
+        goto done;
+    }
+    const unsigned char *base = views[0].buf, *keep_table = views[1].buf, *to_pipe = keep_table + 256;
+    unsigned char *keep = views[2].buf, *access = views[3].buf;
+    Py_ssize_t n = views[2].len, kept = 0, off_pipe = 0;
+    const int get_buf = (int)constant[0], nonblock = (int)constant[1], simt_entry = (int)constant[2];
+    const int npipes = (int)constant[3], write = (int)constant[4];
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *record = base + i * RECORD_SIZE;
+        int kind = record[KIND_AT];
+        int thread = record[THREAD_AT] | record[THREAD_AT + 1];
+        int k = keep_table[kind] && !(kind == get_buf && record[MODE_AT] == nonblock) &&
+                (!thread || (record[FLAGS_AT] & simt_entry));
+        int off = k && (record[PIPE_AT] >= npipes || (to_pipe[kind] && record[DST_PIPE_AT] >= npipes));
+        off_pipe += off;
+        k &= !off;
+        kept += k;
+        keep[i] = (unsigned char)k;
+        access[i] = (unsigned char)(k && kind <= write);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", kept, off_pipe);
+
+done:
+    release_all(views, held);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
+    {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
+    {"select", select_held, METH_VARARGS, "Which of a batch's records racecheck holds, and which are accesses."},
     {"ranges_beyond", ranges_beyond, METH_VARARGS, "The byte ranges of the marked accesses beyond one each."},
     {NULL, NULL, 0, NULL},
 };
