@@ -296,7 +296,7 @@ class HeldColumns:
             accesses[name][access_lo:access_hi] = values
         before = self._offsets()
         work = accesses["pipe"][access_lo:access_hi][accesses["ext"][access_lo:access_hi] > 0]
-        work = scalar_to_cal(np.unique(work).astype(np.int64))
+        work = scalar_to_cal(np.flatnonzero(np.bincount(work, minlength=1)))  # np.unique, counted (pipes are bytes)
         members, busy = self._make_nodes(lo, kind, start, work, sync_lo, sync_hi, stretch.blocks[0])
         after = self._offsets()
         return Span(

@@ -479,10 +479,11 @@ class Kernel:
             m = m[keep]
         present = {(int(k) >> 16, int(k) & 0xFFFF) for k in self.block_keys}
         self.pipe = scalar_to_cal(m["pipe"].astype(np.int64))
+        pipes = np.flatnonzero(np.bincount(self.pipe, minlength=1))  # np.unique, counted (pipes are bytes)
         self.model = build(
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
-            present, np.unique(self.pipe), self.block_keys.size, cross_free=alone or self.context.config.block_id >= 0,
+            present, pipes, self.block_keys.size, cross_free=alone or self.context.config.block_id >= 0,
             truncated=truncated, need=self.memory.need,
             made=columns.parts if self.placed_in_blocks else lambda members: None,
         )  # fmt: skip
