@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, make_events
-from sanitizerd.detectors import _block_parts, _race_columns, racecheck
+from sanitizerd.detectors import _block_parts, _happens_before, _race_columns, racecheck
 from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._race_columns import ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
 from sanitizerd.detectors._race_pairs import pieces
@@ -355,3 +355,58 @@ def test_compiled_select_refuses_what_does_not_fit() -> None:
                  (events.view(np.uint8)[1:], tables, constants, np.empty(0, bool), np.empty(0, bool))):  # fmt: skip
         with pytest.raises((ValueError, TypeError)):
             COMPILED.select(*args)
+
+
+def random_clocks(rng: np.random.Generator, n: int, width: int) -> tuple:
+    """``_fixpoint``'s inputs: chains of nodes (sorted), their ordinals, clocks of -1 or ordinals, edge lists with
+    rows written twice (numpy's last write wins), pipe_barrier lists (np.maximum.at: every one counts), and
+    cross-block knowledge into rows named twice."""
+    chain = np.sort(rng.integers(0, max(1, n // 3), n)).astype(np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], chain[1:] != chain[:-1]))) if n else np.empty(0, np.int64)
+    ordinal = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n))) if n else np.empty(0, np.int64)
+    top = int(ordinal.max()) if n else 0
+    K = np.where(rng.random((n, width)) < 0.8, -1, rng.integers(-1, top + 1, (n, width))).astype(np.int32)
+    own_col = rng.integers(0, width, n).astype(np.int64)
+
+    def lists(count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(rng.integers(0, n, m).astype(np.int64), rng.integers(0, n, m).astype(np.int64))
+                for m in rng.integers(0, 2 * n + 1, count)] if n else []  # fmt: skip
+
+    x = rng.integers(0, n, int(rng.integers(0, 4))).astype(np.int64) if n else np.empty(0, np.int64)
+    inj = rng.integers(-1, top + 1, (x.size, width)).astype(np.int32)
+    return K, chain, ordinal.astype(np.int64), own_col, top + 2, lists(3), lists(int(rng.integers(0, 2))), x, inj
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 2, 3, 8, 40, 200]), width=st.integers(1, 12))
+def test_compiled_fixpoint_is_numpys(seed: int, n: int, width: int) -> None:
+    K, chain, ordinal, own_col, span, edges, multi, x, inj = random_clocks(np.random.default_rng(seed), n, width)
+    native = _happens_before._fixpoint(K.copy(), chain, ordinal, own_col, span, edges, multi, x, inj, COMPILED)
+    reference = _happens_before._fixpoint(K.copy(), chain, ordinal, own_col, span, edges, multi, x, inj)
+    assert native[0].dtype == reference[0].dtype == np.int32
+    assert np.array_equal(native[0], reference[0])
+    assert native[1] == reference[1]  # the same rounds
+
+
+@needs_compiled
+def test_compiled_fixpoint_refuses_rows_out_of_range() -> None:
+    """A row, column or list bound out of range, or chains out of order, is refused (numpy's rounds run then)."""
+    K, chain, ordinal, own_col, _span, edges, multi, x, inj = random_clocks(np.random.default_rng(5), 30, 4)
+    fine = _happens_before._fixpoint_native(COMPILED, K, chain, ordinal, own_col, edges, multi, x, inj)
+    assert fine is not None
+    bad_edges = [(np.array([0, 30]), np.array([1, 2]))]
+    bad_dst = [(np.array([0, 1]), np.array([-1, 2]))]
+    unsorted = chain[::-1].copy()
+    for args in ((K, chain, ordinal, own_col, bad_edges, multi, x, inj),
+                 (K, chain, ordinal, own_col, edges, bad_dst, x, inj),
+                 (K, chain, ordinal, own_col + 4, edges, multi, x, inj),
+                 (K, unsorted, ordinal, own_col, edges, multi, x, inj) if chain[0] != chain[-1] else None,
+                 (K, chain, ordinal, own_col, edges, multi, np.array([30]), inj[:1]),
+                 (K, chain, ordinal, own_col, edges, multi, x, inj[:, :3]),
+                 (K, chain[1:], ordinal, own_col, edges, multi, x, inj)):  # fmt: skip
+        if args is not None:
+            assert _happens_before._fixpoint_native(COMPILED, *args) is None
+    with pytest.raises(ValueError):  # the list bounds, given straight
+        COMPILED.fixpoint(K.copy(), 4, chain, ordinal, own_col, np.zeros(2, np.int64), np.zeros(2, np.int64),
+                          np.array([3], np.int64), *(np.empty(0, np.int64),) * 4, np.empty(0, np.int32))  # fmt: skip

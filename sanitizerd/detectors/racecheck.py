@@ -485,7 +485,7 @@ class Kernel:
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
             present, pipes, self.block_keys.size, cross_free=alone or self.context.config.block_id >= 0,
             truncated=truncated, need=self.memory.need,
-            made=columns.parts if self.placed_in_blocks else lambda members: None,
+            made=columns.parts if self.placed_in_blocks else lambda members: None, native=detector.native,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m

@@ -14,6 +14,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RECORD_SIZE 56
@@ -511,10 +512,188 @@ done:
     return result;
 }
 
+
+/* A read-only int64 or int32 vector (C-contiguous) of any length; -1 with an exception if not. */
+static int vector(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *what) {
+    return input(obj, view, itemsize, what);
+}
+
+/* Every index in ``rows`` (``count`` int64) within [0, n). */
+static int rows_within(const int64_t *rows, Py_ssize_t count, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (rows[i] < 0 || rows[i] >= n) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* One list of edges (src[j] -> dst[j], j in [lo, hi)), as numpy applies it: every source's published clock
+ * (its row, with its own pipe's column raised to its ordinal) read before any row is written; then either
+ * ``K[dst] = max(K[dst], published)`` with the last write to a row winning (``accumulate`` 0: fancy assignment),
+ * or ``np.maximum.at`` (``accumulate`` 1: every edge counts). ``scratch`` has room for hi - lo rows. */
+static void pull(int32_t *K, Py_ssize_t w, const int64_t *ordinal, const int64_t *own_col, const int64_t *src,
+                 const int64_t *dst, Py_ssize_t lo, Py_ssize_t hi, int accumulate, int32_t *scratch) {
+    for (Py_ssize_t j = lo; j < hi; j++) {
+        int32_t *row = scratch + (j - lo) * w;
+        const int32_t *from = K + src[j] * w;
+        memcpy(row, from, (size_t)w * sizeof(int32_t));
+        int64_t own = own_col[src[j]];
+        if ((int64_t)row[own] < ordinal[src[j]]) {
+            row[own] = (int32_t)ordinal[src[j]];
+        }
+        if (!accumulate) {
+            const int32_t *old = K + dst[j] * w;
+            for (Py_ssize_t c = 0; c < w; c++) {
+                if (old[c] > row[c]) {
+                    row[c] = old[c];
+                }
+            }
+        }
+    }
+    for (Py_ssize_t j = lo; j < hi; j++) {
+        int32_t *to = K + dst[j] * w;
+        const int32_t *row = scratch + (j - lo) * w;
+        if (accumulate) {
+            for (Py_ssize_t c = 0; c < w; c++) {
+                if (row[c] > to[c]) {
+                    to[c] = row[c];
+                }
+            }
+        } else {
+            memcpy(to, row, (size_t)w * sizeof(int32_t));
+        }
+    }
+}
+
+/* fixpoint(K, width, chain, ordinal, own_col, src, dst, ends, multi_src, multi_dst, multi_ends, x, inj) -> rounds
+ *
+ * _happens_before._fixpoint in place on ``K`` (int32, rows x ``width``, C-contiguous): rounds of pulling along
+ * every edge list (``src``/``dst`` int64, list k being [ends[k-1], ends[k])), then every pipe_barrier(PIPE_ALL)
+ * list (``multi_*``, as np.maximum.at), then the cross-block knowledge ``inj`` (int32, len(x) x width) into rows
+ * ``x``, then a running maximum down each column within each chain (``chain`` int64, non-decreasing), until a
+ * round changes nothing; the rounds it took. ``ordinal`` (int64) and ``own_col`` (int64, the column of the node's
+ * own pipe) per row. Every row index and column is checked; a chain that decreases is refused. With clocks of
+ * ordinals (-1 to the largest ordinal), the running maximum is numpy's lifted one. */
+static PyObject *fixpoint(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[13];
+    Py_ssize_t w;
+    if (!PyArg_ParseTuple(args, "OnOOOOOOOOOOO", &obj[0], &w, &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6],
+                          &obj[7], &obj[8], &obj[9], &obj[10], &obj[11])) {
+        return NULL;
+    }
+    /* views: 0 K, 1 chain, 2 ordinal, 3 own_col, 4 src, 5 dst, 6 ends, 7 msrc, 8 mdst, 9 mends, 10 x, 11 inj */
+    Py_buffer views[12];
+    int held = 0;
+    PyObject *result = NULL;
+    int32_t *before = NULL, *scratch = NULL;
+    if (PyObject_GetBuffer(obj[0], &views[0], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    held = 1;
+    if (views[0].itemsize != 4) {
+        PyErr_SetString(PyExc_ValueError, "fixpoint: K must be int32");
+        goto done;
+    }
+    for (; held < 12; held++) {
+        if (vector(obj[held], &views[held], held == 11 ? 4 : 8, "fixpoint's inputs") < 0) {
+            goto done;
+        }
+    }
+    Py_ssize_t n = views[1].len / 8;
+    if (w < 0 || w > 4096 || views[0].len != n * w * 4 || views[2].len != n * 8 || views[3].len != n * 8 ||
+        views[4].len != views[5].len || views[7].len != views[8].len || views[11].len != (views[10].len / 8) * w * 4) {
+        PyErr_SetString(PyExc_ValueError, "fixpoint: the arrays' lengths do not agree");
+        goto done;
+    }
+    int32_t *K = views[0].buf;
+    const int64_t *chain = views[1].buf, *ordinal = views[2].buf, *own_col = views[3].buf;
+    const int64_t *src = views[4].buf, *dst = views[5].buf, *ends = views[6].buf;
+    const int64_t *msrc = views[7].buf, *mdst = views[8].buf, *mends = views[9].buf, *x = views[10].buf;
+    const int32_t *inj = views[11].buf;
+    Py_ssize_t edges = views[4].len / 8, multis = views[7].len / 8, lists = views[6].len / 8;
+    Py_ssize_t mlists = views[9].len / 8, xs = views[10].len / 8;
+    Py_ssize_t widest = xs;
+    int ok = rows_within(src, edges, n) && rows_within(dst, edges, n) && rows_within(msrc, multis, n) &&
+             rows_within(mdst, multis, n) && rows_within(x, xs, n) && rows_within(own_col, n, w);
+    for (Py_ssize_t k = 0; ok && k < lists; k++) {
+        Py_ssize_t lo = k ? ends[k - 1] : 0;
+        ok = ends[k] >= lo && ends[k] <= edges && (k + 1 < lists || ends[k] == edges);
+        widest = ends[k] - lo > widest ? ends[k] - lo : widest;
+    }
+    ok = ok && (lists || !edges);
+    for (Py_ssize_t k = 0; ok && k < mlists; k++) {
+        Py_ssize_t lo = k ? mends[k - 1] : 0;
+        ok = mends[k] >= lo && mends[k] <= multis && (k + 1 < mlists || mends[k] == multis);
+        widest = mends[k] - lo > widest ? mends[k] - lo : widest;
+    }
+    ok = ok && (mlists || !multis);
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        ok = ordinal[i] >= -1 && ordinal[i] <= INT32_MAX && (i == 0 || chain[i] >= chain[i - 1]);
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "fixpoint: a row, column or list bound out of range, or chains unsorted");
+        goto done;
+    }
+    before = malloc((size_t)(n * w > 0 ? n * w : 1) * sizeof(int32_t));
+    scratch = malloc((size_t)(widest * w > 0 ? widest * w : 1) * sizeof(int32_t));
+    if (before == NULL || scratch == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long rounds = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        memcpy(before, K, (size_t)(n * w) * sizeof(int32_t));
+        for (Py_ssize_t k = 0; k < lists; k++) {
+            pull(K, w, ordinal, own_col, src, dst, k ? ends[k - 1] : 0, ends[k], 0, scratch);
+        }
+        for (Py_ssize_t k = 0; k < mlists; k++) {
+            pull(K, w, ordinal, own_col, msrc, mdst, k ? mends[k - 1] : 0, mends[k], 1, scratch);
+        }
+        if (xs) { /* K[x] = max(K[x], inj): every value read before any written, the last write to a row winning */
+            for (Py_ssize_t j = 0; j < xs; j++) {
+                const int32_t *old = K + x[j] * w, *add = inj + j * w;
+                for (Py_ssize_t c = 0; c < w; c++) {
+                    scratch[j * w + c] = old[c] > add[c] ? old[c] : add[c];
+                }
+            }
+            for (Py_ssize_t j = 0; j < xs; j++) {
+                memcpy(K + x[j] * w, scratch + j * w, (size_t)w * sizeof(int32_t));
+            }
+        }
+        for (Py_ssize_t i = 1; i < n; i++) {
+            if (chain[i] != chain[i - 1]) {
+                continue;
+            }
+            int32_t *row = K + i * w;
+            const int32_t *up = row - w;
+            for (Py_ssize_t c = 0; c < w; c++) {
+                if (up[c] > row[c]) {
+                    row[c] = up[c];
+                }
+            }
+        }
+        rounds++;
+        if (memcmp(before, K, (size_t)(n * w) * sizeof(int32_t)) == 0) {
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromLong(rounds);
+
+done:
+    free(before);
+    free(scratch);
+    release_all(views, held);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
     {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
     {"select", select_held, METH_VARARGS, "Which of a batch's records racecheck holds, and which are accesses."},
+    {"fixpoint", fixpoint, METH_VARARGS, "The happens-before clocks' least fixpoint, in place."},
     {"ranges_beyond", ranges_beyond, METH_VARARGS, "The byte ranges of the marked accesses beyond one each."},
     {NULL, NULL, 0, NULL},
 };
