@@ -248,8 +248,21 @@ def test_the_detector_finds_the_same_both_ways_on_hostile_records(seed: int) -> 
 
 
 @needs_compiled
-def test_some_random_kernels_race_both_ways() -> None:
-    """The random kernels above are not all race-free: the comparison covers reported races."""
+def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
+    loops do run on them (none refuses its input and leaves it to numpy)."""
+    ran: list[str] = []
+    for name in ("gather", "select", "place", "fixpoint"):
+
+        def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
+            ran.append(_name)
+            return _loop(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(COMPILED, name, spy, raising=False)
+    fixpoints: list[bool] = []
+    solve = _happens_before._fixpoint_native
+    monkeypatch.setattr(_happens_before, "_fixpoint_native", lambda *a: fixpoints.append(solve(*a) is not None)
+                        or solve(*a))  # fmt: skip
     raced = 0
     for seed in range(40):
         rng = random.Random(seed)
@@ -258,6 +271,8 @@ def test_some_random_kernels_race_both_ways() -> None:
         assert native == reference
         raced += any(f.kind.startswith("race") for f in native)
     assert raced >= 5
+    assert {"gather", "select", "place", "fixpoint"} <= set(ran)
+    assert fixpoints and all(fixpoints)
 
 
 def test_the_reference_path_is_chosen_by_none() -> None:
@@ -410,3 +425,15 @@ def test_compiled_fixpoint_refuses_rows_out_of_range() -> None:
     with pytest.raises(ValueError):  # the list bounds, given straight
         COMPILED.fixpoint(K.copy(), 4, chain, ordinal, own_col, np.zeros(2, np.int64), np.zeros(2, np.int64),
                           np.array([3], np.int64), *(np.empty(0, np.int64),) * 4, np.empty(0, np.int32))  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(-3, 5000), max_size=50), dtype=st.sampled_from([np.int64, np.uint8, np.int32]))
+def test_small_unique_is_numpys_unique(values: list[int], dtype: type) -> None:
+    array = np.array(values, dtype=np.int64)
+    if dtype is np.uint8:
+        array = array[(array >= 0) & (array < 256)]
+    array = array.astype(dtype)
+    got, want = _happens_before.small_unique(array), np.unique(array)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want)

@@ -51,8 +51,9 @@ def place(
     PIPE_S nodes before it, the barrier marks on its pipe before it, and msSanitizer's pipeSerialNo (a running
     count of distinct instructions on its pipe, of which only differences within a (block, pipe) are used).
     ``native``: the compiled module (sanitizerd/native/_racecheck.c), which counts them in one pass."""
-    if native is not None and kind.size and block_start[0]:
-        return _place_native(native, kind, block_start, sync_pipe, sync_dst, access_pipe, access_serial)
+    columns = (kind, block_start, sync_pipe, sync_dst, access_pipe, access_serial)
+    if native is not None and kind.size and block_start[0] and tuple(c.dtype for c in columns) == _PLACE_DTYPES:
+        return _place_native(native, *columns)
     is_sync = kind >= EventKind.SET_FLAG
     is_access = kind <= EventKind.WRITE
     syncs_before = np.cumsum(is_sync)  # per event: sync events up to it (the same as before it, for an access)
@@ -93,6 +94,8 @@ def place(
     return seg, issued, barriers, pipe_index
 
 
+# The columns' dtypes the compiled loop reads (HeldColumns'); any other goes to numpy's path, never cast.
+_PLACE_DTYPES = tuple(np.dtype(t) for t in (np.uint8, bool, np.uint8, np.uint8, np.uint8, np.uint64))
 _TABLES = np.concatenate([t.astype(np.uint8) for t in (_IS_ONE_NODE, _IS_FLAG_WAIT, _IS_OWN_PIPE_WAIT, _MEMBER)])
 _CONSTANTS = (
     _S, _S_CAL, _ALL, int(EventKind.SET_FLAG), int(EventKind.WRITE), int(EventKind.PIPE_BARRIER),
@@ -113,9 +116,7 @@ def _place_native(
     m = access_pipe.size
     out = tuple(np.empty(m, dtype=np.int64) for _ in range(4))
     native.place(  # type: ignore[attr-defined]
-        np.ascontiguousarray(kind, dtype=np.uint8), np.ascontiguousarray(block_start, dtype=bool),
-        np.ascontiguousarray(sync_pipe, dtype=np.uint8), np.ascontiguousarray(sync_dst, dtype=np.uint8),
-        np.ascontiguousarray(access_pipe, dtype=np.uint8), np.ascontiguousarray(access_serial, dtype=np.uint64),
+        *(np.ascontiguousarray(c) for c in (kind, block_start, sync_pipe, sync_dst, access_pipe, access_serial)),
         _TABLES, _CONSTANTS, *out,
     )  # fmt: skip
     return out  # type: ignore[return-value]

@@ -259,7 +259,7 @@ def build(
     nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes) if parts is None else parts.nodes
     node_kind = nodes.kind
     n = nodes.size
-    nodes.active = np.unique(nodes.pipe)
+    nodes.active = small_unique(nodes.pipe)
     nodes.column[nodes.active] = np.arange(nodes.active.size)
     nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
     if parts is None:
@@ -303,6 +303,13 @@ def build(
     if model.nonforward.size:
         _rank_nonforward(model, edges, multi, sources)
     return model
+
+
+def small_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of int64 values, counted where they are small non-negative ints (pipes), sorted otherwise."""
+    if values.size and 0 <= int(values.min()) and int(values.max()) < 1 << 12:
+        return np.flatnonzero(np.bincount(values)).astype(values.dtype, copy=False)
+    return np.unique(values)
 
 
 def barrier_members(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, work_pipes: np.ndarray) -> np.ndarray:
@@ -518,16 +525,20 @@ def _fixpoint_native(
     """``_fixpoint`` by the compiled loop, or None where it refuses its input (a row or column out of range,
     chains out of order: not the model's, and then numpy's rounds run, as they would have)."""
     width = K.shape[1] if K.ndim == 2 else -1
-    if width < 0 or inj.shape != (x.size, width):
-        return None
-    solved = np.array(K, dtype=np.int32, order="C")  # a copy: the caller's rows are not written
+    int64 = np.dtype(np.int64)
+    if (
+        width < 0 or inj.shape != (x.size, width) or K.dtype != np.int32 or inj.dtype != np.int32
+        or any(a.dtype != int64 for a in (chain, ordinal, own_col, x))
+        or any(np.asarray(a).dtype != int64 for pair in (*edges, *multi) for a in pair)
+    ):  # fmt: skip
+        return None  # not the model's arrays: numpy's rounds, never a cast
+    solved = np.array(K, order="C")  # a copy: the caller's rows are not written
     src, dst, ends = _flat(edges)
     msrc, mdst, mends = _flat(multi)
     try:
         rounds = native.fixpoint(  # type: ignore[attr-defined]
-            solved, width, *(np.ascontiguousarray(a, dtype=np.int64) for a in (chain, ordinal, own_col)),
-            src, dst, ends, msrc, mdst, mends, np.ascontiguousarray(x, dtype=np.int64),
-            np.ascontiguousarray(inj, dtype=np.int32),
+            solved, width, *(np.ascontiguousarray(a) for a in (chain, ordinal, own_col)),
+            src, dst, ends, msrc, mdst, mends, np.ascontiguousarray(x), np.ascontiguousarray(inj),
         )  # fmt: skip
     except ValueError:
         return None
