@@ -43,12 +43,17 @@ def place(
     sync_dst: np.ndarray,
     access_pipe: np.ndarray,
     access_serial: np.ndarray,
+    native: object | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For complete blocks (events ``kind`` in program order, one block after the other, each starting where
     ``block_start`` is set; the sync events' ``sync_pipe`` and ``sync_dst``, and the accesses' ``access_pipe`` and
     ``access_serial``, in the same order): per access, the sync nodes of its pipe before it in its block, the
     PIPE_S nodes before it, the barrier marks on its pipe before it, and msSanitizer's pipeSerialNo (a running
-    count of distinct instructions on its pipe, of which only differences within a (block, pipe) are used)."""
+    count of distinct instructions on its pipe, of which only differences within a (block, pipe) are used).
+    ``native``: the compiled module (sanitizerd/native/_racecheck.c), which counts them in one pass."""
+    columns = (kind, block_start, sync_pipe, sync_dst, access_pipe, access_serial)
+    if native is not None and kind.size and block_start[0] and tuple(c.dtype for c in columns) == _PLACE_DTYPES:
+        return _place_native(native, *columns)
     is_sync = kind >= EventKind.SET_FLAG
     is_access = kind <= EventKind.WRITE
     syncs_before = np.cumsum(is_sync)  # per event: sync events up to it (the same as before it, for an access)
@@ -87,3 +92,31 @@ def place(
         new[1:] = serial[1:] != serial[:-1]
         pipe_index[on] = np.cumsum(new)
     return seg, issued, barriers, pipe_index
+
+
+# The columns' dtypes the compiled loop reads (HeldColumns'); any other goes to numpy's path, never cast.
+_PLACE_DTYPES = tuple(np.dtype(t) for t in (np.uint8, bool, np.uint8, np.uint8, np.uint8, np.uint64))
+_TABLES = np.concatenate([t.astype(np.uint8) for t in (_IS_ONE_NODE, _IS_FLAG_WAIT, _IS_OWN_PIPE_WAIT, _MEMBER)])
+_CONSTANTS = (
+    _S, _S_CAL, _ALL, int(EventKind.SET_FLAG), int(EventKind.WRITE), int(EventKind.PIPE_BARRIER),
+    int(EventKind.SOFT_SYNC_ALL), int(EventKind.CROSS_SET), int(EventKind.SOFT_SET),
+)  # fmt: skip
+
+
+def _place_native(
+    native: object,
+    kind: np.ndarray,
+    block_start: np.ndarray,
+    sync_pipe: np.ndarray,
+    sync_dst: np.ndarray,
+    access_pipe: np.ndarray,
+    access_serial: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``place`` in one pass (the compiled loop), with the same node rules: the tables it reads are this module's."""
+    m = access_pipe.size
+    out = tuple(np.empty(m, dtype=np.int64) for _ in range(4))
+    native.place(  # type: ignore[attr-defined]
+        *(np.ascontiguousarray(c) for c in (kind, block_start, sync_pipe, sync_dst, access_pipe, access_serial)),
+        _TABLES, _CONSTANTS, *out,
+    )  # fmt: skip
+    return out  # type: ignore[return-value]

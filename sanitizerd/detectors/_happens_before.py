@@ -241,6 +241,7 @@ def build(
     truncated: bool = False,
     need: Callable[[int, str], None] = lambda nbytes, what: None,
     made: Callable[[np.ndarray], BlockParts | None] = lambda all_pipes: None,
+    native: object | None = None,
 ) -> Model:
     """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
     then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
@@ -251,13 +252,14 @@ def build(
     number of blocks of the kernel (some may have no sync event at all). ``need`` is told of the bytes the
     cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse.
     ``made`` gives the nodes and their edges already made (block by block, as blocks completed) if they were
-    made with these members of pipe_barrier(PIPE_ALL), or None."""
+    made with these members of pipe_barrier(PIPE_ALL), or None. ``native``: the compiled module
+    (sanitizerd/native/_racecheck.c), whose fixpoint of the clocks is this module's (``_fixpoint``)."""
     all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes)
     parts = made(all_pipes)
     nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes) if parts is None else parts.nodes
     node_kind = nodes.kind
     n = nodes.size
-    nodes.active = np.unique(nodes.pipe)
+    nodes.active = small_unique(nodes.pipe)
     nodes.column[nodes.active] = np.arange(nodes.active.size)
     nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
     if parts is None:
@@ -294,13 +296,20 @@ def build(
     if model.cross_waits.size:  # G, the one being built beside it, and a row's join over its sources
         width = n_blocks * NPIPES * np.dtype(np.int32).itemsize
         need(3 * model.cross_waits.size * width, f"{model.cross_waits.size} cross-block waits across {n_blocks} blocks")
-    _solve(model, edges, multi, sources, n_blocks)
+    _solve(model, edges, multi, sources, n_blocks, native)
     stuck = np.unique(np.concatenate(stuck_nodes)) if stuck_nodes and not truncated else np.empty(0, dtype=np.int64)
     _place(model, stuck, sources, n_blocks)
     model.nonforward = _nonforward_blocks(model, edges, multi, sources)
     if model.nonforward.size:
         _rank_nonforward(model, edges, multi, sources)
     return model
+
+
+def small_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of int64 values, counted where they are small non-negative ints (pipes), sorted otherwise."""
+    if values.size and 0 <= int(values.min()) and int(values.max()) < 1 << 12:
+        return np.flatnonzero(np.bincount(values)).astype(values.dtype, copy=False)
+    return np.unique(values)
 
 
 def barrier_members(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, work_pipes: np.ndarray) -> np.ndarray:
@@ -416,6 +425,7 @@ def _solve(
     multi: list[tuple[np.ndarray, np.ndarray]],
     sources: dict[int, list[int]],
     n_blocks: int,
+    native: object | None = None,
 ) -> None:
     """The least fixpoint of the clocks, on the pipes that have nodes only (a vector kernel never touches the
     cube's pipes, and their columns would stay -1), and once per block skeleton (``_Skeletons``)."""
@@ -434,7 +444,7 @@ def _solve(
         rows = shared.rows
         solved, rounds = _fixpoint(
             K[rows], nodes.chain[rows], nodes.ordinal[rows], own_col[rows], span, shared.edges, shared.multi,
-            shared.new[x[shared.solved_x]], inj[shared.solved_x],
+            shared.new[x[shared.solved_x]], inj[shared.solved_x], native,
         )  # fmt: skip
         model.rounds += rounds
         K = nodes.K = solved[shared.expand]
@@ -460,8 +470,14 @@ def _fixpoint(
     multi: list[tuple[np.ndarray, np.ndarray]],
     x: np.ndarray,
     inj: np.ndarray,
+    native: object | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Rounds of pulling along every edge and a running maximum down every chain, until nothing changes."""
+    """Rounds of pulling along every edge and a running maximum down every chain, until nothing changes.
+    ``native``: the compiled module, which runs the same rounds in place (where its checks of the rows pass)."""
+    if native is not None:
+        solved = _fixpoint_native(native, K, chain, ordinal, own_col, edges, multi, x, inj)
+        if solved is not None:
+            return solved
 
     def published(rows: np.ndarray) -> np.ndarray:
         out = K[rows]
@@ -483,6 +499,50 @@ def _fixpoint(
         rounds += 1
         if np.array_equal(before, K):
             return K, rounds
+
+
+def _flat(lists: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Edge lists as one (src, dst) and where each list ends."""
+    if not lists:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, empty
+    src = np.concatenate([np.asarray(s, dtype=np.int64) for s, _ in lists])
+    dst = np.concatenate([np.asarray(d, dtype=np.int64) for _, d in lists])
+    return src, dst, np.cumsum([np.size(s) for s, _ in lists]).astype(np.int64)
+
+
+def _fixpoint_native(
+    native: object,
+    K: np.ndarray,
+    chain: np.ndarray,
+    ordinal: np.ndarray,
+    own_col: np.ndarray,
+    edges: list[tuple[np.ndarray, np.ndarray]],
+    multi: list[tuple[np.ndarray, np.ndarray]],
+    x: np.ndarray,
+    inj: np.ndarray,
+) -> tuple[np.ndarray, int] | None:
+    """``_fixpoint`` by the compiled loop, or None where it refuses its input (a row or column out of range,
+    chains out of order: not the model's, and then numpy's rounds run, as they would have)."""
+    width = K.shape[1] if K.ndim == 2 else -1
+    int64 = np.dtype(np.int64)
+    if (
+        width < 0 or inj.shape != (x.size, width) or K.dtype != np.int32 or inj.dtype != np.int32
+        or any(a.dtype != int64 for a in (chain, ordinal, own_col, x))
+        or any(np.asarray(a).dtype != int64 for pair in (*edges, *multi) for a in pair)
+    ):  # fmt: skip
+        return None  # not the model's arrays: numpy's rounds, never a cast
+    solved = np.array(K, order="C")  # a copy: the caller's rows are not written
+    src, dst, ends = _flat(edges)
+    msrc, mdst, mends = _flat(multi)
+    try:
+        rounds = native.fixpoint(  # type: ignore[attr-defined]
+            solved, width, *(np.ascontiguousarray(a) for a in (chain, ordinal, own_col)),
+            src, dst, ends, msrc, mdst, mends, np.ascontiguousarray(x), np.ascontiguousarray(inj),
+        )  # fmt: skip
+    except ValueError:
+        return None
+    return solved, rounds
 
 
 class _Skeletons:

@@ -27,6 +27,7 @@ from sanitizerd.detectors._happens_before import (
     scalar_to_cal,
 )
 from sanitizerd.detectors._patterns import extents
+from sanitizerd.native import load
 from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Pipe, block_keys
 
 _ALL = int(Pipe.ALL)
@@ -56,6 +57,10 @@ _NODE_COLUMNS = {
 SYNC_FIELDS = ("pipe", "dst_pipe", "event_id", "mode", "block_num", "address", "block_type", "block_id", "location",
                "pc", "serial")  # fmt: skip
 _SYNC_COLUMNS = {name: EVENT_DTYPE[name] for name in SYNC_FIELDS}
+# The compiled hold (sanitizerd/native/_racecheck.c: every column of a batch in one pass over its records), or None
+# where numpy's compress per field is to run (SANITIZERD_NATIVE=0, or not built). A detector may choose either.
+NATIVE = load("_racecheck")
+_OFFSET = {name: EVENT_DTYPE.fields[name][1] for name in EVENT_DTYPE.names}
 
 
 class _Table:
@@ -114,7 +119,8 @@ class HeldColumns:
     """A kernel launch's kept events as racecheck's check reads them: per event in arrival order (``events``), per
     access (``accesses``) and per sync event (``syncs``), each in arrival order among its own kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: object | None = NATIVE) -> None:
+        self.native = native  # the compiled hold, or None: numpy's
         self._events = _Table(_EVENT_COLUMNS)
         self._accesses = _Table(_ACCESS_COLUMNS)
         self._syncs = _Table(_SYNC_COLUMNS)
@@ -153,6 +159,42 @@ class HeldColumns:
         of the selected records first)."""
         previous = int(self._events.columns["block_key"][self._events.size - 1]) if self._events.size else -1
         size = batch.size if keep is None else int(np.count_nonzero(keep))
+        if self.native is not None and batch.dtype == EVENT_DTYPE:
+            key = self._append_native(batch, keep, access, size)
+        else:
+            key = self._append_numpy(batch, keep, access, size)
+        if self.in_order:  # a finished block's key may not come back
+            floor = previous + 1 if self._finished else previous
+            self.in_order = int(key[0]) >= floor and bool((key[1:] >= key[:-1]).all())
+        self._finished = False
+        if self.in_order:
+            changes = np.flatnonzero(key[1:] != key[:-1])
+            if changes.size:  # the blocks before the last one to start are complete
+                self._complete(self._events.size - size + int(changes[-1]) + 1)
+            elif int(key[0]) != previous and previous >= 0:
+                self._complete(self._events.size - size)
+
+    def _append_native(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, size: int) -> np.ndarray:
+        """``append``'s columns in one pass over the records (the compiled hold); the kept events' block keys."""
+        batch = np.ascontiguousarray(batch)
+        access = np.ascontiguousarray(access, dtype=bool)
+        if keep is not None:
+            keep = np.ascontiguousarray(keep, dtype=bool)
+        n = int(np.count_nonzero(access))
+        room = self._events.grow(size)
+        accesses = self._accesses.grow(n)
+        syncs = self._syncs.grow(size - n)
+        self.native.gather(  # type: ignore[attr-defined]
+            batch, keep, access, room["block_key"], room["kind"],
+            tuple((_OFFSET[name], accesses[name]) for name in ACCESS_FIELDS),
+            tuple((_OFFSET[name], syncs[name]) for name in SYNC_FIELDS),
+        )  # fmt: skip
+        if n:
+            accesses["ext"][:] = extents(accesses)
+        return room["block_key"]
+
+    def _append_numpy(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, size: int) -> np.ndarray:
+        """``append``'s columns gathered with numpy, field by field (the reference path); the kept events' keys."""
         room = self._events.grow(size)
         if keep is None:
             room["kind"][:] = batch["kind"]
@@ -161,10 +203,6 @@ class HeldColumns:
             np.compress(keep, batch["kind"], out=room["kind"])
             key = room["block_key"]
             np.compress(keep, block_keys(batch), out=key)
-        if self.in_order:  # a finished block's key may not come back
-            floor = previous + 1 if self._finished else previous
-            self.in_order = int(key[0]) >= floor and bool((key[1:] >= key[:-1]).all())
-        self._finished = False
         n = int(np.count_nonzero(access))
         if n:
             room = self._accesses.grow(n)
@@ -176,12 +214,7 @@ class HeldColumns:
             room = self._syncs.grow(size - n)
             for name in SYNC_FIELDS:
                 _gather(batch[name], sync, False, room[name])
-        if self.in_order:
-            changes = np.flatnonzero(key[1:] != key[:-1])
-            if changes.size:  # the blocks before the last one to start are complete
-                self._complete(self._events.size - size + int(changes[-1]) + 1)
-            elif int(key[0]) != previous and previous >= 0:
-                self._complete(self._events.size - size)
+        return key
 
     def finish(self, block_key: int) -> None:
         """The block of ``block_key`` has run its last instruction (BLOCK_FINISH): if it is the one arriving now,
@@ -257,13 +290,13 @@ class HeldColumns:
         accesses, syncs = self._accesses.columns, self._syncs.columns
         placed = place(
             kind, start, syncs["pipe"][sync_lo:sync_hi], syncs["dst_pipe"][sync_lo:sync_hi],
-            accesses["pipe"][access_lo:access_hi], accesses["serial"][access_lo:access_hi],
+            accesses["pipe"][access_lo:access_hi], accesses["serial"][access_lo:access_hi], self.native,
         )  # fmt: skip
         for name, values in zip(PLACED_FIELDS, placed, strict=True):
             accesses[name][access_lo:access_hi] = values
         before = self._offsets()
         work = accesses["pipe"][access_lo:access_hi][accesses["ext"][access_lo:access_hi] > 0]
-        work = scalar_to_cal(np.unique(work).astype(np.int64))
+        work = scalar_to_cal(np.flatnonzero(np.bincount(work, minlength=1)))  # np.unique, counted (pipes are bytes)
         members, busy = self._make_nodes(lo, kind, start, work, sync_lo, sync_hi, stretch.blocks[0])
         after = self._offsets()
         return Span(

@@ -29,7 +29,15 @@ import numpy as np
 
 from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
-from sanitizerd.detectors._race_columns import PLACED_FIELDS, HeldColumns, SpanColumns, Stretch, joined, rank_among
+from sanitizerd.detectors._race_columns import (
+    NATIVE,
+    PLACED_FIELDS,
+    HeldColumns,
+    SpanColumns,
+    Stretch,
+    joined,
+    rank_among,
+)
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
 from sanitizerd.detectors._simt import SimtSections
 from sanitizerd.detectors._simt import race_findings as simt_race_findings
@@ -42,6 +50,7 @@ from sanitizerd_protocol.model import Finding, RaceAccess
 from sanitizerd_protocol.records import (
     BLOCK_RECORDS_ENDED,
     DCCI_ENTIRE,
+    EVENT_DTYPE,
     FLAG_ATOMIC,
     FLAG_SIMT_ENTRY,
     GET_BUF_NONBLOCK,
@@ -78,6 +87,10 @@ _LOCKUP_WAITS[
 # The kinds whose dst_pipe is a pipe (on the others it has no meaning, whatever it holds).
 _TO_PIPE = np.zeros(256, dtype=bool)
 _TO_PIPE[[EventKind.SET_FLAG, EventKind.WAIT_FLAG, EventKind.HSET_FLAG, EventKind.HWAIT_FLAG]] = True
+# The compiled pass's copy of the choice above (sanitizerd/native/_racecheck.c, ``select``): its tables, and the
+# kind, mode, flag and pipe count it compares with.
+_SELECT_TABLES = np.concatenate((_KEEP, _TO_PIPE)).astype(np.uint8)
+_SELECT_CONSTANTS = (int(EventKind.GET_BUF), GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, int(EventKind.WRITE))
 # What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
 # the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
@@ -98,6 +111,34 @@ DCCI_WINDOW = 1
 _SERIAL_BITS = 40  # a (block, serial) pair as one int64 key; a serial past it (no real stream's) matches no dcci
 
 
+def select(events: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The events racecheck holds of a batch: (a mask of them, how many, how many were left out for their pipe)."""
+    kind = events["kind"]
+    keep = _KEEP[kind]
+    # A non-blocking GET_BUF stalls nothing: msSanitizer's race check neither orders by it nor counts it among
+    # the buffer's gets (race_alg_base.cpp, single_pipe_race_alg_impl.cpp: BLOCK_MODE only), so it is left out
+    keep &= (kind != EventKind.GET_BUF) | (events["mode"] != GET_BUF_NONBLOCK)
+    threads = events["thread"] != 0
+    if threads.any():  # a SIMT thread's accesses are ordered by its barriers, not by pipes
+        # but a SIMT call's entry records are its block's PIPE_V instruction at the call (FLAG_SIMT_ENTRY)
+        keep &= ~threads | ((events["flags"] & FLAG_SIMT_ENTRY) != 0)
+    # A pipe past the last defined one (a hostile client's, or a newer chip's through the compat path, there
+    # 255) has no place in the model: such events are left out and counted, and the verdict says so.
+    off_pipe = keep & ((events["pipe"] >= NPIPES) | ((events["dst_pipe"] >= NPIPES) & _TO_PIPE[kind]))
+    off = int(np.count_nonzero(off_pipe))
+    if off:
+        keep &= ~off_pipe
+    return keep, int(np.count_nonzero(keep)), off
+
+
+def select_native(native: object, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """``select`` in one pass over the records (the compiled loop; ``events`` C-contiguous EVENT_DTYPE), with the
+    mask of the held accesses besides: (keep, accesses, how many held, how many left out for their pipe)."""
+    keep, mem = np.empty(events.size, dtype=bool), np.empty(events.size, dtype=bool)
+    kept, off_pipe = native.select(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)  # type: ignore[attr-defined]
+    return keep, mem, kept, off_pipe
+
+
 @register("racecheck")
 class Racecheck:
     name = "racecheck"
@@ -105,7 +146,10 @@ class Racecheck:
     def __init__(self, context: SessionContext) -> None:
         self.context = context
         self.kernel: KernelLaunch | None = None
-        self.columns = HeldColumns()  # what the check reads of the held events, gathered as they arrive
+        # The compiled loops (sanitizerd/native/_racecheck.c), or None for numpy's reference path: chosen per
+        # process by SANITIZERD_NATIVE; a test may set it on a fresh detector to run either path.
+        self.native = NATIVE
+        self.columns = HeldColumns(self.native)  # what the check reads of the held events, gathered as they arrive
         self.held = self.dropped = 0  # events of the current launch kept, and refused past the limit
         self.refused = 0  # events of the current launch left unchecked for want of the host's memory budget
         self.asked = 0  # bytes the current launch asked of the budget
@@ -132,7 +176,7 @@ class Racecheck:
         self.limit = int(min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT))
 
     def _reset(self) -> None:
-        self.columns = HeldColumns()
+        self.columns = HeldColumns(self.native)
         self.proofs = BlockProofs()
         self.pending = []
         self.held = self.dropped = self.refused = self.asked = self.off_pipe = 0
@@ -146,22 +190,13 @@ class Racecheck:
         kind = events["kind"]
         if self.check_dcci:
             self._hold_dccis(events, kind == EventKind.DCCI)
-        keep = _KEEP[kind]
-        # A non-blocking GET_BUF stalls nothing: msSanitizer's race check neither orders by it nor counts it among
-        # the buffer's gets (race_alg_base.cpp, single_pipe_race_alg_impl.cpp: BLOCK_MODE only), so it is left out
-        keep &= (kind != EventKind.GET_BUF) | (events["mode"] != GET_BUF_NONBLOCK)
-        threads = events["thread"] != 0
-        if threads.any():  # a SIMT thread's accesses are ordered by its barriers, not by pipes
-            # but a SIMT call's entry records are its block's PIPE_V instruction at the call (FLAG_SIMT_ENTRY)
-            keep &= ~threads | ((events["flags"] & FLAG_SIMT_ENTRY) != 0)
+        if self.native is not None and events.dtype == EVENT_DTYPE:
+            events = np.ascontiguousarray(events)
+            keep, mem, kept, off_pipe = select_native(self.native, events)
+        else:
+            (keep, kept, off_pipe), mem = select(events), None
+        self.off_pipe += off_pipe
         self.simt.feed(events)
-        # A pipe past the last defined one (a hostile client's, or a newer chip's through the compat path, there
-        # 255) has no place in the model: such events are left out and counted, and the verdict says so.
-        off_pipe = keep & ((events["pipe"] >= NPIPES) | ((events["dst_pipe"] >= NPIPES) & _TO_PIPE[kind]))
-        if off_pipe.any():
-            self.off_pipe += int(off_pipe.sum())
-            keep &= ~off_pipe
-        kept = int(np.count_nonzero(keep))
         if self.refused:  # this launch goes unchecked already
             self.refused += kept
             return
@@ -171,8 +206,9 @@ class Racecheck:
             self.dropped += kept - max(room, 0)
             cut = int(np.flatnonzero(keep)[room]) if room > 0 else 0
             batch, keep, kept = events[:cut], keep[:cut], max(room, 0)
+            mem = None if mem is None else mem[:cut]
         if kept:
-            self._hold(batch, keep, kept)
+            self._hold(batch, keep, kept, mem)
         finished = kind == EventKind.BLOCK_FINISH
         ended = finished & (events["mode"] == BLOCK_RECORDS_ENDED)
         if ended.any():
@@ -181,11 +217,16 @@ class Racecheck:
             self.columns.finish(int(block_keys(events[finished])[-1]))
         self._prove_completed(self.columns, self.kernel)
 
-    def _hold(self, batch: np.ndarray, keep: np.ndarray, kept: int) -> None:
-        """Hold the ``kept`` events of ``batch`` that ``keep`` marks, as the columns the check reads (the records
-        themselves are not kept: the columns are gathered from them straight)."""
-        mem = keep & (batch["kind"] <= EventKind.WRITE)
-        ranges = int(pieces(batch)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
+    def _hold(self, batch: np.ndarray, keep: np.ndarray, kept: int, mem: np.ndarray | None = None) -> None:
+        """Hold the ``kept`` events of ``batch`` that ``keep`` marks (``mem``: those that are accesses, where known),
+        as the columns the check reads (the records themselves are not kept: the columns are gathered from them
+        straight)."""
+        if mem is None:
+            mem = keep & (batch["kind"] <= EventKind.WRITE)
+        if self.native is not None and batch.dtype == EVENT_DTYPE:  # one pass over the records
+            ranges = self.native.ranges_beyond(np.ascontiguousarray(batch), np.ascontiguousarray(mem, dtype=bool))
+        else:
+            ranges = int(pieces(batch)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
         cost = kept * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
         self.asked += cost
         if not self.context.race_memory.reserve(cost):
@@ -256,7 +297,7 @@ class Racecheck:
         self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, shaped)
 
     def kernel_end(self) -> list[Finding]:
-        columns, self.columns = self.columns, HeldColumns()
+        columns, self.columns = self.columns, HeldColumns(self.native)
         launch, self.kernel = self.kernel, None
         dropped, refused, asked, limit, off_pipe = self.dropped, self.refused, self.asked, self.limit, self.off_pipe
         dcci_dropped = self.dcci_dropped
@@ -438,12 +479,13 @@ class Kernel:
             m = m[keep]
         present = {(int(k) >> 16, int(k) & 0xFFFF) for k in self.block_keys}
         self.pipe = scalar_to_cal(m["pipe"].astype(np.int64))
+        pipes = np.flatnonzero(np.bincount(self.pipe, minlength=1))  # np.unique, counted (pipes are bytes)
         self.model = build(
             kind[sync], s["pipe"].astype(np.int64), s["dst_pipe"].astype(np.int64), s["event_id"].astype(np.int64),
             s["mode"], s["block_num"], s["address"], block[sync], s["block_type"], s["block_id"], sync_arrival, sync,
-            present, np.unique(self.pipe), self.block_keys.size, cross_free=alone or self.context.config.block_id >= 0,
+            present, pipes, self.block_keys.size, cross_free=alone or self.context.config.block_id >= 0,
             truncated=truncated, need=self.memory.need,
-            made=columns.parts if self.placed_in_blocks else lambda members: None,
+            made=columns.parts if self.placed_in_blocks else lambda members: None, native=detector.native,
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m

@@ -1,0 +1,705 @@
+/* racecheck's per-batch hold in one pass over the records (sanitizerd/detectors/_race_columns.py, racecheck.py).
+ *
+ * Every batch racecheck keeps is split, as it arrives, into the columns its check reads: per kept event its block
+ * key and kind, per access fifteen fields, per sync event eleven. numpy gathers each field with its own
+ * compress over the 56-byte records (27 passes over the batch, each striding through all of it); this reads each
+ * record once and writes every column it feeds, with the GIL released. It copies bytes only: what it writes is
+ * what numpy's compress writes, bit for bit. ``ranges_beyond`` is _race_pairs.pieces summed over a mask (the
+ * byte ranges a batch's accesses become beyond one each, what a launch reserves of the host's budget for).
+ *
+ * Every buffer is checked here: records whole 56-byte records, masks one byte per record, each column exactly as
+ * long as the rows it receives, each field within a record. The field offsets come from the caller, which takes
+ * them from EVENT_DTYPE.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECORD_SIZE 56
+#define BLOCK_ID_AT 40   /* uint16, little-endian */
+#define BLOCK_TYPE_AT 48 /* uint8 */
+#define KIND_AT 44       /* uint8 */
+#define BLOCK_NUM_AT 32  /* uint16 */
+#define BLOCK_STRIDE_AT 34
+#define REPEAT_AT 36
+#define REPEAT_STRIDE_AT 38
+#define PIPE_AT 46        /* uint8 */
+#define DST_PIPE_AT 47    /* uint8 */
+#define FLAGS_AT 49       /* uint8 */
+#define MODE_AT 52        /* uint8 */
+#define THREAD_AT 54      /* uint16 */
+#define MAX_FIELDS 32
+
+typedef struct {
+    Py_ssize_t offset;
+    Py_ssize_t size;
+    unsigned char *out;
+} Field;
+
+static void release_all(Py_buffer *views, int count) {
+    for (int i = 0; i < count; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+}
+
+/* Parse ``spec``, a tuple of (offset, out) with ``out`` a writable C-contiguous buffer of ``rows`` items of 1, 2, 4
+ * or 8 bytes, into ``fields`` (its views held in ``views`` from ``*held`` on). */
+static int parse_fields(PyObject *spec, Py_ssize_t rows, Field *fields, int *count, Py_buffer *views, int *held) {
+    if (!PyTuple_Check(spec)) {
+        PyErr_SetString(PyExc_TypeError, "fields must be a tuple of (offset, out)");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    if (n > MAX_FIELDS || *held + n + 2 > 3 * MAX_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "too many fields");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(spec, i);
+        Py_ssize_t offset;
+        PyObject *out;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nO", &offset, &out)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "each field must be (offset, out)");
+            }
+            return -1;
+        }
+        Py_buffer *view = &views[*held];
+        if (PyObject_GetBuffer(out, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            return -1;
+        }
+        (*held)++;
+        Py_ssize_t size = view->itemsize;
+        if (size != 1 && size != 2 && size != 4 && size != 8) {
+            PyErr_SetString(PyExc_ValueError, "a column's items must be 1, 2, 4 or 8 bytes");
+            return -1;
+        }
+        if (offset < 0 || offset > RECORD_SIZE - size) {
+            PyErr_SetString(PyExc_ValueError, "a field must lie within a 56-byte record");
+            return -1;
+        }
+        if (view->len != rows * size) {
+            PyErr_SetString(PyExc_ValueError, "a column must have exactly one item per row it receives");
+            return -1;
+        }
+        fields[i].offset = offset;
+        fields[i].size = size;
+        fields[i].out = (unsigned char *)view->buf;
+    }
+    *count = (int)n;
+    return 0;
+}
+
+static inline void copy_fields(const unsigned char *record, const Field *fields, int count, Py_ssize_t row) {
+    for (int f = 0; f < count; f++) {
+        const unsigned char *from = record + fields[f].offset;
+        switch (fields[f].size) {
+        case 1:
+            fields[f].out[row] = *from;
+            break;
+        case 2:
+            memcpy(fields[f].out + 2 * row, from, 2);
+            break;
+        case 4:
+            memcpy(fields[f].out + 4 * row, from, 4);
+            break;
+        default:
+            memcpy(fields[f].out + 8 * row, from, 8);
+            break;
+        }
+    }
+}
+
+/* gather(records, keep, access, key, kind, access_fields, sync_fields) -> None
+ *
+ * ``records``: n whole 56-byte records. ``keep``: None (every record) or n bytes, nonzero = kept. ``access``: n
+ * bytes, nonzero = an access (always kept). For the kept records in order: ``key`` (uint32) gets block_type << 16 |
+ * block_id, ``kind`` (uint8) the kind; the accesses' fields go to ``access_fields``, the other kept records' to
+ * ``sync_fields``, each a tuple of (offset in the record, out column). Every column must be exactly as long as the
+ * rows it receives; an access not kept is refused (ValueError), before anything is written. */
+static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *records_obj, *keep_obj, *access_obj, *key_obj, *kind_obj, *access_spec, *sync_spec;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &records_obj, &keep_obj, &access_obj, &key_obj, &kind_obj, &access_spec,
+                          &sync_spec)) {
+        return NULL;
+    }
+    Py_buffer views[3 * MAX_FIELDS];
+    int held = 0;
+    Field access_fields[MAX_FIELDS], sync_fields[MAX_FIELDS];
+    int access_count = 0, sync_count = 0;
+    PyObject *result = NULL;
+
+    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    Py_buffer *records = &views[held++];
+    if (records->len % RECORD_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records");
+        goto done;
+    }
+    Py_ssize_t n = records->len / RECORD_SIZE;
+    const unsigned char *keep = NULL;
+    if (keep_obj != Py_None) {
+        if (PyObject_GetBuffer(keep_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        if (views[held++].len != n) {
+            PyErr_SetString(PyExc_ValueError, "keep must have one byte per record");
+            goto done;
+        }
+        keep = (const unsigned char *)views[held - 1].buf;
+    }
+    if (PyObject_GetBuffer(access_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    if (views[held++].len != n) {
+        PyErr_SetString(PyExc_ValueError, "access must have one byte per record");
+        goto done;
+    }
+    const unsigned char *access = (const unsigned char *)views[held - 1].buf;
+    const unsigned char *base = (const unsigned char *)records->buf;
+
+    Py_ssize_t kept = 0, accesses = 0, stray = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int k = keep == NULL || keep[i] != 0;
+        int a = access[i] != 0;
+        kept += k;
+        accesses += a;
+        stray += a & !k;
+    }
+    Py_END_ALLOW_THREADS
+    if (stray) {
+        PyErr_SetString(PyExc_ValueError, "an access must be kept");
+        goto done;
+    }
+    Py_ssize_t syncs = kept - accesses;
+
+    if (PyObject_GetBuffer(key_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        goto done;
+    }
+    Py_buffer *key_view = &views[held++];
+    if (PyObject_GetBuffer(kind_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        goto done;
+    }
+    Py_buffer *kind_view = &views[held++];
+    if (key_view->itemsize != 4 || key_view->len != 4 * kept || kind_view->itemsize != 1 || kind_view->len != kept) {
+        PyErr_SetString(PyExc_ValueError, "key must be one uint32, kind one uint8, per kept record");
+        goto done;
+    }
+    if (parse_fields(access_spec, accesses, access_fields, &access_count, views, &held) < 0 ||
+        parse_fields(sync_spec, syncs, sync_fields, &sync_count, views, &held) < 0) {
+        goto done;
+    }
+    uint32_t *key_out = (uint32_t *)key_view->buf;
+    unsigned char *kind_out = (unsigned char *)kind_view->buf;
+
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t e = 0, a = 0, s = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (keep != NULL && !keep[i]) {
+            continue;
+        }
+        const unsigned char *record = base + i * RECORD_SIZE;
+        uint32_t block_id = (uint32_t)record[BLOCK_ID_AT] | ((uint32_t)record[BLOCK_ID_AT + 1] << 8);
+        key_out[e] = ((uint32_t)record[BLOCK_TYPE_AT] << 16) | block_id;
+        kind_out[e] = record[KIND_AT];
+        e++;
+        if (access[i]) {
+            copy_fields(record, access_fields, access_count, a++);
+        } else {
+            copy_fields(record, sync_fields, sync_count, s++);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+
+done:
+    release_all(views, held);
+    return result;
+}
+
+static inline int64_t u16_at(const unsigned char *record, int at) {
+    return (int64_t)record[at] | ((int64_t)record[at + 1] << 8);
+}
+
+/* ranges_beyond(records, mask) -> int: over the records ``mask`` marks (one byte each, nonzero), the byte ranges
+ * each becomes in racecheck's sweep (_race_pairs.pieces) less one, summed. Every term is below 2**32. */
+static PyObject *ranges_beyond(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer records, mask;
+    if (!PyArg_ParseTuple(args, "y*y*", &records, &mask)) {
+        return NULL;
+    }
+    if (records.len % RECORD_SIZE || mask.len != records.len / RECORD_SIZE) {
+        PyBuffer_Release(&records);
+        PyBuffer_Release(&mask);
+        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records, mask one byte per record");
+        return NULL;
+    }
+    const unsigned char *base = (const unsigned char *)records.buf, *marked = (const unsigned char *)mask.buf;
+    Py_ssize_t n = mask.len;
+    int64_t total = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!marked[i]) {
+            continue;
+        }
+        const unsigned char *record = base + i * RECORD_SIZE;
+        int64_t block_num = u16_at(record, BLOCK_NUM_AT), block_stride = u16_at(record, BLOCK_STRIDE_AT);
+        int64_t repeat = u16_at(record, REPEAT_AT), repeat_stride = u16_at(record, REPEAT_STRIDE_AT);
+        int row_is_range = block_num <= 1 || block_stride <= 1;
+        int64_t row_length = (block_num <= 1 || block_stride == 0) ? 1 : block_num;
+        int dense = row_is_range && (repeat <= 1 || repeat_stride <= row_length);
+        int64_t pieces = dense ? 1 : (repeat > 1 ? repeat : 1) * (row_is_range ? 1 : block_num);
+        total += pieces - 1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&records);
+    PyBuffer_Release(&mask);
+    return PyLong_FromLongLong(total);
+}
+
+
+/* A read-only buffer of exactly ``count`` items of ``size`` bytes (C-contiguous), or -1 with an exception. */
+static int input(PyObject *obj, Py_buffer *view, Py_ssize_t size, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return -1;
+    }
+    if (view->itemsize != size) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s must have items of %zd bytes", what, size);
+        return -1;
+    }
+    return 0;
+}
+
+enum { T_ONE_NODE, T_FLAG_WAIT, T_OWN_PIPE_WAIT, T_MEMBER, T_TABLES };
+enum { C_S, C_S_CAL, C_ALL, C_SET_FLAG, C_WRITE, C_PIPE_BARRIER, C_SOFT_SYNC_ALL, C_CROSS_SET, C_SOFT_SET, C_COUNT };
+
+/* place(kind, block_start, sync_pipe, sync_dst, access_pipe, access_serial, tables, constants, seg, issued,
+ *       barriers, pipe_index) -> None
+ *
+ * _block_parts.place in one pass over complete blocks' events (``kind`` uint8, ``block_start`` one byte each, the
+ * first set), their sync events' pipes (uint8), their accesses' pipes (uint8) and serials (uint64). ``tables``:
+ * four 256-byte tables by kind or pipe (_IS_ONE_NODE, _IS_FLAG_WAIT, _IS_OWN_PIPE_WAIT by kind; _MEMBER by
+ * pipe); ``constants``: Pipe.S, Pipe.S_CAL, Pipe.ALL and the kinds SET_FLAG, WRITE, PIPE_BARRIER, SOFT_SYNC_ALL,
+ * CROSS_SET, SOFT_SET. Per access, into int64 columns: the nodes of its pipe before it in its block, the PIPE_S
+ * nodes before it, the barrier marks on its pipe before it, and the running count of distinct instructions on its
+ * pipe. The counts of sync events and accesses must be those ``kind`` has. */
+static PyObject *place(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[12];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6],
+                          &obj[7], &obj[8], &obj[9], &obj[10], &obj[11])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[7] = {1, 1, 1, 1, 1, 8, 1};
+    static const char *names[7] = {"kind", "block_start", "sync_pipe", "sync_dst", "access_pipe", "access_serial",
+                                   "tables"};
+    Py_buffer views[11];
+    int held = 0;
+    PyObject *result = NULL;
+    long constant[C_COUNT];
+    for (; held < 7; held++) {
+        if (input(obj[held], &views[held], sizes[held], names[held]) < 0) {
+            goto done;
+        }
+    }
+    if (!PyTuple_Check(obj[7]) || PyTuple_GET_SIZE(obj[7]) != C_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "constants must be a tuple of 9 ints");
+        goto done;
+    }
+    for (int c = 0; c < C_COUNT; c++) {
+        constant[c] = PyLong_AsLong(PyTuple_GET_ITEM(obj[7], c));
+        if (constant[c] == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (constant[c] < 0 || constant[c] > 255) {
+            PyErr_SetString(PyExc_ValueError, "a constant is a pipe or a kind: 0 to 255");
+            goto done;
+        }
+    }
+    for (; held < 11; held++) {
+        if (PyObject_GetBuffer(obj[held + 1], &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            goto done;
+        }
+        if (views[held].itemsize != 8) {
+            held++;
+            PyErr_SetString(PyExc_ValueError, "the outputs must be int64");
+            goto done;
+        }
+    }
+    Py_ssize_t n = views[0].len, syncs = views[2].len, accesses = views[4].len;
+    if (views[1].len != n || views[3].len != syncs || views[5].len != 8 * accesses || views[6].len != 256 * T_TABLES) {
+        PyErr_SetString(PyExc_ValueError, "place: the columns' lengths do not agree");
+        goto done;
+    }
+    for (int o = 7; o < 11; o++) {
+        if (views[o].len != 8 * accesses) {
+            PyErr_SetString(PyExc_ValueError, "place: each output must have one int64 per access");
+            goto done;
+        }
+    }
+    const unsigned char *kind = views[0].buf, *start = views[1].buf, *sync_pipe = views[2].buf;
+    const unsigned char *sync_dst = views[3].buf, *access_pipe = views[4].buf, *table = views[6].buf;
+    Py_ssize_t seen_syncs = 0, seen_accesses = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        seen_syncs += kind[i] >= constant[C_SET_FLAG];
+        seen_accesses += kind[i] <= constant[C_WRITE];
+    }
+    if (seen_syncs != syncs || seen_accesses != accesses || (n && !start[0])) {
+        PyErr_SetString(PyExc_ValueError, "place: the sync events and accesses are not those of kind, or the first "
+                                          "event does not start a block");
+        goto done;
+    }
+    const uint64_t *serial = views[5].buf;
+    int64_t *seg = views[7].buf, *issued = views[8].buf, *barriers = views[9].buf, *pipe_index = views[10].buf;
+    const unsigned char *one_node = table + 256 * T_ONE_NODE, *flag_wait = table + 256 * T_FLAG_WAIT;
+    const unsigned char *own_pipe_wait = table + 256 * T_OWN_PIPE_WAIT, *member = table + 256 * T_MEMBER;
+    const int S = (int)constant[C_S], S_CAL = (int)constant[C_S_CAL], ALL = (int)constant[C_ALL];
+
+    Py_BEGIN_ALLOW_THREADS
+    int64_t nodes[256], marks[256], index[256], issued_now = 0;
+    uint64_t last_serial[256];
+    unsigned char any_on[256];
+    memset(index, 0, sizeof index);
+    memset(any_on, 0, sizeof any_on);
+    Py_ssize_t s = 0, a = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (start[i]) {
+            memset(nodes, 0, sizeof nodes);
+            memset(marks, 0, sizeof marks);
+            issued_now = 0;
+        }
+        int k = kind[i];
+        if (k >= constant[C_SET_FLAG]) {
+            int p = sync_pipe[s], d = sync_dst[s];
+            s++;
+            int one = -1; /* make_nodes's node pipe of a one-node event */
+            if (one_node[k]) {
+                one = p == S ? S_CAL : p;
+                if (flag_wait[k]) {
+                    one = d;
+                }
+                if (own_pipe_wait[k]) {
+                    one = p;
+                }
+                if (k == constant[C_SOFT_SET]) {
+                    one = S_CAL;
+                }
+            }
+            int every = k == constant[C_PIPE_BARRIER] && p == ALL;
+            int sync_all = k == constant[C_SOFT_SYNC_ALL];
+            /* each pipe counts an event once, whichever of the rules names it */
+            if (one >= 0) {
+                nodes[one]++;
+            }
+            if (every) {
+                for (int q = 0; q < 256; q++) {
+                    if (member[q] && q != one) {
+                        nodes[q]++;
+                    }
+                }
+            }
+            if (sync_all && S_CAL != one && !(every && member[S_CAL])) {
+                nodes[S_CAL]++;
+            }
+            issued_now += (one == S) || every || sync_all;
+            if ((k == constant[C_PIPE_BARRIER] && p != ALL) || k == constant[C_CROSS_SET]) {
+                marks[p == S ? S_CAL : p]++;
+            }
+        } else if (k <= constant[C_WRITE]) {
+            int p = access_pipe[a] == S ? S_CAL : access_pipe[a];
+            seg[a] = nodes[p];
+            issued[a] = issued_now;
+            barriers[a] = marks[p];
+            if (!any_on[p] || serial[a] != last_serial[p]) {
+                index[p]++;
+            }
+            any_on[p] = 1;
+            last_serial[p] = serial[a];
+            pipe_index[a] = index[p];
+            a++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+
+done:
+    release_all(views, held);
+    return result;
+}
+
+
+/* select(records, tables, constants, keep, access) -> (kept, off_pipe)
+ *
+ * racecheck.check's choice of the events it holds, in one pass: ``tables`` is two 256-byte tables by kind (_KEEP,
+ * _TO_PIPE); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE). An event is held when
+ * _KEEP names its kind, it is not a non-blocking GET_BUF, it is not a SIMT thread's (thread 0, or the call's entry
+ * record), and its pipe (and, for the kinds _TO_PIPE names, its destination pipe) is below NPIPES; one that
+ * passes all but the last is counted in ``off_pipe``. ``keep`` and ``access`` (one byte per record) get the held
+ * events, and those of them that are accesses (kind <= WRITE). */
+static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *records_obj, *tables_obj, *constants, *keep_obj, *access_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO", &records_obj, &tables_obj, &constants, &keep_obj, &access_obj)) {
+        return NULL;
+    }
+    Py_buffer views[4];
+    int held = 0;
+    PyObject *result = NULL;
+    long constant[5];
+    if (!PyTuple_Check(constants) || PyTuple_GET_SIZE(constants) != 5) {
+        PyErr_SetString(PyExc_TypeError, "constants must be a tuple of 5 ints");
+        return NULL;
+    }
+    for (int c = 0; c < 5; c++) {
+        constant[c] = PyLong_AsLong(PyTuple_GET_ITEM(constants, c));
+        if (constant[c] == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (constant[c] < 0 || constant[c] > 255) {
+            PyErr_SetString(PyExc_ValueError, "a constant is a kind, a mode, a flag or a pipe count: 0 to 255");
+            return NULL;
+        }
+    }
+    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    held++;
+    if (input(tables_obj, &views[held], 1, "tables") < 0) {
+        goto done;
+    }
+    held++;
+    for (int o = 0; o < 2; o++) {
+        if (PyObject_GetBuffer(o ? access_obj : keep_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        held++;
+    }
+    if (views[0].len % RECORD_SIZE || views[1].len != 2 * 256 || views[2].len != views[0].len / RECORD_SIZE ||
+        views[3].len != views[2].len) {
+        PyErr_SetString(PyExc_ValueError, "select: records must be whole 56-byte records, tables 512 bytes, keep and "
+                                          "access one byte per record");
+        goto done;
+    }
+    const unsigned char *base = views[0].buf, *keep_table = views[1].buf, *to_pipe = keep_table + 256;
+    unsigned char *keep = views[2].buf, *access = views[3].buf;
+    Py_ssize_t n = views[2].len, kept = 0, off_pipe = 0;
+    const int get_buf = (int)constant[0], nonblock = (int)constant[1], simt_entry = (int)constant[2];
+    const int npipes = (int)constant[3], write = (int)constant[4];
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *record = base + i * RECORD_SIZE;
+        int kind = record[KIND_AT];
+        int thread = record[THREAD_AT] | record[THREAD_AT + 1];
+        int k = keep_table[kind] && !(kind == get_buf && record[MODE_AT] == nonblock) &&
+                (!thread || (record[FLAGS_AT] & simt_entry));
+        int off = k && (record[PIPE_AT] >= npipes || (to_pipe[kind] && record[DST_PIPE_AT] >= npipes));
+        off_pipe += off;
+        k &= !off;
+        kept += k;
+        keep[i] = (unsigned char)k;
+        access[i] = (unsigned char)(k && kind <= write);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", kept, off_pipe);
+
+done:
+    release_all(views, held);
+    return result;
+}
+
+
+/* A read-only int64 or int32 vector (C-contiguous) of any length; -1 with an exception if not. */
+static int vector(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *what) {
+    return input(obj, view, itemsize, what);
+}
+
+/* Every index in ``rows`` (``count`` int64) within [0, n). */
+static int rows_within(const int64_t *rows, Py_ssize_t count, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (rows[i] < 0 || rows[i] >= n) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* One list of edges (src[j] -> dst[j], j in [lo, hi)), as numpy applies it: every source's published clock
+ * (its row, with its own pipe's column raised to its ordinal) read before any row is written; then either
+ * ``K[dst] = max(K[dst], published)`` with the last write to a row winning (``accumulate`` 0: fancy assignment),
+ * or ``np.maximum.at`` (``accumulate`` 1: every edge counts). ``scratch`` has room for hi - lo rows. */
+static void pull(int32_t *K, Py_ssize_t w, const int64_t *ordinal, const int64_t *own_col, const int64_t *src,
+                 const int64_t *dst, Py_ssize_t lo, Py_ssize_t hi, int accumulate, int32_t *scratch) {
+    for (Py_ssize_t j = lo; j < hi; j++) {
+        int32_t *row = scratch + (j - lo) * w;
+        const int32_t *from = K + src[j] * w;
+        memcpy(row, from, (size_t)w * sizeof(int32_t));
+        int64_t own = own_col[src[j]];
+        if ((int64_t)row[own] < ordinal[src[j]]) {
+            row[own] = (int32_t)ordinal[src[j]];
+        }
+        if (!accumulate) {
+            const int32_t *old = K + dst[j] * w;
+            for (Py_ssize_t c = 0; c < w; c++) {
+                if (old[c] > row[c]) {
+                    row[c] = old[c];
+                }
+            }
+        }
+    }
+    for (Py_ssize_t j = lo; j < hi; j++) {
+        int32_t *to = K + dst[j] * w;
+        const int32_t *row = scratch + (j - lo) * w;
+        if (accumulate) {
+            for (Py_ssize_t c = 0; c < w; c++) {
+                if (row[c] > to[c]) {
+                    to[c] = row[c];
+                }
+            }
+        } else {
+            memcpy(to, row, (size_t)w * sizeof(int32_t));
+        }
+    }
+}
+
+/* fixpoint(K, width, chain, ordinal, own_col, src, dst, ends, multi_src, multi_dst, multi_ends, x, inj) -> rounds
+ *
+ * _happens_before._fixpoint in place on ``K`` (int32, rows x ``width``, C-contiguous): rounds of pulling along
+ * every edge list (``src``/``dst`` int64, list k being [ends[k-1], ends[k])), then every pipe_barrier(PIPE_ALL)
+ * list (``multi_*``, as np.maximum.at), then the cross-block knowledge ``inj`` (int32, len(x) x width) into rows
+ * ``x``, then a running maximum down each column within each chain (``chain`` int64, non-decreasing), until a
+ * round changes nothing; the rounds it took. ``ordinal`` (int64) and ``own_col`` (int64, the column of the node's
+ * own pipe) per row. Every row index and column is checked; a chain that decreases is refused. With clocks of
+ * ordinals (-1 to the largest ordinal), the running maximum is numpy's lifted one. */
+static PyObject *fixpoint(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[13];
+    Py_ssize_t w;
+    if (!PyArg_ParseTuple(args, "OnOOOOOOOOOOO", &obj[0], &w, &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6],
+                          &obj[7], &obj[8], &obj[9], &obj[10], &obj[11])) {
+        return NULL;
+    }
+    /* views: 0 K, 1 chain, 2 ordinal, 3 own_col, 4 src, 5 dst, 6 ends, 7 msrc, 8 mdst, 9 mends, 10 x, 11 inj */
+    Py_buffer views[12];
+    int held = 0;
+    PyObject *result = NULL;
+    int32_t *before = NULL, *scratch = NULL;
+    if (PyObject_GetBuffer(obj[0], &views[0], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    held = 1;
+    if (views[0].itemsize != 4) {
+        PyErr_SetString(PyExc_ValueError, "fixpoint: K must be int32");
+        goto done;
+    }
+    for (; held < 12; held++) {
+        if (vector(obj[held], &views[held], held == 11 ? 4 : 8, "fixpoint's inputs") < 0) {
+            goto done;
+        }
+    }
+    Py_ssize_t n = views[1].len / 8;
+    if (w < 0 || w > 4096 || views[0].len != n * w * 4 || views[2].len != n * 8 || views[3].len != n * 8 ||
+        views[4].len != views[5].len || views[7].len != views[8].len || views[11].len != (views[10].len / 8) * w * 4) {
+        PyErr_SetString(PyExc_ValueError, "fixpoint: the arrays' lengths do not agree");
+        goto done;
+    }
+    int32_t *K = views[0].buf;
+    const int64_t *chain = views[1].buf, *ordinal = views[2].buf, *own_col = views[3].buf;
+    const int64_t *src = views[4].buf, *dst = views[5].buf, *ends = views[6].buf;
+    const int64_t *msrc = views[7].buf, *mdst = views[8].buf, *mends = views[9].buf, *x = views[10].buf;
+    const int32_t *inj = views[11].buf;
+    Py_ssize_t edges = views[4].len / 8, multis = views[7].len / 8, lists = views[6].len / 8;
+    Py_ssize_t mlists = views[9].len / 8, xs = views[10].len / 8;
+    Py_ssize_t widest = xs;
+    int ok = rows_within(src, edges, n) && rows_within(dst, edges, n) && rows_within(msrc, multis, n) &&
+             rows_within(mdst, multis, n) && rows_within(x, xs, n) && rows_within(own_col, n, w);
+    for (Py_ssize_t k = 0; ok && k < lists; k++) {
+        Py_ssize_t lo = k ? ends[k - 1] : 0;
+        ok = ends[k] >= lo && ends[k] <= edges && (k + 1 < lists || ends[k] == edges);
+        widest = ends[k] - lo > widest ? ends[k] - lo : widest;
+    }
+    ok = ok && (lists || !edges);
+    for (Py_ssize_t k = 0; ok && k < mlists; k++) {
+        Py_ssize_t lo = k ? mends[k - 1] : 0;
+        ok = mends[k] >= lo && mends[k] <= multis && (k + 1 < mlists || mends[k] == multis);
+        widest = mends[k] - lo > widest ? mends[k] - lo : widest;
+    }
+    ok = ok && (mlists || !multis);
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        ok = ordinal[i] >= -1 && ordinal[i] <= INT32_MAX && (i == 0 || chain[i] >= chain[i - 1]);
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "fixpoint: a row, column or list bound out of range, or chains unsorted");
+        goto done;
+    }
+    before = malloc((size_t)(n * w > 0 ? n * w : 1) * sizeof(int32_t));
+    scratch = malloc((size_t)(widest * w > 0 ? widest * w : 1) * sizeof(int32_t));
+    if (before == NULL || scratch == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long rounds = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        memcpy(before, K, (size_t)(n * w) * sizeof(int32_t));
+        for (Py_ssize_t k = 0; k < lists; k++) {
+            pull(K, w, ordinal, own_col, src, dst, k ? ends[k - 1] : 0, ends[k], 0, scratch);
+        }
+        for (Py_ssize_t k = 0; k < mlists; k++) {
+            pull(K, w, ordinal, own_col, msrc, mdst, k ? mends[k - 1] : 0, mends[k], 1, scratch);
+        }
+        if (xs) { /* K[x] = max(K[x], inj): every value read before any written, the last write to a row winning */
+            for (Py_ssize_t j = 0; j < xs; j++) {
+                const int32_t *old = K + x[j] * w, *add = inj + j * w;
+                for (Py_ssize_t c = 0; c < w; c++) {
+                    scratch[j * w + c] = old[c] > add[c] ? old[c] : add[c];
+                }
+            }
+            for (Py_ssize_t j = 0; j < xs; j++) {
+                memcpy(K + x[j] * w, scratch + j * w, (size_t)w * sizeof(int32_t));
+            }
+        }
+        for (Py_ssize_t i = 1; i < n; i++) {
+            if (chain[i] != chain[i - 1]) {
+                continue;
+            }
+            int32_t *row = K + i * w;
+            const int32_t *up = row - w;
+            for (Py_ssize_t c = 0; c < w; c++) {
+                if (up[c] > row[c]) {
+                    row[c] = up[c];
+                }
+            }
+        }
+        rounds++;
+        if (memcmp(before, K, (size_t)(n * w) * sizeof(int32_t)) == 0) {
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromLong(rounds);
+
+done:
+    free(before);
+    free(scratch);
+    release_all(views, held);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
+    {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
+    {"select", select_held, METH_VARARGS, "Which of a batch's records racecheck holds, and which are accesses."},
+    {"fixpoint", fixpoint, METH_VARARGS, "The happens-before clocks' least fixpoint, in place."},
+    {"ranges_beyond", ranges_beyond, METH_VARARGS, "The byte ranges of the marked accesses beyond one each."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef definition = {
+    PyModuleDef_HEAD_INIT, .m_name = "_racecheck", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__racecheck(void) { return PyModule_Create(&definition); }

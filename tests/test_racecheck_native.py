@@ -1,0 +1,439 @@
+"""racecheck's compiled hold (sanitizerd/native/_racecheck.c, issue 29) against numpy's reference path: the columns
+a batch becomes, the byte ranges it reserves for, and the whole detector's findings, the same both ways on random
+and hostile records (fields at their bounds, addresses near 2**64, garbage kinds and pipes, empty and one-record
+batches). Both paths are imported explicitly, whatever SANITIZERD_NATIVE says."""
+
+from __future__ import annotations
+
+import importlib
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client_shim.events import EventKind, make_events
+from sanitizerd.detectors import _block_parts, _happens_before, _race_columns, racecheck
+from sanitizerd.detectors._block_parts import place
+from sanitizerd.detectors._race_columns import ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
+from sanitizerd.detectors._race_pairs import pieces
+from sanitizerd_protocol.records import EVENT_DTYPE
+from tests.detector_helpers import make_detector, run_kernel
+from tests.test_racecheck_model import random_kernel, to_events
+from tests.test_racecheck_stream import batches, merged, random_events
+
+try:
+    COMPILED = importlib.import_module("sanitizerd.native._racecheck")
+except ImportError:  # no C compiler where this was installed: numpy's path is the only one (and is tested elsewhere)
+    COMPILED = None
+needs_compiled = pytest.mark.skipif(COMPILED is None, reason="sanitizerd.native._racecheck is not built")
+
+_U64 = (1 << 64) - 1
+_KINDS = [int(k) for k in EventKind]
+
+
+def hostile_records(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` records of random bytes, then fields pushed to their bounds now and then, kinds mostly real ones."""
+    events = np.frombuffer(rng.integers(0, 256, size=n * EVENT_DTYPE.itemsize, dtype=np.uint8).tobytes(),
+                           dtype=EVENT_DTYPE).copy()  # fmt: skip
+    if not n:
+        return events
+    events["kind"] = np.where(rng.random(n) < 0.9, rng.choice(_KINDS, n), events["kind"])
+    for name in ("address", "serial", "pc"):
+        bounds = np.array([0, 1, _U64, _U64 - 31, 1 << 63], dtype=np.uint64)
+        events[name] = np.where(rng.random(n) < 0.3, bounds[rng.integers(0, bounds.size, n)], events[name])
+    for name in ("block_num", "block_stride", "repeat", "repeat_stride", "block_id", "event_id", "thread"):
+        events[name] = np.where(rng.random(n) < 0.4, rng.choice([0, 1, 2, 0xFFFF], n), events[name])
+    events["block_size"] = np.where(rng.random(n) < 0.3, rng.choice([0, 1, 32, 0xFFFFFFFF], n), events["block_size"])
+    # Runs of one block, as blocks arrive, now and then
+    events["block_id"] = np.where(rng.random(n) < 0.5, np.sort(rng.integers(0, 3, n)), events["block_id"])
+    events["block_type"] = np.where(rng.random(n) < 0.5, 1, events["block_type"])
+    return events
+
+
+def columns_of(held: HeldColumns) -> dict[str, np.ndarray]:
+    out = {}
+    for table, name in ((held._events, "event"), (held._accesses, "access"), (held._syncs, "sync")):
+        for field, column in table.view().items():
+            if field not in PLACED_FIELDS:  # filled only when the block's nodes are made (not here)
+                out[f"{name}.{field}"] = column
+    return out
+
+
+def assert_same_columns(a: HeldColumns, b: HeldColumns) -> None:
+    ca, cb = columns_of(a), columns_of(b)
+    assert ca.keys() == cb.keys()
+    for name in ca:
+        assert ca[name].dtype == cb[name].dtype, name
+        assert np.array_equal(ca[name], cb[name]), name
+    assert a.in_order == b.in_order
+    assert a.completed == b.completed
+    assert a._complete_to == b._complete_to
+
+
+def masks(events: np.ndarray, rng: np.random.Generator, how: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """(keep, access) as racecheck.check makes them (an access is kept), in three shapes: every event kept,
+    some, none."""
+    is_access = events["kind"] <= EventKind.WRITE
+    if how == 0:
+        return None, is_access
+    keep = rng.random(events.size) < (0.7 if how == 1 else 0.0)
+    return keep, keep & is_access
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.sampled_from([0, 1, 2, 3, 17, 200]), min_size=1, max_size=5),
+       shapes=st.lists(st.integers(0, 2), min_size=5, max_size=5), finish=st.integers(0, 5))  # fmt: skip
+def test_compiled_hold_gathers_the_columns_numpy_gathers(seed: int, sizes: list[int], shapes: list[int],
+                                                         finish: int) -> None:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    native, reference = HeldColumns(COMPILED), HeldColumns(None)
+    for i, n in enumerate(sizes):
+        events = hostile_records(rng, n)
+        keep, access = masks(events, rng, shapes[i])
+        kept = events.size if keep is None else int(np.count_nonzero(keep))
+        if kept:  # racecheck appends only what it keeps
+            native.append(events, keep, access)
+            reference.append(events, keep, access)
+        if i == finish and native.size:
+            last = int(native._events.columns["block_key"][native.size - 1])
+            native.finish(last)
+            reference.finish(last)
+        assert_same_columns(native, reference)
+    native.complete_all()
+    reference.complete_all()
+    assert_same_columns(native, reference)
+
+
+@needs_compiled
+def test_compiled_hold_takes_strided_and_misaligned_batches() -> None:
+    """A batch that is a strided view, or whose records start off their alignment, is made contiguous first."""
+    rng = np.random.default_rng(7)
+    events = hostile_records(rng, 301)
+    raw = np.zeros(events.nbytes + 1, dtype=np.uint8)
+    misaligned = raw[1:].view(EVENT_DTYPE)
+    misaligned[:] = events
+    for batch in (events[::2], misaligned, events[::-1]):
+        native, reference = HeldColumns(COMPILED), HeldColumns(None)
+        keep, access = masks(batch, rng, 1)
+        native.append(batch, keep[::1], access)
+        reference.append(batch, keep, access)
+        assert_same_columns(native, reference)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([0, 1, 2, 5, 64, 1000]))
+def test_compiled_ranges_are_numpys_pieces(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    events = hostile_records(rng, n)
+    mask = rng.random(n) < 0.8
+    expected = int(pieces(events)[mask].sum()) - int(mask.sum())
+    assert COMPILED.ranges_beyond(events, mask) == expected
+
+
+@needs_compiled
+def test_compiled_ranges_at_their_bounds() -> None:
+    """Every field at 0xFFFF: 65535 * 65535 ranges less one per access, summed without overflow."""
+    events = make_events(kind=np.full(1000, EventKind.WRITE), block_num=0xFFFF, block_stride=0xFFFF, repeat=0xFFFF,
+                         repeat_stride=0xFFFF)  # fmt: skip
+    mask = np.ones(events.size, dtype=bool)
+    assert COMPILED.ranges_beyond(events, mask) == int(pieces(events).sum()) - events.size == 1000 * (0xFFFF**2 - 1)
+
+
+@needs_compiled
+def test_compiled_hold_refuses_what_does_not_fit() -> None:
+    """Wrong lengths, item sizes, offsets and masks are refused before anything is written."""
+    events = make_events(kind=np.array([EventKind.READ, EventKind.SET_FLAG, EventKind.WRITE]))
+    access = events["kind"] <= EventKind.WRITE
+    key, kind = np.zeros(3, np.uint32), np.zeros(3, np.uint8)
+
+    def cols(n: int, names: tuple[str, ...], *, offset: int | None = None, short: bool = False) -> tuple:
+        return tuple(
+            (EVENT_DTYPE.fields[name][1] if offset is None else offset,
+             np.zeros(n - short, EVENT_DTYPE[name] if EVENT_DTYPE[name].itemsize > 1 else np.uint8))
+            for name in names
+        )  # fmt: skip
+
+    good_a, good_s = cols(2, ACCESS_FIELDS), cols(1, SYNC_FIELDS)
+    COMPILED.gather(events, None, access, key, kind, good_a, good_s)
+    assert key.tolist() == [events["block_type"][0] << 16 | events["block_id"][0]] * 3
+    bad = [
+        (events.view(np.uint8)[:-1], None, access, key, kind, good_a, good_s),  # not whole records
+        (events, None, access[:2], key, kind, good_a, good_s),  # a mask too short
+        (events, np.ones(4, bool), access, key, kind, good_a, good_s),
+        (events, np.array([False, True, True]), access, key, kind, good_a, good_s),  # an access not kept
+        (events, None, access, key[:2], kind, good_a, good_s),
+        (events, None, access, key.view(np.uint8), kind, good_a, good_s),
+        (events, None, access, key, kind, cols(2, ACCESS_FIELDS, short=True), good_s),
+        (events, None, access, key, kind, good_a, cols(1, SYNC_FIELDS, offset=55)),  # past the record's end
+        (events, None, access, key, kind, good_a, cols(1, SYNC_FIELDS, offset=-1)),
+        (events, None, access, key, kind, ((0, np.zeros(2, np.complex128)),), good_s),  # 16-byte items
+        (events, None, access, key, kind, ((0, np.zeros(2, np.uint64)),) * 33, good_s),  # too many fields
+    ]
+    for args in bad:
+        before = key.copy()
+        with pytest.raises((ValueError, TypeError)):
+            COMPILED.gather(*args)
+        assert np.array_equal(key, before)
+    with pytest.raises(ValueError):
+        COMPILED.ranges_beyond(events, access[:2])
+    with pytest.raises((ValueError, TypeError)):  # read-only columns are not written
+        frozen = np.zeros(3, np.uint32)
+        frozen.flags.writeable = False
+        COMPILED.gather(events, None, access, frozen, kind, good_a, good_s)
+
+
+def findings_both_ways(parts: list[np.ndarray], *, prove: bool = True) -> tuple[list, list]:
+    out = []
+    for native in (COMPILED, None):
+        detector = make_detector("racecheck")
+        detector.native = native
+        detector.prove_blocks = prove
+        out.append(run_kernel(detector, *parts))
+    return out[0], out[1]
+
+
+def with_finish(events: np.ndarray, rng: random.Random) -> np.ndarray:
+    if rng.random() < 0.5:
+        return events
+    out = []
+    for block in np.unique(events["block_id"]).tolist():
+        out.append(events[events["block_id"] == block])
+        out.append(make_events(kind=EventKind.BLOCK_FINISH, block_id=block, block_size=0))
+    return np.concatenate(out)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(80))
+def test_the_detector_finds_the_same_both_ways_on_random_kernels(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random kernels (pipes, set/wait flags, unmatched ones, barriers, SyncAlls, overlapping and disjoint UB and GM
+    accesses, several blocks), blocks one after the other or interleaved, batches cut anywhere, blocks proven as
+    they complete or the whole check at the end: the same findings, texts and pairs."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(racecheck, "PROOF_STRETCH", rng.choice((1, 8, 1 << 15)))
+    if rng.random() < 0.5:
+        events, _ = to_events(random_kernel(rng, blocks=rng.choice((1, 2, 3, 4)), spmd=rng.random() < 0.4))
+    else:  # any sync kind on any pipe: waits left unreleased, stuck blocks
+        events = random_events(rng, rng.choice((1, 2, 3)))
+    if rng.random() < 0.3:
+        events = merged(events, rng)
+    events = with_finish(events, rng)
+    native, reference = findings_both_ways(batches(events, rng), prove=rng.random() < 0.7)
+    assert native == reference
+    if seed < 10:  # some of them race, so the comparison is not of empty lists only
+        assert isinstance(native, list)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_the_detector_finds_the_same_both_ways_on_hostile_records(seed: int) -> None:
+    """Records of random bytes (small patterns, so each check stays small): whatever the detector makes of them,
+    internal errors included, it makes both ways."""
+    rng = np.random.default_rng(seed)
+    events = hostile_records(rng, int(rng.integers(1, 120)))
+    for name in ("block_num", "repeat"):
+        events[name] = np.minimum(events[name], 4)
+    events["space"] %= 8
+    # Mostly on defined pipes and off SIMT threads, so that most records reach the model and the pair search.
+    for name in ("pipe", "dst_pipe"):
+        events[name] = np.where(rng.random(events.size) < 0.95, events[name] % 12, events[name])
+    events["thread"] = np.where(rng.random(events.size) < 0.95, 0, events["thread"])
+    events["flags"] &= np.uint8(0xFB)  # no SIMT call entries
+    parts = np.split(events, sorted(rng.integers(0, events.size, int(rng.integers(0, 4)))))
+    native, reference = findings_both_ways(parts)
+    assert native == reference
+
+
+@needs_compiled
+def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
+    loops do run on them (none refuses its input and leaves it to numpy)."""
+    ran: list[str] = []
+    for name in ("gather", "select", "place", "fixpoint"):
+
+        def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
+            ran.append(_name)
+            return _loop(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(COMPILED, name, spy, raising=False)
+    fixpoints: list[bool] = []
+    solve = _happens_before._fixpoint_native
+    monkeypatch.setattr(_happens_before, "_fixpoint_native", lambda *a: fixpoints.append(solve(*a) is not None)
+                        or solve(*a))  # fmt: skip
+    raced = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        events, _ = to_events(random_kernel(rng, blocks=2))
+        native, reference = findings_both_ways([events])
+        assert native == reference
+        raced += any(f.kind.startswith("race") for f in native)
+    assert raced >= 5
+    assert {"gather", "select", "place", "fixpoint"} <= set(ran)
+    assert fixpoints and all(fixpoints)
+
+
+def test_the_reference_path_is_chosen_by_none() -> None:
+    """``HeldColumns(None)`` gathers with numpy whatever was built; the module default follows SANITIZERD_NATIVE."""
+    assert HeldColumns(None).native is None
+    assert HeldColumns().native is _race_columns.NATIVE
+
+
+def random_blocks(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    """``place``'s inputs: kinds of every sort (unkept ones between WRITE and SET_FLAG too), pipes of every value
+    (PIPE_S, PIPE_ALL, undefined ones up to 255), block starts, serials that repeat."""
+    kinds = np.array([*_KINDS, 2, 15, 255], dtype=np.uint8)
+    kind = kinds[rng.integers(0, kinds.size, n)]
+    kind = np.where(rng.random(n) < 0.4, rng.integers(0, 2, n), kind).astype(np.uint8)
+    start = rng.random(n) < rng.choice([0.0, 0.05, 0.5])
+    if n:
+        start[0] = True
+    is_sync, is_access = kind >= EventKind.SET_FLAG, kind <= EventKind.WRITE
+    common = np.array([0, 1, 2, 4, 5, 6, 11], dtype=np.uint8)
+
+    def pipes(m: int) -> np.ndarray:
+        return np.where(rng.random(m) < 0.9, common[rng.integers(0, common.size, m)],
+                        rng.integers(0, 256, m)).astype(np.uint8)  # fmt: skip
+
+    sync_pipe, sync_dst, access_pipe = pipes(int(is_sync.sum())), pipes(int(is_sync.sum())), pipes(int(is_access.sum()))
+    serial = np.cumsum(rng.random(access_pipe.size) < 0.6).astype(np.uint64)
+    if serial.size and rng.random() < 0.2:
+        serial[rng.integers(0, serial.size)] = np.uint64(_U64)
+    return kind, start, sync_pipe, sync_dst, access_pipe, serial
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 2, 3, 10, 50, 400]))
+def test_compiled_place_counts_what_numpy_counts(seed: int, n: int) -> None:
+    args = random_blocks(np.random.default_rng(seed), n)
+    native = place(*args, native=COMPILED)
+    reference = place(*args)
+    for name, a, b in zip(PLACED_FIELDS, native, reference, strict=True):
+        assert a.dtype == b.dtype == np.int64, name
+        assert np.array_equal(a, b), name
+
+
+@needs_compiled
+def test_compiled_place_refuses_columns_that_disagree() -> None:
+    kind, start, sync_pipe, sync_dst, access_pipe, serial = random_blocks(np.random.default_rng(3), 200)
+    out = [np.empty(access_pipe.size, np.int64) for _ in range(4)]
+    good = [kind, start, sync_pipe, sync_dst, access_pipe, serial, _block_parts._TABLES, _block_parts._CONSTANTS]
+    COMPILED.place(*good, *out)
+    bad_start = start.copy()
+    bad_start[0] = False
+    for i, bad in ((2, sync_pipe[:-1]), (3, sync_dst[:-1]), (4, access_pipe[1:]), (5, serial[1:]),
+                   (5, serial.astype(np.uint32)), (1, bad_start), (1, start[1:]), (6, _block_parts._TABLES[1:]),
+                   (7, _block_parts._CONSTANTS[1:]), (7, (256, *_block_parts._CONSTANTS[1:]))):  # fmt: skip
+        args = list(good)
+        args[i] = bad
+        with pytest.raises((ValueError, TypeError)):
+            COMPILED.place(*args, *out)
+    with pytest.raises(ValueError):
+        COMPILED.place(*good, *out[:3], out[3][1:])
+    with pytest.raises(ValueError):
+        COMPILED.place(*good, *out[:3], out[3].view(np.int32))
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([0, 1, 2, 7, 100, 1000]))
+def test_compiled_select_holds_what_numpy_holds(seed: int, n: int) -> None:
+    """Kinds of every value, non-blocking GET_BUFs, SIMT threads and their call's entry records, pipes and
+    destination pipes past the last defined one."""
+    rng = np.random.default_rng(seed)
+    events = hostile_records(rng, n)
+    events["kind"] = np.where(rng.random(n) < 0.1, EventKind.GET_BUF, events["kind"])
+    events["mode"] = np.where(rng.random(n) < 0.5, rng.integers(0, 3, n), events["mode"])
+    events["thread"] = np.where(rng.random(n) < 0.6, 0, events["thread"])
+    events["flags"] = np.where(rng.random(n) < 0.5, rng.integers(0, 8, n), events["flags"])
+    for name in ("pipe", "dst_pipe"):
+        events[name] = np.where(rng.random(n) < 0.8, events[name] % 13, events[name])
+    keep, kept, off = racecheck.select(events)
+    native_keep, native_mem, native_kept, native_off = racecheck.select_native(COMPILED, events)
+    assert np.array_equal(native_keep, keep)
+    assert np.array_equal(native_mem, keep & (events["kind"] <= EventKind.WRITE))
+    assert (native_kept, native_off) == (kept, off)
+
+
+@needs_compiled
+def test_compiled_select_refuses_what_does_not_fit() -> None:
+    events = hostile_records(np.random.default_rng(1), 10)
+    keep, mem = np.empty(10, bool), np.empty(10, bool)
+    tables, constants = racecheck._SELECT_TABLES, racecheck._SELECT_CONSTANTS
+    COMPILED.select(events, tables, constants, keep, mem)
+    for args in ((events[:9], tables, constants, keep, mem), (events, tables[1:], constants, keep, mem),
+                 (events, tables, constants, keep[1:], mem), (events, tables, constants, keep, mem[1:]),
+                 (events, tables, constants[1:], keep, mem), (events, tables, (300, *constants[1:]), keep, mem),
+                 (events.view(np.uint8)[1:], tables, constants, np.empty(0, bool), np.empty(0, bool))):  # fmt: skip
+        with pytest.raises((ValueError, TypeError)):
+            COMPILED.select(*args)
+
+
+def random_clocks(rng: np.random.Generator, n: int, width: int) -> tuple:
+    """``_fixpoint``'s inputs: chains of nodes (sorted), their ordinals, clocks of -1 or ordinals, edge lists with
+    rows written twice (numpy's last write wins), pipe_barrier lists (np.maximum.at: every one counts), and
+    cross-block knowledge into rows named twice."""
+    chain = np.sort(rng.integers(0, max(1, n // 3), n)).astype(np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], chain[1:] != chain[:-1]))) if n else np.empty(0, np.int64)
+    ordinal = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n))) if n else np.empty(0, np.int64)
+    top = int(ordinal.max()) if n else 0
+    K = np.where(rng.random((n, width)) < 0.8, -1, rng.integers(-1, top + 1, (n, width))).astype(np.int32)
+    own_col = rng.integers(0, width, n).astype(np.int64)
+
+    def lists(count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(rng.integers(0, n, m).astype(np.int64), rng.integers(0, n, m).astype(np.int64))
+                for m in rng.integers(0, 2 * n + 1, count)] if n else []  # fmt: skip
+
+    x = rng.integers(0, n, int(rng.integers(0, 4))).astype(np.int64) if n else np.empty(0, np.int64)
+    inj = rng.integers(-1, top + 1, (x.size, width)).astype(np.int32)
+    return K, chain, ordinal.astype(np.int64), own_col, top + 2, lists(3), lists(int(rng.integers(0, 2))), x, inj
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 2, 3, 8, 40, 200]), width=st.integers(1, 12))
+def test_compiled_fixpoint_is_numpys(seed: int, n: int, width: int) -> None:
+    K, chain, ordinal, own_col, span, edges, multi, x, inj = random_clocks(np.random.default_rng(seed), n, width)
+    native = _happens_before._fixpoint(K.copy(), chain, ordinal, own_col, span, edges, multi, x, inj, COMPILED)
+    reference = _happens_before._fixpoint(K.copy(), chain, ordinal, own_col, span, edges, multi, x, inj)
+    assert native[0].dtype == reference[0].dtype == np.int32
+    assert np.array_equal(native[0], reference[0])
+    assert native[1] == reference[1]  # the same rounds
+
+
+@needs_compiled
+def test_compiled_fixpoint_refuses_rows_out_of_range() -> None:
+    """A row, column or list bound out of range, or chains out of order, is refused (numpy's rounds run then)."""
+    K, chain, ordinal, own_col, _span, edges, multi, x, inj = random_clocks(np.random.default_rng(5), 30, 4)
+    fine = _happens_before._fixpoint_native(COMPILED, K, chain, ordinal, own_col, edges, multi, x, inj)
+    assert fine is not None
+    bad_edges = [(np.array([0, 30]), np.array([1, 2]))]
+    bad_dst = [(np.array([0, 1]), np.array([-1, 2]))]
+    unsorted = chain[::-1].copy()
+    for args in ((K, chain, ordinal, own_col, bad_edges, multi, x, inj),
+                 (K, chain, ordinal, own_col, edges, bad_dst, x, inj),
+                 (K, chain, ordinal, own_col + 4, edges, multi, x, inj),
+                 (K, unsorted, ordinal, own_col, edges, multi, x, inj) if chain[0] != chain[-1] else None,
+                 (K, chain, ordinal, own_col, edges, multi, np.array([30]), inj[:1]),
+                 (K, chain, ordinal, own_col, edges, multi, x, inj[:, :3]),
+                 (K, chain[1:], ordinal, own_col, edges, multi, x, inj)):  # fmt: skip
+        if args is not None:
+            assert _happens_before._fixpoint_native(COMPILED, *args) is None
+    with pytest.raises(ValueError):  # the list bounds, given straight
+        COMPILED.fixpoint(K.copy(), 4, chain, ordinal, own_col, np.zeros(2, np.int64), np.zeros(2, np.int64),
+                          np.array([3], np.int64), *(np.empty(0, np.int64),) * 4, np.empty(0, np.int32))  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(-3, 5000), max_size=50), dtype=st.sampled_from([np.int64, np.uint8, np.int32]))
+def test_small_unique_is_numpys_unique(values: list[int], dtype: type) -> None:
+    array = np.array(values, dtype=np.int64)
+    if dtype is np.uint8:
+        array = array[(array >= 0) & (array < 256)]
+    array = array.astype(dtype)
+    got, want = _happens_before.small_unique(array), np.unique(array)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want)
