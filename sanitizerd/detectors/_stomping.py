@@ -30,6 +30,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from sanitizerd.detectors import _intervals
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
 from sanitizerd.detectors._page_owners import PageOwners, pages_of
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT
@@ -190,7 +191,18 @@ def _piece_block_keys(events: np.ndarray, event: np.ndarray) -> np.ndarray:
 
 
 def _merge_by_block(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each block's ranges merged, for all blocks at once: (block key, start, stop), sorted by block then start.
+    """Each block's ranges merged, for all blocks at once: (block key, start, stop), sorted by block then start;
+    empty ranges dropped, and every bound clipped to 2**49 - 1 when an end passes it. Compiled where built (one
+    radix sort, skipped when the pieces come in order, and one pass)."""
+    native = _intervals.native
+    if native is not None and block_keys.dtype == start.dtype == stop.dtype == _U64 and block_keys.ndim == 1:
+        keys, lo, hi = native.merge_by_block(*(np.ascontiguousarray(a) for a in (block_keys, start, stop)))
+        return np.frombuffer(keys, _U64), np.frombuffer(lo, _U64), np.frombuffer(hi, _U64)
+    return _merge_by_block_numpy(block_keys, start, stop)
+
+
+def _merge_by_block_numpy(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``_merge_by_block``'s reference path.
 
     The pieces are grouped by block with a stable sort of the keys alone (a radix sort when they fit 16 bits); a
     kernel's blocks stream through their buffers in address order, so within a block they are then mostly in

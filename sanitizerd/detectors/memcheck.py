@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sanitizerd.detectors._batches import BatchFields
+from sanitizerd.detectors import _intervals
+from sanitizerd.detectors._batches import BatchFields, records_of
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned
@@ -122,9 +123,10 @@ class Memcheck:
         if self.spr_trace is not None:
             self.spr_trace.check(records)
         events: np.ndarray = BatchFields(records)  # type: ignore[assignment]
-        ext = extents(events)
+        native = _intervals.native
+        raw = records_of(events) if native is not None else None
+        ext = extents(events) if raw is None else np.frombuffer(native.extents(raw), np.uint64)  # type: ignore[union-attr]
         lo = events["address"]
-        hi = ends(lo, ext)
         # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events out
         # (numpy copies a structured array field by field).
         live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
@@ -139,9 +141,24 @@ class Memcheck:
             live &= ~claims
         self.pairs = PairBudget()  # the closed forms' CPU for this batch
         judged = self._judge_by_tensors(events, live)
-        self._check_alignment(events, live)
-        self._check_bounds(events, lo, hi, ext, live, judged)
-        self._check_permissions(events, lo, hi, live)
+        if raw is not None and judged is None:  # one compiled pass: bounds and alignment; the few bad ones below
+            legal = self.heap.legal
+            bad, misaligned, first = native.scan(  # type: ignore[union-attr]
+                raw, ext, live.view(np.uint8), self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts),
+                np.ascontiguousarray(legal.ends),
+            )  # fmt: skip
+            misaligned = np.frombuffer(misaligned, dtype=bool)
+            if misaligned.any():
+                hit, first = events[misaligned], np.frombuffer(first, np.uint64)[misaligned]
+                self.sites.add(site_rows(hit, _MISALIGNED, first, hit["block_size"]))
+            self._report_bounds(events, ext, np.frombuffer(bad, dtype=bool))
+            hi = None
+        else:
+            hi = ends(lo, ext)
+            self._check_alignment(events, live)
+            self._check_bounds(events, lo, hi, ext, live, judged)
+        if len(self.no_write) or len(self.no_read):
+            self._check_permissions(events, lo, ends(lo, ext) if hi is None else hi, live)
         self._check_operands(events, ext)
         self.simt_dims.feed(events)
         threads = events["thread"] != 0
@@ -210,7 +227,10 @@ class Memcheck:
                 ok = in_heap if ok is None else ok & in_heap
         if ok is None:
             return
-        bad = live & ~ok
+        self._report_bounds(events, ext, live & ~ok)
+
+    def _report_bounds(self, events: np.ndarray, ext: np.ndarray, bad: np.ndarray) -> None:
+        """The accesses ``bad`` flags, out of bounds: their bad bytes counted in closed form, as sites."""
         if not bad.any():
             return
         index = np.flatnonzero(bad)

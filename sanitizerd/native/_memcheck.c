@@ -1,0 +1,813 @@
+/* memcheck's hot loops (issue 29), each the twin of a numpy function that stays the reference path:
+ *
+ *   extents(records)                                 sanitizerd_protocol.patterns.extents
+ *   scan(records, ext, live, limits, align, starts, ends, all_gm)
+ *                                                    memcheck's bounds and alignment pass over the batch
+ *   list_touching(records, index, ext, starts, ends) _runs.listed_touching (with _patterns.ranges/expand)
+ *   merge_by_block(keys, lo, hi)                     _stomping._merge_by_block
+ *   merge_ranges(starts, ends)                       _intervals.merge_ranges (uint64 inputs)
+ *   page_note(owners, lo, hi, pages, table_owners, max_pages)
+ *                                                    _page_owners.PageOwners.note
+ *
+ * Every buffer is checked here (lengths, whole items) and in the Python wrappers (dtype, C-contiguity); every index
+ * read from the caller is checked against its table; additions that a hostile 64-bit value can overflow saturate
+ * at 2**64 - 1 exactly where numpy's code does, and products wrap where numpy's uint64 products wrap. Outputs are
+ * bytearrays (the wrappers view them with np.frombuffer), sized before the GIL is released and shrunk after. The
+ * loops run without the GIL: detector threads check other sessions meanwhile.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECORD_SIZE 56
+#define U64MAX UINT64_MAX
+#define ADDRESS_MASK ((UINT64_C(1) << 49) - 1)
+#define SATURATE (UINT64_C(1) << 62)
+#define SPACE_GM 1 /* sanitizerd_protocol.records.Space.GM */
+#define PAGE_SHIFT 16
+#define SHARED_PAGE (-1)
+#define NOBODY_PAGE (-2)
+
+/* ---- little-endian field reads (the wire's order, whatever the host's) ---- */
+
+static inline uint64_t rd64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint32_t rd32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint16_t rd16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+#define F_ADDRESS(r) rd64((r) + 0)
+#define F_BLOCK_SIZE(r) ((uint64_t)rd32((r) + 24))
+#define F_BLOCK_NUM(r) rd16((r) + 32)
+#define F_BLOCK_STRIDE(r) rd16((r) + 34)
+#define F_REPEAT(r) rd16((r) + 36)
+#define F_REPEAT_STRIDE(r) rd16((r) + 38)
+#define F_SPACE(r) ((r)[45])
+#define F_ALIGN(r) rd16((r) + 50)
+
+static inline uint64_t sat_add(uint64_t a, uint64_t b) {
+    uint64_t s = a + b;
+    return s < a ? U64MAX : s;
+}
+
+/* ---- buffers ---- */
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} buf_t;
+
+static void release(buf_t *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (b[i].held) {
+            PyBuffer_Release(&b[i].view);
+            b[i].held = 0;
+        }
+}
+
+/* A read-only (or writable) C-contiguous buffer of whole ``item``-byte items; its item count in *count. */
+static int get_buffer(PyObject *obj, buf_t *b, Py_ssize_t item, int writable, Py_ssize_t *count, const char *name) {
+    if (PyObject_GetBuffer(obj, &b->view, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    b->held = 1;
+    if (b->view.len % item) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes are not whole %zd-byte items", name, b->view.len, item);
+        return -1;
+    }
+    *count = b->view.len / item;
+    return 0;
+}
+
+static PyObject *new_bytes(Py_ssize_t items, Py_ssize_t item) {
+    if (items < 0 || items > PY_SSIZE_T_MAX / item / 2) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, items * item);
+}
+
+/* ---- a stable LSD radix sort of (key, value) pairs on (key - min), 11 bits a pass, skipped when sorted ---- */
+
+typedef struct {
+    uint64_t k, v;
+} pair_t;
+
+static void sort_pairs(pair_t *a, size_t n, pair_t *tmp) {
+    if (n < 2) return;
+    uint64_t lo = a[0].k, hi = a[0].k;
+    int sorted = 1;
+    for (size_t i = 1; i < n; i++) {
+        uint64_t k = a[i].k;
+        if (k < a[i - 1].k) sorted = 0;
+        if (k < lo) lo = k;
+        if (k > hi) hi = k;
+    }
+    if (sorted) return;
+    if (n < 32) { /* insertion sort: stable */
+        for (size_t i = 1; i < n; i++) {
+            pair_t x = a[i];
+            size_t j = i;
+            while (j > 0 && a[j - 1].k > x.k) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = x;
+        }
+        return;
+    }
+    uint64_t span = hi - lo;
+    int bits = 0;
+    while (bits < 64 && (span >> bits)) bits++;
+    static const int DIGIT = 11;
+    size_t count[1 << 11];
+    pair_t *src = a, *dst = tmp;
+    for (int shift = 0; shift < bits; shift += DIGIT) {
+        memset(count, 0, sizeof count);
+        for (size_t i = 0; i < n; i++) count[((src[i].k - lo) >> shift) & 2047]++;
+        size_t total = 0;
+        for (size_t d = 0; d < 2048; d++) {
+            size_t c = count[d];
+            count[d] = total;
+            total += c;
+        }
+        for (size_t i = 0; i < n; i++) dst[count[((src[i].k - lo) >> shift) & 2047]++] = src[i];
+        pair_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, n * sizeof(pair_t));
+}
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* index of the last element <= x in sorted a[0..m), or -1 (numpy's searchsorted(a, x, "right") - 1) */
+static inline Py_ssize_t last_at_or_below(const uint64_t *a, Py_ssize_t m, uint64_t x) {
+    Py_ssize_t lo = 0, hi = m;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (a[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - 1;
+}
+
+/* IntervalSet.contains on folded arrays: the last range starting at or before lo holds hi */
+static inline int contains(const uint64_t *s, const uint64_t *e, Py_ssize_t m, uint64_t lo, uint64_t hi) {
+    Py_ssize_t j = last_at_or_below(s, m, lo);
+    return j >= 0 && hi <= e[j];
+}
+
+/* IntervalSet.covered(lo, hi) > 0 for sorted, disjoint, non-empty ranges: the first range ending past lo starts
+ * before hi */
+static inline int meets(const uint64_t *s, const uint64_t *e, Py_ssize_t m, uint64_t lo, uint64_t hi) {
+    if (hi <= lo) return 0;
+    Py_ssize_t a = 0, b = m;
+    while (a < b) {
+        Py_ssize_t mid = a + (b - a) / 2;
+        if (e[mid] <= lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a < m && s[a] < hi;
+}
+
+/* ---- extents ---- */
+
+static inline uint64_t units_of(const unsigned char *r) {
+    uint64_t repeat = F_REPEAT(r), block_num = F_BLOCK_NUM(r);
+    uint64_t units = ((repeat ? repeat : 1) - 1) * (uint64_t)F_REPEAT_STRIDE(r);
+    units += ((block_num ? block_num : 1) - 1) * (uint64_t)F_BLOCK_STRIDE(r);
+    return units + 1;
+}
+
+/* extents(records) -> bytearray of uint64: sanitizerd_protocol.patterns.extents, bit for bit (its float
+ * saturation, for the whole batch once one record's units x the batch's largest block_size reaches 2**62, too) */
+static PyObject *extents(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *records_obj;
+    if (!PyArg_ParseTuple(args, "O", &records_obj)) return NULL;
+    buf_t b[1] = {{{0}, 0}};
+    Py_ssize_t n;
+    if (get_buffer(records_obj, &b[0], RECORD_SIZE, 0, &n, "records") < 0) {
+        release(b, 1);
+        return NULL;
+    }
+    PyObject *out = new_bytes(n, 8);
+    if (!out) {
+        release(b, 1);
+        return NULL;
+    }
+    const unsigned char *base = b[0].view.buf;
+    uint64_t *ext = (uint64_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t max_units = 0, max_size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        uint64_t u = units_of(r), s = F_BLOCK_SIZE(r);
+        if (u > max_units) max_units = u;
+        if (s > max_size) max_size = s;
+    }
+    /* int(units.max()) * int(block_size.max()) >= 2**62, without overflow (units < 2**33, sizes < 2**32) */
+    int floats = max_size && max_units >= (SATURATE + max_size - 1) / max_size;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        uint64_t e;
+        if (F_REPEAT(r) == 0 || F_BLOCK_NUM(r) == 0) {
+            e = 0;
+        } else if (floats) {
+            double span = (double)units_of(r) * (double)F_BLOCK_SIZE(r);
+            if (span > (double)SATURATE) span = (double)SATURATE;
+            e = (uint64_t)span;
+        } else {
+            e = units_of(r) * F_BLOCK_SIZE(r);
+        }
+        ext[i] = e;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 1);
+    return out;
+}
+
+/* ---- the bounds and alignment pass ---- */
+
+/* scan(records, ext, live, limits, align_by_space, starts, ends) -> (bad bounds u8, misaligned u8,
+ * first misaligned address u64): per record, memcheck's _check_bounds without block tensors (on-chip: the extent's
+ * end past the space's limit, skipped where every record is GM; GM: not inside one legal range) and
+ * _check_alignment (first_misaligned with the space's alignment or the record's own, rounded up to a power of
+ * two); both only for live records. */
+static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    buf_t b[7] = {{{0}, 0}};
+    Py_ssize_t n, n_ext, n_live, n_limits, n_align, m, m2;
+    if (get_buffer(o[0], &b[0], RECORD_SIZE, 0, &n, "records") < 0 ||
+        get_buffer(o[1], &b[1], 8, 0, &n_ext, "ext") < 0 || get_buffer(o[2], &b[2], 1, 0, &n_live, "live") < 0 ||
+        get_buffer(o[3], &b[3], 8, 0, &n_limits, "limits") < 0 ||
+        get_buffer(o[4], &b[4], 8, 0, &n_align, "align") < 0 || get_buffer(o[5], &b[5], 8, 0, &m, "starts") < 0 ||
+        get_buffer(o[6], &b[6], 8, 0, &m2, "ends") < 0) {
+        release(b, 7);
+        return NULL;
+    }
+    if (n_ext != n || n_live != n || n_limits != 256 || n_align != 256 || m != m2) {
+        release(b, 7);
+        PyErr_SetString(PyExc_ValueError, "scan: ext and live per record, 256 limits and alignments, paired ranges");
+        return NULL;
+    }
+    PyObject *bad = new_bytes(n, 1), *mis = new_bytes(n, 1), *first = new_bytes(n, 8);
+    if (!bad || !mis || !first) {
+        Py_XDECREF(bad);
+        Py_XDECREF(mis);
+        Py_XDECREF(first);
+        release(b, 7);
+        return NULL;
+    }
+    const unsigned char *base = b[0].view.buf, *live = b[2].view.buf;
+    const uint64_t *ext = b[1].view.buf, *limits = b[3].view.buf, *align_by_space = b[4].view.buf;
+    const uint64_t *starts = b[5].view.buf, *ends = b[6].view.buf;
+    unsigned char *bad_out = (unsigned char *)PyByteArray_AS_STRING(bad);
+    unsigned char *mis_out = (unsigned char *)PyByteArray_AS_STRING(mis);
+    uint64_t *first_out = (uint64_t *)PyByteArray_AS_STRING(first);
+    Py_BEGIN_ALLOW_THREADS
+    int all_gm = 1;
+    for (Py_ssize_t i = 0; i < n && all_gm; i++) all_gm = F_SPACE(base + i * RECORD_SIZE) == SPACE_GM;
+    Py_ssize_t j = -1; /* the range the last GM access fell in: most accesses stream within one buffer */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        uint64_t address = F_ADDRESS(r);
+        unsigned space = F_SPACE(r);
+        first_out[i] = address;
+        bad_out[i] = 0;
+        mis_out[i] = 0;
+        if (!live[i]) continue;
+        uint64_t hi = sat_add(address, ext[i]);
+        if (!all_gm && hi > limits[space]) bad_out[i] = 1; /* GM's limit is "none" unless a chip names one */
+        if (space == SPACE_GM) {
+            int inside;
+            if (j >= 0 && address >= starts[j] && (j + 1 >= m || address < starts[j + 1]))
+                inside = hi <= ends[j];
+            else {
+                j = last_at_or_below(starts, m, address);
+                inside = j >= 0 && hi <= ends[j];
+            }
+            if (!inside) bad_out[i] = 1;
+        }
+        uint64_t align = F_ALIGN(r);
+        if (align) {
+            uint64_t p = 1;
+            while (p < align) p <<= 1;
+            align = p;
+        } else {
+            align = align_by_space[space];
+        }
+        if (align <= 1) continue;
+        uint64_t mask = align - 1, block_size = F_BLOCK_SIZE(r);
+        uint64_t block_step = F_BLOCK_NUM(r) > 1 ? (uint64_t)F_BLOCK_STRIDE(r) * block_size : 0;
+        uint64_t repeat_step = F_REPEAT(r) > 1 ? (uint64_t)F_REPEAT_STRIDE(r) * block_size : 0;
+        if (((address | block_step | repeat_step) & mask) != 0) {
+            mis_out[i] = 1;
+            first_out[i] = (address & mask) ? address : (block_step & mask) ? address + block_step : address + repeat_step;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 7);
+    return Py_BuildValue("NNN", bad, mis, first);
+}
+
+/* ---- listing a batch's pieces ---- */
+
+typedef struct {
+    uint64_t address, block_size, row_length, ext;
+    unsigned block_num, block_stride, repeat, repeat_stride;
+    int kind; /* 0 dense, 1 rows, 2 scattered */
+    uint64_t pieces;
+} shape_t;
+
+static inline void shape_of(const unsigned char *r, uint64_t ext, shape_t *s) {
+    s->address = F_ADDRESS(r);
+    s->block_size = F_BLOCK_SIZE(r);
+    s->block_num = F_BLOCK_NUM(r);
+    s->block_stride = F_BLOCK_STRIDE(r);
+    s->repeat = F_REPEAT(r);
+    s->repeat_stride = F_REPEAT_STRIDE(r);
+    s->ext = ext;
+    int row_is_range = s->block_num <= 1 || s->block_stride <= 1;
+    s->row_length = (s->block_num <= 1 || s->block_stride == 0) ? s->block_size : (uint64_t)s->block_num * s->block_size;
+    int dense = row_is_range && (s->repeat <= 1 || (uint64_t)s->repeat_stride * s->block_size <= s->row_length);
+    if (dense) {
+        s->kind = 0;
+        s->pieces = 1;
+    } else if (row_is_range) {
+        s->kind = 1;
+        s->pieces = s->repeat;
+    } else {
+        s->kind = 2;
+        /* expand(): dense there too when the extent is empty */
+        s->pieces = ext == 0 ? 1 : (uint64_t)s->repeat * s->block_num;
+    }
+}
+
+/* list_touching(records, index, ext, starts, ends) -> (owner int64, start u64, stop u64): the pieces of the
+ * accesses at ``index`` (_patterns.ranges: dense accesses one piece each, then contiguous rows one piece a repeat,
+ * then scattered blocks one piece each, by start, coinciding blocks once), keeping those that share a byte with the
+ * sorted, disjoint ranges (_runs.listed_touching: all of them when one range holds them all). */
+static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    buf_t b[5] = {{{0}, 0}};
+    Py_ssize_t n, k, n_ext, m, m2;
+    if (get_buffer(o[0], &b[0], RECORD_SIZE, 0, &n, "records") < 0 ||
+        get_buffer(o[1], &b[1], 8, 0, &k, "index") < 0 || get_buffer(o[2], &b[2], 8, 0, &n_ext, "ext") < 0 ||
+        get_buffer(o[3], &b[3], 8, 0, &m, "starts") < 0 || get_buffer(o[4], &b[4], 8, 0, &m2, "ends") < 0) {
+        release(b, 5);
+        return NULL;
+    }
+    const unsigned char *base = b[0].view.buf;
+    const int64_t *index = b[1].view.buf;
+    const uint64_t *ext = b[2].view.buf, *starts = b[3].view.buf, *ends = b[4].view.buf;
+    if (n_ext != n || m != m2) {
+        release(b, 5);
+        PyErr_SetString(PyExc_ValueError, "list_touching: ext per record, paired ranges");
+        return NULL;
+    }
+    uint64_t total = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (index[i] < 0 || index[i] >= n) {
+            release(b, 5);
+            PyErr_SetString(PyExc_IndexError, "list_touching: index out of the batch");
+            return NULL;
+        }
+        shape_t s;
+        shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
+        total += s.pieces;
+        if (total > (uint64_t)(PY_SSIZE_T_MAX / 64)) {
+            release(b, 5);
+            return PyErr_NoMemory();
+        }
+    }
+    if (m == 0) total = 0; /* nothing can touch an empty set */
+    PyObject *owner_out = new_bytes((Py_ssize_t)total, 8), *start_out = new_bytes((Py_ssize_t)total, 8),
+             *stop_out = new_bytes((Py_ssize_t)total, 8);
+    if (!owner_out || !start_out || !stop_out) {
+        Py_XDECREF(owner_out);
+        Py_XDECREF(start_out);
+        Py_XDECREF(stop_out);
+        release(b, 5);
+        return NULL;
+    }
+    int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_out);
+    uint64_t *start = (uint64_t *)PyByteArray_AS_STRING(start_out), *stop = (uint64_t *)PyByteArray_AS_STRING(stop_out);
+    size_t listed = 0;
+    if (total) {
+        Py_BEGIN_ALLOW_THREADS
+        for (int pass = 0; pass < 3; pass++) {
+            for (Py_ssize_t i = 0; i < k; i++) {
+                shape_t s;
+                shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
+                if (s.kind != pass) continue;
+                if (pass == 0) {
+                    owner[listed] = index[i];
+                    start[listed] = s.address;
+                    stop[listed] = sat_add(s.address, s.ext);
+                    listed++;
+                } else if (pass == 1) {
+                    uint64_t step = (uint64_t)s.repeat_stride * s.block_size;
+                    for (uint64_t r = 0; r < s.repeat; r++) {
+                        uint64_t row = sat_add(s.address, r * step);
+                        owner[listed] = index[i];
+                        start[listed] = row;
+                        stop[listed] = sat_add(row, s.row_length);
+                        listed++;
+                    }
+                } else if (s.ext == 0) {
+                    owner[listed] = index[i];
+                    start[listed] = s.address;
+                    stop[listed] = s.address;
+                    listed++;
+                } else {
+                    size_t from = listed;
+                    int ascending = 1;
+                    for (uint64_t r = 0; r < s.repeat; r++)
+                        for (uint64_t c = 0; c < s.block_num; c++) {
+                            uint64_t offset = (r * s.repeat_stride + c * s.block_stride) * s.block_size;
+                            uint64_t at = sat_add(s.address, offset);
+                            if (listed > from && at < start[listed - 1]) ascending = 0;
+                            start[listed++] = at;
+                        }
+                    if (!ascending) qsort(start + from, listed - from, sizeof(uint64_t), cmp_u64);
+                    size_t kept = from;
+                    for (size_t p = from; p < listed; p++) {
+                        if (p > from && start[p] == start[kept - 1]) continue; /* coinciding blocks: once */
+                        start[kept] = start[p];
+                        stop[kept] = sat_add(start[p], s.block_size);
+                        owner[kept] = index[i];
+                        kept++;
+                    }
+                    listed = kept;
+                }
+            }
+        }
+        /* touching: all, when one range holds every piece */
+        uint64_t low = U64MAX, high = 0;
+        for (size_t p = 0; p < listed; p++) {
+            if (start[p] < low) low = start[p];
+            if (stop[p] > high) high = stop[p];
+        }
+        Py_ssize_t j = last_at_or_below(starts, m, low);
+        if (listed && !(j >= 0 && high <= ends[j])) {
+            size_t kept = 0;
+            for (size_t p = 0; p < listed; p++) {
+                int64_t e = owner[p];
+                uint64_t a = F_ADDRESS(base + e * RECORD_SIZE);
+                int held = ext[e] > 0 && contains(starts, ends, m, a, sat_add(a, ext[e]));
+                if ((held && stop[p] > start[p]) || meets(starts, ends, m, start[p], stop[p])) {
+                    owner[kept] = owner[p];
+                    start[kept] = start[p];
+                    stop[kept] = stop[p];
+                    kept++;
+                }
+            }
+            listed = kept;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    release(b, 5);
+    if (PyByteArray_Resize(owner_out, (Py_ssize_t)listed * 8) < 0 || PyByteArray_Resize(start_out, (Py_ssize_t)listed * 8) < 0 ||
+        PyByteArray_Resize(stop_out, (Py_ssize_t)listed * 8) < 0) {
+        Py_DECREF(owner_out);
+        Py_DECREF(start_out);
+        Py_DECREF(stop_out);
+        return NULL;
+    }
+    return Py_BuildValue("NNN", owner_out, start_out, stop_out);
+}
+
+/* ---- merging ranges ---- */
+
+/* Sorts order[0..n) (indices into lo) by (key, lo) when keys is given, by lo alone when not; stable. */
+static int order_by(const uint64_t *keys, const uint64_t *lo, uint64_t *order, size_t n) {
+    pair_t *a = malloc(n * sizeof(pair_t)), *t = malloc(n * sizeof(pair_t));
+    if (!a || !t) {
+        free(a);
+        free(t);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a[i].k = lo[order[i]];
+        a[i].v = order[i];
+    }
+    sort_pairs(a, n, t);
+    if (keys) {
+        for (size_t i = 0; i < n; i++) a[i].k = keys[a[i].v];
+        sort_pairs(a, n, t);
+    }
+    for (size_t i = 0; i < n; i++) order[i] = a[i].v;
+    free(a);
+    free(t);
+    return 0;
+}
+
+/* merge_by_block(keys, lo, hi) -> (keys, lo, hi): each key's non-empty ranges merged (touching joined), sorted by
+ * key then start; every bound clipped to 2**49 - 1 when any end passes it (_stomping._merge_by_block). */
+static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    buf_t b[3] = {{{0}, 0}};
+    Py_ssize_t n, n1, n2;
+    if (get_buffer(o[0], &b[0], 8, 0, &n, "keys") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "lo") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &n2, "hi") < 0) {
+        release(b, 3);
+        return NULL;
+    }
+    if (n1 != n || n2 != n) {
+        release(b, 3);
+        PyErr_SetString(PyExc_ValueError, "merge_by_block: keys, lo and hi differ in length");
+        return NULL;
+    }
+    PyObject *k_out = new_bytes(n, 8), *l_out = new_bytes(n, 8), *h_out = new_bytes(n, 8);
+    uint64_t *order = malloc((n ? n : 1) * sizeof(uint64_t)), *clo = malloc((n ? n : 1) * sizeof(uint64_t)),
+             *chi = malloc((n ? n : 1) * sizeof(uint64_t));
+    if (!k_out || !l_out || !h_out || !order || !clo || !chi) {
+        Py_XDECREF(k_out);
+        Py_XDECREF(l_out);
+        Py_XDECREF(h_out);
+        free(order);
+        free(clo);
+        free(chi);
+        release(b, 3);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    const uint64_t *keys = b[0].view.buf, *lo = b[1].view.buf, *hi = b[2].view.buf;
+    uint64_t *ko = (uint64_t *)PyByteArray_AS_STRING(k_out), *lo_out = (uint64_t *)PyByteArray_AS_STRING(l_out),
+             *ho = (uint64_t *)PyByteArray_AS_STRING(h_out);
+    size_t out = 0;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t top = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (hi[i] > top) top = hi[i];
+    int clip = top > ADDRESS_MASK;
+    size_t live = 0;
+    int sorted = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t l = lo[i], h = hi[i];
+        if (clip) {
+            l = l < ADDRESS_MASK ? l : ADDRESS_MASK;
+            h = h < ADDRESS_MASK ? h : ADDRESS_MASK;
+        }
+        clo[i] = l;
+        chi[i] = h;
+        if (h <= l) continue;
+        if (live && (keys[i] < keys[order[live - 1]] || (keys[i] == keys[order[live - 1]] && l < clo[order[live - 1]])))
+            sorted = 0;
+        order[live++] = (uint64_t)i;
+    }
+    if (!sorted && order_by(keys, clo, order, live) < 0) failed = 1;
+    if (!failed)
+        for (size_t p = 0; p < live; p++) {
+            size_t i = order[p];
+            if (out && ko[out - 1] == keys[i] && clo[i] <= ho[out - 1]) {
+                if (chi[i] > ho[out - 1]) ho[out - 1] = chi[i];
+            } else {
+                ko[out] = keys[i];
+                lo_out[out] = clo[i];
+                ho[out] = chi[i];
+                out++;
+            }
+        }
+    Py_END_ALLOW_THREADS
+    free(order);
+    free(clo);
+    free(chi);
+    release(b, 3);
+    if (failed || PyByteArray_Resize(k_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(l_out, (Py_ssize_t)out * 8) < 0 ||
+        PyByteArray_Resize(h_out, (Py_ssize_t)out * 8) < 0) {
+        Py_DECREF(k_out);
+        Py_DECREF(l_out);
+        Py_DECREF(h_out);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    return Py_BuildValue("NNN", k_out, l_out, h_out);
+}
+
+/* merge_ranges(starts, ends) -> (starts, ends): the union of the non-empty ranges, sorted, disjoint, touching
+ * ranges joined (_intervals.merge_ranges). */
+static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[2];
+    if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
+    buf_t b[2] = {{{0}, 0}};
+    Py_ssize_t n, n1;
+    if (get_buffer(o[0], &b[0], 8, 0, &n, "starts") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "ends") < 0) {
+        release(b, 2);
+        return NULL;
+    }
+    if (n1 != n) {
+        release(b, 2);
+        PyErr_SetString(PyExc_ValueError, "merge_ranges: starts and ends differ in length");
+        return NULL;
+    }
+    PyObject *s_out = new_bytes(n, 8), *e_out = new_bytes(n, 8);
+    uint64_t *order = malloc((n ? n : 1) * sizeof(uint64_t));
+    if (!s_out || !e_out || !order) {
+        Py_XDECREF(s_out);
+        Py_XDECREF(e_out);
+        free(order);
+        release(b, 2);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    const uint64_t *lo = b[0].view.buf, *hi = b[1].view.buf;
+    uint64_t *so = (uint64_t *)PyByteArray_AS_STRING(s_out), *eo = (uint64_t *)PyByteArray_AS_STRING(e_out);
+    size_t out = 0;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t live = 0;
+    int sorted = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (hi[i] <= lo[i]) continue;
+        if (live && lo[i] < lo[order[live - 1]]) sorted = 0;
+        order[live++] = (uint64_t)i;
+    }
+    if (!sorted && order_by(NULL, lo, order, live) < 0) failed = 1;
+    if (!failed)
+        for (size_t p = 0; p < live; p++) {
+            size_t i = order[p];
+            if (out && lo[i] <= eo[out - 1]) {
+                if (hi[i] > eo[out - 1]) eo[out - 1] = hi[i];
+            } else {
+                so[out] = lo[i];
+                eo[out] = hi[i];
+                out++;
+            }
+        }
+    Py_END_ALLOW_THREADS
+    free(order);
+    release(b, 2);
+    if (failed || PyByteArray_Resize(s_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(e_out, (Py_ssize_t)out * 8) < 0) {
+        Py_DECREF(s_out);
+        Py_DECREF(e_out);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    return Py_BuildValue("NN", s_out, e_out);
+}
+
+/* ---- the page table ---- */
+
+/* page_note(owners, lo, hi, pages, table_owners, max_pages) -> None | (alone u8 per range, newly shared pages,
+ * new pages or None, new owners or None): _page_owners.PageOwners.note for non-empty ranges. Held pages' owners
+ * are updated in ``table_owners`` in place; where pages are new, the merged table comes back instead (the caller
+ * takes it). None: the pages would pass ``max_pages``, nothing recorded. */
+static PyObject *page_note(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[5];
+    long long max_pages;
+    if (!PyArg_ParseTuple(args, "OOOOOL", &o[0], &o[1], &o[2], &o[3], &o[4], &max_pages)) return NULL;
+    buf_t b[5] = {{{0}, 0}};
+    Py_ssize_t n, n1, n2, t, t2;
+    if (get_buffer(o[0], &b[0], 8, 0, &n, "owners") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "lo") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &n2, "hi") < 0 || get_buffer(o[3], &b[3], 8, 0, &t, "pages") < 0 ||
+        get_buffer(o[4], &b[4], 8, 1, &t2, "table_owners") < 0) {
+        release(b, 5);
+        return NULL;
+    }
+    const int64_t *owners = b[0].view.buf;
+    const uint64_t *lo = b[1].view.buf, *hi = b[2].view.buf, *pages = b[3].view.buf;
+    int64_t *table = b[4].view.buf;
+    if (n1 != n || n2 != n || t2 != t || n == 0 || max_pages < 0) {
+        release(b, 5);
+        PyErr_SetString(PyExc_ValueError, "page_note: paired, non-empty ranges and a paired table");
+        return NULL;
+    }
+    uint64_t span_total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (hi[i] <= lo[i]) {
+            release(b, 5);
+            PyErr_SetString(PyExc_ValueError, "page_note: an empty range");
+            return NULL;
+        }
+        span_total += ((hi[i] - 1) >> PAGE_SHIFT) - (lo[i] >> PAGE_SHIFT) + 1;
+        if (span_total > (uint64_t)max_pages) break;
+    }
+    if (span_total + (uint64_t)t > (uint64_t)max_pages) {
+        release(b, 5);
+        Py_RETURN_NONE;
+    }
+    size_t entries = (size_t)span_total;
+    PyObject *alone = new_bytes(n, 1), *shared = new_bytes((Py_ssize_t)entries, 8);
+    PyObject *new_pages = new_bytes(t + (Py_ssize_t)entries, 8), *new_owners = new_bytes(t + (Py_ssize_t)entries, 8);
+    pair_t *e = malloc(entries * sizeof(pair_t)), *tmp = malloc(entries * sizeof(pair_t));
+    /* per unique page: its entry span's first index, and whether it is alone; fresh pages with their after */
+    uint64_t *fresh_page = malloc(entries * sizeof(uint64_t));
+    int64_t *fresh_after = malloc(entries * sizeof(int64_t));
+    if (!alone || !shared || !new_pages || !new_owners || !e || !tmp || !fresh_page || !fresh_after) {
+        Py_XDECREF(alone);
+        Py_XDECREF(shared);
+        Py_XDECREF(new_pages);
+        Py_XDECREF(new_owners);
+        free(e);
+        free(tmp);
+        free(fresh_page);
+        free(fresh_after);
+        release(b, 5);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    unsigned char *alone_out = (unsigned char *)PyByteArray_AS_STRING(alone);
+    uint64_t *shared_out = (uint64_t *)PyByteArray_AS_STRING(shared);
+    uint64_t *pages_out = (uint64_t *)PyByteArray_AS_STRING(new_pages);
+    int64_t *owners_out = (int64_t *)PyByteArray_AS_STRING(new_owners);
+    size_t n_shared = 0, n_fresh = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t p = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        alone_out[i] = 1;
+        for (uint64_t page = lo[i] >> PAGE_SHIFT, last = (hi[i] - 1) >> PAGE_SHIFT;; page++) {
+            e[p].k = page;
+            e[p].v = (uint64_t)i;
+            p++;
+            if (page == last) break;
+        }
+    }
+    sort_pairs(e, entries, tmp);
+    for (size_t g = 0; g < entries;) {
+        size_t h = g + 1;
+        int64_t writer = owners[e[g].v];
+        int64_t batch = writer;
+        while (h < entries && e[h].k == e[g].k) {
+            if (owners[e[h].v] != writer) batch = SHARED_PAGE;
+            h++;
+        }
+        uint64_t page = e[g].k;
+        Py_ssize_t at = last_at_or_below(pages, t, page);
+        int held = at >= 0 && pages[at] == page;
+        int64_t before = held ? table[at] : NOBODY_PAGE;
+        int page_alone = batch != SHARED_PAGE && (before == NOBODY_PAGE || before == batch);
+        int64_t after = page_alone ? batch : SHARED_PAGE;
+        if (before >= 0 && after == SHARED_PAGE) shared_out[n_shared++] = page;
+        if (held)
+            table[at] = after;
+        else {
+            fresh_page[n_fresh] = page;
+            fresh_after[n_fresh++] = after;
+        }
+        if (!page_alone)
+            for (size_t q = g; q < h; q++) alone_out[e[q].v] = 0;
+        g = h;
+    }
+    if (n_fresh) { /* the table with the fresh pages inserted in order */
+        size_t a = 0, c = 0, w = 0;
+        while (a < (size_t)t || c < n_fresh) {
+            if (c >= n_fresh || (a < (size_t)t && pages[a] < fresh_page[c])) {
+                pages_out[w] = pages[a];
+                owners_out[w++] = table[a++];
+            } else {
+                pages_out[w] = fresh_page[c];
+                owners_out[w++] = fresh_after[c++];
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(e);
+    free(tmp);
+    free(fresh_page);
+    free(fresh_after);
+    release(b, 5);
+    if (PyByteArray_Resize(shared, (Py_ssize_t)n_shared * 8) < 0 ||
+        PyByteArray_Resize(new_pages, (t + (Py_ssize_t)n_fresh) * 8) < 0 ||
+        PyByteArray_Resize(new_owners, (t + (Py_ssize_t)n_fresh) * 8) < 0) {
+        Py_DECREF(alone);
+        Py_DECREF(shared);
+        Py_DECREF(new_pages);
+        Py_DECREF(new_owners);
+        return NULL;
+    }
+    if (!n_fresh) {
+        Py_DECREF(new_pages);
+        Py_DECREF(new_owners);
+        return Py_BuildValue("NNOO", alone, shared, Py_None, Py_None);
+    }
+    return Py_BuildValue("NNNN", alone, shared, new_pages, new_owners);
+}
+
+static PyMethodDef methods[] = {
+    {"extents", extents, METH_VARARGS, "Bytes each record's pattern reaches (patterns.extents)."},
+    {"scan", scan, METH_VARARGS, "memcheck's bounds and alignment pass over a batch."},
+    {"list_touching", list_touching, METH_VARARGS, "The pieces of some accesses that meet a range set."},
+    {"merge_by_block", merge_by_block, METH_VARARGS, "Ranges merged per key, sorted by key then start."},
+    {"merge_ranges", merge_ranges, METH_VARARGS, "The union of ranges, sorted and disjoint."},
+    {"page_note", page_note, METH_VARARGS, "Stomping's page table: note a batch's ranges."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef definition = {
+    PyModuleDef_HEAD_INIT, .m_name = "_memcheck", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__memcheck(void) { return PyModule_Create(&definition); }
