@@ -32,6 +32,24 @@
 
 /* ---- little-endian field reads (the wire's order, whatever the host's) ---- */
 
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* the host's order is the wire's: one load each */
+static inline uint64_t rd64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline uint32_t rd32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint16_t rd16(const unsigned char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+#else
 static inline uint64_t rd64(const unsigned char *p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
@@ -41,6 +59,7 @@ static inline uint32_t rd32(const unsigned char *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 static inline uint16_t rd16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+#endif
 
 #define F_ADDRESS(r) rd64((r) + 0)
 #define F_BLOCK_SIZE(r) ((uint64_t)rd32((r) + 24))
@@ -92,6 +111,45 @@ static PyObject *new_bytes(Py_ssize_t items, Py_ssize_t item) {
     return PyByteArray_FromStringAndSize(NULL, items * item);
 }
 
+/* ---- scratch memory: one block kept between calls, taken and given back under the GIL ----
+ * A fresh allocation of a few hundred KiB per call costs more in page faults than the loop itself (the allocator
+ * hands such blocks back to the kernel when freed). One block, at most SCRATCH_KEPT bytes, is kept for the next
+ * call; a call that finds it taken (another thread's) allocates its own. */
+
+#define SCRATCH_KEPT ((size_t)64 << 20)
+static void *kept_scratch = NULL;
+static size_t kept_size = 0;
+
+/* with the GIL held */
+static void *take_scratch(size_t size, size_t *got) {
+    if (size == 0) size = 1;
+    if (kept_scratch && kept_size >= size) {
+        void *p = kept_scratch;
+        *got = kept_size;
+        kept_scratch = NULL;
+        kept_size = 0;
+        return p;
+    }
+    *got = size;
+    return malloc(size);
+}
+
+/* with the GIL held */
+static void give_scratch(void *p, size_t size) {
+    if (!p) return;
+    if (size > SCRATCH_KEPT) {
+        free(p);
+        return;
+    }
+    if (kept_scratch && kept_size >= size) {
+        free(p);
+        return;
+    }
+    free(kept_scratch);
+    kept_scratch = p;
+    kept_size = size;
+}
+
 /* ---- a stable LSD radix sort of (key, value) pairs on (key - min), 11 bits a pass, skipped when sorted ---- */
 
 typedef struct {
@@ -124,19 +182,19 @@ static void sort_pairs(pair_t *a, size_t n, pair_t *tmp) {
     uint64_t span = hi - lo;
     int bits = 0;
     while (bits < 64 && (span >> bits)) bits++;
-    static const int DIGIT = 11;
-    size_t count[1 << 11];
+    enum { DIGIT = 8, BUCKETS = 1 << DIGIT };
+    size_t count[BUCKETS];
     pair_t *src = a, *dst = tmp;
     for (int shift = 0; shift < bits; shift += DIGIT) {
         memset(count, 0, sizeof count);
-        for (size_t i = 0; i < n; i++) count[((src[i].k - lo) >> shift) & 2047]++;
+        for (size_t i = 0; i < n; i++) count[((src[i].k - lo) >> shift) & (BUCKETS - 1)]++;
         size_t total = 0;
-        for (size_t d = 0; d < 2048; d++) {
+        for (size_t d = 0; d < BUCKETS; d++) {
             size_t c = count[d];
             count[d] = total;
             total += c;
         }
-        for (size_t i = 0; i < n; i++) dst[count[((src[i].k - lo) >> shift) & 2047]++] = src[i];
+        for (size_t i = 0; i < n; i++) dst[count[((src[i].k - lo) >> shift) & (BUCKETS - 1)]++] = src[i];
         pair_t *t = src;
         src = dst;
         dst = t;
@@ -380,20 +438,30 @@ static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "list_touching: ext per record, paired ranges");
         return NULL;
     }
-    uint64_t total = 0;
+    /* pieces of each kind, dense, rows, scattered (before coinciding blocks are dropped): each kind's pieces go to
+     * their own part of the output, in one pass */
+    uint64_t count[3] = {0, 0, 0};
+    int bad_index = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < k; i++) {
         if (index[i] < 0 || index[i] >= n) {
-            release(b, 5);
-            PyErr_SetString(PyExc_IndexError, "list_touching: index out of the batch");
-            return NULL;
+            bad_index = 1;
+            break;
         }
         shape_t s;
         shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
-        total += s.pieces;
-        if (total > (uint64_t)(PY_SSIZE_T_MAX / 64)) {
-            release(b, 5);
-            return PyErr_NoMemory();
-        }
+        count[s.kind] += s.pieces; /* at most 2**32 a record: no overflow */
+    }
+    Py_END_ALLOW_THREADS
+    if (bad_index) {
+        release(b, 5);
+        PyErr_SetString(PyExc_IndexError, "list_touching: index out of the batch");
+        return NULL;
+    }
+    uint64_t total = count[0] + count[1] + count[2];
+    if (total > (uint64_t)(PY_SSIZE_T_MAX / 64)) {
+        release(b, 5);
+        return PyErr_NoMemory();
     }
     if (m == 0) total = 0; /* nothing can touch an empty set */
     PyObject *owner_out = new_bytes((Py_ssize_t)total, 8), *start_out = new_bytes((Py_ssize_t)total, 8),
@@ -410,53 +478,53 @@ static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
     size_t listed = 0;
     if (total) {
         Py_BEGIN_ALLOW_THREADS
-        for (int pass = 0; pass < 3; pass++) {
-            for (Py_ssize_t i = 0; i < k; i++) {
-                shape_t s;
-                shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
-                if (s.kind != pass) continue;
-                if (pass == 0) {
-                    owner[listed] = index[i];
-                    start[listed] = s.address;
-                    stop[listed] = sat_add(s.address, s.ext);
-                    listed++;
-                } else if (pass == 1) {
-                    uint64_t step = (uint64_t)s.repeat_stride * s.block_size;
-                    for (uint64_t r = 0; r < s.repeat; r++) {
-                        uint64_t row = sat_add(s.address, r * step);
-                        owner[listed] = index[i];
-                        start[listed] = row;
-                        stop[listed] = sat_add(row, s.row_length);
-                        listed++;
-                    }
-                } else if (s.ext == 0) {
-                    owner[listed] = index[i];
-                    start[listed] = s.address;
-                    stop[listed] = s.address;
-                    listed++;
-                } else {
-                    size_t from = listed;
-                    int ascending = 1;
-                    for (uint64_t r = 0; r < s.repeat; r++)
-                        for (uint64_t c = 0; c < s.block_num; c++) {
-                            uint64_t offset = (r * s.repeat_stride + c * s.block_stride) * s.block_size;
-                            uint64_t at = sat_add(s.address, offset);
-                            if (listed > from && at < start[listed - 1]) ascending = 0;
-                            start[listed++] = at;
-                        }
-                    if (!ascending) qsort(start + from, listed - from, sizeof(uint64_t), cmp_u64);
-                    size_t kept = from;
-                    for (size_t p = from; p < listed; p++) {
-                        if (p > from && start[p] == start[kept - 1]) continue; /* coinciding blocks: once */
-                        start[kept] = start[p];
-                        stop[kept] = sat_add(start[p], s.block_size);
-                        owner[kept] = index[i];
-                        kept++;
-                    }
-                    listed = kept;
+        size_t at[3] = {0, (size_t)count[0], (size_t)(count[0] + count[1])};
+        for (Py_ssize_t i = 0; i < k; i++) {
+            shape_t s;
+            shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
+            size_t w = at[s.kind];
+            if (s.kind == 0) {
+                owner[w] = index[i];
+                start[w] = s.address;
+                stop[w] = sat_add(s.address, s.ext);
+                w++;
+            } else if (s.kind == 1) {
+                uint64_t step = (uint64_t)s.repeat_stride * s.block_size;
+                for (uint64_t r = 0; r < s.repeat; r++, w++) {
+                    uint64_t row = sat_add(s.address, r * step);
+                    owner[w] = index[i];
+                    start[w] = row;
+                    stop[w] = sat_add(row, s.row_length);
                 }
+            } else if (s.ext == 0) {
+                owner[w] = index[i];
+                start[w] = s.address;
+                stop[w] = s.address;
+                w++;
+            } else {
+                size_t from = w;
+                int ascending = 1;
+                for (uint64_t r = 0; r < s.repeat; r++)
+                    for (uint64_t c = 0; c < s.block_num; c++) {
+                        uint64_t offset = (r * s.repeat_stride + c * s.block_stride) * s.block_size;
+                        uint64_t piece = sat_add(s.address, offset);
+                        if (w > from && piece < start[w - 1]) ascending = 0;
+                        start[w++] = piece;
+                    }
+                if (!ascending) qsort(start + from, w - from, sizeof(uint64_t), cmp_u64);
+                size_t kept = from;
+                for (size_t p = from; p < w; p++) {
+                    if (p > from && start[p] == start[kept - 1]) continue; /* coinciding blocks: once */
+                    start[kept] = start[p];
+                    stop[kept] = sat_add(start[p], s.block_size);
+                    owner[kept] = index[i];
+                    kept++;
+                }
+                w = kept;
             }
+            at[s.kind] = w;
         }
+        listed = at[2]; /* the scattered part is last: only it shrank */
         /* touching: all, when one range holds every piece */
         uint64_t low = U64MAX, high = 0;
         for (size_t p = 0; p < listed; p++) {
@@ -466,10 +534,15 @@ static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
         Py_ssize_t j = last_at_or_below(starts, m, low);
         if (listed && !(j >= 0 && high <= ends[j])) {
             size_t kept = 0;
+            int64_t last_owner = -1;
+            int held = 0;
             for (size_t p = 0; p < listed; p++) {
                 int64_t e = owner[p];
-                uint64_t a = F_ADDRESS(base + e * RECORD_SIZE);
-                int held = ext[e] > 0 && contains(starts, ends, m, a, sat_add(a, ext[e]));
+                if (e != last_owner) { /* an access's pieces come together */
+                    uint64_t a = F_ADDRESS(base + e * RECORD_SIZE);
+                    held = ext[e] > 0 && contains(starts, ends, m, a, sat_add(a, ext[e]));
+                    last_owner = e;
+                }
                 if ((held && stop[p] > start[p]) || meets(starts, ends, m, start[p], stop[p])) {
                     owner[kept] = owner[p];
                     start[kept] = start[p];
@@ -495,13 +568,7 @@ static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
 /* ---- merging ranges ---- */
 
 /* Sorts order[0..n) (indices into lo) by (key, lo) when keys is given, by lo alone when not; stable. */
-static int order_by(const uint64_t *keys, const uint64_t *lo, uint64_t *order, size_t n) {
-    pair_t *a = malloc(n * sizeof(pair_t)), *t = malloc(n * sizeof(pair_t));
-    if (!a || !t) {
-        free(a);
-        free(t);
-        return -1;
-    }
+static void order_by(const uint64_t *keys, const uint64_t *lo, uint64_t *order, size_t n, pair_t *a, pair_t *t) {
     for (size_t i = 0; i < n; i++) {
         a[i].k = lo[order[i]];
         a[i].v = order[i];
@@ -512,9 +579,6 @@ static int order_by(const uint64_t *keys, const uint64_t *lo, uint64_t *order, s
         sort_pairs(a, n, t);
     }
     for (size_t i = 0; i < n; i++) order[i] = a[i].v;
-    free(a);
-    free(t);
-    return 0;
 }
 
 /* merge_by_block(keys, lo, hi) -> (keys, lo, hi): each key's non-empty ranges merged (touching joined), sorted by
@@ -535,18 +599,17 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     PyObject *k_out = new_bytes(n, 8), *l_out = new_bytes(n, 8), *h_out = new_bytes(n, 8);
-    uint64_t *order = malloc((n ? n : 1) * sizeof(uint64_t)), *clo = malloc((n ? n : 1) * sizeof(uint64_t)),
-             *chi = malloc((n ? n : 1) * sizeof(uint64_t));
-    if (!k_out || !l_out || !h_out || !order || !clo || !chi) {
+    size_t got = 0;
+    unsigned char *scratch = (k_out && l_out && h_out) ? take_scratch((size_t)n * 56, &got) : NULL;
+    if (!scratch) {
         Py_XDECREF(k_out);
         Py_XDECREF(l_out);
         Py_XDECREF(h_out);
-        free(order);
-        free(clo);
-        free(chi);
         release(b, 3);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
+    uint64_t *order = (uint64_t *)scratch, *clo = order + n, *chi = clo + n;
+    pair_t *pairs = (pair_t *)(chi + n), *pairs_tmp = pairs + n;
     const uint64_t *keys = b[0].view.buf, *lo = b[1].view.buf, *hi = b[2].view.buf;
     uint64_t *ko = (uint64_t *)PyByteArray_AS_STRING(k_out), *lo_out = (uint64_t *)PyByteArray_AS_STRING(l_out),
              *ho = (uint64_t *)PyByteArray_AS_STRING(h_out);
@@ -572,7 +635,7 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
             sorted = 0;
         order[live++] = (uint64_t)i;
     }
-    if (!sorted && order_by(keys, clo, order, live) < 0) failed = 1;
+    if (!sorted) order_by(keys, clo, order, live, pairs, pairs_tmp);
     if (!failed)
         for (size_t p = 0; p < live; p++) {
             size_t i = order[p];
@@ -586,9 +649,7 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
             }
         }
     Py_END_ALLOW_THREADS
-    free(order);
-    free(clo);
-    free(chi);
+    give_scratch(scratch, got);
     release(b, 3);
     if (failed || PyByteArray_Resize(k_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(l_out, (Py_ssize_t)out * 8) < 0 ||
         PyByteArray_Resize(h_out, (Py_ssize_t)out * 8) < 0) {
@@ -617,14 +678,16 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     PyObject *s_out = new_bytes(n, 8), *e_out = new_bytes(n, 8);
-    uint64_t *order = malloc((n ? n : 1) * sizeof(uint64_t));
-    if (!s_out || !e_out || !order) {
+    size_t got = 0;
+    unsigned char *scratch = (s_out && e_out) ? take_scratch((size_t)n * 40, &got) : NULL;
+    if (!scratch) {
         Py_XDECREF(s_out);
         Py_XDECREF(e_out);
-        free(order);
         release(b, 2);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
+    uint64_t *order = (uint64_t *)scratch;
+    pair_t *pairs = (pair_t *)(order + n), *pairs_tmp = pairs + n;
     const uint64_t *lo = b[0].view.buf, *hi = b[1].view.buf;
     uint64_t *so = (uint64_t *)PyByteArray_AS_STRING(s_out), *eo = (uint64_t *)PyByteArray_AS_STRING(e_out);
     size_t out = 0;
@@ -637,7 +700,7 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
         if (live && lo[i] < lo[order[live - 1]]) sorted = 0;
         order[live++] = (uint64_t)i;
     }
-    if (!sorted && order_by(NULL, lo, order, live) < 0) failed = 1;
+    if (!sorted) order_by(NULL, lo, order, live, pairs, pairs_tmp);
     if (!failed)
         for (size_t p = 0; p < live; p++) {
             size_t i = order[p];
@@ -650,7 +713,7 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
             }
         }
     Py_END_ALLOW_THREADS
-    free(order);
+    give_scratch(scratch, got);
     release(b, 2);
     if (failed || PyByteArray_Resize(s_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(e_out, (Py_ssize_t)out * 8) < 0) {
         Py_DECREF(s_out);
@@ -703,22 +766,21 @@ static PyObject *page_note(PyObject *Py_UNUSED(m), PyObject *args) {
     size_t entries = (size_t)span_total;
     PyObject *alone = new_bytes(n, 1), *shared = new_bytes((Py_ssize_t)entries, 8);
     PyObject *new_pages = new_bytes(t + (Py_ssize_t)entries, 8), *new_owners = new_bytes(t + (Py_ssize_t)entries, 8);
-    pair_t *e = malloc(entries * sizeof(pair_t)), *tmp = malloc(entries * sizeof(pair_t));
-    /* per unique page: its entry span's first index, and whether it is alone; fresh pages with their after */
-    uint64_t *fresh_page = malloc(entries * sizeof(uint64_t));
-    int64_t *fresh_after = malloc(entries * sizeof(int64_t));
-    if (!alone || !shared || !new_pages || !new_owners || !e || !tmp || !fresh_page || !fresh_after) {
+    /* the entries (page, range) and the radix sort's second buffer; the fresh pages with their owner after */
+    size_t got = 0;
+    unsigned char *scratch =
+        (alone && shared && new_pages && new_owners) ? take_scratch(entries * 48, &got) : NULL;
+    if (!scratch) {
         Py_XDECREF(alone);
         Py_XDECREF(shared);
         Py_XDECREF(new_pages);
         Py_XDECREF(new_owners);
-        free(e);
-        free(tmp);
-        free(fresh_page);
-        free(fresh_after);
         release(b, 5);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
+    pair_t *e = (pair_t *)scratch, *tmp = e + entries;
+    uint64_t *fresh_page = (uint64_t *)(tmp + entries);
+    int64_t *fresh_after = (int64_t *)(fresh_page + entries);
     unsigned char *alone_out = (unsigned char *)PyByteArray_AS_STRING(alone);
     uint64_t *shared_out = (uint64_t *)PyByteArray_AS_STRING(shared);
     uint64_t *pages_out = (uint64_t *)PyByteArray_AS_STRING(new_pages);
@@ -774,10 +836,7 @@ static PyObject *page_note(PyObject *Py_UNUSED(m), PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    free(e);
-    free(tmp);
-    free(fresh_page);
-    free(fresh_after);
+    give_scratch(scratch, got);
     release(b, 5);
     if (PyByteArray_Resize(shared, (Py_ssize_t)n_shared * 8) < 0 ||
         PyByteArray_Resize(new_pages, (t + (Py_ssize_t)n_fresh) * 8) < 0 ||
