@@ -693,25 +693,30 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
     size_t out = 0;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    size_t live = 0;
-    int sorted = 1;
+    /* A run in order first (the ranges merged before, in a log that grows by batches), then the rest: only the
+     * rest is sorted, and the two are joined in one pass. */
+    size_t live = 0, prefix = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (hi[i] <= lo[i]) continue;
-        if (live && lo[i] < lo[order[live - 1]]) sorted = 0;
+        if (prefix == live && (live == 0 || lo[i] >= lo[order[live - 1]])) prefix++;
         order[live++] = (uint64_t)i;
     }
-    if (!sorted) order_by(NULL, lo, order, live, pairs, pairs_tmp);
-    if (!failed)
-        for (size_t p = 0; p < live; p++) {
-            size_t i = order[p];
-            if (out && lo[i] <= eo[out - 1]) {
-                if (hi[i] > eo[out - 1]) eo[out - 1] = hi[i];
-            } else {
-                so[out] = lo[i];
-                eo[out] = hi[i];
-                out++;
-            }
+    if (prefix < live) order_by(NULL, lo, order + prefix, live - prefix, pairs, pairs_tmp);
+    size_t p = 0, q = prefix;
+    while (p < prefix || q < live) {
+        size_t i;
+        if (q >= live || (p < prefix && lo[order[p]] <= lo[order[q]]))
+            i = order[p++];
+        else
+            i = order[q++];
+        if (out && lo[i] <= eo[out - 1]) {
+            if (hi[i] > eo[out - 1]) eo[out - 1] = hi[i];
+        } else {
+            so[out] = lo[i];
+            eo[out] = hi[i];
+            out++;
         }
+    }
     Py_END_ALLOW_THREADS
     give_scratch(scratch, got);
     release(b, 2);
