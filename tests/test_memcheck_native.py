@@ -203,7 +203,7 @@ def test_page_note(drawn: list[list[tuple[int, int, int]]]) -> None:
         lo = u64([a for _, a, _ in batch])
         hi = lo + u64([n for _, _, n in batch])
         expected = theirs.note_numpy(owners, lo, hi)
-        noted = compiled.page_note(owners.astype(np.int64), lo, hi, ours.pages, ours.owners, _page_owners.MAX_PAGES)
+        noted = compiled.page_note(owners.astype(np.int64), lo, hi, ours.pages, ours.owners, _page_owners.MAX_PAGES, 16)
         alone, shared, pages, table = noted
         if pages is not None:
             ours.pages, ours.owners = np.frombuffer(pages, U64), np.frombuffer(table, np.int64)
@@ -216,7 +216,7 @@ def test_page_note(drawn: list[list[tuple[int, int, int]]]) -> None:
 def test_page_note_past_its_bound_records_nothing() -> None:
     table = _page_owners.PageOwners()
     lo, hi = u64([0]), u64([10 << 16])
-    assert compiled.page_note(np.zeros(1, np.int64), lo, hi, table.pages, table.owners, 5) is None
+    assert compiled.page_note(np.zeros(1, np.int64), lo, hi, table.pages, table.owners, 5, 16) is None
     assert table.note_numpy(np.zeros(1, U64), lo, hi) is not None  # the bound is the caller's: numpy's is 2**21
 
 

@@ -57,7 +57,7 @@ class PageOwners:
             try:
                 noted = native.page_note(
                     np.ascontiguousarray(owners).astype(np.int64, copy=False), np.ascontiguousarray(lo),
-                    np.ascontiguousarray(hi), np.ascontiguousarray(self.pages), self.owners, MAX_PAGES,
+                    np.ascontiguousarray(hi), np.ascontiguousarray(self.pages), self.owners, MAX_PAGES, PAGE_SHIFT,
                 )  # fmt: skip
             except ValueError:  # an empty range: the reference path's answer, whatever it is
                 return self.note_numpy(owners, lo, hi)

@@ -26,7 +26,6 @@
 #define ADDRESS_MASK ((UINT64_C(1) << 49) - 1)
 #define SATURATE (UINT64_C(1) << 62)
 #define SPACE_GM 1 /* sanitizerd_protocol.records.Space.GM */
-#define PAGE_SHIFT 16
 #define SHARED_PAGE (-1)
 #define NOBODY_PAGE (-2)
 
@@ -730,14 +729,19 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
 
 /* ---- the page table ---- */
 
-/* page_note(owners, lo, hi, pages, table_owners, max_pages) -> None | (alone u8 per range, newly shared pages,
+/* page_note(owners, lo, hi, pages, table_owners, max_pages, page_shift) -> None | (alone u8 per range, newly shared pages,
  * new pages or None, new owners or None): _page_owners.PageOwners.note for non-empty ranges. Held pages' owners
  * are updated in ``table_owners`` in place; where pages are new, the merged table comes back instead (the caller
  * takes it). None: the pages would pass ``max_pages``, nothing recorded. */
 static PyObject *page_note(PyObject *Py_UNUSED(m), PyObject *args) {
     PyObject *o[5];
     long long max_pages;
-    if (!PyArg_ParseTuple(args, "OOOOOL", &o[0], &o[1], &o[2], &o[3], &o[4], &max_pages)) return NULL;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOOOOLi", &o[0], &o[1], &o[2], &o[3], &o[4], &max_pages, &shift)) return NULL;
+    if (shift < 0 || shift > 63) {
+        PyErr_SetString(PyExc_ValueError, "page_note: a page shift of 0 to 63 bits");
+        return NULL;
+    }
     buf_t b[5] = {{{0}, 0}};
     Py_ssize_t n, n1, n2, t, t2;
     if (get_buffer(o[0], &b[0], 8, 0, &n, "owners") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "lo") < 0 ||
@@ -761,7 +765,7 @@ static PyObject *page_note(PyObject *Py_UNUSED(m), PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "page_note: an empty range");
             return NULL;
         }
-        span_total += ((hi[i] - 1) >> PAGE_SHIFT) - (lo[i] >> PAGE_SHIFT) + 1;
+        span_total += ((hi[i] - 1) >> shift) - (lo[i] >> shift) + 1;
         if (span_total > (uint64_t)max_pages) break;
     }
     if (span_total + (uint64_t)t > (uint64_t)max_pages) {
@@ -795,7 +799,7 @@ static PyObject *page_note(PyObject *Py_UNUSED(m), PyObject *args) {
     size_t p = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         alone_out[i] = 1;
-        for (uint64_t page = lo[i] >> PAGE_SHIFT, last = (hi[i] - 1) >> PAGE_SHIFT;; page++) {
+        for (uint64_t page = lo[i] >> shift, last = (hi[i] - 1) >> shift;; page++) {
             e[p].k = page;
             e[p].v = (uint64_t)i;
             p++;
