@@ -580,6 +580,8 @@ static void order_by(const uint64_t *keys, const uint64_t *lo, uint64_t *order, 
     for (size_t i = 0; i < n; i++) order[i] = a[i].v;
 }
 
+#define KEY_SPAN ((size_t)1 << 16) /* keys this many apart at most take the grouped path */
+
 /* merge_by_block(keys, lo, hi) -> (keys, lo, hi): each key's non-empty ranges merged (touching joined), sorted by
  * key then start; every bound clipped to 2**49 - 1 when any end passes it (_stomping._merge_by_block). */
 static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -599,7 +601,10 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     PyObject *k_out = new_bytes(n, 8), *l_out = new_bytes(n, 8), *h_out = new_bytes(n, 8);
     size_t got = 0;
-    unsigned char *scratch = (k_out && l_out && h_out) ? take_scratch((size_t)n * 56, &got) : NULL;
+    /* the grouped path's two pair arrays and one counter per key; the general path's order, bounds and pairs */
+    size_t grouped_bytes = (size_t)n * 32 + (KEY_SPAN + 1) * sizeof(size_t);
+    size_t need = (size_t)n * 56 > grouped_bytes ? (size_t)n * 56 : grouped_bytes;
+    unsigned char *scratch = (k_out && l_out && h_out) ? take_scratch(need, &got) : NULL;
     if (!scratch) {
         Py_XDECREF(k_out);
         Py_XDECREF(l_out);
@@ -609,6 +614,8 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     uint64_t *order = (uint64_t *)scratch, *clo = order + n, *chi = clo + n;
     pair_t *pairs = (pair_t *)(chi + n), *pairs_tmp = pairs + n;
+    pair_t *grouped = (pair_t *)scratch, *grouped_tmp = grouped + n;
+    size_t *at = (size_t *)(grouped_tmp + n);
     const uint64_t *keys = b[0].view.buf, *lo = b[1].view.buf, *hi = b[2].view.buf;
     uint64_t *ko = (uint64_t *)PyByteArray_AS_STRING(k_out), *lo_out = (uint64_t *)PyByteArray_AS_STRING(l_out),
              *ho = (uint64_t *)PyByteArray_AS_STRING(h_out);
@@ -619,6 +626,50 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++)
         if (hi[i] > top) top = hi[i];
     int clip = top > ADDRESS_MASK;
+#define CLIPPED(x) (clip && (x) > ADDRESS_MASK ? ADDRESS_MASK : (x))
+    uint64_t kmin = UINT64_MAX, kmax = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (CLIPPED(hi[i]) > CLIPPED(lo[i])) {
+            if (keys[i] < kmin) kmin = keys[i];
+            if (keys[i] > kmax) kmax = keys[i];
+        }
+    if (kmin <= kmax && kmax - kmin < KEY_SPAN) {
+        /* Few blocks (the usual case): the ranges grouped by key in one counting pass, each group sorted by start
+         * (skipped where it is in order already) and merged; no gathers through an index. */
+        size_t span = (size_t)(kmax - kmin) + 1;
+        memset(at, 0, (span + 1) * sizeof(size_t));
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (CLIPPED(hi[i]) > CLIPPED(lo[i])) at[keys[i] - kmin + 1]++;
+        for (size_t d = 1; d <= span; d++) at[d] += at[d - 1];
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t l = CLIPPED(lo[i]), h = CLIPPED(hi[i]);
+            if (h > l) {
+                pair_t *slot = &grouped[at[keys[i] - kmin]++];
+                slot->k = l;
+                slot->v = h;
+            }
+        }
+        /* at[d] is now the end of group d */
+        size_t from = 0;
+        for (size_t d = 0; d < span; d++) {
+            size_t to = at[d];
+            if (to == from) continue;
+            sort_pairs(grouped + from, to - from, grouped_tmp);
+            uint64_t key = kmin + d;
+            size_t first = out;
+            for (size_t p = from; p < to; p++) {
+                if (out > first && grouped[p].k <= ho[out - 1]) {
+                    if (grouped[p].v > ho[out - 1]) ho[out - 1] = grouped[p].v;
+                } else {
+                    ko[out] = key;
+                    lo_out[out] = grouped[p].k;
+                    ho[out] = grouped[p].v;
+                    out++;
+                }
+            }
+            from = to;
+        }
+    } else {
     size_t live = 0;
     int sorted = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -647,6 +698,8 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
                 out++;
             }
         }
+    }
+#undef CLIPPED
     Py_END_ALLOW_THREADS
     give_scratch(scratch, got);
     release(b, 3);
