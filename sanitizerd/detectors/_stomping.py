@@ -26,11 +26,13 @@ their own slices never searches the owner sets at all. In such a page an atomic 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from sanitizerd.detectors import _intervals
+from sanitizerd.detectors._batches import records_of
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
 from sanitizerd.detectors._page_owners import PageOwners, pages_of
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT
@@ -293,7 +295,26 @@ class StompTracker:
             return _NONE
         index = np.flatnonzero(writes)
         if lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
-            found = [self._check_pieces(events, atomic, *listed_touching(legal, events, ext, index))]
+            native = _intervals.native
+            records = records_of(events) if native is not None else None
+            if records is not None and ext.dtype == _U64 and ext.shape == records.shape:
+                # compiled: listed, keyed and merged per block in one call; the pieces again only for a conflict
+                *merged, tagged = native.list_merged(  # type: ignore[union-attr]
+                    records, index.astype(np.int64), ext, np.ascontiguousarray(legal.starts),
+                    np.ascontiguousarray(legal.ends), np.ascontiguousarray(atomic).view(np.uint8),
+                )  # fmt: skip
+                keys, lo, hi = (np.frombuffer(part, _U64) for part in merged)
+                merged_atomic = ((keys & _U64(1)) == 1) if tagged else None
+                if tagged:
+                    keys = keys >> _U64(1)
+
+                def pieces() -> tuple[np.ndarray, ...]:
+                    event, start, stop = listed_touching(legal, events, ext, index)
+                    return event, start, stop, _piece_block_keys(events, event), atomic[event]
+
+                found = [self._check_merged((keys, lo, hi), merged_atomic, pieces)]
+            else:
+                found = [self._check_pieces(events, atomic, *listed_touching(legal, events, ext, index))]
             self.given_up = self._past_bound()
             return _joined(found)
         self._flush()  # the runs' lookups below read the owner sets
@@ -385,6 +406,17 @@ class StompTracker:
             merged_atomic = (tagged & _U64(1)) == 1
         else:
             merged = _merge_by_block(block_keys, start, stop)
+        return self._check_merged(merged, merged_atomic, lambda: (event, start, stop, block_keys, piece_atomic))
+
+    def _check_merged(
+        self,
+        merged: tuple[np.ndarray, ...],
+        merged_atomic: np.ndarray | None,
+        pieces: Callable[[], tuple[np.ndarray, ...]],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_check_pieces`` from its writes merged per block (and per mode, where ``merged_atomic`` says which are
+        atomic); ``pieces()`` gives the pieces themselves (event, start, stop, block key, atomic), which only a
+        conflict reads."""
         if not merged[0].size:  # only empty pieces: nothing written
             return _NONE
         merged_keys = self._owner_numbers(merged[0])
@@ -408,6 +440,7 @@ class StompTracker:
         if self._claim_if_clean(*merged, merged_atomic):
             return _NONE
         self._flush()  # a conflict: the block-by-block path reads whole owners' sets
+        event, start, stop, block_keys, piece_atomic = pieces()
         keys = self._owner_numbers(block_keys)
         # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers; each
         # block's writes in event order, as it walks one buffer.

@@ -414,146 +414,178 @@ static inline void shape_of(const unsigned char *r, uint64_t ext, shape_t *s) {
     }
 }
 
+/* Pieces of each kind (dense, rows, scattered) of the accesses at ``index``, before coinciding blocks are dropped;
+ * -1 for an index past the batch. */
+static int count_pieces(const unsigned char *base, Py_ssize_t n, const int64_t *index, Py_ssize_t k,
+                        const uint64_t *ext, uint64_t count[3]) {
+    count[0] = count[1] = count[2] = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (index[i] < 0 || index[i] >= n) return -1;
+        shape_t s;
+        shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
+        count[s.kind] += s.pieces; /* at most 2**32 a record: no overflow */
+    }
+    return 0;
+}
+
+/* The listing itself into owner/start/stop (room for count[0] + count[1] + count[2] pieces): each kind's pieces in
+ * their own part, in one pass; then those that share no byte with the ranges dropped. Returns the pieces kept. */
+static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ssize_t k, const uint64_t *ext,
+                          const uint64_t *starts, const uint64_t *ends, Py_ssize_t m, const uint64_t count[3],
+                          int64_t *owner, uint64_t *start, uint64_t *stop) {
+    size_t at[3] = {0, (size_t)count[0], (size_t)(count[0] + count[1])};
+    for (Py_ssize_t i = 0; i < k; i++) {
+        shape_t s;
+        shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
+        size_t w = at[s.kind];
+        if (s.kind == 0) {
+            owner[w] = index[i];
+            start[w] = s.address;
+            stop[w] = sat_add(s.address, s.ext);
+            w++;
+        } else if (s.kind == 1) {
+            uint64_t step = (uint64_t)s.repeat_stride * s.block_size;
+            for (uint64_t r = 0; r < s.repeat; r++, w++) {
+                uint64_t row = sat_add(s.address, r * step);
+                owner[w] = index[i];
+                start[w] = row;
+                stop[w] = sat_add(row, s.row_length);
+            }
+        } else if (s.ext == 0) {
+            owner[w] = index[i];
+            start[w] = s.address;
+            stop[w] = s.address;
+            w++;
+        } else {
+            size_t from = w;
+            int ascending = 1;
+            for (uint64_t r = 0; r < s.repeat; r++)
+                for (uint64_t c = 0; c < s.block_num; c++) {
+                    uint64_t offset = (r * s.repeat_stride + c * s.block_stride) * s.block_size;
+                    uint64_t piece = sat_add(s.address, offset);
+                    if (w > from && piece < start[w - 1]) ascending = 0;
+                    start[w++] = piece;
+                }
+            if (!ascending) qsort(start + from, w - from, sizeof(uint64_t), cmp_u64);
+            size_t kept = from;
+            for (size_t p = from; p < w; p++) {
+                if (p > from && start[p] == start[kept - 1]) continue; /* coinciding blocks: once */
+                start[kept] = start[p];
+                stop[kept] = sat_add(start[p], s.block_size);
+                owner[kept] = index[i];
+                kept++;
+            }
+            w = kept;
+        }
+        at[s.kind] = w;
+    }
+    size_t listed = at[2]; /* the scattered part is last: only it shrank */
+    if (m == 0) return 0; /* nothing touches an empty set */
+    /* touching: all, when one range holds every piece */
+    uint64_t low = U64MAX, high = 0;
+    for (size_t p = 0; p < listed; p++) {
+        if (start[p] < low) low = start[p];
+        if (stop[p] > high) high = stop[p];
+    }
+    Py_ssize_t j = last_at_or_below(starts, m, low);
+    if (listed && !(j >= 0 && high <= ends[j])) {
+        size_t kept = 0;
+        int64_t last_owner = -1;
+        int held = 0;
+        for (size_t p = 0; p < listed; p++) {
+            int64_t e = owner[p];
+            if (e != last_owner) { /* held depends on the access alone */
+                uint64_t a = F_ADDRESS(base + e * RECORD_SIZE);
+                held = ext[e] > 0 && contains(starts, ends, m, a, sat_add(a, ext[e]));
+                last_owner = e;
+            }
+            if ((held && stop[p] > start[p]) || meets(starts, ends, m, start[p], stop[p])) {
+                owner[kept] = owner[p];
+                start[kept] = start[p];
+                stop[kept] = stop[p];
+                kept++;
+            }
+        }
+        listed = kept;
+    }
+    return listed;
+}
+
+/* the records, index, ext and ranges of list_touching and list_merged, checked */
+typedef struct {
+    buf_t b[6];
+    const unsigned char *base;
+    const int64_t *index;
+    const uint64_t *ext, *starts, *ends;
+    const unsigned char *atomic;
+    Py_ssize_t n, k, m;
+    uint64_t count[3], total;
+} listing_t;
+
+static int listing_args(PyObject *args, listing_t *l, int with_atomic) {
+    PyObject *o[6];
+    memset(l, 0, sizeof *l);
+    if (with_atomic ? !PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])
+                    : !PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return -1;
+    Py_ssize_t n_ext, m2, n_atomic = 0;
+    if (get_buffer(o[0], &l->b[0], RECORD_SIZE, 0, &l->n, "records") < 0 ||
+        get_buffer(o[1], &l->b[1], 8, 0, &l->k, "index") < 0 || get_buffer(o[2], &l->b[2], 8, 0, &n_ext, "ext") < 0 ||
+        get_buffer(o[3], &l->b[3], 8, 0, &l->m, "starts") < 0 || get_buffer(o[4], &l->b[4], 8, 0, &m2, "ends") < 0 ||
+        (with_atomic && get_buffer(o[5], &l->b[5], 1, 0, &n_atomic, "atomic") < 0))
+        return -1;
+    if (n_ext != l->n || l->m != m2 || (with_atomic && n_atomic != l->n)) {
+        PyErr_SetString(PyExc_ValueError, "listing: ext (and atomic) per record, paired ranges");
+        return -1;
+    }
+    l->base = l->b[0].view.buf;
+    l->index = l->b[1].view.buf;
+    l->ext = l->b[2].view.buf;
+    l->starts = l->b[3].view.buf;
+    l->ends = l->b[4].view.buf;
+    l->atomic = with_atomic ? l->b[5].view.buf : NULL;
+    int bad;
+    Py_BEGIN_ALLOW_THREADS
+    bad = count_pieces(l->base, l->n, l->index, l->k, l->ext, l->count);
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_IndexError, "listing: index out of the batch");
+        return -1;
+    }
+    l->total = l->count[0] + l->count[1] + l->count[2];
+    if (l->total > (uint64_t)(PY_SSIZE_T_MAX / 64)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 /* list_touching(records, index, ext, starts, ends) -> (owner int64, start u64, stop u64): the pieces of the
  * accesses at ``index`` (_patterns.ranges: dense accesses one piece each, then contiguous rows one piece a repeat,
  * then scattered blocks one piece each, by start, coinciding blocks once), keeping those that share a byte with the
  * sorted, disjoint ranges (_runs.listed_touching: all of them when one range holds them all). */
 static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *o[5];
-    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
-    buf_t b[5] = {{{0}, 0}};
-    Py_ssize_t n, k, n_ext, m, m2;
-    if (get_buffer(o[0], &b[0], RECORD_SIZE, 0, &n, "records") < 0 ||
-        get_buffer(o[1], &b[1], 8, 0, &k, "index") < 0 || get_buffer(o[2], &b[2], 8, 0, &n_ext, "ext") < 0 ||
-        get_buffer(o[3], &b[3], 8, 0, &m, "starts") < 0 || get_buffer(o[4], &b[4], 8, 0, &m2, "ends") < 0) {
-        release(b, 5);
+    listing_t l;
+    if (listing_args(args, &l, 0) < 0) {
+        release(l.b, 6);
         return NULL;
     }
-    const unsigned char *base = b[0].view.buf;
-    const int64_t *index = b[1].view.buf;
-    const uint64_t *ext = b[2].view.buf, *starts = b[3].view.buf, *ends = b[4].view.buf;
-    if (n_ext != n || m != m2) {
-        release(b, 5);
-        PyErr_SetString(PyExc_ValueError, "list_touching: ext per record, paired ranges");
-        return NULL;
-    }
-    /* pieces of each kind, dense, rows, scattered (before coinciding blocks are dropped): each kind's pieces go to
-     * their own part of the output, in one pass */
-    uint64_t count[3] = {0, 0, 0};
-    int bad_index = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < k; i++) {
-        if (index[i] < 0 || index[i] >= n) {
-            bad_index = 1;
-            break;
-        }
-        shape_t s;
-        shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
-        count[s.kind] += s.pieces; /* at most 2**32 a record: no overflow */
-    }
-    Py_END_ALLOW_THREADS
-    if (bad_index) {
-        release(b, 5);
-        PyErr_SetString(PyExc_IndexError, "list_touching: index out of the batch");
-        return NULL;
-    }
-    uint64_t total = count[0] + count[1] + count[2];
-    if (total > (uint64_t)(PY_SSIZE_T_MAX / 64)) {
-        release(b, 5);
-        return PyErr_NoMemory();
-    }
-    if (m == 0) total = 0; /* nothing can touch an empty set */
-    PyObject *owner_out = new_bytes((Py_ssize_t)total, 8), *start_out = new_bytes((Py_ssize_t)total, 8),
-             *stop_out = new_bytes((Py_ssize_t)total, 8);
+    PyObject *owner_out = new_bytes((Py_ssize_t)l.total, 8), *start_out = new_bytes((Py_ssize_t)l.total, 8),
+             *stop_out = new_bytes((Py_ssize_t)l.total, 8);
     if (!owner_out || !start_out || !stop_out) {
         Py_XDECREF(owner_out);
         Py_XDECREF(start_out);
         Py_XDECREF(stop_out);
-        release(b, 5);
+        release(l.b, 6);
         return NULL;
     }
     int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_out);
     uint64_t *start = (uint64_t *)PyByteArray_AS_STRING(start_out), *stop = (uint64_t *)PyByteArray_AS_STRING(stop_out);
-    size_t listed = 0;
-    if (total) {
-        Py_BEGIN_ALLOW_THREADS
-        size_t at[3] = {0, (size_t)count[0], (size_t)(count[0] + count[1])};
-        for (Py_ssize_t i = 0; i < k; i++) {
-            shape_t s;
-            shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
-            size_t w = at[s.kind];
-            if (s.kind == 0) {
-                owner[w] = index[i];
-                start[w] = s.address;
-                stop[w] = sat_add(s.address, s.ext);
-                w++;
-            } else if (s.kind == 1) {
-                uint64_t step = (uint64_t)s.repeat_stride * s.block_size;
-                for (uint64_t r = 0; r < s.repeat; r++, w++) {
-                    uint64_t row = sat_add(s.address, r * step);
-                    owner[w] = index[i];
-                    start[w] = row;
-                    stop[w] = sat_add(row, s.row_length);
-                }
-            } else if (s.ext == 0) {
-                owner[w] = index[i];
-                start[w] = s.address;
-                stop[w] = s.address;
-                w++;
-            } else {
-                size_t from = w;
-                int ascending = 1;
-                for (uint64_t r = 0; r < s.repeat; r++)
-                    for (uint64_t c = 0; c < s.block_num; c++) {
-                        uint64_t offset = (r * s.repeat_stride + c * s.block_stride) * s.block_size;
-                        uint64_t piece = sat_add(s.address, offset);
-                        if (w > from && piece < start[w - 1]) ascending = 0;
-                        start[w++] = piece;
-                    }
-                if (!ascending) qsort(start + from, w - from, sizeof(uint64_t), cmp_u64);
-                size_t kept = from;
-                for (size_t p = from; p < w; p++) {
-                    if (p > from && start[p] == start[kept - 1]) continue; /* coinciding blocks: once */
-                    start[kept] = start[p];
-                    stop[kept] = sat_add(start[p], s.block_size);
-                    owner[kept] = index[i];
-                    kept++;
-                }
-                w = kept;
-            }
-            at[s.kind] = w;
-        }
-        listed = at[2]; /* the scattered part is last: only it shrank */
-        /* touching: all, when one range holds every piece */
-        uint64_t low = U64MAX, high = 0;
-        for (size_t p = 0; p < listed; p++) {
-            if (start[p] < low) low = start[p];
-            if (stop[p] > high) high = stop[p];
-        }
-        Py_ssize_t j = last_at_or_below(starts, m, low);
-        if (listed && !(j >= 0 && high <= ends[j])) {
-            size_t kept = 0;
-            int64_t last_owner = -1;
-            int held = 0;
-            for (size_t p = 0; p < listed; p++) {
-                int64_t e = owner[p];
-                if (e != last_owner) { /* an access's pieces come together */
-                    uint64_t a = F_ADDRESS(base + e * RECORD_SIZE);
-                    held = ext[e] > 0 && contains(starts, ends, m, a, sat_add(a, ext[e]));
-                    last_owner = e;
-                }
-                if ((held && stop[p] > start[p]) || meets(starts, ends, m, start[p], stop[p])) {
-                    owner[kept] = owner[p];
-                    start[kept] = start[p];
-                    stop[kept] = stop[p];
-                    kept++;
-                }
-            }
-            listed = kept;
-        }
-        Py_END_ALLOW_THREADS
-    }
-    release(b, 5);
+    size_t listed;
+    Py_BEGIN_ALLOW_THREADS
+    listed = list_pieces(l.base, l.index, l.k, l.ext, l.starts, l.ends, l.m, l.count, owner, start, stop);
+    Py_END_ALLOW_THREADS
+    release(l.b, 6);
     if (PyByteArray_Resize(owner_out, (Py_ssize_t)listed * 8) < 0 || PyByteArray_Resize(start_out, (Py_ssize_t)listed * 8) < 0 ||
         PyByteArray_Resize(stop_out, (Py_ssize_t)listed * 8) < 0) {
         Py_DECREF(owner_out);
@@ -582,53 +614,29 @@ static void order_by(const uint64_t *keys, const uint64_t *lo, uint64_t *order, 
 
 #define KEY_SPAN ((size_t)1 << 16) /* keys this many apart at most take the grouped path */
 
-/* merge_by_block(keys, lo, hi) -> (keys, lo, hi): each key's non-empty ranges merged (touching joined), sorted by
- * key then start; every bound clipped to 2**49 - 1 when any end passes it (_stomping._merge_by_block). */
-static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *o[3];
-    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
-    buf_t b[3] = {{{0}, 0}};
-    Py_ssize_t n, n1, n2;
-    if (get_buffer(o[0], &b[0], 8, 0, &n, "keys") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "lo") < 0 ||
-        get_buffer(o[2], &b[2], 8, 0, &n2, "hi") < 0) {
-        release(b, 3);
-        return NULL;
-    }
-    if (n1 != n || n2 != n) {
-        release(b, 3);
-        PyErr_SetString(PyExc_ValueError, "merge_by_block: keys, lo and hi differ in length");
-        return NULL;
-    }
-    PyObject *k_out = new_bytes(n, 8), *l_out = new_bytes(n, 8), *h_out = new_bytes(n, 8);
-    size_t got = 0;
-    /* the grouped path's two pair arrays and one counter per key; the general path's order, bounds and pairs */
-    size_t grouped_bytes = (size_t)n * 32 + (KEY_SPAN + 1) * sizeof(size_t);
-    size_t need = (size_t)n * 56 > grouped_bytes ? (size_t)n * 56 : grouped_bytes;
-    unsigned char *scratch = (k_out && l_out && h_out) ? take_scratch(need, &got) : NULL;
-    if (!scratch) {
-        Py_XDECREF(k_out);
-        Py_XDECREF(l_out);
-        Py_XDECREF(h_out);
-        release(b, 3);
-        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
-    }
+/* scratch merge_core needs for n ranges: the grouped path's two pair arrays and one counter per key; the general
+ * path's order, bounds and pairs */
+static size_t merge_scratch(size_t n) {
+    size_t grouped = n * 32 + (KEY_SPAN + 1) * sizeof(size_t);
+    return n * 56 > grouped ? n * 56 : grouped;
+}
+
+/* Each key's non-empty ranges merged into ko/lo_out/ho (room for n), sorted by key then start; every bound clipped to
+ * 2**49 - 1 when any end passes it. Returns the merged ranges. */
+static size_t merge_core(const uint64_t *keys, const uint64_t *lo, const uint64_t *hi, size_t n, uint64_t *ko,
+                         uint64_t *lo_out, uint64_t *ho, unsigned char *scratch) {
     uint64_t *order = (uint64_t *)scratch, *clo = order + n, *chi = clo + n;
     pair_t *pairs = (pair_t *)(chi + n), *pairs_tmp = pairs + n;
     pair_t *grouped = (pair_t *)scratch, *grouped_tmp = grouped + n;
     size_t *at = (size_t *)(grouped_tmp + n);
-    const uint64_t *keys = b[0].view.buf, *lo = b[1].view.buf, *hi = b[2].view.buf;
-    uint64_t *ko = (uint64_t *)PyByteArray_AS_STRING(k_out), *lo_out = (uint64_t *)PyByteArray_AS_STRING(l_out),
-             *ho = (uint64_t *)PyByteArray_AS_STRING(h_out);
     size_t out = 0;
-    int failed = 0;
-    Py_BEGIN_ALLOW_THREADS
     uint64_t top = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++)
         if (hi[i] > top) top = hi[i];
     int clip = top > ADDRESS_MASK;
 #define CLIPPED(x) (clip && (x) > ADDRESS_MASK ? ADDRESS_MASK : (x))
     uint64_t kmin = UINT64_MAX, kmax = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++)
         if (CLIPPED(hi[i]) > CLIPPED(lo[i])) {
             if (keys[i] < kmin) kmin = keys[i];
             if (keys[i] > kmax) kmax = keys[i];
@@ -638,10 +646,10 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
          * (skipped where it is in order already) and merged; no gathers through an index. */
         size_t span = (size_t)(kmax - kmin) + 1;
         memset(at, 0, (span + 1) * sizeof(size_t));
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++)
             if (CLIPPED(hi[i]) > CLIPPED(lo[i])) at[keys[i] - kmin + 1]++;
         for (size_t d = 1; d <= span; d++) at[d] += at[d - 1];
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n; i++) {
             uint64_t l = CLIPPED(lo[i]), h = CLIPPED(hi[i]);
             if (h > l) {
                 pair_t *slot = &grouped[at[keys[i] - kmin]++];
@@ -669,15 +677,12 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
             }
             from = to;
         }
-    } else {
+        return out;
+    }
     size_t live = 0;
     int sorted = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t l = lo[i], h = hi[i];
-        if (clip) {
-            l = l < ADDRESS_MASK ? l : ADDRESS_MASK;
-            h = h < ADDRESS_MASK ? h : ADDRESS_MASK;
-        }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t l = CLIPPED(lo[i]), h = CLIPPED(hi[i]);
         clo[i] = l;
         chi[i] = h;
         if (h <= l) continue;
@@ -685,32 +690,116 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
             sorted = 0;
         order[live++] = (uint64_t)i;
     }
+#undef CLIPPED
     if (!sorted) order_by(keys, clo, order, live, pairs, pairs_tmp);
-    if (!failed)
-        for (size_t p = 0; p < live; p++) {
-            size_t i = order[p];
-            if (out && ko[out - 1] == keys[i] && clo[i] <= ho[out - 1]) {
-                if (chi[i] > ho[out - 1]) ho[out - 1] = chi[i];
-            } else {
-                ko[out] = keys[i];
-                lo_out[out] = clo[i];
-                ho[out] = chi[i];
-                out++;
-            }
+    for (size_t p = 0; p < live; p++) {
+        size_t i = order[p];
+        if (out && ko[out - 1] == keys[i] && clo[i] <= ho[out - 1]) {
+            if (chi[i] > ho[out - 1]) ho[out - 1] = chi[i];
+        } else {
+            ko[out] = keys[i];
+            lo_out[out] = clo[i];
+            ho[out] = chi[i];
+            out++;
         }
     }
-#undef CLIPPED
-    Py_END_ALLOW_THREADS
-    give_scratch(scratch, got);
-    release(b, 3);
-    if (failed || PyByteArray_Resize(k_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(l_out, (Py_ssize_t)out * 8) < 0 ||
+    return out;
+}
+
+static PyObject *merged_result(PyObject *k_out, PyObject *l_out, PyObject *h_out, size_t out, PyObject *extra) {
+    if (PyByteArray_Resize(k_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(l_out, (Py_ssize_t)out * 8) < 0 ||
         PyByteArray_Resize(h_out, (Py_ssize_t)out * 8) < 0) {
         Py_DECREF(k_out);
         Py_DECREF(l_out);
         Py_DECREF(h_out);
+        Py_XDECREF(extra);
+        return NULL;
+    }
+    if (extra) return Py_BuildValue("NNNN", k_out, l_out, h_out, extra);
+    return Py_BuildValue("NNN", k_out, l_out, h_out);
+}
+
+/* merge_by_block(keys, lo, hi) -> (keys, lo, hi): each key's non-empty ranges merged (touching joined), sorted by
+ * key then start; every bound clipped to 2**49 - 1 when any end passes it (_stomping._merge_by_block). */
+static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    buf_t b[3] = {{{0}, 0}};
+    Py_ssize_t n, n1, n2;
+    if (get_buffer(o[0], &b[0], 8, 0, &n, "keys") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "lo") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &n2, "hi") < 0) {
+        release(b, 3);
+        return NULL;
+    }
+    if (n1 != n || n2 != n) {
+        release(b, 3);
+        PyErr_SetString(PyExc_ValueError, "merge_by_block: keys, lo and hi differ in length");
+        return NULL;
+    }
+    PyObject *k_out = new_bytes(n, 8), *l_out = new_bytes(n, 8), *h_out = new_bytes(n, 8);
+    size_t got = 0;
+    unsigned char *scratch = (k_out && l_out && h_out) ? take_scratch(merge_scratch((size_t)n), &got) : NULL;
+    if (!scratch) {
+        Py_XDECREF(k_out);
+        Py_XDECREF(l_out);
+        Py_XDECREF(h_out);
+        release(b, 3);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    return Py_BuildValue("NNN", k_out, l_out, h_out);
+    const uint64_t *keys = b[0].view.buf, *lo = b[1].view.buf, *hi = b[2].view.buf;
+    uint64_t *ko = (uint64_t *)PyByteArray_AS_STRING(k_out), *lo_out = (uint64_t *)PyByteArray_AS_STRING(l_out),
+             *ho = (uint64_t *)PyByteArray_AS_STRING(h_out);
+    size_t out;
+    Py_BEGIN_ALLOW_THREADS
+    out = merge_core(keys, lo, hi, (size_t)n, ko, lo_out, ho, scratch);
+    Py_END_ALLOW_THREADS
+    give_scratch(scratch, got);
+    release(b, 3);
+    return merged_result(k_out, l_out, h_out, out, NULL);
+}
+
+/* list_merged(records, index, ext, starts, ends, atomic) -> (keys, lo, hi, tagged): list_touching's pieces, each
+ * keyed by its record's block (_stomping._piece_block_keys: (block_type & 3) << 16 | block_id | thread << 18) and,
+ * where any piece's record runs in atomic mode (``atomic``, u8 per record), tagged key << 1 | atomic; then
+ * merge_by_block's ranges of them. The pieces themselves are never handed back. */
+static PyObject *list_merged(PyObject *Py_UNUSED(m), PyObject *args) {
+    listing_t l;
+    if (listing_args(args, &l, 1) < 0) {
+        release(l.b, 6);
+        return NULL;
+    }
+    size_t total = (size_t)l.total, got = 0;
+    PyObject *k_out = new_bytes((Py_ssize_t)total, 8), *l_out = new_bytes((Py_ssize_t)total, 8),
+             *h_out = new_bytes((Py_ssize_t)total, 8);
+    /* the pieces (owner, start, stop, key) ahead of merge_core's own scratch */
+    size_t need = total * 32 + merge_scratch(total);
+    unsigned char *scratch = (k_out && l_out && h_out) ? take_scratch(need, &got) : NULL;
+    if (!scratch) {
+        Py_XDECREF(k_out);
+        Py_XDECREF(l_out);
+        Py_XDECREF(h_out);
+        release(l.b, 6);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    int64_t *owner = (int64_t *)scratch;
+    uint64_t *start = (uint64_t *)(owner + total), *stop = start + total, *key = stop + total;
+    uint64_t *ko = (uint64_t *)PyByteArray_AS_STRING(k_out), *lo_out = (uint64_t *)PyByteArray_AS_STRING(l_out),
+             *ho = (uint64_t *)PyByteArray_AS_STRING(h_out);
+    size_t out;
+    int tagged = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t listed = list_pieces(l.base, l.index, l.k, l.ext, l.starts, l.ends, l.m, l.count, owner, start, stop);
+    for (size_t p = 0; p < listed && !tagged; p++) tagged = l.atomic[owner[p]] != 0;
+    for (size_t p = 0; p < listed; p++) {
+        const unsigned char *r = l.base + owner[p] * RECORD_SIZE;
+        uint64_t k = ((uint64_t)(r[48] & 3) << 16) | (uint64_t)rd16(r + 40) | ((uint64_t)rd16(r + 54) << 18);
+        key[p] = tagged ? (k << 1) | (l.atomic[owner[p]] != 0) : k;
+    }
+    out = merge_core(key, start, stop, listed, ko, lo_out, ho, (unsigned char *)(key + total));
+    Py_END_ALLOW_THREADS
+    give_scratch(scratch, got);
+    release(l.b, 6);
+    return merged_result(k_out, l_out, h_out, out, PyBool_FromLong(tagged));
 }
 
 /* merge_ranges(starts, ends) -> (starts, ends): the union of the non-empty ranges, sorted, disjoint, touching
@@ -922,6 +1011,7 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "memcheck's bounds and alignment pass over a batch."},
     {"list_touching", list_touching, METH_VARARGS, "The pieces of some accesses that meet a range set."},
     {"merge_by_block", merge_by_block, METH_VARARGS, "Ranges merged per key, sorted by key then start."},
+    {"list_merged", list_merged, METH_VARARGS, "Write pieces listed, keyed by block and merged per block."},
     {"merge_ranges", merge_ranges, METH_VARARGS, "The union of ranges, sorted and disjoint."},
     {"page_note", page_note, METH_VARARGS, "Stomping's page table: note a batch's ranges."},
     {NULL, NULL, 0, NULL},
