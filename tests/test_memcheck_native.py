@@ -22,7 +22,7 @@ from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
 from sanitizerd_protocol.patterns import extents
-from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_ATOMIC
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_ATOMIC, FLAG_CLAIM, FLAG_SIMT_ENTRY
 from tests.detector_helpers import make_detector, run_kernel
 
 if native_switch.mode() == "required":
@@ -108,6 +108,32 @@ def test_extents_saturate_as_numpy_does() -> None:
     events["repeat_stride"] = [65535, 65535, 5]
     assert np.array_equal(np.frombuffer(compiled.extents(events), U64), extents(events))
     assert np.array_equal(np.frombuffer(compiled.extents(events[:0]), U64), extents(events[:0]))
+
+
+@SETTINGS
+@given(events=records(), legal=range_sets())
+def test_batch_first_look(events: np.ndarray, legal: tuple[np.ndarray, np.ndarray]) -> None:
+    """memcheck's first look: the extents, the live records and claims, the fields copied out, as numpy has them;
+    bounds and alignment as the scan that the detector tests compare with numpy's whole path."""
+    events["flags"][::3] |= FLAG_CLAIM
+    events["flags"][1::4] |= FLAG_SIMT_ENTRY
+    within = IntervalSet(*legal)
+    limits = np.full(256, TOP, dtype=U64)
+    limits[Space.UB] = 192 << 10
+    align = np.ones(256, dtype=U64)
+    align[Space.UB] = 32
+    parts = compiled.batch(events, limits, align, within.starts, within.ends)
+    ext = extents(events)
+    assert np.array_equal(np.frombuffer(parts[0], U64), ext)
+    access = (ext > 0) & (events["kind"] <= EventKind.WRITE) & ((events["flags"] & FLAG_SIMT_ENTRY) == 0)
+    claims = access & ((events["flags"] & FLAG_CLAIM) != 0)
+    assert np.array_equal(np.frombuffer(parts[1], bool), access & ~claims)
+    assert np.array_equal(np.frombuffer(parts[2], bool), claims)
+    scanned = compiled.scan(events, ext, parts[1], limits, align, within.starts, within.ends)
+    for got, want in zip(parts[3:6], scanned, strict=True):
+        assert bytes(got) == bytes(want)
+    for name, got in zip(("kind", "flags", "space", "thread", "repeat", "block_stride"), parts[6:], strict=True):
+        assert np.array_equal(np.frombuffer(got, events[name].dtype), events[name])
 
 
 @SETTINGS

@@ -75,6 +75,10 @@ class BatchFields:
         self.size = int(records.size)
         self._fields: dict[str, np.ndarray] = {}
 
+    def preload(self, name: str, field: np.ndarray) -> None:
+        """Field ``name`` as a compiled pass copied it out already (the same values as ``records[name]``)."""
+        self._fields[name] = field
+
     def __getitem__(self, key: object) -> np.ndarray:
         if isinstance(key, str):
             field = self._fields.get(key)

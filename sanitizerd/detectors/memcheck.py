@@ -60,6 +60,11 @@ _ALIGN_BY_SPACE[[Space.UB, Space.L1]] = 32
 _ALIGN_BY_SPACE[[Space.L0A, Space.L0B, Space.L0C]] = 512
 
 
+# The fields the compiled first look copies out of a batch's records in its pass (sanitizerd.native._memcheck.batch).
+_BATCH_FIELDS = ("kind", "flags", "space", "thread", "repeat", "block_stride")
+_BATCH_DTYPES = (np.uint8, np.uint8, np.uint8, np.uint16, np.uint16, np.uint16)
+
+
 def _aligned_table(align: np.ndarray) -> np.ndarray:
     """Requested alignment, rounded up to a power of two so that a mask test is exact."""
     align = align.astype(np.uint64)
@@ -125,39 +130,54 @@ class Memcheck:
         events: np.ndarray = BatchFields(records)  # type: ignore[assignment]
         native = _intervals.native
         raw = records_of(events) if native is not None else None
-        ext = extents(events) if raw is None else np.frombuffer(native.extents(raw), np.uint64)  # type: ignore[union-attr]
-        lo = events["address"]
-        # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events out
-        # (numpy copies a structured array field by field).
-        live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
-        # A SIMT call's entry records: the device judged their bounds (msSanitizer's ignoreIllegalCheck), and the
-        # threads' stomping is the device's THREAD_OVERLAP (docs/mssanitizer-later.md); their GM writes still count
-        # as use for unused-memory (_record_writes reads every write)
-        live &= (events["flags"] & FLAG_SIMT_ENTRY) == 0
-        # A SIMT thread's ownership claim is for the stomping check alone (docs/protocol.md §7.8)
-        claims = live & ((events["flags"] & FLAG_CLAIM) != 0)
-        claimed = claims.any()
-        if claimed:
-            live &= ~claims
+        scanned = None
+        if raw is not None:
+            # Compiled: two passes over the records give the extents, the live records and the claims, every live
+            # record's bounds and alignment, and the fields the rest reads (docs/design.md, "Compiled hot loops").
+            legal = self.heap.legal
+            parts = native.batch(  # type: ignore[union-attr]
+                raw, self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts), np.ascontiguousarray(legal.ends)
+            )
+            ext, first = np.frombuffer(parts[0], np.uint64), np.frombuffer(parts[5], np.uint64)
+            live, claims, bad, misaligned = (np.frombuffer(part, bool) for part in parts[1:5])
+            for name, part, dtype in zip(_BATCH_FIELDS, parts[6:], _BATCH_DTYPES, strict=True):
+                events.preload(name, np.frombuffer(part, dtype))  # type: ignore[attr-defined]
+            claimed = bool(claims.any())
+            scanned = bad, misaligned, first
+        else:
+            ext = extents(events)
+            # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events
+            # out (numpy copies a structured array field by field).
+            live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
+            # A SIMT call's entry records: the device judged their bounds (msSanitizer's ignoreIllegalCheck), and
+            # the threads' stomping is the device's THREAD_OVERLAP (docs/mssanitizer-later.md); their GM writes
+            # still count as use for unused-memory (_record_writes reads every write)
+            live &= (events["flags"] & FLAG_SIMT_ENTRY) == 0
+            # A SIMT thread's ownership claim is for the stomping check alone (docs/protocol.md §7.8)
+            claims = live & ((events["flags"] & FLAG_CLAIM) != 0)
+            claimed = claims.any()
+            if claimed:
+                live &= ~claims
         self.pairs = PairBudget()  # the closed forms' CPU for this batch
         judged = self._judge_by_tensors(events, live)
-        if raw is not None and judged is None:  # one compiled pass: bounds and alignment; the few bad ones below
-            legal = self.heap.legal
-            bad, misaligned, first = native.scan(  # type: ignore[union-attr]
-                raw, ext, live.view(np.uint8), self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts),
-                np.ascontiguousarray(legal.ends),
-            )  # fmt: skip
-            misaligned = np.frombuffer(misaligned, dtype=bool)
+        hi = None
+        if scanned is not None:  # alignment as scanned; bounds too unless block tensors judge some accesses
+            bad, misaligned, first = scanned
             if misaligned.any():
-                hit, first = events[misaligned], np.frombuffer(first, np.uint64)[misaligned]
-                self.sites.add(site_rows(hit, _MISALIGNED, first, hit["block_size"]))
-            self._report_bounds(events, ext, np.frombuffer(bad, dtype=bool))
-            hi = None
+                hit = events[misaligned]
+                self.sites.add(site_rows(hit, _MISALIGNED, first[misaligned], hit["block_size"]))
+            if judged is None:
+                self._report_bounds(events, ext, bad)
+            else:
+                hi = ends(events["address"], ext)
+                self._check_bounds(events, events["address"], hi, ext, live, judged)
         else:
+            lo = events["address"]
             hi = ends(lo, ext)
             self._check_alignment(events, live)
             self._check_bounds(events, lo, hi, ext, live, judged)
         if len(self.no_write) or len(self.no_read):
+            lo = events["address"]
             self._check_permissions(events, lo, ends(lo, ext) if hi is None else hi, live)
         self._check_operands(events, ext)
         self.simt_dims.feed(events)

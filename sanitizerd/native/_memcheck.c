@@ -249,6 +249,23 @@ static inline uint64_t units_of(const unsigned char *r) {
     return units + 1;
 }
 
+/* the extent of one record, given whether the batch takes numpy's float path */
+static inline uint64_t extent_of(const unsigned char *r, int floats) {
+    if (F_REPEAT(r) == 0 || F_BLOCK_NUM(r) == 0) return 0;
+    if (floats) {
+        double span = (double)units_of(r) * (double)F_BLOCK_SIZE(r);
+        if (span > (double)SATURATE) span = (double)SATURATE;
+        return (uint64_t)span;
+    }
+    return units_of(r) * F_BLOCK_SIZE(r);
+}
+
+/* whether numpy's extents takes its float path for the batch: its largest units x its largest block_size reach
+ * 2**62 (units < 2**33, sizes < 2**32: no overflow) */
+static inline int floats_for(uint64_t max_units, uint64_t max_size) {
+    return max_size && max_units >= (SATURATE + max_size - 1) / max_size;
+}
+
 /* extents(records) -> bytearray of uint64: sanitizerd_protocol.patterns.extents, bit for bit (its float
  * saturation, for the whole batch once one record's units x the batch's largest block_size reaches 2**62, too) */
 static PyObject *extents(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -276,27 +293,56 @@ static PyObject *extents(PyObject *Py_UNUSED(m), PyObject *args) {
         if (s > max_size) max_size = s;
     }
     /* int(units.max()) * int(block_size.max()) >= 2**62, without overflow (units < 2**33, sizes < 2**32) */
-    int floats = max_size && max_units >= (SATURATE + max_size - 1) / max_size;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *r = base + i * RECORD_SIZE;
-        uint64_t e;
-        if (F_REPEAT(r) == 0 || F_BLOCK_NUM(r) == 0) {
-            e = 0;
-        } else if (floats) {
-            double span = (double)units_of(r) * (double)F_BLOCK_SIZE(r);
-            if (span > (double)SATURATE) span = (double)SATURATE;
-            e = (uint64_t)span;
-        } else {
-            e = units_of(r) * F_BLOCK_SIZE(r);
-        }
-        ext[i] = e;
-    }
+    int floats = floats_for(max_units, max_size);
+    for (Py_ssize_t i = 0; i < n; i++) ext[i] = extent_of(base + i * RECORD_SIZE, floats);
     Py_END_ALLOW_THREADS
     release(b, 1);
     return out;
 }
 
 /* ---- the bounds and alignment pass ---- */
+
+typedef struct {
+    const uint64_t *limits, *align_by_space, *starts, *ends;
+    Py_ssize_t m, j; /* j: the range the last GM access fell in (most stream within one buffer) */
+    int all_gm;
+} bounds_t;
+
+/* one live record's bounds (bad) and alignment (misaligned, first misaligned block's address) */
+static inline void check_one(const unsigned char *r, uint64_t ext, bounds_t *c, unsigned char *bad,
+                             unsigned char *mis, uint64_t *first) {
+    uint64_t address = F_ADDRESS(r);
+    unsigned space = F_SPACE(r);
+    uint64_t hi = sat_add(address, ext);
+    if (!c->all_gm && hi > c->limits[space]) *bad = 1; /* GM's limit is "none" unless a chip names one */
+    if (space == SPACE_GM) {
+        int inside;
+        Py_ssize_t j = c->j;
+        if (j >= 0 && address >= c->starts[j] && (j + 1 >= c->m || address < c->starts[j + 1]))
+            inside = hi <= c->ends[j];
+        else {
+            j = c->j = last_at_or_below(c->starts, c->m, address);
+            inside = j >= 0 && hi <= c->ends[j];
+        }
+        if (!inside) *bad = 1;
+    }
+    uint64_t align = F_ALIGN(r);
+    if (align) {
+        uint64_t p = 1;
+        while (p < align) p <<= 1;
+        align = p;
+    } else {
+        align = c->align_by_space[space];
+    }
+    if (align <= 1) return;
+    uint64_t mask = align - 1, block_size = F_BLOCK_SIZE(r);
+    uint64_t block_step = F_BLOCK_NUM(r) > 1 ? (uint64_t)F_BLOCK_STRIDE(r) * block_size : 0;
+    uint64_t repeat_step = F_REPEAT(r) > 1 ? (uint64_t)F_REPEAT_STRIDE(r) * block_size : 0;
+    if (((address | block_step | repeat_step) & mask) != 0) {
+        *mis = 1;
+        *first = (address & mask) ? address : (block_step & mask) ? address + block_step : address + repeat_step;
+    }
+}
 
 /* scan(records, ext, live, limits, align_by_space, starts, ends) -> (bad bounds u8, misaligned u8,
  * first misaligned address u64): per record, memcheck's _check_bounds without block tensors (on-chip: the extent's
@@ -338,47 +384,97 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     int all_gm = 1;
     for (Py_ssize_t i = 0; i < n && all_gm; i++) all_gm = F_SPACE(base + i * RECORD_SIZE) == SPACE_GM;
-    Py_ssize_t j = -1; /* the range the last GM access fell in: most accesses stream within one buffer */
+    bounds_t c = {limits, align_by_space, starts, ends, m, -1, all_gm};
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *r = base + i * RECORD_SIZE;
-        uint64_t address = F_ADDRESS(r);
-        unsigned space = F_SPACE(r);
-        first_out[i] = address;
+        first_out[i] = F_ADDRESS(r);
         bad_out[i] = 0;
         mis_out[i] = 0;
-        if (!live[i]) continue;
-        uint64_t hi = sat_add(address, ext[i]);
-        if (!all_gm && hi > limits[space]) bad_out[i] = 1; /* GM's limit is "none" unless a chip names one */
-        if (space == SPACE_GM) {
-            int inside;
-            if (j >= 0 && address >= starts[j] && (j + 1 >= m || address < starts[j + 1]))
-                inside = hi <= ends[j];
-            else {
-                j = last_at_or_below(starts, m, address);
-                inside = j >= 0 && hi <= ends[j];
-            }
-            if (!inside) bad_out[i] = 1;
-        }
-        uint64_t align = F_ALIGN(r);
-        if (align) {
-            uint64_t p = 1;
-            while (p < align) p <<= 1;
-            align = p;
-        } else {
-            align = align_by_space[space];
-        }
-        if (align <= 1) continue;
-        uint64_t mask = align - 1, block_size = F_BLOCK_SIZE(r);
-        uint64_t block_step = F_BLOCK_NUM(r) > 1 ? (uint64_t)F_BLOCK_STRIDE(r) * block_size : 0;
-        uint64_t repeat_step = F_REPEAT(r) > 1 ? (uint64_t)F_REPEAT_STRIDE(r) * block_size : 0;
-        if (((address | block_step | repeat_step) & mask) != 0) {
-            mis_out[i] = 1;
-            first_out[i] = (address & mask) ? address : (block_step & mask) ? address + block_step : address + repeat_step;
-        }
+        if (live[i]) check_one(r, ext[i], &c, bad_out + i, mis_out + i, first_out + i);
     }
     Py_END_ALLOW_THREADS
     release(b, 7);
     return Py_BuildValue("NNN", bad, mis, first);
+}
+
+/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, claims, bad, misaligned, first, kind, flags,
+ * space, thread, repeat, block_stride): memcheck's first look at a batch in two passes over its records
+ * (numpy's takes one per field): the extents (patterns.extents), which records are live (an access with bytes, not
+ * a SIMT call's entry, not a claim) and which are claims, scan's bounds and alignment of the live ones, and the
+ * fields the rest of the check reads, copied out for BatchFields. */
+#define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
+#define FLAG_CLAIM_BIT 0x02 /* records.FLAG_CLAIM */
+#define FLAG_SIMT_BIT 0x04  /* records.FLAG_SIMT_ENTRY */
+static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    buf_t b[5] = {{{0}, 0}};
+    Py_ssize_t n, n_limits, n_align, m, m2;
+    if (get_buffer(o[0], &b[0], RECORD_SIZE, 0, &n, "records") < 0 ||
+        get_buffer(o[1], &b[1], 8, 0, &n_limits, "limits") < 0 || get_buffer(o[2], &b[2], 8, 0, &n_align, "align") < 0 ||
+        get_buffer(o[3], &b[3], 8, 0, &m, "starts") < 0 || get_buffer(o[4], &b[4], 8, 0, &m2, "ends") < 0) {
+        release(b, 5);
+        return NULL;
+    }
+    if (n_limits != 256 || n_align != 256 || m != m2) {
+        release(b, 5);
+        PyErr_SetString(PyExc_ValueError, "batch: 256 limits and alignments, paired ranges");
+        return NULL;
+    }
+    /* outputs: ext, live, claims, bad, misaligned, first, kind, flags, space, thread, repeat, block_stride */
+    static const Py_ssize_t size[12] = {8, 1, 1, 1, 1, 8, 1, 1, 1, 2, 2, 2};
+    PyObject *out[12];
+    int failed = 0;
+    for (int i = 0; i < 12; i++) {
+        out[i] = failed ? NULL : new_bytes(n, size[i]);
+        if (!out[i]) failed = 1;
+    }
+    if (failed) {
+        for (int i = 0; i < 12; i++) Py_XDECREF(out[i]);
+        release(b, 5);
+        return NULL;
+    }
+#define OUT(i, type) ((type *)PyByteArray_AS_STRING(out[i]))
+    uint64_t *ext = OUT(0, uint64_t), *first = OUT(5, uint64_t);
+    unsigned char *live = OUT(1, unsigned char), *claims = OUT(2, unsigned char), *bad = OUT(3, unsigned char);
+    unsigned char *mis = OUT(4, unsigned char), *kind = OUT(6, unsigned char), *flags = OUT(7, unsigned char);
+    unsigned char *space = OUT(8, unsigned char);
+    uint16_t *thread = OUT(9, uint16_t), *repeat = OUT(10, uint16_t), *block_stride = OUT(11, uint16_t);
+#undef OUT
+    const unsigned char *base = b[0].view.buf;
+    bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, 1};
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t max_units = 0, max_size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        uint64_t u = units_of(r), sz = F_BLOCK_SIZE(r);
+        if (u > max_units) max_units = u;
+        if (sz > max_size) max_size = sz;
+        if (F_SPACE(r) != SPACE_GM) c.all_gm = 0;
+        kind[i] = r[44];
+        space[i] = r[45];
+        flags[i] = r[49];
+        thread[i] = rd16(r + 54);
+        repeat[i] = F_REPEAT(r);
+        block_stride[i] = F_BLOCK_STRIDE(r);
+    }
+    int floats = floats_for(max_units, max_size);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        uint64_t e = extent_of(r, floats);
+        ext[i] = e;
+        int access = e > 0 && kind[i] <= KIND_WRITE && !(flags[i] & FLAG_SIMT_BIT);
+        claims[i] = access && (flags[i] & FLAG_CLAIM_BIT);
+        live[i] = access && !claims[i];
+        first[i] = F_ADDRESS(r);
+        bad[i] = 0;
+        mis[i] = 0;
+        if (live[i]) check_one(r, e, &c, bad + i, mis + i, first + i);
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 5);
+    return Py_BuildValue("NNNNNNNNNNNN", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8],
+                         out[9], out[10], out[11]);
 }
 
 /* ---- listing a batch's pieces ---- */
@@ -1009,6 +1105,7 @@ static PyObject *page_note(PyObject *Py_UNUSED(m), PyObject *args) {
 static PyMethodDef methods[] = {
     {"extents", extents, METH_VARARGS, "Bytes each record's pattern reaches (patterns.extents)."},
     {"scan", scan, METH_VARARGS, "memcheck's bounds and alignment pass over a batch."},
+    {"batch", batch, METH_VARARGS, "memcheck's first look at a batch: extents, live records, bounds, fields."},
     {"list_touching", list_touching, METH_VARARGS, "The pieces of some accesses that meet a range set."},
     {"merge_by_block", merge_by_block, METH_VARARGS, "Ranges merged per key, sorted by key then start."},
     {"list_merged", list_merged, METH_VARARGS, "Write pieces listed, keyed by block and merged per block."},
