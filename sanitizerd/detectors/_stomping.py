@@ -456,7 +456,14 @@ class StompTracker:
         15 bits above a 49-bit address whatever its block id (msSanitizer's 6-bit core ids alias at 63)."""
         # A batch names few distinct blocks: number those through the dict (a dense table over every possible
         # block key would cost 2 MiB per session).
-        distinct, where = np.unique(block_keys, return_inverse=True)
+        if block_keys.size > 1 and bool((block_keys[1:] >= block_keys[:-1]).all()):
+            # sorted already (ranges merged per block): the distinct keys are where the key changes, no sort
+            head = np.empty(block_keys.size, dtype=bool)
+            head[0] = True
+            np.not_equal(block_keys[1:], block_keys[:-1], out=head[1:])
+            distinct, where = block_keys[head], np.cumsum(head) - 1
+        else:
+            distinct, where = np.unique(block_keys, return_inverse=True)
         numbers = np.empty(distinct.size, dtype=_U64)
         for i, key in enumerate(distinct.tolist()):
             numbers[i] = self._owners.setdefault(key, len(self._owners))

@@ -208,15 +208,15 @@ static int cmp_u64(const void *x, const void *y) {
 
 /* index of the last element <= x in sorted a[0..m), or -1 (numpy's searchsorted(a, x, "right") - 1) */
 static inline Py_ssize_t last_at_or_below(const uint64_t *a, Py_ssize_t m, uint64_t x) {
-    Py_ssize_t lo = 0, hi = m;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (a[mid] <= x)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (m <= 0) return -1;
+    const uint64_t *p = a;
+    Py_ssize_t n = m;
+    while (n > 1) { /* branchless: the comparison picks the half (a conditional move), never a jump */
+        Py_ssize_t half = n / 2;
+        p = (p[half] <= x) ? p + half : p;
+        n -= half;
     }
-    return lo - 1;
+    return (p - a) + (*p <= x) - 1;
 }
 
 /* IntervalSet.contains on folded arrays: the last range starting at or before lo holds hi */
@@ -305,7 +305,8 @@ static PyObject *extents(PyObject *Py_UNUSED(m), PyObject *args) {
 typedef struct {
     const uint64_t *limits, *align_by_space, *starts, *ends;
     Py_ssize_t m, j; /* j: the range the last GM access fell in (most stream within one buffer) */
-    int all_gm;
+    int all_gm;      /* every record of the batch is GM; -1: not known yet (gm_over then says if it matters) */
+    int gm_over;     /* a GM record passed GM's own limit while all_gm was not known */
 } bounds_t;
 
 /* one live record's bounds (bad) and alignment (misaligned, first misaligned block's address) */
@@ -314,7 +315,14 @@ static inline void check_one(const unsigned char *r, uint64_t ext, bounds_t *c, 
     uint64_t address = F_ADDRESS(r);
     unsigned space = F_SPACE(r);
     uint64_t hi = sat_add(address, ext);
-    if (!c->all_gm && hi > c->limits[space]) *bad = 1; /* GM's limit is "none" unless a chip names one */
+    /* on-chip spaces start at 0; GM's limit is "none" unless a chip names one, and counts only in a batch that is
+     * not all GM (numpy's check skips the limits there) */
+    if (hi > c->limits[space]) {
+        if (space != SPACE_GM || c->all_gm == 0)
+            *bad = 1;
+        else if (c->all_gm < 0)
+            c->gm_over = 1;
+    }
     if (space == SPACE_GM) {
         int inside;
         Py_ssize_t j = c->j;
@@ -384,7 +392,7 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     int all_gm = 1;
     for (Py_ssize_t i = 0; i < n && all_gm; i++) all_gm = F_SPACE(base + i * RECORD_SIZE) == SPACE_GM;
-    bounds_t c = {limits, align_by_space, starts, ends, m, -1, all_gm};
+    bounds_t c = {limits, align_by_space, starts, ends, m, -1, all_gm, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *r = base + i * RECORD_SIZE;
         first_out[i] = F_ADDRESS(r);
@@ -442,35 +450,45 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     uint16_t *thread = OUT(9, uint16_t), *repeat = OUT(10, uint16_t), *block_stride = OUT(11, uint16_t);
 #undef OUT
     const unsigned char *base = b[0].view.buf;
-    bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, 1};
+    bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, -1, 0};
     Py_BEGIN_ALLOW_THREADS
+    /* One pass, as if no record needed numpy's float extents; a batch where one does (hostile) is passed again. */
     uint64_t max_units = 0, max_size = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *r = base + i * RECORD_SIZE;
-        uint64_t u = units_of(r), sz = F_BLOCK_SIZE(r);
-        if (u > max_units) max_units = u;
-        if (sz > max_size) max_size = sz;
-        if (F_SPACE(r) != SPACE_GM) c.all_gm = 0;
-        kind[i] = r[44];
-        space[i] = r[45];
-        flags[i] = r[49];
-        thread[i] = rd16(r + 54);
-        repeat[i] = F_REPEAT(r);
-        block_stride[i] = F_BLOCK_STRIDE(r);
+    int all_gm = 1;
+    for (int floats = 0; floats < 2; floats++) {
+        if (floats && !floats_for(max_units, max_size)) break;
+        c.j = -1;
+        c.gm_over = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const unsigned char *r = base + i * RECORD_SIZE;
+            if (!floats) {
+                uint64_t u = units_of(r), sz = F_BLOCK_SIZE(r);
+                if (u > max_units) max_units = u;
+                if (sz > max_size) max_size = sz;
+                if (r[45] != SPACE_GM) all_gm = 0;
+                kind[i] = r[44];
+                space[i] = r[45];
+                flags[i] = r[49];
+                thread[i] = rd16(r + 54);
+                repeat[i] = F_REPEAT(r);
+                block_stride[i] = F_BLOCK_STRIDE(r);
+            }
+            uint64_t e = extent_of(r, floats);
+            ext[i] = e;
+            int access = e > 0 && kind[i] <= KIND_WRITE && !(flags[i] & FLAG_SIMT_BIT);
+            claims[i] = access && (flags[i] & FLAG_CLAIM_BIT);
+            live[i] = access && !claims[i];
+            first[i] = F_ADDRESS(r);
+            bad[i] = 0;
+            mis[i] = 0;
+            if (live[i]) check_one(r, e, &c, bad + i, mis + i, first + i);
+        }
     }
-    int floats = floats_for(max_units, max_size);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *r = base + i * RECORD_SIZE;
-        uint64_t e = extent_of(r, floats);
-        ext[i] = e;
-        int access = e > 0 && kind[i] <= KIND_WRITE && !(flags[i] & FLAG_SIMT_BIT);
-        claims[i] = access && (flags[i] & FLAG_CLAIM_BIT);
-        live[i] = access && !claims[i];
-        first[i] = F_ADDRESS(r);
-        bad[i] = 0;
-        mis[i] = 0;
-        if (live[i]) check_one(r, e, &c, bad + i, mis + i, first + i);
-    }
+    if (c.gm_over && !all_gm) /* GM records past a limit a chip set for GM, in a batch that is not all GM */
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (live[i] && space[i] == SPACE_GM &&
+                sat_add(F_ADDRESS(base + i * RECORD_SIZE), ext[i]) > c.limits[SPACE_GM])
+                bad[i] = 1;
     Py_END_ALLOW_THREADS
     release(b, 5);
     return Py_BuildValue("NNNNNNNNNNNN", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8],
