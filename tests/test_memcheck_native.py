@@ -211,6 +211,29 @@ def test_merge_ranges(drawn: list[tuple[int, int, int]]) -> None:
         assert np.array_equal(want, got)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_large_merges_with_keys_above_the_addresses(seed: int) -> None:
+    """Tens of thousands of ranges keyed by owner above 49 address bits (stomping's log): the radix sort's split on
+    its top digit, and the sorted run that merge_ranges keeps, against numpy's."""
+    rng = np.random.default_rng(seed)
+    n = 30_000
+    owner = rng.integers(0, 48, n).astype(U64)
+    lo = rng.integers(0, 1 << 28, n).astype(U64) * U64(32)
+    hi = lo + rng.integers(1, 512, n).astype(U64)
+    keyed_lo, keyed_hi = (owner << U64(49)) | lo, (owner << U64(49)) | hi
+    merged = _intervals.merge_ranges_numpy(keyed_lo[: n // 2], keyed_hi[: n // 2])
+    keyed_lo = np.concatenate((merged[0], keyed_lo[n // 2 :]))  # a sorted run first, as a merged log is
+    keyed_hi = np.concatenate((merged[1], keyed_hi[n // 2 :]))
+    for want, got in zip(_intervals.merge_ranges_numpy(keyed_lo, keyed_hi),
+                         compiled.merge_ranges(keyed_lo, keyed_hi), strict=True):  # fmt: skip
+        assert np.array_equal(want, np.frombuffer(got, U64))
+    far = owner * U64(1 << 20)  # keys too far apart for the grouped path
+    for keys in (owner, far):
+        expected = _stomping._merge_by_block_numpy(keys, lo, hi)
+        for want, got in zip(expected, compiled.merge_by_block(keys, lo, hi), strict=True):
+            assert np.array_equal(want.astype(U64), np.frombuffer(got, U64))
+
+
 def test_merge_ranges_joins_touching_ranges() -> None:
     lo, hi = u64([8, 0, 16, 40, 2**64 - 2]), u64([16, 8, 24, 40, 2**64 - 1])
     found = [np.frombuffer(a, U64) for a in compiled.merge_ranges(lo, hi)]

@@ -183,6 +183,25 @@ static void sort_pairs(pair_t *a, size_t n, pair_t *tmp) {
     while (bits < 64 && (span >> bits)) bits++;
     enum { DIGIT = 8, BUCKETS = 1 << DIGIT };
     size_t count[BUCKETS];
+    if (bits > 32 && n > 4096) {
+        /* Wide keys (an owner above 49 address bits): split once on the top digit, stably, then sort each part
+         * apart, on its own narrower span (a block's ranges lie near each other). */
+        int shift = bits - DIGIT;
+        memset(count, 0, sizeof count);
+        for (size_t i = 0; i < n; i++) count[(a[i].k - lo) >> shift]++;
+        size_t bounds[BUCKETS + 1], total = 0;
+        for (size_t d = 0; d < BUCKETS; d++) {
+            bounds[d] = total;
+            total += count[d];
+            count[d] = bounds[d];
+        }
+        bounds[BUCKETS] = total;
+        for (size_t i = 0; i < n; i++) tmp[count[(a[i].k - lo) >> shift]++] = a[i];
+        memcpy(a, tmp, n * sizeof(pair_t));
+        for (size_t d = 0; d < BUCKETS; d++)
+            if (bounds[d + 1] - bounds[d] > 1) sort_pairs(a + bounds[d], bounds[d + 1] - bounds[d], tmp + bounds[d]);
+        return;
+    }
     pair_t *src = a, *dst = tmp;
     for (int shift = 0; shift < bits; shift += DIGIT) {
         memset(count, 0, sizeof count);
