@@ -563,14 +563,21 @@ static int count_pieces(const unsigned char *base, Py_ssize_t n, const int64_t *
 
 /* The listing itself into owner/start/stop (room for count[0] + count[1] + count[2] pieces): each kind's pieces in
  * their own part, in one pass; then those that share no byte with the ranges dropped. Returns the pieces kept. */
+static inline uint64_t block_key_of(const unsigned char *r) {
+    /* _stomping._piece_block_keys: (block_type & 3) << 16 | block_id | thread << 18 */
+    return ((uint64_t)(r[48] & 3) << 16) | (uint64_t)rd16(r + 40) | ((uint64_t)rd16(r + 54) << 18);
+}
+
+/* ``key`` (may be NULL): each piece's block key too. ``any_order``: the caller merges the pieces, so a scattered
+ * access's blocks are neither sorted nor their coinciding ones dropped (a union is a union). */
 static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ssize_t k, const uint64_t *ext,
                           const uint64_t *starts, const uint64_t *ends, Py_ssize_t m, const uint64_t count[3],
-                          int64_t *owner, uint64_t *start, uint64_t *stop) {
+                          int64_t *owner, uint64_t *start, uint64_t *stop, uint64_t *key, int any_order) {
     size_t at[3] = {0, (size_t)count[0], (size_t)(count[0] + count[1])};
     for (Py_ssize_t i = 0; i < k; i++) {
         shape_t s;
         shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
-        size_t w = at[s.kind];
+        size_t w = at[s.kind], began = w;
         if (s.kind == 0) {
             owner[w] = index[i];
             start[w] = s.address;
@@ -599,16 +606,27 @@ static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ss
                     if (w > from && piece < start[w - 1]) ascending = 0;
                     start[w++] = piece;
                 }
-            if (!ascending) qsort(start + from, w - from, sizeof(uint64_t), cmp_u64);
-            size_t kept = from;
-            for (size_t p = from; p < w; p++) {
-                if (p > from && start[p] == start[kept - 1]) continue; /* coinciding blocks: once */
-                start[kept] = start[p];
-                stop[kept] = sat_add(start[p], s.block_size);
-                owner[kept] = index[i];
-                kept++;
+            if (any_order) {
+                for (size_t p = from; p < w; p++) {
+                    stop[p] = sat_add(start[p], s.block_size);
+                    owner[p] = index[i];
+                }
+            } else {
+                if (!ascending) qsort(start + from, w - from, sizeof(uint64_t), cmp_u64);
+                size_t kept = from;
+                for (size_t p = from; p < w; p++) {
+                    if (p > from && start[p] == start[kept - 1]) continue; /* coinciding blocks: once */
+                    start[kept] = start[p];
+                    stop[kept] = sat_add(start[p], s.block_size);
+                    owner[kept] = index[i];
+                    kept++;
+                }
+                w = kept;
             }
-            w = kept;
+        }
+        if (key) {
+            uint64_t block = block_key_of(base + index[i] * RECORD_SIZE);
+            for (size_t p = began; p < w; p++) key[p] = block;
         }
         at[s.kind] = w;
     }
@@ -636,6 +654,7 @@ static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ss
                 owner[kept] = owner[p];
                 start[kept] = start[p];
                 stop[kept] = stop[p];
+                if (key) key[kept] = key[p];
                 kept++;
             }
         }
@@ -716,7 +735,7 @@ static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
     uint64_t *start = (uint64_t *)PyByteArray_AS_STRING(start_out), *stop = (uint64_t *)PyByteArray_AS_STRING(stop_out);
     size_t listed;
     Py_BEGIN_ALLOW_THREADS
-    listed = list_pieces(l.base, l.index, l.k, l.ext, l.starts, l.ends, l.m, l.count, owner, start, stop);
+    listed = list_pieces(l.base, l.index, l.k, l.ext, l.starts, l.ends, l.m, l.count, owner, start, stop, NULL, 0);
     Py_END_ALLOW_THREADS
     release(l.b, 6);
     if (PyByteArray_Resize(owner_out, (Py_ssize_t)listed * 8) < 0 || PyByteArray_Resize(start_out, (Py_ssize_t)listed * 8) < 0 ||
@@ -921,13 +940,10 @@ static PyObject *list_merged(PyObject *Py_UNUSED(m), PyObject *args) {
     size_t out;
     int tagged = 0;
     Py_BEGIN_ALLOW_THREADS
-    size_t listed = list_pieces(l.base, l.index, l.k, l.ext, l.starts, l.ends, l.m, l.count, owner, start, stop);
+    size_t listed = list_pieces(l.base, l.index, l.k, l.ext, l.starts, l.ends, l.m, l.count, owner, start, stop, key, 1);
     for (size_t p = 0; p < listed && !tagged; p++) tagged = l.atomic[owner[p]] != 0;
-    for (size_t p = 0; p < listed; p++) {
-        const unsigned char *r = l.base + owner[p] * RECORD_SIZE;
-        uint64_t k = ((uint64_t)(r[48] & 3) << 16) | (uint64_t)rd16(r + 40) | ((uint64_t)rd16(r + 54) << 18);
-        key[p] = tagged ? (k << 1) | (l.atomic[owner[p]] != 0) : k;
-    }
+    if (tagged)
+        for (size_t p = 0; p < listed; p++) key[p] = (key[p] << 1) | (l.atomic[owner[p]] != 0);
     out = merge_core(key, start, stop, listed, ko, lo_out, ho, (unsigned char *)(key + total));
     Py_END_ALLOW_THREADS
     give_scratch(scratch, got);
