@@ -203,16 +203,19 @@ static void sort_pairs(pair_t *a, size_t n, pair_t *tmp) {
         return;
     }
     pair_t *src = a, *dst = tmp;
-    for (int shift = 0; shift < bits; shift += DIGIT) {
-        memset(count, 0, sizeof count);
-        for (size_t i = 0; i < n; i++) count[((src[i].k - lo) >> shift) & (BUCKETS - 1)]++;
+    /* 8-bit digits; 11-bit ones where the pairs are many enough to pay for the wider counters (one pass fewer) */
+    int digit = n >= 16384 && bits > 16 ? 11 : DIGIT;
+    size_t buckets = (size_t)1 << digit, wide[1 << 11], *counter = digit == DIGIT ? count : wide;
+    for (int shift = 0; shift < bits; shift += digit) {
+        memset(counter, 0, buckets * sizeof(size_t));
+        for (size_t i = 0; i < n; i++) counter[((src[i].k - lo) >> shift) & (buckets - 1)]++;
         size_t total = 0;
-        for (size_t d = 0; d < BUCKETS; d++) {
-            size_t c = count[d];
-            count[d] = total;
+        for (size_t d = 0; d < buckets; d++) {
+            size_t c = counter[d];
+            counter[d] = total;
             total += c;
         }
-        for (size_t i = 0; i < n; i++) dst[count[((src[i].k - lo) >> shift) & (BUCKETS - 1)]++] = src[i];
+        for (size_t i = 0; i < n; i++) dst[counter[((src[i].k - lo) >> shift) & (buckets - 1)]++] = src[i];
         pair_t *t = src;
         src = dst;
         dst = t;
