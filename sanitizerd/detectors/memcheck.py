@@ -138,12 +138,14 @@ class Memcheck:
             parts = native.batch(  # type: ignore[union-attr]
                 raw, self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts), np.ascontiguousarray(legal.ends)
             )
-            ext, first = np.frombuffer(parts[0], np.uint64), np.frombuffer(parts[5], np.uint64)
-            live, claims, bad, misaligned = (np.frombuffer(part, bool) for part in parts[1:5])
-            for name, part, dtype in zip(_BATCH_FIELDS, parts[6:], _BATCH_DTYPES, strict=True):
+            ext, live = np.frombuffer(parts[0], np.uint64), np.frombuffer(parts[1], bool)
+            for name, part, dtype in zip(_BATCH_FIELDS, parts[2:8], _BATCH_DTYPES, strict=True):
                 events.preload(name, np.frombuffer(part, dtype))  # type: ignore[attr-defined]
-            claimed = bool(claims.any())
-            scanned = bad, misaligned, first
+            claim_at, bad, misaligned = (np.frombuffer(part, np.int64) for part in parts[8:11])
+            claimed = bool(claim_at.size)
+            claims = np.zeros(ext.size, dtype=bool)
+            claims[claim_at] = True
+            scanned = bad, misaligned, np.frombuffer(parts[11], np.uint64)
         else:
             ext = extents(events)
             # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events
@@ -163,9 +165,9 @@ class Memcheck:
         hi = None
         if scanned is not None:  # alignment as scanned; bounds too unless block tensors judge some accesses
             bad, misaligned, first = scanned
-            if misaligned.any():
+            if misaligned.size:
                 hit = events[misaligned]
-                self.sites.add(site_rows(hit, _MISALIGNED, first[misaligned], hit["block_size"]))
+                self.sites.add(site_rows(hit, _MISALIGNED, first, hit["block_size"]))
             if judged is None:
                 self._report_bounds(events, ext, bad)
             else:
@@ -247,13 +249,12 @@ class Memcheck:
                 ok = in_heap if ok is None else ok & in_heap
         if ok is None:
             return
-        self._report_bounds(events, ext, live & ~ok)
+        self._report_bounds(events, ext, np.flatnonzero(live & ~ok))
 
-    def _report_bounds(self, events: np.ndarray, ext: np.ndarray, bad: np.ndarray) -> None:
-        """The accesses ``bad`` flags, out of bounds: their bad bytes counted in closed form, as sites."""
-        if not bad.any():
+    def _report_bounds(self, events: np.ndarray, ext: np.ndarray, index: np.ndarray) -> None:
+        """The accesses at ``index`` (ascending), out of bounds: their bad bytes counted in closed form, as sites."""
+        if not index.size:
             return
-        index = np.flatnonzero(bad)
         space = events["space"][index]
         total = np.zeros(index.size, dtype=np.uint64)
         address = np.zeros(index.size, dtype=np.uint64)

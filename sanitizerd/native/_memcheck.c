@@ -427,11 +427,12 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
     return Py_BuildValue("NNN", bad, mis, first);
 }
 
-/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, claims, bad, misaligned, first, kind, flags,
- * space, thread, repeat, block_stride): memcheck's first look at a batch in two passes over its records
- * (numpy's takes one per field): the extents (patterns.extents), which records are live (an access with bytes, not
- * a SIMT call's entry, not a claim) and which are claims, scan's bounds and alignment of the live ones, and the
- * fields the rest of the check reads, copied out for BatchFields. */
+/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, flags, space, thread, repeat,
+ * block_stride, claims, bad, misaligned, first): memcheck's first look at a batch in one pass over its records
+ * (numpy's takes one per field): the extents (patterns.extents), which records are live (an access with bytes, not a
+ * SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and the fields the rest of the
+ * check reads, copied out for BatchFields. The few claims, out-of-bounds and misaligned records come as positions
+ * (int64, ascending), with the first misaligned block's address of each misaligned one. */
 #define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
 #define FLAG_CLAIM_BIT 0x02 /* records.FLAG_CLAIM */
 #define FLAG_SIMT_BIT 0x04  /* records.FLAG_SIMT_ENTRY */
@@ -451,26 +452,31 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "batch: 256 limits and alignments, paired ranges");
         return NULL;
     }
-    /* outputs: ext, live, claims, bad, misaligned, first, kind, flags, space, thread, repeat, block_stride */
-    static const Py_ssize_t size[12] = {8, 1, 1, 1, 1, 8, 1, 1, 1, 2, 2, 2};
-    PyObject *out[12];
+    /* per record: ext, live, kind, flags, space, thread, repeat, block_stride */
+    static const Py_ssize_t size[8] = {8, 1, 1, 1, 1, 2, 2, 2};
+    PyObject *out[12] = {NULL};
     int failed = 0;
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 8; i++) {
         out[i] = failed ? NULL : new_bytes(n, size[i]);
         if (!out[i]) failed = 1;
     }
-    if (failed) {
+    /* the claims, bad and misaligned positions and the misaligned ones' first addresses, in kept scratch first */
+    size_t got = 0;
+    unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 40, &got);
+    if (!scratch) {
         for (int i = 0; i < 12; i++) Py_XDECREF(out[i]);
         release(b, 5);
-        return NULL;
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
 #define OUT(i, type) ((type *)PyByteArray_AS_STRING(out[i]))
-    uint64_t *ext = OUT(0, uint64_t), *first = OUT(5, uint64_t);
-    unsigned char *live = OUT(1, unsigned char), *claims = OUT(2, unsigned char), *bad = OUT(3, unsigned char);
-    unsigned char *mis = OUT(4, unsigned char), *kind = OUT(6, unsigned char), *flags = OUT(7, unsigned char);
-    unsigned char *space = OUT(8, unsigned char);
-    uint16_t *thread = OUT(9, uint16_t), *repeat = OUT(10, uint16_t), *block_stride = OUT(11, uint16_t);
+    uint64_t *ext = OUT(0, uint64_t);
+    unsigned char *live = OUT(1, unsigned char), *kind = OUT(2, unsigned char), *flags = OUT(3, unsigned char);
+    unsigned char *space = OUT(4, unsigned char);
+    uint16_t *thread = OUT(5, uint16_t), *repeat = OUT(6, uint16_t), *block_stride = OUT(7, uint16_t);
 #undef OUT
+    int64_t *claim_at = (int64_t *)scratch, *bad_at = claim_at + n, *mis_at = bad_at + n;
+    uint64_t *mis_first = (uint64_t *)(mis_at + n);
+    size_t claims = 0, bads = 0, miss = 0;
     const unsigned char *base = b[0].view.buf;
     bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, -1, 0};
     Py_BEGIN_ALLOW_THREADS
@@ -481,6 +487,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         if (floats && !floats_for(max_units, max_size)) break;
         c.j = -1;
         c.gm_over = 0;
+        claims = bads = miss = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             const unsigned char *r = base + i * RECORD_SIZE;
             if (!floats) {
@@ -498,21 +505,52 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
             uint64_t e = extent_of(r, floats);
             ext[i] = e;
             int access = e > 0 && kind[i] <= KIND_WRITE && !(flags[i] & FLAG_SIMT_BIT);
-            claims[i] = access && (flags[i] & FLAG_CLAIM_BIT);
-            live[i] = access && !claims[i];
-            first[i] = F_ADDRESS(r);
-            bad[i] = 0;
-            mis[i] = 0;
-            if (live[i]) check_one(r, e, &c, bad + i, mis + i, first + i);
+            int claim = access && (flags[i] & FLAG_CLAIM_BIT);
+            live[i] = access && !claim;
+            if (claim) claim_at[claims++] = i;
+            if (live[i]) {
+                unsigned char bad = 0, mis = 0;
+                uint64_t first = 0;
+                check_one(r, e, &c, &bad, &mis, &first);
+                if (bad) bad_at[bads++] = i;
+                if (mis) {
+                    mis_at[miss] = i;
+                    mis_first[miss++] = first;
+                }
+            }
         }
     }
-    if (c.gm_over && !all_gm) /* GM records past a limit a chip set for GM, in a batch that is not all GM */
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (live[i] && space[i] == SPACE_GM &&
-                sat_add(F_ADDRESS(base + i * RECORD_SIZE), ext[i]) > c.limits[SPACE_GM])
-                bad[i] = 1;
+    if (c.gm_over && !all_gm) {
+        /* GM records past a limit a chip set for GM, in a batch that is not all GM: joined to the bad ones, in
+         * position order, into the scratch's last part */
+        int64_t *joined = (int64_t *)(mis_first + n);
+        size_t was = bads, p = 0, w = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int listed = p < was && bad_at[p] == i;
+            if (listed) p++;
+            int over = live[i] && space[i] == SPACE_GM &&
+                       sat_add(F_ADDRESS(base + i * RECORD_SIZE), ext[i]) > c.limits[SPACE_GM];
+            if (listed || over) joined[w++] = i;
+        }
+        bad_at = joined;
+        bads = w;
+    }
     Py_END_ALLOW_THREADS
     release(b, 5);
+    out[8] = new_bytes((Py_ssize_t)claims, 8);
+    out[9] = new_bytes((Py_ssize_t)bads, 8);
+    out[10] = new_bytes((Py_ssize_t)miss, 8);
+    out[11] = new_bytes((Py_ssize_t)miss, 8);
+    if (!out[8] || !out[9] || !out[10] || !out[11]) {
+        for (int i = 0; i < 12; i++) Py_XDECREF(out[i]);
+        give_scratch(scratch, got);
+        return NULL;
+    }
+    memcpy(PyByteArray_AS_STRING(out[8]), claim_at, claims * 8);
+    memcpy(PyByteArray_AS_STRING(out[9]), bad_at, bads * 8);
+    memcpy(PyByteArray_AS_STRING(out[10]), mis_at, miss * 8);
+    memcpy(PyByteArray_AS_STRING(out[11]), mis_first, miss * 8);
+    give_scratch(scratch, got);
     return Py_BuildValue("NNNNNNNNNNNN", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8],
                          out[9], out[10], out[11]);
 }
