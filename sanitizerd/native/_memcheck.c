@@ -115,7 +115,7 @@ static PyObject *new_bytes(Py_ssize_t items, Py_ssize_t item) {
  * hands such blocks back to the kernel when freed). One block, at most SCRATCH_KEPT bytes, is kept for the next
  * call; a call that finds it taken (another thread's) allocates its own. */
 
-#define SCRATCH_KEPT ((size_t)64 << 20)
+#define SCRATCH_KEPT ((size_t)32 << 20)
 static void *kept_scratch = NULL;
 static size_t kept_size = 0;
 
