@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd_protocol.records import EVENT_DTYPE
+
 
 class Batches:
     def __init__(self, parts: list[np.ndarray]) -> None:
@@ -73,6 +75,10 @@ class BatchFields:
         self.size = int(records.size)
         self._fields: dict[str, np.ndarray] = {}
 
+    def preload(self, name: str, field: np.ndarray) -> None:
+        """Field ``name`` as a compiled pass copied it out already (the same values as ``records[name]``)."""
+        self._fields[name] = field
+
     def __getitem__(self, key: object) -> np.ndarray:
         if isinstance(key, str):
             field = self._fields.get(key)
@@ -80,3 +86,13 @@ class BatchFields:
                 field = self._fields[key] = np.ascontiguousarray(self.records[key])
             return field
         return self.records[key]  # type: ignore[index]
+
+
+def records_of(events: object) -> np.ndarray | None:
+    """A batch's records as one C-contiguous array of EVENT_DTYPE, what the compiled loops read (sanitizerd.native):
+    a structured array's own, a ``BatchFields``' records; None for anything else (``Columns``), which the numpy
+    path takes."""
+    records = events.records if isinstance(events, BatchFields) else events
+    if not isinstance(records, np.ndarray) or records.dtype != EVENT_DTYPE or records.ndim != 1:
+        return None
+    return np.ascontiguousarray(records)

@@ -10,7 +10,11 @@ import math
 
 import numpy as np
 
+from sanitizerd.native import load
+
 _U64 = np.uint64
+# The compiled loops (sanitizerd/native/_memcheck.c), or None: numpy's reference path. Tests set it to compare them.
+native = load("_memcheck")
 # Disjoint ranges one detector's byte-range state (bytes written, defined, owned) may hold. Kernels rewrite
 # their buffers, so ordinary state stays far below; a pattern fragmenting it further stops that tracking, and
 # the session is told so. About 24 bytes a range at rest, a few times that while merging.
@@ -19,6 +23,22 @@ MAX_TRACKED_RANGES = 1 << 21
 
 def merge_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of ``[starts[i], ends[i])``: sorted, disjoint, touching ranges joined. Empty ranges vanish."""
+    if (
+        native is not None
+        and isinstance(starts, np.ndarray)
+        and isinstance(ends, np.ndarray)
+        and starts.dtype == _U64
+        and ends.dtype == _U64
+        and starts.ndim == 1
+        and starts.shape == ends.shape
+    ):
+        merged_starts, merged_ends = native.merge_ranges(np.ascontiguousarray(starts), np.ascontiguousarray(ends))
+        return np.frombuffer(merged_starts, _U64), np.frombuffer(merged_ends, _U64)
+    return merge_ranges_numpy(starts, ends)
+
+
+def merge_ranges_numpy(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``merge_ranges``' reference path."""
     keep = ends > starts
     starts, ends = starts[keep].astype(_U64), ends[keep].astype(_U64)
     if starts.size == 0:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.detectors import _intervals
+
 PAGE_SHIFT = 16
 # Pages a kernel's table may hold, and one batch may touch: a client's ranges are its own words (one write may
 # claim to span terabytes). Past either the table gives up for the kernel, and stomping looks everything up.
@@ -41,6 +43,34 @@ class PageOwners:
         it touches is its owner's alone (nobody else's before, and no other owner's in this batch), and the
         pages that had one writer and now have two (sorted); None when the pages pass ``MAX_PAGES`` (nothing
         recorded: the table is no longer exact, and must not be used again)."""
+        native = _intervals.native
+        if (
+            native is not None
+            and lo.dtype == _U64
+            and hi.dtype == _U64
+            and lo.ndim == 1
+            and lo.size
+            and lo.shape == hi.shape == owners.shape
+            and self.owners.flags.c_contiguous
+            and self.owners.flags.writeable
+        ):
+            try:
+                noted = native.page_note(
+                    np.ascontiguousarray(owners).astype(np.int64, copy=False), np.ascontiguousarray(lo),
+                    np.ascontiguousarray(hi), np.ascontiguousarray(self.pages), self.owners, MAX_PAGES, PAGE_SHIFT,
+                )  # fmt: skip
+            except ValueError:  # an empty range: the reference path's answer, whatever it is
+                return self.note_numpy(owners, lo, hi)
+            if noted is None:
+                return None
+            alone, shared, pages, table = noted
+            if pages is not None:
+                self.pages, self.owners = np.frombuffer(pages, _U64), np.frombuffer(table, np.int64)
+            return np.frombuffer(alone, dtype=bool), np.frombuffer(shared, _U64)
+        return self.note_numpy(owners, lo, hi)
+
+    def note_numpy(self, owners: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``note``'s reference path."""
         first, last = pages_of(lo, hi)
         span = (last - first).astype(np.int64) + 1
         if int(span.sum()) + self.pages.size > MAX_PAGES:

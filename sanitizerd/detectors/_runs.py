@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sanitizerd.detectors import _intervals
+from sanitizerd.detectors._batches import records_of
 from sanitizerd.detectors._intervals import IntervalSet
 from sanitizerd.detectors._patterns import ends, ranges
 from sanitizerd_protocol.patterns import pattern_shape, piece_counts
@@ -376,7 +378,24 @@ def listed_touching(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``touching(within, *ranges(events, ext, index))``, with one lookup per access where it can: an access whose
     extent lies inside one range of ``within`` keeps its pieces unlooked-at (a strided write lists 8-64 pieces,
-    issue 29), the others' pieces are looked up one by one."""
+    issue 29), the others' pieces are looked up one by one. Compiled where built: one pass lists and looks up."""
+    native = _intervals.native
+    records = records_of(events) if native is not None else None
+    if records is not None and ext.dtype == _U64 and ext.shape == records.shape and index.ndim == 1:
+        listed = native.list_touching(  # type: ignore[union-attr]
+            records, np.ascontiguousarray(index, dtype=np.int64), np.ascontiguousarray(ext),
+            np.ascontiguousarray(within.starts), np.ascontiguousarray(within.ends),
+        )  # fmt: skip
+        owner, start, stop = listed
+        owners = np.frombuffer(owner, np.int64).astype(np.intp, copy=False)
+        return owners, np.frombuffer(start, _U64), np.frombuffer(stop, _U64)
+    return listed_touching_numpy(within, events, ext, index)
+
+
+def listed_touching_numpy(
+    within: IntervalSet, events: np.ndarray, ext: np.ndarray, index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``listed_touching``'s reference path."""
     owner, start, stop = ranges(events, ext, index)
     if not start.size or not len(within):
         return owner[:0], start[:0], stop[:0]

@@ -26,10 +26,13 @@ their own slices never searches the owner sets at all. In such a page an atomic 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
+from sanitizerd.detectors import _intervals
+from sanitizerd.detectors._batches import records_of
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet, difference, merge_ranges
 from sanitizerd.detectors._page_owners import PageOwners, pages_of
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT
@@ -190,7 +193,18 @@ def _piece_block_keys(events: np.ndarray, event: np.ndarray) -> np.ndarray:
 
 
 def _merge_by_block(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each block's ranges merged, for all blocks at once: (block key, start, stop), sorted by block then start.
+    """Each block's ranges merged, for all blocks at once: (block key, start, stop), sorted by block then start;
+    empty ranges dropped, and every bound clipped to 2**49 - 1 when an end passes it. Compiled where built (one
+    radix sort, skipped when the pieces come in order, and one pass)."""
+    native = _intervals.native
+    if native is not None and block_keys.dtype == start.dtype == stop.dtype == _U64 and block_keys.ndim == 1:
+        keys, lo, hi = native.merge_by_block(*(np.ascontiguousarray(a) for a in (block_keys, start, stop)))
+        return np.frombuffer(keys, _U64), np.frombuffer(lo, _U64), np.frombuffer(hi, _U64)
+    return _merge_by_block_numpy(block_keys, start, stop)
+
+
+def _merge_by_block_numpy(block_keys: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``_merge_by_block``'s reference path.
 
     The pieces are grouped by block with a stable sort of the keys alone (a radix sort when they fit 16 bits); a
     kernel's blocks stream through their buffers in address order, so within a block they are then mostly in
@@ -281,7 +295,26 @@ class StompTracker:
             return _NONE
         index = np.flatnonzero(writes)
         if lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
-            found = [self._check_pieces(events, atomic, *listed_touching(legal, events, ext, index))]
+            native = _intervals.native
+            records = records_of(events) if native is not None else None
+            if records is not None and ext.dtype == _U64 and ext.shape == records.shape:
+                # compiled: listed, keyed and merged per block in one call; the pieces again only for a conflict
+                *merged, tagged = native.list_merged(  # type: ignore[union-attr]
+                    records, index.astype(np.int64), ext, np.ascontiguousarray(legal.starts),
+                    np.ascontiguousarray(legal.ends), np.ascontiguousarray(atomic).view(np.uint8),
+                )  # fmt: skip
+                keys, lo, hi = (np.frombuffer(part, _U64) for part in merged)
+                merged_atomic = ((keys & _U64(1)) == 1) if tagged else None
+                if tagged:
+                    keys = keys >> _U64(1)
+
+                def pieces() -> tuple[np.ndarray, ...]:
+                    event, start, stop = listed_touching(legal, events, ext, index)
+                    return event, start, stop, _piece_block_keys(events, event), atomic[event]
+
+                found = [self._check_merged((keys, lo, hi), merged_atomic, pieces)]
+            else:
+                found = [self._check_pieces(events, atomic, *listed_touching(legal, events, ext, index))]
             self.given_up = self._past_bound()
             return _joined(found)
         self._flush()  # the runs' lookups below read the owner sets
@@ -373,6 +406,17 @@ class StompTracker:
             merged_atomic = (tagged & _U64(1)) == 1
         else:
             merged = _merge_by_block(block_keys, start, stop)
+        return self._check_merged(merged, merged_atomic, lambda: (event, start, stop, block_keys, piece_atomic))
+
+    def _check_merged(
+        self,
+        merged: tuple[np.ndarray, ...],
+        merged_atomic: np.ndarray | None,
+        pieces: Callable[[], tuple[np.ndarray, ...]],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_check_pieces`` from its writes merged per block (and per mode, where ``merged_atomic`` says which are
+        atomic); ``pieces()`` gives the pieces themselves (event, start, stop, block key, atomic), which only a
+        conflict reads."""
         if not merged[0].size:  # only empty pieces: nothing written
             return _NONE
         merged_keys = self._owner_numbers(merged[0])
@@ -396,6 +440,7 @@ class StompTracker:
         if self._claim_if_clean(*merged, merged_atomic):
             return _NONE
         self._flush()  # a conflict: the block-by-block path reads whole owners' sets
+        event, start, stop, block_keys, piece_atomic = pieces()
         keys = self._owner_numbers(block_keys)
         # Blocks in block order (not owner-number order), as msSanitizer walks the blocks' record buffers; each
         # block's writes in event order, as it walks one buffer.
@@ -411,7 +456,14 @@ class StompTracker:
         15 bits above a 49-bit address whatever its block id (msSanitizer's 6-bit core ids alias at 63)."""
         # A batch names few distinct blocks: number those through the dict (a dense table over every possible
         # block key would cost 2 MiB per session).
-        distinct, where = np.unique(block_keys, return_inverse=True)
+        if block_keys.size > 1 and bool((block_keys[1:] >= block_keys[:-1]).all()):
+            # sorted already (ranges merged per block): the distinct keys are where the key changes, no sort
+            head = np.empty(block_keys.size, dtype=bool)
+            head[0] = True
+            np.not_equal(block_keys[1:], block_keys[:-1], out=head[1:])
+            distinct, where = block_keys[head], np.cumsum(head) - 1
+        else:
+            distinct, where = np.unique(block_keys, return_inverse=True)
         numbers = np.empty(distinct.size, dtype=_U64)
         for i, key in enumerate(distinct.tolist()):
             numbers[i] = self._owners.setdefault(key, len(self._owners))

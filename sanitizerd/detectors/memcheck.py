@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sanitizerd.detectors._batches import BatchFields
+from sanitizerd.detectors import _intervals
+from sanitizerd.detectors._batches import BatchFields, records_of
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned
@@ -57,6 +58,11 @@ _MAX_REPORTED = np.uint64(2**63 - 1)
 _ALIGN_BY_SPACE = np.ones(256, dtype=np.uint64)
 _ALIGN_BY_SPACE[[Space.UB, Space.L1]] = 32
 _ALIGN_BY_SPACE[[Space.L0A, Space.L0B, Space.L0C]] = 512
+
+
+# The fields the compiled first look copies out of a batch's records in its pass (sanitizerd.native._memcheck.batch).
+_BATCH_FIELDS = ("kind", "flags", "space", "thread", "repeat", "block_stride")
+_BATCH_DTYPES = (np.uint8, np.uint8, np.uint8, np.uint16, np.uint16, np.uint16)
 
 
 def _aligned_table(align: np.ndarray) -> np.ndarray:
@@ -122,26 +128,59 @@ class Memcheck:
         if self.spr_trace is not None:
             self.spr_trace.check(records)
         events: np.ndarray = BatchFields(records)  # type: ignore[assignment]
-        ext = extents(events)
-        lo = events["address"]
-        hi = ends(lo, ext)
-        # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events out
-        # (numpy copies a structured array field by field).
-        live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
-        # A SIMT call's entry records: the device judged their bounds (msSanitizer's ignoreIllegalCheck), and the
-        # threads' stomping is the device's THREAD_OVERLAP (docs/mssanitizer-later.md); their GM writes still count
-        # as use for unused-memory (_record_writes reads every write)
-        live &= (events["flags"] & FLAG_SIMT_ENTRY) == 0
-        # A SIMT thread's ownership claim is for the stomping check alone (docs/protocol.md §7.8)
-        claims = live & ((events["flags"] & FLAG_CLAIM) != 0)
-        claimed = claims.any()
-        if claimed:
-            live &= ~claims
+        native = _intervals.native
+        raw = records_of(events) if native is not None else None
+        scanned = None
+        if raw is not None:
+            # Compiled: two passes over the records give the extents, the live records and the claims, every live
+            # record's bounds and alignment, and the fields the rest reads (docs/design.md, "Compiled hot loops").
+            legal = self.heap.legal
+            parts = native.batch(  # type: ignore[union-attr]
+                raw, self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts), np.ascontiguousarray(legal.ends)
+            )
+            ext, live = np.frombuffer(parts[0], np.uint64), np.frombuffer(parts[1], bool)
+            for name, part, dtype in zip(_BATCH_FIELDS, parts[2:8], _BATCH_DTYPES, strict=True):
+                events.preload(name, np.frombuffer(part, dtype))  # type: ignore[attr-defined]
+            claim_at, bad, misaligned = (np.frombuffer(part, np.int64) for part in parts[8:11])
+            claimed = bool(claim_at.size)
+            claims = np.zeros(ext.size, dtype=bool)
+            claims[claim_at] = True
+            scanned = bad, misaligned, np.frombuffer(parts[11], np.uint64)
+        else:
+            ext = extents(events)
+            # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events
+            # out (numpy copies a structured array field by field).
+            live = (ext > 0) & (events["kind"] <= EventKind.WRITE)
+            # A SIMT call's entry records: the device judged their bounds (msSanitizer's ignoreIllegalCheck), and
+            # the threads' stomping is the device's THREAD_OVERLAP (docs/mssanitizer-later.md); their GM writes
+            # still count as use for unused-memory (_record_writes reads every write)
+            live &= (events["flags"] & FLAG_SIMT_ENTRY) == 0
+            # A SIMT thread's ownership claim is for the stomping check alone (docs/protocol.md §7.8)
+            claims = live & ((events["flags"] & FLAG_CLAIM) != 0)
+            claimed = claims.any()
+            if claimed:
+                live &= ~claims
         self.pairs = PairBudget()  # the closed forms' CPU for this batch
         judged = self._judge_by_tensors(events, live)
-        self._check_alignment(events, live)
-        self._check_bounds(events, lo, hi, ext, live, judged)
-        self._check_permissions(events, lo, hi, live)
+        hi = None
+        if scanned is not None:  # alignment as scanned; bounds too unless block tensors judge some accesses
+            bad, misaligned, first = scanned
+            if misaligned.size:
+                hit = events[misaligned]
+                self.sites.add(site_rows(hit, _MISALIGNED, first, hit["block_size"]))
+            if judged is None:
+                self._report_bounds(events, ext, bad)
+            else:
+                hi = ends(events["address"], ext)
+                self._check_bounds(events, events["address"], hi, ext, live, judged)
+        else:
+            lo = events["address"]
+            hi = ends(lo, ext)
+            self._check_alignment(events, live)
+            self._check_bounds(events, lo, hi, ext, live, judged)
+        if len(self.no_write) or len(self.no_read):
+            lo = events["address"]
+            self._check_permissions(events, lo, ends(lo, ext) if hi is None else hi, live)
         self._check_operands(events, ext)
         self.simt_dims.feed(events)
         threads = events["thread"] != 0
@@ -210,10 +249,12 @@ class Memcheck:
                 ok = in_heap if ok is None else ok & in_heap
         if ok is None:
             return
-        bad = live & ~ok
-        if not bad.any():
+        self._report_bounds(events, ext, np.flatnonzero(live & ~ok))
+
+    def _report_bounds(self, events: np.ndarray, ext: np.ndarray, index: np.ndarray) -> None:
+        """The accesses at ``index`` (ascending), out of bounds: their bad bytes counted in closed form, as sites."""
+        if not index.size:
             return
-        index = np.flatnonzero(bad)
         space = events["space"][index]
         total = np.zeros(index.size, dtype=np.uint64)
         address = np.zeros(index.size, dtype=np.uint64)

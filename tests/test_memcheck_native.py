@@ -1,0 +1,358 @@
+"""memcheck's compiled loops (sanitizerd/native/_memcheck.c) against numpy's reference path, side by side: each loop on
+random and hostile inputs (sizes at their bounds, addresses near 2**64 and 2**49, repeats and strides at 65 535, empty
+and one-record batches), and the whole detector fed the same streams both ways. Both paths are chosen here, not by
+the process's SANITIZERD_NATIVE: ``_intervals.native`` is the one handle every caller reads."""
+
+from __future__ import annotations
+
+import itertools
+from unittest.mock import patch
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from client_shim.events import EventKind, Space
+from sanitizerd import native as native_switch
+from sanitizerd.detectors import _intervals, _page_owners, _runs, _stomping
+from sanitizerd.detectors._batches import BatchFields
+from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.detectors.memcheck import Memcheck
+from sanitizerd_protocol.messages import HostOp
+from sanitizerd_protocol.model import Finding
+from sanitizerd_protocol.patterns import extents
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_ATOMIC, FLAG_CLAIM, FLAG_SIMT_ENTRY
+from tests.detector_helpers import make_detector, run_kernel
+
+if native_switch.mode() == "required":
+    from sanitizerd.native import _memcheck as compiled
+else:
+    compiled = pytest.importorskip("sanitizerd.native._memcheck")
+
+U64 = np.uint64
+TOP = 2**64 - 1
+SETTINGS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+GM = 0x12C0_C000_0000
+
+
+def u64(values: list[int]) -> np.ndarray:
+    return np.array(values, dtype=U64)
+
+
+# --- streams ---------------------------------------------------------------------------------------------------------
+
+addresses = st.one_of(
+    st.integers(GM, GM + 4096),  # inside the test allocations, mostly
+    st.integers(0, 2**64 - 1),
+    st.integers(2**64 - 4096, 2**64 - 1),  # near the top: ends saturate
+    st.integers(2**48 - 4096, 2**49 + 4096),  # around ADDRESS_LIMIT and the owner keys' 49 bits
+    st.sampled_from([0, 1, 31, 32, GM, GM + 1, 2**63]),
+)
+small = st.one_of(st.integers(0, 4), st.sampled_from([0, 1, 2, 3, 8, 16, 255, 65535]))
+
+
+@st.composite
+def records(draw: st.DrawFn, max_size: int = 24) -> np.ndarray:
+    n = draw(st.integers(1, max_size))
+    events = np.zeros(n, dtype=EVENT_DTYPE)
+    for i in range(n):
+        e = events[i : i + 1]
+        e["address"] = draw(addresses)
+        e["block_size"] = draw(st.one_of(st.sampled_from([0, 1, 2, 32, 512, 2**32 - 1]), st.integers(0, 64)))
+        e["block_num"] = draw(small)
+        e["block_stride"] = draw(small)
+        e["repeat"] = draw(small)
+        e["repeat_stride"] = draw(small)
+        e["block_id"] = draw(st.integers(0, 3))
+        e["block_type"] = draw(st.sampled_from([1, 2]))
+        e["kind"] = draw(st.sampled_from([EventKind.READ, EventKind.WRITE, EventKind.WRITE, EventKind.SET_FLAG]))
+        e["space"] = draw(st.sampled_from([Space.GM, Space.GM, Space.GM, Space.UB, Space.L1, Space.L0A]))
+        e["flags"] = draw(st.sampled_from([0, 0, 0, FLAG_ATOMIC]))
+        e["align"] = draw(st.sampled_from([0, 0, 0, 1, 3, 32, 100, 65535]))
+        e["serial"] = i + 1
+        e["pc"] = draw(st.integers(0, 3))
+    # keep pieces listable: the numpy path lists every block of a scattered access too
+    pieces = events["repeat"].astype(np.int64) * np.maximum(events["block_num"], 1)
+    events["repeat"][pieces > 4096] = 2
+    return events
+
+
+@st.composite
+def range_sets(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    bounds = sorted(set(draw(st.lists(addresses, max_size=8))))
+    if len(bounds) % 2:
+        bounds = bounds[:-1]
+    starts, ends = bounds[0::2], bounds[1::2]
+    while sum(e - s for s, e in zip(starts, ends, strict=True)) >= 2**63:  # IntervalSet counts bytes in 64 bits
+        starts, ends = starts[1:], ends[1:]
+    return u64(starts), u64(ends)
+
+
+# --- each loop ------------------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(events=records())
+def test_extents(events: np.ndarray) -> None:
+    assert np.array_equal(np.frombuffer(compiled.extents(events), U64), extents(events))
+
+
+def test_extents_saturate_as_numpy_does() -> None:
+    """One hostile record makes numpy's whole batch take its float path: the compiled loop follows it bit for bit."""
+    events = np.zeros(3, dtype=EVENT_DTYPE)
+    events["block_size"] = [2**32 - 1, 2**31 + 1, 3]
+    events["block_num"] = [65535, 65535, 7]
+    events["block_stride"] = [65535, 3, 1]
+    events["repeat"] = [65535, 65535, 0]
+    events["repeat_stride"] = [65535, 65535, 5]
+    assert np.array_equal(np.frombuffer(compiled.extents(events), U64), extents(events))
+    assert np.array_equal(np.frombuffer(compiled.extents(events[:0]), U64), extents(events[:0]))
+
+
+@SETTINGS
+@given(events=records(), legal=range_sets())
+def test_batch_first_look(events: np.ndarray, legal: tuple[np.ndarray, np.ndarray]) -> None:
+    """memcheck's first look: the extents, the live records and claims, the fields copied out, as numpy has them;
+    bounds and alignment as the scan that the detector tests compare with numpy's whole path."""
+    events["flags"][::3] |= FLAG_CLAIM
+    events["flags"][1::4] |= FLAG_SIMT_ENTRY
+    within = IntervalSet(*legal)
+    limits = np.full(256, TOP, dtype=U64)
+    limits[Space.UB] = 192 << 10
+    limits[Space.GM] = GM + 2048  # a limit for GM too: it counts only in a batch not all GM (numpy's rule)
+    align = np.ones(256, dtype=U64)
+    align[Space.UB] = 32
+    parts = compiled.batch(events, limits, align, within.starts, within.ends)
+    ext = extents(events)
+    assert np.array_equal(np.frombuffer(parts[0], U64), ext)
+    access = (ext > 0) & (events["kind"] <= EventKind.WRITE) & ((events["flags"] & FLAG_SIMT_ENTRY) == 0)
+    claims = access & ((events["flags"] & FLAG_CLAIM) != 0)
+    live = access & ~claims
+    assert np.array_equal(np.frombuffer(parts[1], bool), live)
+    for name, got in zip(("kind", "flags", "space", "thread", "repeat", "block_stride"), parts[2:8], strict=True):
+        assert np.array_equal(np.frombuffer(got, events[name].dtype), events[name])
+    assert np.array_equal(np.frombuffer(parts[8], np.int64), np.flatnonzero(claims))
+    bad, misaligned, first = (np.frombuffer(part, dtype) for part, dtype in
+                              zip(compiled.scan(events, ext, live, limits, align, within.starts, within.ends),
+                                  (bool, bool, U64), strict=True))  # fmt: skip
+    assert np.array_equal(np.frombuffer(parts[9], np.int64), np.flatnonzero(bad))
+    assert np.array_equal(np.frombuffer(parts[10], np.int64), np.flatnonzero(misaligned))
+    assert np.array_equal(np.frombuffer(parts[11], U64), first[misaligned])
+
+
+@SETTINGS
+@given(events=records(), legal=range_sets(), data=st.data())
+def test_list_touching(events: np.ndarray, legal: tuple[np.ndarray, np.ndarray], data: st.DataObject) -> None:
+    ext = extents(events)
+    index = np.array(data.draw(st.lists(st.integers(0, events.size - 1), max_size=events.size)), dtype=np.intp)
+    within = IntervalSet(*legal)
+    expected = _runs.listed_touching_numpy(within, events, ext, index)
+    owner, start, stop = compiled.list_touching(events, index.astype(np.int64), ext, within.starts, within.ends)
+    found = np.frombuffer(owner, np.int64), np.frombuffer(start, U64), np.frombuffer(stop, U64)
+    for want, got in zip(expected, found, strict=True):
+        assert np.array_equal(want, got), (want, got)
+
+
+def test_list_touching_saturates_near_the_top() -> None:
+    """Rows and blocks whose offsets pass 2**64 saturate (numpy's ``ends``), never wrap round to low addresses."""
+    events = np.zeros(3, dtype=EVENT_DTYPE)
+    events["address"] = [2**64 - 100, 2**64 - 4096, 2**64 - 64]
+    events["block_size"] = [32, 512, 2**32 - 1]
+    events["block_num"] = [1, 8, 3]
+    events["block_stride"] = [1, 1, 65535]
+    events["repeat"] = [65535, 4, 3]
+    events["repeat_stride"] = [2, 65535, 65535]
+    ext = extents(events)
+    index = np.arange(3)
+    for within in (IntervalSet(u64([0]), u64([2**63])), IntervalSet(u64([2**64 - 200]), u64([2**64 - 1]))):
+        expected = _runs.listed_touching_numpy(within, events, ext, index)
+        found = compiled.list_touching(events, index.astype(np.int64), ext, within.starts, within.ends)
+        for want, got, dtype in zip(expected, found, (np.int64, U64, U64), strict=True):
+            assert np.array_equal(want, np.frombuffer(got, dtype))
+
+
+def test_list_touching_refuses_an_index_past_the_batch() -> None:
+    events = np.zeros(2, dtype=EVENT_DTYPE)
+    with pytest.raises(IndexError):
+        compiled.list_touching(events, np.array([2], np.int64), extents(events), u64([0]), u64([1]))
+    with pytest.raises(ValueError):
+        compiled.list_touching(events, np.array([0], np.int64), extents(events)[:1], u64([0]), u64([1]))
+
+
+ranges_drawn = st.lists(
+    st.tuples(
+        st.one_of(st.integers(0, 5), st.integers(0, 5), st.sampled_from([2**16 - 1, 2**16, 2**40])),  # far apart
+        st.one_of(st.integers(0, 96).map(lambda a: a * 8), addresses),  # small ones touch and overlap often
+        st.one_of(st.integers(0, 8).map(lambda n: n * 8), st.integers(0, 64), st.integers(0, 2**64 - 1)),
+    ),
+    max_size=40,
+)
+
+
+@SETTINGS
+@given(drawn=ranges_drawn)
+def test_merge_by_block(drawn: list[tuple[int, int, int]]) -> None:
+    keys = u64([k for k, _, _ in drawn])
+    lo = u64([a for _, a, _ in drawn])
+    hi = u64([min(a + n, TOP) for _, a, n in drawn])
+    if not drawn:  # numpy's needs one range at least (its callers never pass none)
+        assert all(not np.frombuffer(a, U64).size for a in compiled.merge_by_block(keys, lo, hi))
+        return
+    expected = _stomping._merge_by_block_numpy(keys, lo, hi)
+    found = [np.frombuffer(a, U64) for a in compiled.merge_by_block(keys, lo, hi)]
+    for want, got in zip(expected, found, strict=True):
+        assert np.array_equal(want.astype(U64), got), (want, got)
+
+
+@SETTINGS
+@given(drawn=ranges_drawn)
+def test_merge_ranges(drawn: list[tuple[int, int, int]]) -> None:
+    lo = u64([a for _, a, _ in drawn])
+    hi = u64([min(a + n, TOP) if k else a - min(n, a) for k, a, n in drawn])  # some ends before their starts
+    expected = _intervals.merge_ranges_numpy(lo, hi)
+    found = [np.frombuffer(a, U64) for a in compiled.merge_ranges(lo, hi)]
+    for want, got in zip(expected, found, strict=True):
+        assert np.array_equal(want, got)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_large_merges_with_keys_above_the_addresses(seed: int) -> None:
+    """Tens of thousands of ranges keyed by owner above 49 address bits (stomping's log): the radix sort's split on
+    its top digit, and the sorted run that merge_ranges keeps, against numpy's."""
+    rng = np.random.default_rng(seed)
+    n = 30_000
+    owner = rng.integers(0, 48, n).astype(U64)
+    lo = rng.integers(0, 1 << 28, n).astype(U64) * U64(32)
+    hi = lo + rng.integers(1, 512, n).astype(U64)
+    keyed_lo, keyed_hi = (owner << U64(49)) | lo, (owner << U64(49)) | hi
+    merged = _intervals.merge_ranges_numpy(keyed_lo[: n // 2], keyed_hi[: n // 2])
+    keyed_lo = np.concatenate((merged[0], keyed_lo[n // 2 :]))  # a sorted run first, as a merged log is
+    keyed_hi = np.concatenate((merged[1], keyed_hi[n // 2 :]))
+    for want, got in zip(_intervals.merge_ranges_numpy(keyed_lo, keyed_hi),
+                         compiled.merge_ranges(keyed_lo, keyed_hi), strict=True):  # fmt: skip
+        assert np.array_equal(want, np.frombuffer(got, U64))
+    far = owner * U64(1 << 20)  # keys too far apart for the grouped path
+    for keys in (owner, far):
+        expected = _stomping._merge_by_block_numpy(keys, lo, hi)
+        for want, got in zip(expected, compiled.merge_by_block(keys, lo, hi), strict=True):
+            assert np.array_equal(want.astype(U64), np.frombuffer(got, U64))
+
+
+def test_merge_ranges_joins_touching_ranges() -> None:
+    lo, hi = u64([8, 0, 16, 40, 2**64 - 2]), u64([16, 8, 24, 40, 2**64 - 1])
+    found = [np.frombuffer(a, U64) for a in compiled.merge_ranges(lo, hi)]
+    assert [a.tolist() for a in found] == [[0, 2**64 - 2], [24, 2**64 - 1]]
+    assert [a.tolist() for a in _intervals.merge_ranges_numpy(lo, hi)] == [a.tolist() for a in found]
+
+
+@SETTINGS
+@given(drawn=st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40 << 16), st.integers(1, 3 << 16)),
+                               min_size=1, max_size=20), min_size=1, max_size=5))  # fmt: skip
+def test_page_note(drawn: list[list[tuple[int, int, int]]]) -> None:
+    """A kernel's batches noted by both paths: the answers and the tables stay the same, batch after batch."""
+    ours, theirs = _page_owners.PageOwners(), _page_owners.PageOwners()
+    for batch in drawn:
+        owners = u64([o for o, _, _ in batch])
+        lo = u64([a for _, a, _ in batch])
+        hi = lo + u64([n for _, _, n in batch])
+        expected = theirs.note_numpy(owners, lo, hi)
+        noted = compiled.page_note(owners.astype(np.int64), lo, hi, ours.pages, ours.owners, _page_owners.MAX_PAGES, 16)
+        alone, shared, pages, table = noted
+        if pages is not None:
+            ours.pages, ours.owners = np.frombuffer(pages, U64), np.frombuffer(table, np.int64)
+        assert expected is not None
+        assert np.array_equal(expected[0], np.frombuffer(alone, bool))
+        assert np.array_equal(expected[1], np.frombuffer(shared, U64))
+        assert np.array_equal(ours.pages, theirs.pages) and np.array_equal(ours.owners, theirs.owners)
+
+
+def test_page_note_past_its_bound_records_nothing() -> None:
+    table = _page_owners.PageOwners()
+    lo, hi = u64([0]), u64([10 << 16])
+    assert compiled.page_note(np.zeros(1, np.int64), lo, hi, table.pages, table.owners, 5, 16) is None
+    assert table.note_numpy(np.zeros(1, U64), lo, hi) is not None  # the bound is the caller's: numpy's is 2**21
+
+
+# --- the whole detector, both ways ----------------------------------------------------------------------------------
+
+
+def detector() -> Memcheck:
+    found = make_detector("memcheck")
+    assert isinstance(found, Memcheck)
+    for address, size in ((GM, 4096), (GM + 8192, 1024), (2**64 - 2048, 1024), (2**48 - 512, 1024)):
+        found.host_op(HostOp(op="malloc", address=address, size=size))
+    return found
+
+
+def findings_both_ways(batches: list[np.ndarray]) -> tuple[list[Finding], ...]:
+    found = []
+    for handle in (None, compiled):
+        with patch.object(_intervals, "native", handle):
+            found.append(run_kernel(detector(), *(b.copy() for b in batches), name="k"))
+    return found[0], found[1]
+
+
+def comparable(findings: list[Finding]) -> list[tuple[object, ...]]:
+    return [(f.kind, f.address, f.size, f.serial, f.space, str(f.blocks), f.detail) for f in findings]
+
+
+@SETTINGS
+@given(events=records(max_size=40), cuts=st.lists(st.integers(1, 39), max_size=3))
+def test_memcheck_finds_the_same(events: np.ndarray, cuts: list[int]) -> None:
+    bounds = sorted({0, events.size, *(c for c in cuts if c < events.size)})
+    batches = [events[a:b] for a, b in itertools.pairwise(bounds)]
+    numpy_found, compiled_found = findings_both_ways(batches)
+    assert comparable(compiled_found) == comparable(numpy_found)
+
+
+def test_memcheck_finds_the_same_on_a_strided_stream() -> None:
+    """Blocks writing strided patterns over each other's bytes, some past the allocations, some misaligned, repeats
+    and strides at their limits: every finding, in order, the same."""
+    rng = np.random.default_rng(29)
+    batches = []
+    for b in range(6):
+        n = 4096
+        events = np.zeros(n, dtype=EVENT_DTYPE)
+        events["address"] = GM + rng.integers(0, 4096, n).astype(U64)
+        events["address"][::97] = U64(2**64 - 1500) + rng.integers(0, 1000, events["address"][::97].size).astype(U64)
+        events["block_size"] = rng.choice([1, 8, 32], n)
+        events["block_num"] = rng.choice([1, 2, 8, 65535], n, p=[0.3, 0.3, 0.39, 0.01])
+        events["block_stride"] = rng.choice([0, 1, 2, 3, 65535], n)
+        events["repeat"] = rng.choice([0, 1, 2, 8], n)
+        events["repeat_stride"] = rng.choice([0, 1, 8, 16, 65535], n)
+        events["repeat"][events["block_num"] == 65535] = 1
+        events["block_id"] = rng.integers(0, 8, n)
+        events["block_type"] = 2
+        events["kind"] = rng.choice([EventKind.READ, EventKind.WRITE], n)
+        events["space"] = rng.choice([Space.GM, Space.GM, Space.UB], n)
+        events["flags"] = rng.choice([0, 0, 0, FLAG_ATOMIC], n)
+        events["serial"] = np.arange(b * n + 1, (b + 1) * n + 1)
+        events["pc"] = rng.integers(0, 64, n)
+        batches.append(events)
+    numpy_found, compiled_found = findings_both_ways(batches)
+    assert numpy_found  # the stream is hostile: there is something to agree on
+    assert comparable(compiled_found) == comparable(numpy_found)
+
+
+def test_the_compiled_path_is_the_one_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the handle set, memcheck's batch goes through the compiled loops (and not through numpy's listing)."""
+    monkeypatch.setattr(_intervals, "native", compiled)
+    monkeypatch.setattr(_runs, "listed_touching_numpy", None)  # would fail if called
+    events = np.zeros(2, dtype=EVENT_DTYPE)
+    events["address"] = GM
+    events["block_size"], events["block_num"], events["repeat"], events["block_stride"] = 32, 1, 1, 1
+    events["kind"] = EventKind.WRITE
+    events["space"] = Space.GM
+    events["block_id"] = [0, 1]
+    found = run_kernel(detector(), events, name="k")
+    assert [f.kind for f in found] == ["out_of_bounds"]
+
+
+def test_batch_fields_give_their_records() -> None:
+    events = np.zeros(3, dtype=EVENT_DTYPE)
+    from sanitizerd.detectors._batches import records_of
+
+    assert records_of(BatchFields(events)) is not None
+    assert records_of(BatchFields(events[::2])) is not None  # made contiguous
+    assert records_of({"address": events["address"]}) is None
