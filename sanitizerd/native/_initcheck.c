@@ -1,0 +1,357 @@
+/* initcheck's steady-state batch in one pass (sanitizerd/detectors/initcheck.py, ``Initcheck._check_native``).
+ *
+ * In a kernel's steady state every read meets bytes defined before its batch and most writes rewrite bytes already
+ * defined. numpy establishes that in a dozen passes over the batch (extents, the live and keyed masks, the pieces'
+ * bounds, ranges, composite keys, two sorted lookups per level of the defined set, and add_new's sort and lookup);
+ * this is one pass over the 56-byte records, with the GIL released, that
+ *
+ *   - computes each access's extent, liveness and composite key exactly as numpy does (extents, ranges, composite),
+ *   - checks every read against the defined set as it was before the batch (both of IntervalSet's levels, by the
+ *     same cumulative-length lookup as _intervals._covered_by, in the same wrapping 64-bit arithmetic),
+ *   - and lists the writes not wholly inside that set, each with the group (cumulative pieces // CHUNK) numpy's
+ *     _check_accesses would check it in.
+ *
+ * It answers FALLBACK, and the caller runs the numpy path on the whole batch, wherever the batch is not of that
+ * shape: an access listing more than one range (strided rows or blocks), a batch whose extents saturate, or a read
+ * with a byte the set does not hold (a finding, or bytes written earlier in the same batch: the in-order recheck
+ * stays numpy's). Nothing read from a record is used as an index.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define RECORD_SIZE 56
+#define ADDRESS_AT 0        /* uint64 */
+#define BLOCK_SIZE_AT 24    /* uint32 */
+#define BLOCK_NUM_AT 32     /* uint16 */
+#define BLOCK_STRIDE_AT 34  /* uint16 */
+#define REPEAT_AT 36        /* uint16 */
+#define REPEAT_STRIDE_AT 38 /* uint16 */
+#define BLOCK_ID_AT 40      /* uint16 */
+#define KIND_AT 44          /* uint8 */
+#define SPACE_AT 45         /* uint8 */
+#define BLOCK_TYPE_AT 48    /* uint8 */
+#define FLAGS_AT 49         /* uint8 */
+
+#define KIND_READ 0
+#define KIND_WRITE 1
+#define KIND_BLOCK_FINISH 23
+#define KIND_SIMT_START 37
+#define SPACE_GM 1
+#define SPACE_LAST 8      /* PRIVATE .. FB: the spaces a composite key has room for */
+#define BLOCK_TYPE_LAST 2 /* AIV, AIC, AICORE */
+#define FLAG_CLAIM 2
+
+#define SATURATE ((uint64_t)1 << 62)
+#define GM_ADDRESS_TOP (((uint64_t)1 << 59) - 1)
+#define ADDRESS_BITS (((uint64_t)1 << 42) - 1)
+
+#define STATUS_NONE 0     /* no access to check */
+#define STATUS_FAST 1     /* every read defined before the batch; the writes to add are listed */
+#define STATUS_FALLBACK 2 /* take numpy's path for this batch */
+
+static inline uint64_t u64_at(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, sizeof v); /* the wire's little-endian order: the caller loads this module on such hosts only */
+    return v;
+}
+static inline uint32_t u32_at(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline uint16_t u16_at(const unsigned char *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* One level of an IntervalSet: sorted, disjoint starts/ends and cumulative[i] = bytes in ranges before i. */
+typedef struct {
+    const uint64_t *starts, *ends, *cumulative;
+    Py_ssize_t n;
+} Level;
+
+/* _intervals._covered_by's below(x): bytes of the level below x. */
+static inline uint64_t below(const Level *level, uint64_t x) {
+    Py_ssize_t lo = 0, hi = level->n; /* first index whose start is > x (searchsorted side="right") */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (level->starts[mid] <= x) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo == 0) {
+        return 0;
+    }
+    Py_ssize_t j = lo - 1;
+    uint64_t end = level->ends[j] < x ? level->ends[j] : x;
+    uint64_t start = level->starts[j] < x ? level->starts[j] : x;
+    return level->cumulative[j] + (end - start);
+}
+
+static inline uint64_t covered(const Level *main, const Level *pending, uint64_t lo, uint64_t hi) {
+    uint64_t inside = 0;
+    if (main->n) {
+        inside = below(main, hi) - below(main, lo);
+    }
+    if (pending->n) {
+        inside += below(pending, hi) - below(pending, lo);
+    }
+    return inside;
+}
+
+/* A write not wholly defined before the batch: its key range and its group. */
+typedef struct {
+    uint64_t start, stop;
+    int64_t group;
+} Fresh;
+
+static int by_start(const void *a, const void *b) {
+    uint64_t x = ((const Fresh *)a)->start, y = ((const Fresh *)b)->start;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Held;
+
+static void release_all(Held *held, int count) {
+    for (int i = 0; i < count; i++) {
+        if (held[i].held) {
+            PyBuffer_Release(&held[i].view);
+            held[i].held = 0;
+        }
+    }
+}
+
+/* A level from three buffers of uint64: starts and ends of one length, cumulative one longer. */
+static int level_of(Level *level, Py_buffer *starts, Py_buffer *ends, Py_buffer *cumulative) {
+    if (starts->len % 8 || ends->len != starts->len || cumulative->len != starts->len + 8) {
+        PyErr_SetString(PyExc_ValueError, "a level of the set: starts and ends of n uint64, cumulative of n + 1");
+        return -1;
+    }
+    level->starts = (const uint64_t *)starts->buf;
+    level->ends = (const uint64_t *)ends->buf;
+    level->cumulative = (const uint64_t *)cumulative->buf;
+    level->n = starts->len / 8;
+    return 0;
+}
+
+/* scan(events, main_starts, main_ends, main_cumulative, pending_starts, pending_ends, pending_cumulative, chunk,
+ *      wide, check, out_keys, out_stops, out_groups) -> (status, unkeyed, writes, simt_start, block_finish)
+ *
+ * events: whole 56-byte records (EVENT_DTYPE). The set's two levels as uint64 arrays. chunk: _runs.CHUNK; wide:
+ * initcheck.WIDE_ACCESS. check: 0 where the detector has given up (only the counts are wanted). out_*: writable,
+ * uint64 / uint64 / int64, one slot per record at least. Returns the status (STATUS_*), the accesses whose space or
+ * block type has no key (counted for every status but FALLBACK, where numpy counts them), the writes listed in
+ * out_* (FAST only), and whether the batch holds a SIMT_START and a BLOCK_FINISH. */
+static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
+    Held held[10];
+    memset(held, 0, sizeof held);
+    long long chunk_arg, wide_arg;
+    int check;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*LLpw*w*w*", &held[0].view, &held[1].view, &held[2].view,
+                          &held[3].view, &held[4].view, &held[5].view, &held[6].view, &chunk_arg, &wide_arg, &check,
+                          &held[7].view, &held[8].view, &held[9].view)) {
+        return NULL;
+    }
+    for (int i = 0; i < 10; i++) {
+        held[i].held = 1;
+    }
+    Py_buffer *records = &held[0].view;
+    Level main_level, pending_level;
+    if (records->len % RECORD_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "events must be whole 56-byte records");
+        release_all(held, 10);
+        return NULL;
+    }
+    if (level_of(&main_level, &held[1].view, &held[2].view, &held[3].view) ||
+        level_of(&pending_level, &held[4].view, &held[5].view, &held[6].view)) {
+        release_all(held, 10);
+        return NULL;
+    }
+    Py_ssize_t n = records->len / RECORD_SIZE;
+    if (held[7].view.len < n * 8 || held[8].view.len < n * 8 || held[9].view.len < n * 8) {
+        PyErr_SetString(PyExc_ValueError, "out_keys, out_stops and out_groups need one 8-byte slot per record");
+        release_all(held, 10);
+        return NULL;
+    }
+    if (chunk_arg <= 0 || wide_arg < 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk must be positive and wide not negative");
+        release_all(held, 10);
+        return NULL;
+    }
+    const unsigned char *base = (const unsigned char *)records->buf;
+    uint64_t *out_keys = (uint64_t *)held[7].view.buf;
+    uint64_t *out_stops = (uint64_t *)held[8].view.buf;
+    int64_t *out_groups = (int64_t *)held[9].view.buf;
+    int64_t chunk = (int64_t)chunk_arg, wide = (int64_t)wide_arg;
+
+    int status = STATUS_NONE, simt_start = 0, block_finish = 0;
+    long long unkeyed = 0;
+    Py_ssize_t writes = 0, merged = 0;
+    Fresh *fresh = PyMem_RawMalloc(n ? (size_t)n * sizeof(Fresh) : 1);
+    if (fresh == NULL) {
+        release_all(held, 10);
+        return PyErr_NoMemory();
+    }
+
+    Py_BEGIN_ALLOW_THREADS
+    /* One pass, in batch order. Which of extents()' two formulas numpy takes, and whether it saturates, depends
+     * on maxima over the whole batch: they are gathered on the way and judged at the end (a saturating batch is
+     * numpy's; below it both formulas agree, and no span passes 2**62). */
+    uint64_t repeat_max = 0, stride_max = 0, units_max = 0, size_max = 0;
+    int64_t pieces_total = 0;
+    Py_ssize_t main_hint = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        uint64_t repeat = u16_at(r + REPEAT_AT), block_num = u16_at(r + BLOCK_NUM_AT);
+        uint64_t block_stride = u16_at(r + BLOCK_STRIDE_AT), block_size = u32_at(r + BLOCK_SIZE_AT);
+        uint64_t repeat_stride = u16_at(r + REPEAT_STRIDE_AT);
+        uint64_t units = ((repeat ? repeat : 1) - 1) * repeat_stride + ((block_num ? block_num : 1) - 1) * block_stride +
+                         1; /* < 2**34 */
+        repeat_max = repeat > repeat_max ? repeat : repeat_max;
+        stride_max = block_stride > stride_max ? block_stride : stride_max;
+        units_max = units > units_max ? units : units_max;
+        size_max = block_size > size_max ? block_size : size_max;
+        unsigned kind = r[KIND_AT];
+        if (kind > KIND_WRITE) {
+            simt_start |= kind == KIND_SIMT_START;
+            block_finish |= kind == KIND_BLOCK_FINISH;
+            continue;
+        }
+        /* extents: 0 for an empty access; else the span (where the batch does not saturate, as checked below) */
+        uint64_t ext = (repeat == 0 || block_num == 0) ? 0 : units * block_size;
+        if (ext == 0 || (r[FLAGS_AT] & FLAG_CLAIM)) {
+            continue;
+        }
+        unsigned space = r[SPACE_AT], block_type = r[BLOCK_TYPE_AT];
+        if (space > SPACE_LAST || block_type > BLOCK_TYPE_LAST) {
+            unkeyed++;
+            continue;
+        }
+        /* _patterns.ranges: one range unless its rows are strided blocks or repeat with gaps. */
+        int row_is_range = block_num <= 1 || block_stride <= 1;
+        uint64_t row_length = (block_num <= 1 || block_stride == 0) ? block_size : block_num * block_size;
+        if (!(row_is_range && (repeat <= 1 || repeat_stride * block_size <= row_length))) {
+            status = STATUS_FALLBACK;
+            break;
+        }
+        /* _runs.piece_bounds with exact counts above ``wide`` (a dense access lists one piece) */
+        int64_t bound = (int64_t)(repeat ? repeat : 1) * (int64_t)(block_num ? block_num : 1);
+        bound = bound > wide ? 1 : bound;
+        if (bound > chunk) {
+            status = STATUS_FALLBACK; /* checked alone, in closed form (_check_huge) */
+            break;
+        }
+        pieces_total += bound;
+        status = STATUS_FAST;
+        if (!check) {
+            continue;
+        }
+        uint64_t address = u64_at(r + ADDRESS_AT);
+        uint64_t stop = address + ext;
+        if (stop < address) {
+            stop = UINT64_MAX; /* _patterns.ends saturates */
+        }
+        uint64_t key = (uint64_t)space << 60;
+        if (space == SPACE_GM) {
+            key |= address < GM_ADDRESS_TOP ? address : GM_ADDRESS_TOP;
+        } else {
+            key |= ((uint64_t)block_type << 58) | ((uint64_t)u16_at(r + BLOCK_ID_AT) << 42) | (address & ADDRESS_BITS);
+        }
+        uint64_t length = stop - address, key_stop = key + length; /* numpy's wrapping arithmetic */
+        uint64_t inside;
+        /* Inside the main range that held the previous access (or found by one search): then the formula's two
+         * levels give length and 0 (the levels are disjoint), without the four searches. */
+        if (main_level.n && !(main_level.starts[main_hint] <= key && key_stop <= main_level.ends[main_hint])) {
+            Py_ssize_t lo = 0, hi = main_level.n;
+            while (lo < hi) {
+                Py_ssize_t mid = lo + (hi - lo) / 2;
+                if (main_level.starts[mid] <= key) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            main_hint = lo ? lo - 1 : 0;
+        }
+        if (main_level.n && main_level.starts[main_hint] <= key && key_stop <= main_level.ends[main_hint] &&
+            key <= key_stop) {
+            inside = length;
+        } else {
+            inside = covered(&main_level, &pending_level, key, key_stop);
+        }
+        if (kind == KIND_READ) {
+            if (length - inside != 0) {
+                status = STATUS_FALLBACK; /* not defined before the batch: numpy's in-order recheck decides */
+                break;
+            }
+        } else if (length != 0 && inside != length) {
+            /* not wholly defined before the batch (an empty range adds nothing in add_new either) */
+            fresh[writes].start = key;
+            fresh[writes].stop = key_stop;
+            fresh[writes].group = pieces_total; /* the inclusive cumulative bound, made a group below */
+            writes++;
+        }
+    }
+    int one_row = repeat_max <= 1 && stride_max <= 1;
+    /* units_max * size_max >= 2**62, without the product (it may pass 2**64) */
+    if (!one_row && size_max && units_max >= (SATURATE + size_max - 1) / size_max) {
+        status = STATUS_FALLBACK;
+    }
+    if (status == STATUS_FAST) {
+        /* _check_accesses: the whole batch is one group when its pieces fit a chunk, else cumsum // CHUNK. Each
+         * group's writes sorted and merged (merge_ranges: touching ranges joined), which add_new adds alike. */
+        Py_ssize_t first = 0;
+        while (first < writes) {
+            int64_t group = pieces_total <= chunk ? 0 : fresh[first].group / chunk;
+            Py_ssize_t last = first;
+            while (last < writes && (pieces_total <= chunk ? 0 : fresh[last].group / chunk) == group) {
+                last++;
+            }
+            qsort(fresh + first, (size_t)(last - first), sizeof *fresh, by_start);
+            uint64_t run_start = fresh[first].start, reach = fresh[first].stop;
+            for (Py_ssize_t w = first + 1; w <= last; w++) {
+                if (w == last || fresh[w].start > reach) {
+                    out_keys[merged] = run_start;
+                    out_stops[merged] = reach;
+                    out_groups[merged] = group;
+                    merged++;
+                    if (w < last) {
+                        run_start = fresh[w].start;
+                        reach = fresh[w].stop;
+                    }
+                } else if (fresh[w].stop > reach) {
+                    reach = fresh[w].stop;
+                }
+            }
+            first = last;
+        }
+    }
+    Py_END_ALLOW_THREADS
+
+    PyMem_RawFree(fresh);
+    release_all(held, 10);
+    if (status == STATUS_FALLBACK) {
+        unkeyed = 0;
+        merged = 0;
+    }
+    return Py_BuildValue("(iLnii)", status, unkeyed, merged, simt_start, block_finish);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "initcheck's steady-state batch in one pass: see the module's source."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef definition = {
+    PyModuleDef_HEAD_INIT, .m_name = "_initcheck", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__initcheck(void) { return PyModule_Create(&definition); }
