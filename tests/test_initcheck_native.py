@@ -18,7 +18,7 @@ from client_shim.events import EventKind, Space, accesses, make_events
 from sanitizerd import native
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors import initcheck as initcheck_module
-from sanitizerd.detectors._intervals import IntervalSet, merge_ranges
+from sanitizerd.detectors._intervals import SMALL_SET, IntervalSet, merge_ranges
 from sanitizerd.detectors._patterns import extents, ranges
 from sanitizerd.detectors._runs import CHUNK, piece_bounds
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -306,8 +306,11 @@ def interval_sets(draw: st.DrawFn) -> IntervalSet:
         return lo, lo + draw(st.sampled_from([1, 32, 64, 256, 1 << 62]))
 
     first = [one() for _ in range(draw(st.integers(0, 6)))]
+    if draw(st.booleans()):  # past SMALL_SET ranges far off, so that the ranges added next stay pending
+        far = (np.arange(SMALL_SET + 4, dtype=U64) * U64(64)) | U64((1 << 60) | (1 << 58))
+        first += list(zip(far.tolist(), (far + U64(32)).tolist(), strict=True))
     defined = IntervalSet(np.array([a for a, _ in first], U64), np.array([b for _, b in first], U64))
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(st.integers(0, 4))):
         lo, hi = one()
         defined.add(np.array([lo], U64), np.array([hi], U64))
     return defined
@@ -324,21 +327,27 @@ class TestScan:
 
     def test_steady_batch_large_set(self, compiled: ModuleType) -> None:
         """Many ranges (a deep search), reads at each, writes at and between them, one-record and empty batches."""
-        starts = (np.arange(5000, dtype=U64) * U64(64)) | U64(1 << 60 | GM)
-        defined = IntervalSet(starts, starts + U64(32))
+        starts = (np.arange(10000, dtype=U64) * U64(64)) | U64(1 << 60 | GM)
+        defined = IntervalSet(starts[::2], starts[::2] + U64(32))
+        for at in starts[1:80:2].tolist():  # pending ranges, some touching main ones
+            defined.add(np.array([at], U64), np.array([at + (64 if at % 256 == 64 else 32)], U64))
+        assert defined._pending_starts.size
         rng = np.random.default_rng(7)
         for n in (0, 1, 2, 100, 3000):
-            which = rng.integers(0, 5000, max(n, 1))
+            which = rng.integers(0, 80, max(n, 1))
             events = accesses(READ, Space.GM, GM + 64 * which.astype(np.uint64), 32)[:n]
             events["kind"][rng.random(n) < 0.3] = WRITE
             events["address"][(events["kind"] == WRITE) & (rng.random(n) < 0.5)] += U64(32)
+            events["block_num"][rng.random(n) < 0.2] = 3  # across a main range and the pending one it touches
             assert call_scan(compiled, events, defined, True) == model_scan(events, defined, True)
 
+    @pytest.mark.parametrize("step", [128, 256, 512])  # overlapping, touching, apart
     @pytest.mark.parametrize("chunk", [8, 16, 24, 64])
     @pytest.mark.parametrize("count", [1, 2, 3, 4])
-    def test_groups_at_the_chunk(self, compiled: ModuleType, chunk: int, count: int) -> None:
-        """Writes of 8 pieces each (bound), their sum at, below and past the chunk: one group while it fits."""
-        events = accesses(WRITE, Space.GM, GM + 512 * np.arange(count, dtype=U64), 32, block_num=8)
+    def test_groups_at_the_chunk(self, compiled: ModuleType, chunk: int, count: int, step: int) -> None:
+        """Writes of 8 pieces each (bound), their sum at, below and past the chunk: one group while it fits; each
+        group's writes merged."""
+        events = accesses(WRITE, Space.GM, GM + step * np.arange(count, dtype=U64)[::-1], 32, block_num=8)
         events = np.concatenate([accesses(READ, Space.UB, 0, 32, block_num=8, block_stride=0), events])
         defined = IntervalSet(np.array([6 << 60], U64), np.array([(6 << 60) + 32], U64))
         with patch(f"{__name__}.CHUNK", chunk):
