@@ -30,6 +30,7 @@ from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_CLAIM, BlockType
 
 U64 = np.uint64
 TOP = (1 << 64) - 1
+SLICE = 2048  # initcheck._SLICE, patched with the module's where a test makes it small
 GM = 0x12C0_C000_0000
 READ, WRITE = EventKind.READ, EventKind.WRITE
 
@@ -116,6 +117,12 @@ def batches(draw: st.DrawFn) -> np.ndarray:
     # Most batches tame, so that the compiled pass decides many; a wild batch mixes in hostile records.
     wild = draw(st.booleans()) and draw(st.booleans())
     rows = draw(st.lists(st.one_of(records(False), records(True)) if wild else records(False), max_size=24))
+    if draw(st.booleans()):  # reads of what the batch wrote earlier (the in-order recheck's case), now and then
+        for at, row in enumerate(rows):
+            earlier = [w for w in rows[:at] if w["kind"] == WRITE]
+            if row["kind"] == READ and earlier and draw(st.integers(0, 3)):
+                copied = draw(st.sampled_from(earlier))
+                row.update({k: v for k, v in copied.items() if k not in ("kind", "flags", "thread")})
     events = np.zeros(len(rows), dtype=EVENT_DTYPE)
     for i, row in enumerate(rows):
         for name, value in row.items():
@@ -182,18 +189,35 @@ def both_ways(compiled: ModuleType, steps: list[object]) -> None:
 
 class TestWholeDetector:
     @settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(steps=STEPS, defined=st.booleans(), bound=st.sampled_from([None, None, 3, 12]))
+    @given(
+        steps=STEPS,
+        defined=st.booleans(),
+        bound=st.sampled_from([None, None, 3, 12]),
+        slice_events=st.sampled_from([2048, 1, 3]),
+        chunk=st.sampled_from([CHUNK, CHUNK, 16, 5]),
+        kept=st.sampled_from([1024, 1]),
+    )
     def test_random_and_hostile_streams(
-        self, compiled: ModuleType, steps: list[object], defined: bool, bound: int | None
+        self,
+        compiled: ModuleType,
+        steps: list[object],
+        defined: bool,
+        bound: int | None,
+        slice_events: int,
+        chunk: int,
+        kept: int,
     ) -> None:
         """Every step leaves both paths with the same state, and the session with the same findings; with the
-        bound on ranges made small, they give up at the same batch."""
+        bound on ranges made small, they give up at the same batch; with the recheck's slices and the groups made
+        small, their calls fall alike."""
         steps = prelude() + steps if defined else steps
-        if bound is None:
+        with (
+            patch.object(initcheck_module, "MAX_TRACKED_RANGES", bound or initcheck_module.MAX_TRACKED_RANGES),
+            patch.object(initcheck_module, "_SLICE", slice_events),
+            patch.object(initcheck_module, "CHUNK", chunk),
+            patch.object(initcheck_module, "NATIVE_WRITTEN_RANGES", kept),
+        ):
             both_ways(compiled, steps)
-        else:
-            with patch.object(initcheck_module, "MAX_TRACKED_RANGES", bound):
-                both_ways(compiled, steps)
 
     @pytest.mark.parametrize("chunk", [CHUNK, 40, 7])
     def test_steady_kernel_with_groups_and_findings(self, compiled: ModuleType, chunk: int) -> None:
@@ -220,21 +244,25 @@ class TestWholeDetector:
             both_ways(compiled, steps)
 
     def test_the_compiled_pass_decides_steady_batches(self, compiled: ModuleType) -> None:
-        """Not a vacuous comparison: batches whose reads were defined earlier are answered by the compiled pass."""
+        """Not a vacuous comparison: batches whose reads were defined earlier, before the batch or in it, are
+        answered by the compiled pass; a read of bytes nothing wrote is left to numpy's path, which reports it."""
         detector = Initcheck(context(), native=compiled)
         detector.kernel_begin(KernelLaunch(kernel=1, name="k", block_dim=8, kernel_type="aiv"))
         write = accesses(WRITE, Space.UB, 0, 32, block_num=8)
         read = accesses(READ, Space.UB, 0, 32, block_num=8)
-        assert not detector._check_native(np.concatenate([write, read]))  # read after a write of its batch
-        detector.check(np.concatenate([write, read]))
+        assert not detector._check_native(np.concatenate([read, write]))  # read before the write: a finding
+        assert detector._check_native(np.concatenate([write, read]))  # read after a write of its batch
         assert detector._check_native(np.concatenate([read, write, read]))
 
 
 # --- scan against a numpy model of its answer ------------------------------------------------------------------------
 
 
-def model_scan(events: np.ndarray, defined: IntervalSet, check: bool) -> tuple[int, int, list[tuple[int, int, int]]]:
-    """(status, unkeyed, writes) as scan answers them, from the numpy path's own pieces."""
+def model_scan(
+    events: np.ndarray, defined: IntervalSet, check: bool, cap: int = 1024
+) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+    """(status, unkeyed, ranges listed) as scan answers them, from the numpy path's own pieces and a replay of
+    the batch in order (reads against the set and the batch's earlier writes)."""
     kind = events["kind"]
     ext = extents(events)
     live = (ext > 0) & (kind <= WRITE) & ((events["flags"] & FLAG_CLAIM) == 0)
@@ -257,39 +285,66 @@ def model_scan(events: np.ndarray, defined: IntervalSet, check: bool) -> tuple[i
         return 2, 0, []
     if not check:
         return 1, unkeyed, []
-    event, start, stop = ranges(events, ext, index)
+    event, start, stop = ranges(events, ext, index)  # one range each, in batch order
     keys = composite(events["space"][event], events["block_type"][event], events["block_id"][event], start)
     stops = keys + (stop - start)
     inside = defined.covered(keys, stops)
     is_read = kind[event] == READ
-    if ((stops - keys) - inside)[is_read].any():
-        return 2, 0, []
-    fresh = ~is_read & (stops > keys) & (inside != stops - keys)
     group = np.zeros(index.size, np.int64) if pieces.sum() <= CHUNK else np.cumsum(pieces) // CHUNK
-    group_of = dict(zip(index.tolist(), group.tolist(), strict=True))
-    writes = []
-    event_group = np.array([group_of[e] for e in event.tolist()], np.int64)
-    for g in sorted(set(event_group[fresh].tolist())):
-        mine = fresh & (event_group == g)
+    fresh = ~is_read & (stops > keys) & (inside != stops - keys)
+    set_lo = np.concatenate((defined._starts, defined._pending_starts))
+    set_hi = np.concatenate((defined._ends, defined._pending_ends))
+
+    def covers(writes: list[int], at: int) -> bool:
+        union = IntervalSet(np.concatenate((set_lo, keys[writes])), np.concatenate((set_hi, stops[writes])))
+        return int(union.covered(keys[at : at + 1], stops[at : at + 1])[0]) == int(stops[at] - keys[at])
+
+    doubts: list[tuple[int, int]] = []
+    rechecked = False
+    written: list[int] = []
+    full_at = None  # writes listed when the pass's own ranges first passed ``cap`` (then they answer no more)
+    for k in range(event.size):
+        if fresh[k]:
+            written.append(k)
+            if full_at is None and merge_ranges(keys[written], stops[written])[0].size > cap:
+                full_at = len(written)
+            continue
+        if not is_read[k] or inside[k] == stops[k] - keys[k]:
+            continue
+        rechecked = True
+        earlier_groups = [w for w in written if group[w] < group[k]]
+        full = full_at is not None
+        if full_at is not None and full_at <= len(earlier_groups):
+            return 2, 0, []
+        if not (earlier_groups and covers(earlier_groups, k)):
+            if (int(group[k]), int(event[k]) // SLICE) not in doubts:  # a slice is visited once
+                doubts.append((int(group[k]), int(event[k]) // SLICE))
+            if full or not covers(written, k):
+                return 2, 0, []
+    if rechecked and pieces.sum() == CHUNK:
+        return 2, 0, []
+    listed = []
+    calls = [sum(1 for g, sl in doubts if g == group[w] and sl <= event[w] // SLICE) for w in written]
+    for g, call in sorted({(int(group[w]), c) for w, c in zip(written, calls, strict=True)}):
+        mine = [w for w, c in zip(written, calls, strict=True) if group[w] == g and c == call]
         lo, hi = merge_ranges(keys[mine], stops[mine])
-        writes += [(a, b, g) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
-    return 1, unkeyed, writes
+        listed += [(a, b, g, call) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    return 1, unkeyed, listed
 
 
-def call_scan(compiled: ModuleType, events: np.ndarray, defined: IntervalSet, check: bool) -> tuple[int, int, list]:
-    detector = Initcheck(context(), native=compiled)
-    detector.defined = defined
-    detector.given_up = not check
+def call_scan(
+    compiled: ModuleType, events: np.ndarray, defined: IntervalSet, check: bool, cap: int = 1024
+) -> tuple[int, int, list]:
     n = events.size
-    keys, stops, groups = np.empty(n, U64), np.empty(n, U64), np.empty(n, np.int64)
+    keys, stops, groups, calls = np.empty(n, U64), np.empty(n, U64), np.empty(n, np.int64), np.empty(n, np.int64)
     pending = defined._pending_ends - defined._pending_starts
-    status, unkeyed, writes, _, _ = compiled.scan(
+    status, unkeyed, listed, _, _ = compiled.scan(
         events, defined._starts, defined._ends, defined._cumulative, defined._pending_starts, defined._pending_ends,
-        np.concatenate(([0], np.cumsum(pending, dtype=U64))).astype(U64), CHUNK, WIDE_ACCESS, check,
-        keys, stops, groups,
+        np.concatenate(([0], np.cumsum(pending, dtype=U64))).astype(U64), CHUNK, WIDE_ACCESS, SLICE, cap, check,
+        keys, stops, groups, calls,
     )  # fmt: skip
-    listed = list(zip(keys[:writes].tolist(), stops[:writes].tolist(), groups[:writes].tolist(), strict=True))
-    return status, unkeyed, listed
+    columns = (keys[:listed].tolist(), stops[:listed].tolist(), groups[:listed].tolist(), calls[:listed].tolist())
+    return status, unkeyed, list(zip(*columns, strict=True))
 
 
 @st.composite
@@ -318,12 +373,26 @@ def interval_sets(draw: st.DrawFn) -> IntervalSet:
 
 class TestScan:
     @settings(max_examples=400, deadline=None, database=None)
-    @given(events=batches(), defined=interval_sets(), check=st.booleans(), chunk=st.sampled_from([CHUNK, 20, 3]))
+    @given(
+        events=batches(),
+        defined=interval_sets(),
+        check=st.booleans(),
+        chunk=st.sampled_from([CHUNK, 20, 8, 3]),
+        slice_events=st.sampled_from([2048, 1, 3]),
+        cap=st.sampled_from([1024, 0, 1, 2]),
+    )
     def test_against_the_numpy_model(
-        self, compiled: ModuleType, events: np.ndarray, defined: IntervalSet, check: bool, chunk: int
+        self,
+        compiled: ModuleType,
+        events: np.ndarray,
+        defined: IntervalSet,
+        check: bool,
+        chunk: int,
+        slice_events: int,
+        cap: int,
     ) -> None:
-        with patch(f"{__name__}.CHUNK", chunk):
-            assert call_scan(compiled, events, defined, check) == model_scan(events, defined, check)
+        with patch(f"{__name__}.CHUNK", chunk), patch(f"{__name__}.SLICE", slice_events):
+            assert call_scan(compiled, events, defined, check, cap) == model_scan(events, defined, check, cap)
 
     def test_steady_batch_large_set(self, compiled: ModuleType) -> None:
         """Many ranges (a deep search), reads at each, writes at and between them, one-record and empty batches."""
@@ -353,16 +422,39 @@ class TestScan:
         with patch(f"{__name__}.CHUNK", chunk):
             assert call_scan(compiled, events, defined, True) == model_scan(events, defined, True)
 
+    @pytest.mark.parametrize("slice_events", [1, 2, 2048])
+    @pytest.mark.parametrize("chunk", [8, 16, 24, 32, 64])
+    def test_reads_of_the_batchs_writes_across_groups(
+        self, compiled: ModuleType, chunk: int, slice_events: int
+    ) -> None:
+        """Reads of tiles the batch wrote, in the writes' group or a later one, with the pieces summing to the chunk
+        exactly for some chunks: the calls of each group, and both paths' sets, agree."""
+        tiles = [GM + 256 * k for k in (0, 1, 2)]
+        order = [(WRITE, 0), (READ, 0), (WRITE, 1), (READ, 0), (READ, 1), (WRITE, 2), (READ, 2), (READ, 1)]
+        events = np.concatenate([accesses(kind, Space.GM, tiles[t], 32, block_num=8) for kind, t in order])
+        events["serial"] = np.arange(1, events.size + 1)
+        for cut in (2, 3, 4, 6, 8):
+            batch = events[:cut]
+            with patch(f"{__name__}.CHUNK", chunk), patch(f"{__name__}.SLICE", slice_events):
+                assert call_scan(compiled, batch, IntervalSet(), True) == model_scan(batch, IntervalSet(), True)
+            with patch.object(initcheck_module, "CHUNK", chunk), patch.object(initcheck_module, "_SLICE", slice_events):
+                both_ways(compiled, [batch, batch[::-1].copy(), "kernel_end"])
+
     def test_refuses_bad_buffers(self, compiled: ModuleType) -> None:
         events = accesses(READ, Space.UB, 0, 32)
         empty, one = np.zeros(0, U64), np.zeros(1, U64)
         out = np.empty(1, U64)
+        level = (empty, empty, one, empty, empty, one)
+        tail = (CHUNK, 64, SLICE, 16, True)
         with pytest.raises(ValueError, match="56-byte"):
-            compiled.scan(events.tobytes()[:-1], empty, empty, one, empty, empty, one, CHUNK, 64, True, out, out, out)
+            compiled.scan(events.tobytes()[:-1], *level, *tail, out, out, out, out)
         with pytest.raises(ValueError, match="level"):
-            compiled.scan(events, one, empty, one, empty, empty, one, CHUNK, 64, True, out, out, out)
+            compiled.scan(events, one, empty, one, empty, empty, one, *tail, out, out, out, out)
         with pytest.raises(ValueError, match="slot"):
-            compiled.scan(np.concatenate([events, events]), empty, empty, one, empty, empty, one, CHUNK, 64, True,
-                          out, out, out)  # fmt: skip
+            compiled.scan(np.concatenate([events, events]), *level, *tail, out, out, out, out)
+        with pytest.raises(ValueError, match="positive"):
+            compiled.scan(events, *level, CHUNK, 64, 0, 16, True, out, out, out, out)
+        with pytest.raises(ValueError, match="cap"):
+            compiled.scan(events, *level, CHUNK, 64, SLICE, -1, True, out, out, out, out)
         with pytest.raises(TypeError):
-            compiled.scan(events, empty, empty, one, empty, empty, one, CHUNK, 64, True, out.tobytes(), out, out)
+            compiled.scan(events, *level, *tail, out.tobytes(), out, out, out)

@@ -81,6 +81,9 @@ NATIVE = load("_initcheck") if sys.byteorder == "little" else None
 _STATUS_NONE, _STATUS_FAST, _STATUS_FALLBACK = 0, 1, 2
 _EMPTY = np.zeros(0, dtype=_U64)
 _NO_RANGES = np.zeros(1, dtype=_U64)  # the cumulative lengths of an empty level
+# The batch's own written ranges the compiled pass keeps to check reads of them (a batch writing more separate
+# ranges, with such a read after, is numpy's).
+NATIVE_WRITTEN_RANGES = 1024
 
 
 @register("initcheck")
@@ -126,11 +129,12 @@ class Initcheck:
 
     def _check_native(self, events: np.ndarray) -> bool:
         """``check`` through the compiled pass, where the batch is of its shape (every access one range, every
-        read defined before the batch); False, with nothing changed, where numpy's path is to check it.
+        read defined by the set or the batch's earlier writes); False, with nothing changed, where numpy's path is
+        to check it (a finding among them).
 
         What is left here is per group, not per record: the writes the pass found not yet defined are added as
-        ``_check_accesses`` adds them (group by group, the bound on ranges checked after each), so that the set,
-        and when initcheck gives up, come out as numpy's path leaves them."""
+        numpy's path adds them (_check_accesses's groups, and within a group _recheck_in_order's calls, the bound on
+        ranges checked after each group), so that the set, and when initcheck gives up, come out the same."""
         events = np.ascontiguousarray(events)
         defined = self.defined
         main = (defined._starts, defined._ends, defined._cumulative)
@@ -141,10 +145,10 @@ class Initcheck:
         else:
             pending = (_EMPTY, _EMPTY, _NO_RANGES)
         keys, stops = np.empty(events.size, _U64), np.empty(events.size, _U64)
-        groups = np.empty(events.size, np.int64)
-        status, unkeyed, writes, simt_start, block_finish = self.native.scan(
+        groups, calls = np.empty(events.size, np.int64), np.empty(events.size, np.int64)
+        status, unkeyed, listed, simt_start, block_finish = self.native.scan(
             events, *(np.ascontiguousarray(part, dtype=_U64) for part in (*main, *pending)),
-            CHUNK, WIDE_ACCESS, not self.given_up, keys, stops, groups,
+            CHUNK, WIDE_ACCESS, _SLICE, NATIVE_WRITTEN_RANGES, not self.given_up, keys, stops, groups, calls,
         )  # fmt: skip
         if status == _STATUS_FALLBACK:
             return False
@@ -152,21 +156,21 @@ class Initcheck:
             self.simt_dims.feed(events)
         self.unkeyed += unkeyed
         if status == _STATUS_FAST and not self.given_up:
-            self._add_checked_writes(keys[:writes], stops[:writes], groups[:writes])
+            self._add_checked_writes(keys[:listed], stops[:listed], groups[:listed], calls[:listed])
         if block_finish:
             self._forget_blocks(events[events["kind"] == EventKind.BLOCK_FINISH])
         return True
 
-    def _add_checked_writes(self, keys: np.ndarray, stops: np.ndarray, groups: np.ndarray) -> None:
-        """The batch's writes not yet defined, by their groups of ``_check_accesses``: each group's are added, then
-        the bound is checked. A group adding nothing leaves the set as it was, so its check is the one before."""
+    def _add_checked_writes(self, keys: np.ndarray, stops: np.ndarray, groups: np.ndarray, calls: np.ndarray) -> None:
+        """The batch's writes not yet defined, one ``add_new`` per call of numpy's path, the bound checked after
+        each group. A group adding nothing leaves the set as it was, so its check is the one before."""
         if len(self.defined) > MAX_TRACKED_RANGES:
             self._give_up()
             return
-        cut = np.flatnonzero(np.diff(groups)) + 1
-        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), keys.size], strict=True):
+        cut = (np.flatnonzero((np.diff(groups) != 0) | (np.diff(calls) != 0)) + 1).tolist()
+        for lo, hi in zip([0, *cut], [*cut, keys.size], strict=True):
             self.defined.add_new(keys[lo:hi], stops[lo:hi])
-            if len(self.defined) > MAX_TRACKED_RANGES:
+            if (hi == keys.size or groups[hi] != groups[lo]) and len(self.defined) > MAX_TRACKED_RANGES:
                 self._give_up()
                 return
 

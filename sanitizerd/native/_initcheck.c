@@ -104,15 +104,106 @@ static inline uint64_t covered(const Level *main, const Level *pending, uint64_t
     return inside;
 }
 
-/* A write not wholly defined before the batch: its key range and its group. */
+/* A write not wholly defined before the batch: its key range, its group and its recheck slice. */
 typedef struct {
     uint64_t start, stop;
-    int64_t group;
+    int64_t group, slice, call;
 } Fresh;
 
 static int by_start(const void *a, const void *b) {
     uint64_t x = ((const Fresh *)a)->start, y = ((const Fresh *)b)->start;
     return (x > y) - (x < y);
+}
+
+/* The batch's writes so far not wholly defined before it, as sorted, disjoint ranges (touching ones joined): at
+ * most ``cap`` of them, past which ``full`` is set and they no longer answer (a read that would need them sends
+ * the batch to numpy). */
+typedef struct {
+    uint64_t *start, *stop;
+    Py_ssize_t n, cap;
+    int full;
+} Written;
+
+static void written_add(Written *w, uint64_t a, uint64_t b) {
+    if (w->full) {
+        return;
+    }
+    Py_ssize_t lo = 0, hi = w->n; /* i: the first range whose stop is >= a (touching joins) */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (w->stop[mid] < a) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Py_ssize_t i = lo;
+    hi = w->n; /* j: the first range whose start is > b */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (w->start[mid] <= b) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Py_ssize_t j = lo;
+    if (i < j) { /* ranges i..j-1 meet [a, b): one range in their place */
+        a = w->start[i] < a ? w->start[i] : a;
+        b = w->stop[j - 1] > b ? w->stop[j - 1] : b;
+        memmove(w->start + i + 1, w->start + j, (size_t)(w->n - j) * sizeof *w->start);
+        memmove(w->stop + i + 1, w->stop + j, (size_t)(w->n - j) * sizeof *w->stop);
+        w->n -= j - i - 1;
+    } else {
+        if (w->n == w->cap) {
+            w->full = 1;
+            return;
+        }
+        memmove(w->start + i + 1, w->start + i, (size_t)(w->n - i) * sizeof *w->start);
+        memmove(w->stop + i + 1, w->stop + i, (size_t)(w->n - i) * sizeof *w->stop);
+        w->n++;
+    }
+    w->start[i] = a;
+    w->stop[i] = b;
+}
+
+/* How far from x the ranges of sorted, disjoint starts/stops hold every byte: the end of the range holding x, or
+ * x where none does. */
+static inline uint64_t reach_of(const uint64_t *starts, const uint64_t *stops, Py_ssize_t n, uint64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (starts[mid] <= x) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return (lo && stops[lo - 1] > x) ? stops[lo - 1] : x;
+}
+
+/* Whether [lo, hi) lies inside the set's two levels and ``written`` together: 1, 0, or -1 where the walk ran out
+ * of its budget (steps left in *budget) or ``written`` is full. Each step moves past one range. */
+static int inside_all(const Level *main, const Level *pending, const Written *written, uint64_t lo, uint64_t hi,
+                      int64_t *budget) {
+    uint64_t x = lo;
+    while (x < hi) {
+        if (--*budget < 0) {
+            return -1;
+        }
+        uint64_t next = reach_of(main->starts, main->ends, main->n, x);
+        uint64_t other = reach_of(pending->starts, pending->ends, pending->n, x);
+        next = other > next ? other : next;
+        if (!written->full) {
+            other = reach_of(written->start, written->stop, written->n, x);
+            next = other > next ? other : next;
+        }
+        if (next == x) {
+            return written->full ? -1 : 0;
+        }
+        x = next;
+    }
+    return 1;
 }
 
 typedef struct {
@@ -142,71 +233,95 @@ static int level_of(Level *level, Py_buffer *starts, Py_buffer *ends, Py_buffer 
     return 0;
 }
 
+#define HELD 11
+#define WALK_BUDGET ((int64_t)1 << 22) /* steps of inside_all per batch */
+
 /* scan(events, main_starts, main_ends, main_cumulative, pending_starts, pending_ends, pending_cumulative, chunk,
- *      wide, check, out_keys, out_stops, out_groups) -> (status, unkeyed, writes, simt_start, block_finish)
+ *      wide, slice, cap, check, out_keys, out_stops, out_groups, out_calls)
+ *   -> (status, unkeyed, listed, simt_start, block_finish)
  *
- * events: whole 56-byte records (EVENT_DTYPE). The set's two levels as uint64 arrays. chunk: _runs.CHUNK; wide:
- * initcheck.WIDE_ACCESS. check: 0 where the detector has given up (only the counts are wanted). out_*: writable,
- * uint64 / uint64 / int64, one slot per record at least. Returns the status (STATUS_*), the accesses whose space or
- * block type has no key (counted for every status but FALLBACK, where numpy counts them), the writes listed in
- * out_* (FAST only), and whether the batch holds a SIMT_START and a BLOCK_FINISH. */
+ * events: whole 56-byte records (EVENT_DTYPE). The defined set's two levels as uint64 arrays. chunk: _runs.CHUNK;
+ * wide: initcheck.WIDE_ACCESS; slice: initcheck._SLICE; cap: the batch's own written ranges this pass keeps (see
+ * Written). check: false where the detector has given up (only the counts are wanted). out_*: writable, one
+ * 8-byte slot per record at least (uint64, uint64, int64, int64).
+ *
+ * Returns the status (STATUS_*), the accesses whose space or block type has no key (for every status but
+ * FALLBACK, where numpy counts them), how many ranges out_* list (FAST only), and whether the batch holds a
+ * SIMT_START and a BLOCK_FINISH. The ranges listed are the batch's writes not wholly defined before it, merged per
+ * add_new call of numpy's path: out_groups the group of _check_accesses, out_calls the call within the group (one
+ * unless the group's reads met bytes written earlier in the batch, where _recheck_in_order adds the writes before
+ * each slice of _SLICE events that has such a read, then the rest). */
 static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
-    Held held[10];
+    Held held[HELD];
     memset(held, 0, sizeof held);
-    long long chunk_arg, wide_arg;
+    long long chunk_arg, wide_arg, slice_arg, cap_arg;
     int check;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*LLpw*w*w*", &held[0].view, &held[1].view, &held[2].view,
-                          &held[3].view, &held[4].view, &held[5].view, &held[6].view, &chunk_arg, &wide_arg, &check,
-                          &held[7].view, &held[8].view, &held[9].view)) {
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*LLLLpw*w*w*w*", &held[0].view, &held[1].view, &held[2].view,
+                          &held[3].view, &held[4].view, &held[5].view, &held[6].view, &chunk_arg, &wide_arg,
+                          &slice_arg, &cap_arg, &check, &held[7].view, &held[8].view, &held[9].view,
+                          &held[10].view)) {
         return NULL;
     }
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < HELD; i++) {
         held[i].held = 1;
     }
     Py_buffer *records = &held[0].view;
     Level main_level, pending_level;
     if (records->len % RECORD_SIZE) {
         PyErr_SetString(PyExc_ValueError, "events must be whole 56-byte records");
-        release_all(held, 10);
+        release_all(held, HELD);
         return NULL;
     }
     if (level_of(&main_level, &held[1].view, &held[2].view, &held[3].view) ||
         level_of(&pending_level, &held[4].view, &held[5].view, &held[6].view)) {
-        release_all(held, 10);
+        release_all(held, HELD);
         return NULL;
     }
     Py_ssize_t n = records->len / RECORD_SIZE;
-    if (held[7].view.len < n * 8 || held[8].view.len < n * 8 || held[9].view.len < n * 8) {
-        PyErr_SetString(PyExc_ValueError, "out_keys, out_stops and out_groups need one 8-byte slot per record");
-        release_all(held, 10);
-        return NULL;
+    for (int i = 7; i < HELD; i++) {
+        if (held[i].view.len < n * 8) {
+            PyErr_SetString(PyExc_ValueError, "each out_ buffer needs one 8-byte slot per record");
+            release_all(held, HELD);
+            return NULL;
+        }
     }
-    if (chunk_arg <= 0 || wide_arg < 0) {
-        PyErr_SetString(PyExc_ValueError, "chunk must be positive and wide not negative");
-        release_all(held, 10);
+    if (chunk_arg <= 0 || wide_arg < 0 || slice_arg <= 0 || cap_arg < 0 || cap_arg > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "chunk and slice must be positive, wide not negative, cap in 0..2**20");
+        release_all(held, HELD);
         return NULL;
     }
     const unsigned char *base = (const unsigned char *)records->buf;
     uint64_t *out_keys = (uint64_t *)held[7].view.buf;
     uint64_t *out_stops = (uint64_t *)held[8].view.buf;
     int64_t *out_groups = (int64_t *)held[9].view.buf;
-    int64_t chunk = (int64_t)chunk_arg, wide = (int64_t)wide_arg;
+    int64_t *out_calls = (int64_t *)held[10].view.buf;
+    int64_t chunk = (int64_t)chunk_arg, wide = (int64_t)wide_arg, slice_length = (int64_t)slice_arg;
+    Py_ssize_t cap = (Py_ssize_t)cap_arg;
 
     int status = STATUS_NONE, simt_start = 0, block_finish = 0;
     long long unkeyed = 0;
-    Py_ssize_t writes = 0, merged = 0;
+    Py_ssize_t writes = 0, merged = 0, doubts = 0;
+    /* fresh: the writes; doubt: (group, slice) of each slice holding a read that the set and the earlier groups'
+     * writes do not cover, in order; all, before: the batch's written ranges, all and those of earlier groups. */
     Fresh *fresh = PyMem_RawMalloc(n ? (size_t)n * sizeof(Fresh) : 1);
-    if (fresh == NULL) {
-        release_all(held, 10);
+    int64_t *doubt = PyMem_RawMalloc(n ? (size_t)n * 2 * sizeof(int64_t) : 1);
+    uint64_t *ranges = PyMem_RawMalloc(cap ? (size_t)cap * 4 * sizeof(uint64_t) : 1);
+    if (fresh == NULL || doubt == NULL || ranges == NULL) {
+        PyMem_RawFree(fresh);
+        PyMem_RawFree(doubt);
+        PyMem_RawFree(ranges);
+        release_all(held, HELD);
         return PyErr_NoMemory();
     }
+    Written all = {ranges, ranges + cap, 0, cap, 0}, before = {ranges + 2 * cap, ranges + 3 * cap, 0, cap, 0};
 
     Py_BEGIN_ALLOW_THREADS
     /* One pass, in batch order. Which of extents()' two formulas numpy takes, and whether it saturates, depends
      * on maxima over the whole batch: they are gathered on the way and judged at the end (a saturating batch is
      * numpy's; below it both formulas agree, and no span passes 2**62). */
     uint64_t repeat_max = 0, stride_max = 0, units_max = 0, size_max = 0;
-    int64_t pieces_total = 0;
+    int64_t pieces_total = 0, group = 0, budget = WALK_BUDGET;
+    int rechecked = 0; /* some read needed the batch's own writes */
     Py_ssize_t main_hint = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *r = base + i * RECORD_SIZE;
@@ -254,6 +369,15 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         if (!check) {
             continue;
         }
+        /* _check_accesses' group (cumsum // CHUNK, as if the batch passed a chunk: judged at the end). A new group
+         * is checked against the set with every earlier group's writes in it. */
+        if (pieces_total / chunk != group) {
+            group = pieces_total / chunk;
+            before.n = all.n;
+            before.full = all.full;
+            memcpy(before.start, all.start, (size_t)all.n * sizeof *all.start);
+            memcpy(before.stop, all.stop, (size_t)all.n * sizeof *all.stop);
+        }
         uint64_t address = u64_at(r + ADDRESS_AT);
         uint64_t stop = address + ext;
         if (stop < address) {
@@ -288,16 +412,38 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
             inside = covered(&main_level, &pending_level, key, key_stop);
         }
         if (kind == KIND_READ) {
-            if (length - inside != 0) {
-                status = STATUS_FALLBACK; /* not defined before the batch: numpy's in-order recheck decides */
+            if (length - inside == 0) {
+                continue;
+            }
+            /* Not defined before the batch. With the earlier groups' writes (what _check_rows checks against)? */
+            rechecked = 1;
+            int found = before.n || before.full ? inside_all(&main_level, &pending_level, &before, key, key_stop, &budget)
+                                                : 0;
+            if (found < 0) {
+                status = STATUS_FALLBACK;
                 break;
+            }
+            if (!found) {
+                /* _recheck_in_order visits this slice: with every earlier write of the batch, no byte missing? */
+                int64_t slice = (int64_t)(i / slice_length);
+                if (!doubts || doubt[2 * doubts - 2] != group || doubt[2 * doubts - 1] != slice) {
+                    doubt[2 * doubts] = group;
+                    doubt[2 * doubts + 1] = slice;
+                    doubts++;
+                }
+                if (inside_all(&main_level, &pending_level, &all, key, key_stop, &budget) != 1) {
+                    status = STATUS_FALLBACK; /* a finding (or past this pass's bounds): numpy's path reports it */
+                    break;
+                }
             }
         } else if (length != 0 && inside != length) {
             /* not wholly defined before the batch (an empty range adds nothing in add_new either) */
             fresh[writes].start = key;
             fresh[writes].stop = key_stop;
-            fresh[writes].group = pieces_total; /* the inclusive cumulative bound, made a group below */
+            fresh[writes].group = group;
+            fresh[writes].slice = (int64_t)(i / slice_length);
             writes++;
+            written_add(&all, key, key_stop);
         }
     }
     int one_row = repeat_max <= 1 && stride_max <= 1;
@@ -305,23 +451,45 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!one_row && size_max && units_max >= (SATURATE + size_max - 1) / size_max) {
         status = STATUS_FALLBACK;
     }
+    /* A batch whose pieces come to exactly one chunk is one group, not two as counted on the way. */
+    if (rechecked && pieces_total == chunk) {
+        status = STATUS_FALLBACK;
+    }
     if (status == STATUS_FAST) {
-        /* _check_accesses: the whole batch is one group when its pieces fit a chunk, else cumsum // CHUNK. Each
-         * group's writes sorted and merged (merge_ranges: touching ranges joined), which add_new adds alike. */
+        /* Each write's call: its group's, and within the group, how many of the group's doubted slices start at
+         * or before its own. Then each call's writes sorted and merged (merge_ranges: touching ranges joined),
+         * which add_new adds alike. */
+        Py_ssize_t d = 0, group_first = 0;
+        for (Py_ssize_t w = 0; w < writes; w++) {
+            if (pieces_total <= chunk) {
+                fresh[w].group = 0;
+            }
+            while (d < doubts && doubt[2 * d] < fresh[w].group) {
+                d++;
+            }
+            if (w == 0 || fresh[w].group != fresh[w - 1].group) {
+                group_first = d;
+            }
+            while (d < doubts && doubt[2 * d] == fresh[w].group && doubt[2 * d + 1] <= fresh[w].slice) {
+                d++;
+            }
+            fresh[w].call = (int64_t)(d - group_first);
+        }
         Py_ssize_t first = 0;
         while (first < writes) {
-            int64_t group = pieces_total <= chunk ? 0 : fresh[first].group / chunk;
             Py_ssize_t last = first;
-            while (last < writes && (pieces_total <= chunk ? 0 : fresh[last].group / chunk) == group) {
+            while (last < writes && fresh[last].group == fresh[first].group && fresh[last].call == fresh[first].call) {
                 last++;
             }
+            int64_t run_group = fresh[first].group, run_call = fresh[first].call;
             qsort(fresh + first, (size_t)(last - first), sizeof *fresh, by_start);
             uint64_t run_start = fresh[first].start, reach = fresh[first].stop;
             for (Py_ssize_t w = first + 1; w <= last; w++) {
                 if (w == last || fresh[w].start > reach) {
                     out_keys[merged] = run_start;
                     out_stops[merged] = reach;
-                    out_groups[merged] = group;
+                    out_groups[merged] = run_group;
+                    out_calls[merged] = run_call;
                     merged++;
                     if (w < last) {
                         run_start = fresh[w].start;
@@ -337,7 +505,9 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_END_ALLOW_THREADS
 
     PyMem_RawFree(fresh);
-    release_all(held, 10);
+    PyMem_RawFree(doubt);
+    PyMem_RawFree(ranges);
+    release_all(held, HELD);
     if (status == STATUS_FALLBACK) {
         unkeyed = 0;
         merged = 0;
