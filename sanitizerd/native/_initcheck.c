@@ -234,6 +234,7 @@ static int level_of(Level *level, Py_buffer *starts, Py_buffer *ends, Py_buffer 
 }
 
 #define HELD 11
+#define HINTS 64
 #define WALK_BUDGET ((int64_t)1 << 22) /* steps of inside_all per batch */
 
 /* scan(events, main_starts, main_ends, main_cumulative, pending_starts, pending_ends, pending_cumulative, chunk,
@@ -322,7 +323,7 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     uint64_t repeat_max = 0, stride_max = 0, units_max = 0, size_max = 0;
     int64_t pieces_total = 0, group = 0, budget = WALK_BUDGET;
     int rechecked = 0; /* some read needed the batch's own writes */
-    Py_ssize_t main_hint = 0;
+    Py_ssize_t main_hints[HINTS] = {0}; /* indexes into the main level only: each < main_level.n or 0 */
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *r = base + i * RECORD_SIZE;
         uint64_t repeat = u16_at(r + REPEAT_AT), block_num = u16_at(r + BLOCK_NUM_AT);
@@ -391,9 +392,10 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         }
         uint64_t length = stop - address, key_stop = key + length; /* numpy's wrapping arithmetic */
         uint64_t inside;
-        /* Inside the main range that held the previous access (or found by one search): then the formula's two
-         * levels give length and 0 (the levels are disjoint), without the four searches. */
-        if (main_level.n && !(main_level.starts[main_hint] <= key && key_stop <= main_level.ends[main_hint])) {
+        /* Inside the main range that last held an access of this key's neighbourhood (or found by one search):
+         * then the formula's two levels give length and 0 (the levels are disjoint), without four searches. */
+        Py_ssize_t *hint = &main_hints[((key >> 60) ^ (key >> 42) ^ (key >> 12)) & (HINTS - 1)];
+        if (main_level.n && !(main_level.starts[*hint] <= key && key_stop <= main_level.ends[*hint])) {
             Py_ssize_t lo = 0, hi = main_level.n;
             while (lo < hi) {
                 Py_ssize_t mid = lo + (hi - lo) / 2;
@@ -403,9 +405,9 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
                     hi = mid;
                 }
             }
-            main_hint = lo ? lo - 1 : 0;
+            *hint = lo ? lo - 1 : 0;
         }
-        if (main_level.n && main_level.starts[main_hint] <= key && key_stop <= main_level.ends[main_hint] &&
+        if (main_level.n && main_level.starts[*hint] <= key && key_stop <= main_level.ends[*hint] &&
             key <= key_stop) {
             inside = length;
         } else {
