@@ -84,6 +84,8 @@ _NO_RANGES = np.zeros(1, dtype=_U64)  # the cumulative lengths of an empty level
 # The batch's own written ranges the compiled pass keeps to check reads of them (a batch writing more separate
 # ranges, with such a read after, is numpy's).
 NATIVE_WRITTEN_RANGES = 1024
+# Pieces of writes not yet defined the compiled pass lists for a batch, at least (a batch with more is numpy's).
+NATIVE_LISTED = 1 << 16
 
 
 @register("initcheck")
@@ -144,8 +146,9 @@ class Initcheck:
                        np.concatenate(([0], np.cumsum(lengths, dtype=_U64))).astype(_U64))  # fmt: skip
         else:
             pending = (_EMPTY, _EMPTY, _NO_RANGES)
-        keys, stops = np.empty(events.size, _U64), np.empty(events.size, _U64)
-        groups, calls = np.empty(events.size, np.int64), np.empty(events.size, np.int64)
+        slots = max(events.size, NATIVE_LISTED)
+        keys, stops = np.empty(slots, _U64), np.empty(slots, _U64)
+        groups, calls = np.empty(slots, np.int64), np.empty(slots, np.int64)
         status, unkeyed, listed, simt_start, block_finish = self.native.scan(
             events, *(np.ascontiguousarray(part, dtype=_U64) for part in (*main, *pending)),
             CHUNK, WIDE_ACCESS, _SLICE, NATIVE_WRITTEN_RANGES, not self.given_up, keys, stops, groups, calls,

@@ -122,7 +122,10 @@ typedef struct {
     uint64_t *start, *stop;
     Py_ssize_t n, cap;
     int full;
+    int64_t moves; /* ranges shifted by insertions so far: past MOVE_BUDGET, full (a hostile order costs no more) */
 } Written;
+
+#define MOVE_BUDGET ((int64_t)1 << 24)
 
 static void written_add(Written *w, uint64_t a, uint64_t b) {
     if (w->full) {
@@ -148,6 +151,11 @@ static void written_add(Written *w, uint64_t a, uint64_t b) {
         }
     }
     Py_ssize_t j = lo;
+    w->moves += w->n - j + 1;
+    if (w->moves > MOVE_BUDGET) {
+        w->full = 1;
+        return;
+    }
     if (i < j) { /* ranges i..j-1 meet [a, b): one range in their place */
         a = w->start[i] < a ? w->start[i] : a;
         b = w->stop[j - 1] > b ? w->stop[j - 1] : b;
@@ -235,6 +243,7 @@ static int level_of(Level *level, Py_buffer *starts, Py_buffer *ends, Py_buffer 
 
 #define HELD 11
 #define HINTS 64
+#define MAX_PIECES ((int64_t)1 << 24) /* pieces a batch lists in this pass */
 #define WALK_BUDGET ((int64_t)1 << 22) /* steps of inside_all per batch */
 
 /* scan(events, main_starts, main_ends, main_cumulative, pending_starts, pending_ends, pending_cumulative, chunk,
@@ -279,12 +288,14 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         return NULL;
     }
     Py_ssize_t n = records->len / RECORD_SIZE;
+    Py_ssize_t slots = held[7].view.len / 8; /* the pieces this pass may list */
     for (int i = 7; i < HELD; i++) {
-        if (held[i].view.len < n * 8) {
-            PyErr_SetString(PyExc_ValueError, "each out_ buffer needs one 8-byte slot per record");
-            release_all(held, HELD);
-            return NULL;
-        }
+        slots = held[i].view.len / 8 < slots ? held[i].view.len / 8 : slots;
+    }
+    if (slots < n) {
+        PyErr_SetString(PyExc_ValueError, "each out_ buffer needs one 8-byte slot per record at least");
+        release_all(held, HELD);
+        return NULL;
     }
     if (chunk_arg <= 0 || wide_arg < 0 || slice_arg <= 0 || cap_arg < 0 || cap_arg > (1 << 20)) {
         PyErr_SetString(PyExc_ValueError, "chunk and slice must be positive, wide not negative, cap in 0..2**20");
@@ -304,7 +315,7 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_ssize_t writes = 0, merged = 0, doubts = 0;
     /* fresh: the writes; doubt: (group, slice) of each slice holding a read that the set and the earlier groups'
      * writes do not cover, in order; all, before: the batch's written ranges, all and those of earlier groups. */
-    Fresh *fresh = PyMem_RawMalloc(n ? (size_t)n * sizeof(Fresh) : 1);
+    Fresh *fresh = PyMem_RawMalloc(slots ? (size_t)slots * sizeof(Fresh) : 1);
     int64_t *doubt = PyMem_RawMalloc(n ? (size_t)n * 2 * sizeof(int64_t) : 1);
     uint64_t *ranges = PyMem_RawMalloc(cap ? (size_t)cap * 4 * sizeof(uint64_t) : 1);
     if (fresh == NULL || doubt == NULL || ranges == NULL) {
@@ -314,14 +325,14 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         release_all(held, HELD);
         return PyErr_NoMemory();
     }
-    Written all = {ranges, ranges + cap, 0, cap, 0}, before = {ranges + 2 * cap, ranges + 3 * cap, 0, cap, 0};
+    Written all = {ranges, ranges + cap, 0, cap, 0, 0}, before = {ranges + 2 * cap, ranges + 3 * cap, 0, cap, 0, 0};
 
     Py_BEGIN_ALLOW_THREADS
     /* One pass, in batch order. Which of extents()' two formulas numpy takes, and whether it saturates, depends
      * on maxima over the whole batch: they are gathered on the way and judged at the end (a saturating batch is
      * numpy's; below it both formulas agree, and no span passes 2**62). */
     uint64_t repeat_max = 0, stride_max = 0, units_max = 0, size_max = 0;
-    int64_t pieces_total = 0, group = 0, budget = WALK_BUDGET;
+    int64_t pieces_total = 0, pieces_listed = 0, group = 0, budget = WALK_BUDGET;
     int rechecked = 0; /* some read needed the batch's own writes */
     Py_ssize_t main_hints[HINTS] = {0}; /* indexes into the main level only: each < main_level.n or 0 */
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -351,21 +362,26 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
             unkeyed++;
             continue;
         }
-        /* _patterns.ranges: one range unless its rows are strided blocks or repeat with gaps. */
+        /* _patterns.ranges' pieces: one range (dense), one per repeat (rows of adjacent blocks with gaps between
+         * them), or one per block (expand: strided blocks; coinciding ones are listed twice here, which changes no
+         * coverage and no merged range). */
         int row_is_range = block_num <= 1 || block_stride <= 1;
         uint64_t row_length = (block_num <= 1 || block_stride == 0) ? block_size : block_num * block_size;
-        if (!(row_is_range && (repeat <= 1 || repeat_stride * block_size <= row_length))) {
-            status = STATUS_FALLBACK;
-            break;
-        }
-        /* _runs.piece_bounds with exact counts above ``wide`` (a dense access lists one piece) */
+        int dense = row_is_range && (repeat <= 1 || repeat_stride * block_size <= row_length);
+        int64_t count = dense ? 1 : (int64_t)(row_is_range ? repeat : repeat * block_num);
+        /* _runs.piece_bounds: repeat x block_num, exact (count) above ``wide`` */
         int64_t bound = (int64_t)(repeat ? repeat : 1) * (int64_t)(block_num ? block_num : 1);
-        bound = bound > wide ? 1 : bound;
+        bound = bound > wide ? count : bound;
         if (bound > chunk) {
             status = STATUS_FALLBACK; /* checked alone, in closed form (_check_huge) */
             break;
         }
         pieces_total += bound;
+        pieces_listed += count;
+        if (pieces_listed > MAX_PIECES) {
+            status = STATUS_FALLBACK; /* numpy's path takes such a batch a bounded chunk at a time */
+            break;
+        }
         status = STATUS_FAST;
         if (!check) {
             continue;
@@ -380,72 +396,109 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
             memcpy(before.stop, all.stop, (size_t)all.n * sizeof *all.stop);
         }
         uint64_t address = u64_at(r + ADDRESS_AT);
-        uint64_t stop = address + ext;
-        if (stop < address) {
-            stop = UINT64_MAX; /* _patterns.ends saturates */
+        uint64_t top = ((uint64_t)space << 60);
+        if (space != SPACE_GM) {
+            top |= ((uint64_t)block_type << 58) | ((uint64_t)u16_at(r + BLOCK_ID_AT) << 42);
         }
-        uint64_t key = (uint64_t)space << 60;
-        if (space == SPACE_GM) {
-            key |= address < GM_ADDRESS_TOP ? address : GM_ADDRESS_TOP;
-        } else {
-            key |= ((uint64_t)block_type << 58) | ((uint64_t)u16_at(r + BLOCK_ID_AT) << 42) | (address & ADDRESS_BITS);
-        }
-        uint64_t length = stop - address, key_stop = key + length; /* numpy's wrapping arithmetic */
-        uint64_t inside;
-        /* Inside the main range that last held an access of this key's neighbourhood (or found by one search):
-         * then the formula's two levels give length and 0 (the levels are disjoint), without four searches. */
-        Py_ssize_t *hint = &main_hints[((key >> 60) ^ (key >> 42) ^ (key >> 12)) & (HINTS - 1)];
-        if (main_level.n && !(main_level.starts[*hint] <= key && key_stop <= main_level.ends[*hint])) {
-            Py_ssize_t lo = 0, hi = main_level.n;
-            while (lo < hi) {
-                Py_ssize_t mid = lo + (hi - lo) / 2;
-                if (main_level.starts[mid] <= key) {
-                    lo = mid + 1;
+        int64_t slice = (int64_t)(i / slice_length);
+        for (int64_t piece = 0; piece < count && status != STATUS_FALLBACK; piece++) {
+            uint64_t start, stop;
+            if (dense) {
+                start = address;
+                stop = address + ext;
+            } else {
+                /* offsets stay below 2**62 in a batch that does not saturate */
+                uint64_t offset, size;
+                if (row_is_range) {
+                    offset = (uint64_t)piece * (repeat_stride * block_size);
+                    size = row_length;
                 } else {
-                    hi = mid;
+                    uint64_t rep = (uint64_t)piece / block_num, blk = (uint64_t)piece % block_num;
+                    offset = (rep * repeat_stride + blk * block_stride) * block_size;
+                    size = block_size;
+                }
+                start = address + offset;
+                if (start < address) {
+                    start = UINT64_MAX;
+                }
+                stop = start + size;
+                if (stop < start) {
+                    stop = UINT64_MAX;
                 }
             }
-            *hint = lo ? lo - 1 : 0;
-        }
-        if (main_level.n && main_level.starts[*hint] <= key && key_stop <= main_level.ends[*hint] &&
-            key <= key_stop) {
-            inside = length;
-        } else {
-            inside = covered(&main_level, &pending_level, key, key_stop);
-        }
-        if (kind == KIND_READ) {
-            if (length - inside == 0) {
-                continue;
+            if (stop < start) {
+                stop = UINT64_MAX; /* _patterns.ends saturates */
             }
-            /* Not defined before the batch. With the earlier groups' writes (what _check_rows checks against)? */
-            rechecked = 1;
-            int found = before.n || before.full ? inside_all(&main_level, &pending_level, &before, key, key_stop, &budget)
-                                                : 0;
-            if (found < 0) {
-                status = STATUS_FALLBACK;
-                break;
+            uint64_t key = top;
+            if (space == SPACE_GM) {
+                key |= start < GM_ADDRESS_TOP ? start : GM_ADDRESS_TOP;
+            } else {
+                key |= start & ADDRESS_BITS;
             }
-            if (!found) {
-                /* _recheck_in_order visits this slice: with every earlier write of the batch, no byte missing? */
-                int64_t slice = (int64_t)(i / slice_length);
-                if (!doubts || doubt[2 * doubts - 2] != group || doubt[2 * doubts - 1] != slice) {
-                    doubt[2 * doubts] = group;
-                    doubt[2 * doubts + 1] = slice;
-                    doubts++;
+            uint64_t length = stop - start, key_stop = key + length; /* numpy's wrapping arithmetic */
+            uint64_t inside;
+            /* Inside the main range that last held a piece of this key's neighbourhood (or found by one search):
+             * then the formula's two levels give length and 0 (the levels are disjoint), without four searches. */
+            Py_ssize_t *hint = &main_hints[((key >> 60) ^ (key >> 42) ^ (key >> 12)) & (HINTS - 1)];
+            if (main_level.n && !(main_level.starts[*hint] <= key && key_stop <= main_level.ends[*hint])) {
+                Py_ssize_t lo = 0, hi = main_level.n;
+                while (lo < hi) {
+                    Py_ssize_t mid = lo + (hi - lo) / 2;
+                    if (main_level.starts[mid] <= key) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
                 }
-                if (inside_all(&main_level, &pending_level, &all, key, key_stop, &budget) != 1) {
-                    status = STATUS_FALLBACK; /* a finding (or past this pass's bounds): numpy's path reports it */
+                *hint = lo ? lo - 1 : 0;
+            }
+            if (main_level.n && main_level.starts[*hint] <= key && key_stop <= main_level.ends[*hint] &&
+                key <= key_stop) {
+                inside = length;
+            } else {
+                inside = covered(&main_level, &pending_level, key, key_stop);
+            }
+            if (kind == KIND_READ) {
+                if (length - inside == 0) {
+                    continue;
+                }
+                /* Not defined before the batch. With the earlier groups' writes (what _check_rows checks)? */
+                rechecked = 1;
+                int found = before.n || before.full
+                                ? inside_all(&main_level, &pending_level, &before, key, key_stop, &budget)
+                                : 0;
+                if (found < 0) {
+                    status = STATUS_FALLBACK;
                     break;
                 }
+                if (!found) {
+                    /* _recheck_in_order visits this slice: with every earlier write of the batch, none missing? */
+                    if (!doubts || doubt[2 * doubts - 2] != group || doubt[2 * doubts - 1] != slice) {
+                        doubt[2 * doubts] = group;
+                        doubt[2 * doubts + 1] = slice;
+                        doubts++;
+                    }
+                    if (inside_all(&main_level, &pending_level, &all, key, key_stop, &budget) != 1) {
+                        status = STATUS_FALLBACK; /* a finding (or past this pass's bounds): numpy's path decides */
+                        break;
+                    }
+                }
+            } else if (length != 0 && inside != length) {
+                /* not wholly defined before the batch (an empty range adds nothing in add_new either) */
+                if (writes == slots) {
+                    status = STATUS_FALLBACK; /* more than this pass lists */
+                    break;
+                }
+                fresh[writes].start = key;
+                fresh[writes].stop = key_stop;
+                fresh[writes].group = group;
+                fresh[writes].slice = slice;
+                writes++;
+                written_add(&all, key, key_stop);
             }
-        } else if (length != 0 && inside != length) {
-            /* not wholly defined before the batch (an empty range adds nothing in add_new either) */
-            fresh[writes].start = key;
-            fresh[writes].stop = key_stop;
-            fresh[writes].group = group;
-            fresh[writes].slice = (int64_t)(i / slice_length);
-            writes++;
-            written_add(&all, key, key_stop);
+        }
+        if (status == STATUS_FALLBACK) {
+            break;
         }
     }
     int one_row = repeat_max <= 1 && stride_max <= 1;
