@@ -13,6 +13,8 @@ the batch's earlier writes, pairwise, with the writes found by a sorted search.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE
@@ -32,9 +34,10 @@ from sanitizerd.detectors._simt import SimtDims
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
+from sanitizerd.native import load
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
-from sanitizerd_protocol.records import FLAG_CLAIM, BlockType, EventKind, Space
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_CLAIM, BlockType, EventKind, Space
 
 _U64 = np.uint64
 _SPACE_SHIFT = _U64(60)
@@ -72,13 +75,26 @@ def composite(space: np.ndarray, block_type: np.ndarray, block_id: np.ndarray, a
 # Pieces an access may list before its exact count is taken for grouping (see _check_accesses).
 WIDE_ACCESS = 64
 
+# The steady-state batch in one compiled pass (sanitizerd/native/_initcheck.c), or None: numpy's path alone. The
+# records are read in the wire's little-endian order.
+NATIVE = load("_initcheck") if sys.byteorder == "little" else None
+_STATUS_NONE, _STATUS_FAST, _STATUS_FALLBACK = 0, 1, 2
+_EMPTY = np.zeros(0, dtype=_U64)
+_NO_RANGES = np.zeros(1, dtype=_U64)  # the cumulative lengths of an empty level
+# The batch's own written ranges the compiled pass keeps to check reads of them (a batch writing more separate
+# ranges, with such a read after, is numpy's).
+NATIVE_WRITTEN_RANGES = 1024
+# Pieces of writes not yet defined the compiled pass lists for a batch, at least (a batch with more is numpy's).
+NATIVE_LISTED = 1 << 16
+
 
 @register("initcheck")
 class Initcheck:
     name = "initcheck"
 
-    def __init__(self, context: SessionContext) -> None:
+    def __init__(self, context: SessionContext, native: object | None = NATIVE) -> None:
         self.context = context
+        self.native = native  # the compiled module, or None for numpy's path (the equivalence tests pick)
         self.defined = IntervalSet()
         self.sites = SiteLog()
         self.kernel: KernelLaunch | None = None
@@ -97,6 +113,8 @@ class Initcheck:
         self.simt_dims = SimtDims()
 
     def check(self, events: np.ndarray) -> None:
+        if self.native is not None and events.dtype == EVENT_DTYPE and self._check_native(events):
+            return
         self.simt_dims.feed(events)
         kind = events["kind"]
         ext = extents(events)
@@ -110,6 +128,54 @@ class Initcheck:
         finished = kind == EventKind.BLOCK_FINISH
         if finished.any():
             self._forget_blocks(events[finished])
+
+    def _check_native(self, events: np.ndarray) -> bool:
+        """``check`` through the compiled pass, where the batch is of its shape (every access one range, every
+        read defined by the set or the batch's earlier writes); False, with nothing changed, where numpy's path is
+        to check it (a finding among them).
+
+        What is left here is per group, not per record: the writes the pass found not yet defined are added as
+        numpy's path adds them (_check_accesses's groups, and within a group _recheck_in_order's calls, the bound on
+        ranges checked after each group), so that the set, and when initcheck gives up, come out the same."""
+        events = np.ascontiguousarray(events)
+        defined = self.defined
+        main = (defined._starts, defined._ends, defined._cumulative)
+        if defined._pending_starts.size:
+            lengths = defined._pending_ends - defined._pending_starts
+            pending = (defined._pending_starts, defined._pending_ends,
+                       np.concatenate(([0], np.cumsum(lengths, dtype=_U64))).astype(_U64))  # fmt: skip
+        else:
+            pending = (_EMPTY, _EMPTY, _NO_RANGES)
+        slots = max(events.size, NATIVE_LISTED)
+        keys, stops = np.empty(slots, _U64), np.empty(slots, _U64)
+        groups, calls = np.empty(slots, np.int64), np.empty(slots, np.int64)
+        status, unkeyed, listed, simt_start, block_finish = self.native.scan(
+            events, *(np.ascontiguousarray(part, dtype=_U64) for part in (*main, *pending)),
+            CHUNK, WIDE_ACCESS, _SLICE, NATIVE_WRITTEN_RANGES, not self.given_up, keys, stops, groups, calls,
+        )  # fmt: skip
+        if status == _STATUS_FALLBACK:
+            return False
+        if simt_start:
+            self.simt_dims.feed(events)
+        self.unkeyed += unkeyed
+        if status == _STATUS_FAST and not self.given_up:
+            self._add_checked_writes(keys[:listed], stops[:listed], groups[:listed], calls[:listed])
+        if block_finish:
+            self._forget_blocks(events[events["kind"] == EventKind.BLOCK_FINISH])
+        return True
+
+    def _add_checked_writes(self, keys: np.ndarray, stops: np.ndarray, groups: np.ndarray, calls: np.ndarray) -> None:
+        """The batch's writes not yet defined, one ``add_new`` per call of numpy's path, the bound checked after
+        each group. A group adding nothing leaves the set as it was, so its check is the one before."""
+        if len(self.defined) > MAX_TRACKED_RANGES:
+            self._give_up()
+            return
+        cut = (np.flatnonzero((np.diff(groups) != 0) | (np.diff(calls) != 0)) + 1).tolist()
+        for lo, hi in zip([0, *cut], [*cut, keys.size], strict=True):
+            self.defined.add_new(keys[lo:hi], stops[lo:hi])
+            if (hi == keys.size or groups[hi] != groups[lo]) and len(self.defined) > MAX_TRACKED_RANGES:
+                self._give_up()
+                return
 
     def _forget_blocks(self, finished: np.ndarray) -> None:
         """A finished block's on-chip and private bytes are undefined again (msSanitizer's BLOCK_FINISH)."""
