@@ -539,6 +539,20 @@ done:
 
 /* Reads an unsigned little-endian field of 1, 2, 4 or 8 bytes (the wire's order) at p. */
 static inline uint64_t field_at(const unsigned char *p, int size) {
+#if PY_LITTLE_ENDIAN
+    switch (size) { /* the usual sizes as one load each */
+    case 1:
+        return p[0];
+    case 2:
+        return load_u16(p);
+    case 4:
+        return load_u32(p);
+    case 8:
+        return load_u64(p);
+    default:
+        break;
+    }
+#endif
     uint64_t v = 0;
     for (int i = size - 1; i >= 0; i--) {
         v = (v << 8) | p[i];
