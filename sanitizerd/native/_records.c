@@ -760,7 +760,98 @@ done:
     return result;
 }
 
+/* BinaryOpRecord's members, operand by operand (src0, src1, dst: address, block count, block size, block stride,
+ * repeat stride, data bits), then the mask, mask mode, repeat, pc and block id; offsets from vector.BINARY_DTYPE. */
+enum { B_ADDR, B_NUM, B_SIZE, B_BSTRIDE, B_RSTRIDE, B_BITS, B_OPERAND };
+enum { B_MASK0 = 3 * B_OPERAND, B_MASK1, B_MODE, B_REPEAT, B_PC, B_BLOCK, B_COUNT };
+static const int binary_size[B_COUNT] = {8, 1, 2, 2, 2, 1, 8, 1, 2, 2, 2, 1, 8, 1, 2, 2, 2, 1, 8, 8, 1, 1, 8, 2};
+
+/* binary(out, records, itemsize, serials, offsets, constants) -> bool: vector.convert_binary's usual case (BINARY_OP
+ * and VREDUCEV2_BINARY off the cube, on a chip that aligns by space): every record in MASK_NORM with a repeat, and
+ * each operand with blocks of bytes whose mask msSanitizer keeps as it is (all ones, or not 8 x 32-byte blocks of
+ * >= 16-bit data) -- one event per operand, src0's, src1's, then dst's (``out``: 3n x 7 u64), each ``constants``'
+ * row (3 x 7 u64: kind, space, pipe, block type) with the operand's pattern, the serial, the pc and the block id.
+ * False, with ``out`` untouched, when any record is not so (numpy converts the batch). */
+static PyObject *binary(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer out, records, serials, offsets, constants;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "w*y*ny*y*y*", &out, &records, &itemsize, &serials, &offsets, &constants)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (itemsize <= 0 || records.len % itemsize) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
+        goto done;
+    }
+    Py_ssize_t n = records.len / itemsize;
+    if (serials.len != 8 * n || out.len != 3 * 8 * EVENT_WORDS * n || offsets.len != 8 * B_COUNT ||
+        constants.len != 3 * 8 * EVENT_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "binary: a buffer's length does not match the records");
+        goto done;
+    }
+    Py_ssize_t at[B_COUNT];
+    for (int k = 0; k < B_COUNT; k++) {
+        int64_t offset;
+        memcpy(&offset, (const unsigned char *)offsets.buf + 8 * k, 8);
+        if (!fits((Py_ssize_t)offset, binary_size[k], itemsize)) {
+            PyErr_SetString(PyExc_ValueError, "binary: a member is outside the record");
+            goto done;
+        }
+        at[k] = (Py_ssize_t)offset;
+    }
+    {
+        const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
+        uint64_t constant[3][EVENT_WORDS];
+        memcpy(constant, constants.buf, sizeof(constant));
+        unsigned char *o = (unsigned char *)out.buf;
+        int usual = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && usual; i++) {
+            const unsigned char *r = rec + i * itemsize;
+            int full = field_at(r + at[B_MASK0], 8) == UINT64_MAX && field_at(r + at[B_MASK1], 8) == UINT64_MAX;
+            usual = r[at[B_MODE]] == 0 && r[at[B_REPEAT]] != 0;
+            for (int k = 0; k < 3 && usual; k++) {
+                const Py_ssize_t *a = at + k * B_OPERAND;
+                uint64_t num = r[a[B_NUM]], size = field_at(r + a[B_SIZE], 2), bits = r[a[B_BITS]];
+                int eligible = num == 8 && size == 32 && bits >= 16;
+                usual = num != 0 && size != 0 && (full || !eligible);
+            }
+        }
+        if (usual) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                const unsigned char *r = rec + i * itemsize;
+                uint64_t serial, repeat = r[at[B_REPEAT]], pc = field_at(r + at[B_PC], 8);
+                uint64_t block = field_at(r + at[B_BLOCK], 2);
+                memcpy(&serial, ser + 8 * i, 8);
+                uint64_t e[3][EVENT_WORDS];
+                memcpy(e, constant, sizeof(e));
+                for (int k = 0; k < 3; k++) {
+                    const Py_ssize_t *a = at + k * B_OPERAND;
+                    e[k][0] |= field_at(r + a[B_ADDR], 8);
+                    e[k][1] |= serial;
+                    e[k][2] |= pc;
+                    e[k][3] |= field_at(r + a[B_SIZE], 2);
+                    e[k][4] |= (uint64_t)r[a[B_NUM]] | (field_at(r + a[B_BSTRIDE], 2) << 16) | (repeat << 32) |
+                               (field_at(r + a[B_RSTRIDE], 2) << 48);
+                    e[k][5] |= block;
+                }
+                memcpy(o + i * 3 * 8 * EVENT_WORDS, e, sizeof(e));
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(usual);
+    }
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&records);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&constants);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"binary", binary, METH_VARARGS, "BinaryOpRecords' usual operands as three events each (False: not usual)."},
     {"fields", fields, METH_VARARGS, "One event per record from its fields, each saturated at a top."},
     {"dma_mov", dma_mov, METH_VARARGS, "DMA_MOV's usual records as their reads and writes (False: not usual)."},
     {"pack", pack, METH_VARARGS, "Events from constant words and columns cut and shifted to their fields."},
