@@ -634,22 +634,49 @@ static PyObject *fields(PyObject *Py_UNUSED(module), PyObject *args) {
         const unsigned char *ser = (const unsigned char *)serials.buf;
         unsigned char *o = (unsigned char *)out.buf;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            uint64_t w[EVENT_WORDS];
-            const unsigned char *r = rec + i * itemsize;
-            memcpy(w, constant, sizeof(w));
-            uint64_t serial;
-            memcpy(&serial, ser + 8 * i, 8);
-            w[1] |= serial;
+        /* A block of rows at a time (in the core's first cache), one field at a time with its size's load. */
+        for (Py_ssize_t first = 0; first < n; first += PACK_BLOCK) {
+            Py_ssize_t last = first + PACK_BLOCK < n ? first + PACK_BLOCK : n;
+            for (Py_ssize_t i = first; i < last; i++) {
+                uint64_t w[EVENT_WORDS], serial;
+                memcpy(w, constant, sizeof(w));
+                memcpy(&serial, ser + 8 * i, 8);
+                w[1] |= serial;
+                memcpy(o + i * 8 * EVENT_WORDS, w, sizeof(w));
+            }
             for (Py_ssize_t k = 0; k < nfields; k++) {
                 const Field *f = &spec[k];
-                uint64_t v = field_at(r + f->at, f->size);
-                if (v > f->top) {
-                    v = f->top;
+                const unsigned char *from = rec + f->at;
+                unsigned char *to = o + 8 * f->word;
+                uint64_t top = f->top, mask = f->mask;
+                int shift = f->shift;
+#define FIELD_IN(SIZE)                                                                                               \
+    for (Py_ssize_t i = first; i < last; i++) {                                                                      \
+        uint64_t v = field_at(from + i * itemsize, SIZE), w;                                                         \
+        v = v > top ? top : v;                                                                                       \
+        memcpy(&w, to + i * 8 * EVENT_WORDS, 8);                                                                     \
+        w |= (v & mask) << shift;                                                                                    \
+        memcpy(to + i * 8 * EVENT_WORDS, &w, 8);                                                                     \
+    }
+                switch (f->size) {
+                case 1:
+                    FIELD_IN(1)
+                    break;
+                case 2:
+                    FIELD_IN(2)
+                    break;
+                case 4:
+                    FIELD_IN(4)
+                    break;
+                case 8:
+                    FIELD_IN(8)
+                    break;
+                default:
+                    FIELD_IN(f->size)
+                    break;
                 }
-                w[f->word] |= (v & f->mask) << f->shift;
+#undef FIELD_IN
             }
-            memcpy(o + i * 8 * EVENT_WORDS, w, sizeof(w));
         }
         Py_END_ALLOW_THREADS
         Py_INCREF(Py_None);
