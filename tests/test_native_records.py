@@ -22,11 +22,12 @@ from hypothesis import strategies as st
 from sanitizerd.chips import CHIPS
 from sanitizerd.compat import wire
 from sanitizerd.compat.records import slots as rb
-from sanitizerd.compat.records.convert import base
-from sanitizerd.compat.records.convert.base import BlockContext
+from sanitizerd.compat.records.convert import base, moves, sync, vector
+from sanitizerd.compat.records.convert.base import CONVERTERS, BlockContext
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import RecordTable, record_table
-from sanitizerd_protocol.records import EVENT_DTYPE
+from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, NO_PIPE, NO_SPACE, PIPE_OF_PAIR, RecordType
+from sanitizerd_protocol.records import EVENT_DTYPE, BlockType, EventKind
 
 try:
     COMPILED = importlib.import_module("sanitizerd.native._records")
@@ -396,3 +397,195 @@ def test_pack_leaves_to_numpy_what_it_does_not_take() -> None:
     for column in (np.arange(n, dtype=np.float64), np.arange(n, dtype=">u4"), np.arange(n + 1), np.zeros((n, 1))):
         assert base.pack_compiled(n, None, {"address": column}) is None
     assert base.pack(n, address=np.arange(n, dtype=np.float64) + 0.5)["address"].tolist() == [0, 1, 2, 3]
+
+
+# --- converters compiled whole: DMA_MOV's usual case, the flags and the barrier -----------------------------------
+
+CONVERTED = {
+    "DMA_MOV": RecordType.DMA_MOV,
+    "SET_FLAG": RecordType.SET_FLAG,
+    "WAIT_FLAGI_V": RecordType.WAIT_FLAGI_V,
+    "PIPE_BARRIER": RecordType.PIPE_BARRIER,
+    "BINARY_OP": RecordType.BINARY_OP,
+    "VREDUCEV2_BINARY": RecordType.VREDUCEV2_BINARY,
+    "TERNARY_OP": RecordType.TERNARY_OP,
+}
+USUAL_PAIRS = np.array(
+    [(s, d) for s in range(256) for d in range(256)
+     if PIPE_OF_PAIR[s, d] != NO_PIPE and MEMTYPE_TO_SPACE[s] != NO_SPACE and MEMTYPE_TO_SPACE[d] != NO_SPACE],
+    dtype=np.uint8,
+)  # fmt: skip
+
+
+def hostile_records(rng: np.random.Generator, dtype: np.dtype, n: int, usual: float) -> np.ndarray:
+    """``n`` records of ``dtype``: every field at its extremes (0, 1, max, one past 8 and 16 bits) or random;
+    with probability ``usual`` a DMA_MOV record is made what the compiled pass takes (no pad or byte mode, memory
+    kinds with spaces, small strides), so that batches are all usual as often as not."""
+    records = np.zeros(n, dtype=dtype)
+    raw = np.ascontiguousarray(records).view(np.uint8)
+    raw[:] = rng.integers(0, 256, raw.size, dtype=np.uint8)  # the bytes between fields too
+    for name in dtype.names:
+        records[name] = extreme_column(rng, dtype.fields[name][0], n)
+    if "pad_mode" in dtype.names:
+        usual_rows = rng.random(n) < usual
+        pairs = USUAL_PAIRS[rng.integers(0, len(USUAL_PAIRS), n)]
+        for name, values in (("pad_mode", 0), ("byte_mode", 0), ("src_mem", pairs[:, 0]), ("dst_mem", pairs[:, 1])):
+            records[name] = np.where(usual_rows, values, records[name])
+        smalls = (("len_burst", [0, 1, 2, 0x8000]), ("src_stride", [0, 1, 0x7FFF]), ("dst_stride", [0, 0x7FFF]))
+        for name, small in smalls:  # sums up to 0xFFFF exactly
+            records[name] = np.where(usual_rows, rng.choice(small, n), records[name])
+    if "mask_mode" in dtype.names and "src1_block_num" in dtype.names:  # BinaryOpRecord: kept masks
+        usual_rows = rng.random(n) < usual
+        full = rng.random(n) < 0.5
+        for name in ("mask0", "mask1"):
+            records[name] = np.where(usual_rows & full, np.uint64(2**64 - 1), records[name])
+        records["mask_mode"] = np.where(usual_rows, 0, records["mask_mode"])
+        records["repeat"] = np.where(usual_rows & (records["repeat"] == 0), 1, records["repeat"])
+        for op in ("src0", "src1", "dst"):
+            for member in ("block_num", "block_size"):
+                column = records[f"{op}_{member}"]
+                records[f"{op}_{member}"] = np.where(usual_rows & (column == 0), 8 if member == "block_num" else 32,
+                                                     column)  # fmt: skip
+            eligible = (records[f"{op}_block_num"] == 8) & (records[f"{op}_block_size"] == 32)
+            eligible &= records[f"{op}_data_bits"] >= 16
+            records[f"{op}_data_bits"] = np.where(usual_rows & ~full & eligible, 8, records[f"{op}_data_bits"])
+    return records
+
+
+def make_odd(rng: np.random.Generator, records: np.ndarray, odd: str) -> None:
+    """One BinaryOpRecord of ``records`` made one that msSanitizer cuts or skips (the compiled pass refuses it)."""
+    k, op = int(rng.integers(0, len(records))), str(rng.choice(["src0", "src1", "dst"]))
+    if odd == "converted":  # a bit mask turned into "every element up to the last set bit"
+        records["mask0"][k], records["mask1"][k] = rng.integers(0, 2**63), 0
+        records[f"{op}_block_num"][k], records[f"{op}_block_size"][k], records[f"{op}_data_bits"][k] = 8, 32, 16
+    elif odd == "no repeat":
+        records["repeat"][k] = 0
+    elif odd == "no blocks":
+        records[f"{op}_block_num" if rng.random() < 0.5 else f"{op}_block_size"][k] = 0
+    else:
+        records["mask_mode"][k] = 1
+
+
+def converted_both_ways(
+    record_type: int, records: np.ndarray, serials: np.ndarray, block_type: int, chip: str = "910B1",
+    refusing: bool = False,
+) -> list:
+    out = []
+    for chosen in (COMPILED, None):
+        with path(chosen):
+            context = BlockContext(block_type, CHIPS[chip])
+            if refusing and len(records):  # a call in which a record was refused already: later slots make nothing
+                context.budget.begin("test", np.asarray(serials, dtype=np.uint64))
+                context.budget._dead[0] = True
+                assert context.budget.refusing
+            events = CONVERTERS[record_type].convert(record_type, records, serials, context)
+            out.append((events.dtype, events.tobytes(), context.dropped))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    name=st.sampled_from(sorted(CONVERTED)),
+    n=st.sampled_from([0, 1, 2, 7, 300]),
+    usual=st.sampled_from([1.0, 1.0, 0.99, 0.5, 0.0]),
+    block_type=st.sampled_from([0, 1, 2, 255]),
+    chip=st.sampled_from(["910B1", "310P"]),
+    serial_dtype=st.sampled_from(["<u8", "<i8", "<u4"]),
+    sliced=st.booleans(),
+    edge=st.sampled_from([None, 0xFFFF, 0x10000]),
+    side=st.sampled_from(["src_stride", "dst_stride"]),
+    refusing=st.booleans(),
+    odd=st.sampled_from([None, "converted", "no repeat", "no blocks", "count mode"]),
+)
+def test_the_compiled_converters_are_numpys(
+    seed: int, name: str, n: int, usual: float, block_type: int, chip: str, serial_dtype: str, sliced: bool,
+    edge: int | None, side: str, refusing: bool, odd: str | None,
+) -> None:
+    """Each compiled converter against numpy's on the same records: every field at its extremes (addresses and
+    pcs near 2**64, strides that overflow 16 bits when added, pipes and event ids past their fields, memory kinds
+    with no pipe or no space, pad and byte modes), empty and one-record batches, serials of other dtypes, and
+    records that are a strided slice: events and dropped counts identical."""
+    rng = np.random.default_rng(seed)
+    record_type = CONVERTED[name]
+    dtype = CONVERTERS[record_type].dtype
+    records = hostile_records(rng, dtype, 2 * n if sliced else n, usual)
+    if sliced:
+        records = records[::2]
+    if edge is not None and n and "len_burst" in dtype.names:  # one record's stride at 16 bits' edge, or past it
+        k = int(rng.integers(0, n))
+        records["len_burst"][k], records[side][k] = 0x8000, edge - 0x8000
+    if odd is not None and n and "src1_block_num" in dtype.names:
+        make_odd(rng, records, odd)
+    serials = np.sort(rng.integers(0, 2**63, n)).astype(serial_dtype)
+    if n:
+        serials[-1] = np.iinfo(serials.dtype).max
+    got, want = converted_both_ways(record_type, records, serials, block_type, chip, refusing)
+    assert got[1] == want[1] and got[2] == want[2]
+    compiled_whole = usual == 1.0 and n and serial_dtype != "<u4" and edge != 0x10000 and odd is None
+    if compiled_whole:  # the compiled pass itself was compared
+        with path(COMPILED):
+            context = BlockContext(block_type, CHIPS["910B1"])
+            if record_type == RecordType.DMA_MOV:
+                assert moves.dma_mov_compiled(records, serials, context) is not None
+            elif record_type in (RecordType.BINARY_OP, RecordType.VREDUCEV2_BINARY):
+                if block_type != BlockType.AIC:
+                    assert vector.binary_compiled(record_type, records, serials, context) is not None
+            elif record_type != RecordType.TERNARY_OP:  # TERNARY_OP: numpy's always
+                assert base.sync_compiled(0, records, serials, context, {}) is not None
+
+
+def test_the_compiled_converters_take_the_usual_batches() -> None:
+    """The tile loop's records go through the compiled passes (not numpy's fallback), and a hostile record in a
+    batch sends the whole batch to numpy."""
+    rng = np.random.default_rng(1)
+    context = BlockContext(1, CHIPS["910B1"])
+    records = hostile_records(rng, moves.DMA_MOV, 50, 1.0)
+    serials = np.arange(50, dtype=np.uint64)
+    with path(COMPILED):
+        assert moves.dma_mov_compiled(records, serials, context) is not None
+        records["pad_mode"][17] = 1
+        assert moves.dma_mov_compiled(records, serials, context) is None
+        flags = hostile_records(rng, sync.SYNC, 50, 0.0)
+        saturated = {"pipe": ("src", 255), "dst_pipe": ("dst", 255), "event_id": ("event_id", 0xFFFF)}
+        assert base.sync_compiled(EventKind.SET_FLAG, flags, serials, context, saturated) is not None
+
+
+def test_the_compiled_passes_refuse_buffers_that_do_not_fit() -> None:
+    """The C checks every length and offset itself (whatever the wrapper does)."""
+    out = np.zeros((2, 7), dtype=np.uint64)
+    raw = np.zeros(64, dtype=np.uint8)
+    serials = np.zeros(1, dtype=np.uint64)
+    pairs, spaces, words = np.zeros(65536, np.uint8), np.zeros(256, np.uint8), np.zeros(7, np.uint64)
+    with pytest.raises(ValueError):  # a member past the record
+        COMPILED.dma_mov(out, raw, 64, serials, np.full(12, 60, dtype=np.int64), pairs, spaces, words, words)
+    with pytest.raises(ValueError):  # out too short for the records
+        COMPILED.dma_mov(out[:1], raw, 64, serials, np.zeros(12, dtype=np.int64), pairs, spaces, words, words)
+    with pytest.raises(ValueError):  # a pipe table short of 256 x 256
+        COMPILED.dma_mov(out, raw, 64, serials, np.zeros(12, dtype=np.int64), pairs[:-1], spaces, words, words)
+    with pytest.raises(ValueError):  # a field past the record
+        COMPILED.fields(out[:1], raw, 64, serials, words, [(60, 8, 0, 0, 0, 1)])
+    with pytest.raises(ValueError):  # a field outside the event
+        COMPILED.fields(out[:1], raw, 64, serials, words, [(0, 8, 0, 7, 0, 1)])
+    with pytest.raises(ValueError):  # serials short of the records
+        COMPILED.fields(out[:1], raw, 32, serials, words, [])
+    with pytest.raises(ValueError):
+        COMPILED.fields(out[:1], raw, 0, serials, words, [])
+
+
+@pytest.mark.parametrize("odd", ["converted", "no repeat", "no blocks", "count mode", "stride 0x10000"])
+@pytest.mark.parametrize("seed", range(12))
+def test_one_odd_record_sends_the_batch_to_numpy(odd: str, seed: int) -> None:
+    """A batch the compiled passes take, with one record they must not (a cut or skipped vector operand, a DMA
+    stride one past 16 bits): converted alike both ways."""
+    rng = np.random.default_rng(seed)
+    if odd == "stride 0x10000":
+        record_type, records = RecordType.DMA_MOV, hostile_records(rng, moves.DMA_MOV, 40, 1.0)
+        k = int(rng.integers(0, 40))
+        records["len_burst"][k], records[str(rng.choice(["src_stride", "dst_stride"]))][k] = 0x8000, 0x8000
+    else:
+        record_type, records = RecordType.BINARY_OP, hostile_records(rng, vector.BINARY_DTYPE, 40, 1.0)
+        make_odd(rng, records, odd)
+    serials = np.arange(40, dtype=np.uint64)
+    got, want = converted_both_ways(record_type, records, serials, BlockType.AIV)
+    assert got[1] == want[1] and got[2] == want[2]

@@ -537,7 +537,350 @@ done:
     return result;
 }
 
+/* Reads an unsigned little-endian field of 1, 2, 4 or 8 bytes (the wire's order) at p. */
+static inline uint64_t field_at(const unsigned char *p, int size) {
+#if PY_LITTLE_ENDIAN
+    switch (size) { /* the usual sizes as one load each */
+    case 1:
+        return p[0];
+    case 2:
+        return load_u16(p);
+    case 4:
+        return load_u32(p);
+    case 8:
+        return load_u64(p);
+    default:
+        break;
+    }
+#endif
+    uint64_t v = 0;
+    for (int i = size - 1; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+static int fits(Py_ssize_t at, Py_ssize_t size, Py_ssize_t itemsize) {
+    return at >= 0 && size >= 1 && size <= 8 && at <= itemsize - size;
+}
+
+/* One record field of ``fields``: where it is in a record, its size, the top it is saturated at, where it goes. */
+typedef struct {
+    Py_ssize_t at;
+    int size;
+    uint64_t top;
+    int word;
+    int shift;
+    uint64_t mask;
+} Field;
+
+#define MAX_FIELDS 16
+
+/* fields(out, records, itemsize, serials, constants, fields) -> None: one event per record (base.record_events
+ * with saturated columns, the synchronization converters' shape): each row of ``out`` (n x 7 u64, contiguous) is
+ * ``constants`` (7 u64), the record's serial (u64, word 1), and each of ``fields`` -- (offset, size, top, word,
+ * shift, mask): the record's unsigned little-endian field of ``size`` bytes at ``offset``, min(value, top), cut
+ * to ``mask`` and shifted -- OR-ed in. ``records``: n records of ``itemsize`` bytes back to back. */
+static PyObject *fields(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer out, records, serials, constants;
+    Py_ssize_t itemsize;
+    PyObject *fields_arg;
+    if (!PyArg_ParseTuple(args, "w*y*ny*y*O", &out, &records, &itemsize, &serials, &constants, &fields_arg)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *seq = NULL;
+    Field spec[MAX_FIELDS];
+    Py_ssize_t nfields = 0;
+    if (itemsize <= 0 || records.len % itemsize || !whole(&serials, 8, "serials") ||
+        !whole(&out, 8 * EVENT_WORDS, "out")) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
+        }
+        goto done;
+    }
+    Py_ssize_t n = records.len / itemsize;
+    if (serials.len / 8 != n || out.len / (8 * EVENT_WORDS) != n || constants.len != 8 * EVENT_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "serials, out and records must have one item per record, constants 7 u64");
+        goto done;
+    }
+    seq = PySequence_Fast(fields_arg, "fields must be a sequence");
+    if (seq == NULL) {
+        goto done;
+    }
+    nfields = PySequence_Fast_GET_SIZE(seq);
+    if (nfields > MAX_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "too many fields");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nfields; k++) {
+        Field *f = &spec[k];
+        unsigned long long top, mask;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "niKiiK", &f->at, &f->size, &top, &f->word, &f->shift,
+                              &mask)) {
+            goto done;
+        }
+        if (!fits(f->at, f->size, itemsize) || f->word < 0 || f->word >= EVENT_WORDS || f->shift < 0 ||
+            f->shift > 63) {
+            PyErr_SetString(PyExc_ValueError, "a field is outside the record or the event");
+            goto done;
+        }
+        f->top = top;
+        f->mask = mask;
+    }
+    {
+        uint64_t constant[EVENT_WORDS];
+        memcpy(constant, constants.buf, sizeof(constant));
+        const unsigned char *rec = (const unsigned char *)records.buf;
+        const unsigned char *ser = (const unsigned char *)serials.buf;
+        unsigned char *o = (unsigned char *)out.buf;
+        Py_BEGIN_ALLOW_THREADS
+        /* A block of rows at a time (in the core's first cache), one field at a time with its size's load. */
+        for (Py_ssize_t first = 0; first < n; first += PACK_BLOCK) {
+            Py_ssize_t last = first + PACK_BLOCK < n ? first + PACK_BLOCK : n;
+            for (Py_ssize_t i = first; i < last; i++) {
+                uint64_t w[EVENT_WORDS], serial;
+                memcpy(w, constant, sizeof(w));
+                memcpy(&serial, ser + 8 * i, 8);
+                w[1] |= serial;
+                memcpy(o + i * 8 * EVENT_WORDS, w, sizeof(w));
+            }
+            for (Py_ssize_t k = 0; k < nfields; k++) {
+                const Field *f = &spec[k];
+                const unsigned char *from = rec + f->at;
+                unsigned char *to = o + 8 * f->word;
+                uint64_t top = f->top, mask = f->mask;
+                int shift = f->shift;
+#define FIELD_IN(SIZE)                                                                                               \
+    for (Py_ssize_t i = first; i < last; i++) {                                                                      \
+        uint64_t v = field_at(from + i * itemsize, SIZE), w;                                                         \
+        v = v > top ? top : v;                                                                                       \
+        memcpy(&w, to + i * 8 * EVENT_WORDS, 8);                                                                     \
+        w |= (v & mask) << shift;                                                                                    \
+        memcpy(to + i * 8 * EVENT_WORDS, &w, 8);                                                                     \
+    }
+                switch (f->size) {
+                case 1:
+                    FIELD_IN(1)
+                    break;
+                case 2:
+                    FIELD_IN(2)
+                    break;
+                case 4:
+                    FIELD_IN(4)
+                    break;
+                case 8:
+                    FIELD_IN(8)
+                    break;
+                default:
+                    FIELD_IN(f->size)
+                    break;
+                }
+#undef FIELD_IN
+            }
+        }
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+done:
+    Py_XDECREF(seq);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&records);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&constants);
+    return result;
+}
+
+/* DMA_MOV's record: where each member is (offsets from moves.DMA_MOV, checked against the record size here) and
+ * its size. */
+enum { D_DST, D_SRC, D_NBURST, D_LEN, D_SSTRIDE, D_DSTRIDE, D_DMEM, D_SMEM, D_PAD, D_BYTE, D_PC, D_BLOCK, D_COUNT };
+static const int dma_size[D_COUNT] = {8, 8, 2, 2, 2, 2, 1, 1, 1, 1, 8, 2};
+#define NO_TABLE_VALUE 0xFF
+
+/* dma_mov(out, records, itemsize, serials, offsets, pipe_of_pair, space_of, read, write) -> bool: moves.dma_mov's
+ * usual case -- every record with no pad and no byte mode, a pipe for its pair of memory kinds, a space for each,
+ * and read and write strides (lenBurst + stride, in 32-byte blocks) within 16 bits -- as each record's read then
+ * its write (``out``: 2n x 7 u64): ``read``/``write`` (7 u64 each: kind, block size, block stride, block type)
+ * with the address, serial, pc, block id, lenBurst as the block count, nBurst as the repeat, the stride, the
+ * space and the pipe. False, with ``out`` untouched, when any record is not so (numpy converts the batch). */
+static PyObject *dma_mov(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer out, records, serials, offsets, pairs, spaces, read, write;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "w*y*ny*y*y*y*y*y*", &out, &records, &itemsize, &serials, &offsets, &pairs, &spaces,
+                          &read, &write)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (itemsize <= 0 || records.len % itemsize) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
+        goto done;
+    }
+    Py_ssize_t n = records.len / itemsize;
+    if (serials.len != 8 * n || out.len != 2 * 8 * EVENT_WORDS * n || offsets.len != 8 * D_COUNT ||
+        pairs.len != 256 * 256 || spaces.len != 256 || read.len != 8 * EVENT_WORDS || write.len != 8 * EVENT_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "dma_mov: a buffer's length does not match the records");
+        goto done;
+    }
+    Py_ssize_t at[D_COUNT];
+    for (int k = 0; k < D_COUNT; k++) {
+        int64_t offset;
+        memcpy(&offset, (const unsigned char *)offsets.buf + 8 * k, 8);
+        if (!fits((Py_ssize_t)offset, dma_size[k], itemsize)) {
+            PyErr_SetString(PyExc_ValueError, "dma_mov: a member is outside the record");
+            goto done;
+        }
+        at[k] = (Py_ssize_t)offset;
+    }
+    {
+        const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
+        const unsigned char *pipe_of = (const unsigned char *)pairs.buf, *space_of = (const unsigned char *)spaces.buf;
+        uint64_t rc[EVENT_WORDS], wc[EVENT_WORDS];
+        memcpy(rc, read.buf, sizeof(rc));
+        memcpy(wc, write.buf, sizeof(wc));
+        unsigned char *o = (unsigned char *)out.buf;
+        int usual = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && usual; i++) {
+            const unsigned char *r = rec + i * itemsize;
+            uint64_t len = field_at(r + at[D_LEN], 2);
+            unsigned smem = r[at[D_SMEM]], dmem = r[at[D_DMEM]];
+            usual = r[at[D_PAD]] == 0 && r[at[D_BYTE]] == 0 && pipe_of[256 * smem + dmem] != NO_TABLE_VALUE &&
+                    space_of[smem] != NO_TABLE_VALUE && space_of[dmem] != NO_TABLE_VALUE &&
+                    len + field_at(r + at[D_SSTRIDE], 2) <= 0xFFFF && len + field_at(r + at[D_DSTRIDE], 2) <= 0xFFFF;
+        }
+        if (usual) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                const unsigned char *r = rec + i * itemsize;
+                uint64_t len = field_at(r + at[D_LEN], 2), nburst = field_at(r + at[D_NBURST], 2);
+                unsigned smem = r[at[D_SMEM]], dmem = r[at[D_DMEM]];
+                uint64_t pipe = pipe_of[256 * smem + dmem], serial, block = field_at(r + at[D_BLOCK], 2);
+                uint64_t pc = field_at(r + at[D_PC], 8);
+                memcpy(&serial, ser + 8 * i, 8);
+                uint64_t e[2][EVENT_WORDS];
+                memcpy(e[0], rc, sizeof(rc));
+                memcpy(e[1], wc, sizeof(wc));
+                e[0][0] |= field_at(r + at[D_SRC], 8);
+                e[1][0] |= field_at(r + at[D_DST], 8);
+                e[0][4] |= len | (nburst << 32) | ((len + field_at(r + at[D_SSTRIDE], 2)) << 48);
+                e[1][4] |= len | (nburst << 32) | ((len + field_at(r + at[D_DSTRIDE], 2)) << 48);
+                e[0][5] |= block | ((uint64_t)space_of[smem] << 40) | (pipe << 48);
+                e[1][5] |= block | ((uint64_t)space_of[dmem] << 40) | (pipe << 48);
+                for (int k = 0; k < 2; k++) {
+                    e[k][1] |= serial;
+                    e[k][2] |= pc;
+                }
+                memcpy(o + i * 2 * 8 * EVENT_WORDS, e, sizeof(e));
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(usual);
+    }
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&records);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&pairs);
+    PyBuffer_Release(&spaces);
+    PyBuffer_Release(&read);
+    PyBuffer_Release(&write);
+    return result;
+}
+
+/* BinaryOpRecord's members, operand by operand (src0, src1, dst: address, block count, block size, block stride,
+ * repeat stride, data bits), then the mask, mask mode, repeat, pc and block id; offsets from vector.BINARY_DTYPE. */
+enum { B_ADDR, B_NUM, B_SIZE, B_BSTRIDE, B_RSTRIDE, B_BITS, B_OPERAND };
+enum { B_MASK0 = 3 * B_OPERAND, B_MASK1, B_MODE, B_REPEAT, B_PC, B_BLOCK, B_COUNT };
+static const int binary_size[B_COUNT] = {8, 1, 2, 2, 2, 1, 8, 1, 2, 2, 2, 1, 8, 1, 2, 2, 2, 1, 8, 8, 1, 1, 8, 2};
+
+/* binary(out, records, itemsize, serials, offsets, constants) -> bool: vector.convert_binary's usual case (BINARY_OP
+ * and VREDUCEV2_BINARY off the cube, on a chip that aligns by space): every record in MASK_NORM with a repeat, and
+ * each operand with blocks of bytes whose mask msSanitizer keeps as it is (all ones, or not 8 x 32-byte blocks of
+ * >= 16-bit data) -- one event per operand, src0's, src1's, then dst's (``out``: 3n x 7 u64), each ``constants``'
+ * row (3 x 7 u64: kind, space, pipe, block type) with the operand's pattern, the serial, the pc and the block id.
+ * False, with ``out`` untouched, when any record is not so (numpy converts the batch). */
+static PyObject *binary(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer out, records, serials, offsets, constants;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "w*y*ny*y*y*", &out, &records, &itemsize, &serials, &offsets, &constants)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (itemsize <= 0 || records.len % itemsize) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
+        goto done;
+    }
+    Py_ssize_t n = records.len / itemsize;
+    if (serials.len != 8 * n || out.len != 3 * 8 * EVENT_WORDS * n || offsets.len != 8 * B_COUNT ||
+        constants.len != 3 * 8 * EVENT_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "binary: a buffer's length does not match the records");
+        goto done;
+    }
+    Py_ssize_t at[B_COUNT];
+    for (int k = 0; k < B_COUNT; k++) {
+        int64_t offset;
+        memcpy(&offset, (const unsigned char *)offsets.buf + 8 * k, 8);
+        if (!fits((Py_ssize_t)offset, binary_size[k], itemsize)) {
+            PyErr_SetString(PyExc_ValueError, "binary: a member is outside the record");
+            goto done;
+        }
+        at[k] = (Py_ssize_t)offset;
+    }
+    {
+        const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
+        uint64_t constant[3][EVENT_WORDS];
+        memcpy(constant, constants.buf, sizeof(constant));
+        unsigned char *o = (unsigned char *)out.buf;
+        int usual = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && usual; i++) {
+            const unsigned char *r = rec + i * itemsize;
+            int full = field_at(r + at[B_MASK0], 8) == UINT64_MAX && field_at(r + at[B_MASK1], 8) == UINT64_MAX;
+            usual = r[at[B_MODE]] == 0 && r[at[B_REPEAT]] != 0;
+            for (int k = 0; k < 3 && usual; k++) {
+                const Py_ssize_t *a = at + k * B_OPERAND;
+                uint64_t num = r[a[B_NUM]], size = field_at(r + a[B_SIZE], 2), bits = r[a[B_BITS]];
+                int eligible = num == 8 && size == 32 && bits >= 16;
+                usual = num != 0 && size != 0 && (full || !eligible);
+            }
+        }
+        if (usual) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                const unsigned char *r = rec + i * itemsize;
+                uint64_t serial, repeat = r[at[B_REPEAT]], pc = field_at(r + at[B_PC], 8);
+                uint64_t block = field_at(r + at[B_BLOCK], 2);
+                memcpy(&serial, ser + 8 * i, 8);
+                uint64_t e[3][EVENT_WORDS];
+                memcpy(e, constant, sizeof(e));
+                for (int k = 0; k < 3; k++) {
+                    const Py_ssize_t *a = at + k * B_OPERAND;
+                    e[k][0] |= field_at(r + a[B_ADDR], 8);
+                    e[k][1] |= serial;
+                    e[k][2] |= pc;
+                    e[k][3] |= field_at(r + a[B_SIZE], 2);
+                    e[k][4] |= (uint64_t)r[a[B_NUM]] | (field_at(r + a[B_BSTRIDE], 2) << 16) | (repeat << 32) |
+                               (field_at(r + a[B_RSTRIDE], 2) << 48);
+                    e[k][5] |= block;
+                }
+                memcpy(o + i * 3 * 8 * EVENT_WORDS, e, sizeof(e));
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(usual);
+    }
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&records);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&constants);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"binary", binary, METH_VARARGS, "BinaryOpRecords' usual operands as three events each (False: not usual)."},
+    {"fields", fields, METH_VARARGS, "One event per record from its fields, each saturated at a top."},
+    {"dma_mov", dma_mov, METH_VARARGS, "DMA_MOV's usual records as their reads and writes (False: not usual)."},
     {"pack", pack, METH_VARARGS, "Events from constant words and columns cut and shifted to their fields."},
     {"walk", walk, METH_VARARGS, "Record starts of the true path from word 0, and where the walk stopped."},
     {"group", group, METH_VARARGS, "Records' serial numbers, and the records grouped by type code."},

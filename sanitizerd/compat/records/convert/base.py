@@ -466,6 +466,60 @@ def sync_events(
     )
 
 
+
+U64_MAX = (1 << 64) - 1
+
+
+def constant_words(**fields: int) -> np.ndarray:
+    """The 7 event words with ``fields`` (scalars, each cut to its field) set, the rest zero."""
+    words = [0] * (EVENT_DTYPE.itemsize // 8)
+    for name, value in fields.items():
+        word, shift, width = _PACKING[name]
+        words[word] |= (int(value) & ((1 << width) - 1)) << shift
+    return np.array(words, dtype=np.uint64)
+
+
+def serial_words(serials: np.ndarray) -> np.ndarray | None:
+    """Serials as contiguous u64 (their bits, as ``pack`` casts them), or None where they are not 8-byte ints."""
+    serials = np.asarray(serials)
+    if serials.ndim != 1 or serials.dtype.kind not in "iu" or serials.dtype.itemsize != 8:
+        return None
+    return np.ascontiguousarray(serials).view(np.uint64)
+
+
+def record_bytes(records: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """``records`` (of ``dtype`` exactly) as their contiguous bytes, or None."""
+    if records.dtype != dtype or records.ndim != 1:
+        return None
+    return np.ascontiguousarray(records).view(np.uint8).reshape(-1)
+
+
+def sync_compiled(
+    kind: int, records: np.ndarray, serials: np.ndarray, context: BlockContext, saturated: dict[str, tuple[str, int]]
+) -> np.ndarray | None:
+    """``sync_events(kind, records, serials, context, **{f: min(records[field], top) ...})`` for ``saturated``
+    (event field -> (record field, top)) in one compiled pass (``_records.fields``); None where it is not built or
+    does not take these records (a field not unsigned; numpy's ``sync_events`` is the reference)."""
+    if compiled is None:
+        return None
+    raw, words = record_bytes(records, records.dtype), serial_words(serials)
+    if raw is None or words is None or words.size != len(records):
+        return None
+    specs = []
+    for event_field, (record_field, top) in {**saturated, "pc": ("pc", -1), "block_id": ("block_id", -1)}.items():
+        dtype, offset = records.dtype.fields[record_field][:2]
+        if dtype.kind != "u" or dtype.itemsize not in (1, 2, 4, 8) or dtype != dtype.newbyteorder("<"):
+            return None
+        word, shift, width = _PACKING[event_field]
+        specs.append((offset, dtype.itemsize, top & U64_MAX, word, shift, (1 << width) - 1))
+    constants = constant_words(
+        kind=kind, block_stride=1, repeat=1, block_size=0, block_num=1, block_type=context.block_type
+    )
+    out = np.empty((len(records), EVENT_DTYPE.itemsize // 8), dtype=np.uint64)
+    compiled.fields(out, raw, records.dtype.itemsize, words, constants, specs)
+    return out.view(EVENT_DTYPE).reshape(-1)
+
+
 _U16 = 0xFFFF
 
 

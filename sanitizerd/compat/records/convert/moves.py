@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.compat.records.convert import base as convert_base
 from sanitizerd.compat.records.convert.base import (
     MAX_LOOP,
     BlockContext,
@@ -61,9 +62,40 @@ DMA_MOV = payload_dtype(
 )
 
 
+_DMA_MEMBERS = ("dst", "src", "n_burst", "len_burst", "src_stride", "dst_stride", "dst_mem", "src_mem", "pad_mode",
+                "byte_mode", "pc", "block_id")  # fmt: skip
+_DMA_OFFSETS = np.array([DMA_MOV.fields[name][1] for name in _DMA_MEMBERS], dtype=np.int64)
+_PIPES = np.ascontiguousarray(PIPE_OF_PAIR, dtype=np.uint8)
+_SPACES = np.ascontiguousarray(MEMTYPE_TO_SPACE, dtype=np.uint8)
+assert _PIPES.shape == (256, 256) and _SPACES.shape == (256,) and NO_PIPE == NO_SPACE == 0xFF  # what the C takes
+assert [DMA_MOV.fields[name][0].str for name in _DMA_MEMBERS] == ["<u8"] * 2 + ["<u2"] * 4 + ["|u1"] * 4 + [
+    "<u8",
+    "<u2",
+]
+
+
+def dma_mov_compiled(records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray | None:
+    """``dma_mov``'s usual case (no pad or byte mode, every pair with a pipe and spaces, strides within 16 bits)
+    in one compiled pass (``_records.dma_mov``); None where it is not built or any record is not so (numpy's
+    ``dma_mov`` below is the reference and converts those batches)."""
+    if convert_base.compiled is None or not len(records):
+        return None
+    raw, words = convert_base.record_bytes(records, DMA_MOV), convert_base.serial_words(serials)
+    if raw is None or words is None or words.size != len(records):
+        return None
+    common = dict(block_size=BLOCK, block_stride=1, block_type=context.block_type)
+    out = np.empty((2 * len(records), EVENT_DTYPE.itemsize // 8), dtype=np.uint64)
+    read, write = (convert_base.constant_words(kind=kind, **common) for kind in (EventKind.READ, EventKind.WRITE))
+    usual = convert_base.compiled.dma_mov(out, raw, DMA_MOV.itemsize, words, _DMA_OFFSETS, _PIPES, _SPACES, read, write)
+    return out.view(EVENT_DTYPE).reshape(-1) if usual else None
+
+
 @converts(RecordType.DMA_MOV, dtype=DMA_MOV)
 def dma_mov(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     """Bursts of 32-byte blocks; byte mode (bytes, source read rounded up to 32); pad modes 1-8."""
+    events = dma_mov_compiled(records, serials, context)
+    if events is not None:
+        return events
     pad = records["pad_mode"].astype(np.int64)
     bad_pad = (pad > 8) & (records["byte_mode"] == 0)
     if bad_pad.any():  # msSanitizer makes no event for an unknown pad mode

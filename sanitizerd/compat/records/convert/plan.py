@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sanitizerd.compat.records.convert.base import BlockContext, converts, expanding, pack
+from sanitizerd.compat.records.convert.base import BlockContext, Converter, converts, expanding, pack
 from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, NO_SPACE
 from sanitizerd_protocol.records import EVENT_DTYPE, EventKind
 
@@ -224,12 +224,19 @@ class Plan:
 PlanFill = Callable[[Plan, np.ndarray, BlockContext, int], None]
 
 
-def plans(*record_types: int, dtype: np.dtype) -> Callable[[PlanFill], PlanFill]:
+def plans(
+    *record_types: int, dtype: np.dtype, compiled: Converter | None = None
+) -> Callable[[PlanFill], PlanFill]:
     """Register ``fill(plan, records, context, record_type)`` as the converter of ``record_types``: the plan of the
-    records is made before it and built after it, so a family's converters say only what their slots are."""
+    records is made before it and built after it, so a family's converters say only what their slots are.
+    ``compiled``: a converter tried first, whose None leaves the batch to the plan (a compiled usual case)."""
 
     def register(fill: PlanFill) -> PlanFill:
         def convert(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+            if compiled is not None:
+                events = compiled(record_type, records, serials, context)
+                if events is not None:
+                    return events
             plan = Plan(len(records), serials, records, context)
             fill(plan, records, context, record_type)
             return plan.build()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.compat.records.convert import base
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype, subset, sync_events
 from sanitizerd.compat.records.types import MemType, PipeType, RecordType
 from sanitizerd_protocol.records import GET_BUF_NONBLOCK, BlockType, EventKind, Pipe
@@ -37,6 +38,10 @@ _FLAG_KINDS = {
 
 @converts(*_FLAG_KINDS, dtype=SYNC)
 def set_or_wait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
+    saturated = {"pipe": ("src", 255), "dst_pipe": ("dst", 255), "event_id": ("event_id", 0xFFFF)}
+    events = base.sync_compiled(_FLAG_KINDS[record_type], records, serials, context, saturated)
+    if events is not None:  # _pipe and _u16 in the same pass as the packing
+        return events
     return sync_events(
         _FLAG_KINDS[record_type], records, serials, context,
         pipe=_pipe(records["src"]), dst_pipe=_pipe(records["dst"]), event_id=_u16(records["event_id"]),
@@ -86,6 +91,9 @@ BARRIER = payload_dtype("PipeBarrierRecord", "pipe")
 @converts(R.PIPE_BARRIER, dtype=BARRIER)
 def pipe_barrier(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     # pipe_barrier(PIPE_ALL) stays one event: the detectors expand it (every pipe waits for PIPE_S).
+    events = base.sync_compiled(EventKind.PIPE_BARRIER, records, serials, context, {"pipe": ("pipe", 255)})
+    if events is not None:
+        return events
     return sync_events(EventKind.PIPE_BARRIER, records, serials, context, pipe=_pipe(records["pipe"]))
 
 

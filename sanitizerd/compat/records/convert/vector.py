@@ -21,10 +21,11 @@ from functools import partial
 
 import numpy as np
 
+from sanitizerd.compat.records.convert import base
 from sanitizerd.compat.records.convert.base import BlockContext, converts, drop, payload_dtype
 from sanitizerd.compat.records.convert.plan import U16_MAX, Plan, explicit_align, plans
 from sanitizerd.compat.records.types import DataType, RecordType
-from sanitizerd_protocol.records import BlockType, EventKind, Pipe, Space
+from sanitizerd_protocol.records import EVENT_DTYPE, BlockType, EventKind, Pipe, Space
 
 READ, WRITE, MEMCPY = 0, 1, 2  # msSanitizer's AccessType
 MASK_NORM, MASK_COUNT = 0, 1
@@ -420,7 +421,48 @@ def _binary_destination(plan: Plan, r: np.ndarray, access: int, context: BlockCo
     )
 
 
-@plans(RecordType.BINARY_OP, RecordType.TERNARY_OP, RecordType.VREDUCEV2_BINARY, dtype=BINARY_DTYPE)
+_BINARY_MEMBERS = [
+    *(f"{name}{member}" for name in ("src0", "src1", "dst")
+      for member in ("", "_block_num", "_block_size", "_block_stride", "_repeat_stride", "_data_bits")),
+    "mask0", "mask1", "mask_mode", "repeat", "pc", "block_id",
+]  # fmt: skip
+_BINARY_OFFSETS = np.array([BINARY_DTYPE.fields[name][1] for name in _BINARY_MEMBERS], dtype=np.int64)
+assert [BINARY_DTYPE.fields[name][0].str for name in _BINARY_MEMBERS] == [
+    "<u8", "|u1", "<u2", "<u2", "<u2", "|u1"
+] * 3 + ["<u8", "<u8", "|u1", "|u1", "<u8", "<u2"]  # fmt: skip
+
+
+def binary_compiled(
+    record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
+) -> np.ndarray | None:
+    """``convert_binary``'s usual case in one compiled pass (``_records.binary``): BINARY_OP or VREDUCEV2_BINARY
+    off the cube, on a chip whose SIMD records align by space, the launch's budget not refusing, and every record
+    in MASK_NORM with a repeat and its operands' masks kept as they are (one event per operand). None otherwise
+    (numpy's plan below is the reference and converts those batches)."""
+    if (
+        base.compiled is None
+        or record_type == RecordType.TERNARY_OP
+        or not len(records)
+        or _aicube(context)
+        or simd_align(context, 8, record_type) != 0
+        or context.budget.refusing
+    ):
+        return None
+    raw, words = base.record_bytes(records, BINARY_DTYPE), base.serial_words(serials)
+    if raw is None or words is None or words.size != len(records):
+        return None
+    common = dict(space=UB, pipe=V, block_type=context.block_type)
+    kinds = (EventKind.READ, EventKind.READ, EventKind.WRITE)
+    constants = np.stack([base.constant_words(kind=kind, **common) for kind in kinds])
+    out = np.empty((3 * len(records), EVENT_DTYPE.itemsize // 8), dtype=np.uint64)
+    usual = base.compiled.binary(out, raw, BINARY_DTYPE.itemsize, words, _BINARY_OFFSETS, constants)
+    return out.view(EVENT_DTYPE).reshape(-1) if usual else None
+
+
+@plans(
+    RecordType.BINARY_OP, RecordType.TERNARY_OP, RecordType.VREDUCEV2_BINARY, dtype=BINARY_DTYPE,
+    compiled=binary_compiled,
+)  # fmt: skip
 def convert_binary(plan: Plan, r: np.ndarray, context: BlockContext, record_type: int) -> None:
     """BinaryOpRecord: src0 and src1 read, the destination written (TERNARY_OP: read then written), masked.
     msSanitizer takes the general MASK_COUNT path for all three (VREDUCEV2_BINARY included)."""
