@@ -90,6 +90,22 @@ class _Table:
         return Columns({name: column[: self.size] for name, column in self.columns.items()})
 
 
+_EXTENT_FIELDS = ("repeat", "block_num", "block_size", "block_stride", "repeat_stride")
+
+
+def native_extents(native: object | None, accesses: Columns) -> None:
+    """``accesses["ext"]`` filled with ``patterns.extents`` of the other columns: compiled where ``native`` is given
+    and every column has the model's dtype (held tables' columns are C-contiguous), else numpy's."""
+    columns = [accesses[name] for name in _EXTENT_FIELDS]
+    out = accesses["ext"]
+    if native is not None and out.dtype == np.uint64 and out.flags.c_contiguous and all(
+        c.dtype == EVENT_DTYPE[name] and c.flags.c_contiguous for name, c in zip(_EXTENT_FIELDS, columns, strict=True)
+    ):
+        native.extents(*columns, out)  # type: ignore[attr-defined]
+    else:
+        out[:] = extents(accesses)
+
+
 @dataclass(frozen=True, slots=True)
 class Stretch:
     """Complete blocks, one after the other: their rows in the held tables ([lo, hi) of events, accesses, sync
@@ -190,7 +206,7 @@ class HeldColumns:
             tuple((_OFFSET[name], syncs[name]) for name in SYNC_FIELDS),
         )  # fmt: skip
         if n:
-            accesses["ext"][:] = extents(accesses)
+            native_extents(self.native, accesses)
         return room["block_key"]
 
     def _append_numpy(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, size: int) -> np.ndarray:
