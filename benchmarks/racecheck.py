@@ -137,11 +137,15 @@ def kernel_stream(blocks: int, events_per_block: int, *, block_finish: bool = Tr
     return np.concatenate(parts)
 
 
-def check(stream: np.ndarray, blocks: int, *, prove: bool = True) -> tuple[float, float, float, float, list]:
+def check(stream: np.ndarray, blocks: int, *, prove: bool = True) -> tuple[float, float, float, float, list, float,
+                                                                         float]:  # fmt: skip
     """One kernel launch through a fresh detector, as each launch gets one: (wall s, CPU s, kernel_end's wall s,
-    kernel_end's CPU s, findings). ``prove=False``: the whole check at kernel_end only (the baseline)."""
+    kernel_end's CPU s, findings, user CPU s, system CPU s). ``prove=False``: the whole check at kernel_end only
+    (the baseline). The system part is mostly page faults of fresh memory (transparent huge pages' compaction
+    where the host defragments on madvise), which varies by up to 3x from run to run on a loaded host."""
     detector = Racecheck(_context())
     detector.prove_blocks = prove
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu, wall = time.process_time(), time.perf_counter()
     detector.kernel_begin(KernelLaunch(kernel=1, name="add_custom", block_dim=blocks, kernel_type="aiv"))
     for lo in range(0, stream.size, BATCH):
@@ -149,7 +153,9 @@ def check(stream: np.ndarray, blocks: int, *, prove: bool = True) -> tuple[float
     end, end_cpu = time.perf_counter(), time.process_time()
     findings = detector.kernel_end()
     done, done_cpu = time.perf_counter(), time.process_time()
-    return done - wall, done_cpu - cpu, done - end, done_cpu - end_cpu, findings
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    user, system = after.ru_utime - usage.ru_utime, after.ru_stime - usage.ru_stime
+    return done - wall, done_cpu - cpu, done - end, done_cpu - end_cpu, findings, user, system
 
 
 def _context() -> SessionContext:
@@ -203,6 +209,9 @@ def main() -> None:
                 "events_per_s_best": round(stream.size / min(walls)),
                 "events_per_s_median": round(stream.size / statistics.median(walls)),
                 "events_per_cpu_s_best": round(stream.size / min(r[1] for r in runs)),
+                "user_s": [round(r[5], 3) for r in runs],
+                "sys_s": [round(r[6], 3) for r in runs],
+                "events_per_user_s_best": round(stream.size / max(min(r[5] for r in runs), 1e-3)),
             }
         sweep.append(row)
         del stream, runs

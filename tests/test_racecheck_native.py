@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 
 from client_shim.events import EventKind, make_events
 from sanitizerd.detectors import _block_parts, _happens_before, _race_columns, racecheck
+from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
-from sanitizerd.detectors._race_columns import ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
+from sanitizerd.detectors._race_columns import _EXTENT_FIELDS, ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
 from sanitizerd.detectors._race_pairs import pieces
+from sanitizerd_protocol.patterns import extents
 from sanitizerd_protocol.records import EVENT_DTYPE
 from tests.detector_helpers import make_detector, run_kernel
 from tests.test_racecheck_model import random_kernel, to_events
@@ -252,7 +254,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
     """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
     loops do run on them (none refuses its input and leaves it to numpy)."""
     ran: list[str] = []
-    for name in ("gather", "select", "place", "fixpoint"):
+    for name in ("gather", "select", "place", "fixpoint", "extents"):
 
         def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
             ran.append(_name)
@@ -271,7 +273,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
         assert native == reference
         raced += any(f.kind.startswith("race") for f in native)
     assert raced >= 5
-    assert {"gather", "select", "place", "fixpoint"} <= set(ran)
+    assert {"gather", "select", "place", "fixpoint", "extents"} <= set(ran)
     assert fixpoints and all(fixpoints)
 
 
@@ -437,3 +439,71 @@ def test_small_unique_is_numpys_unique(values: list[int], dtype: type) -> None:
     got, want = _happens_before.small_unique(array), np.unique(array)
     assert got.dtype == want.dtype
     assert np.array_equal(got, want)
+
+
+def extent_columns(rng: np.random.Generator, n: int, how: int) -> np.ndarray:
+    """Access records whose pattern fields are small (numpy's one-row branch), random, at their bounds, or just
+    either side of the batch-wide saturation at 2**62 (units times block_size)."""
+    events = np.zeros(n, dtype=EVENT_DTYPE)
+    for name in ("repeat", "block_num", "block_stride", "repeat_stride"):
+        small = rng.integers(0, 3, n)
+        wide = np.where(rng.random(n) < 0.5, rng.choice([0, 1, 2, 0xFFFE, 0xFFFF], n), rng.integers(0, 1 << 16, n))
+        events[name] = small if how in (0, 3) else wide if how == 1 else np.where(rng.random(n) < 0.3, wide, small)
+    sizes = np.where(rng.random(n) < 0.5, rng.choice([0, 1, 32, 0xFFFFFFFF], n), rng.integers(0, 1 << 32, n))
+    events["block_size"] = sizes if how else rng.integers(0, 64, n)
+    if how == 3 and n:  # one access at 2**62 / block_size units, give or take one: saturating or not
+        i = int(rng.integers(0, n))
+        events["block_size"] = np.minimum(events["block_size"], 1 << 20)
+        if rng.random() < 0.5:
+            events[["repeat", "block_num", "block_stride", "repeat_stride"]][i] = (0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF)
+            units = 2 * 0xFFFE * 0xFFFF + 1
+            events["block_size"][i] = (1 << 62) // units + int(rng.integers(-1, 2))
+        else:  # 2**31 units (65534 * 32768 + 257 * 255 + 1) of 2**31 bytes: exactly 2**62, which saturates
+            events[["repeat", "block_num", "block_stride", "repeat_stride"]][i] = (0xFFFF, 258, 255, 32768)
+            events["block_size"][i] = (1 << 31) - int(rng.integers(0, 2))
+            if n > 1:  # (2**31 - 1)**2 bytes: odd and over 2**53, so it shows whether the batch saturated
+                j = (i + 1) % n
+                events[["repeat", "block_num", "block_stride", "repeat_stride"]][j] = (0xFFFF, 0xFFFF, 1, 32768)
+                events["block_size"][j] = (1 << 31) - 1
+    return events
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([0, 1, 2, 7, 300]), how=st.integers(0, 3))
+def test_compiled_extents_are_numpys(seed: int, n: int, how: int) -> None:
+    """The extents the compiled hold writes are patterns.extents' bit for bit, the batch-wide saturation
+    included."""
+    events = extent_columns(np.random.default_rng(seed), n, how)
+    want = extents(events)
+    columns = [np.ascontiguousarray(events[name]) for name in _EXTENT_FIELDS]
+    got = np.full(n, 12345, dtype=np.uint64)
+    assert COMPILED.extents(*columns, got) is None
+    assert want.dtype == got.dtype
+    assert np.array_equal(got, want)
+    held = Columns({name: column for name, column in zip(_EXTENT_FIELDS, columns, strict=True)})
+    held["ext"] = np.zeros(n, dtype=np.uint64)
+    _race_columns.native_extents(COMPILED, held)
+    assert np.array_equal(held["ext"], want)
+
+
+@needs_compiled
+def test_compiled_extents_refuse_bad_buffers() -> None:
+    """Lengths that differ, items of the wrong size, a read-only or strided out: refused, nothing written; the
+    wrapper gives numpy what the compiled loop would refuse."""
+    events = extent_columns(np.random.default_rng(3), 10, 2)
+    columns = [np.ascontiguousarray(events[name]) for name in _EXTENT_FIELDS]
+    out = np.zeros(10, dtype=np.uint64)
+    frozen = np.zeros(10, dtype=np.uint64)
+    frozen.flags.writeable = False
+    for bad in ([*columns[:4], columns[4][:9], out], [*columns, out[:9]], [*columns[:2], columns[0], *columns[3:], out],
+                [*columns, out.view(np.uint32)], [*columns, frozen]):  # fmt: skip
+        with pytest.raises((ValueError, TypeError, BufferError)):
+            COMPILED.extents(*bad)
+        assert not out.any()
+    with pytest.raises((ValueError, TypeError, BufferError)):
+        COMPILED.extents(*columns, np.zeros(20, dtype=np.uint64)[::2])
+    held = Columns({name: events[name] for name in _EXTENT_FIELDS})  # strided views of the records: numpy's path
+    held["ext"] = np.zeros(10, dtype=np.uint64)
+    _race_columns.native_extents(COMPILED, held)
+    assert np.array_equal(held["ext"], extents(events))

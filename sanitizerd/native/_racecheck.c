@@ -689,11 +689,77 @@ done:
     return result;
 }
 
+#define EXTENT_SATURATE ((uint64_t)1 << 62)
+
+/* extents(repeat, block_num, block_size, block_stride, repeat_stride, out) -> None
+ *
+ * sanitizerd_protocol.patterns.extents over gathered access columns (uint16 but block_size, uint32), into ``out``
+ * (uint64), bit for bit: ``units`` = (max(repeat, 1) - 1) * repeat_stride + (max(block_num, 1) - 1) *
+ * block_stride + 1 (below 2**33), the extent units * block_size, 0 where repeat or block_num is 0. As numpy
+ * does, the whole batch saturates together: if its largest units times its largest block_size reaches 2**62,
+ * every extent is min(double(units) * block_size, 2**62) converted back (numpy's float64 path). */
+static PyObject *extents(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[6] = {2, 2, 4, 2, 2, 8};
+    static const char *names[6] = {"repeat", "block_num", "block_size", "block_stride", "repeat_stride", "out"};
+    Py_buffer views[6];
+    int held = 0;
+    PyObject *result = NULL;
+    for (int i = 0; i < 6; i++) {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (i == 5 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(obj[i], &views[i], flags) < 0) {
+            goto done;
+        }
+        held++;
+        if (views[i].itemsize != sizes[i] || views[i].len != views[0].len / 2 * sizes[i]) {
+            PyErr_Format(PyExc_ValueError, "%s must have as many items as repeat, of %zd bytes", names[i], sizes[i]);
+            goto done;
+        }
+    }
+    {
+        Py_ssize_t n = views[0].len / 2;
+        const uint16_t *repeat = views[0].buf, *block_num = views[1].buf, *block_stride = views[3].buf;
+        const uint16_t *repeat_stride = views[4].buf;
+        const uint32_t *block_size = views[2].buf;
+        uint64_t *out = views[5].buf;
+        Py_BEGIN_ALLOW_THREADS
+        uint64_t units_max = 0, size_max = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t r = repeat[i] > 1 ? (uint64_t)repeat[i] - 1 : 0, b = block_num[i] > 1 ? (uint64_t)block_num[i] - 1 : 0;
+            uint64_t units = r * repeat_stride[i] + b * block_stride[i] + 1;
+            out[i] = units;
+            units_max = units > units_max ? units : units_max;
+            size_max = block_size[i] > size_max ? block_size[i] : size_max;
+        }
+        int saturate = n > 0 && size_max != 0 && units_max > (EXTENT_SATURATE - 1) / size_max;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (repeat[i] == 0 || block_num[i] == 0) {
+                out[i] = 0;
+            } else if (saturate) {
+                double span = (double)out[i] * (double)block_size[i];
+                out[i] = span < (double)EXTENT_SATURATE ? (uint64_t)span : EXTENT_SATURATE;
+            } else {
+                out[i] *= block_size[i];
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release_all(views, held);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
     {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
     {"select", select_held, METH_VARARGS, "Which of a batch's records racecheck holds, and which are accesses."},
     {"fixpoint", fixpoint, METH_VARARGS, "The happens-before clocks' least fixpoint, in place."},
+    {"extents", extents, METH_VARARGS, "patterns.extents over gathered access columns, into out."},
     {"ranges_beyond", ranges_beyond, METH_VARARGS, "The byte ranges of the marked accesses beyond one each."},
     {NULL, NULL, 0, NULL},
 };
