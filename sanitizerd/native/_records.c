@@ -564,6 +564,22 @@ static int fits(Py_ssize_t at, Py_ssize_t size, Py_ssize_t itemsize) {
     return at >= 0 && size >= 1 && size <= 8 && at <= itemsize - size;
 }
 
+/* A converter's member offsets (``count`` i64, from its Python record dtype) into ``at``, each checked against its
+ * size and the record's: 0 with a ValueError naming ``who`` where one is outside the record. */
+static int member_offsets(const Py_buffer *offsets, const int *sizes, int count, Py_ssize_t itemsize, Py_ssize_t *at,
+                          const char *who) {
+    for (int k = 0; k < count; k++) {
+        int64_t offset;
+        memcpy(&offset, (const unsigned char *)offsets->buf + 8 * k, 8);
+        if (!fits((Py_ssize_t)offset, sizes[k], itemsize)) {
+            PyErr_Format(PyExc_ValueError, "%s: a member is outside the record", who);
+            return 0;
+        }
+        at[k] = (Py_ssize_t)offset;
+    }
+    return 1;
+}
+
 /* One record field of ``fields``: where it is in a record, its size, the top it is saturated at, where it goes. */
 typedef struct {
     Py_ssize_t at;
@@ -722,14 +738,8 @@ static PyObject *dma_mov(PyObject *Py_UNUSED(module), PyObject *args) {
         goto done;
     }
     Py_ssize_t at[D_COUNT];
-    for (int k = 0; k < D_COUNT; k++) {
-        int64_t offset;
-        memcpy(&offset, (const unsigned char *)offsets.buf + 8 * k, 8);
-        if (!fits((Py_ssize_t)offset, dma_size[k], itemsize)) {
-            PyErr_SetString(PyExc_ValueError, "dma_mov: a member is outside the record");
-            goto done;
-        }
-        at[k] = (Py_ssize_t)offset;
+    if (!member_offsets(&offsets, dma_size, D_COUNT, itemsize, at, "dma_mov")) {
+        goto done;
     }
     {
         const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
@@ -817,14 +827,8 @@ static PyObject *binary(PyObject *Py_UNUSED(module), PyObject *args) {
         goto done;
     }
     Py_ssize_t at[B_COUNT];
-    for (int k = 0; k < B_COUNT; k++) {
-        int64_t offset;
-        memcpy(&offset, (const unsigned char *)offsets.buf + 8 * k, 8);
-        if (!fits((Py_ssize_t)offset, binary_size[k], itemsize)) {
-            PyErr_SetString(PyExc_ValueError, "binary: a member is outside the record");
-            goto done;
-        }
-        at[k] = (Py_ssize_t)offset;
+    if (!member_offsets(&offsets, binary_size, B_COUNT, itemsize, at, "binary")) {
+        goto done;
     }
     {
         const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
