@@ -49,7 +49,7 @@ JOB = re.compile(r"SUMMARY: job (\S+):")
 HOST_VARIABLES = (
     "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "LD_PRELOAD", "LD_PRELOAD_PATH", "ASCEND_HOME_PATH",
     "ASCEND_TOOLKIT_HOME", "SANITIZERD_SOCKET", "SANITIZERD_JOB", "SANITIZERD_ATTACH", "SANITIZERD_COMPAT_LAYOUT",
-    "MSOP_SOCKET_PATH", "MSSANITIZER_PID",
+    "MSOP_SOCKET_PATH", "MSSANITIZER_PID", "SANITIZERD_NATIVE",
 )  # fmt: skip
 
 # The clean and the buggy test of tests/test_pytest_plugin.py, copied: the smoke imports nothing from the checkout.

@@ -9,8 +9,9 @@ Why C through setuptools and not numba or Cython: docs/design.md, "Compiled hot 
 ``SANITIZERD_NATIVE`` chooses, for the whole process:
 
 - unset: the compiled loop where it was built, numpy's where not;
-- ``0``: numpy's everywhere (CI's second pass runs the daemon's tests so, as a machine without a compiler would);
-- ``1``: the compiled loop or an ImportError at import time (CI's first pass: a loop that failed to build must not
+- ``0``: numpy's everywhere (CI runs the tests of every module with a compiled twin so, as a machine without a
+  compiler would);
+- ``1``: the compiled loop or an ImportError at import time (CI's test passes: a loop that failed to build must not
   pass as numpy's in silence).
 """
 
