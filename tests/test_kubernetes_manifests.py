@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,9 @@ from sanitizerd.cli.main import _parser
 from sanitizerd.metrics_server import metrics_address
 from sanitizerd.sessions.hub import Limits
 from sanitizerd.socket_file import SOCKET_MODE
-from tests.conftest import ROOT, start_daemon, stop_daemon
+from tests.conftest import ROOT, wait_for_socket
+from tests.postgres_server import PostgresServer, postgres  # noqa: F401  (a fixture)
+from tests.test_e2e_daemon import free_port
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 DOC = ROOT / "docs" / "kubernetes.md"
@@ -416,21 +420,69 @@ def test_the_images_are_the_packages_version() -> None:
     assert f"sanitizerd-{__version__}.tar.gz" in DOC.read_text()
 
 
-# --- the liveness probe, against a real daemon -----------------------------------------------------------------
+# --- the DaemonSet's daemon, started as its pod starts it -----------------------------------------------------------
 
 
-def test_the_liveness_probe_passes_on_a_live_daemon_and_fails_without_one(short_dir: Path) -> None:
-    container = daemon_container(one("DaemonSet"))
-    command = container["livenessProbe"]["exec"]["command"]
-    socket = str(discovery.SYSTEM_SOCKET)
-    assert command[0] == "python3" and any(socket in part for part in command)
-    running = start_daemon(short_dir)
-    here = [sys.executable, *(part.replace(socket, str(running.socket)) for part in command[1:])]
+def test_the_daemon_starts_as_the_pod_runs_it_and_answers_its_probes(
+    postgres: PostgresServer,  # noqa: F811
+    short_dir: Path,
+) -> None:
+    """serve with the container's own arguments and the ConfigMap's file, its directories and port moved to this
+    machine's (the pod's mount paths map to directories here), the store a real PostgreSQL database: it starts,
+    its liveness command passes, /readyz answers ready, SIGTERM ends it within the grace period, and the liveness
+    command then fails."""
+    daemonset = one("DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    container = daemon_container(daemonset)
+    here = {mount["mountPath"]: short_dir / mount["name"] for mount in container["volumeMounts"]}
+    for directory in here.values():
+        directory.mkdir(mode=0o700)
+    config_map = one("ConfigMap")
+    for name, text in config_map["data"].items():
+        (here["/etc/sanitizerd"] / name).write_text(text)
+
+    def moved(text: str) -> str:
+        for mount_path, directory in here.items():
+            text = text.replace(mount_path + "/", f"{directory}/").replace(f"={mount_path}", f"={directory}")
+        return text
+
+    port = free_port()
+    kubelet = {  # what kubelet puts in each variable, for a pod on this machine with a limit of one CPU
+        "HOST_IP": "127.0.0.1",
+        "CPU_LIMIT": "1",
+        "SANITIZERD_STORE": postgres.url(postgres.new_database()),
+        "PGPASSWORD": "unused-by-trust-authentication",
+    }
+    assert set(kubelet) == {e["name"] for e in container["env"]}
+    args = [
+        moved(re.sub(r"\$\((\w+)\)", lambda m: kubelet[m[1]], a)).replace(":9464", f":{port}")
+        for a in container["args"]
+    ]
+    socket = Path(arguments({"args": args})["--socket"])
+    probe = [sys.executable, *(moved(part) for part in container["livenessProbe"]["exec"]["command"][1:])]
+    assert probe != [sys.executable, *container["livenessProbe"]["exec"]["command"][1:]]  # it names the socket
+    log = short_dir / "daemon.log"
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sanitizerd", *args],
+            stdout=log_file, stderr=log_file, stdin=subprocess.DEVNULL, env={**os.environ, **kubelet},
+        )  # fmt: skip
     try:
-        alive = subprocess.run(here, capture_output=True, text=True, timeout=60)
+        wait_for_socket(socket, process)
+        alive = subprocess.run(probe, capture_output=True, text=True, timeout=60)
+        assert alive.returncode == 0, alive.stderr
+        path = container["readinessProbe"]["httpGet"]["path"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as ready:
+            assert ready.status == 200
     finally:
-        assert stop_daemon(running) == 0, running.log_text()
-    assert alive.returncode == 0, alive.stderr
-    gone = subprocess.run(here, capture_output=True, text=True, timeout=60)
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(spec["terminationGracePeriodSeconds"])
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+    assert code == 0, log.read_text()
+    gone = subprocess.run(probe, capture_output=True, text=True, timeout=60)
     assert gone.returncode != 0
     assert container["livenessProbe"]["timeoutSeconds"] > 5  # the probe's own wait for the hello's answer
