@@ -1,6 +1,7 @@
 """deploy/kubernetes/: every manifest valid for the Kubernetes versions docs/kubernetes.md states, and in agreement with
 the daemon's code (where clients look for the socket, the socket's mode, the command line serve accepts, the config
-file it accepts, its drain time) and with the job pods docs/kubernetes.md shows; the liveness probe asks a real daemon.
+file it accepts, its drain time) and with the job pods docs/kubernetes.md shows; and the DaemonSet's daemon, started
+here with the container's own arguments, answers its probes.
 
 The built-in kinds are checked by ``kubernetes-validate`` against the API's own schemas, strictly (an unknown field
 fails). It knows no custom resources: the ServiceMonitor is checked against ``SERVICE_MONITOR`` below, the part of
@@ -184,7 +185,7 @@ def daemon_container(daemonset: Doc) -> Doc:
 
 def arguments(container: Doc) -> dict[str, str]:
     """``--name=value`` arguments by name (the manifests write each option in that one form)."""
-    found = {}
+    found: dict[str, str] = {}
     for argument in container["args"]:
         name, equals, value = argument.partition("=")
         if equals:
@@ -211,7 +212,7 @@ def pod_specs(example: Doc) -> Iterator[Doc]:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_manifest_is_valid_for_the_stated_kubernetes(version: str) -> None:
-    checked = set()
+    checked: set[str] = set()
     for docs in manifests().values():
         for doc in docs:
             if doc["kind"] == "ServiceMonitor":
@@ -226,7 +227,7 @@ def test_every_manifest_is_valid_for_the_stated_kubernetes(version: str) -> None
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_docs_job_examples_are_valid(version: str) -> None:
-    kinds = []
+    kinds: list[str] = []
     for example in doc_examples():
         kinds.append(example["kind"])
         if example["kind"] == "Pod":
@@ -307,7 +308,7 @@ def test_the_uid_is_the_service_users_in_every_place_that_names_it() -> None:
     uid, gid = service_uid_and_gid()
     text = DOC.read_text()
     # every image in the docs (the daemon's, the job's) names that uid as the service user clients trust
-    named = []
+    named: list[tuple[int | None, str]] = []
     for line in re.findall(r"useradd (--[^\n`]*)", text):
         given = re.search(r"--uid (\d+)", line)
         named.append((int(given[1]) if given else None, line.split()[-1]))
