@@ -438,25 +438,26 @@ def test_the_daemon_starts_as_the_pod_runs_it_and_answers_its_probes(
     here = {mount["mountPath"]: short_dir / mount["name"] for mount in container["volumeMounts"]}
     for directory in here.values():
         directory.mkdir(mode=0o700)
-    config_map = one("ConfigMap")
-    for name, text in config_map["data"].items():
-        (here["/etc/sanitizerd"] / name).write_text(text)
+    mounted = re.compile("(?<![\\w/])(" + "|".join(re.escape(path) for path in here) + ")(?=/|$|')")
 
     def moved(text: str) -> str:
-        for mount_path, directory in here.items():
-            text = text.replace(mount_path + "/", f"{directory}/").replace(f"={mount_path}", f"={directory}")
-        return text
+        """``text`` with each of the pod's mount paths in it as this machine's directory (one pass: a directory
+        here may lie under a path the pod mounts, /tmp)."""
+        return mounted.sub(lambda m: str(here[m[1]]), text)
 
+    config_file = Path(moved(arguments(container)["--config"]))
+    config_file.write_text(one("ConfigMap")["data"][config_file.name])
+    (pod_port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "metrics"]
     port = free_port()
-    kubelet = {  # what kubelet puts in each variable, for a pod on this machine with a limit of one CPU
+    kubelet = {  # what kubelet puts in each variable, for a pod on this machine with a limit of two CPUs
         "HOST_IP": "127.0.0.1",
-        "CPU_LIMIT": "1",
+        "CPU_LIMIT": "2",  # a listener and two worker processes: the shape the DaemonSet runs
         "SANITIZERD_STORE": postgres.url(postgres.new_database()),
         "PGPASSWORD": "unused-by-trust-authentication",
     }
     assert set(kubelet) == {e["name"] for e in container["env"]}
     args = [
-        moved(re.sub(r"\$\((\w+)\)", lambda m: kubelet[m[1]], a)).replace(":9464", f":{port}")
+        re.sub(r"\$\((\w+)\)", lambda m: kubelet[m[1]], moved(a)).replace(f":{pod_port}", f":{port}")
         for a in container["args"]
     ]
     socket = Path(arguments({"args": args})["--socket"])
@@ -469,7 +470,10 @@ def test_the_daemon_starts_as_the_pod_runs_it_and_answers_its_probes(
             stdout=log_file, stderr=log_file, stdin=subprocess.DEVNULL, env={**os.environ, **kubelet},
         )  # fmt: skip
     try:
-        wait_for_socket(socket, process)
+        try:
+            wait_for_socket(socket, process)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {args}:\n{log.read_text()}") from None
         alive = subprocess.run(probe, capture_output=True, text=True, timeout=60)
         assert alive.returncode == 0, alive.stderr
         path = container["readinessProbe"]["httpGet"]["path"]
