@@ -341,8 +341,20 @@ def test_job_pods_in_the_docs_mount_the_daemons_socket_and_attach() -> None:
                 command = container.get("command", [])
                 run = command[:2] == ["sanitizerd", "run"]
                 assert run or env.get(attach.ATTACH_ENV) == "1", f"{example['metadata']['name']} does not attach"
-                if run:  # msSanitizer's hooks reach the daemon over abstract sockets: the node's network namespace
-                    assert spec.get("hostNetwork") is True
+
+
+def test_the_daemon_shares_the_nodes_namespaces_that_msSanitizers_hooks_need() -> None:
+    """``sanitizerd run`` of a CANN program in a job pod: the hooks reach the daemon's socket in msSanitizer's form,
+    an abstract socket, through the network namespace they share with it; the daemon names that socket after the
+    run's pid and watches that process end, from SO_PEERCRED, which gives 0 for a process outside its pid namespace
+    (server/compat_socket.py refuses the run then). So the daemon has the node's network and pids, and a job pod
+    that runs ``sanitizerd run`` the node's network."""
+    spec = one("DaemonSet")["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True and spec["hostPID"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"  # the store's name still resolves in the cluster
+    runs = [pod for example in doc_examples() for pod in pod_specs(example)
+            if any(c.get("command", [])[:2] == ["sanitizerd", "run"] for c in pod["containers"])]  # fmt: skip
+    assert runs and all(pod.get("hostNetwork") is True for pod in runs)
 
 
 def test_the_metrics_port_agrees_across_the_daemon_service_and_monitor() -> None:
