@@ -410,11 +410,8 @@ def _map_rows(findings: Sequence[Finding], facts: KernelFacts | None) -> list[tu
         return None if best is None or best[0] > 1 << 20 else best[1]
 
     for finding in findings:
-        marks: list[_Mark] = [(finding.kind.replace("_", " "), finding.address, max(finding.size, 1), "#b00020")]
-        if facts is not None and (finding.address, finding.size) in facts.writers:
-            marks = [(f"{label} wrote", lo, hi - lo, "#d97706")
-                     for label, (lo, hi) in sorted(facts.writers[(finding.address, finding.size)].items())] + marks
         where = nearest(finding.address, finding.address + max(finding.size, 1))
+        marks = _marks(finding, facts, allocations[where] if where is not None else None)
         if where is None:
             loose += marks
         else:
@@ -454,7 +451,7 @@ def _memory_map(kernel: str, findings: Sequence[Finding], facts: KernelFacts | N
     height = 34 * sum(1 + len(marks) for _, marks in rows) + 10
     out = [
         f'<figure role="group" aria-label="memory map of {_e(kernel)}"><h3>Memory map of {_e(kernel)}</h3>',
-        f'<svg role="img" aria-label="{_e(f"GM allocations of {kernel}")}" width="{_BAR_W + 560}" '
+        f'<svg role="img" aria-label="{_e(f"GM allocations of {kernel}")}" width="{_BAR_W + 700}" '
         f'height="{height}">',
     ]
     top = 6
