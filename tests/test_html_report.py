@@ -63,12 +63,17 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
                   html=True)  # fmt: skip
         run_saved(daemon, base, "stomping", ["-t", "memcheck"], str(EXAMPLES / "planted.py"), "out_of_bounds",
                   html=True)  # fmt: skip
-        run_saved(daemon, base, "two_kinds", ["-t", "racecheck", "-t", "synccheck"], str(EXAMPLES / "races.py"),
-                  "deadlock", html=True)  # fmt: skip
+        rules = base / "suppress.toml"
+        rules.write_text('[[suppress]]\nkind = "deadlock"\nreason = "the planted hang, known"\n')
+        run_saved(daemon, base, "two_kinds", ["-t", "racecheck", "--suppressions", str(rules)],
+                  str(EXAMPLES / "races.py"), "deadlock", html=True)  # fmt: skip
+        query = sanitizerd("findings", "--job", race, "--format", "html", "--socket", str(daemon.socket))
+        assert query.returncode == 0, query.stderr
+        (base / "query.html").write_text(query.stdout)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()
         shutil.rmtree(short, ignore_errors=True)
-    yield {name: base / f"{name}.html" for name in ("race", "illegal_read", "stomping", "two_kinds")}
+    yield {name: base / f"{name}.html" for name in ("race", "illegal_read", "stomping", "two_kinds", "query")}
 
 
 def test_pages_are_self_contained(pages: dict[str, Path]) -> None:
@@ -84,6 +89,13 @@ def test_race_page_names_the_missing_order(pages: dict[str, Path]) -> None:
     text = pages["race"].read_text()
     assert MISSING in text
     assert "set_flag(PIPE_MTE2, PIPE_V, event 0) at serial 14 has no wait_flag before serial 15" in text
+
+
+def test_findings_query_as_a_page(pages: dict[str, Path]) -> None:
+    """`findings --format html`: the same race from the store alone, its missing order said, no timeline (no
+    stream), and where to get one."""
+    text = pages["query"].read_text()
+    assert MISSING in text and "timeline of block" not in text and "--save FILE" in text
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +200,10 @@ def test_filters_hide_rows_in_chromium(browser: Any, pages: dict[str, Path]) -> 
         race = table.get_by_role("row", name=re.compile(r"^finding \d+: race_raw"))
         deadlock = table.get_by_role("row", name=re.compile(r"^finding \d+: deadlock"))
         assert race.is_visible() and deadlock.is_visible()
+        # the suppressed deadlock is listed, greyed, with the rule's reason
+        assert "suppressed: the planted hang, known" in deadlock.inner_text()
+        assert deadlock.evaluate("row => getComputedStyle(row).color") == "rgb(153, 153, 153)"
+        assert race.evaluate("row => getComputedStyle(row).color") != "rgb(153, 153, 153)"
         page.get_by_label("filter by kind").select_option("deadlock")
         assert deadlock.is_visible() and not race.is_visible()
         assert page.get_by_role("status").filter(has_text="finding(s) shown").inner_text() == "1 of 2 finding(s) shown"

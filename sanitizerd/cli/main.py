@@ -156,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         query = commands.add_parser(name, help=help_text, description=help_text)
         query.add_argument("--socket", type=Path, default=None, help=_SOCKET_HELP)
-        formats = ["text", "json", "sarif", "junit"] if name == "findings" else ["text", "json"]
+        formats = ["text", "json", "sarif", "junit", "html"] if name == "findings" else ["text", "json"]
         query.add_argument("--format", choices=formats, default="text", help="output format [text]")
         if name == "findings":
             _finding_filters(query)
@@ -199,7 +199,7 @@ def _finding_filters(query: argparse.ArgumentParser) -> None:
     )
     query.add_argument(
         "--show-suppressed", action="store_true",
-        help="text and JUnit: also the findings a suppression rule hid, each under its reason (JSON and SARIF "
+        help="text and JUnit: also the findings a suppression rule hid, each under its reason (JSON, SARIF and HTML "
         "always carry them, marked)",
     )  # fmt: skip
     query.add_argument(

@@ -521,15 +521,21 @@ def _sdc(findings: Sequence[Finding]) -> str:
     rows = []
     for f in findings:
         r = f.replay
+        if r is None:
+            rows.append(f"<tr><td>{f.device}</td><td></td><td>-</td><td></td><td>{_e(f.detail)}</td></tr>")
+            continue
+        who = f"replay {r.replay}" if f.kind == "sdc_mismatch" else f"replica group {r.replica_group or '-'}"
+        if r.ranks:
+            who += f" (ranks {','.join(map(str, r.ranks))}: no majority)"
         rows.append(
-            f"<tr><td>{r.rank if r else f.device}</td><td>{r.step if r else ''}</td><td>{r.replay if r else ''}</td>"
-            f"<td>{_e(r.replica_group or '-') if r else '-'}</td><td>{_e(r.signature if r else '')}</td>"
-            f"<td>{_e(f.detail)}</td></tr>"
+            f"<tr><td>{r.rank}</td><td>{r.step} (local {r.local_step})</td><td>{_e(who)}</td>"
+            f"<td>{_e(r.signature)}</td><td>{_e(f.detail)}</td></tr>"
         )
+    # a signature is a digest per tensor: it says which tensor differs first, not by how many elements
     return (
         '<section aria-labelledby="h-sdc"><h2 id="h-sdc">Silent data corruption</h2>'
-        '<table aria-label="silent data corruption"><thead><tr><th>Rank</th><th>Step</th><th>Replay</th>'
-        "<th>Replica group</th><th>Signature</th><th>What disagreed</th></tr></thead><tbody>"
+        '<table aria-label="silent data corruption"><thead><tr><th>Rank</th><th>Step</th><th>Which disagreed</th>'
+        "<th>First tensor that differs</th><th>Report</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table></section>"
     )
