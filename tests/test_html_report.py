@@ -215,3 +215,66 @@ def test_filters_hide_rows_in_chromium(browser: Any, pages: dict[str, Path]) -> 
         assert errors == [] and fetched == []
     finally:
         page.close()
+
+
+def test_page_size_is_bounded_by_the_table() -> None:
+    """20 000 findings: the table lists the first 5 000 and says where the rest are; the page stays under 5 MB."""
+    from sanitizerd.findings.html import MAX_TABLE_ROWS, render_html
+    from sanitizerd_protocol.model import Frame, make_finding
+
+    stack = [Frame(file="/opt/k/add_custom.cpp", line=18, column=5, function="CopyIn")]
+    found = [
+        make_finding("illegal_read", job="j", session=1, device=i % 8, kernel=f"k{i % 50}", launch=1 + i % 50,
+                     blocks={"aiv": [i % 48]}, address=0x12C0C0000000 + 32 * i, size=32, serial=i, stack=stack)
+        for i in range(20_000)
+    ]  # fmt: skip
+    page = render_html(found, title="many", version="test")
+    assert len(page.encode()) < 5_000_000
+    assert page.count('<tr id="finding-') == MAX_TABLE_ROWS
+    assert "15000 more finding(s) not listed" in page
+    # deep stacks make long rows: the table stops at its budget, whatever the row count
+    deep = [Frame(file=f"/opt/k/layer{n}.cpp", line=n, column=1, function=f"Layer{n}::Run()") for n in range(64)]
+    for finding in found:
+        finding.stack = deep
+    page = render_html(found, title="deep", version="test")
+    assert len(page.encode()) < 5_000_000 and "more finding(s) not listed" in page
+
+
+def test_client_text_is_escaped() -> None:
+    """A kernel name, a file and a detail come from the client: they are text on the page, never markup."""
+    from sanitizerd.findings.html import render_html
+    from sanitizerd_protocol.model import Frame, RaceAccess, make_finding
+
+    hostile = '<img src=x onerror="alert(1)">'
+    access = RaceAccess(pipe=hostile, op="Write", address=0, block_type="aiv", blocks=[0], serial=1,
+                        location=Frame(file=hostile, line=1))  # fmt: skip
+    race = make_finding("race_raw", kernel=hostile, launch=1, blocks={"aiv": [0]}, space="UB", detail=hostile,
+                        accesses=[access, access])  # fmt: skip
+    page = render_html([race], title=hostile, version="test")
+    assert hostile not in page and "<img" not in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+
+
+def test_race_timelines_stay_within_the_budget() -> None:
+    """100 races each with a full window of 300 events (two blocks each): the first are drawn, the rest listed
+    with their missing order but no timeline, and the page stays under 5 MB."""
+    from sanitizerd.findings.html import KernelFacts, PipeEvent, StreamFacts, race_windows, render_html
+    from sanitizerd_protocol.model import RaceAccess, make_finding
+
+    facts = KernelFacts(name="big")
+    races = []
+    for n in range(100):
+        first = RaceAccess(pipe="PIPE_MTE2", op="Write", address=0, block_type="aiv", blocks=[n], serial=1000)
+        second = RaceAccess(pipe="PIPE_V", op="Read", address=0, block_type="aiv", blocks=[n + 1], serial=1290)
+        race = make_finding("race_raw", session=1, launch=1, kernel="big", space="UB", accesses=[first, second])
+        races.append(race)
+        for window in race_windows(race):
+            facts.windows[window] = [
+                PipeEvent(serial=window[2] + i, pipe="PIPE_MTE2" if i % 2 else "PIPE_V", what="read", space="UB",
+                          address=0x100 * i, size=256)
+                for i in range(300)
+            ]  # fmt: skip
+    page = render_html(races, title="big", version="test", facts=StreamFacts(kernels={(1, 1): facts}))
+    assert len(page.encode()) < 5_000_000
+    assert "timeline of block aiv 0," in page and "Timeline left out" in page
+    assert page.count('aria-label="missing order"') == 100

@@ -24,8 +24,12 @@ from sanitizerd_protocol.model import ERROR, Finding, RaceAccess
 # of a full barrier, a newer chip's) gets a lane of its own after these when it appears.
 LANES: Final = ("PIPE_S", "PIPE_V", "PIPE_M", "PIPE_MTE1", "PIPE_MTE2", "PIPE_MTE3", "PIPE_FIX")
 MAX_TABLE_ROWS: Final = 5000  # a row is about half a kilobyte: the table stays well under the page's 5 MB budget
+TABLE_BUDGET: Final = 3_000_000  # characters of table rows, whatever the rows' stacks: the rest of 5 MB is pictures
 MAX_RACES_DRAWN: Final = 100
+RACES_BUDGET: Final = 1_200_000  # characters of race timelines; races past it are listed without one
 MAX_MAP_ROWS: Final = 32  # allocations drawn per kernel: those the findings touch first
+MAX_MAP_FINDINGS: Final = 20  # findings drawn on one kernel's memory map (each is a row of its own)
+MAX_KERNELS_DRAWN: Final = 200  # launches given a memory map and an overview
 RACE_KINDS: Final = frozenset({"race_raw", "race_war", "race_waw"})
 # Findings drawn on the memory map: a GM range a kernel touched wrongly.
 MAP_KINDS: Final = frozenset(
@@ -206,7 +210,14 @@ def _select(name: str, label: str, values: Sequence[str]) -> str:
 
 
 def _table(findings: Sequence[Finding]) -> str:
-    shown = findings[:MAX_TABLE_ROWS]
+    rows: list[str] = []
+    size = 0
+    for i, finding in enumerate(findings[:MAX_TABLE_ROWS], 1):
+        rows.append(_row(i, finding))
+        size += len(rows[-1])
+        if size > TABLE_BUDGET:  # deep stacks make rows long: the page's budget holds whatever they are
+            break
+    shown = findings[: len(rows)]
     kinds = sorted({f.kind for f in shown})
     kernels = sorted({f.kernel or "" for f in shown})
     devices = sorted({str(f.device) for f in shown}, key=int)
@@ -223,7 +234,7 @@ def _table(findings: Sequence[Finding]) -> str:
         '<table id="findings" aria-label="findings"><thead><tr><th>#</th><th>Kind</th><th>Kernel</th>'
         "<th>Launch</th><th>Blocks</th><th>Device</th><th>Where</th><th>Report and stack</th></tr></thead><tbody>",
     ]
-    parts += [_row(i, f) for i, f in enumerate(shown, 1)]
+    parts += rows
     parts.append("</tbody></table>")
     if len(findings) > len(shown):
         parts.append(f'<p class="note">{len(findings) - len(shown)} more finding(s) not listed: '
@@ -354,7 +365,7 @@ def unwaited(finding: Finding, events: Sequence[PipeEvent]) -> str:
     return ""
 
 
-def _race(index: int, finding: Finding, facts: KernelFacts | None) -> str:
+def _race(index: int, finding: Finding, facts: KernelFacts | None, *, draw: bool = True) -> str:
     words = missing_order(finding)
     accesses = "".join(
         f"<li>{_e(a.pipe)} {_e(a.op)} at {finding.space}+{a.address:#x} in block {_e(a.block_type)} "
@@ -367,7 +378,10 @@ def _race(index: int, finding: Finding, facts: KernelFacts | None) -> str:
         f'<ul aria-label="race accesses">{accesses}</ul>',
         f'<p class="missing" role="note" aria-label="missing order">{_e(words)}</p>',
     ]
-    if facts is None:
+    if facts is not None and not draw:
+        parts.append('<p class="note">Timeline left out: the page\'s budget for pictures is spent by the races '
+                     "above.</p>")  # fmt: skip
+    elif facts is None:
         parts.append('<p class="note">No saved stream for this kernel: run with <code>--save FILE</code> and give '
                      "it to <code>report --save</code> to see the block's pipes.</p>")  # fmt: skip
     else:
@@ -558,23 +572,31 @@ def render_html(findings: Sequence[Finding], *, title: str, version: str, facts:
     races = [(i, f) for i, f in enumerate(findings, 1) if f.kind in RACE_KINDS]
     if races:
         body.append('<section aria-labelledby="h-races"><h2 id="h-races">Races</h2>')
-        body += [_race(i, f, known.get((f.session, f.launch))) for i, f in races[:MAX_RACES_DRAWN]]
+        drawn = 0
+        for i, f in races[:MAX_RACES_DRAWN]:
+            body.append(_race(i, f, known.get((f.session, f.launch)), draw=drawn < RACES_BUDGET))
+            drawn += len(body[-1])
         if len(races) > MAX_RACES_DRAWN:
             body.append(f'<p class="note">{len(races) - MAX_RACES_DRAWN} more race(s) not drawn.</p>')
         body.append("</section>")
     launches = sorted(set(kernels) | set(known))
     if launches:
         body.append('<section aria-labelledby="h-kernels"><h2 id="h-kernels">Kernels</h2>')
-        for key in launches:
+        for key in launches[:MAX_KERNELS_DRAWN]:
             found = kernels.get(key, [])
             kfacts = known.get(key)
             name = kfacts.name if kfacts else (found[0].kernel or "?")
             body.append(f"<h3>{_e(name)} (session {key[0]}, launch {key[1]})</h3>")
             mapped = [f for f in found if f.kind in MAP_KINDS and f.space == "GM"]
             if mapped or (kfacts and kfacts.allocations and found):
-                body.append(_memory_map(name, mapped, kfacts))
+                body.append(_memory_map(name, mapped[:MAX_MAP_FINDINGS], kfacts))
+            if len(mapped) > MAX_MAP_FINDINGS:
+                body.append(f'<p class="note">{len(mapped) - MAX_MAP_FINDINGS} more finding(s) of this launch are '
+                            "not drawn on its map: the table lists them.</p>")  # fmt: skip
             if kfacts is not None:
                 body.append(_overview(name, kfacts))
+        if len(launches) > MAX_KERNELS_DRAWN:
+            body.append(f'<p class="note">{len(launches) - MAX_KERNELS_DRAWN} more kernel launch(es) not drawn.</p>')
         body.append("</section>")
     sdc = [f for f in findings if f.kind in SDC_KINDS]
     if sdc:
