@@ -70,10 +70,18 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
         query = sanitizerd("findings", "--job", race, "--format", "html", "--socket", str(daemon.socket))
         assert query.returncode == 0, query.stderr
         (base / "query.html").write_text(query.stdout)
+        replayed = sanitizerd("replay", str(base / "race.save"), "--socket", str(daemon.socket))
+        assert replayed.returncode == 0, replayed.stderr
+        made = sanitizerd(
+            "report", JOB.search(replayed.stdout).group(1), "--html", str(base / "replayed.html"),  # type: ignore[union-attr]
+            "--save", str(base / "race.save"), "--socket", str(daemon.socket),
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
     finally:
         assert stop_daemon(daemon) == 0, daemon.log_text()
         shutil.rmtree(short, ignore_errors=True)
-    yield {name: base / f"{name}.html" for name in ("race", "illegal_read", "stomping", "two_kinds", "query")}
+    names = ("race", "illegal_read", "stomping", "two_kinds", "query", "replayed")
+    yield {name: base / f"{name}.html" for name in names}
 
 
 def test_pages_are_self_contained(pages: dict[str, Path]) -> None:
@@ -89,6 +97,13 @@ def test_race_page_names_the_missing_order(pages: dict[str, Path]) -> None:
     text = pages["race"].read_text()
     assert MISSING in text
     assert "set_flag(PIPE_MTE2, PIPE_V, event 0) at serial 14 has no wait_flag before serial 15" in text
+
+
+def test_replayed_job_is_drawn_from_its_save(pages: dict[str, Path]) -> None:
+    """`replay FILE`, then `report` of the replay's job with the same file: the replay's sessions have new ids,
+    and the race is still drawn on the recorded block's pipes."""
+    text = pages["replayed"].read_text()
+    assert MISSING in text and 'aria-label="timeline of block aiv 0, serial 7 to 21"' in text
 
 
 def test_findings_query_as_a_page(pages: dict[str, Path]) -> None:

@@ -119,9 +119,26 @@ def stream_facts(
     facts = StreamFacts()
     for key, launch in launches.items():
         events = np.concatenate(launch.batches) if launch.batches else as_events(b"")
+        key = _findings_key(key, launch.facts.name, wanted, launches)
         _summarise(launch.facts, events, wanted.get(key, []))
         facts.kernels[key] = launch.facts
     return facts
+
+
+def _findings_key(
+    key: tuple[int, int],
+    name: str,
+    wanted: dict[tuple[int, int], list[Finding]],
+    launches: dict[tuple[int, int], _Launch],
+) -> tuple[int, int]:
+    """The (session, launch) the findings give a recorded launch. A replayed job's sessions have new ids: where no
+    finding names the recorded key, the one launch of the findings with its number and kernel name that names no
+    recorded launch is it (a single-session job's always is; a launch several sessions share stays undrawn rather
+    than drawn from another session's stream)."""
+    if key in wanted:
+        return key
+    same = [k for k, found in wanted.items() if k[1] == key[1] and found[0].kernel == name and k not in launches]
+    return same[0] if len(same) == 1 else key
 
 
 def _summarise(facts: KernelFacts, events: np.ndarray, findings: Sequence[Finding]) -> None:
