@@ -727,7 +727,7 @@ class TestReport:
     @pytest.mark.parametrize(
         ("name", "fmt"),
         [("r.sarif", "sarif"), ("r.xml", "junit"), ("R.XML", "junit"), ("r.json", "json"), ("report", "sarif"),
-         ("r.txt", "sarif")],
+         ("r.txt", "sarif"), ("r.html", "html"), ("r.htm", "html")],
     )  # fmt: skip
     def test_format_from_the_suffix(self, app: str, tmp_path: Path, name: str, fmt: str) -> None:
         opts = parse(app, f"--report={tmp_path / name}")
@@ -745,7 +745,7 @@ class TestReport:
     def test_unknown_format(self, app: str, value: str) -> None:
         err = usage_error(["--report=r", f"--report-format={value}", app])
         assert err.message.startswith("[sanitizerd] ERROR: --report-format param is invalid. require one of "
-                                      "sarif|junit|json\n")  # fmt: skip
+                                      "sarif|junit|json|html\n")  # fmt: skip
 
     def test_empty_path(self, app: str) -> None:
         err = usage_error(["--report=", app])

@@ -139,6 +139,16 @@ def _parser() -> argparse.ArgumentParser:
         help="exit with N when the replay reports an error, as `run --error-exitcode` [0: off]",
     )  # fmt: skip
 
+    report = commands.add_parser("report", help="write a job's findings as a visual HTML page (docs/report.md)")
+    report.add_argument("job", help="the job's full name, as `jobs` lists it and `run` prints in its summary")
+    report.add_argument("--html", required=True, metavar="OUT.html", help="write the page here")
+    report.add_argument(
+        "--save", default=None, metavar="FILE",
+        help="the job's stream saved by `run --save FILE`: adds each race's pipe timeline and the memory map",
+    )  # fmt: skip
+    report.add_argument("--socket", type=Path, default=None, help=_SOCKET_HELP)
+    _store_option(report, "read the job's findings from this PostgreSQL store instead of asking a daemon")
+
     for name, help_text in (
         ("findings", "print findings from a running daemon"),
         ("sessions", "list sessions"),
@@ -146,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         query = commands.add_parser(name, help=help_text, description=help_text)
         query.add_argument("--socket", type=Path, default=None, help=_SOCKET_HELP)
-        formats = ["text", "json", "sarif", "junit"] if name == "findings" else ["text", "json"]
+        formats = ["text", "json", "sarif", "junit", "html"] if name == "findings" else ["text", "json"]
         query.add_argument("--format", choices=formats, default="text", help="output format [text]")
         if name == "findings":
             _finding_filters(query)
@@ -189,7 +199,7 @@ def _finding_filters(query: argparse.ArgumentParser) -> None:
     )
     query.add_argument(
         "--show-suppressed", action="store_true",
-        help="text and JUnit: also the findings a suppression rule hid, each under its reason (JSON and SARIF "
+        help="text and JUnit: also the findings a suppression rule hid, each under its reason (JSON, SARIF and HTML "
         "always carry them, marked)",
     )  # fmt: skip
     query.add_argument(
@@ -259,6 +269,11 @@ def _main(argv: list[str]) -> int:
             args.file, socket=str(args.socket) if args.socket else None, fmt=args.format,
             error_exitcode=args.error_exitcode,
         )  # fmt: skip
+    if args.command == "report":
+        from sanitizerd.cli.report import report
+
+        return report(args.job, out=args.html, socket=str(args.socket) if args.socket else None, save=args.save,
+                      store=args.store or "")  # fmt: skip
     if args.command in ("findings", "sessions", "jobs"):
         from sanitizerd.cli import query
 

@@ -64,9 +64,9 @@ MAX_EXIT_CODE = 255
 MAX_SINGLE_PIPE_DISTANCE = 1 << 20
 
 LOG_LEVELS = ("info", "warn", "error")
-REPORT_FORMATS = ("sarif", "junit", "json")
+REPORT_FORMATS = ("sarif", "junit", "json", "html")
 # --report's format when --report-format is not given: by the file's suffix, else SARIF
-_REPORT_SUFFIXES = {".sarif": "sarif", ".xml": "junit", ".json": "json"}
+_REPORT_SUFFIXES = {".sarif": "sarif", ".xml": "junit", ".json": "json", ".html": "html", ".htm": "html"}
 DEMANGLE_MODES = ("full", "simple", "no")
 YES_NO = ("no", "yes")
 _SELECTABLE_TOOLS = (
@@ -367,8 +367,8 @@ _OPTIONS: tuple[_Option, ...] = (
             about=("write the run's findings to <file> when it ends, for CI [none]",)),
     _Option("report-format", _OURS, _one_of, "report_format", choices=REPORT_FORMATS,
             invalid=f". require one of {'|'.join(REPORT_FORMATS)}",
-            about=("the report's format [by <file>'s suffix: .sarif, .xml (junit), .json;",
-                   "else sarif]")),
+            about=("the report's format [by <file>'s suffix: .sarif, .xml (junit), .json,",
+                   ".html (a visual page, docs/report.md); else sarif]")),
     _Option("suppressions", _OURS, _suppressions, "config.suppressions", metavar="<file>", allowed=None,
             invalid=_REQUIRE_FILE_PATH,
             about=("hide the known findings its [[suppress]] rules name, each with a",

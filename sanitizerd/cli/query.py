@@ -39,10 +39,10 @@ def _ask(socket: str | None, query: m.Message, answer: type[M]) -> M | None:
 
 
 def shown(found: list[Finding], fmt: str, show_suppressed: bool) -> list[Finding]:
-    """What a format prints: JSON and SARIF carry suppressed findings marked with their reason (SARIF's own
+    """What a format prints: JSON, SARIF and HTML carry suppressed findings marked with their reason (SARIF's own
     ``suppressions``), for the tools that read them; text and JUnit, read by people and as pass/fail, leave them
     out unless asked."""
-    if show_suppressed or fmt in ("json", "sarif"):
+    if show_suppressed or fmt in ("json", "sarif", "html"):
         return found
     return [f for f in found if not f.suppressed]
 
@@ -61,6 +61,10 @@ def findings(
         sys.stdout.write(render_json(found).decode() + "\n")
     elif fmt == "sarif":
         sys.stdout.write(render_sarif(found, version=__version__))
+    elif fmt == "html":  # the visual page of what the query selected, without a stream (docs/report.md)
+        from sanitizerd.cli.report import html_page
+
+        sys.stdout.write(html_page(found, title="findings query"))
     elif fmt == "junit":
         # Only the launches with findings: which kernels ran clean only `run --report` knows.
         sys.stdout.write(render_junit(found))

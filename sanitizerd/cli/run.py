@@ -389,12 +389,16 @@ def cut_lines(job: str, reporter: Reporter) -> str:
     )
 
 
-def report_text(fmt: str, job: str, reporter: Reporter, *, unchecked: str = "") -> str:
+def report_text(fmt: str, job: str, reporter: Reporter, *, unchecked: str = "", save: str | None = None) -> str:
     """The --report file's contents: every finding the reporter collected, whatever --log-level showed. A SARIF log
     of a run without msSanitizer's hooks (``unchecked``: why) says so in its invocation, where a code-scanning
     upload shows it, so that its few results cannot pass for a checked program's."""
     if fmt == "json":
         return render_json(reporter.findings).decode() + "\n"
+    if fmt == "html":  # with --save, the page draws each race's pipes from the stream just written
+        from sanitizerd.cli.report import html_page
+
+        return html_page(reporter.findings, title=f"job {job}", save=save)
     kernels = [
         CheckedKernel(
             job=job, session=k.session, launch=k.kernel, name=k.name, tools=tuple(k.tools), events=k.events,
@@ -761,7 +765,7 @@ def _run_program(
     if save is not None:
         save.close()
     if report is not None:
-        report.write(report_text(options.report_format, job, reporter, unchecked=unchecked))
+        report.write(report_text(options.report_format, job, reporter, unchecked=unchecked, save=options.save))
     cross_npu = cross_npu_line(options.config, reporter)
     if cross_npu:
         print(cross_npu, file=out)
