@@ -156,10 +156,29 @@ VOLCANO_JOB = {
 }
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys in silence; kubectl's decoder refuses them (strict decoding). A
+    manifest that says a key twice is read two ways, so it is an error here."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+        repeated = sorted({str(key) for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise yaml.constructor.ConstructorError(None, None, f"keys said twice: {repeated}", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping)
+
+
+def load_all(text: str) -> list[Doc]:
+    return [doc for doc in yaml.load_all(text, Loader=_UniqueKeyLoader) if doc is not None]
+
+
 def manifests() -> dict[str, list[Doc]]:
     """Every YAML document under deploy/kubernetes/, by file name."""
     found = {
-        path.name: [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+        path.name: load_all(path.read_text())
         for path in sorted(KUBERNETES.glob("*.y*ml"))
     }
     assert found, f"no manifests under {KUBERNETES}"
@@ -175,7 +194,7 @@ def one(kind: str, files: dict[str, list[Doc]] | None = None) -> Doc:
 def doc_examples() -> list[Doc]:
     """The YAML blocks of docs/kubernetes.md."""
     blocks = re.findall(r"^```yaml\n(.*?)^```", DOC.read_text(), flags=re.S | re.M)
-    return [yaml.safe_load(block) for block in blocks]
+    return [doc for block in blocks for doc in load_all(block)]
 
 
 def daemon_container(daemonset: Doc) -> Doc:
@@ -503,3 +522,10 @@ def test_the_daemon_starts_as_the_pod_runs_it_and_answers_its_probes(
     gone = subprocess.run(probe, capture_output=True, text=True, timeout=60)
     assert gone.returncode != 0
     assert container["livenessProbe"]["timeoutSeconds"] > 5  # the probe's own wait for the hello's answer
+
+
+def test_a_key_said_twice_is_refused() -> None:
+    """The manifests are read by a loader that refuses repeated keys, as kubectl's strict decoding does."""
+    with pytest.raises(yaml.constructor.ConstructorError, match="hostPID"):
+        load_all("spec:\n  hostPID: true\n  hostPID: true\n")
+    assert load_all("spec:\n  hostPID: true\n") == [{"spec": {"hostPID": True}}]
