@@ -406,7 +406,11 @@ class JobInfo(msgspec.Struct, kw_only=True):
 
 
 class QueryJobs(Message, tag="query_jobs"):
-    pass
+    """Answered with ``jobs``: every job the client may read, or with ``job`` named only that one (a progress line
+    asks for its run's job each second: the host's other jobs are not summarized for it). Another uid's job is
+    answered as one that does not exist (an empty list), as ``query_findings`` answers."""
+
+    job: Ident = ""
 
 
 class Jobs(Message, tag="jobs"):

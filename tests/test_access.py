@@ -42,11 +42,12 @@ def test_another_uid_learns_nothing_of_the_first_uids_sessions(daemon: RunningDa
         (m.QueryFindings(job=job), m.QueryFindings(job="no-such-job")),
         (m.QueryFindings(session=session["session"]), m.QueryFindings(session=1_000_000)),
         (m.QueryFindings(job=job, session=session["session"]), m.QueryFindings(job="no-such-job", session=1_000_000)),
+        (m.QueryJobs(job=job), m.QueryJobs(job="no-such-job")),
     ):
         answer = nobody_asks(daemon, theirs)
         assert answer == nobody_asks(daemon, none), theirs
         decoded = msgspec.msgpack.decode(answer)
-        assert decoded["type"] == "findings" and decoded["findings"] == [], decoded
+        assert decoded["type"] in ("findings", "jobs") and not decoded[decoded["type"]], decoded
     sessions = nobody_asks(daemon, m.QuerySessions())
     assert b"sessions" in sessions and job.encode() not in sessions  # an answer, without the other user's
     assert "permission_denied" not in daemon.log_text()  # nothing was refused

@@ -138,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
         "--error-exitcode", type=_argument_type(_exit_code), default=0, metavar="N",
         help="exit with N when the replay reports an error, as `run --error-exitcode` [0: off]",
     )  # fmt: skip
+    _quiet_option(replay, "the file's bytes and messages sent")
 
     report = commands.add_parser("report", help="write a job's findings as a visual HTML page (docs/report.md)")
     report.add_argument("job", help="the job's full name, as `jobs` lists it and `run` prints in its summary")
@@ -164,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _SOCKET_HELP = "the daemon's control socket [the host's daemon if one runs, else your own]"
+
+
+def _quiet_option(parser: argparse.ArgumentParser, shown: str) -> None:
+    parser.add_argument(
+        "--quiet", "-q", action="store_true",
+        help=f"no progress on stderr ({shown}: a live line on a terminal, else a line every 5 s)",
+    )  # fmt: skip
 
 
 def _exit_code(text: str) -> int:
@@ -206,6 +214,7 @@ def _finding_filters(query: argparse.ArgumentParser) -> None:
         "--follow", "-f", action="store_true",
         help="print new findings as they are stored, until interrupted (text, or JSON lines with --format json)",
     )  # fmt: skip
+    _quiet_option(query, "with --follow: the findings followed so far")
 
 
 def _session_id(text: str) -> int:
@@ -267,7 +276,7 @@ def _main(argv: list[str]) -> int:
 
         return replay(
             args.file, socket=str(args.socket) if args.socket else None, fmt=args.format,
-            error_exitcode=args.error_exitcode,
+            error_exitcode=args.error_exitcode, quiet=args.quiet,
         )  # fmt: skip
     if args.command == "report":
         from sanitizerd.cli.report import report
@@ -302,6 +311,6 @@ def _findings(query: ModuleType, args: argparse.Namespace, socket: str | None) -
                   file=sys.stderr)  # fmt: skip
             return 2
         return int(query.follow(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed,
-                                store=args.store or ""))  # fmt: skip
+                                store=args.store or "", quiet=args.quiet))  # fmt: skip
     return int(query.findings(socket, selected=selected, fmt=args.format, show_suppressed=args.show_suppressed,
                               store=args.store or ""))  # fmt: skip

@@ -13,7 +13,7 @@ Deliberate differences from msSanitizer, each marked where it is made:
 * ``-t`` also takes ``|``-joined tool names;
 * numeric values must be all digits (``std::stol`` reads ``--block-id=7x`` as 7);
 * ``--socket``, ``--error-exitcode``, ``--save``, ``--report``, ``--report-format``, ``--suppressions``,
-  ``--show-suppressed`` and ``--allow-unchecked`` are sanitizerd's own;
+  ``--show-suppressed``, ``--allow-unchecked`` and ``--quiet`` are sanitizerd's own;
 * an unknown or ambiguous option, or one missing its value, is one line naming it (with the option meant, when
   one is close), not getopt's line, "unrecognized command" and the whole help;
 * the log file is not opened here, and every message is ours to print on stderr.
@@ -109,6 +109,7 @@ class RunOptions:
     show_suppressed: bool = False
     # run the program even where msSanitizer's hooks cannot be used (sanitizerd/cli/hooks.py): never by default
     allow_unchecked: bool = False
+    quiet: bool = False  # no progress line on stderr (sanitizerd/cli/progress.py)
     show_help: bool = False
     show_version: bool = False
 
@@ -379,6 +380,9 @@ _OPTIONS: tuple[_Option, ...] = (
             about=("run the program even where msSanitizer's hooks cannot be used (a",
                    "release not identified, a hook missing): it runs without them, and the",
                    "summary says so [refuse to run]")),
+    _Option("quiet", _OURS, _flag, "quiet",
+            about=("no progress on stderr (records received, kernels checked, findings so",
+                   "far: a line on a terminal's last row, else a line every 5 s)",)),
 )
 # fmt: on
 _BY_NAME = {opt.name: opt for opt in _OPTIONS}

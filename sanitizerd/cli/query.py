@@ -7,17 +7,18 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import IO, TypeVar
 
 import msgspec
 
 from sanitizerd import __version__, api
 from sanitizerd.api import FindingFilter, SanitizerdError, source
+from sanitizerd.cli.progress import Progress, Sample, count
 from sanitizerd.findings.junit import render_junit
 from sanitizerd.findings.render import block_list, render_json, render_text
 from sanitizerd.findings.sarif import render_sarif
 from sanitizerd_protocol import messages as m
-from sanitizerd_protocol.model import KINDS, Finding
+from sanitizerd_protocol.model import ERROR, KINDS, WARNING, Finding
 
 M = TypeVar("M", bound=m.Message)
 
@@ -110,27 +111,62 @@ def follow(
     show_suppressed: bool = False,
     poll: float = api.FOLLOW_POLL,
     store: str = "",
+    quiet: bool = False,
 ) -> int:
-    """New findings as they are stored, until interrupted: text, or one JSON object a line."""
+    """New findings as they are stored, until interrupted: text, or one JSON object a line; a count of them on
+    stderr unless ``quiet`` (sanitizerd/cli/progress.py)."""
     feed = TextFeed()
+    followed = FollowCounts()
+    progress = Progress("findings --follow", followed, quiet=quiet)
+    out: list[IO[str]] = [sys.stdout]
 
     def started(cursor: int) -> None:
         # On stderr, so that stdout stays findings alone (a pipe into jq): from here on nothing is missed.
         print(f"[sanitizerd] following findings stored after #{cursor}; Ctrl-C ends", file=sys.stderr, flush=True)
+        progress.start()
+        out[0] = progress.above(sys.stdout)
 
     try:
         for batch in api.follow_pages(socket, selected=selected, store=store, poll=poll, started=started):
             found = shown(batch, fmt, show_suppressed)
+            followed.add(found)
             if fmt == "json":
-                sys.stdout.write("".join(_json_line.encode(f).decode() + "\n" for f in found))
+                out[0].write("".join(_json_line.encode(f).decode() + "\n" for f in found))
             else:
-                sys.stdout.write(feed.text(found))
-            sys.stdout.flush()
+                out[0].write(feed.text(found))
+            out[0].flush()
     except KeyboardInterrupt:
         return 0
     except SanitizerdError as exc:
+        progress.stop()
         print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+    finally:
+        progress.stop()
     return 1
+
+
+class FollowCounts:
+    """The live count of ``findings --follow``: findings printed, errors and warnings among them, the last's time."""
+
+    def __init__(self) -> None:
+        self.findings = 0
+        self.errors = 0
+        self.warnings = 0
+        self.last = ""
+
+    def add(self, found: list[Finding]) -> None:
+        self.findings += len(found)
+        self.errors += sum(f.severity == ERROR for f in found)
+        self.warnings += sum(f.severity == WARNING for f in found)
+        if found:
+            self.last = time.strftime("%H:%M:%S")
+
+    def __call__(self) -> Sample:
+        text = (
+            f"{count(self.findings, 'finding')} followed ({count(self.errors, 'error')}, "
+            f"{count(self.warnings, 'warning')})"
+        )
+        return Sample(text + (f", the last at {self.last}" if self.last else ", none yet"))
 
 
 _json_line = msgspec.json.Encoder()

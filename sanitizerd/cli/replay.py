@@ -17,6 +17,7 @@ import msgspec
 
 from client_shim.transport import ClientError, FrameSocket
 from sanitizerd.cli.options import PREFIX
+from sanitizerd.cli.progress import Progress, Sample, count
 from sanitizerd.cli.run import Reporter, daemon_connection, summary_line
 from sanitizerd.cli.savefile import SaveFileError, read_save
 from sanitizerd.findings.render import render_json
@@ -27,8 +28,36 @@ from sanitizerd_protocol.model import ERROR, WARNING
 _PREFIX = struct.Struct("<I")
 
 
-def replay(path: str, *, socket: str | None, fmt: str, error_exitcode: int = 0) -> int:
-    """0, or ``error_exitcode`` (when not 0) if the replay reported an error, as ``run --error-exitcode``."""
+class ReplayCounts:
+    """The progress of a replay: the file's bytes and messages sent so far, and the findings reported."""
+
+    def __init__(self, bodies: int, size: int) -> None:
+        self.bodies = bodies
+        self.size = size
+        self.sent_bodies = 0
+        self.sent_bytes = 0
+        self.reporter: Reporter | None = None
+
+    def sent(self, body: bytes) -> None:
+        self.sent_bodies += 1
+        self.sent_bytes += len(body)
+
+    def __call__(self) -> Sample:
+        found = self.reporter.errors + self.reporter.warnings if self.reporter is not None else 0
+        text = (
+            f"{_megabytes(self.sent_bytes)} of {_megabytes(self.size)} MB, {self.sent_bodies:,} of "
+            f"{count(self.bodies, 'message')} sent, {count(found, 'finding')} so far"
+        )
+        return Sample(text, done=self.sent_bytes, total=self.size)
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f}"
+
+
+def replay(path: str, *, socket: str | None, fmt: str, error_exitcode: int = 0, quiet: bool = False) -> int:
+    """0, or ``error_exitcode`` (when not 0) if the replay reported an error, as ``run --error-exitcode``;
+    progress on stderr unless ``quiet`` (sanitizerd/cli/progress.py)."""
     try:
         header, recorded = read_save(path)
     except (OSError, SaveFileError) as exc:
@@ -38,15 +67,18 @@ def replay(path: str, *, socket: str | None, fmt: str, error_exitcode: int = 0) 
     for entry in recorded:
         sessions.setdefault(entry.session, []).append(entry.body)
     job = f"replay-{os.getpid()}-{secrets.token_hex(4)}"
+    counts = ReplayCounts(len(recorded), sum(len(entry.body) for entry in recorded))
+    progress = Progress("replay", counts, quiet=quiet)
     try:
-        with daemon_connection(socket) as (control, socket_path), open(os.devnull, "w") as devnull:
+        with daemon_connection(socket) as (control, socket_path), open(os.devnull, "w") as devnull, progress:
             control.send(m.JobStart(job=job, config=header.config))
             control.send(m.Watch(job=job))
-            out = sys.stdout if fmt == "text" else devnull
+            out = progress.above(sys.stdout) if fmt == "text" else devnull
             reporter = Reporter(control, out, {ERROR, WARNING})
+            counts.reporter = reporter
             reporter.thread.start()
             for bodies in sessions.values():
-                _replay_session(str(socket_path), job, bodies)
+                _replay_session(str(socket_path), job, bodies, counts)
             control.send(m.WaitJob(job=job))
             reporter.thread.join()
     except ClientError as exc:
@@ -61,7 +93,7 @@ def replay(path: str, *, socket: str | None, fmt: str, error_exitcode: int = 0) 
     return error_exitcode if error_exitcode and reporter.errors else 0
 
 
-def _replay_session(socket_path: str, job: str, bodies: list[bytes]) -> None:
+def _replay_session(socket_path: str, job: str, bodies: list[bytes], counts: ReplayCounts) -> None:
     hello = decode_body(bodies[0])
     if not isinstance(hello, m.Hello):
         raise ClientError(f"a recorded session starts with {type(hello).__name__}, not hello")
@@ -72,8 +104,10 @@ def _replay_session(socket_path: str, job: str, bodies: list[bytes]) -> None:
         # The daemon answers verdicts while we send; read them on the side so its writes never block.
         drained = threading.Thread(target=_read_until_closed, args=(connection,), daemon=True)
         drained.start()
+        counts.sent(bodies[0])
         for body in bodies[1:]:
             connection.sendall(_PREFIX.pack(len(body)) + body)
+            counts.sent(body)
         connection.send(m.Close())
         drained.join()
     finally:

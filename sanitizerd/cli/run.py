@@ -30,6 +30,7 @@ from client_shim.transport import JOB_ENV, SOCKET_ENV, ClientError, NoDaemon
 from sanitizerd import __version__
 from sanitizerd.cli import hooks
 from sanitizerd.cli.options import PREFIX, RunOptions, UsageError, parse_run_args, run_help
+from sanitizerd.cli.progress import Progress, Sample, count
 from sanitizerd.cli.savefile import SaveWriter
 from sanitizerd.control_client import ControlClient
 from sanitizerd.findings.checked import CheckedKernel
@@ -165,6 +166,10 @@ class Reporter:
         self.kernels: list[m.KernelChecked] = []
         self.out_closed = False  # the reader of ``out`` went away
         self.thread = threading.Thread(target=self._loop, name="sanitizerd-reporter", daemon=True)
+
+    @property
+    def kernels_checked(self) -> int:
+        return len(self._checked)
 
     def wait_job(self) -> None:
         """Ask for the job's end (the program has exited). A connection lost meanwhile is the loop's to make again,
@@ -313,6 +318,55 @@ class Reporter:
             # Whoever read the reports stopped (``| head``): the run goes on, its findings still counted and kept
             # for --report and the exit status; the summary's own write then ends the command quietly.
             self.out_closed = True
+
+
+# Seconds between two questions a run's progress line asks the daemon (how many records it received for the job).
+PROGRESS_POLL = 1.0
+
+
+class RunCounts:
+    """The progress of a run (sanitizerd/cli/progress.py): the records the daemon received for the job, asked on
+    a control connection of the line's own (opened at the first sample, so that a run shorter than the first line
+    opens none) at most every PROGRESS_POLL seconds; kernels checked and findings as the reporter has them."""
+
+    def __init__(self, socket_path: Path, job: str, reporter: Reporter) -> None:
+        self.socket_path = socket_path
+        self.job = job
+        self.reporter = reporter
+        self.info: m.JobInfo | None = None
+        self._control: ControlClient | None = None
+        self._asked = -PROGRESS_POLL
+
+    def __call__(self) -> Sample:
+        now = time.monotonic()
+        if now - self._asked >= PROGRESS_POLL:
+            self._asked = now
+            self._ask()
+        reporter = self.reporter
+        parts = [count(reporter.kernels_checked, "kernel") + " checked",
+                 count(reporter.errors + reporter.warnings, "finding") + " so far"]  # fmt: skip
+        if self.info is not None:
+            parts.insert(0, count(self.info.events, "record") + " received")
+            if self.info.signatures:
+                parts.append(count(sum(self.info.signatures.values()), "replay signature"))
+        return Sample(", ".join(parts))
+
+    def _ask(self) -> None:
+        try:
+            if self._control is None:
+                self._control = ControlClient(self.socket_path)
+            reply = self._control.request(m.QueryJobs(job=self.job))
+        except (ClientError, OSError):  # the daemon's count is missed this time; the next sample connects again
+            self.close()
+            return
+        if isinstance(reply, m.Jobs):
+            self.info = next((j for j in reply.jobs if j.job == self.job), self.info)
+
+    def close(self) -> None:
+        control, self._control = self._control, None
+        if control is not None:
+            with contextlib.suppress(OSError):
+                control.close()
 
 
 # The tools msSanitizer's banner names, in its order (GetEnabledSanitizerTools): registercheck runs with memcheck
@@ -713,6 +767,7 @@ def _run_program(
                 child.kill()
 
     def force_quit() -> None:
+        progress.give_back_last_row()
         kill_if_alive()
         for process in EMBEDDED:
             with contextlib.suppress(OSError):
@@ -741,8 +796,12 @@ def _run_program(
         if child.poll() is None:
             child.send_signal(signum)
 
+    # The program writes to the terminal too: a line there is kept on its last row (shared=True).
+    counts = RunCounts(socket_path, job, reporter)
+    progress = Progress("run", counts, quiet=options.quiet, shared=True)
     previous = signal.signal(signal.SIGINT, on_signal)
     forward = signal.signal(signal.SIGTERM, on_signal)
+    progress.start()
     try:
         status = child.wait()
         if ctrl_c and status < 0:  # msSanitizer's line for a program a signal ended
@@ -750,6 +809,8 @@ def _run_program(
         reporter.wait_job()
         _wait_for_reports(reporter, interrupted)
     finally:
+        progress.stop()
+        counts.close()
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, forward)
     if reporter.thread.is_alive():

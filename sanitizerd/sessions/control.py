@@ -173,15 +173,16 @@ async def serve_control(
                             await outbound_send.send(m.Findings(findings=page.findings, next=page.next))
                         case m.QuerySessions():
                             await outbound_send.send(m.Sessions(sessions=await visible_sessions(await hub.live_view())))
-                        case m.QueryJobs():
+                        case m.QueryJobs(job=named):
                             view = await hub.live_view()
                             # a job a live run registered is live between its processes too; another uid's
                             # registration is not said (its name would be an existence oracle)
                             running = {name for name, uid in view.registered if access.admin or uid == access.uid}
-                            jobs = summarize(
-                                await visible_sessions(view), now=time.time(), grace=hub.limits.job_grace,
-                                running=running,
-                            )  # fmt: skip
+                            listed = await visible_sessions(view)
+                            if named:  # one job: the others' sessions are not summarized
+                                listed = [s for s in listed if s.job == named]
+                                running &= {named}
+                            jobs = summarize(listed, now=time.time(), grace=hub.limits.job_grace, running=running)
                             await outbound_send.send(m.Jobs(jobs=jobs))
                     handled()
             except RemoteProtocolError as exc:
