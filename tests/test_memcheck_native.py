@@ -18,6 +18,7 @@ from sanitizerd import native as native_switch
 from sanitizerd.detectors import _intervals, _page_owners, _runs, _stomping
 from sanitizerd.detectors._batches import BatchFields
 from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
@@ -247,6 +248,34 @@ def test_merge_ranges_joins_touching_ranges() -> None:
 
 
 @SETTINGS
+@given(held=ranges_drawn, drawn=ranges_drawn, ascending=st.booleans())
+def test_not_within(held: list[tuple[int, int, int]], drawn: list[tuple[int, int, int]], ascending: bool) -> None:
+    """The claims a merged log holds already, left out: against numpy's, for ranges in order (the gallop's walk) and
+    not (it starts over), empty ones, and ones ending at 2**64 - 1."""
+    held_lo, held_hi = _intervals.merge_ranges_numpy(u64([a for _, a, _ in held]),
+                                                      u64([min(a + n, TOP) for _, a, n in held]))  # fmt: skip
+    inside = [(min(int(held_lo[i]) + k, TOP), min(int(held_hi[i]), int(held_lo[i]) + k + n)) for i, (k, _, n) in
+              zip(range(held_lo.size), drawn, strict=False)]  # fmt: skip
+    pairs = inside + [(a, min(a + n, TOP)) for _, a, n in drawn]
+    if ascending:
+        pairs.sort()
+    lo, hi = u64([a for a, _ in pairs]), u64([b for _, b in pairs])
+    expected = _stomping._not_within_numpy(lo, hi, held_lo, held_hi)
+    found = [np.frombuffer(a, U64) for a in compiled.not_within(lo, hi, held_lo, held_hi)]
+    for want, got in zip(expected, found, strict=True):
+        assert np.array_equal(want, got), (want, got)
+
+
+def test_not_within_refuses_unequal_lengths() -> None:
+    with pytest.raises(ValueError):
+        compiled.not_within(u64([1, 2]), u64([3]), u64([0]), u64([4]))
+    with pytest.raises(ValueError):
+        compiled.not_within(u64([1]), u64([3]), u64([0]), u64([4, 5]))
+    with pytest.raises(ValueError):  # not whole 8-byte items
+        compiled.not_within(np.zeros(3, np.uint8), np.zeros(3, np.uint8), u64([0]), u64([4]))
+
+
+@SETTINGS
 @given(drawn=st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40 << 16), st.integers(1, 3 << 16)),
                                min_size=1, max_size=20), min_size=1, max_size=5))  # fmt: skip
 def test_page_note(drawn: list[list[tuple[int, int, int]]]) -> None:
@@ -356,3 +385,48 @@ def test_batch_fields_give_their_records() -> None:
     assert records_of(BatchFields(events)) is not None
     assert records_of(BatchFields(events[::2])) is not None  # made contiguous
     assert records_of({"address": events["address"]}) is None
+
+
+@pytest.mark.parametrize("handle", ["numpy", "compiled"])
+def test_claims_the_log_holds_are_left_out_without_changing_findings(handle: str) -> None:
+    """Blocks rewriting their own pages (claims logged, the log merged, then the same claims left out), a block
+    writing into another's page at last: the same findings and owner sets as a log that never merges (so never
+    leaves a claim out)."""
+    rng = np.random.default_rng(3)
+    batches = []
+    for b in range(8):
+        n = 2048
+        events = np.zeros(n, dtype=EVENT_DTYPE)
+        block = rng.integers(0, 4, n)
+        events["block_id"] = block
+        events["block_type"] = 2
+        # each block its own 64 KiB pages, 32-byte writes at random places in them, rewritten batch after batch
+        events["address"] = U64(GM) + block.astype(U64) * U64(1 << 16) + rng.integers(0, 512, n).astype(U64) * U64(64)
+        events["block_size"], events["block_num"], events["repeat"], events["block_stride"] = 32, 1, 1, 1
+        events["kind"] = EventKind.WRITE
+        events["space"] = Space.GM
+        events["serial"] = np.arange(b * n + 1, (b + 1) * n + 1)
+        if b == 7:
+            events["block_id"][-4:] = 3  # block 3 into block 0's page: a conflict, the log flushed
+            events["address"][-4:] = U64(GM) + U64(64) * np.arange(4, dtype=U64)
+        batches.append(events)
+
+    def found(log_merge: int) -> tuple[list[tuple[object, ...]], list[list[int]]]:
+        memcheck = make_detector("memcheck")
+        assert isinstance(memcheck, Memcheck)
+        memcheck.host_op(HostOp(op="malloc", address=GM, size=4 << 16))
+        with patch.object(_intervals, "native", compiled if handle == "compiled" else None), \
+                patch.object(_stomping, "_LOG_MERGE", log_merge):  # fmt: skip
+            memcheck.kernel_begin(KernelLaunch(kernel=1, name="k", block_dim=4, kernel_type="aiv"))
+            for events in batches[:-1]:
+                memcheck.check(events.copy())
+            merged_before = memcheck.stomping._log_head_merged
+            memcheck.stomping._flush()
+            owned = [memcheck.stomping.owned_by.starts.tolist(), memcheck.stomping.owned_by.ends.tolist()]
+            memcheck.check(batches[-1].copy())
+            findings = comparable(memcheck.kernel_end())
+        assert merged_before == (log_merge < 1 << 20)
+        return findings, owned
+
+    dedupe, plain = found(64), found(1 << 30)
+    assert dedupe[0] and dedupe == plain

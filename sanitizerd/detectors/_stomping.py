@@ -96,6 +96,32 @@ def _without(lo: np.ndarray, hi: np.ndarray, held: IntervalSet) -> tuple[np.ndar
     return merge_ranges(np.concatenate((lo[~meets], cut_lo)), np.concatenate((hi[~meets], cut_hi)))
 
 
+def _not_within(
+    lo: np.ndarray, hi: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ranges ``[lo, hi)`` not wholly inside one of ``held`` (sorted, disjoint, touching ones joined: a
+    ``merge_ranges`` result), in their order. Compiled where built: one walk of ``held`` for ascending ranges."""
+    native = _intervals.native
+    if native is not None and all(a.dtype == _U64 and a.ndim == 1 for a in (lo, hi, held_lo, held_hi)):
+        kept_lo, kept_hi = native.not_within(*(np.ascontiguousarray(a) for a in (lo, hi, held_lo, held_hi)))
+        return np.frombuffer(kept_lo, _U64), np.frombuffer(kept_hi, _U64)
+    return _not_within_numpy(lo, hi, held_lo, held_hi)
+
+
+def _not_within_numpy(
+    lo: np.ndarray, hi: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_not_within``'s reference path."""
+    if not held_lo.size or not lo.size:
+        return lo, hi
+    at = np.searchsorted(held_hi, lo, side="right")
+    inside = at < held_lo.size
+    inside[inside] = (held_lo[at[inside]] <= lo[inside]) & (hi[inside] <= held_hi[at[inside]])
+    if not inside.any():
+        return lo, hi
+    return lo[~inside], hi[~inside]
+
+
 def _meeting(owned: IntervalSet, stomped: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The owned and stomped ranges that meet any of ``[lo, hi)``, sorted and disjoint (owned and stomped bytes
     never coincide)."""
@@ -278,6 +304,7 @@ class StompTracker:
         self._log: list[tuple[np.ndarray, np.ndarray]] = []  # claims in pages of one writer: keyed ranges
         self._logged = 0  # ranges in the log
         self._log_merged = 0  # ranges the last merge of the log left
+        self._log_head_merged = False  # whether _log[0] is that merge: sorted, disjoint, touching ones joined
 
     def check(
         self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, legal: IntervalSet, budget: PairBudget
@@ -356,19 +383,29 @@ class StompTracker:
                 return
             self._log = [(keyed_lo[~touches], keyed_hi[~touches])]
             self._logged = int((~touches).sum())
+            self._log_head_merged = False
             keyed_lo, keyed_hi = keyed_lo[touches], keyed_hi[touches]
         else:
             self._log, self._logged = [], 0
+            self._log_head_merged = False
         self._claim(keyed_lo >> _OWNER_SHIFT, keyed_lo & _ADDRESS_MASK, keyed_hi & _ADDRESS_MASK)
 
     def _log_claims(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
-        self._log.append(((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi))
-        self._logged += lo.size
+        keyed_lo, keyed_hi = (keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi
+        if self._log_head_merged:
+            # A block rewriting its own output claims what the log holds already: such claims change no union,
+            # and leaving them out keeps the log from growing (and being merged again) on every rewrite.
+            keyed_lo, keyed_hi = _not_within(keyed_lo, keyed_hi, *self._log[0])
+            if not keyed_lo.size:
+                return
+        self._log.append((keyed_lo, keyed_hi))
+        self._logged += keyed_lo.size
         # Merged once it doubles what the last merge left: each range is sorted O(log n) times in all.
         if self._logged > max(_LOG_MERGE, 2 * self._log_merged) and len(self._log) > 1:
             merged = merge_ranges(np.concatenate([a for a, _ in self._log]), np.concatenate([b for _, b in self._log]))
             self._log, self._logged = [merged], merged[0].size
             self._log_merged = self._logged
+            self._log_head_merged = True
 
     def _not_owned_already(self, events: np.ndarray, runs: Runs, budget: PairBudget) -> Runs:
         """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its

@@ -6,6 +6,7 @@
  *   list_touching(records, index, ext, starts, ends) _runs.listed_touching (with _patterns.ranges/expand)
  *   merge_by_block(keys, lo, hi)                     _stomping._merge_by_block
  *   merge_ranges(starts, ends)                       _intervals.merge_ranges (uint64 inputs)
+ *   not_within(lo, hi, held_lo, held_hi)             _stomping._not_within_numpy
  *   page_note(owners, lo, hi, pages, table_owners, max_pages)
  *                                                    _page_owners.PageOwners.note
  *
@@ -1059,6 +1060,76 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
     return Py_BuildValue("NN", s_out, e_out);
 }
 
+/* first index >= from whose e[] passes x, or m, in sorted e[0..m) where every e[< from] is <= x: galloping from
+ * ``from`` and then halving, so ascending queries walk the array once instead of searching it whole each time */
+static inline Py_ssize_t first_ending_past(const uint64_t *e, Py_ssize_t from, Py_ssize_t m, uint64_t x) {
+    Py_ssize_t lo = from, hi = from, step = 1;
+    while (hi < m && e[hi] <= x) {
+        lo = hi + 1;
+        hi = from + step;
+        step <<= 1;
+    }
+    if (hi > m) hi = m;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (e[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* not_within(lo, hi, held_lo, held_hi) -> (lo, hi): the ranges not wholly inside one held range (held sorted,
+ * disjoint, touching ones joined: a merge_ranges result), in their order (_stomping._not_within_numpy). Held
+ * bounds never index: out of order, they give wrong answers, never a read outside the arrays. */
+static PyObject *not_within(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    buf_t b[4] = {{{0}, 0}};
+    Py_ssize_t n, n1, m, m1;
+    if (get_buffer(o[0], &b[0], 8, 0, &n, "lo") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "hi") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &m, "held_lo") < 0 || get_buffer(o[3], &b[3], 8, 0, &m1, "held_hi") < 0) {
+        release(b, 4);
+        return NULL;
+    }
+    if (n1 != n || m1 != m) {
+        release(b, 4);
+        PyErr_SetString(PyExc_ValueError, "not_within: starts and ends differ in length");
+        return NULL;
+    }
+    PyObject *lo_out = new_bytes(n, 8), *hi_out = new_bytes(n, 8);
+    if (!lo_out || !hi_out) {
+        Py_XDECREF(lo_out);
+        Py_XDECREF(hi_out);
+        release(b, 4);
+        return NULL;
+    }
+    const uint64_t *lo = b[0].view.buf, *hi = b[1].view.buf, *hs = b[2].view.buf, *he = b[3].view.buf;
+    uint64_t *lo_o = (uint64_t *)PyByteArray_AS_STRING(lo_out), *hi_o = (uint64_t *)PyByteArray_AS_STRING(hi_out);
+    size_t out = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t at = 0;
+    uint64_t previous = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* a query below the one before starts over: the held ranges before ``at`` may end past it */
+        at = first_ending_past(he, lo[i] >= previous ? at : 0, m, lo[i]);
+        previous = lo[i];
+        if (at < m && hs[at] <= lo[i] && hi[i] <= he[at]) continue;
+        lo_o[out] = lo[i];
+        hi_o[out] = hi[i];
+        out++;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 4);
+    if (PyByteArray_Resize(lo_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(hi_out, (Py_ssize_t)out * 8) < 0) {
+        Py_DECREF(lo_out);
+        Py_DECREF(hi_out);
+        return NULL;
+    }
+    return Py_BuildValue("NN", lo_out, hi_out);
+}
+
 /* ---- the page table ---- */
 
 /* page_note(owners, lo, hi, pages, table_owners, max_pages, page_shift) -> None | (alone u8 per range, newly shared pages,
@@ -1204,6 +1275,7 @@ static PyMethodDef methods[] = {
     {"merge_by_block", merge_by_block, METH_VARARGS, "Ranges merged per key, sorted by key then start."},
     {"list_merged", list_merged, METH_VARARGS, "Write pieces listed, keyed by block and merged per block."},
     {"merge_ranges", merge_ranges, METH_VARARGS, "The union of ranges, sorted and disjoint."},
+    {"not_within", not_within, METH_VARARGS, "The ranges not wholly inside one of a merged range set."},
     {"page_note", page_note, METH_VARARGS, "Stomping's page table: note a batch's ranges."},
     {NULL, NULL, 0, NULL},
 };
