@@ -206,10 +206,39 @@ static void sort_pairs(pair_t *a, size_t n, pair_t *tmp) {
     pair_t *src = a, *dst = tmp;
     /* 8-bit digits; 11-bit ones where the pairs are many enough to pay for the wider counters (one pass fewer) */
     int digit = n >= 16384 && bits > 16 ? 11 : DIGIT;
-    size_t buckets = (size_t)1 << digit, wide[1 << 11], *counter = digit == DIGIT ? count : wide;
+    if (digit == DIGIT) {
+        /* Every digit's counts in one read of the pairs, and a digit all pairs share is no pass at all: a block's
+         * pieces in four buffers far apart differ in the low bits and the buffer's, rarely in those between. */
+        enum { PASSES = 8 };
+        size_t counts[PASSES][BUCKETS];
+        int passes = (bits + DIGIT - 1) / DIGIT;
+        memset(counts, 0, (size_t)passes * sizeof counts[0]);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t k = a[i].k - lo;
+            for (int p = 0; p < passes; p++) counts[p][(k >> (p * DIGIT)) & (BUCKETS - 1)]++;
+        }
+        for (int p = 0; p < passes; p++) {
+            size_t *c = counts[p];
+            if (c[(((src[0].k - lo) >> (p * DIGIT)) & (BUCKETS - 1))] == n) continue; /* one digit for all */
+            size_t total = 0;
+            for (size_t d = 0; d < BUCKETS; d++) {
+                size_t here = c[d];
+                count[d] = total;
+                total += here;
+            }
+            for (size_t i = 0; i < n; i++) dst[count[((src[i].k - lo) >> (p * DIGIT)) & (BUCKETS - 1)]++] = src[i];
+            pair_t *t = src;
+            src = dst;
+            dst = t;
+        }
+        if (src != a) memcpy(a, src, n * sizeof(pair_t));
+        return;
+    }
+    size_t buckets = (size_t)1 << digit, wide[1 << 11], *counter = wide;
     for (int shift = 0; shift < bits; shift += digit) {
         memset(counter, 0, buckets * sizeof(size_t));
         for (size_t i = 0; i < n; i++) counter[((src[i].k - lo) >> shift) & (buckets - 1)]++;
+        if (counter[((src[0].k - lo) >> shift) & (buckets - 1)] == n) continue; /* one digit for all: no pass */
         size_t total = 0;
         for (size_t d = 0; d < buckets; d++) {
             size_t c = counter[d];
