@@ -112,12 +112,19 @@ def test_extents_saturate_as_numpy_does() -> None:
 
 
 @SETTINGS
-@given(events=records(), legal=range_sets())
-def test_batch_first_look(events: np.ndarray, legal: tuple[np.ndarray, np.ndarray]) -> None:
+@given(events=records(), legal=range_sets(), threads=st.booleans(), switch=st.booleans())
+def test_batch_first_look(
+    events: np.ndarray, legal: tuple[np.ndarray, np.ndarray], threads: bool, switch: bool
+) -> None:
     """memcheck's first look: the extents, the live records and claims, the fields copied out, as numpy has them;
-    bounds and alignment as the scan that the detector tests compare with numpy's whole path."""
+    bounds and alignment as the scan that the detector tests compare with numpy's whole path; the live GM writes
+    and their summary as stomping's BatchWrites.of finds them."""
     events["flags"][::3] |= FLAG_CLAIM
     events["flags"][1::4] |= FLAG_SIMT_ENTRY
+    if threads:
+        events["thread"][-1] = 65535
+    if switch:
+        events["kind"][0] = EventKind.SET_ATOMIC
     within = IntervalSet(*legal)
     limits = np.full(256, TOP, dtype=U64)
     limits[Space.UB] = 192 << 10
@@ -140,6 +147,9 @@ def test_batch_first_look(events: np.ndarray, legal: tuple[np.ndarray, np.ndarra
     assert np.array_equal(np.frombuffer(parts[9], np.int64), np.flatnonzero(bad))
     assert np.array_equal(np.frombuffer(parts[10], np.int64), np.flatnonzero(misaligned))
     assert np.array_equal(np.frombuffer(parts[11], U64), first[misaligned])
+    writes = _stomping.BatchWrites.of(events, live)
+    assert np.array_equal(np.frombuffer(parts[12], np.int64), writes.index)
+    assert parts[13] == (writes.pieces_bound, bool((events["thread"] != 0).any()), writes.any_atomic)
 
 
 @SETTINGS

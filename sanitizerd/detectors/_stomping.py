@@ -27,7 +27,7 @@ their own slices never searches the owner sets at all. In such a page an atomic 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -56,6 +56,27 @@ _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
 # Logged claims (keyed ranges) past which the log is merged into itself: a kernel rewriting its own pages keeps
 # a log the size of what it owns, not of what it wrote.
 _LOG_MERGE = 1 << 16
+
+
+@dataclass(frozen=True)
+class BatchWrites:
+    """A batch's live GM writes as memcheck's compiled first look found them in its pass over the records
+    (``sanitizerd.native._memcheck.batch``), so that stomping does not scan the batch again for them: their
+    positions (ascending), ``lists_few_pieces``' upper bound of their pieces, and whether any record is flagged
+    atomic or switches the atomic mode. ``of`` is the numpy twin the tests hold the compiled one to."""
+
+    index: np.ndarray
+    pieces_bound: int
+    any_atomic: bool
+
+    @classmethod
+    def of(cls, events: np.ndarray, live: np.ndarray) -> BatchWrites:
+        index = np.flatnonzero(live & (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM))
+        pieces = np.maximum(events["repeat"][index], 1).astype(np.int64)
+        scattered = events["block_stride"][index] > 1
+        pieces[scattered] *= np.maximum(events["block_num"][index[scattered]], 1)
+        atomic = ((events["flags"] & FLAG_ATOMIC) != 0) | (events["kind"] == EventKind.SET_ATOMIC)
+        return cls(index, int(pieces.sum()), bool(atomic.any()))
 
 
 def _block_keys(events: np.ndarray) -> np.ndarray:
@@ -307,27 +328,42 @@ class StompTracker:
         self._log_head_merged = False  # whether _log[0] is that merge: sorted, disjoint, touching ones joined
 
     def check(
-        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, legal: IntervalSet, budget: PairBudget
+        self,
+        events: np.ndarray,
+        ext: np.ndarray,
+        live: np.ndarray,
+        legal: IntervalSet,
+        budget: PairBudget,
+        writes: BatchWrites | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stomping writes of a batch: (event index, address reported, bytes stomped). Writes wholly outside
         ``legal`` GM (illegal writes, reported as such) own nothing. The writes' pieces are taken in bounded
         chunks, never all at once; past MAX_TRACKED_RANGES owned ranges the kernel is no longer checked
-        (``given_up``), which the caller reports."""
+        (``given_up``), which the caller reports. ``writes``: the live GM writes of ``live`` already found (the
+        compiled first look's), None to find them here."""
         if self.given_up:
             return _NONE
-        atomic = self._atomic_modes(events)  # atomic writes claim too: only a conflict looks at the mode
-        writes = live & (events["kind"] == EventKind.WRITE)
-        writes &= events["space"] == Space.GM
-        if not writes.any():
+        if writes is not None and not writes.any_atomic and not any(self.atomic.values()):
+            atomic = np.zeros(events.size, dtype=bool)  # no flag, no switch, no mode carried: nothing to scan
+        else:
+            atomic = self._atomic_modes(events)  # atomic writes claim too: only a conflict looks at the mode
+        if writes is not None:
+            index = writes.index
+            few = writes.pieces_bound <= LIST_AT_ONCE  # lists_few_pieces' own bound, counted in the same pass
+        else:
+            written = live & (events["kind"] == EventKind.WRITE)
+            written &= events["space"] == Space.GM
+            index = np.flatnonzero(written)
+            few = False
+        if not index.size:
             return _NONE
-        index = np.flatnonzero(writes)
-        if lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
+        if few or lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
             native = _intervals.native
             records = records_of(events) if native is not None else None
             if records is not None and ext.dtype == _U64 and ext.shape == records.shape:
                 # compiled: listed, keyed and merged per block in one call; the pieces again only for a conflict
                 *merged, tagged = native.list_merged(  # type: ignore[union-attr]
-                    records, index.astype(np.int64), ext, np.ascontiguousarray(legal.starts),
+                    records, index.astype(np.int64, copy=False), ext, np.ascontiguousarray(legal.starts),
                     np.ascontiguousarray(legal.ends), np.ascontiguousarray(atomic).view(np.uint8),
                 )  # fmt: skip
                 keys, lo, hi = (np.frombuffer(part, _U64) for part in merged)

@@ -33,7 +33,7 @@ from sanitizerd.detectors._runs import (
 from sanitizerd.detectors._simt import SimtDims
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._spr_trace import SprTrace
-from sanitizerd.detectors._stomping import StompTracker
+from sanitizerd.detectors._stomping import BatchWrites, StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
@@ -131,6 +131,8 @@ class Memcheck:
         native = _intervals.native
         raw = records_of(events) if native is not None else None
         scanned = None
+        writes: BatchWrites | None = None  # found in the compiled pass; numpy's path has stomping find them
+        any_thread = True
         if raw is not None:
             # Compiled: two passes over the records give the extents, the live records and the claims, every live
             # record's bounds and alignment, and the fields the rest reads (docs/design.md, "Compiled hot loops").
@@ -146,6 +148,8 @@ class Memcheck:
             claims = np.zeros(ext.size, dtype=bool)
             claims[claim_at] = True
             scanned = bad, misaligned, np.frombuffer(parts[11], np.uint64)
+            pieces_bound, any_thread, any_atomic = parts[13]
+            writes = BatchWrites(np.frombuffer(parts[12], np.int64), pieces_bound, any_atomic)
         else:
             ext = extents(events)
             # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events
@@ -183,7 +187,8 @@ class Memcheck:
             self._check_permissions(events, lo, ends(lo, ext) if hi is None else hi, live)
         self._check_operands(events, ext)
         self.simt_dims.feed(events)
-        threads = events["thread"] != 0
+        # the compiled pass told whether any record has a SIMT thread: where none has, the field is not scanned
+        threads = events["thread"] != 0 if any_thread else np.zeros(0, dtype=bool)
         if not self.check_stomping:
             pass
         elif threads.any():  # inter-thread stomping: a SIMT thread's GM is its own, apart from the block's pipes
@@ -192,7 +197,7 @@ class Memcheck:
                 self._check_stomping(events, ext, claims & threads, self.thread_stomping)
             self._check_stomping(events, ext, live & threads, self.thread_stomping)
         else:
-            self._check_stomping(events, ext, live)
+            self._check_stomping(events, ext, live, writes=writes)
         if self.track_writes:
             self._record_writes(events, ext)
 
@@ -435,12 +440,17 @@ class Memcheck:
         return j >= 0 and int(highest) <= int(legal.ends[j])
 
     def _check_stomping(
-        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, tracker: StompTracker | None = None
+        self,
+        events: np.ndarray,
+        ext: np.ndarray,
+        live: np.ndarray,
+        tracker: StompTracker | None = None,
+        writes: BatchWrites | None = None,
     ) -> None:
         tracker = tracker or self.stomping
         if tracker.given_up:
             return
-        event, address, size = tracker.check(events, ext, live, self._allowed(Space.GM), self.pairs)
+        event, address, size = tracker.check(events, ext, live, self._allowed(Space.GM), self.pairs, writes)
         if event.size:
             self.sites.add(site_rows(events[event], _STOMPED, address, size))
         if tracker.given_up:

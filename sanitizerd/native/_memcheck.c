@@ -458,12 +458,17 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
 }
 
 /* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, flags, space, thread, repeat,
- * block_stride, claims, bad, misaligned, first): memcheck's first look at a batch in one pass over its records
- * (numpy's takes one per field): the extents (patterns.extents), which records are live (an access with bytes, not a
- * SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and the fields the rest of the
- * check reads, copied out for BatchFields. The few claims, out-of-bounds and misaligned records come as positions
- * (int64, ascending), with the first misaligned block's address of each misaligned one. */
+ * block_stride, claims, bad, misaligned, first, gm_writes, (pieces_bound, any_thread, any_atomic)): memcheck's first
+ * look at a batch in one pass over its records (numpy's takes one per field): the extents (patterns.extents), which
+ * records are live (an access with bytes, not a SIMT call's entry, not a claim), scan's bounds and alignment of the
+ * live ones, and the fields the rest of the check reads, copied out for BatchFields. The few claims, out-of-bounds
+ * and misaligned records come as positions (int64, ascending), with the first misaligned block's address of each
+ * misaligned one. Then what stomping would scan the batch again for (_stomping.BatchWrites): the live GM writes'
+ * positions, lists_few_pieces' upper bound of their pieces (repeat, times block_num for a scattered row), whether
+ * any record has a SIMT thread, and whether any is flagged atomic or switches the atomic mode. */
 #define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
+#define KIND_SET_ATOMIC 21  /* EventKind.SET_ATOMIC */
+#define FLAG_ATOMIC_BIT 0x01 /* records.FLAG_ATOMIC */
 #define FLAG_CLAIM_BIT 0x02 /* records.FLAG_CLAIM */
 #define FLAG_SIMT_BIT 0x04  /* records.FLAG_SIMT_ENTRY */
 static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -484,7 +489,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     /* per record: ext, live, kind, flags, space, thread, repeat, block_stride */
     static const Py_ssize_t size[8] = {8, 1, 1, 1, 1, 2, 2, 2};
-    PyObject *out[12] = {NULL};
+    PyObject *out[13] = {NULL};
     int failed = 0;
     for (int i = 0; i < 8; i++) {
         out[i] = failed ? NULL : new_bytes(n, size[i]);
@@ -492,9 +497,9 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     /* the claims, bad and misaligned positions and the misaligned ones' first addresses, in kept scratch first */
     size_t got = 0;
-    unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 40, &got);
+    unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 48, &got);
     if (!scratch) {
-        for (int i = 0; i < 12; i++) Py_XDECREF(out[i]);
+        for (int i = 0; i < 13; i++) Py_XDECREF(out[i]);
         release(b, 5);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
@@ -506,7 +511,11 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
 #undef OUT
     int64_t *claim_at = (int64_t *)scratch, *bad_at = claim_at + n, *mis_at = bad_at + n;
     uint64_t *mis_first = (uint64_t *)(mis_at + n);
-    size_t claims = 0, bads = 0, miss = 0;
+    int64_t *write_at = (int64_t *)(mis_first + 2 * n); /* after the joined bad positions' room */
+    size_t claims = 0, bads = 0, miss = 0, writes = 0;
+    /* at most 2**16 * 2**16 pieces a record, 2**62 records: no overflow in 128 bits, and 2**63 caps the sum */
+    uint64_t pieces_bound = 0;
+    int any_thread = 0, any_atomic = 0;
     const unsigned char *base = b[0].view.buf;
     bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, -1, 0};
     Py_BEGIN_ALLOW_THREADS
@@ -517,7 +526,8 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         if (floats && !floats_for(max_units, max_size)) break;
         c.j = -1;
         c.gm_over = 0;
-        claims = bads = miss = 0;
+        claims = bads = miss = writes = 0;
+        pieces_bound = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             const unsigned char *r = base + i * RECORD_SIZE;
             if (!floats) {
@@ -531,6 +541,8 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
                 thread[i] = rd16(r + 54);
                 repeat[i] = F_REPEAT(r);
                 block_stride[i] = F_BLOCK_STRIDE(r);
+                any_thread |= thread[i] != 0;
+                any_atomic |= (flags[i] & FLAG_ATOMIC_BIT) || kind[i] == KIND_SET_ATOMIC;
             }
             uint64_t e = extent_of(r, floats);
             ext[i] = e;
@@ -538,6 +550,12 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
             int claim = access && (flags[i] & FLAG_CLAIM_BIT);
             live[i] = access && !claim;
             if (claim) claim_at[claims++] = i;
+            if (live[i] && kind[i] == KIND_WRITE && space[i] == SPACE_GM) {
+                write_at[writes++] = i;
+                uint64_t pieces = repeat[i] ? repeat[i] : 1;
+                if (block_stride[i] > 1) pieces *= F_BLOCK_NUM(r) ? F_BLOCK_NUM(r) : 1;
+                pieces_bound = pieces_bound + pieces < pieces_bound ? U64MAX : pieces_bound + pieces;
+            }
             if (live[i]) {
                 unsigned char bad = 0, mis = 0;
                 uint64_t first = 0;
@@ -571,8 +589,9 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     out[9] = new_bytes((Py_ssize_t)bads, 8);
     out[10] = new_bytes((Py_ssize_t)miss, 8);
     out[11] = new_bytes((Py_ssize_t)miss, 8);
-    if (!out[8] || !out[9] || !out[10] || !out[11]) {
-        for (int i = 0; i < 12; i++) Py_XDECREF(out[i]);
+    out[12] = new_bytes((Py_ssize_t)writes, 8);
+    if (!out[8] || !out[9] || !out[10] || !out[11] || !out[12]) {
+        for (int i = 0; i < 13; i++) Py_XDECREF(out[i]);
         give_scratch(scratch, got);
         return NULL;
     }
@@ -580,9 +599,11 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     memcpy(PyByteArray_AS_STRING(out[9]), bad_at, bads * 8);
     memcpy(PyByteArray_AS_STRING(out[10]), mis_at, miss * 8);
     memcpy(PyByteArray_AS_STRING(out[11]), mis_first, miss * 8);
+    memcpy(PyByteArray_AS_STRING(out[12]), write_at, writes * 8);
     give_scratch(scratch, got);
-    return Py_BuildValue("NNNNNNNNNNNN", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8],
-                         out[9], out[10], out[11]);
+    return Py_BuildValue("NNNNNNNNNNNNN(KNN)", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8],
+                         out[9], out[10], out[11], out[12], (unsigned long long)pieces_bound,
+                         PyBool_FromLong(any_thread), PyBool_FromLong(any_atomic));
 }
 
 /* ---- listing a batch's pieces ---- */
