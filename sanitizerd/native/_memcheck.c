@@ -513,8 +513,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     uint64_t *mis_first = (uint64_t *)(mis_at + n);
     int64_t *write_at = (int64_t *)(mis_first + 2 * n); /* after the joined bad positions' room */
     size_t claims = 0, bads = 0, miss = 0, writes = 0;
-    /* at most 2**16 * 2**16 pieces a record, 2**62 records: no overflow in 128 bits, and 2**63 caps the sum */
-    uint64_t pieces_bound = 0;
+    uint64_t pieces_bound = 0; /* held at 2**62 and above once it gets there: only its place against a bound counts */
     int any_thread = 0, any_atomic = 0;
     const unsigned char *base = b[0].view.buf;
     bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, -1, 0};
@@ -530,33 +529,39 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         pieces_bound = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             const unsigned char *r = base + i * RECORD_SIZE;
+            /* the fields in locals: the outputs are bytes, which may alias anything, so reading them back would be
+             * a load after every store */
+            unsigned char k = r[44], sp = r[45], fl = r[49];
             if (!floats) {
                 uint64_t u = units_of(r), sz = F_BLOCK_SIZE(r);
                 if (u > max_units) max_units = u;
                 if (sz > max_size) max_size = sz;
-                if (r[45] != SPACE_GM) all_gm = 0;
-                kind[i] = r[44];
-                space[i] = r[45];
-                flags[i] = r[49];
-                thread[i] = rd16(r + 54);
+                if (sp != SPACE_GM) all_gm = 0;
+                uint16_t th = rd16(r + 54);
+                kind[i] = k;
+                space[i] = sp;
+                flags[i] = fl;
+                thread[i] = th;
                 repeat[i] = F_REPEAT(r);
                 block_stride[i] = F_BLOCK_STRIDE(r);
-                any_thread |= thread[i] != 0;
-                any_atomic |= (flags[i] & FLAG_ATOMIC_BIT) || kind[i] == KIND_SET_ATOMIC;
+                any_thread |= th != 0;
+                any_atomic |= (fl & FLAG_ATOMIC_BIT) | (k == KIND_SET_ATOMIC);
             }
             uint64_t e = extent_of(r, floats);
             ext[i] = e;
-            int access = e > 0 && kind[i] <= KIND_WRITE && !(flags[i] & FLAG_SIMT_BIT);
-            int claim = access && (flags[i] & FLAG_CLAIM_BIT);
-            live[i] = access && !claim;
+            int access = e > 0 && k <= KIND_WRITE && !(fl & FLAG_SIMT_BIT);
+            int claim = access && (fl & FLAG_CLAIM_BIT);
+            int is_live = access && !claim;
+            live[i] = (unsigned char)is_live;
             if (claim) claim_at[claims++] = i;
-            if (live[i] && kind[i] == KIND_WRITE && space[i] == SPACE_GM) {
-                write_at[writes++] = i;
-                uint64_t pieces = repeat[i] ? repeat[i] : 1;
-                if (block_stride[i] > 1) pieces *= F_BLOCK_NUM(r) ? F_BLOCK_NUM(r) : 1;
-                pieces_bound = pieces_bound + pieces < pieces_bound ? U64MAX : pieces_bound + pieces;
-            }
-            if (live[i]) {
+            if (is_live) {
+                if (k == KIND_WRITE && sp == SPACE_GM) {
+                    write_at[writes++] = i;
+                    uint64_t pieces = F_REPEAT(r) ? F_REPEAT(r) : 1, blocks = F_BLOCK_NUM(r);
+                    if (F_BLOCK_STRIDE(r) > 1 && blocks) pieces *= blocks;
+                    /* below 2**32 a record: the sum passes 2**63 only past 2**31 records, and stays there */
+                    if (pieces_bound < SATURATE) pieces_bound += pieces;
+                }
                 unsigned char bad = 0, mis = 0;
                 uint64_t first = 0;
                 check_one(r, e, &c, &bad, &mis, &first);
