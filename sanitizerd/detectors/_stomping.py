@@ -572,12 +572,13 @@ class StompTracker:
         if stomped is not None and (stomped.any() if plain is None else stomped[plain].any()):
             return False
         fresh = True  # no byte owned yet: a kernel streaming through its output
-        owned = None
+        owned = mine = None
         if len(self.owned):
             owned = self.owned.covered(lo, hi)
             if owned.any():
                 fresh = False
-                foreign = owned - self._owned_by_me(keys, lo, hi)
+                mine = self._owned_by_me(keys, lo, hi)
+                foreign = owned - mine
                 if foreign.any() if plain is None else foreign[plain].any():
                     return False
         if atomic is not None:
@@ -608,6 +609,12 @@ class StompTracker:
         else:
             lo_sorted, hi_sorted = lo, hi
         if not fresh:
+            if mine is not None and atomic is None:
+                # A block rewriting bytes it owns already claims nothing new (the owner sets' unions stay as they
+                # are): only the other ranges are claimed, which spares both sets a sort and a lookup of them.
+                new = mine < hi - lo
+                if not new.all():
+                    keys, lo, hi = keys[new], lo[new], hi[new]
             self._claim(keys, lo, hi)
             return True
         # Fresh bytes, sorted and disjoint: inserted as they are, no lookup of what the sets hold.
