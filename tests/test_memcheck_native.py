@@ -250,6 +250,25 @@ def test_large_merges_with_keys_above_the_addresses(seed: int) -> None:
             assert np.array_equal(want.astype(U64), np.frombuffer(got, U64))
 
 
+@pytest.mark.parametrize("runs", [2, 3, 17, 64, 65, 300])
+def test_merge_ranges_of_runs_in_order(runs: int) -> None:
+    """A log of batches, each in order (keyed by owner, overlapping and touching one another): merged pairwise up to
+    64 runs, sorted past that, both as numpy's; empty ranges inside the runs too."""
+    rng = np.random.default_rng(runs)
+    parts_lo, parts_hi = [], []
+    for _ in range(runs):
+        size = int(rng.integers(0, 200))
+        owner = np.sort(rng.integers(0, 48, size)).astype(U64)
+        lo = (owner << U64(49)) | (rng.integers(0, 1 << 12, size).astype(U64) * U64(32))
+        lo = np.sort(lo)
+        hi = lo + rng.choice([0, 1, 32, 64, 4096], size).astype(U64)
+        parts_lo.append(lo)
+        parts_hi.append(hi)
+    lo, hi = np.concatenate(parts_lo), np.concatenate(parts_hi)
+    for want, got in zip(_intervals.merge_ranges_numpy(lo, hi), compiled.merge_ranges(lo, hi), strict=True):
+        assert np.array_equal(want, np.frombuffer(got, U64))
+
+
 def test_merge_ranges_joins_touching_ranges() -> None:
     lo, hi = u64([8, 0, 16, 40, 2**64 - 2]), u64([16, 8, 24, 40, 2**64 - 1])
     found = [np.frombuffer(a, U64) for a in compiled.merge_ranges(lo, hi)]

@@ -1066,6 +1066,8 @@ static PyObject *list_merged(PyObject *Py_UNUSED(m), PyObject *args) {
     return merged_result(k_out, l_out, h_out, out, PyBool_FromLong(tagged));
 }
 
+#define MAX_RUNS 64 /* runs in order past which merge_ranges sorts instead of merging them */
+
 /* merge_ranges(starts, ends) -> (starts, ends): the union of the non-empty ranges, sorted, disjoint, touching
  * ranges joined (_intervals.merge_ranges). */
 static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -1099,12 +1101,40 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
     /* A run in order first (the ranges merged before, in a log that grows by batches), then the rest: only the
-     * rest is sorted, and the two are joined in one pass. */
-    size_t live = 0, prefix = 0;
+     * rest is sorted, and the two are joined in one pass. Where the whole is a few runs in order (a log of
+     * batches, each merged per block in owner order), the runs are merged pairwise instead: no sort at all. */
+    size_t live = 0, prefix = 0, run_at[MAX_RUNS + 1];
+    int runs = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (hi[i] <= lo[i]) continue;
-        if (prefix == live && (live == 0 || lo[i] >= lo[order[live - 1]])) prefix++;
+        if (live == 0 || lo[i] < lo[order[live - 1]]) {
+            if (runs < MAX_RUNS) run_at[runs] = live;
+            runs++;
+        }
+        if (prefix == live && runs == 1) prefix++;
         order[live++] = (uint64_t)i;
+    }
+    if (runs > 1 && runs <= MAX_RUNS) {
+        run_at[runs] = live;
+        uint64_t *src = order, *dst = (uint64_t *)pairs; /* pairs: room for 2n indices, unused on this path */
+        while (runs > 1) {
+            int w = 0;
+            for (int r = 0; r < runs; r += 2) {
+                size_t a = run_at[r], a_end = run_at[r + 1], b = a_end, b_end = r + 1 < runs ? run_at[r + 2] : a_end;
+                size_t to = a;
+                run_at[w++] = a; /* w <= r: every bound this pair reads lies at r or past it */
+                while (a < a_end && b < b_end) dst[to++] = lo[src[b]] < lo[src[a]] ? src[b++] : src[a++];
+                while (a < a_end) dst[to++] = src[a++];
+                while (b < b_end) dst[to++] = src[b++];
+            }
+            run_at[w] = live;
+            runs = w;
+            uint64_t *t = src;
+            src = dst;
+            dst = t;
+        }
+        if (src != order) memcpy(order, src, live * sizeof(uint64_t));
+        prefix = live;
     }
     if (prefix < live) order_by(NULL, lo, order + prefix, live - prefix, pairs, pairs_tmp);
     size_t p = 0, q = prefix;
