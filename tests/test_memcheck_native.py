@@ -295,6 +295,34 @@ def test_not_within(held: list[tuple[int, int, int]], drawn: list[tuple[int, int
         assert np.array_equal(want, got), (want, got)
 
 
+@SETTINGS
+@given(held=range_sets(), bounds=st.lists(st.tuples(addresses, addresses), max_size=30), pending=st.booleans())
+def test_covered_by(held: tuple[np.ndarray, np.ndarray], bounds: list[tuple[int, int]], pending: bool) -> None:
+    """Bytes of ranges inside a set, against numpy's: ranges in any order, ends before their starts (both wrap
+    alike), at 0 and at 2**64 - 1, and through IntervalSet.covered with a pending level too."""
+    starts, ends = held
+    cumulative = np.concatenate(([0], np.cumsum(ends - starts, dtype=U64))).astype(U64)
+    lo, hi = u64([a for a, _ in bounds]), u64([b for _, b in bounds])
+    expected = _intervals._covered_by_numpy(starts, ends, cumulative, lo, hi)
+    if starts.size:
+        assert np.array_equal(np.frombuffer(compiled.covered_by(starts, ends, cumulative, lo, hi), U64), expected)
+    found = []
+    for handle in (None, compiled):
+        with patch.object(_intervals, "native", handle):
+            ranges = IntervalSet(starts, ends)
+            if pending and starts.size:
+                ranges.add(starts[-1:] + U64(1) if int(starts[-1]) < TOP else starts[-1:], ends[-1:])
+            found.append(ranges.covered(lo, hi))
+    assert np.array_equal(found[0], found[1])
+
+
+def test_covered_by_refuses_unpaired_arrays() -> None:
+    with pytest.raises(ValueError):
+        compiled.covered_by(u64([0]), u64([4]), u64([0]), u64([1]), u64([2]))  # cumulative one short
+    with pytest.raises(ValueError):
+        compiled.covered_by(u64([0]), u64([4]), u64([0, 4]), u64([1, 2]), u64([2]))
+
+
 def test_not_within_refuses_unequal_lengths() -> None:
     with pytest.raises(ValueError):
         compiled.not_within(u64([1, 2]), u64([3]), u64([0]), u64([4]))

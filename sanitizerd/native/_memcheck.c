@@ -7,6 +7,7 @@
  *   merge_by_block(keys, lo, hi)                     _stomping._merge_by_block
  *   merge_ranges(starts, ends)                       _intervals.merge_ranges (uint64 inputs)
  *   not_within(lo, hi, held_lo, held_hi)             _stomping._not_within_numpy
+ *   covered_by(starts, ends, cumulative, lo, hi)     _intervals._covered_by_numpy
  *   page_note(owners, lo, hi, pages, table_owners, max_pages)
  *                                                    _page_owners.PageOwners.note
  *
@@ -1233,6 +1234,54 @@ static PyObject *not_within(PyObject *Py_UNUSED(m), PyObject *args) {
     return Py_BuildValue("NN", lo_out, hi_out);
 }
 
+/* covered_by(starts, ends, cumulative, lo, hi) -> u64 per range: the bytes of each [lo, hi) inside sorted, disjoint
+ * ranges whose running lengths are ``cumulative`` (m + 1 of them), as _intervals._covered_by_numpy computes them:
+ * below(hi) - below(lo), below(x) the bytes of the ranges under x, in uint64 arithmetic that wraps where numpy's
+ * does (an end before its start). Only the search's result indexes, and it lies in [0, m). */
+static PyObject *covered_by(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    buf_t b[5] = {{{0}, 0}};
+    Py_ssize_t m, m_ends, m_cumulative, n, n_hi;
+    if (get_buffer(o[0], &b[0], 8, 0, &m, "starts") < 0 || get_buffer(o[1], &b[1], 8, 0, &m_ends, "ends") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &m_cumulative, "cumulative") < 0 || get_buffer(o[3], &b[3], 8, 0, &n, "lo") < 0 ||
+        get_buffer(o[4], &b[4], 8, 0, &n_hi, "hi") < 0) {
+        release(b, 5);
+        return NULL;
+    }
+    if (m_ends != m || m_cumulative != m + 1 || n_hi != n) {
+        release(b, 5);
+        PyErr_SetString(PyExc_ValueError, "covered_by: starts and ends paired, cumulative one longer, lo and hi paired");
+        return NULL;
+    }
+    PyObject *out = new_bytes(n, 8);
+    if (!out) {
+        release(b, 5);
+        return NULL;
+    }
+    const uint64_t *starts = b[0].view.buf, *ends = b[1].view.buf, *cumulative = b[2].view.buf;
+    const uint64_t *lo = b[3].view.buf, *hi = b[4].view.buf;
+    uint64_t *inside = (uint64_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t below[2];
+        for (int side = 0; side < 2; side++) {
+            uint64_t x = side ? hi[i] : lo[i];
+            Py_ssize_t j = last_at_or_below(starts, m, x);
+            if (j < 0) {
+                below[side] = 0;
+                continue;
+            }
+            uint64_t end = x < ends[j] ? x : ends[j], start = x < starts[j] ? x : starts[j];
+            below[side] = cumulative[j] + (end - start);
+        }
+        inside[i] = below[1] - below[0];
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 5);
+    return out;
+}
+
 /* ---- the page table ---- */
 
 /* page_note(owners, lo, hi, pages, table_owners, max_pages, page_shift) -> None | (alone u8 per range, newly shared pages,
@@ -1378,6 +1427,7 @@ static PyMethodDef methods[] = {
     {"merge_by_block", merge_by_block, METH_VARARGS, "Ranges merged per key, sorted by key then start."},
     {"list_merged", list_merged, METH_VARARGS, "Write pieces listed, keyed by block and merged per block."},
     {"merge_ranges", merge_ranges, METH_VARARGS, "The union of ranges, sorted and disjoint."},
+    {"covered_by", covered_by, METH_VARARGS, "Bytes of each range inside a sorted, disjoint range set."},
     {"not_within", not_within, METH_VARARGS, "The ranges not wholly inside one of a merged range set."},
     {"page_note", page_note, METH_VARARGS, "Stomping's page table: note a batch's ranges."},
     {NULL, NULL, 0, NULL},
