@@ -60,11 +60,6 @@ _ALIGN_BY_SPACE[[Space.UB, Space.L1]] = 32
 _ALIGN_BY_SPACE[[Space.L0A, Space.L0B, Space.L0C]] = 512
 
 
-# The fields the compiled first look copies out of a batch's records in its pass (sanitizerd.native._memcheck.batch).
-_BATCH_FIELDS = ("kind", "flags", "space", "thread", "repeat", "block_stride")
-_BATCH_DTYPES = (np.uint8, np.uint8, np.uint8, np.uint16, np.uint16, np.uint16)
-
-
 def _aligned_table(align: np.ndarray) -> np.ndarray:
     """Requested alignment, rounded up to a power of two so that a mask test is exact."""
     align = align.astype(np.uint64)
@@ -141,15 +136,15 @@ class Memcheck:
                 raw, self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts), np.ascontiguousarray(legal.ends)
             )
             ext, live = np.frombuffer(parts[0], np.uint64), np.frombuffer(parts[1], bool)
-            for name, part, dtype in zip(_BATCH_FIELDS, parts[2:8], _BATCH_DTYPES, strict=True):
-                events.preload(name, np.frombuffer(part, dtype))  # type: ignore[attr-defined]
-            claim_at, bad, misaligned = (np.frombuffer(part, np.int64) for part in parts[8:11])
+            # kind, the one field a common batch reads after the pass; any other is copied out if asked for
+            events.preload("kind", np.frombuffer(parts[2], np.uint8))  # type: ignore[attr-defined]
+            claim_at, bad, misaligned = (np.frombuffer(part, np.int64) for part in parts[3:6])
             claimed = bool(claim_at.size)
             claims = np.zeros(ext.size, dtype=bool)
             claims[claim_at] = True
-            scanned = bad, misaligned, np.frombuffer(parts[11], np.uint64)
-            pieces_bound, any_thread, any_atomic = parts[13]
-            writes = BatchWrites(np.frombuffer(parts[12], np.int64), pieces_bound, any_atomic)
+            scanned = bad, misaligned, np.frombuffer(parts[6], np.uint64)
+            pieces_bound, any_thread, any_atomic = parts[8]
+            writes = BatchWrites(np.frombuffer(parts[7], np.int64), pieces_bound, any_atomic)
         else:
             ext = extents(events)
             # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events

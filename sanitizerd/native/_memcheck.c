@@ -460,15 +460,16 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
     return Py_BuildValue("NNN", bad, mis, first);
 }
 
-/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, flags, space, thread, repeat,
- * block_stride, claims, bad, misaligned, first, gm_writes, (pieces_bound, any_thread, any_atomic)): memcheck's first
- * look at a batch in one pass over its records (numpy's takes one per field): the extents (patterns.extents), which
- * records are live (an access with bytes, not a SIMT call's entry, not a claim), scan's bounds and alignment of the
- * live ones, and the fields the rest of the check reads, copied out for BatchFields. The few claims, out-of-bounds
- * and misaligned records come as positions (int64, ascending), with the first misaligned block's address of each
- * misaligned one. Then what stomping would scan the batch again for (_stomping.BatchWrites): the live GM writes'
- * positions, lists_few_pieces' upper bound of their pieces (repeat, times block_num for a scattered row), whether
- * any record has a SIMT thread, and whether any is flagged atomic or switches the atomic mode. */
+/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, claims, bad, misaligned, first,
+ * gm_writes, (pieces_bound, any_thread, any_atomic)): memcheck's first look at a batch in one pass over its records
+ * (numpy's takes one per field): the extents (patterns.extents), which records are live (an access with bytes, not a
+ * SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and ``kind``, the one field the rest
+ * of the check reads on a common batch, copied out for BatchFields (any other is copied there when first asked
+ * for). The few claims, out-of-bounds and misaligned records come as positions (int64, ascending), with the first
+ * misaligned block's address of each misaligned one. Then what stomping would scan the batch again for
+ * (_stomping.BatchWrites): the live GM writes' positions, lists_few_pieces' upper bound of their pieces (repeat,
+ * times block_num for a scattered row), whether any record has a SIMT thread, and whether any is flagged atomic or
+ * switches the atomic mode. */
 #define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
 #define KIND_SET_ATOMIC 21  /* EventKind.SET_ATOMIC */
 #define FLAG_ATOMIC_BIT 0x01 /* records.FLAG_ATOMIC */
@@ -490,11 +491,11 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "batch: 256 limits and alignments, paired ranges");
         return NULL;
     }
-    /* per record: ext, live, kind, flags, space, thread, repeat, block_stride */
-    static const Py_ssize_t size[8] = {8, 1, 1, 1, 1, 2, 2, 2};
-    PyObject *out[13] = {NULL};
+    /* per record: ext, live, kind */
+    static const Py_ssize_t size[3] = {8, 1, 1};
+    PyObject *out[8] = {NULL};
     int failed = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 3; i++) {
         out[i] = failed ? NULL : new_bytes(n, size[i]);
         if (!out[i]) failed = 1;
     }
@@ -502,15 +503,13 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     size_t got = 0;
     unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 48, &got);
     if (!scratch) {
-        for (int i = 0; i < 13; i++) Py_XDECREF(out[i]);
+        for (int i = 0; i < 8; i++) Py_XDECREF(out[i]);
         release(b, 5);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
 #define OUT(i, type) ((type *)PyByteArray_AS_STRING(out[i]))
     uint64_t *ext = OUT(0, uint64_t);
-    unsigned char *live = OUT(1, unsigned char), *kind = OUT(2, unsigned char), *flags = OUT(3, unsigned char);
-    unsigned char *space = OUT(4, unsigned char);
-    uint16_t *thread = OUT(5, uint16_t), *repeat = OUT(6, uint16_t), *block_stride = OUT(7, uint16_t);
+    unsigned char *live = OUT(1, unsigned char), *kind = OUT(2, unsigned char);
 #undef OUT
     int64_t *claim_at = (int64_t *)scratch, *bad_at = claim_at + n, *mis_at = bad_at + n;
     uint64_t *mis_first = (uint64_t *)(mis_at + n);
@@ -540,14 +539,8 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
                 if (u > max_units) max_units = u;
                 if (sz > max_size) max_size = sz;
                 if (sp != SPACE_GM) all_gm = 0;
-                uint16_t th = rd16(r + 54);
                 kind[i] = k;
-                space[i] = sp;
-                flags[i] = fl;
-                thread[i] = th;
-                repeat[i] = F_REPEAT(r);
-                block_stride[i] = F_BLOCK_STRIDE(r);
-                any_thread |= th != 0;
+                any_thread |= rd16(r + 54) != 0;
                 any_atomic |= (fl & FLAG_ATOMIC_BIT) | (k == KIND_SET_ATOMIC);
             }
             uint64_t e = extent_of(r, floats);
@@ -584,7 +577,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         for (Py_ssize_t i = 0; i < n; i++) {
             int listed = p < was && bad_at[p] == i;
             if (listed) p++;
-            int over = live[i] && space[i] == SPACE_GM &&
+            int over = live[i] && F_SPACE(base + i * RECORD_SIZE) == SPACE_GM &&
                        sat_add(F_ADDRESS(base + i * RECORD_SIZE), ext[i]) > c.limits[SPACE_GM];
             if (listed || over) joined[w++] = i;
         }
@@ -593,25 +586,24 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     release(b, 5);
-    out[8] = new_bytes((Py_ssize_t)claims, 8);
-    out[9] = new_bytes((Py_ssize_t)bads, 8);
-    out[10] = new_bytes((Py_ssize_t)miss, 8);
-    out[11] = new_bytes((Py_ssize_t)miss, 8);
-    out[12] = new_bytes((Py_ssize_t)writes, 8);
-    if (!out[8] || !out[9] || !out[10] || !out[11] || !out[12]) {
-        for (int i = 0; i < 13; i++) Py_XDECREF(out[i]);
+    out[3] = new_bytes((Py_ssize_t)claims, 8);
+    out[4] = new_bytes((Py_ssize_t)bads, 8);
+    out[5] = new_bytes((Py_ssize_t)miss, 8);
+    out[6] = new_bytes((Py_ssize_t)miss, 8);
+    out[7] = new_bytes((Py_ssize_t)writes, 8);
+    if (!out[3] || !out[4] || !out[5] || !out[6] || !out[7]) {
+        for (int i = 0; i < 8; i++) Py_XDECREF(out[i]);
         give_scratch(scratch, got);
         return NULL;
     }
-    memcpy(PyByteArray_AS_STRING(out[8]), claim_at, claims * 8);
-    memcpy(PyByteArray_AS_STRING(out[9]), bad_at, bads * 8);
-    memcpy(PyByteArray_AS_STRING(out[10]), mis_at, miss * 8);
-    memcpy(PyByteArray_AS_STRING(out[11]), mis_first, miss * 8);
-    memcpy(PyByteArray_AS_STRING(out[12]), write_at, writes * 8);
+    memcpy(PyByteArray_AS_STRING(out[3]), claim_at, claims * 8);
+    memcpy(PyByteArray_AS_STRING(out[4]), bad_at, bads * 8);
+    memcpy(PyByteArray_AS_STRING(out[5]), mis_at, miss * 8);
+    memcpy(PyByteArray_AS_STRING(out[6]), mis_first, miss * 8);
+    memcpy(PyByteArray_AS_STRING(out[7]), write_at, writes * 8);
     give_scratch(scratch, got);
-    return Py_BuildValue("NNNNNNNNNNNNN(KNN)", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8],
-                         out[9], out[10], out[11], out[12], (unsigned long long)pieces_bound,
-                         PyBool_FromLong(any_thread), PyBool_FromLong(any_atomic));
+    return Py_BuildValue("NNNNNNNN(KNN)", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7],
+                         (unsigned long long)pieces_bound, PyBool_FromLong(any_thread), PyBool_FromLong(any_atomic));
 }
 
 /* ---- listing a batch's pieces ---- */
