@@ -530,17 +530,23 @@ class StompTracker:
         # A batch names few distinct blocks: number those through the dict (a dense table over every possible
         # block key would cost 2 MiB per session).
         if block_keys.size > 1 and bool((block_keys[1:] >= block_keys[:-1]).all()):
-            # sorted already (ranges merged per block): the distinct keys are where the key changes, no sort
+            # sorted already (ranges merged per block): the distinct keys are where the key changes, no sort, and
+            # each block's number repeated over its run (a running count over every range cost more)
             head = np.empty(block_keys.size, dtype=bool)
             head[0] = True
             np.not_equal(block_keys[1:], block_keys[:-1], out=head[1:])
-            distinct, where = block_keys[head], np.cumsum(head) - 1
-        else:
-            distinct, where = np.unique(block_keys, return_inverse=True)
+            heads = np.flatnonzero(head)
+            numbers = self._numbers_of(block_keys[heads])
+            return np.repeat(numbers, np.diff(heads, append=block_keys.size))
+        distinct, where = np.unique(block_keys, return_inverse=True)
+        return self._numbers_of(distinct)[where.ravel()]
+
+    def _numbers_of(self, distinct: np.ndarray) -> np.ndarray:
+        """Owner numbers of distinct block keys, a block new to the kernel numbered next."""
         numbers = np.empty(distinct.size, dtype=_U64)
         for i, key in enumerate(distinct.tolist()):
             numbers[i] = self._owners.setdefault(key, len(self._owners))
-        return numbers[where.ravel()]
+        return numbers
 
     def _owned_by_me(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range its own block owns."""
