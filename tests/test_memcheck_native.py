@@ -276,22 +276,43 @@ def test_merge_ranges_joins_touching_ranges() -> None:
 
 
 @SETTINGS
-@given(held=ranges_drawn, drawn=ranges_drawn, ascending=st.booleans())
-def test_not_within(held: list[tuple[int, int, int]], drawn: list[tuple[int, int, int]], ascending: bool) -> None:
+@given(held=ranges_drawn, drawn=ranges_drawn, ascending=st.booleans(), data=st.data())
+def test_keyed_claims(
+    held: list[tuple[int, int, int]], drawn: list[tuple[int, int, int]], ascending: bool, data: st.DataObject
+) -> None:
     """The claims a merged log holds already, left out: against numpy's, for ranges in order (the gallop's walk) and
-    not (it starts over), empty ones, and ones ending at 2**64 - 1."""
+    not (it starts over), unchosen ones, empty ones, ones ending at 2**64 - 1, keys that pass 15 bits (the shift
+    drops their top bits, as numpy's does) and an empty log."""
     held_lo, held_hi = _intervals.merge_ranges_numpy(u64([a for _, a, _ in held]),
                                                       u64([min(a + n, TOP) for _, a, n in held]))  # fmt: skip
-    inside = [(min(int(held_lo[i]) + k, TOP), min(int(held_hi[i]), int(held_lo[i]) + k + n)) for i, (k, _, n) in
-              zip(range(held_lo.size), drawn, strict=False)]  # fmt: skip
-    pairs = inside + [(a, min(a + n, TOP)) for _, a, n in drawn]
+    key = data.draw(st.sampled_from([0, 1, 47, 2**15 - 1, 2**15, 2**16 - 1]))
+    inside = [(int(held_lo[i]) & (2**49 - 1), min(int(held_hi[i]), int(held_lo[i]) + n) & (2**49 - 1))
+              for i, (_, _, n) in zip(range(held_lo.size), drawn, strict=False)]  # fmt: skip
+    keyed = [(int(held_lo[i]) >> 49, a, b) for i, (a, b) in enumerate(inside)]
+    # starting inside a held range and ending past it: not held
+    keyed += [(int(held_lo[i]) >> 49, a, min(b + 1 + (int(held_hi[i]) - int(held_lo[i])), 2**49 - 1))
+              for i, (a, b) in enumerate(inside)]  # fmt: skip
+    keyed += [(key, a & (2**49 - 1), min(a + n, 2**49 - 1)) for _, a, n in drawn]
     if ascending:
-        pairs.sort()
-    lo, hi = u64([a for a, _ in pairs]), u64([b for _, b in pairs])
-    expected = _stomping._not_within_numpy(lo, hi, held_lo, held_hi)
-    found = [np.frombuffer(a, U64) for a in compiled.not_within(lo, hi, held_lo, held_hi)]
-    for want, got in zip(expected, found, strict=True):
-        assert np.array_equal(want, got), (want, got)
+        keyed.sort()
+    keys, lo, hi = (u64([t[i] for t in keyed]) for i in range(3))
+    chosen = np.array(data.draw(st.lists(st.booleans(), min_size=len(keyed), max_size=len(keyed))), dtype=bool)
+    for held_arrays in ((held_lo, held_hi), (u64([]), u64([]))):
+        expected = _stomping._keyed_claims_numpy(keys, lo, hi, chosen, *held_arrays)
+        found = compiled.keyed_claims(keys, lo, hi, chosen.view(np.uint8), *held_arrays)
+        found = [np.frombuffer(a, U64) for a in found]
+        for want, got in zip(expected, found, strict=True):
+            assert np.array_equal(want, got), (want, got)
+
+
+def test_keyed_claims_refuses_unpaired_arrays() -> None:
+    one = u64([1])
+    with pytest.raises(ValueError):
+        compiled.keyed_claims(one, one, one, np.ones(2, np.uint8), one, one)
+    with pytest.raises(ValueError):
+        compiled.keyed_claims(one, one, u64([1, 2]), np.ones(1, np.uint8), one, one)
+    with pytest.raises(ValueError):
+        compiled.keyed_claims(one, one, one, np.ones(1, np.uint8), one, u64([1, 2]))
 
 
 @SETTINGS
@@ -320,15 +341,6 @@ def test_covered_by_refuses_unpaired_arrays() -> None:
         compiled.covered_by(u64([0]), u64([4]), u64([0]), u64([1]), u64([2]))  # cumulative one short
     with pytest.raises(ValueError):
         compiled.covered_by(u64([0]), u64([4]), u64([0, 4]), u64([1, 2]), u64([2]))
-
-
-def test_not_within_refuses_unequal_lengths() -> None:
-    with pytest.raises(ValueError):
-        compiled.not_within(u64([1, 2]), u64([3]), u64([0]), u64([4]))
-    with pytest.raises(ValueError):
-        compiled.not_within(u64([1]), u64([3]), u64([0]), u64([4, 5]))
-    with pytest.raises(ValueError):  # not whole 8-byte items
-        compiled.not_within(np.zeros(3, np.uint8), np.zeros(3, np.uint8), u64([0]), u64([4]))
 
 
 @SETTINGS

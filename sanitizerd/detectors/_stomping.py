@@ -53,6 +53,7 @@ _U64 = np.uint64
 _OWNER_SHIFT = _U64(49)
 _ADDRESS_MASK = _U64((1 << 49) - 1)
 _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
+_EMPTY = np.empty(0, _U64)
 # Logged claims (keyed ranges) past which the log is merged into itself: a kernel rewriting its own pages keeps
 # a log the size of what it owns, not of what it wrote.
 _LOG_MERGE = 1 << 16
@@ -117,22 +118,31 @@ def _without(lo: np.ndarray, hi: np.ndarray, held: IntervalSet) -> tuple[np.ndar
     return merge_ranges(np.concatenate((lo[~meets], cut_lo)), np.concatenate((hi[~meets], cut_hi)))
 
 
-def _not_within(
-    lo: np.ndarray, hi: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
+def _keyed_claims(
+    keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, chosen: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The ranges ``[lo, hi)`` not wholly inside one of ``held`` (sorted, disjoint, touching ones joined: a
-    ``merge_ranges`` result), in their order. Compiled where built: one walk of ``held`` for ascending ranges."""
+    """The ranges ``chosen`` keyed by owner (``key << 49 | bound``), less those wholly inside one of ``held``
+    (sorted, disjoint, touching ones joined: a ``merge_ranges`` result), in their order. Compiled where built: one
+    pass, and one walk of ``held`` for ranges in order."""
     native = _intervals.native
-    if native is not None and all(a.dtype == _U64 and a.ndim == 1 for a in (lo, hi, held_lo, held_hi)):
-        kept_lo, kept_hi = native.not_within(*(np.ascontiguousarray(a) for a in (lo, hi, held_lo, held_hi)))
+    if (
+        native is not None
+        and all(a.dtype == _U64 and a.ndim == 1 for a in (keys, lo, hi, held_lo, held_hi))
+        and chosen.dtype == bool
+        and keys.shape == lo.shape == hi.shape == chosen.shape
+    ):
+        arrays = (keys, lo, hi, chosen.view(np.uint8), held_lo, held_hi)
+        kept_lo, kept_hi = native.keyed_claims(*(np.ascontiguousarray(a) for a in arrays))
         return np.frombuffer(kept_lo, _U64), np.frombuffer(kept_hi, _U64)
-    return _not_within_numpy(lo, hi, held_lo, held_hi)
+    return _keyed_claims_numpy(keys, lo, hi, chosen, held_lo, held_hi)
 
 
-def _not_within_numpy(
-    lo: np.ndarray, hi: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
+def _keyed_claims_numpy(
+    keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, chosen: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``_not_within``'s reference path."""
+    """``_keyed_claims``' reference path."""
+    keys = keys[chosen] << _OWNER_SHIFT
+    lo, hi = keys | lo[chosen], keys | hi[chosen]
     if not held_lo.size or not lo.size:
         return lo, hi
     at = np.searchsorted(held_hi, lo, side="right")
@@ -426,14 +436,14 @@ class StompTracker:
             self._log_head_merged = False
         self._claim(keyed_lo >> _OWNER_SHIFT, keyed_lo & _ADDRESS_MASK, keyed_hi & _ADDRESS_MASK)
 
-    def _log_claims(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
-        keyed_lo, keyed_hi = (keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi
-        if self._log_head_merged:
-            # A block rewriting its own output claims what the log holds already: such claims change no union,
-            # and leaving them out keeps the log from growing (and being merged again) on every rewrite.
-            keyed_lo, keyed_hi = _not_within(keyed_lo, keyed_hi, *self._log[0])
-            if not keyed_lo.size:
-                return
+    def _log_claims(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, chosen: np.ndarray) -> None:
+        """The ranges ``chosen`` logged, keyed by owner."""
+        # A block rewriting its own output claims what the log holds already: such claims change no union, and
+        # leaving them out keeps the log from growing (and being merged again) on every rewrite.
+        held = self._log[0] if self._log_head_merged else (_EMPTY, _EMPTY)
+        keyed_lo, keyed_hi = _keyed_claims(keys, lo, hi, chosen, *held)
+        if not keyed_lo.size:
+            return
         self._log.append((keyed_lo, keyed_hi))
         self._logged += keyed_lo.size
         # Merged once it doubles what the last merge left: each range is sorted O(log n) times in all.
@@ -503,7 +513,7 @@ class StompTracker:
         if newly_shared.size:  # pages a second block now writes: their logged claims must be exact from here on
             self._flush(newly_shared)
         if alone.any():  # ranges in pages of their own writers: no stomping, claims logged
-            self._log_claims(merged_keys[alone], merged[1][alone], merged[2][alone])
+            self._log_claims(merged_keys, merged[1], merged[2], alone)
             if alone.all():
                 return _NONE
             merged = tuple(part[~alone] for part in merged)

@@ -6,7 +6,8 @@
  *   list_touching(records, index, ext, starts, ends) _runs.listed_touching (with _patterns.ranges/expand)
  *   merge_by_block(keys, lo, hi)                     _stomping._merge_by_block
  *   merge_ranges(starts, ends)                       _intervals.merge_ranges (uint64 inputs)
- *   not_within(lo, hi, held_lo, held_hi)             _stomping._not_within_numpy
+ *   keyed_claims(keys, lo, hi, chosen, held_lo, held_hi)
+ *                                                    _stomping._keyed_claims_numpy
  *   covered_by(starts, ends, cumulative, lo, hi)     _intervals._covered_by_numpy
  *   page_note(owners, lo, hi, pages, table_owners, max_pages)
  *                                                    _page_owners.PageOwners.note
@@ -1176,48 +1177,56 @@ static inline Py_ssize_t first_ending_past(const uint64_t *e, Py_ssize_t from, P
     return lo;
 }
 
-/* not_within(lo, hi, held_lo, held_hi) -> (lo, hi): the ranges not wholly inside one held range (held sorted,
- * disjoint, touching ones joined: a merge_ranges result), in their order (_stomping._not_within_numpy). Held
+/* keyed_claims(keys, lo, hi, chosen, held_lo, held_hi) -> (lo, hi): the ranges ``chosen`` (u8 per range) keyed by
+ * owner (key << 49 | bound, in uint64 arithmetic as numpy's), less those wholly inside one held range (held sorted,
+ * disjoint, touching ones joined: stomping's merged log), in their order (_stomping._keyed_claims_numpy). Held
  * bounds never index: out of order, they give wrong answers, never a read outside the arrays. */
-static PyObject *not_within(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *o[4];
-    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
-    buf_t b[4] = {{{0}, 0}};
-    Py_ssize_t n, n1, m, m1;
-    if (get_buffer(o[0], &b[0], 8, 0, &n, "lo") < 0 || get_buffer(o[1], &b[1], 8, 0, &n1, "hi") < 0 ||
-        get_buffer(o[2], &b[2], 8, 0, &m, "held_lo") < 0 || get_buffer(o[3], &b[3], 8, 0, &m1, "held_hi") < 0) {
-        release(b, 4);
+static PyObject *keyed_claims(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    buf_t b[6] = {{{0}, 0}};
+    Py_ssize_t n, n_lo, n_hi, n_chosen, m, m1;
+    if (get_buffer(o[0], &b[0], 8, 0, &n, "keys") < 0 || get_buffer(o[1], &b[1], 8, 0, &n_lo, "lo") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &n_hi, "hi") < 0 || get_buffer(o[3], &b[3], 1, 0, &n_chosen, "chosen") < 0 ||
+        get_buffer(o[4], &b[4], 8, 0, &m, "held_lo") < 0 || get_buffer(o[5], &b[5], 8, 0, &m1, "held_hi") < 0) {
+        release(b, 6);
         return NULL;
     }
-    if (n1 != n || m1 != m) {
-        release(b, 4);
-        PyErr_SetString(PyExc_ValueError, "not_within: starts and ends differ in length");
+    if (n_lo != n || n_hi != n || n_chosen != n || m1 != m) {
+        release(b, 6);
+        PyErr_SetString(PyExc_ValueError, "keyed_claims: keys, lo, hi and chosen per range, held paired");
         return NULL;
     }
     PyObject *lo_out = new_bytes(n, 8), *hi_out = new_bytes(n, 8);
     if (!lo_out || !hi_out) {
         Py_XDECREF(lo_out);
         Py_XDECREF(hi_out);
-        release(b, 4);
+        release(b, 6);
         return NULL;
     }
-    const uint64_t *lo = b[0].view.buf, *hi = b[1].view.buf, *hs = b[2].view.buf, *he = b[3].view.buf;
+    const uint64_t *keys = b[0].view.buf, *lo = b[1].view.buf, *hi = b[2].view.buf;
+    const unsigned char *chosen = b[3].view.buf;
+    const uint64_t *hs = b[4].view.buf, *he = b[5].view.buf;
     uint64_t *lo_o = (uint64_t *)PyByteArray_AS_STRING(lo_out), *hi_o = (uint64_t *)PyByteArray_AS_STRING(hi_out);
     size_t out = 0;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t at = 0;
     uint64_t previous = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        /* a query below the one before starts over: the held ranges before ``at`` may end past it */
-        at = first_ending_past(he, lo[i] >= previous ? at : 0, m, lo[i]);
-        previous = lo[i];
-        if (at < m && hs[at] <= lo[i] && hi[i] <= he[at]) continue;
-        lo_o[out] = lo[i];
-        hi_o[out] = hi[i];
+        if (!chosen[i]) continue;
+        uint64_t key = keys[i] << 49, klo = key | lo[i], khi = key | hi[i];
+        if (m) {
+            /* a range below the one before starts over: the held ranges before ``at`` may end past it */
+            at = first_ending_past(he, klo >= previous ? at : 0, m, klo);
+            previous = klo;
+            if (at < m && hs[at] <= klo && khi <= he[at]) continue;
+        }
+        lo_o[out] = klo;
+        hi_o[out] = khi;
         out++;
     }
     Py_END_ALLOW_THREADS
-    release(b, 4);
+    release(b, 6);
     if (PyByteArray_Resize(lo_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(hi_out, (Py_ssize_t)out * 8) < 0) {
         Py_DECREF(lo_out);
         Py_DECREF(hi_out);
@@ -1420,7 +1429,7 @@ static PyMethodDef methods[] = {
     {"list_merged", list_merged, METH_VARARGS, "Write pieces listed, keyed by block and merged per block."},
     {"merge_ranges", merge_ranges, METH_VARARGS, "The union of ranges, sorted and disjoint."},
     {"covered_by", covered_by, METH_VARARGS, "Bytes of each range inside a sorted, disjoint range set."},
-    {"not_within", not_within, METH_VARARGS, "The ranges not wholly inside one of a merged range set."},
+    {"keyed_claims", keyed_claims, METH_VARARGS, "Chosen ranges keyed by owner, less those a merged set holds."},
     {"page_note", page_note, METH_VARARGS, "Stomping's page table: note a batch's ranges."},
     {NULL, NULL, 0, NULL},
 };
