@@ -18,6 +18,7 @@ from sanitizerd import native as native_switch
 from sanitizerd.detectors import _intervals, _page_owners, _runs, _stomping
 from sanitizerd.detectors._batches import BatchFields
 from sanitizerd.detectors._intervals import IntervalSet
+from sanitizerd.detectors.base import KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
@@ -111,12 +112,19 @@ def test_extents_saturate_as_numpy_does() -> None:
 
 
 @SETTINGS
-@given(events=records(), legal=range_sets())
-def test_batch_first_look(events: np.ndarray, legal: tuple[np.ndarray, np.ndarray]) -> None:
-    """memcheck's first look: the extents, the live records and claims, the fields copied out, as numpy has them;
-    bounds and alignment as the scan that the detector tests compare with numpy's whole path."""
+@given(events=records(), legal=range_sets(), threads=st.booleans(), switch=st.booleans())
+def test_batch_first_look(
+    events: np.ndarray, legal: tuple[np.ndarray, np.ndarray], threads: bool, switch: bool
+) -> None:
+    """memcheck's first look: the extents, the live records and claims, the kinds copied out, as numpy has them;
+    bounds and alignment as the scan that the detector tests compare with numpy's whole path; the live GM writes
+    and their summary as stomping's BatchWrites.of finds them."""
     events["flags"][::3] |= FLAG_CLAIM
     events["flags"][1::4] |= FLAG_SIMT_ENTRY
+    if threads:
+        events["thread"][-1] = 65535
+    if switch:
+        events["kind"][0] = EventKind.SET_ATOMIC
     within = IntervalSet(*legal)
     limits = np.full(256, TOP, dtype=U64)
     limits[Space.UB] = 192 << 10
@@ -130,15 +138,17 @@ def test_batch_first_look(events: np.ndarray, legal: tuple[np.ndarray, np.ndarra
     claims = access & ((events["flags"] & FLAG_CLAIM) != 0)
     live = access & ~claims
     assert np.array_equal(np.frombuffer(parts[1], bool), live)
-    for name, got in zip(("kind", "flags", "space", "thread", "repeat", "block_stride"), parts[2:8], strict=True):
-        assert np.array_equal(np.frombuffer(got, events[name].dtype), events[name])
-    assert np.array_equal(np.frombuffer(parts[8], np.int64), np.flatnonzero(claims))
+    assert np.array_equal(np.frombuffer(parts[2], np.uint8), events["kind"])
+    assert np.array_equal(np.frombuffer(parts[3], np.int64), np.flatnonzero(claims))
     bad, misaligned, first = (np.frombuffer(part, dtype) for part, dtype in
                               zip(compiled.scan(events, ext, live, limits, align, within.starts, within.ends),
                                   (bool, bool, U64), strict=True))  # fmt: skip
-    assert np.array_equal(np.frombuffer(parts[9], np.int64), np.flatnonzero(bad))
-    assert np.array_equal(np.frombuffer(parts[10], np.int64), np.flatnonzero(misaligned))
-    assert np.array_equal(np.frombuffer(parts[11], U64), first[misaligned])
+    assert np.array_equal(np.frombuffer(parts[4], np.int64), np.flatnonzero(bad))
+    assert np.array_equal(np.frombuffer(parts[5], np.int64), np.flatnonzero(misaligned))
+    assert np.array_equal(np.frombuffer(parts[6], U64), first[misaligned])
+    writes = _stomping.BatchWrites.of(events, live)
+    assert np.array_equal(np.frombuffer(parts[7], np.int64), writes.index)
+    assert parts[8] == (writes.pieces_bound, bool((events["thread"] != 0).any()), writes.any_atomic)
 
 
 @SETTINGS
@@ -239,11 +249,98 @@ def test_large_merges_with_keys_above_the_addresses(seed: int) -> None:
             assert np.array_equal(want.astype(U64), np.frombuffer(got, U64))
 
 
+@pytest.mark.parametrize("runs", [2, 3, 17, 64, 65, 300])
+def test_merge_ranges_of_runs_in_order(runs: int) -> None:
+    """A log of batches, each in order (keyed by owner, overlapping and touching one another): merged pairwise up to
+    64 runs, sorted past that, both as numpy's; empty ranges inside the runs too."""
+    rng = np.random.default_rng(runs)
+    parts_lo, parts_hi = [], []
+    for _ in range(runs):
+        size = int(rng.integers(0, 200))
+        owner = np.sort(rng.integers(0, 48, size)).astype(U64)
+        lo = (owner << U64(49)) | (rng.integers(0, 1 << 12, size).astype(U64) * U64(32))
+        lo = np.sort(lo)
+        hi = lo + rng.choice([0, 1, 32, 64, 4096], size).astype(U64)
+        parts_lo.append(lo)
+        parts_hi.append(hi)
+    lo, hi = np.concatenate(parts_lo), np.concatenate(parts_hi)
+    for want, got in zip(_intervals.merge_ranges_numpy(lo, hi), compiled.merge_ranges(lo, hi), strict=True):
+        assert np.array_equal(want, np.frombuffer(got, U64))
+
+
 def test_merge_ranges_joins_touching_ranges() -> None:
     lo, hi = u64([8, 0, 16, 40, 2**64 - 2]), u64([16, 8, 24, 40, 2**64 - 1])
     found = [np.frombuffer(a, U64) for a in compiled.merge_ranges(lo, hi)]
     assert [a.tolist() for a in found] == [[0, 2**64 - 2], [24, 2**64 - 1]]
     assert [a.tolist() for a in _intervals.merge_ranges_numpy(lo, hi)] == [a.tolist() for a in found]
+
+
+@SETTINGS
+@given(held=ranges_drawn, drawn=ranges_drawn, ascending=st.booleans(), data=st.data())
+def test_keyed_claims(
+    held: list[tuple[int, int, int]], drawn: list[tuple[int, int, int]], ascending: bool, data: st.DataObject
+) -> None:
+    """The claims a merged log holds already, left out: against numpy's, for ranges in order (the gallop's walk) and
+    not (it starts over), unchosen ones, empty ones, ones ending at 2**64 - 1, keys that pass 15 bits (the shift
+    drops their top bits, as numpy's does) and an empty log."""
+    held_lo, held_hi = _intervals.merge_ranges_numpy(u64([a for _, a, _ in held]),
+                                                      u64([min(a + n, TOP) for _, a, n in held]))  # fmt: skip
+    key = data.draw(st.sampled_from([0, 1, 47, 2**15 - 1, 2**15, 2**16 - 1]))
+    inside = [(int(held_lo[i]) & (2**49 - 1), min(int(held_hi[i]), int(held_lo[i]) + n) & (2**49 - 1))
+              for i, (_, _, n) in zip(range(held_lo.size), drawn, strict=False)]  # fmt: skip
+    keyed = [(int(held_lo[i]) >> 49, a, b) for i, (a, b) in enumerate(inside)]
+    # starting inside a held range and ending past it: not held
+    keyed += [(int(held_lo[i]) >> 49, a, min(b + 1 + (int(held_hi[i]) - int(held_lo[i])), 2**49 - 1))
+              for i, (a, b) in enumerate(inside)]  # fmt: skip
+    keyed += [(key, a & (2**49 - 1), min(a + n, 2**49 - 1)) for _, a, n in drawn]
+    if ascending:
+        keyed.sort()
+    keys, lo, hi = (u64([t[i] for t in keyed]) for i in range(3))
+    chosen = np.array(data.draw(st.lists(st.booleans(), min_size=len(keyed), max_size=len(keyed))), dtype=bool)
+    for held_arrays in ((held_lo, held_hi), (u64([]), u64([]))):
+        expected = _stomping._keyed_claims_numpy(keys, lo, hi, chosen, *held_arrays)
+        found = compiled.keyed_claims(keys, lo, hi, chosen.view(np.uint8), *held_arrays)
+        found = [np.frombuffer(a, U64) for a in found]
+        for want, got in zip(expected, found, strict=True):
+            assert np.array_equal(want, got), (want, got)
+
+
+def test_keyed_claims_refuses_unpaired_arrays() -> None:
+    one = u64([1])
+    with pytest.raises(ValueError):
+        compiled.keyed_claims(one, one, one, np.ones(2, np.uint8), one, one)
+    with pytest.raises(ValueError):
+        compiled.keyed_claims(one, one, u64([1, 2]), np.ones(1, np.uint8), one, one)
+    with pytest.raises(ValueError):
+        compiled.keyed_claims(one, one, one, np.ones(1, np.uint8), one, u64([1, 2]))
+
+
+@SETTINGS
+@given(held=range_sets(), bounds=st.lists(st.tuples(addresses, addresses), max_size=30), pending=st.booleans())
+def test_covered_by(held: tuple[np.ndarray, np.ndarray], bounds: list[tuple[int, int]], pending: bool) -> None:
+    """Bytes of ranges inside a set, against numpy's: ranges in any order, ends before their starts (both wrap
+    alike), at 0 and at 2**64 - 1, and through IntervalSet.covered with a pending level too."""
+    starts, ends = held
+    cumulative = np.concatenate(([0], np.cumsum(ends - starts, dtype=U64))).astype(U64)
+    lo, hi = u64([a for a, _ in bounds]), u64([b for _, b in bounds])
+    expected = _intervals._covered_by_numpy(starts, ends, cumulative, lo, hi)
+    if starts.size:
+        assert np.array_equal(np.frombuffer(compiled.covered_by(starts, ends, cumulative, lo, hi), U64), expected)
+    found = []
+    for handle in (None, compiled):
+        with patch.object(_intervals, "native", handle):
+            ranges = IntervalSet(starts, ends)
+            if pending and starts.size:
+                ranges.add(starts[-1:] + U64(1) if int(starts[-1]) < TOP else starts[-1:], ends[-1:])
+            found.append(ranges.covered(lo, hi))
+    assert np.array_equal(found[0], found[1])
+
+
+def test_covered_by_refuses_unpaired_arrays() -> None:
+    with pytest.raises(ValueError):
+        compiled.covered_by(u64([0]), u64([4]), u64([0]), u64([1]), u64([2]))  # cumulative one short
+    with pytest.raises(ValueError):
+        compiled.covered_by(u64([0]), u64([4]), u64([0, 4]), u64([1, 2]), u64([2]))
 
 
 @SETTINGS
@@ -356,3 +453,48 @@ def test_batch_fields_give_their_records() -> None:
     assert records_of(BatchFields(events)) is not None
     assert records_of(BatchFields(events[::2])) is not None  # made contiguous
     assert records_of({"address": events["address"]}) is None
+
+
+@pytest.mark.parametrize("handle", ["numpy", "compiled"])
+def test_claims_the_log_holds_are_left_out_without_changing_findings(handle: str) -> None:
+    """Blocks rewriting their own pages (claims logged, the log merged, then the same claims left out), a block
+    writing into another's page at last: the same findings and owner sets as a log that never merges (so never
+    leaves a claim out)."""
+    rng = np.random.default_rng(3)
+    batches = []
+    for b in range(8):
+        n = 2048
+        events = np.zeros(n, dtype=EVENT_DTYPE)
+        block = rng.integers(0, 4, n)
+        events["block_id"] = block
+        events["block_type"] = 2
+        # each block its own 64 KiB pages, 32-byte writes at random places in them, rewritten batch after batch
+        events["address"] = U64(GM) + block.astype(U64) * U64(1 << 16) + rng.integers(0, 512, n).astype(U64) * U64(64)
+        events["block_size"], events["block_num"], events["repeat"], events["block_stride"] = 32, 1, 1, 1
+        events["kind"] = EventKind.WRITE
+        events["space"] = Space.GM
+        events["serial"] = np.arange(b * n + 1, (b + 1) * n + 1)
+        if b == 7:
+            events["block_id"][-4:] = 3  # block 3 into block 0's page: a conflict, the log flushed
+            events["address"][-4:] = U64(GM) + U64(64) * np.arange(4, dtype=U64)
+        batches.append(events)
+
+    def found(log_merge: int) -> tuple[list[tuple[object, ...]], list[list[int]]]:
+        memcheck = make_detector("memcheck")
+        assert isinstance(memcheck, Memcheck)
+        memcheck.host_op(HostOp(op="malloc", address=GM, size=4 << 16))
+        with patch.object(_intervals, "native", compiled if handle == "compiled" else None), \
+                patch.object(_stomping, "_LOG_MERGE", log_merge):  # fmt: skip
+            memcheck.kernel_begin(KernelLaunch(kernel=1, name="k", block_dim=4, kernel_type="aiv"))
+            for events in batches[:-1]:
+                memcheck.check(events.copy())
+            merged_before = memcheck.stomping._log_head_merged
+            memcheck.stomping._flush()
+            owned = [memcheck.stomping.owned_by.starts.tolist(), memcheck.stomping.owned_by.ends.tolist()]
+            memcheck.check(batches[-1].copy())
+            findings = comparable(memcheck.kernel_end())
+        assert merged_before == (log_merge < 1 << 20)
+        return findings, owned
+
+    dedupe, plain = found(64), found(1 << 30)
+    assert dedupe[0] and dedupe == plain

@@ -243,7 +243,27 @@ def _insert_disjoint(
 def _covered_by(
     starts: np.ndarray, ends: np.ndarray, cumulative: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> np.ndarray:
-    """Bytes of each ``[lo, hi)`` inside sorted, disjoint ranges whose running lengths are ``cumulative``."""
+    """Bytes of each ``[lo, hi)`` inside sorted, disjoint ranges whose running lengths are ``cumulative``. Compiled
+    where built: one search per bound, where numpy's takes a dozen passes over the batch's ranges."""
+    if (
+        native is not None
+        and starts.size
+        and isinstance(lo, np.ndarray)
+        and isinstance(hi, np.ndarray)
+        and lo.ndim == 1
+        and lo.shape == hi.shape
+        and all(a.dtype == _U64 for a in (starts, ends, cumulative, lo, hi))
+    ):
+        return np.frombuffer(
+            native.covered_by(*(np.ascontiguousarray(a) for a in (starts, ends, cumulative, lo, hi))), _U64
+        )
+    return _covered_by_numpy(starts, ends, cumulative, lo, hi)
+
+
+def _covered_by_numpy(
+    starts: np.ndarray, ends: np.ndarray, cumulative: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """``_covered_by``'s reference path."""
     if not starts.size:
         return np.zeros(np.shape(lo), dtype=_U64)
 

@@ -27,7 +27,7 @@ their own slices never searches the owner sets at all. In such a page an atomic 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,9 +53,31 @@ _U64 = np.uint64
 _OWNER_SHIFT = _U64(49)
 _ADDRESS_MASK = _U64((1 << 49) - 1)
 _NONE = np.empty(0, np.intp), np.empty(0, _U64), np.empty(0, _U64)
+_EMPTY = np.empty(0, _U64)
 # Logged claims (keyed ranges) past which the log is merged into itself: a kernel rewriting its own pages keeps
 # a log the size of what it owns, not of what it wrote.
 _LOG_MERGE = 1 << 16
+
+
+@dataclass(frozen=True)
+class BatchWrites:
+    """A batch's live GM writes as memcheck's compiled first look found them in its pass over the records
+    (``sanitizerd.native._memcheck.batch``), so that stomping does not scan the batch again for them: their
+    positions (ascending), ``lists_few_pieces``' upper bound of their pieces, and whether any record is flagged
+    atomic or switches the atomic mode. ``of`` is the numpy twin the tests hold the compiled one to."""
+
+    index: np.ndarray
+    pieces_bound: int
+    any_atomic: bool
+
+    @classmethod
+    def of(cls, events: np.ndarray, live: np.ndarray) -> BatchWrites:
+        index = np.flatnonzero(live & (events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM))
+        pieces = np.maximum(events["repeat"][index], 1).astype(np.int64)
+        scattered = events["block_stride"][index] > 1
+        pieces[scattered] *= np.maximum(events["block_num"][index[scattered]], 1)
+        atomic = ((events["flags"] & FLAG_ATOMIC) != 0) | (events["kind"] == EventKind.SET_ATOMIC)
+        return cls(index, int(pieces.sum()), bool(atomic.any()))
 
 
 def _block_keys(events: np.ndarray) -> np.ndarray:
@@ -94,6 +116,41 @@ def _without(lo: np.ndarray, hi: np.ndarray, held: IntervalSet) -> tuple[np.ndar
     last = int(np.searchsorted(starts, hi[meets].max(), side="left"))
     cut_lo, cut_hi = difference(lo[meets], hi[meets], starts[first:last], ends[first:last])
     return merge_ranges(np.concatenate((lo[~meets], cut_lo)), np.concatenate((hi[~meets], cut_hi)))
+
+
+def _keyed_claims(
+    keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, chosen: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ranges ``chosen`` keyed by owner (``key << 49 | bound``), less those wholly inside one of ``held``
+    (sorted, disjoint, touching ones joined: a ``merge_ranges`` result), in their order. Compiled where built: one
+    pass, and one walk of ``held`` for ranges in order."""
+    native = _intervals.native
+    if (
+        native is not None
+        and all(a.dtype == _U64 and a.ndim == 1 for a in (keys, lo, hi, held_lo, held_hi))
+        and chosen.dtype == bool
+        and keys.shape == lo.shape == hi.shape == chosen.shape
+    ):
+        arrays = (keys, lo, hi, chosen.view(np.uint8), held_lo, held_hi)
+        kept_lo, kept_hi = native.keyed_claims(*(np.ascontiguousarray(a) for a in arrays))
+        return np.frombuffer(kept_lo, _U64), np.frombuffer(kept_hi, _U64)
+    return _keyed_claims_numpy(keys, lo, hi, chosen, held_lo, held_hi)
+
+
+def _keyed_claims_numpy(
+    keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, chosen: np.ndarray, held_lo: np.ndarray, held_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_keyed_claims``' reference path."""
+    keys = keys[chosen] << _OWNER_SHIFT
+    lo, hi = keys | lo[chosen], keys | hi[chosen]
+    if not held_lo.size or not lo.size:
+        return lo, hi
+    at = np.searchsorted(held_hi, lo, side="right")
+    inside = at < held_lo.size
+    inside[inside] = (held_lo[at[inside]] <= lo[inside]) & (hi[inside] <= held_hi[at[inside]])
+    if not inside.any():
+        return lo, hi
+    return lo[~inside], hi[~inside]
 
 
 def _meeting(owned: IntervalSet, stomped: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -278,29 +335,45 @@ class StompTracker:
         self._log: list[tuple[np.ndarray, np.ndarray]] = []  # claims in pages of one writer: keyed ranges
         self._logged = 0  # ranges in the log
         self._log_merged = 0  # ranges the last merge of the log left
+        self._log_head_merged = False  # whether _log[0] is that merge: sorted, disjoint, touching ones joined
 
     def check(
-        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, legal: IntervalSet, budget: PairBudget
+        self,
+        events: np.ndarray,
+        ext: np.ndarray,
+        live: np.ndarray,
+        legal: IntervalSet,
+        budget: PairBudget,
+        writes: BatchWrites | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stomping writes of a batch: (event index, address reported, bytes stomped). Writes wholly outside
         ``legal`` GM (illegal writes, reported as such) own nothing. The writes' pieces are taken in bounded
         chunks, never all at once; past MAX_TRACKED_RANGES owned ranges the kernel is no longer checked
-        (``given_up``), which the caller reports."""
+        (``given_up``), which the caller reports. ``writes``: the live GM writes of ``live`` already found (the
+        compiled first look's), None to find them here."""
         if self.given_up:
             return _NONE
-        atomic = self._atomic_modes(events)  # atomic writes claim too: only a conflict looks at the mode
-        writes = live & (events["kind"] == EventKind.WRITE)
-        writes &= events["space"] == Space.GM
-        if not writes.any():
+        if writes is not None and not writes.any_atomic and not any(self.atomic.values()):
+            atomic = np.zeros(events.size, dtype=bool)  # no flag, no switch, no mode carried: nothing to scan
+        else:
+            atomic = self._atomic_modes(events)  # atomic writes claim too: only a conflict looks at the mode
+        if writes is not None:
+            index = writes.index
+            few = writes.pieces_bound <= LIST_AT_ONCE  # lists_few_pieces' own bound, counted in the same pass
+        else:
+            written = live & (events["kind"] == EventKind.WRITE)
+            written &= events["space"] == Space.GM
+            index = np.flatnonzero(written)
+            few = False
+        if not index.size:
             return _NONE
-        index = np.flatnonzero(writes)
-        if lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
+        if few or lists_few_pieces(events, ext, index, LIST_AT_ONCE):  # the common case: list the pieces at once
             native = _intervals.native
             records = records_of(events) if native is not None else None
             if records is not None and ext.dtype == _U64 and ext.shape == records.shape:
                 # compiled: listed, keyed and merged per block in one call; the pieces again only for a conflict
                 *merged, tagged = native.list_merged(  # type: ignore[union-attr]
-                    records, index.astype(np.int64), ext, np.ascontiguousarray(legal.starts),
+                    records, index.astype(np.int64, copy=False), ext, np.ascontiguousarray(legal.starts),
                     np.ascontiguousarray(legal.ends), np.ascontiguousarray(atomic).view(np.uint8),
                 )  # fmt: skip
                 keys, lo, hi = (np.frombuffer(part, _U64) for part in merged)
@@ -356,19 +429,29 @@ class StompTracker:
                 return
             self._log = [(keyed_lo[~touches], keyed_hi[~touches])]
             self._logged = int((~touches).sum())
+            self._log_head_merged = False
             keyed_lo, keyed_hi = keyed_lo[touches], keyed_hi[touches]
         else:
             self._log, self._logged = [], 0
+            self._log_head_merged = False
         self._claim(keyed_lo >> _OWNER_SHIFT, keyed_lo & _ADDRESS_MASK, keyed_hi & _ADDRESS_MASK)
 
-    def _log_claims(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
-        self._log.append(((keys << _OWNER_SHIFT) | lo, (keys << _OWNER_SHIFT) | hi))
-        self._logged += lo.size
+    def _log_claims(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, chosen: np.ndarray) -> None:
+        """The ranges ``chosen`` logged, keyed by owner."""
+        # A block rewriting its own output claims what the log holds already: such claims change no union, and
+        # leaving them out keeps the log from growing (and being merged again) on every rewrite.
+        held = self._log[0] if self._log_head_merged else (_EMPTY, _EMPTY)
+        keyed_lo, keyed_hi = _keyed_claims(keys, lo, hi, chosen, *held)
+        if not keyed_lo.size:
+            return
+        self._log.append((keyed_lo, keyed_hi))
+        self._logged += keyed_lo.size
         # Merged once it doubles what the last merge left: each range is sorted O(log n) times in all.
         if self._logged > max(_LOG_MERGE, 2 * self._log_merged) and len(self._log) > 1:
             merged = merge_ranges(np.concatenate([a for a, _ in self._log]), np.concatenate([b for _, b in self._log]))
             self._log, self._logged = [merged], merged[0].size
             self._log_merged = self._logged
+            self._log_head_merged = True
 
     def _not_owned_already(self, events: np.ndarray, runs: Runs, budget: PairBudget) -> Runs:
         """Drop the runs whose writing block already owns every byte (the steady state of a kernel rewriting its
@@ -430,7 +513,7 @@ class StompTracker:
         if newly_shared.size:  # pages a second block now writes: their logged claims must be exact from here on
             self._flush(newly_shared)
         if alone.any():  # ranges in pages of their own writers: no stomping, claims logged
-            self._log_claims(merged_keys[alone], merged[1][alone], merged[2][alone])
+            self._log_claims(merged_keys, merged[1], merged[2], alone)
             if alone.all():
                 return _NONE
             merged = tuple(part[~alone] for part in merged)
@@ -457,17 +540,23 @@ class StompTracker:
         # A batch names few distinct blocks: number those through the dict (a dense table over every possible
         # block key would cost 2 MiB per session).
         if block_keys.size > 1 and bool((block_keys[1:] >= block_keys[:-1]).all()):
-            # sorted already (ranges merged per block): the distinct keys are where the key changes, no sort
+            # sorted already (ranges merged per block): the distinct keys are where the key changes, no sort, and
+            # each block's number repeated over its run (a running count over every range cost more)
             head = np.empty(block_keys.size, dtype=bool)
             head[0] = True
             np.not_equal(block_keys[1:], block_keys[:-1], out=head[1:])
-            distinct, where = block_keys[head], np.cumsum(head) - 1
-        else:
-            distinct, where = np.unique(block_keys, return_inverse=True)
+            heads = np.flatnonzero(head)
+            numbers = self._numbers_of(block_keys[heads])
+            return np.repeat(numbers, np.diff(heads, append=block_keys.size))
+        distinct, where = np.unique(block_keys, return_inverse=True)
+        return self._numbers_of(distinct)[where.ravel()]
+
+    def _numbers_of(self, distinct: np.ndarray) -> np.ndarray:
+        """Owner numbers of distinct block keys, a block new to the kernel numbered next."""
         numbers = np.empty(distinct.size, dtype=_U64)
         for i, key in enumerate(distinct.tolist()):
             numbers[i] = self._owners.setdefault(key, len(self._owners))
-        return numbers[where.ravel()]
+        return numbers
 
     def _owned_by_me(self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Bytes of each range its own block owns."""
@@ -499,12 +588,13 @@ class StompTracker:
         if stomped is not None and (stomped.any() if plain is None else stomped[plain].any()):
             return False
         fresh = True  # no byte owned yet: a kernel streaming through its output
-        owned = None
+        owned = mine = None
         if len(self.owned):
             owned = self.owned.covered(lo, hi)
             if owned.any():
                 fresh = False
-                foreign = owned - self._owned_by_me(keys, lo, hi)
+                mine = self._owned_by_me(keys, lo, hi)
+                foreign = owned - mine
                 if foreign.any() if plain is None else foreign[plain].any():
                     return False
         if atomic is not None:
@@ -535,6 +625,12 @@ class StompTracker:
         else:
             lo_sorted, hi_sorted = lo, hi
         if not fresh:
+            if mine is not None and atomic is None:
+                # A block rewriting bytes it owns already claims nothing new (the owner sets' unions stay as they
+                # are): only the other ranges are claimed, which spares both sets a sort and a lookup of them.
+                new = mine < hi - lo
+                if not new.all():
+                    keys, lo, hi = keys[new], lo[new], hi[new]
             self._claim(keys, lo, hi)
             return True
         # Fresh bytes, sorted and disjoint: inserted as they are, no lookup of what the sets hold.

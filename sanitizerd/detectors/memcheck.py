@@ -33,7 +33,7 @@ from sanitizerd.detectors._runs import (
 from sanitizerd.detectors._simt import SimtDims
 from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._spr_trace import SprTrace
-from sanitizerd.detectors._stomping import StompTracker
+from sanitizerd.detectors._stomping import BatchWrites, StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
@@ -58,11 +58,6 @@ _MAX_REPORTED = np.uint64(2**63 - 1)
 _ALIGN_BY_SPACE = np.ones(256, dtype=np.uint64)
 _ALIGN_BY_SPACE[[Space.UB, Space.L1]] = 32
 _ALIGN_BY_SPACE[[Space.L0A, Space.L0B, Space.L0C]] = 512
-
-
-# The fields the compiled first look copies out of a batch's records in its pass (sanitizerd.native._memcheck.batch).
-_BATCH_FIELDS = ("kind", "flags", "space", "thread", "repeat", "block_stride")
-_BATCH_DTYPES = (np.uint8, np.uint8, np.uint8, np.uint16, np.uint16, np.uint16)
 
 
 def _aligned_table(align: np.ndarray) -> np.ndarray:
@@ -131,6 +126,8 @@ class Memcheck:
         native = _intervals.native
         raw = records_of(events) if native is not None else None
         scanned = None
+        writes: BatchWrites | None = None  # found in the compiled pass; numpy's path has stomping find them
+        any_thread = True
         if raw is not None:
             # Compiled: two passes over the records give the extents, the live records and the claims, every live
             # record's bounds and alignment, and the fields the rest reads (docs/design.md, "Compiled hot loops").
@@ -139,13 +136,15 @@ class Memcheck:
                 raw, self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts), np.ascontiguousarray(legal.ends)
             )
             ext, live = np.frombuffer(parts[0], np.uint64), np.frombuffer(parts[1], bool)
-            for name, part, dtype in zip(_BATCH_FIELDS, parts[2:8], _BATCH_DTYPES, strict=True):
-                events.preload(name, np.frombuffer(part, dtype))  # type: ignore[attr-defined]
-            claim_at, bad, misaligned = (np.frombuffer(part, np.int64) for part in parts[8:11])
+            # kind, the one field a common batch reads after the pass; any other is copied out if asked for
+            events.preload("kind", np.frombuffer(parts[2], np.uint8))  # type: ignore[attr-defined]
+            claim_at, bad, misaligned = (np.frombuffer(part, np.int64) for part in parts[3:6])
             claimed = bool(claim_at.size)
             claims = np.zeros(ext.size, dtype=bool)
             claims[claim_at] = True
-            scanned = bad, misaligned, np.frombuffer(parts[11], np.uint64)
+            scanned = bad, misaligned, np.frombuffer(parts[6], np.uint64)
+            pieces_bound, any_thread, any_atomic = parts[8]
+            writes = BatchWrites(np.frombuffer(parts[7], np.int64), pieces_bound, any_atomic)
         else:
             ext = extents(events)
             # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events
@@ -183,7 +182,8 @@ class Memcheck:
             self._check_permissions(events, lo, ends(lo, ext) if hi is None else hi, live)
         self._check_operands(events, ext)
         self.simt_dims.feed(events)
-        threads = events["thread"] != 0
+        # the compiled pass told whether any record has a SIMT thread: where none has, the field is not scanned
+        threads = events["thread"] != 0 if any_thread else np.zeros(0, dtype=bool)
         if not self.check_stomping:
             pass
         elif threads.any():  # inter-thread stomping: a SIMT thread's GM is its own, apart from the block's pipes
@@ -192,7 +192,7 @@ class Memcheck:
                 self._check_stomping(events, ext, claims & threads, self.thread_stomping)
             self._check_stomping(events, ext, live & threads, self.thread_stomping)
         else:
-            self._check_stomping(events, ext, live)
+            self._check_stomping(events, ext, live, writes=writes)
         if self.track_writes:
             self._record_writes(events, ext)
 
@@ -435,12 +435,17 @@ class Memcheck:
         return j >= 0 and int(highest) <= int(legal.ends[j])
 
     def _check_stomping(
-        self, events: np.ndarray, ext: np.ndarray, live: np.ndarray, tracker: StompTracker | None = None
+        self,
+        events: np.ndarray,
+        ext: np.ndarray,
+        live: np.ndarray,
+        tracker: StompTracker | None = None,
+        writes: BatchWrites | None = None,
     ) -> None:
         tracker = tracker or self.stomping
         if tracker.given_up:
             return
-        event, address, size = tracker.check(events, ext, live, self._allowed(Space.GM), self.pairs)
+        event, address, size = tracker.check(events, ext, live, self._allowed(Space.GM), self.pairs, writes)
         if event.size:
             self.sites.add(site_rows(events[event], _STOMPED, address, size))
         if tracker.given_up:

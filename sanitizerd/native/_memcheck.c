@@ -6,6 +6,9 @@
  *   list_touching(records, index, ext, starts, ends) _runs.listed_touching (with _patterns.ranges/expand)
  *   merge_by_block(keys, lo, hi)                     _stomping._merge_by_block
  *   merge_ranges(starts, ends)                       _intervals.merge_ranges (uint64 inputs)
+ *   keyed_claims(keys, lo, hi, chosen, held_lo, held_hi)
+ *                                                    _stomping._keyed_claims_numpy
+ *   covered_by(starts, ends, cumulative, lo, hi)     _intervals._covered_by_numpy
  *   page_note(owners, lo, hi, pages, table_owners, max_pages)
  *                                                    _page_owners.PageOwners.note
  *
@@ -113,9 +116,11 @@ static PyObject *new_bytes(Py_ssize_t items, Py_ssize_t item) {
 /* ---- scratch memory: one block kept between calls, taken and given back under the GIL ----
  * A fresh allocation of a few hundred KiB per call costs more in page faults than the loop itself (the allocator
  * hands such blocks back to the kernel when freed). One block, at most SCRATCH_KEPT bytes, is kept for the next
- * call; a call that finds it taken (another thread's) allocates its own. */
+ * call; a call that finds it taken (another thread's) allocates its own. 64 MiB holds list_merged's scratch at
+ * LIST_AT_ONCE pieces (~88 bytes a piece): at 32 MiB a batch of scattered writes near that bound took a fresh
+ * mmap, page-faulted in, every call (strided_memcheck.py --gm-writes scattered: 1.3-1.4x with the block kept). */
 
-#define SCRATCH_KEPT ((size_t)32 << 20)
+#define SCRATCH_KEPT ((size_t)64 << 20)
 static void *kept_scratch = NULL;
 static size_t kept_size = 0;
 
@@ -205,10 +210,39 @@ static void sort_pairs(pair_t *a, size_t n, pair_t *tmp) {
     pair_t *src = a, *dst = tmp;
     /* 8-bit digits; 11-bit ones where the pairs are many enough to pay for the wider counters (one pass fewer) */
     int digit = n >= 16384 && bits > 16 ? 11 : DIGIT;
-    size_t buckets = (size_t)1 << digit, wide[1 << 11], *counter = digit == DIGIT ? count : wide;
+    if (digit == DIGIT) {
+        /* Every digit's counts in one read of the pairs, and a digit all pairs share is no pass at all: a block's
+         * pieces in four buffers far apart differ in the low bits and the buffer's, rarely in those between. */
+        enum { PASSES = 8 };
+        size_t counts[PASSES][BUCKETS];
+        int passes = (bits + DIGIT - 1) / DIGIT;
+        memset(counts, 0, (size_t)passes * sizeof counts[0]);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t k = a[i].k - lo;
+            for (int p = 0; p < passes; p++) counts[p][(k >> (p * DIGIT)) & (BUCKETS - 1)]++;
+        }
+        for (int p = 0; p < passes; p++) {
+            size_t *c = counts[p];
+            if (c[(((src[0].k - lo) >> (p * DIGIT)) & (BUCKETS - 1))] == n) continue; /* one digit for all */
+            size_t total = 0;
+            for (size_t d = 0; d < BUCKETS; d++) {
+                size_t here = c[d];
+                count[d] = total;
+                total += here;
+            }
+            for (size_t i = 0; i < n; i++) dst[count[((src[i].k - lo) >> (p * DIGIT)) & (BUCKETS - 1)]++] = src[i];
+            pair_t *t = src;
+            src = dst;
+            dst = t;
+        }
+        if (src != a) memcpy(a, src, n * sizeof(pair_t));
+        return;
+    }
+    size_t buckets = (size_t)1 << digit, wide[1 << 11], *counter = wide;
     for (int shift = 0; shift < bits; shift += digit) {
         memset(counter, 0, buckets * sizeof(size_t));
         for (size_t i = 0; i < n; i++) counter[((src[i].k - lo) >> shift) & (buckets - 1)]++;
+        if (counter[((src[0].k - lo) >> shift) & (buckets - 1)] == n) continue; /* one digit for all: no pass */
         size_t total = 0;
         for (size_t d = 0; d < buckets; d++) {
             size_t c = counter[d];
@@ -427,13 +461,19 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
     return Py_BuildValue("NNN", bad, mis, first);
 }
 
-/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, flags, space, thread, repeat,
- * block_stride, claims, bad, misaligned, first): memcheck's first look at a batch in one pass over its records
+/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, claims, bad, misaligned, first,
+ * gm_writes, (pieces_bound, any_thread, any_atomic)): memcheck's first look at a batch in one pass over its records
  * (numpy's takes one per field): the extents (patterns.extents), which records are live (an access with bytes, not a
- * SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and the fields the rest of the
- * check reads, copied out for BatchFields. The few claims, out-of-bounds and misaligned records come as positions
- * (int64, ascending), with the first misaligned block's address of each misaligned one. */
+ * SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and ``kind``, the one field the rest
+ * of the check reads on a common batch, copied out for BatchFields (any other is copied there when first asked
+ * for). The few claims, out-of-bounds and misaligned records come as positions (int64, ascending), with the first
+ * misaligned block's address of each misaligned one. Then what stomping would scan the batch again for
+ * (_stomping.BatchWrites): the live GM writes' positions, lists_few_pieces' upper bound of their pieces (repeat,
+ * times block_num for a scattered row), whether any record has a SIMT thread, and whether any is flagged atomic or
+ * switches the atomic mode. */
 #define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
+#define KIND_SET_ATOMIC 21  /* EventKind.SET_ATOMIC */
+#define FLAG_ATOMIC_BIT 0x01 /* records.FLAG_ATOMIC */
 #define FLAG_CLAIM_BIT 0x02 /* records.FLAG_CLAIM */
 #define FLAG_SIMT_BIT 0x04  /* records.FLAG_SIMT_ENTRY */
 static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -452,31 +492,32 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "batch: 256 limits and alignments, paired ranges");
         return NULL;
     }
-    /* per record: ext, live, kind, flags, space, thread, repeat, block_stride */
-    static const Py_ssize_t size[8] = {8, 1, 1, 1, 1, 2, 2, 2};
-    PyObject *out[12] = {NULL};
+    /* per record: ext, live, kind */
+    static const Py_ssize_t size[3] = {8, 1, 1};
+    PyObject *out[8] = {NULL};
     int failed = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 3; i++) {
         out[i] = failed ? NULL : new_bytes(n, size[i]);
         if (!out[i]) failed = 1;
     }
     /* the claims, bad and misaligned positions and the misaligned ones' first addresses, in kept scratch first */
     size_t got = 0;
-    unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 40, &got);
+    unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 48, &got);
     if (!scratch) {
-        for (int i = 0; i < 12; i++) Py_XDECREF(out[i]);
+        for (int i = 0; i < 8; i++) Py_XDECREF(out[i]);
         release(b, 5);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
 #define OUT(i, type) ((type *)PyByteArray_AS_STRING(out[i]))
     uint64_t *ext = OUT(0, uint64_t);
-    unsigned char *live = OUT(1, unsigned char), *kind = OUT(2, unsigned char), *flags = OUT(3, unsigned char);
-    unsigned char *space = OUT(4, unsigned char);
-    uint16_t *thread = OUT(5, uint16_t), *repeat = OUT(6, uint16_t), *block_stride = OUT(7, uint16_t);
+    unsigned char *live = OUT(1, unsigned char), *kind = OUT(2, unsigned char);
 #undef OUT
     int64_t *claim_at = (int64_t *)scratch, *bad_at = claim_at + n, *mis_at = bad_at + n;
     uint64_t *mis_first = (uint64_t *)(mis_at + n);
-    size_t claims = 0, bads = 0, miss = 0;
+    int64_t *write_at = (int64_t *)(mis_first + 2 * n); /* after the joined bad positions' room */
+    size_t claims = 0, bads = 0, miss = 0, writes = 0;
+    uint64_t pieces_bound = 0; /* held at 2**62 and above once it gets there: only its place against a bound counts */
+    int any_thread = 0, any_atomic = 0;
     const unsigned char *base = b[0].view.buf;
     bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, -1, 0};
     Py_BEGIN_ALLOW_THREADS
@@ -487,28 +528,37 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         if (floats && !floats_for(max_units, max_size)) break;
         c.j = -1;
         c.gm_over = 0;
-        claims = bads = miss = 0;
+        claims = bads = miss = writes = 0;
+        pieces_bound = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             const unsigned char *r = base + i * RECORD_SIZE;
+            /* the fields in locals: the outputs are bytes, which may alias anything, so reading them back would be
+             * a load after every store */
+            unsigned char k = r[44], sp = r[45], fl = r[49];
             if (!floats) {
                 uint64_t u = units_of(r), sz = F_BLOCK_SIZE(r);
                 if (u > max_units) max_units = u;
                 if (sz > max_size) max_size = sz;
-                if (r[45] != SPACE_GM) all_gm = 0;
-                kind[i] = r[44];
-                space[i] = r[45];
-                flags[i] = r[49];
-                thread[i] = rd16(r + 54);
-                repeat[i] = F_REPEAT(r);
-                block_stride[i] = F_BLOCK_STRIDE(r);
+                if (sp != SPACE_GM) all_gm = 0;
+                kind[i] = k;
+                any_thread |= rd16(r + 54) != 0;
+                any_atomic |= (fl & FLAG_ATOMIC_BIT) | (k == KIND_SET_ATOMIC);
             }
             uint64_t e = extent_of(r, floats);
             ext[i] = e;
-            int access = e > 0 && kind[i] <= KIND_WRITE && !(flags[i] & FLAG_SIMT_BIT);
-            int claim = access && (flags[i] & FLAG_CLAIM_BIT);
-            live[i] = access && !claim;
+            int access = e > 0 && k <= KIND_WRITE && !(fl & FLAG_SIMT_BIT);
+            int claim = access && (fl & FLAG_CLAIM_BIT);
+            int is_live = access && !claim;
+            live[i] = (unsigned char)is_live;
             if (claim) claim_at[claims++] = i;
-            if (live[i]) {
+            if (is_live) {
+                if (k == KIND_WRITE && sp == SPACE_GM) {
+                    write_at[writes++] = i;
+                    uint64_t pieces = F_REPEAT(r) ? F_REPEAT(r) : 1, blocks = F_BLOCK_NUM(r);
+                    if (F_BLOCK_STRIDE(r) > 1 && blocks) pieces *= blocks;
+                    /* below 2**32 a record: the sum passes 2**63 only past 2**31 records, and stays there */
+                    if (pieces_bound < SATURATE) pieces_bound += pieces;
+                }
                 unsigned char bad = 0, mis = 0;
                 uint64_t first = 0;
                 check_one(r, e, &c, &bad, &mis, &first);
@@ -528,7 +578,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         for (Py_ssize_t i = 0; i < n; i++) {
             int listed = p < was && bad_at[p] == i;
             if (listed) p++;
-            int over = live[i] && space[i] == SPACE_GM &&
+            int over = live[i] && F_SPACE(base + i * RECORD_SIZE) == SPACE_GM &&
                        sat_add(F_ADDRESS(base + i * RECORD_SIZE), ext[i]) > c.limits[SPACE_GM];
             if (listed || over) joined[w++] = i;
         }
@@ -537,22 +587,24 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     release(b, 5);
-    out[8] = new_bytes((Py_ssize_t)claims, 8);
-    out[9] = new_bytes((Py_ssize_t)bads, 8);
-    out[10] = new_bytes((Py_ssize_t)miss, 8);
-    out[11] = new_bytes((Py_ssize_t)miss, 8);
-    if (!out[8] || !out[9] || !out[10] || !out[11]) {
-        for (int i = 0; i < 12; i++) Py_XDECREF(out[i]);
+    out[3] = new_bytes((Py_ssize_t)claims, 8);
+    out[4] = new_bytes((Py_ssize_t)bads, 8);
+    out[5] = new_bytes((Py_ssize_t)miss, 8);
+    out[6] = new_bytes((Py_ssize_t)miss, 8);
+    out[7] = new_bytes((Py_ssize_t)writes, 8);
+    if (!out[3] || !out[4] || !out[5] || !out[6] || !out[7]) {
+        for (int i = 0; i < 8; i++) Py_XDECREF(out[i]);
         give_scratch(scratch, got);
         return NULL;
     }
-    memcpy(PyByteArray_AS_STRING(out[8]), claim_at, claims * 8);
-    memcpy(PyByteArray_AS_STRING(out[9]), bad_at, bads * 8);
-    memcpy(PyByteArray_AS_STRING(out[10]), mis_at, miss * 8);
-    memcpy(PyByteArray_AS_STRING(out[11]), mis_first, miss * 8);
+    memcpy(PyByteArray_AS_STRING(out[3]), claim_at, claims * 8);
+    memcpy(PyByteArray_AS_STRING(out[4]), bad_at, bads * 8);
+    memcpy(PyByteArray_AS_STRING(out[5]), mis_at, miss * 8);
+    memcpy(PyByteArray_AS_STRING(out[6]), mis_first, miss * 8);
+    memcpy(PyByteArray_AS_STRING(out[7]), write_at, writes * 8);
     give_scratch(scratch, got);
-    return Py_BuildValue("NNNNNNNNNNNN", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8],
-                         out[9], out[10], out[11]);
+    return Py_BuildValue("NNNNNNNN(KNN)", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7],
+                         (unsigned long long)pieces_bound, PyBool_FromLong(any_thread), PyBool_FromLong(any_atomic));
 }
 
 /* ---- listing a batch's pieces ---- */
@@ -588,12 +640,25 @@ static inline void shape_of(const unsigned char *r, uint64_t ext, shape_t *s) {
     }
 }
 
+/* The record PREFETCH_AHEAD places on in ``index``, asked for early: a batch's writes are a few records apart, too
+ * irregular for the hardware to see coming, and a miss per record was most of listing them. Only an index inside
+ * the batch is prefetched (a prefetch cannot fault, but the address is never formed past the buffer). */
+#define PREFETCH_AHEAD 8
+#define PREFETCH_RECORD(base, n, index, k, i)                                                                         \
+    do {                                                                                                           \
+        if ((i) + PREFETCH_AHEAD < (k)) {                                                                          \
+            int64_t ahead_ = (index)[(i) + PREFETCH_AHEAD];                                                        \
+            if (ahead_ >= 0 && ahead_ < (n)) __builtin_prefetch((base) + ahead_ * RECORD_SIZE);                    \
+        }                                                                                                          \
+    } while (0)
+
 /* Pieces of each kind (dense, rows, scattered) of the accesses at ``index``, before coinciding blocks are dropped;
  * -1 for an index past the batch. */
 static int count_pieces(const unsigned char *base, Py_ssize_t n, const int64_t *index, Py_ssize_t k,
                         const uint64_t *ext, uint64_t count[3]) {
     count[0] = count[1] = count[2] = 0;
     for (Py_ssize_t i = 0; i < k; i++) {
+        PREFETCH_RECORD(base, n, index, k, i);
         if (index[i] < 0 || index[i] >= n) return -1;
         shape_t s;
         shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
@@ -616,6 +681,8 @@ static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ss
                           int64_t *owner, uint64_t *start, uint64_t *stop, uint64_t *key, int any_order) {
     size_t at[3] = {0, (size_t)count[0], (size_t)(count[0] + count[1])};
     for (Py_ssize_t i = 0; i < k; i++) {
+        /* every index was checked against the batch by count_pieces */
+        if (i + PREFETCH_AHEAD < k) __builtin_prefetch(base + index[i + PREFETCH_AHEAD] * RECORD_SIZE);
         shape_t s;
         shape_of(base + index[i] * RECORD_SIZE, ext[index[i]], &s);
         size_t w = at[s.kind], began = w;
@@ -686,6 +753,7 @@ static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ss
         int held = 0;
         for (size_t p = 0; p < listed; p++) {
             int64_t e = owner[p];
+            if (p + 4 * PREFETCH_AHEAD < listed) __builtin_prefetch(base + owner[p + 4 * PREFETCH_AHEAD] * RECORD_SIZE);
             if (e != last_owner) { /* held depends on the access alone */
                 uint64_t a = F_ADDRESS(base + e * RECORD_SIZE);
                 held = ext[e] > 0 && contains(starts, ends, m, a, sat_add(a, ext[e]));
@@ -992,6 +1060,8 @@ static PyObject *list_merged(PyObject *Py_UNUSED(m), PyObject *args) {
     return merged_result(k_out, l_out, h_out, out, PyBool_FromLong(tagged));
 }
 
+#define MAX_RUNS 64 /* runs in order past which merge_ranges sorts instead of merging them */
+
 /* merge_ranges(starts, ends) -> (starts, ends): the union of the non-empty ranges, sorted, disjoint, touching
  * ranges joined (_intervals.merge_ranges). */
 static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -1025,12 +1095,40 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
     /* A run in order first (the ranges merged before, in a log that grows by batches), then the rest: only the
-     * rest is sorted, and the two are joined in one pass. */
-    size_t live = 0, prefix = 0;
+     * rest is sorted, and the two are joined in one pass. Where the whole is a few runs in order (a log of
+     * batches, each merged per block in owner order), the runs are merged pairwise instead: no sort at all. */
+    size_t live = 0, prefix = 0, run_at[MAX_RUNS + 1];
+    int runs = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (hi[i] <= lo[i]) continue;
-        if (prefix == live && (live == 0 || lo[i] >= lo[order[live - 1]])) prefix++;
+        if (live == 0 || lo[i] < lo[order[live - 1]]) {
+            if (runs < MAX_RUNS) run_at[runs] = live;
+            runs++;
+        }
+        if (prefix == live && runs == 1) prefix++;
         order[live++] = (uint64_t)i;
+    }
+    if (runs > 1 && runs <= MAX_RUNS) {
+        run_at[runs] = live;
+        uint64_t *src = order, *dst = (uint64_t *)pairs; /* pairs: room for 2n indices, unused on this path */
+        while (runs > 1) {
+            int w = 0;
+            for (int r = 0; r < runs; r += 2) {
+                size_t a = run_at[r], a_end = run_at[r + 1], b = a_end, b_end = r + 1 < runs ? run_at[r + 2] : a_end;
+                size_t to = a;
+                run_at[w++] = a; /* w <= r: every bound this pair reads lies at r or past it */
+                while (a < a_end && b < b_end) dst[to++] = lo[src[b]] < lo[src[a]] ? src[b++] : src[a++];
+                while (a < a_end) dst[to++] = src[a++];
+                while (b < b_end) dst[to++] = src[b++];
+            }
+            run_at[w] = live;
+            runs = w;
+            uint64_t *t = src;
+            src = dst;
+            dst = t;
+        }
+        if (src != order) memcpy(order, src, live * sizeof(uint64_t));
+        prefix = live;
     }
     if (prefix < live) order_by(NULL, lo, order + prefix, live - prefix, pairs, pairs_tmp);
     size_t p = 0, q = prefix;
@@ -1057,6 +1155,132 @@ static PyObject *merge_ranges(PyObject *Py_UNUSED(m), PyObject *args) {
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     return Py_BuildValue("NN", s_out, e_out);
+}
+
+/* first index >= from whose e[] passes x, or m, in sorted e[0..m) where every e[< from] is <= x: galloping from
+ * ``from`` and then halving, so ascending queries walk the array once instead of searching it whole each time */
+static inline Py_ssize_t first_ending_past(const uint64_t *e, Py_ssize_t from, Py_ssize_t m, uint64_t x) {
+    Py_ssize_t lo = from, hi = from, step = 1;
+    while (hi < m && e[hi] <= x) {
+        lo = hi + 1;
+        hi = from + step;
+        step <<= 1;
+    }
+    if (hi > m) hi = m;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (e[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* keyed_claims(keys, lo, hi, chosen, held_lo, held_hi) -> (lo, hi): the ranges ``chosen`` (u8 per range) keyed by
+ * owner (key << 49 | bound, in uint64 arithmetic as numpy's), less those wholly inside one held range (held sorted,
+ * disjoint, touching ones joined: stomping's merged log), in their order (_stomping._keyed_claims_numpy). Held
+ * bounds never index: out of order, they give wrong answers, never a read outside the arrays. */
+static PyObject *keyed_claims(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    buf_t b[6] = {{{0}, 0}};
+    Py_ssize_t n, n_lo, n_hi, n_chosen, m, m1;
+    if (get_buffer(o[0], &b[0], 8, 0, &n, "keys") < 0 || get_buffer(o[1], &b[1], 8, 0, &n_lo, "lo") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &n_hi, "hi") < 0 || get_buffer(o[3], &b[3], 1, 0, &n_chosen, "chosen") < 0 ||
+        get_buffer(o[4], &b[4], 8, 0, &m, "held_lo") < 0 || get_buffer(o[5], &b[5], 8, 0, &m1, "held_hi") < 0) {
+        release(b, 6);
+        return NULL;
+    }
+    if (n_lo != n || n_hi != n || n_chosen != n || m1 != m) {
+        release(b, 6);
+        PyErr_SetString(PyExc_ValueError, "keyed_claims: keys, lo, hi and chosen per range, held paired");
+        return NULL;
+    }
+    PyObject *lo_out = new_bytes(n, 8), *hi_out = new_bytes(n, 8);
+    if (!lo_out || !hi_out) {
+        Py_XDECREF(lo_out);
+        Py_XDECREF(hi_out);
+        release(b, 6);
+        return NULL;
+    }
+    const uint64_t *keys = b[0].view.buf, *lo = b[1].view.buf, *hi = b[2].view.buf;
+    const unsigned char *chosen = b[3].view.buf;
+    const uint64_t *hs = b[4].view.buf, *he = b[5].view.buf;
+    uint64_t *lo_o = (uint64_t *)PyByteArray_AS_STRING(lo_out), *hi_o = (uint64_t *)PyByteArray_AS_STRING(hi_out);
+    size_t out = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t at = 0;
+    uint64_t previous = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!chosen[i]) continue;
+        uint64_t key = keys[i] << 49, klo = key | lo[i], khi = key | hi[i];
+        if (m) {
+            /* a range below the one before starts over: the held ranges before ``at`` may end past it */
+            at = first_ending_past(he, klo >= previous ? at : 0, m, klo);
+            previous = klo;
+            if (at < m && hs[at] <= klo && khi <= he[at]) continue;
+        }
+        lo_o[out] = klo;
+        hi_o[out] = khi;
+        out++;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 6);
+    if (PyByteArray_Resize(lo_out, (Py_ssize_t)out * 8) < 0 || PyByteArray_Resize(hi_out, (Py_ssize_t)out * 8) < 0) {
+        Py_DECREF(lo_out);
+        Py_DECREF(hi_out);
+        return NULL;
+    }
+    return Py_BuildValue("NN", lo_out, hi_out);
+}
+
+/* covered_by(starts, ends, cumulative, lo, hi) -> u64 per range: the bytes of each [lo, hi) inside sorted, disjoint
+ * ranges whose running lengths are ``cumulative`` (m + 1 of them), as _intervals._covered_by_numpy computes them:
+ * below(hi) - below(lo), below(x) the bytes of the ranges under x, in uint64 arithmetic that wraps where numpy's
+ * does (an end before its start). Only the search's result indexes, and it lies in [0, m). */
+static PyObject *covered_by(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    buf_t b[5] = {{{0}, 0}};
+    Py_ssize_t m, m_ends, m_cumulative, n, n_hi;
+    if (get_buffer(o[0], &b[0], 8, 0, &m, "starts") < 0 || get_buffer(o[1], &b[1], 8, 0, &m_ends, "ends") < 0 ||
+        get_buffer(o[2], &b[2], 8, 0, &m_cumulative, "cumulative") < 0 || get_buffer(o[3], &b[3], 8, 0, &n, "lo") < 0 ||
+        get_buffer(o[4], &b[4], 8, 0, &n_hi, "hi") < 0) {
+        release(b, 5);
+        return NULL;
+    }
+    if (m_ends != m || m_cumulative != m + 1 || n_hi != n) {
+        release(b, 5);
+        PyErr_SetString(PyExc_ValueError, "covered_by: starts and ends paired, cumulative one longer, lo and hi paired");
+        return NULL;
+    }
+    PyObject *out = new_bytes(n, 8);
+    if (!out) {
+        release(b, 5);
+        return NULL;
+    }
+    const uint64_t *starts = b[0].view.buf, *ends = b[1].view.buf, *cumulative = b[2].view.buf;
+    const uint64_t *lo = b[3].view.buf, *hi = b[4].view.buf;
+    uint64_t *inside = (uint64_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t below[2];
+        for (int side = 0; side < 2; side++) {
+            uint64_t x = side ? hi[i] : lo[i];
+            Py_ssize_t j = last_at_or_below(starts, m, x);
+            if (j < 0) {
+                below[side] = 0;
+                continue;
+            }
+            uint64_t end = x < ends[j] ? x : ends[j], start = x < starts[j] ? x : starts[j];
+            below[side] = cumulative[j] + (end - start);
+        }
+        inside[i] = below[1] - below[0];
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 5);
+    return out;
 }
 
 /* ---- the page table ---- */
@@ -1204,6 +1428,8 @@ static PyMethodDef methods[] = {
     {"merge_by_block", merge_by_block, METH_VARARGS, "Ranges merged per key, sorted by key then start."},
     {"list_merged", list_merged, METH_VARARGS, "Write pieces listed, keyed by block and merged per block."},
     {"merge_ranges", merge_ranges, METH_VARARGS, "The union of ranges, sorted and disjoint."},
+    {"covered_by", covered_by, METH_VARARGS, "Bytes of each range inside a sorted, disjoint range set."},
+    {"keyed_claims", keyed_claims, METH_VARARGS, "Chosen ranges keyed by owner, less those a merged set holds."},
     {"page_note", page_note, METH_VARARGS, "Stomping's page table: note a batch's ranges."},
     {NULL, NULL, 0, NULL},
 };
