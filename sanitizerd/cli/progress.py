@@ -75,18 +75,12 @@ MIN_ROWS = 5
 _SAVE, _RESTORE = "\x1b7", "\x1b8"  # DECSC / DECRC: the cursor (and its attributes) kept across a redraw
 
 
-def _rows(stream: IO[str]) -> int:
+def _size(stream: IO[str]) -> os.terminal_size:
+    """The terminal's columns and rows; no rows where ``stream`` is no terminal."""
     try:
-        return os.get_terminal_size(stream.fileno()).lines
+        return os.get_terminal_size(stream.fileno())
     except (OSError, ValueError, io.UnsupportedOperation):
-        return 0
-
-
-def _columns(stream: IO[str]) -> int:
-    try:
-        return os.get_terminal_size(stream.fileno()).columns
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return 80
+        return os.terminal_size((80, 0))
 
 
 def _same_terminal(a: IO[str], b: IO[str]) -> bool:
@@ -118,11 +112,8 @@ class Progress:
         self.stream = sys.stderr if stream is None else stream
         self.mode = "off" if quiet else ("terminal" if is_terminal(self.stream, env) else "plain")
         if self.mode == "terminal" and shared:
-            self.mode = "last row" if _rows(self.stream) >= MIN_ROWS else "plain"
-        self.interval = PLAIN_INTERVAL if self.mode == "plain" else TERMINAL_INTERVAL
-        if self.mode == "plain":
-            self.interval = plain_interval(env)
-        self.lines = 0  # plain lines written
+            self.mode = "last row" if _size(self.stream).lines >= MIN_ROWS else "plain"
+        self.interval = plain_interval(env) if self.mode == "plain" else TERMINAL_INTERVAL
         self._sample = sample
         self._last = Sample("starting")
         self._stopped = threading.Event()
@@ -130,8 +121,9 @@ class Progress:
         self._started = 0.0
         self._live: Live | None = None  # rich's, on a terminal
         self._task: TaskID | None = None
-        self._rows = 0  # the terminal's rows when the last row was set apart (0: it is not)
-        self._row_lock = threading.Lock()
+        # the terminal's rows when the last row was set apart (0: it is not); drawn on one thread at a time (the
+        # first draw before the display's thread starts, the rest on it)
+        self._rows = 0
 
     def __enter__(self) -> Progress:
         self.start()
@@ -222,21 +214,20 @@ class Progress:
         live = self._live
         if live is None:
             return
-        rows = _rows(self.stream)
+        columns, rows = _size(self.stream)
         if rows < MIN_ROWS:
             return
         console = live.console
-        console.width = max(20, _columns(self.stream) - 1)  # one column spare: a full row would wrap on some terms
+        console.width = max(20, columns - 1)  # one column spare: a full row would wrap on some terminals
         with console.capture() as captured:
             console.print(live.get_renderable(), end="", no_wrap=True, overflow="ellipsis", soft_wrap=False)
         line = captured.get().split("\n", 1)[0]
-        with self._row_lock:
-            setup = ""
-            if rows != self._rows:
-                # a newline first (rows to spare if the cursor is on the last row), then the region above it
-                setup = f"\n\x1b[1A{_SAVE}\x1b[1;{rows - 1}r{_RESTORE}"
-                self._rows = rows
-            self._write_terminal(f"{setup}{_SAVE}\x1b[{rows};1H\x1b[2K{line}\x1b[0m{_RESTORE}")
+        setup = ""
+        if rows != self._rows:
+            # a newline first (rows to spare if the cursor is on the last row), then the region above it
+            setup = f"\n\x1b[1A{_SAVE}\x1b[1;{rows - 1}r{_RESTORE}"
+            self._rows = rows
+        self._write_terminal(f"{setup}{_SAVE}\x1b[{rows};1H\x1b[2K{line}\x1b[0m{_RESTORE}")
 
     def _write_terminal(self, text: str) -> None:
         try:
@@ -264,8 +255,6 @@ class Progress:
             self.stream.flush()
         except (OSError, ValueError):  # stderr's reader went away: the work goes on without its progress
             self._stopped.set()
-            return
-        self.lines += 1
 
 
 class _Above(io.TextIOBase):

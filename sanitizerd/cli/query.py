@@ -118,30 +118,33 @@ def follow(
     feed = TextFeed()
     followed = FollowCounts()
     progress = Progress("findings --follow", followed, quiet=quiet)
-    out: list[IO[str]] = [sys.stdout]
+    out: IO[str] = sys.stdout
 
     def started(cursor: int) -> None:
+        nonlocal out
         # On stderr, so that stdout stays findings alone (a pipe into jq): from here on nothing is missed.
         print(f"[sanitizerd] following findings stored after #{cursor}; Ctrl-C ends", file=sys.stderr, flush=True)
         progress.start()
-        out[0] = progress.above(sys.stdout)
+        out = progress.above(sys.stdout)
 
+    failure = ""
     try:
         for batch in api.follow_pages(socket, selected=selected, store=store, poll=poll, started=started):
             found = shown(batch, fmt, show_suppressed)
             followed.add(found)
             if fmt == "json":
-                out[0].write("".join(_json_line.encode(f).decode() + "\n" for f in found))
+                out.write("".join(_json_line.encode(f).decode() + "\n" for f in found))
             else:
-                out[0].write(feed.text(found))
-            out[0].flush()
+                out.write(feed.text(found))
+            out.flush()
     except KeyboardInterrupt:
         return 0
     except SanitizerdError as exc:
-        progress.stop()
-        print(f"[sanitizerd] ERROR: {exc}", file=sys.stderr)
+        failure = str(exc)
     finally:
-        progress.stop()
+        progress.stop()  # the line erased before anything below is said
+    if failure:
+        print(f"[sanitizerd] ERROR: {failure}", file=sys.stderr)
     return 1
 
 
