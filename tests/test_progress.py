@@ -271,11 +271,32 @@ def test_run_without_a_terminal_writes_plain_lines_and_quiet_none(daemon: Runnin
     assert "[sanitizerd] run: " not in quiet.stderr and "SUMMARY" in quiet.stdout
 
 
+# The demo's three findings, then a clean kernel of 0.5 M reads (29 MB, under what a recording watcher may have
+# waiting) in a session of its own: the demo alone replays in ~10 ms, before a test's shortest interval has passed.
+LONG_JOB = f"""
+import runpy
+import numpy as np
+from client_shim import Client, EventKind, Space, accesses
+try:
+    runpy.run_path({str(DEMO)!r}, run_name="__main__")
+except SystemExit:
+    pass
+with Client() as client:
+    client.malloc(0x100000, 1 << 20)
+    kernel = client.kernel_begin("clean_reads", 1)
+    for _ in range(8):
+        client.events(kernel, accesses(EventKind.READ, Space.GM, 0x100000 + (np.arange(65536) % 4096) * 256, 32))
+    client.kernel_end(kernel)
+    client.wait_kernel(kernel)
+    client.free(0x100000)
+"""
+
+
 @pytest.fixture
 def saved_run(daemon: RunningDaemon, tmp_path: Path) -> Path:
     saved = tmp_path / "job.sanitizerd"
     run = sanitizerd("run", "--quiet", "--socket", str(daemon.socket), "--save", str(saved), "--", sys.executable,
-                     str(DEMO))  # fmt: skip
+                     "-c", LONG_JOB)  # fmt: skip
     assert run.returncode == 0, run.stderr
     return saved
 
