@@ -14,7 +14,15 @@ import time
 from pathlib import Path
 
 from client_shim import discovery
-from sanitizerd_protocol import CONNECTION_CLOSED, NEED_DATA, Connection, Role
+from sanitizerd_protocol import (
+    CONNECTION_CLOSED,
+    NEED_DATA,
+    Connection,
+    LocalProtocolError,
+    RemoteProtocolError,
+    Role,
+    State,
+)
 from sanitizerd_protocol import messages as m
 
 SOCKET_ENV = "SANITIZERD_SOCKET"
@@ -121,9 +129,15 @@ class FrameSocket:
         self._lock = threading.Lock()  # guards the Connection, which both directions update
 
     def frame(self, message: m.Message, into: bytearray | None = None) -> bytearray:
-        """The message framed (in ``into`` if given, reusing its memory)."""
+        """The message framed (in ``into`` if given, reusing its memory); ClientError once the connection has ended
+        (the daemon broke off a frame, or refused us): nothing more can be sent on it."""
         with self._lock:
-            return self.connection.send(message, into)
+            try:
+                return self.connection.send(message, into)
+            except LocalProtocolError as exc:
+                if self.connection.state is State.ERROR:
+                    raise ClientError(f"the connection to sanitizerd is over: {exc}") from exc
+                raise
 
     def events_head(self, kernel: int, records_size: int) -> bytearray:
         """An events batch's frame up to its records (``Connection.send_events_head``): the caller sends them after."""
@@ -156,7 +170,10 @@ class FrameSocket:
         """The next message from the daemon; ClientError on EOF or a protocol error."""
         while True:
             with self._lock:
-                event = self.connection.next_event()
+                try:
+                    event = self.connection.next_event()
+                except RemoteProtocolError as exc:  # a frame cut off, or one that breaks the protocol
+                    raise ClientError(f"sanitizerd broke off the connection: {exc}") from exc
             if event is CONNECTION_CLOSED:
                 raise ClientError("sanitizerd closed the connection")
             if event is not NEED_DATA:
