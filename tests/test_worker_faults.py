@@ -229,6 +229,31 @@ def test_worker_sigkill_during_a_client_shim_job_every_time(short_dir: Path) -> 
         assert stop_daemon(daemon) == 0, daemon.log_text()[-3000:]
 
 
+def test_a_saved_run_whose_connection_was_made_again_says_its_file_lacks_part_of_the_job(short_dir: Path) -> None:
+    """`run --save` across a worker's SIGKILL: the checks are whole (the run exits 0), but what the dead worker
+    recorded and had not sent never reached the file, and the run says so rather than leave a replay that differs
+    in silence."""
+    daemon = start_daemon(short_dir, workers=WORKERS)
+    try:
+        daemon.wait_for_log('"worker serving"')
+        program = short_dir / "job.py"
+        program.write_text(_SHIM_JOB)
+        saved = short_dir / "job.save"
+        env = dict(program_env(), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        run = subprocess.Popen(
+            [sys.executable, "-m", "sanitizerd", "run", "--quiet", "--socket", str(daemon.socket), "--save",
+             str(saved), "--", sys.executable, str(program), str(short_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        _kill_the_jobs_worker(daemon, short_dir, run, wait_ready=False)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0 and SUMMARY.search(out), out + err
+        assert f"WARNING: job {SUMMARY.search(out).group(1)}: {saved} lacks what the daemon recorded" in out, out
+        assert saved.exists()
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log_text()[-3000:]
+
+
 # One process of msSanitizer's hooks connected across the kill: it reads its Config, opens its session (a device
 # summary), and is still connected when the job's worker dies. msSanitizer's hooks connect once per process.
 _HELD_ACROSS = r"""

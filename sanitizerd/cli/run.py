@@ -144,6 +144,9 @@ class Reporter:
         self.cut = cut
         self.cut_sessions: list[m.SessionInfo] = []
         self.cut_unknown = ""  # why the daemon could not say which sessions were cut
+        # why the --save file lacks part of the job: what the daemon recorded while the connection was lost (a
+        # worker that died, a recording that fell too far behind) never reached it
+        self.save_gap = ""
         self.reconnects = 0
         self._swap = threading.Lock()  # the connection is replaced under it; the job's wait is asked under it
         self.waiting = False  # wait_job asked: asked again on a connection made after
@@ -225,6 +228,8 @@ class Reporter:
             with contextlib.suppress(OSError):
                 old.close()
             self.reconnects += 1
+            if self.save is not None and not self.save_gap:
+                self.save_gap = str(lost)
             return True
 
     def _completed(self, idle: m.JobIdle) -> m.JobIdle:
@@ -836,6 +841,12 @@ def _run_program(
     cut = cut_lines(job, reporter)
     if cut:
         print(cut, file=out)
+    if reporter.save_gap:
+        print(
+            f"{PREFIX} WARNING: job {job}: {options.save} lacks what the daemon recorded while the run's connection "
+            f"was lost ({reporter.save_gap}): a replay of it is not this run's stream.",
+            file=out,
+        )
     out.flush()
     if options.error_exitcode is not None and reporter.errors:
         return options.error_exitcode
