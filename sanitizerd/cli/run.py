@@ -352,8 +352,9 @@ class RunCounts:
                  count(reporter.errors + reporter.warnings, "finding") + " so far"]  # fmt: skip
         if self.info is not None:
             parts.insert(0, count(self.info.events, "record") + " received")
-            if self.info.signatures:
-                parts.append(count(sum(self.info.signatures.values()), "replay signature"))
+            signatures = sum(self.info.signatures.values())  # per rank, a rank that sent none at 0
+            if signatures:
+                parts.append(count(signatures, "replay signature"))
         return Sample(", ".join(parts))
 
     def _ask(self) -> None:
