@@ -371,6 +371,49 @@ def test_page_note_past_its_bound_records_nothing() -> None:
     assert table.note_numpy(np.zeros(1, U64), lo, hi) is not None  # the bound is the caller's: numpy's is 2**21
 
 
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), ranges=st.integers(1, 40), period=st.integers(1, 9))
+def test_bounds_over_many_ranges_interleaved(seed: int, ranges: int, period: int) -> None:
+    """The first look's bounds and the listing's held test remember the few ranges looked up lately: accesses dealt
+    round robin over ``period`` of up to 40 ranges (more than it remembers, and fewer), at their starts, their
+    ends, across them, in the gaps and below the first, give numpy's answer (searchsorted per access)."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.choice([0, 1, 32, 4096], ranges)  # 0: ranges that touch (a range's end is the next one's start)
+    sizes = rng.choice([1, 32, 512, 4096], ranges).astype(U64)
+    starts = (U64(GM) + np.cumsum(gaps + sizes, dtype=U64) - sizes).astype(U64)
+    ends = starts + sizes
+    n = 600
+    events = np.zeros(n, dtype=EVENT_DTYPE)
+    which = (np.arange(n) % period + rng.integers(0, ranges, n) * (period == 1)) % ranges
+    offset = rng.choice([0, 1, 31, -1, -32, -4096], n)
+    anchor = np.where(rng.random(n) < 0.5, starts[which], ends[which])
+    events["address"] = (anchor.astype(np.int64) + offset).astype(U64)
+    events["address"][::53] = U64(GM - 1)  # below every range
+    events["block_size"] = rng.choice([1, 2, 32], n)
+    events["block_num"] = rng.choice([1, 2], n)
+    events["block_stride"] = 1
+    events["repeat"] = 1
+    events["kind"] = rng.choice([EventKind.READ, EventKind.WRITE], n)
+    events["space"] = Space.GM
+    events["block_id"] = rng.integers(0, 4, n)
+    events["serial"] = np.arange(1, n + 1)
+    limits = np.full(256, TOP, dtype=U64)
+    align = np.ones(256, dtype=U64)
+    parts = compiled.batch(events, limits, align, starts, ends)
+    ext = extents(events)
+    lo = events["address"]
+    hi = lo + ext  # no wrap: every address is far below the top
+    j = np.searchsorted(starts, lo, side="right") - 1
+    inside = (j >= 0) & (hi <= ends[np.maximum(j, 0)])
+    assert np.array_equal(np.frombuffer(parts[4], np.int64), np.flatnonzero(~inside))
+    index = np.flatnonzero(events["kind"] == EventKind.WRITE).astype(np.int64)
+    within = IntervalSet(starts, ends)
+    listed = compiled.list_touching(events, index, ext, within.starts, within.ends)
+    expected = _runs.listed_touching_numpy(within, events, ext, index)
+    for ours, theirs in zip(listed, expected, strict=True):
+        assert np.array_equal(np.frombuffer(ours, theirs.dtype), theirs)
+
+
 # --- the whole detector, both ways ----------------------------------------------------------------------------------
 
 

@@ -215,10 +215,11 @@ class TestVerdicts:
         assert answer is not None and answer.verdict == m.Verdict(kernel=1, events=0, errors=0, warnings=0)
 
     def test_no_detectors_answers_at_once(self) -> None:
-        """A session with no implemented detector answers each kernel_end with a verdict directly."""
+        """A session with no implemented detector answers each kernel_end with a verdict directly; its batches are
+        counted and make no work (nothing is cut into detectors' batches that nobody checks)."""
         s = session(tools=[])
         assert s.handle(begin(1)) == [StartKernel(KernelLaunch(1, "add_custom", 8, "aiv"))]
-        s.handle(batch(1, EVENTS))
+        assert s.handle(batch(1, EVENTS)) == []
         [answer] = s.handle(m.KernelEnd(kernel=1))
         assert isinstance(answer, Answer)
         assert answer.verdict == m.Verdict(kernel=1, events=EVENTS.size, errors=0, warnings=0, checked=True)

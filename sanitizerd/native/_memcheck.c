@@ -275,10 +275,33 @@ static inline Py_ssize_t last_at_or_below(const uint64_t *a, Py_ssize_t m, uint6
     return (p - a) + (*p <= x) - 1;
 }
 
-/* IntervalSet.contains on folded arrays: the last range starting at or before lo holds hi */
-static inline int contains(const uint64_t *s, const uint64_t *e, Py_ssize_t m, uint64_t lo, uint64_t hi) {
-    Py_ssize_t j = last_at_or_below(s, m, lo);
-    return j >= 0 && hi <= e[j];
+/* The ranges ``range_at`` found lately, each as [lo, lo + span): the addresses whose last range starting at or
+ * before them is that range (span reaches the next range's start). A kernel streams through a few buffers at once
+ * (reads of x and y, writes of z, event by event), so the last range alone missed on most records and a binary
+ * search per record was most of the first look at a batch. span 0: an empty slot, which no address hits. */
+#define RECENT_RANGES 4
+typedef struct {
+    uint64_t lo[RECENT_RANGES], span[RECENT_RANGES], end[RECENT_RANGES];
+    unsigned next; /* the slot the next miss takes, round robin */
+} recent_t;
+
+/* Whether some range of sorted s[0..m) starts at or before x; the last such range's end in *end. */
+static inline int range_at(recent_t *c, const uint64_t *s, const uint64_t *e, Py_ssize_t m, uint64_t x,
+                           uint64_t *end) {
+    /* x - lo wraps past span for x < lo (span <= 2**64 - 1 - lo): one comparison a slot */
+    for (int k = 0; k < RECENT_RANGES; k++)
+        if (x - c->lo[k] < c->span[k]) {
+            *end = c->end[k];
+            return 1;
+        }
+    Py_ssize_t j = last_at_or_below(s, m, x);
+    if (j < 0) return 0;
+    unsigned k = c->next++ % RECENT_RANGES;
+    c->lo[k] = s[j];
+    c->span[k] = (j + 1 < m ? s[j + 1] : U64MAX) - s[j];
+    c->end[k] = e[j];
+    *end = e[j];
+    return 1;
 }
 
 /* IntervalSet.covered(lo, hi) > 0 for sorted, disjoint, non-empty ranges: the first range ending past lo starts
@@ -360,7 +383,8 @@ static PyObject *extents(PyObject *Py_UNUSED(m), PyObject *args) {
 
 typedef struct {
     const uint64_t *limits, *align_by_space, *starts, *ends;
-    Py_ssize_t m, j; /* j: the range the last GM access fell in (most stream within one buffer) */
+    Py_ssize_t m;
+    recent_t recent; /* the ranges GM accesses fell in lately */
     int all_gm;      /* every record of the batch is GM; -1: not known yet (gm_over then says if it matters) */
     int gm_over;     /* a GM record passed GM's own limit while all_gm was not known */
 } bounds_t;
@@ -380,15 +404,8 @@ static inline void check_one(const unsigned char *r, uint64_t ext, bounds_t *c, 
             c->gm_over = 1;
     }
     if (space == SPACE_GM) {
-        int inside;
-        Py_ssize_t j = c->j;
-        if (j >= 0 && address >= c->starts[j] && (j + 1 >= c->m || address < c->starts[j + 1]))
-            inside = hi <= c->ends[j];
-        else {
-            j = c->j = last_at_or_below(c->starts, c->m, address);
-            inside = j >= 0 && hi <= c->ends[j];
-        }
-        if (!inside) *bad = 1;
+        uint64_t end;
+        if (!range_at(&c->recent, c->starts, c->ends, c->m, address, &end) || hi > end) *bad = 1;
     }
     uint64_t align = F_ALIGN(r);
     if (align) {
@@ -448,7 +465,7 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     int all_gm = 1;
     for (Py_ssize_t i = 0; i < n && all_gm; i++) all_gm = F_SPACE(base + i * RECORD_SIZE) == SPACE_GM;
-    bounds_t c = {limits, align_by_space, starts, ends, m, -1, all_gm, 0};
+    bounds_t c = {limits, align_by_space, starts, ends, m, {{0}, {0}, {0}, 0}, all_gm, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *r = base + i * RECORD_SIZE;
         first_out[i] = F_ADDRESS(r);
@@ -519,14 +536,13 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     uint64_t pieces_bound = 0; /* held at 2**62 and above once it gets there: only its place against a bound counts */
     int any_thread = 0, any_atomic = 0;
     const unsigned char *base = b[0].view.buf;
-    bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, -1, -1, 0};
+    bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, {{0}, {0}, {0}, 0}, -1, 0};
     Py_BEGIN_ALLOW_THREADS
     /* One pass, as if no record needed numpy's float extents; a batch where one does (hostile) is passed again. */
     uint64_t max_units = 0, max_size = 0;
     int all_gm = 1;
     for (int floats = 0; floats < 2; floats++) {
         if (floats && !floats_for(max_units, max_size)) break;
-        c.j = -1;
         c.gm_over = 0;
         claims = bads = miss = writes = 0;
         pieces_bound = 0;
@@ -751,12 +767,14 @@ static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ss
         size_t kept = 0;
         int64_t last_owner = -1;
         int held = 0;
+        recent_t recent = {{0}, {0}, {0}, 0};
+        uint64_t end;
         for (size_t p = 0; p < listed; p++) {
             int64_t e = owner[p];
             if (p + 4 * PREFETCH_AHEAD < listed) __builtin_prefetch(base + owner[p + 4 * PREFETCH_AHEAD] * RECORD_SIZE);
             if (e != last_owner) { /* held depends on the access alone */
                 uint64_t a = F_ADDRESS(base + e * RECORD_SIZE);
-                held = ext[e] > 0 && contains(starts, ends, m, a, sat_add(a, ext[e]));
+                held = ext[e] > 0 && range_at(&recent, starts, ends, m, a, &end) && sat_add(a, ext[e]) <= end;
                 last_owner = e;
             }
             if ((held && stop[p] > start[p]) || meets(starts, ends, m, start[p], stop[p])) {

@@ -436,7 +436,7 @@ class Session:
         events = as_events(batch.records)
         state.events += events.size
         self.events += events.size
-        if not state.checked or not events.size:
+        if not state.checked or not events.size or not self.detectors:  # counted; nobody to hand them to
             return []
         if self.config.block_id >= 0:
             events = events[events["block_id"] == self.config.block_id]
