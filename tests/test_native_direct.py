@@ -95,9 +95,10 @@ def slot(layout: wire.WireLayout, region: bytes, records: int, write_offset: int
 
 def decoded(
     layout: wire.WireLayout, table: RecordTable, data: bytes, piece: int | None, chosen: object,
-    context: BlockContext, monkeypatch: pytest.MonkeyPatch,
+    context: BlockContext, monkeypatch: pytest.MonkeyPatch, places: RecordPlaces | None = None,
 ) -> tuple[bytes, list[str], int, dict]:  # fmt: skip
-    """The slot's events, problems, records and the budget's refusals, decoded ``chosen``'s way."""
+    """The slot's events, problems, records and the budget's refusals, decoded ``chosen``'s way (where
+    ``context`` has places, into ``places`` or new ones with a resolve)."""
     with monkeypatch.context() as patch:
         patch.setattr(rb, "compiled", None if chosen is None else COMPILED)
         patch.setattr(base, "compiled", None if chosen is None else COMPILED)
@@ -105,7 +106,8 @@ def decoded(
             patch.setattr(rb, "direct_plans", lambda table, context: None)
         context = dataclasses.replace(context, budget=ExpansionBudget())
         if context.places is not None:
-            context = dataclasses.replace(context, places=RecordPlaces(resolve=lambda key: 1000 + key))
+            places = places if places is not None else RecordPlaces(resolve=lambda key: 1000 + key)
+            context = dataclasses.replace(context, places=places)
         decoder = rb.SlotDecoder(rb.read_heads(data, layout), context, 5, table)
         body = memoryview(data)[layout.heads_size :]
         out, pending, at = [], b"", 0
@@ -261,7 +263,7 @@ def _direct(words: np.ndarray, starts: np.ndarray, **changed: object) -> object:
     args = dict(
         words=words, starts=starts, plan_of=plans.plan_of, plans=plans.plans, pairs=PIPE_OF_PAIR,
         spaces=MEMTYPE_TO_SPACE, rule_records=rule_records, rule_after=rule_after, last_type=-1, next_serial=0,
-        serials=np.empty(starts.size, dtype=np.uint64),
+        serials=np.empty(starts.size, dtype=np.uint64), sites=np.zeros((0, 4), dtype=np.uint64), location=None,
     )  # fmt: skip
     args.update(changed)
     return COMPILED.direct(*args.values())
@@ -401,3 +403,95 @@ def test_one_odd_record_sends_the_window_back(
     assert straight == decoded(APRIL, table, data, None, GROUPED, context, monkeypatch)
     assert straight == decoded(APRIL, table, data, None, None, context, monkeypatch)
     assert direct_windows == [0]
+
+
+# --- places marked straight: only where every record's place is resolved already ----------------------------------
+
+
+def _relocated(data: bytes, table: RecordTable, rng: np.random.Generator, how: str) -> bytes:
+    """The tile loop with some records' places changed: a new place (a pc not seen before) late in the slot, or a
+    second place at a pc the loop already uses (another line), or a pc that is not a function of anything."""
+    out = bytearray(data)
+    words = np.frombuffer(data, dtype="<u4", offset=APRIL.heads_size)
+    starts, _ = rb.walk_compiled(table, words, words.size)
+    for at in starts[rng.integers(starts.size // 2, starts.size, 3)].tolist():
+        record_type = int(table.canonical[int(words[at])])
+        dtype = table.dtypes[record_type]
+        start = APRIL.heads_size + 4 * (at + 1)
+        record = np.frombuffer(out, dtype=dtype, count=1, offset=start).copy()
+        if how == "new place":
+            record["pc"] = 0x9000 + int(rng.integers(0, 1 << 20))
+        elif how == "shared pc":
+            record["line_no"] = int(record["line_no"][0]) + 1000
+        else:
+            record["pc"], record["file_no"], record["line_no"] = (int(v) for v in rng.integers(0, 2**63, 3))
+        out[start : start + dtype.itemsize] = record.tobytes()
+    return bytes(out)
+
+
+@pytest.mark.parametrize("how", [None, "new place", "shared pc", "random"])
+@pytest.mark.parametrize("piece", [700, 4096])
+@pytest.mark.parametrize("seed", range(3))
+def test_places_are_marked_straight_as_the_grouped_path_marks_them(
+    how: str | None, piece: int, seed: int, direct_windows: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a connection's places (a resolve): the first window keys and resolves the loop's places on the
+    grouped path, later windows are marked straight; one with a place not resolved yet, or with a pc that two
+    places share, is given back. Events (with their location ids), problems and the places made identical."""
+    from tests.test_native_records import tile_slot
+
+    table = record_table(APRIL)
+    data = tile_slot(120)
+    if how is not None:
+        data = _relocated(data, table, np.random.default_rng(seed), how)
+    context = BlockContext(0, CHIPS["910B1"], places=RecordPlaces())
+    made = []
+    for chosen in (COMPILED, GROUPED, None):
+        resolved: list[int] = []
+
+        def resolve(key: int, resolved: list[int] = resolved) -> int:
+            resolved.append(key)
+            return 7000 + 3 * key
+
+        places = RecordPlaces(resolve=resolve)
+        got = decoded(APRIL, table, data, piece, chosen, context, monkeypatch, places)
+        made.append((got, resolved, places.sites, places.over))
+    assert made[0] == made[1] == made[2]
+    assert any(direct_windows)  # marked straight where it could be
+    if how is not None:
+        assert not all(direct_windows[1:])  # and given back where a place was new or shared
+
+
+def test_resolved_sites_are_the_resolved_places_of_pcs_with_one_place() -> None:
+    rng = np.random.default_rng(5)
+    places = RecordPlaces(resolve=lambda key: 100 + key)
+    pc = rng.integers(0, 40, 500).astype(np.uint64)
+    line = (pc % 5).astype(np.uint64)
+    line[:3] += np.uint64(1)  # three records give their pc a second place
+    places.locations(pc, np.ones(500, np.uint64), line)
+    rows = places.resolved_sites()
+    want = {}
+    for (p, f, line_no), key in places._keys.items():
+        want.setdefault(p, []).append((p, f, line_no, 100 + key))
+    assert rows.tolist() == sorted(list(v[0]) for v in want.values() if len(v) == 1)
+    assert places.resolved_sites() is rows  # kept while nothing changes
+    places.bind("another binary")  # every id unresolved again
+    assert places.resolved_sites().shape == (0, 4)
+    places.locations(pc[:10], np.ones(10, np.uint64), line[:10])
+    assert 0 < places.resolved_sites().shape[0] <= 10
+
+
+def test_places_of_pcs_past_2_63_are_keyed_as_the_sort_keys_them() -> None:
+    """``RecordPlaces.keys``' scatter over the span of the pcs added the lowest pc to intp offsets: a group whose
+    pcs were all at or past 2**63 raised (its records were dropped), one that crossed it wrapped a pc negative
+    (keyed apart from the same place met through the sort). Now each record gets its own place's key either way,
+    as the straight path, which looks places up, needs."""
+    top = 2**64 - 1
+    places = RecordPlaces()
+    wide = np.array([0, top, 2**63 - 1, 2**63, top - 5], dtype=np.uint64)  # too wide a span: the sort
+    keys, _ = places.keys(wide, np.ones(5, np.uint64), np.full(5, 2, np.uint64))
+    for group in ([top], [top, top - 5], [2**63 - 1, 2**63]):  # the scatter
+        pcs = np.array(group, dtype=np.uint64)
+        got, _ = places.keys(pcs, np.ones(pcs.size, np.uint64), np.full(pcs.size, 2, np.uint64))
+        assert got.tolist() == [int(keys[wide.tolist().index(pc)]) for pc in group]
+    assert len(places.sites) == 6

@@ -895,6 +895,7 @@ done:
 #define PLAN_OFFSETS 32
 #define PLAN_FIELDS 56
 #define PLAN_MAX_FIELDS 8
+#define PLAN_PLACE 104 /* the offsets of the record's Location pc, fileNo and lineNo (u64 each); past it: none */
 #define MAX_PLANS 64
 enum { KIND_FIELDS = 1, KIND_DMA_MOV = 2, KIND_BINARY = 3 };
 
@@ -906,6 +907,8 @@ typedef struct {
     Py_ssize_t at[B_COUNT];
     Field field[PLAN_MAX_FIELDS];
     int nfields;
+    int placed; /* the record's place is read (pc, fileNo, lineNo at place[]) */
+    Py_ssize_t place[3];
 } Plan;
 
 /* A plan read from its words, every offset checked against its record and every field against the event: 0 with
@@ -915,6 +918,13 @@ static int read_plan(const uint64_t *p, Plan *plan) {
     plan->itemsize = p[PLAN_ITEMSIZE] <= (1u << 20) ? (Py_ssize_t)p[PLAN_ITEMSIZE] : 0;
     memcpy(plan->constant, p + PLAN_CONSTANTS, sizeof(plan->constant));
     plan->nfields = 0;
+    /* A record whose place is not all within it has none (a window marking places gives such a record back). */
+    plan->placed = plan->itemsize > 0;
+    for (int k = 0; k < 3; k++) {
+        uint64_t offset = p[PLAN_PLACE + k];
+        plan->placed = plan->placed && offset <= (uint64_t)plan->itemsize && fits((Py_ssize_t)offset, 8, plan->itemsize);
+        plan->place[k] = plan->placed ? (Py_ssize_t)offset : 0;
+    }
     const int *sizes = NULL;
     int count = 0;
     if (plan->itemsize <= 0) {
@@ -1083,25 +1093,39 @@ static inline void record_events(const Plan *plan, const unsigned char *r, uint6
 }
 
 /* direct(words, starts, plan_of, plans, pipe_of_pair, space_of, rule_records, rule_after, last_type, next_serial,
- * serials) -> bytearray | None: a whole window's events in program order, converted straight from the words (no
- * grouping, gather or merge), where every record at ``starts`` has a plan (``plan_of``: i64 by wire type, -1 for
- * none; ``plans``: PLAN_WORDS u64 each), is in its converter's usual case and takes a serial of its own (no merge
- * rule of group's joins it to the record before, ``last_type`` for the first): then the records are numbered
- * ``next_serial`` on, one each, into ``serials`` (u64, one per start). None where some record is not so, or a
- * start, type or payload is outside what it indexes (the caller then takes the grouped path, which says why). */
+ * serials, sites, location) -> bytearray | None: a whole window's events in program order, converted straight from
+ * the words (no grouping, gather or merge), where every record at ``starts`` has a plan (``plan_of``: i64 by wire
+ * type, -1 for none; ``plans``: PLAN_WORDS u64 each), is in its converter's usual case and takes a serial of its
+ * own (no merge rule of group's joins it to the record before, ``last_type`` for the first): then the records are
+ * numbered ``next_serial`` on, one each, into ``serials`` (u64, one per start). With ``location`` (word, shift,
+ * mask) not None, every event's location field is set to its record's place's id, where every record's (pc,
+ * fileNo, lineNo) is one of ``sites`` (n x 4 u64: pc, fileNo, lineNo, id; sorted by pc, each pc once): base.
+ * mark_places where every place is known. None where some record is not so, or a start, type or payload is
+ * outside what it indexes (the caller then takes the grouped path, which says why). */
 static PyObject *direct(PyObject *Py_UNUSED(module), PyObject *args) {
-    Py_buffer words, starts, plan_of, plans, pairs, spaces, rule_records, rule_after, serials;
+    Py_buffer words, starts, plan_of, plans, pairs, spaces, rule_records, rule_after, serials, sites;
     long long last_type;
     unsigned long long next_serial;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*LKw*", &words, &starts, &plan_of, &plans, &pairs, &spaces,
-                          &rule_records, &rule_after, &last_type, &next_serial, &serials)) {
+    PyObject *location;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*LKw*y*O", &words, &starts, &plan_of, &plans, &pairs, &spaces,
+                          &rule_records, &rule_after, &last_type, &next_serial, &serials, &sites, &location)) {
         return NULL;
     }
+    int mark = location != Py_None, loc_word = 0, loc_shift = 0;
+    unsigned long long loc_mask = 0;
     PyObject *result = NULL, *out = NULL;
     Plan *plan = NULL;
     if (!whole(&words, 4, "words") || !whole(&starts, 8, "starts") || !whole(&plan_of, 8, "plan_of") ||
         !whole(&plans, 8 * PLAN_WORDS, "plans") || !whole(&serials, 8, "serials") ||
-        !whole(&rule_records, 4, "rule_records") || !whole(&rule_after, 4, "rule_after")) {
+        !whole(&rule_records, 4, "rule_records") || !whole(&rule_after, 4, "rule_after") ||
+        !whole(&sites, 32, "sites")) {
+        goto done;
+    }
+    if (mark && (!PyArg_ParseTuple(location, "iiK", &loc_word, &loc_shift, &loc_mask) || loc_word < 0 ||
+                 loc_word >= EVENT_WORDS || loc_shift < 0 || loc_shift > 63)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "direct: the location field is outside the event");
+        }
         goto done;
     }
     Py_ssize_t count = starts.len / 8, nplans = plans.len / (8 * PLAN_WORDS), ntypes = plan_of.len / 8;
@@ -1128,6 +1152,9 @@ static PyObject *direct(PyObject *Py_UNUSED(module), PyObject *args) {
         const uint32_t *records_bits = (const uint32_t *)rule_records.buf;
         const uint32_t *after_bits = (const uint32_t *)rule_after.buf;
         Py_ssize_t nrules_records = rule_records.len / 4, nrules_after = rule_after.len / 4;
+        const uint64_t *site = (const uint64_t *)sites.buf;
+        Py_ssize_t nsites = sites.len / 32;
+        uint64_t loc_clear = ~((uint64_t)loc_mask << loc_shift);
         Py_ssize_t nbytes = words.len, total = 0;
         int ok = 1;
 /* The plan of record i, every index checked (a start past the words, a type past the table, no plan, a payload
@@ -1191,6 +1218,32 @@ static PyObject *direct(PyObject *Py_UNUSED(module), PyObject *args) {
                 break;
             }
             record_events(p, r, number, pipe_of, space_of, o + made * EVENT_SIZE);
+            if (mark) {
+                if (!p->placed) {
+                    ok = 0;
+                    break;
+                }
+                uint64_t pc = u64_at(r + p->place[0]);
+                Py_ssize_t lo = 0, hi = nsites; /* the first site whose pc is not below the record's */
+                while (lo < hi) {
+                    Py_ssize_t mid = lo + (hi - lo) / 2;
+                    if (site[4 * mid] < pc) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                if (lo == nsites || site[4 * lo] != pc || site[4 * lo + 1] != u64_at(r + p->place[1]) ||
+                    site[4 * lo + 2] != u64_at(r + p->place[2])) {
+                    ok = 0; /* a place not known yet: the grouped path keys it */
+                    break;
+                }
+                uint64_t id = ((site[4 * lo + 3] & loc_mask) << loc_shift);
+                for (int k = 0; k < p->events; k++) {
+                    unsigned char *word = o + (made + k) * EVENT_SIZE + 8 * loc_word;
+                    store_u64(word, (u64_at(word) & loc_clear) | id);
+                }
+            }
             made += p->events;
             serial[i] = number;
         }
@@ -1219,6 +1272,7 @@ done:
     PyBuffer_Release(&rule_records);
     PyBuffer_Release(&rule_after);
     PyBuffer_Release(&serials);
+    PyBuffer_Release(&sites);
     return result;
 }
 

@@ -625,19 +625,25 @@ def _make_direct_plans(table: RecordTable, context: base.BlockContext) -> Direct
         plan = base.direct_plan(record_type, dtype, context)
         if plan is not None:
             plan_of[wire_type] = len(rows)
-            rows.append(plan.words())
+            rows.append(dataclasses.replace(plan, place=base.place_offsets(dtype)).words())
     if not rows:
         return None
     return DirectPlans(plan_of, np.stack(rows))
 
 
+_NO_SITES = np.zeros((0, 4), dtype=np.uint64)
+_LOCATION = base._PACKING["location"]
+
+
 def direct_compiled(
-    table: RecordTable, plans: DirectPlans, words: np.ndarray, path: np.ndarray, last_type: int, next_serial: int
-) -> tuple[np.ndarray, np.ndarray] | None:
+    table: RecordTable, plans: DirectPlans, words: np.ndarray, path: np.ndarray, last_type: int, next_serial: int,
+    sites: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
     """The serials and events of the records at ``path`` (the walk's, after a record of ``last_type``, -1: none)
     converted straight from ``words``, numbered from ``next_serial`` on, their events in program order: what
-    ``record_serials`` and ``_convert`` give there. None where some record has no plan, is not in its usual case,
-    or shares the serial of the record before (``RecordTable.merges``)."""
+    ``record_serials`` and ``_convert`` give there; with ``sites`` (``RecordPlaces.resolved_sites``), each event's
+    location its record's, as ``mark_places`` gives it. None where some record has no plan, is not in its usual
+    case, shares the serial of the record before (``RecordTable.merges``) or has a place not among ``sites``."""
     assert compiled is not None
     shape = _compiled_table(table)
     assert shape is not None
@@ -645,6 +651,8 @@ def direct_compiled(
     raw = compiled.direct(
         _words_for_c(words), np.ascontiguousarray(path, dtype=np.int64), plans.plan_of, plans.plans, PIPE_OF_PAIR,
         MEMTYPE_TO_SPACE, shape.rule_records, shape.rule_after, int(last_type), int(next_serial), serials,
+        _NO_SITES if sites is None else sites,
+        None if sites is None else (_LOCATION[0], _LOCATION[1], (1 << _LOCATION[2]) - 1),
     )  # fmt: skip
     if raw is None:
         return None
@@ -1064,13 +1072,17 @@ class SlotDecoder:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """The window's serials and events converted straight from its words (``direct_compiled``), where that gives
         what ``_convert`` would: the launch's budget not exhausted (``convert_bounded`` would refuse the records)
-        and no places to mark (``mark_places``). None: the grouped path."""
+        and, where places are marked (``mark_places``), every record's place already resolved. None: the grouped
+        path."""
         if self._direct is None or self.context.budget.exhausted:
             return None
         places = self.context.places
+        sites = None
         if places is not None and places.resolve is not None:
-            return None
-        return direct_compiled(self.table, self._direct, words, path, self._last_type, next_serial)
+            sites = places.resolved_sites()
+            if not sites.size:
+                return None
+        return direct_compiled(self.table, self._direct, words, path, self._last_type, next_serial, sites)
 
     def _convert(
         self,

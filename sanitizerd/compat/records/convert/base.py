@@ -42,12 +42,15 @@ class RecordPlaces:
         self.resolve = resolve
         self._binding: object = None
         self._ids = np.zeros(1, dtype=np.uint32)  # key -> location id under the binding (_UNRESOLVED: not yet)
+        self._version = 0  # moved on by every new key, binding or resolved id (what resolved_sites depends on)
+        self._resolved: tuple[int, np.ndarray] | None = None
 
     def bind(self, binding: object) -> None:
         """What ``resolve`` answers depends on ``binding`` (e.g. the kernel's binary and pc start): a new one
         forgets the answers of the last."""
         if binding != self._binding:
             self._binding = binding
+            self._version += 1
             self._ids = np.full(len(self.sites), self._UNRESOLVED, dtype=np.uint32)
             self._ids[0] = 0
 
@@ -67,7 +70,10 @@ class RecordPlaces:
                 present = np.flatnonzero(first >= 0)
                 rows = first[present]
                 table = np.zeros(span, dtype=np.uint32)
-                triples = zip((present + low).tolist(), file_no[rows].tolist(), line_no[rows].tolist(), strict=True)
+                # in u64: a pc at or past 2**63 overflowed intp (an OverflowError that dropped the records' group,
+                # or a pc wrapped negative, keyed apart from the same place met through the sort below)
+                pcs = present.astype(np.uint64) + np.uint64(low)
+                triples = zip(pcs.tolist(), file_no[rows].tolist(), line_no[rows].tolist(), strict=True)
                 distinct = np.array([self._key(triple) for triple in triples], dtype=np.uint32)
                 table[present] = distinct
                 return self._counted(table[slot]), distinct
@@ -88,7 +94,31 @@ class RecordPlaces:
         ids = self._ids
         for key in distinct[ids[distinct] == self._UNRESOLVED].tolist():
             ids[key] = self.resolve(key)
+            self._version += 1
         return ids[keys]
+
+    def resolved_sites(self) -> np.ndarray:
+        """Every place whose location id is resolved under the binding, as (pc, fileNo, lineNo, id) rows of u64
+        sorted by pc, leaving out pcs that more than one place shares: what ``_records.direct`` looks a window's
+        records up in. A record found there gets from ``locations`` its row's id, with no key made and nothing
+        resolved or counted, so its window may be marked without it."""
+        if self._resolved is not None and self._resolved[0] == self._version:
+            return self._resolved[1]
+        sites = np.array(self.sites, dtype=np.uint64).reshape(-1, 3)
+        keys = np.arange(1, min(len(self.sites), self._ids.size))
+        keys = keys[self._ids[keys] != self._UNRESOLVED]
+        rows = np.empty((keys.size, 4), dtype=np.uint64)
+        rows[:, :3] = sites[keys]
+        rows[:, 3] = self._ids[keys]
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        if rows.shape[0] > 1:  # a pc of two places: neither is taken (a sort in ``keys`` tells them apart)
+            same = rows[1:, 0] == rows[:-1, 0]
+            shared = np.zeros(rows.shape[0], dtype=bool)
+            shared[1:] |= same
+            shared[:-1] |= same
+            rows = rows[~shared]
+        self._resolved = (self._version, np.ascontiguousarray(rows))
+        return self._resolved[1]
 
     def _key(self, site: tuple[int, int, int]) -> int:
         key = self._keys.get(site)
@@ -97,6 +127,7 @@ class RecordPlaces:
                 return 0
             key = self._keys[site] = len(self.sites)
             self.sites.append(site)
+            self._version += 1
         return key
 
     def _counted(self, keys: np.ndarray) -> np.ndarray:
@@ -543,6 +574,7 @@ def sync_compiled(
 DIRECT_FIELDS, DIRECT_DMA_MOV, DIRECT_BINARY = 1, 2, 3  # _records.c's KIND_*: the events per record are 1, 2, 3
 # _records.c's plan layout: PLAN_WORDS u64 per plan, with these words
 PLAN_WORDS, _PLAN_ITEMSIZE, _PLAN_NFIELDS, _PLAN_CONSTANTS, _PLAN_OFFSETS, _PLAN_FIELDS = 128, 1, 2, 8, 32, 56
+_PLAN_PLACE = 104
 PLAN_MAX_FIELDS = 8
 EVENT_WORDS = EVENT_DTYPE.itemsize // 8
 
@@ -558,6 +590,8 @@ class DirectPlan:
     offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     # DIRECT_FIELDS: (offset, size, top, word, shift, mask) of each field, as _records.fields takes them
     fields: tuple[tuple[int, int, int, int, int, int], ...] = ()
+    # The offsets of the record's pc, fileNo and lineNo (u64 each; ``place_offsets``), None: it has no place
+    place: tuple[int, int, int] | None = None
 
     def words(self) -> np.ndarray:
         """The plan as ``_records.direct`` reads it."""
@@ -570,7 +604,20 @@ class DirectPlan:
         words[_PLAN_OFFSETS : _PLAN_OFFSETS + self.offsets.size] = self.offsets
         for k, spec in enumerate(self.fields):
             words[_PLAN_FIELDS + 6 * k : _PLAN_FIELDS + 6 * k + 6] = spec
+        words[_PLAN_PLACE : _PLAN_PLACE + 3] = self.place if self.place is not None else (U64_MAX,) * 3
         return words
+
+
+def place_offsets(dtype: np.dtype) -> tuple[int, int, int] | None:
+    """Where a record of ``dtype`` has the pc, fileNo and lineNo ``mark_places`` reads, each a little-endian u64;
+    None where it has not all three so (its windows then mark places on the grouped path)."""
+    offsets = []
+    for name in ("pc", "file_no", "line_no"):
+        member = (dtype.fields or {}).get(name)
+        if member is None or member[0] != np.dtype("<u8"):
+            return None
+        offsets.append(int(member[1]))
+    return offsets[0], offsets[1], offsets[2]
 
 
 Planner = Callable[[int, np.dtype, BlockContext], "DirectPlan | None"]
