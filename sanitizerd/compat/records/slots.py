@@ -10,7 +10,9 @@ lookup table, a word that is no known type advancing by one. Walks that meet sta
 ``next`` function), so once the true path from offset 0 enters a segment at a node of that segment's speculative
 walk, the rest of that walk is the true path; where it does not (rare), that segment is walked again from its true
 entry. Records are then grouped by type, each group's payloads gathered into a structured array, converted by the
-family's converter, and the events merged back into program order by serial.
+family's converter, and the events merged back into program order by serial. Where the compiled loops are built, a
+window whose every record is in a usual case of its converter is converted straight from the words into program
+order instead (``direct_compiled``; docs/design.md, "Windows converted straight"), giving the same events.
 """
 
 from __future__ import annotations
