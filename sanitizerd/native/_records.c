@@ -10,6 +10,8 @@
  *         serials, order, offsets)                            record_serials, and the records grouped by type code
  *   gather(words, starts, size, out)                          slots._gather: each record's payload bytes, in order
  *   merge(parts, first, span, out) -> bool                    the types' events in serial order (stable)
+ *   direct(words, starts, plan_of, plans, ...) -> bytearray    a window whose every record is in its converter's
+ *                                                              usual case, straight to its events in program order
  *
  * Every value read from the records is checked against the table or array it indexes; every buffer's length is
  * checked here (the Python wrapper also checks dtypes and contiguity). Words are read as little-endian bytes (the
@@ -881,7 +883,401 @@ done:
     return result;
 }
 
+/* direct's plans: one per wire type that converts whole (slots.DirectPlans builds them from the converters'
+ * usual cases), each PLAN_WORDS u64: its kind, the payload's bytes, its fields' count, then the constant rows (up
+ * to 3 x 7 u64), the member offsets (dma_mov's D_*, binary's B_*) and the fields (offset, size, top, word, shift,
+ * mask each). */
+#define PLAN_WORDS 128
+#define PLAN_KIND 0
+#define PLAN_ITEMSIZE 1
+#define PLAN_NFIELDS 2
+#define PLAN_CONSTANTS 8
+#define PLAN_OFFSETS 32
+#define PLAN_FIELDS 56
+#define PLAN_MAX_FIELDS 8
+#define PLAN_PLACE 104 /* the offsets of the record's Location pc, fileNo and lineNo (u64 each); past it: none */
+#define MAX_PLANS 64
+enum { KIND_FIELDS = 1, KIND_DMA_MOV = 2, KIND_BINARY = 3 };
+
+typedef struct {
+    int kind;
+    int events; /* per record */
+    Py_ssize_t itemsize;
+    uint64_t constant[3][EVENT_WORDS];
+    Py_ssize_t at[B_COUNT];
+    Field field[PLAN_MAX_FIELDS];
+    int nfields;
+    int placed; /* the record's place is read (pc, fileNo, lineNo at place[]) */
+    Py_ssize_t place[3];
+} Plan;
+
+/* A plan read from its words, every offset checked against its record and every field against the event: 0 with
+ * a ValueError where one is not. */
+static int read_plan(const uint64_t *p, Plan *plan) {
+    plan->kind = (int)(p[PLAN_KIND] <= 3 ? p[PLAN_KIND] : 0);
+    plan->itemsize = p[PLAN_ITEMSIZE] <= (1u << 20) ? (Py_ssize_t)p[PLAN_ITEMSIZE] : 0;
+    memcpy(plan->constant, p + PLAN_CONSTANTS, sizeof(plan->constant));
+    plan->nfields = 0;
+    /* A record whose place is not all within it has none (a window marking places gives such a record back). */
+    plan->placed = plan->itemsize > 0;
+    for (int k = 0; k < 3; k++) {
+        uint64_t offset = p[PLAN_PLACE + k];
+        plan->placed = plan->placed && offset <= (uint64_t)plan->itemsize && fits((Py_ssize_t)offset, 8, plan->itemsize);
+        plan->place[k] = plan->placed ? (Py_ssize_t)offset : 0;
+    }
+    const int *sizes = NULL;
+    int count = 0;
+    if (plan->itemsize <= 0) {
+        plan->kind = 0;
+    }
+    switch (plan->kind) {
+    case KIND_FIELDS:
+        plan->events = 1;
+        if (p[PLAN_NFIELDS] > PLAN_MAX_FIELDS) {
+            break;
+        }
+        plan->nfields = (int)p[PLAN_NFIELDS];
+        for (int k = 0; k < plan->nfields; k++) {
+            const uint64_t *f = p + PLAN_FIELDS + 6 * k;
+            Field *to = &plan->field[k];
+            if (f[0] > (uint64_t)plan->itemsize || f[1] < 1 || f[1] > 8 || f[3] >= EVENT_WORDS || f[4] > 63 ||
+                !fits((Py_ssize_t)f[0], (Py_ssize_t)f[1], plan->itemsize)) {
+                PyErr_SetString(PyExc_ValueError, "direct: a plan's field is outside its record or the event");
+                return 0;
+            }
+            to->at = (Py_ssize_t)f[0];
+            to->size = (int)f[1];
+            to->top = f[2];
+            to->word = (int)f[3];
+            to->shift = (int)f[4];
+            to->mask = f[5];
+        }
+        return 1;
+    case KIND_DMA_MOV:
+        plan->events = 2;
+        sizes = dma_size;
+        count = D_COUNT;
+        break;
+    case KIND_BINARY:
+        plan->events = 3;
+        sizes = binary_size;
+        count = B_COUNT;
+        break;
+    default:
+        break;
+    }
+    if (sizes == NULL) {
+        PyErr_SetString(PyExc_ValueError, "direct: a plan of no kind, or of too many fields");
+        return 0;
+    }
+    for (int k = 0; k < count; k++) {
+        uint64_t offset = p[PLAN_OFFSETS + k];
+        if (offset > (uint64_t)plan->itemsize || !fits((Py_ssize_t)offset, sizes[k], plan->itemsize)) {
+            PyErr_SetString(PyExc_ValueError, "direct: a plan's member is outside its record");
+            return 0;
+        }
+        plan->at[k] = (Py_ssize_t)offset;
+    }
+    return 1;
+}
+
+/* The usual-case checks of dma_mov and binary above, for one record (a FIELDS record always is). */
+static inline int usual_record(const Plan *plan, const unsigned char *r, const unsigned char *pipe_of,
+                               const unsigned char *space_of) {
+    const Py_ssize_t *at = plan->at;
+    if (plan->kind == KIND_DMA_MOV) {
+        uint64_t len = field_at(r + at[D_LEN], 2);
+        unsigned smem = r[at[D_SMEM]], dmem = r[at[D_DMEM]];
+        return r[at[D_PAD]] == 0 && r[at[D_BYTE]] == 0 && pipe_of[256 * smem + dmem] != NO_TABLE_VALUE &&
+               space_of[smem] != NO_TABLE_VALUE && space_of[dmem] != NO_TABLE_VALUE &&
+               len + field_at(r + at[D_SSTRIDE], 2) <= 0xFFFF && len + field_at(r + at[D_DSTRIDE], 2) <= 0xFFFF;
+    }
+    if (plan->kind == KIND_BINARY) {
+        int full = field_at(r + at[B_MASK0], 8) == UINT64_MAX && field_at(r + at[B_MASK1], 8) == UINT64_MAX;
+        if (r[at[B_MODE]] != 0 || r[at[B_REPEAT]] == 0) {
+            return 0;
+        }
+        for (int k = 0; k < 3; k++) {
+            const Py_ssize_t *a = at + k * B_OPERAND;
+            uint64_t num = r[a[B_NUM]], size = field_at(r + a[B_SIZE], 2), bits = r[a[B_BITS]];
+            int eligible = num == 8 && size == 32 && bits >= 16;
+            if (num == 0 || size == 0 || !(full || !eligible)) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static inline void store_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+/* One record's events into ``o`` (plan->events rows of 7 u64): what fields, dma_mov and binary above write. Each
+ * word is made in a register and stored once: OR-ing into an array on the stack and copying it out stalled on
+ * every copy (a 16-byte load cannot take its bytes from two 8-byte stores still in flight). */
+static inline void record_events(const Plan *plan, const unsigned char *r, uint64_t serial,
+                                 const unsigned char *pipe_of, const unsigned char *space_of, unsigned char *o) {
+    const Py_ssize_t *at = plan->at;
+    const uint64_t(*c)[EVENT_WORDS] = plan->constant;
+    if (plan->kind == KIND_FIELDS) {
+        /* the words in registers: a field's word is a switch (the same for every record of the plan) */
+        uint64_t e0 = c[0][0], e1 = c[0][1] | serial, e2 = c[0][2], e3 = c[0][3], e4 = c[0][4], e5 = c[0][5];
+        uint64_t e6 = c[0][6];
+        for (int k = 0; k < plan->nfields; k++) {
+            const Field *f = &plan->field[k];
+            uint64_t v = field_at(r + f->at, f->size);
+            v = ((v > f->top ? f->top : v) & f->mask) << f->shift;
+            switch (f->word) {
+            case 0:
+                e0 |= v;
+                break;
+            case 1:
+                e1 |= v;
+                break;
+            case 2:
+                e2 |= v;
+                break;
+            case 3:
+                e3 |= v;
+                break;
+            case 4:
+                e4 |= v;
+                break;
+            case 5:
+                e5 |= v;
+                break;
+            default:
+                e6 |= v;
+                break;
+            }
+        }
+        store_u64(o, e0);
+        store_u64(o + 8, e1);
+        store_u64(o + 16, e2);
+        store_u64(o + 24, e3);
+        store_u64(o + 32, e4);
+        store_u64(o + 40, e5);
+        store_u64(o + 48, e6);
+    } else if (plan->kind == KIND_DMA_MOV) {
+        uint64_t len = field_at(r + at[D_LEN], 2), nburst = field_at(r + at[D_NBURST], 2);
+        unsigned smem = r[at[D_SMEM]], dmem = r[at[D_DMEM]];
+        uint64_t pipe = pipe_of[256 * smem + dmem], block = field_at(r + at[D_BLOCK], 2);
+        uint64_t pc = field_at(r + at[D_PC], 8);
+        uint64_t address[2] = {field_at(r + at[D_SRC], 8), field_at(r + at[D_DST], 8)};
+        uint64_t stride[2] = {field_at(r + at[D_SSTRIDE], 2), field_at(r + at[D_DSTRIDE], 2)};
+        uint64_t space[2] = {space_of[smem], space_of[dmem]};
+        for (int k = 0; k < 2; k++) {
+            unsigned char *to = o + k * EVENT_SIZE;
+            store_u64(to, c[k][0] | address[k]);
+            store_u64(to + 8, c[k][1] | serial);
+            store_u64(to + 16, c[k][2] | pc);
+            store_u64(to + 24, c[k][3]);
+            store_u64(to + 32, c[k][4] | len | (nburst << 32) | ((len + stride[k]) << 48));
+            store_u64(to + 40, c[k][5] | block | (space[k] << 40) | (pipe << 48));
+            store_u64(to + 48, c[k][6]);
+        }
+    } else {
+        uint64_t repeat = r[at[B_REPEAT]], pc = field_at(r + at[B_PC], 8), block = field_at(r + at[B_BLOCK], 2);
+        for (int k = 0; k < 3; k++) {
+            const Py_ssize_t *a = at + k * B_OPERAND;
+            unsigned char *to = o + k * EVENT_SIZE;
+            store_u64(to, c[k][0] | field_at(r + a[B_ADDR], 8));
+            store_u64(to + 8, c[k][1] | serial);
+            store_u64(to + 16, c[k][2] | pc);
+            store_u64(to + 24, c[k][3] | field_at(r + a[B_SIZE], 2));
+            store_u64(to + 32, c[k][4] | (uint64_t)r[a[B_NUM]] | (field_at(r + a[B_BSTRIDE], 2) << 16) |
+                                   (repeat << 32) | (field_at(r + a[B_RSTRIDE], 2) << 48));
+            store_u64(to + 40, c[k][5] | block);
+            store_u64(to + 48, c[k][6]);
+        }
+    }
+}
+
+/* direct(words, starts, plan_of, plans, pipe_of_pair, space_of, rule_records, rule_after, last_type, next_serial,
+ * serials, sites, location) -> bytearray | None: a whole window's events in program order, converted straight from
+ * the words (no grouping, gather or merge), where every record at ``starts`` has a plan (``plan_of``: i64 by wire
+ * type, -1 for none; ``plans``: PLAN_WORDS u64 each), is in its converter's usual case and takes a serial of its
+ * own (no merge rule of group's joins it to the record before, ``last_type`` for the first): then the records are
+ * numbered ``next_serial`` on, one each, into ``serials`` (u64, one per start). With ``location`` (word, shift,
+ * mask) not None, every event's location field is set to its record's place's id, where every record's (pc,
+ * fileNo, lineNo) is one of ``sites`` (n x 4 u64: pc, fileNo, lineNo, id; sorted by pc, each pc once): base.
+ * mark_places where every place is known. None where some record is not so, or a start, type or payload is
+ * outside what it indexes (the caller then takes the grouped path, which says why). */
+static PyObject *direct(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer words, starts, plan_of, plans, pairs, spaces, rule_records, rule_after, serials, sites;
+    long long last_type;
+    unsigned long long next_serial;
+    PyObject *location;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*LKw*y*O", &words, &starts, &plan_of, &plans, &pairs, &spaces,
+                          &rule_records, &rule_after, &last_type, &next_serial, &serials, &sites, &location)) {
+        return NULL;
+    }
+    int mark = location != Py_None, loc_word = 0, loc_shift = 0;
+    unsigned long long loc_mask = 0;
+    PyObject *result = NULL, *out = NULL;
+    Plan *plan = NULL;
+    if (!whole(&words, 4, "words") || !whole(&starts, 8, "starts") || !whole(&plan_of, 8, "plan_of") ||
+        !whole(&plans, 8 * PLAN_WORDS, "plans") || !whole(&serials, 8, "serials") ||
+        !whole(&rule_records, 4, "rule_records") || !whole(&rule_after, 4, "rule_after") ||
+        !whole(&sites, 32, "sites")) {
+        goto done;
+    }
+    if (mark && (!PyArg_ParseTuple(location, "iiK", &loc_word, &loc_shift, &loc_mask) || loc_word < 0 ||
+                 loc_word >= EVENT_WORDS || loc_shift < 0 || loc_shift > 63)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "direct: the location field is outside the event");
+        }
+        goto done;
+    }
+    Py_ssize_t count = starts.len / 8, nplans = plans.len / (8 * PLAN_WORDS), ntypes = plan_of.len / 8;
+    if (serials.len != 8 * count || pairs.len != 256 * 256 || spaces.len != 256 || nplans > MAX_PLANS) {
+        PyErr_SetString(PyExc_ValueError, "direct: a buffer's length does not match the records, or too many plans");
+        goto done;
+    }
+    plan = PyMem_Calloc((size_t)(nplans ? nplans : 1), sizeof(Plan));
+    if (plan == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nplans; k++) {
+        if (!read_plan((const uint64_t *)plans.buf + k * PLAN_WORDS, &plan[k])) {
+            goto done;
+        }
+    }
+    {
+        const unsigned char *w = (const unsigned char *)words.buf;
+        const int64_t *at = (const int64_t *)starts.buf;
+        const int64_t *plan_index = (const int64_t *)plan_of.buf;
+        const unsigned char *pipe_of = (const unsigned char *)pairs.buf, *space_of = (const unsigned char *)spaces.buf;
+        uint64_t *serial = (uint64_t *)serials.buf;
+        const uint32_t *records_bits = (const uint32_t *)rule_records.buf;
+        const uint32_t *after_bits = (const uint32_t *)rule_after.buf;
+        Py_ssize_t nrules_records = rule_records.len / 4, nrules_after = rule_after.len / 4;
+        const uint64_t *site = (const uint64_t *)sites.buf;
+        Py_ssize_t nsites = sites.len / 32;
+        uint64_t loc_clear = ~((uint64_t)loc_mask << loc_shift);
+        Py_ssize_t nbytes = words.len, total = 0;
+        int ok = 1;
+/* The plan of record i, every index checked (a start past the words, a type past the table, no plan, a payload
+ * not all within the words: none) */
+#define PLAN_OF(i, P)                                                                                                \
+    do {                                                                                                             \
+        int64_t start_ = at[i];                                                                                      \
+        P = NULL;                                                                                                    \
+        if (start_ >= 0 && start_ < nbytes / 4) {                                                                    \
+            uint32_t t_ = word_at(w, start_);                                                                        \
+            int64_t k_ = (Py_ssize_t)t_ < ntypes ? plan_index[t_] : -1;                                              \
+            if (k_ >= 0 && k_ < nplans && plan[k_].itemsize <= nbytes - 4 * (start_ + 1)) {                          \
+                P = &plan[k_];                                                                                       \
+            }                                                                                                        \
+        }                                                                                                            \
+    } while (0)
+        /* First the events' count and the merge rules, from the type words alone, so that the events are made
+         * once into an array of their size. */
+        Py_BEGIN_ALLOW_THREADS
+        uint32_t before_bits = (last_type >= 0 && last_type < nrules_after) ? after_bits[last_type] : 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const Plan *p;
+            PLAN_OF(i, p);
+            if (p == NULL) {
+                ok = 0;
+                break;
+            }
+            uint32_t t = word_at(w, at[i]); /* PLAN_OF checked the start */
+            uint32_t mine = (Py_ssize_t)t < nrules_records ? records_bits[t] : 0;
+            if (mine & before_bits) { /* it shares the number of the record before */
+                ok = 0;
+                break;
+            }
+            before_bits = (Py_ssize_t)t < nrules_after ? after_bits[t] : 0;
+            total += p->events;
+        }
+        Py_END_ALLOW_THREADS
+        if (!ok) {
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+        out = PyByteArray_FromStringAndSize(NULL, total * EVENT_SIZE);
+        if (out == NULL) {
+            goto done;
+        }
+        unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(out);
+        Py_BEGIN_ALLOW_THREADS
+        Py_ssize_t made = 0;
+        uint64_t number = (uint64_t)next_serial;
+        for (Py_ssize_t i = 0; i < count; i++, number++) {
+            const Plan *p;
+            PLAN_OF(i, p); /* again: nothing read is trusted across passes */
+            if (p == NULL || p->events > total - made) {
+                ok = 0;
+                break;
+            }
+            const unsigned char *r = w + 4 * (at[i] + 1);
+            if (!usual_record(p, r, pipe_of, space_of)) {
+                ok = 0;
+                break;
+            }
+            record_events(p, r, number, pipe_of, space_of, o + made * EVENT_SIZE);
+            if (mark) {
+                if (!p->placed) {
+                    ok = 0;
+                    break;
+                }
+                uint64_t pc = u64_at(r + p->place[0]);
+                Py_ssize_t lo = 0, hi = nsites; /* the first site whose pc is not below the record's */
+                while (lo < hi) {
+                    Py_ssize_t mid = lo + (hi - lo) / 2;
+                    if (site[4 * mid] < pc) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                if (lo == nsites || site[4 * lo] != pc || site[4 * lo + 1] != u64_at(r + p->place[1]) ||
+                    site[4 * lo + 2] != u64_at(r + p->place[2])) {
+                    ok = 0; /* a place not known yet: the grouped path keys it */
+                    break;
+                }
+                uint64_t id = ((site[4 * lo + 3] & loc_mask) << loc_shift);
+                for (int k = 0; k < p->events; k++) {
+                    unsigned char *word = o + (made + k) * EVENT_SIZE + 8 * loc_word;
+                    store_u64(word, (u64_at(word) & loc_clear) | id);
+                }
+            }
+            made += p->events;
+            serial[i] = number;
+        }
+        if (made != total) {
+            ok = 0;
+        }
+#undef PLAN_OF
+        Py_END_ALLOW_THREADS
+        if (ok) {
+            result = out;
+            out = NULL;
+        } else {
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+    }
+done:
+    Py_XDECREF(out);
+    PyMem_Free(plan);
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&plan_of);
+    PyBuffer_Release(&plans);
+    PyBuffer_Release(&pairs);
+    PyBuffer_Release(&spaces);
+    PyBuffer_Release(&rule_records);
+    PyBuffer_Release(&rule_after);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&sites);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"direct", direct, METH_VARARGS, "A window's usual records straight to their events in program order (None: not)."},
     {"binary", binary, METH_VARARGS, "BinaryOpRecords' usual operands as three events each (False: not usual)."},
     {"fields", fields, METH_VARARGS, "One event per record from its fields, each saturated at a top."},
     {"dma_mov", dma_mov, METH_VARARGS, "DMA_MOV's usual records as their reads and writes (False: not usual)."},

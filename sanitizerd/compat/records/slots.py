@@ -10,7 +10,9 @@ lookup table, a word that is no known type advancing by one. Walks that meet sta
 ``next`` function), so once the true path from offset 0 enters a segment at a node of that segment's speculative
 walk, the rest of that walk is the true path; where it does not (rare), that segment is walked again from its true
 entry. Records are then grouped by type, each group's payloads gathered into a structured array, converted by the
-family's converter, and the events merged back into program order by serial.
+family's converter, and the events merged back into program order by serial. Where the compiled loops are built, a
+window whose every record is in a usual case of its converter is converted straight from the words into program
+order instead (``direct_compiled``; docs/design.md, "Windows converted straight"), giving the same events.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sanitizerd.compat.records.convert import base  # the package import registe
 from sanitizerd.compat.records.convert.bounds import SIMT_UNPLACED
 from sanitizerd.compat.records.convert.instructions import name_instructions
 from sanitizerd.compat.records.numbering import RecordTable, record_table
-from sanitizerd.compat.records.types import RecordType
+from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, PIPE_OF_PAIR, RecordType
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.records import BLOCK_RECORDS_ENDED, EVENT_DTYPE, FLAG_SIMT_ENTRY, EventKind, empty_events
 
@@ -573,6 +575,92 @@ def merge_compiled(parts: list[np.ndarray], first: int, span: int) -> np.ndarray
     return merged
 
 
+MAX_DIRECT_PLANS = 64  # _records.c's MAX_PLANS; a table has about a dozen types with a usual case
+
+
+@dataclass(frozen=True, slots=True)
+class DirectPlans:
+    """The wire types of a table whose usual records a window converts straight from its words, in a block of one
+    context (``_records.direct``; ``base.DIRECT``'s plans)."""
+
+    plan_of: np.ndarray  # i64 by wire type: the index of its plan, -1 for none
+    plans: np.ndarray  # base.PLAN_WORDS u64 per plan
+
+
+@dataclass(frozen=True, slots=True)
+class _PlansMade:
+    plans: DirectPlans | None
+    chip: object  # the context's chip they were made for (chips are compared, not hashed)
+    converters: tuple[tuple[int, object], ...]  # (record type, its converter) for every type with a planner
+
+
+_PLANS_MADE: dict[tuple[RecordTable, int, str], _PlansMade] = {}
+
+
+def direct_plans(table: RecordTable, context: base.BlockContext) -> DirectPlans | None:
+    """The plans of ``table``'s types that convert whole in ``context``'s blocks, or None (none, or not built).
+    Made once per table, block type and chip (a connection starts a decoder per slot: making them took ~4 ms), and
+    again where a converter they were made with is no longer the one registered (a test's)."""
+    if compiled is None:
+        return None
+    key = (table, int(context.block_type), context.chip.name)
+    made = _PLANS_MADE.get(key)
+    converters = tuple((t, entry.convert) for t, entry in base.CONVERTERS.items() if t in base.DIRECT)
+    if made is None or made.chip != context.chip or made.converters != converters:
+        plain = base.BlockContext(block_type=context.block_type, chip=context.chip)  # what a plan may depend on
+        made = _PLANS_MADE[key] = _PlansMade(_make_direct_plans(table, plain), context.chip, converters)
+    return made.plans
+
+
+def _make_direct_plans(table: RecordTable, context: base.BlockContext) -> DirectPlans | None:
+    """Left out, so that their windows take the grouped path: a payload whose dtype is not its size (the gather
+    refuses it), a record that names its instruction (``name_instructions`` adds to its events)."""
+    plan_of = np.full(table.table_len, -1, dtype=np.int64)
+    rows: list[np.ndarray] = []
+    for wire_type in table.code_type:
+        record_type = int(table.canonical[wire_type])
+        dtype = table.dtypes.get(record_type)
+        if record_type < 0 or dtype is None or len(rows) == MAX_DIRECT_PLANS:
+            continue
+        if dtype.itemsize != table.payload_size.get(record_type) or "instr" in (dtype.names or ()):
+            continue
+        plan = base.direct_plan(record_type, dtype, context)
+        if plan is not None:
+            plan_of[wire_type] = len(rows)
+            rows.append(dataclasses.replace(plan, place=base.place_offsets(dtype)).words())
+    if not rows:
+        return None
+    return DirectPlans(plan_of, np.stack(rows))
+
+
+_NO_SITES = np.zeros((0, 4), dtype=np.uint64)
+_LOCATION = base._PACKING["location"]
+
+
+def direct_compiled(
+    table: RecordTable, plans: DirectPlans, words: np.ndarray, path: np.ndarray, last_type: int, next_serial: int,
+    sites: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
+    """The serials and events of the records at ``path`` (the walk's, after a record of ``last_type``, -1: none)
+    converted straight from ``words``, numbered from ``next_serial`` on, their events in program order: what
+    ``record_serials`` and ``_convert`` give there; with ``sites`` (``RecordPlaces.resolved_sites``), each event's
+    location its record's, as ``mark_places`` gives it. None where some record has no plan, is not in its usual
+    case, shares the serial of the record before (``RecordTable.merges``) or has a place not among ``sites``."""
+    assert compiled is not None
+    shape = _compiled_table(table)
+    assert shape is not None
+    serials = np.empty(path.size, dtype=np.uint64)
+    raw = compiled.direct(
+        _words_for_c(words), np.ascontiguousarray(path, dtype=np.int64), plans.plan_of, plans.plans, PIPE_OF_PAIR,
+        MEMTYPE_TO_SPACE, shape.rule_records, shape.rule_after, int(last_type), int(next_serial), serials,
+        _NO_SITES if sites is None else sites,
+        None if sites is None else (_LOCATION[0], _LOCATION[1], (1 << _LOCATION[2]) - 1),
+    )  # fmt: skip
+    if raw is None:
+        return None
+    return serials, np.frombuffer(raw, dtype=EVENT_DTYPE)
+
+
 @dataclass(frozen=True, slots=True)
 class SimtShape:
     """How a release lays out the SIMT part of a slot (from 2026-05-06: reference §1.10, docs §6.1): 2 048 thread
@@ -821,6 +909,8 @@ class SlotDecoder:
             dropped={},
             state={},
         )
+        # The types whose usual records a window converts straight from its words, where compiled (direct_plans)
+        self._direct = direct_plans(self.table, self.context) if self._compiled_table is not None else None
         self.first_serial = int(first_serial)
         self.records = 0  # decoded so far
         self._serials = 0  # serial numbers the records took (records of one instruction share one: record_serials)
@@ -878,14 +968,18 @@ class SlotDecoder:
             if path.size:
                 next_serial = self.first_serial + self._serials
                 grouped: tuple[np.ndarray, np.ndarray] | None = None
-                if fast:
+                whole = self._direct_window(words, path, next_serial) if fast else None
+                if whole is not None:
+                    serials, events = whole
+                elif fast:
                     serials, *grouping = group_compiled(self.table, words, path, self._last_type, next_serial)
                     grouped = (grouping[0], grouping[1])
                 else:
                     serials = record_serials(self.table, words[path], self._last_type, next_serial)
                 self._serials = int(serials[-1]) + 1 - self.first_serial
                 self._last_type = int(words[path[-1]])
-                events = self._convert(words, path, serials, grouped)
+                if whole is None:
+                    events = self._convert(words, path, serials, grouped)
                 held_before = self._held.let_go
                 parts.append(self._held.route(events, words, path, serials))
                 if self._held.let_go and not held_before:  # counted once, where the metric's reasons are
@@ -974,6 +1068,23 @@ class SlotDecoder:
         event["block_type"] = self.heads.block_type
         event["block_size"] = 0
         return event
+
+    def _direct_window(
+        self, words: np.ndarray, path: np.ndarray, next_serial: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The window's serials and events converted straight from its words (``direct_compiled``), where that gives
+        what ``_convert`` would: the launch's budget not exhausted (``convert_bounded`` would refuse the records)
+        and, where places are marked (``mark_places``), every record's place already resolved. None: the grouped
+        path."""
+        if self._direct is None or self.context.budget.exhausted:
+            return None
+        places = self.context.places
+        sites = None
+        if places is not None and places.resolve is not None:
+            sites = places.resolved_sites()
+            if not sites.size:
+                return None
+        return direct_compiled(self.table, self._direct, words, path, self._last_type, next_serial, sites)
 
     def _convert(
         self,

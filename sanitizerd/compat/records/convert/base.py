@@ -42,12 +42,15 @@ class RecordPlaces:
         self.resolve = resolve
         self._binding: object = None
         self._ids = np.zeros(1, dtype=np.uint32)  # key -> location id under the binding (_UNRESOLVED: not yet)
+        self._version = 0  # moved on by every new key, binding or resolved id (what resolved_sites depends on)
+        self._resolved: tuple[int, np.ndarray] | None = None
 
     def bind(self, binding: object) -> None:
         """What ``resolve`` answers depends on ``binding`` (e.g. the kernel's binary and pc start): a new one
         forgets the answers of the last."""
         if binding != self._binding:
             self._binding = binding
+            self._version += 1
             self._ids = np.full(len(self.sites), self._UNRESOLVED, dtype=np.uint32)
             self._ids[0] = 0
 
@@ -67,7 +70,10 @@ class RecordPlaces:
                 present = np.flatnonzero(first >= 0)
                 rows = first[present]
                 table = np.zeros(span, dtype=np.uint32)
-                triples = zip((present + low).tolist(), file_no[rows].tolist(), line_no[rows].tolist(), strict=True)
+                # in u64: a pc at or past 2**63 overflowed intp (an OverflowError that dropped the records' group,
+                # or a pc wrapped negative, keyed apart from the same place met through the sort below)
+                pcs = present.astype(np.uint64) + np.uint64(low)
+                triples = zip(pcs.tolist(), file_no[rows].tolist(), line_no[rows].tolist(), strict=True)
                 distinct = np.array([self._key(triple) for triple in triples], dtype=np.uint32)
                 table[present] = distinct
                 return self._counted(table[slot]), distinct
@@ -88,7 +94,31 @@ class RecordPlaces:
         ids = self._ids
         for key in distinct[ids[distinct] == self._UNRESOLVED].tolist():
             ids[key] = self.resolve(key)
+            self._version += 1
         return ids[keys]
+
+    def resolved_sites(self) -> np.ndarray:
+        """Every place whose location id is resolved under the binding, as (pc, fileNo, lineNo, id) rows of u64
+        sorted by pc, leaving out pcs that more than one place shares: what ``_records.direct`` looks a window's
+        records up in. A record found there gets from ``locations`` its row's id, with no key made and nothing
+        resolved or counted, so its window may be marked without it."""
+        if self._resolved is not None and self._resolved[0] == self._version:
+            return self._resolved[1]
+        sites = np.array(self.sites, dtype=np.uint64).reshape(-1, 3)
+        keys = np.arange(1, min(len(self.sites), self._ids.size))
+        keys = keys[self._ids[keys] != self._UNRESOLVED]
+        rows = np.empty((keys.size, 4), dtype=np.uint64)
+        rows[:, :3] = sites[keys]
+        rows[:, 3] = self._ids[keys]
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        if rows.shape[0] > 1:  # a pc of two places: neither is taken (a sort in ``keys`` tells them apart)
+            same = rows[1:, 0] == rows[:-1, 0]
+            shared = np.zeros(rows.shape[0], dtype=bool)
+            shared[1:] |= same
+            shared[:-1] |= same
+            rows = rows[~shared]
+        self._resolved = (self._version, np.ascontiguousarray(rows))
+        return self._resolved[1]
 
     def _key(self, site: tuple[int, int, int]) -> int:
         key = self._keys.get(site)
@@ -97,6 +127,7 @@ class RecordPlaces:
                 return 0
             key = self._keys[site] = len(self.sites)
             self.sites.append(site)
+            self._version += 1
         return key
 
     def _counted(self, keys: np.ndarray) -> np.ndarray:
@@ -494,6 +525,27 @@ def record_bytes(records: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
     return np.ascontiguousarray(records).view(np.uint8).reshape(-1)
 
 
+def sync_plan(
+    kind: int, dtype: np.dtype, context: BlockContext, saturated: dict[str, tuple[str, int]]
+) -> DirectPlan | None:
+    """``sync_compiled``'s pass for records of ``dtype``, as a plan (``_records.fields`` reads its fields and
+    constants; ``_records.direct`` the plan whole); None where a field is not unsigned little-endian of 1, 2, 4 or
+    8 bytes, or is not in ``dtype`` (numpy's ``sync_events`` is the reference)."""
+    specs = []
+    for event_field, (record_field, top) in {**saturated, "pc": ("pc", -1), "block_id": ("block_id", -1)}.items():
+        if dtype.fields is None or record_field not in dtype.fields:
+            return None
+        member, offset = dtype.fields[record_field][:2]
+        if member.kind != "u" or member.itemsize not in (1, 2, 4, 8) or member != member.newbyteorder("<"):
+            return None
+        word, shift, width = _PACKING[event_field]
+        specs.append((int(offset), member.itemsize, top & U64_MAX, word, shift, (1 << width) - 1))
+    constants = constant_words(
+        kind=kind, block_stride=1, repeat=1, block_size=0, block_num=1, block_type=context.block_type
+    )
+    return DirectPlan(DIRECT_FIELDS, dtype.itemsize, constants.reshape(1, -1), fields=tuple(specs))
+
+
 def sync_compiled(
     kind: int, records: np.ndarray, serials: np.ndarray, context: BlockContext, saturated: dict[str, tuple[str, int]]
 ) -> np.ndarray | None:
@@ -505,19 +557,87 @@ def sync_compiled(
     raw, words = record_bytes(records, records.dtype), serial_words(serials)
     if raw is None or words is None or words.size != len(records):
         return None
-    specs = []
-    for event_field, (record_field, top) in {**saturated, "pc": ("pc", -1), "block_id": ("block_id", -1)}.items():
-        dtype, offset = records.dtype.fields[record_field][:2]
-        if dtype.kind != "u" or dtype.itemsize not in (1, 2, 4, 8) or dtype != dtype.newbyteorder("<"):
-            return None
-        word, shift, width = _PACKING[event_field]
-        specs.append((offset, dtype.itemsize, top & U64_MAX, word, shift, (1 << width) - 1))
-    constants = constant_words(
-        kind=kind, block_stride=1, repeat=1, block_size=0, block_num=1, block_type=context.block_type
-    )
+    plan = sync_plan(kind, records.dtype, context, saturated)
+    if plan is None:
+        return None
     out = np.empty((len(records), EVENT_DTYPE.itemsize // 8), dtype=np.uint64)
-    compiled.fields(out, raw, records.dtype.itemsize, words, constants, specs)
+    compiled.fields(out, raw, records.dtype.itemsize, words, plan.constants[0], list(plan.fields))
     return out.view(EVENT_DTYPE).reshape(-1)
+
+
+# --- whole windows converted straight from their words (``_records.direct``, issue 29) ----------------------------
+# A converter whose usual case the compiled loops make in one pass registers a plan maker here: the slot decoder
+# then converts a window whose every record has a plan and is in its usual case straight from the words into
+# program order (no grouping, gather, merge or per-type Python). Any other window takes the converters, the
+# reference.
+
+DIRECT_FIELDS, DIRECT_DMA_MOV, DIRECT_BINARY = 1, 2, 3  # _records.c's KIND_*: the events per record are 1, 2, 3
+# _records.c's plan layout: PLAN_WORDS u64 per plan, with these words
+PLAN_WORDS, _PLAN_ITEMSIZE, _PLAN_NFIELDS, _PLAN_CONSTANTS, _PLAN_OFFSETS, _PLAN_FIELDS = 128, 1, 2, 8, 32, 56
+_PLAN_PLACE = 104
+PLAN_MAX_FIELDS = 8
+EVENT_WORDS = EVENT_DTYPE.itemsize // 8
+
+
+@dataclass(frozen=True, slots=True)
+class DirectPlan:
+    """How ``_records.direct`` converts one record type's usual records (one of ``DIRECT_*``)."""
+
+    kind: int
+    itemsize: int  # the payload's bytes (the record dtype's itemsize)
+    constants: np.ndarray  # (events per record) x 7 u64: each event's constant words
+    # dma_mov's or binary's members' offsets (i64, in _records.c's D_* or B_* order)
+    offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # DIRECT_FIELDS: (offset, size, top, word, shift, mask) of each field, as _records.fields takes them
+    fields: tuple[tuple[int, int, int, int, int, int], ...] = ()
+    # The offsets of the record's pc, fileNo and lineNo (u64 each; ``place_offsets``), None: it has no place
+    place: tuple[int, int, int] | None = None
+
+    def words(self) -> np.ndarray:
+        """The plan as ``_records.direct`` reads it."""
+        if len(self.fields) > PLAN_MAX_FIELDS or self.offsets.size > _PLAN_FIELDS - _PLAN_OFFSETS:
+            raise ValueError("a direct plan of too many fields or members")
+        words = np.zeros(PLAN_WORDS, dtype=np.uint64)
+        words[0], words[_PLAN_ITEMSIZE], words[_PLAN_NFIELDS] = self.kind, self.itemsize, len(self.fields)
+        constants = np.asarray(self.constants, dtype=np.uint64).reshape(-1)
+        words[_PLAN_CONSTANTS : _PLAN_CONSTANTS + constants.size] = constants
+        words[_PLAN_OFFSETS : _PLAN_OFFSETS + self.offsets.size] = self.offsets
+        for k, spec in enumerate(self.fields):
+            words[_PLAN_FIELDS + 6 * k : _PLAN_FIELDS + 6 * k + 6] = spec
+        words[_PLAN_PLACE : _PLAN_PLACE + 3] = self.place if self.place is not None else (U64_MAX,) * 3
+        return words
+
+
+def place_offsets(dtype: np.dtype) -> tuple[int, int, int] | None:
+    """Where a record of ``dtype`` has the pc, fileNo and lineNo ``mark_places`` reads, each a little-endian u64;
+    None where it has not all three so (its windows then mark places on the grouped path)."""
+    offsets = []
+    for name in ("pc", "file_no", "line_no"):
+        member = (dtype.fields or {}).get(name)
+        if member is None or member[0] != np.dtype("<u8"):
+            return None
+        offsets.append(int(member[1]))
+    return offsets[0], offsets[1], offsets[2]
+
+
+Planner = Callable[[int, np.dtype, BlockContext], "DirectPlan | None"]
+DIRECT: dict[int, tuple[Converter, Planner]] = {}
+
+
+def direct(planner: Planner, *record_types: int) -> None:
+    """``planner(record_type, dtype, context)`` makes the plan of ``record_types``' usual case, for records of a
+    release's ``dtype`` in a block of ``context``; it belongs to their converter registered now."""
+    for record_type in record_types:
+        DIRECT[int(record_type)] = (CONVERTERS[int(record_type)].convert, planner)
+
+
+def direct_plan(record_type: int, dtype: np.dtype, context: BlockContext) -> DirectPlan | None:
+    """The plan of ``record_type``'s usual case, or None: no planner, or its converter is no longer the one
+    registered (a test's)."""
+    entry, registered = DIRECT.get(int(record_type)), CONVERTERS.get(int(record_type))
+    if entry is None or registered is None or registered.convert is not entry[0]:
+        return None
+    return entry[1](int(record_type), dtype, context)
 
 
 _U16 = 0xFFFF

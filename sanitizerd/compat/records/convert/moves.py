@@ -74,6 +74,17 @@ assert [DMA_MOV.fields[name][0].str for name in _DMA_MEMBERS] == ["<u8"] * 2 + [
 ]
 
 
+def dma_mov_plan(record_type: int, dtype: np.dtype, context: BlockContext) -> convert_base.DirectPlan | None:
+    """``dma_mov_compiled``'s constants and members as a plan (``_records.direct``); None for records of a
+    release whose DmaMovRecord is not ``DMA_MOV`` (numpy's ``dma_mov`` converts those)."""
+    if dtype != DMA_MOV:
+        return None
+    common = dict(block_size=BLOCK, block_stride=1, block_type=context.block_type)
+    kinds = (EventKind.READ, EventKind.WRITE)
+    constants = np.stack([convert_base.constant_words(kind=kind, **common) for kind in kinds])
+    return convert_base.DirectPlan(convert_base.DIRECT_DMA_MOV, DMA_MOV.itemsize, constants, _DMA_OFFSETS)
+
+
 def dma_mov_compiled(records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray | None:
     """``dma_mov``'s usual case (no pad or byte mode, every pair with a pipe and spaces, strides within 16 bits)
     in one compiled pass (``_records.dma_mov``); None where it is not built or any record is not so (numpy's
@@ -83,9 +94,10 @@ def dma_mov_compiled(records: np.ndarray, serials: np.ndarray, context: BlockCon
     raw, words = convert_base.record_bytes(records, DMA_MOV), convert_base.serial_words(serials)
     if raw is None or words is None or words.size != len(records):
         return None
-    common = dict(block_size=BLOCK, block_stride=1, block_type=context.block_type)
+    plan = dma_mov_plan(RecordType.DMA_MOV, DMA_MOV, context)
+    assert plan is not None
     out = np.empty((2 * len(records), EVENT_DTYPE.itemsize // 8), dtype=np.uint64)
-    read, write = (convert_base.constant_words(kind=kind, **common) for kind in (EventKind.READ, EventKind.WRITE))
+    read, write = plan.constants
     usual = convert_base.compiled.dma_mov(out, raw, DMA_MOV.itemsize, words, _DMA_OFFSETS, _PIPES, _SPACES, read, write)
     return out.view(EVENT_DTYPE).reshape(-1) if usual else None
 
@@ -744,3 +756,7 @@ def nd_dma_out_to_ub(record_type: int, records: np.ndarray, serials: np.ndarray,
         parts.append(runs(kind, space, address, size[i], counts[0][i], inner_stride * size[i], ri, si, context,
                           pipe=PipeType.PIPE_MTE2, unit=size[i]))  # fmt: skip
     return in_order(None, *parts)
+
+
+# Windows of DMA_MOV records convert straight from their words (slots.DirectPlans), as dma_mov_compiled does
+convert_base.direct(dma_mov_plan, RecordType.DMA_MOV)

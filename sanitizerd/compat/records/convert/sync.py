@@ -36,10 +36,12 @@ _FLAG_KINDS = {
 }
 
 
+_FLAG_SATURATED = {"pipe": ("src", 255), "dst_pipe": ("dst", 255), "event_id": ("event_id", 0xFFFF)}
+
+
 @converts(*_FLAG_KINDS, dtype=SYNC)
 def set_or_wait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
-    saturated = {"pipe": ("src", 255), "dst_pipe": ("dst", 255), "event_id": ("event_id", 0xFFFF)}
-    events = base.sync_compiled(_FLAG_KINDS[record_type], records, serials, context, saturated)
+    events = base.sync_compiled(_FLAG_KINDS[record_type], records, serials, context, _FLAG_SATURATED)
     if events is not None:  # _pipe and _u16 in the same pass as the packing
         return events
     return sync_events(
@@ -86,15 +88,22 @@ def hwait_flag(record_type: int, records: np.ndarray, serials: np.ndarray, conte
 
 
 BARRIER = payload_dtype("PipeBarrierRecord", "pipe")
+_BARRIER_SATURATED = {"pipe": ("pipe", 255)}
 
 
 @converts(R.PIPE_BARRIER, dtype=BARRIER)
 def pipe_barrier(record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext) -> np.ndarray:
     # pipe_barrier(PIPE_ALL) stays one event: the detectors expand it (every pipe waits for PIPE_S).
-    events = base.sync_compiled(EventKind.PIPE_BARRIER, records, serials, context, {"pipe": ("pipe", 255)})
+    events = base.sync_compiled(EventKind.PIPE_BARRIER, records, serials, context, _BARRIER_SATURATED)
     if events is not None:
         return events
     return sync_events(EventKind.PIPE_BARRIER, records, serials, context, pipe=_pipe(records["pipe"]))
+
+
+# Windows of these records convert straight from their words (slots.DirectPlans), as sync_compiled does
+base.direct(lambda t, dtype, context: base.sync_plan(_FLAG_KINDS[t], dtype, context, _FLAG_SATURATED), *_FLAG_KINDS)
+base.direct(lambda t, dtype, context: base.sync_plan(EventKind.PIPE_BARRIER, dtype, context, _BARRIER_SATURATED),
+            R.PIPE_BARRIER)  # fmt: skip
 
 
 FFTS = payload_dtype("FftsSyncRecord", "dst mode flagID=flag")

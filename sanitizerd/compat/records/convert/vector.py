@@ -432,6 +432,23 @@ assert [BINARY_DTYPE.fields[name][0].str for name in _BINARY_MEMBERS] == [
 ] * 3 + ["<u8", "<u8", "|u1", "|u1", "<u8", "<u2"]  # fmt: skip
 
 
+def binary_plan(record_type: int, dtype: np.dtype, context: BlockContext) -> base.DirectPlan | None:
+    """``binary_compiled``'s constants and members as a plan (``_records.direct``), where its context-wide
+    conditions hold: BINARY_OP or VREDUCEV2_BINARY off the cube, on a chip whose SIMD records align by space, records
+    of ``BINARY_DTYPE``. None otherwise."""
+    if (
+        record_type not in (RecordType.BINARY_OP, RecordType.VREDUCEV2_BINARY)
+        or dtype != BINARY_DTYPE
+        or _aicube(context)
+        or simd_align(context, 8, record_type) != 0
+    ):
+        return None
+    common = dict(space=UB, pipe=V, block_type=context.block_type)
+    kinds = (EventKind.READ, EventKind.READ, EventKind.WRITE)
+    constants = np.stack([base.constant_words(kind=kind, **common) for kind in kinds])
+    return base.DirectPlan(base.DIRECT_BINARY, BINARY_DTYPE.itemsize, constants, _BINARY_OFFSETS)
+
+
 def binary_compiled(
     record_type: int, records: np.ndarray, serials: np.ndarray, context: BlockContext
 ) -> np.ndarray | None:
@@ -439,23 +456,14 @@ def binary_compiled(
     off the cube, on a chip whose SIMD records align by space, the launch's budget not refusing, and every record
     in MASK_NORM with a repeat and its operands' masks kept as they are (one event per operand). None otherwise
     (numpy's plan below is the reference and converts those batches)."""
-    if (
-        base.compiled is None
-        or record_type == RecordType.TERNARY_OP
-        or not len(records)
-        or _aicube(context)
-        or simd_align(context, 8, record_type) != 0
-        or context.budget.refusing
-    ):
+    if base.compiled is None or not len(records) or context.budget.refusing:
         return None
+    plan = binary_plan(record_type, BINARY_DTYPE, context)
     raw, words = base.record_bytes(records, BINARY_DTYPE), base.serial_words(serials)
-    if raw is None or words is None or words.size != len(records):
+    if plan is None or raw is None or words is None or words.size != len(records):
         return None
-    common = dict(space=UB, pipe=V, block_type=context.block_type)
-    kinds = (EventKind.READ, EventKind.READ, EventKind.WRITE)
-    constants = np.stack([base.constant_words(kind=kind, **common) for kind in kinds])
     out = np.empty((3 * len(records), EVENT_DTYPE.itemsize // 8), dtype=np.uint64)
-    usual = base.compiled.binary(out, raw, BINARY_DTYPE.itemsize, words, _BINARY_OFFSETS, constants)
+    usual = base.compiled.binary(out, raw, BINARY_DTYPE.itemsize, words, _BINARY_OFFSETS, plan.constants)
     return out.view(EVENT_DTYPE).reshape(-1) if usual else None
 
 
@@ -469,6 +477,10 @@ def convert_binary(plan: Plan, r: np.ndarray, context: BlockContext, record_type
     _binary_source(plan, r, "src0", context, record_type)
     _binary_source(plan, r, "src1", context, record_type)
     _binary_destination(plan, r, MEMCPY if record_type == RecordType.TERNARY_OP else WRITE, context, record_type)
+
+
+# Windows of these records convert straight from their words (slots.DirectPlans), as binary_compiled does
+base.direct(binary_plan, RecordType.BINARY_OP, RecordType.VREDUCEV2_BINARY)
 
 
 def _vsel_select_repeat(r: np.ndarray, context: BlockContext) -> np.ndarray:
