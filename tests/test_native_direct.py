@@ -28,7 +28,7 @@ from sanitizerd.compat.records.convert.base import CONVERTERS, BlockContext, Rec
 from sanitizerd.compat.records.convert.bounds import ExpansionBudget
 from sanitizerd.compat.records.numbering import RecordTable, record_table
 from sanitizerd.compat.records.types import MEMTYPE_TO_SPACE, PIPE_OF_PAIR, RecordType
-from tests.test_native_records import hostile_records
+from tests.test_native_records import fed_in_pieces, hostile_records
 
 try:
     COMPILED = importlib.import_module("sanitizerd.native._records")
@@ -109,20 +109,8 @@ def decoded(
             places = places if places is not None else RecordPlaces(resolve=lambda key: 1000 + key)
             context = dataclasses.replace(context, places=places)
         decoder = rb.SlotDecoder(rb.read_heads(data, layout), context, 5, table)
-        body = memoryview(data)[layout.heads_size :]
-        out, pending, at = [], b"", 0
-        step = piece or len(body) or 1
-        while True:
-            chunk = bytes(body[at : at + step])
-            at += len(chunk)
-            final = at >= len(body)
-            pending += chunk
-            events, used = decoder.feed(memoryview(pending), final)
-            pending = pending[used:]
-            out.append(events)
-            if final:
-                break
-    return np.concatenate(out).tobytes(), decoder.problems(), decoder.records, dict(context.budget.refused)
+        events = fed_in_pieces(decoder, memoryview(data)[layout.heads_size :], piece)
+    return events.tobytes(), decoder.problems(), decoder.records, dict(context.budget.refused)
 
 
 @pytest.fixture

@@ -267,21 +267,25 @@ def decoded(data: bytes, piece: int | None, chosen: object) -> tuple[bytes, list
         context = dataclasses.replace(BlockContext(0, CHIPS["910B1"]), budget=ExpansionBudget())
         decoder = rb.SlotDecoder(rb.read_heads(data, APRIL), context, 5)
         assert (decoder._compiled_table is not None) == (chosen is not None)
-        body = memoryview(data)[APRIL.heads_size :]
-        out, pending, at = [], b"", 0
-        step = piece or len(body) or 1
-        while True:
-            chunk = bytes(body[at : at + step])
-            at += len(chunk)
-            final = at >= len(body)
-            pending += chunk
-            events, used = decoder.feed(memoryview(pending), final)
-            pending = pending[used:]
-            out.append(events)
-            if final:
-                break
-    events = np.concatenate(out)
+        events = fed_in_pieces(decoder, memoryview(data)[APRIL.heads_size :], piece)
     return events.tobytes(), decoder.problems(), decoder.records
+
+
+def fed_in_pieces(decoder: rb.SlotDecoder, body: memoryview, piece: int | None) -> np.ndarray:
+    """The events ``decoder`` makes of a slot's ``body`` fed ``piece`` bytes at a time (None: at once), each feed
+    with what the last one left over, as a connection feeds it."""
+    out, pending, at = [], b"", 0
+    step = piece or len(body) or 1
+    while True:
+        chunk = bytes(body[at : at + step])
+        at += len(chunk)
+        final = at >= len(body)
+        pending += chunk
+        events, used = decoder.feed(memoryview(pending), final)
+        pending = pending[used:]
+        out.append(events)
+        if final:
+            return np.concatenate(out)
 
 
 @settings(max_examples=60, deadline=None)
