@@ -715,173 +715,11 @@ enum { D_DST, D_SRC, D_NBURST, D_LEN, D_SSTRIDE, D_DSTRIDE, D_DMEM, D_SMEM, D_PA
 static const int dma_size[D_COUNT] = {8, 8, 2, 2, 2, 2, 1, 1, 1, 1, 8, 2};
 #define NO_TABLE_VALUE 0xFF
 
-/* dma_mov(out, records, itemsize, serials, offsets, pipe_of_pair, space_of, read, write) -> bool: moves.dma_mov's
- * usual case -- every record with no pad and no byte mode, a pipe for its pair of memory kinds, a space for each,
- * and read and write strides (lenBurst + stride, in 32-byte blocks) within 16 bits -- as each record's read then
- * its write (``out``: 2n x 7 u64): ``read``/``write`` (7 u64 each: kind, block size, block stride, block type)
- * with the address, serial, pc, block id, lenBurst as the block count, nBurst as the repeat, the stride, the
- * space and the pipe. False, with ``out`` untouched, when any record is not so (numpy converts the batch). */
-static PyObject *dma_mov(PyObject *Py_UNUSED(module), PyObject *args) {
-    Py_buffer out, records, serials, offsets, pairs, spaces, read, write;
-    Py_ssize_t itemsize;
-    if (!PyArg_ParseTuple(args, "w*y*ny*y*y*y*y*y*", &out, &records, &itemsize, &serials, &offsets, &pairs, &spaces,
-                          &read, &write)) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    if (itemsize <= 0 || records.len % itemsize) {
-        PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
-        goto done;
-    }
-    Py_ssize_t n = records.len / itemsize;
-    if (serials.len != 8 * n || out.len != 2 * 8 * EVENT_WORDS * n || offsets.len != 8 * D_COUNT ||
-        pairs.len != 256 * 256 || spaces.len != 256 || read.len != 8 * EVENT_WORDS || write.len != 8 * EVENT_WORDS) {
-        PyErr_SetString(PyExc_ValueError, "dma_mov: a buffer's length does not match the records");
-        goto done;
-    }
-    Py_ssize_t at[D_COUNT];
-    if (!member_offsets(&offsets, dma_size, D_COUNT, itemsize, at, "dma_mov")) {
-        goto done;
-    }
-    {
-        const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
-        const unsigned char *pipe_of = (const unsigned char *)pairs.buf, *space_of = (const unsigned char *)spaces.buf;
-        uint64_t rc[EVENT_WORDS], wc[EVENT_WORDS];
-        memcpy(rc, read.buf, sizeof(rc));
-        memcpy(wc, write.buf, sizeof(wc));
-        unsigned char *o = (unsigned char *)out.buf;
-        int usual = 1;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n && usual; i++) {
-            const unsigned char *r = rec + i * itemsize;
-            uint64_t len = field_at(r + at[D_LEN], 2);
-            unsigned smem = r[at[D_SMEM]], dmem = r[at[D_DMEM]];
-            usual = r[at[D_PAD]] == 0 && r[at[D_BYTE]] == 0 && pipe_of[256 * smem + dmem] != NO_TABLE_VALUE &&
-                    space_of[smem] != NO_TABLE_VALUE && space_of[dmem] != NO_TABLE_VALUE &&
-                    len + field_at(r + at[D_SSTRIDE], 2) <= 0xFFFF && len + field_at(r + at[D_DSTRIDE], 2) <= 0xFFFF;
-        }
-        if (usual) {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                const unsigned char *r = rec + i * itemsize;
-                uint64_t len = field_at(r + at[D_LEN], 2), nburst = field_at(r + at[D_NBURST], 2);
-                unsigned smem = r[at[D_SMEM]], dmem = r[at[D_DMEM]];
-                uint64_t pipe = pipe_of[256 * smem + dmem], serial, block = field_at(r + at[D_BLOCK], 2);
-                uint64_t pc = field_at(r + at[D_PC], 8);
-                memcpy(&serial, ser + 8 * i, 8);
-                uint64_t e[2][EVENT_WORDS];
-                memcpy(e[0], rc, sizeof(rc));
-                memcpy(e[1], wc, sizeof(wc));
-                e[0][0] |= field_at(r + at[D_SRC], 8);
-                e[1][0] |= field_at(r + at[D_DST], 8);
-                e[0][4] |= len | (nburst << 32) | ((len + field_at(r + at[D_SSTRIDE], 2)) << 48);
-                e[1][4] |= len | (nburst << 32) | ((len + field_at(r + at[D_DSTRIDE], 2)) << 48);
-                e[0][5] |= block | ((uint64_t)space_of[smem] << 40) | (pipe << 48);
-                e[1][5] |= block | ((uint64_t)space_of[dmem] << 40) | (pipe << 48);
-                for (int k = 0; k < 2; k++) {
-                    e[k][1] |= serial;
-                    e[k][2] |= pc;
-                }
-                memcpy(o + i * 2 * 8 * EVENT_WORDS, e, sizeof(e));
-            }
-        }
-        Py_END_ALLOW_THREADS
-        result = PyBool_FromLong(usual);
-    }
-done:
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&records);
-    PyBuffer_Release(&serials);
-    PyBuffer_Release(&offsets);
-    PyBuffer_Release(&pairs);
-    PyBuffer_Release(&spaces);
-    PyBuffer_Release(&read);
-    PyBuffer_Release(&write);
-    return result;
-}
-
 /* BinaryOpRecord's members, operand by operand (src0, src1, dst: address, block count, block size, block stride,
  * repeat stride, data bits), then the mask, mask mode, repeat, pc and block id; offsets from vector.BINARY_DTYPE. */
 enum { B_ADDR, B_NUM, B_SIZE, B_BSTRIDE, B_RSTRIDE, B_BITS, B_OPERAND };
 enum { B_MASK0 = 3 * B_OPERAND, B_MASK1, B_MODE, B_REPEAT, B_PC, B_BLOCK, B_COUNT };
 static const int binary_size[B_COUNT] = {8, 1, 2, 2, 2, 1, 8, 1, 2, 2, 2, 1, 8, 1, 2, 2, 2, 1, 8, 8, 1, 1, 8, 2};
-
-/* binary(out, records, itemsize, serials, offsets, constants) -> bool: vector.convert_binary's usual case (BINARY_OP
- * and VREDUCEV2_BINARY off the cube, on a chip that aligns by space): every record in MASK_NORM with a repeat, and
- * each operand with blocks of bytes whose mask msSanitizer keeps as it is (all ones, or not 8 x 32-byte blocks of
- * >= 16-bit data) -- one event per operand, src0's, src1's, then dst's (``out``: 3n x 7 u64), each ``constants``'
- * row (3 x 7 u64: kind, space, pipe, block type) with the operand's pattern, the serial, the pc and the block id.
- * False, with ``out`` untouched, when any record is not so (numpy converts the batch). */
-static PyObject *binary(PyObject *Py_UNUSED(module), PyObject *args) {
-    Py_buffer out, records, serials, offsets, constants;
-    Py_ssize_t itemsize;
-    if (!PyArg_ParseTuple(args, "w*y*ny*y*y*", &out, &records, &itemsize, &serials, &offsets, &constants)) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    if (itemsize <= 0 || records.len % itemsize) {
-        PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
-        goto done;
-    }
-    Py_ssize_t n = records.len / itemsize;
-    if (serials.len != 8 * n || out.len != 3 * 8 * EVENT_WORDS * n || offsets.len != 8 * B_COUNT ||
-        constants.len != 3 * 8 * EVENT_WORDS) {
-        PyErr_SetString(PyExc_ValueError, "binary: a buffer's length does not match the records");
-        goto done;
-    }
-    Py_ssize_t at[B_COUNT];
-    if (!member_offsets(&offsets, binary_size, B_COUNT, itemsize, at, "binary")) {
-        goto done;
-    }
-    {
-        const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
-        uint64_t constant[3][EVENT_WORDS];
-        memcpy(constant, constants.buf, sizeof(constant));
-        unsigned char *o = (unsigned char *)out.buf;
-        int usual = 1;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n && usual; i++) {
-            const unsigned char *r = rec + i * itemsize;
-            int full = field_at(r + at[B_MASK0], 8) == UINT64_MAX && field_at(r + at[B_MASK1], 8) == UINT64_MAX;
-            usual = r[at[B_MODE]] == 0 && r[at[B_REPEAT]] != 0;
-            for (int k = 0; k < 3 && usual; k++) {
-                const Py_ssize_t *a = at + k * B_OPERAND;
-                uint64_t num = r[a[B_NUM]], size = field_at(r + a[B_SIZE], 2), bits = r[a[B_BITS]];
-                int eligible = num == 8 && size == 32 && bits >= 16;
-                usual = num != 0 && size != 0 && (full || !eligible);
-            }
-        }
-        if (usual) {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                const unsigned char *r = rec + i * itemsize;
-                uint64_t serial, repeat = r[at[B_REPEAT]], pc = field_at(r + at[B_PC], 8);
-                uint64_t block = field_at(r + at[B_BLOCK], 2);
-                memcpy(&serial, ser + 8 * i, 8);
-                uint64_t e[3][EVENT_WORDS];
-                memcpy(e, constant, sizeof(e));
-                for (int k = 0; k < 3; k++) {
-                    const Py_ssize_t *a = at + k * B_OPERAND;
-                    e[k][0] |= field_at(r + a[B_ADDR], 8);
-                    e[k][1] |= serial;
-                    e[k][2] |= pc;
-                    e[k][3] |= field_at(r + a[B_SIZE], 2);
-                    e[k][4] |= (uint64_t)r[a[B_NUM]] | (field_at(r + a[B_BSTRIDE], 2) << 16) | (repeat << 32) |
-                               (field_at(r + a[B_RSTRIDE], 2) << 48);
-                    e[k][5] |= block;
-                }
-                memcpy(o + i * 3 * 8 * EVENT_WORDS, e, sizeof(e));
-            }
-        }
-        Py_END_ALLOW_THREADS
-        result = PyBool_FromLong(usual);
-    }
-done:
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&records);
-    PyBuffer_Release(&serials);
-    PyBuffer_Release(&offsets);
-    PyBuffer_Release(&constants);
-    return result;
-}
 
 /* direct's plans: one per wire type that converts whole (slots.DirectPlans builds them from the converters'
  * usual cases), each PLAN_WORDS u64: its kind, the payload's bytes, its fields' count, then the constant rows (up
@@ -911,77 +749,8 @@ typedef struct {
     Py_ssize_t place[3];
 } Plan;
 
-/* A plan read from its words, every offset checked against its record and every field against the event: 0 with
- * a ValueError where one is not. */
-static int read_plan(const uint64_t *p, Plan *plan) {
-    plan->kind = (int)(p[PLAN_KIND] <= 3 ? p[PLAN_KIND] : 0);
-    plan->itemsize = p[PLAN_ITEMSIZE] <= (1u << 20) ? (Py_ssize_t)p[PLAN_ITEMSIZE] : 0;
-    memcpy(plan->constant, p + PLAN_CONSTANTS, sizeof(plan->constant));
-    plan->nfields = 0;
-    /* A record whose place is not all within it has none (a window marking places gives such a record back). */
-    plan->placed = plan->itemsize > 0;
-    for (int k = 0; k < 3; k++) {
-        uint64_t offset = p[PLAN_PLACE + k];
-        plan->placed = plan->placed && offset <= (uint64_t)plan->itemsize && fits((Py_ssize_t)offset, 8, plan->itemsize);
-        plan->place[k] = plan->placed ? (Py_ssize_t)offset : 0;
-    }
-    const int *sizes = NULL;
-    int count = 0;
-    if (plan->itemsize <= 0) {
-        plan->kind = 0;
-    }
-    switch (plan->kind) {
-    case KIND_FIELDS:
-        plan->events = 1;
-        if (p[PLAN_NFIELDS] > PLAN_MAX_FIELDS) {
-            break;
-        }
-        plan->nfields = (int)p[PLAN_NFIELDS];
-        for (int k = 0; k < plan->nfields; k++) {
-            const uint64_t *f = p + PLAN_FIELDS + 6 * k;
-            Field *to = &plan->field[k];
-            if (f[0] > (uint64_t)plan->itemsize || f[1] < 1 || f[1] > 8 || f[3] >= EVENT_WORDS || f[4] > 63 ||
-                !fits((Py_ssize_t)f[0], (Py_ssize_t)f[1], plan->itemsize)) {
-                PyErr_SetString(PyExc_ValueError, "direct: a plan's field is outside its record or the event");
-                return 0;
-            }
-            to->at = (Py_ssize_t)f[0];
-            to->size = (int)f[1];
-            to->top = f[2];
-            to->word = (int)f[3];
-            to->shift = (int)f[4];
-            to->mask = f[5];
-        }
-        return 1;
-    case KIND_DMA_MOV:
-        plan->events = 2;
-        sizes = dma_size;
-        count = D_COUNT;
-        break;
-    case KIND_BINARY:
-        plan->events = 3;
-        sizes = binary_size;
-        count = B_COUNT;
-        break;
-    default:
-        break;
-    }
-    if (sizes == NULL) {
-        PyErr_SetString(PyExc_ValueError, "direct: a plan of no kind, or of too many fields");
-        return 0;
-    }
-    for (int k = 0; k < count; k++) {
-        uint64_t offset = p[PLAN_OFFSETS + k];
-        if (offset > (uint64_t)plan->itemsize || !fits((Py_ssize_t)offset, sizes[k], plan->itemsize)) {
-            PyErr_SetString(PyExc_ValueError, "direct: a plan's member is outside its record");
-            return 0;
-        }
-        plan->at[k] = (Py_ssize_t)offset;
-    }
-    return 1;
-}
-
-/* The usual-case checks of dma_mov and binary above, for one record (a FIELDS record always is). */
+/* The usual-case checks of dma_mov and binary below, for one record (a FIELDS record always is); pipe_of and
+ * space_of are read for DMA_MOV only. */
 static inline int usual_record(const Plan *plan, const unsigned char *r, const unsigned char *pipe_of,
                                const unsigned char *space_of) {
     const Py_ssize_t *at = plan->at;
@@ -1011,7 +780,7 @@ static inline int usual_record(const Plan *plan, const unsigned char *r, const u
 
 static inline void store_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 
-/* One record's events into ``o`` (plan->events rows of 7 u64): what fields, dma_mov and binary above write. Each
+/* One record's events into ``o`` (plan->events rows of 7 u64): what fields, dma_mov and binary write. Each
  * word is made in a register and stored once: OR-ing into an array on the stack and copying it out stalled on
  * every copy (a 16-byte load cannot take its bytes from two 8-byte stores still in flight). */
 static inline void record_events(const Plan *plan, const unsigned char *r, uint64_t serial,
@@ -1090,6 +859,188 @@ static inline void record_events(const Plan *plan, const unsigned char *r, uint6
             store_u64(to + 48, c[k][6]);
         }
     }
+}
+
+/* dma_mov(out, records, itemsize, serials, offsets, pipe_of_pair, space_of, read, write) -> bool: moves.dma_mov's
+ * usual case -- every record with no pad and no byte mode, a pipe for its pair of memory kinds, a space for each,
+ * and read and write strides (lenBurst + stride, in 32-byte blocks) within 16 bits -- as each record's read then
+ * its write (``out``: 2n x 7 u64): ``read``/``write`` (7 u64 each: kind, block size, block stride, block type)
+ * with the address, serial, pc, block id, lenBurst as the block count, nBurst as the repeat, the stride, the
+ * space and the pipe. False, with ``out`` untouched, when any record is not so (numpy converts the batch). */
+static PyObject *dma_mov(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer out, records, serials, offsets, pairs, spaces, read, write;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "w*y*ny*y*y*y*y*y*", &out, &records, &itemsize, &serials, &offsets, &pairs, &spaces,
+                          &read, &write)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (itemsize <= 0 || records.len % itemsize) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
+        goto done;
+    }
+    Py_ssize_t n = records.len / itemsize;
+    if (serials.len != 8 * n || out.len != 2 * 8 * EVENT_WORDS * n || offsets.len != 8 * D_COUNT ||
+        pairs.len != 256 * 256 || spaces.len != 256 || read.len != 8 * EVENT_WORDS || write.len != 8 * EVENT_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "dma_mov: a buffer's length does not match the records");
+        goto done;
+    }
+    Plan plan = {.kind = KIND_DMA_MOV, .events = 2, .itemsize = itemsize};
+    if (!member_offsets(&offsets, dma_size, D_COUNT, itemsize, plan.at, "dma_mov")) {
+        goto done;
+    }
+    memcpy(plan.constant[0], read.buf, sizeof(plan.constant[0]));
+    memcpy(plan.constant[1], write.buf, sizeof(plan.constant[1]));
+    {
+        const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
+        const unsigned char *pipe_of = (const unsigned char *)pairs.buf, *space_of = (const unsigned char *)spaces.buf;
+        unsigned char *o = (unsigned char *)out.buf;
+        int usual = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && usual; i++) {
+            usual = usual_record(&plan, rec + i * itemsize, pipe_of, space_of);
+        }
+        for (Py_ssize_t i = 0; usual && i < n; i++) {
+            uint64_t serial;
+            memcpy(&serial, ser + 8 * i, 8);
+            record_events(&plan, rec + i * itemsize, serial, pipe_of, space_of, o + i * 2 * EVENT_SIZE);
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(usual);
+    }
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&records);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&pairs);
+    PyBuffer_Release(&spaces);
+    PyBuffer_Release(&read);
+    PyBuffer_Release(&write);
+    return result;
+}
+
+/* binary(out, records, itemsize, serials, offsets, constants) -> bool: vector.convert_binary's usual case (BINARY_OP
+ * and VREDUCEV2_BINARY off the cube, on a chip that aligns by space): every record in MASK_NORM with a repeat, and
+ * each operand with blocks of bytes whose mask msSanitizer keeps as it is (all ones, or not 8 x 32-byte blocks of
+ * >= 16-bit data) -- one event per operand, src0's, src1's, then dst's (``out``: 3n x 7 u64), each ``constants``'
+ * row (3 x 7 u64: kind, space, pipe, block type) with the operand's pattern, the serial, the pc and the block id.
+ * False, with ``out`` untouched, when any record is not so (numpy converts the batch). */
+static PyObject *binary(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer out, records, serials, offsets, constants;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "w*y*ny*y*y*", &out, &records, &itemsize, &serials, &offsets, &constants)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (itemsize <= 0 || records.len % itemsize) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole items of a positive itemsize");
+        goto done;
+    }
+    Py_ssize_t n = records.len / itemsize;
+    if (serials.len != 8 * n || out.len != 3 * 8 * EVENT_WORDS * n || offsets.len != 8 * B_COUNT ||
+        constants.len != 3 * 8 * EVENT_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "binary: a buffer's length does not match the records");
+        goto done;
+    }
+    Plan plan = {.kind = KIND_BINARY, .events = 3, .itemsize = itemsize};
+    if (!member_offsets(&offsets, binary_size, B_COUNT, itemsize, plan.at, "binary")) {
+        goto done;
+    }
+    memcpy(plan.constant, constants.buf, sizeof(plan.constant));
+    {
+        const unsigned char *rec = (const unsigned char *)records.buf, *ser = (const unsigned char *)serials.buf;
+        unsigned char *o = (unsigned char *)out.buf;
+        int usual = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && usual; i++) {
+            usual = usual_record(&plan, rec + i * itemsize, NULL, NULL);
+        }
+        for (Py_ssize_t i = 0; usual && i < n; i++) {
+            uint64_t serial;
+            memcpy(&serial, ser + 8 * i, 8);
+            record_events(&plan, rec + i * itemsize, serial, NULL, NULL, o + i * 3 * EVENT_SIZE);
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(usual);
+    }
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&records);
+    PyBuffer_Release(&serials);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&constants);
+    return result;
+}
+
+/* A plan read from its words, every offset checked against its record and every field against the event: 0 with
+ * a ValueError where one is not. */
+static int read_plan(const uint64_t *p, Plan *plan) {
+    plan->kind = (int)(p[PLAN_KIND] <= 3 ? p[PLAN_KIND] : 0);
+    plan->itemsize = p[PLAN_ITEMSIZE] <= (1u << 20) ? (Py_ssize_t)p[PLAN_ITEMSIZE] : 0;
+    memcpy(plan->constant, p + PLAN_CONSTANTS, sizeof(plan->constant));
+    plan->nfields = 0;
+    /* A record whose place is not all within it has none (a window marking places gives such a record back). */
+    plan->placed = plan->itemsize > 0;
+    for (int k = 0; k < 3; k++) {
+        uint64_t offset = p[PLAN_PLACE + k];
+        plan->placed = plan->placed && offset <= (uint64_t)plan->itemsize && fits((Py_ssize_t)offset, 8, plan->itemsize);
+        plan->place[k] = plan->placed ? (Py_ssize_t)offset : 0;
+    }
+    const int *sizes = NULL;
+    int count = 0;
+    if (plan->itemsize <= 0) {
+        plan->kind = 0;
+    }
+    switch (plan->kind) {
+    case KIND_FIELDS:
+        plan->events = 1;
+        if (p[PLAN_NFIELDS] > PLAN_MAX_FIELDS) {
+            break;
+        }
+        plan->nfields = (int)p[PLAN_NFIELDS];
+        for (int k = 0; k < plan->nfields; k++) {
+            const uint64_t *f = p + PLAN_FIELDS + 6 * k;
+            Field *to = &plan->field[k];
+            if (f[0] > (uint64_t)plan->itemsize || f[1] < 1 || f[1] > 8 || f[3] >= EVENT_WORDS || f[4] > 63 ||
+                !fits((Py_ssize_t)f[0], (Py_ssize_t)f[1], plan->itemsize)) {
+                PyErr_SetString(PyExc_ValueError, "direct: a plan's field is outside its record or the event");
+                return 0;
+            }
+            to->at = (Py_ssize_t)f[0];
+            to->size = (int)f[1];
+            to->top = f[2];
+            to->word = (int)f[3];
+            to->shift = (int)f[4];
+            to->mask = f[5];
+        }
+        return 1;
+    case KIND_DMA_MOV:
+        plan->events = 2;
+        sizes = dma_size;
+        count = D_COUNT;
+        break;
+    case KIND_BINARY:
+        plan->events = 3;
+        sizes = binary_size;
+        count = B_COUNT;
+        break;
+    default:
+        break;
+    }
+    if (sizes == NULL) {
+        PyErr_SetString(PyExc_ValueError, "direct: a plan of no kind, or of too many fields");
+        return 0;
+    }
+    for (int k = 0; k < count; k++) {
+        uint64_t offset = p[PLAN_OFFSETS + k];
+        if (offset > (uint64_t)plan->itemsize || !fits((Py_ssize_t)offset, sizes[k], plan->itemsize)) {
+            PyErr_SetString(PyExc_ValueError, "direct: a plan's member is outside its record");
+            return 0;
+        }
+        plan->at[k] = (Py_ssize_t)offset;
+    }
+    return 1;
 }
 
 /* direct(words, starts, plan_of, plans, pipe_of_pair, space_of, rule_records, rule_after, last_type, next_serial,
