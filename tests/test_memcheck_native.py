@@ -148,7 +148,153 @@ def test_batch_first_look(
     assert np.array_equal(np.frombuffer(parts[6], U64), first[misaligned])
     writes = _stomping.BatchWrites.of(events, live)
     assert np.array_equal(np.frombuffer(parts[7], np.int64), writes.index)
-    assert parts[8] == (writes.pieces_bound, bool((events["thread"] != 0).any()), writes.any_atomic)
+    assert parts[8] == (
+        writes.pieces_bound, bool((events["thread"] != 0).any()), writes.any_atomic, int(events["kind"].max())
+    )  # fmt: skip
+    if parts[9] is not None:  # the writes merged in the same pass: list_merged's ranges, as numpy merges them
+        expected = merged_reference(events, writes.index, within)[:3]
+        for want, got in zip(expected, parts[9], strict=True):
+            assert np.array_equal(want, np.frombuffer(got, U64)), (want, got)
+
+
+def merged_reference(
+    events: np.ndarray, index: np.ndarray, within: IntervalSet, atomic: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """list_merged's answer by numpy: the pieces touching ``within``, keyed by block (tagged with the atomic mode
+    where any piece's record is atomic) and merged per key."""
+    event, start, stop = _runs.listed_touching_numpy(within, events, extents(events), index)
+    keys = _stomping._piece_block_keys(events, event)
+    tagged = atomic is not None and bool(atomic[event].any())
+    if tagged:
+        keys = (keys << U64(1)) | atomic[event].astype(U64)  # type: ignore[index]
+    if not event.size:
+        return np.empty(0, U64), np.empty(0, U64), np.empty(0, U64), tagged
+    keys, lo, hi = (a.astype(U64) for a in _stomping._merge_by_block_numpy(keys, start, stop))
+    return keys, lo, hi, tagged
+
+
+HEAP = (GM, GM + (1 << 20), GM + (3 << 20), GM + (4 << 20))  # two heap ranges, apart
+
+
+@st.composite
+def writes_in_order(draw: st.DrawFn) -> tuple[np.ndarray, str]:
+    """A kernel's GM writes as its blocks stream through their own slices, front to back (dense tiles and rows,
+    touching, overlapping or apart, interleaved among blocks and mixed with reads and UB writes): the usual case
+    list_merged and batch merge as the pieces come. ``upset``: one change that leaves it (or, for "none", not)."""
+    blocks = draw(st.integers(1, 12))
+    types = draw(st.lists(st.sampled_from([0, 1, 2]), min_size=blocks, max_size=blocks))
+    threads = draw(st.booleans())
+    n = draw(st.integers(1, 48))
+    events = np.zeros(n, dtype=EVENT_DTYPE)
+    slice_bytes = ((HEAP[1] - HEAP[0]) // blocks) & ~31
+    cursor = [HEAP[0] + b * slice_bytes for b in range(blocks)]
+    for i in range(n):
+        b = draw(st.integers(0, blocks - 1))
+        e = events[i : i + 1]
+        e["block_id"], e["block_type"] = b, types[b]
+        e["thread"] = b % 3 if threads else 0
+        e["kind"] = draw(st.sampled_from([EventKind.WRITE, EventKind.WRITE, EventKind.WRITE, EventKind.READ]))
+        e["space"] = draw(st.sampled_from([Space.GM, Space.GM, Space.GM, Space.UB]))
+        e["serial"] = i + 1
+        if e["space"][0] == Space.UB:
+            e["address"], e["block_size"], e["block_num"], e["repeat"] = 0, 32, 1, 1
+            continue
+        shape = draw(st.sampled_from(["tile", "tile", "rows", "block"]))
+        e["block_size"] = 32
+        if shape == "tile":
+            e["block_num"], e["block_stride"], e["repeat"] = draw(st.integers(1, 16)), 1, 1
+        elif shape == "rows":
+            e["block_num"], e["block_stride"], e["repeat"] = 2, 1, draw(st.integers(2, 4))  # the merger's room
+            e["repeat_stride"] = draw(st.integers(3, 6))  # rows of 64 B every 96-192 B: apart
+        else:
+            e["block_num"], e["repeat"] = 1, 1
+        step = draw(st.sampled_from([-32, 0, 0, 32, 64, 4096]))  # overlap, touch, leave a gap
+        start = max(cursor[b] + step, HEAP[0] + b * slice_bytes)
+        e["address"] = start
+        end = start + int(extents(e)[0])
+        assert end <= HEAP[0] + (b + 1) * slice_bytes, "the slices hold the stream"
+        if e["kind"][0] == EventKind.WRITE:
+            cursor[b] = max(cursor[b], end)
+    upset = draw(
+        st.sampled_from(["none", "none", "backwards", "outside", "straddles", "scattered", "many_blocks", "high"])
+    )
+    written = np.flatnonzero((events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM))
+    if upset != "none" and written.size:
+        w = written[draw(st.integers(0, written.size - 1))]
+        e = events[w : w + 1]
+        if upset == "backwards":  # before the block's earlier pieces: list_merged must sort
+            e["address"] = HEAP[0] + int(e["block_id"][0]) * slice_bytes
+            e["block_size"], e["block_num"], e["repeat"] = 32, 1, 1
+            if w == written[0]:
+                upset = "none"
+        elif upset == "outside":  # between the heap's ranges: an illegal write, which touches nothing
+            e["address"] = HEAP[1] + 64
+        elif upset == "straddles":  # from the first range's end into the gap: only its part inside counts
+            e["address"], e["block_size"], e["block_num"], e["repeat"] = HEAP[1] - 32, 32, 2, 1
+        elif upset == "scattered":  # blocks apart within a row
+            e["block_num"], e["block_stride"], e["repeat"] = 4, 2, 1
+        elif upset == "many_blocks":  # more block keys than the usual case's table holds (64), each in order
+            events = np.tile(events, -(-70 // written.size))
+            written = np.flatnonzero((events["kind"] == EventKind.WRITE) & (events["space"] == Space.GM))
+            events["block_id"][written] = np.arange(written.size) + 7
+        else:  # high: ranges at the owner keys' 49 bits, whose ends are clipped
+            events["address"][written] += U64(2**49 - HEAP[3])
+    return events, upset
+
+
+def test_the_usual_case_is_merged_in_one_pass_and_only_it() -> None:
+    """Two blocks writing 128-byte tiles in address order, block 0's touching, block 1's apart: merged in batch's
+    pass; the same with a tile before its block's open range is left to list_merged's general path."""
+    events = np.zeros(6, dtype=EVENT_DTYPE)
+    events["kind"], events["space"] = EventKind.WRITE, Space.GM
+    events["block_size"], events["block_num"], events["block_stride"], events["repeat"] = 32, 4, 1, 1
+    events["block_id"] = [0, 1, 0, 1, 0, 1]
+    events["address"] = GM + u64([0, 4096, 128, 4096 + 256, 256, 4096 + 512])
+    within = IntervalSet(u64([HEAP[0], HEAP[2]]), u64([HEAP[1], HEAP[3]]))
+    limits, align = np.full(256, TOP, dtype=U64), np.ones(256, dtype=U64)
+    merged = compiled.batch(events, limits, align, within.starts, within.ends)[9]
+    assert [np.frombuffer(a, U64).tolist() for a in merged] == [
+        [0, 1, 1, 1],
+        [GM, GM + 4096, GM + 4096 + 256, GM + 4096 + 512],
+        [GM + 384, GM + 4096 + 128, GM + 4096 + 384, GM + 4096 + 640],
+    ]
+    inside = events.copy()  # a tile inside block 0's open range, if before its last: the same union
+    inside["address"][4] = GM + 64
+    merged = compiled.batch(inside, limits, align, within.starts, within.ends)[9]
+    assert np.frombuffer(merged[2], U64)[0] == GM + 256
+    backwards = events.copy()  # block 1's last tile before its open range, in the gap after its first
+    backwards["address"][5] = GM + 4096 + 128
+    assert compiled.batch(backwards, limits, align, within.starts, within.ends)[9] is None
+
+
+@SETTINGS
+@given(drawn=writes_in_order(), atomic_at=st.lists(st.integers(0, 47), max_size=3))
+def test_writes_merged_in_order(drawn: tuple[np.ndarray, str], atomic_at: list[int]) -> None:
+    """batch's merged writes and list_merged (its usual case and, past it, the general path) against numpy's
+    merge of the listed pieces, on streams in the usual case and one change away from it."""
+    events, upset = drawn
+    within = IntervalSet(u64([HEAP[0], HEAP[2]]), u64([HEAP[1], HEAP[3]]))
+    limits, align = np.full(256, TOP, dtype=U64), np.ones(256, dtype=U64)
+    parts = compiled.batch(events, limits, align, within.starts, within.ends)
+    index = np.frombuffer(parts[7], np.int64)
+    expected = merged_reference(events, index, within)[:3]
+    if upset == "none":
+        assert parts[9] is not None, "the usual case is merged in batch's pass"
+    if parts[9] is not None:
+        for want, got in zip(expected, parts[9], strict=True):
+            assert np.array_equal(want, np.frombuffer(got, U64)), (upset, want, got)
+    ext = np.frombuffer(parts[0], U64)
+    atomic = np.zeros(events.size, dtype=np.uint8)
+    *found, tagged = compiled.list_merged(events, index, ext, within.starts, within.ends, atomic)
+    assert tagged is False
+    for want, got in zip(expected, found, strict=True):
+        assert np.array_equal(want, np.frombuffer(got, U64)), (upset, want, got)
+    atomic[[a for a in atomic_at if a < events.size]] = 1  # atomic writes: tagged, the general path's
+    *found, tagged = compiled.list_merged(events, index, ext, within.starts, within.ends, atomic)
+    *expected, expected_tagged = merged_reference(events, index, within, atomic.astype(bool))
+    assert tagged == expected_tagged
+    for want, got in zip(expected, found, strict=True):
+        assert np.array_equal(want, np.frombuffer(got, U64)), (upset, want, got)
 
 
 @SETTINGS

@@ -68,16 +68,28 @@ class BatchFields:
     the array. (Copying whole 8-byte words and taking several fields from each measured slower on the standard
     stream: more bytes copied for the fields that are read once.)"""
 
-    __slots__ = ("_fields", "records", "size")
+    __slots__ = ("_fields", "_highest_kind", "records", "size")
 
     def __init__(self, records: np.ndarray) -> None:
         self.records = records
         self.size = int(records.size)
         self._fields: dict[str, np.ndarray] = {}
+        self._highest_kind: int | None = None
 
     def preload(self, name: str, field: np.ndarray) -> None:
         """Field ``name`` as a compiled pass copied it out already (the same values as ``records[name]``)."""
         self._fields[name] = field
+
+    def preload_highest_kind(self, kind: int) -> None:
+        """``highest_kind`` as a compiled pass found it already."""
+        self._highest_kind = kind
+
+    def highest_kind(self) -> int:
+        """The batch's largest event kind (-1 for no record), found once: the checks of kinds most streams never
+        send (block tensors, SIMT sections) are each settled by it."""
+        if self._highest_kind is None:
+            self._highest_kind = int(self["kind"].max()) if self.size else -1
+        return self._highest_kind
 
     def __getitem__(self, key: object) -> np.ndarray:
         if isinstance(key, str):
@@ -86,6 +98,14 @@ class BatchFields:
                 field = self._fields[key] = np.ascontiguousarray(self.records[key])
             return field
         return self.records[key]  # type: ignore[index]
+
+
+def highest_kind(events: np.ndarray) -> int:
+    """A batch's largest event kind, -1 for an empty one (BatchFields remembers it; a record array is scanned)."""
+    if isinstance(events, BatchFields):
+        return events.highest_kind()
+    kind = events["kind"]
+    return int(kind.max()) if kind.size else -1
 
 
 def records_of(events: object) -> np.ndarray | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sanitizerd.detectors._batches import highest_kind
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import SessionContext
 from sanitizerd_protocol import records
@@ -285,6 +286,8 @@ class SimtDims:
         self.dims: dict[int, tuple[int, int, int]] = {}
 
     def feed(self, events: np.ndarray) -> None:
+        if highest_kind(events) < _START:
+            return  # no SIMT section in the batch (most kernels open none)
         starts = np.flatnonzero(events["kind"] == _START)
         if not starts.size:
             return

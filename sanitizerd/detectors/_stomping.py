@@ -26,6 +26,7 @@ their own slices never searches the owner sets at all. In such a page an atomic 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -57,18 +58,24 @@ _EMPTY = np.empty(0, _U64)
 # Logged claims (keyed ranges) past which the log is merged into itself: a kernel rewriting its own pages keeps
 # a log the size of what it owns, not of what it wrote.
 _LOG_MERGE = 1 << 16
+# Block keys up to which _owner_numbers numbers sorted keys in Python rather than with numpy
+_FEW_KEYS = 64
 
 
 @dataclass(frozen=True)
 class BatchWrites:
     """A batch's live GM writes as memcheck's compiled first look found them in its pass over the records
     (``sanitizerd.native._memcheck.batch``), so that stomping does not scan the batch again for them: their
-    positions (ascending), ``lists_few_pieces``' upper bound of their pieces, and whether any record is flagged
-    atomic or switches the atomic mode. ``of`` is the numpy twin the tests hold the compiled one to."""
+    positions (ascending), ``lists_few_pieces``' upper bound of their pieces, whether any record is flagged
+    atomic or switches the atomic mode, and ``merged``: their pieces merged per block (keys, lo, hi), what
+    ``list_merged`` gives where no record is in atomic mode, found in the same pass where each block's pieces came
+    in address order (None where they did not, or not looked for). ``of`` is the numpy twin the tests hold the
+    compiled one to (without ``merged``, which the tests hold to ``list_merged``)."""
 
     index: np.ndarray
     pieces_bound: int
     any_atomic: bool
+    merged: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def of(cls, events: np.ndarray, live: np.ndarray) -> BatchWrites:
@@ -353,7 +360,8 @@ class StompTracker:
         compiled first look's), None to find them here."""
         if self.given_up:
             return _NONE
-        if writes is not None and not writes.any_atomic and not any(self.atomic.values()):
+        atomic_mode = writes is None or writes.any_atomic or any(self.atomic.values())
+        if not atomic_mode:
             atomic = np.zeros(events.size, dtype=bool)  # no flag, no switch, no mode carried: nothing to scan
         else:
             atomic = self._atomic_modes(events)  # atomic writes claim too: only a conflict looks at the mode
@@ -371,12 +379,16 @@ class StompTracker:
             native = _intervals.native
             records = records_of(events) if native is not None else None
             if records is not None and ext.dtype == _U64 and ext.shape == records.shape:
-                # compiled: listed, keyed and merged per block in one call; the pieces again only for a conflict
-                *merged, tagged = native.list_merged(  # type: ignore[union-attr]
-                    records, index.astype(np.int64, copy=False), ext, np.ascontiguousarray(legal.starts),
-                    np.ascontiguousarray(legal.ends), np.ascontiguousarray(atomic).view(np.uint8),
-                )  # fmt: skip
-                keys, lo, hi = (np.frombuffer(part, _U64) for part in merged)
+                # compiled: listed, keyed and merged per block in one call (or in the first look's pass already,
+                # where no record is in atomic mode); the pieces again only for a conflict
+                if writes is not None and writes.merged is not None and not atomic_mode:
+                    (keys, lo, hi), tagged = writes.merged, False
+                else:
+                    *merged, tagged = native.list_merged(  # type: ignore[union-attr]
+                        records, index.astype(np.int64, copy=False), ext, np.ascontiguousarray(legal.starts),
+                        np.ascontiguousarray(legal.ends), np.ascontiguousarray(atomic).view(np.uint8),
+                    )  # fmt: skip
+                    keys, lo, hi = (np.frombuffer(part, _U64) for part in merged)
                 merged_atomic = ((keys & _U64(1)) == 1) if tagged else None
                 if tagged:
                     keys = keys >> _U64(1)
@@ -539,6 +551,12 @@ class StompTracker:
         15 bits above a 49-bit address whatever its block id (msSanitizer's 6-bit core ids alias at 63)."""
         # A batch names few distinct blocks: number those through the dict (a dense table over every possible
         # block key would cost 2 MiB per session).
+        keys = block_keys.tolist() if block_keys.size <= _FEW_KEYS else None
+        if keys is not None and all(a <= b for a, b in itertools.pairwise(keys)):
+            # a few ranges in block order (each block's merged writes): numbered one by one, first seen first, as
+            # below (numpy's calls cost more than the dict on so few)
+            owners = self._owners
+            return np.array([owners.setdefault(key, len(owners)) for key in keys], dtype=_U64)
         if block_keys.size > 1 and bool((block_keys[1:] >= block_keys[:-1]).all()):
             # sorted already (ranges merged per block): the distinct keys are where the key changes, no sort, and
             # each block's number repeated over its run (a running count over every range cost more)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sanitizerd.detectors import _intervals
-from sanitizerd.detectors._batches import BatchFields, records_of
+from sanitizerd.detectors._batches import BatchFields, highest_kind, records_of
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned
@@ -143,8 +143,10 @@ class Memcheck:
             claims = np.zeros(ext.size, dtype=bool)
             claims[claim_at] = True
             scanned = bad, misaligned, np.frombuffer(parts[6], np.uint64)
-            pieces_bound, any_thread, any_atomic = parts[8]
-            writes = BatchWrites(np.frombuffer(parts[7], np.int64), pieces_bound, any_atomic)
+            pieces_bound, any_thread, any_atomic, highest = parts[8]
+            events.preload_highest_kind(highest)  # type: ignore[attr-defined]
+            merged = None if parts[9] is None else tuple(np.frombuffer(part, np.uint64) for part in parts[9])
+            writes = BatchWrites(np.frombuffer(parts[7], np.int64), pieces_bound, any_atomic, merged)
         else:
             ext = extents(events)
             # Sync events ride in the same batch; masking them out is far cheaper than copying the memory events
@@ -216,7 +218,7 @@ class Memcheck:
     def _judge_by_tensors(self, events: np.ndarray, live: np.ndarray) -> Judged | None:
         """Which block tensor judges each on-chip access of the batch (``_tensors.BlockTensors``); None when none
         does, the common case of a client that declares none, settled by one reduction."""
-        if not len(self.tensors) and int(events["kind"].max()) < EventKind.TENSOR:
+        if not len(self.tensors) and highest_kind(events) < EventKind.TENSOR:
             return None
         candidates = np.flatnonzero(live & LOCAL_SPACES[events["space"]])
         return self.tensors.apply(events, candidates, self.limits)
@@ -329,9 +331,9 @@ class Memcheck:
         an on-chip space, each against the operand tensors its instruction names for its side; bytes outside them
         are illegal, wherever they lie in the space. Accesses elsewhere (GM, whose GlobalTensor has no length) are
         not checked, as there."""
-        kind = events["kind"]
-        if int(kind.max()) < EventKind.TENSOR_READ:
+        if highest_kind(events) < EventKind.TENSOR_READ:
             return
+        kind = events["kind"]
         accesses = np.flatnonzero(
             ((kind == EventKind.TENSOR_READ) | (kind == EventKind.TENSOR_WRITE)) & (ext > 0)
             & LOCAL_SPACES[events["space"]]

@@ -345,6 +345,20 @@ static inline int floats_for(uint64_t max_units, uint64_t max_size) {
     return max_size && max_units >= (SATURATE + max_size - 1) / max_size;
 }
 
+/* floats_for over the batch's records, given the OR of their units and of their sizes: the maxima are taken only
+ * where those bound the product at 2**62 or more (bit lengths summing past 62) */
+static int floats_possible(const unsigned char *base, Py_ssize_t n, uint64_t any_units, uint64_t any_size) {
+    if (!any_size || (64 - __builtin_clzll(any_units | 1)) + (64 - __builtin_clzll(any_size)) <= 62) return 0;
+    uint64_t max_units = 0, max_size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        uint64_t u = units_of(r), sz = F_BLOCK_SIZE(r);
+        if (u > max_units) max_units = u;
+        if (sz > max_size) max_size = sz;
+    }
+    return floats_for(max_units, max_size);
+}
+
 /* extents(records) -> bytearray of uint64: sanitizerd_protocol.patterns.extents, bit for bit (its float
  * saturation, for the whole batch once one record's units x the batch's largest block_size reaches 2**62, too) */
 static PyObject *extents(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -377,6 +391,179 @@ static PyObject *extents(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_END_ALLOW_THREADS
     release(b, 1);
     return out;
+}
+
+/* ---- an access's pieces ---- */
+
+typedef struct {
+    uint64_t address, block_size, row_length, ext;
+    unsigned block_num, block_stride, repeat, repeat_stride;
+    int kind; /* 0 dense, 1 rows, 2 scattered */
+    uint64_t pieces;
+} shape_t;
+
+static inline void shape_of(const unsigned char *r, uint64_t ext, shape_t *s) {
+    s->address = F_ADDRESS(r);
+    s->block_size = F_BLOCK_SIZE(r);
+    s->block_num = F_BLOCK_NUM(r);
+    s->block_stride = F_BLOCK_STRIDE(r);
+    s->repeat = F_REPEAT(r);
+    s->repeat_stride = F_REPEAT_STRIDE(r);
+    s->ext = ext;
+    int row_is_range = s->block_num <= 1 || s->block_stride <= 1;
+    s->row_length = (s->block_num <= 1 || s->block_stride == 0) ? s->block_size : (uint64_t)s->block_num * s->block_size;
+    int dense = row_is_range && (s->repeat <= 1 || (uint64_t)s->repeat_stride * s->block_size <= s->row_length);
+    if (dense) {
+        s->kind = 0;
+        s->pieces = 1;
+    } else if (row_is_range) {
+        s->kind = 1;
+        s->pieces = s->repeat;
+    } else {
+        s->kind = 2;
+        /* expand(): dense there too when the extent is empty */
+        s->pieces = ext == 0 ? 1 : (uint64_t)s->repeat * s->block_num;
+    }
+}
+
+static inline uint64_t block_key_of(const unsigned char *r) {
+    /* _stomping._piece_block_keys: (block_type & 3) << 16 | block_id | thread << 18 */
+    return ((uint64_t)(r[48] & 3) << 16) | (uint64_t)rd16(r + 40) | ((uint64_t)rd16(r + 54) << 18);
+}
+
+/* ---- list_merged's usual case: each block's pieces in address order ----
+ *
+ * A kernel's block writes its slice front to back: each block key's pieces come in address order, each access
+ * inside one heap range below 2**49, none in atomic mode. There list_merged's answer is each key's pieces joined as
+ * they come (a piece starting at or before the key's open range's end extends it; one past it closes that range and
+ * opens the next) and the few ranges that leaves put out by key: one pass, without the pieces' arrays, their
+ * touching test or merge_core's sort. It holds while no piece starts before its key's open range (every closed
+ * range then lies below it, a gap apart, so no later piece could join one), so that is what is checked, with the
+ * rest, as the pieces come; the first that fails makes the caller take the general listing. batch() runs it on its
+ * live GM writes as it meets them (the records already read); list_merged() first tries it on its own. */
+#define ORDER_SLOTS 256 /* the open ranges' table, by key hash; a power of two */
+#define ORDER_KEYS 64   /* block keys past which the general path merges */
+typedef struct {
+    uint64_t key, lo, hi; /* lo == hi: nothing open yet */
+    int used;
+} open_range_t;
+
+typedef struct {
+    open_range_t table[ORDER_SLOTS];
+    unsigned char which[ORDER_KEYS]; /* the used slots, in the order their keys came */
+    unsigned keys;
+    int failed;
+    size_t closed, room;                  /* the ranges closed so far, and room for them */
+    uint64_t *closed_lo, *closed_hi;      /* each closed range, in the order closed */
+    unsigned char *closed_slot;           /* and its key's slot */
+} in_order_t;
+
+/* Closed ranges the merger has room for over ``n`` accesses (rows make several a record; past this many the general
+ * path merges), and the scratch that room takes */
+#define IN_ORDER_ROOM(n) ((size_t)(n) * 4 + ORDER_KEYS)
+#define IN_ORDER_BYTES(n) (IN_ORDER_ROOM(n) * 17)
+
+/* ``scratch``: IN_ORDER_BYTES(n) for n accesses */
+static void in_order_start(in_order_t *m, unsigned char *scratch, size_t n) {
+    size_t room = IN_ORDER_ROOM(n);
+    memset(m->table, 0, sizeof m->table);
+    m->keys = 0;
+    m->failed = 0;
+    m->closed = 0;
+    m->room = room;
+    m->closed_lo = (uint64_t *)scratch;
+    m->closed_hi = m->closed_lo + room;
+    m->closed_slot = (unsigned char *)(m->closed_hi + room);
+}
+
+static inline int in_order_close(in_order_t *m, unsigned h) {
+    if (m->closed == m->room) return -1;
+    m->closed_lo[m->closed] = m->table[h].lo;
+    m->closed_hi[m->closed] = m->table[h].hi;
+    m->closed_slot[m->closed++] = (unsigned char)h;
+    return 0;
+}
+
+/* One access's pieces, given that it lies inside one heap range (the caller's test): 0, or -1 (and failed) where
+ * the batch leaves the usual case */
+static inline int in_order_add(in_order_t *m, const unsigned char *r, const shape_t *s) {
+    if (s->kind == 2 || s->ext == 0 || sat_add(s->address, s->ext) > ADDRESS_MASK) goto fail;
+    uint64_t key = block_key_of(r);
+    unsigned h = (unsigned)((key * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
+    while (m->table[h].used && m->table[h].key != key) h = (h + 1) & (ORDER_SLOTS - 1);
+    open_range_t *o = &m->table[h];
+    if (!o->used) {
+        if (m->keys == ORDER_KEYS) goto fail;
+        o->used = 1;
+        o->key = key;
+        o->lo = o->hi = 0;
+        m->which[m->keys++] = (unsigned char)h;
+    }
+    uint64_t step = s->kind == 0 ? 0 : (uint64_t)s->repeat_stride * s->block_size;
+    uint64_t length = s->kind == 0 ? s->ext : s->row_length, pieces = s->kind == 0 ? 1 : s->repeat;
+    for (uint64_t p = 0; p < pieces; p++) {
+        uint64_t lo = s->address + p * step, hi = lo + length; /* inside the extent, below 2**49: no wrap */
+        if (lo < o->lo) goto fail; /* out of address order */
+        if (o->hi > o->lo && lo <= o->hi) {
+            if (hi > o->hi) o->hi = hi;
+            continue;
+        }
+        if (o->hi > o->lo && in_order_close(m, h) < 0) goto fail;
+        o->lo = lo;
+        o->hi = hi;
+    }
+    return 0;
+fail:
+    m->failed = 1;
+    return -1;
+}
+
+/* The ranges left open closed: every range is then closed, -1 where the batch left the usual case */
+static Py_ssize_t in_order_close_all(in_order_t *m) {
+    for (unsigned k = 0; k < m->keys && !m->failed; k++)
+        if (m->table[m->which[k]].hi > m->table[m->which[k]].lo && in_order_close(m, m->which[k]) < 0) m->failed = 1;
+    return m->failed ? -1 : (Py_ssize_t)m->closed;
+}
+
+/* The closed ranges into ko/lo_out/ho by key (keys sorted: at most ORDER_KEYS of them), each key's in the order
+ * closed, which is address order */
+static void in_order_put(in_order_t *m, uint64_t *ko, uint64_t *lo_out, uint64_t *ho) {
+    unsigned char *which = m->which;
+    for (unsigned a = 1; a < m->keys; a++)
+        for (unsigned b = a; b > 0 && m->table[which[b - 1]].key > m->table[which[b]].key; b--) {
+            unsigned char t = which[b];
+            which[b] = which[b - 1];
+            which[b - 1] = t;
+        }
+    size_t at[ORDER_SLOTS] = {0}, total = 0;
+    for (size_t c = 0; c < m->closed; c++) at[m->closed_slot[c]]++;
+    for (unsigned k = 0; k < m->keys; k++) {
+        size_t here = at[which[k]];
+        at[which[k]] = total;
+        total += here;
+    }
+    for (size_t c = 0; c < m->closed; c++) {
+        size_t w = at[m->closed_slot[c]]++;
+        ko[w] = m->table[m->closed_slot[c]].key;
+        lo_out[w] = m->closed_lo[c];
+        ho[w] = m->closed_hi[c];
+    }
+}
+
+/* The merged ranges as (keys, lo, hi) bytes, or None where the batch left the usual case; with the GIL */
+static PyObject *in_order_result(in_order_t *m) {
+    Py_ssize_t out = in_order_close_all(m);
+    if (out < 0) Py_RETURN_NONE;
+    PyObject *k_out = new_bytes(out, 8), *l_out = new_bytes(out, 8), *h_out = new_bytes(out, 8);
+    if (!k_out || !l_out || !h_out) {
+        Py_XDECREF(k_out);
+        Py_XDECREF(l_out);
+        Py_XDECREF(h_out);
+        return NULL;
+    }
+    in_order_put(m, (uint64_t *)PyByteArray_AS_STRING(k_out), (uint64_t *)PyByteArray_AS_STRING(l_out),
+                 (uint64_t *)PyByteArray_AS_STRING(h_out));
+    return Py_BuildValue("NNN", k_out, l_out, h_out);
 }
 
 /* ---- the bounds and alignment pass ---- */
@@ -479,15 +666,17 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
 }
 
 /* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, claims, bad, misaligned, first,
- * gm_writes, (pieces_bound, any_thread, any_atomic)): memcheck's first look at a batch in one pass over its records
- * (numpy's takes one per field): the extents (patterns.extents), which records are live (an access with bytes, not a
- * SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and ``kind``, the one field the rest
- * of the check reads on a common batch, copied out for BatchFields (any other is copied there when first asked
- * for). The few claims, out-of-bounds and misaligned records come as positions (int64, ascending), with the first
- * misaligned block's address of each misaligned one. Then what stomping would scan the batch again for
- * (_stomping.BatchWrites): the live GM writes' positions, lists_few_pieces' upper bound of their pieces (repeat,
- * times block_num for a scattered row), whether any record has a SIMT thread, and whether any is flagged atomic or
- * switches the atomic mode. */
+ * gm_writes, (pieces_bound, any_thread, any_atomic, highest_kind), merged): memcheck's first look at a batch in one
+ * pass over its records (numpy's takes one per field): the extents (patterns.extents), which records are live (an
+ * access with bytes, not a SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and
+ * ``kind``, the one field the rest of the check reads on a common batch, copied out for BatchFields (any other is
+ * copied there when first asked for), with its largest value (BatchFields.highest_kind). The few claims,
+ * out-of-bounds and misaligned records come as positions (int64, ascending), with the first misaligned block's
+ * address of each misaligned one. Then what stomping would scan the batch again for (_stomping.BatchWrites): the
+ * live GM writes' positions, lists_few_pieces' upper bound of their pieces (repeat, times block_num for a scattered
+ * row), whether any record has a SIMT thread, whether any is flagged atomic or switches the atomic mode, and
+ * ``merged``: list_merged's (keys, lo, hi) of those writes, for a batch where no record is in atomic mode, where
+ * they are its usual case (in_order_t); None where they are not. */
 #define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
 #define KIND_SET_ATOMIC 21  /* EventKind.SET_ATOMIC */
 #define FLAG_ATOMIC_BIT 0x01 /* records.FLAG_ATOMIC */
@@ -519,7 +708,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     /* the claims, bad and misaligned positions and the misaligned ones' first addresses, in kept scratch first */
     size_t got = 0;
-    unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 48, &got);
+    unsigned char *scratch = failed ? NULL : take_scratch((size_t)n * 48 + IN_ORDER_BYTES(n), &got);
     if (!scratch) {
         for (int i = 0; i < 8; i++) Py_XDECREF(out[i]);
         release(b, 5);
@@ -532,18 +721,24 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     int64_t *claim_at = (int64_t *)scratch, *bad_at = claim_at + n, *mis_at = bad_at + n;
     uint64_t *mis_first = (uint64_t *)(mis_at + n);
     int64_t *write_at = (int64_t *)(mis_first + 2 * n); /* after the joined bad positions' room */
+    in_order_t order; /* the live GM writes merged per block, as list_merged would (its usual case) */
+    in_order_start(&order, (unsigned char *)(write_at + n), (size_t)n);
     size_t claims = 0, bads = 0, miss = 0, writes = 0;
     uint64_t pieces_bound = 0; /* held at 2**62 and above once it gets there: only its place against a bound counts */
     int any_thread = 0, any_atomic = 0;
+    unsigned highest_kind = 0;
     const unsigned char *base = b[0].view.buf;
     bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, {{0}, {0}, {0}, 0}, -1, 0};
     Py_BEGIN_ALLOW_THREADS
-    /* One pass, as if no record needed numpy's float extents; a batch where one does (hostile) is passed again. */
-    uint64_t max_units = 0, max_size = 0;
+    /* One pass, as if no record needed numpy's float extents; a batch where one does (hostile) is passed again.
+     * The pass ORs the units and sizes rather than taking their maxima (no compare chained through the loop): their
+     * highest bits bound the maxima, and only a batch whose bound reaches 2**62 has them taken exactly. */
+    uint64_t any_units = 0, any_size = 0;
     int all_gm = 1;
     for (int floats = 0; floats < 2; floats++) {
-        if (floats && !floats_for(max_units, max_size)) break;
+        if (floats && !floats_possible(base, n, any_units, any_size)) break;
         c.gm_over = 0;
+        order.failed |= floats; /* a hostile batch: list_merged's general path */
         claims = bads = miss = writes = 0;
         pieces_bound = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -552,12 +747,12 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
              * a load after every store */
             unsigned char k = r[44], sp = r[45], fl = r[49];
             if (!floats) {
-                uint64_t u = units_of(r), sz = F_BLOCK_SIZE(r);
-                if (u > max_units) max_units = u;
-                if (sz > max_size) max_size = sz;
-                if (sp != SPACE_GM) all_gm = 0;
+                any_units |= units_of(r);
+                any_size |= F_BLOCK_SIZE(r);
+                all_gm &= sp == SPACE_GM;
                 kind[i] = k;
                 any_thread |= rd16(r + 54) != 0;
+                highest_kind = k > highest_kind ? k : highest_kind;
                 any_atomic |= (fl & FLAG_ATOMIC_BIT) | (k == KIND_SET_ATOMIC);
             }
             uint64_t e = extent_of(r, floats);
@@ -578,6 +773,16 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
                 unsigned char bad = 0, mis = 0;
                 uint64_t first = 0;
                 check_one(r, e, &c, &bad, &mis, &first);
+                if (k == KIND_WRITE && sp == SPACE_GM && !order.failed) {
+                    /* not bad: inside one heap range, the merger's own condition */
+                    if (bad) {
+                        order.failed = 1;
+                    } else {
+                        shape_t s;
+                        shape_of(r, e, &s);
+                        in_order_add(&order, r, &s);
+                    }
+                }
                 if (bad) bad_at[bads++] = i;
                 if (mis) {
                     mis_at[miss] = i;
@@ -618,43 +823,18 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     memcpy(PyByteArray_AS_STRING(out[5]), mis_at, miss * 8);
     memcpy(PyByteArray_AS_STRING(out[6]), mis_first, miss * 8);
     memcpy(PyByteArray_AS_STRING(out[7]), write_at, writes * 8);
+    PyObject *merged = in_order_result(&order);
     give_scratch(scratch, got);
-    return Py_BuildValue("NNNNNNNN(KNN)", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7],
-                         (unsigned long long)pieces_bound, PyBool_FromLong(any_thread), PyBool_FromLong(any_atomic));
+    if (!merged) {
+        for (int i = 0; i < 8; i++) Py_DECREF(out[i]);
+        return NULL;
+    }
+    return Py_BuildValue("NNNNNNNN(KNNI)N", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7],
+                         (unsigned long long)pieces_bound, PyBool_FromLong(any_thread), PyBool_FromLong(any_atomic),
+                         highest_kind, merged);
 }
 
 /* ---- listing a batch's pieces ---- */
-
-typedef struct {
-    uint64_t address, block_size, row_length, ext;
-    unsigned block_num, block_stride, repeat, repeat_stride;
-    int kind; /* 0 dense, 1 rows, 2 scattered */
-    uint64_t pieces;
-} shape_t;
-
-static inline void shape_of(const unsigned char *r, uint64_t ext, shape_t *s) {
-    s->address = F_ADDRESS(r);
-    s->block_size = F_BLOCK_SIZE(r);
-    s->block_num = F_BLOCK_NUM(r);
-    s->block_stride = F_BLOCK_STRIDE(r);
-    s->repeat = F_REPEAT(r);
-    s->repeat_stride = F_REPEAT_STRIDE(r);
-    s->ext = ext;
-    int row_is_range = s->block_num <= 1 || s->block_stride <= 1;
-    s->row_length = (s->block_num <= 1 || s->block_stride == 0) ? s->block_size : (uint64_t)s->block_num * s->block_size;
-    int dense = row_is_range && (s->repeat <= 1 || (uint64_t)s->repeat_stride * s->block_size <= s->row_length);
-    if (dense) {
-        s->kind = 0;
-        s->pieces = 1;
-    } else if (row_is_range) {
-        s->kind = 1;
-        s->pieces = s->repeat;
-    } else {
-        s->kind = 2;
-        /* expand(): dense there too when the extent is empty */
-        s->pieces = ext == 0 ? 1 : (uint64_t)s->repeat * s->block_num;
-    }
-}
 
 /* The record PREFETCH_AHEAD places on in ``index``, asked for early: a batch's writes are a few records apart, too
  * irregular for the hardware to see coming, and a miss per record was most of listing them. Only an index inside
@@ -684,13 +864,8 @@ static int count_pieces(const unsigned char *base, Py_ssize_t n, const int64_t *
 }
 
 /* The listing itself into owner/start/stop (room for count[0] + count[1] + count[2] pieces): each kind's pieces in
- * their own part, in one pass; then those that share no byte with the ranges dropped. Returns the pieces kept. */
-static inline uint64_t block_key_of(const unsigned char *r) {
-    /* _stomping._piece_block_keys: (block_type & 3) << 16 | block_id | thread << 18 */
-    return ((uint64_t)(r[48] & 3) << 16) | (uint64_t)rd16(r + 40) | ((uint64_t)rd16(r + 54) << 18);
-}
-
-/* ``key`` (may be NULL): each piece's block key too. ``any_order``: the caller merges the pieces, so a scattered
+ * their own part, in one pass; then those that share no byte with the ranges dropped. Returns the pieces kept.
+ * ``key`` (may be NULL): each piece's block key too. ``any_order``: the caller merges the pieces, so a scattered
  * access's blocks are neither sorted nor their coinciding ones dropped (a union is a union). */
 static size_t list_pieces(const unsigned char *base, const int64_t *index, Py_ssize_t k, const uint64_t *ext,
                           const uint64_t *starts, const uint64_t *ends, Py_ssize_t m, const uint64_t count[3],
@@ -823,6 +998,11 @@ static int listing_args(PyObject *args, listing_t *l, int with_atomic) {
     l->starts = l->b[3].view.buf;
     l->ends = l->b[4].view.buf;
     l->atomic = with_atomic ? l->b[5].view.buf : NULL;
+    return 0;
+}
+
+/* the pieces of each kind l's index lists, into l->count and l->total */
+static int listing_count(listing_t *l) {
     int bad;
     Py_BEGIN_ALLOW_THREADS
     bad = count_pieces(l->base, l->n, l->index, l->k, l->ext, l->count);
@@ -845,7 +1025,7 @@ static int listing_args(PyObject *args, listing_t *l, int with_atomic) {
  * sorted, disjoint ranges (_runs.listed_touching: all of them when one range holds them all). */
 static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
     listing_t l;
-    if (listing_args(args, &l, 0) < 0) {
+    if (listing_args(args, &l, 0) < 0 || listing_count(&l) < 0) {
         release(l.b, 6);
         return NULL;
     }
@@ -1037,6 +1217,43 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
     return merged_result(k_out, l_out, h_out, out, NULL);
 }
 
+/* list_merged's answer by in_order_t where the accesses at l's index are its usual case (each inside one heap
+ * range, none atomic), None where they are not */
+static PyObject *merged_in_order(const listing_t *l) {
+    size_t got = 0;
+    unsigned char *scratch = take_scratch(IN_ORDER_BYTES(l->k), &got);
+    if (!scratch) return PyErr_NoMemory();
+    in_order_t m;
+    in_order_start(&m, scratch, (size_t)l->k);
+    Py_BEGIN_ALLOW_THREADS
+    recent_t recent = {{0}, {0}, {0}, 0};
+    for (Py_ssize_t i = 0; i < l->k; i++) {
+        int64_t e = l->index[i];
+        if (e < 0 || e >= l->n || l->atomic[e]) { /* an index out of the batch is the general path's error */
+            m.failed = 1;
+            break;
+        }
+        PREFETCH_RECORD(l->base, l->n, l->index, l->k, i);
+        const unsigned char *r = l->base + e * RECORD_SIZE;
+        shape_t s;
+        shape_of(r, l->ext[e], &s);
+        uint64_t end;
+        if (!range_at(&recent, l->starts, l->ends, l->m, s.address, &end) || sat_add(s.address, s.ext) > end) {
+            m.failed = 1;
+            break;
+        }
+        if (in_order_add(&m, r, &s) < 0) break;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *merged = in_order_result(&m);
+    give_scratch(scratch, got);
+    if (!merged || merged == Py_None) return merged;
+    PyObject *result = Py_BuildValue("OOOO", PyTuple_GET_ITEM(merged, 0), PyTuple_GET_ITEM(merged, 1),
+                                     PyTuple_GET_ITEM(merged, 2), Py_False);
+    Py_DECREF(merged);
+    return result;
+}
+
 /* list_merged(records, index, ext, starts, ends, atomic) -> (keys, lo, hi, tagged): list_touching's pieces, each
  * keyed by its record's block (_stomping._piece_block_keys: (block_type & 3) << 16 | block_id | thread << 18) and,
  * where any piece's record runs in atomic mode (``atomic``, u8 per record), tagged key << 1 | atomic; then
@@ -1044,6 +1261,16 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
 static PyObject *list_merged(PyObject *Py_UNUSED(m), PyObject *args) {
     listing_t l;
     if (listing_args(args, &l, 1) < 0) {
+        release(l.b, 6);
+        return NULL;
+    }
+    PyObject *in_order = merged_in_order(&l);
+    if (in_order != Py_None) {
+        release(l.b, 6);
+        return in_order; /* the merged ranges, or NULL with an error set */
+    }
+    Py_DECREF(in_order);
+    if (listing_count(&l) < 0) {
         release(l.b, 6);
         return NULL;
     }
