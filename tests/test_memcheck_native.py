@@ -111,6 +111,23 @@ def test_extents_saturate_as_numpy_does() -> None:
     assert np.array_equal(np.frombuffer(compiled.extents(events[:0]), U64), extents(events[:0]))
 
 
+@pytest.mark.parametrize("other_size", [2**29, 2**30, 2**30 + 2**25, 2**31])
+def test_batch_takes_numpys_float_extents_exactly_where_numpy_does(other_size: int) -> None:
+    """Around numpy's line (the batch's largest units times its largest block_size reaching 2**62), where the
+    bit lengths alone cannot tell: batch's extents are numpy's, float-rounded ones included."""
+    events = np.zeros(2, dtype=EVENT_DTYPE)
+    events["kind"], events["space"] = EventKind.WRITE, Space.GM
+    events["block_size"] = [2**28 - 1, other_size]  # units 65534 * 65535 + 1 (32 bits), and 1
+    events["block_num"], events["block_stride"] = 1, 1
+    events["repeat"], events["repeat_stride"] = [65535, 1], [65535, 1]
+    units = 65534 * 65535 + 1
+    floats = units * other_size >= 2**62
+    exact = units * (2**28 - 1)
+    assert (int(extents(events)[0]) != exact) == floats, "record 0's extent shows which path numpy took"
+    parts = compiled.batch(events, np.full(256, TOP, dtype=U64), np.ones(256, dtype=U64), u64([0]), u64([TOP]))
+    assert np.array_equal(np.frombuffer(parts[0], U64), extents(events))
+
+
 @SETTINGS
 @given(events=records(), legal=range_sets(), threads=st.booleans(), switch=st.booleans())
 def test_batch_first_look(

@@ -484,21 +484,50 @@ static inline int in_order_close(in_order_t *m, unsigned h) {
     return 0;
 }
 
-/* One access's pieces, given that it lies inside one heap range (the caller's test): 0, or -1 (and failed) where
- * the batch leaves the usual case */
-static inline int in_order_add(in_order_t *m, const unsigned char *r, const shape_t *s) {
-    if (s->kind == 2 || s->ext == 0 || sat_add(s->address, s->ext) > ADDRESS_MASK) goto fail;
-    uint64_t key = block_key_of(r);
+/* the open range of block key ``key``, NULL (and failed) past ORDER_KEYS keys */
+static inline open_range_t *in_order_open(in_order_t *m, uint64_t key, unsigned *slot) {
     unsigned h = (unsigned)((key * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
     while (m->table[h].used && m->table[h].key != key) h = (h + 1) & (ORDER_SLOTS - 1);
     open_range_t *o = &m->table[h];
     if (!o->used) {
-        if (m->keys == ORDER_KEYS) goto fail;
+        if (m->keys == ORDER_KEYS) {
+            m->failed = 1;
+            return NULL;
+        }
         o->used = 1;
         o->key = key;
         o->lo = o->hi = 0;
         m->which[m->keys++] = (unsigned char)h;
     }
+    *slot = h;
+    return o;
+}
+
+/* One dense access [lo, hi) of block key ``key`` inside one heap range (the caller's test, with lo < hi): the usual
+ * record, taken without its shape */
+static inline void in_order_add_dense(in_order_t *m, uint64_t key, uint64_t lo, uint64_t hi) {
+    unsigned h;
+    open_range_t *o = hi > ADDRESS_MASK ? (m->failed = 1, NULL) : in_order_open(m, key, &h);
+    if (!o) return;
+    if (lo < o->lo) {
+        m->failed = 1;
+    } else if (o->hi > o->lo && lo <= o->hi) {
+        if (hi > o->hi) o->hi = hi;
+    } else if (o->hi > o->lo && in_order_close(m, h) < 0) {
+        m->failed = 1;
+    } else {
+        o->lo = lo;
+        o->hi = hi;
+    }
+}
+
+/* One access's pieces, given that it lies inside one heap range (the caller's test): 0, or -1 (and failed) where
+ * the batch leaves the usual case */
+static inline int in_order_add(in_order_t *m, const unsigned char *r, const shape_t *s) {
+    if (s->kind == 2 || s->ext == 0 || sat_add(s->address, s->ext) > ADDRESS_MASK) goto fail;
+    unsigned h;
+    open_range_t *o = in_order_open(m, block_key_of(r), &h);
+    if (!o) return -1;
     uint64_t step = s->kind == 0 ? 0 : (uint64_t)s->repeat_stride * s->block_size;
     uint64_t length = s->kind == 0 ? s->ext : s->row_length, pieces = s->kind == 0 ? 1 : s->repeat;
     for (uint64_t p = 0; p < pieces; p++) {
@@ -665,6 +694,118 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
     return Py_BuildValue("NNN", bad, mis, first);
 }
 
+#define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
+#define KIND_SET_ATOMIC 21  /* EventKind.SET_ATOMIC */
+#define FLAG_ATOMIC_BIT 0x01 /* records.FLAG_ATOMIC */
+#define FLAG_CLAIM_BIT 0x02 /* records.FLAG_CLAIM */
+#define FLAG_SIMT_BIT 0x04  /* records.FLAG_SIMT_ENTRY */
+
+/* batch's pass over the records: what it reads, and what it finds */
+typedef struct {
+    const unsigned char *base;
+    Py_ssize_t n;
+    uint64_t *ext;
+    unsigned char *live, *kind;
+    int64_t *claim_at, *bad_at, *mis_at;
+    uint64_t *mis_first;
+    int64_t *write_at;
+    in_order_t *order;
+    bounds_t c;
+    size_t claims, bads, miss, writes;
+    uint64_t pieces_bound; /* held at 2**62 and above once it gets there: only its place against a bound counts */
+    uint64_t any_units, any_size; /* ORed, not maxed (no compare chained through the loop): floats_possible */
+    int all_gm, any_thread, any_atomic;
+    unsigned highest_kind;
+} first_look_t;
+
+/* One pass of batch over the records; ``floats``: numpy's float extents (the second pass of a hostile batch, which
+ * finds again all but the fields the first copied out). Inlined with ``floats`` a constant, so that the common
+ * pass carries no test of it, and its sums in locals (registers), not in *l. */
+static inline __attribute__((always_inline)) void first_look(first_look_t *l, const int floats) {
+    const unsigned char *base = l->base;
+    uint64_t *ext = l->ext;
+    unsigned char *live = l->live, *kind = l->kind;
+    int64_t *claim_at = l->claim_at, *bad_at = l->bad_at, *mis_at = l->mis_at, *write_at = l->write_at;
+    uint64_t *mis_first = l->mis_first;
+    /* the bounds' state and the merger in locals too: behind l they could be the outputs' bytes, to the compiler */
+    bounds_t c_local = l->c, *c = &c_local;
+    in_order_t order_local = *l->order, *order = &order_local;
+    size_t claims = 0, bads = 0, miss = 0, writes = 0;
+    uint64_t pieces_bound = 0, any_units = 0, any_size = 0;
+    int all_gm = 1, any_thread = 0, any_atomic = 0;
+    unsigned highest_kind = 0;
+    c->gm_over = 0;
+    if (floats) order->failed = 1; /* a hostile batch: list_merged's general path */
+    const Py_ssize_t n = l->n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = base + i * RECORD_SIZE;
+        /* the fields in locals: the outputs are bytes, which may alias anything, so reading them back would be a
+         * load after every store */
+        unsigned char k = r[44], sp = r[45], fl = r[49];
+        if (!floats) {
+            any_units |= units_of(r);
+            any_size |= F_BLOCK_SIZE(r);
+            all_gm &= sp == SPACE_GM;
+            kind[i] = k;
+            any_thread |= rd16(r + 54) != 0;
+            highest_kind = k > highest_kind ? k : highest_kind;
+            any_atomic |= (fl & FLAG_ATOMIC_BIT) | (k == KIND_SET_ATOMIC);
+        }
+        uint64_t e = extent_of(r, floats);
+        ext[i] = e;
+        int access = e > 0 && k <= KIND_WRITE && !(fl & FLAG_SIMT_BIT);
+        int claim = access && (fl & FLAG_CLAIM_BIT);
+        int is_live = access && !claim;
+        live[i] = (unsigned char)is_live;
+        if (claim) claim_at[claims++] = i;
+        if (!is_live) continue;
+        int gm_write = k == KIND_WRITE && sp == SPACE_GM;
+        if (gm_write) {
+            write_at[writes++] = i;
+            uint64_t pieces = F_REPEAT(r) ? F_REPEAT(r) : 1, blocks = F_BLOCK_NUM(r);
+            if (F_BLOCK_STRIDE(r) > 1 && blocks) pieces *= blocks;
+            /* below 2**32 a record: the sum passes 2**63 only past 2**31 records, and stays there */
+            if (pieces_bound < SATURATE) pieces_bound += pieces;
+        }
+        unsigned char bad = 0, mis = 0;
+        uint64_t first = 0;
+        check_one(r, e, c, &bad, &mis, &first);
+        if (gm_write && !order->failed) {
+            if (bad) { /* not bad: inside one heap range, the merger's own condition */
+                order->failed = 1;
+            } else if ((F_BLOCK_NUM(r) <= 1 || F_BLOCK_STRIDE(r) <= 1) && F_REPEAT(r) <= 1) {
+                /* one piece (shape_of's dense), the extent itself */
+                uint64_t a = F_ADDRESS(r);
+                in_order_add_dense(order, block_key_of(r), a, sat_add(a, e));
+            } else {
+                shape_t s;
+                shape_of(r, e, &s);
+                in_order_add(order, r, &s);
+            }
+        }
+        if (bad) bad_at[bads++] = i;
+        if (mis) {
+            mis_at[miss] = i;
+            mis_first[miss++] = first;
+        }
+    }
+    l->c = c_local;
+    *l->order = order_local;
+    l->claims = claims;
+    l->bads = bads;
+    l->miss = miss;
+    l->writes = writes;
+    l->pieces_bound = pieces_bound;
+    if (!floats) {
+        l->any_units = any_units;
+        l->any_size = any_size;
+        l->all_gm = all_gm;
+        l->any_thread = any_thread;
+        l->any_atomic = any_atomic;
+        l->highest_kind = highest_kind;
+    }
+}
+
 /* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, claims, bad, misaligned, first,
  * gm_writes, (pieces_bound, any_thread, any_atomic, highest_kind), merged): memcheck's first look at a batch in one
  * pass over its records (numpy's takes one per field): the extents (patterns.extents), which records are live (an
@@ -677,11 +818,6 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
  * row), whether any record has a SIMT thread, whether any is flagged atomic or switches the atomic mode, and
  * ``merged``: list_merged's (keys, lo, hi) of those writes, for a batch where no record is in atomic mode, where
  * they are its usual case (in_order_t); None where they are not. */
-#define KIND_WRITE 1        /* EventKind.WRITE: READ and WRITE are the accesses */
-#define KIND_SET_ATOMIC 21  /* EventKind.SET_ATOMIC */
-#define FLAG_ATOMIC_BIT 0x01 /* records.FLAG_ATOMIC */
-#define FLAG_CLAIM_BIT 0x02 /* records.FLAG_CLAIM */
-#define FLAG_SIMT_BIT 0x04  /* records.FLAG_SIMT_ENTRY */
 static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     PyObject *o[5];
     if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
@@ -723,75 +859,16 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     int64_t *write_at = (int64_t *)(mis_first + 2 * n); /* after the joined bad positions' room */
     in_order_t order; /* the live GM writes merged per block, as list_merged would (its usual case) */
     in_order_start(&order, (unsigned char *)(write_at + n), (size_t)n);
-    size_t claims = 0, bads = 0, miss = 0, writes = 0;
-    uint64_t pieces_bound = 0; /* held at 2**62 and above once it gets there: only its place against a bound counts */
-    int any_thread = 0, any_atomic = 0;
-    unsigned highest_kind = 0;
     const unsigned char *base = b[0].view.buf;
-    bounds_t c = {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, {{0}, {0}, {0}, 0}, -1, 0};
+    first_look_t look = {base, n, ext, live, kind, claim_at, bad_at, mis_at, mis_first, write_at, &order,
+                         {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, {{0}, {0}, {0}, 0}, -1, 0}};
+    size_t bads;
     Py_BEGIN_ALLOW_THREADS
-    /* One pass, as if no record needed numpy's float extents; a batch where one does (hostile) is passed again.
-     * The pass ORs the units and sizes rather than taking their maxima (no compare chained through the loop): their
-     * highest bits bound the maxima, and only a batch whose bound reaches 2**62 has them taken exactly. */
-    uint64_t any_units = 0, any_size = 0;
-    int all_gm = 1;
-    for (int floats = 0; floats < 2; floats++) {
-        if (floats && !floats_possible(base, n, any_units, any_size)) break;
-        c.gm_over = 0;
-        order.failed |= floats; /* a hostile batch: list_merged's general path */
-        claims = bads = miss = writes = 0;
-        pieces_bound = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            const unsigned char *r = base + i * RECORD_SIZE;
-            /* the fields in locals: the outputs are bytes, which may alias anything, so reading them back would be
-             * a load after every store */
-            unsigned char k = r[44], sp = r[45], fl = r[49];
-            if (!floats) {
-                any_units |= units_of(r);
-                any_size |= F_BLOCK_SIZE(r);
-                all_gm &= sp == SPACE_GM;
-                kind[i] = k;
-                any_thread |= rd16(r + 54) != 0;
-                highest_kind = k > highest_kind ? k : highest_kind;
-                any_atomic |= (fl & FLAG_ATOMIC_BIT) | (k == KIND_SET_ATOMIC);
-            }
-            uint64_t e = extent_of(r, floats);
-            ext[i] = e;
-            int access = e > 0 && k <= KIND_WRITE && !(fl & FLAG_SIMT_BIT);
-            int claim = access && (fl & FLAG_CLAIM_BIT);
-            int is_live = access && !claim;
-            live[i] = (unsigned char)is_live;
-            if (claim) claim_at[claims++] = i;
-            if (is_live) {
-                if (k == KIND_WRITE && sp == SPACE_GM) {
-                    write_at[writes++] = i;
-                    uint64_t pieces = F_REPEAT(r) ? F_REPEAT(r) : 1, blocks = F_BLOCK_NUM(r);
-                    if (F_BLOCK_STRIDE(r) > 1 && blocks) pieces *= blocks;
-                    /* below 2**32 a record: the sum passes 2**63 only past 2**31 records, and stays there */
-                    if (pieces_bound < SATURATE) pieces_bound += pieces;
-                }
-                unsigned char bad = 0, mis = 0;
-                uint64_t first = 0;
-                check_one(r, e, &c, &bad, &mis, &first);
-                if (k == KIND_WRITE && sp == SPACE_GM && !order.failed) {
-                    /* not bad: inside one heap range, the merger's own condition */
-                    if (bad) {
-                        order.failed = 1;
-                    } else {
-                        shape_t s;
-                        shape_of(r, e, &s);
-                        in_order_add(&order, r, &s);
-                    }
-                }
-                if (bad) bad_at[bads++] = i;
-                if (mis) {
-                    mis_at[miss] = i;
-                    mis_first[miss++] = first;
-                }
-            }
-        }
-    }
-    if (c.gm_over && !all_gm) {
+    /* One pass, as if no record needed numpy's float extents; a batch where one does (hostile) is passed again. */
+    first_look(&look, 0);
+    if (floats_possible(base, n, look.any_units, look.any_size)) first_look(&look, 1);
+    bads = look.bads;
+    if (look.c.gm_over && !look.all_gm) {
         /* GM records past a limit a chip set for GM, in a batch that is not all GM: joined to the bad ones, in
          * position order, into the scratch's last part */
         int64_t *joined = (int64_t *)(mis_first + n);
@@ -800,7 +877,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
             int listed = p < was && bad_at[p] == i;
             if (listed) p++;
             int over = live[i] && F_SPACE(base + i * RECORD_SIZE) == SPACE_GM &&
-                       sat_add(F_ADDRESS(base + i * RECORD_SIZE), ext[i]) > c.limits[SPACE_GM];
+                       sat_add(F_ADDRESS(base + i * RECORD_SIZE), ext[i]) > look.c.limits[SPACE_GM];
             if (listed || over) joined[w++] = i;
         }
         bad_at = joined;
@@ -808,6 +885,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     release(b, 5);
+    size_t claims = look.claims, miss = look.miss, writes = look.writes;
     out[3] = new_bytes((Py_ssize_t)claims, 8);
     out[4] = new_bytes((Py_ssize_t)bads, 8);
     out[5] = new_bytes((Py_ssize_t)miss, 8);
@@ -830,8 +908,8 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     return Py_BuildValue("NNNNNNNN(KNNI)N", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7],
-                         (unsigned long long)pieces_bound, PyBool_FromLong(any_thread), PyBool_FromLong(any_atomic),
-                         highest_kind, merged);
+                         (unsigned long long)look.pieces_bound, PyBool_FromLong(look.any_thread),
+                         PyBool_FromLong(look.any_atomic), look.highest_kind, merged);
 }
 
 /* ---- listing a batch's pieces ---- */
