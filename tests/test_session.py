@@ -596,3 +596,51 @@ class TestBatchSplit:
         parts = split_by_pieces(wide)
         assert [p.size for p in parts[:-1]] == [BATCH_PIECES // WIDE_ACCESS_PIECES] * (len(parts) - 1)
         assert sum(p.size for p in parts) == 1_000
+
+    @pytest.mark.parametrize(("kind", "memcheck_parts"), [(EventKind.READ, 1), (EventKind.WRITE, 3)])
+    def test_each_detector_is_given_a_batch_cut_by_the_pieces_it_walks(
+        self, kind: EventKind, memcheck_parts: int
+    ) -> None:
+        """One client batch of 2**21 + 2**20 GM pieces, through each detector's pipeline: initcheck, which walks
+        every piece, checks it in three parts within BATCH_PIECES; memcheck, which walks only its GM writes'
+        pieces, checks a batch of reads whole and one of writes in the same three parts; every event once, in
+        order."""
+        from sanitizerd.sessions.pipeline import drive_detector
+        from sanitizerd.sessions.threads import DetectorThreads
+        from tests.detector_helpers import make_detector
+
+        events = accesses(
+            kind, Space.GM, 0x1000 + np.arange(6_144, dtype=np.uint64) * 4096, 8, block_num=8, block_stride=2,
+            repeat=64, repeat_stride=16,
+        )  # fmt: skip
+        events["serial"] = np.arange(1, events.size + 1)
+        batch = Batch(events)  # the session's one Batch, as each detector's pipeline receives it
+        for name, expected in (("initcheck", 3), ("memcheck", memcheck_parts)):
+            detector = make_detector(name)
+            checked: list[int] = []
+            original = detector.check
+            detector.check = lambda part, original=original: (checked.append(part), original(part))  # type: ignore[method-assign]
+
+            async def scenario(detector: object = detector) -> None:
+                async def kernel_done(kernel: int, findings: list[object], cut: bool) -> None:
+                    pass
+
+                async def publish(findings: list[object]) -> None:
+                    pass
+
+                send, receive = anyio.create_memory_object_stream[object](4)
+                async with send:
+                    await send.send(m.HostOp(op="malloc", address=0x1000, size=6_144 * 4096))
+                    await send.send(StartKernel(KernelLaunch(kernel=1, name="k", block_dim=1, kernel_type="aiv")))
+                    await send.send(batch)
+                    await send.send(EndKernel(1))
+                await drive_detector(
+                    detector, detector.context, receive,  # type: ignore[arg-type, attr-defined]
+                    publish=publish, kernel_done=kernel_done, threads=DetectorThreads(1).runner(0, 1),  # type: ignore[arg-type]
+                    on_checked=lambda name, n: None, on_failure=lambda name: None,
+                )  # fmt: skip
+
+            anyio.run(scenario)
+            assert len(checked) == expected, (name, [part.size for part in checked])
+            assert np.array_equal(np.concatenate(checked)["serial"], events["serial"]), name
+            assert all(part.size * 8 * 64 <= BATCH_PIECES for part in checked) or expected == 1, name

@@ -101,9 +101,17 @@ class SessionContext:
         )
 
 
+# What a detector's ``pieces_walked`` may say: the pieces (rows, blocks of scattered rows) it lists one by one, which
+# bound the batches it is given (sessions/work.py, BATCH_PIECES): every access's, or its GM writes' and claims' alone
+# (memcheck, which checks every other access in closed form).
+ALL_PIECES, GM_WRITES = "all", "gm_writes"
+
+
 class Detector(Protocol):
     """Besides these, a detector that judges by memory regions may define ``region_permission(region)`` and
-    ``shared_span(address, size, owner, base)``, returning findings: the session calls them where defined."""
+    ``shared_span(address, size, owner, base)``, returning findings: the session calls them where defined. One
+    whose batches need only be bounded by some of their pieces says which in ``pieces_walked`` (ALL_PIECES where
+    it does not)."""
 
     name: ClassVar[str]
 

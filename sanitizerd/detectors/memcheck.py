@@ -35,7 +35,7 @@ from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._spr_trace import SprTrace
 from sanitizerd.detectors._stomping import BatchWrites, StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
-from sanitizerd.detectors.base import KernelLaunch, SessionContext
+from sanitizerd.detectors.base import GM_WRITES, KernelLaunch, SessionContext
 from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import REGION_READ, REGION_SHARED, REGION_WRITE, HostOp, RegionPermission
 from sanitizerd_protocol.model import Finding
@@ -72,6 +72,9 @@ def _aligned_table(align: np.ndarray) -> np.ndarray:
 @register("memcheck")
 class Memcheck:
     name = "memcheck"
+    # Its stomping and unused-memory checks list the pieces of GM writes (and claims); every other access is checked
+    # per record (bounds, alignment, permissions, tensors): a batch of wide reads costs it nothing per piece.
+    pieces_walked = GM_WRITES
 
     def __init__(self, context: SessionContext) -> None:
         self.context = context

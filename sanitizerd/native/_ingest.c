@@ -13,18 +13,23 @@
 #define BLOCK_NUM_AT 32    /* uint16, little-endian (the wire's order) */
 #define BLOCK_STRIDE_AT 34 /* uint16 */
 #define REPEAT_AT 36       /* uint16 */
+#define KIND_AT 44         /* uint8: EventKind, WRITE = 1 */
+#define SPACE_AT 45        /* uint8: Space, GM = 1 */
+#define FLAGS_AT 49        /* uint8: FLAG_CLAIM = 0x02 */
 
 static inline int64_t u16_at(const unsigned char *record, int at) {
     return (int64_t)record[at] | ((int64_t)record[at + 1] << 8);
 }
 
-/* cuts(records, limit, widest) -> list[int]: where the batch is cut so that each part lists at most ``limit``
- * pieces (an access's pieces: max(repeat, 1), times max(block_num, 1) where block_stride > 1, at most ``widest``),
- * each part holding at least one record; the empty list where the batch is one part. */
+/* cuts(records, limit, widest, gm_writes) -> list[int]: where the batch is cut so that each part lists at most
+ * ``limit`` pieces (an access's pieces: max(repeat, 1), times max(block_num, 1) where block_stride > 1, at most
+ * ``widest``; with ``gm_writes``, only GM writes' and claims' count), each part holding at least one record; the
+ * empty list where the batch is one part. */
 static PyObject *cuts(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer records;
     long long limit, widest;
-    if (!PyArg_ParseTuple(args, "y*LL", &records, &limit, &widest)) {
+    int gm_writes;
+    if (!PyArg_ParseTuple(args, "y*LLp", &records, &limit, &widest, &gm_writes)) {
         return NULL;
     }
     if (records.len % RECORD_SIZE || limit <= 0 || limit > ((int64_t)1 << 62) || widest <= 0 || widest > ((int64_t)1 << 32)) {
@@ -49,6 +54,9 @@ static PyObject *cuts(PyObject *Py_UNUSED(module), PyObject *args) {
         }
         if (pieces > widest) {
             pieces = widest;
+        }
+        if (gm_writes && !(record[SPACE_AT] == 1 && (record[KIND_AT] == 1 || (record[FLAGS_AT] & 0x02)))) {
+            pieces = 0;
         }
         if (in_part + pieces > limit && i > start) {
             if (at == NULL) {
@@ -83,7 +91,7 @@ static PyObject *cuts(PyObject *Py_UNUSED(module), PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"cuts", cuts, METH_VARARGS, "cuts(records, limit, widest) -> list of the indices where the batch is cut"},
+    {"cuts", cuts, METH_VARARGS, "cuts(records, limit, widest, gm_writes) -> the indices where the batch is cut"},
     {NULL, NULL, 0, NULL},
 };
 

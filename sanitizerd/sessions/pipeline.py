@@ -20,7 +20,7 @@ from typing import TypeVar
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from sanitizerd.detectors.base import Detector, KernelLaunch, SessionContext
+from sanitizerd.detectors.base import ALL_PIECES, Detector, KernelLaunch, SessionContext
 from sanitizerd.sessions.threads import RunOnThread
 from sanitizerd.sessions.work import Batch, EndKernel, Finish, SharedSpan, StartKernel, Work
 from sanitizerd_protocol.messages import HostOp, RegionPermission
@@ -75,55 +75,66 @@ async def drive_detector(
     async def on_thread(fn: Callable[[], T]) -> T:
         return await threads(_timed(fn, cpu))
 
+    walked = getattr(detector, "pieces_walked", ALL_PIECES)
     async with work:
-        async for item in work:
-            started = time.perf_counter()
-            if isinstance(item, StartKernel):
-                cpu = _KernelCpu(item.launch)
-            if isinstance(item, Batch) and (cpu.cut or cpu.seconds > cpu_budget()):
-                if not cpu.cut:
-                    cpu.budget = cpu_budget()
-                cpu.unchecked_events += item.events.size
-                cpu.unchecked_batches += 1
-                continue
-            try:
-                findings = await _apply(detector, item, on_thread, on_checked)
-                on_timed(time.perf_counter() - started)
-            except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
-                on_failure(detector.name)
-                log.exception("detector failed", detector=detector.name, work=type(item).__name__)
-                failure = context.finding(
-                    "internal_error", detail=f"{detector.name} failed on {type(item).__name__}: {exc!r}"
-                )
-                findings = [failure]
-            else:
-                _count_cuts(detector.name, findings, on_cut)
-            if isinstance(item, EndKernel | Finish) and cpu.cut:
-                findings.append(_budget_cut(detector.name, context, cpu))
-                on_cut(detector.name, 1)
-                on_budget_cut(detector.name, cpu.unchecked_events)
-                log.warning(
-                    "kernel launch past its CPU budget: the rest not checked",
-                    detector=detector.name,
-                    session=context.session,
-                    kernel=cpu.launch.name if cpu.launch else None,
-                    cpu_s=round(cpu.seconds, 3),
-                    unchecked_events=cpu.unchecked_events,
-                )
-            # Outside the detector's guard: a failure to publish or answer is the session's, not the detector's,
-            # and must not be answered a second time as one.
-            if isinstance(item, EndKernel):
-                cut, cpu = cpu.cut, _KernelCpu()
-                await kernel_done(item.kernel, findings, cut)
-                # Earlier launches' verdicts that waited for other sessions' kernels (cross-NPU racecheck): their
-                # own launches' findings, not this one's
-                take_deferred = getattr(detector, "take_deferred", None)
-                later = take_deferred() if take_deferred is not None else []
-                if later:
-                    _count_cuts(detector.name, later, on_cut)
-                    await publish(later)
-            elif findings:
-                await publish(findings)
+        async for whole in work:
+            for item in _cut(whole, walked):  # a client's batch as the batches this detector may check at once
+                started = time.perf_counter()
+                if isinstance(item, StartKernel):
+                    cpu = _KernelCpu(item.launch)
+                if isinstance(item, Batch) and (cpu.cut or cpu.seconds > cpu_budget()):
+                    if not cpu.cut:
+                        cpu.budget = cpu_budget()
+                    cpu.unchecked_events += item.events.size
+                    cpu.unchecked_batches += 1
+                    continue
+                try:
+                    findings = await _apply(detector, item, on_thread, on_checked)
+                    on_timed(time.perf_counter() - started)
+                except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
+                    on_failure(detector.name)
+                    log.exception("detector failed", detector=detector.name, work=type(item).__name__)
+                    failure = context.finding(
+                        "internal_error", detail=f"{detector.name} failed on {type(item).__name__}: {exc!r}"
+                    )
+                    findings = [failure]
+                else:
+                    _count_cuts(detector.name, findings, on_cut)
+                if isinstance(item, EndKernel | Finish) and cpu.cut:
+                    findings.append(_budget_cut(detector.name, context, cpu))
+                    on_cut(detector.name, 1)
+                    on_budget_cut(detector.name, cpu.unchecked_events)
+                    log.warning(
+                        "kernel launch past its CPU budget: the rest not checked",
+                        detector=detector.name,
+                        session=context.session,
+                        kernel=cpu.launch.name if cpu.launch else None,
+                        cpu_s=round(cpu.seconds, 3),
+                        unchecked_events=cpu.unchecked_events,
+                    )
+                # Outside the detector's guard: a failure to publish or answer is the session's, not the detector's,
+                # and must not be answered a second time as one.
+                if isinstance(item, EndKernel):
+                    cut, cpu = cpu.cut, _KernelCpu()
+                    await kernel_done(item.kernel, findings, cut)
+                    # Earlier launches' verdicts that waited for other sessions' kernels (cross-NPU racecheck): their
+                    # own launches' findings, not this one's
+                    take_deferred = getattr(detector, "take_deferred", None)
+                    later = take_deferred() if take_deferred is not None else []
+                    if later:
+                        _count_cuts(detector.name, later, on_cut)
+                        await publish(later)
+                elif findings:
+                    await publish(findings)
+
+
+def _cut(item: Work, walked: str) -> list[Work]:
+    """A batch as consecutive batches of at most BATCH_PIECES of the pieces the detector walks (sessions/work.py),
+    each then budgeted and shared out among threads on its own; any other work as it is."""
+    if not isinstance(item, Batch):
+        return [item]
+    parts = item.parts(walked)
+    return [item] if len(parts) == 1 else [Batch(part) for part in parts]
 
 
 def _timed(fn: Callable[[], T], cpu: _KernelCpu) -> Callable[[], T]:

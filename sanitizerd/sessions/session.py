@@ -18,7 +18,7 @@ from sanitizerd.detectors.base import DEFAULT_MAX_RACE_EVENTS, Detector, KernelL
 from sanitizerd.detectors.memory_budget import MemoryAccount, unbounded
 from sanitizerd.findings.suppressions import Suppressor
 from sanitizerd.sessions.ipc import IpcTable
-from sanitizerd.sessions.work import Batch, EndKernel, SharedSpan, StartKernel, Work, split_by_pieces
+from sanitizerd.sessions.work import Batch, EndKernel, SharedSpan, StartKernel, Work
 from sanitizerd_protocol import RemoteProtocolError
 from sanitizerd_protocol import messages as m
 from sanitizerd_protocol.messages import MAX_CACHE_SIZE_MB
@@ -440,7 +440,7 @@ class Session:
             return []
         if self.config.block_id >= 0:
             events = events[events["block_id"] == self.config.block_id]
-        return [Batch(part) for part in split_by_pieces(events)]
+        return [Batch(events)]  # each detector's pipeline cuts it by the pieces that detector walks
 
     def _kernel_end(self, end: m.KernelEnd) -> list[Work | Reply]:
         state = self._running(end.kernel, "kernel_end")
