@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -355,12 +356,13 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _tree_cpu_seconds(pid: int) -> float:
-    """A daemon's CPU time with its worker processes' (``--workers``)."""
+    """A daemon's CPU time with its worker processes' (``--workers``). A child gone between the listing and its
+    read (a short-lived helper) counts nothing rather than making the sum NaN: the workers live through the run."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         children = []
-    return _cpu_seconds(pid) + sum(_cpu_seconds(int(child)) for child in children)
+    return _cpu_seconds(pid) + sum(math.nan_to_num(_cpu_seconds(int(child))) for child in children)
 
 
 def start_daemon(args: argparse.Namespace, socket_path: Path, state_dir: Path, log: Any) -> subprocess.Popen[bytes]:
