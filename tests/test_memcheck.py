@@ -796,3 +796,51 @@ def test_an_access_to_a_space_no_chip_defines_is_reported_under_its_number() -> 
     [finding] = run_kernel(detector, accesses(EventKind.READ, 13, 0x20, 32, align=64))  # type: ignore[arg-type]
     assert (finding.kind, finding.space) == ("misaligned_access", "13")
     assert "13" in render_text([finding])
+
+
+class TestBatchesTooWide:
+    """memcheck counts its own pieces in its first pass over a batch (the pipeline gives it each batch whole):
+    a batch past BATCH_PIECES of its GM writes' pieces is refused before anything changes, and checked in parts."""
+
+    @staticmethod
+    def _writes(kind: EventKind) -> np.ndarray:
+        # 4 096 accesses of 64 rows of 8 scattered 32-byte blocks (2**21 pieces), four blocks writing across one
+        # another's bytes (stomping)
+        n = 4_096
+        return accesses(kind, Space.GM, 0x10_0000 + np.arange(n, dtype=np.uint64) * 1_024, 32, block_num=8,
+                        block_stride=2, repeat=64, repeat_stride=16, block_id=np.arange(n) % 4)  # fmt: skip
+
+    @staticmethod
+    def _memcheck() -> Memcheck:
+        memcheck = Memcheck(_context(["memcheck"]))
+        memcheck.host_op(HostOp(op="malloc", address=0x10_0000, size=8 << 20))
+        memcheck.kernel_begin(KernelLaunch(kernel=1, name="wide", block_dim=4, kernel_type="aiv"))
+        return memcheck
+
+    def test_a_batch_too_wide_is_refused_unchanged_and_checked_in_parts(self) -> None:
+        from sanitizerd.detectors._batches import split_by_pieces
+        from sanitizerd.detectors.base import GM_WRITES, BatchTooWide
+
+        events = self._writes(EventKind.WRITE)
+        refused = self._memcheck()
+        with pytest.raises(BatchTooWide):
+            refused.check_within_bound(events)
+        refused.check(events)  # after the refusal, as if it had never been asked: parts, in order
+        by_parts = self._memcheck()
+        parts = split_by_pieces(events, walked=GM_WRITES)
+        assert len(parts) == 2
+        for part in parts:
+            by_parts.check_within_bound(part)
+        found, expected = refused.kernel_end(), by_parts.kernel_end()
+        assert [f.kind for f in found] and [(f.kind, f.address, f.size) for f in found] == [
+            (f.kind, f.address, f.size) for f in expected
+        ]
+
+    def test_wide_reads_are_checked_whole(self) -> None:
+        memcheck = self._memcheck()
+        memcheck.check_within_bound(self._writes(EventKind.READ))  # no GM write: nothing walked, nothing refused
+        assert not memcheck.kernel_end()
+
+
+def _context(tools: list[str]) -> SessionContext:
+    return SessionContext(job="j", session=1, pid=2, device=0, chip=chip_named("910B1"), config=Config(tools=tools))

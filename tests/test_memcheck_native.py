@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from client_shim.events import EventKind, Space
 from sanitizerd import native as native_switch
 from sanitizerd.detectors import _intervals, _page_owners, _runs, _stomping
-from sanitizerd.detectors._batches import BatchFields
+from sanitizerd.detectors._batches import BatchFields, walked_pieces
 from sanitizerd.detectors._intervals import IntervalSet
-from sanitizerd.detectors.base import KernelLaunch
+from sanitizerd.detectors.base import GM_WRITES, WIDE_ACCESS_PIECES, KernelLaunch
 from sanitizerd.detectors.memcheck import Memcheck
 from sanitizerd_protocol.messages import HostOp
 from sanitizerd_protocol.model import Finding
@@ -124,7 +124,8 @@ def test_batch_takes_numpys_float_extents_exactly_where_numpy_does(other_size: i
     floats = units * other_size >= 2**62
     exact = units * (2**28 - 1)
     assert (int(extents(events)[0]) != exact) == floats, "record 0's extent shows which path numpy took"
-    parts = compiled.batch(events, np.full(256, TOP, dtype=U64), np.ones(256, dtype=U64), u64([0]), u64([TOP]))
+    limits, align = np.full(256, TOP, dtype=U64), np.ones(256, dtype=U64)
+    parts = compiled.batch(events, limits, align, u64([0]), u64([TOP]), WIDE_ACCESS_PIECES)
     assert np.array_equal(np.frombuffer(parts[0], U64), extents(events))
 
 
@@ -148,7 +149,7 @@ def test_batch_first_look(
     limits[Space.GM] = GM + 2048  # a limit for GM too: it counts only in a batch not all GM (numpy's rule)
     align = np.ones(256, dtype=U64)
     align[Space.UB] = 32
-    parts = compiled.batch(events, limits, align, within.starts, within.ends)
+    parts = compiled.batch(events, limits, align, within.starts, within.ends, WIDE_ACCESS_PIECES)
     ext = extents(events)
     assert np.array_equal(np.frombuffer(parts[0], U64), ext)
     access = (ext > 0) & (events["kind"] <= EventKind.WRITE) & ((events["flags"] & FLAG_SIMT_ENTRY) == 0)
@@ -165,8 +166,9 @@ def test_batch_first_look(
     assert np.array_equal(np.frombuffer(parts[6], U64), first[misaligned])
     writes = _stomping.BatchWrites.of(events, live)
     assert np.array_equal(np.frombuffer(parts[7], np.int64), writes.index)
+    walked = int(walked_pieces(events, GM_WRITES).sum())
     assert parts[8] == (
-        writes.pieces_bound, bool((events["thread"] != 0).any()), writes.any_atomic, int(events["kind"].max())
+        writes.pieces_bound, bool((events["thread"] != 0).any()), writes.any_atomic, int(events["kind"].max()), walked
     )  # fmt: skip
     if parts[9] is not None:  # the writes merged in the same pass: list_merged's ranges, as numpy merges them
         expected = merged_reference(events, writes.index, within)[:3]
@@ -269,7 +271,7 @@ def test_the_usual_case_is_merged_in_one_pass_and_only_it() -> None:
     events["address"] = GM + u64([0, 4096, 128, 4096 + 256, 256, 4096 + 512])
     within = IntervalSet(u64([HEAP[0], HEAP[2]]), u64([HEAP[1], HEAP[3]]))
     limits, align = np.full(256, TOP, dtype=U64), np.ones(256, dtype=U64)
-    merged = compiled.batch(events, limits, align, within.starts, within.ends)[9]
+    merged = compiled.batch(events, limits, align, within.starts, within.ends, WIDE_ACCESS_PIECES)[9]
     assert [np.frombuffer(a, U64).tolist() for a in merged] == [
         [0, 1, 1, 1],
         [GM, GM + 4096, GM + 4096 + 256, GM + 4096 + 512],
@@ -277,11 +279,11 @@ def test_the_usual_case_is_merged_in_one_pass_and_only_it() -> None:
     ]
     inside = events.copy()  # a tile inside block 0's open range, if before its last: the same union
     inside["address"][4] = GM + 64
-    merged = compiled.batch(inside, limits, align, within.starts, within.ends)[9]
+    merged = compiled.batch(inside, limits, align, within.starts, within.ends, WIDE_ACCESS_PIECES)[9]
     assert np.frombuffer(merged[2], U64)[0] == GM + 256
     backwards = events.copy()  # block 1's last tile before its open range, in the gap after its first
     backwards["address"][5] = GM + 4096 + 128
-    assert compiled.batch(backwards, limits, align, within.starts, within.ends)[9] is None
+    assert compiled.batch(backwards, limits, align, within.starts, within.ends, WIDE_ACCESS_PIECES)[9] is None
 
 
 @SETTINGS
@@ -292,7 +294,7 @@ def test_writes_merged_in_order(drawn: tuple[np.ndarray, str], atomic_at: list[i
     events, upset = drawn
     within = IntervalSet(u64([HEAP[0], HEAP[2]]), u64([HEAP[1], HEAP[3]]))
     limits, align = np.full(256, TOP, dtype=U64), np.ones(256, dtype=U64)
-    parts = compiled.batch(events, limits, align, within.starts, within.ends)
+    parts = compiled.batch(events, limits, align, within.starts, within.ends, WIDE_ACCESS_PIECES)
     index = np.frombuffer(parts[7], np.int64)
     expected = merged_reference(events, index, within)[:3]
     if upset == "none":
@@ -562,7 +564,7 @@ def test_bounds_over_many_ranges_interleaved(seed: int, ranges: int, period: int
     events["serial"] = np.arange(1, n + 1)
     limits = np.full(256, TOP, dtype=U64)
     align = np.ones(256, dtype=U64)
-    parts = compiled.batch(events, limits, align, starts, ends)
+    parts = compiled.batch(events, limits, align, starts, ends, WIDE_ACCESS_PIECES)
     ext = extents(events)
     lo = events["address"]
     hi = lo + ext  # no wrap: every address is far below the top

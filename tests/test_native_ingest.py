@@ -9,13 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sanitizerd import native
-from sanitizerd.sessions.work import (
-    ALL_PIECES,
-    GM_WRITES,
-    WIDE_ACCESS_PIECES,
-    split_by_pieces,
-    split_by_pieces_numpy,
-)
+from sanitizerd.detectors.base import ALL_PIECES, GM_WRITES
+from sanitizerd.sessions.work import WIDE_ACCESS_PIECES, split_by_pieces, split_by_pieces_numpy
 from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_CLAIM, EventKind, Space
 
 compiled = native.load("_ingest")

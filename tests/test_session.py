@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -603,8 +604,8 @@ class TestBatchSplit:
     ) -> None:
         """One client batch of 2**21 + 2**20 GM pieces, through each detector's pipeline: initcheck, which walks
         every piece, checks it in three parts within BATCH_PIECES; memcheck, which walks only its GM writes'
-        pieces, checks a batch of reads whole and one of writes in the same three parts; every event once, in
-        order."""
+        pieces and counts them itself, checks a batch of reads whole and refuses one of writes, which it then
+        checks in the same three parts; every event once, in order."""
         from sanitizerd.sessions.pipeline import drive_detector
         from sanitizerd.sessions.threads import DetectorThreads
         from tests.detector_helpers import make_detector
@@ -617,9 +618,17 @@ class TestBatchSplit:
         batch = Batch(events)  # the session's one Batch, as each detector's pipeline receives it
         for name, expected in (("initcheck", 3), ("memcheck", memcheck_parts)):
             detector = make_detector(name)
-            checked: list[int] = []
-            original = detector.check
-            detector.check = lambda part, original=original: (checked.append(part), original(part))  # type: ignore[method-assign]
+            checked: list[np.ndarray] = []
+            # the method the pipeline calls: check_within_bound where the detector counts its pieces (memcheck)
+            method = "check_within_bound" if getattr(detector, "counts_pieces", False) else "check"
+            original = getattr(detector, method)
+
+            def counted(part: np.ndarray, original: Callable[[np.ndarray], None] = original,
+                        checked: list[np.ndarray] = checked) -> None:
+                original(part)  # a batch refused as too wide (BatchTooWide) is not counted
+                checked.append(part)
+
+            setattr(detector, method, counted)
 
             async def scenario(detector: object = detector) -> None:
                 async def kernel_done(kernel: int, findings: list[object], cut: bool) -> None:
@@ -644,3 +653,44 @@ class TestBatchSplit:
             assert len(checked) == expected, (name, [part.size for part in checked])
             assert np.array_equal(np.concatenate(checked)["serial"], events["serial"]), name
             assert all(part.size * 8 * 64 <= BATCH_PIECES for part in checked) or expected == 1, name
+
+    def test_a_batch_refused_that_cannot_be_cut_is_a_detector_failure_not_a_loop(self) -> None:
+        """A detector that counts its own pieces refuses a batch the cut leaves whole (its count and the cut
+        disagree): the pipeline reports the detector's failure on it and goes on, rather than asking again."""
+        from sanitizerd.detectors.base import BatchTooWide
+        from sanitizerd.sessions.pipeline import drive_detector
+        from sanitizerd.sessions.threads import DetectorThreads
+        from tests.detector_helpers import make_detector
+
+        memcheck = make_detector("memcheck")
+        asked: list[int] = []
+
+        def refuse(events: np.ndarray) -> None:
+            asked.append(events.size)
+            raise BatchTooWide
+
+        memcheck.check_within_bound = refuse  # type: ignore[attr-defined]
+        failures: list[str] = []
+        done: list[list[object]] = []
+
+        async def scenario() -> None:
+            async def kernel_done(kernel: int, findings: list[object], cut: bool) -> None:
+                done.append(findings)
+
+            async def publish(findings: list[object]) -> None:
+                done.append(findings)
+
+            send, receive = anyio.create_memory_object_stream[object](4)
+            async with send:
+                await send.send(StartKernel(KernelLaunch(kernel=1, name="k", block_dim=1, kernel_type="aiv")))
+                await send.send(Batch(accesses(EventKind.WRITE, Space.GM, 0x1000, 32)))
+                await send.send(EndKernel(1))
+            await drive_detector(
+                memcheck, memcheck.context, receive,  # type: ignore[arg-type, attr-defined]
+                publish=publish, kernel_done=kernel_done, threads=DetectorThreads(1).runner(0, 1),  # type: ignore[arg-type]
+                on_checked=lambda name, n: None, on_failure=failures.append,
+            )  # fmt: skip
+
+        anyio.run(scenario)
+        assert asked == [1] and failures == ["memcheck"]
+        assert any("memcheck failed on Batch: BatchTooWide()" in str(f.detail) for f in done[0]), done  # type: ignore[attr-defined]

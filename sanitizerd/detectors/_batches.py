@@ -2,14 +2,19 @@
 
 racecheck keeps a kernel's events until the kernel ends. Joining the batches into one array of 56-byte
 records costs a full copy (and the page faults of a fresh allocation) only to read a few fields of each
-event; this reads just the fields asked for, of just the events asked for.
+event; this reads just the fields asked for, of just the events asked for. Here too: a batch cut by the pieces a
+detector walks (``split_by_pieces``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sanitizerd_protocol.records import EVENT_DTYPE
+from sanitizerd import native
+from sanitizerd.detectors.base import ALL_PIECES, BATCH_PIECES, GM_WRITES, WIDE_ACCESS_PIECES
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_CLAIM, EventKind, Space
+
+_compiled = native.load("_ingest")
 
 
 class Batches:
@@ -100,6 +105,20 @@ class BatchFields:
         return self.records[key]  # type: ignore[index]
 
 
+def walked_pieces(events: np.ndarray, walked: str = ALL_PIECES) -> np.ndarray:
+    """Each access's pieces as BATCH_PIECES counts them (int64; an upper bound: its rows, at least one, times its
+    blocks, at least one, where a row scatters them; at most WIDE_ACCESS_PIECES), 0 for those a detector does not
+    walk (``walked`` GM_WRITES: all but GM writes and claims)."""
+    pieces = np.maximum(events["repeat"], 1).astype(np.int64)
+    scattered = events["block_stride"] > 1
+    pieces[scattered] *= np.maximum(events["block_num"][scattered], 1)
+    np.minimum(pieces, WIDE_ACCESS_PIECES, out=pieces)
+    if walked == GM_WRITES:
+        writes = (events["kind"] == EventKind.WRITE) | ((events["flags"] & FLAG_CLAIM) != 0)
+        pieces[~(writes & (events["space"] == Space.GM))] = 0
+    return pieces
+
+
 def highest_kind(events: np.ndarray) -> int:
     """A batch's largest event kind, -1 for an empty one (BatchFields remembers it; a record array is scanned)."""
     if isinstance(events, BatchFields):
@@ -116,3 +135,43 @@ def records_of(events: object) -> np.ndarray | None:
     if not isinstance(records, np.ndarray) or records.dtype != EVENT_DTYPE or records.ndim != 1:
         return None
     return np.ascontiguousarray(records)
+
+
+# BATCH_PIECES and WIDE_ACCESS_PIECES (detectors/base.py) bound the pieces of each batch a detector checks; each
+# detector's batches are cut by the pieces it walks (its ``pieces_walked``). The cut is made in the sessions'
+# pipelines (sessions/pipeline.py) for most detectors, and by memcheck itself, which counts its pieces in its own
+# first pass over a batch.
+
+
+def split_by_pieces(events: np.ndarray, limit: int = BATCH_PIECES, walked: str = ALL_PIECES) -> list[np.ndarray]:
+    """``events`` as consecutive batches of at most ``limit`` pieces each (an upper bound: repeat, times the
+    blocks of a scattered row; ``walked`` GM_WRITES: of the GM writes and claims alone), each of at least one
+    event; one batch, the same array, in the common case."""
+    if events.size * WIDE_ACCESS_PIECES <= limit:  # cannot exceed: skip even the field reads
+        return [events]
+    if _compiled is not None and events.dtype == EVENT_DTYPE and events.flags.c_contiguous:
+        cuts = _compiled.cuts(events.view(np.uint8), limit, WIDE_ACCESS_PIECES, walked == GM_WRITES)
+        return np.split(events, cuts) if cuts else [events]
+    return split_by_pieces_numpy(events, limit, walked)
+
+
+def split_by_pieces_numpy(events: np.ndarray, limit: int = BATCH_PIECES, walked: str = ALL_PIECES) -> list[np.ndarray]:
+    """``split_by_pieces`` in numpy: the reference path, and the path where ``_ingest`` was not built."""
+    # Upper bounds from a field read or two settle the common batch: rows (a repeat of 0 is one row, counted as
+    # two here), then blocks where some row is scattered.
+    repeat = events["repeat"]
+    rows = int(repeat.sum(dtype=np.int64)) + events.size
+    scattered = events["block_stride"] > 1
+    if rows <= limit and (not scattered.any() or rows * int(events["block_num"].max()) <= limit):
+        return [events]
+    total = np.cumsum(walked_pieces(events, walked))
+    if int(total[-1]) <= limit:
+        return [events]
+    cuts: list[int] = []
+    start, done = 0, 0
+    while start < events.size:
+        # the first event past the batch's share; at least one event a batch
+        end = max(int(np.searchsorted(total, done + limit, side="right")), start + 1)
+        cuts.append(end)
+        done, start = int(total[end - 1]), end
+    return np.split(events, cuts[:-1])

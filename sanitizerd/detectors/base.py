@@ -101,17 +101,35 @@ class SessionContext:
         )
 
 
-# What a detector's ``pieces_walked`` may say: the pieces (rows, blocks of scattered rows) it lists one by one, which
-# bound the batches it is given (sessions/work.py, BATCH_PIECES): every access's, or its GM writes' and claims' alone
-# (memcheck, which checks every other access in closed form).
+# The most pieces (blocks of a scattered row, or rows) one batch a detector checks may list, bounded from above:
+# initcheck and racecheck walk pieces at a few million a second, so a batch of this many is a fraction of a second
+# of a detector thread. A client's batch of more is checked as several, in order (the detectors are streams), so
+# that the fair share of threads and the kernel's CPU budget act between them: one batch of 65 536 accesses of
+# 2 040 pieces each was 37 s of one thread. One access counts at most WIDE_ACCESS_PIECES: the widest accesses are
+# checked in closed form (one of 65 535 x 65 535 scattered blocks: 0.1 s), and a batch of them need not become one
+# batch per access.
+BATCH_PIECES = 1 << 20
+WIDE_ACCESS_PIECES = BATCH_PIECES >> 4
+
+# What a detector's ``pieces_walked`` may say: the pieces it lists one by one, which bound the batches it is given
+# (sessions/work.py): every access's, or its GM writes' and claims' alone (memcheck, which checks every other
+# access in closed form).
 ALL_PIECES, GM_WRITES = "all", "gm_writes"
+
+
+class BatchTooWide(Exception):
+    """Raised by ``check_within_bound`` of a detector that counts its own batches' pieces (``counts_pieces``),
+    before it changes any state, where a batch lists more than BATCH_PIECES of the pieces it walks: the pipeline
+    then checks the batch in parts, as it cuts them for every other detector."""
 
 
 class Detector(Protocol):
     """Besides these, a detector that judges by memory regions may define ``region_permission(region)`` and
     ``shared_span(address, size, owner, base)``, returning findings: the session calls them where defined. One
     whose batches need only be bounded by some of their pieces says which in ``pieces_walked`` (ALL_PIECES where
-    it does not)."""
+    it does not); one that counts them in its own first pass over a batch (``counts_pieces = True``) is given each
+    batch whole by ``check_within_bound(events)``, which raises BatchTooWide for one past the bound (its ``check``
+    takes any batch)."""
 
     name: ClassVar[str]
 

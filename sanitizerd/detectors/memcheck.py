@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sanitizerd.detectors import _intervals
-from sanitizerd.detectors._batches import BatchFields, highest_kind, records_of
+from sanitizerd.detectors._batches import BatchFields, highest_kind, records_of, split_by_pieces, walked_pieces
 from sanitizerd.detectors._heap import LEAKING_TABLE, TABLE_OF_SOURCE, Allocation, Heap
 from sanitizerd.detectors._intervals import MAX_TRACKED_RANGES, IntervalSet
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents, first_misaligned
@@ -35,7 +35,14 @@ from sanitizerd.detectors._sites import SiteLog, site_findings, site_rows
 from sanitizerd.detectors._spr_trace import SprTrace
 from sanitizerd.detectors._stomping import BatchWrites, StompTracker
 from sanitizerd.detectors._tensors import LOCAL_SPACES, BlockTensors, Judged, operand_ranges, refusal_text
-from sanitizerd.detectors.base import GM_WRITES, KernelLaunch, SessionContext
+from sanitizerd.detectors.base import (
+    BATCH_PIECES,
+    GM_WRITES,
+    WIDE_ACCESS_PIECES,
+    BatchTooWide,
+    KernelLaunch,
+    SessionContext,
+)
 from sanitizerd.detectors.registry import register
 from sanitizerd_protocol.messages import REGION_READ, REGION_SHARED, REGION_WRITE, HostOp, RegionPermission
 from sanitizerd_protocol.model import Finding
@@ -75,6 +82,9 @@ class Memcheck:
     # Its stomping and unused-memory checks list the pieces of GM writes (and claims); every other access is checked
     # per record (bounds, alignment, permissions, tensors): a batch of wide reads costs it nothing per piece.
     pieces_walked = GM_WRITES
+    # It counts them in its first look at a batch, so the pipeline gives it each batch whole (check_within_bound)
+    # and cuts only one it says is too wide: the pipeline's own count would read every record once more.
+    counts_pieces = True
 
     def __init__(self, context: SessionContext) -> None:
         self.context = context
@@ -121,23 +131,41 @@ class Memcheck:
             self.spr_trace.kernel_begin()
 
     def check(self, records: np.ndarray) -> None:
+        """Any batch; one past BATCH_PIECES of GM writes' pieces in parts, as the pipeline cuts them."""
+        try:
+            self.check_within_bound(records)
+        except BatchTooWide:
+            for part in split_by_pieces(records, walked=GM_WRITES):
+                self.check_within_bound(part)
+
+    def check_within_bound(self, records: np.ndarray) -> None:
+        """``check``, refusing (BatchTooWide, before any state changes) a batch past BATCH_PIECES of the pieces it
+        walks, counted in the same first pass."""
         if not records.size:
             return
-        if self.spr_trace is not None:
-            self.spr_trace.check(records)
         events: np.ndarray = BatchFields(records)  # type: ignore[assignment]
         native = _intervals.native
         raw = records_of(events) if native is not None else None
         scanned = None
         writes: BatchWrites | None = None  # found in the compiled pass; numpy's path has stomping find them
         any_thread = True
+        parts = None
         if raw is not None:
             # Compiled: two passes over the records give the extents, the live records and the claims, every live
             # record's bounds and alignment, and the fields the rest reads (docs/design.md, "Compiled hot loops").
             legal = self.heap.legal
             parts = native.batch(  # type: ignore[union-attr]
-                raw, self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts), np.ascontiguousarray(legal.ends)
-            )
+                raw, self.limits, _ALIGN_BY_SPACE, np.ascontiguousarray(legal.starts), np.ascontiguousarray(legal.ends),
+                WIDE_ACCESS_PIECES,
+            )  # fmt: skip
+            walked = parts[8][4]
+        else:
+            walked = int(walked_pieces(records, GM_WRITES).sum())
+        if walked > BATCH_PIECES:  # before any state changes: the pipeline checks it in parts
+            raise BatchTooWide
+        if self.spr_trace is not None:
+            self.spr_trace.check(records)
+        if parts is not None:
             ext, live = np.frombuffer(parts[0], np.uint64), np.frombuffer(parts[1], bool)
             # kind, the one field a common batch reads after the pass; any other is copied out if asked for
             events.preload("kind", np.frombuffer(parts[2], np.uint8))  # type: ignore[attr-defined]
@@ -146,7 +174,7 @@ class Memcheck:
             claims = np.zeros(ext.size, dtype=bool)
             claims[claim_at] = True
             scanned = bad, misaligned, np.frombuffer(parts[6], np.uint64)
-            pieces_bound, any_thread, any_atomic, highest = parts[8]
+            pieces_bound, any_thread, any_atomic, highest, _ = parts[8]
             events.preload_highest_kind(highest)  # type: ignore[attr-defined]
             merged = None if parts[9] is None else tuple(np.frombuffer(part, np.uint64) for part in parts[9])
             writes = BatchWrites(np.frombuffer(parts[7], np.int64), pieces_bound, any_atomic, merged)

@@ -700,6 +700,13 @@ static PyObject *scan(PyObject *Py_UNUSED(m), PyObject *args) {
 #define FLAG_CLAIM_BIT 0x02 /* records.FLAG_CLAIM */
 #define FLAG_SIMT_BIT 0x04  /* records.FLAG_SIMT_ENTRY */
 
+/* An access's pieces as lists_few_pieces and the sessions' cuts bound them: its rows (repeat, at least one), times
+ * its blocks (at least one) where a row scatters them; below 2**32 */
+static inline uint64_t access_pieces(const unsigned char *r) {
+    uint64_t pieces = F_REPEAT(r) ? F_REPEAT(r) : 1, blocks = F_BLOCK_NUM(r);
+    return F_BLOCK_STRIDE(r) > 1 && blocks ? pieces * blocks : pieces;
+}
+
 /* batch's pass over the records: what it reads, and what it finds */
 typedef struct {
     const unsigned char *base;
@@ -713,6 +720,7 @@ typedef struct {
     bounds_t c;
     size_t claims, bads, miss, writes;
     uint64_t pieces_bound; /* held at 2**62 and above once it gets there: only its place against a bound counts */
+    uint64_t widest, walked; /* the GM writes' and claims' pieces, each at most widest (sessions' cuts, gm_writes) */
     uint64_t any_units, any_size; /* ORed, not maxed (no compare chained through the loop): floats_possible */
     int all_gm, any_thread, any_atomic;
     unsigned highest_kind;
@@ -731,7 +739,8 @@ static inline __attribute__((always_inline)) void first_look(first_look_t *l, co
     bounds_t c_local = l->c, *c = &c_local;
     in_order_t order_local = *l->order, *order = &order_local;
     size_t claims = 0, bads = 0, miss = 0, writes = 0;
-    uint64_t pieces_bound = 0, any_units = 0, any_size = 0;
+    uint64_t pieces_bound = 0, any_units = 0, any_size = 0, walked = 0;
+    const uint64_t widest = l->widest;
     int all_gm = 1, any_thread = 0, any_atomic = 0;
     unsigned highest_kind = 0;
     c->gm_over = 0;
@@ -758,14 +767,20 @@ static inline __attribute__((always_inline)) void first_look(first_look_t *l, co
         int is_live = access && !claim;
         live[i] = (unsigned char)is_live;
         if (claim) claim_at[claims++] = i;
-        if (!is_live) continue;
+        if (!is_live) {
+            if (!floats && sp == SPACE_GM && (k == KIND_WRITE || (fl & FLAG_CLAIM_BIT))) {
+                uint64_t pieces = access_pieces(r);
+                walked += pieces < widest ? pieces : widest;
+            }
+            continue;
+        }
         int gm_write = k == KIND_WRITE && sp == SPACE_GM;
         if (gm_write) {
             write_at[writes++] = i;
-            uint64_t pieces = F_REPEAT(r) ? F_REPEAT(r) : 1, blocks = F_BLOCK_NUM(r);
-            if (F_BLOCK_STRIDE(r) > 1 && blocks) pieces *= blocks;
+            uint64_t pieces = access_pieces(r);
             /* below 2**32 a record: the sum passes 2**63 only past 2**31 records, and stays there */
             if (pieces_bound < SATURATE) pieces_bound += pieces;
+            if (!floats) walked += pieces < widest ? pieces : widest;
         }
         unsigned char bad = 0, mis = 0;
         uint64_t first = 0;
@@ -797,6 +812,7 @@ static inline __attribute__((always_inline)) void first_look(first_look_t *l, co
     l->writes = writes;
     l->pieces_bound = pieces_bound;
     if (!floats) {
+        l->walked = walked;
         l->any_units = any_units;
         l->any_size = any_size;
         l->all_gm = all_gm;
@@ -806,21 +822,23 @@ static inline __attribute__((always_inline)) void first_look(first_look_t *l, co
     }
 }
 
-/* batch(records, limits, align_by_space, starts, ends) -> (ext, live, kind, claims, bad, misaligned, first,
- * gm_writes, (pieces_bound, any_thread, any_atomic, highest_kind), merged): memcheck's first look at a batch in one
- * pass over its records (numpy's takes one per field): the extents (patterns.extents), which records are live (an
+/* batch(records, limits, align_by_space, starts, ends, widest) -> (ext, live, kind, claims, bad, misaligned,
+ * first, gm_writes, (pieces_bound, any_thread, any_atomic, highest_kind, walked), merged): memcheck's first look at a
+ * batch in one pass over its records (numpy's takes one per field): the extents (patterns.extents), which records are live (an
  * access with bytes, not a SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and
  * ``kind``, the one field the rest of the check reads on a common batch, copied out for BatchFields (any other is
  * copied there when first asked for), with its largest value (BatchFields.highest_kind). The few claims,
  * out-of-bounds and misaligned records come as positions (int64, ascending), with the first misaligned block's
  * address of each misaligned one. Then what stomping would scan the batch again for (_stomping.BatchWrites): the
  * live GM writes' positions, lists_few_pieces' upper bound of their pieces (repeat, times block_num for a scattered
- * row), whether any record has a SIMT thread, whether any is flagged atomic or switches the atomic mode, and
+ * row), whether any record has a SIMT thread, whether any is flagged atomic or switches the atomic mode, ``walked``
+ * (the pieces of every GM write and claim, each at most ``widest``: what the sessions' cuts count for memcheck), and
  * ``merged``: list_merged's (keys, lo, hi) of those writes, for a batch where no record is in atomic mode, where
  * they are its usual case (in_order_t); None where they are not. */
 static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     PyObject *o[5];
-    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    unsigned long long widest;
+    if (!PyArg_ParseTuple(args, "OOOOOK", &o[0], &o[1], &o[2], &o[3], &o[4], &widest)) return NULL;
     buf_t b[5] = {{{0}, 0}};
     Py_ssize_t n, n_limits, n_align, m, m2;
     if (get_buffer(o[0], &b[0], RECORD_SIZE, 0, &n, "records") < 0 ||
@@ -862,6 +880,7 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
     const unsigned char *base = b[0].view.buf;
     first_look_t look = {base, n, ext, live, kind, claim_at, bad_at, mis_at, mis_first, write_at, &order,
                          {b[1].view.buf, b[2].view.buf, b[3].view.buf, b[4].view.buf, m, {{0}, {0}, {0}, 0}, -1, 0}};
+    look.widest = widest;
     size_t bads;
     Py_BEGIN_ALLOW_THREADS
     /* One pass, as if no record needed numpy's float extents; a batch where one does (hostile) is passed again. */
@@ -907,9 +926,9 @@ static PyObject *batch(PyObject *Py_UNUSED(m), PyObject *args) {
         for (int i = 0; i < 8; i++) Py_DECREF(out[i]);
         return NULL;
     }
-    return Py_BuildValue("NNNNNNNN(KNNI)N", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7],
+    return Py_BuildValue("NNNNNNNN(KNNIK)N", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7],
                          (unsigned long long)look.pieces_bound, PyBool_FromLong(look.any_thread),
-                         PyBool_FromLong(look.any_atomic), look.highest_kind, merged);
+                         PyBool_FromLong(look.any_atomic), look.highest_kind, (unsigned long long)look.walked, merged);
 }
 
 /* ---- listing a batch's pieces ---- */

@@ -13,6 +13,7 @@ of a launch have used it, the launch's remaining batches are not checked by that
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -20,7 +21,7 @@ from typing import TypeVar
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from sanitizerd.detectors.base import ALL_PIECES, Detector, KernelLaunch, SessionContext
+from sanitizerd.detectors.base import ALL_PIECES, BatchTooWide, Detector, KernelLaunch, SessionContext
 from sanitizerd.sessions.threads import RunOnThread
 from sanitizerd.sessions.work import Batch, EndKernel, Finish, SharedSpan, StartKernel, Work
 from sanitizerd_protocol.messages import HostOp, RegionPermission
@@ -76,9 +77,13 @@ async def drive_detector(
         return await threads(_timed(fn, cpu))
 
     walked = getattr(detector, "pieces_walked", ALL_PIECES)
+    counts = getattr(detector, "counts_pieces", False)
     async with work:
         async for whole in work:
-            for item in _cut(whole, walked):  # a client's batch as the batches this detector may check at once
+            # a client's batch as the batches this detector may check at once: cut here, or by the detector's word
+            pending = deque([whole] if counts else _cut(whole, walked))
+            while pending:
+                item = pending.popleft()
                 started = time.perf_counter()
                 if isinstance(item, StartKernel):
                     cpu = _KernelCpu(item.launch)
@@ -89,7 +94,14 @@ async def drive_detector(
                     cpu.unchecked_batches += 1
                     continue
                 try:
-                    findings = await _apply(detector, item, on_thread, on_checked)
+                    try:
+                        findings = await _apply(detector, item, on_thread, on_checked, counts)
+                    except BatchTooWide:
+                        parts = _cut(item, walked)
+                        if len(parts) == 1:  # the detector's count and the cut disagree: a bug, not a loop
+                            raise
+                        pending.extendleft(reversed(parts))
+                        continue
                     on_timed(time.perf_counter() - started)
                 except Exception as exc:  # a detector bug ends its own result, not the daemon or the session
                     on_failure(detector.name)
@@ -175,11 +187,14 @@ async def _apply(
     item: Work,
     on_thread: Callable[[Callable[[], T]], Awaitable[T]],
     on_checked: Callable[[str, int], None],
+    counts_pieces: bool = False,
 ) -> list[Finding]:
-    """The detector's findings on one piece of work; the heavy parts run on a detector thread."""
+    """The detector's findings on one piece of work; the heavy parts run on a detector thread. ``counts_pieces``:
+    a batch goes to the detector's ``check_within_bound``, which may refuse it as too wide (BatchTooWide)."""
     match item:
         case Batch(events):
-            await on_thread(lambda: detector.check(events))
+            check = detector.check_within_bound if counts_pieces else detector.check  # type: ignore[attr-defined]
+            await on_thread(lambda: check(events))
             on_checked(detector.name, events.size)
             # What a detector can tell before the kernel ends (synccheck's lock-ups: a locked kernel never ends)
             take_early = getattr(detector, "take_early", None)
