@@ -362,7 +362,8 @@ def _tree_cpu_seconds(pid: int) -> float:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         children = []
-    return _cpu_seconds(pid) + sum(math.nan_to_num(_cpu_seconds(int(child))) for child in children)
+    gone_as_zero = (_cpu_seconds(int(child)) for child in children)
+    return _cpu_seconds(pid) + sum(0.0 if math.isnan(seconds) else seconds for seconds in gone_as_zero)
 
 
 def start_daemon(args: argparse.Namespace, socket_path: Path, state_dir: Path, log: Any) -> subprocess.Popen[bytes]:
