@@ -411,7 +411,8 @@ static inline void shape_of(const unsigned char *r, uint64_t ext, shape_t *s) {
     s->repeat_stride = F_REPEAT_STRIDE(r);
     s->ext = ext;
     int row_is_range = s->block_num <= 1 || s->block_stride <= 1;
-    s->row_length = (s->block_num <= 1 || s->block_stride == 0) ? s->block_size : (uint64_t)s->block_num * s->block_size;
+    s->row_length =
+        (s->block_num <= 1 || s->block_stride == 0) ? s->block_size : (uint64_t)s->block_num * s->block_size;
     int dense = row_is_range && (s->repeat <= 1 || (uint64_t)s->repeat_stride * s->block_size <= s->row_length);
     if (dense) {
         s->kind = 0;
@@ -824,10 +825,10 @@ static inline __attribute__((always_inline)) void first_look(first_look_t *l, co
 
 /* batch(records, limits, align_by_space, starts, ends, widest) -> (ext, live, kind, claims, bad, misaligned,
  * first, gm_writes, (pieces_bound, any_thread, any_atomic, highest_kind, walked), merged): memcheck's first look at a
- * batch in one pass over its records (numpy's takes one per field): the extents (patterns.extents), which records are live (an
- * access with bytes, not a SIMT call's entry, not a claim), scan's bounds and alignment of the live ones, and
- * ``kind``, the one field the rest of the check reads on a common batch, copied out for BatchFields (any other is
- * copied there when first asked for), with its largest value (BatchFields.highest_kind). The few claims,
+ * batch in one pass over its records (numpy's takes one per field): the extents (patterns.extents), which records
+ * are live (an access with bytes, not a SIMT call's entry, not a claim), scan's bounds and alignment of the live
+ * ones, and ``kind``, the one field the rest of the check reads on a common batch, copied out for BatchFields (any
+ * other is copied there when first asked for), with its largest value (BatchFields.highest_kind). The few claims,
  * out-of-bounds and misaligned records come as positions (int64, ascending), with the first misaligned block's
  * address of each misaligned one. Then what stomping would scan the batch again for (_stomping.BatchWrites): the
  * live GM writes' positions, lists_few_pieces' upper bound of their pieces (repeat, times block_num for a scattered
