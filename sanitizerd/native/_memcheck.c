@@ -441,7 +441,7 @@ static inline uint64_t block_key_of(const unsigned char *r) {
  * touching test or merge_core's sort. It holds while no piece starts before its key's open range (every closed
  * range then lies below it, a gap apart, so no later piece could join one), so that is what is checked, with the
  * rest, as the pieces come; the first that fails makes the caller take the general listing. batch() runs it on its
- * live GM writes as it meets them (the records already read); list_merged() first tries it on its own. */
+ * live GM writes as it meets them (the records already read). */
 #define ORDER_SLOTS 256 /* the open ranges' table, by key hash; a power of two */
 #define ORDER_KEYS 64   /* block keys past which the general path merges */
 typedef struct {
@@ -1096,11 +1096,6 @@ static int listing_args(PyObject *args, listing_t *l, int with_atomic) {
     l->starts = l->b[3].view.buf;
     l->ends = l->b[4].view.buf;
     l->atomic = with_atomic ? l->b[5].view.buf : NULL;
-    return 0;
-}
-
-/* the pieces of each kind l's index lists, into l->count and l->total */
-static int listing_count(listing_t *l) {
     int bad;
     Py_BEGIN_ALLOW_THREADS
     bad = count_pieces(l->base, l->n, l->index, l->k, l->ext, l->count);
@@ -1123,7 +1118,7 @@ static int listing_count(listing_t *l) {
  * sorted, disjoint ranges (_runs.listed_touching: all of them when one range holds them all). */
 static PyObject *list_touching(PyObject *Py_UNUSED(m), PyObject *args) {
     listing_t l;
-    if (listing_args(args, &l, 0) < 0 || listing_count(&l) < 0) {
+    if (listing_args(args, &l, 0) < 0) {
         release(l.b, 6);
         return NULL;
     }
@@ -1315,43 +1310,6 @@ static PyObject *merge_by_block(PyObject *Py_UNUSED(m), PyObject *args) {
     return merged_result(k_out, l_out, h_out, out, NULL);
 }
 
-/* list_merged's answer by in_order_t where the accesses at l's index are its usual case (each inside one heap
- * range, none atomic), None where they are not */
-static PyObject *merged_in_order(const listing_t *l) {
-    size_t got = 0;
-    unsigned char *scratch = take_scratch(IN_ORDER_BYTES(l->k), &got);
-    if (!scratch) return PyErr_NoMemory();
-    in_order_t m;
-    in_order_start(&m, scratch, (size_t)l->k);
-    Py_BEGIN_ALLOW_THREADS
-    recent_t recent = {{0}, {0}, {0}, 0};
-    for (Py_ssize_t i = 0; i < l->k; i++) {
-        int64_t e = l->index[i];
-        if (e < 0 || e >= l->n || l->atomic[e]) { /* an index out of the batch is the general path's error */
-            m.failed = 1;
-            break;
-        }
-        PREFETCH_RECORD(l->base, l->n, l->index, l->k, i);
-        const unsigned char *r = l->base + e * RECORD_SIZE;
-        shape_t s;
-        shape_of(r, l->ext[e], &s);
-        uint64_t end;
-        if (!range_at(&recent, l->starts, l->ends, l->m, s.address, &end) || sat_add(s.address, s.ext) > end) {
-            m.failed = 1;
-            break;
-        }
-        if (in_order_add(&m, r, &s) < 0) break;
-    }
-    Py_END_ALLOW_THREADS
-    PyObject *merged = in_order_result(&m);
-    give_scratch(scratch, got);
-    if (!merged || merged == Py_None) return merged;
-    PyObject *result = Py_BuildValue("OOOO", PyTuple_GET_ITEM(merged, 0), PyTuple_GET_ITEM(merged, 1),
-                                     PyTuple_GET_ITEM(merged, 2), Py_False);
-    Py_DECREF(merged);
-    return result;
-}
-
 /* list_merged(records, index, ext, starts, ends, atomic) -> (keys, lo, hi, tagged): list_touching's pieces, each
  * keyed by its record's block (_stomping._piece_block_keys: (block_type & 3) << 16 | block_id | thread << 18) and,
  * where any piece's record runs in atomic mode (``atomic``, u8 per record), tagged key << 1 | atomic; then
@@ -1359,16 +1317,6 @@ static PyObject *merged_in_order(const listing_t *l) {
 static PyObject *list_merged(PyObject *Py_UNUSED(m), PyObject *args) {
     listing_t l;
     if (listing_args(args, &l, 1) < 0) {
-        release(l.b, 6);
-        return NULL;
-    }
-    PyObject *in_order = merged_in_order(&l);
-    if (in_order != Py_None) {
-        release(l.b, 6);
-        return in_order; /* the merged ranges, or NULL with an error set */
-    }
-    Py_DECREF(in_order);
-    if (listing_count(&l) < 0) {
         release(l.b, 6);
         return NULL;
     }
