@@ -13,7 +13,10 @@ to 32 B and inside UB), so memcheck runs its full alignment and bounds pass and 
 benchmark checks that the daemon's verdicts account for every event sent.
 
 For scale, the same run measures the machine's raw Unix-socket throughput (one process writing 1 MiB buffers
-to another) and prints ``ratio`` = end-to-end event bytes/s / raw socket bytes/s.
+to another) and prints ``ratio`` = end-to-end event bytes/s / raw socket bytes/s. That writer sends one 1 MiB
+buffer again and again, from its cache; a client sends records from memory. So the run also measures the raw
+socket with the writer's bytes from memory (``raw_from_memory``: it steps through a region as large as every
+client's batches together, which no cache holds) and prints ``ratio_from_memory`` beside ``ratio``.
 
 ``--tools`` names the runs, one fresh daemon each, in one sitting: by default ``none`` (sessions with no
 detector: the ingest path alone, read, framed, decoded and counted) and then ``memcheck``. A run's tools are
@@ -257,18 +260,22 @@ def run_client(plan: ClientPlan, barrier: Barrier, results: Queue[dict[str, Any]
 # --- raw Unix-socket throughput -----------------------------------------------------------------------------
 
 
-def _raw_writer(path: str, total: int, chunk: int, send_buffer: int, cpu_s: Any) -> None:
+def _raw_writer(path: str, total: int, chunk: int, send_buffer: int, cpu_s: Any, region: int) -> None:
+    region = max(region, chunk)
+    buffer = memoryview(bytearray(os.urandom(region)))  # made before the clock starts, as the clients' batches are
     cpu0 = time.process_time()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if send_buffer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.connect(path)
-    buffer = memoryview(bytearray(os.urandom(chunk)))
-    left = total
+    left, at = total, 0
     while left > 0:
         step = min(left, chunk)
-        sock.sendall(buffer[:step])
+        if at + step > region:
+            at = 0
+        sock.sendall(buffer[at : at + step])
         left -= step
+        at += step
     sock.close()
     cpu_s.value = time.process_time() - cpu0
 
@@ -287,10 +294,17 @@ class RawSocket:
 
 
 def raw_socket_throughput(
-    context: mp.context.BaseContext, directory: Path, total: int, chunk: int, send_buffer: int = SEND_BUFFER
+    context: mp.context.BaseContext,
+    directory: Path,
+    total: int,
+    chunk: int,
+    send_buffer: int = SEND_BUFFER,
+    region: int = 0,
 ) -> RawSocket:
     """Bytes/s one process writes to another through a Unix stream socket whose send buffer is ``send_buffer``
-    bytes (the client's, by default; 0: the system's default).
+    bytes (the client's, by default; 0: the system's default). The writer sends ``chunk`` bytes at a time from
+    one buffer of that size (in its cache), or, where ``region`` is larger, stepping through a buffer of
+    ``region`` bytes, as a client steps through its batches in memory.
 
     This is the ceiling for the daemon's input path: the same kernel copy in and out, with no framing,
     decoding or checking.
@@ -300,7 +314,9 @@ def raw_socket_throughput(
     listener.bind(path)
     listener.listen(1)
     writer_cpu = context.Value("d", float("nan"))
-    writer = context.Process(target=_raw_writer, args=(path, total, chunk, send_buffer, writer_cpu), daemon=True)
+    writer = context.Process(
+        target=_raw_writer, args=(path, total, chunk, send_buffer, writer_cpu, region), daemon=True
+    )
     writer.start()
     conn, _ = listener.accept()
     buffer = bytearray(chunk)
@@ -608,20 +624,32 @@ def main(argv: list[str] | None = None) -> int:
     # The raw test runs first, with nothing else busy, so it reports what the machine can do.
     # Single measurements swing by 2x on a small VM; the median of a few is a steadier yardstick.
     # The ratio's yardstick sends through a buffer of the client's size; the system's default is shown beside it.
+    # The third sends from memory: a region as large as the batches all clients step through.
     raws: list[RawSocket] = []
     defaults: list[RawSocket] = []
+    from_memory: list[RawSocket] = []
+    region = args.clients * args.pool * args.batch_events * EVENT_BYTES
     for _ in range(args.raw_repeats):
         raws.append(raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk))
         defaults.append(raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk, send_buffer=0))
+        from_memory.append(raw_socket_throughput(context, workdir, args.raw_bytes, args.raw_chunk, region=region))
     raw = float(np.median([r.bytes_per_s for r in raws]))
     raw_default = float(np.median([r.bytes_per_s for r in defaults]))
     raw_reader_ns = float(np.median([r.ns_per_event()[0] for r in raws]))
     raw_writer_ns = float(np.median([r.ns_per_event()[1] for r in raws]))
+    raw_memory = float(np.median([r.bytes_per_s for r in from_memory]))
+    memory_reader_ns = float(np.median([r.ns_per_event()[0] for r in from_memory]))
+    memory_writer_ns = float(np.median([r.ns_per_event()[1] for r in from_memory]))
     print(
         f"raw unix socket: {raw / 1e9:.2f} GB/s median of {', '.join(f'{r.bytes_per_s / 1e9:.2f}' for r in raws)} "
         f"({args.raw_bytes / 2**30:.1f} GiB each, {args.raw_chunk} B writes, {SEND_BUFFER >> 20} MiB send buffer as "
         f"the client's); with the default send buffer {raw_default / 1e9:.2f} GB/s; CPU per {EVENT_BYTES}-byte "
         f"event: reader {raw_reader_ns:.2f} ns, writer {raw_writer_ns:.2f} ns"
+    )
+    print(
+        f"raw unix socket, the writer's bytes from memory ({region >> 20} MiB, the clients' batches): "
+        f"{raw_memory / 1e9:.2f} GB/s median of {', '.join(f'{r.bytes_per_s / 1e9:.2f}' for r in from_memory)}; "
+        f"CPU per event: reader {memory_reader_ns:.2f} ns, writer {memory_writer_ns:.2f} ns"
     )
 
     runs: list[dict[str, Any]] = []
@@ -632,6 +660,8 @@ def main(argv: list[str] | None = None) -> int:
         # Keep what the daemon said: it is the first thing to read when a run fails.
         print(f"daemon logs and state kept in {workdir}", file=sys.stderr)
         raise
+    for r in runs:
+        r["ratio_from_memory"] = round(r["bytes_per_s"] / raw_memory, 4)
     status = 0 if all(r["verified"] for r in runs) else 1
     if status or any(r["findings"] for r in runs):
         print(f"daemon logs and state kept in {workdir}", file=sys.stderr)
@@ -641,11 +671,13 @@ def main(argv: list[str] | None = None) -> int:
     print("--- summary (one sitting)")
     print(
         f"raw unix socket: {raw / 1e9:.2f} GB/s ({raw / EVENT_BYTES / 1e6:.1f} M events/s of {EVENT_BYTES} B); "
-        f"CPU-ns per event: reader {raw_reader_ns:.2f}, writer {raw_writer_ns:.2f}"
+        f"CPU-ns per event: reader {raw_reader_ns:.2f}, writer {raw_writer_ns:.2f}; from memory "
+        f"{raw_memory / 1e9:.2f} GB/s, reader {memory_reader_ns:.2f}, writer {memory_writer_ns:.2f}"
     )
     for r in runs:
         print(
-            f"{r['tools']:>20}: {r['events_per_s'] / 1e6:6.2f} M events/s, ratio to raw socket {r['ratio']:.3f}; "
+            f"{r['tools']:>20}: {r['events_per_s'] / 1e6:6.2f} M events/s, ratio to raw socket {r['ratio']:.3f} "
+            f"(from memory {r['ratio_from_memory']:.3f}); "
             f"CPU-ns per event: daemon {r['daemon_cpu_ns_per_event']:.1f}, clients {r['client_cpu_ns_per_event']:.1f}"
         )
     # The headline figures are the last run's (memcheck by default), as before runs were named.
@@ -655,6 +687,10 @@ def main(argv: list[str] | None = None) -> int:
         raw_socket_default_buffer_bytes_per_s=round(raw_default),
         raw_socket_reader_cpu_ns_per_event=round(raw_reader_ns, 3),
         raw_socket_writer_cpu_ns_per_event=round(raw_writer_ns, 3),
+        raw_from_memory_bytes_per_s=round(raw_memory),
+        raw_from_memory_region_bytes=region,
+        raw_from_memory_reader_cpu_ns_per_event=round(memory_reader_ns, 3),
+        raw_from_memory_writer_cpu_ns_per_event=round(memory_writer_ns, 3),
         clients=args.clients,
         batch_events=args.batch_events,
         batches_per_kernel=args.batches_per_kernel,
