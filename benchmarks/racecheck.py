@@ -28,6 +28,12 @@ up to a factor of 2): every wall time, the best and the median are reported.
     .venv/bin/python benchmarks/racecheck.py
     .venv/bin/python benchmarks/racecheck.py --quick    # 200 / 1 000 tiles; latency kernel 8 x 1 000 tiles
     .venv/bin/python benchmarks/racecheck.py --no-block-finish    # blocks complete when the next one starts
+    .venv/bin/python benchmarks/racecheck.py --stages    # and the CPU of each stage of the proven check
+
+``--stages`` times the proven check's stages (``STAGES``: holding the columns, SIMT sections, the proofs' shapes
+and reuse, placing and making nodes, the happens-before model, the race search, kernel_end) with a CPU timer
+around each, and reports them for each kernel's run of least CPU. A stage called inside another counts in both
+(a whole check at kernel_end builds its model inside kernel_end).
 
 Prints one JSON object last.
 """
@@ -35,17 +41,22 @@ Prints one JSON object last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import statistics
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
 from client_shim.events import EventKind, Pipe, Space, accesses, make_events, syncs
 from sanitizerd.chips import chip_named
+from sanitizerd.detectors._block_proofs import BlockProofs
+from sanitizerd.detectors._race_columns import HeldColumns
+from sanitizerd.detectors._simt import SimtSections
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
-from sanitizerd.detectors.racecheck import Racecheck
+from sanitizerd.detectors.racecheck import Kernel, Racecheck
 from sanitizerd_protocol.messages import Config
 
 TILE = 512
@@ -158,6 +169,44 @@ def check(stream: np.ndarray, blocks: int, *, prove: bool = True) -> tuple[float
     return done - wall, done_cpu - cpu, done - end, done_cpu - end_cpu, findings, user, system
 
 
+# What a proven kernel's CPU goes to, by the function that spends it.
+STAGES = {
+    "hold": (Racecheck, "_hold"),
+    "simt": (SimtSections, "feed"),
+    "shape": (BlockProofs, "shape"),
+    "reuse": (BlockProofs, "reuse"),
+    "make": (HeldColumns, "make"),
+    "model": (Kernel, "__init__"),
+    "race_search": (Kernel, "racing"),
+    "kernel_end": (Racecheck, "kernel_end"),
+}
+
+
+@contextlib.contextmanager
+def timed_stages() -> Iterator[dict[str, float]]:
+    """Within it, each of STAGES adds its CPU seconds to the dict it gives."""
+    spent = dict.fromkeys(STAGES, 0.0)
+    originals = [(owner, attr, getattr(owner, attr)) for owner, attr in STAGES.values()]
+
+    def timed(name: str, original: object) -> object:
+        def run(*args: object, **kwargs: object) -> object:
+            start = time.process_time()
+            try:
+                return original(*args, **kwargs)  # type: ignore[operator]
+            finally:
+                spent[name] += time.process_time() - start
+
+        return run
+
+    for name, (owner, attr, original) in zip(STAGES, originals, strict=True):
+        setattr(owner, attr, timed(name, original))
+    try:
+        yield spent
+    finally:
+        for owner, attr, original in originals:
+            setattr(owner, attr, original)
+
+
 def _context() -> SessionContext:
     return SessionContext(
         job="bench", session=1, pid=0, device=0, chip=chip_named("910B1"), config=Config(tools=["racecheck"])
@@ -190,6 +239,7 @@ def main() -> None:
     parser.add_argument(
         "--no-baseline", action="store_true", help="leave out the baseline (the whole check at kernel_end only)"
     )
+    parser.add_argument("--stages", action="store_true", help="time the proven check's stages (STAGES)")
     args = parser.parse_args()
     if args.quick:
         args.iterations, args.latency_blocks, args.latency_iterations = "200,1000", 8, 1000
@@ -200,7 +250,11 @@ def main() -> None:
         stream = iterations_stream(args.blocks, iterations, block_finish=finish)
         row: dict[str, object] = {"iterations": iterations, "events": int(stream.size)}
         for name, prove in shapes.items():
-            runs = [check(stream, args.blocks, prove=prove) for _ in range(args.repeat)]
+            runs, stages = [], []
+            for _ in range(args.repeat):
+                with timed_stages() if args.stages and prove else contextlib.nullcontext({}) as spent:
+                    runs.append(check(stream, args.blocks, prove=prove))
+                stages.append({stage: round(1000 * s, 1) for stage, s in spent.items()})
             walls = [r[0] for r in runs]
             row[name] = {
                 "findings": len(runs[-1][4]),
@@ -213,6 +267,8 @@ def main() -> None:
                 "sys_s": [round(r[6], 3) for r in runs],
                 "events_per_user_s_best": round(stream.size / max(min(r[5] for r in runs), 1e-3)),
             }
+            if args.stages and prove:
+                row[name]["stages_cpu_ms"] = stages[min(range(len(runs)), key=lambda i: runs[i][1])]  # type: ignore[index]
         sweep.append(row)
         del stream, runs
     stream = iterations_stream(args.latency_blocks, args.latency_iterations, block_finish=finish)
