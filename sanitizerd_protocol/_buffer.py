@@ -4,13 +4,16 @@ Two ways in. ``append`` takes bytes someone else read: a frame that one chunk ho
 copy at all; one that spans several chunks is joined once. ``get_buffer``/``buffer_updated`` (asyncio's
 BufferedProtocol shape) let the reader ``recv_into`` our memory instead: between frames into the thread's scratch area,
 and once the framing layer knows a frame is longer than what has arrived (``gather``), straight into one array the
-size of that frame, so that a batch of megabytes reaches its final place with the kernel's copy and no other.
+size of that frame, so that a batch of megabytes reaches its final place with the kernel's copy and no other. Where
+the framing layer says how long a frame is from its first bytes (``frame_end``), a read between frames that begins a
+longer one goes from the scratch area into that frame's array at once: its head is copied once, not into bytes first.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,10 +33,14 @@ def _scratch_area() -> memoryview:
     return area
 
 
-class ReceiveBuffer:
-    __slots__ = ("_chunks", "_filled", "_offset", "_scratch", "_size", "_target")
+# The framing layer's length of the frame whose first bytes are given (0: not known from them, or not to be gathered).
+FrameEnd = Callable[[memoryview], int]
 
-    def __init__(self) -> None:
+
+class ReceiveBuffer:
+    __slots__ = ("_chunks", "_filled", "_frame_end", "_offset", "_scratch", "_size", "_target")
+
+    def __init__(self, frame_end: FrameEnd | None = None) -> None:
         self._chunks: deque[bytes | memoryview] = deque()
         self._offset = 0  # bytes of the first chunk already taken
         self._size = 0
@@ -42,6 +49,7 @@ class ReceiveBuffer:
         self._target: memoryview | None = None
         self._filled = 0
         self._scratch: memoryview | None = None
+        self._frame_end = frame_end
 
     def __len__(self) -> int:
         return self._size
@@ -101,10 +109,17 @@ class ReceiveBuffer:
                 raise ValueError(f"{n} bytes do not fit the gathered piece")
             self._advance(n)
         elif n:
-            assert self._scratch is not None
-            self._chunks.append(bytes(self._scratch[:n]))
-            self._size += n
-            self._scratch = None
+            scratch, self._scratch = self._scratch, None
+            assert scratch is not None
+            # Nothing buffered: the read starts a frame. If it is longer than the read, gather it from here.
+            end = self._frame_end(scratch[:n]) if self._frame_end is not None and not self._size else 0
+            if end > n:
+                target = memoryview(np.empty(end, dtype=np.uint8))
+                target[:n] = scratch[:n]
+                self._target, self._filled, self._size = target, n, n
+            else:
+                self._chunks.append(bytes(scratch[:n]))
+                self._size += n
 
     def _advance(self, n: int) -> None:
         self._filled += n
@@ -169,8 +184,8 @@ class ReceivingEnd:
     """What every sans-I/O door does with the bytes the I/O layer feeds it: hold them in a ``ReceiveBuffer`` until
     they make a frame, and remember the peer's EOF. Both doors take bytes alike so that one I/O loop drives both."""
 
-    def __init__(self) -> None:
-        self._buffer = ReceiveBuffer()
+    def __init__(self, frame_end: FrameEnd | None = None) -> None:
+        self._buffer = ReceiveBuffer(frame_end)
         self._eof = False
 
     def receive_data(self, data: bytes) -> None:

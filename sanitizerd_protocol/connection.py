@@ -96,7 +96,7 @@ class Connection(ReceivingEnd):
         self.state = State.HANDSHAKE
         self.client_role: str | None = None  # from the hello, once seen
         self._peer = Role.SERVER if role is Role.CLIENT else Role.CLIENT
-        super().__init__()
+        super().__init__(self._frame_end)
         self._client_sent_close = False
         self._encoder = msgspec.msgpack.Encoder()
         self._cuts: list[tuple[str, int]] = []
@@ -139,6 +139,14 @@ class Connection(ReceivingEnd):
         self._cuts.extend(cap_strings(message))
         self._advance(self._peer, message)
         return message
+
+    def _frame_end(self, head: memoryview) -> int:
+        """Where the frame ``head`` begins ends (its prefix and body), once its prefix is there and its length within
+        the limit; 0 otherwise (``_next_body`` then says what is wrong, as it would have)."""
+        if len(head) < _PREFIX.size:
+            return 0
+        (length,) = _PREFIX.unpack_from(head)
+        return _PREFIX.size + length if length <= self.max_frame_size else 0
 
     def _next_body(self) -> memoryview | bytes | _Sentinel | None:
         buffer = self._buffer
@@ -228,7 +236,7 @@ class Connection(ReceivingEnd):
         """Into ERROR, where nothing more is parsed: what was received and not parsed is let go at once (a refused
         connection must not hold its unfinished frame until its handler is done)."""
         self.state = State.ERROR
-        self._buffer = ReceiveBuffer()
+        self._buffer = ReceiveBuffer(self._frame_end)
 
     def _frame(self, message: m.Message, into: bytearray | None = None) -> bytearray:
         # Encode straight after a reserved prefix: a batch of several MiB is copied once, not twice. encode_into

@@ -1042,6 +1042,75 @@ class TestReceiveBuffer:
         assert out == data[:taken]
 
 
+class TestReadsIntoFrames:
+    """The daemon reads a socket into the connection's own memory (``get_buffer``/``buffer_updated``): between
+    frames into a scratch area, a frame longer than what has arrived into an array of its own."""
+
+    @staticmethod
+    def read(conn: Connection, data: bytes) -> int:
+        """One read of ``data`` (at most what ``get_buffer`` offers) into the connection; how much it took."""
+        view = conn.get_buffer()
+        k = min(len(view), len(data))
+        view[:k] = data[:k]
+        conn.buffer_updated(k)
+        return k
+
+    @settings(max_examples=100, deadline=None, database=None)
+    @given(
+        batches=st.lists(st.integers(0, 120), min_size=1, max_size=5),
+        reads=st.lists(st.integers(1, 9000), min_size=1, max_size=40),
+    )
+    def test_a_read_that_begins_a_longer_frame_goes_into_its_own_array(
+        self, batches: list[int], reads: list[int]
+    ) -> None:
+        """Read in pieces of any size, the frames give the messages that whole bytes give; a read between frames
+        that holds a frame's length prefix but not the whole frame leaves the rest of that frame to be read
+        straight into its own array (its head copied there once, not kept as bytes first)."""
+        events = np.tile(sample_events(), 40)
+        sent = [
+            m.KernelBegin(kernel=1, name="k", block_dim=1),
+            *(m.Events(kernel=1, records=records_of(events[:n])) for n in batches),
+            m.KernelEnd(kernel=1),
+        ]
+        client = ready_pair().client
+        data = b"".join(bytes(client.send(message)) for message in sent)
+        conn = ready_pair().server
+        fed, got, turn = 0, [], 0
+        while fed < len(data):
+            between = conn.buffered == 0
+            k = self.read(conn, data[fed : fed + reads[turn % len(reads)]])
+            turn += 1
+            if between and k >= 4:
+                end = 4 + struct.unpack_from("<I", data, fed)[0]
+                assert conn.frame_rest == (end - k if end > k else 0)
+            fed += k
+            while (event := conn.next_event()) is not NEED_DATA:
+                got.append(event)
+        assert [msgspec.msgpack.encode(g) for g in got] == [msgspec.msgpack.encode(s) for s in sent]
+
+    def test_a_frame_past_the_limit_is_not_gathered_from_its_first_read(self) -> None:
+        """A length prefix past the limit allocates nothing when it is read: the frame is refused as before."""
+        conn = ready_pair().server
+        conn.max_frame_size = 1 << 20
+        assert self.read(conn, struct.pack("<I", (1 << 20) + 1) + b"x" * 100) == 104
+        assert conn.frame_rest == 0
+        with pytest.raises(RemoteProtocolError) as info:
+            conn.next_event()
+        assert info.value.reason == "frame_too_large"
+
+    def test_a_prefix_split_across_reads_is_gathered_once_whole(self) -> None:
+        """Two bytes of a prefix are kept as bytes; the frame is gathered once the prefix is whole (next_event)."""
+        client = ready_pair().client
+        data = bytes(client.send(m.Events(kernel=1, records=records_of(np.tile(sample_events(), 40)))))
+        conn = ready_pair().server
+        self.read(conn, data[:2])
+        assert conn.frame_rest == 0 and conn.next_event() is NEED_DATA
+        self.read(conn, data[2:100])
+        assert conn.frame_rest == 0  # not between frames: the first two bytes were buffered
+        assert conn.next_event() is NEED_DATA
+        assert conn.frame_rest == len(data) - 100
+
+
 # --- hostile bodies and long strings (issue 10) -------------------------------------------------------------
 
 
