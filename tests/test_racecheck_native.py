@@ -20,7 +20,7 @@ from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._race_columns import _EXTENT_FIELDS, ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
 from sanitizerd.detectors._race_pairs import pieces
 from sanitizerd_protocol.patterns import extents
-from sanitizerd_protocol.records import EVENT_DTYPE
+from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_SIMT_ENTRY
 from tests.detector_helpers import make_detector, run_kernel
 from tests.test_racecheck_model import random_kernel, to_events
 from tests.test_racecheck_stream import batches, merged, random_events
@@ -354,10 +354,43 @@ def test_compiled_select_holds_what_numpy_holds(seed: int, n: int) -> None:
     for name in ("pipe", "dst_pipe"):
         events[name] = np.where(rng.random(n) < 0.8, events[name] % 13, events[name])
     keep, kept, off = racecheck.select(events)
-    native_keep, native_mem, native_kept, native_off = racecheck.select_native(COMPILED, events)
+    native_keep, native_mem, native_kept, native_off, simt_seen = racecheck.select_native(COMPILED, events)
     assert np.array_equal(native_keep, keep)
     assert np.array_equal(native_mem, keep & (events["kind"] <= EventKind.WRITE))
     assert (native_kept, native_off) == (kept, off)
+    assert simt_seen is seen_by_feed(events)
+
+
+def seen_by_feed(events: np.ndarray) -> bool:
+    """SimtSections.feed's own test for a batch it has something to do with, no section being open."""
+    marks = racecheck._SIMT_MARKS[events["kind"]]
+    threads = (events["thread"] != 0) & ((events["flags"] & FLAG_SIMT_ENTRY) == 0)
+    return bool(marks.any() or threads.any())
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.integers(1, 300),
+    mark=st.sampled_from([None, *np.flatnonzero(racecheck._SIMT_MARKS).tolist()]),
+    thread=st.sampled_from([None, "thread", "entry"]),
+    at=st.integers(0, 299),
+)
+def test_compiled_select_says_where_a_batch_has_simt_records(size: int, mark: int | None, thread: str | None,
+                                                             at: int) -> None:  # fmt: skip
+    """A batch of plain accesses, with or without one SIMT mark and one thread's record (or a call's entry
+    record, which is its block's): select says it has SIMT records exactly where SimtSections.feed would look."""
+    events = make_events(kind=EventKind.READ, block_id=1, address=0x100, block_size=32)
+    events = np.repeat(events, size)
+    at %= size
+    if mark is not None:
+        events["kind"][at] = mark
+    if thread is not None:
+        events["thread"][(at + 1) % size] = 7
+        if thread == "entry":
+            events["flags"][(at + 1) % size] |= FLAG_SIMT_ENTRY
+    *_, simt_seen = racecheck.select_native(COMPILED, events)
+    assert simt_seen is seen_by_feed(events) is (mark is not None or thread == "thread")
 
 
 @needs_compiled

@@ -89,7 +89,11 @@ _TO_PIPE = np.zeros(256, dtype=bool)
 _TO_PIPE[[EventKind.SET_FLAG, EventKind.WAIT_FLAG, EventKind.HSET_FLAG, EventKind.HWAIT_FLAG]] = True
 # The compiled pass's copy of the choice above (sanitizerd/native/_racecheck.c, ``select``): its tables, and the
 # kind, mode, flag and pipe count it compares with.
-_SELECT_TABLES = np.concatenate((_KEEP, _TO_PIPE)).astype(np.uint8)
+# The kinds that mark a SIMT section (SimtSections.feed reads a batch only where one of them, or a SIMT thread's
+# record, is in it, or a section is open).
+_SIMT_MARKS = np.zeros(256, dtype=bool)
+_SIMT_MARKS[[EventKind.SIMT_START, EventKind.SYNC_THREADS, EventKind.SIMT_END]] = True
+_SELECT_TABLES = np.concatenate((_KEEP, _TO_PIPE, _SIMT_MARKS)).astype(np.uint8)
 _SELECT_CONSTANTS = (int(EventKind.GET_BUF), GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, int(EventKind.WRITE))
 # What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
@@ -131,12 +135,13 @@ def select(events: np.ndarray) -> tuple[np.ndarray, int, int]:
     return keep, int(np.count_nonzero(keep)), off
 
 
-def select_native(native: object, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+def select_native(native: object, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
     """``select`` in one pass over the records (the compiled loop; ``events`` C-contiguous EVENT_DTYPE), with the
-    mask of the held accesses besides: (keep, accesses, how many held, how many left out for their pipe)."""
+    mask of the held accesses besides: (keep, accesses, how many held, how many left out for their pipe, whether
+    any record marks a SIMT section or is a SIMT thread's)."""
     keep, mem = np.empty(events.size, dtype=bool), np.empty(events.size, dtype=bool)
-    kept, off_pipe = native.select(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)  # type: ignore[attr-defined]
-    return keep, mem, kept, off_pipe
+    kept, off_pipe, simt_seen = native.select(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)  # type: ignore[attr-defined]
+    return keep, mem, kept, off_pipe, simt_seen
 
 
 @register("racecheck")
@@ -192,11 +197,12 @@ class Racecheck:
             self._hold_dccis(events, kind == EventKind.DCCI)
         if self.native is not None and events.dtype == EVENT_DTYPE:
             events = np.ascontiguousarray(events)
-            keep, mem, kept, off_pipe = select_native(self.native, events)
+            keep, mem, kept, off_pipe, simt_seen = select_native(self.native, events)
         else:
-            (keep, kept, off_pipe), mem = select(events), None
+            (keep, kept, off_pipe), mem, simt_seen = select(events), None, True  # feed looks for itself
         self.off_pipe += off_pipe
-        self.simt.feed(events)
+        if simt_seen or self.simt.open:
+            self.simt.feed(events)
         if self.refused:  # this launch goes unchecked already
             self.refused += kept
             return

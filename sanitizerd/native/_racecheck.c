@@ -434,14 +434,16 @@ done:
 }
 
 
-/* select(records, tables, constants, keep, access) -> (kept, off_pipe)
+/* select(records, tables, constants, keep, access) -> (kept, off_pipe, simt_seen)
  *
- * racecheck.check's choice of the events it holds, in one pass: ``tables`` is two 256-byte tables by kind (_KEEP,
- * _TO_PIPE); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE). An event is held when
+ * racecheck.check's choice of the events it holds, in one pass: ``tables`` is three 256-byte tables by kind (_KEEP,
+ * _TO_PIPE, _SIMT_MARKS); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE). An event is held when
  * _KEEP names its kind, it is not a non-blocking GET_BUF, it is not a SIMT thread's (thread 0, or the call's entry
  * record), and its pipe (and, for the kinds _TO_PIPE names, its destination pipe) is below NPIPES; one that
  * passes all but the last is counted in ``off_pipe``. ``keep`` and ``access`` (one byte per record) get the held
- * events, and those of them that are accesses (kind <= WRITE). */
+ * events, and those of them that are accesses (kind <= WRITE). ``simt_seen``: whether any record is a SIMT section's
+ * mark (a kind _SIMT_MARKS names) or a SIMT thread's (thread not 0, not the call's entry record): where none is, and
+ * no section is open, SimtSections.feed has nothing to do with the batch. */
 static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *records_obj, *tables_obj, *constants, *keep_obj, *access_obj;
     if (!PyArg_ParseTuple(args, "OOOOO", &records_obj, &tables_obj, &constants, &keep_obj, &access_obj)) {
@@ -479,15 +481,17 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
         }
         held++;
     }
-    if (views[0].len % RECORD_SIZE || views[1].len != 2 * 256 || views[2].len != views[0].len / RECORD_SIZE ||
+    if (views[0].len % RECORD_SIZE || views[1].len != 3 * 256 || views[2].len != views[0].len / RECORD_SIZE ||
         views[3].len != views[2].len) {
-        PyErr_SetString(PyExc_ValueError, "select: records must be whole 56-byte records, tables 512 bytes, keep and "
+        PyErr_SetString(PyExc_ValueError, "select: records must be whole 56-byte records, tables 768 bytes, keep and "
                                           "access one byte per record");
         goto done;
     }
     const unsigned char *base = views[0].buf, *keep_table = views[1].buf, *to_pipe = keep_table + 256;
+    const unsigned char *simt_mark = keep_table + 512;
     unsigned char *keep = views[2].buf, *access = views[3].buf;
     Py_ssize_t n = views[2].len, kept = 0, off_pipe = 0;
+    int simt_seen = 0;
     const int get_buf = (int)constant[0], nonblock = (int)constant[1], simt_entry = (int)constant[2];
     const int npipes = (int)constant[3], write = (int)constant[4];
     Py_BEGIN_ALLOW_THREADS
@@ -495,8 +499,9 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
         const unsigned char *record = base + i * RECORD_SIZE;
         int kind = record[KIND_AT];
         int thread = record[THREAD_AT] | record[THREAD_AT + 1];
-        int k = keep_table[kind] && !(kind == get_buf && record[MODE_AT] == nonblock) &&
-                (!thread || (record[FLAGS_AT] & simt_entry));
+        int entry = record[FLAGS_AT] & simt_entry;
+        simt_seen |= simt_mark[kind] | (thread && !entry);
+        int k = keep_table[kind] && !(kind == get_buf && record[MODE_AT] == nonblock) && (!thread || entry);
         int off = k && (record[PIPE_AT] >= npipes || (to_pipe[kind] && record[DST_PIPE_AT] >= npipes));
         off_pipe += off;
         k &= !off;
@@ -505,7 +510,7 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
         access[i] = (unsigned char)(k && kind <= write);
     }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("nn", kept, off_pipe);
+    result = Py_BuildValue("nnO", kept, off_pipe, simt_seen ? Py_True : Py_False);
 
 done:
     release_all(views, held);
