@@ -19,6 +19,7 @@ from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._race_columns import _EXTENT_FIELDS, ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
 from sanitizerd.detectors._race_pairs import pieces
+from sanitizerd.detectors._simt import SECTION_MARKS
 from sanitizerd_protocol.patterns import extents
 from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_SIMT_ENTRY
 from tests.detector_helpers import make_detector, run_kernel
@@ -363,7 +364,7 @@ def test_compiled_select_holds_what_numpy_holds(seed: int, n: int) -> None:
 
 def seen_by_feed(events: np.ndarray) -> bool:
     """SimtSections.feed's own test for a batch it has something to do with, no section being open."""
-    marks = racecheck._SIMT_MARKS[events["kind"]]
+    marks = SECTION_MARKS[events["kind"]]
     threads = (events["thread"] != 0) & ((events["flags"] & FLAG_SIMT_ENTRY) == 0)
     return bool(marks.any() or threads.any())
 
@@ -372,7 +373,7 @@ def seen_by_feed(events: np.ndarray) -> bool:
 @settings(max_examples=200, deadline=None)
 @given(
     size=st.integers(1, 300),
-    mark=st.sampled_from([None, *np.flatnonzero(racecheck._SIMT_MARKS).tolist()]),
+    mark=st.sampled_from([None, *np.flatnonzero(SECTION_MARKS).tolist()]),
     thread=st.sampled_from([None, "thread", "entry"]),
     at=st.integers(0, 299),
 )

@@ -59,6 +59,10 @@ ROW = np.dtype(
 )
 
 _START, _SYNC, _END = EventKind.SIMT_START, EventKind.SYNC_THREADS, EventKind.SIMT_END
+# The kinds that mark a section, by kind: feed reads a batch only where one of them, or a thread's record, is in it,
+# or a section is open (racecheck's compiled select reads this table to say so first).
+SECTION_MARKS = np.zeros(256, dtype=bool)
+SECTION_MARKS[[_START, _SYNC, _END]] = True
 _CHECKED_SPACES = (Space.GM, Space.UB)
 _SCALAR_PIPES = (Pipe.S, Pipe.S_CAL)
 
@@ -108,7 +112,7 @@ class SimtSections:
         if self.stopped:
             return
         kind = events["kind"]
-        marks = (kind == _START) | (kind == _SYNC) | (kind == _END)
+        marks = SECTION_MARKS[kind]
         thread = events["thread"]
         # A SIMT call's entry records are its block's PIPE_V access (racecheck's pipes check them), not a thread's
         simt = (thread != 0) & ((events["flags"] & FLAG_SIMT_ENTRY) == 0)

@@ -39,7 +39,7 @@ from sanitizerd.detectors._race_columns import (
     rank_among,
 )
 from sanitizerd.detectors._race_pairs import Cut, Segments, candidate_pairs, dense, pieces
-from sanitizerd.detectors._simt import SimtSections
+from sanitizerd.detectors._simt import SECTION_MARKS, SimtSections
 from sanitizerd.detectors._simt import race_findings as simt_race_findings
 from sanitizerd.detectors._sites import MAX_KERNEL_FINDINGS, left_out_text
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
@@ -89,11 +89,7 @@ _TO_PIPE = np.zeros(256, dtype=bool)
 _TO_PIPE[[EventKind.SET_FLAG, EventKind.WAIT_FLAG, EventKind.HSET_FLAG, EventKind.HWAIT_FLAG]] = True
 # The compiled pass's copy of the choice above (sanitizerd/native/_racecheck.c, ``select``): its tables, and the
 # kind, mode, flag and pipe count it compares with.
-# The kinds that mark a SIMT section (SimtSections.feed reads a batch only where one of them, or a SIMT thread's
-# record, is in it, or a section is open).
-_SIMT_MARKS = np.zeros(256, dtype=bool)
-_SIMT_MARKS[[EventKind.SIMT_START, EventKind.SYNC_THREADS, EventKind.SIMT_END]] = True
-_SELECT_TABLES = np.concatenate((_KEEP, _TO_PIPE, _SIMT_MARKS)).astype(np.uint8)
+_SELECT_TABLES = np.concatenate((_KEEP, _TO_PIPE, SECTION_MARKS)).astype(np.uint8)
 _SELECT_CONSTANTS = (int(EventKind.GET_BUF), GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, int(EventKind.WRITE))
 # What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
@@ -140,7 +136,8 @@ def select_native(native: object, events: np.ndarray) -> tuple[np.ndarray, np.nd
     mask of the held accesses besides: (keep, accesses, how many held, how many left out for their pipe, whether
     any record marks a SIMT section or is a SIMT thread's)."""
     keep, mem = np.empty(events.size, dtype=bool), np.empty(events.size, dtype=bool)
-    kept, off_pipe, simt_seen = native.select(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)  # type: ignore[attr-defined]
+    select_held = native.select  # type: ignore[attr-defined]
+    kept, off_pipe, simt_seen = select_held(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)
     return keep, mem, kept, off_pipe, simt_seen
 
 

@@ -437,12 +437,12 @@ done:
 /* select(records, tables, constants, keep, access) -> (kept, off_pipe, simt_seen)
  *
  * racecheck.check's choice of the events it holds, in one pass: ``tables`` is three 256-byte tables by kind (_KEEP,
- * _TO_PIPE, _SIMT_MARKS); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE). An event is held when
- * _KEEP names its kind, it is not a non-blocking GET_BUF, it is not a SIMT thread's (thread 0, or the call's entry
+ * _TO_PIPE, _simt.SECTION_MARKS); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE). An
+ * event is held when _KEEP names its kind, it is not a non-blocking GET_BUF, it is not a SIMT thread's (thread 0, or the call's entry
  * record), and its pipe (and, for the kinds _TO_PIPE names, its destination pipe) is below NPIPES; one that
  * passes all but the last is counted in ``off_pipe``. ``keep`` and ``access`` (one byte per record) get the held
  * events, and those of them that are accesses (kind <= WRITE). ``simt_seen``: whether any record is a SIMT section's
- * mark (a kind _SIMT_MARKS names) or a SIMT thread's (thread not 0, not the call's entry record): where none is, and
+ * mark (a kind SECTION_MARKS names) or a SIMT thread's (thread not 0, not the call's entry record): where none is, and
  * no section is open, SimtSections.feed has nothing to do with the batch. */
 static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *records_obj, *tables_obj, *constants, *keep_obj, *access_obj;
