@@ -111,15 +111,13 @@ class ReceiveBuffer:
         elif n:
             scratch, self._scratch = self._scratch, None
             assert scratch is not None
-            # Nothing buffered: the read starts a frame. If it is longer than the read, gather it from here.
+            # Nothing buffered: the read starts a frame. One longer than the read is gathered from here: the view
+            # of the scratch area is copied into the frame's array at once, and not held.
             end = self._frame_end(scratch[:n]) if self._frame_end is not None and not self._size else 0
+            self._chunks.append(scratch[:n] if end > n else bytes(scratch[:n]))
+            self._size += n
             if end > n:
-                target = memoryview(np.empty(end, dtype=np.uint8))
-                target[:n] = scratch[:n]
-                self._target, self._filled, self._size = target, n, n
-            else:
-                self._chunks.append(bytes(scratch[:n]))
-                self._size += n
+                self.gather(end)
 
     def _advance(self, n: int) -> None:
         self._filled += n
