@@ -268,7 +268,8 @@ def main() -> None:
                 "events_per_user_s_best": round(stream.size / max(min(r[5] for r in runs), 1e-3)),
             }
             if args.stages and prove:
-                row[name]["stages_cpu_ms"] = stages[min(range(len(runs)), key=lambda i: runs[i][1])]  # type: ignore[index]
+                least_cpu = min(range(len(runs)), key=lambda i: runs[i][1])
+                row[name]["stages_cpu_ms"] = stages[least_cpu]  # type: ignore[index]
         sweep.append(row)
         del stream, runs
     stream = iterations_stream(args.latency_blocks, args.latency_iterations, block_finish=finish)
