@@ -12,6 +12,7 @@ import pytest
 
 from client_shim.events import EventKind, Pipe, Space, accesses, make_events, syncs
 from sanitizerd.detectors import racecheck
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT
 from sanitizerd.detectors.memory_budget import MemoryBudget
 from sanitizerd.detectors.racecheck import Kernel
 from tests.detector_helpers import make_detector, run_kernel
@@ -223,6 +224,19 @@ def tiled(blocks: int, *, shared_gm: bool = False, write_after_sync: bool = Fals
             left = 0x10000 + 0x1000 * ((b + 1) % blocks)
             parts.append(accesses(EventKind.WRITE, Space.GM, left, 256, pipe=Pipe.MTE3, block_id=b, serial=s + 9))
     return np.concatenate(parts)
+
+
+def test_gm_past_the_address_limit_is_left_to_the_whole_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole check's sweep clamps GM ranges at ADDRESS_LIMIT (2**48), so writes apart past it meet there and
+    race; no span's proof can say so of another span, so the whole check decides."""
+    events = np.concatenate([
+        accesses(EventKind.WRITE, Space.GM, ADDRESS_LIMIT + (b << 40), 32, pipe=Pipe.MTE3, block_id=b, serial=b + 1)
+        for b in range(2)
+    ])  # fmt: skip
+    whole = whole_checks(monkeypatch)
+    found = check(events)
+    assert whole == [1]
+    assert found == check(events, prove=False) and [f.kind for f in found] == ["race_waw"]
 
 
 class TestTheWholeCheckIsLeftOut:

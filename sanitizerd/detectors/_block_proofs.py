@@ -117,6 +117,11 @@ class BlockProofs:
             return
         base = np.uint64(shaped.base if shaped is not None else 0)
         every_start, every_stop, write_start, write_stop = _footprint(kernel)
+        if every_stop.size and int(every_stop.max()) >= ADDRESS_LIMIT:
+            # The whole check's sweep clamps GM ranges there, so that ranges apart past it may meet: spans cannot
+            # tell it what it would find between them.
+            self.fail()
+            return
         footprint = (every_start - base, every_stop - base, write_start - base, write_stop - base)
         nodes = kernel.model.nodes
         cross = np.flatnonzero(_IS_CROSS[nodes.kind])
