@@ -84,6 +84,8 @@ class BlockProofs:
         self.failed = False  # a span was not proven: the whole check decides
         self.spans = 0
         self.reused = 0  # spans proven by an alike span's proof
+        self.mirrored_blocks = 0  # of them, blocks found alike to the reference as they arrived (``mirrored``)
+        self.reference: _Proof | None = None  # the proof of that reference block (``HeldColumns.mirror_from``)
         self._alike: dict[bytes, tuple[Shape, _Proof]] = {}  # by shape key: the first stretch proven, its proof
         self._members: set[bytes] = set()  # pipe_barrier(PIPE_ALL) members the spans' nodes were made with
         self._busy = 0  # the pipes busy in any span (a bit each): the kernel's members are the busy ones
@@ -107,21 +109,32 @@ class BlockProofs:
         self._proven(shaped.stretch, entry[1], shaped.base)
         return True
 
-    def add(self, span: Span, kernel: Kernel, racing: int, stuck: int, cut: int, shaped: Shape | None) -> None:
-        """The check of ``span`` (a ``racecheck.Kernel`` over it alone): ``racing`` pairs found, ``stuck`` waits,
-        ``cut`` segments with more sites than compared; ``shaped``: its shape, if it has one."""
+    def mirrored(self, stretch: Stretch, base: int) -> None:
+        """A block found alike to the reference block as it arrived (``HeldColumns.mirror_from``): the reference's
+        proof stands for it, moved to its GM ``base``."""
         if self.failed:
             return
+        assert self.reference is not None
+        self.reused += 1
+        self.mirrored_blocks += 1
+        self._proven(stretch, self.reference, base)
+
+    def add(self, span: Span, kernel: Kernel, racing: int, stuck: int, cut: int, shaped: Shape | None) -> _Proof | None:
+        """The check of ``span`` (a ``racecheck.Kernel`` over it alone): ``racing`` pairs found, ``stuck`` waits,
+        ``cut`` segments with more sites than compared; ``shaped``: its shape, if it has one. Its proof, if it
+        proved the span."""
+        if self.failed:
+            return None
         if racing or stuck or cut:
             self.fail()
-            return
+            return None
         base = np.uint64(shaped.base if shaped is not None else 0)
         every_start, every_stop, write_start, write_stop = _footprint(kernel)
         if every_stop.size and int(every_stop.max()) >= ADDRESS_LIMIT:
             # The whole check's sweep clamps GM ranges there, so that ranges apart past it may meet: spans cannot
             # tell it what it would find between them.
             self.fail()
-            return
+            return None
         footprint = (every_start - base, every_stop - base, write_start - base, write_stop - base)
         nodes = kernel.model.nodes
         cross = np.flatnonzero(_IS_CROSS[nodes.kind])
@@ -137,6 +150,7 @@ class BlockProofs:
         if shaped is not None and shaped.key not in self._alike and len(self._alike) < _ALIKE_KEPT:
             self._alike[shaped.key] = (shaped, proof)
         self._proven(span, proof, int(base))
+        return proof
 
     def _proven(self, span: Stretch, proof: _Proof, base: int) -> None:
         self.spans += 1
@@ -152,11 +166,13 @@ class BlockProofs:
             self._cross.append(cross)
 
     def verdict(
-        self, syncs: Columns, block_keys: np.ndarray, need: Callable[[int, str], None], *, cross_free: bool
-    ) -> bool:
-        """Whether the spans prove the whole kernel free of races and deadlocks (``syncs``: the kernel's sync
-        events in arrival order; ``block_keys``: its blocks in order). ``need`` is asked for what the cross-block
-        waits' dependencies may take (as many as the whole check's cross-block knowledge), and raises to refuse."""
+        self, sync_rows: Callable[[np.ndarray], Columns], block_keys: np.ndarray, need: Callable[[int, str], None],
+        *, cross_free: bool,
+    ) -> bool:  # fmt: skip
+        """Whether the spans prove the whole kernel free of races and deadlocks (``sync_rows``: the kernel's sync
+        events at the rows asked, in arrival order; ``block_keys``: its blocks in order). ``need`` is asked for what
+        the cross-block waits' dependencies may take (as many as the whole check's cross-block knowledge), and
+        raises to refuse."""
         if self.failed or not self.spans:
             return False
         members = _ALL_PIPES[(self._busy >> _ALL_PIPES) & 1 == 1].tobytes()
@@ -164,7 +180,7 @@ class BlockProofs:
             return False
         if _conflict(self._footprints):
             return False
-        return cross_free or not self._cross or _cross_settled(self._cross, syncs, block_keys, need)
+        return cross_free or not self._cross or _cross_settled(self._cross, sync_rows, block_keys, need)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +196,7 @@ class Shape:
 def shape(held: HeldColumns, stretch: Stretch) -> Shape | None:
     """The stretch's shape; None where a GM range may reach the addresses the sweep clamps (ADDRESS_LIMIT), which
     an offset would not move alike."""
-    events = held.events[slice(*stretch.events)]
-    accesses = held.accesses[slice(*stretch.accesses)]
+    events, accesses, _ = held.rows_of(stretch)
     h = hashlib.sha256(np.array([events.size, accesses.size, stretch.syncs[1] - stretch.syncs[0]], dtype=np.int64))
     key = events["block_key"]
     h.update(np.flatnonzero(key[1:] != key[:-1]))
@@ -205,13 +220,12 @@ def alike(held: HeldColumns, a: Shape, b: Shape) -> bool:
     serials, extents), so a stretch alike is neither placed nor made."""
     if a.key != b.key:
         return False
-    events_a, events_b = (held.events[slice(*x.stretch.events)] for x in (a, b))
+    (events_a, acc_a, sync_a), (events_b, acc_b, sync_b) = (held.rows_of(x.stretch) for x in (a, b))
     if not np.array_equal(events_a["kind"], events_b["kind"]):
         return False
     key_a, key_b = events_a["block_key"], events_b["block_key"]
     if not np.array_equal(key_a[1:] != key_a[:-1], key_b[1:] != key_b[:-1]):
         return False
-    acc_a, acc_b = (held.accesses[slice(*x.stretch.accesses)] for x in (a, b))
     if acc_a.size:
         for name in _COMPARED_ACCESS_FIELDS:
             if not np.array_equal(acc_a[name], acc_b[name]):
@@ -224,7 +238,6 @@ def alike(held: HeldColumns, a: Shape, b: Shape) -> bool:
         shift = np.uint64((int(serial_b[0]) - int(serial_a[0])) % (1 << 64))
         if not np.array_equal(serial_b - serial_a, np.full(serial_a.size, shift)):
             return False
-    sync_a, sync_b = (held.syncs[slice(*x.stretch.syncs)] for x in (a, b))
     return all(np.array_equal(sync_a[name], sync_b[name]) for name in _COMPARED_SYNC_FIELDS)
 
 
@@ -270,7 +283,8 @@ def _conflict(footprints: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 
 
 def _cross_settled(
-    parts: list[dict[str, np.ndarray]], syncs: Columns, block_keys: np.ndarray, need: Callable[[int, str], None]
+    parts: list[dict[str, np.ndarray]], sync_rows: Callable[[np.ndarray], Columns], block_keys: np.ndarray,
+    need: Callable[[int, str], None],
 ) -> bool:
     """Whether every cross-block wait is released and none waits, through other blocks, for itself: no cycle of
     waits where each one's releaser comes after the one before it in its block."""
@@ -287,9 +301,10 @@ def _cross_settled(
     rows = np.argsort(cross["sync"], kind="stable")  # arrival order, as the whole check matches them
     at = cross["sync"][rows]
     present = {(int(k) >> 16, int(k) & 0xFFFF) for k in block_keys}
+    syncs = sync_rows(at)
     matched = match_cross(
-        rows, nodes.kind[rows], syncs["block_type"][at], syncs["block_id"][at], syncs["event_id"][at].astype(np.int64),
-        syncs["mode"][at], syncs["block_num"][at], syncs["address"][at], pipe[rows] == _S, present,
+        rows, nodes.kind[rows], syncs["block_type"], syncs["block_id"], syncs["event_id"].astype(np.int64),
+        syncs["mode"], syncs["block_num"], syncs["address"], pipe[rows] == _S, present,
     )  # fmt: skip
     if matched.stuck:
         return False

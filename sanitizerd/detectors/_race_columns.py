@@ -10,6 +10,8 @@ memory is what was appended (and, while one doubles, the old copy).
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,9 +28,9 @@ from sanitizerd.detectors._happens_before import (
     make_nodes,
     scalar_to_cal,
 )
-from sanitizerd.detectors._patterns import extents
+from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents
 from sanitizerd.native import load
-from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Pipe, block_keys
+from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Pipe, Space, block_keys
 
 _ALL = int(Pipe.ALL)
 
@@ -61,6 +63,30 @@ _SYNC_COLUMNS = {name: EVENT_DTYPE[name] for name in SYNC_FIELDS}
 # where numpy's compress per field is to run (SANITIZERD_NATIVE=0, or not built). A detector may choose either.
 NATIVE = load("_racecheck")
 _OFFSET = {name: EVENT_DTYPE.fields[name][1] for name in EVENT_DTYPE.names}
+
+
+def _mask(names: tuple[str, ...]) -> bytes:
+    """The bytes of a 56-byte record that fields ``names`` take."""
+    mask = bytearray(EVENT_DTYPE.itemsize)
+    for name in names:
+        offset = _OFFSET[name]
+        mask[offset : offset + EVENT_DTYPE[name].itemsize] = b"\xff" * EVENT_DTYPE[name].itemsize
+    return bytes(mask)
+
+
+# What the compiled mirror (``HeldColumns.mirror_from``) compares of a record with the reference's: every field
+# held of an access, or of a sync event but its block id (the block's own; its key is compared), and the kind.
+# Address and serial are compared apart (their offsets), in the first two words, where the compiled loop expects
+# them.
+_ACCESS_MASK = _mask(ACCESS_FIELDS)
+_SYNC_MASK = _mask((*(name for name in SYNC_FIELDS if name != "block_id"), "kind"))
+assert (_OFFSET["address"], _OFFSET["serial"]) == (0, 8)
+_BATCH_END, _BLOCK_END, _MISMATCH = range(3)  # how a mirror pass stopped (_racecheck.c)
+_REF_NO_MATCH, _REF_ACCESS, _REF_SYNC = range(3)  # what a reference record may match
+# An extent from here on may depend on its batch (``native_extents`` saturates a batch together): a reference
+# access with one matches nothing.
+_EXACT_EXTENT = 1 << 53
+_U64 = np.uint64
 
 
 class _Table:
@@ -133,6 +159,51 @@ class Span(Stretch):
     busy: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Reference:
+    """A proven block that the blocks arriving after it are compared with (``HeldColumns.mirror_from``): its rows,
+    its lowest GM address (0: it has no GM access), the end of its furthest GM range, and its events as records
+    (the fields held, written back) with what each may match."""
+
+    events: tuple[int, int]
+    accesses: tuple[int, int]
+    syncs: tuple[int, int]
+    gm_low: int
+    gm_end: int
+    records: np.ndarray
+    matches: np.ndarray
+
+
+@dataclass(slots=True)
+class Mirror:
+    """A block compared with the reference as it arrives: its key, its first rows in the three tables, how many of
+    the reference's events, accesses and sync events it has matched, and the offsets its GM addresses and serials
+    have from the reference's (learned from its first GM access and its first record)."""
+
+    key: int
+    events: int
+    accesses: int
+    syncs: int
+    state: tuple[int, int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0, 0)  # p, a, s, has_gm, gm, has_serial, serial
+
+    @property
+    def matched(self) -> tuple[int, int, int]:
+        return self.state[0], self.state[1], self.state[2]
+
+    @property
+    def gm_offset(self) -> int:
+        """The GM offset as a signed number (0 if it has no GM access)."""
+        offset = self.state[4] if self.state[3] else 0
+        return offset - (1 << 64) if offset >= 1 << 63 else offset
+
+    @property
+    def serial_offset(self) -> int:
+        return self.state[6] if self.state[5] else 0
+
+    def stretch_events(self) -> tuple[int, int]:
+        return self.events, self.events + self.state[0]
+
+
 class HeldColumns:
     """A kernel launch's kept events as racecheck's check reads them: per event in arrival order (``events``), per
     access (``accesses``) and per sync event (``syncs``), each in arrival order among its own kind."""
@@ -166,6 +237,14 @@ class HeldColumns:
         self._finished = False  # the last block's BLOCK_FINISH arrived: it is complete, and may not grow
         self.completed: list[Stretch] = []  # stretches completed since the detector last took them
         self._unmade: list[Stretch] = []  # complete, neither made nor skipped
+        # Blocks alike to a proven one, compared as they arrive rather than gathered (``mirror_from``): the
+        # reference, the block being compared now, and those found alike, whose access and sync rows stay unwritten
+        # until something reads them (``_fill``), by their first event row.
+        self._reference: _Reference | None = None
+        self._mirror: Mirror | None = None
+        self.alike: dict[int, Mirror] = {}
+        self._unfilled: list[Mirror] = []  # in arrival order
+        self._cuts: list[int] = []  # where alike blocks begin and end, in order (``_complete``)
 
     @property
     def size(self) -> int:
@@ -178,7 +257,7 @@ class HeldColumns:
         previous = int(self._events.columns["block_key"][self._events.size - 1]) if self._events.size else -1
         size = batch.size if keep is None else int(np.count_nonzero(keep))
         if self.native is not None and batch.dtype == EVENT_DTYPE:
-            key = self._append_native(batch, keep, access, size)
+            key = self._append_native(batch, keep, access, size, previous)
         else:
             key = self._append_numpy(batch, keep, access, size)
         if self.in_order:  # a finished block's key may not come back
@@ -192,8 +271,11 @@ class HeldColumns:
             elif int(key[0]) != previous and previous >= 0:
                 self._complete(self._events.size - size)
 
-    def _append_native(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, size: int) -> np.ndarray:
-        """``append``'s columns in one pass over the records (the compiled hold); the kept events' block keys."""
+    def _append_native(
+        self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, size: int, previous: int
+    ) -> np.ndarray:
+        """``append``'s columns in one pass over the records (the compiled hold); the kept events' block keys.
+        With a reference block, the blocks that begin in the batch are compared with it instead (``_mirrored``)."""
         batch = np.ascontiguousarray(batch)
         access = np.ascontiguousarray(access, dtype=bool)
         if keep is not None:
@@ -202,14 +284,214 @@ class HeldColumns:
         room = self._events.grow(size)
         accesses = self._accesses.grow(n)
         syncs = self._syncs.grow(size - n)
+        if self._reference is None or not self.in_order:
+            if self._mirror is not None:  # out of order since it began: what it matched is written
+                mirror, self._mirror = self._mirror, None
+                self._fill(mirror)
+            self._gather(batch, keep, access, room, accesses, syncs)
+        else:
+            self._mirrored(batch, keep, access, room, accesses, syncs, previous)
+        return room["block_key"]
+
+    def _gather(
+        self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, room: Columns, accesses: Columns,
+        syncs: Columns,
+    ) -> None:  # fmt: skip
         self.native.gather(  # type: ignore[attr-defined]
             batch, keep, access, room["block_key"], room["kind"],
             tuple((_OFFSET[name], accesses[name]) for name in ACCESS_FIELDS),
             tuple((_OFFSET[name], syncs[name]) for name in SYNC_FIELDS),
         )  # fmt: skip
-        if n:
+        if accesses.size:
             native_extents(self.native, accesses)
-        return room["block_key"]
+
+    # --- blocks alike to a proven one, compared as they arrive ---
+    def mirror_from(self, span: Span, reserve: Callable[[int], bool]) -> bool:
+        """Compare the blocks that begin from now on with ``span``, a proven block, as their records arrive, instead
+        of gathering them: SPMD blocks run one program on their own GM tiles, so most are the reference's records
+        but for the block id, a GM offset and a serial offset (the compiled ``mirror``). A block found so is alike
+        to the reference in everything its check reads (``_block_proofs.alike``, and more: every held field), so
+        the reference's proof stands for it; its access and sync rows are written from the reference's only when
+        something reads them. Whether the span was taken as the reference (the first one-block span of an
+        in-order launch, on the compiled path, whose GM ranges end below ADDRESS_LIMIT, where ``reserve`` grants
+        the bytes of its records written back)."""
+        if (
+            self._reference is not None or self.native is None or not self.in_order
+            or span.blocks[1] - span.blocks[0] != 1 or span.events[1] <= span.events[0]
+        ):  # fmt: skip
+            return False
+        accesses = self._accesses.columns
+        lo, hi = span.accesses
+        gm = lo + np.flatnonzero(accesses["space"][lo:hi] == Space.GM)
+        gm_low = gm_end = 0
+        if gm.size:
+            address = accesses["address"][gm]
+            gm_low, gm_end = int(address.min()), int(ends(address, accesses["ext"][gm]).max())
+            if gm_end >= ADDRESS_LIMIT:
+                return False
+        kind = self._events.columns["kind"][slice(*span.events)]
+        if not reserve(kind.size * EVENT_DTYPE.itemsize):
+            return False
+        records = np.zeros(kind.size, dtype=EVENT_DTYPE)
+        a, s = slice(*span.accesses), slice(*span.syncs)
+        self.native.scatter(  # type: ignore[attr-defined]
+            kind, tuple((_OFFSET[name], accesses[name][a]) for name in ACCESS_FIELDS),
+            tuple((_OFFSET[name], self._syncs.columns[name][s]) for name in SYNC_FIELDS), int(EventKind.WRITE), records,
+        )  # fmt: skip
+        records["kind"] = kind  # a sync event's kind is held in the events table only
+        is_access = kind <= EventKind.WRITE
+        matches = np.where(is_access, _REF_ACCESS, _REF_SYNC).astype(np.uint8)
+        matches[np.flatnonzero(is_access)[accesses["ext"][a] >= _EXACT_EXTENT]] = _REF_NO_MATCH
+        self._reference = _Reference(span.events, span.accesses, span.syncs, gm_low, gm_end, records, matches)
+        return True
+
+    def _mirrored(
+        self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, room: Columns, accesses: Columns,
+        syncs: Columns, previous: int,
+    ) -> None:  # fmt: skip
+        """``_gather`` of a batch, but each block that begins in it (after the blocks before it, as in order) is
+        compared with the reference for as long as it matches; what matched is not written (``Mirror``)."""
+        native = self.native
+        first = (self._events.size - room.size, self._accesses.size - accesses.size, self._syncs.size - syncs.size)
+        e = a = s = i = 0
+        current = previous  # the block of the records before ``i``
+        while i < batch.size:
+            mirror = self._mirror
+            if mirror is None:
+                start = native.block_start(batch, keep, i, current)  # type: ignore[attr-defined]
+                if start > i:  # the records of the current block: gathered
+                    e, a, s = self._gather_part(batch, keep, access, i, start, room, accesses, syncs, (e, a, s))
+                    i = start
+                    continue
+                key = (int(batch["block_type"][i]) << 16) | int(batch["block_id"][i])
+                if key < current:  # out of order: every block from here on is gathered (``append`` sees it)
+                    self._gather(batch[i:], None if keep is None else keep[i:], access[i:], room[e:],
+                                 accesses[a:], syncs[s:])  # fmt: skip
+                    return
+                mirror = self._mirror = Mirror(key, first[0] + e, first[1] + a, first[2] + s)
+            ref = self._reference
+            assert ref is not None
+            matched = mirror.matched
+            i, status, mirror.state = native.mirror(  # type: ignore[attr-defined]
+                batch, keep, access, i, mirror.key, room["block_key"][e:], room["kind"][e:], ref.records, ref.matches,
+                _ACCESS_MASK, _SYNC_MASK, int(Space.GM), mirror.state,
+            )  # fmt: skip
+            e, a, s = (x + now - before for x, now, before in zip((e, a, s), mirror.matched, matched, strict=True))
+            current = mirror.key
+            if status == _BLOCK_END:
+                self._end_mirror()
+            elif status == _MISMATCH:  # what matched is written, and the rest of the block gathered
+                self._mirror = None
+                self._fill(mirror)
+
+    def _gather_part(
+        self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, lo: int, hi: int, room: Columns,
+        accesses: Columns, syncs: Columns, rows: tuple[int, int, int],
+    ) -> tuple[int, int, int]:  # fmt: skip
+        """Records [lo, hi) of the batch gathered into the rooms from ``rows`` on; the rows after them."""
+        e, a, s = rows
+        part_keep = None if keep is None else keep[lo:hi]
+        part_access = access[lo:hi]
+        kept = hi - lo if part_keep is None else int(np.count_nonzero(part_keep))
+        n = int(np.count_nonzero(part_access))
+        self._gather(batch[lo:hi], part_keep, part_access, room[e : e + kept], accesses[a : a + n],
+                     syncs[s : s + kept - n])  # fmt: skip
+        return e + kept, a + n, s + kept - n
+
+    def _end_mirror(self) -> None:
+        """The block being compared has ended: alike if it matched all of the reference, its GM ranges moved by its
+        offset staying within [0, ADDRESS_LIMIT); else what matched is written."""
+        mirror, self._mirror = self._mirror, None
+        ref = self._reference
+        if mirror is None or ref is None:
+            return
+        offset = mirror.gm_offset
+        whole = mirror.matched == (ref.events[1] - ref.events[0], ref.accesses[1] - ref.accesses[0],
+                                   ref.syncs[1] - ref.syncs[0])  # fmt: skip
+        if whole and (not mirror.state[3] or (ref.gm_low + offset >= 0 and ref.gm_end + offset < ADDRESS_LIMIT)):
+            self.alike[mirror.events] = mirror
+            self._unfilled.append(mirror)
+            self._cuts.extend(mirror.stretch_events())
+        else:
+            self._fill(mirror)
+
+    def mirror_base(self, mirror: Mirror) -> int:
+        """An alike block's GM base (its lowest GM address, as ``_block_proofs.shape`` takes it)."""
+        assert self._reference is not None
+        return self._reference.gm_low + mirror.gm_offset  # an offset of 0 where neither has a GM access
+
+    def _fill(self, mirror: Mirror) -> None:
+        """Write the access and sync rows ``mirror`` matched: the reference's, moved by its offsets."""
+        ref = self._reference
+        assert ref is not None
+        _, n_access, n_sync = mirror.matched
+        if n_access:
+            accesses = self._accesses.columns
+            to = slice(mirror.accesses, mirror.accesses + n_access)
+            of = slice(ref.accesses[0], ref.accesses[0] + n_access)
+            for name in (*ACCESS_FIELDS, "ext"):
+                accesses[name][to] = accesses[name][of]
+            if mirror.state[3]:
+                address = accesses["address"][to]
+                np.add(address, _U64(mirror.state[4]), out=address, where=accesses["space"][to] == Space.GM)
+            accesses["serial"][to] += _U64(mirror.serial_offset)
+        if n_sync:
+            syncs = self._syncs.columns
+            to, of = slice(mirror.syncs, mirror.syncs + n_sync), slice(ref.syncs[0], ref.syncs[0] + n_sync)
+            for name in SYNC_FIELDS:
+                syncs[name][to] = syncs[name][of]
+            syncs["block_id"][to] = mirror.key & 0xFFFF
+            syncs["serial"][to] += _U64(mirror.serial_offset)
+
+    def _fill_overlapping(self, events: tuple[int, int] | None = None) -> None:
+        """Write the rows of the alike blocks left unwritten (among events ``events``; None: all), and what the
+        block being compared has matched so far (written again, the same, if it goes on matching)."""
+        if self._mirror is not None:
+            lo, hi = self._mirror.stretch_events()
+            if events is None or (lo < events[1] and events[0] < hi):
+                self._fill(self._mirror)
+        if not self._unfilled:
+            return
+        lo, hi = 0, len(self._unfilled)
+        if events is not None:  # the blocks are in arrival order and apart: their ends in order too
+            lo = bisect.bisect_right(self._unfilled, events[0], key=lambda mirror: mirror.stretch_events()[1])
+            hi = bisect.bisect_left(self._unfilled, events[1], key=lambda mirror: mirror.events)
+        for mirror in self._unfilled[lo:hi]:
+            self._fill(mirror)
+        del self._unfilled[lo:hi]
+
+    def rows_of(self, stretch: Stretch) -> tuple[Columns, Columns, Columns]:
+        """The events, accesses and sync events of ``stretch``, every row written."""
+        self._fill_overlapping(stretch.events)
+        return (self._events.view()[slice(*stretch.events)], self._accesses.view()[slice(*stretch.accesses)],
+                self._syncs.view()[slice(*stretch.syncs)])  # fmt: skip
+
+    def sync_rows(self, rows: np.ndarray) -> Columns:
+        """The sync events at ``rows``, those of alike blocks read from the reference's rows (none is written)."""
+        if self._mirror is not None:
+            self._fill(self._mirror)
+        held = self._syncs.view()[rows]
+        if not self._unfilled or not rows.size:
+            return held
+        ref = self._reference
+        assert ref is not None
+        starts = np.array([m.syncs for m in self._unfilled], dtype=np.int64)
+        counts = np.array([m.matched[2] for m in self._unfilled], dtype=np.int64)
+        order = np.argsort(starts, kind="stable")
+        starts, counts = starts[order], counts[order]
+        at = np.searchsorted(starts, rows, side="right") - 1
+        inside = (at >= 0) & (rows < starts[np.maximum(at, 0)] + counts[np.maximum(at, 0)])
+        if not inside.any():
+            return held
+        which = order[at[inside]]
+        source = rows[inside] - starts[at[inside]] + ref.syncs[0]
+        syncs = self._syncs.columns
+        for name in SYNC_FIELDS:
+            held[name][inside] = syncs[name][source]
+        held["block_id"][inside] = np.array([m.key & 0xFFFF for m in self._unfilled], dtype=np.uint16)[which]
+        serial = np.array([m.serial_offset for m in self._unfilled], dtype=np.uint64)[which]
+        held["serial"][inside] += serial
+        return held
 
     def _append_numpy(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, size: int) -> np.ndarray:
         """``append``'s columns gathered with numpy, field by field (the reference path); the kept events' keys."""
@@ -237,6 +519,8 @@ class HeldColumns:
     def finish(self, block_key: int) -> None:
         """The block of ``block_key`` has run its last instruction (BLOCK_FINISH): if it is the one arriving now,
         it is complete without waiting for the next block to start."""
+        if self._mirror is not None and self._mirror.key == block_key:
+            self._end_mirror()
         if self.in_order and self._events.size and int(self._events.columns["block_key"][self._events.size - 1]) == (
             block_key
         ):
@@ -247,6 +531,7 @@ class HeldColumns:
         """Places every access among its block's nodes, the last block being complete now; whether they could be
         (blocks arrived one after the other, and none was skipped): then ``accesses`` has PLACED_FIELDS and
         ``parts`` the kernel's nodes."""
+        self._end_mirror()
         if self.in_order:
             self._complete(self._events.size)
             if self.whole:
@@ -255,11 +540,18 @@ class HeldColumns:
 
     def complete_all(self) -> None:
         """The last block is complete too (the kernel ended)."""
+        self._end_mirror()
         if self.in_order:
             self._complete(self._events.size)
 
     def _complete(self, end: int) -> None:
-        """The blocks among events [complete so far, ``end``) are complete."""
+        """The blocks among events [complete so far, ``end``) are complete: a stretch of them, cut where an alike
+        block begins and ends, so that each alike block is a stretch of its own."""
+        cuts = self._cuts[bisect.bisect_right(self._cuts, self._complete_to[0]) : bisect.bisect_left(self._cuts, end)]
+        for at in (*cuts, end):
+            self._complete_stretch(at)
+
+    def _complete_stretch(self, end: int) -> None:
         lo, access_lo, sync_lo = self._complete_to
         if end <= lo:
             return
@@ -297,6 +589,7 @@ class HeldColumns:
         """Place the accesses of ``stretch`` (the next to make, or the next ones joined) among its sync nodes, and
         make the nodes."""
         self._take(stretch)
+        self._fill_overlapping(stretch.events)
         lo, end = stretch.events
         access_lo, access_hi = stretch.accesses
         sync_lo, sync_hi = stretch.syncs
@@ -383,15 +676,23 @@ class HeldColumns:
         return BlockParts(nodes, edges, multi, tuple(table.view()["node"] for table in self._stuck))
 
     @property
+    def block_key(self) -> np.ndarray:
+        """Every kept event's block key, in arrival order (always written, alike blocks' too)."""
+        return self._events.view()["block_key"]
+
+    @property
     def events(self) -> Columns:
+        self._fill_overlapping()
         return self._events.view()
 
     @property
     def accesses(self) -> Columns:
+        self._fill_overlapping()
         return self._accesses.view()
 
     @property
     def syncs(self) -> Columns:
+        self._fill_overlapping()
         return self._syncs.view()
 
 
@@ -412,15 +713,15 @@ class SpanColumns:
 
     @property
     def events(self) -> Columns:
-        return self.held.events[slice(*self.span.events)]
+        return self.held.rows_of(self.span)[0]
 
     @property
     def accesses(self) -> Columns:
-        return self.held.accesses[slice(*self.span.accesses)]
+        return self.held.rows_of(self.span)[1]
 
     @property
     def syncs(self) -> Columns:
-        return self.held.syncs[slice(*self.span.syncs)]
+        return self.held.rows_of(self.span)[2]
 
     def parts(self, members: np.ndarray) -> BlockParts | None:
         """The span's nodes and edges as made when it completed, if made with these members of

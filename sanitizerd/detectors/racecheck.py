@@ -276,6 +276,23 @@ class Racecheck:
             if columns.whole:  # the whole check's nodes, made as blocks complete
                 columns.make_all()
             return
+        while self.pending and not self.proofs.failed:  # blocks found alike as they arrived: proven by that
+            alike = next((i for i, s in enumerate(self.pending) if s.events[0] in columns.alike), None)
+            if alike is None:
+                break
+            if alike:  # the stretches before it first, in order
+                before, self.pending = joined(self.pending[:alike]), self.pending[alike:]
+                self._prove(columns, before, launch)
+                continue
+            stretch = self.pending.pop(0)
+            mirror = columns.alike[stretch.events[0]]
+            self.proofs.mirrored(stretch, columns.mirror_base(mirror))
+            columns.skip(stretch)
+        if self.proofs.failed:
+            self.pending = []
+            if columns.whole:
+                columns.make_all()
+            return
         if not self.pending or (not last and self.pending[-1].events[1] - self.pending[0].events[0] < PROOF_STRETCH):
             return
         stretch, self.pending = joined(self.pending), []
@@ -297,7 +314,10 @@ class Racecheck:
             return
         finally:
             memory.give_back()
-        self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, shaped)
+        proof = self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, shaped)
+        if proof is not None and shaped is not None and self.proofs.reference is None:
+            if columns.mirror_from(span, self.context.race_memory.reserve):
+                self.proofs.reference = proof
 
     def kernel_end(self) -> list[Finding]:
         columns, self.columns = self.columns, HeldColumns(self.native)
@@ -347,13 +367,13 @@ class Racecheck:
             return False
         columns.complete_all()  # the last block completes now
         self._prove_completed(columns, launch, last=True)
-        first = columns.events["block_key"]
+        first = columns.block_key
         starts = np.ones(first.size, dtype=bool)
         starts[1:] = first[1:] != first[:-1]
         memory = TrialAccount(self.context.race_memory)
         try:
             return self.proofs.verdict(
-                columns.syncs, first[starts].astype(np.int64), memory.need,
+                columns.sync_rows, first[starts].astype(np.int64), memory.need,
                 cross_free=self.context.config.block_id >= 0,
             )  # fmt: skip
         except OverBudget:  # the whole check will say so

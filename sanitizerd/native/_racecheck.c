@@ -21,6 +21,7 @@
 #define BLOCK_ID_AT 40   /* uint16, little-endian */
 #define BLOCK_TYPE_AT 48 /* uint8 */
 #define KIND_AT 44       /* uint8 */
+#define SPACE_AT 45      /* uint8 */
 #define BLOCK_NUM_AT 32  /* uint16 */
 #define BLOCK_STRIDE_AT 34
 #define REPEAT_AT 36
@@ -107,6 +108,27 @@ static inline void copy_fields(const unsigned char *record, const Field *fields,
             break;
         default:
             memcpy(fields[f].out + 8 * row, from, 8);
+            break;
+        }
+    }
+}
+
+/* copy_fields' inverse: the fields of column row ``row`` written into ``record``. */
+static inline void scatter_fields(unsigned char *record, const Field *fields, int count, Py_ssize_t row) {
+    for (int f = 0; f < count; f++) {
+        unsigned char *to = record + fields[f].offset;
+        switch (fields[f].size) {
+        case 1:
+            *to = fields[f].out[row];
+            break;
+        case 2:
+            memcpy(to, fields[f].out + 2 * row, 2);
+            break;
+        case 4:
+            memcpy(to, fields[f].out + 4 * row, 4);
+            break;
+        default:
+            memcpy(to, fields[f].out + 8 * row, 8);
             break;
         }
     }
@@ -759,6 +781,309 @@ done:
     return result;
 }
 
+/* block_start(records, keep, start, key) -> int
+ *
+ * The first record at or after ``start`` that ``keep`` marks (None: every record) and whose block key (block_type
+ * << 16 | block_id) is not ``key``: where the next block begins; the records' count if none. */
+static PyObject *block_start(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer records, keep = {0};
+    PyObject *keep_obj;
+    Py_ssize_t start;
+    long long key;
+    if (!PyArg_ParseTuple(args, "y*OnL", &records, &keep_obj, &start, &key)) {
+        return NULL;
+    }
+    Py_ssize_t n = records.len / RECORD_SIZE, i = start;
+    PyObject *result = NULL;
+    if (records.len % RECORD_SIZE || start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records, start within them");
+        goto done;
+    }
+    if (keep_obj != Py_None) {
+        if (PyObject_GetBuffer(keep_obj, &keep, PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        if (keep.len != n) {
+            PyErr_SetString(PyExc_ValueError, "keep must have one byte per record");
+            goto done;
+        }
+    }
+    const unsigned char *base = records.buf, *kept = keep.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (; i < n; i++) {
+        if (kept != NULL && !kept[i]) {
+            continue;
+        }
+        const unsigned char *record = base + i * RECORD_SIZE;
+        long long k = ((long long)record[BLOCK_TYPE_AT] << 16) | (long long)u16_at(record, BLOCK_ID_AT);
+        if (k != key) {
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(i);
+done:
+    PyBuffer_Release(&records);
+    if (keep.obj != NULL) {
+        PyBuffer_Release(&keep);
+    }
+    return result;
+}
+
+/* scatter(kind, access_fields, sync_fields, write_kind, records) -> None
+ *
+ * gather's inverse over held columns: for each event in order (its kind in ``kind``, uint8), its access's fields
+ * (kind <= ``write_kind``) or its sync event's fields, from the next row of ``access_fields`` or ``sync_fields``
+ * ((offset in the record, column) as gather takes them), written into its 56-byte record in ``records`` (one per
+ * kind; bytes of no field left as they were). The columns must have exactly the accesses' and the sync events'
+ * rows. */
+static PyObject *scatter(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *kind_obj, *access_spec, *sync_spec, *records_obj;
+    int write_kind;
+    if (!PyArg_ParseTuple(args, "OOOiO", &kind_obj, &access_spec, &sync_spec, &write_kind, &records_obj)) {
+        return NULL;
+    }
+    Py_buffer views[3 * MAX_FIELDS];
+    int held = 0;
+    Field access_fields[MAX_FIELDS], sync_fields[MAX_FIELDS];
+    int access_count = 0, sync_count = 0;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(kind_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    const unsigned char *kind = views[held].buf;
+    Py_ssize_t n = views[held++].len, accesses = 0;
+    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    unsigned char *records = views[held].buf;
+    if (views[held++].len != n * RECORD_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "records must be one 56-byte record per kind");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        accesses += kind[i] <= write_kind;
+    }
+    if (parse_fields(access_spec, accesses, access_fields, &access_count, views, &held) < 0 ||
+        parse_fields(sync_spec, n - accesses, sync_fields, &sync_count, views, &held) < 0) {
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t a = 0, s = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char *record = records + i * RECORD_SIZE;
+        if (kind[i] <= write_kind) {
+            scatter_fields(record, access_fields, access_count, a++);
+        } else {
+            scatter_fields(record, sync_fields, sync_count, s++);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release_all(views, held);
+    return result;
+}
+
+#define WORDS (RECORD_SIZE / 8)
+#define ADDRESS_WORD 0
+#define SERIAL_WORD 1
+
+/* The ``w``th 8-byte word of a record, as one load (a record's memcpy into a local array compiles to a slow
+ * ``rep movs``). */
+static inline uint64_t word_at(const unsigned char *record, int w) {
+    uint64_t word;
+    memcpy(&word, record + 8 * w, sizeof word);
+    return word;
+}
+enum { MIRROR_BATCH_END, MIRROR_BLOCK_END, MIRROR_MISMATCH };
+enum { REF_NO_MATCH, REF_ACCESS, REF_SYNC };
+
+/* mirror(records, keep, access, start, key, key_out, kind_out, ref_records, ref_class, access_mask, sync_mask, gm,
+ *        state) -> (stop, status, state)
+ *
+ * Compares the records of one block, from ``start``, with a reference block already held, instead of gathering
+ * them: the kept records in order, while their block key is ``key``, each with the reference's record ``p`` (its
+ * 56-byte ``ref_records``, as ``scatter`` wrote them from its columns). ``ref_class`` says, per reference record, whether
+ * it is an access (REF_ACCESS), a sync event (REF_SYNC) or matches nothing (REF_NO_MATCH); a record must be of the
+ * same class (``access``: one byte per record). Every byte the class's mask (56 bytes, ``access_mask`` or
+ * ``sync_mask``) marks must hold the reference's, the first two words aside: the serial (bytes 8-15) is always the
+ * reference's plus the block's serial offset, and an access's address (bytes 0-7) in GM (space ``gm``) the
+ * reference's plus the block's GM offset (each offset learned from the block's first record that has one, modulo
+ * 2**64); the address of anything else is the reference's.
+ *
+ * Each record matched writes its key and kind to ``key_out`` and ``kind_out`` (from their start), as gather does.
+ * ``state`` and the state returned: (p, a, s, has_gm, gm_offset, has_serial, serial_offset), ``a`` and ``s`` the
+ * accesses and sync events matched. Stops at the end of the records (MIRROR_BATCH_END), at a kept record of another
+ * key (MIRROR_BLOCK_END), or at one that does not match or that the reference has no record for (MIRROR_MISMATCH);
+ * ``stop`` is that record's index (the records' count at their end). Offsets learned from a record that does not
+ * match are not returned. */
+static PyObject *mirror(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *records_obj, *keep_obj, *access_obj, *key_out_obj, *kind_out_obj, *ref_obj, *class_obj;
+    Py_buffer access_mask_view, sync_mask_view;
+    Py_ssize_t start, p, a, s;
+    long long key;
+    int gm, has_gm, has_serial;
+    unsigned long long gm_offset, serial_offset;
+    if (!PyArg_ParseTuple(args, "OOOnLOOOOy*y*i(nnniKiK)", &records_obj, &keep_obj, &access_obj, &start, &key,
+                          &key_out_obj, &kind_out_obj, &ref_obj, &class_obj, &access_mask_view, &sync_mask_view, &gm,
+                          &p, &a, &s, &has_gm, &gm_offset, &has_serial, &serial_offset)) {
+        return NULL;
+    }
+    Py_buffer views[9]; /* the two masks, records, keep, access, key_out, kind_out, ref_records, ref_class */
+    views[0] = access_mask_view;
+    views[1] = sync_mask_view;
+    int held = 2;
+    PyObject *result = NULL;
+    if (access_mask_view.len != RECORD_SIZE || sync_mask_view.len != RECORD_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "a mask is 56 bytes");
+        goto done;
+    }
+    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    Py_buffer *records = &views[held++];
+    Py_ssize_t n = records->len / RECORD_SIZE;
+    if (records->len % RECORD_SIZE || start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records, start within them");
+        goto done;
+    }
+    const unsigned char *keep = NULL;
+    if (keep_obj != Py_None) {
+        if (PyObject_GetBuffer(keep_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        if (views[held++].len != n) {
+            PyErr_SetString(PyExc_ValueError, "keep must have one byte per record");
+            goto done;
+        }
+        keep = views[held - 1].buf;
+    }
+    if (PyObject_GetBuffer(access_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    if (views[held++].len != n) {
+        PyErr_SetString(PyExc_ValueError, "access must have one byte per record");
+        goto done;
+    }
+    const unsigned char *access = views[held - 1].buf;
+    if (PyObject_GetBuffer(key_out_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        goto done;
+    }
+    Py_buffer *key_view = &views[held++];
+    if (PyObject_GetBuffer(kind_out_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        goto done;
+    }
+    Py_buffer *kind_view = &views[held++];
+    if (key_view->itemsize != 4 || kind_view->itemsize != 1 || key_view->len != 4 * kind_view->len) {
+        PyErr_SetString(PyExc_ValueError, "key_out must be uint32, kind_out uint8, as many of each");
+        goto done;
+    }
+    if (PyObject_GetBuffer(ref_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    Py_buffer *ref_view = &views[held++];
+    if (PyObject_GetBuffer(class_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    Py_buffer *class_view = &views[held++];
+    Py_ssize_t ref_events = class_view->len;
+    if (ref_view->len != ref_events * RECORD_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "ref_records must be one 56-byte record per ref_class byte");
+        goto done;
+    }
+    if (p < 0 || a < 0 || s < 0 || p > ref_events || a + s != p) {
+        PyErr_SetString(PyExc_ValueError, "the state lies beyond the reference");
+        goto done;
+    }
+    uint64_t masks[2][WORDS];
+    memcpy(masks[0], access_mask_view.buf, RECORD_SIZE);
+    memcpy(masks[1], sync_mask_view.buf, RECORD_SIZE);
+    const unsigned char *base = records->buf, *ref = ref_view->buf, *ref_class = class_view->buf;
+    uint32_t *key_out = key_view->buf;
+    unsigned char *kind_out = kind_view->buf;
+    Py_ssize_t room = kind_view->len, e = 0, i = start;
+    int status = MIRROR_BATCH_END, overflow = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    for (; i < n; i++) {
+        if (keep != NULL && !keep[i]) {
+            continue;
+        }
+        const unsigned char *record = base + i * RECORD_SIZE;
+        uint32_t k = ((uint32_t)record[BLOCK_TYPE_AT] << 16) | (uint32_t)u16_at(record, BLOCK_ID_AT);
+        if ((long long)k != key) {
+            status = MIRROR_BLOCK_END;
+            break;
+        }
+        int is_access = access[i] != 0;
+        if (p >= ref_events || ref_class[p] != (is_access ? REF_ACCESS : REF_SYNC)) {
+            status = MIRROR_MISMATCH;
+            break;
+        }
+        if (e >= room) {
+            overflow = 1;
+            break;
+        }
+        const unsigned char *ref_record = ref + p * RECORD_SIZE;
+        uint64_t word[2] = {word_at(record, ADDRESS_WORD), word_at(record, SERIAL_WORD)};
+        uint64_t ref_word[2] = {word_at(ref_record, ADDRESS_WORD), word_at(ref_record, SERIAL_WORD)};
+        const uint64_t *mask = masks[!is_access];
+        uint64_t differ = 0;
+        for (int w = SERIAL_WORD + 1; w < WORDS; w++) {
+            differ |= (word_at(record, w) ^ word_at(ref_record, w)) & mask[w];
+        }
+        uint64_t new_gm = gm_offset, new_serial = serial_offset;
+        int learn_gm = 0, learn_serial = !has_serial;
+        if (learn_serial) {
+            new_serial = word[SERIAL_WORD] - ref_word[SERIAL_WORD];
+        }
+        differ |= word[SERIAL_WORD] - (ref_word[SERIAL_WORD] + new_serial);
+        if (is_access && record[SPACE_AT] == gm) {
+            learn_gm = !has_gm;
+            if (learn_gm) {
+                new_gm = word[ADDRESS_WORD] - ref_word[ADDRESS_WORD];
+            }
+            differ |= word[ADDRESS_WORD] - (ref_word[ADDRESS_WORD] + new_gm);
+        } else {
+            differ |= word[ADDRESS_WORD] ^ ref_word[ADDRESS_WORD];
+        }
+        if (differ) {
+            status = MIRROR_MISMATCH;
+            break;
+        }
+        if (learn_gm) {
+            has_gm = 1;
+            gm_offset = new_gm;
+        }
+        if (learn_serial) {
+            has_serial = 1;
+            serial_offset = new_serial;
+        }
+        key_out[e] = k;
+        kind_out[e] = record[KIND_AT];
+        e++;
+        p++;
+        if (is_access) {
+            a++;
+        } else {
+            s++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (overflow) {
+        PyErr_SetString(PyExc_ValueError, "key_out and kind_out have no room for every record matched");
+        goto done;
+    }
+    result = Py_BuildValue("nn(nnniKiK)", i, (Py_ssize_t)status, p, a, s, has_gm, (unsigned long long)gm_offset,
+                           has_serial, (unsigned long long)serial_offset);
+
+done:
+    release_all(views, held);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
     {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
@@ -766,6 +1091,9 @@ static PyMethodDef methods[] = {
     {"fixpoint", fixpoint, METH_VARARGS, "The happens-before clocks' least fixpoint, in place."},
     {"extents", extents, METH_VARARGS, "patterns.extents over gathered access columns, into out."},
     {"ranges_beyond", ranges_beyond, METH_VARARGS, "The byte ranges of the marked accesses beyond one each."},
+    {"block_start", block_start, METH_VARARGS, "Where the next block's kept records begin."},
+    {"scatter", scatter, METH_VARARGS, "Held columns written back into 56-byte records (gather's inverse)."},
+    {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {NULL, NULL, 0, NULL},
 };
 
