@@ -215,6 +215,23 @@ def test_alike_blocks_are_proven_as_they_arrive() -> None:
 
 @needs_compiled
 @pytest.mark.usefixtures("every_block_proven")
+def test_a_batch_is_cut_where_its_first_block_finishes() -> None:
+    """All six blocks in one batch, each with its BLOCK_FINISH: the batch is checked in two after block 0's, so
+    that block 0 is proven and blocks 1 to 5 are compared with it; later finishes cut nothing more."""
+    parts = [np.concatenate([np.concatenate((part, finish(part))) for part in tiles(6)])]
+    found, mirrored = run(parts, native=COMPILED)
+    assert found == [] and mirrored == 5
+    assert found == run(parts, native=COMPILED, prove=False)[0] == run(parts, native=None)[0]
+    finishes = [np.concatenate([finish(part) for part in tiles(6)] * 50)]  # nothing but finishes, many
+    assert run(finishes, native=COMPILED) == ([], 0)
+
+
+def finish(part: np.ndarray) -> np.ndarray:
+    return make_events(kind=EventKind.BLOCK_FINISH, block_id=part["block_id"][:1], block_size=0)
+
+
+@needs_compiled
+@pytest.mark.usefixtures("every_block_proven")
 def test_a_block_that_differs_is_checked_on_its_own() -> None:
     """Block 3 reads UB on MTE3, which no flag orders after MTE2's write: it is gathered from its first record
     that differs, and its own check finds the race (block 2 was mirrored; after block 3 the whole check decides)."""

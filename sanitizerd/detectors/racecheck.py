@@ -189,6 +189,13 @@ class Racecheck:
         self.context.race_memory.release()
 
     def check(self, events: np.ndarray) -> None:
+        cut = self._reference_cut(events)
+        if cut:  # the block that finishes first is proven before the next one's records are held (once a batch)
+            self._check(events[:cut])
+            events = events[cut:]
+        self._check(events)
+
+    def _check(self, events: np.ndarray) -> None:
         kind = events["kind"]
         if self.check_dcci:
             self._hold_dccis(events, kind == EventKind.DCCI)
@@ -219,6 +226,18 @@ class Racecheck:
         if finished.any() and not self.refused:
             self.columns.finish(int(block_keys(events[finished])[-1]))
         self._prove_completed(self.columns, self.kernel)
+
+    def _reference_cut(self, events: np.ndarray) -> int:
+        """Where to check a batch in two: after its first BLOCK_FINISH, while the launch has no reference block
+        (``HeldColumns.mirror_from``) and that is not its last record, so that the finished block may become it
+        before the next block begins (which is then compared with it, not gathered); 0: not cut."""
+        if (
+            not self.prove_blocks or self.native is None or self.proofs.reference is not None or self.proofs.failed
+            or self.refused or not self.columns.in_order
+        ):  # fmt: skip
+            return 0
+        finished = np.flatnonzero(events["kind"] == EventKind.BLOCK_FINISH)
+        return int(finished[0]) + 1 if finished.size and finished[0] + 1 < events.size else 0
 
     def _hold(self, batch: np.ndarray, keep: np.ndarray, kept: int, mem: np.ndarray | None = None) -> None:
         """Hold the ``kept`` events of ``batch`` that ``keep`` marks (``mem``: those that are accesses, where known),
