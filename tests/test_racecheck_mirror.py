@@ -226,6 +226,19 @@ def test_a_batch_is_cut_where_its_first_block_finishes() -> None:
     assert run(finishes, native=COMPILED) == ([], 0)
 
 
+@needs_compiled
+@pytest.mark.usefixtures("every_block_proven")
+def test_no_reference_where_no_block_can_follow() -> None:
+    """A launch of one block (block_dim 1) makes no reference of it: its records written back would serve nothing."""
+    (part,) = tiles(1)
+    detector = make_detector("racecheck")
+    detector.native = COMPILED
+    detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=1, kernel_type="aiv"))
+    detector.check(np.concatenate((part, finish(part))))
+    assert detector.proofs.spans == 1 and detector.proofs.reference is None
+    assert detector.kernel_end() == []
+
+
 def finish(part: np.ndarray) -> np.ndarray:
     return make_events(kind=EventKind.BLOCK_FINISH, block_id=part["block_id"][:1], block_size=0)
 

@@ -334,7 +334,8 @@ class Racecheck:
         finally:
             memory.give_back()
         proof = self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, shaped)
-        if proof is not None and shaped is not None and self.proofs.reference is None:
+        more = launch is None or span.blocks[1] < launch.block_dim  # blocks may follow it: worth a reference
+        if proof is not None and shaped is not None and self.proofs.reference is None and more:
             if columns.mirror_from(span, self.context.race_memory.reserve):
                 self.proofs.reference = proof
 
