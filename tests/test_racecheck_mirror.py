@@ -333,6 +333,35 @@ def test_unwritten_rows_read_as_gathered_ones(seed: int, monkeypatch: pytest.Mon
         assert np.array_equal(early[name], early_gathered[name]), name
 
 
+@needs_compiled
+@pytest.mark.usefixtures("every_block_proven")
+@pytest.mark.parametrize("change", [None, 9, 15])
+def test_rows_left_unwritten_survive_the_tables_growth(change: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twenty blocks of 1 500 events, in batches of 1 000: the tables grow past their first 4 096 rows while
+    blocks are compared, and a larger table copies only the rows written; every row reads as gathered after, a
+    block that differs in its last record (``change``) included, and the findings are the whole check's."""
+    parts = []
+    for block, part in enumerate(tiles(20, gm=0x100000)):
+        long = np.concatenate([part] * 250)
+        step = np.repeat(np.arange(250, dtype=np.uint64), part.size)
+        long["serial"] += step * np.uint64(1000)
+        ub, gm = long["space"] == Space.UB, long["space"] == Space.GM
+        long["address"][ub] += step[ub] * np.uint64(256)  # each round its own tiles: no round races the next
+        long["address"][gm] += step[gm] * np.uint64(0x100000)
+        if block == change:
+            long["pc"][-1] += np.uint64(1)
+        parts.append(long)
+    events = np.concatenate(parts)
+    batched = np.split(events, range(1000, events.size, 1000))
+    _, rows = held_rows(batched, mirror=True, monkeypatch=monkeypatch)
+    _, gathered = held_rows(batched, mirror=False, monkeypatch=monkeypatch)
+    for name in rows:
+        assert np.array_equal(rows[name], gathered[name]), name
+    found, mirrored = run(batched, native=COMPILED)
+    assert mirrored >= 15
+    assert found == run(batched, native=COMPILED, prove=False)[0]
+
+
 # --- the compiled loops alone ---
 def mirror_slow(records: np.ndarray, keep: np.ndarray | None, access: np.ndarray, start: int, key: int,
                 ref: np.ndarray, ref_class: np.ndarray, masks: tuple[bytes, bytes], gm: int,

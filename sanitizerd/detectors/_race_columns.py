@@ -100,14 +100,17 @@ class _Table:
         self.capacity = 0
         self.columns: dict[str, np.ndarray] = {name: np.empty(0, dtype=dt) for name, dt in dtypes.items()}
 
-    def grow(self, n: int) -> Columns:
-        """Room for ``n`` more rows, counted as appended: views of it, per column, to fill."""
+    def grow(self, n: int, unwritten: Callable[[], list[tuple[int, int]]] | None = None) -> Columns:
+        """Room for ``n`` more rows, counted as appended: views of it, per column, to fill. ``unwritten``: the
+        row ranges left unwritten (in order, apart), which a larger capacity does not copy."""
         end = self.size + n
         if end > self.capacity:
             capacity = max(end, 4 * self.capacity, 4096)
+            copied = _between(unwritten() if unwritten is not None else [], self.size)
             for name, old in self.columns.items():
                 grown = np.empty(capacity, dtype=self.dtypes[name])
-                grown[: self.size] = old[: self.size]
+                for lo, hi in copied:
+                    grown[lo:hi] = old[lo:hi]
                 self.columns[name] = grown
             self.capacity = capacity
         room = Columns({name: column[self.size : end] for name, column in self.columns.items()})
@@ -116,6 +119,18 @@ class _Table:
 
     def view(self) -> Columns:
         return Columns({name: column[: self.size] for name, column in self.columns.items()})
+
+
+def _between(unwritten: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """The row ranges of [0, ``size``) outside ``unwritten`` (in order, apart)."""
+    out, at = [], 0
+    for lo, hi in unwritten:
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < size:
+        out.append((at, size))
+    return out
 
 
 _EXTENT_FIELDS = ("repeat", "block_num", "block_size", "block_stride", "repeat_stride")
@@ -282,8 +297,8 @@ class HeldColumns:
             keep = np.ascontiguousarray(keep, dtype=bool)
         n = int(np.count_nonzero(access))
         room = self._events.grow(size)
-        accesses = self._accesses.grow(n)
-        syncs = self._syncs.grow(size - n)
+        accesses = self._accesses.grow(n, lambda: self._unwritten(1))
+        syncs = self._syncs.grow(size - n, lambda: self._unwritten(2))
         if self._reference is None or not self.in_order:
             if self._mirror is not None:  # out of order since it began: what it matched is written
                 mirror, self._mirror = self._mirror, None
@@ -414,6 +429,19 @@ class HeldColumns:
             self._cuts.extend(mirror.stretch_events())
         else:
             self._fill(mirror)
+
+    def _unwritten(self, which: int) -> list[tuple[int, int]]:
+        """The rows of the access (``which`` 1) or sync event (2) table that alike blocks and the block being
+        compared left unwritten, in order, adjacent ones joined."""
+        out: list[tuple[int, int]] = []
+        for mirror in (*self._unfilled, *((self._mirror,) if self._mirror is not None else ())):
+            lo = mirror.accesses if which == 1 else mirror.syncs
+            hi = lo + mirror.matched[which]
+            if out and out[-1][1] == lo:
+                out[-1] = (out[-1][0], hi)
+            elif hi > lo:
+                out.append((lo, hi))
+        return out
 
     def mirror_base(self, mirror: Mirror) -> int:
         """An alike block's GM base (its lowest GM address, as ``_block_proofs.shape`` takes it)."""
