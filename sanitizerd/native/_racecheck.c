@@ -93,6 +93,76 @@ static int parse_fields(PyObject *spec, Py_ssize_t rows, Field *fields, int *cou
     return 0;
 }
 
+/* The whole 56-byte records of ``obj`` held in ``views[*held]`` (``flags`` as PyObject_GetBuffer takes them): their
+ * count, or -1 with an exception set. */
+static Py_ssize_t get_records(PyObject *obj, int flags, Py_buffer *views, int *held) {
+    if (PyObject_GetBuffer(obj, &views[*held], flags | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    Py_ssize_t len = views[(*held)++].len;
+    if (len % RECORD_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records");
+        return -1;
+    }
+    return len / RECORD_SIZE;
+}
+
+/* One byte per record of ``obj`` (``name`` says which in the error), held in ``views[*held]``, into ``*out``;
+ * None, where ``optional``, gives NULL. 0, or -1 with an exception set. */
+static int get_record_bytes(PyObject *obj, Py_ssize_t n, const char *name, int optional, Py_buffer *views, int *held,
+                            const unsigned char **out) {
+    *out = NULL;
+    if (optional && obj == Py_None) {
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, &views[*held], PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    Py_buffer *view = &views[(*held)++];
+    if (view->len != n) {
+        PyErr_Format(PyExc_ValueError, "%s must have one byte per record", name);
+        return -1;
+    }
+    *out = (const unsigned char *)view->buf;
+    return 0;
+}
+
+/* The writable key (uint32) and kind (uint8) columns of held events, as many of each, held in ``views[*held]``:
+ * their length, or -1 with an exception set. */
+static Py_ssize_t get_key_kind(PyObject *key_obj, PyObject *kind_obj, Py_buffer *views, int *held, uint32_t **key,
+                               unsigned char **kind) {
+    const int flags = PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    if (PyObject_GetBuffer(key_obj, &views[*held], flags) < 0) {
+        return -1;
+    }
+    Py_buffer *key_view = &views[(*held)++];
+    if (PyObject_GetBuffer(kind_obj, &views[*held], flags) < 0) {
+        return -1;
+    }
+    Py_buffer *kind_view = &views[(*held)++];
+    if (key_view->itemsize != 4 || kind_view->itemsize != 1 || key_view->len != 4 * kind_view->len) {
+        PyErr_SetString(PyExc_ValueError, "the key column must be uint32, the kind column uint8, as many of each");
+        return -1;
+    }
+    *key = (uint32_t *)key_view->buf;
+    *kind = (unsigned char *)kind_view->buf;
+    return kind_view->len;
+}
+
+/* An access's and a sync event's held fields, as ``parse_fields`` reads them from gather's two specs. */
+typedef struct {
+    Field access[MAX_FIELDS], sync[MAX_FIELDS];
+    int access_count, sync_count;
+} HeldFields;
+
+static int parse_held_fields(PyObject *access_spec, Py_ssize_t accesses, PyObject *sync_spec, Py_ssize_t syncs,
+                             HeldFields *fields, Py_buffer *views, int *held) {
+    return parse_fields(access_spec, accesses, fields->access, &fields->access_count, views, held) < 0 ||
+                   parse_fields(sync_spec, syncs, fields->sync, &fields->sync_count, views, held) < 0
+               ? -1
+               : 0;
+}
+
 static inline void copy_fields(const unsigned char *record, const Field *fields, int count, Py_ssize_t row) {
     for (int f = 0; f < count; f++) {
         const unsigned char *from = record + fields[f].offset;
@@ -149,39 +219,15 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     Py_buffer views[3 * MAX_FIELDS];
     int held = 0;
-    Field access_fields[MAX_FIELDS], sync_fields[MAX_FIELDS];
-    int access_count = 0, sync_count = 0;
+    HeldFields fields;
     PyObject *result = NULL;
-
-    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
-    }
-    Py_buffer *records = &views[held++];
-    if (records->len % RECORD_SIZE) {
-        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records");
+    const unsigned char *keep, *access;
+    Py_ssize_t n = get_records(records_obj, PyBUF_SIMPLE, views, &held);
+    if (n < 0 || get_record_bytes(keep_obj, n, "keep", 1, views, &held, &keep) < 0 ||
+        get_record_bytes(access_obj, n, "access", 0, views, &held, &access) < 0) {
         goto done;
     }
-    Py_ssize_t n = records->len / RECORD_SIZE;
-    const unsigned char *keep = NULL;
-    if (keep_obj != Py_None) {
-        if (PyObject_GetBuffer(keep_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
-            goto done;
-        }
-        if (views[held++].len != n) {
-            PyErr_SetString(PyExc_ValueError, "keep must have one byte per record");
-            goto done;
-        }
-        keep = (const unsigned char *)views[held - 1].buf;
-    }
-    if (PyObject_GetBuffer(access_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
-        goto done;
-    }
-    if (views[held++].len != n) {
-        PyErr_SetString(PyExc_ValueError, "access must have one byte per record");
-        goto done;
-    }
-    const unsigned char *access = (const unsigned char *)views[held - 1].buf;
-    const unsigned char *base = (const unsigned char *)records->buf;
+    const unsigned char *base = (const unsigned char *)views[0].buf;
 
     Py_ssize_t kept = 0, accesses = 0, stray = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -199,25 +245,19 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     Py_ssize_t syncs = kept - accesses;
 
-    if (PyObject_GetBuffer(key_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    uint32_t *key_out;
+    unsigned char *kind_out;
+    Py_ssize_t rows = get_key_kind(key_obj, kind_obj, views, &held, &key_out, &kind_out);
+    if (rows < 0) {
         goto done;
     }
-    Py_buffer *key_view = &views[held++];
-    if (PyObject_GetBuffer(kind_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        goto done;
-    }
-    Py_buffer *kind_view = &views[held++];
-    if (key_view->itemsize != 4 || key_view->len != 4 * kept || kind_view->itemsize != 1 || kind_view->len != kept) {
+    if (rows != kept) {
         PyErr_SetString(PyExc_ValueError, "key must be one uint32, kind one uint8, per kept record");
         goto done;
     }
-    if (parse_fields(access_spec, accesses, access_fields, &access_count, views, &held) < 0 ||
-        parse_fields(sync_spec, syncs, sync_fields, &sync_count, views, &held) < 0) {
+    if (parse_held_fields(access_spec, accesses, sync_spec, syncs, &fields, views, &held) < 0) {
         goto done;
     }
-    uint32_t *key_out = (uint32_t *)key_view->buf;
-    unsigned char *kind_out = (unsigned char *)kind_view->buf;
-
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t e = 0, a = 0, s = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -230,9 +270,9 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
         kind_out[e] = record[KIND_AT];
         e++;
         if (access[i]) {
-            copy_fields(record, access_fields, access_count, a++);
+            copy_fields(record, fields.access, fields.access_count, a++);
         } else {
-            copy_fields(record, sync_fields, sync_count, s++);
+            copy_fields(record, fields.sync, fields.sync_count, s++);
         }
     }
     Py_END_ALLOW_THREADS
@@ -786,29 +826,24 @@ done:
  * The first record at or after ``start`` that ``keep`` marks (None: every record) and whose block key (block_type
  * << 16 | block_id) is not ``key``: where the next block begins; the records' count if none. */
 static PyObject *block_start(PyObject *Py_UNUSED(module), PyObject *args) {
-    Py_buffer records, keep = {0};
-    PyObject *keep_obj;
+    PyObject *records_obj, *keep_obj, *result = NULL;
     Py_ssize_t start;
     long long key;
-    if (!PyArg_ParseTuple(args, "y*OnL", &records, &keep_obj, &start, &key)) {
+    if (!PyArg_ParseTuple(args, "OOnL", &records_obj, &keep_obj, &start, &key)) {
         return NULL;
     }
-    Py_ssize_t n = records.len / RECORD_SIZE, i = start;
-    PyObject *result = NULL;
-    if (records.len % RECORD_SIZE || start < 0 || start > n) {
-        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records, start within them");
+    Py_buffer views[2];
+    int held = 0;
+    const unsigned char *kept;
+    Py_ssize_t n = get_records(records_obj, PyBUF_SIMPLE, views, &held), i = start;
+    if (n < 0 || get_record_bytes(keep_obj, n, "keep", 1, views, &held, &kept) < 0) {
         goto done;
     }
-    if (keep_obj != Py_None) {
-        if (PyObject_GetBuffer(keep_obj, &keep, PyBUF_C_CONTIGUOUS) < 0) {
-            goto done;
-        }
-        if (keep.len != n) {
-            PyErr_SetString(PyExc_ValueError, "keep must have one byte per record");
-            goto done;
-        }
+    if (start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "start must lie within the records");
+        goto done;
     }
-    const unsigned char *base = records.buf, *kept = keep.buf;
+    const unsigned char *base = views[0].buf;
     Py_BEGIN_ALLOW_THREADS
     for (; i < n; i++) {
         if (kept != NULL && !kept[i]) {
@@ -823,10 +858,7 @@ static PyObject *block_start(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(i);
 done:
-    PyBuffer_Release(&records);
-    if (keep.obj != NULL) {
-        PyBuffer_Release(&keep);
-    }
+    release_all(views, held);
     return result;
 }
 
@@ -845,37 +877,28 @@ static PyObject *scatter(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     Py_buffer views[3 * MAX_FIELDS];
     int held = 0;
-    Field access_fields[MAX_FIELDS], sync_fields[MAX_FIELDS];
-    int access_count = 0, sync_count = 0;
+    HeldFields fields;
     PyObject *result = NULL;
-    if (PyObject_GetBuffer(kind_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
-    }
-    const unsigned char *kind = views[held].buf;
-    Py_ssize_t n = views[held++].len, accesses = 0;
-    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        goto done;
-    }
-    unsigned char *records = views[held].buf;
-    if (views[held++].len != n * RECORD_SIZE) {
-        PyErr_SetString(PyExc_ValueError, "records must be one 56-byte record per kind");
+    const unsigned char *kind;
+    Py_ssize_t n = get_records(records_obj, PyBUF_WRITABLE, views, &held), accesses = 0;
+    if (n < 0 || get_record_bytes(kind_obj, n, "kind", 0, views, &held, &kind) < 0) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         accesses += kind[i] <= write_kind;
     }
-    if (parse_fields(access_spec, accesses, access_fields, &access_count, views, &held) < 0 ||
-        parse_fields(sync_spec, n - accesses, sync_fields, &sync_count, views, &held) < 0) {
+    if (parse_held_fields(access_spec, accesses, sync_spec, n - accesses, &fields, views, &held) < 0) {
         goto done;
     }
+    unsigned char *records = views[0].buf;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t a = 0, s = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char *record = records + i * RECORD_SIZE;
         if (kind[i] <= write_kind) {
-            scatter_fields(record, access_fields, access_count, a++);
+            scatter_fields(record, fields.access, fields.access_count, a++);
         } else {
-            scatter_fields(record, sync_fields, sync_count, s++);
+            scatter_fields(record, fields.sync, fields.sync_count, s++);
         }
     }
     Py_END_ALLOW_THREADS
@@ -940,59 +963,30 @@ static PyObject *mirror(PyObject *Py_UNUSED(module), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "a mask is 56 bytes");
         goto done;
     }
-    if (PyObject_GetBuffer(records_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+    const unsigned char *keep, *access;
+    Py_ssize_t n = get_records(records_obj, PyBUF_SIMPLE, views, &held);
+    if (n < 0 || get_record_bytes(keep_obj, n, "keep", 1, views, &held, &keep) < 0 ||
+        get_record_bytes(access_obj, n, "access", 0, views, &held, &access) < 0) {
         goto done;
     }
-    Py_buffer *records = &views[held++];
-    Py_ssize_t n = records->len / RECORD_SIZE;
-    if (records->len % RECORD_SIZE || start < 0 || start > n) {
-        PyErr_SetString(PyExc_ValueError, "records must be whole 56-byte records, start within them");
+    if (start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "start must lie within the records");
         goto done;
     }
-    const unsigned char *keep = NULL;
-    if (keep_obj != Py_None) {
-        if (PyObject_GetBuffer(keep_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
-            goto done;
-        }
-        if (views[held++].len != n) {
-            PyErr_SetString(PyExc_ValueError, "keep must have one byte per record");
-            goto done;
-        }
-        keep = views[held - 1].buf;
-    }
-    if (PyObject_GetBuffer(access_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
+    const unsigned char *base = views[2].buf;
+    uint32_t *key_out;
+    unsigned char *kind_out;
+    Py_ssize_t room = get_key_kind(key_out_obj, kind_out_obj, views, &held, &key_out, &kind_out);
+    if (room < 0) {
         goto done;
     }
-    if (views[held++].len != n) {
-        PyErr_SetString(PyExc_ValueError, "access must have one byte per record");
+    const unsigned char *ref_class;
+    int ref_at = held;
+    Py_ssize_t ref_events = get_records(ref_obj, PyBUF_SIMPLE, views, &held);
+    if (ref_events < 0 || get_record_bytes(class_obj, ref_events, "ref_class", 0, views, &held, &ref_class) < 0) {
         goto done;
     }
-    const unsigned char *access = views[held - 1].buf;
-    if (PyObject_GetBuffer(key_out_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        goto done;
-    }
-    Py_buffer *key_view = &views[held++];
-    if (PyObject_GetBuffer(kind_out_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        goto done;
-    }
-    Py_buffer *kind_view = &views[held++];
-    if (key_view->itemsize != 4 || kind_view->itemsize != 1 || key_view->len != 4 * kind_view->len) {
-        PyErr_SetString(PyExc_ValueError, "key_out must be uint32, kind_out uint8, as many of each");
-        goto done;
-    }
-    if (PyObject_GetBuffer(ref_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
-        goto done;
-    }
-    Py_buffer *ref_view = &views[held++];
-    if (PyObject_GetBuffer(class_obj, &views[held], PyBUF_C_CONTIGUOUS) < 0) {
-        goto done;
-    }
-    Py_buffer *class_view = &views[held++];
-    Py_ssize_t ref_events = class_view->len;
-    if (ref_view->len != ref_events * RECORD_SIZE) {
-        PyErr_SetString(PyExc_ValueError, "ref_records must be one 56-byte record per ref_class byte");
-        goto done;
-    }
+    const unsigned char *ref = views[ref_at].buf;
     if (p < 0 || a < 0 || s < 0 || p > ref_events || a + s != p) {
         PyErr_SetString(PyExc_ValueError, "the state lies beyond the reference");
         goto done;
@@ -1000,10 +994,7 @@ static PyObject *mirror(PyObject *Py_UNUSED(module), PyObject *args) {
     uint64_t masks[2][WORDS];
     memcpy(masks[0], access_mask_view.buf, RECORD_SIZE);
     memcpy(masks[1], sync_mask_view.buf, RECORD_SIZE);
-    const unsigned char *base = records->buf, *ref = ref_view->buf, *ref_class = class_view->buf;
-    uint32_t *key_out = key_view->buf;
-    unsigned char *kind_out = kind_view->buf;
-    Py_ssize_t room = kind_view->len, e = 0, i = start;
+    Py_ssize_t e = 0, i = start;
     int status = MIRROR_BATCH_END, overflow = 0;
 
     Py_BEGIN_ALLOW_THREADS
