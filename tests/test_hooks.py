@@ -510,7 +510,7 @@ while len(config) < int(sys.argv[1]):
 record = struct.pack("<IBB2xQQQQQ", 1, 3, 0, 0, 0x12C0C0001000, 0, 0, 0)  # FREE, ACL, dst, size, params, root
 sock.sendall(struct.pack("<I", 1000) + record)
 sock.close()
-print("hooks sent", len(config))
+sys.stdout.write(f"hooks sent {len(config)}\n")  # one write: the run's live reports share this stdout
 """
 
 
