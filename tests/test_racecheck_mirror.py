@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from client_shim.events import EventKind, Pipe, Space, accesses, make_events, syncs
-from sanitizerd.detectors import racecheck
+from sanitizerd.detectors import _race_columns, racecheck
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT
 from sanitizerd.detectors._race_columns import (
     _ACCESS_MASK,
@@ -237,6 +237,29 @@ def test_no_reference_where_no_block_can_follow() -> None:
     detector.check(np.concatenate((part, finish(part))))
     assert detector.proofs.spans == 1 and detector.proofs.reference is None
     assert detector.kernel_end() == []
+
+
+@needs_compiled
+@pytest.mark.usefixtures("every_block_proven")
+def test_blocks_are_no_longer_compared_after_some_found_not_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client sending one-record blocks after a proven one: each would be compared and found not alike, at some
+    25 us each over gathering it; after MAX_MISSES of them the launch gathers every block."""
+    calls: list[int] = []
+    compare = COMPILED.mirror
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return compare(*args)
+
+    monkeypatch.setattr(COMPILED, "mirror", counted)
+    (part,) = tiles(1)
+    stray = np.repeat(part[:1], 500)
+    stray["block_id"] = np.arange(1, 501)
+    parts = [np.concatenate((part, finish(part), stray))]
+    found, mirrored = run(parts, native=COMPILED)
+    assert mirrored == 0 and len(calls) == _race_columns.MAX_MISSES
+    monkeypatch.setattr(COMPILED, "mirror", compare)
+    assert found == run(parts, native=COMPILED, prove=False)[0] == run(parts, native=None)[0]
 
 
 def finish(part: np.ndarray) -> np.ndarray:

@@ -86,6 +86,9 @@ _REF_NO_MATCH, _REF_ACCESS, _REF_SYNC = range(3)  # what a reference record may 
 # An extent from here on may depend on its batch (``native_extents`` saturates a batch together): a reference
 # access with one matches nothing.
 _EXACT_EXTENT = 1 << 53
+# Blocks compared and found not alike before a launch stops comparing: an SPMD kernel's blocks are alike, and each
+# block compared in vain costs some 25 us of Python over gathering it (a client sending one-record blocks).
+MAX_MISSES = 8
 _U64 = np.uint64
 
 
@@ -260,6 +263,7 @@ class HeldColumns:
         self.alike: dict[int, Mirror] = {}
         self._unfilled: list[Mirror] = []  # in arrival order
         self._cuts: list[int] = []  # where alike blocks begin and end, in order (``_complete``)
+        self.misses = 0  # blocks compared and found not alike (MAX_MISSES)
 
     @property
     def size(self) -> int:
@@ -299,7 +303,7 @@ class HeldColumns:
         room = self._events.grow(size)
         accesses = self._accesses.grow(n, lambda: self._unwritten(1))
         syncs = self._syncs.grow(size - n, lambda: self._unwritten(2))
-        if self._reference is None or not self.in_order:
+        if self._reference is None or not self.in_order or self.misses >= MAX_MISSES:
             if self._mirror is not None:  # out of order since it began: what it matched is written
                 mirror, self._mirror = self._mirror, None
                 self._fill(mirror)
@@ -379,7 +383,8 @@ class HeldColumns:
                     i = start
                     continue
                 key = (int(batch["block_type"][i]) << 16) | int(batch["block_id"][i])
-                if key < current:  # out of order: every block from here on is gathered (``append`` sees it)
+                if key < current or self.misses >= MAX_MISSES:
+                    # Out of order (``append`` sees it), or compared in vain: every block from here on is gathered.
                     self._gather(batch[i:], None if keep is None else keep[i:], access[i:], room[e:],
                                  accesses[a:], syncs[s:])  # fmt: skip
                     return
@@ -397,7 +402,7 @@ class HeldColumns:
                 self._end_mirror()
             elif status == _MISMATCH:  # what matched is written, and the rest of the block gathered
                 self._mirror = None
-                self._fill(mirror)
+                self._miss(mirror)
 
     def _gather_part(
         self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, lo: int, hi: int, room: Columns,
@@ -428,7 +433,12 @@ class HeldColumns:
             self._unfilled.append(mirror)
             self._cuts.extend(mirror.stretch_events())
         else:
-            self._fill(mirror)
+            self._miss(mirror)
+
+    def _miss(self, mirror: Mirror) -> None:
+        """``mirror``'s block is not alike: what it matched is written, and counted against MAX_MISSES."""
+        self.misses += 1
+        self._fill(mirror)
 
     def _unwritten(self, which: int) -> list[tuple[int, int]]:
         """The rows of the access (``which`` 1) or sync event (2) table that alike blocks and the block being
