@@ -209,9 +209,14 @@ class Mirror:
         return self.state[0], self.state[1], self.state[2]
 
     @property
+    def has_gm(self) -> bool:
+        """Whether it has matched a GM access (and so learned its GM offset)."""
+        return bool(self.state[3])
+
+    @property
     def gm_offset(self) -> int:
         """The GM offset as a signed number (0 if it has no GM access)."""
-        offset = self.state[4] if self.state[3] else 0
+        offset = self.state[4] if self.has_gm else 0
         return offset - (1 << 64) if offset >= 1 << 63 else offset
 
     @property
@@ -385,8 +390,7 @@ class HeldColumns:
                 key = (int(batch["block_type"][i]) << 16) | int(batch["block_id"][i])
                 if key < current or self.misses >= MAX_MISSES:
                     # Out of order (``append`` sees it), or compared in vain: every block from here on is gathered.
-                    self._gather(batch[i:], None if keep is None else keep[i:], access[i:], room[e:],
-                                 accesses[a:], syncs[s:])  # fmt: skip
+                    self._gather_part(batch, keep, access, i, batch.size, room, accesses, syncs, (e, a, s))
                     return
                 mirror = self._mirror = Mirror(key, first[0] + e, first[1] + a, first[2] + s)
             ref = self._reference
@@ -428,7 +432,7 @@ class HeldColumns:
         offset = mirror.gm_offset
         whole = mirror.matched == (ref.events[1] - ref.events[0], ref.accesses[1] - ref.accesses[0],
                                    ref.syncs[1] - ref.syncs[0])  # fmt: skip
-        if whole and (not mirror.state[3] or (ref.gm_low + offset >= 0 and ref.gm_end + offset < ADDRESS_LIMIT)):
+        if whole and (not mirror.has_gm or (ref.gm_low + offset >= 0 and ref.gm_end + offset < ADDRESS_LIMIT)):
             self.alike[mirror.events] = mirror
             self._unfilled.append(mirror)
             self._cuts.extend(mirror.stretch_events())
@@ -469,9 +473,9 @@ class HeldColumns:
             of = slice(ref.accesses[0], ref.accesses[0] + n_access)
             for name in (*ACCESS_FIELDS, "ext"):
                 accesses[name][to] = accesses[name][of]
-            if mirror.state[3]:
-                address = accesses["address"][to]
-                np.add(address, _U64(mirror.state[4]), out=address, where=accesses["space"][to] == Space.GM)
+            if mirror.has_gm:  # added modulo 2**64, as the compiled comparison took it
+                address, gm = accesses["address"][to], accesses["space"][to] == Space.GM
+                np.add(address, _U64(mirror.gm_offset % (1 << 64)), out=address, where=gm)
             accesses["serial"][to] += _U64(mirror.serial_offset)
         if n_sync:
             syncs = self._syncs.columns
@@ -513,16 +517,14 @@ class HeldColumns:
             return held
         ref = self._reference
         assert ref is not None
-        starts = np.array([m.syncs for m in self._unfilled], dtype=np.int64)
+        starts = np.array([m.syncs for m in self._unfilled], dtype=np.int64)  # in arrival order: sorted
         counts = np.array([m.matched[2] for m in self._unfilled], dtype=np.int64)
-        order = np.argsort(starts, kind="stable")
-        starts, counts = starts[order], counts[order]
         at = np.searchsorted(starts, rows, side="right") - 1
         inside = (at >= 0) & (rows < starts[np.maximum(at, 0)] + counts[np.maximum(at, 0)])
         if not inside.any():
             return held
-        which = order[at[inside]]
-        source = rows[inside] - starts[at[inside]] + ref.syncs[0]
+        which = at[inside]
+        source = rows[inside] - starts[which] + ref.syncs[0]
         syncs = self._syncs.columns
         for name in SYNC_FIELDS:
             held[name][inside] = syncs[name][source]

@@ -290,32 +290,32 @@ class Racecheck:
         and all of them at the ``last``."""
         self.pending.extend(columns.completed)
         columns.completed = []
+        if self.prove_blocks and not self.dropped:
+            self._prove_alike(columns, launch)
         if not self.prove_blocks or self.proofs.failed or self.dropped:
             self.pending = []
             if columns.whole:  # the whole check's nodes, made as blocks complete
-                columns.make_all()
-            return
-        while self.pending and not self.proofs.failed:  # blocks found alike as they arrived: proven by that
-            alike = next((i for i, s in enumerate(self.pending) if s.events[0] in columns.alike), None)
-            if alike is None:
-                break
-            if alike:  # the stretches before it first, in order
-                before, self.pending = joined(self.pending[:alike]), self.pending[alike:]
-                self._prove(columns, before, launch)
-                continue
-            stretch = self.pending.pop(0)
-            mirror = columns.alike[stretch.events[0]]
-            self.proofs.mirrored(stretch, columns.mirror_base(mirror))
-            columns.skip(stretch)
-        if self.proofs.failed:
-            self.pending = []
-            if columns.whole:
                 columns.make_all()
             return
         if not self.pending or (not last and self.pending[-1].events[1] - self.pending[0].events[0] < PROOF_STRETCH):
             return
         stretch, self.pending = joined(self.pending), []
         self._prove(columns, stretch, launch)
+
+    def _prove_alike(self, columns: HeldColumns, launch: KernelLaunch | None) -> None:
+        """Prove the pending blocks found alike to the reference as they arrived (``HeldColumns.alike``) by its
+        proof, each after the stretches before it."""
+        while self.pending and not self.proofs.failed:
+            alike = next((i for i, s in enumerate(self.pending) if s.events[0] in columns.alike), None)
+            if alike is None:
+                return
+            if alike:  # the stretches before it first, in order
+                before, self.pending = joined(self.pending[:alike]), self.pending[alike:]
+                self._prove(columns, before, launch)
+                continue
+            stretch = self.pending.pop(0)
+            self.proofs.mirrored(stretch, columns.mirror_base(columns.alike[stretch.events[0]]))
+            columns.skip(stretch)
 
     def _prove(self, columns: HeldColumns, stretch: Stretch, launch: KernelLaunch | None) -> None:
         shaped = self.proofs.shape(columns, stretch)
