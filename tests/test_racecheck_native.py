@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client_shim.events import EventKind, make_events
+from sanitizerd.chips import chip_named
 from sanitizerd.detectors import _block_parts, _happens_before, _race_columns, racecheck
 from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
@@ -255,7 +256,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
     """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
     loops do run on them (none refuses its input and leaves it to numpy)."""
     ran: list[str] = []
-    for name in ("gather", "select", "place", "fixpoint", "extents"):
+    for name in ("gather", "select", "place", "fixpoint", "extents", "unordered"):
 
         def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
             ran.append(_name)
@@ -274,7 +275,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
         assert native == reference
         raced += any(f.kind.startswith("race") for f in native)
     assert raced >= 5
-    assert {"gather", "select", "place", "fixpoint", "extents"} <= set(ran)
+    assert {"gather", "select", "place", "fixpoint", "extents", "unordered"} <= set(ran)
     assert fixpoints and all(fixpoints)
 
 
@@ -541,3 +542,187 @@ def test_compiled_extents_refuse_bad_buffers() -> None:
     held["ext"] = np.zeros(10, dtype=np.uint64)
     _race_columns.native_extents(COMPILED, held)
     assert np.array_equal(held["ext"], extents(events))
+
+
+def pairs_checked_both_ways(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> list[int]:
+    """Within it, every racecheck.Kernel's ``_unordered`` asserts that the compiled pairs' verdicts are numpy's:
+    on the candidate pairs, and on as many random pairs of its accesses (any two, of one block or two, an access
+    with itself), truncated or not. The count of pairs compared, per call."""
+    compared: list[int] = []
+    compiled = racecheck.Kernel._unordered
+
+    def both_ways(kernel: racecheck.Kernel, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = compiled(kernel, a, b)
+        n = kernel.mem.size
+        extra_a, extra_b = rng.integers(0, n, a.size + 8), rng.integers(0, n, a.size + 8)
+        for x, y in ((a, b), (extra_a, extra_b)):
+            for truncated in (kernel.truncated, not kernel.truncated):
+                kept, kernel.truncated = kernel.truncated, truncated
+                try:
+                    assert np.array_equal(compiled(kernel, x, y), kernel._unordered_numpy(x, y))
+                finally:
+                    kernel.truncated = kept
+                compared.append(x.size)
+        return out
+
+    monkeypatch.setattr(racecheck.Kernel, "_unordered", both_ways)
+    return compared
+
+
+def unordered_both_ways(seed: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """A random kernel of one to four blocks (SPMD or not, SyncAlls, atomics, every pipe) checked on the 910B and
+    on the 950 (whose vector pipe keeps its order), blocks proven alone or the whole check, with every pair's
+    verdict compared both ways (``pairs_checked_both_ways``); how many were compared."""
+    rng = random.Random(seed)
+    with monkeypatch.context() as patch:
+        compared = pairs_checked_both_ways(patch, np.random.default_rng(seed))
+        events, _ = to_events(random_kernel(rng, blocks=rng.choice((1, 2, 3, 4)), spmd=rng.random() < 0.4))
+        for chip in ("910B1", "950"):
+            detector = make_detector("racecheck")
+            detector.context.chip = chip_named(chip)
+            detector.prove_blocks = rng.random() < 0.5
+            run_kernel(detector, *batches(with_finish(events, rng), rng))
+    return sum(compared)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(60))
+def test_compiled_unordered_is_numpys(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pair's verdict compiled is numpy's, for pairs of one block and of two."""
+    unordered_both_ways(seed, monkeypatch)
+
+
+@needs_compiled
+def test_compiled_unordered_compares_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random kernels above do make pairs: most are compared, of one block and of two."""
+    compared = [unordered_both_ways(seed, monkeypatch) for seed in range(20)]
+    assert sum(1 for c in compared if c) >= 12
+
+
+class _Clocks:
+    """What ``Kernel._unordered`` reads of a model: the padded clocks, and no cross-block waits."""
+
+    knowledge = _happens_before.Model.knowledge
+
+    def __init__(self, table: np.ndarray, column: np.ndarray) -> None:
+        self.padded = (table, column)
+        self.G = np.empty((0, 0), dtype=np.int32)
+
+    def clock_table(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.padded
+
+
+def random_pair_inputs(rng: np.random.Generator, n: int, chip: str) -> racecheck.Kernel:
+    """A Kernel holding only what ``_unordered`` reads, every field random within what a check makes of it: few
+    values each, so that every rule decides some pairs (serials that repeat, barriers apart or not, pipes in
+    order, clocks that know or not, atomics)."""
+    kernel = object.__new__(racecheck.Kernel)
+    nodes, width = int(rng.integers(0, 8)), int(rng.integers(0, 4))
+    pipes = np.array([racecheck._S, racecheck._S_CAL, racecheck._V, 1, 2, 3])
+    kernel.mem = np.sort(rng.choice(4 * n, n, replace=False)).astype(np.int64)
+    kernel.serial = rng.integers(0, 4, n).astype(np.int64)
+    kernel.write, kernel.atomic = rng.random(n) < 0.6, rng.random(n) < 0.3
+    kernel.pipe = pipes[rng.integers(0, pipes.size, n)].astype(np.int64)
+    kernel.mblock = rng.integers(0, 2, n).astype(np.int64)
+    kernel.seg = rng.integers(0, 4, n).astype(np.int64)
+    kernel.prev, kernel.issuer = (rng.integers(-1, nodes, n).astype(np.int64) for _ in range(2))
+    kernel.pipe_index = rng.integers(0, 6, n).astype(rng.choice([np.int32, np.int64]))
+    kernel.barrier_no = rng.integers(0, 2, n).astype(rng.choice([np.int32, np.int64]))
+    table = rng.integers(-1, 4, (nodes + 1, width + 1)).astype(np.int32)
+    table[-1] = -1
+    table[:, -1] = -1
+    column = np.where(rng.random(racecheck.NPIPES) < 0.7, rng.integers(0, width + 1, racecheck.NPIPES), width)
+    kernel.model = _Clocks(table, column.astype(np.int64))  # type: ignore[assignment]
+    kernel.distance = int(rng.integers(0, 4))
+    kernel.truncated = bool(rng.random() < 0.3)
+    kernel.context = make_detector("racecheck").context
+    kernel.context.chip = chip_named(chip)
+    kernel.native, kernel._pair_inputs = COMPILED, None
+    return kernel
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 2, 5, 40, 300]), chip=st.sampled_from(["910B1", "950"]))
+def test_compiled_unordered_is_numpys_on_random_fields(seed: int, n: int, chip: str) -> None:
+    """Random fields (``random_pair_inputs``) and random pairs of them: each verdict compiled is numpy's."""
+    rng = np.random.default_rng(seed)
+    kernel = random_pair_inputs(rng, n, chip)
+    m = int(rng.integers(0, 3 * n + 1))
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    assert np.array_equal(kernel._unordered(a, b), kernel._unordered_numpy(a, b))
+
+
+@needs_compiled
+def test_random_fields_exercise_every_rule() -> None:
+    """Each rule of the pairs' verdict decides some random pairs: dropping any one changes some verdict."""
+    rng = np.random.default_rng(11)
+    kernels = [random_pair_inputs(rng, 300, chip) for chip in ("910B1", "950") * 10]
+    pairs = [(rng.integers(0, 300, 900), rng.integers(0, 300, 900)) for _ in kernels]
+    verdicts = [k._unordered_numpy(a, b) for k, (a, b) in zip(kernels, pairs, strict=True)]
+    for name, value in (("barrier_no", lambda k: np.zeros_like(k.barrier_no)),
+                        ("pipe_index", lambda k: np.zeros_like(k.pipe_index)),
+                        ("serial", lambda k: np.arange(k.serial.size)),
+                        ("atomic", lambda k: np.zeros_like(k.atomic)),
+                        ("issuer", lambda k: np.full_like(k.issuer, -1)),
+                        ("seg", lambda k: np.full_like(k.seg, 99))):  # fmt: skip
+        changed = 0
+        for kernel, (a, b), verdict in zip(kernels, pairs, verdicts, strict=True):
+            kept = getattr(kernel, name)
+            setattr(kernel, name, value(kernel))
+            changed += int((kernel._unordered_numpy(a, b) != verdict).sum())
+            setattr(kernel, name, kept)
+        assert changed, name
+
+
+@needs_compiled
+def test_compiled_unordered_refuses_what_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pair, a node row or a pipe column out of range, or arrays of other lengths or widths, is refused with
+    ValueError and writes nothing."""
+    seen: list[tuple] = []
+    compiled = racecheck.Kernel._unordered
+
+    def keep_inputs(kernel: racecheck.Kernel, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        table, column = kernel.model.clock_table()
+        seen.append((a.astype(np.int64), b.astype(np.int64), kernel._pair_columns(), table, column))
+        return compiled(kernel, a, b)
+
+    monkeypatch.setattr(racecheck.Kernel, "_unordered", keep_inputs)
+    events, _ = to_events(random_kernel(random.Random(3), blocks=2))
+    run_kernel(make_detector("racecheck"), events)
+    a, b, per_access, table, column = next(s for s in seen if s[0].size)
+    n = per_access[0].size
+
+    def call(a: np.ndarray = a, b: np.ndarray = b, per_access: tuple = per_access, table: np.ndarray = table,
+             width: int = table.shape[1], column: np.ndarray = column, out: np.ndarray | None = None) -> int:
+        out = np.zeros(a.size, dtype=bool) if out is None else out
+        return COMPILED.unordered(a, b, *per_access, table, width, column, 0, 0, 2, out)
+
+    call()  # the inputs as given are fine
+
+    def with_access(k: int, values: np.ndarray) -> tuple:
+        return tuple(values if i == k else x for i, x in enumerate(per_access))
+
+    prev, issuer, pipe = 5, 6, 2
+    bad = [
+        {"a": np.full(a.size, n)}, {"b": np.full(b.size, -1)}, {"b": b[:-1]},
+        {"per_access": with_access(prev, np.full(n, table.shape[0], np.int64))},
+        {"per_access": with_access(issuer, np.full(n, -table.shape[0] - 1, np.int64))},
+        {"per_access": with_access(pipe, np.full(n, 64, np.int64))},
+        {"per_access": with_access(pipe, np.full(n, -1, np.int64))},
+        {"per_access": with_access(0, per_access[0][:-1])},
+        {"per_access": with_access(10, per_access[10][:-1])},
+        {"column": np.full(column.size, table.shape[1], np.int64)},
+        {"width": table.shape[1] + 1}, {"width": 0},
+        {"out": np.zeros(a.size + 1, dtype=bool)},
+        {"per_access": with_access(0, per_access[0].astype(np.int32))},
+    ]
+    for change in bad:
+        out = np.zeros(a.size, dtype=bool)
+        with pytest.raises(ValueError):
+            call(**{**change, "out": change.get("out", out)})
+        assert not out.any()
+    frozen = np.zeros(a.size, dtype=bool)
+    frozen.flags.writeable = False
+    with pytest.raises((ValueError, TypeError, BufferError)):
+        call(out=frozen)

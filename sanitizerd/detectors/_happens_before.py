@@ -136,9 +136,13 @@ class Model:
     def knowledge(self, prev: np.ndarray, issuer: np.ndarray, comp: np.ndarray) -> np.ndarray:
         """Column ``comp`` of the knowledge of accesses whose last node on their pipe is ``prev`` and whose issue
         followed PIPE_S node ``issuer`` (``-1`` = none)."""
-        table, column = self.padded or self._padded()
+        table, column = self.clock_table()
         col = column[comp]
         return np.maximum(table[prev, col], table[issuer, col])
+
+    def clock_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The clocks as knowledge() reads them (``_padded``): the table, and each pipe's column in it."""
+        return self.padded or self._padded()
 
     def _padded(self) -> tuple[np.ndarray, np.ndarray]:
         """The clocks with a last row and a last column of -1 (``-1`` indexes them: no node, a pipe without

@@ -480,6 +480,8 @@ class Kernel:
         self.cut = cut
         self.simt = detector.simt  # names the thread of a SIMT call's entry record
         self.distance = detector.distance
+        self.native = detector.native
+        self._pair_inputs: tuple[np.ndarray, ...] | None = None  # ``_pair_columns``, made on first use
         self.launch = launch
         self.truncated = truncated
         self.left_out = (0, 0)  # racing sites, and their pairs, past MAX_KERNEL_FINDINGS (not reported)
@@ -752,6 +754,44 @@ class Kernel:
         return np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
     def _unordered(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Per candidate pair, whether nothing orders its two accesses: compiled (``_racecheck.unordered``) for
+        pairs within a block, as numpy's path below decides them; pairs of two blocks by their cross-block
+        knowledge."""
+        if self.native is None:
+            return self._unordered_numpy(a, b)
+        race = np.empty(a.size, dtype=bool)
+        table, column = self.model.clock_table()
+        cross = self.native.unordered(  # type: ignore[attr-defined]
+            np.ascontiguousarray(a, dtype=np.int64), np.ascontiguousarray(b, dtype=np.int64), *self._pair_columns(),
+            table, table.shape[1], column, self._in_order_pipes(), _S_CAL, self.distance, race,
+        )  # fmt: skip
+        if cross:
+            i = np.flatnonzero(self.mblock[a] != self.mblock[b])
+            if self.truncated:
+                race[i] = False
+            else:
+                race[i] &= ~(self._cross_knows(b[i], a[i]) | self._cross_knows(a[i], b[i]))
+        return race
+
+    def _pair_columns(self) -> tuple[np.ndarray, ...]:
+        """What the compiled ``unordered`` reads per access, as it reads them (int64; bytes for the two masks)."""
+        if self._pair_inputs is None:
+            as64 = [
+                np.ascontiguousarray(x, dtype=np.int64)
+                for x in (self.mem, self.serial, self.pipe, self.mblock, self.seg, self.prev, self.issuer,
+                          self.pipe_index, self.barrier_no)
+            ]  # fmt: skip
+            masks = [np.ascontiguousarray(x, dtype=bool).view(np.uint8) for x in (self.write, self.atomic)]
+            self._pair_inputs = (*as64, *masks)
+        return self._pair_inputs
+
+    def _in_order_pipes(self) -> int:
+        """The pipes whose accesses complete in issue order (a bit each): the scalar ones, and the 950's vector pipe
+        (reference §2.2)."""
+        pipes = 1 << _S_CAL | 1 << _S
+        return pipes | 1 << _V if self.context.chip.name.startswith("Ascend950") else pipes
+
+    def _unordered_numpy(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         serial, write = self.serial, self.write
         pa, pb = self.pipe[a], self.pipe[b]
         same_block = self.mblock[a] == self.mblock[b]

@@ -1075,6 +1075,111 @@ done:
     return result;
 }
 
+/* A clock ``table`` row named as numpy names it: -1 is the last row (the padded one: no node). */
+static inline Py_ssize_t table_row(int64_t r, Py_ssize_t rows) {
+    return r < 0 ? (Py_ssize_t)(r + rows) : (Py_ssize_t)r;
+}
+
+/* What access ``r`` knows of column ``col``: the larger of what its last node on its pipe and its PIPE_S issuer
+ * know (``Model.knowledge``). */
+static inline int64_t knows(const int32_t *table, Py_ssize_t width, Py_ssize_t rows, const int64_t *prev,
+                            const int64_t *issuer, int64_t r, int64_t col) {
+    int32_t x = table[table_row(prev[r], rows) * width + col], y = table[table_row(issuer[r], rows) * width + col];
+    return x > y ? x : y;
+}
+
+/* unordered(a, b, mem, serial, pipe, mblock, seg, prev, issuer, pipe_index, barrier_no, write, atomic, table,
+ *           width, column, in_order, s_cal, distance, out) -> pairs of two blocks
+ *
+ * racecheck.Kernel._unordered for the pairs (a[j], b[j]) of accesses of one block, into ``out`` (one byte per
+ * pair, 1: they race), bit for bit as its numpy path: an instruction never races with itself; two atomic writes
+ * off the scalar pipe never race; on one pipe, neither an in-order pipe (bit ``pipe`` of ``in_order``), nor more
+ * than ``distance`` instructions apart, nor a pipe_barrier between, nor a hand-over back (``_single_pipe_unordered``);
+ * on two pipes, neither knows the other completed. Pairs of two blocks get only the first two rules, and are
+ * counted: their cross-block knowledge is the caller's. Per access: int64 vectors but ``write`` and ``atomic``
+ * (one byte each); ``table``: the padded clocks (int32, rows of ``width``), ``column`` (int64, one per pipe) the
+ * column of each pipe's clock in it. Every index is checked. */
+static PyObject *unordered(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[17], *out_obj;
+    Py_ssize_t width;
+    unsigned long long in_order;
+    long long s_cal, distance;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOnOKLLO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5],
+                          &obj[6], &obj[7], &obj[8], &obj[9], &obj[10], &obj[11], &obj[12], &obj[13], &width,
+                          &obj[14], &in_order, &s_cal, &distance, &out_obj)) {
+        return NULL;
+    }
+    /* views: 0 a, 1 b, 2 mem, 3 serial, 4 pipe, 5 mblock, 6 seg, 7 prev, 8 issuer, 9 pipe_index, 10 barrier_no,
+     * 11 write, 12 atomic, 13 table, 14 column, 15 out */
+    static const Py_ssize_t sizes[15] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 1, 1, 4, 8};
+    Py_buffer views[16];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 15; held++) {
+        if (vector(obj[held], &views[held], sizes[held], "unordered's inputs") < 0) {
+            goto done;
+        }
+    }
+    if (PyObject_GetBuffer(out_obj, &views[15], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    held = 16;
+    Py_ssize_t pairs = views[0].len / 8, n = views[2].len / 8, columns = views[14].len / 8;
+    int ok = views[1].len == views[0].len && views[15].len == pairs && width > 0 && views[13].len % (width * 4) == 0;
+    for (int k = 3; ok && k < 11; k++) {
+        ok = views[k].len == n * 8;
+    }
+    ok = ok && views[11].len == n && views[12].len == n;
+    Py_ssize_t rows = ok ? views[13].len / (width * 4) : 0;
+    const int64_t *a = views[0].buf, *b = views[1].buf, *mem = views[2].buf, *serial = views[3].buf;
+    const int64_t *pipe = views[4].buf, *mblock = views[5].buf, *seg = views[6].buf, *prev = views[7].buf;
+    const int64_t *issuer = views[8].buf, *pipe_index = views[9].buf, *barrier_no = views[10].buf;
+    const unsigned char *write = views[11].buf, *atomic = views[12].buf;
+    const int32_t *table = views[13].buf;
+    const int64_t *column = views[14].buf;
+    unsigned char *out = views[15].buf;
+    ok = ok && rows > 0 && rows_within(a, pairs, n) && rows_within(b, pairs, n) && rows_within(column, columns, width);
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        Py_ssize_t p = table_row(prev[i], rows), s = table_row(issuer[i], rows);
+        ok = pipe[i] >= 0 && pipe[i] < columns && pipe[i] < 64 && p >= 0 && p < rows && s >= 0 && s < rows;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "unordered: an index out of range, or the arrays' lengths do not agree");
+        goto done;
+    }
+    Py_ssize_t cross = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < pairs; j++) {
+        int64_t x = a[j], y = b[j], px = pipe[x], py = pipe[y];
+        int same_block = mblock[x] == mblock[y];
+        int race = !same_block || serial[x] != serial[y];
+        int scalar = px == s_cal || py == s_cal;
+        if (write[x] && write[y] && atomic[x] && atomic[y] && !scalar) {
+            race = 0;
+        }
+        if (!same_block) {
+            cross++;
+        } else if (race && px == py) {
+            int64_t first = mem[x] < mem[y] ? x : y, second = first == x ? y : x;
+            int in_order_pipe = (int)((in_order >> px) & 1);
+            int apart = pipe_index[second] - pipe_index[first] > distance;
+            int barrier = barrier_no[first] != barrier_no[second];
+            int returned = knows(table, width, rows, prev, issuer, second, column[px]) >= seg[first];
+            race = !(in_order_pipe || apart || barrier || returned);
+        } else if (race) {
+            race = !(knows(table, width, rows, prev, issuer, y, column[px]) >= seg[x] ||
+                     knows(table, width, rows, prev, issuer, x, column[py]) >= seg[y]);
+        }
+        out[j] = (unsigned char)race;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(cross);
+
+done:
+    release_all(views, held);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
     {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
@@ -1084,6 +1189,7 @@ static PyMethodDef methods[] = {
     {"ranges_beyond", ranges_beyond, METH_VARARGS, "The byte ranges of the marked accesses beyond one each."},
     {"block_start", block_start, METH_VARARGS, "Where the next block's kept records begin."},
     {"scatter", scatter, METH_VARARGS, "Held columns written back into 56-byte records (gather's inverse)."},
+    {"unordered", unordered, METH_VARARGS, "Whether each pair of one block's accesses may race (Kernel._unordered)."},
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {NULL, NULL, 0, NULL},
 };
