@@ -19,6 +19,12 @@ class Chip:
     has_sub_blocks: bool  # aiv/aic naming (910B, 950) rather than aicore
     sizes: dict[Space, int]
 
+    @property
+    def is_950(self) -> bool:
+        """Of the 950 family (every 950 variant is named by this one entry: ``chip_named``), whose vector pipe
+        keeps its own order and whose data cache lines are 64 bytes."""
+        return self.name == "950"
+
 
 def _chip(name: str, cores: int, sub: bool, *, l0c: int, l1: int, ub: int, private_cores: int) -> Chip:
     return Chip(

@@ -169,6 +169,15 @@ def test_which_dcci_covers_a_write(dcci_row: dict, reported: bool) -> None:
     assert kinds(found) == (["dcci_missing"] if reported else [])
 
 
+@pytest.mark.parametrize(("offset", "reported"), [(0, False), (63, False), (64, True), (255, True)])
+def test_the_950s_cache_line_is_64_bytes(offset: int, reported: bool) -> None:
+    """On the 950 family a dcci of one cache line covers 64 bytes, not 256: a write's line is its own 64."""
+    detector = racecheck()
+    detector.context.chip = chip_named("Ascend950PR")
+    found = run_kernel(detector, events(write(1), a_dcci(2, 0, address=VALUE + offset), a_dcci(9, 1), read(10)))
+    assert kinds(found) == (["dcci_missing"] if reported else [])
+
+
 def test_serials_at_the_ends_of_u64_match_nothing_and_end_nothing() -> None:
     top = 2**64 - 1
     found = run_kernel(racecheck(), events(write(top), a_dcci(0, 0), a_dcci(top, 1), read(0), a_dcci(top - 1, 1),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from client_shim.events import BlockType, EventKind, Pipe, Space, accesses, make_events, syncs
+from sanitizerd.chips import chip_named
 from sanitizerd.detectors.racecheck import Racecheck
 from sanitizerd.findings.render import render_text
 from sanitizerd_protocol.messages import Location
@@ -191,6 +192,16 @@ class TestSinglePipe:
         near = program(vec(0x400, 0x0), *filler[:15], vec(0x800, 0x400))
         assert [r[0] for r in races(near)] == ["race_raw"]
         assert races(near, detector=racecheck(single_pipe_distance=0)) == []
+
+    def test_the_950s_vector_pipe_keeps_its_order(self) -> None:
+        """On the 950 family the hardware orders PIPE_V (reference §2.5, single-pipe): dependent vector ops need no
+        barrier there; on the 910B they race. Every 950 variant is the one chip entry (``chip_named``)."""
+        events = program(vec(0x400, 0x0), vec(0x800, 0x400))
+        for name in ("Ascend950PR", "950", "Ascend950DT"):
+            detector = racecheck()
+            detector.context.chip = chip_named(name)
+            assert races(events, detector=detector) == []
+        assert [r[0] for r in races(events)] == ["race_raw"]
 
     def test_a_round_trip_through_another_pipe_orders_the_pipe(self) -> None:
         """set(V->MTE3) wait, set(MTE3->V) wait: V's later op knows its earlier one finished (msSanitizer's

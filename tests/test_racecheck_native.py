@@ -655,7 +655,8 @@ def test_compiled_unordered_is_numpys_on_random_fields(seed: int, n: int, chip: 
 
 @needs_compiled
 def test_random_fields_exercise_every_rule() -> None:
-    """Each rule of the pairs' verdict decides some random pairs: dropping any one changes some verdict."""
+    """Each rule of the pairs' verdict decides some random pairs: dropping any one changes some verdict, and so
+    does the 950's ordered vector pipe."""
     rng = np.random.default_rng(11)
     kernels = [random_pair_inputs(rng, 300, chip) for chip in ("910B1", "950") * 10]
     pairs = [(rng.integers(0, 300, 900), rng.integers(0, 300, 900)) for _ in kernels]
@@ -673,6 +674,13 @@ def test_random_fields_exercise_every_rule() -> None:
             changed += int((kernel._unordered_numpy(a, b) != verdict).sum())
             setattr(kernel, name, kept)
         assert changed, name
+    on_910b = make_detector("racecheck").context.chip
+    vector_ordered = 0
+    for kernel, (a, b), verdict in zip(kernels, pairs, verdicts, strict=True):
+        if kernel.context.chip.is_950:
+            kernel.context.chip = on_910b
+            vector_ordered += int((kernel._unordered_numpy(a, b) != verdict).sum())
+    assert vector_ordered
 
 
 @needs_compiled

@@ -789,7 +789,7 @@ class Kernel:
         """The pipes whose accesses complete in issue order (a bit each): the scalar ones, and the 950's vector pipe
         (reference §2.2)."""
         pipes = 1 << _S_CAL | 1 << _S
-        return pipes | 1 << _V if self.context.chip.name.startswith("Ascend950") else pipes
+        return pipes | 1 << _V if self.context.chip.is_950 else pipes
 
     def _unordered_numpy(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         serial, write = self.serial, self.write
@@ -845,7 +845,7 @@ class Kernel:
         wanted = (self.mblock[rows].astype(np.int64) << _SERIAL_BITS) | beside.astype(np.int64)
         found = np.minimum(np.searchsorted(keys, wanted), max(keys.size - 1, 0))
         hit = valid & (keys.size > 0) & (keys[found] == wanted)
-        line = np.uint64(64 if self.context.chip.name.startswith("Ascend950") else 256)
+        line = np.uint64(64 if self.context.chip.is_950 else 256)
         same_line = self.access["address"][rows] // line == useful["address"][found] // line
         covered[rows] = hit & ((useful["mode"][found] == DCCI_ENTIRE) | same_line)
         return covered
@@ -918,7 +918,7 @@ class Kernel:
         second = np.where(self.mem[a] < self.mem[b], b, a)
         pipe = self.pipe[first]
         in_order = (pipe == _S_CAL) | (pipe == _S)
-        if self.context.chip.name.startswith("Ascend950"):
+        if self.context.chip.is_950:
             in_order |= pipe == _V  # the 950's vector pipe keeps its own order (reference §2.2)
         apart = self.pipe_index[second] - self.pipe_index[first] > self.distance
         barrier = self.barrier_no[first] != self.barrier_no[second]
