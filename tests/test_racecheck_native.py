@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from client_shim.events import EventKind, make_events
 from sanitizerd.chips import chip_named
-from sanitizerd.detectors import _block_parts, _happens_before, _race_columns, racecheck
+from sanitizerd.detectors import _block_parts, _happens_before, _race_columns, _race_pairs, racecheck
 from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._race_columns import _EXTENT_FIELDS, ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
-from sanitizerd.detectors._race_pairs import pieces
+from sanitizerd.detectors._race_pairs import Cut, pieces
 from sanitizerd.detectors._simt import SECTION_MARKS
 from sanitizerd_protocol.patterns import extents
 from sanitizerd_protocol.records import EVENT_DTYPE, FLAG_SIMT_ENTRY
@@ -256,7 +256,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
     """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
     loops do run on them (none refuses its input and leaves it to numpy)."""
     ran: list[str] = []
-    for name in ("gather", "select", "place", "fixpoint", "extents", "unordered"):
+    for name in ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs"):
 
         def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
             ran.append(_name)
@@ -275,7 +275,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
         assert native == reference
         raced += any(f.kind.startswith("race") for f in native)
     assert raced >= 5
-    assert {"gather", "select", "place", "fixpoint", "extents", "unordered"} <= set(ran)
+    assert {"gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs"} <= set(ran)
     assert fixpoints and all(fixpoints)
 
 
@@ -734,3 +734,70 @@ def test_compiled_unordered_refuses_what_does_not_fit(monkeypatch: pytest.Monkey
     frozen.flags.writeable = False
     with pytest.raises((ValueError, TypeError, BufferError)):
         call(out=frozen)
+
+
+def random_incidences(rng: np.random.Generator, size: int, n: int) -> tuple[np.ndarray, ...]:
+    """``_site_pairs``' inputs: incidences sorted by segment (segments of one to five keys, runs of a key, an
+    access in several segments), per access few keys, writes or reads, instructions that repeat (an instruction's
+    other events beside it)."""
+    seg = np.sort(rng.integers(0, max(size // int(rng.integers(1, 8)), 1), size)).astype(np.int64)
+    who = rng.integers(0, n, size).astype(np.int64)
+    key = rng.integers(0, int(rng.integers(1, 6)), n).astype(np.int64)
+    is_write = rng.random(n) < rng.random()
+    instruction = np.cumsum(rng.random(n) < 0.5).astype(np.int64)
+    return seg, who, key, is_write, instruction
+
+
+def site_pairs_both_ways(seg: np.ndarray, who: np.ndarray, key: np.ndarray, is_write: np.ndarray,
+                         instruction: np.ndarray, max_sites: int = 3) -> list:  # fmt: skip
+    out = []
+    for native in (COMPILED, None):
+        cut, asked = Cut(), []
+        chunks = _race_pairs._site_pairs(
+            seg, who, np.arange(key.size), key, is_write, instruction, np.arange(seg.size + 1, dtype=np.uint64),
+            np.arange(1, seg.size + 2, dtype=np.uint64), asked.append, cut, max_sites, native,
+        )  # fmt: skip
+        out.append(([(a.tolist(), b.tolist(), s.segment.tolist()) for a, b, s in chunks], asked,
+                    (cut.segments, cut.most)))  # fmt: skip
+    return out
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), size=st.sampled_from([0, 1, 2, 7, 60, 500]), n=st.sampled_from([1, 3, 40]))
+def test_compiled_site_pairs_are_numpys(seed: int, size: int, n: int) -> None:
+    """The same pairs, in the same chunks and order, the same pairs asked for and the same segments cut."""
+    native, reference = site_pairs_both_ways(*random_incidences(np.random.default_rng(seed), size, n))
+    assert native == reference
+
+
+@needs_compiled
+def test_random_incidences_make_pairs_of_every_sort() -> None:
+    """The random incidences make pairs of the other key and of the own key, general segments too, and skip an
+    instruction's own other events: dropping the skip changes some pairs."""
+    rng = np.random.default_rng(4)
+    other = own = general = skipped = 0
+    for _ in range(100):
+        seg, who, key, is_write, instruction = random_incidences(rng, 200, 40)
+        (chunks, _, _), _ = site_pairs_both_ways(seg, who, key, is_write, instruction)
+        *general_chunks, (a_other, _, _), (a_own, _, _) = chunks
+        other, own, general = other + len(a_other), own + len(a_own), general + len(general_chunks)
+        (apart, _, _), _ = site_pairs_both_ways(seg, who, key, is_write, np.arange(key.size))
+        skipped += apart != chunks
+    assert other and own and general and skipped
+
+
+@needs_compiled
+def test_compiled_site_pairs_refuse_what_does_not_fit() -> None:
+    seg, who, key, is_write, instruction = random_incidences(np.random.default_rng(2), 50, 10)
+    general, pairs = np.zeros(50, dtype=bool), np.zeros((4, 50), dtype=np.int64)
+    COMPILED.site_pairs(seg, who, key, is_write, instruction, general, pairs)
+    for i, bad in ((1, np.full(50, 10, np.int64)), (1, np.full(50, -1, np.int64)), (1, who[1:]), (2, key[1:]),
+                   (3, is_write[1:]), (4, instruction[1:]), (5, general[1:]), (6, pairs[:, 1:].copy()),
+                   (0, seg.astype(np.int32)), (2, key.astype(np.int32))):  # fmt: skip
+        args = [seg, who, key, is_write, instruction, np.zeros(50, dtype=bool), np.zeros((4, 50), dtype=np.int64)]
+        args[i] = bad
+        with pytest.raises(ValueError):
+            COMPILED.site_pairs(*args)
+        if i < 5:
+            assert not args[5].any() and not args[6].any()  # nothing written

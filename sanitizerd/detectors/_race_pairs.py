@@ -87,6 +87,7 @@ def candidate_pairs(
     need_pairs: Callable[[int], None] = lambda pairs: None,
     cut: Cut | None = None,
     max_sites: int | None = None,
+    native: object | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
@@ -105,7 +106,8 @@ def candidate_pairs(
     other event is skipped for the one before.
     ``need_pairs`` is told how many pairs there are: a search's before they are built (up to ``max_sites`` per
     incidence), the fast path's (two per incidence at most) once built. Without ``key``: neighbours only (the
-    last write before each access, the first write after each read)."""
+    last write before each access, the first write after each read). ``native``: the compiled module
+    (sanitizerd/native/_racecheck.c), whose ``site_pairs`` searches the segments of one or two keys; None: numpy."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
@@ -137,7 +139,9 @@ def candidate_pairs(
         return _neighbours(seg, who, is_write, starts, ends)
     assert instruction is not None
     bound = MAX_SITES_PER_SEGMENT if max_sites is None else max_sites
-    return _site_pairs(seg, who, rank, key, is_write, instruction, starts, ends, need_pairs, cut or Cut(), bound)
+    return _site_pairs(
+        seg, who, rank, key, is_write, instruction, starts, ends, need_pairs, cut or Cut(), bound, native
+    )
 
 
 def _neighbours(
@@ -178,12 +182,27 @@ def _site_pairs(
     need_pairs: Callable[[int], None],
     cut: Cut,
     max_sites: int,
+    native: object | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Incidences sorted by (segment, rank). Most segments are touched by one or two keys (a buffer one pipe
     fills and another drains, loop after loop): there the latest earlier access of the other key is the one just
     before the current run of equal keys, and of its own key the one before it (or before the other key's run
     in between), all found with running extrema in this order. Segments of three keys or more go to the
-    general search (``_group_pairs``), in (segment, key, rank) order."""
+    general search (``_group_pairs``), in (segment, key, rank) order. ``native``: the segments of one or two
+    keys searched in one compiled pass (``_racecheck.site_pairs``), as the numpy steps below search them."""
+    if native is not None:
+        general = np.empty(seg.size, dtype=bool)
+        found = np.empty((4, seg.size), dtype=np.int64)
+        others, owns = native.site_pairs(  # type: ignore[attr-defined]
+            np.ascontiguousarray(seg, dtype=np.int64), np.ascontiguousarray(who, dtype=np.int64),
+            np.ascontiguousarray(key, dtype=np.int64), np.ascontiguousarray(is_write, dtype=bool),
+            np.ascontiguousarray(instruction, dtype=np.int64), general, found,
+        )  # fmt: skip
+        chunks = _general(seg, who, rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites, general)
+        need_pairs(others + owns)
+        for a, b in ((found[0, :others], found[1, :others]), (found[2, :owns], found[3, :owns])):
+            chunks.append((who[a], who[b], Segments(starts, ends, seg[b])))
+        return chunks
     size = seg.size
     at = np.arange(size)
     kw = key[who]
@@ -202,14 +221,8 @@ def _site_pairs(
     third = other & (kw != kw[first_other[s_of_inc]])
     many = np.logical_or.reduceat(third, seg_starts)
     del other, first_other, third
-    chunks: list[tuple[np.ndarray, np.ndarray, Segments]] = []
     general = many[s_of_inc]
-    if general.any():
-        sub = np.flatnonzero(general)
-        sub = sub[np.lexsort((rank[who[sub]], kw[sub], seg[sub]))]
-        chunks = _group_pairs(
-            seg[sub], who[sub], rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites
-        )
+    chunks = _general(seg, who, rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites, general)
     write = is_write[who]
     ser = instruction[who]
 
@@ -249,6 +262,28 @@ def _site_pairs(
     for a, b in ((a_other, b_other), (a_own, b_own)):
         chunks.append((who[a], who[b], Segments(starts, ends, seg[b])))
     return chunks
+
+
+def _general(
+    seg: np.ndarray,
+    who: np.ndarray,
+    rank: np.ndarray,
+    key: np.ndarray,
+    is_write: np.ndarray,
+    instruction: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    need_pairs: Callable[[int], None],
+    cut: Cut,
+    max_sites: int,
+    general: np.ndarray,
+) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+    """The pairs of the ``general`` incidences (segments of three keys or more), by ``_group_pairs``."""
+    if not general.any():
+        return []
+    sub = np.flatnonzero(general)
+    sub = sub[np.lexsort((rank[who[sub]], key[who[sub]], seg[sub]))]
+    return _group_pairs(seg[sub], who[sub], rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites)
 
 
 def _group_pairs(

@@ -709,7 +709,7 @@ class Kernel:
         chunks = candidate_pairs(
             self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
             self._linear_order(), need=pieces_beyond_ranges, key=self._site_keys(), instruction=self._instructions(),
-            need_pairs=pairs_to_order, cut=self.cut,
+            need_pairs=pairs_to_order, cut=self.cut, native=self.native,
         )  # fmt: skip
         racing = []
         while chunks:

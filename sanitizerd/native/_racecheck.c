@@ -1180,6 +1180,120 @@ done:
     return result;
 }
 
+/* The incidence before ``p`` of its own key in a segment of at most two keys that begins at ``first``: the one
+ * before it, or, where ``p`` begins its run, the one before the other key's run (-1: none). */
+static inline int64_t before_of_same_key(int64_t p, int64_t first, const int64_t *run_start) {
+    int64_t q = p - 1;
+    if (q >= first && q < run_start[p]) {
+        q = run_start[q] - 1;
+    }
+    return q >= first ? q : -1;
+}
+
+/* ``p``, or where it is the same instruction as ``t`` (a vector op reading what it writes) the one of its key
+ * before it, twice at most. */
+static inline int64_t skip_same_instruction(int64_t p, int64_t t, int64_t first, const int64_t *run_start,
+                                            const int64_t *instruction, const int64_t *who) {
+    for (int i = 0; i < 2 && p >= 0 && instruction[who[p]] == instruction[who[t]]; i++) {
+        p = before_of_same_key(p, first, run_start);
+    }
+    return p;
+}
+
+/* site_pairs(seg, who, key, is_write, instruction, general, pairs) -> (other pairs, own pairs)
+ *
+ * _race_pairs._site_pairs's segments of one or two keys, bit for bit as its numpy path: incidences sorted by
+ * (segment, rank), ``seg`` and ``who`` (int64, the access of each); per access ``key`` and ``instruction``
+ * (int64) and ``is_write`` (one byte). Marks ``general`` (one byte per incidence) where a segment has three keys
+ * or more (left to the general search); elsewhere pairs each incidence with the one just before its run (the
+ * other key's latest, if either writes) and each write with its own key's latest before it, skipping an
+ * instruction's own other events: into ``pairs`` (int64, 4 x incidences) rows 0/1 the other key's (earlier,
+ * later), rows 2/3 the own key's, each in incidence order. Every access index is checked. */
+static PyObject *site_pairs(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6])) {
+        return NULL;
+    }
+    /* views: 0 seg, 1 who, 2 key, 3 is_write, 4 instruction, 5 general, 6 pairs */
+    static const Py_ssize_t sizes[5] = {8, 8, 8, 1, 8};
+    Py_buffer views[7];
+    int held = 0;
+    PyObject *result = NULL;
+    int64_t *run_start = NULL;
+    for (; held < 5; held++) {
+        if (vector(obj[held], &views[held], sizes[held], "site_pairs' inputs") < 0) {
+            goto done;
+        }
+    }
+    for (; held < 7; held++) {
+        if (PyObject_GetBuffer(obj[held], &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+    }
+    Py_ssize_t size = views[0].len / 8, n = views[2].len / 8;
+    const int64_t *seg = views[0].buf, *who = views[1].buf, *key = views[2].buf, *instruction = views[4].buf;
+    const unsigned char *is_write = views[3].buf;
+    unsigned char *general = views[5].buf;
+    int64_t *pairs = views[6].buf;
+    if (views[1].len != size * 8 || views[3].len != n || views[4].len != n * 8 || views[5].len != size ||
+        views[6].len != 4 * size * 8 || !rows_within(who, size, n)) {
+        PyErr_SetString(PyExc_ValueError, "site_pairs: an access out of range, or the arrays' lengths do not agree");
+        goto done;
+    }
+    run_start = malloc((size_t)(size > 0 ? size : 1) * sizeof(int64_t));
+    if (run_start == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *a_other = pairs, *b_other = pairs + size, *a_own = pairs + 2 * size, *b_own = pairs + 3 * size;
+    Py_ssize_t others = 0, owns = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t first = 0, end; first < size; first = end) {
+        int64_t k0 = key[who[first]], k1 = k0;
+        int many = 0;
+        for (end = first; end < size && seg[end] == seg[first]; end++) {
+            int64_t k = key[who[end]];
+            if (k != k0) {
+                if (k1 == k0) {
+                    k1 = k;
+                } else if (k != k1) {
+                    many = 1;
+                }
+            }
+        }
+        memset(general + first, many, (size_t)(end - first));
+        if (many) {
+            continue;
+        }
+        for (Py_ssize_t t = first; t < end; t++) {
+            run_start[t] = t > first && key[who[t]] == key[who[t - 1]] ? run_start[t - 1] : t;
+            int64_t p = run_start[t] - 1;
+            if (p >= first && (is_write[who[t]] || is_write[who[p]])) {
+                p = skip_same_instruction(p, t, first, run_start, instruction, who);
+                if (p >= 0) {
+                    a_other[others] = p;
+                    b_other[others++] = t;
+                }
+            }
+            if (is_write[who[t]]) {
+                p = skip_same_instruction(before_of_same_key(t, first, run_start), t, first, run_start, instruction,
+                                          who);
+                if (p >= 0) {
+                    a_own[owns] = p;
+                    b_own[owns++] = t;
+                }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", others, owns);
+
+done:
+    free(run_start);
+    release_all(views, held);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
     {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
@@ -1190,6 +1304,7 @@ static PyMethodDef methods[] = {
     {"block_start", block_start, METH_VARARGS, "Where the next block's kept records begin."},
     {"scatter", scatter, METH_VARARGS, "Held columns written back into 56-byte records (gather's inverse)."},
     {"unordered", unordered, METH_VARARGS, "Whether each pair of one block's accesses may race (Kernel._unordered)."},
+    {"site_pairs", site_pairs, METH_VARARGS, "The pair search's segments of one or two keys (_race_pairs._site_pairs)."},
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {NULL, NULL, 0, NULL},
 };
