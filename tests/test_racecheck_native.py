@@ -256,7 +256,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
     """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
     loops do run on them (none refuses its input and leaves it to numpy)."""
     ran: list[str] = []
-    for name in ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs"):
+    for name in ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes"):
 
         def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
             ran.append(_name)
@@ -275,7 +275,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
         assert native == reference
         raced += any(f.kind.startswith("race") for f in native)
     assert raced >= 5
-    assert {"gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs"} <= set(ran)
+    assert {"gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes"} <= set(ran)
     assert fixpoints and all(fixpoints)
 
 
@@ -801,3 +801,80 @@ def test_compiled_site_pairs_refuse_what_does_not_fit() -> None:
             COMPILED.site_pairs(*args)
         if i < 5:
             assert not args[5].any() and not args[6].any()  # nothing written
+
+
+def random_sync_events(rng: np.random.Generator, m: int, *, in_order: bool) -> tuple[np.ndarray, ...]:
+    """``make_nodes``' inputs: sync events of every kind (and kinds that make no node) on every pipe, PIPE_ALL
+    barriers, soft SyncAlls, on a few blocks, in block-sorted program order or not; members of PIPE_ALL's barrier
+    (none, some, all)."""
+    kinds = np.array([k for k in _KINDS if k >= EventKind.SET_FLAG] + [2, 255], dtype=np.uint8)
+    kind = kinds[rng.integers(0, kinds.size, m)]
+    pipe = rng.integers(0, 12, m).astype(np.int64)
+    pipe[rng.random(m) < 0.2] = int(racecheck.Pipe.ALL)
+    dst_pipe = rng.integers(0, 12, m).astype(np.int64)
+    block = np.sort(rng.integers(0, 4, m)).astype(np.int64)
+    seq = np.sort(rng.choice(3 * m + 1, m, replace=False)).astype(np.int64)
+    if not in_order:
+        shuffle = rng.permutation(m)
+        block, seq = block[shuffle], seq[shuffle]
+    members = np.sort(rng.choice(_happens_before._ALL_PIPES, int(rng.integers(0, 11)), replace=False))
+    return kind, pipe, dst_pipe, block, seq, members.astype(np.int64)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.sampled_from([0, 1, 5, 60, 400]), in_order=st.booleans())
+def test_compiled_make_nodes_are_numpys(seed: int, m: int, in_order: bool) -> None:
+    """The same nodes, field by field and dtype, in program order (compiled) or not (numpy's sort, told so)."""
+    args = random_sync_events(np.random.default_rng(seed), m, in_order=in_order)
+    native, reference = (_happens_before.make_nodes(*args, native=module) for module in (COMPILED, None))
+    for name in _happens_before._NODE_FIELDS:
+        a, b = getattr(native, name), getattr(reference, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+@needs_compiled
+def test_compiled_make_nodes_sort_by_count_in_program_order() -> None:
+    """Events in program order are made in one pass; out of order, or with keys past POS_BITS, it says so and
+    numpy's sort runs."""
+    rng = np.random.default_rng(8)
+    made = {True: 0, False: 0}
+    for in_order in (True, False):
+        for _ in range(20):
+            args = random_sync_events(rng, 200, in_order=in_order)
+            n = len(_happens_before.make_nodes(*args).key)
+            made[in_order] += bool(_happens_before._make_nodes_native(COMPILED, *args, n))
+    assert made == {True: 20, False: 0}
+    kind, pipe, dst_pipe, block, seq, members = random_sync_events(rng, 200, in_order=True)
+    seq[100:] += 1 << 40  # positions past POS_BITS: keys of one chain pass into the next
+    n = len(_happens_before.make_nodes(kind, pipe, dst_pipe, block, seq, members).key)
+    assert _happens_before._make_nodes_native(COMPILED, kind, pipe, dst_pipe, block, seq, members, n) is None
+
+
+@needs_compiled
+def test_compiled_make_nodes_refuse_what_does_not_fit() -> None:
+    args = random_sync_events(np.random.default_rng(1), 50, in_order=True)
+    n = len(_happens_before.make_nodes(*args).key)
+    kind, pipe, dst_pipe, block, seq, members = args
+
+    def call(*inputs: np.ndarray, n: int = n, tables: np.ndarray = _happens_before._NODE_TABLES,
+             constants: np.ndarray = _happens_before._NODE_CONSTANTS, kind_out: type = np.uint8) -> object:
+        outs = [np.empty(n, dtype=kind_out if name == "kind" else np.int64) for name in _happens_before._NODE_FIELDS]
+        return COMPILED.make_nodes(*inputs, tables, constants, *outs)
+
+    assert call(*args)
+    for bad in ({"n": n + 1}, {"n": n - 1}, {"tables": _happens_before._NODE_TABLES[:-1]},
+                {"constants": _happens_before._NODE_CONSTANTS[:-1]}, {"kind_out": np.int64}):  # fmt: skip
+        with pytest.raises(ValueError):
+            call(*args, **bad)
+    for i, short in enumerate((kind[1:], pipe[1:], dst_pipe[1:], block[1:], seq[1:])):
+        inputs = list(args)
+        inputs[i] = short
+        with pytest.raises(ValueError):
+            call(*inputs)
+    with pytest.raises(ValueError):
+        call(kind, pipe.astype(np.int32), dst_pipe, block, seq, members)
+    constants = _happens_before._NODE_CONSTANTS.copy()
+    constants[-1] = 63  # POS_BITS past what a shift of int64 takes
+    with pytest.raises(ValueError):
+        call(*args, constants=constants)

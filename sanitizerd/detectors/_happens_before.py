@@ -260,7 +260,7 @@ def build(
     (sanitizerd/native/_racecheck.c), whose fixpoint of the clocks is this module's (``_fixpoint``)."""
     all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes)
     parts = made(all_pipes)
-    nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes) if parts is None else parts.nodes
+    nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes, native) if parts is None else parts.nodes
     node_kind = nodes.kind
     n = nodes.size
     nodes.active = small_unique(nodes.pipe)
@@ -324,15 +324,21 @@ def barrier_members(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, wo
 
 
 def make_nodes(
-    kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, block: np.ndarray, seq: np.ndarray, all_pipes: np.ndarray
-) -> Nodes:
+    kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, block: np.ndarray, seq: np.ndarray, all_pipes: np.ndarray,
+    native: object | None = None,
+) -> Nodes:  # fmt: skip
     """One node per sync instruction; pipe_barrier(PIPE_ALL) makes one per pipe plus PIPE_S's wait, a soft
-    SyncAll a set on PIPE_S_CAL and a wait on PIPE_S."""
+    SyncAll a set on PIPE_S_CAL and a wait on PIPE_S. ``native``: the compiled module, which makes them with a
+    count by chain where the events come in program order (``_racecheck.make_nodes``); None: numpy."""
     is_all = (kind == _K.PIPE_BARRIER) & (pipe == _ALL)
     count = np.zeros(kind.size, dtype=np.int64)
     count[_IS_ONE_NODE[kind]] = 1
     count[kind == _K.SOFT_SYNC_ALL] = 2
     count[is_all] = all_pipes.size + 1
+    if native is not None and kind.dtype == np.uint8:
+        nodes = _make_nodes_native(native, kind, pipe, dst_pipe, block, seq, all_pipes, int(count.sum()))
+        if nodes is not None:
+            return nodes
     event = np.repeat(np.arange(kind.size), count)
     part = np.arange(event.size) - np.repeat(np.cumsum(count) - count, count)
     k = kind[event]
@@ -364,6 +370,28 @@ def make_nodes(
         event=seq[event[order]], local=event[order], kind=k[order], key=key, chain=chain,
     )  # fmt: skip
     return nodes
+
+
+_NODE_FIELDS = ("block", "pipe", "pos", "ordinal", "event", "local", "kind", "key", "chain")
+_NODE_TABLES = np.concatenate((_IS_ONE_NODE, _IS_FLAG_WAIT, _IS_OWN_PIPE_WAIT)).view(np.uint8)
+_NODE_CONSTANTS = np.array(
+    [_K.PIPE_BARRIER, _K.SOFT_SYNC_ALL, _K.SOFT_SET, _ALL, _S, _S_CAL, NPIPES, POS_BITS], dtype=np.int64
+)
+
+
+def _make_nodes_native(
+    native: object, kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, block: np.ndarray, seq: np.ndarray,
+    all_pipes: np.ndarray, n: int,
+) -> Nodes | None:  # fmt: skip
+    """``make_nodes``' ``n`` nodes made in one compiled pass; None where their keys are not in program order
+    within each chain (numpy's sort decides then)."""
+    out = {name: np.empty(n, dtype=np.uint8 if name == "kind" else np.int64) for name in _NODE_FIELDS}
+    as64 = [np.ascontiguousarray(x, dtype=np.int64) for x in (pipe, dst_pipe, block, seq, all_pipes)]
+    made = native.make_nodes(  # type: ignore[attr-defined]
+        np.ascontiguousarray(kind), *as64, _NODE_TABLES, _NODE_CONSTANTS, *out.values()
+    )
+    return Nodes(**out) if made else None
+
 
 
 def issuer_of(nodes: Nodes, block: np.ndarray, pos: np.ndarray) -> np.ndarray:

@@ -689,7 +689,7 @@ class HeldColumns:
             made_with = members.tobytes()
             self._members.add(made_with)
         seq = lo + np.flatnonzero(is_sync)
-        nodes = make_nodes(sync_kind, pipe, dst_pipe, blocks[is_sync], seq, members)
+        nodes = make_nodes(sync_kind, pipe, dst_pipe, blocks[is_sync], seq, members, self.native)
         parts = block_edges(nodes, pipe, dst_pipe, syncs["event_id"][sync_lo:sync_hi], members)
         first = self._nodes.size
         room = self._nodes.grow(nodes.size)

@@ -1294,6 +1294,173 @@ done:
     return result;
 }
 
+enum { N_PIPE_BARRIER, N_SOFT_SYNC_ALL, N_SOFT_SET, N_ALL, N_S, N_S_CAL, N_NPIPES, N_POS_BITS, N_COUNT };
+
+/* make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes, tables, constants, block_out, pipe_out, pos_out,
+ *            ordinal_out, event_out, local_out, kind_out, key_out, chain_out) -> whether it made them
+ *
+ * _happens_before.make_nodes, bit for bit, where the nodes of each chain (block * NPIPES + pipe) come in the
+ * order of their keys as the events make them (events in block-sorted program order do): then a stable sort by
+ * key is a count by chain, with no comparison sort. Per sync event ``kind`` (uint8) and int64 ``pipe``,
+ * ``dst_pipe``, ``block``, ``seq``; ``all_pipes`` (int64) the members of pipe_barrier(PIPE_ALL); ``tables``:
+ * three 256-byte tables by kind (_IS_ONE_NODE, _IS_FLAG_WAIT, _IS_OWN_PIPE_WAIT); ``constants``: the kinds
+ * PIPE_BARRIER, SOFT_SYNC_ALL, SOFT_SET, the pipes ALL, S, S_CAL, NPIPES and POS_BITS. The outputs (int64 but
+ * ``kind_out``, uint8) have one row per node: as many as numpy's count makes, or refused. False, with nothing
+ * promised of the outputs, where the keys are not so ordered (numpy's sort is to run). */
+static PyObject *make_nodes(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[17];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6],
+                          &obj[7], &obj[8], &obj[9], &obj[10], &obj[11], &obj[12], &obj[13], &obj[14], &obj[15],
+                          &obj[16])) {
+        return NULL;
+    }
+    /* views: 0 kind, 1 pipe, 2 dst_pipe, 3 block, 4 seq, 5 all_pipes, 6 tables, 7 constants, 8.. the outputs */
+    static const Py_ssize_t sizes[8] = {1, 8, 8, 8, 8, 8, 1, 8};
+    Py_buffer views[17];
+    int held = 0;
+    PyObject *result = NULL;
+    int64_t *scratch = NULL;
+    for (; held < 8; held++) {
+        if (vector(obj[held], &views[held], sizes[held], "make_nodes' inputs") < 0) {
+            goto done;
+        }
+    }
+    for (; held < 17; held++) {
+        if (PyObject_GetBuffer(obj[held], &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            goto done;
+        }
+        if (views[held].itemsize != (held == 14 ? 1 : 8)) {
+            PyErr_SetString(PyExc_ValueError, "make_nodes: outputs are int64, but kind's uint8");
+            held++;
+            goto done;
+        }
+    }
+    Py_ssize_t m = views[0].len, members = views[5].len / 8;
+    const unsigned char *kind = views[0].buf, *one_node = views[6].buf, *flag_wait = one_node + 256;
+    const unsigned char *own_pipe_wait = one_node + 512;
+    const int64_t *pipe = views[1].buf, *dst_pipe = views[2].buf, *block = views[3].buf, *seq = views[4].buf;
+    const int64_t *all_pipes = views[5].buf, *c = views[7].buf;
+    int ok = views[1].len == m * 8 && views[2].len == m * 8 && views[3].len == m * 8 && views[4].len == m * 8 &&
+             views[6].len == 3 * 256 && views[7].len == N_COUNT * 8;
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; ok && i < m; i++) {
+        n += kind[i] == c[N_PIPE_BARRIER] && pipe[i] == c[N_ALL] ? members + 1
+             : kind[i] == c[N_SOFT_SYNC_ALL]                      ? 2
+                                                                  : one_node[kind[i]] != 0;
+    }
+    for (int k = 8; ok && k < 17; k++) {
+        ok = views[k].len == n * views[k].itemsize;
+    }
+    if (!ok || c[N_NPIPES] <= 0 || c[N_POS_BITS] < 0 || c[N_POS_BITS] > 62) {
+        PyErr_SetString(PyExc_ValueError, "make_nodes: the arrays' lengths do not agree with the nodes made");
+        goto done;
+    }
+    int64_t *block_out = views[8].buf, *pipe_out = views[9].buf, *pos_out = views[10].buf;
+    int64_t *ordinal_out = views[11].buf, *event_out = views[12].buf, *local_out = views[13].buf;
+    unsigned char *kind_out = views[14].buf;
+    int64_t *key_out = views[15].buf, *chain_out = views[16].buf;
+    /* scratch: per node in the order made, its chain, key and event; then per chain its next row (chains are
+     * counted only where they span at most n + 4096) */
+    scratch = malloc((size_t)(4 * n + 4097) * sizeof(int64_t));
+    if (scratch == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *made_chain = scratch, *made_key = scratch + n, *made_event = scratch + 2 * n;
+    int sorted = 1;
+    Py_BEGIN_ALLOW_THREADS
+    const int64_t npipes = c[N_NPIPES], pos_bits = c[N_POS_BITS];
+    Py_ssize_t j = 0;
+    int64_t low = INT64_MAX, high = INT64_MIN;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        unsigned char k = kind[i];
+        int barrier = k == c[N_PIPE_BARRIER], sync_all = k == c[N_SOFT_SYNC_ALL];
+        Py_ssize_t count = barrier && pipe[i] == c[N_ALL] ? members + 1 : sync_all ? 2 : one_node[k] != 0;
+        for (Py_ssize_t part = 0; part < count; part++, j++) {
+            int64_t node_pipe = pipe[i] == c[N_S] ? c[N_S_CAL] : pipe[i];
+            node_pipe = flag_wait[k] ? dst_pipe[i] : node_pipe;
+            node_pipe = own_pipe_wait[k] ? pipe[i] : node_pipe;
+            node_pipe = k == c[N_SOFT_SET] ? c[N_S_CAL] : node_pipe;
+            node_pipe = sync_all ? (part == 0 ? c[N_S_CAL] : c[N_S]) : node_pipe;
+            if (barrier) {
+                node_pipe = part < members ? all_pipes[part] : c[N_S];
+            }
+            int waiting_half = (sync_all && part == 1) || (barrier && part == members);
+            int64_t pos = (int64_t)(2 * (uint64_t)seq[i] + (uint64_t)waiting_half);
+            int64_t chain = (int64_t)((uint64_t)block[i] * (uint64_t)npipes + (uint64_t)node_pipe);
+            made_chain[j] = chain;
+            made_key[j] = (int64_t)(((uint64_t)chain << pos_bits) + (uint64_t)pos);
+            made_event[j] = i;
+            pipe_out[j] = node_pipe; /* by the order made, for now */
+            pos_out[j] = pos;
+            low = chain < low ? chain : low;
+            high = chain > high ? chain : high;
+        }
+    }
+    /* A stable count by chain, where the chains span no more than the nodes and a few thousand (a block's or
+     * a kernel's worth of pipes): ``next`` holds each chain's next row. */
+    if (n && (uint64_t)high - (uint64_t)low >= (uint64_t)n + 4096) {
+        sorted = 0;
+    }
+    if (sorted && n) {
+        Py_ssize_t chains = (Py_ssize_t)((uint64_t)high - (uint64_t)low) + 1;
+        int64_t *next = scratch + 3 * n;
+        memset(next, 0, (size_t)chains * sizeof(int64_t));
+        for (Py_ssize_t x = 0; x < n; x++) {
+            next[made_chain[x] - low]++;
+        }
+        int64_t at = 0;
+        for (Py_ssize_t ch = 0; ch < chains; ch++) {
+            int64_t count = next[ch];
+            next[ch] = at;
+            at += count;
+        }
+        /* rows in sorted order: local_out[row] = the node made x */
+        for (Py_ssize_t x = 0; x < n; x++) {
+            local_out[next[made_chain[x] - low]++] = x;
+        }
+        for (Py_ssize_t r = 0; r < n && sorted; r++) {
+            int64_t x = local_out[r];
+            if (r && (made_key[x] < key_out[r - 1] || (made_key[x] == key_out[r - 1] && x < local_out[r - 1]))) {
+                sorted = 0;
+            }
+            key_out[r] = made_key[x];
+        }
+    }
+    if (sorted) {
+        /* Gather by made order into the outputs; pipe_out and pos_out are read before they are written over, so
+         * they go through scratch (made_chain, no longer needed, and made_key). */
+        for (Py_ssize_t r = 0; r < n; r++) {
+            made_chain[r] = pipe_out[local_out[r]];
+        }
+        memcpy(pipe_out, made_chain, (size_t)n * sizeof(int64_t));
+        for (Py_ssize_t r = 0; r < n; r++) {
+            made_chain[r] = pos_out[local_out[r]];
+        }
+        memcpy(pos_out, made_chain, (size_t)n * sizeof(int64_t));
+        int64_t start = 0;
+        for (Py_ssize_t r = 0; r < n; r++) {
+            int64_t i = made_event[local_out[r]];
+            chain_out[r] = key_out[r] >> pos_bits;
+            if (r && chain_out[r] != chain_out[r - 1]) {
+                start = r;
+            }
+            ordinal_out[r] = r - start;
+            block_out[r] = block[i];
+            event_out[r] = seq[i];
+            kind_out[r] = kind[i];
+            local_out[r] = i;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(sorted);
+
+done:
+    free(scratch);
+    release_all(views, held);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Split a batch's kept records into racecheck's columns in one pass."},
     {"place", place, METH_VARARGS, "Place complete blocks' accesses among their sync nodes, counted in one pass."},
@@ -1305,6 +1472,7 @@ static PyMethodDef methods[] = {
     {"scatter", scatter, METH_VARARGS, "Held columns written back into 56-byte records (gather's inverse)."},
     {"unordered", unordered, METH_VARARGS, "Whether each pair of one block's accesses may race (Kernel._unordered)."},
     {"site_pairs", site_pairs, METH_VARARGS, "The pair search's segments of one or two keys (_race_pairs._site_pairs)."},
+    {"make_nodes", make_nodes, METH_VARARGS, "A kernel's sync nodes sorted by a count (_happens_before.make_nodes)."},
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {NULL, NULL, 0, NULL},
 };
