@@ -237,3 +237,24 @@ def test_matches_the_brute_force_model(seed: int, spmd: bool) -> None:
     # Folding keeps one instance per site; every site is distinct here, so the instance is the pair, and every
     # racing pair is reported (not only neighbouring ones, issue 11).
     assert reported == expected, (program, reported - expected, expected - reported)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_barrier_members_are_the_busy_pipes(seed: int) -> None:
+    """pipe_barrier(PIPE_ALL)'s members: each pipe of _ALL_PIPES that an access ran on, a sync event other than a
+    barrier was issued on (PIPE_S as PIPE_S_CAL), or a flag wait waits on; as np.isin over all of them says, with
+    pipes past the defined ones (a hostile client's) and negative ones ignored."""
+    from sanitizerd.detectors import _happens_before as hb
+
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        m = int(rng.integers(0, 30))
+        named = np.array([int(k) for k in EventKind if k >= EventKind.SET_FLAG], dtype=np.uint8)
+        kind = rng.choice(named, m) if rng.random() < 0.7 else rng.integers(0, 256, m).astype(np.uint8)
+        top = int(rng.choice([hb.NPIPES + 2, 300]))
+        pipe, dst_pipe = rng.integers(-3, top, m), rng.integers(-3, top, m)
+        work = rng.integers(-3, top, int(rng.integers(0, 5)))
+        busy = np.concatenate((work, hb.scalar_to_cal(pipe[kind != EventKind.PIPE_BARRIER]),
+                               dst_pipe[hb._IS_FLAG_WAIT[kind]]))  # fmt: skip
+        expected = hb._ALL_PIPES[np.isin(hb._ALL_PIPES, busy)]
+        assert np.array_equal(hb.barrier_members(kind, pipe, dst_pipe, work), expected)

@@ -319,8 +319,10 @@ def small_unique(values: np.ndarray) -> np.ndarray:
 def barrier_members(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, work_pipes: np.ndarray) -> np.ndarray:
     """The pipes pipe_barrier(PIPE_ALL) waits on: only those that do something (the others have nothing to
     publish), given the sync events and the pipes the accesses ran on."""
-    busy = np.concatenate((work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]))
-    return _ALL_PIPES[np.isin(_ALL_PIPES, busy)]
+    busy = np.zeros(NPIPES, dtype=bool)  # marked by a mask per source: np.isin would sort them all
+    for values in (work_pipes, scalar_to_cal(pipe[kind != _K.PIPE_BARRIER]), dst_pipe[_IS_FLAG_WAIT[kind]]):
+        busy[values[(values >= 0) & (values < NPIPES)]] = True  # pipes past the defined ones are no member
+    return _ALL_PIPES[busy[_ALL_PIPES]]
 
 
 def make_nodes(
