@@ -475,13 +475,19 @@ def _solve(
     shared.bind(x)
     K = nodes.K
     for _ in range(64):  # the cross-block feedback settles in a step or two; the bound only guards against bugs
-        rows = shared.rows
-        solved, rounds = _fixpoint(
-            K[rows], nodes.chain[rows], nodes.ordinal[rows], own_col[rows], span, shared.edges, shared.multi,
-            shared.new[x[shared.solved_x]], inj[shared.solved_x], native,
-        )  # fmt: skip
+        if shared.whole:  # every block solved: the nodes as they are (the rounds may write K: it is replaced)
+            solved, rounds = _fixpoint(
+                K, nodes.chain, nodes.ordinal, own_col, span, shared.edges, shared.multi, x, inj, native
+            )
+        else:
+            rows = shared.rows
+            solved, rounds = _fixpoint(
+                K[rows], nodes.chain[rows], nodes.ordinal[rows], own_col[rows], span, shared.edges, shared.multi,
+                shared.new[x[shared.solved_x]], inj[shared.solved_x], native,
+            )  # fmt: skip
+            solved = solved[shared.expand]
         model.rounds += rounds
-        K = nodes.K = solved[shared.expand]
+        K = nodes.K = solved
         if not x.size:
             return
         _cross_knowledge(model, sources, n_blocks)
@@ -582,7 +588,9 @@ def _fixpoint_native(
 class _Skeletons:
     """Blocks of an SPMD kernel run the same code: the same sync instructions in the same order, so the same
     nodes and edges relative to the block's first node, and the same clocks. The fixpoint is solved for one
-    block of each skeleton and copied to the others (``expand``). ``share=False`` solves every block."""
+    block of each skeleton and copied to the others (``expand``). ``share=False`` solves every block. Where every
+    block is solved (``whole``: one block, as a block proven alone, or none alike), the nodes are solved as they
+    are, with no rows picked or copied back."""
 
     def __init__(
         self,
@@ -599,6 +607,11 @@ class _Skeletons:
         if share and n_blocks > 1:
             rep = _representatives(nodes, [*edges, *multi], lo, hi)
         reps = np.unique(rep)
+        self.whole = reps.size == n_blocks and int((hi - lo).sum()) == nodes.size
+        self.solved_x = np.empty(0, dtype=np.int64)  # which cross-block waits are among the solved nodes
+        if self.whole:
+            self.edges, self.multi = edges, multi
+            return
         self.rows = np.concatenate([np.arange(lo[r], hi[r]) for r in reps])
         self.new = np.full(nodes.size, -1, dtype=np.int64)
         self.new[self.rows] = np.arange(self.rows.size)
@@ -606,17 +619,18 @@ class _Skeletons:
         self.expand = self.new[lo[rep[block]] + (np.arange(nodes.size) - lo[block])]
         self.edges = [self._reduce(src, dst) for src, dst in edges]
         self.multi = [self._reduce(src, dst) for src, dst in multi]
-        self.solved_x = np.empty(0, dtype=np.int64)  # which cross-block waits are among the solved nodes
 
     def _reduce(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         keep = self.new[dst] >= 0
         return self.new[src[keep]], self.new[dst[keep]]
 
     def bind(self, x: np.ndarray) -> None:
-        self.solved_x = np.flatnonzero(self.new[x] >= 0)
+        self.solved_x = np.arange(x.size) if self.whole else np.flatnonzero(self.new[x] >= 0)
 
     def same_for_all(self, x: np.ndarray, inj: np.ndarray) -> bool:
         """Whether every block learns through cross-block waits what its skeleton's solved block learns."""
+        if self.whole:
+            return True
         twin = self.expand[x]
         order = np.argsort(twin, kind="stable")
         same_twin = twin[order][1:] == twin[order][:-1]
