@@ -258,3 +258,44 @@ def test_barrier_members_are_the_busy_pipes(seed: int) -> None:
                                dst_pipe[hb._IS_FLAG_WAIT[kind]]))  # fmt: skip
         expected = hb._ALL_PIPES[np.isin(hb._ALL_PIPES, busy)]
         assert np.array_equal(hb.barrier_members(kind, pipe, dst_pipe, work), expected)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_small_numbers_values_densely_in_their_order(seed: int) -> None:
+    """racecheck._small is np.unique's inverse (int64), for one value, small ones (any integer dtype, negatives)
+    and large ones (uint64 past 2**63 too)."""
+    from sanitizerd.detectors.racecheck import _small
+
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        dtype = rng.choice([np.uint64, np.int64, np.uint32, np.int32, np.uint16])
+        values = rng.integers(0, int(rng.choice([1, 3, 1 << 24, 1 << 30])), int(rng.integers(0, 50))).astype(dtype)
+        if dtype in (np.int64, np.int32) and rng.random() < 0.3:
+            values -= 5
+        if dtype == np.uint64 and rng.random() < 0.2:
+            values[: values.size // 2] = np.uint64(2**64 - 1 - int(rng.integers(0, 3)))
+        expected = np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        got = _small(values)
+        assert got.dtype == np.int64 and np.array_equal(got, expected)
+
+
+def test_dense_is_unique_and_its_table_stays_small() -> None:
+    """_race_pairs.dense is np.unique with its inverse; one large key (a hostile block key, a pc below 2**24)
+    makes no table of the key's size: the peak stays far below the 128 MB one such table took."""
+    import tracemalloc
+
+    from sanitizerd.detectors._race_pairs import dense
+
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        keys = rng.integers(0, int(rng.choice([3, 1000, 1 << 20, 1 << 24])), int(rng.integers(1, 60)))
+        unique, inverse = dense(keys.astype(np.int64))
+        expected_unique, expected_inverse = np.unique(keys, return_inverse=True)
+        assert np.array_equal(unique, expected_unique) and np.array_equal(inverse, expected_inverse.reshape(-1))
+    tracemalloc.start()
+    try:
+        dense(np.array([0, (1 << 24) - 1], dtype=np.int64))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

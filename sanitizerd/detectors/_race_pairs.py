@@ -420,6 +420,10 @@ def _segments(
     return seg[by], who[by], bounds[:-1], bounds[1:]
 
 
+# ``dense`` counts in a table while it is at most this many entries per key, plus the least: a few times the keys.
+_DENSE_TABLE_PER_KEY, _DENSE_TABLE_LEAST = 8, 1 << 16
+
+
 def _by_rank(rank: np.ndarray) -> np.ndarray:
     """``np.argsort(rank, kind="stable")``; without a sort when the ranks are 0, 1, ... each once (every access one
     range, as in tiled kernels), the common case."""
@@ -433,9 +437,14 @@ def _by_rank(rank: np.ndarray) -> np.ndarray:
 
 
 def dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` for small non-negative keys, in linear time."""
+    """``np.unique(keys, return_inverse=True)`` for non-negative int64 keys: in linear time where they are few
+    beside their count (a table of the largest one's size), by np.unique's sort otherwise (a table of 2**24
+    entries for one large key would take 128 MB)."""
     if not keys.size:
         return keys, keys
+    if int(keys.max()) >= _DENSE_TABLE_PER_KEY * keys.size + _DENSE_TABLE_LEAST:
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return unique, inverse.reshape(-1)
     seen = np.zeros(int(keys.max()) + 1, dtype=np.int64)
     seen[keys] = 1
     return np.flatnonzero(seen), (np.cumsum(seen) - 1)[keys]

@@ -1102,10 +1102,15 @@ def _stable_order(values: np.ndarray) -> np.ndarray:
 
 
 def _small(values: np.ndarray) -> np.ndarray:
-    """Values numbered densely from 0 in their order: linear for small ones, a sort otherwise."""
+    """Values numbered densely from 0 in their order: all 0 where they are one value (no pcs or locations sent),
+    linear for small ones, a sort otherwise."""
+    if values.size:
+        low, high = int(values.min()), int(values.max())
+        if low == high:
+            return np.zeros(values.size, dtype=np.int64)
+        if low >= 0 and high < 1 << 24:  # a uint64 view, not a cast: the same bits below 2**63, and 20 times faster
+            return dense(values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False))[1]
     values = values.astype(np.int64) if values.dtype != np.uint64 else values
-    if values.size and int(values.max()) < 1 << 24 and int(values.min()) >= 0:
-        return dense(values.astype(np.int64))[1]
     return np.unique(values, return_inverse=True)[1].astype(np.int64)
 
 
