@@ -350,17 +350,23 @@ def test_compiled_select_holds_what_numpy_holds(seed: int, n: int) -> None:
     rng = np.random.default_rng(seed)
     events = hostile_records(rng, n)
     events["kind"] = np.where(rng.random(n) < 0.1, EventKind.GET_BUF, events["kind"])
+    events["kind"] = np.where(rng.random(n) < 0.05, EventKind.BLOCK_FINISH, events["kind"])
     events["mode"] = np.where(rng.random(n) < 0.5, rng.integers(0, 3, n), events["mode"])
     events["thread"] = np.where(rng.random(n) < 0.6, 0, events["thread"])
     events["flags"] = np.where(rng.random(n) < 0.5, rng.integers(0, 8, n), events["flags"])
     for name in ("pipe", "dst_pipe"):
         events[name] = np.where(rng.random(n) < 0.8, events[name] % 13, events[name])
     keep, kept, off = racecheck.select(events)
-    native_keep, native_mem, native_kept, native_off, simt_seen = racecheck.select_native(COMPILED, events)
+    native_keep, native_mem, native_kept, native_off, simt_seen, last_finish, ended = racecheck.select_native(
+        COMPILED, events
+    )
     assert np.array_equal(native_keep, keep)
     assert np.array_equal(native_mem, keep & (events["kind"] <= EventKind.WRITE))
     assert (native_kept, native_off) == (kept, off)
     assert simt_seen is seen_by_feed(events)
+    finished = np.flatnonzero(events["kind"] == EventKind.BLOCK_FINISH)
+    assert last_finish == (int(finished[-1]) if finished.size else -1)
+    assert ended is bool((events["mode"][finished] == racecheck.BLOCK_RECORDS_ENDED).any())
 
 
 def seen_by_feed(events: np.ndarray) -> bool:
@@ -391,7 +397,7 @@ def test_compiled_select_says_where_a_batch_has_simt_records(size: int, mark: in
         events["thread"][(at + 1) % size] = 7
         if thread == "entry":
             events["flags"][(at + 1) % size] |= FLAG_SIMT_ENTRY
-    *_, simt_seen = racecheck.select_native(COMPILED, events)
+    simt_seen = racecheck.select_native(COMPILED, events)[4]
     assert simt_seen is seen_by_feed(events) is (mark is not None or thread == "thread")
 
 
@@ -404,6 +410,7 @@ def test_compiled_select_refuses_what_does_not_fit() -> None:
     for args in ((events[:9], tables, constants, keep, mem), (events, tables[1:], constants, keep, mem),
                  (events, tables, constants, keep[1:], mem), (events, tables, constants, keep, mem[1:]),
                  (events, tables, constants[1:], keep, mem), (events, tables, (300, *constants[1:]), keep, mem),
+                 (events, tables, (*constants[:-1], -1), keep, mem),
                  (events.view(np.uint8)[1:], tables, constants, np.empty(0, bool), np.empty(0, bool))):  # fmt: skip
         with pytest.raises((ValueError, TypeError)):
             COMPILED.select(*args)

@@ -90,7 +90,10 @@ _TO_PIPE[[EventKind.SET_FLAG, EventKind.WAIT_FLAG, EventKind.HSET_FLAG, EventKin
 # The compiled pass's copy of the choice above (sanitizerd/native/_racecheck.c, ``select``): its tables, and the
 # kind, mode, flag and pipe count it compares with.
 _SELECT_TABLES = np.concatenate((_KEEP, _TO_PIPE, SECTION_MARKS)).astype(np.uint8)
-_SELECT_CONSTANTS = (int(EventKind.GET_BUF), GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, int(EventKind.WRITE))
+_SELECT_CONSTANTS = (
+    int(EventKind.GET_BUF), GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, int(EventKind.WRITE),
+    int(EventKind.BLOCK_FINISH), BLOCK_RECORDS_ENDED,
+)  # fmt: skip
 # What a launch reserves from the host's budget, measured with benchmarks/racecheck_memory.py (docs/performance.md):
 # per held event, its record until the launch ends and its share of the check's temporaries; per byte range beyond
 # the first that a strided access becomes, or that overlapping ranges are cut into, in the check's sweep; per
@@ -131,14 +134,15 @@ def select(events: np.ndarray) -> tuple[np.ndarray, int, int]:
     return keep, int(np.count_nonzero(keep)), off
 
 
-def select_native(native: object, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
+def select_native(native: object, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int, bool, int, bool]:
     """``select`` in one pass over the records (the compiled loop; ``events`` C-contiguous EVENT_DTYPE), with the
     mask of the held accesses besides: (keep, accesses, how many held, how many left out for their pipe, whether
-    any record marks a SIMT section or is a SIMT thread's)."""
+    any record marks a SIMT section or is a SIMT thread's, the last BLOCK_FINISH's index or -1, whether a
+    BLOCK_FINISH says its block's records ended)."""
     keep, mem = np.empty(events.size, dtype=bool), np.empty(events.size, dtype=bool)
     select_held = native.select  # type: ignore[attr-defined]
-    kept, off_pipe, simt_seen = select_held(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)
-    return keep, mem, kept, off_pipe, simt_seen
+    kept, off_pipe, simt_seen, last_finish, ended = select_held(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)
+    return keep, mem, kept, off_pipe, simt_seen, last_finish, ended
 
 
 @register("racecheck")
@@ -201,9 +205,12 @@ class Racecheck:
             self._hold_dccis(events, kind == EventKind.DCCI)
         if self.native is not None and events.dtype == EVENT_DTYPE:
             events = np.ascontiguousarray(events)
-            keep, mem, kept, off_pipe, simt_seen = select_native(self.native, events)
+            keep, mem, kept, off_pipe, simt_seen, last_finish, ended_any = select_native(self.native, events)
         else:
             (keep, kept, off_pipe), mem, simt_seen = select(events), None, True  # feed looks for itself
+            finished = np.flatnonzero(kind == EventKind.BLOCK_FINISH)
+            last_finish = int(finished[-1]) if finished.size else -1
+            ended_any = bool((events["mode"][finished] == BLOCK_RECORDS_ENDED).any())
         self.off_pipe += off_pipe
         if simt_seen or self.simt.open:
             self.simt.feed(events)
@@ -219,12 +226,11 @@ class Racecheck:
             mem = None if mem is None else mem[:cut]
         if kept:
             self._hold(batch, keep, kept, mem)
-        finished = kind == EventKind.BLOCK_FINISH
-        ended = finished & (events["mode"] == BLOCK_RECORDS_ENDED)
-        if ended.any():
+        if ended_any:
+            ended = (kind == EventKind.BLOCK_FINISH) & (events["mode"] == BLOCK_RECORDS_ENDED)
             self.records_ended = np.union1d(self.records_ended, block_keys(events[ended]))
-        if finished.any() and not self.refused:
-            self.columns.finish(int(block_keys(events[finished])[-1]))
+        if last_finish >= 0 and not self.refused:
+            self.columns.finish(int(block_keys(events[last_finish : last_finish + 1])[0]))
         self._prove_completed(self.columns, self.kernel)
 
     def _reference_cut(self, events: np.ndarray) -> int:

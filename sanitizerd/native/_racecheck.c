@@ -496,16 +496,18 @@ done:
 }
 
 
-/* select(records, tables, constants, keep, access) -> (kept, off_pipe, simt_seen)
+/* select(records, tables, constants, keep, access) -> (kept, off_pipe, simt_seen, last_finish, records_ended)
  *
  * racecheck.check's choice of the events it holds, in one pass: ``tables`` is three 256-byte tables by kind (_KEEP,
- * _TO_PIPE, _simt.SECTION_MARKS); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE). An
- * event is held when _KEEP names its kind, it is not a non-blocking GET_BUF, it is not a SIMT thread's (thread 0, or the call's entry
- * record), and its pipe (and, for the kinds _TO_PIPE names, its destination pipe) is below NPIPES; one that
- * passes all but the last is counted in ``off_pipe``. ``keep`` and ``access`` (one byte per record) get the held
- * events, and those of them that are accesses (kind <= WRITE). ``simt_seen``: whether any record is a SIMT section's
- * mark (a kind SECTION_MARKS names) or a SIMT thread's (thread not 0, not the call's entry record): where none is, and
- * no section is open, SimtSections.feed has nothing to do with the batch. */
+ * _TO_PIPE, _simt.SECTION_MARKS); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE,
+ * BLOCK_FINISH, BLOCK_RECORDS_ENDED). An event is held when _KEEP names its kind, it is not a non-blocking GET_BUF,
+ * it is not a SIMT thread's (thread 0, or the call's entry record), and its pipe (and, for the kinds _TO_PIPE names,
+ * its destination pipe) is below NPIPES; one that passes all but the last is counted in ``off_pipe``. ``keep`` and
+ * ``access`` (one byte per record) get the held events, and those of them that are accesses (kind <= WRITE).
+ * ``simt_seen``: whether any record is a SIMT section's mark (a kind SECTION_MARKS names) or a SIMT thread's (thread
+ * not 0, not the call's entry record): where none is, and no section is open, SimtSections.feed has nothing to do
+ * with the batch. ``last_finish``: the last BLOCK_FINISH record's index (-1: none); ``records_ended``: whether a
+ * BLOCK_FINISH says its block's records ended (mode BLOCK_RECORDS_ENDED). */
 static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *records_obj, *tables_obj, *constants, *keep_obj, *access_obj;
     if (!PyArg_ParseTuple(args, "OOOOO", &records_obj, &tables_obj, &constants, &keep_obj, &access_obj)) {
@@ -514,12 +516,12 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer views[4];
     int held = 0;
     PyObject *result = NULL;
-    long constant[5];
-    if (!PyTuple_Check(constants) || PyTuple_GET_SIZE(constants) != 5) {
-        PyErr_SetString(PyExc_TypeError, "constants must be a tuple of 5 ints");
+    long constant[7];
+    if (!PyTuple_Check(constants) || PyTuple_GET_SIZE(constants) != 7) {
+        PyErr_SetString(PyExc_TypeError, "constants must be a tuple of 7 ints");
         return NULL;
     }
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < 7; c++) {
         constant[c] = PyLong_AsLong(PyTuple_GET_ITEM(constants, c));
         if (constant[c] == -1 && PyErr_Occurred()) {
             return NULL;
@@ -552,10 +554,11 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     const unsigned char *base = views[0].buf, *keep_table = views[1].buf, *to_pipe = keep_table + 256;
     const unsigned char *simt_mark = keep_table + 512;
     unsigned char *keep = views[2].buf, *access = views[3].buf;
-    Py_ssize_t n = views[2].len, kept = 0, off_pipe = 0;
-    int simt_seen = 0;
+    Py_ssize_t n = views[2].len, kept = 0, off_pipe = 0, last_finish = -1;
+    int simt_seen = 0, records_ended = 0;
     const int get_buf = (int)constant[0], nonblock = (int)constant[1], simt_entry = (int)constant[2];
-    const int npipes = (int)constant[3], write = (int)constant[4];
+    const int npipes = (int)constant[3], write = (int)constant[4], finish = (int)constant[5];
+    const int ended = (int)constant[6];
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *record = base + i * RECORD_SIZE;
@@ -570,9 +573,14 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
         kept += k;
         keep[i] = (unsigned char)k;
         access[i] = (unsigned char)(k && kind <= write);
+        if (kind == finish) {
+            last_finish = i;
+            records_ended |= record[MODE_AT] == ended;
+        }
     }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("nnO", kept, off_pipe, simt_seen ? Py_True : Py_False);
+    result = Py_BuildValue("nnOnO", kept, off_pipe, simt_seen ? Py_True : Py_False, last_finish,
+                           records_ended ? Py_True : Py_False);
 
 done:
     release_all(views, held);
