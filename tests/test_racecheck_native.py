@@ -357,16 +357,15 @@ def test_compiled_select_holds_what_numpy_holds(seed: int, n: int) -> None:
     for name in ("pipe", "dst_pipe"):
         events[name] = np.where(rng.random(n) < 0.8, events[name] % 13, events[name])
     keep, kept, off = racecheck.select(events)
-    native_keep, native_mem, native_kept, native_off, simt_seen, last_finish, ended = racecheck.select_native(
-        COMPILED, events
-    )
-    assert np.array_equal(native_keep, keep)
-    assert np.array_equal(native_mem, keep & (events["kind"] <= EventKind.WRITE))
-    assert (native_kept, native_off) == (kept, off)
-    assert simt_seen is seen_by_feed(events)
+    selected = racecheck.select_native(COMPILED, events)
+    assert np.array_equal(selected.keep, keep)
+    assert np.array_equal(selected.accesses, keep & (events["kind"] <= EventKind.WRITE))
+    assert (selected.kept, selected.off_pipe) == (kept, off)
+    assert selected.simt_seen is seen_by_feed(events)
     finished = np.flatnonzero(events["kind"] == EventKind.BLOCK_FINISH)
-    assert last_finish == (int(finished[-1]) if finished.size else -1)
-    assert ended is bool((events["mode"][finished] == racecheck.BLOCK_RECORDS_ENDED).any())
+    assert selected.last_finish == (int(finished[-1]) if finished.size else -1)
+    assert selected.records_ended is bool((events["mode"][finished] == racecheck.BLOCK_RECORDS_ENDED).any())
+    assert selected.ranges == int(pieces(events)[selected.accesses].sum()) - int(selected.accesses.sum())
 
 
 def seen_by_feed(events: np.ndarray) -> bool:
@@ -397,7 +396,7 @@ def test_compiled_select_says_where_a_batch_has_simt_records(size: int, mark: in
         events["thread"][(at + 1) % size] = 7
         if thread == "entry":
             events["flags"][(at + 1) % size] |= FLAG_SIMT_ENTRY
-    simt_seen = racecheck.select_native(COMPILED, events)[4]
+    simt_seen = racecheck.select_native(COMPILED, events).simt_seen
     assert simt_seen is seen_by_feed(events) is (mark is not None or thread == "thread")
 
 

@@ -25,6 +25,8 @@ they are built. A launch the budget has no room for is not checked, and an inter
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from sanitizerd.detectors._block_proofs import BlockProofs
@@ -134,15 +136,25 @@ def select(events: np.ndarray) -> tuple[np.ndarray, int, int]:
     return keep, int(np.count_nonzero(keep)), off
 
 
-def select_native(native: object, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int, bool, int, bool]:
-    """``select`` in one pass over the records (the compiled loop; ``events`` C-contiguous EVENT_DTYPE), with the
-    mask of the held accesses besides: (keep, accesses, how many held, how many left out for their pipe, whether
-    any record marks a SIMT section or is a SIMT thread's, the last BLOCK_FINISH's index or -1, whether a
-    BLOCK_FINISH says its block's records ended)."""
+class Selected(NamedTuple):
+    """What the compiled ``select`` finds in a batch, in one pass over its records."""
+
+    keep: np.ndarray  # the events held (``select``'s mask)
+    accesses: np.ndarray  # of them, the accesses
+    kept: int
+    off_pipe: int  # left out for their pipe
+    simt_seen: bool  # a record marks a SIMT section or is a SIMT thread's
+    last_finish: int  # the last BLOCK_FINISH's index, or -1
+    records_ended: bool  # a BLOCK_FINISH says its block's records ended
+    ranges: int  # the held accesses' byte ranges beyond one each (``_race_pairs.pieces``), for the budget
+
+
+def select_native(native: object, events: np.ndarray) -> Selected:
+    """``select`` in one pass over the records (the compiled loop; ``events`` C-contiguous EVENT_DTYPE), with
+    what else that pass sees (``Selected``)."""
     keep, mem = np.empty(events.size, dtype=bool), np.empty(events.size, dtype=bool)
     select_held = native.select  # type: ignore[attr-defined]
-    kept, off_pipe, simt_seen, last_finish, ended = select_held(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem)
-    return keep, mem, kept, off_pipe, simt_seen, last_finish, ended
+    return Selected(keep, mem, *select_held(events, _SELECT_TABLES, _SELECT_CONSTANTS, keep, mem))
 
 
 @register("racecheck")
@@ -203,9 +215,12 @@ class Racecheck:
         kind = events["kind"]
         if self.check_dcci:
             self._hold_dccis(events, kind == EventKind.DCCI)
+        ranges: int | None = None  # what the held accesses' ranges cost, where the compiled select counted them
         if self.native is not None and events.dtype == EVENT_DTYPE:
             events = np.ascontiguousarray(events)
-            keep, mem, kept, off_pipe, simt_seen, last_finish, ended_any = select_native(self.native, events)
+            selected = select_native(self.native, events)
+            keep, mem, kept, off_pipe, simt_seen = selected[:5]
+            last_finish, ended_any, ranges = selected.last_finish, selected.records_ended, selected.ranges
         else:
             (keep, kept, off_pipe), mem, simt_seen = select(events), None, True  # feed looks for itself
             finished = np.flatnonzero(kind == EventKind.BLOCK_FINISH)
@@ -223,9 +238,9 @@ class Racecheck:
             self.dropped += kept - max(room, 0)
             cut = int(np.flatnonzero(keep)[room]) if room > 0 else 0
             batch, keep, kept = events[:cut], keep[:cut], max(room, 0)
-            mem = None if mem is None else mem[:cut]
+            mem, ranges = None if mem is None else mem[:cut], None
         if kept:
-            self._hold(batch, keep, kept, mem)
+            self._hold(batch, keep, kept, mem, ranges)
         if ended_any:
             ended = (kind == EventKind.BLOCK_FINISH) & (events["mode"] == BLOCK_RECORDS_ENDED)
             self.records_ended = np.union1d(self.records_ended, block_keys(events[ended]))
@@ -245,15 +260,17 @@ class Racecheck:
         finished = np.flatnonzero(events["kind"] == EventKind.BLOCK_FINISH)
         return int(finished[0]) + 1 if finished.size and finished[0] + 1 < events.size else 0
 
-    def _hold(self, batch: np.ndarray, keep: np.ndarray, kept: int, mem: np.ndarray | None = None) -> None:
-        """Hold the ``kept`` events of ``batch`` that ``keep`` marks (``mem``: those that are accesses, where known),
-        as the columns the check reads (the records themselves are not kept: the columns are gathered from them
-        straight)."""
+    def _hold(
+        self, batch: np.ndarray, keep: np.ndarray, kept: int, mem: np.ndarray | None = None, ranges: int | None = None
+    ) -> None:
+        """Hold the ``kept`` events of ``batch`` that ``keep`` marks (``mem``: those that are accesses, where known;
+        ``ranges``: their byte ranges beyond one each, where counted), as the columns the check reads (the records
+        themselves are not kept: the columns are gathered from them straight)."""
         if mem is None:
             mem = keep & (batch["kind"] <= EventKind.WRITE)
-        if self.native is not None and batch.dtype == EVENT_DTYPE:  # one pass over the records
+        if ranges is None and self.native is not None and batch.dtype == EVENT_DTYPE:  # one pass over the records
             ranges = self.native.ranges_beyond(np.ascontiguousarray(batch), np.ascontiguousarray(mem, dtype=bool))
-        else:
+        elif ranges is None:
             ranges = int(pieces(batch)[mem].sum()) - int(mem.sum())  # by fields: no copy of the records
         cost = kept * BYTES_PER_HELD_EVENT + ranges * BYTES_PER_RANGE
         self.asked += cost

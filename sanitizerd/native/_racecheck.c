@@ -288,6 +288,17 @@ static inline int64_t u16_at(const unsigned char *record, int at) {
     return (int64_t)record[at] | ((int64_t)record[at + 1] << 8);
 }
 
+/* The byte ranges an access record becomes in racecheck's sweep (_race_pairs.pieces) less one: below 2**32. */
+static inline int64_t record_ranges_beyond(const unsigned char *record) {
+    int64_t block_num = u16_at(record, BLOCK_NUM_AT), block_stride = u16_at(record, BLOCK_STRIDE_AT);
+    int64_t repeat = u16_at(record, REPEAT_AT), repeat_stride = u16_at(record, REPEAT_STRIDE_AT);
+    int row_is_range = block_num <= 1 || block_stride <= 1;
+    int64_t row_length = (block_num <= 1 || block_stride == 0) ? 1 : block_num;
+    int dense = row_is_range && (repeat <= 1 || repeat_stride <= row_length);
+    int64_t pieces = dense ? 1 : (repeat > 1 ? repeat : 1) * (row_is_range ? 1 : block_num);
+    return pieces - 1;
+}
+
 /* ranges_beyond(records, mask) -> int: over the records ``mask`` marks (one byte each, nonzero), the byte ranges
  * each becomes in racecheck's sweep (_race_pairs.pieces) less one, summed. Every term is below 2**32. */
 static PyObject *ranges_beyond(PyObject *Py_UNUSED(module), PyObject *args) {
@@ -309,14 +320,7 @@ static PyObject *ranges_beyond(PyObject *Py_UNUSED(module), PyObject *args) {
         if (!marked[i]) {
             continue;
         }
-        const unsigned char *record = base + i * RECORD_SIZE;
-        int64_t block_num = u16_at(record, BLOCK_NUM_AT), block_stride = u16_at(record, BLOCK_STRIDE_AT);
-        int64_t repeat = u16_at(record, REPEAT_AT), repeat_stride = u16_at(record, REPEAT_STRIDE_AT);
-        int row_is_range = block_num <= 1 || block_stride <= 1;
-        int64_t row_length = (block_num <= 1 || block_stride == 0) ? 1 : block_num;
-        int dense = row_is_range && (repeat <= 1 || repeat_stride <= row_length);
-        int64_t pieces = dense ? 1 : (repeat > 1 ? repeat : 1) * (row_is_range ? 1 : block_num);
-        total += pieces - 1;
+        total += record_ranges_beyond(base + i * RECORD_SIZE);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&records);
@@ -496,7 +500,8 @@ done:
 }
 
 
-/* select(records, tables, constants, keep, access) -> (kept, off_pipe, simt_seen, last_finish, records_ended)
+/* select(records, tables, constants, keep, access) -> (kept, off_pipe, simt_seen, last_finish, records_ended,
+ *                                                      ranges)
  *
  * racecheck.check's choice of the events it holds, in one pass: ``tables`` is three 256-byte tables by kind (_KEEP,
  * _TO_PIPE, _simt.SECTION_MARKS); ``constants`` is (GET_BUF, GET_BUF_NONBLOCK, FLAG_SIMT_ENTRY, NPIPES, WRITE,
@@ -507,7 +512,8 @@ done:
  * ``simt_seen``: whether any record is a SIMT section's mark (a kind SECTION_MARKS names) or a SIMT thread's (thread
  * not 0, not the call's entry record): where none is, and no section is open, SimtSections.feed has nothing to do
  * with the batch. ``last_finish``: the last BLOCK_FINISH record's index (-1: none); ``records_ended``: whether a
- * BLOCK_FINISH says its block's records ended (mode BLOCK_RECORDS_ENDED). */
+ * BLOCK_FINISH says its block's records ended (mode BLOCK_RECORDS_ENDED). ``ranges``: ranges_beyond of the held
+ * accesses, in the same pass. */
 static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *records_obj, *tables_obj, *constants, *keep_obj, *access_obj;
     if (!PyArg_ParseTuple(args, "OOOOO", &records_obj, &tables_obj, &constants, &keep_obj, &access_obj)) {
@@ -555,6 +561,7 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     const unsigned char *simt_mark = keep_table + 512;
     unsigned char *keep = views[2].buf, *access = views[3].buf;
     Py_ssize_t n = views[2].len, kept = 0, off_pipe = 0, last_finish = -1;
+    int64_t ranges = 0;
     int simt_seen = 0, records_ended = 0;
     const int get_buf = (int)constant[0], nonblock = (int)constant[1], simt_entry = (int)constant[2];
     const int npipes = (int)constant[3], write = (int)constant[4], finish = (int)constant[5];
@@ -573,14 +580,17 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
         kept += k;
         keep[i] = (unsigned char)k;
         access[i] = (unsigned char)(k && kind <= write);
+        if (k && kind <= write) {
+            ranges += record_ranges_beyond(record);
+        }
         if (kind == finish) {
             last_finish = i;
             records_ended |= record[MODE_AT] == ended;
         }
     }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("nnOnO", kept, off_pipe, simt_seen ? Py_True : Py_False, last_finish,
-                           records_ended ? Py_True : Py_False);
+    result = Py_BuildValue("nnOnOL", kept, off_pipe, simt_seen ? Py_True : Py_False, last_finish,
+                           records_ended ? Py_True : Py_False, (long long)ranges);
 
 done:
     release_all(views, held);
