@@ -23,7 +23,10 @@ kernel_end only (``--no-baseline`` leaves it out):
 * the latency from the kernel_end call to the verdict for the 2.4 M-event kernel (24 blocks x 5 263 tiles).
 
 Each kernel is checked --repeat times, each by a fresh detector (this machine is shared and single runs vary by
-up to a factor of 2): every wall time, the best and the median are reported.
+up to a factor of 2): every wall time, the best and the median are reported. The C allocator's thresholds are set
+as the daemon sets them (``sanitizerd/allocator.py``: blocks up to 32 MiB from the heap); with glibc's defaults
+(``--glibc-defaults``) each large temporary is a fresh mmap, and a run's page faults vary with what earlier runs
+left mapped (0 to 24 ms of system time a 0.85 M-event run).
 
     .venv/bin/python benchmarks/racecheck.py
     .venv/bin/python benchmarks/racecheck.py --quick    # 200 / 1 000 tiles; latency kernel 8 x 1 000 tiles
@@ -51,6 +54,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from client_shim.events import EventKind, Pipe, Space, accesses, make_events, syncs
+from sanitizerd import allocator
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors._block_proofs import BlockProofs
 from sanitizerd.detectors._race_columns import HeldColumns
@@ -240,7 +244,12 @@ def main() -> None:
         "--no-baseline", action="store_true", help="leave out the baseline (the whole check at kernel_end only)"
     )
     parser.add_argument("--stages", action="store_true", help="time the proven check's stages (STAGES)")
+    parser.add_argument(
+        "--glibc-defaults", action="store_true", help="leave the C allocator's thresholds as glibc sets them"
+    )
     args = parser.parse_args()
+    if not args.glibc_defaults:
+        allocator.tune()  # as the daemon runs (sanitizerd/allocator.py)
     if args.quick:
         args.iterations, args.latency_blocks, args.latency_iterations = "200,1000", 8, 1000
     shapes = {"proven": True} if args.no_baseline else {"proven": True, "whole": False}
