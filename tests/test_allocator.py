@@ -28,3 +28,26 @@ def test_tune_sets_the_thresholds_in_a_fresh_process() -> None:
     assert tuned.stdout.split() == ["1", "0"]  # freeing the block unmapped nothing: it was heap memory
     assert plain.stdout.split() == ["0", "1"]  # its own mapping, gone when freed
 
+
+
+def test_tune_grows_the_heap_by_its_top_pad() -> None:
+    """Once tuned, the heap grows by 64 MiB more than asked (M_TOP_PAD), so that a proof's temporaries do not move
+    its top (a brk each) and are not given back between proofs; untuned, by what is asked only."""
+    probe = (
+        "import ctypes, sys\n"
+        "from sanitizerd import allocator\n"
+        "tuned = sys.argv[1] == 'tuned' and allocator.tune()\n"
+        "libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p; libc.malloc.argtypes = (ctypes.c_size_t,)\n"
+        "def heap():\n"
+        "    for line in open('/proc/self/maps'):\n"
+        "        if line.rstrip().endswith('[heap]'):\n"
+        "            lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
+        "            return hi - lo\n"
+        "    return 0\n"
+        "before = heap(); blocks = [libc.malloc(64 << 10) for _ in range(64)]; grown = heap() - before\n"
+        "print(int(tuned), int(grown >= allocator.TOP_PAD))\n"
+    )
+    tuned = subprocess.run([sys.executable, "-c", probe, "tuned"], capture_output=True, text=True, check=True)
+    plain = subprocess.run([sys.executable, "-c", probe, "plain"], capture_output=True, text=True, check=True)
+    assert tuned.stdout.split() == ["1", "1"]
+    assert plain.stdout.split() == ["0", "0"]
