@@ -194,7 +194,7 @@ class TestSinglePipe:
         assert races(near, detector=racecheck(single_pipe_distance=0)) == []
 
     def test_the_950s_vector_pipe_keeps_its_order(self) -> None:
-        """On the 950 family the hardware orders PIPE_V (reference §2.5, single-pipe): dependent vector ops need no
+        """On the 950 family the hardware orders PIPE_V (reference §2.2, single-pipe): dependent vector ops need no
         barrier there; on the 910B they race. Every 950 variant is the one chip entry (``chip_named``)."""
         events = program(vec(0x400, 0x0), vec(0x800, 0x400))
         for name in ("Ascend950PR", "950", "Ascend950DT"):

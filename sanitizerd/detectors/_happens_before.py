@@ -395,7 +395,6 @@ def _make_nodes_native(
     return Nodes(**out) if made else None
 
 
-
 def issuer_of(nodes: Nodes, block: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """For program positions ``pos`` of blocks ``block``: the last PIPE_S node issued before each (``-1``)."""
     s_rows = np.flatnonzero(nodes.pipe == _S)

@@ -420,10 +420,6 @@ def _segments(
     return seg[by], who[by], bounds[:-1], bounds[1:]
 
 
-# ``dense`` counts in a table while it is at most this many entries per key, plus the least: a few times the keys.
-_DENSE_TABLE_PER_KEY, _DENSE_TABLE_LEAST = 8, 1 << 16
-
-
 def _by_rank(rank: np.ndarray) -> np.ndarray:
     """``np.argsort(rank, kind="stable")``; without a sort when the ranks are 0, 1, ... each once (every access one
     range, as in tiled kernels), the common case."""
@@ -434,6 +430,10 @@ def _by_rank(rank: np.ndarray) -> np.ndarray:
         if np.array_equal(rank[order], np.arange(m)):  # every rank found where it was put: each is there once
             return order
     return np.argsort(rank, kind="stable")
+
+
+# ``dense`` counts in a table while it is at most this many entries per key, plus the least: a few times the keys.
+_DENSE_TABLE_PER_KEY, _DENSE_TABLE_LEAST = 8, 1 << 16
 
 
 def dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
