@@ -190,6 +190,17 @@ def _site_pairs(
     in between), all found with running extrema in this order. Segments of three keys or more go to the
     general search (``_group_pairs``), in (segment, key, rank) order. ``native``: the segments of one or two
     keys searched in one compiled pass (``_racecheck.site_pairs``), as the numpy steps below search them."""
+
+    def general_pairs(general: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
+        """The pairs of the ``general`` incidences (segments of three keys or more), by ``_group_pairs``."""
+        if not general.any():
+            return []
+        sub = np.flatnonzero(general)
+        sub = sub[np.lexsort((rank[who[sub]], key[who[sub]], seg[sub]))]
+        return _group_pairs(
+            seg[sub], who[sub], rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites
+        )
+
     if native is not None:
         general = np.empty(seg.size, dtype=bool)
         found = np.empty((4, seg.size), dtype=np.int64)
@@ -198,7 +209,7 @@ def _site_pairs(
             np.ascontiguousarray(key, dtype=np.int64), np.ascontiguousarray(is_write, dtype=bool),
             np.ascontiguousarray(instruction, dtype=np.int64), general, found,
         )  # fmt: skip
-        chunks = _general(seg, who, rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites, general)
+        chunks = general_pairs(general)
         need_pairs(others + owns)
         for a, b in ((found[0, :others], found[1, :others]), (found[2, :owns], found[3, :owns])):
             chunks.append((who[a], who[b], Segments(starts, ends, seg[b])))
@@ -222,7 +233,7 @@ def _site_pairs(
     many = np.logical_or.reduceat(third, seg_starts)
     del other, first_other, third
     general = many[s_of_inc]
-    chunks = _general(seg, who, rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites, general)
+    chunks = general_pairs(general)
     write = is_write[who]
     ser = instruction[who]
 
@@ -262,28 +273,6 @@ def _site_pairs(
     for a, b in ((a_other, b_other), (a_own, b_own)):
         chunks.append((who[a], who[b], Segments(starts, ends, seg[b])))
     return chunks
-
-
-def _general(
-    seg: np.ndarray,
-    who: np.ndarray,
-    rank: np.ndarray,
-    key: np.ndarray,
-    is_write: np.ndarray,
-    instruction: np.ndarray,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    need_pairs: Callable[[int], None],
-    cut: Cut,
-    max_sites: int,
-    general: np.ndarray,
-) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
-    """The pairs of the ``general`` incidences (segments of three keys or more), by ``_group_pairs``."""
-    if not general.any():
-        return []
-    sub = np.flatnonzero(general)
-    sub = sub[np.lexsort((rank[who[sub]], key[who[sub]], seg[sub]))]
-    return _group_pairs(seg[sub], who[sub], rank, key, is_write, instruction, starts, ends, need_pairs, cut, max_sites)
 
 
 def _group_pairs(
