@@ -613,6 +613,32 @@ static int rows_within(const int64_t *rows, Py_ssize_t count, Py_ssize_t n) {
     return 1;
 }
 
+/* Views of ``obj[*held..count)``: the first ``inputs`` read-only vectors, the rest writable outputs, each of items
+ * of ``sizes[i]`` bytes (C-contiguous); -1 with an exception if one is not. ``*held`` counts the views taken, for
+ * release_all. */
+static int get_views(PyObject *const *obj, int count, int inputs, const Py_ssize_t *sizes, Py_buffer *views,
+                     int *held, const char *what) {
+    for (; *held < count; (*held)++) {
+        int i = *held;
+        if (i < inputs) {
+            if (vector(obj[i], &views[i], sizes[i], what) < 0) {
+                return -1;
+            }
+        } else {
+            if (PyObject_GetBuffer(obj[i], &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+                return -1;
+            }
+            if (views[i].itemsize != sizes[i]) {
+                (*held)++;
+                PyErr_Format(PyExc_ValueError, "%s: output %d must have items of %zd bytes", what, i - inputs,
+                             sizes[i]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* One list of edges (src[j] -> dst[j], j in [lo, hi)), as numpy applies it: every source's published clock
  * (its row, with its own pipe's column raised to its ordinal) read before any row is written; then either
  * ``K[dst] = max(K[dst], published)`` with the last write to a row winning (``accumulate`` 0: fancy assignment),
@@ -1118,30 +1144,24 @@ static inline int64_t knows(const int32_t *table, Py_ssize_t width, Py_ssize_t r
  * (one byte each); ``table``: the padded clocks (int32, rows of ``width``), ``column`` (int64, one per pipe) the
  * column of each pipe's clock in it. Every index is checked. */
 static PyObject *unordered(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *obj[17], *out_obj;
+    PyObject *obj[16];
     Py_ssize_t width;
     unsigned long long in_order;
     long long s_cal, distance;
     if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOnOKLLO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5],
                           &obj[6], &obj[7], &obj[8], &obj[9], &obj[10], &obj[11], &obj[12], &obj[13], &width,
-                          &obj[14], &in_order, &s_cal, &distance, &out_obj)) {
+                          &obj[14], &in_order, &s_cal, &distance, &obj[15])) {
         return NULL;
     }
     /* views: 0 a, 1 b, 2 mem, 3 serial, 4 pipe, 5 mblock, 6 seg, 7 prev, 8 issuer, 9 pipe_index, 10 barrier_no,
      * 11 write, 12 atomic, 13 table, 14 column, 15 out */
-    static const Py_ssize_t sizes[15] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 1, 1, 4, 8};
+    static const Py_ssize_t sizes[16] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 1, 1, 4, 8, 1};
     Py_buffer views[16];
     int held = 0;
     PyObject *result = NULL;
-    for (; held < 15; held++) {
-        if (vector(obj[held], &views[held], sizes[held], "unordered's inputs") < 0) {
-            goto done;
-        }
-    }
-    if (PyObject_GetBuffer(out_obj, &views[15], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+    if (get_views(obj, 16, 15, sizes, views, &held, "unordered") < 0) {
         goto done;
     }
-    held = 16;
     Py_ssize_t pairs = views[0].len / 8, n = views[2].len / 8, columns = views[14].len / 8;
     int ok = views[1].len == views[0].len && views[15].len == pairs && width > 0 && views[13].len % (width * 4) == 0;
     for (int k = 3; ok && k < 11; k++) {
@@ -1233,20 +1253,13 @@ static PyObject *site_pairs(PyObject *Py_UNUSED(module), PyObject *args) {
         return NULL;
     }
     /* views: 0 seg, 1 who, 2 key, 3 is_write, 4 instruction, 5 general, 6 pairs */
-    static const Py_ssize_t sizes[5] = {8, 8, 8, 1, 8};
+    static const Py_ssize_t sizes[7] = {8, 8, 8, 1, 8, 1, 8};
     Py_buffer views[7];
     int held = 0;
     PyObject *result = NULL;
     int64_t *run_start = NULL;
-    for (; held < 5; held++) {
-        if (vector(obj[held], &views[held], sizes[held], "site_pairs' inputs") < 0) {
-            goto done;
-        }
-    }
-    for (; held < 7; held++) {
-        if (PyObject_GetBuffer(obj[held], &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-            goto done;
-        }
+    if (get_views(obj, 7, 5, sizes, views, &held, "site_pairs") < 0) {
+        goto done;
     }
     Py_ssize_t size = views[0].len / 8, n = views[2].len / 8;
     const int64_t *seg = views[0].buf, *who = views[1].buf, *key = views[2].buf, *instruction = views[4].buf;
@@ -1314,6 +1327,16 @@ done:
 
 enum { N_PIPE_BARRIER, N_SOFT_SYNC_ALL, N_SOFT_SET, N_ALL, N_S, N_S_CAL, N_NPIPES, N_POS_BITS, N_COUNT };
 
+/* The nodes one sync event makes: a PIPE_ALL barrier one per member and its wait, a soft SyncAll two, the kinds
+ * _IS_ONE_NODE names one, the others none. */
+static inline Py_ssize_t nodes_of(unsigned char kind, int64_t pipe, const int64_t *c, const unsigned char *one_node,
+                                  Py_ssize_t members) {
+    if (kind == c[N_PIPE_BARRIER] && pipe == c[N_ALL]) {
+        return members + 1;
+    }
+    return kind == c[N_SOFT_SYNC_ALL] ? 2 : one_node[kind] != 0;
+}
+
 /* make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes, tables, constants, block_out, pipe_out, pos_out,
  *            ordinal_out, event_out, local_out, kind_out, key_out, chain_out) -> whether it made them
  *
@@ -1333,25 +1356,13 @@ static PyObject *make_nodes(PyObject *Py_UNUSED(module), PyObject *args) {
         return NULL;
     }
     /* views: 0 kind, 1 pipe, 2 dst_pipe, 3 block, 4 seq, 5 all_pipes, 6 tables, 7 constants, 8.. the outputs */
-    static const Py_ssize_t sizes[8] = {1, 8, 8, 8, 8, 8, 1, 8};
+    static const Py_ssize_t sizes[17] = {1, 8, 8, 8, 8, 8, 1, 8, 8, 8, 8, 8, 8, 8, 1, 8, 8};
     Py_buffer views[17];
     int held = 0;
     PyObject *result = NULL;
     int64_t *scratch = NULL;
-    for (; held < 8; held++) {
-        if (vector(obj[held], &views[held], sizes[held], "make_nodes' inputs") < 0) {
-            goto done;
-        }
-    }
-    for (; held < 17; held++) {
-        if (PyObject_GetBuffer(obj[held], &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-            goto done;
-        }
-        if (views[held].itemsize != (held == 14 ? 1 : 8)) {
-            PyErr_SetString(PyExc_ValueError, "make_nodes: outputs are int64, but kind's uint8");
-            held++;
-            goto done;
-        }
+    if (get_views(obj, 17, 8, sizes, views, &held, "make_nodes") < 0) {
+        goto done;
     }
     Py_ssize_t m = views[0].len, members = views[5].len / 8;
     const unsigned char *kind = views[0].buf, *one_node = views[6].buf, *flag_wait = one_node + 256;
@@ -1362,9 +1373,7 @@ static PyObject *make_nodes(PyObject *Py_UNUSED(module), PyObject *args) {
              views[6].len == 3 * 256 && views[7].len == N_COUNT * 8;
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; ok && i < m; i++) {
-        n += kind[i] == c[N_PIPE_BARRIER] && pipe[i] == c[N_ALL] ? members + 1
-             : kind[i] == c[N_SOFT_SYNC_ALL]                      ? 2
-                                                                  : one_node[kind[i]] != 0;
+        n += nodes_of(kind[i], pipe[i], c, one_node, members);
     }
     for (int k = 8; ok && k < 17; k++) {
         ok = views[k].len == n * views[k].itemsize;
@@ -1393,7 +1402,7 @@ static PyObject *make_nodes(PyObject *Py_UNUSED(module), PyObject *args) {
     for (Py_ssize_t i = 0; i < m; i++) {
         unsigned char k = kind[i];
         int barrier = k == c[N_PIPE_BARRIER], sync_all = k == c[N_SOFT_SYNC_ALL];
-        Py_ssize_t count = barrier && pipe[i] == c[N_ALL] ? members + 1 : sync_all ? 2 : one_node[k] != 0;
+        Py_ssize_t count = nodes_of(k, pipe[i], c, one_node, members);
         for (Py_ssize_t part = 0; part < count; part++, j++) {
             int64_t node_pipe = pipe[i] == c[N_S] ? c[N_S_CAL] : pipe[i];
             node_pipe = flag_wait[k] ? dst_pipe[i] : node_pipe;
