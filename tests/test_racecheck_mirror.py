@@ -228,6 +228,78 @@ def test_a_batch_is_cut_where_its_first_block_finishes() -> None:
 
 @needs_compiled
 @pytest.mark.usefixtures("every_block_proven")
+def test_the_first_blocks_records_as_they_arrived_are_compared_by_their_held_fields() -> None:
+    """The reference's records are the first block's as they arrived, not written back from the columns: bytes the
+    check does not hold (align, instr) may differ from the next blocks' and they are alike still; a held field
+    that differs (a pc) makes a block not alike, and the verdict is the whole check's."""
+    parts = tiles(6)
+    parts[0] = parts[0].copy()
+    parts[0]["align"], parts[0]["instr"] = 7, 3
+    assert run(parts, native=COMPILED) == ([], 4)
+    parts[3] = parts[3].copy()
+    parts[3]["pc"][-1] += 1
+    found, mirrored = run(parts, native=COMPILED)
+    assert mirrored == 3 and found == run(parts, native=COMPILED, prove=False)[0] == run(parts, native=None)[0]
+
+
+class Counted:
+    """The compiled module, its calls counted by name."""
+
+    def __init__(self, module: object) -> None:
+        self.module, self.calls = module, dict[str, int]()
+
+    def __getattr__(self, name: str) -> object:
+        function = getattr(self.module, name)
+
+        def counted(*args: object) -> object:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return function(*args)
+
+        return counted
+
+
+@needs_compiled
+@pytest.mark.usefixtures("every_block_proven")
+@pytest.mark.parametrize("split", [0, 2, 4], ids=["at block 1", "in block 1", "block 1 and more"])
+def test_the_first_block_is_kept_up_to_where_the_next_begins(split: int) -> None:
+    """Block 0 with the start of block 1 in one batch: block 0's records are kept up to where block 1 begins, and
+    the reference is made of them, not written back (no ``scatter``)."""
+    blocks = tiles(6)
+    parts = [np.concatenate((blocks[0], blocks[1][:split])), blocks[1][split:], *blocks[2:]]
+    detector = make_detector("racecheck")
+    detector.native = counted = Counted(COMPILED)
+    detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=6, kernel_type="aiv"))
+    for part in parts:
+        detector.check(part)
+    assert detector.proofs.reference is not None and counted.calls["mirror"] >= 4
+    assert "scatter" not in counted.calls
+    proofs = detector.proofs
+    assert detector.kernel_end() == [] and proofs.mirrored_blocks == 4
+
+
+@needs_compiled
+@pytest.mark.usefixtures("every_block_proven")
+def test_the_first_block_not_taken_gives_its_bytes_back() -> None:
+    """Block 0 races: no reference is made, and its records kept are let go and their bytes given back."""
+    detector = make_detector("racecheck")
+    detector.native = COMPILED
+    detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=6, kernel_type="aiv"))
+    spared: list[int] = []
+    memory = detector.context.race_memory
+    spare = memory.spare
+    memory.spare = lambda nbytes: spared.append(nbytes) or spare(nbytes)  # type: ignore[method-assign]
+    parts = tiles(6, change=0)
+    detector.check(parts[0])
+    assert spared == [6 * EVENT_DTYPE.itemsize] and detector.columns._first is not None
+    for part in parts[1:]:
+        detector.check(part)
+    assert detector.proofs.failed and detector.columns._first is None
+    assert memory.held == detector.asked
+    assert [f.kind for f in detector.kernel_end()] == ["race_raw"]
+
+
+@needs_compiled
+@pytest.mark.usefixtures("every_block_proven")
 def test_no_reference_where_no_block_can_follow() -> None:
     """A launch of one block (block_dim 1) makes no reference of it: its records written back would serve nothing."""
     (part,) = tiles(1)
@@ -236,6 +308,7 @@ def test_no_reference_where_no_block_can_follow() -> None:
     detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=1, kernel_type="aiv"))
     detector.check(np.concatenate((part, finish(part))))
     assert detector.proofs.spans == 1 and detector.proofs.reference is None
+    assert detector.columns._first is None and detector.context.race_memory.held == detector.asked  # none kept
     assert detector.kernel_end() == []
 
 
@@ -292,20 +365,26 @@ def test_a_block_moved_past_the_address_limit_is_not_alike() -> None:
 @needs_compiled
 @pytest.mark.usefixtures("every_block_proven")
 @pytest.mark.parametrize("granted", [True, False])
-def test_the_reference_takes_its_bytes_from_the_budget(granted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reference's records written back are taken from the host's race-check memory, like the bytes held;
-    refused, no block is mirrored and the verdict is the same."""
+@pytest.mark.parametrize("kept", [True, False], ids=["kept as they arrived", "written back"])
+def test_the_reference_takes_its_bytes_from_the_budget(
+    granted: bool, kept: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """The reference's records, the first block's kept as they arrived or written back from the columns, are taken
+    from the host's race-check memory, like the bytes held; refused, no block is mirrored, the verdict is the same,
+    and the refusal is not counted (nothing was refused the user)."""
     budget = MemoryBudget(1 << 30)
     account = budget.account()
     reference = 6 * EVENT_DTYPE.itemsize  # block 0's six events
     asked: list[int] = []
-    reserve = type(account).reserve
+    spare = type(account).spare
 
     def refusing(self: object, nbytes: int) -> bool:
         asked.append(nbytes)
-        return (granted or nbytes != reference) and reserve(self, nbytes)  # type: ignore[arg-type]
+        return (granted or nbytes != reference) and spare(self, nbytes)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(type(account), "reserve", refusing)
+    monkeypatch.setattr(type(account), "spare", refusing)
+    if not kept:
+        monkeypatch.setattr(HeldColumns, "keep_first_block", lambda self, memory: None)
     detector = make_detector("racecheck")
     detector.context.race_memory = account
     detector.native = COMPILED
@@ -316,7 +395,7 @@ def test_the_reference_takes_its_bytes_from_the_budget(granted: bool, monkeypatc
     assert budget.used == detector.asked + (reference if granted else 0)
     proofs = detector.proofs
     assert detector.kernel_end() == [] and proofs.mirrored_blocks == (4 if granted else 0)
-    assert budget.used == 0
+    assert budget.used == 0 and budget.refusals == 0
 
 
 def held_rows(parts: list[np.ndarray], *, mirror: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, dict]:

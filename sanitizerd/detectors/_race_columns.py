@@ -29,6 +29,7 @@ from sanitizerd.detectors._happens_before import (
     scalar_to_cal,
 )
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT, ends, extents
+from sanitizerd.detectors.memory_budget import MemoryAccount
 from sanitizerd.native import load
 from sanitizerd_protocol.records import EVENT_DTYPE, EventKind, Pipe, Space, block_keys
 
@@ -90,6 +91,7 @@ _EXACT_EXTENT = 1 << 53
 # block compared in vain costs some 25 us of Python over gathering it (a client sending one-record blocks).
 MAX_MISSES = 8
 _U64 = np.uint64
+_RECORD = np.dtype((np.void, EVENT_DTYPE.itemsize))  # a record as its bytes: copied whole, not field by field
 
 
 # A table's first capacity, in rows, and the capacity up to which it grows sixteenfold (quadruples above).
@@ -275,10 +277,47 @@ class HeldColumns:
         self._unfilled: list[Mirror] = []  # in arrival order
         self._cuts: list[int] = []  # where alike blocks begin and end, in order (``_complete``)
         self.misses = 0  # blocks compared and found not alike (MAX_MISSES)
+        # The first block's kept records as they arrived (``keep_first_block``), each batch's part in order: what
+        # ``mirror_from`` compares the next blocks with, rather than records written back from the columns.
+        self._first: list[np.ndarray] | None = None
+        self._first_rows = 0
+        self._first_open = False  # the first block's records may go on
+        self._first_memory: MemoryAccount | None = None  # holds their bytes
 
     @property
     def size(self) -> int:
         return self._events.size
+
+    def keep_first_block(self, memory: MemoryAccount) -> None:
+        """Keep the first block's records as they arrive (on the compiled path, from the first), each batch's bytes
+        spared by ``memory`` while it has them, for ``mirror_from``: a copy of the kept records costs a sixth of
+        writing them back from the columns (``scatter``)."""
+        if self.native is not None and not self._events.size:
+            self._first, self._first_open, self._first_memory = [], True, memory
+
+    def forget_first_block(self, *, taken: bool = False) -> None:
+        """The first block's records are of no more use: ``taken`` by ``mirror_from`` (their bytes stay held with
+        the reference), or given back."""
+        if self._first_memory is not None and not taken:
+            self._first_memory.give_back(self._first_rows * EVENT_DTYPE.itemsize)
+        self._first, self._first_open, self._first_memory, self._first_rows = None, False, None, 0
+
+    def _keep_first(self, batch: np.ndarray, keep: np.ndarray | None, key: np.ndarray) -> None:
+        """Keep the records of the first block among a batch's kept ones (``key``: their block keys, gathered)."""
+        if self._first is None or self._first_memory is None or not self._first_open or not key.size:
+            return
+        first_key = int(self._events.columns["block_key"][0])
+        n = key.size if int(key[-1]) == first_key else int(np.argmax(key != first_key))  # in order: a prefix
+        self._first_open = n == key.size  # else the next block began: the first one's records are all here
+        if not n:
+            return
+        if not self._first_memory.spare(n * EVENT_DTYPE.itemsize):
+            self.forget_first_block()
+            return
+        records = batch.view(_RECORD)
+        kept = records if keep is None else records[keep]
+        self._first.append(kept[:n].copy() if n < kept.size else kept if keep is not None else kept.copy())
+        self._first_rows += n
 
     def append(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray) -> None:
         """The events of ``batch`` that ``keep`` marks (None: all of them; accesses and sync events only);
@@ -289,6 +328,7 @@ class HeldColumns:
         if self.native is not None and batch.dtype == EVENT_DTYPE:
             key = self._append_native(batch, keep, access, size, previous)
         else:
+            self.forget_first_block()  # its records would lack this batch's
             key = self._append_numpy(batch, keep, access, size)
         if self.in_order:  # a finished block's key may not come back
             floor = previous + 1 if self._finished else previous
@@ -319,6 +359,7 @@ class HeldColumns:
                 mirror, self._mirror = self._mirror, None
                 self._fill(mirror)
             self._gather(batch, keep, access, room, accesses, syncs)
+            self._keep_first(batch, keep, room["block_key"])
         else:
             self._mirrored(batch, keep, access, room, accesses, syncs, previous)
         return room["block_key"]
@@ -336,15 +377,16 @@ class HeldColumns:
             native_extents(self.native, accesses)
 
     # --- blocks alike to a proven one, compared as they arrive ---
-    def mirror_from(self, span: Span, reserve: Callable[[int], bool]) -> bool:
+    def mirror_from(self, span: Span, spare: Callable[[int], bool]) -> bool:
         """Compare the blocks that begin from now on with ``span``, a proven block, as their records arrive, instead
         of gathering them: SPMD blocks run one program on their own GM tiles, so most are the reference's records
         but for the block id, a GM offset and a serial offset (the compiled ``mirror``). A block found so is alike
         to the reference in everything its check reads (``_block_proofs.alike``, and more: every held field), so
         the reference's proof stands for it; its access and sync rows are written from the reference's only when
         something reads them. Whether the span was taken as the reference (the first one-block span of an
-        in-order launch, on the compiled path, whose GM ranges end below ADDRESS_LIMIT, where ``reserve`` grants
-        the bytes of its records written back)."""
+        in-order launch, on the compiled path, whose GM ranges end below ADDRESS_LIMIT, with its records: those
+        kept as they arrived (``keep_first_block``), else written back from the columns where ``spare`` grants
+        their bytes)."""
         if (
             self._reference is not None or self.native is None or not self.in_order
             or span.blocks[1] - span.blocks[0] != 1 or span.events[1] <= span.events[0]
@@ -360,20 +402,33 @@ class HeldColumns:
             if gm_end >= ADDRESS_LIMIT:
                 return False
         kind = self._events.columns["kind"][slice(*span.events)]
-        if not reserve(kind.size * EVENT_DTYPE.itemsize):
-            return False
-        records = np.zeros(kind.size, dtype=EVENT_DTYPE)
-        a, s = slice(*span.accesses), slice(*span.syncs)
-        self.native.scatter(  # type: ignore[attr-defined]
-            kind, tuple((_OFFSET[name], accesses[name][a]) for name in ACCESS_FIELDS),
-            tuple((_OFFSET[name], self._syncs.columns[name][s]) for name in SYNC_FIELDS), int(EventKind.WRITE), records,
-        )  # fmt: skip
-        records["kind"] = kind  # a sync event's kind is held in the events table only
+        a = slice(*span.accesses)
+        records = self._first_block_records(span)
+        if records is None:
+            if not spare(kind.size * EVENT_DTYPE.itemsize):
+                return False
+            records = np.zeros(kind.size, dtype=EVENT_DTYPE)
+            self.native.scatter(  # type: ignore[attr-defined]
+                kind, tuple((_OFFSET[name], accesses[name][a]) for name in ACCESS_FIELDS),
+                tuple((_OFFSET[name], self._syncs.columns[name][slice(*span.syncs)]) for name in SYNC_FIELDS),
+                int(EventKind.WRITE), records,
+            )  # fmt: skip
+            records["kind"] = kind  # a sync event's kind is held in the events table only
         is_access = kind <= EventKind.WRITE
         matches = np.where(is_access, _REF_ACCESS, _REF_SYNC).astype(np.uint8)
         matches[np.flatnonzero(is_access)[accesses["ext"][a] >= _EXACT_EXTENT]] = _REF_NO_MATCH
         self._reference = _Reference(span.events, span.accesses, span.syncs, gm_low, gm_end, records, matches)
         return True
+
+    def _first_block_records(self, span: Span) -> np.ndarray | None:
+        """The kept records of ``span``, if it is the first block and they were kept whole (``keep_first_block``;
+        their bytes reserved then), as EVENT_DTYPE; None: write them back from the columns. Either way the mirror
+        compares only the fields held (its masks), the same in both."""
+        parts, rows = self._first, self._first_rows
+        if parts is None or span.events != (0, rows):
+            return None
+        self.forget_first_block(taken=True)
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(EVENT_DTYPE)
 
     def _mirrored(
         self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, room: Columns, accesses: Columns,

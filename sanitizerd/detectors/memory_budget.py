@@ -119,6 +119,15 @@ class MemoryAccount:
         left or the session has ended."""
         return self.budget._reserve(self, nbytes)
 
+    def spare(self, nbytes: int) -> bool:
+        """Take ``nbytes`` for what only saves time (a copy kept to avoid work later), where the budget has them:
+        a refusal is not counted, for nothing is refused the user."""
+        return self.budget._reserve(self, nbytes, counted=False)
+
+    def give_back(self, nbytes: int) -> None:
+        """Give back ``nbytes`` of what this session holds (a ``spare`` no longer kept)."""
+        self.budget._give_back(self, nbytes)
+
     def need(self, nbytes: int, what: str) -> None:
         """Take ``nbytes`` for ``what`` before allocating it, or raise OverBudget."""
         if not self.reserve(nbytes):

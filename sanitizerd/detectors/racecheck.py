@@ -29,12 +29,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sanitizerd.detectors._block_proofs import BlockProofs
+from sanitizerd.detectors._block_proofs import BlockProofs, Shape
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
 from sanitizerd.detectors._race_columns import (
     NATIVE,
     PLACED_FIELDS,
     HeldColumns,
+    Span,
     SpanColumns,
     Stretch,
     joined,
@@ -189,6 +190,8 @@ class Racecheck:
     def kernel_begin(self, launch: KernelLaunch) -> None:
         self._reset()
         self.kernel = launch
+        if self.prove_blocks and launch.block_dim > 1:  # its first block may become the reference (``_prove``)
+            self.columns.keep_first_block(self.context.race_memory)
         # One launch never holds more than the whole budget would check (its events and up to two candidate pairs
         # each): past that it is cut, like at --max-race-events, rather than left unchecked for good.
         self.limit = int(min(self.context.max_race_events, self.context.race_memory.limit // _BYTES_PER_CHECKED_EVENT))
@@ -346,6 +349,12 @@ class Racecheck:
             columns.skip(stretch)
             return
         span = columns.make(stretch)
+        try:
+            self._prove_span(columns, span, shaped, launch)
+        finally:  # the first span's proof is the only one its records are kept for
+            columns.forget_first_block()
+
+    def _prove_span(self, columns: HeldColumns, span: Span, shaped: Shape | None, launch: KernelLaunch | None) -> None:
         cut = Cut()
         memory = TrialAccount(self.context.race_memory)
         try:
@@ -359,7 +368,7 @@ class Racecheck:
         proof = self.proofs.add(span, check, racing, len(check.model.stuck), cut.segments, shaped)
         more = launch is None or span.blocks[1] < launch.block_dim  # blocks may follow it: worth a reference
         if proof is not None and shaped is not None and self.proofs.reference is None and more:
-            if columns.mirror_from(span, self.context.race_memory.reserve):
+            if columns.mirror_from(span, self.context.race_memory.spare):
                 self.proofs.reference = proof
 
     def kernel_end(self) -> list[Finding]:
