@@ -112,6 +112,42 @@ def test_compiled_hold_gathers_the_columns_numpy_gathers(seed: int, sizes: list[
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_gather_copies_any_fields_in_any_order(seed: int) -> None:
+    """The compiled gather copies fields grouped by size (its loops unrolled for racecheck's own counts of each
+    size): any fields, in any order, repeated or not, of the same counts per size as racecheck's or not, land
+    where numpy's compress puts them."""
+    rng = np.random.default_rng(seed)
+    events = hostile_records(rng, int(rng.integers(0, 300)))
+    keep, access = masks(events, rng, int(rng.integers(0, 3)))
+    kept = np.ones(events.size, bool) if keep is None else keep
+    names = list(EVENT_DTYPE.names)
+
+    def chosen(own: tuple[str, ...]) -> list[str]:
+        roll = rng.random()
+        if roll < 0.3:  # racecheck's own counts per size, but other fields
+            return [str(rng.choice([n for n in names if EVENT_DTYPE[n].itemsize == EVENT_DTYPE[o].itemsize]))
+                    for o in own]  # fmt: skip
+        if roll < 0.5:
+            return list(rng.permutation(own))
+        return [str(n) for n in rng.choice(names, int(rng.integers(0, 33)))]
+
+    access_names, sync_names = chosen(ACCESS_FIELDS), chosen(SYNC_FIELDS)
+    rows = {"access": access, "sync": kept & ~access}
+    columns = {part: [np.full(int(rows[part].sum()), 0xAB, EVENT_DTYPE[n]) for n in names_]
+               for part, names_ in (("access", access_names), ("sync", sync_names))}  # fmt: skip
+    key, kind = np.zeros(int(kept.sum()), np.uint32), np.zeros(int(kept.sum()), np.uint8)
+    offset = {n: EVENT_DTYPE.fields[n][1] for n in names}
+    COMPILED.gather(events, keep, access, key, kind,
+                    tuple(zip((offset[n] for n in access_names), columns["access"], strict=True)),
+                    tuple(zip((offset[n] for n in sync_names), columns["sync"], strict=True)))  # fmt: skip
+    for part, names_ in (("access", access_names), ("sync", sync_names)):
+        for name, column in zip(names_, columns[part], strict=True):
+            assert np.array_equal(column, events[name][rows[part]]), (part, name)
+    assert np.array_equal(kind, events["kind"][kept])
+
+
+@needs_compiled
 def test_compiled_hold_takes_strided_and_misaligned_batches() -> None:
     """A batch that is a strided view, or whose records start off their alignment, is made contiguous first."""
     rng = np.random.default_rng(7)

@@ -39,6 +39,14 @@ typedef struct {
     unsigned char *out;
 } Field;
 
+/* Fields in order of size, 8 bytes first, so that copying them takes one loop per size with a constant width
+ * (``copy_counted``); ``of_size``: how many of 8, 4, 2 and 1 bytes. */
+typedef struct {
+    Field field[MAX_FIELDS];
+    int count;
+    int of_size[4];
+} FieldSet;
+
 static void release_all(Py_buffer *views, int count) {
     for (int i = 0; i < count; i++) {
         PyBuffer_Release(&views[i]);
@@ -47,7 +55,7 @@ static void release_all(Py_buffer *views, int count) {
 
 /* Parse ``spec``, a tuple of (offset, out) with ``out`` a writable C-contiguous buffer of ``rows`` items of 1, 2, 4
  * or 8 bytes, into ``fields`` (its views held in ``views`` from ``*held`` on). */
-static int parse_fields(PyObject *spec, Py_ssize_t rows, Field *fields, int *count, Py_buffer *views, int *held) {
+static int parse_fields(PyObject *spec, Py_ssize_t rows, FieldSet *set, Py_buffer *views, int *held) {
     if (!PyTuple_Check(spec)) {
         PyErr_SetString(PyExc_TypeError, "fields must be a tuple of (offset, out)");
         return -1;
@@ -85,11 +93,22 @@ static int parse_fields(PyObject *spec, Py_ssize_t rows, Field *fields, int *cou
             PyErr_SetString(PyExc_ValueError, "a column must have exactly one item per row it receives");
             return -1;
         }
-        fields[i].offset = offset;
-        fields[i].size = size;
-        fields[i].out = (unsigned char *)view->buf;
+        Field field = {offset, size, (unsigned char *)view->buf};
+        Py_ssize_t at = i; /* placed among those before it: larger sizes first, the order given kept within one */
+        while (at > 0 && set->field[at - 1].size < size) {
+            set->field[at] = set->field[at - 1];
+            at--;
+        }
+        set->field[at] = field;
     }
-    *count = (int)n;
+    set->count = (int)n;
+    for (int w = 0; w < 4; w++) {
+        set->of_size[w] = 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t size = set->field[i].size;
+        set->of_size[size == 8 ? 0 : size == 4 ? 1 : size == 2 ? 2 : 3]++;
+    }
     return 0;
 }
 
@@ -151,56 +170,60 @@ static Py_ssize_t get_key_kind(PyObject *key_obj, PyObject *kind_obj, Py_buffer 
 
 /* An access's and a sync event's held fields, as ``parse_fields`` reads them from gather's two specs. */
 typedef struct {
-    Field access[MAX_FIELDS], sync[MAX_FIELDS];
-    int access_count, sync_count;
+    FieldSet access, sync;
 } HeldFields;
 
 static int parse_held_fields(PyObject *access_spec, Py_ssize_t accesses, PyObject *sync_spec, Py_ssize_t syncs,
                              HeldFields *fields, Py_buffer *views, int *held) {
-    return parse_fields(access_spec, accesses, fields->access, &fields->access_count, views, held) < 0 ||
-                   parse_fields(sync_spec, syncs, fields->sync, &fields->sync_count, views, held) < 0
+    return parse_fields(access_spec, accesses, &fields->access, views, held) < 0 ||
+                   parse_fields(sync_spec, syncs, &fields->sync, views, held) < 0
                ? -1
                : 0;
 }
 
-static inline void copy_fields(const unsigned char *record, const Field *fields, int count, Py_ssize_t row) {
-    for (int f = 0; f < count; f++) {
-        const unsigned char *from = record + fields[f].offset;
-        switch (fields[f].size) {
-        case 1:
-            fields[f].out[row] = *from;
-            break;
-        case 2:
-            memcpy(fields[f].out + 2 * row, from, 2);
-            break;
-        case 4:
-            memcpy(fields[f].out + 4 * row, from, 4);
-            break;
-        default:
-            memcpy(fields[f].out + 8 * row, from, 8);
-            break;
-        }
+/* Each field of ``record`` into its column's row ``row``: a loop per size, each of a constant width; ``c8`` to ``c1``
+ * the fields of each size (set->of_size), constants where the caller knows them, so that the loops unroll (a
+ * switch per field per record cost 17 ns a record, these loops 13, unrolled 11). */
+static inline __attribute__((always_inline)) void copy_counted(const unsigned char *record, const FieldSet *set,
+                                                               Py_ssize_t row, int c8, int c4, int c2, int c1) {
+    const Field *field = set->field;
+    for (int f = 0; f < c8; f++, field++) {
+        memcpy(field->out + 8 * row, record + field->offset, 8);
+    }
+    for (int f = 0; f < c4; f++, field++) {
+        memcpy(field->out + 4 * row, record + field->offset, 4);
+    }
+    for (int f = 0; f < c2; f++, field++) {
+        memcpy(field->out + 2 * row, record + field->offset, 2);
+    }
+    for (int f = 0; f < c1; f++, field++) {
+        field->out[row] = record[field->offset];
     }
 }
 
+/* Whether ``set`` has these many fields of 8, 4, 2 and 1 bytes. */
+static int has_sizes(const FieldSet *set, int c8, int c4, int c2, int c1) {
+    return set->of_size[0] == c8 && set->of_size[1] == c4 && set->of_size[2] == c2 && set->of_size[3] == c1;
+}
+
+static inline void copy_fields(const unsigned char *record, const FieldSet *set, Py_ssize_t row) {
+    copy_counted(record, set, row, set->of_size[0], set->of_size[1], set->of_size[2], set->of_size[3]);
+}
+
 /* copy_fields' inverse: the fields of column row ``row`` written into ``record``. */
-static inline void scatter_fields(unsigned char *record, const Field *fields, int count, Py_ssize_t row) {
-    for (int f = 0; f < count; f++) {
-        unsigned char *to = record + fields[f].offset;
-        switch (fields[f].size) {
-        case 1:
-            *to = fields[f].out[row];
-            break;
-        case 2:
-            memcpy(to, fields[f].out + 2 * row, 2);
-            break;
-        case 4:
-            memcpy(to, fields[f].out + 4 * row, 4);
-            break;
-        default:
-            memcpy(to, fields[f].out + 8 * row, 8);
-            break;
-        }
+static inline void scatter_fields(unsigned char *record, const FieldSet *set, Py_ssize_t row) {
+    const Field *field = set->field;
+    for (int f = 0; f < set->of_size[0]; f++, field++) {
+        memcpy(record + field->offset, field->out + 8 * row, 8);
+    }
+    for (int f = 0; f < set->of_size[1]; f++, field++) {
+        memcpy(record + field->offset, field->out + 4 * row, 4);
+    }
+    for (int f = 0; f < set->of_size[2]; f++, field++) {
+        memcpy(record + field->offset, field->out + 2 * row, 2);
+    }
+    for (int f = 0; f < set->of_size[3]; f++, field++) {
+        record[field->offset] = field->out[row];
     }
 }
 
@@ -258,6 +281,7 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
     if (parse_held_fields(access_spec, accesses, sync_spec, syncs, &fields, views, &held) < 0) {
         goto done;
     }
+    const int access_held = has_sizes(&fields.access, 3, 2, 5, 5), sync_held = has_sizes(&fields.sync, 3, 1, 3, 4);
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t e = 0, a = 0, s = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -270,9 +294,15 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
         kind_out[e] = record[KIND_AT];
         e++;
         if (access[i]) {
-            copy_fields(record, fields.access, fields.access_count, a++);
+            if (access_held) { /* racecheck's own fields: the loops unrolled */
+                copy_counted(record, &fields.access, a++, 3, 2, 5, 5);
+            } else {
+                copy_fields(record, &fields.access, a++);
+            }
+        } else if (sync_held) {
+            copy_counted(record, &fields.sync, s++, 3, 1, 3, 4);
         } else {
-            copy_fields(record, fields.sync, fields.sync_count, s++);
+            copy_fields(record, &fields.sync, s++);
         }
     }
     Py_END_ALLOW_THREADS
@@ -940,9 +970,9 @@ static PyObject *scatter(PyObject *Py_UNUSED(module), PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char *record = records + i * RECORD_SIZE;
         if (kind[i] <= write_kind) {
-            scatter_fields(record, fields.access, fields.access_count, a++);
+            scatter_fields(record, &fields.access, a++);
         } else {
-            scatter_fields(record, fields.sync, fields.sync_count, s++);
+            scatter_fields(record, &fields.sync, s++);
         }
     }
     Py_END_ALLOW_THREADS
