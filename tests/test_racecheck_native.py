@@ -292,7 +292,8 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
     """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
     loops do run on them (none refuses its input and leaves it to numpy)."""
     ran: list[str] = []
-    for name in ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes"):
+    loops = ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes", "sort_by")
+    for name in loops:
 
         def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
             ran.append(_name)
@@ -311,7 +312,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
         assert native == reference
         raced += any(f.kind.startswith("race") for f in native)
     assert raced >= 5
-    assert {"gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes"} <= set(ran)
+    assert set(loops) <= set(ran)
     assert fixpoints and all(fixpoints)
 
 
@@ -843,6 +844,61 @@ def test_compiled_site_pairs_refuse_what_does_not_fit() -> None:
             COMPILED.site_pairs(*args)
         if i < 5:
             assert not args[5].any() and not args[6].any()  # nothing written
+
+
+def random_sort_keys(rng: np.random.Generator) -> np.ndarray:
+    """uint64 keys of every shape a sort meets: few or many distinct, differing in low bits, high bits or both,
+    all equal, at 0 and 2**64 - 1."""
+    n = int(rng.choice((0, 1, 2, 7, 300, 5000)))
+    shape = int(rng.integers(0, 5))
+    if shape == 0:
+        return rng.integers(0, 1 << 64, n, dtype=np.uint64, endpoint=False)
+    if shape == 1:  # a region in the high bits, an address in the low ones, as racecheck's segment starts
+        region = rng.integers(0, 4, n).astype(np.uint64) << np.uint64(rng.choice((38, 44, 60)))
+        return region + rng.integers(0, 1 << 15, n).astype(np.uint64)
+    if shape == 2:
+        return np.full(n, rng.choice(np.array([0, 7, _U64], dtype=np.uint64)), dtype=np.uint64)
+    if shape == 3:
+        return rng.choice(np.array([0, 1, 1 << 11, 1 << 63, _U64], dtype=np.uint64), n)
+    return rng.integers(0, 3, n).astype(np.uint64) << np.uint64(rng.integers(0, 63))
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(60))
+def test_compiled_sort_by_is_numpys_stable_argsort(seed: int) -> None:
+    """``sort_by`` orders rows (any permutation or selection of the keys', repeated or not) as numpy's stable
+    argsort of their keys does, ties in the order given."""
+    rng = np.random.default_rng(seed)
+    keys = random_sort_keys(rng)
+    n = keys.size
+    roll = rng.random()
+    if not n:
+        order = np.zeros(0, dtype=np.int64)
+    elif roll < 0.4:
+        order = rng.permutation(n).astype(np.int64)
+    elif roll < 0.7:
+        order = np.arange(n, dtype=np.int64)
+    else:
+        order = rng.integers(0, n, int(rng.integers(0, 2 * n + 1))).astype(np.int64)
+    out = np.full(order.size, -1, dtype=np.int64)
+    COMPILED.sort_by(keys, order, out)
+    assert np.array_equal(out, order[np.argsort(keys[order], kind="stable")])
+
+
+@needs_compiled
+def test_compiled_sort_by_refuses_what_does_not_fit() -> None:
+    keys, order = np.arange(10, dtype=np.uint64)[::-1].copy(), np.arange(10, dtype=np.int64)
+    out = np.zeros(10, dtype=np.int64)
+    COMPILED.sort_by(keys, order, out)
+    assert out.tolist() == list(range(9, -1, -1))
+    for i, bad in ((1, np.full(10, 10, np.int64)), (1, np.full(10, -1, np.int64)), (2, out[1:]), (0, keys[::2]),
+                   (0, keys.astype(np.uint32)), (1, order.astype(np.int32)), (2, out.astype(np.int32))):  # fmt: skip
+        args = [keys, order, np.zeros(10, dtype=np.int64)]
+        args[i] = bad
+        with pytest.raises((ValueError, BufferError)):
+            COMPILED.sort_by(*args)
+        if i < 2:
+            assert not args[2].any()  # nothing written
 
 
 def random_sync_events(rng: np.random.Generator, m: int, *, in_order: bool) -> tuple[np.ndarray, ...]:

@@ -132,7 +132,7 @@ def candidate_pairs(
     del start
     hi = base + np.minimum(stop, _LIMIT)
     del stop, base
-    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need)
+    seg, who, starts, ends = _segments(lo, hi, owner, rank[owner], n, need, native)
     del lo, hi, owner, rank_of_event  # the check's peak comes next: free what it does not need
     if key is None:
         del rank
@@ -377,15 +377,20 @@ def _group_pairs(
 
 
 def _segments(
-    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, need: Callable[[int], None]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    lo: np.ndarray, hi: np.ndarray, owner: np.ndarray, rank: np.ndarray, n: int, need: Callable[[int], None],
+    native: object | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Incidences (segment, access) sorted by segment, then by ``rank``; and each segment's [start, end).
 
     Tiled kernels reuse buffers whole: every two ranges are equal or disjoint. Then the ranges themselves are
-    the segments, and one sort by (start, rank) is all it takes. Otherwise the ranges are cut at every
-    boundary and each range counts once per segment it covers."""
+    the segments, and one sort by (start, rank) is all it takes (the compiled radix sort where ``native`` is
+    given). Otherwise the ranges are cut at every boundary and each range counts once per segment it covers."""
     by_rank = _by_rank(rank)
-    o = by_rank[np.argsort(lo[by_rank], kind="stable")]
+    if native is not None:
+        o = np.empty(by_rank.size, dtype=np.int64)
+        native.sort_by(lo, by_rank, o)  # type: ignore[attr-defined]
+    else:
+        o = by_rank[np.argsort(lo[by_rank], kind="stable")]
     lo_s, hi_s = lo[o], hi[o]
     new = np.ones(o.size, dtype=bool)
     new[1:] = lo_s[1:] != lo_s[:-1]
