@@ -330,12 +330,12 @@ class HeldColumns:
         else:
             self.forget_first_block()  # its records would lack this batch's
             key = self._append_numpy(batch, keep, access, size)
-        if self.in_order:  # a finished block's key may not come back
+        changes = np.flatnonzero(key[1:] != key[:-1]) if self.in_order else None
+        if changes is not None:  # in order: ascending where the key changes; a finished block's may not come back
             floor = previous + 1 if self._finished else previous
-            self.in_order = int(key[0]) >= floor and bool((key[1:] >= key[:-1]).all())
+            self.in_order = int(key[0]) >= floor and bool((key[changes + 1] > key[changes]).all())
         self._finished = False
-        if self.in_order:
-            changes = np.flatnonzero(key[1:] != key[:-1])
+        if self.in_order and changes is not None:
             if changes.size:  # the blocks before the last one to start are complete
                 self._complete(self._events.size - size + int(changes[-1]) + 1)
             elif int(key[0]) != previous and previous >= 0:
@@ -656,11 +656,15 @@ class HeldColumns:
         lo, access_lo, sync_lo = self._complete_to
         if end <= lo:
             return
-        kind = self._events.columns["kind"][lo:end]
-        key = self._events.columns["block_key"][lo:end]
-        blocks = 1 + int(np.count_nonzero(key[1:] != key[:-1]))
-        access_hi = access_lo + int(np.count_nonzero(kind <= EventKind.WRITE))
-        sync_hi = sync_lo + (kind.size - (access_hi - access_lo))
+        mirror = self.alike.get(lo)
+        if mirror is not None and mirror.stretch_events()[1] == end:  # an alike block: its counts are known
+            blocks, accesses = 1, mirror.matched[1]
+        else:
+            key = self._events.columns["block_key"][lo:end]
+            blocks = 1 + int(np.count_nonzero(key[1:] != key[:-1]))
+            accesses = int(np.count_nonzero(self._events.columns["kind"][lo:end] <= EventKind.WRITE))
+        access_hi = access_lo + accesses
+        sync_hi = sync_lo + (end - lo - accesses)
         block_lo = self._blocks
         self._blocks += blocks
         stretch = Stretch(
