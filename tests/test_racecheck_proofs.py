@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from client_shim.events import EventKind, Pipe, Space, accesses, make_events, syncs
-from sanitizerd.detectors import racecheck
+from sanitizerd.detectors import _happens_before, racecheck
 from sanitizerd.detectors._patterns import ADDRESS_LIMIT
 from sanitizerd.detectors.memory_budget import MemoryBudget
 from sanitizerd.detectors.racecheck import Kernel
@@ -194,6 +194,28 @@ def test_any_sync_on_any_pipe_gives_the_whole_checks_findings(seed: int, monkeyp
         events = finished(events, rng)
     parts = batches(events, rng)
     assert check(*parts) == check(*parts, prove=False)
+
+
+def test_a_spans_barrier_members_are_those_its_nodes_were_made_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A span's check takes the members of pipe_barrier(PIPE_ALL) from the span (its busy pipes), not found again:
+    on random kernels with every sync on every pipe, they are what ``barrier_members`` finds of the span's events,
+    and spans with PIPE_ALL barriers are among them."""
+    build, given = racecheck.build, []
+
+    def checked(kind: np.ndarray, pipe: np.ndarray, dst_pipe: np.ndarray, *args: object, **kwargs: object) -> object:
+        members = kwargs.get("members")
+        if members is not None:
+            found = _happens_before.barrier_members(kind, pipe, dst_pipe, args[10])  # type: ignore[arg-type]
+            assert np.array_equal(members, found), (members, found)
+            given.append(bool(((kind == EventKind.PIPE_BARRIER) & (pipe == Pipe.ALL)).any()))
+        return build(kind, pipe, dst_pipe, *args, **kwargs)
+
+    monkeypatch.setattr(racecheck, "build", checked)
+    for seed in range(60):
+        rng = random.Random(seed)
+        events = random_events(rng, rng.randint(1, 4))
+        check(*batches(events, rng))
+    assert any(given) and not all(given)
 
 
 def sync_all(block: int, serial: int) -> np.ndarray:

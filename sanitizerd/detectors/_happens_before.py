@@ -246,6 +246,7 @@ def build(
     need: Callable[[int, str], None] = lambda nbytes, what: None,
     made: Callable[[np.ndarray], BlockParts | None] = lambda all_pipes: None,
     native: object | None = None,
+    members: np.ndarray | None = None,
 ) -> Model:
     """The model of a kernel from its sync events, given in block-sorted program order (``block`` ascending,
     then program order). ``seq`` is each one's index among all the kernel's events in that order, ``arrival``
@@ -257,8 +258,9 @@ def build(
     cross-block knowledge takes (cross waits x blocks, quadratic) before they are allocated, and raises to refuse.
     ``made`` gives the nodes and their edges already made (block by block, as blocks completed) if they were
     made with these members of pipe_barrier(PIPE_ALL), or None. ``native``: the compiled module
-    (sanitizerd/native/_racecheck.c), whose fixpoint of the clocks is this module's (``_fixpoint``)."""
-    all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes)
+    (sanitizerd/native/_racecheck.c), whose fixpoint of the clocks is this module's (``_fixpoint``). ``members``:
+    the members of pipe_barrier(PIPE_ALL), where the caller found them already (``barrier_members`` of these)."""
+    all_pipes = barrier_members(kind, pipe, dst_pipe, work_pipes) if members is None else members
     parts = made(all_pipes)
     nodes = make_nodes(kind, pipe, dst_pipe, block, seq, all_pipes, native) if parts is None else parts.nodes
     node_kind = nodes.kind

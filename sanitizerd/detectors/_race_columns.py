@@ -19,6 +19,7 @@ import numpy as np
 from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._happens_before import (
+    _ALL_PIPES,
     NPIPES,
     POS_BITS,
     BlockParts,
@@ -639,6 +640,10 @@ class HeldColumns:
                 self.make_all()
         return self.in_order and self.whole
 
+    def members(self) -> None:
+        """The members of pipe_barrier(PIPE_ALL) are the whole kernel's, found by the check (``build``)."""
+        return None
+
     def complete_all(self) -> None:
         """The last block is complete too (the kernel ended)."""
         self._end_mirror()
@@ -815,6 +820,11 @@ class SpanColumns:
 
     def placed(self) -> bool:
         return True
+
+    def members(self) -> np.ndarray:
+        """The members of pipe_barrier(PIPE_ALL) for the span alone: its busy pipes, as its nodes were made with
+        (``barrier_members`` of the same events)."""
+        return _ALL_PIPES[(self.span.busy >> _ALL_PIPES) & 1 == 1]
 
     @property
     def events(self) -> Columns:

@@ -563,6 +563,7 @@ class Kernel:
             present, pipes, self.block_keys.size, cross_free=alone or self.context.config.block_id >= 0,
             truncated=truncated, need=self.memory.need,
             made=columns.parts if self.placed_in_blocks else lambda members: None, native=detector.native,
+            members=columns.members(),
         )  # fmt: skip
         self.mem = mem  # block-sorted positions of the accesses
         self.access = m
