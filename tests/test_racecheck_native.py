@@ -292,7 +292,8 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
     """The random kernels above are not all race-free: the comparison covers reported races; and the compiled
     loops do run on them (none refuses its input and leaves it to numpy)."""
     ran: list[str] = []
-    loops = ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes", "sort_by")
+    loops = ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes", "sort_by",
+             "fifo_match")  # fmt: skip
     for name in loops:
 
         def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
@@ -899,6 +900,43 @@ def test_compiled_sort_by_refuses_what_does_not_fit() -> None:
             COMPILED.sort_by(*args)
         if i < 2:
             assert not args[2].any()  # nothing written
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(80))
+def test_compiled_fifo_match_is_numpys(seed: int) -> None:
+    """Sets and waits of a few keys (negative too), positions tied or not, rows in any order, repeated or not:
+    the compiled match pairs and leaves unmatched what numpy's does, in its order, with and without the free
+    first wait."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice((1, 2, 5, 40, 500)))
+    key = rng.choice(np.array([-(1 << 62), -3, 0, 1, 7, 1 << 40], dtype=np.int64)[: int(rng.integers(1, 7))], n)
+    pos = rng.integers(0, int(rng.choice((2, n + 1, 1 << 50))), n).astype(np.int64)
+    sets, waits = (rng.integers(0, n, int(rng.integers(0, n + 1))).astype(np.int64) for _ in range(2))
+    if rng.random() < 0.5:  # rows each once, as block_edges gives them
+        rows = rng.permutation(n)
+        cut = int(rng.integers(0, n + 1))
+        sets, waits = np.sort(rows[:cut]).astype(np.int64), np.sort(rows[cut:]).astype(np.int64)
+    for skip in (False, True):
+        want = _happens_before._fifo_match(key, pos, sets, waits, skip_first_wait=skip)
+        got = _happens_before._fifo_match(key, pos, sets, waits, skip_first_wait=skip, native=COMPILED)
+        for w, g in zip(want, got, strict=True):
+            assert np.array_equal(w, g), (skip, w, g)
+
+
+@needs_compiled
+def test_compiled_fifo_match_refuses_what_does_not_fit() -> None:
+    key, pos = np.array([1, 1, 2], np.int64), np.array([0, 1, 2], np.int64)
+    sets, waits = np.array([0], np.int64), np.array([1, 2], np.int64)
+    out = np.zeros((3, 2), np.int64)
+    assert COMPILED.fifo_match(key, pos, sets, waits, False, out) == (1, 1)
+    assert out[:, :1].ravel().tolist() == [0, 1, 2]
+    for i, bad in ((0, key[:2]), (1, pos[:2]), (2, np.array([3], np.int64)), (3, np.array([-1], np.int64)),
+                   (4, np.zeros((3, 1), np.int64)), (0, key.astype(np.int32)), (4, out.astype(np.int32))):  # fmt: skip
+        args: list[object] = [key, pos, sets, waits, False, np.zeros((3, 2), np.int64)]
+        args[i if i < 4 else 5] = bad
+        with pytest.raises(ValueError):
+            COMPILED.fifo_match(*args)
 
 
 def random_sync_events(rng: np.random.Generator, m: int, *, in_order: bool) -> tuple[np.ndarray, ...]:

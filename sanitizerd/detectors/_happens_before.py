@@ -174,9 +174,11 @@ class BlockParts:
 
 
 def block_edges(
-    nodes: Nodes, pipe: np.ndarray, dst_pipe: np.ndarray, event_id: np.ndarray, all_pipes: np.ndarray
-) -> BlockParts:
-    """The edges inside blocks (``pipe``, ``dst_pipe``, ``event_id``: of the sync events ``nodes.local`` indexes)."""
+    nodes: Nodes, pipe: np.ndarray, dst_pipe: np.ndarray, event_id: np.ndarray, all_pipes: np.ndarray,
+    native: object | None = None,
+) -> BlockParts:  # fmt: skip
+    """The edges inside blocks (``pipe``, ``dst_pipe``, ``event_id``: of the sync events ``nodes.local`` indexes).
+    ``native``: the compiled module (its ``fifo_match``), or None: numpy's."""
     node_kind = nodes.kind
     n = nodes.size
     edges: list[tuple[np.ndarray, np.ndarray]] = []
@@ -190,7 +192,7 @@ def block_edges(
     flag_key += event_id[ev]
     set_rows = np.flatnonzero(_IS_FLAG_SET[node_kind])
     wait_rows = np.flatnonzero(_IS_FLAG_WAIT[node_kind])
-    src, dst, unmatched = _fifo_match(flag_key, nodes.pos, set_rows, wait_rows)
+    src, dst, unmatched = _fifo_match(flag_key, nodes.pos, set_rows, wait_rows, native=native)
     edges.append((src, dst))
     stuck_nodes.append(unmatched)
 
@@ -198,7 +200,7 @@ def block_edges(
     buf_key = nodes.block.astype(np.int64) * 65536 + event_id[ev]
     rls = np.flatnonzero(node_kind == _K.RLS_BUF)
     get = np.flatnonzero(node_kind == _K.GET_BUF)
-    src, dst, unmatched = _fifo_match(buf_key, nodes.pos, rls, get, skip_first_wait=True)
+    src, dst, unmatched = _fifo_match(buf_key, nodes.pos, rls, get, skip_first_wait=True, native=native)
     edges.append((src, dst))
     stuck_nodes.append(unmatched)
 
@@ -269,7 +271,7 @@ def build(
     nodes.column[nodes.active] = np.arange(nodes.active.size)
     nodes.K = np.full((n, nodes.active.size), _NONE, dtype=np.int32)
     if parts is None:
-        parts = block_edges(nodes, pipe, dst_pipe, event_id, all_pipes)
+        parts = block_edges(nodes, pipe, dst_pipe, event_id, all_pipes, native)
     edges, multi, stuck_nodes = list(parts.edges), list(parts.multi), list(parts.stuck)
 
     cross = np.flatnonzero(_IS_CROSS[node_kind])
@@ -411,14 +413,22 @@ def issuer_of(nodes: Nodes, block: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 def _fifo_match(
-    key: np.ndarray, pos: np.ndarray, sets: np.ndarray, waits: np.ndarray, *, skip_first_wait: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    key: np.ndarray, pos: np.ndarray, sets: np.ndarray, waits: np.ndarray, *, skip_first_wait: bool = False,
+    native: object | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """The k-th wait of each key is released by the k-th set of that key (program order): (set, wait) pairs
     and the waits no set releases. With ``skip_first_wait`` the first wait of a key needs no set and the k-th
-    takes the (k-1)-th set."""
+    takes the (k-1)-th set. ``native``: the compiled module, whose ``fifo_match`` is this, its sorts radix sorts."""
     empty = np.empty(0, dtype=np.int64)
     if not waits.size:
         return empty, empty, empty
+    if native is not None and key.dtype == pos.dtype == np.int64:
+        out = np.empty((3, waits.size), dtype=np.int64)
+        pairs, unmatched = native.fifo_match(  # type: ignore[attr-defined]
+            np.ascontiguousarray(key), np.ascontiguousarray(pos), np.ascontiguousarray(sets, dtype=np.int64),
+            np.ascontiguousarray(waits, dtype=np.int64), skip_first_wait, out,
+        )  # fmt: skip
+        return out[0, :pairs], out[1, :pairs], out[2, :unmatched]
     sets = sets[np.lexsort((pos[sets], key[sets]))]
     waits = waits[np.lexsort((pos[waits], key[waits]))]
     wkey = key[waits]

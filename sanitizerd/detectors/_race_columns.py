@@ -754,7 +754,7 @@ class HeldColumns:
             self._members.add(made_with)
         seq = lo + np.flatnonzero(is_sync)
         nodes = make_nodes(sync_kind, pipe, dst_pipe, blocks[is_sync], seq, members, self.native)
-        parts = block_edges(nodes, pipe, dst_pipe, syncs["event_id"][sync_lo:sync_hi], members)
+        parts = block_edges(nodes, pipe, dst_pipe, syncs["event_id"][sync_lo:sync_hi], members, self.native)
         first = self._nodes.size
         room = self._nodes.grow(nodes.size)
         for name in _NODE_COLUMNS:

@@ -1522,52 +1522,30 @@ done:
 #define DIGITS 6 /* enough for every bit of a uint64 key */
 #define BUCKETS (1 << DIGIT_BITS)
 
-/* sort_by(keys, order, out) -> None
- *
- * ``out`` gets ``order`` (int64 rows of ``keys``, a uint64 vector) sorted stably by their keys: numpy's
- * ``order[np.argsort(keys[order], kind="stable")]``. A least-significant-digit radix sort of 11-bit digits, each
+/* ``rows`` (``m`` rows of ``keys``) sorted stably by their keys, each XORed with ``flip`` (1 << 63 orders int64
+ * keys as numbers), into ``out`` (may be ``rows``): a least-significant-digit radix sort of 11-bit digits, each
  * pass a stable scatter by a count; the digits are taken where the keys differ (racecheck's segment starts differ
- * in a few bits: a region's high ones and an address's low ones). numpy's stable sort of int64 keys is a merge
- * sort, half again as long on racecheck's segments. */
-static PyObject *sort_by(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *obj[3];
-    if (!PyArg_ParseTuple(args, "OOO", &obj[0], &obj[1], &obj[2])) {
-        return NULL;
-    }
-    static const Py_ssize_t sizes[3] = {8, 8, 8};
-    Py_buffer views[3];
-    int held = 0;
-    PyObject *result = NULL;
-    uint64_t *key_buffer = NULL;
-    int64_t *row_buffer = NULL;
-    Py_ssize_t *count = NULL;
-    if (get_views(obj, 3, 2, sizes, views, &held, "sort_by") < 0) {
-        goto done;
-    }
-    Py_ssize_t n = views[0].len / 8, m = views[1].len / 8;
-    const uint64_t *keys = views[0].buf;
-    const int64_t *order = views[1].buf;
-    int64_t *out = views[2].buf;
-    if (views[2].len != m * 8 || !rows_within(order, m, n)) {
-        PyErr_SetString(PyExc_ValueError, "sort_by: a row out of range, or out not as long as order");
-        goto done;
-    }
+ * in a few bits: a region's high ones and an address's low ones). 0, or -1 where memory ran out (no exception
+ * set: the caller holds no GIL). numpy's stable sort of int64 keys is a merge sort, half again as long on
+ * racecheck's segments. */
+static int radix_rows(const uint64_t *keys, uint64_t flip, const int64_t *rows, Py_ssize_t m, int64_t *out) {
     size_t room = (size_t)(m > 0 ? m : 1);
-    key_buffer = malloc(2 * room * sizeof(uint64_t));
-    row_buffer = malloc(2 * room * sizeof(int64_t));
-    count = calloc((size_t)DIGITS * BUCKETS, sizeof(Py_ssize_t));
+    uint64_t *key_buffer = malloc(2 * room * sizeof(uint64_t));
+    int64_t *row_buffer = malloc(2 * room * sizeof(int64_t));
+    Py_ssize_t *count = calloc((size_t)DIGITS * BUCKETS, sizeof(Py_ssize_t));
     if (key_buffer == NULL || row_buffer == NULL || count == NULL) {
-        PyErr_NoMemory();
-        goto done;
+        free(key_buffer);
+        free(row_buffer);
+        free(count);
+        return -1;
     }
-    Py_BEGIN_ALLOW_THREADS
     uint64_t *from_key = key_buffer, *to_key = key_buffer + room;
     int64_t *from_row = row_buffer, *to_row = row_buffer + room;
     uint64_t all = ~(uint64_t)0, any = 0;
     for (Py_ssize_t j = 0; j < m; j++) {
-        uint64_t k = keys[order[j]];
+        uint64_t k = keys[rows[j]] ^ flip;
         from_key[j] = k;
-        from_row[j] = order[j];
+        from_row[j] = rows[j];
         all &= k;
         any |= k;
     }
@@ -1607,15 +1585,131 @@ static PyObject *sort_by(PyObject *Py_UNUSED(module), PyObject *args) {
         to_row = r;
     }
     if (m > 0) {
-        memcpy(out, from_row, (size_t)m * sizeof(int64_t));
+        memmove(out, from_row, (size_t)m * sizeof(int64_t));
     }
-    Py_END_ALLOW_THREADS
-    Py_INCREF(Py_None);
-    result = Py_None;
-done:
     free(key_buffer);
     free(row_buffer);
     free(count);
+    return 0;
+}
+
+/* sort_by(keys, order, out) -> None
+ *
+ * ``out`` gets ``order`` (int64 rows of ``keys``, a uint64 vector) sorted stably by their keys (``radix_rows``):
+ * numpy's ``order[np.argsort(keys[order], kind="stable")]``. */
+static PyObject *sort_by(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[3];
+    if (!PyArg_ParseTuple(args, "OOO", &obj[0], &obj[1], &obj[2])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[3] = {8, 8, 8};
+    Py_buffer views[3];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_views(obj, 3, 2, sizes, views, &held, "sort_by") < 0) {
+        goto done;
+    }
+    Py_ssize_t n = views[0].len / 8, m = views[1].len / 8;
+    if (views[2].len != m * 8 || !rows_within(views[1].buf, m, n)) {
+        PyErr_SetString(PyExc_ValueError, "sort_by: a row out of range, or out not as long as order");
+        goto done;
+    }
+    int sorted;
+    Py_BEGIN_ALLOW_THREADS
+    sorted = radix_rows(views[0].buf, 0, views[1].buf, m, views[2].buf);
+    Py_END_ALLOW_THREADS
+    if (sorted < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release_all(views, held);
+    return result;
+}
+
+#define SIGNED ((uint64_t)1 << 63) /* flips an int64's sign bit: its bits then order as the number does */
+
+/* fifo_match(key, pos, sets, waits, skip_first_wait, out) -> (pairs, unmatched)
+ *
+ * _happens_before._fifo_match: the k-th wait of each key (``key``, int64 per node; program order by ``pos``,
+ * int64) is released by the k-th set of that key; with ``skip_first_wait`` the first wait of a key needs no set
+ * (and is neither paired nor unmatched) and the k-th takes the (k-1)-th set. ``sets`` and ``waits`` are int64
+ * rows, each sorted here by (key, pos), ties in the order given, as numpy's lexsort. ``out`` (int64, 3 x
+ * len(waits), C-contiguous) gets the pairs' sets in its first row, their waits in its second, the waits no set
+ * releases in its third, in that order of the waits; the counts of pairs and unmatched waits are returned. */
+static PyObject *fifo_match(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[5];
+    int skip_first;
+    if (!PyArg_ParseTuple(args, "OOOOpO", &obj[0], &obj[1], &obj[2], &obj[3], &skip_first, &obj[4])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[5] = {8, 8, 8, 8, 8};
+    Py_buffer views[5];
+    int held = 0;
+    PyObject *result = NULL;
+    int64_t *set_order = NULL;
+    if (get_views(obj, 5, 4, sizes, views, &held, "fifo_match") < 0) {
+        goto done;
+    }
+    Py_ssize_t n = views[0].len / 8, n_sets = views[2].len / 8, n_waits = views[3].len / 8;
+    const int64_t *key = views[0].buf, *sets = views[2].buf, *waits = views[3].buf;
+    int64_t *out = views[4].buf;
+    if (views[1].len != n * 8 || views[4].len != 3 * n_waits * 8 || !rows_within(sets, n_sets, n) ||
+        !rows_within(waits, n_waits, n)) {
+        PyErr_SetString(PyExc_ValueError, "fifo_match: a row out of range, or the arrays' lengths do not agree");
+        goto done;
+    }
+    set_order = malloc((size_t)(n_sets > 0 ? n_sets : 1) * sizeof(int64_t));
+    if (set_order == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *src = out, *dst = out + n_waits, *unmatched = out + 2 * n_waits;
+    Py_ssize_t pairs = 0, lonely = 0;
+    int sorted;
+    Py_BEGIN_ALLOW_THREADS
+    /* by pos, then by key: each stable, so by (key, pos), ties as given; the waits' order is sorted in ``unmatched``
+     * until it is read (each wait is read there before its place is written, as pairs and unmatched count up) */
+    sorted = radix_rows((const uint64_t *)views[1].buf, SIGNED, sets, n_sets, set_order) |
+             radix_rows((const uint64_t *)key, SIGNED, set_order, n_sets, set_order) |
+             radix_rows((const uint64_t *)views[1].buf, SIGNED, waits, n_waits, unmatched) |
+             radix_rows((const uint64_t *)key, SIGNED, unmatched, n_waits, unmatched);
+    if (sorted == 0) {
+        Py_ssize_t group = 0, at_set = 0;
+        for (Py_ssize_t j = 0; j < n_waits; j++) {
+            int64_t wait = unmatched[j], wkey = key[wait];
+            if (j > 0 && key[unmatched[j - 1]] != wkey) {
+                group = j;
+            }
+            Py_ssize_t rank = j - group;
+            while (at_set < n_sets && key[set_order[at_set]] < wkey) { /* the first set of this key or after */
+                at_set++;
+            }
+            if (skip_first) {
+                if (rank == 0) {
+                    continue;
+                }
+                rank--;
+            }
+            Py_ssize_t at = at_set + rank;
+            if (at < n_sets && key[set_order[at]] == wkey) {
+                src[pairs] = set_order[at];
+                dst[pairs++] = wait;
+            } else {
+                unmatched[lonely++] = wait;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (sorted != 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_BuildValue("nn", pairs, lonely);
+done:
+    free(set_order);
     release_all(views, held);
     return result;
 }
@@ -1634,6 +1728,7 @@ static PyMethodDef methods[] = {
     {"make_nodes", make_nodes, METH_VARARGS, "A kernel's sync nodes sorted by a count (_happens_before.make_nodes)."},
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {"sort_by", sort_by, METH_VARARGS, "Rows sorted stably by their uint64 keys (a radix sort)."},
+    {"fifo_match", fifo_match, METH_VARARGS, "The k-th wait of each key paired with its k-th set (_fifo_match)."},
     {NULL, NULL, 0, NULL},
 };
 
