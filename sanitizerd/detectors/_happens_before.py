@@ -772,6 +772,9 @@ def _place(model: Model, stuck: np.ndarray, sources: dict[int, list[int]], n_blo
     rows = np.arange(nodes.size)
     cycle = nodes.clock(rows, nodes.pipe) >= nodes.ordinal
     first = np.concatenate((stuck.astype(np.int64), np.flatnonzero(cycle)))
+    if not first.size:  # nothing stuck: nothing blocked (every pipe's start stays past its last node)
+        model.start, model.stuck = start, []
+        return
     blocked = np.zeros(nodes.size, dtype=bool)
     while True:
         np.minimum.at(start, nodes.chain[first], nodes.ordinal[first])
