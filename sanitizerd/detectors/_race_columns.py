@@ -423,7 +423,7 @@ class HeldColumns:
 
     def _first_block_records(self, span: Span) -> np.ndarray | None:
         """The kept records of ``span``, if it is the first block and they were kept whole (``keep_first_block``;
-        their bytes reserved then), as EVENT_DTYPE; None: write them back from the columns. Either way the mirror
+        their bytes spared then), as EVENT_DTYPE; None: write them back from the columns. Either way the mirror
         compares only the fields held (its masks), the same in both."""
         parts, rows = self._first, self._first_rows
         if parts is None or span.events != (0, rows):
