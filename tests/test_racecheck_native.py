@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from client_shim.events import EventKind, make_events
 from sanitizerd.chips import chip_named
-from sanitizerd.detectors import _block_parts, _happens_before, _race_columns, _race_pairs, racecheck
+from sanitizerd.detectors import _block_parts, _happens_before, _patterns, _race_columns, _race_pairs, racecheck
 from sanitizerd.detectors._batches import Columns
 from sanitizerd.detectors._block_parts import place
 from sanitizerd.detectors._race_columns import _EXTENT_FIELDS, ACCESS_FIELDS, PLACED_FIELDS, SYNC_FIELDS, HeldColumns
@@ -293,7 +293,7 @@ def test_some_random_kernels_race_both_ways(monkeypatch: pytest.MonkeyPatch) -> 
     loops do run on them (none refuses its input and leaves it to numpy)."""
     ran: list[str] = []
     loops = ("gather", "select", "place", "fixpoint", "extents", "unordered", "site_pairs", "make_nodes", "sort_by",
-             "fifo_match")  # fmt: skip
+             "fifo_match", "ranges")  # fmt: skip
     for name in loops:
 
         def spy(*args: object, _name: str = name, _loop: object = getattr(COMPILED, name)) -> object:
@@ -937,6 +937,71 @@ def test_compiled_fifo_match_refuses_what_does_not_fit() -> None:
         args[i if i < 4 else 5] = bad
         with pytest.raises(ValueError):
             COMPILED.fifo_match(*args)
+
+
+def random_patterns(rng: np.random.Generator, n: int, *, scattered: bool) -> tuple[Columns, np.ndarray]:
+    """Access columns of every pattern ``ranges`` meets: one block, contiguous rows that touch or leave gaps,
+    strides 0 and 1, zero counts, fields at their bounds, addresses near 2**64; scattered blocks only if asked."""
+    def pick(values: tuple[int, ...], dtype: type) -> np.ndarray:
+        return np.array(values, dtype=dtype)[rng.integers(0, len(values), n)]
+
+    columns = Columns({
+        "address": rng.choice(np.array([0, 0x1000, 1 << 40, _U64 - 0x100, _U64], dtype=np.uint64), n)
+        + rng.integers(0, 64, n).astype(np.uint64) * np.uint64(rng.integers(0, 2)),
+        "block_size": pick((0, 1, 32, 256, 0xFFFFFFFF), np.uint32),
+        "block_num": pick((0, 1, 2, 8, 0xFFFF), np.uint16),
+        "block_stride": pick((0, 1) + ((2, 8, 0xFFFF) if scattered else ()), np.uint16),
+        "repeat": pick((0, 1, 2, 3, 64, 0xFFFF), np.uint16),
+        "repeat_stride": pick((0, 1, 2, 8, 9, 0xFFFF), np.uint16),
+    })  # fmt: skip
+    columns["repeat"][2:][columns["repeat"][2:] == 0xFFFF] = 64  # rows of 65 535 repeats: two accesses at most
+    many = (columns["block_num"] > 1) & (columns["block_stride"] > 1)  # scattered: numpy lists every block
+    columns["block_num"][many] = np.minimum(columns["block_num"][many], 8)
+    columns["repeat"][many] = np.minimum(columns["repeat"][many], 3)
+    return columns, extents(columns)
+
+
+def range_inputs(columns: Columns, ext: np.ndarray) -> list[np.ndarray]:
+    """The compiled ``ranges``' column inputs, in its order."""
+    names = ("address", "ext", "block_size", "block_num", "block_stride", "repeat", "repeat_stride")
+    return [ext if name == "ext" else np.ascontiguousarray(columns[name]) for name in names]
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(60))
+def test_compiled_ranges_are_numpys(seed: int) -> None:
+    """The compiled ``ranges`` lists what numpy's lists, piece for piece in its order, for any rows asked (all,
+    some, repeated, out of order); an access with scattered blocks leaves the whole call to numpy."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice((0, 1, 5, 300)))
+    scattered = rng.random() < 0.3
+    columns, ext = random_patterns(rng, n, scattered=scattered)
+    index = None if rng.random() < 0.3 or not n else rng.integers(0, n, int(rng.integers(0, 2 * n))).astype(np.int64)
+    want = _patterns.ranges(columns, ext, index)
+    got = _patterns.ranges(columns, ext, index, COMPILED)
+    for w, g in zip(want, got, strict=True):
+        assert w.dtype == g.dtype and np.array_equal(w, g)
+    rows = np.arange(n) if index is None else index
+    listed = COMPILED.ranges(*range_inputs(columns, ext), rows, None, None, None)
+    assert (listed < 0) == bool(((columns["block_num"][rows] > 1) & (columns["block_stride"][rows] > 1)).any())
+
+
+@needs_compiled
+def test_compiled_ranges_refuse_what_does_not_fit() -> None:
+    columns, ext = random_patterns(np.random.default_rng(3), 10, scattered=False)
+    fields = range_inputs(columns, ext)
+    index = np.arange(10, dtype=np.int64)
+    pieces = COMPILED.ranges(*fields, index, None, None, None)
+    outputs = [np.zeros(pieces, np.int64), np.zeros(pieces, np.uint64), np.zeros(pieces, np.uint64)]
+    COMPILED.ranges(*fields, index, *outputs)
+    for i, bad in ((0, fields[0][1:]), (2, fields[2].astype(np.uint16)), (3, fields[3][:-1]), (7, index + 1),
+                   (7, index - 1), (8, outputs[0][1:]), (9, outputs[1][:-1]),
+                   (10, np.zeros(pieces, np.uint32))):  # fmt: skip
+        args = [*fields, index, *(np.zeros_like(o) for o in outputs)]
+        args[i] = bad
+        with pytest.raises(ValueError):
+            COMPILED.ranges(*args)
+        assert not any(o.any() for o in args[8:] if o is not bad)  # nothing written
 
 
 def random_sync_events(rng: np.random.Generator, m: int, *, in_order: bool) -> tuple[np.ndarray, ...]:

@@ -114,18 +114,45 @@ def expand(events: np.ndarray, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return owner[keep], start[keep], stop[keep]
 
 
+_RANGE_FIELDS = {"address": np.dtype(np.uint64), "block_size": np.dtype(np.uint32), "block_num": np.dtype(np.uint16),
+                 "block_stride": np.dtype(np.uint16), "repeat": np.dtype(np.uint16),
+                 "repeat_stride": np.dtype(np.uint16)}  # fmt: skip
+
+
+def _ranges_native(
+    native: object, events: np.ndarray, ext: np.ndarray, index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``ranges`` by the compiled loop, or None where an access is scattered or a column is not of its type."""
+    columns = [events[name] for name in _RANGE_FIELDS]
+    if ext.dtype != np.uint64 or any(c.dtype != dt for c, dt in zip(columns, _RANGE_FIELDS.values(), strict=True)):
+        return None
+    args = [np.ascontiguousarray(a) for a in (columns[0], ext, *columns[1:], np.asarray(index, dtype=np.int64))]
+    pieces = native.ranges(*args, None, None, None)  # type: ignore[attr-defined]
+    if pieces < 0:
+        return None
+    owner, start, stop = np.empty(pieces, dtype=np.int64), np.empty(pieces, dtype=_U64), np.empty(pieces, dtype=_U64)
+    native.ranges(*args, owner, start, stop)  # type: ignore[attr-defined]
+    return owner, start, stop
+
+
 def ranges(
-    events: np.ndarray, ext: np.ndarray, index: np.ndarray | None = None
+    events: np.ndarray, ext: np.ndarray, index: np.ndarray | None = None, native: object | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Byte ranges of the accesses ``events[index]`` (all when ``index`` is None) as (event index, start, end),
     cheaply: fields are gathered one by one (numpy copies a structured selection field by field, far slower),
-    and dense accesses, the common case, are one range each without going through ``expand``. Not sorted."""
+    and dense accesses, the common case, are one range each without going through ``expand``. Not sorted.
+    ``native``: racecheck's compiled module, whose ``ranges`` lists them where none is scattered (the columns of
+    EVENT_DTYPE's types); else, or None, numpy's steps below."""
 
     def field(name: str) -> np.ndarray:
         return events[name] if index is None else events[name][index]
 
     if index is None:
         index = np.arange(events.size)
+    if native is not None:
+        listed = _ranges_native(native, events, ext, index)
+        if listed is not None:
+            return listed
     block_stride, repeat = field("block_stride"), field("repeat")
     if not index.size or (int(block_stride.max()) <= 1 and int(repeat.max()) <= 1):
         # Every access one row of adjacent blocks (the usual DataCopy of a tile): each is one range, its extent.

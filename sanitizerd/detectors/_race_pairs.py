@@ -117,7 +117,9 @@ def candidate_pairs(
     rank[order] = np.arange(n)
     rank_of_event = np.full(events.size, -1, dtype=np.int64)
     rank_of_event[index] = np.arange(n)
-    owner, start, stop = ranges(events, ext, None if placed.all() and index.size == events.size else index[placed])
+    owner, start, stop = ranges(
+        events, ext, None if placed.all() and index.size == events.size else index[placed], native
+    )  # fmt: skip
     owner = rank_of_event[owner]
     if not owner.size:
         return [(empty, empty, none)]

@@ -1518,6 +1518,110 @@ done:
     return result;
 }
 
+/* ``a + b``, saturating at 2**64 - 1 (_patterns.ends). */
+static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
+    uint64_t total = a + b;
+    return total < a ? UINT64_MAX : total;
+}
+
+/* Whether an access whose rows are ranges (block_num <= 1 or block_stride <= 1) is one range: one row, or rows
+ * that touch; its row's length and its repeat's step, in bytes (each below 2**48). */
+static inline int one_range(uint64_t size, uint64_t num, uint64_t stride, uint64_t repeat, uint64_t repeat_stride,
+                            uint64_t *row_length, uint64_t *step) {
+    *row_length = (num <= 1 || stride == 0) ? size : num * size;
+    *step = repeat_stride * size;
+    return repeat <= 1 || *step <= *row_length;
+}
+
+/* ranges(address, ext, block_size, block_num, block_stride, repeat, repeat_stride, index, owner, start, stop)
+ *     -> pieces
+ *
+ * _patterns.ranges of the accesses ``index`` (int64 rows of the columns: address and ext uint64, block_size uint32,
+ * the rest uint16) where none is scattered (every row one range: block_num <= 1 or block_stride <= 1), else -1
+ * and nothing written (numpy's ``expand`` lists those). A dense access (one row, or rows that touch: repeat <= 1
+ * or repeat_stride * block_size <= its row's length) is one range, [address, address + ext); the others one per
+ * row, [address + r * repeat_stride * block_size, + row length), every end saturating at 2**64 - 1. Dense ones
+ * first, then the rows', each in the order of ``index``, as numpy lists them. ``owner`` (int64), ``start`` and
+ * ``stop`` (uint64): None to count the pieces only, else exactly that many each. */
+static PyObject *ranges(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[11];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6], &obj[7],
+                          &obj[8], &obj[9], &obj[10])) {
+        return NULL;
+    }
+    int count_only = obj[8] == Py_None && obj[9] == Py_None && obj[10] == Py_None;
+    static const Py_ssize_t sizes[11] = {8, 8, 4, 2, 2, 2, 2, 8, 8, 8, 8};
+    Py_buffer views[11];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_views(obj, count_only ? 8 : 11, 8, sizes, views, &held, "ranges") < 0) {
+        goto done;
+    }
+    Py_ssize_t n = views[0].len / 8, m = views[7].len / 8;
+    const uint64_t *address = views[0].buf, *ext = views[1].buf;
+    const uint32_t *block_size = views[2].buf;
+    const uint16_t *block_num = views[3].buf, *block_stride = views[4].buf, *repeat = views[5].buf;
+    const uint16_t *repeat_stride = views[6].buf;
+    const int64_t *index = views[7].buf;
+    if (views[1].len != n * 8 || views[2].len != n * 4 || views[3].len != n * 2 || views[4].len != n * 2 ||
+        views[5].len != n * 2 || views[6].len != n * 2 || !rows_within(index, m, n)) {
+        PyErr_SetString(PyExc_ValueError, "ranges: a row out of range, or the columns' lengths differ");
+        goto done;
+    }
+    Py_ssize_t pieces = 0, dense_count = 0;
+    int scattered = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t i = index[j];
+        if (block_num[i] > 1 && block_stride[i] > 1) {
+            scattered = 1;
+            break;
+        }
+        uint64_t row_length, step;
+        int dense = one_range(block_size[i], block_num[i], block_stride[i], repeat[i], repeat_stride[i], &row_length,
+                              &step);
+        dense_count += dense;
+        pieces += dense ? 1 : repeat[i];
+    }
+    if (scattered) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    if (count_only) {
+        result = PyLong_FromSsize_t(pieces);
+        goto done;
+    }
+    if (views[8].len != pieces * 8 || views[9].len != pieces * 8 || views[10].len != pieces * 8) {
+        PyErr_SetString(PyExc_ValueError, "ranges: owner, start and stop must have one item per piece");
+        goto done;
+    }
+    int64_t *owner = views[8].buf;
+    uint64_t *start = views[9].buf, *stop = views[10].buf;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t d = 0, r = dense_count;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t i = index[j];
+        uint64_t row_length, step;
+        if (one_range(block_size[i], block_num[i], block_stride[i], repeat[i], repeat_stride[i], &row_length, &step)) {
+            owner[d] = i;
+            start[d] = address[i];
+            stop[d++] = saturating_add(address[i], ext[i]);
+            continue;
+        }
+        for (uint64_t k = 0; k < repeat[i]; k++) { /* k * step < 2**64: both below 2**16 and 2**48 */
+            uint64_t row_start = saturating_add(address[i], k * step);
+            owner[r] = i;
+            start[r] = row_start;
+            stop[r++] = saturating_add(row_start, row_length);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release_all(views, held);
+    return result;
+}
+
 #define DIGIT_BITS 11
 #define DIGITS 6 /* enough for every bit of a uint64 key */
 #define BUCKETS (1 << DIGIT_BITS)
@@ -1729,6 +1833,7 @@ static PyMethodDef methods[] = {
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {"sort_by", sort_by, METH_VARARGS, "Rows sorted stably by their uint64 keys (a radix sort)."},
     {"fifo_match", fifo_match, METH_VARARGS, "The k-th wait of each key paired with its k-th set (_fifo_match)."},
+    {"ranges", ranges, METH_VARARGS, "The byte ranges of accesses none of which is scattered (_patterns.ranges)."},
     {NULL, NULL, 0, NULL},
 };
 
