@@ -643,6 +643,15 @@ static int rows_within(const int64_t *rows, Py_ssize_t count, Py_ssize_t n) {
     return 1;
 }
 
+/* Room for ``n`` int64 rows (one at least, so that none is NULL for nothing), or NULL with MemoryError set. */
+static int64_t *rows_alloc(Py_ssize_t n) {
+    int64_t *rows = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    if (rows == NULL) {
+        PyErr_NoMemory();
+    }
+    return rows;
+}
+
 /* Views of ``obj[*held..count)``: the first ``inputs`` read-only vectors, the rest writable outputs, each of items
  * of ``sizes[i]`` bytes (C-contiguous); -1 with an exception if one is not. ``*held`` counts the views taken, for
  * release_all. */
@@ -1301,9 +1310,8 @@ static PyObject *site_pairs(PyObject *Py_UNUSED(module), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "site_pairs: an access out of range, or the arrays' lengths do not agree");
         goto done;
     }
-    run_start = malloc((size_t)(size > 0 ? size : 1) * sizeof(int64_t));
+    run_start = rows_alloc(size);
     if (run_start == NULL) {
-        PyErr_NoMemory();
         goto done;
     }
     int64_t *a_other = pairs, *b_other = pairs + size, *a_own = pairs + 2 * size, *b_own = pairs + 3 * size;
@@ -1765,9 +1773,8 @@ static PyObject *fifo_match(PyObject *Py_UNUSED(module), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "fifo_match: a row out of range, or the arrays' lengths do not agree");
         goto done;
     }
-    set_order = malloc((size_t)(n_sets > 0 ? n_sets : 1) * sizeof(int64_t));
+    set_order = rows_alloc(n_sets);
     if (set_order == NULL) {
-        PyErr_NoMemory();
         goto done;
     }
     int64_t *src = out, *dst = out + n_waits, *unmatched = out + 2 * n_waits;
