@@ -278,6 +278,23 @@ def test_the_first_block_is_kept_up_to_where_the_next_begins(split: int) -> None
 
 
 @needs_compiled
+def test_the_first_blocks_records_end_at_its_finish() -> None:
+    """Records of the first block sent after its BLOCK_FINISH (a hostile client's) are not kept with it, nor are
+    a next block's: the copy stops at the finish, and at a batch that begins with another block."""
+    blocks = tiles(3)
+    for more in (blocks[0], blocks[1]):
+        detector = make_detector("racecheck")
+        detector.native = COMPILED
+        detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=3, kernel_type="aiv"))
+        columns = detector.columns
+        detector.prove_blocks = False  # no proof takes them: what is kept stays to be seen
+        detector.columns.keep_first_block(detector.context.race_memory)
+        detector.check(np.concatenate((blocks[0], finish(blocks[0]))))
+        detector.check(more)
+        assert columns._first_rows == blocks[0].size and not columns._first_open
+
+
+@needs_compiled
 @pytest.mark.usefixtures("every_block_proven")
 def test_the_first_block_not_taken_gives_its_bytes_back() -> None:
     """Block 0 races: no reference is made, and its records kept are let go and their bytes given back."""

@@ -138,9 +138,12 @@ def test_compiled_gather_copies_any_fields_in_any_order(seed: int) -> None:
                for part, names_ in (("access", access_names), ("sync", sync_names))}  # fmt: skip
     key, kind = np.zeros(int(kept.sum()), np.uint32), np.zeros(int(kept.sum()), np.uint8)
     offset = {n: EVENT_DTYPE.fields[n][1] for n in names}
+    copy = np.zeros(int(kept.sum()), EVENT_DTYPE) if rng.random() < 0.5 else None
     COMPILED.gather(events, keep, access, key, kind,
                     tuple(zip((offset[n] for n in access_names), columns["access"], strict=True)),
-                    tuple(zip((offset[n] for n in sync_names), columns["sync"], strict=True)))  # fmt: skip
+                    tuple(zip((offset[n] for n in sync_names), columns["sync"], strict=True)), copy)  # fmt: skip
+    if copy is not None:  # each kept record whole
+        assert copy.tobytes() == events[kept].tobytes()
     for part, names_ in (("access", access_names), ("sync", sync_names)):
         for name, column in zip(names_, columns[part], strict=True):
             assert np.array_equal(column, events[name][rows[part]]), (part, name)
@@ -212,6 +215,8 @@ def test_compiled_hold_refuses_what_does_not_fit() -> None:
         (events, None, access, key, kind, good_a, cols(1, SYNC_FIELDS, offset=-1)),
         (events, None, access, key, kind, ((0, np.zeros(2, np.complex128)),), good_s),  # 16-byte items
         (events, None, access, key, kind, ((0, np.zeros(2, np.uint64)),) * 33, good_s),  # too many fields
+        (events, None, access, key, kind, good_a, good_s, np.zeros(2, EVENT_DTYPE)),  # a copy without room
+        (events, None, access, key, kind, good_a, good_s, np.zeros(3 * 56 + 1, np.uint8)),
     ]
     for args in bad:
         before = key.copy()

@@ -278,9 +278,9 @@ class HeldColumns:
         self._unfilled: list[Mirror] = []  # in arrival order
         self._cuts: list[int] = []  # where alike blocks begin and end, in order (``_complete``)
         self.misses = 0  # blocks compared and found not alike (MAX_MISSES)
-        # The first block's kept records as they arrived (``keep_first_block``), each batch's part in order: what
-        # ``mirror_from`` compares the next blocks with, rather than records written back from the columns.
-        self._first: list[np.ndarray] | None = None
+        # The first block's kept records as they arrived (``keep_first_block``), its first rows written (the gather
+        # copies them): what ``mirror_from`` compares the next blocks with, rather than records written back.
+        self._first: np.ndarray | None = None
         self._first_rows = 0
         self._first_open = False  # the first block's records may go on
         self._first_memory: MemoryAccount | None = None  # holds their bytes
@@ -290,34 +290,47 @@ class HeldColumns:
         return self._events.size
 
     def keep_first_block(self, memory: MemoryAccount) -> None:
-        """Keep the first block's records as they arrive (on the compiled path, from the first), each batch's bytes
-        spared by ``memory`` while it has them, for ``mirror_from``: a copy of the kept records costs a sixth of
+        """Keep the first block's records as they arrive (on the compiled path, from the first), copied by the
+        gather into room spared by ``memory`` while it has it, for ``mirror_from``: the copy costs a tenth of
         writing them back from the columns (``scatter``)."""
         if self.native is not None and not self._events.size:
-            self._first, self._first_open, self._first_memory = [], True, memory
+            self._first, self._first_open, self._first_memory = np.empty(0, dtype=_RECORD), True, memory
 
     def forget_first_block(self, *, taken: bool = False) -> None:
         """The first block's records are of no more use: ``taken`` by ``mirror_from`` (their bytes stay held with
         the reference), or given back."""
-        if self._first_memory is not None and not taken:
-            self._first_memory.give_back(self._first_rows * EVENT_DTYPE.itemsize)
+        if self._first_memory is not None and self._first is not None and not taken:
+            self._first_memory.give_back(self._first.nbytes)
         self._first, self._first_open, self._first_memory, self._first_rows = None, False, None, 0
 
-    def _keep_first(self, batch: np.ndarray, keep: np.ndarray | None, key: np.ndarray) -> None:
-        """Keep the records of the first block among a batch's kept ones (``key``: their block keys, gathered)."""
-        if self._first is None or self._first_memory is None or not self._first_open or not key.size:
-            return
+    def _first_room(self, batch: np.ndarray, keep: np.ndarray | None, kept: int) -> np.ndarray | None:
+        """Where the gather copies a batch's ``kept`` records while the first block's may go on and the batch
+        begins with it (None: not kept): after the first block's rows, its capacity doubled where they do not fit,
+        the bytes spared."""
+        first, rows = self._first, self._first_rows
+        if first is None or self._first_memory is None or not self._first_open:
+            return None
+        if rows:  # the batch's first kept record is the first block's, or the block has ended
+            at = 0 if keep is None else int(np.argmax(keep))
+            key = (int(batch["block_type"][at]) << 16) | int(batch["block_id"][at])
+            if key != int(self._events.columns["block_key"][0]):
+                self._first_open = False
+                return None
+        if rows + kept > first.size:
+            grown = np.empty(max(rows + kept, 2 * first.size), dtype=_RECORD)
+            if not self._first_memory.spare(grown.nbytes - first.nbytes):
+                self.forget_first_block()
+                return None
+            grown[:rows] = first[:rows]
+            self._first = first = grown
+        return first[rows : rows + kept]
+
+    def _keep_first(self, key: np.ndarray) -> None:
+        """The records the gather copied (``key``: their block keys) are the first block's up to where another
+        block begins: that prefix is kept."""
         first_key = int(self._events.columns["block_key"][0])
         n = key.size if int(key[-1]) == first_key else int(np.argmax(key != first_key))  # in order: a prefix
         self._first_open = n == key.size  # else the next block began: the first one's records are all here
-        if not n:
-            return
-        if not self._first_memory.spare(n * EVENT_DTYPE.itemsize):
-            self.forget_first_block()
-            return
-        records = batch.view(_RECORD)
-        kept = records if keep is None else records[keep]
-        self._first.append(kept[:n].copy() if n < kept.size else kept if keep is not None else kept.copy())
         self._first_rows += n
 
     def append(self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray) -> None:
@@ -359,20 +372,23 @@ class HeldColumns:
             if self._mirror is not None:  # out of order since it began: what it matched is written
                 mirror, self._mirror = self._mirror, None
                 self._fill(mirror)
-            self._gather(batch, keep, access, room, accesses, syncs)
-            self._keep_first(batch, keep, room["block_key"])
+            copy = self._first_room(batch, keep, size)
+            self._gather(batch, keep, access, room, accesses, syncs, copy)
+            if copy is not None:
+                self._keep_first(room["block_key"])
         else:
             self._mirrored(batch, keep, access, room, accesses, syncs, previous)
         return room["block_key"]
 
     def _gather(
         self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, room: Columns, accesses: Columns,
-        syncs: Columns,
+        syncs: Columns, copy: np.ndarray | None = None,
     ) -> None:  # fmt: skip
+        """``gather``'s columns of the kept records, and each kept record whole into ``copy`` where given."""
         self.native.gather(  # type: ignore[attr-defined]
             batch, keep, access, room["block_key"], room["kind"],
             tuple((_OFFSET[name], accesses[name]) for name in ACCESS_FIELDS),
-            tuple((_OFFSET[name], syncs[name]) for name in SYNC_FIELDS),
+            tuple((_OFFSET[name], syncs[name]) for name in SYNC_FIELDS), copy,
         )  # fmt: skip
         if accesses.size:
             native_extents(self.native, accesses)
@@ -425,11 +441,11 @@ class HeldColumns:
         """The kept records of ``span``, if it is the first block and they were kept whole (``keep_first_block``;
         their bytes spared then), as EVENT_DTYPE; None: write them back from the columns. Either way the mirror
         compares only the fields held (its masks), the same in both."""
-        parts, rows = self._first, self._first_rows
-        if parts is None or span.events != (0, rows):
+        first, rows = self._first, self._first_rows
+        if first is None or span.events != (0, rows):
             return None
-        self.forget_first_block(taken=True)
-        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(EVENT_DTYPE)
+        self.forget_first_block(taken=True)  # its bytes spared stay held with the reference
+        return first[:rows].view(EVENT_DTYPE)
 
     def _mirrored(
         self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, room: Columns, accesses: Columns,
@@ -623,6 +639,8 @@ class HeldColumns:
         it is complete without waiting for the next block to start."""
         if self._mirror is not None and self._mirror.key == block_key:
             self._end_mirror()
+        if self._first_open and self._events.size and int(self._events.columns["block_key"][0]) == block_key:
+            self._first_open = False  # the first block's records are all here
         if self.in_order and self._events.size and int(self._events.columns["block_key"][self._events.size - 1]) == (
             block_key
         ):

@@ -227,17 +227,18 @@ static inline void scatter_fields(unsigned char *record, const FieldSet *set, Py
     }
 }
 
-/* gather(records, keep, access, key, kind, access_fields, sync_fields) -> None
+/* gather(records, keep, access, key, kind, access_fields, sync_fields[, copy]) -> None
  *
  * ``records``: n whole 56-byte records. ``keep``: None (every record) or n bytes, nonzero = kept. ``access``: n
  * bytes, nonzero = an access (always kept). For the kept records in order: ``key`` (uint32) gets block_type << 16 |
  * block_id, ``kind`` (uint8) the kind; the accesses' fields go to ``access_fields``, the other kept records' to
- * ``sync_fields``, each a tuple of (offset in the record, out column). Every column must be exactly as long as the
- * rows it receives; an access not kept is refused (ValueError), before anything is written. */
+ * ``sync_fields``, each a tuple of (offset in the record, out column); ``copy`` (optional, None: none), a writable
+ * buffer of exactly the kept records' bytes, gets each kept record whole. Every column must be exactly as long as
+ * the rows it receives; an access not kept is refused (ValueError), before anything is written. */
 static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *records_obj, *keep_obj, *access_obj, *key_obj, *kind_obj, *access_spec, *sync_spec;
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &records_obj, &keep_obj, &access_obj, &key_obj, &kind_obj, &access_spec,
-                          &sync_spec)) {
+    PyObject *records_obj, *keep_obj, *access_obj, *key_obj, *kind_obj, *access_spec, *sync_spec, *copy_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOO|O", &records_obj, &keep_obj, &access_obj, &key_obj, &kind_obj, &access_spec,
+                          &sync_spec, &copy_obj)) {
         return NULL;
     }
     Py_buffer views[3 * MAX_FIELDS];
@@ -281,6 +282,17 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
     if (parse_held_fields(access_spec, accesses, sync_spec, syncs, &fields, views, &held) < 0) {
         goto done;
     }
+    unsigned char *copy = NULL;
+    if (copy_obj != Py_None) {
+        if (PyObject_GetBuffer(copy_obj, &views[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        if (views[held++].len != kept * RECORD_SIZE) {
+            PyErr_SetString(PyExc_ValueError, "copy must have room for exactly the kept records");
+            goto done;
+        }
+        copy = views[held - 1].buf;
+    }
     const int access_held = has_sizes(&fields.access, 3, 2, 5, 5), sync_held = has_sizes(&fields.sync, 3, 1, 3, 4);
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t e = 0, a = 0, s = 0;
@@ -289,6 +301,9 @@ static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
             continue;
         }
         const unsigned char *record = base + i * RECORD_SIZE;
+        if (copy != NULL) {
+            memcpy(copy + e * RECORD_SIZE, record, RECORD_SIZE);
+        }
         uint32_t block_id = (uint32_t)record[BLOCK_ID_AT] | ((uint32_t)record[BLOCK_ID_AT + 1] << 8);
         key_out[e] = ((uint32_t)record[BLOCK_TYPE_AT] << 16) | block_id;
         kind_out[e] = record[KIND_AT];
