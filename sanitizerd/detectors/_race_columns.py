@@ -133,6 +133,11 @@ class _Table:
         return Columns({name: column[: self.size] for name, column in self.columns.items()})
 
 
+def _key_at(batch: np.ndarray, i: int) -> int:
+    """The block key (``block_keys``) of record ``i`` of a batch."""
+    return (int(batch["block_type"][i]) << 16) | int(batch["block_id"][i])
+
+
 def _between(unwritten: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """The row ranges of [0, ``size``) outside ``unwritten`` (in order, apart)."""
     out, at = [], 0
@@ -312,8 +317,7 @@ class HeldColumns:
             return None
         if rows:  # the batch's first kept record is the first block's, or the block has ended
             at = 0 if keep is None else int(np.argmax(keep))
-            key = (int(batch["block_type"][at]) << 16) | int(batch["block_id"][at])
-            if key != int(self._events.columns["block_key"][0]):
+            if _key_at(batch, at) != self._first_key():
                 self._first_open = False
                 return None
         if rows + kept > first.size:
@@ -325,10 +329,14 @@ class HeldColumns:
             self._first = first = grown
         return first[rows : rows + kept]
 
+    def _first_key(self) -> int:
+        """The first block's key (its first record is the launch's first row)."""
+        return int(self._events.columns["block_key"][0])
+
     def _keep_first(self, key: np.ndarray) -> None:
         """The records the gather copied (``key``: their block keys) are the first block's up to where another
         block begins: that prefix is kept."""
-        first_key = int(self._events.columns["block_key"][0])
+        first_key = self._first_key()
         n = key.size if int(key[-1]) == first_key else int(np.argmax(key != first_key))  # in order: a prefix
         self._first_open = n == key.size  # else the next block began: the first one's records are all here
         self._first_rows += n
@@ -465,7 +473,7 @@ class HeldColumns:
                     e, a, s = self._gather_part(batch, keep, access, i, start, room, accesses, syncs, (e, a, s))
                     i = start
                     continue
-                key = (int(batch["block_type"][i]) << 16) | int(batch["block_id"][i])
+                key = _key_at(batch, i)
                 if key < current or self.misses >= MAX_MISSES:
                     # Out of order (``append`` sees it), or compared in vain: every block from here on is gathered.
                     self._gather_part(batch, keep, access, i, batch.size, room, accesses, syncs, (e, a, s))
@@ -639,7 +647,7 @@ class HeldColumns:
         it is complete without waiting for the next block to start."""
         if self._mirror is not None and self._mirror.key == block_key:
             self._end_mirror()
-        if self._first_open and self._events.size and int(self._events.columns["block_key"][0]) == block_key:
+        if self._first_open and self._events.size and self._first_key() == block_key:
             self._first_open = False  # the first block's records are all here
         if self.in_order and self._events.size and int(self._events.columns["block_key"][self._events.size - 1]) == (
             block_key
