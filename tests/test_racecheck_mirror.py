@@ -576,6 +576,64 @@ def test_compiled_mirror_is_the_plain_loop(seed: int) -> None:
     assert not keys[matched:].any()
 
 
+def long_mirror_inputs(rng: np.random.Generator) -> tuple:
+    """A block of tens to hundreds of records made from a random reference, long enough for the compiled loop's
+    runs of 32 compared together, with one change or none planted anywhere: a byte of any field, the block's key, an
+    access's mark (not 0 or 1: still an access), a record not kept, a class the reference cannot vouch for (also
+    with such a mark)."""
+    n = int(rng.integers(32, 300))
+    ref = np.frombuffer(rng.integers(0, 256, n * 56, dtype=np.uint8).tobytes(), dtype=EVENT_DTYPE).copy()
+    ref["space"] = rng.choice([1, 2], n)
+    ref["block_type"] = 1
+    ref_class = rng.choice([_ACCESS, _SYNC], n).astype(np.uint8)
+    block = ref.copy()
+    block["block_id"] = 7
+    serial = int(rng.integers(0, 1 << 64, dtype=np.uint64))
+    gm_offset = int(rng.integers(0, 1 << 64, dtype=np.uint64))
+    block["serial"] += np.uint64(serial)
+    gm = (block["space"] == 1) & (ref_class == _ACCESS)
+    block["address"][gm] += np.uint64(gm_offset)
+    access = (ref_class == _ACCESS).astype(np.uint8)
+    keep = None if rng.random() < 0.5 else np.ones(n, bool)
+    at = int(rng.integers(0, n))
+    change = rng.integers(0, 7)
+    if change == 1:
+        raw = block.view(np.uint8).reshape(-1, 56)
+        raw[at, int(rng.integers(0, 56))] ^= np.uint8(1 << int(rng.integers(0, 8)))
+    elif change == 2:
+        block["block_id"][at:] = 8 if rng.random() < 0.5 else 7 + 256
+    elif change == 3:
+        access[at] *= 2
+    elif change == 4 and keep is not None:
+        keep[at] = False
+    elif change == 5:
+        ref_class[at] = _NO_MATCH
+    elif change == 6:  # an access of mark 2 where the reference vouches for nothing: 0 + 2 is a sync's sum
+        access[at], ref_class[at] = 2, _NO_MATCH
+    state: tuple[int, ...] = (0, 0, 0, 0, 0, 0, 0)
+    if rng.random() < 0.5:  # offsets already learned (or the GM one not yet) from a record before
+        state = (0, 0, 0, int(rng.integers(0, 2)), gm_offset, 1, serial)
+    return block, keep, access, (1 << 16) | 7, ref, ref_class, state
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(300))
+def test_compiled_mirror_runs_are_the_plain_loop(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    records, keep, access, key, ref, ref_class, state = long_mirror_inputs(rng)
+    if rng.random() < 0.1:
+        key |= 1 << 24  # a key no record has
+    keys, kinds = np.zeros(records.size, np.uint32), np.zeros(records.size, np.uint8)
+    masks = (_ACCESS_MASK, _SYNC_MASK)
+    stop, status, after = COMPILED.mirror(records, keep, access, 0, key, keys, kinds, ref, ref_class, *masks, 1,
+                                          state)  # fmt: skip
+    want = mirror_slow(records, keep, access, 0, key, ref, ref_class, masks, 1, state)
+    assert (stop, status, after) == want[:3]
+    matched = after[0] - state[0]
+    assert keys[:matched].tolist() == want[3] and kinds[:matched].tolist() == want[4]
+    assert not keys[matched:].any()
+
+
 @needs_compiled
 def test_compiled_mirror_matches_a_whole_block_moved() -> None:
     """The plain loop above agrees on random inputs, mostly mismatches: here a block that is the reference moved

@@ -1021,6 +1021,89 @@ static inline uint64_t word_at(const unsigned char *record, int w) {
 enum { MIRROR_BATCH_END, MIRROR_BLOCK_END, MIRROR_MISMATCH };
 enum { REF_NO_MATCH, REF_ACCESS, REF_SYNC };
 
+#define MIRROR_RUN 32 /* records compared together, without a branch between them */
+
+/* Two words of a record, as one vector (GCC's vector extension: SSE2 on x86-64, NEON on AArch64). */
+typedef uint64_t word_pair __attribute__((vector_size(16)));
+
+#define BYTES_1 0x0101010101010101ULL
+
+static inline uint64_t bytes8_at(const unsigned char *bytes) {
+    uint64_t word;
+    memcpy(&word, bytes, sizeof word);
+    return word;
+}
+
+static inline word_pair pair_at(const unsigned char *bytes) {
+    word_pair pair;
+    memcpy(&pair, bytes, sizeof pair);
+    return pair;
+}
+
+/* The mirror's common case without a branch per record: runs of MIRROR_RUN kept records, each compared with the
+ * reference's as pairs of words, their differences OR-ed over the run, once the serial offset is known. Compares
+ * what the one-record loop compares (the key, the class, the held fields, both offsets), the same way. Returns how
+ * many records it matched (whole runs); the caller compares the run that stopped it (a record that differs, is not
+ * kept, has no room, or the end) one record at a time, which learns the GM offset, or finds where the block ends or
+ * differs. ``a`` counts the accesses among the matched. */
+static Py_ssize_t mirror_run(const unsigned char *base, const unsigned char *keep, const unsigned char *access,
+                             Py_ssize_t i, Py_ssize_t n, const unsigned char *ref, const unsigned char *ref_class,
+                             Py_ssize_t p, Py_ssize_t ref_events, Py_ssize_t room, uint32_t key,
+                             const uint64_t masks[2][WORDS], int gm, int has_gm, uint64_t gm_offset, int has_serial,
+                             uint64_t serial_offset, uint32_t *key_out, unsigned char *kind_out, Py_ssize_t *a) {
+    if (!has_serial || key > 0xffffff) { /* a key no record can have: the one-record loop says how it ends */
+        return 0;
+    }
+    /* Bytes 0-15 (address, serial) against the reference's plus the offsets; 16-47 and 48-55 under the class's
+     * mask; 40-41 and 48 (block id and type) against the key. */
+    word_pair mask_16[2], mask_32[2], mask_48[2];
+    for (int c = 0; c < 2; c++) {
+        mask_16[c] = (word_pair){masks[c][2], masks[c][3]};
+        mask_32[c] = (word_pair){masks[c][4], masks[c][5]};
+        mask_48[c] = (word_pair){0, masks[c][6]};
+    }
+    const word_pair key_40 = {key & 0xffff, key >> 16}, key_mask_40 = {0xffff, 0xff};
+    const word_pair offset[2] = {{0, serial_offset}, {gm_offset, serial_offset}};
+    const unsigned gm_unknown = !has_gm;
+    Py_ssize_t done = 0;
+    while (i + done + MIRROR_RUN <= n && p + done + MIRROR_RUN <= ref_events && done + MIRROR_RUN <= room) {
+        const unsigned char *record = base + (i + done) * RECORD_SIZE, *ref_record = ref + (p + done) * RECORD_SIZE;
+        const unsigned char *is_access = access + i + done, *class = ref_class + p + done;
+        /* Per 8 records: accesses marked 1 and sync events 0 (the one-record loop takes any other mark), each of the
+         * class the reference's record is (class + mark == REF_SYNC), and kept. */
+        uint64_t other = 0;
+        for (int j = 0; j < MIRROR_RUN; j += 8) {
+            uint64_t marks = bytes8_at(is_access + j);
+            other |= (marks & ~BYTES_1) | ((bytes8_at(class + j) + marks) ^ (REF_SYNC * BYTES_1));
+            if (keep != NULL) {
+                other |= bytes8_at(keep + i + done + j) ^ BYTES_1;
+            }
+        }
+        word_pair differ = {0, 0};
+        for (int j = 0; j < MIRROR_RUN; j++) {
+            const unsigned char *r = record + j * RECORD_SIZE, *q = ref_record + j * RECORD_SIZE;
+            unsigned acc = is_access[j], in_gm = acc & (r[SPACE_AT] == gm), c = !acc;
+            other |= in_gm & gm_unknown;
+            word_pair at_40 = pair_at(r + 40);
+            differ |= ((pair_at(r) - offset[in_gm]) ^ pair_at(q)) | ((pair_at(r + 16) ^ pair_at(q + 16)) & mask_16[c]) |
+                      ((pair_at(r + 32) ^ pair_at(q + 32)) & mask_32[c]) | ((at_40 ^ pair_at(q + 40)) & mask_48[c]) |
+                      ((at_40 ^ key_40) & key_mask_40);
+        }
+        if (differ[0] | differ[1] | other) {
+            break;
+        }
+        Py_ssize_t accesses = 0;
+        for (int j = 0; j < MIRROR_RUN; j++) {
+            key_out[done + j] = key;
+            kind_out[done + j] = record[j * RECORD_SIZE + KIND_AT];
+            accesses += is_access[j] != 0;
+        }
+        *a += accesses;
+        done += MIRROR_RUN;
+    }
+    return done;
+}
+
 /* mirror(records, keep, access, start, key, key_out, kind_out, ref_records, ref_class, access_mask, sync_mask, gm,
  *        state) -> (stop, status, state)
  *
@@ -1092,11 +1175,25 @@ static PyObject *mirror(PyObject *Py_UNUSED(module), PyObject *args) {
     uint64_t masks[2][WORDS];
     memcpy(masks[0], access_mask_view.buf, RECORD_SIZE);
     memcpy(masks[1], sync_mask_view.buf, RECORD_SIZE);
-    Py_ssize_t e = 0, i = start;
+    Py_ssize_t e = 0, i = start, slow_until = start;
     int status = MIRROR_BATCH_END, overflow = 0;
 
     Py_BEGIN_ALLOW_THREADS
     for (; i < n; i++) {
+        if (i >= slow_until) {
+            Py_ssize_t accesses_before = a;
+            Py_ssize_t run = mirror_run(base, keep, access, i, n, ref, ref_class, p, ref_events, room - e,
+                                        (uint32_t)key, masks, gm, has_gm, gm_offset, has_serial, serial_offset,
+                                        key_out + e, kind_out + e, &a);
+            i += run;
+            p += run;
+            e += run;
+            s += run - (a - accesses_before);
+            slow_until = i + MIRROR_RUN; /* a run that stopped: its records one by one */
+            if (i >= n) {
+                break;
+            }
+        }
         if (keep != NULL && !keep[i]) {
             continue;
         }
