@@ -611,24 +611,32 @@ static PyObject *select_held(PyObject *Py_UNUSED(module), PyObject *args) {
     const int get_buf = (int)constant[0], nonblock = (int)constant[1], simt_entry = (int)constant[2];
     const int npipes = (int)constant[3], write = (int)constant[4], finish = (int)constant[5];
     const int ended = (int)constant[6];
+    /* What each kind is, in one look-up a record. */
+    enum { HELD = 1, ACCESS = 2, TO_PIPE = 4, MARK = 8, GET_BUF = 16, FINISH = 32 };
+    unsigned char what[256];
+    for (int kind = 0; kind < 256; kind++) {
+        what[kind] = (unsigned char)((keep_table[kind] ? HELD : 0) | (kind <= write ? ACCESS : 0) |
+                                     (to_pipe[kind] ? TO_PIPE : 0) | (simt_mark[kind] ? MARK : 0) |
+                                     (kind == get_buf ? GET_BUF : 0) | (kind == finish ? FINISH : 0));
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *record = base + i * RECORD_SIZE;
-        int kind = record[KIND_AT];
-        int thread = record[THREAD_AT] | record[THREAD_AT + 1];
-        int entry = record[FLAGS_AT] & simt_entry;
-        simt_seen |= simt_mark[kind] | (thread && !entry);
-        int k = keep_table[kind] && !(kind == get_buf && record[MODE_AT] == nonblock) && (!thread || entry);
-        int off = k && (record[PIPE_AT] >= npipes || (to_pipe[kind] && record[DST_PIPE_AT] >= npipes));
+        int is = what[record[KIND_AT]];
+        int simt_thread = (record[THREAD_AT] | record[THREAD_AT + 1]) && !(record[FLAGS_AT] & simt_entry);
+        simt_seen |= (is & MARK) | simt_thread;
+        int k = (is & HELD) && !simt_thread && !((is & GET_BUF) && record[MODE_AT] == nonblock);
+        int off = k && (record[PIPE_AT] >= npipes || ((is & TO_PIPE) && record[DST_PIPE_AT] >= npipes));
         off_pipe += off;
         k &= !off;
         kept += k;
+        int is_access = k && (is & ACCESS);
         keep[i] = (unsigned char)k;
-        access[i] = (unsigned char)(k && kind <= write);
-        if (k && kind <= write) {
+        access[i] = (unsigned char)is_access;
+        if (is_access) {
             ranges += record_ranges_beyond(record);
         }
-        if (kind == finish) {
+        if (is & FINISH) {
             last_finish = i;
             records_ended |= record[MODE_AT] == ended;
         }
