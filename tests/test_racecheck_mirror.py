@@ -439,6 +439,28 @@ def held_rows(parts: list[np.ndarray], *, mirror: bool, monkeypatch: pytest.Monk
     return early, rows
 
 
+@pytest.mark.parametrize("native", [COMPILED, None], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("seed", range(60))
+def test_complete_block_keys_are_where_the_keys_change(seed: int, native: object,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The blocks' keys that the verdict reads, collected stretch by stretch (alike ones too), are the held
+    events' block keys where they change, once the launch has ended in order."""
+    parts, _ = random_case(seed, monkeypatch)
+    detector = make_detector("racecheck")
+    detector.native = native
+    detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=8, kernel_type="aiv"))
+    for part in parts:
+        detector.check(part)
+    held = detector.columns
+    held.complete_all()
+    if not held.in_order:  # out of order on purpose (random_case): the verdict is not asked
+        return
+    key = held.block_key.astype(np.int64)
+    starts = np.ones(key.size, dtype=bool)
+    starts[1:] = key[1:] != key[:-1]
+    assert held.complete_block_keys().tolist() == key[starts].tolist()
+
+
 @needs_compiled
 @pytest.mark.parametrize("seed", range(40))
 def test_unwritten_rows_read_as_gathered_ones(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -264,6 +264,7 @@ class HeldColumns:
         # are known only at its end; where they differ, the nodes are made again then).
         self._nodes = _Table(_NODE_COLUMNS)
         self._blocks = 0
+        self._block_keys: list[np.ndarray] = []  # the complete blocks' keys, per stretch, in order
         self._members: set[bytes] = set()
         # Their edges (``_happens_before.BlockParts``), node indices kernel-wide.
         pair = {"src": np.dtype(np.int64), "dst": np.dtype(np.int64)}
@@ -690,9 +691,12 @@ class HeldColumns:
         mirror = self.alike.get(lo)
         if mirror is not None and mirror.stretch_events()[1] == end:  # an alike block: its counts are known
             blocks, accesses = 1, mirror.matched[1]
+            self._block_keys.append(np.array([mirror.key], dtype=np.int64))
         else:
             key = self._events.columns["block_key"][lo:end]
-            blocks = 1 + int(np.count_nonzero(key[1:] != key[:-1]))
+            starts = np.flatnonzero(key[1:] != key[:-1]) + 1
+            blocks = 1 + starts.size
+            self._block_keys.append(np.append(key[0], key[starts]).astype(np.int64))
             accesses = int(np.count_nonzero(self._events.columns["kind"][lo:end] <= EventKind.WRITE))
         access_hi = access_lo + accesses
         sync_hi = sync_lo + (end - lo - accesses)
@@ -810,6 +814,11 @@ class HeldColumns:
         edges = tuple(_pair(table) for table in self._edges)
         multi = (_pair(self._multi),) if self._has_multi else ()
         return BlockParts(nodes, edges, multi, tuple(table.view()["node"] for table in self._stuck))
+
+    def complete_block_keys(self) -> np.ndarray:
+        """The complete blocks' keys in order (int64), while blocks arrive in order (``in_order``): each block is
+        whole in one stretch, so this is the events' block keys where they change."""
+        return np.concatenate(self._block_keys) if self._block_keys else np.empty(0, dtype=np.int64)
 
     @property
     def block_key(self) -> np.ndarray:

@@ -419,13 +419,10 @@ class Racecheck:
             return False
         columns.complete_all()  # the last block completes now
         self._prove_completed(columns, launch, last=True)
-        first = columns.block_key
-        starts = np.ones(first.size, dtype=bool)
-        starts[1:] = first[1:] != first[:-1]
         memory = TrialAccount(self.context.race_memory)
         try:
             return self.proofs.verdict(
-                columns.sync_rows, first[starts].astype(np.int64), memory.need,
+                columns.sync_rows, columns.complete_block_keys(), memory.need,
                 cross_free=self.context.config.block_id >= 0,
             )  # fmt: skip
         except OverBudget:  # the whole check will say so
