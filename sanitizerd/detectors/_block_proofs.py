@@ -245,7 +245,7 @@ def _footprint(kernel: Kernel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     """The span's GM accesses as disjoint byte intervals: of all of them (start, stop), and of its writes."""
     access, ext, write = kernel.access, kernel.ext, kernel.write
     gm = np.flatnonzero(access["space"] == Space.GM)
-    owner, start, stop = ranges(access, ext, gm)
+    owner, start, stop = ranges(access, ext, gm, kernel.native)
     every = _merged(start, stop)
     is_write = write[owner]
     return (*every, *_merged(start[is_write], stop[is_write]))
