@@ -705,8 +705,9 @@ static int get_views(PyObject *const *obj, int count, int inputs, const Py_ssize
  * (its row, with its own pipe's column raised to its ordinal) read before any row is written; then either
  * ``K[dst] = max(K[dst], published)`` with the last write to a row winning (``accumulate`` 0: fancy assignment),
  * or ``np.maximum.at`` (``accumulate`` 1: every edge counts). ``scratch`` has room for hi - lo rows. */
-static void pull(int32_t *K, Py_ssize_t w, const int64_t *ordinal, const int64_t *own_col, const int64_t *src,
-                 const int64_t *dst, Py_ssize_t lo, Py_ssize_t hi, int accumulate, int32_t *scratch) {
+static inline __attribute__((always_inline)) void pull(int32_t *K, Py_ssize_t w, const int64_t *ordinal,
+                                                       const int64_t *own_col, const int64_t *src, const int64_t *dst,
+                                                       Py_ssize_t lo, Py_ssize_t hi, int accumulate, int32_t *scratch) {
     for (Py_ssize_t j = lo; j < hi; j++) {
         int32_t *row = scratch + (j - lo) * w;
         const int32_t *from = K + src[j] * w;
@@ -738,6 +739,74 @@ static void pull(int32_t *K, Py_ssize_t w, const int64_t *ordinal, const int64_t
         }
     }
 }
+
+/* fixpoint's inputs, checked (below). */
+typedef struct {
+    int32_t *K;
+    const int64_t *chain, *ordinal, *own_col, *src, *dst, *ends, *msrc, *mdst, *mends, *x;
+    const int32_t *inj;
+    Py_ssize_t n, lists, mlists, xs;
+    int32_t *before, *scratch;
+} FixpointInput;
+
+/* fixpoint's rounds on rows of ``w`` columns; the rounds it took. */
+static inline __attribute__((always_inline)) long fixpoint_rounds(const FixpointInput *in, Py_ssize_t w) {
+    int32_t *K = in->K, *before = in->before, *scratch = in->scratch;
+    const int64_t *chain = in->chain, *ordinal = in->ordinal, *own_col = in->own_col, *src = in->src;
+    const int64_t *dst = in->dst, *ends = in->ends, *msrc = in->msrc, *mdst = in->mdst, *mends = in->mends;
+    const int64_t *x = in->x;
+    const int32_t *inj = in->inj;
+    const Py_ssize_t n = in->n, lists = in->lists, mlists = in->mlists, xs = in->xs;
+    long rounds = 0;
+    for (;;) {
+        memcpy(before, K, (size_t)(n * w) * sizeof(int32_t));
+        for (Py_ssize_t k = 0; k < lists; k++) {
+            pull(K, w, ordinal, own_col, src, dst, k ? ends[k - 1] : 0, ends[k], 0, scratch);
+        }
+        for (Py_ssize_t k = 0; k < mlists; k++) {
+            pull(K, w, ordinal, own_col, msrc, mdst, k ? mends[k - 1] : 0, mends[k], 1, scratch);
+        }
+        if (xs) { /* K[x] = max(K[x], inj): every value read before any written, the last write to a row winning */
+            for (Py_ssize_t j = 0; j < xs; j++) {
+                const int32_t *old = K + x[j] * w, *add = inj + j * w;
+                for (Py_ssize_t c = 0; c < w; c++) {
+                    scratch[j * w + c] = old[c] > add[c] ? old[c] : add[c];
+                }
+            }
+            for (Py_ssize_t j = 0; j < xs; j++) {
+                memcpy(K + x[j] * w, scratch + j * w, (size_t)w * sizeof(int32_t));
+            }
+        }
+        for (Py_ssize_t i = 1; i < n; i++) {
+            if (chain[i] != chain[i - 1]) {
+                continue;
+            }
+            int32_t *row = K + i * w;
+            const int32_t *up = row - w;
+            for (Py_ssize_t c = 0; c < w; c++) {
+                if (up[c] > row[c]) {
+                    row[c] = up[c];
+                }
+            }
+        }
+        rounds++;
+        if (memcmp(before, K, (size_t)(n * w) * sizeof(int32_t)) == 0) {
+            break;
+        }
+    }
+    return rounds;
+}
+
+#define FIXPOINT_OF_WIDTH(W) \
+    static long fixpoint_rounds_##W(const FixpointInput *in) { return fixpoint_rounds(in, W); }
+FIXPOINT_OF_WIDTH(1)
+FIXPOINT_OF_WIDTH(2)
+FIXPOINT_OF_WIDTH(3)
+FIXPOINT_OF_WIDTH(4)
+FIXPOINT_OF_WIDTH(5)
+FIXPOINT_OF_WIDTH(6)
+FIXPOINT_OF_WIDTH(7)
+FIXPOINT_OF_WIDTH(8)
 
 /* fixpoint(K, width, chain, ordinal, own_col, src, dst, ends, multi_src, multi_dst, multi_ends, x, inj) -> rounds
  *
@@ -814,43 +883,20 @@ static PyObject *fixpoint(PyObject *Py_UNUSED(module), PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    FixpointInput input = {K, chain, ordinal, own_col, src, dst, ends, msrc, mdst, mends, x, inj, n, lists, mlists,
+                           xs, before, scratch};
     long rounds = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (;;) {
-        memcpy(before, K, (size_t)(n * w) * sizeof(int32_t));
-        for (Py_ssize_t k = 0; k < lists; k++) {
-            pull(K, w, ordinal, own_col, src, dst, k ? ends[k - 1] : 0, ends[k], 0, scratch);
-        }
-        for (Py_ssize_t k = 0; k < mlists; k++) {
-            pull(K, w, ordinal, own_col, msrc, mdst, k ? mends[k - 1] : 0, mends[k], 1, scratch);
-        }
-        if (xs) { /* K[x] = max(K[x], inj): every value read before any written, the last write to a row winning */
-            for (Py_ssize_t j = 0; j < xs; j++) {
-                const int32_t *old = K + x[j] * w, *add = inj + j * w;
-                for (Py_ssize_t c = 0; c < w; c++) {
-                    scratch[j * w + c] = old[c] > add[c] ? old[c] : add[c];
-                }
-            }
-            for (Py_ssize_t j = 0; j < xs; j++) {
-                memcpy(K + x[j] * w, scratch + j * w, (size_t)w * sizeof(int32_t));
-            }
-        }
-        for (Py_ssize_t i = 1; i < n; i++) {
-            if (chain[i] != chain[i - 1]) {
-                continue;
-            }
-            int32_t *row = K + i * w;
-            const int32_t *up = row - w;
-            for (Py_ssize_t c = 0; c < w; c++) {
-                if (up[c] > row[c]) {
-                    row[c] = up[c];
-                }
-            }
-        }
-        rounds++;
-        if (memcmp(before, K, (size_t)(n * w) * sizeof(int32_t)) == 0) {
-            break;
-        }
+    switch (w) { /* a clock row of a few pipes: loops of a constant width, unrolled, without memcpy calls */
+    case 1: rounds = fixpoint_rounds_1(&input); break;
+    case 2: rounds = fixpoint_rounds_2(&input); break;
+    case 3: rounds = fixpoint_rounds_3(&input); break;
+    case 4: rounds = fixpoint_rounds_4(&input); break;
+    case 5: rounds = fixpoint_rounds_5(&input); break;
+    case 6: rounds = fixpoint_rounds_6(&input); break;
+    case 7: rounds = fixpoint_rounds_7(&input); break;
+    case 8: rounds = fixpoint_rounds_8(&input); break;
+    default: rounds = fixpoint_rounds(&input, w);
     }
     Py_END_ALLOW_THREADS
     result = PyLong_FromLong(rounds);
