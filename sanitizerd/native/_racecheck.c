@@ -1102,10 +1102,10 @@ static inline word_pair pair_at(const unsigned char *bytes) {
  * differs. ``a`` counts the accesses among the matched. */
 static Py_ssize_t mirror_run(const unsigned char *base, const unsigned char *keep, const unsigned char *access,
                              Py_ssize_t i, Py_ssize_t n, const unsigned char *ref, const unsigned char *ref_class,
-                             Py_ssize_t p, Py_ssize_t ref_events, Py_ssize_t room, uint32_t key,
+                             Py_ssize_t p, Py_ssize_t ref_events, Py_ssize_t room, long long key,
                              const uint64_t masks[2][WORDS], int gm, int has_gm, uint64_t gm_offset, int has_serial,
                              uint64_t serial_offset, uint32_t *key_out, unsigned char *kind_out, Py_ssize_t *a) {
-    if (!has_serial || key > 0xffffff) { /* a key no record can have: the one-record loop says how it ends */
+    if (!has_serial || key < 0 || key > 0xffffff) { /* a key no record has: the one-record loop says how it ends */
         return 0;
     }
     /* Bytes 0-15 (address, serial) against the reference's plus the offsets; 16-47 and 48-55 under the class's
@@ -1116,7 +1116,7 @@ static Py_ssize_t mirror_run(const unsigned char *base, const unsigned char *kee
         mask_32[c] = (word_pair){masks[c][4], masks[c][5]};
         mask_48[c] = (word_pair){0, masks[c][6]};
     }
-    const word_pair key_40 = {key & 0xffff, key >> 16}, key_mask_40 = {0xffff, 0xff};
+    const word_pair key_40 = {(uint64_t)key & 0xffff, (uint64_t)key >> 16}, key_mask_40 = {0xffff, 0xff};
     const word_pair offset[2] = {{0, serial_offset}, {gm_offset, serial_offset}};
     const unsigned gm_unknown = !has_gm;
     Py_ssize_t done = 0;
@@ -1239,7 +1239,7 @@ static PyObject *mirror(PyObject *Py_UNUSED(module), PyObject *args) {
         if (i >= slow_until) {
             Py_ssize_t accesses_before = a;
             Py_ssize_t run = mirror_run(base, keep, access, i, n, ref, ref_class, p, ref_events, room - e,
-                                        (uint32_t)key, masks, gm, has_gm, gm_offset, has_serial, serial_offset,
+                                        key, masks, gm, has_gm, gm_offset, has_serial, serial_offset,
                                         key_out + e, kind_out + e, &a);
             i += run;
             p += run;
