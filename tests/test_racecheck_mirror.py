@@ -130,14 +130,20 @@ def cut(events: np.ndarray, rng: random.Random) -> list[np.ndarray]:
     return [piece for part in parts for piece in batches(part, rng)]
 
 
-def run(parts: list[np.ndarray], *, native: object, prove: bool = True) -> tuple[list, int]:
-    """One launch's findings, and how many of its blocks were found alike as they arrived."""
+def fed(parts: list[np.ndarray], *, native: object, prove: bool = True) -> racecheck.Racecheck:
+    """A detector that has been sent one launch's batches, not ended."""
     detector = make_detector("racecheck")
     detector.native = native
     detector.prove_blocks = prove
     detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=8, kernel_type="aiv"))
     for part in parts:
         detector.check(part)
+    return detector
+
+
+def run(parts: list[np.ndarray], *, native: object, prove: bool = True) -> tuple[list, int]:
+    """One launch's findings, and how many of its blocks were found alike as they arrived."""
+    detector = fed(parts, native=native, prove=prove)
     proofs = detector.proofs
     return detector.kernel_end(), proofs.mirrored_blocks
 
@@ -421,11 +427,7 @@ def held_rows(parts: list[np.ndarray], *, mirror: bool, monkeypatch: pytest.Monk
     with monkeypatch.context() as patch:
         if not mirror:
             patch.setattr(HeldColumns, "mirror_from", lambda *args: False)
-        detector = make_detector("racecheck")
-        detector.native = COMPILED
-        detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=8, kernel_type="aiv"))
-        for part in parts:
-            detector.check(part)
+        detector = fed(parts, native=COMPILED)
         held = detector.columns
         syncs = held.sync_rows(np.arange(held._syncs.size))
         early = {name: syncs[name].copy() for name in SYNC_FIELDS}
@@ -446,12 +448,7 @@ def test_complete_block_keys_are_where_the_keys_change(seed: int, native: object
     """The blocks' keys that the verdict reads, collected stretch by stretch (alike ones too), are the held
     events' block keys where they change, once the launch has ended in order."""
     parts, _ = random_case(seed, monkeypatch)
-    detector = make_detector("racecheck")
-    detector.native = native
-    detector.kernel_begin(racecheck.KernelLaunch(kernel=1, name="k", block_dim=8, kernel_type="aiv"))
-    for part in parts:
-        detector.check(part)
-    held = detector.columns
+    held = fed(parts, native=native).columns
     held.complete_all()
     if not held.in_order:  # out of order on purpose (random_case): the verdict is not asked
         return

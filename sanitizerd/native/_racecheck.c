@@ -1082,12 +1082,6 @@ typedef uint64_t word_pair __attribute__((vector_size(16)));
 
 #define BYTES_1 0x0101010101010101ULL
 
-static inline uint64_t bytes8_at(const unsigned char *bytes) {
-    uint64_t word;
-    memcpy(&word, bytes, sizeof word);
-    return word;
-}
-
 static inline word_pair pair_at(const unsigned char *bytes) {
     word_pair pair;
     memcpy(&pair, bytes, sizeof pair);
@@ -1127,10 +1121,10 @@ static Py_ssize_t mirror_run(const unsigned char *base, const unsigned char *kee
          * class the reference's record is (class + mark == REF_SYNC), and kept. */
         uint64_t other = 0;
         for (int j = 0; j < MIRROR_RUN; j += 8) {
-            uint64_t marks = bytes8_at(is_access + j);
-            other |= (marks & ~BYTES_1) | ((bytes8_at(class + j) + marks) ^ (REF_SYNC * BYTES_1));
+            uint64_t marks = word_at(is_access + j, 0);
+            other |= (marks & ~BYTES_1) | ((word_at(class + j, 0) + marks) ^ (REF_SYNC * BYTES_1));
             if (keep != NULL) {
-                other |= bytes8_at(keep + i + done + j) ^ BYTES_1;
+                other |= word_at(keep + i + done + j, 0) ^ BYTES_1;
             }
         }
         word_pair differ = {0, 0};
@@ -1148,7 +1142,7 @@ static Py_ssize_t mirror_run(const unsigned char *base, const unsigned char *kee
         }
         uint64_t accesses = 0; /* the marks are 0 or 1 here: a byte-wise sum, 8 at a time */
         for (int j = 0; j < MIRROR_RUN; j += 8) {
-            accesses += (bytes8_at(is_access + j) * BYTES_1) >> 56;
+            accesses += (word_at(is_access + j, 0) * BYTES_1) >> 56;
         }
         for (int j = 0; j < MIRROR_RUN; j++) {
             key_out[done + j] = key;
