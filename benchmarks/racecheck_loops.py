@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 from racecheck import BATCH, iterations_stream
 
+from client_shim.events import EventKind, Space
 from sanitizerd import allocator
 from sanitizerd.detectors import _race_columns
 from sanitizerd.detectors.racecheck import select_native
@@ -52,16 +53,18 @@ def main() -> None:
     stream = iterations_stream(2, args.iterations)
     block = stream["block_id"]
     reference = np.ascontiguousarray(stream[block == 0])
-    reference = reference[reference["kind"] != reference["kind"][-1]]  # its BLOCK_FINISH is not held
+    reference = reference[reference["kind"] != EventKind.BLOCK_FINISH]  # not held
     batch = np.ascontiguousarray(stream[block == 1][:BATCH])
-    ref_class = np.where(reference["kind"] <= 1, 1, 2).astype(np.uint8)  # every record an access or a sync event
-    access = np.ascontiguousarray(batch["kind"] <= 1)
-    key = (int(batch["block_type"][0]) << 16) | 1
+    # As mirror_from classes them: every record here an access or a sync event, no extent past what it vouches for.
+    is_access = reference["kind"] <= EventKind.WRITE
+    ref_class = np.where(is_access, _race_columns._REF_ACCESS, _race_columns._REF_SYNC).astype(np.uint8)
+    access = np.ascontiguousarray(batch["kind"] <= EventKind.WRITE)
+    key = (int(batch["block_type"][0]) << 16) | int(batch["block_id"][0])
     keys, kinds = np.empty(batch.size, np.uint32), np.empty(batch.size, np.uint8)
     masks = (_race_columns._ACCESS_MASK, _race_columns._SYNC_MASK)
 
     def mirror() -> tuple:
-        return native.mirror(batch, None, access, 0, key, keys, kinds, reference, ref_class, *masks, 1,
+        return native.mirror(batch, None, access, 0, key, keys, kinds, reference, ref_class, *masks, int(Space.GM),
                              (0, 0, 0, 0, 0, 0, 0))  # fmt: skip
 
     stop = mirror()[0]
