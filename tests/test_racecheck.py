@@ -626,3 +626,35 @@ class TestUndefinedPipes:
         events = program(copy_in(), syncs(SET, Pipe.MTE2, Pipe.V), vec(0x400, 0x0))
         events["dst_pipe"][events["kind"] != SET] = 255
         assert races(events) == [("race_raw", "UB", [("PIPE_MTE2", "Write", 1, [0]), ("PIPE_V", "Read", 3, [0])], 1)]
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_site_keys_number_instructions_in_order_writes_first(seed: int) -> None:
+    """Kernel._site_keys is a dense rank of (read, pc, location, pipe, atomic, block) in that order: a pc or location
+    that every access shares, several, or ones near 2**64."""
+    from types import SimpleNamespace
+
+    from sanitizerd.detectors._happens_before import NPIPES
+    from sanitizerd.detectors.racecheck import Kernel
+
+    rng = np.random.default_rng(seed)
+    n, blocks = int(rng.integers(1, 300)), int(rng.integers(1, 5))
+
+    def values(dtype: type, high: int) -> np.ndarray:
+        how = seed % 3
+        if how == 0:  # one value: a digit that costs nothing
+            return np.full(n, rng.integers(0, high, dtype=dtype), dtype=dtype)
+        return rng.choice(rng.integers(0, high, size=int(rng.integers(1, 6)), dtype=dtype), n)
+
+    pc = values(np.uint64, (1 << 64) - 1 if seed % 2 else 1 << 20)
+    location = values(np.uint32, (1 << 32) - 1)
+    pipe = rng.integers(0, NPIPES, n).astype(np.int64)
+    atomic, write = rng.random(n) < 0.3, rng.random(n) < 0.5
+    mblock = rng.integers(0, blocks, n).astype(np.int64)
+    kernel = SimpleNamespace(
+        mem=np.arange(n), access={"pc": pc, "location": location}, atomic=atomic, write=write, pipe=pipe,
+        mblock=mblock, block_keys=np.arange(blocks),
+    )  # fmt: skip
+    digits = [np.unique(x, return_inverse=True)[1].reshape(-1) for x in (~write, pc, location, pipe, atomic, mblock)]
+    expected = np.unique(np.stack(digits, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    assert np.array_equal(Kernel._site_keys(kernel), expected)  # type: ignore[arg-type]

@@ -764,12 +764,23 @@ class Kernel:
         """Per access, a small int naming its instruction (pc, location, pipe, read or write, atomic) in its block:
         what one side of a folded finding is, and what the pair search keeps one latest access of per segment.
         Writes are numbered before reads (reads are compared with write keys only, which come first)."""
-        rows = np.arange(self.mem.size)
-        pc = _small(self.field("pc", rows))
-        location = _small(self.field("location", rows).astype(np.int64))
-        site = (pc * (int(location.max()) + 1) + location) * NPIPES + self.pipe
-        site = (site * 2 + self.atomic) * self.block_keys.size + self.mblock
-        site += (~self.write).astype(np.int64) * (int(site.max()) + 1)
+        if not self.mem.size:
+            return np.empty(0, dtype=np.int64)
+        # One mixed-radix number, digits from the least: block, atomic, pipe, location, pc, read. A pc or location
+        # that every access shares is a digit of one value, and costs no pass.
+        site = self.atomic.astype(np.int64)
+        site *= self.block_keys.size
+        site += self.mblock
+        radix = 2 * self.block_keys.size
+        site += self.pipe * radix
+        radix *= NPIPES
+        for name in ("location", "pc"):
+            values = self.access[name]
+            if int(values.min()) != int(values.max()):
+                digit = _small(values if values.dtype == np.uint64 else values.astype(np.int64))
+                site += digit * radix
+                radix *= int(digit.max()) + 1
+        site += np.multiply(~self.write, radix, dtype=np.int64)
         return _small(site)
 
     def _instructions(self) -> np.ndarray:
