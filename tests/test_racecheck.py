@@ -658,3 +658,38 @@ def test_site_keys_number_instructions_in_order_writes_first(seed: int) -> None:
     digits = [np.unique(x, return_inverse=True)[1].reshape(-1) for x in (~write, pc, location, pipe, atomic, mblock)]
     expected = np.unique(np.stack(digits, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
     assert np.array_equal(Kernel._site_keys(kernel), expected)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pairs_from_ranges_listed_by_the_caller_are_the_same(seed: int) -> None:
+    """candidate_pairs given every access's ranges (``listed``, as a proof's kernel keeps them for its footprint)
+    pairs what it pairs listing them itself: unplaced accesses left out either way, accesses one range or several
+    (repeats apart), in any order of ``index``."""
+    from sanitizerd.detectors._patterns import extents, ranges
+    from sanitizerd.detectors._race_pairs import candidate_pairs
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 120))
+    write = rng.random(n) < 0.5
+    repeat = np.where(rng.random(n) < 0.3, 3, 1)
+    events = np.concatenate([
+        accesses(W if write[i] else R, GM if rng.random() < 0.5 else UB, int(rng.integers(0, 8)) * 32,
+                 int(rng.choice([32, 64])), repeat=int(repeat[i]), repeat_stride=4, pipe=Pipe.V)
+        for i in range(n)
+    ])  # fmt: skip
+    ext = extents(events)
+    index = rng.permutation(n)[: int(rng.integers(1, n + 1))]
+    m = index.size
+    placed = np.ones(m, dtype=bool) if seed % 3 == 0 else rng.random(m) < 0.7
+    is_write = write[index]
+    key = np.where(is_write, 0, 3) + rng.integers(0, 3, m)  # writes numbered below reads
+    space = events["space"][index].astype(np.int64)
+
+    def pairs(**listed: object) -> list[tuple[list[int], list[int], list[int]]]:
+        chunks = candidate_pairs(
+            events, ext, index, space, np.zeros(m, dtype=np.int64), placed, is_write, np.arange(m), key=key,
+            instruction=np.arange(m), **listed,  # type: ignore[arg-type]
+        )  # fmt: skip
+        return [(a.tolist(), b.tolist(), s.segment.tolist()) for a, b, s in chunks]
+
+    assert pairs() == pairs(listed=ranges(events, ext, index))

@@ -908,6 +908,78 @@ def test_compiled_sort_by_refuses_what_does_not_fit() -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", range(60))
+def test_compiled_by_rank_is_numpys_stable_argsort(seed: int) -> None:
+    """``_by_rank`` with the compiled inverse: ranks 0 .. m - 1 each once, or one repeated, missing, negative or past
+    the end (then numpy's argsort)."""
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(0, 400))
+    rank = rng.permutation(m).astype(np.int64)
+    if m and seed % 4:
+        i = int(rng.integers(0, m))
+        rank[i] = rng.choice([-1, m, m + 5, int(rank[int(rng.integers(0, m))]), -(1 << 63), (1 << 63) - 1])
+    got = _race_pairs._by_rank(rank, COMPILED)
+    assert np.array_equal(got, np.argsort(rank, kind="stable"))
+    assert np.array_equal(got, _race_pairs._by_rank(rank))
+
+
+def random_ranges(rng: np.random.Generator, n: int, tiled: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` ranges [lo, hi): tiles, each equal to or apart from every other (``tiled``), or any, touching, nested
+    and overlapping; near 2**64 now and then."""
+    base = np.uint64(rng.choice([0, 1 << 40, (1 << 64) - (1 << 20)]))
+    if tiled:
+        tiles = int(rng.integers(1, 40))
+        size = int(rng.integers(1, 64))
+        gap = int(rng.integers(0, 3)) * size  # tiles that touch, or lie apart
+        tile = rng.integers(0, tiles, n).astype(np.uint64)
+        lo = base + tile * np.uint64(size + gap)
+        return lo, lo + np.uint64(size)
+    lo = base + rng.integers(0, 200, n).astype(np.uint64)
+    return lo, lo + rng.integers(1, 60, n).astype(np.uint64)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(80))
+def test_compiled_segments_are_numpys(seed: int) -> None:
+    """``_segments`` compiled (tiles in one pass, else numpy's cuts) and numpy's give the same incidences and
+    segments, ranks a permutation or not."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    lo, hi = random_ranges(rng, n, tiled=seed % 3 != 0)
+    if seed % 5 == 0:  # one tile ends elsewhere: it overlaps its equal-start twin
+        hi[int(rng.integers(0, n))] += np.uint64(1)
+    owner = rng.permutation(n).astype(np.int64) if seed % 2 else np.arange(n, dtype=np.int64)
+    rank = rng.permutation(n).astype(np.int64) if seed % 4 else rng.integers(0, n, n).astype(np.int64)
+    got = _race_pairs._segments(lo, hi, owner, rank, n, lambda more: None, COMPILED)
+    expected = _race_pairs._segments(lo, hi, owner, rank, n, lambda more: None, None)
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@needs_compiled
+def test_compiled_segments_and_by_rank_refuse_what_does_not_fit() -> None:
+    lo = np.array([0, 0, 8], dtype=np.uint64)
+    hi, owner, order = lo + np.uint64(8), np.array([5, 6, 7], dtype=np.int64), np.arange(3, dtype=np.int64)
+    outs = [np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64), np.zeros(3, np.uint64), np.zeros(3, np.uint64)]
+    assert COMPILED.segments(lo, hi, owner, order, *outs) == 2
+    assert [x.tolist() for x in outs] == [[0, 0, 1], [5, 6, 7], [0, 8, 0], [8, 16, 0]]
+    assert COMPILED.segments(lo, hi + np.uint64(1), owner, order, *outs) == -1  # [0, 9) overlaps [8, 17)
+    for i, bad in ((3, np.full(3, 3, np.int64)), (3, np.full(3, -1, np.int64)), (0, lo[:2]), (2, owner[:2]),
+                   (4, outs[0][:2]), (7, outs[3][1:]), (1, hi.astype(np.uint32)), (3, order.astype(np.int32)),
+                   (5, outs[1].astype(np.int32)), (0, lo[::2])):  # fmt: skip
+        args = [lo, hi, owner, order, *(np.zeros(3, dtype=x.dtype) for x in outs)]
+        args[i] = bad
+        with pytest.raises((ValueError, BufferError)):
+            COMPILED.segments(*args)
+        assert not any(a.any() for a in args[4:] if a.size == 3 and a is not bad)  # nothing written
+    out = np.zeros(3, dtype=np.int64)
+    for rank, bad_out in ((np.arange(3, dtype=np.int64), out[:2]), (np.arange(3, dtype=np.int32), out),
+                          (np.arange(3, dtype=np.int64), out.astype(np.int32))):  # fmt: skip
+        with pytest.raises((ValueError, BufferError)):
+            COMPILED.by_rank(rank, bad_out)
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", range(80))
 def test_compiled_fifo_match_is_numpys(seed: int) -> None:
     """Sets and waits of a few keys (negative too), positions tied or not, rows in any order, repeated or not:

@@ -59,6 +59,8 @@ class Kernel(Protocol):
     access: np.ndarray  # the accesses, sorted by block
     ext: np.ndarray  # their extents, as _patterns.ranges takes them
     write: np.ndarray  # which of them write
+    native: object | None  # the compiled module, or None for numpy's path
+    listed: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # its pair search's ranges of every access, where kept
 
 
 _ALIKE_KEPT = 16  # proofs kept for spans alike up to their GM offset, per launch
@@ -242,10 +244,12 @@ def alike(held: HeldColumns, a: Shape, b: Shape) -> bool:
 
 
 def _footprint(kernel: Kernel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The span's GM accesses as disjoint byte intervals: of all of them (start, stop), and of its writes."""
+    """The span's GM accesses as disjoint byte intervals: of all of them (start, stop), and of its writes. The
+    ranges are those the pair search listed, where it kept them."""
     access, ext, write = kernel.access, kernel.ext, kernel.write
-    gm = np.flatnonzero(access["space"] == Space.GM)
-    owner, start, stop = ranges(access, ext, gm, kernel.native)
+    owner, start, stop = kernel.listed if kernel.listed is not None else ranges(access, ext, None, kernel.native)
+    gm = np.flatnonzero(access["space"][owner] == Space.GM)  # rows, then takes: a mask per array is slower
+    owner, start, stop = owner[gm], start[gm], stop[gm]
     every = _merged(start, stop)
     is_write = write[owner]
     return (*every, *_merged(start[is_write], stop[is_write]))

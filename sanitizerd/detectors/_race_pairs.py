@@ -88,6 +88,7 @@ def candidate_pairs(
     cut: Cut | None = None,
     max_sites: int | None = None,
     native: object | None = None,
+    listed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, Segments]]:
     """Pairs (a, b) of accesses that overlap and may race, with one segment each shares, in a few chunks.
     The accesses are ``events[index]`` (``ext``: every event's extent) and are named by their rank in ``index``;
@@ -107,7 +108,8 @@ def candidate_pairs(
     ``need_pairs`` is told how many pairs there are: a search's before they are built (up to ``max_sites`` per
     incidence), the fast path's (two per incidence at most) once built. Without ``key``: neighbours only (the
     last write before each access, the first write after each read). ``native``: the compiled module
-    (sanitizerd/native/_racecheck.c), whose ``site_pairs`` searches the segments of one or two keys; None: numpy."""
+    (sanitizerd/native/_racecheck.c), whose ``site_pairs`` searches the segments of one or two keys; None: numpy.
+    ``listed``: ``ranges(events, ext, index)`` where the caller has them (every access's, placed or not)."""
     n = index.size
     empty = np.empty(0, dtype=np.int64)
     none = Segments(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64), empty)
@@ -117,9 +119,15 @@ def candidate_pairs(
     rank[order] = np.arange(n)
     rank_of_event = np.full(events.size, -1, dtype=np.int64)
     rank_of_event[index] = np.arange(n)
-    owner, start, stop = ranges(
-        events, ext, None if placed.all() and index.size == events.size else index[placed], native
-    )  # fmt: skip
+    if listed is None:
+        owner, start, stop = ranges(
+            events, ext, None if placed.all() and index.size == events.size else index[placed], native
+        )  # fmt: skip
+    else:  # every access's, listed by the caller: the unplaced are left out here
+        owner, start, stop = listed
+        if not placed.all():
+            kept = placed[rank_of_event[owner]]
+            owner, start, stop = owner[kept], start[kept], stop[kept]
     owner = rank_of_event[owner]
     if not owner.size:
         return [(empty, empty, none)]
@@ -387,10 +395,17 @@ def _segments(
     Tiled kernels reuse buffers whole: every two ranges are equal or disjoint. Then the ranges themselves are
     the segments, and one sort by (start, rank) is all it takes (the compiled radix sort where ``native`` is
     given). Otherwise the ranges are cut at every boundary and each range counts once per segment it covers."""
-    by_rank = _by_rank(rank)
+    by_rank = _by_rank(rank, native)
     if native is not None:
         o = np.empty(by_rank.size, dtype=np.int64)
         native.sort_by(lo, by_rank, o)  # type: ignore[attr-defined]
+        seg, who = np.empty(o.size, dtype=np.int64), np.empty(o.size, dtype=np.int64)
+        starts, ends = np.empty(o.size, dtype=np.uint64), np.empty(o.size, dtype=np.uint64)
+        owners = np.ascontiguousarray(owner, dtype=np.int64)
+        count = native.segments(lo, hi, owners, o, seg, who, starts, ends)  # type: ignore[attr-defined]
+        if count >= 0:  # the check below, in one pass
+            return seg, who, starts[:count].copy(), ends[:count].copy()
+        del seg, who, starts, ends
     else:
         o = by_rank[np.argsort(lo[by_rank], kind="stable")]
     lo_s, hi_s = lo[o], hi[o]
@@ -416,10 +431,15 @@ def _segments(
     return seg[by], who[by], bounds[:-1], bounds[1:]
 
 
-def _by_rank(rank: np.ndarray) -> np.ndarray:
+def _by_rank(rank: np.ndarray, native: object | None = None) -> np.ndarray:
     """``np.argsort(rank, kind="stable")``; without a sort when the ranks are 0, 1, ... each once (every access one
-    range, as in tiled kernels), the common case."""
+    range, as in tiled kernels), the common case: compiled where ``native`` is given."""
     m = rank.size
+    if native is not None and m:
+        order = np.empty(m, dtype=np.int64)
+        if native.by_rank(np.ascontiguousarray(rank, dtype=np.int64), order):  # type: ignore[attr-defined]
+            return order
+        return np.argsort(rank, kind="stable")
     if m and int(rank.min()) == 0 and int(rank.max()) == m - 1:
         order = np.zeros(m, dtype=np.int64)
         order[rank] = np.arange(m)

@@ -31,6 +31,7 @@ import numpy as np
 
 from sanitizerd.detectors._block_proofs import BlockProofs, Shape
 from sanitizerd.detectors._happens_before import NPIPES, POS_BITS, blocked_nodes, build, issuer_of, scalar_to_cal
+from sanitizerd.detectors._patterns import ranges
 from sanitizerd.detectors._race_columns import (
     NATIVE,
     PLACED_FIELDS,
@@ -506,6 +507,10 @@ class Kernel:
         self.locked_up_blocks = detector.records_ended if "synccheck" in self.context.config.tools else None
         self.memory: MemoryAccount | TrialAccount = memory or detector.context.race_memory
         alone = memory is not None
+        # A trial's footprint (``_block_proofs``) reads the byte ranges the pair search lists: listed once for both,
+        # and kept. The whole check's pair search lists its own and frees them before its peak.
+        self.listed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.keeps_ranges = alone
         self.cut = cut
         self.simt = detector.simt  # names the thread of a SIMT call's entry record
         self.distance = detector.distance
@@ -736,10 +741,12 @@ class Kernel:
         def pairs_to_order(pairs: int) -> None:  # what ordering and folding them costs, asked before it is spent
             account.need(pairs * BYTES_PER_PAIR, f"its {mem.size} accesses make {pairs} candidate pairs")
 
+        if self.keeps_ranges:
+            self.listed = ranges(self.access, self.ext, None, self.native)
         chunks = candidate_pairs(
             self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
             self._linear_order(), need=pieces_beyond_ranges, key=self._site_keys(), instruction=self._instructions(),
-            need_pairs=pairs_to_order, cut=self.cut, native=self.native,
+            need_pairs=pairs_to_order, cut=self.cut, native=self.native, listed=self.listed,
         )  # fmt: skip
         racing = []
         while chunks:

@@ -1792,6 +1792,115 @@ done:
     return result;
 }
 
+/* by_rank(rank, out) -> bool
+ *
+ * _race_pairs._by_rank's common case: where ``rank`` (int64) holds 0 .. m - 1 each once (every access one range),
+ * ``out`` (m int64) gets its inverse, ``out[rank[j]] = j``: what a stable argsort of it is. False where it does not,
+ * ``out`` then written in part. */
+static PyObject *by_rank(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[2];
+    if (!PyArg_ParseTuple(args, "OO", &obj[0], &obj[1])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[2] = {8, 8};
+    Py_buffer views[2];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_views(obj, 2, 1, sizes, views, &held, "by_rank") < 0) {
+        goto done;
+    }
+    Py_ssize_t m = views[0].len / 8;
+    if (views[1].len != views[0].len) {
+        PyErr_SetString(PyExc_ValueError, "by_rank: out must be as long as rank");
+        goto done;
+    }
+    const int64_t *rank = views[0].buf;
+    int64_t *out = views[1].buf;
+    int each_once = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < m; j++) {
+        out[j] = -1;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t r = rank[j];
+        if (r < 0 || r >= m || out[r] >= 0) {
+            each_once = 0;
+            break;
+        }
+        out[r] = j;
+    }
+    Py_END_ALLOW_THREADS
+    result = each_once ? Py_True : Py_False;
+    Py_INCREF(result);
+done:
+    release_all(views, held);
+    return result;
+}
+
+/* segments(lo, hi, owner, order, seg, who, starts, ends) -> int
+ *
+ * _race_pairs._segments where every two ranges are equal or disjoint (tiled kernels reuse buffers whole), in one
+ * pass over ``order`` (int64 rows of ``lo`` and ``hi``, uint64, and ``owner``, int64, sorted by lo, then rank): the
+ * ranges are then the segments. Each incidence's segment (``seg``) and owner (``who``), in that order, and each
+ * segment's [start, end) (``starts``, ``ends``: room for one a row); the count of segments. -1 where two ranges
+ * overlap otherwise (the outputs then written in part): numpy cuts them at every boundary. */
+static PyObject *segments(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5], &obj[6], &obj[7])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[8] = {8, 8, 8, 8, 8, 8, 8, 8};
+    Py_buffer views[8];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_views(obj, 8, 4, sizes, views, &held, "segments") < 0) {
+        goto done;
+    }
+    Py_ssize_t n = views[0].len / 8, m = views[3].len / 8;
+    if (views[1].len != n * 8 || views[2].len != n * 8 || !rows_within(views[3].buf, m, n)) {
+        PyErr_SetString(PyExc_ValueError, "segments: a row out of range, or lo, hi and owner of different lengths");
+        goto done;
+    }
+    for (int o = 4; o < 8; o++) {
+        if (views[o].len != m * 8) {
+            PyErr_SetString(PyExc_ValueError, "segments: seg, who, starts and ends must be as long as order");
+            goto done;
+        }
+    }
+    const uint64_t *lo = views[0].buf, *hi = views[1].buf;
+    const int64_t *owner = views[2].buf, *order = views[3].buf;
+    int64_t *seg = views[4].buf, *who = views[5].buf;
+    uint64_t *starts = views[6].buf, *ends = views[7].buf;
+    Py_ssize_t count = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t reach = 0; /* the furthest end so far */
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t i = order[j];
+        uint64_t l = lo[i], h = hi[i];
+        if (count && l == starts[count - 1]) { /* the segment before, again: the same range, or they overlap */
+            if (h != ends[count - 1]) {
+                count = -1;
+                break;
+            }
+        } else {
+            if (count && l < reach) {
+                count = -1;
+                break;
+            }
+            starts[count] = l;
+            ends[count++] = h;
+        }
+        reach = h > reach ? h : reach;
+        seg[j] = count - 1;
+        who[j] = owner[i];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(count);
+done:
+    release_all(views, held);
+    return result;
+}
+
 #define DIGIT_BITS 11
 #define DIGITS 6 /* enough for every bit of a uint64 key */
 #define BUCKETS (1 << DIGIT_BITS)
@@ -2002,6 +2111,8 @@ static PyMethodDef methods[] = {
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {"sort_by", sort_by, METH_VARARGS, "Rows sorted stably by their uint64 keys (a radix sort)."},
     {"fifo_match", fifo_match, METH_VARARGS, "The k-th wait of each key paired with its k-th set (_fifo_match)."},
+    {"by_rank", by_rank, METH_VARARGS, "The inverse of ranks that are 0 .. m - 1 each once (_race_pairs._by_rank)."},
+    {"segments", segments, METH_VARARGS, "Ranges equal or disjoint as the segments, in one pass (_race_pairs._segments)."},
     {"ranges", ranges, METH_VARARGS, "The byte ranges of accesses none of which is scattered (_patterns.ranges)."},
     {NULL, NULL, 0, NULL},
 };
