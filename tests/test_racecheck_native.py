@@ -909,6 +909,33 @@ def test_compiled_sort_by_refuses_what_does_not_fit() -> None:
 
 @needs_compiled
 @pytest.mark.parametrize("seed", range(60))
+def test_compiled_key_steps_are_numpys(seed: int) -> None:
+    """``key_steps`` (whether a batch's block keys only go up, and where its last block begins) compiled and by
+    numpy: blocks in order, one block, a block coming back, keys at 0 and 2**32 - 1."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    keys = np.sort(rng.choice(np.array([0, 1, 2, 7, (1 << 24) - 1, (1 << 32) - 1], dtype=np.uint32), n))
+    if seed % 3 == 0:
+        keys = np.full(n, keys[0], dtype=np.uint32)
+    elif seed % 3 == 1 and n > 1:  # one block's key comes back after a later one, or the keys go down
+        i = int(rng.integers(1, n))
+        keys[i:] = keys[int(rng.integers(0, i))] if seed % 2 else keys[i:][::-1]
+    got = _race_columns.key_steps(keys, COMPILED)
+    assert got == _race_columns.key_steps(keys) and isinstance(got[0], bool) and isinstance(got[1], int)
+
+
+@needs_compiled
+def test_compiled_key_steps_refuse_what_does_not_fit() -> None:
+    assert COMPILED.key_steps(np.array([1, 2, 2, 5, 5], dtype=np.uint32)) == (True, 3)
+    assert COMPILED.key_steps(np.array([9, 2], dtype=np.uint32)) == (False, 1)
+    assert COMPILED.key_steps(np.zeros(0, dtype=np.uint32)) == (True, 0)
+    for bad in (np.arange(4, dtype=np.int64), np.arange(8, dtype=np.uint32)[::2], np.arange(4, dtype=np.uint16)):
+        with pytest.raises((ValueError, BufferError)):
+            COMPILED.key_steps(bad)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(60))
 def test_compiled_by_rank_is_numpys_stable_argsort(seed: int) -> None:
     """``_by_rank`` with the compiled inverse: ranks 0 .. m - 1 each once, or one repeated, missing, negative or past
     the end (then numpy's argsort)."""

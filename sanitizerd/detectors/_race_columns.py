@@ -153,6 +153,16 @@ def _between(unwritten: list[tuple[int, int]], size: int) -> list[tuple[int, int
 _EXTENT_FIELDS = ("repeat", "block_num", "block_size", "block_stride", "repeat_stride")
 
 
+def key_steps(key: np.ndarray, native: object | None = None) -> tuple[bool, int]:
+    """A batch's block keys (``block_keys``, one or more), as ``HeldColumns.append`` reads them: whether they only
+    go up where they change, and where the last block among them begins (0: one block). Compiled where ``native``
+    is given and the keys are contiguous uint32, the held column's type; else numpy's."""
+    if native is not None and key.dtype == np.uint32 and key.flags.c_contiguous:
+        return native.key_steps(key)  # type: ignore[attr-defined,no-any-return]
+    changes = np.flatnonzero(key[1:] != key[:-1])
+    return bool((key[changes + 1] > key[changes]).all()), int(changes[-1]) + 1 if changes.size else 0
+
+
 def native_extents(native: object | None, accesses: Columns) -> None:
     """``accesses["ext"]`` filled with ``patterns.extents`` of the other columns: compiled where ``native`` is given
     and every column has the model's dtype (held tables' columns are C-contiguous), else numpy's."""
@@ -353,16 +363,18 @@ class HeldColumns:
         else:
             self.forget_first_block()  # its records would lack this batch's
             key = self._append_numpy(batch, keep, access, size)
-        changes = np.flatnonzero(key[1:] != key[:-1]) if self.in_order else None
-        if changes is not None:  # in order: ascending where the key changes; a finished block's may not come back
-            floor = previous + 1 if self._finished else previous
-            self.in_order = int(key[0]) >= floor and bool((key[changes + 1] > key[changes]).all())
-        self._finished = False
-        if self.in_order and changes is not None:
-            if changes.size:  # the blocks before the last one to start are complete
-                self._complete(self._events.size - size + int(changes[-1]) + 1)
-            elif int(key[0]) != previous and previous >= 0:
-                self._complete(self._events.size - size)
+        finished, self._finished = self._finished, False
+        if not self.in_order:
+            return
+        ascending, last_start = key_steps(key, self.native)
+        floor = previous + 1 if finished else previous  # in order: a finished block's key may not come back
+        self.in_order = int(key[0]) >= floor and ascending
+        if not self.in_order:
+            return
+        if last_start:  # the blocks before the last one to start are complete
+            self._complete(self._events.size - size + last_start)
+        elif int(key[0]) != previous and previous >= 0:
+            self._complete(self._events.size - size)
 
     def _append_native(
         self, batch: np.ndarray, keep: np.ndarray | None, access: np.ndarray, size: int, previous: int

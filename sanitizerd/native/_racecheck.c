@@ -1792,6 +1792,39 @@ done:
     return result;
 }
 
+/* key_steps(key) -> (ascending, last_start)
+ *
+ * A batch's block keys (uint32, one or more) as HeldColumns.append reads them, in one pass: whether they only go up
+ * where they change, and where the last block among them begins (0: one block). */
+static PyObject *key_steps(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[1];
+    if (!PyArg_ParseTuple(args, "O", &obj[0])) {
+        return NULL;
+    }
+    static const Py_ssize_t sizes[1] = {4};
+    Py_buffer views[1];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_views(obj, 1, 1, sizes, views, &held, "key_steps") < 0) {
+        goto done;
+    }
+    const uint32_t *key = views[0].buf;
+    Py_ssize_t n = views[0].len / 4, last_start = 0;
+    int ascending = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (key[i] != key[i - 1]) {
+            ascending &= key[i] > key[i - 1];
+            last_start = i;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("On", ascending ? Py_True : Py_False, last_start);
+done:
+    release_all(views, held);
+    return result;
+}
+
 /* by_rank(rank, out) -> bool
  *
  * _race_pairs._by_rank's common case: where ``rank`` (int64) holds 0 .. m - 1 each once (every access one range),
@@ -2111,6 +2144,7 @@ static PyMethodDef methods[] = {
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {"sort_by", sort_by, METH_VARARGS, "Rows sorted stably by their uint64 keys (a radix sort)."},
     {"fifo_match", fifo_match, METH_VARARGS, "The k-th wait of each key paired with its k-th set (_fifo_match)."},
+    {"key_steps", key_steps, METH_VARARGS, "Whether block keys only go up, and where the last block begins."},
     {"by_rank", by_rank, METH_VARARGS, "The inverse of ranks that are 0 .. m - 1 each once (_race_pairs._by_rank)."},
     {"segments", segments, METH_VARARGS, "Ranges equal or disjoint as the segments, in one pass (_race_pairs._segments)."},
     {"ranges", ranges, METH_VARARGS, "The byte ranges of accesses none of which is scattered (_patterns.ranges)."},
