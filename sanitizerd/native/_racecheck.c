@@ -2047,6 +2047,22 @@ done:
 
 #define SIGNED ((uint64_t)1 << 63) /* flips an int64's sign bit: its bits then order as the number does */
 
+/* ``rows`` (``m`` rows of ``key`` and ``pos``, int64) sorted stably by (key, pos) into ``out``, as radix_rows: by key
+ * alone where that leaves each key's rows in pos order (block_edges' rows come in node order, and each flag's sets,
+ * and its waits, lie on one pipe: in program order), else by pos, then by key. 0, or -1 where memory ran out. */
+static int by_key_then_pos(const int64_t *key, const int64_t *pos, const int64_t *rows, Py_ssize_t m, int64_t *out) {
+    if (radix_rows((const uint64_t *)key, SIGNED, rows, m, out) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t j = 1; j < m; j++) {
+        if (key[out[j]] == key[out[j - 1]] && pos[out[j]] < pos[out[j - 1]]) {
+            return radix_rows((const uint64_t *)pos, SIGNED, rows, m, out) |
+                   radix_rows((const uint64_t *)key, SIGNED, out, m, out);
+        }
+    }
+    return 0;
+}
+
 /* fifo_match(key, pos, sets, waits, skip_first_wait, out) -> (pairs, unmatched)
  *
  * _happens_before._fifo_match: the k-th wait of each key (``key``, int64 per node; program order by ``pos``,
@@ -2087,10 +2103,8 @@ static PyObject *fifo_match(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     /* by pos, then by key: each stable, so by (key, pos), ties as given; the waits' order is sorted in ``unmatched``
      * until it is read (each wait is read there before its place is written, as pairs and unmatched count up) */
-    sorted = radix_rows((const uint64_t *)views[1].buf, SIGNED, sets, n_sets, set_order) |
-             radix_rows((const uint64_t *)key, SIGNED, set_order, n_sets, set_order) |
-             radix_rows((const uint64_t *)views[1].buf, SIGNED, waits, n_waits, unmatched) |
-             radix_rows((const uint64_t *)key, SIGNED, unmatched, n_waits, unmatched);
+    sorted = by_key_then_pos(key, views[1].buf, sets, n_sets, set_order) |
+             by_key_then_pos(key, views[1].buf, waits, n_waits, unmatched);
     if (sorted == 0) {
         Py_ssize_t group = 0, at_set = 0;
         for (Py_ssize_t j = 0; j < n_waits; j++) {
