@@ -908,6 +908,61 @@ def test_compiled_sort_by_refuses_what_does_not_fit() -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", range(80))
+def test_compiled_issuer_is_numpys(seed: int) -> None:
+    """``issuer_of`` compiled and by numpy: the last PIPE_S node before each position, asked in node order (as
+    block_edges asks), by block then position, in any order, or of blocks whose keys wrap past int64."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    blocks = int(rng.integers(1, 4))
+    s_pipe = int(_happens_before._S)
+    pipe = np.where(rng.random(n) < rng.choice([0.05, 0.3, 1.0]), s_pipe, rng.integers(0, _happens_before.NPIPES, n))
+    block = rng.integers(0, blocks, n).astype(np.int64)
+    pos = rng.integers(0, 1 << int(rng.choice([4, 20, 35])), n).astype(np.int64)
+    key = ((block * _happens_before.NPIPES + pipe) << _happens_before.POS_BITS) + pos
+    order = np.argsort(key, kind="stable")
+    nodes = SimpleNamespace(pipe=pipe[order].astype(np.int64), key=key[order])
+    how = seed % 4
+    if how == 0:  # the nodes themselves, in node order
+        qblock, qpos = block[order], pos[order]
+    elif how == 1:  # by block, then position
+        m = int(rng.integers(0, 400))
+        qblock, qpos = np.sort(rng.integers(0, blocks + 1, m)), rng.integers(0, 1 << 20, m)
+        qpos = qpos[np.lexsort((qpos, qblock))]
+    elif how == 2:  # anywhere
+        m = int(rng.integers(0, 400))
+        qblock, qpos = rng.integers(-1, blocks + 1, m), rng.integers(-(1 << 20), 1 << 36, m)
+    else:  # blocks whose key wraps past int64
+        m = int(rng.integers(0, 100))
+        qblock = rng.choice(np.array([0, 1 << 30, (1 << 62) - 1, -(1 << 62)], dtype=np.int64), m)
+        qpos = rng.integers(0, 1 << 36, m)
+    qblock, qpos = qblock.astype(np.int64), qpos.astype(np.int64)
+    want = _happens_before.issuer_of(nodes, qblock, qpos)  # type: ignore[arg-type]
+    got = _happens_before.issuer_of(nodes, qblock, qpos, COMPILED)  # type: ignore[arg-type]
+    assert np.array_equal(want, got)
+
+
+@needs_compiled
+def test_compiled_issuer_refuses_what_does_not_fit() -> None:
+    s_key, s_rows = np.array([3, 9], dtype=np.int64), np.array([0, 4], dtype=np.int64)
+    block, pos, out = np.zeros(3, np.int64), np.array([2, 5, 12], np.int64), np.zeros(3, np.int64)
+    COMPILED.issuer(s_key, s_rows, block, pos, 16, 0, 8, out)  # every key on chain 0
+    assert out.tolist() == [-1, 0, 4]
+    for i, bad in ((0, s_key[::-1].copy()), (1, s_rows[:1]), (3, pos[:2]), (7, out[:2]), (2, block.astype(np.int32)),
+                   (7, out.astype(np.int32)), (2, block[::2])):  # fmt: skip
+        args: list[object] = [s_key, s_rows, block, pos, 16, 0, 8, np.full(3, 7, np.int64)]
+        args[i] = bad
+        with pytest.raises((ValueError, BufferError)):
+            COMPILED.issuer(*args)
+        assert bad is args[7] or args[7].tolist() == [7, 7, 7]  # type: ignore[union-attr]  # nothing written
+    for pos_bits, npipes, s in ((0, 16, 0), (63, 16, 0), (2, 0, 0), (2, 16, 16), (2, 16, -1)):
+        with pytest.raises(ValueError):
+            COMPILED.issuer(s_key, s_rows, block, pos, npipes, s, pos_bits, out)
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", range(60))
 def test_compiled_key_steps_are_numpys(seed: int) -> None:
     """``key_steps`` (whether a batch's block keys only go up, and where its last block begins) compiled and by

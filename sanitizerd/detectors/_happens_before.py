@@ -217,7 +217,7 @@ def block_edges(
 
     # Every node off PIPE_S knows what PIPE_S knew when it was issued.
     # (Only the first node of a pipe after each PIPE_S node needs the edge: the pipe's order carries it on.)
-    issuer = issuer_of(nodes, nodes.block, nodes.pos)
+    issuer = issuer_of(nodes, nodes.block, nodes.pos, native)
     first_after = np.ones(n, dtype=bool)
     first_after[1:] = (issuer[1:] != issuer[:-1]) | (nodes.chain[1:] != nodes.chain[:-1])
     off_s = np.flatnonzero((nodes.pipe != _S) & (issuer >= 0) & first_after)
@@ -399,12 +399,18 @@ def _make_nodes_native(
     return Nodes(**out) if made else None
 
 
-def issuer_of(nodes: Nodes, block: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """For program positions ``pos`` of blocks ``block``: the last PIPE_S node issued before each (``-1``)."""
+def issuer_of(nodes: Nodes, block: np.ndarray, pos: np.ndarray, native: object | None = None) -> np.ndarray:
+    """For program positions ``pos`` of blocks ``block``: the last PIPE_S node issued before each (``-1``).
+    ``native``: the compiled module, whose ``issuer`` searches on from one answer to the next; None: numpy's."""
     s_rows = np.flatnonzero(nodes.pipe == _S)
     if not s_rows.size:
         return np.full(block.size, _NONE, dtype=np.int64)
     s_key = nodes.key[s_rows]
+    if native is not None and s_key.dtype == np.int64:
+        out = np.empty(block.size, dtype=np.int64)
+        as64 = (np.ascontiguousarray(x, dtype=np.int64) for x in (s_key, s_rows, block, pos))
+        native.issuer(*as64, NPIPES, _S, POS_BITS, out)  # type: ignore[attr-defined]
+        return out
     want = ((block.astype(np.int64) * NPIPES + _S) << POS_BITS) + pos
     at = np.searchsorted(s_key, want, side="left") - 1
     ok = at >= 0

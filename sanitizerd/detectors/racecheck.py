@@ -625,7 +625,7 @@ class Kernel:
         self.seg = np.zeros(mem.size, dtype=np.int64)
         self.seg[ok] = nodes.ordinal[at[ok]] + 1
         del at, ok
-        self.issuer = issuer_of(nodes, self.mblock, pos)
+        self.issuer = issuer_of(nodes, self.mblock, pos, self.native)
         del pos
         self.barrier_no = np.searchsorted(model.barriers, key, side="left")
         del key

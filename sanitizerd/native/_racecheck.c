@@ -1792,6 +1792,84 @@ done:
     return result;
 }
 
+/* issuer(s_key, s_rows, block, pos, npipes, s_pipe, pos_bits, out) -> None
+ *
+ * _happens_before.issuer_of: for each program position ``pos[j]`` of block ``block[j]`` (int64 each), the row
+ * (``s_rows``) of the last PIPE_S node issued before it, or -1: the last of ``s_key`` (the PIPE_S nodes' keys, chain
+ * << pos_bits | position, ascending, else ValueError) below ``(block * npipes + s_pipe) << pos_bits | pos`` on the
+ * same chain. Where the positions ascend (a chain's nodes, a block's accesses) the search goes on from the answer
+ * before, else it starts over. A key past int64 wraps, as numpy's arithmetic does. */
+static PyObject *issuer(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[5];
+    long npipes, s_pipe, pos_bits;
+    if (!PyArg_ParseTuple(args, "OOOOlllO", &obj[0], &obj[1], &obj[2], &obj[3], &npipes, &s_pipe, &pos_bits,
+                          &obj[4])) {
+        return NULL;
+    }
+    if (pos_bits < 1 || pos_bits > 62 || npipes < 1 || s_pipe < 0 || s_pipe >= npipes) {
+        PyErr_SetString(PyExc_ValueError, "issuer: pos_bits is 1 to 62, s_pipe one of npipes pipes");
+        return NULL;
+    }
+    static const Py_ssize_t sizes[5] = {8, 8, 8, 8, 8};
+    Py_buffer views[5];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_views(obj, 5, 4, sizes, views, &held, "issuer") < 0) {
+        goto done;
+    }
+    Py_ssize_t ns = views[0].len / 8, n = views[2].len / 8;
+    if (views[1].len != views[0].len || views[3].len != views[2].len || views[4].len != views[2].len) {
+        PyErr_SetString(PyExc_ValueError, "issuer: s_key and s_rows, and block, pos and out, must be as long");
+        goto done;
+    }
+    const int64_t *s_key = views[0].buf, *s_rows = views[1].buf, *block = views[2].buf, *pos = views[3].buf;
+    int64_t *out = views[4].buf;
+    for (Py_ssize_t i = 1; i < ns; i++) {
+        if (s_key[i] < s_key[i - 1]) {
+            PyErr_SetString(PyExc_ValueError, "issuer: s_key must ascend");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t at = -1; /* the last s_key below the previous query's */
+    int64_t previous = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        /* as numpy computes it: int64, wrapping (the module is built with -fwrapv) */
+        int64_t want = (int64_t)(((uint64_t)(block[j] * npipes + s_pipe) << pos_bits) + (uint64_t)pos[j]);
+        /* The first s_key at or above want lies in [lo, hi]: from 0, or where the last query's answer left it,
+         * galloping (each query costs a logarithm of how far its answer moved, whatever the order). */
+        Py_ssize_t lo = 0, hi = ns;
+        if (j > 0 && want >= previous) {
+            lo = at + 1;
+            Py_ssize_t step = 1;
+            hi = lo;
+            while (hi < ns && s_key[hi] < want) {
+                lo = hi + 1;
+                hi = lo + step;
+                step *= 2;
+            }
+            hi = hi < ns ? hi : ns;
+        }
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (s_key[mid] < want) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        at = lo - 1;
+        previous = want;
+        out[j] = at >= 0 && (s_key[at] >> pos_bits) == (want >> pos_bits) ? s_rows[at] : -1;
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release_all(views, held);
+    return result;
+}
+
 /* key_steps(key) -> (ascending, last_start)
  *
  * A batch's block keys (uint32, one or more) as HeldColumns.append reads them, in one pass: whether they only go up
@@ -2158,6 +2236,7 @@ static PyMethodDef methods[] = {
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {"sort_by", sort_by, METH_VARARGS, "Rows sorted stably by their uint64 keys (a radix sort)."},
     {"fifo_match", fifo_match, METH_VARARGS, "The k-th wait of each key paired with its k-th set (_fifo_match)."},
+    {"issuer", issuer, METH_VARARGS, "The last PIPE_S node issued before each position (_happens_before.issuer_of)."},
     {"key_steps", key_steps, METH_VARARGS, "Whether block keys only go up, and where the last block begins."},
     {"by_rank", by_rank, METH_VARARGS, "The inverse of ranks that are 0 .. m - 1 each once (_race_pairs._by_rank)."},
     {"segments", segments, METH_VARARGS, "Ranges equal or disjoint as the segments, in one pass (_race_pairs._segments)."},
