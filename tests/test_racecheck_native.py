@@ -908,6 +908,51 @@ def test_compiled_sort_by_refuses_what_does_not_fit() -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_placed_in_blocks_is_numpys(seed: int) -> None:
+    """Kernel._placed_in_blocks compiled (``placed_nodes``) and by numpy: each access's counts of nodes before it
+    (0 or more, on its pipe and on PIPE_S) as node rows, over blocks with and without nodes on a pipe."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    blocks, n = int(rng.integers(1, 5)), int(rng.integers(0, 300))
+    chain = rng.integers(0, blocks * _happens_before.NPIPES, int(rng.integers(0, 200)))
+    key = np.sort((chain << _happens_before.POS_BITS) + rng.integers(0, 1 << 20, chain.size)).astype(np.int64)
+    access = {name: rng.integers(0, 6, n).astype(np.int32) for name in PLACED_FIELDS}
+
+    def placed(native: object | None) -> tuple[np.ndarray, ...]:
+        kernel = SimpleNamespace(
+            access=access, block_keys=np.arange(blocks), model=SimpleNamespace(nodes=SimpleNamespace(key=key)),
+            mblock=np.random.default_rng(seed + 1).integers(0, blocks, n), native=native,
+            pipe=np.random.default_rng(seed + 2).integers(0, _happens_before.NPIPES, n),
+        )  # fmt: skip
+        racecheck.Kernel._placed_in_blocks(kernel)  # type: ignore[arg-type]
+        return kernel.prev, kernel.issuer, kernel.seg, kernel.barrier_no, kernel.pipe_index
+
+    for want, got in zip(placed(None), placed(COMPILED), strict=True):
+        assert want.dtype == got.dtype and np.array_equal(want, got)
+
+
+@needs_compiled
+def test_compiled_placed_nodes_refuse_what_does_not_fit() -> None:
+    seg, issued = np.array([0, 2], np.int32), np.array([1, 0], np.int32)
+    block, pipe, first = np.array([0, 1], np.int64), np.array([3, 1], np.int64), np.arange(8, dtype=np.int64) * 10
+    outs = [np.zeros(2, np.int64) for _ in range(3)]
+    COMPILED.placed_nodes(seg, issued, block, pipe, first, 4, 0, *outs)  # two blocks of 4 pipes
+    assert [x.tolist() for x in outs] == [[-1, 51], [0, -1], [0, 2]]
+    for i, bad in ((2, np.array([0, 2], np.int64)), (2, np.array([0, -1], np.int64)), (3, np.array([3, 4], np.int64)),
+                   (3, np.array([-1, 0], np.int64)), (4, first[:7]), (0, seg[:1]), (5, outs[0][:1]),
+                   (0, seg.astype(np.int64)), (2, block.astype(np.int32)), (7, outs[2].astype(np.int32))):  # fmt: skip
+        args: list[object] = [seg, issued, block, pipe, first, 4, 0, *(np.zeros(2, np.int64) for _ in range(3))]
+        args[i if i < 5 else i + 2] = bad
+        with pytest.raises((ValueError, BufferError)):
+            COMPILED.placed_nodes(*args)
+    for npipes, s in ((0, 0), (4, 4), (4, -1)):
+        with pytest.raises(ValueError):
+            COMPILED.placed_nodes(seg, issued, block, pipe, first, npipes, s, *outs)
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", range(80))
 def test_compiled_issuer_is_numpys(seed: int) -> None:
     """``issuer_of`` compiled and by numpy: the last PIPE_S node before each position, asked in node order (as

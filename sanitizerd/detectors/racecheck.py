@@ -599,16 +599,22 @@ class Kernel:
 
     def _placed_in_blocks(self) -> None:
         """The places counted per block as blocks completed (``_block_parts``): a count of nodes before the access
-        on a chain is an index among the chain's nodes."""
+        on a chain is an index among the chain's nodes. Compiled where ``native`` is given (``placed_nodes``)."""
         seg, issued, barriers, pipe_index = (self.access[name] for name in PLACED_FIELDS)
         chains = np.arange(self.block_keys.size * NPIPES, dtype=np.int64)
         first = np.searchsorted(self.model.nodes.key, chains << POS_BITS, side="left")
+        # Counted within the block: only compared within one (block, pipe), as the searched ones are.
+        self.barrier_no, self.pipe_index = barriers, pipe_index
+        if self.native is not None and seg.dtype == issued.dtype == np.int32:  # the held columns' type
+            self.prev, self.issuer, self.seg = (np.empty(seg.size, dtype=np.int64) for _ in range(3))
+            columns = [np.ascontiguousarray(x) for x in (seg, issued)]
+            columns += [np.ascontiguousarray(x, dtype=np.int64) for x in (self.mblock, self.pipe, first)]
+            self.native.placed_nodes(*columns, NPIPES, _S, self.prev, self.issuer, self.seg)  # type: ignore[attr-defined]
+            return
         base = self.mblock * NPIPES
         self.prev = np.where(seg > 0, first[base + self.pipe] + seg - 1, -1)
         self.seg = seg.astype(np.int64)
         self.issuer = np.where(issued > 0, first[base + _S] + issued - 1, -1)
-        # Counted within the block: only compared within one (block, pipe), as the searched ones are.
-        self.barrier_no, self.pipe_index = barriers, pipe_index
 
     def _search_places(self) -> None:
         """Each access's place found among all the kernel's nodes (blocks that arrived interleaved)."""

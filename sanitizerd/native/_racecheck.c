@@ -1792,6 +1792,65 @@ done:
     return result;
 }
 
+/* placed_nodes(seg, issued, block, pipe, first, npipes, s_pipe, prev, issuer, seg_wide) -> None
+ *
+ * racecheck.Kernel._placed_in_blocks in one pass: per access, counts of nodes before it in its block (``seg`` on its
+ * own pipe, ``issued`` on PIPE_S; int32) as node rows: ``prev`` = first[block * npipes + pipe] + seg - 1 and
+ * ``issuer`` = first[block * npipes + s_pipe] + issued - 1, -1 where the count is 0 (``first``: each chain's first
+ * node row; ``block``, ``pipe`` int64); ``seg_wide``: seg as int64. ValueError where a chain is not in ``first``. */
+static PyObject *placed_nodes(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *obj[8];
+    long npipes, s_pipe;
+    if (!PyArg_ParseTuple(args, "OOOOOllOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &npipes, &s_pipe, &obj[5],
+                          &obj[6], &obj[7])) {
+        return NULL;
+    }
+    if (npipes < 1 || s_pipe < 0 || s_pipe >= npipes) {
+        PyErr_SetString(PyExc_ValueError, "placed_nodes: s_pipe must be one of npipes pipes");
+        return NULL;
+    }
+    static const Py_ssize_t sizes[8] = {4, 4, 8, 8, 8, 8, 8, 8};
+    Py_buffer views[8];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_views(obj, 8, 5, sizes, views, &held, "placed_nodes") < 0) {
+        goto done;
+    }
+    Py_ssize_t n = views[0].len / 4, chains = views[4].len / 8;
+    if (views[1].len != n * 4 || views[2].len != n * 8 || views[3].len != n * 8 || views[5].len != n * 8 ||
+        views[6].len != n * 8 || views[7].len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "placed_nodes: the columns must be as long");
+        goto done;
+    }
+    const int32_t *seg = views[0].buf, *issued = views[1].buf;
+    const int64_t *block = views[2].buf, *pipe = views[3].buf, *first = views[4].buf;
+    int64_t *prev = views[5].buf, *issuer = views[6].buf, *seg_wide = views[7].buf;
+    int outside = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t b = block[j], p = pipe[j];
+        /* block * npipes + pipe within first, without overflow: each bounded first */
+        if (b < 0 || p < 0 || p >= npipes || b >= chains / npipes || b * npipes + p >= chains) {
+            outside = 1;
+            break;
+        }
+        int64_t base = b * npipes;
+        prev[j] = seg[j] > 0 ? first[base + p] + seg[j] - 1 : -1;
+        issuer[j] = issued[j] > 0 ? first[base + s_pipe] + issued[j] - 1 : -1;
+        seg_wide[j] = seg[j];
+    }
+    Py_END_ALLOW_THREADS
+    if (outside) {
+        PyErr_SetString(PyExc_ValueError, "placed_nodes: an access's block and pipe name no chain of first");
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release_all(views, held);
+    return result;
+}
+
 /* issuer(s_key, s_rows, block, pos, npipes, s_pipe, pos_bits, out) -> None
  *
  * _happens_before.issuer_of: for each program position ``pos[j]`` of block ``block[j]`` (int64 each), the row
@@ -2236,6 +2295,7 @@ static PyMethodDef methods[] = {
     {"mirror", mirror, METH_VARARGS, "Compare one block's records with a held block alike, keeping their keys."},
     {"sort_by", sort_by, METH_VARARGS, "Rows sorted stably by their uint64 keys (a radix sort)."},
     {"fifo_match", fifo_match, METH_VARARGS, "The k-th wait of each key paired with its k-th set (_fifo_match)."},
+    {"placed_nodes", placed_nodes, METH_VARARGS, "Accesses' counts of nodes before them as node rows (_placed_in_blocks)."},
     {"issuer", issuer, METH_VARARGS, "The last PIPE_S node issued before each position (_happens_before.issuer_of)."},
     {"key_steps", key_steps, METH_VARARGS, "Whether block keys only go up, and where the last block begins."},
     {"by_rank", by_rank, METH_VARARGS, "The inverse of ranks that are 0 .. m - 1 each once (_race_pairs._by_rank)."},
