@@ -1008,6 +1008,41 @@ def test_compiled_issuer_refuses_what_does_not_fit() -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_the_reference_cut_is_the_same_compiled_and_by_numpy(seed: int) -> None:
+    """Where racecheck cuts a batch for its reference block (after the first BLOCK_FINISH, unless that is the last
+    record): the compiled ``first_of_kind`` on a contiguous batch, numpy's mask on a strided one, and the rule."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 200))
+    events = hostile_records(rng, n)
+    events["kind"][events["kind"] == EventKind.BLOCK_FINISH] = EventKind.READ
+    finishes = np.sort(rng.choice(n, size=min(n, seed % 4), replace=False)) if n else np.zeros(0, dtype=np.int64)
+    if seed % 5 == 0 and n:
+        finishes = np.array([n - 1])  # the last record: no cut
+    events["kind"][finishes] = EventKind.BLOCK_FINISH
+    detector = make_detector("racecheck")
+    assert isinstance(detector, racecheck.Racecheck)
+    detector.native = COMPILED
+    detector.columns = HeldColumns(COMPILED)
+    strided = np.repeat(events, 2)[::2]
+    assert n < 2 or not strided.flags.c_contiguous
+    expected = int(finishes[0]) + 1 if finishes.size and finishes[0] + 1 < n else 0
+    assert detector._reference_cut(events) == detector._reference_cut(strided) == expected
+    assert COMPILED.first_of_kind(events, int(EventKind.BLOCK_FINISH)) == (int(finishes[0]) if finishes.size else -1)
+
+
+@needs_compiled
+def test_compiled_first_of_kind_refuses_what_does_not_fit() -> None:
+    events = make_events(kind=np.full(3, EventKind.WRITE))
+    for kind in (-1, 256):
+        with pytest.raises(ValueError):
+            COMPILED.first_of_kind(events, kind)
+    for bad in (events.view(np.uint8)[:-1], np.repeat(events, 2)[::2]):
+        with pytest.raises((ValueError, BufferError)):
+            COMPILED.first_of_kind(bad, int(EventKind.WRITE))
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", range(60))
 def test_compiled_key_steps_are_numpys(seed: int) -> None:
     """``key_steps`` (whether a batch's block keys only go up, and where its last block begins) compiled and by

@@ -261,8 +261,12 @@ class Racecheck:
             or self.refused or not self.columns.in_order
         ):  # fmt: skip
             return 0
-        finished = np.flatnonzero(events["kind"] == EventKind.BLOCK_FINISH)
-        return int(finished[0]) + 1 if finished.size and finished[0] + 1 < events.size else 0
+        if events.dtype == EVENT_DTYPE and events.flags.c_contiguous:
+            first = self.native.first_of_kind(events, int(EventKind.BLOCK_FINISH))  # type: ignore[attr-defined]
+        else:
+            finished = np.flatnonzero(events["kind"] == EventKind.BLOCK_FINISH)
+            first = int(finished[0]) if finished.size else -1
+        return first + 1 if 0 <= first < events.size - 1 else 0
 
     def _hold(
         self, batch: np.ndarray, keep: np.ndarray, kept: int, mem: np.ndarray | None = None, ranges: int | None = None

@@ -973,6 +973,40 @@ done:
     return result;
 }
 
+/* first_of_kind(records, kind) -> int
+ *
+ * The index of the first record of ``kind`` (0 to 255), or -1: a batch's first BLOCK_FINISH, without a mask of them. */
+static PyObject *first_of_kind(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *records_obj, *result = NULL;
+    int kind;
+    if (!PyArg_ParseTuple(args, "Oi", &records_obj, &kind)) {
+        return NULL;
+    }
+    if (kind < 0 || kind > 255) {
+        PyErr_SetString(PyExc_ValueError, "first_of_kind: a kind is 0 to 255");
+        return NULL;
+    }
+    Py_buffer views[1];
+    int held = 0;
+    Py_ssize_t n = get_records(records_obj, PyBUF_SIMPLE, views, &held), found = -1;
+    if (n < 0) {
+        goto done;
+    }
+    const unsigned char *base = views[0].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (base[i * RECORD_SIZE + KIND_AT] == kind) {
+            found = i;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(found);
+done:
+    release_all(views, held);
+    return result;
+}
+
 /* block_start(records, keep, start, key) -> int
  *
  * The first record at or after ``start`` that ``keep`` marks (None: every record) and whose block key (block_type
@@ -2287,6 +2321,7 @@ static PyMethodDef methods[] = {
     {"fixpoint", fixpoint, METH_VARARGS, "The happens-before clocks' least fixpoint, in place."},
     {"extents", extents, METH_VARARGS, "patterns.extents over gathered access columns, into out."},
     {"ranges_beyond", ranges_beyond, METH_VARARGS, "The byte ranges of the marked accesses beyond one each."},
+    {"first_of_kind", first_of_kind, METH_VARARGS, "The index of a batch's first record of a kind, or -1."},
     {"block_start", block_start, METH_VARARGS, "Where the next block's kept records begin."},
     {"scatter", scatter, METH_VARARGS, "Held columns written back into 56-byte records (gather's inverse)."},
     {"unordered", unordered, METH_VARARGS, "Whether each pair of one block's accesses may race (Kernel._unordered)."},
