@@ -1048,7 +1048,7 @@ def test_compiled_key_steps_are_numpys(seed: int) -> None:
     """``key_steps`` (whether a batch's block keys only go up, and where its last block begins) compiled and by
     numpy: blocks in order, one block, a block coming back, keys at 0 and 2**32 - 1."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 200))
+    n = int(rng.integers(1, 700))  # spans of 64 keys compared at once, and the keys after the last whole one
     keys = np.sort(rng.choice(np.array([0, 1, 2, 7, (1 << 24) - 1, (1 << 32) - 1], dtype=np.uint32), n))
     if seed % 3 == 0:
         keys = np.full(n, keys[0], dtype=np.uint32)

@@ -1963,10 +1963,13 @@ done:
     return result;
 }
 
+typedef uint32_t key_quad __attribute__((vector_size(16)));
+#define KEY_SPAN 64
+
 /* key_steps(key) -> (ascending, last_start)
  *
- * A batch's block keys (uint32, one or more) as HeldColumns.append reads them, in one pass: whether they only go up
- * where they change, and where the last block among them begins (0: one block). */
+ * A batch's block keys (uint32) as HeldColumns.append reads them, in one pass: whether they only go up where they
+ * change, and where the last block among them begins (0: one block, or none). */
 static PyObject *key_steps(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *obj[1];
     if (!PyArg_ParseTuple(args, "O", &obj[0])) {
@@ -1981,16 +1984,36 @@ static PyObject *key_steps(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     const uint32_t *key = views[0].buf;
     Py_ssize_t n = views[0].len / 4, last_start = 0;
-    int ascending = 1;
+    int down;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 1; i < n; i++) {
-        if (key[i] != key[i - 1]) {
-            ascending &= key[i] > key[i - 1];
-            last_start = i;
+    /* Spans of 64 keys, 4 at a time in GCC's vector extension (SSE2, NEON): whether any key is below the one before,
+     * and the last span where one differs from the one before; that span, and the keys after the last whole
+     * span, are then read one at a time. A branch a key took 2.5 times as long. */
+    key_quad any_down = {0, 0, 0, 0};
+    Py_ssize_t changed = -1, i = 1;
+    for (; i + KEY_SPAN <= n; i += KEY_SPAN) {
+        key_quad differ = {0, 0, 0, 0};
+        for (int j = 0; j < KEY_SPAN; j += 4) {
+            key_quad now, before;
+            memcpy(&now, key + i + j, sizeof now);
+            memcpy(&before, key + i + j - 1, sizeof before);
+            differ |= (key_quad)(now != before);
+            any_down |= (key_quad)(now < before);
+        }
+        if (differ[0] | differ[1] | differ[2] | differ[3]) {
+            changed = i;
         }
     }
+    down = (any_down[0] | any_down[1] | any_down[2] | any_down[3]) != 0;
+    for (Py_ssize_t j = changed; changed >= 0 && j < changed + KEY_SPAN; j++) {
+        last_start = key[j] != key[j - 1] ? j : last_start;
+    }
+    for (; i < n; i++) {
+        last_start = key[i] != key[i - 1] ? i : last_start;
+        down |= key[i] < key[i - 1];
+    }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("On", ascending ? Py_True : Py_False, last_start);
+    result = Py_BuildValue("On", down ? Py_False : Py_True, last_start);
 done:
     release_all(views, held);
     return result;
