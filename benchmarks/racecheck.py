@@ -50,6 +50,7 @@ import resource
 import statistics
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ from client_shim.events import EventKind, Pipe, Space, accesses, make_events, sy
 from sanitizerd import allocator
 from sanitizerd.chips import chip_named
 from sanitizerd.detectors._block_proofs import BlockProofs
-from sanitizerd.detectors._race_columns import HeldColumns
+from sanitizerd.detectors._race_columns import NATIVE, HeldColumns
 from sanitizerd.detectors._simt import SimtSections
 from sanitizerd.detectors.base import KernelLaunch, SessionContext
 from sanitizerd.detectors.racecheck import Kernel, Racecheck
@@ -223,6 +224,19 @@ EVENTS_PER_TILE = tile_template(0)[0].size  # 19
 def iterations_stream(blocks: int, iterations: int, *, block_finish: bool = True) -> np.ndarray:
     """The kernel with ``iterations`` tiles per block."""
     return kernel_stream(blocks, iterations * EVENTS_PER_TILE, block_finish=block_finish)
+
+
+def compiled_loops(doc: str) -> tuple[argparse.Namespace, Any]:
+    """The arguments of a benchmark of racecheck's compiled loops alone (``--iterations``, ``--repeat``), and the
+    compiled module, the allocator tuned as the daemon runs; exits where the module is not built."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=5600, help="tiles per block (as racecheck.py) [5600]")
+    parser.add_argument("--repeat", type=int, default=30, help="calls per figure; the least is kept [30]")
+    args = parser.parse_args()
+    allocator.tune()
+    if NATIVE is None:
+        raise SystemExit("racecheck's compiled module is not built (or SANITIZERD_NATIVE=0)")
+    return args, NATIVE
 
 
 def main() -> None:

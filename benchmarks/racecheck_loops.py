@@ -16,16 +16,14 @@ The last line of output is one JSON object with every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable
 
 import numpy as np
-from racecheck import BATCH, iterations_stream
+from racecheck import BATCH, compiled_loops, iterations_stream
 
 from client_shim.events import EventKind, Space
-from sanitizerd import allocator
 from sanitizerd.detectors import _race_columns
 from sanitizerd.detectors.racecheck import select_native
 
@@ -42,14 +40,7 @@ def _least_ns(call: Callable[[], object], records: int, repeat: int, evict: np.n
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=5600, help="tiles per block (as racecheck.py) [5600]")
-    parser.add_argument("--repeat", type=int, default=30, help="calls per figure; the least is kept [30]")
-    args = parser.parse_args()
-    allocator.tune()  # as the daemon runs
-    native = _race_columns.NATIVE
-    if native is None:
-        raise SystemExit("racecheck's compiled module is not built (or SANITIZERD_NATIVE=0)")
+    args, native = compiled_loops(__doc__)
     stream = iterations_stream(2, args.iterations)
     block = stream["block_id"]
     reference = np.ascontiguousarray(stream[block == 0])

@@ -14,15 +14,13 @@ The last line of output is one JSON object with every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-from racecheck import BATCH, check, iterations_stream
+from racecheck import BATCH, check, compiled_loops, iterations_stream
 
-from sanitizerd import allocator
 from sanitizerd.detectors import _block_proofs, _happens_before, _race_columns, _race_pairs, racecheck
 
 _captured: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {}
@@ -49,14 +47,7 @@ def _least_ms(call: Callable[[], object], repeat: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=5600, help="tiles per block (as racecheck.py) [5600]")
-    parser.add_argument("--repeat", type=int, default=30, help="calls per figure; the least is kept [30]")
-    args = parser.parse_args()
-    allocator.tune()  # as the daemon runs
-    native = _race_columns.NATIVE
-    if native is None:
-        raise SystemExit("racecheck's compiled module is not built (or SANITIZERD_NATIVE=0)")
+    args, native = compiled_loops(__doc__)
     _capture(_race_pairs, "_segments")
     _capture(_happens_before, "_fifo_match")
     _capture(_race_columns, "block_edges")

@@ -753,6 +753,8 @@ class Kernel:
 
         if self.keeps_ranges:
             self.listed = ranges(self.access, self.ext, None, self.native)
+            kept = sum(column.nbytes for column in self.listed)
+            account.need(kept, f"its {mem.size} accesses' byte ranges, kept for its footprint")
         chunks = candidate_pairs(
             self.access, self.ext, np.arange(mem.size), space, region_block, self.placed, self.write,
             self._linear_order(), need=pieces_beyond_ranges, key=self._site_keys(), instruction=self._instructions(),
