@@ -21,6 +21,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "add_custom.py"
 
+# A test's program shares `sanitizerd run`'s stdout, and the run prints its reports there while the program runs.
+# Buffered, the program's result line leaves it in one write at exit, which a pipe never splits; under
+# PYTHONUNBUFFERED (set by some CI hosts) print writes each word on its own, and a report printed meanwhile lands
+# inside the line ("lost====== ERROR ... 1276 events"). The programs' output is made as on a developer's machine.
+os.environ.pop("PYTHONUNBUFFERED", None)
+
 
 @dataclass
 class RunningDaemon:
