@@ -311,6 +311,49 @@ class TestCacheSize:
         assert f"{lost} records of kernel big did not fit" in result.stdout and "incomplete" in result.stdout
 
 
+class TestSharedStdout:
+    def test_a_launch_report_is_whole_while_the_program_writes(self, daemon: RunningDaemon, short_dir: Path) -> None:
+        """The program writes to the run's stdout, a line at a time, while its kernel's report is printed there:
+        the report (banner, findings, end) comes whole, with the program's lines before or after it."""
+        program = write_program(
+            short_dir,
+            """
+            import os
+            import threading
+            import time
+            import client_shim
+            from client_shim import EventKind, Space, accesses
+            c = client_shim.connect(device=0)
+            c.malloc(0x1000, 64)
+            k = c.kernel_begin("chatty", 1)
+            c.events(k, accesses(EventKind.READ, Space.GM, 0x1000, 128, block_id=0))
+            stop = threading.Event()
+
+            def chatter():
+                while not stop.is_set():
+                    os.write(1, b"tick\\n")  # each line its own write, as an unbuffered program's
+                    time.sleep(0.00005)
+
+            talker = threading.Thread(target=chatter)
+            talker.start()
+            c.kernel_end(k)
+            c.wait_kernel(k, timeout=30)
+            time.sleep(0.3)  # the run prints the report once the daemon tells it, after the verdict reached us
+            stop.set()
+            talker.join()
+            c.free(0x1000)
+            c.close()
+            """,
+        )
+        result = sanitizerd("run", "--socket", str(daemon.socket), "--", sys.executable, str(program))
+        assert result.returncode == 0, result.stderr
+        start = result.stdout.index("[sanitizerd] Start memcheck sanitizer on kernel chatty\n")
+        end = result.stdout.index("[sanitizerd] Sanitizer finished on kernel chatty. See all detected errors above.\n")
+        report = result.stdout[start:end]
+        assert "tick" not in report, report
+        assert "====== ERROR: illegal read of size 64\n" in report, report
+
+
 class TestRegistercheck:
     def test_mask_not_reset_is_reported_with_memcheck(self, daemon: RunningDaemon, short_dir: Path) -> None:
         """-t memcheck brings registercheck along, which reports a vector mask the kernel did not reset."""

@@ -228,13 +228,26 @@ def main(argv: list[str] | None = None) -> int:
     """The command; its output piped into a reader that stops early (``| head``) ends it quietly, as a pipe's
     writer ends (what it was doing goes on only as far as it needs no stdout)."""
     try:
-        status = _main(sys.argv[1:] if argv is None else argv)
+        try:
+            status = _main(sys.argv[1:] if argv is None else argv)
+        except SystemExit:
+            # argparse ends --help, --version and a refused command line so, its text still in stdout's buffer
+            # (unless PYTHONUNBUFFERED). argparse ignores a write that fails and exits as it meant to: the flush too.
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _stdout_to_devnull()
+            raise
         sys.stdout.flush()
         return status
     except BrokenPipeError:
-        # Python's own advice: point stdout at /dev/null so that the flush at exit does not fail a second time.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
         return 1
+
+
+def _stdout_to_devnull() -> None:
+    """Python's own advice for a reader that left: stdout at /dev/null, so the flush at exit does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _main(argv: list[str]) -> int:

@@ -287,31 +287,45 @@ class Reporter:
         if not report.tools:
             self._write(f"{PREFIX} No active sanitizer tool on kernel {report.name}.\n")
             return
-        self._write(f"{PREFIX} Start {tools_text(report.tools)} sanitizer on kernel {report.name}\n")
-        shown = self._print(held, debug_line=report.debug_line, kernel=report.name)
+        # One write for the launch's whole report: a line the program prints meanwhile lands before or after it,
+        # never between its banner and its findings.
+        findings, shown = self._text(held, debug_line=report.debug_line, kernel=report.name)
         outcome = "See all detected errors above." if shown else "No error detected."
-        self._write(f"{PREFIX} Sanitizer finished on kernel {report.name}. {outcome}\n")
+        text = [
+            f"{PREFIX} Start {tools_text(report.tools)} sanitizer on kernel {report.name}\n",
+            findings,
+            f"{PREFIX} Sanitizer finished on kernel {report.name}. {outcome}\n",
+        ]
         if report.lost:
-            self._write(
+            text.append(
                 f"{PREFIX} WARNING: {report.lost} records of kernel {report.name} did not fit the per-block record "
                 "buffer (--cache-size) and were not checked: its result is incomplete.\n"
             )
         elif report.incomplete:
-            self._write(
+            text.append(
                 f"{PREFIX} WARNING: some records of kernel {report.name} could not be checked (see the internal "
                 "errors above): its result is incomplete.\n"
             )
+        self._write("".join(text))
 
-    def _print(self, findings: list[Finding], *, debug_line: bool = True, kernel: str = "") -> int:
+    def _print(self, findings: list[Finding]) -> None:
+        text, _shown = self._text(findings)
+        if text:
+            self._write(text)
+
+    def _text(self, findings: list[Finding], *, debug_line: bool = True, kernel: str = "") -> tuple[str, int]:
+        """The findings shown, as text, and how many of them are errors or warnings."""
         visible = [f for f in findings if f.severity in self.shown and (self.show_suppressed or not f.suppressed)]
-        if visible and not debug_line:  # msSanitizer says it before a launch's first report, once
-            self._write(
-                f"{PREFIX} WARN: Kernel {kernel} missed debug_line information. Please recompile kernel with `-g' "
-                "or `-gline-tables-only' option to enable callstack display.\n"
-            )
-        if visible:
-            self._write(render_text(visible))
-        return sum(1 for f in visible if f.severity != INFO)  # a kernel with traces alone detected no error
+        if not visible:
+            return "", 0
+        # msSanitizer says it before a launch's first report, once
+        missed = (
+            ""
+            if debug_line
+            else f"{PREFIX} WARN: Kernel {kernel} missed debug_line information. Please recompile kernel with `-g' "
+            "or `-gline-tables-only' option to enable callstack display.\n"
+        )
+        return missed + render_text(visible), sum(1 for f in visible if f.severity != INFO)
 
     def _write(self, text: str) -> None:
         if self.out_closed:
